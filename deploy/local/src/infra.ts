@@ -1,0 +1,152 @@
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { createConnection } from "node:net";
+import { join } from "node:path";
+import { repoRoot } from "./paths.js";
+
+// Provisioning and launch of the local infrastructure, from registries only:
+// FerretDB v1.24.2 (SQLite backend) built from our Go module in deploy/infra/ferretdb, and
+// Apache Kafka 3.9.1 fetched with Maven from deploy/infra/kafka/pom.xml.
+
+export const FERRETDB_VERSION = "1.24.2";
+export const KAFKA_VERSION = "3.9.1";
+
+type Progress = (line: string) => void;
+
+function run(cmd: string, args: string[], cwd: string, what: string): void {
+  const result = spawnSync(cmd, args, { cwd, stdio: ["ignore", "inherit", "inherit"], env: process.env });
+  if (result.error) throw new Error(`${what}: cannot run ${cmd}: ${result.error.message}`);
+  if (result.status !== 0) throw new Error(`${what}: ${cmd} exited with ${result.status}`);
+}
+
+/** The FerretDB binary, built once into the cache. */
+export function ensureFerretDb(cache: string, progress: Progress): string {
+  const binary = join(cache, `ferretdb-${FERRETDB_VERSION}`, "ferretdb-local");
+  if (existsSync(binary)) return binary;
+  progress(`building FerretDB v${FERRETDB_VERSION} with Go (first run only, about 2 minutes)`);
+  mkdirSync(join(cache, `ferretdb-${FERRETDB_VERSION}`), { recursive: true });
+  const tmp = `${binary}.tmp`;
+  run("go", ["build", "-o", tmp, "."], join(repoRoot, "deploy", "infra", "ferretdb"), "building FerretDB");
+  renameSync(tmp, binary);
+  progress("FerretDB built");
+  return binary;
+}
+
+/** The directory of Kafka's jars, fetched once into the cache. */
+export function ensureKafka(cache: string, progress: Progress): string {
+  const libs = join(cache, `kafka-${KAFKA_VERSION}`, "libs");
+  if (existsSync(join(libs, `kafka_2.13-${KAFKA_VERSION}.jar`))) return libs;
+  progress(`fetching Apache Kafka ${KAFKA_VERSION} with Maven (first run only)`);
+  const tmp = `${libs}.tmp`;
+  rmSync(tmp, { recursive: true, force: true });
+  run(
+    "mvn",
+    ["-q", "-B", "-f", join(repoRoot, "deploy", "infra", "kafka", "pom.xml"), "dependency:copy-dependencies", `-DoutputDirectory=${tmp}`, "-DincludeScope=runtime"],
+    repoRoot,
+    "fetching Kafka",
+  );
+  rmSync(libs, { recursive: true, force: true });
+  renameSync(tmp, libs);
+  progress("Kafka fetched");
+  return libs;
+}
+
+export interface InfraProcessSpec {
+  name: string;
+  command: string;
+  args: string[];
+  logFile: string;
+  env?: NodeJS.ProcessEnv;
+}
+
+export function ferretDbSpec(binary: string, dataDir: string, port: number, logDir: string): InfraProcessSpec {
+  mkdirSync(dataDir, { recursive: true });
+  return {
+    name: "ferretdb",
+    command: binary,
+    args: ["-listen", `127.0.0.1:${port}`, "-data-dir", dataDir],
+    logFile: join(logDir, "ferretdb.log"),
+  };
+}
+
+/** Writes the KRaft config and formats the storage on first use; later starts keep the data. */
+export function kafkaSpec(libs: string, dataDir: string, port: number, controllerPort: number, logDir: string): InfraProcessSpec {
+  const logDirs = join(dataDir, "data");
+  mkdirSync(logDirs, { recursive: true });
+  const config = join(dataDir, "server.properties");
+  writeFileSync(
+    config,
+    [
+      "process.roles=broker,controller",
+      "node.id=1",
+      `controller.quorum.voters=1@127.0.0.1:${controllerPort}`,
+      `listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}`,
+      `advertised.listeners=PLAINTEXT://127.0.0.1:${port}`,
+      "controller.listener.names=CONTROLLER",
+      "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+      "inter.broker.listener.name=PLAINTEXT",
+      `log.dirs=${logDirs}`,
+      "num.partitions=3",
+      "offsets.topic.replication.factor=1",
+      "offsets.topic.num.partitions=3",
+      "transaction.state.log.replication.factor=1",
+      "transaction.state.log.min.isr=1",
+      "group.initial.rebalance.delay.ms=0",
+      "auto.create.topics.enable=false",
+      "",
+    ].join("\n"),
+  );
+  const log4j = join(dataDir, "log4j.properties");
+  writeFileSync(
+    log4j,
+    [
+      "log4j.rootLogger=WARN, stdout",
+      "log4j.appender.stdout=org.apache.log4j.ConsoleAppender",
+      "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout",
+      "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n",
+      "log4j.logger.kafka=WARN",
+      "log4j.logger.org.apache.kafka=WARN",
+      "",
+    ].join("\n"),
+  );
+  const jvm = ["-Xms256m", "-Xmx768m", "-XX:+UseG1GC", `-Dlog4j.configuration=file:${log4j}`, "-cp", `${libs}/*`];
+  if (!existsSync(join(logDirs, "meta.properties"))) {
+    const clusterId = randomBytes(16).toString("base64url");
+    run("java", [...jvm, "kafka.tools.StorageTool", "format", "-t", clusterId, "-c", config], dataDir, "formatting Kafka storage");
+  }
+  return { name: "kafka", command: "java", args: [...jvm, "kafka.Kafka", config], logFile: join(logDir, "kafka.log") };
+}
+
+export function spawnLogged(spec: InfraProcessSpec, opts: { detached?: boolean } = {}): ChildProcess {
+  const fd = openSync(spec.logFile, "a");
+  return spawn(spec.command, spec.args, {
+    stdio: ["ignore", fd, fd],
+    env: { ...process.env, ...spec.env },
+    detached: opts.detached ?? false,
+  });
+}
+
+export function portOpen(port: number, host = "127.0.0.1"): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ port, host });
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+export async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${what} did not become ready within ${Math.round(timeoutMs / 1000)} s`);
+}
+
+export function listFiles(dir: string): string[] {
+  return existsSync(dir) ? readdirSync(dir) : [];
+}

@@ -1,0 +1,31 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { commonv1 } from "@pi/proto";
+
+const { ErrorReason, ErrorDetailSchema } = commonv1;
+export { ErrorReason };
+
+const codeOf: Record<commonv1.ErrorReason, Code> = {
+  [ErrorReason.UNSPECIFIED]: Code.Internal,
+  [ErrorReason.INVALID_REQUEST]: Code.InvalidArgument,
+  [ErrorReason.NOT_FOUND]: Code.NotFound,
+  [ErrorReason.NO_ACTIVE_CONNECTION]: Code.PermissionDenied,
+  [ErrorReason.IDEMPOTENCY_KEY_REUSE]: Code.Aborted,
+  [ErrorReason.FILE_TOO_LARGE]: Code.ResourceExhausted,
+  [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: Code.InvalidArgument,
+};
+
+/** An error an internal service raises on purpose; the gateway maps its reason to a partner error. */
+export function serviceError(reason: commonv1.ErrorReason, message: string, param?: string): ConnectError {
+  return new ConnectError(message, codeOf[reason], undefined, [
+    { desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { reason, param: param ?? "" }) },
+  ]);
+}
+
+/** The reason carried by an error from serviceError, or undefined for any other failure. */
+export function reasonOf(err: unknown): { reason: commonv1.ErrorReason; param?: string } | undefined {
+  if (!(err instanceof ConnectError)) return undefined;
+  const [detail] = err.findDetails(ErrorDetailSchema);
+  if (!detail) return undefined;
+  return { reason: detail.reason, param: detail.param || undefined };
+}

@@ -1,0 +1,69 @@
+import { Kafka, logLevel, Partitioners, type Admin, type Producer } from "kafkajs";
+import type { Logger } from "./logger.js";
+import { TOPICS, topicName, type TopicKey } from "./topics.js";
+
+export type { Kafka, Producer, Admin };
+
+const levels: Record<number, "error" | "warn" | "info" | "debug"> = {
+  [logLevel.ERROR]: "error",
+  [logLevel.WARN]: "warn",
+  [logLevel.INFO]: "info",
+  [logLevel.DEBUG]: "debug",
+};
+
+export function createKafka(brokers: string, clientId: string, logger: Logger): Kafka {
+  const log = logger.child({ component: "kafka" });
+  return new Kafka({
+    clientId,
+    brokers: brokers.split(","),
+    connectionTimeout: 3000,
+    retry: { retries: 8, initialRetryTime: 200 },
+    logLevel: logLevel.WARN,
+    logCreator:
+      () =>
+      ({ level, log: entry }) => {
+        const { message, ...rest } = entry;
+        log[levels[level] ?? "info"](rest, message);
+      },
+  });
+}
+
+export function createProducer(kafka: Kafka): Producer {
+  return kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
+}
+
+/** Creates every declared topic that is missing. Safe to call from every service at start. */
+export async function ensureTopics(kafka: Kafka, namespace: string, keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[]): Promise<void> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const existing = new Set(await admin.listTopics());
+    const missing = keys.filter((k) => !existing.has(topicName(namespace, k)));
+    if (missing.length > 0) {
+      await admin.createTopics({
+        waitForLeaders: true,
+        topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions, replicationFactor: 1 })),
+      });
+    }
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** True when a broker answers a metadata request within the timeout. */
+export async function kafkaReachable(admin: Admin, timeoutMs = 2000): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      admin.describeCluster(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error("timeout")), timeoutMs);
+      }),
+    ]);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,32 @@
+import { MongoClient, type Db } from "mongodb";
+
+export interface Mongo {
+  client: MongoClient;
+  db: Db;
+  ping(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+/** The database a service owns: `${namespace}_${service}` on the configured server. */
+export function databaseName(namespace: string, service: string): string {
+  return `${namespace}_${service.replace(/-/g, "_")}`;
+}
+
+export async function connectMongo(uri: string, dbName: string): Promise<Mongo> {
+  const client = new MongoClient(uri, { serverSelectionTimeoutMS: 5000, connectTimeoutMS: 5000 });
+  await client.connect();
+  const db = client.db(dbName);
+  return {
+    client,
+    db,
+    async ping() {
+      try {
+        await db.command({ ping: 1 }, { timeoutMS: 2000 });
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    close: () => client.close(),
+  };
+}

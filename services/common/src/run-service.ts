@@ -1,0 +1,61 @@
+import { createLogger, type Logger } from "./logger.js";
+import { loadSettings, type Settings } from "./settings.js";
+
+export interface RunningService {
+  /** The port the service listens on. */
+  port: number;
+  stop(): Promise<void>;
+}
+
+export type StartService = (settings: Settings, logger: Logger) => Promise<RunningService>;
+
+const shutdownGraceMs = 15_000;
+
+/**
+ * The one entry point of every service process: settings validated first (a bad one exits with a
+ * one-line reason), JSON logs, a clean stop on SIGTERM or SIGINT, a crash logged and exited non-zero.
+ */
+export function runService(name: string, start: StartService): void {
+  const settings = loadSettings();
+  const logger = createLogger(name, settings.LOG_LEVEL);
+  process.on("uncaughtException", (err) => {
+    logger.fatal({ err }, "uncaught exception");
+    process.exit(1);
+  });
+  process.on("unhandledRejection", (err) => {
+    logger.fatal({ err }, "unhandled rejection");
+    process.exit(1);
+  });
+
+  start(settings, logger).then(
+    (running) => {
+      let stopping = false;
+      const stop = (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        logger.info({ signal }, "stopping");
+        setTimeout(() => {
+          logger.error("stop took too long; exiting");
+          process.exit(1);
+        }, shutdownGraceMs).unref();
+        running.stop().then(
+          () => {
+            logger.info("stopped");
+            process.exit(0);
+          },
+          (err) => {
+            logger.error({ err }, "stop failed");
+            process.exit(1);
+          },
+        );
+      };
+      process.on("SIGTERM", () => stop("SIGTERM"));
+      process.on("SIGINT", () => stop("SIGINT"));
+      logger.info({ port: running.port }, "started");
+    },
+    (err) => {
+      logger.fatal({ err }, "start failed");
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,82 @@
+import { z } from "zod";
+
+// Every setting of the operator contract, plus the internal addresses, in one schema. Each service
+// validates the whole set at start so that a bad value anywhere is caught by whoever reads it.
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveInt = z.coerce.number().int().positive();
+const bool = z
+  .enum(["true", "false", "1", "0"])
+  .transform((v) => v === "true" || v === "1");
+const url = z.string().url();
+
+export const settingsSchema = z.object({
+  LOG_LEVEL: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
+
+  GATEWAY_PORT: port.default(8080),
+  GATEWAY_HOST: z.string().min(1).default("127.0.0.1"),
+  AUTH_SERVICE_PORT: port.default(50051),
+  CONNECTION_SERVICE_PORT: port.default(50052),
+  FILE_INTAKE_SERVICE_PORT: port.default(50053),
+  WEBHOOK_SERVICE_PORT: port.default(50054),
+  SERVICE_HOST: z.string().min(1).default("127.0.0.1"),
+  AUTH_SERVICE_URL: url.default("http://127.0.0.1:50051"),
+  CONNECTION_SERVICE_URL: url.default("http://127.0.0.1:50052"),
+  FILE_INTAKE_SERVICE_URL: url.default("http://127.0.0.1:50053"),
+  WEBHOOK_SERVICE_URL: url.default("http://127.0.0.1:50054"),
+
+  MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").default("mongodb://127.0.0.1:27017/"),
+  KAFKA_BROKERS: z
+    .string()
+    .regex(/^[^,\s]+:\d+(,[^,\s]+:\d+)*$/, "must be host:port[,host:port...]")
+    .default("127.0.0.1:9092"),
+  // Prefix of database names, Kafka topics and consumer groups, so that several stacks (or test
+  // runs) can share one MongoDB and one Kafka without seeing each other's data.
+  DATA_NAMESPACE: z.string().regex(/^[a-z][a-z0-9_]{0,30}$/, "must be lowercase letters, digits, _").default("pi"),
+
+  ADDRESS_DOMAIN: z
+    .string()
+    .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/, "must be a lowercase DNS name")
+    .default("elders.example"),
+  ACCESS_TOKEN_TTL_SECONDS: positiveInt.default(900),
+  RATE_LIMIT_V1_PER_SECOND: z.coerce.number().int().min(50).default(100),
+  RATE_LIMIT_TOKEN_PER_MINUTE: z.coerce.number().int().min(60).default(120),
+  // "25 MB" is read as 25 MiB, the more generous reading, so no "25 MB" file is refused.
+  MAX_FILE_BYTES: positiveInt.default(25 * 1024 * 1024),
+  IDEMPOTENCY_TTL_SECONDS: positiveInt.default(86400),
+  CONNECTION_PENDING_TTL_SECONDS: positiveInt.default(2592000),
+  SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
+  WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
+  WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),
+  WEBHOOK_ALLOW_INSECURE_URLS: bool.default(false),
+
+  // Keyed hash of client secrets. Required by the auth service; the local stack generates one.
+  CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),
+});
+
+export type Settings = z.infer<typeof settingsSchema>;
+
+export class SettingsError extends Error {}
+
+/** Parses the environment; the error message is one line naming the first bad setting. */
+export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ""));
+  const result = settingsSchema.safeParse(present);
+  if (!result.success) {
+    const issue = result.error.issues[0]!;
+    throw new SettingsError(`invalid setting ${issue.path.join(".")}: ${issue.message}`);
+  }
+  return result.data;
+}
+
+/** For a service's start: a bad setting ends the process with one line on stderr. */
+export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+  try {
+    return parseSettings(env);
+  } catch (err) {
+    if (err instanceof SettingsError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+}
