@@ -9,3 +9,4 @@ export * from "./connect-server.js";
 export * from "./clients.js";
 export * from "./runtime.js";
 export * from "./run-service.js";
+export * from "./elder-address.js";

@@ -1,0 +1,47 @@
+// The first thing `npm start`, `npm test` and `npm run bench` run, in plain JavaScript so that it
+// works on a fresh clone: installs the Node dependencies when they are missing, builds what is
+// stale (tsc -b is incremental), then hands over to the compiled command.
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const [command = "start", ...rest] = process.argv.slice(2);
+
+function step(line) {
+  process.stderr.write(`${JSON.stringify({ level: "info", time: new Date().toISOString(), service: "bootstrap", msg: line })}\n`);
+}
+
+function run(cmd, args) {
+  const r = spawnSync(cmd, args, { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
+  if (r.status !== 0) {
+    process.stderr.write(`${cmd} ${args.join(" ")} failed (exit ${r.status ?? r.signal})\n`);
+    process.exit(1);
+  }
+}
+
+if (!existsSync(join(root, "node_modules", ".package-lock.json"))) {
+  step("installing Node dependencies (npm ci)");
+  run("npm", existsSync(join(root, "package-lock.json")) ? ["ci", "--no-audit", "--no-fund"] : ["install", "--no-audit", "--no-fund"]);
+}
+step("building (tsc -b)");
+run(process.execPath, [join(root, "node_modules", "typescript", "bin", "tsc"), "-b"]);
+
+switch (command) {
+  case "start":
+    await import("./dist/start.js");
+    break;
+  case "test":
+  case "bench": {
+    const script = command === "test" ? join(root, "node_modules", "jest", "bin", "jest.js") : join(root, "deploy", "local", "dist", "bench.js");
+    const args = command === "test" ? ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", script, ...rest] : [script, ...rest];
+    const child = spawn(process.execPath, args, { cwd: root, stdio: "inherit" });
+    for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => child.kill(signal));
+    child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+    break;
+  }
+  default:
+    process.stderr.write(`unknown command ${command}; use start, test or bench\n`);
+    process.exit(2);
+}

@@ -1,0 +1,62 @@
+import { createLogger, SettingsError, parseSettings } from "@pi/common";
+import { waitFor } from "./infra.js";
+import { stateDir } from "./paths.js";
+import { startStack } from "./stack.js";
+
+// `npm start`: provisions what is missing, starts FerretDB, Kafka and every service as local
+// processes, and stays in the foreground until SIGINT or SIGTERM.
+
+const logger = createLogger("local-stack");
+let settings;
+try {
+  settings = parseSettings();
+} catch (err) {
+  process.stderr.write(`${err instanceof SettingsError ? err.message : String(err)}\n`);
+  process.exit(2);
+}
+const dir = stateDir();
+const external = Boolean(process.env.MONGODB_URI && process.env.KAFKA_BROKERS);
+const progress = (line: string) => logger.info(line);
+const startedAt = Date.now();
+
+const stack = await startStack({
+  settings,
+  stateDir: dir,
+  logger,
+  mongoPort: Number(process.env.MONGODB_PORT ?? 27017),
+  kafkaPort: Number(process.env.KAFKA_PORT ?? 9092),
+  kafkaControllerPort: Number(process.env.KAFKA_CONTROLLER_PORT ?? 9093),
+  startInfra: !external,
+  progress,
+}).catch((err) => {
+  logger.fatal({ err: (err as Error).message }, "the stack could not start");
+  process.exit(1);
+});
+
+let stopping = false;
+async function shutdown(signal: string) {
+  if (stopping) return;
+  stopping = true;
+  logger.info({ signal }, "stopping the stack");
+  const hardStop = setTimeout(() => process.exit(1), 19_000);
+  await stack.stop();
+  clearTimeout(hardStop);
+  logger.info("stopped");
+  process.exit(0);
+}
+process.on("SIGINT", () => void shutdown("SIGINT"));
+process.on("SIGTERM", () => void shutdown("SIGTERM"));
+
+const readyz = `http://127.0.0.1:${settings.GATEWAY_PORT}/readyz`;
+try {
+  await waitFor("the gateway's /readyz", async () => {
+    try {
+      return (await fetch(readyz)).status === 200;
+    } catch {
+      return false;
+    }
+  }, 120_000);
+  logger.info({ url: `http://127.0.0.1:${settings.GATEWAY_PORT}`, stateDir: dir, seconds: Math.round((Date.now() - startedAt) / 1000) }, "ready");
+} catch (err) {
+  logger.error({ err: (err as Error).message, logs: `${dir}/logs` }, "not ready yet; see the logs; still running");
+}

@@ -1,0 +1,70 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { openSync } from "node:fs";
+import type { Logger } from "@pi/common";
+
+export interface ProcessSpec {
+  name: string;
+  command: string;
+  args: string[];
+  env?: NodeJS.ProcessEnv;
+  logFile: string;
+}
+
+/**
+ * Runs child processes as Kubernetes would run pods: each is restarted with a growing backoff when
+ * it exits unexpectedly, and the restart is logged. stop() sends SIGTERM to every child and SIGKILL
+ * to what is still running after the grace period.
+ */
+export class Supervisor {
+  private readonly children = new Map<string, ChildProcess>();
+  private readonly restarts = new Map<string, number>();
+  private stopping = false;
+
+  constructor(private readonly logger: Logger) {}
+
+  start(spec: ProcessSpec): ChildProcess {
+    const out = openSync(spec.logFile, "a");
+    const child = spawn(spec.command, spec.args, { stdio: ["ignore", out, out], env: { ...process.env, ...spec.env } });
+    this.children.set(spec.name, child);
+    const startedAt = Date.now();
+    child.on("exit", (code, signal) => {
+      if (this.children.get(spec.name) === child) this.children.delete(spec.name);
+      if (this.stopping) return;
+      // A process that ran for a minute starts its backoff afresh.
+      const previous = Date.now() - startedAt > 60_000 ? 0 : (this.restarts.get(spec.name) ?? 0);
+      const delay = Math.min(500 * 2 ** previous, 15_000);
+      this.restarts.set(spec.name, previous + 1);
+      this.logger.warn({ process: spec.name, code, signal, restartInMs: delay, log: spec.logFile }, "process exited unexpectedly; restarting");
+      setTimeout(() => {
+        if (!this.stopping) this.start(spec);
+      }, delay);
+    });
+    return child;
+  }
+
+  pid(name: string): number | undefined {
+    return this.children.get(name)?.pid;
+  }
+
+  /** Stops the named processes in order, each group after the previous one has exited. */
+  async stop(groups: string[][], graceMs = 8000): Promise<void> {
+    this.stopping = true;
+    for (const group of groups) {
+      await Promise.all(group.map((name) => this.stopOne(name, graceMs)));
+    }
+    await Promise.all([...this.children.keys()].map((name) => this.stopOne(name, graceMs)));
+  }
+
+  private stopOne(name: string, graceMs: number): Promise<void> {
+    const child = this.children.get(name);
+    if (!child || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+      child.once("exit", () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      child.kill("SIGTERM");
+    });
+  }
+}

@@ -1,0 +1,59 @@
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { cacheDir, repoRoot } from "./paths.js";
+import { ensureFerretDb, ensureKafka, ferretDbSpec, kafkaSpec, portOpen, spawnLogged, waitFor } from "./infra.js";
+
+// The FerretDB and Kafka every integration test talks to: started by the test run when they are
+// not already running (on their own ports, apart from a dev `npm start`), stopped by it after.
+export const TEST_INFRA = {
+  mongoPort: Number(process.env.TEST_MONGODB_PORT ?? 37017),
+  kafkaPort: Number(process.env.TEST_KAFKA_PORT ?? 39092),
+  kafkaControllerPort: Number(process.env.TEST_KAFKA_CONTROLLER_PORT ?? 39093),
+  dir: join(repoRoot, ".state", "test-infra"),
+};
+
+export const testMongoUri = () => `mongodb://127.0.0.1:${TEST_INFRA.mongoPort}/`;
+export const testKafkaBrokers = () => `127.0.0.1:${TEST_INFRA.kafkaPort}`;
+
+const pidFile = join(TEST_INFRA.dir, "pids.json");
+const progress = (line: string) => process.stderr.write(`[test-infra] ${line}\n`);
+
+/** Starts the test infrastructure unless it already runs; true when this call started it. */
+export async function ensureTestInfra(): Promise<boolean> {
+  const [mongoUp, kafkaUp] = await Promise.all([portOpen(TEST_INFRA.mongoPort), portOpen(TEST_INFRA.kafkaPort)]);
+  if (mongoUp && kafkaUp) {
+    progress(`reusing FerretDB on ${TEST_INFRA.mongoPort} and Kafka on ${TEST_INFRA.kafkaPort}`);
+    return false;
+  }
+  if (mongoUp || kafkaUp) stopTestInfra();
+  const cache = cacheDir();
+  const ferret = ensureFerretDb(cache, progress);
+  const kafkaLibs = ensureKafka(cache, progress);
+  rmSync(TEST_INFRA.dir, { recursive: true, force: true });
+  const logs = join(TEST_INFRA.dir, "logs");
+  mkdirSync(logs, { recursive: true });
+  progress("starting FerretDB and Kafka for the tests");
+  const started = Date.now();
+  const procs = [
+    spawnLogged(ferretDbSpec(ferret, join(TEST_INFRA.dir, "ferretdb"), TEST_INFRA.mongoPort, logs), { detached: true }),
+    spawnLogged(kafkaSpec(kafkaLibs, join(TEST_INFRA.dir, "kafka"), TEST_INFRA.kafkaPort, TEST_INFRA.kafkaControllerPort, logs), { detached: true }),
+  ];
+  procs.forEach((p) => p.unref());
+  writeFileSync(pidFile, JSON.stringify(procs.map((p) => p.pid)));
+  await waitFor("FerretDB", () => portOpen(TEST_INFRA.mongoPort), 30_000);
+  await waitFor("Kafka", () => portOpen(TEST_INFRA.kafkaPort), 90_000);
+  progress(`ready in ${((Date.now() - started) / 1000).toFixed(1)} s (logs: ${logs})`);
+  return true;
+}
+
+export function stopTestInfra(): void {
+  if (!existsSync(pidFile)) return;
+  for (const pid of JSON.parse(readFileSync(pidFile, "utf8")) as number[]) {
+    try {
+      process.kill(-pid, "SIGTERM");
+    } catch {
+      // already gone
+    }
+  }
+  rmSync(pidFile, { force: true });
+}

@@ -1,0 +1,56 @@
+import { afterAll, describe, expect, it } from "@jest/globals";
+import { randomUUID } from "node:crypto";
+import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
+import { eventsv1 } from "@pi/proto";
+import { connectMongo, createKafka, createLogger, createProducer, ensureTopics, topicName, type Mongo } from "@pi/common";
+
+// Talks to the real FerretDB and Kafka through the project's own helpers.
+const logger = createLogger("test", "error");
+const namespace = `t${randomUUID().slice(0, 8)}`;
+let mongo: Mongo | undefined;
+
+afterAll(async () => {
+  await mongo?.client.db(`${namespace}_probe`).dropDatabase();
+  await mongo?.close();
+});
+
+describe("infrastructure helpers", () => {
+  it("write and read a document on the MongoDB-compatible server", async () => {
+    mongo = await connectMongo(process.env.TEST_MONGODB_URI!, `${namespace}_probe`);
+    expect(await mongo.ping()).toBe(true);
+    const things = mongo.db.collection<{ _id: string; n: number }>("things");
+    await things.createIndex({ n: 1 }, { unique: true });
+    await things.insertOne({ _id: "a", n: 1 });
+    await expect(things.insertOne({ _id: "b", n: 1 })).rejects.toMatchObject({ code: 11000 });
+    const after = await things.findOneAndUpdate({ _id: "c" }, { $setOnInsert: { n: 2 } }, { upsert: true, returnDocument: "after" });
+    expect(after).toEqual({ _id: "c", n: 2 });
+    expect(await things.find().sort({ n: 1 }).toArray()).toEqual([{ _id: "a", n: 1 }, { _id: "c", n: 2 }]);
+  });
+
+  it("produce and consume an event on Kafka", async () => {
+    const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "test", logger);
+    await ensureTopics(kafka, namespace);
+    const topic = topicName(namespace, "partnerEvents");
+    const producer = createProducer(kafka);
+    await producer.connect();
+    const sent = create(eventsv1.PartnerEventSchema, {
+      kind: eventsv1.PartnerEventKind.CREDENTIAL_REVOKED,
+      partnerId: "ptr_x",
+      clientId: "cli_y",
+      occurredAt: 42n,
+    });
+    await producer.send({ topic, messages: [{ key: "ptr_x", value: Buffer.from(toBinary(eventsv1.PartnerEventSchema, sent)) }] });
+    await producer.disconnect();
+
+    const consumer = kafka.consumer({ groupId: `${namespace}.probe` });
+    await consumer.connect();
+    await consumer.subscribe({ topic, fromBeginning: true });
+    const received = await new Promise<eventsv1.PartnerEvent>((resolve) => {
+      void consumer.run({ eachMessage: async ({ message }) => resolve(fromBinary(eventsv1.PartnerEventSchema, message.value!)) });
+    });
+    await consumer.disconnect();
+    expect(received.clientId).toBe("cli_y");
+    expect(received.kind).toBe(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED);
+    expect(received.occurredAt).toBe(42n);
+  });
+});

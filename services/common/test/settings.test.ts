@@ -1,0 +1,48 @@
+import { describe, expect, it } from "@jest/globals";
+import { parseSettings, SettingsError } from "@pi/common";
+
+describe("settings", () => {
+  it("has the operator contract's defaults", () => {
+    const s = parseSettings({});
+    expect(s.GATEWAY_PORT).toBe(8080);
+    expect(s.ACCESS_TOKEN_TTL_SECONDS).toBe(900);
+    expect(s.IDEMPOTENCY_TTL_SECONDS).toBe(86400);
+    expect(s.CONNECTION_PENDING_TTL_SECONDS).toBe(2592000);
+    expect(s.SANDBOX_APPROVAL_DELAY_SECONDS).toBe(30);
+    expect(s.WEBHOOK_RETRY_WINDOW_SECONDS).toBe(86400);
+    expect(s.MAX_FILE_BYTES).toBe(26214400);
+    expect(s.RATE_LIMIT_V1_PER_SECOND).toBeGreaterThanOrEqual(50);
+    expect(s.RATE_LIMIT_TOKEN_PER_MINUTE).toBeGreaterThanOrEqual(60);
+  });
+
+  it("reads values from the environment", () => {
+    const s = parseSettings({ GATEWAY_PORT: "9000", WEBHOOK_ALLOW_INSECURE_URLS: "true", ADDRESS_DOMAIN: "care.test" });
+    expect(s.GATEWAY_PORT).toBe(9000);
+    expect(s.WEBHOOK_ALLOW_INSECURE_URLS).toBe(true);
+    expect(s.ADDRESS_DOMAIN).toBe("care.test");
+  });
+
+  it.each([
+    ["GATEWAY_PORT", "eighty"],
+    ["GATEWAY_PORT", "70000"],
+    ["RATE_LIMIT_V1_PER_SECOND", "10"],
+    ["RATE_LIMIT_TOKEN_PER_MINUTE", "5"],
+    ["MAX_FILE_BYTES", "-1"],
+    ["WEBHOOK_ALLOW_INSECURE_URLS", "maybe"],
+    ["MONGODB_URI", "http://localhost"],
+    ["KAFKA_BROKERS", "localhost"],
+    ["ADDRESS_DOMAIN", "Not A Domain"],
+    ["CREDENTIAL_PEPPER", "short"],
+  ])("rejects a bad %s (%s) with one line naming it", (name, value) => {
+    let error: unknown;
+    try {
+      parseSettings({ [name]: value });
+    } catch (err) {
+      error = err;
+    }
+    expect(error).toBeInstanceOf(SettingsError);
+    const message = (error as Error).message;
+    expect(message).toMatch(new RegExp(`^invalid setting ${name}: `));
+    expect(message).not.toContain("\n");
+  });
+});

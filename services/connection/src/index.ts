@@ -1,0 +1,1 @@
+export { startConnectionService } from "./service.js";

@@ -1,0 +1,1 @@
+export { startFileIntakeService } from "./service.js";

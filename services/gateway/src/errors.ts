@@ -1,0 +1,77 @@
+import type { Context } from "koa";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorReason, reasonOf } from "@pi/common";
+import type { commonv1 } from "@pi/proto";
+
+// The one table of partner-facing /v1 errors. Every /v1 error leaves the gateway through it, so a
+// given code always has the same status, type and message: that sameness is what makes the
+// no-oracle guarantees hold (one 404 body for unknown and foreign ids, one 403 body for every
+// reason a send is refused).
+export const PARTNER_ERRORS = {
+  invalid_request: { status: 400, type: "invalid_request_error", message: "The request is malformed." },
+  unauthorized: { status: 401, type: "authentication_error", message: "The bearer token is missing, malformed, invalid, expired or revoked." },
+  insufficient_scope: { status: 403, type: "permission_error", message: "The access token lacks the scope this operation requires." },
+  no_active_connection: { status: 403, type: "permission_error", message: "There is no active connection to this elder." },
+  not_found: { status: 404, type: "invalid_request_error", message: "No such resource." },
+  method_not_allowed: { status: 405, type: "invalid_request_error", message: "The method is not allowed on this resource." },
+  idempotency_key_reuse: { status: 409, type: "invalid_request_error", message: "This Idempotency-Key was used with a different payload." },
+  file_too_large: { status: 413, type: "invalid_request_error", message: "The file is larger than the limit." },
+  unsupported_media_type: { status: 415, type: "invalid_request_error", message: "The media type is not accepted." },
+  rate_limited: { status: 429, type: "rate_limit_error", message: "Too many requests; retry after the number of seconds in Retry-After." },
+  internal_error: { status: 500, type: "api_error", message: "Something went wrong on our side." },
+  service_unavailable: { status: 503, type: "api_error", message: "The service is temporarily unavailable; retry shortly." },
+} as const;
+
+export type PartnerErrorCode = keyof typeof PARTNER_ERRORS;
+
+/** Thrown anywhere in a /v1 handler; rendered as the envelope by renderPartnerErrors. */
+export class PartnerError extends Error {
+  constructor(
+    readonly code: PartnerErrorCode,
+    readonly detail: { message?: string; param?: string; headers?: Record<string, string> } = {},
+  ) {
+    super(detail.message ?? PARTNER_ERRORS[code].message);
+  }
+}
+
+export function envelope(code: PartnerErrorCode, message?: string, param?: string) {
+  const { type } = PARTNER_ERRORS[code];
+  return { error: { type, code, message: message ?? PARTNER_ERRORS[code].message, ...(param !== undefined ? { param } : {}) } };
+}
+
+const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
+  [ErrorReason.INVALID_REQUEST]: "invalid_request",
+  [ErrorReason.NOT_FOUND]: "not_found",
+  [ErrorReason.NO_ACTIVE_CONNECTION]: "no_active_connection",
+  [ErrorReason.IDEMPOTENCY_KEY_REUSE]: "idempotency_key_reuse",
+  [ErrorReason.FILE_TOO_LARGE]: "file_too_large",
+  [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: "unsupported_media_type",
+};
+
+/**
+ * Maps a failure of an internal call to the partner error it stands for. Reasons are mapped to
+ * their fixed codes (and messages: an internal message never reaches a partner, except the
+ * field-level explanation of an invalid request); an unreachable service is a 503; anything else
+ * is a 500.
+ */
+export function partnerErrorFromInternal(err: unknown): PartnerError {
+  if (err instanceof PartnerError) return err;
+  const reason = reasonOf(err);
+  const code = reason && reasonToCode[reason.reason];
+  if (code) {
+    const message = code === "invalid_request" && err instanceof ConnectError ? err.rawMessage : undefined;
+    return new PartnerError(code, { message, param: reason.param });
+  }
+  if (err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded)) {
+    return new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
+  }
+  return new PartnerError("internal_error");
+}
+
+export function sendPartnerError(ctx: Context, err: PartnerError, requestId?: string): void {
+  const def = PARTNER_ERRORS[err.code];
+  ctx.status = def.status;
+  for (const [name, value] of Object.entries(err.detail.headers ?? {})) ctx.set(name, value);
+  const message = err.code === "internal_error" && requestId ? `${def.message} Request id: ${requestId}.` : err.detail.message;
+  ctx.body = envelope(err.code, message, err.detail.param);
+}

@@ -1,0 +1,63 @@
+import Router from "@koa/router";
+import { bodyParser } from "@koa/bodyparser";
+import { commonv1, connectionv1 } from "@pi/proto";
+import { checkElderAddress, type ConnectionClient } from "@pi/common";
+import type { GatewayContext, GatewayState } from "../context.js";
+import { PartnerError } from "../errors.js";
+import { requireScope } from "../middleware.js";
+
+// Scope decision (the spec leaves GET and DELETE open): all three connection routes require
+// connections:write, so a token narrowed to files:write cannot read or revoke connections.
+export const CONNECTION_SCOPE = "connections:write";
+
+const statusName: Record<connectionv1.ExternalStatus, string> = {
+  [connectionv1.ExternalStatus.UNSPECIFIED]: "pending",
+  [connectionv1.ExternalStatus.PENDING]: "pending",
+  [connectionv1.ExternalStatus.APPROVED]: "approved",
+  [connectionv1.ExternalStatus.EXPIRED]: "expired",
+  [connectionv1.ExternalStatus.REVOKED]: "revoked",
+};
+
+export function connectionResource(c: connectionv1.PartnerConnection | undefined) {
+  if (!c) throw new PartnerError("internal_error");
+  return { id: c.id, status: statusName[c.status] };
+}
+
+const jsonBody = bodyParser({
+  enableTypes: ["json"],
+  jsonLimit: "16kb",
+  onError: () => {
+    throw new PartnerError("invalid_request", { message: "The body is not valid JSON." });
+  },
+});
+
+/** The connection create request: exactly one field, `elder`, a well-formed address. */
+export function parseConnectionCreate(body: unknown, domain: string): string {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw new PartnerError("invalid_request", { message: "The body must be a JSON object." });
+  }
+  const extra = Object.keys(body).find((k) => k !== "elder");
+  if (extra !== undefined) throw new PartnerError("invalid_request", { message: `Unknown field ${JSON.stringify(extra)}.`, param: extra });
+  const elder = (body as { elder?: unknown }).elder;
+  if (elder === undefined) throw new PartnerError("invalid_request", { message: "elder is required.", param: "elder" });
+  const check = checkElderAddress(elder, domain);
+  if (!check.ok) throw new PartnerError("invalid_request", { message: `elder ${check.reason}.`, param: "elder" });
+  return check.address;
+}
+
+export default function connectionRoutes(connections: ConnectionClient, domain: string) {
+  const router = new Router<GatewayState>();
+  const modeOf = (ctx: GatewayContext) => (ctx.state.principal!.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
+
+  router.post("/v1/connections", requireScope(CONNECTION_SCOPE), async (ctx, next) => {
+    if (!ctx.is("application/json")) throw new PartnerError("unsupported_media_type", { message: "The body must be application/json." });
+    await next();
+  }, jsonBody, async (ctx) => {
+    const address = parseConnectionCreate(ctx.request.body, domain);
+    const res = await connections.requestConnection({ partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), elderAddress: address });
+    ctx.status = 202;
+    ctx.body = connectionResource(res.connection);
+  });
+
+  return router;
+}

@@ -1,0 +1,86 @@
+import Router from "@koa/router";
+import { bodyParser } from "@koa/bodyparser";
+import { authv1 } from "@pi/proto";
+import type { AuthClient } from "@pi/common";
+import type { GatewayState } from "../context.js";
+
+type OAuthError = "invalid_request" | "unsupported_grant_type" | "invalid_client" | "invalid_scope";
+
+// Fixed descriptions: the body of a given error is the same bytes whatever caused it.
+const descriptions: Record<OAuthError, string> = {
+  invalid_request: "The request is missing a required parameter, repeats one, or is malformed.",
+  unsupported_grant_type: "Only the client_credentials grant is supported.",
+  invalid_client: "Client authentication failed.",
+  invalid_scope: "The requested scope is invalid or exceeds the scope granted to the client.",
+};
+
+export function oauthError(error: OAuthError) {
+  return { error, error_description: descriptions[error] };
+}
+
+const fields = ["grant_type", "client_id", "client_secret", "scope"] as const;
+type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
+
+/** RFC 6749 4.4 request validation; returns the error to answer, or the parsed request. */
+export function parseTokenRequest(body: unknown): { ok: true; req: TokenRequest } | { ok: false; error: OAuthError } {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return { ok: false, error: "invalid_request" };
+  const req: TokenRequest = {};
+  for (const field of fields) {
+    const value = (body as Record<string, unknown>)[field];
+    if (value === undefined) continue;
+    if (typeof value !== "string") return { ok: false, error: "invalid_request" };
+    req[field] = value;
+  }
+  if (!req.grant_type) return { ok: false, error: "invalid_request" };
+  if (req.grant_type !== "client_credentials") return { ok: false, error: "unsupported_grant_type" };
+  if (!req.client_id || !req.client_secret) return { ok: false, error: "invalid_request" };
+  if (req.client_id.length > 256 || req.client_secret.length > 512 || (req.scope?.length ?? 0) > 1024) return { ok: false, error: "invalid_request" };
+  return { ok: true, req };
+}
+
+export default function tokenRoutes(auth: AuthClient) {
+  const router = new Router<GatewayState>();
+  router.post(
+    "/oauth/token",
+    async (ctx, next) => {
+      // RFC 6749 section 5.1 and 5.2: never cached, success or failure.
+      ctx.set("Cache-Control", "no-store");
+      ctx.set("Pragma", "no-cache");
+      if (!ctx.is("application/x-www-form-urlencoded", "application/json")) {
+        ctx.status = 400;
+        ctx.body = oauthError("invalid_request");
+        return;
+      }
+      await next();
+    },
+    bodyParser({
+      enableTypes: ["json", "form"],
+      jsonLimit: "16kb",
+      formLimit: "16kb",
+      onError: (_err, ctx) => {
+        ctx.status = 400;
+        ctx.body = oauthError("invalid_request");
+      },
+    }),
+    async (ctx) => {
+      if (ctx.body !== undefined) return; // the body parser already answered
+      const parsed = parseTokenRequest(ctx.request.body);
+      if (!parsed.ok) {
+        ctx.status = 400;
+        ctx.body = oauthError(parsed.error);
+        return;
+      }
+      const { client_id, client_secret, scope } = parsed.req;
+      const res = await auth.issueToken({ clientId: client_id!, clientSecret: client_secret!, scope });
+      if (res.outcome.case === "token") {
+        const t = res.outcome.value;
+        ctx.status = 200;
+        ctx.body = { access_token: t.accessToken, token_type: "Bearer", expires_in: Number(t.expiresIn), scope: t.scope };
+        return;
+      }
+      ctx.status = 400;
+      ctx.body = oauthError(res.outcome.value === authv1.TokenFailure.INVALID_SCOPE ? "invalid_scope" : "invalid_client");
+    },
+  );
+  return router;
+}

@@ -1,0 +1,121 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { authv1, commonv1, connectionv1, webhookv1 } from "@pi/proto";
+import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common";
+
+// Each operator command: calls one internal service and returns the JSON object of the operator
+// contract (docs: ../shared/spec/operator-contract.md). Kept apart from argument parsing so tests
+// can call them directly.
+
+export interface OpsClients {
+  auth: AuthClient;
+  connection: ConnectionClient;
+  webhook: WebhookClient;
+}
+
+const modeName = (m: commonv1.Mode) => (m === commonv1.Mode.TEST ? "test" : "live");
+
+const internalStatusName: Record<connectionv1.InternalStatus, string> = {
+  [connectionv1.InternalStatus.UNSPECIFIED]: "unknown",
+  [connectionv1.InternalStatus.PENDING]: "pending",
+  [connectionv1.InternalStatus.APPROVED]: "approved",
+  [connectionv1.InternalStatus.DECLINED]: "declined",
+  [connectionv1.InternalStatus.EXPIRED]: "expired",
+  [connectionv1.InternalStatus.REVOKED]: "revoked",
+};
+
+const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
+  [webhookv1.DeliveryState.UNSPECIFIED]: "pending",
+  [webhookv1.DeliveryState.PENDING]: "pending",
+  [webhookv1.DeliveryState.DELIVERED]: "delivered",
+  [webhookv1.DeliveryState.FAILED]: "failed",
+};
+
+export class UsageError extends Error {}
+
+export function parseScopes(value: string | undefined): string[] {
+  return value === undefined ? [] : value.split(/\s+/).filter(Boolean);
+}
+
+export function parseMode(value: string): commonv1.Mode {
+  if (value === "live") return commonv1.Mode.LIVE;
+  if (value === "test") return commonv1.Mode.TEST;
+  throw new UsageError(`--mode must be live or test, not ${JSON.stringify(value)}`);
+}
+
+export const commands = (c: OpsClients) => ({
+  async info() {
+    const res = await c.connection.getInfo({});
+    return { address_domain: res.addressDomain, sandbox_elder_address: res.sandboxElderAddress };
+  },
+
+  async partnerCreate(opts: { name: string; webhookUrl?: string; scopes?: string }) {
+    const res = await c.auth.createPartner({ name: opts.name, webhookUrl: opts.webhookUrl, scopes: parseScopes(opts.scopes) });
+    return {
+      partner_id: res.partnerId,
+      live: { client_id: res.live!.clientId, client_secret: res.live!.clientSecret },
+      test: { client_id: res.test!.clientId, client_secret: res.test!.clientSecret },
+      signing_secret: res.signingSecret,
+    };
+  },
+
+  async partnerSetStatus(partnerId: string, status: "active" | "suspended") {
+    const res = await c.auth.setPartnerStatus({
+      partnerId,
+      status: status === "active" ? authv1.PartnerStatus.ACTIVE : authv1.PartnerStatus.SUSPENDED,
+    });
+    return { partner_id: res.partnerId, status: res.status === authv1.PartnerStatus.ACTIVE ? "active" : "suspended" };
+  },
+
+  async partnerSetWebhook(partnerId: string, url: string) {
+    const res = await c.auth.setWebhookUrl({ partnerId, url });
+    return { partner_id: res.partnerId, webhook_url: res.webhookUrl };
+  },
+
+  async credentialCreate(partnerId: string, mode: string) {
+    const res = await c.auth.createCredential({ partnerId, mode: parseMode(mode) });
+    const cred = res.credential!;
+    return { client_id: cred.clientId, client_secret: cred.clientSecret, mode: modeName(cred.mode) };
+  },
+
+  async credentialRevoke(clientId: string) {
+    const res = await c.auth.revokeCredential({ clientId });
+    return { client_id: res.clientId, status: "revoked" };
+  },
+
+  async elderCreate(address?: string) {
+    const res = await c.connection.createElder({ address });
+    return { elder_id: res.elderId, address: res.address };
+  },
+
+  async connectionAct(act: "approve" | "decline" | "sever", id: string) {
+    const call = { approve: c.connection.approveConnection, decline: c.connection.declineConnection, sever: c.connection.severConnection }[act];
+    const res = await call({ id });
+    return { id: res.result!.id, internal_status: internalStatusName[res.result!.internalStatus] };
+  },
+
+  async webhookDeliveries(partnerId: string) {
+    const res = await c.webhook.listDeliveries({ partnerId });
+    return {
+      deliveries: res.deliveries.map((d) => ({
+        event_id: d.eventId,
+        type: d.type,
+        attempts: d.attempts,
+        state: deliveryStateName[d.state],
+        next_attempt_at: d.nextAttemptAt === 0n ? null : new Date(Number(d.nextAttemptAt)).toISOString(),
+      })),
+    };
+  },
+});
+
+/** One line for stderr: what went wrong, in the operator's terms. */
+export function describeFailure(err: unknown, urls: Record<string, string>): string {
+  if (err instanceof UsageError) return err.message;
+  if (err instanceof ConnectError) {
+    if (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded) {
+      return `cannot reach the internal services (${Object.values(urls).join(", ")}); is the stack running (npm start)?`;
+    }
+    if (err.code === Code.Unimplemented) return "this command is not available yet on the running stack";
+    return `${Code[err.code]}: ${err.rawMessage}`;
+  }
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,101 @@
+import { Command, CommanderError } from "commander";
+import { clientsFor, parseSettings, SettingsError } from "@pi/common";
+import { commands, describeFailure } from "./commands.js";
+
+// The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly
+// one JSON object on stdout; failures print one line on stderr and exit non-zero.
+
+function fail(line: string, code = 1): never {
+  process.stderr.write(`${line.replace(/\s*\n\s*/g, " ").trim()}\n`);
+  process.exit(code);
+}
+
+let settings;
+try {
+  settings = parseSettings();
+} catch (err) {
+  fail(err instanceof SettingsError ? err.message : String(err), 2);
+}
+const clients = clientsFor(settings);
+const ops = commands({ auth: clients.auth(), connection: clients.connection(), webhook: clients.webhook() });
+const urls = { auth: settings.AUTH_SERVICE_URL, connection: settings.CONNECTION_SERVICE_URL, webhook: settings.WEBHOOK_SERVICE_URL };
+
+function print(result: Record<string, unknown>, json: boolean): void {
+  if (json) {
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+    return;
+  }
+  const lines = (obj: Record<string, unknown>, indent = ""): string[] =>
+    Object.entries(obj).flatMap(([k, v]) =>
+      v !== null && typeof v === "object" && !Array.isArray(v)
+        ? [`${indent}${k}:`, ...lines(v as Record<string, unknown>, `${indent}  `)]
+        : [`${indent}${k}: ${Array.isArray(v) ? JSON.stringify(v) : String(v)}`],
+    );
+  process.stdout.write(`${lines(result).join("\n")}\n`);
+}
+
+const program = new Command("ops")
+  .description("Operator commands for the partner integration stack")
+  .option("--json", "print exactly one JSON object on stdout")
+  .exitOverride()
+  .configureOutput({ writeErr: (s) => process.stderr.write(s) })
+  .showHelpAfterError(false);
+
+function action<A extends unknown[]>(run: (...args: A) => Promise<Record<string, unknown>>) {
+  return async (...args: A) => {
+    const result = await run(...args);
+    print(result, Boolean(program.opts().json));
+  };
+}
+
+program.command("info").description("address domain and sandbox elder address").action(action(() => ops.info()));
+
+const partner = program.command("partner").description("partner accounts");
+partner
+  .command("create")
+  .requiredOption("--name <name>", "partner name")
+  .option("--webhook-url <url>", "where webhook events are delivered")
+  .option("--scopes <scopes>", 'allowed scopes, space-separated (default "connections:write files:write")')
+  .action(action((o: { name: string; webhookUrl?: string; scopes?: string }) => ops.partnerCreate(o)));
+partner.command("suspend <partnerId>").action(action((id: string) => ops.partnerSetStatus(id, "suspended")));
+partner.command("reinstate <partnerId>").action(action((id: string) => ops.partnerSetStatus(id, "active")));
+partner
+  .command("set-webhook <partnerId>")
+  .requiredOption("--url <url>", "the new webhook address")
+  .action(action((id: string, o: { url: string }) => ops.partnerSetWebhook(id, o.url)));
+
+const credential = program.command("credential").description("client credentials");
+credential
+  .command("create <partnerId>")
+  .requiredOption("--mode <mode>", "live or test")
+  .action(action((id: string, o: { mode: string }) => ops.credentialCreate(id, o.mode)));
+credential.command("revoke <clientId>").action(action((id: string) => ops.credentialRevoke(id)));
+
+program
+  .command("elder")
+  .description("elders")
+  .command("create")
+  .option("--address <address>", "a three-word address (random when absent)")
+  .action(action((o: { address?: string }) => ops.elderCreate(o.address)));
+
+const connection = program.command("connection").description("the primary caregiver's acts in the app");
+for (const act of ["approve", "decline", "sever"] as const) {
+  connection.command(`${act} <connectionId>`).action(action((id: string) => ops.connectionAct(act, id)));
+}
+
+program
+  .command("webhook")
+  .description("webhook deliveries")
+  .command("deliveries <partnerId>")
+  .action(action((id: string) => ops.webhookDeliveries(id)));
+
+program.parseAsync(process.argv).then(
+  () => process.exit(0),
+  (err) => {
+    if (err instanceof CommanderError) {
+      if (err.exitCode === 0) process.exit(0);
+      process.exit(2); // commander already printed the one-line reason
+    }
+    fail(describeFailure(err, urls));
+  },
+);

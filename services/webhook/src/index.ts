@@ -1,0 +1,1 @@
+export { startWebhookService } from "./service.js";
