@@ -34,8 +34,9 @@ switch (command) {
     break;
   case "test":
   case "bench": {
-    const script = command === "test" ? join(root, "node_modules", "jest", "bin", "jest.js") : join(root, "deploy", "local", "dist", "bench.js");
-    const args = command === "test" ? ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", script, ...rest] : [script, ...rest];
+    const jest = join(root, "node_modules", "jest", "bin", "jest.js");
+    const config = command === "test" ? [] : ["--config", "jest.bench.config.js", "--runInBand"];
+    const args = ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", jest, ...config, ...rest];
     const child = spawn(process.execPath, args, { cwd: root, stdio: "inherit" });
     for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => child.kill(signal));
     child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
