@@ -1,4 +1,4 @@
-import { createLogger, SettingsError, parseSettings } from "@pi/common";
+import { createLogger, SettingsError, parseSettings, watchParent } from "@pi/common";
 import { waitFor } from "./infra.js";
 import { stateDir } from "./paths.js";
 import { startStack } from "./stack.js";
@@ -46,6 +46,7 @@ async function shutdown(signal: string) {
 }
 process.on("SIGINT", () => void shutdown("SIGINT"));
 process.on("SIGTERM", () => void shutdown("SIGTERM"));
+watchParent(() => void shutdown("parent exited"));
 
 const readyz = `http://127.0.0.1:${settings.GATEWAY_PORT}/readyz`;
 try {

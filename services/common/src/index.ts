@@ -10,3 +10,4 @@ export * from "./clients.js";
 export * from "./runtime.js";
 export * from "./run-service.js";
 export * from "./elder-address.js";
+export * from "./parent-watch.js";

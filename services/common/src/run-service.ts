@@ -1,4 +1,5 @@
 import { createLogger, type Logger } from "./logger.js";
+import { watchParent } from "./parent-watch.js";
 import { loadSettings, type Settings } from "./settings.js";
 
 export interface RunningService {
@@ -51,6 +52,7 @@ export function runService(name: string, start: StartService): void {
       };
       process.on("SIGTERM", () => stop("SIGTERM"));
       process.on("SIGINT", () => stop("SIGINT"));
+      watchParent(() => stop("parent exited"));
       logger.info({ port: running.port }, "started");
     },
     (err) => {

@@ -1,0 +1,124 @@
+import { afterAll, describe, expect, it } from "@jest/globals";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { alive, descendants } from "../support/processes.js";
+import { accessToken } from "../support/partner-api.js";
+
+// `npm start` as an operator runs it: real processes, its own FerretDB and Kafka, its own ports.
+const stateDir = mkdtempSync(join(tmpdir(), "pi-stack-"));
+const env = {
+  ...process.env,
+  STATE_DIR: stateDir,
+  INFRA_CACHE_DIR: join(process.cwd(), ".state", "cache"),
+  GATEWAY_PORT: "48080",
+  AUTH_SERVICE_PORT: "48051",
+  CONNECTION_SERVICE_PORT: "48052",
+  FILE_INTAKE_SERVICE_PORT: "48053",
+  WEBHOOK_SERVICE_PORT: "48054",
+  AUTH_SERVICE_URL: "http://127.0.0.1:48051",
+  CONNECTION_SERVICE_URL: "http://127.0.0.1:48052",
+  FILE_INTAKE_SERVICE_URL: "http://127.0.0.1:48053",
+  WEBHOOK_SERVICE_URL: "http://127.0.0.1:48054",
+  MONGODB_PORT: "47017",
+  KAFKA_PORT: "49092",
+  KAFKA_CONTROLLER_PORT: "49093",
+  MONGODB_URI: "",
+  KAFKA_BROKERS: "",
+  LOG_LEVEL: "info",
+};
+const baseUrl = "http://127.0.0.1:48080";
+let stack: ChildProcess | undefined;
+// Every process the stack ever had, so a failed test still leaves nothing behind.
+const seen = new Set<number>();
+const remember = () => stack?.pid && descendants(stack.pid).forEach((p) => seen.add(p));
+
+afterAll(() => {
+  remember();
+  for (const pid of [stack?.pid, ...seen]) if (pid && alive(pid)) process.kill(pid, "SIGKILL");
+  if (process.env.KEEP_STACK_STATE !== "1") rmSync(stateDir, { recursive: true, force: true });
+});
+
+function npmStart(): ChildProcess {
+  const out = openSync(join(stateDir, "npm-start.log"), "a");
+  return spawn("npm", ["start"], { env, stdio: ["ignore", out, out] });
+}
+
+async function waitReady(timeoutMs: number): Promise<number> {
+  const started = Date.now();
+  while (Date.now() - started < timeoutMs && stack?.exitCode === null) {
+    remember();
+    try {
+      if ((await fetch(`${baseUrl}/readyz`)).status === 200) return Date.now() - started;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  const tail = readFileSync(join(stateDir, "npm-start.log"), "utf8").split("\n").slice(-15).join("\n");
+  throw new Error(`${stack?.exitCode === null ? "not ready" : "exited"} within ${timeoutMs} ms; logs in ${stateDir}/logs; npm start said:\n${tail}`);
+}
+
+function ops(...args: string[]) {
+  const r = spawnSync("npm", ["run", "--silent", "ops", "--", ...args], { env, encoding: "utf8" });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+async function stopAndCheckNothingLeft(child: ChildProcess): Promise<number> {
+  remember();
+  const tree = descendants(child.pid!);
+  expect(tree.length).toBeGreaterThanOrEqual(7); // npm, its shell, the supervisor, FerretDB, Kafka, five services
+  const started = Date.now();
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGTERM");
+  await exited;
+  const deadline = Date.now() + 20_000;
+  while (tree.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  expect(tree.filter(alive)).toEqual([]);
+  return Date.now() - started;
+}
+
+describe("npm start (the operator contract's local stack)", () => {
+  it("reaches /readyz, serves the operator CLI and the token endpoint, and SIGTERM leaves no process running", async () => {
+    stack = npmStart();
+    await waitReady(120_000);
+
+    const created = ops("partner", "create", "--name", "Acme", "--json");
+    expect(created.status).toBe(0);
+    const lines = created.stdout.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    const partner = JSON.parse(lines[0]!) as { partner_id: string; live: { client_id: string; client_secret: string }; test: object; signing_secret: string };
+    expect(Object.keys(partner).sort()).toEqual(["live", "partner_id", "signing_secret", "test"]);
+    expect(Object.keys(partner.live).sort()).toEqual(["client_id", "client_secret"]);
+    expect(await accessToken(baseUrl, partner.live.client_id, partner.live.client_secret)).toMatch(/^ey/);
+
+    const bad = ops("partner", "suspend", "ptr_doesnotexist", "--json");
+    expect(bad.status).not.toBe(0);
+    expect(bad.stdout).toBe("");
+    expect(bad.stderr.trim().split("\n")).toHaveLength(1);
+
+    // A crashed service is restarted by the supervisor, as Kubernetes would restart its pod.
+    const services = descendants(stack.pid!).filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("services/auth/dist/main.js");
+      } catch {
+        return false;
+      }
+    });
+    expect(services).toHaveLength(1);
+    process.kill(services[0]!, "SIGKILL");
+    await new Promise((r) => setTimeout(r, 300));
+    await waitReady(30_000);
+
+    const stopMs = await stopAndCheckNothingLeft(stack);
+    expect(stopMs).toBeLessThan(20_000);
+
+    // A second start on the same STATE_DIR keeps the data of the first.
+    stack = npmStart();
+    const readyMs = await waitReady(60_000);
+    expect(readyMs).toBeLessThan(60_000);
+    expect(await accessToken(baseUrl, partner.live.client_id, partner.live.client_secret)).toMatch(/^ey/);
+    await stopAndCheckNothingLeft(stack);
+  }, 420_000);
+});
