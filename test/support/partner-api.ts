@@ -1,5 +1,6 @@
 import { clientsFor, type Settings } from "@pi/common";
 import { commands } from "../../services/ops/src/commands.js";
+import { validateResponse } from "./openapi.js";
 
 // What a partner and an operator do, for tests that drive a running stack.
 
@@ -14,7 +15,9 @@ export async function requestToken(baseUrl: string, body: Record<string, string>
     headers: { "content-type": encoding === "form" ? "application/x-www-form-urlencoded" : "application/json" },
     body: encoding === "form" ? new URLSearchParams(body).toString() : JSON.stringify(body),
   });
-  return { status: res.status, headers: res.headers, text: await res.text() };
+  const text = await res.text();
+  validateResponse("POST", "/oauth/token", res.status, res.headers, text);
+  return { status: res.status, headers: res.headers, text };
 }
 
 export async function accessToken(baseUrl: string, clientId: string, clientSecret: string, scope?: string): Promise<string> {
@@ -33,5 +36,6 @@ export async function call(baseUrl: string, token: string | undefined, method: s
     body: body !== undefined ? JSON.stringify(body) : undefined,
   });
   const text = await res.text();
+  validateResponse(method, path, res.status, res.headers, text);
   return { status: res.status, headers: res.headers, text, json: text ? (JSON.parse(text) as Record<string, unknown>) : undefined };
 }

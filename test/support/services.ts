@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import type { DestinationStream } from "pino";
 import { createLogger, parseSettings, type RunningService, type Settings } from "@pi/common";
 import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
@@ -33,10 +34,15 @@ export interface TestStack {
 
 const url = (port: number) => `http://127.0.0.1:${port}`;
 
+export interface TestStackOptions {
+  /** Where every service's JSON log lines go (default stdout); tests that read logs pass one. */
+  logDestination?: DestinationStream;
+}
+
 /** Every service in this process, wired to each other, on the real FerretDB and Kafka. */
-export async function startTestStack(overrides: Record<string, string> = {}): Promise<TestStack> {
+export async function startTestStack(overrides: Record<string, string> = {}, options: TestStackOptions = {}): Promise<TestStack> {
   let settings = testSettings(overrides);
-  const logger = (name: string) => createLogger(name, settings.LOG_LEVEL);
+  const logger = (name: string) => createLogger(name, settings.LOG_LEVEL, options.logDestination);
   const auth = await startAuthService(settings, logger("auth"));
   const connection = await startConnectionService(settings, logger("connection"));
   settings = { ...settings, AUTH_SERVICE_URL: url(auth.port), CONNECTION_SERVICE_URL: url(connection.port) };

@@ -1,11 +1,11 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { create, toBinary } from "@bufbuild/protobuf";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { newId, newSecret, topicName, type Logger, type Producer, type Settings } from "@pi/common";
-import type { SigningKeys } from "./keys.js";
+import { newId, newSecret, type Logger, type Settings } from "@pi/common";
+import type { KeyRing } from "./keys.js";
+import type { PartnerEventPublisher, Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
 import { hashSecret, seal, secretMatches, unseal } from "./secrets.js";
-import type { AuthStore, CredentialMode, PartnerDoc } from "./store.js";
+import { DECOY_CLIENT_ID, DECOY_PARTNER_ID, findCredentialOrDecoy, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
 
@@ -14,10 +14,10 @@ const { Mode } = commonv1;
 
 export interface AuthDeps {
   store: AuthStore;
-  keys: SigningKeys;
+  keys: KeyRing;
   settings: Settings;
   pepper: string;
-  producer: Producer;
+  events: PartnerEventPublisher;
   logger: Logger;
 }
 
@@ -26,16 +26,12 @@ const modeEnum = (m: CredentialMode) => (m === "live" ? Mode.LIVE : Mode.TEST);
 
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
   const { store, keys, settings, pepper } = deps;
-  // A partner that does not exist, looked up when the client is unknown, so every failure path
-  // makes the same database round trips as a real one.
-  const absentPartnerId = "ptr_absent";
+  const { events } = deps;
 
-  async function publishPartnerEvent(kind: eventsv1.PartnerEventKind, partnerId: string, clientId = ""): Promise<void> {
-    const event = create(eventsv1.PartnerEventSchema, { kind, partnerId, clientId, occurredAt: BigInt(Date.now()) });
-    await deps.producer.send({
-      topic: topicName(settings.DATA_NAMESPACE, "partnerEvents"),
-      messages: [{ key: partnerId, value: Buffer.from(toBinary(eventsv1.PartnerEventSchema, event)) }],
-    });
+  function logPropagation(what: string, ids: Record<string, string>, p: Propagation): void {
+    const fields = { ...ids, gateways: p.gateways, confirmed: p.confirmed, propagationMs: Number(p.elapsedMs) };
+    if (p.confirmed < p.gateways) deps.logger.warn(fields, `${what}; not every gateway confirmed it in time`);
+    else deps.logger.info(fields, what);
   }
 
   async function issueCredential(partnerId: string, mode: CredentialMode) {
@@ -52,8 +48,14 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     return { clientId, clientSecret, mode: modeEnum(mode) };
   }
 
+  /** The decoy documents are invisible to the operator: they cannot be reinstated or given credentials. */
+  function realId(id: string): string {
+    if (id === DECOY_PARTNER_ID || id === DECOY_CLIENT_ID) throw new ConnectError(`no such id ${id}`, Code.NotFound);
+    return id;
+  }
+
   async function partnerOrThrow(partnerId: string): Promise<PartnerDoc> {
-    const partner = await store.partners.findOne({ _id: partnerId });
+    const partner = await store.partners.findOne({ _id: realId(partnerId) });
     if (!partner) throw new ConnectError(`no partner ${partnerId}`, Code.NotFound);
     return partner;
   }
@@ -66,10 +68,13 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   router.service(AuthService, {
     async issueToken(req) {
-      const credential = await store.credentials.findOne({ _id: req.clientId });
-      const partner = await store.partners.findOne({ _id: credential?.partnerId ?? absentPartnerId });
+      // Every failure makes the same two reads of one document each and the same hash comparison:
+      // an unknown client reads the decoy credential and partner and compares against its hash.
+      const credential = await findCredentialOrDecoy(store, req.clientId);
+      const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
       const secretOk = secretMatches(pepper, req.clientSecret, credential?.secretHash);
-      if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
+      const known = credential !== null && credential._id === req.clientId;
+      if (!secretOk || !known || credential.status !== "active" || !partner || partner.status !== "active") {
         return { outcome: { case: "failure", value: TokenFailure.INVALID_CLIENT } };
       }
       const grant = grantScopes(req.scope, partner.scopes);
@@ -84,7 +89,20 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async getJwks() {
-      return { jwksJson: JSON.stringify(keys.jwks), issuer: TOKEN_ISSUER, audience: TOKEN_AUDIENCE };
+      return { jwksJson: JSON.stringify(keys.jwks()), issuer: TOKEN_ISSUER, audience: TOKEN_AUDIENCE };
+    },
+
+    async reportGatewayPosition(req) {
+      if (req.instanceId === "") throw new ConnectError("instance_id is required", Code.InvalidArgument);
+      const nextOffsets = Object.fromEntries(Object.entries(req.nextOffsets).map(([p, o]) => [p, Number(o)]));
+      await events.report(req.instanceId, nextOffsets, req.leaving);
+      return {};
+    },
+
+    async rotateSigningKey() {
+      const { added, retired } = await keys.rotate(2 * settings.JWKS_REFRESH_SECONDS * 1000, settings.ACCESS_TOKEN_TTL_SECONDS * 1000);
+      deps.logger.info({ kid: added.kid, activatesAt: added.activatesAt, retired }, "signing key added");
+      return { kid: added.kid, activatesAt: BigInt(added.activatesAt!.getTime()), retiredKids: retired };
     },
 
     async listRevocations() {
@@ -92,7 +110,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         store.credentials.find({ status: "revoked" }, { projection: { _id: 1 } }).toArray(),
         store.partners.find({ status: "suspended" }, { projection: { _id: 1 } }).toArray(),
       ]);
-      return { revokedClientIds: revoked.map((c) => c._id), suspendedPartnerIds: suspended.map((p) => p._id) };
+      return {
+        revokedClientIds: revoked.map((c) => c._id).filter((id) => id !== DECOY_CLIENT_ID),
+        suspendedPartnerIds: suspended.map((p) => p._id).filter((id) => id !== DECOY_PARTNER_ID),
+      };
     },
 
     async createPartner(req) {
@@ -126,25 +147,28 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         throw new ConnectError("status must be active or suspended", Code.InvalidArgument);
       }
       const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
+      const since = performance.now();
       const updated = await store.partners.findOneAndUpdate(
-        { _id: req.partnerId },
+        { _id: realId(req.partnerId) },
         { $set: { status, updatedAt: new Date() } },
         { returnDocument: "after" },
       );
       if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      await publishPartnerEvent(
+      const propagation = await events.publish(
         status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED,
         req.partnerId,
+        "",
+        since,
       );
-      deps.logger.info({ partnerId: req.partnerId, status }, "partner status set");
-      return { partnerId: req.partnerId, status: req.status };
+      logPropagation(`partner ${status}`, { partnerId: req.partnerId }, propagation);
+      return { partnerId: req.partnerId, status: req.status, propagation };
     },
 
     async setWebhookUrl(req) {
       const url = validWebhookUrl(req.url);
-      const updated = await store.partners.findOneAndUpdate({ _id: req.partnerId }, { $set: { webhookUrl: url, updatedAt: new Date() } });
+      const updated = await store.partners.findOneAndUpdate({ _id: realId(req.partnerId) }, { $set: { webhookUrl: url, updatedAt: new Date() } });
       if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      await publishPartnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
+      await events.publish(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
       return { partnerId: req.partnerId, webhookUrl: url };
     },
 
@@ -156,14 +180,15 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async revokeCredential(req) {
+      const since = performance.now();
       const updated = await store.credentials.findOneAndUpdate(
-        { _id: req.clientId },
+        { _id: realId(req.clientId) },
         { $set: { status: "revoked", revokedAt: new Date() } },
       );
       if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
-      await publishPartnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, updated.partnerId, req.clientId);
-      deps.logger.info({ clientId: req.clientId }, "credential revoked");
-      return { clientId: req.clientId };
+      const propagation = await events.publish(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, updated.partnerId, req.clientId, since);
+      logPropagation("credential revoked", { clientId: req.clientId }, propagation);
+      return { clientId: req.clientId, propagation };
     },
 
     async getWebhookTarget(req) {

@@ -7,12 +7,13 @@ export function hashSecret(pepper: string, secret: string): string {
   return createHmac("sha256", pepper).update(secret, "utf8").digest("hex");
 }
 
-// Compared against when the client is unknown, so that path costs the same as a wrong secret.
-const dummyHash = "0".repeat(64);
+// The stored hash of the decoy credential (store.ts), compared against when the client is unknown,
+// so that path costs the same as a wrong secret. No secret hashes to it.
+export const DUMMY_HASH = "0".repeat(64);
 
 /** Constant-time check of a presented secret; an absent stored hash runs the same comparison. */
 export function secretMatches(pepper: string, presented: string, storedHash: string | undefined): boolean {
-  const expected = Buffer.from(storedHash ?? dummyHash, "hex");
+  const expected = Buffer.from(storedHash ?? DUMMY_HASH, "hex");
   const actual = Buffer.from(hashSecret(pepper, presented), "hex");
   const equal = expected.length === actual.length && timingSafeEqual(expected, actual);
   return equal && storedHash !== undefined;

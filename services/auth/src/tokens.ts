@@ -1,10 +1,12 @@
 import { SignJWT } from "jose";
 import { newId } from "@pi/common";
-import { JWT_ALG, type SigningKeys } from "./keys.js";
+import { JWT_ALG, type KeyRing } from "./keys.js";
 import type { CredentialMode } from "./store.js";
 
 export const TOKEN_ISSUER = "pi-auth";
 export const TOKEN_AUDIENCE = "partner-api";
+/** RFC 9068 media type of a JWT access token, in the `typ` header. */
+export const TOKEN_TYPE = "at+jwt";
 
 /** The claims of an access token; the gateway reads partner, credential, mode and scopes from them. */
 export interface AccessClaims {
@@ -14,15 +16,16 @@ export interface AccessClaims {
   scope: string;
 }
 
-export async function signAccessToken(keys: SigningKeys, claims: AccessClaims, ttlSeconds: number): Promise<string> {
+export async function signAccessToken(keys: KeyRing, claims: AccessClaims, ttlSeconds: number): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
+  const { kid, privateKey } = keys.signer();
   return new SignJWT({ client_id: claims.client_id, mode: claims.mode, scope: claims.scope })
-    .setProtectedHeader({ alg: JWT_ALG, kid: keys.kid, typ: "at+jwt" })
+    .setProtectedHeader({ alg: JWT_ALG, kid, typ: TOKEN_TYPE })
     .setSubject(claims.sub)
     .setIssuer(TOKEN_ISSUER)
     .setAudience(TOKEN_AUDIENCE)
-    .setJti(newId("req"))
+    .setJti(newId("tok"))
     .setIssuedAt(now)
     .setExpirationTime(now + ttlSeconds)
-    .sign(keys.privateKey);
+    .sign(privateKey);
 }

@@ -3,12 +3,13 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
 import type { Settings } from "./settings.js";
+import { tracingClientInterceptor } from "./telemetry.js";
 
 /** Every call between services carries a deadline, so a stuck service never hangs its caller. */
 const defaultTimeoutMs = 10_000;
 
 export function serviceClient<T extends DescService>(service: T, baseUrl: string, interceptors: Interceptor[] = []): Client<T> {
-  return createClient(service, createGrpcTransport({ baseUrl, interceptors, defaultTimeoutMs, idleConnectionTimeoutMs: 60_000 }));
+  return createClient(service, createGrpcTransport({ baseUrl, interceptors: [tracingClientInterceptor, ...interceptors], defaultTimeoutMs, idleConnectionTimeoutMs: 60_000 }));
 }
 
 export type AuthClient = Client<typeof authv1.AuthService>;

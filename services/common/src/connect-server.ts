@@ -4,6 +4,7 @@ import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@conne
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { healthv1 } from "@pi/proto";
 import type { Logger } from "./logger.js";
+import { tracingServerInterceptor } from "./telemetry.js";
 
 const { Health, HealthCheckResponse_ServingStatus: ServingStatus } = healthv1;
 
@@ -40,7 +41,7 @@ function loggingInterceptor(logger: Logger): Interceptor {
 /** A Connect server over HTTP/2 cleartext that also serves grpc.health.v1.Health. */
 export async function startConnectServer(opts: ConnectServerOptions): Promise<ConnectServer> {
   const handler = connectNodeAdapter({
-    interceptors: [loggingInterceptor(opts.logger)],
+    interceptors: [tracingServerInterceptor, loggingInterceptor(opts.logger)],
     routes: (router) => {
       opts.routes(router);
       router.service(Health, {

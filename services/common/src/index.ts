@@ -11,3 +11,5 @@ export * from "./runtime.js";
 export * from "./run-service.js";
 export * from "./elder-address.js";
 export * from "./parent-watch.js";
+export * from "./telemetry.js";
+export * from "./media-types.js";

@@ -1,4 +1,4 @@
-import { pino, type Logger } from "pino";
+import { pino, type DestinationStream, type Logger } from "pino";
 
 export type { Logger };
 
@@ -21,12 +21,14 @@ const redactPaths = [
   "req.headers.authorization",
 ];
 
-export function createLogger(service: string, level = process.env.LOG_LEVEL ?? "info"): Logger {
-  return pino({
+/** JSON lines on stdout, or on `destination` (tests capture log output through it). */
+export function createLogger(service: string, level = process.env.LOG_LEVEL ?? "info", destination?: DestinationStream): Logger {
+  const options = {
     level,
     base: { service },
     timestamp: pino.stdTimeFunctions.isoTime,
     redact: { paths: redactPaths, censor: "[redacted]" },
-    formatters: { level: (label) => ({ level: label }) },
-  });
+    formatters: { level: (label: string) => ({ level: label }) },
+  };
+  return destination ? pino(options, destination) : pino(options);
 }

@@ -1,6 +1,7 @@
 import { createLogger, type Logger } from "./logger.js";
 import { watchParent } from "./parent-watch.js";
 import { loadSettings, type Settings } from "./settings.js";
+import { startTelemetry } from "./telemetry.js";
 
 export interface RunningService {
   /** The port the service listens on. */
@@ -28,7 +29,13 @@ export function runService(name: string, start: StartService): void {
     process.exit(1);
   });
 
-  start(settings, logger).then(
+  let stopTelemetry: () => Promise<void> = async () => {};
+  startTelemetry(name)
+    .then((stop) => {
+      stopTelemetry = stop;
+      return start(settings, logger);
+    })
+    .then(
     (running) => {
       let stopping = false;
       const stop = (signal: string) => {
@@ -39,7 +46,7 @@ export function runService(name: string, start: StartService): void {
           logger.error("stop took too long; exiting");
           process.exit(1);
         }, shutdownGraceMs).unref();
-        running.stop().then(
+        running.stop().then(stopTelemetry).then(
           () => {
             logger.info("stopped");
             process.exit(0);

@@ -9,6 +9,35 @@ const bool = z
   .transform((v) => v === "true" || v === "1");
 const url = z.string().url();
 
+// --- API deprecations (docs/edge.md, "Versioning") ---
+// API_DEPRECATIONS is a JSON array of rules; each marks a whole version ("/v1") or one operation
+// ("GET /v1/connections/{id}") deprecated, and the gateway adds Deprecation and Sunset to its answers.
+const instant = z.iso.datetime({ offset: true }).transform((s) => new Date(s));
+export const deprecationRuleSchema = z
+  .object({
+    route: z
+      .string()
+      .regex(/^(\/v[0-9]+|(GET|POST|PUT|PATCH|DELETE) \/v[0-9]+(\/([A-Za-z0-9_.-]+|\{[A-Za-z0-9_]+\}))+)$/, 'must be "/vN" or "METHOD /vN/path/{param}"'),
+    deprecation: instant,
+    sunset: instant.optional(),
+    link: z.url({ protocol: /^https?$/ }).optional(),
+  })
+  .strict()
+  .refine((r) => !r.sunset || r.sunset >= r.deprecation, { message: "sunset must not be before deprecation", path: ["sunset"] });
+export type DeprecationRule = z.infer<typeof deprecationRuleSchema>;
+const deprecations = z
+  .string()
+  .transform((text, ctx) => {
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      ctx.addIssue({ code: "custom", message: "must be a JSON array" });
+      return z.NEVER;
+    }
+  })
+  .pipe(z.array(deprecationRuleSchema));
+// --- end API deprecations ---
+
 export const settingsSchema = z.object({
   LOG_LEVEL: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
 
@@ -38,8 +67,15 @@ export const settingsSchema = z.object({
     .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/, "must be a lowercase DNS name")
     .default("elders.example"),
   ACCESS_TOKEN_TTL_SECONDS: positiveInt.default(900),
+  // How often auth replicas reload the signing keys and gateways refresh the JWKS; a rotated-in
+  // key starts signing after twice this (docs/authentication.md, "Key rotation").
+  JWKS_REFRESH_SECONDS: positiveInt.default(30),
   RATE_LIMIT_V1_PER_SECOND: z.coerce.number().int().min(50).default(100),
   RATE_LIMIT_TOKEN_PER_MINUTE: z.coerce.number().int().min(60).default(120),
+  // How many proxies in front of the gateway append to X-Forwarded-For (the ingress: 1). 0 means
+  // the header is ignored and the client IP of the token endpoint's limit is the socket's address.
+  TRUSTED_PROXY_HOPS: z.coerce.number().int().min(0).max(10).default(0),
+  API_DEPRECATIONS: deprecations.default([]),
   // "25 MB" is read as 25 MiB, the more generous reading, so no "25 MB" file is refused.
   MAX_FILE_BYTES: positiveInt.default(25 * 1024 * 1024),
   IDEMPOTENCY_TTL_SECONDS: positiveInt.default(86400),
@@ -48,6 +84,8 @@ export const settingsSchema = z.object({
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
   WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),
   WEBHOOK_ALLOW_INSECURE_URLS: bool.default(false),
+  // How long one webhook attempt may take (connect, answer); only a 2xx within it counts.
+  WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: z.coerce.number().positive().max(60).default(10),
 
   // Keyed hash of client secrets. Required by the auth service; the local stack generates one.
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),

@@ -1,24 +1,51 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectionv1, commonv1 } from "@pi/proto";
 import { checkElderAddress, newId, sandboxElderAddress, serviceError, ErrorReason, type Logger, type Settings } from "@pi/common";
-import type { ConnectionDoc, ConnectionStore } from "./store.js";
+import type { Connections } from "./connections.js";
+import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type Trigger } from "./state-machine.js";
+import { normalize, type ConnectionDoc, type ConnectionStore } from "./store.js";
 import { randomThreeWords } from "./words.js";
 
-const { ConnectionService, ExternalStatus } = connectionv1;
+const { ConnectionService, ExternalStatus: External, InternalStatus: Internal } = connectionv1;
 const { Mode } = commonv1;
 
 export interface ConnectionDeps {
   store: ConnectionStore;
+  connections: Connections;
   settings: Settings;
   logger: Logger;
 }
+
+/** The shape of every id newId("con") makes; anything else cannot name a connection. */
+export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
+
+const externalEnum: Record<ExternalStatus, connectionv1.ExternalStatus> = {
+  pending: External.PENDING,
+  approved: External.APPROVED,
+  expired: External.EXPIRED,
+  revoked: External.REVOKED,
+};
+
+const internalEnum: Record<InternalStatus, connectionv1.InternalStatus> = {
+  pending: Internal.PENDING,
+  approved: Internal.APPROVED,
+  declined: Internal.DECLINED,
+  expired: Internal.EXPIRED,
+  revoked: Internal.REVOKED,
+};
 
 function isDuplicateKey(err: unknown): boolean {
   return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
 }
 
+function modeOf(mode: commonv1.Mode): ConnectionMode {
+  if (mode === Mode.TEST) return "test";
+  if (mode === Mode.LIVE) return "live";
+  throw new ConnectError("mode is required", Code.InvalidArgument);
+}
+
 export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
-  const { store, settings } = deps;
+  const { store, connections, settings } = deps;
   const domain = settings.ADDRESS_DOMAIN;
   const sandbox = sandboxElderAddress(domain);
 
@@ -28,54 +55,60 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return check.address;
   }
 
-  /** Test credentials resolve only the sandbox elder; live ones resolve every elder but it. */
-  async function resolveElder(mode: "live" | "test", address: string): Promise<string | null> {
-    if ((mode === "test") !== (address === sandbox)) return null;
-    const elder = await store.elders.findOne({ address });
-    return elder?._id ?? null;
+  const partnerView = (doc: ConnectionDoc) => ({ connection: { id: doc._id, status: externalEnum[connections.external(doc)] } });
+
+  // Unknown, malformed and another partner's (or the other mode's) ids: one error, one query shape.
+  const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such connection");
+  function ownedFilter(req: { partnerId: string; id: string; mode: commonv1.Mode }) {
+    const mode = modeOf(req.mode);
+    if (!CONNECTION_ID.test(req.id) || req.partnerId === "") throw notFound();
+    return { _id: req.id, partnerId: req.partnerId, mode };
+  }
+
+  async function caregiverAct(id: string, trigger: Extract<Trigger, "approve" | "decline" | "sever">) {
+    const applied = CONNECTION_ID.test(id) ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve" }) : null;
+    if (!applied) throw new ConnectError(`no connection ${id}`, Code.NotFound);
+    if (applied.outcome.kind === "refused") throw new ConnectError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Code.FailedPrecondition);
+    const status = effectiveStatus(connections.stateOf(applied.doc), connections.timing());
+    return { result: { id, internalStatus: internalEnum[status] } };
   }
 
   router.service(ConnectionService, {
     async requestConnection(req) {
-      const mode = req.mode === Mode.TEST ? "test" : req.mode === Mode.LIVE ? "live" : undefined;
-      if (!mode) throw new ConnectError("mode is required", Code.InvalidArgument);
+      const mode = modeOf(req.mode);
       const address = addressOrThrow(req.elderAddress);
-      const elderId = await resolveElder(mode, address);
-      const now = new Date();
-      const upsert = () =>
-        store.connections.findOneAndUpdate(
-          { partnerId: req.partnerId, mode, address },
-          {
-            $setOnInsert: {
-              _id: newId("con"),
-              partnerId: req.partnerId,
-              mode,
-              address,
-              elderId,
-              status: "pending",
-              createdAt: now,
-              updatedAt: now,
-            } satisfies ConnectionDoc,
-          },
-          { upsert: true, returnDocument: "after" },
-        );
-      let doc: ConnectionDoc | null;
-      try {
-        doc = await upsert();
-      } catch (err) {
-        // Two concurrent upserts can race to insert; the loser finds the winner's document.
-        if (!isDuplicateKey(err)) throw err;
-        doc = await upsert();
-      }
-      return { connection: { id: doc!._id, status: ExternalStatus.PENDING } };
+      if (req.partnerId === "") throw new ConnectError("partner_id is required", Code.InvalidArgument);
+      return partnerView(await connections.request(req.partnerId, mode, address));
     },
+
+    async getConnection(req) {
+      const doc = normalize(await store.connections.findOne(ownedFilter(req)));
+      if (!doc) throw notFound();
+      return partnerView(doc);
+    },
+
+    async revokeConnection(req) {
+      const applied = await connections.apply(ownedFilter(req), "delete");
+      if (!applied) throw notFound();
+      return partnerView(applied.doc);
+    },
+
+    async checkActiveConnection(req) {
+      const mode = modeOf(req.mode);
+      const address = addressOrThrow(req.elderAddress);
+      return { active: req.partnerId !== "" && (await connections.isActive(req.partnerId, mode, address)) };
+    },
+
+    approveConnection: (req) => caregiverAct(req.id, "approve"),
+    declineConnection: (req) => caregiverAct(req.id, "decline"),
+    severConnection: (req) => caregiverAct(req.id, "sever"),
 
     async createElder(req) {
       const address = req.address !== undefined ? addressOrThrow(req.address) : `${randomThreeWords()}@${domain}`;
       if (address === sandbox) throw new ConnectError("the sandbox elder address is reserved", Code.InvalidArgument);
       const elderId = newId("eld");
       try {
-        await store.elders.insertOne({ _id: elderId, address, createdAt: new Date() });
+        await store.elders.insertOne({ _id: address, elderId, createdAt: new Date() });
       } catch (err) {
         if (isDuplicateKey(err)) throw new ConnectError(`an elder already has the address ${address}`, Code.AlreadyExists);
         throw err;

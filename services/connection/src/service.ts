@@ -1,31 +1,60 @@
-import { openRuntime, sandboxElderAddress, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { Connections } from "./connections.js";
+import { KeyedLock } from "./keyed-lock.js";
+import { OutboxRelay } from "./outbox.js";
+import { every } from "./periodic.js";
 import routes from "./routes.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
 
 /** The sandbox elder exists in every deployment; creating it is idempotent. */
 async function ensureSandboxElder(store: ConnectionStore, address: string): Promise<void> {
-  await store.elders.updateOne(
-    { address },
-    { $setOnInsert: { _id: "eld_sandbox", address, createdAt: new Date() } },
-    { upsert: true },
-  );
+  await store.elders.updateOne({ _id: address }, { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } }, { upsert: true });
+}
+
+const clamp = (ms: number, min: number, max: number) => Math.min(max, Math.max(min, ms));
+
+/**
+ * How often the background rounds run. Sandbox approvals are polled at half the delay (at most every
+ * 5 s), so one approves within delay + 5 s of its request; the spec allows delay + 60 s.
+ */
+export function roundIntervals(settings: Pick<Settings, "SANDBOX_APPROVAL_DELAY_SECONDS" | "CONNECTION_PENDING_TTL_SECONDS">) {
+  return {
+    sandboxApprovalMs: clamp((settings.SANDBOX_APPROVAL_DELAY_SECONDS * 1000) / 2, 250, 5000),
+    expirySweepMs: clamp((settings.CONNECTION_PENDING_TTL_SECONDS * 1000) / 2, 1000, 60_000),
+    outboxSweepMs: 5000,
+  };
 }
 
 export async function startConnectionService(settings: Settings, logger: Logger): Promise<RunningService> {
   const runtime = await openRuntime("connection", settings, logger);
   const store = await openConnectionStore(runtime.mongo.db);
   await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
+  const lock = new KeyedLock();
+  const relay = new OutboxRelay(store.connections, runtime.producer, topicName(settings.DATA_NAMESPACE, "connectionEvents"), logger, lock);
+  const connections = new Connections(store, settings, relay, () => new Date(), lock);
+
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.CONNECTION_SERVICE_PORT,
-    routes: routes({ store, settings, logger }),
+    routes: routes({ store, connections, settings, logger }),
     healthy: runtime.healthy,
     logger,
   });
+  const intervals = roundIntervals(settings);
+  // Each also runs once at start: events a crash left in outboxes are published, overdue sandbox
+  // approvals happen, ended windows are persisted.
+  const rounds = [
+    every("outbox sweep", intervals.outboxSweepMs, () => relay.sweep(), logger),
+    every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
+    every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
+  ];
+
   return {
     port: server.port,
     async stop() {
       await server.close();
+      await Promise.all(rounds.map((r) => r.stop()));
+      await relay.drain();
       await runtime.close();
     },
   };

@@ -1,1 +1,1 @@
-export { startFileIntakeService } from "./service.js";
+export { startFileIntakeService, DEFAULT_TIMING, type FileIntakeOptions, type FileIntakeTiming } from "./service.js";

@@ -1,13 +1,17 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { fileintakev1 } from "@pi/proto";
-import type { Logger, Settings } from "@pi/common";
+import { getFile, submitFile, type IntakeDeps } from "./intake.js";
 
-export interface FileIntakeDeps {
-  settings: Settings;
-  logger: Logger;
-}
+export type FileIntakeDeps = IntakeDeps;
 
-// The RPCs of this service are filled in by their own issue; until then they answer Unimplemented.
-export default (_deps: FileIntakeDeps) => (router: ConnectRouter) => {
-  router.service(fileintakev1.FileIntakeService, {});
+export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
+  router.service(fileintakev1.FileIntakeService, {
+    async submitFile(requests, ctx) {
+      const file = await submitFile(deps, requests, ctx.signal);
+      return { file: { id: file.id, status: fileintakev1.FileStatus.RECEIVED } };
+    },
+    async getFile(req) {
+      return { file: await getFile(deps.store, req) };
+    },
+  });
 };

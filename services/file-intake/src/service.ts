@@ -1,19 +1,100 @@
-import { openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { commonv1 } from "@pi/proto";
+import type { ConnectionCheck } from "./intake.js";
+import { IdempotencyKeys } from "./keys.js";
+import { FileOutbox } from "./outbox.js";
+import { every } from "./periodic.js";
 import routes from "./routes.js";
+import { sweepStaging } from "./staging.js";
+import { openFileStore } from "./store.js";
+import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
 
-export async function startFileIntakeService(settings: Settings, logger: Logger): Promise<RunningService> {
+/** Internal timings; tests shorten them. None of them is partner-visible. */
+export interface FileIntakeTiming extends WorkerTiming {
+  claimLeaseMs: number;
+  claimPollMs: number;
+  relayEveryMs: number;
+  relayGraceMs: number;
+  stuckSweepEveryMs: number;
+  keySweepEveryMs: number;
+  stagingSweepEveryMs: number;
+  stagingDiscardedGraceMs: number;
+  stagingAbandonedAfterMs: number;
+}
+
+export const DEFAULT_TIMING: FileIntakeTiming = {
+  leaseMs: 60_000,
+  heartbeatMs: 15_000,
+  stuckAfterMs: 60_000,
+  maxAttempts: 3,
+  claimLeaseMs: 60_000,
+  claimPollMs: 25,
+  relayEveryMs: 2_000,
+  relayGraceMs: 5_000,
+  stuckSweepEveryMs: 15_000,
+  keySweepEveryMs: 60_000,
+  stagingSweepEveryMs: 60_000,
+  stagingDiscardedGraceMs: 60_000,
+  // Longer than any upload can last: the gateway gives one upload at most 10 minutes.
+  stagingAbandonedAfterMs: 60 * 60_000,
+};
+
+export interface FileIntakeOptions {
+  timing?: Partial<FileIntakeTiming>;
+  /** Replaces the connection service (unit tests only). */
+  connections?: ConnectionCheck;
+  /** Replaces the extraction functions (tests of the worker's crash recovery). */
+  extract?: Extract;
+  /** Runs no extraction consumer and no sweeps (tests that drive them by hand). */
+  passive?: boolean;
+}
+
+const modeEnum = { live: commonv1.Mode.LIVE, test: commonv1.Mode.TEST } as const;
+
+export async function startFileIntakeService(settings: Settings, logger: Logger, options: FileIntakeOptions = {}): Promise<RunningService> {
+  const timing = { ...DEFAULT_TIMING, ...options.timing };
   const runtime = await openRuntime("file-intake", settings, logger);
+  const store = await openFileStore(runtime.mongo.db);
+  const keys = new IdempotencyKeys(store, { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs });
+  const outbox = new FileOutbox(store, runtime.producer, settings.DATA_NAMESPACE, logger);
+  const connectionClient = clientsFor(settings).connection();
+  const connections: ConnectionCheck = options.connections ?? {
+    async isActive(partnerId, mode, elderAddress) {
+      const res = await connectionClient.checkActiveConnection({ partnerId, mode: modeEnum[mode], elderAddress });
+      return res.active;
+    },
+  };
+  const worker = new ExtractionWorker(store, timing, logger, options.extract);
+
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
-    routes: routes({ settings, logger }),
+    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, logger }),
     healthy: runtime.healthy,
     logger,
   });
+
+  const background: { stop(): Promise<void> }[] = [];
+  if (!options.passive) {
+    background.push(await consumeFileEvents(runtime.kafka, settings.DATA_NAMESPACE, worker, logger));
+    background.push(
+      every("file event relay", timing.relayEveryMs, () => outbox.relay(new Date(), timing.relayGraceMs), logger),
+      every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger),
+      every("idempotency key sweep", timing.keySweepEveryMs, () => keys.sweep(), logger),
+      every(
+        "staging sweep",
+        timing.stagingSweepEveryMs,
+        () => sweepStaging(store, new Date(), { discardedGraceMs: timing.stagingDiscardedGraceMs, abandonedAfterMs: timing.stagingAbandonedAfterMs }),
+        logger,
+      ),
+    );
+  }
   return {
     port: server.port,
     async stop() {
       await server.close();
+      await Promise.allSettled(background.map((b) => b.stop()));
+      await outbox.drain();
       await runtime.close();
     },
   };

@@ -2,9 +2,14 @@ import Koa from "koa";
 import type { AuthClient, ConnectionClient, FileIntakeClient, HealthClient, Logger, Settings } from "@pi/common";
 import type { BearerVerifier } from "./bearer.js";
 import type { GatewayState } from "./context.js";
-import { PartnerError } from "./errors.js";
+import { allowedMethods } from "./allowed-methods.js";
+import { deprecations } from "./deprecation.js";
+import { partnerRateLimit, tokenRateLimit } from "./rate-limit.js";
+import docsRoutes from "./routes/docs.js";
+import { traceRequests } from "./tracing.js";
 import { handleErrors, requireBearer } from "./middleware.js";
 import connectionRoutes from "./routes/connections.js";
+import fileRoutes from "./routes/files.js";
 import healthRoutes from "./routes/health.js";
 import tokenRoutes from "./routes/token.js";
 
@@ -19,24 +24,29 @@ export interface GatewayDeps {
 }
 
 export function createApp(deps: GatewayDeps): Koa<GatewayState> {
-  const app = new Koa<GatewayState>({ proxy: false });
+  // X-Forwarded-For is read only behind trusted proxies, and only as many entries as they append.
+  const hops = deps.settings.TRUSTED_PROXY_HOPS;
+  const app = new Koa<GatewayState>({ proxy: hops > 0, maxIpsCount: hops });
   app.silent = true;
   const health = healthRoutes(deps.health);
   const token = tokenRoutes(deps.auth);
-  const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN)];
+  const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings)];
 
+  app.use(traceRequests());
   app.use(handleErrors(deps.logger));
+  app.use(deprecations(deps.settings.API_DEPRECATIONS));
   app.use(health.routes());
+  app.use(docsRoutes().routes());
+  app.use(tokenRateLimit(deps.settings.RATE_LIMIT_TOKEN_PER_MINUTE));
   app.use(token.routes());
-  app.use(token.allowedMethods({ throw: true, methodNotAllowed: () => new PartnerError("method_not_allowed") }));
+  app.use(allowedMethods(token));
+  // The per-partner limit needs the partner: it runs after the bearer check (a 401 costs no budget).
   const bearer = requireBearer(deps.verifier);
-  app.use(async (ctx, next) => (ctx.path.startsWith("/v1/") ? bearer(ctx, next) : next()));
+  const partnerLimit = partnerRateLimit(deps.settings.RATE_LIMIT_V1_PER_SECOND);
+  app.use(async (ctx, next) => (ctx.path.startsWith("/v1/") ? bearer(ctx, () => partnerLimit(ctx, next)) : next()));
   for (const router of v1) {
     app.use(router.routes());
-    app.use(router.allowedMethods({ throw: true, methodNotAllowed: () => new PartnerError("method_not_allowed") }));
+    app.use(allowedMethods(router));
   }
-  app.use((ctx) => {
-    if (ctx.body === undefined && ctx.status === 404) throw new PartnerError("not_found");
-  });
   return app;
 }

@@ -27,49 +27,66 @@ export class RevocationList {
   }
 }
 
+/** The least time between two JWKS refreshes caused by tokens with an unknown key id. */
+const UNKNOWN_KID_REFRESH_MS = 5_000;
+
 /**
  * Verifies bearer tokens locally against the auth service's public keys (no call per request).
- * An unknown key id triggers one refresh of the key set, at most every few seconds.
+ * The key set is refreshed periodically (service.ts) and when a token names an unknown key id,
+ * at most every few seconds, so a flood of forged key ids cannot turn into a flood of calls.
  */
 export class BearerVerifier {
   private keySet?: ReturnType<typeof createLocalJWKSet>;
   private issuer = "";
   private audience = "";
   private lastRefresh = 0;
+  private refreshing?: Promise<void>;
 
   constructor(
     private readonly auth: AuthClient,
     readonly revocations: RevocationList,
   ) {}
 
-  async refreshKeys(): Promise<void> {
-    const res = await this.auth.getJwks({});
-    this.keySet = createLocalJWKSet(JSON.parse(res.jwksJson) as JSONWebKeySet);
-    this.issuer = res.issuer;
-    this.audience = res.audience;
-    this.lastRefresh = Date.now();
+  /** Fetches the key set; concurrent callers share one call. */
+  refreshKeys(): Promise<void> {
+    this.refreshing ??= (async () => {
+      try {
+        const res = await this.auth.getJwks({});
+        this.keySet = createLocalJWKSet(JSON.parse(res.jwksJson) as JSONWebKeySet);
+        this.issuer = res.issuer;
+        this.audience = res.audience;
+        this.lastRefresh = Date.now();
+      } finally {
+        this.refreshing = undefined;
+      }
+    })();
+    return this.refreshing;
   }
 
-  /** The principal of a valid, live token; undefined for anything else. */
+  /** The principal of a valid, unrevoked token; undefined for anything else. */
   async verify(token: string): Promise<Principal | undefined> {
-    if (!this.keySet) await this.refreshKeys();
     try {
+      if (!this.keySet) await this.refreshKeys();
       return this.principalOf(await this.verifyOnce(token));
     } catch (err) {
-      if (err instanceof errors.JWKSNoMatchingKey && Date.now() - this.lastRefresh > 5000) {
+      if (!(err instanceof errors.JWKSNoMatchingKey) || Date.now() - this.lastRefresh < UNKNOWN_KID_REFRESH_MS) return undefined;
+      try {
         await this.refreshKeys();
-        try {
-          return this.principalOf(await this.verifyOnce(token));
-        } catch {
-          return undefined;
-        }
+        return this.principalOf(await this.verifyOnce(token));
+      } catch {
+        return undefined;
       }
-      return undefined;
     }
   }
 
   private verifyOnce(token: string) {
-    return jwtVerify(token, this.keySet!, { issuer: this.issuer, audience: this.audience, algorithms: ["ES256"], typ: "at+jwt" });
+    return jwtVerify(token, this.keySet!, {
+      issuer: this.issuer,
+      audience: this.audience,
+      algorithms: ["ES256"],
+      typ: "at+jwt",
+      requiredClaims: ["sub", "exp", "iat", "jti"],
+    });
   }
 
   private principalOf({ payload }: Awaited<ReturnType<BearerVerifier["verifyOnce"]>>): Principal | undefined {
@@ -81,7 +98,8 @@ export class BearerVerifier {
   }
 }
 
-const bearerPattern = /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/;
+// RFC 6750 section 2.1: the scheme is case-insensitive; the token is a b64token.
+const bearerPattern = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 
 export function bearerTokenOf(header: string | undefined): string | undefined {
   return header ? bearerPattern.exec(header)?.[1] : undefined;

@@ -62,10 +62,40 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
     const message = code === "invalid_request" && err instanceof ConnectError ? err.rawMessage : undefined;
     return new PartnerError(code, { message, param: reason.param });
   }
-  if (err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded)) {
+  if (err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded || causedByNetwork(err))) {
     return new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
   }
+  const clientCode = httpClientErrorCode(err);
+  if (clientCode) return new PartnerError(clientCode);
   return new PartnerError("internal_error");
+}
+
+// A service that is down, restarting or crashed mid-call. Matched by the errno in the cause chain:
+// connect-node maps ECONNREFUSED to Unavailable only when the error passes `instanceof Error`, which
+// fails when it was made in another realm (a jest VM context), and maps ECONNRESET to Aborted.
+const NETWORK_ERRNOS = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+
+function causedByNetwork(err: unknown): boolean {
+  for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && NETWORK_ERRNOS.has(code)) return true;
+  }
+  return false;
+}
+
+// A client mistake reported by Koa or a library as an http-errors error (status 4xx, expose true):
+// its partner error, never a 500. The routes map the errors they expect themselves; this is the net.
+const httpStatusToCode: Record<number, PartnerErrorCode> = {
+  404: "not_found",
+  405: "method_not_allowed",
+  415: "unsupported_media_type",
+};
+
+function httpClientErrorCode(err: unknown): PartnerErrorCode | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const { status, expose } = err as { status?: unknown; expose?: unknown };
+  if (expose !== true || typeof status !== "number" || status < 400 || status > 499) return undefined;
+  return httpStatusToCode[status] ?? "invalid_request";
 }
 
 export function sendPartnerError(ctx: Context, err: PartnerError, requestId?: string): void {

@@ -27,6 +27,11 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     followRevocations(verifier.revocations, auth, kafka, settings.DATA_NAMESPACE, logger),
   );
   await retry("loading token keys", logger, () => verifier.refreshKeys());
+  // A rotated-in key is published this often before it starts signing (docs/authentication.md).
+  const keyRefresh = setInterval(() => {
+    verifier.refreshKeys().catch((err: unknown) => logger.warn({ err: (err as Error).message }, "refreshing the token keys failed"));
+  }, settings.JWKS_REFRESH_SECONDS * 1000);
+  keyRefresh.unref();
 
   const app = createApp({
     settings,
@@ -53,6 +58,7 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   return {
     port,
     async stop() {
+      clearInterval(keyRefresh);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();

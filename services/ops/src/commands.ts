@@ -28,12 +28,25 @@ const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
   [webhookv1.DeliveryState.PENDING]: "pending",
   [webhookv1.DeliveryState.DELIVERED]: "delivered",
   [webhookv1.DeliveryState.FAILED]: "failed",
+  // The contract has three states; an event kept because the partner had no webhook address was
+  // never delivered and never will be, so it reads as failed, with 0 attempts (docs/webhooks.md).
+  [webhookv1.DeliveryState.NO_ENDPOINT]: "failed",
 };
 
 export class UsageError extends Error {}
 
+/** `--scopes "connections:write files:write"` (commas also separate); absent means every Ring 1 scope. */
 export function parseScopes(value: string | undefined): string[] {
-  return value === undefined ? [] : value.split(/\s+/).filter(Boolean);
+  if (value === undefined) return [];
+  const scopes = value.split(/[\s,]+/).filter(Boolean);
+  if (scopes.length === 0) throw new UsageError("--scopes names no scope");
+  return scopes;
+}
+
+/** An operator change that not every gateway confirmed in time still stands; the operator is told. */
+function propagationWarning(p: authv1.Propagation | undefined): string | undefined {
+  if (!p || p.confirmed >= p.gateways) return undefined;
+  return `warning: ${p.gateways - p.confirmed} of ${p.gateways} gateways had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
 }
 
 export function parseMode(value: string): commonv1.Mode {
@@ -42,7 +55,7 @@ export function parseMode(value: string): commonv1.Mode {
   throw new UsageError(`--mode must be live or test, not ${JSON.stringify(value)}`);
 }
 
-export const commands = (c: OpsClients) => ({
+export const commands = (c: OpsClients, warn: (line: string) => void = () => {}) => ({
   async info() {
     const res = await c.connection.getInfo({});
     return { address_domain: res.addressDomain, sandbox_elder_address: res.sandboxElderAddress };
@@ -63,6 +76,8 @@ export const commands = (c: OpsClients) => ({
       partnerId,
       status: status === "active" ? authv1.PartnerStatus.ACTIVE : authv1.PartnerStatus.SUSPENDED,
     });
+    const warning = propagationWarning(res.propagation);
+    if (warning) warn(warning);
     return { partner_id: res.partnerId, status: res.status === authv1.PartnerStatus.ACTIVE ? "active" : "suspended" };
   },
 
@@ -79,7 +94,14 @@ export const commands = (c: OpsClients) => ({
 
   async credentialRevoke(clientId: string) {
     const res = await c.auth.revokeCredential({ clientId });
+    const warning = propagationWarning(res.propagation);
+    if (warning) warn(warning);
     return { client_id: res.clientId, status: "revoked" };
+  },
+
+  async keysRotate() {
+    const res = await c.auth.rotateSigningKey({});
+    return { kid: res.kid, activates_at: new Date(Number(res.activatesAt)).toISOString(), retired_kids: res.retiredKids };
   },
 
   async elderCreate(address?: string) {

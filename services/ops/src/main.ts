@@ -1,5 +1,8 @@
 import { Command, CommanderError } from "commander";
-import { clientsFor, parseSettings, SettingsError } from "@pi/common";
+// Only the modules the CLI needs (not the whole of @pi/common, with its database, Kafka and
+// telemetry clients): every command must finish in under 2 s, start-up included.
+import { clientsFor } from "@pi/common/clients";
+import { parseSettings, SettingsError } from "@pi/common/settings";
 import { commands, describeFailure } from "./commands.js";
 
 // The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly
@@ -17,7 +20,9 @@ try {
   fail(err instanceof SettingsError ? err.message : String(err), 2);
 }
 const clients = clientsFor(settings);
-const ops = commands({ auth: clients.auth(), connection: clients.connection(), webhook: clients.webhook() });
+const ops = commands({ auth: clients.auth(), connection: clients.connection(), webhook: clients.webhook() }, (line) =>
+  process.stderr.write(`${line}\n`),
+);
 const urls = { auth: settings.AUTH_SERVICE_URL, connection: settings.CONNECTION_SERVICE_URL, webhook: settings.WEBHOOK_SERVICE_URL };
 
 function print(result: Record<string, unknown>, json: boolean): void {
@@ -70,6 +75,13 @@ credential
   .requiredOption("--mode <mode>", "live or test")
   .action(action((id: string, o: { mode: string }) => ops.credentialCreate(id, o.mode)));
 credential.command("revoke <clientId>").action(action((id: string) => ops.credentialRevoke(id)));
+
+program
+  .command("keys")
+  .description("JWT signing keys")
+  .command("rotate")
+  .description("add a signing key; it starts signing once every replica has it (docs/authentication.md)")
+  .action(action(() => ops.keysRotate()));
 
 program
   .command("elder")

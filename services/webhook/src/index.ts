@@ -1,1 +1,1 @@
-export { startWebhookService } from "./service.js";
+export { startWebhookService, type WebhookServiceOptions } from "./service.js";

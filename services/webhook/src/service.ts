@@ -1,12 +1,40 @@
-import { openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { consumeConnectionEvents } from "./consumer.js";
+import { Dispatcher } from "./dispatcher.js";
+import { WebhookSender, type Resolver } from "./outbound.js";
 import routes from "./routes.js";
+import { openWebhookStore } from "./store.js";
+import { followWebhookChanges, TargetCache } from "./targets.js";
 
-export async function startWebhookService(settings: Settings, logger: Logger): Promise<RunningService> {
+export interface WebhookServiceOptions {
+  /** Stands in for the system's DNS (tests of the outbound address check). */
+  resolve?: Resolver;
+}
+
+export async function startWebhookService(settings: Settings, logger: Logger, options: WebhookServiceOptions = {}): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
+  const store = await openWebhookStore(runtime.mongo.db);
+  const targets = new TargetCache(clientsFor(settings).auth());
+  const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
+  const sender = new WebhookSender({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, timeoutMs, resolve: options.resolve });
+  const dispatcher = new Dispatcher({
+    store,
+    targets,
+    sender,
+    logger: logger.child({ component: "dispatcher" }),
+    policy: {
+      baseSeconds: settings.WEBHOOK_RETRY_BASE_SECONDS,
+      windowSeconds: settings.WEBHOOK_RETRY_WINDOW_SECONDS,
+      attemptTimeoutSeconds: settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS,
+    },
+  });
+  dispatcher.start();
+  const changes = await followWebhookChanges(targets, runtime.kafka, settings.DATA_NAMESPACE, logger);
+  const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () => dispatcher.poke());
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.WEBHOOK_SERVICE_PORT,
-    routes: routes({ settings, logger }),
+    routes: routes({ settings, logger, store }),
     healthy: runtime.healthy,
     logger,
   });
@@ -14,6 +42,9 @@ export async function startWebhookService(settings: Settings, logger: Logger): P
     port: server.port,
     async stop() {
       await server.close();
+      await Promise.allSettled([consumer.stop(), changes.stop()]);
+      await dispatcher.stop(3_000, () => sender.destroy());
+      await sender.close().catch(() => {});
       await runtime.close();
     },
   };

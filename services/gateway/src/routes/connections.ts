@@ -45,6 +45,9 @@ export function parseConnectionCreate(body: unknown, domain: string): string {
   return check.address;
 }
 
+/** The shape of a connection id; anything else gets the same 404 as an unknown id, without a lookup. */
+const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
+
 export default function connectionRoutes(connections: ConnectionClient, domain: string) {
   const router = new Router<GatewayState>();
   const modeOf = (ctx: GatewayContext) => (ctx.state.principal!.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
@@ -56,6 +59,24 @@ export default function connectionRoutes(connections: ConnectionClient, domain: 
     const address = parseConnectionCreate(ctx.request.body, domain);
     const res = await connections.requestConnection({ partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), elderAddress: address });
     ctx.status = 202;
+    ctx.body = connectionResource(res.connection);
+  });
+
+  // Unknown, malformed and foreign ids (another partner's, or the other mode's) all leave through
+  // the one not_found of the error table: same status, body and headers.
+  const owned = (ctx: GatewayContext) => {
+    const id = ctx.params.id ?? "";
+    if (!CONNECTION_ID.test(id)) throw new PartnerError("not_found");
+    return { partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), id };
+  };
+
+  router.get("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
+    const res = await connections.getConnection(owned(ctx));
+    ctx.body = connectionResource(res.connection);
+  });
+
+  router.delete("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
+    const res = await connections.revokeConnection(owned(ctx));
     ctx.body = connectionResource(res.connection);
   });
 

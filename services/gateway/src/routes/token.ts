@@ -46,6 +46,9 @@ export default function tokenRoutes(auth: AuthClient) {
       // RFC 6749 section 5.1 and 5.2: never cached, success or failure.
       ctx.set("Cache-Control", "no-store");
       ctx.set("Pragma", "no-cache");
+      // No-oracle guarantee 5: every invalid_client answer is the same bytes, headers included
+      // (only Date differs), so no per-request header here; the request id stays in the logs.
+      ctx.remove("X-Request-Id");
       if (!ctx.is("application/x-www-form-urlencoded", "application/json")) {
         ctx.status = 400;
         ctx.body = oauthError("invalid_request");

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/auth/v1/auth.proto.
  */
 export const file_pi_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("ChVwaS9hdXRoL3YxL2F1dGgucHJvdG8SCnBpLmF1dGgudjEiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUicAoSSXNzdWVUb2tlblJlc3BvbnNlEiIKBXRva2VuGAEgASgLMhEucGkuYXV0aC52MS5Ub2tlbkgAEisKB2ZhaWx1cmUYAiABKA4yGC5waS5hdXRoLnYxLlRva2VuRmFpbHVyZUgAQgkKB291dGNvbWUiQAoFVG9rZW4SFAoMYWNjZXNzX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMSDQoFc2NvcGUYAyABKAkiEAoOR2V0Sndrc1JlcXVlc3QiRgoPR2V0Sndrc1Jlc3BvbnNlEhEKCWp3a3NfanNvbhgBIAEoCRIOCgZpc3N1ZXIYAiABKAkSEAoIYXVkaWVuY2UYAyABKAkiGAoWTGlzdFJldm9jYXRpb25zUmVxdWVzdCJUChdMaXN0UmV2b2NhdGlvbnNSZXNwb25zZRIaChJyZXZva2VkX2NsaWVudF9pZHMYASADKAkSHQoVc3VzcGVuZGVkX3BhcnRuZXJfaWRzGAIgAygJIl4KFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSGAoLd2ViaG9va191cmwYAiABKAlIAIgBARIOCgZzY29wZXMYAyADKAlCDgoMX3dlYmhvb2tfdXJsIl4KEElzc3VlZENyZWRlbnRpYWwSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlIpsBChVDcmVhdGVQYXJ0bmVyUmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRIqCgRsaXZlGAIgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsEioKBHRlc3QYAyABKAsyHC5waS5hdXRoLnYxLklzc3VlZENyZWRlbnRpYWwSFgoOc2lnbmluZ19zZWNyZXQYBCABKAkiWAoXU2V0UGFydG5lclN0YXR1c1JlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5waS5hdXRoLnYxLlBhcnRuZXJTdGF0dXMiWQoYU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSKQoGc3RhdHVzGAIgASgOMhkucGkuYXV0aC52MS5QYXJ0bmVyU3RhdHVzIjcKFFNldFdlYmhvb2tVcmxSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCwoDdXJsGAIgASgJIkAKFVNldFdlYmhvb2tVcmxSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJIk8KF0NyZWF0ZUNyZWRlbnRpYWxSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlIkwKGENyZWF0ZUNyZWRlbnRpYWxSZXNwb25zZRIwCgpjcmVkZW50aWFsGAEgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsIiwKF1Jldm9rZUNyZWRlbnRpYWxSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSItChhSZXZva2VDcmVkZW50aWFsUmVzcG9uc2USEQoJY2xpZW50X2lkGAEgASgJIi0KF0dldFdlYmhvb2tUYXJnZXRSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkiWwoYR2V0V2ViaG9va1RhcmdldFJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEwoLd2ViaG9va191cmwYAiABKAkSFgoOc2lnbmluZ19zZWNyZXQYAyABKAkqcAoMVG9rZW5GYWlsdXJlEh0KGVRPS0VOX0ZBSUxVUkVfVU5TUEVDSUZJRUQQABIgChxUT0tFTl9GQUlMVVJFX0lOVkFMSURfQ0xJRU5UEAESHwobVE9LRU5fRkFJTFVSRV9JTlZBTElEX1NDT1BFEAIqaAoNUGFydG5lclN0YXR1cxIeChpQQVJUTkVSX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFVBBUlRORVJfU1RBVFVTX0FDVElWRRABEhwKGFBBUlRORVJfU1RBVFVTX1NVU1BFTkRFRBACMqIGCgtBdXRoU2VydmljZRJLCgpJc3N1ZVRva2VuEh0ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVxdWVzdBoeLnBpLmF1dGgudjEuSXNzdWVUb2tlblJlc3BvbnNlEkIKB0dldEp3a3MSGi5waS5hdXRoLnYxLkdldEp3a3NSZXF1ZXN0GhsucGkuYXV0aC52MS5HZXRKd2tzUmVzcG9uc2USWgoPTGlzdFJldm9jYXRpb25zEiIucGkuYXV0aC52MS5MaXN0UmV2b2NhdGlvbnNSZXF1ZXN0GiMucGkuYXV0aC52MS5MaXN0UmV2b2NhdGlvbnNSZXNwb25zZRJUCg1DcmVhdGVQYXJ0bmVyEiAucGkuYXV0aC52MS5DcmVhdGVQYXJ0bmVyUmVxdWVzdBohLnBpLmF1dGgudjEuQ3JlYXRlUGFydG5lclJlc3BvbnNlEl0KEFNldFBhcnRuZXJTdGF0dXMSIy5waS5hdXRoLnYxLlNldFBhcnRuZXJTdGF0dXNSZXF1ZXN0GiQucGkuYXV0aC52MS5TZXRQYXJ0bmVyU3RhdHVzUmVzcG9uc2USVAoNU2V0V2ViaG9va1VybBIgLnBpLmF1dGgudjEuU2V0V2ViaG9va1VybFJlcXVlc3QaIS5waS5hdXRoLnYxLlNldFdlYmhvb2tVcmxSZXNwb25zZRJdChBDcmVhdGVDcmVkZW50aWFsEiMucGkuYXV0aC52MS5DcmVhdGVDcmVkZW50aWFsUmVxdWVzdBokLnBpLmF1dGgudjEuQ3JlYXRlQ3JlZGVudGlhbFJlc3BvbnNlEl0KEFJldm9rZUNyZWRlbnRpYWwSIy5waS5hdXRoLnYxLlJldm9rZUNyZWRlbnRpYWxSZXF1ZXN0GiQucGkuYXV0aC52MS5SZXZva2VDcmVkZW50aWFsUmVzcG9uc2USXQoQR2V0V2ViaG9va1RhcmdldBIjLnBpLmF1dGgudjEuR2V0V2ViaG9va1RhcmdldFJlcXVlc3QaJC5waS5hdXRoLnYxLkdldFdlYmhvb2tUYXJnZXRSZXNwb25zZWIGcHJvdG8z", [file_pi_common_v1_common]);
+  fileDesc("ChVwaS9hdXRoL3YxL2F1dGgucHJvdG8SCnBpLmF1dGgudjEiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUicAoSSXNzdWVUb2tlblJlc3BvbnNlEiIKBXRva2VuGAEgASgLMhEucGkuYXV0aC52MS5Ub2tlbkgAEisKB2ZhaWx1cmUYAiABKA4yGC5waS5hdXRoLnYxLlRva2VuRmFpbHVyZUgAQgkKB291dGNvbWUiQAoFVG9rZW4SFAoMYWNjZXNzX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMSDQoFc2NvcGUYAyABKAkiEAoOR2V0Sndrc1JlcXVlc3QiRgoPR2V0Sndrc1Jlc3BvbnNlEhEKCWp3a3NfanNvbhgBIAEoCRIOCgZpc3N1ZXIYAiABKAkSEAoIYXVkaWVuY2UYAyABKAkiGAoWTGlzdFJldm9jYXRpb25zUmVxdWVzdCJUChdMaXN0UmV2b2NhdGlvbnNSZXNwb25zZRIaChJyZXZva2VkX2NsaWVudF9pZHMYASADKAkSHQoVc3VzcGVuZGVkX3BhcnRuZXJfaWRzGAIgAygJIl4KFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSGAoLd2ViaG9va191cmwYAiABKAlIAIgBARIOCgZzY29wZXMYAyADKAlCDgoMX3dlYmhvb2tfdXJsIl4KEElzc3VlZENyZWRlbnRpYWwSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlIpsBChVDcmVhdGVQYXJ0bmVyUmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRIqCgRsaXZlGAIgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsEioKBHRlc3QYAyABKAsyHC5waS5hdXRoLnYxLklzc3VlZENyZWRlbnRpYWwSFgoOc2lnbmluZ19zZWNyZXQYBCABKAkiWAoXU2V0UGFydG5lclN0YXR1c1JlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5waS5hdXRoLnYxLlBhcnRuZXJTdGF0dXMihwEKGFNldFBhcnRuZXJTdGF0dXNSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEikKBnN0YXR1cxgCIAEoDjIZLnBpLmF1dGgudjEuUGFydG5lclN0YXR1cxIsCgtwcm9wYWdhdGlvbhgDIAEoCzIXLnBpLmF1dGgudjEuUHJvcGFnYXRpb24iNwoUU2V0V2ViaG9va1VybFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRILCgN1cmwYAiABKAkiQAoVU2V0V2ViaG9va1VybFJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEwoLd2ViaG9va191cmwYAiABKAkiTwoXQ3JlYXRlQ3JlZGVudGlhbFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIgCgRtb2RlGAIgASgOMhIucGkuY29tbW9uLnYxLk1vZGUiTAoYQ3JlYXRlQ3JlZGVudGlhbFJlc3BvbnNlEjAKCmNyZWRlbnRpYWwYASABKAsyHC5waS5hdXRoLnYxLklzc3VlZENyZWRlbnRpYWwiLAoXUmV2b2tlQ3JlZGVudGlhbFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJIlsKGFJldm9rZUNyZWRlbnRpYWxSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSLAoLcHJvcGFnYXRpb24YAiABKAsyFy5waS5hdXRoLnYxLlByb3BhZ2F0aW9uIkYKC1Byb3BhZ2F0aW9uEhAKCGdhdGV3YXlzGAEgASgFEhEKCWNvbmZpcm1lZBgCIAEoBRISCgplbGFwc2VkX21zGAMgASgDIskBChxSZXBvcnRHYXRld2F5UG9zaXRpb25SZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJEk8KDG5leHRfb2Zmc2V0cxgCIAMoCzI5LnBpLmF1dGgudjEuUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVxdWVzdC5OZXh0T2Zmc2V0c0VudHJ5Eg8KB2xlYXZpbmcYAyABKAgaMgoQTmV4dE9mZnNldHNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAM6AjgBIh8KHVJlcG9ydEdhdGV3YXlQb3NpdGlvblJlc3BvbnNlIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0IlMKGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFAoMYWN0aXZhdGVzX2F0GAIgASgDEhQKDHJldGlyZWRfa2lkcxgDIAMoCSItChdHZXRXZWJob29rVGFyZ2V0UmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJIlsKGEdldFdlYmhvb2tUYXJnZXRSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJEhYKDnNpZ25pbmdfc2VjcmV0GAMgASgJKnAKDFRva2VuRmFpbHVyZRIdChlUT0tFTl9GQUlMVVJFX1VOU1BFQ0lGSUVEEAASIAocVE9LRU5fRkFJTFVSRV9JTlZBTElEX0NMSUVOVBABEh8KG1RPS0VOX0ZBSUxVUkVfSU5WQUxJRF9TQ09QRRACKmgKDVBhcnRuZXJTdGF0dXMSHgoaUEFSVE5FUl9TVEFUVVNfVU5TUEVDSUZJRUQQABIZChVQQVJUTkVSX1NUQVRVU19BQ1RJVkUQARIcChhQQVJUTkVSX1NUQVRVU19TVVNQRU5ERUQQAjLvBwoLQXV0aFNlcnZpY2USSwoKSXNzdWVUb2tlbhIdLnBpLmF1dGgudjEuSXNzdWVUb2tlblJlcXVlc3QaHi5waS5hdXRoLnYxLklzc3VlVG9rZW5SZXNwb25zZRJCCgdHZXRKd2tzEhoucGkuYXV0aC52MS5HZXRKd2tzUmVxdWVzdBobLnBpLmF1dGgudjEuR2V0Sndrc1Jlc3BvbnNlEloKD0xpc3RSZXZvY2F0aW9ucxIiLnBpLmF1dGgudjEuTGlzdFJldm9jYXRpb25zUmVxdWVzdBojLnBpLmF1dGgudjEuTGlzdFJldm9jYXRpb25zUmVzcG9uc2USVAoNQ3JlYXRlUGFydG5lchIgLnBpLmF1dGgudjEuQ3JlYXRlUGFydG5lclJlcXVlc3QaIS5waS5hdXRoLnYxLkNyZWF0ZVBhcnRuZXJSZXNwb25zZRJdChBTZXRQYXJ0bmVyU3RhdHVzEiMucGkuYXV0aC52MS5TZXRQYXJ0bmVyU3RhdHVzUmVxdWVzdBokLnBpLmF1dGgudjEuU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlElQKDVNldFdlYmhvb2tVcmwSIC5waS5hdXRoLnYxLlNldFdlYmhvb2tVcmxSZXF1ZXN0GiEucGkuYXV0aC52MS5TZXRXZWJob29rVXJsUmVzcG9uc2USXQoQQ3JlYXRlQ3JlZGVudGlhbBIjLnBpLmF1dGgudjEuQ3JlYXRlQ3JlZGVudGlhbFJlcXVlc3QaJC5waS5hdXRoLnYxLkNyZWF0ZUNyZWRlbnRpYWxSZXNwb25zZRJdChBSZXZva2VDcmVkZW50aWFsEiMucGkuYXV0aC52MS5SZXZva2VDcmVkZW50aWFsUmVxdWVzdBokLnBpLmF1dGgudjEuUmV2b2tlQ3JlZGVudGlhbFJlc3BvbnNlEl0KEEdldFdlYmhvb2tUYXJnZXQSIy5waS5hdXRoLnYxLkdldFdlYmhvb2tUYXJnZXRSZXF1ZXN0GiQucGkuYXV0aC52MS5HZXRXZWJob29rVGFyZ2V0UmVzcG9uc2USbAoVUmVwb3J0R2F0ZXdheVBvc2l0aW9uEigucGkuYXV0aC52MS5SZXBvcnRHYXRld2F5UG9zaXRpb25SZXF1ZXN0GikucGkuYXV0aC52MS5SZXBvcnRHYXRld2F5UG9zaXRpb25SZXNwb25zZRJdChBSb3RhdGVTaWduaW5nS2V5EiMucGkuYXV0aC52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBokLnBpLmF1dGgudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlYgZwcm90bzM", [file_pi_common_v1_common]);
 
 /**
  * @generated from message pi.auth.v1.IssueTokenRequest
@@ -303,6 +303,11 @@ export type SetPartnerStatusResponse = Message<"pi.auth.v1.SetPartnerStatusRespo
    * @generated from field: pi.auth.v1.PartnerStatus status = 2;
    */
   status: PartnerStatus;
+
+  /**
+   * @generated from field: pi.auth.v1.Propagation propagation = 3;
+   */
+  propagation?: Propagation | undefined;
 };
 
 /**
@@ -420,6 +425,11 @@ export type RevokeCredentialResponse = Message<"pi.auth.v1.RevokeCredentialRespo
    * @generated from field: string client_id = 1;
    */
   clientId: string;
+
+  /**
+   * @generated from field: pi.auth.v1.Propagation propagation = 2;
+   */
+  propagation?: Propagation | undefined;
 };
 
 /**
@@ -428,6 +438,131 @@ export type RevokeCredentialResponse = Message<"pi.auth.v1.RevokeCredentialRespo
  */
 export const RevokeCredentialResponseSchema: GenMessage<RevokeCredentialResponse> = /*@__PURE__*/
   messageDesc(file_pi_auth_v1_auth, 17);
+
+/**
+ * How an operator change reached the gateways before the call answered.
+ *
+ * @generated from message pi.auth.v1.Propagation
+ */
+export type Propagation = Message<"pi.auth.v1.Propagation"> & {
+  /**
+   * Live gateway instances when the change was published.
+   *
+   * @generated from field: int32 gateways = 1;
+   */
+  gateways: number;
+
+  /**
+   * Of those, how many had applied it when the call answered.
+   *
+   * @generated from field: int32 confirmed = 2;
+   */
+  confirmed: number;
+
+  /**
+   * From the database write to the last confirmation (or the timeout).
+   *
+   * @generated from field: int64 elapsed_ms = 3;
+   */
+  elapsedMs: bigint;
+};
+
+/**
+ * Describes the message pi.auth.v1.Propagation.
+ * Use `create(PropagationSchema)` to create a new message.
+ */
+export const PropagationSchema: GenMessage<Propagation> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 18);
+
+/**
+ * @generated from message pi.auth.v1.ReportGatewayPositionRequest
+ */
+export type ReportGatewayPositionRequest = Message<"pi.auth.v1.ReportGatewayPositionRequest"> & {
+  /**
+   * Random per gateway process.
+   *
+   * @generated from field: string instance_id = 1;
+   */
+  instanceId: string;
+
+  /**
+   * Partition of the partner-events topic to the offset of the next event the gateway will apply.
+   *
+   * @generated from field: map<int32, int64> next_offsets = 2;
+   */
+  nextOffsets: { [key: number]: bigint };
+
+  /**
+   * The gateway is stopping: forget it.
+   *
+   * @generated from field: bool leaving = 3;
+   */
+  leaving: boolean;
+};
+
+/**
+ * Describes the message pi.auth.v1.ReportGatewayPositionRequest.
+ * Use `create(ReportGatewayPositionRequestSchema)` to create a new message.
+ */
+export const ReportGatewayPositionRequestSchema: GenMessage<ReportGatewayPositionRequest> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 19);
+
+/**
+ * @generated from message pi.auth.v1.ReportGatewayPositionResponse
+ */
+export type ReportGatewayPositionResponse = Message<"pi.auth.v1.ReportGatewayPositionResponse"> & {
+};
+
+/**
+ * Describes the message pi.auth.v1.ReportGatewayPositionResponse.
+ * Use `create(ReportGatewayPositionResponseSchema)` to create a new message.
+ */
+export const ReportGatewayPositionResponseSchema: GenMessage<ReportGatewayPositionResponse> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 20);
+
+/**
+ * @generated from message pi.auth.v1.RotateSigningKeyRequest
+ */
+export type RotateSigningKeyRequest = Message<"pi.auth.v1.RotateSigningKeyRequest"> & {
+};
+
+/**
+ * Describes the message pi.auth.v1.RotateSigningKeyRequest.
+ * Use `create(RotateSigningKeyRequestSchema)` to create a new message.
+ */
+export const RotateSigningKeyRequestSchema: GenMessage<RotateSigningKeyRequest> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 21);
+
+/**
+ * @generated from message pi.auth.v1.RotateSigningKeyResponse
+ */
+export type RotateSigningKeyResponse = Message<"pi.auth.v1.RotateSigningKeyResponse"> & {
+  /**
+   * @generated from field: string kid = 1;
+   */
+  kid: string;
+
+  /**
+   * Unix milliseconds at which the new key starts signing.
+   *
+   * @generated from field: int64 activates_at = 2;
+   */
+  activatesAt: bigint;
+
+  /**
+   * Keys dropped from the set because every token they signed has expired.
+   *
+   * @generated from field: repeated string retired_kids = 3;
+   */
+  retiredKids: string[];
+};
+
+/**
+ * Describes the message pi.auth.v1.RotateSigningKeyResponse.
+ * Use `create(RotateSigningKeyResponseSchema)` to create a new message.
+ */
+export const RotateSigningKeyResponseSchema: GenMessage<RotateSigningKeyResponse> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 22);
 
 /**
  * @generated from message pi.auth.v1.GetWebhookTargetRequest
@@ -444,7 +579,7 @@ export type GetWebhookTargetRequest = Message<"pi.auth.v1.GetWebhookTargetReques
  * Use `create(GetWebhookTargetRequestSchema)` to create a new message.
  */
 export const GetWebhookTargetRequestSchema: GenMessage<GetWebhookTargetRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 18);
+  messageDesc(file_pi_auth_v1_auth, 23);
 
 /**
  * @generated from message pi.auth.v1.GetWebhookTargetResponse
@@ -473,7 +608,7 @@ export type GetWebhookTargetResponse = Message<"pi.auth.v1.GetWebhookTargetRespo
  * Use `create(GetWebhookTargetResponseSchema)` to create a new message.
  */
 export const GetWebhookTargetResponseSchema: GenMessage<GetWebhookTargetResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 19);
+  messageDesc(file_pi_auth_v1_auth, 24);
 
 /**
  * @generated from enum pi.auth.v1.TokenFailure
@@ -613,6 +748,30 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof GetWebhookTargetRequestSchema;
     output: typeof GetWebhookTargetResponseSchema;
+  },
+  /**
+   * A gateway instance says it is alive and how far it has applied the partner-events topic.
+   * Revocations, suspensions and reinstatements answer only once every live gateway has applied
+   * their event (or a short timeout passed), so an operator command's effect is visible on exit.
+   *
+   * @generated from rpc pi.auth.v1.AuthService.ReportGatewayPosition
+   */
+  reportGatewayPosition: {
+    methodKind: "unary";
+    input: typeof ReportGatewayPositionRequestSchema;
+    output: typeof ReportGatewayPositionResponseSchema;
+  },
+  /**
+   * Adds a new JWT signing key. It is published in the JWKS at once and starts signing only after
+   * every auth replica and gateway has reloaded the key set; keys whose tokens have all expired
+   * are dropped. See docs/authentication.md, "Key rotation".
+   *
+   * @generated from rpc pi.auth.v1.AuthService.RotateSigningKey
+   */
+  rotateSigningKey: {
+    methodKind: "unary";
+    input: typeof RotateSigningKeyRequestSchema;
+    output: typeof RotateSigningKeyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pi_auth_v1_auth, 0);

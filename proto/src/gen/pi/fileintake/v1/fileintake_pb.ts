@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/fileintake/v1/fileintake.proto.
  */
 export const file_pi_fileintake_v1_fileintake: GenFile = /*@__PURE__*/
-  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIscBChBTdWJtaXRGaWxlSGVhZGVyEhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhUKDWVsZGVyX2FkZHJlc3MYAyABKAkSFAoHcHVycG9zZRgEIAEoCUgAiAEBEhwKD2lkZW1wb3RlbmN5X2tleRgFIAEoCUgBiAEBEhIKCm1lZGlhX3R5cGUYBiABKAlCCgoIX3B1cnBvc2VCEgoQX2lkZW1wb3RlbmN5X2tleSJiChFTdWJtaXRGaWxlUmVxdWVzdBI0CgZoZWFkZXIYASABKAsyIi5waS5maWxlaW50YWtlLnYxLlN1Ym1pdEZpbGVIZWFkZXJIABIPCgVjaHVuaxgCIAEoDEgAQgYKBHBhcnQiQQoSU3VibWl0RmlsZVJlc3BvbnNlEisKBGZpbGUYASABKAsyHS5waS5maWxlaW50YWtlLnYxLlBhcnRuZXJGaWxlIjAKDkdldEZpbGVSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCgoCaWQYAiABKAkiPgoPR2V0RmlsZVJlc3BvbnNlEisKBGZpbGUYASABKAsyHS5waS5maWxlaW50YWtlLnYxLlBhcnRuZXJGaWxlKnYKCkZpbGVTdGF0dXMSGwoXRklMRV9TVEFUVVNfVU5TUEVDSUZJRUQQABIYChRGSUxFX1NUQVRVU19SRUNFSVZFRBABEhkKFUZJTEVfU1RBVFVTX1BST0NFU1NFRBACEhYKEkZJTEVfU1RBVFVTX0ZBSUxFRBADMr4BChFGaWxlSW50YWtlU2VydmljZRJZCgpTdWJtaXRGaWxlEiMucGkuZmlsZWludGFrZS52MS5TdWJtaXRGaWxlUmVxdWVzdBokLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVJlc3BvbnNlKAESTgoHR2V0RmlsZRIgLnBpLmZpbGVpbnRha2UudjEuR2V0RmlsZVJlcXVlc3QaIS5waS5maWxlaW50YWtlLnYxLkdldEZpbGVSZXNwb25zZWIGcHJvdG8z", [file_pi_common_v1_common]);
+  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzInoKEFN1Ym1pdEZpbGVIZWFkZXISEgoKcGFydG5lcl9pZBgBIAEoCRIgCgRtb2RlGAIgASgOMhIucGkuY29tbW9uLnYxLk1vZGUSHAoPaWRlbXBvdGVuY3lfa2V5GAMgASgJSACIAQFCEgoQX2lkZW1wb3RlbmN5X2tleSJMChFTdWJtaXRGaWxlVHJhaWxlchIVCg1lbGRlcl9hZGRyZXNzGAEgASgJEhQKB3B1cnBvc2UYAiABKAlIAIgBAUIKCghfcHVycG9zZSKaAQoRU3VibWl0RmlsZVJlcXVlc3QSNAoGaGVhZGVyGAEgASgLMiIucGkuZmlsZWludGFrZS52MS5TdWJtaXRGaWxlSGVhZGVySAASDwoFY2h1bmsYAiABKAxIABI2Cgd0cmFpbGVyGAMgASgLMiMucGkuZmlsZWludGFrZS52MS5TdWJtaXRGaWxlVHJhaWxlckgAQgYKBHBhcnQiQQoSU3VibWl0RmlsZVJlc3BvbnNlEisKBGZpbGUYASABKAsyHS5waS5maWxlaW50YWtlLnYxLlBhcnRuZXJGaWxlIlIKDkdldEZpbGVSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCgoCaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlIj4KD0dldEZpbGVSZXNwb25zZRIrCgRmaWxlGAEgASgLMh0ucGkuZmlsZWludGFrZS52MS5QYXJ0bmVyRmlsZSp2CgpGaWxlU3RhdHVzEhsKF0ZJTEVfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoURklMRV9TVEFUVVNfUkVDRUlWRUQQARIZChVGSUxFX1NUQVRVU19QUk9DRVNTRUQQAhIWChJGSUxFX1NUQVRVU19GQUlMRUQQAzK+AQoRRmlsZUludGFrZVNlcnZpY2USWQoKU3VibWl0RmlsZRIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVJlcXVlc3QaJC5waS5maWxlaW50YWtlLnYxLlN1Ym1pdEZpbGVSZXNwb25zZSgBEk4KB0dldEZpbGUSIC5waS5maWxlaW50YWtlLnYxLkdldEZpbGVSZXF1ZXN0GiEucGkuZmlsZWludGFrZS52MS5HZXRGaWxlUmVzcG9uc2ViBnByb3RvMw", [file_pi_common_v1_common]);
 
 /**
  * @generated from message pi.fileintake.v1.PartnerFile
@@ -37,6 +37,8 @@ export const PartnerFileSchema: GenMessage<PartnerFile> = /*@__PURE__*/
   messageDesc(file_pi_fileintake_v1_fileintake, 0);
 
 /**
+ * What is known before the first byte of the file: who sends, with which credential mode and key.
+ *
  * @generated from message pi.fileintake.v1.SubmitFileHeader
  */
 export type SubmitFileHeader = Message<"pi.fileintake.v1.SubmitFileHeader"> & {
@@ -51,26 +53,9 @@ export type SubmitFileHeader = Message<"pi.fileintake.v1.SubmitFileHeader"> & {
   mode: Mode;
 
   /**
-   * @generated from field: string elder_address = 3;
-   */
-  elderAddress: string;
-
-  /**
-   * @generated from field: optional string purpose = 4;
-   */
-  purpose?: string | undefined;
-
-  /**
-   * @generated from field: optional string idempotency_key = 5;
+   * @generated from field: optional string idempotency_key = 3;
    */
   idempotencyKey?: string | undefined;
-
-  /**
-   * The media type the gateway sniffed from the first bytes.
-   *
-   * @generated from field: string media_type = 6;
-   */
-  mediaType: string;
 };
 
 /**
@@ -79,6 +64,30 @@ export type SubmitFileHeader = Message<"pi.fileintake.v1.SubmitFileHeader"> & {
  */
 export const SubmitFileHeaderSchema: GenMessage<SubmitFileHeader> = /*@__PURE__*/
   messageDesc(file_pi_fileintake_v1_fileintake, 1);
+
+/**
+ * What is known only once the whole multipart body is read: its text fields may follow the file part.
+ *
+ * @generated from message pi.fileintake.v1.SubmitFileTrailer
+ */
+export type SubmitFileTrailer = Message<"pi.fileintake.v1.SubmitFileTrailer"> & {
+  /**
+   * @generated from field: string elder_address = 1;
+   */
+  elderAddress: string;
+
+  /**
+   * @generated from field: optional string purpose = 2;
+   */
+  purpose?: string | undefined;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.SubmitFileTrailer.
+ * Use `create(SubmitFileTrailerSchema)` to create a new message.
+ */
+export const SubmitFileTrailerSchema: GenMessage<SubmitFileTrailer> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 2);
 
 /**
  * @generated from message pi.fileintake.v1.SubmitFileRequest
@@ -99,6 +108,12 @@ export type SubmitFileRequest = Message<"pi.fileintake.v1.SubmitFileRequest"> & 
      */
     value: Uint8Array;
     case: "chunk";
+  } | {
+    /**
+     * @generated from field: pi.fileintake.v1.SubmitFileTrailer trailer = 3;
+     */
+    value: SubmitFileTrailer;
+    case: "trailer";
   } | { case: undefined; value?: undefined };
 };
 
@@ -107,7 +122,7 @@ export type SubmitFileRequest = Message<"pi.fileintake.v1.SubmitFileRequest"> & 
  * Use `create(SubmitFileRequestSchema)` to create a new message.
  */
 export const SubmitFileRequestSchema: GenMessage<SubmitFileRequest> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 2);
+  messageDesc(file_pi_fileintake_v1_fileintake, 3);
 
 /**
  * @generated from message pi.fileintake.v1.SubmitFileResponse
@@ -124,9 +139,11 @@ export type SubmitFileResponse = Message<"pi.fileintake.v1.SubmitFileResponse"> 
  * Use `create(SubmitFileResponseSchema)` to create a new message.
  */
 export const SubmitFileResponseSchema: GenMessage<SubmitFileResponse> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 3);
+  messageDesc(file_pi_fileintake_v1_fileintake, 4);
 
 /**
+ * A file belongs to (partner, mode): a test token never sees a live file, nor the reverse.
+ *
  * @generated from message pi.fileintake.v1.GetFileRequest
  */
 export type GetFileRequest = Message<"pi.fileintake.v1.GetFileRequest"> & {
@@ -139,6 +156,11 @@ export type GetFileRequest = Message<"pi.fileintake.v1.GetFileRequest"> & {
    * @generated from field: string id = 2;
    */
   id: string;
+
+  /**
+   * @generated from field: pi.common.v1.Mode mode = 3;
+   */
+  mode: Mode;
 };
 
 /**
@@ -146,7 +168,7 @@ export type GetFileRequest = Message<"pi.fileintake.v1.GetFileRequest"> & {
  * Use `create(GetFileRequestSchema)` to create a new message.
  */
 export const GetFileRequestSchema: GenMessage<GetFileRequest> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 4);
+  messageDesc(file_pi_fileintake_v1_fileintake, 5);
 
 /**
  * @generated from message pi.fileintake.v1.GetFileResponse
@@ -163,7 +185,7 @@ export type GetFileResponse = Message<"pi.fileintake.v1.GetFileResponse"> & {
  * Use `create(GetFileResponseSchema)` to create a new message.
  */
 export const GetFileResponseSchema: GenMessage<GetFileResponse> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 5);
+  messageDesc(file_pi_fileintake_v1_fileintake, 6);
 
 /**
  * @generated from enum pi.fileintake.v1.FileStatus
@@ -203,7 +225,9 @@ export const FileStatusSchema: GenEnum<FileStatus> = /*@__PURE__*/
  */
 export const FileIntakeService: GenService<{
   /**
-   * A client stream: one header first, then the file's bytes in chunks.
+   * A client stream: one header first, then the file's bytes in chunks, then one trailer. Nothing is
+   * committed before the trailer has arrived and every check has passed; a stream that ends or is
+   * cancelled any other way leaves nothing behind.
    *
    * @generated from rpc pi.fileintake.v1.FileIntakeService.SubmitFile
    */

@@ -10,7 +10,61 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/webhook/v1/webhook.proto.
  */
 export const file_pi_webhook_v1_webhook: GenFile = /*@__PURE__*/
-  fileDesc("ChtwaS93ZWJob29rL3YxL3dlYmhvb2sucHJvdG8SDXBpLndlYmhvb2sudjEiggEKCERlbGl2ZXJ5EhAKCGV2ZW50X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSEAoIYXR0ZW1wdHMYAyABKAUSKwoFc3RhdGUYBCABKA4yHC5waS53ZWJob29rLnYxLkRlbGl2ZXJ5U3RhdGUSFwoPbmV4dF9hdHRlbXB0X2F0GAUgASgDIisKFUxpc3REZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJIkUKFkxpc3REZWxpdmVyaWVzUmVzcG9uc2USKwoKZGVsaXZlcmllcxgBIAMoCzIXLnBpLndlYmhvb2sudjEuRGVsaXZlcnkqhAEKDURlbGl2ZXJ5U3RhdGUSHgoaREVMSVZFUllfU1RBVEVfVU5TUEVDSUZJRUQQABIaChZERUxJVkVSWV9TVEFURV9QRU5ESU5HEAESHAoYREVMSVZFUllfU1RBVEVfREVMSVZFUkVEEAISGQoVREVMSVZFUllfU1RBVEVfRkFJTEVEEAMybwoOV2ViaG9va1NlcnZpY2USXQoOTGlzdERlbGl2ZXJpZXMSJC5waS53ZWJob29rLnYxLkxpc3REZWxpdmVyaWVzUmVxdWVzdBolLnBpLndlYmhvb2sudjEuTGlzdERlbGl2ZXJpZXNSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("ChtwaS93ZWJob29rL3YxL3dlYmhvb2sucHJvdG8SDXBpLndlYmhvb2sudjEigAEKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEhIKCnN0YXJ0ZWRfYXQYAiABKAMSEwoLc3RhdHVzX2NvZGUYAyABKAUSEwoLZHVyYXRpb25fbXMYBCABKAUSDQoFZXJyb3IYBSABKAkSGAoQcmVzcG9uc2VfZXhjZXJwdBgGIAEoCSLaAQoIRGVsaXZlcnkSEAoIZXZlbnRfaWQYASABKAkSDAoEdHlwZRgCIAEoCRIQCghhdHRlbXB0cxgDIAEoBRIrCgVzdGF0ZRgEIAEoDjIcLnBpLndlYmhvb2sudjEuRGVsaXZlcnlTdGF0ZRIXCg9uZXh0X2F0dGVtcHRfYXQYBSABKAMSFQoNY29ubmVjdGlvbl9pZBgGIAEoCRISCgpjcmVhdGVkX2F0GAcgASgDEisKC2F0dGVtcHRfbG9nGAggAygLMhYucGkud2ViaG9vay52MS5BdHRlbXB0IjoKFUxpc3REZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIkUKFkxpc3REZWxpdmVyaWVzUmVzcG9uc2USKwoKZGVsaXZlcmllcxgBIAMoCzIXLnBpLndlYmhvb2sudjEuRGVsaXZlcnkqpAEKDURlbGl2ZXJ5U3RhdGUSHgoaREVMSVZFUllfU1RBVEVfVU5TUEVDSUZJRUQQABIaChZERUxJVkVSWV9TVEFURV9QRU5ESU5HEAESHAoYREVMSVZFUllfU1RBVEVfREVMSVZFUkVEEAISGQoVREVMSVZFUllfU1RBVEVfRkFJTEVEEAMSHgoaREVMSVZFUllfU1RBVEVfTk9fRU5EUE9JTlQQBDJvCg5XZWJob29rU2VydmljZRJdCg5MaXN0RGVsaXZlcmllcxIkLnBpLndlYmhvb2sudjEuTGlzdERlbGl2ZXJpZXNSZXF1ZXN0GiUucGkud2ViaG9vay52MS5MaXN0RGVsaXZlcmllc1Jlc3BvbnNlYgZwcm90bzM");
+
+/**
+ * One POST to the partner's address.
+ *
+ * @generated from message pi.webhook.v1.Attempt
+ */
+export type Attempt = Message<"pi.webhook.v1.Attempt"> & {
+  /**
+   * 1 for the first attempt.
+   *
+   * @generated from field: int32 number = 1;
+   */
+  number: number;
+
+  /**
+   * Unix milliseconds.
+   *
+   * @generated from field: int64 started_at = 2;
+   */
+  startedAt: bigint;
+
+  /**
+   * 0 when no HTTP answer came (refused address, connection error, timeout).
+   *
+   * @generated from field: int32 status_code = 3;
+   */
+  statusCode: number;
+
+  /**
+   * @generated from field: int32 duration_ms = 4;
+   */
+  durationMs: number;
+
+  /**
+   * Empty when an HTTP answer came.
+   *
+   * @generated from field: string error = 5;
+   */
+  error: string;
+
+  /**
+   * The start of the answer's body, truncated.
+   *
+   * @generated from field: string response_excerpt = 6;
+   */
+  responseExcerpt: string;
+};
+
+/**
+ * Describes the message pi.webhook.v1.Attempt.
+ * Use `create(AttemptSchema)` to create a new message.
+ */
+export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 0);
 
 /**
  * @generated from message pi.webhook.v1.Delivery
@@ -42,6 +96,25 @@ export type Delivery = Message<"pi.webhook.v1.Delivery"> & {
    * @generated from field: int64 next_attempt_at = 5;
    */
   nextAttemptAt: bigint;
+
+  /**
+   * @generated from field: string connection_id = 6;
+   */
+  connectionId: string;
+
+  /**
+   * Unix milliseconds at which the webhook event was created.
+   *
+   * @generated from field: int64 created_at = 7;
+   */
+  createdAt: bigint;
+
+  /**
+   * Every attempt, oldest first.
+   *
+   * @generated from field: repeated pi.webhook.v1.Attempt attempt_log = 8;
+   */
+  attemptLog: Attempt[];
 };
 
 /**
@@ -49,7 +122,7 @@ export type Delivery = Message<"pi.webhook.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_pi_webhook_v1_webhook, 0);
+  messageDesc(file_pi_webhook_v1_webhook, 1);
 
 /**
  * @generated from message pi.webhook.v1.ListDeliveriesRequest
@@ -59,6 +132,13 @@ export type ListDeliveriesRequest = Message<"pi.webhook.v1.ListDeliveriesRequest
    * @generated from field: string partner_id = 1;
    */
   partnerId: string;
+
+  /**
+   * At most this many, newest first; 0 means 1000, the maximum.
+   *
+   * @generated from field: int32 limit = 2;
+   */
+  limit: number;
 };
 
 /**
@@ -66,7 +146,7 @@ export type ListDeliveriesRequest = Message<"pi.webhook.v1.ListDeliveriesRequest
  * Use `create(ListDeliveriesRequestSchema)` to create a new message.
  */
 export const ListDeliveriesRequestSchema: GenMessage<ListDeliveriesRequest> = /*@__PURE__*/
-  messageDesc(file_pi_webhook_v1_webhook, 1);
+  messageDesc(file_pi_webhook_v1_webhook, 2);
 
 /**
  * @generated from message pi.webhook.v1.ListDeliveriesResponse
@@ -83,7 +163,7 @@ export type ListDeliveriesResponse = Message<"pi.webhook.v1.ListDeliveriesRespon
  * Use `create(ListDeliveriesResponseSchema)` to create a new message.
  */
 export const ListDeliveriesResponseSchema: GenMessage<ListDeliveriesResponse> = /*@__PURE__*/
-  messageDesc(file_pi_webhook_v1_webhook, 2);
+  messageDesc(file_pi_webhook_v1_webhook, 3);
 
 /**
  * @generated from enum pi.webhook.v1.DeliveryState
@@ -95,19 +175,32 @@ export enum DeliveryState {
   UNSPECIFIED = 0,
 
   /**
+   * Waiting for its next attempt (or being attempted now).
+   *
    * @generated from enum value: DELIVERY_STATE_PENDING = 1;
    */
   PENDING = 1,
 
   /**
+   * A 2xx answered within the attempt timeout.
+   *
    * @generated from enum value: DELIVERY_STATE_DELIVERED = 2;
    */
   DELIVERED = 2,
 
   /**
+   * Every attempt of the retry window failed.
+   *
    * @generated from enum value: DELIVERY_STATE_FAILED = 3;
    */
   FAILED = 3,
+
+  /**
+   * The partner had no webhook address when the event came due; it is kept but never sent.
+   *
+   * @generated from enum value: DELIVERY_STATE_NO_ENDPOINT = 4;
+   */
+  NO_ENDPOINT = 4,
 }
 
 /**
@@ -123,6 +216,8 @@ export const DeliveryStateSchema: GenEnum<DeliveryState> = /*@__PURE__*/
  */
 export const WebhookService: GenService<{
   /**
+   * A partner's webhook events, newest first, with the state of their delivery.
+   *
    * @generated from rpc pi.webhook.v1.WebhookService.ListDeliveries
    */
   listDeliveries: {

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Brings the whole partner integration platform up on a local kind cluster and runs the
+# end-to-end suite against its ingress:
+#
+#   deploy/kind/up.sh              create (or reuse) the cluster, install ingress-nginx, build and
+#                                  deploy with Skaffold, wait for readiness, run test/e2e
+#   deploy/kind/up.sh --no-e2e     the same without the end-to-end suite
+#
+# Needs docker, kind, kubectl, helm, skaffold, node 20 and npm on PATH (see deploy/kind/README.md).
+# The cluster stays up afterwards; remove it with `kind delete cluster --name partner-integration`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CLUSTER="partner-integration"
+CONTEXT="kind-${CLUSTER}"
+# Must match deploy.helm.releases[0] of skaffold.yaml.
+NAMESPACE="${NAMESPACE:-partner-integration}"
+RELEASE="${RELEASE:-pi}"
+BASE_URL="${E2E_BASE_URL:-http://localhost}"
+# ingress-nginx's published manifest for kind: project kubernetes/ingress-nginx, file
+# deploy/static/provider/kind/deploy.yaml at the tag below. INGRESS_NGINX_MANIFEST may name a
+# local copy instead (a path or a URL).
+INGRESS_NGINX_TAG="${INGRESS_NGINX_TAG:-controller-v1.12.1}"
+INGRESS_NGINX_MANIFEST="${INGRESS_NGINX_MANIFEST:-https://raw.githubusercontent.com/kubernetes/ingress-nginx/${INGRESS_NGINX_TAG}/deploy/static/provider/kind/deploy.yaml}"
+RUN_E2E=1
+
+for arg in "$@"; do
+  case "$arg" in
+    --no-e2e) RUN_E2E=0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+step() { printf '\n==> %s\n' "$*"; }
+die() { echo "error: $*" >&2; exit 1; }
+
+step "checking the prerequisites"
+for tool in docker kind kubectl helm skaffold node npm curl; do
+  command -v "$tool" > /dev/null || die "$tool is not on PATH (see deploy/kind/README.md)"
+done
+docker info > /dev/null 2>&1 || die "the Docker engine does not answer (is it running, and may this user use it?)"
+
+step "creating the kind cluster ${CLUSTER} (reused when it exists)"
+if kind get clusters 2> /dev/null | grep -qx "${CLUSTER}"; then
+  echo "cluster ${CLUSTER} exists; reusing it"
+else
+  kind create cluster --config "${ROOT}/deploy/kind/cluster.yaml" --wait 180s
+fi
+kubectl config use-context "${CONTEXT}" > /dev/null
+KUBECTL=(kubectl --context "${CONTEXT}")
+
+step "installing ingress-nginx (${INGRESS_NGINX_TAG})"
+"${KUBECTL[@]}" apply -f "${INGRESS_NGINX_MANIFEST}"
+"${KUBECTL[@]}" -n ingress-nginx rollout status deployment/ingress-nginx-controller --timeout=300s
+"${KUBECTL[@]}" -n ingress-nginx wait --for=condition=ready pod \
+  --selector=app.kubernetes.io/component=controller --timeout=300s
+
+step "building the images and deploying the chart with Skaffold (profile kind)"
+cd "${ROOT}"
+skaffold run -p kind --kube-context "${CONTEXT}" --status-check=true
+
+step "waiting for every pod of release ${RELEASE} to be ready"
+for deploy in gateway auth connection file-intake webhook; do
+  "${KUBECTL[@]}" -n "${NAMESPACE}" rollout status "deployment/${RELEASE}-${deploy}" --timeout=600s
+done
+"${KUBECTL[@]}" -n "${NAMESPACE}" wait --for=condition=ready pod \
+  --selector="app.kubernetes.io/instance=${RELEASE}" --field-selector=status.phase=Running --timeout=600s
+
+step "waiting for ${BASE_URL}/readyz through the ingress"
+deadline=$((SECONDS + 300))
+until [ "$(curl -s -o /dev/null -w '%{http_code}' "${BASE_URL}/readyz")" = "200" ]; do
+  if [ "${SECONDS}" -ge "${deadline}" ]; then
+    "${KUBECTL[@]}" -n "${NAMESPACE}" get pods -o wide || true
+    die "${BASE_URL}/readyz did not answer 200 within 5 minutes"
+  fi
+  sleep 3
+done
+echo "ready: ${BASE_URL}/readyz answers 200"
+
+OPS="kubectl --context ${CONTEXT} exec -n ${NAMESPACE} deploy/${RELEASE}-gateway -- node services/ops/dist/main.js"
+if [ "${RUN_E2E}" = "1" ]; then
+  step "running the end-to-end suite against ${BASE_URL}"
+  echo "E2E_BASE_URL=${BASE_URL}"
+  echo "E2E_OPS=${OPS}"
+  E2E_BASE_URL="${BASE_URL}" E2E_OPS="${OPS}" npm test -- test/e2e
+fi
+
+step "done"
+cat <<EOF
+Partner API:        ${BASE_URL}
+Operator commands:  ${OPS} info --json
+Remove everything:  kind delete cluster --name ${CLUSTER}
+EOF

@@ -1,0 +1,98 @@
+import {
+  context,
+  metrics,
+  propagation,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Context,
+  type Span,
+  type TextMapGetter,
+} from "@opentelemetry/api";
+import type { Interceptor } from "@connectrpc/connect";
+
+// Tracing and metrics through the OpenTelemetry API. Without an SDK registered every call here is a
+// no-op; `startTelemetry` registers the Node SDK when the standard OTEL_* variables ask for an
+// exporter, and tests register an in-memory one. Context crosses Connect calls as W3C trace
+// headers and Kafka messages as the same headers on the message.
+
+export const tracer = () => trace.getTracer("partner-integration");
+export const meter = () => metrics.getMeter("partner-integration");
+
+export function telemetryRequested(env: NodeJS.ProcessEnv = process.env): boolean {
+  if (env.OTEL_SDK_DISABLED === "true") return false;
+  const exporters = [env.OTEL_TRACES_EXPORTER, env.OTEL_METRICS_EXPORTER].filter((e) => e && e !== "none");
+  return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || exporters.length > 0);
+}
+
+/** Starts the OpenTelemetry Node SDK when an exporter is configured; returns its shutdown. */
+export async function startTelemetry(serviceName: string): Promise<() => Promise<void>> {
+  if (!telemetryRequested()) return async () => {};
+  const { NodeSDK } = await import("@opentelemetry/sdk-node");
+  const sdk = new NodeSDK({ serviceName, instrumentations: [] });
+  sdk.start();
+  return () => sdk.shutdown();
+}
+
+type Carrier = Record<string, string>;
+
+/** The trace headers of a context (the active one by default), to store or to send. */
+export function traceHeaders(ctx: Context = context.active()): Carrier {
+  const carrier: Carrier = {};
+  propagation.inject(ctx, carrier);
+  return carrier;
+}
+
+const recordGetter: TextMapGetter<Record<string, unknown>> = {
+  keys: (c) => Object.keys(c),
+  get: (c, k) => {
+    const v = c[k];
+    return v === undefined || v === null ? undefined : Buffer.isBuffer(v) ? v.toString() : String(v);
+  },
+};
+
+/** The context carried by stored or received headers (Kafka message headers, a stored outbox entry). */
+export function contextFromHeaders(headers: Record<string, unknown> | undefined): Context {
+  return headers ? propagation.extract(ROOT_CONTEXT, headers, recordGetter) : ROOT_CONTEXT;
+}
+
+/** Runs fn inside a new span (child of parent, or of the active context), ending it either way. */
+export async function inSpan<T>(name: string, opts: { kind?: SpanKind; parent?: Context; attributes?: Record<string, string | number> }, fn: (span: Span) => Promise<T>): Promise<T> {
+  const parent = opts.parent ?? context.active();
+  const span = tracer().startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes }, parent);
+  try {
+    return await context.with(trace.setSpan(parent, span), () => fn(span));
+  } catch (err) {
+    span.recordException(err as Error);
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw err;
+  } finally {
+    span.end();
+  }
+}
+
+const headersGetter: TextMapGetter<Headers> = {
+  keys: (h) => [...h.keys()],
+  get: (h, k) => h.get(k) ?? undefined,
+};
+
+/** Client side of a Connect call: a CLIENT span, its context sent in the request headers. */
+export const tracingClientInterceptor: Interceptor = (next) => (req) =>
+  inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc" } }, () => {
+    propagation.inject(context.active(), req.header, { set: (h, k, v) => h.set(k, v) });
+    return next(req);
+  });
+
+const rpcDuration = () => meter().createHistogram("rpc.server.duration", { unit: "ms", description: "Duration of served Connect calls" });
+
+/** Server side of a Connect call: a SERVER span, child of the caller's context; a duration metric. */
+export const tracingServerInterceptor: Interceptor = (next) => (req) => {
+  const parent = propagation.extract(ROOT_CONTEXT, req.header, headersGetter);
+  const started = performance.now();
+  return inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.SERVER, parent, attributes: { "rpc.system": "connect_rpc" } }, () => next(req)).finally(
+    () => rpcDuration().record(performance.now() - started, { "rpc.method": req.method.name }),
+  );
+};
+
+export { SpanKind };

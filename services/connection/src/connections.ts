@@ -1,0 +1,200 @@
+import type { Filter } from "mongodb";
+import { newId, sandboxElderAddress, type Settings } from "@pi/common";
+import { KeyedLock } from "./keyed-lock.js";
+import type { OutboxRelay } from "./outbox.js";
+import {
+  effectiveStatus,
+  externalStatus,
+  initialState,
+  transition,
+  type ConnectionMode,
+  type ConnectionState,
+  type ExternalStatus,
+  type Outcome,
+  type Timing,
+  type Trigger,
+} from "./state-machine.js";
+import { normalize, type ConnectionDoc, type ConnectionStore, type OutboxEntry } from "./store.js";
+
+// Connections in the database: every state change is a compare-and-set on the document's version
+// that stores the new state and, when the change emits an event, its outbox entry in the same
+// update (no transactions: one document update carries both). Within the process, every write of
+// a connection runs under its key in `lock` (keyed-lock.ts says why).
+
+export type Clock = () => Date;
+
+export interface Applied {
+  doc: ConnectionDoc;
+  outcome: Outcome;
+}
+
+function isDuplicateKey(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
+}
+
+const maxAttempts = 10;
+
+export class Connections {
+  private readonly sandbox: string;
+
+  constructor(
+    private readonly store: ConnectionStore,
+    private readonly settings: Pick<Settings, "ADDRESS_DOMAIN" | "CONNECTION_PENDING_TTL_SECONDS" | "SANDBOX_APPROVAL_DELAY_SECONDS">,
+    private readonly relay: Pick<OutboxRelay, "afterStore">,
+    private readonly clock: Clock = () => new Date(),
+    private readonly lock: KeyedLock = new KeyedLock(),
+  ) {
+    this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
+  }
+
+  timing(): Timing {
+    return {
+      now: this.clock(),
+      pendingTtlSeconds: this.settings.CONNECTION_PENDING_TTL_SECONDS,
+      sandboxDelaySeconds: this.settings.SANDBOX_APPROVAL_DELAY_SECONDS,
+    };
+  }
+
+  stateOf(doc: ConnectionDoc, elderId = doc.elderId): ConnectionState {
+    return { status: doc.status, mode: doc.mode, resolved: elderId !== null, pendingSince: doc.pendingSince, approveAt: doc.approveAt };
+  }
+
+  external(doc: ConnectionDoc): ExternalStatus {
+    return externalStatus(this.stateOf(doc), this.timing());
+  }
+
+  /**
+   * Test credentials resolve only the sandbox elder; live ones every elder but it. Every case runs
+   * the same lookup by _id (store.ts), so the answer takes the same time whether or not the address
+   * resolves.
+   */
+  async resolveElder(mode: ConnectionMode, address: string): Promise<string | null> {
+    const elder = await this.store.elders.findOne({ _id: address });
+    if (!elder || (mode === "test") !== (address === this.sandbox)) return null;
+    return elder.elderId;
+  }
+
+  /** POST /v1/connections: creates the (partner, mode, address) connection or returns the existing one. */
+  async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
+    const elderId = await this.resolveElder(mode, address);
+    const t = this.timing();
+    const initial = initialState(mode, elderId !== null, t);
+    const id = newId("con");
+    const fresh: ConnectionDoc = {
+      _id: id,
+      partnerId,
+      mode,
+      address,
+      elderId,
+      status: initial.status,
+      pendingSince: initial.pendingSince,
+      approveAt: initial.approveAt,
+      version: 0,
+      outbox: [],
+      createdAt: t.now,
+      updatedAt: t.now,
+    };
+    let doc: ConnectionDoc | null = null;
+    for (let attempt = 1; doc === null; attempt++) {
+      try {
+        doc = normalize(
+          await this.store.connections.findOneAndUpdate({ partnerId, mode, address }, { $setOnInsert: fresh }, { upsert: true, returnDocument: "after" }),
+        );
+      } catch (err) {
+        // Concurrent upserts race to insert; the losers find the winner's document on a retry.
+        if (!isDuplicateKey(err) || attempt >= maxAttempts) throw err;
+      }
+    }
+    if (doc._id === id) return doc;
+    const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
+    return repeated?.doc ?? doc;
+  }
+
+  /**
+   * Applies one trigger to the connection matching `filter`: null when there is none. `elderId`
+   * replaces the stored resolution; `resolve` looks the address up again when it had not resolved.
+   */
+  async apply(
+    filter: Filter<ConnectionDoc> & { _id: string },
+    trigger: Trigger,
+    opts: { elderId?: string | null; resolve?: boolean } = {},
+  ): Promise<Applied | null> {
+    return this.lock.run(filter._id, () => this.applyLocked(filter, trigger, opts));
+  }
+
+  private async applyLocked(
+    filter: Filter<ConnectionDoc> & { _id: string },
+    trigger: Trigger,
+    opts: { elderId?: string | null; resolve?: boolean },
+  ): Promise<Applied | null> {
+    for (let attempt = 0; attempt < maxAttempts; attempt++) {
+      const doc = normalize(await this.store.connections.findOne(filter));
+      if (!doc) return null;
+      let elderId = opts.elderId !== undefined ? opts.elderId : doc.elderId;
+      if (opts.resolve && elderId === null) elderId = await this.resolveElder(doc.mode, doc.address);
+      const t = this.timing();
+      const outcome = transition(this.stateOf(doc, elderId), trigger, t);
+      if (outcome.kind !== "change") return { doc, outcome };
+
+      const entry: OutboxEntry | null = outcome.event
+        ? { eventId: newId("evt"), type: outcome.event, status: outcome.to === "approved" ? "approved" : "revoked", occurredAt: t.now }
+        : null;
+      const updated = await this.store.connections.findOneAndUpdate(
+        { _id: doc._id, version: doc.version },
+        {
+          $set: {
+            status: outcome.to,
+            approveAt: outcome.approveAt,
+            elderId,
+            updatedAt: t.now,
+            ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
+          },
+          $inc: { version: 1 },
+          ...(entry ? { $push: { outbox: entry } } : {}),
+        },
+        { returnDocument: "after" },
+      );
+      if (!updated) continue; // another writer changed it since the read: decide again on the new state
+      if (entry) this.relay.afterStore(doc._id);
+      return { doc: normalize(updated), outcome };
+    }
+    throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
+  }
+
+  /** For file-intake: an approved connection of this partner, in this mode, to an elder that resolved. */
+  async isActive(partnerId: string, mode: ConnectionMode, address: string): Promise<boolean> {
+    const doc = normalize(await this.store.connections.findOne({ partnerId, mode, address }));
+    return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
+  }
+
+  /** Approves every sandbox connection whose delay has passed; returns how many it approved. */
+  async approveDue(limit = 100): Promise<number> {
+    const { now } = this.timing();
+    const due = await this.store.connections
+      .find({ status: "pending", mode: "test", approveAt: { $lte: now } }, { projection: { _id: 1 } })
+      .limit(limit)
+      .toArray();
+    let approved = 0;
+    for (const { _id } of due) {
+      const res = await this.apply({ _id }, "auto_approve");
+      if (res?.outcome.kind === "change") approved++;
+    }
+    return approved;
+  }
+
+  /** Persists the expiry of pending windows that ended (reads show it already); no event. */
+  async expireDue(limit = 500): Promise<number> {
+    const t = this.timing();
+    const cutoff = new Date(t.now.getTime() - t.pendingTtlSeconds * 1000);
+    const due = await this.store.connections
+      .find({ status: { $in: ["pending", "declined"] }, approveAt: null, pendingSince: { $lte: cutoff } }, { projection: { _id: 1 } })
+      .limit(limit)
+      .toArray();
+    let expired = 0;
+    for (const { _id } of due) {
+      const res = await this.apply({ _id }, "expire");
+      if (res?.outcome.kind === "change") expired++;
+    }
+    return expired;
+  }
+}

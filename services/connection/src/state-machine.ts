@@ -1,0 +1,136 @@
+// The connection state machine, as pure functions: what every trigger does to a connection in every
+// state, what a partner sees, and which changes emit an event. The routes, the sandbox scheduler and
+// the expiry sweep all go through `transition`, so there is one table and docs/connections.md
+// describes it row by row.
+
+export type InternalStatus = "pending" | "approved" | "declined" | "expired" | "revoked";
+export type ExternalStatus = "pending" | "approved" | "expired" | "revoked";
+export type ConnectionMode = "live" | "test";
+export type EventType = "connection.approved" | "connection.revoked";
+
+export interface ConnectionState {
+  status: InternalStatus;
+  mode: ConnectionMode;
+  /** The address resolved to an elder under the mode's rule (test: only the sandbox; live: all but it). */
+  resolved: boolean;
+  /** Start of the current pending window (the first request, or the request that re-opened it). */
+  pendingSince: Date;
+  /** When a test connection to the sandbox elder approves by itself; null for every other connection. */
+  approveAt: Date | null;
+}
+
+export interface Timing {
+  now: Date;
+  pendingTtlSeconds: number;
+  sandboxDelaySeconds: number;
+}
+
+export type Trigger =
+  /** POST /v1/connections for a (partner, mode, address) that already has a connection. */
+  | "request"
+  /** The primary caregiver's acts in the app (operator CLI). */
+  | "approve"
+  | "decline"
+  | "sever"
+  /** The sandbox scheduler, once approveAt has passed. */
+  | "auto_approve"
+  /** DELETE /v1/connections/{id} by the owning partner. */
+  | "delete"
+  /** The periodic sweep that persists what reads already show. */
+  | "expire";
+
+export type Outcome =
+  | { kind: "change"; to: InternalStatus; pendingSince?: Date; approveAt: Date | null; event: EventType | null }
+  | { kind: "unchanged" }
+  | { kind: "refused"; reason: string };
+
+/** A test connection to the sandbox elder waiting for its automatic approval: it never expires. */
+export function awaitingSandboxApproval(s: ConnectionState): boolean {
+  return s.mode === "test" && s.status === "pending" && s.resolved && s.approveAt !== null;
+}
+
+/** The status with time applied: a pending or declined connection past its window is expired. */
+export function effectiveStatus(s: ConnectionState, t: Timing): InternalStatus {
+  if (s.status !== "pending" && s.status !== "declined") return s.status;
+  if (awaitingSandboxApproval(s)) return s.status;
+  const age = t.now.getTime() - s.pendingSince.getTime();
+  return age >= t.pendingTtlSeconds * 1000 ? "expired" : s.status;
+}
+
+/** What a partner sees. A decline reads exactly like an undecided request, expiry included. */
+export function externalStatus(s: ConnectionState, t: Timing): ExternalStatus {
+  const status = effectiveStatus(s, t);
+  return status === "declined" ? "pending" : status;
+}
+
+/** Only a test connection whose address resolved (to the sandbox elder) approves by itself. */
+export function sandboxApproveAt(mode: ConnectionMode, resolved: boolean, t: Timing): Date | null {
+  return mode === "test" && resolved ? new Date(t.now.getTime() + t.sandboxDelaySeconds * 1000) : null;
+}
+
+/** A connection as POST /v1/connections first stores it. */
+export function initialState(mode: ConnectionMode, resolved: boolean, t: Timing): ConnectionState {
+  return { status: "pending", mode, resolved, pendingSince: t.now, approveAt: sandboxApproveAt(mode, resolved, t) };
+}
+
+const unchanged: Outcome = { kind: "unchanged" };
+const refused = (reason: string): Outcome => ({ kind: "refused", reason });
+const to = (status: InternalStatus, event: EventType | null = null): Outcome => ({ kind: "change", to: status, approveAt: null, event });
+
+/** A new pending window: what a repeated request does to an expired or revoked connection. */
+function reopen(s: ConnectionState, t: Timing): Outcome {
+  return { kind: "change", to: "pending", pendingSince: t.now, approveAt: sandboxApproveAt(s.mode, s.resolved, t), event: null };
+}
+
+/** The caregiver acts only on live connections whose address resolved to an elder. */
+function caregiverRefusal(s: ConnectionState): Outcome | undefined {
+  if (s.mode === "test") return refused("test connections are approved automatically; no caregiver acts on them");
+  if (!s.resolved) return refused("the address does not resolve to an elder, so no caregiver can act on it");
+  return undefined;
+}
+
+/**
+ * The table. `s.resolved` must be the current resolution for "request" and "approve" (the caller
+ * re-resolves the address when it had not resolved before).
+ */
+export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Outcome {
+  const status = effectiveStatus(s, t);
+  switch (trigger) {
+    case "request":
+      return status === "expired" || status === "revoked" ? reopen(s, t) : unchanged;
+
+    case "approve": {
+      if (status === "approved") return unchanged;
+      const refusal = caregiverRefusal(s);
+      if (refusal) return refusal;
+      if (status === "pending" || status === "declined") return to("approved", "connection.approved");
+      return refused(`the connection is ${status}; only a pending connection can be approved`);
+    }
+
+    case "decline": {
+      if (status === "declined") return unchanged;
+      const refusal = caregiverRefusal(s);
+      if (refusal) return refusal;
+      if (status === "pending") return to("declined");
+      if (status === "approved") return refused("the connection is approved; sever it instead");
+      return refused(`the connection is ${status}; only a pending connection can be declined`);
+    }
+
+    case "sever":
+      if (status === "revoked") return unchanged;
+      if (s.mode === "test") return caregiverRefusal(s)!;
+      if (status === "approved") return to("revoked", "connection.revoked");
+      return refused(`the connection is ${status}; only an approved connection can be severed`);
+
+    case "auto_approve":
+      if (awaitingSandboxApproval(s) && s.approveAt!.getTime() <= t.now.getTime()) return to("approved", "connection.approved");
+      return unchanged;
+
+    case "delete":
+      if (status === "revoked") return unchanged;
+      return to("revoked", status === "approved" ? "connection.revoked" : null);
+
+    case "expire":
+      return status === "expired" && s.status !== "expired" ? to("expired") : unchanged;
+  }
+}

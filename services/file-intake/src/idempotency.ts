@@ -1,0 +1,70 @@
+import { createHash } from "node:crypto";
+
+// The rules of Idempotency-Key on POST /v1/files, as plain functions (the store applies them).
+//
+// A key belongs to one partner (both of its credential modes share the key space) and is kept
+// IDEMPOTENCY_TTL_SECONDS from its first successful use. Two requests carry "the same payload" when
+// their fingerprints are equal: the SHA-256 of the file bytes, the elder address after
+// normalisation (lower case), the purpose exactly as sent (absent differs from empty) and the
+// credential mode. The client's file name and declared Content-Type are not part of it.
+
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
+
+/** 1 to 255 characters of printable ASCII (space included): what an HTTP header carries safely. */
+export function checkIdempotencyKey(value: string): { ok: true } | { ok: false; reason: string } {
+  if (value.length === 0) return { ok: false, reason: "must not be empty" };
+  if (value.length > MAX_IDEMPOTENCY_KEY_LENGTH) return { ok: false, reason: `must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters` };
+  if (!/^[\x20-\x7e]+$/.test(value)) return { ok: false, reason: "must be printable ASCII" };
+  return { ok: true };
+}
+
+export interface Payload {
+  /** Lowercase hex SHA-256 of the file's bytes. */
+  sha256: string;
+  /** The normalised elder address. */
+  elder: string;
+  purpose: string | null;
+  mode: "live" | "test";
+}
+
+export function fingerprint(p: Payload): string {
+  // JSON of a fixed-order array: no two different payloads serialise alike.
+  return createHash("sha256").update(JSON.stringify(["v1", p.sha256, p.elder, p.purpose, p.mode])).digest("hex");
+}
+
+/** What is stored per (partner, key). `fileId` is chosen when the key is claimed, before the commit. */
+export interface KeyRecord {
+  fingerprint: string;
+  fileId: string;
+  state: "claimed" | "committed";
+  claimedAt: Date;
+  expiresAt: Date;
+}
+
+export type Decision =
+  /** This request's own claim: go on with the checks and commit. */
+  | { kind: "owned" }
+  /** The same payload was accepted before: answer its receipt again. */
+  | { kind: "replay"; fileId: string }
+  /** The key was used with another payload. */
+  | { kind: "conflict" }
+  /** The same payload is being accepted by a request still in progress: wait for its outcome. */
+  | { kind: "wait" }
+  /** Kept past its retention (not swept yet): as if absent. */
+  | { kind: "expired" }
+  /** Claimed by a request that has not finished within the claim lease (its process died). */
+  | { kind: "abandoned" };
+
+/**
+ * Decides what a request with `incoming` does about the record stored under its key (which is its
+ * own when its claim won the insert). Expiry comes first so that the outcome does not depend on when
+ * the sweep runs; an abandoned claim is taken over whatever its payload.
+ */
+export function decide(stored: KeyRecord, incoming: { fingerprint: string; fileId: string }, now: Date, claimLeaseMs: number): Decision {
+  if (stored.fileId === incoming.fileId && stored.state === "claimed") return { kind: "owned" };
+  if (stored.expiresAt.getTime() <= now.getTime()) return { kind: "expired" };
+  if (stored.state === "claimed" && stored.claimedAt.getTime() + claimLeaseMs <= now.getTime()) return { kind: "abandoned" };
+  if (stored.fingerprint !== incoming.fingerprint) return { kind: "conflict" };
+  if (stored.state === "committed") return { kind: "replay", fileId: stored.fileId };
+  return { kind: "wait" };
+}

@@ -1,0 +1,186 @@
+import { createHash } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { commonv1, fileintakev1 } from "@pi/proto";
+import { checkElderAddress, ErrorReason, newId, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type Logger } from "@pi/common";
+import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
+import type { IdempotencyKeys } from "./keys.js";
+import type { FileOutbox } from "./outbox.js";
+import { StagedUpload } from "./staging.js";
+import type { FileDoc, FileMode, FileStore } from "./store.js";
+
+/** The one question file-intake asks the connection service: yes or no, never why. */
+export interface ConnectionCheck {
+  isActive(partnerId: string, mode: FileMode, elderAddress: string): Promise<boolean>;
+}
+
+export interface IntakeDeps {
+  store: FileStore;
+  keys: IdempotencyKeys;
+  outbox: FileOutbox;
+  connections: ConnectionCheck;
+  maxFileBytes: number;
+  addressDomain: string;
+  logger: Logger;
+}
+
+export const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
+
+const tooLarge = () => serviceError(ErrorReason.FILE_TOO_LARGE, "the file is larger than the limit", "file");
+const unsupported = () => serviceError(ErrorReason.UNSUPPORTED_MEDIA_TYPE, "the file's type is not accepted", "file");
+const protocol = (message: string) => new ConnectError(message, Code.InvalidArgument);
+
+type Part = fileintakev1.SubmitFileRequest["part"];
+
+interface Header {
+  partnerId: string;
+  mode: FileMode;
+  idempotencyKey: string | null;
+}
+
+function parseHeader(part: Part | undefined): Header {
+  if (part?.case !== "header") throw protocol("the first message must be the header");
+  const h = part.value;
+  const mode = h.mode === commonv1.Mode.TEST ? "test" : h.mode === commonv1.Mode.LIVE ? "live" : undefined;
+  if (!h.partnerId || !mode) throw protocol("partner_id and mode are required");
+  if (h.idempotencyKey !== undefined) {
+    const check = checkIdempotencyKey(h.idempotencyKey);
+    if (!check.ok) throw serviceError(ErrorReason.INVALID_REQUEST, `Idempotency-Key ${check.reason}.`, "Idempotency-Key");
+  }
+  return { partnerId: h.partnerId, mode, idempotencyKey: h.idempotencyKey ?? null };
+}
+
+/**
+ * Reads the stream the gateway sends: header, chunks, trailer. The order of what can fail follows
+ * what is known when: the type from the first SNIFF_BYTES before anything is stored, the size while
+ * the bytes are staged, the text rule to the last byte, then the trailer's fields, the idempotency
+ * key, and last the connection. Only then is the file record written; whatever fails before leaves
+ * no file and no bytes.
+ */
+export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<fileintakev1.SubmitFileRequest>, signal?: AbortSignal) {
+  const { store, maxFileBytes } = deps;
+  const it = requests[Symbol.asyncIterator]();
+  const next = async (): Promise<Part> => {
+    let r: IteratorResult<fileintakev1.SubmitFileRequest>;
+    try {
+      r = await it.next();
+    } catch (err) {
+      // The caller went away mid-upload (the partner disconnected, or the gateway refused the body).
+      throw err instanceof ConnectError ? err : new ConnectError("the upload stream was closed by the caller", Code.Canceled, undefined, undefined, err);
+    }
+    if (r.done) throw protocol("the stream ended before the trailer");
+    return r.value.part;
+  };
+  const header = parseHeader(await next());
+
+  // The head: enough bytes to decide the type, or the whole file when it is shorter.
+  const head: Uint8Array[] = [];
+  let headBytes = 0;
+  let trailer: fileintakev1.SubmitFileTrailer | undefined;
+  while (headBytes < SNIFF_BYTES && !trailer) {
+    const part = await next();
+    if (part.case === "chunk") {
+      head.push(part.value);
+      headBytes += part.value.length;
+    } else if (part.case === "trailer") trailer = part.value;
+    else throw protocol("expected a chunk or the trailer");
+  }
+  if (headBytes > maxFileBytes) throw tooLarge();
+  if (headBytes === 0) throw serviceError(ErrorReason.INVALID_REQUEST, "The file is empty.", "file");
+  const headBuffer = Buffer.concat(head);
+  const type = await recognise(headBuffer.subarray(0, SNIFF_BYTES));
+  if (!type) throw unsupported();
+
+  const staged = await StagedUpload.open(store, header.partnerId);
+  let committed = false;
+  try {
+    const hash = createHash("sha256");
+    const text = type.mediaType === TEXT_MEDIA_TYPE ? new TextChecker() : undefined;
+    let size = 0;
+    const take = async (chunk: Uint8Array) => {
+      size += chunk.length;
+      if (size > maxFileBytes) throw tooLarge();
+      if (text && !text.push(chunk)) throw unsupported();
+      hash.update(chunk);
+      await staged.write(chunk);
+    };
+    await take(headBuffer);
+    while (!trailer) {
+      const part = await next();
+      if (part.case === "chunk") await take(part.value);
+      else if (part.case === "trailer") trailer = part.value;
+      else throw protocol("expected a chunk or the trailer");
+    }
+    if (text && !text.end()) throw unsupported();
+    await staged.finish();
+
+    const elder = checkElderAddress(trailer.elderAddress, deps.addressDomain);
+    if (!elder.ok) throw serviceError(ErrorReason.INVALID_REQUEST, `elder ${elder.reason}.`, "elder");
+    const purpose = trailer.purpose ?? null;
+    const sha256 = hash.digest("hex");
+    const fileId = newId("file");
+    const { partnerId, mode, idempotencyKey: key } = header;
+
+    if (key !== null) {
+      const print = fingerprint({ sha256, elder: elder.address, purpose, mode });
+      const claim = await deps.keys.claim(partnerId, key, print, fileId, signal);
+      if (claim.kind === "replay") return { id: claim.fileId };
+      if (claim.kind === "conflict") {
+        throw serviceError(ErrorReason.IDEMPOTENCY_KEY_REUSE, "this Idempotency-Key was used with a different payload", "Idempotency-Key");
+      }
+    }
+    try {
+      // Last, so that every refusal before it is the same whatever the connection; and it is
+      // the only check whose answer must not tell why (no-oracle guarantee 2).
+      if (!(await deps.connections.isActive(partnerId, mode, elder.address))) {
+        throw serviceError(ErrorReason.NO_ACTIVE_CONNECTION, "no active connection");
+      }
+      const now = new Date();
+      const doc: FileDoc = {
+        _id: fileId,
+        partnerId,
+        mode,
+        elder: elder.address,
+        purpose,
+        mediaType: type.mediaType,
+        size,
+        sha256,
+        blobId: staged.id,
+        idempotencyKey: key,
+        status: "received",
+        eventPending: true,
+        leaseUntil: null,
+        leaseToken: null,
+        attempts: 0,
+        createdAt: now,
+        updatedAt: now,
+        processedAt: null,
+      };
+      await store.files.insertOne(doc);
+      committed = true;
+      if (key !== null) await deps.keys.commit(partnerId, key, fileId);
+      await staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
+      deps.outbox.afterCommit(doc);
+      return { id: fileId };
+    } finally {
+      if (!committed && key !== null) await deps.keys.release(partnerId, key, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
+    }
+  } finally {
+    if (!committed) await staged.discard().catch((err) => deps.logger.warn({ err, uploadId: staged.id.toHexString() }, "staged bytes left for the sweep"));
+  }
+}
+
+const statusEnum: Record<FileDoc["status"], fileintakev1.FileStatus> = {
+  received: fileintakev1.FileStatus.RECEIVED,
+  processed: fileintakev1.FileStatus.PROCESSED,
+  failed: fileintakev1.FileStatus.FAILED,
+};
+
+/** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
+export async function getFile(store: FileStore, req: { partnerId: string; id: string; mode: commonv1.Mode }) {
+  const mode = req.mode === commonv1.Mode.TEST ? "test" : req.mode === commonv1.Mode.LIVE ? "live" : undefined;
+  const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such file");
+  if (!mode || !req.partnerId || !FILE_ID.test(req.id)) throw notFound();
+  const doc = await store.files.findOne({ _id: req.id, partnerId: req.partnerId, mode }, { projection: { status: 1 } });
+  if (!doc) throw notFound();
+  return { id: doc._id, status: statusEnum[doc.status] };
+}

@@ -1,0 +1,112 @@
+import { ObjectId, type GridFSBucketWriteStream } from "mongodb";
+import { BLOB_BUCKET, BLOB_CHUNK_BYTES, type FileStore } from "./store.js";
+
+/**
+ * Bytes on their way in. They go to GridFS as they arrive (never held whole in memory) under an
+ * upload document; they become a file only when a FileDoc names them, and until then nothing reads
+ * them. A refused upload is discarded before the answer; one whose process died is swept.
+ */
+export class StagedUpload {
+  private readonly stream: GridFSBucketWriteStream;
+  private ended = false;
+  // Bytes are gathered into whole GridFS chunks, and one chunk is inserted while the next is being
+  // received: the upload and the database writes overlap, and at most two chunks are in memory.
+  private batch: Uint8Array[] = [];
+  private batchBytes = 0;
+  private inFlight: Promise<void> = Promise.resolve();
+
+  private constructor(
+    private readonly store: FileStore,
+    readonly id: ObjectId,
+  ) {
+    this.stream = store.blobs.openUploadStreamWithId(id, id.toHexString());
+  }
+
+  static async open(store: FileStore, partnerId: string): Promise<StagedUpload> {
+    const id = new ObjectId();
+    await store.uploads.insertOne({ _id: id, partnerId, startedAt: new Date(), discardedAt: null });
+    return new StagedUpload(store, id);
+  }
+
+  /** Takes a chunk; waits only when a full GridFS chunk is ready and the previous one is still being stored. */
+  async write(chunk: Uint8Array): Promise<void> {
+    this.batch.push(chunk);
+    this.batchBytes += chunk.length;
+    if (this.batchBytes >= BLOB_CHUNK_BYTES) await this.flush();
+  }
+
+  private async flush(): Promise<void> {
+    if (this.batchBytes === 0) return;
+    const data = Buffer.concat(this.batch, this.batchBytes);
+    this.batch = [];
+    this.batchBytes = 0;
+    await this.inFlight;
+    this.inFlight = new Promise((resolve, reject) => {
+      // The callback of a write that completes a GridFS chunk comes after that chunk's insert.
+      this.stream.write(data, (err) => (err ? reject(err) : resolve()));
+    });
+    this.inFlight.catch(() => {});
+  }
+
+  /** Stores the rest and the GridFS file document. */
+  async finish(): Promise<void> {
+    await this.flush();
+    await this.inFlight;
+    this.ended = true;
+    await new Promise<void>((resolve, reject) => {
+      this.stream.once("error", reject);
+      this.stream.end(() => resolve());
+    });
+  }
+
+  /** The bytes are now a file's: the upload document goes, the bytes stay. */
+  async committed(): Promise<void> {
+    await this.store.uploads.deleteOne({ _id: this.id });
+  }
+
+  /**
+   * Deletes the bytes, once the insert in flight (if any) has landed; the upload document stays,
+   * marked, until the staging sweep has checked once more that nothing is left.
+   */
+  async discard(): Promise<void> {
+    await this.inFlight.catch(() => {});
+    if (!this.ended) this.stream.destroy();
+    await this.store.uploads.updateOne({ _id: this.id }, { $set: { discardedAt: new Date() } });
+    await deleteBlob(this.store, this.id);
+  }
+}
+
+export async function deleteBlob(store: FileStore, id: ObjectId): Promise<void> {
+  await store.db.collection(`${BLOB_BUCKET}.chunks`).deleteMany({ files_id: id });
+  await store.db.collection(`${BLOB_BUCKET}.files`).deleteOne({ _id: id });
+}
+
+/**
+ * Removes what uploads left behind: discarded ones once `discardedGraceMs` has passed (a second
+ * delete, in case a write landed late), and ones still open after `abandonedAfterMs` (their process
+ * died mid-upload; a live upload cannot last that long, the gateway's deadline is shorter). Bytes a
+ * file names are never deleted.
+ */
+export async function sweepStaging(store: FileStore, now: Date, opts: { discardedGraceMs: number; abandonedAfterMs: number }): Promise<number> {
+  const due = await store.uploads
+    .find({
+      $or: [
+        { discardedAt: { $ne: null, $lte: new Date(now.getTime() - opts.discardedGraceMs) } },
+        { startedAt: { $lte: new Date(now.getTime() - opts.abandonedAfterMs) } },
+      ],
+    })
+    .limit(500)
+    .toArray();
+  for (const upload of due) {
+    const owner = await store.files.findOne({ blobId: upload._id }, { projection: { _id: 1 } });
+    if (!owner) await deleteBlob(store, upload._id);
+    await store.uploads.deleteOne({ _id: upload._id });
+  }
+  return due.length;
+}
+
+export async function readBlob(store: FileStore, id: ObjectId): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const part of store.blobs.openDownloadStream(id)) parts.push(part as Buffer);
+  return Buffer.concat(parts);
+}

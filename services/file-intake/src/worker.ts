@@ -1,0 +1,118 @@
+import { randomUUID } from "node:crypto";
+import { fromBinary } from "@bufbuild/protobuf";
+import { eventsv1 } from "@pi/proto";
+import { acceptedType, consumerGroup, topicName, type Kafka, type Logger } from "@pi/common";
+import { extract as realExtract, type Extracted } from "./extraction.js";
+import { readBlob } from "./staging.js";
+import type { FileDoc, FileStatus, FileStore } from "./store.js";
+
+export interface WorkerTiming {
+  /** How long a worker holds a file without a heartbeat; a crashed worker's file is free after it. */
+  leaseMs: number;
+  heartbeatMs: number;
+  /** A file still `received` this long after it was accepted is taken by the sweep. */
+  stuckAfterMs: number;
+  /** A file taken more often than this (every take interrupted) fails without another try. */
+  maxAttempts: number;
+}
+
+export type Extract = (mediaType: string, bytes: Uint8Array) => Promise<Extracted>;
+
+/**
+ * Moves files out of `received`. One take of a file is a lease on its record (a single-document
+ * update), so two workers, or a worker and the sweep, never process one file at once; a crash
+ * leaves the lease to run out, and the sweep takes the file again. Test files run no extraction.
+ */
+export class ExtractionWorker {
+  constructor(
+    private readonly store: FileStore,
+    private readonly timing: WorkerTiming,
+    private readonly logger: Logger,
+    private readonly extract: Extract = realExtract,
+  ) {}
+
+  async process(fileId: string): Promise<FileStatus | "skipped"> {
+    const now = new Date();
+    const token = randomUUID();
+    const doc = await this.store.files.findOneAndUpdate(
+      { _id: fileId, status: "received", $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }] },
+      { $set: { leaseUntil: new Date(now.getTime() + this.timing.leaseMs), leaseToken: token, updatedAt: now }, $inc: { attempts: 1 } },
+      { returnDocument: "after" },
+    );
+    if (!doc) return "skipped";
+    const heartbeat = setInterval(() => {
+      this.store.files
+        .updateOne({ _id: fileId, leaseToken: token }, { $set: { leaseUntil: new Date(Date.now() + this.timing.leaseMs) } })
+        .catch((err) => this.logger.warn({ err, fileId }, "lease heartbeat failed"));
+    }, this.timing.heartbeatMs);
+    heartbeat.unref();
+    try {
+      const outcome = await this.outcomeOf(doc);
+      if (outcome) {
+        await this.store.extractions.replaceOne({ _id: fileId }, { ...outcome, extractedAt: new Date() }, { upsert: true });
+      }
+      const status: FileStatus = outcome && !outcome.ok ? "failed" : "processed";
+      const done = new Date();
+      const res = await this.store.files.updateOne(
+        { _id: fileId, status: "received", leaseToken: token },
+        { $set: { status, leaseUntil: null, leaseToken: null, processedAt: done, updatedAt: done } },
+      );
+      if (res.modifiedCount === 0) return "skipped"; // the lease ran out and another worker took over
+      this.logger.info({ fileId, status, mode: doc.mode, mediaType: doc.mediaType, attempt: doc.attempts }, "file processed");
+      return status;
+    } finally {
+      clearInterval(heartbeat);
+    }
+  }
+
+  /** null for a test file (no extraction). Storage failures throw: the file stays for a retry. */
+  private async outcomeOf(doc: FileDoc): Promise<Extracted | null> {
+    if (doc.mode === "test") return null;
+    const kind = acceptedType(doc.mediaType)?.extraction ?? "plain-text";
+    if (doc.attempts > this.timing.maxAttempts) {
+      return { ok: false, kind, error: `gave up after ${this.timing.maxAttempts} interrupted attempts` };
+    }
+    const bytes = await readBlob(this.store, doc.blobId);
+    return this.extract(doc.mediaType, bytes);
+  }
+
+  /** Takes every file left in `received` past `stuckAfterMs` whose lease is free. */
+  async sweepStuck(now = new Date()): Promise<number> {
+    const stuck = await this.store.files
+      .find(
+        {
+          status: "received",
+          createdAt: { $lte: new Date(now.getTime() - this.timing.stuckAfterMs) },
+          $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }],
+        },
+        { projection: { _id: 1 } },
+      )
+      .limit(50)
+      .toArray();
+    for (const { _id } of stuck) await this.process(_id);
+    return stuck.length;
+  }
+}
+
+/** The worker's Kafka side: every FileReceivedEvent, in the extraction consumer group. */
+export async function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, logger: Logger) {
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "file-intake", "extraction"), maxWaitTimeInMs: 200 });
+  await consumer.connect();
+  await consumer.subscribe({ topic: topicName(namespace, "fileEvents"), fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      if (!message.value) return;
+      let fileId: string;
+      try {
+        fileId = fromBinary(eventsv1.FileReceivedEventSchema, message.value).fileId;
+      } catch (err) {
+        logger.error({ err }, "unreadable file event skipped");
+        return;
+      }
+      // A failure here (storage down) leaves the file `received`; the stuck sweep retries it, so
+      // the offset can move on.
+      await worker.process(fileId).catch((err) => logger.warn({ err, fileId }, "extraction interrupted; the sweep will retry"));
+    },
+  });
+  return { stop: () => consumer.disconnect() };
+}

@@ -1,0 +1,86 @@
+import { describe, expect, it } from "@jest/globals";
+import { checkIdempotencyKey, decide, fingerprint, type KeyRecord, type Payload } from "../src/idempotency.js";
+
+const payload: Payload = { sha256: "a".repeat(64), elder: "apple.banana.cherry@elders.example", purpose: "lab_result", mode: "live" };
+
+describe("Idempotency-Key shape", () => {
+  it("accepts 1 to 255 printable ASCII characters", () => {
+    expect(checkIdempotencyKey("k").ok).toBe(true);
+    expect(checkIdempotencyKey("x".repeat(255)).ok).toBe(true);
+    expect(checkIdempotencyKey("3f1c2a54-8e7b-4c1d-9a0e-2b6f7d8c9e01").ok).toBe(true);
+    expect(checkIdempotencyKey("with spaces and ~!@#$%^&*()").ok).toBe(true);
+  });
+
+  it.each([
+    ["empty", ""],
+    ["256 characters", "x".repeat(256)],
+    ["non-ASCII", "clé"],
+    ["a control character", "a\tb"],
+  ])("refuses %s", (_name, key) => {
+    expect(checkIdempotencyKey(key).ok).toBe(false);
+  });
+});
+
+describe("same payload", () => {
+  it("is the same fingerprint for the same bytes, elder, purpose and mode", () => {
+    expect(fingerprint({ ...payload })).toBe(fingerprint(payload));
+  });
+
+  it.each([
+    ["other bytes", { sha256: "b".repeat(64) }],
+    ["another elder", { elder: "apple.banana.grape@elders.example" }],
+    ["another purpose", { purpose: "care_note" }],
+    ["no purpose instead of one", { purpose: null }],
+    ["an empty purpose instead of none", { purpose: "" }],
+    ["the other credential mode", { mode: "test" as const }],
+  ])("differs with %s", (_name, change) => {
+    expect(fingerprint({ ...payload, ...change })).not.toBe(fingerprint(payload));
+  });
+
+  it("is not confused by values that concatenate alike", () => {
+    expect(fingerprint({ ...payload, elder: "a", purpose: "bc" })).not.toBe(fingerprint({ ...payload, elder: "ab", purpose: "c" }));
+    expect(fingerprint({ ...payload, purpose: "null" })).not.toBe(fingerprint({ ...payload, purpose: null }));
+  });
+});
+
+describe("what a request does about the stored key", () => {
+  const now = new Date("2030-01-01T12:00:00Z");
+  const lease = 60_000;
+  const print = fingerprint(payload);
+  const record = (over: Partial<KeyRecord> = {}): KeyRecord => ({
+    fingerprint: print,
+    fileId: "file_stored",
+    state: "committed",
+    claimedAt: new Date(now.getTime() - 1000),
+    expiresAt: new Date(now.getTime() + 3_600_000),
+    ...over,
+  });
+
+  it("its own fresh claim: owned", () => {
+    expect(decide(record({ fileId: "file_mine", state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "owned" });
+  });
+
+  it("a committed key with the same payload: replay of the stored file", () => {
+    expect(decide(record(), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "replay", fileId: "file_stored" });
+  });
+
+  it("a committed key with another payload: conflict", () => {
+    expect(decide(record({ fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "conflict" });
+  });
+
+  it("a claim in progress with the same payload: wait; with another: conflict", () => {
+    expect(decide(record({ state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "wait" });
+    expect(decide(record({ state: "claimed", fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "conflict" });
+  });
+
+  it("a claim older than the lease: abandoned, whatever its payload", () => {
+    const old = new Date(now.getTime() - lease);
+    expect(decide(record({ state: "claimed", claimedAt: old }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "abandoned" });
+    expect(decide(record({ state: "claimed", claimedAt: old, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "abandoned" });
+  });
+
+  it("a key past its retention: expired, as if absent, even with another payload", () => {
+    expect(decide(record({ expiresAt: now }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "expired" });
+    expect(decide(record({ expiresAt: now, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "expired" });
+  });
+});

@@ -1,0 +1,344 @@
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { MongoClient, ObjectId, type Db } from "mongodb";
+import { clientsFor, createLogger, databaseName, ErrorReason, newId, reasonOf, type FileIntakeClient, type RunningService, type Settings } from "@pi/common";
+import { commonv1, fileintakev1 } from "@pi/proto";
+import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
+import { testSettings } from "../../../test/support/services.js";
+import type { ConnectionCheck } from "../src/intake.js";
+import type { FileDoc, KeyDoc } from "../src/store.js";
+
+// file-intake on its own, on the real FerretDB and Kafka, driven through its Connect API the way the
+// gateway drives it. The connection service is replaced by a switch (the only stub: it is not
+// storage); end-to-end tests under test/e2e use the real one.
+
+type Request = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
+
+const fixture = (name: string) => readFileSync(new URL(`./fixtures/${name}`, import.meta.url));
+const ELDER = "apple.banana.cherry@elders.example";
+
+let settings: Settings;
+let mongo: MongoClient;
+let db: Db;
+let service: RunningService;
+let client: FileIntakeClient;
+const active = new Set<string>();
+const connections: ConnectionCheck = { isActive: async (partnerId, mode, address) => active.has(`${partnerId}|${mode}|${address}`) };
+
+async function start(extra: FileIntakeOptions = {}, on = settings) {
+  const s = await startFileIntakeService(on, createLogger("file-intake", on.LOG_LEVEL), { connections, ...extra });
+  return { service: s, client: clientsFor({ ...on, FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${s.port}` }).fileIntake() };
+}
+
+/** A file-intake in a namespace of its own with no worker, consumer or sweep: the test drives them. */
+async function withPassiveIntake(use: (intake: { client: FileIntakeClient; db: Db }) => Promise<void>) {
+  const own = testSettings();
+  const intake = await start({ passive: true }, own);
+  try {
+    await use({ client: intake.client, db: mongo.db(databaseName(own.DATA_NAMESPACE, "file-intake")) });
+  } finally {
+    await intake.service.stop();
+  }
+}
+
+beforeAll(async () => {
+  settings = testSettings({ IDEMPOTENCY_TTL_SECONDS: "3600" });
+  mongo = await MongoClient.connect(settings.MONGODB_URI);
+  db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
+  ({ service, client } = await start({ timing: { stuckAfterMs: 500, stuckSweepEveryMs: 300, relayEveryMs: 300, relayGraceMs: 200 } }));
+});
+
+afterAll(async () => {
+  await service?.stop();
+  await mongo?.close();
+});
+
+function partner() {
+  const partnerId = newId("ptr");
+  active.add(`${partnerId}|live|${ELDER}`);
+  return partnerId;
+}
+
+async function* stream(partnerId: string, chunks: Uint8Array[], opts: { key?: string; elder?: string; purpose?: string; mode?: commonv1.Mode; trailer?: boolean } = {}): AsyncGenerator<Request> {
+  yield { part: { case: "header", value: { partnerId, mode: opts.mode ?? commonv1.Mode.LIVE, idempotencyKey: opts.key } } };
+  for (const chunk of chunks) yield { part: { case: "chunk", value: chunk } };
+  if (opts.trailer !== false) yield { part: { case: "trailer", value: { elderAddress: opts.elder ?? ELDER, purpose: opts.purpose } } };
+}
+
+function chunked(bytes: Uint8Array, size = 64 * 1024): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  for (let i = 0; i < bytes.length; i += size) out.push(bytes.subarray(i, i + size));
+  return out;
+}
+
+async function refusal(p: Promise<unknown>) {
+  try {
+    await p;
+  } catch (err) {
+    return reasonOf(err)?.reason ?? ConnectError.from(err).code;
+  }
+  throw new Error("expected a refusal");
+}
+
+async function storage() {
+  return {
+    files: await db.collection("files").countDocuments(),
+    chunks: await db.collection("blobs.chunks").countDocuments(),
+    blobs: await db.collection("blobs.files").countDocuments(),
+    openUploads: await db.collection("uploads").countDocuments({ discardedAt: null }),
+  };
+}
+
+/** Waits until what is stored settles back to `expected` (a refusal discards after it answers). */
+async function expectStorage(expected: Awaited<ReturnType<typeof storage>>) {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const now = await storage();
+    if (JSON.stringify(now) === JSON.stringify(expected) || Date.now() > deadline) return expect(now).toEqual(expected);
+    await sleep(50);
+  }
+}
+
+describe("a submission is stored only when every check passed", () => {
+  it("the record and the bytes (with their SHA-256) are written before the answer", async () => {
+    const partnerId = partner();
+    const bytes = fixture("sample.pdf");
+    const res = await client.submitFile(stream(partnerId, [bytes], { purpose: "discharge_summary" }));
+    expect(res.file?.status).toBe(fileintakev1.FileStatus.RECEIVED);
+    const doc = await db.collection<FileDoc>("files").findOne({ _id: res.file!.id });
+    expect(doc).toMatchObject({
+      partnerId,
+      mode: "live",
+      elder: ELDER,
+      purpose: "discharge_summary",
+      mediaType: "application/pdf",
+      size: bytes.length,
+      sha256: createHash("sha256").update(bytes).digest("hex"),
+    });
+    const stored = Buffer.concat(await db.collection("blobs.chunks").find({ files_id: doc!.blobId }).sort({ n: 1 }).map((c) => c.data.buffer as Buffer).toArray());
+    expect(stored.equals(bytes)).toBe(true);
+    expect(await db.collection("uploads").countDocuments({ _id: doc!.blobId })).toBe(0);
+  });
+
+  it("an unaccepted type is refused from its first bytes, before anything is staged", async () => {
+    const partnerId = partner();
+    const before = await storage();
+    const uploadsBefore = await db.collection("uploads").countDocuments();
+    expect(await refusal(client.submitFile(stream(partnerId, [fixture("unsupported.zip")])))).toBe(ErrorReason.UNSUPPORTED_MEDIA_TYPE);
+    await expectStorage(before);
+    expect(await db.collection("uploads").countDocuments()).toBe(uploadsBefore);
+  });
+
+  it("a file over MAX_FILE_BYTES, text that turns binary late, no connection and a cancelled stream leave no bytes", async () => {
+    const partnerId = partner();
+    const before = await storage();
+    const big = Buffer.alloc(settings.MAX_FILE_BYTES + 1, "a");
+    expect(await refusal(client.submitFile(stream(partnerId, chunked(big, 1024 * 1024)), { timeoutMs: 120_000 }))).toBe(ErrorReason.FILE_TOO_LARGE);
+
+    const lateBinary = Buffer.concat([Buffer.alloc(3 * 1024 * 1024, "b"), Buffer.from([0x00]), Buffer.from("tail")]);
+    expect(await refusal(client.submitFile(stream(partnerId, chunked(lateBinary))))).toBe(ErrorReason.UNSUPPORTED_MEDIA_TYPE);
+
+    expect(await refusal(client.submitFile(stream(partnerId, [fixture("sample.txt")], { elder: "other.elder.here@elders.example" })))).toBe(
+      ErrorReason.NO_ACTIVE_CONNECTION,
+    );
+
+    const abort = new AbortController();
+    async function* cancelled(): AsyncGenerator<Request> {
+      yield* stream(partnerId, chunked(Buffer.alloc(2 * 1024 * 1024, "c")), { trailer: false });
+      await sleep(300);
+      abort.abort();
+    }
+    expect(await refusal(client.submitFile(cancelled(), { signal: abort.signal }))).toBe(Code.Canceled);
+    await expectStorage(before);
+  });
+
+  it("an empty file and a malformed elder are invalid requests", async () => {
+    const partnerId = partner();
+    expect(await refusal(client.submitFile(stream(partnerId, [])))).toBe(ErrorReason.INVALID_REQUEST);
+    expect(await refusal(client.submitFile(stream(partnerId, [fixture("sample.txt")], { elder: "not an address" })))).toBe(ErrorReason.INVALID_REQUEST);
+  });
+
+  it("a stream without a header first is refused", async () => {
+    async function* headless(): AsyncGenerator<Request> {
+      yield { part: { case: "chunk", value: fixture("sample.txt") } };
+    }
+    expect(await refusal(client.submitFile(headless()))).toBe(Code.InvalidArgument);
+  });
+});
+
+describe("idempotency keys", () => {
+  it("concurrent submissions with one key and one payload are one file", async () => {
+    const partnerId = partner();
+    const bytes = fixture("sample.png");
+    const results = await Promise.all(Array.from({ length: 6 }, () => client.submitFile(stream(partnerId, [bytes], { key: "same-key" }))));
+    const ids = new Set(results.map((r) => r.file!.id));
+    expect(ids.size).toBe(1);
+    expect(await db.collection("files").countDocuments({ partnerId })).toBe(1);
+    expect(await refusal(client.submitFile(stream(partnerId, [fixture("sample.jpg")], { key: "same-key" })))).toBe(ErrorReason.IDEMPOTENCY_KEY_REUSE);
+  });
+
+  it("a claim whose owner died is taken over once its lease ends; one whose file was written is replayed", async () => {
+    const partnerId = partner();
+    const bytes = fixture("sample.txt");
+    const old = new Date(Date.now() - 10 * 60_000);
+    const keys = db.collection<KeyDoc>("idempotency_keys");
+    // A request that died after claiming, before writing its file: the key is free again.
+    await keys.insertOne({ partnerId, key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedAt: old, expiresAt: new Date(Date.now() + 3_600_000) });
+    const taken = await client.submitFile(stream(partnerId, [bytes], { key: "died-early" }));
+    expect((await keys.findOne({ partnerId, key: "died-early" }))).toMatchObject({ fileId: taken.file!.id, state: "committed" });
+
+    // A request that died after writing its file, before committing the key: a retry gets that file.
+    const first = await client.submitFile(stream(partnerId, [bytes], { key: "died-late" }));
+    await keys.updateOne({ partnerId, key: "died-late" }, { $set: { state: "claimed", claimedAt: old } });
+    const retry = await client.submitFile(stream(partnerId, [bytes], { key: "died-late" }));
+    expect(retry.file!.id).toBe(first.file!.id);
+  });
+
+  it("a refused request does not use up its key", async () => {
+    const partnerId = newId("ptr");
+    const bytes = fixture("sample.txt");
+    expect(await refusal(client.submitFile(stream(partnerId, [bytes], { key: "k1" })))).toBe(ErrorReason.NO_ACTIVE_CONNECTION);
+    expect(await db.collection("idempotency_keys").countDocuments({ partnerId })).toBe(0);
+    active.add(`${partnerId}|live|${ELDER}`);
+    const ok = await client.submitFile(stream(partnerId, [bytes], { key: "k1" }));
+    expect(ok.file!.id).toMatch(/^file_/);
+  });
+
+  it("the sweep deletes expired keys and only those; an expired key not yet swept is already free", async () => {
+    const partnerId = partner();
+    const keys = db.collection<KeyDoc>("idempotency_keys");
+    const bytes = fixture("sample.txt");
+    const first = await client.submitFile(stream(partnerId, [bytes], { key: "old" }));
+    await keys.updateOne({ partnerId, key: "old" }, { $set: { expiresAt: new Date(Date.now() - 1000) } });
+    const again = await client.submitFile(stream(partnerId, [fixture("sample.jpg")], { key: "old" }));
+    expect(again.file!.id).not.toBe(first.file!.id);
+
+    await client.submitFile(stream(partnerId, [bytes], { key: "kept" }));
+    await keys.updateOne({ partnerId, key: "old" }, { $set: { expiresAt: new Date(Date.now() - 1000) } });
+    const { IdempotencyKeys } = await import("../src/keys.js");
+    const { openFileStore } = await import("../src/store.js");
+    const swept = await new IdempotencyKeys(await openFileStore(db), { ttlMs: 1000, claimLeaseMs: 1000, pollMs: 10 }).sweep();
+    expect(swept).toBeGreaterThanOrEqual(1);
+    expect(await keys.find({ partnerId }).map((k) => k.key).toArray()).toEqual(["kept"]);
+  });
+});
+
+describe("GetFile", () => {
+  it("answers the owner in the file's mode and the same NOT_FOUND to everyone else", async () => {
+    const partnerId = partner();
+    const res = await client.submitFile(stream(partnerId, [fixture("sample.txt")]));
+    const id = res.file!.id;
+    expect((await client.getFile({ partnerId, id, mode: commonv1.Mode.LIVE })).file?.id).toBe(id);
+    for (const req of [
+      { partnerId: newId("ptr"), id, mode: commonv1.Mode.LIVE },
+      { partnerId, id, mode: commonv1.Mode.TEST },
+      { partnerId, id: newId("file"), mode: commonv1.Mode.LIVE },
+      { partnerId, id: "file_x", mode: commonv1.Mode.LIVE },
+    ]) {
+      expect(await refusal(client.getFile(req))).toBe(ErrorReason.NOT_FOUND);
+    }
+  });
+});
+
+describe("nothing accepted is left unprocessed", () => {
+  it("a record whose event was never published (the process died after the 202) is published by the relay and processed", async () => {
+    const partnerId = partner();
+    const { openFileStore } = await import("../src/store.js");
+    const store = await openFileStore(db);
+    const blobId = new ObjectId();
+    await new Promise<void>((resolve, reject) => {
+      store.blobs.openUploadStreamWithId(blobId, "x").once("error", reject).end(fixture("sample.png"), () => resolve());
+    });
+    const now = new Date(Date.now() - 1000);
+    const fileId = newId("file");
+    await store.files.insertOne({
+      _id: fileId,
+      partnerId,
+      mode: "live",
+      elder: ELDER,
+      purpose: null,
+      mediaType: "image/png",
+      size: 469,
+      sha256: "0".repeat(64),
+      blobId,
+      idempotencyKey: null,
+      status: "received",
+      eventPending: true,
+      leaseUntil: null,
+      leaseToken: null,
+      attempts: 0,
+      createdAt: now,
+      updatedAt: now,
+      processedAt: null,
+    });
+    const deadline = Date.now() + 20_000;
+    let doc = await store.files.findOne({ _id: fileId });
+    while (doc?.status === "received" && Date.now() < deadline) {
+      await sleep(100);
+      doc = await store.files.findOne({ _id: fileId });
+    }
+    expect(doc).toMatchObject({ status: "processed", eventPending: false });
+    expect(await store.extractions.findOne({ _id: fileId })).toMatchObject({ ok: true, width: 64, height: 48 });
+  });
+
+  it("a worker that dies mid-file leaves it to be taken again after the lease, and processed", async () => {
+    const { openFileStore } = await import("../src/store.js");
+    const { ExtractionWorker } = await import("../src/worker.js");
+    const logger = createLogger("file-intake", settings.LOG_LEVEL);
+    await withPassiveIntake(async (intake) => {
+      const store = await openFileStore(intake.db);
+      const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
+      const id = res.file!.id;
+      // The "crashed" worker: takes the file and never finishes, nor renews its lease.
+      const timing = { leaseMs: 400, heartbeatMs: 60_000, stuckAfterMs: 0, maxAttempts: 3 };
+      const hung = new ExtractionWorker(store, timing, logger, () => new Promise(() => {}));
+      void hung.process(id);
+      await sleep(100);
+      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "received", attempts: 1 });
+
+      const restarted = new ExtractionWorker(store, timing, logger);
+      expect(await restarted.process(id)).toBe("skipped"); // the lease still holds
+      expect(await restarted.sweepStuck()).toBe(0);
+      await sleep(500);
+      expect(await restarted.sweepStuck()).toBe(1);
+      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 2, leaseUntil: null });
+      expect(await store.extractions.findOne({ _id: id })).toMatchObject({ ok: true, kind: "plain-text" });
+    });
+  });
+
+  it("a file every take of which was interrupted fails instead of being retried for ever", async () => {
+    const { openFileStore } = await import("../src/store.js");
+    const { ExtractionWorker } = await import("../src/worker.js");
+    await withPassiveIntake(async (intake) => {
+      const store = await openFileStore(intake.db);
+      const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
+      const id = res.file!.id;
+      await store.files.updateOne({ _id: id }, { $set: { attempts: 3 } });
+      const worker = new ExtractionWorker(store, { leaseMs: 1000, heartbeatMs: 500, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("t", "silent"));
+      expect(await worker.process(id)).toBe("failed");
+      expect(await store.extractions.findOne({ _id: id })).toMatchObject({ ok: false });
+    });
+  });
+
+  it("the staging sweep deletes bytes of uploads that were abandoned, never a file's", async () => {
+    const { openFileStore } = await import("../src/store.js");
+    const { sweepStaging, StagedUpload } = await import("../src/staging.js");
+    const store = await openFileStore(db);
+    const orphan = await StagedUpload.open(store, "ptr_dead");
+    await orphan.write(Buffer.alloc(1024 * 1024 + 10, 1)); // one chunk stored, the rest buffered: the process "dies"
+    await sleep(200);
+    const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
+    const keptDoc = await store.files.findOne({ _id: kept.file!.id });
+    // As if the committing process had died before removing its upload document.
+    await store.uploads.insertOne({ _id: keptDoc!.blobId, partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null });
+
+    await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), { discardedGraceMs: 60_000, abandonedAfterMs: 3_600_000 });
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: orphan.id })).toBe(0);
+    expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId] } })).toBe(0);
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: keptDoc!.blobId })).toBe(1);
+  });
+});

@@ -1,0 +1,21 @@
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { parse } from "yaml";
+
+/** The OpenAPI document of the partner API: one file, served by the gateway and used by the tests. */
+export const OPENAPI_FILE = fileURLToPath(new URL("../openapi/openapi.yaml", import.meta.url));
+
+export interface OpenApiDocument {
+  yaml: string;
+  json: Record<string, unknown>;
+}
+
+let loaded: OpenApiDocument | undefined;
+
+export function openApiDocument(): OpenApiDocument {
+  if (!loaded) {
+    const yaml = readFileSync(OPENAPI_FILE, "utf8");
+    loaded = { yaml, json: parse(yaml) as Record<string, unknown> };
+  }
+  return loaded;
+}

@@ -1,0 +1,98 @@
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import Router from "@koa/router";
+import type { GatewayState } from "../context.js";
+import { openApiDocument } from "../openapi.js";
+
+// The OpenAPI document (GET /openapi.yaml, /openapi.json) and the API reference page rendered from
+// it by Swagger UI (GET /docs), all from this process: no CDN, no call to anywhere else. No bearer.
+
+const swaggerUiDir = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
+
+const assets: Record<string, { type: string; file: string }> = {
+  "swagger-ui-bundle.js": { type: "text/javascript; charset=utf-8", file: "swagger-ui-bundle.js" },
+  "swagger-ui.css": { type: "text/css; charset=utf-8", file: "swagger-ui.css" },
+  "favicon-32x32.png": { type: "image/png", file: "favicon-32x32.png" },
+};
+const loadedAssets = new Map<string, Buffer>();
+const asset = (name: string) => {
+  let body = loadedAssets.get(name);
+  if (!body) loadedAssets.set(name, (body = readFileSync(join(swaggerUiDir, assets[name]!.file))));
+  return body;
+};
+
+const page = `<!DOCTYPE html>
+<html lang="en">
+  <head>
+    <meta charset="utf-8">
+    <title>Partner Integration API reference</title>
+    <link rel="stylesheet" href="/docs/swagger-ui.css">
+    <link rel="icon" type="image/png" href="/docs/favicon-32x32.png">
+  </head>
+  <body>
+    <div id="reference"></div>
+    <script src="/docs/swagger-ui-bundle.js"></script>
+    <script src="/docs/reference.js"></script>
+  </body>
+</html>
+`;
+
+// validatorUrl null: Swagger UI would otherwise send the document to an outside validator.
+// No "Try it out": the reference page is not a place to type client secrets into.
+const init = `window.ui = SwaggerUIBundle({
+  url: "/openapi.json",
+  dom_id: "#reference",
+  deepLinking: true,
+  validatorUrl: null,
+  supportedSubmitMethods: [],
+  defaultModelsExpandDepth: 1,
+  docExpansion: "list",
+});
+`;
+
+const csp = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "font-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join("; ");
+
+export default function docsRoutes() {
+  const router = new Router<GatewayState>();
+  router.get("/openapi.yaml", (ctx) => {
+    ctx.type = "application/yaml; charset=utf-8";
+    ctx.set("Cache-Control", "no-cache");
+    ctx.body = openApiDocument().yaml;
+  });
+  router.get("/openapi.json", (ctx) => {
+    ctx.set("Cache-Control", "no-cache");
+    ctx.body = openApiDocument().json;
+  });
+  router.get(["/docs", "/docs/"], (ctx) => {
+    ctx.type = "text/html; charset=utf-8";
+    ctx.set("Content-Security-Policy", csp);
+    ctx.set("X-Content-Type-Options", "nosniff");
+    ctx.set("Cache-Control", "no-cache");
+    ctx.body = page;
+  });
+  router.get("/docs/reference.js", (ctx) => {
+    ctx.type = "text/javascript; charset=utf-8";
+    ctx.set("Cache-Control", "no-cache");
+    ctx.body = init;
+  });
+  router.get("/docs/:asset", (ctx) => {
+    const name = ctx.params.asset!;
+    if (!Object.hasOwn(assets, name)) return; // falls through to the one 404
+    ctx.type = assets[name]!.type;
+    ctx.set("X-Content-Type-Options", "nosniff");
+    ctx.set("Cache-Control", "public, max-age=3600");
+    ctx.body = asset(name);
+  });
+  return router;
+}

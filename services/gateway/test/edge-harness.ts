@@ -1,0 +1,127 @@
+import { createServer, request, type IncomingHttpHeaders } from "node:http";
+import type { AddressInfo } from "node:net";
+import { Writable } from "node:stream";
+import { createClient, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
+import { exportJWK, generateKeyPair, SignJWT } from "jose";
+import { authv1, connectionv1, fileintakev1, healthv1 } from "@pi/proto";
+import { createLogger, parseSettings, type Settings } from "@pi/common";
+import { createApp } from "../src/app.js";
+import { BearerVerifier, RevocationList } from "../src/bearer.js";
+
+// The gateway app alone, on a real HTTP socket, with in-memory Connect stand-ins for the internal
+// services (createRouterTransport: real Connect errors, no network) and tokens signed here.
+// Unit-level: what the edge does with requests, not what the services behind it do.
+
+export type ConnectionImpl = Partial<ServiceImpl<typeof connectionv1.ConnectionService>>;
+export type FileIntakeImpl = Partial<ServiceImpl<typeof fileintakev1.FileIntakeService>>;
+export type AuthImpl = Partial<ServiceImpl<typeof authv1.AuthService>>;
+
+export interface EdgeOptions {
+  settings?: Record<string, string>;
+  auth?: AuthImpl;
+  connections?: ConnectionImpl;
+  files?: FileIntakeImpl;
+}
+
+export interface Answer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+  json: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+export interface Edge {
+  baseUrl: string;
+  settings: Settings;
+  /** Every JSON log line the gateway wrote. */
+  logs: Record<string, unknown>[];
+  token(partnerId: string, scopes?: string, mode?: "live" | "test"): Promise<string>;
+  send(method: string, path: string, opts?: { headers?: Record<string, string>; body?: string | Buffer; localAddress?: string }): Promise<Answer>;
+  stop(): Promise<void>;
+}
+
+export const ISSUER = "pi-auth";
+export const AUDIENCE = "partner-api";
+
+export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
+  const settings = parseSettings({ LOG_LEVEL: "info", ...opts.settings });
+  const { publicKey, privateKey } = await generateKeyPair("ES256", { extractable: true });
+  const jwk = { ...(await exportJWK(publicKey)), kid: "k1", alg: "ES256", use: "sig" };
+  const auth: AuthImpl = {
+    getJwks: () => ({ jwksJson: JSON.stringify({ keys: [jwk] }), issuer: ISSUER, audience: AUDIENCE }),
+    ...opts.auth,
+  };
+  const transport = createRouterTransport(({ service }) => {
+    service(authv1.AuthService, auth);
+    service(connectionv1.ConnectionService, opts.connections ?? {});
+    service(fileintakev1.FileIntakeService, opts.files ?? {});
+    service(healthv1.Health, { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) });
+  });
+  const authClient = createClient(authv1.AuthService, transport);
+  const logs: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      for (const line of String(chunk).split("\n").filter(Boolean)) logs.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  const app = createApp({
+    settings,
+    logger: createLogger("gateway", "info", sink),
+    auth: authClient,
+    connections: createClient(connectionv1.ConnectionService, transport),
+    files: createClient(fileintakev1.FileIntakeService, transport),
+    verifier: new BearerVerifier(authClient, new RevocationList()),
+    health: { auth: createClient(healthv1.Health, transport) },
+  });
+  const server = createServer(app.callback());
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  let jti = 0;
+
+  return {
+    baseUrl,
+    settings,
+    logs,
+    async token(partnerId, scopes = "connections:write files:write", mode = "live") {
+      const now = Math.floor(Date.now() / 1000);
+      return new SignJWT({ client_id: `cli_${partnerId}`, mode, scope: scopes })
+        .setProtectedHeader({ alg: "ES256", kid: "k1", typ: "at+jwt" })
+        .setSubject(partnerId)
+        .setIssuer(ISSUER)
+        .setAudience(AUDIENCE)
+        .setJti(`tok_${++jti}`)
+        .setIssuedAt(now)
+        .setExpirationTime(now + 300)
+        .sign(privateKey);
+    },
+    // node:http rather than fetch: any method, any header, and a chosen source address.
+    send(method, path, { headers = {}, body, localAddress } = {}) {
+      return new Promise<Answer>((resolve, reject) => {
+        const req = request(`${baseUrl}${path}`, { method, headers, localAddress, agent: false }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => {
+            const text = Buffer.concat(chunks).toString("utf8");
+            let json: unknown;
+            try {
+              json = text ? JSON.parse(text) : undefined;
+            } catch {
+              json = undefined;
+            }
+            resolve({ status: res.statusCode!, headers: res.headers, text, json });
+          });
+          res.on("error", reject);
+        });
+        req.on("error", reject);
+        req.end(body);
+      });
+    },
+    async stop() {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}

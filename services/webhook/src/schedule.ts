@@ -1,0 +1,56 @@
+// When a webhook event is attempted again. The first attempt is immediate; retry n (n >= 1) waits
+// base * 2^(n-1) seconds after the previous attempt started, never more than a ceiling of an
+// eighth of the window (3 h for 24 h), each delay with ±20 % jitter. Every attempt starts early
+// enough to end within the window: the last one starts at the latest at
+// `window - attempt timeout` after the event was created, and after it the event is failed.
+
+export interface RetryPolicy {
+  baseSeconds: number;
+  windowSeconds: number;
+  attemptTimeoutSeconds: number;
+}
+
+export const JITTER = 0.2;
+
+/** The longest wait between two attempts, before jitter. */
+export function maxDelaySeconds(p: RetryPolicy): number {
+  return Math.max(p.baseSeconds, p.windowSeconds / 8);
+}
+
+/** The latest moment, in ms after creation, at which an attempt may start. */
+export function latestStartOffsetMs(p: RetryPolicy): number {
+  return Math.max(p.windowSeconds - p.attemptTimeoutSeconds, p.windowSeconds / 2) * 1000;
+}
+
+/** The wait before retry `retry` (1 for the first retry), in ms; `random` in [0, 1). */
+export function retryDelayMs(retry: number, p: RetryPolicy, random: number): number {
+  const exp = Math.min(p.baseSeconds * 2 ** Math.min(retry - 1, 52), maxDelaySeconds(p));
+  const jitter = 1 - JITTER + 2 * JITTER * random;
+  return Math.round(exp * jitter * 1000);
+}
+
+/**
+ * When the next attempt starts (Unix ms), or null when the window is used up and the event fails.
+ * `attemptsMade` counts the attempt that just ended, which ended at `lastEndedAt`.
+ */
+export function nextAttemptAt(
+  ev: { createdAt: number; attemptsMade: number; lastEndedAt: number },
+  p: RetryPolicy,
+  random: number = Math.random(),
+): number | null {
+  const latestStart = ev.createdAt + latestStartOffsetMs(p);
+  if (ev.lastEndedAt >= latestStart) return null;
+  const candidate = ev.lastEndedAt + retryDelayMs(ev.attemptsMade, p, random);
+  return Math.min(candidate, latestStart);
+}
+
+/** The planned start offsets (seconds after creation) of every attempt, without jitter: for docs and tests. */
+export function plannedOffsetsSeconds(p: RetryPolicy): number[] {
+  const out = [0];
+  for (;;) {
+    const last = out[out.length - 1]!;
+    const next = nextAttemptAt({ createdAt: 0, attemptsMade: out.length, lastEndedAt: last * 1000 }, p, 0.5);
+    if (next === null) return out;
+    out.push(next / 1000);
+  }
+}

@@ -1,0 +1,90 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { fromBinary } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
+import { eventsv1 } from "@pi/proto";
+import { consumerGroup, topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
+
+// Where a partner's webhooks go and the secret that signs them, asked of the auth service (which
+// owns both) and kept in memory for a minute. A WEBHOOK_CHANGED partner event drops the entry at
+// once, so a new address is used from the next attempt on; the time limit bounds how stale an
+// entry can get if an event is missed (or a secret is changed without one).
+
+export interface WebhookTarget {
+  url: string;
+  secret: string;
+}
+
+interface Entry {
+  target: WebhookTarget | null;
+  until: number;
+}
+
+export class TargetCache {
+  private readonly entries = new Map<string, Entry>();
+  private readonly inflight = new Map<string, Promise<WebhookTarget | null>>();
+  // Bumped by forget(), so a lookup that started before a change never stores its stale answer.
+  private readonly generations = new Map<string, number>();
+
+  constructor(
+    private readonly auth: AuthClient,
+    private readonly ttlMs = 60_000,
+  ) {}
+
+  /** The partner's target, or null when it has no webhook address (or is unknown to auth). */
+  async get(partnerId: string): Promise<WebhookTarget | null> {
+    const entry = this.entries.get(partnerId);
+    if (entry && entry.until > Date.now()) return entry.target;
+    const pending = this.inflight.get(partnerId);
+    if (pending) return pending;
+    const generation = this.generations.get(partnerId) ?? 0;
+    const lookup = this.fetch(partnerId)
+      .then((target) => {
+        if ((this.generations.get(partnerId) ?? 0) === generation) this.entries.set(partnerId, { target, until: Date.now() + this.ttlMs });
+        return target;
+      })
+      .finally(() => this.inflight.delete(partnerId));
+    this.inflight.set(partnerId, lookup);
+    return lookup;
+  }
+
+  forget(partnerId: string): void {
+    this.generations.set(partnerId, (this.generations.get(partnerId) ?? 0) + 1);
+    this.entries.delete(partnerId);
+    this.inflight.delete(partnerId);
+  }
+
+  private async fetch(partnerId: string): Promise<WebhookTarget | null> {
+    try {
+      const res = await this.auth.getWebhookTarget({ partnerId });
+      return res.webhookUrl ? { url: res.webhookUrl, secret: res.signingSecret } : null;
+    } catch (err) {
+      if (err instanceof ConnectError && err.code === Code.NotFound) return null;
+      throw err;
+    }
+  }
+}
+
+/** Drops a partner's cached target whenever the auth service says its webhook changed. */
+export async function followWebhookChanges(cache: TargetCache, kafka: Kafka, namespace: string, logger: Logger) {
+  // A group of its own per process: every replica must see every change.
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "webhook", `targets-${randomUUID()}`), maxWaitTimeInMs: 200 });
+  await consumer.connect();
+  await consumer.subscribe({ topic: topicName(namespace, "partnerEvents"), fromBeginning: false });
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      if (!message.value) return;
+      let event: eventsv1.PartnerEvent;
+      try {
+        event = fromBinary(eventsv1.PartnerEventSchema, message.value);
+      } catch (err) {
+        logger.error({ err }, "unreadable partner event skipped");
+        return;
+      }
+      if (event.kind === eventsv1.PartnerEventKind.WEBHOOK_CHANGED) {
+        cache.forget(event.partnerId);
+        logger.info({ partnerId: event.partnerId }, "webhook target changed");
+      }
+    },
+  });
+  return { stop: () => consumer.disconnect() };
+}

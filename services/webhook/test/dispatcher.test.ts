@@ -1,0 +1,124 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { randomBytes, randomUUID } from "node:crypto";
+import { connectMongo, createLogger, type AuthClient, type Mongo } from "@pi/common";
+import { storeWebhookEvent } from "../src/consumer.js";
+import { Dispatcher } from "../src/dispatcher.js";
+import { WebhookSender } from "../src/outbound.js";
+import { openWebhookStore, type WebhookStore } from "../src/store.js";
+import { TargetCache } from "../src/targets.js";
+import { startTestReceiver, type Behaviour, type TestReceiver } from "../../../test/support/webhook-receiver.js";
+import { eventually } from "./harness.js";
+
+// The dispatcher on the real FerretDB with real HTTP receivers. Only the auth service's answer
+// (where a partner's webhooks go) is stood in for.
+
+let mongo: Mongo;
+let store: WebhookStore;
+const receivers: TestReceiver[] = [];
+const targets = new Map<string, { webhookUrl: string; signingSecret: string }>();
+const auth = {
+  getWebhookTarget: async ({ partnerId }: { partnerId: string }) => ({ partnerId, ...(targets.get(partnerId) ?? { webhookUrl: "", signingSecret: "" }) }),
+} as unknown as AuthClient;
+const logger = createLogger("dispatcher-test", process.env.TEST_LOG_LEVEL ?? "error");
+const policy = { baseSeconds: 0.2, windowSeconds: 60, attemptTimeoutSeconds: 3 };
+
+async function partner(behaviour?: Behaviour) {
+  const id = `ptr_${randomBytes(6).toString("hex")}`;
+  const secret = `whsec_${randomBytes(8).toString("hex")}`;
+  const receiver = await startTestReceiver(secret, behaviour);
+  receivers.push(receiver);
+  targets.set(id, { webhookUrl: receiver.url, signingSecret: secret });
+  return { id, receiver };
+}
+
+const store1 = (partnerId: string) =>
+  storeWebhookEvent(
+    store,
+    { ok: true, sourceEventId: randomUUID(), partnerId, connectionId: `con_${randomBytes(6).toString("hex")}`, type: "connection.approved", status: "approved", occurredAtMs: Date.now() },
+    "live",
+  );
+
+function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number } = {}) {
+  const sender = new WebhookSender({ allowInsecure: true, timeoutMs: policy.attemptTimeoutSeconds * 1000 });
+  const d = new Dispatcher({ store, targets: new TargetCache(auth), sender, policy, logger, ...o });
+  return { d, sender, stop: async () => (await d.stop(200, () => sender.destroy()), await sender.close().catch(() => {})) };
+}
+
+beforeAll(async () => {
+  mongo = await connectMongo(process.env.TEST_MONGODB_URI!, `t${randomBytes(5).toString("hex")}_webhook`);
+  store = await openWebhookStore(mongo.db);
+});
+afterAll(async () => {
+  await Promise.all(receivers.map((r) => r.close()));
+  await mongo.db.dropDatabase().catch(() => {});
+  await mongo.close();
+});
+
+describe("webhook dispatcher", () => {
+  it("one partner's dead endpoint holds at most its share of the slots; another partner's events go out meanwhile", async () => {
+    const dead = await partner(() => "hang");
+    const healthy = await partner();
+    for (let i = 0; i < 10; i++) await store1(dead.id);
+    for (let i = 0; i < 3; i++) await store1(healthy.id);
+    const { d, stop } = dispatcher({ maxInFlight: 4, maxPerPartner: 2 });
+    d.start();
+    try {
+      await healthy.receiver.waitFor((a) => a.length >= 3, 10_000, "the healthy partner's events");
+      expect(dead.receiver.arrivals.length).toBeLessThanOrEqual(2);
+      const deadDocs = await store.events.find({ partnerId: dead.id }).toArray();
+      expect(deadDocs.every((x) => x.attempts === 0)).toBe(true);
+    } finally {
+      await stop();
+    }
+  });
+
+  it("an attempt cut off by a stop is not counted, and its event is due again at once", async () => {
+    const p = await partner(() => "hang");
+    await store1(p.id);
+    const { d, stop } = dispatcher();
+    d.start();
+    await p.receiver.waitFor((a) => a.length >= 1);
+    await stop();
+    const [doc] = await store.events.find({ partnerId: p.id }).toArray();
+    expect(doc).toMatchObject({ state: "pending", attempts: 0, leaseToken: null });
+    expect(doc!.nextAttemptAt!.getTime()).toBeLessThanOrEqual(Date.now());
+  });
+
+  it("a slot claimed by a live replica is left alone; one whose holder died before moving the event on is taken over", async () => {
+    const p = await partner();
+    await store1(p.id);
+    await store1(p.id);
+    const [held, orphaned] = await store.events.find({ partnerId: p.id }).toArray();
+    const slot = (doc: typeof held) => `${doc!._id}:${doc!.attempts}:${doc!.nextAttemptAt!.getTime()}`;
+    await store.claims.insertOne({ _id: slot(held), eventId: held!._id, expiresAt: new Date(Date.now() + 60_000) });
+    await store.claims.insertOne({ _id: slot(orphaned), eventId: orphaned!._id, expiresAt: new Date(Date.now() - 1) });
+    const { d, stop } = dispatcher();
+    d.start();
+    try {
+      await p.receiver.waitFor((a) => a.length >= 1);
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(p.receiver.arrivals.map((a) => a.event.id)).toEqual([orphaned!._id]);
+      const heldNow = await store.events.findOne({ _id: held!._id });
+      expect(heldNow).toMatchObject({ state: "pending", attempts: 0 });
+    } finally {
+      await stop();
+    }
+  });
+
+  it("two dispatchers on the same events deliver each exactly once", async () => {
+    const p = await partner();
+    for (let i = 0; i < 30; i++) await store1(p.id);
+    const a = dispatcher();
+    const b = dispatcher();
+    a.d.start();
+    b.d.start();
+    try {
+      await p.receiver.waitFor((x) => new Set(x.map((y) => y.event.id)).size >= 30, 20_000, "30 events");
+      await eventually(async () => ((await store.events.countDocuments({ partnerId: p.id, state: "delivered" })) === 30 ? true : undefined));
+      expect(p.receiver.arrivals).toHaveLength(30);
+      expect(p.receiver.arrivals.every((x) => x.nth === 1)).toBe(true);
+    } finally {
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+});

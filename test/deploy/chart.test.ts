@@ -1,0 +1,307 @@
+// The Helm chart, checked with a real helm binary (built once from the Go module proxy, see
+// deploy/checks/helm.mjs): helm lint --strict and helm template for the default values and for
+// every combination of the optional switches; every rendered object validated against the
+// Kubernetes schemas (kubernetes-models 4.x) and our own rules (deploy/checks/chart.mjs).
+import { describe, it, expect, beforeAll } from "@jest/globals";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ensureHelm } from "../../deploy/checks/helm.mjs";
+import { parseSettings } from "../../services/common/src/settings.js";
+import * as chart from "../../deploy/checks/chart.mjs";
+import type { Combination, K8sObject } from "../../deploy/checks/chart.mjs";
+
+const { RELEASE, SERVICES, find, byKind, envOf } = chart;
+const dataServices = SERVICES.filter((s) => s.data);
+let helm: string;
+
+beforeAll(() => {
+  helm = ensureHelm();
+}, 10 * 60_000);
+
+function render(values: unknown = {}): K8sObject[] {
+  const t = chart.helmTemplate(helm, values);
+  if (t.code !== 0) throw new Error(`helm template failed: ${t.stderr}`);
+  return t.docs;
+}
+
+const container = (docs: K8sObject[], component: string) => find(docs, "Deployment", `${RELEASE}-${component}`)!.spec.template.spec.containers[0];
+const podComponents = (peers: K8sObject[] = []) => peers.map((p) => p.podSelector?.matchLabels?.["app.kubernetes.io/component"]).filter(Boolean).sort();
+
+describe("Helm chart with the default values", () => {
+  let docs: K8sObject[];
+  beforeAll(() => {
+    docs = render();
+  });
+
+  it("passes helm lint --strict", () => {
+    const lint = chart.helmLint(helm, {});
+    expect(lint.output).toContain("0 chart(s) failed");
+    expect(lint.code).toBe(0);
+  });
+
+  it("renders the gateway with a Service and an Ingress, and each internal service with a Deployment and a Service", () => {
+    for (const s of SERVICES) {
+      expect(find(docs, "Deployment", `${RELEASE}-${s.component}`)).toBeDefined();
+      expect(find(docs, "Service", `${RELEASE}-${s.component}`)).toBeDefined();
+    }
+    const ingress = find(docs, "Ingress", `${RELEASE}-gateway`);
+    expect(ingress.spec.rules[0].http.paths[0].backend.service).toEqual({ name: `${RELEASE}-gateway`, port: { name: "http" } });
+    // Uploads up to MAX_FILE_BYTES (25 MiB) reach the gateway, which answers 413 itself above it.
+    expect(Number(ingress.metadata.annotations["nginx.ingress.kubernetes.io/proxy-body-size"])).toBeGreaterThan(26214400);
+  });
+
+  it("validates every object against the Kubernetes schemas (kubernetes-models)", async () => {
+    expect(docs.length).toBeGreaterThan(30);
+    expect(await chart.validateSchemas(docs)).toEqual([]);
+  });
+
+  it("hardens every pod: non-root, read-only root with an emptyDir /tmp, no capabilities, no privilege escalation, seccomp RuntimeDefault, no service account token, resources and probes set", () => {
+    expect(chart.workloads(docs).length).toBe(5 + 4 + 1 + 1);
+    expect(chart.checkHardening(docs)).toEqual([]);
+  });
+
+  it("has selectors that match their pods' labels and references that resolve", () => {
+    expect(chart.checkReferences(docs)).toEqual([]);
+  });
+
+  it("wires every setting the services read (services/common/src/settings.ts) and every setting of the operator contract as an env var with the same name", () => {
+    expect(chart.serviceSettings()).toEqual(expect.arrayContaining(["MAX_FILE_BYTES", "KAFKA_BROKERS", "CREDENTIAL_PEPPER"]));
+    expect(chart.checkSettingsWired(docs)).toEqual([]);
+  });
+
+  it("renders an environment that every service's own settings parser accepts (secrets stand in for their Secret references)", () => {
+    const deprecations = [{ route: "GET /v1/connections/{id}", deprecation: "2027-01-01T00:00:00Z", sunset: "2027-07-01T00:00:00Z" }];
+    for (const rendered of [docs, render({ config: { API_DEPRECATIONS: deprecations, WEBHOOK_RETRY_BASE_SECONDS: 0.5 } })]) {
+      for (const s of SERVICES) {
+        const env = Object.fromEntries(
+          (container(rendered, s.component).env as K8sObject[]).map((e) => [
+            e.name,
+            e.value ?? (e.name === "MONGODB_URI" ? "mongodb://root:pw@db:27017/?authSource=admin" : "x".repeat(48)),
+          ]),
+        );
+        expect(() => parseSettings(env)).not.toThrow();
+        const settings = parseSettings(env);
+        expect(settings.GATEWAY_HOST).toBe("0.0.0.0");
+        expect(settings.WEBHOOK_ALLOW_INSECURE_URLS).toBe(false);
+      }
+    }
+    const parsed = parseSettings(Object.fromEntries((container(render({ config: { API_DEPRECATIONS: deprecations } }), "gateway").env as K8sObject[]).filter((e) => e.value !== undefined).map((e) => [e.name, e.value])));
+    expect(parsed.API_DEPRECATIONS).toHaveLength(1);
+    expect(parsed.TRUSTED_PROXY_HOPS).toBe(1);
+  });
+
+  it("sets WEBHOOK_ALLOW_INSECURE_URLS to \"false\" and binds every service on 0.0.0.0", () => {
+    for (const s of SERVICES) {
+      const env = envOf(container(docs, s.component));
+      expect(env.WEBHOOK_ALLOW_INSECURE_URLS).toBe("false");
+      expect(env.GATEWAY_HOST).toBe("0.0.0.0");
+      expect(env.SERVICE_HOST).toBe("0.0.0.0");
+      expect(env.MAX_FILE_BYTES).toBe("26214400");
+      expect(env.DATA_NAMESPACE).toBe("pi");
+    }
+  });
+
+  it("points every service at the others over plain h2c URLs of the release's Services, and at Kafka", () => {
+    const env = envOf(container(docs, "webhook"));
+    expect(env).toMatchObject({
+      AUTH_SERVICE_URL: `http://${RELEASE}-auth:50051`,
+      CONNECTION_SERVICE_URL: `http://${RELEASE}-connection:50052`,
+      FILE_INTAKE_SERVICE_URL: `http://${RELEASE}-file-intake:50053`,
+      WEBHOOK_SERVICE_URL: `http://${RELEASE}-webhook:50054`,
+      KAFKA_BROKERS: `${RELEASE}-kafka:9092`,
+    });
+  });
+
+  it("gives each data service its own MongoDB (a mongo:7 StatefulSet) with its URI in a Secret, and the gateway none", () => {
+    expect(envOf(container(docs, "gateway")).MONGODB_URI).toBeUndefined();
+    for (const s of dataServices) {
+      const sts = find(docs, "StatefulSet", `${RELEASE}-${s.component}-mongodb`);
+      expect(sts.spec.template.spec.containers[0].image).toBe("mongo:7");
+      expect(envOf(container(docs, s.component)).MONGODB_URI).toEqual({ secretKeyRef: { name: `${RELEASE}-${s.component}-mongodb`, key: "uri" } });
+      const secret = find(docs, "Secret", `${RELEASE}-${s.component}-mongodb`);
+      const uri = Buffer.from(secret.data.uri, "base64").toString();
+      expect(uri).toMatch(new RegExp(`^mongodb://root:[A-Za-z0-9]{40}@${RELEASE}-${s.component}-mongodb:27017/\\?authSource=admin$`));
+      expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+    }
+  });
+
+  it("runs Kafka in KRaft mode (apache/kafka:3.9.1, combined broker and controller) with a hook Job creating the three topics", () => {
+    const kafka = find(docs, "StatefulSet", `${RELEASE}-kafka`);
+    expect(kafka.spec.template.spec.containers[0].image).toBe("apache/kafka:3.9.1");
+    const config = find(docs, "ConfigMap", `${RELEASE}-kafka-config`).data["server.properties"];
+    expect(config).toContain("process.roles=broker,controller");
+    expect(config).toContain(`controller.quorum.voters=0@${RELEASE}-kafka-0.${RELEASE}-kafka-headless.${chart.NAMESPACE}.svc:9093`);
+    const job = byKind(docs, "Job")[0];
+    expect(job.metadata.annotations["helm.sh/hook"]).toBe("post-install,post-upgrade");
+    const script: string = job.spec.template.spec.containers[0].command.join(" ");
+    for (const [topic, partitions] of [["pi.connection-events", 3], ["pi.file-events", 3], ["pi.partner-events", 1]] as const) {
+      expect(script).toContain(`--create --if-not-exists --topic "${topic}" --partitions ${partitions}`);
+    }
+  });
+
+  it("follows DATA_NAMESPACE in the topic names", () => {
+    const script: string = byKind(render({ config: { DATA_NAMESPACE: "care" } }), "Job")[0].spec.template.spec.containers[0].command.join(" ");
+    expect(script).toContain('--topic "care.connection-events"');
+    expect(script).not.toContain('"pi.');
+  });
+
+  it("generates a 48-character CREDENTIAL_PEPPER for auth only, kept across upgrades (lookup) and on uninstall", () => {
+    const secret = find(docs, "Secret", `${RELEASE}-credential-pepper`);
+    expect(Buffer.from(secret.data.CREDENTIAL_PEPPER, "base64").toString()).toMatch(/^[A-Za-z0-9]{48}$/);
+    expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+    expect(envOf(container(docs, "auth")).CREDENTIAL_PEPPER).toEqual({ secretKeyRef: { name: `${RELEASE}-credential-pepper`, key: "CREDENTIAL_PEPPER" } });
+    const template = readFileSync(join(chart.chartDir, "templates", "secrets.yaml"), "utf8");
+    expect(template).toMatch(/lookup "v1" "Secret" \.Release\.Namespace \$name/);
+    expect(template).toContain("randAlphaNum 48");
+  });
+
+  it("uses a given pepper, or an existing Secret of the operator's", () => {
+    const given = "p".repeat(40);
+    const withValue = find(render({ auth: { credentialPepper: { value: given } } }), "Secret", `${RELEASE}-credential-pepper`);
+    expect(Buffer.from(withValue.data.CREDENTIAL_PEPPER, "base64").toString()).toBe(given);
+    const external = render({ auth: { credentialPepper: { existingSecret: "my-pepper", existingSecretKey: "pepper" } } });
+    expect(find(external, "Secret", `${RELEASE}-credential-pepper`)).toBeUndefined();
+    expect(envOf(container(external, "auth")).CREDENTIAL_PEPPER).toEqual({ secretKeyRef: { name: "my-pepper", key: "pepper" } });
+  });
+
+  it("probes the internal services with native gRPC health checks and the gateway on /healthz and /readyz", () => {
+    for (const s of SERVICES.filter((x) => x.key !== "gateway")) {
+      const c = container(docs, s.component);
+      const port = c.ports[0].containerPort;
+      expect(c.livenessProbe.grpc).toEqual({ port });
+      expect(c.readinessProbe.grpc).toEqual({ port });
+    }
+    const gw = container(docs, "gateway");
+    expect(gw.livenessProbe.httpGet).toMatchObject({ path: "/healthz", port: "http" });
+    expect(gw.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "http" });
+  });
+
+  it("denies all traffic of the release's pods, then admits only each component's named callers", () => {
+    const policy = (component: string) => find(docs, "NetworkPolicy", `${RELEASE}-${component}`)!.spec;
+    const denyAll = policy("deny-all");
+    expect(denyAll.policyTypes).toEqual(["Ingress", "Egress"]);
+    expect(denyAll.ingress).toBeUndefined();
+    expect(denyAll.egress).toBeUndefined();
+    const callers: Record<string, string[]> = {
+      auth: ["gateway", "webhook"],
+      connection: ["file-intake", "gateway"],
+      "file-intake": ["gateway"],
+      webhook: ["gateway"],
+    };
+    for (const [component, expected] of Object.entries(callers)) {
+      expect(podComponents(policy(component).ingress.flatMap((r: K8sObject) => r.from))).toEqual(expected);
+    }
+    const gatewayFrom = policy("gateway").ingress[0].from[0];
+    expect(gatewayFrom.namespaceSelector.matchLabels).toEqual({ "kubernetes.io/metadata.name": "ingress-nginx" });
+    // The operator CLI runs in the gateway pod: the gateway may call every service.
+    expect(podComponents(policy("gateway").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "file-intake", "kafka", "webhook"]);
+    for (const s of dataServices) {
+      expect(podComponents(policy(`${s.component}-mongodb`).ingress[0].from)).toEqual([s.component]);
+      expect(policy(`${s.component}-mongodb`).egress).toEqual([]);
+    }
+    expect(podComponents(policy("kafka").ingress[0].from)).toEqual(["auth", "connection", "file-intake", "gateway", "kafka-topics", "webhook"]);
+    const webhookInternet = policy("webhook").egress.find((r: K8sObject) => r.to?.[0]?.ipBlock);
+    expect(webhookInternet.ports).toEqual([{ port: 443, protocol: "TCP" }]);
+    expect(webhookInternet.to[0].ipBlock.except).toEqual(expect.arrayContaining(["10.0.0.0/8", "169.254.0.0/16"]));
+  });
+
+  it("opens extra egress (for example to a telemetry collector) on every application service when asked", () => {
+    const rule = { to: [{ ipBlock: { cidr: "10.1.2.3/32" } }], ports: [{ port: 4317, protocol: "TCP" }] };
+    const withExtra = render({ networkPolicy: { extraEgress: [rule] } });
+    for (const s of SERVICES) {
+      expect(find(withExtra, "NetworkPolicy", `${RELEASE}-${s.component}`).spec.egress).toContainEqual(rule);
+    }
+  });
+
+  it("prints NOTES that show how to reach the API and run operator commands with kubectl exec, and warn when hardening is switched off", () => {
+    const notes = chart.renderNotes(helm, {});
+    expect(notes).toContain(`kubectl -n ${chart.NAMESPACE} exec deploy/${RELEASE}-gateway -- node services/ops/dist/main.js info --json`);
+    expect(notes).toContain(`${RELEASE}-credential-pepper`);
+    expect(notes).not.toContain("WARNING");
+    const relaxed = chart.renderNotes(helm, { ingress: { enabled: false }, networkPolicy: { enabled: false }, config: { WEBHOOK_ALLOW_INSECURE_URLS: true } });
+    expect(relaxed).toContain(`port-forward svc/${RELEASE}-gateway`);
+    expect(relaxed).toMatch(/WARNING: networkPolicy.enabled is false/);
+    expect(relaxed).toMatch(/WARNING: config.WEBHOOK_ALLOW_INSECURE_URLS is true/);
+  });
+
+  it("renders the same objects twice, apart from the generated secrets", () => {
+    const strip = (objs: K8sObject[]) => objs.map((o) => (o.kind === "Secret" ? { ...o, data: Object.keys(o.data ?? {}) } : o));
+    expect(strip(render())).toEqual(strip(docs));
+  });
+
+  it("runs the images Skaffold builds (one artifact per service from deploy/Dockerfile, image values templated)", () => {
+    expect(chart.skaffoldConfig().apiVersion).toMatch(/^skaffold\/v4beta\d+$/);
+    expect(chart.checkSkaffoldImages(docs)).toEqual([]);
+  });
+
+  it("deploy/Dockerfile copies the manifest of every npm workspace before npm ci", () => {
+    expect(chart.checkDockerfileWorkspaces()).toEqual([]);
+  });
+});
+
+describe("values.schema.json", () => {
+  const rejects = (values: unknown, message: RegExp) => {
+    const t = chart.helmTemplate(helm, values);
+    expect(t.code).not.toBe(0);
+    expect(t.stderr).toMatch(message);
+    const lint = chart.helmLint(helm, values);
+    expect(lint.code).not.toBe(0);
+  };
+
+  it("rejects an unknown top-level key (a typo) in helm template and helm lint", () => {
+    rejects({ gatway: { replicas: 2 } }, /Additional property gatway is not allowed/);
+  });
+
+  it("rejects a typo inside a service block and an unknown setting", () => {
+    rejects({ auth: { replica: 2 } }, /replica/);
+    rejects({ config: { MAX_FILE_BYTE: 1 } }, /MAX_FILE_BYTE/);
+  });
+
+  it("rejects a pepper shorter than 32 characters and a rate limit below the contract's floor", () => {
+    rejects({ auth: { credentialPepper: { value: "short" } } }, /credentialPepper/);
+    rejects({ config: { RATE_LIMIT_V1_PER_SECOND: 10 } }, /RATE_LIMIT_V1_PER_SECOND/);
+  });
+
+  it("keeps every service block to one shape", () => {
+    const values = readFileSync(join(chart.chartDir, "values.yaml"), "utf8");
+    for (const s of SERVICES) {
+      const block = values.slice(values.indexOf(`\n${s.key}:\n`));
+      for (const key of ["enabled", "image", "replicas", "resources", "config", "autoscaling", "podDisruptionBudget"]) {
+        expect(block).toMatch(new RegExp(`^\\n${s.key}:\\n(  .*\\n|\\s*\\n)*?  ${key}:`));
+      }
+    }
+  });
+});
+
+describe("every combination of the optional switches (ingress, networkPolicy, pdb, hpa, external Mongo, external Kafka)", () => {
+  const combinations = chart.allCombinations().map((c) => [chart.describeCombination(c), c] as [string, Combination]);
+
+  it.each(combinations)("%s: helm lint --strict and helm template pass; every object is valid and hardened; references resolve; settings are wired", async (_name, combination) => {
+    const values = chart.valuesFor(combination);
+    const lint = chart.helmLint(helm, values);
+    expect(lint.code).toBe(0);
+    const docs = render(values);
+    const externalSecrets = combination.externalMongo ? dataServices.map((s) => `${s.component}-mongodb-uri`) : [];
+    expect(await chart.validateSchemas(docs)).toEqual([]);
+    expect(chart.checkHardening(docs)).toEqual([]);
+    expect(chart.checkReferences(docs, { externalSecrets })).toEqual([]);
+    expect(chart.checkSettingsWired(docs)).toEqual([]);
+
+    expect(byKind(docs, "Ingress")).toHaveLength(combination.ingress ? 1 : 0);
+    expect(byKind(docs, "NetworkPolicy").length > 0).toBe(combination.networkPolicy);
+    expect(byKind(docs, "PodDisruptionBudget")).toHaveLength(combination.pdb ? 5 : 0);
+    expect(byKind(docs, "HorizontalPodAutoscaler")).toHaveLength(combination.hpa ? 5 : 0);
+    const mongo = byKind(docs, "StatefulSet").filter((s: K8sObject) => s.metadata.name.endsWith("-mongodb"));
+    expect(mongo).toHaveLength(combination.externalMongo ? 0 : 4);
+    expect(find(docs, "StatefulSet", `${RELEASE}-kafka`) === undefined).toBe(combination.externalKafka);
+    const env = envOf(container(docs, "connection"));
+    if (combination.externalMongo) expect(env.MONGODB_URI).toEqual({ secretKeyRef: { name: "connection-mongodb-uri", key: "uri" } });
+    if (combination.externalKafka) {
+      expect(env.KAFKA_BROKERS).toBe("kafka-0.kafka.example:9092,kafka-1.kafka.example:9094");
+      if (combination.networkPolicy) {
+        const egress = find(docs, "NetworkPolicy", `${RELEASE}-connection`).spec.egress.flatMap((r: K8sObject) => r.ports ?? []);
+        expect(egress).toEqual(expect.arrayContaining([{ port: 9092, protocol: "TCP" }, { port: 9094, protocol: "TCP" }]));
+      }
+    }
+  });
+});

@@ -1,0 +1,106 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { request } from "node:http";
+import { startTestStack, type TestStack } from "../support/services.js";
+import { opsFor } from "../support/partner-api.js";
+import { NO_RATE_LIMITS } from "../support/auth.js";
+
+// No-oracle guarantee 5: every credential failure at the token endpoint (unknown client, bad
+// secret, revoked credential, suspended partner) returns the identical invalid_client error, in
+// body and headers (only Date may differ), with equivalent timing.
+
+let stack: TestStack;
+type Kind = "unknown client" | "wrong secret" | "revoked credential" | "suspended partner";
+const bodies = {} as Record<Kind, Record<string, string>>;
+
+beforeAll(async () => {
+  stack = await startTestStack(NO_RATE_LIMITS);
+  const ops = opsFor(stack.settings);
+  const ok = await ops.partnerCreate({ name: "Good Standing Clinic" });
+  const revoked = await ops.partnerCreate({ name: "Revoked Credential Clinic" });
+  await ops.credentialRevoke(revoked.live.client_id);
+  const suspended = await ops.partnerCreate({ name: "Suspended Clinic" });
+  await ops.partnerSetStatus(suspended.partner_id, "suspended");
+  const grant = "client_credentials";
+  bodies["unknown client"] = { grant_type: grant, client_id: "cli_0000000000000000000000", client_secret: ok.live.client_secret };
+  bodies["wrong secret"] = { grant_type: grant, client_id: ok.live.client_id, client_secret: revoked.live.client_secret };
+  bodies["revoked credential"] = { grant_type: grant, client_id: revoked.live.client_id, client_secret: revoked.live.client_secret };
+  bodies["suspended partner"] = { grant_type: grant, client_id: suspended.live.client_id, client_secret: suspended.live.client_secret };
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const kinds = (): Kind[] => Object.keys(bodies) as Kind[];
+
+/** One request over a fresh connection, with the raw header lines as sent. */
+function post(body: string, contentType: string): Promise<{ status: number; rawHeaders: string[]; text: string; ms: number }> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const req = request(`${stack.baseUrl}/oauth/token`, { method: "POST", agent: false, headers: { "content-type": contentType, "content-length": Buffer.byteLength(body) } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode!, rawHeaders: res.rawHeaders, text: Buffer.concat(chunks).toString(), ms: performance.now() - started }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+const encodings = {
+  form: (b: Record<string, string>) => [new URLSearchParams(b).toString(), "application/x-www-form-urlencoded"] as const,
+  json: (b: Record<string, string>) => [JSON.stringify(b), "application/json"] as const,
+};
+
+/** Header lines in order, without Date, as "Name: value". */
+const headerLines = (raw: string[]) =>
+  raw.flatMap((v, i) => (i % 2 === 0 ? [`${v}: ${raw[i + 1]}`] : [])).filter((line) => !/^date:/i.test(line));
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+
+describe("no-oracle guarantee 5", () => {
+  it.each(Object.keys(encodings) as (keyof typeof encodings)[])(
+    "no-oracle guarantee 5: the four credential failures give byte-identical bodies and headers apart from Date (%s body)",
+    async (encoding) => {
+      const results = [];
+      for (const kind of kinds()) results.push({ kind, ...(await post(...encodings[encoding](bodies[kind]))) });
+      for (const r of results) {
+        expect(r.status).toBe(400);
+        expect(JSON.parse(r.text)).toEqual({ error: "invalid_client", error_description: expect.any(String) });
+      }
+      const [first, ...rest] = results;
+      for (const r of rest) {
+        expect({ kind: r.kind, text: r.text }).toEqual({ kind: r.kind, text: first!.text });
+        expect({ kind: r.kind, headers: headerLines(r.rawHeaders) }).toEqual({ kind: r.kind, headers: headerLines(first!.rawHeaders) });
+      }
+      expect(headerLines(first!.rawHeaders)).toEqual(expect.arrayContaining(["Cache-Control: no-store"]));
+    },
+  );
+
+  it("no-oracle guarantee 5: median latencies of the four failures over interleaved samples differ by less than 35% or 3 ms", async () => {
+    const samples = Object.fromEntries(kinds().map((k) => [k, [] as number[]])) as Record<Kind, number[]>;
+    const rounds = 60;
+    for (let round = -5; round < rounds; round++) {
+      // A fresh random order each round, so drift in the machine's load falls on every kind alike.
+      const order = kinds().sort(() => Math.random() - 0.5);
+      for (const kind of order) {
+        const { ms, status } = await post(...encodings.form(bodies[kind]));
+        expect(status).toBe(400);
+        if (round >= 0) samples[kind].push(ms);
+      }
+    }
+    const medians = Object.fromEntries(kinds().map((k) => [k, median(samples[k])])) as Record<Kind, number>;
+    process.stderr.write(`guarantee 5 medians (ms): ${JSON.stringify(Object.fromEntries(Object.entries(medians).map(([k, v]) => [k, Math.round(v * 100) / 100])))}\n`);
+    for (const a of kinds()) {
+      for (const b of kinds()) {
+        const diff = Math.abs(medians[a] - medians[b]);
+        const relative = diff / Math.min(medians[a], medians[b]);
+        expect({ pair: `${a} / ${b}`, equivalent: diff < 3 || relative < 0.35 }).toEqual({ pair: `${a} / ${b}`, equivalent: true });
+      }
+    }
+  });
+});

@@ -1,0 +1,206 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { createLogger, type RunningService } from "@pi/common";
+import { startGateway } from "@pi/gateway";
+import { startTestStack, type TestStack } from "../support/services.js";
+import { accessToken, opsFor, requestToken } from "../support/partner-api.js";
+import { decodeJwt, NO_RATE_LIMITS } from "../support/auth.js";
+
+// The operator contract's partner and credential commands, run as an operator runs them: the
+// compiled CLI (services/ops/dist/main.js, built by `npm test`) in its own process, against an
+// in-process stack whose internal addresses it gets from the environment.
+
+const cli = join(process.cwd(), "services", "ops", "dist", "main.js");
+let stack: TestStack;
+let second: RunningService;
+let gateways: string[];
+let elder: string;
+
+beforeAll(async () => {
+  stack = await startTestStack(NO_RATE_LIMITS);
+  second = await startGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
+  gateways = [stack.baseUrl, `http://127.0.0.1:${second.port}`];
+  elder = (await opsFor(stack.settings).elderCreate()).address;
+});
+afterAll(async () => {
+  await second?.stop();
+  await stack?.stop();
+});
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+function ops(...args: string[]): Promise<Run> {
+  const s = stack.settings;
+  const env = {
+    PATH: process.env.PATH,
+    AUTH_SERVICE_URL: s.AUTH_SERVICE_URL,
+    CONNECTION_SERVICE_URL: s.CONNECTION_SERVICE_URL,
+    FILE_INTAKE_SERVICE_URL: s.FILE_INTAKE_SERVICE_URL,
+    WEBHOOK_SERVICE_URL: s.WEBHOOK_SERVICE_URL,
+    ADDRESS_DOMAIN: s.ADDRESS_DOMAIN,
+  };
+  const started = performance.now();
+  return new Promise((resolve) => {
+    execFile(process.execPath, [cli, ...args], { env, timeout: 20_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr, ms: performance.now() - started });
+    });
+  });
+}
+
+/** Exactly one JSON object on stdout and nothing else there; nothing on stderr; exit 0. */
+function oneObject(run: Run): Record<string, unknown> {
+  expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
+  expect(run.stdout.endsWith("\n")).toBe(true);
+  expect(run.stdout.trim().split("\n")).toHaveLength(1);
+  const value = JSON.parse(run.stdout) as unknown;
+  expect(typeof value === "object" && value !== null && !Array.isArray(value)).toBe(true);
+  return value as Record<string, unknown>;
+}
+
+/** Non-zero exit, nothing on stdout, one line on stderr. */
+function refused(run: Run): string {
+  expect(run.code).not.toBe(0);
+  expect(run.stdout).toBe("");
+  expect(run.stderr.trim().split("\n")).toHaveLength(1);
+  return run.stderr.trim();
+}
+
+async function v1Status(baseUrl: string, token: string): Promise<number> {
+  const res = await fetch(`${baseUrl}/v1/connections`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ elder }),
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+const everyGateway = (token: string) => Promise.all(gateways.map((g) => v1Status(g, token)));
+
+const credentialShape = { client_id: expect.stringMatching(/^cli_/), client_secret: expect.any(String) };
+
+describe("operator CLI: partner create", () => {
+  it("partner create --json prints exactly the operator contract's object, with working credentials", async () => {
+    const out = oneObject(await ops("partner", "create", "--name", "CLI Pharmacy", "--json"));
+    expect(out).toEqual({ partner_id: expect.stringMatching(/^ptr_/), live: credentialShape, test: credentialShape, signing_secret: expect.any(String) });
+    expect(Object.keys(out)).toEqual(["partner_id", "live", "test", "signing_secret"]);
+    const live = out.live as { client_id: string; client_secret: string };
+    const test = out.test as { client_id: string; client_secret: string };
+    expect(Object.keys(live)).toEqual(["client_id", "client_secret"]);
+    expect(new Set([live.client_secret, test.client_secret, out.signing_secret]).size).toBe(3);
+    const liveToken = await accessToken(stack.baseUrl, live.client_id, live.client_secret);
+    const testToken = await accessToken(stack.baseUrl, test.client_id, test.client_secret);
+    expect(decodeJwt(liveToken).payload).toMatchObject({ sub: out.partner_id, mode: "live", scope: "connections:write files:write" });
+    expect(decodeJwt(testToken).payload).toMatchObject({ sub: out.partner_id, mode: "test" });
+  });
+
+  it("--json may come before the command as well", async () => {
+    const out = oneObject(await ops("--json", "partner", "create", "--name", "Early Flag Clinic"));
+    expect(out.partner_id).toMatch(/^ptr_/);
+  });
+
+  it("--scopes restricts the partner's allowed scopes", async () => {
+    const out = oneObject(await ops("partner", "create", "--name", "Files Only", "--scopes", "files:write", "--json"));
+    const live = out.live as { client_id: string; client_secret: string };
+    const res = await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live });
+    expect(JSON.parse(res.text)).toMatchObject({ scope: "files:write" });
+    const asked = await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live, scope: "connections:write" });
+    expect(JSON.parse(asked.text)).toMatchObject({ error: "invalid_scope" });
+    const both = oneObject(await ops("partner", "create", "--name", "Both", "--scopes", "connections:write files:write", "--json"));
+    const bothLive = both.live as { client_id: string; client_secret: string };
+    expect(JSON.parse((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...bothLive })).text)).toMatchObject({
+      scope: "connections:write files:write",
+    });
+  });
+
+  it.each([
+    [["--scopes", "admin"]],
+    [["--scopes", ""]],
+    [["--webhook-url", "not a url"]],
+  ])("partner create refuses %j with one line on stderr and nothing on stdout", async (extra) => {
+    refused(await ops("partner", "create", "--name", "Bad", ...extra, "--json"));
+  });
+
+  it("partner create without --name is refused", async () => {
+    refused(await ops("partner", "create", "--json"));
+  });
+
+  it("without --json it prints readable lines, not JSON", async () => {
+    const run = await ops("partner", "create", "--name", "Human Readable");
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/^partner_id: ptr_/m);
+    expect(() => JSON.parse(run.stdout)).toThrow();
+  });
+});
+
+describe("operator CLI: credential create and revoke", () => {
+  it("credential create --mode test|live prints the contract's object; the credential works and carries its mode", async () => {
+    const partner = oneObject(await ops("partner", "create", "--name", "Second Credential Lab", "--json"));
+    for (const mode of ["test", "live"]) {
+      const out = oneObject(await ops("credential", "create", partner.partner_id as string, "--mode", mode, "--json"));
+      expect(out).toEqual({ ...credentialShape, mode });
+      expect(Object.keys(out)).toEqual(["client_id", "client_secret", "mode"]);
+      const token = await accessToken(stack.baseUrl, out.client_id as string, out.client_secret as string);
+      expect(decodeJwt(token).payload).toMatchObject({ mode, sub: partner.partner_id });
+    }
+  });
+
+  it("credential create refuses a bad mode or an unknown partner", async () => {
+    const partner = oneObject(await ops("partner", "create", "--name", "Mode Lab", "--json"));
+    expect(refused(await ops("credential", "create", partner.partner_id as string, "--mode", "staging", "--json"))).toMatch(/live or test/);
+    refused(await ops("credential", "create", "ptr_doesnotexist", "--mode", "live", "--json"));
+  });
+
+  it("credential revoke: the effect is visible on every gateway by the time the CLI exits", async () => {
+    const partner = oneObject(await ops("partner", "create", "--name", "Revoke Via CLI", "--json"));
+    const live = partner.live as { client_id: string; client_secret: string };
+    const token = await accessToken(stack.baseUrl, live.client_id, live.client_secret);
+    expect(await everyGateway(token)).toEqual([202, 202]);
+    const out = oneObject(await ops("credential", "revoke", live.client_id, "--json"));
+    expect(out).toEqual({ client_id: live.client_id, status: "revoked" });
+    expect(await everyGateway(token)).toEqual([401, 401]);
+    const again = await requestToken(gateways[1]!, { grant_type: "client_credentials", ...live });
+    expect(JSON.parse(again.text)).toMatchObject({ error: "invalid_client" });
+  });
+
+  it("credential revoke of an unknown client is refused", async () => {
+    expect(refused(await ops("credential", "revoke", "cli_doesnotexist", "--json"))).toMatch(/cli_doesnotexist/);
+  });
+});
+
+describe("operator CLI: partner suspend and reinstate", () => {
+  it("partner suspend / reinstate: visible on every gateway by the time the CLI exits, both ways", async () => {
+    const partner = oneObject(await ops("partner", "create", "--name", "Suspend Via CLI", "--json"));
+    const live = partner.live as { client_id: string; client_secret: string };
+    const token = await accessToken(stack.baseUrl, live.client_id, live.client_secret);
+    const id = partner.partner_id as string;
+    expect(oneObject(await ops("partner", "suspend", id, "--json"))).toEqual({ partner_id: id, status: "suspended" });
+    expect(await everyGateway(token)).toEqual([401, 401]);
+    expect(JSON.parse((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live })).text)).toMatchObject({ error: "invalid_client" });
+    expect(oneObject(await ops("partner", "reinstate", id, "--json"))).toEqual({ partner_id: id, status: "active" });
+    expect(await everyGateway(token)).toEqual([202, 202]);
+    expect((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live })).status).toBe(200);
+  });
+
+  it.each(["suspend", "reinstate"])("partner %s of an unknown partner is refused", async (act) => {
+    refused(await ops("partner", act, "ptr_doesnotexist", "--json"));
+  });
+
+  it("the decoy documents behind guarantee 5 cannot be reinstated or given credentials", async () => {
+    refused(await ops("partner", "reinstate", "ptr~decoy", "--json"));
+    refused(await ops("credential", "create", "ptr~decoy", "--mode", "live", "--json"));
+  });
+});
+
+describe("operator CLI: keys rotate", () => {
+  it("keys rotate --json names the new key and when it starts signing", async () => {
+    const out = oneObject(await ops("keys", "rotate", "--json"));
+    expect(out).toEqual({ kid: expect.stringMatching(/^key_/), activates_at: expect.any(String), retired_kids: [] });
+    expect(Date.parse(out.activates_at as string)).toBeGreaterThan(Date.now());
+  });
+});

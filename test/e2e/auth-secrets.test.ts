@@ -1,0 +1,102 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { createHmac } from "node:crypto";
+import { Writable } from "node:stream";
+import { startTestStack, type TestStack } from "../support/services.js";
+import { accessToken, opsFor, requestToken } from "../support/partner-api.js";
+import { NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
+
+// Operator contract: "A secret is shown once, at creation, and stored only hashed." Secrets never
+// reach a log line, at any level.
+
+const logLines: string[] = [];
+let stack: TestStack;
+let ops: ReturnType<typeof opsFor>;
+
+beforeAll(async () => {
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      logLines.push(...chunk.toString().split("\n").filter(Boolean));
+      done();
+    },
+  });
+  stack = await startTestStack({ ...NO_RATE_LIMITS, LOG_LEVEL: "trace" }, { logDestination: sink });
+  ops = opsFor(stack.settings);
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+describe("secrets never logged", () => {
+  it("secrets never logged: partner create, token requests (good and bad), bearer calls, revocation; at trace level", async () => {
+    const before = logLines.length;
+    const partner = await ops.partnerCreate({ name: "Logged Clinic", webhookUrl: "http://127.0.0.1:9/hook" });
+    const extra = await ops.credentialCreate(partner.partner_id, "test");
+    const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
+    await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: partner.live.client_id, client_secret: partner.live.client_secret }, "json");
+    await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: partner.test.client_id, client_secret: `${partner.test.client_secret}x` });
+    await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: "cli_unknown", client_secret: extra.client_secret });
+    const elder = (await ops.elderCreate()).address;
+    for (const auth of [`Bearer ${token}`, `Bearer ${token}x`]) {
+      await fetch(`${stack.baseUrl}/v1/connections`, {
+        method: "POST",
+        headers: { authorization: auth, "content-type": "application/json" },
+        body: JSON.stringify({ elder }),
+      });
+    }
+    await ops.credentialRevoke(partner.live.client_id);
+    await new Promise((r) => setTimeout(r, 200)); // let the last lines flush
+
+    const lines = logLines.slice(before);
+    // The capture works: the gateway's access log lines of these requests are there.
+    expect(lines.some((l) => l.includes('"path":"/oauth/token"'))).toBe(true);
+    expect(lines.some((l) => l.includes("partner created"))).toBe(true);
+    for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+
+    const secrets = {
+      "live client secret": partner.live.client_secret,
+      "test client secret": partner.test.client_secret,
+      "created credential's secret": extra.client_secret,
+      "signing secret": partner.signing_secret,
+      "access token": token,
+      "access token signature": token.split(".")[2]!,
+      "live secret's random part": partner.live.client_secret.replace(/^sk_live_/, ""),
+    };
+    for (const [what, secret] of Object.entries(secrets)) {
+      const leaking = lines.filter((l) => l.includes(secret));
+      expect({ what, leaking }).toEqual({ what, leaking: [] });
+    }
+  });
+});
+
+describe("client secrets stored only hashed", () => {
+  it("client secrets stored only hashed: the auth database holds the peppered HMAC, and no secret in any form", async () => {
+    const partner = await ops.partnerCreate({ name: "Stored Clinic" });
+    const extra = await ops.credentialCreate(partner.partner_id, "live");
+    const dump = await withAuthDb(stack.settings, async (db) => {
+      const out: Record<string, unknown[]> = {};
+      for (const c of await db.listCollections().toArray()) out[c.name] = await db.collection(c.name).find().toArray();
+      return out;
+    });
+    const credentials = dump.credentials as { _id: string; secretHash: string }[];
+    const pepper = stack.settings.CREDENTIAL_PEPPER!;
+    for (const [clientId, secret] of [
+      [partner.live.client_id, partner.live.client_secret],
+      [partner.test.client_id, partner.test.client_secret],
+      [extra.client_id, extra.client_secret],
+    ] as const) {
+      const doc = credentials.find((c) => c._id === clientId)!;
+      expect(doc.secretHash).toBe(createHmac("sha256", pepper).update(secret).digest("hex"));
+      expect(Object.keys(doc).sort()).toEqual(["_id", "createdAt", "mode", "partnerId", "secretHash", "status"]);
+    }
+    const everything = JSON.stringify(dump);
+    for (const secret of [partner.live.client_secret, partner.test.client_secret, extra.client_secret, partner.signing_secret]) {
+      expect(everything.includes(secret)).toBe(false);
+      expect(everything.includes(secret.split("_").pop()!)).toBe(false);
+    }
+    // The signing secret must be usable later (webhook signatures), so it is sealed, not hashed:
+    // encrypted under a key derived from the pepper, which the database does not hold.
+    const stored = (dump.partners as { _id: string; sealedSigningSecret: string }[]).find((p) => p._id === partner.partner_id)!;
+    expect(stored.sealedSigningSecret).toMatch(/^v1\./);
+    expect(everything.includes(pepper)).toBe(false);
+  });
+});

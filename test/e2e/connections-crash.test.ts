@@ -1,0 +1,156 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "@jest/globals";
+import { MongoClient } from "mongodb";
+import { createKafka, createLogger, databaseName, newId, serviceClient, topicName, type ConnectionClient } from "@pi/common";
+import { commonv1, connectionv1 } from "@pi/proto";
+import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
+
+// The connection service as a real process (the compiled dist/main.js), killed with SIGKILL, then
+// started again on the same database: nothing stored may be lost, neither an event between the
+// write and the publish, nor a sandbox approval that fell due while the service was down.
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const main = join(root, "services", "connection", "dist", "main.js");
+const namespace = `t${randomBytes(5).toString("hex")}`;
+const mongoUri = process.env.TEST_MONGODB_URI!;
+const brokers = process.env.TEST_KAFKA_BROKERS!;
+const sandboxDelaySeconds = 3;
+
+interface Child {
+  proc: ChildProcess;
+  client: ConnectionClient;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+const children: Child[] = [];
+
+/** Starts `node services/connection/dist/main.js` and resolves once it listens. */
+async function startService(extraEnv: Record<string, string> = {}): Promise<Child> {
+  const proc = spawn(process.execPath, [main], {
+    cwd: root,
+    env: {
+      PATH: process.env.PATH,
+      MONGODB_URI: mongoUri,
+      KAFKA_BROKERS: brokers,
+      DATA_NAMESPACE: namespace,
+      CONNECTION_SERVICE_PORT: "0",
+      SANDBOX_APPROVAL_DELAY_SECONDS: String(sandboxDelaySeconds),
+      LOG_LEVEL: "info",
+      KAFKAJS_NO_PARTITIONER_WARNING: "1",
+      ...extraEnv,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })));
+  const logs: string[] = [];
+  proc.stderr!.on("data", (chunk: Buffer) => logs.push(chunk.toString()));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`connection service did not start: ${logs.join("")}`)), 30_000);
+    createInterface({ input: proc.stdout! }).on("line", (line) => {
+      logs.push(line);
+      try {
+        const entry = JSON.parse(line) as { msg?: string; port?: number };
+        if (entry.msg === "started" && entry.port) {
+          clearTimeout(timer);
+          resolve(entry.port);
+        }
+      } catch {
+        // not a log line
+      }
+    });
+    void exited.then(({ code, signal }) => reject(new Error(`connection service exited (${code ?? signal}) before listening: ${logs.join("\n")}`)));
+  });
+  const child = { proc, exited, client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`) };
+  children.push(child);
+  return child;
+}
+
+let mongo: MongoClient;
+let events: EventCollector;
+const connectionsCollection = () => mongo.db(databaseName(namespace, "connection")).collection("connections");
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+beforeAll(async () => {
+  // This test runs the compiled service: a build older than the sources would test old code.
+  expect(existsSync(main)).toBe(true);
+  for (const file of ["outbox", "connections", "state-machine", "routes", "service"]) {
+    const src = statSync(join(root, "services", "connection", "src", `${file}.ts`)).mtimeMs;
+    const built = statSync(join(root, "services", "connection", "dist", `${file}.js`)).mtimeMs;
+    if (built < src) throw new Error(`services/connection/dist is older than src/${file}.ts: run npx tsc -b first`);
+  }
+  mongo = await MongoClient.connect(mongoUri);
+});
+
+afterEach(async () => {
+  for (const child of children.splice(0)) {
+    if (child.proc.exitCode === null && child.proc.signalCode === null) {
+      child.proc.kill("SIGTERM");
+      await child.exited;
+    }
+  }
+});
+
+afterAll(async () => {
+  await events?.stop();
+  await mongo?.db(databaseName(namespace, "connection")).dropDatabase();
+  await mongo?.close();
+});
+
+describe("connection service crash", () => {
+  it("SIGKILL after a state change is stored and before its event is published: after a restart, exactly that event is on the topic", async () => {
+    const faulty = await startService({ CONNECTION_FAULT_AFTER_STORE: "exit" });
+    const partnerId = newId("ptr");
+    const { address } = await faulty.client.createElder({});
+    const { connection } = await faulty.client.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+    const id = connection!.id;
+
+    // The approval is stored, then the fault switch kills the process before the publish.
+    await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
+    expect((await faulty.exited).signal).toBe("SIGKILL");
+
+    const doc = await connectionsCollection().findOne({ _id: id as never });
+    expect(doc).toMatchObject({ status: "approved", outbox: [{ type: "connection.approved", status: "approved" }] });
+    const eventId = (doc!.outbox as { eventId: string }[])[0]!.eventId;
+    const kafka = createKafka(brokers, `${namespace}.crash-test`, createLogger("crash-test", "silent"));
+    const admin = kafka.admin();
+    await admin.connect();
+    const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
+    await admin.disconnect();
+    expect(offsets.every((o) => o.high === "0")).toBe(true);
+
+    events = await collectConnectionEvents(brokers, namespace);
+    const restarted = await startService();
+    await events.waitFor(() => events.of(id).length >= 1);
+    for (let i = 0; i < 50 && ((await connectionsCollection().findOne({ _id: id as never }))!.outbox as unknown[]).length > 0; i++) await sleep(100);
+    expect((await connectionsCollection().findOne({ _id: id as never }))!.outbox).toEqual([]);
+    await sleep(1000);
+    expect(events.of(id)).toHaveLength(1);
+    expect(events.of(id)[0]).toMatchObject({ eventId, type: "connection.approved", partnerId, connectionId: id, status: "approved", mode: commonv1.Mode.LIVE });
+    expect((await restarted.client.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
+  });
+
+  it("sandbox auto-approval falls due while the service is down and happens after its restart", async () => {
+    const first = await startService();
+    const partnerId = newId("ptr");
+    const { sandboxElderAddress } = await first.client.getInfo({});
+    const requested = Date.now();
+    const { connection } = await first.client.requestConnection({ partnerId, mode: commonv1.Mode.TEST, elderAddress: sandboxElderAddress });
+    const id = connection!.id;
+    first.proc.kill("SIGKILL");
+    await first.exited;
+    await sleep(requested + sandboxDelaySeconds * 1000 + 500 - Date.now());
+    expect((await connectionsCollection().findOne({ _id: id as never }))!.status).toBe("pending");
+
+    const second = await startService();
+    events ??= await collectConnectionEvents(brokers, namespace);
+    await events.waitFor(() => events.of(id).length === 1, 60_000);
+    expect(Date.now() - requested).toBeLessThan((sandboxDelaySeconds + 60) * 1000);
+    expect(events.of(id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST, partnerId });
+    const read = await second.client.getConnection({ partnerId, id, mode: commonv1.Mode.TEST });
+    expect(read.connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
+  });
+});

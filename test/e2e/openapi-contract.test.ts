@@ -1,0 +1,101 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { accessToken, call, opsFor, requestToken } from "../support/partner-api.js";
+import { OpenApiMismatch, validateResponse } from "../support/openapi.js";
+import { startTestStack, type TestStack } from "../support/services.js";
+
+// The e2e suite checks every answer against the OpenAPI document (call() and requestToken() run
+// validateResponse). Here: the check itself fails on answers that stray from the document, and the
+// real stack's error paths, through the validated helpers, answer as documented.
+
+const json = { "content-type": "application/json; charset=utf-8" };
+const CON = "con_3kT9xQ2mVb7LpR4sN8wZcY";
+const envelope = (code: string, type: string) => JSON.stringify({ error: { type, code, message: "..." } });
+
+describe("validateResponse (the e2e suite's check against the OpenAPI document)", () => {
+  it("accepts answers the document describes", () => {
+    expect(() => validateResponse("GET", `/v1/connections/${CON}`, 200, json, JSON.stringify({ id: CON, status: "approved" }))).not.toThrow();
+    expect(() => validateResponse("POST", "/v1/connections", 202, json, JSON.stringify({ id: CON, status: "pending" }))).not.toThrow();
+    expect(() =>
+      validateResponse("POST", "/oauth/token", 200, { ...json, "cache-control": "no-store" }, JSON.stringify({ access_token: "ey.x.y", token_type: "Bearer", expires_in: 900, scope: "files:write" })),
+    ).not.toThrow();
+    expect(() => validateResponse("POST", "/oauth/token", 400, json, JSON.stringify({ error: "invalid_client", error_description: "Client authentication failed." }))).not.toThrow();
+    expect(() => validateResponse("POST", "/v1/files", 429, { ...json, "retry-after": "1" }, envelope("rate_limited", "rate_limit_error"))).not.toThrow();
+    expect(() => validateResponse("GET", "/v1/nothing", 404, json, envelope("not_found", "invalid_request_error"))).not.toThrow();
+    expect(() => validateResponse("PUT", "/v1/files", 405, { ...json, allow: "POST" }, envelope("method_not_allowed", "invalid_request_error"))).not.toThrow();
+    expect(() => validateResponse("GET", "/healthz", 200, json, '{"status":"ok"}')).not.toThrow();
+  });
+
+  it.each([
+    ["a property the resource does not have", "GET", `/v1/connections/${CON}`, 200, json, JSON.stringify({ id: CON, status: "approved", elder: "a.b.c@elders.example" })],
+    ["the internal status declined", "GET", `/v1/connections/${CON}`, 200, json, JSON.stringify({ id: CON, status: "declined" })],
+    ["an id without its prefix", "GET", `/v1/connections/${CON}`, 200, json, JSON.stringify({ id: "3kT9xQ2mVb7LpR4sN8wZcY", status: "approved" })],
+    ["a missing field", "GET", "/v1/files/file_abc", 200, json, JSON.stringify({ id: "file_abc" })],
+    ["a status the operation does not document", "GET", `/v1/connections/${CON}`, 409, json, envelope("idempotency_key_reuse", "invalid_request_error")],
+    ["a 429 without Retry-After", "GET", `/v1/connections/${CON}`, 429, json, envelope("rate_limited", "rate_limit_error")],
+    ["a 429 with a date in Retry-After", "POST", "/oauth/token", 429, { ...json, "retry-after": "Wed, 21 Oct 2026 07:28:00 GMT" }, envelope("rate_limited", "rate_limit_error")],
+    ["an error in the wrong shape", "GET", `/v1/connections/${CON}`, 404, json, JSON.stringify({ message: "Not Found" })],
+    ["the wrong code for the status", "GET", `/v1/connections/${CON}`, 404, json, envelope("unauthorized", "authentication_error")],
+    ["a token error in the envelope", "POST", "/oauth/token", 400, json, envelope("invalid_request", "invalid_request_error")],
+    ["an OAuth error value that does not exist", "POST", "/oauth/token", 400, json, JSON.stringify({ error: "access_denied" })],
+    ["HTML for JSON", "GET", `/v1/connections/${CON}`, 200, { "content-type": "text/html" }, "<h1>ok</h1>"],
+    ["a body that is not JSON", "GET", `/v1/connections/${CON}`, 200, json, "{"],
+    ["a plain-text 404 outside the operations", "GET", "/v1/elders", 404, { "content-type": "text/plain" }, "Not Found"],
+    ["a 405 without Allow", "PATCH", "/v1/files", 405, json, envelope("method_not_allowed", "invalid_request_error")],
+    ["a success for an operation the document does not have", "GET", "/v1/elders", 200, json, "{}"],
+  ])("fails on %s", (_name, method, path, status, headers, body) => {
+    expect(() => validateResponse(method, path, status, headers, body)).toThrow(OpenApiMismatch);
+  });
+});
+
+describe("the real stack's answers, validated against the document", () => {
+  let stack: TestStack;
+  let token: string;
+
+  beforeAll(async () => {
+    stack = await startTestStack({ RATE_LIMIT_V1_PER_SECOND: "50" });
+    const partner = await opsFor(stack.settings).partnerCreate({ name: "Contract Checks" });
+    token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
+  });
+  afterAll(() => stack?.stop());
+
+  it("the token endpoint's answers, in both encodings", async () => {
+    expect((await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: "cli_nobody", client_secret: "x" }, "json")).status).toBe(400);
+    expect((await requestToken(stack.baseUrl, { grant_type: "password" })).status).toBe(400);
+  });
+
+  it("the error paths of /v1: 401, 404, 405, 415, 400", async () => {
+    expect((await call(stack.baseUrl, undefined, "GET", `/v1/connections/${CON}`)).status).toBe(401);
+    expect((await call(stack.baseUrl, token, "GET", `/v1/connections/${CON}`)).status).toBe(404);
+    expect((await call(stack.baseUrl, token, "GET", "/v1/files/file_0000000000000000000000")).status).toBe(404);
+    expect((await call(stack.baseUrl, token, "GET", "/v1/elders")).status).toBe(404);
+    expect((await call(stack.baseUrl, token, "GET", "/v1/connections")).status).toBe(405);
+    expect((await call(stack.baseUrl, token, "POST", "/v1/connections")).status).toBe(415);
+    expect((await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: "nope" })).status).toBe(400);
+    expect((await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: "a".repeat(20_000) })).status).toBe(400);
+  });
+
+  it("a connection's life: 202 pending, 200, 200 revoked", async () => {
+    const elder = (await opsFor(stack.settings).elderCreate()).address;
+    const created = await call(stack.baseUrl, token, "POST", "/v1/connections", { elder });
+    expect(created.status).toBe(202);
+    const id = created.json!.id as string;
+    expect((await call(stack.baseUrl, token, "GET", `/v1/connections/${id}`)).json).toEqual({ id, status: "pending" });
+    expect((await call(stack.baseUrl, token, "DELETE", `/v1/connections/${id}`)).json).toEqual({ id, status: "revoked" });
+  });
+
+  it("429 rate_limited with Retry-After once the partner's budget is spent", async () => {
+    const answers = await Promise.all(Array.from({ length: 300 }, () => call(stack.baseUrl, token, "GET", `/v1/connections/${CON}`)));
+    const limited = answers.filter((a) => a.status === 429);
+    expect(limited.length).toBeGreaterThan(0);
+    expect(Number(limited[0]!.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    await new Promise((r) => setTimeout(r, 1100));
+  });
+
+  it("503 service_unavailable with Retry-After when an internal service is down", async () => {
+    await stack.services.connection.stop();
+    const res = await call(stack.baseUrl, token, "GET", `/v1/connections/${CON}`);
+    expect(res.status).toBe(503);
+    expect(res.json).toMatchObject({ error: { code: "service_unavailable" } });
+    expect(res.text).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|connection\.v1/);
+  });
+});

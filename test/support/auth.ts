@@ -1,0 +1,62 @@
+import { SignJWT, importJWK, type JWK, type JWTPayload } from "jose";
+import { MongoClient } from "mongodb";
+import { databaseName, type Settings } from "@pi/common";
+import { unseal } from "@pi/auth";
+
+// Helpers for the authentication tests: the auth service's own database and signing key, read the
+// way only a test may (a partner never can), to build tokens that differ from a real one in
+// exactly one respect.
+
+export async function withAuthDb<T>(settings: Settings, use: (db: ReturnType<MongoClient["db"]>) => Promise<T>): Promise<T> {
+  const client = await MongoClient.connect(settings.MONGODB_URI);
+  try {
+    return await use(client.db(databaseName(settings.DATA_NAMESPACE, "auth")));
+  } finally {
+    await client.close();
+  }
+}
+
+interface StoredKey {
+  kid: string;
+  sealedPrivateJwk: string;
+}
+
+/** The auth service's current signing key (the first one of its key set). */
+export async function signingKey(settings: Settings): Promise<{ kid: string; key: CryptoKey }> {
+  const doc = await withAuthDb(settings, (db) => db.collection<{ _id: string; keys: StoredKey[] }>("keysets").findOne({ _id: "jwt" }));
+  const stored = doc!.keys[0]!;
+  const jwk = JSON.parse(unseal(settings.CREDENTIAL_PEPPER!, stored.sealedPrivateJwk)) as JWK;
+  return { kid: stored.kid, key: (await importJWK(jwk, "ES256")) as CryptoKey };
+}
+
+export function decodeJwt(token: string): { header: Record<string, unknown>; payload: Record<string, unknown> } {
+  const [h, p] = token.split(".");
+  return {
+    header: JSON.parse(Buffer.from(h!, "base64url").toString()) as Record<string, unknown>,
+    payload: JSON.parse(Buffer.from(p!, "base64url").toString()) as Record<string, unknown>,
+  };
+}
+
+/**
+ * A token signed with the real key, with the claims of `base` (a real token) changed by
+ * `claims` (a value of undefined removes the claim) and the header by `header`.
+ */
+export async function resign(
+  settings: Settings,
+  base: string,
+  claims: Record<string, unknown>,
+  header: Record<string, unknown> = {},
+  key?: { kid: string; key: CryptoKey },
+): Promise<string> {
+  const real = decodeJwt(base);
+  const signer = key ?? (await signingKey(settings));
+  const payload = { ...real.payload, ...claims } as JWTPayload;
+  for (const [k, v] of Object.entries(claims)) if (v === undefined) delete (payload as Record<string, unknown>)[k];
+  return new SignJWT(payload).setProtectedHeader({ ...(real.header as { alg: string }), kid: signer.kid, ...header }).sign(signer.key);
+}
+
+/**
+ * Rate limits lifted, for the tests that make many token requests from one address (the limits
+ * themselves are tested by the edge's own tests).
+ */
+export const NO_RATE_LIMITS = { RATE_LIMIT_TOKEN_PER_MINUTE: "1000000", RATE_LIMIT_V1_PER_SECOND: "1000000" } as const;
