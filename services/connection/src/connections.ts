@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import { newId, sandboxElderAddress, type Settings } from "@pi/common";
+import { contextFromHeaders, inSpan, newId, sandboxElderAddress, traceHeaders, type Settings } from "@pi/common";
 import { KeyedLock } from "./keyed-lock.js";
 import type { OutboxRelay } from "./outbox.js";
 import {
@@ -91,6 +91,7 @@ export class Connections {
       approveAt: initial.approveAt,
       version: 0,
       outbox: [],
+      trace: traceHeaders(),
       createdAt: t.now,
       updatedAt: t.now,
     };
@@ -136,8 +137,15 @@ export class Connections {
       const outcome = transition(this.stateOf(doc, elderId), trigger, t);
       if (outcome.kind !== "change") return { doc, outcome };
 
-      const entry: OutboxEntry | null = outcome.event
-        ? { eventId: newId("evt"), type: outcome.event, status: outcome.to === "approved" ? "approved" : "revoked", occurredAt: t.now }
+      const event = outcome.event;
+      const entry: OutboxEntry | null = event
+        ? await inSpan(event, { parent: contextFromHeaders(doc.trace), attributes: { "connection.id": doc._id } }, async () => ({
+            eventId: newId("evt"),
+            type: event,
+            status: outcome.to === "approved" ? "approved" : "revoked",
+            occurredAt: t.now,
+            trace: traceHeaders(),
+          }))
         : null;
       const updated = await this.store.connections.findOneAndUpdate(
         { _id: doc._id, version: doc.version },

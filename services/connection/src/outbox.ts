@@ -2,7 +2,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import type { Producer } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import type { Logger } from "@pi/common";
+import { contextFromHeaders, inSpan, SpanKind, traceHeaders, type Logger } from "@pi/common";
 import { KeyedLock } from "./keyed-lock.js";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
@@ -103,14 +103,17 @@ export class OutboxRelay {
     const doc = await this.connections.findOne({ _id: connectionId }, { projection: { partnerId: 1, mode: 1, outbox: 1 } });
     const entries = doc?.outbox ?? [];
     if (!doc || entries.length === 0) return;
-    await this.producer.send({
-      topic: this.topic,
-      messages: entries.map((entry) => ({
-        key: doc.partnerId,
-        value: Buffer.from(toBinary(ConnectionEventSchema, connectionEvent(doc, entry))),
-        headers: { "event-type": entry.type },
-      })),
-    });
+    const messages = await Promise.all(
+      entries.map((entry) =>
+        // A PRODUCER span in the state change's trace; its headers travel with the message.
+        inSpan(`publish ${entry.type}`, { kind: SpanKind.PRODUCER, parent: contextFromHeaders(entry.trace) }, async () => ({
+          key: doc.partnerId,
+          value: Buffer.from(toBinary(ConnectionEventSchema, connectionEvent(doc, entry))),
+          headers: { ...traceHeaders(), "event-type": entry.type },
+        })),
+      ),
+    );
+    await this.producer.send({ topic: this.topic, messages });
     await this.lock.run(connectionId, () => this.connections.updateOne({ _id: connectionId }, { $pullAll: { outbox: entries } }));
     this.logger.info({ connectionId, events: entries.map((e) => ({ eventId: e.eventId, type: e.type })) }, "connection events published");
   }

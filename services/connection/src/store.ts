@@ -22,6 +22,8 @@ export interface OutboxEntry {
   type: EventType;
   status: ExternalStatus;
   occurredAt: Date;
+  // Trace headers of the state change, so the event's publication and delivery join its trace.
+  trace?: Record<string, string>;
 }
 
 export interface ConnectionDoc {
@@ -40,6 +42,9 @@ export interface ConnectionDoc {
   version: number;
   // Events not yet published to Kafka.
   outbox: OutboxEntry[];
+  // Trace headers of the request that created the connection: later state changes (a caregiver's
+  // approve, days later) continue that trace, so one trace shows a connection's whole life.
+  trace?: Record<string, string>;
   createdAt: Date;
   updatedAt: Date;
 }
