@@ -102,8 +102,9 @@ export function ensureDockerEngine() {
       log(`dockerd answers (pid ${child.pid})`);
       return { ok: true, startedPid: child.pid };
     }
-    // `exited` is only set by the event loop; check the process directly.
-    if (child.pid === undefined || sh("kill", ["-0", String(child.pid)]).status !== 0 || exited !== null) {
+    // `exited` is only set by the event loop, which this loop blocks: look at the process itself
+    // (gone, or a zombie not reaped yet).
+    if (child.pid === undefined || exited !== null || !processAlive(child.pid)) {
       return { ok: false, reason: `dockerd exited at start (no privileges for containers here?); last log lines:\n${tail(logFile)}` };
     }
     sleepSync(500);
@@ -112,6 +113,15 @@ export function ensureDockerEngine() {
     process.kill(child.pid, "SIGTERM");
   } catch {}
   return { ok: false, reason: `dockerd did not answer within 60 s; last log lines:\n${tail(logFile)}` };
+}
+
+function processAlive(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return !/^\d+ \(.*\) [ZX]/.test(stat);
+  } catch {
+    return false;
+  }
 }
 
 /** Stops a dockerd that ensureDockerEngine started (and only that one). */
@@ -123,7 +133,7 @@ export function stopDockerEngine(engine) {
     return;
   }
   const deadline = Date.now() + 20_000;
-  while (Date.now() < deadline && sh("kill", ["-0", String(engine.startedPid)]).status === 0) sleepSync(250);
+  while (Date.now() < deadline && processAlive(engine.startedPid)) sleepSync(250);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,7 +324,7 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
     if (sh("docker", ["buildx", "version"]).status !== 0) env.DOCKER_BUILDKIT = "0";
     const code = await runStreaming(
       "docker",
-      ["build", ...network, ...(noCache ? ["--no-cache"] : []), "-f", join(repoRoot, "deploy", "Dockerfile"), "--build-arg", `BASE_IMAGE=${base}`, "--build-arg", `SERVICE=${service}`, "-t", image, contextDir],
+      ["build", "--force-rm", ...network, ...(noCache ? ["--no-cache"] : []), "-f", join(repoRoot, "deploy", "Dockerfile"), "--build-arg", `BASE_IMAGE=${base}`, "--build-arg", `SERVICE=${service}`, "-t", image, contextDir],
       { logFile: buildLog, env },
     );
     lap("buildSeconds", start);

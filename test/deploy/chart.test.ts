@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ensureHelm } from "../../deploy/checks/helm.mjs";
 import { parseSettings } from "../../services/common/src/settings.js";
+import { schemaFile, schemaText } from "../../deploy/checks/values-schema.mjs";
 import * as chart from "../../deploy/checks/chart.mjs";
 import type { Combination, K8sObject } from "../../deploy/checks/chart.mjs";
 
@@ -164,11 +165,11 @@ describe("Helm chart with the default values", () => {
     expect(envOf(container(external, "auth")).CREDENTIAL_PEPPER).toEqual({ secretKeyRef: { name: "my-pepper", key: "pepper" } });
   });
 
-  it("probes the internal services with native gRPC health checks and the gateway on /healthz and /readyz", () => {
+  it("probes the internal services with native gRPC health checks (liveness on the "liveness" service name) and the gateway on /healthz and /readyz", () => {
     for (const s of SERVICES.filter((x) => x.key !== "gateway")) {
       const c = container(docs, s.component);
       const port = c.ports[0].containerPort;
-      expect(c.livenessProbe.grpc).toEqual({ port });
+      expect(c.livenessProbe.grpc).toEqual({ port, service: "liveness" });
       expect(c.readinessProbe.grpc).toEqual({ port });
     }
     const gw = container(docs, "gateway");
@@ -247,6 +248,10 @@ describe("values.schema.json", () => {
     const lint = chart.helmLint(helm, values);
     expect(lint.code).not.toBe(0);
   };
+
+  it("is the output of deploy/checks/values-schema.mjs (edit that, then run it)", () => {
+    expect(readFileSync(schemaFile, "utf8")).toBe(schemaText());
+  });
 
   it("rejects an unknown top-level key (a typo) in helm template and helm lint", () => {
     rejects({ gatway: { replicas: 2 } }, /Additional property gatway is not allowed/);

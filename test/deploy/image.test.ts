@@ -1,7 +1,9 @@
 // The image check (deploy/checks/image-check.mjs): where a Docker engine can start, deploy/Dockerfile
 // is built on a base image assembled on this machine (no pull is possible) and the gateway
-// container must answer 200 on /healthz. Where no engine can start, the test is reported as
-// skipped with the reason, loudly: it never passes without having run.
+// container must answer 200 on /healthz. Under jest the test MongoDB and Kafka (globalSetup) are at
+// hand, so an auth container from the same image (SERVICE=auth) runs beside the gateway, which needs
+// auth and Kafka to start. Where no engine can start, the test is reported as skipped with the
+// reason, loudly: it never passes without having run.
 // IMAGE_CHECK=0 skips it on purpose (also reported).
 import { describe, it, expect, afterAll } from "@jest/globals";
 import { ensureDockerEngine, runImageCheck, stopDockerEngine, type DockerEngine } from "../../deploy/checks/image-check.mjs";
@@ -9,7 +11,10 @@ import { ensureDockerEngine, runImageCheck, stopDockerEngine, type DockerEngine 
 const engine: DockerEngine =
   process.env.IMAGE_CHECK === "0" ? { ok: false, reason: "IMAGE_CHECK=0 was set" } : ensureDockerEngine();
 if (!engine.ok) {
-  console.warn(`\n*** IMAGE CHECK SKIPPED (NOT PASSED): ${engine.reason}\n*** deploy/Dockerfile was not built or run here.\n`);
+  const notice = `\n*** IMAGE CHECK SKIPPED (NOT PASSED): ${engine.reason}\n*** deploy/Dockerfile was not built or run here.\n`;
+  // Straight to stderr as well: jest does not print the console of a file whose tests all skip.
+  process.stderr.write(notice);
+  console.warn(notice);
 }
 const itWithEngine = engine.ok ? it : it.skip;
 
@@ -17,7 +22,7 @@ describe("deploy/Dockerfile", () => {
   afterAll(() => stopDockerEngine(engine));
 
   itWithEngine(
-    "builds on a locally assembled Node 20 base (BASE_IMAGE), runs as uid 1000 without dev dependencies, and the gateway container answers 200 on /healthz",
+    "builds on a locally assembled Node 20 base (BASE_IMAGE), runs as uid 1000 without dev dependencies, and the gateway container (SERVICE=gateway) answers 200 on /healthz",
     async () => {
       const result = await runImageCheck({ engine });
       console.log(`image check: ${result.status} in ${JSON.stringify(result.timings)}${result.network ? ` (build network: ${result.network})` : ""}`);
@@ -25,6 +30,11 @@ describe("deploy/Dockerfile", () => {
       expect(result.status).toBe("passed");
       expect(result.cmdline).toContain("node services/gateway/dist/main.js");
       expect(result.healthz).toBe(200);
+      if (result.mode?.includes("auth")) {
+        // The gateway reaches the auth container over plain h2c gRPC; the services not started here fail.
+        const failing = (JSON.parse(result.readyz!.body) as { failing?: string[] }).failing ?? [];
+        expect(failing).not.toContain("auth");
+      }
     },
     15 * 60_000,
   );

@@ -8,6 +8,8 @@ import { tracingServerInterceptor } from "./telemetry.js";
 
 const { Health, HealthCheckResponse_ServingStatus: ServingStatus } = healthv1;
 
+export const LIVENESS = "liveness";
+
 export interface ConnectServer {
   port: number;
   close(): Promise<void>;
@@ -45,7 +47,11 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
     routes: (router) => {
       opts.routes(router);
       router.service(Health, {
-        async check() {
+        // Service "liveness" answers whether the process serves at all (the liveness probe: a
+        // database outage must not restart every pod); any other name, readiness: its database
+        // and Kafka are reachable.
+        async check(req) {
+          if (req.service === LIVENESS) return { status: ServingStatus.SERVING };
           return { status: (await opts.healthy()) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
         },
         // eslint-disable-next-line require-yield

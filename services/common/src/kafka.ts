@@ -42,7 +42,8 @@ export async function ensureTopics(kafka: Kafka, namespace: string, keys: TopicK
     if (missing.length > 0) {
       await admin.createTopics({
         waitForLeaders: true,
-        topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions, replicationFactor: 1 })),
+        // No replication factor: the broker's default.replication.factor applies (1 locally, 3 in a cluster).
+        topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions })),
       });
     }
   } finally {

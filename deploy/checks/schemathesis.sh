@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Schemathesis against the local stack: `npm start` on a temporary STATE_DIR and ports of its own, a
+# partner made with the operator CLI, a bearer token, then `schemathesis run` over the OpenAPI
+# document the gateway serves. Fails on any 5xx or any answer that strays from the document.
+#
+#   bash deploy/checks/schemathesis.sh            (CI runs it after npm test)
+#
+# Settings: SCHEMATHESIS_MAX_EXAMPLES (default 40 per operation), SCHEMATHESIS_SEED (default fixed, so
+# a CI failure replays), SCHEMATHESIS_PORT_BASE (default 58000: gateway 58080, services 58051-58054,
+# FerretDB 57017, Kafka 59092-59093). Reports go to .state/schemathesis/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+
+version=4.32.5
+venv="$root/.state/cache/schemathesis-$version"
+max_examples=${SCHEMATHESIS_MAX_EXAMPLES:-40}
+seed=${SCHEMATHESIS_SEED:-20260101}
+base=${SCHEMATHESIS_PORT_BASE:-58000}
+reports="$root/.state/schemathesis"
+
+log() { printf '{"level":"info","time":"%s","service":"schemathesis-check","msg":%s}\n' "$(date -u +%FT%TZ)" "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1")" >&2; }
+
+# --- schemathesis, from PyPI, in a venv of its own (pinned; cached across runs) ---
+if [ ! -x "$venv/bin/schemathesis" ]; then
+  log "installing schemathesis $version into $venv"
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    # Debian's python3 ships venv separately.
+    apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
+fi
+"$venv/bin/schemathesis" --version
+
+# --- the local stack ---
+state=$(mktemp -d "${TMPDIR:-/tmp}/pi-schemathesis-XXXXXX")
+gateway="http://127.0.0.1:$((base + 80))"
+export STATE_DIR="$state" INFRA_CACHE_DIR="$root/.state/cache" LOG_LEVEL=info
+export GATEWAY_PORT=$((base + 80))
+export AUTH_SERVICE_PORT=$((base + 51)) CONNECTION_SERVICE_PORT=$((base + 52)) FILE_INTAKE_SERVICE_PORT=$((base + 53)) WEBHOOK_SERVICE_PORT=$((base + 54))
+export AUTH_SERVICE_URL="http://127.0.0.1:$((base + 51))" CONNECTION_SERVICE_URL="http://127.0.0.1:$((base + 52))"
+export FILE_INTAKE_SERVICE_URL="http://127.0.0.1:$((base + 53))" WEBHOOK_SERVICE_URL="http://127.0.0.1:$((base + 54))"
+export MONGODB_PORT=$((base - 983)) KAFKA_PORT=$((base + 1092)) KAFKA_CONTROLLER_PORT=$((base + 1093))
+export ACCESS_TOKEN_TTL_SECONDS=3600
+unset MONGODB_URI KAFKA_BROKERS
+
+stack_pid=""
+stop_stack() {
+  if [ -n "$stack_pid" ] && kill -0 "$stack_pid" 2>/dev/null; then
+    log "stopping the stack"
+    kill -TERM "$stack_pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$stack_pid" 2>/dev/null || break; sleep 0.5; done
+  fi
+  if [ "${KEEP_SCHEMATHESIS_STATE:-0}" != "1" ]; then rm -rf "$state"; fi
+}
+trap stop_stack EXIT
+
+log "starting the stack (npm start, STATE_DIR=$state, gateway $gateway)"
+# setsid: the stack is its own process group, so nothing here signals it but stop_stack.
+setsid npm start >"$state/npm-start.log" 2>&1 &
+stack_pid=$!
+ready=0
+for _ in $(seq 1 360); do
+  if ! kill -0 "$stack_pid" 2>/dev/null; then break; fi
+  if python3 -c "import sys,urllib.request; sys.exit(0 if urllib.request.urlopen('$gateway/readyz', timeout=2).status == 200 else 1)" 2>/dev/null; then
+    ready=1
+    break
+  fi
+  sleep 0.5
+done
+if [ "$ready" != 1 ]; then
+  echo "schemathesis check: the stack did not become ready; npm start said:" >&2
+  tail -n 30 "$state/npm-start.log" >&2
+  exit 1
+fi
+
+# --- a partner and a token (the same steps a partner takes) ---
+partner=$(npm run --silent ops -- partner create --name "Schemathesis" --json)
+token=$(python3 - "$gateway" "$partner" <<'PY'
+import json, sys, urllib.parse, urllib.request
+gateway, partner = sys.argv[1], json.loads(sys.argv[2])
+body = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": partner["live"]["client_id"], "client_secret": partner["live"]["client_secret"]}).encode()
+req = urllib.request.Request(gateway + "/oauth/token", data=body, headers={"content-type": "application/x-www-form-urlencoded"})
+print(json.load(urllib.request.urlopen(req, timeout=10))["access_token"])
+PY
+)
+
+# --- the run ---
+mkdir -p "$reports"
+log "schemathesis run: $max_examples examples per operation, seed $seed"
+set +e
+"$venv/bin/schemathesis" run "$gateway/openapi.json" \
+  --header "Authorization: Bearer $token" \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,unsupported_method,allow_header_conformance \
+  --phases examples,coverage,fuzzing \
+  --max-examples "$max_examples" \
+  --seed "$seed" \
+  --workers 1 \
+  --request-timeout 30 \
+  --generation-allow-x00 false \
+  --report junit --report-dir "$reports" \
+  --no-color
+status=$?
+set -e
+
+# Belt and braces: the gateway's own access log must not show a single 5xx either.
+fives=$(grep -h '"msg":"request"' "$state"/logs/*gateway* 2>/dev/null | grep -c '"status":5[0-9][0-9]' || true)
+if [ "${fives:-0}" != "0" ]; then
+  echo "schemathesis check: the gateway logged $fives answers with a 5xx status:" >&2
+  grep -h '"status":5[0-9][0-9]' "$state"/logs/*gateway* | head -n 5 >&2
+  status=1
+fi
+if [ "$status" != 0 ]; then
+  KEEP_SCHEMATHESIS_STATE=1
+  echo "schemathesis check failed (exit $status); stack logs kept in $state/logs, reports in $reports" >&2
+fi
+exit "$status"

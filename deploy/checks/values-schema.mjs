@@ -1,0 +1,300 @@
+// The source of charts/partner-integration/values.schema.json (JSON Schema draft-07, which every
+// Helm 3 reads). Strict on purpose: unknown keys are refused at the top level and inside every
+// block, so a typo in a values file fails `helm install` instead of being ignored.
+//
+//   node deploy/checks/values-schema.mjs          rewrites values.schema.json
+//   node deploy/checks/values-schema.mjs --check  fails when values.schema.json is stale
+//
+// The settings mirror services/common/src/settings.ts (types, bounds); test/deploy/chart.test.ts
+// fails when a setting the services read is not wired through the chart.
+import { readFileSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const schemaFile = join(resolve(dirname(fileURLToPath(import.meta.url)), "..", ".."), "charts", "partner-integration", "values.schema.json");
+
+const port = { type: "integer", minimum: 1, maximum: 65535 };
+const posInt = { type: "integer", minimum: 1 };
+const settings = {
+  LOG_LEVEL: { type: "string", enum: ["trace", "debug", "info", "warn", "error", "fatal", "silent"] },
+  DATA_NAMESPACE: { type: "string", pattern: "^[a-z][a-z0-9_]{0,30}$", description: "Prefix of database names, Kafka topics and consumer groups." },
+  GATEWAY_PORT: port,
+  AUTH_SERVICE_PORT: port,
+  CONNECTION_SERVICE_PORT: port,
+  FILE_INTAKE_SERVICE_PORT: port,
+  WEBHOOK_SERVICE_PORT: port,
+  ADDRESS_DOMAIN: { type: "string", pattern: "^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$" },
+  ACCESS_TOKEN_TTL_SECONDS: posInt,
+  JWKS_REFRESH_SECONDS: posInt,
+  RATE_LIMIT_V1_PER_SECOND: { type: "integer", minimum: 50 },
+  RATE_LIMIT_TOKEN_PER_MINUTE: { type: "integer", minimum: 60 },
+  TRUSTED_PROXY_HOPS: { type: "integer", minimum: 0, maximum: 10 },
+  API_DEPRECATIONS: {
+    type: "array",
+    items: {
+      type: "object",
+      additionalProperties: false,
+      required: ["route", "deprecation"],
+      properties: {
+        route: { type: "string", pattern: "^(/v[0-9]+|(GET|POST|PUT|PATCH|DELETE) /v[0-9]+(/([A-Za-z0-9_.-]+|\\{[A-Za-z0-9_]+\\}))+)$" },
+        deprecation: { type: "string", minLength: 1, description: "An RFC 3339 instant with offset." },
+        sunset: { type: "string", minLength: 1 },
+        link: { type: "string", pattern: "^https?://" },
+      },
+    },
+  },
+  MAX_FILE_BYTES: posInt,
+  IDEMPOTENCY_TTL_SECONDS: posInt,
+  CONNECTION_PENDING_TTL_SECONDS: posInt,
+  SANDBOX_APPROVAL_DELAY_SECONDS: { type: "integer", minimum: 0 },
+  WEBHOOK_RETRY_BASE_SECONDS: { type: "number", exclusiveMinimum: 0 },
+  WEBHOOK_RETRY_WINDOW_SECONDS: posInt,
+  WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: { type: "number", exclusiveMinimum: 0, maximum: 60 },
+  WEBHOOK_ALLOW_INSECURE_URLS: { type: "boolean" },
+};
+const clusterWide = ["DATA_NAMESPACE", "GATEWAY_PORT", "AUTH_SERVICE_PORT", "CONNECTION_SERVICE_PORT", "FILE_INTAKE_SERVICE_PORT", "WEBHOOK_SERVICE_PORT"];
+const serviceSettings = Object.fromEntries(Object.entries(settings).filter(([k]) => !clusterWide.includes(k)));
+const quantity = { type: ["string", "number"] };
+const definitions = {
+  config: {
+    type: "object",
+    description: "Settings of the operator contract, rendered as environment variables of every service.",
+    additionalProperties: false,
+    required: Object.keys(settings),
+    properties: settings,
+  },
+  serviceConfig: {
+    type: "object",
+    description: "Overrides of the top-level config for one service (ports and DATA_NAMESPACE are cluster-wide).",
+    additionalProperties: false,
+    properties: serviceSettings,
+  },
+  image: {
+    type: "object",
+    additionalProperties: false,
+    required: ["repository"],
+    properties: {
+      repository: { type: "string", minLength: 1 },
+      tag: { type: ["string", "number"] },
+      pullPolicy: { type: "string", enum: ["Always", "IfNotPresent", "Never"] },
+    },
+  },
+  resources: {
+    type: "object",
+    additionalProperties: false,
+    properties: {
+      requests: { type: "object", additionalProperties: quantity },
+      limits: { type: "object", additionalProperties: quantity },
+    },
+  },
+  autoscaling: {
+    type: "object",
+    additionalProperties: false,
+    required: ["enabled"],
+    properties: {
+      enabled: { type: "boolean" },
+      minReplicas: { type: "integer", minimum: 1 },
+      maxReplicas: { type: "integer", minimum: 1 },
+      targetCPUUtilizationPercentage: { type: "integer", minimum: 1, maximum: 100 },
+    },
+  },
+  podDisruptionBudget: {
+    type: "object",
+    additionalProperties: false,
+    required: ["enabled"],
+    properties: {
+      enabled: { type: "boolean" },
+      minAvailable: { type: ["integer", "string"] },
+      maxUnavailable: { type: ["integer", "string"] },
+    },
+  },
+  extraEnv: {
+    type: "array",
+    items: { type: "object", required: ["name"], properties: { name: { type: "string", minLength: 1 } } },
+  },
+  mongodb: {
+    type: "object",
+    additionalProperties: false,
+    properties: {
+      external: {
+        type: "object",
+        additionalProperties: false,
+        properties: {
+          existingSecret: { type: "string", description: "A Secret holding this service's MONGODB_URI; set: no MongoDB is deployed for it." },
+          existingSecretKey: { type: "string", minLength: 1 },
+          port: port,
+        },
+      },
+    },
+  },
+  persistence: {
+    type: "object",
+    additionalProperties: false,
+    properties: {
+      enabled: { type: "boolean" },
+      size: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" },
+      storageClass: { type: "string" },
+    },
+  },
+};
+const shape = ["enabled", "image", "replicas", "resources", "config", "autoscaling", "podDisruptionBudget"];
+function service(extra = {}) {
+  return {
+    type: "object",
+    additionalProperties: false,
+    required: shape,
+    properties: {
+      enabled: { type: "boolean" },
+      image: { $ref: "#/definitions/image" },
+      replicas: { type: "integer", minimum: 0 },
+      resources: { $ref: "#/definitions/resources" },
+      config: { $ref: "#/definitions/serviceConfig" },
+      autoscaling: { $ref: "#/definitions/autoscaling" },
+      podDisruptionBudget: { $ref: "#/definitions/podDisruptionBudget" },
+      extraEnv: { $ref: "#/definitions/extraEnv" },
+      ...extra,
+    },
+  };
+}
+const mongo = { mongodb: { $ref: "#/definitions/mongodb" } };
+const labelSelector = {
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    matchLabels: { type: "object", additionalProperties: { type: "string" } },
+    matchExpressions: { type: "array", items: { type: "object" } },
+  },
+};
+export const schema = {
+  $schema: "http://json-schema.org/draft-07/schema#",
+  title: "partner-integration chart values",
+  type: "object",
+  additionalProperties: false,
+  definitions,
+  properties: {
+    global: { type: "object", description: "Reserved by Helm for parent charts." },
+    fullnameOverride: { type: "string", maxLength: 30 },
+    config: { $ref: "#/definitions/config" },
+    gateway: service(),
+    auth: service({
+      credentialPepper: {
+        type: "object",
+        additionalProperties: false,
+        properties: {
+          value: { type: "string", pattern: "^(|.{32,})$", description: "CREDENTIAL_PEPPER, at least 32 characters; empty: generated and kept." },
+          existingSecret: { type: "string" },
+          existingSecretKey: { type: "string", minLength: 1 },
+        },
+      },
+      ...mongo,
+    }),
+    connection: service(mongo),
+    fileIntake: service(mongo),
+    webhook: service(mongo),
+    ingress: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        enabled: { type: "boolean" },
+        className: { type: "string" },
+        host: { type: "string" },
+        annotations: { type: "object", additionalProperties: { type: "string" } },
+        bodySizeMarginBytes: { type: "integer", minimum: 0 },
+        tls: { type: "array", items: { type: "object" } },
+      },
+    },
+    mongodb: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        image: { $ref: "#/definitions/image" },
+        wiredTigerCacheSizeGB: { type: "number", minimum: 0.25 },
+        resources: { $ref: "#/definitions/resources" },
+        persistence: { $ref: "#/definitions/persistence" },
+      },
+    },
+    kafka: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        external: {
+          type: "object",
+          additionalProperties: false,
+          properties: { brokers: { type: "string", pattern: "^$|^[^,\\s]+:[0-9]+(,[^,\\s]+:[0-9]+)*$" } },
+        },
+        image: { $ref: "#/definitions/image" },
+        replicas: { type: "integer", minimum: 1 },
+        clusterId: { type: "string", pattern: "^[A-Za-z0-9_-]{22}$" },
+        heapOpts: { type: "string" },
+        resources: { $ref: "#/definitions/resources" },
+        persistence: { $ref: "#/definitions/persistence" },
+        topics: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            create: { type: "boolean" },
+            replicationFactor: { type: "integer", minimum: 0 },
+            partitions: {
+              type: "object",
+              additionalProperties: false,
+              properties: {
+                connectionEvents: { type: "integer", minimum: 1 },
+                fileEvents: { type: "integer", minimum: 1 },
+                partnerEvents: { type: "integer", minimum: 1 },
+              },
+            },
+            resources: { $ref: "#/definitions/resources" },
+          },
+        },
+      },
+    },
+    networkPolicy: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        enabled: { type: "boolean" },
+        ingressController: {
+          type: "object",
+          additionalProperties: false,
+          properties: { namespaceSelector: labelSelector, podSelector: labelSelector },
+        },
+        webhookEgress: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            cidr: { type: "string" },
+            except: { type: "array", items: { type: "string" } },
+            ports: { type: "array", items: port, minItems: 1 },
+          },
+        },
+        extraEgress: { type: "array", items: { type: "object" } },
+      },
+    },
+    serviceAccount: {
+      type: "object",
+      additionalProperties: false,
+      properties: { create: { type: "boolean" }, name: { type: "string" } },
+    },
+    podAnnotations: { type: "object", additionalProperties: { type: "string" } },
+    podLabels: { type: "object", additionalProperties: { type: "string" } },
+    nodeSelector: { type: "object", additionalProperties: { type: "string" } },
+    tolerations: { type: "array", items: { type: "object" } },
+    affinity: { type: "object" },
+    imagePullSecrets: { type: "array", items: { type: "object", required: ["name"] } },
+  },
+};
+
+export const schemaText = () => `${JSON.stringify(schema, null, 2)}\n`;
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  if (process.argv.includes("--check")) {
+    if (readFileSync(schemaFile, "utf8") !== schemaText()) {
+      console.error("values.schema.json is stale: run node deploy/checks/values-schema.mjs");
+      process.exit(1);
+    }
+    console.log("values.schema.json is current");
+  } else {
+    writeFileSync(schemaFile, schemaText());
+    console.log(`wrote ${schemaFile}`);
+  }
+}
