@@ -165,7 +165,7 @@ describe("Helm chart with the default values", () => {
     expect(envOf(container(external, "auth")).CREDENTIAL_PEPPER).toEqual({ secretKeyRef: { name: "my-pepper", key: "pepper" } });
   });
 
-  it("probes the internal services with native gRPC health checks (liveness on the "liveness" service name) and the gateway on /healthz and /readyz", () => {
+  it("probes the internal services with native gRPC health checks (liveness on the liveness service name) and the gateway on /healthz and /readyz", () => {
     for (const s of SERVICES.filter((x) => x.key !== "gateway")) {
       const c = container(docs, s.component);
       const port = c.ports[0].containerPort;
