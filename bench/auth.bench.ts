@@ -2,7 +2,7 @@ import { afterAll, beforeAll, it } from "@jest/globals";
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { clientsFor, createLogger, type RunningService } from "@pi/common";
-import { startGateway } from "@pi/gateway";
+import { startWarmGateway } from "@pi/gateway";
 import { startTestStack, type TestStack } from "../test/support/services.js";
 import { accessToken, opsFor } from "../test/support/partner-api.js";
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
@@ -18,7 +18,7 @@ let ops: ReturnType<typeof opsFor>;
 
 beforeAll(async () => {
   stack = await startTestStack(NO_RATE_LIMITS);
-  second = await startGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
+  second = await startWarmGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
   ops = opsFor(stack.settings);
 });
 afterAll(async () => {

@@ -5,7 +5,7 @@
 #
 #   bash deploy/checks/schemathesis.sh            (CI runs it after npm test)
 #
-# Settings: SCHEMATHESIS_MAX_EXAMPLES (default 40 per operation), SCHEMATHESIS_SEED (default fixed, so
+# Settings: SCHEMATHESIS_MAX_EXAMPLES (default 100 per operation), SCHEMATHESIS_SEED (default fixed, so
 # a CI failure replays), SCHEMATHESIS_PORT_BASE (default 58000: gateway 58080, services 58051-58054,
 # FerretDB 57017, Kafka 59092-59093). Reports go to .state/schemathesis/.
 set -euo pipefail
@@ -14,7 +14,7 @@ root=$(pwd)
 
 version=4.32.5
 venv="$root/.state/cache/schemathesis-$version"
-max_examples=${SCHEMATHESIS_MAX_EXAMPLES:-40}
+max_examples=${SCHEMATHESIS_MAX_EXAMPLES:-100}
 seed=${SCHEMATHESIS_SEED:-20260101}
 base=${SCHEMATHESIS_PORT_BASE:-58000}
 reports="$root/.state/schemathesis"
@@ -76,16 +76,23 @@ if [ "$ready" != 1 ]; then
   exit 1
 fi
 
-# --- a partner and a token (the same steps a partner takes) ---
+# --- a partner, a token, and an approved connection to the document's example elder, so that the
+# examples of POST /v1/files reach an accepted file (and its link, GET /v1/files/{id}, a real one) ---
+example_elder=apple.pear.plum@elders.example
 partner=$(npm run --silent ops -- partner create --name "Schemathesis" --json)
-token=$(python3 - "$gateway" "$partner" <<'PY'
+npm run --silent ops -- elder create --address "$example_elder" --json >/dev/null
+read -r token connection_id < <(python3 - "$gateway" "$partner" "$example_elder" <<'PY'
 import json, sys, urllib.parse, urllib.request
-gateway, partner = sys.argv[1], json.loads(sys.argv[2])
+gateway, partner, elder = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 body = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": partner["live"]["client_id"], "client_secret": partner["live"]["client_secret"]}).encode()
 req = urllib.request.Request(gateway + "/oauth/token", data=body, headers={"content-type": "application/x-www-form-urlencoded"})
-print(json.load(urllib.request.urlopen(req, timeout=10))["access_token"])
+token = json.load(urllib.request.urlopen(req, timeout=10))["access_token"]
+req = urllib.request.Request(gateway + "/v1/connections", data=json.dumps({"elder": elder}).encode(),
+                             headers={"content-type": "application/json", "authorization": "Bearer " + token})
+print(token, json.load(urllib.request.urlopen(req, timeout=10))["id"])
 PY
 )
+npm run --silent ops -- connection approve "$connection_id" --json >/dev/null
 
 # --- the run ---
 mkdir -p "$reports"
@@ -94,7 +101,7 @@ set +e
 "$venv/bin/schemathesis" run "$gateway/openapi.json" \
   --header "Authorization: Bearer $token" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,unsupported_method,allow_header_conformance \
-  --phases examples,coverage,fuzzing \
+  --phases examples,coverage,fuzzing,stateful \
   --max-examples "$max_examples" \
   --seed "$seed" \
   --workers 1 \

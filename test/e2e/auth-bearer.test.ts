@@ -16,7 +16,8 @@ let token: string;
 let elder: string;
 
 beforeAll(async () => {
-  [stack, shortLived] = await Promise.all([startTestStack(NO_RATE_LIMITS), startTestStack({ ...NO_RATE_LIMITS, ACCESS_TOKEN_TTL_SECONDS: "1" })]);
+  stack = await startTestStack(NO_RATE_LIMITS);
+  shortLived = await startTestStack({ ...NO_RATE_LIMITS, ACCESS_TOKEN_TTL_SECONDS: "1" });
   ops = opsFor(stack.settings);
   partner = await ops.partnerCreate({ name: "Bearer Clinic" });
   token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);

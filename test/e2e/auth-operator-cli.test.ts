@@ -2,10 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { createLogger, type RunningService } from "@pi/common";
-import { startGateway } from "@pi/gateway";
+import { startWarmGateway } from "@pi/gateway";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, opsFor, requestToken } from "../support/partner-api.js";
-import { decodeJwt, NO_RATE_LIMITS } from "../support/auth.js";
+import { decodeJwt, NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 
 // The operator contract's partner and credential commands, run as an operator runs them: the
 // compiled CLI (services/ops/dist/main.js, built by `npm test`) in its own process, against an
@@ -19,7 +19,7 @@ let elder: string;
 
 beforeAll(async () => {
   stack = await startTestStack(NO_RATE_LIMITS);
-  second = await startGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
+  second = await startWarmGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
   gateways = [stack.baseUrl, `http://127.0.0.1:${second.port}`];
   elder = (await opsFor(stack.settings).elderCreate()).address;
 });
@@ -168,6 +168,20 @@ describe("operator CLI: credential create and revoke", () => {
     expect(JSON.parse(again.text)).toMatchObject({ error: "invalid_client" });
   });
 
+  it("credential revoke: a gateway that does not confirm in time is named in a warning on stderr; stdout keeps its one object", async () => {
+    const partner = oneObject(await ops("partner", "create", "--name", "Warned Clinic", "--json"));
+    const live = partner.live as { client_id: string };
+    await withAuthDb(stack.settings, (db) => db.collection("gateways").insertOne({ _id: "ghost-gateway", nextOffsets: { "0": 0 }, seenAt: new Date() } as never));
+    try {
+      const run = await ops("credential", "revoke", live.client_id, "--json");
+      expect(run.code).toBe(0);
+      expect(JSON.parse(run.stdout)).toEqual({ client_id: live.client_id, status: "revoked" });
+      expect(run.stderr).toMatch(/^warning: 1 of 3 gateways had not confirmed the change after \d+ ms/);
+    } finally {
+      await withAuthDb(stack.settings, (db) => db.collection("gateways").deleteOne({ _id: "ghost-gateway" } as never));
+    }
+  });
+
   it("credential revoke of an unknown client is refused", async () => {
     expect(refused(await ops("credential", "revoke", "cli_doesnotexist", "--json"))).toMatch(/cli_doesnotexist/);
   });
@@ -191,7 +205,7 @@ describe("operator CLI: partner suspend and reinstate", () => {
     refused(await ops("partner", act, "ptr_doesnotexist", "--json"));
   });
 
-  it("the decoy documents behind guarantee 5 cannot be reinstated or given credentials", async () => {
+  it("the decoy partner behind guarantee 5 cannot be reinstated or given credentials", async () => {
     refused(await ops("partner", "reinstate", "ptr~decoy", "--json"));
     refused(await ops("credential", "create", "ptr~decoy", "--mode", "live", "--json"));
   });

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createLogger, type RunningService } from "@pi/common";
-import { startGateway } from "@pi/gateway";
+import { startWarmGateway } from "@pi/gateway";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, opsFor, requestToken } from "../support/partner-api.js";
-import { NO_RATE_LIMITS } from "../support/auth.js";
+import { NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 
 // A token whose credential was revoked or whose partner was suspended stops working within 2 s of
 // the operator command, on every gateway instance; reinstatement restores access. Two gateways
@@ -19,7 +19,7 @@ const propagationMs: number[] = [];
 
 beforeAll(async () => {
   stack = await startTestStack(NO_RATE_LIMITS);
-  second = await startGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
+  second = await startWarmGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
   gateways = [stack.baseUrl, `http://127.0.0.1:${second.port}`];
   ops = opsFor(stack.settings);
   elder = (await ops.elderCreate()).address;
@@ -116,6 +116,26 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
     expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
   });
 
+  it("a gateway that never confirms (dead, still inside its liveness window) delays the answer by at most the timeout, and is reported", async () => {
+    const ghost = { _id: "ghost-gateway", nextOffsets: { "0": 0 }, seenAt: new Date() };
+    await withAuthDb(stack.settings, (db) => db.collection("gateways").insertOne(ghost as never));
+    try {
+      const p = await ops.partnerCreate({ name: "Ghost Clinic" });
+      const token = await accessToken(stack.baseUrl, p.live.client_id, p.live.client_secret);
+      const clients = (await import("@pi/common")).clientsFor(stack.settings);
+      const started = performance.now();
+      const res = await clients.auth().revokeCredential({ clientId: p.live.client_id });
+      const took = performance.now() - started;
+      expect(res.propagation).toMatchObject({ gateways: 3, confirmed: 2 });
+      expect(took).toBeGreaterThanOrEqual(1100);
+      expect(took).toBeLessThan(2000);
+      // The two live gateways applied it all the same.
+      expect(await statuses(token)).toEqual([401, 401]);
+    } finally {
+      await withAuthDb(stack.settings, (db) => db.collection("gateways").deleteOne({ _id: "ghost-gateway" } as never));
+    }
+  });
+
   it("a gateway started after the revocation learns it from the snapshot", async () => {
     const p = await ops.partnerCreate({ name: "Late Gateway Clinic" });
     const token = await accessToken(stack.baseUrl, p.live.client_id, p.live.client_secret);
@@ -124,7 +144,7 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
     const other = await ops.partnerCreate({ name: "Late Suspended Clinic" });
     const otherToken = await accessToken(stack.baseUrl, other.live.client_id, other.live.client_secret);
     await ops.partnerSetStatus(other.partner_id, "suspended");
-    const third = await startGateway(stack.settings, createLogger("gateway-3", stack.settings.LOG_LEVEL));
+    const third = await startWarmGateway(stack.settings, createLogger("gateway-3", stack.settings.LOG_LEVEL));
     try {
       const url = `http://127.0.0.1:${third.port}`;
       expect(await status(url, token)).toBe(401);

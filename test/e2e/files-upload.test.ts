@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
@@ -72,39 +71,6 @@ describe("accepted files", () => {
     const res = await postMultipart(stack.baseUrl, p.token, [filePart(fixture("sample.txt")), textPart("purpose", "Pharmacy fill: 30 × 5 mg, \"as needed\""), textPart("elder", p.elder.toUpperCase())]);
     expect(res.status).toBe(202);
   });
-
-  it("a file of exactly MAX_FILE_BYTES (25 MiB) is accepted and one byte more is 413 file_too_large", async () => {
-    const max = stack.settings.MAX_FILE_BYTES;
-    expect(max).toBe(25 * 1024 * 1024);
-    const before = await settledCounts(stack.settings);
-    const exact = await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max));
-    expect(exact.status).toBe(202);
-    const over = await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max + 1));
-    expectError(over, 413, "file_too_large", "file");
-    expect((over.json!.error as Record<string, unknown>).type).toBe("invalid_request_error");
-    const after = await settledCounts(stack.settings);
-    expect({ files: after.files - before.files, blobs: after.blobs - before.blobs }).toEqual({ files: 1, blobs: 1 });
-  }, 180_000);
-
-  it("memory stays bounded: four concurrent 25 MiB uploads grow the server's memory by less than the bytes in flight", async () => {
-    const max = stack.settings.MAX_FILE_BYTES;
-    // Gateway, file-intake and this client share the process. A warm-up upload first lets the
-    // allocator reach its working size; then a server that held each file whole (100 MiB in all,
-    // before any copy) would exceed the bound, while one that streams stays far below it.
-    expect((await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max))).status).toBe(202);
-    const baseline = process.memoryUsage().rss;
-    let peak = baseline;
-    const sampler = setInterval(() => {
-      peak = Math.max(peak, process.memoryUsage().rss);
-    }, 10);
-    try {
-      const results = await Promise.all(Array.from({ length: 4 }, () => sendFile(stack.baseUrl, p.token, p.elder, generatedText(max))));
-      expect(results.map((r) => r.status)).toEqual([202, 202, 202, 202]);
-    } finally {
-      clearInterval(sampler);
-    }
-    expect(peak - baseline).toBeLessThan(4 * max);
-  }, 240_000);
 });
 
 describe("refusals", () => {

@@ -19,12 +19,13 @@ export async function withAuthDb<T>(settings: Settings, use: (db: ReturnType<Mon
 interface StoredKey {
   kid: string;
   sealedPrivateJwk: string;
+  activatesAt: Date;
 }
 
-/** The auth service's current signing key (the first one of its key set). */
+/** The auth service's current signing key (the one activated most recently). */
 export async function signingKey(settings: Settings): Promise<{ kid: string; key: CryptoKey }> {
-  const doc = await withAuthDb(settings, (db) => db.collection<{ _id: string; keys: StoredKey[] }>("keysets").findOne({ _id: "jwt" }));
-  const stored = doc!.keys[0]!;
+  const keys = await withAuthDb(settings, (db) => db.collection<StoredKey>("signing_keys").find().toArray());
+  const stored = keys.filter((k) => k.activatesAt.getTime() <= Date.now()).sort((a, b) => b.activatesAt.getTime() - a.activatesAt.getTime())[0]!;
   const jwk = JSON.parse(unseal(settings.CREDENTIAL_PEPPER!, stored.sealedPrivateJwk)) as JWK;
   return { kid: stored.kid, key: (await importJWK(jwk, "ES256")) as CryptoKey };
 }

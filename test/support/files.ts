@@ -141,7 +141,7 @@ export async function connectedPartner(stack: TestStack, name = "Acme Pharmacy")
 }
 
 /** Polls GET /v1/files/{id} until its status is one of `statuses`. */
-export async function waitForStatus(baseUrl: string, token: string, id: string, statuses: string[], timeoutMs = 30_000) {
+export async function waitForStatus(baseUrl: string, token: string, id: string, statuses: string[], timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const res = await call(baseUrl, token, "GET", `/v1/files/${id}`);

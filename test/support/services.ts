@@ -5,7 +5,7 @@ import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";
 import { startWebhookService } from "@pi/webhook";
-import { startGateway } from "@pi/gateway";
+import { startWarmGateway } from "@pi/gateway";
 
 /** Settings for one test: the test infrastructure, a namespace of its own, ports chosen by the OS. */
 export function testSettings(overrides: Record<string, string> = {}): Settings {
@@ -51,7 +51,7 @@ export async function startTestStack(overrides: Record<string, string> = {}, opt
     startWebhookService(settings, logger("webhook")),
   ]);
   settings = { ...settings, FILE_INTAKE_SERVICE_URL: url(fileIntake.port), WEBHOOK_SERVICE_URL: url(webhook.port) };
-  const gateway = await startGateway(settings, logger("gateway"));
+  const gateway = await startWarmGateway(settings, logger("gateway"));
   const services = { auth, connection, fileIntake, webhook, gateway };
   return {
     settings,

@@ -14,22 +14,24 @@ export interface StoredKey {
   activatesAt?: Date;
 }
 
-export interface KeySetDoc {
+/**
+ * One document per key. Keys are only ever inserted (the first one under a fixed _id, so that
+ * replicas starting together agree on it) and deleted, never updated: the MongoDB-compatible server
+ * of the tests does not isolate concurrent updates of one document, while a unique _id holds.
+ */
+export interface SigningKeyDoc extends StoredKey {
   _id: string;
-  keys: StoredKey[];
-  /** Bumped by every rotation, so that two concurrent rotations cannot lose a key. */
-  version?: number;
 }
 
-const KEYSET_ID = "jwt";
+const FIRST_KEY_ID = "first";
 
 const activation = (k: StoredKey) => (k.activatesAt ?? k.createdAt).getTime();
 
-/** The key that signs at `now`: the one activated most recently. */
+/** The key that signs at `now`: the one activated most recently (ties broken by kid, so every replica agrees). */
 export function signingKeyOf(keys: readonly StoredKey[], now: number): StoredKey {
   const active = keys.filter((k) => activation(k) <= now);
-  const pool = active.length > 0 ? active : keys; // never empty in practice: the first key activates at creation
-  return pool.reduce((a, b) => (activation(b) > activation(a) ? b : a));
+  const pool = active.length > 0 ? active : keys; // never empty in practice: the first key activates at once
+  return pool.reduce((a, b) => (activation(b) > activation(a) || (activation(b) === activation(a) && b.kid > a.kid) ? b : a));
 }
 
 /**
@@ -57,11 +59,13 @@ async function newStoredKey(pepper: string, activatesAt: Date): Promise<StoredKe
   };
 }
 
+const isDuplicateKey = (err: unknown) => typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
+
 /**
- * The key set every auth replica signs with, read from MongoDB so that all replicas sign and
- * verify alike. Each replica reloads it periodically; a rotated-in key becomes the signer only
- * after an activation delay longer than that reload period (and than the gateways' JWKS refresh),
- * so no token is ever signed with a key a gateway has not seen.
+ * The signing keys every auth replica uses, read from MongoDB so that all replicas sign and verify
+ * alike. Each replica reloads them periodically; a rotated-in key becomes the signer only after an
+ * activation delay longer than that reload period (and than the gateways' JWKS refresh), so no
+ * token is ever signed with a key a gateway cannot have seen.
  */
 export class KeyRing {
   private keys: StoredKey[] = [];
@@ -69,22 +73,22 @@ export class KeyRing {
   private jwksCache: { keys: JWK[] } = { keys: [] };
 
   constructor(
-    private readonly keysets: Collection<KeySetDoc>,
+    private readonly collection: Collection<SigningKeyDoc>,
     private readonly pepper: string,
   ) {}
 
-  /** Loads the key set, creating it on first start (an atomic upsert: concurrent replicas agree). */
+  /** Loads the keys, creating the first one on first start. */
   async load(): Promise<void> {
-    let doc = await this.keysets.findOne({ _id: KEYSET_ID });
-    if (!doc) {
-      const first = await newStoredKey(this.pepper, new Date(0));
-      doc = await this.keysets.findOneAndUpdate(
-        { _id: KEYSET_ID },
-        { $setOnInsert: { keys: [first] } },
-        { upsert: true, returnDocument: "after" },
-      );
+    let docs = await this.collection.find().toArray();
+    if (docs.length === 0) {
+      try {
+        await this.collection.insertOne({ _id: FIRST_KEY_ID, ...(await newStoredKey(this.pepper, new Date(0))) });
+      } catch (err) {
+        if (!isDuplicateKey(err)) throw err; // another replica created it first
+      }
+      docs = await this.collection.find().toArray();
     }
-    await this.use(doc!.keys);
+    await this.use(docs.map(({ _id, ...key }) => key));
   }
 
   private async use(keys: StoredKey[]): Promise<void> {
@@ -93,8 +97,8 @@ export class KeyRing {
       const jwk = JSON.parse(unseal(this.pepper, k.sealedPrivateJwk)) as JWK;
       this.privateKeys.set(k.kid, (await importJWK(jwk, JWT_ALG)) as CryptoKey);
     }
-    this.keys = keys;
-    this.jwksCache = { keys: keys.map((k) => k.publicJwk) };
+    this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
+    this.jwksCache = { keys: this.keys.map((k) => k.publicJwk) };
   }
 
   /** The key that signs now. */
@@ -108,27 +112,14 @@ export class KeyRing {
     return this.jwksCache;
   }
 
-  /**
-   * Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every
-   * token has expired, in one compare-and-set of the key-set document (retried on a conflict).
-   */
+  /** Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every token has expired. */
   async rotate(activationDelayMs: number, tokenTtlMs: number): Promise<{ added: StoredKey; retired: string[] }> {
     const added = await newStoredKey(this.pepper, new Date(Date.now() + activationDelayMs));
-    for (let attempt = 0; attempt < 5; attempt++) {
-      const doc = await this.keysets.findOne({ _id: KEYSET_ID });
-      if (!doc) throw new Error("the key set is missing");
-      const retired = retiredKeys(doc.keys, Date.now(), tokenTtlMs, activationDelayMs).map((k) => k.kid);
-      const keys = [...doc.keys.filter((k) => !retired.includes(k.kid)), added];
-      const version = doc.version ?? 0;
-      const res = await this.keysets.updateOne(
-        { _id: KEYSET_ID, version: doc.version === undefined ? { $exists: false } : version },
-        { $set: { keys, version: version + 1 } },
-      );
-      if (res.modifiedCount === 1) {
-        await this.use(keys);
-        return { added, retired };
-      }
-    }
-    throw new Error("the key set kept changing during the rotation; try again");
+    await this.collection.insertOne({ _id: added.kid, ...added });
+    const all = (await this.collection.find().toArray()).map(({ _id, ...key }) => key);
+    const retired = retiredKeys(all, Date.now(), tokenTtlMs, activationDelayMs).map((k) => k.kid);
+    if (retired.length > 0) await this.collection.deleteMany({ kid: { $in: retired } });
+    await this.load();
+    return { added, retired };
   }
 }

@@ -5,7 +5,7 @@ import type { KeyRing } from "./keys.js";
 import type { PartnerEventPublisher, Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
 import { hashSecret, seal, secretMatches, unseal } from "./secrets.js";
-import { DECOY_CLIENT_ID, DECOY_PARTNER_ID, findCredentialOrDecoy, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
+import { DECOY_PARTNER_ID, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
 
@@ -48,9 +48,9 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     return { clientId, clientSecret, mode: modeEnum(mode) };
   }
 
-  /** The decoy documents are invisible to the operator: they cannot be reinstated or given credentials. */
+  /** The decoy partner is invisible to the operator: it cannot be reinstated or given credentials. */
   function realId(id: string): string {
-    if (id === DECOY_PARTNER_ID || id === DECOY_CLIENT_ID) throw new ConnectError(`no such id ${id}`, Code.NotFound);
+    if (id === DECOY_PARTNER_ID) throw new ConnectError(`no such id ${id}`, Code.NotFound);
     return id;
   }
 
@@ -68,13 +68,13 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   router.service(AuthService, {
     async issueToken(req) {
-      // Every failure makes the same two reads of one document each and the same hash comparison:
-      // an unknown client reads the decoy credential and partner and compares against its hash.
-      const credential = await findCredentialOrDecoy(store, req.clientId);
+      // Every failure makes the same two reads by _id, the second always finding a partner (the
+      // decoy for an unknown client), and the same hash comparison (against the dummy hash for an
+      // unknown client); one expression decides. See docs/authentication.md, guarantee 5.
+      const credential = await store.credentials.findOne({ _id: req.clientId });
       const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
       const secretOk = secretMatches(pepper, req.clientSecret, credential?.secretHash);
-      const known = credential !== null && credential._id === req.clientId;
-      if (!secretOk || !known || credential.status !== "active" || !partner || partner.status !== "active") {
+      if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
         return { outcome: { case: "failure", value: TokenFailure.INVALID_CLIENT } };
       }
       const grant = grantScopes(req.scope, partner.scopes);
@@ -111,7 +111,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         store.partners.find({ status: "suspended" }, { projection: { _id: 1 } }).toArray(),
       ]);
       return {
-        revokedClientIds: revoked.map((c) => c._id).filter((id) => id !== DECOY_CLIENT_ID),
+        revokedClientIds: revoked.map((c) => c._id),
         suspendedPartnerIds: suspended.map((p) => p._id).filter((id) => id !== DECOY_PARTNER_ID),
       };
     },
@@ -182,7 +182,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     async revokeCredential(req) {
       const since = performance.now();
       const updated = await store.credentials.findOneAndUpdate(
-        { _id: realId(req.clientId) },
+        { _id: req.clientId },
         { $set: { status: "revoked", revokedAt: new Date() } },
       );
       if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);

@@ -9,7 +9,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   if (!pepper) throw new Error("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const runtime = await openRuntime("auth", settings, logger);
   const store = await openAuthStore(runtime.mongo.db, pepper);
-  const keys = new KeyRing(store.keysets, pepper);
+  const keys = new KeyRing(store.signingKeys, pepper);
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = setInterval(() => {

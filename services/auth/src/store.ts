@@ -1,6 +1,6 @@
 import type { Collection, Db } from "mongodb";
-import type { KeySetDoc } from "./keys.js";
-import { DUMMY_HASH, seal } from "./secrets.js";
+import type { SigningKeyDoc } from "./keys.js";
+import { seal } from "./secrets.js";
 
 export type PartnerStatus = "active" | "suspended";
 export type CredentialMode = "live" | "test";
@@ -37,23 +37,28 @@ export interface GatewayDoc {
 export interface AuthStore {
   partners: Collection<PartnerDoc>;
   credentials: Collection<CredentialDoc>;
-  keysets: Collection<KeySetDoc>;
+  signingKeys: Collection<SigningKeyDoc>;
   gateways: Collection<GatewayDoc>;
 }
 
-// A revoked credential of a suspended partner that no secret matches, read in place of an unknown
-// client: every failed token request then reads one credential and one partner document, so an
-// unknown client costs what a known one does (no-oracle guarantee 5). "~" sorts after every
-// character of a real id ("cli_" and base62), which findCredentialOrDecoy relies on.
-export const DECOY_CLIENT_ID = "cli~decoy";
+// A suspended partner that exists only to be read when the client is unknown: every failed token
+// request then reads one credential-or-nothing and one partner document, and compares against a
+// stored or the dummy hash, so an unknown client costs what a known one does (guarantee 5).
 export const DECOY_PARTNER_ID = "ptr~decoy";
 
-/** The credential with this client id, or the decoy when there is none: one query either way. */
-export async function findCredentialOrDecoy(store: AuthStore, clientId: string): Promise<CredentialDoc | null> {
-  return store.credentials.find({ _id: { $in: [clientId, DECOY_CLIENT_ID] } }).sort({ _id: 1 }).limit(1).next();
+const isDuplicateKey = (err: unknown) => typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
+
+/** Creates the decoy partner once; replicas starting together may race, and the loser finds it there. */
+async function ensureDecoy(store: AuthStore, pepper: string): Promise<void> {
+  try {
+    await upsertDecoy(store, pepper);
+  } catch (err) {
+    if (!isDuplicateKey(err)) throw err;
+    await upsertDecoy(store, pepper);
+  }
 }
 
-async function ensureDecoy(store: AuthStore, pepper: string): Promise<void> {
+async function upsertDecoy(store: AuthStore, pepper: string): Promise<void> {
   const now = new Date();
   await store.partners.updateOne(
     { _id: DECOY_PARTNER_ID },
@@ -70,18 +75,13 @@ async function ensureDecoy(store: AuthStore, pepper: string): Promise<void> {
     },
     { upsert: true },
   );
-  await store.credentials.updateOne(
-    { _id: DECOY_CLIENT_ID },
-    { $setOnInsert: { partnerId: DECOY_PARTNER_ID, mode: "live", secretHash: DUMMY_HASH, status: "revoked", createdAt: now } },
-    { upsert: true },
-  );
 }
 
 export async function openAuthStore(db: Db, pepper: string): Promise<AuthStore> {
   const store = {
     partners: db.collection<PartnerDoc>("partners"),
     credentials: db.collection<CredentialDoc>("credentials"),
-    keysets: db.collection<KeySetDoc>("keysets"),
+    signingKeys: db.collection<SigningKeyDoc>("signing_keys"),
     gateways: db.collection<GatewayDoc>("gateways"),
   };
   await store.credentials.createIndex({ partnerId: 1 });

@@ -2,10 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes, randomUUID } from "node:crypto";
 import { jwtVerify, createLocalJWKSet } from "jose";
 import { connectMongo, type Mongo } from "@pi/common";
-import { KeyRing, type KeySetDoc } from "../src/keys.js";
+import { KeyRing, type SigningKeyDoc } from "../src/keys.js";
 import { signAccessToken } from "../src/tokens.js";
 
-// The key set on the real FerretDB: replicas agree on one key set, rotation keeps every key a
+// The signing keys on the real FerretDB: replicas agree on the keys, rotation keeps every key a
 // live token may carry, retirement drops only keys whose tokens have all expired.
 
 const pepper = randomBytes(32).toString("base64url");
@@ -21,22 +21,23 @@ afterAll(async () => {
 });
 
 const claims = { sub: "ptr_a", client_id: "cli_a", mode: "live" as const, scope: "files:write" };
+const freshCollection = () => mongo.db.collection<SigningKeyDoc>(`keys_${randomUUID().slice(0, 8)}`);
 
-describe("signing key set", () => {
-  it("replicas starting together end up with one key set and sign alike", async () => {
-    const keysets = mongo.db.collection<KeySetDoc>(`ks_${randomUUID().slice(0, 6)}`);
-    const rings = [new KeyRing(keysets, pepper), new KeyRing(keysets, pepper), new KeyRing(keysets, pepper)];
+describe("signing keys", () => {
+  it("replicas starting together end up with one first key and sign alike", async () => {
+    const keys = freshCollection();
+    const rings = [new KeyRing(keys, pepper), new KeyRing(keys, pepper), new KeyRing(keys, pepper)];
     await Promise.all(rings.map((r) => r.load()));
-    const kids = new Set(rings.map((r) => r.signer().kid));
-    expect(kids.size).toBe(1);
+    expect(new Set(rings.map((r) => r.signer().kid)).size).toBe(1);
+    expect(await keys.countDocuments()).toBe(1);
     const token = await signAccessToken(rings[1]!, claims, 60);
     await expect(jwtVerify(token, createLocalJWKSet(rings[2]!.jwks()))).resolves.toBeDefined();
   });
 
   it("a rotated-in key is published at once, signs only from its activation, and the old key keeps verifying", async () => {
-    const keysets = mongo.db.collection<KeySetDoc>(`ks_${randomUUID().slice(0, 6)}`);
-    const ring = new KeyRing(keysets, pepper);
-    const other = new KeyRing(keysets, pepper);
+    const keys = freshCollection();
+    const ring = new KeyRing(keys, pepper);
+    const other = new KeyRing(keys, pepper);
     await ring.load();
     await other.load();
     const before = ring.signer().kid;
@@ -47,36 +48,34 @@ describe("signing key set", () => {
     expect(ring.signer().kid).toBe(before);
     expect(ring.signer(Date.now() + 61_000).kid).toBe(added.kid);
     await other.load();
+    expect(other.signer().kid).toBe(before);
     expect(other.signer(Date.now() + 61_000).kid).toBe(added.kid);
     await expect(jwtVerify(oldToken, createLocalJWKSet(other.jwks()))).resolves.toBeDefined();
   });
 
   it("a rotation retires the keys whose tokens have all expired, and keeps the others", async () => {
-    const keysets = mongo.db.collection<KeySetDoc>(`ks_${randomUUID().slice(0, 6)}`);
-    const ring = new KeyRing(keysets, pepper);
+    const keys = freshCollection();
+    const ring = new KeyRing(keys, pepper);
     await ring.load();
     const first = ring.signer().kid;
-    // Zero delay and zero lifetime: every rotation supersedes at once.
+    // Zero delay and zero lifetime: every rotation supersedes the previous key at once.
     const second = await ring.rotate(0, 0);
     await new Promise((r) => setTimeout(r, 5));
     const third = await ring.rotate(0, 0);
-    expect(third.retired).toContain(first);
-    const stored = await keysets.findOne({ _id: "jwt" });
-    expect(stored!.keys.map((k) => k.kid)).not.toContain(first);
-    expect(stored!.keys.map((k) => k.kid)).toContain(third.added.kid);
-    expect(ring.jwks().keys.map((k) => k.kid)).not.toContain(first);
-    expect(second.added.kid).not.toBe(third.added.kid);
+    expect(second.retired).toEqual([first]);
+    expect(third.retired).toEqual([second.added.kid]);
+    expect((await keys.find().toArray()).map((k) => k.kid)).toEqual([third.added.kid]);
+    expect(ring.jwks().keys.map((k) => k.kid)).toEqual([third.added.kid]);
+    expect(ring.signer().kid).toBe(third.added.kid);
   });
 
-  it("two concurrent rotations lose no key", async () => {
-    const keysets = mongo.db.collection<KeySetDoc>(`ks_${randomUUID().slice(0, 6)}`);
-    const a = new KeyRing(keysets, pepper);
-    const b = new KeyRing(keysets, pepper);
-    await a.load();
-    await b.load();
-    const [ra, rb] = await Promise.all([a.rotate(60_000, 900_000), b.rotate(60_000, 900_000)]);
-    const stored = await keysets.findOne({ _id: "jwt" });
-    expect(stored!.keys.map((k) => k.kid)).toEqual(expect.arrayContaining([ra.added.kid, rb.added.kid]));
-    expect(stored!.keys).toHaveLength(3);
+  it("concurrent rotations on several replicas lose no key", async () => {
+    const keys = freshCollection();
+    const rings = [new KeyRing(keys, pepper), new KeyRing(keys, pepper), new KeyRing(keys, pepper)];
+    await Promise.all(rings.map((r) => r.load()));
+    const results = await Promise.all(rings.map((r) => r.rotate(60_000, 900_000)));
+    const stored = (await keys.find().toArray()).map((k) => k.kid);
+    expect(stored).toEqual(expect.arrayContaining(results.map((r) => r.added.kid)));
+    expect(stored).toHaveLength(4);
   });
 });

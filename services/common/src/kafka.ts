@@ -32,19 +32,32 @@ export function createProducer(kafka: Kafka): Producer {
   return kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
 }
 
-/** Creates every declared topic that is missing. Safe to call from every service at start. */
-export async function ensureTopics(kafka: Kafka, namespace: string, keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[]): Promise<void> {
+/**
+ * Creates every declared topic that is missing and waits until each has a leader. Safe to call
+ * from every service at start; retried, because a broker that has just started may still refuse
+ * ("This server does not host this topic-partition") while its metadata settles.
+ */
+export async function ensureTopics(kafka: Kafka, namespace: string, keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[], attempts = 8): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
   try {
-    const existing = new Set(await admin.listTopics());
-    const missing = keys.filter((k) => !existing.has(topicName(namespace, k)));
-    if (missing.length > 0) {
-      await admin.createTopics({
-        waitForLeaders: true,
-        // No replication factor: the broker's default.replication.factor applies (1 locally, 3 in a cluster).
-        topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions })),
-      });
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const existing = new Set(await admin.listTopics());
+        const missing = keys.filter((k) => !existing.has(topicName(namespace, k)));
+        if (missing.length > 0) {
+          await admin.createTopics({
+            waitForLeaders: true,
+            // No replication factor: the broker's default.replication.factor applies (1 locally, 3 in a cluster).
+            topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions })),
+          });
+        }
+        await admin.fetchTopicMetadata({ topics: keys.map((k) => topicName(namespace, k)) });
+        return;
+      } catch (err) {
+        if (attempt >= attempts) throw err;
+        await new Promise((r) => setTimeout(r, 250 * attempt));
+      }
     }
   } finally {
     await admin.disconnect();

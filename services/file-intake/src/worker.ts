@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { acceptedType, consumerGroup, topicName, type Kafka, type Logger } from "@pi/common";
@@ -109,9 +110,20 @@ export async function consumeFileEvents(kafka: Kafka, namespace: string, worker:
         logger.error({ err }, "unreadable file event skipped");
         return;
       }
-      // A failure here (storage down) leaves the file `received`; the stuck sweep retries it, so
-      // the offset can move on.
-      await worker.process(fileId).catch((err) => logger.warn({ err, fileId }, "extraction interrupted; the sweep will retry"));
+      // A storage failure (FerretDB answers "busy" under load) is retried a few times here; after
+      // that the file stays `received` for the stuck sweep, and the offset moves on.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await worker.process(fileId);
+          return;
+        } catch (err) {
+          if (attempt >= 5) {
+            logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry");
+            return;
+          }
+          await sleep(100 * 2 ** attempt);
+        }
+      }
     },
   });
   return { stop: () => consumer.disconnect() };

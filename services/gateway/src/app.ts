@@ -7,6 +7,7 @@ import { deprecations } from "./deprecation.js";
 import { partnerRateLimit, tokenRateLimit } from "./rate-limit.js";
 import docsRoutes from "./routes/docs.js";
 import { traceRequests } from "./tracing.js";
+import { PartnerError } from "./errors.js";
 import { handleErrors, requireBearer } from "./middleware.js";
 import connectionRoutes from "./routes/connections.js";
 import fileRoutes from "./routes/files.js";
@@ -21,6 +22,8 @@ export interface GatewayDeps {
   files: FileIntakeClient;
   verifier: BearerVerifier;
   health: Record<string, HealthClient>;
+  /** False until the gateway holds the token keys and the revocation list; /v1 answers 503 until then. */
+  warm?: () => boolean;
 }
 
 export function createApp(deps: GatewayDeps): Koa<GatewayState> {
@@ -28,7 +31,8 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const hops = deps.settings.TRUSTED_PROXY_HOPS;
   const app = new Koa<GatewayState>({ proxy: hops > 0, maxIpsCount: hops });
   app.silent = true;
-  const health = healthRoutes(deps.health);
+  const warm = deps.warm ?? (() => true);
+  const health = healthRoutes(deps.health, warm);
   const token = tokenRoutes(deps.auth);
   const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings)];
 
@@ -43,7 +47,11 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   // The per-partner limit needs the partner: it runs after the bearer check (a 401 costs no budget).
   const bearer = requireBearer(deps.verifier);
   const partnerLimit = partnerRateLimit(deps.settings.RATE_LIMIT_V1_PER_SECOND);
-  app.use(async (ctx, next) => (ctx.path.startsWith("/v1/") ? bearer(ctx, () => partnerLimit(ctx, next)) : next()));
+  app.use(async (ctx, next) => {
+    if (!ctx.path.startsWith("/v1/")) return next();
+    if (!warm()) throw new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
+    return bearer(ctx, () => partnerLimit(ctx, next));
+  });
   for (const router of v1) {
     app.use(router.routes());
     app.use(allowedMethods(router));

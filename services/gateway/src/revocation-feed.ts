@@ -50,6 +50,11 @@ export class PositionReporter {
     this.kick();
   }
 
+  /** Resolves once the report in flight (and any coalesced after it) has been sent. */
+  async flush(): Promise<void> {
+    while (this.inFlight) await this.inFlight;
+  }
+
   kick(): void {
     if (this.inFlight) {
       this.again = true;
@@ -120,6 +125,8 @@ export async function followRevocations(list: RevocationList, auth: AuthClient, 
     consumer.seek({ topic, partition, offset });
     reporter.advance(partition, BigInt(offset));
   }
+  // Known to the auth service before this gateway takes traffic, so revocations wait for it.
+  await reporter.flush();
   return {
     instanceId: reporter.instanceId,
     async stop() {

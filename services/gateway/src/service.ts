@@ -5,17 +5,17 @@ import { createApp } from "./app.js";
 import { BearerVerifier, RevocationList } from "./bearer.js";
 import { followRevocations } from "./revocation-feed.js";
 
-async function retry<T>(what: string, logger: Logger, attempt: () => Promise<T>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+/** Retries until it succeeds or the gateway stops, backing off up to 5 s; logs each failure. */
+async function keepTrying<T>(what: string, logger: Logger, stopped: () => boolean, attempt: () => Promise<T>): Promise<T | undefined> {
+  for (let delay = 250; !stopped(); delay = Math.min(delay * 2, 5000)) {
     try {
       return await attempt();
     } catch (err) {
-      if (Date.now() > deadline) throw err;
-      logger.warn({ err: (err as Error).message }, `${what} failed; retrying`);
-      await new Promise((r) => setTimeout(r, 500));
+      logger.warn({ err: (err as Error).message, retryInMs: delay }, `${what} failed; retrying`);
+      await new Promise((r) => setTimeout(r, delay));
     }
   }
+  return undefined;
 }
 
 export async function startGateway(settings: Settings, logger: Logger): Promise<RunningService> {
@@ -23,15 +23,25 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   const auth = clients.auth();
   const verifier = new BearerVerifier(auth, new RevocationList());
   const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.gateway`, logger);
-  const revocations = await retry("following revocations", logger, () =>
-    followRevocations(verifier.revocations, auth, kafka, settings.DATA_NAMESPACE, logger),
-  );
-  await retry("loading token keys", logger, () => verifier.refreshKeys());
-  // A rotated-in key is published this often before it starts signing (docs/authentication.md).
-  const keyRefresh = setInterval(() => {
-    verifier.refreshKeys().catch((err: unknown) => logger.warn({ err: (err as Error).message }, "refreshing the token keys failed"));
-  }, settings.JWKS_REFRESH_SECONDS * 1000);
-  keyRefresh.unref();
+  // The gateway listens at once (liveness answers, /readyz says 503) and warms up behind it: the
+  // revocation list and the token keys, without which no bearer can be judged.
+  let stopped = false;
+  let warm = false;
+  let revocations: { stop(): Promise<void> } | undefined;
+  let keyRefresh: NodeJS.Timeout | undefined;
+  const warmup = (async () => {
+    revocations = await keepTrying("following revocations", logger, () => stopped, () =>
+      followRevocations(verifier.revocations, auth, kafka, settings.DATA_NAMESPACE, logger),
+    );
+    if (!revocations || !(await keepTrying("loading token keys", logger, () => stopped, () => verifier.refreshKeys().then(() => true)))) return;
+    // A rotated-in key is published this often before it starts signing (docs/authentication.md).
+    keyRefresh = setInterval(() => {
+      verifier.refreshKeys().catch((err: unknown) => logger.warn({ err: (err as Error).message }, "refreshing the token keys failed"));
+    }, settings.JWKS_REFRESH_SECONDS * 1000);
+    keyRefresh.unref();
+    warm = true;
+    logger.info("gateway warm: token keys and revocations loaded");
+  })();
 
   const app = createApp({
     settings,
@@ -40,6 +50,7 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     connections: clients.connection(),
     files: clients.fileIntake(),
     verifier,
+    warm: () => warm,
     health: {
       auth: clients.health(settings.AUTH_SERVICE_URL),
       connection: clients.health(settings.CONNECTION_SERVICE_URL),
@@ -57,13 +68,23 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   logger.info({ port }, "gateway listening");
   return {
     port,
+    ready: warmup,
     async stop() {
+      stopped = true;
       clearInterval(keyRefresh);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
       });
-      await revocations.stop();
+      await warmup;
+      await revocations?.stop();
     },
   };
+}
+
+/** Starts a gateway and waits until it is warm (tests and benchmarks). */
+export async function startWarmGateway(settings: Settings, logger: Logger): Promise<RunningService> {
+  const gateway = await startGateway(settings, logger);
+  await gateway.ready;
+  return gateway;
 }

@@ -1,23 +1,15 @@
 import { fromBinary } from "@bufbuild/protobuf";
+import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { consumerGroup, newId, topicName, type Kafka, type Logger } from "@pi/common";
-import { checkSourceEvent, webhookBody, type SourceCheck } from "./event-body.js";
-import type { WebhookEventDoc, WebhookStore } from "./store.js";
+import { consumerGroup, topicName, type Kafka, type Logger } from "@pi/common";
+import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
+import { insertNew, queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
 type Source = Extract<SourceCheck, { ok: true }>;
 
-function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-}
-
-/**
- * Stores the webhook event of a connection event, due at once. Keyed on the source event id, so a
- * connection event seen again (Kafka redelivers after a crash, or the producer sent it twice)
- * makes no second event. Returns whether this call created it.
- */
-export async function storeWebhookEvent(store: WebhookStore, src: Source, mode: WebhookEventDoc["mode"], now = new Date()): Promise<boolean> {
-  const id = newId("evt");
-  const doc: WebhookEventDoc = {
+export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date): WebhookEventDoc {
+  const id = webhookEventId(src.sourceEventId);
+  return {
     _id: id,
     sourceEventId: src.sourceEventId,
     partnerId: src.partnerId,
@@ -30,25 +22,56 @@ export async function storeWebhookEvent(store: WebhookStore, src: Source, mode: 
     attempts: 0,
     attemptLog: [],
     nextAttemptAt: now,
-    leaseToken: null,
   };
-  try {
-    // A plain insert, not an upsert: the unique index on sourceEventId makes the second one fail,
-    // and FerretDB v1 drops empty arrays and nulls from an upsert's $setOnInsert.
-    await store.events.insertOne(doc);
-    return true;
-  } catch (err) {
-    if (isDuplicateKey(err)) return false;
-    throw err;
-  }
 }
 
 /**
- * Reads the connection-events topic in the webhook group. kafkajs resolves a message's offset only
- * after eachMessage resolves, and commits only resolved offsets (also when a later message
- * throws), so an event is in the database before its offset is committed: at least once.
- * A database failure throws, and kafkajs retries the message; an unreadable message is logged and
- * skipped, since retrying it can never succeed.
+ * Stores the webhook events of some connection events, due at once, each with its queue entry. An
+ * event already stored (Kafka redelivered it, or the producer sent it twice) keeps its document,
+ * body and id; if it is still pending, its queue entry is put back in case a crash came between
+ * the two inserts the first time (an entry already there stays as it is).
+ */
+export async function storeWebhookEvents(store: WebhookStore, docs: WebhookEventDoc[]): Promise<void> {
+  const seen = new Set((await insertNew(store.events, docs)).map((d) => d._id));
+  const entries = docs.filter((d) => !seen.has(d._id)).map(queueEntry);
+  for (const id of seen) {
+    const existing = await store.events.findOne({ _id: id });
+    if (existing?.state === "pending") entries.push(queueEntry(existing));
+  }
+  await insertNew(store.queue, entries);
+}
+
+/** The webhook event of one Kafka message, or null (logged) for a message that can never make one. */
+export function decodeMessage(message: KafkaMessage, where: { partition: number }, logger: Logger, now: Date): WebhookEventDoc | null {
+  const at = { ...where, offset: message.offset };
+  if (!message.value) {
+    logger.error(at, "empty connection event skipped");
+    return null;
+  }
+  let event: eventsv1.ConnectionEvent;
+  try {
+    event = fromBinary(eventsv1.ConnectionEventSchema, message.value);
+  } catch (err) {
+    logger.error({ ...at, err }, "unreadable connection event skipped");
+    return null;
+  }
+  const src = checkSourceEvent(event, now.getTime());
+  if (!src.ok) {
+    logger.error({ ...at, sourceEventId: event.eventId, reason: src.reason }, "connection event skipped");
+    return null;
+  }
+  if (src.statusMismatch !== undefined) {
+    logger.warn({ ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type }, "connection event status disagrees with its type");
+  }
+  return webhookEventDoc(src, event.mode === commonv1.Mode.TEST ? "test" : "live", now);
+}
+
+/**
+ * Reads the connection-events topic in the webhook group, a batch at a time. kafkajs resolves a
+ * batch's offsets only when eachBatch returns, and commits only resolved offsets, so every event
+ * is in the database before its offset is committed: at least once. A database failure throws,
+ * and kafkajs fetches the batch again; a message that can never make an event is logged and
+ * skipped, since retrying it cannot succeed.
  */
 export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka, namespace: string, logger: Logger, onStored: () => void) {
   const consumer = kafka.consumer({
@@ -62,30 +85,13 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
   await consumer.subscribe({ topic: topicName(namespace, "connectionEvents"), fromBeginning: true });
   await consumer.run({
     partitionsConsumedConcurrently: 3,
-    eachMessage: async ({ partition, message }) => {
-      const where = { partition, offset: message.offset };
-      if (!message.value) {
-        logger.error(where, "empty connection event skipped");
-        return;
-      }
-      let event: eventsv1.ConnectionEvent;
-      try {
-        event = fromBinary(eventsv1.ConnectionEventSchema, message.value);
-      } catch (err) {
-        logger.error({ ...where, err }, "unreadable connection event skipped");
-        return;
-      }
-      const src = checkSourceEvent(event, Date.now());
-      if (!src.ok) {
-        logger.error({ ...where, sourceEventId: event.eventId, reason: src.reason }, "connection event skipped");
-        return;
-      }
-      if (src.statusMismatch !== undefined) {
-        logger.warn({ ...where, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type }, "connection event status disagrees with its type");
-      }
-      const created = await storeWebhookEvent(store, src, event.mode === commonv1.Mode.TEST ? "test" : "live");
-      logger.debug({ sourceEventId: src.sourceEventId, partnerId: src.partnerId, created }, "connection event stored");
-      if (created) onStored();
+    eachBatch: async ({ batch, heartbeat }) => {
+      const now = new Date();
+      const docs = batch.messages.map((m) => decodeMessage(m, { partition: batch.partition }, logger, now)).filter((d): d is WebhookEventDoc => d !== null);
+      await storeWebhookEvents(store, docs);
+      logger.debug({ partition: batch.partition, messages: batch.messages.length, events: docs.length }, "connection events stored");
+      await heartbeat();
+      if (docs.length > 0) onStored();
     },
   });
   return { stop: () => consumer.disconnect() };

@@ -3,17 +3,16 @@ import type { Logger } from "@pi/common";
 import type { WebhookSender } from "./outbound.js";
 import { nextAttemptAt, type RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
-import type { AttemptRecord, WebhookEventDoc, WebhookStore } from "./store.js";
+import { insertNew, type AttemptRecord, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
 import type { TargetCache } from "./targets.js";
 
-// Runs the schedule that lives in the database. To claim a due event, a replica inserts a claim
-// document whose _id names the event's current slot (id, attempts made, nextAttemptAt): of all the
-// replicas that read the same slot, exactly one insert succeeds. The winner then moves the event's
-// nextAttemptAt to the end of its lease and stamps the claim on it as the lease token; only the
-// token's holder records the outcome. The lease outlasts the attempt timeout, so no two replicas
-// send the same attempt at once, and an attempt cut off by a crash is due again, in a new slot,
-// when the lease ends. (A findOneAndUpdate would be the usual claim, but FerretDB v1 does not make
-// it atomic between clients.)
+// Runs the schedule that lives in the database. To claim a due queue entry, a replica inserts a
+// claim document whose _id names the entry's current slot (event id, attempts made, due time): of
+// all the replicas that read the same slot, exactly one insert succeeds. The winner moves the
+// entry's due time to the end of its lease and records the outcome when the attempt ends. The
+// lease outlasts the attempt timeout, so no two replicas send the same attempt at once, and an
+// attempt cut off by a crash is due again, in a new slot, when the lease ends. (A findOneAndUpdate
+// would be the usual claim, but FerretDB v1 does not make it atomic between clients.)
 //
 // A slow or dead endpoint holds at most `maxPerPartner` of this replica's `maxInFlight` slots
 // (each for at most the attempt timeout), and claims skip partners at their limit, so other
@@ -35,10 +34,6 @@ export interface DispatcherOptions {
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
 const CLAIM_SWEEP_EVERY_MS = 10 * 60_000;
 const CLAIM_KEEP_MS = 60 * 60_000;
-
-function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-}
 
 export class Dispatcher {
   private readonly maxInFlight: number;
@@ -112,68 +107,66 @@ export class Dispatcher {
     return [...this.perPartner].filter(([, n]) => n >= this.maxPerPartner).map(([p]) => p);
   }
 
-  private dueFilter(now: Date): Filter<WebhookEventDoc> {
+  private dueFilter(now?: Date): Filter<QueueDoc> {
     const saturated = this.saturatedPartners();
-    return { state: "pending", nextAttemptAt: { $lte: now }, ...(saturated.length > 0 ? { partnerId: { $nin: saturated } } : {}) };
+    return { ...(now ? { dueAt: { $lte: now } } : {}), ...(saturated.length > 0 ? { partnerId: { $nin: saturated } } : {}) };
   }
 
   private async fillSlots(): Promise<void> {
     while (this.running && this.active.size < this.maxInFlight) {
       const now = new Date();
-      const room = this.maxInFlight - this.active.size;
-      const candidates = await this.o.store.events
+      const due = await this.o.store.queue
         .find(this.dueFilter(now))
-        .sort({ nextAttemptAt: 1 })
-        .limit(Math.min(room, 32))
+        .sort({ dueAt: 1 })
+        .limit(Math.min(this.maxInFlight - this.active.size, 32))
         .toArray();
-      let launched = 0;
-      for (const doc of candidates) {
-        if (!this.running || this.active.size >= this.maxInFlight) return;
-        if ((this.perPartner.get(doc.partnerId) ?? 0) >= this.maxPerPartner) continue;
-        const claimed = await this.claim(doc);
-        if (claimed) {
-          this.launch(claimed, claimed.leaseToken!);
-          launched++;
-        }
+      // Within this replica's limits, counting what this batch would add.
+      const taking = new Map<string, number>();
+      const wanted = due.filter((e) => {
+        const n = (this.perPartner.get(e.partnerId) ?? 0) + (taking.get(e.partnerId) ?? 0);
+        if (n >= this.maxPerPartner) return false;
+        taking.set(e.partnerId, (taking.get(e.partnerId) ?? 0) + 1);
+        return true;
+      });
+      const won = await this.claim(wanted, now);
+      for (const entry of won) {
+        if (!this.running) return;
+        this.launch(entry);
       }
-      if (launched === 0) return;
+      if (won.length === 0) return;
     }
   }
 
-  /** The event with its lease, or null when another replica has this slot or the event moved on. */
-  private async claim(doc: WebhookEventDoc): Promise<WebhookEventDoc | null> {
-    const slot = doc.nextAttemptAt!;
-    const key = `${doc._id}:${doc.attempts}:${slot.getTime()}`;
-    const leaseEnd = new Date(Date.now() + this.leaseMs);
-    if (!(await this.insertClaim(key, doc._id, leaseEnd))) return null;
-    const res = await this.o.store.events.updateOne(
-      { _id: doc._id, state: "pending", attempts: doc.attempts, nextAttemptAt: slot },
-      { $set: { nextAttemptAt: leaseEnd, leaseToken: key } },
-    );
-    if (res.matchedCount === 0) return null;
-    return { ...doc, nextAttemptAt: leaseEnd, leaseToken: key };
+  private slotKey(entry: QueueDoc): string {
+    return `${entry._id}:${entry.attempts}:${entry.dueAt.getTime()}`;
   }
 
-  private async insertClaim(key: string, eventId: string, expiresAt: Date): Promise<boolean> {
+  /** The entries whose current slot this replica now holds; the others belong to other replicas. */
+  private async claim(entries: QueueDoc[], now: Date): Promise<QueueDoc[]> {
+    if (entries.length === 0) return [];
     const { claims } = this.o.store;
-    try {
-      await claims.insertOne({ _id: key, eventId, expiresAt });
-      return true;
-    } catch (err) {
-      if (!isDuplicateKey(err)) throw err;
+    const expiresAt = new Date(now.getTime() + this.leaseMs);
+    const taken = new Set(
+      (await insertNew(claims, entries.map((e) => ({ _id: this.slotKey(e), eventId: e._id, expiresAt })))).map((c) => c._id),
+    );
+    const won = entries.filter((e) => !taken.has(this.slotKey(e)));
+    for (const entry of entries) {
+      // A claim can only have run out if its slot came due more than a lease ago: then its holder
+      // died before moving the entry on, and the slot may be taken over, once.
+      if (taken.has(this.slotKey(entry)) && entry.dueAt.getTime() + this.leaseMs < now.getTime() && (await this.takeOver(this.slotKey(entry), entry._id, expiresAt))) {
+        won.push(entry);
+      }
     }
-    // Taken. If its lease is over, the holder died before moving the event on: take it over, once.
+    return won;
+  }
+
+  private async takeOver(key: string, eventId: string, expiresAt: Date): Promise<boolean> {
+    const { claims } = this.o.store;
     const existing = await claims.findOne({ _id: key });
     if (!existing || existing.expiresAt.getTime() > Date.now()) return false;
     const removed = await claims.deleteOne({ _id: key, expiresAt: existing.expiresAt });
     if (removed.deletedCount !== 1) return false;
-    try {
-      await claims.insertOne({ _id: key, eventId, expiresAt });
-      return true;
-    } catch (err) {
-      if (isDuplicateKey(err)) return false;
-      throw err;
-    }
+    return (await insertNew(claims, [{ _id: key, eventId, expiresAt }])).length === 0;
   }
 
   /** Claims are kept long after their lease (a late reader of an old slot must still lose), then dropped. */
@@ -184,14 +177,13 @@ export class Dispatcher {
     if (deletedCount > 0) this.o.logger.debug({ deletedCount }, "old webhook claims swept");
   }
 
-  /** How long to sleep: until the earliest pending event not held back by a busy partner, capped. */
+  /** How long to sleep: until the earliest entry not held back by a busy partner, capped. */
   private async idleWaitMs(): Promise<number> {
     if (this.poked) return 0;
     if (this.active.size >= this.maxInFlight) return this.idleMs;
-    const { nextAttemptAt: _due, ...filter } = this.dueFilter(new Date());
-    const next = await this.o.store.events.findOne(filter, { sort: { nextAttemptAt: 1 }, projection: { nextAttemptAt: 1 } });
-    if (!next?.nextAttemptAt) return this.idleMs;
-    return Math.min(Math.max(next.nextAttemptAt.getTime() - Date.now(), 5), this.idleMs);
+    const next = await this.o.store.queue.findOne(this.dueFilter(), { sort: { dueAt: 1 }, projection: { dueAt: 1 } });
+    if (!next) return this.idleMs;
+    return Math.min(Math.max(next.dueAt.getTime() - Date.now(), 5), this.idleMs);
   }
 
   private sleep(ms: number): Promise<void> {
@@ -207,51 +199,64 @@ export class Dispatcher {
     });
   }
 
-  private launch(doc: WebhookEventDoc, leaseToken: string): void {
-    this.perPartner.set(doc.partnerId, (this.perPartner.get(doc.partnerId) ?? 0) + 1);
-    const run: Promise<void> = this.attempt(doc, leaseToken)
-      .catch((err) => this.o.logger.error({ err, eventId: doc._id }, "webhook attempt could not be recorded"))
+  private launch(entry: QueueDoc): void {
+    this.perPartner.set(entry.partnerId, (this.perPartner.get(entry.partnerId) ?? 0) + 1);
+    const run: Promise<void> = this.attempt(entry)
+      .catch((err) => this.o.logger.error({ err, eventId: entry._id }, "webhook attempt could not be recorded"))
       .finally(() => {
-        const left = (this.perPartner.get(doc.partnerId) ?? 1) - 1;
-        if (left > 0) this.perPartner.set(doc.partnerId, left);
-        else this.perPartner.delete(doc.partnerId);
+        const left = (this.perPartner.get(entry.partnerId) ?? 1) - 1;
+        if (left > 0) this.perPartner.set(entry.partnerId, left);
+        else this.perPartner.delete(entry.partnerId);
         this.active.delete(run);
         this.poke();
       });
     this.active.add(run);
   }
 
-  private async release(doc: WebhookEventDoc, leaseToken: string, dueAt: Date): Promise<void> {
-    await this.o.store.events.updateOne({ _id: doc._id, leaseToken }, { $set: { nextAttemptAt: dueAt, leaseToken: null } });
+  /** Gives the slot back without counting an attempt. */
+  private async release(eventId: string, dueAt: Date): Promise<void> {
+    await this.o.store.queue.updateOne({ _id: eventId }, { $set: { dueAt, leaseToken: null } });
   }
 
-  private async attempt(doc: WebhookEventDoc, leaseToken: string): Promise<void> {
+  /** After an outcome could not be stored because the event moved on: make the entry match the event. */
+  private async resync(eventId: string): Promise<void> {
+    const { events, queue } = this.o.store;
+    const event = await events.findOne({ _id: eventId });
+    if (event?.state === "pending") await queue.updateOne({ _id: eventId }, { $set: { dueAt: event.nextAttemptAt ?? new Date(), attempts: event.attempts, leaseToken: null } });
+    else await queue.deleteOne({ _id: eventId });
+  }
+
+  private async attempt(entry: QueueDoc): Promise<void> {
     const { store, targets, sender, policy, logger } = this.o;
-    const log = { eventId: doc._id, partnerId: doc.partnerId };
+    const log = { eventId: entry._id, partnerId: entry.partnerId };
+    // The lease: the entry is not due for anyone until it ends (a crash leaves it due then).
+    await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: new Date(Date.now() + this.leaseMs), leaseToken: this.slotKey(entry) } });
     let target;
     try {
-      target = await targets.get(doc.partnerId);
+      target = await targets.get(entry.partnerId);
     } catch (err) {
       logger.warn({ ...log, err }, "webhook target unavailable; event waits");
-      await this.release(doc, leaseToken, new Date(Date.now() + TARGET_UNAVAILABLE_RETRY_MS));
+      await this.release(entry._id, new Date(Date.now() + TARGET_UNAVAILABLE_RETRY_MS));
       return;
     }
-    if (!target && doc.attempts === 0) {
-      await store.events.updateOne({ _id: doc._id, leaseToken }, { $set: { state: "no_endpoint", nextAttemptAt: null, leaseToken: null } });
+    if (!target && entry.attempts === 0) {
+      const res = await store.events.updateOne({ _id: entry._id, attempts: 0, state: "pending" }, { $set: { state: "no_endpoint", nextAttemptAt: null } });
+      if (res.matchedCount === 0) return this.resync(entry._id);
+      await store.queue.deleteOne({ _id: entry._id });
       logger.info(log, "partner has no webhook address; event kept, not sent");
       return;
     }
 
     const startedAt = new Date();
     const outcome = target
-      ? await sender.post(target.url, doc.body, { "service-signature": signatureHeader(target.secret, Math.floor(startedAt.getTime() / 1000), doc.body) })
+      ? await sender.post(target.url, entry.body, { "service-signature": signatureHeader(target.secret, Math.floor(startedAt.getTime() / 1000), entry.body) })
       : { delivered: false, statusCode: 0, durationMs: 0, error: "partner has no webhook address any more", responseExcerpt: "" };
     if (this.stopping && !outcome.delivered && outcome.statusCode === 0) {
-      await this.release(doc, leaseToken, new Date());
+      await this.release(entry._id, new Date());
       return;
     }
 
-    const number = doc.attempts + 1;
+    const number = entry.attempts + 1;
     const record: AttemptRecord = {
       number,
       startedAt,
@@ -264,16 +269,22 @@ export class Dispatcher {
     if (outcome.delivered) {
       next = { state: "delivered", nextAttemptAt: null, deliveredAt: new Date() };
     } else {
-      const due = nextAttemptAt({ createdAt: doc.createdAt.getTime(), attemptsMade: number, lastEndedAt: Date.now() }, policy);
+      const due = nextAttemptAt({ createdAt: entry.createdAt.getTime(), attemptsMade: number, lastEndedAt: Date.now() }, policy);
       next = due === null ? { state: "failed", nextAttemptAt: null } : { state: "pending", nextAttemptAt: new Date(due) };
     }
     const res = await store.events.updateOne(
-      { _id: doc._id, leaseToken },
-      { $set: { ...next, leaseToken: null }, $inc: { attempts: 1 }, $push: { attemptLog: record } },
+      { _id: entry._id, attempts: entry.attempts, state: "pending" },
+      { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } },
     );
     const fields = { ...log, attempt: number, statusCode: outcome.statusCode, durationMs: outcome.durationMs, error: outcome.error, state: next.state };
-    if (res.matchedCount === 0) logger.warn(fields, "webhook attempt outlived its lease; outcome not recorded");
-    else if (outcome.delivered) logger.info(fields, "webhook delivered");
+    if (res.matchedCount === 0) {
+      // A queue entry left behind by a crash, or a lease outlived: the event had moved on.
+      logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
+      return this.resync(entry._id);
+    }
+    if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number, leaseToken: null } });
+    else await store.queue.deleteOne({ _id: entry._id });
+    if (outcome.delivered) logger.info(fields, "webhook delivered");
     else logger.info({ ...fields, nextAttemptAt: next.nextAttemptAt }, "webhook attempt failed");
   }
 }

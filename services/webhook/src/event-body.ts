@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import type { eventsv1 } from "@pi/proto";
 
 // The webhook event a partner receives, made once from a connection event and stored as the exact
@@ -55,4 +56,18 @@ export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): S
 export function webhookBody(id: string, type: EventType, occurredAtMs: number, connectionId: string, status: WebhookEvent["data"]["status"]): string {
   const event: WebhookEvent = { id, type, created: Math.floor(occurredAtMs / 1000), data: { connection_id: connectionId, status } };
   return JSON.stringify(event);
+}
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/**
+ * The evt_ id of the webhook event made from a connection event: derived from the source event id
+ * (the same shape as every other id: evt_ and 22 base62 characters), so every copy of one
+ * connection event, however often Kafka delivers it, names the same webhook event.
+ */
+export function webhookEventId(sourceEventId: string): string {
+  const digest = createHash("sha256").update(`pi.webhook-event.v1:${sourceEventId}`).digest();
+  let out = "";
+  for (let i = 0; i < 22; i++) out += base62[digest[i]! % 62];
+  return `evt_${out}`;
 }

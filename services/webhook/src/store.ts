@@ -1,14 +1,20 @@
 import type { Collection, Db } from "mongodb";
 import type { EventType } from "./event-body.js";
 
-// One document per webhook event holds its exact body, its delivery state, its schedule and every
-// attempt, so each state change is one single-document update (no transactions needed).
+// Three collections, each written one document at a time (no transactions):
 //
-// state      pending     due at nextAttemptAt; while an attempt runs, nextAttemptAt is the end of
-//                        the lease (a replica that dies mid-attempt leaves it due again then)
-//            delivered   a 2xx came within the attempt timeout
-//            failed      the retry window is used up
-//            no_endpoint the partner had no webhook address when the event came due; kept, never sent
+// webhook_events  one per webhook event: its exact body, delivery state and every attempt. Its _id
+//                 (evt_...) is derived from the source event id, so a connection event seen twice
+//                 is the same document. Read by _id, and by partner for ListDeliveries.
+// webhook_queue   one per event still to be attempted, keyed by event id: when it is due, and the
+//                 lease while an attempt runs. Small (pending events only), so the dispatcher's
+//                 scan for due work stays cheap even on FerretDB, which scans collections for any
+//                 query that is not by _id.
+// webhook_claims  the right to make one scheduled attempt (see ClaimDoc).
+//
+// Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
+// retry window is used up), no_endpoint (the partner had no webhook address when the event came
+// due: kept, never sent).
 
 export type DeliveryState = "pending" | "delivered" | "failed" | "no_endpoint";
 
@@ -34,15 +40,39 @@ export interface WebhookEventDoc {
   state: DeliveryState;
   attempts: number;
   attemptLog: AttemptRecord[];
-  /** null once no attempt is scheduled. */
+  /** When the next attempt is scheduled; null once none is. */
   nextAttemptAt: Date | null;
-  /** Set while an attempt is leased; only the holder may record its result. */
-  leaseToken: string | null;
   deliveredAt?: Date;
 }
 
+/** What an attempt needs, copied from the event so the dispatcher never has to read the event. */
+export interface QueueDoc {
+  _id: string; // the event's id
+  partnerId: string;
+  dueAt: Date;
+  /** Attempts made when this entry was last scheduled; tells a stale entry from a current one. */
+  attempts: number;
+  /** The claim key while an attempt runs (dueAt is then the end of the lease). */
+  leaseToken: string | null;
+  body: string;
+  /** When the event was created: the retry window counts from here. */
+  createdAt: Date;
+}
+
+export function queueEntry(event: WebhookEventDoc): QueueDoc {
+  return {
+    _id: event._id,
+    partnerId: event.partnerId,
+    dueAt: event.nextAttemptAt ?? new Date(),
+    attempts: event.attempts,
+    leaseToken: null,
+    body: event.body,
+    createdAt: event.createdAt,
+  };
+}
+
 /**
- * The right to make the attempt scheduled for one slot of one event: `${eventId}:${attempts}:${nextAttemptAt}`.
+ * The right to make the attempt scheduled for one slot of one event: `${eventId}:${attempts}:${dueAt}`.
  * Inserting it is the claim. An insert with a given _id succeeds exactly once, which holds on
  * FerretDB v1 too, where a findOneAndUpdate or conditional updateOne is not atomic between
  * concurrent clients (two of them can both "match" the same document).
@@ -55,15 +85,35 @@ export interface ClaimDoc {
 
 export interface WebhookStore {
   events: Collection<WebhookEventDoc>;
+  queue: Collection<QueueDoc>;
   claims: Collection<ClaimDoc>;
 }
 
 export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   const events = db.collection<WebhookEventDoc>("webhook_events");
   await events.createIndex({ sourceEventId: 1 }, { unique: true, name: "source_event_unique" });
-  await events.createIndex({ state: 1, nextAttemptAt: 1 }, { name: "due" });
   await events.createIndex({ partnerId: 1, createdAt: -1 }, { name: "by_partner" });
+  const queue = db.collection<QueueDoc>("webhook_queue");
+  await queue.createIndex({ dueAt: 1 }, { name: "due" });
   const claims = db.collection<ClaimDoc>("webhook_claims");
   await claims.createIndex({ expiresAt: 1 }, { name: "expiry" });
-  return { events, claims };
+  return { events, queue, claims };
+}
+
+export function isDuplicateKey(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
+}
+
+/** Inserts every document; returns those not inserted because their _id or unique key is taken. */
+export async function insertNew<T extends { _id: string }>(collection: Collection<T>, docs: T[]): Promise<T[]> {
+  if (docs.length === 0) return [];
+  try {
+    await collection.insertMany(docs as never, { ordered: false });
+    return [];
+  } catch (err) {
+    const writeErrors = (err as { writeErrors?: { code: number; index: number }[] | { code: number; index: number } }).writeErrors;
+    const list = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
+    if (list.length === 0 || list.some((e) => e.code !== 11000)) throw err;
+    return list.map((e) => docs[e.index]!);
+  }
 }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes, randomUUID } from "node:crypto";
 import { connectMongo, createLogger, type AuthClient, type Mongo } from "@pi/common";
-import { storeWebhookEvent } from "../src/consumer.js";
+import { storeWebhookEvents, webhookEventDoc } from "../src/consumer.js";
 import { Dispatcher } from "../src/dispatcher.js";
 import { WebhookSender } from "../src/outbound.js";
 import { openWebhookStore, type WebhookStore } from "../src/store.js";
@@ -32,11 +32,13 @@ async function partner(behaviour?: Behaviour) {
 }
 
 const store1 = (partnerId: string) =>
-  storeWebhookEvent(
-    store,
-    { ok: true, sourceEventId: randomUUID(), partnerId, connectionId: `con_${randomBytes(6).toString("hex")}`, type: "connection.approved", status: "approved", occurredAtMs: Date.now() },
-    "live",
-  );
+  storeWebhookEvents(store, [
+    webhookEventDoc(
+      { ok: true, sourceEventId: randomUUID(), partnerId, connectionId: `con_${randomBytes(6).toString("hex")}`, type: "connection.approved", status: "approved", occurredAtMs: Date.now() },
+      "live",
+      new Date(),
+    ),
+  ]);
 
 function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number } = {}) {
   const sender = new WebhookSender({ allowInsecure: true, timeoutMs: policy.attemptTimeoutSeconds * 1000 });
@@ -80,16 +82,18 @@ describe("webhook dispatcher", () => {
     await p.receiver.waitFor((a) => a.length >= 1);
     await stop();
     const [doc] = await store.events.find({ partnerId: p.id }).toArray();
-    expect(doc).toMatchObject({ state: "pending", attempts: 0, leaseToken: null });
-    expect(doc!.nextAttemptAt!.getTime()).toBeLessThanOrEqual(Date.now());
+    expect(doc).toMatchObject({ state: "pending", attempts: 0, attemptLog: [] });
+    const entry = await store.queue.findOne({ _id: doc!._id });
+    expect(entry).toMatchObject({ attempts: 0, leaseToken: null });
+    expect(entry!.dueAt.getTime()).toBeLessThanOrEqual(Date.now());
   });
 
   it("a slot claimed by a live replica is left alone; one whose holder died before moving the event on is taken over", async () => {
     const p = await partner();
     await store1(p.id);
     await store1(p.id);
-    const [held, orphaned] = await store.events.find({ partnerId: p.id }).toArray();
-    const slot = (doc: typeof held) => `${doc!._id}:${doc!.attempts}:${doc!.nextAttemptAt!.getTime()}`;
+    const [held, orphaned] = await store.queue.find({ partnerId: p.id }).toArray();
+    const slot = (entry: typeof held) => `${entry!._id}:${entry!.attempts}:${entry!.dueAt.getTime()}`;
     await store.claims.insertOne({ _id: slot(held), eventId: held!._id, expiresAt: new Date(Date.now() + 60_000) });
     await store.claims.insertOne({ _id: slot(orphaned), eventId: orphaned!._id, expiresAt: new Date(Date.now() - 1) });
     const { d, stop } = dispatcher();

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@jest/globals";
 import { create } from "@bufbuild/protobuf";
 import { createHmac } from "node:crypto";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { checkSourceEvent, webhookBody } from "../src/event-body.js";
+import { checkSourceEvent, webhookBody, webhookEventId } from "../src/event-body.js";
 import { signatureHeader } from "../src/signature.js";
 import { verifyWebhook } from "../../../test/support/webhook-receiver.js";
 
@@ -25,6 +25,15 @@ describe("webhook event body", () => {
     const parsed = JSON.parse(body) as Record<string, unknown>;
     expect(Object.keys(parsed)).toEqual(["id", "type", "created", "data"]);
     expect(Object.keys(parsed.data as object)).toEqual(["connection_id", "status"]);
+  });
+
+  it("one connection event makes one evt_ id, however often it is seen; different events make different ids", () => {
+    const id = webhookEventId("2b6f0c1e-0000-4000-8000-000000000001");
+    expect(id).toMatch(/^evt_[0-9A-Za-z]{22}$/);
+    expect(webhookEventId("2b6f0c1e-0000-4000-8000-000000000001")).toBe(id);
+    const ids = new Set(Array.from({ length: 1000 }, (_, i) => webhookEventId(`source-${i}`)));
+    expect(ids.size).toBe(1000);
+    expect(ids.has(id)).toBe(false);
   });
 
   it("takes created from the state change, in Unix seconds", () => {

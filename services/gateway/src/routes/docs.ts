@@ -65,6 +65,8 @@ const csp = [
 
 export default function docsRoutes() {
   const router = new Router<GatewayState>();
+  // Read at start: a gateway whose image lacks the document does not come up (the image check).
+  openApiDocument();
   router.get("/openapi.yaml", (ctx) => {
     ctx.type = "application/yaml; charset=utf-8";
     ctx.set("Cache-Control", "no-cache");

@@ -4,7 +4,7 @@ import { healthv1 } from "@pi/proto";
 import type { GatewayState } from "../context.js";
 
 /** Liveness, and readiness: every internal service answers SERVING (each checks its database and Kafka). */
-export default function healthRoutes(services: Record<string, HealthClient>) {
+export default function healthRoutes(services: Record<string, HealthClient>, warm: () => boolean = () => true) {
   const router = new Router<GatewayState>();
   router.get("/healthz", (ctx) => {
     ctx.body = { status: "ok" };
@@ -20,7 +20,7 @@ export default function healthRoutes(services: Record<string, HealthClient>) {
         }
       }),
     );
-    const failing = results.filter(([, ok]) => !ok).map(([name]) => name);
+    const failing = [...(warm() ? [] : ["gateway"]), ...results.filter(([, ok]) => !ok).map(([name]) => name)];
     ctx.set("Cache-Control", "no-store");
     ctx.status = failing.length === 0 ? 200 : 503;
     ctx.body = failing.length === 0 ? { status: "ready" } : { status: "not_ready", failing };

@@ -1,0 +1,31 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { createLogger, type RunningService } from "@pi/common";
+import { startGateway } from "@pi/gateway";
+import { testSettings } from "../../../test/support/services.js";
+
+// A gateway whose auth service cannot be reached yet: it listens (liveness), is not ready, and
+// answers partners with the 503 envelope rather than hanging or judging bearers without keys.
+let gateway: RunningService;
+let baseUrl: string;
+
+beforeAll(async () => {
+  const settings = testSettings({ AUTH_SERVICE_URL: "http://127.0.0.1:1", CONNECTION_SERVICE_URL: "http://127.0.0.1:1", FILE_INTAKE_SERVICE_URL: "http://127.0.0.1:1", WEBHOOK_SERVICE_URL: "http://127.0.0.1:1" });
+  gateway = await startGateway(settings, createLogger("gateway", "silent"));
+  baseUrl = `http://127.0.0.1:${gateway.port}`;
+});
+afterAll(async () => {
+  await gateway.stop();
+});
+
+describe("gateway warm-up", () => {
+  it("is live at once, not ready, and answers /v1 with 503 service_unavailable and Retry-After", async () => {
+    expect((await fetch(`${baseUrl}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${baseUrl}/readyz`);
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { failing: string[] }).failing).toEqual(["gateway", "auth", "connection", "file-intake", "webhook"]);
+    const res = await fetch(`${baseUrl}/v1/connections/con_x`, { headers: { authorization: "Bearer abc" } });
+    expect(res.status).toBe(503);
+    expect(res.headers.get("retry-after")).toBe("1");
+    expect(((await res.json()) as { error: { code: string; type: string } }).error).toMatchObject({ code: "service_unavailable", type: "api_error" });
+  });
+});

@@ -1,0 +1,54 @@
+import { afterAll, beforeAll, expect, it } from "@jest/globals";
+import { startTestStack, type TestStack } from "../support/services.js";
+import { connectedPartner, generatedText, sendFile, withFileDb, type ConnectedPartner } from "../support/files.js";
+
+// The size limit at its exact byte, and the server's memory while 25 MiB files stream through. In a
+// stack of their own: 25 MiB files make every scan of file-intake's database slow.
+
+let stack: TestStack;
+let p: ConnectedPartner;
+
+beforeAll(async () => {
+  stack = await startTestStack();
+  p = await connectedPartner(stack);
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const blobsStored = () => withFileDb(stack.settings, (db) => db.collection("blobs.files").countDocuments());
+
+it("a file of exactly MAX_FILE_BYTES (25 MiB) is accepted and one byte more is 413 file_too_large", async () => {
+  const max = stack.settings.MAX_FILE_BYTES;
+  expect(max).toBe(25 * 1024 * 1024);
+  const before = { files: await withFileDb(stack.settings, (db) => db.collection("files").countDocuments()), blobs: await blobsStored() };
+  const exact = await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max));
+  expect(exact.status).toBe(202);
+  const over = await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max + 1));
+  expect({ status: over.status, body: over.json }).toEqual({
+    status: 413,
+    body: { error: { type: "invalid_request_error", code: "file_too_large", message: "The file is larger than the limit.", param: "file" } },
+  });
+  const after = { files: await withFileDb(stack.settings, (db) => db.collection("files").countDocuments()), blobs: await blobsStored() };
+  expect({ files: after.files - before.files, blobs: after.blobs - before.blobs }).toEqual({ files: 1, blobs: 1 });
+}, 180_000);
+
+it("memory stays bounded: four concurrent 25 MiB uploads grow the server's memory by less than the bytes in flight", async () => {
+  const max = stack.settings.MAX_FILE_BYTES;
+  // Gateway, file-intake and this client share the process. A warm-up upload first lets the
+  // allocator reach its working size; then a server that held each file whole (100 MiB in all,
+  // before any copy) would exceed the bound, while one that streams stays far below it.
+  expect((await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max))).status).toBe(202);
+  const baseline = process.memoryUsage().rss;
+  let peak = baseline;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage().rss);
+  }, 10);
+  try {
+    const results = await Promise.all(Array.from({ length: 4 }, () => sendFile(stack.baseUrl, p.token, p.elder, generatedText(max))));
+    expect(results.map((r) => r.status)).toEqual([202, 202, 202, 202]);
+  } finally {
+    clearInterval(sampler);
+  }
+  expect(peak - baseline).toBeLessThan(4 * max);
+}, 240_000);
