@@ -90,7 +90,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
   const type = await recognise(headBuffer.subarray(0, SNIFF_BYTES));
   if (!type) throw unsupported();
 
-  const staged = await StagedUpload.open(store, header.partnerId);
+  const staged = StagedUpload.open(store, header.partnerId);
   let committed = false;
   try {
     const hash = createHash("sha256");
@@ -111,7 +111,6 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
       else throw protocol("expected a chunk or the trailer");
     }
     if (text && !text.end()) throw unsupported();
-    await staged.finish();
 
     const elder = checkElderAddress(trailer.elderAddress, deps.addressDomain);
     if (!elder.ok) throw serviceError(ErrorReason.INVALID_REQUEST, `elder ${elder.reason}.`, "elder");
@@ -120,20 +119,25 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
     const fileId = newId("file");
     const { partnerId, mode, idempotencyKey: key } = header;
 
-    if (key !== null) {
-      const print = fingerprint({ sha256, elder: elder.address, purpose, mode });
-      const claim = await deps.keys.claim(partnerId, key, print, fileId, signal);
-      if (claim.kind === "replay") return { id: claim.fileId };
-      if (claim.kind === "conflict") {
+    // Storing the last bytes, the idempotency claim and the connection check run at once; their
+    // verdicts are taken in the documented order: storage, idempotency, connection.
+    const stored = staged.finish();
+    const claim = key === null ? undefined : deps.keys.claim(partnerId, key, fingerprint({ sha256, elder: elder.address, purpose, mode }), fileId, signal);
+    const connected = deps.connections.isActive(partnerId, mode, elder.address);
+    connected.catch(() => {});
+    let owned = false;
+    try {
+      const [storedResult, claimResult] = await Promise.allSettled([stored, claim]);
+      owned = claimResult.status === "fulfilled" && claimResult.value?.kind === "owned";
+      if (storedResult.status === "rejected") throw storedResult.reason;
+      if (claimResult.status === "rejected") throw claimResult.reason;
+      if (claimResult.value?.kind === "replay") return { id: claimResult.value.fileId };
+      if (claimResult.value?.kind === "conflict") {
         throw serviceError(ErrorReason.IDEMPOTENCY_KEY_REUSE, "this Idempotency-Key was used with a different payload", "Idempotency-Key");
       }
-    }
-    try {
       // Last, so that every refusal before it is the same whatever the connection; and it is
       // the only check whose answer must not tell why (no-oracle guarantee 2).
-      if (!(await deps.connections.isActive(partnerId, mode, elder.address))) {
-        throw serviceError(ErrorReason.NO_ACTIVE_CONNECTION, "no active connection");
-      }
+      if (!(await connected)) throw serviceError(ErrorReason.NO_ACTIVE_CONNECTION, "no active connection");
       const now = new Date();
       const doc: FileDoc = {
         _id: fileId,
@@ -158,11 +162,12 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
       await store.files.insertOne(doc);
       committed = true;
       if (key !== null) await deps.keys.commit(partnerId, key, fileId);
-      await staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
+      // Bookkeeping only: an upload document left behind is removed by the staging sweep.
+      staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
       deps.outbox.afterCommit(doc);
       return { id: fileId };
     } finally {
-      if (!committed && key !== null) await deps.keys.release(partnerId, key, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
+      if (!committed && owned) await deps.keys.release(partnerId, key!, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
     }
   } finally {
     if (!committed) await staged.discard().catch((err) => deps.logger.warn({ err, uploadId: staged.id.toHexString() }, "staged bytes left for the sweep"));

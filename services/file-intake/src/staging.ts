@@ -15,17 +15,22 @@ export class StagedUpload {
   private batchBytes = 0;
   private inFlight: Promise<void> = Promise.resolve();
 
+  /** The upload document; no chunk is written before it is stored, so the sweep can find every byte. */
+  private readonly recorded: Promise<unknown>;
+
   private constructor(
     private readonly store: FileStore,
     readonly id: ObjectId,
+    partnerId: string,
   ) {
+    this.recorded = store.uploads.insertOne({ _id: id, partnerId, startedAt: new Date(), discardedAt: null });
+    this.recorded.catch(() => {});
     this.stream = store.blobs.openUploadStreamWithId(id, id.toHexString());
   }
 
-  static async open(store: FileStore, partnerId: string): Promise<StagedUpload> {
-    const id = new ObjectId();
-    await store.uploads.insertOne({ _id: id, partnerId, startedAt: new Date(), discardedAt: null });
-    return new StagedUpload(store, id);
+  /** Starts an upload; its document is written while the first chunk is being received. */
+  static open(store: FileStore, partnerId: string): StagedUpload {
+    return new StagedUpload(store, new ObjectId(), partnerId);
   }
 
   /** Takes a chunk; waits only when a full GridFS chunk is ready and the previous one is still being stored. */
@@ -40,6 +45,7 @@ export class StagedUpload {
     const data = Buffer.concat(this.batch, this.batchBytes);
     this.batch = [];
     this.batchBytes = 0;
+    await this.recorded;
     await this.inFlight;
     this.inFlight = new Promise((resolve, reject) => {
       // The callback of a write that completes a GridFS chunk comes after that chunk's insert.
@@ -50,6 +56,7 @@ export class StagedUpload {
 
   /** Stores the rest and the GridFS file document. */
   async finish(): Promise<void> {
+    await this.recorded;
     await this.flush();
     await this.inFlight;
     this.ended = true;
@@ -69,6 +76,7 @@ export class StagedUpload {
    * marked, until the staging sweep has checked once more that nothing is left.
    */
   async discard(): Promise<void> {
+    await this.recorded.catch(() => {});
     await this.inFlight.catch(() => {});
     if (!this.ended) this.stream.destroy();
     await this.store.uploads.updateOne({ _id: this.id }, { $set: { discardedAt: new Date() } });

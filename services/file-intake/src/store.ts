@@ -74,8 +74,11 @@ export interface FileStore {
 }
 
 export const BLOB_BUCKET = "blobs";
-/** GridFS chunk size: fewer, larger inserts than the 255 KiB default are faster on FerretDB. */
-export const BLOB_CHUNK_BYTES = 1024 * 1024;
+/**
+ * GridFS chunk size: fewer, larger inserts than the 255 KiB default are much faster on FerretDB
+ * (25 MiB: about 4 s in 255 KiB chunks, 2 s in 2 MiB ones); an upload holds at most two in memory.
+ */
+export const BLOB_CHUNK_BYTES = 2 * 1024 * 1024;
 
 export async function openFileStore(db: Db): Promise<FileStore> {
   const store: FileStore = {

@@ -2,6 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { clientsFor, createKafka, type Logger, type RunningService, type Settings } from "@pi/common";
 import { createApp } from "./app.js";
+import { envelope } from "./errors.js";
 import { BearerVerifier, RevocationList } from "./bearer.js";
 import { followRevocations } from "./revocation-feed.js";
 
@@ -60,6 +61,13 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   });
   const server: Server = createServer(app.callback());
   server.keepAliveTimeout = 65_000;
+  // Requests Node's HTTP parser refuses before Koa sees them still get the envelope.
+  server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable) return socket.destroy();
+    const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
+    const body = JSON.stringify(envelope("invalid_request", tooLarge ? "The request headers are too large." : "The request is malformed."));
+    socket.end(`HTTP/1.1 ${tooLarge ? "431 Request Header Fields Too Large" : "400 Bad Request"}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(settings.GATEWAY_PORT, settings.GATEWAY_HOST, () => resolve());

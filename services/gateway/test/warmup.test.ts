@@ -29,3 +29,17 @@ describe("gateway warm-up", () => {
     expect(((await res.json()) as { error: { code: string; type: string } }).error).toMatchObject({ code: "service_unavailable", type: "api_error" });
   });
 });
+
+describe("requests the HTTP parser refuses", () => {
+  it("get the error envelope, not a bare 400", async () => {
+    const { connect } = await import("node:net");
+    const reply = await new Promise<string>((resolve) => {
+      const socket = connect(gateway.port, "127.0.0.1", () => socket.write("GARBAGE / HTTP/9\r\n\r\n"));
+      let data = "";
+      socket.on("data", (d) => (data += d.toString()));
+      socket.on("close", () => resolve(data));
+    });
+    expect(reply).toMatch(/^HTTP\/1.1 400 /);
+    expect(JSON.parse(reply.slice(reply.indexOf("\r\n\r\n") + 4))).toMatchObject({ error: { code: "invalid_request", type: "invalid_request_error" } });
+  });
+});

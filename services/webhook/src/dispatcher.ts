@@ -33,6 +33,8 @@ export interface DispatcherOptions {
 /** When the auth service cannot say where to send, the event waits this long; no attempt is counted. */
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
 const CLAIM_SWEEP_EVERY_MS = 10 * 60_000;
+/** The pause after finding due entries that other replicas hold (between their claim and their lease). */
+const CONTENDED_WAIT_MS = 200;
 const CLAIM_KEEP_MS = 60 * 60_000;
 
 export class Dispatcher {
@@ -42,6 +44,8 @@ export class Dispatcher {
   private readonly leaseMs: number;
   private readonly perPartner = new Map<string, number>();
   private readonly active = new Set<Promise<void>>();
+  /** Ids of the events this replica is attempting. */
+  private readonly attempting = new Set<string>();
   private running = false;
   private stopping = false;
   private poked = false;
@@ -93,9 +97,9 @@ export class Dispatcher {
       try {
         this.poked = false;
         await this.sweepClaims();
-        await this.fillSlots();
+        const contended = await this.fillSlots();
         if (!this.running) break;
-        await this.sleep(await this.idleWaitMs());
+        await this.sleep(contended ? CONTENDED_WAIT_MS : await this.idleWaitMs());
       } catch (err) {
         this.o.logger.error({ err }, "webhook schedule unreadable; retrying");
         await this.sleep(this.idleMs);
@@ -107,12 +111,18 @@ export class Dispatcher {
     return [...this.perPartner].filter(([, n]) => n >= this.maxPerPartner).map(([p]) => p);
   }
 
+  /** Entries this replica may start now (or, without `now`, at all): not its own running ones, not for partners at their limit. */
   private dueFilter(now?: Date): Filter<QueueDoc> {
     const saturated = this.saturatedPartners();
-    return { ...(now ? { dueAt: { $lte: now } } : {}), ...(saturated.length > 0 ? { partnerId: { $nin: saturated } } : {}) };
+    return {
+      ...(now ? { dueAt: { $lte: now } } : {}),
+      ...(saturated.length > 0 ? { partnerId: { $nin: saturated } } : {}),
+      ...(this.attempting.size > 0 ? { _id: { $nin: [...this.attempting] } } : {}),
+    };
   }
 
-  private async fillSlots(): Promise<void> {
+  /** Claims and starts due attempts; true when due entries were left because other replicas hold them. */
+  private async fillSlots(): Promise<boolean> {
     while (this.running && this.active.size < this.maxInFlight) {
       const now = new Date();
       const due = await this.o.store.queue
@@ -129,12 +139,10 @@ export class Dispatcher {
         return true;
       });
       const won = await this.claim(wanted, now);
-      for (const entry of won) {
-        if (!this.running) return;
-        this.launch(entry);
-      }
-      if (won.length === 0) return;
+      for (const entry of won) this.launch(entry);
+      if (won.length === 0) return wanted.length > 0;
     }
+    return false;
   }
 
   private slotKey(entry: QueueDoc): string {
@@ -200,6 +208,7 @@ export class Dispatcher {
   }
 
   private launch(entry: QueueDoc): void {
+    this.attempting.add(entry._id);
     this.perPartner.set(entry.partnerId, (this.perPartner.get(entry.partnerId) ?? 0) + 1);
     const run: Promise<void> = this.attempt(entry)
       .catch((err) => this.o.logger.error({ err, eventId: entry._id }, "webhook attempt could not be recorded"))
@@ -208,6 +217,7 @@ export class Dispatcher {
         if (left > 0) this.perPartner.set(entry.partnerId, left);
         else this.perPartner.delete(entry.partnerId);
         this.active.delete(run);
+        this.attempting.delete(entry._id);
         this.poke();
       });
     this.active.add(run);

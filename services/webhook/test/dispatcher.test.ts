@@ -92,7 +92,10 @@ describe("webhook dispatcher", () => {
     const p = await partner();
     await store1(p.id);
     await store1(p.id);
-    const [held, orphaned] = await store.queue.find({ partnerId: p.id }).toArray();
+    const [held, first] = await store.queue.find({ partnerId: p.id }).toArray();
+    // Its holder claimed it a minute ago, when it came due, and died before taking the lease.
+    await store.queue.updateOne({ _id: first!._id }, { $set: { dueAt: new Date(Date.now() - 60_000) } });
+    const orphaned = await store.queue.findOne({ _id: first!._id });
     const slot = (entry: typeof held) => `${entry!._id}:${entry!.attempts}:${entry!.dueAt.getTime()}`;
     await store.claims.insertOne({ _id: slot(held), eventId: held!._id, expiresAt: new Date(Date.now() + 60_000) });
     await store.claims.insertOne({ _id: slot(orphaned), eventId: orphaned!._id, expiresAt: new Date(Date.now() - 1) });
