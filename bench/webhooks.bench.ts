@@ -34,7 +34,7 @@ it("delivered webhook events per second", async () => {
   const { partner, receiver } = await partnerWithReceiver("Bench Throughput");
   const producer = createProducer(createKafka(stack.settings.KAFKA_BROKERS, "bench", createLogger("bench", "error")));
   await producer.connect();
-  const n = 1000;
+  const n = 500;
   const messages = Array.from({ length: n }, () => {
     const e = create(eventsv1.ConnectionEventSchema, {
       eventId: randomUUID(),

@@ -115,12 +115,23 @@ describe("webhooks end to end", () => {
   });
 });
 
-describe("webhooks and expiry", () => {
+describe("webhooks, expiry and test mode", () => {
   let short: TestStack;
   beforeAll(async () => {
-    short = await startTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", CONNECTION_PENDING_TTL_SECONDS: "2" });
+    short = await startTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", CONNECTION_PENDING_TTL_SECONDS: "2", SANDBOX_APPROVAL_DELAY_SECONDS: "1" });
   });
   afterAll(() => short?.stop());
+
+  it("a test connection's automatic approval sends a signed connection.approved to the same address", async () => {
+    const { partner, receiver, ops } = await partnerWithReceiver(short, "E2E Sandbox Pharmacy");
+    const testToken = await accessToken(short.baseUrl, partner.test.client_id, partner.test.client_secret);
+    const { sandbox_elder_address } = await ops.info();
+    const res = await call(short.baseUrl, testToken, "POST", "/v1/connections", { elder: sandbox_elder_address });
+    expect(res.status).toBe(202);
+    await receiver.waitFor((a) => a.length >= 1, 30_000, "the sandbox approval's webhook");
+    expect(receiver.rejected).toEqual([]);
+    expect(receiver.arrivals[0]!.event).toMatchObject({ type: "connection.approved", data: { connection_id: res.json!.id, status: "approved" } });
+  });
 
   it("a pending connection that expires sends nothing", async () => {
     const { partner, receiver, ops, token, connect } = await partnerWithReceiver(short, "E2E Expiring Pharmacy");

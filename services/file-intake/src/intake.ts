@@ -1,9 +1,11 @@
 import { createHash } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { checkElderAddress, ErrorReason, newId, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type Logger } from "@pi/common";
 import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
 import type { IdempotencyKeys } from "./keys.js";
+import { refusalDelay } from "./no-oracle.js";
 import type { FileOutbox } from "./outbox.js";
 import { StagedUpload } from "./staging.js";
 import type { FileDoc, FileMode, FileStore } from "./store.js";
@@ -123,7 +125,11 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
     // verdicts are taken in the documented order: storage, idempotency, connection.
     const stored = staged.finish();
     const claim = key === null ? undefined : deps.keys.claim(partnerId, key, fingerprint({ sha256, elder: elder.address, purpose, mode }), fileId, signal);
-    const connected = deps.connections.isActive(partnerId, mode, elder.address);
+    const checkStarted = performance.now();
+    const connected = deps.connections.isActive(partnerId, mode, elder.address).then(async (active) => {
+      if (!active) await sleep(refusalDelay(performance.now() - checkStarted));
+      return active;
+    });
     connected.catch(() => {});
     let owned = false;
     try {
@@ -136,7 +142,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
         throw serviceError(ErrorReason.IDEMPOTENCY_KEY_REUSE, "this Idempotency-Key was used with a different payload", "Idempotency-Key");
       }
       // Last, so that every refusal before it is the same whatever the connection; and it is
-      // the only check whose answer must not tell why (no-oracle guarantee 2).
+      // the only check whose answer must not tell why, not even by its time (no-oracle.ts).
       if (!(await connected)) throw serviceError(ErrorReason.NO_ACTIVE_CONNECTION, "no active connection");
       const now = new Date();
       const doc: FileDoc = {

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { decide } from "./idempotency.js";
-import type { FileStore, KeyDoc } from "./store.js";
+import { withDocLock } from "./doc-lock.js";
+import { keyLockKey, type FileStore, type KeyDoc } from "./store.js";
 
 export type ClaimOutcome = { kind: "owned" } | { kind: "replay"; fileId: string } | { kind: "conflict" };
 
@@ -20,6 +21,8 @@ function isDuplicateKey(err: unknown): boolean {
  * Idempotency keys in MongoDB, on single-document atomicity only: a claim is an upsert on the
  * unique (partnerId, key) index, so of two concurrent requests exactly one inserts; the other reads
  * the winner's record and waits for it to be committed (then replays it) or released (then claims).
+ * Every write of a key also takes the key's lock in this process (doc-lock.ts: FerretDB v1 can lose
+ * concurrent updates of one document).
  */
 export class IdempotencyKeys {
   constructor(
@@ -33,7 +36,7 @@ export class IdempotencyKeys {
       const now = new Date();
       let stored: KeyDoc | null;
       try {
-        stored = await this.store.keys.findOneAndUpdate(
+        stored = await this.locked(partnerId, key, () => this.store.keys.findOneAndUpdate(
           { partnerId, key },
           {
             $setOnInsert: {
@@ -47,7 +50,7 @@ export class IdempotencyKeys {
             },
           },
           { upsert: true, returnDocument: "after" },
-        );
+        ));
       } catch (err) {
         if (isDuplicateKey(err)) continue; // lost the insert race: read the winner's record
         throw err;
@@ -60,13 +63,15 @@ export class IdempotencyKeys {
         case "conflict":
           return decision;
         case "expired":
-          await this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId });
+          await this.locked(partnerId, key, () => this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId }));
           continue;
         case "abandoned": {
           // The owner may have died between writing the file and committing the key.
           const written = await this.store.files.findOne({ _id: stored.fileId }, { projection: { _id: 1 } });
-          if (written) await this.store.keys.updateOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" }, { $set: { state: "committed" } });
-          else await this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" });
+          await this.locked(partnerId, key, async () => {
+            if (written) await this.store.keys.updateOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" }, { $set: { state: "committed" } });
+            else await this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" });
+          });
           continue;
         }
         case "wait":
@@ -79,15 +84,18 @@ export class IdempotencyKeys {
   /** The file of this claim is written: later requests with the same payload replay it. */
   async commit(partnerId: string, key: string, fileId: string): Promise<void> {
     const now = new Date();
-    await this.store.keys.updateOne(
-      { partnerId, key, fileId },
-      { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } },
+    await this.locked(partnerId, key, () =>
+      this.store.keys.updateOne({ partnerId, key, fileId }, { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } }),
     );
   }
 
   /** The request was refused after claiming: the key is free again, as if never used. */
   async release(partnerId: string, key: string, fileId: string): Promise<void> {
-    await this.store.keys.deleteOne({ partnerId, key, fileId, state: "claimed" });
+    await this.locked(partnerId, key, () => this.store.keys.deleteOne({ partnerId, key, fileId, state: "claimed" }));
+  }
+
+  private locked<T>(partnerId: string, key: string, fn: () => Promise<T>): Promise<T> {
+    return withDocLock(keyLockKey(this.store, partnerId, key), fn);
   }
 
   /** Expiry by sweep (no TTL indexes on FerretDB); reads already treat an expired key as absent. */

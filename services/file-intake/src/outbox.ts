@@ -1,7 +1,8 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { commonv1, eventsv1 } from "@pi/proto";
 import { topicName, type Logger, type Producer } from "@pi/common";
-import type { FileDoc, FileStore } from "./store.js";
+import { withDocLock } from "./doc-lock.js";
+import { fileLockKey, type FileDoc, type FileStore } from "./store.js";
 
 /**
  * The FileReceivedEvent of each accepted file, published from the file record itself: the record is
@@ -39,7 +40,7 @@ export class FileOutbox {
       topic: topicName(this.namespace, "fileEvents"),
       messages: [{ key: doc.partnerId, value: Buffer.from(toBinary(eventsv1.FileReceivedEventSchema, event)) }],
     });
-    await this.store.files.updateOne({ _id: doc._id }, { $set: { eventPending: false } });
+    await withDocLock(fileLockKey(this.store, doc._id), () => this.store.files.updateOne({ _id: doc._id }, { $set: { eventPending: false } }));
   }
 
   /** Publishes every pending event older than `graceMs` (younger ones are still being published inline). */

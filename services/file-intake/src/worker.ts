@@ -5,7 +5,8 @@ import { eventsv1 } from "@pi/proto";
 import { acceptedType, consumerGroup, topicName, type Kafka, type Logger } from "@pi/common";
 import { extract as realExtract, type Extracted } from "./extraction.js";
 import { readBlob } from "./staging.js";
-import type { FileDoc, FileStatus, FileStore } from "./store.js";
+import { withDocLock } from "./doc-lock.js";
+import { fileLockKey, type FileDoc, type FileStatus, type FileStore } from "./store.js";
 
 export interface WorkerTiming {
   /** How long a worker holds a file without a heartbeat; a crashed worker's file is free after it. */
@@ -35,16 +36,19 @@ export class ExtractionWorker {
   async process(fileId: string): Promise<FileStatus | "skipped"> {
     const now = new Date();
     const token = randomUUID();
-    const doc = await this.store.files.findOneAndUpdate(
-      { _id: fileId, status: "received", $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }] },
-      { $set: { leaseUntil: new Date(now.getTime() + this.timing.leaseMs), leaseToken: token, updatedAt: now }, $inc: { attempts: 1 } },
-      { returnDocument: "after" },
+    const lock = fileLockKey(this.store, fileId);
+    const doc = await withDocLock(lock, () =>
+      this.store.files.findOneAndUpdate(
+        { _id: fileId, status: "received", $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }] },
+        { $set: { leaseUntil: new Date(now.getTime() + this.timing.leaseMs), leaseToken: token, updatedAt: now }, $inc: { attempts: 1 } },
+        { returnDocument: "after" },
+      ),
     );
     if (!doc) return "skipped";
     const heartbeat = setInterval(() => {
-      this.store.files
-        .updateOne({ _id: fileId, leaseToken: token }, { $set: { leaseUntil: new Date(Date.now() + this.timing.leaseMs) } })
-        .catch((err) => this.logger.warn({ err, fileId }, "lease heartbeat failed"));
+      withDocLock(lock, () => this.store.files.updateOne({ _id: fileId, leaseToken: token }, { $set: { leaseUntil: new Date(Date.now() + this.timing.leaseMs) } })).catch(
+        (err) => this.logger.warn({ err, fileId }, "lease heartbeat failed"),
+      );
     }, this.timing.heartbeatMs);
     heartbeat.unref();
     try {
@@ -53,10 +57,13 @@ export class ExtractionWorker {
         await this.store.extractions.replaceOne({ _id: fileId }, { ...outcome, extractedAt: new Date() }, { upsert: true });
       }
       const status: FileStatus = outcome && !outcome.ok ? "failed" : "processed";
+      clearInterval(heartbeat);
       const done = new Date();
-      const res = await this.store.files.updateOne(
-        { _id: fileId, status: "received", leaseToken: token },
-        { $set: { status, leaseUntil: null, leaseToken: null, processedAt: done, updatedAt: done } },
+      const res = await withDocLock(lock, () =>
+        this.store.files.updateOne(
+          { _id: fileId, status: "received", leaseToken: token },
+          { $set: { status, leaseUntil: null, leaseToken: null, processedAt: done, updatedAt: done } },
+        ),
       );
       if (res.modifiedCount === 0) return "skipped"; // the lease ran out and another worker took over
       this.logger.info({ fileId, status, mode: doc.mode, mediaType: doc.mediaType, attempt: doc.attempts }, "file processed");

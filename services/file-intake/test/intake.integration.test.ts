@@ -49,7 +49,7 @@ beforeAll(async () => {
   settings = testSettings({ IDEMPOTENCY_TTL_SECONDS: "3600" });
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
-  ({ service, client } = await start({ timing: { stuckAfterMs: 500, stuckSweepEveryMs: 300, relayEveryMs: 300, relayGraceMs: 200 } }));
+  ({ service, client } = await start({ timing: { relayEveryMs: 300, relayGraceMs: 200 } }));
 });
 
 afterAll(async () => {
@@ -277,7 +277,7 @@ describe("nothing accepted is left unprocessed", () => {
     });
     const deadline = Date.now() + 20_000;
     let doc = await store.files.findOne({ _id: fileId });
-    while (doc?.status === "received" && Date.now() < deadline) {
+    while ((doc?.status === "received" || doc?.eventPending) && Date.now() < deadline) {
       await sleep(100);
       doc = await store.files.findOne({ _id: fileId });
     }
@@ -294,16 +294,20 @@ describe("nothing accepted is left unprocessed", () => {
       const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
       const id = res.file!.id;
       // The "crashed" worker: takes the file and never finishes, nor renews its lease.
-      const timing = { leaseMs: 400, heartbeatMs: 60_000, stuckAfterMs: 0, maxAttempts: 3 };
+      const timing = { leaseMs: 3000, heartbeatMs: 60_000, stuckAfterMs: 0, maxAttempts: 3 };
       const hung = new ExtractionWorker(store, timing, logger, () => new Promise(() => {}));
       void hung.process(id);
-      await sleep(100);
-      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "received", attempts: 1 });
+      let taken = await store.files.findOne({ _id: id });
+      for (const deadline = Date.now() + 10_000; taken?.attempts !== 1 && Date.now() < deadline; ) {
+        await sleep(20);
+        taken = await store.files.findOne({ _id: id });
+      }
+      expect(taken).toMatchObject({ status: "received", attempts: 1 });
 
       const restarted = new ExtractionWorker(store, timing, logger);
       expect(await restarted.process(id)).toBe("skipped"); // the lease still holds
       expect(await restarted.sweepStuck()).toBe(0);
-      await sleep(500);
+      await sleep(Math.max(0, taken!.leaseUntil!.getTime() - Date.now()) + 50);
       expect(await restarted.sweepStuck()).toBe(1);
       expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 2, leaseUntil: null });
       expect(await store.extractions.findOne({ _id: id })).toMatchObject({ ok: true, kind: "plain-text" });
@@ -317,6 +321,8 @@ describe("nothing accepted is left unprocessed", () => {
       const store = await openFileStore(intake.db);
       const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
       const id = res.file!.id;
+      // Once the outbox has cleared its flag, nothing else writes the record while the test does.
+      for (const deadline = Date.now() + 10_000; (await store.files.findOne({ _id: id }))?.eventPending && Date.now() < deadline; ) await sleep(20);
       await store.files.updateOne({ _id: id }, { $set: { attempts: 3 } });
       const worker = new ExtractionWorker(store, { leaseMs: 1000, heartbeatMs: 500, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("t", "silent"));
       expect(await worker.process(id)).toBe("failed");
@@ -334,7 +340,7 @@ describe("nothing accepted is left unprocessed", () => {
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
     const keptDoc = await store.files.findOne({ _id: kept.file!.id });
     // As if the committing process had died before removing its upload document.
-    await store.uploads.insertOne({ _id: keptDoc!.blobId, partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null });
+    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null }, { upsert: true });
 
     await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), { discardedGraceMs: 60_000, abandonedAfterMs: 3_600_000 });
     expect(await db.collection("blobs.chunks").countDocuments({ files_id: orphan.id })).toBe(0);

@@ -3,7 +3,7 @@ import multerCore from "multer";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason, serviceError } from "@pi/common";
 import { PartnerError } from "../src/errors.js";
-import { checkFields, NO_CONNECTION_ANSWER_MS, noConnectionDelay, parseIdempotencyKey, uploadError } from "../src/routes/files.js";
+import { checkFields, parseIdempotencyKey, uploadError } from "../src/routes/files.js";
 
 const DOMAIN = "elders.example";
 const ELDER = "apple.banana.cherry@elders.example";
@@ -97,18 +97,5 @@ describe("upload failures map to one partner error each", () => {
     expect(code(new ConnectError("down", Code.Unavailable)).code).toBe("service_unavailable");
     expect(code(new TypeError("bug")).code).toBe("internal_error");
     expect(code(new Error("something else")).code).toBe("internal_error");
-  });
-});
-
-describe("the time a 403 no_active_connection is held (no-oracle guarantee 2)", () => {
-  it("answers every refusal at the same moment after the body, however long the check took below the step", () => {
-    for (const elapsed of [0, 1, 12.5, 80, NO_CONNECTION_ANSWER_MS - 1, NO_CONNECTION_ANSWER_MS]) {
-      expect(elapsed + noConnectionDelay(elapsed)).toBe(NO_CONNECTION_ANSWER_MS);
-    }
-  });
-
-  it("rounds a slower check up to the next step, never answering early", () => {
-    expect(NO_CONNECTION_ANSWER_MS + 1 + noConnectionDelay(NO_CONNECTION_ANSWER_MS + 1)).toBe(2 * NO_CONNECTION_ANSWER_MS);
-    expect(noConnectionDelay(3 * NO_CONNECTION_ANSWER_MS - 0.5)).toBeCloseTo(0.5);
   });
 });

@@ -7,12 +7,13 @@ import { insertNew, type AttemptRecord, type QueueDoc, type WebhookEventDoc, typ
 import type { TargetCache } from "./targets.js";
 
 // Runs the schedule that lives in the database. To claim a due queue entry, a replica inserts a
-// claim document whose _id names the entry's current slot (event id, attempts made, due time): of
-// all the replicas that read the same slot, exactly one insert succeeds. The winner moves the
-// entry's due time to the end of its lease and records the outcome when the attempt ends. The
-// lease outlasts the attempt timeout, so no two replicas send the same attempt at once, and an
-// attempt cut off by a crash is due again, in a new slot, when the lease ends. (A findOneAndUpdate
-// would be the usual claim, but FerretDB v1 does not make it atomic between clients.)
+// claim document whose _id names the entry's current slot (event id, attempts made, due time) and
+// which expires after a lease: of all the replicas that read the same slot, exactly one insert
+// succeeds. The holder makes the attempt and then moves the entry to its next slot (or removes
+// it), so every attempt has a slot of its own. The lease outlasts the attempt timeout, so no two
+// replicas send the same attempt at once; if the holder dies, the slot's claim may be taken over
+// once its lease is over, and the attempt is made again. (A findOneAndUpdate would be the usual
+// claim, but FerretDB v1 does not make it atomic between clients.)
 //
 // A slow or dead endpoint holds at most `maxPerPartner` of this replica's `maxInFlight` slots
 // (each for at most the attempt timeout), and claims skip partners at their limit, so other
@@ -33,7 +34,9 @@ export interface DispatcherOptions {
 /** When the auth service cannot say where to send, the event waits this long; no attempt is counted. */
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
 const CLAIM_SWEEP_EVERY_MS = 10 * 60_000;
-/** The pause after finding due entries that other replicas hold (between their claim and their lease). */
+export const TARGET_LOOKUP_TIMEOUT_MS = 3_000;
+const LEASE_MARGIN_MS = 5_000;
+/** The pause after finding due entries that only other replicas' running attempts hold. */
 const CONTENDED_WAIT_MS = 200;
 const CLAIM_KEEP_MS = 60 * 60_000;
 
@@ -42,6 +45,7 @@ export class Dispatcher {
   private readonly maxPerPartner: number;
   private readonly idleMs: number;
   private readonly leaseMs: number;
+  private readonly timeoutMs: number;
   private readonly perPartner = new Map<string, number>();
   private readonly active = new Set<Promise<void>>();
   /** Ids of the events this replica is attempting. */
@@ -57,7 +61,9 @@ export class Dispatcher {
     this.maxInFlight = o.maxInFlight ?? 128;
     this.maxPerPartner = o.maxPerPartner ?? 8;
     this.idleMs = o.idleMs ?? 1_000;
-    this.leaseMs = (o.policy.attemptTimeoutSeconds + 10) * 1000;
+    this.timeoutMs = o.policy.attemptTimeoutSeconds * 1000;
+    // Room for the target lookup (its own deadline), the attempt and storing the outcome.
+    this.leaseMs = this.timeoutMs + TARGET_LOOKUP_TIMEOUT_MS + 2 * LEASE_MARGIN_MS;
   }
 
   start(): void {
@@ -86,10 +92,6 @@ export class Dispatcher {
       await cutOff();
       await settled;
     }
-  }
-
-  get inFlight(): number {
-    return this.active.size;
   }
 
   private async loop(): Promise<void> {
@@ -139,7 +141,8 @@ export class Dispatcher {
         return true;
       });
       const won = await this.claim(wanted, now);
-      for (const entry of won) this.launch(entry);
+      const leaseEnd = now.getTime() + this.leaseMs;
+      for (const entry of won) this.launch(entry, leaseEnd);
       if (won.length === 0) return wanted.length > 0;
     }
     return false;
@@ -207,10 +210,10 @@ export class Dispatcher {
     });
   }
 
-  private launch(entry: QueueDoc): void {
+  private launch(entry: QueueDoc, leaseEnd: number): void {
     this.attempting.add(entry._id);
     this.perPartner.set(entry.partnerId, (this.perPartner.get(entry.partnerId) ?? 0) + 1);
-    const run: Promise<void> = this.attempt(entry)
+    const run: Promise<void> = this.attempt(entry, leaseEnd)
       .catch((err) => this.o.logger.error({ err, eventId: entry._id }, "webhook attempt could not be recorded"))
       .finally(() => {
         const left = (this.perPartner.get(entry.partnerId) ?? 1) - 1;
@@ -225,22 +228,20 @@ export class Dispatcher {
 
   /** Gives the slot back without counting an attempt. */
   private async release(eventId: string, dueAt: Date): Promise<void> {
-    await this.o.store.queue.updateOne({ _id: eventId }, { $set: { dueAt, leaseToken: null } });
+    await this.o.store.queue.updateOne({ _id: eventId }, { $set: { dueAt } });
   }
 
   /** After an outcome could not be stored because the event moved on: make the entry match the event. */
   private async resync(eventId: string): Promise<void> {
     const { events, queue } = this.o.store;
     const event = await events.findOne({ _id: eventId });
-    if (event?.state === "pending") await queue.updateOne({ _id: eventId }, { $set: { dueAt: event.nextAttemptAt ?? new Date(), attempts: event.attempts, leaseToken: null } });
+    if (event?.state === "pending") await queue.updateOne({ _id: eventId }, { $set: { dueAt: event.nextAttemptAt ?? new Date(), attempts: event.attempts } });
     else await queue.deleteOne({ _id: eventId });
   }
 
-  private async attempt(entry: QueueDoc): Promise<void> {
+  private async attempt(entry: QueueDoc, leaseEnd: number): Promise<void> {
     const { store, targets, sender, policy, logger } = this.o;
     const log = { eventId: entry._id, partnerId: entry.partnerId };
-    // The lease: the entry is not due for anyone until it ends (a crash leaves it due then).
-    await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: new Date(Date.now() + this.leaseMs), leaseToken: this.slotKey(entry) } });
     let target;
     try {
       target = await targets.get(entry.partnerId);
@@ -257,6 +258,11 @@ export class Dispatcher {
       return;
     }
 
+    if (Date.now() + this.timeoutMs + LEASE_MARGIN_MS > leaseEnd) {
+      // The lookup took so long that the attempt might outlive the claim: give the slot back.
+      await this.release(entry._id, new Date());
+      return;
+    }
     const startedAt = new Date();
     const outcome = target
       ? await sender.post(target.url, entry.body, { "service-signature": signatureHeader(target.secret, Math.floor(startedAt.getTime() / 1000), entry.body) })
@@ -292,7 +298,7 @@ export class Dispatcher {
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
       return this.resync(entry._id);
     }
-    if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number, leaseToken: null } });
+    if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } });
     else await store.queue.deleteOne({ _id: entry._id });
     if (outcome.delivered) logger.info(fields, "webhook delivered");
     else logger.info({ ...fields, nextAttemptAt: next.nextAttemptAt }, "webhook attempt failed");

@@ -44,7 +44,7 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
       if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
       if (req.limit < 0 || req.limit > MAX_LIST) throw new ConnectError(`limit must be 0 to ${MAX_LIST}`, Code.InvalidArgument);
       const docs = await deps.store.events
-        .find({ partnerId: req.partnerId }, { projection: { body: 0, leaseToken: 0 } })
+        .find({ partnerId: req.partnerId }, { projection: { body: 0 } })
         .sort({ createdAt: -1, _id: -1 })
         .limit(req.limit || MAX_LIST)
         .toArray();

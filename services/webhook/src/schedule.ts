@@ -1,8 +1,9 @@
 // When a webhook event is attempted again. The first attempt is immediate; retry n (n >= 1) waits
-// base * 2^(n-1) seconds after the previous attempt started, never more than a ceiling of an
+// base * 2^(n-1) seconds after the previous attempt ended, never more than a ceiling of an
 // eighth of the window (3 h for 24 h), each delay with ±20 % jitter. Every attempt starts early
 // enough to end within the window: the last one starts at the latest at
-// `window - attempt timeout` after the event was created, and after it the event is failed.
+// `window - attempt timeout` after the event was created (or halfway through a window shorter
+// than two timeouts), and after it the event is failed.
 
 export interface RetryPolicy {
   baseSeconds: number;

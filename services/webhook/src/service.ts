@@ -1,6 +1,6 @@
 import { clientsFor, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
 import { consumeConnectionEvents } from "./consumer.js";
-import { Dispatcher } from "./dispatcher.js";
+import { Dispatcher, TARGET_LOOKUP_TIMEOUT_MS } from "./dispatcher.js";
 import { WebhookSender, type Resolver } from "./outbound.js";
 import routes from "./routes.js";
 import { openWebhookStore } from "./store.js";
@@ -14,7 +14,7 @@ export interface WebhookServiceOptions {
 export async function startWebhookService(settings: Settings, logger: Logger, options: WebhookServiceOptions = {}): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
   const store = await openWebhookStore(runtime.mongo.db);
-  const targets = new TargetCache(clientsFor(settings).auth());
+  const targets = new TargetCache(clientsFor(settings).auth(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);
   const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
   const sender = new WebhookSender({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, timeoutMs, resolve: options.resolve });
   const dispatcher = new Dispatcher({

@@ -6,11 +6,11 @@ import type { EventType } from "./event-body.js";
 // webhook_events  one per webhook event: its exact body, delivery state and every attempt. Its _id
 //                 (evt_...) is derived from the source event id, so a connection event seen twice
 //                 is the same document. Read by _id, and by partner for ListDeliveries.
-// webhook_queue   one per event still to be attempted, keyed by event id: when it is due, and the
-//                 lease while an attempt runs. Small (pending events only), so the dispatcher's
-//                 scan for due work stays cheap even on FerretDB, which scans collections for any
-//                 query that is not by _id.
-// webhook_claims  the right to make one scheduled attempt (see ClaimDoc).
+// webhook_queue   one per event still to be attempted, keyed by event id: when it is due, with what
+//                 an attempt needs. Small (pending events only), so the dispatcher's scan for due
+//                 work stays cheap even on FerretDB, which scans a collection for any query that
+//                 is not by _id.
+// webhook_claims  the right, for a lease, to make one scheduled attempt (see ClaimDoc).
 //
 // Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
 // retry window is used up), no_endpoint (the partner had no webhook address when the event came
@@ -52,8 +52,6 @@ export interface QueueDoc {
   dueAt: Date;
   /** Attempts made when this entry was last scheduled; tells a stale entry from a current one. */
   attempts: number;
-  /** The claim key while an attempt runs (dueAt is then the end of the lease). */
-  leaseToken: string | null;
   body: string;
   /** When the event was created: the retry window counts from here. */
   createdAt: Date;
@@ -65,7 +63,6 @@ export function queueEntry(event: WebhookEventDoc): QueueDoc {
     partnerId: event.partnerId,
     dueAt: event.nextAttemptAt ?? new Date(),
     attempts: event.attempts,
-    leaseToken: null,
     body: event.body,
     createdAt: event.createdAt,
   };

@@ -28,6 +28,7 @@ export class TargetCache {
   constructor(
     private readonly auth: AuthClient,
     private readonly ttlMs = 60_000,
+    private readonly lookupTimeoutMs = 3_000,
   ) {}
 
   /** The partner's target, or null when it has no webhook address (or is unknown to auth). */
@@ -55,7 +56,7 @@ export class TargetCache {
 
   private async fetch(partnerId: string): Promise<WebhookTarget | null> {
     try {
-      const res = await this.auth.getWebhookTarget({ partnerId });
+      const res = await this.auth.getWebhookTarget({ partnerId }, { timeoutMs: this.lookupTimeoutMs });
       return res.webhookUrl ? { url: res.webhookUrl, secret: res.signingSecret } : null;
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.NotFound) return null;

@@ -1,6 +1,5 @@
 import type { IncomingMessage } from "node:http";
 import type { Readable } from "node:stream";
-import { setTimeout as sleep } from "node:timers/promises";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import Router from "@koa/router";
 import multer from "@koa/multer";
@@ -24,24 +23,6 @@ export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 export const MAX_FIELD_BYTES = 64 * 1024;
 /** One upload may take this long from its first byte to its answer (a slow link at 25 MB). */
 export const UPLOAD_TIMEOUT_MS = 10 * 60_000;
-/**
- * Every 403 no_active_connection is answered this long after the body was read (or at the next
- * multiple of it), so that whatever made the connection check say no (an unresolvable address, a
- * pending, declined or revoked connection, the other mode's elder) cannot be told from the time the
- * answer takes (guarantee 2).
- */
-export const NO_CONNECTION_ANSWER_MS = 250;
-
-/**
- * How long to hold a 403 no_active_connection that took `elapsedMs` so far: until the next multiple
- * of NO_CONNECTION_ANSWER_MS. Below it (the usual case) every refusal takes the same time; a check
- * slowed past it still reveals its duration only to that coarse step.
- */
-export function noConnectionDelay(elapsedMs: number): number {
-  const steps = Math.max(1, Math.ceil(elapsedMs / NO_CONNECTION_ANSWER_MS));
-  return steps * NO_CONNECTION_ANSWER_MS - elapsedMs;
-}
-
 const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
 const FIELDS = new Set(["elder", "purpose"]);
 
@@ -295,15 +276,9 @@ export default function fileRoutes(files: FileIntakeClient, settings: { ADDRESS_
       await multer({ storage, limits }).single("file")(ctx, async () => {});
       const fields = checkFields(ctx.request.body, domain, true);
       if (!submission) throw invalid("file is required (a file part with a filename).", "file");
-      const bodyRead = performance.now();
-      let res: fileintakev1.SubmitFileResponse;
-      try {
-        res = await submission.finish({ elder: fields.elder!, purpose: fields.purpose });
-      } catch (err) {
-        const refusal = partnerErrorFromInternal(err);
-        if (refusal.code === "no_active_connection") await sleep(noConnectionDelay(performance.now() - bodyRead));
-        throw refusal;
-      }
+      // file-intake holds a "no active connection" for a fixed time (services/file-intake/src/no-oracle.ts);
+      // errors.ts gives it one body and one set of headers whatever the reason.
+      const res = await submission.finish({ elder: fields.elder!, purpose: fields.purpose });
       ctx.status = 202;
       ctx.body = fileResource(res.file);
     } catch (err) {
