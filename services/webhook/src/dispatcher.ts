@@ -231,6 +231,16 @@ export class Dispatcher {
     await this.o.store.queue.updateOne({ _id: eventId }, { $set: { dueAt } });
   }
 
+  /**
+   * Whether the event is still where the queue entry says (pending, same attempts). Read, then
+   * written by _id alone: the claim makes this replica the only writer, and on FerretDB a filter
+   * on _id plus any other field scans the whole collection.
+   */
+  private async stillCurrent(entry: QueueDoc): Promise<boolean> {
+    const event = await this.o.store.events.findOne({ _id: entry._id }, { projection: { state: 1, attempts: 1 } });
+    return event?.state === "pending" && event.attempts === entry.attempts;
+  }
+
   /** After an outcome could not be stored because the event moved on: make the entry match the event. */
   private async resync(eventId: string): Promise<void> {
     const { events, queue } = this.o.store;
@@ -251,8 +261,8 @@ export class Dispatcher {
       return;
     }
     if (!target && entry.attempts === 0) {
-      const res = await store.events.updateOne({ _id: entry._id, attempts: 0, state: "pending" }, { $set: { state: "no_endpoint", nextAttemptAt: null } });
-      if (res.matchedCount === 0) return this.resync(entry._id);
+      if (!(await this.stillCurrent(entry))) return this.resync(entry._id);
+      await store.events.updateOne({ _id: entry._id }, { $set: { state: "no_endpoint", nextAttemptAt: null } });
       await store.queue.deleteOne({ _id: entry._id });
       logger.info(log, "partner has no webhook address; event kept, not sent");
       return;
@@ -288,16 +298,13 @@ export class Dispatcher {
       const due = nextAttemptAt({ createdAt: entry.createdAt.getTime(), attemptsMade: number, lastEndedAt: Date.now() }, policy);
       next = due === null ? { state: "failed", nextAttemptAt: null } : { state: "pending", nextAttemptAt: new Date(due) };
     }
-    const res = await store.events.updateOne(
-      { _id: entry._id, attempts: entry.attempts, state: "pending" },
-      { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } },
-    );
     const fields = { ...log, attempt: number, statusCode: outcome.statusCode, durationMs: outcome.durationMs, error: outcome.error, state: next.state };
-    if (res.matchedCount === 0) {
+    if (!(await this.stillCurrent(entry))) {
       // A queue entry left behind by a crash, or a lease outlived: the event had moved on.
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
       return this.resync(entry._id);
     }
+    await store.events.updateOne({ _id: entry._id }, { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } });
     if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } });
     else await store.queue.deleteOne({ _id: entry._id });
     if (outcome.delivered) logger.info(fields, "webhook delivered");
