@@ -1,13 +1,13 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { consumerGroup, topicName, type Kafka, type Logger } from "@pi/common";
+import { consumerGroup, contextFromHeaders, topicName, traceHeaders, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import { insertNew, queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
 type Source = Extract<SourceCheck, { ok: true }>;
 
-export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date): WebhookEventDoc {
+export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date, trace?: Record<string, string>): WebhookEventDoc {
   const id = webhookEventId(src.sourceEventId);
   return {
     _id: id,
@@ -22,6 +22,7 @@ export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now:
     attempts: 0,
     attemptLog: [],
     nextAttemptAt: now,
+    ...(trace && Object.keys(trace).length > 0 ? { trace } : {}),
   };
 }
 
@@ -63,7 +64,7 @@ export function decodeMessage(message: KafkaMessage, where: { partition: number 
   if (src.statusMismatch !== undefined) {
     logger.warn({ ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type }, "connection event status disagrees with its type");
   }
-  return webhookEventDoc(src, event.mode === commonv1.Mode.TEST ? "test" : "live", now);
+  return webhookEventDoc(src, event.mode === commonv1.Mode.TEST ? "test" : "live", now, traceHeaders(contextFromHeaders(message.headers)));
 }
 
 /**

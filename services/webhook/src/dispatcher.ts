@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import type { Logger } from "@pi/common";
+import { contextFromHeaders, inSpan, SpanKind, type Logger } from "@pi/common";
 import type { WebhookSender } from "./outbound.js";
 import { nextAttemptAt, type RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
@@ -275,7 +275,15 @@ export class Dispatcher {
     }
     const startedAt = new Date();
     const outcome = target
-      ? await sender.post(target.url, entry.body, { "service-signature": signatureHeader(target.secret, Math.floor(startedAt.getTime() / 1000), entry.body) })
+      ? await inSpan(
+          "webhook delivery",
+          { kind: SpanKind.CLIENT, parent: contextFromHeaders(entry.trace), attributes: { "webhook.event_id": entry._id, "webhook.attempt": entry.attempts + 1 } },
+          async (span) => {
+            const result = await sender.post(target.url, entry.body, { "service-signature": signatureHeader(target.secret, Math.floor(startedAt.getTime() / 1000), entry.body) });
+            span.setAttribute("http.response.status_code", result.statusCode);
+            return result;
+          },
+        )
       : { delivered: false, statusCode: 0, durationMs: 0, error: "partner has no webhook address any more", responseExcerpt: "" };
     if (this.stopping && !outcome.delivered && outcome.statusCode === 0) {
       await this.release(entry._id, new Date());

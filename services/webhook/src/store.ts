@@ -43,6 +43,8 @@ export interface WebhookEventDoc {
   /** When the next attempt is scheduled; null once none is. */
   nextAttemptAt: Date | null;
   deliveredAt?: Date;
+  /** Trace headers of the connection event, so every delivery attempt joins the state change's trace. */
+  trace?: Record<string, string>;
 }
 
 /** What an attempt needs, copied from the event so the dispatcher never has to read the event. */
@@ -55,6 +57,7 @@ export interface QueueDoc {
   body: string;
   /** When the event was created: the retry window counts from here. */
   createdAt: Date;
+  trace?: Record<string, string>;
 }
 
 export function queueEntry(event: WebhookEventDoc): QueueDoc {
@@ -65,6 +68,7 @@ export function queueEntry(event: WebhookEventDoc): QueueDoc {
     attempts: event.attempts,
     body: event.body,
     createdAt: event.createdAt,
+    ...(event.trace ? { trace: event.trace } : {}),
   };
 }
 
