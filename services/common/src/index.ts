@@ -13,3 +13,5 @@ export * from "./elder-address.js";
 export * from "./parent-watch.js";
 export * from "./telemetry.js";
 export * from "./media-types.js";
+export * from "./periodic.js";
+export * from "./keyed-lock.js";

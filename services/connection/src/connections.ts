@@ -1,6 +1,5 @@
 import type { Filter } from "mongodb";
-import { contextFromHeaders, inSpan, newId, sandboxElderAddress, traceHeaders, type Settings } from "@pi/common";
-import { KeyedLock } from "./keyed-lock.js";
+import { KeyedLock, contextFromHeaders, inSpan, newId, sandboxElderAddress, traceHeaders, type Settings } from "@pi/common";
 import type { OutboxRelay } from "./outbox.js";
 import {
   effectiveStatus,
@@ -19,7 +18,7 @@ import { normalize, type ConnectionDoc, type ConnectionStore, type OutboxEntry }
 // Connections in the database: every state change is a compare-and-set on the document's version
 // that stores the new state and, when the change emits an event, its outbox entry in the same
 // update (no transactions: one document update carries both). Within the process, every write of
-// a connection runs under its key in `lock` (keyed-lock.ts says why).
+// a connection runs under its key in `lock` (services/common/src/keyed-lock.ts says why).
 
 export type Clock = () => Date;
 

@@ -2,8 +2,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import type { Producer } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { contextFromHeaders, inSpan, SpanKind, traceHeaders, type Logger } from "@pi/common";
-import { KeyedLock } from "./keyed-lock.js";
+import { KeyedLock, contextFromHeaders, inSpan, SpanKind, traceHeaders, type Logger } from "@pi/common";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 // The transactional outbox without transactions. A state change and its event are written in ONE

@@ -1,8 +1,6 @@
-import { openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { KeyedLock, every, openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { Connections } from "./connections.js";
-import { KeyedLock } from "./keyed-lock.js";
 import { OutboxRelay } from "./outbox.js";
-import { every } from "./periodic.js";
 import routes from "./routes.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
 

@@ -17,7 +17,7 @@ import {
 } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import { Connections } from "../src/connections.js";
-import { KeyedLock } from "../src/keyed-lock.js";
+import { KeyedLock } from "@pi/common";
 import { OutboxRelay } from "../src/outbox.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
@@ -37,7 +37,7 @@ let clock = new Date();
 let connections: Connections;
 let topic: string;
 const logger = createLogger("connection-test", "silent");
-// One lock for every Connections and relay below, as in one service process (keyed-lock.ts).
+// One lock for every Connections and relay below, as in one service process (services/common/src/keyed-lock.ts).
 const lock = new KeyedLock();
 
 const word = () =>

@@ -1,6 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { createLogger } from "@pi/common";
-import { every } from "../src/periodic.js";
+import { createLogger, every } from "@pi/common";
 import { roundIntervals } from "../src/service.js";
 
 const logger = createLogger("periodic-test", "silent");

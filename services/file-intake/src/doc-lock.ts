@@ -8,22 +8,11 @@
 // document. (Two file-intake processes on one FerretDB could still race; a deployment on FerretDB
 // runs one. The stuck sweep repairs a file a lost update left in `received`.)
 
-const tails = new Map<string, Promise<void>>();
+import { KeyedLock } from "@pi/common";
+
+const locks = new KeyedLock();
 
 /** Runs `fn` once every earlier call for the same `key` in this process has finished. */
-export async function withDocLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
-  const previous = tails.get(key) ?? Promise.resolve();
-  let release!: () => void;
-  const mine = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  const tail = previous.then(() => mine);
-  tails.set(key, tail);
-  await previous;
-  try {
-    return await fn();
-  } finally {
-    release();
-    if (tails.get(key) === tail) tails.delete(key);
-  }
+export function withDocLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  return locks.run(key, fn);
 }

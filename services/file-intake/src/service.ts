@@ -1,9 +1,8 @@
-import { clientsFor, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, every, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import type { ConnectionCheck } from "./intake.js";
 import { IdempotencyKeys } from "./keys.js";
 import { FileOutbox } from "./outbox.js";
-import { every } from "./periodic.js";
 import routes from "./routes.js";
 import { sweepStaging } from "./staging.js";
 import { openFileStore } from "./store.js";
@@ -75,17 +74,19 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
   });
 
   const background: { stop(): Promise<void> }[] = [];
+  const later = { runAtStart: false };
   if (!options.passive) {
     background.push(await consumeFileEvents(runtime.kafka, settings.DATA_NAMESPACE, worker, logger));
     background.push(
-      every("file event relay", timing.relayEveryMs, () => outbox.relay(new Date(), timing.relayGraceMs), logger),
-      every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger),
-      every("idempotency key sweep", timing.keySweepEveryMs, () => keys.sweep(), logger),
+      every("file event relay", timing.relayEveryMs, () => outbox.relay(new Date(), timing.relayGraceMs), logger, later),
+      every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger, later),
+      every("idempotency key sweep", timing.keySweepEveryMs, () => keys.sweep(), logger, later),
       every(
         "staging sweep",
         timing.stagingSweepEveryMs,
         () => sweepStaging(store, new Date(), { discardedGraceMs: timing.stagingDiscardedGraceMs, abandonedAfterMs: timing.stagingAbandonedAfterMs }),
         logger,
+        later,
       ),
     );
   }

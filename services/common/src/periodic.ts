@@ -1,17 +1,21 @@
-import type { Logger } from "@pi/common";
+import type { Logger } from "./logger.js";
 
 export interface Periodic {
-  /** Runs the task now (or joins the round in progress) and waits for it. */
+  /** Runs the task now (unless it is running) and waits for it. */
   runNow(): Promise<void>;
   stop(): Promise<void>;
 }
 
-/** Runs `task` every `intervalMs`, never two rounds at once; a failed round is logged and retried next time. */
-export function every(name: string, intervalMs: number, task: () => Promise<unknown>, logger: Logger): Periodic {
+/**
+ * Runs `task` every `intervalMs`, never two rounds at once, and (unless told otherwise) once right
+ * away. A failure is logged and the next round tries again; stop() waits for the round in progress.
+ */
+export function every(name: string, intervalMs: number, task: () => Promise<unknown>, logger: Logger, opts: { runAtStart?: boolean } = {}): Periodic {
   let running: Promise<void> | undefined;
   let stopped = false;
   const run = (): Promise<void> => {
-    running ??= (async () => {
+    if (running) return running;
+    running = (async () => {
       try {
         await task();
       } catch (err) {
@@ -26,6 +30,7 @@ export function every(name: string, intervalMs: number, task: () => Promise<unkn
     if (!stopped) void run();
   }, intervalMs);
   timer.unref();
+  if (opts.runAtStart ?? true) void run();
   return {
     runNow: run,
     async stop() {

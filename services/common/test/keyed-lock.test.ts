@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { KeyedLock } from "../src/keyed-lock.js";
+import { KeyedLock } from "@pi/common";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
