@@ -121,6 +121,8 @@ describe("bodies of JSON routes", () => {
   it("an oversize JSON body is 400 invalid_request, read no further than the limit", async () => {
     const res = await post(JSON.stringify({ elder: "a".repeat(64 * 1024) }), "application/json");
     expectEnvelope(res, 400, "invalid_request");
+    expect(res.json.error.message).toBe("The body is larger than 16 KB.");
+    expect((await post("{not json", "application/json")).json.error.message).toBe("The body is not valid JSON.");
   });
 
   it("well-formed JSON of the wrong shape is 400 invalid_request naming the field", async () => {

@@ -26,8 +26,9 @@ export function connectionResource(c: connectionv1.PartnerConnection | undefined
 const jsonBody = bodyParser({
   enableTypes: ["json"],
   jsonLimit: "16kb",
-  onError: () => {
-    throw new PartnerError("invalid_request", { message: "The body is not valid JSON." });
+  onError: (err: Error & { status?: number }) => {
+    const message = err.status === 413 ? "The body is larger than 16 KB." : "The body is not valid JSON.";
+    throw new PartnerError("invalid_request", { message });
   },
 });
 
