@@ -1,10 +1,8 @@
 import { afterAll, beforeAll, it } from "@jest/globals";
-import { execFile } from "node:child_process";
-import { join } from "node:path";
 import { clientsFor, createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
 import { startTestStack, type TestStack } from "../test/support/services.js";
-import { accessToken, opsFor } from "../test/support/partner-api.js";
+import { accessToken, opsCliEnv, opsFor, runOpsCli } from "../test/support/partner-api.js";
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
 import { percentile, report } from "./report.js";
 
@@ -111,24 +109,13 @@ it("revocation reaching two gateways, and the operator CLI's credential revoke e
     const res = await auth.revokeCredential({ clientId: p.live.client_id });
     if (res.propagation?.confirmed === res.propagation?.gateways) propagation.push(Number(res.propagation!.elapsedMs));
   }
-  const s = stack.settings;
-  const env = {
-    PATH: process.env.PATH,
-    AUTH_SERVICE_URL: s.AUTH_SERVICE_URL,
-    CONNECTION_SERVICE_URL: s.CONNECTION_SERVICE_URL,
-    FILE_INTAKE_SERVICE_URL: s.FILE_INTAKE_SERVICE_URL,
-    WEBHOOK_SERVICE_URL: s.WEBHOOK_SERVICE_URL,
-  };
+  const env = opsCliEnv(stack.settings);
   const cliMs: number[] = [];
   for (let i = 0; i < 8; i++) {
     const p = await ops.partnerCreate({ name: `Bench CLI ${i}` });
-    const started = performance.now();
-    await new Promise<void>((resolve, reject) =>
-      execFile(process.execPath, [join(process.cwd(), "services/ops/dist/main.js"), "credential", "revoke", p.live.client_id, "--json"], { env }, (err) =>
-        err ? reject(err) : resolve(),
-      ),
-    );
-    cliMs.push(performance.now() - started);
+    const run = await runOpsCli(env, ["credential", "revoke", p.live.client_id, "--json"]);
+    if (run.code !== 0) throw new Error(`credential revoke failed: ${run.stderr}`);
+    cliMs.push(run.ms);
   }
   report("auth: revocation propagation (2 gateways) and the CLI", {
     "confirmed by both gateways": `${propagation.length}/20`,

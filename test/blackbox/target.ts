@@ -1,6 +1,4 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
-import { join } from "node:path";
+import { opsCliEnv, runOpsCli } from "../support/partner-api.js";
 import { startTestStack, type TestStack } from "../support/services.js";
 
 // The system under test, seen only from outside: a base URL and the operator CLI. By default an
@@ -17,34 +15,24 @@ export interface Target {
 export async function startTarget(): Promise<Target> {
   const external = process.env.E2E_BASE_URL;
   if (external) {
-    const [command, ...prefix] = (process.env.E2E_OPS ?? "npm run --silent ops --").split(/\s+/).filter(Boolean);
+    const command = (process.env.E2E_OPS ?? "npm run --silent ops --").split(/\s+/).filter(Boolean);
     return {
       baseUrl: external.replace(/\/$/, ""),
-      ops: (...args) => runOps(command!, [...prefix, ...args], process.env),
+      ops: (...args) => ops(process.env, args, command),
       stop: async () => {},
     };
   }
   const stack: TestStack = await startTestStack();
-  const env = {
-    ...process.env,
-    AUTH_SERVICE_URL: stack.settings.AUTH_SERVICE_URL,
-    CONNECTION_SERVICE_URL: stack.settings.CONNECTION_SERVICE_URL,
-    FILE_INTAKE_SERVICE_URL: stack.settings.FILE_INTAKE_SERVICE_URL,
-    WEBHOOK_SERVICE_URL: stack.settings.WEBHOOK_SERVICE_URL,
-  };
+  const env = opsCliEnv(stack.settings);
   return {
     baseUrl: stack.baseUrl,
-    // Asynchronous: the services answering the CLI run in this very process.
-    ops: (...args) => runOps(process.execPath, [join(process.cwd(), "services", "ops", "dist", "main.js"), ...args], env),
+    ops: (...args) => ops(env, args),
     stop: () => stack.stop(),
   };
 }
 
-async function runOps(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<Record<string, unknown>> {
-  try {
-    const { stdout } = await promisify(execFile)(command, [...args, "--json"], { env, encoding: "utf8" });
-    return JSON.parse(stdout) as Record<string, unknown>;
-  } catch (err) {
-    throw new Error(`ops ${args.join(" ")} failed: ${(err as { stderr?: string }).stderr ?? String(err)}`);
-  }
+async function ops(env: NodeJS.ProcessEnv, args: string[], command?: string[]): Promise<Record<string, unknown>> {
+  const run = await runOpsCli(env, [...args, "--json"], command);
+  if (run.code !== 0) throw new Error(`ops ${args.join(" ")} failed: ${run.stderr}`);
+  return JSON.parse(run.stdout) as Record<string, unknown>;
 }

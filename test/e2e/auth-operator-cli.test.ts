@@ -1,17 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { execFile } from "node:child_process";
-import { join } from "node:path";
 import { createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
 import { startTestStack, type TestStack } from "../support/services.js";
-import { accessToken, opsFor, requestToken } from "../support/partner-api.js";
+import { accessToken, connectionRequestStatus, opsCliEnv, opsFor, requestToken, runOpsCli, type CliRun } from "../support/partner-api.js";
 import { decodeJwt, NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 
 // The operator contract's partner and credential commands, run as an operator runs them: the
 // compiled CLI (services/ops/dist/main.js, built by `npm test`) in its own process, against an
 // in-process stack whose internal addresses it gets from the environment.
 
-const cli = join(process.cwd(), "services", "ops", "dist", "main.js");
 let stack: TestStack;
 let second: RunningService;
 let gateways: string[];
@@ -28,30 +25,8 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  ms: number;
-}
-
-function ops(...args: string[]): Promise<Run> {
-  const s = stack.settings;
-  const env = {
-    PATH: process.env.PATH,
-    AUTH_SERVICE_URL: s.AUTH_SERVICE_URL,
-    CONNECTION_SERVICE_URL: s.CONNECTION_SERVICE_URL,
-    FILE_INTAKE_SERVICE_URL: s.FILE_INTAKE_SERVICE_URL,
-    WEBHOOK_SERVICE_URL: s.WEBHOOK_SERVICE_URL,
-    ADDRESS_DOMAIN: s.ADDRESS_DOMAIN,
-  };
-  const started = performance.now();
-  return new Promise((resolve) => {
-    execFile(process.execPath, [cli, ...args], { env, timeout: 20_000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr, ms: performance.now() - started });
-    });
-  });
-}
+type Run = CliRun;
+const ops = (...args: string[]) => runOpsCli(opsCliEnv(stack.settings), args);
 
 /** Exactly one JSON object on stdout and nothing else there; nothing on stderr; exit 0. */
 function oneObject(run: Run): Record<string, unknown> {
@@ -71,16 +46,7 @@ function refused(run: Run): string {
   return run.stderr.trim();
 }
 
-async function v1Status(baseUrl: string, token: string): Promise<number> {
-  const res = await fetch(`${baseUrl}/v1/connections`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-    body: JSON.stringify({ elder }),
-  });
-  await res.arrayBuffer();
-  return res.status;
-}
-const everyGateway = (token: string) => Promise.all(gateways.map((g) => v1Status(g, token)));
+const everyGateway = (token: string) => Promise.all(gateways.map((g) => connectionRequestStatus(g, token, elder)));
 
 const credentialShape = { client_id: expect.stringMatching(/^cli_/), client_secret: expect.any(String) };
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
 import { startTestStack, type TestStack } from "../support/services.js";
-import { accessToken, opsFor, requestToken } from "../support/partner-api.js";
+import { accessToken, connectionRequestStatus, opsFor, requestToken } from "../support/partner-api.js";
 import { NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 
 // A token whose credential was revoked or whose partner was suspended stops working within 2 s of
@@ -30,17 +30,7 @@ afterAll(async () => {
   if (propagationMs.length > 0) process.stderr.write(`revocation propagation to 2 gateways (ms, write to last confirmation): ${propagationMs.join(", ")}\n`);
 });
 
-async function status(baseUrl: string, token: string): Promise<number> {
-  const res = await fetch(`${baseUrl}/v1/connections`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-    body: JSON.stringify({ elder }),
-  });
-  await res.arrayBuffer();
-  return res.status;
-}
-
-const statuses = (token: string) => Promise.all(gateways.map((g) => status(g, token)));
+const statuses = (token: string) => Promise.all(gateways.map((g) => connectionRequestStatus(g, token, elder)));
 
 /** Polls every gateway until each answers `expected`; the ms it took, or throws after 2 s. */
 async function untilEvery(token: string, expected: number): Promise<number> {
@@ -147,12 +137,12 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
     const third = await startWarmGateway(stack.settings, createLogger("gateway-3", stack.settings.LOG_LEVEL));
     try {
       const url = `http://127.0.0.1:${third.port}`;
-      expect(await status(url, token)).toBe(401);
-      expect(await status(url, otherToken)).toBe(401);
-      expect(await status(url, suspendedToken)).toBe(202);
+      expect(await connectionRequestStatus(url, token, elder)).toBe(401);
+      expect(await connectionRequestStatus(url, otherToken, elder)).toBe(401);
+      expect(await connectionRequestStatus(url, suspendedToken, elder)).toBe(202);
       // ...and follows the topic from there on.
       await ops.partnerSetStatus(other.partner_id, "active");
-      expect(await status(url, otherToken)).toBe(202);
+      expect(await connectionRequestStatus(url, otherToken, elder)).toBe(202);
     } finally {
       await third.stop();
     }

@@ -1,3 +1,5 @@
+import { execFile } from "node:child_process";
+import { join } from "node:path";
 import { clientsFor, type Settings } from "@pi/common";
 import { commands } from "../../services/ops/src/commands.js";
 import { validateResponse } from "./openapi.js";
@@ -38,4 +40,48 @@ export async function call(baseUrl: string, token: string | undefined, method: s
   const text = await res.text();
   validateResponse(method, path, res.status, res.headers, text);
   return { status: res.status, headers: res.headers, text, json: text ? (JSON.parse(text) as Record<string, unknown>) : undefined };
+}
+
+/** The environment that points the compiled operator CLI at a stack's internal services. */
+export function opsCliEnv(settings: Settings): NodeJS.ProcessEnv {
+  return {
+    PATH: process.env.PATH,
+    AUTH_SERVICE_URL: settings.AUTH_SERVICE_URL,
+    CONNECTION_SERVICE_URL: settings.CONNECTION_SERVICE_URL,
+    FILE_INTAKE_SERVICE_URL: settings.FILE_INTAKE_SERVICE_URL,
+    WEBHOOK_SERVICE_URL: settings.WEBHOOK_SERVICE_URL,
+    ADDRESS_DOMAIN: settings.ADDRESS_DOMAIN,
+  };
+}
+
+export interface CliRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+/**
+ * Runs the compiled operator CLI (services/ops/dist/main.js) as an operator would. Asynchronous on
+ * purpose: the services answering it may run in this very process.
+ */
+export function runOpsCli(env: NodeJS.ProcessEnv, args: string[], command: string[] = [process.execPath, join(process.cwd(), "services", "ops", "dist", "main.js")]): Promise<CliRun> {
+  const started = performance.now();
+  const [file, ...prefix] = command;
+  return new Promise((resolve) => {
+    execFile(file!, [...prefix, ...args], { env, timeout: 20_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr, ms: performance.now() - started });
+    });
+  });
+}
+
+/** The status of POST /v1/connections for `elder` with `token` (the body is read and dropped). */
+export async function connectionRequestStatus(baseUrl: string, token: string, elder: string): Promise<number> {
+  const res = await fetch(`${baseUrl}/v1/connections`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ elder }),
+  });
+  await res.arrayBuffer();
+  return res.status;
 }
