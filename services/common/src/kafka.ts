@@ -1,4 +1,4 @@
-import { Kafka, logLevel, Partitioners, type Admin, type Producer } from "kafkajs";
+import { Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer } from "kafkajs";
 import type { Logger } from "./logger.js";
 import { TOPICS, topicName, type TopicKey } from "./topics.js";
 
@@ -80,4 +80,19 @@ export async function kafkaReachable(admin: Admin, timeoutMs = 2000): Promise<bo
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * Whether a consumer still runs. kafkajs restarts a consumer after a retriable crash; one it does
+ * not restart is gone for good, and the service must say so in its readiness instead of silently
+ * no longer consuming.
+ */
+export function watchConsumer(consumer: Pick<Consumer, "on" | "events">, name: string, logger: Logger): () => boolean {
+  let alive = true;
+  consumer.on(consumer.events.CRASH, (event) => {
+    if (event.payload.restart) return;
+    alive = false;
+    logger.error({ consumer: name, err: event.payload.error }, "Kafka consumer stopped for good; reporting not ready");
+  });
+  return () => alive;
 }

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
-import { clientsFor, createLogger, LIVENESS, parseSettings, startConnectServer, type ConnectServer } from "@pi/common";
+import { clientsFor, createLogger, LIVENESS, parseSettings, startConnectServer, watchConsumer, type ConnectServer } from "@pi/common";
 
 const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;
 let healthy = true;
@@ -21,5 +21,18 @@ describe("grpc.health.v1 on every service", () => {
     healthy = false;
     expect((await health.check({})).status).toBe(NOT_SERVING);
     expect((await health.check({ service: LIVENESS })).status).toBe(SERVING);
+  });
+});
+
+describe("Kafka consumers in readiness", () => {
+  it("a consumer kafkajs will restart still counts as alive; one it gives up on does not", () => {
+    const handlers: ((e: { payload: { restart: boolean; error: Error } }) => void)[] = [];
+    const consumer = { events: { CRASH: "consumer.crash" }, on: (_: string, h: (typeof handlers)[number]) => (handlers.push(h), () => {}) };
+    const alive = watchConsumer(consumer as never, "test", createLogger("test", "silent"));
+    expect(alive()).toBe(true);
+    handlers.forEach((h) => h({ payload: { restart: true, error: new Error("retriable") } }));
+    expect(alive()).toBe(true);
+    handlers.forEach((h) => h({ payload: { restart: false, error: new Error("fatal") } }));
+    expect(alive()).toBe(false);
   });
 });

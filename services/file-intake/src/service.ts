@@ -65,18 +65,22 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
   };
   const worker = new ExtractionWorker(store, timing, logger, options.extract);
 
+  // Until the extraction consumer runs (a passive instance runs none), readiness does not wait on it.
+  let extractionAlive = () => true;
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
     routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, logger }),
-    healthy: runtime.healthy,
+    healthy: async () => extractionAlive() && (await runtime.healthy()),
     logger,
   });
 
   const background: { stop(): Promise<void> }[] = [];
   const later = { runAtStart: false };
   if (!options.passive) {
-    background.push(await consumeFileEvents(runtime.kafka, settings.DATA_NAMESPACE, worker, logger));
+    const extraction = await consumeFileEvents(runtime.kafka, settings.DATA_NAMESPACE, worker, logger);
+    extractionAlive = extraction.alive;
+    background.push(extraction);
     background.push(
       every("file event relay", timing.relayEveryMs, () => outbox.relay(new Date(), timing.relayGraceMs), logger, later),
       every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger, later),

@@ -1,7 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { consumerGroup, contextFromHeaders, topicName, traceHeaders, type Kafka, type Logger } from "@pi/common";
+import { consumerGroup, contextFromHeaders, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import { insertNew, queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
@@ -82,6 +82,7 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
     heartbeatInterval: 1_000,
     maxWaitTimeInMs: 100,
   });
+  const alive = watchConsumer(consumer, "connection-events", logger);
   await consumer.connect();
   await consumer.subscribe({ topic: topicName(namespace, "connectionEvents"), fromBeginning: true });
   await consumer.run({
@@ -95,5 +96,5 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
       if (docs.length > 0) onStored();
     },
   });
-  return { stop: () => consumer.disconnect() };
+  return { alive, stop: () => consumer.disconnect() };
 }

@@ -35,7 +35,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     host: settings.SERVICE_HOST,
     port: settings.WEBHOOK_SERVICE_PORT,
     routes: routes({ settings, logger, store }),
-    healthy: runtime.healthy,
+    healthy: async () => consumer.alive() && (await runtime.healthy()),
     logger,
   });
   return {
