@@ -1,4 +1,4 @@
-import { openRuntime, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { openRuntime, SettingsError, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { KeyRing } from "./keys.js";
 import { PartnerEventPublisher } from "./propagation.js";
 import routes from "./routes.js";
@@ -6,7 +6,7 @@ import { openAuthStore } from "./store.js";
 
 export async function startAuthService(settings: Settings, logger: Logger): Promise<RunningService> {
   const pepper = settings.CREDENTIAL_PEPPER;
-  if (!pepper) throw new Error("invalid setting CREDENTIAL_PEPPER: required by the auth service");
+  if (!pepper) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const runtime = await openRuntime("auth", settings, logger);
   const store = await openAuthStore(runtime.mongo.db, pepper);
   const keys = new KeyRing(store.signingKeys, pepper);

@@ -1,6 +1,6 @@
 import { createLogger, type Logger } from "./logger.js";
 import { watchParent } from "./parent-watch.js";
-import { loadSettings, type Settings } from "./settings.js";
+import { loadSettings, SettingsError, type Settings } from "./settings.js";
 import { startTelemetry } from "./telemetry.js";
 
 export interface RunningService {
@@ -65,6 +65,10 @@ export function runService(name: string, start: StartService): void {
       logger.info({ port: running.port }, "started");
     },
     (err) => {
+      if (err instanceof SettingsError) {
+        process.stderr.write(`${err.message}\n`);
+        process.exit(2);
+      }
       logger.fatal({ err }, "start failed");
       process.exit(1);
     },
