@@ -12,6 +12,7 @@ const url = z.string().url();
 // --- API deprecations (docs/edge.md, "Versioning") ---
 // API_DEPRECATIONS is a JSON array of rules; each marks a whole version ("/v1") or one operation
 // ("GET /v1/connections/{id}") deprecated, and the gateway adds Deprecation and Sunset to its answers.
+export const SUNSET_NOTICE_DAYS = 180;
 const instant = z.iso.datetime({ offset: true }).transform((s) => new Date(s));
 export const deprecationRuleSchema = z
   .object({
@@ -23,7 +24,12 @@ export const deprecationRuleSchema = z
     link: z.url({ protocol: /^https?$/ }).optional(),
   })
   .strict()
-  .refine((r) => !r.sunset || r.sunset >= r.deprecation, { message: "sunset must not be before deprecation", path: ["sunset"] });
+  // The notice period (the spec leaves it to us): a sunset comes at least 180 days after the
+  // deprecation is announced, so a configuration cannot give partners less.
+  .refine((r) => !r.sunset || r.sunset.getTime() - r.deprecation.getTime() >= SUNSET_NOTICE_DAYS * 86_400_000, {
+    message: `sunset must be at least ${SUNSET_NOTICE_DAYS} days after deprecation`,
+    path: ["sunset"],
+  });
 export type DeprecationRule = z.infer<typeof deprecationRuleSchema>;
 const deprecations = z
   .string()

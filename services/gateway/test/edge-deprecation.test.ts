@@ -59,6 +59,7 @@ describe("API_DEPRECATIONS (the setting)", () => {
     ["an unknown method", '[{"route":"FETCH /v1/files","deprecation":"2026-01-01T00:00:00Z"}]'],
     ["a date without a time", '[{"route":"/v1","deprecation":"2026-01-01"}]'],
     ["a sunset before the deprecation", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunset":"2025-12-31T00:00:00Z"}]'],
+    ["a sunset less than the 180-day notice period after the deprecation", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunset":"2026-06-29T23:59:59Z"}]'],
     ["an unknown field", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunsett":"2027-01-01T00:00:00Z"}]'],
     ["a link that is not http(s)", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","link":"javascript:alert(1)"}]'],
   ])("refuses %s, naming the setting", (_name, value) => {
