@@ -1,9 +1,6 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
-import { join } from "node:path";
 import { afterAll, beforeAll, it } from "@jest/globals";
 import { startTestStack, type TestStack } from "../test/support/services.js";
+import { memoryOf, startGatewayProcess, type GatewayProcess } from "../test/support/gateway-process.js";
 import { connectedPartner, generatedText, sendFile, type ConnectedPartner } from "../test/support/files.js";
 import { report } from "./report.js";
 
@@ -14,55 +11,19 @@ import { report } from "./report.js";
 
 const MB = 1024 * 1024;
 let stack: TestStack;
-let gateway: ChildProcess;
+let gateway: GatewayProcess;
 let baseUrl: string;
 let p: ConnectedPartner;
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-/** Resident set size of a process now and at its peak (VmRSS, VmHWM), in MiB. */
-function memoryOf(pid: number): { rss: number; peak: number } {
-  const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN);
-  return { rss: kib("VmRSS") / 1024, peak: kib("VmHWM") / 1024 };
-}
-
 beforeAll(async () => {
   stack = await startTestStack({ RATE_LIMIT_V1_PER_SECOND: "100000" });
-  const port = await freePort();
-  const env: Record<string, string> = { ...process.env } as Record<string, string>;
-  for (const [key, value] of Object.entries(stack.settings)) if (value !== undefined) env[key] = String(value);
-  env.GATEWAY_PORT = String(port);
-  gateway = spawn(process.execPath, [join(process.cwd(), "services", "gateway", "dist", "main.js")], { env, stdio: ["ignore", "ignore", "inherit"] });
-  baseUrl = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try {
-      if ((await fetch(`${baseUrl}/readyz`)).status === 200) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error("the gateway process did not get ready");
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  gateway = await startGatewayProcess(stack.settings);
+  baseUrl = gateway.baseUrl;
   p = await connectedPartner(stack, "Bench Uploads");
 }, 120_000);
 
 afterAll(async () => {
-  if (gateway && gateway.exitCode === null) {
-    const exited = new Promise((r) => gateway.once("exit", r));
-    gateway.kill("SIGTERM");
-    await exited;
-  }
+  await gateway?.stop();
   await stack?.stop();
 });
 

@@ -9,6 +9,7 @@ import { BLOB_BUCKET, BLOB_CHUNK_BYTES, type FileStore } from "./store.js";
 export class StagedUpload {
   private readonly stream: GridFSBucketWriteStream;
   private ended = false;
+  private discarded = false;
   // Bytes are gathered into whole GridFS chunks, and one chunk is inserted while the next is being
   // received: the upload and the database writes overlap, and at most two chunks are in memory.
   private batch: Uint8Array[] = [];
@@ -47,6 +48,8 @@ export class StagedUpload {
     this.batchBytes = 0;
     await this.recorded;
     await this.inFlight;
+    // A discard that began while this flush waited wins: no chunk may land after its delete.
+    if (this.discarded) return;
     this.inFlight = new Promise((resolve, reject) => {
       // The callback of a write that completes a GridFS chunk comes after that chunk's insert.
       this.stream.write(data, (err) => (err ? reject(err) : resolve()));
@@ -76,8 +79,14 @@ export class StagedUpload {
    * marked, until the staging sweep has checked once more that nothing is left.
    */
   async discard(): Promise<void> {
+    this.discarded = true;
     await this.recorded.catch(() => {});
-    await this.inFlight.catch(() => {});
+    // A flush that was already past its wait may have started one more insert: wait for the
+    // latest one, however many were started while we waited.
+    for (let seen = this.inFlight; ; seen = this.inFlight) {
+      await seen.catch(() => {});
+      if (seen === this.inFlight) break;
+    }
     if (!this.ended) this.stream.destroy();
     await this.store.uploads.updateOne({ _id: this.id }, { $set: { discardedAt: new Date() } });
     await deleteBlob(this.store, this.id);
