@@ -41,7 +41,14 @@ function expectError(res: { status: number; json?: Record<string, unknown> }, st
 
 /** What file-intake stores settles back to `before` (a refusal discards its staged bytes right after answering). */
 async function expectNothingStored(before: Awaited<ReturnType<typeof storedCounts>>) {
-  expect(await settledCounts(stack.settings)).toEqual(before);
+  // The discard may finish a moment after the answer (it deletes a late chunk once more, 500 ms on).
+  const deadline = Date.now() + 5000;
+  let counts = await settledCounts(stack.settings);
+  while (JSON.stringify(counts) !== JSON.stringify(before) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 100));
+    counts = await settledCounts(stack.settings);
+  }
+  expect(counts).toEqual(before);
 }
 
 describe("accepted files", () => {
