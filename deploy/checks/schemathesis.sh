@@ -32,7 +32,7 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
 fi
-"$venv/bin/schemathesis" --version
+"$venv/bin/schemathesis" --version >/dev/null
 
 # --- the local stack ---
 state=$(mktemp -d "${TMPDIR:-/tmp}/pi-schemathesis-XXXXXX")
@@ -108,9 +108,13 @@ set +e
   --request-timeout 30 \
   --generation-allow-x00 false \
   --report junit --report-dir "$reports" \
-  --no-color
+  --no-color >"$reports/run.log" 2>&1
 status=$?
 set -e
+# Schemathesis closes with a pytest-style summary; CI's output must end with our test totals alone,
+# so its report stays in the log and one line of ours says how it went.
+cases=$(grep -Eo '[0-9]+ generated, [0-9]+ passed[^|]*' "$reports/run.log" | tail -n 1 || true)
+log "schemathesis exit $status: ${cases:-no case count found} (full report: $reports/run.log)"
 
 # Belt and braces: the gateway's own access log must not show a single 5xx on the partner API
 # either (/readyz answers 503 on purpose while the stack starts).
@@ -123,6 +127,7 @@ if [ "$fives" != "0" ]; then
 fi
 if [ "$status" != 0 ]; then
   KEEP_SCHEMATHESIS_STATE=1
+  grep -v '^=\{3,\}' "$reports/run.log" | tail -n 40 >&2
   echo "schemathesis check failed (exit $status); stack logs kept in $state/logs, reports in $reports" >&2
 fi
 exit "$status"
