@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { acceptedType, consumerGroup, topicName, watchConsumer, type Kafka, type Logger } from "@pi/common";
+import { acceptedType, consumerGroup, CONSUMER_MAX_WAIT_MS, topicName, watchConsumer, type Kafka, type Logger } from "@pi/common";
 import { extract as realExtract, type Extracted } from "./extraction.js";
 import { readBlob } from "./staging.js";
 import { withDocLock } from "./doc-lock.js";
@@ -104,7 +104,7 @@ export class ExtractionWorker {
 
 /** The worker's Kafka side: every FileReceivedEvent, in the extraction consumer group. */
 export async function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, logger: Logger) {
-  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "file-intake", "extraction"), maxWaitTimeInMs: 200 });
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "file-intake", "extraction"), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
   const alive = watchConsumer(consumer, "file-events", logger);
   await consumer.connect();
   await consumer.subscribe({ topic: topicName(namespace, "fileEvents"), fromBeginning: true });

@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { fromBinary } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { eventsv1 } from "@pi/proto";
-import { consumerGroup, topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
+import { consumerGroup, CONSUMER_MAX_WAIT_MS, topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
 
 // Where a partner's webhooks go and the secret that signs them, asked of the auth service (which
 // owns both) and kept in memory for a minute. A WEBHOOK_CHANGED partner event drops the entry at
@@ -68,7 +68,7 @@ export class TargetCache {
 /** Drops a partner's cached target whenever the auth service says its webhook changed. */
 export async function followWebhookChanges(cache: TargetCache, kafka: Kafka, namespace: string, logger: Logger) {
   // A group of its own per process: every replica must see every change.
-  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "webhook", `targets-${randomUUID()}`), maxWaitTimeInMs: 200 });
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "webhook", `targets-${randomUUID()}`), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
   await consumer.connect();
   await consumer.subscribe({ topic: topicName(namespace, "partnerEvents"), fromBeginning: false });
   await consumer.run({

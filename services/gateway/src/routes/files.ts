@@ -1,12 +1,12 @@
 import type { IncomingMessage } from "node:http";
 import type { Readable } from "node:stream";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import Router from "@koa/router";
 import multer from "@koa/multer";
 import multerCore from "multer";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { checkElderAddress, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type FileIntakeClient } from "@pi/common";
-import type { GatewayContext, GatewayState } from "../context.js";
+import type { GatewayContext } from "../context.js";
+import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 
@@ -232,7 +232,7 @@ export class Submission {
 const modeOf = (ctx: GatewayContext) => (ctx.state.principal!.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
 
 export default function fileRoutes(files: FileIntakeClient, settings: { ADDRESS_DOMAIN: string; MAX_FILE_BYTES: number }) {
-  const router = new Router<GatewayState>();
+  const router = gatewayRouter();
   const domain = settings.ADDRESS_DOMAIN;
   const limits = {
     fileSize: settings.MAX_FILE_BYTES,

@@ -1,8 +1,7 @@
-import Router from "@koa/router";
 import { bodyParser } from "@koa/bodyparser";
 import { authv1 } from "@pi/proto";
 import type { AuthClient } from "@pi/common";
-import type { GatewayState } from "../context.js";
+import { gatewayRouter } from "../router.js";
 
 type OAuthError = "invalid_request" | "unsupported_grant_type" | "invalid_client" | "invalid_scope";
 
@@ -39,7 +38,7 @@ export function parseTokenRequest(body: unknown): { ok: true; req: TokenRequest 
 }
 
 export default function tokenRoutes(auth: AuthClient) {
-  const router = new Router<GatewayState>();
+  const router = gatewayRouter();
   router.post(
     "/oauth/token",
     async (ctx, next) => {
