@@ -84,6 +84,11 @@ export const settingsSchema = z.object({
   API_DEPRECATIONS: deprecations.default([]),
   // "25 MB" is read as 25 MiB, the more generous reading, so no "25 MB" file is refused.
   MAX_FILE_BYTES: positiveInt.default(25 * 1024 * 1024),
+  // Bounds on uploads in flight at one gateway instance (docs/files.md, "Bounds on uploads").
+  UPLOAD_CONCURRENCY_PER_PARTNER: positiveInt.default(8),
+  UPLOAD_CONCURRENCY_TOTAL: positiveInt.default(64),
+  UPLOAD_MIN_BYTES_PER_SECOND: z.coerce.number().int().min(0).default(16 * 1024),
+  UPLOAD_RATE_WINDOW_SECONDS: z.coerce.number().positive().max(300).default(10),
   IDEMPOTENCY_TTL_SECONDS: positiveInt.default(86400),
   CONNECTION_PENDING_TTL_SECONDS: positiveInt.default(2592000),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
