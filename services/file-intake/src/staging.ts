@@ -90,14 +90,8 @@ export class StagedUpload {
     if (!this.ended) this.stream.destroy();
     await this.store.uploads.updateOne({ _id: this.id }, { $set: { discardedAt: new Date() } });
     await deleteBlob(this.store, this.id);
-    // Seen under load on FerretDB: a chunk whose insert was acknowledged could still turn up after
-    // this delete. A second delete shortly after removes it without delaying the answer; the
-    // staging sweep remains the backstop.
-    setTimeout(() => void deleteBlob(this.store, this.id).catch(() => {}), LATE_DELETE_MS).unref();
   }
 }
-
-const LATE_DELETE_MS = 500;
 
 export async function deleteBlob(store: FileStore, id: ObjectId): Promise<void> {
   await store.db.collection(`${BLOB_BUCKET}.chunks`).deleteMany({ files_id: id });

@@ -12,7 +12,7 @@ import { testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
 import type { FileDoc, KeyDoc } from "../src/store.js";
 
-// file-intake on its own, on the real FerretDB and Kafka, driven through its Connect API the way the
+// file-intake on its own, on the real MongoDB-wire server and Kafka, driven through its Connect API the way the
 // gateway drives it. The connection service is replaced by a switch (the only stub: it is not
 // storage); end-to-end tests under test/e2e use the real one.
 
