@@ -21,6 +21,9 @@ import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
 export type Clock = () => Date;
 
+/** The one connection of a (partner, mode, address): equalities on exactly the fields of its unique index. */
+export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({ partnerId, mode, address });
+
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
@@ -92,7 +95,7 @@ export class Connections {
     let doc: ConnectionDoc | null = null;
     for (let attempt = 1; doc === null; attempt++) {
       try {
-        doc = await this.store.connections.findOneAndUpdate({ partnerId, mode, address }, { $setOnInsert: fresh }, { upsert: true, returnDocument: "after" });
+        doc = await this.store.connections.findOneAndUpdate(connectionKey(partnerId, mode, address), { $setOnInsert: fresh }, { upsert: true, returnDocument: "after" });
       } catch (err) {
         // Concurrent upserts race to insert; the losers find the winner's document on a retry.
         if (!isDuplicateKey(err) || attempt >= maxAttempts) throw err;
@@ -146,7 +149,7 @@ export class Connections {
 
   /** For file-intake: an approved connection of this partner, in this mode, to an elder that resolved. */
   async isActive(partnerId: string, mode: ConnectionMode, address: string): Promise<boolean> {
-    const doc = await this.store.connections.findOne({ partnerId, mode, address });
+    const doc = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 

@@ -16,7 +16,8 @@ import {
   type Settings,
 } from "@pi/common";
 import { commonv1 } from "@pi/proto";
-import { Connections } from "../src/connections.js";
+import { Connections, connectionKey } from "../src/connections.js";
+import { queryPlan } from "../../../test/support/query-plan.js";
 import { connectionOutbox, type ConnectionOutbox } from "../src/outbox.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
@@ -297,5 +298,18 @@ describe("CheckActiveConnection", () => {
     expect(await connections.isActive(p, "live", await elder())).toBe(false);
     await connections.apply({ _id: c._id }, "sever");
     expect(await connections.isActive(p, "live", a)).toBe(false);
+  });
+});
+
+describe("hot reads use an index", () => {
+  it("the connection check reads by (partner, mode, address), the fields of the unique index; the elder lookup by _id", async () => {
+    const p = partner();
+    const a = await elder();
+    await connections.request(p, "live", a);
+    const check = await queryPlan(store.connections as never, connectionKey(p, "live", a));
+    expect(check).toMatchObject({ usesIndex: true });
+    expect(await queryPlan(store.elders as never, { _id: a })).toMatchObject({ usesIndex: true });
+    // The check can fail: a partner and mode without the address are no index's fields.
+    expect((await queryPlan(store.connections as never, { partnerId: p, mode: "live" })).usesIndex).toBe(false);
   });
 });
