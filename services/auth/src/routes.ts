@@ -1,8 +1,8 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { newId, newSecret, type Logger, type Settings } from "@pi/common";
+import { emptyOutbox, newId, newSecret, pushEvent, type Logger, type Settings } from "@pi/common";
 import type { KeyRing } from "./keys.js";
-import type { PartnerEventPublisher, Propagation } from "./propagation.js";
+import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
 import { hashSecret, seal, secretMatches, unseal } from "./secrets.js";
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
@@ -44,6 +44,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       secretHash: hashSecret(pepper, clientSecret),
       status: "active",
       createdAt: new Date(),
+      ...emptyOutbox(),
     });
     return { clientId, clientSecret, mode: modeEnum(mode) };
   }
@@ -135,6 +136,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         sealedSigningSecret: seal(pepper, signingSecret),
         createdAt: now,
         updatedAt: now,
+        ...emptyOutbox(),
       });
       const live = await issueCredential(partnerId, "live");
       const test = await issueCredential(partnerId, "test");
@@ -148,27 +150,24 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       }
       const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
       const since = performance.now();
+      const event = partnerEvent(status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED, req.partnerId);
       const updated = await store.partners.findOneAndUpdate(
         { _id: realId(req.partnerId) },
-        { $set: { status, updatedAt: new Date() } },
+        { $set: { status, updatedAt: new Date() }, ...pushEvent(event) },
         { returnDocument: "after" },
       );
       if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      const propagation = await events.publish(
-        status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED,
-        req.partnerId,
-        "",
-        since,
-      );
+      const propagation = await events.propagate(events.partners, req.partnerId, event, since);
       logPropagation(`partner ${status}`, { partnerId: req.partnerId }, propagation);
       return { partnerId: req.partnerId, status: req.status, propagation };
     },
 
     async setWebhookUrl(req) {
       const url = validWebhookUrl(req.url);
-      const updated = await store.partners.findOneAndUpdate({ _id: realId(req.partnerId) }, { $set: { webhookUrl: url, updatedAt: new Date() } });
+      const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
+      const updated = await store.partners.findOneAndUpdate({ _id: realId(req.partnerId) }, { $set: { webhookUrl: url, updatedAt: new Date() }, ...pushEvent(event) });
       if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      await events.publish(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
+      await events.propagate(events.partners, req.partnerId, event);
       return { partnerId: req.partnerId, webhookUrl: url };
     },
 
@@ -181,12 +180,12 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async revokeCredential(req) {
       const since = performance.now();
-      const updated = await store.credentials.findOneAndUpdate(
-        { _id: req.clientId },
-        { $set: { status: "revoked", revokedAt: new Date() } },
-      );
+      const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
+      if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+      const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
+      const updated = await store.credentials.findOneAndUpdate({ _id: req.clientId }, { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(event) });
       if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
-      const propagation = await events.publish(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, updated.partnerId, req.clientId, since);
+      const propagation = await events.propagate(events.credentials, req.clientId, event, since);
       logPropagation("credential revoked", { clientId: req.clientId }, propagation);
       return { clientId: req.clientId, propagation };
     },

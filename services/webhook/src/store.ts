@@ -1,4 +1,5 @@
 import type { Collection, Db } from "mongodb";
+import type { ClaimDoc as BaseClaim } from "@pi/common";
 import type { EventType } from "./event-body.js";
 
 // Three collections, each written one document at a time (no transactions):
@@ -7,9 +8,8 @@ import type { EventType } from "./event-body.js";
 //                 (evt_...) is derived from the source event id, so a connection event seen twice
 //                 is the same document. Read by _id, and by partner for ListDeliveries.
 // webhook_queue   one per event still to be attempted, keyed by event id: when it is due, with what
-//                 an attempt needs. Small (pending events only), so the dispatcher's scan for due
-//                 work stays cheap even on FerretDB, which scans a collection for any query that
-//                 is not by _id.
+//                 an attempt needs. Small (pending events only), so the dispatcher's look for due
+//                 work stays cheap whatever the server's indexes.
 // webhook_claims  the right, for a lease, to make one scheduled attempt (see ClaimDoc).
 //
 // Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
@@ -74,14 +74,12 @@ export function queueEntry(event: WebhookEventDoc): QueueDoc {
 
 /**
  * The right to make the attempt scheduled for one slot of one event: `${eventId}:${attempts}:${dueAt}`.
- * Inserting it is the claim. An insert with a given _id succeeds exactly once, which holds on
- * FerretDB v1 too, where a findOneAndUpdate or conditional updateOne is not atomic between
- * concurrent clients (two of them can both "match" the same document).
+ * Inserting it is the claim (a claim by insert of @pi/common: an insert with a given _id succeeds
+ * exactly once, however many replicas try); one whose lease ran out is taken over by a conditional
+ * update on its expiry.
  */
-export interface ClaimDoc {
-  _id: string;
+export interface ClaimDoc extends BaseClaim {
   eventId: string;
-  expiresAt: Date;
 }
 
 export interface WebhookStore {
@@ -99,22 +97,4 @@ export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   const claims = db.collection<ClaimDoc>("webhook_claims");
   await claims.createIndex({ expiresAt: 1 }, { name: "expiry" });
   return { events, queue, claims };
-}
-
-export function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-}
-
-/** Inserts every document; returns those not inserted because their _id or unique key is taken. */
-export async function insertNew<T extends { _id: string }>(collection: Collection<T>, docs: T[]): Promise<T[]> {
-  if (docs.length === 0) return [];
-  try {
-    await collection.insertMany(docs as never, { ordered: false });
-    return [];
-  } catch (err) {
-    const writeErrors = (err as { writeErrors?: { code: number; index: number }[] | { code: number; index: number } }).writeErrors;
-    const list = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
-    if (list.length === 0 || list.some((e) => e.code !== 11000)) throw err;
-    return list.map((e) => docs[e.index]!);
-  }
 }

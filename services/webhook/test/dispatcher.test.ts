@@ -9,7 +9,7 @@ import { TargetCache } from "../src/targets.js";
 import { startTestReceiver, type Behaviour, type TestReceiver } from "../../../test/support/webhook-receiver.js";
 import { eventually } from "./harness.js";
 
-// The dispatcher on the real FerretDB with real HTTP receivers. Only the auth service's answer
+// The dispatcher on the real MongoDB-wire server with real HTTP receivers. Only the auth service's answer
 // (where a partner's webhooks go) is stood in for.
 
 let mongo: Mongo;

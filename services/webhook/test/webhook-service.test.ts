@@ -5,7 +5,7 @@ import { webhookv1 } from "@pi/proto";
 import { startTestReceiver, type TestReceiver } from "../../../test/support/webhook-receiver.js";
 import { eventually, startWebhookHarness, type WebhookHarness } from "./harness.js";
 
-// The webhook service on real Kafka and FerretDB, fed connection events by a producer, delivering
+// The webhook service on real Kafka and the MongoDB-wire server, fed connection events by a producer, delivering
 // to real HTTP receivers on 127.0.0.1 that verify every signature with the documented receiver.
 
 let h: WebhookHarness;
