@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { parseServiceUrls } from "./service-endpoints.js";
 
 // Every setting of the operator contract, plus the internal addresses, in one schema. Each service
 // validates the whole set at start so that a bad value anywhere is caught by whoever reads it.
@@ -7,7 +8,15 @@ const positiveInt = z.coerce.number().int().positive();
 const bool = z
   .enum(["true", "false", "1", "0"])
   .transform((v) => v === "true" || v === "1");
-const url = z.string().url();
+// A `*_SERVICE_URL`: one base URL or a comma-separated list (every replica); host names stand for all
+// their addresses (services/common/src/service-endpoints.ts).
+const serviceUrls = z.string().superRefine((value, ctx) => {
+  try {
+    parseServiceUrls(value);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: (err as Error).message });
+  }
+});
 
 // --- API deprecations (docs/edge.md, "Versioning") ---
 // API_DEPRECATIONS is a JSON array of rules; each marks a whole version ("/v1") or one operation
@@ -54,10 +63,10 @@ export const settingsSchema = z.object({
   FILE_INTAKE_SERVICE_PORT: port.default(50053),
   WEBHOOK_SERVICE_PORT: port.default(50054),
   SERVICE_HOST: z.string().min(1).default("127.0.0.1"),
-  AUTH_SERVICE_URL: url.default("http://127.0.0.1:50051"),
-  CONNECTION_SERVICE_URL: url.default("http://127.0.0.1:50052"),
-  FILE_INTAKE_SERVICE_URL: url.default("http://127.0.0.1:50053"),
-  WEBHOOK_SERVICE_URL: url.default("http://127.0.0.1:50054"),
+  AUTH_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50051"),
+  CONNECTION_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50052"),
+  FILE_INTAKE_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50053"),
+  WEBHOOK_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50054"),
 
   MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").default("mongodb://127.0.0.1:27017/"),
   KAFKA_BROKERS: z
