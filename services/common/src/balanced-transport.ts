@@ -225,7 +225,21 @@ export class BalancedTransport implements Transport {
       signal,
       timeoutMs,
       (failure) => failure === "never-reached" && !taken,
-      (r, remainingMs) => r.transport.stream(method, signal, remainingMs, header, once, contextValues),
+      async (r, remainingMs) => {
+        const res = await r.transport.stream(method, signal, remainingMs, header, once, contextValues);
+        // The connection may still break while the answer is read: that too is Unavailable.
+        const failed = (failure: CallFailure) => this.failed(r, failure);
+        async function* messages() {
+          try {
+            yield* res.message;
+          } catch (err) {
+            const failure = classifyFailure(err);
+            failed(failure);
+            throw failure === "answered" || signal?.aborted ? err : unavailable(err);
+          }
+        }
+        return { ...res, message: messages() };
+      },
     );
   }
 

@@ -3,7 +3,7 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { authv1 } from "@pi/proto";
+import { authv1, fileintakev1 } from "@pi/proto";
 import { BalancedTransport, classifyFailure } from "../src/balanced-transport.js";
 import { parseServiceUrls, ServiceEndpoints } from "../src/service-endpoints.js";
 
@@ -16,13 +16,20 @@ interface Replica {
   kill(): Promise<void>;
 }
 
-type Behaviour = { jwks?: () => Promise<void>; createPartner?: () => Promise<void> };
+type Behaviour = { jwks?: () => Promise<void>; createPartner?: () => Promise<void>; submitFile?: () => Promise<void> };
 
 async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
   const sessions = new Set<http2.Http2Session>();
   const r = { port: 0, calls: 0 } as Replica;
   const handler = connectNodeAdapter({
-    routes: (router) =>
+    routes: (router) => {
+      router.service(fileintakev1.FileIntakeService, {
+        async submitFile(requests) {
+          r.calls++;
+          for await (const _ of requests) await behaviour.submitFile?.();
+          return {};
+        },
+      });
       router.service(authv1.AuthService, {
         async getJwks() {
           r.calls++;
@@ -34,7 +41,8 @@ async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
           await behaviour.createPartner?.();
           return { partnerId: `ptr_${r.port}` };
         },
-      }),
+      });
+    },
   });
   const server = http2.createServer(handler);
   server.on("session", (s) => {
@@ -112,6 +120,30 @@ describe("internal clients over every replica", () => {
     await a.kill();
     expect((await Promise.all(calls)).sort()).toEqual([Code.Unavailable, `ptr_${b.port}`].sort());
     expect(b.calls).toBe(1);
+  });
+
+  it("an upload (a client stream) whose replica dies under it fails fast as Unavailable; one that never reached a replica goes to another", async () => {
+    const a = await replica({ submitFile: never });
+    const b = await replica();
+    const transport = new BalancedTransport({ urls: `${url(a.port)},${url(b.port)}`, defaultTimeoutMs: 10_000 });
+    transports.push(transport);
+    const files = createClient(fileintakev1.FileIntakeService, transport);
+    async function* chunks() {
+      yield { part: { case: "chunk" as const, value: new Uint8Array(8) } };
+      await new Promise((r) => setTimeout(r, 60_000));
+    }
+    const upload = files.submitFile(chunks()).then(() => "answered", (e: unknown) => ConnectError.from(e).code);
+    while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
+    const started = Date.now();
+    await a.kill();
+    expect(await upload).toBe(Code.Unavailable);
+    expect(Date.now() - started).toBeLessThan(1_000);
+
+    const viaClosedTransport = new BalancedTransport({ urls: `${url(await closedPort())},${url(b.port)}`, defaultTimeoutMs: 5_000 });
+    transports.push(viaClosedTransport);
+    const viaClosed = createClient(fileintakev1.FileIntakeService, viaClosedTransport);
+    for (let i = 0; i < 2; i++) await viaClosed.submitFile((async function* () { yield { part: { case: "chunk" as const, value: new Uint8Array(8) } }; })());
+    expect(b.calls).toBe(2);
   });
 
   it("an answer of the service (an error it sent) is not repeated on another replica", async () => {
