@@ -72,7 +72,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     env.MONGODB_URI = `mongodb://127.0.0.1:${mongoPort}/`;
     env.KAFKA_BROKERS = `127.0.0.1:${kafkaPort}`;
     await waitFor("the MongoDB-wire server", () => portOpen(mongoPort), 30_000);
-    await waitFor("Kafka", () => portOpen(kafkaPort), 90_000);
+    await waitFor("Kafka", () => portOpen(kafkaPort), 180_000);
   }
   const brokers = env.KAFKA_BROKERS ?? opts.settings.KAFKA_BROKERS;
   progress("creating Kafka topics");
