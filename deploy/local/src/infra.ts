@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { createConnection } from "node:net";
+import { createConnection, createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { repoRoot } from "./paths.js";
 
@@ -187,4 +187,16 @@ export async function waitFor(what: string, check: () => Promise<boolean>, timeo
 
 export function listFiles(dir: string): string[] {
   return existsSync(dir) ? readdirSync(dir) : [];
+}
+
+/** A TCP port free on 127.0.0.1 right now (the kernel's choice). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }

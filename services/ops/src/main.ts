@@ -2,7 +2,9 @@ import { Command, CommanderError } from "commander";
 // Only the modules the CLI needs (not the whole of @pi/common, with its database, Kafka and
 // telemetry clients): every command must finish in under 2 s, start-up included.
 import { clientsFor } from "@pi/common/clients";
-import { parseSettings, SettingsError } from "@pi/common/settings";
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseSettings, SettingsError, withLocalStackAddresses } from "@pi/common/settings";
 import { commands, describeFailure } from "./commands.js";
 
 // The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly
@@ -15,7 +17,9 @@ function fail(line: string, code = 1): never {
 
 let settings;
 try {
-  settings = parseSettings();
+  // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in its STATE_DIR.
+  const stateDir = resolve(process.env.STATE_DIR || resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", ".state"));
+  settings = parseSettings(withLocalStackAddresses(process.env, stateDir));
 } catch (err) {
   fail(err instanceof SettingsError ? err.message : String(err), 2);
 }
