@@ -145,7 +145,7 @@ describe("outbox", () => {
     expect((await stored(c._id))!.outbox).toEqual([]);
 
     await relay.sweep();
-    await new Promise((r) => setTimeout(r, 500));
+    await collector.sentinel(p);
     expect(collector.of(c._id)).toHaveLength(1);
   });
 
@@ -199,7 +199,8 @@ describe("sandbox auto-approval", () => {
     expect(await stored(c._id)).toMatchObject({ status: "approved", approveAt: null });
     await collector.waitFor(() => collector.of(c._id).length === 1);
     expect(collector.of(c._id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST });
-    await new Promise((r) => setTimeout(r, 500));
+    await relay.drain();
+    await collector.sentinel(c.partnerId);
     expect(collector.of(c._id)).toHaveLength(1);
   });
 
@@ -256,7 +257,8 @@ describe("expiry", () => {
     }
     expect(await connections.expireDue()).toBeGreaterThanOrEqual(3);
     for (const c of [pending, declined, unresolved]) expect((await stored(c._id))!.status).toBe("expired");
-    await new Promise((r) => setTimeout(r, 500));
+    await relay.drain();
+    await collector.sentinel(p);
     for (const c of [pending, declined, unresolved]) expect(collector.of(c._id)).toEqual([]);
   });
 

@@ -149,7 +149,8 @@ describe("a submission is stored only when every check passed", () => {
     const abort = new AbortController();
     async function* cancelled(): AsyncGenerator<Request> {
       yield* stream(partnerId, chunked(Buffer.alloc(2 * 1024 * 1024, "c")), { trailer: false });
-      await sleep(300);
+      // The partner gives up once its upload is being staged.
+      for (const deadline = Date.now() + 10_000; (await db.collection("uploads").countDocuments({ discardedAt: null })) <= before.openUploads && Date.now() < deadline; ) await sleep(20);
       abort.abort();
     }
     expect(await refusal(client.submitFile(cancelled(), { signal: abort.signal }))).toBe(Code.Canceled);
@@ -336,7 +337,7 @@ describe("nothing accepted is left unprocessed", () => {
     const store = await openFileStore(db);
     const orphan = await StagedUpload.open(store, "ptr_dead");
     await orphan.write(Buffer.alloc(1024 * 1024 + 10, 1)); // one chunk stored, the rest buffered: the process "dies"
-    await sleep(200);
+    for (const deadline = Date.now() + 10_000; (await db.collection("blobs.chunks").countDocuments({ files_id: orphan.id })) === 0 && Date.now() < deadline; ) await sleep(20);
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
     const keptDoc = await store.files.findOne({ _id: kept.file!.id });
     // As if the committing process had died before removing its upload document.
