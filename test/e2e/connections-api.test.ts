@@ -9,7 +9,7 @@ import { accessToken, call, opsFor } from "../support/partner-api.js";
 import { collectConnectionEvents, settled, type EventCollector } from "../support/connection-events.js";
 
 // The three connection endpoints and the caregiver's acts, end to end: gateway, connection service,
-// FerretDB, Kafka. Sandbox approval is set to 1 s here so the sandbox rules can be watched at work.
+// the MongoDB-wire server, Kafka. Sandbox approval is set to 1 s here so the sandbox rules can be watched at work.
 
 let stack: TestStack;
 let events: EventCollector;
