@@ -32,17 +32,35 @@ export function retryDelayMs(retry: number, p: RetryPolicy, random: number): num
 
 /**
  * When the next attempt starts (Unix ms), or null when the window is used up and the event fails.
- * `attemptsMade` counts the attempt that just ended, which ended at `lastEndedAt`.
+ * `attemptsMade` counts the attempt that just ended, which ended at `lastEndedAt`. `notBefore`
+ * (Unix ms) is a receiver's Retry-After: the next attempt waits for it, and when it falls after the
+ * last start the window allows, there is no next attempt.
  */
 export function nextAttemptAt(
-  ev: { createdAt: number; attemptsMade: number; lastEndedAt: number },
+  ev: { createdAt: number; attemptsMade: number; lastEndedAt: number; notBefore?: number },
   p: RetryPolicy,
   random: number = Math.random(),
 ): number | null {
   const latestStart = ev.createdAt + latestStartOffsetMs(p);
   if (ev.lastEndedAt >= latestStart) return null;
-  const candidate = ev.lastEndedAt + retryDelayMs(ev.attemptsMade, p, random);
+  if (ev.notBefore !== undefined && ev.notBefore > latestStart) return null;
+  const candidate = Math.max(ev.lastEndedAt + retryDelayMs(ev.attemptsMade, p, random), ev.notBefore ?? 0);
   return Math.min(candidate, latestStart);
+}
+
+/** Statuses whose Retry-After is honoured (RFC 9110 section 10.2.3: 503; RFC 6585: 429). */
+export const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([429, 503]);
+
+/**
+ * A Retry-After header (delay seconds or an HTTP date) as the Unix ms before which the next attempt
+ * must not start; undefined when absent or unreadable.
+ */
+export function retryAfterUntil(header: string | undefined, receivedAt: number): number | undefined {
+  const value = header?.trim();
+  if (!value) return undefined;
+  if (/^\d+$/.test(value)) return receivedAt + Number(value) * 1000;
+  const date = Date.parse(value);
+  return Number.isNaN(date) || !/[a-z]/i.test(value) ? undefined : Math.max(date, receivedAt);
 }
 
 /** The planned start offsets (seconds after creation) of every attempt, without jitter: for docs and tests. */
