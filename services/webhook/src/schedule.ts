@@ -60,7 +60,8 @@ export function retryAfterUntil(header: string | undefined, receivedAt: number):
   if (!value) return undefined;
   if (/^\d+$/.test(value)) return receivedAt + Number(value) * 1000;
   const date = Date.parse(value);
-  return Number.isNaN(date) || !/[a-z]/i.test(value) ? undefined : Math.max(date, receivedAt);
+  // An HTTP date (RFC 9110 section 5.6.7) ends in GMT; other strings Date.parse would guess at are ignored.
+  return Number.isNaN(date) || !/ GMT$/.test(value) ? undefined : Math.max(date, receivedAt);
 }
 
 /** The planned start offsets (seconds after creation) of every attempt, without jitter: for docs and tests. */
