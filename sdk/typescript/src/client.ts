@@ -1,5 +1,5 @@
 import createClient from "openapi-fetch";
-import { NetworkError, PartnerApiError, type ErrorCode } from "./errors.js";
+import { NetworkError, OAuthTokenError, PartnerApiError, type ErrorCode } from "./errors.js";
 import type { components, paths } from "./gen/api.js";
 import { RETRYABLE_STATUSES, retryAfterSeconds, retryDelayMs, sleep, type RetryOptions } from "./retry.js";
 import { TokenSource, type TokenSourceOptions } from "./token.js";
@@ -99,7 +99,9 @@ export class PartnerClient {
       try {
         outcome = await send();
       } catch (err) {
-        if (err instanceof PartnerApiError || attempt >= maxAttempts) throw err instanceof PartnerApiError ? err : new NetworkError(err);
+        // The token request's own refusal is final; a network error (of it or of the call) is retried.
+        if (err instanceof OAuthTokenError || err instanceof PartnerApiError) throw err;
+        if (attempt >= maxAttempts) throw err instanceof NetworkError ? err : new NetworkError(err);
         await sleep(retryDelayMs(attempt, retry));
         continue;
       }

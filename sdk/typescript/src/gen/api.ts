@@ -15,9 +15,14 @@ export interface paths {
         put?: never;
         /**
          * Request an access token
-         * @description The client-credentials grant (RFC 6749 section 4.4). Every credential failure (unknown
-         *     client, bad secret, revoked credential, suspended partner) gives the identical
-         *     `400 invalid_client`.
+         * @description The client-credentials grant (RFC 6749 section 4.4). The client authenticates with an HTTP
+         *     Basic header, `Authorization: Basic base64(urlencode(client_id) ":" urlencode(client_secret))`
+         *     (RFC 6749 section 2.3.1), with only `grant_type` (and `scope`) in the body; or with
+         *     `client_id` and `client_secret` in the body. Both methods in one request, or a malformed
+         *     `Authorization` header, is `400 invalid_request`. Every credential failure (unknown
+         *     client, bad secret, revoked credential, suspended partner), by either method, gives the
+         *     identical `400 invalid_client`: the spec's one answer, also for Basic (no `401` and no
+         *     `WWW-Authenticate`, so the answer never differs by method or cause).
          */
         post: operations["requestToken"];
         delete?: never;
@@ -139,6 +144,17 @@ export interface webhooks {
          * @description Sent to your registered `{webhook_url}` when a primary caregiver approves one of your pending
          *     connections. Delivery is at least once, with exponential-backoff retries for up to 24 hours:
          *     deduplicate on the event `id`. Verify `Service-Signature` over the raw body before parsing it.
+         *
+         *     Only a 2xx within 10 seconds counts as delivered. Retry schedule (with the default settings;
+         *     each wait ±20 % jitter, counted from the end of the previous attempt; the last attempt ends
+         *     within the 24-hour window):
+         *
+         *     | attempt | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 | 10 | 11–16 | 17 |
+         *     |---|---|---|---|---|---|---|---|---|---|---|---|---|
+         *     | after | 0 | 30 s | 1.5 min | 3.5 min | 7.5 min | 15.5 min | 31.5 min | 1 h 4 min | 2 h 8 min | 4 h 16 min | every 3 h | 23 h 59 min 50 s |
+         *
+         *     A `429` or `503` answer with `Retry-After` (seconds or an HTTP date) is honoured: the next
+         *     attempt comes no sooner, as long as that is within the window.
          */
         post: operations["connectionApproved"];
         delete?: never;
@@ -197,11 +213,15 @@ export interface components {
          * @enum {string}
          */
         ConnectionStatus: "pending" | "approved" | "expired" | "revoked";
+        /**
+         * @description `client_id` and `client_secret` are required unless the client authenticates with an HTTP
+         *     Basic header; then `client_secret` must be absent, and a `client_id` present must name the same client.
+         */
         TokenRequest: {
             /** @enum {string} */
             grant_type: "client_credentials";
-            client_id: string;
-            client_secret: string;
+            client_id?: string;
+            client_secret?: string;
             /**
              * @description A space-separated subset of your allowed scopes. When omitted, every Ring 1 scope is
              *     granted (`connections:write files:write`).
@@ -618,7 +638,9 @@ export interface components {
         /**
          * @description `t=<unix_ts>,v1=<hex_hmac>`: `v1` is the lowercase hex HMAC-SHA256 of `{t}.{raw_body}`, keyed
          *     with your signing secret. Compare in constant time; reject events whose `t` is older than
-         *     about 5 minutes.
+         *     about 5 minutes. After a signing-secret rotation, for the overlap (24 hours unless agreed
+         *     otherwise) the header carries one `v1` per valid secret, `t=…,v1=<new>,v1=<old>`: accept the
+         *     event when any `v1` matches a secret you hold. Afterwards only the new secret signs.
          */
         ServiceSignature: string;
     };
@@ -792,7 +814,9 @@ export interface operations {
                 /**
                  * @description `t=<unix_ts>,v1=<hex_hmac>`: `v1` is the lowercase hex HMAC-SHA256 of `{t}.{raw_body}`, keyed
                  *     with your signing secret. Compare in constant time; reject events whose `t` is older than
-                 *     about 5 minutes.
+                 *     about 5 minutes. After a signing-secret rotation, for the overlap (24 hours unless agreed
+                 *     otherwise) the header carries one `v1` per valid secret, `t=…,v1=<new>,v1=<old>`: accept the
+                 *     event when any `v1` matches a secret you hold. Afterwards only the new secret signs.
                  */
                 "Service-Signature": components["parameters"]["ServiceSignature"];
             };
@@ -821,7 +845,9 @@ export interface operations {
                 /**
                  * @description `t=<unix_ts>,v1=<hex_hmac>`: `v1` is the lowercase hex HMAC-SHA256 of `{t}.{raw_body}`, keyed
                  *     with your signing secret. Compare in constant time; reject events whose `t` is older than
-                 *     about 5 minutes.
+                 *     about 5 minutes. After a signing-secret rotation, for the overlap (24 hours unless agreed
+                 *     otherwise) the header carries one `v1` per valid secret, `t=…,v1=<new>,v1=<old>`: accept the
+                 *     event when any `v1` matches a secret you hold. Afterwards only the new secret signs.
                  */
                 "Service-Signature": components["parameters"]["ServiceSignature"];
             };
