@@ -3,6 +3,9 @@ import { createServer, type Server } from "node:http";
 import { fixture } from "../../../test/support/files.js";
 import { opsFor } from "../../../test/support/partner-api.js";
 import { startTestStack, type TestStack } from "../../../test/support/services.js";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { main as partnerProgram } from "../examples/partner-program.js";
 import { OAuthTokenError, PartnerApiError, PartnerClient, verifyWebhook, type WebhookEvent } from "../src/index.js";
 
 // The SDK against the whole stack (every service in this process, real database and Kafka): what
@@ -16,7 +19,7 @@ let receiverUrl: string;
 const deliveries: { raw: Buffer; header: string }[] = [];
 
 beforeAll(async () => {
-  stack = await startTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2" });
+  stack = await startTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", SANDBOX_APPROVAL_DELAY_SECONDS: "1" });
   ops = opsFor(stack.settings);
   server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -45,6 +48,22 @@ async function arrivalFor(connectionId: string, timeoutMs = 20_000): Promise<{ r
 }
 
 describe("partner SDK against the stack", () => {
+  it("the README's partner program runs as shown: a test credential, the sandbox elder, a PDF sent and processed", async () => {
+    const program = readFileSync(join("sdk", "typescript", "examples", "partner-program.ts"), "utf8").trimEnd();
+    expect(readFileSync("README.md", "utf8")).toContain("```ts\n" + program + "\n```");
+    expect(readFileSync(join("docs", "partners.md"), "utf8")).toContain("```ts\n" + program + "\n```");
+    const partner = await ops.partnerCreate({ name: "SDK Program Pharmacy" });
+    const { sandbox_elder_address } = await ops.info();
+    const file = await partnerProgram({
+      PI_BASE_URL: stack.baseUrl,
+      PI_CLIENT_ID: partner.test.client_id,
+      PI_CLIENT_SECRET: partner.test.client_secret,
+      PI_ELDER: sandbox_elder_address,
+      PI_FILE: join("services", "file-intake", "test", "fixtures", "sample.pdf"),
+    });
+    expect(file).toEqual({ id: expect.stringMatching(/^file_/), status: "processed" });
+  }, 150_000);
+
   it.each(["basic", "body"] as const)("token (%s), connect, approval seen by webhook and by polling, a file sent and its status read", async (authMethod) => {
     const partner = await ops.partnerCreate({ name: `SDK ${authMethod} Pharmacy`, webhookUrl: receiverUrl });
     const { address } = await ops.elderCreate();

@@ -74,3 +74,21 @@ export function plannedOffsetsSeconds(p: RetryPolicy): number[] {
     out.push(next / 1000);
   }
 }
+
+/** "1 h 4 min", "30 s", "23 h 59 min 50 s": a planned offset as the docs write it. */
+export function formatOffset(seconds: number): string {
+  const s = Math.round(seconds);
+  if (s === 0) return "0";
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const rest = s % 60;
+  if (h === 0 && m > 0 && rest === 30) return `${m}.5 min`;
+  return [h ? `${h} h` : "", m ? `${m} min` : "", rest ? `${rest} s` : ""].filter(Boolean).join(" ");
+}
+
+/** The published retry schedule: a Markdown table of every planned attempt (before jitter) of `p`. */
+export function scheduleTable(p: RetryPolicy): string {
+  const offsets = plannedOffsetsSeconds(p);
+  const rows = offsets.map((o, i) => `| ${i + 1} | ${formatOffset(o)} |`);
+  return ["| attempt | starts after the event (±20 % jitter on each wait) |", "|---|---|", ...rows].join("\n");
+}
