@@ -316,12 +316,17 @@ export class Dispatcher {
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
       return this.resync(entry._id);
     }
-    await store.events.updateOne({ _id: entry._id }, { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } });
-    if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } });
-    else await store.queue.deleteOne({ _id: entry._id });
+    // The endpoint's health is kept beside the outcome, not after it: the slot frees no later.
+    await Promise.all([
+      (async () => {
+        await store.events.updateOne({ _id: entry._id }, { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } });
+        if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } });
+        else await store.queue.deleteOne({ _id: entry._id });
+      })(),
+      target ? this.recordHealth(entry.partnerId, outcome.delivered, startedAt) : undefined,
+    ]);
     if (outcome.delivered) logger.info(fields, "webhook delivered");
     else logger.info({ ...fields, nextAttemptAt: next.nextAttemptAt }, "webhook attempt failed");
-    if (target) await this.recordHealth(entry.partnerId, outcome.delivered, startedAt);
   }
 
   /**
