@@ -180,6 +180,7 @@ describe("webhook recover, attempts and endpoint health", () => {
     const event = await emitAndStore(partner.partner_id);
     await eventually(async () => (receiver.hits.length >= 2 ? true : undefined), 30_000, "the attempt after Retry-After");
     const [busy, next] = receiver.hits;
+    process.stderr.write(`Retry-After: 7 -> next attempt ${next!.at - busy!.answeredAt} ms after the 503 was answered\n`);
     expect(next!.at - busy!.answeredAt).toBeGreaterThanOrEqual(7_000);
     const attempts = await h.ops.webhookAttempts(event._id);
     expect(attempts.attempts).toHaveLength(2);

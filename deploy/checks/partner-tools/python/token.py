@@ -19,7 +19,7 @@ if library == "requests-oauthlib":
         # No auth given: requests-oauthlib sends HTTP Basic with the id and secret.
         token = session.fetch_token(token_url=token_url, client_id=client_id, client_secret=client_secret)
     else:
-        token = session.fetch_token(token_url=token_url, client_id=client_id, client_secret=client_secret, include_client_id=True, auth=False)
+        token = session.fetch_token(token_url=token_url, client_id=client_id, client_secret=client_secret, include_client_id=True)
 elif library == "authlib":
     from authlib.integrations.requests_client import OAuth2Session
 
