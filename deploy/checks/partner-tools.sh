@@ -70,7 +70,15 @@ set -e
 if ! python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/results.json" 2>/dev/null; then
   fail_all "run.mjs exited $status without results (see $out/run.log)"
 fi
-summary=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(f"{r[\"passed\"]} passed, {r[\"failed\"]} failed"); [print("  failed:", c["name"], "-", c.get("detail","")[:300], file=sys.stderr) for c in r["cases"] if not c["ok"]]' "$out/results.json")
+summary=$(python3 - "$out/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['passed']} passed, {r['failed']} failed")
+for c in r["cases"]:
+    if not c["ok"]:
+        print("  failed:", c["name"], "-", c.get("detail", "")[:300], file=sys.stderr)
+PY
+)
 log "partner tools: $summary (cases: $out/run.log)"
 failed=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["failed"])' "$out/results.json")
 if [ "$failed" != 0 ] || [ "$status" != 0 ]; then

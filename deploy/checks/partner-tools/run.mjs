@@ -39,10 +39,10 @@ function record(name, ok, detail = "") {
 
 // ---- OAuth client libraries ----
 const clients = [
-  ["python requests-oauthlib, default (HTTP Basic)", process.env.PT_PYTHON, [join(here, "python", "token.py"), "requests-oauthlib", "default"]],
-  ["python requests-oauthlib, body", process.env.PT_PYTHON, [join(here, "python", "token.py"), "requests-oauthlib", "body"]],
-  ["python authlib, default (client_secret_basic)", process.env.PT_PYTHON, [join(here, "python", "token.py"), "authlib", "default"]],
-  ["python authlib, body (client_secret_post)", process.env.PT_PYTHON, [join(here, "python", "token.py"), "authlib", "body"]],
+  ["python requests-oauthlib, default (HTTP Basic)", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "requests-oauthlib", "default"]],
+  ["python requests-oauthlib, body", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "requests-oauthlib", "body"]],
+  ["python authlib, default (client_secret_basic)", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "authlib", "default"]],
+  ["python authlib, body (client_secret_post)", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "authlib", "body"]],
   ["go golang.org/x/oauth2 clientcredentials, default (auto-detect, Basic first)", process.env.PT_GO_BIN, ["-style", "auto"]],
   ["go golang.org/x/oauth2 clientcredentials, body (AuthStyleInParams)", process.env.PT_GO_BIN, ["-style", "params"]],
   ["node simple-oauth2, default (header)", process.execPath, [join(process.env.PT_NODE_DIR, "token.cjs"), "default"]],

@@ -46,13 +46,7 @@ export class PartnerEventPublisher {
     clientId = "",
     since = performance.now(),
   ): Promise<Propagation> {
-    const event = create(eventsv1.PartnerEventSchema, { kind, partnerId, clientId, occurredAt: BigInt(Date.now()) });
-    const [meta] = await this.producer.send({
-      topic: this.topic,
-      messages: [{ key: partnerId, value: Buffer.from(toBinary(eventsv1.PartnerEventSchema, event)) }],
-    });
-    const partition = meta!.partition;
-    const offset = Number(meta!.baseOffset);
+    const { partition, offset } = await this.announce(kind, partnerId, clientId);
     const deadline = performance.now() + this.timeoutMs;
     for (;;) {
       const now = Date.now();
@@ -63,6 +57,19 @@ export class PartnerEventPublisher {
       }
       await new Promise((r) => setTimeout(r, POLL_MS));
     }
+  }
+
+  /**
+   * Publishes the event (acknowledged by Kafka) without waiting for the gateways: for changes that
+   * only other services follow (a webhook signing secret), not the gateways' revocation list.
+   */
+  async announce(kind: eventsv1.PartnerEventKind, partnerId: string, clientId = ""): Promise<{ partition: number; offset: number }> {
+    const event = create(eventsv1.PartnerEventSchema, { kind, partnerId, clientId, occurredAt: BigInt(Date.now()) });
+    const [meta] = await this.producer.send({
+      topic: this.topic,
+      messages: [{ key: partnerId, value: Buffer.from(toBinary(eventsv1.PartnerEventSchema, event)) }],
+    });
+    return { partition: meta!.partition, offset: Number(meta!.baseOffset) };
   }
 
   /** A gateway's report: alive, and applied everything before these offsets. */

@@ -221,8 +221,9 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         { _id: partner._id },
         { $set: { sealedSigningSecret: seal(pepper, signingSecret), previousSigningSecrets: previous, updatedAt: new Date() } },
       );
-      // Webhook replicas drop their cached target at once and sign with the new set.
-      await events.publish(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
+      // Webhook replicas drop their cached target at once and sign with the new set; gateways do
+      // not care, so there is nothing to wait for.
+      await events.announce(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
       deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
       return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
     },

@@ -1,6 +1,7 @@
+# (Not named token.py: that would shadow the standard library module of the same name.)
 """A partner's Python program: a client-credentials token from a standard OAuth library.
 
-    python token.py LIBRARY MODE TOKEN_URL CLIENT_ID CLIENT_SECRET
+    python oauth_client.py LIBRARY MODE TOKEN_URL CLIENT_ID CLIENT_SECRET
 
 LIBRARY is requests-oauthlib or authlib; MODE is default (each library's default client
 authentication, HTTP Basic for both) or body (client_id and client_secret as form fields).
