@@ -22,6 +22,7 @@ export const projectBase = {
     "^@pi/proto$": "<rootDir>/proto/src/index.ts",
     "^@pi/(common|auth|connection|file-intake|webhook|gateway|ops)$": "<rootDir>/services/$1/src/index.ts",
     "^@pi/local-stack$": "<rootDir>/deploy/local/src/index.ts",
+    "^@pi/partner-sdk$": "<rootDir>/sdk/typescript/src/index.ts",
     "^(\\.{1,2}/.*)\\.js$": "$1",
   },
   testPathIgnorePatterns: ["/node_modules/", "/dist/"],

@@ -11,10 +11,10 @@
 //   e2e          test/e2e/**, test/blackbox/**      the whole stack through the gateway, or npm start
 //   deploy       test/deploy/**                     the Helm chart and the container image
 //
-// <package> is proto, services/<name> or deploy/<name>. Patterns are matched against paths
+// <package> is proto, services/<name>, deploy/<name> or sdk/<name>. Patterns are matched against paths
 // relative to the repository root, with forward slashes.
 
-const PACKAGE_TEST = String.raw`(?:proto|services/[^/]+|deploy/[^/]+)/test/`;
+const PACKAGE_TEST = String.raw`(?:proto|services/[^/]+|deploy/[^/]+|sdk/[^/]+)/test/`;
 
 /** @type {Record<string, { patterns: RegExp[]; infra: boolean; build: boolean; about: string }>} */
 export const LANES = {

@@ -150,7 +150,8 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
   );
   const jvm = ["-Xms256m", "-Xmx768m", "-XX:+UseG1GC", `-Dlog4j.configuration=file:${log4j}`, "-cp", `${libs}/*`];
   if (!existsSync(join(logDirs, "meta.properties"))) {
-    const clusterId = randomBytes(16).toString("base64url");
+    // A leading "-" would read as an option to the storage tool (1 start in 64 failed that way).
+    const clusterId = randomBytes(16).toString("base64url").replace(/^-/, "A");
     run("java", [...jvm, "kafka.tools.StorageTool", "format", "-t", clusterId, "-c", config], dataDir, "formatting Kafka storage");
   }
   return { name: "kafka", command: "java", args: [...jvm, "kafka.Kafka", config], logFile: join(logDir, "kafka.log") };

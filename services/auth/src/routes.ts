@@ -24,6 +24,14 @@ export interface AuthDeps {
 const modeName = (m: commonv1.Mode): CredentialMode | undefined => (m === Mode.LIVE ? "live" : m === Mode.TEST ? "test" : undefined);
 const modeEnum = (m: CredentialMode) => (m === "live" ? Mode.LIVE : Mode.TEST);
 
+/** A rotation's overlap may last at most a week. */
+export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
+
+/** The replaced secrets whose overlap has not ended, newest first. */
+function stillSigning(partner: PartnerDoc, now = Date.now()) {
+  return (partner.previousSigningSecrets ?? []).filter((p) => p.expiresAt.getTime() > now);
+}
+
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
   const { store, keys, settings, pepper } = deps;
   const { events } = deps;
@@ -196,7 +204,30 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         partnerId: partner._id,
         webhookUrl: partner.webhookUrl ?? "",
         signingSecret: unseal(pepper, partner.sealedSigningSecret),
+        previousSigningSecrets: stillSigning(partner).map((p) => ({ secret: unseal(pepper, p.sealed), expiresAt: BigInt(p.expiresAt.getTime()) })),
       };
+    },
+
+    async rotateSigningSecret(req) {
+      if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
+        throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
+      }
+      const partner = await partnerOrThrow(req.partnerId);
+      const signingSecret = newSecret("whsec");
+      const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
+      const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
+      const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
+      // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
+      const updated = await store.partners.findOneAndUpdate(
+        { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
+        { $set: { sealedSigningSecret: seal(pepper, signingSecret), previousSigningSecrets: previous, updatedAt: new Date() }, ...pushEvent(event) },
+      );
+      if (!updated) throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
+      // Webhook replicas drop their cached target once the event is out; gateways do not follow
+      // signing secrets, so there is nothing to wait for.
+      await events.partners.relay(partner._id);
+      deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
+      return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
     },
   });
 };

@@ -23,6 +23,8 @@ export interface PartnerDoc extends OutboxFields<PartnerEventEntry> {
   scopes: string[];
   webhookUrl: string | null;
   sealedSigningSecret: string;
+  /** Secrets replaced by a rotation, sealed, each signing beside the current one until it expires. */
+  previousSigningSecrets?: { sealed: string; expiresAt: Date }[];
   createdAt: Date;
   updatedAt: Date;
 }

@@ -1,10 +1,11 @@
 import type { Filter } from "mongodb";
 import { contextFromHeaders, inSpan, insertNew, SpanKind, takeOverClaim, type Logger } from "@pi/common";
 import type { WebhookSender } from "./outbound.js";
-import { nextAttemptAt, type RetryPolicy } from "./schedule.js";
+import { afterAttempt, failingAfterMs } from "./endpoint-health.js";
+import { nextAttemptAt, RETRY_AFTER_STATUSES, retryAfterUntil, type RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
 import { type AttemptRecord, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
-import type { TargetCache } from "./targets.js";
+import { signingSecrets, type TargetCache } from "./targets.js";
 
 // Runs the schedule that lives in the database. To claim a due queue entry, a replica inserts a
 // claim document whose _id names the entry's current slot (event id, attempts made, due time) and
@@ -270,7 +271,7 @@ export class Dispatcher {
           "webhook delivery",
           { kind: SpanKind.CLIENT, parent: contextFromHeaders(entry.trace), attributes: { "webhook.event_id": entry._id, "webhook.attempt": entry.attempts + 1 } },
           async (span) => {
-            const result = await sender.post(target.url, entry.body, { "service-signature": signatureHeader(target.secret, Math.floor(startedAt.getTime() / 1000), entry.body) });
+            const result = await sender.post(target.url, entry.body, { "service-signature": signatureHeader(signingSecrets(target, startedAt.getTime()), Math.floor(startedAt.getTime() / 1000), entry.body) });
             span.setAttribute("http.response.status_code", result.statusCode);
             return result;
           },
@@ -294,7 +295,10 @@ export class Dispatcher {
     if (outcome.delivered) {
       next = { state: "delivered", nextAttemptAt: null, deliveredAt: new Date() };
     } else {
-      const due = nextAttemptAt({ createdAt: entry.createdAt.getTime(), attemptsMade: number, lastEndedAt: Date.now() }, policy);
+      const endedAt = Date.now();
+      // A receiver's Retry-After on 429 or 503 is honoured within the window.
+      const notBefore = RETRY_AFTER_STATUSES.has(outcome.statusCode) ? retryAfterUntil(outcome.retryAfter, endedAt) : undefined;
+      const due = nextAttemptAt({ createdAt: entry.createdAt.getTime(), attemptsMade: number, lastEndedAt: endedAt, notBefore }, policy);
       next = due === null ? { state: "failed", nextAttemptAt: null } : { state: "pending", nextAttemptAt: new Date(due) };
     }
     const fields = { ...log, attempt: number, statusCode: outcome.statusCode, durationMs: outcome.durationMs, error: outcome.error, state: next.state };
@@ -304,9 +308,34 @@ export class Dispatcher {
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
       return this.resync(entry._id);
     }
-    if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } });
-    else await store.queue.deleteOne({ _id: entry._id });
+    // The endpoint's health is kept beside the queue's update, not after it: the slot frees no later.
+    await Promise.all([
+      next.nextAttemptAt
+        ? store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } })
+        : store.queue.deleteOne({ _id: entry._id }),
+      target ? this.recordHealth(entry.partnerId, outcome.delivered, startedAt) : undefined,
+    ]);
     if (outcome.delivered) logger.info(fields, "webhook delivered");
     else logger.info({ ...fields, nextAttemptAt: next.nextAttemptAt }, "webhook attempt failed");
+  }
+
+  /**
+   * The partner's endpoint health after an attempt. Concurrent attempts of one partner may race
+   * here; the worst that does is a streak that starts one attempt late.
+   */
+  private async recordHealth(partnerId: string, delivered: boolean, at: Date): Promise<void> {
+    const { endpoints } = this.o.store;
+    const prev = await endpoints.findOne({ _id: partnerId });
+    const { next, transition } = afterAttempt(prev, partnerId, delivered, at, failingAfterMs(this.o.policy.windowSeconds));
+    // A healthy endpoint's success is written at most once a minute: one write less per delivery.
+    if (delivered && prev && !prev.failingSince && prev.lastSuccessAt && at.getTime() - prev.lastSuccessAt.getTime() < 60_000) return;
+    const { _id, ...fields } = next;
+    await endpoints.updateOne({ _id }, { $set: fields }, { upsert: true });
+    // Alerts match these lines: "alert":"webhook_endpoint_failing" and its recovery.
+    if (transition === "failing") {
+      this.o.logger.warn({ partnerId, alert: "webhook_endpoint_failing", failingSince: next.failingSince }, "webhook endpoint failing: every attempt failed for the failing period");
+    } else if (transition === "recovered") {
+      this.o.logger.info({ partnerId, alert: "webhook_endpoint_recovered" }, "webhook endpoint recovered");
+    }
   }
 }

@@ -1,5 +1,6 @@
 import type { Collection, Db } from "mongodb";
 import type { ClaimDoc as BaseClaim } from "@pi/common";
+import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { EventType } from "./event-body.js";
 
 // Three collections, each written one document at a time (no transactions):
@@ -11,6 +12,7 @@ import type { EventType } from "./event-body.js";
 //                 an attempt needs. Small (pending events only), so the dispatcher's look for due
 //                 work stays cheap whatever the server's indexes.
 // webhook_claims  the right, for a lease, to make one scheduled attempt (see ClaimDoc).
+// webhook_endpoints  one per partner: whether its endpoint is failing (endpoint-health.ts).
 //
 // Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
 // retry window is used up), no_endpoint (the partner had no webhook address when the event came
@@ -55,7 +57,7 @@ export interface QueueDoc {
   /** Attempts made when this entry was last scheduled; tells a stale entry from a current one. */
   attempts: number;
   body: string;
-  /** When the event was created: the retry window counts from here. */
+  /** When the retry window starts: the event's creation, or the operator's resend or recover. */
   createdAt: Date;
   trace?: Record<string, string>;
 }
@@ -86,6 +88,7 @@ export interface WebhookStore {
   events: Collection<WebhookEventDoc>;
   queue: Collection<QueueDoc>;
   claims: Collection<ClaimDoc>;
+  endpoints: Collection<EndpointHealthDoc>;
 }
 
 export async function openWebhookStore(db: Db): Promise<WebhookStore> {
@@ -96,5 +99,5 @@ export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   await queue.createIndex({ dueAt: 1 }, { name: "due" });
   const claims = db.collection<ClaimDoc>("webhook_claims");
   await claims.createIndex({ expiresAt: 1 }, { name: "expiry" });
-  return { events, queue, claims };
+  return { events, queue, claims, endpoints: db.collection<EndpointHealthDoc>("webhook_endpoints") };
 }

@@ -11,7 +11,15 @@ import { consumerGroup, CONSUMER_MAX_WAIT_MS, topicName, type AuthClient, type K
 
 export interface WebhookTarget {
   url: string;
+  /** The current signing secret. */
   secret: string;
+  /** Secrets replaced by a rotation, each signing too until `expiresAt` (Unix ms). */
+  previous: { secret: string; expiresAt: number }[];
+}
+
+/** Every secret that signs an attempt starting at `at` (Unix ms): the current one first. */
+export function signingSecrets(target: WebhookTarget, at: number): string[] {
+  return [target.secret, ...target.previous.filter((p) => p.expiresAt > at).map((p) => p.secret)];
 }
 
 interface Entry {
@@ -57,7 +65,9 @@ export class TargetCache {
   private async fetch(partnerId: string): Promise<WebhookTarget | null> {
     try {
       const res = await this.auth.getWebhookTarget({ partnerId }, { timeoutMs: this.lookupTimeoutMs });
-      return res.webhookUrl ? { url: res.webhookUrl, secret: res.signingSecret } : null;
+      if (!res.webhookUrl) return null;
+      const previous = (res.previousSigningSecrets ?? []).map((p) => ({ secret: p.secret, expiresAt: Number(p.expiresAt) }));
+      return { url: res.webhookUrl, secret: res.signingSecret, previous };
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.NotFound) return null;
       throw err;

@@ -116,6 +116,7 @@ describe("webhook delivery", () => {
     expect(listed.deliveries.map((d) => d.state)).toEqual([webhookv1.DeliveryState.NO_ENDPOINT]);
     expect(await h.ops.webhookDeliveries(partner.partner_id)).toEqual({
       deliveries: [{ event_id: doc!._id, type: "connection.approved", attempts: 0, state: "failed", next_attempt_at: null }],
+      endpoint: { state: "ok", failing_since: null, last_success_at: null },
     });
   });
 
