@@ -34,8 +34,8 @@ export const knobs = {
   fillMiB: knob("BENCH_FILL_MIB", 500, 60),
   /** Uploads in flight at once while filling. */
   fillConcurrency: knob("BENCH_FILL_CONCURRENCY", 4, 4),
-  /** The longest wait for extraction to catch up after the fill, seconds. */
-  drainSeconds: knob("BENCH_DRAIN_SECONDS", 120, 30),
+  /** The longest wait for extraction to catch up (after the bulk data, after the PDFs, before idle), seconds. */
+  drainSeconds: knob("BENCH_DRAIN_SECONDS", 60, 30),
   /** The sustained extraction load: small PDFs per second, for this many seconds. */
   pdfRate: knob("BENCH_PDF_RATE", 10, 10),
   pdfSeconds: knob("BENCH_PDF_SECONDS", 60, 10),

@@ -84,9 +84,11 @@ export async function startLocalStack(opts: { portBase: number; env?: Record<str
 
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) {
+      let timer: NodeJS.Timeout | undefined;
       const exited = new Promise((r) => child.once("exit", r));
       child.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 25_000))]);
+      await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 25_000)))]);
+      clearTimeout(timer);
     }
     try {
       process.kill(-pid, "SIGKILL"); // whatever outlived the supervisor's own stop
