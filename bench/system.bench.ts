@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, it } from "@jest/globals";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { clientsFor } from "@pi/common";
@@ -43,12 +43,13 @@ const summary: Record<string, number | string> = {};
 
 beforeAll(async () => {
   scratch = mkdtempSync(join(tmpdir(), "pi-bench-"));
+  if (process.env.BENCH_CPU_PROF) mkdirSync(process.env.BENCH_CPU_PROF, { recursive: true });
   stack = await startLocalStack({
     portBase: knobs.portBase,
     env: {
       ...NO_RATE_LIMITS,
       ACCESS_TOKEN_TTL_SECONDS: "3600",
-      ...(process.env.BENCH_CPU_PROF ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_CPU_PROF}` } : {}),
+      ...(process.env.BENCH_CPU_PROF ? { NODE_OPTIONS: `--import ${join(process.cwd(), "bench", "drivers", "cpu-profile.mjs")}` } : {}),
     },
   });
   load = new LoadGenerator();
