@@ -148,7 +148,8 @@ async function compareRequests(request: Record<string, unknown>, systemUrl: stri
   };
 }
 
-function count(results: UploadResult[]) {
+/** Keeps the ids of the accepted uploads; how many were accepted and refused. */
+function recordUploads(results: UploadResult[]) {
   const ok = results.filter((r) => r.status === 202);
   for (const r of ok) if (r.id) accepted.push(r.id);
   const failed = results.filter((r) => r.status !== 202);
@@ -221,7 +222,7 @@ it("one 25 MB upload (bytes durable before the 202): system vs a bare node:http 
     async () => {
       const r = await once(uploadSpec(size));
       uploadedBytes += size;
-      count(r.result);
+      recordUploads(r.result);
       return r.mibPerSecond;
     },
     async () => (await once(sinkSpec(size))).mibPerSecond,
@@ -247,7 +248,7 @@ it("8 concurrent 25 MB uploads: the gateway's and file-intake's RSS against idle
   const sampler = rssSampler(watched.map((p) => p.pid));
   const r = await load.uploads({ ...uploadSpec(size), count: knobs.concurrentUploads, concurrency: knobs.concurrentUploads });
   const peak = sampler.stop();
-  const c = count(r.results);
+  const c = recordUploads(r.results);
   uploadedBytes += c.ok * size;
   const sinkRun = await load.uploads({ ...sinkSpec(size), count: knobs.concurrentUploads, concurrency: knobs.concurrentUploads });
   const figures: Record<string, number | string> = {};
@@ -279,7 +280,7 @@ it("bulk data: uploads until at least 500 MB went into the system, then extracti
   let c = { ok: 0, failed: 0 };
   if (uploads > 0) {
     const r = await load.uploads({ ...uploadSpec(size), count: uploads, concurrency: knobs.fillConcurrency });
-    c = count(r.results);
+    c = recordUploads(r.results);
     uploadedBytes += c.ok * size;
     seconds = r.seconds;
   }

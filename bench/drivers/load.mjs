@@ -12,12 +12,14 @@ import { readFileSync } from "node:fs";
 import autocannon from "autocannon";
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+// Paced uploads are an open loop: a request is sent when it is due, never queued behind a socket.
+const unbounded = new http.Agent({ keepAlive: true });
 
 /** One request with a Buffer body (or none); resolves with the status, the body text and the time taken. */
-function request(url, { method = "GET", headers = {}, body } = {}) {
+function request(url, { method = "GET", headers = {}, body, via = agent } = {}) {
   return new Promise((resolve) => {
     const started = performance.now();
-    const req = http.request(url, { method, headers: body ? { ...headers, "content-length": body.length } : headers, agent }, (res) => {
+    const req = http.request(url, { method, headers: body ? { ...headers, "content-length": body.length } : headers, agent: via }, (res) => {
       const chunks = [];
       res.on("data", (c) => chunks.push(c));
       res.on("end", () => resolve({ status: res.statusCode, text: Buffer.concat(chunks).toString("utf8"), ms: performance.now() - started, at: Date.now() }));
@@ -90,7 +92,7 @@ async function paced(cmd) {
     const due = started + i * interval;
     const wait = due - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-    pending.push(request(cmd.url, { method: "POST", headers, body }));
+    pending.push(request(cmd.url, { method: "POST", headers, body, via: unbounded }));
   }
   const sentSeconds = (performance.now() - started) / 1000;
   const answers = await Promise.all(pending);
