@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, it } from "@jest/globals";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { clientsFor } from "@pi/common";
 import { connectedPartner, fixture, sendFile, waitForStatus, type ConnectedPartner } from "../test/support/files.js";
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
-import { LoadGenerator, startBaseline, type AutocannonResult, type UploadResult } from "./support/driver.js";
+import { LoadGenerator, startBaseline, type UploadResult } from "./support/driver.js";
 import { knobs, MiB } from "./support/knobs.js";
 import { startLocalStack, type LocalStack } from "./support/local-stack.js";
 import { textPdf } from "./support/pdf.js";
-import { cpuSeconds, rssMiB, rssSampler } from "./support/procfs.js";
+import { cpuMeter, rssMiB, rssSampler } from "./support/procfs.js";
 import { median, percentile, report } from "./report.js";
 
 // The system against its own bare baselines (issue 14), in one run, in this order:
@@ -114,17 +114,52 @@ async function alternate<T>(rounds: number, system: () => Promise<T>, baseline: 
 
 const list = (xs: number[]) => xs.map((x) => (x >= 100 ? Math.round(x) : Math.round(x * 10) / 10)).join(" ");
 
-/** Request/response comparison with autocannon: the same request against each side. */
+const loadAverage = () => loadavg()[0]!;
+
+/** CPU per unit of work by process name, as "gateway 1.2, auth 0.8" (largest first). */
+const byProcess = (perName: Map<string, number>[], units: number[]) => {
+  const names = new Set(perName.flatMap((m) => [...m.keys()]));
+  const medians = [...names].map((n) => [n, median(perName.map((m, i) => ((m.get(n) ?? 0) * 1000) / units[i]!))] as const);
+  return medians
+    .filter(([, v]) => v > 0)
+    .sort((a, b) => b[1] - a[1])
+    .map(([n, v]) => `${n} ${v.toFixed(2)}`)
+    .join(", ");
+};
+
+/**
+ * Request/response comparison with autocannon: the same request against each side. Besides rates
+ * and latencies, the CPU each side's processes used per request (from /proc), which a busy machine
+ * distorts far less than a rate: on a machine shared with others, the side with more processes
+ * gets more of it.
+ */
 async function compareRequests(request: Record<string, unknown>, systemUrl: string, baselineUrl: string) {
-  const run = (url: string, duration: number) => load.autocannon({ ...request, url, connections: knobs.connections, duration });
-  await run(systemUrl, 1); // warm-up of both sides' code paths
-  await run(baselineUrl, 1);
-  const rounds = await alternate(knobs.rounds, () => run(systemUrl, knobs.roundSeconds), () => run(baselineUrl, knobs.roundSeconds));
-  const rate = (r: AutocannonResult) => r.ok / r.seconds;
-  const side = (rs: AutocannonResult[]) => ({
+  const systemProcesses = stack.processes();
+  const baselineProcesses = [{ pid: koa.pid, name: "koa-baseline" }];
+  const run = async (url: string, duration: number, processes: { pid: number; name: string }[]) => {
+    const meter = cpuMeter(processes);
+    const result = await load.autocannon({ ...request, url, connections: knobs.connections, duration });
+    return { ...result, cpu: meter.stop() };
+  };
+  const loadBefore = loadAverage();
+  await run(systemUrl, 1, systemProcesses); // warm-up of both sides' code paths
+  await run(baselineUrl, 1, baselineProcesses);
+  const rounds = await alternate(
+    knobs.rounds,
+    () => run(systemUrl, knobs.roundSeconds, systemProcesses),
+    () => run(baselineUrl, knobs.roundSeconds, baselineProcesses),
+  );
+  type Round = (typeof rounds.system)[number];
+  const rate = (r: Round) => r.ok / r.seconds;
+  const side = (rs: Round[]) => ({
     rps: median(rs.map(rate)),
     p50: median(rs.map((r) => r.latency.p50)),
     p99: median(rs.map((r) => r.latency.p99)),
+    cpuMs: median(rs.map((r) => (r.cpu.total * 1000) / r.ok)),
+    cpuByProcess: byProcess(
+      rs.map((r) => r.cpu.byName),
+      rs.map((r) => r.ok),
+    ),
     rounds: rs.map(rate),
     bad: rs.reduce((n, r) => n + r.non2xx + r.errors + r.timeouts, 0),
   });
@@ -136,14 +171,19 @@ async function compareRequests(request: Record<string, unknown>, systemUrl: stri
     figures: {
       "ratio req/s (system / baseline)": s.rps / b.rps,
       "ratio p99 (system / baseline)": s.p99 / b.p99,
+      "ratio CPU per request (baseline / system)": b.cpuMs / s.cpuMs,
       "system req/s (median of rounds)": s.rps,
       "baseline req/s (median of rounds)": b.rps,
       "system p50 / p99 ms": `${s.p50} / ${s.p99}`,
       "baseline p50 / p99 ms": `${b.p50} / ${b.p99}`,
+      "system CPU ms per request (all its processes)": s.cpuMs,
+      "baseline CPU ms per request": b.cpuMs,
+      "system CPU ms per request by process": s.cpuByProcess,
       "system req/s by round": list(s.rounds),
       "baseline req/s by round": list(b.rounds),
       "non-2xx, errors, timeouts (system / baseline)": `${s.bad} / ${b.bad}`,
       "rounds x seconds x connections": `${knobs.rounds} x ${knobs.roundSeconds} x ${knobs.connections}`,
+      "machine load average before / after": `${loadBefore.toFixed(1)} / ${loadAverage().toFixed(1)}`,
     },
   };
 }
@@ -200,43 +240,62 @@ it("POST /oauth/token: system vs a bare Koa route that parses the form, HMAC-has
   );
   report("POST /oauth/token: system vs bare Koa route (form, HMAC, ES256 sign)", c.figures);
   summary["token req/s ratio [>= 0.5]"] = c.s.rps / c.b.rps;
+  summary["token CPU-per-request ratio, baseline / system"] = c.b.cpuMs / c.s.cpuMs;
 }, 300_000);
 
 it("GET /v1/files/{id} before bulk data: system vs a bare Koa route verifying the same token", async () => {
   getBefore = await compareGet("(before bulk data)");
   summary["GET req/s ratio, before bulk data [>= 0.5]"] = getBefore.s.rps / getBefore.b.rps;
   summary["GET p99 ratio, before bulk data [<= 2]"] = getBefore.s.p99 / getBefore.b.p99;
+  summary["GET CPU-per-request ratio, before bulk data, baseline / system"] = getBefore.b.cpuMs / getBefore.s.cpuMs;
 }, 300_000);
 
 it("one 25 MB upload (bytes durable before the 202): system vs a bare node:http sink that hashes and fsyncs", async () => {
   const size = Math.floor(knobs.uploadMiB * MiB);
-  const once = async (spec: ReturnType<typeof uploadSpec>) => {
+  const mib = size / MiB;
+  const systemProcesses = stack.processes();
+  const once = async (spec: ReturnType<typeof uploadSpec>, processes: { pid: number; name: string }[]) => {
+    const meter = cpuMeter(processes);
     const r = await load.uploads({ ...spec, count: 1, concurrency: 1 });
+    const cpu = meter.stop();
     const res = r.results[0]!;
     if (res.status !== 202) throw new Error(`upload refused: ${res.status} ${res.error}`);
-    return { mibPerSecond: size / MiB / (res.ms / 1000), result: r.results };
+    return { mibPerSecond: mib / (res.ms / 1000), cpuMsPerMiB: (cpu.total * 1000) / mib, cpu: cpu.byName, result: r.results };
   };
-  await once(sinkSpec(size)); // warm-up of the sink; the system's first upload is a round of its own
+  const sinkProcesses = [{ pid: sink.pid, name: "sink" }];
+  const loadBefore = loadAverage();
+  await once(sinkSpec(size), sinkProcesses); // warm-up of the sink; the system's first upload is a round of its own
   const rounds = await alternate(
     knobs.uploadRounds,
     async () => {
-      const r = await once(uploadSpec(size));
+      const r = await once(uploadSpec(size), systemProcesses);
       uploadedBytes += size;
       recordUploads(r.result);
-      return r.mibPerSecond;
+      return r;
     },
-    async () => (await once(sinkSpec(size))).mibPerSecond,
+    () => once(sinkSpec(size), sinkProcesses),
   );
-  const s = median(rounds.system);
-  const b = median(rounds.baseline);
+  const s = median(rounds.system.map((r) => r.mibPerSecond));
+  const b = median(rounds.baseline.map((r) => r.mibPerSecond));
+  const sCpu = median(rounds.system.map((r) => r.cpuMsPerMiB));
+  const bCpu = median(rounds.baseline.map((r) => r.cpuMsPerMiB));
   report(`upload of ${knobs.uploadMiB} MiB: system vs bare node:http sink (hash + write + fsync)`, {
     "ratio MiB/s (system / baseline)": s / b,
+    "ratio CPU per MiB (baseline / system)": bCpu / sCpu,
     "system MiB/s (median of rounds)": s,
     "baseline MiB/s (median of rounds)": b,
-    "system MiB/s by round": list(rounds.system),
-    "baseline MiB/s by round": list(rounds.baseline),
+    "system CPU ms per MiB (all its processes)": sCpu,
+    "baseline CPU ms per MiB": bCpu,
+    "system CPU ms per MiB by process": byProcess(
+      rounds.system.map((r) => r.cpu),
+      rounds.system.map(() => mib),
+    ),
+    "system MiB/s by round": list(rounds.system.map((r) => r.mibPerSecond)),
+    "baseline MiB/s by round": list(rounds.baseline.map((r) => r.mibPerSecond)),
+    "machine load average before / after": `${loadBefore.toFixed(1)} / ${loadAverage().toFixed(1)}`,
   });
   summary["25 MB upload MiB/s ratio [>= 0.3]"] = s / b;
+  summary["25 MB upload CPU-per-MiB ratio, baseline / system"] = bCpu / sCpu;
 }, 300_000);
 
 it("8 concurrent 25 MB uploads: the gateway's and file-intake's RSS against idle", async () => {
@@ -279,7 +338,7 @@ it("bulk data: uploads until at least 500 MB went into the system, then extracti
   let seconds = 0;
   let c = { ok: 0, failed: 0 };
   if (uploads > 0) {
-    const r = await load.uploads({ ...uploadSpec(size), count: uploads, concurrency: knobs.fillConcurrency });
+    const r = await load.uploads({ ...uploadSpec(size), count: uploads, concurrency: knobs.fillConcurrency, deadline: Date.now() + knobs.fillMaxSeconds * 1000 });
     c = recordUploads(r.results);
     uploadedBytes += c.ok * size;
     seconds = r.seconds;
@@ -289,7 +348,7 @@ it("bulk data: uploads until at least 500 MB went into the system, then extracti
   const started = performance.now();
   const remaining = await waitUntilSettled(accepted, knobs.drainSeconds * 1000);
   report("bulk data", {
-    "MiB accepted by the system so far": uploadedBytes / MiB,
+    [`MiB accepted by the system so far (goal ${knobs.fillMiB}; short if the phase hit ${knobs.fillMaxSeconds} s)`]: uploadedBytes / MiB,
     "uploads in this phase (accepted / refused)": `${c.ok} / ${c.failed}`,
     "concurrency": knobs.fillConcurrency,
     "aggregate MiB/s in this phase": uploads > 0 ? (c.ok * size) / MiB / seconds : NaN,
@@ -309,9 +368,12 @@ it("GET /v1/files/{id} of a file created last, after 500 MB: system vs the bare 
     "after / before (goal: 0.8 to 1.2)": now / before,
     "system req/s after / before": after.s.rps / getBefore.s.rps,
     "system p99 ms before / after": `${getBefore.s.p99} / ${after.s.p99}`,
+    "system CPU ms per request before / after": `${getBefore.s.cpuMs.toFixed(2)} / ${after.s.cpuMs.toFixed(2)}`,
   });
+  summary["MiB in the system before the last file [>= 500]"] = uploadedBytes / MiB;
   summary["GET req/s ratio, after bulk data [>= 0.5]"] = now;
   summary["GET p99 ratio, after bulk data [<= 2]"] = after.s.p99 / after.b.p99;
+  summary["GET CPU-per-request ratio, after bulk data, baseline / system"] = after.b.cpuMs / after.s.cpuMs;
   summary["GET ratio after / before [0.8 .. 1.2]"] = now / before;
 }, 300_000);
 
@@ -416,25 +478,15 @@ it("idle: the CPU of every process of the stack over a minute", async () => {
   const backlog = await waitUntilSettled(accepted, knobs.drainSeconds * 1000);
   await new Promise((r) => setTimeout(r, knobs.idleSettleSeconds * 1000));
   const procs = stack.processes();
-  const before = new Map(procs.map((p) => [p.pid, cpuSeconds(p.pid)]));
-  const started = performance.now();
+  const meter = cpuMeter(procs);
   await new Promise((r) => setTimeout(r, knobs.idleSeconds * 1000));
-  const seconds = (performance.now() - started) / 1000;
-  const byName = new Map<string, number>();
-  let total = 0;
-  for (const p of procs) {
-    const a = before.get(p.pid);
-    const b = cpuSeconds(p.pid);
-    if (a === undefined || b === undefined) continue;
-    const cores = (b - a) / seconds;
-    total += cores;
-    byName.set(p.name, (byName.get(p.name) ?? 0) + cores);
-  }
+  const cpu = meter.stop();
+  const total = cpu.total / cpu.seconds;
   report(`idle: CPU of the whole stack over ${knobs.idleSeconds} s (cores, from /proc/<pid>/stat)`, {
     "all processes [< 0.1]": total,
     processes: procs.length,
     "files still received when the window began (not idle if > 0)": backlog,
-    ...Object.fromEntries([...byName].sort((x, y) => y[1] - x[1]).map(([name, cores]) => [name, cores])),
+    ...Object.fromEntries([...cpu.byName].sort((x, y) => y[1] - x[1]).map(([name, seconds]) => [name, seconds / cpu.seconds])),
   });
   summary["idle stack, cores [< 0.1]"] = total;
 }, 300_000);

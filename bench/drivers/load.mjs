@@ -4,6 +4,7 @@
 //
 //   { id, op: "autocannon", options }        a fixed-duration run of autocannon (requests per second, latency)
 //   { id, op: "uploads", ... }               `count` uploads of one multipart body, `concurrency` at a time
+//                                            (none started after `deadline`, epoch ms, if given)
 //   { id, op: "paced", ... }                 uploads started at a fixed rate for a time, whatever their answers
 //   { id, op: "probe", ... }                 one GET after another until { op: "stop", probe } (latency timeline)
 import http from "node:http";
@@ -72,7 +73,8 @@ async function uploads(cmd) {
   const started = performance.now();
   await Promise.all(
     Array.from({ length: Math.min(cmd.concurrency, cmd.count) }, async () => {
-      while (next < cmd.count) {
+      // An optional deadline (epoch ms): no upload starts after it, the ones under way finish.
+      while (next < cmd.count && !(cmd.deadline && Date.now() > cmd.deadline)) {
         next++;
         const r = await request(cmd.url, { method: "POST", headers, body });
         results.push({ status: r.status, ms: r.ms, id: idOf(r.text), error: r.status === 202 ? undefined : r.text.slice(0, 300) });

@@ -72,7 +72,7 @@ export class LoadGenerator {
     return this.run({ op: "autocannon", options });
   }
 
-  uploads(spec: UploadSpec & { count: number; concurrency: number }): Promise<{ seconds: number; bodyBytes: number; results: UploadResult[] }> {
+  uploads(spec: UploadSpec & { count: number; concurrency: number; deadline?: number }): Promise<{ seconds: number; bodyBytes: number; results: UploadResult[] }> {
     return this.run({ op: "uploads", ...spec });
   }
 

@@ -32,6 +32,8 @@ export const knobs = {
   concurrentUploads: knob("BENCH_CONCURRENT_UPLOADS", 8, 8),
   /** MiB uploaded to the system, all phases together, before the second GET measurement. */
   fillMiB: knob("BENCH_FILL_MIB", 500, 60),
+  /** No bulk upload starts after this many seconds of the phase (a slow system still ends the run). */
+  fillMaxSeconds: knob("BENCH_FILL_MAX_SECONDS", 180, 60),
   /** Uploads in flight at once while filling. */
   fillConcurrency: knob("BENCH_FILL_CONCURRENCY", 4, 4),
   /** The longest wait for extraction to catch up (after the bulk data, after the PDFs, before idle), seconds. */

@@ -53,3 +53,23 @@ export function rssSampler(pids: number[], everyMs = 20) {
     },
   };
 }
+
+/** Starts counting the CPU of some processes; stop() gives the CPU seconds each name used since. */
+export function cpuMeter(processes: { pid: number; name: string }[]) {
+  const before = new Map(processes.map((p) => [p.pid, cpuSeconds(p.pid)]));
+  const started = performance.now();
+  return {
+    stop() {
+      const seconds = (performance.now() - started) / 1000;
+      const byName = new Map<string, number>();
+      for (const p of processes) {
+        const a = before.get(p.pid);
+        const b = cpuSeconds(p.pid);
+        if (a === undefined || b === undefined) continue;
+        byName.set(p.name, (byName.get(p.name) ?? 0) + (b - a));
+      }
+      const total = [...byName.values()].reduce((x, y) => x + y, 0);
+      return { seconds, total, byName };
+    },
+  };
+}
