@@ -1,6 +1,7 @@
 // Preloaded into every Node process of the stack when BENCH_CPU_PROF names a directory
 // (NODE_OPTIONS="--import .../cpu-profile.mjs"; Node 20 refuses --cpu-prof there): profiles the
-// whole life of the process with the inspector and writes <name>-<pid>.cpuprofile at exit.
+// whole life of the process with the inspector and writes <name>-<pid>.cpuprofile when it is told
+// to stop (SIGTERM, SIGINT) or exits.
 import { Session } from "node:inspector";
 import { writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
@@ -14,10 +15,16 @@ if (dir) {
   session.post("Profiler.start");
   const script = process.argv[1] ?? "node";
   const name = basename(script) === "main.js" ? basename(dirname(dirname(script))) : basename(script, ".js");
-  process.on("exit", () => {
-    // The in-process session answers synchronously, so the profile is written before the exit.
+  let written = false;
+  const write = () => {
+    if (written) return;
+    written = true;
+    // The in-process session answers synchronously, so the profile is on disk when this returns.
     session.post("Profiler.stop", (err, result) => {
       if (!err) writeFileSync(join(dir, `${name}-${process.pid}.cpuprofile`), JSON.stringify(result.profile));
     });
-  });
+  };
+  // On the stop signal already: a process that is slow to exit may be killed before its exit.
+  for (const signal of ["SIGTERM", "SIGINT"]) process.prependListener(signal, write);
+  process.on("exit", write);
 }

@@ -87,7 +87,8 @@ export async function startLocalStack(opts: { portBase: number; env?: Record<str
       let timer: NodeJS.Timeout | undefined;
       const exited = new Promise((r) => child.once("exit", r));
       child.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 25_000)))]);
+      // npm start stops within 20 s; a busy machine may take longer.
+      await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 40_000)))]);
       clearTimeout(timer);
     }
     try {
