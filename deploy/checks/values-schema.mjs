@@ -134,6 +134,7 @@ const definitions = {
       enabled: { type: "boolean" },
       size: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" },
       storageClass: { type: "string" },
+      claimRetention: { enum: ["Retain", "Delete"] },
     },
   },
 };
