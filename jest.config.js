@@ -21,7 +21,8 @@ export default {
     "<rootDir>/deploy/*/test/**/*.test.ts",
     "<rootDir>/test/**/*.test.ts",
   ],
-  testPathIgnorePatterns: ["/node_modules/", "/dist/"],
+  // test/cluster needs an installed release: `npm run test:cluster` runs it (jest.cluster.config.js).
+  testPathIgnorePatterns: ["/node_modules/", "/dist/", "<rootDir>/test/cluster/"],
   globalSetup: "<rootDir>/test/support/global-setup.mjs",
   globalTeardown: "<rootDir>/test/support/global-teardown.mjs",
   testTimeout: 60_000,

@@ -210,6 +210,11 @@ export const schema = {
       properties: {
         image: { $ref: "#/definitions/image" },
         wiredTigerCacheSizeGB: { type: "number", minimum: 0.25 },
+        standIn: {
+          type: "object",
+          additionalProperties: false,
+          properties: { enabled: { type: "boolean" }, image: { $ref: "#/definitions/image" } },
+        },
         resources: { $ref: "#/definitions/resources" },
         persistence: { $ref: "#/definitions/persistence" },
       },

@@ -30,3 +30,17 @@ if ! have_image "$ref"; then
   load "$ref" "$ctx"; rm -rf "$ctx"
 fi
 echo "KAFKA_IMAGE=$ref"
+
+# The MongoDB-wire stand-in: deploy/infra/mongo-wire's Main compiled against its Maven dependencies.
+src=deploy/infra/mongo-wire
+if [ -f "$ROOT/$src/pom.xml" ]; then
+  ref=pi.local/mongo-wire:$(hash_of $src deploy/cluster/images/mongo-wire)
+  if ! have_image "$ref"; then
+    ctx=$(mktemp -d); mkdir -p "$ctx/classes"
+    mvn -q -f "$ROOT/$src/pom.xml" dependency:copy-dependencies -DoutputDirectory="$ctx/libs" -DincludeScope=runtime
+    javac -nowarn -d "$ctx/classes" -cp "$ctx/libs/*" $(find "$ROOT/$src" -name '*.java')
+    cp "$HERE/images/mongo-wire/Dockerfile" "$ctx/"
+    load "$ref" "$ctx"; rm -rf "$ctx"
+  fi
+  echo "MONGO_WIRE_IMAGE=$ref"
+fi
