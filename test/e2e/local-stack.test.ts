@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { alive, descendants } from "../support/processes.js";
 import { accessToken } from "../support/partner-api.js";
 
-// `npm start` as an operator runs it: real processes, its own FerretDB and Kafka, its own ports.
+// `npm start` as an operator runs it: real processes, its own MongoDB-wire server and Kafka, its own ports.
 const stateDir = mkdtempSync(join(tmpdir(), "pi-stack-"));
 const env = {
   ...process.env,
@@ -68,7 +68,7 @@ function ops(...args: string[]) {
 async function stopAndCheckNothingLeft(child: ChildProcess): Promise<number> {
   remember();
   const tree = descendants(child.pid!);
-  expect(tree.length).toBeGreaterThanOrEqual(7); // npm, its shell, the supervisor, FerretDB, Kafka, five services
+  expect(tree.length).toBeGreaterThanOrEqual(7); // npm, its shell, the supervisor, the MongoDB-wire server, Kafka, five services
   const started = Date.now();
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   child.kill("SIGTERM");

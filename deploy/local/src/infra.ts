@@ -5,11 +5,11 @@ import { createConnection } from "node:net";
 import { join } from "node:path";
 import { repoRoot } from "./paths.js";
 
-// Provisioning and launch of the local infrastructure, from registries only:
-// FerretDB v1.24.2 (SQLite backend) built from our Go module in deploy/infra/ferretdb, and
-// Apache Kafka 3.9.1 fetched with Maven from deploy/infra/kafka/pom.xml.
+// Provisioning and launch of the local infrastructure, from registries only: the MongoDB-wire
+// server (mongo-java-server with its H2 backend, fetched with Maven from deploy/infra/mongo-wire/pom.xml
+// and started by our Main.java there) and Apache Kafka 3.9.1 (Maven, deploy/infra/kafka/pom.xml).
 
-export const FERRETDB_VERSION = "1.24.2";
+export const MONGO_WIRE_VERSION = "1.47.0";
 export const KAFKA_VERSION = "3.9.1";
 
 type Progress = (line: string) => void;
@@ -20,17 +20,36 @@ function run(cmd: string, args: string[], cwd: string, what: string): void {
   if (result.status !== 0) throw new Error(`${what}: ${cmd} exited with ${result.status}`);
 }
 
-/** The FerretDB binary, built once into the cache. */
-export function ensureFerretDb(cache: string, progress: Progress): string {
-  const binary = join(cache, `ferretdb-${FERRETDB_VERSION}`, "ferretdb-local");
-  if (existsSync(binary)) return binary;
-  progress(`building FerretDB v${FERRETDB_VERSION} with Go (first run only, about 2 minutes)`);
-  mkdirSync(join(cache, `ferretdb-${FERRETDB_VERSION}`), { recursive: true });
-  const tmp = `${binary}.tmp`;
-  run("go", ["build", "-o", tmp, "."], join(repoRoot, "deploy", "infra", "ferretdb"), "building FerretDB");
-  renameSync(tmp, binary);
-  progress("FerretDB built");
-  return binary;
+/** Fetches a pom's runtime dependencies into `libs` once. */
+function fetchJars(pom: string, libs: string, what: string): void {
+  const tmp = `${libs}.tmp`;
+  rmSync(tmp, { recursive: true, force: true });
+  run("mvn", ["-q", "-B", "-f", pom, "dependency:copy-dependencies", `-DoutputDirectory=${tmp}`, "-DincludeScope=runtime"], repoRoot, what);
+  rmSync(libs, { recursive: true, force: true });
+  renameSync(tmp, libs);
+}
+
+export interface MongoWireInstall {
+  libs: string;
+  classes: string;
+}
+
+/** mongo-java-server's jars and our compiled Main, fetched and built once into the cache. */
+export function ensureMongoWire(cache: string, progress: Progress): MongoWireInstall {
+  const home = join(cache, `mongo-wire-${MONGO_WIRE_VERSION}`);
+  const install = { libs: join(home, "libs"), classes: join(home, "classes") };
+  const source = join(repoRoot, "deploy", "infra", "mongo-wire");
+  if (existsSync(join(install.classes, "Main.class")) && existsSync(install.libs)) return install;
+  progress(`fetching mongo-java-server ${MONGO_WIRE_VERSION} with Maven (first run only)`);
+  mkdirSync(home, { recursive: true });
+  fetchJars(join(source, "pom.xml"), install.libs, "fetching mongo-java-server");
+  const tmp = `${install.classes}.tmp`;
+  rmSync(tmp, { recursive: true, force: true });
+  run("javac", ["-d", tmp, "-cp", `${install.libs}/*`, join(source, "Main.java")], source, "compiling the MongoDB-wire server");
+  rmSync(install.classes, { recursive: true, force: true });
+  renameSync(tmp, install.classes);
+  progress("mongo-java-server ready");
+  return install;
 }
 
 /** The directory of Kafka's jars, fetched once into the cache. */
@@ -38,16 +57,7 @@ export function ensureKafka(cache: string, progress: Progress): string {
   const libs = join(cache, `kafka-${KAFKA_VERSION}`, "libs");
   if (existsSync(join(libs, `kafka_2.13-${KAFKA_VERSION}.jar`))) return libs;
   progress(`fetching Apache Kafka ${KAFKA_VERSION} with Maven (first run only)`);
-  const tmp = `${libs}.tmp`;
-  rmSync(tmp, { recursive: true, force: true });
-  run(
-    "mvn",
-    ["-q", "-B", "-f", join(repoRoot, "deploy", "infra", "kafka", "pom.xml"), "dependency:copy-dependencies", `-DoutputDirectory=${tmp}`, "-DincludeScope=runtime"],
-    repoRoot,
-    "fetching Kafka",
-  );
-  rmSync(libs, { recursive: true, force: true });
-  renameSync(tmp, libs);
+  fetchJars(join(repoRoot, "deploy", "infra", "kafka", "pom.xml"), libs, "fetching Kafka");
   progress("Kafka fetched");
   return libs;
 }
@@ -60,13 +70,27 @@ export interface InfraProcessSpec {
   env?: NodeJS.ProcessEnv;
 }
 
-export function ferretDbSpec(binary: string, dataDir: string, port: number, logDir: string): InfraProcessSpec {
+/** The MongoDB-wire server with its data in one H2 file under `dataDir`, kept across starts. */
+export function mongoWireSpec(install: MongoWireInstall, dataDir: string, port: number, logDir: string): InfraProcessSpec {
   mkdirSync(dataDir, { recursive: true });
   return {
-    name: "ferretdb",
-    command: binary,
-    args: ["-listen", `127.0.0.1:${port}`, "-data-dir", dataDir],
-    logFile: join(logDir, "ferretdb.log"),
+    name: "mongo-wire",
+    command: "java",
+    args: [
+      "-Xms64m",
+      "-Xmx1g",
+      "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+      "-cp",
+      `${install.classes}:${install.libs}/*`,
+      "Main",
+      "--host",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--data",
+      join(dataDir, "mongo.mv"),
+    ],
+    logFile: join(logDir, "mongo-wire.log"),
   };
 }
 

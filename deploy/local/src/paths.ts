@@ -8,7 +8,7 @@ export function stateDir(env: NodeJS.ProcessEnv = process.env): string {
   return resolve(env.STATE_DIR || join(repoRoot, ".state"));
 }
 
-/** Built infrastructure (FerretDB binary, Kafka jars), shared by every stack and test run. */
+/** Built infrastructure (the MongoDB-wire server's and Kafka's jars), shared by every stack and test run. */
 export function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
   return resolve(env.INFRA_CACHE_DIR || join(stateDir(env), "cache"));
 }

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createKafka, ensureTopics, type Logger, type Settings } from "@pi/common";
-import { ensureFerretDb, ensureKafka, ferretDbSpec, kafkaSpec, portOpen, waitFor } from "./infra.js";
+import { ensureKafka, ensureMongoWire, mongoWireSpec, kafkaSpec, portOpen, waitFor } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { Supervisor } from "./supervisor.js";
 
@@ -16,7 +16,7 @@ export interface StackOptions {
   mongoPort: number;
   kafkaPort: number;
   kafkaControllerPort: number;
-  /** Start FerretDB and Kafka here (false: use MONGODB_URI and KAFKA_BROKERS as they are). */
+  /** Start the MongoDB-wire server and Kafka here (false: use MONGODB_URI and KAFKA_BROKERS as they are). */
   startInfra: boolean;
   progress: (line: string) => void;
 }
@@ -49,16 +49,16 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
 
   if (opts.startInfra) {
     const cache = cacheDir();
-    const ferret = ensureFerretDb(cache, progress);
+    const mongoWire = ensureMongoWire(cache, progress);
     const kafkaLibs = ensureKafka(cache, progress);
     if (await portOpen(opts.mongoPort)) throw new Error(`port ${opts.mongoPort} (MongoDB) is already in use; stop what holds it or set MONGODB_PORT`);
     if (await portOpen(opts.kafkaPort)) throw new Error(`port ${opts.kafkaPort} (Kafka) is already in use; stop what holds it or set KAFKA_PORT`);
-    progress("starting FerretDB and Kafka");
-    supervisor.start(ferretDbSpec(ferret, join(stateDir, "ferretdb"), opts.mongoPort, logDir));
+    progress("starting the MongoDB-wire server and Kafka");
+    supervisor.start(mongoWireSpec(mongoWire, join(stateDir, "mongo-wire"), opts.mongoPort, logDir));
     supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), opts.kafkaPort, opts.kafkaControllerPort, logDir));
     env.MONGODB_URI = `mongodb://127.0.0.1:${opts.mongoPort}/`;
     env.KAFKA_BROKERS = `127.0.0.1:${opts.kafkaPort}`;
-    await waitFor("FerretDB", () => portOpen(opts.mongoPort), 30_000);
+    await waitFor("the MongoDB-wire server", () => portOpen(opts.mongoPort), 30_000);
     await waitFor("Kafka", () => portOpen(opts.kafkaPort), 90_000);
   }
   const brokers = env.KAFKA_BROKERS ?? opts.settings.KAFKA_BROKERS;
@@ -79,6 +79,6 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     supervisor,
     env,
     // Gateway first (stops taking requests), then the services, then the infrastructure.
-    stop: () => supervisor.stop([["gateway"], ["auth", "connection", "file-intake", "webhook"], ["kafka", "ferretdb"]]),
+    stop: () => supervisor.stop([["gateway"], ["auth", "connection", "file-intake", "webhook"], ["kafka", "mongo-wire"]]),
   };
 }

@@ -3,7 +3,7 @@ import { waitFor } from "./infra.js";
 import { stateDir } from "./paths.js";
 import { startStack } from "./stack.js";
 
-// `npm start`: provisions what is missing, starts FerretDB, Kafka and every service as local
+// `npm start`: provisions what is missing, starts the MongoDB-wire server, Kafka and every service as local
 // processes, and stays in the foreground until SIGINT or SIGTERM.
 
 const logger = createLogger("local-stack");

@@ -1,9 +1,9 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cacheDir, repoRoot } from "./paths.js";
-import { ensureFerretDb, ensureKafka, ferretDbSpec, kafkaSpec, portOpen, spawnLogged, waitFor } from "./infra.js";
+import { ensureKafka, ensureMongoWire, mongoWireSpec, kafkaSpec, portOpen, spawnLogged, waitFor } from "./infra.js";
 
-// The FerretDB and Kafka every integration test talks to: started by the test run when they are
+// The MongoDB-wire server and Kafka every integration test talks to: started by the test run when they are
 // not already running (on their own ports, apart from a dev `npm start`), stopped by it after.
 export const TEST_INFRA = {
   mongoPort: Number(process.env.TEST_MONGODB_PORT ?? 37017),
@@ -22,25 +22,25 @@ const progress = (line: string) => process.stderr.write(`[test-infra] ${line}\n`
 export async function ensureTestInfra(): Promise<boolean> {
   const [mongoUp, kafkaUp] = await Promise.all([portOpen(TEST_INFRA.mongoPort), portOpen(TEST_INFRA.kafkaPort)]);
   if (mongoUp && kafkaUp) {
-    progress(`reusing FerretDB on ${TEST_INFRA.mongoPort} and Kafka on ${TEST_INFRA.kafkaPort}`);
+    progress(`reusing the MongoDB-wire server on ${TEST_INFRA.mongoPort} and Kafka on ${TEST_INFRA.kafkaPort}`);
     return false;
   }
   if (mongoUp || kafkaUp) stopTestInfra();
   const cache = cacheDir();
-  const ferret = ensureFerretDb(cache, progress);
+  const mongoWire = ensureMongoWire(cache, progress);
   const kafkaLibs = ensureKafka(cache, progress);
   rmSync(TEST_INFRA.dir, { recursive: true, force: true });
   const logs = join(TEST_INFRA.dir, "logs");
   mkdirSync(logs, { recursive: true });
-  progress("starting FerretDB and Kafka for the tests");
+  progress("starting the MongoDB-wire server and Kafka for the tests");
   const started = Date.now();
   const procs = [
-    spawnLogged(ferretDbSpec(ferret, join(TEST_INFRA.dir, "ferretdb"), TEST_INFRA.mongoPort, logs), { detached: true }),
+    spawnLogged(mongoWireSpec(mongoWire, join(TEST_INFRA.dir, "mongo-wire"), TEST_INFRA.mongoPort, logs), { detached: true }),
     spawnLogged(kafkaSpec(kafkaLibs, join(TEST_INFRA.dir, "kafka"), TEST_INFRA.kafkaPort, TEST_INFRA.kafkaControllerPort, logs), { detached: true }),
   ];
   procs.forEach((p) => p.unref());
   writeFileSync(pidFile, JSON.stringify(procs.map((p) => p.pid)));
-  await waitFor("FerretDB", () => portOpen(TEST_INFRA.mongoPort), 30_000);
+  await waitFor("the MongoDB-wire server", () => portOpen(TEST_INFRA.mongoPort), 30_000);
   await waitFor("Kafka", () => portOpen(TEST_INFRA.kafkaPort), 90_000);
   progress(`ready in ${((Date.now() - started) / 1000).toFixed(1)} s (logs: ${logs})`);
   return true;
