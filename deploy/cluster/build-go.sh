@@ -8,10 +8,9 @@
 #               kubectl (about 20 minutes of CPU on 2 cores)
 #   coredns     the cluster DNS (about 3 minutes)
 #   traefik     the ingress controller (about 8 minutes)
-#   netpol      kube-network-policies, which enforces NetworkPolicies from the host (about 1 minute)
 #   skaffold    optional: `skaffold run -p local-cluster` (about 10 minutes)
 #
-#   deploy/cluster/build-go.sh kubernetes coredns traefik netpol
+#   deploy/cluster/build-go.sh kubernetes coredns traefik
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -31,7 +30,6 @@ build_tool() { # tool
     traefik)
       version=v3.5.3; pkgs=github.com/traefik/traefik/v3/cmd/traefik
       ld="-X github.com/traefik/traefik/v3/pkg/version.Version=$version" ;;
-    netpol) version=v0.7.0; pkgs=sigs.k8s.io/kube-network-policies/cmd ;;
     skaffold)
       version=v2.16.1; pkgs=github.com/GoogleContainerTools/skaffold/v2/cmd/skaffold
       ld="-X github.com/GoogleContainerTools/skaffold/v2/pkg/skaffold/version.version=$version" ;;
@@ -39,7 +37,7 @@ build_tool() { # tool
   esac
   local out=$CACHE/bin/$tool-$version missing=""
   for p in $pkgs; do
-    local name=${p##*/}; [ "$tool" = netpol ] && name=kube-network-policies; [ "$name" = v3 ] && name=traefik
+    local name=${p##*/}; [ "$name" = v3 ] && name=traefik
     [ -x "$out/$name" ] || missing="$missing $p=$name"
   done
   [ -z "$missing" ] && return 0
@@ -48,8 +46,7 @@ build_tool() { # tool
   cp "$HERE/go/$tool/"* "$work/"
   for m in $missing; do
     local t=$(date +%s)
-    # kube-network-policies v0.7.0 is missing from the checksum database; its go.sum pins its deps.
-    (cd "$work" && GONOSUMDB=sigs.k8s.io/kube-network-policies GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local \
+    (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local \
       nice -n 10 go build -trimpath -ldflags "-s -w $ld" -o "$out/${m#*=}.tmp" "${m%=*}")
     mv "$out/${m#*=}.tmp" "$out/${m#*=}"
     log "built $tool: ${m#*=} in $(( $(date +%s) - t ))s"

@@ -42,6 +42,7 @@ done
 grep -oE " ($STATE/kubelet|$STATE/containerd|$RUN)[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
 [ "$KEEP" = 1 ] && exit 0
 iptables -D FORWARD -s $POD_CIDR ! -o $BRIDGE -j DROP 2>/dev/null
+iptables -D FORWARD -i $BRIDGE -o $BRIDGE -j ACCEPT 2>/dev/null
 # kube-proxy's chains (KUBE-*), removed as `kube-proxy --cleanup` would.
 [ -x "$BIN/kube-proxy" ] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1
 ip link del $BRIDGE 2>/dev/null

@@ -25,7 +25,7 @@ fi
 # Debian starts its own etcd and containerd services on install where systemd runs; ours are separate
 # (own ports, own sockets), so those are left alone.
 
-"$HERE/build-go.sh" kubernetes coredns traefik netpol
+"$HERE/build-go.sh" kubernetes coredns traefik
 export PATH=$BIN:$PATH
 mkdir -p "$STATE/log" "$STATE/cni/net.d" "$STATE/etcd" "$STATE/kubelet" "$STATE/pv" "$RUN"
 LOGDIR=$STATE/log
@@ -39,8 +39,10 @@ fi
 ip link set $BRIDGE up
 modprobe br_netfilter 2>/dev/null || true
 sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
-iptables -C FORWARD -s $POD_CIDR ! -o $BRIDGE -j DROP 2>/dev/null \
-  || iptables -I FORWARD 1 -s $POD_CIDR ! -o $BRIDGE -j DROP
+# Pod to pod (and pod to Service to pod) stays on the bridge: accepted even where Docker's FORWARD
+# policy is DROP. Anything else from a pod that is not for the node itself is dropped.
+iptables -C FORWARD -i $BRIDGE -o $BRIDGE -j ACCEPT 2>/dev/null || iptables -I FORWARD 1 -i $BRIDGE -o $BRIDGE -j ACCEPT
+iptables -C FORWARD -s $POD_CIDR ! -o $BRIDGE -j DROP 2>/dev/null || iptables -I FORWARD 1 -s $POD_CIDR ! -o $BRIDGE -j DROP
 sed "s#@BRIDGE@#$BRIDGE#; s#@POD_CIDR@#$POD_CIDR#; s#@NODE_IP@#$NODE_IP#; s#@STATE@#$STATE#" \
   "$HERE/node/cni.conflist" > "$STATE/cni/net.d/10-pi.conflist"
 
@@ -152,13 +154,12 @@ start kube-proxy kube-proxy --kubeconfig=$KUBECONFIG_ADMIN --cluster-cidr=$POD_C
   --healthz-bind-address=127.0.0.1:10256
 wait_for "node $NODE" 120 $K wait --for=condition=Ready node/$NODE --timeout=1s
 
-# 5. Add-ons: storage, DNS, NetworkPolicy enforcement, the ingress controller (images built here).
+# 5. Add-ons: storage, DNS, the ingress controller (images built here).
 "$HERE/images/addons.sh"
 "$HERE/storage.sh"
-for f in coredns netpol traefik; do
+for f in coredns traefik; do
   sed "s#@DNS_IP@#$DNS_IP#g; s#@INGRESS_IP@#$INGRESS_IP#g" "$HERE/manifests/$f.yaml" | $K apply -f - >/dev/null
 done
 $K -n kube-system rollout status deploy/coredns --timeout=180s >/dev/null
-$K -n kube-system rollout status ds/kube-network-policies --timeout=180s >/dev/null
 $K -n pi-ingress rollout status deploy/traefik --timeout=180s >/dev/null
 log "cluster ready in $(( $(date +%s) - t0 ))s: export KUBECONFIG=$KUBECONFIG_ADMIN; ingress at http://$INGRESS_IP"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Images of the cluster's add-ons, each a static binary built by build-go.sh in an otherwise empty
-# filesystem (plus /etc/passwd), loaded into the cluster's containerd: CoreDNS, Traefik (the ingress
-# controller), kube-network-policies (NetworkPolicy enforcement).
+# filesystem (plus /etc/passwd), loaded into the cluster's containerd: CoreDNS and Traefik (the ingress
+# controller).
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 one() { # ref binary
@@ -18,4 +18,3 @@ one() { # ref binary
 }
 one pi.local/coredns:v1.12.1 "$CACHE/bin/coredns-v1.12.1/coredns"
 one pi.local/traefik:v3.5.3 "$CACHE/bin/traefik-v3.5.3/traefik"
-one pi.local/kube-network-policies:v0.7.0 "$CACHE/bin/netpol-v0.7.0/kube-network-policies"
