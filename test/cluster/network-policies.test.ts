@@ -1,35 +1,17 @@
 import { beforeAll, describe, expect, it } from "@jest/globals";
 import { cluster, kubectl, kubectlJson, named } from "./cluster.js";
-import { admits, type Namespace, type NetworkPolicy, type Pod } from "./network-policy.js";
+import { admits, type Namespace, type NetworkPolicy, type Pod } from "../support/network-policy.js";
+import { admitted, components, componentPorts, refused } from "../support/policy-matrix.js";
 
 // The chart's NetworkPolicies on a live cluster. The local cluster's bridge CNI does not enforce
 // policies, so each expectation is judged twice: by the NetworkPolicy rules applied to the objects
 // the API server holds (the policies as installed, the pods' real labels and addresses, the
 // namespaces' labels), and, for every connection that must be admitted, by a real TCP connection
-// from a pod of the caller (the policies in place, the connection opens). The matrix is the chart's
-// documented callers (templates/networkpolicies.yaml): auth <- gateway, webhook; connection <-
-// gateway, file-intake; file-intake <- gateway; webhook <- gateway; <svc>-mongodb <- <svc>; kafka <-
-// every service; gateway <- the ingress controller only.
-const ports: Record<string, number> = { gateway: 8080, auth: 50051, connection: 50052, "file-intake": 50053, webhook: 50054, kafka: 9092 };
-const portOf = (component: string) => (component.endsWith("-mongodb") ? 27017 : ports[component]);
+// from a pod of the caller (the policies in place, the connection opens). The matrix: the chart's
+// documented callers (test/support/policy-matrix.ts).
+const portOf = (component: string) => componentPorts[component];
 const address = (component: string) =>
-  component.endsWith("-mongodb") ? `${named(component)}-0.${named(component)}:27017` : `${named(component)}:${ports[component]}`;
-
-const admitted: Record<string, string[]> = {
-  gateway: ["auth", "connection", "file-intake", "webhook", "kafka"],
-  auth: ["auth-mongodb", "kafka"],
-  connection: ["connection-mongodb", "kafka"],
-  "file-intake": ["connection", "file-intake-mongodb", "kafka"],
-  webhook: ["auth", "webhook-mongodb", "kafka"],
-};
-const refused: Record<string, string[]> = {
-  gateway: ["auth-mongodb", "connection-mongodb", "file-intake-mongodb", "webhook-mongodb"],
-  auth: ["gateway", "connection", "file-intake", "webhook", "connection-mongodb"],
-  connection: ["gateway", "auth", "file-intake", "webhook", "auth-mongodb"],
-  "file-intake": ["gateway", "auth", "webhook", "connection-mongodb"],
-  webhook: ["gateway", "connection", "file-intake", "file-intake-mongodb"],
-};
-const components = ["gateway", "auth", "connection", "file-intake", "webhook", "kafka", "auth-mongodb", "connection-mongodb", "file-intake-mongodb", "webhook-mongodb"];
+  component.endsWith("-mongodb") ? `${named(component)}-0.${named(component)}:27017` : `${named(component)}:${componentPorts[component]}`;
 
 let policies: NetworkPolicy[];
 let namespaces: Namespace[];
