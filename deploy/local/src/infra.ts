@@ -10,6 +10,7 @@ import { repoRoot } from "./paths.js";
 // and started by our Main.java there) and Apache Kafka 3.9.1 (Maven, deploy/infra/kafka/pom.xml).
 
 export const MONGO_WIRE_VERSION = "1.47.0";
+const ECJ_VERSION = "3.33.0";
 export const KAFKA_VERSION = "3.9.1";
 
 type Progress = (line: string) => void;
@@ -34,6 +35,15 @@ export interface MongoWireInstall {
   classes: string;
 }
 
+/** The Eclipse Java compiler, for machines with a Java runtime but no javac. */
+function ensureEcj(home: string): string {
+  const jar = join(home, "ecj", `ecj-${ECJ_VERSION}.jar`);
+  if (!existsSync(jar)) {
+    run("mvn", ["-q", "-B", "dependency:copy", `-Dartifact=org.eclipse.jdt:ecj:${ECJ_VERSION}`, `-DoutputDirectory=${join(home, "ecj")}`], repoRoot, "fetching the Eclipse Java compiler");
+  }
+  return jar;
+}
+
 /** mongo-java-server's jars and our compiled Main, fetched and built once into the cache. */
 export function ensureMongoWire(cache: string, progress: Progress): MongoWireInstall {
   const home = join(cache, `mongo-wire-${MONGO_WIRE_VERSION}`);
@@ -45,7 +55,11 @@ export function ensureMongoWire(cache: string, progress: Progress): MongoWireIns
   fetchJars(join(source, "pom.xml"), install.libs, "fetching mongo-java-server");
   const tmp = `${install.classes}.tmp`;
   rmSync(tmp, { recursive: true, force: true });
-  run("javac", ["-d", tmp, "-cp", `${install.libs}/*`, join(source, "Main.java")], source, "compiling the MongoDB-wire server");
+  const classpath = readdirSync(install.libs).map((jar) => join(install.libs, jar)).join(":");
+  const sources = ["-d", tmp, "-cp", classpath, join(source, "Main.java")];
+  // javac where a JDK is installed; with a JRE alone, the Eclipse compiler (a plain jar from Maven).
+  if (spawnSync("javac", ["-version"], { stdio: "ignore" }).status === 0) run("javac", sources, source, "compiling the MongoDB-wire server");
+  else run("java", ["-jar", ensureEcj(home), "-17", "-nowarn", ...sources], source, "compiling the MongoDB-wire server");
   rmSync(install.classes, { recursive: true, force: true });
   renameSync(tmp, install.classes);
   progress("mongo-java-server ready");
