@@ -22,8 +22,7 @@ ensure_docker() {
   docker info >/dev/null 2>&1 && return 0
   command -v dockerd >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >/dev/null
   mkdir -p "$STATE/log"
-  setsid nohup dockerd >"$STATE/log/dockerd.log" 2>&1 </dev/null &
-  echo $! >"$STATE/dockerd.pid"
+  setsid bash -c 'echo $$ >"$0"; exec dockerd' "$STATE/dockerd.pid" >"$STATE/log/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
   echo "dockerd did not start; see $STATE/log/dockerd.log" >&2; return 1
 }

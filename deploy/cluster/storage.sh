@@ -5,7 +5,7 @@
 # after every uninstall.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
-K="kubectl --kubeconfig $KUBECONFIG_ADMIN"
+K="$BIN/kubectl --kubeconfig $KUBECONFIG_ADMIN"
 POOL=${PI_CLUSTER_PV_COUNT:-10}
 {
   cat <<EOY

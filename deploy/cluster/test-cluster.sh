@@ -88,6 +88,10 @@ step "helm test" "$HELM" test "$RELEASE" -n "$NS" --logs --timeout 5m
 [ "${KEEP:-0}" = 1 ] && finish
 uninstall() {
   "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 5m || return 1
+  # Pods drain (preStop, grace period) and claims go (their StatefulSets' retention policy) after
+  # their owners are deleted: wait for both before judging.
+  kubectl -n "$NS" wait --for=delete pod --all --timeout=180s >/dev/null 2>&1
+  kubectl -n "$NS" wait --for=delete pvc --all --timeout=120s >/dev/null 2>&1
   # Kept on purpose by the chart (helm.sh/resource-policy: keep): the credential pepper and the
   # databases' passwords, which stored data depends on. Anything else left is a leak.
   local left

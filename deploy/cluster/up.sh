@@ -71,16 +71,19 @@ PKI=$STATE/pki
 
 start() { # name command...: starts a daemon once (pid in $STATE/<name>.pid), in its own session
   local n=$1; shift
-  if [ -f "$STATE/$n.pid" ] && kill -0 "$(cat "$STATE/$n.pid")" 2>/dev/null; then return; fi
-  setsid nohup "$@" >"$LOGDIR/$n.log" 2>&1 < /dev/null &
-  echo $! >"$STATE/$n.pid"
+  if [ -s "$STATE/$n.pid" ] && kill -0 "$(cat "$STATE/$n.pid")" 2>/dev/null; then return; fi
+  rm -f "$STATE/$n.pid"
+  # The shell records its own pid, then becomes the daemon (exec): the pid file is the daemon's even
+  # where setsid has to fork.
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/$n.pid" "$@" >"$LOGDIR/$n.log" 2>&1 </dev/null &
+  for _ in 1 2 3 4 5; do [ -s "$STATE/$n.pid" ] && break; sleep 0.2; done
 }
 wait_for() { # what seconds command...
   local what=$1 s=$2; shift 2
   for _ in $(seq 1 "$s"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
   echo "$what did not come up within ${s}s; see $LOGDIR" >&2; return 1
 }
-K="kubectl --kubeconfig $KUBECONFIG_ADMIN"
+K="$BIN/kubectl --kubeconfig $KUBECONFIG_ADMIN"
 
 # 2. etcd (Debian's), on ports of its own.
 start etcd etcd --name pi --data-dir "$STATE/etcd" \
