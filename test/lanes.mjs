@@ -10,13 +10,15 @@
 //                                                   and Kafka, child processes, a browser
 //   e2e          test/e2e/**, test/blackbox/**      the whole stack through the gateway, or npm start
 //   deploy       test/deploy/**                     the Helm chart and the container image
+//   cluster      test/cluster/**                    an installed release on a Kubernetes cluster; not in
+//                                                   `npm test`: `npm run test:cluster` (deploy/cluster) only
 //
 // <package> is proto, services/<name>, deploy/<name> or sdk/<name>. Patterns are matched against paths
 // relative to the repository root, with forward slashes.
 
 const PACKAGE_TEST = String.raw`(?:proto|services/[^/]+|deploy/[^/]+|sdk/[^/]+)/test/`;
 
-/** @type {Record<string, { patterns: RegExp[]; infra: boolean; build: boolean; about: string }>} */
+/** @type {Record<string, { patterns: RegExp[]; infra: boolean; build: boolean; ownRun?: boolean; about: string }>} */
 export const LANES = {
   unit: {
     patterns: [new RegExp(String.raw`^${PACKAGE_TEST}(?!.*\.integration\.test\.ts$).+\.test\.ts$`), /^test\/support\/.+\.test\.ts$/],
@@ -41,6 +43,13 @@ export const LANES = {
     infra: true,
     build: true,
     about: "the Helm chart and the container image",
+  },
+  cluster: {
+    patterns: [/^test\/cluster\/.+\.test\.ts$/],
+    infra: false,
+    build: true,
+    ownRun: true,
+    about: "an installed release on a Kubernetes cluster (npm run test:cluster)",
   },
 };
 

@@ -138,6 +138,7 @@ const definitions = {
       enabled: { type: "boolean" },
       size: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" },
       storageClass: { type: "string" },
+      claimRetention: { enum: ["Retain", "Delete"] },
     },
   },
 };
@@ -213,6 +214,11 @@ export const schema = {
       properties: {
         image: { $ref: "#/definitions/image" },
         wiredTigerCacheSizeGB: { type: "number", minimum: 0.25 },
+        standIn: {
+          type: "object",
+          additionalProperties: false,
+          properties: { enabled: { type: "boolean" }, image: { $ref: "#/definitions/image" } },
+        },
         resources: { $ref: "#/definitions/resources" },
         persistence: { $ref: "#/definitions/persistence" },
       },

@@ -1,0 +1,7 @@
+// Builds CoreDNS (the cluster DNS) with deploy/cluster/build-go.sh.
+
+module partner-integration.local/cluster/go/coredns
+
+go 1.24.0
+
+require github.com/coredns/coredns v1.12.1

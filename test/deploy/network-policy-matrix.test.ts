@@ -1,0 +1,55 @@
+// The chart's NetworkPolicies judged without a cluster: `helm template` with the default values,
+// one pod per rendered workload (its template's labels and container ports, an address of its own),
+// and the NetworkPolicy rules (test/support/network-policy.ts) decide each connection of the
+// documented matrix (test/support/policy-matrix.ts). `npm run test:cluster` judges the same matrix
+// on the objects of an installed release.
+import { beforeAll, describe, expect, it } from "@jest/globals";
+import { ensureHelm } from "../../deploy/checks/helm.mjs";
+import * as chart from "../../deploy/checks/chart.mjs";
+import type { K8sObject } from "../../deploy/checks/chart.mjs";
+import { admits, type Namespace, type NetworkPolicy, type Pod } from "../support/network-policy.js";
+import { admitted, componentPorts, components, refused } from "../support/policy-matrix.js";
+
+let policies: NetworkPolicy[];
+let pods: Pod[];
+const namespaces: Namespace[] = [
+  { name: chart.NAMESPACE, labels: { "kubernetes.io/metadata.name": chart.NAMESPACE } },
+  { name: "ingress-nginx", labels: { "kubernetes.io/metadata.name": "ingress-nginx" } },
+  { name: "elsewhere", labels: { "kubernetes.io/metadata.name": "elsewhere" } },
+];
+const podOf = (component: string) => pods.find((p) => p.labels["app.kubernetes.io/component"] === component)!;
+const pod = (namespace: string, name: string, labels: Record<string, string>, n: number): Pod => ({ namespace, name, labels, ip: `10.244.1.${n}`, ports: {} });
+
+beforeAll(() => {
+  const rendered = chart.helmTemplate(ensureHelm(), {});
+  if (rendered.code !== 0) throw new Error(rendered.stderr);
+  const docs: K8sObject[] = rendered.docs;
+  policies = chart.byKind(docs, "NetworkPolicy").map((p: K8sObject) => ({ ...p, metadata: { ...p.metadata, namespace: chart.NAMESPACE } }));
+  pods = chart.workloads(docs).map((w: K8sObject, i: number) => ({
+    ...pod(chart.NAMESPACE, w.metadata.name, w.spec.template.metadata.labels, i + 10),
+    ports: Object.fromEntries(w.spec.template.spec.containers.flatMap((c: K8sObject) => (c.ports ?? []).map((p: K8sObject) => [p.name, p.containerPort]))),
+  }));
+}, 10 * 60_000);
+
+describe("the chart's NetworkPolicies, judged on the rendered objects", () => {
+  for (const source of Object.keys(admitted)) {
+    it(`${source} may reach ${admitted[source].join(", ")}, and not ${refused[source].join(", ")}`, () => {
+      const judged = Object.fromEntries([...admitted[source], ...refused[source]].map((c) => [c, admits(policies, namespaces, podOf(source), podOf(c), componentPorts[c])]));
+      expect(judged).toEqual(Object.fromEntries([...admitted[source].map((c) => [c, true]), ...refused[source].map((c) => [c, false])]));
+    });
+  }
+
+  it("admit the ingress controller to the gateway only, and no pod of another namespace or without the release's labels", () => {
+    const controller = pod("ingress-nginx", "controller", { "app.kubernetes.io/name": "ingress-nginx" }, 1);
+    const foreign = pod("elsewhere", "foreign", { "app.kubernetes.io/name": "ingress-nginx" }, 2);
+    const unlabelled = pod(chart.NAMESPACE, "unlabelled", {}, 3);
+    const judged = Object.fromEntries(components.map((c) => [c, [controller, foreign, unlabelled].map((from) => admits(policies, namespaces, from, podOf(c), componentPorts[c]))]));
+    expect(judged).toEqual(Object.fromEntries(components.map((c) => [c, [c === "gateway", false, false]])));
+  });
+
+  it("keep the webhook service's internet egress off private addresses", () => {
+    const outside = pod("elsewhere", "partner", {}, 4);
+    const partner = { ...outside, ip: "203.0.113.7" };
+    expect([admits(policies, namespaces, podOf("webhook"), partner, 443), admits(policies, namespaces, podOf("webhook"), outside, 443), admits(policies, namespaces, podOf("auth"), partner, 443)]).toEqual([true, false, false]);
+  });
+});
