@@ -181,14 +181,6 @@ describe("internal clients over every replica", () => {
     await replica({}, first.port);
     expect((await auth.getJwks({}, { timeoutMs: 1_500 })).issuer).toBe(`replica-${first.port}`);
   });
-
-  it("a connection attempt that gets no answer gives up after the connect timeout instead of holding every call", async () => {
-    // 10.255.255.1 is unroutable here: the SYN goes unanswered, as towards a pod that is not there yet.
-    const auth = client("http://10.255.255.1:50051", { connectTimeoutMs: 300, defaultTimeoutMs: 5_000 });
-    const started = Date.now();
-    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
-    expect(Date.now() - started).toBeLessThan(2_000);
-  });
 });
 
 describe("service addresses", () => {
