@@ -236,7 +236,7 @@ export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry>
 
   /** Right after a write that stored an entry: relays in the background; a failure is left to the sweep. */
   afterWrite(id: unknown): void {
-    this.track(this.relay(id).catch(() => undefined));
+    this.track(this.relay(id).catch((err: unknown) => this.o.logger.warn({ err, id, events: this.o.name }, "outbox relay failed; the sweep will retry")));
   }
 
   /**
