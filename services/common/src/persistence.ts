@@ -236,7 +236,7 @@ export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry>
 
   /** Right after a write that stored an entry: relays in the background; a failure is left to the sweep. */
   afterWrite(id: unknown): void {
-    this.track(this.relay(id).catch(() => undefined));
+    this.track(this.relay(id).catch((err: unknown) => this.o.logger.warn({ err, id, events: this.o.name }, "outbox relay failed; the sweep will retry")));
   }
 
   /**
@@ -247,29 +247,22 @@ export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry>
   async relay(id: unknown): Promise<Map<string, Published>> {
     const published = new Map<string, Published>();
     const { collection, logger } = this.o;
+    // Each round: take the lease, publish what the document holds, then remove it and give the lease
+    // back in one write. Entries written meanwhile (their own relay found the lease taken) are
+    // found by the next round's take, which returns null once nothing is left.
     for (;;) {
       const lease = await takeLease(collection, asFilter<D>({ _id: id, "outbox.eventId": { $exists: true } }), RELAY, { ms: this.leaseMs });
       if (!lease) return published;
-      let doc: WithId<D> | null = lease.doc;
+      const entries: E[] = lease.doc.outbox;
       try {
-        while (doc && doc.outbox.length > 0) {
-          const entries: E[] = doc.outbox;
-          await this.publish(doc, entries, published);
-          // Removes what went out; keeps the lease while entries written meanwhile are left.
-          doc = await collection.findOneAndUpdate(
-            asFilter<D>({ _id: id, relayHolder: lease.holder }),
-            asUpdate<D>({ $pull: { outbox: { eventId: { $in: entries.map((e) => e.eventId) } } }, $set: { relayUntil: new Date(Date.now() + this.leaseMs) } }),
-            { returnDocument: "after" },
-          );
-        }
+        await this.publish(lease.doc, entries, published);
       } catch (err) {
         logger.warn({ err, id, events: this.o.name }, "outbox relay failed; the sweep will retry");
         await endLease(collection, id, RELAY, lease.holder).catch(() => undefined);
         return published;
       }
-      if (!doc) return published; // the lease ran out and another relay took over
-      // Given back, then looked at again: an entry whose own relay found the lease taken is not left waiting.
-      await endLease(collection, id, RELAY, lease.holder);
+      const ended = await endLease(collection, id, RELAY, lease.holder, { update: asUpdate<D>({ $pull: { outbox: { eventId: { $in: entries.map((e) => e.eventId) } } } }) });
+      if (!ended) return published; // the lease ran out and another relay took over (and publishes again)
     }
   }
 

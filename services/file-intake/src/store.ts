@@ -93,6 +93,9 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     uploads: db.collection<UploadDoc>("uploads"),
     blobs: new GridFSBucket(db, { bucketName: BLOB_BUCKET, chunkSizeBytes: BLOB_CHUNK_BYTES }),
   };
+  // Keys were once found by a unique (partnerId, key) index; their _id (keyId) is that key now, and
+  // the old index would refuse a new key whose pair an old record (left to expire) still holds.
+  await store.keys.dropIndex("partnerId_1_key_1").catch(() => undefined);
   // Expiry and recovery are explicit sweeps (the same code runs on MongoDB and the local server).
   await Promise.all([
     store.keys.createIndex({ expiresAt: 1 }),
