@@ -40,7 +40,7 @@ describe("test lanes", () => {
 
   it("files go to their lane by folder and name", () => {
     expect(lanesOf("services/webhook/test/schedule.test.ts")).toEqual(["unit"]);
-    expect(lanesOf("proto/test/generated.test.ts")).toEqual(["unit"]);
+    expect(lanesOf("proto/test/generated.integration.test.ts")).toEqual(["integration"]);
     expect(lanesOf("services/webhook/test/dispatcher.integration.test.ts")).toEqual(["integration"]);
     expect(lanesOf("deploy/local/test/supervisor.integration.test.ts")).toEqual(["integration"]);
     expect(lanesOf("test/e2e/files-upload.test.ts")).toEqual(["e2e"]);
