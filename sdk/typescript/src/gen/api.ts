@@ -361,6 +361,14 @@ export interface components {
                 code?: "idempotency_key_reuse";
             };
         };
+        RequestTimeoutError: components["schemas"]["ErrorEnvelope"] & {
+            error?: {
+                /** @constant */
+                type?: "invalid_request_error";
+                /** @constant */
+                code?: "request_timeout";
+            };
+        };
         FileTooLargeError: components["schemas"]["ErrorEnvelope"] & {
             error?: {
                 /** @constant */
@@ -559,6 +567,18 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["IdempotencyKeyReuseError"];
+            };
+        };
+        /** @description `request_timeout`: the upload's body arrived more slowly than the minimum rate (16 KiB/s over 10 s by default); the connection is closed. */
+        RequestTimeout: {
+            headers: {
+                /** @description `close`: the rest of the body is not read. */
+                Connection?: "close";
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["RequestTimeoutError"];
             };
         };
         /** @description `file_too_large`: the file is over 25 MB (`param` is `file`). */
@@ -778,6 +798,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["SendForbidden"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["IdempotencyKeyReuse"];
             413: components["responses"]["FileTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
