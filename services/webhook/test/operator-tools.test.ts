@@ -182,6 +182,8 @@ describe("webhook recover, attempts and endpoint health", () => {
     const [busy, next] = receiver.hits;
     process.stderr.write(`Retry-After: 7 -> next attempt ${next!.at - busy!.answeredAt} ms after the 503 was answered\n`);
     expect(next!.at - busy!.answeredAt).toBeGreaterThanOrEqual(7_000);
+    // The second attempt's outcome is stored just after the receiver answered it.
+    await eventually(async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "delivered" ? true : undefined), 20_000, "delivered");
     const attempts = await h.ops.webhookAttempts(event._id);
     expect(attempts.attempts).toHaveLength(2);
     expect(attempts.attempts[0]).toMatchObject({ number: 1, status: 503, error: null });
