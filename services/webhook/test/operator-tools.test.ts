@@ -161,7 +161,10 @@ describe("webhook resend", () => {
     expect(again.raw.equals(firstHit.raw)).toBe(true);
     expect(again.header).not.toBe(firstHit.header);
     expect(verifies(again, partner.signing_secret)).toBe(true);
-    const attempts = await h.ops.webhookAttempts(event._id);
+    const attempts = await eventually(async () => {
+      const a = await h.ops.webhookAttempts(event._id);
+      return a.attempts.length === 2 ? a : undefined;
+    }, 20_000, "the second attempt stored");
     expect(attempts.attempts.map((a) => a.number)).toEqual([1, 2]);
     expect(attempts.state).toBe("delivered");
   });
