@@ -161,7 +161,10 @@ describe("webhook resend", () => {
     expect(again.raw.equals(firstHit.raw)).toBe(true);
     expect(again.header).not.toBe(firstHit.header);
     expect(verifies(again, partner.signing_secret)).toBe(true);
-    const attempts = await h.ops.webhookAttempts(event._id);
+    const attempts = await eventually(async () => {
+      const a = await h.ops.webhookAttempts(event._id);
+      return a.attempts.length === 2 ? a : undefined;
+    }, 20_000, "the second attempt stored");
     expect(attempts.attempts.map((a) => a.number)).toEqual([1, 2]);
     expect(attempts.state).toBe("delivered");
   });
@@ -182,6 +185,8 @@ describe("webhook recover, attempts and endpoint health", () => {
     const [busy, next] = receiver.hits;
     process.stderr.write(`Retry-After: 7 -> next attempt ${next!.at - busy!.answeredAt} ms after the 503 was answered\n`);
     expect(next!.at - busy!.answeredAt).toBeGreaterThanOrEqual(7_000);
+    // The second attempt's outcome is stored just after the receiver answered it.
+    await eventually(async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "delivered" ? true : undefined), 20_000, "delivered");
     const attempts = await h.ops.webhookAttempts(event._id);
     expect(attempts.attempts).toHaveLength(2);
     expect(attempts.attempts[0]).toMatchObject({ number: 1, status: 503, error: null });

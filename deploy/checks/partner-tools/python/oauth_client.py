@@ -7,11 +7,15 @@ LIBRARY is requests-oauthlib or authlib; MODE is default (each library's default
 authentication, HTTP Basic for both) or body (client_id and client_secret as form fields).
 Prints the access token on stdout.
 """
+import os
 import sys
 
 library, mode, token_url, client_id, client_secret = sys.argv[1:6]
 
 if library == "requests-oauthlib":
+    if token_url.startswith("http://127.0.0.1"):
+        # oauthlib refuses plain http unless told; the local stack is http, production https.
+        os.environ.setdefault("OAUTHLIB_INSECURE_TRANSPORT", "1")
     from oauthlib.oauth2 import BackendApplicationClient
     from requests_oauthlib import OAuth2Session
 

@@ -151,7 +151,7 @@ export interface webhooks {
          *
          *     | attempt | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 | 10 | 11–16 | 17 |
          *     |---|---|---|---|---|---|---|---|---|---|---|---|---|
-         *     | after | 0 | 30 s | 1.5 min | 3.5 min | 7.5 min | 15.5 min | 31.5 min | 1 h 4 min | 2 h 8 min | 4 h 16 min | every 3 h | 23 h 59 min 50 s |
+         *     | after | 0 | 30 s | 1.5 min | 3.5 min | 7.5 min | 15.5 min | 31.5 min | 1 h 3 min 30 s | 2 h 7 min 30 s | 4 h 15 min 30 s | every 3 h (7 h 15 min 30 s … 22 h 15 min 30 s) | 23 h 59 min 50 s |
          *
          *     A `429` or `503` answer with `Retry-After` (seconds or an HTTP date) is honoured: the next
          *     attempt comes no sooner, as long as that is within the window.
