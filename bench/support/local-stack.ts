@@ -48,7 +48,7 @@ export function processName(pid: number): string {
   if (service) return service[1]!;
   if (cmd.includes("deploy/local/dist/start.js")) return "local-stack";
   if (/kafka/i.test(cmd)) return "kafka";
-  if (/ferret|mongo/i.test(cmd)) return "database";
+  if (/mongo/i.test(cmd)) return "database";
   return cmd.split(" ")[0]!.split("/").pop() || `pid ${pid}`;
 }
 

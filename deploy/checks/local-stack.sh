@@ -2,7 +2,7 @@
 # stack on a temporary STATE_DIR with ports of its own, started in its own process group and always
 # stopped. Needs `root` (the repository) and `log` from the caller.
 #
-#   start_local_stack BASE NAME    gateway BASE+80, services BASE+51..54, FerretDB BASE-983,
+#   start_local_stack BASE NAME    gateway BASE+80, services BASE+51..54, the MongoDB-wire server BASE-983,
 #                                  Kafka BASE+1092/1093; sets $gateway and $state; exits if not ready
 #   stop_local_stack               (set as the EXIT trap by start_local_stack)
 # KEEP_STACK_STATE=1 keeps $state (the stack's logs) after the stop.
