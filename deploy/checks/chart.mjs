@@ -214,14 +214,18 @@ export function checkHardening(docs) {
 /** Selectors match labels; every reference (Service, Secret, ConfigMap, HPA/PDB target) resolves. */
 export function checkReferences(docs, { externalSecrets = [] } = {}) {
   const problems = [];
-  const pods = workloads(docs).map((w) => ({ w, labels: w.spec.template.metadata?.labels ?? {}, spec: w.spec.template.spec }));
+  // The workloads' pods and the bare Pods (`helm test`'s, which a NetworkPolicy admits by label).
+  const pods = [
+    ...workloads(docs).map((w) => ({ w, labels: w.spec.template.metadata?.labels ?? {}, spec: w.spec.template.spec })),
+    ...byKind(docs, "Pod").map((w) => ({ w, labels: w.metadata.labels ?? {}, spec: w.spec })),
+  ];
   for (const w of workloads(docs)) {
     if (w.kind === "Job") continue;
     if (!matches(w.spec.selector?.matchLabels, w.spec.template.metadata?.labels)) problems.push(`${w.kind}/${w.metadata.name}: selector does not match its pod labels`);
     if (w.kind === "StatefulSet" && !find(docs, "Service", w.spec.serviceName)) problems.push(`StatefulSet/${w.metadata.name}: serviceName ${w.spec.serviceName} is not rendered`);
   }
   for (const svc of byKind(docs, "Service")) {
-    const targets = pods.filter((p) => p.w.kind !== "Job" && matches(svc.spec.selector, p.labels));
+    const targets = pods.filter((p) => p.w.kind !== "Job" && p.w.kind !== "Pod" && matches(svc.spec.selector, p.labels));
     if (targets.length !== 1) {
       problems.push(`Service/${svc.metadata.name}: selector matches ${targets.length} workloads, expected 1`);
       continue;
