@@ -1,9 +1,18 @@
-// One jest configuration for the whole repository. The code is native ES modules (several
+// One jest configuration for the whole repository, one project per test lane (test/lanes.mjs:
+// unit, integration, e2e, deploy), so `npm test` runs every lane in one jest run with one set of
+// totals and `npm run test:<lane>` runs one (--selectProjects). The code is native ES modules (several
 // dependencies ship only as ESM), so jest runs with --experimental-vm-modules and @swc/jest
 // strips the types without changing the module system. Workspace packages resolve to their
 // TypeScript sources, so tests never need a build of the package under test.
-/** @type {import('jest').Config} */
-export default {
+import { dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { LANES, testRegexOf } from "./test/lanes.mjs";
+
+const rootDir = dirname(fileURLToPath(import.meta.url));
+
+/** What every project (and the benchmarks) share. */
+export const projectBase = {
+  rootDir,
   testEnvironment: "node",
   extensionsToTreatAsEsm: [".ts"],
   transform: {
@@ -13,18 +22,29 @@ export default {
     "^@pi/proto$": "<rootDir>/proto/src/index.ts",
     "^@pi/(common|auth|connection|file-intake|webhook|gateway|ops)$": "<rootDir>/services/$1/src/index.ts",
     "^@pi/local-stack$": "<rootDir>/deploy/local/src/index.ts",
+    "^@pi/partner-sdk$": "<rootDir>/sdk/typescript/src/index.ts",
     "^(\\.{1,2}/.*)\\.js$": "$1",
   },
-  testMatch: [
-    "<rootDir>/proto/test/**/*.test.ts",
-    "<rootDir>/services/*/test/**/*.test.ts",
-    "<rootDir>/deploy/*/test/**/*.test.ts",
-    "<rootDir>/test/**/*.test.ts",
-  ],
-  // test/cluster needs an installed release: `npm run test:cluster` runs it (jest.cluster.config.js).
-  testPathIgnorePatterns: ["/node_modules/", "/dist/", "<rootDir>/test/cluster/"],
+  testPathIgnorePatterns: ["/node_modules/", "/dist/"],
+};
+
+/** The MongoDB-wire server and Kafka, started once for every lane that needs them (jest runs a
+ * globalSetup module named by several projects once). */
+export const testInfra = {
   globalSetup: "<rootDir>/test/support/global-setup.mjs",
   globalTeardown: "<rootDir>/test/support/global-teardown.mjs",
+};
+
+/** @type {import('jest').Config} */
+export default {
+  // The cluster lane runs only through `npm run test:cluster` (jest.cluster.config.js), against an installed release.
+  projects: Object.entries(LANES).filter(([, { ownRun }]) => !ownRun).map(([lane, { infra }]) => ({
+    ...projectBase,
+    displayName: lane,
+    testRegex: testRegexOf(lane, rootDir),
+    // A lane without the infrastructure is guarded against reaching any server (the unit lane).
+    ...(infra ? testInfra : { testEnvironment: "<rootDir>/test/support/unit-environment.mjs" }),
+  })),
   testTimeout: 60_000,
   maxWorkers: 2,
   verbose: false,

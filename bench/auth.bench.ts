@@ -6,9 +6,9 @@ import { accessToken, opsCliEnv, opsFor, runOpsCli } from "../test/support/partn
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
 import { percentile, report } from "./report.js";
 
-// Authentication on the local stack: token issuance through the gateway, an authenticated read,
-// and how fast an operator's revocation reaches two gateways. Rate limits are lifted so that the
-// figures are of the work itself.
+// Authentication on the local stack: an authenticated read, and how fast an operator's revocation
+// reaches two gateways. Rate limits are lifted so that the figures are of the work itself. Token
+// issuance against its bare baseline is in system.bench.ts.
 
 let stack: TestStack;
 let second: RunningService;
@@ -42,30 +42,6 @@ async function load(concurrency: number, seconds: number, once: () => Promise<bo
   const elapsed = (performance.now() - started) / 1000;
   return { latencies, failures, perSecond: latencies.length / elapsed };
 }
-
-it("token issuance through the gateway (POST /oauth/token, form body)", async () => {
-  const p = await ops.partnerCreate({ name: "Bench Token" });
-  const body = new URLSearchParams({ grant_type: "client_credentials", client_id: p.live.client_id, client_secret: p.live.client_secret }).toString();
-  const once = async () => {
-    const res = await fetch(`${stack.baseUrl}/oauth/token`, {
-      method: "POST",
-      headers: { "content-type": "application/x-www-form-urlencoded" },
-      body
-    });
-    await res.arrayBuffer();
-    return res.status === 200;
-  };
-  await load(4, 1, once); // warm-up
-  const concurrency = 8;
-  const r = await load(concurrency, 8, once);
-  report("auth: token issuance through the gateway", {
-    concurrency,
-    "tokens per second": r.perSecond,
-    "p50 ms": percentile(r.latencies, 50),
-    "p99 ms": percentile(r.latencies, 99),
-    failures: r.failures,
-  });
-});
 
 it("authenticated GET /v1/connections/{id} (bearer verified locally, then the connection service)", async () => {
   const p = await ops.partnerCreate({ name: "Bench Reader" });

@@ -21,60 +21,19 @@ reports="$root/.state/schemathesis"
 
 log() { printf '{"level":"info","time":"%s","service":"schemathesis-check","msg":%s}\n' "$(date -u +%FT%TZ)" "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1")" >&2; }
 
+source "$root/deploy/checks/local-stack.sh"
+
 # --- schemathesis, from PyPI, in a venv of its own (pinned; cached across runs) ---
 if [ ! -x "$venv/bin/schemathesis" ]; then
   log "installing schemathesis $version into $venv"
   rm -rf "$venv"
-  if ! python3 -m venv "$venv" 2>/dev/null; then
-    # Debian's python3 ships venv separately.
-    apt-get install -y -qq python3-venv >/dev/null
-    python3 -m venv "$venv"
-  fi
+  make_venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
 fi
 "$venv/bin/schemathesis" --version >/dev/null
 
 # --- the local stack ---
-state=$(mktemp -d "${TMPDIR:-/tmp}/pi-schemathesis-XXXXXX")
-gateway="http://127.0.0.1:$((base + 80))"
-export STATE_DIR="$state" INFRA_CACHE_DIR="$root/.state/cache" LOG_LEVEL=info
-export GATEWAY_PORT=$((base + 80))
-export AUTH_SERVICE_PORT=$((base + 51)) CONNECTION_SERVICE_PORT=$((base + 52)) FILE_INTAKE_SERVICE_PORT=$((base + 53)) WEBHOOK_SERVICE_PORT=$((base + 54))
-export AUTH_SERVICE_URL="http://127.0.0.1:$((base + 51))" CONNECTION_SERVICE_URL="http://127.0.0.1:$((base + 52))"
-export FILE_INTAKE_SERVICE_URL="http://127.0.0.1:$((base + 53))" WEBHOOK_SERVICE_URL="http://127.0.0.1:$((base + 54))"
-export MONGODB_PORT=$((base - 983)) KAFKA_PORT=$((base + 1092)) KAFKA_CONTROLLER_PORT=$((base + 1093))
-export ACCESS_TOKEN_TTL_SECONDS=3600
-unset MONGODB_URI KAFKA_BROKERS
-
-stack_pid=""
-stop_stack() {
-  if [ -n "$stack_pid" ] && kill -0 "$stack_pid" 2>/dev/null; then
-    log "stopping the stack"
-    kill -TERM "$stack_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$stack_pid" 2>/dev/null || break; sleep 0.5; done
-  fi
-  if [ "${KEEP_SCHEMATHESIS_STATE:-0}" != "1" ]; then rm -rf "$state"; fi
-}
-trap stop_stack EXIT
-
-log "starting the stack (npm start, STATE_DIR=$state, gateway $gateway)"
-# setsid: the stack is its own process group, so nothing here signals it but stop_stack.
-setsid npm start >"$state/npm-start.log" 2>&1 &
-stack_pid=$!
-ready=0
-for _ in $(seq 1 360); do
-  if ! kill -0 "$stack_pid" 2>/dev/null; then break; fi
-  if python3 -c "import sys,urllib.request; sys.exit(0 if urllib.request.urlopen('$gateway/readyz', timeout=2).status == 200 else 1)" 2>/dev/null; then
-    ready=1
-    break
-  fi
-  sleep 0.5
-done
-if [ "$ready" != 1 ]; then
-  echo "schemathesis check: the stack did not become ready; npm start said:" >&2
-  tail -n 30 "$state/npm-start.log" >&2
-  exit 1
-fi
+start_local_stack "$base" schemathesis
 
 # --- a partner, a token, and an approved connection to the document's example elder, so that the
 # examples of POST /v1/files reach an accepted file (and its link, GET /v1/files/{id}, a real one) ---
@@ -126,7 +85,7 @@ if [ "$fives" != "0" ]; then
   status=1
 fi
 if [ "$status" != 0 ]; then
-  KEEP_SCHEMATHESIS_STATE=1
+  KEEP_STACK_STATE=1
   grep -v '^=\{3,\}' "$reports/run.log" | tail -n 40 >&2
   echo "schemathesis check failed (exit $status); stack logs kept in $state/logs, reports in $reports" >&2
 fi

@@ -1,13 +1,21 @@
-// The first thing `npm start`, `npm test` and `npm run bench` run, in plain JavaScript so that it
-// works on a fresh clone: installs the Node dependencies when they are missing, builds what is
-// stale (tsc -b is incremental), then hands over to the compiled command.
+// The first thing `npm start`, `npm test`, `npm run test:<lane>` and `npm run bench` run, in plain
+// JavaScript so that it works on a fresh clone: installs the Node dependencies when they are missing,
+// builds what is stale (tsc -b is incremental; the unit lane runs the TypeScript sources and needs no
+// build), then hands over to the compiled command or to jest.
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { LANES } from "../../test/lanes.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const [command = "start", ...rest] = process.argv.slice(2);
+// `test:unit`, `test:integration`, ...: one lane of test/lanes.mjs, a jest project of jest.config.js.
+const lane = command.startsWith("test:") ? command.slice("test:".length) : undefined;
+if (lane !== undefined && !Object.hasOwn(LANES, lane)) {
+  process.stderr.write(`unknown test lane ${lane}; the lanes are ${Object.keys(LANES).join(", ")}\n`);
+  process.exit(2);
+}
 
 function step(line) {
   process.stderr.write(`${JSON.stringify({ level: "info", time: new Date().toISOString(), service: "bootstrap", msg: line })}\n`);
@@ -25,24 +33,29 @@ if (!existsSync(join(root, "node_modules", ".package-lock.json"))) {
   step("installing Node dependencies (npm ci)");
   run("npm", existsSync(join(root, "package-lock.json")) ? ["ci", "--no-audit", "--no-fund"] : ["install", "--no-audit", "--no-fund"]);
 }
-step("building (tsc -b)");
-run(process.execPath, [join(root, "node_modules", "typescript", "bin", "tsc"), "-b"]);
+if (lane === undefined || LANES[lane].build) {
+  step("building (tsc -b)");
+  run(process.execPath, [join(root, "node_modules", "typescript", "bin", "tsc"), "-b"]);
+}
 
 switch (command) {
   case "start":
     await import("./dist/start.js");
     break;
   case "test":
+  case `test:${lane}`:
   case "bench": {
     const jest = join(root, "node_modules", "jest", "bin", "jest.js");
-    const config = command === "test" ? [] : ["--config", "jest.bench.config.js", "--runInBand"];
-    const args = ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", jest, ...config, ...rest];
+    const config = command === "bench" ? ["--config", "jest.bench.config.js", "--runInBand"] : [];
+    // After the arguments given: --selectProjects takes every word that follows it.
+    const select = lane ? ["--selectProjects", lane] : [];
+    const args = ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", jest, ...config, ...rest, ...select];
     const child = spawn(process.execPath, args, { cwd: root, stdio: "inherit" });
     for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => child.kill(signal));
     child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
     break;
   }
   default:
-    process.stderr.write(`unknown command ${command}; use start, test or bench\n`);
+    process.stderr.write(`unknown command ${command}; use start, test, test:<lane> or bench\n`);
     process.exit(2);
 }

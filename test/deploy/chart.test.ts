@@ -102,13 +102,18 @@ describe("Helm chart with the default values", () => {
     }
   });
 
-  it("points every service at the others over plain h2c URLs of the release's Services, and at Kafka", () => {
+  it("points every service at the others over plain h2c URLs of the release's headless Services (every ready pod), and at Kafka", () => {
     const env = envOf(container(docs, "webhook"));
+    for (const component of ["auth", "connection", "file-intake", "webhook"]) {
+      const headless = find(docs, "Service", `${RELEASE}-${component}-headless`);
+      expect(headless.spec.clusterIP).toBe("None");
+      expect(headless.spec.selector).toEqual(find(docs, "Service", `${RELEASE}-${component}`).spec.selector);
+    }
     expect(env).toMatchObject({
-      AUTH_SERVICE_URL: `http://${RELEASE}-auth:50051`,
-      CONNECTION_SERVICE_URL: `http://${RELEASE}-connection:50052`,
-      FILE_INTAKE_SERVICE_URL: `http://${RELEASE}-file-intake:50053`,
-      WEBHOOK_SERVICE_URL: `http://${RELEASE}-webhook:50054`,
+      AUTH_SERVICE_URL: `http://${RELEASE}-auth-headless:50051`,
+      CONNECTION_SERVICE_URL: `http://${RELEASE}-connection-headless:50052`,
+      FILE_INTAKE_SERVICE_URL: `http://${RELEASE}-file-intake-headless:50053`,
+      WEBHOOK_SERVICE_URL: `http://${RELEASE}-webhook-headless:50054`,
       KAFKA_BROKERS: `${RELEASE}-kafka:9092`,
     });
   });

@@ -44,7 +44,10 @@ describe("secrets never logged", () => {
       });
     }
     await ops.credentialRevoke(partner.live.client_id);
-    await new Promise((r) => setTimeout(r, 200)); // let the last lines flush
+    // The last act's line (written once every gateway confirmed the revocation) closes the capture.
+    for (const deadline = Date.now() + 10_000; !logLines.some((l) => l.includes("credential revoked") && l.includes(partner.live.client_id)) && Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
 
     const lines = logLines.slice(before);
     // The capture works: the gateway's access log lines of these requests are there.

@@ -6,10 +6,10 @@ import { commonv1 } from "@pi/proto";
 import { describeFailure } from "../../services/ops/src/commands.js";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
-import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
+import { collectConnectionEvents, settled, type EventCollector } from "../support/connection-events.js";
 
 // The three connection endpoints and the caregiver's acts, end to end: gateway, connection service,
-// FerretDB, Kafka. Sandbox approval is set to 1 s here so the sandbox rules can be watched at work.
+// the MongoDB-wire server, Kafka. Sandbox approval is set to 1 s here so the sandbox rules can be watched at work.
 
 let stack: TestStack;
 let events: EventCollector;
@@ -55,9 +55,10 @@ const rpcError = async (p: Promise<unknown>) => {
   }
   throw new Error("expected the call to fail");
 };
-const settle = () => new Promise((r) => setTimeout(r, 1500));
-const storedStatus = async (id: string) =>
-  (await mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections").findOne({ _id: id as never }))?.status;
+const connectionsCollection = () => mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections");
+/** Until every event the changes of these connections publish has been read (a sentinel, no fixed wait). */
+const settle = (...ids: string[]) => settled(events, connectionsCollection(), ...ids);
+const storedStatus = async (id: string) => (await connectionsCollection().findOne({ _id: id as never }))?.status;
 
 beforeAll(async () => {
   stack = await startTestStack({ SANDBOX_APPROVAL_DELAY_SECONDS: "1" });
@@ -178,7 +179,7 @@ describe("GET and DELETE /v1/connections/{id}", () => {
         expect(res.json).toEqual({ id, status: "revoked" });
       }
       expect(await statusOf(tokens.aLive, id)).toBe("revoked");
-      await settle();
+      await settle(id);
       expect(events.of(id)).toEqual([]);
     }
   });
@@ -189,7 +190,7 @@ describe("GET and DELETE /v1/connections/{id}", () => {
     await del(tokens.aLive, id);
     await del(tokens.aLive, id);
     await events.waitFor(() => events.of(id).length >= 2);
-    await settle();
+    await settle(id);
     expect(events.of(id).map((e) => [e.type, e.status])).toEqual([
       ["connection.approved", "approved"],
       ["connection.revoked", "revoked"],
@@ -208,7 +209,7 @@ describe("transitions through the caregiver's acts", () => {
     expect(published!.key).toBe(partners.a);
     expect(published!.event).toMatchObject({ type: "connection.approved", status: "approved", partnerId: partners.a, mode: commonv1.Mode.LIVE });
     expect(published!.event.eventId).toMatch(/^evt_/);
-    await settle();
+    await settle(id);
     expect(events.of(id)).toHaveLength(1);
   });
 
@@ -217,7 +218,7 @@ describe("transitions through the caregiver's acts", () => {
     const undecided = await create(tokens.aLive, (await ops.elderCreate()).address);
     expect(await ops.connectionAct("decline", declined)).toEqual({ id: declined, internal_status: "declined" });
     expect(observableMasked(await get(tokens.aLive, declined))).toEqual(observableMasked(await get(tokens.aLive, undecided)));
-    await settle();
+    await settle(declined);
     expect(events.of(declined)).toEqual([]);
     expect(await storedStatus(declined)).toBe("declined");
   });
@@ -306,7 +307,7 @@ describe("test mode", () => {
     const liveToSandbox = await create(tokens.aLive, sandbox);
     const control = await create(tokens.aTest, sandbox);
     await events.waitFor(() => events.of(control).length === 1, 65_000);
-    await settle();
+    await settle(testToReal, liveToSandbox);
     for (const [token, id] of [[tokens.aTest, testToReal], [tokens.aLive, liveToSandbox]] as const) {
       expect((await rpcError(ops.connectionAct("approve", id))).code).toBe(Code.FailedPrecondition);
       expect(await statusOf(token, id)).toBe("pending");

@@ -127,7 +127,7 @@ describe("connection service crash", () => {
     await events.waitFor(() => events.of(id).length >= 1);
     for (let i = 0; i < 50 && ((await connectionsCollection().findOne({ _id: id as never }))!.outbox as unknown[]).length > 0; i++) await sleep(100);
     expect((await connectionsCollection().findOne({ _id: id as never }))!.outbox).toEqual([]);
-    await sleep(1000);
+    await events.sentinel(partnerId);
     expect(events.of(id)).toHaveLength(1);
     expect(events.of(id)[0]).toMatchObject({ eventId, type: "connection.approved", partnerId, connectionId: id, status: "approved", mode: commonv1.Mode.LIVE });
     expect((await restarted.client.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);

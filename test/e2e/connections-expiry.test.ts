@@ -3,7 +3,7 @@ import { MongoClient } from "mongodb";
 import { databaseName } from "@pi/common";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
-import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
+import { collectConnectionEvents, settled, type EventCollector } from "../support/connection-events.js";
 
 // Pending windows of 2 s and a sandbox delay of 4 s: expiry, computed on read and persisted by the
 // sweep, and a sandbox connection that outlives the window because it waits for its approval.
@@ -100,7 +100,7 @@ describe("expiry (CONNECTION_PENDING_TTL_SECONDS=2)", () => {
     const deleted = await call(stack.baseUrl, live, "DELETE", `/v1/connections/${other}`);
     expect(deleted.json).toEqual({ id: other, status: "revoked" });
     expect(await statusOf(live, other)).toBe("revoked");
-    await sleep(1000);
+    await settled(events, mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections"), other);
     expect(events.of(other)).toEqual([]);
   });
 });

@@ -8,26 +8,17 @@ import { accessToken } from "../support/partner-api.js";
 
 // `npm start` as an operator runs it: real processes, its own MongoDB-wire server and Kafka, its own ports.
 const stateDir = mkdtempSync(join(tmpdir(), "pi-stack-"));
-const env = {
+// Only the gateway port is set: the database, Kafka and every service replica take free ports, and the
+// operator CLI finds the services through the stack's STATE_DIR.
+const env: NodeJS.ProcessEnv = {
   ...process.env,
   STATE_DIR: stateDir,
   INFRA_CACHE_DIR: join(process.cwd(), ".state", "cache"),
   GATEWAY_PORT: "48080",
-  AUTH_SERVICE_PORT: "48051",
-  CONNECTION_SERVICE_PORT: "48052",
-  FILE_INTAKE_SERVICE_PORT: "48053",
-  WEBHOOK_SERVICE_PORT: "48054",
-  AUTH_SERVICE_URL: "http://127.0.0.1:48051",
-  CONNECTION_SERVICE_URL: "http://127.0.0.1:48052",
-  FILE_INTAKE_SERVICE_URL: "http://127.0.0.1:48053",
-  WEBHOOK_SERVICE_URL: "http://127.0.0.1:48054",
-  MONGODB_PORT: "47017",
-  KAFKA_PORT: "49092",
-  KAFKA_CONTROLLER_PORT: "49093",
-  MONGODB_URI: "",
-  KAFKA_BROKERS: "",
   LOG_LEVEL: "info",
 };
+for (const name of ["MONGODB_URI", "KAFKA_BROKERS", "MONGODB_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SERVICE_REPLICAS"]) delete env[name];
+for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"]) delete env[`${s}_SERVICE_PORT`], delete env[`${s}_SERVICE_URL`];
 const baseUrl = "http://127.0.0.1:48080";
 let stack: ChildProcess | undefined;
 // Every process the stack ever had, so a failed test still leaves nothing behind.
@@ -68,7 +59,7 @@ function ops(...args: string[]) {
 async function stopAndCheckNothingLeft(child: ChildProcess): Promise<number> {
   remember();
   const tree = descendants(child.pid!);
-  expect(tree.length).toBeGreaterThanOrEqual(7); // npm, its shell, the supervisor, the MongoDB-wire server, Kafka, five services
+  expect(tree.length).toBeGreaterThanOrEqual(15); // npm, its shell, the supervisor, the MongoDB-wire server, Kafka, two replicas of five services
   const started = Date.now();
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   child.kill("SIGTERM");
@@ -98,17 +89,24 @@ describe("npm start (the operator contract's local stack)", () => {
     expect(bad.stdout).toBe("");
     expect(bad.stderr.trim().split("\n")).toHaveLength(1);
 
-    // A crashed service is restarted by the supervisor, as Kubernetes would restart its pod.
-    const services = descendants(stack.pid!).filter((pid) => {
-      try {
-        return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("services/auth/dist/main.js");
-      } catch {
-        return false;
-      }
-    });
-    expect(services).toHaveLength(1);
-    process.kill(services[0]!, "SIGKILL");
-    await new Promise((r) => setTimeout(r, 300));
+    // Two replicas of every service and of the gateway; a crashed one is restarted by the supervisor,
+    // as Kubernetes would restart its pod, while the other serves.
+    const replicas = (service: string) =>
+      descendants(stack!.pid!).filter((pid) => {
+        try {
+          return alive(pid) && readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(`services/${service}/dist/main.js`);
+        } catch {
+          return false;
+        }
+      });
+    for (const service of ["gateway", "auth", "connection", "file-intake", "webhook"]) expect(replicas(service)).toHaveLength(2);
+    const [killed, other] = replicas("auth");
+    process.kill(killed!, "SIGKILL");
+    expect(await accessToken(baseUrl, partner.live.client_id, partner.live.client_secret)).toMatch(/^ey/);
+    const deadline = Date.now() + 30_000;
+    while (replicas("auth").length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(replicas("auth")).toContain(other);
+    expect(replicas("auth")).toHaveLength(2);
     await waitReady(30_000);
 
     const stopMs = await stopAndCheckNothingLeft(stack);

@@ -98,6 +98,8 @@ describe("webhook service restart", () => {
     const before = await emit(partner.partner_id, 30);
     await receiver.waitFor((a) => a.filter((x) => x.outcome === "ok").length >= 5, 45_000, "the first deliveries");
     await kill(child);
+    // Sentinel: every connection of the dead process closed, so each request it sent has been read.
+    await receiver.drained();
     const atKill = await events.find({ partnerId: partner.partner_id }).toArray();
     const arrivalsAtKill = receiver.arrivals.length;
     // Mid-schedule: some delivered, some waiting for a retry or not yet tried.
@@ -105,7 +107,8 @@ describe("webhook service restart", () => {
     expect(atKill.filter((d) => d.state === "pending").length + (30 - atKill.length)).toBeGreaterThan(0);
 
     const during = await emit(partner.partner_id, 20);
-    await new Promise((r) => setTimeout(r, 500));
+    // Nothing is left to deliver them: the only deliverer has exited and everything it sent was read.
+    expect(child!.exitCode !== null || child!.signalCode !== null).toBe(true);
     expect(receiver.arrivals.length).toBe(arrivalsAtKill);
 
     child = startChild();

@@ -1,6 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { fromBinary } from "@bufbuild/protobuf";
-import { createKafka, createLogger, ensureTopics, topicName, type Kafka } from "@pi/common";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { Producer } from "kafkajs";
+import type { Collection, Document } from "mongodb";
+import { createKafka, createLogger, createProducer, ensureTopics, topicName, type Kafka } from "@pi/common";
 import { eventsv1 } from "@pi/proto";
 
 // Reads the connection-events topic of one namespace from its beginning, for tests that check what
@@ -19,6 +21,13 @@ export interface EventCollector {
   waitFor(predicate: (events: CollectedEvent[]) => boolean, timeoutMs?: number): Promise<CollectedEvent[]>;
   /** Events of one connection, in topic order. */
   of(connectionId: string): eventsv1.ConnectionEvent[];
+  /**
+   * Publishes a marker with partition key `key` (a partner id, the key of its connections' events)
+   * and resolves once it has been read: every event published with that key before this call has
+   * been read too, so a test can then assert that some event never came. The marker names no
+   * connection, so `of()` never returns it; a webhook service on the topic logs and skips it.
+   */
+  sentinel(key: string, timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -28,6 +37,7 @@ export async function collectConnectionEvents(brokers: string, namespace: string
   const topic = topicName(namespace, "connectionEvents");
   const consumer = kafka.consumer({ groupId: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
   const events: CollectedEvent[] = [];
+  let producer: Producer | undefined;
   const waiters = new Set<() => void>();
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
@@ -64,6 +74,42 @@ export async function collectConnectionEvents(brokers: string, namespace: string
       });
     },
     of: (connectionId) => events.filter((e) => e.event.connectionId === connectionId).map((e) => e.event),
-    stop: () => consumer.disconnect(),
+    async sentinel(key, timeoutMs) {
+      if (!producer) {
+        producer = createProducer(kafka);
+        await producer.connect();
+      }
+      const eventId = `sentinel-${randomBytes(8).toString("hex")}`;
+      const marker = create(eventsv1.ConnectionEventSchema, { eventId, type: "test.sentinel", partnerId: key });
+      await producer.send({ topic, messages: [{ key, value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, marker)) }] });
+      await this.waitFor((seen) => seen.some((e) => e.event.eventId === eventId), timeoutMs);
+    },
+    async stop() {
+      await producer?.disconnect();
+      await consumer.disconnect();
+    },
   };
+}
+
+/**
+ * Resolves once every event that changes of these connections would publish has been read: each
+ * stored connection's outbox is empty (its events published, or none to publish), then a sentinel
+ * on its partner's partition has come back. After it, "no event for X" is a fact, not a hope.
+ */
+export async function settled(collector: EventCollector, connections: Collection<Document>, ...ids: string[]): Promise<void> {
+  const partners = new Set<string>();
+  for (const id of ids) {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const doc = await connections.findOne({ _id: id as never }, { projection: { partnerId: 1, outbox: 1 } });
+      if (!doc) throw new Error(`no stored connection ${id}`);
+      if (!(doc.outbox as unknown[] | undefined)?.length) {
+        partners.add(doc.partnerId as string);
+        break;
+      }
+      if (Date.now() > deadline) throw new Error(`the outbox of ${id} was not relayed within 30 s`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  for (const key of partners) await collector.sentinel(key);
 }

@@ -121,7 +121,7 @@ export interface ConnectedPartner {
 }
 
 /** A partner with a live token and an approved connection to a fresh elder. */
-export async function connectedPartner(stack: TestStack, name = "Acme Pharmacy"): Promise<ConnectedPartner> {
+export async function connectedPartner(stack: Pick<TestStack, "settings" | "baseUrl">, name = "Acme Pharmacy"): Promise<ConnectedPartner> {
   const ops = opsFor(stack.settings);
   const partner = await ops.partnerCreate({ name });
   const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);

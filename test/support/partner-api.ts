@@ -11,15 +11,21 @@ export function opsFor(settings: Settings) {
   return commands({ auth: c.auth(), connection: c.connection(), webhook: c.webhook() });
 }
 
-export async function requestToken(baseUrl: string, body: Record<string, string>, encoding: "form" | "json" = "form") {
+export async function requestToken(baseUrl: string, body: Record<string, string>, encoding: "form" | "json" = "form", headers: Record<string, string> = {}) {
   const res = await fetch(`${baseUrl}/oauth/token`, {
     method: "POST",
-    headers: { "content-type": encoding === "form" ? "application/x-www-form-urlencoded" : "application/json" },
+    headers: { "content-type": encoding === "form" ? "application/x-www-form-urlencoded" : "application/json", ...headers },
     body: encoding === "form" ? new URLSearchParams(body).toString() : JSON.stringify(body),
   });
   const text = await res.text();
   validateResponse("POST", "/oauth/token", res.status, res.headers, text);
   return { status: res.status, headers: res.headers, text };
+}
+
+/** RFC 6749 section 2.3.1: the id and the secret each form-urlencoded, joined by a colon, base64-encoded. */
+export function basicAuthorization(clientId: string, clientSecret: string): string {
+  const enc = (v: string) => new URLSearchParams({ v }).toString().slice(2);
+  return `Basic ${Buffer.from(`${enc(clientId)}:${enc(clientSecret)}`).toString("base64")}`;
 }
 
 export async function accessToken(baseUrl: string, clientId: string, clientSecret: string, scope?: string): Promise<string> {

@@ -39,7 +39,7 @@ export interface TestStackOptions {
   logDestination?: DestinationStream;
 }
 
-/** Every service in this process, wired to each other, on the real FerretDB and Kafka. */
+/** Every service in this process, wired to each other, on the real MongoDB-wire server and Kafka. */
 export async function startTestStack(overrides: Record<string, string> = {}, options: TestStackOptions = {}): Promise<TestStack> {
   let settings = testSettings(overrides);
   const logger = (name: string) => createLogger(name, settings.LOG_LEVEL, options.logDestination);

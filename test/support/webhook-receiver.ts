@@ -86,6 +86,11 @@ export interface TestReceiver {
   behave(b: Behaviour): void;
   /** Resolves once `predicate` holds for the arrivals so far. */
   waitFor(predicate: (arrivals: Arrival[]) => boolean, timeoutMs?: number, what?: string): Promise<Arrival[]>;
+  /**
+   * Resolves once no client holds a connection to the receiver: everything a sender that has gone
+   * away (a killed process) wrote has been read, so no arrival of its is still on its way.
+   */
+  drained(timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -152,6 +157,13 @@ export async function startTestReceiver(secret = "", behaviour: Behaviour = () =
         waiters.add(check);
         check();
       });
+    },
+    async drained(timeoutMs = 10_000) {
+      const open = () => new Promise<number>((resolve, reject) => server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+      for (const deadline = Date.now() + timeoutMs; (await open()) > 0; ) {
+        if (Date.now() > deadline) throw new Error(`the receiver still has connections after ${timeoutMs} ms`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
     },
     close: () =>
       new Promise<void>((resolve) => {

@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { createConnection } from "node:net";
+import { createConnection, createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { repoRoot } from "./paths.js";
 
@@ -150,7 +150,8 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
   );
   const jvm = ["-Xms256m", "-Xmx768m", "-XX:+UseG1GC", `-Dlog4j.configuration=file:${log4j}`, "-cp", `${libs}/*`];
   if (!existsSync(join(logDirs, "meta.properties"))) {
-    const clusterId = randomBytes(16).toString("base64url");
+    // A leading "-" would read as an option to the storage tool (1 start in 64 failed that way).
+    const clusterId = randomBytes(16).toString("base64url").replace(/^-/, "A");
     run("java", [...jvm, "kafka.tools.StorageTool", "format", "-t", clusterId, "-c", config], dataDir, "formatting Kafka storage");
   }
   return { name: "kafka", command: "java", args: [...jvm, "kafka.Kafka", config], logFile: join(logDir, "kafka.log") };
@@ -187,4 +188,16 @@ export async function waitFor(what: string, check: () => Promise<boolean>, timeo
 
 export function listFiles(dir: string): string[] {
   return existsSync(dir) ? readdirSync(dir) : [];
+}
+
+/** A TCP port free on 127.0.0.1 right now (the kernel's choice). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }

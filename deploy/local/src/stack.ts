@@ -1,21 +1,30 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createKafka, ensureTopics, type Logger, type Settings } from "@pi/common";
-import { ensureKafka, ensureMongoWire, mongoWireSpec, kafkaSpec, portOpen, waitFor } from "./infra.js";
+import { createKafka, ensureTopics, LOCAL_STACK_FILE, type Logger, type Settings } from "@pi/common";
+import { ensureKafka, ensureMongoWire, freePort, mongoWireSpec, kafkaSpec, portOpen, waitFor } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { Supervisor } from "./supervisor.js";
 
 export const SERVICES = ["auth", "connection", "file-intake", "webhook", "gateway"] as const;
+export const INTERNAL_SERVICES = ["auth", "connection", "file-intake", "webhook"] as const;
+type InternalService = (typeof INTERNAL_SERVICES)[number];
+
+/** AUTH_SERVICE_PORT, FILE_INTAKE_SERVICE_URL, ... */
+const settingName = (service: InternalService, what: "PORT" | "URL") => `${service.toUpperCase().replace(/-/g, "_")}_SERVICE_${what}`;
 
 export interface StackOptions {
   settings: Settings;
   stateDir: string;
   logger: Logger;
-  /** Ports of the local infrastructure; ignored when external MONGODB_URI / KAFKA_BROKERS are given. */
-  mongoPort: number;
-  kafkaPort: number;
-  kafkaControllerPort: number;
+  /** Ports of the local infrastructure (free ones when undefined); ignored when external MONGODB_URI / KAFKA_BROKERS are given. */
+  mongoPort?: number;
+  kafkaPort?: number;
+  kafkaControllerPort?: number;
+  /** Processes per service (gateway included); each replica is supervised on its own. */
+  replicas: Record<(typeof SERVICES)[number], number>;
+  /** The environment the stack was started with: `*_SERVICE_PORT` / `*_SERVICE_URL` set there win over free ports. */
+  env: NodeJS.ProcessEnv;
   /** Start the MongoDB-wire server and Kafka here (false: use MONGODB_URI and KAFKA_BROKERS as they are). */
   startInfra: boolean;
   progress: (line: string) => void;
@@ -51,34 +60,55 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     const cache = cacheDir();
     const mongoWire = ensureMongoWire(cache, progress);
     const kafkaLibs = ensureKafka(cache, progress);
-    if (await portOpen(opts.mongoPort)) throw new Error(`port ${opts.mongoPort} (MongoDB) is already in use; stop what holds it or set MONGODB_PORT`);
-    if (await portOpen(opts.kafkaPort)) throw new Error(`port ${opts.kafkaPort} (Kafka) is already in use; stop what holds it or set KAFKA_PORT`);
+    // Ports nobody chose are free ones, so that two stacks run side by side.
+    const mongoPort = opts.mongoPort ?? (await freePort());
+    const kafkaPort = opts.kafkaPort ?? (await freePort());
+    const kafkaControllerPort = opts.kafkaControllerPort ?? (await freePort());
+    if (await portOpen(mongoPort)) throw new Error(`port ${mongoPort} (MongoDB) is already in use; stop what holds it or set MONGODB_PORT`);
+    if (await portOpen(kafkaPort)) throw new Error(`port ${kafkaPort} (Kafka) is already in use; stop what holds it or set KAFKA_PORT`);
     progress("starting the MongoDB-wire server and Kafka");
-    supervisor.start(mongoWireSpec(mongoWire, join(stateDir, "mongo-wire"), opts.mongoPort, logDir));
-    supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), opts.kafkaPort, opts.kafkaControllerPort, logDir));
-    env.MONGODB_URI = `mongodb://127.0.0.1:${opts.mongoPort}/`;
-    env.KAFKA_BROKERS = `127.0.0.1:${opts.kafkaPort}`;
-    await waitFor("the MongoDB-wire server", () => portOpen(opts.mongoPort), 30_000);
-    await waitFor("Kafka", () => portOpen(opts.kafkaPort), 90_000);
+    supervisor.start(mongoWireSpec(mongoWire, join(stateDir, "mongo-wire"), mongoPort, logDir));
+    supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), kafkaPort, kafkaControllerPort, logDir));
+    env.MONGODB_URI = `mongodb://127.0.0.1:${mongoPort}/`;
+    env.KAFKA_BROKERS = `127.0.0.1:${kafkaPort}`;
+    await waitFor("the MongoDB-wire server", () => portOpen(mongoPort), 30_000);
+    await waitFor("Kafka", () => portOpen(kafkaPort), 180_000);
   }
   const brokers = env.KAFKA_BROKERS ?? opts.settings.KAFKA_BROKERS;
   progress("creating Kafka topics");
   await ensureTopics(createKafka(brokers, "local-stack", logger), opts.settings.DATA_NAMESPACE);
 
-  progress(`starting services: ${SERVICES.join(", ")}`);
-  for (const name of SERVICES) {
-    supervisor.start({
-      name,
-      command: process.execPath,
-      args: ["--enable-source-maps", join(repoRoot, "services", name, "dist", "main.js")],
-      env,
-      logFile: join(logDir, `${name}.log`),
-    });
+  // Every replica of an internal service listens on a port of its own (the one set for the service,
+  // then free ones), and every client gets the whole list in the service's *_SERVICE_URL.
+  const ports = new Map<string, number>();
+  for (const service of INTERNAL_SERVICES) {
+    const set = opts.env[settingName(service, "PORT")];
+    for (let i = 1; i <= opts.replicas[service]; i++) ports.set(`${service}-${i}`, i === 1 && set ? Number(set) : await freePort());
+    const urls = Array.from({ length: opts.replicas[service] }, (_, i) => `http://127.0.0.1:${ports.get(`${service}-${i + 1}`)}`);
+    env[settingName(service, "URL")] = opts.env[settingName(service, "URL")] || urls.join(",");
+  }
+  writeFileSync(join(stateDir, LOCAL_STACK_FILE), `${JSON.stringify(Object.fromEntries(INTERNAL_SERVICES.map((s) => [settingName(s, "URL"), env[settingName(s, "URL")]])), null, 2)}\n`);
+
+  const replicaNames = (service: (typeof SERVICES)[number]) => Array.from({ length: opts.replicas[service] }, (_, i) => `${service}-${i + 1}`);
+  progress(`starting services: ${SERVICES.map((s) => `${s} ×${opts.replicas[s]}`).join(", ")}`);
+  for (const service of SERVICES) {
+    for (const name of replicaNames(service)) {
+      const port = ports.get(name);
+      supervisor.start({
+        name,
+        command: process.execPath,
+        args: ["--enable-source-maps", join(repoRoot, "services", service, "dist", "main.js")],
+        env: service === "gateway" ? env : { ...env, [settingName(service, "PORT")]: String(port) },
+        logFile: join(logDir, `${name}.log`),
+        // Gateway replicas share the partner port as node:cluster workers of the supervisor.
+        sharesPorts: service === "gateway",
+      });
+    }
   }
   return {
     supervisor,
     env,
-    // Gateway first (stops taking requests), then the services, then the infrastructure.
-    stop: () => supervisor.stop([["gateway"], ["auth", "connection", "file-intake", "webhook"], ["kafka", "mongo-wire"]]),
+    // Gateways first (they stop taking requests), then the services, then the infrastructure.
+    stop: () => supervisor.stop([replicaNames("gateway"), INTERNAL_SERVICES.flatMap(replicaNames), ["kafka", "mongo-wire"]]),
   };
 }

@@ -14,6 +14,16 @@ try {
   process.stderr.write(`${err instanceof SettingsError ? err.message : String(err)}\n`);
   process.exit(2);
 }
+/** A port of the local infrastructure: the one set, or (undefined) a free one. */
+function portSetting(name: string): number | undefined {
+  const value = process.env[name];
+  if (!value) return undefined;
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 65535) {
+    process.stderr.write(`invalid setting ${name}: must be a port number\n`);
+    process.exit(2);
+  }
+  return Number(value);
+}
 const dir = stateDir();
 const external = Boolean(process.env.MONGODB_URI && process.env.KAFKA_BROKERS);
 const progress = (line: string) => logger.info(line);
@@ -23,9 +33,17 @@ const stack = await startStack({
   settings,
   stateDir: dir,
   logger,
-  mongoPort: Number(process.env.MONGODB_PORT ?? 27017),
-  kafkaPort: Number(process.env.KAFKA_PORT ?? 9092),
-  kafkaControllerPort: Number(process.env.KAFKA_CONTROLLER_PORT ?? 9093),
+  mongoPort: portSetting("MONGODB_PORT"),
+  kafkaPort: portSetting("KAFKA_PORT"),
+  kafkaControllerPort: portSetting("KAFKA_CONTROLLER_PORT"),
+  replicas: {
+    gateway: settings.GATEWAY_REPLICAS ?? settings.SERVICE_REPLICAS,
+    auth: settings.AUTH_REPLICAS ?? settings.SERVICE_REPLICAS,
+    connection: settings.CONNECTION_REPLICAS ?? settings.SERVICE_REPLICAS,
+    "file-intake": settings.FILE_INTAKE_REPLICAS ?? settings.SERVICE_REPLICAS,
+    webhook: settings.WEBHOOK_REPLICAS ?? settings.SERVICE_REPLICAS,
+  },
+  env: process.env,
   startInfra: !external,
   progress,
 }).catch((err) => {

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import cluster from "node:cluster";
 import { openSync } from "node:fs";
 import type { Logger } from "@pi/common";
 
@@ -8,6 +9,12 @@ export interface ProcessSpec {
   args: string[];
   env?: NodeJS.ProcessEnv;
   logFile: string;
+  /**
+   * Run as a node:cluster worker of this process (command and args are then node's: execArgv, then
+   * the script): workers listening on one port share it, the way several gateway replicas share the
+   * partner port (Node 20 has no SO_REUSEPORT). Each worker is still restarted on its own.
+   */
+  sharesPorts?: boolean;
 }
 
 /**
@@ -24,7 +31,7 @@ export class Supervisor {
 
   start(spec: ProcessSpec): ChildProcess {
     const out = openSync(spec.logFile, "a");
-    const child = spawn(spec.command, spec.args, { stdio: ["ignore", out, out], env: { ...process.env, ...spec.env } });
+    const child = spec.sharesPorts ? fork(spec, out) : spawn(spec.command, spec.args, { stdio: ["ignore", out, out], env: { ...process.env, ...spec.env } });
     this.children.set(spec.name, child);
     const startedAt = Date.now();
     child.on("exit", (code, signal) => {
@@ -40,6 +47,10 @@ export class Supervisor {
       }, delay);
     });
     return child;
+  }
+
+  names(): string[] {
+    return [...this.children.keys()];
   }
 
   pid(name: string): number | undefined {
@@ -67,4 +78,10 @@ export class Supervisor {
       child.kill("SIGTERM");
     });
   }
+}
+
+function fork(spec: ProcessSpec, out: number): ChildProcess {
+  const script = spec.args.findIndex((a) => !a.startsWith("-"));
+  cluster.setupPrimary({ exec: spec.args[script], execArgv: spec.args.slice(0, script), args: spec.args.slice(script + 1), stdio: ["ignore", out, out, "ipc"] });
+  return cluster.fork(spec.env).process;
 }

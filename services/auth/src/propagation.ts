@@ -1,14 +1,19 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { create, toBinary } from "@bufbuild/protobuf";
+import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import type { Producer } from "@pi/common";
-import type { AuthStore, GatewayDoc } from "./store.js";
+import { Outbox, outboxEntry, type Logger, type OutboxFields, type Producer } from "@pi/common";
+import type { AuthStore, GatewayDoc, PartnerEventEntry } from "./store.js";
 
 // An operator's revocation, suspension or reinstatement must be visible to the partner API by the
 // time the operator command exits (operator contract). Gateways verify bearers locally, so the
 // change reaches them as a partner event on Kafka; each gateway reports how far it has applied
 // that topic (ReportGatewayPosition, at once after applying and as a heartbeat), and the auth
 // service answers the operator only when every live gateway has applied the event, or after a
-// timeout that keeps the command well under its 2 s budget.
+// timeout that keeps the command well under its 2 s budget. The event is stored with the change (the
+// outbox of @pi/common) and published right after it; should that publish fail or the process die,
+// the outbox sweep publishes it (every few seconds and at start), so no gateway keeps honouring a
+// revoked credential for long.
 
 /** A gateway that has not reported for this long is taken for dead and not waited for. */
 export const GATEWAY_LIVENESS_MS = 10_000;
@@ -28,40 +33,79 @@ export function gatewaysBehind(gateways: readonly GatewayDoc[], partition: numbe
   return gateways.filter((g) => g.seenAt.getTime() >= now - GATEWAY_LIVENESS_MS && (g.nextOffsets[String(partition)] ?? -1) <= offset);
 }
 
+/** A new partner event, to store with the change it reports. */
+export function partnerEvent(kind: eventsv1.PartnerEventKind, partnerId: string, clientId = ""): PartnerEventEntry {
+  return outboxEntry({ kind, partnerId, clientId });
+}
+
+type PartnerEventDoc = { _id: string } & OutboxFields<PartnerEventEntry>;
+
+function partnerEventOutbox<D extends PartnerEventDoc>(collection: Collection<D>, partnerOf: (doc: D) => string, producer: Pick<Producer, "send">, topic: string, logger: Logger) {
+  return new Outbox<D, PartnerEventEntry>({
+    name: "partner events",
+    collection,
+    producer,
+    topic,
+    logger,
+    // Every event of a partner on one partition, in order, whichever document carried it.
+    key: (doc) => partnerOf(doc as D),
+    value: (_doc, e) =>
+      toBinary(eventsv1.PartnerEventSchema, create(eventsv1.PartnerEventSchema, { kind: e.kind, partnerId: e.partnerId, clientId: e.clientId, occurredAt: BigInt(e.occurredAt.getTime()) })),
+  });
+}
+
 export class PartnerEventPublisher {
+  readonly partners;
+  readonly credentials;
+
   constructor(
     private readonly store: AuthStore,
-    private readonly producer: Producer,
-    private readonly topic: string,
+    producer: Pick<Producer, "send">,
+    topic: string,
+    logger: Logger,
     private readonly timeoutMs = DEFAULT_TIMEOUT_MS,
-  ) {}
+  ) {
+    this.partners = partnerEventOutbox(store.partners, (p) => p._id, producer, topic, logger);
+    this.credentials = partnerEventOutbox(store.credentials, (c) => c.partnerId, producer, topic, logger);
+  }
+
+  async start(): Promise<void> {
+    await Promise.all([this.partners.ensureIndex(), this.credentials.ensureIndex()]);
+    this.partners.start();
+    this.credentials.start();
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([this.partners.stop(), this.credentials.stop()]);
+  }
 
   /**
-   * Publishes the event (acknowledged by Kafka before this continues), then waits for every live
-   * gateway to apply it. `since` is when the change was written, for the reported elapsed time.
+   * Publishes the event stored with a change (`entry`, in the document `id` of `outbox`), then waits
+   * for every live gateway to apply it. `since` is when the change was written, for the reported
+   * elapsed time.
    */
-  async publish(
-    kind: eventsv1.PartnerEventKind,
-    partnerId: string,
-    clientId = "",
-    since = performance.now(),
-  ): Promise<Propagation> {
-    const event = create(eventsv1.PartnerEventSchema, { kind, partnerId, clientId, occurredAt: BigInt(Date.now()) });
-    const [meta] = await this.producer.send({
-      topic: this.topic,
-      messages: [{ key: partnerId, value: Buffer.from(toBinary(eventsv1.PartnerEventSchema, event)) }],
-    });
-    const partition = meta!.partition;
-    const offset = Number(meta!.baseOffset);
+  async propagate<D extends PartnerEventDoc>(outbox: Outbox<D, PartnerEventEntry>, id: string, entry: PartnerEventEntry, since = performance.now()): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
+    for (;;) {
+      const at = (await outbox.relay(id)).get(entry.eventId);
+      if (at) return this.awaitGateways(at.partition, Number(at.offset), deadline, since);
+      // Not published by this call: either the publish failed (tried again until the deadline, then
+      // left to the sweep), or another relay (the sweep) took it, and where it went is unknown here.
+      if (!(await outbox.holds(id, entry.eventId)) || performance.now() >= deadline) return this.awaitGateways(undefined, 0, deadline, since);
+      await sleep(POLL_MS * 5);
+    }
+  }
+
+  /** Polls the gateways' reports until every live one has applied (partition, offset), or the deadline. */
+  private async awaitGateways(partition: number | undefined, offset: number, deadline: number, since: number): Promise<Propagation> {
     for (;;) {
       const now = Date.now();
       const live = await this.store.gateways.find({ seenAt: { $gte: new Date(now - GATEWAY_LIVENESS_MS) } }).toArray();
-      const behind = gatewaysBehind(live, partition, offset, now).length;
-      if (behind === 0 || performance.now() >= deadline) {
+      const behind = partition === undefined ? live.length : gatewaysBehind(live, partition, offset, now).length;
+      if (behind === 0 || partition === undefined || performance.now() >= deadline) {
         return { gateways: live.length, confirmed: live.length - behind, elapsedMs: BigInt(Math.round(performance.now() - since)) };
       }
-      await new Promise((r) => setTimeout(r, POLL_MS));
+      await sleep(POLL_MS);
     }
   }
 

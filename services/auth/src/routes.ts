@@ -1,8 +1,8 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { newId, newSecret, type Logger, type Settings } from "@pi/common";
+import { emptyOutbox, newId, newSecret, pushEvent, type Logger, type Settings } from "@pi/common";
 import type { KeyRing } from "./keys.js";
-import type { PartnerEventPublisher, Propagation } from "./propagation.js";
+import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
 import { hashSecret, seal, secretMatches, unseal } from "./secrets.js";
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
@@ -24,6 +24,14 @@ export interface AuthDeps {
 const modeName = (m: commonv1.Mode): CredentialMode | undefined => (m === Mode.LIVE ? "live" : m === Mode.TEST ? "test" : undefined);
 const modeEnum = (m: CredentialMode) => (m === "live" ? Mode.LIVE : Mode.TEST);
 
+/** A rotation's overlap may last at most a week. */
+export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
+
+/** The replaced secrets whose overlap has not ended, newest first. */
+function stillSigning(partner: PartnerDoc, now = Date.now()) {
+  return (partner.previousSigningSecrets ?? []).filter((p) => p.expiresAt.getTime() > now);
+}
+
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
   const { store, keys, settings, pepper } = deps;
   const { events } = deps;
@@ -44,6 +52,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       secretHash: hashSecret(pepper, clientSecret),
       status: "active",
       createdAt: new Date(),
+      ...emptyOutbox(),
     });
     return { clientId, clientSecret, mode: modeEnum(mode) };
   }
@@ -135,6 +144,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         sealedSigningSecret: seal(pepper, signingSecret),
         createdAt: now,
         updatedAt: now,
+        ...emptyOutbox(),
       });
       const live = await issueCredential(partnerId, "live");
       const test = await issueCredential(partnerId, "test");
@@ -148,27 +158,24 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       }
       const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
       const since = performance.now();
+      const event = partnerEvent(status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED, req.partnerId);
       const updated = await store.partners.findOneAndUpdate(
         { _id: realId(req.partnerId) },
-        { $set: { status, updatedAt: new Date() } },
+        { $set: { status, updatedAt: new Date() }, ...pushEvent(event) },
         { returnDocument: "after" },
       );
       if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      const propagation = await events.publish(
-        status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED,
-        req.partnerId,
-        "",
-        since,
-      );
+      const propagation = await events.propagate(events.partners, req.partnerId, event, since);
       logPropagation(`partner ${status}`, { partnerId: req.partnerId }, propagation);
       return { partnerId: req.partnerId, status: req.status, propagation };
     },
 
     async setWebhookUrl(req) {
       const url = validWebhookUrl(req.url);
-      const updated = await store.partners.findOneAndUpdate({ _id: realId(req.partnerId) }, { $set: { webhookUrl: url, updatedAt: new Date() } });
+      const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
+      const updated = await store.partners.findOneAndUpdate({ _id: realId(req.partnerId) }, { $set: { webhookUrl: url, updatedAt: new Date() }, ...pushEvent(event) });
       if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      await events.publish(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
+      await events.propagate(events.partners, req.partnerId, event);
       return { partnerId: req.partnerId, webhookUrl: url };
     },
 
@@ -181,12 +188,12 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async revokeCredential(req) {
       const since = performance.now();
-      const updated = await store.credentials.findOneAndUpdate(
-        { _id: req.clientId },
-        { $set: { status: "revoked", revokedAt: new Date() } },
-      );
+      const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
+      if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+      const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
+      const updated = await store.credentials.findOneAndUpdate({ _id: req.clientId }, { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(event) });
       if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
-      const propagation = await events.publish(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, updated.partnerId, req.clientId, since);
+      const propagation = await events.propagate(events.credentials, req.clientId, event, since);
       logPropagation("credential revoked", { clientId: req.clientId }, propagation);
       return { clientId: req.clientId, propagation };
     },
@@ -197,7 +204,30 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         partnerId: partner._id,
         webhookUrl: partner.webhookUrl ?? "",
         signingSecret: unseal(pepper, partner.sealedSigningSecret),
+        previousSigningSecrets: stillSigning(partner).map((p) => ({ secret: unseal(pepper, p.sealed), expiresAt: BigInt(p.expiresAt.getTime()) })),
       };
+    },
+
+    async rotateSigningSecret(req) {
+      if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
+        throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
+      }
+      const partner = await partnerOrThrow(req.partnerId);
+      const signingSecret = newSecret("whsec");
+      const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
+      const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
+      const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
+      // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
+      const updated = await store.partners.findOneAndUpdate(
+        { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
+        { $set: { sealedSigningSecret: seal(pepper, signingSecret), previousSigningSecrets: previous, updatedAt: new Date() }, ...pushEvent(event) },
+      );
+      if (!updated) throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
+      // Webhook replicas drop their cached target once the event is out; gateways do not follow
+      // signing secrets, so there is nothing to wait for.
+      await events.partners.relay(partner._id);
+      deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
+      return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
     },
   });
 };

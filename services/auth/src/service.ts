@@ -16,7 +16,9 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     keys.load().catch((err: unknown) => logger.warn({ err: (err as Error).message }, "reloading the signing keys failed"));
   }, settings.JWKS_REFRESH_SECONDS * 1000);
   reload.unref();
-  const events = new PartnerEventPublisher(store, runtime.producer, topicName(settings.DATA_NAMESPACE, "partnerEvents"));
+  const events = new PartnerEventPublisher(store, runtime.producer, topicName(settings.DATA_NAMESPACE, "partnerEvents"), logger);
+  // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
+  await events.start();
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
@@ -29,6 +31,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     async stop() {
       clearInterval(reload);
       await server.close();
+      await events.stop();
       await runtime.close();
     },
   };

@@ -1,22 +1,35 @@
 import type { Collection, Db } from "mongodb";
+import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common";
 import type { SigningKeyDoc } from "./keys.js";
 import { seal } from "./secrets.js";
 
 export type PartnerStatus = "active" | "suspended";
 export type CredentialMode = "live" | "test";
 
-export interface PartnerDoc {
+/** A partner event (revocation, suspension, reinstatement, webhook change) in a document's outbox. */
+export interface PartnerEventEntry extends OutboxEntry {
+  kind: number; // eventsv1.PartnerEventKind
+  partnerId: string;
+  clientId: string;
+}
+
+// Partners and credentials carry their partner events in an outbox (propagation.ts): a change and
+// its event are stored in one update, so a crash before the publish cannot leave gateways
+// honouring a revoked credential or a suspended partner.
+export interface PartnerDoc extends OutboxFields<PartnerEventEntry> {
   _id: string;
   name: string;
   status: PartnerStatus;
   scopes: string[];
   webhookUrl: string | null;
   sealedSigningSecret: string;
+  /** Secrets replaced by a rotation, sealed, each signing beside the current one until it expires. */
+  previousSigningSecrets?: { sealed: string; expiresAt: Date }[];
   createdAt: Date;
   updatedAt: Date;
 }
 
-export interface CredentialDoc {
+export interface CredentialDoc extends OutboxFields<PartnerEventEntry> {
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
@@ -45,8 +58,6 @@ export interface AuthStore {
 // request then reads one credential-or-nothing and one partner document, and compares against a
 // stored or the dummy hash, so an unknown client costs what a known one does (guarantee 5).
 export const DECOY_PARTNER_ID = "ptr~decoy";
-
-const isDuplicateKey = (err: unknown) => typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
 
 /** Creates the decoy partner once; replicas starting together may race, and the loser finds it there. */
 async function ensureDecoy(store: AuthStore, pepper: string): Promise<void> {

@@ -5,7 +5,7 @@ import { connectMongo, type Mongo } from "@pi/common";
 import { KeyRing, type SigningKeyDoc } from "../src/keys.js";
 import { signAccessToken } from "../src/tokens.js";
 
-// The signing keys on the real FerretDB: replicas agree on the keys, rotation keeps every key a
+// The signing keys on the real MongoDB-wire server: replicas agree on the keys, rotation keeps every key a
 // live token may carry, retirement drops only keys whose tokens have all expired.
 
 const pepper = randomBytes(32).toString("base64url");

@@ -24,16 +24,32 @@ export interface ConnectServerOptions {
   logger: Logger;
 }
 
+// Failures to reach the service's own database or Kafka: the call is answered Unavailable (a fast
+// envelope 503 at the gateway), not Internal. Matched by name along the cause chain, as errors from
+// the drivers may come from another realm (tests) or be wrapped.
+const INFRASTRUCTURE_ERRORS = /^((Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error|KafkaJS(Connection|RequestTimeout|BrokerNotFound)Error|KafkaJSNumberOfRetriesExceeded)$/;
+
+export function infrastructureUnavailable(err: unknown): boolean {
+  for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const name = (e as { name?: unknown }).name;
+    if (typeof name === "string" && INFRASTRUCTURE_ERRORS.test(name)) return true;
+    if ((e as { originalError?: unknown }).originalError && infrastructureUnavailable((e as { originalError?: unknown }).originalError)) return true;
+  }
+  return false;
+}
+
 /** Logs every failed call that is not a deliberate service error, without the request itself. */
 function loggingInterceptor(logger: Logger): Interceptor {
   return (next) => async (req) => {
     const started = performance.now();
     try {
       return await next(req);
-    } catch (err) {
+    } catch (thrown) {
+      const err = !(thrown instanceof ConnectError) && infrastructureUnavailable(thrown) ? new ConnectError("a dependency of the service is unreachable", Code.Unavailable, undefined, undefined, thrown) : thrown;
       const ce = ConnectError.from(err);
       const fields = { method: req.method.name, code: Code[ce.code], ms: Math.round(performance.now() - started) };
       if (ce.code === Code.Internal || ce.code === Code.Unknown) logger.error({ ...fields, err }, "rpc failed");
+      else if (ce.code === Code.Unavailable) logger.warn({ ...fields, err: (ce.cause as Error | undefined)?.message ?? ce.rawMessage }, "rpc unavailable");
       else logger.debug(fields, "rpc refused");
       throw err;
     }

@@ -14,4 +14,4 @@ export * from "./parent-watch.js";
 export * from "./telemetry.js";
 export * from "./media-types.js";
 export * from "./periodic.js";
-export * from "./keyed-lock.js";
+export * from "./persistence.js";

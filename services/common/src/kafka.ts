@@ -28,6 +28,13 @@ export function createKafka(brokers: string, clientId: string, logger: Logger): 
   });
 }
 
+/**
+ * How long a consumer's fetch waits at the broker while there is nothing to read. A fetch returns
+ * as soon as a message arrives (minBytes 1), so a longer wait costs no latency: it only sets how
+ * often an idle consumer wakes up (and how long a disconnect may wait for the fetch in flight).
+ */
+export const CONSUMER_MAX_WAIT_MS = 1000;
+
 export function createProducer(kafka: Kafka): Producer {
   return kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
 }

@@ -21,6 +21,20 @@ const redactPaths = [
   "req.headers.authorization",
 ];
 
+let stdout: DestinationStream | undefined;
+
+/**
+ * The process's one stdout destination. A write per line (the gateway's access log: one line per
+ * request) cost 4-6% of the gateway's CPU, so lines are gathered and written asynchronously, 4 KiB
+ * at a time or every 250 ms, whichever comes first; pino writes what is left synchronously when the
+ * process exits (process.exit included). Only a process killed outright (SIGKILL) loses the lines
+ * of its last 250 ms.
+ */
+function stdoutDestination(): DestinationStream {
+  stdout ??= pino.destination({ dest: 1, sync: false, minLength: 4096, periodicFlush: 250 });
+  return stdout;
+}
+
 /** JSON lines on stdout, or on `destination` (tests capture log output through it). */
 export function createLogger(service: string, level = process.env.LOG_LEVEL ?? "info", destination?: DestinationStream): Logger {
   const options = {
@@ -30,5 +44,5 @@ export function createLogger(service: string, level = process.env.LOG_LEVEL ?? "
     redact: { paths: redactPaths, censor: "[redacted]" },
     formatters: { level: (label: string) => ({ level: label }) },
   };
-  return destination ? pino(options, destination) : pino(options);
+  return pino(options, destination ?? stdoutDestination());
 }

@@ -13,7 +13,7 @@ export function databaseName(namespace: string, service: string): string {
 }
 
 export async function connectMongo(uri: string, dbName: string): Promise<Mongo> {
-  const client = new MongoClient(uri, { serverSelectionTimeoutMS: 5000, connectTimeoutMS: 5000 });
+  const client = new MongoClient(uri, { serverSelectionTimeoutMS: 2000, connectTimeoutMS: 5000 });
   await client.connect();
   const db = client.db(dbName);
   return {

@@ -1,13 +1,25 @@
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { z } from "zod";
+import { parseServiceUrls } from "./service-endpoints.js";
 
 // Every setting of the operator contract, plus the internal addresses, in one schema. Each service
 // validates the whole set at start so that a bad value anywhere is caught by whoever reads it.
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
+const replicas = z.coerce.number().int().min(1).max(8);
 const bool = z
   .enum(["true", "false", "1", "0"])
   .transform((v) => v === "true" || v === "1");
-const url = z.string().url();
+// A `*_SERVICE_URL`: one base URL or a comma-separated list (every replica); host names stand for all
+// their addresses (services/common/src/service-endpoints.ts).
+const serviceUrls = z.string().superRefine((value, ctx) => {
+  try {
+    parseServiceUrls(value);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: (err as Error).message });
+  }
+});
 
 // --- API deprecations (docs/edge.md, "Versioning") ---
 // API_DEPRECATIONS is a JSON array of rules; each marks a whole version ("/v1") or one operation
@@ -54,10 +66,10 @@ export const settingsSchema = z.object({
   FILE_INTAKE_SERVICE_PORT: port.default(50053),
   WEBHOOK_SERVICE_PORT: port.default(50054),
   SERVICE_HOST: z.string().min(1).default("127.0.0.1"),
-  AUTH_SERVICE_URL: url.default("http://127.0.0.1:50051"),
-  CONNECTION_SERVICE_URL: url.default("http://127.0.0.1:50052"),
-  FILE_INTAKE_SERVICE_URL: url.default("http://127.0.0.1:50053"),
-  WEBHOOK_SERVICE_URL: url.default("http://127.0.0.1:50054"),
+  AUTH_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50051"),
+  CONNECTION_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50052"),
+  FILE_INTAKE_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50053"),
+  WEBHOOK_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50054"),
 
   MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").default("mongodb://127.0.0.1:27017/"),
   KAFKA_BROKERS: z
@@ -84,6 +96,11 @@ export const settingsSchema = z.object({
   API_DEPRECATIONS: deprecations.default([]),
   // "25 MB" is read as 25 MiB, the more generous reading, so no "25 MB" file is refused.
   MAX_FILE_BYTES: positiveInt.default(25 * 1024 * 1024),
+  // Bounds on uploads in flight at one gateway instance (docs/files.md, "Bounds on uploads").
+  UPLOAD_CONCURRENCY_PER_PARTNER: positiveInt.default(8),
+  UPLOAD_CONCURRENCY_TOTAL: positiveInt.default(64),
+  UPLOAD_MIN_BYTES_PER_SECOND: z.coerce.number().int().min(0).default(16 * 1024),
+  UPLOAD_RATE_WINDOW_SECONDS: z.coerce.number().positive().max(300).default(10),
   IDEMPOTENCY_TTL_SECONDS: positiveInt.default(86400),
   CONNECTION_PENDING_TTL_SECONDS: positiveInt.default(2592000),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
@@ -92,6 +109,15 @@ export const settingsSchema = z.object({
   WEBHOOK_ALLOW_INSECURE_URLS: bool.default(false),
   // How long one webhook attempt may take (connect, answer); only a 2xx within it counts.
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: z.coerce.number().positive().max(60).default(10),
+
+  // How many processes of each service `npm start` runs (each service's own setting wins); several,
+  // so that no state can hide in one process. The gateways share GATEWAY_PORT.
+  SERVICE_REPLICAS: replicas.default(2),
+  GATEWAY_REPLICAS: replicas.optional(),
+  AUTH_REPLICAS: replicas.optional(),
+  CONNECTION_REPLICAS: replicas.optional(),
+  FILE_INTAKE_REPLICAS: replicas.optional(),
+  WEBHOOK_REPLICAS: replicas.optional(),
 
   // Keyed hash of client secrets. Required by the auth service; the local stack generates one.
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),
@@ -123,4 +149,25 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     }
     throw err;
   }
+}
+
+// --- the local stack's addresses ---
+// `npm start` takes free ports for what the user did not set and records the internal addresses it
+// chose in this file under its STATE_DIR; the operator CLI reads them from there unless they are set.
+export const LOCAL_STACK_FILE = "stack.json";
+export const SERVICE_URL_SETTINGS = ["AUTH_SERVICE_URL", "CONNECTION_SERVICE_URL", "FILE_INTAKE_SERVICE_URL", "WEBHOOK_SERVICE_URL"] as const;
+
+/** The environment with every unset `*_SERVICE_URL` taken from a running local stack's file, if any. */
+export function withLocalStackAddresses(env: NodeJS.ProcessEnv, stateDir: string): NodeJS.ProcessEnv {
+  const file = join(stateDir, LOCAL_STACK_FILE);
+  if (SERVICE_URL_SETTINGS.every((name) => env[name]) || !existsSync(file)) return env;
+  let recorded: Record<string, unknown>;
+  try {
+    recorded = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+  } catch {
+    return env;
+  }
+  const filled = { ...env };
+  for (const name of SERVICE_URL_SETTINGS) if (!filled[name] && typeof recorded[name] === "string") filled[name] = recorded[name];
+  return filled;
 }

@@ -4,7 +4,7 @@ import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { connectMongo, createKafka, createLogger, createProducer, ensureTopics, topicName, type Mongo } from "@pi/common";
 
-// Talks to the real FerretDB and Kafka through the project's own helpers.
+// Talks to the real MongoDB-wire server and Kafka through the project's own helpers.
 const logger = createLogger("test", "error");
 const namespace = `t${randomUUID().slice(0, 8)}`;
 let mongo: Mongo | undefined;

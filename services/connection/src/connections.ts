@@ -1,6 +1,5 @@
 import type { Filter } from "mongodb";
-import { KeyedLock, contextFromHeaders, inSpan, newId, sandboxElderAddress, traceHeaders, type Settings } from "@pi/common";
-import type { OutboxRelay } from "./outbox.js";
+import { contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, pushEvent, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
 import {
   effectiveStatus,
   externalStatus,
@@ -13,22 +12,21 @@ import {
   type Timing,
   type Trigger,
 } from "./state-machine.js";
-import { normalize, type ConnectionDoc, type ConnectionStore, type OutboxEntry } from "./store.js";
+import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
 // Connections in the database: every state change is a compare-and-set on the document's version
-// that stores the new state and, when the change emits an event, its outbox entry in the same
-// update (no transactions: one document update carries both). Within the process, every write of
-// a connection runs under its key in `lock` (services/common/src/keyed-lock.ts says why).
+// (updateVersioned) that stores the new state and, when the change emits an event, its outbox entry
+// in the same update (no transactions: one document update carries both). Two replicas acting on
+// one connection at once: one write wins, the other reads the new state and decides again.
 
 export type Clock = () => Date;
+
+/** The one connection of a (partner, mode, address): equalities on exactly the fields of its unique index. */
+export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({ partnerId, mode, address });
 
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
-}
-
-function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
 }
 
 const maxAttempts = 10;
@@ -39,9 +37,9 @@ export class Connections {
   constructor(
     private readonly store: ConnectionStore,
     private readonly settings: Pick<Settings, "ADDRESS_DOMAIN" | "CONNECTION_PENDING_TTL_SECONDS" | "SANDBOX_APPROVAL_DELAY_SECONDS">,
-    private readonly relay: Pick<OutboxRelay, "afterStore">,
+    /** Called right after a write that stored an event (outbox.ts `afterStore`). */
+    private readonly afterStore: (connectionId: string) => void,
     private readonly clock: Clock = () => new Date(),
-    private readonly lock: KeyedLock = new KeyedLock(),
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
   }
@@ -89,7 +87,7 @@ export class Connections {
       pendingSince: initial.pendingSince,
       approveAt: initial.approveAt,
       version: 0,
-      outbox: [],
+      ...emptyOutbox(),
       trace: traceHeaders(),
       createdAt: t.now,
       updatedAt: t.now,
@@ -97,9 +95,7 @@ export class Connections {
     let doc: ConnectionDoc | null = null;
     for (let attempt = 1; doc === null; attempt++) {
       try {
-        doc = normalize(
-          await this.store.connections.findOneAndUpdate({ partnerId, mode, address }, { $setOnInsert: fresh }, { upsert: true, returnDocument: "after" }),
-        );
+        doc = await this.store.connections.findOneAndUpdate(connectionKey(partnerId, mode, address), { $setOnInsert: fresh }, { upsert: true, returnDocument: "after" });
       } catch (err) {
         // Concurrent upserts race to insert; the losers find the winner's document on a retry.
         if (!isDuplicateKey(err) || attempt >= maxAttempts) throw err;
@@ -119,16 +115,8 @@ export class Connections {
     trigger: Trigger,
     opts: { elderId?: string | null; resolve?: boolean } = {},
   ): Promise<Applied | null> {
-    return this.lock.run(filter._id, () => this.applyLocked(filter, trigger, opts));
-  }
-
-  private async applyLocked(
-    filter: Filter<ConnectionDoc> & { _id: string },
-    trigger: Trigger,
-    opts: { elderId?: string | null; resolve?: boolean },
-  ): Promise<Applied | null> {
     for (let attempt = 0; attempt < maxAttempts; attempt++) {
-      const doc = normalize(await this.store.connections.findOne(filter));
+      const doc = await this.store.connections.findOne(filter);
       if (!doc) return null;
       let elderId = opts.elderId !== undefined ? opts.elderId : doc.elderId;
       if (opts.resolve && elderId === null) elderId = await this.resolveElder(doc.mode, doc.address);
@@ -138,39 +126,30 @@ export class Connections {
 
       const event = outcome.event;
       const entry: OutboxEntry | null = event
-        ? await inSpan(event, { parent: contextFromHeaders(doc.trace), attributes: { "connection.id": doc._id } }, async () => ({
-            eventId: newId("evt"),
-            type: event,
-            status: outcome.to === "approved" ? "approved" : "revoked",
-            occurredAt: t.now,
-            trace: traceHeaders(),
-          }))
+        ? await inSpan(event, { parent: contextFromHeaders(doc.trace), attributes: { "connection.id": doc._id } }, async () =>
+            outboxEntry({ type: event, status: outcome.to === "approved" ? ("approved" as const) : ("revoked" as const) }, t.now),
+          )
         : null;
-      const updated = await this.store.connections.findOneAndUpdate(
-        { _id: doc._id, version: doc.version },
-        {
-          $set: {
-            status: outcome.to,
-            approveAt: outcome.approveAt,
-            elderId,
-            updatedAt: t.now,
-            ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
-          },
-          $inc: { version: 1 },
-          ...(entry ? { $push: { outbox: entry } } : {}),
+      const updated = await updateVersioned(this.store.connections, doc, {
+        $set: {
+          status: outcome.to,
+          approveAt: outcome.approveAt,
+          elderId,
+          updatedAt: t.now,
+          ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
         },
-        { returnDocument: "after" },
-      );
+        ...(entry ? pushEvent<OutboxEntry>(entry) : {}),
+      });
       if (!updated) continue; // another writer changed it since the read: decide again on the new state
-      if (entry) this.relay.afterStore(doc._id);
-      return { doc: normalize(updated), outcome };
+      if (entry) this.afterStore(doc._id);
+      return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
   }
 
   /** For file-intake: an approved connection of this partner, in this mode, to an elder that resolved. */
   async isActive(partnerId: string, mode: ConnectionMode, address: string): Promise<boolean> {
-    const doc = normalize(await this.store.connections.findOne({ partnerId, mode, address }));
+    const doc = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 

@@ -1,9 +1,9 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectionv1, commonv1 } from "@pi/proto";
-import { checkElderAddress, newId, sandboxElderAddress, serviceError, ErrorReason, type Logger, type Settings } from "@pi/common";
+import { checkElderAddress, insertIfNew, newId, sandboxElderAddress, serviceError, ErrorReason, type Logger, type Settings } from "@pi/common";
 import type { Connections } from "./connections.js";
 import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type Trigger } from "./state-machine.js";
-import { normalize, type ConnectionDoc, type ConnectionStore } from "./store.js";
+import type { ConnectionDoc, ConnectionStore } from "./store.js";
 import { randomThreeWords } from "./words.js";
 
 const { ConnectionService, ExternalStatus: External, InternalStatus: Internal } = connectionv1;
@@ -33,10 +33,6 @@ const internalEnum: Record<InternalStatus, connectionv1.InternalStatus> = {
   expired: Internal.EXPIRED,
   revoked: Internal.REVOKED,
 };
-
-function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-}
 
 function modeOf(mode: commonv1.Mode): ConnectionMode {
   if (mode === Mode.TEST) return "test";
@@ -82,7 +78,7 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     },
 
     async getConnection(req) {
-      const doc = normalize(await store.connections.findOne(ownedFilter(req)));
+      const doc = await store.connections.findOne(ownedFilter(req));
       if (!doc) throw notFound();
       return partnerView(doc);
     },
@@ -107,11 +103,8 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
       const address = req.address !== undefined ? addressOrThrow(req.address) : `${randomThreeWords()}@${domain}`;
       if (address === sandbox) throw new ConnectError("the sandbox elder address is reserved", Code.InvalidArgument);
       const elderId = newId("eld");
-      try {
-        await store.elders.insertOne({ _id: address, elderId, createdAt: new Date() });
-      } catch (err) {
-        if (isDuplicateKey(err)) throw new ConnectError(`an elder already has the address ${address}`, Code.AlreadyExists);
-        throw err;
+      if (!(await insertIfNew(store.elders, { _id: address, elderId, createdAt: new Date() }))) {
+        throw new ConnectError(`an elder already has the address ${address}`, Code.AlreadyExists);
       }
       return { elderId, address };
     },

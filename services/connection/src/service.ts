@@ -1,6 +1,6 @@
-import { KeyedLock, every, openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { every, openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { Connections } from "./connections.js";
-import { OutboxRelay } from "./outbox.js";
+import { afterStore, connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
 
@@ -27,9 +27,12 @@ export async function startConnectionService(settings: Settings, logger: Logger)
   const runtime = await openRuntime("connection", settings, logger);
   const store = await openConnectionStore(runtime.mongo.db);
   await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
-  const lock = new KeyedLock();
-  const relay = new OutboxRelay(store.connections, runtime.producer, topicName(settings.DATA_NAMESPACE, "connectionEvents"), logger, lock);
-  const connections = new Connections(store, settings, relay, () => new Date(), lock);
+  const intervals = roundIntervals(settings);
+  const outbox = connectionOutbox(store.connections, runtime.producer, topicName(settings.DATA_NAMESPACE, "connectionEvents"), logger, {
+    sweepEveryMs: intervals.outboxSweepMs,
+  });
+  await outbox.ensureIndex();
+  const connections = new Connections(store, settings, afterStore(outbox, logger));
 
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
@@ -38,11 +41,10 @@ export async function startConnectionService(settings: Settings, logger: Logger)
     healthy: runtime.healthy,
     logger,
   });
-  const intervals = roundIntervals(settings);
   // Each also runs once at start: events a crash left in outboxes are published, overdue sandbox
   // approvals happen, ended windows are persisted.
+  outbox.start();
   const rounds = [
-    every("outbox sweep", intervals.outboxSweepMs, () => relay.sweep(), logger),
     every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
     every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
   ];
@@ -52,7 +54,7 @@ export async function startConnectionService(settings: Settings, logger: Logger)
     async stop() {
       await server.close();
       await Promise.all(rounds.map((r) => r.stop()));
-      await relay.drain();
+      await outbox.stop();
       await runtime.close();
     },
   };

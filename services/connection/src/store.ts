@@ -1,14 +1,14 @@
 import type { Collection, Db } from "mongodb";
+import type { OutboxEntry as Entry, OutboxFields } from "@pi/common";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
 
 export type { ConnectionMode, InternalStatus };
 
 /**
  * The elder registry, keyed by the normalised address. Resolving an address is then a lookup by _id,
- * which costs the same whether or not the address exists, on MongoDB and on FerretDB alike. (A query
- * on another field is a full scan on FerretDB v1 that stops at the first match: measured with 4000
- * elders, about 30 ms for an address that exists and over 200 ms for one that does not, a timing
- * oracle for guarantee 1.) The collection replaced "elders" (keyed by elder id) before release.
+ * which costs the same whether or not the address exists (a query on another field may scan and
+ * stop at the first match: a timing oracle for guarantee 1). The collection replaced "elders"
+ * (keyed by elder id) before release.
  */
 export interface ElderDoc {
   _id: string;
@@ -17,16 +17,12 @@ export interface ElderDoc {
 }
 
 /** An event written in the same document update as the state change it reports (outbox.ts). */
-export interface OutboxEntry {
-  eventId: string;
+export interface OutboxEntry extends Entry {
   type: EventType;
   status: ExternalStatus;
-  occurredAt: Date;
-  // Trace headers of the state change, so the event's publication and delivery join its trace.
-  trace?: Record<string, string>;
 }
 
-export interface ConnectionDoc {
+export interface ConnectionDoc extends OutboxFields<OutboxEntry> {
   _id: string;
   partnerId: string;
   mode: ConnectionMode;
@@ -38,26 +34,13 @@ export interface ConnectionDoc {
   pendingSince: Date;
   // Due time of the sandbox auto-approval; null for every connection that does not wait for one.
   approveAt: Date | null;
-  // Bumped by every state change: the compare-and-set guard of a transition.
+  // Bumped by every state change: the compare-and-set guard of a transition (updateVersioned).
   version: number;
-  // Events not yet published to Kafka.
-  outbox: OutboxEntry[];
   // Trace headers of the request that created the connection: later state changes (a caregiver's
   // approve, days later) continue that trace, so one trace shows a connection's whole life.
   trace?: Record<string, string>;
   createdAt: Date;
   updatedAt: Date;
-}
-
-/**
- * A connection as read back. FerretDB v1 drops null fields written by an upsert's $setOnInsert, so
- * a field stored as null may come back missing: never test a nullable field against null unread.
- */
-export function normalize(doc: ConnectionDoc): ConnectionDoc;
-export function normalize(doc: ConnectionDoc | null): ConnectionDoc | null;
-export function normalize(doc: ConnectionDoc | null): ConnectionDoc | null {
-  if (!doc) return null;
-  return { ...doc, elderId: doc.elderId ?? null, approveAt: doc.approveAt ?? null, outbox: doc.outbox ?? [], version: doc.version ?? 0 };
 }
 
 export interface ConnectionStore {

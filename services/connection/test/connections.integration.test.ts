@@ -16,13 +16,13 @@ import {
   type Settings,
 } from "@pi/common";
 import { commonv1 } from "@pi/proto";
-import { Connections } from "../src/connections.js";
-import { KeyedLock } from "@pi/common";
-import { OutboxRelay } from "../src/outbox.js";
+import { Connections, connectionKey } from "../src/connections.js";
+import { queryPlan } from "../../../test/support/query-plan.js";
+import { connectionOutbox, type ConnectionOutbox } from "../src/outbox.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
 
-// The connection store, the state machine and the outbox relay on the real FerretDB and Kafka, with
+// The connection store, the state machine and the outbox relay on the real MongoDB-wire server and Kafka, with
 // a clock the tests move, so windows and delays pass without waiting.
 
 const ttl = 100;
@@ -31,14 +31,12 @@ let settings: Settings;
 let mongo: Mongo;
 let store: ConnectionStore;
 let producer: Producer;
-let relay: OutboxRelay;
+let relay: ConnectionOutbox;
 let collector: EventCollector;
 let clock = new Date();
 let connections: Connections;
 let topic: string;
 const logger = createLogger("connection-test", "silent");
-// One lock for every Connections and relay below, as in one service process (services/common/src/keyed-lock.ts).
-const lock = new KeyedLock();
 
 const word = () =>
   Array.from(randomBytes(6))
@@ -56,7 +54,8 @@ async function elder(): Promise<string> {
 }
 const stored = (id: string) => store.connections.findOne({ _id: id });
 /** A Connections whose relay never runs: the process "died" right after the write. */
-const withoutRelay = () => new Connections(store, settings, { afterStore: () => undefined }, () => clock, lock);
+const withoutRelay = () => new Connections(store, settings, () => undefined, () => clock);
+const relaying = (outbox: ConnectionOutbox) => (id: string) => outbox.afterWrite(id);
 
 beforeAll(async () => {
   settings = parseSettings({
@@ -74,8 +73,9 @@ beforeAll(async () => {
   producer = createProducer(kafka);
   await producer.connect();
   topic = topicName(settings.DATA_NAMESPACE, "connectionEvents");
-  relay = new OutboxRelay(store.connections, producer, topic, logger, lock);
-  connections = new Connections(store, settings, relay, () => clock, lock);
+  relay = connectionOutbox(store.connections, producer, topic, logger);
+  await relay.ensureIndex();
+  connections = new Connections(store, settings, relaying(relay), () => clock);
   collector = await collectConnectionEvents(settings.KAFKA_BROKERS, settings.DATA_NAMESPACE);
 });
 
@@ -145,15 +145,15 @@ describe("outbox", () => {
     expect((await stored(c._id))!.outbox).toEqual([]);
 
     await relay.sweep();
-    await new Promise((r) => setTimeout(r, 500));
+    await collector.sentinel(p);
     expect(collector.of(c._id)).toHaveLength(1);
   });
 
   it("a failed publish keeps the entry, and a later relay publishes it", async () => {
     const c = await connections.request(partner(), "live", await elder());
     const broken = { send: async () => Promise.reject(new Error("broker down")) } as unknown as Producer;
-    const brokenRelay = new OutboxRelay(store.connections, broken, topic, logger, lock);
-    const dying = new Connections(store, settings, brokenRelay, () => clock, lock);
+    const brokenRelay = connectionOutbox(store.connections, broken, topic, logger);
+    const dying = new Connections(store, settings, relaying(brokenRelay), () => clock);
     await dying.apply({ _id: c._id }, "approve", { resolve: true });
     await brokenRelay.drain();
     expect((await stored(c._id))!.outbox).toHaveLength(1);
@@ -176,8 +176,8 @@ describe("outbox", () => {
         return producer.send(record);
       },
     } as unknown as Producer;
-    const racingRelay = new OutboxRelay(store.connections, interleaving, topic, logger, lock);
-    const racing: Connections = new Connections(store, settings, racingRelay, () => clock, lock);
+    const racingRelay = connectionOutbox(store.connections, interleaving, topic, logger);
+    const racing: Connections = new Connections(store, settings, relaying(racingRelay), () => clock);
     await racing.apply({ _id: c._id }, "approve", { resolve: true });
     await collector.waitFor(() => collector.of(c._id).length >= 2);
     await racingRelay.drain();
@@ -193,13 +193,14 @@ describe("sandbox auto-approval", () => {
     tick(delay);
     // Other tests' sandbox connections may be due too; each must be claimed exactly once.
     const due = await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } });
-    const other = new Connections(store, settings, relay, () => clock, lock);
+    const other = new Connections(store, settings, relaying(relay), () => clock);
     const counts = await Promise.all([connections.approveDue(), other.approveDue()]);
     expect(counts.reduce((a, b) => a + b, 0)).toBe(due);
     expect(await stored(c._id)).toMatchObject({ status: "approved", approveAt: null });
     await collector.waitFor(() => collector.of(c._id).length === 1);
     expect(collector.of(c._id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST });
-    await new Promise((r) => setTimeout(r, 500));
+    await relay.drain();
+    await collector.sentinel(c.partnerId);
     expect(collector.of(c._id)).toHaveLength(1);
   });
 
@@ -215,13 +216,19 @@ describe("sandbox auto-approval", () => {
         connections.apply({ _id: c._id, partnerId: p }, "delete"),
       ]),
     );
-    await collector.waitFor(() => cs.every((c) => collector.of(c._id).length === 2));
-    for (const c of cs) {
-      expect(collector.of(c._id).map((e) => e.type)).toEqual(["connection.approved", "connection.revoked"]);
-      expect(await stored(c._id)).toMatchObject({ status: "revoked", version: 2 });
-    }
     await relay.drain();
-    for (const c of cs) expect((await stored(c._id))!.outbox).toEqual([]);
+    // A sentinel of the same partner (same key, same partition) published after every relay above.
+    const sentinel = await connections.request(p, "live", await elder());
+    await connections.apply({ _id: sentinel._id }, "approve", { resolve: true });
+    await collector.waitFor(() => collector.of(sentinel._id).length === 1);
+    for (const c of cs) {
+      const doc = (await stored(c._id))!;
+      expect(doc).toMatchObject({ status: "revoked", outbox: [] });
+      // Approved first (then revoked): two changes, two events. Deleted first: one change, no
+      // event, and the approvals that came after were refused.
+      if (doc.version === 2) expect(collector.of(c._id).map((e) => e.type)).toEqual(["connection.approved", "connection.revoked"]);
+      else expect({ version: doc.version, events: collector.of(c._id) }).toEqual({ version: 1, events: [] });
+    }
   });
 
   it("test token + real address and live token + sandbox address are never scheduled", async () => {
@@ -250,7 +257,8 @@ describe("expiry", () => {
     }
     expect(await connections.expireDue()).toBeGreaterThanOrEqual(3);
     for (const c of [pending, declined, unresolved]) expect((await stored(c._id))!.status).toBe("expired");
-    await new Promise((r) => setTimeout(r, 500));
+    await relay.drain();
+    await collector.sentinel(p);
     for (const c of [pending, declined, unresolved]) expect(collector.of(c._id)).toEqual([]);
   });
 
@@ -292,5 +300,18 @@ describe("CheckActiveConnection", () => {
     expect(await connections.isActive(p, "live", await elder())).toBe(false);
     await connections.apply({ _id: c._id }, "sever");
     expect(await connections.isActive(p, "live", a)).toBe(false);
+  });
+});
+
+describe("hot reads use an index", () => {
+  it("the connection check reads by (partner, mode, address), the fields of the unique index; the elder lookup by _id", async () => {
+    const p = partner();
+    const a = await elder();
+    await connections.request(p, "live", a);
+    const check = await queryPlan(store.connections as never, connectionKey(p, "live", a));
+    expect(check).toMatchObject({ usesIndex: true });
+    expect(await queryPlan(store.elders as never, { _id: a })).toMatchObject({ usesIndex: true });
+    // The check can fail: a partner and mode without the address are no index's fields.
+    expect((await queryPlan(store.connections as never, { partnerId: p, mode: "live" })).usesIndex).toBe(false);
   });
 });

@@ -1,4 +1,4 @@
-import { describe, expect, it } from "@jest/globals";
+import { describe, expect, it, jest } from "@jest/globals";
 import { createLogger, every } from "@pi/common";
 import { roundIntervals } from "../src/service.js";
 
@@ -20,31 +20,44 @@ describe("background rounds", () => {
   });
 
   it("runs at once, never two rounds at a time, survives a failing round, and stop() waits for the round in progress", async () => {
-    let running = 0;
-    let maxRunning = 0;
-    let rounds = 0;
-    let finished = 0;
-    const periodic = every(
-      "test",
-      10,
-      async () => {
-        rounds++;
-        running++;
-        maxRunning = Math.max(maxRunning, running);
-        await sleep(40);
-        running--;
-        finished++;
-        if (rounds === 1) throw new Error("first round fails");
-      },
-      logger,
-    );
-    await sleep(150);
-    await periodic.stop();
-    expect(rounds).toBeGreaterThanOrEqual(2);
-    expect(maxRunning).toBe(1);
-    expect(finished).toBe(rounds);
-    const after = rounds;
-    await sleep(50);
-    expect(rounds).toBe(after);
+    // An injected clock (jest's fake timers): rounds and the waits inside them happen in virtual time.
+    jest.useFakeTimers();
+    try {
+      let running = 0;
+      let maxRunning = 0;
+      let rounds = 0;
+      let finished = 0;
+      const periodic = every(
+        "test",
+        10,
+        async () => {
+          rounds++;
+          running++;
+          maxRunning = Math.max(maxRunning, running);
+          await sleep(40);
+          running--;
+          finished++;
+          if (rounds === 1) throw new Error("first round fails");
+        },
+        logger,
+      );
+      await jest.advanceTimersByTimeAsync(150);
+      while (running === 0) await jest.advanceTimersByTimeAsync(1);
+      let stopped = false;
+      const stopping = periodic.stop().then(() => (stopped = true));
+      await jest.advanceTimersByTimeAsync(0);
+      expect(stopped).toBe(false); // a round is in progress
+      await jest.advanceTimersByTimeAsync(40);
+      await stopping;
+      expect(rounds).toBeGreaterThanOrEqual(3);
+      expect(maxRunning).toBe(1);
+      expect(finished).toBe(rounds);
+      const after = rounds;
+      await jest.advanceTimersByTimeAsync(60_000);
+      expect(rounds).toBe(after);
+      expect(jest.getTimerCount()).toBe(0);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 });

@@ -1,91 +1,104 @@
-import { imageSize } from "image-size";
-import { parseBuffer } from "music-metadata";
-import { acceptedType, type ExtractionKind } from "@pi/common";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { Piscina } from "piscina";
+import { acceptedType } from "@pi/common";
+import type { ExtractionTask } from "./extraction-thread.js";
+import type { Extracted } from "./extracted.js";
 
-// What extraction finds in a live file's bytes. Results stay inside file-intake (the extractions
-// collection) and are never exposed; the partner sees only `processed` or `failed`. A library that
-// cannot parse the bytes makes the file `failed`.
+export { MAX_STORED_TEXT_CHARS, type Extracted } from "./extracted.js";
 
-export type Extracted =
-  | { ok: true; kind: "pdf-text"; text: string; textLength: number; textTruncated: boolean; pages: number }
-  | { ok: true; kind: "plain-text"; text: string; textLength: number; textTruncated: boolean }
-  | { ok: true; kind: "image-dimensions"; width: number; height: number }
-  | { ok: true; kind: "audio-duration"; durationSeconds: number }
-  | { ok: false; kind: ExtractionKind; error: string };
+// Extraction runs in worker threads (extraction-thread.ts), never in the thread that serves the
+// RPCs: pdf.js replaces globals when it loads, parses a large file for seconds, and a hostile file
+// (a FlateDecode bomb, a page of millions of operators) must cost its own thread, not the service.
+// Each file is bounded in time, JS heap, decoded stream bytes and the process's memory growth;
+// whatever breaks a bound ends as `{ ok: false }` (the file `failed`). docs/files.md, "Extraction".
 
-/** Stored text is capped (a MongoDB document holds at most 16 MB); the full length is kept. */
-export const MAX_STORED_TEXT_CHARS = 1_000_000;
-
-export class Unparseable extends Error {}
-
-function capped(text: string) {
-  return { text: text.slice(0, MAX_STORED_TEXT_CHARS), textLength: text.length, textTruncated: text.length > MAX_STORED_TEXT_CHARS };
+export interface ExtractionLimits {
+  /** Wall time of one file; past it the thread is stopped. */
+  timeoutMs: number;
+  /** The thread's JS heap (V8 old generation), in MiB; past it the thread dies. */
+  maxHeapMb: number;
+  /** What a PDF's zlib streams may decode to, in bytes, checked before pdf.js parses it. */
+  maxDecodedBytes: number;
+  /** Growth of the process's resident memory while one file runs (buffers outside the JS heap). */
+  maxMemoryGrowthMb: number;
 }
 
-type PdfJs = typeof import("pdfjs-dist/legacy/build/pdf.mjs");
-let pdfjs: Promise<PdfJs> | undefined;
+export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
+  timeoutMs: 90_000,
+  maxHeapMb: 384,
+  maxDecodedBytes: 256 * 1024 * 1024,
+  maxMemoryGrowthMb: 768,
+};
 
-async function pdfText(bytes: Uint8Array) {
-  // The legacy build is the one pdf.js supports on Node; loaded on first use (it is large).
-  pdfjs ??= import("pdfjs-dist/legacy/build/pdf.mjs");
-  const { getDocument, VerbosityLevel } = await pdfjs;
-  const doc = await getDocument({
-    data: new Uint8Array(bytes), // pdf.js takes ownership of (detaches) the buffer it is given
-    isEvalSupported: false,
-    disableFontFace: true,
-    useSystemFonts: false,
-    verbosity: VerbosityLevel.ERRORS,
-  }).promise;
-  try {
-    const pages: string[] = [];
-    let length = 0;
-    for (let n = 1; n <= doc.numPages && length <= MAX_STORED_TEXT_CHARS; n++) {
-      const page = await doc.getPage(n);
-      const content = await page.getTextContent();
-      const text = content.items.map((item) => ("str" in item ? item.str + (item.hasEOL ? "\n" : "") : "")).join("");
-      pages.push(text);
-      length += text.length;
-      page.cleanup();
+/** The compiled thread module; under jest the sources are TypeScript, so the build's (npm test builds first). */
+function threadModule(): string {
+  const beside = fileURLToPath(new URL("./extraction-thread.js", import.meta.url));
+  return existsSync(beside) ? beside : fileURLToPath(new URL("../dist/extraction-thread.js", import.meta.url));
+}
+
+const MEMORY_POLL_MS = 50;
+
+export class Extractor {
+  private readonly pool: Piscina<ExtractionTask, Extracted>;
+  private closed = false;
+
+  constructor(readonly limits: ExtractionLimits = DEFAULT_EXTRACTION_LIMITS) {
+    // One thread: one file at a time per process, so the memory watch below measures that file.
+    // Idle threads exit (no cost while nothing arrives) and never keep the process alive.
+    this.pool = new Piscina({
+      filename: threadModule(),
+      minThreads: 0,
+      maxThreads: 1,
+      idleTimeout: 30_000,
+      atomics: "disabled",
+      resourceLimits: { maxOldGenerationSizeMb: limits.maxHeapMb, maxYoungGenerationSizeMb: 32 },
+    });
+  }
+
+  /** Runs the extraction of the file's type. Never throws for bad bytes or a broken limit: that is `{ ok: false }`. */
+  async extract(mediaType: string, bytes: Uint8Array): Promise<Extracted> {
+    const type = acceptedType(mediaType);
+    if (!type) return { ok: false, kind: "plain-text", error: `no extraction for ${mediaType}` };
+    const kind = type.extraction;
+    const data = new Uint8Array(bytes); // the thread's own copy, moved to it without another
+    const abort = new AbortController();
+    let broken: string | undefined;
+    const stop = (why: string) => {
+      broken ??= why;
+      abort.abort();
+    };
+    const timer = setTimeout(() => stop(`extraction took longer than ${this.limits.timeoutMs} ms`), this.limits.timeoutMs);
+    const rssAtStart = process.memoryUsage.rss();
+    const memoryWatch = setInterval(() => {
+      if (process.memoryUsage.rss() - rssAtStart > this.limits.maxMemoryGrowthMb * 1024 * 1024) {
+        stop(`extraction used more than ${this.limits.maxMemoryGrowthMb} MiB`);
+      }
+    }, MEMORY_POLL_MS);
+    try {
+      return await this.pool.run({ kind, mediaType, bytes: data, maxDecodedBytes: this.limits.maxDecodedBytes }, { signal: abort.signal, transferList: [data.buffer] });
+    } catch (err) {
+      if (broken) return { ok: false, kind, error: broken };
+      if (this.closed) throw err; // the service is stopping: the file stays for another take
+      if ((err as { code?: string }).code === "ERR_WORKER_OUT_OF_MEMORY") return { ok: false, kind, error: `extraction used more than ${this.limits.maxHeapMb} MiB of heap` };
+      // The thread died on these bytes (a parser's uncaught error): the same would happen again.
+      return { ok: false, kind, error: `extraction thread failed: ${err instanceof Error ? err.message : String(err)}`.slice(0, 500) };
+    } finally {
+      clearTimeout(timer);
+      clearInterval(memoryWatch);
     }
-    return { ...capped(pages.join("\n\f")), pages: doc.numPages };
-  } finally {
-    await doc.destroy();
+  }
+
+  close(): Promise<void> {
+    this.closed = true;
+    return this.pool.destroy();
   }
 }
 
-function plainText(bytes: Uint8Array) {
-  // Validated as UTF-8 when it was received; fatal anyway, so a damaged record fails loudly.
-  return capped(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
-}
+let shared: Extractor | undefined;
 
-function dimensions(bytes: Uint8Array) {
-  const { width, height } = imageSize(bytes);
-  if (!width || !height) throw new Unparseable("no image dimensions");
-  return { width, height };
-}
-
-async function duration(bytes: Uint8Array, mediaType: string) {
-  const { format } = await parseBuffer(bytes, { mimeType: mediaType, size: bytes.length }, { duration: true, skipCovers: true });
-  if (format.duration === undefined || !Number.isFinite(format.duration) || format.duration <= 0) throw new Unparseable("no audio duration");
-  return { durationSeconds: format.duration };
-}
-
-/** Runs the extraction of the file's type. Never throws for bad bytes: that is `{ ok: false }`. */
-export async function extract(mediaType: string, bytes: Uint8Array): Promise<Extracted> {
-  const type = acceptedType(mediaType);
-  if (!type) return { ok: false, kind: "plain-text", error: `no extraction for ${mediaType}` };
-  try {
-    switch (type.extraction) {
-      case "pdf-text":
-        return { ok: true, kind: "pdf-text", ...(await pdfText(bytes)) };
-      case "plain-text":
-        return { ok: true, kind: "plain-text", ...plainText(bytes) };
-      case "image-dimensions":
-        return { ok: true, kind: "image-dimensions", ...dimensions(bytes) };
-      case "audio-duration":
-        return { ok: true, kind: "audio-duration", ...(await duration(bytes, mediaType)) };
-    }
-  } catch (err) {
-    return { ok: false, kind: type.extraction, error: err instanceof Error ? `${err.name}: ${err.message}`.slice(0, 500) : "unparseable" };
-  }
+/** Extraction with the default limits, in the process's one extraction thread (started on first use). */
+export function extract(mediaType: string, bytes: Uint8Array): Promise<Extracted> {
+  shared ??= new Extractor();
+  return shared.extract(mediaType, bytes);
 }

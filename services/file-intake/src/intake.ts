@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { commonv1, fileintakev1 } from "@pi/proto";
-import { checkElderAddress, ErrorReason, newId, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type Logger } from "@pi/common";
+import { checkElderAddress, ErrorReason, newId, outboxEntry, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type Logger } from "@pi/common";
 import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
 import type { IdempotencyKeys } from "./keys.js";
 import { refusalDelay } from "./no-oracle.js";
@@ -157,7 +157,10 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
         blobId: staged.id,
         idempotencyKey: key,
         status: "received",
-        eventPending: true,
+        // The FileReceivedEvent, stored with the record it reports (outbox.ts).
+        outbox: [outboxEntry({}, now)],
+        relayUntil: null,
+        relayHolder: null,
         leaseUntil: null,
         leaseToken: null,
         attempts: 0,
@@ -170,7 +173,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
       if (key !== null) await deps.keys.commit(partnerId, key, fileId);
       // Bookkeeping only: an upload document left behind is removed by the staging sweep.
       staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
-      deps.outbox.afterCommit(doc);
+      deps.outbox.afterWrite(fileId);
       return { id: fileId };
     } finally {
       if (!committed && owned) await deps.keys.release(partnerId, key!, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
@@ -186,12 +189,15 @@ const statusEnum: Record<FileDoc["status"], fileintakev1.FileStatus> = {
   failed: fileintakev1.FileStatus.FAILED,
 };
 
+/** The read of GET /v1/files/{id}: by _id alone (the server answers it from the _id index); ownership is checked in code. */
+export const fileById = (id: string) => ({ _id: id });
+
 /** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
 export async function getFile(store: FileStore, req: { partnerId: string; id: string; mode: commonv1.Mode }) {
   const mode = req.mode === commonv1.Mode.TEST ? "test" : req.mode === commonv1.Mode.LIVE ? "live" : undefined;
   const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such file");
   if (!mode || !req.partnerId || !FILE_ID.test(req.id)) throw notFound();
-  const doc = await store.files.findOne({ _id: req.id, partnerId: req.partnerId, mode }, { projection: { status: 1 } });
-  if (!doc) throw notFound();
+  const doc = await store.files.findOne(fileById(req.id), { projection: { partnerId: 1, mode: 1, status: 1 } });
+  if (!doc || doc.partnerId !== req.partnerId || doc.mode !== mode) throw notFound();
   return { id: doc._id, status: statusEnum[doc.status] };
 }

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { decide } from "./idempotency.js";
-import { withDocLock } from "./doc-lock.js";
-import { keyLockKey, type FileStore, type KeyDoc } from "./store.js";
+import { insertIfNew } from "@pi/common";
+import { keyId, type FileStore, type KeyDoc } from "./store.js";
 
 export type ClaimOutcome = { kind: "owned" } | { kind: "replay"; fileId: string } | { kind: "conflict" };
 
@@ -13,16 +13,11 @@ export interface KeyTiming {
   pollMs: number;
 }
 
-function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-}
-
 /**
- * Idempotency keys in MongoDB, on single-document atomicity only: a claim is an upsert on the
- * unique (partnerId, key) index, so of two concurrent requests exactly one inserts; the other reads
- * the winner's record and waits for it to be committed (then replays it) or released (then claims).
- * Every write of a key also takes the key's lock in this process (doc-lock.ts: FerretDB v1 can lose
- * concurrent updates of one document).
+ * Idempotency keys in MongoDB, on single-document atomicity only: a claim is an insert under the
+ * key's deterministic _id (keyId), so of two concurrent requests, on any replicas, exactly one
+ * inserts; the other reads the winner's record by _id and waits for it to be committed (then replays
+ * it) or released (then claims). Every later write is conditional on the claim's fileId.
  */
 export class IdempotencyKeys {
   constructor(
@@ -34,27 +29,9 @@ export class IdempotencyKeys {
     for (;;) {
       signal?.throwIfAborted();
       const now = new Date();
-      let stored: KeyDoc | null;
-      try {
-        stored = await this.locked(partnerId, key, () => this.store.keys.findOneAndUpdate(
-          { partnerId, key },
-          {
-            $setOnInsert: {
-              partnerId,
-              key,
-              fingerprint,
-              fileId,
-              state: "claimed",
-              claimedAt: now,
-              expiresAt: new Date(now.getTime() + this.timing.ttlMs),
-            },
-          },
-          { upsert: true, returnDocument: "after" },
-        ));
-      } catch (err) {
-        if (isDuplicateKey(err)) continue; // lost the insert race: read the winner's record
-        throw err;
-      }
+      const _id = keyId(partnerId, key);
+      const fresh: KeyDoc = { _id, partnerId, key, fingerprint, fileId, state: "claimed", claimedAt: now, expiresAt: new Date(now.getTime() + this.timing.ttlMs) };
+      const stored = (await insertIfNew(this.store.keys, fresh)) ? fresh : await this.store.keys.findOne({ _id });
       if (!stored) continue;
       const decision = decide(stored, { fingerprint, fileId }, now, this.timing.claimLeaseMs);
       switch (decision.kind) {
@@ -63,15 +40,13 @@ export class IdempotencyKeys {
         case "conflict":
           return decision;
         case "expired":
-          await this.locked(partnerId, key, () => this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId }));
+          await this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId });
           continue;
         case "abandoned": {
           // The owner may have died between writing the file and committing the key.
           const written = await this.store.files.findOne({ _id: stored.fileId }, { projection: { _id: 1 } });
-          await this.locked(partnerId, key, async () => {
-            if (written) await this.store.keys.updateOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" }, { $set: { state: "committed" } });
-            else await this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" });
-          });
+          if (written) await this.store.keys.updateOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" }, { $set: { state: "committed" } });
+          else await this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" });
           continue;
         }
         case "wait":
@@ -84,21 +59,15 @@ export class IdempotencyKeys {
   /** The file of this claim is written: later requests with the same payload replay it. */
   async commit(partnerId: string, key: string, fileId: string): Promise<void> {
     const now = new Date();
-    await this.locked(partnerId, key, () =>
-      this.store.keys.updateOne({ partnerId, key, fileId }, { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } }),
-    );
+    await this.store.keys.updateOne({ _id: keyId(partnerId, key), fileId }, { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } });
   }
 
   /** The request was refused after claiming: the key is free again, as if never used. */
   async release(partnerId: string, key: string, fileId: string): Promise<void> {
-    await this.locked(partnerId, key, () => this.store.keys.deleteOne({ partnerId, key, fileId, state: "claimed" }));
+    await this.store.keys.deleteOne({ _id: keyId(partnerId, key), fileId, state: "claimed" });
   }
 
-  private locked<T>(partnerId: string, key: string, fn: () => Promise<T>): Promise<T> {
-    return withDocLock(keyLockKey(this.store, partnerId, key), fn);
-  }
-
-  /** Expiry by sweep (no TTL indexes on FerretDB); reads already treat an expired key as absent. */
+  /** Expiry by sweep (explicit, like every expiry here); reads already treat an expired key as absent. */
   async sweep(now = new Date()): Promise<number> {
     const res = await this.store.keys.deleteMany({ expiresAt: { $lte: now } });
     return res.deletedCount;

@@ -1,7 +1,7 @@
 // No-oracle guarantee 2 in time. Everything before the connection check is the same whatever the
 // reason a send is refused, and the gateway gives every refusal the same body and headers; what is
-// left is how long the connection service takes to say no, which may depend on why (on FerretDB a
-// lookup that finds a document stops early, one that finds none scans). A "no" is therefore held
+// left is how long the connection service takes to say no, which may depend on why (a found
+// document and a missing one, or an approved and a pending connection, need not cost the same). A "no" is therefore held
 // until CONNECTION_REFUSAL_MS after the check started: below that, every refusal takes the same
 // time. The check runs while the last bytes are being stored, so the hold costs nothing then.
 

@@ -2,7 +2,7 @@ import { clientsFor, every, openRuntime, startConnectServer, type Logger, type R
 import { commonv1 } from "@pi/proto";
 import type { ConnectionCheck } from "./intake.js";
 import { IdempotencyKeys } from "./keys.js";
-import { FileOutbox } from "./outbox.js";
+import { fileOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { sweepStaging } from "./staging.js";
 import { openFileStore } from "./store.js";
@@ -12,8 +12,8 @@ import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } 
 export interface FileIntakeTiming extends WorkerTiming {
   claimLeaseMs: number;
   claimPollMs: number;
+  /** How often the outbox sweep looks for events not published yet. */
   relayEveryMs: number;
-  relayGraceMs: number;
   stuckSweepEveryMs: number;
   keySweepEveryMs: number;
   stagingSweepEveryMs: number;
@@ -28,8 +28,7 @@ export const DEFAULT_TIMING: FileIntakeTiming = {
   maxAttempts: 3,
   claimLeaseMs: 60_000,
   claimPollMs: 25,
-  relayEveryMs: 2_000,
-  relayGraceMs: 5_000,
+  relayEveryMs: 5_000,
   stuckSweepEveryMs: 10_000,
   keySweepEveryMs: 60_000,
   stagingSweepEveryMs: 60_000,
@@ -55,7 +54,8 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
   const runtime = await openRuntime("file-intake", settings, logger);
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(store, { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs });
-  const outbox = new FileOutbox(store, runtime.producer, settings.DATA_NAMESPACE, logger);
+  const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, timing.relayEveryMs);
+  await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();
   const connections: ConnectionCheck = options.connections ?? {
     async isActive(partnerId, mode, elderAddress) {
@@ -81,8 +81,9 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     const extraction = await consumeFileEvents(runtime.kafka, settings.DATA_NAMESPACE, worker, logger);
     extractionAlive = extraction.alive;
     background.push(extraction);
+    // The outbox sweep also runs at start: events a crash left behind go out.
+    outbox.start();
     background.push(
-      every("file event relay", timing.relayEveryMs, () => outbox.relay(new Date(), timing.relayGraceMs), logger, later),
       every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger, later),
       every("idempotency key sweep", timing.keySweepEveryMs, () => keys.sweep(), logger, later),
       every(
@@ -99,7 +100,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     async stop() {
       await server.close();
       await Promise.allSettled(background.map((b) => b.stop()));
-      await outbox.drain();
+      await outbox.stop();
       await runtime.close();
     },
   };

@@ -90,14 +90,8 @@ export class StagedUpload {
     if (!this.ended) this.stream.destroy();
     await this.store.uploads.updateOne({ _id: this.id }, { $set: { discardedAt: new Date() } });
     await deleteBlob(this.store, this.id);
-    // Seen under load on FerretDB: a chunk whose insert was acknowledged could still turn up after
-    // this delete. A second delete shortly after removes it without delaying the answer; the
-    // staging sweep remains the backstop.
-    setTimeout(() => void deleteBlob(this.store, this.id).catch(() => {}), LATE_DELETE_MS).unref();
   }
 }
-
-const LATE_DELETE_MS = 500;
 
 export async function deleteBlob(store: FileStore, id: ObjectId): Promise<void> {
   await store.db.collection(`${BLOB_BUCKET}.chunks`).deleteMany({ files_id: id });
@@ -128,8 +122,27 @@ export async function sweepStaging(store: FileStore, now: Date, opts: { discarde
   return due.length;
 }
 
+/** The read of one stored chunk: an equality on both keys of the unique (files_id, n) index. */
+export const chunkFilter = (id: ObjectId, n: number) => ({ files_id: id, n });
+
+/**
+ * The bytes of a stored blob, read chunk by chunk by (files_id, n): lookups the unique chunk index
+ * answers on every server. (The driver's download stream asks for `{files_id}` sorted by n, which
+ * the local server answers by scanning every chunk of every file.)
+ */
 export async function readBlob(store: FileStore, id: ObjectId): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const part of store.blobs.openDownloadStream(id)) parts.push(part as Buffer);
-  return Buffer.concat(parts);
+  const file = await store.db.collection<{ _id: ObjectId; length: number; chunkSize: number }>(`${BLOB_BUCKET}.files`).findOne({ _id: id });
+  if (!file) throw new Error(`blob ${id.toHexString()} not found`);
+  const chunks = store.db.collection<{ files_id: ObjectId; n: number; data: { buffer: Uint8Array } }>(`${BLOB_BUCKET}.chunks`);
+  const out = Buffer.allocUnsafe(file.length);
+  let at = 0;
+  for (let n = 0; at < file.length; n++) {
+    const chunk = await chunks.findOne(chunkFilter(id, n));
+    if (!chunk) throw new Error(`blob ${id.toHexString()}: chunk ${n} missing`);
+    const data = chunk.data.buffer;
+    if (data.length === 0 || at + data.length > file.length) throw new Error(`blob ${id.toHexString()}: chunk ${n} has the wrong size`);
+    out.set(data, at);
+    at += data.length;
+  }
+  return out;
 }

@@ -1,12 +1,12 @@
 import { GridFSBucket, ObjectId, type Collection, type Db } from "mongodb";
-import type { ExtractionKind } from "@pi/common";
+import type { ExtractionKind, LeaseFields, OutboxEntry, OutboxFields } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
 
 export type FileStatus = "received" | "processed" | "failed";
 export type FileMode = "live" | "test";
 
 /** One accepted file. Written once every check has passed, before the 202 is answered. */
-export interface FileDoc {
+export interface FileDoc extends OutboxFields<OutboxEntry> {
   _id: string;
   partnerId: string;
   mode: FileMode;
@@ -19,9 +19,7 @@ export interface FileDoc {
   blobId: ObjectId;
   idempotencyKey: string | null;
   status: FileStatus;
-  /** Outbox: the FileReceivedEvent is still to be published. */
-  eventPending: boolean;
-  /** Extraction lease: a worker holds the file until then (heartbeats push it forward). */
+  /** Extraction lease (EXTRACTION_LEASE): a worker holds the file until then (heartbeats push it forward). */
   leaseUntil: Date | null;
   leaseToken: string | null;
   /** How many times a worker took the file. */
@@ -47,11 +45,17 @@ export interface ExtractionDoc {
   extractedAt: Date;
 }
 
+/** An Idempotency-Key, read and written by its deterministic _id (keyId). */
 export interface KeyDoc extends KeyRecord {
-  _id?: ObjectId;
+  _id: string;
   partnerId: string;
   key: string;
 }
+
+/** Partner ids have no ":" (ptr_...), so the id names one (partner, key) pair. */
+export const keyId = (partnerId: string, key: string) => `${partnerId}:${key}`;
+
+export const EXTRACTION_LEASE: LeaseFields = { until: "leaseUntil", holder: "leaseToken" };
 
 /**
  * Bytes being received and not yet committed (or discarded): the staging area. A staged upload is
@@ -75,8 +79,8 @@ export interface FileStore {
 
 export const BLOB_BUCKET = "blobs";
 /**
- * GridFS chunk size: fewer, larger inserts than the 255 KiB default are faster on FerretDB (25 MiB
- * in about 2 s instead of 4); an upload holds at most two chunks (and the driver's copies) in memory.
+ * GridFS chunk size: fewer, larger inserts than the 255 KiB default; an upload holds at most two
+ * chunks (and the driver's copies) in memory.
  */
 export const BLOB_CHUNK_BYTES = 1024 * 1024;
 
@@ -89,12 +93,13 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     uploads: db.collection<UploadDoc>("uploads"),
     blobs: new GridFSBucket(db, { bucketName: BLOB_BUCKET, chunkSizeBytes: BLOB_CHUNK_BYTES }),
   };
-  // No TTL or partial indexes (FerretDB has neither): expiry and recovery are explicit sweeps.
+  // Keys were once found by a unique (partnerId, key) index; their _id (keyId) is that key now, and
+  // the old index would refuse a new key whose pair an old record (left to expire) still holds.
+  await store.keys.dropIndex("partnerId_1_key_1").catch(() => undefined);
+  // Expiry and recovery are explicit sweeps (the same code runs on MongoDB and the local server).
   await Promise.all([
-    store.keys.createIndex({ partnerId: 1, key: 1 }, { unique: true }),
     store.keys.createIndex({ expiresAt: 1 }),
     store.files.createIndex({ status: 1, createdAt: 1 }),
-    store.files.createIndex({ eventPending: 1, createdAt: 1 }),
     store.files.createIndex({ blobId: 1 }),
     store.uploads.createIndex({ startedAt: 1 }),
     db.collection(`${BLOB_BUCKET}.chunks`).createIndex({ files_id: 1, n: 1 }, { unique: true }),
@@ -102,7 +107,3 @@ export async function openFileStore(db: Db): Promise<FileStore> {
   ]);
   return store;
 }
-
-/** The lock (doc-lock.ts) of a file record, and of an idempotency key. */
-export const fileLockKey = (store: FileStore, fileId: string) => `${store.db.databaseName}/files/${fileId}`;
-export const keyLockKey = (store: FileStore, partnerId: string, key: string) => `${store.db.databaseName}/keys/${JSON.stringify([partnerId, key])}`;

@@ -1,12 +1,10 @@
-import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { acceptedType, consumerGroup, topicName, watchConsumer, type Kafka, type Logger } from "@pi/common";
+import { acceptedType, consumerGroup, CONSUMER_MAX_WAIT_MS, endLease, leaseFree, renewLease, takeLease, topicName, watchConsumer, type Kafka, type Logger } from "@pi/common";
 import { extract as realExtract, type Extracted } from "./extraction.js";
 import { readBlob } from "./staging.js";
-import { withDocLock } from "./doc-lock.js";
-import { fileLockKey, type FileDoc, type FileStatus, type FileStore } from "./store.js";
+import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
 
 export interface WorkerTiming {
   /** How long a worker holds a file without a heartbeat; a crashed worker's file is free after it. */
@@ -34,21 +32,14 @@ export class ExtractionWorker {
   ) {}
 
   async process(fileId: string): Promise<FileStatus | "skipped"> {
-    const now = new Date();
-    const token = randomUUID();
-    const lock = fileLockKey(this.store, fileId);
-    const doc = await withDocLock(lock, () =>
-      this.store.files.findOneAndUpdate(
-        { _id: fileId, status: "received", $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }] },
-        { $set: { leaseUntil: new Date(now.getTime() + this.timing.leaseMs), leaseToken: token, updatedAt: now }, $inc: { attempts: 1 } },
-        { returnDocument: "after" },
-      ),
-    );
-    if (!doc) return "skipped";
+    const lease = await takeLease(this.store.files, { _id: fileId, status: "received" }, EXTRACTION_LEASE, {
+      ms: this.timing.leaseMs,
+      update: { $set: { updatedAt: new Date() }, $inc: { attempts: 1 } },
+    });
+    if (!lease) return "skipped";
+    const { doc, holder } = lease;
     const heartbeat = setInterval(() => {
-      withDocLock(lock, () => this.store.files.updateOne({ _id: fileId, leaseToken: token }, { $set: { leaseUntil: new Date(Date.now() + this.timing.leaseMs) } })).catch(
-        (err) => this.logger.warn({ err, fileId }, "lease heartbeat failed"),
-      );
+      renewLease(this.store.files, fileId, EXTRACTION_LEASE, holder, this.timing.leaseMs).catch((err: unknown) => this.logger.warn({ err, fileId }, "lease heartbeat failed"));
     }, this.timing.heartbeatMs);
     heartbeat.unref();
     try {
@@ -59,13 +50,11 @@ export class ExtractionWorker {
       const status: FileStatus = outcome && !outcome.ok ? "failed" : "processed";
       clearInterval(heartbeat);
       const done = new Date();
-      const res = await withDocLock(lock, () =>
-        this.store.files.updateOne(
-          { _id: fileId, status: "received", leaseToken: token },
-          { $set: { status, leaseUntil: null, leaseToken: null, processedAt: done, updatedAt: done } },
-        ),
-      );
-      if (res.modifiedCount === 0) return "skipped"; // the lease ran out and another worker took over
+      const ended = await endLease(this.store.files, fileId, EXTRACTION_LEASE, holder, {
+        filter: { status: "received" },
+        update: { $set: { status, processedAt: done, updatedAt: done } },
+      });
+      if (!ended) return "skipped"; // the lease ran out and another worker took over
       this.logger.info({ fileId, status, mode: doc.mode, mediaType: doc.mediaType, attempt: doc.attempts }, "file processed");
       return status;
     } finally {
@@ -88,11 +77,7 @@ export class ExtractionWorker {
   async sweepStuck(now = new Date()): Promise<number> {
     const stuck = await this.store.files
       .find(
-        {
-          status: "received",
-          createdAt: { $lte: new Date(now.getTime() - this.timing.stuckAfterMs) },
-          $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }],
-        },
+        { status: "received", createdAt: { $lte: new Date(now.getTime() - this.timing.stuckAfterMs) }, ...leaseFree(EXTRACTION_LEASE, now) },
         { projection: { _id: 1 } },
       )
       .limit(50)
@@ -104,7 +89,7 @@ export class ExtractionWorker {
 
 /** The worker's Kafka side: every FileReceivedEvent, in the extraction consumer group. */
 export async function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, logger: Logger) {
-  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "file-intake", "extraction"), maxWaitTimeInMs: 200 });
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "file-intake", "extraction"), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
   const alive = watchConsumer(consumer, "file-events", logger);
   await consumer.connect();
   await consumer.subscribe({ topic: topicName(namespace, "fileEvents"), fromBeginning: true });
@@ -118,8 +103,8 @@ export async function consumeFileEvents(kafka: Kafka, namespace: string, worker:
         logger.error({ err }, "unreadable file event skipped");
         return;
       }
-      // A storage failure (FerretDB answers "busy" under load) is retried a few times here; after
-      // that the file stays `received` for the stuck sweep, and the offset moves on.
+      // A storage failure is retried a few times here; after that the file stays `received` for
+      // the stuck sweep, and the offset moves on.
       for (let attempt = 1; ; attempt++) {
         try {
           await worker.process(fileId);

@@ -10,9 +10,9 @@ import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
 import { testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
-import type { FileDoc, KeyDoc } from "../src/store.js";
+import { keyId, type FileDoc, type KeyDoc } from "../src/store.js";
 
-// file-intake on its own, on the real FerretDB and Kafka, driven through its Connect API the way the
+// file-intake on its own, on the real MongoDB-wire server and Kafka, driven through its Connect API the way the
 // gateway drives it. The connection service is replaced by a switch (the only stub: it is not
 // storage); end-to-end tests under test/e2e use the real one.
 
@@ -49,7 +49,7 @@ beforeAll(async () => {
   settings = testSettings({ IDEMPOTENCY_TTL_SECONDS: "3600" });
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
-  ({ service, client } = await start({ timing: { relayEveryMs: 300, relayGraceMs: 200 } }));
+  ({ service, client } = await start({ timing: { relayEveryMs: 300 } }));
 });
 
 afterAll(async () => {
@@ -149,7 +149,8 @@ describe("a submission is stored only when every check passed", () => {
     const abort = new AbortController();
     async function* cancelled(): AsyncGenerator<Request> {
       yield* stream(partnerId, chunked(Buffer.alloc(2 * 1024 * 1024, "c")), { trailer: false });
-      await sleep(300);
+      // The partner gives up once its upload is being staged.
+      for (const deadline = Date.now() + 10_000; (await db.collection("uploads").countDocuments({ discardedAt: null })) <= before.openUploads && Date.now() < deadline; ) await sleep(20);
       abort.abort();
     }
     expect(await refusal(client.submitFile(cancelled(), { signal: abort.signal }))).toBe(Code.Canceled);
@@ -187,7 +188,7 @@ describe("idempotency keys", () => {
     const old = new Date(Date.now() - 10 * 60_000);
     const keys = db.collection<KeyDoc>("idempotency_keys");
     // A request that died after claiming, before writing its file: the key is free again.
-    await keys.insertOne({ partnerId, key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedAt: old, expiresAt: new Date(Date.now() + 3_600_000) });
+    await keys.insertOne({ _id: keyId(partnerId, "died-early"), partnerId, key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedAt: old, expiresAt: new Date(Date.now() + 3_600_000) });
     const taken = await client.submitFile(stream(partnerId, [bytes], { key: "died-early" }));
     expect((await keys.findOne({ partnerId, key: "died-early" }))).toMatchObject({ fileId: taken.file!.id, state: "committed" });
 
@@ -267,7 +268,7 @@ describe("nothing accepted is left unprocessed", () => {
       blobId,
       idempotencyKey: null,
       status: "received",
-      eventPending: true,
+      outbox: [{ eventId: newId("evt"), occurredAt: now }],
       leaseUntil: null,
       leaseToken: null,
       attempts: 0,
@@ -277,11 +278,11 @@ describe("nothing accepted is left unprocessed", () => {
     });
     const deadline = Date.now() + 20_000;
     let doc = await store.files.findOne({ _id: fileId });
-    while ((doc?.status === "received" || doc?.eventPending) && Date.now() < deadline) {
+    while ((doc?.status === "received" || doc?.outbox.length) && Date.now() < deadline) {
       await sleep(100);
       doc = await store.files.findOne({ _id: fileId });
     }
-    expect(doc).toMatchObject({ status: "processed", eventPending: false });
+    expect(doc).toMatchObject({ status: "processed", outbox: [] });
     expect(await store.extractions.findOne({ _id: fileId })).toMatchObject({ ok: true, width: 64, height: 48 });
   });
 
@@ -321,8 +322,8 @@ describe("nothing accepted is left unprocessed", () => {
       const store = await openFileStore(intake.db);
       const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
       const id = res.file!.id;
-      // Once the outbox has cleared its flag, nothing else writes the record while the test does.
-      for (const deadline = Date.now() + 10_000; (await store.files.findOne({ _id: id }))?.eventPending && Date.now() < deadline; ) await sleep(20);
+      // Once the outbox is empty, nothing else writes the record while the test does.
+      for (const deadline = Date.now() + 10_000; (await store.files.findOne({ _id: id }))?.outbox.length && Date.now() < deadline; ) await sleep(20);
       await store.files.updateOne({ _id: id }, { $set: { attempts: 3 } });
       const worker = new ExtractionWorker(store, { leaseMs: 1000, heartbeatMs: 500, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("t", "silent"));
       expect(await worker.process(id)).toBe("failed");
@@ -336,7 +337,7 @@ describe("nothing accepted is left unprocessed", () => {
     const store = await openFileStore(db);
     const orphan = await StagedUpload.open(store, "ptr_dead");
     await orphan.write(Buffer.alloc(1024 * 1024 + 10, 1)); // one chunk stored, the rest buffered: the process "dies"
-    await sleep(200);
+    for (const deadline = Date.now() + 10_000; (await db.collection("blobs.chunks").countDocuments({ files_id: orphan.id })) === 0 && Date.now() < deadline; ) await sleep(20);
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
     const keptDoc = await store.files.findOne({ _id: kept.file!.id });
     // As if the committing process had died before removing its upload document.

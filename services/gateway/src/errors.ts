@@ -14,6 +14,7 @@ export const PARTNER_ERRORS = {
   no_active_connection: { status: 403, type: "permission_error", message: "There is no active connection to this elder." },
   not_found: { status: 404, type: "invalid_request_error", message: "No such resource." },
   method_not_allowed: { status: 405, type: "invalid_request_error", message: "The method is not allowed on this resource." },
+  request_timeout: { status: 408, type: "invalid_request_error", message: "The request body arrived more slowly than the minimum rate." },
   idempotency_key_reuse: { status: 409, type: "invalid_request_error", message: "This Idempotency-Key was used with a different payload." },
   file_too_large: { status: 413, type: "invalid_request_error", message: "The file is larger than the limit." },
   unsupported_media_type: { status: 415, type: "invalid_request_error", message: "The media type is not accepted." },

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
+import { CONSUMER_MAX_WAIT_MS, topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
 import type { RevocationList } from "./bearer.js";
 
 const { PartnerEventKind } = eventsv1;
@@ -105,7 +105,7 @@ export async function followRevocations(list: RevocationList, auth: AuthClient, 
   snapshot.suspendedPartnerIds.forEach((id) => list.suspendPartner(id));
 
   const reporter = new PositionReporter(auth, logger);
-  const consumer = kafka.consumer({ groupId: `${namespace}.gateway.${reporter.instanceId}`, maxWaitTimeInMs: 100 });
+  const consumer = kafka.consumer({ groupId: `${namespace}.gateway.${reporter.instanceId}`, maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
   await consumer.connect();
   await consumer.subscribe({ topic });
   await consumer.run({

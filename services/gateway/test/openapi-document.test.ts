@@ -52,10 +52,12 @@ describe("the OpenAPI document", () => {
     expect(new Set(operations.map((o) => o.op.operationId)).size).toBe(6);
   });
 
-  it("takes the token request as form-urlencoded and as JSON, and needs no bearer there", () => {
+  it("takes the token request as form-urlencoded and as JSON, with the client authenticated by HTTP Basic or the body, and needs no bearer there", () => {
     const token = doc.paths["/oauth/token"].post;
     expect(Object.keys(token.requestBody.content).sort()).toEqual(["application/json", "application/x-www-form-urlencoded"]);
-    expect(token.security).toEqual([]);
+    expect(token.security).toEqual([{ clientBasic: [] }, {}]);
+    expect(doc.components.securitySchemes.clientBasic).toMatchObject({ type: "http", scheme: "basic" });
+    expect(doc.components.schemas.TokenRequest.required).toEqual(["grant_type"]);
     expect(deref(token.responses["400"]).content["application/json"].schema.$ref).toBe("#/components/schemas/OAuthError");
     expect(errorCodes(token.responses["429"])).toEqual({ codes: ["rate_limited"], type: "rate_limit_error" });
   });
@@ -128,6 +130,9 @@ describe("the OpenAPI document", () => {
       const signature = deref(hook.post.parameters[0]);
       expect(signature).toMatchObject({ name: "Service-Signature", in: "header", required: true });
       expect(new RegExp(signature.schema.pattern).test(`t=1700000000,v1=${"ab".repeat(32)}`)).toBe(true);
+      // During a signing-secret rotation's overlap: one v1 per valid secret.
+      expect(new RegExp(signature.schema.pattern).test(`t=1700000000,v1=${"ab".repeat(32)},v1=${"cd".repeat(32)}`)).toBe(true);
+      expect(signature.description).toMatch(/rotation/);
     }
     expect(doc.components.schemas.WebhookEvent.properties.type.enum).toEqual(["connection.approved", "connection.revoked"]);
   });

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
+import { clientAuthentication, parseBasicAuthorization } from "../src/client-auth.js";
 import { oauthError, parseTokenRequest } from "../src/routes/token.js";
 
 // The token request (RFC 6749 section 4.4) as the spec's "Token request" table gives it.
@@ -7,8 +8,9 @@ const good = { grant_type: "client_credentials", client_id: "cli_x", client_secr
 
 describe("token request parsing", () => {
   it("a complete request, with or without scope; unknown fields ignored", () => {
-    expect(parseTokenRequest(good)).toEqual({ ok: true, req: good });
-    expect(parseTokenRequest({ ...good, scope: "files:write", extra: 1 })).toEqual({ ok: true, req: { ...good, scope: "files:write" } });
+    const client = { clientId: "cli_x", clientSecret: "sk_live_y" };
+    expect(parseTokenRequest(good)).toEqual({ ok: true, req: good, client, method: "body" });
+    expect(parseTokenRequest({ ...good, scope: "files:write", extra: 1 })).toEqual({ ok: true, req: { ...good, scope: "files:write" }, client, method: "body" });
   });
 
   it.each(["grant_type", "client_id", "client_secret"])("invalid_request when %s is missing or empty", (field) => {
@@ -51,5 +53,65 @@ describe("OAuth error bodies", () => {
       expect(Object.keys(body)).toEqual(["error", "error_description"]);
       expect(JSON.stringify(oauthError(error))).toBe(JSON.stringify(body));
     }
+  });
+});
+
+// RFC 6749 section 2.3.1: id and secret each form-urlencoded, joined by a colon, then base64.
+const basic = (id: string, secret: string) =>
+  `Basic ${Buffer.from(`${new URLSearchParams({ a: id }).toString().slice(2)}:${new URLSearchParams({ a: secret }).toString().slice(2)}`).toString("base64")}`;
+
+describe("HTTP Basic client authentication", () => {
+  const grant = { grant_type: "client_credentials" };
+
+  it("a Basic header authenticates the client; the body then needs only grant_type (and scope)", () => {
+    expect(parseTokenRequest({ ...grant, scope: "files:write" }, basic("cli_x", "sk_live_y"))).toEqual({
+      ok: true,
+      req: { ...grant, scope: "files:write" },
+      client: { clientId: "cli_x", clientSecret: "sk_live_y" },
+      method: "basic",
+    });
+  });
+
+  it("decodes the form-urlencoding of id and secret (RFC 6749 appendix B), colons and plus signs included", () => {
+    expect(parseBasicAuthorization(basic("cli:a b", "s+e:c%r/t=="))).toEqual({ clientId: "cli:a b", clientSecret: "s+e:c%r/t==" });
+    // The scheme is case-insensitive; the secret may hold a raw colon after the first.
+    expect(parseBasicAuthorization(`bAsIc ${Buffer.from("cli_x:sk:1").toString("base64")}`)).toEqual({ clientId: "cli_x", clientSecret: "sk:1" });
+  });
+
+  it.each([
+    ["no colon", `Basic ${Buffer.from("cli_x").toString("base64")}`],
+    ["empty id", `Basic ${Buffer.from(":secret").toString("base64")}`],
+    ["empty secret", `Basic ${Buffer.from("cli_x:").toString("base64")}`],
+    ["not base64", "Basic ***"],
+    ["base64 without its padding", `Basic ${Buffer.from("cli_x:sk").toString("base64").replace(/=+$/, "")}`],
+    ["two tokens", `Basic ${Buffer.from("a:b").toString("base64")} ${Buffer.from("a:b").toString("base64")}`],
+    ["a malformed %-escape", `Basic ${Buffer.from("cli_x:%zz").toString("base64")}`],
+    ["bytes that are not UTF-8", `Basic ${Buffer.from([0x63, 0x3a, 0xff, 0xfe]).toString("base64")}`],
+    ["no credentials at all", "Basic"],
+    ["another scheme", "Bearer abc.def.ghi"],
+    ["an empty header", ""],
+  ])("a malformed Authorization header is invalid_request: %s", (_why, header) => {
+    expect(parseTokenRequest(grant, header)).toEqual({ ok: false, error: "invalid_request" });
+  });
+
+  it("both methods at once are invalid_request (RFC 6749: one method per request)", () => {
+    expect(parseTokenRequest({ ...grant, client_id: "cli_x", client_secret: "sk_live_y" }, basic("cli_x", "sk_live_y"))).toEqual({ ok: false, error: "invalid_request" });
+    expect(parseTokenRequest({ ...grant, client_secret: "sk_live_y" }, basic("cli_x", "sk_live_y"))).toEqual({ ok: false, error: "invalid_request" });
+  });
+
+  it("a body client_id beside Basic must name the same client", () => {
+    expect(parseTokenRequest({ ...grant, client_id: "cli_x" }, basic("cli_x", "sk_live_y"))).toMatchObject({ ok: true, method: "basic" });
+    expect(parseTokenRequest({ ...grant, client_id: "cli_other" }, basic("cli_x", "sk_live_y"))).toEqual({ ok: false, error: "invalid_request" });
+  });
+
+  it("the grant type is still checked first, and the length limits hold for Basic too", () => {
+    expect(parseTokenRequest({ grant_type: "password" }, "Basic ***")).toEqual({ ok: false, error: "unsupported_grant_type" });
+    expect(parseTokenRequest(grant, basic("c".repeat(257), "s"))).toEqual({ ok: false, error: "invalid_request" });
+    expect(parseTokenRequest(grant, basic("c", "s".repeat(513)))).toEqual({ ok: false, error: "invalid_request" });
+  });
+
+  it("without a header, the body fields are the method", () => {
+    expect(clientAuthentication(undefined, { client_id: "a", client_secret: "b" })).toEqual({ ok: true, method: "body", credentials: { clientId: "a", clientSecret: "b" } });
+    expect(clientAuthentication(undefined, { client_id: "a" })).toEqual({ ok: false });
   });
 });

@@ -49,6 +49,25 @@ function propagationWarning(p: authv1.Propagation | undefined): string | undefin
   return `warning: ${p.gateways - p.confirmed} of ${p.gateways} gateways had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
 }
 
+/** `--overlap-hours N`: a number of hours, fractions allowed, 0 to 168; absent means 24. */
+export function parseOverlapHours(value: string | undefined): number {
+  if (value === undefined) return 24;
+  const hours = Number(value);
+  if (value.trim() === "" || !Number.isFinite(hours) || hours < 0 || hours > 168) throw new UsageError(`--overlap-hours must be a number of hours from 0 to 168, not ${JSON.stringify(value)}`);
+  return hours;
+}
+
+/** `--since ISO_TIME`: an ISO 8601 date-time with a zone, as Unix ms. */
+export function parseSince(value: string): number {
+  const ms = Date.parse(value);
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value) || Number.isNaN(ms)) {
+    throw new UsageError(`--since must be an ISO 8601 date-time with a zone (2026-01-31T12:00:00Z), not ${JSON.stringify(value)}`);
+  }
+  return ms;
+}
+
+const isoOrNull = (ms: bigint) => (ms === 0n ? null : new Date(Number(ms)).toISOString());
+
 export function parseMode(value: string): commonv1.Mode {
   if (value === "live") return commonv1.Mode.LIVE;
   if (value === "test") return commonv1.Mode.TEST;
@@ -115,17 +134,59 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { id: res.result!.id, internal_status: internalStatusName[res.result!.internalStatus] };
   },
 
+  async partnerRotateSigningSecret(partnerId: string, overlapHours?: string) {
+    const overlapSeconds = BigInt(Math.round(parseOverlapHours(overlapHours) * 3600));
+    const res = await c.auth.rotateSigningSecret({ partnerId, overlapSeconds });
+    return { partner_id: res.partnerId, signing_secret: res.signingSecret, previous_expires_at: new Date(Number(res.previousExpiresAt)).toISOString() };
+  },
+
   async webhookDeliveries(partnerId: string) {
     const res = await c.webhook.listDeliveries({ partnerId });
+    const e = res.endpoint;
     return {
       deliveries: res.deliveries.map((d) => ({
         event_id: d.eventId,
         type: d.type,
         attempts: d.attempts,
         state: deliveryStateName[d.state],
-        next_attempt_at: d.nextAttemptAt === 0n ? null : new Date(Number(d.nextAttemptAt)).toISOString(),
+        next_attempt_at: isoOrNull(d.nextAttemptAt),
+      })),
+      endpoint: {
+        state: e?.failing ? "failing" : "ok",
+        failing_since: isoOrNull(e?.failingSince ?? 0n),
+        last_success_at: isoOrNull(e?.lastSuccessAt ?? 0n),
+      },
+    };
+  },
+
+  async webhookAttempts(eventId: string) {
+    const res = await c.webhook.getDelivery({ eventId });
+    const d = res.delivery!;
+    return {
+      event_id: d.eventId,
+      partner_id: res.partnerId,
+      type: d.type,
+      state: deliveryStateName[d.state],
+      next_attempt_at: isoOrNull(d.nextAttemptAt),
+      attempts: d.attemptLog.map((a) => ({
+        number: a.number,
+        started_at: new Date(Number(a.startedAt)).toISOString(),
+        status: a.statusCode,
+        duration_ms: a.durationMs,
+        error: a.error || null,
+        response_excerpt: a.responseExcerpt,
       })),
     };
+  },
+
+  async webhookResend(eventId: string) {
+    const res = await c.webhook.resendEvent({ eventId });
+    return { event_id: res.delivery!.eventId, state: deliveryStateName[res.delivery!.state], attempts: res.delivery!.attempts };
+  },
+
+  async webhookRecover(partnerId: string, since: string) {
+    const res = await c.webhook.recoverDeliveries({ partnerId, since: BigInt(parseSince(since)) });
+    return { partner_id: partnerId, requeued: res.eventIds.length, event_ids: res.eventIds };
   },
 });
 

@@ -2,7 +2,9 @@ import { Command, CommanderError } from "commander";
 // Only the modules the CLI needs (not the whole of @pi/common, with its database, Kafka and
 // telemetry clients): every command must finish in under 2 s, start-up included.
 import { clientsFor } from "@pi/common/clients";
-import { parseSettings, SettingsError } from "@pi/common/settings";
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseSettings, SettingsError, withLocalStackAddresses } from "@pi/common/settings";
 import { commands, describeFailure } from "./commands.js";
 
 // The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly
@@ -15,7 +17,9 @@ function fail(line: string, code = 1): never {
 
 let settings;
 try {
-  settings = parseSettings();
+  // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in its STATE_DIR.
+  const stateDir = resolve(process.env.STATE_DIR || resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", ".state"));
+  settings = parseSettings(withLocalStackAddresses(process.env, stateDir));
 } catch (err) {
   fail(err instanceof SettingsError ? err.message : String(err), 2);
 }
@@ -69,6 +73,12 @@ partner
   .requiredOption("--url <url>", "the new webhook address")
   .action(action((id: string, o: { url: string }) => ops.partnerSetWebhook(id, o.url)));
 
+partner
+  .command("rotate-signing-secret <partnerId>")
+  .description("a new webhook signing secret, shown once; the old one keeps signing beside it during the overlap")
+  .option("--overlap-hours <hours>", "how long the old secret keeps signing (default 24)")
+  .action(action((id: string, o: { overlapHours?: string }) => ops.partnerRotateSigningSecret(id, o.overlapHours)));
+
 const credential = program.command("credential").description("client credentials");
 credential
   .command("create <partnerId>")
@@ -95,11 +105,21 @@ for (const act of ["approve", "decline", "sever"] as const) {
   connection.command(`${act} <connectionId>`).action(action((id: string) => ops.connectionAct(act, id)));
 }
 
-program
-  .command("webhook")
-  .description("webhook deliveries")
-  .command("deliveries <partnerId>")
-  .action(action((id: string) => ops.webhookDeliveries(id)));
+const webhook = program.command("webhook").description("webhook deliveries");
+webhook.command("deliveries <partnerId>").action(action((id: string) => ops.webhookDeliveries(id)));
+webhook
+  .command("attempts <eventId>")
+  .description("every attempt of one event: time, status, duration, error, start of the answer")
+  .action(action((id: string) => ops.webhookAttempts(id)));
+webhook
+  .command("resend <eventId>")
+  .description("send a stored event again: same id and body, fresh signature")
+  .action(action((id: string) => ops.webhookResend(id)));
+webhook
+  .command("recover <partnerId>")
+  .description("re-queue every delivery of the partner that failed since a time")
+  .requiredOption("--since <isoTime>", "ISO 8601 date-time, e.g. 2026-01-31T12:00:00Z")
+  .action(action((id: string, o: { since: string }) => ops.webhookRecover(id, o.since)));
 
 program.parseAsync(process.argv).then(
   () => process.exit(0),

@@ -1,9 +1,9 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { consumerGroup, contextFromHeaders, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
+import { consumerGroup, CONSUMER_MAX_WAIT_MS, contextFromHeaders, insertNew, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
-import { insertNew, queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
+import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
 type Source = Extract<SourceCheck, { ok: true }>;
 
@@ -80,7 +80,7 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
     // A replica that dies hands its partitions over within seconds, not the default 30.
     sessionTimeout: 10_000,
     heartbeatInterval: 1_000,
-    maxWaitTimeInMs: 100,
+    maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS,
   });
   const alive = watchConsumer(consumer, "connection-events", logger);
   await consumer.connect();

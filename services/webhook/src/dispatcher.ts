@@ -1,10 +1,11 @@
 import type { Filter } from "mongodb";
-import { contextFromHeaders, inSpan, SpanKind, type Logger } from "@pi/common";
+import { contextFromHeaders, inSpan, insertNew, SpanKind, takeOverClaim, type Logger } from "@pi/common";
 import type { WebhookSender } from "./outbound.js";
-import { nextAttemptAt, type RetryPolicy } from "./schedule.js";
+import { afterAttempt, failingAfterMs } from "./endpoint-health.js";
+import { nextAttemptAt, RETRY_AFTER_STATUSES, retryAfterUntil, type RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
-import { insertNew, type AttemptRecord, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
-import type { TargetCache } from "./targets.js";
+import { type AttemptRecord, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
+import { signingSecrets, type TargetCache } from "./targets.js";
 
 // Runs the schedule that lives in the database. To claim a due queue entry, a replica inserts a
 // claim document whose _id names the entry's current slot (event id, attempts made, due time) and
@@ -12,8 +13,9 @@ import type { TargetCache } from "./targets.js";
 // succeeds. The holder makes the attempt and then moves the entry to its next slot (or removes
 // it), so every attempt has a slot of its own. The lease outlasts the attempt timeout, so no two
 // replicas send the same attempt at once; if the holder dies, the slot's claim may be taken over
-// once its lease is over, and the attempt is made again. (A findOneAndUpdate would be the usual
-// claim, but FerretDB v1 does not make it atomic between clients.)
+// once its lease is over (a conditional update on the claim's expiry, which one replica wins), and
+// the attempt is made again. Outcomes are written only while the event is still where the entry
+// says (pending, same attempts): a conditional update, so a late holder never overwrites.
 //
 // A slow or dead endpoint holds at most `maxPerPartner` of this replica's `maxInFlight` slots
 // (each for at most the attempt timeout), and claims skip partners at their limit, so other
@@ -164,20 +166,15 @@ export class Dispatcher {
     for (const entry of entries) {
       // A claim can only have run out if its slot came due more than a lease ago: then its holder
       // died before moving the entry on, and the slot may be taken over, once.
-      if (taken.has(this.slotKey(entry)) && entry.dueAt.getTime() + this.leaseMs < now.getTime() && (await this.takeOver(this.slotKey(entry), entry._id, expiresAt))) {
+      if (taken.has(this.slotKey(entry)) && entry.dueAt.getTime() + this.leaseMs < now.getTime() && (await this.takeOver(this.slotKey(entry), expiresAt))) {
         won.push(entry);
       }
     }
     return won;
   }
 
-  private async takeOver(key: string, eventId: string, expiresAt: Date): Promise<boolean> {
-    const { claims } = this.o.store;
-    const existing = await claims.findOne({ _id: key });
-    if (!existing || existing.expiresAt.getTime() > Date.now()) return false;
-    const removed = await claims.deleteOne({ _id: key, expiresAt: existing.expiresAt });
-    if (removed.deletedCount !== 1) return false;
-    return (await insertNew(claims, [{ _id: key, eventId, expiresAt }])).length === 0;
+  private takeOver(key: string, expiresAt: Date): Promise<boolean> {
+    return takeOverClaim(this.o.store.claims, key, new Date(), expiresAt);
   }
 
   /** Claims are kept long after their lease (a late reader of an old slot must still lose), then dropped. */
@@ -231,14 +228,9 @@ export class Dispatcher {
     await this.o.store.queue.updateOne({ _id: eventId }, { $set: { dueAt } });
   }
 
-  /**
-   * Whether the event is still where the queue entry says (pending, same attempts). Read, then
-   * written by _id alone: the claim makes this replica the only writer, and on FerretDB a filter
-   * on _id plus any other field scans the whole collection.
-   */
-  private async stillCurrent(entry: QueueDoc): Promise<boolean> {
-    const event = await this.o.store.events.findOne({ _id: entry._id }, { projection: { state: 1, attempts: 1 } });
-    return event?.state === "pending" && event.attempts === entry.attempts;
+  /** The event as long as it is still where the queue entry says: pending, with the same attempts. */
+  private current(entry: QueueDoc): Filter<WebhookEventDoc> {
+    return { _id: entry._id, state: "pending", attempts: entry.attempts };
   }
 
   /** After an outcome could not be stored because the event moved on: make the entry match the event. */
@@ -261,8 +253,8 @@ export class Dispatcher {
       return;
     }
     if (!target && entry.attempts === 0) {
-      if (!(await this.stillCurrent(entry))) return this.resync(entry._id);
-      await store.events.updateOne({ _id: entry._id }, { $set: { state: "no_endpoint", nextAttemptAt: null } });
+      const res = await store.events.updateOne(this.current(entry), { $set: { state: "no_endpoint", nextAttemptAt: null } });
+      if (res.modifiedCount === 0) return this.resync(entry._id);
       await store.queue.deleteOne({ _id: entry._id });
       logger.info(log, "partner has no webhook address; event kept, not sent");
       return;
@@ -279,7 +271,7 @@ export class Dispatcher {
           "webhook delivery",
           { kind: SpanKind.CLIENT, parent: contextFromHeaders(entry.trace), attributes: { "webhook.event_id": entry._id, "webhook.attempt": entry.attempts + 1 } },
           async (span) => {
-            const result = await sender.post(target.url, entry.body, { "service-signature": signatureHeader(target.secret, Math.floor(startedAt.getTime() / 1000), entry.body) });
+            const result = await sender.post(target.url, entry.body, { "service-signature": signatureHeader(signingSecrets(target, startedAt.getTime()), Math.floor(startedAt.getTime() / 1000), entry.body) });
             span.setAttribute("http.response.status_code", result.statusCode);
             return result;
           },
@@ -303,19 +295,47 @@ export class Dispatcher {
     if (outcome.delivered) {
       next = { state: "delivered", nextAttemptAt: null, deliveredAt: new Date() };
     } else {
-      const due = nextAttemptAt({ createdAt: entry.createdAt.getTime(), attemptsMade: number, lastEndedAt: Date.now() }, policy);
+      const endedAt = Date.now();
+      // A receiver's Retry-After on 429 or 503 is honoured within the window.
+      const notBefore = RETRY_AFTER_STATUSES.has(outcome.statusCode) ? retryAfterUntil(outcome.retryAfter, endedAt) : undefined;
+      const due = nextAttemptAt({ createdAt: entry.createdAt.getTime(), attemptsMade: number, lastEndedAt: endedAt, notBefore }, policy);
       next = due === null ? { state: "failed", nextAttemptAt: null } : { state: "pending", nextAttemptAt: new Date(due) };
     }
     const fields = { ...log, attempt: number, statusCode: outcome.statusCode, durationMs: outcome.durationMs, error: outcome.error, state: next.state };
-    if (!(await this.stillCurrent(entry))) {
+    const res = await store.events.updateOne(this.current(entry), { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } });
+    if (res.modifiedCount === 0) {
       // A queue entry left behind by a crash, or a lease outlived: the event had moved on.
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
       return this.resync(entry._id);
     }
-    await store.events.updateOne({ _id: entry._id }, { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } });
-    if (next.nextAttemptAt) await store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } });
-    else await store.queue.deleteOne({ _id: entry._id });
+    // The endpoint's health is kept beside the queue's update, not after it: the slot frees no later.
+    await Promise.all([
+      next.nextAttemptAt
+        ? store.queue.updateOne({ _id: entry._id }, { $set: { dueAt: next.nextAttemptAt, attempts: number } })
+        : store.queue.deleteOne({ _id: entry._id }),
+      target ? this.recordHealth(entry.partnerId, outcome.delivered, startedAt) : undefined,
+    ]);
     if (outcome.delivered) logger.info(fields, "webhook delivered");
     else logger.info({ ...fields, nextAttemptAt: next.nextAttemptAt }, "webhook attempt failed");
+  }
+
+  /**
+   * The partner's endpoint health after an attempt. Concurrent attempts of one partner may race
+   * here; the worst that does is a streak that starts one attempt late.
+   */
+  private async recordHealth(partnerId: string, delivered: boolean, at: Date): Promise<void> {
+    const { endpoints } = this.o.store;
+    const prev = await endpoints.findOne({ _id: partnerId });
+    const { next, transition } = afterAttempt(prev, partnerId, delivered, at, failingAfterMs(this.o.policy.windowSeconds));
+    // A healthy endpoint's success is written at most once a minute: one write less per delivery.
+    if (delivered && prev && !prev.failingSince && prev.lastSuccessAt && at.getTime() - prev.lastSuccessAt.getTime() < 60_000) return;
+    const { _id, ...fields } = next;
+    await endpoints.updateOne({ _id }, { $set: fields }, { upsert: true });
+    // Alerts match these lines: "alert":"webhook_endpoint_failing" and its recovery.
+    if (transition === "failing") {
+      this.o.logger.warn({ partnerId, alert: "webhook_endpoint_failing", failingSince: next.failingSince }, "webhook endpoint failing: every attempt failed for the failing period");
+    } else if (transition === "recovered") {
+      this.o.logger.info({ partnerId, alert: "webhook_endpoint_recovered" }, "webhook endpoint recovered");
+    }
   }
 }

@@ -16,6 +16,8 @@ export interface AttemptOutcome {
   durationMs: number;
   error?: string;
   responseExcerpt: string;
+  /** The answer's Retry-After header, if any. */
+  retryAfter?: string;
 }
 
 export type Resolver = (hostname: string, options: LookupAllOptions, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
@@ -45,7 +47,7 @@ export function guardedLookup(resolve: Resolver = systemResolver): LookupFunctio
 export interface SenderOptions {
   allowInsecure: boolean;
   timeoutMs: number;
-  /** How much of an answer's body is read; the rest is dropped unread. */
+  /** How much of an answer's body is read and kept (1 KiB by default); the rest is dropped unread. */
   maxResponseBytes?: number;
   /** Stands in for the system's DNS in tests. */
   resolve?: Resolver;
@@ -82,7 +84,7 @@ export class WebhookSender {
   private readonly maxResponseBytes: number;
 
   constructor(private readonly opts: SenderOptions) {
-    this.maxResponseBytes = opts.maxResponseBytes ?? 2048;
+    this.maxResponseBytes = opts.maxResponseBytes ?? 1024;
     this.agent = new Agent({
       connect: { timeout: opts.timeoutMs, ...(opts.allowInsecure ? {} : { lookup: guardedLookup(opts.resolve) }) },
       headersTimeout: opts.timeoutMs,
@@ -115,7 +117,14 @@ export class WebhookSender {
       } catch {
         // The status arrived in time; a body cut short changes nothing.
       }
-      return { delivered: statusCode >= 200 && statusCode < 300, statusCode, durationMs: elapsed(), responseExcerpt: excerpt };
+      const retryAfter = res.headers["retry-after"];
+      return {
+        delivered: statusCode >= 200 && statusCode < 300,
+        statusCode,
+        durationMs: elapsed(),
+        responseExcerpt: excerpt,
+        ...(typeof retryAfter === "string" ? { retryAfter } : {}),
+      };
     } catch (err) {
       return { delivered: false, statusCode: 0, durationMs: elapsed(), error: describeError(err, this.opts.timeoutMs), responseExcerpt: "" };
     } finally {

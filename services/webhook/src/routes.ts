@@ -1,12 +1,16 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { webhookv1 } from "@pi/proto";
 import type { Logger, Settings } from "@pi/common";
+import { failingAfterMs, isFailing } from "./endpoint-health.js";
+import { recoverable, requeue } from "./requeue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
 
 export interface WebhookDeps {
   settings: Settings;
   logger: Logger;
   store: WebhookStore;
+  /** Tells the dispatcher that something came due. */
+  poke?: () => void;
 }
 
 const MAX_LIST = 1000;
@@ -39,6 +43,13 @@ export function deliveryOf(doc: WebhookEventDoc) {
 }
 
 export default (deps: WebhookDeps) => (router: ConnectRouter) => {
+  async function eventOrThrow(eventId: string, projection?: Record<string, 0>): Promise<WebhookEventDoc> {
+    if (!/^evt_[A-Za-z0-9]{1,64}$/.test(eventId)) throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
+    const doc = await deps.store.events.findOne({ _id: eventId }, projection ? { projection } : {});
+    if (!doc) throw new ConnectError(`no webhook event ${eventId}`, Code.NotFound);
+    return doc;
+  }
+
   router.service(webhookv1.WebhookService, {
     async listDeliveries(req) {
       if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
@@ -48,7 +59,36 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
         .sort({ createdAt: -1, _id: -1 })
         .limit(req.limit || MAX_LIST)
         .toArray();
-      return { deliveries: docs.map(deliveryOf) };
+      const health = await deps.store.endpoints.findOne({ _id: req.partnerId });
+      const endpoint = {
+        failing: isFailing(health, Date.now(), failingAfterMs(deps.settings.WEBHOOK_RETRY_WINDOW_SECONDS)),
+        failingSince: health?.failingSince ? BigInt(health.failingSince.getTime()) : 0n,
+        lastSuccessAt: health?.lastSuccessAt ? BigInt(health.lastSuccessAt.getTime()) : 0n,
+      };
+      return { deliveries: docs.map(deliveryOf), endpoint };
+    },
+
+    async getDelivery(req) {
+      const doc = await eventOrThrow(req.eventId, { body: 0 });
+      return { delivery: deliveryOf(doc), partnerId: doc.partnerId };
+    },
+
+    async resendEvent(req) {
+      const doc = await requeue(deps.store, await eventOrThrow(req.eventId));
+      deps.poke?.();
+      deps.logger.info({ eventId: doc._id, partnerId: doc.partnerId }, "webhook event resent by the operator");
+      return { delivery: deliveryOf(doc) };
+    },
+
+    async recoverDeliveries(req) {
+      if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
+      if (req.since <= 0n) throw new ConnectError("since is required", Code.InvalidArgument);
+      const events = await deps.store.events.find({ partnerId: req.partnerId }).toArray();
+      const due = recoverable(events, new Date(Number(req.since)));
+      for (const doc of due) await requeue(deps.store, doc);
+      if (due.length > 0) deps.poke?.();
+      deps.logger.info({ partnerId: req.partnerId, since: new Date(Number(req.since)), requeued: due.length }, "failed webhook deliveries recovered by the operator");
+      return { eventIds: due.map((d) => d._id) };
     },
   });
 };

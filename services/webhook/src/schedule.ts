@@ -32,17 +32,36 @@ export function retryDelayMs(retry: number, p: RetryPolicy, random: number): num
 
 /**
  * When the next attempt starts (Unix ms), or null when the window is used up and the event fails.
- * `attemptsMade` counts the attempt that just ended, which ended at `lastEndedAt`.
+ * `attemptsMade` counts the attempt that just ended, which ended at `lastEndedAt`. `notBefore`
+ * (Unix ms) is a receiver's Retry-After: the next attempt waits for it, and when it falls after the
+ * last start the window allows, there is no next attempt.
  */
 export function nextAttemptAt(
-  ev: { createdAt: number; attemptsMade: number; lastEndedAt: number },
+  ev: { createdAt: number; attemptsMade: number; lastEndedAt: number; notBefore?: number },
   p: RetryPolicy,
   random: number = Math.random(),
 ): number | null {
   const latestStart = ev.createdAt + latestStartOffsetMs(p);
   if (ev.lastEndedAt >= latestStart) return null;
-  const candidate = ev.lastEndedAt + retryDelayMs(ev.attemptsMade, p, random);
+  if (ev.notBefore !== undefined && ev.notBefore > latestStart) return null;
+  const candidate = Math.max(ev.lastEndedAt + retryDelayMs(ev.attemptsMade, p, random), ev.notBefore ?? 0);
   return Math.min(candidate, latestStart);
+}
+
+/** Statuses whose Retry-After is honoured (RFC 9110 section 10.2.3: 503; RFC 6585: 429). */
+export const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([429, 503]);
+
+/**
+ * A Retry-After header (delay seconds or an HTTP date) as the Unix ms before which the next attempt
+ * must not start; undefined when absent or unreadable.
+ */
+export function retryAfterUntil(header: string | undefined, receivedAt: number): number | undefined {
+  const value = header?.trim();
+  if (!value) return undefined;
+  if (/^\d+$/.test(value)) return receivedAt + Number(value) * 1000;
+  const date = Date.parse(value);
+  // An HTTP date (RFC 9110 section 5.6.7) ends in GMT; other strings Date.parse would guess at are ignored.
+  return Number.isNaN(date) || !/ GMT$/.test(value) ? undefined : Math.max(date, receivedAt);
 }
 
 /** The planned start offsets (seconds after creation) of every attempt, without jitter: for docs and tests. */
@@ -54,4 +73,22 @@ export function plannedOffsetsSeconds(p: RetryPolicy): number[] {
     if (next === null) return out;
     out.push(next / 1000);
   }
+}
+
+/** "1 h 4 min", "30 s", "23 h 59 min 50 s": a planned offset as the docs write it. */
+export function formatOffset(seconds: number): string {
+  const s = Math.round(seconds);
+  if (s === 0) return "0";
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const rest = s % 60;
+  if (h === 0 && m > 0 && rest === 30) return `${m}.5 min`;
+  return [h ? `${h} h` : "", m ? `${m} min` : "", rest ? `${rest} s` : ""].filter(Boolean).join(" ");
+}
+
+/** The published retry schedule: a Markdown table of every planned attempt (before jitter) of `p`. */
+export function scheduleTable(p: RetryPolicy): string {
+  const offsets = plannedOffsetsSeconds(p);
+  const rows = offsets.map((o, i) => `| ${i + 1} | ${formatOffset(o)} |`);
+  return ["| attempt | starts after the event (±20 % jitter on each wait) |", "|---|---|", ...rows].join("\n");
 }

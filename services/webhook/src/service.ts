@@ -34,7 +34,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.WEBHOOK_SERVICE_PORT,
-    routes: routes({ settings, logger, store }),
+    routes: routes({ settings, logger, store, poke: () => dispatcher.poke() }),
     healthy: async () => consumer.alive() && (await runtime.healthy()),
     logger,
   });

@@ -1,4 +1,6 @@
 import type { Collection, Db } from "mongodb";
+import type { ClaimDoc as BaseClaim } from "@pi/common";
+import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { EventType } from "./event-body.js";
 
 // Three collections, each written one document at a time (no transactions):
@@ -7,10 +9,10 @@ import type { EventType } from "./event-body.js";
 //                 (evt_...) is derived from the source event id, so a connection event seen twice
 //                 is the same document. Read by _id, and by partner for ListDeliveries.
 // webhook_queue   one per event still to be attempted, keyed by event id: when it is due, with what
-//                 an attempt needs. Small (pending events only), so the dispatcher's scan for due
-//                 work stays cheap even on FerretDB, which scans a collection for any query that
-//                 is not by _id.
+//                 an attempt needs. Small (pending events only), so the dispatcher's look for due
+//                 work stays cheap whatever the server's indexes.
 // webhook_claims  the right, for a lease, to make one scheduled attempt (see ClaimDoc).
+// webhook_endpoints  one per partner: whether its endpoint is failing (endpoint-health.ts).
 //
 // Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
 // retry window is used up), no_endpoint (the partner had no webhook address when the event came
@@ -55,7 +57,7 @@ export interface QueueDoc {
   /** Attempts made when this entry was last scheduled; tells a stale entry from a current one. */
   attempts: number;
   body: string;
-  /** When the event was created: the retry window counts from here. */
+  /** When the retry window starts: the event's creation, or the operator's resend or recover. */
   createdAt: Date;
   trace?: Record<string, string>;
 }
@@ -74,20 +76,19 @@ export function queueEntry(event: WebhookEventDoc): QueueDoc {
 
 /**
  * The right to make the attempt scheduled for one slot of one event: `${eventId}:${attempts}:${dueAt}`.
- * Inserting it is the claim. An insert with a given _id succeeds exactly once, which holds on
- * FerretDB v1 too, where a findOneAndUpdate or conditional updateOne is not atomic between
- * concurrent clients (two of them can both "match" the same document).
+ * Inserting it is the claim (a claim by insert of @pi/common: an insert with a given _id succeeds
+ * exactly once, however many replicas try); one whose lease ran out is taken over by a conditional
+ * update on its expiry.
  */
-export interface ClaimDoc {
-  _id: string;
+export interface ClaimDoc extends BaseClaim {
   eventId: string;
-  expiresAt: Date;
 }
 
 export interface WebhookStore {
   events: Collection<WebhookEventDoc>;
   queue: Collection<QueueDoc>;
   claims: Collection<ClaimDoc>;
+  endpoints: Collection<EndpointHealthDoc>;
 }
 
 export async function openWebhookStore(db: Db): Promise<WebhookStore> {
@@ -98,23 +99,5 @@ export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   await queue.createIndex({ dueAt: 1 }, { name: "due" });
   const claims = db.collection<ClaimDoc>("webhook_claims");
   await claims.createIndex({ expiresAt: 1 }, { name: "expiry" });
-  return { events, queue, claims };
-}
-
-export function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-}
-
-/** Inserts every document; returns those not inserted because their _id or unique key is taken. */
-export async function insertNew<T extends { _id: string }>(collection: Collection<T>, docs: T[]): Promise<T[]> {
-  if (docs.length === 0) return [];
-  try {
-    await collection.insertMany(docs as never, { ordered: false });
-    return [];
-  } catch (err) {
-    const writeErrors = (err as { writeErrors?: { code: number; index: number }[] | { code: number; index: number } }).writeErrors;
-    const list = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
-    if (list.length === 0 || list.some((e) => e.code !== 11000)) throw err;
-    return list.map((e) => docs[e.index]!);
-  }
+  return { events, queue, claims, endpoints: db.collection<EndpointHealthDoc>("webhook_endpoints") };
 }

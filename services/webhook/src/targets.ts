@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { fromBinary } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { eventsv1 } from "@pi/proto";
-import { consumerGroup, topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
+import { consumerGroup, CONSUMER_MAX_WAIT_MS, topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
 
 // Where a partner's webhooks go and the secret that signs them, asked of the auth service (which
 // owns both) and kept in memory for a minute. A WEBHOOK_CHANGED partner event drops the entry at
@@ -11,7 +11,15 @@ import { consumerGroup, topicName, type AuthClient, type Kafka, type Logger } fr
 
 export interface WebhookTarget {
   url: string;
+  /** The current signing secret. */
   secret: string;
+  /** Secrets replaced by a rotation, each signing too until `expiresAt` (Unix ms). */
+  previous: { secret: string; expiresAt: number }[];
+}
+
+/** Every secret that signs an attempt starting at `at` (Unix ms): the current one first. */
+export function signingSecrets(target: WebhookTarget, at: number): string[] {
+  return [target.secret, ...target.previous.filter((p) => p.expiresAt > at).map((p) => p.secret)];
 }
 
 interface Entry {
@@ -57,7 +65,9 @@ export class TargetCache {
   private async fetch(partnerId: string): Promise<WebhookTarget | null> {
     try {
       const res = await this.auth.getWebhookTarget({ partnerId }, { timeoutMs: this.lookupTimeoutMs });
-      return res.webhookUrl ? { url: res.webhookUrl, secret: res.signingSecret } : null;
+      if (!res.webhookUrl) return null;
+      const previous = (res.previousSigningSecrets ?? []).map((p) => ({ secret: p.secret, expiresAt: Number(p.expiresAt) }));
+      return { url: res.webhookUrl, secret: res.signingSecret, previous };
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.NotFound) return null;
       throw err;
@@ -68,7 +78,7 @@ export class TargetCache {
 /** Drops a partner's cached target whenever the auth service says its webhook changed. */
 export async function followWebhookChanges(cache: TargetCache, kafka: Kafka, namespace: string, logger: Logger) {
   // A group of its own per process: every replica must see every change.
-  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "webhook", `targets-${randomUUID()}`), maxWaitTimeInMs: 200 });
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "webhook", `targets-${randomUUID()}`), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
   await consumer.connect();
   await consumer.subscribe({ topic: topicName(namespace, "partnerEvents"), fromBeginning: false });
   await consumer.run({

@@ -9,7 +9,7 @@ import { startWebhookService, type WebhookServiceOptions } from "../src/service.
 import type { WebhookEventDoc } from "../src/store.js";
 
 // The auth service (webhook targets, partner events) and the webhook service in this process, on
-// the real FerretDB and Kafka, with a producer that plays the connection service's part.
+// the real MongoDB-wire server and Kafka, with a producer that plays the connection service's part.
 
 const url = (port: number) => `http://127.0.0.1:${port}`;
 

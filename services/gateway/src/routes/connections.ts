@@ -1,8 +1,8 @@
-import Router from "@koa/router";
 import { bodyParser } from "@koa/bodyparser";
 import { commonv1, connectionv1 } from "@pi/proto";
 import { checkElderAddress, type ConnectionClient } from "@pi/common";
-import type { GatewayContext, GatewayState } from "../context.js";
+import type { GatewayContext } from "../context.js";
+import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";
 import { requireScope } from "../middleware.js";
 
@@ -50,7 +50,7 @@ export function parseConnectionCreate(body: unknown, domain: string): string {
 const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
 export default function connectionRoutes(connections: ConnectionClient, domain: string) {
-  const router = new Router<GatewayState>();
+  const router = gatewayRouter();
   const modeOf = (ctx: GatewayContext) => (ctx.state.principal!.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
 
   router.post("/v1/connections", requireScope(CONNECTION_SCOPE), async (ctx, next) => {

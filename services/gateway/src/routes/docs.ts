@@ -1,8 +1,7 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import Router from "@koa/router";
-import type { GatewayState } from "../context.js";
+import { gatewayRouter } from "../router.js";
 import { openApiDocument } from "../openapi.js";
 
 // The OpenAPI document (GET /openapi.yaml, /openapi.json) and the API reference page rendered from
@@ -64,7 +63,7 @@ const csp = [
 ].join("; ");
 
 export default function docsRoutes() {
-  const router = new Router<GatewayState>();
+  const router = gatewayRouter();
   // Read at start: a gateway whose image lacks the document does not come up (the image check).
   openApiDocument();
   router.get("/openapi.yaml", (ctx) => {
@@ -76,7 +75,7 @@ export default function docsRoutes() {
     ctx.set("Cache-Control", "no-cache");
     ctx.body = openApiDocument().json;
   });
-  router.get(["/docs", "/docs/"], (ctx) => {
+  router.get("/docs", (ctx) => {
     ctx.type = "text/html; charset=utf-8";
     ctx.set("Content-Security-Policy", csp);
     ctx.set("X-Content-Type-Options", "nosniff");

@@ -1,14 +1,15 @@
 import type { IncomingMessage } from "node:http";
 import type { Readable } from "node:stream";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import Router from "@koa/router";
 import multer from "@koa/multer";
 import multerCore from "multer";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { checkElderAddress, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type FileIntakeClient } from "@pi/common";
-import type { GatewayContext, GatewayState } from "../context.js";
+import type { GatewayContext } from "../context.js";
+import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
+import { TransferRate, UploadSlots } from "../upload-guards.js";
 
 // POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md; in short:
 // bearer (401), scope (403), the request's own headers (415, 400), then the multipart body in the
@@ -231,9 +232,42 @@ export class Submission {
 
 const modeOf = (ctx: GatewayContext) => (ctx.state.principal!.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
 
-export default function fileRoutes(files: FileIntakeClient, settings: { ADDRESS_DOMAIN: string; MAX_FILE_BYTES: number }) {
-  const router = new Router<GatewayState>();
+export interface FileRouteSettings {
+  ADDRESS_DOMAIN: string;
+  MAX_FILE_BYTES: number;
+  UPLOAD_CONCURRENCY_PER_PARTNER: number;
+  UPLOAD_CONCURRENCY_TOTAL: number;
+  UPLOAD_MIN_BYTES_PER_SECOND: number;
+  UPLOAD_RATE_WINDOW_SECONDS: number;
+}
+
+/** A partner, or this instance, at its cap of uploads in flight: retry after a second. */
+const tooManyUploads = () => new PartnerError("rate_limited", { headers: { "Retry-After": "1" } });
+
+/**
+ * Rejects with 408 once a window of the request brings fewer bytes than the minimum rate (counted
+ * on the socket, so the parts before the file count as much as the file); never resolves.
+ */
+function watchTransferRate(req: IncomingMessage, settings: FileRouteSettings): { stalled: Promise<never>; stop(): void } {
+  const windowMs = settings.UPLOAD_RATE_WINDOW_SECONDS * 1000;
+  const bytesRead = () => req.socket?.bytesRead ?? 0;
+  const rate = new TransferRate(settings.UPLOAD_MIN_BYTES_PER_SECOND, windowMs, bytesRead());
+  let timer: NodeJS.Timeout | undefined;
+  const stalled = new Promise<never>((_resolve, reject) => {
+    timer = setInterval(() => {
+      if (rate.windowEnded(bytesRead())) return;
+      clearInterval(timer);
+      reject(new PartnerError("request_timeout", { headers: { Connection: "close" } }));
+    }, windowMs);
+  });
+  stalled.catch(() => {});
+  return { stalled, stop: () => clearInterval(timer) };
+}
+
+export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings) {
+  const router = gatewayRouter();
   const domain = settings.ADDRESS_DOMAIN;
+  const slots = new UploadSlots(settings.UPLOAD_CONCURRENCY_PER_PARTNER, settings.UPLOAD_CONCURRENCY_TOTAL);
   const limits = {
     fileSize: settings.MAX_FILE_BYTES,
     files: 1,
@@ -249,6 +283,9 @@ export default function fileRoutes(files: FileIntakeClient, settings: { ADDRESS_
     const idempotencyKey = parseIdempotencyKey(ctx.req.headers["idempotency-key"]);
     const principal = ctx.state.principal!;
     const header: SubmitHeader = { partnerId: principal.partnerId, mode: modeOf(ctx), idempotencyKey };
+    const release = slots.tryTake(principal.partnerId);
+    if (!release) throw tooManyUploads();
+    const rate = watchTransferRate(ctx.req, settings);
 
     let submission: Submission | undefined;
     const storage: multer.StorageEngine = {
@@ -273,7 +310,8 @@ export default function fileRoutes(files: FileIntakeClient, settings: { ADDRESS_
     } as multer.StorageEngine;
 
     try {
-      await multer({ storage, limits }).single("file")(ctx, async () => {});
+      await Promise.race([multer({ storage, limits }).single("file")(ctx, async () => {}), rate.stalled]);
+      rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
       if (!submission) throw invalid("file is required (a file part with a filename).", "file");
       // file-intake holds a "no active connection" for a fixed time (services/file-intake/src/no-oracle.ts);
@@ -283,7 +321,16 @@ export default function fileRoutes(files: FileIntakeClient, settings: { ADDRESS_
       ctx.body = fileResource(res.file);
     } catch (err) {
       submission?.cancel(err);
+      if (err instanceof PartnerError && err.code === "request_timeout") {
+        // A stalled body is not parsed any further: what still arrives is dropped, and the socket
+        // closes once the answer is out.
+        ctx.req.unpipe();
+        ctx.req.resume();
+      }
       throw uploadError(err);
+    } finally {
+      rate.stop();
+      release();
     }
   });
 

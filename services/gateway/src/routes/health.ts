@@ -1,11 +1,10 @@
-import Router from "@koa/router";
 import type { HealthClient } from "@pi/common";
 import { healthv1 } from "@pi/proto";
-import type { GatewayState } from "../context.js";
+import { gatewayRouter } from "../router.js";
 
 /** Liveness, and readiness: every internal service answers SERVING (each checks its database and Kafka). */
 export default function healthRoutes(services: Record<string, HealthClient>, warm: () => boolean = () => true) {
-  const router = new Router<GatewayState>();
+  const router = gatewayRouter();
   router.get("/healthz", (ctx) => {
     ctx.body = { status: "ok" };
   });

@@ -1,8 +1,8 @@
-import Router from "@koa/router";
 import { bodyParser } from "@koa/bodyparser";
 import { authv1 } from "@pi/proto";
 import type { AuthClient } from "@pi/common";
-import type { GatewayState } from "../context.js";
+import { clientAuthentication, type ClientCredentials } from "../client-auth.js";
+import { gatewayRouter } from "../router.js";
 
 type OAuthError = "invalid_request" | "unsupported_grant_type" | "invalid_client" | "invalid_scope";
 
@@ -21,8 +21,14 @@ export function oauthError(error: OAuthError) {
 const fields = ["grant_type", "client_id", "client_secret", "scope"] as const;
 type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
 
-/** RFC 6749 4.4 request validation; returns the error to answer, or the parsed request. */
-export function parseTokenRequest(body: unknown): { ok: true; req: TokenRequest } | { ok: false; error: OAuthError } {
+/**
+ * RFC 6749 4.4 request validation, with the client authenticated by the body fields or an HTTP
+ * Basic `authorization` header (client-auth.ts); returns the error to answer, or the request.
+ */
+export function parseTokenRequest(
+  body: unknown,
+  authorization?: string,
+): { ok: true; req: TokenRequest; client: ClientCredentials; method: "basic" | "body" } | { ok: false; error: OAuthError } {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return { ok: false, error: "invalid_request" };
   const req: TokenRequest = {};
   for (const field of fields) {
@@ -33,13 +39,15 @@ export function parseTokenRequest(body: unknown): { ok: true; req: TokenRequest 
   }
   if (!req.grant_type) return { ok: false, error: "invalid_request" };
   if (req.grant_type !== "client_credentials") return { ok: false, error: "unsupported_grant_type" };
-  if (!req.client_id || !req.client_secret) return { ok: false, error: "invalid_request" };
-  if (req.client_id.length > 256 || req.client_secret.length > 512 || (req.scope?.length ?? 0) > 1024) return { ok: false, error: "invalid_request" };
-  return { ok: true, req };
+  const auth = clientAuthentication(authorization, req);
+  if (!auth.ok) return { ok: false, error: "invalid_request" };
+  const { clientId, clientSecret } = auth.credentials;
+  if (clientId.length > 256 || clientSecret.length > 512 || (req.scope?.length ?? 0) > 1024) return { ok: false, error: "invalid_request" };
+  return { ok: true, req, client: auth.credentials, method: auth.method };
 }
 
 export default function tokenRoutes(auth: AuthClient) {
-  const router = new Router<GatewayState>();
+  const router = gatewayRouter();
   router.post(
     "/oauth/token",
     async (ctx, next) => {
@@ -67,14 +75,15 @@ export default function tokenRoutes(auth: AuthClient) {
     }),
     async (ctx) => {
       if (ctx.body !== undefined) return; // the body parser already answered
-      const parsed = parseTokenRequest(ctx.request.body);
+      const parsed = parseTokenRequest(ctx.request.body, ctx.headers.authorization);
       if (!parsed.ok) {
         ctx.status = 400;
         ctx.body = oauthError(parsed.error);
         return;
       }
-      const { client_id, client_secret, scope } = parsed.req;
-      const res = await auth.issueToken({ clientId: client_id!, clientSecret: client_secret!, scope });
+      // Basic or body: the same call, so every credential failure is the same work and the same answer.
+      const { clientId, clientSecret } = parsed.client;
+      const res = await auth.issueToken({ clientId, clientSecret, scope: parsed.req.scope });
       if (res.outcome.case === "token") {
         const t = res.outcome.value;
         ctx.status = 200;

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/webhook/v1/webhook.proto.
  */
 export const file_pi_webhook_v1_webhook: GenFile = /*@__PURE__*/
-  fileDesc("ChtwaS93ZWJob29rL3YxL3dlYmhvb2sucHJvdG8SDXBpLndlYmhvb2sudjEigAEKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEhIKCnN0YXJ0ZWRfYXQYAiABKAMSEwoLc3RhdHVzX2NvZGUYAyABKAUSEwoLZHVyYXRpb25fbXMYBCABKAUSDQoFZXJyb3IYBSABKAkSGAoQcmVzcG9uc2VfZXhjZXJwdBgGIAEoCSLaAQoIRGVsaXZlcnkSEAoIZXZlbnRfaWQYASABKAkSDAoEdHlwZRgCIAEoCRIQCghhdHRlbXB0cxgDIAEoBRIrCgVzdGF0ZRgEIAEoDjIcLnBpLndlYmhvb2sudjEuRGVsaXZlcnlTdGF0ZRIXCg9uZXh0X2F0dGVtcHRfYXQYBSABKAMSFQoNY29ubmVjdGlvbl9pZBgGIAEoCRISCgpjcmVhdGVkX2F0GAcgASgDEisKC2F0dGVtcHRfbG9nGAggAygLMhYucGkud2ViaG9vay52MS5BdHRlbXB0IjoKFUxpc3REZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIkUKFkxpc3REZWxpdmVyaWVzUmVzcG9uc2USKwoKZGVsaXZlcmllcxgBIAMoCzIXLnBpLndlYmhvb2sudjEuRGVsaXZlcnkqpAEKDURlbGl2ZXJ5U3RhdGUSHgoaREVMSVZFUllfU1RBVEVfVU5TUEVDSUZJRUQQABIaChZERUxJVkVSWV9TVEFURV9QRU5ESU5HEAESHAoYREVMSVZFUllfU1RBVEVfREVMSVZFUkVEEAISGQoVREVMSVZFUllfU1RBVEVfRkFJTEVEEAMSHgoaREVMSVZFUllfU1RBVEVfTk9fRU5EUE9JTlQQBDJvCg5XZWJob29rU2VydmljZRJdCg5MaXN0RGVsaXZlcmllcxIkLnBpLndlYmhvb2sudjEuTGlzdERlbGl2ZXJpZXNSZXF1ZXN0GiUucGkud2ViaG9vay52MS5MaXN0RGVsaXZlcmllc1Jlc3BvbnNlYgZwcm90bzM");
+  fileDesc("ChtwaS93ZWJob29rL3YxL3dlYmhvb2sucHJvdG8SDXBpLndlYmhvb2sudjEigAEKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEhIKCnN0YXJ0ZWRfYXQYAiABKAMSEwoLc3RhdHVzX2NvZGUYAyABKAUSEwoLZHVyYXRpb25fbXMYBCABKAUSDQoFZXJyb3IYBSABKAkSGAoQcmVzcG9uc2VfZXhjZXJwdBgGIAEoCSLaAQoIRGVsaXZlcnkSEAoIZXZlbnRfaWQYASABKAkSDAoEdHlwZRgCIAEoCRIQCghhdHRlbXB0cxgDIAEoBRIrCgVzdGF0ZRgEIAEoDjIcLnBpLndlYmhvb2sudjEuRGVsaXZlcnlTdGF0ZRIXCg9uZXh0X2F0dGVtcHRfYXQYBSABKAMSFQoNY29ubmVjdGlvbl9pZBgGIAEoCRISCgpjcmVhdGVkX2F0GAcgASgDEisKC2F0dGVtcHRfbG9nGAggAygLMhYucGkud2ViaG9vay52MS5BdHRlbXB0IjoKFUxpc3REZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFInYKFkxpc3REZWxpdmVyaWVzUmVzcG9uc2USKwoKZGVsaXZlcmllcxgBIAMoCzIXLnBpLndlYmhvb2sudjEuRGVsaXZlcnkSLwoIZW5kcG9pbnQYAiABKAsyHS5waS53ZWJob29rLnYxLkVuZHBvaW50SGVhbHRoIlEKDkVuZHBvaW50SGVhbHRoEg8KB2ZhaWxpbmcYASABKAgSFQoNZmFpbGluZ19zaW5jZRgCIAEoAxIXCg9sYXN0X3N1Y2Nlc3NfYXQYAyABKAMiJgoSR2V0RGVsaXZlcnlSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIlQKE0dldERlbGl2ZXJ5UmVzcG9uc2USKQoIZGVsaXZlcnkYASABKAsyFy5waS53ZWJob29rLnYxLkRlbGl2ZXJ5EhIKCnBhcnRuZXJfaWQYAiABKAkiJgoSUmVzZW5kRXZlbnRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIkAKE1Jlc2VuZEV2ZW50UmVzcG9uc2USKQoIZGVsaXZlcnkYASABKAsyFy5waS53ZWJob29rLnYxLkRlbGl2ZXJ5Ij0KGFJlY292ZXJEZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBXNpbmNlGAIgASgDIi4KGVJlY292ZXJEZWxpdmVyaWVzUmVzcG9uc2USEQoJZXZlbnRfaWRzGAEgAygJKqQBCg1EZWxpdmVyeVN0YXRlEh4KGkRFTElWRVJZX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWREVMSVZFUllfU1RBVEVfUEVORElORxABEhwKGERFTElWRVJZX1NUQVRFX0RFTElWRVJFRBACEhkKFURFTElWRVJZX1NUQVRFX0ZBSUxFRBADEh4KGkRFTElWRVJZX1NUQVRFX05PX0VORFBPSU5UEAQyjQMKDldlYmhvb2tTZXJ2aWNlEmIKDkxpc3REZWxpdmVyaWVzEiQucGkud2ViaG9vay52MS5MaXN0RGVsaXZlcmllc1JlcXVlc3QaJS5waS53ZWJob29rLnYxLkxpc3REZWxpdmVyaWVzUmVzcG9uc2UiA5ACARJZCgtHZXREZWxpdmVyeRIhLnBpLndlYmhvb2sudjEuR2V0RGVsaXZlcnlSZXF1ZXN0GiIucGkud2ViaG9vay52MS5HZXREZWxpdmVyeVJlc3BvbnNlIgOQAgESVAoLUmVzZW5kRXZlbnQSIS5waS53ZWJob29rLnYxLlJlc2VuZEV2ZW50UmVxdWVzdBoiLnBpLndlYmhvb2sudjEuUmVzZW5kRXZlbnRSZXNwb25zZRJmChFSZWNvdmVyRGVsaXZlcmllcxInLnBpLndlYmhvb2sudjEuUmVjb3ZlckRlbGl2ZXJpZXNSZXF1ZXN0GigucGkud2ViaG9vay52MS5SZWNvdmVyRGVsaXZlcmllc1Jlc3BvbnNlYgZwcm90bzM");
 
 /**
  * One POST to the partner's address.
@@ -156,6 +156,11 @@ export type ListDeliveriesResponse = Message<"pi.webhook.v1.ListDeliveriesRespon
    * @generated from field: repeated pi.webhook.v1.Delivery deliveries = 1;
    */
   deliveries: Delivery[];
+
+  /**
+   * @generated from field: pi.webhook.v1.EndpointHealth endpoint = 2;
+   */
+  endpoint?: EndpointHealth | undefined;
 };
 
 /**
@@ -164,6 +169,153 @@ export type ListDeliveriesResponse = Message<"pi.webhook.v1.ListDeliveriesRespon
  */
 export const ListDeliveriesResponseSchema: GenMessage<ListDeliveriesResponse> = /*@__PURE__*/
   messageDesc(file_pi_webhook_v1_webhook, 3);
+
+/**
+ * Whether a partner's endpoint is failing: every attempt failed for at least the failing period.
+ *
+ * @generated from message pi.webhook.v1.EndpointHealth
+ */
+export type EndpointHealth = Message<"pi.webhook.v1.EndpointHealth"> & {
+  /**
+   * @generated from field: bool failing = 1;
+   */
+  failing: boolean;
+
+  /**
+   * Unix milliseconds of the first failed attempt since the last delivered one; 0 when the last attempt succeeded.
+   *
+   * @generated from field: int64 failing_since = 2;
+   */
+  failingSince: bigint;
+
+  /**
+   * Unix milliseconds of the last delivered attempt; 0 when none.
+   *
+   * @generated from field: int64 last_success_at = 3;
+   */
+  lastSuccessAt: bigint;
+};
+
+/**
+ * Describes the message pi.webhook.v1.EndpointHealth.
+ * Use `create(EndpointHealthSchema)` to create a new message.
+ */
+export const EndpointHealthSchema: GenMessage<EndpointHealth> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 4);
+
+/**
+ * @generated from message pi.webhook.v1.GetDeliveryRequest
+ */
+export type GetDeliveryRequest = Message<"pi.webhook.v1.GetDeliveryRequest"> & {
+  /**
+   * @generated from field: string event_id = 1;
+   */
+  eventId: string;
+};
+
+/**
+ * Describes the message pi.webhook.v1.GetDeliveryRequest.
+ * Use `create(GetDeliveryRequestSchema)` to create a new message.
+ */
+export const GetDeliveryRequestSchema: GenMessage<GetDeliveryRequest> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 5);
+
+/**
+ * @generated from message pi.webhook.v1.GetDeliveryResponse
+ */
+export type GetDeliveryResponse = Message<"pi.webhook.v1.GetDeliveryResponse"> & {
+  /**
+   * @generated from field: pi.webhook.v1.Delivery delivery = 1;
+   */
+  delivery?: Delivery | undefined;
+
+  /**
+   * @generated from field: string partner_id = 2;
+   */
+  partnerId: string;
+};
+
+/**
+ * Describes the message pi.webhook.v1.GetDeliveryResponse.
+ * Use `create(GetDeliveryResponseSchema)` to create a new message.
+ */
+export const GetDeliveryResponseSchema: GenMessage<GetDeliveryResponse> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 6);
+
+/**
+ * @generated from message pi.webhook.v1.ResendEventRequest
+ */
+export type ResendEventRequest = Message<"pi.webhook.v1.ResendEventRequest"> & {
+  /**
+   * @generated from field: string event_id = 1;
+   */
+  eventId: string;
+};
+
+/**
+ * Describes the message pi.webhook.v1.ResendEventRequest.
+ * Use `create(ResendEventRequestSchema)` to create a new message.
+ */
+export const ResendEventRequestSchema: GenMessage<ResendEventRequest> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 7);
+
+/**
+ * @generated from message pi.webhook.v1.ResendEventResponse
+ */
+export type ResendEventResponse = Message<"pi.webhook.v1.ResendEventResponse"> & {
+  /**
+   * @generated from field: pi.webhook.v1.Delivery delivery = 1;
+   */
+  delivery?: Delivery | undefined;
+};
+
+/**
+ * Describes the message pi.webhook.v1.ResendEventResponse.
+ * Use `create(ResendEventResponseSchema)` to create a new message.
+ */
+export const ResendEventResponseSchema: GenMessage<ResendEventResponse> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 8);
+
+/**
+ * @generated from message pi.webhook.v1.RecoverDeliveriesRequest
+ */
+export type RecoverDeliveriesRequest = Message<"pi.webhook.v1.RecoverDeliveriesRequest"> & {
+  /**
+   * @generated from field: string partner_id = 1;
+   */
+  partnerId: string;
+
+  /**
+   * Unix milliseconds: deliveries whose last attempt failed at or after this time are re-queued.
+   *
+   * @generated from field: int64 since = 2;
+   */
+  since: bigint;
+};
+
+/**
+ * Describes the message pi.webhook.v1.RecoverDeliveriesRequest.
+ * Use `create(RecoverDeliveriesRequestSchema)` to create a new message.
+ */
+export const RecoverDeliveriesRequestSchema: GenMessage<RecoverDeliveriesRequest> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 9);
+
+/**
+ * @generated from message pi.webhook.v1.RecoverDeliveriesResponse
+ */
+export type RecoverDeliveriesResponse = Message<"pi.webhook.v1.RecoverDeliveriesResponse"> & {
+  /**
+   * @generated from field: repeated string event_ids = 1;
+   */
+  eventIds: string[];
+};
+
+/**
+ * Describes the message pi.webhook.v1.RecoverDeliveriesResponse.
+ * Use `create(RecoverDeliveriesResponseSchema)` to create a new message.
+ */
+export const RecoverDeliveriesResponseSchema: GenMessage<RecoverDeliveriesResponse> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 10);
 
 /**
  * @generated from enum pi.webhook.v1.DeliveryState
@@ -224,6 +376,36 @@ export const WebhookService: GenService<{
     methodKind: "unary";
     input: typeof ListDeliveriesRequestSchema;
     output: typeof ListDeliveriesResponseSchema;
+  },
+  /**
+   * One event's delivery with every attempt.
+   *
+   * @generated from rpc pi.webhook.v1.WebhookService.GetDelivery
+   */
+  getDelivery: {
+    methodKind: "unary";
+    input: typeof GetDeliveryRequestSchema;
+    output: typeof GetDeliveryResponseSchema;
+  },
+  /**
+   * Sends a stored event again: same id and body, a fresh signature, a retry window of its own.
+   *
+   * @generated from rpc pi.webhook.v1.WebhookService.ResendEvent
+   */
+  resendEvent: {
+    methodKind: "unary";
+    input: typeof ResendEventRequestSchema;
+    output: typeof ResendEventResponseSchema;
+  },
+  /**
+   * Re-queues every delivery of a partner that failed since a given time.
+   *
+   * @generated from rpc pi.webhook.v1.WebhookService.RecoverDeliveries
+   */
+  recoverDeliveries: {
+    methodKind: "unary";
+    input: typeof RecoverDeliveriesRequestSchema;
+    output: typeof RecoverDeliveriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pi_webhook_v1_webhook, 0);

@@ -14,7 +14,7 @@ const haveChromium = existsSync(CHROMIUM);
 // In CI a missing browser is a failure, never a skip.
 const browserIt = haveChromium || process.env.CI ? it : it.skip;
 if (!haveChromium) {
-  process.stderr.write(`docs-page.test.ts: no Chromium at ${CHROMIUM}${process.env.CI ? " (CI: failing)" : "; the browser test is skipped"}\n`);
+  process.stderr.write(`docs-page.integration.test.ts: no Chromium at ${CHROMIUM}${process.env.CI ? " (CI: failing)" : "; the browser test is skipped"}\n`);
 }
 
 let edge: Edge;

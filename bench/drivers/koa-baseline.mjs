@@ -1,0 +1,122 @@
+// The bare baselines of `npm run bench` for the gateway's two hottest requests, as one Koa process
+// doing only the essential work of each (nothing else: no database, no other service, no logs):
+//
+//   GET /v1/files/:id   verifies the same ES256 bearer as the gateway (jose, the same claims checks)
+//                       and answers the JSON the system answered for that file (held in memory).
+//   POST /oauth/token   parses the form (@koa/bodyparser, as the gateway), HMAC-SHA256-hashes the
+//                       secret with a pepper, compares it in constant time, signs an ES256 JWT of the
+//                       same claims (jose) and answers the same token response.
+//
+// The bench configures it over two control routes before measuring:
+//   PUT /_bench/keys   { jwks, issuer, audience, clients: [{ client_id, client_secret, partner_id, scope }] }
+//   PUT /_bench/files/:id   the exact JSON body to answer for that file
+// It prints its port on stdout ("listening <port>") once ready.
+import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import Koa from "koa";
+import { bodyParser } from "@koa/bodyparser";
+import { SignJWT, createLocalJWKSet, generateKeyPair, jwtVerify } from "jose";
+
+const pepper = randomBytes(32).toString("base64url");
+const hash = (secret) => createHmac("sha256", pepper).update(secret, "utf8").digest();
+const { privateKey } = await generateKeyPair("ES256");
+const kid = `bench-${randomBytes(4).toString("hex")}`;
+
+let verifyKeys;
+let issuer = "";
+let audience = "";
+const clients = new Map();
+const files = new Map();
+const bearer = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+const fileId = /^file_[0-9A-Za-z]{22}$/;
+
+const readJson = async (req) => {
+  const chunks = [];
+  for await (const c of req) chunks.push(c);
+  return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+};
+
+const form = bodyParser({ enableTypes: ["json", "form"], jsonLimit: "16kb", formLimit: "16kb" });
+
+const app = new Koa();
+app.use(async (ctx, next) => {
+  const path = ctx.path;
+  if (ctx.method === "GET" && path.startsWith("/v1/files/")) {
+    const m = bearer.exec(ctx.get("authorization"));
+    let ok = false;
+    if (m && verifyKeys) {
+      try {
+        const { payload } = await jwtVerify(m[1], verifyKeys, {
+          issuer,
+          audience,
+          algorithms: ["ES256"],
+          typ: "at+jwt",
+          requiredClaims: ["sub", "exp", "iat", "jti"],
+        });
+        ok = typeof payload.sub === "string" && typeof payload.scope === "string" && payload.scope.split(" ").includes("files:write");
+      } catch {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      ctx.status = 401;
+      ctx.body = { error: { type: "authentication_error", code: "invalid_token" } };
+      return;
+    }
+    const id = path.slice("/v1/files/".length);
+    const body = fileId.test(id) ? files.get(id) : undefined;
+    if (!body) {
+      ctx.status = 404;
+      ctx.body = { error: { type: "invalid_request_error", code: "not_found" } };
+      return;
+    }
+    ctx.body = body;
+    return;
+  }
+  if (ctx.method === "POST" && path === "/oauth/token") {
+    ctx.set("Cache-Control", "no-store");
+    ctx.set("Pragma", "no-cache");
+    await form(ctx, async () => {});
+    const b = ctx.request.body ?? {};
+    const client = clients.get(b.client_id);
+    const presented = hash(String(b.client_secret ?? ""));
+    const good = b.grant_type === "client_credentials" && client !== undefined && timingSafeEqual(presented, client.hash);
+    if (!good) {
+      ctx.status = 400;
+      ctx.body = { error: "invalid_client", error_description: "Client authentication failed." };
+      return;
+    }
+    const now = Math.floor(Date.now() / 1000);
+    const token = await new SignJWT({ client_id: b.client_id, mode: "live", scope: client.scope })
+      .setProtectedHeader({ alg: "ES256", kid, typ: "at+jwt" })
+      .setSubject(client.partner_id)
+      .setIssuer("pi-auth")
+      .setAudience("partner-api")
+      .setJti(`tok_${randomBytes(16).toString("base64url")}`)
+      .setIssuedAt(now)
+      .setExpirationTime(now + 900)
+      .sign(privateKey);
+    ctx.body = { access_token: token, token_type: "Bearer", expires_in: 900, scope: client.scope };
+    return;
+  }
+  if (ctx.method === "PUT" && path === "/_bench/keys") {
+    const cfg = await readJson(ctx.req);
+    verifyKeys = createLocalJWKSet(cfg.jwks);
+    issuer = cfg.issuer;
+    audience = cfg.audience;
+    for (const c of cfg.clients ?? []) clients.set(c.client_id, { hash: hash(c.client_secret), partner_id: c.partner_id, scope: c.scope });
+    ctx.status = 204;
+    return;
+  }
+  if (ctx.method === "PUT" && path.startsWith("/_bench/files/")) {
+    files.set(path.slice("/_bench/files/".length), await readJson(ctx.req));
+    ctx.status = 204;
+    return;
+  }
+  await next();
+});
+
+const server = app.listen(Number(process.env.PORT ?? 0), "127.0.0.1", () => {
+  process.stdout.write(`listening ${server.address().port}\n`);
+});
+process.on("SIGTERM", () => server.close(() => process.exit(0)));
+process.on("disconnect", () => process.exit(0));

@@ -1,0 +1,62 @@
+# Sourced by the checks that run against `npm start` (schemathesis.sh, partner-tools.sh): the local
+# stack on a temporary STATE_DIR with ports of its own, started in its own process group and always
+# stopped. Needs `root` (the repository) and `log` from the caller.
+#
+#   start_local_stack BASE NAME    gateway BASE+80, services BASE+51..54, FerretDB BASE-983,
+#                                  Kafka BASE+1092/1093; sets $gateway and $state; exits if not ready
+#   stop_local_stack               (set as the EXIT trap by start_local_stack)
+# KEEP_STACK_STATE=1 keeps $state (the stack's logs) after the stop.
+
+start_local_stack() {
+  local base=$1 name=$2
+  state=$(mktemp -d "${TMPDIR:-/tmp}/pi-$name-XXXXXX")
+  gateway="http://127.0.0.1:$((base + 80))"
+  export STATE_DIR="$state" INFRA_CACHE_DIR="$root/.state/cache" LOG_LEVEL=info
+  export GATEWAY_PORT=$((base + 80))
+  export AUTH_SERVICE_PORT=$((base + 51)) CONNECTION_SERVICE_PORT=$((base + 52)) FILE_INTAKE_SERVICE_PORT=$((base + 53)) WEBHOOK_SERVICE_PORT=$((base + 54))
+  export AUTH_SERVICE_URL="http://127.0.0.1:$((base + 51))" CONNECTION_SERVICE_URL="http://127.0.0.1:$((base + 52))"
+  export FILE_INTAKE_SERVICE_URL="http://127.0.0.1:$((base + 53))" WEBHOOK_SERVICE_URL="http://127.0.0.1:$((base + 54))"
+  export MONGODB_PORT=$((base - 983)) KAFKA_PORT=$((base + 1092)) KAFKA_CONTROLLER_PORT=$((base + 1093))
+  export ACCESS_TOKEN_TTL_SECONDS=3600
+  unset MONGODB_URI KAFKA_BROKERS
+
+  stack_pid=""
+  trap stop_local_stack EXIT
+  log "starting the stack (npm start, STATE_DIR=$state, gateway $gateway)"
+  # setsid: the stack is its own process group, so nothing here signals it but stop_local_stack.
+  setsid npm start >"$state/npm-start.log" 2>&1 &
+  stack_pid=$!
+  local ready=0
+  for _ in $(seq 1 360); do
+    if ! kill -0 "$stack_pid" 2>/dev/null; then break; fi
+    if python3 -c "import sys,urllib.request; sys.exit(0 if urllib.request.urlopen('$gateway/readyz', timeout=2).status == 200 else 1)" 2>/dev/null; then
+      ready=1
+      break
+    fi
+    sleep 0.5
+  done
+  if [ "$ready" != 1 ]; then
+    echo "$name check: the stack did not become ready; npm start said:" >&2
+    tail -n 30 "$state/npm-start.log" >&2
+    exit 1
+  fi
+}
+
+stop_local_stack() {
+  if [ -n "${stack_pid:-}" ] && kill -0 "$stack_pid" 2>/dev/null; then
+    log "stopping the stack"
+    kill -TERM "$stack_pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$stack_pid" 2>/dev/null || break; sleep 0.5; done
+  fi
+  if [ "${KEEP_STACK_STATE:-0}" != "1" ] && [ -n "${state:-}" ]; then rm -rf "$state"; fi
+}
+
+# The venv of a check's Python tools under .state/cache (created once; Debian's python3 ships venv separately).
+make_venv() {
+  local venv=$1
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    rm -rf "$venv"
+    apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv"
+  fi
+}

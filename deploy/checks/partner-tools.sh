@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Partners' own tools against the local stack (npm start): OAuth client libraries of Python
+# (requests-oauthlib, authlib), Go (golang.org/x/oauth2/clientcredentials) and Node (simple-oauth2),
+# each in its default mode and in body mode, each token used on /v1; webhook deliveries verified with
+# Stripe's official verifiers in Python and Node, through a signing-secret rotation and a resend.
+#
+#   bash deploy/checks/partner-tools.sh            (CI runs it after npm test)
+#
+# Tools are pinned (deploy/checks/partner-tools/) and cached under .state/cache. Settings:
+# PARTNER_TOOLS_PORT_BASE (default 48000: gateway 48080, services 48051-48054, FerretDB 47017,
+# Kafka 49092-49093). Each case's outcome goes to .state/partner-tools/run.log; the totals to
+# .state/partner-tools/results.json ({"passed", "failed", "cases"}), which .ci/run adds to its count.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+tools="$root/deploy/checks/partner-tools"
+base=${PARTNER_TOOLS_PORT_BASE:-48000}
+out="$root/.state/partner-tools"
+mkdir -p "$out"
+rm -f "$out/results.json"
+
+log() { printf '{"level":"info","time":"%s","service":"partner-tools-check","msg":%s}\n' "$(date -u +%FT%TZ)" "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1")" >&2; }
+fail_all() {
+  printf '{"passed":0,"failed":1,"cases":[{"name":"partner tools set-up","ok":false,"detail":%s}]}\n' "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1")" >"$out/results.json"
+  log "partner tools: $1"
+  exit 1
+}
+source "$root/deploy/checks/local-stack.sh"
+
+# Each tool set in a cache directory named after the hash of its pins: a new pin, a new install.
+pins() { cat "$@" | sha256sum | cut -c1-12; }
+
+# --- Python: requests-oauthlib, authlib, stripe ---
+venv="$root/.state/cache/partner-tools-py-$(pins "$tools/python/requirements.txt")"
+if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.installed" ]; then
+  log "installing the Python tools into $venv"
+  rm -rf "$venv"
+  make_venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$tools/python/requirements.txt" >>"$out/install.log" 2>&1 || fail_all "pip install failed (see $out/install.log)"
+  touch "$venv/.installed"
+fi
+
+# --- Go: golang.org/x/oauth2, its module cache under .state/cache ---
+export GOMODCACHE="$root/.state/cache/go-mod" GOFLAGS=-modcacherw GOTOOLCHAIN=local
+gobin="$root/.state/cache/partner-tools-go-$(pins "$tools/go/go.mod" "$tools/go/go.sum" "$tools/go/main.go")/oauth-client"
+if [ ! -x "$gobin" ]; then
+  log "building the Go client"
+  (cd "$tools/go" && go build -o "$gobin" .) >>"$out/install.log" 2>&1 || fail_all "go build failed (see $out/install.log)"
+fi
+
+# --- Node: simple-oauth2, stripe (outside the workspaces: partners' tools, not ours) ---
+nodedir="$root/.state/cache/partner-tools-node-$(pins "$tools/node/package.json" "$tools/node/token.cjs" "$tools/node/verify.cjs")"
+if [ ! -f "$nodedir/.installed" ]; then
+  log "installing the Node tools into $nodedir"
+  rm -rf "$nodedir"
+  mkdir -p "$nodedir"
+  cp "$tools/node/package.json" "$tools/node/token.cjs" "$tools/node/verify.cjs" "$nodedir/"
+  (cd "$nodedir" && npm install --no-audit --no-fund --no-package-lock --silent) >>"$out/install.log" 2>&1 || fail_all "npm install of the Node tools failed (see $out/install.log)"
+  touch "$nodedir/.installed"
+fi
+
+# --- the stack, the cases ---
+start_local_stack "$base" partner-tools
+log "running the partner tools against $gateway"
+set +e
+GATEWAY_URL="$gateway" PT_PYTHON="$venv/bin/python" PT_GO_BIN="$gobin" PT_NODE_DIR="$nodedir" \
+  node "$tools/run.mjs" >"$out/results.json" 2>"$out/run.log"
+status=$?
+set -e
+if ! python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/results.json" 2>/dev/null; then
+  fail_all "run.mjs exited $status without results (see $out/run.log)"
+fi
+summary=$(python3 - "$out/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['passed']} passed, {r['failed']} failed")
+for c in r["cases"]:
+    if not c["ok"]:
+        print("  failed:", c["name"], "-", c.get("detail", "")[:300], file=sys.stderr)
+PY
+)
+log "partner tools: $summary (cases: $out/run.log)"
+failed=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["failed"])' "$out/results.json")
+if [ "$failed" != 0 ] || [ "$status" != 0 ]; then
+  KEEP_STACK_STATE=1
+  log "partner tools failed; stack logs kept in $state/logs"
+  exit 1
+fi

@@ -1,0 +1,130 @@
+import { describe, expect, it } from "@jest/globals";
+import { createHmac } from "node:crypto";
+import { basicCredentials, OAuthTokenError, PartnerApiError, PartnerClient, TokenSource, verifyWebhook, WebhookVerificationError } from "../src/index.js";
+
+// The SDK's own rules, with a fake fetch: token caching and renewal, retries on one Idempotency-Key,
+// typed errors, webhook verification with several secrets. Its run against the stack is sdk-stack.test.ts.
+
+const sign = (secret: string, t: number, body: string) => createHmac("sha256", secret).update(`${t}.${body}`).digest("hex");
+const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
+  new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...headers } });
+const tokenBody = (n: number, expiresIn = 900) => ({ access_token: `tok${n}`, token_type: "Bearer", expires_in: expiresIn, scope: "connections:write files:write" });
+
+describe("verifyWebhook", () => {
+  const body = '{"id":"evt_1","type":"connection.approved","created":1,"data":{"connection_id":"con_1","status":"approved"}}';
+  const now = 1_700_000_000_000;
+  const t = now / 1000;
+
+  it("accepts a header with several v1 values when any secret matches any of them (a rotation's overlap)", async () => {
+    const header = `t=${t},v1=${sign("new", t, body)},v1=${sign("old", t, body)}`;
+    await expect(verifyWebhook(body, header, "old", { now })).resolves.toMatchObject({ id: "evt_1" });
+    await expect(verifyWebhook(body, header, "new", { now })).resolves.toMatchObject({ id: "evt_1" });
+    await expect(verifyWebhook(Buffer.from(body), `t=${t},v1=${sign("new", t, body)}`, ["old", "new"], { now })).resolves.toMatchObject({ type: "connection.approved" });
+  });
+
+  it.each([
+    ["a wrong secret", (h: string) => h, "other"],
+    ["a tampered body", (h: string) => h, "s", body.replace("approved", "revoked")],
+    ["a malformed header", () => "v1=abc", "s"],
+    ["no header", () => undefined, "s"],
+  ])("refuses %s", async (_why, mangle, secret, sent = body) => {
+    const header = mangle(`t=${t},v1=${sign("s", t, body)}`);
+    await expect(verifyWebhook(sent, header as string | undefined, secret, { now })).rejects.toBeInstanceOf(WebhookVerificationError);
+  });
+
+  it("refuses a t outside the tolerance, which the caller sets", async () => {
+    const old = t - 301;
+    const header = `t=${old},v1=${sign("s", old, body)}`;
+    await expect(verifyWebhook(body, header, "s", { now })).rejects.toThrow(/tolerance/);
+    await expect(verifyWebhook(body, header, "s", { now, toleranceSeconds: 600 })).resolves.toMatchObject({ id: "evt_1" });
+  });
+});
+
+describe("TokenSource", () => {
+  it("Basic by default (form-urlencoded, then base64), the body fields on request", async () => {
+    expect(basicCredentials("cli:1", "s+/ x")).toBe(`Basic ${Buffer.from("cli%3A1:s%2B%2F+x").toString("base64")}`);
+    const seen: Request[] = [];
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      seen.push(new Request(input, init));
+      return json(200, tokenBody(seen.length));
+    };
+    await new TokenSource({ baseUrl: "http://x", clientId: "cli_a", clientSecret: "sk", fetch }).get();
+    await new TokenSource({ baseUrl: "http://x", clientId: "cli_a", clientSecret: "sk", fetch, authMethod: "body" }).get();
+    expect(seen[0]!.headers.get("authorization")).toBe(basicCredentials("cli_a", "sk"));
+    expect(await seen[0]!.text()).toBe("grant_type=client_credentials");
+    expect(seen[1]!.headers.get("authorization")).toBeNull();
+    expect(await seen[1]!.text()).toBe("grant_type=client_credentials&client_id=cli_a&client_secret=sk");
+  });
+
+  it("keeps the token until shortly before it expires, then fetches a new one; concurrent callers share one request", async () => {
+    let clock = 0;
+    let calls = 0;
+    const fetch = async () => json(200, tokenBody(++calls, 900));
+    const source = new TokenSource({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch, now: () => clock, renewBeforeSeconds: 60 });
+    expect(await Promise.all([source.get(), source.get(), source.get()])).toEqual(["tok1", "tok1", "tok1"]);
+    clock = 839_000;
+    expect(await source.get()).toBe("tok1");
+    clock = 840_000;
+    expect(await source.get()).toBe("tok2");
+    expect(calls).toBe(2);
+  });
+
+  it("a refused request is an OAuthTokenError with the OAuth code", async () => {
+    const fetch = async () => json(400, { error: "invalid_client", error_description: "Client authentication failed." });
+    const err = await new TokenSource({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch }).get().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OAuthTokenError);
+    expect(err).toMatchObject({ status: 400, code: "invalid_client" });
+  });
+});
+
+describe("PartnerClient retries", () => {
+  function fakeApi(answers: (() => Response)[]) {
+    const files: Request[] = [];
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const req = new Request(input, init);
+      if (req.url.endsWith("/oauth/token")) return json(200, tokenBody(1));
+      files.push(req);
+      const next = answers.shift();
+      if (!next) throw new Error("no more answers");
+      return next();
+    };
+    return { fetch, files };
+  }
+  const input = { file: new Uint8Array([37, 80, 68, 70]), filename: "a.pdf", contentType: "application/pdf", elder: "a.b.c@elders.example" };
+
+  it("a network error, a 503 and a 429 are retried with the same Idempotency-Key; the 429's Retry-After is waited for", async () => {
+    const api = fakeApi([
+      () => {
+        throw new TypeError("fetch failed");
+      },
+      () => json(503, { error: { type: "api_error", code: "service_unavailable", message: "x" } }, { "retry-after": "1" }),
+      () => json(429, { error: { type: "rate_limit_error", code: "rate_limited", message: "x" } }, { "retry-after": "1" }),
+      () => json(202, { id: "file_1", status: "received" }),
+    ]);
+    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch, retry: { baseDelayMs: 10 } });
+    const started = Date.now();
+    await expect(client.sendFile(input)).resolves.toEqual({ id: "file_1", status: "received" });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2000); // two Retry-After: 1
+    const keys = api.files.map((r) => r.headers.get("idempotency-key"));
+    expect(keys).toHaveLength(4); // every attempt, the one that got no answer included
+    expect(new Set(keys).size).toBe(1);
+    expect(keys[0]).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it("each distinct file gets a fresh key", async () => {
+    const api = fakeApi([() => json(202, { id: "file_1", status: "received" }), () => json(202, { id: "file_2", status: "received" })]);
+    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
+    await client.sendFile(input);
+    await client.sendFile(input);
+    expect(api.files[0]!.headers.get("idempotency-key")).not.toBe(api.files[1]!.headers.get("idempotency-key"));
+  });
+
+  it("other errors are final and typed by code", async () => {
+    const api = fakeApi([() => json(403, { error: { type: "permission_error", code: "no_active_connection", message: "No." } })]);
+    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
+    const err = await client.sendFile(input).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(PartnerApiError);
+    expect(err).toMatchObject({ status: 403, code: "no_active_connection", type: "permission_error" });
+    expect(api.files).toHaveLength(1);
+  });
+});

@@ -1,0 +1,93 @@
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { fromBinary } from "@bufbuild/protobuf";
+import type { Consumer } from "kafkajs";
+import { MongoClient } from "mongodb";
+import { authv1, eventsv1 } from "@pi/proto";
+import { clientsFor, createKafka, createLogger, databaseName, outboxEntry, pushEvent, topicName, type RunningService, type Settings } from "@pi/common";
+import { startAuthService } from "../src/service.js";
+import type { CredentialDoc } from "../src/store.js";
+import { testSettings } from "../../../test/support/services.js";
+
+// Partner events go through the outbox: stored with the change, published right after it, and by
+// the sweep when the process that wrote it died first. Two replicas of the auth service (each its
+// own MongoClient) change one partner at once: the last event on the topic is the state stored.
+
+const { PartnerEventKind } = eventsv1;
+type AuthClient = ReturnType<ReturnType<typeof clientsFor>["auth"]>;
+
+let settings: Settings;
+const replicas: RunningService[] = [];
+let a: AuthClient;
+let b: AuthClient;
+let mongo: MongoClient;
+let consumer: Consumer;
+const seen: eventsv1.PartnerEvent[] = [];
+
+async function waitFor(predicate: () => boolean, timeoutMs = 20_000): Promise<void> {
+  for (const deadline = Date.now() + timeoutMs; !predicate(); ) {
+    if (Date.now() > deadline) throw new Error(`timed out; events seen: ${JSON.stringify(seen.map((e) => [e.kind, e.partnerId, e.clientId]))}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+beforeAll(async () => {
+  settings = testSettings();
+  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
+  mongo = await MongoClient.connect(settings.MONGODB_URI);
+  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.reader`, createLogger("reader", "error"));
+  consumer = kafka.consumer({ groupId: `${settings.DATA_NAMESPACE}.reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
+  await consumer.connect();
+  await consumer.subscribe({ topic: topicName(settings.DATA_NAMESPACE, "partnerEvents"), fromBeginning: true });
+  await consumer.run({ eachMessage: async ({ message }) => void seen.push(fromBinary(eventsv1.PartnerEventSchema, message.value!)) });
+});
+
+afterAll(async () => {
+  await consumer?.disconnect();
+  await Promise.all(replicas.map((r) => r.stop()));
+  await mongo?.db(databaseName(settings.DATA_NAMESPACE, "auth")).dropDatabase();
+  await mongo?.close();
+});
+
+const credentials = () => mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection<CredentialDoc>("credentials");
+
+describe("partner events through the outbox", () => {
+  it("a revocation is published before the command returns, and leaves no entry behind", async () => {
+    const partner = await a.createPartner({ name: "Outbox Clinic" });
+    const clientId = partner.live!.clientId;
+    await b.revokeCredential({ clientId });
+    await waitFor(() => seen.some((e) => e.kind === PartnerEventKind.CREDENTIAL_REVOKED && e.clientId === clientId));
+    expect(await credentials().findOne({ _id: clientId })).toMatchObject({ status: "revoked", outbox: [] });
+  });
+
+  it("a revocation stored by a replica that died before publishing is published by the sweep", async () => {
+    const partner = await a.createPartner({ name: "Crashed Revocation Clinic" });
+    const clientId = partner.test!.clientId;
+    // What RevokeCredential writes, and then nothing: the process "died" before its publish.
+    const entry = outboxEntry({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId, clientId });
+    await credentials().updateOne({ _id: clientId }, { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(entry) });
+    await waitFor(() => seen.some((e) => e.clientId === clientId));
+    expect(seen.find((e) => e.clientId === clientId)).toMatchObject({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId });
+    let left = (await credentials().findOne({ _id: clientId }))!.outbox.length;
+    for (const deadline = Date.now() + 5_000; left > 0 && Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 25));
+      left = (await credentials().findOne({ _id: clientId }))!.outbox.length;
+    }
+    expect(left).toBe(0);
+  });
+
+  it("suspend and reinstate racing on two replicas: the last event published for the partner is the status stored", async () => {
+    const { partnerId } = await a.createPartner({ name: "Racing Clinic" });
+    const { ACTIVE, SUSPENDED } = authv1.PartnerStatus;
+    for (let round = 0; round < 4; round++) {
+      await Promise.all([a.setPartnerStatus({ partnerId, status: SUSPENDED }), b.setPartnerStatus({ partnerId, status: ACTIVE })]);
+    }
+    // Every change has its event: 8 of them, in the order they were stored.
+    await waitFor(() => seen.filter((e) => e.partnerId === partnerId && e.kind !== PartnerEventKind.WEBHOOK_CHANGED).length === 8);
+    const partner = await mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection("partners").findOne({ _id: partnerId as never });
+    const last = seen.filter((e) => e.partnerId === partnerId).at(-1)!;
+    expect(last.kind).toBe(partner!.status === "active" ? PartnerEventKind.PARTNER_REINSTATED : PartnerEventKind.PARTNER_SUSPENDED);
+    expect(partner!.outbox).toEqual([]);
+  });
+});

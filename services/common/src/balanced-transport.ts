@@ -1,0 +1,250 @@
+import { connect as netConnect, type Socket } from "node:net";
+import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShape } from "@bufbuild/protobuf";
+import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type ContextValues, type Interceptor, type StreamResponse, type Transport, type UnaryResponse } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { ServiceEndpoints } from "./service-endpoints.js";
+
+// One client Transport over every replica of a service: calls go round-robin to the replicas that
+// are not known to be failing, and a call that failed for want of a replica is made again on another
+// one, within the call's own deadline:
+// - any call that provably never reached a server (connection refused or timed out, a stream the
+//   server refused before reading it) is made again, whatever it does;
+// - a call declared idempotent in its .proto (`idempotency_level`) is also made again after a
+//   connection that broke under it, since doing it twice is harmless;
+// - nothing else is: a non-idempotent call whose connection broke may have taken effect, so its
+//   caller gets the failure (Unavailable), as does a client stream already under way, whose messages
+//   are gone (the gateway answers the partner a 503; the upload is retried with its Idempotency-Key).
+// An answer of the server itself (an application error, Unavailable included) is never repeated.
+//
+// Each replica has its own HTTP/2 connection, which gives up connecting after connectTimeoutMs and is
+// checked with PING frames while in use, so a replica that started late, restarted or vanished
+// without a word is noticed within seconds instead of holding calls until their deadlines.
+
+export interface BalancedTransportOptions {
+  /** The `*_SERVICE_URL` setting: base URLs, comma-separated; host names stand for all their addresses. */
+  urls: string;
+  interceptors?: Interceptor[];
+  defaultTimeoutMs: number;
+  connectTimeoutMs?: number;
+  /** How long a replica that failed is passed over while another one is available. */
+  failureCooldownMs?: number;
+  /** Attempts per call at most (each on the next replica; once all are tried, after a short pause). */
+  maxAttempts?: number;
+  endpoints?: ServiceEndpoints;
+}
+
+interface Replica {
+  origin: string;
+  session: Http2SessionManager;
+  transport: Transport;
+  failedAt: number;
+}
+
+const NEVER_REACHED = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "ECONNECTTIMEOUT"]);
+const CONNECTION_BROKE = new Set(["ECONNRESET", "EPIPE", "ETIMEDOUT", "ERR_HTTP2_STREAM_ERROR", "ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_INVALID_SESSION", "ERR_HTTP2_STREAM_CANCEL", "ERR_STREAM_PREMATURE_CLOSE", "ERR_STREAM_DESTROYED"]);
+
+function errorCodes(err: unknown): string[] {
+  const codes: string[] = [];
+  for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string") codes.push(code);
+    const message = (e as { message?: unknown }).message;
+    // A stream the server refused unread (RST_STREAM REFUSED_STREAM), or one left out of a GOAWAY.
+    if (typeof message === "string" && /REFUSED_STREAM|GOAWAY/.test(message)) codes.push("ECONNREFUSED");
+    // The connection ended under the stream (the server's process died or closed it).
+    else if (typeof message === "string" && /stream closed with error code|session.*(closed|destroyed)|PING timed out/i.test(message)) codes.push("ECONNRESET");
+  }
+  return codes;
+}
+
+export type CallFailure = "never-reached" | "connection-broke" | "answered";
+
+/** What a failed attempt tells about the request: never sent, lost with its connection, or answered. */
+export function classifyFailure(err: unknown): CallFailure {
+  const ce = ConnectError.from(err);
+  // Errors the server sent carry its response headers or trailers; transport failures carry none.
+  if ([...ce.metadata.keys()].length > 0) return "answered";
+  const codes = errorCodes(err);
+  if (codes.some((c) => NEVER_REACHED.has(c))) return "never-reached";
+  if (codes.some((c) => CONNECTION_BROKE.has(c)) || ce.code === Code.Unavailable) return "connection-broke";
+  return "answered";
+}
+
+function connectTimeoutError(ms: number): Error {
+  return Object.assign(new Error(`connect timed out after ${ms} ms`), { code: "ECONNECTTIMEOUT" });
+}
+
+/** A TCP connection that gives up when it is not established within `timeoutMs`. */
+function connectWithTimeout(authority: URL, timeoutMs: number): Socket {
+  const socket = netConnect({ host: authority.hostname.replace(/^\[|\]$/g, ""), port: Number(authority.port || 80), noDelay: true, keepAlive: true });
+  socket.setTimeout(timeoutMs, () => socket.destroy(connectTimeoutError(timeoutMs)));
+  socket.once("connect", () => socket.setTimeout(0));
+  return socket;
+}
+
+type CallHeader = Parameters<Transport["unary"]>[3];
+
+/** A failure for want of a replica is Unavailable to the caller (a 503 at the gateway), whatever the transport said. */
+function unavailable(err: unknown): ConnectError {
+  const ce = ConnectError.from(err);
+  return ce.code === Code.Unavailable ? ce : new ConnectError(ce.rawMessage, Code.Unavailable, ce.metadata, undefined, err);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class BalancedTransport implements Transport {
+  private readonly endpoints: ServiceEndpoints;
+  private readonly replicas = new Map<string, Replica>();
+  private next = 0;
+  private readonly connectTimeoutMs: number;
+  private readonly failureCooldownMs: number;
+  private readonly maxAttempts: number;
+
+  constructor(private readonly options: BalancedTransportOptions) {
+    this.endpoints = options.endpoints ?? new ServiceEndpoints(options.urls);
+    this.connectTimeoutMs = options.connectTimeoutMs ?? 1_000;
+    this.failureCooldownMs = options.failureCooldownMs ?? 2_000;
+    this.maxAttempts = options.maxAttempts ?? 4;
+  }
+
+  private replica(origin: string): Replica {
+    let r = this.replicas.get(origin);
+    if (!r) {
+      const timeoutMs = this.connectTimeoutMs;
+      const session = new Http2SessionManager(
+        origin,
+        // A connection in use is PINGed when quiet for 5 s; one idle for longer is verified before reuse.
+        { pingIntervalMs: 5_000, pingTimeoutMs: 2_000, idleConnectionTimeoutMs: 60_000 },
+        { createConnection: (authority: URL) => connectWithTimeout(authority, timeoutMs) },
+      );
+      const transport = createGrpcTransport({ baseUrl: origin, sessionManager: session, interceptors: this.options.interceptors, defaultTimeoutMs: this.options.defaultTimeoutMs });
+      r = { origin, session, transport, failedAt: 0 };
+      this.replicas.set(origin, r);
+    }
+    return r;
+  }
+
+  /** The next replica round-robin, skipping those tried by this call; recently failed ones come last. */
+  private pick(tried: Set<string>): Replica | undefined {
+    const origins = this.endpoints.origins().filter((o) => !tried.has(o));
+    if (origins.length === 0) return undefined;
+    const now = Date.now();
+    const start = this.next++ % origins.length;
+    const ordered = [...origins.slice(start), ...origins.slice(0, start)].map((o) => this.replica(o));
+    return ordered.find((r) => now - r.failedAt >= this.failureCooldownMs && r.session.state() !== "error") ?? ordered.find((r) => now - r.failedAt >= this.failureCooldownMs) ?? ordered[0];
+  }
+
+  private failed(r: Replica, failure: CallFailure): void {
+    if (failure === "answered") return;
+    r.failedAt = Date.now();
+    void this.endpoints.refresh();
+  }
+
+  /**
+   * Runs attempts on successive replicas until one succeeds, the failure is not worth another
+   * attempt, the attempts are used up or the deadline has passed.
+   */
+  private async withFailover<T>(
+    signal: AbortSignal | undefined,
+    timeoutMs: number | undefined,
+    retryable: (failure: CallFailure) => boolean,
+    attempt: (r: Replica, remainingMs: number) => Promise<T>,
+  ): Promise<T> {
+    const deadline = Date.now() + (timeoutMs ?? this.options.defaultTimeoutMs);
+    const remaining = () => deadline - Date.now();
+    await Promise.race([this.endpoints.ready(), sleep(Math.max(remaining(), 0))]);
+    const tried = new Set<string>();
+    let lastError: unknown;
+    for (let n = 1; ; n++) {
+      let r = this.pick(tried);
+      if (!r && tried.size > 0) {
+        // Every replica was tried: look the names up again, pause briefly, go round once more.
+        await this.endpoints.refresh();
+        await sleep(Math.min(100 * n, Math.max(remaining() - 1, 0)));
+        tried.clear();
+        r = this.pick(tried);
+      }
+      if (!r) throw lastError ?? new ConnectError(`no address for ${this.options.urls}`, Code.Unavailable);
+      if (remaining() <= 0) throw lastError ?? new ConnectError("the deadline passed before a replica could be tried", Code.DeadlineExceeded);
+      tried.add(r.origin);
+      try {
+        const result = await attempt(r, remaining());
+        r.failedAt = 0;
+        return result;
+      } catch (err) {
+        const failure = classifyFailure(err);
+        this.failed(r, failure);
+        if (signal?.aborted) throw err;
+        const surfaced = failure === "answered" ? err : unavailable(err);
+        if (n >= this.maxAttempts || remaining() <= 0 || !retryable(failure)) throw surfaced;
+        lastError = surfaced;
+      }
+    }
+  }
+
+  unary<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodUnary<I, O>,
+    signal: AbortSignal | undefined,
+    timeoutMs: number | undefined,
+    header: CallHeader,
+    input: MessageInitShape<I>,
+    contextValues?: ContextValues,
+  ): Promise<UnaryResponse<I, O>> {
+    const idempotent = method.idempotency !== MethodOptions_IdempotencyLevel.IDEMPOTENCY_UNKNOWN;
+    return this.withFailover(
+      signal,
+      timeoutMs,
+      (failure) => failure === "never-reached" || (idempotent && failure === "connection-broke"),
+      (r, remainingMs) => r.transport.unary(method, signal, remainingMs, header, input, contextValues),
+    );
+  }
+
+  stream<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodStreaming<I, O>,
+    signal: AbortSignal | undefined,
+    timeoutMs: number | undefined,
+    header: CallHeader,
+    input: AsyncIterable<MessageInitShape<I>>,
+    contextValues?: ContextValues,
+  ): Promise<StreamResponse<I, O>> {
+    // The input can be read once: a stream is made again only when not one message had been taken.
+    let taken = false;
+    const source = input[Symbol.asyncIterator]();
+    const once: AsyncIterable<MessageInitShape<I>> = {
+      [Symbol.asyncIterator]: () => ({
+        next: () => {
+          taken = true;
+          return source.next();
+        },
+        return: (value?: unknown) => source.return?.(value) ?? Promise.resolve({ done: true as const, value: undefined }),
+        throw: (err?: unknown) => source.throw?.(err) ?? Promise.reject(err),
+      }),
+    };
+    return this.withFailover(
+      signal,
+      timeoutMs,
+      (failure) => failure === "never-reached" && !taken,
+      async (r, remainingMs) => {
+        const res = await r.transport.stream(method, signal, remainingMs, header, once, contextValues);
+        // The connection may still break while the answer is read: that too is Unavailable.
+        const failed = (failure: CallFailure) => this.failed(r, failure);
+        async function* messages() {
+          try {
+            yield* res.message;
+          } catch (err) {
+            const failure = classifyFailure(err);
+            failed(failure);
+            throw failure === "answered" || signal?.aborted ? err : unavailable(err);
+          }
+        }
+        return { ...res, message: messages() };
+      },
+    );
+  }
+
+  close(): void {
+    this.endpoints.close();
+    for (const r of this.replicas.values()) r.session.abort();
+  }
+}

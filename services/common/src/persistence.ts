@@ -1,0 +1,321 @@
+import { randomUUID } from "node:crypto";
+import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
+import type { Producer } from "kafkajs";
+import { newId } from "./ids.js";
+import type { Logger } from "./logger.js";
+import { every, type Periodic } from "./periodic.js";
+import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "./telemetry.js";
+
+// The one persistence toolkit of every service. MongoDB (and the local mongo-java-server) gives no
+// multi-document transactions and no change streams, but makes each single-document write atomic.
+// Everything here rests on that alone, so any number of replicas of a service stay correct: there
+// are no in-process locks anywhere (docs/engineering.md, "Persistence").
+
+// The collections are typed by the callers; the filters and updates built here name fields
+// generically, which the driver's types cannot check.
+type AnyCollection<T extends Document> = Collection<T>;
+const asFilter = <T extends Document>(f: Document) => f as Filter<T>;
+const asUpdate = <T extends Document>(u: Document) => u as UpdateFilter<T>;
+
+// ---------------------------------------------------------------- duplicate keys and inserts
+
+/** True for a write refused because its _id or a unique index key is taken (E11000). */
+export function isDuplicateKey(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
+}
+
+/** Inserts the document unless its _id (or a unique key) is taken; true when this call inserted it. */
+export async function insertIfNew<T extends Document>(collection: AnyCollection<T>, doc: T): Promise<boolean> {
+  try {
+    await collection.insertOne(doc as never);
+    return true;
+  } catch (err) {
+    if (isDuplicateKey(err)) return false;
+    throw err;
+  }
+}
+
+/** Inserts every document; returns those not inserted because their _id or unique key is taken. */
+export async function insertNew<T extends Document>(collection: AnyCollection<T>, docs: T[]): Promise<T[]> {
+  if (docs.length === 0) return [];
+  try {
+    await collection.insertMany(docs as never, { ordered: false });
+    return [];
+  } catch (err) {
+    const writeErrors = (err as { writeErrors?: { code: number; index: number }[] | { code: number; index: number } }).writeErrors;
+    const list = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
+    if (list.length === 0 || list.some((e) => e.code !== 11000)) throw err;
+    return list.map((e) => docs[e.index]!);
+  }
+}
+
+// ---------------------------------------------------------------- versioned update
+
+export interface Versioned {
+  _id: string;
+  /** Bumped by every versioned update: the compare-and-set guard. */
+  version: number;
+}
+
+/**
+ * Check-and-set: applies `update` (and bumps `version`) only if the document still has the version
+ * that was read. null when another writer got there first: read again and decide again.
+ */
+export function updateVersioned<T extends Versioned>(collection: AnyCollection<T>, read: Pick<T, "_id" | "version">, update: UpdateFilter<T>): Promise<WithId<T> | null> {
+  const inc = { ...((update.$inc as Document | undefined) ?? {}), version: 1 };
+  return collection.findOneAndUpdate(asFilter<T>({ _id: read._id, version: read.version }), asUpdate<T>({ ...update, $inc: inc }), { returnDocument: "after" });
+}
+
+// ---------------------------------------------------------------- leases
+
+/** Where a document keeps its lease: the time it ends and the token of its holder. */
+export interface LeaseFields {
+  until: string;
+  holder: string;
+}
+
+/** The documents whose lease (under `fields`) is free at `now`: never taken, released, or run out. */
+export function leaseFree(fields: LeaseFields, now: Date): Document {
+  return { $or: [{ [fields.until]: null }, { [fields.until]: { $lte: now } }] };
+}
+
+export interface Lease<T> {
+  doc: WithId<T>;
+  holder: string;
+  until: Date;
+}
+
+/**
+ * Takes the lease of the one document matching `filter` whose lease is free, applying `update` in
+ * the same write: of concurrent takers exactly one gets it. The holder keeps it by renewing before
+ * it runs out; a holder that dies leaves it to run out, and the next taker goes on.
+ */
+export async function takeLease<T extends Document>(
+  collection: AnyCollection<T>,
+  filter: Filter<T>,
+  fields: LeaseFields,
+  opts: { now?: Date; ms: number; update?: UpdateFilter<T> },
+): Promise<Lease<T> | null> {
+  const now = opts.now ?? new Date();
+  const holder = randomUUID();
+  const until = new Date(now.getTime() + opts.ms);
+  const update = opts.update ?? {};
+  const doc = await collection.findOneAndUpdate(
+    asFilter<T>({ $and: [filter, leaseFree(fields, now)] }),
+    asUpdate<T>({ ...update, $set: { ...((update.$set as Document | undefined) ?? {}), [fields.until]: until, [fields.holder]: holder } }),
+    { returnDocument: "after" },
+  );
+  return doc ? { doc, holder, until } : null;
+}
+
+/** Pushes a held lease forward; false when it is no longer this holder's. */
+export async function renewLease<T extends Document>(collection: AnyCollection<T>, id: unknown, fields: LeaseFields, holder: string, ms: number): Promise<boolean> {
+  const res = await collection.updateOne(asFilter<T>({ _id: id, [fields.holder]: holder }), asUpdate<T>({ $set: { [fields.until]: new Date(Date.now() + ms) } }));
+  return res.matchedCount === 1;
+}
+
+/**
+ * Ends a held lease, applying `update` (and matching `filter`) in the same write. null when the
+ * lease is no longer this holder's (it ran out and another took over): nothing was written.
+ */
+export function endLease<T extends Document>(
+  collection: AnyCollection<T>,
+  id: unknown,
+  fields: LeaseFields,
+  holder: string,
+  opts: { filter?: Filter<T>; update?: UpdateFilter<T> } = {},
+): Promise<WithId<T> | null> {
+  const update = opts.update ?? {};
+  return collection.findOneAndUpdate(
+    asFilter<T>({ ...opts.filter, _id: id, [fields.holder]: holder }),
+    asUpdate<T>({ ...update, $set: { ...((update.$set as Document | undefined) ?? {}), [fields.until]: null, [fields.holder]: null } }),
+    { returnDocument: "after" },
+  );
+}
+
+// ---------------------------------------------------------------- claims by insert
+
+/** A named right held until `expiresAt`: its _id names what is claimed. */
+export interface ClaimDoc {
+  _id: string;
+  expiresAt: Date;
+}
+
+/**
+ * Takes over a claim whose time has run out (its holder died): a conditional update on the expiry
+ * read, so of several replicas trying at once exactly one succeeds.
+ */
+export async function takeOverClaim<T extends ClaimDoc>(collection: AnyCollection<T>, id: string, now: Date, expiresAt: Date): Promise<boolean> {
+  const res = await collection.updateOne(asFilter<T>({ _id: id, expiresAt: { $lte: now } }), asUpdate<T>({ $set: { expiresAt } }));
+  return res.modifiedCount === 1;
+}
+
+/** Claims by insert: of concurrent claimers of one _id exactly one inserts; an expired claim is taken over. */
+export async function claim<T extends ClaimDoc>(collection: AnyCollection<T>, doc: T, now = new Date()): Promise<boolean> {
+  return (await insertIfNew(collection, doc)) || takeOverClaim(collection, doc._id, now, doc.expiresAt);
+}
+
+// ---------------------------------------------------------------- the outbox
+
+/** An event written in the same document update as the state change it reports. */
+export interface OutboxEntry {
+  eventId: string;
+  occurredAt: Date;
+  /** Trace headers of the state change: the publication, and what consumers do, join its trace. */
+  trace?: Record<string, string>;
+}
+
+/** A document that carries an outbox: events not yet published, and the relay's lease. */
+export interface OutboxFields<E extends OutboxEntry = OutboxEntry> {
+  outbox: E[];
+  relayUntil?: Date | null;
+  relayHolder?: string | null;
+}
+
+/** The fields of a new document with nothing to publish (spread into an insert). */
+export const emptyOutbox = (): OutboxFields<never> => ({ outbox: [], relayUntil: null, relayHolder: null });
+
+/** A new outbox entry: a fresh event id, the time, and the active trace context. */
+export function outboxEntry<F extends object>(fields: F, occurredAt = new Date()): F & OutboxEntry {
+  const trace = traceHeaders();
+  return { ...fields, eventId: newId("evt"), occurredAt, ...(Object.keys(trace).length > 0 ? { trace } : {}) };
+}
+
+/** The update that stores `entry` with a state change: merge it into the change's update. */
+export function pushEvent<E extends OutboxEntry>(entry: E): { $push: { outbox: E } } {
+  return { $push: { outbox: entry } };
+}
+
+const RELAY: LeaseFields = { until: "relayUntil", holder: "relayHolder" };
+
+/** Where one event went: its partition and offset on the topic. */
+export interface Published {
+  partition: number;
+  offset: bigint;
+}
+
+export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
+  /** What the events are, for spans and logs ("connection events"). */
+  name: string;
+  collection: AnyCollection<D>;
+  producer: Pick<Producer, "send">;
+  topic: string;
+  logger: Logger;
+  /** The message key of a document's events: all of them share it, so they keep their order. */
+  key(doc: WithId<D>): string;
+  value(doc: WithId<D>, entry: E): Uint8Array;
+  /** Headers of the message besides the trace headers. */
+  headers?(entry: E): Record<string, string>;
+  /** How long a relay may hold a document before another may publish its events again. */
+  leaseMs?: number;
+  sweepEveryMs?: number;
+}
+
+/**
+ * The transactional outbox without transactions. A state change and its event are stored in ONE
+ * document update (the entry is pushed into `outbox` with the new state), so both are stored or
+ * neither is. A relay then takes the document's relay lease (one relay at a time per document,
+ * across replicas, so events go out once and in order), publishes the entries, and only then pulls
+ * them out. Relays run right after the write, in a periodic sweep, and at start; a crash anywhere
+ * leaves the entries (and at worst a lease that runs out) for the next one: at least once,
+ * deduplicated downstream on the event id.
+ */
+export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry> {
+  private readonly leaseMs: number;
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private sweeper: Periodic | undefined;
+
+  constructor(private readonly o: OutboxOptions<D, E>) {
+    this.leaseMs = o.leaseMs ?? 30_000;
+  }
+
+  /** The index the sweep reads: only documents with entries have a key in it. */
+  async ensureIndex(): Promise<void> {
+    await this.o.collection.createIndex({ "outbox.eventId": 1 }, { sparse: true, name: "outbox_pending" });
+  }
+
+  /** Right after a write that stored an entry: relays in the background; a failure is left to the sweep. */
+  afterWrite(id: unknown): void {
+    this.track(this.relay(id).catch((err: unknown) => this.o.logger.warn({ err, id, events: this.o.name }, "outbox relay failed; the sweep will retry")));
+  }
+
+  /**
+   * Publishes and removes the entries of one document, unless another relay holds it. Returns
+   * where each event this call published went. Failures are logged, the lease given back, and the
+   * entries left for the sweep.
+   */
+  async relay(id: unknown): Promise<Map<string, Published>> {
+    const published = new Map<string, Published>();
+    const { collection, logger } = this.o;
+    // Each round: take the lease, publish what the document holds, then remove it and give the lease
+    // back in one write. Entries written meanwhile (their own relay found the lease taken) are
+    // found by the next round's take, which returns null once nothing is left.
+    for (;;) {
+      const lease = await takeLease(collection, asFilter<D>({ _id: id, "outbox.eventId": { $exists: true } }), RELAY, { ms: this.leaseMs });
+      if (!lease) return published;
+      const entries: E[] = lease.doc.outbox;
+      try {
+        await this.publish(lease.doc, entries, published);
+      } catch (err) {
+        logger.warn({ err, id, events: this.o.name }, "outbox relay failed; the sweep will retry");
+        await endLease(collection, id, RELAY, lease.holder).catch(() => undefined);
+        return published;
+      }
+      const ended = await endLease(collection, id, RELAY, lease.holder, { update: asUpdate<D>({ $pull: { outbox: { eventId: { $in: entries.map((e) => e.eventId) } } } }) });
+      if (!ended) return published; // the lease ran out and another relay took over (and publishes again)
+    }
+  }
+
+  private async publish(doc: WithId<D>, entries: E[], published: Map<string, Published>): Promise<void> {
+    const key = this.o.key(doc);
+    const messages = await Promise.all(
+      entries.map((entry) =>
+        // A PRODUCER span in the state change's trace; its headers travel with the message.
+        inSpan(`publish ${this.o.name}`, { kind: SpanKind.PRODUCER, parent: contextFromHeaders(entry.trace) }, async () => ({
+          key,
+          value: Buffer.from(this.o.value(doc, entry)),
+          headers: { ...traceHeaders(), ...this.o.headers?.(entry) },
+        })),
+      ),
+    );
+    const [meta] = await this.o.producer.send({ topic: this.o.topic, messages });
+    // One key, so one partition: the entries sit at consecutive offsets from the batch's base.
+    if (meta) entries.forEach((e, i) => published.set(e.eventId, { partition: meta.partition, offset: BigInt(meta.baseOffset ?? "0") + BigInt(i) }));
+    this.o.logger.info({ id: doc._id, events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
+  }
+
+  /** Whether the event is still in the document's outbox (not published yet). */
+  async holds(id: unknown, eventId: string): Promise<boolean> {
+    return (await this.o.collection.countDocuments(asFilter<D>({ _id: id, "outbox.eventId": eventId }), { limit: 1 })) > 0;
+  }
+
+  /** Relays every document that has entries and no relay at work on it; returns how many it found. */
+  async sweep(limit = 500): Promise<number> {
+    const pending = await this.o.collection
+      .find(asFilter<D>({ "outbox.eventId": { $exists: true }, ...leaseFree(RELAY, new Date()) }), { projection: { _id: 1 } })
+      .limit(limit)
+      .toArray();
+    await Promise.all(pending.map((d) => this.relay(d._id)));
+    return pending.length;
+  }
+
+  /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`. */
+  start(): void {
+    this.sweeper ??= every(`${this.o.name} outbox sweep`, this.o.sweepEveryMs ?? 5_000, () => this.sweep(), this.o.logger);
+  }
+
+  /** Stops the sweep and waits for the relays in flight. */
+  async stop(): Promise<void> {
+    await this.sweeper?.stop();
+    await this.drain();
+  }
+
+  async drain(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+  }
+
+  private track(p: Promise<unknown>): void {
+    this.inFlight.add(p);
+    void p.finally(() => this.inFlight.delete(p));
+  }
+}

@@ -1,0 +1,222 @@
+import { afterEach, describe, expect, it } from "@jest/globals";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { authv1, fileintakev1 } from "@pi/proto";
+import { BalancedTransport, classifyFailure } from "../src/balanced-transport.js";
+import { parseServiceUrls, ServiceEndpoints } from "../src/service-endpoints.js";
+
+// Replicas of a service as real HTTP/2 servers on loopback; the client is the one every service uses.
+
+interface Replica {
+  port: number;
+  calls: number;
+  /** Ends every connection abruptly, as a killed process would (the kernel resets them). */
+  kill(): Promise<void>;
+}
+
+type Behaviour = { jwks?: () => Promise<void>; createPartner?: () => Promise<void>; submitFile?: () => Promise<void> };
+
+async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
+  const sessions = new Set<http2.Http2Session>();
+  const r = { port: 0, calls: 0 } as Replica;
+  const handler = connectNodeAdapter({
+    routes: (router) => {
+      router.service(fileintakev1.FileIntakeService, {
+        async submitFile(requests) {
+          r.calls++;
+          for await (const _ of requests) await behaviour.submitFile?.();
+          return {};
+        },
+      });
+      router.service(authv1.AuthService, {
+        async getJwks() {
+          r.calls++;
+          await behaviour.jwks?.();
+          return { jwksJson: "{}", issuer: `replica-${r.port}` };
+        },
+        async createPartner() {
+          r.calls++;
+          await behaviour.createPartner?.();
+          return { partnerId: `ptr_${r.port}` };
+        },
+      });
+    },
+  });
+  const server = http2.createServer(handler);
+  server.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+  });
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+  r.port = (server.address() as AddressInfo).port;
+  r.kill = async () => {
+    for (const s of sessions) s.socket?.resetAndDestroy?.() ?? s.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  };
+  live.push(r);
+  return r;
+}
+
+const live: Replica[] = [];
+const transports: BalancedTransport[] = [];
+afterEach(async () => {
+  await Promise.allSettled(live.splice(0).map((r) => r.kill()));
+  transports.splice(0).forEach((t) => t.close());
+});
+
+function client(urls: string, opts: Partial<ConstructorParameters<typeof BalancedTransport>[0]> = {}) {
+  const transport = new BalancedTransport({ urls, defaultTimeoutMs: 5_000, ...opts });
+  transports.push(transport);
+  return createClient(authv1.AuthService, transport);
+}
+
+const url = (port: number) => `http://127.0.0.1:${port}`;
+/** A port nothing listens on: taken by a server that is then closed. */
+async function closedPort(): Promise<number> {
+  const r = await replica();
+  await r.kill();
+  live.splice(live.indexOf(r), 1);
+  return r.port;
+}
+const never = () => new Promise<void>(() => {});
+
+describe("internal clients over every replica", () => {
+  it("balance calls across the replicas of a comma-separated *_SERVICE_URL", async () => {
+    const [a, b] = [await replica(), await replica()];
+    const auth = client(`${url(a.port)},${url(b.port)}`);
+    for (let i = 0; i < 10; i++) await auth.getJwks({});
+    expect([a.calls, b.calls]).toEqual([5, 5]);
+  });
+
+  it("a call to a replica that refuses connections is made on another one, whatever the method", async () => {
+    const b = await replica();
+    const auth = client(`${url(await closedPort())},${url(b.port)}`);
+    for (let i = 0; i < 4; i++) {
+      expect((await auth.createPartner({ name: "x" })).partnerId).toBe(`ptr_${b.port}`);
+      expect((await auth.getJwks({})).issuer).toBe(`replica-${b.port}`);
+    }
+  });
+
+  it("a read whose replica dies under it is answered by another replica", async () => {
+    const a = await replica({ jwks: never });
+    const b = await replica();
+    const auth = client(`${url(a.port)},${url(b.port)}`);
+    const answers = Promise.all([auth.getJwks({}), auth.getJwks({})]);
+    while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
+    await a.kill();
+    const started = Date.now();
+    expect((await answers).map((x) => x.issuer)).toEqual([`replica-${b.port}`, `replica-${b.port}`]);
+    expect(Date.now() - started).toBeLessThan(2_000);
+  });
+
+  it("a call that is not idempotent is not made twice when its replica dies under it: the caller gets Unavailable", async () => {
+    const a = await replica({ createPartner: never });
+    const b = await replica();
+    const auth = client(`${url(a.port)},${url(b.port)}`);
+    const calls = [auth.createPartner({ name: "x" }), auth.createPartner({ name: "y" })].map((p) => p.then((r) => r.partnerId, (e: unknown) => ConnectError.from(e).code));
+    while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
+    await a.kill();
+    expect((await Promise.all(calls)).sort()).toEqual([Code.Unavailable, `ptr_${b.port}`].sort());
+    expect(b.calls).toBe(1);
+  });
+
+  it("an upload (a client stream) whose replica dies under it fails fast as Unavailable; one that never reached a replica goes to another", async () => {
+    const a = await replica({ submitFile: never });
+    const b = await replica();
+    const transport = new BalancedTransport({ urls: `${url(a.port)},${url(b.port)}`, defaultTimeoutMs: 10_000 });
+    transports.push(transport);
+    const files = createClient(fileintakev1.FileIntakeService, transport);
+    async function* chunks() {
+      yield { part: { case: "chunk" as const, value: new Uint8Array(8) } };
+      await new Promise((r) => setTimeout(r, 60_000));
+    }
+    const upload = files.submitFile(chunks()).then(() => "answered", (e: unknown) => ConnectError.from(e).code);
+    while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
+    const started = Date.now();
+    await a.kill();
+    expect(await upload).toBe(Code.Unavailable);
+    expect(Date.now() - started).toBeLessThan(1_000);
+
+    const viaClosedTransport = new BalancedTransport({ urls: `${url(await closedPort())},${url(b.port)}`, defaultTimeoutMs: 5_000 });
+    transports.push(viaClosedTransport);
+    const viaClosed = createClient(fileintakev1.FileIntakeService, viaClosedTransport);
+    for (let i = 0; i < 2; i++) await viaClosed.submitFile((async function* () { yield { part: { case: "chunk" as const, value: new Uint8Array(8) } }; })());
+    expect(b.calls).toBe(2);
+  });
+
+  it("an answer of the service (an error it sent) is not repeated on another replica", async () => {
+    const unavailable = () => Promise.reject(new ConnectError("database unreachable", Code.Unavailable));
+    const [a, b] = [await replica({ jwks: unavailable }), await replica({ jwks: unavailable })];
+    const auth = client(`${url(a.port)},${url(b.port)}`);
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    expect(a.calls + b.calls).toBe(1);
+  });
+
+  it("every replica gone: Unavailable within a second, not at the deadline", async () => {
+    const auth = client(`${url(await closedPort())},${url(await closedPort())}`, { defaultTimeoutMs: 10_000 });
+    const started = Date.now();
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    expect(Date.now() - started).toBeLessThan(1_000);
+  });
+
+  it("a client made before its service started reaches it as soon as it listens (services started after the gateway)", async () => {
+    const port = await closedPort();
+    const auth = client(url(port));
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    await replica({}, port);
+    const started = Date.now();
+    expect((await auth.getJwks({}, { timeoutMs: 1_500 })).issuer).toBe(`replica-${port}`);
+    expect(Date.now() - started).toBeLessThan(500);
+  });
+
+  it("a service restarted under a long-lived client is reached again at once", async () => {
+    const first = await replica();
+    const auth = client(url(first.port));
+    expect((await auth.getJwks({})).issuer).toBe(`replica-${first.port}`);
+    await first.kill();
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    await replica({}, first.port);
+    expect((await auth.getJwks({}, { timeoutMs: 1_500 })).issuer).toBe(`replica-${first.port}`);
+  });
+});
+
+describe("service addresses", () => {
+  it("a *_SERVICE_URL is one base URL or a comma-separated list of them", () => {
+    expect(parseServiceUrls("http://a:1,http://10.0.0.2:2").map(String)).toEqual(["http://a:1/", "http://10.0.0.2:2/"]);
+    expect(() => parseServiceUrls("http://a:1,")).toThrow(/comma-separated/);
+    expect(() => parseServiceUrls("https://a:1")).toThrow(/http:\/\//);
+    expect(() => parseServiceUrls("http://a:1/path")).toThrow(/base URL/);
+    expect(() => parseServiceUrls("nope")).toThrow(/not a URL/);
+  });
+
+  it("a host name stands for all its addresses, looked up again periodically; a failed lookup keeps the last ones", async () => {
+    const answers: (string[] | Error)[] = [["10.0.0.1", "10.0.0.2"], ["10.0.0.2", "fd00::3"], new Error("SERVFAIL")];
+    const lookup = async () => {
+      const next = answers.shift()!;
+      if (next instanceof Error) throw next;
+      return next;
+    };
+    const endpoints = new ServiceEndpoints("http://auth-headless:50051,http://127.0.0.1:9", { resolveEveryMs: 60_000, minResolveGapMs: 0, lookup });
+    try {
+      expect(endpoints.origins()).toEqual(["http://127.0.0.1:9"]);
+      await endpoints.ready();
+      expect(endpoints.origins()).toEqual(["http://10.0.0.1:50051", "http://10.0.0.2:50051", "http://127.0.0.1:9"]);
+      await endpoints.refresh();
+      expect(endpoints.origins()).toEqual(["http://10.0.0.2:50051", "http://[fd00::3]:50051", "http://127.0.0.1:9"]);
+      await endpoints.refresh();
+      expect(endpoints.origins()).toEqual(["http://10.0.0.2:50051", "http://[fd00::3]:50051", "http://127.0.0.1:9"]);
+    } finally {
+      endpoints.close();
+    }
+  });
+
+  it("classifies failures: refused (never sent), reset (lost with the connection), an answer", () => {
+    const refused = new ConnectError("x", Code.Unavailable, undefined, undefined, Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
+    const reset = new ConnectError("x", Code.Aborted, undefined, undefined, Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }));
+    const answered = new ConnectError("db down", Code.Unavailable, new Headers({ "grpc-status": "14" }));
+    expect([classifyFailure(refused), classifyFailure(reset), classifyFailure(answered)]).toEqual(["never-reached", "connection-broke", "answered"]);
+  });
+});

@@ -1,0 +1,85 @@
+import { readFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { MongoClient } from "mongodb";
+import { clientsFor, createLogger, databaseName, newId, type FileIntakeClient, type RunningService, type Settings } from "@pi/common";
+import { commonv1, fileintakev1 } from "@pi/proto";
+import { startFileIntakeService } from "../src/service.js";
+import { openFileStore, keyId, type FileStore } from "../src/store.js";
+import { ExtractionWorker } from "../src/worker.js";
+import type { ConnectionCheck } from "../src/intake.js";
+import { testSettings } from "../../../test/support/services.js";
+
+// Two replicas of file-intake (two started instances, each with its own MongoClient) on one
+// database, racing on one idempotency key and on one file's extraction lease. No lock is shared.
+
+type Request = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
+const ELDER = "apple.banana.cherry@elders.example";
+const fixture = (name: string) => readFileSync(new URL(`./fixtures/${name}`, import.meta.url));
+const connections: ConnectionCheck = { isActive: async () => true };
+
+let settings: Settings;
+const replicas: RunningService[] = [];
+let clients: FileIntakeClient[];
+const mongos: MongoClient[] = [];
+let stores: FileStore[];
+
+beforeAll(async () => {
+  settings = testSettings();
+  for (let i = 0; i < 2; i++) {
+    // Passive: no consumer and no sweeps, so nothing but the test writes the records it races on.
+    replicas.push(await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), { connections, passive: true }));
+  }
+  clients = replicas.map((r) => clientsFor({ ...settings, FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake());
+  for (let i = 0; i < 2; i++) mongos.push(await MongoClient.connect(settings.MONGODB_URI));
+  stores = await Promise.all(mongos.map((m) => openFileStore(m.db(databaseName(settings.DATA_NAMESPACE, "file-intake")))));
+});
+
+afterAll(async () => {
+  await Promise.all(replicas.map((r) => r.stop()));
+  await mongos[0]?.db(databaseName(settings.DATA_NAMESPACE, "file-intake")).dropDatabase();
+  await Promise.all(mongos.map((m) => m.close()));
+});
+
+async function* upload(partnerId: string, bytes: Uint8Array, key: string): AsyncGenerator<Request> {
+  yield { part: { case: "header", value: { partnerId, mode: commonv1.Mode.LIVE, idempotencyKey: key } } };
+  yield { part: { case: "chunk", value: bytes } };
+  yield { part: { case: "trailer", value: { elderAddress: ELDER } } };
+}
+
+describe("two replicas racing", () => {
+  it("one Idempotency-Key sent eight times at once to both replicas: one claim wins, one file, every answer names it", async () => {
+    const partnerId = newId("ptr");
+    const bytes = fixture("sample.txt");
+    // A generous deadline: the losers wait for the winner's commit, and this machine may be loaded.
+    const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => clients[i % 2]!.submitFile(upload(partnerId, bytes, "race-key"), { timeoutMs: 60_000 })));
+    const ids = new Set(answers.map((a) => a.file!.id));
+    expect(ids.size).toBe(1);
+    expect(await stores[0]!.files.countDocuments({ partnerId })).toBe(1);
+    expect(await stores[1]!.keys.findOne({ _id: keyId(partnerId, "race-key") })).toMatchObject({ state: "committed", fileId: [...ids][0] });
+  });
+
+  it("both replicas' workers take one file at once: one lease wins, the file is extracted once", async () => {
+    const res = await clients[0]!.submitFile(upload(newId("ptr"), fixture("sample.txt"), newId("key")));
+    const id = res.file!.id;
+    let extractions = 0;
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const extract = async () => {
+      extractions++;
+      await held;
+      return { ok: true as const, kind: "plain-text" as const, text: "x", textLength: 1, textTruncated: false };
+    };
+    const timing = { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3 };
+    const workers = stores.map((store) => new ExtractionWorker(store, timing, createLogger("worker", "silent"), extract));
+    const outcomes = Promise.all([workers[0]!.process(id), workers[1]!.process(id), workers[0]!.process(id), workers[1]!.process(id)]);
+    // Every take has been tried once one of them is extracting: the losers return "skipped" at once.
+    for (let i = 0; extractions === 0 && i < 500; i++) await new Promise((r) => setTimeout(r, 10));
+    release();
+    const results = await outcomes;
+    expect(results.filter((r) => r === "processed")).toHaveLength(1);
+    expect(results.filter((r) => r === "skipped")).toHaveLength(3);
+    expect(extractions).toBe(1);
+    expect(await stores[1]!.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 1, leaseUntil: null, leaseToken: null });
+  });
+});

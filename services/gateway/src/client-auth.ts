@@ -1,0 +1,60 @@
+// Client authentication at the token endpoint (RFC 6749 section 2.3.1): the client id and secret
+// in an HTTP Basic header, each form-urlencoded (appendix B) before the pair is base64-encoded, or
+// as the body fields client_id and client_secret. One method per request.
+
+export interface ClientCredentials {
+  clientId: string;
+  clientSecret: string;
+}
+
+export type ClientAuthResult = { ok: true; method: "basic" | "body"; credentials: ClientCredentials } | { ok: false };
+
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
+
+/** application/x-www-form-urlencoded decoding of one value; undefined when a %-escape is malformed. */
+function formDecode(value: string): string | undefined {
+  try {
+    return decodeURIComponent(value.replace(/\+/g, " "));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The credentials of an `Authorization: Basic …` header; undefined for any other scheme, bad
+ * base64, a pair without a colon, a malformed %-escape, or an empty id or secret.
+ */
+export function parseBasicAuthorization(header: string): ClientCredentials | undefined {
+  const match = /^basic +(\S+) *$/i.exec(header);
+  if (!match) return undefined;
+  const encoded = match[1]!;
+  if (encoded.length % 4 !== 0 || !BASE64.test(encoded)) return undefined;
+  const decoded = Buffer.from(encoded, "base64");
+  // Only UTF-8: a byte sequence that does not survive a round trip is not a form-encoded pair.
+  const pair = decoded.toString("utf8");
+  if (!Buffer.from(pair, "utf8").equals(decoded)) return undefined;
+  const colon = pair.indexOf(":");
+  if (colon < 0) return undefined;
+  const clientId = formDecode(pair.slice(0, colon));
+  const clientSecret = formDecode(pair.slice(colon + 1));
+  if (!clientId || !clientSecret) return undefined;
+  return { clientId, clientSecret };
+}
+
+/**
+ * Which method the request authenticates with. Not ok (invalid_request): an Authorization header
+ * that is not a well-formed Basic one; Basic together with a body client_secret (two methods); Basic
+ * with a body client_id naming another client; neither method complete.
+ */
+export function clientAuthentication(authorization: string | undefined, body: { client_id?: string; client_secret?: string }): ClientAuthResult {
+  if (authorization === undefined) {
+    if (!body.client_id || !body.client_secret) return { ok: false };
+    return { ok: true, method: "body", credentials: { clientId: body.client_id, clientSecret: body.client_secret } };
+  }
+  const basic = parseBasicAuthorization(authorization);
+  if (!basic) return { ok: false };
+  if (body.client_secret !== undefined) return { ok: false };
+  // RFC 6749 lets a client repeat its id in the body; it must then be the same client.
+  if (body.client_id !== undefined && body.client_id !== basic.clientId) return { ok: false };
+  return { ok: true, method: "basic", credentials: basic };
+}

@@ -1,0 +1,42 @@
+// Whether a partner's webhook endpoint is failing: every attempt has failed for at least the
+// failing period (an attempt that delivers clears it). Kept per partner in webhook_endpoints and
+// updated after each attempt, so every replica and the operator see the same state.
+
+export interface EndpointHealthDoc {
+  _id: string; // partner id
+  /** The first failed attempt since the last delivered one; null when the last attempt delivered. */
+  failingSince: Date | null;
+  lastSuccessAt: Date | null;
+  lastFailureAt: Date | null;
+  /** When the "failing" alert line was logged for the current streak; null when not (yet). */
+  alertedAt: Date | null;
+}
+
+/** The failing period: a twenty-fourth of the retry window (1 h with the default 24 h window). */
+export function failingAfterMs(windowSeconds: number): number {
+  return (windowSeconds * 1000) / 24;
+}
+
+export function isFailing(doc: Pick<EndpointHealthDoc, "failingSince"> | null | undefined, now: number, failingAfter: number): boolean {
+  return !!doc?.failingSince && now - doc.failingSince.getTime() >= failingAfter;
+}
+
+export type HealthTransition = "failing" | "recovered" | undefined;
+
+/** The health after one attempt, and whether that attempt made the endpoint failing or recovered it. */
+export function afterAttempt(
+  prev: EndpointHealthDoc | null,
+  partnerId: string,
+  delivered: boolean,
+  at: Date,
+  failingAfter: number,
+): { next: EndpointHealthDoc; transition: HealthTransition } {
+  const base: EndpointHealthDoc = prev ?? { _id: partnerId, failingSince: null, lastSuccessAt: null, lastFailureAt: null, alertedAt: null };
+  if (delivered) {
+    const next = { ...base, failingSince: null, lastSuccessAt: at, alertedAt: null };
+    return { next, transition: base.alertedAt ? "recovered" : undefined };
+  }
+  const next = { ...base, failingSince: base.failingSince ?? at, lastFailureAt: at };
+  if (!base.alertedAt && isFailing(next, at.getTime(), failingAfter)) return { next: { ...next, alertedAt: at }, transition: "failing" };
+  return { next, transition: undefined };
+}

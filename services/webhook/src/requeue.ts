@@ -1,0 +1,24 @@
+import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
+
+// The operator's resend and recover: a stored event goes back on the queue, due at once, with the
+// same id and body; each attempt signs afresh. Its retry window starts again from now (a resend of
+// a day-old event must not fail for want of time), and its attempts keep counting on, so the log
+// of every attempt stays whole.
+
+/** When a delivery last failed: its last attempt's start, or (never attempted) its creation. */
+export function failedAt(event: Pick<WebhookEventDoc, "attemptLog" | "createdAt">): Date {
+  return event.attemptLog?.at(-1)?.startedAt ?? event.createdAt;
+}
+
+/** Events of a partner that a recover since `since` re-queues: failed (or never sendable) since then. */
+export function recoverable(events: WebhookEventDoc[], since: Date): WebhookEventDoc[] {
+  return events.filter((e) => (e.state === "failed" || e.state === "no_endpoint") && failedAt(e).getTime() >= since.getTime());
+}
+
+export async function requeue(store: WebhookStore, event: WebhookEventDoc, now = new Date()): Promise<WebhookEventDoc> {
+  const pending: WebhookEventDoc = { ...event, state: "pending", nextAttemptAt: now };
+  await store.events.updateOne({ _id: event._id }, { $set: { state: "pending", nextAttemptAt: now } });
+  const { _id, ...entry } = { ...queueEntry(pending), createdAt: now };
+  await store.queue.updateOne({ _id }, { $set: entry }, { upsert: true });
+  return pending;
+}
