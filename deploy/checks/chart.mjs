@@ -304,8 +304,8 @@ export function contractSettings() {
   return [...section.matchAll(/^\| `([A-Z][A-Z0-9_]*)` \|/gm)].map((m) => m[1]);
 }
 
-/** Settings that only the local stack reads. */
-export const LOCAL_ONLY_SETTINGS = ["STATE_DIR"];
+/** Settings that only the local stack reads (in a cluster, replicas are each Deployment's own). */
+export const LOCAL_ONLY_SETTINGS = ["STATE_DIR", "SERVICE_REPLICAS", "GATEWAY_REPLICAS", "AUTH_REPLICAS", "CONNECTION_REPLICAS", "FILE_INTAKE_REPLICAS", "WEBHOOK_REPLICAS"];
 
 export function envOf(container) {
   return Object.fromEntries((container.env ?? []).map((e) => [e.name, e.value ?? e.valueFrom]));
@@ -314,8 +314,7 @@ export function envOf(container) {
 /** Every setting is an env var of every service (MONGODB_URI on data services, CREDENTIAL_PEPPER on auth). */
 export function checkSettingsWired(docs, { release = RELEASE } = {}) {
   const problems = [];
-  const contract = (contractSettings() ?? []).filter((s) => !LOCAL_ONLY_SETTINGS.includes(s));
-  const all = [...new Set([...serviceSettings(), ...contract])];
+  const all = [...new Set([...serviceSettings(), ...(contractSettings() ?? [])])].filter((s) => !LOCAL_ONLY_SETTINGS.includes(s));
   for (const s of SERVICES) {
     const dep = find(docs, "Deployment", `${release}-${s.component}`);
     if (!dep) {
