@@ -214,14 +214,18 @@ export function checkHardening(docs) {
 /** Selectors match labels; every reference (Service, Secret, ConfigMap, HPA/PDB target) resolves. */
 export function checkReferences(docs, { externalSecrets = [] } = {}) {
   const problems = [];
-  const pods = workloads(docs).map((w) => ({ w, labels: w.spec.template.metadata?.labels ?? {}, spec: w.spec.template.spec }));
+  // The workloads' pods and the bare Pods (`helm test`'s, which a NetworkPolicy admits by label).
+  const pods = [
+    ...workloads(docs).map((w) => ({ w, labels: w.spec.template.metadata?.labels ?? {}, spec: w.spec.template.spec })),
+    ...byKind(docs, "Pod").map((w) => ({ w, labels: w.metadata.labels ?? {}, spec: w.spec })),
+  ];
   for (const w of workloads(docs)) {
     if (w.kind === "Job") continue;
     if (!matches(w.spec.selector?.matchLabels, w.spec.template.metadata?.labels)) problems.push(`${w.kind}/${w.metadata.name}: selector does not match its pod labels`);
     if (w.kind === "StatefulSet" && !find(docs, "Service", w.spec.serviceName)) problems.push(`StatefulSet/${w.metadata.name}: serviceName ${w.spec.serviceName} is not rendered`);
   }
   for (const svc of byKind(docs, "Service")) {
-    const targets = pods.filter((p) => p.w.kind !== "Job" && matches(svc.spec.selector, p.labels));
+    const targets = pods.filter((p) => p.w.kind !== "Job" && p.w.kind !== "Pod" && matches(svc.spec.selector, p.labels));
     if (targets.length !== 1) {
       problems.push(`Service/${svc.metadata.name}: selector matches ${targets.length} workloads, expected 1`);
       continue;
@@ -300,8 +304,8 @@ export function contractSettings() {
   return [...section.matchAll(/^\| `([A-Z][A-Z0-9_]*)` \|/gm)].map((m) => m[1]);
 }
 
-/** Settings that only the local stack reads. */
-export const LOCAL_ONLY_SETTINGS = ["STATE_DIR"];
+/** Settings that only the local stack reads (in a cluster, replicas are each Deployment's own). */
+export const LOCAL_ONLY_SETTINGS = ["STATE_DIR", "SERVICE_REPLICAS", "GATEWAY_REPLICAS", "AUTH_REPLICAS", "CONNECTION_REPLICAS", "FILE_INTAKE_REPLICAS", "WEBHOOK_REPLICAS"];
 
 export function envOf(container) {
   return Object.fromEntries((container.env ?? []).map((e) => [e.name, e.value ?? e.valueFrom]));
@@ -310,8 +314,7 @@ export function envOf(container) {
 /** Every setting is an env var of every service (MONGODB_URI on data services, CREDENTIAL_PEPPER on auth). */
 export function checkSettingsWired(docs, { release = RELEASE } = {}) {
   const problems = [];
-  const contract = (contractSettings() ?? []).filter((s) => !LOCAL_ONLY_SETTINGS.includes(s));
-  const all = [...new Set([...serviceSettings(), ...contract])];
+  const all = [...new Set([...serviceSettings(), ...(contractSettings() ?? [])])].filter((s) => !LOCAL_ONLY_SETTINGS.includes(s));
   for (const s of SERVICES) {
     const dep = find(docs, "Deployment", `${release}-${s.component}`);
     if (!dep) {
