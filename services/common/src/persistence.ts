@@ -206,6 +206,8 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
   value(doc: WithId<D>, entry: E): Uint8Array;
   /** Headers of the message besides the trace headers. */
   headers?(entry: E): Record<string, string>;
+  /** The event's name in its publish span ("publish connection.approved"); the outbox's name by default. */
+  eventName?(entry: E): string;
   /** How long a relay may hold a document before another may publish its events again. */
   leaseMs?: number;
   sweepEveryMs?: number;
@@ -271,7 +273,7 @@ export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry>
     const messages = await Promise.all(
       entries.map((entry) =>
         // A PRODUCER span in the state change's trace; its headers travel with the message.
-        inSpan(`publish ${this.o.name}`, { kind: SpanKind.PRODUCER, parent: contextFromHeaders(entry.trace) }, async () => ({
+        inSpan(`publish ${this.o.eventName?.(entry) ?? this.o.name}`, { kind: SpanKind.PRODUCER, parent: contextFromHeaders(entry.trace) }, async () => ({
           key,
           value: Buffer.from(this.o.value(doc, entry)),
           headers: { ...traceHeaders(), ...this.o.headers?.(entry) },

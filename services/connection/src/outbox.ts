@@ -44,6 +44,7 @@ export function connectionOutbox(
     key: (doc) => doc.partnerId,
     value: (doc, entry) => toBinary(ConnectionEventSchema, connectionEvent(doc, entry)),
     headers: (entry) => ({ "event-type": entry.type }),
+    eventName: (entry) => entry.type,
     ...opts,
   });
 }
