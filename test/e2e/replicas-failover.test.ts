@@ -150,7 +150,7 @@ beforeAll(async () => {
   baseUrl = `http://127.0.0.1:${port}`;
   const out = openSync(join(stateDir, "start.log"), "a");
   stack = spawn(process.execPath, [join(process.cwd(), "deploy", "local", "dist", "start.js")], { env, stdio: ["ignore", out, out] });
-  await ready(240_000);
+  await ready(420_000);
 
   const created = await ops("partner", "create", "--name", "Chaos Pharmacy");
   const elder = (await ops("elder", "create")).address as string;
@@ -163,7 +163,7 @@ beforeAll(async () => {
   const con = (await (await fetch(`${baseUrl}/v1/connections`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: JSON.stringify({ elder }) })).json()) as { id: string };
   await ops("connection", "approve", con.id);
   partner = { token, elder, connectionId: con.id, clientId: created.live.client_id, clientSecret: created.live.client_secret };
-}, 300_000);
+}, 480_000);
 
 afterAll(async () => {
   remember();
