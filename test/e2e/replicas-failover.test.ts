@@ -200,7 +200,7 @@ describe("two replicas of every service (npm start)", () => {
         await new Promise((r) => setTimeout(r, 3_000));
         const deadline = Date.now() + 60_000;
         while (processesOf(service).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
-        await ready(60_000);
+        await ready(120_000);
         phase = `${service} back`;
         await new Promise((r) => setTimeout(r, 1_000));
       }
