@@ -83,6 +83,8 @@ async function timed(phaseNow: () => string, op: string, outcomes: Outcome[], se
     const res = await Promise.race([send(signal), new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason)))]);
     const text = "text" in res && typeof res.text === "string" ? res.text : await (res as Response).text();
     outcome = { phase, op, status: res.status, ms: Date.now() - started };
+    // A failure counts in the phase it happened in (an upload begun just before a replica was killed).
+    if (res.status >= 500) outcome.phase = phaseNow();
     if (res.status === 503) {
       const body = JSON.parse(text) as { error?: { code?: string } };
       outcome.envelope503 = body.error?.code === "service_unavailable" && res.headers.get("retry-after") === "1";
