@@ -73,7 +73,7 @@ async function stopAndCheckNothingLeft(child: ChildProcess): Promise<number> {
 describe("npm start (the operator contract's local stack)", () => {
   it("reaches /readyz, serves the operator CLI and the token endpoint, and SIGTERM leaves no process running", async () => {
     stack = npmStart();
-    await waitReady(120_000);
+    await waitReady(240_000);
 
     const created = ops("partner", "create", "--name", "Acme", "--json");
     expect(created.status).toBe(0);
