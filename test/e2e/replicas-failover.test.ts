@@ -83,6 +83,8 @@ async function timed(phaseNow: () => string, op: string, outcomes: Outcome[], se
     const res = await Promise.race([send(signal), new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason)))]);
     const text = "text" in res && typeof res.text === "string" ? res.text : await (res as Response).text();
     outcome = { phase, op, status: res.status, ms: Date.now() - started };
+    // A failure counts in the phase it happened in (an upload begun just before a replica was killed).
+    if (res.status >= 500) outcome.phase = phaseNow();
     if (res.status === 503) {
       const body = JSON.parse(text) as { error?: { code?: string } };
       outcome.envelope503 = body.error?.code === "service_unavailable" && res.headers.get("retry-after") === "1";
@@ -150,7 +152,7 @@ beforeAll(async () => {
   baseUrl = `http://127.0.0.1:${port}`;
   const out = openSync(join(stateDir, "start.log"), "a");
   stack = spawn(process.execPath, [join(process.cwd(), "deploy", "local", "dist", "start.js")], { env, stdio: ["ignore", out, out] });
-  await ready(240_000);
+  await ready(420_000);
 
   const created = await ops("partner", "create", "--name", "Chaos Pharmacy");
   const elder = (await ops("elder", "create")).address as string;
@@ -163,7 +165,7 @@ beforeAll(async () => {
   const con = (await (await fetch(`${baseUrl}/v1/connections`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: JSON.stringify({ elder }) })).json()) as { id: string };
   await ops("connection", "approve", con.id);
   partner = { token, elder, connectionId: con.id, clientId: created.live.client_id, clientSecret: created.live.client_secret };
-}, 300_000);
+}, 480_000);
 
 afterAll(async () => {
   remember();
@@ -200,7 +202,7 @@ describe("two replicas of every service (npm start)", () => {
         await new Promise((r) => setTimeout(r, 3_000));
         const deadline = Date.now() + 60_000;
         while (processesOf(service).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
-        await ready(60_000);
+        await ready(120_000);
         phase = `${service} back`;
         await new Promise((r) => setTimeout(r, 1_000));
       }

@@ -150,9 +150,9 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
   );
   const jvm = ["-Xms256m", "-Xmx768m", "-XX:+UseG1GC", `-Dlog4j.configuration=file:${log4j}`, "-cp", `${libs}/*`];
   if (!existsSync(join(logDirs, "meta.properties"))) {
-    // A leading "-" would read as an option to the storage tool (1 start in 64 failed that way).
-    const clusterId = randomBytes(16).toString("base64url").replace(/^-/, "A");
-    run("java", [...jvm, "kafka.tools.StorageTool", "format", "-t", clusterId, "-c", config], dataDir, "formatting Kafka storage");
+    // As --cluster-id=ID: an id that begins with "-" would otherwise read as an option.
+    const clusterId = randomBytes(16).toString("base64url");
+    run("java", [...jvm, "kafka.tools.StorageTool", "format", `--cluster-id=${clusterId}`, "-c", config], dataDir, "formatting Kafka storage");
   }
   return { name: "kafka", command: "java", args: [...jvm, "kafka.Kafka", config], logFile: join(logDir, "kafka.log") };
 }

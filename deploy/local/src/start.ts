@@ -24,6 +24,20 @@ function portSetting(name: string): number | undefined {
   }
   return Number(value);
 }
+/**
+ * How many processes of a service `npm start` runs (SERVICE_REPLICAS for all, 2 by default, each
+ * service's own setting winning): several, so that no state can hide in one process.
+ */
+function replicaSetting(name: string): number | undefined {
+  const value = process.env[name];
+  if (!value) return undefined;
+  if (!/^[1-8]$/.test(value)) {
+    process.stderr.write(`invalid setting ${name}: must be a whole number from 1 to 8\n`);
+    process.exit(2);
+  }
+  return Number(value);
+}
+const replicas = replicaSetting("SERVICE_REPLICAS") ?? 2;
 const dir = stateDir();
 const external = Boolean(process.env.MONGODB_URI && process.env.KAFKA_BROKERS);
 const progress = (line: string) => logger.info(line);
@@ -37,11 +51,11 @@ const stack = await startStack({
   kafkaPort: portSetting("KAFKA_PORT"),
   kafkaControllerPort: portSetting("KAFKA_CONTROLLER_PORT"),
   replicas: {
-    gateway: settings.GATEWAY_REPLICAS ?? settings.SERVICE_REPLICAS,
-    auth: settings.AUTH_REPLICAS ?? settings.SERVICE_REPLICAS,
-    connection: settings.CONNECTION_REPLICAS ?? settings.SERVICE_REPLICAS,
-    "file-intake": settings.FILE_INTAKE_REPLICAS ?? settings.SERVICE_REPLICAS,
-    webhook: settings.WEBHOOK_REPLICAS ?? settings.SERVICE_REPLICAS,
+    gateway: replicaSetting("GATEWAY_REPLICAS") ?? replicas,
+    auth: replicaSetting("AUTH_REPLICAS") ?? replicas,
+    connection: replicaSetting("CONNECTION_REPLICAS") ?? replicas,
+    "file-intake": replicaSetting("FILE_INTAKE_REPLICAS") ?? replicas,
+    webhook: replicaSetting("WEBHOOK_REPLICAS") ?? replicas,
   },
   env: process.env,
   startInfra: !external,

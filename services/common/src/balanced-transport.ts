@@ -42,7 +42,6 @@ interface Replica {
 }
 
 const NEVER_REACHED = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "ECONNECTTIMEOUT"]);
-const CONNECTION_BROKE = new Set(["ECONNRESET", "EPIPE", "ETIMEDOUT", "ERR_HTTP2_STREAM_ERROR", "ERR_HTTP2_SESSION_ERROR", "ERR_HTTP2_INVALID_SESSION", "ERR_HTTP2_STREAM_CANCEL", "ERR_STREAM_PREMATURE_CLOSE", "ERR_STREAM_DESTROYED"]);
 
 function errorCodes(err: unknown): string[] {
   const codes: string[] = [];
@@ -52,8 +51,6 @@ function errorCodes(err: unknown): string[] {
     const message = (e as { message?: unknown }).message;
     // A stream the server refused unread (RST_STREAM REFUSED_STREAM), or one left out of a GOAWAY.
     if (typeof message === "string" && /REFUSED_STREAM|GOAWAY/.test(message)) codes.push("ECONNREFUSED");
-    // The connection ended under the stream (the server's process died or closed it).
-    else if (typeof message === "string" && /stream closed with error code|session.*(closed|destroyed)|PING timed out/i.test(message)) codes.push("ECONNRESET");
   }
   return codes;
 }
@@ -63,12 +60,13 @@ export type CallFailure = "never-reached" | "connection-broke" | "answered";
 /** What a failed attempt tells about the request: never sent, lost with its connection, or answered. */
 export function classifyFailure(err: unknown): CallFailure {
   const ce = ConnectError.from(err);
-  // Errors the server sent carry its response headers or trailers; transport failures carry none.
-  if ([...ce.metadata.keys()].length > 0) return "answered";
+  // A server's answer always ends with grpc-status (in the trailers, or in the headers of a
+  // trailers-only answer); our own deadline is no news about the replica either.
+  if (ce.metadata.has("grpc-status") || ce.code === Code.DeadlineExceeded) return "answered";
   const codes = errorCodes(err);
   if (codes.some((c) => NEVER_REACHED.has(c))) return "never-reached";
-  if (codes.some((c) => CONNECTION_BROKE.has(c)) || ce.code === Code.Unavailable) return "connection-broke";
-  return "answered";
+  // Anything else without a status (a reset, a stream cut short, a missing trailer) was lost on the way.
+  return "connection-broke";
 }
 
 function connectTimeoutError(ms: number): Error {
@@ -127,7 +125,15 @@ export class BalancedTransport implements Transport {
 
   /** The next replica round-robin, skipping those tried by this call; recently failed ones come last. */
   private pick(tried: Set<string>): Replica | undefined {
-    const origins = this.endpoints.origins().filter((o) => !tried.has(o));
+    const current = this.endpoints.origins();
+    // Replicas whose addresses went away (pods replaced) are forgotten once nothing runs on them.
+    for (const [origin, r] of this.replicas) {
+      if (!current.includes(origin) && r.session.state() !== "open") {
+        r.session.abort();
+        this.replicas.delete(origin);
+      }
+    }
+    const origins = current.filter((o) => !tried.has(o));
     if (origins.length === 0) return undefined;
     const now = Date.now();
     const start = this.next++ % origins.length;
@@ -173,9 +179,10 @@ export class BalancedTransport implements Transport {
         r.failedAt = 0;
         return result;
       } catch (err) {
+        // A call its caller cancelled says nothing about the replica.
+        if (signal?.aborted) throw err;
         const failure = classifyFailure(err);
         this.failed(r, failure);
-        if (signal?.aborted) throw err;
         const surfaced = failure === "answered" ? err : unavailable(err);
         if (n >= this.maxAttempts || remaining() <= 0 || !retryable(failure)) throw surfaced;
         lastError = surfaced;
@@ -233,9 +240,10 @@ export class BalancedTransport implements Transport {
           try {
             yield* res.message;
           } catch (err) {
+            if (signal?.aborted) throw err;
             const failure = classifyFailure(err);
             failed(failure);
-            throw failure === "answered" || signal?.aborted ? err : unavailable(err);
+            throw failure === "answered" ? err : unavailable(err);
           }
         }
         return { ...res, message: messages() };

@@ -7,7 +7,6 @@ import { parseServiceUrls } from "./service-endpoints.js";
 // validates the whole set at start so that a bad value anywhere is caught by whoever reads it.
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
-const replicas = z.coerce.number().int().min(1).max(8);
 const bool = z
   .enum(["true", "false", "1", "0"])
   .transform((v) => v === "true" || v === "1");
@@ -109,15 +108,6 @@ export const settingsSchema = z.object({
   WEBHOOK_ALLOW_INSECURE_URLS: bool.default(false),
   // How long one webhook attempt may take (connect, answer); only a 2xx within it counts.
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: z.coerce.number().positive().max(60).default(10),
-
-  // How many processes of each service `npm start` runs (each service's own setting wins); several,
-  // so that no state can hide in one process. The gateways share GATEWAY_PORT.
-  SERVICE_REPLICAS: replicas.default(2),
-  GATEWAY_REPLICAS: replicas.optional(),
-  AUTH_REPLICAS: replicas.optional(),
-  CONNECTION_REPLICAS: replicas.optional(),
-  FILE_INTAKE_REPLICAS: replicas.optional(),
-  WEBHOOK_REPLICAS: replicas.optional(),
 
   // Keyed hash of client secrets. Required by the auth service; the local stack generates one.
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),

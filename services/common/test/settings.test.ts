@@ -35,8 +35,6 @@ describe("settings", () => {
     ["CREDENTIAL_PEPPER", "short"],
     ["AUTH_SERVICE_URL", "http://127.0.0.1:50051,"],
     ["FILE_INTAKE_SERVICE_URL", "https://file-intake:50053"],
-    ["SERVICE_REPLICAS", "0"],
-    ["GATEWAY_REPLICAS", "two"],
   ])("rejects a bad %s (%s) with one line naming it", (name, value) => {
     let error: unknown;
     try {

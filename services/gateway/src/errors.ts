@@ -68,7 +68,8 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
   }
   const clientCode = httpClientErrorCode(err);
   if (clientCode) return new PartnerError(clientCode);
-  return new PartnerError("internal_error");
+  // The cause goes to the log line of the 500, never to the partner.
+  return Object.assign(new PartnerError("internal_error"), { cause: err });
 }
 
 // A service that is down, restarting or crashed mid-call. Matched by the errno in the cause chain:
