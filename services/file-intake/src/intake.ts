@@ -132,9 +132,11 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
     });
     connected.catch(() => {});
     let owned = false;
+    let letGo = () => {};
     try {
       const [storedResult, claimResult] = await Promise.allSettled([stored, claim]);
       owned = claimResult.status === "fulfilled" && claimResult.value?.kind === "owned";
+      if (owned) letGo = deps.keys.hold(partnerId, key!, fileId);
       if (storedResult.status === "rejected") throw storedResult.reason;
       if (claimResult.status === "rejected") throw claimResult.reason;
       if (claimResult.value?.kind === "replay") return { id: claimResult.value.fileId };
@@ -168,6 +170,10 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
         updatedAt: now,
         processedAt: null,
       };
+      // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
+      if (owned && !(await deps.keys.renew(partnerId, key!, fileId))) {
+        throw new ConnectError("the Idempotency-Key's claim was taken over; retry with the same key", Code.Unavailable);
+      }
       await store.files.insertOne(doc);
       committed = true;
       if (key !== null) await deps.keys.commit(partnerId, key, fileId);
@@ -176,6 +182,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
       deps.outbox.afterWrite(fileId);
       return { id: fileId };
     } finally {
+      letGo();
       if (!committed && owned) await deps.keys.release(partnerId, key!, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
     }
   } finally {

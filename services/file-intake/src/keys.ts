@@ -56,6 +56,21 @@ export class IdempotencyKeys {
     }
   }
 
+  /**
+   * Keeps an owned claim alive while its request works (renewed every third of the lease), so a
+   * request waiting on it learns within one lease that its owner died. Returns the stop.
+   */
+  hold(partnerId: string, key: string, fileId: string): () => void {
+    const timer = setInterval(() => this.renew(partnerId, key, fileId).catch(() => undefined), Math.max(50, this.timing.claimLeaseMs / 3));
+    return () => clearInterval(timer);
+  }
+
+  /** Renews an owned claim; false when it is no longer this request's (it outlived its lease and was taken over). */
+  async renew(partnerId: string, key: string, fileId: string): Promise<boolean> {
+    const res = await this.store.keys.updateOne({ _id: keyId(partnerId, key), fileId, state: "claimed" }, { $set: { claimedAt: new Date() } });
+    return res.matchedCount === 1;
+  }
+
   /** The file of this claim is written: later requests with the same payload replay it. */
   async commit(partnerId: string, key: string, fileId: string): Promise<void> {
     const now = new Date();

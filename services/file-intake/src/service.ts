@@ -26,7 +26,8 @@ export const DEFAULT_TIMING: FileIntakeTiming = {
   heartbeatMs: 15_000,
   stuckAfterMs: 30_000,
   maxAttempts: 3,
-  claimLeaseMs: 60_000,
+  // Renewed every second while its request lives: a retry waits at most about this long for a dead owner's claim.
+  claimLeaseMs: 3_000,
   claimPollMs: 25,
   relayEveryMs: 5_000,
   stuckSweepEveryMs: 10_000,
