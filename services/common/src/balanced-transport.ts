@@ -91,6 +91,9 @@ function unavailable(err: unknown): ConnectError {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A client stream is made again on another replica only while its attempt had read at most this many messages. */
+const MAX_CARRIED_MESSAGES = 4;
+
 export class BalancedTransport implements Transport {
   private readonly endpoints: ServiceEndpoints;
   private readonly replicas = new Map<string, Replica>();
@@ -215,25 +218,49 @@ export class BalancedTransport implements Transport {
     input: AsyncIterable<MessageInitShape<I>>,
     contextValues?: ContextValues,
   ): Promise<StreamResponse<I, O>> {
-    // The input can be read once: a stream is made again only when not one message had been taken.
-    let taken = false;
+    // The input can be read once. Each attempt reads it through a reader of its own; a reader given
+    // up stops reading, and what an attempt read before failing without reaching a replica (so none
+    // of it was sent) goes first to the next attempt. Past a few messages an attempt is no longer
+    // retried, so only that much is ever kept.
     const source = input[Symbol.asyncIterator]();
-    const once: AsyncIterable<MessageInitShape<I>> = {
+    const carried: MessageInitShape<I>[] = [];
+    let readByCurrent: MessageInitShape<I>[] = [];
+    let current = 0;
+    const readerFor = (n: number): AsyncIterable<MessageInitShape<I>> => ({
       [Symbol.asyncIterator]: () => ({
-        next: () => {
-          taken = true;
-          return source.next();
+        next: async (): Promise<IteratorResult<MessageInitShape<I>>> => {
+          if (n !== current) return { done: true, value: undefined };
+          const value = carried.shift() ?? (await source.next().then((r) => (r.done ? undefined : r.value)));
+          if (value === undefined) return { done: true, value: undefined };
+          if (n !== current) {
+            carried.unshift(value); // read for an attempt given up meanwhile: the next one sends it
+            return { done: true, value: undefined };
+          }
+          if (readByCurrent.length <= MAX_CARRIED_MESSAGES) readByCurrent.push(value);
+          return { done: false, value };
         },
-        return: (value?: unknown) => source.return?.(value) ?? Promise.resolve({ done: true as const, value: undefined }),
-        throw: (err?: unknown) => source.throw?.(err) ?? Promise.reject(err),
+        // An attempt's reader closing, or failing, must not end the caller's input: the next attempt
+        // reads on, and the caller learns of a final failure from the call itself.
+        return: async () => ({ done: true as const, value: undefined }),
+        throw: async () => ({ done: true as const, value: undefined }),
       }),
+    });
+    const nextAttempt = () => {
+      carried.unshift(...readByCurrent);
+      readByCurrent = [];
+      return readerFor(++current);
     };
+    let reader = readerFor(current);
     return this.withFailover(
       signal,
       timeoutMs,
-      (failure) => failure === "never-reached" && !taken,
+      (failure) => {
+        if (failure !== "never-reached" || readByCurrent.length > MAX_CARRIED_MESSAGES) return false;
+        reader = nextAttempt();
+        return true;
+      },
       async (r, remainingMs) => {
-        const res = await r.transport.stream(method, signal, remainingMs, header, once, contextValues);
+        const res = await r.transport.stream(method, signal, remainingMs, header, reader, contextValues);
         // The connection may still break while the answer is read: that too is Unavailable.
         const failed = (failure: CallFailure) => this.failed(r, failure);
         async function* messages() {

@@ -12,6 +12,8 @@ import { parseServiceUrls, ServiceEndpoints } from "../src/service-endpoints.js"
 interface Replica {
   port: number;
   calls: number;
+  /** Messages received on client streams (uploads). */
+  messages: number;
   /** Ends every connection abruptly, as a killed process would (the kernel resets them). */
   kill(): Promise<void>;
 }
@@ -20,13 +22,16 @@ type Behaviour = { jwks?: () => Promise<void>; createPartner?: () => Promise<voi
 
 async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
   const sessions = new Set<http2.Http2Session>();
-  const r = { port: 0, calls: 0 } as Replica;
+  const r = { port: 0, calls: 0, messages: 0 } as Replica;
   const handler = connectNodeAdapter({
     routes: (router) => {
       router.service(fileintakev1.FileIntakeService, {
         async submitFile(requests) {
           r.calls++;
-          for await (const _ of requests) await behaviour.submitFile?.();
+          for await (const _ of requests) {
+            r.messages++;
+            await behaviour.submitFile?.();
+          }
           return {};
         },
       });
@@ -144,6 +149,8 @@ describe("internal clients over every replica", () => {
     const viaClosed = createClient(fileintakev1.FileIntakeService, viaClosedTransport);
     for (let i = 0; i < 2; i++) await viaClosed.submitFile((async function* () { yield { part: { case: "chunk" as const, value: new Uint8Array(8) } }; })());
     expect(b.calls).toBe(2);
+    // The attempt on the closed port took nothing from the input, so the retry sends all of it.
+    expect(b.messages).toBe(2);
   });
 
   it("an answer of the service (an error it sent) is not repeated on another replica", async () => {
