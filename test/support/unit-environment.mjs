@@ -76,6 +76,10 @@ export default class UnitLaneEnvironment extends TestEnvironment {
 
   async setup() {
     await super.setup();
+    // A unit test is handed no database or Kafka address, even in `npm test`, where other lanes'
+    // globalSetup started them (the test file sees its own copy of the environment).
+    delete this.global.process.env.TEST_MONGODB_URI;
+    delete this.global.process.env.TEST_KAFKA_BROKERS;
     shared().current = this.guard;
     // For the lane's own test, which checks that the guard bites.
     this.global[GUARD] = this.guard;
