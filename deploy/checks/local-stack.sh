@@ -43,12 +43,22 @@ start_local_stack() {
 }
 
 stop_local_stack() {
-  if [ -n "${stack_pid:-}" ] && kill -0 "$stack_pid" 2>/dev/null; then
-    log "stopping the stack"
-    kill -TERM "$stack_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$stack_pid" 2>/dev/null || break; sleep 0.5; done
+  if [ -n "${stack_pid:-}" ]; then
+    if kill -0 "$stack_pid" 2>/dev/null; then
+      log "stopping the stack"
+      kill -TERM "$stack_pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$stack_pid" 2>/dev/null || break; sleep 0.5; done
+    fi
+    # Whatever of the stack's process group outlived npm start (Kafka still flushing its log, say)
+    # is stopped too, so nothing writes into $state while it is removed.
+    kill -TERM -- "-$stack_pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 -- "-$stack_pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL -- "-$stack_pid" 2>/dev/null || true
   fi
-  if [ "${KEEP_STACK_STATE:-0}" != "1" ] && [ -n "${state:-}" ]; then rm -rf "$state"; fi
+  # Cleaning up never turns a check's result into a failure.
+  if [ "${KEEP_STACK_STATE:-0}" != "1" ] && [ -n "${state:-}" ]; then
+    rm -rf "$state" 2>/dev/null || { sleep 1; rm -rf "$state" 2>/dev/null; } || log "left $state behind (still in use)"
+  fi
 }
 
 # The venv of a check's Python tools under .state/cache (created once; Debian's python3 ships venv separately).
