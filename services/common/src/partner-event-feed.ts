@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { CONSUMER_MAX_WAIT_MS, watchConsumer, type Kafka } from "./kafka.js";
+import { CONSUMER_MAX_WAIT_MS, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
@@ -132,7 +132,12 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   const instanceId = randomUUID();
   const reporter = new PositionReporter(options.sendPosition(instanceId), logger);
   const consumer = kafka.consumer({ groupId: consumerGroup(namespace, options.service, instanceId), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
-  const alive = watchConsumer(consumer, "partner events", logger);
+  let running = true;
+  consumer.on(consumer.events.CRASH, (event) => {
+    if (event.payload.restart) return;
+    running = false;
+    logger.error({ err: event.payload.error }, "partner-events consumer stopped for good; this instance no longer applies partner events");
+  });
   try {
     await consumer.connect();
     await consumer.subscribe({ topic });
@@ -162,7 +167,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   return {
     instanceId,
     reporter,
-    alive,
+    alive: () => running,
     async stop() {
       await consumer.disconnect();
       await reporter.stop();
