@@ -1,10 +1,11 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
 import { emptyOutbox, newId, newSecret, pushEvent, type Logger, type Settings } from "@pi/common";
+import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
 import type { KeyRing } from "./keys.js";
 import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
-import { hashSecret, seal, secretMatches, unseal } from "./secrets.js";
+import { hashMatches, hashSecret, seal, unseal } from "./secrets.js";
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
@@ -18,6 +19,7 @@ export interface AuthDeps {
   settings: Settings;
   pepper: string;
   events: PartnerEventPublisher;
+  authentications: AuthenticationCache;
   logger: Logger;
 }
 
@@ -34,12 +36,24 @@ function stillSigning(partner: PartnerDoc, now = Date.now()) {
 
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
   const { store, keys, settings, pepper } = deps;
-  const { events } = deps;
+  const { events, authentications } = deps;
 
   function logPropagation(what: string, ids: Record<string, string>, p: Propagation): void {
-    const fields = { ...ids, gateways: p.gateways, confirmed: p.confirmed, propagationMs: Number(p.elapsedMs) };
-    if (p.confirmed < p.gateways) deps.logger.warn(fields, `${what}; not every gateway confirmed it in time`);
+    const fields = { ...ids, gateways: p.gateways, confirmed: p.confirmed, authReplicas: p.authReplicas, authConfirmed: p.authConfirmed, propagationMs: Number(p.elapsedMs) };
+    if (p.confirmed < p.gateways || p.authConfirmed < p.authReplicas) deps.logger.warn(fields, `${what}; not every gateway and auth replica confirmed it in time`);
     else deps.logger.info(fields, what);
+  }
+
+  async function tokenFor(authenticated: Authenticated, requested: string | undefined) {
+    const grant = grantScopes(requested, authenticated.scopes);
+    if (!grant.ok) return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_SCOPE } };
+    const scope = grant.scopes.join(" ");
+    const accessToken = await signAccessToken(
+      keys,
+      { sub: authenticated.partnerId, client_id: authenticated.clientId, mode: authenticated.mode, scope },
+      settings.ACCESS_TOKEN_TTL_SECONDS,
+    );
+    return { outcome: { case: "token" as const, value: { accessToken, expiresIn: BigInt(settings.ACCESS_TOKEN_TTL_SECONDS), scope } } };
   }
 
   async function issueCredential(partnerId: string, mode: CredentialMode) {
@@ -77,24 +91,23 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   router.service(AuthService, {
     async issueToken(req) {
+      const presented = hashSecret(pepper, req.clientSecret);
+      // Only a right client id with its right secret can find an entry (authentication-cache.ts).
+      const known = authentications.get(req.clientId, presented);
+      if (known) return tokenFor(known, req.scope);
       // Every failure makes the same two reads by _id, the second always finding a partner (the
       // decoy for an unknown client), and the same hash comparison (against the dummy hash for an
       // unknown client); one expression decides. See docs/authentication.md, guarantee 5.
+      const ticket = authentications.ticket();
       const credential = await store.credentials.findOne({ _id: req.clientId });
       const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
-      const secretOk = secretMatches(pepper, req.clientSecret, credential?.secretHash);
+      const secretOk = hashMatches(presented, credential?.secretHash);
       if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
         return { outcome: { case: "failure", value: TokenFailure.INVALID_CLIENT } };
       }
-      const grant = grantScopes(req.scope, partner.scopes);
-      if (!grant.ok) return { outcome: { case: "failure", value: TokenFailure.INVALID_SCOPE } };
-      const scope = grant.scopes.join(" ");
-      const accessToken = await signAccessToken(
-        keys,
-        { sub: partner._id, client_id: credential._id, mode: credential.mode, scope },
-        settings.ACCESS_TOKEN_TTL_SECONDS,
-      );
-      return { outcome: { case: "token", value: { accessToken, expiresIn: BigInt(settings.ACCESS_TOKEN_TTL_SECONDS), scope } } };
+      const authenticated: Authenticated = { clientId: credential._id, partnerId: partner._id, mode: credential.mode, scopes: partner.scopes };
+      authentications.keep(ticket, presented, authenticated);
+      return tokenFor(authenticated, req.scope);
     },
 
     async getJwks() {
@@ -103,8 +116,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async reportGatewayPosition(req) {
       if (req.instanceId === "") throw new ConnectError("instance_id is required", Code.InvalidArgument);
-      const nextOffsets = Object.fromEntries(Object.entries(req.nextOffsets).map(([p, o]) => [p, Number(o)]));
-      await events.report(req.instanceId, nextOffsets, req.leaving);
+      await events.report(req.instanceId, "gateway", req.nextOffsets, req.leaving);
       return {};
     },
 
@@ -165,6 +177,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         { returnDocument: "after" },
       );
       if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
+      // This replica at once; the others when the event reaches them, which propagate waits for.
+      authentications.dropPartner(req.partnerId);
       const propagation = await events.propagate(events.partners, req.partnerId, event, since);
       logPropagation(`partner ${status}`, { partnerId: req.partnerId }, propagation);
       return { partnerId: req.partnerId, status: req.status, propagation };
@@ -193,6 +207,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
       const updated = await store.credentials.findOneAndUpdate({ _id: req.clientId }, { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(event) });
       if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+      authentications.dropClient(req.clientId);
       const propagation = await events.propagate(events.credentials, req.clientId, event, since);
       logPropagation("credential revoked", { clientId: req.clientId }, propagation);
       return { clientId: req.clientId, propagation };

@@ -13,8 +13,13 @@ export const DUMMY_HASH = "0".repeat(64);
 
 /** Constant-time check of a presented secret; an absent stored hash runs the same comparison. */
 export function secretMatches(pepper: string, presented: string, storedHash: string | undefined): boolean {
+  return hashMatches(hashSecret(pepper, presented), storedHash);
+}
+
+/** secretMatches for a presented secret already hashed with hashSecret. */
+export function hashMatches(presentedHash: string, storedHash: string | undefined): boolean {
   const expected = Buffer.from(storedHash ?? DUMMY_HASH, "hex");
-  const actual = Buffer.from(hashSecret(pepper, presented), "hex");
+  const actual = Buffer.from(presentedHash, "hex");
   const equal = expected.length === actual.length && timingSafeEqual(expected, actual);
   return equal && storedHash !== undefined;
 }

@@ -1,8 +1,16 @@
-import { openRuntime, SettingsError, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
-import { PartnerEventPublisher } from "./propagation.js";
+import { FOLLOWER_LIVENESS_MS, PartnerEventPublisher } from "./propagation.js";
 import routes from "./routes.js";
 import { openAuthStore } from "./store.js";
+
+/**
+ * How fresh this replica's last stored position must be for its authentication cache to be used.
+ * Half the liveness window: well before the other replicas stop waiting for this one (clocks may
+ * differ by a little), it stops serving from a cache that an operator change might not reach.
+ */
+export const CACHE_TRUST_MS = FOLLOWER_LIVENESS_MS / 2;
 
 export async function startAuthService(settings: Settings, logger: Logger): Promise<RunningService> {
   const pepper = settings.CREDENTIAL_PEPPER;
@@ -19,10 +27,24 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   const events = new PartnerEventPublisher(store, runtime.producer, topicName(settings.DATA_NAMESPACE, "partnerEvents"), logger);
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
+  let feed: PartnerEventFeed | undefined;
+  const authentications = new AuthenticationCache({
+    trusted: () => feed !== undefined && feed.alive() && feed.reporter.sinceLastReportMs() < CACHE_TRUST_MS,
+  });
+  // Every replica follows the partner events, as gateways do, so that an operator change drops the
+  // cached authentications it affects on every replica before the command returns.
+  feed = await followPartnerEvents({
+    kafka: runtime.kafka,
+    namespace: settings.DATA_NAMESPACE,
+    service: "auth",
+    logger,
+    apply: (event) => authentications.apply(event),
+    sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
+  });
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
-    routes: routes({ store, keys, settings, pepper, events, logger }),
+    routes: routes({ store, keys, settings, pepper, events, authentications, logger }),
     healthy: runtime.healthy,
     logger,
   });
@@ -31,6 +53,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     async stop() {
       clearInterval(reload);
       await server.close();
+      await feed?.stop();
       await events.stop();
       await runtime.close();
     },

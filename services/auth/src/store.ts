@@ -39,10 +39,14 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry> {
   revokedAt?: Date;
 }
 
-/** A gateway instance and how far it has applied the partner-events topic (see propagation.ts). */
-export interface GatewayDoc {
+/** What follows the partner-events topic: gateways (their revocation lists) and auth replicas (their authentication caches). */
+export type FollowerKind = "gateway" | "auth";
+
+/** A gateway or auth replica and how far it has applied the partner-events topic (see propagation.ts). */
+export interface FollowerDoc {
   _id: string; // instance id
-  // Partition (as a string key) to the offset of the next event the gateway will apply.
+  kind?: FollowerKind; // absent: a gateway (written before auth replicas followed the topic)
+  // Partition (as a string key) to the offset of the next event the instance will apply.
   nextOffsets: Record<string, number>;
   seenAt: Date;
 }
@@ -51,7 +55,8 @@ export interface AuthStore {
   partners: Collection<PartnerDoc>;
   credentials: Collection<CredentialDoc>;
   signingKeys: Collection<SigningKeyDoc>;
-  gateways: Collection<GatewayDoc>;
+  /** Collection `gateways`, named when only gateways followed the topic. */
+  followers: Collection<FollowerDoc>;
 }
 
 // A suspended partner that exists only to be read when the client is unknown: every failed token
@@ -93,7 +98,7 @@ export async function openAuthStore(db: Db, pepper: string): Promise<AuthStore> 
     partners: db.collection<PartnerDoc>("partners"),
     credentials: db.collection<CredentialDoc>("credentials"),
     signingKeys: db.collection<SigningKeyDoc>("signing_keys"),
-    gateways: db.collection<GatewayDoc>("gateways"),
+    followers: db.collection<FollowerDoc>("gateways"),
   };
   await store.credentials.createIndex({ partnerId: 1 });
   await store.credentials.createIndex({ status: 1 });

@@ -43,10 +43,15 @@ export function parseScopes(value: string | undefined): string[] {
   return scopes;
 }
 
-/** An operator change that not every gateway confirmed in time still stands; the operator is told. */
-function propagationWarning(p: authv1.Propagation | undefined): string | undefined {
-  if (!p || p.confirmed >= p.gateways) return undefined;
-  return `warning: ${p.gateways - p.confirmed} of ${p.gateways} gateways had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
+/** An operator change that not every gateway or auth replica confirmed in time still stands; the operator is told. */
+export function propagationWarning(p: authv1.Propagation | undefined): string | undefined {
+  if (!p) return undefined;
+  const lagging = [
+    p.confirmed < p.gateways ? `${p.gateways - p.confirmed} of ${p.gateways} gateways` : "",
+    p.authConfirmed < p.authReplicas ? `${p.authReplicas - p.authConfirmed} of ${p.authReplicas} auth replicas` : "",
+  ].filter((s) => s !== "");
+  if (lagging.length === 0) return undefined;
+  return `warning: ${lagging.join(" and ")} had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
 }
 
 /** `--overlap-hours N`: a number of hours, fractions allowed, 0 to 168; absent means 24. */

@@ -7,7 +7,7 @@ import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js"
 
 /** When a delivery last failed: its last attempt's start, or (never attempted) its creation. */
 export function failedAt(event: Pick<WebhookEventDoc, "attemptLog" | "createdAt">): Date {
-  return event.attemptLog?.at(-1)?.startedAt ?? event.createdAt;
+  return event.attemptLog.at(-1)?.startedAt ?? event.createdAt;
 }
 
 /** Events of a partner that a recover since `since` re-queues: failed (or never sendable) since then. */

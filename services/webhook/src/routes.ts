@@ -31,7 +31,7 @@ export function deliveryOf(doc: WebhookEventDoc) {
     nextAttemptAt: doc.nextAttemptAt ? BigInt(doc.nextAttemptAt.getTime()) : 0n,
     connectionId: doc.connectionId,
     createdAt: BigInt(doc.createdAt.getTime()),
-    attemptLog: (doc.attemptLog ?? []).map((a) => ({
+    attemptLog: doc.attemptLog.map((a) => ({
       number: a.number,
       startedAt: BigInt(a.startedAt.getTime()),
       statusCode: a.statusCode,
