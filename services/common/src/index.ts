@@ -15,3 +15,5 @@ export * from "./telemetry.js";
 export * from "./media-types.js";
 export * from "./periodic.js";
 export * from "./persistence.js";
+export * from "./audit.js";
+export * from "./audit-trail.js";
