@@ -25,6 +25,8 @@ import {
 export interface AuditRecordDoc extends AuditRecordFields {
   _id: string; // the record's evt_ id
   occurredAt: Date;
+  /** Write order within the writing process (a tie-break within one millisecond). */
+  sequence: number;
   /** Where it was read: within one partition (one document's records) the offset keeps their order. */
   partition: number;
   offset: number;
@@ -71,7 +73,7 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
         ...(q.since ? { occurredAt: { $gte: q.since } } : {}),
         ...(q.target ? { targets: q.target } : {}),
       };
-      return records.find(filter).sort({ occurredAt: -1, offset: -1, _id: -1 }).limit(q.limit).toArray();
+      return records.find(filter).sort({ occurredAt: -1, sequence: -1, offset: -1, _id: -1 }).limit(q.limit).toArray();
     },
   };
 }
@@ -98,7 +100,7 @@ export function decodeAuditMessage(message: KafkaMessage, partition: number, log
     logger.error({ ...at, id: r.id }, "malformed audit record skipped");
     return null;
   }
-  return { _id: r.id, occurredAt: new Date(Number(r.occurredAt)), ...fields, partition, offset: Number(message.offset), storedAt: now };
+  return { _id: r.id, occurredAt: new Date(Number(r.occurredAt)), ...fields, sequence: Number(r.sequence), partition, offset: Number(message.offset), storedAt: now };
 }
 
 /**

@@ -51,7 +51,7 @@ describe("decodeAuditMessage", () => {
     const value = record();
     const doc = decodeAuditMessage(message(value), 2, logger, new Date(5));
     expect(doc).toMatchObject({ _id: expect.stringMatching(/^evt_/), occurredAt: new Date(1_700_000_000_000), action: "connection.decline", outcome: "ok", reason: "", partition: 2, offset: 7 });
-    expect(Object.keys(doc!).sort()).toEqual(["_id", "action", "actor", "occurredAt", "offset", "outcome", "partition", "reason", "service", "storedAt", "targets"]);
+    expect(Object.keys(doc!).sort()).toEqual(["_id", "action", "actor", "occurredAt", "offset", "outcome", "partition", "reason", "sequence", "service", "storedAt", "targets"]);
   });
 
   it.each([

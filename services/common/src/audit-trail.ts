@@ -46,6 +46,7 @@ export function auditRecordMessage(entry: AuditEntry): eventsv1.AuditRecord {
     targets: entry.targets,
     outcome: outcomeEnum[entry.outcome],
     reason: entry.reason,
+    sequence: BigInt(entry.sequence),
   });
 }
 
@@ -128,7 +129,8 @@ export class AuditTrail {
 
   /**
    * Runs an act whose change (if any) records itself; if the act is refused (refusalOf), records
-   * the refusal under `fields` before the error goes on to the caller.
+   * the refusal under `fields` before the error goes on to the caller. A refusal that cannot be
+   * recorded (the database is down) is answered with that failure instead: no unrecorded refusal.
    */
   async refusals<T>(fields: Omit<AuditFields, "refused">, act: () => Promise<T>): Promise<T> {
     try {

@@ -72,7 +72,7 @@ export interface AuditRecordFields {
 }
 
 /** An audit record waiting in a document's `audit` outbox (audit-trail.ts). */
-export type AuditEntry = AuditRecordFields & OutboxEntry;
+export type AuditEntry = AuditRecordFields & OutboxEntry & { sequence: number };
 
 export class AuditShapeError extends Error {}
 
@@ -108,9 +108,15 @@ export function shapeAudit(service: AuditService, fields: AuditFields): AuditRec
   };
 }
 
-/** A new audit entry (a fresh evt_ id, the time, the trace context) to store with the change it records. */
+let sequence = 0;
+
+/**
+ * A new audit entry (a fresh evt_ id, the time, the trace context) to store with the change it
+ * records. Its sequence orders this process's entries within one millisecond (a partner and its
+ * first credential are often created in the same one).
+ */
 export function auditEntry(service: AuditService, fields: AuditFields, at = new Date()): AuditEntry {
-  return outboxEntry(shapeAudit(service, fields), at);
+  return outboxEntry({ ...shapeAudit(service, fields), sequence: ++sequence }, at);
 }
 
 const REASON = new RegExp(`^(${REFUSAL_CODES.join("|")})(: ${RULE.source.slice(1, -1)})?$`);

@@ -111,12 +111,14 @@ describe("audit records: what they hold", () => {
     expect(shapeAudit("webhook", { action: "webhook.recover", actor: "operator", targets: [ids[0], ...ids, ids[1]] }).targets).toEqual(ids.slice(0, 8));
   });
 
-  it("an entry carries a fresh evt_ id and the time given, and is pushed into the document's audit array", () => {
+  it("an entry carries a fresh evt_ id, the time given and a rising sequence, and is pushed into the document's audit array", () => {
     const at = new Date(1_700_000_000_000);
     const a = auditEntry("auth", { action: "signing_key.rotate", actor: "operator", targets: [newId("key")] }, at);
     const b = auditEntry("auth", { action: "signing_key.rotate", actor: "operator", targets: [] }, at);
     expect(a).toMatchObject({ eventId: expect.stringMatching(/^evt_/), occurredAt: at, service: "auth", outcome: "ok" });
     expect(b.eventId).not.toBe(a.eventId);
+    // Same millisecond: the sequence keeps the order they were written in.
+    expect(b.sequence).toBeGreaterThan(a.sequence);
     expect(pushAudit(a)).toEqual({ $push: { audit: a } });
   });
 
