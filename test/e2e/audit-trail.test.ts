@@ -159,6 +159,28 @@ describe("audit trail: operator commands", () => {
     expect(text).not.toContain(rotated.signing_secret.replace(/^whsec_/, ""));
   });
 
+  it("a webhook resend is recorded against the event, the partner and the connection; a refused one with its code", async () => {
+    const partner = await ops.partnerCreate({ name: "Resending Audit Lab" });
+    const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
+    const elder = await ops.elderCreate();
+    const id = (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address })).json!.id as string;
+    await ops.connectionAct("approve", id);
+    let eventId: string | undefined;
+    for (const deadline = Date.now() + 30_000; !eventId && Date.now() < deadline; ) {
+      eventId = (await ops.webhookDeliveries(partner.partner_id)).deliveries[0]?.event_id;
+      if (!eventId) await new Promise((r) => setTimeout(r, 100));
+    }
+    await ops.webhookResend(eventId!);
+    const unknown = "evt_NoSuchEvent000000000000";
+    await expect(ops.webhookResend(unknown)).rejects.toThrow();
+    await awaitRecords(eventId!, 1);
+    await awaitRecords(unknown, 1);
+    const [resent] = await auditCli("--target", eventId!);
+    expect(resent).toMatchObject({ action: "webhook.resend", actor: "operator", outcome: "ok", service: "webhook", targets: [eventId, partner.partner_id, id] });
+    const [refused] = await auditCli("--target", unknown);
+    expect(refused).toMatchObject({ action: "webhook.resend", actor: "operator", outcome: "refused", reason: "not_found" });
+  });
+
   it("ops audit refuses a bad --limit, --since or --target with one line on stderr", async () => {
     for (const args of [["--limit", "0"], ["--since", "yesterday"], ["--target", "amber.falcon.river@elders.example"]]) {
       const run = await runOpsCli(opsCliEnv(stack.settings), ["audit", ...args, "--json"]);
