@@ -1,4 +1,5 @@
-import { followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { consumeAuditRecords, openAuditStore } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
 import { FOLLOWER_LIVENESS_MS, PartnerEventPublisher } from "./propagation.js";
@@ -17,7 +18,17 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   if (!pepper) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const runtime = await openRuntime("auth", settings, logger);
   const store = await openAuthStore(runtime.mongo.db, pepper);
-  const keys = new KeyRing(store.signingKeys, pepper);
+  // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
+  const trail = new AuditTrail({ service: "auth", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
+  const audit = {
+    trail,
+    partners: trail.on(store.partners),
+    credentials: trail.on(store.credentials),
+    keys: trail.on(store.signingKeys),
+    store: await openAuditStore(runtime.mongo.db),
+  };
+  await trail.start();
+  const keys = new KeyRing(store.signingKeys, pepper, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) });
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = setInterval(() => {
@@ -41,11 +52,12 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     apply: (event) => authentications.apply(event),
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
   });
+  const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
-    routes: routes({ store, keys, settings, pepper, events, authentications, logger }),
-    healthy: runtime.healthy,
+    routes: routes({ store, keys, settings, pepper, events, authentications, audit, logger }),
+    healthy: async () => auditConsumer.alive() && (await runtime.healthy()),
     logger,
   });
   return {
@@ -54,7 +66,8 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
       clearInterval(reload);
       await server.close();
       await feed?.stop();
-      await events.stop();
+      await auditConsumer.stop().catch(() => undefined);
+      await Promise.all([events.stop(), trail.stop()]);
       await runtime.close();
     },
   };

@@ -1,5 +1,5 @@
 import type { Collection, Db } from "mongodb";
-import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common";
+import { isDuplicateKey, type AuditCarrier, type OutboxEntry, type OutboxFields } from "@pi/common";
 import type { SigningKeyDoc } from "./keys.js";
 import { seal } from "./secrets.js";
 
@@ -15,8 +15,9 @@ export interface PartnerEventEntry extends OutboxEntry {
 
 // Partners and credentials carry their partner events in an outbox (propagation.ts): a change and
 // its event are stored in one update, so a crash before the publish cannot leave gateways
-// honouring a revoked credential or a suspended partner.
-export interface PartnerDoc extends OutboxFields<PartnerEventEntry> {
+// honouring a revoked credential or a suspended partner. Their audit records ride the same way in
+// a second outbox, `audit` (@pi/common audit-trail.ts).
+export interface PartnerDoc extends OutboxFields<PartnerEventEntry>, AuditCarrier {
   _id: string;
   name: string;
   status: PartnerStatus;
@@ -29,7 +30,7 @@ export interface PartnerDoc extends OutboxFields<PartnerEventEntry> {
   updatedAt: Date;
 }
 
-export interface CredentialDoc extends OutboxFields<PartnerEventEntry> {
+export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, AuditCarrier {
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
