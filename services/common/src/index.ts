@@ -15,3 +15,4 @@ export * from "./telemetry.js";
 export * from "./media-types.js";
 export * from "./periodic.js";
 export * from "./persistence.js";
+export * from "./data-keys.js";
