@@ -44,14 +44,18 @@ export async function openRuntime(service: string, settings: Settings, logger: L
   };
 }
 
-/**
- * The KEKs of DATA_KEYS for a service that stores encrypted data, checked against the ones that
- * wrote its database: a missing setting, or a key that differs from the one that wrote under its
- * id, stops the start with one line naming DATA_KEYS.
- */
-export async function openDataKeys(service: string, settings: Settings, db: Db, logger: Logger): Promise<KeyWrapper> {
+/** The KEKs of DATA_KEYS for a service that stores encrypted data; a missing setting stops the start with one line. */
+export function dataKeysOf(settings: Settings, service: string): KeyWrapper {
   if (!settings.DATA_KEYS) throw new SettingsError(`invalid setting DATA_KEYS: required by the ${service} service`);
-  const wrapper = LocalKeyWrapper.fromSetting(settings.DATA_KEYS);
+  return LocalKeyWrapper.fromSetting(settings.DATA_KEYS);
+}
+
+/**
+ * Checks the KEKs against the ones that wrote the service's database (data-keys.ts, checkKeys): a
+ * key that differs from the one that wrote under its id stops the start with one line naming
+ * DATA_KEYS; keys that wrote here and are no longer given are logged.
+ */
+export async function checkDataKeys(wrapper: KeyWrapper, db: Db, logger: Logger): Promise<void> {
   const { mismatched, missing } = await checkKeys(db, wrapper);
   if (mismatched.length > 0) {
     throw new SettingsError(
@@ -59,5 +63,4 @@ export async function openDataKeys(service: string, settings: Settings, db: Db, 
     );
   }
   if (missing.length > 0) logger.warn({ missing }, "DATA_KEYS lacks keys that wrapped data of this service: that data cannot be read");
-  return wrapper;
 }

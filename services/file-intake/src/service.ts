@@ -1,4 +1,4 @@
-import { clientsFor, every, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { checkDataKeys, clientsFor, dataKeysOf, every, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import type { ConnectionCheck } from "./intake.js";
 import { IdempotencyKeys } from "./keys.js";
@@ -52,7 +52,12 @@ const modeEnum = { live: commonv1.Mode.LIVE, test: commonv1.Mode.TEST } as const
 
 export async function startFileIntakeService(settings: Settings, logger: Logger, options: FileIntakeOptions = {}): Promise<RunningService> {
   const timing = { ...DEFAULT_TIMING, ...options.timing };
+  const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger);
+  await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
+    await runtime.close();
+    throw err;
+  });
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(store, { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs });
   const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, timing.relayEveryMs);
@@ -64,14 +69,14 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
       return res.active;
     },
   };
-  const worker = new ExtractionWorker(store, timing, logger, options.extract);
+  const worker = new ExtractionWorker(store, timing, logger, dataKeys, options.extract);
 
   // Until the extraction consumer runs (a passive instance runs none), readiness does not wait on it.
   let extractionAlive = () => true;
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
-    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, logger }),
+    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, logger }),
     healthy: async () => extractionAlive() && (await runtime.healthy()),
     logger,
   });
