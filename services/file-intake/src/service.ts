@@ -4,6 +4,7 @@ import type { ConnectionCheck } from "./intake.js";
 import { IdempotencyKeys } from "./keys.js";
 import { fileOutbox } from "./outbox.js";
 import routes from "./routes.js";
+import { retentionRound } from "./retention.js";
 import { sweepStaging } from "./staging.js";
 import { openFileStore } from "./store.js";
 import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
@@ -19,6 +20,9 @@ export interface FileIntakeTiming extends WorkerTiming {
   stagingSweepEveryMs: number;
   stagingDiscardedGraceMs: number;
   stagingAbandonedAfterMs: number;
+  retentionSweepEveryMs: number;
+  /** How long one replica's retention round may run without renewing its lease. */
+  retentionLeaseMs: number;
 }
 
 export const DEFAULT_TIMING: FileIntakeTiming = {
@@ -36,6 +40,8 @@ export const DEFAULT_TIMING: FileIntakeTiming = {
   stagingDiscardedGraceMs: 60_000,
   // Longer than any upload can last: the gateway gives one upload at most 10 minutes.
   stagingAbandonedAfterMs: 60 * 60_000,
+  retentionSweepEveryMs: 10 * 60_000,
+  retentionLeaseMs: 5 * 60_000,
 };
 
 export interface FileIntakeOptions {
@@ -98,6 +104,13 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
         () => sweepStaging(store, new Date(), { discardedGraceMs: timing.stagingDiscardedGraceMs, abandonedAfterMs: timing.stagingAbandonedAfterMs }),
         logger,
         later,
+      ),
+      // Also at start: data past retention goes even if the replicas restart often.
+      every(
+        "retention sweep",
+        timing.retentionSweepEveryMs,
+        () => retentionRound(store, { liveMs: settings.FILE_RETENTION_SECONDS * 1000, testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000 }, timing.retentionLeaseMs, logger),
+        logger,
       ),
     );
   }

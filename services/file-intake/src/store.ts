@@ -1,5 +1,5 @@
 import { GridFSBucket, ObjectId, type Binary, type Collection, type Db } from "mongodb";
-import { SEAL_OVERHEAD, type ExtractionKind, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey } from "@pi/common";
+import { SEAL_OVERHEAD, type ExtractionKind, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
 
 export type FileStatus = "received" | "processed" | "failed";
@@ -98,6 +98,8 @@ export interface FileStore {
   extractions: Collection<ExtractionDoc>;
   keys: Collection<KeyDoc>;
   uploads: Collection<UploadDoc>;
+  /** Leases of periodic jobs that one replica at a time runs (the retention sweep). */
+  leases: Collection<JobLeaseDoc>;
   blobs: GridFSBucket;
 }
 
@@ -117,6 +119,7 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     extractions: db.collection<ExtractionDoc>("extractions"),
     keys: db.collection<KeyDoc>("idempotency_keys"),
     uploads: db.collection<UploadDoc>("uploads"),
+    leases: db.collection<JobLeaseDoc>("job_leases"),
     blobs: new GridFSBucket(db, { bucketName: BLOB_BUCKET, chunkSizeBytes: BLOB_CHUNK_BYTES }),
   };
   // Keys were once found by a unique (partnerId, key) index; their _id (keyId) is that key now, and
@@ -127,6 +130,8 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     store.keys.createIndex({ expiresAt: 1 }),
     store.files.createIndex({ status: 1, createdAt: 1 }),
     store.files.createIndex({ blobId: 1 }),
+    // The retention sweep (retention.ts): files of a mode not swept yet, oldest first.
+    store.files.createIndex({ mode: 1, purgedAt: 1, createdAt: 1 }),
     store.uploads.createIndex({ startedAt: 1 }),
     db.collection(`${BLOB_BUCKET}.chunks`).createIndex({ files_id: 1, n: 1 }, { unique: true }),
     db.collection(`${BLOB_BUCKET}.files`).createIndex({ filename: 1, uploadDate: 1 }),
