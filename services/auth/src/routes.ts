@@ -4,7 +4,7 @@ import { emptyOutbox, newId, newSecret, pushEvent, type Logger, type Settings } 
 import type { KeyRing } from "./keys.js";
 import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
-import { hashSecret, seal, secretMatches, unseal } from "./secrets.js";
+import { hashNewSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
@@ -16,7 +16,8 @@ export interface AuthDeps {
   store: AuthStore;
   keys: KeyRing;
   settings: Settings;
-  pepper: string;
+  peppers: Peppers;
+  sealer: SecretSealer;
   events: PartnerEventPublisher;
   logger: Logger;
 }
@@ -33,7 +34,7 @@ function stillSigning(partner: PartnerDoc, now = Date.now()) {
 }
 
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
-  const { store, keys, settings, pepper } = deps;
+  const { store, keys, settings, peppers, sealer } = deps;
   const { events } = deps;
 
   function logPropagation(what: string, ids: Record<string, string>, p: Propagation): void {
@@ -49,7 +50,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       _id: clientId,
       partnerId,
       mode,
-      secretHash: hashSecret(pepper, clientSecret),
+      ...hashNewSecret(peppers, clientSecret),
       status: "active",
       createdAt: new Date(),
       ...emptyOutbox(),
@@ -82,7 +83,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       // unknown client); one expression decides. See docs/authentication.md, guarantee 5.
       const credential = await store.credentials.findOne({ _id: req.clientId });
       const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
-      const secretOk = secretMatches(pepper, req.clientSecret, credential?.secretHash);
+      const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
       if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
         return { outcome: { case: "failure", value: TokenFailure.INVALID_CLIENT } };
       }
@@ -141,7 +142,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         status: "active",
         scopes,
         webhookUrl,
-        sealedSigningSecret: seal(pepper, signingSecret),
+        sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
         createdAt: now,
         updatedAt: now,
         ...emptyOutbox(),
@@ -203,8 +204,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       return {
         partnerId: partner._id,
         webhookUrl: partner.webhookUrl ?? "",
-        signingSecret: unseal(pepper, partner.sealedSigningSecret),
-        previousSigningSecrets: stillSigning(partner).map((p) => ({ secret: unseal(pepper, p.sealed), expiresAt: BigInt(p.expiresAt.getTime()) })),
+        signingSecret: await sealer.unseal(partner.sealedSigningSecret, "webhook-signing-secret"),
+        previousSigningSecrets: await Promise.all(
+          stillSigning(partner).map(async (p) => ({ secret: await sealer.unseal(p.sealed, "webhook-signing-secret"), expiresAt: BigInt(p.expiresAt.getTime()) })),
+        ),
       };
     },
 
@@ -220,7 +223,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
       const updated = await store.partners.findOneAndUpdate(
         { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
-        { $set: { sealedSigningSecret: seal(pepper, signingSecret), previousSigningSecrets: previous, updatedAt: new Date() }, ...pushEvent(event) },
+        { $set: { sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"), previousSigningSecrets: previous, updatedAt: new Date() }, ...pushEvent(event) },
       );
       if (!updated) throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
       // Webhook replicas drop their cached target once the event is out; gateways do not follow
