@@ -38,23 +38,27 @@ export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "b
 }
 
 /**
- * One round of the retention sweep, up to `limit` files per mode. `now` is the clock retention is
- * judged by (tests move it); `renew` keeps the sweep's lease and stops the round once it is lost.
+ * One round of the retention sweep: every file due, in batches of `batch` per mode (a purged file
+ * leaves the query, so each batch reads the next). `now` is the clock retention is judged by (tests
+ * move it); `renew` keeps the sweep's lease and stops the round once it is lost.
  */
 export async function sweepRetention(
   store: FileStore,
   policy: RetentionPolicy,
   now = new Date(),
   renew: () => Promise<boolean> = async () => true,
-  limit = 200,
+  batch = 200,
 ): Promise<number> {
   let swept = 0;
   for (const mode of ["test", "live"] as const) {
-    const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, blobId: 1 } }).limit(limit).toArray();
-    for (const file of due) {
-      if (!(await renew())) return swept;
-      await purgeFile(store, file, now);
-      swept++;
+    for (;;) {
+      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, blobId: 1 } }).limit(batch).toArray();
+      for (const file of due) {
+        if (!(await renew())) return swept;
+        await purgeFile(store, file, now);
+        swept++;
+      }
+      if (due.length < batch) break;
     }
   }
   return swept;

@@ -120,6 +120,14 @@ describe("the retention sweep", () => {
     await expectSwept(pending);
   });
 
+  it("one round sweeps every file due, batch after batch", async () => {
+    const partnerId = newId("ptr");
+    const files = [];
+    for (let i = 0; i < 5; i++) files.push(await send(partnerId, commonv1.Mode.TEST));
+    expect(await sweepRetention(store, policy, new Date(files[4]!.createdAt.getTime() + 2 * DAY), async () => true, 2)).toBeGreaterThanOrEqual(5);
+    for (const file of files) await expectSwept(file);
+  });
+
   it("a sweep that died midway (data key gone, bytes still there) is finished by the next one", async () => {
     const file = await send(newId("ptr"), commonv1.Mode.LIVE);
     await store.files.updateOne({ _id: file._id }, { $set: { dataKey: null, sealedMeta: null } });
