@@ -263,6 +263,7 @@ export const schema = {
                 connectionEvents: { type: "integer", minimum: 1 },
                 fileEvents: { type: "integer", minimum: 1 },
                 partnerEvents: { type: "integer", minimum: 1 },
+                auditEvents: { type: "integer", minimum: 1 },
               },
             },
             resources: { $ref: "#/definitions/resources" },

@@ -136,7 +136,7 @@ describe("Helm chart with the default values", () => {
     }
   });
 
-  it("runs Kafka in KRaft mode (apache/kafka:3.9.1, combined broker and controller) with a hook Job creating the three topics", () => {
+  it("runs Kafka in KRaft mode (apache/kafka:3.9.1, combined broker and controller) with a hook Job creating the four topics", () => {
     const kafka = find(docs, "StatefulSet", `${RELEASE}-kafka`);
     expect(kafka.spec.template.spec.containers[0].image).toBe("apache/kafka:3.9.1");
     const config = find(docs, "ConfigMap", `${RELEASE}-kafka-config`).data["server.properties"];
@@ -145,7 +145,7 @@ describe("Helm chart with the default values", () => {
     const job = byKind(docs, "Job")[0];
     expect(job.metadata.annotations["helm.sh/hook"]).toBe("post-install,post-upgrade");
     const script: string = job.spec.template.spec.containers[0].command.join(" ");
-    for (const [topic, partitions] of [["pi.connection-events", 3], ["pi.file-events", 3], ["pi.partner-events", 1]] as const) {
+    for (const [topic, partitions] of [["pi.connection-events", 3], ["pi.file-events", 3], ["pi.partner-events", 1], ["pi.audit-events", 3]] as const) {
       expect(script).toContain(`--create --if-not-exists --topic "${topic}" --partitions ${partitions}`);
     }
   });

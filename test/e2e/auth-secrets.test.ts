@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createHmac } from "node:crypto";
 import { Writable } from "node:stream";
-import { emptyOutbox } from "@pi/common";
+import { AUDIT_BOOKKEEPING, emptyOutbox } from "@pi/common";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, opsFor, requestToken } from "../support/partner-api.js";
 import { NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
@@ -90,8 +90,9 @@ describe("client secrets stored only hashed", () => {
     ] as const) {
       const doc = credentials.find((c) => c._id === clientId)!;
       expect(doc.secretHash).toBe(createHmac("sha256", pepper).update(secret).digest("hex"));
-      // Besides its own fields, a credential carries only the outbox's bookkeeping (services/common/src/persistence.ts).
-      const outboxFields = Object.keys(emptyOutbox());
+      // Besides its own fields, a credential carries only the bookkeeping of its outboxes: events
+      // (services/common/src/persistence.ts) and audit records (audit-trail.ts).
+      const outboxFields: string[] = [...Object.keys(emptyOutbox()), ...AUDIT_BOOKKEEPING];
       expect(Object.keys(doc).filter((k) => !outboxFields.includes(k)).sort()).toEqual(["_id", "createdAt", "mode", "partnerId", "pepperId", "secretHash", "status"]);
       // The id of the pepper that made the hash, so a new pepper can be introduced later.
       expect((doc as { pepperId?: string }).pepperId).toBe("p1");

@@ -6,13 +6,15 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient } from "mongodb";
+import { fromBinary } from "@bufbuild/protobuf";
 import { createKafka, createLogger, databaseName, newId, serviceClient, topicName, type ConnectionClient } from "@pi/common";
-import { commonv1, connectionv1 } from "@pi/proto";
+import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
 
 // The connection service as a real process (the compiled dist/main.js), killed with SIGKILL, then
 // started again on the same database: nothing stored may be lost, neither an event between the
-// write and the publish, nor a sandbox approval that fell due while the service was down.
+// write and the publish (nor the change's audit record), nor a sandbox approval that fell due while
+// the service was down.
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const main = join(root, "services", "connection", "dist", "main.js");
@@ -77,7 +79,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 beforeAll(async () => {
   // This test runs the compiled service: a build older than the sources would test old code.
   expect(existsSync(main)).toBe(true);
-  for (const file of ["outbox", "connections", "state-machine", "routes", "service"]) {
+  for (const file of ["outbox", "connections", "state-machine", "routes", "service", "audit"]) {
     const src = statSync(join(root, "services", "connection", "src", `${file}.ts`)).mtimeMs;
     const built = statSync(join(root, "services", "connection", "dist", `${file}.js`)).mtimeMs;
     if (built < src) throw new Error(`services/connection/dist is older than src/${file}.ts: run npx tsc -b first`);
@@ -131,6 +133,36 @@ describe("connection service crash", () => {
     expect(events.of(id)).toHaveLength(1);
     expect(events.of(id)[0]).toMatchObject({ eventId, type: "connection.approved", partnerId, connectionId: id, status: "approved", mode: commonv1.Mode.LIVE });
     expect((await restarted.client.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
+  });
+
+  it("SIGKILL after a caregiver's act is stored: its audit record, stored with the change, reaches the audit-events topic after a restart", async () => {
+    const faulty = await startService({ CONNECTION_FAULT_AFTER_STORE: "exit" });
+    const partnerId = newId("ptr");
+    const { address } = await faulty.client.createElder({});
+    const { connection } = await faulty.client.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+    const id = connection!.id;
+    await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
+    expect((await faulty.exited).signal).toBe("SIGKILL");
+    const stored = (await connectionsCollection().findOne({ _id: id as never }))!.audit as { eventId: string; action: string; actor: string }[];
+    const record = stored.find((r) => r.action === "connection.approve")!;
+    expect(record).toMatchObject({ actor: "caregiver", eventId: expect.stringMatching(/^evt_/) });
+
+    // Every audit record on the topic, from its beginning.
+    const seen: eventsv1.AuditRecord[] = [];
+    const kafka = createKafka(brokers, `${namespace}.audit-reader`, createLogger("audit-reader", "silent"));
+    const reader = kafka.consumer({ groupId: `${namespace}.audit-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
+    await reader.connect();
+    try {
+      await reader.subscribe({ topic: topicName(namespace, "auditEvents"), fromBeginning: true });
+      await reader.run({ eachMessage: async ({ message }) => void seen.push(fromBinary(eventsv1.AuditRecordSchema, message.value!)) });
+      await startService();
+      for (const deadline = Date.now() + 30_000; !seen.some((r) => r.id === record.eventId) && Date.now() < deadline; ) await sleep(100);
+      expect(seen.find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
+      for (let i = 0; i < 50 && ((await connectionsCollection().findOne({ _id: id as never }))!.audit as unknown[]).length > 0; i++) await sleep(100);
+      expect((await connectionsCollection().findOne({ _id: id as never }))!.audit).toEqual([]);
+    } finally {
+      await reader.disconnect();
+    }
   });
 
   it("sandbox auto-approval falls due while the service is down and happens after its restart", async () => {

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { CONNECTION_REFUSAL_MS } from "../../services/file-intake/src/no-oracle.js";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
-import { connectedPartner, fixture, sendFile, type ConnectedPartner, type Response } from "../support/files.js";
+import { connectedPartner, fixture, sendFile, waitForStatus, type ConnectedPartner, type Response } from "../support/files.js";
 
 // The two no-oracle guarantees of the file routes, at byte level: one 403 for every reason a send is
 // refused for want of a connection, one 404 for every id that is not the caller's.
@@ -170,5 +170,26 @@ describe("GET /v1/files/{id} for an id that is not the caller's", () => {
     expect((await call(stack.baseUrl, p.token, "GET", `/v1/files/${ownId}`)).status).toBe(200);
     expect((await call(stack.baseUrl, other.token, "GET", `/v1/files/${foreign.json!.id}`)).status).toBe(200);
     expect((await call(stack.baseUrl, testToken, "GET", `/v1/files/${testFile.json!.id}`)).status).toBe(200);
+  });
+});
+
+describe("GET /v1/files/{id} of a processed file, which the gateway keeps (terminal-status cache)", () => {
+  it("read again, a processed file gives the identical answer; another partner, and the owner's other mode, still get the 404 of an unknown id (no-oracle guarantee 3)", async () => {
+    const own = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.txt"));
+    expect(own.status).toBe(202);
+    const id = own.json!.id as string;
+    // The first read that sees it processed asks file-intake; the ones after are answered by the gateway.
+    const first = await waitForStatus(stack.baseUrl, p.token, id, ["processed"]);
+    const again = [await call(stack.baseUrl, p.token, "GET", `/v1/files/${id}`), await call(stack.baseUrl, p.token, "GET", `/v1/files/${id}`)];
+    expect(JSON.parse(first.text)).toEqual({ id, status: "processed" });
+    for (const res of again) expect(comparable(res)).toEqual(comparable(first));
+
+    const other = await connectedPartner(stack, "Curious Lab");
+    const unknown = comparable(await call(stack.baseUrl, other.token, "GET", "/v1/files/file_0123456789ABCDEFGHIJab"));
+    expect(unknown.status).toBe(404);
+    expect(comparable(await call(stack.baseUrl, other.token, "GET", `/v1/files/${id}`))).toEqual(unknown);
+    expect(comparable(await call(stack.baseUrl, testToken, "GET", `/v1/files/${id}`))).toEqual(unknown);
+    // And the owner still reads it.
+    expect(comparable(await call(stack.baseUrl, p.token, "GET", `/v1/files/${id}`))).toEqual(comparable(first));
   });
 });

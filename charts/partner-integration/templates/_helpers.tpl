@@ -193,7 +193,7 @@ annotations:
 {{- define "pi.topics" -}}
 {{- $ns := .Values.config.DATA_NAMESPACE -}}
 {{- $p := .Values.kafka.topics.partitions -}}
-{{- list (list (printf "%s.connection-events" $ns) (int $p.connectionEvents)) (list (printf "%s.file-events" $ns) (int $p.fileEvents)) (list (printf "%s.partner-events" $ns) (int $p.partnerEvents)) | toJson -}}
+{{- list (list (printf "%s.connection-events" $ns) (int $p.connectionEvents)) (list (printf "%s.file-events" $ns) (int $p.fileEvents)) (list (printf "%s.partner-events" $ns) (int $p.partnerEvents)) (list (printf "%s.audit-events" $ns) (int $p.auditEvents)) | toJson -}}
 {{- end -}}
 
 {{/* Replication factor for the in-cluster Kafka: min(3, replicas). */}}

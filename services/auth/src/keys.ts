@@ -1,6 +1,6 @@
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from "jose";
 import type { Collection } from "mongodb";
-import { newId } from "@pi/common";
+import { AUDIT_BOOKKEEPING, newId, type AuditCarrier, type AuditEntry, type AuditFields } from "@pi/common";
 import type { SecretSealer } from "./secrets.js";
 
 export const JWT_ALG = "ES256";
@@ -19,9 +19,18 @@ export interface StoredKey {
  * replicas starting together agree on it) and deleted, never updated: the MongoDB-compatible server
  * of the tests does not isolate concurrent updates of one document, while a unique _id holds.
  */
-export interface SigningKeyDoc extends StoredKey {
+export interface SigningKeyDoc extends StoredKey, AuditCarrier {
   _id: string;
 }
+
+/** How key changes reach the audit trail: a record inserted with the key, relayed after the insert. */
+export interface KeyAudit {
+  entry(fields: AuditFields): AuditEntry;
+  afterWrite(id: string): void;
+}
+
+/** Reads keys without their audit bookkeeping. */
+const KEY_PROJECTION = Object.fromEntries(AUDIT_BOOKKEEPING.map((f) => [f, 0]));
 
 const FIRST_KEY_ID = "first";
 
@@ -75,18 +84,30 @@ export class KeyRing {
   constructor(
     private readonly collection: Collection<SigningKeyDoc>,
     private readonly sealer: SecretSealer,
+    private readonly audit?: KeyAudit,
   ) {}
+
+  private read(): Promise<SigningKeyDoc[]> {
+    return this.collection.find({}, { projection: KEY_PROJECTION }).toArray();
+  }
+
+  /** The key document, with its audit record when there is a trail. */
+  private keyDoc(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate"): SigningKeyDoc {
+    const audit = this.audit?.entry({ action, actor: action === "signing_key.create" ? "system" : "operator", targets: [key.kid] });
+    return { _id, ...key, ...(audit ? { audit: [audit] } : {}) };
+  }
 
   /** Loads the keys, creating the first one on first start. */
   async load(): Promise<void> {
-    let docs = await this.collection.find().toArray();
+    let docs = await this.read();
     if (docs.length === 0) {
       try {
-        await this.collection.insertOne({ _id: FIRST_KEY_ID, ...(await newStoredKey(this.sealer, new Date(0))) });
+        await this.collection.insertOne(this.keyDoc(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create"));
+        this.audit?.afterWrite(FIRST_KEY_ID);
       } catch (err) {
         if (!isDuplicateKey(err)) throw err; // another replica created it first
       }
-      docs = await this.collection.find().toArray();
+      docs = await this.read();
     }
     await this.use(docs.map(({ _id, ...key }) => key));
   }
@@ -115,8 +136,9 @@ export class KeyRing {
   /** Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every token has expired. */
   async rotate(activationDelayMs: number, tokenTtlMs: number): Promise<{ added: StoredKey; retired: string[] }> {
     const added = await newStoredKey(this.sealer, new Date(Date.now() + activationDelayMs));
-    await this.collection.insertOne({ _id: added.kid, ...added });
-    const all = (await this.collection.find().toArray()).map(({ _id, ...key }) => key);
+    await this.collection.insertOne(this.keyDoc(added.kid, added, "signing_key.rotate"));
+    this.audit?.afterWrite(added.kid);
+    const all = (await this.read()).map(({ _id, ...key }) => key);
     const retired = retiredKeys(all, Date.now(), tokenTtlMs, activationDelayMs).map((k) => k.kid);
     if (retired.length > 0) await this.collection.deleteMany({ kid: { $in: retired } });
     await this.load();

@@ -2,36 +2,40 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { Outbox, outboxEntry, type Logger, type OutboxFields, type Producer } from "@pi/common";
-import type { AuthStore, GatewayDoc, PartnerEventEntry } from "./store.js";
+import { Outbox, outboxEntry, type Logger, type NextOffsets, type OutboxFields, type Producer } from "@pi/common";
+import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
 // An operator's revocation, suspension or reinstatement must be visible to the partner API by the
-// time the operator command exits (operator contract). Gateways verify bearers locally, so the
-// change reaches them as a partner event on Kafka; each gateway reports how far it has applied
-// that topic (ReportGatewayPosition, at once after applying and as a heartbeat), and the auth
-// service answers the operator only when every live gateway has applied the event, or after a
-// timeout that keeps the command well under its 2 s budget. The event is stored with the change (the
+// time the operator command exits (operator contract). Gateways verify bearers locally, and every
+// auth replica keeps a cache of successful authentications (authentication-cache.ts), so the
+// change reaches them as a partner event on Kafka; each follower of that topic (followPartnerEvents
+// of @pi/common) reports how far it has applied it, at once after applying and as a heartbeat:
+// gateways through ReportGatewayPosition, auth replicas straight into the same collection. The
+// auth service answers the operator only when every live follower has applied the event, or after
+// a timeout that keeps the command well under its 2 s budget. The event is stored with the change (the
 // outbox of @pi/common) and published right after it; should that publish fail or the process die,
 // the outbox sweep publishes it (every few seconds and at start), so no gateway keeps honouring a
 // revoked credential for long.
 
-/** A gateway that has not reported for this long is taken for dead and not waited for. */
-export const GATEWAY_LIVENESS_MS = 10_000;
-/** How often a gateway reports even when nothing changed. */
-export const GATEWAY_HEARTBEAT_MS = 2_000;
+/** A follower that has not reported for this long is taken for dead and not waited for. */
+export const FOLLOWER_LIVENESS_MS = 10_000;
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 
 export interface Propagation {
   gateways: number;
   confirmed: number;
+  authReplicas: number;
+  authConfirmed: number;
   elapsedMs: bigint;
 }
 
-/** The live gateways that have not yet applied the event at (partition, offset). */
-export function gatewaysBehind(gateways: readonly GatewayDoc[], partition: number, offset: number, now: number): GatewayDoc[] {
-  return gateways.filter((g) => g.seenAt.getTime() >= now - GATEWAY_LIVENESS_MS && (g.nextOffsets[String(partition)] ?? -1) <= offset);
+/** The live followers that have not yet applied the event at (partition, offset). */
+export function followersBehind(followers: readonly FollowerDoc[], partition: number, offset: number, now: number): FollowerDoc[] {
+  return followers.filter((f) => f.seenAt.getTime() >= now - FOLLOWER_LIVENESS_MS && (f.nextOffsets[String(partition)] ?? -1) <= offset);
 }
+
+const kindOf = (f: FollowerDoc): FollowerKind => f.kind ?? "gateway";
 
 /** A new partner event, to store with the change it reports. */
 export function partnerEvent(kind: eventsv1.PartnerEventKind, partnerId: string, clientId = ""): PartnerEventEntry {
@@ -81,40 +85,49 @@ export class PartnerEventPublisher {
 
   /**
    * Publishes the event stored with a change (`entry`, in the document `id` of `outbox`), then waits
-   * for every live gateway to apply it. `since` is when the change was written, for the reported
+   * for every live follower to apply it. `since` is when the change was written, for the reported
    * elapsed time.
    */
   async propagate<D extends PartnerEventDoc>(outbox: Outbox<D, PartnerEventEntry>, id: string, entry: PartnerEventEntry, since = performance.now()): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
     for (;;) {
       const at = (await outbox.relay(id)).get(entry.eventId);
-      if (at) return this.awaitGateways(at.partition, Number(at.offset), deadline, since);
+      if (at) return this.awaitFollowers(at.partition, Number(at.offset), deadline, since);
       // Not published by this call: either the publish failed (tried again until the deadline, then
       // left to the sweep), or another relay (the sweep) took it, and where it went is unknown here.
-      if (!(await outbox.holds(id, entry.eventId)) || performance.now() >= deadline) return this.awaitGateways(undefined, 0, deadline, since);
+      if (!(await outbox.holds(id, entry.eventId)) || performance.now() >= deadline) return this.awaitFollowers(undefined, 0, deadline, since);
       await sleep(POLL_MS * 5);
     }
   }
 
-  /** Polls the gateways' reports until every live one has applied (partition, offset), or the deadline. */
-  private async awaitGateways(partition: number | undefined, offset: number, deadline: number, since: number): Promise<Propagation> {
+  /** Polls the followers' reports until every live one has applied (partition, offset), or the deadline. */
+  private async awaitFollowers(partition: number | undefined, offset: number, deadline: number, since: number): Promise<Propagation> {
     for (;;) {
       const now = Date.now();
-      const live = await this.store.gateways.find({ seenAt: { $gte: new Date(now - GATEWAY_LIVENESS_MS) } }).toArray();
-      const behind = partition === undefined ? live.length : gatewaysBehind(live, partition, offset, now).length;
-      if (behind === 0 || partition === undefined || performance.now() >= deadline) {
-        return { gateways: live.length, confirmed: live.length - behind, elapsedMs: BigInt(Math.round(performance.now() - since)) };
+      const live = await this.store.followers.find({ seenAt: { $gte: new Date(now - FOLLOWER_LIVENESS_MS) } }).toArray();
+      const behind = partition === undefined ? live : followersBehind(live, partition, offset, now);
+      if (behind.length === 0 || partition === undefined || performance.now() >= deadline) {
+        const count = (docs: FollowerDoc[], kind: FollowerKind) => docs.filter((f) => kindOf(f) === kind).length;
+        const [gateways, authReplicas] = [count(live, "gateway"), count(live, "auth")];
+        return {
+          gateways,
+          confirmed: gateways - count(behind, "gateway"),
+          authReplicas,
+          authConfirmed: authReplicas - count(behind, "auth"),
+          elapsedMs: BigInt(Math.round(performance.now() - since)),
+        };
       }
       await sleep(POLL_MS);
     }
   }
 
-  /** A gateway's report: alive, and applied everything before these offsets. */
-  async report(instanceId: string, nextOffsets: Record<string, number>, leaving: boolean): Promise<void> {
+  /** A follower's report: alive, and applied everything before these offsets; or (leaving) gone. */
+  async report(instanceId: string, kind: FollowerKind, nextOffsets: NextOffsets, leaving: boolean): Promise<void> {
     if (leaving) {
-      await this.store.gateways.deleteOne({ _id: instanceId });
+      await this.store.followers.deleteOne({ _id: instanceId });
       return;
     }
-    await this.store.gateways.updateOne({ _id: instanceId }, { $set: { nextOffsets, seenAt: new Date() } }, { upsert: true });
+    const offsets = Object.fromEntries(Object.entries(nextOffsets).map(([p, o]) => [p, Number(o)]));
+    await this.store.followers.updateOne({ _id: instanceId }, { $set: { kind, nextOffsets: offsets, seenAt: new Date() } }, { upsert: true });
   }
 }

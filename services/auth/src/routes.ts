@@ -1,11 +1,13 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { emptyOutbox, newId, newSecret, pushEvent, type Logger, type Settings } from "@pi/common";
+import { emptyOutbox, newId, newSecret, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
+import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
 import type { KeyRing } from "./keys.js";
 import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
-import { hashNewSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
-import { DECOY_PARTNER_ID, type AuthStore, type CredentialMode, type PartnerDoc } from "./store.js";
+import { hashNewSecret, hashSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
+import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
 
@@ -19,7 +21,32 @@ export interface AuthDeps {
   peppers: Peppers;
   sealer: SecretSealer;
   events: PartnerEventPublisher;
+  authentications: AuthenticationCache;
+  audit: AuthAudit;
   logger: Logger;
+}
+
+/** The audit trail as the auth service writes and reads it (docs/security.md, "Audit trail"). */
+export interface AuthAudit {
+  trail: AuditTrail;
+  partners: Pick<Outbox<PartnerDoc, AuditEntry>, "afterWrite">;
+  credentials: Pick<Outbox<CredentialDoc, AuditEntry>, "afterWrite">;
+  store: AuditStore;
+}
+
+const auditOutcome = { ok: eventsv1.AuditOutcome.OK, refused: eventsv1.AuditOutcome.REFUSED } as const;
+
+export function auditRecordOf(doc: AuditRecordDoc) {
+  return {
+    id: doc._id,
+    occurredAt: BigInt(doc.occurredAt.getTime()),
+    service: doc.service,
+    actor: doc.actor,
+    action: doc.action,
+    targets: doc.targets,
+    outcome: auditOutcome[doc.outcome],
+    reason: doc.reason,
+  };
 }
 
 const modeName = (m: commonv1.Mode): CredentialMode | undefined => (m === Mode.LIVE ? "live" : m === Mode.TEST ? "test" : undefined);
@@ -35,12 +62,25 @@ function stillSigning(partner: PartnerDoc, now = Date.now()) {
 
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
   const { store, keys, settings, peppers, sealer } = deps;
-  const { events } = deps;
+  const { events, authentications, audit } = deps;
+  const { trail } = audit;
 
   function logPropagation(what: string, ids: Record<string, string>, p: Propagation): void {
-    const fields = { ...ids, gateways: p.gateways, confirmed: p.confirmed, propagationMs: Number(p.elapsedMs) };
-    if (p.confirmed < p.gateways) deps.logger.warn(fields, `${what}; not every gateway confirmed it in time`);
+    const fields = { ...ids, gateways: p.gateways, confirmed: p.confirmed, authReplicas: p.authReplicas, authConfirmed: p.authConfirmed, propagationMs: Number(p.elapsedMs) };
+    if (p.confirmed < p.gateways || p.authConfirmed < p.authReplicas) deps.logger.warn(fields, `${what}; not every gateway and auth replica confirmed it in time`);
     else deps.logger.info(fields, what);
+  }
+
+  async function tokenFor(authenticated: Authenticated, requested: string | undefined) {
+    const grant = grantScopes(requested, authenticated.scopes);
+    if (!grant.ok) return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_SCOPE } };
+    const scope = grant.scopes.join(" ");
+    const accessToken = await signAccessToken(
+      keys,
+      { sub: authenticated.partnerId, client_id: authenticated.clientId, mode: authenticated.mode, scope },
+      settings.ACCESS_TOKEN_TTL_SECONDS,
+    );
+    return { outcome: { case: "token" as const, value: { accessToken, expiresIn: BigInt(settings.ACCESS_TOKEN_TTL_SECONDS), scope } } };
   }
 
   async function issueCredential(partnerId: string, mode: CredentialMode) {
@@ -54,7 +94,9 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       status: "active",
       createdAt: new Date(),
       ...emptyOutbox(),
+      audit: [trail.entry({ action: "credential.create", actor: "operator", targets: [clientId, partnerId] })],
     });
+    audit.credentials.afterWrite(clientId);
     return { clientId, clientSecret, mode: modeEnum(mode) };
   }
 
@@ -78,24 +120,24 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   router.service(AuthService, {
     async issueToken(req) {
+      // The cache's key for this secret (under the current pepper, whichever made the stored hash).
+      // Only a right client id with its right secret can find an entry (authentication-cache.ts).
+      const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
+      const known = authentications.get(req.clientId, presented);
+      if (known) return tokenFor(known, req.scope);
       // Every failure makes the same two reads by _id, the second always finding a partner (the
       // decoy for an unknown client), and the same hash comparison (against the dummy hash for an
       // unknown client); one expression decides. See docs/authentication.md, guarantee 5.
+      const ticket = authentications.ticket();
       const credential = await store.credentials.findOne({ _id: req.clientId });
       const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
       const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
       if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
         return { outcome: { case: "failure", value: TokenFailure.INVALID_CLIENT } };
       }
-      const grant = grantScopes(req.scope, partner.scopes);
-      if (!grant.ok) return { outcome: { case: "failure", value: TokenFailure.INVALID_SCOPE } };
-      const scope = grant.scopes.join(" ");
-      const accessToken = await signAccessToken(
-        keys,
-        { sub: partner._id, client_id: credential._id, mode: credential.mode, scope },
-        settings.ACCESS_TOKEN_TTL_SECONDS,
-      );
-      return { outcome: { case: "token", value: { accessToken, expiresIn: BigInt(settings.ACCESS_TOKEN_TTL_SECONDS), scope } } };
+      const authenticated: Authenticated = { clientId: credential._id, partnerId: partner._id, mode: credential.mode, scopes: partner.scopes };
+      authentications.keep(ticket, presented, authenticated);
+      return tokenFor(authenticated, req.scope);
     },
 
     async getJwks() {
@@ -104,8 +146,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async reportGatewayPosition(req) {
       if (req.instanceId === "") throw new ConnectError("instance_id is required", Code.InvalidArgument);
-      const nextOffsets = Object.fromEntries(Object.entries(req.nextOffsets).map(([p, o]) => [p, Number(o)]));
-      await events.report(req.instanceId, nextOffsets, req.leaving);
+      await events.report(req.instanceId, "gateway", req.nextOffsets, req.leaving);
       return {};
     },
 
@@ -126,7 +167,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       };
     },
 
-    async createPartner(req) {
+    createPartner: (req) => trail.refusals({ action: "partner.create", actor: "operator", targets: [] }, async () => {
       const name = req.name.trim();
       if (name === "" || name.length > 200) throw new ConnectError("name must be 1 to 200 characters", Code.InvalidArgument);
       const scopes = req.scopes.length === 0 ? [...RING1_SCOPES] : [...new Set(req.scopes)];
@@ -146,58 +187,82 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         createdAt: now,
         updatedAt: now,
         ...emptyOutbox(),
+        audit: [trail.entry({ action: "partner.create", actor: "operator", targets: [partnerId] }, now)],
       });
+      audit.partners.afterWrite(partnerId);
       const live = await issueCredential(partnerId, "live");
       const test = await issueCredential(partnerId, "test");
       deps.logger.info({ partnerId }, "partner created");
       return { partnerId, live, test, signingSecret };
-    },
+    }),
 
     async setPartnerStatus(req) {
       if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED) {
         throw new ConnectError("status must be active or suspended", Code.InvalidArgument);
       }
       const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
-      const since = performance.now();
-      const event = partnerEvent(status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED, req.partnerId);
-      const updated = await store.partners.findOneAndUpdate(
-        { _id: realId(req.partnerId) },
-        { $set: { status, updatedAt: new Date() }, ...pushEvent(event) },
-        { returnDocument: "after" },
-      );
-      if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      const propagation = await events.propagate(events.partners, req.partnerId, event, since);
-      logPropagation(`partner ${status}`, { partnerId: req.partnerId }, propagation);
-      return { partnerId: req.partnerId, status: req.status, propagation };
+      const fields = { action: status === "active" ? "partner.reinstate" : "partner.suspend", actor: "operator", targets: [req.partnerId] } as const;
+      return trail.refusals(fields, async () => {
+        const since = performance.now();
+        const event = partnerEvent(status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED, req.partnerId);
+        const updated = await store.partners.findOneAndUpdate(
+          { _id: realId(req.partnerId) },
+          { $set: { status, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
+          { returnDocument: "after" },
+        );
+        if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
+        audit.partners.afterWrite(req.partnerId);
+        // This replica at once; the others when the event reaches them, which propagate waits for.
+        authentications.dropPartner(req.partnerId);
+        const propagation = await events.propagate(events.partners, req.partnerId, event, since);
+        logPropagation(`partner ${status}`, { partnerId: req.partnerId }, propagation);
+        return { partnerId: req.partnerId, status: req.status, propagation };
+      });
     },
 
-    async setWebhookUrl(req) {
-      const url = validWebhookUrl(req.url);
-      const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
-      const updated = await store.partners.findOneAndUpdate({ _id: realId(req.partnerId) }, { $set: { webhookUrl: url, updatedAt: new Date() }, ...pushEvent(event) });
-      if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
-      await events.propagate(events.partners, req.partnerId, event);
-      return { partnerId: req.partnerId, webhookUrl: url };
+    setWebhookUrl: (req) => {
+      // The address itself is never recorded: it may carry a token of the partner's.
+      const fields = { action: "partner.set_webhook", actor: "operator", targets: [req.partnerId] } as const;
+      return trail.refusals(fields, async () => {
+        const url = validWebhookUrl(req.url);
+        const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, req.partnerId);
+        const updated = await store.partners.findOneAndUpdate(
+          { _id: realId(req.partnerId) },
+          { $set: { webhookUrl: url, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
+        );
+        if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
+        audit.partners.afterWrite(req.partnerId);
+        await events.propagate(events.partners, req.partnerId, event);
+        return { partnerId: req.partnerId, webhookUrl: url };
+      });
     },
 
-    async createCredential(req) {
-      const mode = modeName(req.mode);
-      if (!mode) throw new ConnectError("mode must be live or test", Code.InvalidArgument);
-      await partnerOrThrow(req.partnerId);
-      return { credential: await issueCredential(req.partnerId, mode) };
-    },
+    createCredential: (req) =>
+      trail.refusals({ action: "credential.create", actor: "operator", targets: [req.partnerId] }, async () => {
+        const mode = modeName(req.mode);
+        if (!mode) throw new ConnectError("mode must be live or test", Code.InvalidArgument);
+        await partnerOrThrow(req.partnerId);
+        return { credential: await issueCredential(req.partnerId, mode) };
+      }),
 
-    async revokeCredential(req) {
-      const since = performance.now();
-      const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
-      if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
-      const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
-      const updated = await store.credentials.findOneAndUpdate({ _id: req.clientId }, { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(event) });
-      if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
-      const propagation = await events.propagate(events.credentials, req.clientId, event, since);
-      logPropagation("credential revoked", { clientId: req.clientId }, propagation);
-      return { clientId: req.clientId, propagation };
-    },
+    revokeCredential: (req) =>
+      trail.refusals({ action: "credential.revoke", actor: "operator", targets: [req.clientId] }, async () => {
+        const since = performance.now();
+        const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
+        if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+        const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
+        const record = trail.entry({ action: "credential.revoke", actor: "operator", targets: [req.clientId, credential.partnerId] });
+        const updated = await store.credentials.findOneAndUpdate(
+          { _id: req.clientId },
+          { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
+        );
+        if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+        audit.credentials.afterWrite(req.clientId);
+        authentications.dropClient(req.clientId);
+        const propagation = await events.propagate(events.credentials, req.clientId, event, since);
+        logPropagation("credential revoked", { clientId: req.clientId }, propagation);
+        return { clientId: req.clientId, propagation };
+      }),
 
     async getWebhookTarget(req) {
       const partner = await partnerOrThrow(req.partnerId);
@@ -211,7 +276,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       };
     },
 
-    async rotateSigningSecret(req) {
+    rotateSigningSecret: (req) => trail.refusals({ action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] }, async () => {
       if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
         throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
       }
@@ -220,17 +285,29 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
       const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
       const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
+      const record = trail.entry({ action: "partner.rotate_signing_secret", actor: "operator", targets: [partner._id] });
       // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
       const updated = await store.partners.findOneAndUpdate(
         { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
-        { $set: { sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"), previousSigningSecrets: previous, updatedAt: new Date() }, ...pushEvent(event) },
+        { $set: { sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"), previousSigningSecrets: previous, updatedAt: new Date() }, $push: { outbox: event, audit: record } },
       );
       if (!updated) throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
+      audit.partners.afterWrite(partner._id);
       // Webhook replicas drop their cached target once the event is out; gateways do not follow
       // signing secrets, so there is nothing to wait for.
       await events.partners.relay(partner._id);
       deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
       return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
+    }),
+
+    async listAuditRecords(req) {
+      let query;
+      try {
+        query = auditQuery(req);
+      } catch (err) {
+        throw new ConnectError((err as Error).message, Code.InvalidArgument);
+      }
+      return { records: (await audit.store.list(query)).map(auditRecordOf) };
     },
   });
 };

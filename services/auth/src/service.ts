@@ -1,10 +1,19 @@
-import { checkDataKeys, dataKeysOf, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, checkDataKeys, dataKeysOf, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { consumeAuditRecords, openAuditStore } from "./audit.js";
+import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
-import { PartnerEventPublisher } from "./propagation.js";
+import { FOLLOWER_LIVENESS_MS, PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
 import { FIRST_PEPPER_ID, peppersOf, SecretSealer } from "./secrets.js";
 import { openAuthStore } from "./store.js";
+
+/**
+ * How fresh this replica's last stored position must be for its authentication cache to be used.
+ * Half the liveness window: well before the other replicas stop waiting for this one (clocks may
+ * differ by a little), it stops serving from a cache that an operator change might not reach.
+ */
+export const CACHE_TRUST_MS = FOLLOWER_LIVENESS_MS / 2;
 
 export async function startAuthService(settings: Settings, logger: Logger): Promise<RunningService> {
   const peppers = peppersOf(settings);
@@ -19,7 +28,17 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   const store = await openAuthStore(runtime.mongo.db, sealer);
   // Values sealed before DATA_KEYS (under the pepper), or by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);
-  const keys = new KeyRing(store.signingKeys, sealer);
+  // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
+  const trail = new AuditTrail({ service: "auth", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
+  const audit = {
+    trail,
+    partners: trail.on(store.partners),
+    credentials: trail.on(store.credentials),
+    keys: trail.on(store.signingKeys),
+    store: await openAuditStore(runtime.mongo.db),
+  };
+  await trail.start();
+  const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) });
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = setInterval(() => {
@@ -29,11 +48,26 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   const events = new PartnerEventPublisher(store, runtime.producer, topicName(settings.DATA_NAMESPACE, "partnerEvents"), logger);
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
+  let feed: PartnerEventFeed | undefined;
+  const authentications = new AuthenticationCache({
+    trusted: () => feed !== undefined && feed.alive() && feed.reporter.sinceLastReportMs() < CACHE_TRUST_MS,
+  });
+  // Every replica follows the partner events, as gateways do, so that an operator change drops the
+  // cached authentications it affects on every replica before the command returns.
+  feed = await followPartnerEvents({
+    kafka: runtime.kafka,
+    namespace: settings.DATA_NAMESPACE,
+    service: "auth",
+    logger,
+    apply: (event) => authentications.apply(event),
+    sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
+  });
+  const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
-    routes: routes({ store, keys, settings, peppers, sealer, events, logger }),
-    healthy: runtime.healthy,
+    routes: routes({ store, keys, settings, peppers, sealer, events, authentications, audit, logger }),
+    healthy: async () => auditConsumer.alive() && (await runtime.healthy()),
     logger,
   });
   return {
@@ -41,7 +75,9 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     async stop() {
       clearInterval(reload);
       await server.close();
-      await events.stop();
+      await feed?.stop();
+      await auditConsumer.stop().catch(() => undefined);
+      await Promise.all([events.stop(), trail.stop()]);
       await runtime.close();
     },
   };

@@ -1,5 +1,5 @@
 import type { Collection, Db } from "mongodb";
-import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common";
+import { isDuplicateKey, type AuditCarrier, type OutboxEntry, type OutboxFields } from "@pi/common";
 import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";
 
@@ -15,8 +15,9 @@ export interface PartnerEventEntry extends OutboxEntry {
 
 // Partners and credentials carry their partner events in an outbox (propagation.ts): a change and
 // its event are stored in one update, so a crash before the publish cannot leave gateways
-// honouring a revoked credential or a suspended partner.
-export interface PartnerDoc extends OutboxFields<PartnerEventEntry> {
+// honouring a revoked credential or a suspended partner. Their audit records ride the same way in
+// a second outbox, `audit` (@pi/common audit-trail.ts).
+export interface PartnerDoc extends OutboxFields<PartnerEventEntry>, AuditCarrier {
   _id: string;
   name: string;
   status: PartnerStatus;
@@ -29,7 +30,7 @@ export interface PartnerDoc extends OutboxFields<PartnerEventEntry> {
   updatedAt: Date;
 }
 
-export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHash {
+export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHash, AuditCarrier {
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
@@ -40,10 +41,14 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   revokedAt?: Date;
 }
 
-/** A gateway instance and how far it has applied the partner-events topic (see propagation.ts). */
-export interface GatewayDoc {
+/** What follows the partner-events topic: gateways (their revocation lists) and auth replicas (their authentication caches). */
+export type FollowerKind = "gateway" | "auth";
+
+/** A gateway or auth replica and how far it has applied the partner-events topic (see propagation.ts). */
+export interface FollowerDoc {
   _id: string; // instance id
-  // Partition (as a string key) to the offset of the next event the gateway will apply.
+  kind?: FollowerKind; // absent: a gateway (written before auth replicas followed the topic)
+  // Partition (as a string key) to the offset of the next event the instance will apply.
   nextOffsets: Record<string, number>;
   seenAt: Date;
 }
@@ -52,7 +57,8 @@ export interface AuthStore {
   partners: Collection<PartnerDoc>;
   credentials: Collection<CredentialDoc>;
   signingKeys: Collection<SigningKeyDoc>;
-  gateways: Collection<GatewayDoc>;
+  /** Collection `gateways`, named when only gateways followed the topic. */
+  followers: Collection<FollowerDoc>;
 }
 
 // A suspended partner that exists only to be read when the client is unknown: every failed token
@@ -96,7 +102,7 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
     partners: db.collection<PartnerDoc>("partners"),
     credentials: db.collection<CredentialDoc>("credentials"),
     signingKeys: db.collection<SigningKeyDoc>("signing_keys"),
-    gateways: db.collection<GatewayDoc>("gateways"),
+    followers: db.collection<FollowerDoc>("gateways"),
   };
   await store.credentials.createIndex({ partnerId: 1 });
   await store.credentials.createIndex({ status: 1 });

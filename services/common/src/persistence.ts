@@ -238,6 +238,15 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
   /** How long a relay may hold a document before another may publish its events again. */
   leaseMs?: number;
   sweepEveryMs?: number;
+  /**
+   * The array field that holds the entries, and the relay's lease fields: "outbox", "relayUntil" and
+   * "relayHolder" by default. A document may carry several outboxes (its events, its audit records:
+   * audit-trail.ts), each under its own names, relayed apart.
+   */
+  field?: string;
+  lease?: LeaseFields;
+  /** What logs name a document by (its _id by default): for documents whose _id must not be logged. */
+  logId?(id: unknown): unknown;
 }
 
 /**
@@ -249,23 +258,34 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
  * leaves the entries (and at worst a lease that runs out) for the next one: at least once,
  * deduplicated downstream on the event id.
  */
-export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry> {
+export class Outbox<D extends Document, E extends OutboxEntry> {
   private readonly leaseMs: number;
+  private readonly field: string;
+  private readonly lease: LeaseFields;
+  private readonly logId: (id: unknown) => unknown;
   private readonly inFlight = new Set<Promise<unknown>>();
   private sweeper: Periodic | undefined;
 
   constructor(private readonly o: OutboxOptions<D, E>) {
     this.leaseMs = o.leaseMs ?? 30_000;
+    this.field = o.field ?? "outbox";
+    this.lease = o.lease ?? RELAY;
+    this.logId = o.logId ?? ((id) => id);
+  }
+
+  /** The filter of documents holding at least one entry. */
+  private pending(): Document {
+    return { [`${this.field}.eventId`]: { $exists: true } };
   }
 
   /** The index the sweep reads: only documents with entries have a key in it. */
   async ensureIndex(): Promise<void> {
-    await this.o.collection.createIndex({ "outbox.eventId": 1 }, { sparse: true, name: "outbox_pending" });
+    await this.o.collection.createIndex({ [`${this.field}.eventId`]: 1 }, { sparse: true, name: `${this.field}_pending` });
   }
 
   /** Right after a write that stored an entry: relays in the background; a failure is left to the sweep. */
   afterWrite(id: unknown): void {
-    this.track(this.relay(id).catch((err: unknown) => this.o.logger.warn({ err, id, events: this.o.name }, "outbox relay failed; the sweep will retry")));
+    this.track(this.relay(id).catch((err: unknown) => this.o.logger.warn({ err, id: this.logId(id), events: this.o.name }, "outbox relay failed; the sweep will retry")));
   }
 
   /**
@@ -280,17 +300,19 @@ export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry>
     // back in one write. Entries written meanwhile (their own relay found the lease taken) are
     // found by the next round's take, which returns null once nothing is left.
     for (;;) {
-      const lease = await takeLease(collection, asFilter<D>({ _id: id, "outbox.eventId": { $exists: true } }), RELAY, { ms: this.leaseMs });
+      const lease = await takeLease(collection, asFilter<D>({ _id: id, ...this.pending() }), this.lease, { ms: this.leaseMs });
       if (!lease) return published;
-      const entries: E[] = lease.doc.outbox;
+      const entries = (lease.doc as Document)[this.field] as E[];
       try {
         await this.publish(lease.doc, entries, published);
       } catch (err) {
-        logger.warn({ err, id, events: this.o.name }, "outbox relay failed; the sweep will retry");
-        await endLease(collection, id, RELAY, lease.holder).catch(() => undefined);
+        logger.warn({ err, id: this.logId(id), events: this.o.name }, "outbox relay failed; the sweep will retry");
+        await endLease(collection, id, this.lease, lease.holder).catch(() => undefined);
         return published;
       }
-      const ended = await endLease(collection, id, RELAY, lease.holder, { update: asUpdate<D>({ $pull: { outbox: { eventId: { $in: entries.map((e) => e.eventId) } } } }) });
+      const ended = await endLease(collection, id, this.lease, lease.holder, {
+        update: asUpdate<D>({ $pull: { [this.field]: { eventId: { $in: entries.map((e) => e.eventId) } } } }),
+      });
       if (!ended) return published; // the lease ran out and another relay took over (and publishes again)
     }
   }
@@ -310,18 +332,18 @@ export class Outbox<D extends Document & OutboxFields<E>, E extends OutboxEntry>
     const [meta] = await this.o.producer.send({ topic: this.o.topic, messages });
     // One key, so one partition: the entries sit at consecutive offsets from the batch's base.
     if (meta) entries.forEach((e, i) => published.set(e.eventId, { partition: meta.partition, offset: BigInt(meta.baseOffset ?? "0") + BigInt(i) }));
-    this.o.logger.info({ id: doc._id, events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
+    this.o.logger.info({ id: this.logId(doc._id), events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
   }
 
   /** Whether the event is still in the document's outbox (not published yet). */
   async holds(id: unknown, eventId: string): Promise<boolean> {
-    return (await this.o.collection.countDocuments(asFilter<D>({ _id: id, "outbox.eventId": eventId }), { limit: 1 })) > 0;
+    return (await this.o.collection.countDocuments(asFilter<D>({ _id: id, [`${this.field}.eventId`]: eventId }), { limit: 1 })) > 0;
   }
 
   /** Relays every document that has entries and no relay at work on it; returns how many it found. */
   async sweep(limit = 500): Promise<number> {
     const pending = await this.o.collection
-      .find(asFilter<D>({ "outbox.eventId": { $exists: true }, ...leaseFree(RELAY, new Date()) }), { projection: { _id: 1 } })
+      .find(asFilter<D>({ ...this.pending(), ...leaseFree(this.lease, new Date()) }), { projection: { _id: 1 } })
       .limit(limit)
       .toArray();
     await Promise.all(pending.map((d) => this.relay(d._id)));

@@ -1,5 +1,6 @@
 import type { Filter } from "mongodb";
-import { contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, pushEvent, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
+import { auditEntry, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
+import { connectionAudit } from "./audit.js";
 import {
   effectiveStatus,
   externalStatus,
@@ -16,8 +17,9 @@ import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
 // Connections in the database: every state change is a compare-and-set on the document's version
 // (updateVersioned) that stores the new state and, when the change emits an event, its outbox entry
-// in the same update (no transactions: one document update carries both). Two replicas acting on
-// one connection at once: one write wins, the other reads the new state and decides again.
+// in the same update (no transactions: one document update carries both), with its audit record
+// (audit.ts) beside them. Two replicas acting on one connection at once: one write wins, the other
+// reads the new state and decides again.
 
 export type Clock = () => Date;
 
@@ -40,6 +42,8 @@ export class Connections {
     /** Called right after a write that stored an event (outbox.ts `afterStore`). */
     private readonly afterStore: (connectionId: string) => void,
     private readonly clock: Clock = () => new Date(),
+    /** Called right after a write that stored an audit record (every change): its relay. */
+    private readonly afterAudit: (connectionId: string) => void = () => undefined,
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
   }
@@ -91,6 +95,7 @@ export class Connections {
       trace: traceHeaders(),
       createdAt: t.now,
       updatedAt: t.now,
+      audit: [auditEntry("connection", connectionAudit("request", { _id: id, partnerId }, elderId), t.now)],
     };
     let doc: ConnectionDoc | null = null;
     for (let attempt = 1; doc === null; attempt++) {
@@ -101,7 +106,10 @@ export class Connections {
         if (!isDuplicateKey(err) || attempt >= maxAttempts) throw err;
       }
     }
-    if (doc._id === id) return doc;
+    if (doc._id === id) {
+      this.afterAudit(id);
+      return doc;
+    }
     const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
     return repeated?.doc ?? doc;
   }
@@ -130,6 +138,7 @@ export class Connections {
             outboxEntry({ type: event, status: outcome.to === "approved" ? ("approved" as const) : ("revoked" as const) }, t.now),
           )
         : null;
+      const record = auditEntry("connection", connectionAudit(trigger, doc, elderId), t.now);
       const updated = await updateVersioned(this.store.connections, doc, {
         $set: {
           status: outcome.to,
@@ -138,10 +147,11 @@ export class Connections {
           updatedAt: t.now,
           ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
         },
-        ...(entry ? pushEvent<OutboxEntry>(entry) : {}),
+        $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
       if (!updated) continue; // another writer changed it since the read: decide again on the new state
       if (entry) this.afterStore(doc._id);
+      this.afterAudit(doc._id);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);

@@ -1,6 +1,7 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectionv1, commonv1 } from "@pi/proto";
-import { checkElderAddress, insertIfNew, newId, sandboxElderAddress, serviceError, ErrorReason, type Logger, type Settings } from "@pi/common";
+import { checkElderAddress, insertIfNew, newId, sandboxElderAddress, serviceError, ErrorReason, type AuditTrail, type Logger, type Settings } from "@pi/common";
+import { partnerActor } from "./audit.js";
 import type { Connections } from "./connections.js";
 import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type Trigger } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore } from "./store.js";
@@ -14,6 +15,10 @@ export interface ConnectionDeps {
   connections: Connections;
   settings: Settings;
   logger: Logger;
+  /** Records what changes nothing (a caregiver's refused or repeated act, a refused elder); changes record themselves. */
+  trail: Pick<AuditTrail, "entry" | "record" | "refusals">;
+  /** Relays the audit record stored with a new elder. */
+  afterElder: (address: string) => void;
 }
 
 /** The shape of every id newId("con") makes; anything else cannot name a connection. */
@@ -41,7 +46,7 @@ function modeOf(mode: commonv1.Mode): ConnectionMode {
 }
 
 export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
-  const { store, connections, settings } = deps;
+  const { store, connections, settings, trail } = deps;
   const domain = settings.ADDRESS_DOMAIN;
   const sandbox = sandboxElderAddress(domain);
 
@@ -62,9 +67,19 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
   }
 
   async function caregiverAct(id: string, trigger: Extract<Trigger, "approve" | "decline" | "sever">) {
+    const act = { action: `connection.${trigger}`, actor: "caregiver" } as const;
     const applied = CONNECTION_ID.test(id) ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve" }) : null;
-    if (!applied) throw new ConnectError(`no connection ${id}`, Code.NotFound);
-    if (applied.outcome.kind === "refused") throw new ConnectError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Code.FailedPrecondition);
+    if (!applied) {
+      await trail.record({ ...act, targets: [id], refused: { code: "not_found" } });
+      throw new ConnectError(`no connection ${id}`, Code.NotFound);
+    }
+    // A change was recorded with it (connections.ts); an act that changed nothing is recorded here.
+    const targets = [id, applied.doc.partnerId, applied.doc.elderId];
+    if (applied.outcome.kind === "refused") {
+      await trail.record({ ...act, targets, refused: { code: "failed_precondition", rule: applied.outcome.reason } });
+      throw new ConnectError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Code.FailedPrecondition);
+    }
+    if (applied.outcome.kind === "unchanged") await trail.record({ ...act, targets });
     const status = effectiveStatus(connections.stateOf(applied.doc), connections.timing());
     return { result: { id, internalStatus: internalEnum[status] } };
   }
@@ -74,6 +89,7 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
       const mode = modeOf(req.mode);
       const address = addressOrThrow(req.elderAddress);
       if (req.partnerId === "") throw new ConnectError("partner_id is required", Code.InvalidArgument);
+      partnerActor(req.partnerId);
       return partnerView(await connections.request(req.partnerId, mode, address));
     },
 
@@ -99,15 +115,19 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     declineConnection: (req) => caregiverAct(req.id, "decline"),
     severConnection: (req) => caregiverAct(req.id, "sever"),
 
-    async createElder(req) {
-      const address = req.address !== undefined ? addressOrThrow(req.address) : `${randomThreeWords()}@${domain}`;
-      if (address === sandbox) throw new ConnectError("the sandbox elder address is reserved", Code.InvalidArgument);
-      const elderId = newId("eld");
-      if (!(await insertIfNew(store.elders, { _id: address, elderId, createdAt: new Date() }))) {
-        throw new ConnectError(`an elder already has the address ${address}`, Code.AlreadyExists);
-      }
-      return { elderId, address };
-    },
+    // Its record names the elder by id only, never by address.
+    createElder: (req) =>
+      trail.refusals({ action: "elder.create", actor: "operator", targets: [] }, async () => {
+        const address = req.address !== undefined ? addressOrThrow(req.address) : `${randomThreeWords()}@${domain}`;
+        if (address === sandbox) throw new ConnectError("the sandbox elder address is reserved", Code.InvalidArgument);
+        const elderId = newId("eld");
+        const audit = [trail.entry({ action: "elder.create", actor: "operator", targets: [elderId] })];
+        if (!(await insertIfNew(store.elders, { _id: address, elderId, createdAt: new Date(), audit }))) {
+          throw new ConnectError(`an elder already has the address ${address}`, Code.AlreadyExists);
+        }
+        deps.afterElder(address);
+        return { elderId, address };
+      }),
 
     async getInfo() {
       return { addressDomain: domain, sandboxElderAddress: sandbox };

@@ -1,4 +1,4 @@
-import { every, openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, every, openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { Connections } from "./connections.js";
 import { afterStore, connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
@@ -32,12 +32,17 @@ export async function startConnectionService(settings: Settings, logger: Logger)
     sweepEveryMs: intervals.outboxSweepMs,
   });
   await outbox.ensureIndex();
-  const connections = new Connections(store, settings, afterStore(outbox, logger));
+  const trail = new AuditTrail({ service: "connection", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
+  const connectionsAudit = trail.on(store.connections);
+  // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
+  const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });
+  await trail.start();
+  const connections = new Connections(store, settings, afterStore(outbox, logger), undefined, (id) => connectionsAudit.afterWrite(id));
 
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.CONNECTION_SERVICE_PORT,
-    routes: routes({ store, connections, settings, logger }),
+    routes: routes({ store, connections, settings, logger, trail, afterElder: (address) => eldersAudit.afterWrite(address) }),
     healthy: runtime.healthy,
     logger,
   });
@@ -54,7 +59,7 @@ export async function startConnectionService(settings: Settings, logger: Logger)
     async stop() {
       await server.close();
       await Promise.all(rounds.map((r) => r.stop()));
-      await outbox.stop();
+      await Promise.all([outbox.stop(), trail.stop()]);
       await runtime.close();
     },
   };

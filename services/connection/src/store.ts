@@ -1,5 +1,5 @@
 import type { Collection, Db } from "mongodb";
-import type { OutboxEntry as Entry, OutboxFields } from "@pi/common";
+import type { AuditCarrier, OutboxEntry as Entry, OutboxFields } from "@pi/common";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
 
 export type { ConnectionMode, InternalStatus };
@@ -10,7 +10,7 @@ export type { ConnectionMode, InternalStatus };
  * stop at the first match: a timing oracle for guarantee 1). The collection replaced "elders"
  * (keyed by elder id) before release.
  */
-export interface ElderDoc {
+export interface ElderDoc extends AuditCarrier {
   _id: string;
   elderId: string;
   createdAt: Date;
@@ -22,7 +22,7 @@ export interface OutboxEntry extends Entry {
   status: ExternalStatus;
 }
 
-export interface ConnectionDoc extends OutboxFields<OutboxEntry> {
+export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   _id: string;
   partnerId: string;
   mode: ConnectionMode;

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { authv1, commonv1, connectionv1, webhookv1 } from "@pi/proto";
+import { authv1, commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
 import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common";
 
 // Each operator command: calls one internal service and returns the JSON object of the operator
@@ -43,10 +43,15 @@ export function parseScopes(value: string | undefined): string[] {
   return scopes;
 }
 
-/** An operator change that not every gateway confirmed in time still stands; the operator is told. */
-function propagationWarning(p: authv1.Propagation | undefined): string | undefined {
-  if (!p || p.confirmed >= p.gateways) return undefined;
-  return `warning: ${p.gateways - p.confirmed} of ${p.gateways} gateways had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
+/** An operator change that not every gateway or auth replica confirmed in time still stands; the operator is told. */
+export function propagationWarning(p: authv1.Propagation | undefined): string | undefined {
+  if (!p) return undefined;
+  const lagging = [
+    p.confirmed < p.gateways ? `${p.gateways - p.confirmed} of ${p.gateways} gateways` : "",
+    p.authConfirmed < p.authReplicas ? `${p.authReplicas - p.authConfirmed} of ${p.authReplicas} auth replicas` : "",
+  ].filter((s) => s !== "");
+  if (lagging.length === 0) return undefined;
+  return `warning: ${lagging.join(" and ")} had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
 }
 
 /** `--overlap-hours N`: a number of hours, fractions allowed, 0 to 168; absent means 24. */
@@ -67,6 +72,33 @@ export function parseSince(value: string): number {
 }
 
 const isoOrNull = (ms: bigint) => (ms === 0n ? null : new Date(Number(ms)).toISOString());
+
+/** `--limit N`: a whole number from 1 to 1000; absent means 100. */
+export function parseLimit(value: string | undefined): number {
+  if (value === undefined) return 100;
+  if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || Number(value) > 1000) throw new UsageError(`--limit must be a whole number from 1 to 1000, not ${JSON.stringify(value)}`);
+  return Number(value);
+}
+
+const auditOutcomeName: Record<eventsv1.AuditOutcome, string> = {
+  [eventsv1.AuditOutcome.UNSPECIFIED]: "unknown",
+  [eventsv1.AuditOutcome.OK]: "ok",
+  [eventsv1.AuditOutcome.REFUSED]: "refused",
+};
+
+/** One audit record as `ops audit` prints it. */
+export function auditRecordJson(r: eventsv1.AuditRecord) {
+  return {
+    id: r.id,
+    occurred_at: new Date(Number(r.occurredAt)).toISOString(),
+    actor: r.actor,
+    action: r.action,
+    targets: r.targets,
+    outcome: auditOutcomeName[r.outcome],
+    reason: r.reason || null,
+    service: r.service,
+  };
+}
 
 export function parseMode(value: string): commonv1.Mode {
   if (value === "live") return commonv1.Mode.LIVE;
@@ -187,6 +219,16 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
   async webhookRecover(partnerId: string, since: string) {
     const res = await c.webhook.recoverDeliveries({ partnerId, since: BigInt(parseSince(since)) });
     return { partner_id: partnerId, requeued: res.eventIds.length, event_ids: res.eventIds };
+  },
+
+  /** The audit trail, newest first (docs/security.md, "Audit trail"). */
+  async audit(opts: { since?: string; target?: string; limit?: string } = {}) {
+    const res = await c.auth.listAuditRecords({
+      since: opts.since === undefined ? 0n : BigInt(parseSince(opts.since)),
+      target: opts.target ?? "",
+      limit: parseLimit(opts.limit),
+    });
+    return { records: res.records.map(auditRecordJson) };
   },
 });
 

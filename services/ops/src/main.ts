@@ -121,6 +121,14 @@ webhook
   .requiredOption("--since <isoTime>", "ISO 8601 date-time, e.g. 2026-01-31T12:00:00Z")
   .action(action((id: string, o: { since: string }) => ops.webhookRecover(id, o.since)));
 
+program
+  .command("audit")
+  .description("the audit trail, newest first: who changed what, when, and whether it was refused")
+  .option("--since <isoTime>", "only records at or after this ISO 8601 date-time, e.g. 2026-01-31T12:00:00Z")
+  .option("--target <id>", "only records naming this id (con_, ptr_, cli_, eld_, evt_ or key_)")
+  .option("--limit <n>", "at most this many records, 1 to 1000 (default 100)")
+  .action(action((o: { since?: string; target?: string; limit?: string }) => ops.audit(o)));
+
 program.parseAsync(process.argv).then(
   () => process.exit(0),
   (err) => {

@@ -1,3 +1,4 @@
+import { pushAudit, type AuditEntry } from "@pi/common";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
 // The operator's resend and recover: a stored event goes back on the queue, due at once, with the
@@ -7,7 +8,7 @@ import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js"
 
 /** When a delivery last failed: its last attempt's start, or (never attempted) its creation. */
 export function failedAt(event: Pick<WebhookEventDoc, "attemptLog" | "createdAt">): Date {
-  return event.attemptLog?.at(-1)?.startedAt ?? event.createdAt;
+  return event.attemptLog.at(-1)?.startedAt ?? event.createdAt;
 }
 
 /** Events of a partner that a recover since `since` re-queues: failed (or never sendable) since then. */
@@ -15,9 +16,10 @@ export function recoverable(events: WebhookEventDoc[], since: Date): WebhookEven
   return events.filter((e) => (e.state === "failed" || e.state === "no_endpoint") && failedAt(e).getTime() >= since.getTime());
 }
 
-export async function requeue(store: WebhookStore, event: WebhookEventDoc, now = new Date()): Promise<WebhookEventDoc> {
+/** Re-queues one event; `audit` is the operator's record of it, stored in the same update. */
+export async function requeue(store: WebhookStore, event: WebhookEventDoc, audit: AuditEntry, now = new Date()): Promise<WebhookEventDoc> {
   const pending: WebhookEventDoc = { ...event, state: "pending", nextAttemptAt: now };
-  await store.events.updateOne({ _id: event._id }, { $set: { state: "pending", nextAttemptAt: now } });
+  await store.events.updateOne({ _id: event._id }, { $set: { state: "pending", nextAttemptAt: now }, ...pushAudit(audit) });
   const { _id, ...entry } = { ...queueEntry(pending), createdAt: now };
   await store.queue.updateOne({ _id }, { $set: entry }, { upsert: true });
   return pending;

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { webhookv1 } from "@pi/proto";
-import type { Logger, Settings } from "@pi/common";
+import type { AuditEntry, AuditTrail, Logger, Outbox, Settings } from "@pi/common";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
 import { recoverable, requeue } from "./requeue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
@@ -11,6 +11,9 @@ export interface WebhookDeps {
   store: WebhookStore;
   /** Tells the dispatcher that something came due. */
   poke?: () => void;
+  /** The operator's re-queues are recorded in each event's document (requeue.ts), refusals alone. */
+  trail: Pick<AuditTrail, "entry" | "refusals">;
+  eventsAudit: Pick<Outbox<WebhookEventDoc, AuditEntry>, "afterWrite">;
 }
 
 const MAX_LIST = 1000;
@@ -31,7 +34,7 @@ export function deliveryOf(doc: WebhookEventDoc) {
     nextAttemptAt: doc.nextAttemptAt ? BigInt(doc.nextAttemptAt.getTime()) : 0n,
     connectionId: doc.connectionId,
     createdAt: BigInt(doc.createdAt.getTime()),
-    attemptLog: (doc.attemptLog ?? []).map((a) => ({
+    attemptLog: doc.attemptLog.map((a) => ({
       number: a.number,
       startedAt: BigInt(a.startedAt.getTime()),
       statusCode: a.statusCode,
@@ -73,22 +76,30 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
       return { delivery: deliveryOf(doc), partnerId: doc.partnerId };
     },
 
-    async resendEvent(req) {
-      const doc = await requeue(deps.store, await eventOrThrow(req.eventId));
-      deps.poke?.();
-      deps.logger.info({ eventId: doc._id, partnerId: doc.partnerId }, "webhook event resent by the operator");
-      return { delivery: deliveryOf(doc) };
-    },
+    resendEvent: (req) =>
+      deps.trail.refusals({ action: "webhook.resend", actor: "operator", targets: [req.eventId] }, async () => {
+        const event = await eventOrThrow(req.eventId);
+        const doc = await requeue(deps.store, event, deps.trail.entry({ action: "webhook.resend", actor: "operator", targets: [event._id, event.partnerId, event.connectionId] }));
+        deps.eventsAudit.afterWrite(doc._id);
+        deps.poke?.();
+        deps.logger.info({ eventId: doc._id, partnerId: doc.partnerId }, "webhook event resent by the operator");
+        return { delivery: deliveryOf(doc) };
+      }),
 
-    async recoverDeliveries(req) {
-      if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
-      if (req.since <= 0n) throw new ConnectError("since is required", Code.InvalidArgument);
-      const events = await deps.store.events.find({ partnerId: req.partnerId }).toArray();
-      const due = recoverable(events, new Date(Number(req.since)));
-      for (const doc of due) await requeue(deps.store, doc);
-      if (due.length > 0) deps.poke?.();
-      deps.logger.info({ partnerId: req.partnerId, since: new Date(Number(req.since)), requeued: due.length }, "failed webhook deliveries recovered by the operator");
-      return { eventIds: due.map((d) => d._id) };
-    },
+    // One record per re-queued event, each stored with its re-queue: a recover that finds nothing changes nothing.
+    recoverDeliveries: (req) =>
+      deps.trail.refusals({ action: "webhook.recover", actor: "operator", targets: [req.partnerId] }, async () => {
+        if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
+        if (req.since <= 0n) throw new ConnectError("since is required", Code.InvalidArgument);
+        const events = await deps.store.events.find({ partnerId: req.partnerId }).toArray();
+        const due = recoverable(events, new Date(Number(req.since)));
+        for (const doc of due) {
+          await requeue(deps.store, doc, deps.trail.entry({ action: "webhook.recover", actor: "operator", targets: [doc._id, doc.partnerId, doc.connectionId] }));
+          deps.eventsAudit.afterWrite(doc._id);
+        }
+        if (due.length > 0) deps.poke?.();
+        deps.logger.info({ partnerId: req.partnerId, since: new Date(Number(req.since)), requeued: due.length }, "failed webhook deliveries recovered by the operator");
+        return { eventIds: due.map((d) => d._id) };
+      }),
   });
 };

@@ -1,4 +1,4 @@
-import { clientsFor, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, clientsFor, openRuntime, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { consumeConnectionEvents } from "./consumer.js";
 import { Dispatcher, TARGET_LOOKUP_TIMEOUT_MS } from "./dispatcher.js";
 import { WebhookSender, type Resolver } from "./outbound.js";
@@ -14,6 +14,9 @@ export interface WebhookServiceOptions {
 export async function startWebhookService(settings: Settings, logger: Logger, options: WebhookServiceOptions = {}): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
   const store = await openWebhookStore(runtime.mongo.db);
+  const trail = new AuditTrail({ service: "webhook", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
+  const eventsAudit = trail.on(store.events);
+  await trail.start();
   const targets = new TargetCache(clientsFor(settings).auth(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);
   const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
   const sender = new WebhookSender({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, timeoutMs, resolve: options.resolve });
@@ -34,7 +37,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.WEBHOOK_SERVICE_PORT,
-    routes: routes({ settings, logger, store, poke: () => dispatcher.poke() }),
+    routes: routes({ settings, logger, store, poke: () => dispatcher.poke(), trail, eventsAudit }),
     healthy: async () => consumer.alive() && (await runtime.healthy()),
     logger,
   });
@@ -45,6 +48,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
       await Promise.allSettled([consumer.stop(), changes.stop()]);
       await dispatcher.stop(3_000, () => sender.destroy());
       await sender.close().catch(() => {});
+      await trail.stop();
       await runtime.close();
     },
   };

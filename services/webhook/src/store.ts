@@ -1,5 +1,5 @@
 import type { Collection, Db } from "mongodb";
-import type { ClaimDoc as BaseClaim } from "@pi/common";
+import type { AuditCarrier, ClaimDoc as BaseClaim } from "@pi/common";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { EventType } from "./event-body.js";
 
@@ -29,7 +29,7 @@ export interface AttemptRecord {
   responseExcerpt: string;
 }
 
-export interface WebhookEventDoc {
+export interface WebhookEventDoc extends AuditCarrier {
   _id: string; // evt_...
   sourceEventId: string; // unique: one webhook event per connection event, however often Kafka redelivers it
   partnerId: string;

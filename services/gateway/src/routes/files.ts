@@ -9,6 +9,7 @@ import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
+import { TerminalStatusCache } from "../terminal-status-cache.js";
 import { TransferRate, UploadSlots } from "../upload-guards.js";
 
 // POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md; in short:
@@ -264,7 +265,7 @@ function watchTransferRate(req: IncomingMessage, settings: FileRouteSettings): {
   return { stalled, stop: () => clearInterval(timer) };
 }
 
-export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings) {
+export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings, terminal = new TerminalStatusCache()) {
   const router = gatewayRouter();
   const domain = settings.ADDRESS_DOMAIN;
   const slots = new UploadSlots(settings.UPLOAD_CONCURRENCY_PER_PARTNER, settings.UPLOAD_CONCURRENCY_TOTAL);
@@ -338,8 +339,17 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
     const id = ctx.params.id ?? "";
     // A malformed id is as unknown as any other: the same 404, without asking file-intake.
     if (!FILE_ID.test(id)) throw new PartnerError("not_found");
-    const res = await files.getFile({ partnerId: ctx.state.principal!.partnerId, id, mode: modeOf(ctx) });
-    ctx.body = fileResource(res.file);
+    const { partnerId, mode } = ctx.state.principal!;
+    // Only this partner's own file, in this mode, read earlier as processed or failed, is found here.
+    const known = terminal.get(partnerId, mode, id);
+    if (known) {
+      ctx.body = { id, status: known };
+      return;
+    }
+    const res = await files.getFile({ partnerId, id, mode: modeOf(ctx) });
+    const resource = fileResource(res.file);
+    if (resource.id === id) terminal.remember(partnerId, mode, id, resource.status);
+    ctx.body = resource;
   });
 
   return router;

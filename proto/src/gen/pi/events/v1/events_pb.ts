@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/events/v1/events.proto.
  */
 export const file_pi_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChlwaS9ldmVudHMvdjEvZXZlbnRzLnByb3RvEgxwaS5ldmVudHMudjEiowEKD0Nvbm5lY3Rpb25FdmVudBIQCghldmVudF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhIKCnBhcnRuZXJfaWQYAyABKAkSFQoNY29ubmVjdGlvbl9pZBgEIAEoCRIOCgZzdGF0dXMYBSABKAkSIAoEbW9kZRgGIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhMKC29jY3VycmVkX2F0GAcgASgDIoMBChFGaWxlUmVjZWl2ZWRFdmVudBIPCgdmaWxlX2lkGAEgASgJEhIKCnBhcnRuZXJfaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhIKCm1lZGlhX3R5cGUYBCABKAkSEwoLb2NjdXJyZWRfYXQYBSABKAMieAoMUGFydG5lckV2ZW50EiwKBGtpbmQYASABKA4yHi5waS5ldmVudHMudjEuUGFydG5lckV2ZW50S2luZBISCgpwYXJ0bmVyX2lkGAIgASgJEhEKCWNsaWVudF9pZBgDIAEoCRITCgtvY2N1cnJlZF9hdBgEIAEoAyreAQoQUGFydG5lckV2ZW50S2luZBIiCh5QQVJUTkVSX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIpCiVQQVJUTkVSX0VWRU5UX0tJTkRfQ1JFREVOVElBTF9SRVZPS0VEEAESKAokUEFSVE5FUl9FVkVOVF9LSU5EX1BBUlRORVJfU1VTUEVOREVEEAISKQolUEFSVE5FUl9FVkVOVF9LSU5EX1BBUlRORVJfUkVJTlNUQVRFRBADEiYKIlBBUlRORVJfRVZFTlRfS0lORF9XRUJIT09LX0NIQU5HRUQQBGIGcHJvdG8z", [file_pi_common_v1_common]);
+  fileDesc("ChlwaS9ldmVudHMvdjEvZXZlbnRzLnByb3RvEgxwaS5ldmVudHMudjEiowEKD0Nvbm5lY3Rpb25FdmVudBIQCghldmVudF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhIKCnBhcnRuZXJfaWQYAyABKAkSFQoNY29ubmVjdGlvbl9pZBgEIAEoCRIOCgZzdGF0dXMYBSABKAkSIAoEbW9kZRgGIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhMKC29jY3VycmVkX2F0GAcgASgDIoMBChFGaWxlUmVjZWl2ZWRFdmVudBIPCgdmaWxlX2lkGAEgASgJEhIKCnBhcnRuZXJfaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhIKCm1lZGlhX3R5cGUYBCABKAkSEwoLb2NjdXJyZWRfYXQYBSABKAMieAoMUGFydG5lckV2ZW50EiwKBGtpbmQYASABKA4yHi5waS5ldmVudHMudjEuUGFydG5lckV2ZW50S2luZBISCgpwYXJ0bmVyX2lkGAIgASgJEhEKCWNsaWVudF9pZBgDIAEoCRITCgtvY2N1cnJlZF9hdBgEIAEoAyK+AQoLQXVkaXRSZWNvcmQSCgoCaWQYASABKAkSEwoLb2NjdXJyZWRfYXQYAiABKAMSDwoHc2VydmljZRgDIAEoCRINCgVhY3RvchgEIAEoCRIOCgZhY3Rpb24YBSABKAkSDwoHdGFyZ2V0cxgGIAMoCRIrCgdvdXRjb21lGAcgASgOMhoucGkuZXZlbnRzLnYxLkF1ZGl0T3V0Y29tZRIOCgZyZWFzb24YCCABKAkSEAoIc2VxdWVuY2UYCSABKAQq3gEKEFBhcnRuZXJFdmVudEtpbmQSIgoeUEFSVE5FUl9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASKQolUEFSVE5FUl9FVkVOVF9LSU5EX0NSRURFTlRJQUxfUkVWT0tFRBABEigKJFBBUlRORVJfRVZFTlRfS0lORF9QQVJUTkVSX1NVU1BFTkRFRBACEikKJVBBUlRORVJfRVZFTlRfS0lORF9QQVJUTkVSX1JFSU5TVEFURUQQAxImCiJQQVJUTkVSX0VWRU5UX0tJTkRfV0VCSE9PS19DSEFOR0VEEAQqXgoMQXVkaXRPdXRjb21lEh0KGUFVRElUX09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBBVURJVF9PVVRDT01FX09LEAESGQoVQVVESVRfT1VUQ09NRV9SRUZVU0VEEAJiBnByb3RvMw", [file_pi_common_v1_common]);
 
 /**
  * Topic connection-events: a partner-visible change of a connection.
@@ -147,6 +147,86 @@ export const PartnerEventSchema: GenMessage<PartnerEvent> = /*@__PURE__*/
   messageDesc(file_pi_events_v1_events, 2);
 
 /**
+ * Topic audit-events: one record of the audit trail, written by the service that made (or refused)
+ * the change, in the same document update as the change (docs/security.md, "Audit trail"). The auth
+ * service stores each record once, by its id. Ids only: never a secret, an elder's address, a
+ * purpose, a webhook address or a file's content.
+ *
+ * @generated from message pi.events.v1.AuditRecord
+ */
+export type AuditRecord = Message<"pi.events.v1.AuditRecord"> & {
+  /**
+   * An evt_ id, unique per record: a record published twice is stored once.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Unix milliseconds at which the service made or refused the change (its own clock).
+   *
+   * @generated from field: int64 occurred_at = 2;
+   */
+  occurredAt: bigint;
+
+  /**
+   * The service that wrote it: "auth", "connection" or "webhook".
+   *
+   * @generated from field: string service = 3;
+   */
+  service: string;
+
+  /**
+   * "operator" (the CLI), "caregiver" (the app's acts), "system" (the service's own rounds), or the
+   * partner id (ptr_...) of a partner's own request.
+   *
+   * @generated from field: string actor = 4;
+   */
+  actor: string;
+
+  /**
+   * What was done, e.g. "connection.decline" or "credential.revoke" (the list: docs/security.md).
+   *
+   * @generated from field: string action = 5;
+   */
+  action: string;
+
+  /**
+   * The ids the act concerns (con_, ptr_, cli_, eld_, evt_, key_), the main one first.
+   *
+   * @generated from field: repeated string targets = 6;
+   */
+  targets: string[];
+
+  /**
+   * @generated from field: pi.events.v1.AuditOutcome outcome = 7;
+   */
+  outcome: AuditOutcome;
+
+  /**
+   * Empty when OK; else a code (not_found, failed_precondition, ...), and for a caregiver act the
+   * rule that refused it ("failed_precondition: the connection is approved; sever it instead").
+   *
+   * @generated from field: string reason = 8;
+   */
+  reason: string;
+
+  /**
+   * Increases with every record one process writes: orders that process's records of one millisecond.
+   *
+   * @generated from field: uint64 sequence = 9;
+   */
+  sequence: bigint;
+};
+
+/**
+ * Describes the message pi.events.v1.AuditRecord.
+ * Use `create(AuditRecordSchema)` to create a new message.
+ */
+export const AuditRecordSchema: GenMessage<AuditRecord> = /*@__PURE__*/
+  messageDesc(file_pi_events_v1_events, 3);
+
+/**
  * @generated from enum pi.events.v1.PartnerEventKind
  */
 export enum PartnerEventKind {
@@ -181,4 +261,30 @@ export enum PartnerEventKind {
  */
 export const PartnerEventKindSchema: GenEnum<PartnerEventKind> = /*@__PURE__*/
   enumDesc(file_pi_events_v1_events, 0);
+
+/**
+ * @generated from enum pi.events.v1.AuditOutcome
+ */
+export enum AuditOutcome {
+  /**
+   * @generated from enum value: AUDIT_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: AUDIT_OUTCOME_OK = 1;
+   */
+  OK = 1,
+
+  /**
+   * @generated from enum value: AUDIT_OUTCOME_REFUSED = 2;
+   */
+  REFUSED = 2,
+}
+
+/**
+ * Describes the enum pi.events.v1.AuditOutcome.
+ */
+export const AuditOutcomeSchema: GenEnum<AuditOutcome> = /*@__PURE__*/
+  enumDesc(file_pi_events_v1_events, 1);
 

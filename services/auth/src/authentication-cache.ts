@@ -1,0 +1,122 @@
+import { LRUCache } from "lru-cache";
+import { eventsv1 } from "@pi/proto";
+import type { CredentialMode } from "./store.js";
+
+// Successful client authentications, so that a partner asking for tokens again with the right
+// secret costs no database read. Only successes are kept, under the client id and the HMAC of the
+// presented secret (the hash IssueToken computes anyway): a request finds an entry only when both
+// are right, and every credential failure still takes the full path of guarantee 5 (the two reads
+// by _id and the comparison). Entries are dropped by the replica that makes a change, and by every
+// replica when the change's partner event reaches it; IssueToken takes a ticket before its reads
+// and keeps what they found only if nothing was dropped meanwhile, so a read from before a change
+// cannot be kept after it. The TTL is a safety net, not the mechanism. See docs/authentication.md.
+
+/** What a token needs from a successful authentication. */
+export interface Authenticated {
+  clientId: string;
+  partnerId: string;
+  mode: CredentialMode;
+  /** The partner's allowed scopes. */
+  scopes: readonly string[];
+}
+
+export const AUTHENTICATION_CACHE_MAX = 10_000;
+export const AUTHENTICATION_CACHE_TTL_MS = 5 * 60_000;
+
+export interface AuthenticationCacheOptions {
+  max?: number;
+  ttlMs?: number;
+  /**
+   * Whether partner events are known to reach this replica in time (its follower runs and its
+   * position is stored, so operator changes wait for it). While not, nothing is served or kept, and
+   * what was kept is dropped.
+   */
+  trusted?: () => boolean;
+  /** The clock of the TTL (tests). */
+  perf?: { now(): number };
+}
+
+export class AuthenticationCache {
+  private readonly entries: LRUCache<string, Authenticated>;
+  private readonly trusted: () => boolean;
+  private drops = 0;
+
+  constructor(options: AuthenticationCacheOptions = {}) {
+    this.entries = new LRUCache<string, Authenticated>({
+      max: options.max ?? AUTHENTICATION_CACHE_MAX,
+      ttl: options.ttlMs ?? AUTHENTICATION_CACHE_TTL_MS,
+      ...(options.perf ? { perf: options.perf, ttlResolution: 0 } : {}),
+    });
+    this.trusted = options.trusted ?? (() => true);
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** The kept authentication of this client with this secret hash, if any. */
+  get(clientId: string, secretHash: string): Authenticated | undefined {
+    if (!this.trusted()) {
+      if (this.entries.size > 0) this.clear();
+      return undefined;
+    }
+    return this.entries.get(key(clientId, secretHash));
+  }
+
+  /** Taken before the reads whose outcome may be kept. */
+  ticket(): number {
+    return this.drops;
+  }
+
+  /**
+   * Keeps a successful authentication, unless something was dropped since `ticket` (the reads may
+   * predate the change that dropped it). True when kept.
+   */
+  keep(ticket: number, secretHash: string, authenticated: Authenticated): boolean {
+    if (ticket !== this.drops || !this.trusted()) return false;
+    this.entries.set(key(authenticated.clientId, secretHash), authenticated);
+    return true;
+  }
+
+  dropClient(clientId: string): void {
+    this.dropWhere((a) => a.clientId === clientId);
+  }
+
+  dropPartner(partnerId: string): void {
+    this.dropWhere((a) => a.partnerId === partnerId);
+  }
+
+  clear(): void {
+    this.drops++;
+    this.entries.clear();
+  }
+
+  /** A partner event from the topic: a revocation drops the credential, a change of standing the partner. */
+  apply(event: eventsv1.PartnerEvent): void {
+    switch (event.kind) {
+      case eventsv1.PartnerEventKind.CREDENTIAL_REVOKED:
+        this.dropClient(event.clientId);
+        break;
+      case eventsv1.PartnerEventKind.PARTNER_SUSPENDED:
+      case eventsv1.PartnerEventKind.PARTNER_REINSTATED:
+        this.dropPartner(event.partnerId);
+        break;
+      default:
+        // A webhook change touches nothing a token needs.
+        break;
+    }
+  }
+
+  // Changes are rare operator commands; a scan of at most `max` entries is cheaper than an index.
+  private dropWhere(matches: (a: Authenticated) => boolean): void {
+    this.drops++;
+    const doomed: string[] = [];
+    this.entries.forEach((a, k) => {
+      if (matches(a)) doomed.push(k);
+    });
+    for (const k of doomed) this.entries.delete(k);
+  }
+}
+
+// The hash (64 hex characters) follows the last colon, so no client id, however odd, makes two keys meet.
+const key = (clientId: string, secretHash: string) => `${clientId}:${secretHash}`;

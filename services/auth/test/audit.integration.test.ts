@@ -1,0 +1,159 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
+import type { Producer } from "kafkajs";
+import { MongoClient, type Db } from "mongodb";
+import { authv1, eventsv1 } from "@pi/proto";
+import {
+  auditEntry,
+  clientsFor,
+  createKafka,
+  createLogger,
+  createProducer,
+  databaseName,
+  newId,
+  outboxEntry,
+  topicName,
+  type RunningService,
+  type Settings,
+} from "@pi/common";
+import { startAuthService } from "../src/service.js";
+import type { CredentialDoc } from "../src/store.js";
+import { testSettings } from "../../../test/support/services.js";
+
+// The audit trail's store on the real MongoDB-wire server and Kafka, with two replicas of the auth
+// service (each its own MongoClient) on one database: a record stored with a change reaches the
+// trail even when the replica that wrote it died before publishing, and a record published twice
+// is stored once (docs/security.md, "Audit trail").
+
+type AuthClient = ReturnType<ReturnType<typeof clientsFor>["auth"]>;
+
+let settings: Settings;
+const replicas: RunningService[] = [];
+let a: AuthClient;
+let b: AuthClient;
+let mongo: MongoClient;
+let db: Db;
+let producer: Producer;
+
+beforeAll(async () => {
+  settings = testSettings();
+  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
+  mongo = await MongoClient.connect(settings.MONGODB_URI);
+  db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
+  producer = createProducer(createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.audit-test`, createLogger("audit-test", "error")));
+  await producer.connect();
+});
+
+afterAll(async () => {
+  await producer?.disconnect();
+  await Promise.all(replicas.map((r) => r.stop()));
+  await db?.dropDatabase();
+  await mongo?.close();
+});
+
+/** The records naming `target`, once `count` of them are stored (they reach the trail through Kafka). */
+async function recordsOf(target: string, count: number, client = a, timeoutMs = 30_000) {
+  for (const deadline = Date.now() + timeoutMs; ; ) {
+    const { records } = await client.listAuditRecords({ target });
+    if (records.length >= count) return records;
+    if (Date.now() > deadline) throw new Error(`timed out with ${records.length} of ${count} records for ${target}: ${JSON.stringify(records.map((r) => r.action))}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Publishes as an outbox would; keyed by the first target, so one target's records keep their order. */
+const publish = (record: eventsv1.AuditRecord) =>
+  producer.send({ topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), messages: [{ key: record.targets[0] ?? record.id, value: Buffer.from(toBinary(eventsv1.AuditRecordSchema, record)) }] });
+
+describe("the audit trail's store", () => {
+  it("operator changes on two replicas are recorded with the operator as actor, newest first, on either replica", async () => {
+    const partner = await a.createPartner({ name: "Audited Clinic" });
+    await b.revokeCredential({ clientId: partner.live!.clientId });
+    await a.setPartnerStatus({ partnerId: partner.partnerId, status: authv1.PartnerStatus.SUSPENDED });
+    const records = await recordsOf(partner.partnerId, 5, b);
+    expect(records.map((r) => [r.action, r.actor, r.outcome])).toEqual([
+      ["partner.suspend", "operator", eventsv1.AuditOutcome.OK],
+      ["credential.revoke", "operator", eventsv1.AuditOutcome.OK],
+      ["credential.create", "operator", eventsv1.AuditOutcome.OK],
+      ["credential.create", "operator", eventsv1.AuditOutcome.OK],
+      ["partner.create", "operator", eventsv1.AuditOutcome.OK],
+    ]);
+    expect(records[1]!.targets).toEqual([partner.live!.clientId, partner.partnerId]);
+    expect(records.every((r) => r.service === "auth")).toBe(true);
+  });
+
+  it("a record stored with a change by a replica that died before publishing reaches the trail through the sweep", async () => {
+    const partner = await a.createPartner({ name: "Crashed Audit Clinic" });
+    const clientId = partner.test!.clientId;
+    // What RevokeCredential writes, and then nothing: the process "died" before any relay.
+    const record = auditEntry("auth", { action: "credential.revoke", actor: "operator", targets: [clientId, partner.partnerId] });
+    await db.collection<CredentialDoc>("credentials").updateOne(
+      { _id: clientId },
+      { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: outboxEntry({ kind: 1, partnerId: partner.partnerId, clientId }), audit: record } },
+    );
+    const [found] = await recordsOf(clientId, 2);
+    expect(found).toMatchObject({ id: record.eventId, action: "credential.revoke", actor: "operator" });
+    const doc = await db.collection<CredentialDoc>("credentials").findOne({ _id: clientId });
+    expect(doc!.audit).toEqual([]);
+  });
+
+  it("a record published twice (an outbox republishing after its lease ran out) is stored once, its first copy kept", async () => {
+    const target = newId("con");
+    const record = create(eventsv1.AuditRecordSchema, {
+      id: newId("evt"),
+      occurredAt: BigInt(Date.now()),
+      service: "connection",
+      actor: "caregiver",
+      action: "connection.decline",
+      targets: [target],
+      outcome: eventsv1.AuditOutcome.OK,
+    });
+    await publish(record);
+    await publish(record);
+    await publish({ ...record, action: "connection.approve" });
+    // A later record of the same target, published after the copies: once it is stored, so are they.
+    const sentinel = create(eventsv1.AuditRecordSchema, { ...record, id: newId("evt"), occurredAt: record.occurredAt + 1n, action: "connection.sever" });
+    await publish(sentinel);
+    await recordsOf(target, 2);
+    const { records } = await a.listAuditRecords({ target });
+    expect(records.map((r) => [r.id, r.action])).toEqual([
+      [sentinel.id, "connection.sever"],
+      [record.id, "connection.decline"],
+    ]);
+  });
+
+  it("a refusal is recorded with its code, its target kept only when it is an id, and leaves nothing queued", async () => {
+    const clientId = newId("cli");
+    await expect(b.revokeCredential({ clientId })).rejects.toMatchObject({ code: Code.NotFound });
+    const [refused] = await recordsOf(clientId, 1);
+    expect(refused).toMatchObject({ action: "credential.revoke", actor: "operator", outcome: eventsv1.AuditOutcome.REFUSED, reason: "not_found", targets: [clientId] });
+    for (const deadline = Date.now() + 10_000; (await db.collection("audit_outbox").countDocuments()) > 0 && Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(await db.collection("audit_outbox").countDocuments()).toBe(0);
+  });
+
+  it("a malformed record on the topic is skipped, and the records after it are stored", async () => {
+    const target = newId("ptr");
+    const good = (action: string) =>
+      create(eventsv1.AuditRecordSchema, { id: newId("evt"), occurredAt: BigInt(Date.now()), service: "auth", actor: "operator", action, targets: [target], outcome: eventsv1.AuditOutcome.OK });
+    await publish(create(eventsv1.AuditRecordSchema, { ...good("partner.suspend"), targets: [target, "amber.falcon.river@elders.example"] }));
+    await publish(good("partner.reinstate"));
+    const records = await recordsOf(target, 1);
+    expect(records.map((r) => r.action)).toEqual(["partner.reinstate"]);
+  });
+
+  it("filters by time and limits the count", async () => {
+    const partner = await a.createPartner({ name: "Filtered Clinic" });
+    await recordsOf(partner.partnerId, 3);
+    const since = BigInt(Date.now());
+    await a.setPartnerStatus({ partnerId: partner.partnerId, status: authv1.PartnerStatus.SUSPENDED });
+    await recordsOf(partner.partnerId, 4);
+    expect((await a.listAuditRecords({ target: partner.partnerId, since })).records.map((r) => r.action)).toEqual(["partner.suspend"]);
+    expect((await a.listAuditRecords({ target: partner.partnerId, limit: 2 })).records).toHaveLength(2);
+    await expect(a.listAuditRecords({ limit: 1001 })).rejects.toMatchObject({ code: Code.InvalidArgument });
+    await expect(a.listAuditRecords({ target: "amber.falcon.river@elders.example" })).rejects.toMatchObject({ code: Code.InvalidArgument });
+  });
+});

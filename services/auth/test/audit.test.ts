@@ -1,0 +1,68 @@
+import { describe, expect, it } from "@jest/globals";
+import { create, toBinary } from "@bufbuild/protobuf";
+import type { KafkaMessage } from "kafkajs";
+import { eventsv1 } from "@pi/proto";
+import { createLogger, newId } from "@pi/common";
+import { auditQuery, decodeAuditMessage, DEFAULT_AUDIT_LIMIT } from "../src/audit.js";
+
+// The audit store's pure parts: the listing's query, and what a message of the audit-events topic
+// may become (docs/security.md, "Audit trail").
+
+const logger = createLogger("audit-test", "silent");
+const message = (value: Buffer | null, offset = "7"): KafkaMessage => ({ key: null, value, offset, timestamp: "0", attributes: 0, headers: {} }) as KafkaMessage;
+const record = (fields: Partial<eventsv1.AuditRecord> = {}) =>
+  Buffer.from(
+    toBinary(
+      eventsv1.AuditRecordSchema,
+      create(eventsv1.AuditRecordSchema, {
+        id: newId("evt"),
+        occurredAt: 1_700_000_000_000n,
+        service: "connection",
+        actor: "caregiver",
+        action: "connection.decline",
+        targets: [newId("con")],
+        outcome: eventsv1.AuditOutcome.OK,
+        reason: "",
+        ...fields,
+      }),
+    ),
+  );
+
+describe("auditQuery", () => {
+  it("0 and empty mean no bound; the limit defaults to 100", () => {
+    expect(auditQuery({ since: 0n, target: "", limit: 0 })).toEqual({ limit: DEFAULT_AUDIT_LIMIT });
+    const con = newId("con");
+    expect(auditQuery({ since: 1_700_000_000_000n, target: con, limit: 5 })).toEqual({ since: new Date(1_700_000_000_000), target: con, limit: 5 });
+  });
+
+  it.each([
+    [{ since: 0n, target: "", limit: 1001 }],
+    [{ since: 0n, target: "", limit: -1 }],
+    [{ since: -1n, target: "", limit: 0 }],
+    [{ since: 0n, target: "amber.falcon.river@elders.example", limit: 0 }],
+    [{ since: 0n, target: '{"$ne":null}', limit: 0 }],
+  ])("refuses %j", (req) => {
+    expect(() => auditQuery(req)).toThrow(RangeError);
+  });
+});
+
+describe("decodeAuditMessage", () => {
+  it("a record becomes a document under its id, with where it was read", () => {
+    const value = record();
+    const doc = decodeAuditMessage(message(value), 2, logger, new Date(5));
+    expect(doc).toMatchObject({ _id: expect.stringMatching(/^evt_/), occurredAt: new Date(1_700_000_000_000), action: "connection.decline", outcome: "ok", reason: "", partition: 2, offset: 7 });
+    expect(Object.keys(doc!).sort()).toEqual(["_id", "action", "actor", "occurredAt", "offset", "outcome", "partition", "reason", "sequence", "service", "storedAt", "targets"]);
+  });
+
+  it.each([
+    ["no value", null],
+    ["not protobuf", Buffer.from([0xff, 0xff, 0xff])],
+    ["no id", record({ id: "" })],
+    ["no time", record({ occurredAt: 0n })],
+    ["an address as a target", record({ targets: ["amber.falcon.river@elders.example"] })],
+    ["no outcome", record({ outcome: eventsv1.AuditOutcome.UNSPECIFIED })],
+    ["free text as a reason", record({ outcome: eventsv1.AuditOutcome.REFUSED, reason: "not_found: amber.falcon.river@elders.example" })],
+  ])("a message with %s is skipped", (_what, value) => {
+    expect(decodeAuditMessage(message(value as Buffer | null), 0, logger, new Date())).toBeNull();
+  });
+});

@@ -1,0 +1,114 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { MongoClient } from "mongodb";
+import { authv1 } from "@pi/proto";
+import { clientsFor, createLogger, databaseName, type AuthClient, type RunningService, type Settings } from "@pi/common";
+import { startAuthService } from "../src/service.js";
+import { commands } from "../../ops/src/commands.js";
+import { testSettings } from "../../../test/support/services.js";
+
+// The token endpoint's cache of successful authentications, on two auth replicas (each its own
+// MongoClient and Kafka consumer) sharing one database: once `credential revoke` or `partner
+// suspend` returns to the operator, the right secret gets invalid_client from every replica, the
+// one that wrote the change and the other, though both had the authentication cached.
+
+let settings: Settings;
+const replicas: RunningService[] = [];
+let a: AuthClient;
+let b: AuthClient;
+let mongo: MongoClient;
+
+const urlOf = (r: RunningService) => `http://127.0.0.1:${r.port}`;
+/** The operator commands, sent to one replica, or to both as the CLI does (`AUTH_SERVICE_URL` lists every replica). */
+const opsVia = (...rs: RunningService[]) => {
+  const c = clientsFor({ ...settings, AUTH_SERVICE_URL: rs.map(urlOf).join(",") });
+  return commands({ auth: c.auth(), connection: c.connection(), webhook: c.webhook() });
+};
+
+beforeAll(async () => {
+  settings = testSettings();
+  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: urlOf(r) }).auth());
+  mongo = await MongoClient.connect(settings.MONGODB_URI);
+});
+
+afterAll(async () => {
+  await Promise.all(replicas.map((r) => r.stop()));
+  await mongo?.db(databaseName(settings.DATA_NAMESPACE, "auth")).dropDatabase();
+  await mongo?.close();
+});
+
+type Outcome = "token" | "invalid_client" | "invalid_scope";
+
+async function outcome(client: AuthClient, clientId: string, clientSecret: string): Promise<Outcome> {
+  const res = await client.issueToken({ clientId, clientSecret });
+  if (res.outcome.case === "token") return "token";
+  return res.outcome.value === authv1.TokenFailure.INVALID_SCOPE ? "invalid_scope" : "invalid_client";
+}
+
+/** Both replicas issue a token for the credential, twice each: the second is served from the cache. */
+async function warm(clientId: string, clientSecret: string): Promise<void> {
+  for (let i = 0; i < 2; i++) expect([await outcome(a, clientId, clientSecret), await outcome(b, clientId, clientSecret)]).toEqual(["token", "token"]);
+}
+
+const everywhere = (clientId: string, clientSecret: string) => Promise.all([outcome(a, clientId, clientSecret), outcome(b, clientId, clientSecret)]);
+const credentials = () => mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection<{ _id: string; status: string }>("credentials");
+
+describe("the authentication cache on two auth replicas", () => {
+  it("a warm replica serves the right secret without reading the credential (a change written without its event is not seen: every change must go through its event)", async () => {
+    const p = await opsVia(replicas[0]!).partnerCreate({ name: "Cached Clinic" });
+    await warm(p.live.client_id, p.live.client_secret);
+    await credentials().updateOne({ _id: p.live.client_id }, { $set: { status: "revoked" } });
+    expect(await everywhere(p.live.client_id, p.live.client_secret)).toEqual(["token", "token"]);
+    // A wrong secret never finds the entry: it takes the full path and fails.
+    expect(await everywhere(p.live.client_id, p.test.client_secret)).toEqual(["invalid_client", "invalid_client"]);
+  });
+
+  it("credential revoke: when the operator command returns, the right secret gets invalid_client from the replica that wrote it and from the other", async () => {
+    const p = await opsVia(replicas[0]!).partnerCreate({ name: "Revoked Cached Pharmacy" });
+    await warm(p.live.client_id, p.live.client_secret);
+    await warm(p.test.client_id, p.test.client_secret);
+    // Token requests keep coming on both replicas while the revocation runs: none may leave the
+    // credential cached once the command has returned.
+    let racing = true;
+    const race = (async () => {
+      while (racing) await everywhere(p.live.client_id, p.live.client_secret);
+    })();
+    try {
+      expect(await opsVia(replicas[0]!).credentialRevoke(p.live.client_id)).toEqual({ client_id: p.live.client_id, status: "revoked" });
+      expect(await everywhere(p.live.client_id, p.live.client_secret)).toEqual(["invalid_client", "invalid_client"]);
+    } finally {
+      racing = false;
+      await race;
+    }
+    expect(await everywhere(p.live.client_id, p.live.client_secret)).toEqual(["invalid_client", "invalid_client"]);
+    // The partner's other credential is untouched, and still served.
+    expect(await everywhere(p.test.client_id, p.test.client_secret)).toEqual(["token", "token"]);
+  });
+
+  it("partner suspend: every credential of the partner gets invalid_client from both replicas when the command returns; reinstate restores them", async () => {
+    const p = await opsVia(replicas[0]!).partnerCreate({ name: "Suspended Cached Lab" });
+    await warm(p.live.client_id, p.live.client_secret);
+    await warm(p.test.client_id, p.test.client_secret);
+    await opsVia(replicas[1]!).partnerSetStatus(p.partner_id, "suspended");
+    expect([...(await everywhere(p.live.client_id, p.live.client_secret)), ...(await everywhere(p.test.client_id, p.test.client_secret))]).toEqual([
+      "invalid_client",
+      "invalid_client",
+      "invalid_client",
+      "invalid_client",
+    ]);
+    await opsVia(...replicas).partnerSetStatus(p.partner_id, "active");
+    expect([...(await everywhere(p.live.client_id, p.live.client_secret)), ...(await everywhere(p.test.client_id, p.test.client_secret))]).toEqual([
+      "token",
+      "token",
+      "token",
+      "token",
+    ]);
+  });
+
+  it("the operator's answer counts both auth replicas as confirmed", async () => {
+    const p = await opsVia(replicas[0]!).partnerCreate({ name: "Counted Clinic" });
+    const res = await b.revokeCredential({ clientId: p.test.client_id });
+    expect(res.propagation).toMatchObject({ authReplicas: 2, authConfirmed: 2 });
+    expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
+  });
+});

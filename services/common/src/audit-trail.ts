@@ -1,0 +1,177 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import type { Collection, Db, Document, WithId } from "mongodb";
+import type { Producer } from "kafkajs";
+import { eventsv1 } from "@pi/proto";
+import { auditEntry, refusalOf, type AuditEntry, type AuditFields, type AuditService } from "./audit.js";
+import type { Logger } from "./logger.js";
+import { every, type Periodic } from "./periodic.js";
+import { Outbox, type LeaseFields } from "./persistence.js";
+
+// How a service writes audit records (docs/security.md, "Audit trail"). A change and its record
+// are ONE document update: the record is pushed into the changed document's `audit` array beside
+// the change (a second outbox of the document, apart from its events), and relayed from there to
+// the audit-events topic by the outbox of persistence.ts: right after the write, by a periodic
+// sweep of every replica, and at start. So a replica that dies after the change leaves the record
+// for the next sweep, and the auth service stores each record once by its id however often it is
+// published. A refusal changes nothing: its record is inserted alone (collection audit_outbox) and
+// relayed the same way.
+
+/** The fields a document carries once it has held an audit record. */
+export interface AuditCarrier {
+  audit?: AuditEntry[];
+  auditRelayUntil?: Date | null;
+  auditRelayHolder?: string | null;
+}
+
+/** Field names of that bookkeeping (for tests that list a document's fields). */
+export const AUDIT_BOOKKEEPING = ["audit", "auditRelayUntil", "auditRelayHolder"] as const;
+
+const AUDIT_LEASE: LeaseFields = { until: "auditRelayUntil", holder: "auditRelayHolder" };
+
+/** The update that stores `entry` with a change: merge it into the change's update. */
+export function pushAudit(entry: AuditEntry): { $push: { audit: AuditEntry } } {
+  return { $push: { audit: entry } };
+}
+
+const outcomeEnum = { ok: eventsv1.AuditOutcome.OK, refused: eventsv1.AuditOutcome.REFUSED } as const;
+
+/** The message of the audit-events topic for one entry. */
+export function auditRecordMessage(entry: AuditEntry): eventsv1.AuditRecord {
+  return create(eventsv1.AuditRecordSchema, {
+    id: entry.eventId,
+    occurredAt: BigInt(entry.occurredAt.getTime()),
+    service: entry.service,
+    actor: entry.actor,
+    action: entry.action,
+    targets: entry.targets,
+    outcome: outcomeEnum[entry.outcome],
+    reason: entry.reason,
+    sequence: BigInt(entry.sequence),
+  });
+}
+
+/** A refusal's record, alone in its document until it is relayed; then the document goes. */
+interface StandaloneDoc extends AuditCarrier {
+  _id: string; // the record's event id
+  createdAt: Date;
+}
+
+export interface AuditTrailOptions {
+  service: AuditService;
+  db: Db;
+  producer: Pick<Producer, "send">;
+  /** topicName(namespace, "auditEvents") */
+  topic: string;
+  logger: Logger;
+  /** How often each audit outbox is swept for records a dead replica left; right after the write is the usual path. */
+  sweepEveryMs?: number;
+}
+
+export interface AuditOutboxOptions<D extends Document> {
+  /** The message key of a document's records (its _id by default): one document's records stay in order. */
+  key?(doc: WithId<D>): string;
+  /** What logs name a document by, when its _id must not be logged (an elder's address). */
+  logId?(id: unknown): unknown;
+}
+
+export class AuditTrail {
+  private readonly outboxes: Outbox<Document, AuditEntry>[] = [];
+  private readonly standalone: Collection<StandaloneDoc>;
+  private readonly standaloneOutbox: Outbox<StandaloneDoc, AuditEntry>;
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private readonly sweepEveryMs: number;
+  private sweeper: Periodic | undefined;
+
+  constructor(private readonly o: AuditTrailOptions) {
+    this.sweepEveryMs = o.sweepEveryMs ?? 10_000;
+    this.standalone = o.db.collection<StandaloneDoc>("audit_outbox");
+    this.standaloneOutbox = this.outbox(this.standalone);
+  }
+
+  /** A record to store with a change (pushAudit, or an `audit: [entry]` field of an insert). */
+  entry(fields: AuditFields, at?: Date): AuditEntry {
+    return auditEntry(this.o.service, fields, at);
+  }
+
+  /** The audit outbox of a collection whose documents carry records: call `afterWrite(id)` after each write that stored one. */
+  on<D extends Document>(collection: Collection<D>, opts: AuditOutboxOptions<D> = {}): Outbox<D, AuditEntry> {
+    const outbox = this.outbox(collection, opts);
+    this.outboxes.push(outbox as unknown as Outbox<Document, AuditEntry>);
+    return outbox;
+  }
+
+  private outbox<D extends Document>(collection: Collection<D>, opts: AuditOutboxOptions<D> = {}): Outbox<D, AuditEntry> {
+    return new Outbox<D, AuditEntry>({
+      name: `${this.o.service} audit records`,
+      collection,
+      producer: this.o.producer,
+      topic: this.o.topic,
+      logger: this.o.logger,
+      field: "audit",
+      lease: AUDIT_LEASE,
+      key: opts.key ?? ((doc) => String(doc._id)),
+      value: (_doc, entry) => toBinary(eventsv1.AuditRecordSchema, auditRecordMessage(entry)),
+      eventName: (entry) => `audit ${entry.action}`,
+      sweepEveryMs: this.sweepEveryMs,
+      ...(opts.logId ? { logId: opts.logId } : {}),
+    });
+  }
+
+  /**
+   * Records an act that changed nothing (a refusal, or an act that found its target as asked):
+   * stored before it returns, relayed in the background.
+   */
+  async record(fields: AuditFields): Promise<void> {
+    const entry = this.entry(fields);
+    await this.standalone.insertOne({ _id: entry.eventId, createdAt: entry.occurredAt, audit: [entry] });
+    this.track(this.relayStandalone(entry.eventId));
+  }
+
+  /**
+   * Runs an act whose change (if any) records itself; if the act is refused (refusalOf), records
+   * the refusal under `fields` before the error goes on to the caller. A refusal that cannot be
+   * recorded (the database is down) is answered with that failure instead: no unrecorded refusal.
+   */
+  async refusals<T>(fields: Omit<AuditFields, "refused">, act: () => Promise<T>): Promise<T> {
+    try {
+      return await act();
+    } catch (err) {
+      const refused = refusalOf(err);
+      if (refused) await this.record({ ...fields, refused });
+      throw err;
+    }
+  }
+
+  private async relayStandalone(id: string): Promise<void> {
+    try {
+      await this.standaloneOutbox.relay(id);
+      await this.standalone.deleteOne({ _id: id, audit: { $size: 0 } });
+    } catch (err) {
+      this.o.logger.warn({ err, id }, "audit record relay failed; the sweep will retry");
+    }
+  }
+
+  /** Relays what the standalone records hold and removes those that went out. */
+  private async sweepStandalone(): Promise<void> {
+    await this.standaloneOutbox.sweep();
+    await this.standalone.deleteMany({ audit: { $size: 0 } });
+  }
+
+  async start(): Promise<void> {
+    await Promise.all([this.standaloneOutbox, ...this.outboxes].map((o) => o.ensureIndex()));
+    for (const o of this.outboxes) o.start();
+    this.sweeper ??= every(`${this.o.service} audit outbox sweep`, this.sweepEveryMs, () => this.sweepStandalone(), this.o.logger);
+  }
+
+  async stop(): Promise<void> {
+    await this.sweeper?.stop();
+    await Promise.all(this.outboxes.map((o) => o.stop()));
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+    await this.standaloneOutbox.drain();
+  }
+
+  private track(p: Promise<unknown>): void {
+    this.inFlight.add(p);
+    void p.finally(() => this.inFlight.delete(p));
+  }
+}

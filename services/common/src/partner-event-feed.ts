@@ -1,0 +1,176 @@
+import { randomUUID } from "node:crypto";
+import { fromBinary } from "@bufbuild/protobuf";
+import { eventsv1 } from "@pi/proto";
+import { CONSUMER_MAX_WAIT_MS, type Kafka } from "./kafka.js";
+import type { Logger } from "./logger.js";
+import { consumerGroup, topicName } from "./topics.js";
+
+// The partner-events topic followed by every instance that keeps state derived from partners and
+// credentials in memory (a gateway's revocation list, an auth replica's cache of authentications),
+// and the position each reports so that the auth service can hold an operator's change until every
+// live follower has applied it (services/auth/src/propagation.ts).
+
+/** How often a follower reports its position even when no event arrived. */
+export const FOLLOWER_HEARTBEAT_MS = 2_000;
+
+/** Partition of the partner-events topic to the offset of the next event the follower will apply. */
+export type NextOffsets = Record<number, bigint>;
+
+/** Stores a follower's position, or (leaving) forgets the follower. */
+export type SendPosition = (nextOffsets: NextOffsets, leaving: boolean) => Promise<void>;
+
+/**
+ * Reports how far a follower has applied the partner-events topic: at once when it moves (one
+ * report in flight at a time, later moves coalesced) and as a heartbeat.
+ */
+export class PositionReporter {
+  private readonly nextOffsets = new Map<number, bigint>();
+  private inFlight?: Promise<void>;
+  private again = false;
+  private readonly timer: NodeJS.Timeout;
+  /** performance.now() when the last report that succeeded was started; -Infinity before any. */
+  private lastStoredAt = -Infinity;
+
+  constructor(
+    private readonly send: SendPosition,
+    private readonly logger: Logger,
+    heartbeatMs = FOLLOWER_HEARTBEAT_MS,
+  ) {
+    this.timer = setInterval(() => this.kick(), heartbeatMs);
+    this.timer.unref();
+  }
+
+  advance(partition: number, nextOffset: bigint): void {
+    this.nextOffsets.set(partition, nextOffset);
+    this.kick();
+  }
+
+  /** Resolves once the report in flight (and any coalesced after it) has been sent. */
+  async flush(): Promise<void> {
+    while (this.inFlight) await this.inFlight;
+  }
+
+  /** How long ago the last successful report started (what the store holds is at least that fresh). */
+  sinceLastReportMs(now = performance.now()): number {
+    return now - this.lastStoredAt;
+  }
+
+  kick(): void {
+    if (this.inFlight) {
+      this.again = true;
+      return;
+    }
+    const started = performance.now();
+    this.inFlight = this.send(Object.fromEntries(this.nextOffsets), false)
+      .then(
+        () => {
+          this.lastStoredAt = started;
+        },
+        (err: unknown) => this.logger.warn({ err: (err as Error).message }, "reporting the partner-events position failed"),
+      )
+      .finally(() => {
+        this.inFlight = undefined;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.inFlight;
+    await this.send({}, true).catch(() => undefined);
+  }
+}
+
+export interface PartnerEventFeedOptions {
+  kafka: Kafka;
+  namespace: string;
+  /** The following service's name, for the consumer group. */
+  service: string;
+  logger: Logger;
+  apply(event: eventsv1.PartnerEvent): void;
+  /** Called with this instance's id; must store the position where the auth service reads it. */
+  sendPosition(instanceId: string): SendPosition;
+  /**
+   * Runs after the topic's end has been read and before the topic is followed from there: a
+   * snapshot of the state every earlier event produced (the database write precedes each event).
+   */
+  catchUp?(): Promise<void>;
+}
+
+export interface PartnerEventFeed {
+  readonly instanceId: string;
+  readonly reporter: PositionReporter;
+  /** False once the consumer has stopped for good (kafkajs gave up restarting it). */
+  alive(): boolean;
+  stop(): Promise<void>;
+}
+
+/**
+ * Follows the partner-events topic from its end. The end offsets are read first, then `catchUp`
+ * runs, then the topic is read from those offsets: nothing is missed and nothing old is replayed.
+ * Each instance reads with a group of its own (no committed offsets), so every instance sees every
+ * event; each event is applied before the position past it is reported. Resolves once the first
+ * report has been tried: when it succeeded, the auth service waits for this instance from then on.
+ */
+export async function followPartnerEvents(options: PartnerEventFeedOptions): Promise<PartnerEventFeed> {
+  const { kafka, namespace, logger } = options;
+  const topic = topicName(namespace, "partnerEvents");
+  const admin = kafka.admin();
+  await admin.connect();
+  let ends: { partition: number; offset: string }[];
+  try {
+    ends = await admin.fetchTopicOffsets(topic);
+  } finally {
+    await admin.disconnect();
+  }
+
+  await options.catchUp?.();
+
+  const instanceId = randomUUID();
+  const reporter = new PositionReporter(options.sendPosition(instanceId), logger);
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, options.service, instanceId), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
+  let running = true;
+  consumer.on(consumer.events.CRASH, (event) => {
+    if (event.payload.restart) return;
+    running = false;
+    logger.error({ err: event.payload.error }, "partner-events consumer stopped for good; this instance no longer applies partner events");
+  });
+  try {
+    await consumer.connect();
+    await consumer.subscribe({ topic });
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: async ({ partition, message }) => {
+        if (message.value) {
+          try {
+            options.apply(fromBinary(eventsv1.PartnerEventSchema, message.value));
+          } catch (err) {
+            logger.error({ err }, "unreadable partner event skipped");
+          }
+        }
+        reporter.advance(partition, BigInt(message.offset) + 1n);
+      },
+    });
+  } catch (err) {
+    await reporter.stop();
+    await consumer.disconnect().catch(() => undefined);
+    throw err;
+  }
+  for (const { partition, offset } of ends) {
+    consumer.seek({ topic, partition, offset });
+    reporter.advance(partition, BigInt(offset));
+  }
+  await reporter.flush();
+  return {
+    instanceId,
+    reporter,
+    alive: () => running,
+    async stop() {
+      await consumer.disconnect();
+      await reporter.stop();
+    },
+  };
+}

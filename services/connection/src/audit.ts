@@ -1,0 +1,45 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common";
+import type { Trigger } from "./state-machine.js";
+
+// Who does what to a connection, for its audit records (docs/security.md, "Audit trail"): every
+// trigger of the state machine that changes a connection is recorded with the change, in the same
+// document update (connections.ts); the caregiver's acts that change nothing or are refused are
+// recorded by the routes.
+
+const actions: Record<Trigger, AuditAction> = {
+  request: "connection.request",
+  delete: "connection.delete",
+  approve: "connection.approve",
+  decline: "connection.decline",
+  sever: "connection.sever",
+  auto_approve: "connection.auto_approve",
+  expire: "connection.expire",
+};
+
+/** The partner as an actor; a partner id of another shape is a caller's mistake. */
+export function partnerActor(partnerId: string): AuditActor {
+  if (!partnerId.startsWith("ptr_") || !isAuditActor(partnerId)) throw new ConnectError("partner_id must be a partner id (ptr_...)", Code.InvalidArgument);
+  return partnerId;
+}
+
+/** Who pulls a trigger: the partner its request or delete, the caregiver (the app) its acts, the service its rounds. */
+export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
+  switch (trigger) {
+    case "request":
+    case "delete":
+      return partnerActor(partnerId);
+    case "approve":
+    case "decline":
+    case "sever":
+      return "caregiver";
+    case "auto_approve":
+    case "expire":
+      return "system";
+  }
+}
+
+/** The record of a trigger on a connection: the connection, its partner and (when resolved) its elder, by id. */
+export function connectionAudit(trigger: Trigger, doc: { _id: string; partnerId: string }, elderId: string | null): AuditFields {
+  return { action: actions[trigger], actor: actorOf(trigger, doc.partnerId), targets: [doc._id, doc.partnerId, elderId] };
+}
