@@ -14,6 +14,7 @@ export declare const KUBE_VERSION: string;
 export declare const SERVICES: ServiceInfo[];
 export declare const SWITCHES: Record<keyof Combination, (on: boolean) => Record<string, unknown>>;
 export declare const LOCAL_ONLY_SETTINGS: string[];
+export declare const SECRET_SETTINGS: Record<string, string[]>;
 export declare function valuesFor(combination: Partial<Combination>): Record<string, unknown>;
 export declare function allCombinations(): Combination[];
 export declare function describeCombination(c: Partial<Combination>): string;
@@ -21,7 +22,7 @@ export declare function helmLint(helm: string, values?: unknown): { code: number
 export declare function helmTemplate(
   helm: string,
   values?: unknown,
-  options?: { release?: string; namespace?: string },
+  options?: { release?: string; namespace?: string; extraArgs?: string[] },
 ): { code: number | null; stderr: string; docs: K8sObject[]; text: string };
 export declare function renderNotes(helm: string, values?: unknown, options?: { release?: string; namespace?: string }): string;
 export declare function validateSchemas(docs: K8sObject[]): Promise<string[]>;

@@ -81,9 +81,9 @@ export function helmLint(helm, values) {
 }
 
 /** helm template; returns { code, stderr, docs } with docs the parsed objects (hooks included). */
-export function helmTemplate(helm, values, { release = RELEASE, namespace = NAMESPACE } = {}) {
+export function helmTemplate(helm, values, { release = RELEASE, namespace = NAMESPACE, extraArgs = [] } = {}) {
   return withValuesFile(values, (file) => {
-    const r = spawnSync(helm, ["template", release, chartDir, "--namespace", namespace, "--kube-version", KUBE_VERSION, "-f", file], {
+    const r = spawnSync(helm, ["template", release, chartDir, "--namespace", namespace, "--kube-version", KUBE_VERSION, "-f", file, ...extraArgs], {
       encoding: "utf8",
       maxBuffer: 64 * 1024 * 1024,
     });
@@ -311,7 +311,10 @@ export function envOf(container) {
   return Object.fromEntries((container.env ?? []).map((e) => [e.name, e.value ?? e.valueFrom]));
 }
 
-/** Every setting is an env var of every service (MONGODB_URI on data services, CREDENTIAL_PEPPER on auth). */
+/** Settings that only some services get (from Secrets): the keys of the services that read them. */
+export const SECRET_SETTINGS = { CREDENTIAL_PEPPER: ["auth"], CREDENTIAL_PEPPERS: ["auth"], DATA_KEYS: ["auth", "fileIntake"] };
+
+/** Every setting is an env var of every service (MONGODB_URI on data services, the SECRET_SETTINGS on theirs). */
 export function checkSettingsWired(docs, { release = RELEASE } = {}) {
   const problems = [];
   const all = [...new Set([...serviceSettings(), ...(contractSettings() ?? [])])].filter((s) => !LOCAL_ONLY_SETTINGS.includes(s));
@@ -323,7 +326,7 @@ export function checkSettingsWired(docs, { release = RELEASE } = {}) {
     }
     const env = envOf(dep.spec.template.spec.containers[0]);
     for (const name of all) {
-      const expected = name === "CREDENTIAL_PEPPER" ? s.key === "auth" : name === "MONGODB_URI" ? s.data : true;
+      const expected = name in SECRET_SETTINGS ? SECRET_SETTINGS[name].includes(s.key) : name === "MONGODB_URI" ? s.data : true;
       if (expected && !(name in env)) problems.push(`${s.component}: setting ${name} is not set`);
       if (!expected && name in env) problems.push(`${s.component}: setting ${name} is set but belongs to another service`);
     }

@@ -361,7 +361,8 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
         "WEBHOOK_ALLOW_INSECURE_URLS=false", "LOG_LEVEL=info",
       ];
       const pepper = randomBytes(36).toString("base64url");
-      const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, image]);
+      const dataKeys = `k1:${randomBytes(32).toString("base64url")}`;
+      const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, "-e", `DATA_KEYS=${dataKeys}`, image]);
       if (auth.status !== 0) return { status: "failed", reason: `docker run (auth) failed: ${auth.stderr}`, timings };
     } else {
       network0 = ["-p", "127.0.0.1::8080"];

@@ -55,6 +55,8 @@ const settings = {
   WEBHOOK_RETRY_WINDOW_SECONDS: posInt,
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: { type: "number", exclusiveMinimum: 0, maximum: 60 },
   WEBHOOK_ALLOW_INSECURE_URLS: { type: "boolean" },
+  FILE_RETENTION_SECONDS: { ...posInt, description: "How long a file's bytes, extraction result and metadata are kept after it was accepted." },
+  TEST_FILE_RETENTION_SECONDS: { ...posInt, description: "The same for test files (shorter)." },
 };
 const clusterWide = ["DATA_NAMESPACE", "GATEWAY_PORT", "AUTH_SERVICE_PORT", "CONNECTION_SERVICE_PORT", "FILE_INTAKE_SERVICE_PORT", "WEBHOOK_SERVICE_PORT"];
 const serviceSettings = Object.fromEntries(Object.entries(settings).filter(([k]) => !clusterWide.includes(k)));
@@ -180,6 +182,16 @@ export const schema = {
     global: { type: "object", description: "Reserved by Helm for parent charts." },
     fullnameOverride: { type: "string", maxLength: 30 },
     config: { $ref: "#/definitions/config" },
+    dataKeys: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        value: { type: "string", pattern: "^(|[A-Za-z0-9_-]{1,32}:[A-Za-z0-9+/_-]{43}=?(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9+/_-]{43}=?)*)$", description: "DATA_KEYS, kid:base64key[,...] newest first; empty: existingSecret, or generated at the first install and kept." },
+        existingSecret: { type: "string" },
+        existingSecretKey: { type: "string", minLength: 1 },
+        generate: { type: "boolean", description: "Generate a key at the first install when neither value nor existingSecret is given; false: fail instead (GitOps)." },
+      },
+    },
     gateway: service(),
     auth: service({
       credentialPepper: {

@@ -92,11 +92,11 @@ uninstall() {
   # their owners are deleted: wait for both before judging.
   kubectl -n "$NS" wait --for=delete pod --all --timeout=180s >/dev/null 2>&1
   kubectl -n "$NS" wait --for=delete pvc --all --timeout=120s >/dev/null 2>&1
-  # Kept on purpose by the chart (helm.sh/resource-policy: keep): the credential pepper and the
-  # databases' passwords, which stored data depends on. Anything else left is a leak.
+  # Kept on purpose by the chart (helm.sh/resource-policy: keep): the credential pepper, the data
+  # keys (DATA_KEYS) and the databases' passwords, which stored data depends on. Anything else left is a leak.
   local left
   left=$(kubectl -n "$NS" get all,pvc,configmap,secret,serviceaccount,networkpolicy,ingress,pdb,hpa,role,rolebinding,job \
-    -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|[a-z-]+-mongodb)$")
+    -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|data-keys|[a-z-]+-mongodb)$")
   left+=$(kubectl -n "$NS" get pvc,pods -o name)
   if [ -n "$left" ]; then echo "left after uninstall:"; echo "$left"; return 1; fi
   kubectl delete ns "$NS" --wait --timeout=180s >/dev/null && "$HERE/storage.sh"

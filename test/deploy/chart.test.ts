@@ -19,8 +19,8 @@ beforeAll(() => {
   helm = ensureHelm();
 }, 10 * 60_000);
 
-function render(values: unknown = {}): K8sObject[] {
-  const t = chart.helmTemplate(helm, values);
+function render(values: unknown = {}, extraArgs: string[] = []): K8sObject[] {
+  const t = chart.helmTemplate(helm, values, { extraArgs });
   if (t.code !== 0) throw new Error(`helm template failed: ${t.stderr}`);
   return t.docs;
 }
@@ -66,18 +66,23 @@ describe("Helm chart with the default values", () => {
   });
 
   it("wires every setting the services read (services/common/src/settings.ts) and every setting of the operator contract as an env var with the same name", () => {
-    expect(chart.serviceSettings()).toEqual(expect.arrayContaining(["MAX_FILE_BYTES", "KAFKA_BROKERS", "CREDENTIAL_PEPPER"]));
+    expect(chart.serviceSettings()).toEqual(expect.arrayContaining(["MAX_FILE_BYTES", "KAFKA_BROKERS", "CREDENTIAL_PEPPER", "CREDENTIAL_PEPPERS", "DATA_KEYS", "FILE_RETENTION_SECONDS"]));
     expect(chart.checkSettingsWired(docs)).toEqual([]);
   });
 
   it("renders an environment that every service's own settings parser accepts (secrets stand in for their Secret references)", () => {
+    const standIn: Record<string, string> = {
+      MONGODB_URI: "mongodb://root:pw@db:27017/?authSource=admin",
+      DATA_KEYS: `k1:${Buffer.alloc(32, 9).toString("base64")}`,
+      CREDENTIAL_PEPPERS: `p2:${"y".repeat(48)}`,
+    };
     const deprecations = [{ route: "GET /v1/connections/{id}", deprecation: "2027-01-01T00:00:00Z", sunset: "2027-07-01T00:00:00Z" }];
     for (const rendered of [docs, render({ config: { API_DEPRECATIONS: deprecations, WEBHOOK_RETRY_BASE_SECONDS: 0.5 } })]) {
       for (const s of SERVICES) {
         const env = Object.fromEntries(
           (container(rendered, s.component).env as K8sObject[]).map((e) => [
             e.name,
-            e.value ?? (e.name === "MONGODB_URI" ? "mongodb://root:pw@db:27017/?authSource=admin" : "x".repeat(48)),
+            e.value ?? standIn[e.name] ?? "x".repeat(48),
           ]),
         );
         expect(() => parseSettings(env)).not.toThrow();
@@ -170,6 +175,49 @@ describe("Helm chart with the default values", () => {
     expect(envOf(container(external, "auth")).CREDENTIAL_PEPPER).toEqual({ secretKeyRef: { name: "my-pepper", key: "pepper" } });
   });
 
+  it("passes newer peppers (CREDENTIAL_PEPPERS) from the pepper's Secret to auth when it has them, optional, and keeps them in a generated Secret", () => {
+    expect(envOf(container(docs, "auth")).CREDENTIAL_PEPPERS).toEqual({ secretKeyRef: { name: `${RELEASE}-credential-pepper`, key: "CREDENTIAL_PEPPERS", optional: true } });
+    const external = render({ auth: { credentialPepper: { existingSecret: "my-pepper", existingSecretKey: "pepper" } } });
+    expect(envOf(container(external, "auth")).CREDENTIAL_PEPPERS).toEqual({ secretKeyRef: { name: "my-pepper", key: "CREDENTIAL_PEPPERS", optional: true } });
+    expect(readFileSync(join(chart.chartDir, "templates", "secrets.yaml"), "utf8")).toMatch(/hasKey \(default dict \$existing\.data\) "CREDENTIAL_PEPPERS"/);
+  });
+
+  it("generates DATA_KEYS (one key k1 of 32 random bytes) for auth and file-intake only, kept across upgrades (lookup) and on uninstall", () => {
+    const secret = find(docs, "Secret", `${RELEASE}-data-keys`);
+    const value = Buffer.from(secret.data.DATA_KEYS, "base64").toString();
+    expect(value).toMatch(/^k1:[A-Za-z0-9+/]{43}=$/);
+    expect(Buffer.from(value.slice(3), "base64")).toHaveLength(32);
+    expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+    for (const s of SERVICES) {
+      const ref = envOf(container(docs, s.component)).DATA_KEYS;
+      if (s.key === "auth" || s.key === "fileIntake") expect(ref).toEqual({ secretKeyRef: { name: `${RELEASE}-data-keys`, key: "DATA_KEYS" } });
+      else expect(ref).toBeUndefined();
+    }
+    const template = readFileSync(join(chart.chartDir, "templates", "secrets.yaml"), "utf8");
+    expect(template).toMatch(/lookup "v1" "Secret" \.Release\.Namespace \$name/);
+    expect(template).toContain("randBytes 32");
+  });
+
+  it("never generates DATA_KEYS again on an upgrade: without the Secret in the cluster the upgrade fails", () => {
+    const t = chart.helmTemplate(helm, {}, { extraArgs: ["--is-upgrade"] });
+    expect(t.code).not.toBe(0);
+    expect(t.stderr).toMatch(/refusing to generate new keys on an upgrade/);
+    // With the keys given (or an existing Secret of the operator's) an upgrade renders.
+    expect(find(render({ dataKeys: { existingSecret: "my-keys" } }, ["--is-upgrade"]), "Secret", `${RELEASE}-data-keys`)).toBeUndefined();
+  });
+
+  it("uses given DATA_KEYS or an existing Secret of the operator's; with generate=false (GitOps) a render without them fails", () => {
+    const given = `k2:${Buffer.alloc(32, 2).toString("base64url")},k1:${Buffer.alloc(32, 1).toString("base64")}`;
+    const withValue = find(render({ dataKeys: { value: given } }), "Secret", `${RELEASE}-data-keys`);
+    expect(Buffer.from(withValue.data.DATA_KEYS, "base64").toString()).toBe(given);
+    const external = render({ dataKeys: { existingSecret: "my-keys", existingSecretKey: "keys" } });
+    expect(find(external, "Secret", `${RELEASE}-data-keys`)).toBeUndefined();
+    expect(envOf(container(external, "file-intake")).DATA_KEYS).toEqual({ secretKeyRef: { name: "my-keys", key: "keys" } });
+    const strict = chart.helmTemplate(helm, { dataKeys: { generate: false } });
+    expect(strict.code).not.toBe(0);
+    expect(strict.stderr).toMatch(/dataKeys: set dataKeys.existingSecret/);
+  });
+
   it("probes the internal services with native gRPC health checks (liveness on the liveness service name) and the gateway on /healthz and /readyz", () => {
     for (const s of SERVICES.filter((x) => x.key !== "gateway")) {
       const c = container(docs, s.component);
@@ -223,6 +271,7 @@ describe("Helm chart with the default values", () => {
     const notes = chart.renderNotes(helm, {});
     expect(notes).toContain(`kubectl -n ${chart.NAMESPACE} exec deploy/${RELEASE}-gateway -- node services/ops/dist/main.js info --json`);
     expect(notes).toContain(`${RELEASE}-credential-pepper`);
+    expect(notes).toContain(`${RELEASE}-data-keys`);
     expect(notes).not.toContain("WARNING");
     const relaxed = chart.renderNotes(helm, { ingress: { enabled: false }, networkPolicy: { enabled: false }, config: { WEBHOOK_ALLOW_INSECURE_URLS: true } });
     expect(relaxed).toContain(`port-forward svc/${RELEASE}-gateway`);
@@ -267,8 +316,10 @@ describe("values.schema.json", () => {
     rejects({ config: { MAX_FILE_BYTE: 1 } }, /MAX_FILE_BYTE/);
   });
 
-  it("rejects a pepper shorter than 32 characters and a rate limit below the contract's floor", () => {
+  it("rejects a pepper shorter than 32 characters, malformed DATA_KEYS and a rate limit below the contract's floor", () => {
     rejects({ auth: { credentialPepper: { value: "short" } } }, /credentialPepper/);
+    rejects({ dataKeys: { value: "k1:short" } }, /dataKeys/);
+    rejects({ config: { FILE_RETENTION_SECONDS: 0 } }, /FILE_RETENTION_SECONDS/);
     rejects({ config: { RATE_LIMIT_V1_PER_SECOND: 10 } }, /RATE_LIMIT_V1_PER_SECOND/);
   });
 

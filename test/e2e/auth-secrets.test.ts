@@ -93,7 +93,9 @@ describe("client secrets stored only hashed", () => {
       // Besides its own fields, a credential carries only the bookkeeping of its outboxes: events
       // (services/common/src/persistence.ts) and audit records (audit-trail.ts).
       const outboxFields: string[] = [...Object.keys(emptyOutbox()), ...AUDIT_BOOKKEEPING];
-      expect(Object.keys(doc).filter((k) => !outboxFields.includes(k)).sort()).toEqual(["_id", "createdAt", "mode", "partnerId", "secretHash", "status"]);
+      expect(Object.keys(doc).filter((k) => !outboxFields.includes(k)).sort()).toEqual(["_id", "createdAt", "mode", "partnerId", "pepperId", "secretHash", "status"]);
+      // The id of the pepper that made the hash, so a new pepper can be introduced later.
+      expect((doc as { pepperId?: string }).pepperId).toBe("p1");
     }
     const everything = JSON.stringify(dump);
     for (const secret of [partner.live.client_secret, partner.test.client_secret, extra.client_secret, partner.signing_secret]) {
@@ -102,9 +104,11 @@ describe("client secrets stored only hashed", () => {
       expect(everything.includes(secret.replace(/^(sk_live|sk_test|whsec)_/, ""))).toBe(false);
     }
     // The signing secret must be usable later (webhook signatures), so it is sealed, not hashed:
-    // encrypted under a key derived from the pepper, which the database does not hold.
+    // encrypted under its own data key, wrapped by the KEK k1 of DATA_KEYS, which the database does
+    // not hold; the pepper keys hashes only.
     const stored = (dump.partners as { _id: string; sealedSigningSecret: string }[]).find((p) => p._id === partner.partner_id)!;
-    expect(stored.sealedSigningSecret).toMatch(/^v1\./);
+    expect(stored.sealedSigningSecret).toMatch(/^v2\.k1\./);
     expect(everything.includes(pepper)).toBe(false);
+    for (const kek of stack.settings.DATA_KEYS!.split(",")) expect(everything.includes(kek.split(":")[1]!)).toBe(false);
   });
 });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from "@jest/globals";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { call } from "../support/partner-api.js";
-import { connectedPartner, fixture, sendFile, waitForStatus, withFileDb, type ConnectedPartner } from "../support/files.js";
+import { connectedPartner, extractionOf as storedExtraction, fixture, sendFile, waitForStatus, type ConnectedPartner } from "../support/files.js";
 import { flateBombPdf } from "../../services/file-intake/test/hostile-pdfs.js";
 
 // A hostile PDF costs its extraction thread, not the service: a FlateDecode bomb (a 0.5 MB file
@@ -21,7 +21,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-const extractionOf = (id: string) => withFileDb(stack.settings, (db) => db.collection("extractions").findOne({ _id: id as never }));
+const extractionOf = (id: string) => storedExtraction(stack.settings, id);
 
 describe("a FlateDecode bomb", () => {
   it("ends failed within 2 minutes, while another upload and reads are served", async () => {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
-import { connectedPartner, fixture, SAMPLES, sendFile, waitForStatus, withFileDb, type ConnectedPartner } from "../support/files.js";
+import { connectedPartner, extractionOf as storedExtraction, fixture, SAMPLES, sendFile, waitForStatus, withFileDb, type ConnectedPartner } from "../support/files.js";
 
 // After the 202: extraction of live files (results stored, never exposed), `failed` for bytes that
 // cannot be parsed, and test files that run no extraction and still go received -> processed.
@@ -17,7 +17,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-const extractionOf = (id: string) => withFileDb(stack.settings, (db) => db.collection("extractions").findOne({ _id: id as never }));
+const extractionOf = (id: string) => storedExtraction(stack.settings, id);
 
 describe("live files", () => {
   const sent = new Map<string, string>();

@@ -3,7 +3,9 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { MongoClient, type Db } from "mongodb";
-import { databaseName, type Settings } from "@pi/common";
+import { databaseName, LocalKeyWrapper, type Settings } from "@pi/common";
+import { readExtraction, type StoredExtraction } from "../../services/file-intake/src/at-rest.js";
+import { openFileStore } from "../../services/file-intake/src/store.js";
 import type { TestStack } from "./services.js";
 import { accessToken, call, opsFor } from "./partner-api.js";
 import { validateResponse } from "./openapi.js";
@@ -159,6 +161,11 @@ export async function withFileDb<T>(settings: Settings, use: (db: Db) => Promise
   } finally {
     await client.close();
   }
+}
+
+/** A file's extraction result, opened with the stack's DATA_KEYS (it is stored sealed); null when there is none. */
+export function extractionOf(settings: Settings, fileId: string): Promise<StoredExtraction | null> {
+  return withFileDb(settings, async (db) => readExtraction(await openFileStore(db), LocalKeyWrapper.fromSetting(settings.DATA_KEYS!), fileId));
 }
 
 /** How many files, stored blobs, chunks and open uploads file-intake holds. */

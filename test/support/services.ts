@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { DestinationStream } from "pino";
-import { createLogger, parseSettings, type RunningService, type Settings } from "@pi/common";
+import { createLogger, newDataKeysEntry, parseSettings, type RunningService, type Settings } from "@pi/common";
 import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";
@@ -14,6 +14,7 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
     KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS,
     DATA_NAMESPACE: `t${randomBytes(5).toString("hex")}`,
     CREDENTIAL_PEPPER: randomBytes(32).toString("base64url"),
+    DATA_KEYS: newDataKeysEntry("k1"),
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "error",
     GATEWAY_PORT: "0",
     AUTH_SERVICE_PORT: "0",

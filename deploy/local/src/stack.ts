@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createKafka, ensureTopics, LOCAL_STACK_FILE, type Logger, type Settings } from "@pi/common";
+import { createKafka, ensureTopics, LOCAL_STACK_FILE, newDataKeysEntry, type Logger, type Settings } from "@pi/common";
 import { ensureKafka, ensureMongoWire, freePort, mongoWireSpec, kafkaSpec, portOpen, waitFor } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { Supervisor } from "./supervisor.js";
@@ -30,13 +30,23 @@ export interface StackOptions {
   progress: (line: string) => void;
 }
 
-/** Secrets the local stack generates once and keeps under the state directory. */
-function localSecrets(stateDir: string): { CREDENTIAL_PEPPER: string } {
+/**
+ * Secrets the local stack generates once and keeps under the state directory: the pepper of client
+ * secret hashes, and the KEK of the data at rest (DATA_KEYS, one key "k1"). A state directory from
+ * before DATA_KEYS gets the key added, its pepper kept. Losing this file loses every stored secret
+ * and file: it lives and goes with the databases beside it.
+ */
+export function localSecrets(stateDir: string): { CREDENTIAL_PEPPER: string; DATA_KEYS: string } {
   const file = join(stateDir, "secrets.json");
-  if (!existsSync(file)) {
-    writeFileSync(file, JSON.stringify({ CREDENTIAL_PEPPER: randomBytes(32).toString("base64url") }), { mode: 0o600 });
+  const kept = existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as Partial<Record<string, string>>) : {};
+  const secrets = {
+    CREDENTIAL_PEPPER: kept.CREDENTIAL_PEPPER ?? randomBytes(32).toString("base64url"),
+    DATA_KEYS: kept.DATA_KEYS ?? newDataKeysEntry("k1"),
+  };
+  if (kept.CREDENTIAL_PEPPER !== secrets.CREDENTIAL_PEPPER || kept.DATA_KEYS !== secrets.DATA_KEYS) {
+    writeFileSync(file, JSON.stringify({ ...kept, ...secrets }), { mode: 0o600 });
   }
-  return JSON.parse(readFileSync(file, "utf8")) as { CREDENTIAL_PEPPER: string };
+  return secrets;
 }
 
 export interface RunningStack {

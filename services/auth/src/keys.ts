@@ -1,7 +1,7 @@
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from "jose";
 import type { Collection } from "mongodb";
 import { AUDIT_BOOKKEEPING, newId, type AuditCarrier, type AuditEntry, type AuditFields } from "@pi/common";
-import { seal, unseal } from "./secrets.js";
+import type { SecretSealer } from "./secrets.js";
 
 export const JWT_ALG = "ES256";
 
@@ -56,13 +56,13 @@ export function retiredKeys(keys: readonly StoredKey[], now: number, tokenTtlMs:
   });
 }
 
-async function newStoredKey(pepper: string, activatesAt: Date): Promise<StoredKey> {
+async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<StoredKey> {
   const { publicKey, privateKey } = await generateKeyPair(JWT_ALG, { extractable: true });
   const kid = newId("key");
   return {
     kid,
     publicJwk: { ...(await exportJWK(publicKey)), kid, alg: JWT_ALG, use: "sig" },
-    sealedPrivateJwk: seal(pepper, JSON.stringify(await exportJWK(privateKey))),
+    sealedPrivateJwk: await sealer.seal(JSON.stringify(await exportJWK(privateKey)), "token-signing-key"),
     createdAt: new Date(),
     activatesAt,
   };
@@ -83,7 +83,7 @@ export class KeyRing {
 
   constructor(
     private readonly collection: Collection<SigningKeyDoc>,
-    private readonly pepper: string,
+    private readonly sealer: SecretSealer,
     private readonly audit?: KeyAudit,
   ) {}
 
@@ -102,7 +102,7 @@ export class KeyRing {
     let docs = await this.read();
     if (docs.length === 0) {
       try {
-        await this.collection.insertOne(this.keyDoc(FIRST_KEY_ID, await newStoredKey(this.pepper, new Date(0)), "signing_key.create"));
+        await this.collection.insertOne(this.keyDoc(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create"));
         this.audit?.afterWrite(FIRST_KEY_ID);
       } catch (err) {
         if (!isDuplicateKey(err)) throw err; // another replica created it first
@@ -115,7 +115,7 @@ export class KeyRing {
   private async use(keys: StoredKey[]): Promise<void> {
     for (const k of keys) {
       if (this.privateKeys.has(k.kid)) continue;
-      const jwk = JSON.parse(unseal(this.pepper, k.sealedPrivateJwk)) as JWK;
+      const jwk = JSON.parse(await this.sealer.unseal(k.sealedPrivateJwk, "token-signing-key")) as JWK;
       this.privateKeys.set(k.kid, (await importJWK(jwk, JWT_ALG)) as CryptoKey);
     }
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
@@ -135,7 +135,7 @@ export class KeyRing {
 
   /** Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every token has expired. */
   async rotate(activationDelayMs: number, tokenTtlMs: number): Promise<{ added: StoredKey; retired: string[] }> {
-    const added = await newStoredKey(this.pepper, new Date(Date.now() + activationDelayMs));
+    const added = await newStoredKey(this.sealer, new Date(Date.now() + activationDelayMs));
     await this.collection.insertOne(this.keyDoc(added.kid, added, "signing_key.rotate"));
     this.audit?.afterWrite(added.kid);
     const all = (await this.read()).map(({ _id, ...key }) => key);

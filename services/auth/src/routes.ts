@@ -6,7 +6,7 @@ import type { Authenticated, AuthenticationCache } from "./authentication-cache.
 import type { KeyRing } from "./keys.js";
 import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
-import { hashMatches, hashSecret, seal, unseal } from "./secrets.js";
+import { hashNewSecret, hashSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
@@ -18,7 +18,8 @@ export interface AuthDeps {
   store: AuthStore;
   keys: KeyRing;
   settings: Settings;
-  pepper: string;
+  peppers: Peppers;
+  sealer: SecretSealer;
   events: PartnerEventPublisher;
   authentications: AuthenticationCache;
   audit: AuthAudit;
@@ -60,7 +61,7 @@ function stillSigning(partner: PartnerDoc, now = Date.now()) {
 }
 
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
-  const { store, keys, settings, pepper } = deps;
+  const { store, keys, settings, peppers, sealer } = deps;
   const { events, authentications, audit } = deps;
   const { trail } = audit;
 
@@ -89,7 +90,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       _id: clientId,
       partnerId,
       mode,
-      secretHash: hashSecret(pepper, clientSecret),
+      ...hashNewSecret(peppers, clientSecret),
       status: "active",
       createdAt: new Date(),
       ...emptyOutbox(),
@@ -119,8 +120,9 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   router.service(AuthService, {
     async issueToken(req) {
-      const presented = hashSecret(pepper, req.clientSecret);
+      // The cache's key for this secret (under the current pepper, whichever made the stored hash).
       // Only a right client id with its right secret can find an entry (authentication-cache.ts).
+      const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
       const known = authentications.get(req.clientId, presented);
       if (known) return tokenFor(known, req.scope);
       // Every failure makes the same two reads by _id, the second always finding a partner (the
@@ -129,7 +131,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       const ticket = authentications.ticket();
       const credential = await store.credentials.findOne({ _id: req.clientId });
       const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
-      const secretOk = hashMatches(presented, credential?.secretHash);
+      const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
       if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
         return { outcome: { case: "failure", value: TokenFailure.INVALID_CLIENT } };
       }
@@ -181,7 +183,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         status: "active",
         scopes,
         webhookUrl,
-        sealedSigningSecret: seal(pepper, signingSecret),
+        sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
         createdAt: now,
         updatedAt: now,
         ...emptyOutbox(),
@@ -267,8 +269,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       return {
         partnerId: partner._id,
         webhookUrl: partner.webhookUrl ?? "",
-        signingSecret: unseal(pepper, partner.sealedSigningSecret),
-        previousSigningSecrets: stillSigning(partner).map((p) => ({ secret: unseal(pepper, p.sealed), expiresAt: BigInt(p.expiresAt.getTime()) })),
+        signingSecret: await sealer.unseal(partner.sealedSigningSecret, "webhook-signing-secret"),
+        previousSigningSecrets: await Promise.all(
+          stillSigning(partner).map(async (p) => ({ secret: await sealer.unseal(p.sealed, "webhook-signing-secret"), expiresAt: BigInt(p.expiresAt.getTime()) })),
+        ),
       };
     },
 
@@ -285,7 +289,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
       const updated = await store.partners.findOneAndUpdate(
         { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
-        { $set: { sealedSigningSecret: seal(pepper, signingSecret), previousSigningSecrets: previous, updatedAt: new Date() }, $push: { outbox: event, audit: record } },
+        { $set: { sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"), previousSigningSecrets: previous, updatedAt: new Date() }, $push: { outbox: event, audit: record } },
       );
       if (!updated) throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
       audit.partners.afterWrite(partner._id);

@@ -1,7 +1,15 @@
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
+import { openSealedValue, parsePeppers, sealedKid, sealValue, type KeyWrapper, type Settings } from "@pi/common";
 
-// Client secrets are 256-bit random values, so a keyed fast hash (HMAC-SHA256 with a pepper kept
-// outside the database) is as strong as a slow password hash here, and keeps the token endpoint fast.
+// Two keys, two jobs (docs/security.md, "Data at rest"):
+// - the PEPPER keys the hash of client secrets, and only that. Client secrets are 256-bit random
+//   values, so a keyed fast hash (HMAC-SHA256 with a pepper kept outside the database) is as strong
+//   as a slow password hash here, and keeps the token endpoint fast. Each hash is stored with the id
+//   of the pepper that made it, so a new pepper can be introduced while old hashes still verify.
+// - the KEKs of DATA_KEYS seal what the service must use again (webhook signing secrets, JWT private
+//   keys), by the envelope encryption of services/common/src/data-keys.ts, versioned by key id.
+//   Values sealed before ("v1.", under a key derived from the pepper) are still read, and re-sealed
+//   at start (reseal.ts).
 
 export function hashSecret(pepper: string, secret: string): string {
   return createHmac("sha256", pepper).update(secret, "utf8").digest("hex");
@@ -11,38 +19,96 @@ export function hashSecret(pepper: string, secret: string): string {
 // so that path costs the same as a wrong secret. No secret hashes to it.
 export const DUMMY_HASH = "0".repeat(64);
 
-/** Constant-time check of a presented secret; an absent stored hash runs the same comparison. */
-export function secretMatches(pepper: string, presented: string, storedHash: string | undefined): boolean {
-  return hashMatches(hashSecret(pepper, presented), storedHash);
+/** The id of CREDENTIAL_PEPPER, and of every hash stored without a pepper id (all made by it). */
+export const FIRST_PEPPER_ID = "p1";
+
+export interface Peppers {
+  /** The id of the pepper that hashes new secrets. */
+  current: string;
+  byId: ReadonlyMap<string, string>;
 }
 
-/** secretMatches for a presented secret already hashed with hashSecret. */
-export function hashMatches(presentedHash: string, storedHash: string | undefined): boolean {
-  const expected = Buffer.from(storedHash ?? DUMMY_HASH, "hex");
-  const actual = Buffer.from(presentedHash, "hex");
-  const equal = expected.length === actual.length && timingSafeEqual(expected, actual);
-  return equal && storedHash !== undefined;
+/** CREDENTIAL_PEPPERS (newest first) and CREDENTIAL_PEPPER as "p1" unless the list names p1; undefined when neither is set. */
+export function peppersOf(settings: Pick<Settings, "CREDENTIAL_PEPPER" | "CREDENTIAL_PEPPERS">): Peppers | undefined {
+  const list = settings.CREDENTIAL_PEPPERS ? parsePeppers(settings.CREDENTIAL_PEPPERS) : [];
+  if (settings.CREDENTIAL_PEPPER && !list.some((p) => p.id === FIRST_PEPPER_ID)) list.push({ id: FIRST_PEPPER_ID, pepper: settings.CREDENTIAL_PEPPER });
+  if (list.length === 0) return undefined;
+  return { current: list[0]!.id, byId: new Map(list.map((p) => [p.id, p.pepper])) };
 }
 
-function sealingKey(pepper: string): Buffer {
-  return Buffer.from(hkdfSync("sha256", pepper, "pi-auth", "sealed-secrets-v1", 32));
+/** A stored client-secret hash and the pepper that made it (absent: p1, hashes from before pepper ids). */
+export interface StoredHash {
+  secretHash: string;
+  pepperId?: string;
+}
+
+/** The hash of a new secret, with the current pepper. */
+export function hashNewSecret(peppers: Peppers, secret: string): Required<StoredHash> {
+  return { secretHash: hashSecret(peppers.byId.get(peppers.current)!, secret), pepperId: peppers.current };
 }
 
 /**
- * Secrets the service itself must use later (webhook signing secrets, JWT private keys) cannot be
- * hashed; they are stored sealed with AES-256-GCM under a key derived from the pepper.
+ * Constant-time check of a presented secret against the hash made by its own pepper. An absent
+ * stored hash, or one whose pepper is no longer configured, runs the same HMAC and comparison and fails.
  */
-export function seal(pepper: string, plaintext: string): string {
-  const iv = randomBytes(12);
-  const cipher = createCipheriv("aes-256-gcm", sealingKey(pepper), iv);
-  const body = Buffer.concat([cipher.update(plaintext, "utf8"), cipher.final()]);
-  return ["v1", iv.toString("base64url"), cipher.getAuthTag().toString("base64url"), body.toString("base64url")].join(".");
+export function secretMatches(peppers: Peppers, presented: string, stored: StoredHash | undefined): boolean {
+  const ownPepper = peppers.byId.get(stored?.pepperId ?? FIRST_PEPPER_ID);
+  const expected = Buffer.from(stored?.secretHash ?? DUMMY_HASH, "hex");
+  const actual = Buffer.from(hashSecret(ownPepper ?? peppers.byId.get(peppers.current)!, presented), "hex");
+  const equal = expected.length === actual.length && timingSafeEqual(expected, actual);
+  return equal && stored !== undefined && ownPepper !== undefined;
 }
 
-export function unseal(pepper: string, sealed: string): string {
+// ---------------------------------------------------------------- sealed secrets
+
+/** What a sealed value is; bound into its encryption, so one kind cannot stand in for another. */
+export type SecretKind = "webhook-signing-secret" | "token-signing-key";
+
+/** Seals with the KEKs of DATA_KEYS; reads the pepper-derived "v1." values of before with the pepper p1. */
+export class SecretSealer {
+  constructor(
+    private readonly wrapper: KeyWrapper,
+    private readonly legacyPepper: string | undefined,
+  ) {}
+
+  seal(plaintext: string, kind: SecretKind): Promise<string> {
+    return sealValue(this.wrapper, plaintext, `auth|${kind}`);
+  }
+
+  async unseal(sealed: string, kind: SecretKind): Promise<string> {
+    if (sealed.startsWith(`${LEGACY_VERSION}.`)) {
+      if (!this.legacyPepper) throw new Error(`a sealed value of before needs the pepper ${FIRST_PEPPER_ID} (CREDENTIAL_PEPPER)`);
+      return unsealLegacy(this.legacyPepper, sealed);
+    }
+    return (await openSealedValue(this.wrapper, sealed, `auth|${kind}`)).toString("utf8");
+  }
+
+  /** Whether `sealed` is sealed the way new values are (by the newest KEK); re-sealing makes it so. */
+  isCurrent(sealed: string): boolean {
+    return sealedKid(sealed) === this.wrapper.currentKid;
+  }
+}
+
+// ---------------------------------------------------------------- before DATA_KEYS ("v1.")
+
+const LEGACY_VERSION = "v1";
+
+function legacySealingKey(pepper: string): Buffer {
+  return Buffer.from(hkdfSync("sha256", pepper, "pi-auth", "sealed-secrets-v1", 32));
+}
+
+/** The former sealing (AES-256-GCM under a key derived from the pepper). Written only by tests of the migration. */
+export function sealLegacy(pepper: string, plaintext: string): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv("aes-256-gcm", legacySealingKey(pepper), iv);
+  const body = Buffer.concat([cipher.update(plaintext, "utf8"), cipher.final()]);
+  return [LEGACY_VERSION, iv.toString("base64url"), cipher.getAuthTag().toString("base64url"), body.toString("base64url")].join(".");
+}
+
+export function unsealLegacy(pepper: string, sealed: string): string {
   const [version, iv, tag, body] = sealed.split(".");
-  if (version !== "v1" || !iv || !tag || body === undefined) throw new Error("not a sealed secret");
-  const decipher = createDecipheriv("aes-256-gcm", sealingKey(pepper), Buffer.from(iv, "base64url"));
+  if (version !== LEGACY_VERSION || !iv || !tag || body === undefined) throw new Error("not a sealed secret");
+  const decipher = createDecipheriv("aes-256-gcm", legacySealingKey(pepper), Buffer.from(iv, "base64url"));
   decipher.setAuthTag(Buffer.from(tag, "base64url"));
   return Buffer.concat([decipher.update(Buffer.from(body, "base64url")), decipher.final()]).toString("utf8");
 }

@@ -1,9 +1,11 @@
-import { AuditTrail, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, checkDataKeys, dataKeysOf, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
 import { consumeAuditRecords, openAuditStore } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
 import { FOLLOWER_LIVENESS_MS, PartnerEventPublisher } from "./propagation.js";
+import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
+import { FIRST_PEPPER_ID, peppersOf, SecretSealer } from "./secrets.js";
 import { openAuthStore } from "./store.js";
 
 /**
@@ -14,10 +16,18 @@ import { openAuthStore } from "./store.js";
 export const CACHE_TRUST_MS = FOLLOWER_LIVENESS_MS / 2;
 
 export async function startAuthService(settings: Settings, logger: Logger): Promise<RunningService> {
-  const pepper = settings.CREDENTIAL_PEPPER;
-  if (!pepper) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
+  const peppers = peppersOf(settings);
+  if (!peppers) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
+  const dataKeys = dataKeysOf(settings, "auth");
+  const sealer = new SecretSealer(dataKeys, peppers.byId.get(FIRST_PEPPER_ID));
   const runtime = await openRuntime("auth", settings, logger);
-  const store = await openAuthStore(runtime.mongo.db, pepper);
+  await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
+    await runtime.close();
+    throw err;
+  });
+  const store = await openAuthStore(runtime.mongo.db, sealer);
+  // Values sealed before DATA_KEYS (under the pepper), or by a KEK since rotated out of first place.
+  await resealStoredSecrets(store, sealer, logger);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
   const trail = new AuditTrail({ service: "auth", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
   const audit = {
@@ -28,7 +38,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     store: await openAuditStore(runtime.mongo.db),
   };
   await trail.start();
-  const keys = new KeyRing(store.signingKeys, pepper, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) });
+  const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) });
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = setInterval(() => {
@@ -56,7 +66,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
-    routes: routes({ store, keys, settings, pepper, events, authentications, audit, logger }),
+    routes: routes({ store, keys, settings, peppers, sealer, events, authentications, audit, logger }),
     healthy: async () => auditConsumer.alive() && (await runtime.healthy()),
     logger,
   });

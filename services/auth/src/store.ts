@@ -1,7 +1,7 @@
 import type { Collection, Db } from "mongodb";
 import { isDuplicateKey, type AuditCarrier, type OutboxEntry, type OutboxFields } from "@pi/common";
 import type { SigningKeyDoc } from "./keys.js";
-import { seal } from "./secrets.js";
+import type { SecretSealer, StoredHash } from "./secrets.js";
 
 export type PartnerStatus = "active" | "suspended";
 export type CredentialMode = "live" | "test";
@@ -30,10 +30,11 @@ export interface PartnerDoc extends OutboxFields<PartnerEventEntry>, AuditCarrie
   updatedAt: Date;
 }
 
-export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, AuditCarrier {
+export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHash, AuditCarrier {
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
+  /** HMAC-SHA256 of the secret under the pepper `pepperId` (absent: p1, from before pepper ids). */
   secretHash: string;
   status: "active" | "revoked";
   createdAt: Date;
@@ -66,17 +67,19 @@ export interface AuthStore {
 export const DECOY_PARTNER_ID = "ptr~decoy";
 
 /** Creates the decoy partner once; replicas starting together may race, and the loser finds it there. */
-async function ensureDecoy(store: AuthStore, pepper: string): Promise<void> {
+async function ensureDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
   try {
-    await upsertDecoy(store, pepper);
+    await upsertDecoy(store, sealer);
   } catch (err) {
     if (!isDuplicateKey(err)) throw err;
-    await upsertDecoy(store, pepper);
+    await upsertDecoy(store, sealer);
   }
 }
 
-async function upsertDecoy(store: AuthStore, pepper: string): Promise<void> {
+async function upsertDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
+  if (await store.partners.findOne({ _id: DECOY_PARTNER_ID }, { projection: { _id: 1 } })) return;
   const now = new Date();
+  const sealedSigningSecret = await sealer.seal("decoy", "webhook-signing-secret");
   await store.partners.updateOne(
     { _id: DECOY_PARTNER_ID },
     {
@@ -85,7 +88,7 @@ async function upsertDecoy(store: AuthStore, pepper: string): Promise<void> {
         status: "suspended",
         scopes: ["connections:write", "files:write"],
         webhookUrl: null,
-        sealedSigningSecret: seal(pepper, "decoy"),
+        sealedSigningSecret,
         createdAt: now,
         updatedAt: now,
       },
@@ -94,7 +97,7 @@ async function upsertDecoy(store: AuthStore, pepper: string): Promise<void> {
   );
 }
 
-export async function openAuthStore(db: Db, pepper: string): Promise<AuthStore> {
+export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthStore> {
   const store = {
     partners: db.collection<PartnerDoc>("partners"),
     credentials: db.collection<CredentialDoc>("credentials"),
@@ -104,6 +107,6 @@ export async function openAuthStore(db: Db, pepper: string): Promise<AuthStore> 
   await store.credentials.createIndex({ partnerId: 1 });
   await store.credentials.createIndex({ status: 1 });
   await store.partners.createIndex({ status: 1 });
-  await ensureDecoy(store, pepper);
+  await ensureDecoy(store, sealer);
   return store;
 }

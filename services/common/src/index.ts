@@ -15,6 +15,7 @@ export * from "./telemetry.js";
 export * from "./media-types.js";
 export * from "./periodic.js";
 export * from "./persistence.js";
+export * from "./data-keys.js";
 export * from "./partner-event-feed.js";
 export * from "./audit.js";
 export * from "./audit-trail.js";

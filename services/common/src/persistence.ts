@@ -133,6 +133,33 @@ export function endLease<T extends Document>(
   );
 }
 
+/** A lease that stands for a job rather than a document (one sweep at a time across replicas). */
+export interface JobLeaseDoc {
+  _id: string;
+  until: Date | null;
+  holder: string | null;
+}
+
+const JOB_LEASE: LeaseFields = { until: "until", holder: "holder" };
+
+/**
+ * Runs `task` only while this process holds the lease named `name` (a document of `collection`,
+ * created on first use): of replicas running the same periodic job, one runs it and the others
+ * skip the round (undefined). The task gets `renew`, to call between steps: false means the lease
+ * ran out and another replica may have taken over, so the task should stop. Leases use the real
+ * clock, whatever clock the task itself is given.
+ */
+export async function whileHolding<T>(collection: AnyCollection<JobLeaseDoc>, name: string, ms: number, task: (renew: () => Promise<boolean>) => Promise<T>): Promise<T | undefined> {
+  await insertIfNew(collection, { _id: name, until: null, holder: null });
+  const lease = await takeLease(collection, { _id: name }, JOB_LEASE, { ms });
+  if (!lease) return undefined;
+  try {
+    return await task(() => renewLease(collection, name, JOB_LEASE, lease.holder, ms));
+  } finally {
+    await endLease(collection, name, JOB_LEASE, lease.holder).catch(() => undefined);
+  }
+}
+
 // ---------------------------------------------------------------- claims by insert
 
 /** A named right held until `expiresAt`: its _id names what is claimed. */

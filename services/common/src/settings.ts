@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+import { KEY_ID, parseDataKeys } from "./data-keys.js";
 import { parseServiceUrls } from "./service-endpoints.js";
 
 // Every setting of the operator contract, plus the internal addresses, in one schema. Each service
@@ -15,6 +16,38 @@ const bool = z
 const serviceUrls = z.string().superRefine((value, ctx) => {
   try {
     parseServiceUrls(value);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: (err as Error).message });
+  }
+});
+
+// DATA_KEYS: `kid:base64key,...` newest first (services/common/src/data-keys.ts). The message names
+// what is wrong, never a key.
+const dataKeys = z.string().superRefine((value, ctx) => {
+  try {
+    parseDataKeys(value);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", message: (err as Error).message });
+  }
+});
+
+/** CREDENTIAL_PEPPERS: `id:pepper[,id:pepper...]`, newest first; a pepper has at least 32 characters and no ",". */
+export function parsePeppers(text: string): { id: string; pepper: string }[] {
+  const out: { id: string; pepper: string }[] = [];
+  for (const [i, entry] of text.split(",").entries()) {
+    const colon = entry.indexOf(":");
+    const id = colon < 0 ? "" : entry.slice(0, colon);
+    const pepper = colon < 0 ? "" : entry.slice(colon + 1);
+    if (!KEY_ID.test(id)) throw new Error(`entry ${i + 1}: the pepper id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
+    if (pepper.length < 32) throw new Error(`pepper ${id}: must be at least 32 characters`);
+    if (out.some((p) => p.id === id)) throw new Error(`pepper ${id}: the id is given twice`);
+    out.push({ id, pepper });
+  }
+  return out;
+}
+const peppers = z.string().superRefine((value, ctx) => {
+  try {
+    parsePeppers(value);
   } catch (err) {
     ctx.addIssue({ code: "custom", message: (err as Error).message });
   }
@@ -110,7 +143,19 @@ export const settingsSchema = z.object({
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: z.coerce.number().positive().max(60).default(10),
 
   // Keyed hash of client secrets. Required by the auth service; the local stack generates one.
+  // Its id is "p1" (stored with every hash it made); CREDENTIAL_PEPPERS brings newer ones.
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),
+  // More peppers, `id:pepper,...` newest first: the first hashes new secrets, every one (and
+  // CREDENTIAL_PEPPER as "p1") still verifies the hashes it made (docs/security.md).
+  CREDENTIAL_PEPPERS: peppers.optional(),
+  // Key-encryption keys of the envelope encryption of health data and sealed secrets: `kid:base64key,...`
+  // (32 random bytes each), newest first. Required by auth and file-intake; the local stack generates one.
+  DATA_KEYS: dataKeys.optional(),
+  // How long a file's bytes, its extraction result and its metadata (elder, purpose, SHA-256) are
+  // kept after the file was accepted; test files' for the shorter TEST_FILE_RETENTION_SECONDS. The
+  // file's id and status stay (docs/security.md, "Data at rest").
+  FILE_RETENTION_SECONDS: positiveInt.default(30 * 86400),
+  TEST_FILE_RETENTION_SECONDS: positiveInt.default(86400),
 });
 
 export type Settings = z.infer<typeof settingsSchema>;

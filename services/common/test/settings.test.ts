@@ -15,6 +15,21 @@ describe("settings", () => {
     expect(s.RATE_LIMIT_TOKEN_PER_MINUTE).toBeGreaterThanOrEqual(60);
   });
 
+  it("keeps file data 30 days and test files' 1 day by default; DATA_KEYS and the peppers have no default", () => {
+    const s = parseSettings({});
+    expect(s.FILE_RETENTION_SECONDS).toBe(30 * 86400);
+    expect(s.TEST_FILE_RETENTION_SECONDS).toBe(86400);
+    expect(s.DATA_KEYS).toBeUndefined();
+    expect(s.CREDENTIAL_PEPPERS).toBeUndefined();
+  });
+
+  it("reads DATA_KEYS and CREDENTIAL_PEPPERS lists", () => {
+    const key = Buffer.alloc(32, 7).toString("base64");
+    const s = parseSettings({ DATA_KEYS: `k2:${key},k1:${key}`, CREDENTIAL_PEPPERS: `p2:${"a".repeat(32)}` });
+    expect(s.DATA_KEYS).toBe(`k2:${key},k1:${key}`);
+    expect(s.CREDENTIAL_PEPPERS).toBe(`p2:${"a".repeat(32)}`);
+  });
+
   it("reads values from the environment", () => {
     const s = parseSettings({ GATEWAY_PORT: "9000", WEBHOOK_ALLOW_INSECURE_URLS: "true", ADDRESS_DOMAIN: "care.test" });
     expect(s.GATEWAY_PORT).toBe(9000);
@@ -33,6 +48,12 @@ describe("settings", () => {
     ["KAFKA_BROKERS", "localhost"],
     ["ADDRESS_DOMAIN", "Not A Domain"],
     ["CREDENTIAL_PEPPER", "short"],
+    ["CREDENTIAL_PEPPERS", "p2:short"],
+    ["CREDENTIAL_PEPPERS", "x".repeat(40)],
+    ["DATA_KEYS", "k1:tooshort"],
+    ["DATA_KEYS", "no-key-id"],
+    ["FILE_RETENTION_SECONDS", "0"],
+    ["TEST_FILE_RETENTION_SECONDS", "-5"],
     ["AUTH_SERVICE_URL", "http://127.0.0.1:50051,"],
     ["FILE_INTAKE_SERVICE_URL", "https://file-intake:50053"],
   ])("rejects a bad %s (%s) with one line naming it", (name, value) => {

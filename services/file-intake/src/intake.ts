@@ -1,8 +1,22 @@
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { commonv1, fileintakev1 } from "@pi/proto";
-import { checkElderAddress, ErrorReason, newId, outboxEntry, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type Logger } from "@pi/common";
+import {
+  checkElderAddress,
+  DATA_KEY_BYTES,
+  ErrorReason,
+  newId,
+  outboxEntry,
+  recognise,
+  serviceError,
+  SNIFF_BYTES,
+  TEXT_MEDIA_TYPE,
+  TextChecker,
+  type KeyWrapper,
+  type Logger,
+} from "@pi/common";
+import { sealMeta } from "./at-rest.js";
 import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
 import type { IdempotencyKeys } from "./keys.js";
 import { refusalDelay } from "./no-oracle.js";
@@ -22,6 +36,8 @@ export interface IntakeDeps {
   connections: ConnectionCheck;
   maxFileBytes: number;
   addressDomain: string;
+  /** The KEKs that wrap each file's data key (DATA_KEYS). */
+  dataKeys: KeyWrapper;
   logger: Logger;
 }
 
@@ -92,7 +108,12 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
   const type = await recognise(headBuffer.subarray(0, SNIFF_BYTES));
   if (!type) throw unsupported();
 
-  const staged = StagedUpload.open(store, header.partnerId);
+  // The file's own data key: its bytes are encrypted with it as they are staged; it is stored only
+  // wrapped by the newest KEK (wrapped while the bytes arrive), in the file record.
+  const dataKey = randomBytes(DATA_KEY_BYTES);
+  const wrapped = deps.dataKeys.wrap(dataKey);
+  wrapped.catch(() => {});
+  const staged = StagedUpload.open(store, header.partnerId, dataKey);
   let committed = false;
   try {
     const hash = createHash("sha256");
@@ -151,11 +172,10 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
         _id: fileId,
         partnerId,
         mode,
-        elder: elder.address,
-        purpose,
+        dataKey: await wrapped,
+        sealedMeta: sealMeta(dataKey, fileId, { elder: elder.address, purpose, sha256 }),
         mediaType: type.mediaType,
         size,
-        sha256,
         blobId: staged.id,
         idempotencyKey: key,
         status: "received",
@@ -169,6 +189,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
         createdAt: now,
         updatedAt: now,
         processedAt: null,
+        purgedAt: null,
       };
       // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
       if (owned && !(await deps.keys.renew(partnerId, key!, fileId))) {

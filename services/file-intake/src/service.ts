@@ -1,9 +1,10 @@
-import { clientsFor, every, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { checkDataKeys, clientsFor, dataKeysOf, every, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import type { ConnectionCheck } from "./intake.js";
 import { IdempotencyKeys } from "./keys.js";
 import { fileOutbox } from "./outbox.js";
 import routes from "./routes.js";
+import { retentionRound } from "./retention.js";
 import { sweepStaging } from "./staging.js";
 import { openFileStore } from "./store.js";
 import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
@@ -19,6 +20,9 @@ export interface FileIntakeTiming extends WorkerTiming {
   stagingSweepEveryMs: number;
   stagingDiscardedGraceMs: number;
   stagingAbandonedAfterMs: number;
+  retentionSweepEveryMs: number;
+  /** How long one replica's retention round may run without renewing its lease. */
+  retentionLeaseMs: number;
 }
 
 export const DEFAULT_TIMING: FileIntakeTiming = {
@@ -36,6 +40,8 @@ export const DEFAULT_TIMING: FileIntakeTiming = {
   stagingDiscardedGraceMs: 60_000,
   // Longer than any upload can last: the gateway gives one upload at most 10 minutes.
   stagingAbandonedAfterMs: 60 * 60_000,
+  retentionSweepEveryMs: 10 * 60_000,
+  retentionLeaseMs: 5 * 60_000,
 };
 
 export interface FileIntakeOptions {
@@ -52,7 +58,12 @@ const modeEnum = { live: commonv1.Mode.LIVE, test: commonv1.Mode.TEST } as const
 
 export async function startFileIntakeService(settings: Settings, logger: Logger, options: FileIntakeOptions = {}): Promise<RunningService> {
   const timing = { ...DEFAULT_TIMING, ...options.timing };
+  const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger);
+  await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
+    await runtime.close();
+    throw err;
+  });
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(store, { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs });
   const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, timing.relayEveryMs);
@@ -64,14 +75,14 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
       return res.active;
     },
   };
-  const worker = new ExtractionWorker(store, timing, logger, options.extract);
+  const worker = new ExtractionWorker(store, timing, logger, dataKeys, options.extract);
 
   // Until the extraction consumer runs (a passive instance runs none), readiness does not wait on it.
   let extractionAlive = () => true;
   const server = await startConnectServer({
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
-    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, logger }),
+    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, logger }),
     healthy: async () => extractionAlive() && (await runtime.healthy()),
     logger,
   });
@@ -93,6 +104,13 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
         () => sweepStaging(store, new Date(), { discardedGraceMs: timing.stagingDiscardedGraceMs, abandonedAfterMs: timing.stagingAbandonedAfterMs }),
         logger,
         later,
+      ),
+      // Also at start: data past retention goes even if the replicas restart often.
+      every(
+        "retention sweep",
+        timing.retentionSweepEveryMs,
+        () => retentionRound(store, { liveMs: settings.FILE_RETENTION_SECONDS * 1000, testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000 }, timing.retentionLeaseMs, logger),
+        logger,
       ),
     );
   }

@@ -1,21 +1,38 @@
-import { GridFSBucket, ObjectId, type Collection, type Db } from "mongodb";
-import type { ExtractionKind, LeaseFields, OutboxEntry, OutboxFields } from "@pi/common";
+import { GridFSBucket, ObjectId, type Binary, type Collection, type Db } from "mongodb";
+import { SEAL_OVERHEAD, type ExtractionKind, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
 
 export type FileStatus = "received" | "processed" | "failed";
 export type FileMode = "live" | "test";
 
-/** One accepted file. Written once every check has passed, before the 202 is answered. */
+/** What a file record holds about its content, only ever stored sealed (`sealedMeta`). */
+export interface FileMeta {
+  elder: string;
+  purpose: string | null;
+  /** Lowercase hex SHA-256 of the plaintext bytes. */
+  sha256: string;
+}
+
+/**
+ * One accepted file. Written once every check has passed, before the 202 is answered. Health data
+ * (its bytes, its extraction result, elder, purpose, SHA-256) is stored only encrypted under the
+ * file's own data key (at-rest.ts); the retention sweep deletes it and keeps the rest (the status).
+ */
 export interface FileDoc extends OutboxFields<OutboxEntry> {
   _id: string;
   partnerId: string;
   mode: FileMode;
-  elder: string;
-  purpose: string | null;
+  /** Records written before encryption at rest held these in plaintext; the retention sweep removes them. */
+  elder?: string;
+  purpose?: string | null;
+  sha256?: string;
+  /** The file's data key, wrapped by a KEK of DATA_KEYS; null once its data was swept (absent on records from before). */
+  dataKey?: WrappedKey | null;
+  /** FileMeta, sealed under the data key (at-rest.ts); null once swept. */
+  sealedMeta?: Binary | null;
   mediaType: string;
   size: number;
-  sha256: string;
-  /** The GridFS id of the bytes. */
+  /** The GridFS id of the bytes (deleted by the retention sweep; the id stays). */
   blobId: ObjectId;
   idempotencyKey: string | null;
   status: FileStatus;
@@ -27,13 +44,20 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   createdAt: Date;
   updatedAt: Date;
   processedAt: Date | null;
+  /** When the retention sweep deleted the file's data (bytes, extraction result, metadata, data key). */
+  purgedAt?: Date | null;
 }
 
-/** What extraction found; internal, never exposed through any API. */
+/**
+ * What extraction found; internal, never exposed through any API. Only `kind` and `ok` are stored
+ * in the clear; the rest (text, sizes, error) is `sealed` under the file's data key (at-rest.ts).
+ * The optional plaintext fields are those of results stored before encryption at rest.
+ */
 export interface ExtractionDoc {
   _id: string;
   kind: ExtractionKind;
   ok: boolean;
+  sealed?: Binary;
   text?: string;
   textLength?: number;
   textTruncated?: boolean;
@@ -74,15 +98,19 @@ export interface FileStore {
   extractions: Collection<ExtractionDoc>;
   keys: Collection<KeyDoc>;
   uploads: Collection<UploadDoc>;
+  /** Leases of periodic jobs that one replica at a time runs (the retention sweep). */
+  leases: Collection<JobLeaseDoc>;
   blobs: GridFSBucket;
 }
 
 export const BLOB_BUCKET = "blobs";
 /**
- * GridFS chunk size: fewer, larger inserts than the 255 KiB default; an upload holds at most two
- * chunks (and the driver's copies) in memory.
+ * Plaintext per stored chunk: fewer, larger inserts than GridFS's 255 KiB default; an upload holds
+ * at most two segments (and the driver's copies) in memory.
  */
-export const BLOB_CHUNK_BYTES = 1024 * 1024;
+export const BLOB_SEGMENT_BYTES = 1024 * 1024;
+/** GridFS chunk size: one sealed segment (staging.ts). Blobs stored before encryption have 1 MiB chunks; each blob records its own. */
+export const BLOB_CHUNK_BYTES = BLOB_SEGMENT_BYTES + SEAL_OVERHEAD;
 
 export async function openFileStore(db: Db): Promise<FileStore> {
   const store: FileStore = {
@@ -91,6 +119,7 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     extractions: db.collection<ExtractionDoc>("extractions"),
     keys: db.collection<KeyDoc>("idempotency_keys"),
     uploads: db.collection<UploadDoc>("uploads"),
+    leases: db.collection<JobLeaseDoc>("job_leases"),
     blobs: new GridFSBucket(db, { bucketName: BLOB_BUCKET, chunkSizeBytes: BLOB_CHUNK_BYTES }),
   };
   // Keys were once found by a unique (partnerId, key) index; their _id (keyId) is that key now, and
@@ -101,6 +130,8 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     store.keys.createIndex({ expiresAt: 1 }),
     store.files.createIndex({ status: 1, createdAt: 1 }),
     store.files.createIndex({ blobId: 1 }),
+    // The retention sweep (retention.ts): files of a mode not swept yet, oldest first.
+    store.files.createIndex({ mode: 1, purgedAt: 1, createdAt: 1 }),
     store.uploads.createIndex({ startedAt: 1 }),
     db.collection(`${BLOB_BUCKET}.chunks`).createIndex({ files_id: 1, n: 1 }, { unique: true }),
     db.collection(`${BLOB_BUCKET}.files`).createIndex({ filename: 1, uploadDate: 1 }),

@@ -1,7 +1,21 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { acceptedType, consumerGroup, CONSUMER_MAX_WAIT_MS, endLease, leaseFree, renewLease, takeLease, topicName, watchConsumer, type Kafka, type Logger } from "@pi/common";
+import {
+  acceptedType,
+  consumerGroup,
+  CONSUMER_MAX_WAIT_MS,
+  endLease,
+  leaseFree,
+  renewLease,
+  takeLease,
+  topicName,
+  watchConsumer,
+  type Kafka,
+  type KeyWrapper,
+  type Logger,
+} from "@pi/common";
+import { ensureDataKey, sealExtraction } from "./at-rest.js";
 import { extract as realExtract, type Extracted } from "./extraction.js";
 import { readBlob } from "./staging.js";
 import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
@@ -28,6 +42,7 @@ export class ExtractionWorker {
     private readonly store: FileStore,
     private readonly timing: WorkerTiming,
     private readonly logger: Logger,
+    private readonly dataKeys: KeyWrapper,
     private readonly extract: Extract = realExtract,
   ) {}
 
@@ -45,7 +60,9 @@ export class ExtractionWorker {
     try {
       const outcome = await this.outcomeOf(doc);
       if (outcome) {
-        await this.store.extractions.replaceOne({ _id: fileId }, { ...outcome, extractedAt: new Date() }, { upsert: true });
+        // Stored sealed under the file's data key (a record from before encryption at rest gets one now).
+        const key = await ensureDataKey(this.store, this.dataKeys, doc);
+        await this.store.extractions.replaceOne({ _id: fileId }, sealExtraction(key, fileId, outcome, new Date()), { upsert: true });
       }
       const status: FileStatus = outcome && !outcome.ok ? "failed" : "processed";
       clearInterval(heartbeat);
@@ -69,7 +86,7 @@ export class ExtractionWorker {
     if (doc.attempts > this.timing.maxAttempts) {
       return { ok: false, kind, error: `gave up after ${this.timing.maxAttempts} interrupted attempts` };
     }
-    const bytes = await readBlob(this.store, doc.blobId);
+    const bytes = await readBlob(this.store, doc.blobId, doc.dataKey ? await this.dataKeys.unwrap(doc.dataKey) : null);
     return this.extract(doc.mediaType, bytes);
   }
 

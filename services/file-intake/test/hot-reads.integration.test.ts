@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { MongoClient, type Db } from "mongodb";
-import { clientsFor, createLogger, databaseName, newId, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { fileById } from "../src/intake.js";
@@ -59,8 +59,8 @@ describe("hot reads use an index", () => {
     // The check can fail: no index serves a filter on the owner alone.
     expect((await queryPlan(db.collection("files"), { partnerId })).usesIndex).toBe(false);
 
-    // And the chunk-by-chunk read returns the very bytes (three chunks of 1 MiB, the last partial).
-    const read = await readBlob(await openFileStore(db), file.blobId);
+    // And the chunk-by-chunk read returns the very bytes (three sealed 1 MiB segments, the last partial).
+    const read = await readBlob(await openFileStore(db), file.blobId, await LocalKeyWrapper.fromSetting(settings.DATA_KEYS!).unwrap(file.dataKey!));
     expect(read.equals(bytes)).toBe(true);
   });
 });

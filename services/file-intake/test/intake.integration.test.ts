@@ -1,16 +1,18 @@
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { MongoClient, ObjectId, type Db } from "mongodb";
-import { clientsFor, createLogger, databaseName, ErrorReason, newId, reasonOf, type FileIntakeClient, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createLogger, databaseName, ErrorReason, LocalKeyWrapper, newId, reasonOf, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
 import { testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
 import { keyId, type FileDoc, type KeyDoc } from "../src/store.js";
+import { readExtraction, readMeta } from "../src/at-rest.js";
+import { readBlob } from "../src/staging.js";
 
 // file-intake on its own, on the real MongoDB-wire server and Kafka, driven through its Connect API the way the
 // gateway drives it. The connection service is replaced by a switch (the only stub: it is not
@@ -26,6 +28,7 @@ let mongo: MongoClient;
 let db: Db;
 let service: RunningService;
 let client: FileIntakeClient;
+let dataKeys: KeyWrapper;
 const active = new Set<string>();
 const connections: ConnectionCheck = { isActive: async (partnerId, mode, address) => active.has(`${partnerId}|${mode}|${address}`) };
 
@@ -36,7 +39,7 @@ async function start(extra: FileIntakeOptions = {}, on = settings) {
 
 /** A file-intake in a namespace of its own with no worker, consumer or sweep: the test drives them. */
 async function withPassiveIntake(use: (intake: { client: FileIntakeClient; db: Db }) => Promise<void>) {
-  const own = testSettings();
+  const own = testSettings({ DATA_KEYS: settings.DATA_KEYS! });
   const intake = await start({ passive: true }, own);
   try {
     await use({ client: intake.client, db: mongo.db(databaseName(own.DATA_NAMESPACE, "file-intake")) });
@@ -47,6 +50,7 @@ async function withPassiveIntake(use: (intake: { client: FileIntakeClient; db: D
 
 beforeAll(async () => {
   settings = testSettings({ IDEMPOTENCY_TTL_SECONDS: "3600" });
+  dataKeys = LocalKeyWrapper.fromSetting(settings.DATA_KEYS!);
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
   ({ service, client } = await start({ timing: { relayEveryMs: 300 } }));
@@ -104,24 +108,38 @@ async function expectStorage(expected: Awaited<ReturnType<typeof storage>>) {
 }
 
 describe("a submission is stored only when every check passed", () => {
-  it("the record and the bytes (with their SHA-256) are written before the answer", async () => {
+  it("the record and the bytes (with their SHA-256) are written before the answer, encrypted under the file's own data key", async () => {
     const partnerId = partner();
     const bytes = fixture("sample.pdf");
     const res = await client.submitFile(stream(partnerId, [bytes], { purpose: "discharge_summary" }));
     expect(res.file?.status).toBe(fileintakev1.FileStatus.RECEIVED);
     const doc = await db.collection<FileDoc>("files").findOne({ _id: res.file!.id });
-    expect(doc).toMatchObject({
-      partnerId,
-      mode: "live",
-      elder: ELDER,
-      purpose: "discharge_summary",
-      mediaType: "application/pdf",
-      size: bytes.length,
-      sha256: createHash("sha256").update(bytes).digest("hex"),
-    });
-    const stored = Buffer.concat(await db.collection("blobs.chunks").find({ files_id: doc!.blobId }).sort({ n: 1 }).map((c) => c.data.buffer as Buffer).toArray());
-    expect(stored.equals(bytes)).toBe(true);
+    expect(doc).toMatchObject({ partnerId, mode: "live", mediaType: "application/pdf", size: bytes.length, dataKey: { kid: "k1" }, purgedAt: null });
+    // Elder, purpose and SHA-256 only sealed; the plaintext SHA-256 of the plaintext bytes inside.
+    expect(doc).not.toHaveProperty("elder");
+    expect(doc).not.toHaveProperty("purpose");
+    expect(doc).not.toHaveProperty("sha256");
+    expect(JSON.stringify(doc)).not.toMatch(/discharge_summary|apple\.banana/);
+    const store = await (await import("../src/store.js")).openFileStore(db);
+    expect(await readMeta(store, dataKeys, doc!._id)).toEqual({ elder: ELDER, purpose: "discharge_summary", sha256: createHash("sha256").update(bytes).digest("hex") });
+    // Chunks hold ciphertext only; opened with the data key they give the very bytes.
+    const raw = Buffer.concat(await db.collection("blobs.chunks").find({ files_id: doc!.blobId }).sort({ n: 1 }).map((c) => c.data.buffer as Buffer).toArray());
+    expect(raw.includes(bytes.subarray(0, 64))).toBe(false);
+    expect(raw.includes(Buffer.from("Discharge"))).toBe(false);
+    expect((await readBlob(store, doc!.blobId, await dataKeys.unwrap(doc!.dataKey!))).equals(bytes)).toBe(true);
     expect(await db.collection("uploads").countDocuments({ _id: doc!.blobId })).toBe(0);
+  });
+
+  it("each file has its own data key, and a file's sealed data cannot be opened with another's", async () => {
+    const partnerId = partner();
+    const [a, b] = [await client.submitFile(stream(partnerId, [fixture("sample.txt")])), await client.submitFile(stream(partnerId, [fixture("sample.txt")]))];
+    const [da, db2] = [await db.collection<FileDoc>("files").findOne({ _id: a.file!.id }), await db.collection<FileDoc>("files").findOne({ _id: b.file!.id })];
+    const [ka, kb] = [await dataKeys.unwrap(da!.dataKey!), await dataKeys.unwrap(db2!.dataKey!)];
+    expect(ka.equals(kb)).toBe(false);
+    const store = await (await import("../src/store.js")).openFileStore(db);
+    await expect(readBlob(store, da!.blobId, kb)).rejects.toThrow();
+    // A sealed blob is never read as plaintext.
+    await expect(readBlob(store, da!.blobId, null)).rejects.toThrow(/sealed/);
   });
 
   it("an unaccepted type is refused from its first bytes, before anything is staged", async () => {
@@ -246,7 +264,7 @@ describe("GetFile", () => {
 });
 
 describe("nothing accepted is left unprocessed", () => {
-  it("a record whose event was never published (the process died after the 202) is published by the relay and processed", async () => {
+  it("a record whose event was never published (the process died after the 202) is published by the relay and processed; one from before encryption at rest (plaintext bytes and fields) too, its result then sealed", async () => {
     const partnerId = partner();
     const { openFileStore } = await import("../src/store.js");
     const store = await openFileStore(db);
@@ -282,8 +300,11 @@ describe("nothing accepted is left unprocessed", () => {
       await sleep(100);
       doc = await store.files.findOne({ _id: fileId });
     }
-    expect(doc).toMatchObject({ status: "processed", outbox: [] });
-    expect(await store.extractions.findOne({ _id: fileId })).toMatchObject({ ok: true, width: 64, height: 48 });
+    expect(doc).toMatchObject({ status: "processed", outbox: [], dataKey: { kid: "k1" } });
+    expect(await readExtraction(store, dataKeys, fileId)).toMatchObject({ ok: true, width: 64, height: 48 });
+    const stored = await store.extractions.findOne({ _id: fileId });
+    expect(stored).toMatchObject({ ok: true, kind: "image-dimensions" });
+    expect(stored).not.toHaveProperty("width");
   });
 
   it("a worker that dies mid-file leaves it to be taken again after the lease, and processed", async () => {
@@ -296,7 +317,7 @@ describe("nothing accepted is left unprocessed", () => {
       const id = res.file!.id;
       // The "crashed" worker: takes the file and never finishes, nor renews its lease.
       const timing = { leaseMs: 3000, heartbeatMs: 60_000, stuckAfterMs: 0, maxAttempts: 3 };
-      const hung = new ExtractionWorker(store, timing, logger, () => new Promise(() => {}));
+      const hung = new ExtractionWorker(store, timing, logger, dataKeys, () => new Promise(() => {}));
       void hung.process(id);
       let taken = await store.files.findOne({ _id: id });
       for (const deadline = Date.now() + 10_000; taken?.attempts !== 1 && Date.now() < deadline; ) {
@@ -305,13 +326,13 @@ describe("nothing accepted is left unprocessed", () => {
       }
       expect(taken).toMatchObject({ status: "received", attempts: 1 });
 
-      const restarted = new ExtractionWorker(store, timing, logger);
+      const restarted = new ExtractionWorker(store, timing, logger, dataKeys);
       expect(await restarted.process(id)).toBe("skipped"); // the lease still holds
       expect(await restarted.sweepStuck()).toBe(0);
       await sleep(Math.max(0, taken!.leaseUntil!.getTime() - Date.now()) + 50);
       expect(await restarted.sweepStuck()).toBe(1);
       expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 2, leaseUntil: null });
-      expect(await store.extractions.findOne({ _id: id })).toMatchObject({ ok: true, kind: "plain-text" });
+      expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "plain-text", text: fixture("sample.txt").toString("utf8") });
     });
   });
 
@@ -325,9 +346,9 @@ describe("nothing accepted is left unprocessed", () => {
       // Once the outbox is empty, nothing else writes the record while the test does.
       for (const deadline = Date.now() + 10_000; (await store.files.findOne({ _id: id }))?.outbox.length && Date.now() < deadline; ) await sleep(20);
       await store.files.updateOne({ _id: id }, { $set: { attempts: 3 } });
-      const worker = new ExtractionWorker(store, { leaseMs: 1000, heartbeatMs: 500, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("t", "silent"));
+      const worker = new ExtractionWorker(store, { leaseMs: 1000, heartbeatMs: 500, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("t", "silent"), dataKeys);
       expect(await worker.process(id)).toBe("failed");
-      expect(await store.extractions.findOne({ _id: id })).toMatchObject({ ok: false });
+      expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: false, error: expect.stringMatching(/interrupted/) });
     });
   });
 
@@ -335,7 +356,7 @@ describe("nothing accepted is left unprocessed", () => {
     const { openFileStore } = await import("../src/store.js");
     const { sweepStaging, StagedUpload } = await import("../src/staging.js");
     const store = await openFileStore(db);
-    const orphan = await StagedUpload.open(store, "ptr_dead");
+    const orphan = StagedUpload.open(store, "ptr_dead", randomBytes(32));
     await orphan.write(Buffer.alloc(1024 * 1024 + 10, 1)); // one chunk stored, the rest buffered: the process "dies"
     for (const deadline = Date.now() + 10_000; (await db.collection("blobs.chunks").countDocuments({ files_id: orphan.id })) === 0 && Date.now() < deadline; ) await sleep(20);
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));

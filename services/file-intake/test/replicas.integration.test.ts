@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { MongoClient } from "mongodb";
-import { clientsFor, createLogger, databaseName, newId, type FileIntakeClient, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, type FileIntakeClient, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { openFileStore, keyId, type FileStore } from "../src/store.js";
@@ -71,7 +71,7 @@ describe("two replicas racing", () => {
       return { ok: true as const, kind: "plain-text" as const, text: "x", textLength: 1, textTruncated: false };
     };
     const timing = { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3 };
-    const workers = stores.map((store) => new ExtractionWorker(store, timing, createLogger("worker", "silent"), extract));
+    const workers = stores.map((store) => new ExtractionWorker(store, timing, createLogger("worker", "silent"), LocalKeyWrapper.fromSetting(settings.DATA_KEYS!), extract));
     const outcomes = Promise.all([workers[0]!.process(id), workers[1]!.process(id), workers[0]!.process(id), workers[1]!.process(id)]);
     // Every take has been tried once one of them is extracting: the losers return "skipped" at once.
     for (let i = 0; extractions === 0 && i < 500; i++) await new Promise((r) => setTimeout(r, 10));

@@ -1,0 +1,131 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { exportJWK, generateKeyPair, createLocalJWKSet, jwtVerify } from "jose";
+import { MongoClient, type Db } from "mongodb";
+import { commonv1 } from "@pi/proto";
+import { clientsFor, createLogger, databaseName, newDataKeysEntry, newSecret, SettingsError, type RunningService, type Settings } from "@pi/common";
+import { startAuthService } from "../src/service.js";
+import { hashSecret, sealLegacy } from "../src/secrets.js";
+import type { CredentialDoc, PartnerDoc } from "../src/store.js";
+import type { SigningKeyDoc } from "../src/keys.js";
+import { TOKEN_AUDIENCE, TOKEN_ISSUER } from "../src/tokens.js";
+import { testSettings } from "../../../test/support/services.js";
+
+// Migration to DATA_KEYS: a database written by the version before (signing secrets and the JWT
+// private key sealed under a key derived from the pepper, "v1."; credential hashes without a pepper
+// id) keeps working: read in the old format, re-sealed in the new at start; then a KEK rotation and
+// a new pepper, and a regenerated KEK refused.
+
+let settings: Settings;
+let mongo: MongoClient;
+let db: Db;
+let running: RunningService | undefined;
+const partnerId = "ptr_legacy0000000000000001";
+const clientId = "cli_legacy0000000000000001";
+const clientSecret = newSecret("sk_live");
+const future = new Date(Date.now() + 3600_000);
+
+async function start(overrides: Partial<Settings> = {}) {
+  await running?.stop();
+  running = undefined;
+  const s = { ...settings, ...overrides };
+  running = await startAuthService(s, createLogger("auth", s.LOG_LEVEL));
+  return clientsFor({ ...s, AUTH_SERVICE_URL: `http://127.0.0.1:${running.port}` }).auth();
+}
+
+const sealedValues = async () => ({
+  partners: (await db.collection<PartnerDoc>("partners").find().toArray()).flatMap((p) => [p.sealedSigningSecret, ...(p.previousSigningSecrets ?? []).map((s) => s.sealed)]),
+  keys: (await db.collection<SigningKeyDoc>("signing_keys").find().toArray()).map((k) => k.sealedPrivateJwk),
+});
+
+async function tokenVerifies(auth: Awaited<ReturnType<typeof start>>, id: string, secret: string) {
+  const res = await auth.issueToken({ clientId: id, clientSecret: secret });
+  if (res.outcome.case !== "token") return false;
+  const jwks = createLocalJWKSet(JSON.parse((await auth.getJwks({})).jwksJson) as { keys: [] });
+  await jwtVerify(res.outcome.value.accessToken, jwks, { issuer: TOKEN_ISSUER, audience: TOKEN_AUDIENCE });
+  return true;
+}
+
+beforeAll(async () => {
+  settings = testSettings();
+  mongo = await MongoClient.connect(settings.MONGODB_URI);
+  db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
+  // What the version before stored, sealed under the pepper.
+  const pepper = settings.CREDENTIAL_PEPPER!;
+  const { publicKey, privateKey } = await generateKeyPair("ES256", { extractable: true });
+  await db.collection<SigningKeyDoc>("signing_keys").insertOne({
+    _id: "first",
+    kid: "key_legacy",
+    publicJwk: { ...(await exportJWK(publicKey)), kid: "key_legacy", alg: "ES256", use: "sig" },
+    sealedPrivateJwk: sealLegacy(pepper, JSON.stringify(await exportJWK(privateKey))),
+    createdAt: new Date(0),
+    activatesAt: new Date(0),
+  });
+  const now = new Date();
+  await db.collection<PartnerDoc>("partners").insertMany([
+    {
+      _id: partnerId,
+      name: "Legacy Clinic",
+      status: "active",
+      scopes: ["connections:write", "files:write"],
+      webhookUrl: null,
+      sealedSigningSecret: sealLegacy(pepper, "whsec_current"),
+      previousSigningSecrets: [{ sealed: sealLegacy(pepper, "whsec_previous"), expiresAt: future }],
+      createdAt: now,
+      updatedAt: now,
+      outbox: [],
+    },
+    { _id: "ptr~decoy", name: "decoy", status: "suspended", scopes: [], webhookUrl: null, sealedSigningSecret: sealLegacy(pepper, "decoy"), createdAt: now, updatedAt: now, outbox: [] },
+  ]);
+  await db.collection<CredentialDoc>("credentials").insertOne({ _id: clientId, partnerId, mode: "live", secretHash: hashSecret(pepper, clientSecret), status: "active", createdAt: now, outbox: [] });
+});
+
+afterAll(async () => {
+  await running?.stop();
+  await db?.dropDatabase();
+  await mongo?.close();
+});
+
+describe("stored secrets across the move from the pepper to DATA_KEYS", () => {
+  it("values sealed under the pepper keep working and are re-sealed with the KEK at start; hashes without a pepper id still verify", async () => {
+    const before = await sealedValues();
+    expect([...before.partners, ...before.keys].every((v) => v.startsWith("v1."))).toBe(true);
+
+    const auth = await start();
+    const target = await auth.getWebhookTarget({ partnerId });
+    expect(target.signingSecret).toBe("whsec_current");
+    expect(target.previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
+    expect(await tokenVerifies(auth, clientId, clientSecret)).toBe(true);
+    expect(JSON.parse((await auth.getJwks({})).jwksJson).keys.map((k: { kid: string }) => k.kid)).toEqual(["key_legacy"]);
+
+    const after = await sealedValues();
+    expect(after.partners).toHaveLength(3);
+    for (const v of [...after.partners, ...after.keys]) expect(v).toMatch(/^v2\.k1\./);
+  });
+
+  it("a KEK rotation (a new key in front) and a new pepper: everything still opens and verifies, a start re-seals with the new KEK, new hashes name the new pepper", async () => {
+    const rotated = { DATA_KEYS: `${newDataKeysEntry("k2")},${settings.DATA_KEYS!}`, CREDENTIAL_PEPPERS: `p2:${"n".repeat(40)}` };
+    const auth = await start(rotated);
+    expect((await auth.getWebhookTarget({ partnerId })).signingSecret).toBe("whsec_current");
+    expect(await tokenVerifies(auth, clientId, clientSecret)).toBe(true);
+    for (const v of Object.values(await sealedValues()).flat()) expect(v).toMatch(/^v2\.k2\./);
+
+    const fresh = (await auth.createCredential({ partnerId, mode: commonv1.Mode.LIVE })).credential!;
+    expect(await db.collection<CredentialDoc>("credentials").findOne({ _id: fresh.clientId })).toMatchObject({ pepperId: "p2", secretHash: hashSecret("n".repeat(40), fresh.clientSecret) });
+    expect(await tokenVerifies(auth, fresh.clientId, fresh.clientSecret)).toBe(true);
+    // The old KEK can go now: nothing is sealed under it any more.
+    const onlyNew = await start({ ...rotated, DATA_KEYS: rotated.DATA_KEYS.split(",")[0]! });
+    expect((await onlyNew.getWebhookTarget({ partnerId })).previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
+  });
+
+  it("a DATA_KEYS whose key under an id is not the one that wrote the data (a secret generated again) stops the start, naming the setting", async () => {
+    await running?.stop();
+    running = undefined;
+    const regenerated = { ...settings, DATA_KEYS: newDataKeysEntry("k2") };
+    const error = await startAuthService(regenerated, createLogger("auth", "silent")).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(error).toBeInstanceOf(SettingsError);
+    expect((error as Error).message).toMatch(/^invalid setting DATA_KEYS: key k2 is not the key that wrote/);
+  });
+});

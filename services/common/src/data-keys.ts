@@ -1,0 +1,219 @@
+import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import type { Db } from "mongodb";
+
+// Envelope encryption, the one home of it (docs/security.md, "Data at rest"). Each thing stored
+// encrypted (a file's bytes, its metadata and extraction result; a sealed secret) has a random
+// 256-bit data key of its own; data is encrypted with AES-256-GCM under that key, and the data key is
+// stored only wrapped (encrypted) by a key-encryption key (KEK) that the database never holds,
+// beside the id of that KEK. The KEKs come from DATA_KEYS (newest first): new wraps use the newest,
+// older ones stay to unwrap what they wrapped, so a KEK rotates without re-encrypting any data.
+// KeyWrapper is the seam: a KMS (wrap = Encrypt, unwrap = Decrypt of a 32-byte key) can replace the
+// local KEKs without touching the callers.
+
+export const DATA_KEY_BYTES = 32;
+const NONCE_BYTES = 12;
+const TAG_BYTES = 16;
+/** What AES-256-GCM adds to a plaintext here: the nonce in front, the tag behind. */
+export const SEAL_OVERHEAD = NONCE_BYTES + TAG_BYTES;
+
+/** Ids of KEKs (and of peppers): short, no separator of the formats below. */
+export const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/;
+
+/** A data key wrapped by the KEK `kid`: base64url of nonce, ciphertext and tag. */
+export interface WrappedKey {
+  kid: string;
+  wrapped: string;
+}
+
+/** Wraps and unwraps data keys. The local KEKs implement it; so could a KMS. */
+export interface KeyWrapper {
+  /** The KEK new wraps use. */
+  readonly currentKid: string;
+  /** Whether this wrapper holds the KEK `kid`. */
+  has(kid: string): boolean;
+  wrap(dataKey: Uint8Array): Promise<WrappedKey>;
+  /** The data key; throws DataKeyError for an unknown kid or a wrapped key that does not authenticate. */
+  unwrap(key: WrappedKey): Promise<Buffer>;
+}
+
+/** A data key that cannot be used: unknown KEK, wrong key, tampered or truncated ciphertext. No key material in the message. */
+export class DataKeyError extends Error {}
+
+export interface Kek {
+  kid: string;
+  key: Buffer;
+}
+
+/**
+ * Parses DATA_KEYS: `kid:key[,kid:key...]`, newest first; each key is 32 random bytes in base64 or
+ * base64url. Throws an Error whose message names what is wrong (never a key).
+ */
+export function parseDataKeys(text: string): Kek[] {
+  const entries = text.split(",").map((e) => e.trim());
+  if (entries.length === 0 || entries.some((e) => e === "")) throw new Error("must be kid:base64key[,kid:base64key...], newest first");
+  const keks: Kek[] = [];
+  for (const [i, entry] of entries.entries()) {
+    const colon = entry.indexOf(":");
+    const kid = colon < 0 ? "" : entry.slice(0, colon);
+    const encoded = colon < 0 ? "" : entry.slice(colon + 1);
+    if (!KEY_ID.test(kid)) throw new Error(`entry ${i + 1}: the key id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
+    if (!/^[A-Za-z0-9+/_-]{43}=?$/.test(encoded)) throw new Error(`key ${kid}: must be 32 bytes in base64 (43 or 44 characters)`);
+    if (keks.some((k) => k.kid === kid)) throw new Error(`key ${kid}: the id is given twice`);
+    keks.push({ kid, key: Buffer.from(encoded.replace(/-/g, "+").replace(/_/g, "/"), "base64") });
+  }
+  return keks;
+}
+
+/** A fresh DATA_KEYS entry (what `npm start` generates into its STATE_DIR). */
+export const newDataKeysEntry = (kid: string) => `${kid}:${randomBytes(DATA_KEY_BYTES).toString("base64url")}`;
+
+const wrapAad = (kid: string) => Buffer.from(`pi-data-key.v1|${kid}`);
+
+/** The KEKs of DATA_KEYS, in process. */
+export class LocalKeyWrapper implements KeyWrapper {
+  private readonly keks: Map<string, Buffer>;
+  readonly currentKid: string;
+
+  constructor(keks: Kek[]) {
+    if (keks.length === 0) throw new Error("no key-encryption key");
+    this.keks = new Map(keks.map((k) => [k.kid, k.key]));
+    this.currentKid = keks[0]!.kid;
+  }
+
+  static fromSetting(text: string): LocalKeyWrapper {
+    return new LocalKeyWrapper(parseDataKeys(text));
+  }
+
+  has(kid: string): boolean {
+    return this.keks.has(kid);
+  }
+
+  async wrap(dataKey: Uint8Array): Promise<WrappedKey> {
+    if (dataKey.length !== DATA_KEY_BYTES) throw new DataKeyError(`a data key is ${DATA_KEY_BYTES} bytes`);
+    const kid = this.currentKid;
+    return { kid, wrapped: encrypt(this.keks.get(kid)!, dataKey, wrapAad(kid)).toString("base64url") };
+  }
+
+  async unwrap(key: WrappedKey): Promise<Buffer> {
+    const kek = this.keks.get(key.kid);
+    if (!kek) throw new DataKeyError(`no key-encryption key ${JSON.stringify(key.kid)} in DATA_KEYS`);
+    const dataKey = decrypt(kek, Buffer.from(key.wrapped, "base64url"), wrapAad(key.kid));
+    if (dataKey.length !== DATA_KEY_BYTES) throw new DataKeyError("the unwrapped data key has the wrong length");
+    return dataKey;
+  }
+}
+
+/** AES-256-GCM of `plaintext` under `key` with a fresh random nonce, bound to `aad`: nonce | ciphertext | tag. */
+export function encrypt(key: Uint8Array, plaintext: Uint8Array, aad: Uint8Array | string): Buffer {
+  const nonce = randomBytes(NONCE_BYTES);
+  const cipher = createCipheriv("aes-256-gcm", key, nonce);
+  cipher.setAAD(typeof aad === "string" ? Buffer.from(aad) : aad);
+  const out = Buffer.allocUnsafe(plaintext.length + SEAL_OVERHEAD);
+  nonce.copy(out, 0);
+  let at = NONCE_BYTES;
+  at += cipher.update(plaintext).copy(out, at);
+  at += cipher.final().copy(out, at);
+  cipher.getAuthTag().copy(out, at);
+  return out;
+}
+
+/** The plaintext of `encrypt`; DataKeyError when the box was made under another key or aad, or changed. */
+export function decrypt(key: Uint8Array, box: Uint8Array, aad: Uint8Array | string): Buffer {
+  if (box.length < SEAL_OVERHEAD) throw new DataKeyError("ciphertext too short");
+  const buf = Buffer.from(box.buffer, box.byteOffset, box.byteLength);
+  const decipher = createDecipheriv("aes-256-gcm", key, buf.subarray(0, NONCE_BYTES));
+  decipher.setAAD(typeof aad === "string" ? Buffer.from(aad) : aad);
+  decipher.setAuthTag(buf.subarray(buf.length - TAG_BYTES));
+  try {
+    return Buffer.concat([decipher.update(buf.subarray(NONCE_BYTES, buf.length - TAG_BYTES)), decipher.final()]);
+  } catch {
+    throw new DataKeyError("ciphertext does not authenticate (wrong key, wrong context, or changed)");
+  }
+}
+
+/** A fresh data key and its wrapped form (store only the latter). */
+export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wrapped: WrappedKey }> {
+  const key = randomBytes(DATA_KEY_BYTES);
+  return { key, wrapped: await wrapper.wrap(key) };
+}
+
+// ---------------------------------------------------------------- segmented streams
+
+/**
+ * The associated data of segment `n` of the stream `streamId`: a segment cannot be moved to another
+ * place or stream, and only the last one is sealed `final`, so a stream cut at a segment boundary
+ * (its last segments deleted) does not authenticate. A stream always ends with a final segment,
+ * empty when its length is a multiple of the segment size.
+ */
+const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
+
+export function sealSegment(key: Uint8Array, streamId: string, n: number, final: boolean, plaintext: Uint8Array): Buffer {
+  return encrypt(key, plaintext, segmentAad(streamId, n, final));
+}
+
+export function openSegment(key: Uint8Array, streamId: string, n: number, final: boolean, box: Uint8Array): Buffer {
+  return decrypt(key, box, segmentAad(streamId, n, final));
+}
+
+// ---------------------------------------------------------------- sealed values
+
+// A small value (a secret, a JSON document) with its own data key, as one self-contained string:
+//   v2.<kid>.<wrapped data key>.<nonce | ciphertext | tag>      (base64url)
+// bound to a context (what the value is), so a sealed value cannot stand in for another kind.
+// ("v1." was the pepper-derived sealing of services/auth, read only for migration.)
+const SEALED_V2 = "v2";
+
+export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Array, context: string): Promise<string> {
+  const { key, wrapped } = await newDataKey(wrapper);
+  const bytes = typeof plaintext === "string" ? Buffer.from(plaintext, "utf8") : plaintext;
+  return [SEALED_V2, wrapped.kid, wrapped.wrapped, encrypt(key, bytes, `pi-sealed.v2|${context}`).toString("base64url")].join(".");
+}
+
+/** The KEK id of a sealed value, or undefined when it is not a v2 sealed value. */
+export function sealedKid(sealed: string): string | undefined {
+  const [version, kid] = sealed.split(".");
+  return version === SEALED_V2 && kid !== undefined && KEY_ID.test(kid) ? kid : undefined;
+}
+
+export async function openSealedValue(wrapper: KeyWrapper, sealed: string, context: string): Promise<Buffer> {
+  const parts = sealed.split(".");
+  if (parts.length !== 4 || parts[0] !== SEALED_V2 || !KEY_ID.test(parts[1]!)) throw new DataKeyError("not a sealed value");
+  const key = await wrapper.unwrap({ kid: parts[1]!, wrapped: parts[2]! });
+  return decrypt(key, Buffer.from(parts[3]!, "base64url"), `pi-sealed.v2|${context}`);
+}
+
+// ---------------------------------------------------------------- start-up check
+
+/** One record per KEK that has wrapped data in a database: a wrapped random key, to prove the KEK is the same one. */
+export interface KeyCheckDoc {
+  _id: string; // the kid
+  wrapped: string;
+  createdAt: Date;
+}
+
+export const KEY_CHECKS = "data_key_checks";
+
+/**
+ * Compares DATA_KEYS with the KEKs that wrote this database's data: `mismatched` are ids whose key
+ * in DATA_KEYS is not the one that wrote here (a Secret generated again by a GitOps render, a typo;
+ * the caller refuses to start: otherwise everything written before would be unreadable while new
+ * writes silently used the new key), `missing` are ids that wrote here and are absent from DATA_KEYS
+ * (what they wrapped cannot be read; fine once no data uses them). Records the current KEK on first use.
+ */
+export async function checkKeys(db: Db, wrapper: KeyWrapper): Promise<{ mismatched: string[]; missing: string[] }> {
+  const checks = db.collection<KeyCheckDoc>(KEY_CHECKS);
+  if (!(await checks.findOne({ _id: wrapper.currentKid }))) {
+    const probe = await wrapper.wrap(randomBytes(DATA_KEY_BYTES));
+    // Replicas starting together race: the first insert wins and every one checks it below.
+    await checks.insertOne({ _id: probe.kid, wrapped: probe.wrapped, createdAt: new Date() }).catch((err: { code?: unknown }) => {
+      if (err.code !== 11000) throw err;
+    });
+  }
+  const mismatched: string[] = [];
+  const missing: string[] = [];
+  for (const doc of await checks.find().toArray()) {
+    if (!wrapper.has(doc._id)) missing.push(doc._id);
+    else await wrapper.unwrap({ kid: doc._id, wrapped: doc.wrapped }).catch(() => mismatched.push(doc._id));
+  }
+  return { mismatched, missing };
+}

@@ -1,0 +1,76 @@
+import { whileHolding, type Logger } from "@pi/common";
+import { deleteBlob } from "./staging.js";
+import type { FileDoc, FileMode, FileStore } from "./store.js";
+
+// Retention of health data (docs/security.md, "Data at rest"): a file's bytes, its extraction
+// result and its metadata (elder, purpose, SHA-256) are deleted FILE_RETENTION_SECONDS after the
+// file was accepted, a test file's after TEST_FILE_RETENTION_SECONDS. The record stays, without
+// them, so GET /v1/files/{id} keeps answering the file's final status. A file still `received`
+// (extraction pending) is left until it leaves that state.
+
+export interface RetentionPolicy {
+  liveMs: number;
+  testMs: number;
+}
+
+/** The files of `mode` whose data is due at `now`: final, not swept yet, accepted before the cut-off. */
+export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPolicy) => ({
+  mode,
+  purgedAt: null,
+  status: { $in: ["processed", "failed"] as FileDoc["status"][] },
+  createdAt: { $lte: new Date(now.getTime() - (mode === "live" ? policy.liveMs : policy.testMs)) },
+});
+
+/**
+ * Deletes one file's data. First the wrapped data key and the sealed metadata go (with the
+ * plaintext fields of records from before encryption at rest), which makes every copy of the bytes
+ * and the result unreadable at once; then the result and the bytes; last `purgedAt` marks it done.
+ * Each step can be repeated, so a sweep that dies midway is finished by the next one.
+ */
+export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "blobId">, now: Date): Promise<void> {
+  await store.files.updateOne(
+    { _id: file._id, status: { $in: ["processed", "failed"] } },
+    { $set: { dataKey: null, sealedMeta: null }, $unset: { elder: "", purpose: "", sha256: "" } },
+  );
+  await store.extractions.deleteOne({ _id: file._id });
+  await deleteBlob(store, file.blobId);
+  await store.files.updateOne({ _id: file._id }, { $set: { purgedAt: now, updatedAt: now } });
+}
+
+/**
+ * One round of the retention sweep: every file due, in batches of `batch` per mode (a purged file
+ * leaves the query, so each batch reads the next). `now` is the clock retention is judged by (tests
+ * move it); `renew` keeps the sweep's lease and stops the round once it is lost.
+ */
+export async function sweepRetention(
+  store: FileStore,
+  policy: RetentionPolicy,
+  now = new Date(),
+  renew: () => Promise<boolean> = async () => true,
+  batch = 200,
+): Promise<number> {
+  let swept = 0;
+  for (const mode of ["test", "live"] as const) {
+    for (;;) {
+      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, blobId: 1 } }).limit(batch).toArray();
+      for (const file of due) {
+        if (!(await renew())) return swept;
+        await purgeFile(store, file, now);
+        swept++;
+      }
+      if (due.length < batch) break;
+    }
+  }
+  return swept;
+}
+
+export const RETENTION_LEASE = "retention-sweep";
+
+/** The periodic round: only the replica that holds the sweep's lease runs it; undefined when another does. */
+export function retentionRound(store: FileStore, policy: RetentionPolicy, leaseMs: number, logger: Logger, now = () => new Date()) {
+  return whileHolding(store.leases, RETENTION_LEASE, leaseMs, async (renew) => {
+    const swept = await sweepRetention(store, policy, now(), renew);
+    if (swept > 0) logger.info({ swept }, "file data past retention deleted");
+    return swept;
+  });
+}
