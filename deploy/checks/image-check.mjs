@@ -21,8 +21,8 @@
 //    and TEST_KAFKA_BROKERS set by its globalSetup) an auth container from the same image runs
 //    beside it against those, as the gateway needs auth and Kafka to start; alone otherwise.
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { accessSync, constants, copyFileSync, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
-import { randomBytes } from "node:crypto";
+import { accessSync, constants, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
 import http from "node:http";
 import net from "node:net";
 import { dirname, join, resolve } from "node:path";
@@ -171,13 +171,57 @@ function ensureNpmTarball() {
 // Tools the Dockerfile's RUN steps and npm's lifecycle scripts use.
 const TOOLS = ["sh", "env", "cp", "mkdir", "rm", "mv", "ln", "ls", "cat", "chmod", "id", "sleep", "true", "uname"];
 
+// The rest of the C library, as a Debian slim image has it: what native modules (and Node's DNS
+// fallbacks) load beyond what ldd lists for node itself. pdf.js loads @napi-rs/canvas, which needs
+// librt: without it every PDF extraction in an image failed.
+const GLIBC_FAMILY = ["librt.so.1", "libresolv.so.2", "libutil.so.1", "libanl.so.1", "libnss_files.so.2", "libnss_dns.so.2"];
+
+/** The .node files of the dependencies (prebuilt native modules), a few levels down node_modules. */
+function nativeModules(dir = join(repoRoot, "node_modules"), depth = 0) {
+  if (depth > 3 || !existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return nativeModules(path, depth + 1);
+    return e.isFile() && e.name.endsWith(".node") ? [path] : [];
+  });
+}
+
+/** A script for `node -e` in an image: loads every .node file under node_modules, prints those that fail. */
+const LOAD_NATIVE_MODULES = `
+const { readdirSync } = require("node:fs");
+const { join } = require("node:path");
+const find = (dir, depth) => depth > 3 ? [] : readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+  e.isDirectory() ? find(join(dir, e.name), depth + 1) : e.name.endsWith(".node") ? [join(dir, e.name)] : []);
+const failed = find("node_modules", 0).flatMap((f) => { try { require("./" + f); return []; } catch (e) { return [f + ": " + e.message]; } });
+if (failed.length) { console.log(failed.join("; ")); process.exit(1); }
+`;
+
+/** Every shared library the base image carries: node's, the tools', the native modules', the C library's. */
+function baseLibraries(binaries) {
+  const libs = new Set();
+  for (const [, source] of binaries) for (const lib of sharedLibs(source)) libs.add(lib);
+  for (const mod of nativeModules()) for (const lib of sharedLibs(mod)) libs.add(lib);
+  const libDir = [...libs].map((l) => dirname(l)).find((d) => existsSync(join(d, "libc.so.6")));
+  for (const name of GLIBC_FAMILY) if (libDir && existsSync(join(libDir, name))) libs.add(join(libDir, name));
+  return [...libs].sort();
+}
+
 /**
- * Tag of a base image built from this machine's node, imported once per node version.
+ * Tag of a base image built from this machine's node and the libraries it needs, imported once per
+ * node version and set of libraries.
  */
 export function ensureBaseImage({ rebuild = false } = {}) {
   const nodeBinary = realpathSync(which("node") ?? process.execPath);
   const version = sh(nodeBinary, ["--version"]).stdout.trim();
-  const tag = `pi-image-check-base:node-${version.replace(/^v/, "")}-npm-${BASE_NPM_VERSION}`;
+  const binaries = [["/usr/bin/node", nodeBinary]];
+  for (const tool of TOOLS) {
+    const path = which(tool);
+    if (!path || path.startsWith("/work")) throw new Error(`host tool ${tool} not found`);
+    binaries.push([tool === "sh" ? "/bin/sh" : join("/usr/bin", tool), realpathSync(path)]);
+  }
+  const libs = baseLibraries(binaries);
+  const libsId = createHash("sha256").update(libs.join("\n")).digest("hex").slice(0, 8);
+  const tag = `pi-image-check-base:node-${version.replace(/^v/, "")}-npm-${BASE_NPM_VERSION}-libs-${libsId}`;
   if (!rebuild && sh("docker", ["image", "inspect", tag]).status === 0) return tag;
 
   const npmTarball = ensureNpmTarball();
@@ -186,17 +230,9 @@ export function ensureBaseImage({ rebuild = false } = {}) {
   rmSync(root, { recursive: true, force: true });
   mkdirSync(root, { recursive: true });
 
-  const binaries = [["/usr/bin/node", nodeBinary]];
-  for (const tool of TOOLS) {
-    const path = which(tool);
-    if (!path || path.startsWith("/work")) throw new Error(`host tool ${tool} not found`);
-    binaries.push([tool === "sh" ? "/bin/sh" : join("/usr/bin", tool), realpathSync(path)]);
-  }
-  const libs = new Set();
   for (const [target, source] of binaries) {
     mkdirSync(join(root, dirname(target)), { recursive: true });
     copyFileSync(source, join(root, target));
-    for (const lib of sharedLibs(source)) libs.add(lib);
   }
   for (const lib of libs) copyInto(root, lib);
   // The libraries land where ldd found them (the loader at /lib64/ld-linux-x86-64.so.2, the rest
@@ -339,6 +375,10 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
     if (devDeps.stdout.trim()) problems.push(`dev dependencies in the image: ${devDeps.stdout.trim().split("\n").join(", ")}`);
     const ops = sh("docker", ["run", "--rm", image, "sh", "-c", "ls services/ops/dist/main.js"]);
     if (ops.status !== 0) problems.push("the operator CLI (services/ops/dist/main.js) is not in the image");
+    // Every prebuilt native module of the dependencies loads: a missing shared library fails only
+    // when the module is first used (pdf.js's canvas: every PDF extraction failed).
+    const natives = sh("docker", ["run", "--rm", image, "node", "-e", LOAD_NATIVE_MODULES]);
+    if (natives.status !== 0) problems.push(`native modules that do not load in the image: ${natives.stdout.trim() || natives.stderr.trim()}`);
     if (problems.length) return { status: "failed", reason: problems.join("; "), timings };
 
     // The gateway container, hardened as in the chart (read-only root, a tmpfs /tmp, no

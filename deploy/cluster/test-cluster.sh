@@ -83,7 +83,14 @@ suite() {
       --config jest.cluster.config.js --runInBand)
 }
 step "black-box suite and cluster tests (jest)" suite
-step "helm test" "$HELM" test "$RELEASE" -n "$NS" --logs --timeout 5m
+# Without --logs: the test pod is deleted when it succeeds (hook-succeeded), before helm could read
+# its logs; a failed one stays, and its logs are printed here.
+helm_test() {
+  "$HELM" test "$RELEASE" -n "$NS" --timeout 5m && return 0
+  kubectl -n "$NS" logs "$RELEASE-helm-test" 2>&1 | tail -n 50
+  return 1
+}
+step "helm test" helm_test
 
 [ "${KEEP:-0}" = 1 ] && finish
 uninstall() {
