@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { emptyOutbox, newId, newSecret, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { auditRecordMessage, emptyOutbox, newId, newSecret, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
 import type { KeyRing } from "./keys.js";
@@ -34,19 +34,9 @@ export interface AuthAudit {
   store: AuditStore;
 }
 
-const auditOutcome = { ok: eventsv1.AuditOutcome.OK, refused: eventsv1.AuditOutcome.REFUSED } as const;
-
+/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic. */
 export function auditRecordOf(doc: AuditRecordDoc) {
-  return {
-    id: doc._id,
-    occurredAt: BigInt(doc.occurredAt.getTime()),
-    service: doc.service,
-    actor: doc.actor,
-    action: doc.action,
-    targets: doc.targets,
-    outcome: auditOutcome[doc.outcome],
-    reason: doc.reason,
-  };
+  return auditRecordMessage({ ...doc, eventId: doc._id });
 }
 
 const modeName = (m: commonv1.Mode): CredentialMode | undefined => (m === Mode.LIVE ? "live" : m === Mode.TEST ? "test" : undefined);
