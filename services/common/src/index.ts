@@ -18,3 +18,5 @@ export * from "./persistence.js";
 export * from "./partner-event-feed.js";
 export * from "./audit.js";
 export * from "./audit-trail.js";
+export * from "./allowed-callers.js";
+export * from "./service-identity.js";

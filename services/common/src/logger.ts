@@ -19,6 +19,10 @@ const redactPaths = [
   "*.accessToken",
   "*.authorization",
   "req.headers.authorization",
+  // Internal calls' service tokens (service-identity.ts): refusals log the claimed caller, never these.
+  '["pi-service-token"]',
+  '*["pi-service-token"]',
+  'req.headers["pi-service-token"]',
 ];
 
 let stdout: DestinationStream | undefined;

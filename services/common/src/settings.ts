@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { parseServiceUrls } from "./service-endpoints.js";
+import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
 
 // Every setting of the operator contract, plus the internal addresses, in one schema. Each service
 // validates the whole set at start so that a bad value anywhere is caught by whoever reads it.
@@ -19,6 +20,16 @@ const serviceUrls = z.string().superRefine((value, ctx) => {
     ctx.addIssue({ code: "custom", message: (err as Error).message });
   }
 });
+
+// Checked by the parser of service-identity.ts; kept as the text given, parsed once where used.
+const checkedBy = (parse: (value: string) => unknown) =>
+  z.string().superRefine((value, ctx) => {
+    try {
+      parse(value);
+    } catch (err) {
+      ctx.addIssue({ code: "custom", message: (err as Error).message });
+    }
+  });
 
 // --- API deprecations (docs/edge.md, "Versioning") ---
 // API_DEPRECATIONS is a JSON array of rules; each marks a whole version ("/v1") or one operation
@@ -111,6 +122,13 @@ export const settingsSchema = z.object({
 
   // Keyed hash of client secrets. Required by the auth service; the local stack generates one.
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),
+
+  // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
+  // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service
+  // and the operator CLI (which reads the local stack's from STATE_DIR when unset).
+  SERVICE_IDENTITY_KEY: checkedBy(parseOwnIdentity).optional(),
+  // Every workload's public key: `name:base64,...` or a JSON object. Required by every service.
+  SERVICE_IDENTITY_PUBLIC_KEYS: checkedBy(parsePublicKeys).optional(),
 });
 
 export type Settings = z.infer<typeof settingsSchema>;
@@ -160,4 +178,22 @@ export function withLocalStackAddresses(env: NodeJS.ProcessEnv, stateDir: string
   const filled = { ...env };
   for (const name of SERVICE_URL_SETTINGS) if (!filled[name] && typeof recorded[name] === "string") filled[name] = recorded[name];
   return filled;
+}
+
+// --- the local stack's service identities ---
+// `npm start` generates a key pair per workload once and keeps them in this file (mode 0600) under
+// its STATE_DIR: `{"gateway": "<SERVICE_IDENTITY_KEY of the gateway>", ..., "ops": "..."}`. The
+// operator CLI takes its own from there unless SERVICE_IDENTITY_KEY is set.
+export const LOCAL_IDENTITY_FILE = "service-identity.json";
+
+/** The environment with SERVICE_IDENTITY_KEY, when unset, taken from a local stack's file, if any. */
+export function withLocalStackIdentity(env: NodeJS.ProcessEnv, stateDir: string, name: string): NodeJS.ProcessEnv {
+  const file = join(stateDir, LOCAL_IDENTITY_FILE);
+  if (env.SERVICE_IDENTITY_KEY || !existsSync(file)) return env;
+  try {
+    const key = (JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>)[name];
+    return typeof key === "string" ? { ...env, SERVICE_IDENTITY_KEY: key } : env;
+  } catch {
+    return env;
+  }
 }
