@@ -23,6 +23,9 @@ const redactPaths = [
   '["pi-service-token"]',
   '*["pi-service-token"]',
   'req.headers["pi-service-token"]',
+  // A workload's private key, should settings ever be logged.
+  "SERVICE_IDENTITY_KEY",
+  "*.SERVICE_IDENTITY_KEY",
 ];
 
 let stdout: DestinationStream | undefined;

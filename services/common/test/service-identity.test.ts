@@ -303,6 +303,14 @@ describe("the interceptors", () => {
     expect(JSON.stringify(lines)).not.toContain(token.split(".")[2]);
   });
 
+  it("the logger censors a service token header and a private key, should either ever reach a log line", async () => {
+    const { lines, logger } = logs();
+    const token = await minter("gateway", Date.now).token("auth");
+    logger.warn({ "pi-service-token": token, req: { headers: { "pi-service-token": token } }, settings: { SERVICE_IDENTITY_KEY: ids.gateway.key } }, "careless");
+    expect(JSON.stringify(lines)).not.toContain(token);
+    expect(JSON.stringify(lines)).not.toContain(ids.gateway.key.slice(8, 40));
+  });
+
   it("the webhook: GetWebhookTarget yes, CreatePartner no; the operator CLI: CreatePartner yes", async () => {
     const webhook = authAs("webhook").auth;
     expect(await code(webhook.getWebhookTarget({ partnerId: "ptr_1" }))).toBe("ok");
