@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, it } from "@jest/globals";
 import { clientsFor, createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
-import { startTestStack, type TestStack } from "../test/support/services.js";
+import { as, startTestStack, type TestStack } from "../test/support/services.js";
 import { accessToken, opsCliEnv, opsFor, runOpsCli } from "../test/support/partner-api.js";
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
 import { percentile, report } from "./report.js";
@@ -16,7 +16,7 @@ let ops: ReturnType<typeof opsFor>;
 
 beforeAll(async () => {
   stack = await startTestStack(NO_RATE_LIMITS);
-  second = await startWarmGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
+  second = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-2", stack.settings.LOG_LEVEL));
   ops = opsFor(stack.settings);
 });
 afterAll(async () => {

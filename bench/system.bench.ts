@@ -2,7 +2,7 @@ import { afterAll, beforeAll, it } from "@jest/globals";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { clientsFor } from "@pi/common";
+import { clientsFor, withLocalStackIdentity } from "@pi/common";
 import { connectedPartner, fixture, sendFile, type ConnectedPartner } from "../test/support/files.js";
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
 import { LoadGenerator, startBaseline, type UploadResult } from "./support/driver.js";
@@ -60,7 +60,9 @@ beforeAll(async () => {
 
   // The baseline verifies the system's own tokens with the system's own public keys, and knows the
   // partner's credential (hashed with a pepper of its own) to issue tokens of the same shape.
-  const jwks = await clientsFor(stack.settings).auth().getJwks({});
+  // The keys are the gateway's to ask for: the bench asks with the stack's gateway identity.
+  const asGateway = { ...stack.settings, SERVICE_IDENTITY_KEY: withLocalStackIdentity({}, stack.stateDir, "gateway").SERVICE_IDENTITY_KEY };
+  const jwks = await clientsFor(asGateway).auth().getJwks({});
   const scope = await tokenScope();
   const res = await fetch(`${koa.baseUrl}/_bench/keys`, {
     method: "PUT",

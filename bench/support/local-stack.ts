@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseSettings, type Settings } from "@pi/common";
+import { parseSettings, withLocalStackIdentity, type Settings } from "@pi/common";
 import { alive, descendants } from "../../test/support/processes.js";
 
 // The system under measurement, started exactly as `npm start` starts it (the compiled
@@ -123,6 +123,8 @@ export async function startLocalStack(opts: { portBase: number; env?: Record<str
     KAFKA_BROKERS: `127.0.0.1:${ports.KAFKA_PORT}`,
     GATEWAY_PORT: String(ports.GATEWAY_PORT),
     ...(opts.env?.ADDRESS_DOMAIN ? { ADDRESS_DOMAIN: opts.env.ADDRESS_DOMAIN } : {}),
+    // The operator CLI's identity, as `npm start` generated it in the state directory.
+    ...withLocalStackIdentity({}, stateDir, "ops"),
   });
   return {
     baseUrl,

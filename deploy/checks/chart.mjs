@@ -244,6 +244,8 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
       for (const e of c.env ?? []) {
         const ref = e.valueFrom?.secretKeyRef;
         if (ref && !secrets.has(ref.name)) problems.push(`${where}: env ${e.name} refers to Secret ${ref.name}, which is neither rendered nor declared external`);
+        const cm = e.valueFrom?.configMapKeyRef;
+        if (cm && !byKind(docs, "ConfigMap").some((m) => m.metadata.name === cm.name && cm.key in (m.data ?? {}))) problems.push(`${where}: env ${e.name} refers to ConfigMap ${cm.name} key ${cm.key}, not rendered`);
       }
     }
     for (const v of spec.volumes ?? []) {
@@ -369,6 +371,15 @@ export function checkSkaffoldImages(docs, { release = RELEASE } = {}) {
     const dep = find(docs, "Deployment", `${release}-${s.component}`);
     const image = dep?.spec.template.spec.containers[0].image ?? "";
     if (!image.startsWith(`${artifact.image}:`)) problems.push(`${s.component}: the chart's default image ${image} is not the Skaffold artifact ${artifact.image}`);
+  }
+  // The operator CLI's pod runs the gateway's artifact.
+  const gateway = artifacts.find((a) => a.docker?.buildArgs?.SERVICE === "gateway");
+  if (gateway) {
+    const sanitized = gateway.image.replace(/[/\-.:]/g, "_");
+    if (templates["ops.image.repository"] !== `{{.IMAGE_REPO_${sanitized}}}`) problems.push("skaffold does not set ops.image.repository to the gateway's artifact");
+    if (templates["ops.image.tag"] !== `{{.IMAGE_TAG_${sanitized}}}@{{.IMAGE_DIGEST_${sanitized}}}`) problems.push("skaffold does not set ops.image.tag to the gateway's artifact");
+    const ops = find(docs, "Deployment", `${release}-ops`);
+    if (ops && !ops.spec.template.spec.containers[0].image.startsWith(`${gateway.image}:`)) problems.push(`ops: the chart's default image is not the Skaffold artifact ${gateway.image}`);
   }
   const extra = artifacts.filter((a) => !SERVICES.some((s) => a.docker?.buildArgs?.SERVICE === s.component));
   if (extra.length) problems.push(`skaffold artifacts without a chart service: ${extra.map((a) => a.image).join(", ")}`);

@@ -22,11 +22,20 @@
 //    beside it against those, as the gateway needs auth and Kafka to start; alone otherwise.
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { accessSync, constants, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
 import http from "node:http";
 import net from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+
+/** A workload's SERVICE_IDENTITY_KEY and public key entry, in the form of services/common/src/service-identity.ts. */
+function serviceIdentity(name) {
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  return {
+    key: `${name}:${privateKey.export({ type: "pkcs8", format: "der" }).toString("base64")}`,
+    publicKey: `${name}:${publicKey.export({ type: "spki", format: "der" }).toString("base64")}`,
+  };
+}
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const stateDir = resolve(process.env.STATE_DIR || join(repoRoot, ".state"));
@@ -391,6 +400,7 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
     let runEnv;
     let gatewayPort;
     let network0;
+    let gatewayIdentity = serviceIdentity("gateway").key;
     if (infra) {
       const authPort = await freePort();
       gatewayPort = await freePort();
@@ -402,13 +412,18 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
       ];
       const pepper = randomBytes(36).toString("base64url");
       const dataKeys = `k1:${randomBytes(32).toString("base64url")}`;
-      const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, "-e", `DATA_KEYS=${dataKeys}`, image]);
+      // Each container its own service identity (services/common/src/service-identity.ts), both
+      // every public key: the gateway's calls to auth are signed and verified as in the chart.
+      const ids = Object.fromEntries(["gateway", "auth"].map((name) => [name, serviceIdentity(name)]));
+      runEnv.push(`SERVICE_IDENTITY_PUBLIC_KEYS=${Object.values(ids).map((i) => i.publicKey).join(",")}`);
+      gatewayIdentity = ids.gateway.key;
+      const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, "-e", `DATA_KEYS=${dataKeys}`, "-e", `SERVICE_IDENTITY_KEY=${ids.auth.key}`, image]);
       if (auth.status !== 0) return { status: "failed", reason: `docker run (auth) failed: ${auth.stderr}`, timings };
     } else {
       network0 = ["-p", "127.0.0.1::8080"];
       runEnv = ["GATEWAY_HOST=0.0.0.0", "KAFKA_BROKERS=127.0.0.1:9", "WEBHOOK_ALLOW_INSECURE_URLS=false", "LOG_LEVEL=info"];
     }
-    const run = sh("docker", ["run", "-d", "--name", containerName, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), image]);
+    const run = sh("docker", ["run", "-d", "--name", containerName, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), "-e", `SERVICE_IDENTITY_KEY=${gatewayIdentity}`, image]);
     if (run.status !== 0) return { status: "failed", reason: `docker run failed: ${run.stderr}`, timings };
     const cmdline = sh("docker", ["exec", containerName, "cat", "/proc/1/cmdline"]).stdout.replace(/\0/g, " ").trim();
     if (!gatewayPort) gatewayPort = sh("docker", ["port", containerName, "8080/tcp"]).stdout.trim().split("\n")[0].split(":").pop();

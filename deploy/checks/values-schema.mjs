@@ -144,6 +144,18 @@ const definitions = {
     },
   },
 };
+// A workload's service identity (docs/security.md, "Internal calls"): its Ed25519 key, generated
+// and kept by the chart unless existingSecret names a Secret of the operator's, whose public key
+// must then be given too (the chart cannot read it).
+definitions.identity = {
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    existingSecret: { type: "string" },
+    existingSecretKey: { type: "string", minLength: 1 },
+    publicKey: { type: "string", description: "With existingSecret: the public key, as a PEM or base64 of its SPKI DER." },
+  },
+};
 const shape = ["enabled", "image", "replicas", "resources", "config", "autoscaling", "podDisruptionBudget"];
 function service(extra = {}) {
   return {
@@ -159,6 +171,7 @@ function service(extra = {}) {
       autoscaling: { $ref: "#/definitions/autoscaling" },
       podDisruptionBudget: { $ref: "#/definitions/podDisruptionBudget" },
       extraEnv: { $ref: "#/definitions/extraEnv" },
+      identity: { $ref: "#/definitions/identity" },
       ...extra,
     },
   };
@@ -208,6 +221,18 @@ export const schema = {
     connection: service(mongo),
     fileIntake: service(mongo),
     webhook: service(mongo),
+    ops: {
+      type: "object",
+      additionalProperties: false,
+      description: "The operator CLI as a workload of its own: an idle pod to `kubectl exec` into, with the ops identity.",
+      properties: {
+        enabled: { type: "boolean" },
+        image: { $ref: "#/definitions/image" },
+        resources: { $ref: "#/definitions/resources" },
+        extraEnv: { $ref: "#/definitions/extraEnv" },
+        identity: { $ref: "#/definitions/identity" },
+      },
+    },
     ingress: {
       type: "object",
       additionalProperties: false,

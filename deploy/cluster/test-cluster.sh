@@ -6,7 +6,7 @@
 #   3. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with
 #      deploy/cluster/values.yaml
 #   4. jest (jest.cluster.config.js): the black-box suite (test/blackbox) through the ingress, the
-#      operator CLI through `kubectl exec` in a gateway pod, and test/cluster (NetworkPolicies admit
+#      operator CLI through `kubectl exec` in the ops pod (deploy/<release>-ops), and test/cluster (NetworkPolicies admit
 #      callers and refuse others, a rolling upgrade and a deleted pod under traffic, PDB/HPA objects)
 #   5. helm test
 #   6. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
@@ -53,7 +53,7 @@ install() {
   kubectl label --overwrite ns "$NS" pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null || return 1
   local sets=()
-  for k in gateway auth connection fileIntake webhook; do sets+=(--set "$k.image.tag=$SERVICES_TAG"); done
+  for k in gateway auth connection fileIntake webhook ops; do sets+=(--set "$k.image.tag=$SERVICES_TAG"); done
   sets+=(--set "kafka.image.repository=${KAFKA_IMAGE%:*}" --set "kafka.image.tag=${KAFKA_IMAGE##*:}")
   [ -n "${MONGO_WIRE_IMAGE:-}" ] && sets+=(--set "mongodb.standIn.image.repository=${MONGO_WIRE_IMAGE%:*}" \
     --set "mongodb.standIn.image.tag=${MONGO_WIRE_IMAGE##*:}")
@@ -76,7 +76,7 @@ step "ready through the ingress (http://$INGRESS_IP/readyz)" ready
 
 suite() {
   (cd "$ROOT" && E2E_BASE_URL="http://$INGRESS_IP" \
-    E2E_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec deploy/$RELEASE-gateway -- node services/ops/dist/main.js" \
+    E2E_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec deploy/$RELEASE-ops -- node services/ops/dist/main.js" \
     CLUSTER_NAMESPACE=$NS CLUSTER_RELEASE=$RELEASE CLUSTER_INGRESS="http://$INGRESS_IP" \
     CLUSTER_VALUES="$HERE/values.yaml" HELM_BIN=$HELM KUBECTL="$BIN/kubectl" \
     node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js \

@@ -78,7 +78,7 @@ until [ "$(curl -s -o /dev/null -w '%{http_code}' "${BASE_URL}/readyz")" = "200"
 done
 echo "ready: ${BASE_URL}/readyz answers 200"
 
-OPS="kubectl --context ${CONTEXT} exec -n ${NAMESPACE} deploy/${RELEASE}-gateway -- node services/ops/dist/main.js"
+OPS="kubectl --context ${CONTEXT} exec -n ${NAMESPACE} deploy/${RELEASE}-ops -- node services/ops/dist/main.js"
 if [ "${RUN_E2E}" = "1" ]; then
   step "running the end-to-end suite against ${BASE_URL}"
   echo "E2E_BASE_URL=${BASE_URL}"

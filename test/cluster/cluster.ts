@@ -42,9 +42,9 @@ export async function podsOf(component: string): Promise<string[]> {
   return list.items.filter((p) => p.status.phase === "Running" && !p.metadata.deletionTimestamp).map((p) => p.metadata.name as string).sort();
 }
 
-/** Runs the operator CLI in a gateway pod, as an operator would. */
+/** Runs the operator CLI in the ops pod (the operator's service identity), as an operator would. */
 export async function ops(...args: string[]): Promise<Record<string, any>> {
-  const out = await kubectl("exec", `deploy/${named("gateway")}`, "--", "node", "services/ops/dist/main.js", ...args, "--json");
+  const out = await kubectl("exec", `deploy/${named("ops")}`, "--", "node", "services/ops/dist/main.js", ...args, "--json");
   return JSON.parse(out) as Record<string, any>;
 }
 

@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ensureHelm } from "../../deploy/checks/helm.mjs";
 import { parseSettings } from "../../services/common/src/settings.js";
+import { generateIdentity, parseOwnIdentity, parsePublicKeys, TokenMinter, TokenVerifier } from "../../services/common/src/service-identity.js";
 import { schemaFile, schemaText } from "../../deploy/checks/values-schema.mjs";
 import * as chart from "../../deploy/checks/chart.mjs";
 import type { Combination, K8sObject } from "../../deploy/checks/chart.mjs";
@@ -57,7 +58,8 @@ describe("Helm chart with the default values", () => {
   });
 
   it("hardens every pod: non-root, read-only root with an emptyDir /tmp, no capabilities, no privilege escalation, seccomp RuntimeDefault, no service account token, resources and probes set", () => {
-    expect(chart.workloads(docs).length).toBe(5 + 4 + 1 + 1);
+    // Five services, four databases, Kafka, the topic job, the operator CLI's pod.
+    expect(chart.workloads(docs).length).toBe(5 + 4 + 1 + 1 + 1);
     expect(chart.checkHardening(docs)).toEqual([]);
   });
 
@@ -71,7 +73,7 @@ describe("Helm chart with the default values", () => {
   });
 
   it("renders an environment that every service's own settings parser accepts (secrets stand in for their Secret references)", () => {
-    const standIn: Record<string, string> = {
+    const fixed: Record<string, string> = {
       MONGODB_URI: "mongodb://root:pw@db:27017/?authSource=admin",
       DATA_KEYS: `k1:${Buffer.alloc(32, 9).toString("base64")}`,
       CREDENTIAL_PEPPERS: `p2:${"y".repeat(48)}`,
@@ -79,12 +81,14 @@ describe("Helm chart with the default values", () => {
     const deprecations = [{ route: "GET /v1/connections/{id}", deprecation: "2027-01-01T00:00:00Z", sunset: "2027-07-01T00:00:00Z" }];
     for (const rendered of [docs, render({ config: { API_DEPRECATIONS: deprecations, WEBHOOK_RETRY_BASE_SECONDS: 0.5 } })]) {
       for (const s of SERVICES) {
-        const env = Object.fromEntries(
-          (container(rendered, s.component).env as K8sObject[]).map((e) => [
-            e.name,
-            e.value ?? standIn[e.name] ?? "x".repeat(48),
-          ]),
-        );
+        const standIn = (e: K8sObject): string =>
+          fixed[e.name] ??
+          (e.name === "SERVICE_IDENTITY_KEY"
+            ? generateIdentity(s.component as "auth").key
+            : e.name === "SERVICE_IDENTITY_PUBLIC_KEYS"
+              ? find(rendered, "ConfigMap", e.valueFrom.configMapKeyRef.name).data[e.valueFrom.configMapKeyRef.key]
+              : "x".repeat(48));
+        const env = Object.fromEntries((container(rendered, s.component).env as K8sObject[]).map((e) => [e.name, e.value ?? standIn(e)]));
         expect(() => parseSettings(env)).not.toThrow();
         const settings = parseSettings(env);
         expect(settings.GATEWAY_HOST).toBe("0.0.0.0");
@@ -166,6 +170,60 @@ describe("Helm chart with the default values", () => {
     expect(template).toContain("randAlphaNum 48");
   });
 
+  it("gives every workload (the services and the operator CLI's pod) an Ed25519 identity key of its own, generated at install, kept across upgrades (lookup) and on uninstall", async () => {
+    const keysOf = (rendered: K8sObject[]) => parsePublicKeys(find(rendered, "ConfigMap", `${RELEASE}-service-identity`).data.SERVICE_IDENTITY_PUBLIC_KEYS);
+    const publicKeys = keysOf(docs);
+    expect([...publicKeys.keys()].sort()).toEqual(["auth", "connection", "file-intake", "gateway", "ops", "webhook"]);
+    const kids = new Set<string>();
+    for (const component of ["gateway", "auth", "connection", "file-intake", "webhook", "ops"]) {
+      const secret = find(docs, "Secret", `${RELEASE}-${component}-identity`);
+      expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+      const own = parseOwnIdentity(Buffer.from(secret.data.SERVICE_IDENTITY_KEY, "base64").toString());
+      expect(own.name).toBe(component);
+      // The ConfigMap's public key is this Secret's: a token the workload signs verifies.
+      expect(publicKeys.get(own.name)!.has(own.kid)).toBe(true);
+      const token = await new TokenMinter(own).token(component === "auth" ? "connection" : "auth");
+      expect(await new TokenVerifier(component === "auth" ? "connection" : "auth", publicKeys).verify(token)).toBe(component);
+      kids.add(own.kid);
+      // Only its own key reaches the workload.
+      const env = envOf(component === "ops" ? find(docs, "Deployment", `${RELEASE}-ops`).spec.template.spec.containers[0] : container(docs, component));
+      expect(env.SERVICE_IDENTITY_KEY).toEqual({ secretKeyRef: { name: `${RELEASE}-${component}-identity`, key: "SERVICE_IDENTITY_KEY" } });
+      expect(env.SERVICE_IDENTITY_PUBLIC_KEYS).toEqual({ configMapKeyRef: { name: `${RELEASE}-service-identity`, key: "SERVICE_IDENTITY_PUBLIC_KEYS" } });
+    }
+    expect(kids.size).toBe(6);
+    const template = readFileSync(join(chart.chartDir, "templates", "service-identity.yaml"), "utf8");
+    expect(template).toMatch(/lookup "v1" "Secret" \$root\.Release\.Namespace \$name/);
+    expect(template).toContain('genPrivateKey "ed25519"');
+  });
+
+  it("takes a workload's identity from a Secret of the operator's, with its public key given; refuses one without", () => {
+    const external = generateIdentity("webhook");
+    const rendered = render({ webhook: { identity: { existingSecret: "my-webhook-key", existingSecretKey: "key", publicKey: external.publicKey.slice("webhook:".length) } } });
+    expect(find(rendered, "Secret", `${RELEASE}-webhook-identity`)).toBeUndefined();
+    expect(envOf(container(rendered, "webhook")).SERVICE_IDENTITY_KEY).toEqual({ secretKeyRef: { name: "my-webhook-key", key: "key" } });
+    const own = parseOwnIdentity(external.key);
+    const keys = parsePublicKeys(find(rendered, "ConfigMap", `${RELEASE}-service-identity`).data.SERVICE_IDENTITY_PUBLIC_KEYS);
+    expect(keys.get("webhook")!.has(own.kid)).toBe(true);
+    expect(chart.checkReferences(rendered, { externalSecrets: ["my-webhook-key"] })).toEqual([]);
+    const t = chart.helmTemplate(helm, { webhook: { identity: { existingSecret: "my-webhook-key" } } });
+    expect(t.code).not.toBe(0);
+    expect(t.stderr).toContain("webhook.identity.publicKey is required with webhook.identity.existingSecret");
+  });
+
+  it("runs the operator CLI as a workload of its own (idle, hardened, the gateway's image, no Service), pointed at the internal services", () => {
+    const ops = find(docs, "Deployment", `${RELEASE}-ops`);
+    const c = ops.spec.template.spec.containers[0];
+    expect(c.image).toBe(container(docs, "gateway").image);
+    expect(c.command[0]).toBe("node");
+    expect(find(docs, "Service", `${RELEASE}-ops`)).toBeUndefined();
+    expect(envOf(c)).toMatchObject({ AUTH_SERVICE_URL: `http://${RELEASE}-auth-headless:50051`, CONNECTION_SERVICE_URL: `http://${RELEASE}-connection-headless:50052`, WEBHOOK_SERVICE_URL: `http://${RELEASE}-webhook-headless:50054` });
+    const off = render({ ops: { enabled: false } });
+    expect(find(off, "Deployment", `${RELEASE}-ops`)).toBeUndefined();
+    expect(find(off, "Secret", `${RELEASE}-ops-identity`)).toBeUndefined();
+    expect(find(off, "NetworkPolicy", `${RELEASE}-ops`)).toBeUndefined();
+    expect(podComponents(find(off, "NetworkPolicy", `${RELEASE}-auth`).spec.ingress.flatMap((r: K8sObject) => r.from))).toEqual(["gateway", "webhook"]);
+  });
+
   it("uses a given pepper, or an existing Secret of the operator's", () => {
     const given = "p".repeat(40);
     const withValue = find(render({ auth: { credentialPepper: { value: given } } }), "Secret", `${RELEASE}-credential-pepper`);
@@ -237,18 +295,26 @@ describe("Helm chart with the default values", () => {
     expect(denyAll.ingress).toBeUndefined();
     expect(denyAll.egress).toBeUndefined();
     const callers: Record<string, string[]> = {
-      auth: ["gateway", "webhook"],
-      connection: ["file-intake", "gateway"],
+      auth: ["gateway", "ops", "webhook"],
+      connection: ["file-intake", "gateway", "ops"],
       "file-intake": ["gateway"],
-      webhook: ["gateway"],
+      webhook: ["gateway", "ops"],
     };
     for (const [component, expected] of Object.entries(callers)) {
       expect(podComponents(policy(component).ingress.flatMap((r: K8sObject) => r.from))).toEqual(expected);
     }
     const gatewayFrom = policy("gateway").ingress[0].from[0];
     expect(gatewayFrom.namespaceSelector.matchLabels).toEqual({ "kubernetes.io/metadata.name": "ingress-nginx" });
-    // The operator CLI runs in the gateway pod: the gateway may call every service.
+    // The gateway calls auth, connection and file-intake, and checks the webhook service's health
+    // for /readyz; the operator CLI has a pod of its own, which nothing may reach.
     expect(podComponents(policy("gateway").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "file-intake", "kafka", "webhook"]);
+    expect(policy("ops").ingress).toEqual([]);
+    expect(podComponents(policy("ops").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "webhook"]);
+    expect(policy("ops").egress.flatMap((r: K8sObject) => r.ports).filter((p: K8sObject) => p.port !== 53)).toEqual([
+      { port: 50051, protocol: "TCP" },
+      { port: 50052, protocol: "TCP" },
+      { port: 50054, protocol: "TCP" },
+    ]);
     for (const s of dataServices) {
       expect(podComponents(policy(`${s.component}-mongodb`).ingress[0].from)).toEqual([s.component]);
       expect(policy(`${s.component}-mongodb`).egress).toEqual([]);
@@ -269,7 +335,9 @@ describe("Helm chart with the default values", () => {
 
   it("prints NOTES that show how to reach the API and run operator commands with kubectl exec, and warn when hardening is switched off", () => {
     const notes = chart.renderNotes(helm, {});
-    expect(notes).toContain(`kubectl -n ${chart.NAMESPACE} exec deploy/${RELEASE}-gateway -- node services/ops/dist/main.js info --json`);
+    expect(notes).toContain(`kubectl -n ${chart.NAMESPACE} exec deploy/${RELEASE}-ops -- node services/ops/dist/main.js info --json`);
+    expect(notes).not.toContain(`exec deploy/${RELEASE}-gateway`);
+    expect(notes).toContain(`${RELEASE}-ops-identity`);
     expect(notes).toContain(`${RELEASE}-credential-pepper`);
     expect(notes).toContain(`${RELEASE}-data-keys`);
     expect(notes).not.toContain("WARNING");
@@ -280,7 +348,8 @@ describe("Helm chart with the default values", () => {
   });
 
   it("renders the same objects twice, apart from the generated secrets", () => {
-    const strip = (objs: K8sObject[]) => objs.map((o) => (o.kind === "Secret" ? { ...o, data: Object.keys(o.data ?? {}) } : o));
+    const generated = (o: K8sObject) => o.kind === "Secret" || (o.kind === "ConfigMap" && o.metadata.name === `${RELEASE}-service-identity`);
+    const strip = (objs: K8sObject[]) => objs.map((o) => (generated(o) ? { ...o, data: Object.keys(o.data ?? {}) } : o));
     expect(strip(render())).toEqual(strip(docs));
   });
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { clientsFor, createLogger, type RunningService } from "@pi/common";
 import { startAuthService } from "@pi/auth";
-import { startTestStack, type TestStack } from "../support/services.js";
+import { as, startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, opsFor } from "../support/partner-api.js";
 import { decodeJwt, NO_RATE_LIMITS } from "../support/auth.js";
 
@@ -17,7 +17,7 @@ let elder: string;
 beforeAll(async () => {
   stack = await startTestStack({ ...NO_RATE_LIMITS, JWKS_REFRESH_SECONDS: "1" });
   // A second auth replica on the same database, as a deployment with two auth pods has.
-  replica = await startAuthService(stack.settings, createLogger("auth-2", stack.settings.LOG_LEVEL));
+  replica = await startAuthService(as(stack.settings, "auth"), createLogger("auth-2", stack.settings.LOG_LEVEL));
   const ops = opsFor(stack.settings);
   partner = await ops.partnerCreate({ name: "Rotation Clinic" });
   elder = (await ops.elderCreate()).address;
@@ -41,7 +41,7 @@ const kidOf = (token: string) => decodeJwt(token).header.kid as string;
 
 describe("key rotation without downtime", () => {
   it("key rotation: no request fails while a new key is rotated in; the new key signs on every replica after the activation delay; old tokens keep working", async () => {
-    const replicaAuth = clientsFor({ ...stack.settings, AUTH_SERVICE_URL: `http://127.0.0.1:${replica.port}` }).auth();
+    const replicaAuth = clientsFor({ ...as(stack.settings, "gateway"), AUTH_SERVICE_URL: `http://127.0.0.1:${replica.port}` }).auth();
     const fromReplica = async () => {
       const res = await replicaAuth.issueToken({ clientId: partner.live.client_id, clientSecret: partner.live.client_secret });
       if (res.outcome.case !== "token") throw new Error("no token from the replica");

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
-import { startTestStack, type TestStack } from "../support/services.js";
+import { as, startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, connectionRequestStatus, opsCliEnv, opsFor, requestToken, runOpsCli, type CliRun } from "../support/partner-api.js";
 import { decodeJwt, NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 
@@ -16,7 +16,7 @@ let elder: string;
 
 beforeAll(async () => {
   stack = await startTestStack(NO_RATE_LIMITS);
-  second = await startWarmGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
+  second = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-2", stack.settings.LOG_LEVEL));
   gateways = [stack.baseUrl, `http://127.0.0.1:${second.port}`];
   elder = (await opsFor(stack.settings).elderCreate()).address;
 });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
-import { startTestStack, type TestStack } from "../support/services.js";
+import { as, startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, connectionRequestStatus, opsFor, requestToken } from "../support/partner-api.js";
 import { NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 
@@ -19,7 +19,7 @@ const propagationMs: number[] = [];
 
 beforeAll(async () => {
   stack = await startTestStack(NO_RATE_LIMITS);
-  second = await startWarmGateway(stack.settings, createLogger("gateway-2", stack.settings.LOG_LEVEL));
+  second = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-2", stack.settings.LOG_LEVEL));
   gateways = [stack.baseUrl, `http://127.0.0.1:${second.port}`];
   ops = opsFor(stack.settings);
   elder = (await ops.elderCreate()).address;
@@ -134,7 +134,7 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
     const other = await ops.partnerCreate({ name: "Late Suspended Clinic" });
     const otherToken = await accessToken(stack.baseUrl, other.live.client_id, other.live.client_secret);
     await ops.partnerSetStatus(other.partner_id, "suspended");
-    const third = await startWarmGateway(stack.settings, createLogger("gateway-3", stack.settings.LOG_LEVEL));
+    const third = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-3", stack.settings.LOG_LEVEL));
     try {
       const url = `http://127.0.0.1:${third.port}`;
       expect(await connectionRequestStatus(url, token, elder)).toBe(401);

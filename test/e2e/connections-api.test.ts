@@ -4,7 +4,7 @@ import { MongoClient } from "mongodb";
 import { clientsFor, databaseName, newId } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import { describeFailure } from "../../services/ops/src/commands.js";
-import { startTestStack, type TestStack } from "../support/services.js";
+import { as, startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
 import { collectConnectionEvents, settled, type EventCollector } from "../support/connection-events.js";
 
@@ -243,7 +243,7 @@ describe("transitions through the caregiver's acts", () => {
     const address = (await ops.elderCreate()).address;
     const id = await create(tokens.aLive, address);
     await ops.connectionAct("approve", id);
-    const connections = clientsFor(stack.settings).connection();
+    const connections = clientsFor(as(stack.settings, "file-intake")).connection();
     const check = () => connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.LIVE, elderAddress: address });
     expect((await check()).active).toBe(true);
     expect(await ops.connectionAct("sever", id)).toEqual({ id, internal_status: "revoked" });
@@ -313,7 +313,7 @@ describe("test mode", () => {
       expect(await statusOf(token, id)).toBe("pending");
       expect(events.of(id)).toEqual([]);
     }
-    const connections = clientsFor(stack.settings).connection();
+    const connections = clientsFor(as(stack.settings, "file-intake")).connection();
     expect((await connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.TEST, elderAddress: real })).active).toBe(false);
     expect((await connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.LIVE, elderAddress: sandbox })).active).toBe(false);
     expect((await connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.TEST, elderAddress: sandbox })).active).toBe(true);

@@ -10,6 +10,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { createKafka, createLogger, databaseName, newId, serviceClient, topicName, type ConnectionClient } from "@pi/common";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
+import { identityKey, TEST_PUBLIC_KEYS } from "../support/services.js";
 
 // The connection service as a real process (the compiled dist/main.js), killed with SIGKILL, then
 // started again on the same database: nothing stored may be lost, neither an event between the
@@ -26,6 +27,7 @@ const sandboxDelaySeconds = 3;
 interface Child {
   proc: ChildProcess;
   client: ConnectionClient;
+  partner: ConnectionClient;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 const children: Child[] = [];
@@ -43,6 +45,8 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
       SANDBOX_APPROVAL_DELAY_SECONDS: String(sandboxDelaySeconds),
       LOG_LEVEL: "info",
       KAFKAJS_NO_PARTITIONER_WARNING: "1",
+      SERVICE_IDENTITY_KEY: identityKey("connection"),
+      SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS,
       ...extraEnv,
     },
     stdio: ["ignore", "pipe", "pipe"],
@@ -66,7 +70,13 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
     });
     void exited.then(({ code, signal }) => reject(new Error(`connection service exited (${code ?? signal}) before listening: ${logs.join("\n")}`)));
   });
-  const child = { proc, exited, client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`) };
+  const child = {
+    proc,
+    exited,
+    // The operator's (and caregiver's) calls, and the gateway's (partners' requests).
+    client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("ops")),
+    partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("gateway")),
+  };
   children.push(child);
   return child;
 }
@@ -107,7 +117,7 @@ describe("connection service crash", () => {
     const faulty = await startService({ CONNECTION_FAULT_AFTER_STORE: "exit" });
     const partnerId = newId("ptr");
     const { address } = await faulty.client.createElder({});
-    const { connection } = await faulty.client.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+    const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
     const id = connection!.id;
 
     // The approval is stored, then the fault switch kills the process before the publish.
@@ -132,14 +142,14 @@ describe("connection service crash", () => {
     await events.sentinel(partnerId);
     expect(events.of(id)).toHaveLength(1);
     expect(events.of(id)[0]).toMatchObject({ eventId, type: "connection.approved", partnerId, connectionId: id, status: "approved", mode: commonv1.Mode.LIVE });
-    expect((await restarted.client.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
+    expect((await restarted.partner.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
   });
 
   it("SIGKILL after a caregiver's act is stored: its audit record, stored with the change, reaches the audit-events topic after a restart", async () => {
     const faulty = await startService({ CONNECTION_FAULT_AFTER_STORE: "exit" });
     const partnerId = newId("ptr");
     const { address } = await faulty.client.createElder({});
-    const { connection } = await faulty.client.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+    const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
     const id = connection!.id;
     await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
     expect((await faulty.exited).signal).toBe("SIGKILL");
@@ -170,7 +180,7 @@ describe("connection service crash", () => {
     const partnerId = newId("ptr");
     const { sandboxElderAddress } = await first.client.getInfo({});
     const requested = Date.now();
-    const { connection } = await first.client.requestConnection({ partnerId, mode: commonv1.Mode.TEST, elderAddress: sandboxElderAddress });
+    const { connection } = await first.partner.requestConnection({ partnerId, mode: commonv1.Mode.TEST, elderAddress: sandboxElderAddress });
     const id = connection!.id;
     first.proc.kill("SIGKILL");
     await first.exited;
@@ -182,7 +192,7 @@ describe("connection service crash", () => {
     await events.waitFor(() => events.of(id).length === 1, 60_000);
     expect(Date.now() - requested).toBeLessThan((sandboxDelaySeconds + 60) * 1000);
     expect(events.of(id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST, partnerId });
-    const read = await second.client.getConnection({ partnerId, id, mode: commonv1.Mode.TEST });
+    const read = await second.partner.getConnection({ partnerId, id, mode: commonv1.Mode.TEST });
     expect(read.connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
   });
 });

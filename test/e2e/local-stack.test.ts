@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from "@jest/globals";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, openSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { alive, descendants } from "../support/processes.js";
@@ -88,6 +88,17 @@ describe("npm start (the operator contract's local stack)", () => {
     expect(bad.status).not.toBe(0);
     expect(bad.stdout).toBe("");
     expect(bad.stderr.trim().split("\n")).toHaveLength(1);
+
+    // Service identities (docs/security.md, "Internal calls"): a key per workload kept under
+    // STATE_DIR, readable by the owner alone; the CLI signs as ops, which every admin RPC admits,
+    // and with another workload's key it is refused before it calls anything.
+    const identities = join(stateDir, "service-identity.json");
+    expect(statSync(identities).mode & 0o777).toBe(0o600);
+    const keys = JSON.parse(readFileSync(identities, "utf8")) as Record<string, string>;
+    expect(Object.keys(keys).sort()).toEqual(["auth", "connection", "file-intake", "gateway", "ops", "webhook"]);
+    const asGateway = spawnSync("npm", ["run", "--silent", "ops", "--", "info", "--json"], { env: { ...env, SERVICE_IDENTITY_KEY: keys.gateway }, encoding: "utf8" });
+    expect(asGateway.status).toBe(2);
+    expect(asGateway.stderr).toBe("invalid setting SERVICE_IDENTITY_KEY: it is the key of gateway, not of ops\n");
 
     // Two replicas of every service and of the gateway; a crashed one is restarted by the supervisor,
     // as Kubernetes would restart its pod, while the other serves.

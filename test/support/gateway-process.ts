@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import type { Settings } from "@pi/common";
+import { as } from "./services.js";
 
 // A gateway in a process of its own (the compiled services/gateway/dist/main.js, as `npm start`
 // runs it) in front of an in-process stack's services, so that its memory can be measured alone.
@@ -34,7 +35,7 @@ export interface GatewayProcess {
 export async function startGatewayProcess(settings: Settings): Promise<GatewayProcess> {
   const port = await freePort();
   const env: Record<string, string> = { ...process.env } as Record<string, string>;
-  for (const [key, value] of Object.entries(settings)) if (value !== undefined) env[key] = typeof value === "object" ? JSON.stringify(value) : String(value);
+  for (const [key, value] of Object.entries(as(settings, "gateway"))) if (value !== undefined) env[key] = typeof value === "object" ? JSON.stringify(value) : String(value);
   env.GATEWAY_PORT = String(port);
   const gateway: ChildProcess = spawn(process.execPath, [join(process.cwd(), "services", "gateway", "dist", "main.js")], { env, stdio: ["ignore", "ignore", "inherit"] });
   const baseUrl = `http://127.0.0.1:${port}`;

@@ -57,6 +57,7 @@ export function opsCliEnv(settings: Settings): NodeJS.ProcessEnv {
     FILE_INTAKE_SERVICE_URL: settings.FILE_INTAKE_SERVICE_URL,
     WEBHOOK_SERVICE_URL: settings.WEBHOOK_SERVICE_URL,
     ADDRESS_DOMAIN: settings.ADDRESS_DOMAIN,
+    SERVICE_IDENTITY_KEY: settings.SERVICE_IDENTITY_KEY,
   };
 }
 

@@ -200,3 +200,29 @@ annotations:
 {{- define "pi.kafkaReplicationFactor" -}}
 {{- min 3 (int .Values.kafka.replicas) -}}
 {{- end -}}
+
+{{/* Every workload with a service identity: the services and the operator CLI's pod (values keys). */}}
+{{- define "pi.identityKeys" -}}
+gateway auth connection fileIntake webhook ops
+{{- end -}}
+
+{{/* The Secret holding a workload's SERVICE_IDENTITY_KEY. Argument: dict ctx key. */}}
+{{- define "pi.identitySecretName" -}}
+{{- $id := (index .ctx.Values .key).identity -}}
+{{- default (printf "%s-%s-identity" (include "pi.prefix" .ctx) (include "pi.component" .key)) $id.existingSecret -}}
+{{- end -}}
+
+{{/* The env entries of a workload's service identity. Argument: dict ctx key. */}}
+{{- define "pi.identityEnv" -}}
+{{- $id := (index .ctx.Values .key).identity -}}
+- name: SERVICE_IDENTITY_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pi.identitySecretName" . }}
+      key: {{ ternary $id.existingSecretKey "SERVICE_IDENTITY_KEY" (ne $id.existingSecret "") }}
+- name: SERVICE_IDENTITY_PUBLIC_KEYS
+  valueFrom:
+    configMapKeyRef:
+      name: {{ include "pi.prefix" .ctx }}-service-identity
+      key: SERVICE_IDENTITY_PUBLIC_KEYS
+{{- end -}}

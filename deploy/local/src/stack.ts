@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createKafka, ensureTopics, LOCAL_STACK_FILE, newDataKeysEntry, type Logger, type Settings } from "@pi/common";
+import { createKafka, ensureTopics, generateIdentity, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
 import { ensureKafka, ensureMongoWire, freePort, mongoWireSpec, kafkaSpec, portOpen, waitFor } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { Supervisor } from "./supervisor.js";
@@ -49,6 +49,20 @@ export function localSecrets(stateDir: string): { CREDENTIAL_PEPPER: string; DAT
   return secrets;
 }
 
+/**
+ * Each workload's service identity (its SERVICE_IDENTITY_KEY), generated once and kept under the
+ * state directory like the pepper, so that the operator CLI (which takes the `ops` key from the
+ * same file) and later starts use the same keys. A workload missing from the file is added.
+ */
+export function localIdentities(stateDir: string): Record<(typeof WORKLOADS)[number], string> {
+  const file = join(stateDir, LOCAL_IDENTITY_FILE);
+  const kept = existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as Record<string, string>) : {};
+  const missing = WORKLOADS.filter((name) => typeof kept[name] !== "string");
+  for (const name of missing) kept[name] = generateIdentity(name).key;
+  if (missing.length > 0) writeFileSync(file, `${JSON.stringify(kept, null, 2)}\n`, { mode: 0o600 });
+  return Object.fromEntries(WORKLOADS.map((name) => [name, kept[name]!])) as Record<(typeof WORKLOADS)[number], string>;
+}
+
 export interface RunningStack {
   supervisor: Supervisor;
   env: NodeJS.ProcessEnv;
@@ -60,8 +74,11 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   const logDir = join(stateDir, "logs");
   mkdirSync(logDir, { recursive: true });
   const supervisor = new Supervisor(logger);
+  // Every process gets its own private key and everyone's public keys, as in the chart.
+  const identities = localIdentities(stateDir);
   const env: NodeJS.ProcessEnv = {
     ...localSecrets(stateDir),
+    SERVICE_IDENTITY_PUBLIC_KEYS: Object.values(identities).map(publicKeyEntry).join(","),
     WEBHOOK_ALLOW_INSECURE_URLS: process.env.WEBHOOK_ALLOW_INSECURE_URLS ?? "true",
     KAFKAJS_NO_PARTITIONER_WARNING: "1",
   };
@@ -108,7 +125,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
         name,
         command: process.execPath,
         args: ["--enable-source-maps", join(repoRoot, "services", service, "dist", "main.js")],
-        env: service === "gateway" ? env : { ...env, [settingName(service, "PORT")]: String(port) },
+        env: { ...env, SERVICE_IDENTITY_KEY: identities[service], ...(service === "gateway" ? {} : { [settingName(service, "PORT")]: String(port) }) },
         logFile: join(logDir, `${name}.log`),
         // Gateway replicas share the partner port as node:cluster workers of the supervisor.
         sharesPorts: service === "gateway",

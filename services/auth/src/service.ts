@@ -64,6 +64,8 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   });
   const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const server = await startConnectServer({
+    service: "auth",
+    publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
     routes: routes({ store, keys, settings, peppers, sealer, events, authentications, audit, logger }),

@@ -4,7 +4,7 @@ import { authv1 } from "@pi/proto";
 import { clientsFor, createLogger, databaseName, type AuthClient, type RunningService, type Settings } from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import { commands } from "../../ops/src/commands.js";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 
 // The token endpoint's cache of successful authentications, on two auth replicas (each its own
 // MongoClient and Kafka consumer) sharing one database: once `credential revoke` or `partner
@@ -27,7 +27,8 @@ const opsVia = (...rs: RunningService[]) => {
 beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
-  [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: urlOf(r) }).auth());
+  // Token requests come from the gateway; the operator's commands (opsVia, b's revocation) from the CLI.
+  [a, b] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), AUTH_SERVICE_URL: urlOf(r) }).auth());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
 });
 
@@ -107,7 +108,7 @@ describe("the authentication cache on two auth replicas", () => {
 
   it("the operator's answer counts both auth replicas as confirmed", async () => {
     const p = await opsVia(replicas[0]!).partnerCreate({ name: "Counted Clinic" });
-    const res = await b.revokeCredential({ clientId: p.test.client_id });
+    const res = await clientsFor({ ...settings, AUTH_SERVICE_URL: urlOf(replicas[1]!) }).auth().revokeCredential({ clientId: p.test.client_id });
     expect(res.propagation).toMatchObject({ authReplicas: 2, authConfirmed: 2 });
     expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
   });

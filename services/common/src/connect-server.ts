@@ -3,7 +3,10 @@ import type { AddressInfo } from "node:net";
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { healthv1 } from "@pi/proto";
+import type { Workload } from "./allowed-callers.js";
 import type { Logger } from "./logger.js";
+import { identityServerInterceptor, publicKeysFor, TokenVerifier } from "./service-identity.js";
+import { SettingsError } from "./settings.js";
 import { tracingServerInterceptor } from "./telemetry.js";
 
 const { Health, HealthCheckResponse_ServingStatus: ServingStatus } = healthv1;
@@ -16,6 +19,10 @@ export interface ConnectServer {
 }
 
 export interface ConnectServerOptions {
+  /** The service's name: the audience its callers' tokens must name. */
+  service: Workload;
+  /** SERVICE_IDENTITY_PUBLIC_KEYS: every workload's public key (service-identity.ts). */
+  publicKeys: string | undefined;
   host: string;
   port: number;
   routes: (router: ConnectRouter) => void;
@@ -56,10 +63,16 @@ function loggingInterceptor(logger: Logger): Interceptor {
   };
 }
 
-/** A Connect server over HTTP/2 cleartext that also serves grpc.health.v1.Health. */
+/**
+ * A Connect server over HTTP/2 cleartext that also serves grpc.health.v1.Health. Every call but a
+ * health check must carry a service token its caller signed for this service, and the caller must
+ * be allowed the method (allowed-callers.ts).
+ */
 export async function startConnectServer(opts: ConnectServerOptions): Promise<ConnectServer> {
+  if (!opts.publicKeys) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
+  const verifier = new TokenVerifier(opts.service, publicKeysFor(opts.publicKeys));
   const handler = connectNodeAdapter({
-    interceptors: [tracingServerInterceptor, loggingInterceptor(opts.logger)],
+    interceptors: [tracingServerInterceptor, loggingInterceptor(opts.logger), identityServerInterceptor(verifier, opts.logger)],
     routes: (router) => {
       opts.routes(router);
       router.service(Health, {

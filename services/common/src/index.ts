@@ -19,3 +19,5 @@ export * from "./data-keys.js";
 export * from "./partner-event-feed.js";
 export * from "./audit.js";
 export * from "./audit-trail.js";
+export * from "./allowed-callers.js";
+export * from "./service-identity.js";

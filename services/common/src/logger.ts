@@ -19,6 +19,13 @@ const redactPaths = [
   "*.accessToken",
   "*.authorization",
   "req.headers.authorization",
+  // Internal calls' service tokens (service-identity.ts): refusals log the claimed caller, never these.
+  '["pi-service-token"]',
+  '*["pi-service-token"]',
+  'req.headers["pi-service-token"]',
+  // A workload's private key, should settings ever be logged.
+  "SERVICE_IDENTITY_KEY",
+  "*.SERVICE_IDENTITY_KEY",
 ];
 
 let stdout: DestinationStream | undefined;

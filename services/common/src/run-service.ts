@@ -1,5 +1,6 @@
 import { createLogger, type Logger } from "./logger.js";
 import { watchParent } from "./parent-watch.js";
+import { requireIdentity } from "./service-identity.js";
 import { loadSettings, SettingsError, type Settings } from "./settings.js";
 import { startTelemetry } from "./telemetry.js";
 
@@ -21,6 +22,12 @@ const shutdownGraceMs = 15_000;
  */
 export function runService(name: string, start: StartService): void {
   const settings = loadSettings();
+  try {
+    requireIdentity(settings, name);
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    process.exit(2);
+  }
   const logger = createLogger(name, settings.LOG_LEVEL);
   process.on("uncaughtException", (err) => {
     logger.fatal({ err }, "uncaught exception");

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import { KEY_ID, parseDataKeys } from "./data-keys.js";
 import { parseServiceUrls } from "./service-endpoints.js";
+import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
 
 // Every setting of the operator contract, plus the internal addresses, in one schema. Each service
 // validates the whole set at start so that a bad value anywhere is caught by whoever reads it.
@@ -21,15 +22,16 @@ const serviceUrls = z.string().superRefine((value, ctx) => {
   }
 });
 
-// DATA_KEYS: `kid:base64key,...` newest first (services/common/src/data-keys.ts). The message names
-// what is wrong, never a key.
-const dataKeys = z.string().superRefine((value, ctx) => {
-  try {
-    parseDataKeys(value);
-  } catch (err) {
-    ctx.addIssue({ code: "custom", message: (err as Error).message });
-  }
-});
+// Checked by its own parser (data-keys.ts, service-identity.ts, parsePeppers below); kept as the
+// text given, parsed once where used. A message names what is wrong, never a key.
+const checkedBy = (parse: (value: string) => unknown) =>
+  z.string().superRefine((value, ctx) => {
+    try {
+      parse(value);
+    } catch (err) {
+      ctx.addIssue({ code: "custom", message: (err as Error).message });
+    }
+  });
 
 /** CREDENTIAL_PEPPERS: `id:pepper[,id:pepper...]`, newest first; a pepper has at least 32 characters and no ",". */
 export function parsePeppers(text: string): { id: string; pepper: string }[] {
@@ -45,13 +47,6 @@ export function parsePeppers(text: string): { id: string; pepper: string }[] {
   }
   return out;
 }
-const peppers = z.string().superRefine((value, ctx) => {
-  try {
-    parsePeppers(value);
-  } catch (err) {
-    ctx.addIssue({ code: "custom", message: (err as Error).message });
-  }
-});
 
 // --- API deprecations (docs/edge.md, "Versioning") ---
 // API_DEPRECATIONS is a JSON array of rules; each marks a whole version ("/v1") or one operation
@@ -147,15 +142,22 @@ export const settingsSchema = z.object({
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),
   // More peppers, `id:pepper,...` newest first: the first hashes new secrets, every one (and
   // CREDENTIAL_PEPPER as "p1") still verifies the hashes it made (docs/security.md).
-  CREDENTIAL_PEPPERS: peppers.optional(),
+  CREDENTIAL_PEPPERS: checkedBy(parsePeppers).optional(),
   // Key-encryption keys of the envelope encryption of health data and sealed secrets: `kid:base64key,...`
   // (32 random bytes each), newest first. Required by auth and file-intake; the local stack generates one.
-  DATA_KEYS: dataKeys.optional(),
+  DATA_KEYS: checkedBy(parseDataKeys).optional(),
   // How long a file's bytes, its extraction result and its metadata (elder, purpose, SHA-256) are
   // kept after the file was accepted; test files' for the shorter TEST_FILE_RETENTION_SECONDS. The
   // file's id and status stay (docs/security.md, "Data at rest").
   FILE_RETENTION_SECONDS: positiveInt.default(30 * 86400),
   TEST_FILE_RETENTION_SECONDS: positiveInt.default(86400),
+
+  // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
+  // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service
+  // and the operator CLI (which reads the local stack's from STATE_DIR when unset).
+  SERVICE_IDENTITY_KEY: checkedBy(parseOwnIdentity).optional(),
+  // Every workload's public key: `name:base64,...` or a JSON object. Required by every service.
+  SERVICE_IDENTITY_PUBLIC_KEYS: checkedBy(parsePublicKeys).optional(),
 });
 
 export type Settings = z.infer<typeof settingsSchema>;
@@ -205,4 +207,22 @@ export function withLocalStackAddresses(env: NodeJS.ProcessEnv, stateDir: string
   const filled = { ...env };
   for (const name of SERVICE_URL_SETTINGS) if (!filled[name] && typeof recorded[name] === "string") filled[name] = recorded[name];
   return filled;
+}
+
+// --- the local stack's service identities ---
+// `npm start` generates a key pair per workload once and keeps them in this file (mode 0600) under
+// its STATE_DIR: `{"gateway": "<SERVICE_IDENTITY_KEY of the gateway>", ..., "ops": "..."}`. The
+// operator CLI takes its own from there unless SERVICE_IDENTITY_KEY is set.
+export const LOCAL_IDENTITY_FILE = "service-identity.json";
+
+/** The environment with SERVICE_IDENTITY_KEY, when unset, taken from a local stack's file, if any. */
+export function withLocalStackIdentity(env: NodeJS.ProcessEnv, stateDir: string, name: string): NodeJS.ProcessEnv {
+  const file = join(stateDir, LOCAL_IDENTITY_FILE);
+  if (env.SERVICE_IDENTITY_KEY || !existsSync(file)) return env;
+  try {
+    const key = (JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>)[name];
+    return typeof key === "string" ? { ...env, SERVICE_IDENTITY_KEY: key } : env;
+  } catch {
+    return env;
+  }
 }

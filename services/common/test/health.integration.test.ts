@@ -1,20 +1,22 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
 import { clientsFor, createLogger, LIVENESS, parseSettings, startConnectServer, watchConsumer, type ConnectServer } from "@pi/common";
+import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";
 
 const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;
 let healthy = true;
 let server: ConnectServer;
 
 beforeAll(async () => {
-  server = await startConnectServer({ host: "127.0.0.1", port: 0, routes: () => {}, healthy: async () => healthy, logger: createLogger("test", "silent") });
+  server = await startConnectServer({ service: "auth", publicKeys: TEST_PUBLIC_KEYS, host: "127.0.0.1", port: 0, routes: () => {}, healthy: async () => healthy, logger: createLogger("test", "silent") });
 });
 afterAll(async () => {
   await server.close();
 });
 
 describe("grpc.health.v1 on every service", () => {
-  it("readiness follows the dependencies; liveness only that the process serves", async () => {
+  it("readiness follows the dependencies; liveness only that the process serves; no service identity needed", async () => {
+    // No SERVICE_IDENTITY_KEY: health checks stay open to probes.
     const health = clientsFor(parseSettings({})).health(`http://127.0.0.1:${server.port}`);
     healthy = true;
     expect((await health.check({})).status).toBe(SERVING);

@@ -40,6 +40,8 @@ export async function startConnectionService(settings: Settings, logger: Logger)
   const connections = new Connections(store, settings, afterStore(outbox, logger), undefined, (id) => connectionsAudit.afterWrite(id));
 
   const server = await startConnectServer({
+    service: "connection",
+    publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.CONNECTION_SERVICE_PORT,
     routes: routes({ store, connections, settings, logger, trail, afterElder: (address) => eldersAudit.afterWrite(address) }),

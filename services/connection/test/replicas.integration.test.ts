@@ -4,7 +4,7 @@ import { MongoClient } from "mongodb";
 import { clientsFor, createLogger, databaseName, newId, type RunningService, type Settings } from "@pi/common";
 import { commonv1, connectionv1 } from "@pi/proto";
 import { startConnectionService } from "../src/service.js";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
 
 // Two replicas of the connection service (two started instances, each with its own MongoClient) on
@@ -17,13 +17,17 @@ let settings: Settings;
 const replicas: RunningService[] = [];
 let a: Client;
 let b: Client;
+let ga: Client;
+let gb: Client;
 let events: EventCollector;
 let mongo: MongoClient;
 
 beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL)));
+  // a, b: the caregiver's acts and elders (the operator CLI's identity); ga, gb: partners' requests (the gateway's).
   [a, b] = replicas.map((r) => clientsFor({ ...settings, CONNECTION_SERVICE_URL: `http://127.0.0.1:${r.port}` }).connection());
+  [ga, gb] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), CONNECTION_SERVICE_URL: `http://127.0.0.1:${r.port}` }).connection());
   events = await collectConnectionEvents(settings.KAFKA_BROKERS, settings.DATA_NAMESPACE);
   mongo = await MongoClient.connect(settings.MONGODB_URI);
 });
@@ -41,7 +45,7 @@ const stored = (id: string) => mongo.db(databaseName(settings.DATA_NAMESPACE, "c
 async function pendingConnection(): Promise<{ id: string; partnerId: string }> {
   const partnerId = newId("ptr");
   const { address } = await a.createElder({});
-  const { connection } = await a.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+  const { connection } = await ga.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
   return { id: connection!.id, partnerId };
 }
 
@@ -91,7 +95,7 @@ describe("two replicas racing on one connection", () => {
     const partnerId = newId("ptr");
     const { address } = await a.createElder({});
     const answers = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => (i % 2 ? a : b).requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address })),
+      Array.from({ length: 8 }, (_, i) => (i % 2 ? ga : gb).requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address })),
     );
     expect(new Set(answers.map((r) => r.connection!.id)).size).toBe(1);
   });

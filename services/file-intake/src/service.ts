@@ -80,6 +80,8 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
   // Until the extraction consumer runs (a passive instance runs none), readiness does not wait on it.
   let extractionAlive = () => true;
   const server = await startConnectServer({
+    service: "file-intake",
+    publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
     routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, logger }),

@@ -8,7 +8,7 @@ import { startFileIntakeService } from "../src/service.js";
 import { fileById } from "../src/intake.js";
 import { chunkFilter, readBlob } from "../src/staging.js";
 import { keyId, openFileStore, type FileDoc } from "../src/store.js";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
 
 // The hot reads of file-intake are answered from an index, whatever the collection holds: the
@@ -44,7 +44,7 @@ async function* upload(partnerId: string, bytes: Uint8Array, key: string): Async
 
 describe("hot reads use an index", () => {
   it("GET of a file by _id, an Idempotency-Key by its _id, a blob's chunks by (files_id, n); a filter on partnerId alone does not", async () => {
-    const client = clientsFor({ ...settings, FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
+    const client = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
     const partnerId = newId("ptr");
     const bytes = Buffer.concat([readFileSync(new URL("./fixtures/sample.txt", import.meta.url)), Buffer.alloc(2.5 * 1024 * 1024, 0x61)]);
     const res = await client.submitFile(upload(partnerId, bytes, "hot-key"));

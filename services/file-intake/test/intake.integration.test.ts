@@ -8,7 +8,7 @@ import { MongoClient, ObjectId, type Db } from "mongodb";
 import { clientsFor, createLogger, databaseName, ErrorReason, LocalKeyWrapper, newId, reasonOf, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
 import { keyId, type FileDoc, type KeyDoc } from "../src/store.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
@@ -34,7 +34,7 @@ const connections: ConnectionCheck = { isActive: async (partnerId, mode, address
 
 async function start(extra: FileIntakeOptions = {}, on = settings) {
   const s = await startFileIntakeService(on, createLogger("file-intake", on.LOG_LEVEL), { connections, ...extra });
-  return { service: s, client: clientsFor({ ...on, FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${s.port}` }).fileIntake() };
+  return { service: s, client: clientsFor({ ...as(on, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${s.port}` }).fileIntake() };
 }
 
 /** A file-intake in a namespace of its own with no worker, consumer or sweep: the test drives them. */

@@ -8,7 +8,7 @@ import { startFileIntakeService } from "../src/service.js";
 import { openFileStore, keyId, type FileStore } from "../src/store.js";
 import { ExtractionWorker } from "../src/worker.js";
 import type { ConnectionCheck } from "../src/intake.js";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 
 // Two replicas of file-intake (two started instances, each with its own MongoClient) on one
 // database, racing on one idempotency key and on one file's extraction lease. No lock is shared.
@@ -30,7 +30,7 @@ beforeAll(async () => {
     // Passive: no consumer and no sweeps, so nothing but the test writes the records it races on.
     replicas.push(await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), { connections, passive: true }));
   }
-  clients = replicas.map((r) => clientsFor({ ...settings, FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake());
+  clients = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake());
   for (let i = 0; i < 2; i++) mongos.push(await MongoClient.connect(settings.MONGODB_URI));
   stores = await Promise.all(mongos.map((m) => openFileStore(m.db(databaseName(settings.DATA_NAMESPACE, "file-intake")))));
 });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createLogger, type RunningService } from "@pi/common";
 import { startGateway } from "@pi/gateway";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 
 // A gateway whose auth service cannot be reached yet: it listens (liveness), is not ready, and
 // answers partners with the 503 envelope rather than hanging or judging bearers without keys.
@@ -10,7 +10,7 @@ let baseUrl: string;
 
 beforeAll(async () => {
   const settings = testSettings({ AUTH_SERVICE_URL: "http://127.0.0.1:1", CONNECTION_SERVICE_URL: "http://127.0.0.1:1", FILE_INTAKE_SERVICE_URL: "http://127.0.0.1:1", WEBHOOK_SERVICE_URL: "http://127.0.0.1:1" });
-  gateway = await startGateway(settings, createLogger("gateway", "silent"));
+  gateway = await startGateway(as(settings, "gateway"), createLogger("gateway", "silent"));
   baseUrl = `http://127.0.0.1:${gateway.port}`;
 });
 afterAll(async () => {

@@ -4,7 +4,8 @@ import { Command, CommanderError } from "commander";
 import { clientsFor } from "@pi/common/clients";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseSettings, SettingsError, withLocalStackAddresses } from "@pi/common/settings";
+import { parseSettings, withLocalStackAddresses, withLocalStackIdentity } from "@pi/common/settings";
+import { requireIdentity } from "@pi/common/service-identity";
 import { commands, describeFailure } from "./commands.js";
 
 // The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly
@@ -17,11 +18,13 @@ function fail(line: string, code = 1): never {
 
 let settings;
 try {
-  // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in its STATE_DIR.
+  // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in
+  // its STATE_DIR, and so does the CLI's own service identity (the key of `ops`) when unset.
   const stateDir = resolve(process.env.STATE_DIR || resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", ".state"));
-  settings = parseSettings(withLocalStackAddresses(process.env, stateDir));
+  settings = parseSettings(withLocalStackIdentity(withLocalStackAddresses(process.env, stateDir), stateDir, "ops"));
+  requireIdentity(settings, "ops");
 } catch (err) {
-  fail(err instanceof SettingsError ? err.message : String(err), 2);
+  fail(err instanceof Error ? err.message : String(err), 2);
 }
 const clients = clientsFor(settings);
 const ops = commands({ auth: clients.auth(), connection: clients.connection(), webhook: clients.webhook() }, (line) =>

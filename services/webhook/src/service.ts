@@ -35,6 +35,8 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
   const changes = await followWebhookChanges(targets, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () => dispatcher.poke());
   const server = await startConnectServer({
+    service: "webhook",
+    publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.WEBHOOK_SERVICE_PORT,
     routes: routes({ settings, logger, store, poke: () => dispatcher.poke(), trail, eventsAudit }),

@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { commonv1, eventsv1 } from "@pi/proto";
 import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings } from "@pi/common";
 import { startAuthService } from "@pi/auth";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 import { opsFor } from "../../../test/support/partner-api.js";
 import { startWebhookService, type WebhookServiceOptions } from "../src/service.js";
 import type { WebhookEventDoc } from "../src/store.js";
@@ -29,9 +29,9 @@ export interface WebhookHarness {
 export async function startWebhookHarness(overrides: Record<string, string> = {}, options: WebhookServiceOptions = {}): Promise<WebhookHarness> {
   let settings = testSettings({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: "3", ...overrides });
   const logger = createLogger("webhook-test", settings.LOG_LEVEL);
-  const auth = await startAuthService(settings, logger.child({ service: "auth" }));
+  const auth = await startAuthService(as(settings, "auth"), logger.child({ service: "auth" }));
   settings = { ...settings, AUTH_SERVICE_URL: url(auth.port) };
-  const webhook = await startWebhookService(settings, logger.child({ service: "webhook" }), options);
+  const webhook = await startWebhookService(as(settings, "webhook"), logger.child({ service: "webhook" }), options);
   settings = { ...settings, WEBHOOK_SERVICE_URL: url(webhook.port) };
   const replicas: RunningService[] = [webhook];
   const producer: Producer = createProducer(createKafka(settings.KAFKA_BROKERS, "webhook-test", logger));
@@ -59,7 +59,7 @@ export async function startWebhookHarness(overrides: Record<string, string> = {}
       return event;
     },
     async startReplica() {
-      const replica = await startWebhookService({ ...settings, WEBHOOK_SERVICE_PORT: 0 }, logger.child({ service: "webhook-replica" }), options);
+      const replica = await startWebhookService({ ...as(settings, "webhook"), WEBHOOK_SERVICE_PORT: 0 }, logger.child({ service: "webhook-replica" }), options);
       replicas.push(replica);
       return replica;
     },

@@ -1,0 +1,116 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { Writable } from "node:stream";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { MongoClient } from "mongodb";
+import { authv1, connectionv1 } from "@pi/proto";
+import { clientsFor, createLogger, databaseName, serviceClient, type RunningService, type Settings } from "@pi/common";
+import { startConnectionService } from "@pi/connection";
+import { startAuthService } from "../src/service.js";
+import { as, testSettings } from "../../../test/support/services.js";
+
+// Zero trust inside (docs/security.md, "Internal calls"): the real auth and connection services,
+// each with its own identity, refuse a call that carries none, and admit each caller only to the
+// RPCs the allow-list gives it. Every refusal is in the refusing service's log, with the caller.
+
+let settings: Settings;
+let auth: RunningService;
+let connection: RunningService;
+const logLines: Record<string, unknown>[] = [];
+
+function capture(): Writable {
+  return new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString().split("\n").filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+}
+
+beforeAll(async () => {
+  settings = testSettings({ LOG_LEVEL: "warn" });
+  auth = await startAuthService(as(settings, "auth"), createLogger("auth", "warn", capture()));
+  connection = await startConnectionService(as(settings, "connection"), createLogger("connection", "warn", capture()));
+  settings = { ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${auth.port}`, CONNECTION_SERVICE_URL: `http://127.0.0.1:${connection.port}` };
+});
+
+afterAll(async () => {
+  await Promise.all([auth?.stop(), connection?.stop()]);
+  const mongo = await MongoClient.connect(settings.MONGODB_URI);
+  await Promise.all(["auth", "connection"].map((s) => mongo.db(databaseName(settings.DATA_NAMESPACE, s)).dropDatabase()));
+  await mongo.close();
+});
+
+async function codeOf(call: Promise<unknown>): Promise<string> {
+  try {
+    await call;
+    return "OK";
+  } catch (err) {
+    return Code[ConnectError.from(err).code];
+  }
+}
+
+const refusals = (method: string) => logLines.filter((l) => l.method === method && typeof l.msg === "string" && l.msg.startsWith("internal call refused"));
+
+describe("service identity on internal calls, with real services", () => {
+  it("a call without a service token is refused Unauthenticated, and logged with no caller; health stays open", async () => {
+    const unsigned = serviceClient(authv1.AuthService, settings.AUTH_SERVICE_URL);
+    expect(await codeOf(unsigned.createPartner({ name: "Anonymous Clinic" }))).toBe("Unauthenticated");
+    expect(await codeOf(unsigned.issueToken({ clientId: "cli_x", clientSecret: "sk_x" }))).toBe("Unauthenticated");
+    expect((await clientsFor(settings).health(settings.AUTH_SERVICE_URL).check({})).status).toBeDefined();
+    expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toEqual([
+      expect.objectContaining({ level: "warn", service: "auth", caller: null, reason: "missing" }),
+    ]);
+  });
+
+  it("the gateway's identity is refused CreatePartner (PermissionDenied), logged with caller gateway; its own RPCs pass", async () => {
+    const gateway = clientsFor(as(settings, "gateway"));
+    expect(await codeOf(gateway.auth().createPartner({ name: "Gateway Clinic" }))).toBe("PermissionDenied");
+    expect(await codeOf(gateway.auth().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("PermissionDenied");
+    expect(await codeOf(gateway.connection().approveConnection({ id: "con_x" }))).toBe("PermissionDenied");
+    expect(await codeOf(gateway.auth().getJwks({}))).toBe("OK");
+    expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(expect.objectContaining({ service: "auth", caller: "gateway", reason: "not_allowed" }));
+    expect(refusals("pi.connection.v1.ConnectionService/ApproveConnection")).toContainEqual(expect.objectContaining({ service: "connection", caller: "gateway" }));
+  });
+
+  it("the webhook's identity is allowed GetWebhookTarget but refused CreatePartner; the operator's creates the partner", async () => {
+    const ops = clientsFor(settings).auth();
+    const partner = await ops.createPartner({ name: "Hooked Clinic", webhookUrl: "https://hooks.example/pi" });
+    expect(partner.partnerId).toMatch(/^ptr_/);
+    const webhook = clientsFor(as(settings, "webhook")).auth();
+    const target = await webhook.getWebhookTarget({ partnerId: partner.partnerId });
+    expect(target.webhookUrl).toBe("https://hooks.example/pi");
+    expect(target.signingSecret).toBe(partner.signingSecret);
+    expect(await codeOf(webhook.createPartner({ name: "Webhook Clinic" }))).toBe("PermissionDenied");
+    expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(expect.objectContaining({ caller: "webhook", reason: "not_allowed" }));
+    // ... and the operator may not read the signing secret back.
+    expect(await codeOf(ops.getWebhookTarget({ partnerId: partner.partnerId }))).toBe("PermissionDenied");
+  });
+
+  it("a token signed for another service is refused (wrong audience), logged with the caller it claims", async () => {
+    // The gateway's token for the connection service, sent to auth.
+    const misaddressed = serviceClient(authv1.AuthService, settings.AUTH_SERVICE_URL, [
+      (next) => async (req) => {
+        const token = req.header.get("pi-service-token");
+        const forConnection = await new Promise<string>((resolve) => {
+          const probe = serviceClient(connectionv1.ConnectionService, settings.CONNECTION_SERVICE_URL, [
+            () => async (r) => {
+              resolve(r.header.get("pi-service-token")!);
+              throw new ConnectError("probe", Code.Canceled);
+            },
+          ], as(settings, "gateway").SERVICE_IDENTITY_KEY);
+          probe.getConnection({}).catch(() => {});
+        });
+        expect(token).not.toBe(forConnection);
+        req.header.set("pi-service-token", forConnection);
+        return next(req);
+      },
+    ], as(settings, "gateway").SERVICE_IDENTITY_KEY);
+    expect(await codeOf(misaddressed.getJwks({}))).toBe("Unauthenticated");
+    expect(refusals("pi.auth.v1.AuthService/GetJwks")).toContainEqual(expect.objectContaining({ caller: "gateway", reason: "wrong_audience" }));
+  });
+
+  it("no refusal line holds a token", () => {
+    const text = JSON.stringify(logLines);
+    expect(text).not.toMatch(/eyJ[A-Za-z0-9_-]+\.eyJ/);
+  });
+});
