@@ -2,13 +2,13 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { exportJWK, generateKeyPair, createLocalJWKSet, jwtVerify } from "jose";
 import { MongoClient, type Db } from "mongodb";
 import { commonv1 } from "@pi/proto";
-import { clientsFor, createLogger, databaseName, newDataKeysEntry, newSecret, SettingsError, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createLogger, databaseName, newDataKeysEntry, newSecret, SettingsError, type RunningService, type Settings, type Workload } from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import { hashSecret, sealLegacy } from "../src/secrets.js";
 import type { CredentialDoc, PartnerDoc } from "../src/store.js";
 import type { SigningKeyDoc } from "../src/keys.js";
 import { TOKEN_AUDIENCE, TOKEN_ISSUER } from "../src/tokens.js";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 
 // Migration to DATA_KEYS: a database written by the version before (signing secrets and the JWT
 // private key sealed under a key derived from the pepper, "v1."; credential hashes without a pepper
@@ -29,7 +29,9 @@ async function start(overrides: Partial<Settings> = {}) {
   running = undefined;
   const s = { ...settings, ...overrides };
   running = await startAuthService(s, createLogger("auth", s.LOG_LEVEL));
-  return clientsFor({ ...s, AUTH_SERVICE_URL: `http://127.0.0.1:${running.port}` }).auth();
+  // Each RPC as the workload that may call it (services/common/src/allowed-callers.ts).
+  const client = (name: Workload) => clientsFor({ ...as(s, name), AUTH_SERVICE_URL: `http://127.0.0.1:${running!.port}` }).auth();
+  return { ops: client("ops"), gateway: client("gateway"), webhook: client("webhook") };
 }
 
 const sealedValues = async () => ({
@@ -37,7 +39,7 @@ const sealedValues = async () => ({
   keys: (await db.collection<SigningKeyDoc>("signing_keys").find().toArray()).map((k) => k.sealedPrivateJwk),
 });
 
-async function tokenVerifies(auth: Awaited<ReturnType<typeof start>>, id: string, secret: string) {
+async function tokenVerifies({ gateway: auth }: Awaited<ReturnType<typeof start>>, id: string, secret: string) {
   const res = await auth.issueToken({ clientId: id, clientSecret: secret });
   if (res.outcome.case !== "token") return false;
   const jwks = createLocalJWKSet(JSON.parse((await auth.getJwks({})).jwksJson) as { keys: [] });
@@ -91,11 +93,11 @@ describe("stored secrets across the move from the pepper to DATA_KEYS", () => {
     expect([...before.partners, ...before.keys].every((v) => v.startsWith("v1."))).toBe(true);
 
     const auth = await start();
-    const target = await auth.getWebhookTarget({ partnerId });
+    const target = await auth.webhook.getWebhookTarget({ partnerId });
     expect(target.signingSecret).toBe("whsec_current");
     expect(target.previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
     expect(await tokenVerifies(auth, clientId, clientSecret)).toBe(true);
-    expect(JSON.parse((await auth.getJwks({})).jwksJson).keys.map((k: { kid: string }) => k.kid)).toEqual(["key_legacy"]);
+    expect(JSON.parse((await auth.gateway.getJwks({})).jwksJson).keys.map((k: { kid: string }) => k.kid)).toEqual(["key_legacy"]);
 
     const after = await sealedValues();
     expect(after.partners).toHaveLength(3);
@@ -105,16 +107,16 @@ describe("stored secrets across the move from the pepper to DATA_KEYS", () => {
   it("a KEK rotation (a new key in front) and a new pepper: everything still opens and verifies, a start re-seals with the new KEK, new hashes name the new pepper", async () => {
     const rotated = { DATA_KEYS: `${newDataKeysEntry("k2")},${settings.DATA_KEYS!}`, CREDENTIAL_PEPPERS: `p2:${"n".repeat(40)}` };
     const auth = await start(rotated);
-    expect((await auth.getWebhookTarget({ partnerId })).signingSecret).toBe("whsec_current");
+    expect((await auth.webhook.getWebhookTarget({ partnerId })).signingSecret).toBe("whsec_current");
     expect(await tokenVerifies(auth, clientId, clientSecret)).toBe(true);
     for (const v of Object.values(await sealedValues()).flat()) expect(v).toMatch(/^v2\.k2\./);
 
-    const fresh = (await auth.createCredential({ partnerId, mode: commonv1.Mode.LIVE })).credential!;
+    const fresh = (await auth.ops.createCredential({ partnerId, mode: commonv1.Mode.LIVE })).credential!;
     expect(await db.collection<CredentialDoc>("credentials").findOne({ _id: fresh.clientId })).toMatchObject({ pepperId: "p2", secretHash: hashSecret("n".repeat(40), fresh.clientSecret) });
     expect(await tokenVerifies(auth, fresh.clientId, fresh.clientSecret)).toBe(true);
     // The old KEK can go now: nothing is sealed under it any more.
     const onlyNew = await start({ ...rotated, DATA_KEYS: rotated.DATA_KEYS.split(",")[0]! });
-    expect((await onlyNew.getWebhookTarget({ partnerId })).previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
+    expect((await onlyNew.webhook.getWebhookTarget({ partnerId })).previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
   });
 
   it("a DATA_KEYS whose key under an id is not the one that wrote the data (a secret generated again) stops the start, naming the setting", async () => {

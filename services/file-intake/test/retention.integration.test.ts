@@ -9,7 +9,7 @@ import { openFileStore, type FileDoc, type FileStore } from "../src/store.js";
 import { ExtractionWorker } from "../src/worker.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
 import { RETENTION_LEASE, retentionRound, sweepRetention, type RetentionPolicy } from "../src/retention.js";
-import { testSettings } from "../../../test/support/services.js";
+import { as, testSettings } from "../../../test/support/services.js";
 
 // Retention of file data (docs/security.md, "Data at rest"): the sweep deletes bytes, extraction
 // result and metadata of files past their mode's retention, keeps the record and its status, and
@@ -35,7 +35,7 @@ beforeAll(async () => {
   dataKeys = LocalKeyWrapper.fromSetting(settings.DATA_KEYS!);
   // Passive: no consumer and no sweeps; the test runs the worker and the sweep itself.
   service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), { connections: { isActive: async () => true }, passive: true });
-  client = clientsFor({ ...settings, FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
+  client = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
   store = await openFileStore(db);
