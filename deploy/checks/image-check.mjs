@@ -299,7 +299,9 @@ function bridgeReachesRegistry(baseTag) {
 
 /** The MongoDB-compatible server and Kafka of the test suite, when jest's globalSetup started them. */
 function testInfraFromEnv(env = process.env) {
-  return env.TEST_MONGODB_URI && env.TEST_KAFKA_BROKERS ? { mongoUri: env.TEST_MONGODB_URI, kafkaBrokers: env.TEST_KAFKA_BROKERS } : undefined;
+  return env.TEST_MONGODB_URI && env.TEST_KAFKA_BROKERS
+    ? { mongoUri: env.TEST_MONGODB_URI, kafkaBrokers: env.TEST_KAFKA_BROKERS, kafkaUsers: JSON.parse(env.TEST_KAFKA_USERS ?? "{}") }
+    : undefined;
 }
 
 function freePort() {
@@ -401,6 +403,7 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
     let gatewayPort;
     let network0;
     let gatewayIdentity = serviceIdentity("gateway").key;
+    let gatewayKafka = [];
     if (infra) {
       const authPort = await freePort();
       gatewayPort = await freePort();
@@ -417,13 +420,20 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
       const ids = Object.fromEntries(["gateway", "auth"].map((name) => [name, serviceIdentity(name)]));
       runEnv.push(`SERVICE_IDENTITY_PUBLIC_KEYS=${Object.values(ids).map((i) => i.publicKey).join(",")}`);
       gatewayIdentity = ids.gateway.key;
-      const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, "-e", `DATA_KEYS=${dataKeys}`, "-e", `SERVICE_IDENTITY_KEY=${ids.auth.key}`, image]);
+      // Each its own Kafka user, admitted by the namespace's ACLs (services/common/src/kafka-access.ts), as in the chart.
+      const namespace = `imagecheck${process.pid}`;
+      const common = await import("../../services/common/dist/index.js");
+      const admin = common.KAFKA_ADMIN_USER;
+      await common.grantKafkaAccess(common.createKafka(infra.kafkaBrokers, "image-check", common.createLogger("image-check", "error"), { mechanism: "scram-sha-256", username: admin, password: infra.kafkaUsers[admin] }), namespace);
+      const kafkaUser = (name) => ["-e", `KAFKA_USERNAME=${name}`, "-e", `KAFKA_PASSWORD=${infra.kafkaUsers[name]}`];
+      gatewayKafka = kafkaUser("gateway");
+      const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), ...kafkaUser("auth"), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, "-e", `DATA_KEYS=${dataKeys}`, "-e", `SERVICE_IDENTITY_KEY=${ids.auth.key}`, image]);
       if (auth.status !== 0) return { status: "failed", reason: `docker run (auth) failed: ${auth.stderr}`, timings };
     } else {
       network0 = ["-p", "127.0.0.1::8080"];
       runEnv = ["GATEWAY_HOST=0.0.0.0", "KAFKA_BROKERS=127.0.0.1:9", "WEBHOOK_ALLOW_INSECURE_URLS=false", "LOG_LEVEL=info"];
     }
-    const run = sh("docker", ["run", "-d", "--name", containerName, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), "-e", `SERVICE_IDENTITY_KEY=${gatewayIdentity}`, image]);
+    const run = sh("docker", ["run", "-d", "--name", containerName, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), ...gatewayKafka, "-e", `SERVICE_IDENTITY_KEY=${gatewayIdentity}`, image]);
     if (run.status !== 0) return { status: "failed", reason: `docker run failed: ${run.stderr}`, timings };
     const cmdline = sh("docker", ["exec", containerName, "cat", "/proc/1/cmdline"]).stdout.replace(/\0/g, " ").trim();
     if (!gatewayPort) gatewayPort = sh("docker", ["port", containerName, "8080/tcp"]).stdout.trim().split("\n")[0].split(":").pop();

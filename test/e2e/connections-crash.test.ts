@@ -10,7 +10,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { createKafka, createLogger, databaseName, newId, serviceClient, topicName, type ConnectionClient } from "@pi/common";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
-import { identityKey, TEST_PUBLIC_KEYS } from "../support/services.js";
+import { identityKey, TEST_PUBLIC_KEYS, testKafkaAdmin } from "../support/services.js";
 
 // The connection service as a real process (the compiled dist/main.js), killed with SIGKILL, then
 // started again on the same database: nothing stored may be lost, neither an event between the
@@ -127,7 +127,7 @@ describe("connection service crash", () => {
     const doc = await connectionsCollection().findOne({ _id: id as never });
     expect(doc).toMatchObject({ status: "approved", outbox: [{ type: "connection.approved", status: "approved" }] });
     const eventId = (doc!.outbox as { eventId: string }[])[0]!.eventId;
-    const kafka = createKafka(brokers, `${namespace}.crash-test`, createLogger("crash-test", "silent"));
+    const kafka = createKafka(brokers, `${namespace}.crash-test`, createLogger("crash-test", "silent"), testKafkaAdmin());
     const admin = kafka.admin();
     await admin.connect();
     const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
@@ -159,7 +159,7 @@ describe("connection service crash", () => {
 
     // Every audit record on the topic, from its beginning.
     const seen: eventsv1.AuditRecord[] = [];
-    const kafka = createKafka(brokers, `${namespace}.audit-reader`, createLogger("audit-reader", "silent"));
+    const kafka = createKafka(brokers, `${namespace}.audit-reader`, createLogger("audit-reader", "silent"), testKafkaAdmin());
     const reader = kafka.consumer({ groupId: `${namespace}.audit-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
     await reader.connect();
     try {

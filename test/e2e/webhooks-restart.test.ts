@@ -4,7 +4,7 @@ import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings } from "@pi/common";
+import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "@pi/auth";
 import { as, identityKey, testSettings } from "../support/services.js";
 import { opsFor } from "../support/partner-api.js";
@@ -55,7 +55,7 @@ beforeAll(async () => {
   const logger = createLogger("restart-test", settings.LOG_LEVEL);
   auth = await startAuthService(as(settings, "auth"), logger);
   settings = { ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${auth.port}` };
-  producer = createProducer(createKafka(settings.KAFKA_BROKERS, "restart-test", logger));
+  producer = createProducer(createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)));
   await producer.connect();
   mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
 });

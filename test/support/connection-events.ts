@@ -4,6 +4,7 @@ import type { Producer } from "kafkajs";
 import type { Collection, Document } from "mongodb";
 import { createKafka, createLogger, createProducer, ensureTopics, topicName, type Kafka } from "@pi/common";
 import { eventsv1 } from "@pi/proto";
+import { testKafkaAdmin } from "./services.js";
 
 // Reads the connection-events topic of one namespace from its beginning, for tests that check what
 // the connection service published.
@@ -32,7 +33,7 @@ export interface EventCollector {
 }
 
 export async function collectConnectionEvents(brokers: string, namespace: string): Promise<EventCollector> {
-  const kafka: Kafka = createKafka(brokers, `${namespace}.test-reader`, createLogger("test-reader", "error"));
+  const kafka: Kafka = createKafka(brokers, `${namespace}.test-reader`, createLogger("test-reader", "error"), testKafkaAdmin());
   await ensureTopics(kafka, namespace, ["connectionEvents"]);
   const topic = topicName(namespace, "connectionEvents");
   const consumer = kafka.consumer({ groupId: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { DestinationStream } from "pino";
-import { createLogger, generateIdentity, newDataKeysEntry, parseSettings, WORKLOADS, type RunningService, type Settings, type Workload } from "@pi/common";
+import { createKafka, createLogger, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, kafkaCredentials, newDataKeysEntry, parseSettings, WORKLOADS, type KafkaCredentials, type KafkaUser, type RunningService, type Settings, type Workload } from "@pi/common";
 import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";
@@ -21,9 +21,27 @@ export function as(settings: Settings, name: Workload): Settings {
   return { ...settings, SERVICE_IDENTITY_KEY: identityKey(name) };
 }
 
+/** The test Kafka's users and passwords (test/support/global-setup.mjs). */
+const kafkaPasswords = (): Record<string, string> => JSON.parse(process.env.TEST_KAFKA_USERS ?? "{}") as Record<string, string>;
+
+/** The test Kafka's super user, for a test's own readers and writers of any topic. */
+export const testKafkaAdmin = (): KafkaCredentials => ({ mechanism: "scram-sha-256", username: KAFKA_ADMIN_USER, password: kafkaPasswords()[KAFKA_ADMIN_USER]! });
+
+/** As `as`, and with the service's own Kafka user, whom the broker admits only to its own topics (grantKafkaAccess first). */
+export function asService(settings: Settings, name: Workload & KafkaUser): Settings {
+  return { ...as(settings, name), KAFKA_USERNAME: name, KAFKA_PASSWORD: kafkaPasswords()[name] };
+}
+
+/** Grants the Kafka users of every service their ACLs on the settings' namespace (as the super user). */
+export async function grantTestKafkaAccess(settings: Settings): Promise<void> {
+  await grantKafkaAccess(createKafka(settings.KAFKA_BROKERS, "test-admin", createLogger("test-admin", "error"), kafkaCredentials(settings)), settings.DATA_NAMESPACE);
+}
+
 /**
  * Settings for one test: the test infrastructure, a namespace of its own, ports chosen by the OS,
  * every workload's public key and the operator CLI's identity (`as(settings, name)` for another).
+ * Kafka as the super user, so that a test may read and write any topic; a test stack's services
+ * use their own users (asService).
  */
 export function testSettings(overrides: Record<string, string> = {}): Settings {
   return parseSettings({
@@ -31,6 +49,8 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
     SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS,
     MONGODB_URI: process.env.TEST_MONGODB_URI,
     KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS,
+    KAFKA_USERNAME: KAFKA_ADMIN_USER,
+    KAFKA_PASSWORD: kafkaPasswords()[KAFKA_ADMIN_USER],
     DATA_NAMESPACE: `t${randomBytes(5).toString("hex")}`,
     CREDENTIAL_PEPPER: randomBytes(32).toString("base64url"),
     DATA_KEYS: newDataKeysEntry("k1"),
@@ -66,15 +86,16 @@ export interface TestStackOptions {
 export async function startTestStack(overrides: Record<string, string> = {}, options: TestStackOptions = {}): Promise<TestStack> {
   let settings = testSettings(overrides);
   const logger = (name: string) => createLogger(name, settings.LOG_LEVEL, options.logDestination);
-  const auth = await startAuthService(as(settings, "auth"), logger("auth"));
-  const connection = await startConnectionService(as(settings, "connection"), logger("connection"));
+  await grantTestKafkaAccess(settings);
+  const auth = await startAuthService(asService(settings, "auth"), logger("auth"));
+  const connection = await startConnectionService(asService(settings, "connection"), logger("connection"));
   settings = { ...settings, AUTH_SERVICE_URL: url(auth.port), CONNECTION_SERVICE_URL: url(connection.port) };
   const [fileIntake, webhook] = await Promise.all([
-    startFileIntakeService(as(settings, "file-intake"), logger("file-intake")),
-    startWebhookService(as(settings, "webhook"), logger("webhook")),
+    startFileIntakeService(asService(settings, "file-intake"), logger("file-intake")),
+    startWebhookService(asService(settings, "webhook"), logger("webhook")),
   ]);
   settings = { ...settings, FILE_INTAKE_SERVICE_URL: url(fileIntake.port), WEBHOOK_SERVICE_URL: url(webhook.port) };
-  const gateway = await startWarmGateway(as(settings, "gateway"), logger("gateway"));
+  const gateway = await startWarmGateway(asService(settings, "gateway"), logger("gateway"));
   const services = { auth, connection, fileIntake, webhook, gateway };
   return {
     settings,

@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { createConnection, createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { repoRoot } from "./paths.js";
@@ -108,10 +108,28 @@ export function mongoWireSpec(install: MongoWireInstall, dataDir: string, port: 
   };
 }
 
-/** Writes the KRaft config and formats the storage on first use; later starts keep the data. */
-export function kafkaSpec(libs: string, dataDir: string, port: number, controllerPort: number, logDir: string): InfraProcessSpec {
+/** Kafka users and their passwords: the broker's super user (KAFKA_ADMIN_USER) and every workload's. */
+export type KafkaUserPasswords = Record<string, string>;
+
+/**
+ * Writes the KRaft config and formats the storage on first use; later starts keep the data.
+ *
+ * Authenticated as in the chart (docs/security.md, "Kafka"): clients on a SASL_PLAINTEXT listener
+ * with SCRAM-SHA-256, the controller's own listener with PLAIN for the super user alone, and the
+ * StandardAuthorizer admitting each user only to what its ACLs grant (kafka-access.ts). Users are
+ * created when the storage is formatted; a storage formatted for other users (a state directory
+ * from an older version) is formatted again, losing only Kafka's copy of events.
+ */
+export function kafkaSpec(libs: string, dataDir: string, port: number, controllerPort: number, logDir: string, users: KafkaUserPasswords, adminUser: string): InfraProcessSpec {
   const logDirs = join(dataDir, "data");
+  const usersMarker = join(dataDir, "users-formatted");
+  const formattedUsers = `${Object.keys(users).sort().join(",")}\n`;
+  const formattedWith = existsSync(usersMarker) ? readFileSync(usersMarker, "utf8") : undefined;
+  if (existsSync(join(logDirs, "meta.properties")) && formattedWith !== formattedUsers) rmSync(logDirs, { recursive: true, force: true });
   mkdirSync(logDirs, { recursive: true });
+  const adminPassword = users[adminUser];
+  if (!adminPassword) throw new Error(`Kafka: no password for the super user ${adminUser}`);
+  const jaas = (module: string, extra = "") => `org.apache.kafka.common.security.${module} required username="${adminUser}" password="${adminPassword}"${extra};`;
   const config = join(dataDir, "server.properties");
   writeFileSync(
     config,
@@ -119,11 +137,20 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
       "process.roles=broker,controller",
       "node.id=1",
       `controller.quorum.voters=1@127.0.0.1:${controllerPort}`,
-      `listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}`,
-      `advertised.listeners=PLAINTEXT://127.0.0.1:${port}`,
+      `listeners=CLIENT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}`,
+      `advertised.listeners=CLIENT://127.0.0.1:${port}`,
       "controller.listener.names=CONTROLLER",
-      "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-      "inter.broker.listener.name=PLAINTEXT",
+      "listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,CLIENT:SASL_PLAINTEXT",
+      "inter.broker.listener.name=CLIENT",
+      "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256",
+      "sasl.mechanism.controller.protocol=PLAIN",
+      "listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-256",
+      `listener.name.client.scram-sha-256.sasl.jaas.config=${jaas("scram.ScramLoginModule")}`,
+      "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+      `listener.name.controller.plain.sasl.jaas.config=${jaas("plain.PlainLoginModule", ` user_${adminUser}="${adminPassword}"`)}`,
+      "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+      `super.users=User:${adminUser}`,
+      "allow.everyone.if.no.acl.found=false",
       `log.dirs=${logDirs}`,
       "num.partitions=3",
       "offsets.topic.replication.factor=1",
@@ -142,6 +169,7 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
       "log.cleaner.threads=1",
       "",
     ].join("\n"),
+    { mode: 0o600 },
   );
   const log4j = join(dataDir, "log4j.properties");
   writeFileSync(
@@ -160,9 +188,24 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
   if (!existsSync(join(logDirs, "meta.properties"))) {
     // As --cluster-id=ID: an id that begins with "-" would otherwise read as an option.
     const clusterId = randomBytes(16).toString("base64url");
-    run("java", [...jvm, "kafka.tools.StorageTool", "format", `--cluster-id=${clusterId}`, "-c", config], dataDir, "formatting Kafka storage");
+    const scram = Object.entries(users).flatMap(([name, password]) => ["--add-scram", `SCRAM-SHA-256=[name=${name},password=${password}]`]);
+    run("java", [...jvm, "kafka.tools.StorageTool", "format", `--cluster-id=${clusterId}`, "-c", config, ...scram], dataDir, "formatting Kafka storage");
+    writeFileSync(usersMarker, formattedUsers);
   }
   return { name: "kafka", command: "java", args: [...jvm, "kafka.Kafka", config], logFile: join(logDir, "kafka.log") };
+}
+
+/**
+ * The passwords of the Kafka users, generated once and kept in `file` (0600) like the other local
+ * secrets; a user missing from the file is added (and Kafka's storage, formatted without it, is
+ * formatted again: kafkaSpec compares the marker).
+ */
+export function localKafkaUsers(file: string, names: readonly string[]): KafkaUserPasswords {
+  const kept = existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as KafkaUserPasswords) : {};
+  const missing = names.filter((name) => typeof kept[name] !== "string");
+  for (const name of missing) kept[name] = randomBytes(24).toString("base64url");
+  if (missing.length > 0) writeFileSync(file, `${JSON.stringify(kept, null, 2)}\n`, { mode: 0o600 });
+  return Object.fromEntries(names.map((name) => [name, kept[name]!]));
 }
 
 export function spawnLogged(spec: InfraProcessSpec, opts: { detached?: boolean } = {}): ChildProcess {

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createKafka, ensureTopics, generateIdentity, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
-import { ensureKafka, ensureMongoWire, freePort, mongoWireSpec, kafkaSpec, portOpen, waitFor } from "./infra.js";
+import { createKafka, ensureTopics, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS, kafkaCredentials, type KafkaCredentials, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
+import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, waitFor, type KafkaUserPasswords } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { Supervisor } from "./supervisor.js";
 
@@ -83,6 +83,9 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     KAFKAJS_NO_PARTITIONER_WARNING: "1",
   };
 
+  // Kafka users when the stack runs its own Kafka: each service its own, the stack itself the super
+  // user (topics and ACLs). With an external Kafka, every process uses KAFKA_USERNAME as given.
+  let kafkaUsers: KafkaUserPasswords | undefined;
   if (opts.startInfra) {
     const cache = cacheDir();
     const mongoWire = ensureMongoWire(cache, progress);
@@ -95,15 +98,20 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     if (await portOpen(kafkaPort)) throw new Error(`port ${kafkaPort} (Kafka) is already in use; stop what holds it or set KAFKA_PORT`);
     progress("starting the MongoDB-wire server and Kafka");
     supervisor.start(mongoWireSpec(mongoWire, join(stateDir, "mongo-wire"), mongoPort, logDir));
-    supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), kafkaPort, kafkaControllerPort, logDir));
+    kafkaUsers = localKafkaUsers(join(stateDir, "kafka-users.json"), [KAFKA_ADMIN_USER, ...KAFKA_USERS]);
+    supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), kafkaPort, kafkaControllerPort, logDir, kafkaUsers, KAFKA_ADMIN_USER));
     env.MONGODB_URI = `mongodb://127.0.0.1:${mongoPort}/`;
     env.KAFKA_BROKERS = `127.0.0.1:${kafkaPort}`;
     await waitFor("the MongoDB-wire server", () => portOpen(mongoPort), 30_000);
     await waitFor("Kafka", () => portOpen(kafkaPort), 180_000);
   }
   const brokers = env.KAFKA_BROKERS ?? opts.settings.KAFKA_BROKERS;
+  const asUser = (name: string): KafkaCredentials | undefined => (kafkaUsers ? { mechanism: "scram-sha-256", username: name, password: kafkaUsers[name]! } : kafkaCredentials(opts.settings));
   progress("creating Kafka topics");
-  await ensureTopics(createKafka(brokers, "local-stack", logger), opts.settings.DATA_NAMESPACE);
+  const stackKafka = createKafka(brokers, "local-stack", logger, asUser(KAFKA_ADMIN_USER));
+  await ensureTopics(stackKafka, opts.settings.DATA_NAMESPACE);
+  if (kafkaUsers) await grantKafkaAccess(stackKafka, opts.settings.DATA_NAMESPACE);
+  const kafkaEnv = (service: string): NodeJS.ProcessEnv => (kafkaUsers ? { KAFKA_USERNAME: service, KAFKA_PASSWORD: kafkaUsers[service] } : {});
 
   // Every replica of an internal service listens on a port of its own (the one set for the service,
   // then free ones), and every client gets the whole list in the service's *_SERVICE_URL.
@@ -125,7 +133,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
         name,
         command: process.execPath,
         args: ["--enable-source-maps", join(repoRoot, "services", service, "dist", "main.js")],
-        env: { ...env, SERVICE_IDENTITY_KEY: identities[service], ...(service === "gateway" ? {} : { [settingName(service, "PORT")]: String(port) }) },
+        env: { ...env, ...kafkaEnv(service), SERVICE_IDENTITY_KEY: identities[service], ...(service === "gateway" ? {} : { [settingName(service, "PORT")]: String(port) }) },
         logFile: join(logDir, `${name}.log`),
         // Gateway replicas share the partner port as node:cluster workers of the supervisor.
         sharesPorts: service === "gateway",

@@ -15,8 +15,7 @@ import {
   outboxEntry,
   topicName,
   type RunningService,
-  type Settings,
-} from "@pi/common";
+  type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import type { CredentialDoc } from "../src/store.js";
 import { testSettings } from "../../../test/support/services.js";
@@ -42,7 +41,7 @@ beforeAll(async () => {
   [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
-  producer = createProducer(createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.audit-test`, createLogger("audit-test", "error")));
+  producer = createProducer(createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.audit-test`, createLogger("audit-test", "error"), kafkaCredentials(settings)));
   await producer.connect();
 });
 

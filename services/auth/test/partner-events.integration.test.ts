@@ -4,7 +4,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import type { Consumer } from "kafkajs";
 import { MongoClient } from "mongodb";
 import { authv1, eventsv1 } from "@pi/proto";
-import { clientsFor, createKafka, createLogger, databaseName, outboxEntry, pushEvent, topicName, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createKafka, createLogger, databaseName, outboxEntry, pushEvent, topicName, type RunningService, type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import type { CredentialDoc } from "../src/store.js";
 import { testSettings } from "../../../test/support/services.js";
@@ -36,7 +36,7 @@ beforeAll(async () => {
   for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
   [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
-  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.reader`, createLogger("reader", "error"));
+  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.reader`, createLogger("reader", "error"), kafkaCredentials(settings));
   consumer = kafka.consumer({ groupId: `${settings.DATA_NAMESPACE}.reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
   await consumer.connect();
   await consumer.subscribe({ topic: topicName(settings.DATA_NAMESPACE, "partnerEvents"), fromBeginning: true });

@@ -21,3 +21,4 @@ export * from "./audit.js";
 export * from "./audit-trail.js";
 export * from "./allowed-callers.js";
 export * from "./service-identity.js";
+export * from "./kafka-access.js";

@@ -1,5 +1,6 @@
-import { Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer } from "kafkajs";
+import { Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer, type SASLOptions } from "kafkajs";
 import type { Logger } from "./logger.js";
+import type { Settings } from "./settings.js";
 import { TOPICS, topicName, type TopicKey } from "./topics.js";
 
 export type { Kafka, Producer, Admin };
@@ -11,11 +12,29 @@ const levels: Record<number, "error" | "warn" | "info" | "debug"> = {
   [logLevel.DEBUG]: "debug",
 };
 
-export function createKafka(brokers: string, clientId: string, logger: Logger): Kafka {
+/** A Kafka user's credentials (SASL/SCRAM, docs/security.md "Kafka"); none: an unauthenticated client. */
+export interface KafkaCredentials {
+  mechanism: "scram-sha-256" | "scram-sha-512";
+  username: string;
+  password: string;
+  /** TLS to the brokers (the system's CAs and NODE_EXTRA_CA_CERTS). */
+  ssl?: boolean;
+}
+
+/** The credentials of KAFKA_USERNAME / KAFKA_PASSWORD; a service started without them connects unauthenticated (and a broker with ACLs refuses it). */
+export function kafkaCredentials(settings: Pick<Settings, "KAFKA_USERNAME" | "KAFKA_PASSWORD" | "KAFKA_SASL_MECHANISM" | "KAFKA_SSL">): KafkaCredentials | undefined {
+  if (!settings.KAFKA_USERNAME || !settings.KAFKA_PASSWORD) return undefined;
+  return { mechanism: settings.KAFKA_SASL_MECHANISM, username: settings.KAFKA_USERNAME, password: settings.KAFKA_PASSWORD, ssl: settings.KAFKA_SSL };
+}
+
+export function createKafka(brokers: string, clientId: string, logger: Logger, credentials?: KafkaCredentials): Kafka {
   const log = logger.child({ component: "kafka" });
   return new Kafka({
     clientId,
     brokers: brokers.split(","),
+    ...(credentials
+      ? { sasl: { mechanism: credentials.mechanism, username: credentials.username, password: credentials.password } as SASLOptions, ssl: credentials.ssl ?? false }
+      : {}),
     connectionTimeout: 3000,
     retry: { retries: 8, initialRetryTime: 200 },
     logLevel: logLevel.WARN,

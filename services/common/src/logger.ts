@@ -26,6 +26,11 @@ const redactPaths = [
   // A workload's private key, should settings ever be logged.
   "SERVICE_IDENTITY_KEY",
   "*.SERVICE_IDENTITY_KEY",
+  // A workload's Kafka password (KAFKA_PASSWORD), and kafkajs's SASL options.
+  "KAFKA_PASSWORD",
+  "*.KAFKA_PASSWORD",
+  "password",
+  "*.password",
 ];
 
 let stdout: DestinationStream | undefined;

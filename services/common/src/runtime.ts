@@ -1,7 +1,7 @@
 import type { Admin, Kafka, Producer } from "kafkajs";
 import type { Db } from "mongodb";
 import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "./data-keys.js";
-import { createKafka, createProducer, ensureTopics, kafkaReachable } from "./kafka.js";
+import { createKafka, createProducer, ensureTopics, kafkaCredentials, kafkaReachable } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { connectMongo, databaseName, type Mongo } from "./mongo.js";
 import { SettingsError, type Settings } from "./settings.js";
@@ -20,7 +20,7 @@ export interface ServiceRuntime {
 
 export async function openRuntime(service: string, settings: Settings, logger: Logger): Promise<ServiceRuntime> {
   const mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, service));
-  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.${service}`, logger);
+  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.${service}`, logger, kafkaCredentials(settings));
   await ensureTopics(kafka, settings.DATA_NAMESPACE);
   const producer = createProducer(kafka);
   await producer.connect();

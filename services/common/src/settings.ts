@@ -137,6 +137,14 @@ export const settingsSchema = z.object({
   // How long one webhook attempt may take (connect, answer); only a 2xx within it counts.
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: z.coerce.number().positive().max(60).default(10),
 
+  // This workload's Kafka user (SASL/SCRAM; docs/security.md "Kafka"): both or neither. The broker's
+  // ACLs admit each user only to its own topics and groups (kafka-access.ts). `npm start` and the
+  // chart give every workload its own.
+  KAFKA_USERNAME: z.string().min(1).optional(),
+  KAFKA_PASSWORD: z.string().min(1).optional(),
+  KAFKA_SASL_MECHANISM: z.enum(["scram-sha-256", "scram-sha-512"]).default("scram-sha-256"),
+  KAFKA_SSL: bool.default(false),
+
   // Keyed hash of client secrets. Required by the auth service; the local stack generates one.
   // Its id is "p1" (stored with every hash it made); CREDENTIAL_PEPPERS brings newer ones.
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),

@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { connectMongo, createKafka, createLogger, createProducer, ensureTopics, topicName, type Mongo } from "@pi/common";
+import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // Talks to the real MongoDB-wire server and Kafka through the project's own helpers.
 const logger = createLogger("test", "error");
@@ -28,7 +29,7 @@ describe("infrastructure helpers", () => {
   });
 
   it("produce and consume an event on Kafka", async () => {
-    const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "test", logger);
+    const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "test", logger, testKafkaAdmin());
     await ensureTopics(kafka, namespace);
     const topic = topicName(namespace, "partnerEvents");
     const producer = createProducer(kafka);

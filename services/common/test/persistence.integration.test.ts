@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Collection, type Db } from "mongodb";
 import type { Producer } from "kafkajs";
 import {
+import { testKafkaAdmin } from "../../../test/support/services.js";
   claim,
   createKafka,
   createLogger,
@@ -36,7 +37,7 @@ let producer: Producer;
 beforeAll(async () => {
   clients = await Promise.all([0, 1].map(() => MongoClient.connect(process.env.TEST_MONGODB_URI!)));
   dbs = clients.map((c) => c.db(`${namespace}_persistence`));
-  const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, `${namespace}.test`, logger);
+  const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, `${namespace}.test`, logger, testKafkaAdmin());
   await ensureTopics(kafka, namespace, ["connectionEvents"]);
   producer = createProducer(kafka);
   await producer.connect();

@@ -13,8 +13,7 @@ import {
   sandboxElderAddress,
   topicName,
   type Mongo,
-  type Settings,
-} from "@pi/common";
+  type Settings, kafkaCredentials } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import { Connections, connectionKey } from "../src/connections.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
@@ -68,7 +67,7 @@ beforeAll(async () => {
   mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "connection"));
   store = await openConnectionStore(mongo.db);
   await store.elders.insertOne({ _id: sandboxElderAddress(settings.ADDRESS_DOMAIN), elderId: "eld_sandbox", createdAt: new Date() });
-  const kafka = createKafka(settings.KAFKA_BROKERS, "connection-test", logger);
+  const kafka = createKafka(settings.KAFKA_BROKERS, "connection-test", logger, kafkaCredentials(settings));
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["connectionEvents"]);
   producer = createProducer(kafka);
   await producer.connect();

@@ -1,6 +1,6 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { clientsFor, createKafka, type Logger, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createKafka, kafkaCredentials, type Logger, type RunningService, type Settings } from "@pi/common";
 import { createApp } from "./app.js";
 import { envelope } from "./errors.js";
 import { BearerVerifier, RevocationList } from "./bearer.js";
@@ -23,7 +23,7 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   const clients = clientsFor(settings);
   const auth = clients.auth();
   const verifier = new BearerVerifier(auth, new RevocationList());
-  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.gateway`, logger);
+  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.gateway`, logger, kafkaCredentials(settings));
   // The gateway listens at once (liveness answers, /readyz says 503) and warms up behind it: the
   // revocation list and the token keys, without which no bearer can be judged.
   let stopped = false;

@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings } from "@pi/common";
+import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "@pi/auth";
 import { as, testSettings } from "../../../test/support/services.js";
 import { opsFor } from "../../../test/support/partner-api.js";
@@ -34,7 +34,7 @@ export async function startWebhookHarness(overrides: Record<string, string> = {}
   const webhook = await startWebhookService(as(settings, "webhook"), logger.child({ service: "webhook" }), options);
   settings = { ...settings, WEBHOOK_SERVICE_URL: url(webhook.port) };
   const replicas: RunningService[] = [webhook];
-  const producer: Producer = createProducer(createKafka(settings.KAFKA_BROKERS, "webhook-test", logger));
+  const producer: Producer = createProducer(createKafka(settings.KAFKA_BROKERS, "webhook-test", logger, kafkaCredentials(settings)));
   await producer.connect();
   const mongo: Mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
   const events = mongo.db.collection<WebhookEventDoc>("webhook_events");
