@@ -55,6 +55,8 @@ const settings = {
   WEBHOOK_RETRY_WINDOW_SECONDS: posInt,
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: { type: "number", exclusiveMinimum: 0, maximum: 60 },
   WEBHOOK_ALLOW_INSECURE_URLS: { type: "boolean" },
+  KAFKA_SASL_MECHANISM: { type: "string", enum: ["scram-sha-256", "scram-sha-512"] },
+  KAFKA_SSL: { type: "boolean" },
   FILE_RETENTION_SECONDS: { ...posInt, description: "How long a file's bytes, extraction result and metadata are kept after it was accepted." },
   TEST_FILE_RETENTION_SECONDS: { ...posInt, description: "The same for test files (shorter)." },
 };
@@ -275,6 +277,8 @@ export const schema = {
         heapOpts: { type: "string" },
         resources: { $ref: "#/definitions/resources" },
         persistence: { $ref: "#/definitions/persistence" },
+        auth: { type: "object", additionalProperties: false, properties: { existingSecret: { type: "string" } } },
+        setup: { type: "object", additionalProperties: false, properties: { resources: { $ref: "#/definitions/resources" } } },
         topics: {
           type: "object",
           additionalProperties: false,

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { ensureHelm } from "../../deploy/checks/helm.mjs";
 import { parseSettings } from "../../services/common/src/settings.js";
 import { generateIdentity, parseOwnIdentity, parsePublicKeys, TokenMinter, TokenVerifier } from "../../services/common/src/service-identity.js";
+import { KAFKA_USERS } from "../../services/common/src/kafka-access.js";
 import { schemaFile, schemaText } from "../../deploy/checks/values-schema.mjs";
 import * as chart from "../../deploy/checks/chart.mjs";
 import type { Combination, K8sObject } from "../../deploy/checks/chart.mjs";
@@ -140,24 +141,56 @@ describe("Helm chart with the default values", () => {
     }
   });
 
-  it("runs Kafka in KRaft mode (apache/kafka:3.9.1, combined broker and controller) with a hook Job creating the four topics", () => {
+  it("runs Kafka in KRaft mode (apache/kafka:3.9.1, combined broker and controller) with SASL/SCRAM and ACLs, its kafka-setup container creating the topics and the ACLs", () => {
     const kafka = find(docs, "StatefulSet", `${RELEASE}-kafka`);
-    expect(kafka.spec.template.spec.containers[0].image).toBe("apache/kafka:3.9.1");
-    const config = find(docs, "ConfigMap", `${RELEASE}-kafka-config`).data["server.properties"];
-    expect(config).toContain("process.roles=broker,controller");
-    expect(config).toContain(`controller.quorum.voters=0@${RELEASE}-kafka-0.${RELEASE}-kafka-headless.${chart.NAMESPACE}.svc:9093`);
-    const job = byKind(docs, "Job")[0];
-    expect(job.metadata.annotations["helm.sh/hook"]).toBe("post-install,post-upgrade");
-    const script: string = job.spec.template.spec.containers[0].command.join(" ");
-    for (const [topic, partitions] of [["pi.connection-events", 3], ["pi.file-events", 3], ["pi.partner-events", 1], ["pi.audit-events", 3]] as const) {
-      expect(script).toContain(`--create --if-not-exists --topic "${topic}" --partitions ${partitions}`);
+    const [broker, setup] = kafka.spec.template.spec.containers;
+    expect(broker.image).toBe("apache/kafka:3.9.1");
+    const config = find(docs, "ConfigMap", `${RELEASE}-kafka-config`);
+    const properties: string = config.data["server.properties"];
+    expect(properties).toContain("process.roles=broker,controller");
+    expect(properties).toContain(`controller.quorum.voters=0@${RELEASE}-kafka-0.${RELEASE}-kafka-headless.${chart.NAMESPACE}.svc:9093`);
+    // Every listener authenticates; nothing is allowed without an ACL; only admin is a super user.
+    expect(properties).toContain("listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,CLIENT:SASL_PLAINTEXT");
+    expect(properties).not.toMatch(/PLAINTEXT:PLAINTEXT|:\/\/.*PLAINTEXT:/);
+    expect(properties).toContain("authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer");
+    expect(properties).toContain("allow.everyone.if.no.acl.found=false");
+    expect(properties).toContain("super.users=User:admin\n");
+    // Users created at format time: the super user and exactly the users of kafka-access.ts.
+    expect(config.data["start.sh"]).toContain(`for user in admin ${KAFKA_USERS.join(" ")}; do`);
+    expect(config.data["start.sh"]).toContain('--add-scram "SCRAM-SHA-256=[name=${user},password=${!var}]"');
+    const secret = find(docs, "Secret", `${RELEASE}-kafka-users`);
+    expect(Object.keys(secret.data).sort()).toEqual(["admin", ...KAFKA_USERS].sort());
+    expect(Object.values(secret.data).every((v) => /^[A-Za-z0-9]{32}$/.test(Buffer.from(v as string, "base64").toString()))).toBe(true);
+    expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+    // Each service as its own user; the super user only in the Kafka pod.
+    for (const user of KAFKA_USERS) {
+      const env = envOf(container(docs, user));
+      expect(env.KAFKA_USERNAME).toBe(user);
+      expect(env.KAFKA_PASSWORD).toEqual({ secretKeyRef: { name: `${RELEASE}-kafka-users`, key: user } });
     }
+    expect(setup.command).toEqual(["node", "services/ops/dist/kafka-setup.js", "--stay"]);
+    expect(envOf(setup)).toMatchObject({ KAFKA_BROKERS: "127.0.0.1:9092", KAFKA_USERNAME: "admin", DATA_NAMESPACE: "pi", KAFKA_PASSWORD: { secretKeyRef: { name: `${RELEASE}-kafka-users`, key: "admin" } } });
+    expect(byKind(docs, "Job")).toEqual([]);
   });
 
-  it("follows DATA_NAMESPACE in the topic names", () => {
-    const script: string = byKind(render({ config: { DATA_NAMESPACE: "care" } }), "Job")[0].spec.template.spec.containers[0].command.join(" ");
-    expect(script).toContain('--topic "care.connection-events"');
+  it("with an external Kafka: a hook Job creates the four topics, following DATA_NAMESPACE; the services authenticate only with kafka.auth.existingSecret", () => {
+    const external = render({ kafka: { external: { brokers: "kafka.example:9092" } }, config: { DATA_NAMESPACE: "care" } });
+    const job = byKind(external, "Job")[0];
+    expect(job.metadata.annotations["helm.sh/hook"]).toBe("post-install,post-upgrade");
+    const script: string = job.spec.template.spec.containers[0].command.join(" ");
+    for (const [topic, partitions] of [["care.connection-events", 3], ["care.file-events", 3], ["care.partner-events", 1], ["care.audit-events", 3]] as const) {
+      expect(script).toContain(`--create --if-not-exists --topic "${topic}" --partitions ${partitions}`);
+    }
     expect(script).not.toContain('"pi.');
+    expect(envOf(container(external, "auth")).KAFKA_USERNAME).toBeUndefined();
+    const withUsers = render({ kafka: { external: { brokers: "kafka.example:9092" }, auth: { existingSecret: "my-kafka-users" } } });
+    expect(envOf(container(withUsers, "webhook")).KAFKA_PASSWORD).toEqual({ secretKeyRef: { name: "my-kafka-users", key: "webhook" } });
+    expect(byKind(withUsers, "Job")).toEqual([]);
+  });
+
+  it("follows DATA_NAMESPACE in the topics and ACLs the Kafka pod sets up", () => {
+    const setup = find(render({ config: { DATA_NAMESPACE: "care" } }), "StatefulSet", `${RELEASE}-kafka`).spec.template.spec.containers[1];
+    expect(envOf(setup).DATA_NAMESPACE).toBe("care");
   });
 
   it("generates a 48-character CREDENTIAL_PEPPER for auth only, kept across upgrades (lookup) and on uninstall", () => {
@@ -319,7 +352,7 @@ describe("Helm chart with the default values", () => {
       expect(podComponents(policy(`${s.component}-mongodb`).ingress[0].from)).toEqual([s.component]);
       expect(policy(`${s.component}-mongodb`).egress).toEqual([]);
     }
-    expect(podComponents(policy("kafka").ingress[0].from)).toEqual(["auth", "connection", "file-intake", "gateway", "kafka-topics", "webhook"]);
+    expect(podComponents(policy("kafka").ingress[0].from)).toEqual(["auth", "connection", "file-intake", "gateway", "webhook"]);
     const webhookInternet = policy("webhook").egress.find((r: K8sObject) => r.to?.[0]?.ipBlock);
     expect(webhookInternet.ports).toEqual([{ port: 443, protocol: "TCP" }]);
     expect(webhookInternet.to[0].ipBlock.except).toEqual(expect.arrayContaining(["10.0.0.0/8", "169.254.0.0/16"]));

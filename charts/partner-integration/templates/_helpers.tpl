@@ -226,3 +226,16 @@ gateway auth connection fileIntake webhook ops
       name: {{ include "pi.prefix" .ctx }}-service-identity
       key: SERVICE_IDENTITY_PUBLIC_KEYS
 {{- end -}}
+
+{{/*
+The Kafka users besides the super user "admin": one per workload that uses Kafka, as in
+services/common/src/kafka-access.ts (KAFKA_USERS; test/deploy/chart.test.ts compares them).
+*/}}
+{{- define "pi.kafkaUsers" -}}
+{{- toJson (list "gateway" "auth" "connection" "file-intake" "webhook") -}}
+{{- end -}}
+
+{{/* The Secret of the Kafka users' passwords: kafka.auth.existingSecret, else the chart's own. */}}
+{{- define "pi.kafkaUsersSecret" -}}
+{{- .Values.kafka.auth.existingSecret | default (printf "%s-kafka-users" (include "pi.prefix" .)) -}}
+{{- end -}}
