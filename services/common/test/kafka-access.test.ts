@@ -1,5 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
+import { Writable } from "node:stream";
 import kafkajs from "kafkajs";
+import { createLogger } from "../src/logger.js";
 import { KAFKA_ACCESS, KAFKA_USERS, kafkaAcls } from "../src/kafka-access.js";
 import { TOPICS, topicName, type TopicKey } from "../src/topics.js";
 
@@ -41,5 +43,20 @@ describe("Kafka access: who may produce and consume what (kafka-access.ts)", () 
 
   it("grants only ALLOW entries, never ALL or a wildcard resource", () => {
     expect(acls.some((a) => a.operation === AclOperationTypes.ALL || a.resourceName === "*" || a.principal === "User:*")).toBe(false);
+  });
+});
+
+describe("Kafka passwords never reach a log line", () => {
+  it("the logger censors KAFKA_PASSWORD and a SASL password, wherever they sit", () => {
+    let out = "";
+    const destination = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        out += chunk.toString();
+        done();
+      },
+    });
+    createLogger("auth", "info", destination).warn({ KAFKA_PASSWORD: "kp-secret-1", settings: { KAFKA_PASSWORD: "kp-secret-2" }, sasl: { mechanism: "scram-sha-256", username: "auth", password: "kp-secret-3" } }, "careless");
+    expect(out).toContain('"username":"auth"');
+    expect(out).not.toMatch(/kp-secret-\d/);
   });
 });
