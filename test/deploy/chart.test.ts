@@ -59,8 +59,8 @@ describe("Helm chart with the default values", () => {
   });
 
   it("hardens every pod: non-root, read-only root with an emptyDir /tmp, no capabilities, no privilege escalation, seccomp RuntimeDefault, no service account token, resources and probes set", () => {
-    // Five services, four databases, Kafka, the topic job, the operator CLI's pod.
-    expect(chart.workloads(docs).length).toBe(5 + 4 + 1 + 1 + 1);
+    // Five services, four databases, Kafka (its kafka-setup container creates the topics), the operator CLI's pod.
+    expect(chart.workloads(docs).length).toBe(5 + 4 + 1 + 1);
     expect(chart.checkHardening(docs)).toEqual([]);
   });
 
@@ -171,6 +171,10 @@ describe("Helm chart with the default values", () => {
     expect(setup.command).toEqual(["node", "services/ops/dist/kafka-setup.js", "--stay"]);
     expect(envOf(setup)).toMatchObject({ KAFKA_BROKERS: "127.0.0.1:9092", KAFKA_USERNAME: "admin", DATA_NAMESPACE: "pi", KAFKA_PASSWORD: { secretKeyRef: { name: `${RELEASE}-kafka-users`, key: "admin" } } });
     expect(byKind(docs, "Job")).toEqual([]);
+    // Never generated again on an upgrade: Kafka keeps the users it was formatted with.
+    const upgrade = chart.helmTemplate(helm, { dataKeys: { existingSecret: "my-keys" } }, { extraArgs: ["--is-upgrade"] });
+    expect(upgrade.code).not.toBe(0);
+    expect(upgrade.stderr).toMatch(/the Secret pi-kafka-users .* refusing to generate new ones on an upgrade/);
   });
 
   it("with an external Kafka: a hook Job creates the four topics, following DATA_NAMESPACE; the services authenticate only with kafka.auth.existingSecret", () => {
@@ -294,7 +298,7 @@ describe("Helm chart with the default values", () => {
     expect(t.code).not.toBe(0);
     expect(t.stderr).toMatch(/refusing to generate new keys on an upgrade/);
     // With the keys given (or an existing Secret of the operator's) an upgrade renders.
-    expect(find(render({ dataKeys: { existingSecret: "my-keys" } }, ["--is-upgrade"]), "Secret", `${RELEASE}-data-keys`)).toBeUndefined();
+    expect(find(render({ dataKeys: { existingSecret: "my-keys" }, kafka: { auth: { existingSecret: "my-kafka-users" } } }, ["--is-upgrade"]), "Secret", `${RELEASE}-data-keys`)).toBeUndefined();
   });
 
   it("uses given DATA_KEYS or an existing Secret of the operator's; with generate=false (GitOps) a render without them fails", () => {
