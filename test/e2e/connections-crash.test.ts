@@ -10,7 +10,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { createKafka, createLogger, databaseName, newId, serviceClient, topicName, type ConnectionClient } from "@pi/common";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
-import { identityKey, TEST_PUBLIC_KEYS, testKafkaAdmin } from "../support/services.js";
+import { grantTestKafkaAccess, identityKey, kafkaUserEnv, TEST_PUBLIC_KEYS, testKafkaAdmin } from "../support/services.js";
 
 // The connection service as a real process (the compiled dist/main.js), killed with SIGKILL, then
 // started again on the same database: nothing stored may be lost, neither an event between the
@@ -47,6 +47,7 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
       KAFKAJS_NO_PARTITIONER_WARNING: "1",
       SERVICE_IDENTITY_KEY: identityKey("connection"),
       SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS,
+      ...kafkaUserEnv("connection"),
       ...extraEnv,
     },
     stdio: ["ignore", "pipe", "pipe"],
@@ -94,6 +95,7 @@ beforeAll(async () => {
     const built = statSync(join(root, "services", "connection", "dist", `${file}.js`)).mtimeMs;
     if (built < src) throw new Error(`services/connection/dist is older than src/${file}.ts: run npx tsc -b first`);
   }
+  await grantTestKafkaAccess(namespace);
   mongo = await MongoClient.connect(mongoUri);
 });
 

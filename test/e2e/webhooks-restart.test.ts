@@ -6,7 +6,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { commonv1, eventsv1 } from "@pi/proto";
 import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "@pi/auth";
-import { as, identityKey, testSettings } from "../support/services.js";
+import { as, grantTestKafkaAccess, identityKey, kafkaUserEnv, testSettings } from "../support/services.js";
 import { opsFor } from "../support/partner-api.js";
 import { startTestReceiver, type TestReceiver } from "../support/webhook-receiver.js";
 
@@ -37,6 +37,7 @@ function startChild(): ChildProcess {
     KAFKAJS_NO_PARTITIONER_WARNING: "1",
     SERVICE_IDENTITY_KEY: identityKey("webhook"),
     SERVICE_IDENTITY_PUBLIC_KEYS: settings.SERVICE_IDENTITY_PUBLIC_KEYS!,
+    ...kafkaUserEnv("webhook"),
   };
   const proc = spawn(process.execPath, [main], { env, stdio: ["ignore", "ignore", "inherit"] });
   return proc;
@@ -52,6 +53,7 @@ function kill(proc: ChildProcess): Promise<void> {
 
 beforeAll(async () => {
   settings = testSettings();
+  await grantTestKafkaAccess(settings.DATA_NAMESPACE);
   const logger = createLogger("restart-test", settings.LOG_LEVEL);
   auth = await startAuthService(as(settings, "auth"), logger);
   settings = { ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${auth.port}` };

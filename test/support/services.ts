@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { DestinationStream } from "pino";
-import { createKafka, createLogger, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, kafkaCredentials, newDataKeysEntry, parseSettings, WORKLOADS, type KafkaCredentials, type KafkaUser, type RunningService, type Settings, type Workload } from "@pi/common";
+import { createKafka, createLogger, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, newDataKeysEntry, parseSettings, WORKLOADS, type KafkaCredentials, type KafkaUser, type RunningService, type Settings, type Workload } from "@pi/common";
 import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";
@@ -29,12 +29,17 @@ export const testKafkaAdmin = (): KafkaCredentials => ({ mechanism: "scram-sha-2
 
 /** As `as`, and with the service's own Kafka user, whom the broker admits only to its own topics (grantKafkaAccess first). */
 export function asService(settings: Settings, name: Workload & KafkaUser): Settings {
-  return { ...as(settings, name), KAFKA_USERNAME: name, KAFKA_PASSWORD: kafkaPasswords()[name] };
+  return { ...as(settings, name), ...kafkaUserEnv(name) };
 }
 
-/** Grants the Kafka users of every service their ACLs on the settings' namespace (as the super user). */
-export async function grantTestKafkaAccess(settings: Settings): Promise<void> {
-  await grantKafkaAccess(createKafka(settings.KAFKA_BROKERS, "test-admin", createLogger("test-admin", "error"), kafkaCredentials(settings)), settings.DATA_NAMESPACE);
+/** A service process's own Kafka user, as environment variables (for a service started with `spawn`). */
+export function kafkaUserEnv(name: KafkaUser): { KAFKA_USERNAME: string; KAFKA_PASSWORD: string } {
+  return { KAFKA_USERNAME: name, KAFKA_PASSWORD: kafkaPasswords()[name]! };
+}
+
+/** Grants the Kafka users of every service their ACLs on a namespace of the test Kafka (as the super user). */
+export async function grantTestKafkaAccess(namespace: string): Promise<void> {
+  await grantKafkaAccess(createKafka(process.env.TEST_KAFKA_BROKERS!, "test-admin", createLogger("test-admin", "error"), testKafkaAdmin()), namespace);
 }
 
 /**
@@ -86,7 +91,7 @@ export interface TestStackOptions {
 export async function startTestStack(overrides: Record<string, string> = {}, options: TestStackOptions = {}): Promise<TestStack> {
   let settings = testSettings(overrides);
   const logger = (name: string) => createLogger(name, settings.LOG_LEVEL, options.logDestination);
-  await grantTestKafkaAccess(settings);
+  await grantTestKafkaAccess(settings.DATA_NAMESPACE);
   const auth = await startAuthService(asService(settings, "auth"), logger("auth"));
   const connection = await startConnectionService(asService(settings, "connection"), logger("connection"));
   settings = { ...settings, AUTH_SERVICE_URL: url(auth.port), CONNECTION_SERVICE_URL: url(connection.port) };

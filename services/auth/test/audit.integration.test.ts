@@ -11,11 +11,13 @@ import {
   createLogger,
   createProducer,
   databaseName,
+  kafkaCredentials,
   newId,
   outboxEntry,
   topicName,
   type RunningService,
-  type Settings, kafkaCredentials } from "@pi/common";
+  type Settings,
+} from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import type { CredentialDoc } from "../src/store.js";
 import { testSettings } from "../../../test/support/services.js";

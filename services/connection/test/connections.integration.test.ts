@@ -13,10 +13,12 @@ import {
   sandboxElderAddress,
   topicName,
   type Mongo,
-  type Settings, kafkaCredentials } from "@pi/common";
+  type Settings,
+} from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import { Connections, connectionKey } from "../src/connections.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
+import { testKafkaAdmin } from "../../../test/support/services.js";
 import { connectionOutbox, type ConnectionOutbox } from "../src/outbox.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
@@ -67,7 +69,7 @@ beforeAll(async () => {
   mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "connection"));
   store = await openConnectionStore(mongo.db);
   await store.elders.insertOne({ _id: sandboxElderAddress(settings.ADDRESS_DOMAIN), elderId: "eld_sandbox", createdAt: new Date() });
-  const kafka = createKafka(settings.KAFKA_BROKERS, "connection-test", logger, kafkaCredentials(settings));
+  const kafka = createKafka(settings.KAFKA_BROKERS, "connection-test", logger, testKafkaAdmin());
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["connectionEvents"]);
   producer = createProducer(kafka);
   await producer.connect();
