@@ -19,6 +19,7 @@ import type { Interceptor } from "@connectrpc/connect";
 
 export const tracer = () => trace.getTracer("partner-integration");
 export const meter = () => metrics.getMeter("partner-integration");
+export type { ObservableResult } from "@opentelemetry/api";
 
 export function telemetryRequested(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED === "true") return false;

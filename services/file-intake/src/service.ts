@@ -1,6 +1,7 @@
 import { checkDataKeys, clientsFor, dataKeysOf, every, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import type { ConnectionCheck } from "./intake.js";
+import { observeBacklog } from "./backlog.js";
 import { IdempotencyKeys } from "./keys.js";
 import { fileOutbox } from "./outbox.js";
 import routes from "./routes.js";
@@ -89,6 +90,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     logger,
   });
 
+  const stopBacklog = observeBacklog(store, logger);
   const background: { stop(): Promise<void> }[] = [];
   const later = { runAtStart: false };
   if (!options.passive) {
@@ -120,6 +122,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     port: server.port,
     async stop() {
       await server.close();
+      stopBacklog();
       await Promise.allSettled(background.map((b) => b.stop()));
       await outbox.stop();
       await runtime.close();
