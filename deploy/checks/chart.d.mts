@@ -15,6 +15,7 @@ export declare const SERVICES: ServiceInfo[];
 export declare const SWITCHES: Record<keyof Combination, (on: boolean) => Record<string, unknown>>;
 export declare const LOCAL_ONLY_SETTINGS: string[];
 export declare const SECRET_SETTINGS: Record<string, string[]>;
+export declare const THROWAWAY: Record<string, unknown>;
 export declare function valuesFor(combination: Partial<Combination>): Record<string, unknown>;
 export declare function allCombinations(): Combination[];
 export declare function describeCombination(c: Partial<Combination>): string;

@@ -62,11 +62,20 @@ export function describeCombination(c) {
   return on.length ? on.join("+") : "all switches off";
 }
 
+/**
+ * These checks render without a cluster (helm template, helm lint), where the chart refuses to
+ * generate secrets unless told this is a throwaway render (values generateSecrets, docs/security.md
+ * "Generated secrets"): every rendering here says so, unless its values set generateSecrets
+ * themselves (the tests of that rule do).
+ */
+export const THROWAWAY = { generateSecrets: "always" };
+const throwaway = (values) => deepMerge(THROWAWAY, values ?? {});
+
 function withValuesFile(values, fn) {
   const dir = mkdtempSync(join(tmpdir(), "pi-chart-"));
   try {
     const file = join(dir, "values.json");
-    writeFileSync(file, JSON.stringify(values ?? {}));
+    writeFileSync(file, JSON.stringify(throwaway(values)));
     return fn(file);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -112,7 +121,7 @@ export function renderNotes(helm, values, { release = RELEASE, namespace = NAMES
       'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-probe\ndata:\n  notes: {{ include "partner-integration/templates/NOTES.txt" . | quote }}\n',
     );
     const file = join(dir, "values.json");
-    writeFileSync(file, JSON.stringify(values ?? {}));
+    writeFileSync(file, JSON.stringify(throwaway(values)));
     const r = spawnSync(helm, ["template", release, copy, "--namespace", namespace, "--kube-version", KUBE_VERSION, "-f", file, "--show-only", "templates/zz-notes-probe.yaml"], { encoding: "utf8" });
     if (r.status !== 0) throw new Error(`rendering NOTES.txt failed: ${r.stderr}`);
     return parseAllDocuments(r.stdout)[0].toJS().data.notes;

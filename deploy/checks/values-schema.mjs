@@ -133,6 +133,17 @@ const definitions = {
           port: port,
         },
       },
+      auth: {
+        type: "object",
+        additionalProperties: false,
+        description: "Credentials of the in-cluster database: Secrets of yours, else generated and kept (generateSecrets).",
+        properties: {
+          rootExistingSecret: { type: "string", description: "A Secret with the root password, read by the database's pod only." },
+          rootExistingSecretKey: { type: "string", minLength: 1 },
+          existingSecret: { type: "string", description: "A Secret with the service's own database password (at least 16 of A-Z a-z 0-9 . _ ~ -)." },
+          existingSecretKey: { type: "string", minLength: 1 },
+        },
+      },
     },
   },
   persistence: {
@@ -197,6 +208,10 @@ export const schema = {
     global: { type: "object", description: "Reserved by Helm for parent charts." },
     fullnameOverride: { type: "string", maxLength: 30 },
     config: { $ref: "#/definitions/config" },
+    generateSecrets: {
+      enum: ["auto", "always", "never"],
+      description: "auto: generate missing secrets only when the render can look up the cluster; always: also without a cluster (throwaway renders); never: every secret must be given.",
+    },
     dataKeys: {
       type: "object",
       additionalProperties: false,
@@ -241,9 +256,39 @@ export const schema = {
       properties: {
         enabled: { type: "boolean" },
         className: { type: "string" },
-        host: { type: "string" },
+        controller: { enum: ["", "nginx", "traefik", "none"], description: "Which controller's annotations the chart adds; empty: from className." },
+        host: { type: "string", pattern: "^$|^[a-z0-9*]([a-z0-9.-]*[a-z0-9])?$" },
         annotations: { type: "object", additionalProperties: { type: "string" } },
         bodySizeMarginBytes: { type: "integer", minimum: 0 },
+        docs: { type: "boolean", description: "Also route the OpenAPI document and the API reference." },
+        https: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            enabled: { type: "boolean" },
+            redirect: { type: "boolean" },
+            existingSecret: { type: "string", description: "A kubernetes.io/tls Secret of yours." },
+            certManager: {
+              type: "object",
+              additionalProperties: false,
+              properties: { clusterIssuer: { type: "string" }, issuer: { type: "string" } },
+            },
+            selfSigned: {
+              type: "object",
+              additionalProperties: false,
+              properties: {
+                validityDays: { type: "integer", minimum: 1, maximum: 3650 },
+                altNames: { type: "array", items: { type: "string", minLength: 1 } },
+                ipAddresses: { type: "array", items: { type: "string", minLength: 1 } },
+              },
+            },
+            traefik: {
+              type: "object",
+              additionalProperties: false,
+              properties: { httpEntryPoint: { type: "string", minLength: 1 }, httpsEntryPoint: { type: "string", minLength: 1 } },
+            },
+          },
+        },
         tls: { type: "array", items: { type: "object" } },
       },
     },

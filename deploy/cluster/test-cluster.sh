@@ -5,14 +5,20 @@
 #   2. builds the images (services, Kafka, MongoDB-wire stand-in) and loads them into the node
 #   3. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with
 #      deploy/cluster/values.yaml
-#   4. jest (jest.cluster.config.js): the black-box suite (test/blackbox) through the ingress, the
-#      operator CLI through `kubectl exec` in the ops pod (deploy/<release>-ops), and test/cluster (NetworkPolicies admit
-#      callers and refuse others, a rolling upgrade and a deleted pod under traffic, PDB/HPA objects)
-#   5. helm test
-#   6. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
+#   4. readiness: /readyz of the gateway through a port-forward (the ingress does not publish it),
+#      then the partner API through the ingress over HTTPS, its certificate verified against the CA
+#      the chart generated (ca.crt of <release>-gateway-tls)
+#   5. jest (jest.cluster.config.js): the black-box suite (test/blackbox) through the ingress
+#      (https://partner-api.pi.test, resolved to the ingress by test/support/resolve.cjs, the CA in
+#      NODE_EXTRA_CA_CERTS; readiness through the port-forward, E2E_READY_URL), the operator CLI
+#      through `kubectl exec` in the ops pod (deploy/<release>-ops), and test/cluster (NetworkPolicies
+#      admit callers and refuse others, a rolling upgrade and a deleted pod under traffic, PDB/HPA
+#      objects, what the ingress publishes and how, secrets that a render against the cluster keeps)
+#   6. helm test
+#   7. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
 #      goes, and the storage pool's volumes are wiped
 #
-# Environment: KEEP=1 leaves the release installed (and skips 6) for a look around.
+# Environment: KEEP=1 leaves the release installed (and skips 7) for a look around.
 # Ends with one line "N passed, M failed" (one per step).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -20,6 +26,17 @@ ROOT=$(cd "$HERE/../.." && pwd)
 NS=${CLUSTER_NAMESPACE:-pi-e2e}
 RELEASE=${CLUSTER_RELEASE:-pi}
 export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$BIN:$PATH
+# The partner API's name (ingress.host of values.yaml), resolved to the ingress by the tests themselves.
+HOST=$(sed -n 's/^  host: *//p' "$HERE/values.yaml" | head -n 1)
+WORK=$(mktemp -d)
+PF_PORT=$((20000 + RANDOM % 10000))
+pf_loop=""
+cleanup() {
+  [ -n "$pf_loop" ] && kill "$pf_loop" 2>/dev/null
+  [ -f "$WORK/pf.pid" ] && kill "$(cat "$WORK/pf.pid")" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 passed=0 failed=0 t_start=$(date +%s)
 result() { # name status seconds
   if [ "$2" = 0 ]; then passed=$((passed + 1)); log "PASS $1 (${3}s)"; else failed=$((failed + 1)); log "FAIL $1 (${3}s)"; fi
@@ -65,19 +82,37 @@ if ! step "helm install --wait (namespace $NS, PodSecurity restricted)" install;
   finish
 fi
 
-ready() { # the partner API answers /readyz through the ingress
+# /readyz is not published by the ingress: the gateway's own port, through a port-forward (started
+# again whenever it ends, e.g. when the rollout tests replace the pod it was bound to).
+port_forward() {
+  ( while :; do
+      kubectl -n "$NS" port-forward "svc/$RELEASE-gateway" "$PF_PORT:8080" >"$WORK/pf.log" 2>&1 &
+      echo $! >"$WORK/pf.pid"; wait $!; sleep 1
+    done ) &
+  pf_loop=$!
+}
+ready() { # the gateway's /readyz (port-forward), then the API through the ingress over verified HTTPS
+  kubectl -n "$NS" get secret "$RELEASE-gateway-tls" -o jsonpath='{.data.ca\.crt}' | base64 -d >"$WORK/ca.crt" || return 1
+  port_forward
+  local ok=""
   for _ in $(seq 1 120); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$INGRESS_IP/readyz")" = 200 ] && return 0
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PF_PORT/readyz")" = 200 ] && { ok=1; break; }
     sleep 2
   done
-  curl -s "http://$INGRESS_IP/readyz"; echo; return 1
+  [ -n "$ok" ] || { curl -s "http://127.0.0.1:$PF_PORT/readyz"; cat "$WORK/pf.log"; return 1; }
+  for _ in $(seq 1 60); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json")" = 200 ] && return 0
+    sleep 2
+  done
+  curl -sv --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json" -o /dev/null; return 1
 }
-step "ready through the ingress (http://$INGRESS_IP/readyz)" ready
+step "ready: /readyz on the gateway (port-forward), https://$HOST through the ingress ($INGRESS_IP), certificate verified" ready
 
 suite() {
-  (cd "$ROOT" && E2E_BASE_URL="http://$INGRESS_IP" \
+  (cd "$ROOT" && E2E_BASE_URL="https://$HOST" E2E_READY_URL="http://127.0.0.1:$PF_PORT/readyz" \
+    E2E_RESOLVE="$HOST=$INGRESS_IP" NODE_EXTRA_CA_CERTS="$WORK/ca.crt" NODE_OPTIONS="--require $ROOT/test/support/resolve.cjs" \
     E2E_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec deploy/$RELEASE-ops -- node services/ops/dist/main.js" \
-    CLUSTER_NAMESPACE=$NS CLUSTER_RELEASE=$RELEASE CLUSTER_INGRESS="http://$INGRESS_IP" \
+    CLUSTER_NAMESPACE=$NS CLUSTER_RELEASE=$RELEASE CLUSTER_INGRESS="https://$HOST" CLUSTER_INGRESS_HTTP="http://$HOST" \
     CLUSTER_VALUES="$HERE/values.yaml" HELM_BIN=$HELM KUBECTL="$BIN/kubectl" \
     node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js \
       --config jest.cluster.config.js --runInBand)
@@ -100,10 +135,11 @@ uninstall() {
   kubectl -n "$NS" wait --for=delete pod --all --timeout=180s >/dev/null 2>&1
   kubectl -n "$NS" wait --for=delete pvc --all --timeout=120s >/dev/null 2>&1
   # Kept on purpose by the chart (helm.sh/resource-policy: keep): the credential pepper, the data
-  # keys (DATA_KEYS) and the databases' passwords, which stored data depends on. Anything else left is a leak.
+  # keys (DATA_KEYS), the databases' passwords, the service identities and the ingress's CA and
+  # certificate, which stored data or clients depend on. Anything else left is a leak.
   local left
   left=$(kubectl -n "$NS" get all,pvc,configmap,secret,serviceaccount,networkpolicy,ingress,pdb,hpa,role,rolebinding,job \
-    -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|data-keys|[a-z-]+-mongodb)$")
+    -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|data-keys|[a-z-]+-mongodb|[a-z-]+-mongodb-user|[a-z-]+-identity|ingress-ca|gateway-tls)$")
   left+=$(kubectl -n "$NS" get pvc,pods -o name)
   if [ -n "$left" ]; then echo "left after uninstall:"; echo "$left"; return 1; fi
   kubectl delete ns "$NS" --wait --timeout=180s >/dev/null && "$HERE/storage.sh"

@@ -16,7 +16,7 @@ CONTEXT="kind-${CLUSTER}"
 # Must match deploy.helm.releases[0] of skaffold.yaml.
 NAMESPACE="${NAMESPACE:-partner-integration}"
 RELEASE="${RELEASE:-pi}"
-BASE_URL="${E2E_BASE_URL:-http://localhost}"
+BASE_URL="${E2E_BASE_URL:-https://localhost}"
 # ingress-nginx's published manifest for kind: project kubernetes/ingress-nginx, file
 # deploy/static/provider/kind/deploy.yaml at the tag below. INGRESS_NGINX_MANIFEST may name a
 # local copy instead (a path or a URL).
@@ -67,23 +67,34 @@ done
 "${KUBECTL[@]}" -n "${NAMESPACE}" wait --for=condition=ready pod \
   --selector="app.kubernetes.io/instance=${RELEASE}" --field-selector=status.phase=Running --timeout=600s
 
-step "waiting for ${BASE_URL}/readyz through the ingress"
+# HTTPS with the chart's own certificate (ingress.host=localhost, skaffold.yaml): trust its CA only.
+CA_FILE="${ROOT}/.state/kind-ingress-ca.crt"
+mkdir -p "${ROOT}/.state"
+"${KUBECTL[@]}" -n "${NAMESPACE}" get secret "${RELEASE}-gateway-tls" -o jsonpath='{.data.ca\.crt}' | base64 -d > "${CA_FILE}"
+
+step "waiting for ${BASE_URL} through the ingress (HTTPS, certificate verified)"
 deadline=$((SECONDS + 300))
-until [ "$(curl -s -o /dev/null -w '%{http_code}' "${BASE_URL}/readyz")" = "200" ]; do
+until [ "$(curl -s --cacert "${CA_FILE}" -o /dev/null -w '%{http_code}' "${BASE_URL}/openapi.json")" = "200" ]; do
   if [ "${SECONDS}" -ge "${deadline}" ]; then
     "${KUBECTL[@]}" -n "${NAMESPACE}" get pods -o wide || true
-    die "${BASE_URL}/readyz did not answer 200 within 5 minutes"
+    die "${BASE_URL}/openapi.json did not answer 200 within 5 minutes"
   fi
   sleep 3
 done
-echo "ready: ${BASE_URL}/readyz answers 200"
+echo "ready: ${BASE_URL} answers (its CA is in ${CA_FILE})"
 
 OPS="kubectl --context ${CONTEXT} exec -n ${NAMESPACE} deploy/${RELEASE}-ops -- node services/ops/dist/main.js"
 if [ "${RUN_E2E}" = "1" ]; then
   step "running the end-to-end suite against ${BASE_URL}"
   echo "E2E_BASE_URL=${BASE_URL}"
   echo "E2E_OPS=${OPS}"
-  E2E_BASE_URL="${BASE_URL}" E2E_OPS="${OPS}" npm test -- test/blackbox
+  # /readyz is not published by the ingress: the suite reads it on the gateway's own port.
+  "${KUBECTL[@]}" -n "${NAMESPACE}" port-forward "svc/${RELEASE}-gateway" 18080:8080 > /dev/null 2>&1 &
+  PF=$!
+  trap 'kill ${PF} 2> /dev/null' EXIT
+  sleep 2
+  E2E_BASE_URL="${BASE_URL}" E2E_READY_URL="http://127.0.0.1:18080/readyz" NODE_EXTRA_CA_CERTS="${CA_FILE}" \
+    E2E_OPS="${OPS}" npm test -- test/blackbox
 fi
 
 step "done"

@@ -5,6 +5,9 @@
 import { describe, it, expect, beforeAll } from "@jest/globals";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { runInNewContext } from "node:vm";
+import { X509Certificate, createPrivateKey } from "node:crypto";
+import { databaseName } from "../../services/common/src/mongo.js";
 import { ensureHelm } from "../../deploy/checks/helm.mjs";
 import { parseSettings } from "../../services/common/src/settings.js";
 import { generateIdentity, parseOwnIdentity, parsePublicKeys, TokenMinter, TokenVerifier } from "../../services/common/src/service-identity.js";
@@ -48,7 +51,7 @@ describe("Helm chart with the default values", () => {
       expect(find(docs, "Service", `${RELEASE}-${s.component}`)).toBeDefined();
     }
     const ingress = find(docs, "Ingress", `${RELEASE}-gateway`);
-    expect(ingress.spec.rules[0].http.paths[0].backend.service).toEqual({ name: `${RELEASE}-gateway`, port: { name: "http" } });
+    for (const path of ingress.spec.rules[0].http.paths) expect(path.backend.service).toEqual({ name: `${RELEASE}-gateway`, port: { name: "http" } });
     // Uploads up to MAX_FILE_BYTES (25 MiB) reach the gateway, which answers 413 itself above it.
     expect(Number(ingress.metadata.annotations["nginx.ingress.kubernetes.io/proxy-body-size"])).toBeGreaterThan(26214400);
   });
@@ -89,7 +92,11 @@ describe("Helm chart with the default values", () => {
             : e.name === "SERVICE_IDENTITY_PUBLIC_KEYS"
               ? find(rendered, "ConfigMap", e.valueFrom.configMapKeyRef.name).data[e.valueFrom.configMapKeyRef.key]
               : "x".repeat(48));
-        const env = Object.fromEntries((container(rendered, s.component).env as K8sObject[]).map((e) => [e.name, e.value ?? standIn(e)]));
+        // As the kubelet does: a value's $(NAME) is the value of an env entry defined before it.
+        const env: Record<string, string> = {};
+        for (const e of container(rendered, s.component).env as K8sObject[]) {
+          env[e.name] = e.value !== undefined ? String(e.value).replace(/\$\(([A-Z_]+)\)/g, (_m: string, n: string) => env[n] ?? "") : standIn(e);
+        }
         expect(() => parseSettings(env)).not.toThrow();
         const settings = parseSettings(env);
         expect(settings.GATEWAY_HOST).toBe("0.0.0.0");
@@ -128,17 +135,107 @@ describe("Helm chart with the default values", () => {
     });
   });
 
-  it("gives each data service its own MongoDB (a mongo:7 StatefulSet) with its URI in a Secret, and the gateway none", () => {
+  it("gives each data service its own MongoDB (a mongo:7 StatefulSet), reached as a user of its own, and the gateway none", () => {
     expect(envOf(container(docs, "gateway")).MONGODB_URI).toBeUndefined();
     for (const s of dataServices) {
       const sts = find(docs, "StatefulSet", `${RELEASE}-${s.component}-mongodb`);
       expect(sts.spec.template.spec.containers[0].image).toBe("mongo:7");
-      expect(envOf(container(docs, s.component)).MONGODB_URI).toEqual({ secretKeyRef: { name: `${RELEASE}-${s.component}-mongodb`, key: "uri" } });
-      const secret = find(docs, "Secret", `${RELEASE}-${s.component}-mongodb`);
-      const uri = Buffer.from(secret.data.uri, "base64").toString();
-      expect(uri).toMatch(new RegExp(`^mongodb://root:[A-Za-z0-9]{40}@${RELEASE}-${s.component}-mongodb:27017/\\?authSource=admin$`));
-      expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+      const db = databaseName("pi", s.component);
+      const env = envOf(container(docs, s.component));
+      expect(env.MONGODB_PASSWORD).toEqual({ secretKeyRef: { name: `${RELEASE}-${s.component}-mongodb-user`, key: "mongodb-password" } });
+      expect(env.MONGODB_URI).toBe(`mongodb://${s.component}:$(MONGODB_PASSWORD)@${RELEASE}-${s.component}-mongodb:27017/${db}?authSource=${db}`);
+      for (const name of [`${RELEASE}-${s.component}-mongodb`, `${RELEASE}-${s.component}-mongodb-user`]) {
+        const secret = find(docs, "Secret", name);
+        expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+        expect(Buffer.from(Object.values(secret.data)[0] as string, "base64").toString()).toMatch(/^[A-Za-z0-9]{40}$/);
+      }
+      // The root Secret holds the root password only (no URI with root's credentials any more).
+      expect(Object.keys(find(docs, "Secret", `${RELEASE}-${s.component}-mongodb`).data)).toEqual(["mongodb-root-password"]);
     }
+  });
+
+  it("never lets a service reference its database's root Secret: only the database's pod reads it", () => {
+    for (const s of dataServices) {
+      const rootSecret = `${RELEASE}-${s.component}-mongodb`;
+      for (const w of chart.workloads(docs).filter((x: K8sObject) => x.metadata.name !== rootSecret)) {
+        const pod = w.spec.template.spec;
+        const refs = [
+          ...pod.containers.flatMap((c: K8sObject) => (c.env ?? []).map((e: K8sObject) => e.valueFrom?.secretKeyRef?.name)),
+          ...pod.containers.flatMap((c: K8sObject) => (c.envFrom ?? []).map((e: K8sObject) => e.secretRef?.name)),
+          ...(pod.volumes ?? []).map((v: K8sObject) => v.secret?.secretName),
+        ];
+        expect(refs).not.toContain(rootSecret);
+      }
+      const mongod = find(docs, "StatefulSet", rootSecret).spec.template.spec.containers[0];
+      expect(envOf(mongod)).toMatchObject({
+        MONGO_INITDB_ROOT_PASSWORD: { secretKeyRef: { name: rootSecret, key: "mongodb-root-password" } },
+        APP_PASSWORD: { secretKeyRef: { name: `${rootSecret}-user`, key: "mongodb-password" } },
+        APP_USERNAME: s.component,
+        APP_DATABASE: databaseName("pi", s.component),
+      });
+    }
+  });
+
+  it("creates each service's user with readWrite on its own database only: the init script, run as mongosh would run it, at the first start and at every start", () => {
+    for (const [values, namespace] of [[{}, "pi"], [{ config: { DATA_NAMESPACE: "care" } }, "care"]] as const) {
+      const rendered = render(values);
+      for (const s of dataServices) {
+        const name = `${RELEASE}-${s.component}-mongodb`;
+        const sts = find(rendered, "StatefulSet", name);
+        const c = sts.spec.template.spec.containers[0];
+        // The official image runs /docker-entrypoint-initdb.d/*.js on an empty volume; the postStart
+        // hook runs the same script at every start, as root over the loopback.
+        expect(c.volumeMounts).toContainEqual({ name: "init", mountPath: "/docker-entrypoint-initdb.d", readOnly: true });
+        expect(sts.spec.template.spec.volumes).toContainEqual({ name: "init", configMap: { name: `${name}-init` } });
+        expect(c.lifecycle.postStart.exec.command.join(" ")).toContain("--authenticationDatabase admin /docker-entrypoint-initdb.d/ensure-user.js");
+        const script = find(rendered, "ConfigMap", `${name}-init`).data["ensure-user.js"];
+        const env = envOf(c) as Record<string, string>;
+        const run = (existing: boolean, password = "p".repeat(40)) => {
+          const calls: unknown[][] = [];
+          const sibling = (db: string) => ({
+            getUser: (u: string) => (calls.push(["getUser", db, u]), existing ? { user: u } : null),
+            createUser: (spec: unknown) => calls.push(["createUser", db, spec]),
+            updateUser: (u: string, spec: unknown) => calls.push(["updateUser", db, u, spec]),
+          });
+          runInNewContext(script, {
+            db: { getSiblingDB: (d: string) => (calls.push(["getSiblingDB", d]), sibling(d)) },
+            process: { env: { APP_DATABASE: env.APP_DATABASE, APP_USERNAME: env.APP_USERNAME, APP_PASSWORD: password } },
+            print: () => {},
+          });
+          return calls;
+        };
+        const db = databaseName(namespace, s.component);
+        const roles = [{ role: "readWrite", db }];
+        expect(run(false)).toEqual([["getSiblingDB", db], ["getUser", db, s.component], ["createUser", db, { user: s.component, pwd: "p".repeat(40), roles }]]);
+        expect(run(true)).toEqual([["getSiblingDB", db], ["getUser", db, s.component], ["updateUser", db, s.component, { pwd: "p".repeat(40), roles }]]);
+        // A password that could not go into the URI as is is refused before any user is touched.
+        expect(() => run(false, "short")).toThrow(/at least 16/);
+        expect(() => run(false, `${"p".repeat(20)}@:/`)).toThrow(/at least 16/);
+      }
+    }
+  });
+
+  it("writes URIs without credentials for the stand-in (no authentication), and no database Secret", () => {
+    const rendered = render({ mongodb: { standIn: { enabled: true } } });
+    for (const s of dataServices) {
+      const env = envOf(container(rendered, s.component));
+      expect(env.MONGODB_URI).toBe(`mongodb://${RELEASE}-${s.component}-mongodb:27017/`);
+      expect(env.MONGODB_PASSWORD).toBeUndefined();
+      expect(find(rendered, "Secret", `${RELEASE}-${s.component}-mongodb`)).toBeUndefined();
+      expect(find(rendered, "Secret", `${RELEASE}-${s.component}-mongodb-user`)).toBeUndefined();
+      expect(find(rendered, "StatefulSet", `${RELEASE}-${s.component}-mongodb`).spec.template.spec.containers[0].lifecycle).toBeUndefined();
+    }
+  });
+
+  it("takes the database passwords from Secrets of the operator's: the service's from one, root's from another", () => {
+    const rendered = render({ connection: { mongodb: { auth: { rootExistingSecret: "my-root", rootExistingSecretKey: "pw", existingSecret: "my-conn", existingSecretKey: "password" } } } });
+    expect(find(rendered, "Secret", `${RELEASE}-connection-mongodb`)).toBeUndefined();
+    expect(find(rendered, "Secret", `${RELEASE}-connection-mongodb-user`)).toBeUndefined();
+    expect(envOf(container(rendered, "connection")).MONGODB_PASSWORD).toEqual({ secretKeyRef: { name: "my-conn", key: "password" } });
+    const mongod = envOf(find(rendered, "StatefulSet", `${RELEASE}-connection-mongodb`).spec.template.spec.containers[0]);
+    expect(mongod.MONGO_INITDB_ROOT_PASSWORD).toEqual({ secretKeyRef: { name: "my-root", key: "pw" } });
+    expect(mongod.APP_PASSWORD).toEqual({ secretKeyRef: { name: "my-conn", key: "password" } });
+    expect(chart.checkReferences(rendered, { externalSecrets: ["my-root", "my-conn"] })).toEqual([]);
   });
 
   it("runs Kafka in KRaft mode (apache/kafka:3.9.1, combined broker and controller) with SASL/SCRAM and ACLs, its kafka-setup container creating the topics and the ACLs", () => {
@@ -171,10 +268,9 @@ describe("Helm chart with the default values", () => {
     expect(setup.command).toEqual(["node", "services/ops/dist/kafka-setup.js", "--stay"]);
     expect(envOf(setup)).toMatchObject({ KAFKA_BROKERS: "127.0.0.1:9092", KAFKA_USERNAME: "admin", DATA_NAMESPACE: "pi", KAFKA_PASSWORD: { secretKeyRef: { name: `${RELEASE}-kafka-users`, key: "admin" } } });
     expect(byKind(docs, "Job")).toEqual([]);
-    // Never generated again on an upgrade: Kafka keeps the users it was formatted with.
-    const upgrade = chart.helmTemplate(helm, { dataKeys: { existingSecret: "my-keys" } }, { extraArgs: ["--is-upgrade"] });
-    expect(upgrade.code).not.toBe(0);
-    expect(upgrade.stderr).toMatch(/the Secret pi-kafka-users .* refusing to generate new ones on an upgrade/);
+    // Generated under the one rule (pi.mayGenerate), never while the formatted Kafka is there.
+    const template = readFileSync(join(chart.chartDir, "templates", "secrets.yaml"), "utf8");
+    expect(template).toContain('"hint" "kafka.auth.existingSecret" "witnesses" (list (list "apps/v1" "StatefulSet" (include "pi.name" $ctx)))');
   });
 
   it("with an external Kafka: a hook Job creates the four topics, following DATA_NAMESPACE; the services authenticate only with kafka.auth.existingSecret", () => {
@@ -377,7 +473,12 @@ describe("Helm chart with the default values", () => {
     expect(notes).toContain(`${RELEASE}-ops-identity`);
     expect(notes).toContain(`${RELEASE}-credential-pepper`);
     expect(notes).toContain(`${RELEASE}-data-keys`);
-    expect(notes).not.toContain("WARNING");
+    expect(notes).toContain(`${RELEASE}-auth-mongodb-user`);
+    expect(notes).toContain(`${RELEASE}-gateway-tls`);
+    expect(notes).toContain(`get secret ${RELEASE}-gateway-tls -o jsonpath='{.data.ca\\.crt}'`);
+    expect(notes).toContain(`port-forward svc/${RELEASE}-gateway`);
+    // The only warning: these checks render with generateSecrets "always" (see chart.mjs).
+    expect(notes.match(/WARNING: .*/g)).toEqual([expect.stringMatching(/^WARNING: generateSecrets is "always"/)]);
     const relaxed = chart.renderNotes(helm, { ingress: { enabled: false }, networkPolicy: { enabled: false }, config: { WEBHOOK_ALLOW_INSECURE_URLS: true } });
     expect(relaxed).toContain(`port-forward svc/${RELEASE}-gateway`);
     expect(relaxed).toMatch(/WARNING: networkPolicy.enabled is false/);
@@ -386,7 +487,8 @@ describe("Helm chart with the default values", () => {
 
   it("renders the same objects twice, apart from the generated secrets", () => {
     const generated = (o: K8sObject) => o.kind === "Secret" || (o.kind === "ConfigMap" && o.metadata.name === `${RELEASE}-service-identity`);
-    const strip = (objs: K8sObject[]) => objs.map((o) => (generated(o) ? { ...o, data: Object.keys(o.data ?? {}) } : o));
+    // A generated certificate's Secret also notes its expiry (seconds since the epoch) in an annotation.
+    const strip = (objs: K8sObject[]) => objs.map((o) => (generated(o) ? { ...o, metadata: { ...o.metadata, annotations: Object.keys(o.metadata.annotations ?? {}) }, data: Object.keys(o.data ?? {}) } : o));
     expect(strip(render())).toEqual(strip(docs));
   });
 
@@ -397,6 +499,190 @@ describe("Helm chart with the default values", () => {
 
   it("deploy/Dockerfile copies the manifest of every npm workspace before npm ci", () => {
     expect(chart.checkDockerfileWorkspaces()).toEqual([]);
+  });
+});
+
+describe("the ingress: HTTPS by default, the partner API's paths only (docs/security.md, \"TLS on the ingress\")", () => {
+  const ingressOf = (docs: K8sObject[], name = `${RELEASE}-gateway`) => find(docs, "Ingress", name);
+  const pathsOf = (ing: K8sObject) => ing.spec.rules[0].http.paths.map((p: K8sObject) => `${p.pathType} ${p.path}`);
+  const secretText = (secret: K8sObject, key: string) => Buffer.from(secret.data[key], "base64").toString();
+
+  it("routes POST /oauth/token, /v1/... and the public API reference only: never /healthz or /readyz (which stay the pods' probes)", () => {
+    const docs = render();
+    expect(pathsOf(ingressOf(docs))).toEqual(["Exact /oauth/token", "Prefix /v1/", "Exact /openapi.yaml", "Exact /openapi.json", "Prefix /docs"]);
+    expect(pathsOf(ingressOf(render({ ingress: { docs: false } })))).toEqual(["Exact /oauth/token", "Prefix /v1/"]);
+    // What each path admits, by the Ingress path-matching rules (Exact: the whole path; Prefix: whole segments).
+    const routed = (path: string) =>
+      ingressOf(docs).spec.rules[0].http.paths.some((p: K8sObject) =>
+        p.pathType === "Exact" ? p.path === path : path === p.path.replace(/\/$/, "") || path.startsWith(p.path.endsWith("/") ? p.path : `${p.path}/`));
+    for (const path of ["/oauth/token", "/v1/connections", "/v1/connections/con_1", "/v1/files", "/v1/files/fil_1", "/openapi.json", "/docs", "/docs/swagger-ui.css"]) expect([path, routed(path)]).toEqual([path, true]);
+    for (const path of ["/readyz", "/healthz", "/", "/metrics", "/oauth/token/x", "/v2/files"]) expect([path, routed(path)]).toEqual([path, false]);
+    // The gateway's own routes the ingress leaves out are exactly its probes.
+    const app = readFileSync(join(chart.chartDir, "..", "..", "services", "gateway", "src", "routes", "health.ts"), "utf8");
+    expect(app).toContain('router.get("/readyz"');
+  });
+
+  it("serves HTTPS by default with a certificate the chart generates once: a CA of its own signs it for ingress.host and the extra names; kept across upgrades and on uninstall", () => {
+    const docs = render({ ingress: { host: "partner-api.example.com", https: { selfSigned: { altNames: ["api.example.com"], ipAddresses: ["10.97.0.80"] } } } });
+    const ing = ingressOf(docs);
+    expect(ing.spec.tls).toEqual([{ secretName: `${RELEASE}-gateway-tls`, hosts: ["partner-api.example.com"] }]);
+    const tls = find(docs, "Secret", `${RELEASE}-gateway-tls`);
+    const ca = find(docs, "Secret", `${RELEASE}-ingress-ca`);
+    expect(tls.type).toBe("kubernetes.io/tls");
+    for (const s of [tls, ca]) expect(s.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
+    const cert = new X509Certificate(secretText(tls, "tls.crt"));
+    const caCert = new X509Certificate(secretText(tls, "ca.crt"));
+    expect(secretText(ca, "tls.crt")).toBe(secretText(tls, "ca.crt"));
+    expect(caCert.ca).toBe(true);
+    expect(cert.ca).toBe(false);
+    expect(cert.verify(caCert.publicKey)).toBe(true);
+    expect(cert.checkIssued(caCert)).toBe(true);
+    expect(cert.subjectAltName).toBe("DNS:partner-api.example.com, DNS:api.example.com, IP Address:10.97.0.80");
+    expect(cert.checkHost("partner-api.example.com")).toBe("partner-api.example.com");
+    expect(cert.checkPrivateKey(createPrivateKey(secretText(tls, "tls.key")))).toBe(true);
+    const days = (Date.parse(cert.validTo) - Date.now()) / 86400_000;
+    expect(days).toBeGreaterThan(390);
+    expect(days).toBeLessThan(398);
+    // The CA's key stays in its own Secret: the ingress's Secret holds only the CA's certificate.
+    expect(Object.keys(tls.data).sort()).toEqual(["ca.crt", "tls.crt", "tls.key"]);
+    const template = readFileSync(join(chart.chartDir, "templates", "ingress.yaml"), "utf8");
+    expect(template).toMatch(/lookup "v1" "Secret" \.Release\.Namespace \$tlsSecret/);
+    expect(template).toMatch(/lookup "v1" "Secret" \.Release\.Namespace \$caName/);
+    expect(template).toContain("genSignedCert");
+  });
+
+  it("redirects plain HTTP to HTTPS: ingress-nginx by its annotations, Traefik by the HTTPS entry point (and a redirect Middleware when its CRDs are served)", () => {
+    const nginx = ingressOf(render()).metadata.annotations;
+    expect(nginx).toMatchObject({ "nginx.ingress.kubernetes.io/ssl-redirect": "true", "nginx.ingress.kubernetes.io/force-ssl-redirect": "true" });
+    const traefikDocs = render({ ingress: { className: "traefik" } });
+    const traefik = ingressOf(traefikDocs).metadata.annotations;
+    expect(traefik).toEqual({ "traefik.ingress.kubernetes.io/router.tls": "true", "traefik.ingress.kubernetes.io/router.entrypoints": "websecure" });
+    expect(byKind(traefikDocs, "Ingress")).toHaveLength(1);
+    // With Traefik's CRDs: a second Ingress on the HTTP entry point, through a redirectScheme Middleware.
+    const withCrds = chart.helmTemplate(helm, { ingress: { className: "traefik" } }, { extraArgs: ["--api-versions", "traefik.io/v1alpha1/Middleware"] });
+    expect(withCrds.code).toBe(0);
+    const middleware = find(withCrds.docs, "Middleware", `${RELEASE}-gateway-https-redirect`);
+    expect(middleware.spec).toEqual({ redirectScheme: { scheme: "https", permanent: true } });
+    const http = ingressOf(withCrds.docs, `${RELEASE}-gateway-http`);
+    expect(http.metadata.annotations).toEqual({
+      "traefik.ingress.kubernetes.io/router.entrypoints": "web",
+      "traefik.ingress.kubernetes.io/router.middlewares": `${chart.NAMESPACE}-${RELEASE}-gateway-https-redirect@kubernetescrd`,
+    });
+    expect(pathsOf(http)).toEqual(pathsOf(ingressOf(withCrds.docs)));
+    expect(http.spec.tls).toBeUndefined();
+    // Another controller: the chart adds none of these; ingress.controller names one explicitly.
+    const other = ingressOf(render({ ingress: { className: "haproxy" } }));
+    expect(other.metadata.annotations).toBeUndefined();
+    expect(other.spec.tls).toEqual([{ secretName: `${RELEASE}-gateway-tls` }]);
+    expect(ingressOf(render({ ingress: { className: "public-nginx", controller: "nginx" } })).metadata.annotations["nginx.ingress.kubernetes.io/force-ssl-redirect"]).toBe("true");
+    expect(ingressOf(render({ ingress: { https: { redirect: false } } })).metadata.annotations["nginx.ingress.kubernetes.io/force-ssl-redirect"]).toBeUndefined();
+  });
+
+  it("asks cert-manager for the certificate when an Issuer or ClusterIssuer is named, and generates none", () => {
+    for (const [certManager, annotation] of [[{ clusterIssuer: "letsencrypt" }, "cert-manager.io/cluster-issuer"], [{ issuer: "internal-ca" }, "cert-manager.io/issuer"]] as const) {
+      const docs = render({ ingress: { host: "partner-api.example.com", https: { certManager } } });
+      const ing = ingressOf(docs);
+      expect(ing.metadata.annotations[annotation]).toBe(Object.values(certManager)[0]);
+      expect(ing.spec.tls).toEqual([{ secretName: `${RELEASE}-gateway-tls`, hosts: ["partner-api.example.com"] }]);
+      expect(find(docs, "Secret", `${RELEASE}-gateway-tls`)).toBeUndefined();
+      expect(find(docs, "Secret", `${RELEASE}-ingress-ca`)).toBeUndefined();
+    }
+    const noHost = chart.helmTemplate(helm, { ingress: { https: { certManager: { clusterIssuer: "letsencrypt" } } } });
+    expect(noHost.code).not.toBe(0);
+    expect(noHost.stderr).toContain("ingress.host is required with ingress.https.certManager");
+    const both = chart.helmTemplate(helm, { ingress: { host: "a.example.com", https: { certManager: { clusterIssuer: "a", issuer: "b" } } } });
+    expect(both.stderr).toContain("set clusterIssuer or issuer, not both");
+  });
+
+  it("takes a certificate Secret of the operator's (existingSecret), or spec.tls entries given as they are", () => {
+    const docs = render({ ingress: { host: "partner-api.example.com", https: { existingSecret: "partner-api-cert" } } });
+    expect(ingressOf(docs).spec.tls).toEqual([{ secretName: "partner-api-cert", hosts: ["partner-api.example.com"] }]);
+    expect(byKind(docs, "Secret").map((x: K8sObject) => x.metadata.name)).not.toEqual(expect.arrayContaining([`${RELEASE}-gateway-tls`]));
+    const own = [{ secretName: "mine", hosts: ["a.example.com"] }];
+    const given = render({ ingress: { tls: own } });
+    expect(ingressOf(given).spec.tls).toEqual(own);
+    expect(find(given, "Secret", `${RELEASE}-gateway-tls`)).toBeUndefined();
+  });
+
+  it("serves plain HTTP only when told to (ingress.https.enabled=false), and NOTES warn then", () => {
+    const docs = render({ ingress: { https: { enabled: false } } });
+    expect(ingressOf(docs).spec.tls).toBeUndefined();
+    expect(ingressOf(docs).metadata.annotations["nginx.ingress.kubernetes.io/ssl-redirect"]).toBeUndefined();
+    expect(find(docs, "Secret", `${RELEASE}-gateway-tls`)).toBeUndefined();
+    expect(chart.renderNotes(helm, { ingress: { https: { enabled: false } } })).toMatch(/WARNING: ingress.https.enabled is false: the partner API .* travels over plain HTTP/);
+    expect(chart.renderNotes(helm, { ingress: { https: { redirect: false } } })).toMatch(/WARNING: ingress.https.redirect is false/);
+    expect(chart.renderNotes(helm, {})).not.toMatch(/WARNING: ingress/);
+  });
+});
+
+describe("generated secrets under GitOps rendering (generateSecrets; docs/security.md, \"Generated secrets\")", () => {
+  const externalIdentity = (key: string) => {
+    const id = generateIdentity(chart.SERVICES.find((s) => s.key === key)?.component as "auth" ?? "ops");
+    return { existingSecret: `my-${key}-identity`, publicKey: id.publicKey.slice(id.publicKey.indexOf(":") + 1) };
+  };
+  // Every generated secret given as a Secret of the operator's (what a GitOps install brings, e.g.
+  // through sealed-secrets or external-secrets).
+  const allGiven = {
+    generateSecrets: "auto",
+    auth: { credentialPepper: { existingSecret: "my-pepper" }, identity: externalIdentity("auth") },
+    dataKeys: { existingSecret: "my-data-keys" },
+    gateway: { identity: externalIdentity("gateway") },
+    ops: { identity: externalIdentity("ops") },
+    ...Object.fromEntries(
+      ["connection", "fileIntake", "webhook"].map((k) => [k, { identity: externalIdentity(k), mongodb: { auth: { rootExistingSecret: `my-${k}-root`, existingSecret: `my-${k}-db` } } }]),
+    ),
+    ingress: { host: "partner-api.example.com", https: { existingSecret: "my-tls" } },
+    kafka: { auth: { existingSecret: "my-kafka-users" } },
+  };
+  (allGiven.auth as K8sObject).mongodb = { auth: { rootExistingSecret: "my-auth-root", existingSecret: "my-auth-db" } };
+
+  it("fails a render without a cluster (helm template, lint, GitOps tools) instead of generating, naming every value that needs a Secret", () => {
+    for (const values of [{ generateSecrets: "auto" }, { generateSecrets: "auto", dataKeys: { existingSecret: "k" }, auth: { credentialPepper: { existingSecret: "p" } } }]) {
+      const t = chart.helmTemplate(helm, values);
+      expect(t.code).not.toBe(0);
+      expect(t.stderr).toMatch(/cannot be generated: this render has no cluster to look the existing one up in/);
+      expect(t.stderr).toContain("gateway.identity.existingSecret (with publicKey)");
+      expect(t.stderr).toContain("webhook.mongodb.auth.rootExistingSecret");
+      expect(t.stderr).toContain("ingress.https.existingSecret (or ingress.https.certManager)");
+      expect(t.stderr).toContain("kafka.auth.existingSecret");
+      // helm lint only reports a template's fail (lint mode), and passes: it deploys nothing.
+      expect(chart.helmLint(helm, values).output).toMatch(/\[INFO\] Fail: .*cannot be generated: this render has no cluster/);
+    }
+    expect(chart.helmTemplate(helm, { generateSecrets: "auto" }).stderr).toContain("auth.credentialPepper.existingSecret, dataKeys.existingSecret");
+  });
+
+  it("renders without a cluster when every secret is given, and then generates none", () => {
+    const t = chart.helmTemplate(helm, allGiven);
+    expect(t.stderr).toBe("");
+    expect(t.code).toBe(0);
+    expect(byKind(t.docs, "Secret")).toEqual([]);
+    const given = Object.values(allGiven).flatMap(function names(v: unknown): string[] {
+      if (!v || typeof v !== "object") return [];
+      return Object.entries(v).flatMap(([k, x]) => (/existingSecret$/i.test(k) && typeof x === "string" ? [x] : names(x)));
+    });
+    expect(chart.checkReferences(t.docs, { externalSecrets: given })).toEqual([]);
+    // The same with a certificate from cert-manager instead of a Secret of the operator's.
+    expect(chart.helmTemplate(helm, { ...allGiven, ingress: { host: "partner-api.example.com", https: { certManager: { clusterIssuer: "letsencrypt" } } } }).code).toBe(0);
+  });
+
+  it("generates nothing with generateSecrets=never, even where it could ask a cluster", () => {
+    const t = chart.helmTemplate(helm, { generateSecrets: "never" });
+    expect(t.code).not.toBe(0);
+    expect(t.stderr).toMatch(/generateSecrets is "never" and none is given/);
+    expect(chart.helmTemplate(helm, { ...allGiven, generateSecrets: "never" }).code).toBe(0);
+  });
+
+  it("generates in a render against the cluster only when nothing that depends on the secret is there (the template's rule)", () => {
+    const helpers = readFileSync(join(chart.chartDir, "templates", "_helpers.tpl"), "utf8");
+    // Cluster reachable: a list of the namespace's Secrets is an object; without a cluster, an empty map.
+    expect(helpers).toContain('lookup "v1" "Secret" .Release.Namespace ""');
+    expect(helpers).toMatch(/refusing to generate a new one \(it would be locked out\)/);
+    const mongodb = readFileSync(join(chart.chartDir, "templates", "mongodb.yaml"), "utf8");
+    expect(mongodb).toContain('(list "v1" "PersistentVolumeClaim" (printf "data-%s-0" $name))');
+    const secrets = readFileSync(join(chart.chartDir, "templates", "secrets.yaml"), "utf8");
+    expect(secrets.match(/include "pi.mayGenerate"/g)).toHaveLength(2);
+    for (const file of ["service-identity.yaml", "ingress.yaml"]) expect(readFileSync(join(chart.chartDir, "templates", file), "utf8")).toContain('include "pi.mayGenerate"');
+    expect(mongodb.match(/include "pi.mayGenerate"/g)).toHaveLength(2);
   });
 });
 

@@ -1,4 +1,5 @@
-import { request, type IncomingHttpHeaders } from "node:http";
+import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import { request as httpsRequest } from "node:https";
 import { randomBytes } from "node:crypto";
 
 // An upload whose body arrives at a pace the test sets: to watch the gateway's bounds on uploads
@@ -33,6 +34,8 @@ export function pacedUpload(baseUrl: string, token: string, elder: string, pace:
   const started = performance.now();
   let timer: NodeJS.Timeout | undefined;
   let done = false;
+  // HTTPS through a cluster's ingress (trusting what the process trusts: NODE_EXTRA_CA_CERTS).
+  const request = baseUrl.startsWith("https:") ? httpsRequest : httpRequest;
   const req = request(`${baseUrl}/v1/files`, {
     method: "POST",
     agent: false,

@@ -112,25 +112,6 @@ maps (API_DEPRECATIONS) become JSON.
 {{- if $svc.mongodb.external.existingSecret -}}true{{- end -}}
 {{- end -}}
 
-{{/* The Secret and key holding a data service's MONGODB_URI. Argument: dict ctx key. */}}
-{{- define "pi.mongoUriSecretName" -}}
-{{- $svc := index .ctx.Values .key -}}
-{{- if $svc.mongodb.external.existingSecret -}}
-{{- $svc.mongodb.external.existingSecret -}}
-{{- else -}}
-{{- include "pi.name" (dict "ctx" .ctx "component" (printf "%s-mongodb" (include "pi.component" .key))) -}}
-{{- end -}}
-{{- end -}}
-
-{{- define "pi.mongoUriSecretKey" -}}
-{{- $svc := index .ctx.Values .key -}}
-{{- if $svc.mongodb.external.existingSecret -}}
-{{- $svc.mongodb.external.existingSecretKey -}}
-{{- else -}}
-uri
-{{- end -}}
-{{- end -}}
-
 {{/* Pod-level security context. Argument: the uid (and gid) to run as. */}}
 {{- define "pi.podSecurityContext" -}}
 runAsNonRoot: true
@@ -238,4 +219,131 @@ services/common/src/kafka-access.ts (KAFKA_USERS; test/deploy/chart.test.ts comp
 {{/* The Secret of the Kafka users' passwords: kafka.auth.existingSecret, else the chart's own. */}}
 {{- define "pi.kafkaUsersSecret" -}}
 {{- .Values.kafka.auth.existingSecret | default (printf "%s-kafka-users" (include "pi.prefix" .)) -}}
+{{- end -}}
+
+{{/*
+Whether this render can ask the cluster (helm install, upgrade, --dry-run=server): a list of the
+release namespace's Secrets is a list object then (empty, too, when the namespace does not exist
+yet), and an empty map when the render has no cluster to ask (helm template, helm lint, --dry-run
+without =server, GitOps tools that render with `helm template`). Listing Secrets in the namespace is
+something every `helm install` does anyway (Helm keeps its releases there), so it needs no right
+the installer lacks.
+*/}}
+{{- define "pi.clusterReachable" -}}
+{{- if lookup "v1" "Secret" .Release.Namespace "" -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The one rule for every secret the chart generates (docs/security.md, "Generated secrets"), called
+when a secret was neither given (value, existingSecret) nor found in the cluster. Fails, or returns
+"true" when generating is allowed:
+  - generateSecrets "never": fails (every secret must be given);
+  - a render without a cluster to ask: fails unless generateSecrets is "always", since it would
+    generate a new secret at every render and break everything that depends on the old one;
+  - a render against the cluster: fails when an object that depends on the old secret is still
+    there (`witnesses`: [kind, name] pairs, apiVersion included: e.g. the database's volume claim),
+    since a new secret would lock it out; else generates (a first install, or a newly enabled part).
+Argument: dict ctx what (a sentence subject) secret (its name) hint (the values to set) witnesses.
+*/}}
+{{- define "pi.mayGenerate" -}}
+{{- $mode := .ctx.Values.generateSecrets -}}
+{{- if eq $mode "never" -}}
+{{- fail (printf "%s (Secret %s): generateSecrets is \"never\" and none is given: set %s" .what .secret .hint) -}}
+{{- end -}}
+{{- if not (include "pi.clusterReachable" .ctx) -}}
+{{- if ne $mode "always" -}}
+{{- fail (printf "%s (Secret %s) cannot be generated: this render has no cluster to look the existing one up in (helm template, helm lint, --dry-run without =server, a GitOps tool rendering with helm template), so it would make a new one at every render and everything that depends on it would break. Set %s; or render against the cluster (helm install/upgrade, --dry-run=server); or set generateSecrets=always for a throwaway render (docs/security.md, \"Generated secrets\"). In all, these values need a secret of yours: %s" .what .secret .hint (include "pi.secretsToGive" .ctx)) -}}
+{{- end -}}
+{{- else -}}
+{{- $ns := .ctx.Release.Namespace -}}
+{{- range $w := (default list .witnesses) -}}
+{{- if lookup (index $w 0) (index $w 1) $ns (index $w 2) -}}
+{{- fail (printf "%s (Secret %s) is not in the cluster, but %s %s, which depends on it, is: refusing to generate a new one (it would be locked out). Restore the Secret, or set %s" $.what $.secret (index $w 1) (index $w 2) $.hint) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+true
+{{- end -}}
+
+{{/*
+The database a data service owns, as services/common/src/mongo.ts names it:
+<DATA_NAMESPACE>_<component, "-" as "_">, with the service's own DATA_NAMESPACE. Argument: dict ctx key.
+*/}}
+{{- define "pi.mongoDatabase" -}}
+{{- $svc := index .ctx.Values .key -}}
+{{- $ns := (merge (deepCopy (default dict $svc.config)) (deepCopy .ctx.Values.config)).DATA_NAMESPACE -}}
+{{- printf "%s_%s" $ns (include "pi.component" .key | replace "-" "_") -}}
+{{- end -}}
+
+{{/* name and key of the Secret with a data service's own database password. Argument: dict ctx key. */}}
+{{- define "pi.mongoUserSecretRef" -}}
+{{- $auth := (index .ctx.Values .key).mongodb.auth -}}
+{{- if $auth.existingSecret -}}
+name: {{ $auth.existingSecret }}
+key: {{ $auth.existingSecretKey }}
+{{- else -}}
+name: {{ include "pi.name" (dict "ctx" .ctx "component" (printf "%s-mongodb-user" (include "pi.component" .key))) }}
+key: mongodb-password
+{{- end -}}
+{{- end -}}
+
+{{/*
+The env entries of a data service's database: MONGODB_URI from the operator's Secret (external), a
+URI without credentials (the stand-in), or the service's own user, its password from its Secret
+and spliced into the URI by the kubelet ($(MONGODB_PASSWORD)). Argument: dict ctx key.
+*/}}
+{{- define "pi.mongoEnv" -}}
+{{- $svc := index .ctx.Values .key -}}
+{{- $host := include "pi.name" (dict "ctx" .ctx "component" (printf "%s-mongodb" (include "pi.component" .key))) -}}
+{{- $db := include "pi.mongoDatabase" . -}}
+{{- if $svc.mongodb.external.existingSecret -}}
+- name: MONGODB_URI
+  valueFrom:
+    secretKeyRef:
+      name: {{ $svc.mongodb.external.existingSecret }}
+      key: {{ $svc.mongodb.external.existingSecretKey }}
+{{- else if .ctx.Values.mongodb.standIn.enabled -}}
+- name: MONGODB_URI
+  value: {{ printf "mongodb://%s:27017/" $host | quote }}
+{{- else -}}
+- name: MONGODB_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      {{- include "pi.mongoUserSecretRef" . | nindent 6 }}
+- name: MONGODB_URI
+  value: {{ printf "mongodb://%s:$(MONGODB_PASSWORD)@%s:27017/%s?authSource=%s" (include "pi.component" .key) $host $db $db | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* Every value that needs a Secret of the operator's for this render to generate none (for the message above). */}}
+{{- define "pi.secretsToGive" -}}
+{{- $v := .Values -}}
+{{- $out := list -}}
+{{- if and $v.auth.enabled (not $v.auth.credentialPepper.existingSecret) (not $v.auth.credentialPepper.value) -}}
+{{- $out = append $out "auth.credentialPepper.existingSecret" -}}
+{{- end -}}
+{{- if and (or $v.auth.enabled $v.fileIntake.enabled) (not $v.dataKeys.existingSecret) (not $v.dataKeys.value) -}}
+{{- $out = append $out "dataKeys.existingSecret" -}}
+{{- end -}}
+{{- range $key := splitList " " (include "pi.identityKeys" .) -}}
+{{- $b := index $v $key -}}
+{{- if and $b.enabled (not $b.identity.existingSecret) -}}
+{{- $out = append $out (printf "%s.identity.existingSecret (with publicKey)" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key := splitList " " (include "pi.dataServiceKeys" .) -}}
+{{- $b := index $v $key -}}
+{{- if and $b.enabled (not $b.mongodb.external.existingSecret) (not $v.mongodb.standIn.enabled) -}}
+{{- if not $b.mongodb.auth.rootExistingSecret -}}{{- $out = append $out (printf "%s.mongodb.auth.rootExistingSecret" $key) -}}{{- end -}}
+{{- if not $b.mongodb.auth.existingSecret -}}{{- $out = append $out (printf "%s.mongodb.auth.existingSecret" $key) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $v.kafka.external.brokers) (not $v.kafka.auth.existingSecret) -}}
+{{- $out = append $out "kafka.auth.existingSecret" -}}
+{{- end -}}
+{{- $i := $v.ingress -}}
+{{- if and $i.enabled $v.gateway.enabled $i.https.enabled (not $i.tls) (not $i.https.existingSecret) (not $i.https.certManager.clusterIssuer) (not $i.https.certManager.issuer) -}}
+{{- $out = append $out "ingress.https.existingSecret (or ingress.https.certManager)" -}}
+{{- end -}}
+{{- join ", " $out -}}
 {{- end -}}
