@@ -680,7 +680,8 @@ describe("generated secrets under GitOps rendering (generateSecrets; docs/securi
     const mongodb = readFileSync(join(chart.chartDir, "templates", "mongodb.yaml"), "utf8");
     expect(mongodb).toContain('(list "v1" "PersistentVolumeClaim" (printf "data-%s-0" $name))');
     const secrets = readFileSync(join(chart.chartDir, "templates", "secrets.yaml"), "utf8");
-    expect(secrets.match(/include "pi.mayGenerate"/g)).toHaveLength(2);
+    // The pepper, DATA_KEYS and the Kafka users.
+    expect(secrets.match(/include "pi.mayGenerate"/g)).toHaveLength(3);
     for (const file of ["service-identity.yaml", "ingress.yaml"]) expect(readFileSync(join(chart.chartDir, "templates", file), "utf8")).toContain('include "pi.mayGenerate"');
     expect(mongodb.match(/include "pi.mayGenerate"/g)).toHaveLength(2);
   });
