@@ -184,7 +184,10 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
       "",
     ].join("\n"),
   );
-  const jvm = ["-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:-UsePerfData", `-Dlog4j.configuration=file:${log4j}`, "-cp", `${libs}/*`];
+  // C1-compiled code only (TieredStopAtLevel=1): the local broker carries a few small messages per
+  // request, and the C2 compiler's bursts kept costing 0.03-0.05 core for minutes after a start,
+  // while the stack was otherwise idle (issue 14's idle budget).
+  const jvm = ["-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1", `-Dlog4j.configuration=file:${log4j}`, "-cp", `${libs}/*`];
   if (!existsSync(join(logDirs, "meta.properties"))) {
     // As --cluster-id=ID: an id that begins with "-" would otherwise read as an option.
     const clusterId = randomBytes(16).toString("base64url");

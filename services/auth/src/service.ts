@@ -50,7 +50,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   await events.start();
   let feed: PartnerEventFeed | undefined;
   const authentications = new AuthenticationCache({
-    trusted: () => feed !== undefined && feed.alive() && feed.reporter.sinceLastReportMs() < CACHE_TRUST_MS,
+    trusted: () => feed !== undefined && feed.alive() && (feed.reporter?.sinceLastReportMs() ?? Infinity) < CACHE_TRUST_MS,
   });
   // Every replica follows the partner events, as gateways do, so that an operator change drops the
   // cached authentications it affects on every replica before the command returns.

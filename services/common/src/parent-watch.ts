@@ -3,7 +3,7 @@
  * scripts through `sh -c`, and a SIGTERM sent to npm ends that shell without passing the signal
  * on; a supervised process also must not outlive a supervisor that was killed outright.
  */
-export function watchParent(onOrphaned: () => void, intervalMs = 250): () => void {
+export function watchParent(onOrphaned: () => void, intervalMs = 1_000): () => void {
   const original = process.ppid;
   const timer = setInterval(() => {
     if (process.ppid !== original) {

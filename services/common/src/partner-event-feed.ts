@@ -1,17 +1,28 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { CONSUMER_MAX_WAIT_MS, type Kafka } from "./kafka.js";
+import type { Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
 // The partner-events topic followed by every instance that keeps state derived from partners and
-// credentials in memory (a gateway's revocation list, an auth replica's cache of authentications),
-// and the position each reports so that the auth service can hold an operator's change until every
-// live follower has applied it (services/auth/src/propagation.ts).
+// credentials in memory (a gateway's revocation list, an auth replica's cache of authentications,
+// a webhook replica's cache of targets), and the position each reports so that the auth service
+// can hold an operator's change until every live follower has applied it
+// (services/auth/src/propagation.ts). A follower the auth service does not wait for (webhook
+// replicas) reports nothing.
 
 /** How often a follower reports its position even when no event arrived. */
 export const FOLLOWER_HEARTBEAT_MS = 2_000;
+
+/**
+ * A follower's fetch waits this long at the broker while nothing is published (CONSUMER_MAX_WAIT_MS
+ * of the other consumers is 1 s). An event still arrives at once (the broker answers a waiting fetch
+ * as soon as it is written); an idle follower fetches a third as often (six followers in the local
+ * stack), and a stop may wait that long for the fetch in flight. Each follower is the only member of
+ * its group, so no rebalance waits on it.
+ */
+export const FOLLOWER_MAX_WAIT_MS = 3_000;
 
 /** Partition of the partner-events topic to the offset of the next event the follower will apply. */
 export type NextOffsets = Record<number, bigint>;
@@ -91,8 +102,11 @@ export interface PartnerEventFeedOptions {
   service: string;
   logger: Logger;
   apply(event: eventsv1.PartnerEvent): void;
-  /** Called with this instance's id; must store the position where the auth service reads it. */
-  sendPosition(instanceId: string): SendPosition;
+  /**
+   * Called with this instance's id; must store the position where the auth service reads it.
+   * Without it the instance reports nothing and the auth service does not wait for it.
+   */
+  sendPosition?(instanceId: string): SendPosition;
   /**
    * Runs after the topic's end has been read and before the topic is followed from there: a
    * snapshot of the state every earlier event produced (the database write precedes each event).
@@ -102,7 +116,8 @@ export interface PartnerEventFeedOptions {
 
 export interface PartnerEventFeed {
   readonly instanceId: string;
-  readonly reporter: PositionReporter;
+  /** Undefined when the follower reports nothing (no `sendPosition`). */
+  readonly reporter: PositionReporter | undefined;
   /** False once the consumer has stopped for good (kafkajs gave up restarting it). */
   alive(): boolean;
   stop(): Promise<void>;
@@ -113,7 +128,8 @@ export interface PartnerEventFeed {
  * runs, then the topic is read from those offsets: nothing is missed and nothing old is replayed.
  * Each instance reads with a group of its own (no committed offsets), so every instance sees every
  * event; each event is applied before the position past it is reported. Resolves once the first
- * report has been tried: when it succeeded, the auth service waits for this instance from then on.
+ * report has been tried (when it succeeded, the auth service waits for this instance from then on),
+ * or without `sendPosition` once the consumer is placed at the end.
  */
 export async function followPartnerEvents(options: PartnerEventFeedOptions): Promise<PartnerEventFeed> {
   const { kafka, namespace, logger } = options;
@@ -130,8 +146,8 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   await options.catchUp?.();
 
   const instanceId = randomUUID();
-  const reporter = new PositionReporter(options.sendPosition(instanceId), logger);
-  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, options.service, instanceId), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
+  const reporter = options.sendPosition ? new PositionReporter(options.sendPosition(instanceId), logger) : undefined;
+  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, options.service, instanceId), maxWaitTimeInMs: FOLLOWER_MAX_WAIT_MS });
   let running = true;
   consumer.on(consumer.events.CRASH, (event) => {
     if (event.payload.restart) return;
@@ -151,26 +167,26 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
             logger.error({ err }, "unreadable partner event skipped");
           }
         }
-        reporter.advance(partition, BigInt(message.offset) + 1n);
+        reporter?.advance(partition, BigInt(message.offset) + 1n);
       },
     });
   } catch (err) {
-    await reporter.stop();
+    await reporter?.stop();
     await consumer.disconnect().catch(() => undefined);
     throw err;
   }
   for (const { partition, offset } of ends) {
     consumer.seek({ topic, partition, offset });
-    reporter.advance(partition, BigInt(offset));
+    reporter?.advance(partition, BigInt(offset));
   }
-  await reporter.flush();
+  await reporter?.flush();
   return {
     instanceId,
     reporter,
     alive: () => running,
     async stop() {
       await consumer.disconnect();
-      await reporter.stop();
+      await reporter?.stop();
     },
   };
 }

@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "@jest/globals";
+import { describe, expect, it, jest } from "@jest/globals";
+import { flushWhenWritten, LOG_FLUSH_MS } from "../src/logger.js";
 
 // The stdout logger of every service writes asynchronously (services/common/src/logger.ts) and
 // loses nothing at exit. A child process runs the built logger (npm test builds first) so that its
@@ -72,5 +73,45 @@ describe("a quiet process's stdout logger", () => {
     proc.stdin.end("exit\n");
     await new Promise((resolve) => proc.on("close", resolve));
     expect(line && JSON.parse(line)).toMatchObject({ level: "info", service: "auth", port: 1, msg: "started" });
+  });
+});
+
+describe("the stdout logger's flush timer", () => {
+  const destination = () => {
+    const d = { written: [] as string[], flushes: 0, write: (s: string) => (d.written.push(s), true), flush: () => void d.flushes++ };
+    return d;
+  };
+
+  it("flushes a buffered line within the flush period, once, and never while nothing is written", () => {
+    jest.useFakeTimers();
+    try {
+      const d = flushWhenWritten(destination());
+      jest.advanceTimersByTime(60_000);
+      expect(d.flushes).toBe(0);
+      d.write("a\n");
+      d.write("b\n");
+      jest.advanceTimersByTime(LOG_FLUSH_MS - 1);
+      expect(d.flushes).toBe(0);
+      jest.advanceTimersByTime(1);
+      expect({ written: d.written, flushes: d.flushes }).toEqual({ written: ["a\n", "b\n"], flushes: 1 });
+      jest.advanceTimersByTime(60_000);
+      expect(d.flushes).toBe(1);
+      d.write("c\n");
+      jest.advanceTimersByTime(LOG_FLUSH_MS);
+      expect(d.flushes).toBe(2);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it("keeps quiet when the destination is already destroyed", () => {
+    jest.useFakeTimers();
+    try {
+      const d = flushWhenWritten({ write: () => true, flush: () => { throw new Error("SonicBoom destroyed"); } });
+      d.write("x\n");
+      expect(() => jest.advanceTimersByTime(LOG_FLUSH_MS)).not.toThrow();
+    } finally {
+      jest.useRealTimers();
+    }
   });
 });

@@ -92,8 +92,9 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
       const docs = batch.messages.map((m) => decodeMessage(m, { partition: batch.partition }, logger, now)).filter((d): d is WebhookEventDoc => d !== null);
       await storeWebhookEvents(store, docs);
       logger.debug({ partition: batch.partition, messages: batch.messages.length, events: docs.length }, "connection events stored");
-      await heartbeat();
+      // Before the heartbeat, which throws while the group rebalances: the events are stored and due.
       if (docs.length > 0) onStored();
+      await heartbeat();
     },
   });
   return { alive, stop: () => consumer.disconnect() };

@@ -20,6 +20,13 @@ import { signingSecrets, type TargetCache } from "./targets.js";
 // A slow or dead endpoint holds at most `maxPerPartner` of this replica's `maxInFlight` slots
 // (each for at most the attempt timeout), and claims skip partners at their limit, so other
 // partners' events keep going out.
+//
+// When idle the dispatcher sleeps until the earliest entry it could take comes due, at most
+// `idleMs` (5 s). New work wakes it at once: the replica that stores an event (its Kafka consumer),
+// re-queues one (resend, recover) or ends an attempt pokes its own dispatcher, and that replica
+// takes the entry unless it is at its limits. Another replica's entries (its limits reached, or it
+// died) are therefore seen within `idleMs`, a dead holder's slot within its lease plus `idleMs`.
+// Each look is one query of the queue: the due entries and, after them, the next due time.
 
 export interface DispatcherOptions {
   store: WebhookStore;
@@ -29,7 +36,10 @@ export interface DispatcherOptions {
   logger: Logger;
   maxInFlight?: number;
   maxPerPartner?: number;
-  /** Longest sleep between two looks at the schedule, when nothing is known to come due. */
+  /**
+   * Longest sleep between two looks at the schedule when nothing is known to come due: how long
+   * an entry another replica stored and did not take may wait to be seen by this one.
+   */
   idleMs?: number;
 }
 
@@ -41,6 +51,9 @@ const LEASE_MARGIN_MS = 5_000;
 /** The pause after finding due entries that only other replicas' running attempts hold. */
 const CONTENDED_WAIT_MS = 200;
 const CLAIM_KEEP_MS = 60 * 60_000;
+export const DISPATCHER_IDLE_MS = 5_000;
+/** Queue entries read per look at the schedule. */
+const BATCH = 32;
 
 export class Dispatcher {
   private readonly maxInFlight: number;
@@ -62,7 +75,7 @@ export class Dispatcher {
   constructor(private readonly o: DispatcherOptions) {
     this.maxInFlight = o.maxInFlight ?? 128;
     this.maxPerPartner = o.maxPerPartner ?? 8;
-    this.idleMs = o.idleMs ?? 1_000;
+    this.idleMs = o.idleMs ?? DISPATCHER_IDLE_MS;
     this.timeoutMs = o.policy.attemptTimeoutSeconds * 1000;
     // Room for the target lookup (its own deadline), the attempt and storing the outcome.
     this.leaseMs = this.timeoutMs + TARGET_LOOKUP_TIMEOUT_MS + 2 * LEASE_MARGIN_MS;
@@ -101,9 +114,9 @@ export class Dispatcher {
       try {
         this.poked = false;
         await this.sweepClaims();
-        const contended = await this.fillSlots();
+        const waitMs = await this.fillSlots();
         if (!this.running) break;
-        await this.sleep(contended ? CONTENDED_WAIT_MS : await this.idleWaitMs());
+        await this.sleep(waitMs);
       } catch (err) {
         this.o.logger.error({ err }, "webhook schedule unreadable; retrying");
         await this.sleep(this.idleMs);
@@ -125,15 +138,21 @@ export class Dispatcher {
     };
   }
 
-  /** Claims and starts due attempts; true when due entries were left because other replicas hold them. */
-  private async fillSlots(): Promise<boolean> {
-    while (this.running && this.active.size < this.maxInFlight) {
+  /**
+   * Claims and starts due attempts; returns how long to sleep before looking again: until the next
+   * entry comes due (at most `idleMs`), or briefly when due entries were left because other
+   * replicas hold them.
+   */
+  private async fillSlots(): Promise<number> {
+    for (;;) {
+      if (!this.running) return 0;
+      // A slot that comes free pokes the loop.
+      if (this.active.size >= this.maxInFlight) return this.idleMs;
       const now = new Date();
-      const due = await this.o.store.queue
-        .find(this.dueFilter(now))
-        .sort({ dueAt: 1 })
-        .limit(Math.min(this.maxInFlight - this.active.size, 32))
-        .toArray();
+      const limit = Math.min(this.maxInFlight - this.active.size, BATCH);
+      // Sorted by due time: the due entries first, then (if the batch has room) the next one to come due.
+      const batch = await this.o.store.queue.find(this.dueFilter()).sort({ dueAt: 1 }).limit(limit).toArray();
+      const due = batch.filter((e) => e.dueAt.getTime() <= now.getTime());
       // Within this replica's limits, counting what this batch would add.
       const taking = new Map<string, number>();
       const wanted = due.filter((e) => {
@@ -145,9 +164,12 @@ export class Dispatcher {
       const won = await this.claim(wanted, now);
       const leaseEnd = now.getTime() + this.leaseMs;
       for (const entry of won) this.launch(entry, leaseEnd);
-      if (won.length === 0) return wanted.length > 0;
+      // A full batch of due entries: there may be more.
+      if (won.length > 0 && due.length === batch.length && batch.length === limit) continue;
+      if (won.length < wanted.length) return CONTENDED_WAIT_MS;
+      const next = batch.find((e) => e.dueAt.getTime() > now.getTime());
+      return next ? Math.min(Math.max(next.dueAt.getTime() - Date.now(), 5), this.idleMs) : this.idleMs;
     }
-    return false;
   }
 
   private slotKey(entry: QueueDoc): string {
@@ -183,15 +205,6 @@ export class Dispatcher {
     this.lastSweep = Date.now();
     const { deletedCount } = await this.o.store.claims.deleteMany({ expiresAt: { $lt: new Date(Date.now() - CLAIM_KEEP_MS) } });
     if (deletedCount > 0) this.o.logger.debug({ deletedCount }, "old webhook claims swept");
-  }
-
-  /** How long to sleep: until the earliest entry not held back by a busy partner, capped. */
-  private async idleWaitMs(): Promise<number> {
-    if (this.poked) return 0;
-    if (this.active.size >= this.maxInFlight) return this.idleMs;
-    const next = await this.o.store.queue.findOne(this.dueFilter(), { sort: { dueAt: 1 }, projection: { dueAt: 1 } });
-    if (!next) return this.idleMs;
-    return Math.min(Math.max(next.dueAt.getTime() - Date.now(), 5), this.idleMs);
   }
 
   private sleep(ms: number): Promise<void> {

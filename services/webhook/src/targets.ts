@@ -1,8 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { fromBinary } from "@bufbuild/protobuf";
-import { randomUUID } from "node:crypto";
 import { eventsv1 } from "@pi/proto";
-import { consumerGroup, CONSUMER_MAX_WAIT_MS, topicName, type AuthClient, type Kafka, type Logger } from "@pi/common";
+import { followPartnerEvents, type AuthClient, type Kafka, type Logger, type PartnerEventFeed } from "@pi/common";
 
 // Where a partner's webhooks go and the secret that signs them, asked of the auth service (which
 // owns both) and kept in memory for a minute. A WEBHOOK_CHANGED partner event drops the entry at
@@ -75,27 +73,19 @@ export class TargetCache {
   }
 }
 
-/** Drops a partner's cached target whenever the auth service says its webhook changed. */
-export async function followWebhookChanges(cache: TargetCache, kafka: Kafka, namespace: string, logger: Logger) {
-  // A group of its own per process: every replica must see every change.
-  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "webhook", `targets-${randomUUID()}`), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
-  await consumer.connect();
-  await consumer.subscribe({ topic: topicName(namespace, "partnerEvents"), fromBeginning: false });
-  await consumer.run({
-    eachMessage: async ({ message }) => {
-      if (!message.value) return;
-      let event: eventsv1.PartnerEvent;
-      try {
-        event = fromBinary(eventsv1.PartnerEventSchema, message.value);
-      } catch (err) {
-        logger.error({ err }, "unreadable partner event skipped");
-        return;
-      }
-      if (event.kind === eventsv1.PartnerEventKind.WEBHOOK_CHANGED) {
-        cache.forget(event.partnerId);
-        logger.info({ partnerId: event.partnerId }, "webhook target changed");
-      }
-    },
-  });
-  return { stop: () => consumer.disconnect() };
+/** What a partner event means for the cached targets: a changed webhook drops the partner's entry. */
+export function applyPartnerEvent(cache: Pick<TargetCache, "forget">, event: eventsv1.PartnerEvent, logger: Logger): void {
+  if (event.kind !== eventsv1.PartnerEventKind.WEBHOOK_CHANGED) return;
+  cache.forget(event.partnerId);
+  logger.info({ partnerId: event.partnerId }, "webhook target changed");
+}
+
+/**
+ * Drops a partner's cached target whenever the auth service says its webhook changed: every
+ * replica follows the partner-events topic from its end (followPartnerEvents of @pi/common, a
+ * consumer group of its own per instance). The auth service does not wait for webhook replicas
+ * (the cache's minute bounds a missed event), so they report no position.
+ */
+export function followWebhookChanges(cache: TargetCache, kafka: Kafka, namespace: string, logger: Logger): Promise<PartnerEventFeed> {
+  return followPartnerEvents({ kafka, namespace, service: "webhook", logger, apply: (event) => applyPartnerEvent(cache, event, logger) });
 }

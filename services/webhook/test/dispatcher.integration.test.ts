@@ -31,8 +31,8 @@ async function partner(behaviour?: Behaviour) {
   return { id, receiver };
 }
 
-const store1 = (partnerId: string) =>
-  storeWebhookEvents(store, [
+const store1 = (partnerId: string, into = store) =>
+  storeWebhookEvents(into, [
     webhookEventDoc(
       { ok: true, sourceEventId: randomUUID(), partnerId, connectionId: `con_${randomBytes(6).toString("hex")}`, type: "connection.approved", status: "approved", occurredAtMs: Date.now() },
       "live",
@@ -40,7 +40,7 @@ const store1 = (partnerId: string) =>
     ),
   ]);
 
-function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number } = {}) {
+function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number; idleMs?: number; store?: WebhookStore } = {}) {
   const sender = new WebhookSender({ allowInsecure: true, timeoutMs: policy.attemptTimeoutSeconds * 1000 });
   const d = new Dispatcher({ store, targets: new TargetCache(auth), sender, policy, logger, ...o });
   return { d, sender, stop: async () => (await d.stop(200, () => sender.destroy()), await sender.close().catch(() => {})) };
@@ -106,6 +106,7 @@ describe("webhook dispatcher", () => {
       // Sentinel: an event stored now is due after the held one (attempts go in due order), so once
       // it has arrived the held one was passed over, not merely not reached yet.
       await store1(p.id);
+      d.poke(); // as the consumer does once it has stored events
       await p.receiver.waitFor((a) => a.length >= 2, 10_000, "the later event");
       expect(p.receiver.arrivals.map((a) => a.event.id)).toEqual([orphaned!._id, expect.not.stringMatching(`^${held!._id}$`)]);
       const heldNow = await store.events.findOne({ _id: held!._id });
@@ -129,6 +130,67 @@ describe("webhook dispatcher", () => {
       expect(p.receiver.arrivals.every((x) => x.nth === 1)).toBe(true);
     } finally {
       await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+});
+
+describe("webhook dispatcher when idle", () => {
+  // A database of its own: no other test's entries come due here.
+  let own: Mongo;
+  let quiet: WebhookStore;
+  beforeAll(async () => {
+    own = await connectMongo(process.env.TEST_MONGODB_URI!, `t${randomBytes(5).toString("hex")}_webhook`);
+    quiet = await openWebhookStore(own.db);
+  });
+  afterAll(async () => {
+    await own.db.dropDatabase().catch(() => {});
+    await own.close();
+  });
+
+  it("sleeps until the next entry comes due, without being woken", async () => {
+    const p = await partner();
+    await store1(p.id, quiet);
+    const dueAt = new Date(Date.now() + 1_500);
+    await quiet.queue.updateMany({ partnerId: p.id }, { $set: { dueAt } });
+    // Far longer than the test may take: only the entry's due time can wake it.
+    const { d, stop } = dispatcher({ store: quiet, idleMs: 600_000 });
+    d.start();
+    try {
+      const [arrival] = await p.receiver.waitFor((a) => a.length >= 1, 15_000, "the event due in 1.5 s");
+      expect(arrival!.at).toBeGreaterThanOrEqual(dueAt.getTime());
+    } finally {
+      await stop();
+    }
+  });
+
+  it("a poke (new work stored by this replica) wakes it at once", async () => {
+    const p = await partner();
+    const { d, stop } = dispatcher({ store: quiet, idleMs: 600_000 });
+    d.start();
+    try {
+      // Delivered, then the queue is empty: the dispatcher sleeps for its idleMs.
+      await store1(p.id, quiet);
+      d.poke();
+      await p.receiver.waitFor((a) => a.length >= 1, 15_000, "the first event");
+      await store1(p.id, quiet);
+      d.poke();
+      await p.receiver.waitFor((a) => a.length >= 2, 15_000, "the event stored after a poke");
+    } finally {
+      await stop();
+    }
+  });
+
+  it("sees an entry another replica stored (no poke here) within its idle sleep", async () => {
+    const p = await partner();
+    const { d, stop } = dispatcher({ store: quiet, idleMs: 1_000 });
+    d.start();
+    try {
+      await store1(p.id, quiet);
+      await p.receiver.waitFor((a) => a.length >= 1, 15_000, "the first event");
+      await store1(p.id, quiet);
+      await p.receiver.waitFor((a) => a.length >= 2, 15_000, "the event stored without a poke");
+    } finally {
+      await stop();
     }
   });
 });
