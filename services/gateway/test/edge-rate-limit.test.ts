@@ -72,7 +72,10 @@ describe("per-partner limit on /v1", () => {
 
   it("a partner over its budget gets 429 rate_limited with Retry-After, and another partner is unaffected", async () => {
     const [a, b] = await Promise.all([edge.token("ptr_busy"), edge.token("ptr_quiet")]);
-    const answers = await burst(a, 400);
+    // A burst spread beyond the limiter's one-second window (a busy machine) may pass whole: burst
+    // again until one is limited, as a partner over its budget would.
+    let answers = await burst(a, 400);
+    for (let round = 1; round < 5 && !answers.some((r) => r.status === 429); round++) answers = await burst(a, 400);
     const statuses = count(answers);
     expect(Object.keys(statuses).sort()).toEqual(["200", "429"]);
     expect(statuses[200]).toBeGreaterThanOrEqual(50);
