@@ -135,11 +135,11 @@ uninstall() {
   kubectl -n "$NS" wait --for=delete pod --all --timeout=180s >/dev/null 2>&1
   kubectl -n "$NS" wait --for=delete pvc --all --timeout=120s >/dev/null 2>&1
   # Kept on purpose by the chart (helm.sh/resource-policy: keep): the credential pepper, the data
-  # keys (DATA_KEYS), the databases' passwords, the service identities and the ingress's CA and
+  # keys (DATA_KEYS), the databases' passwords, the Kafka users' passwords, the service identities and the ingress's CA and
   # certificate, which stored data or clients depend on. Anything else left is a leak.
   local left
   left=$(kubectl -n "$NS" get all,pvc,configmap,secret,serviceaccount,networkpolicy,ingress,pdb,hpa,role,rolebinding,job \
-    -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|data-keys|[a-z-]+-mongodb|[a-z-]+-mongodb-user|[a-z-]+-identity|ingress-ca|gateway-tls)$")
+    -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|data-keys|[a-z-]+-mongodb|[a-z-]+-mongodb-user|[a-z-]+-identity|ingress-ca|gateway-tls|kafka-users)$")
   left+=$(kubectl -n "$NS" get pvc,pods -o name)
   if [ -n "$left" ]; then echo "left after uninstall:"; echo "$left"; return 1; fi
   kubectl delete ns "$NS" --wait --timeout=180s >/dev/null && "$HERE/storage.sh"
