@@ -5,7 +5,7 @@ import { MongoClient, ObjectId, type Db } from "mongodb";
 import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, takeLease, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
-import { openFileStore, type FileDoc, type FileStore } from "../src/store.js";
+import { BLOB_SEGMENTS, openFileStore, segmentCount, segmentId, type FileDoc, type FileStore } from "../src/store.js";
 import { ExtractionWorker } from "../src/worker.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
 import { RETENTION_LEASE, retentionRound, sweepRetention, type RetentionPolicy } from "../src/retention.js";
@@ -60,8 +60,13 @@ async function send(partnerId: string, mode: commonv1.Mode, process = true): Pro
   return (await store.files.findOne({ _id: res.file!.id }))!;
 }
 
-const chunksOf = (file: FileDoc) => db.collection("blobs.chunks").countDocuments({ files_id: file.blobId });
-const blobOf = (file: FileDoc) => db.collection("blobs.files").countDocuments({ _id: file.blobId });
+/** The file's stored segments, each looked up by its _id (and one past the last, which must not exist). */
+const chunksOf = async (file: FileDoc) => {
+  let found = 0;
+  for (let n = 0; n <= segmentCount(file.size); n++) found += await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(file.blobId, n) as never });
+  return found;
+};
+const blobOf = async (file: FileDoc) => ((await chunksOf(file)) > 0 ? 1 : 0) + (await db.collection("blobs.files").countDocuments({ _id: file.blobId }));
 const statusOf = async (file: FileDoc) =>
   (await client.getFile({ partnerId: file.partnerId, id: file._id, mode: file.mode === "live" ? commonv1.Mode.LIVE : commonv1.Mode.TEST })).file?.status;
 
