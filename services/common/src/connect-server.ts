@@ -63,8 +63,8 @@ function loggingInterceptor(logger: Logger): Interceptor {
  * CONNECTION_WINDOW_BYTES together: what a replica may buffer per caller beyond what it has read.
  * Frames of up to MAX_FRAME_BYTES: fewer DATA frames (and reads) per message than 16 KiB ones.
  */
-export const STREAM_WINDOW_BYTES = 1024 * 1024;
-export const CONNECTION_WINDOW_BYTES = 4 * 1024 * 1024;
+export const STREAM_WINDOW_BYTES = 512 * 1024;
+export const CONNECTION_WINDOW_BYTES = 2 * 1024 * 1024;
 export const MAX_FRAME_BYTES = 256 * 1024;
 
 /** A Connect server over HTTP/2 cleartext that also serves grpc.health.v1.Health. */
