@@ -369,11 +369,16 @@ describe("nothing accepted is left unprocessed", () => {
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
     const keptDoc = await store.files.findOne({ _id: kept.file!.id });
     // As if the committing process had died before removing its upload document.
-    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null }, { upsert: true });
+    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null, blobStore: "blob_segments" }, { upsert: true });
+    // An upload begun before blob_segments (no blobStore), its process dead: its GridFS chunks go.
+    const before = new ObjectId();
+    await store.uploads.insertOne({ _id: before, partnerId: "ptr_dead", startedAt: new Date(0), discardedAt: null });
+    await db.collection("blobs.chunks").insertOne({ files_id: before, n: 0, data: Buffer.from("sealed bytes of before") });
 
     await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), { discardedGraceMs: 60_000, abandonedAfterMs: 3_600_000 });
     expect(await segmentsOf(orphan.id)).toBe(0);
-    expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId] } })).toBe(0);
+    expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId, before] } })).toBe(0);
     expect(await segmentsOf(keptDoc!.blobId)).toBe(1);
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: before })).toBe(0);
   });
 });

@@ -140,9 +140,14 @@ describe("the retention sweep", () => {
     await expectSwept(file);
   });
 
-  it("removes the plaintext of records from before encryption at rest", async () => {
+  it("removes the plaintext of records from before encryption at rest, and their bytes from GridFS (where blobs were stored before blob_segments)", async () => {
     const fileId = newId("file");
     const old = new Date(Date.now() - 40 * DAY);
+    const blobId = new ObjectId();
+    await new Promise<void>((resolve, reject) => {
+      store.blobs.openUploadStreamWithId(blobId, "x").once("error", reject).end(Buffer.from("p"), () => resolve());
+    });
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: blobId })).toBe(1);
     await store.files.insertOne({
       _id: fileId,
       partnerId: newId("ptr"),
@@ -152,7 +157,7 @@ describe("the retention sweep", () => {
       mediaType: "text/plain",
       size: 1,
       sha256: "0".repeat(64),
-      blobId: new ObjectId(),
+      blobId,
       idempotencyKey: null,
       status: "processed",
       outbox: [],
@@ -169,6 +174,8 @@ describe("the retention sweep", () => {
     expect(doc).toMatchObject({ status: "processed", purgedAt: expect.any(Date) });
     for (const field of ["elder", "purpose", "sha256"]) expect(doc).not.toHaveProperty(field);
     expect(await store.extractions.countDocuments({ _id: fileId })).toBe(0);
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: blobId })).toBe(0);
+    expect(await db.collection("blobs.files").countDocuments({ _id: blobId })).toBe(0);
   });
 
   it("runs on one replica at a time: while another holds the sweep's lease, a round does nothing", async () => {
