@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
 import { MongoClient, type Db } from "mongodb";
 import { databaseName, LocalKeyWrapper, type Settings } from "@pi/common";
 import { readExtraction, type StoredExtraction } from "../../services/file-intake/src/at-rest.js";
-import { openFileStore } from "../../services/file-intake/src/store.js";
+import { BLOB_SEGMENTS, openFileStore } from "../../services/file-intake/src/store.js";
 import type { TestStack } from "./services.js";
 import { accessToken, call, opsFor } from "./partner-api.js";
 import { validateResponse } from "./openapi.js";
@@ -168,28 +168,36 @@ export function extractionOf(settings: Settings, fileId: string): Promise<Stored
   return withFileDb(settings, async (db) => readExtraction(await openFileStore(db), LocalKeyWrapper.fromSetting(settings.DATA_KEYS!), fileId));
 }
 
-/** How many files, stored blobs, chunks and open uploads file-intake holds. */
+/** The blobs (hex ids) that have segments stored: a file's, or an upload's still staged. */
+async function blobsWithSegments(db: Db): Promise<Set<string>> {
+  const ids = await db.collection(BLOB_SEGMENTS).find({}, { projection: { _id: 1 } }).toArray();
+  return new Set(ids.map((d) => String(d._id).split(":")[0]!));
+}
+
+/** How many files, stored blobs, segments (with the chunks of GridFS blobs from before) and open uploads file-intake holds. */
 export function storedCounts(settings: Settings) {
   return withFileDb(settings, async (db) => ({
     files: await db.collection("files").countDocuments(),
-    blobs: await db.collection("blobs.files").countDocuments(),
-    chunks: await db.collection("blobs.chunks").countDocuments(),
+    blobs: (await blobsWithSegments(db)).size + (await db.collection("blobs.files").countDocuments()),
+    chunks: (await db.collection(BLOB_SEGMENTS).countDocuments()) + (await db.collection("blobs.chunks").countDocuments()),
     openUploads: await db.collection("uploads").countDocuments({ discardedAt: null }),
   }));
 }
 
 /**
- * The counts once nothing is in flight: no open upload and no chunk without its blob (a refused
- * upload's bytes are deleted just after the refusal is answered).
+ * The counts once nothing is in flight: no open upload and no segment of a blob no file names (a
+ * refused upload's bytes are deleted just after the refusal is answered).
  */
 export async function settledCounts(settings: Settings, timeoutMs = 15_000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const counts = await storedCounts(settings);
     const orphans = await withFileDb(settings, async (db) => {
+      const named = new Set((await db.collection("files").find({}, { projection: { blobId: 1 } }).toArray()).map((f) => String(f.blobId)));
+      const staged = [...(await blobsWithSegments(db))].filter((id) => !named.has(id)).length;
       const blobs = new Set((await db.collection("blobs.files").find({}, { projection: { _id: 1 } }).toArray()).map((b) => String(b._id)));
       const owners = await db.collection("blobs.chunks").distinct("files_id");
-      return owners.filter((id) => !blobs.has(String(id))).length;
+      return staged + owners.filter((id) => !blobs.has(String(id))).length;
     });
     if ((counts.openUploads === 0 && orphans === 0) || Date.now() > deadline) return counts;
     await new Promise((r) => setTimeout(r, 100));

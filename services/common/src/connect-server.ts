@@ -64,6 +64,17 @@ function loggingInterceptor(logger: Logger): Interceptor {
 }
 
 /**
+ * HTTP/2 receive windows of the services' servers, above the protocol's 64 KiB defaults: a client
+ * stream (an upload, in 64 KiB messages) would otherwise wait for a WINDOW_UPDATE every 64 KiB.
+ * A stream may have STREAM_WINDOW_BYTES unread in the server, and all streams of one connection
+ * CONNECTION_WINDOW_BYTES together: what a replica may buffer per caller beyond what it has read.
+ * Frames of up to MAX_FRAME_BYTES: fewer DATA frames (and reads) per message than 16 KiB ones.
+ */
+export const STREAM_WINDOW_BYTES = 512 * 1024;
+export const CONNECTION_WINDOW_BYTES = 2 * 1024 * 1024;
+export const MAX_FRAME_BYTES = 256 * 1024;
+
+/**
  * A Connect server over HTTP/2 cleartext that also serves grpc.health.v1.Health. Every call but a
  * health check must carry a service token its caller signed for this service, and the caller must
  * be allowed the method (allowed-callers.ts).
@@ -90,9 +101,10 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
       });
     },
   });
-  const server = http2.createServer(handler);
+  const server = http2.createServer({ settings: { initialWindowSize: STREAM_WINDOW_BYTES, maxFrameSize: MAX_FRAME_BYTES } }, handler);
   const sessions = new Set<http2.Http2Session>();
   server.on("session", (s) => {
+    s.setLocalWindowSize(CONNECTION_WINDOW_BYTES);
     sessions.add(s);
     s.on("close", () => sessions.delete(s));
   });

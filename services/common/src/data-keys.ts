@@ -103,15 +103,19 @@ export class LocalKeyWrapper implements KeyWrapper {
   }
 }
 
-/** AES-256-GCM of `plaintext` under `key` with a fresh random nonce, bound to `aad`: nonce | ciphertext | tag. */
-export function encrypt(key: Uint8Array, plaintext: Uint8Array, aad: Uint8Array | string): Buffer {
+/**
+ * AES-256-GCM of `plaintext` under `key` with a fresh random nonce, bound to `aad`: nonce | ciphertext | tag.
+ * The plaintext may come in parts (the chunks a segment was received in): they are encrypted as one, never joined first.
+ */
+export function encrypt(key: Uint8Array, plaintext: Uint8Array | readonly Uint8Array[], aad: Uint8Array | string): Buffer {
+  const parts = plaintext instanceof Uint8Array ? [plaintext] : plaintext;
   const nonce = randomBytes(NONCE_BYTES);
   const cipher = createCipheriv("aes-256-gcm", key, nonce);
   cipher.setAAD(typeof aad === "string" ? Buffer.from(aad) : aad);
-  const out = Buffer.allocUnsafe(plaintext.length + SEAL_OVERHEAD);
+  const out = Buffer.allocUnsafe(parts.reduce((n, p) => n + p.length, 0) + SEAL_OVERHEAD);
   nonce.copy(out, 0);
   let at = NONCE_BYTES;
-  at += cipher.update(plaintext).copy(out, at);
+  for (const part of parts) at += cipher.update(part).copy(out, at);
   at += cipher.final().copy(out, at);
   cipher.getAuthTag().copy(out, at);
   return out;
@@ -147,7 +151,7 @@ export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wr
  */
 const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
-export function sealSegment(key: Uint8Array, streamId: string, n: number, final: boolean, plaintext: Uint8Array): Buffer {
+export function sealSegment(key: Uint8Array, streamId: string, n: number, final: boolean, plaintext: Uint8Array | readonly Uint8Array[]): Buffer {
   return encrypt(key, plaintext, segmentAad(streamId, n, final));
 }
 

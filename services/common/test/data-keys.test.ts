@@ -143,6 +143,14 @@ describe("segmented streams (file chunks)", () => {
     expect(() => openSegment(key, "blob2", 0, false, sealed[0]!)).toThrow(DataKeyError);
   });
 
+  it("a segment sealed from the parts it arrived in opens to those parts joined, in their order", () => {
+    const parts = [Buffer.from("one "), Buffer.alloc(0), Buffer.from("two "), Buffer.from("three")];
+    const box = sealSegment(key, "blob1", 3, false, parts);
+    expect(box.length).toBe(13 + SEAL_OVERHEAD);
+    expect(openSegment(key, "blob1", 3, false, box).toString()).toBe("one two three");
+    expect(openSegment(key, "blob1", 3, false, sealSegment(key, "blob1", 3, false, [parts[2]!, parts[0]!, parts[3]!])).toString()).toBe("two one three");
+  });
+
   it("a stream cut short does not open: its new last segment was not sealed final", () => {
     expect(() => openSegment(key, "blob1", 1, true, sealed[1]!)).toThrow(DataKeyError);
     expect(() => openSegment(key, "blob1", 2, false, sealed[2]!)).toThrow(DataKeyError);

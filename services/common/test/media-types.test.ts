@@ -94,3 +94,49 @@ describe("plain text is valid UTF-8 without binary control bytes", () => {
     expect(checker.end()).toBe(false);
   });
 });
+
+describe("the plain-text check decides as a whole-file UTF-8 decode would, however the bytes are cut", () => {
+  // The rule stated the slow way: decode all of it strictly, then look for a binary control character.
+  const reference = (bytes: Uint8Array) => {
+    try {
+      return !/[\u0000-\u0008\u000B\u000E-\u001F\u007F]/.test(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    } catch {
+      return false;
+    }
+  };
+  const pieces = [
+    "plain ascii\n", "\t\f\r\n", "é", "€", "😀", "\u{10FFFF}", "\uFEFF", "\u0085",
+    [0x00], [0x07], [0x0b], [0x1b], [0x7f], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82], [0x80], [0xff], [0xf8, 0x88, 0x80, 0x80, 0x80],
+  ].map((p) => (typeof p === "string" ? Buffer.from(p) : Buffer.from(p)));
+  // A small deterministic generator, so a failure can be replayed.
+  let seed = 42;
+  const random = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+
+  it("on 2 000 generated files cut into random chunks", () => {
+    for (let round = 0; round < 2000; round++) {
+      const parts: Buffer[] = [];
+      // Mostly good text, now and then one bad piece.
+      for (let i = 0, n = 1 + random(12); i < n; i++) parts.push(pieces[random(round % 3 === 0 ? pieces.length : 8)]!);
+      const bytes = Buffer.concat(parts);
+      const checker = new TextChecker();
+      let ok = true;
+      for (let at = 0; at < bytes.length; ) {
+        const len = random(6);
+        ok = checker.push(bytes.subarray(at, at + len));
+        at += len;
+      }
+      ok = checker.end() && ok;
+      expect({ bytes: bytes.toString("hex"), ok }).toEqual({ bytes: bytes.toString("hex"), ok: reference(bytes) });
+    }
+  });
+
+  it("a character cut at every place of a chunk boundary is still text; one cut off at the end is not", () => {
+    const bytes = Buffer.from("a😀b€c");
+    for (let split = 0; split <= bytes.length; split++) {
+      const checker = new TextChecker();
+      expect([checker.push(bytes.subarray(0, split)), checker.push(bytes.subarray(split)), checker.end()]).toEqual([true, true, true]);
+    }
+    const cut = new TextChecker();
+    expect([cut.push(Buffer.from([0x61, 0xf0, 0x9f])), cut.push(Buffer.from([0x98])), cut.end()]).toEqual([true, true, false]);
+  });
+});

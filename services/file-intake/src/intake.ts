@@ -177,6 +177,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
         mediaType: type.mediaType,
         size,
         blobId: staged.id,
+        blobStore: staged.blobStore,
         idempotencyKey: key,
         status: "received",
         // The FileReceivedEvent, stored with the record it reports (outbox.ts).

@@ -27,13 +27,13 @@ export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPoli
  * and the result unreadable at once; then the result and the bytes; last `purgedAt` marks it done.
  * Each step can be repeated, so a sweep that dies midway is finished by the next one.
  */
-export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "blobId">, now: Date): Promise<void> {
+export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "blobId" | "blobStore" | "size">, now: Date): Promise<void> {
   await store.files.updateOne(
     { _id: file._id, status: { $in: ["processed", "failed"] } },
     { $set: { dataKey: null, sealedMeta: null }, $unset: { elder: "", purpose: "", sha256: "" } },
   );
   await store.extractions.deleteOne({ _id: file._id });
-  await deleteBlob(store, file.blobId);
+  await deleteBlob(store, file);
   await store.files.updateOne({ _id: file._id }, { $set: { purgedAt: now, updatedAt: now } });
 }
 
@@ -52,7 +52,7 @@ export async function sweepRetention(
   let swept = 0;
   for (const mode of ["test", "live"] as const) {
     for (;;) {
-      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, blobId: 1 } }).limit(batch).toArray();
+      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, blobId: 1, blobStore: 1, size: 1 } }).limit(batch).toArray();
       for (const file of due) {
         if (!(await renew())) return swept;
         await purgeFile(store, file, now);

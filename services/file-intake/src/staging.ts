@@ -1,29 +1,35 @@
-import { ObjectId, type GridFSBucketWriteStream } from "mongodb";
+import { Binary, ObjectId } from "mongodb";
 import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common";
-import { BLOB_BUCKET, BLOB_CHUNK_BYTES, BLOB_SEGMENT_BYTES, type FileStore } from "./store.js";
+import { BLOB_BUCKET, BLOB_SEGMENT_BYTES, BLOB_SEGMENTS, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
 /**
- * Bytes on their way in. They go to GridFS as they arrive (never held whole in memory) under an
+ * Inserts of one upload under way at once: the upload, the sealing and the database writes overlap,
+ * and an upload holds at most this many sealed segments (with the driver's copy of each) besides
+ * the one it is receiving, whatever its size.
+ */
+export const SEGMENT_INSERTS_IN_FLIGHT = 2;
+
+/**
+ * Bytes on their way in. They are stored as they arrive (never held whole in memory) under an
  * upload document; they become a file only when a FileDoc names them, and until then nothing reads
  * them. A refused upload is discarded before the answer; one whose process died is swept.
  *
  * Encrypted at rest: every BLOB_SEGMENT_BYTES of plaintext is sealed on its own (AES-256-GCM under
  * the file's data key, a nonce each, bound to the blob and its place, the last one marked final:
- * data-keys.ts) into exactly one GridFS chunk of BLOB_CHUNK_BYTES. The last chunk is the final
- * segment, shorter, empty when the size is a multiple of the segment.
+ * data-keys.ts) into one document of `blob_segments` under `segmentId(blob, n)`. The last segment is
+ * the final one, shorter, empty when the size is a multiple of the segment; a blob's size (the
+ * file's) gives the number of segments, so no other document describes it.
  */
 export class StagedUpload {
-  private readonly stream: GridFSBucketWriteStream;
-  private ended = false;
   private discarded = false;
-  // Bytes are gathered into whole segments, and one chunk is inserted while the next is being
-  // received: the upload and the database writes overlap, and at most two segments are in memory.
-  private batch: Uint8Array[] = [];
-  private batchBytes = 0;
+  // The chunks of the segment being received (views of the chunks as they came, never joined).
+  private parts: Uint8Array[] = [];
+  private partsBytes = 0;
   private segments = 0;
-  private inFlight: Promise<void> = Promise.resolve();
+  private readonly inFlight = new Set<Promise<void>>();
+  private failure: { err: unknown } | undefined;
 
-  /** The upload document; no chunk is written before it is stored, so the sweep can find every byte. */
+  /** The upload document; no segment is written before it is stored, so the sweep can find every byte. */
   private readonly recorded: Promise<unknown>;
 
   private constructor(
@@ -32,52 +38,65 @@ export class StagedUpload {
     partnerId: string,
     private readonly dataKey: Buffer,
   ) {
-    this.recorded = store.uploads.insertOne({ _id: id, partnerId, startedAt: new Date(), discardedAt: null });
+    const doc: UploadDoc = { _id: id, partnerId, startedAt: new Date(), discardedAt: null, blobStore: BLOB_SEGMENTS };
+    this.recorded = store.uploads.insertOne(doc);
     this.recorded.catch(() => {});
-    this.stream = store.blobs.openUploadStreamWithId(id, id.toHexString(), { chunkSizeBytes: BLOB_CHUNK_BYTES, metadata: { sealed: BLOB_SEALING } });
   }
 
-  /** Starts an upload encrypted under `dataKey`; its document is written while the first chunk is being received. */
+  /** Starts an upload encrypted under `dataKey`; its document is written while the first segment is being received. */
   static open(store: FileStore, partnerId: string, dataKey: Buffer): StagedUpload {
     return new StagedUpload(store, new ObjectId(), partnerId, dataKey);
   }
 
-  /** Takes a chunk; waits only when a whole segment is ready and the previous one is still being stored. */
+  /** What a FileDoc records of these bytes. */
+  get blobStore(): typeof BLOB_SEGMENTS {
+    return BLOB_SEGMENTS;
+  }
+
+  /** Takes a chunk; waits only when a whole segment is ready and SEGMENT_INSERTS_IN_FLIGHT inserts are still under way. */
   async write(chunk: Uint8Array): Promise<void> {
-    this.batch.push(chunk);
-    this.batchBytes += chunk.length;
-    while (this.batchBytes >= BLOB_SEGMENT_BYTES) await this.flush(false);
+    let rest = chunk;
+    while (this.partsBytes + rest.length >= BLOB_SEGMENT_BYTES) {
+      const take = BLOB_SEGMENT_BYTES - this.partsBytes;
+      this.parts.push(rest.subarray(0, take));
+      this.partsBytes += take;
+      rest = rest.subarray(take);
+      await this.flush(false);
+    }
+    if (rest.length > 0) {
+      this.parts.push(rest);
+      this.partsBytes += rest.length;
+    }
   }
 
-  /** Seals and stores the next segment: BLOB_SEGMENT_BYTES of the batch, or (final) what is left. */
+  /** Seals the parts gathered into the next segment and starts its insert once a slot is free. */
   private async flush(final: boolean): Promise<void> {
-    const all = Buffer.concat(this.batch, this.batchBytes);
-    const take = final ? all.length : BLOB_SEGMENT_BYTES;
-    const rest = all.subarray(take);
-    this.batch = rest.length > 0 ? [rest] : [];
-    this.batchBytes = rest.length;
-    const data = sealSegment(this.dataKey, this.id.toHexString(), this.segments++, final, all.subarray(0, take));
+    const parts = this.parts;
+    this.parts = [];
+    this.partsBytes = 0;
+    const n = this.segments++;
+    const data = sealSegment(this.dataKey, this.id.toHexString(), n, final, parts);
     await this.recorded;
-    await this.inFlight;
-    // A discard that began while this flush waited wins: no chunk may land after its delete.
+    while (this.inFlight.size >= SEGMENT_INSERTS_IN_FLIGHT) await Promise.race(this.inFlight);
+    if (this.failure) throw this.failure.err;
+    // A discard that began while this flush waited wins: no segment may land after its delete.
     if (this.discarded) return;
-    this.inFlight = new Promise((resolve, reject) => {
-      // The callback of a write that completes a GridFS chunk comes after that chunk's insert.
-      this.stream.write(data, (err) => (err ? reject(err) : resolve()));
-    });
-    this.inFlight.catch(() => {});
+    const insert: Promise<void> = this.store.segments.insertOne({ _id: segmentId(this.id, n), data: new Binary(data) }).then(
+      () => void this.inFlight.delete(insert),
+      (err) => {
+        this.failure ??= { err };
+        this.inFlight.delete(insert);
+      },
+    );
+    this.inFlight.add(insert);
   }
 
-  /** Stores the rest (the final segment) and the GridFS file document. */
+  /** Stores the rest (the final segment) and waits for every insert. */
   async finish(): Promise<void> {
     await this.recorded;
     await this.flush(true);
-    await this.inFlight;
-    this.ended = true;
-    await new Promise<void>((resolve, reject) => {
-      this.stream.once("error", reject);
-      this.stream.end(() => resolve());
-    });
+    await Promise.all(this.inFlight);
+    if (this.failure) throw this.failure.err;
   }
 
   /** The bytes are now a file's: the upload document goes, the bytes stay. */
@@ -86,27 +105,43 @@ export class StagedUpload {
   }
 
   /**
-   * Deletes the bytes, once the insert in flight (if any) has landed; the upload document stays,
+   * Deletes the bytes, once the inserts in flight (if any) have landed; the upload document stays,
    * marked, until the staging sweep has checked once more that nothing is left.
    */
   async discard(): Promise<void> {
     this.discarded = true;
     await this.recorded.catch(() => {});
-    // A flush that was already past its wait may have started one more insert: wait for the
-    // latest one, however many were started while we waited.
-    for (let seen = this.inFlight; ; seen = this.inFlight) {
-      await seen.catch(() => {});
-      if (seen === this.inFlight) break;
-    }
-    if (!this.ended) this.stream.destroy();
+    // No insert starts once `discarded` is set (flush checks it last), so these are all there will be.
+    await Promise.all(this.inFlight);
     await this.store.uploads.updateOne({ _id: this.id }, { $set: { discardedAt: new Date() } });
-    await deleteBlob(this.store, this.id);
+    await deleteSegments(this.store, this.id, this.segments);
   }
 }
 
-export async function deleteBlob(store: FileStore, id: ObjectId): Promise<void> {
-  await store.db.collection(`${BLOB_BUCKET}.chunks`).deleteMany({ files_id: id });
-  await store.db.collection(`${BLOB_BUCKET}.files`).deleteOne({ _id: id });
+/** A page of segment ids to delete when a blob's length is not known (an upload whose process died). */
+const SWEEP_PAGE = 32;
+
+/**
+ * Deletes the segments of a blob, each by its `_id`. With `count`, exactly those; without, page by
+ * page until a page finds none: inserts land in order but for the last SEGMENT_INSERTS_IN_FLIGHT,
+ * so no stored segment lies beyond an empty page.
+ */
+export async function deleteSegments(store: FileStore, id: ObjectId, count?: number): Promise<void> {
+  for (let from = 0; count === undefined || from < count; from += SWEEP_PAGE) {
+    const to = count === undefined ? from + SWEEP_PAGE : Math.min(count, from + SWEEP_PAGE);
+    const ops = [];
+    for (let n = from; n < to; n++) ops.push({ deleteOne: { filter: { _id: segmentId(id, n) } } });
+    const { deletedCount } = await store.segments.bulkWrite(ops, { ordered: false });
+    if (count === undefined && deletedCount === 0) return;
+  }
+}
+
+/** Deletes a blob wherever it is: a file's (by its size) or an upload's (`blobStore` as recorded on it). */
+export async function deleteBlob(store: FileStore, blob: { blobId: ObjectId; blobStore?: typeof BLOB_SEGMENTS; size?: number }): Promise<void> {
+  if (blob.blobStore === BLOB_SEGMENTS) return deleteSegments(store, blob.blobId, blob.size === undefined ? undefined : segmentCount(blob.size));
+  // Blobs stored before the segments collection: GridFS.
+  await store.db.collection(`${BLOB_BUCKET}.chunks`).deleteMany({ files_id: blob.blobId });
+  await store.db.collection(`${BLOB_BUCKET}.files`).deleteOne({ _id: blob.blobId });
 }
 
 /**
@@ -127,26 +162,59 @@ export async function sweepStaging(store: FileStore, now: Date, opts: { discarde
     .toArray();
   for (const upload of due) {
     const owner = await store.files.findOne({ blobId: upload._id }, { projection: { _id: 1 } });
-    if (!owner) await deleteBlob(store, upload._id);
+    if (!owner) await deleteBlob(store, { blobId: upload._id, blobStore: upload.blobStore });
     await store.uploads.deleteOne({ _id: upload._id });
   }
   return due.length;
 }
 
-/** The read of one stored chunk: an equality on both keys of the unique (files_id, n) index. */
-export const chunkFilter = (id: ObjectId, n: number) => ({ files_id: id, n });
+/**
+ * The plaintext bytes of a file's blob, opened segment by segment with the file's data key (the
+ * read of the next segment under way while one is opened); a segment missing, moved, changed or
+ * cut off throws. Blobs from before the segments collection are read from GridFS (readGridFsBlob).
+ */
+export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | "size" | "blobStore">, dataKey: Buffer | null): Promise<Buffer> {
+  if (file.blobStore !== BLOB_SEGMENTS) return readGridFsBlob(store, file.blobId, dataKey);
+  const id = file.blobId;
+  const hex = id.toHexString();
+  if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
+  const count = segmentCount(file.size);
+  const read = (n: number) => {
+    const p = store.segments.findOne({ _id: segmentId(id, n) });
+    p.catch(() => {});
+    return p;
+  };
+  // One buffer of the plaintext's size; each segment is opened and copied in, then dropped.
+  const out = Buffer.allocUnsafe(file.size);
+  let at = 0;
+  let next = read(0);
+  for (let n = 0; n < count; n++) {
+    const segment = await next;
+    if (n + 1 < count) next = read(n + 1);
+    if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
+    const final = n === count - 1;
+    const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
+    if (bytes.length !== (final ? file.size - at : BLOB_SEGMENT_BYTES)) throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
+    out.set(bytes, at);
+    at += bytes.length;
+  }
+  return out;
+}
 
-/** How the chunks of a blob are sealed (its GridFS metadata); blobs without it are plaintext, from before. */
+/** The read of one stored segment: by `_id` alone. */
+export const segmentFilter = (id: ObjectId, n: number) => ({ _id: segmentId(id, n) });
+
+/** How the chunks of a GridFS blob are sealed (its metadata); blobs without it are plaintext, from before encryption at rest. */
 export const BLOB_SEALING = "aes-256-gcm-segments.v1";
 
 /**
- * The plaintext bytes of a stored blob, read chunk by chunk by (files_id, n): lookups the unique
- * chunk index answers on every server. (The driver's download stream asks for `{files_id}` sorted
+ * The plaintext bytes of a blob stored in GridFS (before the segments collection), read chunk by
+ * chunk by (files_id, n): lookups the unique chunk index answers on every server. (The driver's download stream asks for `{files_id}` sorted
  * by n, which the local server answers by scanning every chunk of every file.) Each chunk is opened
  * with the file's data key as it is read; a chunk missing, moved, changed or cut off throws.
  * A blob stored before encryption at rest (no `sealed` in its metadata) is read as it is.
  */
-export async function readBlob(store: FileStore, id: ObjectId, dataKey: Buffer | null): Promise<Buffer> {
+async function readGridFsBlob(store: FileStore, id: ObjectId, dataKey: Buffer | null): Promise<Buffer> {
   const file = await store.db
     .collection<{ _id: ObjectId; length: number; chunkSize: number; metadata?: { sealed?: string } }>(`${BLOB_BUCKET}.files`)
     .findOne({ _id: id });
@@ -159,7 +227,7 @@ export async function readBlob(store: FileStore, id: ObjectId, dataKey: Buffer |
   const out = Buffer.allocUnsafe(file.length - (sealed ? count * SEAL_OVERHEAD : 0));
   let plain = 0;
   for (let n = 0, at = 0; at < file.length; n++) {
-    const chunk = await chunks.findOne(chunkFilter(id, n));
+    const chunk = await chunks.findOne({ files_id: id, n });
     if (!chunk) throw new Error(`blob ${id.toHexString()}: chunk ${n} missing`);
     const data = chunk.data.buffer;
     if (data.length === 0 || at + data.length > file.length) throw new Error(`blob ${id.toHexString()}: chunk ${n} has the wrong size`);

@@ -32,8 +32,10 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   sealedMeta?: Binary | null;
   mediaType: string;
   size: number;
-  /** The GridFS id of the bytes (deleted by the retention sweep; the id stays). */
+  /** The id of the bytes (deleted by the retention sweep; the id stays). */
   blobId: ObjectId;
+  /** Where the bytes are: BLOB_SEGMENTS (`blob_segments`); absent on records from before, whose bytes are in the GridFS bucket `blobs`. */
+  blobStore?: typeof BLOB_SEGMENTS;
   idempotencyKey: string | null;
   status: FileStatus;
   /** Extraction lease (EXTRACTION_LEASE): a worker holds the file until then (heartbeats push it forward). */
@@ -83,13 +85,21 @@ export const EXTRACTION_LEASE: LeaseFields = { until: "leaseUntil", holder: "lea
 
 /**
  * Bytes being received and not yet committed (or discarded): the staging area. A staged upload is
- * only GridFS chunks plus this document; it becomes a file when a FileDoc names its blob.
+ * only its segments plus this document; it becomes a file when a FileDoc names its blob.
  */
 export interface UploadDoc {
   _id: ObjectId;
   partnerId: string;
   startedAt: Date;
   discardedAt: Date | null;
+  /** As FileDoc's: absent on uploads begun before, whose bytes went to GridFS. */
+  blobStore?: typeof BLOB_SEGMENTS;
+}
+
+/** One sealed segment of a blob (staging.ts), under the deterministic id `segmentId(blobId, n)`. */
+export interface SegmentDoc {
+  _id: string;
+  data: Binary;
 }
 
 export interface FileStore {
@@ -100,17 +110,27 @@ export interface FileStore {
   uploads: Collection<UploadDoc>;
   /** Leases of periodic jobs that one replica at a time runs (the retention sweep). */
   leases: Collection<JobLeaseDoc>;
+  /** The bytes of files: one document per sealed segment, found by `_id` alone. */
+  segments: Collection<SegmentDoc>;
+  /** The bytes of files stored before the segments collection: GridFS, read and deleted only. */
   blobs: GridFSBucket;
 }
 
+/** The collection of sealed segments, and the `blobStore` of what is stored in it. */
+export const BLOB_SEGMENTS = "blob_segments";
+/** The GridFS bucket of blobs stored before (read and deleted, never written). */
 export const BLOB_BUCKET = "blobs";
-/**
- * Plaintext per stored chunk: fewer, larger inserts than GridFS's 255 KiB default; an upload holds
- * at most two segments (and the driver's copies) in memory.
- */
+/** Plaintext per stored segment: one document (of BLOB_SEGMENT_BYTES + SEAL_OVERHEAD) each. */
 export const BLOB_SEGMENT_BYTES = 1024 * 1024;
-/** GridFS chunk size: one sealed segment (staging.ts). Blobs stored before encryption have 1 MiB chunks; each blob records its own. */
+/** The size of GridFS chunks of the blobs sealed before the segments collection. */
 export const BLOB_CHUNK_BYTES = BLOB_SEGMENT_BYTES + SEAL_OVERHEAD;
+/**
+ * A segment's id: the blob's and its place. Reads, deletes and a stored segment's place are all by
+ * `_id` equality, which both servers answer from the `_id` index.
+ */
+export const segmentId = (blobId: ObjectId, n: number) => `${blobId.toHexString()}:${n}`;
+/** How many segments a blob of `size` plaintext bytes has: the full ones and the final one (empty when `size` is a multiple). */
+export const segmentCount = (size: number) => Math.floor(size / BLOB_SEGMENT_BYTES) + 1;
 
 export async function openFileStore(db: Db): Promise<FileStore> {
   const store: FileStore = {
@@ -120,6 +140,7 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     keys: db.collection<KeyDoc>("idempotency_keys"),
     uploads: db.collection<UploadDoc>("uploads"),
     leases: db.collection<JobLeaseDoc>("job_leases"),
+    segments: db.collection<SegmentDoc>(BLOB_SEGMENTS),
     blobs: new GridFSBucket(db, { bucketName: BLOB_BUCKET, chunkSizeBytes: BLOB_CHUNK_BYTES }),
   };
   // Keys were once found by a unique (partnerId, key) index; their _id (keyId) is that key now, and

@@ -86,7 +86,7 @@ export class ExtractionWorker {
     if (doc.attempts > this.timing.maxAttempts) {
       return { ok: false, kind, error: `gave up after ${this.timing.maxAttempts} interrupted attempts` };
     }
-    const bytes = await readBlob(this.store, doc.blobId, doc.dataKey ? await this.dataKeys.unwrap(doc.dataKey) : null);
+    const bytes = await readBlob(this.store, doc, doc.dataKey ? await this.dataKeys.unwrap(doc.dataKey) : null);
     return this.extract(doc.mediaType, bytes);
   }
 

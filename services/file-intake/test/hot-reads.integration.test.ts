@@ -6,8 +6,8 @@ import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, type Ru
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { fileById } from "../src/intake.js";
-import { chunkFilter, readBlob } from "../src/staging.js";
-import { keyId, openFileStore, type FileDoc } from "../src/store.js";
+import { readBlob, segmentFilter } from "../src/staging.js";
+import { BLOB_SEGMENTS, keyId, openFileStore, type FileDoc } from "../src/store.js";
 import { as, testSettings } from "../../../test/support/services.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
 
@@ -43,7 +43,7 @@ async function* upload(partnerId: string, bytes: Uint8Array, key: string): Async
 }
 
 describe("hot reads use an index", () => {
-  it("GET of a file by _id, an Idempotency-Key by its _id, a blob's chunks by (files_id, n); a filter on partnerId alone does not", async () => {
+  it("GET of a file by _id, an Idempotency-Key by its _id, a blob's segments by _id; a filter on partnerId alone does not", async () => {
     const client = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
     const partnerId = newId("ptr");
     const bytes = Buffer.concat([readFileSync(new URL("./fixtures/sample.txt", import.meta.url)), Buffer.alloc(2.5 * 1024 * 1024, 0x61)]);
@@ -53,14 +53,14 @@ describe("hot reads use an index", () => {
     const plans = {
       file: await queryPlan(db.collection("files"), fileById(file._id)),
       key: await queryPlan(db.collection("idempotency_keys"), { _id: keyId(partnerId, "hot-key") }),
-      chunk: await queryPlan(db.collection("blobs.chunks"), chunkFilter(file.blobId, 2)),
+      segment: await queryPlan(db.collection(BLOB_SEGMENTS), segmentFilter(file.blobId, 2)),
     };
     for (const [read, plan] of Object.entries(plans)) expect({ read, ...plan }).toMatchObject({ read, usesIndex: true });
     // The check can fail: no index serves a filter on the owner alone.
     expect((await queryPlan(db.collection("files"), { partnerId })).usesIndex).toBe(false);
 
-    // And the chunk-by-chunk read returns the very bytes (three sealed 1 MiB segments, the last partial).
-    const read = await readBlob(await openFileStore(db), file.blobId, await LocalKeyWrapper.fromSetting(settings.DATA_KEYS!).unwrap(file.dataKey!));
+    // And the segment-by-segment read returns the very bytes (three sealed 1 MiB segments, the last partial).
+    const read = await readBlob(await openFileStore(db), file, await LocalKeyWrapper.fromSetting(settings.DATA_KEYS!).unwrap(file.dataKey!));
     expect(read.equals(bytes)).toBe(true);
   });
 });

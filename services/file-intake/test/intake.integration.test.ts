@@ -5,12 +5,12 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { MongoClient, ObjectId, type Db } from "mongodb";
-import { clientsFor, createLogger, databaseName, ErrorReason, LocalKeyWrapper, newId, reasonOf, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createLogger, databaseName, ErrorReason, LocalKeyWrapper, newId, reasonOf, SEAL_OVERHEAD, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
 import { as, testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
-import { keyId, type FileDoc, type KeyDoc } from "../src/store.js";
+import { BLOB_SEGMENTS, keyId, segmentCount, segmentId, type FileDoc, type KeyDoc } from "../src/store.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
 import { readBlob } from "../src/staging.js";
 
@@ -91,8 +91,7 @@ async function refusal(p: Promise<unknown>) {
 async function storage() {
   return {
     files: await db.collection("files").countDocuments(),
-    chunks: await db.collection("blobs.chunks").countDocuments(),
-    blobs: await db.collection("blobs.files").countDocuments(),
+    segments: await db.collection(BLOB_SEGMENTS).countDocuments(),
     openUploads: await db.collection("uploads").countDocuments({ discardedAt: null }),
   };
 }
@@ -122,11 +121,17 @@ describe("a submission is stored only when every check passed", () => {
     expect(JSON.stringify(doc)).not.toMatch(/discharge_summary|apple\.banana/);
     const store = await (await import("../src/store.js")).openFileStore(db);
     expect(await readMeta(store, dataKeys, doc!._id)).toEqual({ elder: ELDER, purpose: "discharge_summary", sha256: createHash("sha256").update(bytes).digest("hex") });
-    // Chunks hold ciphertext only; opened with the data key they give the very bytes.
-    const raw = Buffer.concat(await db.collection("blobs.chunks").find({ files_id: doc!.blobId }).sort({ n: 1 }).map((c) => c.data.buffer as Buffer).toArray());
+    // Segments hold ciphertext only (each found by its own _id); opened with the data key they give the very bytes.
+    expect(doc!.blobStore).toBe(BLOB_SEGMENTS);
+    const segments = [];
+    for (let n = 0; n < segmentCount(bytes.length); n++) segments.push(await db.collection(BLOB_SEGMENTS).findOne({ _id: segmentId(doc!.blobId, n) as never }));
+    expect(segments.every((s) => s !== null)).toBe(true);
+    expect(await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(doc!.blobId, segments.length) as never })).toBe(0);
+    const raw = Buffer.concat(segments.map((s) => s!.data.buffer as Buffer));
+    expect(raw.length).toBe(bytes.length + segments.length * SEAL_OVERHEAD);
     expect(raw.includes(bytes.subarray(0, 64))).toBe(false);
     expect(raw.includes(Buffer.from("Discharge"))).toBe(false);
-    expect((await readBlob(store, doc!.blobId, await dataKeys.unwrap(doc!.dataKey!))).equals(bytes)).toBe(true);
+    expect((await readBlob(store, doc!, await dataKeys.unwrap(doc!.dataKey!))).equals(bytes)).toBe(true);
     expect(await db.collection("uploads").countDocuments({ _id: doc!.blobId })).toBe(0);
   });
 
@@ -137,9 +142,9 @@ describe("a submission is stored only when every check passed", () => {
     const [ka, kb] = [await dataKeys.unwrap(da!.dataKey!), await dataKeys.unwrap(db2!.dataKey!)];
     expect(ka.equals(kb)).toBe(false);
     const store = await (await import("../src/store.js")).openFileStore(db);
-    await expect(readBlob(store, da!.blobId, kb)).rejects.toThrow();
+    await expect(readBlob(store, da!, kb)).rejects.toThrow();
     // A sealed blob is never read as plaintext.
-    await expect(readBlob(store, da!.blobId, null)).rejects.toThrow(/sealed/);
+    await expect(readBlob(store, da!, null)).rejects.toThrow(/sealed/);
   });
 
   it("an unaccepted type is refused from its first bytes, before anything is staged", async () => {
@@ -357,16 +362,23 @@ describe("nothing accepted is left unprocessed", () => {
     const { sweepStaging, StagedUpload } = await import("../src/staging.js");
     const store = await openFileStore(db);
     const orphan = StagedUpload.open(store, "ptr_dead", randomBytes(32));
-    await orphan.write(Buffer.alloc(1024 * 1024 + 10, 1)); // one chunk stored, the rest buffered: the process "dies"
-    for (const deadline = Date.now() + 10_000; (await db.collection("blobs.chunks").countDocuments({ files_id: orphan.id })) === 0 && Date.now() < deadline; ) await sleep(20);
+    await orphan.write(Buffer.alloc(3 * 1024 * 1024 + 10, 1)); // three segments stored, the rest buffered: the process "dies"
+    const segmentsOf = (id: ObjectId) => Promise.all([0, 1, 2, 3].map((n) => db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(id, n) as never }))).then((c) => c.reduce((a, b) => a + b));
+    for (const deadline = Date.now() + 10_000; (await segmentsOf(orphan.id)) < 3 && Date.now() < deadline; ) await sleep(20);
+    expect(await segmentsOf(orphan.id)).toBe(3);
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
     const keptDoc = await store.files.findOne({ _id: kept.file!.id });
     // As if the committing process had died before removing its upload document.
-    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null }, { upsert: true });
+    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null, blobStore: "blob_segments" }, { upsert: true });
+    // An upload begun before blob_segments (no blobStore), its process dead: its GridFS chunks go.
+    const before = new ObjectId();
+    await store.uploads.insertOne({ _id: before, partnerId: "ptr_dead", startedAt: new Date(0), discardedAt: null });
+    await db.collection("blobs.chunks").insertOne({ files_id: before, n: 0, data: Buffer.from("sealed bytes of before") });
 
     await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), { discardedGraceMs: 60_000, abandonedAfterMs: 3_600_000 });
-    expect(await db.collection("blobs.chunks").countDocuments({ files_id: orphan.id })).toBe(0);
-    expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId] } })).toBe(0);
-    expect(await db.collection("blobs.chunks").countDocuments({ files_id: keptDoc!.blobId })).toBe(1);
+    expect(await segmentsOf(orphan.id)).toBe(0);
+    expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId, before] } })).toBe(0);
+    expect(await segmentsOf(keptDoc!.blobId)).toBe(1);
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: before })).toBe(0);
   });
 });

@@ -5,7 +5,7 @@ import { MongoClient, ObjectId, type Db } from "mongodb";
 import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, takeLease, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
-import { openFileStore, type FileDoc, type FileStore } from "../src/store.js";
+import { BLOB_SEGMENTS, openFileStore, segmentCount, segmentId, type FileDoc, type FileStore } from "../src/store.js";
 import { ExtractionWorker } from "../src/worker.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
 import { RETENTION_LEASE, retentionRound, sweepRetention, type RetentionPolicy } from "../src/retention.js";
@@ -60,8 +60,13 @@ async function send(partnerId: string, mode: commonv1.Mode, process = true): Pro
   return (await store.files.findOne({ _id: res.file!.id }))!;
 }
 
-const chunksOf = (file: FileDoc) => db.collection("blobs.chunks").countDocuments({ files_id: file.blobId });
-const blobOf = (file: FileDoc) => db.collection("blobs.files").countDocuments({ _id: file.blobId });
+/** The file's stored segments, each looked up by its _id (and one past the last, which must not exist). */
+const chunksOf = async (file: FileDoc) => {
+  let found = 0;
+  for (let n = 0; n <= segmentCount(file.size); n++) found += await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(file.blobId, n) as never });
+  return found;
+};
+const blobOf = async (file: FileDoc) => ((await chunksOf(file)) > 0 ? 1 : 0) + (await db.collection("blobs.files").countDocuments({ _id: file.blobId }));
 const statusOf = async (file: FileDoc) =>
   (await client.getFile({ partnerId: file.partnerId, id: file._id, mode: file.mode === "live" ? commonv1.Mode.LIVE : commonv1.Mode.TEST })).file?.status;
 
@@ -135,9 +140,14 @@ describe("the retention sweep", () => {
     await expectSwept(file);
   });
 
-  it("removes the plaintext of records from before encryption at rest", async () => {
+  it("removes the plaintext of records from before encryption at rest, and their bytes from GridFS (where blobs were stored before blob_segments)", async () => {
     const fileId = newId("file");
     const old = new Date(Date.now() - 40 * DAY);
+    const blobId = new ObjectId();
+    await new Promise<void>((resolve, reject) => {
+      store.blobs.openUploadStreamWithId(blobId, "x").once("error", reject).end(Buffer.from("p"), () => resolve());
+    });
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: blobId })).toBe(1);
     await store.files.insertOne({
       _id: fileId,
       partnerId: newId("ptr"),
@@ -147,7 +157,7 @@ describe("the retention sweep", () => {
       mediaType: "text/plain",
       size: 1,
       sha256: "0".repeat(64),
-      blobId: new ObjectId(),
+      blobId,
       idempotencyKey: null,
       status: "processed",
       outbox: [],
@@ -164,6 +174,8 @@ describe("the retention sweep", () => {
     expect(doc).toMatchObject({ status: "processed", purgedAt: expect.any(Date) });
     for (const field of ["elder", "purpose", "sha256"]) expect(doc).not.toHaveProperty(field);
     expect(await store.extractions.countDocuments({ _id: fileId })).toBe(0);
+    expect(await db.collection("blobs.chunks").countDocuments({ files_id: blobId })).toBe(0);
+    expect(await db.collection("blobs.files").countDocuments({ _id: blobId })).toBe(0);
   });
 
   it("runs on one replica at a time: while another holds the sweep's lease, a round does nothing", async () => {
