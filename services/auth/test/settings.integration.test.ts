@@ -23,7 +23,7 @@ describe("auth service settings", () => {
   it("without DATA_KEYS (the KEKs that seal signing secrets and keys) it exits the same way, naming DATA_KEYS", () => {
     const { DATA_KEYS: _, ...env } = process.env;
     const r = spawnSync(process.execPath, [main], {
-      env: { ...env, CREDENTIAL_PEPPER: "p".repeat(40), MONGODB_URI: process.env.TEST_MONGODB_URI, KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS, AUTH_SERVICE_PORT: "0", DATA_NAMESPACE: "tdatakeys" },
+      env: { ...env, ...identity, CREDENTIAL_PEPPER: "p".repeat(40), MONGODB_URI: process.env.TEST_MONGODB_URI, KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS, AUTH_SERVICE_PORT: "0", DATA_NAMESPACE: "tdatakeys" },
       encoding: "utf8",
       timeout: 30_000,
     });

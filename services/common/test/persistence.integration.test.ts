@@ -3,7 +3,6 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Collection, type Db } from "mongodb";
 import type { Producer } from "kafkajs";
 import {
-import { testKafkaAdmin } from "../../../test/support/services.js";
   claim,
   createKafka,
   createLogger,
@@ -24,6 +23,7 @@ import { testKafkaAdmin } from "../../../test/support/services.js";
   type OutboxEntry,
   type OutboxFields,
 } from "@pi/common";
+import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // The persistence module on the real MongoDB-wire server and Kafka, with two "replicas": two
 // MongoClients (two connection pools, as two processes have) writing the same documents at once.
