@@ -424,7 +424,7 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
       const namespace = `imagecheck${process.pid}`;
       const common = await import("../../services/common/dist/index.js");
       const admin = common.KAFKA_ADMIN_USER;
-      await common.grantKafkaAccess(common.createKafka(infra.kafkaBrokers, "image-check", common.createLogger("image-check", "error"), { mechanism: "scram-sha-256", username: admin, password: infra.kafkaUsers[admin] }), namespace);
+      await common.grantKafkaAccess(common.createKafka(infra.kafkaBrokers, "image-check", common.createLogger("image-check", "error"), common.scramUser(admin, infra.kafkaUsers[admin])), namespace);
       const kafkaUser = (name) => ["-e", `KAFKA_USERNAME=${name}`, "-e", `KAFKA_PASSWORD=${infra.kafkaUsers[name]}`];
       gatewayKafka = kafkaUser("gateway");
       const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), ...kafkaUser("auth"), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, "-e", `DATA_KEYS=${dataKeys}`, "-e", `SERVICE_IDENTITY_KEY=${ids.auth.key}`, image]);

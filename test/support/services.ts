@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { DestinationStream } from "pino";
-import { createKafka, createLogger, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, newDataKeysEntry, parseSettings, WORKLOADS, type KafkaCredentials, type KafkaUser, type RunningService, type Settings, type Workload } from "@pi/common";
+import { createKafka, createLogger, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, newDataKeysEntry, parseSettings, scramUser, WORKLOADS, type KafkaCredentials, type KafkaUser, type RunningService, type Settings, type Workload } from "@pi/common";
 import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";
@@ -25,7 +25,10 @@ export function as(settings: Settings, name: Workload): Settings {
 const kafkaPasswords = (): Record<string, string> => JSON.parse(process.env.TEST_KAFKA_USERS ?? "{}") as Record<string, string>;
 
 /** The test Kafka's super user, for a test's own readers and writers of any topic. */
-export const testKafkaAdmin = (): KafkaCredentials => ({ mechanism: "scram-sha-256", username: KAFKA_ADMIN_USER, password: kafkaPasswords()[KAFKA_ADMIN_USER]! });
+export const testKafkaAdmin = (): KafkaCredentials => testKafkaUser(KAFKA_ADMIN_USER);
+
+/** A user of the test Kafka: a service's (KAFKA_USERS) or the super user. */
+export const testKafkaUser = (name: string): KafkaCredentials => scramUser(name, kafkaPasswords()[name]!);
 
 /** As `as`, and with the service's own Kafka user, whom the broker admits only to its own topics (grantKafkaAccess first). */
 export function asService(settings: Settings, name: Workload & KafkaUser): Settings {

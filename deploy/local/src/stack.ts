@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createKafka, ensureTopics, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS, kafkaCredentials, type KafkaCredentials, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
+import { createKafka, ensureTopics, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS, kafkaCredentials, scramUser, type KafkaCredentials, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
 import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, waitFor, type KafkaUserPasswords } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { Supervisor } from "./supervisor.js";
@@ -106,7 +106,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     await waitFor("Kafka", () => portOpen(kafkaPort), 180_000);
   }
   const brokers = env.KAFKA_BROKERS ?? opts.settings.KAFKA_BROKERS;
-  const asUser = (name: string): KafkaCredentials | undefined => (kafkaUsers ? { mechanism: "scram-sha-256", username: name, password: kafkaUsers[name]! } : kafkaCredentials(opts.settings));
+  const asUser = (name: string): KafkaCredentials | undefined => (kafkaUsers ? scramUser(name, kafkaUsers[name]!) : kafkaCredentials(opts.settings));
   progress("creating Kafka topics");
   const stackKafka = createKafka(brokers, "local-stack", logger, asUser(KAFKA_ADMIN_USER));
   await ensureTopics(stackKafka, opts.settings.DATA_NAMESPACE);

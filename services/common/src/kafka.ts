@@ -21,6 +21,11 @@ export interface KafkaCredentials {
   ssl?: boolean;
 }
 
+/** A user of the brokers this project runs (npm start, the tests, the chart): SCRAM-SHA-256. */
+export function scramUser(username: string, password: string): KafkaCredentials {
+  return { mechanism: "scram-sha-256", username, password };
+}
+
 /** The credentials of KAFKA_USERNAME / KAFKA_PASSWORD; a service started without them connects unauthenticated (and a broker with ACLs refuses it). */
 export function kafkaCredentials(settings: Pick<Settings, "KAFKA_USERNAME" | "KAFKA_PASSWORD" | "KAFKA_SASL_MECHANISM" | "KAFKA_SSL">): KafkaCredentials | undefined {
   if (!settings.KAFKA_USERNAME || !settings.KAFKA_PASSWORD) return undefined;

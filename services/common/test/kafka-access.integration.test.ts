@@ -2,15 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { Kafka, logLevel, type SASLOptions } from "kafkajs";
 import { createKafka, createLogger, ensureTopics, grantKafkaAccess, topicName, type KafkaCredentials, type KafkaUser } from "@pi/common";
-import { testKafkaAdmin } from "../../../test/support/services.js";
+import { testKafkaAdmin, testKafkaUser } from "../../../test/support/services.js";
 
 // The test Kafka runs as the local stack's and the chart's: SASL/SCRAM and the StandardAuthorizer.
 // A forged event (a connection's user publishing PARTNER_REINSTATED) is what this must refuse.
 const logger = createLogger("kafka-access-test", "silent");
 const brokers = process.env.TEST_KAFKA_BROKERS!;
 const namespace = `t${randomUUID().slice(0, 8)}`;
-const passwords = JSON.parse(process.env.TEST_KAFKA_USERS!) as Record<string, string>;
-const userOf = (name: KafkaUser): KafkaCredentials => ({ mechanism: "scram-sha-256", username: name, password: passwords[name]! });
+const userOf = (name: KafkaUser): KafkaCredentials => testKafkaUser(name);
 // No retries: a refusal is the answer, not a moment to wait through.
 const kafkaAs = (credentials?: KafkaCredentials, retries = 0) =>
   new Kafka({
