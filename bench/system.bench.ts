@@ -31,6 +31,8 @@ let stack: LocalStack;
 let load: LoadGenerator;
 let prober: LoadGenerator;
 let koa: Awaited<ReturnType<typeof startBaseline>>;
+/** The bare auth service behind the Koa baseline's floor route (POST /floor/oauth/token). */
+let authBaseline: Awaited<ReturnType<typeof startBaseline>>;
 let sink: Awaited<ReturnType<typeof startBaseline>>;
 let partner: ConnectedPartner;
 let scratch: string;
@@ -54,7 +56,6 @@ beforeAll(async () => {
   });
   load = new LoadGenerator();
   prober = new LoadGenerator();
-  koa = await startBaseline("koa-baseline.mjs");
   sink = await startBaseline("http-sink.mjs", { SINK_DIR: scratch });
   partner = await connectedPartner(stack, "Bench Partner");
 
@@ -64,14 +65,12 @@ beforeAll(async () => {
   const asGateway = { ...stack.settings, SERVICE_IDENTITY_KEY: withLocalStackIdentity({}, stack.stateDir, "gateway").SERVICE_IDENTITY_KEY };
   const jwks = await clientsFor(asGateway).auth().getJwks({});
   const scope = await tokenScope();
+  const clients = [{ client_id: partner.live.clientId, client_secret: partner.live.clientSecret, partner_id: partner.partnerId, scope }];
+  authBaseline = await startBaseline("auth-baseline.mjs", { BENCH_CLIENTS: JSON.stringify(clients) });
+  koa = await startBaseline("koa-baseline.mjs", { AUTH_BASELINE_URL: authBaseline.baseUrl });
   const res = await fetch(`${koa.baseUrl}/_bench/keys`, {
     method: "PUT",
-    body: JSON.stringify({
-      jwks: JSON.parse(jwks.jwksJson),
-      issuer: jwks.issuer,
-      audience: jwks.audience,
-      clients: [{ client_id: partner.live.clientId, client_secret: partner.live.clientSecret, partner_id: partner.partnerId, scope }],
-    }),
+    body: JSON.stringify({ jwks: JSON.parse(jwks.jwksJson), issuer: jwks.issuer, audience: jwks.audience, clients }),
   });
   if (res.status !== 204) throw new Error(`the baseline refused its keys: ${res.status}`);
 }, 600_000);
@@ -80,6 +79,7 @@ afterAll(async () => {
   load?.close();
   prober?.close();
   koa?.stop();
+  authBaseline?.stop();
   sink?.stop();
   await stack?.stop();
   if (scratch) rmSync(scratch, { recursive: true, force: true });
@@ -129,16 +129,23 @@ const byProcess = (perName: Map<string, number>[], units: number[]) => {
     .join(", ");
 };
 
+type Process = { pid: number; name: string };
+
 /**
  * Request/response comparison with autocannon: the same request against each side. Besides rates
  * and latencies, the CPU each side's processes used per request (from /proc), which a busy machine
  * distorts far less than a rate: on a machine shared with others, the side with more processes
  * gets more of it.
  */
-async function compareRequests(request: Record<string, unknown>, systemUrl: string, baselineUrl: string) {
-  const systemProcesses = stack.processes();
-  const baselineProcesses = [{ pid: koa.pid, name: "koa-baseline" }];
-  const run = async (url: string, duration: number, processes: { pid: number; name: string }[]) => {
+async function compareRequests(
+  request: Record<string, unknown>,
+  systemUrl: string,
+  baselineUrl: string,
+  processes: { system?: Process[]; baseline?: Process[] } = {},
+) {
+  const systemProcesses = processes.system ?? stack.processes();
+  const baselineProcesses = processes.baseline ?? [{ pid: koa.pid, name: "koa-baseline" }];
+  const run = async (url: string, duration: number, processes: Process[]) => {
     const meter = cpuMeter(processes);
     const result = await load.autocannon({ ...request, url, connections: knobs.connections, duration });
     return { ...result, cpu: meter.stop() };
@@ -255,6 +262,27 @@ it("POST /oauth/token: system vs a bare Koa route that parses the form, HMAC-has
   report("POST /oauth/token: system vs bare Koa route (form, HMAC, ES256 sign)", c.figures);
   summary["token req/s ratio [>= 0.5]"] = c.s.rps / c.b.rps;
   summary["token CPU-per-request ratio, baseline / system"] = c.b.cpuMs / c.s.cpuMs;
+}, 300_000);
+
+// What the system's shape costs by itself: a gateway that calls an auth service. The floor is the
+// bare Koa route parsing the same form and making one bare gRPC call to a bare auth service that
+// does the token work (bench/drivers/auth-baseline.mjs): no interceptors, replicas, logs or
+// telemetry. Against the bare route, it bounds any system of this shape on this machine; against
+// the system, it is what the system adds to that shape.
+it("POST /oauth/token: the floor of a gateway calling an auth service (bare Koa route, one bare gRPC call), against the bare route and against the system", async () => {
+  const floorUrl = `${koa.baseUrl}/floor/oauth/token`;
+  const floorProcesses = [
+    { pid: koa.pid, name: "koa-baseline" },
+    { pid: authBaseline.pid, name: "auth-baseline" },
+  ];
+  const request = { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: tokenForm() };
+  const floorVsBare = await compareRequests(request, floorUrl, `${koa.baseUrl}/oauth/token`, { system: floorProcesses });
+  report("POST /oauth/token: floor (bare Koa route + one bare gRPC call) vs bare Koa route; 'system' below is the floor", floorVsBare.figures);
+  const systemVsFloor = await compareRequests(request, `${stack.baseUrl}/oauth/token`, floorUrl, { baseline: floorProcesses });
+  report("POST /oauth/token: system vs floor; 'baseline' below is the floor", systemVsFloor.figures);
+  summary["token floor req/s ratio to the bare route (the bound of this shape)"] = floorVsBare.s.rps / floorVsBare.b.rps;
+  summary["token req/s ratio, system / floor"] = systemVsFloor.s.rps / systemVsFloor.b.rps;
+  summary["token CPU-per-request ratio, floor / system"] = systemVsFloor.b.cpuMs / systemVsFloor.s.cpuMs;
 }, 300_000);
 
 it("GET /v1/files/{id} before bulk data: system vs a bare Koa route verifying the same token", async () => {

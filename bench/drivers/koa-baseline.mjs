@@ -5,26 +5,31 @@
 //                       and answers the JSON the system answered for that file (held in memory).
 //   POST /oauth/token   parses the form (@koa/bodyparser, as the gateway), HMAC-SHA256-hashes the
 //                       secret with a pepper, compares it in constant time, signs an ES256 JWT of the
-//                       same claims (jose) and answers the same token response.
+//                       same claims (jose) and answers the same token response (token-issuer.mjs).
+//   POST /floor/oauth/token   the floor of the system's shape: the same form, then one bare gRPC call
+//                       (Connect, no interceptors) to the bare auth service at AUTH_BASELINE_URL
+//                       (auth-baseline.mjs), which does the token work; only when that is set.
 //
 // The bench configures it over two control routes before measuring:
 //   PUT /_bench/keys   { jwks, issuer, audience, clients: [{ client_id, client_secret, partner_id, scope }] }
 //   PUT /_bench/files/:id   the exact JSON body to answer for that file
 // It prints its port on stdout ("listening <port>") once ready.
-import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import Koa from "koa";
 import { bodyParser } from "@koa/bodyparser";
-import { SignJWT, createLocalJWKSet, generateKeyPair, jwtVerify } from "jose";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { createLocalJWKSet, jwtVerify } from "jose";
+import { authv1 } from "@pi/proto";
+import { createTokenIssuer } from "./token-issuer.mjs";
 
-const pepper = randomBytes(32).toString("base64url");
-const hash = (secret) => createHmac("sha256", pepper).update(secret, "utf8").digest();
-const { privateKey } = await generateKeyPair("ES256");
-const kid = `bench-${randomBytes(4).toString("hex")}`;
+const tokens = await createTokenIssuer();
+const auth = process.env.AUTH_BASELINE_URL
+  ? createClient(authv1.AuthService, createGrpcTransport({ baseUrl: process.env.AUTH_BASELINE_URL }))
+  : undefined;
 
 let verifyKeys;
 let issuer = "";
 let audience = "";
-const clients = new Map();
 const files = new Map();
 const bearer = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 const fileId = /^file_[0-9A-Za-z]{22}$/;
@@ -72,30 +77,25 @@ app.use(async (ctx, next) => {
     ctx.body = body;
     return;
   }
-  if (ctx.method === "POST" && path === "/oauth/token") {
+  if (ctx.method === "POST" && (path === "/oauth/token" || (auth && path === "/floor/oauth/token"))) {
     ctx.set("Cache-Control", "no-store");
     ctx.set("Pragma", "no-cache");
     await form(ctx, async () => {});
     const b = ctx.request.body ?? {};
-    const client = clients.get(b.client_id);
-    const presented = hash(String(b.client_secret ?? ""));
-    const good = b.grant_type === "client_credentials" && client !== undefined && timingSafeEqual(presented, client.hash);
-    if (!good) {
+    let t;
+    if (b.grant_type === "client_credentials") {
+      if (path === "/oauth/token") t = await tokens.issue(b.client_id, b.client_secret);
+      else {
+        const res = await auth.issueToken({ clientId: String(b.client_id ?? ""), clientSecret: String(b.client_secret ?? "") });
+        if (res.outcome.case === "token") t = { access_token: res.outcome.value.accessToken, expires_in: Number(res.outcome.value.expiresIn), scope: res.outcome.value.scope };
+      }
+    }
+    if (!t) {
       ctx.status = 400;
       ctx.body = { error: "invalid_client", error_description: "Client authentication failed." };
       return;
     }
-    const now = Math.floor(Date.now() / 1000);
-    const token = await new SignJWT({ client_id: b.client_id, mode: "live", scope: client.scope })
-      .setProtectedHeader({ alg: "ES256", kid, typ: "at+jwt" })
-      .setSubject(client.partner_id)
-      .setIssuer("pi-auth")
-      .setAudience("partner-api")
-      .setJti(`tok_${randomBytes(16).toString("base64url")}`)
-      .setIssuedAt(now)
-      .setExpirationTime(now + 900)
-      .sign(privateKey);
-    ctx.body = { access_token: token, token_type: "Bearer", expires_in: 900, scope: client.scope };
+    ctx.body = { access_token: t.access_token, token_type: "Bearer", expires_in: t.expires_in, scope: t.scope };
     return;
   }
   if (ctx.method === "PUT" && path === "/_bench/keys") {
@@ -103,7 +103,7 @@ app.use(async (ctx, next) => {
     verifyKeys = createLocalJWKSet(cfg.jwks);
     issuer = cfg.issuer;
     audience = cfg.audience;
-    for (const c of cfg.clients ?? []) clients.set(c.client_id, { hash: hash(c.client_secret), partner_id: c.partner_id, scope: c.scope });
+    tokens.addClients(cfg.clients ?? []);
     ctx.status = 204;
     return;
   }

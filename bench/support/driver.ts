@@ -98,7 +98,7 @@ export class LoadGenerator {
 }
 
 /** A bare baseline server in a process of its own; resolves once it listens. */
-export async function startBaseline(script: "koa-baseline.mjs" | "http-sink.mjs", env: Record<string, string> = {}) {
+export async function startBaseline(script: "koa-baseline.mjs" | "auth-baseline.mjs" | "http-sink.mjs", env: Record<string, string> = {}) {
   const child = fork(join(drivers, script), [], { stdio: ["ignore", "pipe", "inherit", "ipc"], env: { ...process.env, ...env } });
   const port = await new Promise<number>((resolve, reject) => {
     let out = "";
