@@ -91,6 +91,16 @@ function unavailable(err: unknown): ConnectError {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Waits for `promise`, but `ms` at most, and leaves no timer behind. */
+async function atMost(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([promise, new Promise((r) => (timer = setTimeout(r, ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** A client stream is made again on another replica only while its attempt had read at most this many messages. */
 const MAX_CARRIED_MESSAGES = 4;
 
@@ -162,7 +172,8 @@ export class BalancedTransport implements Transport {
   ): Promise<T> {
     const deadline = Date.now() + (timeoutMs ?? this.options.defaultTimeoutMs);
     const remaining = () => deadline - Date.now();
-    await Promise.race([this.endpoints.ready(), sleep(Math.max(remaining(), 0))]);
+    // Only until the first lookup of the service's names: every later call goes straight on.
+    if (!this.endpoints.isReady()) await atMost(this.endpoints.ready(), Math.max(remaining(), 0));
     const tried = new Set<string>();
     let lastError: unknown;
     for (let n = 1; ; n++) {

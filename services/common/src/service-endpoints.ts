@@ -57,6 +57,7 @@ export class ServiceEndpoints {
   private lastResolve = 0;
   private resolving?: Promise<void>;
   private first?: Promise<void>;
+  private firstDone = false;
 
   constructor(value: string, options: ServiceEndpointsOptions = {}) {
     this.urls = parseServiceUrls(value);
@@ -81,8 +82,15 @@ export class ServiceEndpoints {
   /** Settles once every host name has been looked up at least once (whatever the outcome). */
   ready(): Promise<void> {
     if (!this.timer) return Promise.resolve();
-    this.first ??= this.resolve();
+    this.first ??= this.resolve().then(() => {
+      this.firstDone = true;
+    });
     return this.first;
+  }
+
+  /** Whether ready() has settled (at once for IP literals): a caller need not wait for it. */
+  isReady(): boolean {
+    return !this.timer || this.firstDone;
   }
 
   /** Looks the host names up again, unless that happened very recently. */

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from "@jest/globals";
+import { createHook } from "node:async_hooks";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -187,6 +188,37 @@ describe("internal clients over every replica", () => {
     await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
     await replica({}, first.port);
     expect((await auth.getJwks({}, { timeoutMs: 1_500 })).issuer).toBe(`replica-${first.port}`);
+  });
+});
+
+describe("what a call leaves behind", () => {
+  it("calls to a service by host name leave no timer per call pending once they are answered (none for their deadline, none for the first lookup)", async () => {
+    const r = await replica();
+    const endpoints = new ServiceEndpoints(`http://auth-headless:${r.port}`, { lookup: async () => ["127.0.0.1"] });
+    const auth = client(`http://auth-headless:${r.port}`, { endpoints, defaultTimeoutMs: 60_000 });
+    await auth.getJwks({}); // the first call waits for the first lookup
+
+    const pending = new Set<number>();
+    const hook = createHook({
+      init(id, type) {
+        if (type === "Timeout") pending.add(id);
+      },
+      destroy(id) {
+        pending.delete(id);
+      },
+    }).enable();
+    try {
+      for (let i = 0; i < 20; i++) await auth.getJwks({});
+      // destroy hooks of cleared timers run after the current tick
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      hook.disable();
+      endpoints.close();
+    }
+    expect(r.calls).toBe(21);
+    // What may stay: one per connection and server (the session's idle timer, the Date header's
+    // cache), never one per call.
+    expect(pending.size).toBeLessThan(5);
   });
 });
 
