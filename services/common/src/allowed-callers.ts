@@ -61,6 +61,7 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
   "pi.fileintake.v1.FileIntakeService": {
     SubmitFile: runtime("gateway"),
     GetFile: runtime("gateway"),
+    CheckStorageQuota: runtime("gateway"),
   },
   "pi.webhook.v1.WebhookService": {
     ListDeliveries: admin("ops"),

@@ -159,6 +159,11 @@ export const settingsSchema = z.object({
   // file's id and status stay (docs/security.md, "Data at rest").
   FILE_RETENTION_SECONDS: positiveInt.default(30 * 86400),
   TEST_FILE_RETENTION_SECONDS: positiveInt.default(86400),
+  // What a partner's files may hold in one mode, accepted (until retention deletes their bytes) and
+  // in flight together; a test credential's far less, so it alone cannot fill the volume
+  // (docs/files.md, "Storage quota").
+  FILE_STORAGE_QUOTA_BYTES: positiveInt.default(10 * 1024 ** 3),
+  TEST_FILE_STORAGE_QUOTA_BYTES: positiveInt.default(256 * 1024 ** 2),
 
   // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
   // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service
