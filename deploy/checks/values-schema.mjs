@@ -59,6 +59,8 @@ const settings = {
   KAFKA_SSL: { type: "boolean" },
   FILE_RETENTION_SECONDS: { ...posInt, description: "How long a file's bytes, extraction result and metadata are kept after it was accepted." },
   TEST_FILE_RETENTION_SECONDS: { ...posInt, description: "The same for test files (shorter)." },
+  FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "What a partner's live files may hold, accepted and in flight together." },
+  TEST_FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "The same for its test files (far less)." },
 };
 const clusterWide = ["DATA_NAMESPACE", "GATEWAY_PORT", "AUTH_SERVICE_PORT", "CONNECTION_SERVICE_PORT", "FILE_INTAKE_SERVICE_PORT", "WEBHOOK_SERVICE_PORT"];
 const serviceSettings = Object.fromEntries(Object.entries(settings).filter(([k]) => !clusterWide.includes(k)));
