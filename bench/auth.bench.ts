@@ -78,7 +78,7 @@ it("authenticated GET /v1/connections/{id} (bearer verified locally, then the co
 });
 
 it("revocation reaching two gateways, and the operator CLI's credential revoke end to end", async () => {
-  const auth = clientsFor(stack.settings).auth();
+  const auth = clientsFor(stack.settings).authAdmin();
   const propagation: number[] = [];
   for (let i = 0; i < 20; i++) {
     const p = await ops.partnerCreate({ name: `Bench Revoke ${i}` });

@@ -410,7 +410,7 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
       network0 = ["--network", "host"];
       runEnv = [
         `DATA_NAMESPACE=imagecheck${process.pid}`, `MONGODB_URI=${infra.mongoUri}`, `KAFKA_BROKERS=${infra.kafkaBrokers}`,
-        `AUTH_SERVICE_PORT=${authPort}`, `AUTH_SERVICE_URL=http://127.0.0.1:${authPort}`, `GATEWAY_PORT=${gatewayPort}`,
+        `AUTH_SERVICE_PORT=${authPort}`, `AUTH_SERVICE_URL=http://127.0.0.1:${authPort}`, `AUTH_ADMIN_PORT=${await freePort()}`, `GATEWAY_PORT=${gatewayPort}`,
         "WEBHOOK_ALLOW_INSECURE_URLS=false", "LOG_LEVEL=info",
       ];
       const pepper = randomBytes(36).toString("base64url");

@@ -2,7 +2,7 @@
 # stack on a temporary STATE_DIR with ports of its own, started in its own process group and always
 # stopped. Needs `root` (the repository) and `log` from the caller.
 #
-#   start_local_stack BASE NAME    gateway BASE+80, services BASE+51..54, the MongoDB-wire server BASE-983,
+#   start_local_stack BASE NAME    gateway BASE+80, services BASE+51..54 (admin ports BASE+61, 62, 64), the MongoDB-wire server BASE-983,
 #                                  Kafka BASE+1092/1093; sets $gateway and $state; exits if not ready
 #   stop_local_stack               (set as the EXIT trap by start_local_stack)
 # KEEP_STACK_STATE=1 keeps $state (the stack's logs) after the stop.
@@ -16,6 +16,8 @@ start_local_stack() {
   export AUTH_SERVICE_PORT=$((base + 51)) CONNECTION_SERVICE_PORT=$((base + 52)) FILE_INTAKE_SERVICE_PORT=$((base + 53)) WEBHOOK_SERVICE_PORT=$((base + 54))
   export AUTH_SERVICE_URL="http://127.0.0.1:$((base + 51))" CONNECTION_SERVICE_URL="http://127.0.0.1:$((base + 52))"
   export FILE_INTAKE_SERVICE_URL="http://127.0.0.1:$((base + 53))" WEBHOOK_SERVICE_URL="http://127.0.0.1:$((base + 54))"
+  export AUTH_ADMIN_PORT=$((base + 61)) CONNECTION_ADMIN_PORT=$((base + 62)) WEBHOOK_ADMIN_PORT=$((base + 64))
+  export AUTH_ADMIN_URL="http://127.0.0.1:$((base + 61))" CONNECTION_ADMIN_URL="http://127.0.0.1:$((base + 62))" WEBHOOK_ADMIN_URL="http://127.0.0.1:$((base + 64))"
   export MONGODB_PORT=$((base - 983)) KAFKA_PORT=$((base + 1092)) KAFKA_CONTROLLER_PORT=$((base + 1093))
   export ACCESS_TOKEN_TTL_SECONDS=3600
   unset MONGODB_URI KAFKA_BROKERS

@@ -23,6 +23,9 @@ const settings = {
   CONNECTION_SERVICE_PORT: port,
   FILE_INTAKE_SERVICE_PORT: port,
   WEBHOOK_SERVICE_PORT: port,
+  AUTH_ADMIN_PORT: port,
+  CONNECTION_ADMIN_PORT: port,
+  WEBHOOK_ADMIN_PORT: port,
   ADDRESS_DOMAIN: { type: "string", pattern: "^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$" },
   ACCESS_TOKEN_TTL_SECONDS: posInt,
   JWKS_REFRESH_SECONDS: posInt,
@@ -59,8 +62,20 @@ const settings = {
   KAFKA_SSL: { type: "boolean" },
   FILE_RETENTION_SECONDS: { ...posInt, description: "How long a file's bytes, extraction result and metadata are kept after it was accepted." },
   TEST_FILE_RETENTION_SECONDS: { ...posInt, description: "The same for test files (shorter)." },
+  FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "What a partner's live files may hold, accepted and in flight together." },
+  TEST_FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "The same for its test files (far less)." },
 };
-const clusterWide = ["DATA_NAMESPACE", "GATEWAY_PORT", "AUTH_SERVICE_PORT", "CONNECTION_SERVICE_PORT", "FILE_INTAKE_SERVICE_PORT", "WEBHOOK_SERVICE_PORT"];
+const clusterWide = [
+  "DATA_NAMESPACE",
+  "GATEWAY_PORT",
+  "AUTH_SERVICE_PORT",
+  "CONNECTION_SERVICE_PORT",
+  "FILE_INTAKE_SERVICE_PORT",
+  "WEBHOOK_SERVICE_PORT",
+  "AUTH_ADMIN_PORT",
+  "CONNECTION_ADMIN_PORT",
+  "WEBHOOK_ADMIN_PORT",
+];
 const serviceSettings = Object.fromEntries(Object.entries(settings).filter(([k]) => !clusterWide.includes(k)));
 const quantity = { type: ["string", "number"] };
 const definitions = {

@@ -131,8 +131,23 @@ describe("Helm chart with the default values", () => {
       CONNECTION_SERVICE_URL: `http://${RELEASE}-connection-headless:50052`,
       FILE_INTAKE_SERVICE_URL: `http://${RELEASE}-file-intake-headless:50053`,
       WEBHOOK_SERVICE_URL: `http://${RELEASE}-webhook-headless:50054`,
+      AUTH_ADMIN_URL: `http://${RELEASE}-auth-headless:50061`,
+      CONNECTION_ADMIN_URL: `http://${RELEASE}-connection-headless:50062`,
+      WEBHOOK_ADMIN_URL: `http://${RELEASE}-webhook-headless:50064`,
       KAFKA_BROKERS: `${RELEASE}-kafka:9092`,
     });
+  });
+
+  it("serves each service's admin RPCs on a port of its own (auth, connection, webhook; file-intake has none), in its Services and pods", () => {
+    const portsOf = (svc: K8sObject) => Object.fromEntries(svc.spec.ports.map((p: K8sObject) => [p.name, p.port]));
+    for (const [component, data, admin] of [["auth", 50051, 50061], ["connection", 50052, 50062], ["webhook", 50054, 50064]] as const) {
+      for (const name of [`${RELEASE}-${component}`, `${RELEASE}-${component}-headless`]) expect(portsOf(find(docs, "Service", name))).toEqual({ grpc: data, admin });
+      expect(container(docs, component).ports.map((p: K8sObject) => [p.name, p.containerPort])).toEqual([["grpc", data], ["admin", admin]]);
+      expect(envOf(container(docs, component))[`${component.toUpperCase()}_ADMIN_PORT`]).toBe(String(admin));
+    }
+    expect(portsOf(find(docs, "Service", `${RELEASE}-file-intake`))).toEqual({ grpc: 50053 });
+    // Probes stay on the data port.
+    expect(container(docs, "auth").readinessProbe.grpc.port).toBe(50051);
   });
 
   it("gives each data service its own MongoDB (a mongo:7 StatefulSet), reached as a user of its own, and the gateway none", () => {
@@ -349,12 +364,14 @@ describe("Helm chart with the default values", () => {
     expect(c.image).toBe(container(docs, "gateway").image);
     expect(c.command[0]).toBe("node");
     expect(find(docs, "Service", `${RELEASE}-ops`)).toBeUndefined();
-    expect(envOf(c)).toMatchObject({ AUTH_SERVICE_URL: `http://${RELEASE}-auth-headless:50051`, CONNECTION_SERVICE_URL: `http://${RELEASE}-connection-headless:50052`, WEBHOOK_SERVICE_URL: `http://${RELEASE}-webhook-headless:50054` });
+    expect(envOf(c)).toMatchObject({ AUTH_ADMIN_URL: `http://${RELEASE}-auth-headless:50061`, CONNECTION_ADMIN_URL: `http://${RELEASE}-connection-headless:50062`, WEBHOOK_ADMIN_URL: `http://${RELEASE}-webhook-headless:50064` });
     const off = render({ ops: { enabled: false } });
     expect(find(off, "Deployment", `${RELEASE}-ops`)).toBeUndefined();
     expect(find(off, "Secret", `${RELEASE}-ops-identity`)).toBeUndefined();
     expect(find(off, "NetworkPolicy", `${RELEASE}-ops`)).toBeUndefined();
     expect(podComponents(find(off, "NetworkPolicy", `${RELEASE}-auth`).spec.ingress.flatMap((r: K8sObject) => r.from))).toEqual(["gateway", "webhook"]);
+    // No admin caller left for connection: its admin port admits nobody.
+    expect(find(off, "NetworkPolicy", `${RELEASE}-connection`).spec.ingress.flatMap((r: K8sObject) => r.ports)).toEqual([{ port: 50052, protocol: "TCP" }]);
   });
 
   it("uses a given pepper, or an existing Secret of the operator's", () => {
@@ -421,20 +438,21 @@ describe("Helm chart with the default values", () => {
     expect(gw.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "http" });
   });
 
-  it("denies all traffic of the release's pods, then admits only each component's named callers", () => {
+  it("denies all traffic of the release's pods, then admits only each component's named callers, each to the port of its plane", () => {
     const policy = (component: string) => find(docs, "NetworkPolicy", `${RELEASE}-${component}`)!.spec;
     const denyAll = policy("deny-all");
     expect(denyAll.policyTypes).toEqual(["Ingress", "Egress"]);
     expect(denyAll.ingress).toBeUndefined();
     expect(denyAll.egress).toBeUndefined();
-    const callers: Record<string, string[]> = {
-      auth: ["gateway", "ops", "webhook"],
-      connection: ["file-intake", "gateway", "ops"],
-      "file-intake": ["gateway"],
-      webhook: ["gateway", "ops"],
+    // Per port: the data plane's callers, then the admin plane's (the gateway never among them).
+    const callers: Record<string, [number, string[]][]> = {
+      auth: [[50051, ["gateway"]], [50061, ["ops", "webhook"]]],
+      connection: [[50052, ["file-intake", "gateway"]], [50062, ["ops"]]],
+      "file-intake": [[50053, ["gateway"]]],
+      webhook: [[50054, ["gateway"]], [50064, ["ops"]]],
     };
     for (const [component, expected] of Object.entries(callers)) {
-      expect(podComponents(policy(component).ingress.flatMap((r: K8sObject) => r.from))).toEqual(expected);
+      expect(policy(component).ingress.map((r: K8sObject) => [r.ports.map((p: K8sObject) => p.port)[0], podComponents(r.from)])).toEqual(expected);
     }
     const gatewayFrom = policy("gateway").ingress[0].from[0];
     expect(gatewayFrom.namespaceSelector.matchLabels).toEqual({ "kubernetes.io/metadata.name": "ingress-nginx" });
@@ -444,10 +462,15 @@ describe("Helm chart with the default values", () => {
     expect(policy("ops").ingress).toEqual([]);
     expect(podComponents(policy("ops").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "webhook"]);
     expect(policy("ops").egress.flatMap((r: K8sObject) => r.ports).filter((p: K8sObject) => p.port !== 53)).toEqual([
-      { port: 50051, protocol: "TCP" },
-      { port: 50052, protocol: "TCP" },
-      { port: 50054, protocol: "TCP" },
+      { port: 50061, protocol: "TCP" },
+      { port: 50062, protocol: "TCP" },
+      { port: 50064, protocol: "TCP" },
     ]);
+    // The webhook service reaches auth's admin port only (GetWebhookTarget), not its data port.
+    const webhookToAuth = policy("webhook").egress.filter((r: K8sObject) => podComponents(r.to ?? []).includes("auth"));
+    expect(webhookToAuth.flatMap((r: K8sObject) => r.ports)).toEqual([{ port: 50061, protocol: "TCP" }]);
+    const gatewayPorts = policy("gateway").egress.flatMap((r: K8sObject) => r.ports ?? []).map((p: K8sObject) => p.port);
+    for (const admin of [50061, 50062, 50064]) expect(gatewayPorts).not.toContain(admin);
     for (const s of dataServices) {
       expect(podComponents(policy(`${s.component}-mongodb`).ingress[0].from)).toEqual([s.component]);
       expect(policy(`${s.component}-mongodb`).egress).toEqual([]);

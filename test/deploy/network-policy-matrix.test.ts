@@ -8,7 +8,7 @@ import { ensureHelm } from "../../deploy/checks/helm.mjs";
 import * as chart from "../../deploy/checks/chart.mjs";
 import type { K8sObject } from "../../deploy/checks/chart.mjs";
 import { admits, type Namespace, type NetworkPolicy, type Pod } from "../support/network-policy.js";
-import { admitted, componentPorts, components, refused } from "../support/policy-matrix.js";
+import { admitted, componentOf, componentPorts, components, refused } from "../support/policy-matrix.js";
 
 let policies: NetworkPolicy[];
 let pods: Pod[];
@@ -34,7 +34,7 @@ beforeAll(() => {
 describe("the chart's NetworkPolicies, judged on the rendered objects", () => {
   for (const source of Object.keys(admitted)) {
     it(`${source} may reach ${admitted[source].join(", ")}, and not ${refused[source].join(", ")}`, () => {
-      const judged = Object.fromEntries([...admitted[source], ...refused[source]].map((c) => [c, admits(policies, namespaces, podOf(source), podOf(c), componentPorts[c])]));
+      const judged = Object.fromEntries([...admitted[source], ...refused[source]].map((c) => [c, admits(policies, namespaces, podOf(source), podOf(componentOf(c)), componentPorts[c])]));
       expect(judged).toEqual(Object.fromEntries([...admitted[source].map((c) => [c, true]), ...refused[source].map((c) => [c, false])]));
     });
   }
@@ -43,7 +43,7 @@ describe("the chart's NetworkPolicies, judged on the rendered objects", () => {
     const controller = pod("ingress-nginx", "controller", { "app.kubernetes.io/name": "ingress-nginx" }, 1);
     const foreign = pod("elsewhere", "foreign", { "app.kubernetes.io/name": "ingress-nginx" }, 2);
     const unlabelled = pod(chart.NAMESPACE, "unlabelled", {}, 3);
-    const judged = Object.fromEntries(components.map((c) => [c, [controller, foreign, unlabelled].map((from) => admits(policies, namespaces, from, podOf(c), componentPorts[c]))]));
+    const judged = Object.fromEntries(components.map((c) => [c, [controller, foreign, unlabelled].map((from) => admits(policies, namespaces, from, podOf(componentOf(c)), componentPorts[c]))]));
     expect(judged).toEqual(Object.fromEntries(components.map((c) => [c, [c === "gateway", false, false]])));
   });
 

@@ -100,7 +100,7 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
   it("the auth service reports both gateways (and the auth replica, for its cache) confirmed the change, and how long it took", async () => {
     const p = await ops.partnerCreate({ name: "Reported Clinic" });
     const clients = (await import("@pi/common")).clientsFor(stack.settings);
-    const res = await clients.auth().revokeCredential({ clientId: p.test.client_id });
+    const res = await clients.authAdmin().revokeCredential({ clientId: p.test.client_id });
     expect(res.propagation).toMatchObject({ gateways: 2, confirmed: 2, authReplicas: 1, authConfirmed: 1 });
     propagationMs.push(Number(res.propagation!.elapsedMs));
     expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
@@ -114,7 +114,7 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
       const token = await accessToken(stack.baseUrl, p.live.client_id, p.live.client_secret);
       const clients = (await import("@pi/common")).clientsFor(stack.settings);
       const started = performance.now();
-      const res = await clients.auth().revokeCredential({ clientId: p.live.client_id });
+      const res = await clients.authAdmin().revokeCredential({ clientId: p.live.client_id });
       const took = performance.now() - started;
       expect(res.propagation).toMatchObject({ gateways: 3, confirmed: 2 });
       expect(took).toBeGreaterThanOrEqual(1100);

@@ -18,7 +18,7 @@ const env: NodeJS.ProcessEnv = {
   LOG_LEVEL: "info",
 };
 for (const name of ["MONGODB_URI", "KAFKA_BROKERS", "MONGODB_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SERVICE_REPLICAS"]) delete env[name];
-for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"]) delete env[`${s}_SERVICE_PORT`], delete env[`${s}_SERVICE_URL`];
+for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"]) for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
 const baseUrl = "http://127.0.0.1:48080";
 let stack: ChildProcess | undefined;
 // Every process the stack ever had, so a failed test still leaves nothing behind.

@@ -8,6 +8,7 @@ import { freePort } from "../support/gateway-process.js";
 import { alive, descendants } from "../support/processes.js";
 import { runOpsCli } from "../support/partner-api.js";
 import { sendFile } from "../support/files.js";
+import { SERVICE_URL_SETTINGS } from "@pi/common";
 
 // The local stack as `npm start` runs it (two replicas of every service and of the gateway, free
 // internal ports), under a partner's traffic while one replica of each service after the other is
@@ -25,7 +26,7 @@ const env: NodeJS.ProcessEnv = {
 };
 // Only the gateway port is chosen; everything else takes free ports.
 for (const name of ["MONGODB_URI", "KAFKA_BROKERS", "MONGODB_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SERVICE_REPLICAS"]) delete env[name];
-for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"]) delete env[`${s}_SERVICE_PORT`], delete env[`${s}_SERVICE_URL`];
+for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"]) for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
 
 let stack: ChildProcess | undefined;
 let baseUrl = "";
@@ -186,7 +187,7 @@ describe("two replicas of every service (npm start)", () => {
   it("runs two processes of every service and of the gateway, sharing the one partner port", () => {
     for (const service of ["gateway", "auth", "connection", "file-intake", "webhook"]) expect(processesOf(service)).toHaveLength(2);
     const recorded = JSON.parse(readFileSync(join(stateDir, "stack.json"), "utf8")) as Record<string, string>;
-    for (const name of ["AUTH_SERVICE_URL", "CONNECTION_SERVICE_URL", "FILE_INTAKE_SERVICE_URL", "WEBHOOK_SERVICE_URL"]) expect(recorded[name]!.split(",")).toHaveLength(2);
+    for (const name of SERVICE_URL_SETTINGS) expect(recorded[name]!.split(",")).toHaveLength(2);
   });
 
   it("a replica of each service killed in turn under a partner's traffic: no 5xx, no hang, nothing lost", async () => {

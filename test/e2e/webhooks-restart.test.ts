@@ -6,7 +6,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { commonv1, eventsv1 } from "@pi/proto";
 import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "@pi/auth";
-import { as, grantTestKafkaAccess, identityKey, kafkaUserEnv, testSettings } from "../support/services.js";
+import { addressOf, as, grantTestKafkaAccess, identityKey, kafkaUserEnv, testSettings } from "../support/services.js";
 import { opsFor } from "../support/partner-api.js";
 import { startTestReceiver, type TestReceiver } from "../support/webhook-receiver.js";
 
@@ -29,7 +29,9 @@ function startChild(): ChildProcess {
     KAFKA_BROKERS: settings.KAFKA_BROKERS,
     DATA_NAMESPACE: settings.DATA_NAMESPACE,
     AUTH_SERVICE_URL: settings.AUTH_SERVICE_URL,
+    AUTH_ADMIN_URL: settings.AUTH_ADMIN_URL,
     WEBHOOK_SERVICE_PORT: "0",
+    WEBHOOK_ADMIN_PORT: "0",
     WEBHOOK_RETRY_BASE_SECONDS: "0.3",
     WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: "2",
     WEBHOOK_ALLOW_INSECURE_URLS: "true",
@@ -56,7 +58,7 @@ beforeAll(async () => {
   await grantTestKafkaAccess(settings.DATA_NAMESPACE);
   const logger = createLogger("restart-test", settings.LOG_LEVEL);
   auth = await startAuthService(as(settings, "auth"), logger);
-  settings = { ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${auth.port}` };
+  settings = { ...settings, ...addressOf("auth", auth) };
   producer = createProducer(createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)));
   await producer.connect();
   mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));

@@ -8,7 +8,7 @@ import { validateResponse } from "./openapi.js";
 
 export function opsFor(settings: Settings) {
   const c = clientsFor(settings);
-  return commands({ auth: c.auth(), connection: c.connection(), webhook: c.webhook() });
+  return commands({ auth: c.authAdmin(), connection: c.connectionAdmin(), webhook: c.webhookAdmin() });
 }
 
 export async function requestToken(baseUrl: string, body: Record<string, string>, encoding: "form" | "json" = "form", headers: Record<string, string> = {}) {
@@ -56,6 +56,9 @@ export function opsCliEnv(settings: Settings): NodeJS.ProcessEnv {
     CONNECTION_SERVICE_URL: settings.CONNECTION_SERVICE_URL,
     FILE_INTAKE_SERVICE_URL: settings.FILE_INTAKE_SERVICE_URL,
     WEBHOOK_SERVICE_URL: settings.WEBHOOK_SERVICE_URL,
+    AUTH_ADMIN_URL: settings.AUTH_ADMIN_URL,
+    CONNECTION_ADMIN_URL: settings.CONNECTION_ADMIN_URL,
+    WEBHOOK_ADMIN_URL: settings.WEBHOOK_ADMIN_URL,
     ADDRESS_DOMAIN: settings.ADDRESS_DOMAIN,
     SERVICE_IDENTITY_KEY: settings.SERVICE_IDENTITY_KEY,
   };

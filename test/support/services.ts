@@ -68,6 +68,9 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
     CONNECTION_SERVICE_PORT: "0",
     FILE_INTAKE_SERVICE_PORT: "0",
     WEBHOOK_SERVICE_PORT: "0",
+    AUTH_ADMIN_PORT: "0",
+    CONNECTION_ADMIN_PORT: "0",
+    WEBHOOK_ADMIN_PORT: "0",
     WEBHOOK_ALLOW_INSECURE_URLS: "true",
     ...overrides,
   });
@@ -81,6 +84,15 @@ export interface TestStack {
 }
 
 const url = (port: number) => `http://127.0.0.1:${port}`;
+
+const SETTING_PREFIX = { auth: "AUTH", connection: "CONNECTION", "file-intake": "FILE_INTAKE", webhook: "WEBHOOK" } as const;
+
+/** The settings that address these started replicas of `service`: its data plane's URL, and its admin plane's when it has one. */
+export function addressOf(service: keyof typeof SETTING_PREFIX, ...replicas: RunningService[]): Partial<Settings> {
+  const prefix = SETTING_PREFIX[service];
+  const admin = replicas.flatMap((r) => (r.adminPort === undefined ? [] : [url(r.adminPort)]));
+  return { [`${prefix}_SERVICE_URL`]: replicas.map((r) => url(r.port)).join(","), ...(admin.length > 0 ? { [`${prefix}_ADMIN_URL`]: admin.join(",") } : {}) };
+}
 
 export interface TestStackOptions {
   /** Where every service's JSON log lines go (default stdout); tests that read logs pass one. */
@@ -97,12 +109,12 @@ export async function startTestStack(overrides: Record<string, string> = {}, opt
   await grantTestKafkaAccess(settings.DATA_NAMESPACE);
   const auth = await startAuthService(asService(settings, "auth"), logger("auth"));
   const connection = await startConnectionService(asService(settings, "connection"), logger("connection"));
-  settings = { ...settings, AUTH_SERVICE_URL: url(auth.port), CONNECTION_SERVICE_URL: url(connection.port) };
+  settings = { ...settings, ...addressOf("auth", auth), ...addressOf("connection", connection) };
   const [fileIntake, webhook] = await Promise.all([
     startFileIntakeService(asService(settings, "file-intake"), logger("file-intake")),
     startWebhookService(asService(settings, "webhook"), logger("webhook")),
   ]);
-  settings = { ...settings, FILE_INTAKE_SERVICE_URL: url(fileIntake.port), WEBHOOK_SERVICE_URL: url(webhook.port) };
+  settings = { ...settings, ...addressOf("file-intake", fileIntake), ...addressOf("webhook", webhook) };
   const gateway = await startWarmGateway(asService(settings, "gateway"), logger("gateway"));
   const services = { auth, connection, fileIntake, webhook, gateway };
   return {

@@ -35,6 +35,31 @@ auth connection fileIntake webhook
 {{- index .ctx.Values.config (include "pi.portKey" .key) | int -}}
 {{- end -}}
 
+{{/* The services with admin RPCs, served on a port of their own (ADMIN_SERVICES of services/common/src/allowed-callers.ts). */}}
+{{- define "pi.adminServiceKeys" -}}
+auth connection webhook
+{{- end -}}
+
+{{/* A service's admin port (from the top-level config). Argument: dict ctx key. */}}
+{{- define "pi.adminPort" -}}
+{{- index .ctx.Values.config (printf "%s_ADMIN_PORT" (include "pi.component" .key | upper | replace "-" "_")) | int -}}
+{{- end -}}
+
+{{/* Every internal service's addresses by its headless Service (every replica): *_SERVICE_URL, and *_ADMIN_URL where it has admin RPCs. Argument: the root context. */}}
+{{- define "pi.serviceUrlEnv" -}}
+{{- $root := . -}}
+{{- range $other := splitList " " (include "pi.dataServiceKeys" $root) }}
+{{- $host := printf "http://%s-headless" (include "pi.name" (dict "ctx" $root "component" (include "pi.component" $other))) }}
+{{- $setting := include "pi.component" $other | upper | replace "-" "_" }}
+- name: {{ $setting }}_SERVICE_URL
+  value: {{ printf "%s:%d" $host (include "pi.port" (dict "ctx" $root "key" $other) | int) | quote }}
+{{- if has $other (splitList " " (include "pi.adminServiceKeys" $root)) }}
+- name: {{ $setting }}_ADMIN_URL
+  value: {{ printf "%s:%d" $host (include "pi.adminPort" (dict "ctx" $root "key" $other) | int) | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* Name of an object of a component. Argument: dict ctx component. */}}
 {{- define "pi.name" -}}
 {{- printf "%s-%s" (include "pi.prefix" .ctx) .component -}}

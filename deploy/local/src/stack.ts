@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createKafka, ensureTopics, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS, kafkaCredentials, scramUser, type KafkaCredentials, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
+import { ADMIN_SERVICES, createKafka, ensureTopics, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS, kafkaCredentials, scramUser, type KafkaCredentials, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
 import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, waitFor, type KafkaUserPasswords } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { Supervisor } from "./supervisor.js";
@@ -10,8 +10,11 @@ export const SERVICES = ["auth", "connection", "file-intake", "webhook", "gatewa
 export const INTERNAL_SERVICES = ["auth", "connection", "file-intake", "webhook"] as const;
 type InternalService = (typeof INTERNAL_SERVICES)[number];
 
-/** AUTH_SERVICE_PORT, FILE_INTAKE_SERVICE_URL, ... */
-const settingName = (service: InternalService, what: "PORT" | "URL") => `${service.toUpperCase().replace(/-/g, "_")}_SERVICE_${what}`;
+type Plane = "SERVICE" | "ADMIN";
+/** AUTH_SERVICE_PORT, FILE_INTAKE_SERVICE_URL, AUTH_ADMIN_PORT, ... */
+const settingName = (service: InternalService, what: "PORT" | "URL", plane: Plane = "SERVICE") => `${service.toUpperCase().replace(/-/g, "_")}_${plane}_${what}`;
+/** The data plane's port, and the admin plane's for a service with admin RPCs. */
+const planesOf = (service: InternalService): Plane[] => (ADMIN_SERVICES.includes(service) ? ["SERVICE", "ADMIN"] : ["SERVICE"]);
 
 export interface StackOptions {
   settings: Settings;
@@ -23,7 +26,7 @@ export interface StackOptions {
   kafkaControllerPort?: number;
   /** Processes per service (gateway included); each replica is supervised on its own. */
   replicas: Record<(typeof SERVICES)[number], number>;
-  /** The environment the stack was started with: `*_SERVICE_PORT` / `*_SERVICE_URL` set there win over free ports. */
+  /** The environment the stack was started with: `*_SERVICE_PORT` / `*_SERVICE_URL` (`*_ADMIN_PORT` / `*_ADMIN_URL`) set there win over free ports. */
   env: NodeJS.ProcessEnv;
   /** Start the MongoDB-wire server and Kafka here (false: use MONGODB_URI and KAFKA_BROKERS as they are). */
   startInfra: boolean;
@@ -113,27 +116,33 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   if (kafkaUsers) await grantKafkaAccess(stackKafka, opts.settings.DATA_NAMESPACE);
   const kafkaEnv = (service: string): NodeJS.ProcessEnv => (kafkaUsers ? { KAFKA_USERNAME: service, KAFKA_PASSWORD: kafkaUsers[service] } : {});
 
-  // Every replica of an internal service listens on a port of its own (the one set for the service,
-  // then free ones), and every client gets the whole list in the service's *_SERVICE_URL.
+  // Every replica of an internal service listens on ports of its own (the ones set for the service,
+  // then free ones), one per plane, and every client gets the whole list in the service's
+  // *_SERVICE_URL (*_ADMIN_URL for the admin plane).
   const ports = new Map<string, number>();
+  const urlSettings: string[] = [];
   for (const service of INTERNAL_SERVICES) {
-    const set = opts.env[settingName(service, "PORT")];
-    for (let i = 1; i <= opts.replicas[service]; i++) ports.set(`${service}-${i}`, i === 1 && set ? Number(set) : await freePort());
-    const urls = Array.from({ length: opts.replicas[service] }, (_, i) => `http://127.0.0.1:${ports.get(`${service}-${i + 1}`)}`);
-    env[settingName(service, "URL")] = opts.env[settingName(service, "URL")] || urls.join(",");
+    for (const plane of planesOf(service)) {
+      const set = opts.env[settingName(service, "PORT", plane)];
+      for (let i = 1; i <= opts.replicas[service]; i++) ports.set(`${service}-${i}:${plane}`, i === 1 && set ? Number(set) : await freePort());
+      const urls = Array.from({ length: opts.replicas[service] }, (_, i) => `http://127.0.0.1:${ports.get(`${service}-${i + 1}:${plane}`)}`);
+      const name = settingName(service, "URL", plane);
+      env[name] = opts.env[name] || urls.join(",");
+      urlSettings.push(name);
+    }
   }
-  writeFileSync(join(stateDir, LOCAL_STACK_FILE), `${JSON.stringify(Object.fromEntries(INTERNAL_SERVICES.map((s) => [settingName(s, "URL"), env[settingName(s, "URL")]])), null, 2)}\n`);
+  writeFileSync(join(stateDir, LOCAL_STACK_FILE), `${JSON.stringify(Object.fromEntries(urlSettings.map((name) => [name, env[name]])), null, 2)}\n`);
 
   const replicaNames = (service: (typeof SERVICES)[number]) => Array.from({ length: opts.replicas[service] }, (_, i) => `${service}-${i + 1}`);
   progress(`starting services: ${SERVICES.map((s) => `${s} ×${opts.replicas[s]}`).join(", ")}`);
   for (const service of SERVICES) {
     for (const name of replicaNames(service)) {
-      const port = ports.get(name);
+      const own = service === "gateway" ? {} : Object.fromEntries(planesOf(service).map((plane) => [settingName(service, "PORT", plane), String(ports.get(`${name}:${plane}`))]));
       supervisor.start({
         name,
         command: process.execPath,
         args: ["--enable-source-maps", join(repoRoot, "services", service, "dist", "main.js")],
-        env: { ...env, ...kafkaEnv(service), SERVICE_IDENTITY_KEY: identities[service], ...(service === "gateway" ? {} : { [settingName(service, "PORT")]: String(port) }) },
+        env: { ...env, ...kafkaEnv(service), SERVICE_IDENTITY_KEY: identities[service], ...own },
         logFile: join(logDir, `${name}.log`),
         // Gateway replicas share the partner port as node:cluster workers of the supervisor.
         sharesPorts: service === "gateway",

@@ -68,12 +68,14 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
+    adminPort: settings.AUTH_ADMIN_PORT,
     routes: routes({ store, keys, settings, peppers, sealer, events, authentications, audit, logger }),
     healthy: async () => auditConsumer.alive() && (await runtime.healthy()),
     logger,
   });
   return {
     port: server.port,
+    adminPort: server.adminPort,
     async stop() {
       clearInterval(reload);
       await server.close();

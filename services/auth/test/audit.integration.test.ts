@@ -20,7 +20,7 @@ import {
 } from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import type { CredentialDoc } from "../src/store.js";
-import { testSettings } from "../../../test/support/services.js";
+import { addressOf, testSettings } from "../../../test/support/services.js";
 
 // The audit trail's store on the real MongoDB-wire server and Kafka, with two replicas of the auth
 // service (each its own MongoClient) on one database: a record stored with a change reaches the
@@ -40,7 +40,7 @@ let producer: Producer;
 beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
-  [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
+  [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("auth", r) }).authAdmin());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
   producer = createProducer(createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.audit-test`, createLogger("audit-test", "error"), kafkaCredentials(settings)));

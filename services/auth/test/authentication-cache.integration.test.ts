@@ -4,7 +4,7 @@ import { authv1 } from "@pi/proto";
 import { clientsFor, createLogger, databaseName, type AuthClient, type RunningService, type Settings } from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import { commands } from "../../ops/src/commands.js";
-import { as, testSettings } from "../../../test/support/services.js";
+import { addressOf, as, testSettings } from "../../../test/support/services.js";
 
 // The token endpoint's cache of successful authentications, on two auth replicas (each its own
 // MongoClient and Kafka consumer) sharing one database: once `credential revoke` or `partner
@@ -18,10 +18,10 @@ let b: AuthClient;
 let mongo: MongoClient;
 
 const urlOf = (r: RunningService) => `http://127.0.0.1:${r.port}`;
-/** The operator commands, sent to one replica, or to both as the CLI does (`AUTH_SERVICE_URL` lists every replica). */
+/** The operator commands, sent to one replica, or to both as the CLI does (`AUTH_ADMIN_URL` lists every replica). */
 const opsVia = (...rs: RunningService[]) => {
-  const c = clientsFor({ ...settings, AUTH_SERVICE_URL: rs.map(urlOf).join(",") });
-  return commands({ auth: c.auth(), connection: c.connection(), webhook: c.webhook() });
+  const c = clientsFor({ ...settings, ...addressOf("auth", ...rs) });
+  return commands({ auth: c.authAdmin(), connection: c.connectionAdmin(), webhook: c.webhookAdmin() });
 };
 
 beforeAll(async () => {
@@ -108,7 +108,7 @@ describe("the authentication cache on two auth replicas", () => {
 
   it("the operator's answer counts both auth replicas as confirmed", async () => {
     const p = await opsVia(replicas[0]!).partnerCreate({ name: "Counted Clinic" });
-    const res = await clientsFor({ ...settings, AUTH_SERVICE_URL: urlOf(replicas[1]!) }).auth().revokeCredential({ clientId: p.test.client_id });
+    const res = await clientsFor({ ...settings, ...addressOf("auth", replicas[1]!) }).authAdmin().revokeCredential({ clientId: p.test.client_id });
     expect(res.propagation).toMatchObject({ authReplicas: 2, authConfirmed: 2 });
     expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
   });

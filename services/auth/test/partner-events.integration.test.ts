@@ -7,7 +7,7 @@ import { authv1, eventsv1 } from "@pi/proto";
 import { clientsFor, createKafka, createLogger, databaseName, outboxEntry, pushEvent, topicName, type RunningService, type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "../src/service.js";
 import type { CredentialDoc } from "../src/store.js";
-import { testSettings } from "../../../test/support/services.js";
+import { addressOf, testSettings } from "../../../test/support/services.js";
 
 // Partner events go through the outbox: stored with the change, published right after it, and by
 // the sweep when the process that wrote it died first. Two replicas of the auth service (each its
@@ -34,7 +34,7 @@ async function waitFor(predicate: () => boolean, timeoutMs = 20_000): Promise<vo
 beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
-  [a, b] = replicas.map((r) => clientsFor({ ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
+  [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("auth", r) }).authAdmin());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.reader`, createLogger("reader", "error"), kafkaCredentials(settings));
   consumer = kafka.consumer({ groupId: `${settings.DATA_NAMESPACE}.reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });

@@ -8,7 +8,7 @@ import { hashSecret, sealLegacy } from "../src/secrets.js";
 import type { CredentialDoc, PartnerDoc } from "../src/store.js";
 import type { SigningKeyDoc } from "../src/keys.js";
 import { TOKEN_AUDIENCE, TOKEN_ISSUER } from "../src/tokens.js";
-import { as, testSettings } from "../../../test/support/services.js";
+import { addressOf, as, testSettings } from "../../../test/support/services.js";
 
 // Migration to DATA_KEYS: a database written by the version before (signing secrets and the JWT
 // private key sealed under a key derived from the pepper, "v1."; credential hashes without a pepper
@@ -30,8 +30,8 @@ async function start(overrides: Partial<Settings> = {}) {
   const s = { ...settings, ...overrides };
   running = await startAuthService(s, createLogger("auth", s.LOG_LEVEL));
   // Each RPC as the workload that may call it (services/common/src/allowed-callers.ts).
-  const client = (name: Workload) => clientsFor({ ...as(s, name), AUTH_SERVICE_URL: `http://127.0.0.1:${running!.port}` }).auth();
-  return { ops: client("ops"), gateway: client("gateway"), webhook: client("webhook") };
+  const clients = (name: Workload) => clientsFor({ ...as(s, name), ...addressOf("auth", running!) });
+  return { ops: clients("ops").authAdmin(), gateway: clients("gateway").auth(), webhook: clients("webhook").authAdmin() };
 }
 
 const sealedValues = async () => ({

@@ -6,11 +6,13 @@ import { authv1, connectionv1 } from "@pi/proto";
 import { clientsFor, createLogger, databaseName, serviceClient, type RunningService, type Settings } from "@pi/common";
 import { startConnectionService } from "@pi/connection";
 import { startAuthService } from "../src/service.js";
-import { as, testSettings } from "../../../test/support/services.js";
+import { addressOf, as, testSettings } from "../../../test/support/services.js";
 
 // Zero trust inside (docs/security.md, "Internal calls"): the real auth and connection services,
 // each with its own identity, refuse a call that carries none, and admit each caller only to the
 // RPCs the allow-list gives it. Every refusal is in the refusing service's log, with the caller.
+// Admin RPCs are served on each service's admin port alone (connect-server.ts): the data port the
+// gateway reaches has no route to them.
 
 let settings: Settings;
 let auth: RunningService;
@@ -30,7 +32,7 @@ beforeAll(async () => {
   settings = testSettings({ LOG_LEVEL: "warn" });
   auth = await startAuthService(as(settings, "auth"), createLogger("auth", "warn", capture()));
   connection = await startConnectionService(as(settings, "connection"), createLogger("connection", "warn", capture()));
-  settings = { ...settings, AUTH_SERVICE_URL: `http://127.0.0.1:${auth.port}`, CONNECTION_SERVICE_URL: `http://127.0.0.1:${connection.port}` };
+  settings = { ...settings, ...addressOf("auth", auth), ...addressOf("connection", connection) };
 });
 
 afterAll(async () => {
@@ -54,7 +56,7 @@ const refusals = (method: string) => logLines.filter((l) => l.method === method 
 describe("service identity on internal calls, with real services", () => {
   it("a call without a service token is refused Unauthenticated, and logged with no caller; health stays open", async () => {
     const unsigned = serviceClient(authv1.AuthService, settings.AUTH_SERVICE_URL);
-    expect(await codeOf(unsigned.createPartner({ name: "Anonymous Clinic" }))).toBe("Unauthenticated");
+    expect(await codeOf(serviceClient(authv1.AuthService, settings.AUTH_ADMIN_URL).createPartner({ name: "Anonymous Clinic" }))).toBe("Unauthenticated");
     expect(await codeOf(unsigned.issueToken({ clientId: "cli_x", clientSecret: "sk_x" }))).toBe("Unauthenticated");
     expect((await clientsFor(settings).health(settings.AUTH_SERVICE_URL).check({})).status).toBeDefined();
     expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toEqual([
@@ -62,21 +64,31 @@ describe("service identity on internal calls, with real services", () => {
     ]);
   });
 
-  it("the gateway's identity is refused CreatePartner (PermissionDenied), logged with caller gateway; its own RPCs pass", async () => {
+  it("the gateway's data-port client cannot reach an admin RPC: not routed there (Unimplemented), whoever calls; its own RPCs pass", async () => {
     const gateway = clientsFor(as(settings, "gateway"));
-    expect(await codeOf(gateway.auth().createPartner({ name: "Gateway Clinic" }))).toBe("PermissionDenied");
-    expect(await codeOf(gateway.auth().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("PermissionDenied");
-    expect(await codeOf(gateway.connection().approveConnection({ id: "con_x" }))).toBe("PermissionDenied");
+    expect(await codeOf(gateway.auth().createPartner({ name: "Gateway Clinic" }))).toBe("Unimplemented");
+    expect(await codeOf(gateway.auth().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("Unimplemented");
+    expect(await codeOf(gateway.connection().approveConnection({ id: "con_x" }))).toBe("Unimplemented");
+    // Not even the operator's identity finds them on the data port; nor a runtime RPC on the admin port.
+    expect(await codeOf(clientsFor(settings).auth().createPartner({ name: "Misdirected Clinic" }))).toBe("Unimplemented");
+    expect(await codeOf(clientsFor(as(settings, "gateway")).authAdmin().getJwks({}))).toBe("Unimplemented");
     expect(await codeOf(gateway.auth().getJwks({}))).toBe("OK");
+  });
+
+  it("the gateway's identity is refused CreatePartner on the admin port too (PermissionDenied), logged with caller gateway", async () => {
+    const gateway = clientsFor(as(settings, "gateway"));
+    expect(await codeOf(gateway.authAdmin().createPartner({ name: "Gateway Clinic" }))).toBe("PermissionDenied");
+    expect(await codeOf(gateway.authAdmin().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("PermissionDenied");
+    expect(await codeOf(gateway.connectionAdmin().approveConnection({ id: "con_x" }))).toBe("PermissionDenied");
     expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(expect.objectContaining({ service: "auth", caller: "gateway", reason: "not_allowed" }));
     expect(refusals("pi.connection.v1.ConnectionService/ApproveConnection")).toContainEqual(expect.objectContaining({ service: "connection", caller: "gateway" }));
   });
 
   it("the webhook's identity is allowed GetWebhookTarget but refused CreatePartner; the operator's creates the partner", async () => {
-    const ops = clientsFor(settings).auth();
+    const ops = clientsFor(settings).authAdmin();
     const partner = await ops.createPartner({ name: "Hooked Clinic", webhookUrl: "https://hooks.example/pi" });
     expect(partner.partnerId).toMatch(/^ptr_/);
-    const webhook = clientsFor(as(settings, "webhook")).auth();
+    const webhook = clientsFor(as(settings, "webhook")).authAdmin();
     const target = await webhook.getWebhookTarget({ partnerId: partner.partnerId });
     expect(target.webhookUrl).toBe("https://hooks.example/pi");
     expect(target.signingSecret).toBe(partner.signingSecret);

@@ -61,6 +61,7 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
   "pi.fileintake.v1.FileIntakeService": {
     SubmitFile: runtime("gateway"),
     GetFile: runtime("gateway"),
+    CheckStorageQuota: runtime("gateway"),
   },
   "pi.webhook.v1.WebhookService": {
     ListDeliveries: admin("ops"),
@@ -69,6 +70,11 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
     RecoverDeliveries: admin("ops"),
   },
 };
+
+/** The services with admin RPCs: each serves them on a port of its own (connect-server.ts, `*_ADMIN_PORT`). */
+export const ADMIN_SERVICES: readonly Workload[] = Object.entries(ALLOWED_CALLERS)
+  .filter(([, methods]) => Object.values(methods).some((r) => r.plane === "admin"))
+  .map(([service]) => SERVICE_OF[service]!);
 
 /** The rule of one method, or undefined when it is not listed (then nobody may call it). */
 export function ruleFor(serviceTypeName: string, methodName: string): MethodRule | undefined {

@@ -1,9 +1,10 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { healthv1 } from "@pi/proto";
-import type { Workload } from "./allowed-callers.js";
+import { ruleFor, type Plane, type Workload } from "./allowed-callers.js";
 import type { Logger } from "./logger.js";
 import { identityServerInterceptor, publicKeysFor, TokenVerifier } from "./service-identity.js";
 import { SettingsError } from "./settings.js";
@@ -15,6 +16,8 @@ export const LIVENESS = "liveness";
 
 export interface ConnectServer {
   port: number;
+  /** The admin port's, when the service has one. */
+  adminPort?: number;
   close(): Promise<void>;
 }
 
@@ -24,7 +27,10 @@ export interface ConnectServerOptions {
   /** SERVICE_IDENTITY_PUBLIC_KEYS: every workload's public key (service-identity.ts). */
   publicKeys: string | undefined;
   host: string;
+  /** The data plane's port: the runtime RPCs and the health checks. */
   port: number;
+  /** The admin plane's port (`*_ADMIN_PORT`): the service's admin RPCs, and nothing else. */
+  adminPort?: number;
   routes: (router: ConnectRouter) => void;
   /** Whether the service can reach everything it depends on (its database, Kafka). */
   healthy: () => Promise<boolean>;
@@ -74,18 +80,60 @@ export const STREAM_WINDOW_BYTES = 512 * 1024;
 export const CONNECTION_WINDOW_BYTES = 2 * 1024 * 1024;
 export const MAX_FRAME_BYTES = 256 * 1024;
 
+/** The plane a method is served on: admin if the allow-list says so, else the data plane's port. */
+const planeOf = (method: DescMethod): Plane => ruleFor(method.parent.typeName, method.name)?.plane ?? "runtime";
+
 /**
- * A Connect server over HTTP/2 cleartext that also serves grpc.health.v1.Health. Every call but a
- * health check must carry a service token its caller signed for this service, and the caller must
- * be allowed the method (allowed-callers.ts).
+ * The routes as a router that registers only the methods of `plane`, one by one: the other plane's
+ * port has no route to them at all (a call there is Unimplemented, whoever makes it).
+ */
+function routesOf(routes: (router: ConnectRouter) => void, plane: Plane): (router: ConnectRouter) => void {
+  return (router) => {
+    const only = {
+      get handlers() {
+        return router.handlers;
+      },
+      service(service, implementation, options) {
+        const impl = implementation as Record<string, ((...args: never[]) => unknown) | undefined>;
+        for (const method of service.methods) {
+          const fn = impl[method.localName];
+          if (fn && planeOf(method) === plane) router.rpc(method, fn.bind(impl) as never, options);
+        }
+        return only;
+      },
+      rpc(method, impl, options) {
+        if (planeOf(method) === plane) router.rpc(method, impl, options);
+        return only;
+      },
+    } as ConnectRouter;
+    routes(only);
+  };
+}
+
+/**
+ * A method this port does not serve (the other plane's, or none at all): a gRPC answer,
+ * Unimplemented, rather than a bare 404 that a client would take for a broken connection and retry.
+ */
+const notServedHere: NonNullable<Parameters<typeof connectNodeAdapter>[0]["fallback"]> = (_req, res) => {
+  res.writeHead(200, { "content-type": "application/grpc", "grpc-status": String(Code.Unimplemented), "grpc-message": "not served on this port" });
+  res.end();
+};
+
+/**
+ * A Connect server over HTTP/2 cleartext: the runtime RPCs and grpc.health.v1.Health on `port`, the
+ * admin RPCs (allowed-callers.ts) on `adminPort` alone, so a network policy can admit each caller to
+ * the plane it needs. Every call but a health check must carry a service token its caller signed
+ * for this service, and the caller must be allowed the method, on either port.
  */
 export async function startConnectServer(opts: ConnectServerOptions): Promise<ConnectServer> {
   if (!opts.publicKeys) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const verifier = new TokenVerifier(opts.service, publicKeysFor(opts.publicKeys));
-  const handler = connectNodeAdapter({
-    interceptors: [tracingServerInterceptor, loggingInterceptor(opts.logger), identityServerInterceptor(verifier, opts.logger)],
+  const interceptors = [tracingServerInterceptor, loggingInterceptor(opts.logger), identityServerInterceptor(verifier, opts.logger)];
+  const data = connectNodeAdapter({
+    interceptors,
+    fallback: notServedHere,
     routes: (router) => {
-      opts.routes(router);
+      routesOf(opts.routes, "runtime")(router);
       router.service(Health, {
         // Service "liveness" answers whether the process serves at all (the liveness probe: a
         // database outage must not restart every pod); any other name, readiness: its database
@@ -101,6 +149,14 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
       });
     },
   });
+  const servers = [await listen(data, opts.host, opts.port)];
+  if (opts.adminPort !== undefined) servers.push(await listen(connectNodeAdapter({ interceptors, fallback: notServedHere, routes: routesOf(opts.routes, "admin") }), opts.host, opts.adminPort));
+  const [port, adminPort] = servers.map((s) => s.port);
+  opts.logger.info({ port, adminPort }, "connect server listening");
+  return { port: port!, adminPort, close: async () => void (await Promise.all(servers.map((s) => s.close()))) };
+}
+
+async function listen(handler: ReturnType<typeof connectNodeAdapter>, host: string, port: number): Promise<ConnectServer> {
   const server = http2.createServer({ settings: { initialWindowSize: STREAM_WINDOW_BYTES, maxFrameSize: MAX_FRAME_BYTES } }, handler);
   const sessions = new Set<http2.Http2Session>();
   server.on("session", (s) => {
@@ -110,12 +166,10 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(opts.port, opts.host, () => resolve());
+    server.listen(port, host, () => resolve());
   });
-  const port = (server.address() as AddressInfo).port;
-  opts.logger.info({ port }, "connect server listening");
   return {
-    port,
+    port: (server.address() as AddressInfo).port,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

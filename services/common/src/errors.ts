@@ -13,6 +13,7 @@ const codeOf: Record<commonv1.ErrorReason, Code> = {
   [ErrorReason.IDEMPOTENCY_KEY_REUSE]: Code.Aborted,
   [ErrorReason.FILE_TOO_LARGE]: Code.ResourceExhausted,
   [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: Code.InvalidArgument,
+  [ErrorReason.STORAGE_QUOTA_EXCEEDED]: Code.ResourceExhausted,
 };
 
 /** An error an internal service raises on purpose; the gateway maps its reason to a partner error. */

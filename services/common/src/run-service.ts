@@ -7,6 +7,8 @@ import { startTelemetry } from "./telemetry.js";
 export interface RunningService {
   /** The port the service listens on. */
   port: number;
+  /** The admin plane's port, when the service has admin RPCs. */
+  adminPort?: number;
   /** Settles once the service can serve fully (it may listen, and answer liveness, before). */
   ready?: Promise<void>;
   stop(): Promise<void>;

@@ -97,6 +97,14 @@ export const settingsSchema = z.object({
   CONNECTION_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50052"),
   FILE_INTAKE_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50053"),
   WEBHOOK_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50054"),
+  // The admin plane's own port and addresses, of the services that have admin RPCs
+  // (allowed-callers.ts): only the operator CLI (and the webhook service, for GetWebhookTarget) calls them.
+  AUTH_ADMIN_PORT: port.default(50061),
+  CONNECTION_ADMIN_PORT: port.default(50062),
+  WEBHOOK_ADMIN_PORT: port.default(50064),
+  AUTH_ADMIN_URL: serviceUrls.default("http://127.0.0.1:50061"),
+  CONNECTION_ADMIN_URL: serviceUrls.default("http://127.0.0.1:50062"),
+  WEBHOOK_ADMIN_URL: serviceUrls.default("http://127.0.0.1:50064"),
 
   MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").default("mongodb://127.0.0.1:27017/"),
   KAFKA_BROKERS: z
@@ -159,6 +167,11 @@ export const settingsSchema = z.object({
   // file's id and status stay (docs/security.md, "Data at rest").
   FILE_RETENTION_SECONDS: positiveInt.default(30 * 86400),
   TEST_FILE_RETENTION_SECONDS: positiveInt.default(86400),
+  // What a partner's files may hold in one mode, accepted (until retention deletes their bytes) and
+  // in flight together; a test credential's far less, so it alone cannot fill the volume
+  // (docs/files.md, "Storage quota").
+  FILE_STORAGE_QUOTA_BYTES: positiveInt.default(10 * 1024 ** 3),
+  TEST_FILE_STORAGE_QUOTA_BYTES: positiveInt.default(256 * 1024 ** 2),
 
   // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
   // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service
@@ -200,7 +213,15 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
 // `npm start` takes free ports for what the user did not set and records the internal addresses it
 // chose in this file under its STATE_DIR; the operator CLI reads them from there unless they are set.
 export const LOCAL_STACK_FILE = "stack.json";
-export const SERVICE_URL_SETTINGS = ["AUTH_SERVICE_URL", "CONNECTION_SERVICE_URL", "FILE_INTAKE_SERVICE_URL", "WEBHOOK_SERVICE_URL"] as const;
+export const SERVICE_URL_SETTINGS = [
+  "AUTH_SERVICE_URL",
+  "CONNECTION_SERVICE_URL",
+  "FILE_INTAKE_SERVICE_URL",
+  "WEBHOOK_SERVICE_URL",
+  "AUTH_ADMIN_URL",
+  "CONNECTION_ADMIN_URL",
+  "WEBHOOK_ADMIN_URL",
+] as const;
 
 /** The environment with every unset `*_SERVICE_URL` taken from a running local stack's file, if any. */
 export function withLocalStackAddresses(env: NodeJS.ProcessEnv, stateDir: string): NodeJS.ProcessEnv {

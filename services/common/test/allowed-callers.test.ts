@@ -53,6 +53,7 @@ describe("the allow-list of internal calls", () => {
         "pi.connection.v1.ConnectionService/GetConnection",
         "pi.connection.v1.ConnectionService/RequestConnection",
         "pi.connection.v1.ConnectionService/RevokeConnection",
+        "pi.fileintake.v1.FileIntakeService/CheckStorageQuota",
         "pi.fileintake.v1.FileIntakeService/GetFile",
         "pi.fileintake.v1.FileIntakeService/SubmitFile",
       ].map((m) => `runtime ${m}`),

@@ -19,6 +19,8 @@ describe("settings", () => {
     const s = parseSettings({});
     expect(s.FILE_RETENTION_SECONDS).toBe(30 * 86400);
     expect(s.TEST_FILE_RETENTION_SECONDS).toBe(86400);
+    expect(s.FILE_STORAGE_QUOTA_BYTES).toBe(10 * 1024 ** 3);
+    expect(s.TEST_FILE_STORAGE_QUOTA_BYTES).toBe(256 * 1024 ** 2);
     expect(s.DATA_KEYS).toBeUndefined();
     expect(s.CREDENTIAL_PEPPERS).toBeUndefined();
   });
@@ -54,6 +56,8 @@ describe("settings", () => {
     ["DATA_KEYS", "no-key-id"],
     ["FILE_RETENTION_SECONDS", "0"],
     ["TEST_FILE_RETENTION_SECONDS", "-5"],
+    ["FILE_STORAGE_QUOTA_BYTES", "0"],
+    ["TEST_FILE_STORAGE_QUOTA_BYTES", "1.5"],
     ["AUTH_SERVICE_URL", "http://127.0.0.1:50051,"],
     ["FILE_INTAKE_SERVICE_URL", "https://file-intake:50053"],
   ])("rejects a bad %s (%s) with one line naming it", (name, value) => {

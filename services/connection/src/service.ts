@@ -44,6 +44,7 @@ export async function startConnectionService(settings: Settings, logger: Logger)
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.CONNECTION_SERVICE_PORT,
+    adminPort: settings.CONNECTION_ADMIN_PORT,
     routes: routes({ store, connections, settings, logger, trail, afterElder: (address) => eldersAudit.afterWrite(address) }),
     healthy: runtime.healthy,
     logger,
@@ -58,6 +59,7 @@ export async function startConnectionService(settings: Settings, logger: Logger)
 
   return {
     port: server.port,
+    adminPort: server.adminPort,
     async stop() {
       await server.close();
       await Promise.all(rounds.map((r) => r.stop()));

@@ -4,7 +4,7 @@ import { MongoClient } from "mongodb";
 import { clientsFor, createLogger, databaseName, newId, type RunningService, type Settings } from "@pi/common";
 import { commonv1, connectionv1 } from "@pi/proto";
 import { startConnectionService } from "../src/service.js";
-import { as, testSettings } from "../../../test/support/services.js";
+import { addressOf, as, testSettings } from "../../../test/support/services.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
 
 // Two replicas of the connection service (two started instances, each with its own MongoClient) on
@@ -26,7 +26,7 @@ beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL)));
   // a, b: the caregiver's acts and elders (the operator CLI's identity); ga, gb: partners' requests (the gateway's).
-  [a, b] = replicas.map((r) => clientsFor({ ...settings, CONNECTION_SERVICE_URL: `http://127.0.0.1:${r.port}` }).connection());
+  [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("connection", r) }).connectionAdmin());
   [ga, gb] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), CONNECTION_SERVICE_URL: `http://127.0.0.1:${r.port}` }).connection());
   events = await collectConnectionEvents(settings.KAFKA_BROKERS, settings.DATA_NAMESPACE);
   mongo = await MongoClient.connect(settings.MONGODB_URI);

@@ -23,6 +23,7 @@ import { refusalDelay } from "./no-oracle.js";
 import type { FileOutbox } from "./outbox.js";
 import { StagedUpload } from "./staging.js";
 import type { FileDoc, FileMode, FileStore } from "./store.js";
+import type { Reservation, StorageQuota } from "./usage.js";
 
 /** The one question file-intake asks the connection service: yes or no, never why. */
 export interface ConnectionCheck {
@@ -38,6 +39,7 @@ export interface IntakeDeps {
   addressDomain: string;
   /** The KEKs that wrap each file's data key (DATA_KEYS). */
   dataKeys: KeyWrapper;
+  quota: StorageQuota;
   logger: Logger;
 }
 
@@ -53,29 +55,31 @@ interface Header {
   partnerId: string;
   mode: FileMode;
   idempotencyKey: string | null;
+  declaredBytes: number | undefined;
 }
+
+export const modeOf = (mode: commonv1.Mode): FileMode | undefined => (mode === commonv1.Mode.TEST ? "test" : mode === commonv1.Mode.LIVE ? "live" : undefined);
 
 function parseHeader(part: Part | undefined): Header {
   if (part?.case !== "header") throw protocol("the first message must be the header");
   const h = part.value;
-  const mode = h.mode === commonv1.Mode.TEST ? "test" : h.mode === commonv1.Mode.LIVE ? "live" : undefined;
+  const mode = modeOf(h.mode);
   if (!h.partnerId || !mode) throw protocol("partner_id and mode are required");
   if (h.idempotencyKey !== undefined) {
     const check = checkIdempotencyKey(h.idempotencyKey);
     if (!check.ok) throw serviceError(ErrorReason.INVALID_REQUEST, `Idempotency-Key ${check.reason}.`, "Idempotency-Key");
   }
-  return { partnerId: h.partnerId, mode, idempotencyKey: h.idempotencyKey ?? null };
+  return { partnerId: h.partnerId, mode, idempotencyKey: h.idempotencyKey ?? null, declaredBytes: h.declaredBytes === undefined ? undefined : Number(h.declaredBytes) };
 }
 
 /**
  * Reads the stream the gateway sends: header, chunks, trailer. The order of what can fail follows
- * what is known when: the type from the first SNIFF_BYTES before anything is stored, the size while
- * the bytes are staged, the text rule to the last byte, then the trailer's fields, the idempotency
- * key, and last the connection. Only then is the file record written; whatever fails before leaves
- * no file and no bytes.
+ * what is known when: the storage quota from the header, the type from the first SNIFF_BYTES before
+ * anything is stored, the size (and the quota again) while the bytes are staged, the text rule to
+ * the last byte, then the trailer's fields, the idempotency key, and last the connection. Only then
+ * is the file record written; whatever fails before leaves no file, no bytes and no reservation.
  */
 export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<fileintakev1.SubmitFileRequest>, signal?: AbortSignal) {
-  const { store, maxFileBytes } = deps;
   const it = requests[Symbol.asyncIterator]();
   const next = async (): Promise<Part> => {
     let r: IteratorResult<fileintakev1.SubmitFileRequest>;
@@ -89,7 +93,16 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
     return r.value.part;
   };
   const header = parseHeader(await next());
+  const reservation = await deps.quota.reserve(header.partnerId, header.mode, header.declaredBytes);
+  try {
+    return await receive(deps, header, reservation, next, signal);
+  } finally {
+    await reservation.release().catch((err) => deps.logger.warn({ err }, "storage quota hold left for the repair"));
+  }
+}
 
+async function receive(deps: IntakeDeps, header: Header, reservation: Reservation, next: () => Promise<Part>, signal?: AbortSignal) {
+  const { store, maxFileBytes } = deps;
   // The head: enough bytes to decide the type, or the whole file when it is shorter.
   const head: Uint8Array[] = [];
   let headBytes = 0;
@@ -123,6 +136,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
       size += chunk.length;
       if (size > maxFileBytes) throw tooLarge();
       if (text && !text.push(chunk)) throw unsupported();
+      await reservation.cover(size);
       hash.update(chunk);
       await staged.write(chunk);
     };
@@ -198,6 +212,7 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
       }
       await store.files.insertOne(doc);
       committed = true;
+      await reservation.settle(size).catch((err) => deps.logger.warn({ err, fileId }, "storage quota hold left for the repair"));
       if (key !== null) await deps.keys.commit(partnerId, key, fileId);
       // Bookkeeping only: an upload document left behind is removed by the staging sweep.
       staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
@@ -223,7 +238,7 @@ export const fileById = (id: string) => ({ _id: id });
 
 /** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
 export async function getFile(store: FileStore, req: { partnerId: string; id: string; mode: commonv1.Mode }) {
-  const mode = req.mode === commonv1.Mode.TEST ? "test" : req.mode === commonv1.Mode.LIVE ? "live" : undefined;
+  const mode = modeOf(req.mode);
   const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such file");
   if (!mode || !req.partnerId || !FILE_ID.test(req.id)) throw notFound();
   const doc = await store.files.findOne(fileById(req.id), { projection: { partnerId: 1, mode: 1, status: 1 } });

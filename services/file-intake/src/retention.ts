@@ -1,6 +1,7 @@
 import { whileHolding, type Logger } from "@pi/common";
 import { deleteBlob } from "./staging.js";
 import type { FileDoc, FileMode, FileStore } from "./store.js";
+import { bytesDeleted, repairUsage } from "./usage.js";
 
 // Retention of health data (docs/security.md, "Data at rest"): a file's bytes, its extraction
 // result and its metadata (elder, purpose, SHA-256) are deleted FILE_RETENTION_SECONDS after the
@@ -11,6 +12,8 @@ import type { FileDoc, FileMode, FileStore } from "./store.js";
 export interface RetentionPolicy {
   liveMs: number;
   testMs: number;
+  /** A storage quota hold older than this is an upload whose process died (usage.ts, repairUsage). */
+  holdMaxAgeMs: number;
 }
 
 /** The files of `mode` whose data is due at `now`: final, not swept yet, accepted before the cut-off. */
@@ -24,22 +27,24 @@ export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPoli
 /**
  * Deletes one file's data. First the wrapped data key and the sealed metadata go (with the
  * plaintext fields of records from before encryption at rest), which makes every copy of the bytes
- * and the result unreadable at once; then the result and the bytes; last `purgedAt` marks it done.
- * Each step can be repeated, so a sweep that dies midway is finished by the next one.
+ * and the result unreadable at once; then the result and the bytes; last `purgedAt` marks it done,
+ * and the update that marks it takes its size off the partner's storage usage. Each step can be
+ * repeated, so a sweep that dies midway is finished by the next one (and the repair of the usage).
  */
-export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "blobId" | "blobStore" | "size">, now: Date): Promise<void> {
+export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "partnerId" | "mode" | "blobId" | "blobStore" | "size">, now: Date): Promise<void> {
   await store.files.updateOne(
     { _id: file._id, status: { $in: ["processed", "failed"] } },
     { $set: { dataKey: null, sealedMeta: null }, $unset: { elder: "", purpose: "", sha256: "" } },
   );
   await store.extractions.deleteOne({ _id: file._id });
   await deleteBlob(store, file);
-  await store.files.updateOne({ _id: file._id }, { $set: { purgedAt: now, updatedAt: now } });
+  const { modifiedCount } = await store.files.updateOne({ _id: file._id, purgedAt: null }, { $set: { purgedAt: now, updatedAt: now } });
+  if (modifiedCount === 1) await bytesDeleted(store, file.partnerId, file.mode, file.size);
 }
 
 /**
  * One round of the retention sweep: every file due, in batches of `batch` per mode (a purged file
- * leaves the query, so each batch reads the next). `now` is the clock retention is judged by (tests
+ * leaves the query, so each batch reads the next), then the repair of the storage usage counters. `now` is the clock retention is judged by (tests
  * move it); `renew` keeps the sweep's lease and stops the round once it is lost.
  */
 export async function sweepRetention(
@@ -52,7 +57,7 @@ export async function sweepRetention(
   let swept = 0;
   for (const mode of ["test", "live"] as const) {
     for (;;) {
-      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, blobId: 1, blobStore: 1, size: 1 } }).limit(batch).toArray();
+      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, partnerId: 1, mode: 1, blobId: 1, blobStore: 1, size: 1 } }).limit(batch).toArray();
       for (const file of due) {
         if (!(await renew())) return swept;
         await purgeFile(store, file, now);
@@ -61,6 +66,7 @@ export async function sweepRetention(
       if (due.length < batch) break;
     }
   }
+  if (await renew()) await repairUsage(store, now, policy.holdMaxAgeMs);
   return swept;
 }
 

@@ -1,6 +1,6 @@
-import type { ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { fileintakev1 } from "@pi/proto";
-import { getFile, submitFile, type IntakeDeps } from "./intake.js";
+import { getFile, modeOf, submitFile, type IntakeDeps } from "./intake.js";
 
 export type FileIntakeDeps = IntakeDeps;
 
@@ -12,6 +12,12 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
     },
     async getFile(req) {
       return { file: await getFile(deps.store, req) };
+    },
+    async checkStorageQuota(req) {
+      const mode = modeOf(req.mode);
+      if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
+      const verdict = await deps.quota.check(req.partnerId, mode, req.declaredBytes === undefined ? undefined : Number(req.declaredBytes));
+      return verdict.fits ? { fits: true } : { fits: false, retryAfterSeconds: verdict.retryAfterSeconds };
     },
   });
 };

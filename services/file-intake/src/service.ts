@@ -8,6 +8,7 @@ import routes from "./routes.js";
 import { retentionRound } from "./retention.js";
 import { sweepStaging } from "./staging.js";
 import { openFileStore } from "./store.js";
+import { StorageQuota } from "./usage.js";
 import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
 
 /** Internal timings; tests shorten them. None of them is partner-visible. */
@@ -76,6 +77,12 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
       return res.active;
     },
   };
+  const quota = new StorageQuota(
+    store,
+    { live: settings.FILE_STORAGE_QUOTA_BYTES, test: settings.TEST_FILE_STORAGE_QUOTA_BYTES },
+    settings.MAX_FILE_BYTES,
+    timing.retentionSweepEveryMs / 1000,
+  );
   const worker = new ExtractionWorker(store, timing, logger, dataKeys, options.extract);
 
   // Until the extraction consumer runs (a passive instance runs none), readiness does not wait on it.
@@ -85,7 +92,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
-    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, logger }),
+    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, quota, logger }),
     healthy: async () => extractionAlive() && (await runtime.healthy()),
     logger,
   });
@@ -113,7 +120,13 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
       every(
         "retention sweep",
         timing.retentionSweepEveryMs,
-        () => retentionRound(store, { liveMs: settings.FILE_RETENTION_SECONDS * 1000, testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000 }, timing.retentionLeaseMs, logger),
+        () =>
+          retentionRound(
+            store,
+            { liveMs: settings.FILE_RETENTION_SECONDS * 1000, testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000, holdMaxAgeMs: timing.stagingAbandonedAfterMs },
+            timing.retentionLeaseMs,
+            logger,
+          ),
         logger,
       ),
     );

@@ -1,6 +1,7 @@
 import { GridFSBucket, ObjectId, type Binary, type Collection, type Db } from "mongodb";
 import { SEAL_OVERHEAD, type ExtractionKind, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
+import type { Usage } from "./quota.js";
 
 export type FileStatus = "received" | "processed" | "failed";
 export type FileMode = "live" | "test";
@@ -102,6 +103,11 @@ export interface SegmentDoc {
   data: Binary;
 }
 
+/** A partner's storage usage in one mode (quota.ts, usage.ts), by its deterministic `_id` `<partnerId>:<mode>`. */
+export interface UsageDoc extends Usage {
+  _id: string;
+}
+
 export interface FileStore {
   db: Db;
   files: Collection<FileDoc>;
@@ -114,6 +120,8 @@ export interface FileStore {
   segments: Collection<SegmentDoc>;
   /** The bytes of files stored before the segments collection: GridFS, read and deleted only. */
   blobs: GridFSBucket;
+  /** The storage quota's counters, read and written by `_id` alone. */
+  usage: Collection<UsageDoc>;
 }
 
 /** The collection of sealed segments, and the `blobStore` of what is stored in it. */
@@ -142,6 +150,7 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     leases: db.collection<JobLeaseDoc>("job_leases"),
     segments: db.collection<SegmentDoc>(BLOB_SEGMENTS),
     blobs: new GridFSBucket(db, { bucketName: BLOB_BUCKET, chunkSizeBytes: BLOB_CHUNK_BYTES }),
+    usage: db.collection<UsageDoc>("storage_usage"),
   };
   // Keys were once found by a unique (partnerId, key) index; their _id (keyId) is that key now, and
   // the old index would refuse a new key whose pair an old record (left to expire) still holds.

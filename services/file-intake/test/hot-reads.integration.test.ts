@@ -8,11 +8,12 @@ import { startFileIntakeService } from "../src/service.js";
 import { fileById } from "../src/intake.js";
 import { readBlob, segmentFilter } from "../src/staging.js";
 import { BLOB_SEGMENTS, keyId, openFileStore, type FileDoc } from "../src/store.js";
+import { usageKey } from "../src/quota.js";
 import { as, testSettings } from "../../../test/support/services.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
 
 // The hot reads of file-intake are answered from an index, whatever the collection holds: the
-// GET of a file, an Idempotency-Key, a chunk of a stored blob. (On MongoDB this reads `explain`;
+// GET of a file, an Idempotency-Key, a chunk of a stored blob, a storage quota's counter. (On MongoDB this reads `explain`;
 // the local server has none, so it applies that server's own rule: test/support/query-plan.ts.)
 
 type Request = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
@@ -43,7 +44,7 @@ async function* upload(partnerId: string, bytes: Uint8Array, key: string): Async
 }
 
 describe("hot reads use an index", () => {
-  it("GET of a file by _id, an Idempotency-Key by its _id, a blob's segments by _id; a filter on partnerId alone does not", async () => {
+  it("GET of a file by _id, an Idempotency-Key by its _id, a blob's segments by _id, a partner's storage usage by _id; a filter on partnerId alone does not", async () => {
     const client = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
     const partnerId = newId("ptr");
     const bytes = Buffer.concat([readFileSync(new URL("./fixtures/sample.txt", import.meta.url)), Buffer.alloc(2.5 * 1024 * 1024, 0x61)]);
@@ -54,6 +55,8 @@ describe("hot reads use an index", () => {
       file: await queryPlan(db.collection("files"), fileById(file._id)),
       key: await queryPlan(db.collection("idempotency_keys"), { _id: keyId(partnerId, "hot-key") }),
       segment: await queryPlan(db.collection(BLOB_SEGMENTS), segmentFilter(file.blobId, 2)),
+      // Asked before every upload's body (CheckStorageQuota).
+      usage: await queryPlan(db.collection("storage_usage"), { _id: usageKey(partnerId, "live") }),
     };
     for (const [read, plan] of Object.entries(plans)) expect({ read, ...plan }).toMatchObject({ read, usesIndex: true });
     // The check can fail: no index serves a filter on the owner alone.

@@ -50,6 +50,16 @@ const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
 };
 
 /**
+ * The partner's files in this mode, stored and in flight, would pass its storage quota: a 429 like
+ * the other bounds, with its own message (it concerns only the partner's own uploads).
+ */
+export const storageQuotaExceeded = (retryAfterSeconds: number) =>
+  new PartnerError("rate_limited", {
+    message: "Your stored files in this mode have reached their storage quota; retry after the number of seconds in Retry-After.",
+    headers: { "Retry-After": String(retryAfterSeconds) },
+  });
+
+/**
  * Maps a failure of an internal call to the partner error it stands for. Reasons are mapped to
  * their fixed codes (and messages: an internal message never reaches a partner, except the
  * field-level explanation of an invalid request); an unreachable service is a 503; anything else
@@ -58,6 +68,8 @@ const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
 export function partnerErrorFromInternal(err: unknown): PartnerError {
   if (err instanceof PartnerError) return err;
   const reason = reasonOf(err);
+  // Refused by file-intake's reservation: an upload of the partner's own in flight took the room.
+  if (reason?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED) return storageQuotaExceeded(1);
   const code = reason && reasonToCode[reason.reason];
   if (code) {
     const message = code === "invalid_request" && err instanceof ConnectError ? err.rawMessage : undefined;

@@ -27,10 +27,10 @@ try {
   fail(err instanceof Error ? err.message : String(err), 2);
 }
 const clients = clientsFor(settings);
-const ops = commands({ auth: clients.auth(), connection: clients.connection(), webhook: clients.webhook() }, (line) =>
+const ops = commands({ auth: clients.authAdmin(), connection: clients.connectionAdmin(), webhook: clients.webhookAdmin() }, (line) =>
   process.stderr.write(`${line}\n`),
 );
-const urls = { auth: settings.AUTH_SERVICE_URL, connection: settings.CONNECTION_SERVICE_URL, webhook: settings.WEBHOOK_SERVICE_URL };
+const urls = { auth: settings.AUTH_ADMIN_URL, connection: settings.CONNECTION_ADMIN_URL, webhook: settings.WEBHOOK_ADMIN_URL };
 
 function print(result: Record<string, unknown>, json: boolean): void {
   if (json) {

@@ -17,7 +17,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
   const trail = new AuditTrail({ service: "webhook", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
   const eventsAudit = trail.on(store.events);
   await trail.start();
-  const targets = new TargetCache(clientsFor(settings).auth(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);
+  const targets = new TargetCache(clientsFor(settings).authAdmin(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);
   const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
   const sender = new WebhookSender({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, timeoutMs, resolve: options.resolve });
   const dispatcher = new Dispatcher({
@@ -39,12 +39,14 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.WEBHOOK_SERVICE_PORT,
+    adminPort: settings.WEBHOOK_ADMIN_PORT,
     routes: routes({ settings, logger, store, poke: () => dispatcher.poke(), trail, eventsAudit }),
     healthy: async () => consumer.alive() && (await runtime.healthy()),
     logger,
   });
   return {
     port: server.port,
+    adminPort: server.adminPort,
     async stop() {
       await server.close();
       await Promise.allSettled([consumer.stop(), changes.stop()]);

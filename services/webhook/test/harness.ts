@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { commonv1, eventsv1 } from "@pi/proto";
 import { connectMongo, createKafka, createLogger, createProducer, databaseName, topicName, type Mongo, type Producer, type RunningService, type Settings, kafkaCredentials } from "@pi/common";
 import { startAuthService } from "@pi/auth";
-import { as, testSettings } from "../../../test/support/services.js";
+import { addressOf, as, testSettings } from "../../../test/support/services.js";
 import { opsFor } from "../../../test/support/partner-api.js";
 import { startWebhookService, type WebhookServiceOptions } from "../src/service.js";
 import type { WebhookEventDoc } from "../src/store.js";
@@ -11,7 +11,6 @@ import type { WebhookEventDoc } from "../src/store.js";
 // The auth service (webhook targets, partner events) and the webhook service in this process, on
 // the real MongoDB-wire server and Kafka, with a producer that plays the connection service's part.
 
-const url = (port: number) => `http://127.0.0.1:${port}`;
 
 export interface WebhookHarness {
   settings: Settings;
@@ -30,9 +29,9 @@ export async function startWebhookHarness(overrides: Record<string, string> = {}
   let settings = testSettings({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: "3", ...overrides });
   const logger = createLogger("webhook-test", settings.LOG_LEVEL);
   const auth = await startAuthService(as(settings, "auth"), logger.child({ service: "auth" }));
-  settings = { ...settings, AUTH_SERVICE_URL: url(auth.port) };
+  settings = { ...settings, ...addressOf("auth", auth) };
   const webhook = await startWebhookService(as(settings, "webhook"), logger.child({ service: "webhook" }), options);
-  settings = { ...settings, WEBHOOK_SERVICE_URL: url(webhook.port) };
+  settings = { ...settings, ...addressOf("webhook", webhook) };
   const replicas: RunningService[] = [webhook];
   const producer: Producer = createProducer(createKafka(settings.KAFKA_BROKERS, "webhook-test", logger, kafkaCredentials(settings)));
   await producer.connect();

@@ -112,7 +112,7 @@ describe("webhook delivery", () => {
       return docs[0]?.state === "no_endpoint" ? docs : undefined;
     });
     expect(doc).toMatchObject({ attempts: 0, nextAttemptAt: null, attemptLog: [] });
-    const listed = await clientsFor(h.settings).webhook().listDeliveries({ partnerId: partner.partner_id });
+    const listed = await clientsFor(h.settings).webhookAdmin().listDeliveries({ partnerId: partner.partner_id });
     expect(listed.deliveries.map((d) => d.state)).toEqual([webhookv1.DeliveryState.NO_ENDPOINT]);
     expect(await h.ops.webhookDeliveries(partner.partner_id)).toEqual({
       deliveries: [{ event_id: doc!._id, type: "connection.approved", attempts: 0, state: "failed", next_attempt_at: null }],
@@ -178,7 +178,7 @@ describe("webhook delivery", () => {
   });
 
   it("ListDeliveries refuses a missing partner id and a bad limit, and lists newest first", async () => {
-    const client = clientsFor(h.settings).webhook();
+    const client = clientsFor(h.settings).webhookAdmin();
     await expect(client.listDeliveries({ partnerId: "" })).rejects.toMatchObject({ code: Code.InvalidArgument });
     await expect(client.listDeliveries({ partnerId: "ptr_x", limit: -1 })).rejects.toBeInstanceOf(ConnectError);
     await expect(client.listDeliveries({ partnerId: "ptr_x", limit: 1001 })).rejects.toMatchObject({ code: Code.InvalidArgument });

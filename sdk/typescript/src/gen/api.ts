@@ -96,7 +96,9 @@ export interface paths {
          *     with. Type and size are checked before anything is stored. Accepted types in v1: PDF, plain
          *     text, JPEG, PNG, HEIC, WAV, MP3, M4A (recognised from the file's bytes). The file is at most
          *     25 MB. Every refused send (unknown address, unconsented elder, revoked connection) gets the
-         *     identical `403 no_active_connection`.
+         *     identical `403 no_active_connection`. What your files may hold per credential mode (those not
+         *     yet deleted by retention, with your uploads in flight) is bounded by a storage quota; past it,
+         *     `429 rate_limited` with `Retry-After`, before the body is read when its length cannot fit.
          */
         post: operations["sendFile"];
         delete?: never;

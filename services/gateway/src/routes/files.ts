@@ -7,13 +7,14 @@ import { commonv1, fileintakev1 } from "@pi/proto";
 import { checkElderAddress, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type FileIntakeClient } from "@pi/common";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
-import { PartnerError, partnerErrorFromInternal } from "../errors.js";
+import { PartnerError, partnerErrorFromInternal, storageQuotaExceeded } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { TerminalStatusCache } from "../terminal-status-cache.js";
 import { TransferRate, UploadSlots } from "../upload-guards.js";
 
 // POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md; in short:
-// bearer (401), scope (403), the request's own headers (415, 400), then the multipart body in the
+// bearer (401), scope (403), the request's own headers (415, 400), the uploads in flight and the
+// storage quota (429, before a byte of the body is read), then the multipart body in the
 // order its parts arrive (400 for a bad part; for the file, 415 from its first bytes, 413 at
 // MAX_FILE_BYTES + 1, 415 for text that stops being text), the body's required fields (400), then
 // file-intake's idempotency (409) and connection (403) checks. The bytes stream through to
@@ -300,9 +301,18 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
     if (!ctx.is("multipart/form-data")) throw new PartnerError("unsupported_media_type", { message: "The body must be multipart/form-data." });
     const idempotencyKey = parseIdempotencyKey(ctx.req.headers["idempotency-key"]);
     const principal = ctx.state.principal!;
-    const header: SubmitHeader = { partnerId: principal.partnerId, mode: modeOf(ctx), idempotencyKey };
+    // The body is at most this long, so the file too; unknown when the body is chunked.
+    const declaredBytes = ctx.request.length === undefined ? undefined : BigInt(ctx.request.length);
+    const header: SubmitHeader = { partnerId: principal.partnerId, mode: modeOf(ctx), idempotencyKey, declaredBytes };
     const release = slots.tryTake(principal.partnerId);
     if (!release) throw tooManyUploads();
+    try {
+      const quota = await files.checkStorageQuota({ partnerId: header.partnerId, mode: header.mode, declaredBytes });
+      if (!quota.fits) throw storageQuotaExceeded(quota.retryAfterSeconds);
+    } catch (err) {
+      release();
+      throw partnerErrorFromInternal(err);
+    }
     const rate = watchTransferRate(ctx.req, settings);
 
     let submission: Submission | undefined;

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/fileintake/v1/fileintake.proto.
  */
 export const file_pi_fileintake_v1_fileintake: GenFile = /*@__PURE__*/
-  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzInoKEFN1Ym1pdEZpbGVIZWFkZXISEgoKcGFydG5lcl9pZBgBIAEoCRIgCgRtb2RlGAIgASgOMhIucGkuY29tbW9uLnYxLk1vZGUSHAoPaWRlbXBvdGVuY3lfa2V5GAMgASgJSACIAQFCEgoQX2lkZW1wb3RlbmN5X2tleSJMChFTdWJtaXRGaWxlVHJhaWxlchIVCg1lbGRlcl9hZGRyZXNzGAEgASgJEhQKB3B1cnBvc2UYAiABKAlIAIgBAUIKCghfcHVycG9zZSKaAQoRU3VibWl0RmlsZVJlcXVlc3QSNAoGaGVhZGVyGAEgASgLMiIucGkuZmlsZWludGFrZS52MS5TdWJtaXRGaWxlSGVhZGVySAASDwoFY2h1bmsYAiABKAxIABI2Cgd0cmFpbGVyGAMgASgLMiMucGkuZmlsZWludGFrZS52MS5TdWJtaXRGaWxlVHJhaWxlckgAQgYKBHBhcnQiQQoSU3VibWl0RmlsZVJlc3BvbnNlEisKBGZpbGUYASABKAsyHS5waS5maWxlaW50YWtlLnYxLlBhcnRuZXJGaWxlIlIKDkdldEZpbGVSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCgoCaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlIj4KD0dldEZpbGVSZXNwb25zZRIrCgRmaWxlGAEgASgLMh0ucGkuZmlsZWludGFrZS52MS5QYXJ0bmVyRmlsZSp2CgpGaWxlU3RhdHVzEhsKF0ZJTEVfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoURklMRV9TVEFUVVNfUkVDRUlWRUQQARIZChVGSUxFX1NUQVRVU19QUk9DRVNTRUQQAhIWChJGSUxFX1NUQVRVU19GQUlMRUQQAzLDAQoRRmlsZUludGFrZVNlcnZpY2USWQoKU3VibWl0RmlsZRIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVJlcXVlc3QaJC5waS5maWxlaW50YWtlLnYxLlN1Ym1pdEZpbGVSZXNwb25zZSgBElMKB0dldEZpbGUSIC5waS5maWxlaW50YWtlLnYxLkdldEZpbGVSZXF1ZXN0GiEucGkuZmlsZWludGFrZS52MS5HZXRGaWxlUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_pi_common_v1_common]);
+  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIqoBChBTdWJtaXRGaWxlSGVhZGVyEhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhwKD2lkZW1wb3RlbmN5X2tleRgDIAEoCUgAiAEBEhsKDmRlY2xhcmVkX2J5dGVzGAQgASgESAGIAQFCEgoQX2lkZW1wb3RlbmN5X2tleUIRCg9fZGVjbGFyZWRfYnl0ZXMiTAoRU3VibWl0RmlsZVRyYWlsZXISFQoNZWxkZXJfYWRkcmVzcxgBIAEoCRIUCgdwdXJwb3NlGAIgASgJSACIAQFCCgoIX3B1cnBvc2UimgEKEVN1Ym1pdEZpbGVSZXF1ZXN0EjQKBmhlYWRlchgBIAEoCzIiLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZUhlYWRlckgAEg8KBWNodW5rGAIgASgMSAASNgoHdHJhaWxlchgDIAEoCzIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVRyYWlsZXJIAEIGCgRwYXJ0IkEKElN1Ym1pdEZpbGVSZXNwb25zZRIrCgRmaWxlGAEgASgLMh0ucGkuZmlsZWludGFrZS52MS5QYXJ0bmVyRmlsZSJSCg5HZXRGaWxlUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSI+Cg9HZXRGaWxlUmVzcG9uc2USKwoEZmlsZRgBIAEoCzIdLnBpLmZpbGVpbnRha2UudjEuUGFydG5lckZpbGUigAEKGENoZWNrU3RvcmFnZVF1b3RhUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIbCg5kZWNsYXJlZF9ieXRlcxgDIAEoBEgAiAEBQhEKD19kZWNsYXJlZF9ieXRlcyJGChlDaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlEgwKBGZpdHMYASABKAgSGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgCIAEoDSp2CgpGaWxlU3RhdHVzEhsKF0ZJTEVfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoURklMRV9TVEFUVVNfUkVDRUlWRUQQARIZChVGSUxFX1NUQVRVU19QUk9DRVNTRUQQAhIWChJGSUxFX1NUQVRVU19GQUlMRUQQAzK2AgoRRmlsZUludGFrZVNlcnZpY2USWQoKU3VibWl0RmlsZRIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVJlcXVlc3QaJC5waS5maWxlaW50YWtlLnYxLlN1Ym1pdEZpbGVSZXNwb25zZSgBElMKB0dldEZpbGUSIC5waS5maWxlaW50YWtlLnYxLkdldEZpbGVSZXF1ZXN0GiEucGkuZmlsZWludGFrZS52MS5HZXRGaWxlUmVzcG9uc2UiA5ACARJxChFDaGVja1N0b3JhZ2VRdW90YRIqLnBpLmZpbGVpbnRha2UudjEuQ2hlY2tTdG9yYWdlUXVvdGFSZXF1ZXN0GisucGkuZmlsZWludGFrZS52MS5DaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_pi_common_v1_common]);
 
 /**
  * @generated from message pi.fileintake.v1.PartnerFile
@@ -56,6 +56,13 @@ export type SubmitFileHeader = Message<"pi.fileintake.v1.SubmitFileHeader"> & {
    * @generated from field: optional string idempotency_key = 3;
    */
   idempotencyKey?: string | undefined;
+
+  /**
+   * At most this many bytes of file follow (the request's Content-Length), when the gateway knows it.
+   *
+   * @generated from field: optional uint64 declared_bytes = 4;
+   */
+  declaredBytes?: bigint | undefined;
 };
 
 /**
@@ -188,6 +195,57 @@ export const GetFileResponseSchema: GenMessage<GetFileResponse> = /*@__PURE__*/
   messageDesc(file_pi_fileintake_v1_fileintake, 6);
 
 /**
+ * @generated from message pi.fileintake.v1.CheckStorageQuotaRequest
+ */
+export type CheckStorageQuotaRequest = Message<"pi.fileintake.v1.CheckStorageQuotaRequest"> & {
+  /**
+   * @generated from field: string partner_id = 1;
+   */
+  partnerId: string;
+
+  /**
+   * @generated from field: pi.common.v1.Mode mode = 2;
+   */
+  mode: Mode;
+
+  /**
+   * @generated from field: optional uint64 declared_bytes = 3;
+   */
+  declaredBytes?: bigint | undefined;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.CheckStorageQuotaRequest.
+ * Use `create(CheckStorageQuotaRequestSchema)` to create a new message.
+ */
+export const CheckStorageQuotaRequestSchema: GenMessage<CheckStorageQuotaRequest> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 7);
+
+/**
+ * @generated from message pi.fileintake.v1.CheckStorageQuotaResponse
+ */
+export type CheckStorageQuotaResponse = Message<"pi.fileintake.v1.CheckStorageQuotaResponse"> & {
+  /**
+   * @generated from field: bool fits = 1;
+   */
+  fits: boolean;
+
+  /**
+   * When it does not fit: when to ask again.
+   *
+   * @generated from field: uint32 retry_after_seconds = 2;
+   */
+  retryAfterSeconds: number;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.CheckStorageQuotaResponse.
+ * Use `create(CheckStorageQuotaResponseSchema)` to create a new message.
+ */
+export const CheckStorageQuotaResponseSchema: GenMessage<CheckStorageQuotaResponse> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 8);
+
+/**
  * @generated from enum pi.fileintake.v1.FileStatus
  */
 export enum FileStatus {
@@ -243,6 +301,17 @@ export const FileIntakeService: GenService<{
     methodKind: "unary";
     input: typeof GetFileRequestSchema;
     output: typeof GetFileResponseSchema;
+  },
+  /**
+   * Asked before the body of an upload is read: whether `declared_bytes` more would fit the
+   * partner's storage quota in this mode now. Only an answer; SubmitFile reserves (and may refuse).
+   *
+   * @generated from rpc pi.fileintake.v1.FileIntakeService.CheckStorageQuota
+   */
+  checkStorageQuota: {
+    methodKind: "unary";
+    input: typeof CheckStorageQuotaRequestSchema;
+    output: typeof CheckStorageQuotaResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pi_fileintake_v1_fileintake, 0);

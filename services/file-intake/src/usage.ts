@@ -1,0 +1,129 @@
+import { ObjectId } from "mongodb";
+import { ErrorReason, insertIfNew, serviceError } from "@pi/common";
+import { holdGrowth, initialHold, quotaOf, quotaVerdict, repairedUsage, usageKey, type Growth, type QuotaLimits, type Verdict } from "./quota.js";
+import type { FileMode, FileStore, UsageDoc } from "./store.js";
+
+// The storage quota in the database (docs/files.md, "Storage quota"): one usage document per
+// partner and mode, changed only by single-document updates, so any number of replicas share it.
+// An upload reserves before its first byte is staged (a conditional $inc: two uploads racing for
+// the last room cannot both pass), reserves more as an upload of unknown length grows, and settles
+// to the file's size when accepted or releases when refused; the retention sweep subtracts what it
+// deletes and repairs every counter from the files themselves (repairUsage).
+
+export const quotaExceeded = () => serviceError(ErrorReason.STORAGE_QUOTA_EXCEEDED, "the partner's stored files would pass its storage quota");
+
+export class StorageQuota {
+  constructor(
+    private readonly store: FileStore,
+    private readonly limits: QuotaLimits,
+    private readonly maxFileBytes: number,
+    /** How often the retention sweep runs: the soonest stored bytes can go. */
+    private readonly sweepEverySeconds: number,
+  ) {}
+
+  /** Whether an upload declaring `declaredBytes` (undefined: unknown) would fit now; reserves nothing. */
+  async check(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Verdict> {
+    const doc = await this.store.usage.findOne({ _id: usageKey(partnerId, mode) }, { projection: { stored: 1, used: 1 } });
+    return quotaVerdict(doc ?? { stored: 0, used: 0 }, quotaOf(this.limits, mode), initialHold(declaredBytes, this.maxFileBytes).need, this.sweepEverySeconds);
+  }
+
+  /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
+  async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
+    const reservation = new Reservation(this.store, usageKey(partnerId, mode), quotaOf(this.limits, mode), this.maxFileBytes);
+    await reservation.grow(initialHold(declaredBytes, this.maxFileBytes));
+    return reservation;
+  }
+}
+
+/** One upload's hold: grown while its bytes arrive, then settled (accepted) or released (refused). */
+export class Reservation {
+  private readonly id = new ObjectId().toHexString();
+  private held = 0;
+  private settled = false;
+
+  constructor(
+    private readonly store: FileStore,
+    private readonly key: string,
+    private readonly quota: number,
+    private readonly maxFileBytes: number,
+  ) {}
+
+  /** Adds `bytes` to the hold if the partner's usage leaves room for them; false when it does not. */
+  private async take(bytes: number): Promise<boolean> {
+    const fits = { _id: this.key, used: { $lte: this.quota - bytes } };
+    // Several entries of one upload are fine: settle and release pull them all by id.
+    const add = { $inc: { used: bytes, rev: 1 }, $push: { holds: { id: this.id, bytes, at: new Date() } } };
+    let { matchedCount } = await this.store.usage.updateOne(fits, add);
+    if (matchedCount === 0) {
+      // The partner's first upload in this mode (or one racing it) creates the counter.
+      await insertIfNew(this.store.usage, { _id: this.key, stored: 0, used: 0, holds: [], rev: 0 });
+      ({ matchedCount } = await this.store.usage.updateOne(fits, add));
+    }
+    if (matchedCount === 1) this.held += bytes;
+    return matchedCount === 1;
+  }
+
+  /** Called with the bytes received so far: reserves more when they passed the hold, or throws STORAGE_QUOTA_EXCEEDED. */
+  async cover(received: number): Promise<void> {
+    await this.grow(holdGrowth(this.held, received, this.maxFileBytes));
+  }
+
+  /** Takes what it wants if that fits, else what it needs, or throws STORAGE_QUOTA_EXCEEDED. */
+  async grow({ need, want }: Growth): Promise<void> {
+    if (need === 0 || (await this.take(want)) || (want > need && (await this.take(need)))) return;
+    throw quotaExceeded();
+  }
+
+  /** The file of `size` bytes was accepted: its hold becomes stored bytes. */
+  async settle(size: number): Promise<void> {
+    this.settled = true;
+    const { matchedCount } = await this.store.usage.updateOne(
+      { _id: this.key, "holds.id": this.id },
+      { $inc: { stored: size, used: size - this.held, rev: 1 }, $pull: { holds: { id: this.id } } },
+    );
+    // The repair dropped the hold as abandoned (an upload far longer than any can last).
+    if (matchedCount === 0) await this.store.usage.updateOne({ _id: this.key }, { $inc: { stored: size, used: size, rev: 1 } });
+  }
+
+  /** The upload was refused or cancelled (after a settle, nothing): its hold goes. */
+  async release(): Promise<void> {
+    if (this.settled || this.held === 0) return;
+    await this.store.usage.updateOne({ _id: this.key, "holds.id": this.id }, { $inc: { used: -this.held, rev: 1 }, $pull: { holds: { id: this.id } } });
+  }
+}
+
+/** The retention sweep deleted a file's bytes: once per file (it calls this only for the update that marked it purged). */
+export async function bytesDeleted(store: FileStore, partnerId: string, mode: FileMode, size: number): Promise<void> {
+  await store.usage.updateOne({ _id: usageKey(partnerId, mode) }, { $inc: { stored: -size, used: -size, rev: 1 } });
+}
+
+/**
+ * Sets every counter from the data: `stored` to the sizes of the partner's files not swept yet,
+ * holds older than `holdMaxAgeMs` dropped (their process died mid-upload), so a crash between a
+ * write and its counter's update costs nothing for longer than a round. Run by the retention
+ * sweep under its lease (no other subtraction runs meanwhile). The counters are read before the
+ * files and written only if unchanged since (`rev`): an upload accepted meanwhile inserts its file
+ * before it settles, so a counter is never set below what is stored; one that changed is left for
+ * the next round.
+ */
+export async function repairUsage(store: FileStore, now: Date, holdMaxAgeMs: number): Promise<number> {
+  const counters = await store.usage.find({}).toArray();
+  const sums = await store.files
+    .aggregate<{ _id: { partnerId: string; mode: FileMode }; bytes: number }>([
+      { $match: { purgedAt: null } },
+      { $group: { _id: { partnerId: "$partnerId", mode: "$mode" }, bytes: { $sum: "$size" } } },
+    ])
+    .toArray();
+  const stored = new Map(sums.map((s) => [usageKey(s._id.partnerId, s._id.mode), s.bytes]));
+  let repaired = 0;
+  for (const counter of counters) {
+    const next = repairedUsage(counter, stored.get(counter._id) ?? 0, now, holdMaxAgeMs);
+    stored.delete(counter._id);
+    if (!next) continue;
+    const { modifiedCount } = await store.usage.updateOne({ _id: counter._id, rev: counter.rev }, { $set: next, $inc: { rev: 1 } });
+    repaired += modifiedCount;
+  }
+  // Files with no counter yet (stored before the quota existed).
+  for (const [key, bytes] of stored) if (await insertIfNew<UsageDoc>(store.usage, { _id: key, stored: bytes, used: bytes, holds: [], rev: 0 })) repaired++;
+  return repaired;
+}
