@@ -42,6 +42,7 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
       KAFKA_BROKERS: brokers,
       DATA_NAMESPACE: namespace,
       CONNECTION_SERVICE_PORT: "0",
+      CONNECTION_ADMIN_PORT: "0",
       SANDBOX_APPROVAL_DELAY_SECONDS: String(sandboxDelaySeconds),
       LOG_LEVEL: "info",
       KAFKAJS_NO_PARTITIONER_WARNING: "1",
@@ -55,15 +56,15 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })));
   const logs: string[] = [];
   proc.stderr!.on("data", (chunk: Buffer) => logs.push(chunk.toString()));
-  const port = await new Promise<number>((resolve, reject) => {
+  const { port, adminPort } = await new Promise<{ port: number; adminPort: number }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`connection service did not start: ${logs.join("")}`)), 30_000);
     createInterface({ input: proc.stdout! }).on("line", (line) => {
       logs.push(line);
       try {
-        const entry = JSON.parse(line) as { msg?: string; port?: number };
-        if (entry.msg === "started" && entry.port) {
+        const entry = JSON.parse(line) as { msg?: string; port?: number; adminPort?: number };
+        if (entry.msg === "started" && entry.port && entry.adminPort) {
           clearTimeout(timer);
-          resolve(entry.port);
+          resolve({ port: entry.port, adminPort: entry.adminPort });
         }
       } catch {
         // not a log line
@@ -74,8 +75,8 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
   const child = {
     proc,
     exited,
-    // The operator's (and caregiver's) calls, and the gateway's (partners' requests).
-    client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("ops")),
+    // The operator's (and caregiver's) calls on the admin port, and the gateway's (partners' requests).
+    client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${adminPort}`, [], identityKey("ops")),
     partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("gateway")),
   };
   children.push(child);

@@ -229,31 +229,54 @@ export class BalancedTransport implements Transport {
     input: AsyncIterable<MessageInitShape<I>>,
     contextValues?: ContextValues,
   ): Promise<StreamResponse<I, O>> {
-    // The input can be read once. Each attempt reads it through a reader of its own; a reader given
-    // up stops reading, and what an attempt read before failing without reaching a replica (so none
-    // of it was sent) goes first to the next attempt. Past a few messages an attempt is no longer
-    // retried, so only that much is ever kept.
+    // The input can be read once, and in order. It is read one message at a time, whichever attempt
+    // asks, into `pulled`; an attempt takes first what a failed attempt before it had taken
+    // (`carried`: none of it was sent), then `pulled`, so a message whose read was still pending
+    // when an attempt failed goes to the next attempt in its place. A reader given up stops reading.
+    // Past a few messages an attempt is no longer retried, so only that much is ever kept.
     const source = input[Symbol.asyncIterator]();
     const carried: MessageInitShape<I>[] = [];
+    const pulled: MessageInitShape<I>[] = [];
+    let sourceEnded = false;
+    let sourceFailed: { err: unknown } | undefined;
+    let reading: Promise<void> | undefined;
+    const readSource = () =>
+      (reading ??= source
+        .next()
+        .then(
+          (r) => {
+            if (r.done) sourceEnded = true;
+            else pulled.push(r.value);
+          },
+          (err: unknown) => {
+            sourceFailed = { err };
+          },
+        )
+        .finally(() => {
+          reading = undefined;
+        }));
     let readByCurrent: MessageInitShape<I>[] = [];
     let current = 0;
+    const ended = { done: true as const, value: undefined };
     const readerFor = (n: number): AsyncIterable<MessageInitShape<I>> => ({
       [Symbol.asyncIterator]: () => ({
         next: async (): Promise<IteratorResult<MessageInitShape<I>>> => {
-          if (n !== current) return { done: true, value: undefined };
-          const value = carried.shift() ?? (await source.next().then((r) => (r.done ? undefined : r.value)));
-          if (value === undefined) return { done: true, value: undefined };
-          if (n !== current) {
-            carried.unshift(value); // read for an attempt given up meanwhile: the next one sends it
-            return { done: true, value: undefined };
+          for (;;) {
+            if (n !== current) return ended;
+            const value = carried.shift() ?? pulled.shift();
+            if (value !== undefined) {
+              if (readByCurrent.length <= MAX_CARRIED_MESSAGES) readByCurrent.push(value);
+              return { done: false, value };
+            }
+            if (sourceFailed) throw sourceFailed.err;
+            if (sourceEnded) return ended;
+            await readSource();
           }
-          if (readByCurrent.length <= MAX_CARRIED_MESSAGES) readByCurrent.push(value);
-          return { done: false, value };
         },
         // An attempt's reader closing, or failing, must not end the caller's input: the next attempt
         // reads on, and the caller learns of a final failure from the call itself.
-        return: async () => ({ done: true as const, value: undefined }),
-        throw: async () => ({ done: true as const, value: undefined }),
+        return: async () => ended,
+        throw: async () => ended,
       }),
     });
     const nextAttempt = () => {

@@ -71,7 +71,7 @@ export function runService(name: string, start: StartService): void {
       process.on("SIGTERM", () => stop("SIGTERM"));
       process.on("SIGINT", () => stop("SIGINT"));
       watchParent(() => stop("parent exited"));
-      logger.info({ port: running.port }, "started");
+      logger.info({ port: running.port, adminPort: running.adminPort }, "started");
     },
     (err) => {
       if (err instanceof SettingsError) {

@@ -15,6 +15,8 @@ interface Replica {
   calls: number;
   /** Messages received on client streams (uploads). */
   messages: number;
+  /** The first byte of each chunk received, in order. */
+  received: number[];
   /** Ends every connection abruptly, as a killed process would (the kernel resets them). */
   kill(): Promise<void>;
 }
@@ -23,14 +25,15 @@ type Behaviour = { jwks?: () => Promise<void>; createPartner?: () => Promise<voi
 
 async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
   const sessions = new Set<http2.Http2Session>();
-  const r = { port: 0, calls: 0, messages: 0 } as Replica;
+  const r = { port: 0, calls: 0, messages: 0, received: [] } as unknown as Replica;
   const handler = connectNodeAdapter({
     routes: (router) => {
       router.service(fileintakev1.FileIntakeService, {
         async submitFile(requests) {
           r.calls++;
-          for await (const _ of requests) {
+          for await (const request of requests) {
             r.messages++;
+            if (request.part.case === "chunk") r.received.push(request.part.value[0]!);
             await behaviour.submitFile?.();
           }
           return {};
@@ -152,6 +155,38 @@ describe("internal clients over every replica", () => {
     expect(b.calls).toBe(2);
     // The attempt on the closed port took nothing from the input, so the retry sends all of it.
     expect(b.messages).toBe(2);
+  });
+
+  it("an upload whose first replica refuses its stream while the next message is still being read reaches the next replica whole and in order", async () => {
+    // A replica that accepts the connection and refuses each stream a moment later (REFUSED_STREAM:
+    // nothing of it was processed), when the upload has sent its first message and waits for the next.
+    const refusing = http2.createServer();
+    const sessions = new Set<http2.Http2Session>();
+    refusing.on("session", (session) => sessions.add(session));
+    refusing.on("stream", (stream) => {
+      stream.on("error", () => {});
+      setTimeout(() => stream.close(http2.constants.NGHTTP2_REFUSED_STREAM), 100);
+    });
+    await new Promise<void>((resolve) => refusing.listen(0, "127.0.0.1", resolve));
+    const b = await replica();
+    const transport = new BalancedTransport({ urls: `${url((refusing.address() as AddressInfo).port)},${url(b.port)}`, defaultTimeoutMs: 10_000 });
+    transports.push(transport);
+    const files = createClient(fileintakev1.FileIntakeService, transport);
+    const chunk = (n: number) => ({ part: { case: "chunk" as const, value: new Uint8Array([n]) } });
+    async function* upload() {
+      yield chunk(1);
+      await new Promise((r) => setTimeout(r, 300)); // the refusal comes while this read is pending
+      yield chunk(2);
+      yield chunk(3);
+    }
+    const answer = await files.submitFile(upload()).then(
+      () => "answered",
+      (e: unknown) => String(e),
+    );
+    for (const session of sessions) session.destroy();
+    await new Promise((resolve) => refusing.close(resolve));
+    expect(answer).toBe("answered");
+    expect(b.received).toEqual([1, 2, 3]);
   });
 
   it("an answer of the service (an error it sent) is not repeated on another replica", async () => {
