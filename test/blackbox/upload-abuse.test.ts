@@ -83,7 +83,15 @@ describe("abuse: slow-drip uploads (black box)", () => {
       }
     })();
 
-    const results = await answers;
+    let results: Awaited<typeof answers>;
+    try {
+      results = await answers;
+    } finally {
+      // Whatever happened, nothing keeps dripping (or keeps jest from exiting) after the test.
+      settled = true;
+      uploads.forEach((u) => u.abort());
+      await Promise.allSettled([reads, probes]);
+    }
     await Promise.all([reads, probes]);
     for (const answer of results) {
       expect([408, 429]).toContain(answer.status);
