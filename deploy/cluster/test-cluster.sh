@@ -62,6 +62,11 @@ images() {
   local out
   out=$("$HERE/images/services.sh") || return 1; eval "$(echo "$out" | grep '^SERVICES_TAG=')"
   out=$("$HERE/images/jvm.sh") || return 1; eval "$(echo "$out" | grep -E '^(KAFKA|MONGO_WIRE)_IMAGE=')"
+  # Without them the chart's default tags would be installed, which no node has (ErrImageNeverPull).
+  [ -n "${SERVICES_TAG:-}" ] && [ -n "${KAFKA_IMAGE:-}" ] && [ -n "${MONGO_WIRE_IMAGE:-}" ] || {
+    echo "an image was built but not named: SERVICES_TAG='${SERVICES_TAG:-}' KAFKA_IMAGE='${KAFKA_IMAGE:-}' MONGO_WIRE_IMAGE='${MONGO_WIRE_IMAGE:-}'" >&2
+    return 1
+  }
 }
 step "images built and loaded" images || finish
 
@@ -72,8 +77,7 @@ install() {
   local sets=()
   for k in gateway auth connection fileIntake webhook ops; do sets+=(--set "$k.image.tag=$SERVICES_TAG"); done
   sets+=(--set "kafka.image.repository=${KAFKA_IMAGE%:*}" --set "kafka.image.tag=${KAFKA_IMAGE##*:}")
-  [ -n "${MONGO_WIRE_IMAGE:-}" ] && sets+=(--set "mongodb.standIn.image.repository=${MONGO_WIRE_IMAGE%:*}" \
-    --set "mongodb.standIn.image.tag=${MONGO_WIRE_IMAGE##*:}")
+  sets+=(--set "mongodb.standIn.image.repository=${MONGO_WIRE_IMAGE%:*}" --set "mongodb.standIn.image.tag=${MONGO_WIRE_IMAGE##*:}")
   "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/partner-integration" -n "$NS" \
     -f "$HERE/values.yaml" "${sets[@]}" --wait --timeout 15m
 }

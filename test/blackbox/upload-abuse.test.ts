@@ -47,8 +47,24 @@ function p99(values: number[]): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]!;
 }
 
+/** Status of one readiness probe; a failed connection is asked again once, then counts as 0 (not ready). */
+async function readinessStatus(): Promise<number> {
+  return fetch(target.readyUrl)
+    .catch(() => new Promise((r) => setTimeout(r, 250)).then(() => fetch(target.readyUrl)))
+    .then(async (res) => (await res.arrayBuffer(), res.status))
+    .catch(() => 0);
+}
+
 describe("abuse: slow-drip uploads (black box)", () => {
   it("40 concurrent slow-drip uploads from one partner leave another partner's reads under 1 s p99 and readiness at 200, and each ends with an envelope error in bounded time", async () => {
+    // The baseline: ready before the attack. In a cluster the readiness URL is a kubectl
+    // port-forward to one gateway pod, started again when it ends; after a rollout (the cluster
+    // tests replace every pod) it is bound to a pod that is gone until a connection finds out, so
+    // the first probes can fail for a second or two while the gateway itself is ready.
+    for (const until = Date.now() + 60_000; (await readinessStatus()) !== 200; ) {
+      if (Date.now() > until) throw new Error(`not ready before the attack: ${target.readyUrl}`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
     const attacker = await partnerToken("Drip Attacker");
     const attackerConnection = await connectionTo(attacker);
     await target.ops("connection", "approve", attackerConnection.id);
@@ -74,16 +90,20 @@ describe("abuse: slow-drip uploads (black box)", () => {
       while (!settled) {
         // In a cluster the readiness URL is a kubectl port-forward, which drops a connection now and
         // then: a failed connection is asked again once before it counts (as status 0, not ready).
-        const status = await fetch(target.readyUrl)
-          .catch(() => new Promise((r) => setTimeout(r, 250)).then(() => fetch(target.readyUrl)))
-          .then(async (res) => (await res.arrayBuffer(), res.status))
-          .catch(() => 0);
-        readiness.push(status);
+        readiness.push(await readinessStatus());
         await new Promise((r) => setTimeout(r, 1000));
       }
     })();
 
-    const results = await answers;
+    let results: Awaited<typeof answers>;
+    try {
+      results = await answers;
+    } finally {
+      // Whatever happened, nothing keeps dripping (or keeps jest from exiting) after the test.
+      settled = true;
+      uploads.forEach((u) => u.abort());
+      await Promise.allSettled([reads, probes]);
+    }
     await Promise.all([reads, probes]);
     for (const answer of results) {
       expect([408, 429]).toContain(answer.status);

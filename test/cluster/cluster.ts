@@ -57,12 +57,16 @@ export function partnerTraffic(credential: { client_id: string; client_secret: s
   const failures: string[] = [];
   let requests = 0;
   let stopped = false;
+  /** The body of an expected answer; undefined (and a failure kept) for anything else. */
   const once = async (what: string, request: () => Promise<Response>, expected: number) => {
     requests++;
     try {
       const res = await request();
       const body = await res.text();
-      if (res.status !== expected) failures.push(`${what}: ${res.status} ${body.slice(0, 200)}`);
+      if (res.status !== expected) {
+        failures.push(`${what}: ${res.status} ${body.slice(0, 200)}`);
+        return undefined;
+      }
       return body;
     } catch (err) {
       failures.push(`${what}: ${(err as Error).message} ${String((err as { cause?: unknown }).cause ?? "")}`);

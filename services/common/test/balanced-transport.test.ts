@@ -19,6 +19,8 @@ interface Replica {
   received: number[];
   /** Ends every connection abruptly, as a killed process would (the kernel resets them). */
   kill(): Promise<void>;
+  /** Says GOAWAY (NO_ERROR) on every connection, as a process shutting down gracefully does, without waiting. */
+  goAway(): void;
 }
 
 type Behaviour = { jwks?: () => Promise<void>; createPartner?: () => Promise<void>; submitFile?: () => Promise<void> };
@@ -60,6 +62,9 @@ async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
   });
   await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
   r.port = (server.address() as AddressInfo).port;
+  r.goAway = () => {
+    for (const s of sessions) s.close();
+  };
   r.kill = async () => {
     for (const s of sessions) s.socket?.resetAndDestroy?.() ?? s.destroy();
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -223,6 +228,36 @@ describe("internal clients over every replica", () => {
     await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
     await replica({}, first.port);
     expect((await auth.getJwks({}, { timeoutMs: 1_500 })).issuer).toBe(`replica-${first.port}`);
+  });
+
+  it("a replica that says GOAWAY on an idle connection (a pod shutting down) costs no call and raises no uncaught error", async () => {
+    // connect-node destroys an idle connection on GOAWAY; Node raises that error once the socket has
+    // closed, and a call made in between used to leave it without a listener: the process crashed
+    // (connectrpc/connect-es#1768; patches/@connectrpc+connect-node+2.1.2.patch). Calls at growing
+    // delays after the GOAWAY hit that window.
+    const first = await replica();
+    const auth = client(url(first.port));
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => uncaught.push(err);
+    process.on("uncaughtException", onUncaught);
+    const spin = (ms: number) => new Promise<void>((resolve) => {
+      const until = performance.now() + ms;
+      const check = () => (performance.now() >= until ? resolve() : setImmediate(check));
+      check();
+    });
+    try {
+      for (let delayMs = 0; delayMs < 15; delayMs += 0.25) {
+        expect((await auth.getJwks({})).issuer).toBe(`replica-${first.port}`);
+        await new Promise((r) => setTimeout(r, 5)); // the connection is idle
+        first.goAway();
+        await spin(delayMs);
+        expect((await auth.getJwks({})).issuer).toBe(`replica-${first.port}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+      expect(uncaught).toEqual([]);
+    } finally {
+      process.off("uncaughtException", onUncaught);
+    }
   });
 });
 

@@ -60,6 +60,8 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     },
   });
   const server: Server = createServer(app.callback());
+  // Above the idle timeouts of the proxies in front (ingress-nginx and cloud load balancers 60 s; Traefik
+  // must be set below it, docs/security.md): the proxy, not the gateway, ends an idle connection.
   server.keepAliveTimeout = 65_000;
   // Requests Node's HTTP parser refuses before Koa sees them still get the envelope.
   server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
