@@ -10,7 +10,8 @@
 #
 # Skaffold v2.16.1 is built once from its Go module (build-go.sh skaffold, cached like Kubernetes);
 # helm is the project's (deploy/checks/helm.mjs) and kubectl the cluster's; a Docker engine is
-# started if none runs (Skaffold asks it for the built images' ids before it builds anything).
+# started if none runs (Skaffold asks it for the built images' ids before it builds anything); the
+# storage pool's released volumes are made available again (storage.sh).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -19,6 +20,9 @@ ROOT=$(cd "$HERE/../.." && pwd)
 "$HERE/build-go.sh" skaffold
 HELM=$(cd "$ROOT" && node deploy/checks/helm.mjs)
 ensure_docker
+# Volumes whose claims an earlier `delete` released are wiped and offered again (as test:cluster
+# does after its uninstall): the pool has ten, and each install claims five.
+"$HERE/storage.sh"
 export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$(dirname "$HELM"):$BIN:$PATH
 cd "$ROOT"
 exec "$CACHE/bin/skaffold-v2.16.1/skaffold" "$@" -p local-cluster
