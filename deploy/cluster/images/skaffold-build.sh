@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Skaffold's custom builder in the `local-cluster` profile (skaffold.yaml): builds the image Skaffold
-# names in $IMAGE the way test:cluster does, then loads it into this cluster's containerd (nothing is
-# pushed or pulled). `service <name>`: deploy/Dockerfile on the assembled Node base; `jvm kafka` or
-# `jvm mongo-wire`: images/jvm.sh's image, tagged $IMAGE.
+# names in $IMAGE, in the local Docker engine, the way test:cluster does (nothing is pushed or
+# pulled: $PUSH_IMAGE is false). `service <name>`: deploy/Dockerfile on the assembled Node base;
+# `jvm kafka` or `jvm mongo-wire`: images/jvm.sh's image, tagged $IMAGE. Skaffold deploys the image
+# by another tag, its image id, which the Helm deployer's hook (skaffold-load.sh) loads into the node.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 ROOT=$(cd "$HERE/../.." && pwd)
 : "${IMAGE:?Skaffold sets IMAGE}"
+[ "${PUSH_IMAGE:-false}" = true ] && { echo "nothing is pushed from here: use the profile with local.push: false" >&2; exit 1; }
 ensure_docker
 case $1 in
   service)
@@ -21,5 +23,4 @@ case $1 in
     docker tag "$ref" "$IMAGE" ;;
   *) echo "usage: IMAGE=<ref> $0 service <name> | jvm kafka|mongo-wire" >&2; exit 2 ;;
 esac
-docker save "$IMAGE" | $CTR images import - >/dev/null
-log "image $IMAGE loaded into the cluster"
+log "image $IMAGE built"
