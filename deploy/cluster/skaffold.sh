@@ -23,6 +23,6 @@ ensure_docker
 # Volumes whose claims an earlier `delete` released are wiped and offered again (as test:cluster
 # does after its uninstall): the pool has ten, and each install claims five.
 "$HERE/storage.sh"
-export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$(dirname "$HELM"):$BIN:$PATH
+export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$CACHE/bin/skaffold-v2.16.1:$(dirname "$HELM"):$BIN:$PATH
 cd "$ROOT"
-exec "$CACHE/bin/skaffold-v2.16.1/skaffold" "$@" -p local-cluster
+exec skaffold "$@" -p local-cluster
