@@ -6,7 +6,9 @@ import {
   AUDIT_ID,
   checkAuditRecord,
   consumerGroup,
+  CONSUMER_HEARTBEAT_MS,
   CONSUMER_MAX_WAIT_MS,
+  CONSUMER_SESSION_TIMEOUT_MS,
   insertNew,
   topicName,
   watchConsumer,
@@ -111,8 +113,8 @@ export function decodeAuditMessage(message: KafkaMessage, partition: number, log
 export async function consumeAuditRecords(store: AuditStore, kafka: Kafka, namespace: string, logger: Logger) {
   const consumer = kafka.consumer({
     groupId: consumerGroup(namespace, "auth", "audit"),
-    sessionTimeout: 10_000,
-    heartbeatInterval: 1_000,
+    sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS,
+    heartbeatInterval: CONSUMER_HEARTBEAT_MS,
     maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS,
   });
   const alive = watchConsumer(consumer, "audit-events", logger);

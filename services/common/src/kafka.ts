@@ -56,8 +56,17 @@ export function createKafka(brokers: string, clientId: string, logger: Logger, c
  * How long a consumer's fetch waits at the broker while there is nothing to read. A fetch returns
  * as soon as a message arrives (minBytes 1), so a longer wait costs no latency: it only sets how
  * often an idle consumer wakes up (and how long a disconnect may wait for the fetch in flight).
+ * kafkajs heartbeats between fetches, so a group member learns of a rebalance within about this
+ * long plus CONSUMER_HEARTBEAT_MS.
  */
-export const CONSUMER_MAX_WAIT_MS = 1000;
+export const CONSUMER_MAX_WAIT_MS = 3_000;
+
+/**
+ * Group consumers that must hand their partitions over quickly when a replica dies (webhook, audit)
+ * use this session timeout instead of kafkajs's 30 s, heartbeating at a third of it.
+ */
+export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
+export const CONSUMER_HEARTBEAT_MS = 3_000;
 
 export function createProducer(kafka: Kafka): Producer {
   return kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });

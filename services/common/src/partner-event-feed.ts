@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import type { Kafka } from "./kafka.js";
+import { CONSUMER_MAX_WAIT_MS, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
@@ -16,13 +16,12 @@ import { consumerGroup, topicName } from "./topics.js";
 export const FOLLOWER_HEARTBEAT_MS = 2_000;
 
 /**
- * A follower's fetch waits this long at the broker while nothing is published (CONSUMER_MAX_WAIT_MS
- * of the other consumers is 1 s). An event still arrives at once (the broker answers a waiting fetch
- * as soon as it is written); an idle follower fetches a third as often (six followers in the local
- * stack), and a stop may wait that long for the fetch in flight. Each follower is the only member of
- * its group, so no rebalance waits on it.
+ * A follower's fetch waits at the broker as long as every consumer's (CONSUMER_MAX_WAIT_MS): an event
+ * still arrives at once (the broker answers a waiting fetch as soon as it is written), and a stop may
+ * wait that long for the fetch in flight. Each follower is the only member of its group, so no
+ * rebalance waits on it.
  */
-export const FOLLOWER_MAX_WAIT_MS = 3_000;
+export const FOLLOWER_MAX_WAIT_MS = CONSUMER_MAX_WAIT_MS;
 
 /** Partition of the partner-events topic to the offset of the next event the follower will apply. */
 export type NextOffsets = Record<number, bigint>;

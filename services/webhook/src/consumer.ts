@@ -1,7 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { consumerGroup, CONSUMER_MAX_WAIT_MS, contextFromHeaders, insertNew, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
+import { consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, insertNew, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
@@ -78,8 +78,8 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
   const consumer = kafka.consumer({
     groupId: consumerGroup(namespace, "webhook"),
     // A replica that dies hands its partitions over within seconds, not the default 30.
-    sessionTimeout: 10_000,
-    heartbeatInterval: 1_000,
+    sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS,
+    heartbeatInterval: CONSUMER_HEARTBEAT_MS,
     maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS,
   });
   const alive = watchConsumer(consumer, "connection-events", logger);
