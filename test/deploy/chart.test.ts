@@ -426,16 +426,17 @@ describe("Helm chart with the default values", () => {
     expect(strict.stderr).toMatch(/dataKeys: set dataKeys.existingSecret/);
   });
 
-  it("probes the internal services with native gRPC health checks (liveness on the liveness service name) and the gateway on /healthz and /readyz", () => {
+  it("probes the internal services with native gRPC health checks (liveness and traffic service names: Kafka in neither) and the gateway on /healthz and /readyz/traffic", () => {
     for (const s of SERVICES.filter((x) => x.key !== "gateway")) {
       const c = container(docs, s.component);
       const port = c.ports[0].containerPort;
       expect(c.livenessProbe.grpc).toEqual({ port, service: "liveness" });
-      expect(c.readinessProbe.grpc).toEqual({ port });
+      expect(c.readinessProbe.grpc).toEqual({ port, service: "traffic" });
+      expect(c.startupProbe.grpc).toEqual({ port });
     }
     const gw = container(docs, "gateway");
     expect(gw.livenessProbe.httpGet).toMatchObject({ path: "/healthz", port: "http" });
-    expect(gw.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "http" });
+    expect(gw.readinessProbe.httpGet).toMatchObject({ path: "/readyz/traffic", port: "http" });
   });
 
   it("denies all traffic of the release's pods, then admits only each component's named callers, each to the port of its plane", () => {
@@ -539,7 +540,7 @@ describe("the ingress: HTTPS by default, the partner API's paths only (docs/secu
       ingressOf(docs).spec.rules[0].http.paths.some((p: K8sObject) =>
         p.pathType === "Exact" ? p.path === path : path === p.path.replace(/\/$/, "") || path.startsWith(p.path.endsWith("/") ? p.path : `${p.path}/`));
     for (const path of ["/oauth/token", "/v1/connections", "/v1/connections/con_1", "/v1/files", "/v1/files/fil_1", "/openapi.json", "/docs", "/docs/swagger-ui.css"]) expect([path, routed(path)]).toEqual([path, true]);
-    for (const path of ["/readyz", "/healthz", "/", "/metrics", "/oauth/token/x", "/v2/files"]) expect([path, routed(path)]).toEqual([path, false]);
+    for (const path of ["/readyz", "/readyz/traffic", "/healthz", "/", "/metrics", "/oauth/token/x", "/v2/files"]) expect([path, routed(path)]).toEqual([path, false]);
     // The gateway's own routes the ingress leaves out are exactly its probes.
     const app = readFileSync(join(chart.chartDir, "..", "..", "services", "gateway", "src", "routes", "health.ts"), "utf8");
     expect(app).toContain('router.get("/readyz"');

@@ -255,6 +255,14 @@ describe("two replicas of every service (npm start)", () => {
     if (infra === "mongo-wire") {
       expect(outcomes.filter((o) => o.status === 503).length).toBeGreaterThan(0);
       await ready(120_000);
+    } else {
+      // The gateway pods' readiness probe leaves Kafka out, as the internal services' does (health
+      // check "traffic"): writes wait in the outboxes, so no replica leaves its Service. The stack as
+      // a whole (the operator contract's /readyz) is not ready.
+      const traffic = await fetch(`${baseUrl}/readyz/traffic`, { signal: AbortSignal.timeout(3_000) });
+      expect(traffic.status).toBe(200);
+      const whole = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(5_000) });
+      expect([whole.status, ((await whole.json()) as { failing: string[] }).failing.sort()]).toEqual([503, ["auth", "connection", "file-intake", "webhook"]]);
     }
   }, 300_000);
 });

@@ -70,7 +70,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     port: settings.AUTH_SERVICE_PORT,
     adminPort: settings.AUTH_ADMIN_PORT,
     routes: routes({ store, keys, settings, peppers, sealer, events, authentications, audit, logger }),
-    healthy: async () => auditConsumer.alive() && (await runtime.healthy()),
+    healthy: async (withKafka) => auditConsumer.alive() && (await runtime.healthy(withKafka)),
     logger,
   });
   return {

@@ -12,7 +12,10 @@ import { tracingServerInterceptor } from "./telemetry.js";
 
 const { Health, HealthCheckResponse_ServingStatus: ServingStatus } = healthv1;
 
+/** Health check service names: the process serves (a pod's liveness probe)... */
 export const LIVENESS = "liveness";
+/** ...and the replica should take calls (a pod's readiness probe): its own parts and its database, not Kafka. */
+export const TRAFFIC = "traffic";
 
 export interface ConnectServer {
   port: number;
@@ -32,8 +35,11 @@ export interface ConnectServerOptions {
   /** The admin plane's port (`*_ADMIN_PORT`): the service's admin RPCs, and nothing else. */
   adminPort?: number;
   routes: (router: ConnectRouter) => void;
-  /** Whether the service can reach everything it depends on (its database, Kafka). */
-  healthy: () => Promise<boolean>;
+  /**
+   * Whether the service can reach everything it depends on (its database, Kafka); with `withKafka`
+   * false, everything but Kafka (the health check TRAFFIC).
+   */
+  healthy: (withKafka: boolean) => Promise<boolean>;
   logger: Logger;
 }
 
@@ -136,11 +142,13 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
       routesOf(opts.routes, "runtime")(router);
       router.service(Health, {
         // Service "liveness" answers whether the process serves at all (the liveness probe: a
-        // database outage must not restart every pod); any other name, readiness: its database
-        // and Kafka are reachable.
+        // database outage must not restart every pod); "traffic", whether the replica should take
+        // calls (a pod's readiness probe): everything but Kafka, whose outage the outboxes ride
+        // out; any other name, readiness of the whole (the gateway's /readyz): its database and
+        // Kafka are reachable.
         async check(req) {
           if (req.service === LIVENESS) return { status: ServingStatus.SERVING };
-          return { status: (await opts.healthy()) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
+          return { status: (await opts.healthy(req.service !== TRAFFIC)) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
         },
         // eslint-disable-next-line require-yield
         async *watch() {

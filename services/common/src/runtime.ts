@@ -14,7 +14,8 @@ export interface ServiceRuntime {
   mongo: Mongo;
   kafka: Kafka;
   producer: Producer;
-  healthy(): Promise<boolean>;
+  /** The database and (unless `withKafka` is false) Kafka are reachable. */
+  healthy(withKafka?: boolean): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -33,8 +34,8 @@ export async function openRuntime(service: string, settings: Settings, logger: L
     mongo,
     kafka,
     producer,
-    async healthy() {
-      const [db, broker] = await Promise.all([mongo.ping(), kafkaReachable(admin)]);
+    async healthy(withKafka = true) {
+      const [db, broker] = await Promise.all([mongo.ping(), withKafka ? kafkaReachable(admin) : true]);
       return db && broker;
     },
     async close() {

@@ -1,14 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
-import { clientsFor, createLogger, LIVENESS, parseSettings, startConnectServer, watchConsumer, type ConnectServer } from "@pi/common";
+import { clientsFor, createLogger, LIVENESS, parseSettings, startConnectServer, TRAFFIC, watchConsumer, type ConnectServer } from "@pi/common";
 import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";
 
 const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;
 let healthy = true;
+let kafkaUp = true;
 let server: ConnectServer;
 
 beforeAll(async () => {
-  server = await startConnectServer({ service: "auth", publicKeys: TEST_PUBLIC_KEYS, host: "127.0.0.1", port: 0, routes: () => {}, healthy: async () => healthy, logger: createLogger("test", "silent") });
+  server = await startConnectServer({ service: "auth", publicKeys: TEST_PUBLIC_KEYS, host: "127.0.0.1", port: 0, routes: () => {}, healthy: async (withKafka) => healthy && (!withKafka || kafkaUp), logger: createLogger("test", "silent") });
 });
 afterAll(async () => {
   await server.close();
@@ -23,6 +24,18 @@ describe("grpc.health.v1 on every service", () => {
     healthy = false;
     expect((await health.check({})).status).toBe(NOT_SERVING);
     expect((await health.check({ service: LIVENESS })).status).toBe(SERVING);
+  });
+
+  it("a pod's readiness (service name traffic) leaves Kafka out: with Kafka down the replica still takes calls, the whole is not ready", async () => {
+    const health = clientsFor(parseSettings({})).health(`http://127.0.0.1:${server.port}`);
+    healthy = true;
+    kafkaUp = false;
+    expect((await health.check({ service: TRAFFIC })).status).toBe(SERVING);
+    expect((await health.check({})).status).toBe(NOT_SERVING);
+    healthy = false;
+    expect((await health.check({ service: TRAFFIC })).status).toBe(NOT_SERVING);
+    kafkaUp = true;
+    healthy = true;
   });
 });
 

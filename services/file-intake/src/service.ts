@@ -93,7 +93,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
     routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, quota, logger }),
-    healthy: async () => extractionAlive() && (await runtime.healthy()),
+    healthy: async (withKafka) => extractionAlive() && (await runtime.healthy(withKafka)),
     logger,
   });
 

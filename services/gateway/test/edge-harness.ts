@@ -21,6 +21,10 @@ export interface EdgeOptions {
   auth?: AuthImpl;
   connections?: ConnectionImpl;
   files?: FileIntakeImpl;
+  /** The internal services' health checks (all SERVING by default). */
+  health?: Partial<ServiceImpl<typeof healthv1.Health>>;
+  /** Whether the gateway is warm (true by default). */
+  warm?: () => boolean;
 }
 
 export interface Answer {
@@ -55,7 +59,7 @@ export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
     service(authv1.AuthService, auth);
     service(connectionv1.ConnectionService, opts.connections ?? {});
     service(fileintakev1.FileIntakeService, opts.files ?? {});
-    service(healthv1.Health, { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) });
+    service(healthv1.Health, opts.health ?? { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) });
   });
   const authClient = createClient(authv1.AuthService, transport);
   const logs: Record<string, unknown>[] = [];
@@ -73,6 +77,7 @@ export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
     files: createClient(fileintakev1.FileIntakeService, transport),
     verifier: new BearerVerifier(authClient, new RevocationList()),
     health: { auth: createClient(healthv1.Health, transport) },
+    ...(opts.warm ? { warm: opts.warm } : {}),
   });
   const server = createServer(app.callback());
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));

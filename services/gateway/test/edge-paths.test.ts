@@ -84,6 +84,7 @@ describe("every route answers only its canonical path", () => {
   it.each([
     ["GET", "/healthz"],
     ["GET", "/readyz"],
+    ["GET", "/readyz/traffic"],
     ["GET", "/openapi.json"],
     ["GET", "/openapi.yaml"],
     ["GET", "/docs"],

@@ -41,7 +41,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     port: settings.WEBHOOK_SERVICE_PORT,
     adminPort: settings.WEBHOOK_ADMIN_PORT,
     routes: routes({ settings, logger, store, poke: () => dispatcher.poke(), trail, eventsAudit }),
-    healthy: async () => consumer.alive() && (await runtime.healthy()),
+    healthy: async (withKafka) => consumer.alive() && (await runtime.healthy(withKafka)),
     logger,
   });
   return {

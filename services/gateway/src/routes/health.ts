@@ -2,11 +2,22 @@ import type { HealthClient } from "@pi/common";
 import { healthv1 } from "@pi/proto";
 import { gatewayRouter } from "../router.js";
 
-/** Liveness, and readiness: every internal service answers SERVING (each checks its database and Kafka). */
+/**
+ * Liveness; readiness of the whole (/readyz, the operator contract's: every internal service answers
+ * SERVING, each checking its database and Kafka); and whether this gateway should take traffic
+ * (/readyz/traffic, its pod's readiness probe): it is warm. A gateway stays in rotation while a
+ * service behind it is down, answering what needs that service with the envelope's fast 503, rather
+ * than every replica leaving at once and the proxy in front answering in its own words.
+ */
 export default function healthRoutes(services: Record<string, HealthClient>, warm: () => boolean = () => true) {
   const router = gatewayRouter();
   router.get("/healthz", (ctx) => {
     ctx.body = { status: "ok" };
+  });
+  router.get("/readyz/traffic", (ctx) => {
+    ctx.set("Cache-Control", "no-store");
+    ctx.status = warm() ? 200 : 503;
+    ctx.body = warm() ? { status: "ready" } : { status: "not_ready", failing: ["gateway"] };
   });
   router.get("/readyz", async (ctx) => {
     const results = await Promise.all(
