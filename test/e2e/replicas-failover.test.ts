@@ -35,6 +35,8 @@ const remember = () => stack?.pid && descendants(stack.pid).forEach((p) => seen.
 
 /** A partner answer is due within this long, whatever fails behind the gateway. */
 const ANSWER_WITHIN_MS = 5_000;
+/** A replica told to stop with Kafka away is gone within this long (its own grace is 15 s, then exit 1). */
+const STOP_WITHIN_MS = 10_000;
 /** Longer than this without an answer is a hang. */
 const HANG_MS = 15_000;
 
@@ -263,6 +265,22 @@ describe("two replicas of every service (npm start)", () => {
       expect(traffic.status).toBe(200);
       const whole = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(5_000) });
       expect([whole.status, ((await whole.json()) as { failing: string[] }).failing.sort()]).toEqual([503, ["auth", "connection", "file-intake", "webhook"]]);
+      // A replica told to stop while Kafka is away (every pod of a release stops at once on
+      // uninstall) stops well within its 15 s grace, which it would otherwise spend waiting on its
+      // consumers' reconnects and then exit 1. (Kafka killed again, should the stack have restarted it.)
+      for (const pid of processesOf("kafka")) process.kill(pid, "SIGKILL");
+      const stopping = ["auth", "webhook", "gateway"].map((service) => {
+        const [pid] = processesOf(service);
+        process.kill(pid!, "SIGTERM");
+        return { service, pid: pid!, at: Date.now() };
+      });
+      const stopped = await Promise.all(
+        stopping.map(async ({ service, pid, at }) => {
+          while (alive(pid) && Date.now() - at < 20_000) await new Promise((r) => setTimeout(r, 100));
+          return [service, Date.now() - at < STOP_WITHIN_MS] as const;
+        }),
+      );
+      expect(stopped).toEqual(stopping.map(({ service }) => [service, true]));
     }
   }, 300_000);
 });

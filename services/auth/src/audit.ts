@@ -6,6 +6,7 @@ import {
   AUDIT_ID,
   checkAuditRecord,
   consumerGroup,
+  disconnectConsumer,
   CONSUMER_HEARTBEAT_MS,
   CONSUMER_MAX_WAIT_MS,
   CONSUMER_SESSION_TIMEOUT_MS,
@@ -130,5 +131,5 @@ export async function consumeAuditRecords(store: AuditStore, kafka: Kafka, names
       await heartbeat();
     },
   });
-  return { alive, stop: () => consumer.disconnect() };
+  return { alive, stop: () => disconnectConsumer(consumer, "audit-events", logger) };
 }

@@ -79,8 +79,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     async stop() {
       clearInterval(reload);
       await server.close();
-      await feed?.stop();
-      await auditConsumer.stop().catch(() => undefined);
+      await Promise.all([feed?.stop(), auditConsumer.stop()]);
       await Promise.all([events.stop(), trail.stop()]);
       await runtime.close();
     },

@@ -5,7 +5,8 @@ import { eventsv1 } from "@pi/proto";
 import { auditEntry, refusalOf, type AuditEntry, type AuditFields, type AuditService } from "./audit.js";
 import type { Logger } from "./logger.js";
 import { every, type Periodic } from "./periodic.js";
-import { Outbox, type LeaseFields } from "./persistence.js";
+import { atMost } from "./at-most.js";
+import { Outbox, RELAY_STOP_MS, settleAll, type LeaseFields } from "./persistence.js";
 
 // How a service writes audit records (docs/security.md, "Audit trail"). A change and its record
 // are ONE document update: the record is pushed into the changed document's `audit` array beside
@@ -163,11 +164,11 @@ export class AuditTrail {
     this.sweeper ??= every(`${this.o.service} audit outbox sweep`, this.sweepEveryMs, () => this.sweepStandalone(), this.o.logger);
   }
 
+  /** Stops the sweeps and waits for the relays in flight, RELAY_STOP_MS at most (as Outbox.stop). */
   async stop(): Promise<void> {
-    await this.sweeper?.stop();
-    await Promise.all(this.outboxes.map((o) => o.stop()));
-    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
-    await this.standaloneOutbox.drain();
+    const standalone = Promise.all([this.sweeper?.stop(), settleAll(this.inFlight), this.standaloneOutbox.drain()]);
+    const [, done] = await Promise.all([Promise.all(this.outboxes.map((o) => o.stop())), atMost(standalone, RELAY_STOP_MS)]);
+    if (!done) this.o.logger.warn({ service: this.o.service, waitedMs: RELAY_STOP_MS }, "audit relays still publishing at stop; their records stay stored for the next sweep");
   }
 
   private track(p: Promise<unknown>): void {

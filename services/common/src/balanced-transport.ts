@@ -3,6 +3,7 @@ import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShap
 import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ContextValues, type Interceptor, type StreamResponse, type Transport, type UnaryResponse } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { atMost } from "./at-most.js";
 import { ServiceEndpoints } from "./service-endpoints.js";
 
 // One client Transport over every replica of a service: calls go round-robin to the replicas that
@@ -90,16 +91,6 @@ function unavailable(err: unknown): ConnectError {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Waits for `promise`, but `ms` at most, and leaves no timer behind. */
-async function atMost(promise: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([promise, new Promise((r) => (timer = setTimeout(r, ms)))]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** A client stream is made again on another replica only while its attempt had read at most this many messages. */
 const MAX_CARRIED_MESSAGES = 4;

@@ -1,4 +1,5 @@
 import { Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer, type SASLOptions } from "kafkajs";
+import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
 import type { Settings } from "./settings.js";
 import { TOPICS, topicName, type TopicKey } from "./topics.js";
@@ -67,6 +68,20 @@ export const CONSUMER_MAX_WAIT_MS = 3_000;
  */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
 export const CONSUMER_HEARTBEAT_MS = 3_000;
+
+/**
+ * How long a stopping process waits for a consumer to leave its group. With the broker gone (every
+ * pod of a release stops at once on uninstall, Kafka with them) kafkajs retries its connection for
+ * half a minute before the consumer stops, past the 15 s a process gives itself to stop
+ * (run-service.ts). Offsets it did not commit are read again by whoever takes its partitions over.
+ */
+export const CONSUMER_STOP_MS = 4_000;
+
+/** Disconnects a consumer, waiting CONSUMER_STOP_MS at most. */
+export async function disconnectConsumer(consumer: Pick<Consumer, "disconnect">, name: string, logger: Logger, ms = CONSUMER_STOP_MS): Promise<void> {
+  const disconnected = consumer.disconnect().catch((err: unknown) => logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer did not disconnect cleanly"));
+  if (!(await atMost(disconnected, ms))) logger.warn({ consumer: name, waitedMs: ms }, "Kafka consumer still stopping; left behind");
+}
 
 export function createProducer(kafka: Kafka): Producer {
   return kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { CONSUMER_MAX_WAIT_MS, type Kafka } from "./kafka.js";
+import { CONSUMER_MAX_WAIT_MS, disconnectConsumer, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
@@ -184,7 +184,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     reporter,
     alive: () => running,
     async stop() {
-      await consumer.disconnect();
+      await disconnectConsumer(consumer, "partner-events", logger);
       await reporter?.stop();
     },
   };

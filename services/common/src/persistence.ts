@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
 import type { Producer } from "kafkajs";
 import { newId } from "./ids.js";
+import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
 import { every, type Periodic } from "./periodic.js";
 import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "./telemetry.js";
@@ -258,6 +259,18 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
  * leaves the entries (and at worst a lease that runs out) for the next one: at least once,
  * deduplicated downstream on the event id.
  */
+/**
+ * How long a stopping process waits for an outbox's relays in flight. With Kafka gone a publish
+ * retries for half a minute, past the 15 s a process gives itself to stop (run-service.ts); what a
+ * relay could not publish stays in its document, for the next sweep of any replica (at least once).
+ */
+export const RELAY_STOP_MS = 3_000;
+
+/** Settles once every promise of the set has, including those added to it meanwhile. */
+export async function settleAll(inFlight: Set<Promise<unknown>>): Promise<void> {
+  while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+}
+
 export class Outbox<D extends Document, E extends OutboxEntry> {
   private readonly leaseMs: number;
   private readonly field: string;
@@ -355,14 +368,16 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     this.sweeper ??= every(`${this.o.name} outbox sweep`, this.o.sweepEveryMs ?? 5_000, () => this.sweep(), this.o.logger);
   }
 
-  /** Stops the sweep and waits for the relays in flight. */
+  /** Stops the sweep and waits for the sweep and relays in flight, RELAY_STOP_MS at most. */
   async stop(): Promise<void> {
-    await this.sweeper?.stop();
-    await this.drain();
+    if (!(await atMost(Promise.all([this.sweeper?.stop(), this.drain()]), RELAY_STOP_MS))) {
+      this.o.logger.warn({ events: this.o.name, waitedMs: RELAY_STOP_MS }, "relays still publishing at stop; their events stay stored for the next sweep");
+    }
   }
 
+  /** Waits for the relays in flight. */
   async drain(): Promise<void> {
-    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+    await settleAll(this.inFlight);
   }
 
   private track(p: Promise<unknown>): void {

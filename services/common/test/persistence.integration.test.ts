@@ -14,6 +14,7 @@ import {
   Outbox,
   outboxEntry,
   pushEvent,
+  RELAY_STOP_MS,
   renewLease,
   takeLease,
   topicName,
@@ -195,5 +196,23 @@ describe("outbox", () => {
     const published = await mk(producer).relay("doc");
     expect(published.get(entry.eventId)).toMatchObject({ partition: expect.any(Number), offset: expect.any(BigInt) });
     expect((await a.findOne({ _id: "doc" }))!.outbox).toEqual([]);
+  });
+
+  it("stop waits RELAY_STOP_MS at most for a publish that hangs (Kafka gone); the entry stays stored for the next relay", async () => {
+    const [a] = both<Doc>("outbox-stop");
+    let publishing!: () => void;
+    const started = new Promise<void>((r) => (publishing = r));
+    const hanging = { send: () => (publishing(), new Promise<never>(() => {})) };
+    const outbox = new Outbox<Doc, OutboxEntry & { n: number }>({ name: "t", collection: a, producer: hanging, topic: topicName(namespace, "connectionEvents"), logger, key: (d) => d._id, value: () => Buffer.from("x") });
+    const entry = outboxEntry({ n: 1 });
+    await a.insertOne({ _id: "doc", version: 1, outbox: [entry], relayUntil: null, relayHolder: null });
+    outbox.afterWrite("doc");
+    await started;
+    const t0 = performance.now();
+    await outbox.stop();
+    const waited = performance.now() - t0;
+    expect(waited).toBeGreaterThanOrEqual(RELAY_STOP_MS - 50);
+    expect(waited).toBeLessThan(RELAY_STOP_MS + 2_000);
+    expect((await a.findOne({ _id: "doc" }))!.outbox).toEqual([entry]);
   });
 });

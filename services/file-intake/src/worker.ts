@@ -5,6 +5,7 @@ import {
   acceptedType,
   consumerGroup,
   CONSUMER_MAX_WAIT_MS,
+  disconnectConsumer,
   endLease,
   leaseFree,
   renewLease,
@@ -136,5 +137,5 @@ export async function consumeFileEvents(kafka: Kafka, namespace: string, worker:
       }
     },
   });
-  return { alive, stop: () => consumer.disconnect() };
+  return { alive, stop: () => disconnectConsumer(consumer, "file-events", logger) };
 }

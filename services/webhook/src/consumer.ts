@@ -1,7 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, insertNew, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
+import { consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, disconnectConsumer, insertNew, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
@@ -97,5 +97,5 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
       await heartbeat();
     },
   });
-  return { alive, stop: () => consumer.disconnect() };
+  return { alive, stop: () => disconnectConsumer(consumer, "connection-events", logger) };
 }

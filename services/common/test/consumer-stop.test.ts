@@ -1,0 +1,47 @@
+import { describe, expect, it } from "@jest/globals";
+import { Writable } from "node:stream";
+import { atMost, createLogger, disconnectConsumer } from "@pi/common";
+
+// A stopping process must not wait on a consumer whose broker is gone (kafkajs would retry its
+// connection for half a minute, past the process's 15 s to stop).
+
+function logged() {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  return { lines, logger: createLogger("test", "info", sink) };
+}
+
+describe("disconnectConsumer", () => {
+  it("gives up on a consumer that does not disconnect within the bound, and says so", async () => {
+    const { lines, logger } = logged();
+    const never = { disconnect: () => new Promise<void>(() => {}) };
+    const t0 = performance.now();
+    await disconnectConsumer(never, "partner-events", logger, 100);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
+    await new Promise((r) => setTimeout(r, 300)); // the logger flushes 250 ms after a line
+    expect(lines).toEqual([expect.objectContaining({ level: "warn", consumer: "partner-events", waitedMs: 100, msg: "Kafka consumer still stopping; left behind" })]);
+  });
+
+  it("returns as soon as the consumer has disconnected, and a failed disconnect is logged, not thrown", async () => {
+    const { lines, logger } = logged();
+    let disconnects = 0;
+    await disconnectConsumer({ disconnect: async () => void disconnects++ }, "file-events", logger, 60_000);
+    await disconnectConsumer({ disconnect: async () => Promise.reject(new Error("socket closed")) }, "file-events", logger, 60_000);
+    expect(disconnects).toBe(1);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(lines).toEqual([expect.objectContaining({ level: "warn", consumer: "file-events", err: "socket closed" })]);
+  });
+});
+
+describe("atMost", () => {
+  it("is true when the promise settles in time (resolved or rejected), false when the bound passes first", async () => {
+    expect(await atMost(Promise.resolve(1), 1_000)).toBe(true);
+    expect(await atMost(Promise.reject(new Error("x")), 1_000)).toBe(true);
+    expect(await atMost(new Promise(() => {}), 20)).toBe(false);
+  });
+});
