@@ -2,10 +2,10 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Document, WithId } from "mongodb";
 import type { Producer } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
+import { atMost } from "./at-most.js";
 import { auditEntry, refusalOf, type AuditEntry, type AuditFields, type AuditService } from "./audit.js";
 import type { Logger } from "./logger.js";
 import { every, type Periodic } from "./periodic.js";
-import { atMost } from "./at-most.js";
 import { Outbox, RELAY_STOP_MS, settleAll, type LeaseFields } from "./persistence.js";
 
 // How a service writes audit records (docs/security.md, "Audit trail"). A change and its record

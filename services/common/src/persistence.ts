@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
 import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
 import type { Producer } from "kafkajs";
-import { newId } from "./ids.js";
 import { atMost } from "./at-most.js";
+import { newId } from "./ids.js";
 import type { Logger } from "./logger.js";
 import { every, type Periodic } from "./periodic.js";
 import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "./telemetry.js";
@@ -251,15 +251,6 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
 }
 
 /**
- * The transactional outbox without transactions. A state change and its event are stored in ONE
- * document update (the entry is pushed into `outbox` with the new state), so both are stored or
- * neither is. A relay then takes the document's relay lease (one relay at a time per document,
- * across replicas, so events go out once and in order), publishes the entries, and only then pulls
- * them out. Relays run right after the write, in a periodic sweep, and at start; a crash anywhere
- * leaves the entries (and at worst a lease that runs out) for the next one: at least once,
- * deduplicated downstream on the event id.
- */
-/**
  * How long a stopping process waits for an outbox's relays in flight. With Kafka gone a publish
  * retries for half a minute, past the 15 s a process gives itself to stop (run-service.ts); what a
  * relay could not publish stays in its document, for the next sweep of any replica (at least once).
@@ -271,6 +262,15 @@ export async function settleAll(inFlight: Set<Promise<unknown>>): Promise<void> 
   while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
 }
 
+/**
+ * The transactional outbox without transactions. A state change and its event are stored in ONE
+ * document update (the entry is pushed into `outbox` with the new state), so both are stored or
+ * neither is. A relay then takes the document's relay lease (one relay at a time per document,
+ * across replicas, so events go out once and in order), publishes the entries, and only then pulls
+ * them out. Relays run right after the write, in a periodic sweep, and at start; a crash anywhere
+ * leaves the entries (and at worst a lease that runs out) for the next one: at least once,
+ * deduplicated downstream on the event id.
+ */
 export class Outbox<D extends Document, E extends OutboxEntry> {
   private readonly leaseMs: number;
   private readonly field: string;
