@@ -14,13 +14,20 @@ DNS_IP=10.97.0.10
 CONTAINERD_SOCK=$RUN/containerd.sock
 KUBECONFIG_ADMIN=$STATE/admin.conf
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+# Debian packages the cluster needs; where apt's lists are too old for the mirror (a fresh machine that
+# never ran apt-get update), once more after an update.
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null && return 0
+  log "apt-get install $* failed: apt-get update, then again"
+  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
+}
 INGRESS_IP=10.97.0.80
 CTR="ctr -a $CONTAINERD_SOCK -n k8s.io"
 # A Docker engine, for `docker build`/`docker import` (the images are then saved into the cluster's
 # containerd): the running one, else dockerd started in the background (its pid in $STATE/dockerd.pid).
 ensure_docker() {
   docker info >/dev/null 2>&1 && return 0
-  command -v dockerd >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >/dev/null
+  command -v dockerd >/dev/null || apt_install docker.io
   mkdir -p "$STATE/log"
   setsid bash -c 'echo $$ >"$0"; exec dockerd' "$STATE/dockerd.pid" >"$STATE/log/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done

@@ -19,8 +19,7 @@ for c in etcd containerd runc debootstrap conntrack iptables; do command -v $c >
 [ -x /usr/lib/cni/bridge ] || need=1
 if [ -n "$need" ]; then
   log "installing etcd-server containerd runc containernetworking-plugins debootstrap conntrack iptables"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server containerd runc \
-    containernetworking-plugins debootstrap conntrack iptables >/dev/null
+  apt_install etcd-server containerd runc containernetworking-plugins debootstrap conntrack iptables
 fi
 # Debian starts its own etcd and containerd services on install where systemd runs; ours are separate
 # (own ports, own sockets), so those are left alone.
