@@ -20,13 +20,18 @@ const unbounded = new http.Agent({ keepAlive: true });
 function request(url, { method = "GET", headers = {}, body, via = agent } = {}) {
   return new Promise((resolve) => {
     const started = performance.now();
+    // A server that answers before the body is sent (a refusal) and closes makes the write fail
+    // (EPIPE): the answer, if it came, is what the request got, with the error beside it.
+    let answered;
+    const failed = (err) => resolve({ status: answered?.statusCode ?? 0, text: String(err), ms: performance.now() - started, at: Date.now() });
     const req = http.request(url, { method, headers: body ? { ...headers, "content-length": body.length } : headers, agent: via }, (res) => {
+      answered = res;
       const chunks = [];
       res.on("data", (c) => chunks.push(c));
       res.on("end", () => resolve({ status: res.statusCode, text: Buffer.concat(chunks).toString("utf8"), ms: performance.now() - started, at: Date.now() }));
-      res.on("error", (err) => resolve({ status: 0, text: String(err), ms: performance.now() - started, at: Date.now() }));
+      res.on("error", failed);
     });
-    req.on("error", (err) => resolve({ status: 0, text: String(err), ms: performance.now() - started, at: Date.now() }));
+    req.on("error", failed);
     req.end(body);
   });
 }
