@@ -77,6 +77,9 @@ describe("abuse: slow-drip uploads (black box)", () => {
 
     const readMs: number[] = [];
     const readiness: number[] = [];
+    // The reader is a well-behaved partner: about 40 reads a second at most, under its own limit of
+    // RATE_LIMIT_V1_PER_SECOND (100). Unpaced, a quiet machine answering in under 10 ms let it reach
+    // that limit (a 429 of its own making).
     const reads = (async () => {
       while (!settled) {
         const started = performance.now();
@@ -84,6 +87,7 @@ describe("abuse: slow-drip uploads (black box)", () => {
         await res.arrayBuffer();
         expect(res.status).toBe(200);
         readMs.push(performance.now() - started);
+        await new Promise((r) => setTimeout(r, 25));
       }
     })();
     const probes = (async () => {
