@@ -119,6 +119,22 @@ export async function ensureTopics(kafka: Kafka, namespace: string, keys: TopicK
   }
 }
 
+/**
+ * Runs `attempt` again (after 250 ms, 500 ms, ...) while the broker refuses it with an error kafkajs
+ * marks retriable: a topic created a moment ago may still answer "This server is not the leader for
+ * that topic-partition" while its metadata settles.
+ */
+export async function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8): Promise<T> {
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (n >= attempts || (err as { retriable?: unknown }).retriable !== true) throw err;
+      await new Promise((r) => setTimeout(r, 250 * n));
+    }
+  }
+}
+
 /** True when a broker answers a metadata request within the timeout. */
 export async function kafkaReachable(admin: Admin, timeoutMs = 2000): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;

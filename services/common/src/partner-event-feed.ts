@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { CONSUMER_MAX_WAIT_MS, disconnectConsumer, type Kafka } from "./kafka.js";
+import { CONSUMER_MAX_WAIT_MS, disconnectConsumer, whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
@@ -137,7 +137,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   await admin.connect();
   let ends: { partition: number; offset: string }[];
   try {
-    ends = await admin.fetchTopicOffsets(topic);
+    ends = await whileMetadataSettles(() => admin.fetchTopicOffsets(topic));
   } finally {
     await admin.disconnect();
   }

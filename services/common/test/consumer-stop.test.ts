@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
 import { Writable } from "node:stream";
-import { atMost, createLogger, disconnectConsumer } from "@pi/common";
+import { atMost, createLogger, disconnectConsumer, whileMetadataSettles } from "@pi/common";
 
 // A stopping process must not wait on a consumer whose broker is gone (kafkajs would retry its
 // connection for half a minute, past the process's 15 s to stop).
@@ -43,5 +43,24 @@ describe("atMost", () => {
     expect(await atMost(Promise.resolve(1), 1_000)).toBe(true);
     expect(await atMost(Promise.reject(new Error("x")), 1_000)).toBe(true);
     expect(await atMost(new Promise(() => {}), 20)).toBe(false);
+  });
+});
+
+describe("whileMetadataSettles", () => {
+  it("tries again while the broker answers with a retriable error, and gives up at once on any other", async () => {
+    let calls = 0;
+    const settling = async () => {
+      if (++calls < 3) throw Object.assign(new Error("This server is not the leader for that topic-partition"), { retriable: true });
+      return "offsets";
+    };
+    expect(await whileMetadataSettles(settling)).toBe("offsets");
+    expect(calls).toBe(3);
+    let refused = 0;
+    const fatal = async () => {
+      refused++;
+      throw Object.assign(new Error("Topic authorization failed"), { retriable: false });
+    };
+    await expect(whileMetadataSettles(fatal)).rejects.toThrow("Topic authorization failed");
+    expect(refused).toBe(1);
   });
 });
