@@ -15,9 +15,10 @@ export default function healthRoutes(services: Record<string, HealthClient>, war
     ctx.body = { status: "ok" };
   });
   router.get("/readyz/traffic", (ctx) => {
+    const ready = warm();
     ctx.set("Cache-Control", "no-store");
-    ctx.status = warm() ? 200 : 503;
-    ctx.body = warm() ? { status: "ready" } : { status: "not_ready", failing: ["gateway"] };
+    ctx.status = ready ? 200 : 503;
+    ctx.body = ready ? { status: "ready" } : { status: "not_ready", failing: ["gateway"] };
   });
   router.get("/readyz", async (ctx) => {
     const results = await Promise.all(
