@@ -191,15 +191,19 @@ export function storedCounts(settings: Settings) {
 export async function settledCounts(settings: Settings, timeoutMs = 15_000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const counts = await storedCounts(settings);
-    const orphans = await withFileDb(settings, async (db) => {
+    // Settled first, then the counts: read the other way round, a discard finishing between the two
+    // reads would return counts that still hold the bytes it deleted. (A discard marks its upload
+    // document once its last insert has landed, then deletes the bytes.)
+    const settled = await withFileDb(settings, async (db) => {
+      if ((await db.collection("uploads").countDocuments({ discardedAt: null })) > 0) return false;
       const named = new Set((await db.collection("files").find({}, { projection: { blobId: 1 } }).toArray()).map((f) => String(f.blobId)));
-      const staged = [...(await blobsWithSegments(db))].filter((id) => !named.has(id)).length;
+      if ([...(await blobsWithSegments(db))].some((id) => !named.has(id))) return false;
       const blobs = new Set((await db.collection("blobs.files").find({}, { projection: { _id: 1 } }).toArray()).map((b) => String(b._id)));
       const owners = await db.collection("blobs.chunks").distinct("files_id");
-      return staged + owners.filter((id) => !blobs.has(String(id))).length;
+      return owners.every((id) => blobs.has(String(id)));
     });
-    if ((counts.openUploads === 0 && orphans === 0) || Date.now() > deadline) return counts;
+    const counts = await storedCounts(settings);
+    if ((settled && counts.openUploads === 0) || Date.now() > deadline) return counts;
     await new Promise((r) => setTimeout(r, 100));
   }
 }
