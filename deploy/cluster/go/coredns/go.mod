@@ -1,4 +1,4 @@
-// Builds CoreDNS (the cluster DNS) with deploy/cluster/build-go.sh.
+// Builds CoreDNS (the cluster DNS) with deploy/cluster/build-go.sh, from main.go: the plugins the Corefile uses.
 
 module partner-integration.local/cluster/go/coredns
 
