@@ -6,8 +6,8 @@
 #
 #   kubernetes  kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubeadm,
 #               kubectl (about 20 minutes of CPU on 2 cores)
-#   coredns     the cluster DNS (about 3 minutes)
-#   traefik     the ingress controller (about 8 minutes)
+#   coredns     the cluster DNS, only the Corefile's plugins (2 to 3 minutes)
+#   traefik     the ingress controller (about 11 minutes)
 #   skaffold    optional: `skaffold run -p local-cluster` (about 10 minutes)
 #
 #   deploy/cluster/build-go.sh kubernetes coredns traefik
