@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { generateKeyPair } from "jose";
+import { decodeJwt, generateKeyPair } from "jose";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, opsFor } from "../support/partner-api.js";
 import { NO_RATE_LIMITS, resign, signingKey } from "../support/auth.js";
@@ -139,6 +139,8 @@ describe("401 unauthorized: every cause gives the identical body and headers", (
   it("401 cause: expired, in a stack with ACCESS_TOKEN_TTL_SECONDS=1", async () => {
     const shortOps = opsFor(shortLived.settings);
     const p = await shortOps.partnerCreate({ name: "Short Lived Lab" });
+    const shortElder = (await shortOps.elderCreate()).address;
+    const mintedAt = Date.now();
     const tokenRes = await fetch(`${shortLived.baseUrl}/oauth/token`, {
       method: "POST",
       headers: { "content-type": "application/x-www-form-urlencoded" },
@@ -146,11 +148,14 @@ describe("401 unauthorized: every cause gives the identical body and headers", (
     });
     const body = (await tokenRes.json()) as { access_token: string; expires_in: number };
     expect(body.expires_in).toBe(1);
-    const shortElder = (await shortOps.elderCreate()).address;
-    expect((await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", { elder: shortElder })).status).toBe(202);
-    await new Promise((r) => setTimeout(r, 2100));
-    const res = await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", { elder: shortElder });
-    expectUnauthorized(res, reference);
+    const { exp } = decodeJwt(body.access_token);
+    // Accepted for at least expires_in from the moment it was asked for...
+    expect(exp! * 1000 - mintedAt).toBeGreaterThanOrEqual(1000);
+    const fresh = await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", { elder: shortElder });
+    if (Date.now() < exp! * 1000) expect(fresh.status).toBe(202);
+    // ...and refused, with the one 401, once its exp has passed.
+    await new Promise((r) => setTimeout(r, Math.max(0, exp! * 1000 - Date.now()) + 100));
+    expectUnauthorized(await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", { elder: shortElder }), reference);
   });
 
   it("401 cause: revoked credential", async () => {

@@ -53,7 +53,9 @@ describe("token endpoint row 200: credentials valid", () => {
   });
 
   it("the JWT carries partner, credential, mode, scopes, id, issue and expiry times and the audience", async () => {
+    const askedAt = Date.now();
     const res = await requestToken(stack.baseUrl, good());
+    const answeredAt = Date.now();
     const { header, payload } = decodeJwt((JSON.parse(res.text) as { access_token: string }).access_token);
     expect(header).toMatchObject({ alg: "ES256", typ: "at+jwt" });
     expect(header.kid).toMatch(/^key_/);
@@ -66,7 +68,12 @@ describe("token endpoint row 200: credentials valid", () => {
       iss: "pi-auth",
     });
     expect(payload.jti).toMatch(/^tok_/);
-    expect(payload.exp).toBe((payload.iat as number) + 900);
+    // Valid for at least expires_in (900 s) from the moment it was minted, and under a second more.
+    const [iat, exp] = [(payload.iat as number) * 1000, (payload.exp as number) * 1000];
+    expect(iat).toBeGreaterThanOrEqual(Math.floor(askedAt / 1000) * 1000);
+    expect(iat).toBeLessThanOrEqual(answeredAt);
+    expect(exp).toBeGreaterThanOrEqual(askedAt + 900_000);
+    expect(exp).toBeLessThan(answeredAt + 901_000);
   });
 
   it("a test credential's token says test mode; the request cannot choose it", async () => {

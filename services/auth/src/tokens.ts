@@ -16,8 +16,17 @@ export interface AccessClaims {
   scope: string;
 }
 
+/**
+ * The `iat` and `exp` of a token minted at `nowMs` that lives `ttlSeconds`. JWT times are whole
+ * seconds, so `exp` rounds up: a token is accepted for at least the `expires_in` it is reported with
+ * (and less than a second more), never for a fraction of it.
+ */
+export function tokenTimes(nowMs: number, ttlSeconds: number): { iat: number; exp: number } {
+  return { iat: Math.floor(nowMs / 1000), exp: Math.ceil(nowMs / 1000) + ttlSeconds };
+}
+
 export async function signAccessToken(keys: KeyRing, claims: AccessClaims, ttlSeconds: number): Promise<string> {
-  const now = Math.floor(Date.now() / 1000);
+  const { iat, exp } = tokenTimes(Date.now(), ttlSeconds);
   const { kid, privateKey } = keys.signer();
   return new SignJWT({ client_id: claims.client_id, mode: claims.mode, scope: claims.scope })
     .setProtectedHeader({ alg: JWT_ALG, kid, typ: TOKEN_TYPE })
@@ -25,7 +34,7 @@ export async function signAccessToken(keys: KeyRing, claims: AccessClaims, ttlSe
     .setIssuer(TOKEN_ISSUER)
     .setAudience(TOKEN_AUDIENCE)
     .setJti(newId("tok"))
-    .setIssuedAt(now)
-    .setExpirationTime(now + ttlSeconds)
+    .setIssuedAt(iat)
+    .setExpirationTime(exp)
     .sign(privateKey);
 }
