@@ -18,7 +18,7 @@ import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./
 // revoked credential for long.
 
 /** A follower that has not reported for this long is taken for dead and not waited for. */
-export const FOLLOWER_LIVENESS_MS = 10_000;
+export const FOLLOWER_LIVENESS_MS = 15_000;
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 

@@ -13,7 +13,7 @@ import { consumerGroup, topicName } from "./topics.js";
 // replicas) reports nothing.
 
 /** How often a follower reports its position even when no event arrived. */
-export const FOLLOWER_HEARTBEAT_MS = 2_000;
+export const FOLLOWER_HEARTBEAT_MS = 5_000;
 
 /**
  * A follower's fetch waits at the broker as long as every consumer's (CONSUMER_MAX_WAIT_MS): an event
