@@ -1,4 +1,5 @@
-import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet } from "jose";
+import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload } from "jose";
+import { LRUCache } from "lru-cache";
 import type { AuthClient } from "@pi/common";
 
 export interface Principal {
@@ -30,13 +31,22 @@ export class RevocationList {
 /** The least time between two JWKS refreshes caused by tokens with an unknown key id. */
 const UNKNOWN_KID_REFRESH_MS = 5_000;
 
+/** Tokens whose signature and claims were checked against the current key set (a bound on memory). */
+const VERIFIED_TOKENS_MAX = 4_096;
+
 /**
  * Verifies bearer tokens locally against the auth service's public keys (no call per request).
  * The key set is refreshed periodically (service.ts) and when a token names an unknown key id,
  * at most every few seconds, so a flood of forged key ids cannot turn into a flood of calls.
+ *
+ * A token that passed is remembered with its claims (the ES256 verification is most of a request's
+ * work): later uses check only its expiry, and the revocation list on every use. A key set that
+ * changes forgets them all, so a token under a retired key is refused from the next refresh on.
  */
 export class BearerVerifier {
   private keySet?: ReturnType<typeof createLocalJWKSet>;
+  private keysJson = "";
+  private verified = new LRUCache<string, JWTPayload>({ max: VERIFIED_TOKENS_MAX });
   private issuer = "";
   private audience = "";
   private lastRefresh = 0;
@@ -45,6 +55,7 @@ export class BearerVerifier {
   constructor(
     private readonly auth: AuthClient,
     readonly revocations: RevocationList,
+    private readonly now: () => number = Date.now,
   ) {}
 
   /** Fetches the key set; concurrent callers share one call. */
@@ -52,7 +63,11 @@ export class BearerVerifier {
     this.refreshing ??= (async () => {
       try {
         const res = await this.auth.getJwks({});
-        this.keySet = createLocalJWKSet(JSON.parse(res.jwksJson) as JSONWebKeySet);
+        if (res.jwksJson !== this.keysJson || res.issuer !== this.issuer || res.audience !== this.audience) {
+          this.keySet = createLocalJWKSet(JSON.parse(res.jwksJson) as JSONWebKeySet);
+          this.keysJson = res.jwksJson;
+          this.verified = new LRUCache({ max: VERIFIED_TOKENS_MAX });
+        }
         this.issuer = res.issuer;
         this.audience = res.audience;
         this.lastRefresh = Date.now();
@@ -79,17 +94,29 @@ export class BearerVerifier {
     }
   }
 
-  private verifyOnce(token: string) {
-    return jwtVerify(token, this.keySet!, {
+  /** The claims of a valid token; throws (jose's errors) for anything else. */
+  private async verifyOnce(token: string): Promise<JWTPayload> {
+    const verified = this.verified; // a key set that changes meanwhile replaces it: nothing stale goes in
+    const now = this.now();
+    const known = verified.get(token);
+    // jose's rule: expired once the whole second read reaches exp.
+    if (known) {
+      if (Math.floor(now / 1000) < known.exp!) return known;
+      verified.delete(token);
+    }
+    const { payload } = await jwtVerify(token, this.keySet!, {
       issuer: this.issuer,
       audience: this.audience,
       algorithms: ["ES256"],
       typ: "at+jwt",
       requiredClaims: ["sub", "exp", "iat", "jti"],
+      currentDate: new Date(now),
     });
+    verified.set(token, payload);
+    return payload;
   }
 
-  private principalOf({ payload }: Awaited<ReturnType<BearerVerifier["verifyOnce"]>>): Principal | undefined {
+  private principalOf(payload: JWTPayload): Principal | undefined {
     const { sub, client_id: clientId, mode, scope } = payload;
     if (typeof sub !== "string" || typeof clientId !== "string" || typeof scope !== "string") return undefined;
     if (mode !== "live" && mode !== "test") return undefined;

@@ -131,6 +131,35 @@ describe("BearerVerifier", () => {
     expect(calls.getJwks).toBe(2);
   });
 
+  it("a token verified before is refused once it expires (the remembered claims are checked against the clock)", async () => {
+    const k = await keyPair("key_1");
+    let clock = Date.now();
+    const verifier = new BearerVerifier(fakeAuth(() => [k.jwk]).auth, new RevocationList(), () => clock);
+    const t = await token(k, {}, 60);
+    const { exp } = JSON.parse(Buffer.from(t.split(".")[1]!, "base64url").toString()) as { exp: number };
+    expect(await verifier.verify(t)).toBeDefined();
+    clock = exp * 1000 - 1;
+    expect(await verifier.verify(t)).toBeDefined();
+    clock = exp * 1000;
+    expect(await verifier.verify(t)).toBeUndefined();
+    expect(await verifier.verify(t)).toBeUndefined();
+  });
+
+  it("a token verified before is refused once a refresh no longer publishes its key (retired)", async () => {
+    const a = await keyPair("key_a");
+    const b = await keyPair("key_b");
+    let published = [a.jwk, b.jwk];
+    const verifier = new BearerVerifier(fakeAuth(() => published).auth, new RevocationList());
+    const underA = await token(a);
+    const underB = await token(b);
+    expect(await verifier.verify(underA)).toBeDefined();
+    expect(await verifier.verify(underB)).toBeDefined();
+    published = [b.jwk];
+    await verifier.refreshKeys();
+    expect(await verifier.verify(underA)).toBeUndefined();
+    expect(await verifier.verify(underB)).toBeDefined();
+  });
+
   it("a flood of unknown key ids causes at most one refresh per interval", async () => {
     const a = await keyPair("key_a");
     const stranger = await keyPair("key_stranger");
