@@ -118,5 +118,6 @@ app.use(async (ctx, next) => {
 const server = app.listen(Number(process.env.PORT ?? 0), "127.0.0.1", () => {
   process.stdout.write(`listening ${server.address().port}\n`);
 });
+server.keepAliveTimeout = 65_000; // the gateway's (http-sink.mjs says why it matters)
 process.on("SIGTERM", () => server.close(() => process.exit(0)));
 process.on("disconnect", () => process.exit(0));
