@@ -4,6 +4,7 @@ import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ContextValues, type Interceptor, type StreamResponse, type Transport, type UnaryResponse } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { atMost } from "./at-most.js";
+import { NO_COMPRESSION } from "./connect-server.js";
 import { ServiceEndpoints } from "./service-endpoints.js";
 
 // One client Transport over every replica of a service: calls go round-robin to the replicas that
@@ -120,7 +121,13 @@ export class BalancedTransport implements Transport {
         { pingIntervalMs: 5_000, pingTimeoutMs: 2_000, idleConnectionTimeoutMs: 60_000 },
         { createConnection: (authority: URL) => connectWithTimeout(authority, timeoutMs) },
       );
-      const transport = createGrpcTransport({ baseUrl: origin, sessionManager: session, interceptors: this.options.interceptors, defaultTimeoutMs: this.options.defaultTimeoutMs });
+      const transport = createGrpcTransport({
+        baseUrl: origin,
+        sessionManager: session,
+        interceptors: this.options.interceptors,
+        defaultTimeoutMs: this.options.defaultTimeoutMs,
+        acceptCompression: NO_COMPRESSION,
+      });
       r = { origin, session, transport, failedAt: 0 };
       this.replicas.set(origin, r);
     }
@@ -142,7 +149,10 @@ export class BalancedTransport implements Transport {
     const now = Date.now();
     const start = this.next++ % origins.length;
     const ordered = [...origins.slice(start), ...origins.slice(0, start)].map((o) => this.replica(o));
-    return ordered.find((r) => now - r.failedAt >= this.failureCooldownMs && r.session.state() !== "error") ?? ordered.find((r) => now - r.failedAt >= this.failureCooldownMs) ?? ordered[0];
+    // A replica whose cooldown is over is tried again even if its connection is still in error: only
+    // a call reconnects it, so passing it over for as long as another one answers would leave it
+    // without calls for good (a replica that was not yet listening when the caller started).
+    return ordered.find((r) => now - r.failedAt >= this.failureCooldownMs) ?? ordered[0];
   }
 
   private failed(r: Replica, failure: CallFailure): void {

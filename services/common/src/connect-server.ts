@@ -45,13 +45,18 @@ export interface ConnectServerOptions {
 
 // Failures to reach the service's own database or Kafka: the call is answered Unavailable (a fast
 // envelope 503 at the gateway), not Internal. Matched by name along the cause chain, as errors from
-// the drivers may come from another realm (tests) or be wrapped.
+// the drivers may come from another realm (tests) or be wrapped; and by the code of a bare socket
+// error, which the MongoDB driver lets through when it writes to a connection the server has just
+// closed ("This socket has been ended by the other party", EPIPE: a 500 with the database killed).
 const INFRASTRUCTURE_ERRORS = /^((Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error|KafkaJS(Connection|RequestTimeout|BrokerNotFound)Error|KafkaJSNumberOfRetriesExceeded)$/;
+const SOCKET_ERROR_CODES = new Set(["EPIPE", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "ENOTCONN"]);
 
 export function infrastructureUnavailable(err: unknown): boolean {
   for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
     const name = (e as { name?: unknown }).name;
     if (typeof name === "string" && INFRASTRUCTURE_ERRORS.test(name)) return true;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && SOCKET_ERROR_CODES.has(code)) return true;
     if ((e as { originalError?: unknown }).originalError && infrastructureUnavailable((e as { originalError?: unknown }).originalError)) return true;
   }
   return false;
@@ -85,6 +90,14 @@ function loggingInterceptor(logger: Logger): Interceptor {
 export const STREAM_WINDOW_BYTES = 512 * 1024;
 export const CONNECTION_WINDOW_BYTES = 2 * 1024 * 1024;
 export const MAX_FRAME_BYTES = 256 * 1024;
+
+/**
+ * Calls between services are never compressed, either way: on a cluster's network gzip costs more
+ * CPU than the bytes it saves (it was a tenth of the gateway's CPU on a token request, whose answer
+ * of a few JWTs passed the 1 KiB above which connect-es compresses). Both the servers and the
+ * clients (balanced-transport.ts) offer no encoding.
+ */
+export const NO_COMPRESSION = [];
 
 /** The plane a method is served on: admin if the allow-list says so, else the data plane's port. */
 const planeOf = (method: DescMethod): Plane => ruleFor(method.parent.typeName, method.name)?.plane ?? "runtime";
@@ -137,6 +150,7 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
   const interceptors = [tracingServerInterceptor, loggingInterceptor(opts.logger), identityServerInterceptor(verifier, opts.logger)];
   const data = connectNodeAdapter({
     interceptors,
+    acceptCompression: NO_COMPRESSION,
     fallback: notServedHere,
     routes: (router) => {
       routesOf(opts.routes, "runtime")(router);
@@ -158,7 +172,7 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
     },
   });
   const servers = [await listen(data, opts.host, opts.port)];
-  if (opts.adminPort !== undefined) servers.push(await listen(connectNodeAdapter({ interceptors, fallback: notServedHere, routes: routesOf(opts.routes, "admin") }), opts.host, opts.adminPort));
+  if (opts.adminPort !== undefined) servers.push(await listen(connectNodeAdapter({ interceptors, acceptCompression: NO_COMPRESSION, fallback: notServedHere, routes: routesOf(opts.routes, "admin") }), opts.host, opts.adminPort));
   const [port, adminPort] = servers.map((s) => s.port);
   opts.logger.info({ port, adminPort }, "connect server listening");
   return { port: port!, adminPort, close: async () => void (await Promise.all(servers.map((s) => s.close()))) };

@@ -104,6 +104,17 @@ describe("internal clients over every replica", () => {
     expect([a.calls, b.calls]).toEqual([5, 5]);
   });
 
+  it("a replica that was not listening yet takes its share of the calls once it listens, after the cooldown", async () => {
+    const late = await closedPort();
+    const b = await replica();
+    const auth = client(`${url(late)},${url(b.port)}`, { failureCooldownMs: 50 });
+    for (let i = 0; i < 4; i++) expect((await auth.getJwks({})).issuer).toBe(`replica-${b.port}`);
+    const a = await replica({}, late);
+    await new Promise((r) => setTimeout(r, 60)); // the cooldown of the refusals above
+    for (let i = 0; i < 10; i++) await auth.getJwks({});
+    expect([a.calls, b.calls]).toEqual([5, 9]);
+  });
+
   it("a call to a replica that refuses connections is made on another one, whatever the method", async () => {
     const b = await replica();
     const auth = client(`${url(await closedPort())},${url(b.port)}`);
