@@ -8,7 +8,8 @@ import { freePort } from "../support/gateway-process.js";
 import { alive, descendants } from "../support/processes.js";
 import { runOpsCli } from "../support/partner-api.js";
 import { sendFile } from "../support/files.js";
-import { SERVICE_URL_SETTINGS } from "@pi/common";
+import { healthv1 } from "@pi/proto";
+import { LIVENESS, serviceClient, SERVICE_URL_SETTINGS } from "@pi/common";
 
 // The local stack as `npm start` runs it (two replicas of every service and of the gateway, free
 // internal ports), under a partner's traffic while one replica of each service after the other is
@@ -51,12 +52,34 @@ function processesOf(service: string): number[] {
   });
 }
 
+const healthClients = new Map<string, ReturnType<typeof serviceClient<typeof healthv1.Health>>>();
+/** Whether one replica's Connect server answers its health check (open to any caller). */
+async function serving(url: string): Promise<boolean> {
+  let health = healthClients.get(url);
+  if (!health) healthClients.set(url, (health = serviceClient(healthv1.Health, url)));
+  try {
+    return (await health.check({ service: LIVENESS }, { timeoutMs: 1_000 })).status === healthv1.HealthCheckResponse_ServingStatus.SERVING;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The stack answers /readyz and every replica of every service serves: /readyz needs one replica of
+ * each, and a replica still starting (one joining its Kafka groups took 12 s) must not leave the
+ * test killing the only one that serves.
+ */
 async function ready(timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  const replicas = () => {
+    const recorded = JSON.parse(readFileSync(join(stateDir, "stack.json"), "utf8")) as Record<string, string>;
+    return SERVICE_URL_SETTINGS.filter((name) => name.endsWith("_SERVICE_URL")).flatMap((name) => recorded[name]!.split(","));
+  };
   while (Date.now() < deadline && stack?.exitCode === null) {
     remember();
     try {
-      if ((await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(3_000) })).status === 200) return;
+      const readyz = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(3_000) });
+      if (readyz.status === 200 && (await Promise.all(replicas().map(serving))).every(Boolean)) return;
     } catch {
       // not yet
     }
@@ -246,7 +269,13 @@ describe("two replicas of every service (npm start)", () => {
     expect(victim).toBeDefined();
     process.kill(victim!, "SIGKILL");
     const traffic = Promise.all(Array.from({ length: 3 }, () => partnerTraffic(() => `${infra} killed`, () => stopped, outcomes)));
-    await new Promise((r) => setTimeout(r, 6_000));
+    // Kept down for the whole window: the stack restarts it after 0.5 s, and on a fast machine the
+    // database was back before any request needed it (no 503 at all in 6 s).
+    const outageEnds = Date.now() + 6_000;
+    while (Date.now() < outageEnds) {
+      for (const pid of processesOf(infra)) process.kill(pid, "SIGKILL");
+      await new Promise((r) => setTimeout(r, 100));
+    }
     stopped = true;
     await traffic;
     process.stderr.write(`[replicas-failover] ${infra}: ${JSON.stringify(outcomes.map((o) => `${o.op} ${o.status} ${o.ms}ms`))}\n`);

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { createConnection, createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -44,15 +44,21 @@ function ensureEcj(home: string): string {
   return jar;
 }
 
-/** mongo-java-server's jars and our compiled Main, fetched and built once into the cache. */
+/**
+ * mongo-java-server's jars and our compiled Main, fetched and built once into the cache; Main again
+ * whenever its source changes (its classes are kept under a hash of it).
+ */
 export function ensureMongoWire(cache: string, progress: Progress): MongoWireInstall {
   const home = join(cache, `mongo-wire-${MONGO_WIRE_VERSION}`);
-  const install = { libs: join(home, "libs"), classes: join(home, "classes") };
   const source = join(repoRoot, "deploy", "infra", "mongo-wire");
+  const mainHash = createHash("sha256").update(readFileSync(join(source, "Main.java"))).digest("hex").slice(0, 12);
+  const install = { libs: join(home, "libs"), classes: join(home, `classes-${mainHash}`) };
   if (existsSync(join(install.classes, "Main.class")) && existsSync(install.libs)) return install;
-  progress(`fetching mongo-java-server ${MONGO_WIRE_VERSION} with Maven (first run only)`);
   mkdirSync(home, { recursive: true });
-  fetchJars(join(source, "pom.xml"), install.libs, "fetching mongo-java-server");
+  if (!existsSync(install.libs)) {
+    progress(`fetching mongo-java-server ${MONGO_WIRE_VERSION} with Maven (first run only)`);
+    fetchJars(join(source, "pom.xml"), install.libs, "fetching mongo-java-server");
+  }
   const tmp = `${install.classes}.tmp`;
   rmSync(tmp, { recursive: true, force: true });
   const classpath = readdirSync(install.libs).map((jar) => join(install.libs, jar)).join(":");
