@@ -151,8 +151,8 @@ async function compareRequests(
     return { ...result, cpu: meter.stop() };
   };
   const loadBefore = loadAverage();
-  await run(systemUrl, 1, systemProcesses); // warm-up of both sides' code paths
-  await run(baselineUrl, 1, baselineProcesses);
+  await run(systemUrl, knobs.warmupSeconds, systemProcesses); // warm-up of both sides' code paths
+  await run(baselineUrl, knobs.warmupSeconds, baselineProcesses);
   const rounds = await alternate(
     knobs.rounds,
     () => run(systemUrl, knobs.roundSeconds, systemProcesses),
