@@ -56,4 +56,15 @@ describe("OpenTelemetry", () => {
     expect(delivery?.spanContext().traceId).toBe(gatewayTrace);
     expect(delivery?.attributes["http.response.status_code"]).toBe(204); // what the test receiver answers
   });
+
+  it("a token request alone is one trace from the gateway to auth's IssueTokens (a batch of one is part of its request's trace)", async () => {
+    const partner = await opsFor(stack.settings).partnerCreate({ name: "Traced Pharmacy" });
+    exporter.reset();
+    await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
+    const spans = exporter.getFinishedSpans();
+    const gatewayTrace = traceOf(spans, "POST /oauth/token");
+    expect(gatewayTrace).toMatch(/^[0-9a-f]{32}$/);
+    expect(traceOf(spans, "issue tokens")).toBe(gatewayTrace);
+    expect(traceOf(spans, "pi.auth.v1.AuthService/IssueTokens")).toBe(gatewayTrace);
+  });
 });

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { auditRecordMessage, emptyOutbox, newId, newSecret, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { auditRecordMessage, emptyOutbox, MAX_TOKENS_PER_CALL, newId, newSecret, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
 import type { KeyRing } from "./keys.js";
@@ -108,26 +108,33 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     return url;
   }
 
+  async function issueToken(req: authv1.IssueTokenRequest) {
+    // The cache's key for this secret (under the current pepper, whichever made the stored hash).
+    // Only a right client id with its right secret can find an entry (authentication-cache.ts).
+    const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
+    const known = authentications.get(req.clientId, presented);
+    if (known) return tokenFor(known, req.scope);
+    // Every failure makes the same two reads by _id, the second always finding a partner (the
+    // decoy for an unknown client), and the same hash comparison (against the dummy hash for an
+    // unknown client); one expression decides. See docs/authentication.md, guarantee 5.
+    const ticket = authentications.ticket();
+    const credential = await store.credentials.findOne({ _id: req.clientId });
+    const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
+    const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
+    if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
+      return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
+    }
+    const authenticated: Authenticated = { clientId: credential._id, partnerId: partner._id, mode: credential.mode, scopes: partner.scopes };
+    authentications.keep(ticket, presented, authenticated);
+    return tokenFor(authenticated, req.scope);
+  }
+
   router.service(AuthService, {
-    async issueToken(req) {
-      // The cache's key for this secret (under the current pepper, whichever made the stored hash).
-      // Only a right client id with its right secret can find an entry (authentication-cache.ts).
-      const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
-      const known = authentications.get(req.clientId, presented);
-      if (known) return tokenFor(known, req.scope);
-      // Every failure makes the same two reads by _id, the second always finding a partner (the
-      // decoy for an unknown client), and the same hash comparison (against the dummy hash for an
-      // unknown client); one expression decides. See docs/authentication.md, guarantee 5.
-      const ticket = authentications.ticket();
-      const credential = await store.credentials.findOne({ _id: req.clientId });
-      const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
-      const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
-      if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
-        return { outcome: { case: "failure", value: TokenFailure.INVALID_CLIENT } };
-      }
-      const authenticated: Authenticated = { clientId: credential._id, partnerId: partner._id, mode: credential.mode, scopes: partner.scopes };
-      authentications.keep(ticket, presented, authenticated);
-      return tokenFor(authenticated, req.scope);
+    issueToken,
+
+    async issueTokens(req) {
+      if (req.requests.length > MAX_TOKENS_PER_CALL) throw new ConnectError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Code.InvalidArgument);
+      return { responses: await Promise.all(req.requests.map(issueToken)) };
     },
 
     async getJwks() {

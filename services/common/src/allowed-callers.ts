@@ -33,6 +33,7 @@ const admin = (...callers: Workload[]): MethodRule => ({ plane: "admin", callers
 export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, MethodRule>>>> = {
   "pi.auth.v1.AuthService": {
     IssueToken: runtime("gateway"),
+    IssueTokens: runtime("gateway"),
     GetJwks: runtime("gateway"),
     ListRevocations: runtime("gateway"),
     ReportGatewayPosition: runtime("gateway"),

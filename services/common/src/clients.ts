@@ -22,6 +22,8 @@ export function serviceClient<T extends DescService>(service: T, urls: string, i
 }
 
 export type AuthClient = Client<typeof authv1.AuthService>;
+/** Token requests one IssueTokens call may carry (auth refuses more; the gateway sends no more). */
+export const MAX_TOKENS_PER_CALL = 64;
 export type ConnectionClient = Client<typeof connectionv1.ConnectionService>;
 export type FileIntakeClient = Client<typeof fileintakev1.FileIntakeService>;
 export type WebhookClient = Client<typeof webhookv1.WebhookService>;

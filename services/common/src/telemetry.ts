@@ -7,6 +7,7 @@ import {
   SpanStatusCode,
   trace,
   type Context,
+  type Link,
   type Span,
   type TextMapGetter,
 } from "@opentelemetry/api";
@@ -58,10 +59,22 @@ export function contextFromHeaders(headers: Record<string, unknown> | undefined)
   return headers ? propagation.extract(ROOT_CONTEXT, headers, recordGetter) : ROOT_CONTEXT;
 }
 
-/** Runs fn inside a new span (child of parent, or of the active context), ending it either way. */
-export async function inSpan<T>(name: string, opts: { kind?: SpanKind; parent?: Context; attributes?: Record<string, string | number> }, fn: (span: Span) => Promise<T>): Promise<T> {
+/**
+ * Runs fn inside a new span (child of parent, or of the active context), ending it either way.
+ * `links`: the contexts of other traces the span's work belongs to as well (one call made for
+ * several requests).
+ */
+export async function inSpan<T>(
+  name: string,
+  opts: { kind?: SpanKind; parent?: Context; links?: Context[]; attributes?: Record<string, string | number> },
+  fn: (span: Span) => Promise<T>,
+): Promise<T> {
   const parent = opts.parent ?? context.active();
-  const span = tracer().startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes }, parent);
+  const links = opts.links?.flatMap((c): Link[] => {
+    const linked = trace.getSpanContext(c);
+    return linked ? [{ context: linked }] : [];
+  });
+  const span = tracer().startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes, links }, parent);
   try {
     return await context.with(trace.setSpan(parent, span), () => fn(span));
   } catch (err) {
@@ -96,4 +109,7 @@ export const tracingServerInterceptor: Interceptor = (next) => (req) => {
   );
 };
 
-export { SpanKind };
+/** The trace context active here (to carry to work done later on this request's behalf). */
+export const activeContext = (): Context => context.active();
+
+export { ROOT_CONTEXT, SpanKind, type Context };

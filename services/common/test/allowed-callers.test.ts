@@ -48,6 +48,7 @@ describe("the allow-list of internal calls", () => {
       [
         "pi.auth.v1.AuthService/GetJwks",
         "pi.auth.v1.AuthService/IssueToken",
+        "pi.auth.v1.AuthService/IssueTokens",
         "pi.auth.v1.AuthService/ListRevocations",
         "pi.auth.v1.AuthService/ReportGatewayPosition",
         "pi.connection.v1.ConnectionService/GetConnection",

@@ -13,6 +13,7 @@ import connectionRoutes from "./routes/connections.js";
 import fileRoutes from "./routes/files.js";
 import healthRoutes from "./routes/health.js";
 import tokenRoutes from "./routes/token.js";
+import { batchedTokenIssuer } from "./token-batches.js";
 
 export interface GatewayDeps {
   settings: Settings;
@@ -33,7 +34,7 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   app.silent = true;
   const warm = deps.warm ?? (() => true);
   const health = healthRoutes(deps.health, warm);
-  const token = tokenRoutes(deps.auth);
+  const token = tokenRoutes(batchedTokenIssuer(deps.auth));
   const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings)];
 
   app.use(traceRequests());

@@ -1,8 +1,8 @@
 import { bodyParser } from "@koa/bodyparser";
 import { authv1 } from "@pi/proto";
-import type { AuthClient } from "@pi/common";
 import { clientAuthentication, type ClientCredentials } from "../client-auth.js";
 import { gatewayRouter } from "../router.js";
+import type { IssueToken } from "../token-batches.js";
 
 type OAuthError = "invalid_request" | "unsupported_grant_type" | "invalid_client" | "invalid_scope";
 
@@ -46,7 +46,7 @@ export function parseTokenRequest(
   return { ok: true, req, client: auth.credentials, method: auth.method };
 }
 
-export default function tokenRoutes(auth: AuthClient) {
+export default function tokenRoutes(issueToken: IssueToken) {
   const router = gatewayRouter();
   router.post(
     "/oauth/token",
@@ -83,7 +83,7 @@ export default function tokenRoutes(auth: AuthClient) {
       }
       // Basic or body: the same call, so every credential failure is the same work and the same answer.
       const { clientId, clientSecret } = parsed.client;
-      const res = await auth.issueToken({ clientId, clientSecret, scope: parsed.req.scope });
+      const res = await issueToken({ clientId, clientSecret, scope: parsed.req.scope });
       if (res.outcome.case === "token") {
         const t = res.outcome.value;
         ctx.status = 200;

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/auth/v1/auth.proto.
  */
 export const file_pi_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("ChVwaS9hdXRoL3YxL2F1dGgucHJvdG8SCnBpLmF1dGgudjEiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUicAoSSXNzdWVUb2tlblJlc3BvbnNlEiIKBXRva2VuGAEgASgLMhEucGkuYXV0aC52MS5Ub2tlbkgAEisKB2ZhaWx1cmUYAiABKA4yGC5waS5hdXRoLnYxLlRva2VuRmFpbHVyZUgAQgkKB291dGNvbWUiQAoFVG9rZW4SFAoMYWNjZXNzX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMSDQoFc2NvcGUYAyABKAkiEAoOR2V0Sndrc1JlcXVlc3QiRgoPR2V0Sndrc1Jlc3BvbnNlEhEKCWp3a3NfanNvbhgBIAEoCRIOCgZpc3N1ZXIYAiABKAkSEAoIYXVkaWVuY2UYAyABKAkiGAoWTGlzdFJldm9jYXRpb25zUmVxdWVzdCJUChdMaXN0UmV2b2NhdGlvbnNSZXNwb25zZRIaChJyZXZva2VkX2NsaWVudF9pZHMYASADKAkSHQoVc3VzcGVuZGVkX3BhcnRuZXJfaWRzGAIgAygJIl4KFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSGAoLd2ViaG9va191cmwYAiABKAlIAIgBARIOCgZzY29wZXMYAyADKAlCDgoMX3dlYmhvb2tfdXJsIl4KEElzc3VlZENyZWRlbnRpYWwSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlIpsBChVDcmVhdGVQYXJ0bmVyUmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRIqCgRsaXZlGAIgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsEioKBHRlc3QYAyABKAsyHC5waS5hdXRoLnYxLklzc3VlZENyZWRlbnRpYWwSFgoOc2lnbmluZ19zZWNyZXQYBCABKAkiWAoXU2V0UGFydG5lclN0YXR1c1JlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5waS5hdXRoLnYxLlBhcnRuZXJTdGF0dXMihwEKGFNldFBhcnRuZXJTdGF0dXNSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEikKBnN0YXR1cxgCIAEoDjIZLnBpLmF1dGgudjEuUGFydG5lclN0YXR1cxIsCgtwcm9wYWdhdGlvbhgDIAEoCzIXLnBpLmF1dGgudjEuUHJvcGFnYXRpb24iNwoUU2V0V2ViaG9va1VybFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRILCgN1cmwYAiABKAkiQAoVU2V0V2ViaG9va1VybFJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEwoLd2ViaG9va191cmwYAiABKAkiTwoXQ3JlYXRlQ3JlZGVudGlhbFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIgCgRtb2RlGAIgASgOMhIucGkuY29tbW9uLnYxLk1vZGUiTAoYQ3JlYXRlQ3JlZGVudGlhbFJlc3BvbnNlEjAKCmNyZWRlbnRpYWwYASABKAsyHC5waS5hdXRoLnYxLklzc3VlZENyZWRlbnRpYWwiLAoXUmV2b2tlQ3JlZGVudGlhbFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJIlsKGFJldm9rZUNyZWRlbnRpYWxSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSLAoLcHJvcGFnYXRpb24YAiABKAsyFy5waS5hdXRoLnYxLlByb3BhZ2F0aW9uInUKC1Byb3BhZ2F0aW9uEhAKCGdhdGV3YXlzGAEgASgFEhEKCWNvbmZpcm1lZBgCIAEoBRISCgplbGFwc2VkX21zGAMgASgDEhUKDWF1dGhfcmVwbGljYXMYBCABKAUSFgoOYXV0aF9jb25maXJtZWQYBSABKAUiyQEKHFJlcG9ydEdhdGV3YXlQb3NpdGlvblJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAkSTwoMbmV4dF9vZmZzZXRzGAIgAygLMjkucGkuYXV0aC52MS5SZXBvcnRHYXRld2F5UG9zaXRpb25SZXF1ZXN0Lk5leHRPZmZzZXRzRW50cnkSDwoHbGVhdmluZxgDIAEoCBoyChBOZXh0T2Zmc2V0c0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoAzoCOAEiHwodUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVzcG9uc2UiGQoXUm90YXRlU2lnbmluZ0tleVJlcXVlc3QiUwoYUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEgsKA2tpZBgBIAEoCRIUCgxhY3RpdmF0ZXNfYXQYAiABKAMSFAoMcmV0aXJlZF9raWRzGAMgAygJIi0KF0dldFdlYmhvb2tUYXJnZXRSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkioAEKGEdldFdlYmhvb2tUYXJnZXRSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJEhYKDnNpZ25pbmdfc2VjcmV0GAMgASgJEkMKGHByZXZpb3VzX3NpZ25pbmdfc2VjcmV0cxgEIAMoCzIhLnBpLmF1dGgudjEuUHJldmlvdXNTaWduaW5nU2VjcmV0IjsKFVByZXZpb3VzU2lnbmluZ1NlY3JldBIOCgZzZWNyZXQYASABKAkSEgoKZXhwaXJlc19hdBgCIAEoAyJJChpSb3RhdGVTaWduaW5nU2VjcmV0UmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEhcKD292ZXJsYXBfc2Vjb25kcxgCIAEoAyJmChtSb3RhdGVTaWduaW5nU2VjcmV0UmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRIWCg5zaWduaW5nX3NlY3JldBgCIAEoCRIbChNwcmV2aW91c19leHBpcmVzX2F0GAMgASgDIkcKF0xpc3RBdWRpdFJlY29yZHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgDEg4KBnRhcmdldBgCIAEoCRINCgVsaW1pdBgDIAEoBSJGChhMaXN0QXVkaXRSZWNvcmRzUmVzcG9uc2USKgoHcmVjb3JkcxgBIAMoCzIZLnBpLmV2ZW50cy52MS5BdWRpdFJlY29yZCpwCgxUb2tlbkZhaWx1cmUSHQoZVE9LRU5fRkFJTFVSRV9VTlNQRUNJRklFRBAAEiAKHFRPS0VOX0ZBSUxVUkVfSU5WQUxJRF9DTElFTlQQARIfChtUT0tFTl9GQUlMVVJFX0lOVkFMSURfU0NPUEUQAipoCg1QYXJ0bmVyU3RhdHVzEh4KGlBBUlRORVJfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGQoVUEFSVE5FUl9TVEFUVVNfQUNUSVZFEAESHAoYUEFSVE5FUl9TVEFUVVNfU1VTUEVOREVEEAIy4wkKC0F1dGhTZXJ2aWNlElAKCklzc3VlVG9rZW4SHS5waS5hdXRoLnYxLklzc3VlVG9rZW5SZXF1ZXN0Gh4ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVzcG9uc2UiA5ACAhJHCgdHZXRKd2tzEhoucGkuYXV0aC52MS5HZXRKd2tzUmVxdWVzdBobLnBpLmF1dGgudjEuR2V0Sndrc1Jlc3BvbnNlIgOQAgESXwoPTGlzdFJldm9jYXRpb25zEiIucGkuYXV0aC52MS5MaXN0UmV2b2NhdGlvbnNSZXF1ZXN0GiMucGkuYXV0aC52MS5MaXN0UmV2b2NhdGlvbnNSZXNwb25zZSIDkAIBElQKDUNyZWF0ZVBhcnRuZXISIC5waS5hdXRoLnYxLkNyZWF0ZVBhcnRuZXJSZXF1ZXN0GiEucGkuYXV0aC52MS5DcmVhdGVQYXJ0bmVyUmVzcG9uc2USYgoQU2V0UGFydG5lclN0YXR1cxIjLnBpLmF1dGgudjEuU2V0UGFydG5lclN0YXR1c1JlcXVlc3QaJC5waS5hdXRoLnYxLlNldFBhcnRuZXJTdGF0dXNSZXNwb25zZSIDkAICElkKDVNldFdlYmhvb2tVcmwSIC5waS5hdXRoLnYxLlNldFdlYmhvb2tVcmxSZXF1ZXN0GiEucGkuYXV0aC52MS5TZXRXZWJob29rVXJsUmVzcG9uc2UiA5ACAhJdChBDcmVhdGVDcmVkZW50aWFsEiMucGkuYXV0aC52MS5DcmVhdGVDcmVkZW50aWFsUmVxdWVzdBokLnBpLmF1dGgudjEuQ3JlYXRlQ3JlZGVudGlhbFJlc3BvbnNlEmIKEFJldm9rZUNyZWRlbnRpYWwSIy5waS5hdXRoLnYxLlJldm9rZUNyZWRlbnRpYWxSZXF1ZXN0GiQucGkuYXV0aC52MS5SZXZva2VDcmVkZW50aWFsUmVzcG9uc2UiA5ACAhJiChBHZXRXZWJob29rVGFyZ2V0EiMucGkuYXV0aC52MS5HZXRXZWJob29rVGFyZ2V0UmVxdWVzdBokLnBpLmF1dGgudjEuR2V0V2ViaG9va1RhcmdldFJlc3BvbnNlIgOQAgESZgoTUm90YXRlU2lnbmluZ1NlY3JldBImLnBpLmF1dGgudjEuUm90YXRlU2lnbmluZ1NlY3JldFJlcXVlc3QaJy5waS5hdXRoLnYxLlJvdGF0ZVNpZ25pbmdTZWNyZXRSZXNwb25zZRJxChVSZXBvcnRHYXRld2F5UG9zaXRpb24SKC5waS5hdXRoLnYxLlJlcG9ydEdhdGV3YXlQb3NpdGlvblJlcXVlc3QaKS5waS5hdXRoLnYxLlJlcG9ydEdhdGV3YXlQb3NpdGlvblJlc3BvbnNlIgOQAgISXQoQUm90YXRlU2lnbmluZ0tleRIjLnBpLmF1dGgudjEuUm90YXRlU2lnbmluZ0tleVJlcXVlc3QaJC5waS5hdXRoLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRJiChBMaXN0QXVkaXRSZWNvcmRzEiMucGkuYXV0aC52MS5MaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBokLnBpLmF1dGgudjEuTGlzdEF1ZGl0UmVjb3Jkc1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_pi_common_v1_common, file_pi_events_v1_events]);
+  fileDesc("ChVwaS9hdXRoL3YxL2F1dGgucHJvdG8SCnBpLmF1dGgudjEiWwoRSXNzdWVUb2tlblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSEgoFc2NvcGUYAyABKAlIAIgBAUIICgZfc2NvcGUicAoSSXNzdWVUb2tlblJlc3BvbnNlEiIKBXRva2VuGAEgASgLMhEucGkuYXV0aC52MS5Ub2tlbkgAEisKB2ZhaWx1cmUYAiABKA4yGC5waS5hdXRoLnYxLlRva2VuRmFpbHVyZUgAQgkKB291dGNvbWUiRQoSSXNzdWVUb2tlbnNSZXF1ZXN0Ei8KCHJlcXVlc3RzGAEgAygLMh0ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVxdWVzdCJIChNJc3N1ZVRva2Vuc1Jlc3BvbnNlEjEKCXJlc3BvbnNlcxgBIAMoCzIeLnBpLmF1dGgudjEuSXNzdWVUb2tlblJlc3BvbnNlIkAKBVRva2VuEhQKDGFjY2Vzc190b2tlbhgBIAEoCRISCgpleHBpcmVzX2luGAIgASgDEg0KBXNjb3BlGAMgASgJIhAKDkdldEp3a3NSZXF1ZXN0IkYKD0dldEp3a3NSZXNwb25zZRIRCglqd2tzX2pzb24YASABKAkSDgoGaXNzdWVyGAIgASgJEhAKCGF1ZGllbmNlGAMgASgJIhgKFkxpc3RSZXZvY2F0aW9uc1JlcXVlc3QiVAoXTGlzdFJldm9jYXRpb25zUmVzcG9uc2USGgoScmV2b2tlZF9jbGllbnRfaWRzGAEgAygJEh0KFXN1c3BlbmRlZF9wYXJ0bmVyX2lkcxgCIAMoCSJeChRDcmVhdGVQYXJ0bmVyUmVxdWVzdBIMCgRuYW1lGAEgASgJEhgKC3dlYmhvb2tfdXJsGAIgASgJSACIAQESDgoGc2NvcGVzGAMgAygJQg4KDF93ZWJob29rX3VybCJeChBJc3N1ZWRDcmVkZW50aWFsEhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSKbAQoVQ3JlYXRlUGFydG5lclJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSKgoEbGl2ZRgCIAEoCzIcLnBpLmF1dGgudjEuSXNzdWVkQ3JlZGVudGlhbBIqCgR0ZXN0GAMgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsEhYKDnNpZ25pbmdfc2VjcmV0GAQgASgJIlgKF1NldFBhcnRuZXJTdGF0dXNSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSKQoGc3RhdHVzGAIgASgOMhkucGkuYXV0aC52MS5QYXJ0bmVyU3RhdHVzIocBChhTZXRQYXJ0bmVyU3RhdHVzUmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5waS5hdXRoLnYxLlBhcnRuZXJTdGF0dXMSLAoLcHJvcGFnYXRpb24YAyABKAsyFy5waS5hdXRoLnYxLlByb3BhZ2F0aW9uIjcKFFNldFdlYmhvb2tVcmxSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCwoDdXJsGAIgASgJIkAKFVNldFdlYmhvb2tVcmxSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJIk8KF0NyZWF0ZUNyZWRlbnRpYWxSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlIkwKGENyZWF0ZUNyZWRlbnRpYWxSZXNwb25zZRIwCgpjcmVkZW50aWFsGAEgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsIiwKF1Jldm9rZUNyZWRlbnRpYWxSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJbChhSZXZva2VDcmVkZW50aWFsUmVzcG9uc2USEQoJY2xpZW50X2lkGAEgASgJEiwKC3Byb3BhZ2F0aW9uGAIgASgLMhcucGkuYXV0aC52MS5Qcm9wYWdhdGlvbiJ1CgtQcm9wYWdhdGlvbhIQCghnYXRld2F5cxgBIAEoBRIRCgljb25maXJtZWQYAiABKAUSEgoKZWxhcHNlZF9tcxgDIAEoAxIVCg1hdXRoX3JlcGxpY2FzGAQgASgFEhYKDmF1dGhfY29uZmlybWVkGAUgASgFIskBChxSZXBvcnRHYXRld2F5UG9zaXRpb25SZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJEk8KDG5leHRfb2Zmc2V0cxgCIAMoCzI5LnBpLmF1dGgudjEuUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVxdWVzdC5OZXh0T2Zmc2V0c0VudHJ5Eg8KB2xlYXZpbmcYAyABKAgaMgoQTmV4dE9mZnNldHNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAM6AjgBIh8KHVJlcG9ydEdhdGV3YXlQb3NpdGlvblJlc3BvbnNlIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0IlMKGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFAoMYWN0aXZhdGVzX2F0GAIgASgDEhQKDHJldGlyZWRfa2lkcxgDIAMoCSItChdHZXRXZWJob29rVGFyZ2V0UmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJIqABChhHZXRXZWJob29rVGFyZ2V0UmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRITCgt3ZWJob29rX3VybBgCIAEoCRIWCg5zaWduaW5nX3NlY3JldBgDIAEoCRJDChhwcmV2aW91c19zaWduaW5nX3NlY3JldHMYBCADKAsyIS5waS5hdXRoLnYxLlByZXZpb3VzU2lnbmluZ1NlY3JldCI7ChVQcmV2aW91c1NpZ25pbmdTZWNyZXQSDgoGc2VjcmV0GAEgASgJEhIKCmV4cGlyZXNfYXQYAiABKAMiSQoaUm90YXRlU2lnbmluZ1NlY3JldFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIXCg9vdmVybGFwX3NlY29uZHMYAiABKAMiZgobUm90YXRlU2lnbmluZ1NlY3JldFJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSFgoOc2lnbmluZ19zZWNyZXQYAiABKAkSGwoTcHJldmlvdXNfZXhwaXJlc19hdBgDIAEoAyJHChdMaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBINCgVzaW5jZRgBIAEoAxIOCgZ0YXJnZXQYAiABKAkSDQoFbGltaXQYAyABKAUiRgoYTGlzdEF1ZGl0UmVjb3Jkc1Jlc3BvbnNlEioKB3JlY29yZHMYASADKAsyGS5waS5ldmVudHMudjEuQXVkaXRSZWNvcmQqcAoMVG9rZW5GYWlsdXJlEh0KGVRPS0VOX0ZBSUxVUkVfVU5TUEVDSUZJRUQQABIgChxUT0tFTl9GQUlMVVJFX0lOVkFMSURfQ0xJRU5UEAESHwobVE9LRU5fRkFJTFVSRV9JTlZBTElEX1NDT1BFEAIqaAoNUGFydG5lclN0YXR1cxIeChpQQVJUTkVSX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFVBBUlRORVJfU1RBVFVTX0FDVElWRRABEhwKGFBBUlRORVJfU1RBVFVTX1NVU1BFTkRFRBACMrgKCgtBdXRoU2VydmljZRJQCgpJc3N1ZVRva2VuEh0ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVxdWVzdBoeLnBpLmF1dGgudjEuSXNzdWVUb2tlblJlc3BvbnNlIgOQAgISUwoLSXNzdWVUb2tlbnMSHi5waS5hdXRoLnYxLklzc3VlVG9rZW5zUmVxdWVzdBofLnBpLmF1dGgudjEuSXNzdWVUb2tlbnNSZXNwb25zZSIDkAICEkcKB0dldEp3a3MSGi5waS5hdXRoLnYxLkdldEp3a3NSZXF1ZXN0GhsucGkuYXV0aC52MS5HZXRKd2tzUmVzcG9uc2UiA5ACARJfCg9MaXN0UmV2b2NhdGlvbnMSIi5waS5hdXRoLnYxLkxpc3RSZXZvY2F0aW9uc1JlcXVlc3QaIy5waS5hdXRoLnYxLkxpc3RSZXZvY2F0aW9uc1Jlc3BvbnNlIgOQAgESVAoNQ3JlYXRlUGFydG5lchIgLnBpLmF1dGgudjEuQ3JlYXRlUGFydG5lclJlcXVlc3QaIS5waS5hdXRoLnYxLkNyZWF0ZVBhcnRuZXJSZXNwb25zZRJiChBTZXRQYXJ0bmVyU3RhdHVzEiMucGkuYXV0aC52MS5TZXRQYXJ0bmVyU3RhdHVzUmVxdWVzdBokLnBpLmF1dGgudjEuU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlIgOQAgISWQoNU2V0V2ViaG9va1VybBIgLnBpLmF1dGgudjEuU2V0V2ViaG9va1VybFJlcXVlc3QaIS5waS5hdXRoLnYxLlNldFdlYmhvb2tVcmxSZXNwb25zZSIDkAICEl0KEENyZWF0ZUNyZWRlbnRpYWwSIy5waS5hdXRoLnYxLkNyZWF0ZUNyZWRlbnRpYWxSZXF1ZXN0GiQucGkuYXV0aC52MS5DcmVhdGVDcmVkZW50aWFsUmVzcG9uc2USYgoQUmV2b2tlQ3JlZGVudGlhbBIjLnBpLmF1dGgudjEuUmV2b2tlQ3JlZGVudGlhbFJlcXVlc3QaJC5waS5hdXRoLnYxLlJldm9rZUNyZWRlbnRpYWxSZXNwb25zZSIDkAICEmIKEEdldFdlYmhvb2tUYXJnZXQSIy5waS5hdXRoLnYxLkdldFdlYmhvb2tUYXJnZXRSZXF1ZXN0GiQucGkuYXV0aC52MS5HZXRXZWJob29rVGFyZ2V0UmVzcG9uc2UiA5ACARJmChNSb3RhdGVTaWduaW5nU2VjcmV0EiYucGkuYXV0aC52MS5Sb3RhdGVTaWduaW5nU2VjcmV0UmVxdWVzdBonLnBpLmF1dGgudjEuUm90YXRlU2lnbmluZ1NlY3JldFJlc3BvbnNlEnEKFVJlcG9ydEdhdGV3YXlQb3NpdGlvbhIoLnBpLmF1dGgudjEuUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVxdWVzdBopLnBpLmF1dGgudjEuUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVzcG9uc2UiA5ACAhJdChBSb3RhdGVTaWduaW5nS2V5EiMucGkuYXV0aC52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBokLnBpLmF1dGgudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEmIKEExpc3RBdWRpdFJlY29yZHMSIy5waS5hdXRoLnYxLkxpc3RBdWRpdFJlY29yZHNSZXF1ZXN0GiQucGkuYXV0aC52MS5MaXN0QXVkaXRSZWNvcmRzUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_pi_common_v1_common, file_pi_events_v1_events]);
 
 /**
  * @generated from message pi.auth.v1.IssueTokenRequest
@@ -75,6 +75,42 @@ export const IssueTokenResponseSchema: GenMessage<IssueTokenResponse> = /*@__PUR
   messageDesc(file_pi_auth_v1_auth, 1);
 
 /**
+ * @generated from message pi.auth.v1.IssueTokensRequest
+ */
+export type IssueTokensRequest = Message<"pi.auth.v1.IssueTokensRequest"> & {
+  /**
+   * @generated from field: repeated pi.auth.v1.IssueTokenRequest requests = 1;
+   */
+  requests: IssueTokenRequest[];
+};
+
+/**
+ * Describes the message pi.auth.v1.IssueTokensRequest.
+ * Use `create(IssueTokensRequestSchema)` to create a new message.
+ */
+export const IssueTokensRequestSchema: GenMessage<IssueTokensRequest> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 2);
+
+/**
+ * @generated from message pi.auth.v1.IssueTokensResponse
+ */
+export type IssueTokensResponse = Message<"pi.auth.v1.IssueTokensResponse"> & {
+  /**
+   * One per request, in the order of the requests.
+   *
+   * @generated from field: repeated pi.auth.v1.IssueTokenResponse responses = 1;
+   */
+  responses: IssueTokenResponse[];
+};
+
+/**
+ * Describes the message pi.auth.v1.IssueTokensResponse.
+ * Use `create(IssueTokensResponseSchema)` to create a new message.
+ */
+export const IssueTokensResponseSchema: GenMessage<IssueTokensResponse> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 3);
+
+/**
  * @generated from message pi.auth.v1.Token
  */
 export type Token = Message<"pi.auth.v1.Token"> & {
@@ -99,7 +135,7 @@ export type Token = Message<"pi.auth.v1.Token"> & {
  * Use `create(TokenSchema)` to create a new message.
  */
 export const TokenSchema: GenMessage<Token> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 2);
+  messageDesc(file_pi_auth_v1_auth, 4);
 
 /**
  * @generated from message pi.auth.v1.GetJwksRequest
@@ -112,7 +148,7 @@ export type GetJwksRequest = Message<"pi.auth.v1.GetJwksRequest"> & {
  * Use `create(GetJwksRequestSchema)` to create a new message.
  */
 export const GetJwksRequestSchema: GenMessage<GetJwksRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 3);
+  messageDesc(file_pi_auth_v1_auth, 5);
 
 /**
  * @generated from message pi.auth.v1.GetJwksResponse
@@ -143,7 +179,7 @@ export type GetJwksResponse = Message<"pi.auth.v1.GetJwksResponse"> & {
  * Use `create(GetJwksResponseSchema)` to create a new message.
  */
 export const GetJwksResponseSchema: GenMessage<GetJwksResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 4);
+  messageDesc(file_pi_auth_v1_auth, 6);
 
 /**
  * @generated from message pi.auth.v1.ListRevocationsRequest
@@ -156,7 +192,7 @@ export type ListRevocationsRequest = Message<"pi.auth.v1.ListRevocationsRequest"
  * Use `create(ListRevocationsRequestSchema)` to create a new message.
  */
 export const ListRevocationsRequestSchema: GenMessage<ListRevocationsRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 5);
+  messageDesc(file_pi_auth_v1_auth, 7);
 
 /**
  * @generated from message pi.auth.v1.ListRevocationsResponse
@@ -178,7 +214,7 @@ export type ListRevocationsResponse = Message<"pi.auth.v1.ListRevocationsRespons
  * Use `create(ListRevocationsResponseSchema)` to create a new message.
  */
 export const ListRevocationsResponseSchema: GenMessage<ListRevocationsResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 6);
+  messageDesc(file_pi_auth_v1_auth, 8);
 
 /**
  * @generated from message pi.auth.v1.CreatePartnerRequest
@@ -207,7 +243,7 @@ export type CreatePartnerRequest = Message<"pi.auth.v1.CreatePartnerRequest"> & 
  * Use `create(CreatePartnerRequestSchema)` to create a new message.
  */
 export const CreatePartnerRequestSchema: GenMessage<CreatePartnerRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 7);
+  messageDesc(file_pi_auth_v1_auth, 9);
 
 /**
  * @generated from message pi.auth.v1.IssuedCredential
@@ -236,7 +272,7 @@ export type IssuedCredential = Message<"pi.auth.v1.IssuedCredential"> & {
  * Use `create(IssuedCredentialSchema)` to create a new message.
  */
 export const IssuedCredentialSchema: GenMessage<IssuedCredential> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 8);
+  messageDesc(file_pi_auth_v1_auth, 10);
 
 /**
  * @generated from message pi.auth.v1.CreatePartnerResponse
@@ -268,7 +304,7 @@ export type CreatePartnerResponse = Message<"pi.auth.v1.CreatePartnerResponse"> 
  * Use `create(CreatePartnerResponseSchema)` to create a new message.
  */
 export const CreatePartnerResponseSchema: GenMessage<CreatePartnerResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 9);
+  messageDesc(file_pi_auth_v1_auth, 11);
 
 /**
  * @generated from message pi.auth.v1.SetPartnerStatusRequest
@@ -290,7 +326,7 @@ export type SetPartnerStatusRequest = Message<"pi.auth.v1.SetPartnerStatusReques
  * Use `create(SetPartnerStatusRequestSchema)` to create a new message.
  */
 export const SetPartnerStatusRequestSchema: GenMessage<SetPartnerStatusRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 10);
+  messageDesc(file_pi_auth_v1_auth, 12);
 
 /**
  * @generated from message pi.auth.v1.SetPartnerStatusResponse
@@ -317,7 +353,7 @@ export type SetPartnerStatusResponse = Message<"pi.auth.v1.SetPartnerStatusRespo
  * Use `create(SetPartnerStatusResponseSchema)` to create a new message.
  */
 export const SetPartnerStatusResponseSchema: GenMessage<SetPartnerStatusResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 11);
+  messageDesc(file_pi_auth_v1_auth, 13);
 
 /**
  * @generated from message pi.auth.v1.SetWebhookUrlRequest
@@ -339,7 +375,7 @@ export type SetWebhookUrlRequest = Message<"pi.auth.v1.SetWebhookUrlRequest"> & 
  * Use `create(SetWebhookUrlRequestSchema)` to create a new message.
  */
 export const SetWebhookUrlRequestSchema: GenMessage<SetWebhookUrlRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 12);
+  messageDesc(file_pi_auth_v1_auth, 14);
 
 /**
  * @generated from message pi.auth.v1.SetWebhookUrlResponse
@@ -361,7 +397,7 @@ export type SetWebhookUrlResponse = Message<"pi.auth.v1.SetWebhookUrlResponse"> 
  * Use `create(SetWebhookUrlResponseSchema)` to create a new message.
  */
 export const SetWebhookUrlResponseSchema: GenMessage<SetWebhookUrlResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 13);
+  messageDesc(file_pi_auth_v1_auth, 15);
 
 /**
  * @generated from message pi.auth.v1.CreateCredentialRequest
@@ -383,7 +419,7 @@ export type CreateCredentialRequest = Message<"pi.auth.v1.CreateCredentialReques
  * Use `create(CreateCredentialRequestSchema)` to create a new message.
  */
 export const CreateCredentialRequestSchema: GenMessage<CreateCredentialRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 14);
+  messageDesc(file_pi_auth_v1_auth, 16);
 
 /**
  * @generated from message pi.auth.v1.CreateCredentialResponse
@@ -400,7 +436,7 @@ export type CreateCredentialResponse = Message<"pi.auth.v1.CreateCredentialRespo
  * Use `create(CreateCredentialResponseSchema)` to create a new message.
  */
 export const CreateCredentialResponseSchema: GenMessage<CreateCredentialResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 15);
+  messageDesc(file_pi_auth_v1_auth, 17);
 
 /**
  * @generated from message pi.auth.v1.RevokeCredentialRequest
@@ -417,7 +453,7 @@ export type RevokeCredentialRequest = Message<"pi.auth.v1.RevokeCredentialReques
  * Use `create(RevokeCredentialRequestSchema)` to create a new message.
  */
 export const RevokeCredentialRequestSchema: GenMessage<RevokeCredentialRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 16);
+  messageDesc(file_pi_auth_v1_auth, 18);
 
 /**
  * @generated from message pi.auth.v1.RevokeCredentialResponse
@@ -439,7 +475,7 @@ export type RevokeCredentialResponse = Message<"pi.auth.v1.RevokeCredentialRespo
  * Use `create(RevokeCredentialResponseSchema)` to create a new message.
  */
 export const RevokeCredentialResponseSchema: GenMessage<RevokeCredentialResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 17);
+  messageDesc(file_pi_auth_v1_auth, 19);
 
 /**
  * How an operator change reached the gateways and the auth replicas before the call answered.
@@ -488,7 +524,7 @@ export type Propagation = Message<"pi.auth.v1.Propagation"> & {
  * Use `create(PropagationSchema)` to create a new message.
  */
 export const PropagationSchema: GenMessage<Propagation> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 18);
+  messageDesc(file_pi_auth_v1_auth, 20);
 
 /**
  * @generated from message pi.auth.v1.ReportGatewayPositionRequest
@@ -521,7 +557,7 @@ export type ReportGatewayPositionRequest = Message<"pi.auth.v1.ReportGatewayPosi
  * Use `create(ReportGatewayPositionRequestSchema)` to create a new message.
  */
 export const ReportGatewayPositionRequestSchema: GenMessage<ReportGatewayPositionRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 19);
+  messageDesc(file_pi_auth_v1_auth, 21);
 
 /**
  * @generated from message pi.auth.v1.ReportGatewayPositionResponse
@@ -534,7 +570,7 @@ export type ReportGatewayPositionResponse = Message<"pi.auth.v1.ReportGatewayPos
  * Use `create(ReportGatewayPositionResponseSchema)` to create a new message.
  */
 export const ReportGatewayPositionResponseSchema: GenMessage<ReportGatewayPositionResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 20);
+  messageDesc(file_pi_auth_v1_auth, 22);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningKeyRequest
@@ -547,7 +583,7 @@ export type RotateSigningKeyRequest = Message<"pi.auth.v1.RotateSigningKeyReques
  * Use `create(RotateSigningKeyRequestSchema)` to create a new message.
  */
 export const RotateSigningKeyRequestSchema: GenMessage<RotateSigningKeyRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 21);
+  messageDesc(file_pi_auth_v1_auth, 23);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningKeyResponse
@@ -578,7 +614,7 @@ export type RotateSigningKeyResponse = Message<"pi.auth.v1.RotateSigningKeyRespo
  * Use `create(RotateSigningKeyResponseSchema)` to create a new message.
  */
 export const RotateSigningKeyResponseSchema: GenMessage<RotateSigningKeyResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 22);
+  messageDesc(file_pi_auth_v1_auth, 24);
 
 /**
  * @generated from message pi.auth.v1.GetWebhookTargetRequest
@@ -595,7 +631,7 @@ export type GetWebhookTargetRequest = Message<"pi.auth.v1.GetWebhookTargetReques
  * Use `create(GetWebhookTargetRequestSchema)` to create a new message.
  */
 export const GetWebhookTargetRequestSchema: GenMessage<GetWebhookTargetRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 23);
+  messageDesc(file_pi_auth_v1_auth, 25);
 
 /**
  * @generated from message pi.auth.v1.GetWebhookTargetResponse
@@ -633,7 +669,7 @@ export type GetWebhookTargetResponse = Message<"pi.auth.v1.GetWebhookTargetRespo
  * Use `create(GetWebhookTargetResponseSchema)` to create a new message.
  */
 export const GetWebhookTargetResponseSchema: GenMessage<GetWebhookTargetResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 24);
+  messageDesc(file_pi_auth_v1_auth, 26);
 
 /**
  * @generated from message pi.auth.v1.PreviousSigningSecret
@@ -657,7 +693,7 @@ export type PreviousSigningSecret = Message<"pi.auth.v1.PreviousSigningSecret"> 
  * Use `create(PreviousSigningSecretSchema)` to create a new message.
  */
 export const PreviousSigningSecretSchema: GenMessage<PreviousSigningSecret> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 25);
+  messageDesc(file_pi_auth_v1_auth, 27);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningSecretRequest
@@ -681,7 +717,7 @@ export type RotateSigningSecretRequest = Message<"pi.auth.v1.RotateSigningSecret
  * Use `create(RotateSigningSecretRequestSchema)` to create a new message.
  */
 export const RotateSigningSecretRequestSchema: GenMessage<RotateSigningSecretRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 26);
+  messageDesc(file_pi_auth_v1_auth, 28);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningSecretResponse
@@ -712,7 +748,7 @@ export type RotateSigningSecretResponse = Message<"pi.auth.v1.RotateSigningSecre
  * Use `create(RotateSigningSecretResponseSchema)` to create a new message.
  */
 export const RotateSigningSecretResponseSchema: GenMessage<RotateSigningSecretResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 27);
+  messageDesc(file_pi_auth_v1_auth, 29);
 
 /**
  * @generated from message pi.auth.v1.ListAuditRecordsRequest
@@ -745,7 +781,7 @@ export type ListAuditRecordsRequest = Message<"pi.auth.v1.ListAuditRecordsReques
  * Use `create(ListAuditRecordsRequestSchema)` to create a new message.
  */
 export const ListAuditRecordsRequestSchema: GenMessage<ListAuditRecordsRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 28);
+  messageDesc(file_pi_auth_v1_auth, 30);
 
 /**
  * @generated from message pi.auth.v1.ListAuditRecordsResponse
@@ -762,7 +798,7 @@ export type ListAuditRecordsResponse = Message<"pi.auth.v1.ListAuditRecordsRespo
  * Use `create(ListAuditRecordsResponseSchema)` to create a new message.
  */
 export const ListAuditRecordsResponseSchema: GenMessage<ListAuditRecordsResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 29);
+  messageDesc(file_pi_auth_v1_auth, 31);
 
 /**
  * @generated from enum pi.auth.v1.TokenFailure
@@ -832,6 +868,18 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof IssueTokenRequestSchema;
     output: typeof IssueTokenResponseSchema;
+  },
+  /**
+   * Several IssueToken requests in one call (at most 64), each answered as IssueToken answers it,
+   * in the same order: the gateway sends together the token requests that reach it while it is busy,
+   * so one call's cost is shared by all of them (docs/performance.md, "Token requests in batches").
+   *
+   * @generated from rpc pi.auth.v1.AuthService.IssueTokens
+   */
+  issueTokens: {
+    methodKind: "unary";
+    input: typeof IssueTokensRequestSchema;
+    output: typeof IssueTokensResponseSchema;
   },
   /**
    * Public keys that verify access tokens.
