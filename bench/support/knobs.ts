@@ -16,7 +16,7 @@ export const MiB = 1024 * 1024;
 
 export const knobs = {
   quick,
-  /** Ports of the stack: gateway base+80, services base+51..54, database base-983, Kafka base+1092/1093. */
+  /** Ports of the stack: gateway base+80, database base-983, Kafka base+1092/1093 (its services take free ports). */
   portBase: knob("BENCH_PORT_BASE", 44000, 44000),
   /** Alternating rounds of each comparison (system then baseline, then baseline then system, ...). */
   rounds: knob("BENCH_ROUNDS", 4, 2),

@@ -2,8 +2,9 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseSettings, withLocalStackIdentity, type Settings } from "@pi/common";
+import { parseSettings, SERVICE_URL_SETTINGS, withLocalStackAddresses, withLocalStackIdentity, type Settings } from "@pi/common";
 import { alive, descendants } from "../../test/support/processes.js";
+import { everyReplicaServes } from "../../test/support/replicas.js";
 
 // The system under measurement, started exactly as `npm start` starts it (the compiled
 // deploy/local/dist/start.js: its own database and Kafka, every service a process of its own, under
@@ -22,17 +23,15 @@ export interface LocalStack {
   stop(): Promise<void>;
 }
 
-/** Ports from one base, laid out as deploy/checks/schemathesis.sh lays them out. */
+/**
+ * Ports from one base: the gateway's, the database's and Kafka's. The services' are left to the
+ * stack, which gives each replica a port of its own and lists them all in its stack.json: a
+ * `*_SERVICE_URL` set here would name one replica only, and every call would go to it (the bench
+ * measured one replica of each service on the call path until 2026-11-26).
+ */
 export function stackPorts(base: number) {
   return {
     GATEWAY_PORT: base + 80,
-    AUTH_SERVICE_PORT: base + 51,
-    CONNECTION_SERVICE_PORT: base + 52,
-    FILE_INTAKE_SERVICE_PORT: base + 53,
-    WEBHOOK_SERVICE_PORT: base + 54,
-    AUTH_ADMIN_PORT: base + 61,
-    CONNECTION_ADMIN_PORT: base + 62,
-    WEBHOOK_ADMIN_PORT: base + 64,
     MONGODB_PORT: base - 983,
     KAFKA_PORT: base + 1092,
     KAFKA_CONTROLLER_PORT: base + 1093,
@@ -65,17 +64,12 @@ export async function startLocalStack(opts: { portBase: number; env?: Record<str
     INFRA_CACHE_DIR: process.env.INFRA_CACHE_DIR ?? join(process.cwd(), ".state", "cache"),
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "info",
     ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])),
-    AUTH_SERVICE_URL: url(ports.AUTH_SERVICE_PORT),
-    CONNECTION_SERVICE_URL: url(ports.CONNECTION_SERVICE_PORT),
-    FILE_INTAKE_SERVICE_URL: url(ports.FILE_INTAKE_SERVICE_PORT),
-    WEBHOOK_SERVICE_URL: url(ports.WEBHOOK_SERVICE_PORT),
-    AUTH_ADMIN_URL: url(ports.AUTH_ADMIN_PORT),
-    CONNECTION_ADMIN_URL: url(ports.CONNECTION_ADMIN_PORT),
-    WEBHOOK_ADMIN_URL: url(ports.WEBHOOK_ADMIN_PORT),
     ...opts.env,
   };
-  // The stack provisions and runs its own database and broker; the test run's are not its.
-  for (const k of ["MONGODB_URI", "KAFKA_BROKERS", "TEST_MONGODB_URI", "TEST_KAFKA_BROKERS", "NODE_OPTIONS"]) delete env[k];
+  // The stack provisions and runs its own database and broker; the test run's are not its. Its
+  // services take free ports (stackPorts).
+  for (const k of ["MONGODB_URI", "KAFKA_BROKERS", "TEST_MONGODB_URI", "TEST_KAFKA_BROKERS", "NODE_OPTIONS", ...SERVICE_URL_SETTINGS]) delete env[k];
+  for (const k of Object.keys(env)) if (/_(SERVICE|ADMIN)_PORT$/.test(k)) delete env[k];
   if (opts.env?.NODE_OPTIONS) env.NODE_OPTIONS = opts.env.NODE_OPTIONS;
 
   const log = openSync(join(stateDir, "npm-start.log"), "a");
@@ -108,7 +102,7 @@ export async function startLocalStack(opts: { portBase: number; env?: Record<str
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 300_000);
   for (;;) {
     try {
-      if ((await fetch(`${baseUrl}/readyz`)).status === 200) break;
+      if ((await fetch(`${baseUrl}/readyz`)).status === 200 && (await everyReplicaServes(stateDir))) break;
     } catch {
       // not listening yet
     }
@@ -121,13 +115,7 @@ export async function startLocalStack(opts: { portBase: number; env?: Record<str
   }
 
   const settings = parseSettings({
-    AUTH_SERVICE_URL: env.AUTH_SERVICE_URL,
-    CONNECTION_SERVICE_URL: env.CONNECTION_SERVICE_URL,
-    FILE_INTAKE_SERVICE_URL: env.FILE_INTAKE_SERVICE_URL,
-    WEBHOOK_SERVICE_URL: env.WEBHOOK_SERVICE_URL,
-    AUTH_ADMIN_URL: env.AUTH_ADMIN_URL,
-    CONNECTION_ADMIN_URL: env.CONNECTION_ADMIN_URL,
-    WEBHOOK_ADMIN_URL: env.WEBHOOK_ADMIN_URL,
+    ...withLocalStackAddresses({}, stateDir),
     MONGODB_URI: `mongodb://127.0.0.1:${ports.MONGODB_PORT}/`,
     KAFKA_BROKERS: `127.0.0.1:${ports.KAFKA_PORT}`,
     GATEWAY_PORT: String(ports.GATEWAY_PORT),

@@ -8,8 +8,8 @@ import { freePort } from "../support/gateway-process.js";
 import { alive, descendants } from "../support/processes.js";
 import { runOpsCli } from "../support/partner-api.js";
 import { sendFile } from "../support/files.js";
-import { healthv1 } from "@pi/proto";
-import { LIVENESS, serviceClient, SERVICE_URL_SETTINGS } from "@pi/common";
+import { SERVICE_URL_SETTINGS } from "@pi/common";
+import { everyReplicaServes } from "../support/replicas.js";
 
 // The local stack as `npm start` runs it (two replicas of every service and of the gateway, free
 // internal ports), under a partner's traffic while one replica of each service after the other is
@@ -52,34 +52,17 @@ function processesOf(service: string): number[] {
   });
 }
 
-const healthClients = new Map<string, ReturnType<typeof serviceClient<typeof healthv1.Health>>>();
-/** Whether one replica's Connect server answers its health check (open to any caller). */
-async function serving(url: string): Promise<boolean> {
-  let health = healthClients.get(url);
-  if (!health) healthClients.set(url, (health = serviceClient(healthv1.Health, url)));
-  try {
-    return (await health.check({ service: LIVENESS }, { timeoutMs: 1_000 })).status === healthv1.HealthCheckResponse_ServingStatus.SERVING;
-  } catch {
-    return false;
-  }
-}
-
 /**
- * The stack answers /readyz and every replica of every service serves: /readyz needs one replica of
- * each, and a replica still starting (one joining its Kafka groups took 12 s) must not leave the
- * test killing the only one that serves.
+ * The stack answers /readyz and every replica of every service serves (a replica still starting must
+ * not leave the test killing the only one that serves).
  */
 async function ready(timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  const replicas = () => {
-    const recorded = JSON.parse(readFileSync(join(stateDir, "stack.json"), "utf8")) as Record<string, string>;
-    return SERVICE_URL_SETTINGS.filter((name) => name.endsWith("_SERVICE_URL")).flatMap((name) => recorded[name]!.split(","));
-  };
   while (Date.now() < deadline && stack?.exitCode === null) {
     remember();
     try {
       const readyz = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(3_000) });
-      if (readyz.status === 200 && (await Promise.all(replicas().map(serving))).every(Boolean)) return;
+      if (readyz.status === 200 && (await everyReplicaServes(stateDir))) return;
     } catch {
       // not yet
     }

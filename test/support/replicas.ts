@@ -1,0 +1,31 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { healthv1 } from "@pi/proto";
+import { LIVENESS, LOCAL_STACK_FILE, serviceClient, SERVICE_URL_SETTINGS } from "@pi/common";
+
+// Whether every replica of every internal service of a local stack serves. The stack's /readyz needs
+// one replica of each; a second replica still joining its Kafka consumer groups (seen taking up to
+// 12 s) is not yet listening, and callers then reach only the first.
+
+const clients = new Map<string, ReturnType<typeof serviceClient<typeof healthv1.Health>>>();
+
+/** Whether one replica's Connect server answers its health check (open to any caller). */
+async function serving(url: string): Promise<boolean> {
+  let health = clients.get(url);
+  if (!health) clients.set(url, (health = serviceClient(healthv1.Health, url)));
+  try {
+    return (await health.check({ service: LIVENESS }, { timeoutMs: 1_000 })).status === healthv1.HealthCheckResponse_ServingStatus.SERVING;
+  } catch {
+    return false;
+  }
+}
+
+/** The data-plane address of every replica, as the stack recorded them in its STATE_DIR. */
+export function replicaUrls(stateDir: string): string[] {
+  const recorded = JSON.parse(readFileSync(join(stateDir, LOCAL_STACK_FILE), "utf8")) as Record<string, string>;
+  return SERVICE_URL_SETTINGS.filter((name) => name.endsWith("_SERVICE_URL")).flatMap((name) => recorded[name]!.split(","));
+}
+
+export async function everyReplicaServes(stateDir: string): Promise<boolean> {
+  return (await Promise.all(replicaUrls(stateDir).map(serving))).every(Boolean);
+}
