@@ -8,6 +8,7 @@ import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./pr
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
 import { hashNewSecret, hashSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
+import { eachOnItsOwn } from "./token-batch.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
 
@@ -134,7 +135,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async issueTokens(req) {
       if (req.requests.length > MAX_TOKENS_PER_CALL) throw new ConnectError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Code.InvalidArgument);
-      return { responses: await Promise.all(req.requests.map(issueToken)) };
+      const unavailable = { outcome: { case: "failure" as const, value: TokenFailure.UNAVAILABLE } };
+      return { responses: await eachOnItsOwn(req.requests, issueToken, unavailable) };
     },
 
     async getJwks() {

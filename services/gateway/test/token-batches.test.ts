@@ -128,3 +128,26 @@ describe("token requests in batches", () => {
     expect(batch.attributes["token.requests"]).toBe(2);
   });
 });
+
+describe("POST /oauth/token answered from a batch", () => {
+  it("a request auth could not decide (its credential unreadable) is the envelope 503 with Retry-After; a request decided beside it gets its token", async () => {
+    const { startEdge } = await import("./edge-harness.js");
+    const token = (clientId: string) => create(authv1.IssueTokenResponseSchema, { outcome: { case: "token", value: { accessToken: `at_${clientId}`, expiresIn: 900n, scope: "files:write" } } });
+    const unavailable = create(authv1.IssueTokenResponseSchema, { outcome: { case: "failure", value: authv1.TokenFailure.UNAVAILABLE } });
+    const edge = await startEdge({
+      settings: { RATE_LIMIT_TOKEN_PER_MINUTE: "1000" },
+      auth: {
+        issueTokens: (req) => ({ responses: req.requests.map((r) => (r.clientId === "cli_away" ? unavailable : token(r.clientId))) }),
+      },
+    });
+    try {
+      const send = (clientId: string) =>
+        edge.send("POST", "/oauth/token", { headers: { "content-type": "application/x-www-form-urlencoded" }, body: `grant_type=client_credentials&client_id=${clientId}&client_secret=sk_x` });
+      const [ok, away] = await Promise.all([send("cli_ok"), send("cli_away")]);
+      expect([ok.status, ok.json.access_token]).toEqual([200, "at_cli_ok"]);
+      expect([away.status, away.headers["retry-after"], away.json.error.code]).toEqual([503, "1", "service_unavailable"]);
+    } finally {
+      await edge.stop();
+    }
+  });
+});

@@ -1,6 +1,7 @@
 import { bodyParser } from "@koa/bodyparser";
 import { authv1 } from "@pi/proto";
 import { clientAuthentication, type ClientCredentials } from "../client-auth.js";
+import { PartnerError } from "../errors.js";
 import { gatewayRouter } from "../router.js";
 import type { IssueToken } from "../token-batches.js";
 
@@ -90,6 +91,9 @@ export default function tokenRoutes(issueToken: IssueToken) {
         ctx.body = { access_token: t.accessToken, token_type: "Bearer", expires_in: Number(t.expiresIn), scope: t.scope };
         return;
       }
+      // Auth could not read this request's credential (its database is away): the envelope 503, as
+      // when the whole call fails.
+      if (res.outcome.value === authv1.TokenFailure.UNAVAILABLE) throw new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
       ctx.status = 400;
       ctx.body = oauthError(res.outcome.value === authv1.TokenFailure.INVALID_SCOPE ? "invalid_scope" : "invalid_client");
     },
