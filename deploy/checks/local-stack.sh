@@ -2,8 +2,10 @@
 # stack on a temporary STATE_DIR with ports of its own, started in its own process group and always
 # stopped. Needs `root` (the repository) and `log` from the caller.
 #
-#   start_local_stack BASE NAME    gateway BASE+80, services BASE+51..54 (admin ports BASE+61, 62, 64), the MongoDB-wire server BASE-983,
-#                                  Kafka BASE+1092/1093; sets $gateway and $state; exits if not ready
+#   start_local_stack BASE NAME    gateway BASE+80, the MongoDB-wire server BASE-983, Kafka BASE+1092/1093;
+#                                  every service replica on a free port of its own, as `npm start` gives
+#                                  them (the operator CLI finds them in $state/stack.json); sets
+#                                  $gateway and $state; exits if not ready
 #   stop_local_stack               (set as the EXIT trap by start_local_stack)
 # KEEP_STACK_STATE=1 keeps $state (the stack's logs) after the stop.
 
@@ -13,11 +15,12 @@ start_local_stack() {
   gateway="http://127.0.0.1:$((base + 80))"
   export STATE_DIR="$state" INFRA_CACHE_DIR="$root/.state/cache" LOG_LEVEL=info
   export GATEWAY_PORT=$((base + 80))
-  export AUTH_SERVICE_PORT=$((base + 51)) CONNECTION_SERVICE_PORT=$((base + 52)) FILE_INTAKE_SERVICE_PORT=$((base + 53)) WEBHOOK_SERVICE_PORT=$((base + 54))
-  export AUTH_SERVICE_URL="http://127.0.0.1:$((base + 51))" CONNECTION_SERVICE_URL="http://127.0.0.1:$((base + 52))"
-  export FILE_INTAKE_SERVICE_URL="http://127.0.0.1:$((base + 53))" WEBHOOK_SERVICE_URL="http://127.0.0.1:$((base + 54))"
-  export AUTH_ADMIN_PORT=$((base + 61)) CONNECTION_ADMIN_PORT=$((base + 62)) WEBHOOK_ADMIN_PORT=$((base + 64))
-  export AUTH_ADMIN_URL="http://127.0.0.1:$((base + 61))" CONNECTION_ADMIN_URL="http://127.0.0.1:$((base + 62))" WEBHOOK_ADMIN_URL="http://127.0.0.1:$((base + 64))"
+  # A *_SERVICE_URL set here would name one replica only, and every call would go to it: the stack
+  # chooses the services' ports and records them all in its stack.json.
+  local service plane
+  for service in AUTH CONNECTION FILE_INTAKE WEBHOOK; do
+    for plane in SERVICE ADMIN; do unset "${service}_${plane}_PORT" "${service}_${plane}_URL"; done
+  done
   export MONGODB_PORT=$((base - 983)) KAFKA_PORT=$((base + 1092)) KAFKA_CONTROLLER_PORT=$((base + 1093))
   export ACCESS_TOKEN_TTL_SECONDS=3600
   unset MONGODB_URI KAFKA_BROKERS

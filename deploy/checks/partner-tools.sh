@@ -7,7 +7,7 @@
 #   bash deploy/checks/partner-tools.sh            (CI runs it after npm test)
 #
 # Tools are pinned (deploy/checks/partner-tools/) and cached under .state/cache. Settings:
-# PARTNER_TOOLS_PORT_BASE (default 48000: gateway 48080, services 48051-48054, the MongoDB-wire server 47017,
+# PARTNER_TOOLS_PORT_BASE (default 48000: gateway 48080, the MongoDB-wire server 47017,
 # Kafka 49092-49093). Each case's outcome goes to .state/partner-tools/run.log; the totals to
 # .state/partner-tools/results.json ({"passed", "failed", "cases"}), which .ci/run adds to its count.
 set -euo pipefail

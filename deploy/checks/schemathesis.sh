@@ -6,7 +6,7 @@
 #   bash deploy/checks/schemathesis.sh            (CI runs it after npm test)
 #
 # Settings: SCHEMATHESIS_MAX_EXAMPLES (default 100 per operation), SCHEMATHESIS_SEED (default fixed, so
-# a CI failure replays), SCHEMATHESIS_PORT_BASE (default 58000: gateway 58080, services 58051-58054,
+# a CI failure replays), SCHEMATHESIS_PORT_BASE (default 58000: gateway 58080,
 # MongoDB-wire server 57017, Kafka 59092-59093). Reports go to .state/schemathesis/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
