@@ -99,7 +99,11 @@ const MAX_CARRIED_MESSAGES = 4;
 export class BalancedTransport implements Transport {
   private readonly endpoints: ServiceEndpoints;
   private readonly replicas = new Map<string, Replica>();
-  private next = 0;
+  /**
+   * The round-robin position of each method. With one position for all calls, an upload's SubmitFile
+   * always followed its CheckStorageQuota, so with two replicas every upload went to the same one.
+   */
+  private readonly next = new Map<string, number>();
   private readonly connectTimeoutMs: number;
   private readonly failureCooldownMs: number;
   private readonly maxAttempts: number;
@@ -135,7 +139,7 @@ export class BalancedTransport implements Transport {
   }
 
   /** The next replica round-robin, skipping those tried by this call; recently failed ones come last. */
-  private pick(tried: Set<string>): Replica | undefined {
+  private pick(method: string, tried: Set<string>): Replica | undefined {
     const current = this.endpoints.origins();
     // Replicas whose addresses went away (pods replaced) are forgotten once nothing runs on them.
     for (const [origin, r] of this.replicas) {
@@ -147,7 +151,9 @@ export class BalancedTransport implements Transport {
     const origins = current.filter((o) => !tried.has(o));
     if (origins.length === 0) return undefined;
     const now = Date.now();
-    const start = this.next++ % origins.length;
+    const turn = this.next.get(method) ?? 0;
+    this.next.set(method, turn + 1);
+    const start = turn % origins.length;
     const ordered = [...origins.slice(start), ...origins.slice(0, start)].map((o) => this.replica(o));
     // A replica whose cooldown is over is tried again even if its connection is still in error: only
     // a call reconnects it, so passing it over for as long as another one answers would leave it
@@ -166,6 +172,7 @@ export class BalancedTransport implements Transport {
    * attempt, the attempts are used up or the deadline has passed.
    */
   private async withFailover<T>(
+    method: string,
     signal: AbortSignal | undefined,
     timeoutMs: number | undefined,
     retryable: (failure: CallFailure) => boolean,
@@ -178,13 +185,13 @@ export class BalancedTransport implements Transport {
     const tried = new Set<string>();
     let lastError: unknown;
     for (let n = 1; ; n++) {
-      let r = this.pick(tried);
+      let r = this.pick(method, tried);
       if (!r && tried.size > 0) {
         // Every replica was tried: look the names up again, pause briefly, go round once more.
         await this.endpoints.refresh();
         await sleep(Math.min(100 * n, Math.max(remaining() - 1, 0)));
         tried.clear();
-        r = this.pick(tried);
+        r = this.pick(method, tried);
       }
       if (!r) throw lastError ?? new ConnectError(`no address for ${this.options.urls}`, Code.Unavailable);
       if (remaining() <= 0) throw lastError ?? new ConnectError("the deadline passed before a replica could be tried", Code.DeadlineExceeded);
@@ -215,6 +222,7 @@ export class BalancedTransport implements Transport {
   ): Promise<UnaryResponse<I, O>> {
     const idempotent = method.idempotency !== MethodOptions_IdempotencyLevel.IDEMPOTENCY_UNKNOWN;
     return this.withFailover(
+      method.name,
       signal,
       timeoutMs,
       (failure) => failure === "never-reached" || (idempotent && failure === "connection-broke"),
@@ -287,6 +295,7 @@ export class BalancedTransport implements Transport {
     };
     let reader = readerFor(current);
     return this.withFailover(
+      method.name,
       signal,
       timeoutMs,
       (failure) => {

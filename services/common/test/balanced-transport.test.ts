@@ -104,6 +104,18 @@ describe("internal clients over every replica", () => {
     expect([a.calls, b.calls]).toEqual([5, 5]);
   });
 
+  it("each method's calls alternate between the replicas, whatever other calls come between them (an upload's quota check before every SubmitFile)", async () => {
+    const [a, b] = [await replica(), await replica()];
+    const auth = client(`${url(a.port)},${url(b.port)}`);
+    const partners: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      await auth.getJwks({});
+      partners.push((await auth.createPartner({ name: "x" })).partnerId);
+    }
+    expect(partners.filter((p) => p === `ptr_${a.port}`)).toHaveLength(3);
+    expect(partners.filter((p) => p === `ptr_${b.port}`)).toHaveLength(3);
+  });
+
   it("a replica that was not listening yet takes its share of the calls once it listens, after the cooldown", async () => {
     const late = await closedPort();
     const b = await replica();
