@@ -1,7 +1,5 @@
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { healthv1 } from "@pi/proto";
-import { LIVENESS, LOCAL_STACK_FILE, serviceClient, SERVICE_URL_SETTINGS } from "@pi/common";
+import { LIVENESS, serviceClient, SERVICE_URL_SETTINGS, withLocalStackAddresses } from "@pi/common";
 
 // Whether every replica of every internal service of a local stack serves. The stack's /readyz needs
 // one replica of each; a second replica still joining its Kafka consumer groups (seen taking up to
@@ -21,9 +19,9 @@ async function serving(url: string): Promise<boolean> {
 }
 
 /** The data-plane address of every replica, as the stack recorded them in its STATE_DIR. */
-export function replicaUrls(stateDir: string): string[] {
-  const recorded = JSON.parse(readFileSync(join(stateDir, LOCAL_STACK_FILE), "utf8")) as Record<string, string>;
-  return SERVICE_URL_SETTINGS.filter((name) => name.endsWith("_SERVICE_URL")).flatMap((name) => recorded[name]!.split(","));
+function replicaUrls(stateDir: string): string[] {
+  const recorded = withLocalStackAddresses({}, stateDir);
+  return SERVICE_URL_SETTINGS.filter((name) => name.endsWith("_SERVICE_URL")).flatMap((name) => recorded[name]?.split(",") ?? []);
 }
 
 export async function everyReplicaServes(stateDir: string): Promise<boolean> {
