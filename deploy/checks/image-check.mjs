@@ -412,6 +412,8 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
         `DATA_NAMESPACE=imagecheck${process.pid}`, `MONGODB_URI=${infra.mongoUri}`, `KAFKA_BROKERS=${infra.kafkaBrokers}`,
         `AUTH_SERVICE_PORT=${authPort}`, `AUTH_SERVICE_URL=http://127.0.0.1:${authPort}`, `AUTH_ADMIN_PORT=${await freePort()}`, `GATEWAY_PORT=${gatewayPort}`,
         "WEBHOOK_ALLOW_INSECURE_URLS=false", "LOG_LEVEL=info",
+        // Both containers share the host's network: each its own free metrics port.
+        "METRICS_PORT=0",
       ];
       const pepper = randomBytes(36).toString("base64url");
       const dataKeys = `k1:${randomBytes(32).toString("base64url")}`;

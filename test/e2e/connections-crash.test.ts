@@ -43,6 +43,7 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
       DATA_NAMESPACE: namespace,
       CONNECTION_SERVICE_PORT: "0",
       CONNECTION_ADMIN_PORT: "0",
+      METRICS_PORT: "0",
       SANDBOX_APPROVAL_DELAY_SECONDS: String(sandboxDelaySeconds),
       LOG_LEVEL: "info",
       KAFKAJS_NO_PARTITIONER_WARNING: "1",

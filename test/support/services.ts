@@ -71,6 +71,7 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
     AUTH_ADMIN_PORT: "0",
     CONNECTION_ADMIN_PORT: "0",
     WEBHOOK_ADMIN_PORT: "0",
+    METRICS_PORT: "0",
     WEBHOOK_ALLOW_INSECURE_URLS: "true",
     ...overrides,
   });

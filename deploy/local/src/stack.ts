@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { ADMIN_SERVICES, createKafka, ensureTopics, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS, kafkaCredentials, scramUser, type KafkaCredentials, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
 import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, waitFor, type KafkaUserPasswords } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
+import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets.js";
 import { Supervisor } from "./supervisor.js";
 
 export const SERVICES = ["auth", "connection", "file-intake", "webhook", "gateway"] as const;
@@ -100,9 +101,9 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     if (await portOpen(mongoPort)) throw new Error(`port ${mongoPort} (MongoDB) is already in use; stop what holds it or set MONGODB_PORT`);
     if (await portOpen(kafkaPort)) throw new Error(`port ${kafkaPort} (Kafka) is already in use; stop what holds it or set KAFKA_PORT`);
     progress("starting the MongoDB-wire server and Kafka");
-    supervisor.start(mongoWireSpec(mongoWire, join(stateDir, "mongo-wire"), mongoPort, logDir));
+    await supervisor.start(mongoWireSpec(mongoWire, join(stateDir, "mongo-wire"), mongoPort, logDir));
     kafkaUsers = localKafkaUsers(join(stateDir, "kafka-users.json"), [KAFKA_ADMIN_USER, ...KAFKA_USERS]);
-    supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), kafkaPort, kafkaControllerPort, logDir, kafkaUsers, KAFKA_ADMIN_USER));
+    await supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), kafkaPort, kafkaControllerPort, logDir, kafkaUsers, KAFKA_ADMIN_USER));
     env.MONGODB_URI = `mongodb://127.0.0.1:${mongoPort}/`;
     env.KAFKA_BROKERS = `127.0.0.1:${kafkaPort}`;
     await waitFor("the MongoDB-wire server", () => portOpen(mongoPort), 30_000);
@@ -134,11 +135,14 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   writeFileSync(join(stateDir, LOCAL_STACK_FILE), `${JSON.stringify(Object.fromEntries(urlSettings.map((name) => [name, env[name]])), null, 2)}\n`);
 
   const replicaNames = (service: (typeof SERVICES)[number]) => Array.from({ length: opts.replicas[service] }, (_, i) => `${service}-${i + 1}`);
+  // Every process serves its metrics on a free port of its own, taken anew at each (re)start and
+  // written to the scrape targets of a local Prometheus (docs/observability.md).
+  const targets = new PrometheusTargets(join(stateDir, PROMETHEUS_TARGETS_FILE));
   progress(`starting services: ${SERVICES.map((s) => `${s} ×${opts.replicas[s]}`).join(", ")}`);
   for (const service of SERVICES) {
-    for (const name of replicaNames(service)) {
+    for (const [index, name] of replicaNames(service).entries()) {
       const own = service === "gateway" ? {} : Object.fromEntries(planesOf(service).map((plane) => [settingName(service, "PORT", plane), String(ports.get(`${name}:${plane}`))]));
-      supervisor.start({
+      await supervisor.start({
         name,
         command: process.execPath,
         args: ["--enable-source-maps", join(repoRoot, "services", service, "dist", "main.js")],
@@ -146,6 +150,11 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
         logFile: join(logDir, `${name}.log`),
         // Gateway replicas share the partner port as node:cluster workers of the supervisor.
         sharesPorts: service === "gateway",
+        beforeStart: async () => {
+          const port = await freePort();
+          targets.set(name, { service, replica: index + 1, port });
+          return { METRICS_PORT: String(port) };
+        },
       });
     }
   }
@@ -153,6 +162,9 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     supervisor,
     env,
     // Gateways first (they stop taking requests), then the services, then the infrastructure.
-    stop: () => supervisor.stop([replicaNames("gateway"), INTERNAL_SERVICES.flatMap(replicaNames), ["kafka", "mongo-wire"]]),
+    stop: async () => {
+      await supervisor.stop([replicaNames("gateway"), INTERNAL_SERVICES.flatMap(replicaNames), ["kafka", "mongo-wire"]]);
+      targets.clear();
+    },
   };
 }

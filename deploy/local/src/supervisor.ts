@@ -15,6 +15,11 @@ export interface ProcessSpec {
    * partner port (Node 20 has no SO_REUSEPORT). Each worker is still restarted on its own.
    */
   sharesPorts?: boolean;
+  /**
+   * Environment taken anew before every start, the first and each restart (a free metrics port:
+   * the one of the last run may have been taken meanwhile); added to `env`.
+   */
+  beforeStart?: () => Promise<NodeJS.ProcessEnv>;
 }
 
 /**
@@ -29,9 +34,12 @@ export class Supervisor {
 
   constructor(private readonly logger: Logger) {}
 
-  start(spec: ProcessSpec): ChildProcess {
+  async start(spec: ProcessSpec): Promise<void> {
+    const fresh = await spec.beforeStart?.();
+    if (this.stopping) return;
+    const env = { ...spec.env, ...fresh };
     const out = openSync(spec.logFile, "a");
-    const child = spec.sharesPorts ? fork(spec, out) : spawn(spec.command, spec.args, { stdio: ["ignore", out, out], env: { ...process.env, ...spec.env } });
+    const child = spec.sharesPorts ? fork({ ...spec, env }, out) : spawn(spec.command, spec.args, { stdio: ["ignore", out, out], env: { ...process.env, ...env } });
     this.children.set(spec.name, child);
     const startedAt = Date.now();
     child.on("exit", (code, signal) => {
@@ -43,10 +51,9 @@ export class Supervisor {
       this.restarts.set(spec.name, previous + 1);
       this.logger.warn({ process: spec.name, code, signal, restartInMs: delay, log: spec.logFile }, "process exited unexpectedly; restarting");
       setTimeout(() => {
-        if (!this.stopping) this.start(spec);
+        if (!this.stopping) this.start(spec).catch((err: unknown) => this.logger.error({ process: spec.name, err }, "process could not be restarted"));
       }, delay);
     });
-    return child;
   }
 
   names(): string[] {

@@ -12,6 +12,7 @@ export * from "./run-service.js";
 export * from "./elder-address.js";
 export * from "./parent-watch.js";
 export * from "./telemetry.js";
+export * from "./metrics.js";
 export * from "./media-types.js";
 export * from "./periodic.js";
 export * from "./at-most.js";

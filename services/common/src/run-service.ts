@@ -2,6 +2,7 @@ import { createLogger, type Logger } from "./logger.js";
 import { watchParent } from "./parent-watch.js";
 import { requireIdentity } from "./service-identity.js";
 import { loadSettings, SettingsError, type Settings } from "./settings.js";
+import { startMetricsServer } from "./metrics.js";
 import { startTelemetry } from "./telemetry.js";
 
 export interface RunningService {
@@ -41,9 +42,13 @@ export function runService(name: string, start: StartService): void {
   });
 
   let stopTelemetry: () => Promise<void> = async () => {};
+  let metricsPort: number | undefined;
   startTelemetry(name)
-    .then((stop) => {
+    .then(async (stop) => {
       stopTelemetry = stop;
+      // Metrics first: a port that cannot be had fails the start (the supervisor, or Kubernetes, retries).
+      const metrics = await startMetricsServer({ enabled: settings.METRICS_ENABLED, host: settings.SERVICE_HOST, port: settings.METRICS_PORT, logger });
+      metricsPort = metrics?.port;
       return start(settings, logger);
     })
     .then(
@@ -71,7 +76,7 @@ export function runService(name: string, start: StartService): void {
       process.on("SIGTERM", () => stop("SIGTERM"));
       process.on("SIGINT", () => stop("SIGINT"));
       watchParent(() => stop("parent exited"));
-      logger.info({ port: running.port, adminPort: running.adminPort }, "started");
+      logger.info({ port: running.port, adminPort: running.adminPort, metricsPort }, "started");
     },
     (err) => {
       if (err instanceof SettingsError) {

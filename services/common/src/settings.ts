@@ -106,6 +106,12 @@ export const settingsSchema = z.object({
   CONNECTION_ADMIN_URL: serviceUrls.default("http://127.0.0.1:50062"),
   WEBHOOK_ADMIN_URL: serviceUrls.default("http://127.0.0.1:50064"),
 
+  // Prometheus metrics (`GET /metrics`, metrics.ts) on a port of their own, on SERVICE_HOST: every
+  // process, the gateway too (never its partner port). 0 takes a free one. METRICS_ENABLED=false
+  // serves and records none (to measure what they cost).
+  METRICS_PORT: port.default(9464),
+  METRICS_ENABLED: bool.default(true),
+
   MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").default("mongodb://127.0.0.1:27017/"),
   KAFKA_BROKERS: z
     .string()

@@ -1,6 +1,5 @@
 import {
   context,
-  metrics,
   propagation,
   ROOT_CONTEXT,
   SpanKind,
@@ -11,16 +10,15 @@ import {
   type Span,
   type TextMapGetter,
 } from "@opentelemetry/api";
-import type { Interceptor } from "@connectrpc/connect";
+import { ConnectError, type Interceptor } from "@connectrpc/connect";
+import { metricsRecording, rpcClientDuration, rpcServerDuration } from "./metrics.js";
 
-// Tracing and metrics through the OpenTelemetry API. Without an SDK registered every call here is a
+// Tracing through the OpenTelemetry API (metrics: metrics.ts, Prometheus). Without an SDK registered every call here is a
 // no-op; `startTelemetry` registers the Node SDK when the standard OTEL_* variables ask for an
 // exporter, and tests register an in-memory one. Context crosses Connect calls as W3C trace
 // headers and Kafka messages as the same headers on the message.
 
 export const tracer = () => trace.getTracer("partner-integration");
-export const meter = () => metrics.getMeter("partner-integration");
-export type { ObservableResult } from "@opentelemetry/api";
 
 export function telemetryRequested(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED === "true") return false;
@@ -91,21 +89,37 @@ const headersGetter: TextMapGetter<Headers> = {
   get: (h, k) => h.get(k) ?? undefined,
 };
 
-/** Client side of a Connect call: a CLIENT span, its context sent in the request headers. */
-export const tracingClientInterceptor: Interceptor = (next) => (req) =>
-  inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc" } }, () => {
-    propagation.inject(context.active(), req.header, { set: (h, k, v) => h.set(k, v) });
-    return next(req);
-  });
+/** The gRPC status code of a call's outcome (0: OK), a metric's label. */
+const grpcStatus = (err: unknown): string => String(err === undefined ? 0 : ConnectError.from(err).code);
 
-const rpcDuration = () => meter().createHistogram("rpc.server.duration", { unit: "ms", description: "Duration of served Connect calls" });
+/** Records a call's duration in `histogram` (rpc_*_call_duration_seconds) once `call` settles. */
+function timed<T>(histogram: typeof rpcServerDuration, service: string, method: string, call: () => Promise<T>): Promise<T> {
+  if (!metricsRecording()) return call();
+  const started = performance.now();
+  const record = (err?: unknown) => histogram.observe({ rpc_service: service, rpc_method: method, rpc_grpc_status_code: grpcStatus(err) }, (performance.now() - started) / 1000);
+  return call().then(
+    (res) => (record(), res),
+    (err: unknown) => {
+      record(err);
+      throw err;
+    },
+  );
+}
+
+/** Client side of a Connect call: a CLIENT span, its context sent in the request headers; a duration metric. */
+export const tracingClientInterceptor: Interceptor = (next) => (req) =>
+  timed(rpcClientDuration, req.service.typeName, req.method.name, () =>
+    inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc" } }, () => {
+      propagation.inject(context.active(), req.header, { set: (h, k, v) => h.set(k, v) });
+      return next(req);
+    }),
+  );
 
 /** Server side of a Connect call: a SERVER span, child of the caller's context; a duration metric. */
 export const tracingServerInterceptor: Interceptor = (next) => (req) => {
   const parent = propagation.extract(ROOT_CONTEXT, req.header, headersGetter);
-  const started = performance.now();
-  return inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.SERVER, parent, attributes: { "rpc.system": "connect_rpc" } }, () => next(req)).finally(
-    () => rpcDuration().record(performance.now() - started, { "rpc.method": req.method.name }),
+  return timed(rpcServerDuration, req.service.typeName, req.method.name, () =>
+    inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.SERVER, parent, attributes: { "rpc.system": "connect_rpc" } }, () => next(req)),
   );
 };
 

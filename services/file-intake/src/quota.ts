@@ -85,3 +85,18 @@ export function repairedUsage(current: Usage, storedFromFiles: number, now: Date
   if (storedFromFiles === current.stored && used === current.used && holds.length === current.holds.length) return undefined;
   return { stored: storedFromFiles, used, holds };
 }
+
+/** How close partners are to their quotas: the highest used / quota ratio per mode, and how many partners reach `threshold` in either mode. */
+export function quotaPressure(counters: { _id: string; used: number }[], limits: QuotaLimits, threshold: number): { maxRatio: Record<FileMode, number>; partnersOver: number } {
+  const maxRatio: Record<FileMode, number> = { live: 0, test: 0 };
+  const over = new Set<string>();
+  for (const counter of counters) {
+    const colon = counter._id.lastIndexOf(":");
+    const mode = counter._id.slice(colon + 1);
+    if (mode !== "live" && mode !== "test") continue;
+    const ratio = Math.max(0, counter.used) / quotaOf(limits, mode);
+    maxRatio[mode] = Math.max(maxRatio[mode], ratio);
+    if (ratio >= threshold) over.add(counter._id.slice(0, colon));
+  }
+  return { maxRatio, partnersOver: over.size };
+}

@@ -1,7 +1,7 @@
-import { checkDataKeys, clientsFor, dataKeysOf, every, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { checkDataKeys, clientsFor, dataKeysOf, every, GAUGE_REFRESH_MS, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import type { ConnectionCheck } from "./intake.js";
-import { observeBacklog } from "./backlog.js";
+import { refreshFileGauges } from "./gauges.js";
 import { IdempotencyKeys } from "./keys.js";
 import { fileOutbox } from "./outbox.js";
 import routes from "./routes.js";
@@ -77,9 +77,10 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
       return res.active;
     },
   };
+  const limits = { live: settings.FILE_STORAGE_QUOTA_BYTES, test: settings.TEST_FILE_STORAGE_QUOTA_BYTES };
   const quota = new StorageQuota(
     store,
-    { live: settings.FILE_STORAGE_QUOTA_BYTES, test: settings.TEST_FILE_STORAGE_QUOTA_BYTES },
+    limits,
     settings.MAX_FILE_BYTES,
     timing.retentionSweepEveryMs / 1000,
   );
@@ -97,8 +98,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     logger,
   });
 
-  const stopBacklog = observeBacklog(store, logger);
-  const background: { stop(): Promise<void> }[] = [];
+  const background: { stop(): Promise<void> }[] = [every("file gauges", GAUGE_REFRESH_MS, () => refreshFileGauges(store, limits), logger)];
   const later = { runAtStart: false };
   if (!options.passive) {
     const extraction = await consumeFileEvents(runtime.kafka, settings.DATA_NAMESPACE, worker, logger);
@@ -135,7 +135,6 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     port: server.port,
     async stop() {
       await server.close();
-      stopBacklog();
       await Promise.allSettled(background.map((b) => b.stop()));
       await outbox.stop();
       await runtime.close();

@@ -6,7 +6,7 @@ import { allowedMethods } from "./allowed-methods.js";
 import { deprecations } from "./deprecation.js";
 import { partnerRateLimit, tokenRateLimit } from "./rate-limit.js";
 import docsRoutes from "./routes/docs.js";
-import { traceRequests } from "./tracing.js";
+import { routeTemplates, traceRequests } from "./tracing.js";
 import { PartnerError } from "./errors.js";
 import { handleErrors, requireBearer } from "./middleware.js";
 import connectionRoutes from "./routes/connections.js";
@@ -37,11 +37,12 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const token = tokenRoutes(batchedTokenIssuer(deps.auth));
   const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings)];
 
-  app.use(traceRequests());
+  const docs = docsRoutes();
+  app.use(traceRequests(routeTemplates([health, docs, token, ...v1])));
   app.use(handleErrors(deps.logger));
   app.use(deprecations(deps.settings.API_DEPRECATIONS));
   app.use(health.routes());
-  app.use(docsRoutes().routes());
+  app.use(docs.routes());
   app.use(tokenRateLimit(deps.settings.RATE_LIMIT_TOKEN_PER_MINUTE));
   app.use(token.routes());
   app.use(allowedMethods(token));
