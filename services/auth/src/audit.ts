@@ -5,6 +5,7 @@ import { eventsv1 } from "@pi/proto";
 import {
   AUDIT_ID,
   checkAuditRecord,
+  consumed,
   consumerGroup,
   CONSUMER_HEARTBEAT_MS,
   CONSUMER_MAX_WAIT_MS,
@@ -13,6 +14,7 @@ import {
   insertNew,
   topicName,
   watchConsumer,
+  watchConsumerLag,
   type AuditRecordFields,
   type Kafka,
   type Logger,
@@ -120,16 +122,18 @@ export async function consumeAuditRecords(store: AuditStore, kafka: Kafka, names
   });
   const alive = watchConsumer(consumer, "audit-events", logger);
   await consumer.connect();
-  await consumer.subscribe({ topic: topicName(namespace, "auditEvents"), fromBeginning: true });
+  const topic = topicName(namespace, "auditEvents");
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const lag = watchConsumerLag(kafka, consumerGroup(namespace, "auth", "audit"), topic, logger);
   await consumer.run({
     partitionsConsumedConcurrently: 3,
     eachBatch: async ({ batch, heartbeat }) => {
       const now = new Date();
       const docs = batch.messages.map((m) => decodeAuditMessage(m, batch.partition, logger, now)).filter((d): d is AuditRecordDoc => d !== null);
-      const stored = await store.append(docs);
+      const stored = await consumed(topic, batch.messages.length, () => store.append(docs));
       logger.debug({ partition: batch.partition, messages: batch.messages.length, stored }, "audit records stored");
       await heartbeat();
     },
   });
-  return { alive, stop: () => disconnectConsumer(consumer, "audit-events", logger) };
+  return { alive, stop: async () => void (await Promise.all([lag.stop(), disconnectConsumer(consumer, "audit-events", logger)])) };
 }

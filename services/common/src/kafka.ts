@@ -1,6 +1,8 @@
 import { Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer, type SASLOptions } from "kafkajs";
 import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
+import { GAUGE_REFRESH_MS, kafkaConsumerLag, messageProcessDuration, messagesConsumed } from "./metrics.js";
+import { every, type Periodic } from "./periodic.js";
 import type { Settings } from "./settings.js";
 import { TOPICS, topicName, type TopicKey } from "./topics.js";
 
@@ -166,4 +168,61 @@ export function watchConsumer(consumer: Pick<Consumer, "on" | "events">, name: s
     logger.error({ consumer: name, err: event.payload.error }, "Kafka consumer stopped for good; reporting not ready");
   });
   return () => alive;
+}
+
+/**
+ * Runs a consumer's handler of `count` messages of `topic` and counts them once it succeeds
+ * (messaging_client_consumed_messages_total, and messaging_process_duration_seconds: the time
+ * divided among them). A handler that throws counts nothing: kafkajs reads its messages again.
+ */
+export async function consumed<T>(topic: string, count: number, handle: () => Promise<T>): Promise<T> {
+  const started = performance.now();
+  const result = await handle();
+  if (count > 0) {
+    const each = (performance.now() - started) / 1000 / count;
+    messagesConsumed.inc({ messaging_destination_name: topic }, count);
+    for (let i = 0; i < count; i++) messageProcessDuration.observe({ messaging_destination_name: topic }, each);
+  }
+  return result;
+}
+
+/** Messages a group has yet to consume: per partition its end offset less the group's committed one (from the start when none), summed. */
+export function consumerLag(ends: { partition: number; high: string; low: string }[], committed: { partition: number; offset: string }[]): number {
+  const at = new Map(committed.map((c) => [c.partition, Number(c.offset)]));
+  return ends.reduce((sum, end) => {
+    const position = at.get(end.partition) ?? -1;
+    return sum + Math.max(0, Number(end.high) - (position < 0 ? Number(end.low) : position));
+  }, 0);
+}
+
+/**
+ * Sets pi_kafka_consumer_lag{group} every GAUGE_REFRESH_MS from the broker's offsets (the group's
+ * committed ones and the topic's ends), with the service's own Kafka user: its group READ grant
+ * lets it read its own groups' offsets. Every replica of the group reports the same value.
+ */
+export function watchConsumerLag(kafka: Kafka, groupId: string, topic: string, logger: Logger): Periodic {
+  const admin = kafka.admin();
+  let connected: Promise<void> | undefined;
+  const round = every(
+    `consumer lag of ${groupId}`,
+    GAUGE_REFRESH_MS,
+    async () => {
+      connected ??= admin.connect().catch((err: unknown) => {
+        connected = undefined;
+        throw err;
+      });
+      await connected;
+      const [offsets] = await admin.fetchOffsets({ groupId, topics: [topic] });
+      const ends = await admin.fetchTopicOffsets(topic);
+      kafkaConsumerLag.set({ group: groupId }, consumerLag(ends, offsets?.partitions ?? []));
+    },
+    logger,
+  );
+  return {
+    runNow: round.runNow,
+    async stop() {
+      await round.stop();
+      if (connected) await atMost(admin.disconnect().catch(() => undefined), CONSUMER_STOP_MS);
+    },
+  };
 }

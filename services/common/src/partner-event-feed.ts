@@ -3,6 +3,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { CONSUMER_MAX_WAIT_MS, disconnectConsumer, whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
+import { messagesConsumed } from "./metrics.js";
 import { consumerGroup, topicName } from "./topics.js";
 
 // The partner-events topic followed by every instance that keeps state derived from partners and
@@ -159,6 +160,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     await consumer.run({
       autoCommit: false,
       eachMessage: async ({ partition, message }) => {
+        messagesConsumed.inc({ messaging_destination_name: topic });
         if (message.value) {
           try {
             options.apply(fromBinary(eventsv1.PartnerEventSchema, message.value));

@@ -4,6 +4,7 @@ import type { Producer } from "kafkajs";
 import { atMost } from "./at-most.js";
 import { newId } from "./ids.js";
 import type { Logger } from "./logger.js";
+import { messagesSent, outboxOldestUnrelayedAge } from "./metrics.js";
 import { every, type Periodic } from "./periodic.js";
 import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "./telemetry.js";
 
@@ -343,6 +344,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
       ),
     );
     const [meta] = await this.o.producer.send({ topic: this.o.topic, messages });
+    messagesSent.inc({ messaging_destination_name: this.o.topic }, messages.length);
     // One key, so one partition: the entries sit at consecutive offsets from the batch's base.
     if (meta) entries.forEach((e, i) => published.set(e.eventId, { partition: meta.partition, offset: BigInt(meta.baseOffset ?? "0") + BigInt(i) }));
     this.o.logger.info({ id: this.logId(doc._id), events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
@@ -363,9 +365,34 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     return pending.length;
   }
 
-  /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`. */
+  /**
+   * The age of the oldest entry not published yet, in seconds (0: none), as
+   * pi_outbox_oldest_unrelayed_age_seconds{outbox}: an outbox that stopped relaying (Kafka down, a
+   * relay failing) shows as an age that grows. Read by the sweep index; every replica reports the same.
+   */
+  async oldestUnrelayedAgeSeconds(now = new Date()): Promise<number> {
+    const oldest = await this.o.collection
+      .find(asFilter<D>(this.pending()), { projection: { [`${this.field}.occurredAt`]: 1 } })
+      .sort({ [`${this.field}.occurredAt`]: 1 })
+      .limit(1)
+      .toArray();
+    const entries = ((oldest[0] as Document | undefined)?.[this.field] ?? []) as { occurredAt?: Date }[];
+    const first = Math.min(...entries.map((e) => (e.occurredAt instanceof Date ? e.occurredAt.getTime() : Infinity)));
+    return Number.isFinite(first) ? Math.max(0, (now.getTime() - first) / 1000) : 0;
+  }
+
+  /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`; measures the oldest entry left before each sweep. */
   start(): void {
-    this.sweeper ??= every(`${this.o.name} outbox sweep`, this.o.sweepEveryMs ?? 5_000, () => this.sweep(), this.o.logger);
+    this.sweeper ??= every(
+      `${this.o.name} outbox sweep`,
+      this.o.sweepEveryMs ?? 5_000,
+      async () => {
+        // Named by where the entries wait ("connections.outbox", "connections.audit"): one per outbox.
+        outboxOldestUnrelayedAge.set({ outbox: `${this.o.collection.collectionName}.${this.field}` }, await this.oldestUnrelayedAgeSeconds());
+        await this.sweep();
+      },
+      this.o.logger,
+    );
   }
 
   /** Stops the sweep and waits for the sweep and relays in flight, RELAY_STOP_MS at most. */

@@ -22,13 +22,15 @@ export const tracer = () => trace.getTracer("partner-integration");
 
 export function telemetryRequested(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED === "true") return false;
-  const exporters = [env.OTEL_TRACES_EXPORTER, env.OTEL_METRICS_EXPORTER].filter((e) => e && e !== "none");
+  const exporters = [env.OTEL_TRACES_EXPORTER].filter((e) => e && e !== "none");
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || exporters.length > 0);
 }
 
-/** Starts the OpenTelemetry Node SDK when an exporter is configured; returns its shutdown. */
+/** Starts the OpenTelemetry Node SDK, for traces, when an exporter is configured; returns its shutdown. */
 export async function startTelemetry(serviceName: string): Promise<() => Promise<void>> {
   if (!telemetryRequested()) return async () => {};
+  // Metrics are served to Prometheus by metrics.ts; an SDK exporter of its own would take its port.
+  process.env.OTEL_METRICS_EXPORTER = "none";
   const { NodeSDK } = await import("@opentelemetry/sdk-node");
   const sdk = new NodeSDK({ serviceName, instrumentations: [] });
   sdk.start();

@@ -215,4 +215,23 @@ describe("outbox", () => {
     expect(waited).toBeLessThan(RELAY_STOP_MS + 2_000);
     expect((await a.findOne({ _id: "doc" }))!.outbox).toEqual([entry]);
   });
+
+  it("oldest unrelayed age: the age of the oldest entry still stored, over every document; 0 once all went out", async () => {
+    const [a] = both<Doc>("outbox-age");
+    const outbox = new Outbox<Doc, OutboxEntry & { n: number }>({ name: "t", collection: a, producer, topic: topicName(namespace, "connectionEvents"), logger, key: (d) => d._id, value: () => Buffer.from("x") });
+    await outbox.ensureIndex();
+    const now = new Date();
+    const at = (secondsAgo: number, n: number) => ({ ...outboxEntry({ n }), occurredAt: new Date(now.getTime() - secondsAgo * 1000) });
+    expect(await outbox.oldestUnrelayedAgeSeconds(now)).toBe(0);
+    await a.insertMany([
+      { _id: "newer", version: 1, outbox: [at(5, 1)], relayUntil: null, relayHolder: null },
+      { _id: "older", version: 1, outbox: [at(30, 2), at(2, 3)], relayUntil: null, relayHolder: null },
+      { _id: "done", version: 1, outbox: [], relayUntil: null, relayHolder: null },
+    ]);
+    expect(await outbox.oldestUnrelayedAgeSeconds(now)).toBeCloseTo(30);
+    await outbox.relay("older");
+    expect(await outbox.oldestUnrelayedAgeSeconds(now)).toBeCloseTo(5);
+    await outbox.relay("newer");
+    expect(await outbox.oldestUnrelayedAgeSeconds(now)).toBe(0);
+  });
 });

@@ -11,7 +11,8 @@ describe("OpenTelemetry start-up", () => {
   it("is on with an OTLP endpoint or a named exporter, unless the SDK is disabled", () => {
     expect(telemetryRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" })).toBe(true);
     expect(telemetryRequested({ OTEL_TRACES_EXPORTER: "console" })).toBe(true);
-    expect(telemetryRequested({ OTEL_METRICS_EXPORTER: "prometheus" })).toBe(true);
+    // Metrics go to Prometheus without the SDK (metrics.ts).
+    expect(telemetryRequested({ OTEL_METRICS_EXPORTER: "prometheus" })).toBe(false);
     expect(telemetryRequested({ OTEL_TRACES_EXPORTER: "console", OTEL_SDK_DISABLED: "true" })).toBe(false);
   });
 });

@@ -1,17 +1,23 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
+import type { KafkaMessage } from "kafkajs";
 import {
   acceptedType,
+  consumed,
   consumerGroup,
   CONSUMER_MAX_WAIT_MS,
   disconnectConsumer,
   endLease,
+  extractionDuration,
+  extractions,
   leaseFree,
   renewLease,
+  secondsSince,
   takeLease,
   topicName,
   watchConsumer,
+  watchConsumerLag,
   type Kafka,
   type KeyWrapper,
   type Logger,
@@ -53,6 +59,7 @@ export class ExtractionWorker {
       update: { $set: { updatedAt: new Date() }, $inc: { attempts: 1 } },
     });
     if (!lease) return "skipped";
+    const started = performance.now();
     const { doc, holder } = lease;
     const heartbeat = setInterval(() => {
       renewLease(this.store.files, fileId, EXTRACTION_LEASE, holder, this.timing.leaseMs).catch((err: unknown) => this.logger.warn({ err, fileId }, "lease heartbeat failed"));
@@ -73,6 +80,11 @@ export class ExtractionWorker {
         update: { $set: { status, processedAt: done, updatedAt: done } },
       });
       if (!ended) return "skipped"; // the lease ran out and another worker took over
+      if (outcome) {
+        // Test files run none: only extractions count.
+        extractions.inc({ outcome: status });
+        extractionDuration.observe({ outcome: status }, secondsSince(started));
+      }
       this.logger.info({ fileId, status, mode: doc.mode, mediaType: doc.mediaType, attempt: doc.attempts }, "file processed");
       return status;
     } finally {
@@ -110,32 +122,35 @@ export async function consumeFileEvents(kafka: Kafka, namespace: string, worker:
   const consumer = kafka.consumer({ groupId: consumerGroup(namespace, "file-intake", "extraction"), maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
   const alive = watchConsumer(consumer, "file-events", logger);
   await consumer.connect();
-  await consumer.subscribe({ topic: topicName(namespace, "fileEvents"), fromBeginning: true });
+  const topic = topicName(namespace, "fileEvents");
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const lag = watchConsumerLag(kafka, consumerGroup(namespace, "file-intake", "extraction"), topic, logger);
   await consumer.run({
-    eachMessage: async ({ message }) => {
-      if (!message.value) return;
-      let fileId: string;
-      try {
-        fileId = fromBinary(eventsv1.FileReceivedEventSchema, message.value).fileId;
-      } catch (err) {
-        logger.error({ err }, "unreadable file event skipped");
-        return;
-      }
-      // A storage failure is retried a few times here; after that the file stays `received` for
-      // the stuck sweep, and the offset moves on.
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await worker.process(fileId);
-          return;
-        } catch (err) {
-          if (attempt >= 5) {
-            logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry");
-            return;
-          }
-          await sleep(100 * 2 ** attempt);
-        }
-      }
-    },
+    eachMessage: ({ message }) => consumed(topic, 1, () => extractFrom(message)),
   });
-  return { alive, stop: () => disconnectConsumer(consumer, "file-events", logger) };
+  async function extractFrom(message: KafkaMessage): Promise<void> {
+    if (!message.value) return;
+    let fileId: string;
+    try {
+      fileId = fromBinary(eventsv1.FileReceivedEventSchema, message.value).fileId;
+    } catch (err) {
+      logger.error({ err }, "unreadable file event skipped");
+      return;
+    }
+    // A storage failure is retried a few times here; after that the file stays `received` for
+    // the stuck sweep, and the offset moves on.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await worker.process(fileId);
+        return;
+      } catch (err) {
+        if (attempt >= 5) {
+          logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry");
+          return;
+        }
+        await sleep(100 * 2 ** attempt);
+      }
+    }
+  }
+  return { alive, stop: async () => void (await Promise.all([lag.stop(), disconnectConsumer(consumer, "file-events", logger)])) };
 }

@@ -1,7 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, disconnectConsumer, insertNew, topicName, traceHeaders, watchConsumer, type Kafka, type Logger } from "@pi/common";
+import { consumed, consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, disconnectConsumer, insertNew, topicName, traceHeaders, watchConsumer, watchConsumerLag, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
@@ -84,18 +84,20 @@ export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka,
   });
   const alive = watchConsumer(consumer, "connection-events", logger);
   await consumer.connect();
-  await consumer.subscribe({ topic: topicName(namespace, "connectionEvents"), fromBeginning: true });
+  const topic = topicName(namespace, "connectionEvents");
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const lag = watchConsumerLag(kafka, consumerGroup(namespace, "webhook"), topic, logger);
   await consumer.run({
     partitionsConsumedConcurrently: 3,
     eachBatch: async ({ batch, heartbeat }) => {
       const now = new Date();
       const docs = batch.messages.map((m) => decodeMessage(m, { partition: batch.partition }, logger, now)).filter((d): d is WebhookEventDoc => d !== null);
-      await storeWebhookEvents(store, docs);
+      await consumed(topic, batch.messages.length, () => storeWebhookEvents(store, docs));
       logger.debug({ partition: batch.partition, messages: batch.messages.length, events: docs.length }, "connection events stored");
       // Before the heartbeat, which throws while the group rebalances: the events are stored and due.
       if (docs.length > 0) onStored();
       await heartbeat();
     },
   });
-  return { alive, stop: () => disconnectConsumer(consumer, "connection-events", logger) };
+  return { alive, stop: async () => void (await Promise.all([lag.stop(), disconnectConsumer(consumer, "connection-events", logger)])) };
 }
