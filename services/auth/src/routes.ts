@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { auditRecordMessage, emptyOutbox, MAX_TOKENS_PER_CALL, newId, newSecret, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { auditRecordMessage, emptyOutbox, MAX_TOKENS_PER_CALL, newId, newSecret, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
 import type { KeyRing } from "./keys.js";
@@ -109,7 +109,15 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     return url;
   }
 
+  /** Counts the answer (pi_tokens_issued_total, pi_tokens_refused_total): a count only, never why or for whom. */
   async function issueToken(req: authv1.IssueTokenRequest) {
+    const answer = await decideToken(req);
+    if (answer.outcome.case === "token") tokensIssued.inc();
+    else tokensRefused.inc();
+    return answer;
+  }
+
+  async function decideToken(req: authv1.IssueTokenRequest) {
     // The cache's key for this secret (under the current pepper, whichever made the stored hash).
     // Only a right client id with its right secret can find an entry (authentication-cache.ts).
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);

@@ -49,7 +49,7 @@ export const messageProcessDuration = new client.Histogram({
 export const webhookDeliveries = new client.Counter({ name: "pi_webhook_deliveries_total", help: "Webhook delivery attempts by outcome: delivered, retry (will be tried again), failed (given up)", labelNames: ["outcome"] as const, registers });
 export const webhookAttemptDuration = new client.Histogram({ name: "pi_webhook_attempt_duration_seconds", help: "Duration of one webhook delivery attempt", buckets: LONG_BUCKETS, registers });
 export const webhookOldestPendingAge = new client.Gauge({ name: "pi_webhook_oldest_pending_delivery_age_seconds", help: "Age of the oldest webhook delivery not yet delivered nor given up (0: none)", registers });
-export const webhookFailingEndpoints = new client.Gauge({ name: "pi_webhook_failing_endpoints", help: "Partner webhook endpoints whose last attempt failed", registers });
+export const webhookFailingEndpoints = new client.Gauge({ name: "pi_webhook_failing_endpoints", help: "Partner webhook endpoints failing: every attempt failed for the failing period", registers });
 
 export const filesAccepted = new client.Counter({ name: "pi_files_accepted_total", help: "Uploads accepted", registers });
 export const filesRefused = new client.Counter({ name: "pi_files_refused_total", help: "Uploads refused, by the error code answered", labelNames: ["code"] as const, registers });

@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import { auditEntry, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
+import { auditEntry, connectionTransitions, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
 import { connectionAudit } from "./audit.js";
 import {
   effectiveStatus,
@@ -107,6 +107,7 @@ export class Connections {
       }
     }
     if (doc._id === id) {
+      connectionTransitions.inc({ from: "none", to: doc.status });
       this.afterAudit(id);
       return doc;
     }
@@ -150,6 +151,7 @@ export class Connections {
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
       if (!updated) continue; // another writer changed it since the read: decide again on the new state
+      connectionTransitions.inc({ from: doc.status, to: outcome.to });
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       return { doc: updated, outcome };

@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import { contextFromHeaders, inSpan, insertNew, SpanKind, takeOverClaim, type Logger } from "@pi/common";
+import { contextFromHeaders, inSpan, insertNew, SpanKind, takeOverClaim, webhookAttemptDuration, webhookDeliveries, type Logger } from "@pi/common";
 import type { WebhookSender } from "./outbound.js";
 import { afterAttempt, failingAfterMs } from "./endpoint-health.js";
 import { nextAttemptAt, RETRY_AFTER_STATUSES, retryAfterUntil, type RetryPolicy } from "./schedule.js";
@@ -321,6 +321,8 @@ export class Dispatcher {
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
       return this.resync(entry._id);
     }
+    webhookDeliveries.inc({ outcome: outcome.delivered ? "delivered" : next.state === "failed" ? "failed" : "retry" });
+    if (target) webhookAttemptDuration.observe(outcome.durationMs / 1000);
     // The endpoint's health is kept beside the queue's update, not after it: the slot frees no later.
     await Promise.all([
       next.nextAttemptAt

@@ -1,6 +1,8 @@
-import { AuditTrail, clientsFor, openRuntime, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, clientsFor, every, GAUGE_REFRESH_MS, openRuntime, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { consumeConnectionEvents } from "./consumer.js";
 import { Dispatcher, TARGET_LOOKUP_TIMEOUT_MS } from "./dispatcher.js";
+import { failingAfterMs } from "./endpoint-health.js";
+import { refreshWebhookGauges } from "./gauges.js";
 import { WebhookSender, type Resolver } from "./outbound.js";
 import routes from "./routes.js";
 import { openWebhookStore } from "./store.js";
@@ -32,6 +34,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     },
   });
   dispatcher.start();
+  const gauges = every("webhook gauges", GAUGE_REFRESH_MS, () => refreshWebhookGauges(store, failingAfterMs(settings.WEBHOOK_RETRY_WINDOW_SECONDS)), logger);
   const changes = await followWebhookChanges(targets, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () => dispatcher.poke());
   const server = await startConnectServer({
@@ -49,7 +52,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     adminPort: server.adminPort,
     async stop() {
       await server.close();
-      await Promise.allSettled([consumer.stop(), changes.stop()]);
+      await Promise.allSettled([consumer.stop(), changes.stop(), gauges.stop()]);
       await dispatcher.stop(3_000, () => sender.destroy());
       await sender.close().catch(() => {});
       await trail.stop();

@@ -1,10 +1,11 @@
 import type { IncomingMessage } from "node:http";
 import type { Readable } from "node:stream";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { Middleware } from "koa";
 import multer from "@koa/multer";
 import multerCore from "multer";
 import { commonv1, fileintakev1 } from "@pi/proto";
-import { checkElderAddress, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type FileIntakeClient } from "@pi/common";
+import { checkElderAddress, filesAccepted, filesRefused, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type FileIntakeClient } from "@pi/common";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal, storageQuotaExceeded } from "../errors.js";
@@ -283,6 +284,17 @@ function watchTransferRate(req: IncomingMessage, settings: FileRouteSettings): {
   return { stalled, stop: () => clearInterval(timer) };
 }
 
+/** pi_files_accepted_total and pi_files_refused_total{code}: each upload's answer, the error's code when refused. */
+const countUploads: Middleware = async (ctx, next) => {
+  try {
+    await next();
+    if (ctx.status === 202) filesAccepted.inc();
+  } catch (err) {
+    filesRefused.inc({ code: partnerErrorFromInternal(err).code });
+    throw err;
+  }
+};
+
 export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings, terminal = new TerminalStatusCache()) {
   const router = gatewayRouter();
   const domain = settings.ADDRESS_DOMAIN;
@@ -297,7 +309,7 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
     headerPairs: 100,
   };
 
-  router.post("/v1/files", requireScope(FILES_SCOPE), async (ctx) => {
+  router.post("/v1/files", requireScope(FILES_SCOPE), countUploads, async (ctx) => {
     if (!ctx.is("multipart/form-data")) throw new PartnerError("unsupported_media_type", { message: "The body must be multipart/form-data." });
     const idempotencyKey = parseIdempotencyKey(ctx.req.headers["idempotency-key"]);
     const principal = ctx.state.principal!;
