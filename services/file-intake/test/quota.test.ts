@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { holdGrowth, initialHold, QUOTA_STEP_BYTES, quotaOf, quotaVerdict, repairedUsage, usageKey } from "../src/quota.js";
+import { holdGrowth, initialHold, QUOTA_STEP_BYTES, quotaOf, quotaPressure, quotaVerdict, repairedUsage, usageKey } from "../src/quota.js";
 
 // The storage quota's rules (src/quota.ts): reservations, the verdict and its Retry-After, the repair.
 
@@ -49,5 +49,24 @@ describe("the storage quota's rules", () => {
     expect(repairedUsage({ stored: 40, used: 45, holds: [young], rev: 4 }, 40, now, 3_600_000)).toBeUndefined();
     // A counter short of what is stored (a crash after a file was written, before it settled) goes up.
     expect(repairedUsage({ stored: 0, used: 0, holds: [], rev: 0 }, 40, now, 3_600_000)).toEqual({ stored: 40, used: 40, holds: [] });
+  });
+
+  it("quota pressure: the highest used / quota ratio per mode; a partner at the threshold in either mode counts once", () => {
+    const limits = { live: 1000, test: 100 };
+    const pressure = quotaPressure(
+      [
+        { _id: usageKey("ptr_a", "live"), used: 950 },
+        { _id: usageKey("ptr_a", "test"), used: 95 },
+        { _id: usageKey("ptr_b", "live"), used: 900 },
+        { _id: usageKey("ptr_c", "test"), used: 20 },
+        { _id: usageKey("ptr_d", "live"), used: -5 },
+      ],
+      limits,
+      0.9,
+    );
+    expect(pressure.maxRatio.live).toBeCloseTo(0.95);
+    expect(pressure.maxRatio.test).toBeCloseTo(0.95);
+    expect(pressure.partnersOver).toBe(2);
+    expect(quotaPressure([], limits, 0.9)).toEqual({ maxRatio: { live: 0, test: 0 }, partnersOver: 0 });
   });
 });

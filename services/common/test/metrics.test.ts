@@ -1,0 +1,72 @@
+import { describe, expect, it } from "@jest/globals";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { healthv1 } from "@pi/proto";
+import { consumerLag, createLogger, metricsRegistry, rpcClientDuration, rpcServerDuration, startMetricsServer, tracingClientInterceptor, tracingServerInterceptor } from "@pi/common";
+
+// The metrics every process serves (docs/observability.md, "Metrics"): its own port, the Prometheus
+// text format, internal calls by service, method and gRPC status on both sides, and the consumer lag rule.
+
+describe("the metrics endpoint", () => {
+  it("serves GET /metrics in the Prometheus text format on a port of its own, the runtime's metrics included, and nothing else", async () => {
+    const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger: createLogger("metrics-test", "silent") }))!;
+    try {
+      const res = await fetch(`http://127.0.0.1:${server.port}/metrics`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toContain("text/plain");
+      const text = await res.text();
+      for (const name of ["nodejs_eventloop_lag_seconds", "nodejs_heap_size_used_bytes", "nodejs_gc_duration_seconds", "process_cpu_seconds_total", "http_server_request_duration_seconds", "pi_webhook_deliveries_total"]) {
+        expect(text).toContain(`# TYPE ${name} `);
+      }
+      expect((await fetch(`http://127.0.0.1:${server.port}/`)).status).toBe(404);
+      expect((await fetch(`http://127.0.0.1:${server.port}/metrics`, { method: "POST" })).status).toBe(404);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("METRICS_ENABLED=false serves nothing", async () => {
+    expect(await startMetricsServer({ enabled: false, host: "127.0.0.1", port: 0, logger: createLogger("metrics-test", "silent") })).toBeUndefined();
+    // Recording back on for the other tests of this process.
+    const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger: createLogger("metrics-test", "silent") }))!;
+    await server.stop();
+  });
+});
+
+describe("rpc_server_call_duration_seconds and rpc_client_call_duration_seconds", () => {
+  it("count each call on both sides by service, method and gRPC status code", async () => {
+    const transport = createRouterTransport(
+      ({ service }) =>
+        service(healthv1.Health, {
+          check: (req) => {
+            if (req.service === "missing") throw new ConnectError("no such service", Code.NotFound);
+            return { status: healthv1.HealthCheckResponse_ServingStatus.SERVING };
+          },
+        }),
+      { transport: { interceptors: [tracingClientInterceptor] }, router: { interceptors: [tracingServerInterceptor] } },
+    );
+    const health = createClient(healthv1.Health, transport);
+    await health.check({ service: "" });
+    await expect(health.check({ service: "missing" })).rejects.toThrow();
+    for (const histogram of [rpcServerDuration, rpcClientDuration]) {
+      const counts = (await histogram.get()).values.filter((v) => v.metricName?.endsWith("_count") && v.labels.rpc_method === "Check");
+      expect(counts.map((v) => [v.labels.rpc_grpc_status_code, v.value]).sort()).toEqual([
+        ["0", 1],
+        [String(Code.NotFound), 1],
+      ]);
+      expect(counts[0]!.labels.rpc_service).toBe(healthv1.Health.typeName);
+    }
+    expect(await metricsRegistry.metrics()).toMatch(/^rpc_server_call_duration_seconds_bucket\{.*rpc_service="grpc\.health\.v1\.Health".*\} 1$/m);
+  });
+});
+
+describe("pi_kafka_consumer_lag", () => {
+  it("sums, per partition, the end offset less the group's committed offset; a partition the group never committed counts from its start", () => {
+    const ends = [
+      { partition: 0, high: "10", low: "0" },
+      { partition: 1, high: "7", low: "2" },
+      { partition: 2, high: "5", low: "0" },
+    ];
+    expect(consumerLag(ends, [{ partition: 0, offset: "4" }, { partition: 1, offset: "-1" }, { partition: 2, offset: "5" }])).toBe(6 + 5 + 0);
+    expect(consumerLag(ends, [])).toBe(10 + 5 + 5);
+  });
+});
