@@ -69,6 +69,8 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
     GetDelivery: admin("ops"),
     ResendEvent: admin("ops"),
     RecoverDeliveries: admin("ops"),
+    // GET /v1/events: the partner's own events, by the partner and mode of its verified bearer.
+    ListEvents: runtime("gateway"),
   },
 };
 

@@ -24,3 +24,4 @@ export * from "./audit-trail.js";
 export * from "./allowed-callers.js";
 export * from "./service-identity.js";
 export * from "./kafka-access.js";
+export * from "./webhook-events.js";

@@ -1,5 +1,5 @@
 import Koa from "koa";
-import type { AuthClient, ConnectionClient, FileIntakeClient, HealthClient, Logger, Settings } from "@pi/common";
+import type { AuthClient, ConnectionClient, FileIntakeClient, HealthClient, Logger, Settings, WebhookClient } from "@pi/common";
 import type { BearerVerifier } from "./bearer.js";
 import type { GatewayState } from "./context.js";
 import { allowedMethods } from "./allowed-methods.js";
@@ -10,6 +10,7 @@ import { routeTemplates, traceRequests } from "./tracing.js";
 import { PartnerError } from "./errors.js";
 import { handleErrors, requireBearer } from "./middleware.js";
 import connectionRoutes from "./routes/connections.js";
+import eventRoutes from "./routes/events.js";
 import fileRoutes from "./routes/files.js";
 import healthRoutes from "./routes/health.js";
 import tokenRoutes from "./routes/token.js";
@@ -21,6 +22,7 @@ export interface GatewayDeps {
   auth: AuthClient;
   connections: ConnectionClient;
   files: FileIntakeClient;
+  webhooks: WebhookClient;
   verifier: BearerVerifier;
   health: Record<string, HealthClient>;
   /** False until the gateway holds the token keys and the revocation list; /v1 answers 503 until then. */
@@ -35,7 +37,7 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const warm = deps.warm ?? (() => true);
   const health = healthRoutes(deps.health, warm);
   const token = tokenRoutes(batchedTokenIssuer(deps.auth));
-  const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings)];
+  const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings), eventRoutes(deps.webhooks)];
 
   const docs = docsRoutes();
   app.use(traceRequests(routeTemplates([health, docs, token, ...v1])));

@@ -50,6 +50,7 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     auth,
     connections: clients.connection(),
     files: clients.fileIntake(),
+    webhooks: clients.webhook(),
     verifier,
     warm: () => warm,
     health: {

@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net";
 import { Writable } from "node:stream";
 import { createClient, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
-import { authv1, connectionv1, fileintakev1, healthv1 } from "@pi/proto";
+import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
 import { createLogger, parseSettings, type Settings } from "@pi/common";
 import { createApp } from "../src/app.js";
 import { BearerVerifier, RevocationList } from "../src/bearer.js";
@@ -15,12 +15,14 @@ import { BearerVerifier, RevocationList } from "../src/bearer.js";
 export type ConnectionImpl = Partial<ServiceImpl<typeof connectionv1.ConnectionService>>;
 export type FileIntakeImpl = Partial<ServiceImpl<typeof fileintakev1.FileIntakeService>>;
 export type AuthImpl = Partial<ServiceImpl<typeof authv1.AuthService>>;
+export type WebhookImpl = Partial<ServiceImpl<typeof webhookv1.WebhookService>>;
 
 export interface EdgeOptions {
   settings?: Record<string, string>;
   auth?: AuthImpl;
   connections?: ConnectionImpl;
   files?: FileIntakeImpl;
+  webhooks?: WebhookImpl;
   /** The internal services' health checks (all SERVING by default). */
   health?: Partial<ServiceImpl<typeof healthv1.Health>>;
   /** Whether the gateway is warm (true by default). */
@@ -59,6 +61,7 @@ export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
     service(authv1.AuthService, auth);
     service(connectionv1.ConnectionService, opts.connections ?? {});
     service(fileintakev1.FileIntakeService, opts.files ?? {});
+    service(webhookv1.WebhookService, opts.webhooks ?? {});
     service(healthv1.Health, opts.health ?? { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) });
   });
   const authClient = createClient(authv1.AuthService, transport);
@@ -75,6 +78,7 @@ export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
     auth: authClient,
     connections: createClient(connectionv1.ConnectionService, transport),
     files: createClient(fileintakev1.FileIntakeService, transport),
+    webhooks: createClient(webhookv1.WebhookService, transport),
     verifier: new BearerVerifier(authClient, new RevocationList()),
     health: { auth: createClient(healthv1.Health, transport) },
     ...(opts.warm ? { warm: opts.warm } : {}),

@@ -1,11 +1,12 @@
 import { createHash } from "node:crypto";
 import type { eventsv1 } from "@pi/proto";
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common";
 
 // The webhook event a partner receives, made once from a connection event and stored as the exact
 // bytes every attempt sends: {id, type, created, data: {connection_id, status}}, nothing else.
 
-export const EVENT_TYPES = ["connection.approved", "connection.revoked"] as const;
-export type EventType = (typeof EVENT_TYPES)[number];
+export const EVENT_TYPES = WEBHOOK_EVENT_TYPES;
+export type EventType = WebhookEventType;
 
 export interface WebhookEvent {
   id: string;

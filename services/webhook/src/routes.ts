@@ -1,6 +1,7 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { webhookv1 } from "@pi/proto";
-import type { AuditEntry, AuditTrail, Logger, Outbox, Settings } from "@pi/common";
+import { commonv1, webhookv1 } from "@pi/proto";
+import { ErrorReason, isWebhookEventType, serviceError, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { cursorFilter, cutPage, EVENTS_ORDER, EVENTS_PAGE_MAX, pageFilter, type EventsPage } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
 import { recoverable, requeue } from "./requeue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
@@ -17,6 +18,10 @@ export interface WebhookDeps {
 }
 
 const MAX_LIST = 1000;
+const EVENT_ID = /^evt_[A-Za-z0-9]{1,64}$/;
+
+/** The one answer for a starting_after that is not an event of this partner and mode (unknown, another partner's, the other mode's, swept). */
+export const STARTING_AFTER_UNKNOWN = "starting_after is not one of your events.";
 
 const stateEnum: Record<DeliveryState, webhookv1.DeliveryState> = {
   pending: webhookv1.DeliveryState.PENDING,
@@ -69,6 +74,28 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
         lastSuccessAt: health?.lastSuccessAt ? BigInt(health.lastSuccessAt.getTime()) : 0n,
       };
       return { deliveries: docs.map(deliveryOf), endpoint };
+    },
+
+    // GET /v1/events. The gateway has checked the query; this checks again, since it is a service of its own.
+    async listEvents(req) {
+      const mode = req.mode === commonv1.Mode.LIVE ? "live" : req.mode === commonv1.Mode.TEST ? "test" : undefined;
+      if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
+      if (req.limit < 1 || req.limit > EVENTS_PAGE_MAX) throw serviceError(ErrorReason.INVALID_REQUEST, `limit must be an integer from 1 to ${EVENTS_PAGE_MAX}.`, "limit");
+      if (req.type && !isWebhookEventType(req.type)) throw serviceError(ErrorReason.INVALID_REQUEST, "type is not an event type.", "type");
+      const page: EventsPage = { partnerId: req.partnerId, mode, limit: req.limit, ...(req.type && isWebhookEventType(req.type) ? { type: req.type } : {}) };
+      let after: Pick<WebhookEventDoc, "_id" | "createdAt"> | undefined;
+      if (req.startingAfter) {
+        const found = EVENT_ID.test(req.startingAfter) ? await deps.store.events.findOne(cursorFilter(page, req.startingAfter), { projection: { _id: 1, createdAt: 1 } }) : null;
+        if (!found) throw serviceError(ErrorReason.INVALID_REQUEST, STARTING_AFTER_UNKNOWN, "starting_after");
+        after = found;
+      }
+      const docs = await deps.store.events
+        .find(pageFilter(page, after), { projection: { body: 1 } })
+        .sort(EVENTS_ORDER)
+        .limit(page.limit + 1)
+        .toArray();
+      const { items, hasMore } = cutPage(docs, page.limit);
+      return { events: items.map((d) => d.body), hasMore };
     },
 
     async getDelivery(req) {

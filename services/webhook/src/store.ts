@@ -7,7 +7,8 @@ import type { EventType } from "./event-body.js";
 //
 // webhook_events  one per webhook event: its exact body, delivery state and every attempt. Its _id
 //                 (evt_...) is derived from the source event id, so a connection event seen twice
-//                 is the same document. Read by _id, and by partner for ListDeliveries.
+//                 is the same document. Read by _id, by partner for ListDeliveries, and by
+//                 partner and mode for ListEvents (GET /v1/events).
 // webhook_queue   one per event still to be attempted, keyed by event id: when it is due, with what
 //                 an attempt needs. Small (pending events only), so the dispatcher's look for due
 //                 work stays cheap whatever the server's indexes.
@@ -95,6 +96,8 @@ export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   const events = db.collection<WebhookEventDoc>("webhook_events");
   await events.createIndex({ sourceEventId: 1 }, { unique: true, name: "source_event_unique" });
   await events.createIndex({ partnerId: 1, createdAt: -1 }, { name: "by_partner" });
+  // GET /v1/events: a partner's events of one mode, newest first, from a cursor.
+  await events.createIndex({ partnerId: 1, mode: 1, createdAt: -1, _id: -1 }, { name: "by_partner_mode" });
   const queue = db.collection<QueueDoc>("webhook_queue");
   await queue.createIndex({ dueAt: 1 }, { name: "due" });
   const claims = db.collection<ClaimDoc>("webhook_claims");

@@ -4,13 +4,15 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Mode } from "../../common/v1/common_pb.js";
+import { file_pi_common_v1_common } from "../../common/v1/common_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file pi/webhook/v1/webhook.proto.
  */
 export const file_pi_webhook_v1_webhook: GenFile = /*@__PURE__*/
-  fileDesc("ChtwaS93ZWJob29rL3YxL3dlYmhvb2sucHJvdG8SDXBpLndlYmhvb2sudjEigAEKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEhIKCnN0YXJ0ZWRfYXQYAiABKAMSEwoLc3RhdHVzX2NvZGUYAyABKAUSEwoLZHVyYXRpb25fbXMYBCABKAUSDQoFZXJyb3IYBSABKAkSGAoQcmVzcG9uc2VfZXhjZXJwdBgGIAEoCSLaAQoIRGVsaXZlcnkSEAoIZXZlbnRfaWQYASABKAkSDAoEdHlwZRgCIAEoCRIQCghhdHRlbXB0cxgDIAEoBRIrCgVzdGF0ZRgEIAEoDjIcLnBpLndlYmhvb2sudjEuRGVsaXZlcnlTdGF0ZRIXCg9uZXh0X2F0dGVtcHRfYXQYBSABKAMSFQoNY29ubmVjdGlvbl9pZBgGIAEoCRISCgpjcmVhdGVkX2F0GAcgASgDEisKC2F0dGVtcHRfbG9nGAggAygLMhYucGkud2ViaG9vay52MS5BdHRlbXB0IjoKFUxpc3REZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFInYKFkxpc3REZWxpdmVyaWVzUmVzcG9uc2USKwoKZGVsaXZlcmllcxgBIAMoCzIXLnBpLndlYmhvb2sudjEuRGVsaXZlcnkSLwoIZW5kcG9pbnQYAiABKAsyHS5waS53ZWJob29rLnYxLkVuZHBvaW50SGVhbHRoIlEKDkVuZHBvaW50SGVhbHRoEg8KB2ZhaWxpbmcYASABKAgSFQoNZmFpbGluZ19zaW5jZRgCIAEoAxIXCg9sYXN0X3N1Y2Nlc3NfYXQYAyABKAMiJgoSR2V0RGVsaXZlcnlSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIlQKE0dldERlbGl2ZXJ5UmVzcG9uc2USKQoIZGVsaXZlcnkYASABKAsyFy5waS53ZWJob29rLnYxLkRlbGl2ZXJ5EhIKCnBhcnRuZXJfaWQYAiABKAkiJgoSUmVzZW5kRXZlbnRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIkAKE1Jlc2VuZEV2ZW50UmVzcG9uc2USKQoIZGVsaXZlcnkYASABKAsyFy5waS53ZWJob29rLnYxLkRlbGl2ZXJ5Ij0KGFJlY292ZXJEZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBXNpbmNlGAIgASgDIi4KGVJlY292ZXJEZWxpdmVyaWVzUmVzcG9uc2USEQoJZXZlbnRfaWRzGAEgAygJKqQBCg1EZWxpdmVyeVN0YXRlEh4KGkRFTElWRVJZX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWREVMSVZFUllfU1RBVEVfUEVORElORxABEhwKGERFTElWRVJZX1NUQVRFX0RFTElWRVJFRBACEhkKFURFTElWRVJZX1NUQVRFX0ZBSUxFRBADEh4KGkRFTElWRVJZX1NUQVRFX05PX0VORFBPSU5UEAQyjQMKDldlYmhvb2tTZXJ2aWNlEmIKDkxpc3REZWxpdmVyaWVzEiQucGkud2ViaG9vay52MS5MaXN0RGVsaXZlcmllc1JlcXVlc3QaJS5waS53ZWJob29rLnYxLkxpc3REZWxpdmVyaWVzUmVzcG9uc2UiA5ACARJZCgtHZXREZWxpdmVyeRIhLnBpLndlYmhvb2sudjEuR2V0RGVsaXZlcnlSZXF1ZXN0GiIucGkud2ViaG9vay52MS5HZXREZWxpdmVyeVJlc3BvbnNlIgOQAgESVAoLUmVzZW5kRXZlbnQSIS5waS53ZWJob29rLnYxLlJlc2VuZEV2ZW50UmVxdWVzdBoiLnBpLndlYmhvb2sudjEuUmVzZW5kRXZlbnRSZXNwb25zZRJmChFSZWNvdmVyRGVsaXZlcmllcxInLnBpLndlYmhvb2sudjEuUmVjb3ZlckRlbGl2ZXJpZXNSZXF1ZXN0GigucGkud2ViaG9vay52MS5SZWNvdmVyRGVsaXZlcmllc1Jlc3BvbnNlYgZwcm90bzM");
+  fileDesc("ChtwaS93ZWJob29rL3YxL3dlYmhvb2sucHJvdG8SDXBpLndlYmhvb2sudjEigAEKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEhIKCnN0YXJ0ZWRfYXQYAiABKAMSEwoLc3RhdHVzX2NvZGUYAyABKAUSEwoLZHVyYXRpb25fbXMYBCABKAUSDQoFZXJyb3IYBSABKAkSGAoQcmVzcG9uc2VfZXhjZXJwdBgGIAEoCSLaAQoIRGVsaXZlcnkSEAoIZXZlbnRfaWQYASABKAkSDAoEdHlwZRgCIAEoCRIQCghhdHRlbXB0cxgDIAEoBRIrCgVzdGF0ZRgEIAEoDjIcLnBpLndlYmhvb2sudjEuRGVsaXZlcnlTdGF0ZRIXCg9uZXh0X2F0dGVtcHRfYXQYBSABKAMSFQoNY29ubmVjdGlvbl9pZBgGIAEoCRISCgpjcmVhdGVkX2F0GAcgASgDEisKC2F0dGVtcHRfbG9nGAggAygLMhYucGkud2ViaG9vay52MS5BdHRlbXB0IjoKFUxpc3REZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFInYKFkxpc3REZWxpdmVyaWVzUmVzcG9uc2USKwoKZGVsaXZlcmllcxgBIAMoCzIXLnBpLndlYmhvb2sudjEuRGVsaXZlcnkSLwoIZW5kcG9pbnQYAiABKAsyHS5waS53ZWJob29rLnYxLkVuZHBvaW50SGVhbHRoIlEKDkVuZHBvaW50SGVhbHRoEg8KB2ZhaWxpbmcYASABKAgSFQoNZmFpbGluZ19zaW5jZRgCIAEoAxIXCg9sYXN0X3N1Y2Nlc3NfYXQYAyABKAMiJgoSR2V0RGVsaXZlcnlSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIlQKE0dldERlbGl2ZXJ5UmVzcG9uc2USKQoIZGVsaXZlcnkYASABKAsyFy5waS53ZWJob29rLnYxLkRlbGl2ZXJ5EhIKCnBhcnRuZXJfaWQYAiABKAkiJgoSUmVzZW5kRXZlbnRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIkAKE1Jlc2VuZEV2ZW50UmVzcG9uc2USKQoIZGVsaXZlcnkYASABKAsyFy5waS53ZWJob29rLnYxLkRlbGl2ZXJ5Ij0KGFJlY292ZXJEZWxpdmVyaWVzUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEg0KBXNpbmNlGAIgASgDIi4KGVJlY292ZXJEZWxpdmVyaWVzUmVzcG9uc2USEQoJZXZlbnRfaWRzGAEgAygJIn4KEUxpc3RFdmVudHNSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEg0KBWxpbWl0GAMgASgFEhYKDnN0YXJ0aW5nX2FmdGVyGAQgASgJEgwKBHR5cGUYBSABKAkiNgoSTGlzdEV2ZW50c1Jlc3BvbnNlEg4KBmV2ZW50cxgBIAMoCRIQCghoYXNfbW9yZRgCIAEoCCqkAQoNRGVsaXZlcnlTdGF0ZRIeChpERUxJVkVSWV9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkRFTElWRVJZX1NUQVRFX1BFTkRJTkcQARIcChhERUxJVkVSWV9TVEFURV9ERUxJVkVSRUQQAhIZChVERUxJVkVSWV9TVEFURV9GQUlMRUQQAxIeChpERUxJVkVSWV9TVEFURV9OT19FTkRQT0lOVBAEMuUDCg5XZWJob29rU2VydmljZRJiCg5MaXN0RGVsaXZlcmllcxIkLnBpLndlYmhvb2sudjEuTGlzdERlbGl2ZXJpZXNSZXF1ZXN0GiUucGkud2ViaG9vay52MS5MaXN0RGVsaXZlcmllc1Jlc3BvbnNlIgOQAgESWQoLR2V0RGVsaXZlcnkSIS5waS53ZWJob29rLnYxLkdldERlbGl2ZXJ5UmVxdWVzdBoiLnBpLndlYmhvb2sudjEuR2V0RGVsaXZlcnlSZXNwb25zZSIDkAIBElQKC1Jlc2VuZEV2ZW50EiEucGkud2ViaG9vay52MS5SZXNlbmRFdmVudFJlcXVlc3QaIi5waS53ZWJob29rLnYxLlJlc2VuZEV2ZW50UmVzcG9uc2USZgoRUmVjb3ZlckRlbGl2ZXJpZXMSJy5waS53ZWJob29rLnYxLlJlY292ZXJEZWxpdmVyaWVzUmVxdWVzdBooLnBpLndlYmhvb2sudjEuUmVjb3ZlckRlbGl2ZXJpZXNSZXNwb25zZRJWCgpMaXN0RXZlbnRzEiAucGkud2ViaG9vay52MS5MaXN0RXZlbnRzUmVxdWVzdBohLnBpLndlYmhvb2sudjEuTGlzdEV2ZW50c1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_pi_common_v1_common]);
 
 /**
  * One POST to the partner's address.
@@ -318,6 +320,77 @@ export const RecoverDeliveriesResponseSchema: GenMessage<RecoverDeliveriesRespon
   messageDesc(file_pi_webhook_v1_webhook, 10);
 
 /**
+ * @generated from message pi.webhook.v1.ListEventsRequest
+ */
+export type ListEventsRequest = Message<"pi.webhook.v1.ListEventsRequest"> & {
+  /**
+   * @generated from field: string partner_id = 1;
+   */
+  partnerId: string;
+
+  /**
+   * Only events of connections of this mode (a test credential sees test events only).
+   *
+   * @generated from field: pi.common.v1.Mode mode = 2;
+   */
+  mode: Mode;
+
+  /**
+   * 1 to 100.
+   *
+   * @generated from field: int32 limit = 3;
+   */
+  limit: number;
+
+  /**
+   * An evt_ id of this partner and mode: the page starts after it. Empty for the newest.
+   *
+   * @generated from field: string starting_after = 4;
+   */
+  startingAfter: string;
+
+  /**
+   * connection.approved or connection.revoked; empty for every type.
+   *
+   * @generated from field: string type = 5;
+   */
+  type: string;
+};
+
+/**
+ * Describes the message pi.webhook.v1.ListEventsRequest.
+ * Use `create(ListEventsRequestSchema)` to create a new message.
+ */
+export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 11);
+
+/**
+ * @generated from message pi.webhook.v1.ListEventsResponse
+ */
+export type ListEventsResponse = Message<"pi.webhook.v1.ListEventsResponse"> & {
+  /**
+   * The exact JSON bodies the webhook deliveries carry, newest first.
+   *
+   * @generated from field: repeated string events = 1;
+   */
+  events: string[];
+
+  /**
+   * Whether older events follow the last one.
+   *
+   * @generated from field: bool has_more = 2;
+   */
+  hasMore: boolean;
+};
+
+/**
+ * Describes the message pi.webhook.v1.ListEventsResponse.
+ * Use `create(ListEventsResponseSchema)` to create a new message.
+ */
+export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
+  messageDesc(file_pi_webhook_v1_webhook, 12);
+
+/**
  * @generated from enum pi.webhook.v1.DeliveryState
  */
 export enum DeliveryState {
@@ -406,6 +479,16 @@ export const WebhookService: GenService<{
     methodKind: "unary";
     input: typeof RecoverDeliveriesRequestSchema;
     output: typeof RecoverDeliveriesResponseSchema;
+  },
+  /**
+   * A partner's own webhook events of one mode, newest first, a page at a time (GET /v1/events).
+   *
+   * @generated from rpc pi.webhook.v1.WebhookService.ListEvents
+   */
+  listEvents: {
+    methodKind: "unary";
+    input: typeof ListEventsRequestSchema;
+    output: typeof ListEventsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pi_webhook_v1_webhook, 0);

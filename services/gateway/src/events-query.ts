@@ -1,0 +1,50 @@
+import { isWebhookEventType, WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common";
+import { PartnerError } from "./errors.js";
+
+// The query of GET /v1/events: `limit` (1 to 100, default 10), `starting_after` (an evt_ id) and
+// `type` (one event type), each at most once; anything else is a 400 naming the parameter.
+
+export const EVENTS_LIMIT_DEFAULT = 10;
+export const EVENTS_LIMIT_MAX = 100;
+
+/** One message for every starting_after that is not an event of yours: malformed, unknown, another partner's, the other mode's. */
+export const STARTING_AFTER_MESSAGE = "starting_after is not one of your events.";
+
+const EVENT_ID = /^evt_[0-9A-Za-z]{1,64}$/;
+const KNOWN = new Set(["limit", "starting_after", "type"]);
+
+export interface EventsQuery {
+  limit: number;
+  startingAfter?: string;
+  type?: WebhookEventType;
+}
+
+const invalid = (param: string, message: string) => new PartnerError("invalid_request", { message, param });
+
+/** The query as Koa parses it (a repeated parameter is an array); throws the 400 envelope for anything off. */
+export function parseEventsQuery(query: Record<string, string | string[] | undefined>): EventsQuery {
+  for (const [name, value] of Object.entries(query)) {
+    if (!KNOWN.has(name)) throw invalid(name, `Unknown query parameter ${JSON.stringify(name)}; accepted: limit, starting_after, type.`);
+    if (Array.isArray(value)) throw invalid(name, `${name} may be given once.`);
+  }
+  const { limit, starting_after: startingAfter, type } = query as Record<string, string | undefined>;
+  const out: EventsQuery = { limit: EVENTS_LIMIT_DEFAULT };
+  if (limit !== undefined) {
+    if (!/^[0-9]{1,3}$/.test(limit) || Number(limit) < 1 || Number(limit) > EVENTS_LIMIT_MAX) throw invalid("limit", `limit must be an integer from 1 to ${EVENTS_LIMIT_MAX}.`);
+    out.limit = Number(limit);
+  }
+  if (startingAfter !== undefined) {
+    if (!EVENT_ID.test(startingAfter)) throw invalid("starting_after", STARTING_AFTER_MESSAGE);
+    out.startingAfter = startingAfter;
+  }
+  if (type !== undefined) {
+    if (!isWebhookEventType(type)) throw invalid("type", `type must be one of ${WEBHOOK_EVENT_TYPES.join(", ")}.`);
+    out.type = type;
+  }
+  return out;
+}
+
+/** The list object, from the events' stored bodies: the exact bytes every webhook delivery of them carried. */
+export function eventsListJson(bodies: readonly string[], hasMore: boolean): string {
+  return `{"data":[${bodies.join(",")}],"has_more":${hasMore}}`;
+}

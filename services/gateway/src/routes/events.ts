@@ -1,0 +1,29 @@
+import { commonv1 } from "@pi/proto";
+import type { WebhookClient } from "@pi/common";
+import { eventsListJson, parseEventsQuery } from "../events-query.js";
+import { gatewayRouter } from "../router.js";
+import { requireScope } from "../middleware.js";
+import { CONNECTION_SCOPE } from "./connections.js";
+
+/**
+ * GET /v1/events: the partner's own webhook events of the token's mode, newest first, a page at a
+ * time. Only what webhooks carry (connection.approved, connection.revoked), so it needs the scope of
+ * the connections those events are about.
+ */
+export default function eventRoutes(webhooks: WebhookClient) {
+  const router = gatewayRouter();
+  router.get("/v1/events", requireScope(CONNECTION_SCOPE), async (ctx) => {
+    const query = parseEventsQuery(ctx.query);
+    const principal = ctx.state.principal!;
+    const res = await webhooks.listEvents({
+      partnerId: principal.partnerId,
+      mode: principal.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE,
+      limit: query.limit,
+      startingAfter: query.startingAfter ?? "",
+      type: query.type ?? "",
+    });
+    ctx.type = "application/json; charset=utf-8";
+    ctx.body = eventsListJson(res.events, res.hasMore);
+  });
+  return router;
+}

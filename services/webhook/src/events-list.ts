@@ -1,0 +1,34 @@
+import type { Filter } from "mongodb";
+import type { EventType } from "./event-body.js";
+import type { WebhookEventDoc } from "./store.js";
+
+// GET /v1/events, the webhook service's half: a partner's own events of one mode, newest first, by
+// (createdAt, _id) descending, a page at a time. The cursor is an event of the same partner and
+// mode; its (createdAt, _id) is where the next page starts. Pure: the query, not its run.
+
+export const EVENTS_PAGE_MAX = 100;
+
+export interface EventsPage {
+  partnerId: string;
+  mode: WebhookEventDoc["mode"];
+  limit: number;
+  type?: EventType;
+}
+
+/** The order of the list (and of the by_partner_mode index). */
+export const EVENTS_ORDER = { createdAt: -1, _id: -1 } as const;
+
+/** Where the cursor event is looked up: only among the partner's own events of the mode, so a foreign id finds nothing. */
+export const cursorFilter = (page: Pick<EventsPage, "partnerId" | "mode">, eventId: string): Filter<WebhookEventDoc> => ({ _id: eventId, partnerId: page.partnerId, mode: page.mode });
+
+/** The events of the page: the partner's, of the mode (and type), older than the cursor when there is one. */
+export function pageFilter(page: EventsPage, after?: Pick<WebhookEventDoc, "_id" | "createdAt">): Filter<WebhookEventDoc> {
+  const filter: Filter<WebhookEventDoc> = { partnerId: page.partnerId, mode: page.mode, ...(page.type ? { type: page.type } : {}) };
+  if (!after) return filter;
+  return { ...filter, $or: [{ createdAt: { $lt: after.createdAt } }, { createdAt: after.createdAt, _id: { $lt: after._id } }] };
+}
+
+/** A page read with limit + 1 documents: the first `limit`, and whether more follow. */
+export function cutPage<T>(docs: T[], limit: number): { items: T[]; hasMore: boolean } {
+  return { items: docs.slice(0, limit), hasMore: docs.length > limit };
+}
