@@ -57,6 +57,7 @@ describe("the allow-list of internal calls", () => {
         "pi.fileintake.v1.FileIntakeService/CheckStorageQuota",
         "pi.fileintake.v1.FileIntakeService/GetFile",
         "pi.fileintake.v1.FileIntakeService/SubmitFile",
+        "pi.webhook.v1.WebhookService/ListEvents",
       ].map((m) => `runtime ${m}`),
     );
   });

@@ -38,7 +38,7 @@ describe("the OpenAPI document", () => {
     expect(doc.openapi).toMatch(/^3\.1\./);
   });
 
-  it("has exactly the six operations of v1: the token endpoint and the five /v1 operations", () => {
+  it("has exactly the seven operations of v1: the token endpoint, the five /v1 operations of the spec and the events list", () => {
     expect(operations.map((o) => `${o.method.toUpperCase()} ${o.path}`).sort()).toEqual(
       [
         "POST /oauth/token",
@@ -47,9 +47,10 @@ describe("the OpenAPI document", () => {
         "DELETE /v1/connections/{id}",
         "POST /v1/files",
         "GET /v1/files/{id}",
+        "GET /v1/events",
       ].sort(),
     );
-    expect(new Set(operations.map((o) => o.op.operationId)).size).toBe(6);
+    expect(new Set(operations.map((o) => o.op.operationId)).size).toBe(7);
   });
 
   it("takes the token request as form-urlencoded and as JSON, with the client authenticated by HTTP Basic or the body, and needs no bearer there", () => {
@@ -78,6 +79,7 @@ describe("the OpenAPI document", () => {
     expect(statuses("delete", "/v1/connections/{id}")).toEqual(expect.arrayContaining(["200", "401", "403", "404", "429"]));
     expect(statuses("post", "/v1/files")).toEqual(expect.arrayContaining(["202", "400", "401", "403", "409", "413", "415", "429"]));
     expect(statuses("get", "/v1/files/{id}")).toEqual(expect.arrayContaining(["200", "401", "403", "404", "429"]));
+    expect(statuses("get", "/v1/events")).toEqual(expect.arrayContaining(["200", "400", "401", "403", "429"]));
   });
 
   it("gives every error response the status, code and type of the gateway's error table (errors.ts)", () => {
@@ -107,7 +109,7 @@ describe("the OpenAPI document", () => {
 
   it("forbids additional properties where the spec says 'no additional properties'", () => {
     const schemas = doc.components.schemas;
-    for (const name of ["Connection", "ConnectionCreateRequest", "File", "WebhookEvent"]) {
+    for (const name of ["Connection", "ConnectionCreateRequest", "File", "WebhookEvent", "EventList"]) {
       expect([name, schemas[name].additionalProperties]).toEqual([name, false]);
     }
     expect(schemas.WebhookEvent.properties.data.additionalProperties).toBe(false);
