@@ -58,6 +58,8 @@ const settings = {
   WEBHOOK_RETRY_WINDOW_SECONDS: posInt,
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: { type: "number", exclusiveMinimum: 0, maximum: 60 },
   WEBHOOK_ALLOW_INSECURE_URLS: { type: "boolean" },
+  WEBHOOK_EVENT_RETENTION_SECONDS: { type: "integer", minimum: 2592000, description: "How long webhook events are kept for GET /v1/events (at least 30 days)." },
+  WEBHOOK_TEST_EVENTS_PER_PARTNER: { ...posInt, description: "Of a partner's test events, only the newest this many are kept." },
   KAFKA_SASL_MECHANISM: { type: "string", enum: ["scram-sha-256", "scram-sha-512"] },
   KAFKA_SSL: { type: "boolean" },
   FILE_RETENTION_SECONDS: { ...posInt, description: "How long a file's bytes, extraction result and metadata are kept after it was accepted." },

@@ -150,6 +150,11 @@ export const settingsSchema = z.object({
   WEBHOOK_ALLOW_INSECURE_URLS: bool.default(false),
   // How long one webhook attempt may take (connect, answer); only a 2xx within it counts.
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: z.coerce.number().positive().max(60).default(10),
+  // How long webhook events are kept after they were stored (GET /v1/events lists them): at least
+  // the 30 days partners are promised. Of a partner's test events, only the newest this many are
+  // kept (a sandbox connection is approved automatically: test events cost a partner nothing).
+  WEBHOOK_EVENT_RETENTION_SECONDS: z.coerce.number().int().min(30 * 86400).default(30 * 86400),
+  WEBHOOK_TEST_EVENTS_PER_PARTNER: positiveInt.default(10_000),
 
   // This workload's Kafka user (SASL/SCRAM; docs/security.md "Kafka"): both or neither. The broker's
   // ACLs admit each user only to its own topics and groups (kafka-access.ts). `npm start` and the

@@ -7,7 +7,7 @@ import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js"
 
 type Source = Extract<SourceCheck, { ok: true }>;
 
-export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date, trace?: Record<string, string>): WebhookEventDoc {
+export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date, trace?: Record<string, string>, seq?: number): WebhookEventDoc {
   const id = webhookEventId(src.sourceEventId);
   return {
     _id: id,
@@ -18,6 +18,7 @@ export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now:
     type: src.type,
     body: webhookBody(id, src.type, src.occurredAtMs, src.connectionId, src.status),
     createdAt: now,
+    ...(seq !== undefined ? { seq } : {}),
     state: "pending",
     attempts: 0,
     attemptLog: [],
@@ -64,7 +65,7 @@ export function decodeMessage(message: KafkaMessage, where: { partition: number 
   if (src.statusMismatch !== undefined) {
     logger.warn({ ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type }, "connection event status disagrees with its type");
   }
-  return webhookEventDoc(src, event.mode === commonv1.Mode.TEST ? "test" : "live", now, traceHeaders(contextFromHeaders(message.headers)));
+  return webhookEventDoc(src, event.mode === commonv1.Mode.TEST ? "test" : "live", now, traceHeaders(contextFromHeaders(message.headers)), Number(message.offset));
 }
 
 /**

@@ -3,8 +3,9 @@ import type { EventType } from "./event-body.js";
 import type { WebhookEventDoc } from "./store.js";
 
 // GET /v1/events, the webhook service's half: a partner's own events of one mode, newest first, by
-// (createdAt, _id) descending, a page at a time. The cursor is an event of the same partner and
-// mode; its (createdAt, _id) is where the next page starts. Pure: the query, not its run.
+// (createdAt, seq, _id) descending (the time it was stored, then its place in the batch that stored
+// it), a page at a time. The cursor is an event of the same partner and mode; its key is where the
+// next page starts. Pure: the query, not its run.
 
 export const EVENTS_PAGE_MAX = 100;
 
@@ -16,16 +17,24 @@ export interface EventsPage {
 }
 
 /** The order of the list (and of the by_partner_mode index). */
-export const EVENTS_ORDER = { createdAt: -1, _id: -1 } as const;
+export const EVENTS_ORDER = { createdAt: -1, seq: -1, _id: -1 } as const;
+
+export type EventKey = Pick<WebhookEventDoc, "_id" | "createdAt" | "seq">;
 
 /** Where the cursor event is looked up: only among the partner's own events of the mode, so a foreign id finds nothing. */
 export const cursorFilter = (page: Pick<EventsPage, "partnerId" | "mode">, eventId: string): Filter<WebhookEventDoc> => ({ _id: eventId, partnerId: page.partnerId, mode: page.mode });
 
 /** The events of the page: the partner's, of the mode (and type), older than the cursor when there is one. */
-export function pageFilter(page: EventsPage, after?: Pick<WebhookEventDoc, "_id" | "createdAt">): Filter<WebhookEventDoc> {
+export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEventDoc> {
   const filter: Filter<WebhookEventDoc> = { partnerId: page.partnerId, mode: page.mode, ...(page.type ? { type: page.type } : {}) };
   if (!after) return filter;
-  return { ...filter, $or: [{ createdAt: { $lt: after.createdAt } }, { createdAt: after.createdAt, _id: { $lt: after._id } }] };
+  // A missing seq sorts lowest, as null does: an event without one is matched by equality to null.
+  const seq = after.seq ?? null;
+  const olderInBatch = seq === null ? [] : [{ createdAt: after.createdAt, $or: [{ seq: { $lt: seq } }, { seq: null }] }];
+  return {
+    ...filter,
+    $or: [{ createdAt: { $lt: after.createdAt } }, ...olderInBatch, { createdAt: after.createdAt, seq, _id: { $lt: after._id } }],
+  } as Filter<WebhookEventDoc>;
 }
 
 /** A page read with limit + 1 documents: the first `limit`, and whether more follow. */

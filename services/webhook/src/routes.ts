@@ -1,7 +1,7 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { commonv1, webhookv1 } from "@pi/proto";
 import { ErrorReason, isWebhookEventType, serviceError, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
-import { cursorFilter, cutPage, EVENTS_ORDER, EVENTS_PAGE_MAX, pageFilter, type EventsPage } from "./events-list.js";
+import { cursorFilter, cutPage, EVENTS_ORDER, EVENTS_PAGE_MAX, pageFilter, type EventKey, type EventsPage } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
 import { recoverable, requeue } from "./requeue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
@@ -83,9 +83,9 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
       if (req.limit < 1 || req.limit > EVENTS_PAGE_MAX) throw serviceError(ErrorReason.INVALID_REQUEST, `limit must be an integer from 1 to ${EVENTS_PAGE_MAX}.`, "limit");
       if (req.type && !isWebhookEventType(req.type)) throw serviceError(ErrorReason.INVALID_REQUEST, "type is not an event type.", "type");
       const page: EventsPage = { partnerId: req.partnerId, mode, limit: req.limit, ...(req.type && isWebhookEventType(req.type) ? { type: req.type } : {}) };
-      let after: Pick<WebhookEventDoc, "_id" | "createdAt"> | undefined;
+      let after: EventKey | undefined;
       if (req.startingAfter) {
-        const found = EVENT_ID.test(req.startingAfter) ? await deps.store.events.findOne(cursorFilter(page, req.startingAfter), { projection: { _id: 1, createdAt: 1 } }) : null;
+        const found = EVENT_ID.test(req.startingAfter) ? await deps.store.events.findOne(cursorFilter(page, req.startingAfter), { projection: { _id: 1, createdAt: 1, seq: 1 } }) : null;
         if (!found) throw serviceError(ErrorReason.INVALID_REQUEST, STARTING_AFTER_UNKNOWN, "starting_after");
         after = found;
       }

@@ -4,6 +4,7 @@ import { Dispatcher, TARGET_LOOKUP_TIMEOUT_MS } from "./dispatcher.js";
 import { failingAfterMs } from "./endpoint-health.js";
 import { refreshWebhookGauges } from "./gauges.js";
 import { WebhookSender, type Resolver } from "./outbound.js";
+import { startRetentionSweep } from "./retention.js";
 import routes from "./routes.js";
 import { openWebhookStore } from "./store.js";
 import { followWebhookChanges, TargetCache } from "./targets.js";
@@ -35,6 +36,11 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
   });
   dispatcher.start();
   const gauges = every("webhook gauges", GAUGE_REFRESH_MS, () => refreshWebhookGauges(store, failingAfterMs(settings.WEBHOOK_RETRY_WINDOW_SECONDS)), logger);
+  const retention = startRetentionSweep(
+    store,
+    { keepMs: settings.WEBHOOK_EVENT_RETENTION_SECONDS * 1000, testPerPartner: settings.WEBHOOK_TEST_EVENTS_PER_PARTNER },
+    logger.child({ component: "retention" }),
+  );
   const changes = await followWebhookChanges(targets, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () => dispatcher.poke());
   const server = await startConnectServer({
@@ -52,7 +58,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     adminPort: server.adminPort,
     async stop() {
       await server.close();
-      await Promise.allSettled([consumer.stop(), changes.stop(), gauges.stop()]);
+      await Promise.allSettled([consumer.stop(), changes.stop(), gauges.stop(), retention.stop()]);
       await dispatcher.stop(3_000, () => sender.destroy());
       await sender.close().catch(() => {});
       await trail.stop();

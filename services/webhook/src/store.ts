@@ -39,7 +39,14 @@ export interface WebhookEventDoc extends AuditCarrier {
   type: EventType;
   /** The exact body every attempt sends. */
   body: string;
+  /** When the event was stored: the order of GET /v1/events, newest first. */
   createdAt: Date;
+  /**
+   * The connection event's Kafka offset: orders events stored at the same instant (one batch shares
+   * one createdAt). A partner's connection events share a partition (keyed by partner), so among
+   * its events this is their order. Absent on events stored before it existed.
+   */
+  seq?: number;
   state: DeliveryState;
   attempts: number;
   attemptLog: AttemptRecord[];
@@ -97,7 +104,7 @@ export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   await events.createIndex({ sourceEventId: 1 }, { unique: true, name: "source_event_unique" });
   await events.createIndex({ partnerId: 1, createdAt: -1 }, { name: "by_partner" });
   // GET /v1/events: a partner's events of one mode, newest first, from a cursor.
-  await events.createIndex({ partnerId: 1, mode: 1, createdAt: -1, _id: -1 }, { name: "by_partner_mode" });
+  await events.createIndex({ partnerId: 1, mode: 1, createdAt: -1, seq: -1, _id: -1 }, { name: "by_partner_mode" });
   const queue = db.collection<QueueDoc>("webhook_queue");
   await queue.createIndex({ dueAt: 1 }, { name: "due" });
   const claims = db.collection<ClaimDoc>("webhook_claims");

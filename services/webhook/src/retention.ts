@@ -1,0 +1,62 @@
+import type { Filter } from "mongodb";
+import { every, type Logger, type Periodic } from "@pi/common";
+import { EVENTS_ORDER, pageFilter, type EventKey } from "./events-list.js";
+import type { WebhookEventDoc, WebhookStore } from "./store.js";
+
+// How long webhook events are kept (GET /v1/events lists them; docs/webhooks.md, "Retention"):
+// WEBHOOK_EVENT_RETENTION_SECONDS (at least 30 days) after they were stored, and of a partner's
+// test events only the newest WEBHOOK_TEST_EVENTS_PER_PARTNER (a test credential's sandbox
+// connection is approved automatically, so a partner alone can make test events without end; live
+// events each need a caregiver's act). An event still queued for an attempt, or with an audit
+// record not yet relayed, is never deleted; the next round takes it once it is neither.
+
+export interface EventRetention {
+  keepMs: number;
+  testPerPartner: number;
+}
+
+export const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
+
+/** What a sweep may delete: nothing still queued, nothing with an audit record waiting. */
+const settled: Filter<WebhookEventDoc> = { state: { $ne: "pending" }, $nor: [{ "audit.0": { $exists: true } }] };
+
+/** The events past retention at `now`. */
+export const pastRetention = (now: Date, keepMs: number): Filter<WebhookEventDoc> => ({ createdAt: { $lt: new Date(now.getTime() - keepMs) }, ...settled });
+
+/**
+ * One round: every event past retention, then, for each partner with more test events than the
+ * bound, its test events older than the newest `testPerPartner`. Every delete is idempotent, so
+ * replicas running rounds at once only repeat each other's work.
+ */
+export async function sweepEvents(store: WebhookStore, policy: EventRetention, now = new Date()): Promise<{ expired: number; overBound: number }> {
+  const expired = (await store.events.deleteMany(pastRetention(now, policy.keepMs))).deletedCount;
+  let overBound = 0;
+  const partners = await store.events
+    .aggregate<{ _id: string; n: number }>([{ $match: { mode: "test" } }, { $group: { _id: "$partnerId", n: { $sum: 1 } } }, { $match: { n: { $gt: policy.testPerPartner } } }])
+    .toArray();
+  for (const { _id: partnerId } of partners) {
+    const page = { partnerId, mode: "test" as const, limit: policy.testPerPartner };
+    const [last] = await store.events
+      .find(pageFilter(page), { projection: { _id: 1, createdAt: 1, seq: 1 } })
+      .sort(EVENTS_ORDER)
+      .skip(policy.testPerPartner - 1)
+      .limit(1)
+      .toArray();
+    if (!last) continue;
+    overBound += (await store.events.deleteMany({ $and: [pageFilter(page, last as EventKey), settled] })).deletedCount;
+  }
+  return { expired, overBound };
+}
+
+/** The sweep on the periodic loop of @pi/common, in every replica. */
+export function startRetentionSweep(store: WebhookStore, policy: EventRetention, logger: Logger, everyMs = RETENTION_SWEEP_EVERY_MS): Periodic {
+  return every(
+    "webhook event retention",
+    everyMs,
+    async () => {
+      const { expired, overBound } = await sweepEvents(store, policy);
+      if (expired + overBound > 0) logger.info({ expired, overBound }, "webhook events past retention deleted");
+    },
+    logger,
+  );
+}
