@@ -6,6 +6,18 @@ import { TokenSource, type TokenSourceOptions } from "./token.js";
 
 export type Connection = components["schemas"]["Connection"];
 export type FileReceipt = components["schemas"]["File"];
+export type EventList = components["schemas"]["EventList"];
+/** An event as GET /v1/events lists it: the body its webhook deliveries carry. */
+export type ListedEvent = EventList["data"][number];
+
+export interface EventsOptions {
+  /** Only events of this type. */
+  type?: ListedEvent["type"];
+  /** Events per request, 1 to 100 (default 100: fewer requests to catch up). */
+  pageSize?: number;
+  /** Start after this event (an `evt_` id of yours): the events older than it. */
+  startingAfter?: string;
+}
 
 export interface PartnerClientOptions extends TokenSourceOptions {
   retry?: RetryOptions;
@@ -88,6 +100,27 @@ export class PartnerClient {
 
   getFile(id: string): Promise<FileReceipt> {
     return this.call(() => this.api.GET("/v1/files/{id}", { params: { path: { id } } }));
+  }
+
+  /** One page of your events, newest first (GET /v1/events). */
+  listEvents(query: { limit?: number; starting_after?: string; type?: ListedEvent["type"] } = {}): Promise<EventList> {
+    return this.call(() => this.api.GET("/v1/events", { params: { query } }));
+  }
+
+  /**
+   * Every event of yours (of the credential's mode), newest first, fetching the pages as it goes:
+   * `for await (const event of client.events({ type: "connection.approved" }))`. Stop the loop at an
+   * event you already hold to catch up on what a webhook endpoint missed.
+   */
+  async *events(options: EventsOptions = {}): AsyncGenerator<ListedEvent, void, undefined> {
+    let after = options.startingAfter;
+    for (;;) {
+      const page = await this.listEvents({ limit: options.pageSize ?? 100, ...(after ? { starting_after: after } : {}), ...(options.type ? { type: options.type } : {}) });
+      for (const event of page.data) yield event;
+      const last = page.data.at(-1);
+      if (!page.has_more || !last) return;
+      after = last.id;
+    }
   }
 
   private async call<T>(send: () => Promise<Outcome<T>>): Promise<T> {

@@ -116,4 +116,26 @@ describe("partner SDK against the stack", () => {
     await expect(verifyWebhook(hit.raw, hit.header, [rotated.signing_secret, partner.signing_secret])).resolves.toMatchObject({ id: expect.stringMatching(/^evt_/) });
     await expect(verifyWebhook(hit.raw, hit.header, "whsec_someone_else")).rejects.toThrow(/no signature matches/);
   }, 60_000);
+
+  it("events(): a partner with no webhook address catches up with for await, newest first, one page at a time", async () => {
+    const partner = await ops.partnerCreate({ name: "SDK Catching-up Clinic" });
+    const { address } = await ops.elderCreate();
+    const client = new PartnerClient({ baseUrl: stack.baseUrl, clientId: partner.live.client_id, clientSecret: partner.live.client_secret });
+    const connection = await client.connect(address);
+    await ops.connectionAct("approve", connection.id);
+    await client.revokeConnection(connection.id);
+    const deadline = Date.now() + 20_000;
+    while ((await ops.webhookDeliveries(partner.partner_id)).deliveries.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+
+    const seen = [];
+    for await (const event of client.events({ pageSize: 1 })) seen.push(event);
+    expect(seen.map((e) => [e.type, e.data])).toEqual([
+      ["connection.revoked", { connection_id: connection.id, status: "revoked" }],
+      ["connection.approved", { connection_id: connection.id, status: "approved" }],
+    ]);
+    expect((await client.listEvents({ limit: 100 })).data).toEqual(seen);
+    const approvals = [];
+    for await (const event of client.events({ type: "connection.approved" })) approvals.push(event.id);
+    expect(approvals).toEqual([seen[1]!.id]);
+  }, 60_000);
 });

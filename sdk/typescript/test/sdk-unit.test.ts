@@ -128,3 +128,60 @@ describe("PartnerClient retries", () => {
     expect(api.files).toHaveLength(1);
   });
 });
+
+describe("PartnerClient.events", () => {
+  const evt = (n: number) => ({ id: `evt_${n}`, type: "connection.approved" as const, created: 1767225600 + n, data: { connection_id: `con_${n}`, status: "approved" as const } });
+
+  function pagedApi(all: ReturnType<typeof evt>[], failFirst?: number) {
+    const queries: URLSearchParams[] = [];
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const req = new Request(input, init);
+      if (req.url.endsWith("/oauth/token")) return json(200, tokenBody(1));
+      const url = new URL(req.url);
+      queries.push(url.searchParams);
+      if (failFirst !== undefined && queries.length === failFirst) return json(503, { error: { type: "api_error", code: "service_unavailable", message: "x" } }, { "retry-after": "1" });
+      const limit = Number(url.searchParams.get("limit") ?? "10");
+      const after = url.searchParams.get("starting_after");
+      const from = after ? all.findIndex((e) => e.id === after) + 1 : 0;
+      const data = all.slice(from, from + limit);
+      return json(200, { data, has_more: from + limit < all.length });
+    };
+    return { fetch, queries };
+  }
+
+  it("iterates over every page with starting_after, newest first, each event once", async () => {
+    const all = Array.from({ length: 7 }, (_, i) => evt(7 - i));
+    const api = pagedApi(all);
+    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
+    const seen = [];
+    for await (const event of client.events({ pageSize: 3, type: "connection.approved" })) seen.push(event);
+    expect(seen).toEqual(all);
+    expect(api.queries.map((q) => [q.get("limit"), q.get("starting_after"), q.get("type")])).toEqual([
+      ["3", null, "connection.approved"],
+      ["3", "evt_5", "connection.approved"],
+      ["3", "evt_2", "connection.approved"],
+    ]);
+  });
+
+  it("fetches no further page once the loop stops, and retries a page answered 503", async () => {
+    const all = Array.from({ length: 5 }, (_, i) => evt(5 - i));
+    const api = pagedApi(all, 1);
+    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch, retry: { baseDelayMs: 10 } });
+    const seen: string[] = [];
+    for await (const event of client.events({ pageSize: 2 })) {
+      if (event.id === "evt_4") break; // an event already held: caught up
+      seen.push(event.id);
+    }
+    expect(seen).toEqual(["evt_5"]);
+    expect(api.queries).toHaveLength(2); // the 503, then the same page again
+  });
+
+  it("an empty list ends at once", async () => {
+    const api = pagedApi([]);
+    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
+    const seen = [];
+    for await (const event of client.events()) seen.push(event);
+    expect(seen).toEqual([]);
+    expect(api.queries.map((q) => q.get("limit"))).toEqual(["100"]);
+  });
+});

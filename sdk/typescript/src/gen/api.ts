@@ -130,6 +130,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List your events
+         * @description Your events, newest first: exactly the webhook events (`connection.approved`,
+         *     `connection.revoked`), the same `evt_` ids and the same bodies as their deliveries, whether
+         *     or not you had a webhook address then and whether or not your endpoint answered. Nothing
+         *     else is listed: there is no event for a decline or an expiry. A test token lists your test
+         *     events only, a live token your live events only.
+         *
+         *     Page with `starting_after`: pass the `id` of the last event of a page to get the next
+         *     (older) one; `has_more` says whether there is one. Events are kept at least 30 days after
+         *     they were recorded (a test credential's newest 10,000). A `starting_after` that is not one
+         *     of your events of the token's mode (unknown, another partner's, the other mode's, or past
+         *     retention) is the one `400 invalid_request` with `param` `starting_after`, whatever the
+         *     reason.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     "connection.approved": {
@@ -298,6 +329,12 @@ export interface components {
                 connection_id: components["schemas"]["ConnectionId"];
                 status: components["schemas"]["ConnectionStatus"];
             };
+        };
+        EventList: {
+            /** @description Your events, newest first, each exactly the body its webhook deliveries carry. */
+            data: components["schemas"]["WebhookEvent"][];
+            /** @description Whether older events follow; pass the last `id` as `starting_after` to get them. */
+            has_more: boolean;
         };
         ConnectionApprovedEvent: components["schemas"]["WebhookEvent"] & {
             /** @constant */
@@ -505,6 +542,19 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["File"];
+            };
+        };
+        /** @description A page of your events, newest first. */
+        EventList: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                Deprecation: components["headers"]["Deprecation"];
+                Sunset: components["headers"]["Sunset"];
+                Link: components["headers"]["Link"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["EventList"];
             };
         };
         /** @description `invalid_request`: a field is missing or malformed, or the address shape is wrong; `param` names the field. */
@@ -825,6 +875,31 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["InsufficientScope"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description How many events per page, 1 to 100. */
+                limit?: number;
+                /** @description The `id` of an event of yours; the page starts with the next older event. */
+                starting_after?: components["schemas"]["EventId"];
+                /** @description Only events of this type. */
+                type?: "connection.approved" | "connection.revoked";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["EventList"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
