@@ -109,8 +109,8 @@ export class PartnerClient {
 
   /**
    * Every event of yours (of the credential's mode), newest first, fetching the pages as it goes:
-   * `for await (const event of client.events({ type: "connection.approved" }))`. Stop the loop at an
-   * event you already hold to catch up on what a webhook endpoint missed.
+   * `for await (const event of client.events({ type: "connection.approved" }))`. To catch up after an
+   * endpoint's outage, break once `event.created` is older than its start; no further page is fetched.
    */
   async *events(options: EventsOptions = {}): AsyncGenerator<ListedEvent, void, undefined> {
     let after = options.startingAfter;
