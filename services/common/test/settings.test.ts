@@ -25,6 +25,14 @@ describe("settings", () => {
     expect(s.CREDENTIAL_PEPPERS).toBeUndefined();
   });
 
+  it("keeps webhook events at least the 30 days partners are promised, and a partner's newest 10,000 test events", () => {
+    const s = parseSettings({});
+    expect(s.WEBHOOK_EVENT_RETENTION_SECONDS).toBe(30 * 86400);
+    expect(s.WEBHOOK_TEST_EVENTS_PER_PARTNER).toBe(10_000);
+    expect(parseSettings({ WEBHOOK_EVENT_RETENTION_SECONDS: String(90 * 86400) }).WEBHOOK_EVENT_RETENTION_SECONDS).toBe(90 * 86400);
+    expect(() => parseSettings({ WEBHOOK_EVENT_RETENTION_SECONDS: String(30 * 86400 - 1) })).toThrow(SettingsError);
+  });
+
   it("reads DATA_KEYS and CREDENTIAL_PEPPERS lists", () => {
     const key = Buffer.alloc(32, 7).toString("base64");
     const s = parseSettings({ DATA_KEYS: `k2:${key},k1:${key}`, CREDENTIAL_PEPPERS: `p2:${"a".repeat(32)}` });
@@ -58,6 +66,8 @@ describe("settings", () => {
     ["TEST_FILE_RETENTION_SECONDS", "-5"],
     ["FILE_STORAGE_QUOTA_BYTES", "0"],
     ["TEST_FILE_STORAGE_QUOTA_BYTES", "1.5"],
+    ["WEBHOOK_EVENT_RETENTION_SECONDS", "86400"],
+    ["WEBHOOK_TEST_EVENTS_PER_PARTNER", "0"],
     ["AUTH_SERVICE_URL", "http://127.0.0.1:50051,"],
     ["FILE_INTAKE_SERVICE_URL", "https://file-intake:50053"],
   ])("rejects a bad %s (%s) with one line naming it", (name, value) => {
