@@ -211,6 +211,24 @@ describe("GET /v1/events", () => {
   });
 });
 
+describe("GET /v1/events during an outage", () => {
+  it("the webhook service down: a fast 503 service_unavailable with Retry-After, never a hang", async () => {
+    const stack = await startTestStack();
+    try {
+      const p = await partner(stack, "Events Outage Clinic", "no endpoint");
+      expect((await p.list()).status).toBe(200);
+      await stack.services.webhook.stop();
+      const started = performance.now();
+      const res = await p.list();
+      expect(performance.now() - started).toBeLessThan(5_000);
+      expect([res.status, (res.json!.error as { code: string }).code]).toEqual([503, "service_unavailable"]);
+      expect(res.text).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|webhook\.v1/);
+    } finally {
+      await stack.stop().catch(() => {});
+    }
+  });
+});
+
 describe("GET /v1/events, expiry and test mode", () => {
   let short: TestStack;
   beforeAll(async () => {

@@ -23,6 +23,9 @@ describe("validateResponse (the e2e suite's check against the OpenAPI document)"
     expect(() => validateResponse("GET", "/v1/nothing", 404, json, envelope("not_found", "invalid_request_error"))).not.toThrow();
     expect(() => validateResponse("PUT", "/v1/files", 405, { ...json, allow: "POST" }, envelope("method_not_allowed", "invalid_request_error"))).not.toThrow();
     expect(() => validateResponse("GET", "/healthz", 200, json, '{"status":"ok"}')).not.toThrow();
+    const evt = { id: "evt_3kQ9tTg1YwZc8xXb0aL7Rm", type: "connection.approved", created: 1767225600, data: { connection_id: CON, status: "approved" } };
+    expect(() => validateResponse("GET", "/v1/events?limit=2", 200, json, JSON.stringify({ data: [evt], has_more: false }))).not.toThrow();
+    expect(() => validateResponse("GET", "/v1/events", 400, json, JSON.stringify({ error: { type: "invalid_request_error", code: "invalid_request", message: "...", param: "type" } }))).not.toThrow();
   });
 
   it.each([
@@ -42,6 +45,9 @@ describe("validateResponse (the e2e suite's check against the OpenAPI document)"
     ["a plain-text 404 outside the operations", "GET", "/v1/elders", 404, { "content-type": "text/plain" }, "Not Found"],
     ["a 405 without Allow", "PATCH", "/v1/files", 405, json, envelope("method_not_allowed", "invalid_request_error")],
     ["a success for an operation the document does not have", "GET", "/v1/elders", 200, json, "{}"],
+    ["an event list without has_more", "GET", "/v1/events", 200, json, JSON.stringify({ data: [] })],
+    ["a declined event in the list", "GET", "/v1/events", 200, json, JSON.stringify({ data: [{ id: "evt_a", type: "connection.declined", created: 1, data: { connection_id: CON, status: "pending" } }], has_more: false })],
+    ["an event list with a field the document does not have", "GET", "/v1/events", 200, json, JSON.stringify({ object: "list", data: [], has_more: false })],
   ])("fails on %s", (_name, method, path, status, headers, body) => {
     expect(() => validateResponse(method, path, status, headers, body)).toThrow(OpenApiMismatch);
   });
@@ -81,6 +87,13 @@ describe("the real stack's answers, validated against the document", () => {
     const id = created.json!.id as string;
     expect((await call(stack.baseUrl, token, "GET", `/v1/connections/${id}`)).json).toEqual({ id, status: "pending" });
     expect((await call(stack.baseUrl, token, "DELETE", `/v1/connections/${id}`)).json).toEqual({ id, status: "revoked" });
+  });
+
+  it("the events list: 200 with the list object, 400 with param", async () => {
+    expect((await call(stack.baseUrl, token, "GET", "/v1/events")).json).toEqual({ data: [], has_more: false });
+    expect((await call(stack.baseUrl, token, "GET", "/v1/events?limit=100&type=connection.revoked")).status).toBe(200);
+    expect((await call(stack.baseUrl, token, "GET", "/v1/events?limit=1000")).status).toBe(400);
+    expect((await call(stack.baseUrl, token, "GET", `/v1/events?starting_after=evt_${"0".repeat(22)}`)).status).toBe(400);
   });
 
   it("429 rate_limited with Retry-After once the partner's budget is spent", async () => {
