@@ -160,4 +160,31 @@ describe("Prometheus against npm start", () => {
     }
     await eventually('max(pi_storage_quota_max_used_ratio{mode="live"})', positive);
   }, 240_000);
+
+  it("a replica killed outright is restarted on a new metrics port, and the discovery file and Prometheus follow it", async () => {
+    const file = join(stack.stateDir, "prometheus", "targets.json");
+    type Group = { targets: string[]; labels: Record<string, string> };
+    const portOf = () => (JSON.parse(readFileSync(file, "utf8")) as Group[]).find((g) => g.labels.service === "webhook" && g.labels.replica === "2")?.targets[0]?.split(":")[1];
+    const before = portOf()!;
+    // The process that serves that port: its METRICS_PORT, as npm start gave it.
+    const victim = stack.processes().find((p) => {
+      try {
+        return readFileSync(`/proc/${p.pid}/environ`, "utf8").split("\0").includes(`METRICS_PORT=${before}`);
+      } catch {
+        return false;
+      }
+    });
+    expect(victim?.name).toBe("webhook");
+    process.kill(victim!.pid, "SIGKILL");
+    const deadline = Date.now() + 60_000;
+    while (portOf() === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    const after = portOf();
+    expect(after).toBeDefined();
+    expect(after).not.toBe(before);
+    await eventually(`up{service="webhook",replica="2",instance="127.0.0.1:${after}"}`, (r) => r.length === 1 && r[0]!.value[1] === "1");
+    // The old address is no longer among Prometheus's targets.
+    const active = ((await (await fetch(`${prometheusUrl}/api/v1/targets?state=active`)).json()) as { data: { activeTargets: { scrapeUrl: string }[] } }).data.activeTargets;
+    expect(active.map((t) => t.scrapeUrl)).toContain(`http://127.0.0.1:${after}/metrics`);
+    expect(active.map((t) => t.scrapeUrl)).not.toContain(`http://127.0.0.1:${before}/metrics`);
+  }, 120_000);
 });
