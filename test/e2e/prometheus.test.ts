@@ -43,7 +43,7 @@ async function query(promql: string): Promise<Sample[]> {
 }
 
 /** Polls `promql` until `holds` is true of its result (Prometheus scrapes every second). */
-async function eventually(promql: string, holds: (result: Sample[]) => boolean, timeoutMs = 60_000): Promise<Sample[]> {
+async function eventually(promql: string, holds: (result: Sample[]) => boolean, timeoutMs = 90_000): Promise<Sample[]> {
   const deadline = Date.now() + timeoutMs;
   let last: Sample[] = [];
   for (;;) {
@@ -116,7 +116,7 @@ describe("Prometheus against npm start", () => {
     for (const name of ["nodejs_eventloop_lag_seconds", "nodejs_heap_size_used_bytes", "nodejs_gc_duration_seconds_count"]) {
       await eventually(`count(${name})`, (r) => value(r) >= targets.length);
     }
-  }, 120_000);
+  }, 300_000);
 
   it("a partner's journey moves the request, call, messaging and journey metrics", async () => {
     const ops = opsFor(stack.settings);
@@ -159,7 +159,7 @@ describe("Prometheus against npm start", () => {
       await eventually(`count(${gauge})`, (r) => value(r) > 0);
     }
     await eventually('max(pi_storage_quota_max_used_ratio{mode="live"})', positive);
-  }, 240_000);
+  }, 400_000);
 
   it("a replica killed outright is restarted on a new metrics port, and the discovery file and Prometheus follow it", async () => {
     const file = join(stack.stateDir, "prometheus", "targets.json");
@@ -186,5 +186,5 @@ describe("Prometheus against npm start", () => {
     const active = ((await (await fetch(`${prometheusUrl}/api/v1/targets?state=active`)).json()) as { data: { activeTargets: { scrapeUrl: string }[] } }).data.activeTargets;
     expect(active.map((t) => t.scrapeUrl)).toContain(`http://127.0.0.1:${after}/metrics`);
     expect(active.map((t) => t.scrapeUrl)).not.toContain(`http://127.0.0.1:${before}/metrics`);
-  }, 120_000);
+  }, 240_000);
 });

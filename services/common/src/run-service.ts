@@ -46,10 +46,13 @@ export function runService(name: string, start: StartService): void {
   startTelemetry(name)
     .then(async (stop) => {
       stopTelemetry = stop;
-      // Metrics first: a port that cannot be had fails the start (the supervisor, or Kubernetes, retries).
+      const running = await start(settings, logger);
+      // After the start, whose refusals (a missing key, a bad setting) say more than a taken port
+      // would; a port that cannot be had fails the process all the same (the supervisor, or
+      // Kubernetes, restarts it).
       const metrics = await startMetricsServer({ enabled: settings.METRICS_ENABLED, host: settings.SERVICE_HOST, port: settings.METRICS_PORT, logger });
       metricsPort = metrics?.port;
-      return start(settings, logger);
+      return running;
     })
     .then(
     (running) => {
