@@ -1,7 +1,8 @@
 // What one internal call costs, by protocol: the same unary AuthService.IssueToken (a fixed answer,
-// no work) served by connectNodeAdapter, called over gRPC (what the services use), over the Connect
-// protocol (HTTP/2 and HTTP/1.1, binary), and as a bare node:http2 request of the same bytes (the
-// floor of any call). The server is this script forked with `serve`; the client is this script.
+// no work) served by connectNodeAdapter and by grpc-js through the services' adapter
+// (services/common/src/grpc-server.ts, what the services serve with), called over gRPC by
+// connect-node and by grpc-js, over the Connect protocol (HTTP/2 and HTTP/1.1, binary), and as a
+// bare node:http2 request of the same bytes (the floor of any call). The server is this script forked with `serve`; the client is this script.
 // Prints one JSON line per variant: calls/s at CONCURRENCY calls in flight, and the CPU per call of
 // the client and of the server (process.cpuUsage, all threads).
 import { fork } from "node:child_process";
@@ -10,6 +11,8 @@ import http2 from "node:http2";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
+import { collectRoutes, grpcHandlers, grpcMethodDefinition } from "@pi/common";
 import { authv1 } from "@pi/proto";
 
 const SECONDS = Number(process.env.HOP_SECONDS ?? 4);
@@ -18,7 +21,12 @@ const answer = { outcome: { case: "token", value: { accessToken: "x".repeat(600)
 const request = { clientId: "client", clientSecret: "secret" };
 
 if (process.argv[2] === "serve") {
-  const connect = connectNodeAdapter({ routes: (router) => router.service(authv1.AuthService, { issueToken: async () => answer }) });
+  const routes = (router) => router.service(authv1.AuthService, { issueToken: async () => answer });
+  const connect = connectNodeAdapter({ routes });
+  const grpcServer = new grpc.Server();
+  const { definition, implementation } = grpcHandlers(collectRoutes(routes), []);
+  grpcServer.addService(definition, implementation);
+  const grpcPort = await new Promise((resolve, reject) => grpcServer.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))));
   const rawAnswer = toBinary(authv1.IssueTokenResponseSchema, create(authv1.IssueTokenResponseSchema, answer));
   const raw = (req, res) => {
     req.on("data", () => {});
@@ -31,7 +39,7 @@ if (process.argv[2] === "serve") {
   const h1 = http.createServer(connect);
   h1.keepAliveTimeout = 65_000;
   await Promise.all([new Promise((r) => h2.listen(0, "127.0.0.1", r)), new Promise((r) => h1.listen(0, "127.0.0.1", r))]);
-  process.send({ h2: h2.address().port, h1: h1.address().port });
+  process.send({ h2: h2.address().port, h1: h1.address().port, grpc: grpcPort });
   process.on("message", (m) => {
     if (m === "cpu") {
       const u = process.cpuUsage();
@@ -68,7 +76,17 @@ if (process.argv[2] === "serve") {
     },
     "Connect protocol, HTTP/1.1": () => viaConnect(createConnectTransport({ baseUrl: `http://127.0.0.1:${ports.h1}`, httpVersion: "1.1", useBinaryFormat: true })),
     "Connect protocol, HTTP/2": () => viaConnect(createConnectTransport({ baseUrl: h2Url, httpVersion: "2", useBinaryFormat: true })),
-    "gRPC (the services' transport)": () => viaConnect(createGrpcTransport({ baseUrl: h2Url })),
+    "gRPC, connect-node client -> connect-node server": () => viaConnect(createGrpcTransport({ baseUrl: h2Url })),
+    "gRPC, connect-node client -> grpc-js server (the services' adapter)": () => viaConnect(createGrpcTransport({ baseUrl: `http://127.0.0.1:${ports.grpc}` })),
+    "gRPC, grpc-js client -> grpc-js server (the services' adapter)": () => {
+      const client = new grpc.Client(`127.0.0.1:${ports.grpc}`, grpc.credentials.createInsecure());
+      const method = grpcMethodDefinition(authv1.AuthService.method.issueToken);
+      const message = create(authv1.IssueTokenRequestSchema, request);
+      return () =>
+        new Promise((resolve, reject) =>
+          client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, message, new grpc.Metadata(), {}, (err, res) => (err ? reject(err) : resolve(res))),
+        );
+    },
   };
   for (const [name, make] of Object.entries(variants)) {
     const call = make();

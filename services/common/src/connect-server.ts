@@ -1,10 +1,10 @@
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
+import type http2 from "node:http2";
+import * as grpc from "@grpc/grpc-js";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { healthv1 } from "@pi/proto";
 import { ruleFor, type Plane, type Workload } from "./allowed-callers.js";
+import { collectRoutes, grpcHandlers, type MethodSpecs } from "./grpc-server.js";
 import type { Logger } from "./logger.js";
 import { identityServerInterceptor, publicKeysFor, TokenVerifier } from "./service-identity.js";
 import { SettingsError } from "./settings.js";
@@ -102,103 +102,67 @@ export const NO_COMPRESSION = [];
 /** The plane a method is served on: admin if the allow-list says so, else the data plane's port. */
 const planeOf = (method: DescMethod): Plane => ruleFor(method.parent.typeName, method.name)?.plane ?? "runtime";
 
-/**
- * The routes as a router that registers only the methods of `plane`, one by one: the other plane's
- * port has no route to them at all (a call there is Unimplemented, whoever makes it).
- */
-function routesOf(routes: (router: ConnectRouter) => void, plane: Plane): (router: ConnectRouter) => void {
-  return (router) => {
-    const only = {
-      get handlers() {
-        return router.handlers;
-      },
-      service(service, implementation, options) {
-        const impl = implementation as Record<string, ((...args: never[]) => unknown) | undefined>;
-        for (const method of service.methods) {
-          const fn = impl[method.localName];
-          if (fn && planeOf(method) === plane) router.rpc(method, fn.bind(impl) as never, options);
-        }
-        return only;
-      },
-      rpc(method, impl, options) {
-        if (planeOf(method) === plane) router.rpc(method, impl, options);
-        return only;
-      },
-    } as ConnectRouter;
-    routes(only);
-  };
-}
+const healthRoutes = (healthy: ConnectServerOptions["healthy"]) => (router: ConnectRouter) =>
+  router.service(Health, {
+    // Service "liveness" answers whether the process serves at all (the liveness probe: a database
+    // outage must not restart every pod); "traffic", whether the replica should take calls (a pod's
+    // readiness probe): everything but Kafka, whose outage the outboxes ride out; any other name,
+    // readiness of the whole (the gateway's /readyz): its database and Kafka are reachable.
+    // Watch is not served (Unimplemented): poll Check.
+    async check(req) {
+      if (req.service === LIVENESS) return { status: ServingStatus.SERVING };
+      return { status: (await healthy(req.service !== TRAFFIC)) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
+    },
+  });
 
 /**
- * A method this port does not serve (the other plane's, or none at all): a gRPC answer,
- * Unimplemented, rather than a bare 404 that a client would take for a broken connection and retry.
- */
-const notServedHere: NonNullable<Parameters<typeof connectNodeAdapter>[0]["fallback"]> = (_req, res) => {
-  res.writeHead(200, { "content-type": "application/grpc", "grpc-status": String(Code.Unimplemented), "grpc-message": "not served on this port" });
-  res.end();
-};
-
-/**
- * A Connect server over HTTP/2 cleartext: the runtime RPCs and grpc.health.v1.Health on `port`, the
- * admin RPCs (allowed-callers.ts) on `adminPort` alone, so a network policy can admit each caller to
- * the plane it needs. Every call but a health check must carry a service token its caller signed
- * for this service, and the caller must be allowed the method, on either port.
+ * The services' gRPC server (grpc-js, grpc-server.ts): the runtime RPCs and grpc.health.v1.Health
+ * on `port`, the admin RPCs (allowed-callers.ts) on `adminPort` alone, so a network policy can admit
+ * each caller to the plane it needs; a method a port does not serve is Unimplemented there, whoever
+ * calls it. Every call but a health check must carry a service token its caller signed for this
+ * service, and the caller must be allowed the method, on either port.
  */
 export async function startConnectServer(opts: ConnectServerOptions): Promise<ConnectServer> {
   if (!opts.publicKeys) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const verifier = new TokenVerifier(opts.service, publicKeysFor(opts.publicKeys));
   const interceptors = [tracingServerInterceptor, loggingInterceptor(opts.logger), identityServerInterceptor(verifier, opts.logger)];
-  const data = connectNodeAdapter({
-    interceptors,
-    acceptCompression: NO_COMPRESSION,
-    fallback: notServedHere,
-    routes: (router) => {
-      routesOf(opts.routes, "runtime")(router);
-      router.service(Health, {
-        // Service "liveness" answers whether the process serves at all (the liveness probe: a
-        // database outage must not restart every pod); "traffic", whether the replica should take
-        // calls (a pod's readiness probe): everything but Kafka, whose outage the outboxes ride
-        // out; any other name, readiness of the whole (the gateway's /readyz): its database and
-        // Kafka are reachable.
-        async check(req) {
-          if (req.service === LIVENESS) return { status: ServingStatus.SERVING };
-          return { status: (await opts.healthy(req.service !== TRAFFIC)) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
-        },
-        // eslint-disable-next-line require-yield
-        async *watch() {
-          throw new ConnectError("watch is not served; poll Check", Code.Unimplemented);
-        },
-      });
-    },
-  });
-  const servers = [await listen(data, opts.host, opts.port)];
-  if (opts.adminPort !== undefined) servers.push(await listen(connectNodeAdapter({ interceptors, acceptCompression: NO_COMPRESSION, fallback: notServedHere, routes: routesOf(opts.routes, "admin") }), opts.host, opts.adminPort));
+  const runtime = [...collectRoutes(opts.routes, (m) => planeOf(m) === "runtime"), ...collectRoutes(healthRoutes(opts.healthy))];
+  const servers = [await listen(runtime, interceptors, opts.host, opts.port)];
+  if (opts.adminPort !== undefined) servers.push(await listen(collectRoutes(opts.routes, (m) => planeOf(m) === "admin"), interceptors, opts.host, opts.adminPort));
   const [port, adminPort] = servers.map((s) => s.port);
-  opts.logger.info({ port, adminPort }, "connect server listening");
+  opts.logger.info({ port, adminPort }, "grpc server listening");
   return { port: port!, adminPort, close: async () => void (await Promise.all(servers.map((s) => s.close()))) };
 }
 
-async function listen(handler: ReturnType<typeof connectNodeAdapter>, host: string, port: number): Promise<ConnectServer> {
-  const server = http2.createServer({ settings: { initialWindowSize: STREAM_WINDOW_BYTES, maxFrameSize: MAX_FRAME_BYTES } }, handler);
-  const sessions = new Set<http2.Http2Session>();
-  server.on("session", (s) => {
-    s.setLocalWindowSize(CONNECTION_WINDOW_BYTES);
-    sessions.add(s);
-    s.on("close", () => sessions.delete(s));
+/** How long a stopping server lets the calls under way finish before it cuts them. */
+const SHUTDOWN_GRACE_MS = 5_000;
+
+async function listen(specs: MethodSpecs, interceptors: Interceptor[], host: string, port: number): Promise<ConnectServer> {
+  const server = new grpc.Server({
+    "grpc.max_receive_message_length": 8 * 1024 * 1024,
+    "grpc-node.flow_control_window": CONNECTION_WINDOW_BYTES,
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(port, host, () => resolve());
-  });
+  // grpc-js has no option for its server's HTTP/2 settings; its http2.createServer options are these.
+  const http2Options = (server as unknown as { commonServerOptions?: { settings?: object } }).commonServerOptions;
+  if (http2Options) http2Options.settings = { ...http2Options.settings, initialWindowSize: STREAM_WINDOW_BYTES, maxFrameSize: MAX_FRAME_BYTES };
+  const { definition, implementation } = grpcHandlers(specs, interceptors);
+  server.addService(definition, implementation);
+  const bound = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(`${host.includes(":") ? `[${host}]` : host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+  );
+  for (const h2 of (server as unknown as { http2Servers?: Map<http2.Http2Server, unknown> }).http2Servers?.keys() ?? []) {
+    h2.on("session", (s: http2.Http2Session) => s.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+  }
   return {
-    port: (server.address() as AddressInfo).port,
+    port: bound,
     close: () =>
       new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        for (const s of sessions) s.close();
-        setTimeout(() => {
-          for (const s of sessions) s.destroy();
-        }, 5000).unref();
+        const force = setTimeout(() => server.forceShutdown(), SHUTDOWN_GRACE_MS);
+        force.unref();
+        server.tryShutdown(() => {
+          clearTimeout(force);
+          resolve();
+        });
       }),
   };
 }

@@ -25,3 +25,4 @@ export * from "./allowed-callers.js";
 export * from "./service-identity.js";
 export * from "./kafka-access.js";
 export * from "./webhook-events.js";
+export * from "./grpc-server.js";
