@@ -15,13 +15,15 @@ import { median, percentile, report } from "./report.js";
 // The system against its own bare baselines (issue 14), in one run, in this order:
 //   1. POST /oauth/token                vs a bare Koa route that parses, hashes and signs
 //   2. GET /v1/files/{id}, empty store  vs a bare Koa route that verifies the same ES256 token
-//   3. one 25 MB upload                 vs a bare node:http sink that hashes and fsyncs the body
-//   4. 8 concurrent 25 MB uploads: the gateway's and file-intake's RSS against their idle RSS
-//   5. more uploads, until at least 500 MB went into the system (and extraction has caught up)
-//   6. GET /v1/files/{id} of a file created last, vs the baseline again; the ratio beside step 2's
-//   7. extraction: small PDFs at a sustained rate; how many are still `received` 10 s after the last
-//   8. extraction of a 25 MB PDF beside a client polling GET /v1/files/{id}: that GET's latency
-//   9. idle: the CPU of every process of the stack over a minute
+//   3. GET /v1/connections/{id} of an approved connection (a read no cache can serve: its status
+//      can change at any moment) vs a bare Koa route that verifies the same token
+//   4. one 25 MB upload                 vs a bare node:http sink that hashes and fsyncs the body
+//   5. 8 concurrent 25 MB uploads: the gateway's and file-intake's RSS against their idle RSS
+//   6. more uploads, until at least 500 MB went into the system (and extraction has caught up)
+//   7. GET /v1/files/{id} of a file created last, vs the baseline again; the ratio beside step 2's
+//   8. extraction: small PDFs at a sustained rate; how many are still `received` 10 s after the last
+//   9. extraction of a 25 MB PDF beside a client polling GET /v1/files/{id}: that GET's latency
+//  10. idle: the CPU of every process of the stack over a minute
 // The system is the local stack as `npm start` runs it (bench/support/local-stack.ts); the load
 // generator and each baseline are processes of their own. Comparisons alternate which side goes
 // first, round after round, and report medians. Figures only: nothing here asserts a speed.
@@ -290,6 +292,24 @@ it("GET /v1/files/{id} before bulk data: system vs a bare Koa route verifying th
   summary["GET req/s ratio, before bulk data [>= 0.5]"] = getBefore.s.rps / getBefore.b.rps;
   summary["GET p99 ratio, before bulk data [<= 2]"] = getBefore.s.p99 / getBefore.b.p99;
   summary["GET CPU-per-request ratio, before bulk data, baseline / system"] = getBefore.b.cpuMs / getBefore.s.cpuMs;
+}, 300_000);
+
+it("GET /v1/connections/{id} of an approved connection: system vs a bare Koa route verifying the same token", async () => {
+  const headers = { authorization: `Bearer ${partner.token}` };
+  const path = `/v1/connections/${partner.connectionId}`;
+  const got = await fetch(`${stack.baseUrl}${path}`, { headers });
+  const body = await got.text();
+  if (got.status !== 200 || (JSON.parse(body) as { status: string }).status !== "approved") throw new Error(`the connection reads ${got.status} ${body}`);
+  const put = await fetch(`${koa.baseUrl}/_bench${path}`, { method: "PUT", body });
+  if (put.status !== 204) throw new Error(`the baseline refused the connection body: ${put.status}`);
+  const fromBaseline = await fetch(`${koa.baseUrl}${path}`, { headers });
+  const baselineBody = await fromBaseline.text();
+  if (fromBaseline.status !== 200 || baselineBody !== body) throw new Error(`the baseline answers ${fromBaseline.status} ${baselineBody}, the system ${body}`);
+  const c = await compareRequests({ method: "GET", headers }, `${stack.baseUrl}${path}`, `${koa.baseUrl}${path}`);
+  report("GET /v1/connections/{id}, approved: system vs bare Koa route verifying the same ES256 token", c.figures);
+  summary["connection read req/s ratio [>= 0.3]"] = c.s.rps / c.b.rps;
+  summary["connection read p99 ratio [<= 3]"] = c.s.p99 / c.b.p99;
+  summary["connection read CPU-per-request ratio, baseline / system"] = c.b.cpuMs / c.s.cpuMs;
 }, 300_000);
 
 it("one 25 MB upload (bytes durable before the 202): system vs a bare node:http sink that hashes and fsyncs", async () => {

@@ -3,6 +3,7 @@
 //
 //   GET /v1/files/:id   verifies the same ES256 bearer as the gateway (jose, the same claims checks)
 //                       and answers the JSON the system answered for that file (held in memory).
+//   GET /v1/connections/:id   the same for a connection (scope connections:write).
 //   POST /oauth/token   parses the form (@koa/bodyparser, as the gateway), HMAC-SHA256-hashes the
 //                       secret with a pepper, compares it in constant time, signs an ES256 JWT of the
 //                       same claims (jose) and answers the same token response (token-issuer.mjs).
@@ -12,7 +13,7 @@
 //
 // The bench configures it over two control routes before measuring:
 //   PUT /_bench/keys   { jwks, issuer, audience, clients: [{ client_id, client_secret, partner_id, scope }] }
-//   PUT /_bench/files/:id   the exact JSON body to answer for that file
+//   PUT /_bench/files/:id, PUT /_bench/connections/:id   the exact JSON body to answer for that resource
 // It prints its port on stdout ("listening <port>") once ready.
 import Koa from "koa";
 import { bodyParser } from "@koa/bodyparser";
@@ -32,7 +33,11 @@ let issuer = "";
 let audience = "";
 const files = new Map();
 const bearer = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
-const fileId = /^file_[0-9A-Za-z]{22}$/;
+// The resources answered from memory: the path's prefix, the id's shape and the scope a token needs.
+const resources = {
+  files: { prefix: "/v1/files/", id: /^file_[0-9A-Za-z]{22}$/, scope: "files:write", bodies: files },
+  connections: { prefix: "/v1/connections/", id: /^con_[0-9A-Za-z]{1,64}$/, scope: "connections:write", bodies: new Map() },
+};
 
 const readJson = async (req) => {
   const chunks = [];
@@ -45,7 +50,8 @@ const form = bodyParser({ enableTypes: ["json", "form"], jsonLimit: "16kb", form
 const app = new Koa();
 app.use(async (ctx, next) => {
   const path = ctx.path;
-  if (ctx.method === "GET" && path.startsWith("/v1/files/")) {
+  const resource = ctx.method === "GET" ? (path.startsWith("/v1/files/") ? resources.files : path.startsWith("/v1/connections/") ? resources.connections : undefined) : undefined;
+  if (resource) {
     const m = bearer.exec(ctx.get("authorization"));
     let ok = false;
     if (m && verifyKeys) {
@@ -57,7 +63,7 @@ app.use(async (ctx, next) => {
           typ: "at+jwt",
           requiredClaims: ["sub", "exp", "iat", "jti"],
         });
-        ok = typeof payload.sub === "string" && typeof payload.scope === "string" && payload.scope.split(" ").includes("files:write");
+        ok = typeof payload.sub === "string" && typeof payload.scope === "string" && payload.scope.split(" ").includes(resource.scope);
       } catch {
         ok = false;
       }
@@ -67,8 +73,8 @@ app.use(async (ctx, next) => {
       ctx.body = { error: { type: "authentication_error", code: "invalid_token" } };
       return;
     }
-    const id = path.slice("/v1/files/".length);
-    const body = fileId.test(id) ? files.get(id) : undefined;
+    const id = path.slice(resource.prefix.length);
+    const body = resource.id.test(id) ? resource.bodies.get(id) : undefined;
     if (!body) {
       ctx.status = 404;
       ctx.body = { error: { type: "invalid_request_error", code: "not_found" } };
@@ -107,8 +113,9 @@ app.use(async (ctx, next) => {
     ctx.status = 204;
     return;
   }
-  if (ctx.method === "PUT" && path.startsWith("/_bench/files/")) {
-    files.set(path.slice("/_bench/files/".length), await readJson(ctx.req));
+  const put = ctx.method === "PUT" && /^\/_bench\/(files|connections)\/(.+)$/.exec(path);
+  if (put) {
+    resources[put[1]].bodies.set(put[2], await readJson(ctx.req));
     ctx.status = 204;
     return;
   }
