@@ -300,7 +300,7 @@ it("GET /v1/connections/{id} of an approved connection: system vs a bare Koa rou
   const got = await fetch(`${stack.baseUrl}${path}`, { headers });
   const body = await got.text();
   if (got.status !== 200 || (JSON.parse(body) as { status: string }).status !== "approved") throw new Error(`the connection reads ${got.status} ${body}`);
-  const put = await fetch(`${koa.baseUrl}/_bench${path}`, { method: "PUT", body });
+  const put = await fetch(`${koa.baseUrl}/_bench/connections/${partner.connectionId}`, { method: "PUT", body });
   if (put.status !== 204) throw new Error(`the baseline refused the connection body: ${put.status}`);
   const fromBaseline = await fetch(`${koa.baseUrl}${path}`, { headers });
   const baselineBody = await fromBaseline.text();

@@ -92,14 +92,22 @@ export function statusOf(err: unknown): Partial<grpc.StatusObject> {
 
 type AnyCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerReadableStream<unknown, unknown>;
 
+const CALL_FINISHED = ((globalThis as Record<symbol, unknown>)[Symbol.for("@connectrpc/call-finished")] ??= new DOMException("This operation was aborted", "AbortError"));
+
 type CallContext = HandlerContext & { abort(reason?: unknown): void };
 
-function contextOf(spec: MethodImplSpec, call: AnyCall): CallContext {
+/**
+ * The HandlerContext of a call, and `finish`, which ends it: its signal is aborted once the call
+ * has its answer (one shared reason, as the patched connect-es does), or when the caller cancels
+ * it before (grpc-js tells of a call's end as a cancellation too, even after the answer).
+ */
+function contextOf(spec: MethodImplSpec, call: AnyCall): { context: CallContext; finish: () => void } {
   const deadline = call.getDeadline();
   const at = deadline instanceof Date ? deadline.getTime() : deadline;
   const cancelled = new AbortController();
-  call.once("cancelled", () => cancelled.abort(new ConnectError("the call was cancelled", Code.Canceled)));
-  return createHandlerContext({
+  const onCancel = () => cancelled.abort(new ConnectError("the call was cancelled", Code.Canceled));
+  call.once("cancelled", onCancel);
+  const context = createHandlerContext({
     service: spec.method.parent,
     method: spec.method,
     protocolName: "grpc",
@@ -109,9 +117,25 @@ function contextOf(spec: MethodImplSpec, call: AnyCall): CallContext {
     requestHeader: headersOf(call.metadata),
     requestSignal: cancelled.signal,
   }) as CallContext;
+  return {
+    context,
+    finish: () => {
+      call.removeListener("cancelled", onCancel);
+      context.abort(CALL_FINISHED);
+    },
+  };
 }
 
-const CALL_FINISHED = ((globalThis as Record<symbol, unknown>)[Symbol.for("@connectrpc/call-finished")] ??= new DOMException("This operation was aborted", "AbortError"));
+/**
+ * A client stream's messages. A stream its caller reset ends in Canceled, not as if it were whole:
+ * grpc-js takes the end of the request that a reset brings for a half-close, and tells of the
+ * reset only a few ticks later ('cancelled'), so the end is checked once those have run.
+ */
+async function* requestsOf(call: grpc.ServerReadableStream<unknown, unknown>): AsyncIterable<never> {
+  for await (const message of call) yield message as never;
+  await new Promise((resolve) => setImmediate(resolve));
+  if (call.cancelled) throw new ConnectError("the call was cancelled before its last message", Code.Canceled);
+}
 
 /** grpc-js handlers that run each method's Connect implementation behind `interceptors`. */
 export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
@@ -123,14 +147,14 @@ export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): {
     switch (spec.kind) {
       case "unary":
         implementation[name] = ((call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-          const context = contextOf(spec, call);
+          const { context, finish } = contextOf(spec, call);
           invokeUnaryImplementation(spec, context, call.request as never, interceptors).then(
             (message) => {
-              context.abort(CALL_FINISHED);
+              finish();
               callback(null, message, metadataOf(context.responseTrailer));
             },
             (err: unknown) => {
-              context.abort(CALL_FINISHED);
+              finish();
               callback(statusOf(err));
             },
           );
@@ -138,16 +162,16 @@ export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): {
         break;
       case "client_streaming":
         implementation[name] = ((call: grpc.ServerReadableStream<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-          const context = contextOf(spec, call);
+          const { context, finish } = contextOf(spec, call);
           void (async () => {
             try {
               let answer: unknown;
-              for await (const message of transformInvokeImplementation(spec, context, interceptors)(call as AsyncIterable<never>)) answer = message;
+              for await (const message of transformInvokeImplementation(spec, context, interceptors)(requestsOf(call))) answer = message;
               callback(null, answer, metadataOf(context.responseTrailer));
             } catch (err) {
               callback(statusOf(err));
             } finally {
-              context.abort(CALL_FINISHED);
+              finish();
             }
           })();
         }) as grpc.handleClientStreamingCall<unknown, unknown>;

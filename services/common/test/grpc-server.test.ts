@@ -1,0 +1,155 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import * as grpc from "@grpc/grpc-js";
+import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { authv1, fileintakev1 } from "@pi/proto";
+import { collectRoutes, grpcHandlers } from "../src/grpc-server.js";
+
+// The services' handlers are written for connect-es and served by grpc-js (grpc-server.ts); their
+// callers are connect-es clients. What a handler sees of a call and what its caller sees of the
+// answer must be what connect-node gave them.
+
+const seen: { header?: string | null; timeoutMs?: number; signal?: AbortSignal; chunks: number[]; streamError?: unknown } = { chunks: [] };
+let release: (() => void) | undefined;
+let entered: (() => void) | undefined;
+let streamStarted: (() => void) | undefined;
+
+const routes = (router: ConnectRouter) => {
+  router.service(authv1.AuthService, {
+    async issueToken(req, ctx: HandlerContext) {
+      seen.header = ctx.requestHeader.get("x-probe");
+      seen.timeoutMs = ctx.timeoutMs();
+      seen.signal = ctx.signal;
+      if (req.clientId === "missing") throw new ConnectError("no such client", Code.NotFound, { "x-why": "unknown id" });
+      if (req.clientId === "crash") throw new Error("a bug");
+      if (req.clientId === "wait") await new Promise<void>((resolve) => ((release = resolve), entered?.()));
+      return { outcome: { case: "token", value: { accessToken: `token of ${req.clientId}`, expiresIn: 60n, scope: "s" } } };
+    },
+  });
+  router.service(fileintakev1.FileIntakeService, {
+    async submitFile(requests) {
+      seen.chunks = [];
+      try {
+        for await (const r of requests) {
+          if (r.part.case === "chunk") seen.chunks.push(r.part.value[0]!);
+          streamStarted?.();
+        }
+      } catch (err) {
+        seen.streamError = err;
+        throw err;
+      }
+      return { file: { id: `file_${seen.chunks.length}` } };
+    },
+  });
+};
+
+/** A server interceptor refusing calls that carry `x-refuse`, as the identity interceptor refuses. */
+const refuser: Interceptor = (next) => async (req) => {
+  if (req.header.get("x-refuse")) throw new ConnectError("refused", Code.PermissionDenied);
+  return next(req);
+};
+
+let server: grpc.Server;
+let auth: ReturnType<typeof createClient<typeof authv1.AuthService>>;
+let files: ReturnType<typeof createClient<typeof fileintakev1.FileIntakeService>>;
+
+beforeAll(async () => {
+  server = new grpc.Server();
+  const { definition, implementation } = grpcHandlers(collectRoutes(routes), [refuser]);
+  server.addService(definition, implementation);
+  const port = await new Promise<number>((resolve, reject) => server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  const transport = createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` });
+  auth = createClient(authv1.AuthService, transport);
+  files = createClient(fileintakev1.FileIntakeService, transport);
+});
+
+afterAll(() => server.forceShutdown());
+
+const failure = async (p: Promise<unknown>) => ConnectError.from(await p.then(() => undefined, (err: unknown) => err));
+
+describe("Connect handlers served by grpc-js", () => {
+  it("answers a unary call", async () => {
+    const res = await auth.issueToken({ clientId: "a" });
+    expect(res.outcome.case === "token" && res.outcome.value.accessToken).toBe("token of a");
+  });
+
+  it("a handler's ConnectError reaches its caller with the same code, message and metadata", async () => {
+    const err = await failure(auth.issueToken({ clientId: "missing" }));
+    expect(err.code).toBe(Code.NotFound);
+    expect(err.rawMessage).toBe("no such client");
+    expect(err.metadata.get("x-why")).toBe("unknown id");
+  });
+
+  it("any other error of a handler is Unknown to its caller", async () => {
+    expect((await failure(auth.issueToken({ clientId: "crash" }))).code).toBe(Code.Unknown);
+  });
+
+  it("the handler sees the caller's headers and what is left of its deadline", async () => {
+    await auth.issueToken({ clientId: "a" }, { headers: { "x-probe": "here" }, timeoutMs: 5_000 });
+    expect(seen.header).toBe("here");
+    expect(seen.timeoutMs).toBeGreaterThan(0);
+    expect(seen.timeoutMs).toBeLessThanOrEqual(5_000);
+  });
+
+  it("a call without a deadline has none at the handler", async () => {
+    await auth.issueToken({ clientId: "a" });
+    expect(seen.timeoutMs).toBeUndefined();
+  });
+
+  it("the server's interceptors run before the handler and can refuse the call", async () => {
+    const err = await failure(auth.issueToken({ clientId: "a" }, { headers: { "x-refuse": "1" } }));
+    expect(err.code).toBe(Code.PermissionDenied);
+  });
+
+  it("a call its caller gives up aborts the handler's signal", async () => {
+    const controller = new AbortController();
+    const inHandler = new Promise<void>((resolve) => (entered = resolve));
+    const call = auth.issueToken({ clientId: "wait" }, { signal: controller.signal });
+    await inHandler;
+    const signal = seen.signal!;
+    expect(signal.aborted).toBe(false);
+    controller.abort();
+    await call.catch(() => undefined);
+    await new Promise<void>((resolve) => (signal.aborted ? resolve() : signal.addEventListener("abort", () => resolve())));
+    expect(ConnectError.from(signal.reason).code).toBe(Code.Canceled);
+    release!();
+    release = undefined;
+  });
+
+  it("a call that was answered ends its handler's signal with the one shared reason, not an error per call", async () => {
+    await auth.issueToken({ clientId: "a" });
+    const first = seen.signal!;
+    await auth.issueToken({ clientId: "b" });
+    expect(first.aborted && seen.signal!.aborted).toBe(true);
+    expect(seen.signal!.reason).toBe(first.reason);
+  });
+
+  it("a client stream's messages reach the handler in order", async () => {
+    async function* parts() {
+      yield { part: { case: "header" as const, value: { partnerId: "p" } } };
+      for (let i = 1; i <= 5; i++) yield { part: { case: "chunk" as const, value: new Uint8Array([i]) } };
+      yield { part: { case: "trailer" as const, value: { elderAddress: "e" } } };
+    }
+    const res = await files.submitFile(parts());
+    expect(res.file?.id).toBe("file_5");
+    expect(seen.chunks).toEqual([1, 2, 3, 4, 5]);
+  });
+
+  it("a client stream its caller gives up ends the handler's reading with an error (no handler waits forever)", async () => {
+    seen.streamError = undefined;
+    const controller = new AbortController();
+    const started = new Promise<void>((resolve) => (streamStarted = resolve));
+    async function* parts() {
+      yield { part: { case: "header" as const, value: { partnerId: "p" } } };
+      await new Promise(() => {}); // never sends the rest
+    }
+    const call = files.submitFile(parts(), { signal: controller.signal }).catch((err: unknown) => err);
+    await started;
+    controller.abort();
+    await call;
+    // The handler's loop fails on its own (the sentinel); a loop left waiting would time the test out.
+    while (seen.streamError === undefined) await new Promise((r) => setTimeout(r, 10));
+    expect(seen.streamError).toBeDefined();
+    streamStarted = undefined;
+  });
+});
