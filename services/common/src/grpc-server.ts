@@ -2,6 +2,7 @@ import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ConnectRouter, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
 import { invokeUnaryImplementation, transformInvokeImplementation } from "@connectrpc/connect/protocol";
+import { headerGrpcMessage, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 // The services' handlers, written for connect-es (ConnectRouter routes, HandlerContext, ConnectError,
 // Connect interceptors), served by @grpc/grpc-js: one internal call costs its server about a third
@@ -84,10 +85,17 @@ function metadataOf(headers: Headers): grpc.Metadata | undefined {
   return metadata;
 }
 
-/** A handler's failure as the gRPC status it stands for (Connect's codes are gRPC's). */
+/**
+ * A handler's failure as the gRPC status it stands for (Connect's codes are gRPC's), its metadata
+ * and its details (grpc-status-details-bin, as connect-node sends them) in the trailers; grpc-js
+ * writes grpc-status and grpc-message itself.
+ */
 export function statusOf(err: unknown): Partial<grpc.StatusObject> {
   const ce = ConnectError.from(err);
-  return { code: ce.code as number as grpc.status, details: ce.rawMessage, metadata: metadataOf(ce.metadata) };
+  const trailer = setTrailerStatus(new Headers(), ce);
+  trailer.delete(headerGrpcStatus);
+  trailer.delete(headerGrpcMessage);
+  return { code: ce.code as number as grpc.status, details: ce.rawMessage, metadata: metadataOf(trailer) };
 }
 
 type AnyCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerReadableStream<unknown, unknown>;

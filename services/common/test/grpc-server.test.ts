@@ -3,6 +3,8 @@ import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { authv1, fileintakev1 } from "@pi/proto";
+import { commonv1 } from "@pi/proto";
+import { reasonOf, serviceError } from "../src/errors.js";
 import { collectRoutes, grpcHandlers } from "../src/grpc-server.js";
 
 // The services' handlers are written for connect-es and served by grpc-js (grpc-server.ts); their
@@ -22,6 +24,7 @@ const routes = (router: ConnectRouter) => {
       seen.signal = ctx.signal;
       if (req.clientId === "missing") throw new ConnectError("no such client", Code.NotFound, { "x-why": "unknown id" });
       if (req.clientId === "crash") throw new Error("a bug");
+      if (req.clientId === "refused") throw serviceError(commonv1.ErrorReason.NOT_FOUND, "no such connection", "id");
       if (req.clientId === "wait") await new Promise<void>((resolve) => ((release = resolve), entered?.()));
       return { outcome: { case: "token", value: { accessToken: `token of ${req.clientId}`, expiresIn: 60n, scope: "s" } } };
     },
@@ -78,6 +81,12 @@ describe("Connect handlers served by grpc-js", () => {
     expect(err.code).toBe(Code.NotFound);
     expect(err.rawMessage).toBe("no such client");
     expect(err.metadata.get("x-why")).toBe("unknown id");
+  });
+
+  it("a service error's details (its reason and parameter) reach its caller", async () => {
+    const err = await failure(auth.issueToken({ clientId: "refused" }));
+    expect(err.rawMessage).toBe("no such connection");
+    expect(reasonOf(err)).toEqual({ reason: commonv1.ErrorReason.NOT_FOUND, param: "id" });
   });
 
   it("any other error of a handler is Unknown to its caller", async () => {
