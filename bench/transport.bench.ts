@@ -3,8 +3,9 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { report } from "./report.js";
 
-// What one internal call costs by protocol, against a bare node:http2 request of the same bytes
-// (bench/drivers/transport-hop.mjs): the hop that bounds POST /oauth/token's ratio (a gateway
+// What one internal call costs by protocol and by library (connect-node, and grpc-js serving the
+// services' connect-es handlers through services/common/src/grpc-server.ts, as the services do),
+// against a bare node:http2 request of the same bytes (bench/drivers/transport-hop.mjs): the hop that bounds POST /oauth/token's ratio (a gateway
 // calling an auth service; system.bench.ts measures that floor with the services' own contract).
 
 interface Hop {
@@ -14,7 +15,7 @@ interface Hop {
   serverCpuMsPerCall: number;
 }
 
-it("one unary call, empty handler: gRPC and the Connect protocol through connect-es, against a bare HTTP/2 request", () => {
+it("one unary call, empty handler: gRPC through connect-node and grpc-js, the Connect protocol, against a bare HTTP/2 request", () => {
   const out = execFileSync(process.execPath, [join(process.cwd(), "bench", "drivers", "transport-hop.mjs")], { encoding: "utf8", timeout: 120_000 });
   const hops: Hop[] = out.trim().split("\n").map((line) => JSON.parse(line) as Hop);
   const bare = hops.find((h) => h.name.startsWith("bare"))!;

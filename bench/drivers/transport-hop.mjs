@@ -62,6 +62,15 @@ if (process.argv[2] === "serve") {
     const client = createClient(authv1.AuthService, transport);
     return () => client.issueToken(request);
   };
+  const viaGrpcJs = (port) => {
+    const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+    const method = grpcMethodDefinition(authv1.AuthService.method.issueToken);
+    const message = create(authv1.IssueTokenRequestSchema, request);
+    return () =>
+      new Promise((resolve, reject) =>
+        client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, message, new grpc.Metadata(), {}, (err, res) => (err ? reject(err) : resolve(res))),
+      );
+  };
   const variants = {
     "bare node:http2 request": () => {
       const session = http2.connect(h2Url);
@@ -78,15 +87,8 @@ if (process.argv[2] === "serve") {
     "Connect protocol, HTTP/2": () => viaConnect(createConnectTransport({ baseUrl: h2Url, httpVersion: "2", useBinaryFormat: true })),
     "gRPC, connect-node client -> connect-node server": () => viaConnect(createGrpcTransport({ baseUrl: h2Url })),
     "gRPC, connect-node client -> grpc-js server (the services' adapter)": () => viaConnect(createGrpcTransport({ baseUrl: `http://127.0.0.1:${ports.grpc}` })),
-    "gRPC, grpc-js client -> grpc-js server (the services' adapter)": () => {
-      const client = new grpc.Client(`127.0.0.1:${ports.grpc}`, grpc.credentials.createInsecure());
-      const method = grpcMethodDefinition(authv1.AuthService.method.issueToken);
-      const message = create(authv1.IssueTokenRequestSchema, request);
-      return () =>
-        new Promise((resolve, reject) =>
-          client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, message, new grpc.Metadata(), {}, (err, res) => (err ? reject(err) : resolve(res))),
-        );
-    },
+    "gRPC, grpc-js client -> connect-node server": () => viaGrpcJs(ports.h2),
+    "gRPC, grpc-js client -> grpc-js server (the services' adapter)": () => viaGrpcJs(ports.grpc),
   };
   for (const [name, make] of Object.entries(variants)) {
     const call = make();
