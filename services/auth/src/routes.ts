@@ -1,18 +1,21 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { auditRecordMessage, emptyOutbox, MAX_TOKENS_PER_CALL, newId, newSecret, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { auditRecordMessage, emptyOutbox, isDuplicateKey, MAX_TOKENS_PER_CALL, newId, newSecret, tokenEndpointUrl, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { randomUUID } from "node:crypto";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
+import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
+import { checkAssertionClaims, claimedAssertion, usedJtiKey } from "./client-assertion.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
 import type { KeyRing } from "./keys.js";
 import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
-import { hashNewSecret, hashSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
+import { DUMMY_HASH, FIRST_PEPPER_ID, hashNewSecret, hashSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
 import { eachOnItsOwn } from "./token-batch.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 import { checkWebhookUrl } from "./webhook-url.js";
 
-const { AuthService, TokenFailure, PartnerStatus } = authv1;
+const { AuthService, TokenFailure, PartnerStatus, ClientAuthMethod } = authv1;
 const { Mode } = commonv1;
 
 export interface AuthDeps {
@@ -23,6 +26,7 @@ export interface AuthDeps {
   sealer: SecretSealer;
   events: PartnerEventPublisher;
   authentications: AuthenticationCache;
+  assertionKeys: AssertionKeys;
   audit: AuthAudit;
   logger: Logger;
 }
@@ -53,8 +57,9 @@ function stillSigning(partner: PartnerDoc, now = Date.now()) {
 
 export default (deps: AuthDeps) => (router: ConnectRouter) => {
   const { store, keys, settings, peppers, sealer } = deps;
-  const { events, authentications, audit } = deps;
+  const { events, authentications, audit, assertionKeys } = deps;
   const { trail } = audit;
+  const tokenEndpoint = tokenEndpointUrl(settings);
 
   function logPropagation(what: string, ids: Record<string, string>, p: Propagation): void {
     const fields = { ...ids, gateways: p.gateways, confirmed: p.confirmed, authReplicas: p.authReplicas, authConfirmed: p.authConfirmed, propagationMs: Number(p.elapsedMs) };
@@ -74,21 +79,22 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     return { outcome: { case: "token" as const, value: { accessToken, expiresIn: BigInt(settings.ACCESS_TOKEN_TTL_SECONDS), scope } } };
   }
 
-  async function issueCredential(partnerId: string, mode: CredentialMode) {
+  /** A credential with a client secret, or (given `keys`) a private_key_jwt one, which has no secret. */
+  async function issueCredential(partnerId: string, mode: CredentialMode, keys?: Pick<CredentialDoc, "jwks" | "jwksUrl">) {
     const clientId = newId("cli");
-    const clientSecret = newSecret(mode === "live" ? "sk_live" : "sk_test");
+    const clientSecret = keys ? "" : newSecret(mode === "live" ? "sk_live" : "sk_test");
     await store.credentials.insertOne({
       _id: clientId,
       partnerId,
       mode,
-      ...hashNewSecret(peppers, clientSecret),
+      ...(keys ? { secretHash: DUMMY_HASH, pepperId: FIRST_PEPPER_ID, authMethod: "private_key_jwt" as const, ...keys } : hashNewSecret(peppers, clientSecret)),
       status: "active",
       createdAt: new Date(),
       ...emptyOutbox(),
       audit: [trail.entry({ action: "credential.create", actor: "operator", targets: [clientId, partnerId] })],
     });
     audit.credentials.afterWrite(clientId);
-    return { clientId, clientSecret, mode: modeEnum(mode) };
+    return { clientId, clientSecret, mode: modeEnum(mode), authMethod: keys ? ClientAuthMethod.PRIVATE_KEY_JWT : ClientAuthMethod.CLIENT_SECRET };
   }
 
   /** The decoy partner is invisible to the operator: it cannot be reinstated or given credentials. */
@@ -118,6 +124,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   }
 
   async function decideToken(req: authv1.IssueTokenRequest) {
+    if (req.clientAssertion !== undefined) return issueTokenByAssertion(req, req.clientAssertion);
     // The cache's key for this secret (under the current pepper, whichever made the stored hash).
     // Only a right client id with its right secret can find an entry (authentication-cache.ts).
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
@@ -136,6 +143,66 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     const authenticated: Authenticated = { clientId: credential._id, partnerId: partner._id, mode: credential.mode, scopes: partner.scopes };
     authentications.keep(ticket, presented, authenticated);
     return tokenFor(authenticated, req.scope);
+  }
+
+  /**
+   * A private_key_jwt token request (RFC 7523 section 2.2). Every failure does the same work as
+   * guarantee 5 asks: the two reads by _id (the decoy partner for an unknown client), one signature
+   * check by the assertion's algorithm (against a dummy key when no key is found,
+   * assertion-keys.ts), the claims rules, and one insert into used_assertions (the jti's own key
+   * when everything else held, else a decoy key swept at once); one expression decides. The cache
+   * of authentications is not used: each assertion is good once.
+   */
+  async function issueTokenByAssertion(req: authv1.IssueTokenRequest, assertion: string) {
+    const claimed = claimedAssertion(assertion);
+    // A client_id beside the assertion must name the same client (RFC 7521 section 4.2).
+    const clientId = claimed && (req.clientId === "" || req.clientId === claimed.clientId) ? claimed.clientId : "";
+    const credential = clientId === "" ? null : await store.credentials.findOne({ _id: clientId });
+    const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
+    const usable = credential?.authMethod === "private_key_jwt" ? credential : undefined;
+    const claims = await assertionKeys.verify(assertion, claimed, usable);
+    const nowMs = Date.now();
+    const check = claims ? checkAssertionClaims(claims, { clientId, audience: tokenEndpoint, now: Math.floor(nowMs / 1000) }) : undefined;
+    const accepted = check?.ok ? check.accepted : undefined;
+    const standing = !!usable && usable.status === "active" && !!partner && partner.status === "active";
+    // The jti is used up only by an assertion that passed everything else; any other request
+    // inserts a decoy key that expires at once, so a failure costs the same write.
+    const used = accepted && standing ? { _id: usedJtiKey(clientId, accepted.jti), expiresAt: new Date(accepted.exp * 1000) } : { _id: `~decoy:${randomUUID()}`, expiresAt: new Date(nowMs) };
+    let firstUse = true;
+    try {
+      await store.usedAssertions.insertOne(used);
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      firstUse = false;
+    }
+    if (!accepted || !standing || !firstUse || !usable || !partner) {
+      deps.logger.info({ clientId: clientId || undefined, reason: !claimed ? "malformed" : !usable ? "no such private_key_jwt client" : !claims ? "no key verifies the signature" : check && !check.ok ? check.reason : !standing ? "revoked or suspended" : "jti already used" }, "client assertion refused");
+      return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
+    }
+    return tokenFor({ clientId: usable._id, partnerId: partner._id, mode: usable.mode, scopes: partner.scopes }, req.scope);
+  }
+
+  /** A JWK Set given inline (its JSON) or by URL, checked for a registration. */
+  async function keySource(req: authv1.CreateCredentialRequest): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl"> | undefined> {
+    if (req.jwksJson !== undefined && req.jwksUrl !== undefined) throw new ConnectError("give a JWK Set or its URL, not both", Code.InvalidArgument);
+    if (req.jwksJson !== undefined) {
+      let jwks: unknown;
+      try {
+        jwks = JSON.parse(req.jwksJson);
+      } catch {
+        throw new ConnectError("the JWK Set is not JSON", Code.InvalidArgument);
+      }
+      const problem = await jwksProblem(jwks);
+      if (problem) throw new ConnectError(`the JWK Set ${problem}`, Code.InvalidArgument);
+      return { jwks: jwks as CredentialDoc["jwks"] };
+    }
+    if (req.jwksUrl !== undefined) {
+      if (req.jwksUrl.length > 2048) throw new ConnectError("the JWK Set URL is longer than 2048 characters", Code.InvalidArgument);
+      const problem = await assertionKeys.urlProblem(req.jwksUrl);
+      if (problem) throw new ConnectError(problem, Code.InvalidArgument);
+      return { jwksUrl: req.jwksUrl };
+    }
+    return undefined;
   }
 
   router.service(AuthService, {
@@ -249,7 +316,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         const mode = modeName(req.mode);
         if (!mode) throw new ConnectError("mode must be live or test", Code.InvalidArgument);
         await partnerOrThrow(req.partnerId);
-        return { credential: await issueCredential(req.partnerId, mode) };
+        return { credential: await issueCredential(req.partnerId, mode, await keySource(req)) };
       }),
 
     revokeCredential: (req) =>

@@ -1,4 +1,5 @@
-import { AuditTrail, checkDataKeys, dataKeysOf, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, checkDataKeys, dataKeysOf, every, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AssertionKeys } from "./assertion-keys.js";
 import { consumeAuditRecords, openAuditStore } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
@@ -6,7 +7,7 @@ import { FOLLOWER_LIVENESS_MS, PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
 import { FIRST_PEPPER_ID, peppersOf, SecretSealer } from "./secrets.js";
-import { openAuthStore } from "./store.js";
+import { openAuthStore, sweepUsedAssertions } from "./store.js";
 
 /**
  * How fresh this replica's last stored position must be for its authentication cache to be used.
@@ -62,6 +63,10 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     apply: (event) => authentications.apply(event),
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
   });
+  const assertionKeys = new AssertionKeys({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS });
+  await assertionKeys.start();
+  // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
+  const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
   const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const server = await startConnectServer({
     service: "auth",
@@ -69,7 +74,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     host: settings.SERVICE_HOST,
     port: settings.AUTH_SERVICE_PORT,
     adminPort: settings.AUTH_ADMIN_PORT,
-    routes: routes({ store, keys, settings, peppers, sealer, events, authentications, audit, logger }),
+    routes: routes({ store, keys, settings, peppers, sealer, events, authentications, assertionKeys, audit, logger }),
     healthy: async (withKafka) => auditConsumer.alive() && (await runtime.healthy(withKafka)),
     logger,
   });
@@ -78,6 +83,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     adminPort: server.adminPort,
     async stop() {
       clearInterval(reload);
+      await sweep.stop();
       await server.close();
       await Promise.all([feed?.stop(), auditConsumer.stop()]);
       await Promise.all([events.stop(), trail.stop()]);

@@ -1,3 +1,4 @@
+import type { JSONWebKeySet } from "jose";
 import type { Collection, Db } from "mongodb";
 import { isDuplicateKey, type AuditCarrier, type OutboxEntry, type OutboxFields } from "@pi/common";
 import type { SigningKeyDoc } from "./keys.js";
@@ -34,8 +35,16 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
-  /** HMAC-SHA256 of the secret under the pepper `pepperId` (absent: p1, from before pepper ids). */
+  /**
+   * HMAC-SHA256 of the secret under the pepper `pepperId` (absent: p1, from before pepper ids). A
+   * private_key_jwt credential has none: the dummy hash, which no secret produces.
+   */
   secretHash: string;
+  /** Absent: a client secret (every credential stored before private_key_jwt). */
+  authMethod?: "client_secret" | "private_key_jwt";
+  /** private_key_jwt: the partner's public keys, given inline, or the URL of its set (assertion-keys.ts). */
+  jwks?: JSONWebKeySet;
+  jwksUrl?: string;
   status: "active" | "revoked";
   createdAt: Date;
   revokedAt?: Date;
@@ -53,12 +62,20 @@ export interface FollowerDoc {
   seenAt: Date;
 }
 
+/** A private_key_jwt assertion's jti, used once: stored until the assertion's exp, then swept. */
+export interface UsedAssertionDoc {
+  _id: string; // usedJtiKey(client id, jti); for a failed assertion, a random decoy key (below)
+  expiresAt: Date;
+}
+
 export interface AuthStore {
   partners: Collection<PartnerDoc>;
   credentials: Collection<CredentialDoc>;
   signingKeys: Collection<SigningKeyDoc>;
   /** Collection `gateways`, named when only gateways followed the topic. */
   followers: Collection<FollowerDoc>;
+  /** Every replica inserts here before accepting an assertion: the unique _id lets exactly one accept a jti. */
+  usedAssertions: Collection<UsedAssertionDoc>;
 }
 
 // A suspended partner that exists only to be read when the client is unknown: every failed token
@@ -103,10 +120,17 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
     credentials: db.collection<CredentialDoc>("credentials"),
     signingKeys: db.collection<SigningKeyDoc>("signing_keys"),
     followers: db.collection<FollowerDoc>("gateways"),
+    usedAssertions: db.collection<UsedAssertionDoc>("used_assertions"),
   };
+  await store.usedAssertions.createIndex({ expiresAt: 1 });
   await store.credentials.createIndex({ partnerId: 1 });
   await store.credentials.createIndex({ status: 1 });
   await store.partners.createIndex({ status: 1 });
   await ensureDecoy(store, sealer);
   return store;
+}
+
+/** Drops the used jtis whose assertions have expired (and the decoys, which expire at once). */
+export async function sweepUsedAssertions(store: Pick<AuthStore, "usedAssertions">, now = new Date()): Promise<number> {
+  return (await store.usedAssertions.deleteMany({ expiresAt: { $lt: now } })).deletedCount;
 }

@@ -26,3 +26,4 @@ export * from "./service-identity.js";
 export * from "./kafka-access.js";
 export * from "./webhook-events.js";
 export * from "./grpc-server.js";
+export * from "./egress.js";

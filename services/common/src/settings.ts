@@ -126,6 +126,13 @@ export const settingsSchema = z.object({
     .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/, "must be a lowercase DNS name")
     .default("elders.example"),
   ACCESS_TOKEN_TTL_SECONDS: positiveInt.default(900),
+  // The token endpoint's public address (behind the ingress), ending in /oauth/token: the audience
+  // of private_key_jwt client assertions and, without /oauth/token, the issuer of the discovery
+  // metadata. Unset: http://127.0.0.1:GATEWAY_PORT/oauth/token, the local stack's.
+  TOKEN_ENDPOINT_URL: z
+    .url({ protocol: /^https?$/ })
+    .refine((u) => new URL(u).pathname.endsWith("/oauth/token") && !u.includes("?") && !u.includes("#"), "must be an http(s) URL ending in /oauth/token")
+    .optional(),
   // How often auth replicas reload the signing keys and gateways refresh the JWKS; a rotated-in
   // key starts signing after twice this (docs/authentication.md, "Key rotation").
   JWKS_REFRESH_SECONDS: positiveInt.default(30),
@@ -193,6 +200,16 @@ export const settingsSchema = z.object({
 });
 
 export type Settings = z.infer<typeof settingsSchema>;
+
+/** The token endpoint's public URL (TOKEN_ENDPOINT_URL, or the local stack's). */
+export function tokenEndpointUrl(settings: Pick<Settings, "TOKEN_ENDPOINT_URL" | "GATEWAY_PORT">): string {
+  return settings.TOKEN_ENDPOINT_URL ?? `http://127.0.0.1:${settings.GATEWAY_PORT}/oauth/token`;
+}
+
+/** The authorization server's issuer identifier (RFC 8414): the token endpoint's URL without /oauth/token. */
+export function authorizationServerIssuer(settings: Pick<Settings, "TOKEN_ENDPOINT_URL" | "GATEWAY_PORT">): string {
+  return tokenEndpointUrl(settings).replace(/\/oauth\/token$/, "");
+}
 
 export class SettingsError extends Error {}
 

@@ -5,6 +5,7 @@ import type { GatewayState } from "./context.js";
 import { allowedMethods } from "./allowed-methods.js";
 import { deprecations } from "./deprecation.js";
 import { partnerRateLimit, tokenRateLimit } from "./rate-limit.js";
+import discoveryRoutes from "./routes/discovery.js";
 import docsRoutes from "./routes/docs.js";
 import { routeTemplates, traceRequests } from "./tracing.js";
 import { PartnerError } from "./errors.js";
@@ -40,11 +41,14 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings), eventRoutes(deps.webhooks)];
 
   const docs = docsRoutes();
-  app.use(traceRequests(routeTemplates([health, docs, token, ...v1])));
+  const discovery = discoveryRoutes(deps.settings);
+  app.use(traceRequests(routeTemplates([health, docs, discovery, token, ...v1])));
   app.use(handleErrors(deps.logger));
   app.use(deprecations(deps.settings.API_DEPRECATIONS));
   app.use(health.routes());
   app.use(docs.routes());
+  app.use(discovery.routes());
+  app.use(allowedMethods(discovery));
   app.use(tokenRateLimit(deps.settings.RATE_LIMIT_TOKEN_PER_MINUTE));
   app.use(token.routes());
   app.use(allowedMethods(token));

@@ -1,13 +1,23 @@
 // Client authentication at the token endpoint (RFC 6749 section 2.3.1): the client id and secret
 // in an HTTP Basic header, each form-urlencoded (appendix B) before the pair is base64-encoded, or
-// as the body fields client_id and client_secret. One method per request.
+// as the body fields client_id and client_secret; or a signed client assertion (private_key_jwt,
+// RFC 7523 section 2.2) in client_assertion_type and client_assertion. One method per request.
 
 export interface ClientCredentials {
+  /** With an assertion: the body's client_id, or "" (the assertion names the client). */
   clientId: string;
+  /** "" with an assertion. */
   clientSecret: string;
+  /** private_key_jwt: the compact JWS, checked by the auth service alone. */
+  assertion?: string;
 }
 
-export type ClientAuthResult = { ok: true; method: "basic" | "body"; credentials: ClientCredentials } | { ok: false };
+export type ClientAuthMethod = "basic" | "body" | "private_key_jwt";
+export type ClientAuthResult = { ok: true; method: ClientAuthMethod; credentials: ClientCredentials } | { ok: false };
+
+export const CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+/** An assertion longer than this is not a request we read (invalid_request, as an oversized secret is). */
+export const MAX_CLIENT_ASSERTION_LENGTH = 8192;
 
 const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
 
@@ -46,7 +56,17 @@ export function parseBasicAuthorization(header: string): ClientCredentials | und
  * that is not a well-formed Basic one; Basic together with a body client_secret (two methods); Basic
  * with a body client_id naming another client; neither method complete.
  */
-export function clientAuthentication(authorization: string | undefined, body: { client_id?: string; client_secret?: string }): ClientAuthResult {
+export function clientAuthentication(
+  authorization: string | undefined,
+  body: { client_id?: string; client_secret?: string; client_assertion_type?: string; client_assertion?: string },
+): ClientAuthResult {
+  if (body.client_assertion_type !== undefined || body.client_assertion !== undefined) {
+    // Both fields, the one type, and no second method (RFC 7521 section 4.2; RFC 6749 section 2.3).
+    if (body.client_assertion_type !== CLIENT_ASSERTION_TYPE || !body.client_assertion) return { ok: false };
+    if (authorization !== undefined || body.client_secret !== undefined) return { ok: false };
+    if (body.client_assertion.length > MAX_CLIENT_ASSERTION_LENGTH) return { ok: false };
+    return { ok: true, method: "private_key_jwt", credentials: { clientId: body.client_id ?? "", clientSecret: "", assertion: body.client_assertion } };
+  }
   if (authorization === undefined) {
     if (!body.client_id || !body.client_secret) return { ok: false };
     return { ok: true, method: "body", credentials: { clientId: body.client_id, clientSecret: body.client_secret } };

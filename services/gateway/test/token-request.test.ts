@@ -115,3 +115,33 @@ describe("HTTP Basic client authentication", () => {
     expect(clientAuthentication(undefined, { client_id: "a" })).toEqual({ ok: false });
   });
 });
+
+describe("token request with a client assertion (private_key_jwt, RFC 7523 section 2.2)", () => {
+  const type = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+  const grant = { grant_type: "client_credentials" };
+  const assertion = "eyJhbGciOiJFUzM4NCIsImtpZCI6ImsxIn0.e30.c2ln";
+
+  it("the assertion goes to auth as it came, with the body's client_id if any; its content is auth's to judge", () => {
+    expect(parseTokenRequest({ ...grant, client_assertion_type: type, client_assertion: assertion })).toMatchObject({
+      ok: true,
+      method: "private_key_jwt",
+      client: { clientId: "", clientSecret: "", assertion },
+    });
+    expect(parseTokenRequest({ ...grant, client_id: "cli_x", client_assertion_type: type, client_assertion: "not a jwt" })).toMatchObject({
+      ok: true,
+      client: { clientId: "cli_x", assertion: "not a jwt" },
+    });
+  });
+
+  it.each<[string, Record<string, string>, string | undefined]>([
+    ["an assertion without its type", { client_assertion: assertion }, undefined],
+    ["a type without an assertion", { client_assertion_type: type }, undefined],
+    ["an empty assertion", { client_assertion_type: type, client_assertion: "" }, undefined],
+    ["another assertion type (SAML 2.0)", { client_assertion_type: "urn:ietf:params:oauth:client-assertion-type:saml2-bearer", client_assertion: assertion }, undefined],
+    ["an assertion and a client_secret (two methods)", { client_assertion_type: type, client_assertion: assertion, client_secret: "sk_live_y" }, undefined],
+    ["an assertion and HTTP Basic (two methods)", { client_assertion_type: type, client_assertion: assertion }, `Basic ${Buffer.from("cli_x:sk").toString("base64")}`],
+    ["an assertion over 8192 characters", { client_assertion_type: type, client_assertion: "a".repeat(8193) }, undefined],
+  ])("invalid_request for %s", (_what, fields, authorization) => {
+    expect(parseTokenRequest({ ...grant, ...fields }, authorization)).toEqual({ ok: false, error: "invalid_request" });
+  });
+});

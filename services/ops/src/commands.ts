@@ -137,9 +137,12 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { partner_id: res.partnerId, webhook_url: res.webhookUrl };
   },
 
-  async credentialCreate(partnerId: string, mode: string) {
-    const res = await c.auth.createCredential({ partnerId, mode: parseMode(mode) });
+  /** With `keys` (a JWK Set's JSON, or its URL): a private_key_jwt credential, which has no secret to print. */
+  async credentialCreate(partnerId: string, mode: string, keys: { jwksJson?: string; jwksUrl?: string } = {}) {
+    if (keys.jwksJson !== undefined && keys.jwksUrl !== undefined) throw new UsageError("give --jwks-file or --jwks-url, not both");
+    const res = await c.auth.createCredential({ partnerId, mode: parseMode(mode), ...keys });
     const cred = res.credential!;
+    if (cred.authMethod === authv1.ClientAuthMethod.PRIVATE_KEY_JWT) return { client_id: cred.clientId, mode: modeName(cred.mode), auth_method: "private_key_jwt" };
     return { client_id: cred.clientId, client_secret: cred.clientSecret, mode: modeName(cred.mode) };
   },
 

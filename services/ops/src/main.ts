@@ -2,11 +2,12 @@ import { Command, CommanderError } from "commander";
 // Only the modules the CLI needs (not the whole of @pi/common, with its database, Kafka and
 // telemetry clients): every command must finish in under 2 s, start-up included.
 import { clientsFor } from "@pi/common/clients";
+import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseSettings, withLocalStackAddresses, withLocalStackIdentity } from "@pi/common/settings";
 import { requireIdentity } from "@pi/common/service-identity";
-import { commands, describeFailure } from "./commands.js";
+import { commands, describeFailure, UsageError } from "./commands.js";
 
 // The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly
 // one JSON object on stdout; failures print one line on stderr and exit non-zero.
@@ -31,6 +32,14 @@ const ops = commands({ auth: clients.authAdmin(), connection: clients.connection
   process.stderr.write(`${line}\n`),
 );
 const urls = { auth: settings.AUTH_ADMIN_URL, connection: settings.CONNECTION_ADMIN_URL, webhook: settings.WEBHOOK_ADMIN_URL };
+
+function readJwksFile(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (err) {
+    throw new UsageError(`cannot read --jwks-file ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
 
 function print(result: Record<string, unknown>, json: boolean): void {
   if (json) {
@@ -85,8 +94,15 @@ partner
 const credential = program.command("credential").description("client credentials");
 credential
   .command("create <partnerId>")
+  .description("a client secret (shown once), or with --jwks-file / --jwks-url a private_key_jwt credential checked against the partner's public keys")
   .requiredOption("--mode <mode>", "live or test")
-  .action(action((id: string, o: { mode: string }) => ops.credentialCreate(id, o.mode)));
+  .option("--jwks-file <path>", "the partner's public JWK Set, as a JSON file")
+  .option("--jwks-url <url>", "where the partner publishes its public JWK Set (https)")
+  .action(
+    action((id: string, o: { mode: string; jwksFile?: string; jwksUrl?: string }) =>
+      ops.credentialCreate(id, o.mode, { ...(o.jwksFile !== undefined ? { jwksJson: readJwksFile(o.jwksFile) } : {}), ...(o.jwksUrl !== undefined ? { jwksUrl: o.jwksUrl } : {}) }),
+    ),
+  );
 credential.command("revoke <clientId>").action(action((id: string) => ops.credentialRevoke(id)));
 
 program

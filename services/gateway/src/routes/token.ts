@@ -1,6 +1,6 @@
 import { bodyParser } from "@koa/bodyparser";
 import { authv1 } from "@pi/proto";
-import { clientAuthentication, type ClientCredentials } from "../client-auth.js";
+import { clientAuthentication, type ClientAuthMethod, type ClientCredentials } from "../client-auth.js";
 import { PartnerError } from "../errors.js";
 import { gatewayRouter } from "../router.js";
 import type { IssueToken } from "../token-batches.js";
@@ -19,17 +19,18 @@ export function oauthError(error: OAuthError) {
   return { error, error_description: descriptions[error] };
 }
 
-const fields = ["grant_type", "client_id", "client_secret", "scope"] as const;
+const fields = ["grant_type", "client_id", "client_secret", "scope", "client_assertion_type", "client_assertion"] as const;
 type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
 
 /**
- * RFC 6749 4.4 request validation, with the client authenticated by the body fields or an HTTP
- * Basic `authorization` header (client-auth.ts); returns the error to answer, or the request.
+ * RFC 6749 4.4 request validation, with the client authenticated by the body fields, an HTTP
+ * Basic `authorization` header or a client assertion (client-auth.ts); returns the error to
+ * answer, or the request.
  */
 export function parseTokenRequest(
   body: unknown,
   authorization?: string,
-): { ok: true; req: TokenRequest; client: ClientCredentials; method: "basic" | "body" } | { ok: false; error: OAuthError } {
+): { ok: true; req: TokenRequest; client: ClientCredentials; method: ClientAuthMethod } | { ok: false; error: OAuthError } {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return { ok: false, error: "invalid_request" };
   const req: TokenRequest = {};
   for (const field of fields) {
@@ -82,9 +83,10 @@ export default function tokenRoutes(issueToken: IssueToken) {
         ctx.body = oauthError(parsed.error);
         return;
       }
-      // Basic or body: the same call, so every credential failure is the same work and the same answer.
-      const { clientId, clientSecret } = parsed.client;
-      const res = await issueToken({ clientId, clientSecret, scope: parsed.req.scope });
+      // Basic or body: the same call, so every credential failure is the same work and the same
+      // answer; an assertion is checked by auth alone, and fails with the same answer.
+      const { clientId, clientSecret, assertion } = parsed.client;
+      const res = await issueToken({ clientId, clientSecret, scope: parsed.req.scope, ...(assertion !== undefined ? { clientAssertion: assertion } : {}) });
       if (res.outcome.case === "token") {
         const t = res.outcome.value;
         ctx.status = 200;

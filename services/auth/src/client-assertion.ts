@@ -1,0 +1,89 @@
+import { decodeJwt, decodeProtectedHeader } from "jose";
+
+// The rules of a private_key_jwt client assertion (RFC 7523 section 3, as SMART App Launch's
+// Backend Services state them for client-confidential-asymmetric), apart from the signature and
+// the jti's first use, which need keys and the database (assertion-keys.ts, routes.ts). Pure: each
+// rule has its row in test/client-assertion.test.ts. Every failure is the one invalid_client.
+
+export const CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/** SMART's required pair (RS384, ES384) and the two most clients default to. */
+export const ASSERTION_ALGORITHMS = ["RS384", "ES384", "ES256", "RS256"] as const;
+export type AssertionAlgorithm = (typeof ASSERTION_ALGORITHMS)[number];
+
+/** SMART: `exp` no more than five minutes in the future. */
+export const MAX_ASSERTION_LIFETIME_SECONDS = 300;
+/** How far ahead of ours a client's clock may run (its `exp` = its now + 300 s) before the five minutes are exceeded. */
+export const ASSERTION_CLOCK_SKEW_SECONDS = 10;
+/** The longest `jti` and client id kept; longer ones are refused. */
+export const MAX_ASSERTION_ID_LENGTH = 256;
+
+export const isAssertionAlgorithm = (alg: unknown): alg is AssertionAlgorithm => (ASSERTION_ALGORITHMS as readonly unknown[]).includes(alg);
+
+/** What the assertion says before anything is verified: which client and key to look up. */
+export interface ClaimedAssertion {
+  alg: AssertionAlgorithm;
+  kid: string;
+  /** `iss`, which must equal `sub`; only a claim until the signature is verified. */
+  clientId: string;
+}
+
+/**
+ * The header and issuer of a compact JWS, or undefined when it is malformed: not three base64url
+ * parts of JSON, an algorithm outside the four, no `kid`, no string `iss`.
+ */
+export function claimedAssertion(assertion: string): ClaimedAssertion | undefined {
+  try {
+    if (assertion.split(".").length !== 3) return undefined;
+    const header = decodeProtectedHeader(assertion);
+    const claims = decodeJwt(assertion);
+    if (!isAssertionAlgorithm(header.alg) || typeof header.kid !== "string" || header.kid === "") return undefined;
+    if (header.crit !== undefined) return undefined;
+    if (typeof claims.iss !== "string" || claims.iss === "" || claims.iss.length > MAX_ASSERTION_ID_LENGTH) return undefined;
+    return { alg: header.alg, kid: header.kid, clientId: claims.iss };
+  } catch {
+    return undefined;
+  }
+}
+
+export interface AssertionExpectations {
+  clientId: string;
+  /** The token endpoint's public URL (TOKEN_ENDPOINT_URL). */
+  audience: string;
+  /** Unix seconds. */
+  now: number;
+}
+
+/** The claims of a verified assertion that the database needs: its jti and until when it must stay used. */
+export interface AcceptedClaims {
+  jti: string;
+  exp: number;
+}
+
+export type ClaimsCheck = { ok: true; accepted: AcceptedClaims } | { ok: false; reason: string };
+
+/**
+ * The claims rules: `iss` = `sub` = the client id; `aud` the token endpoint's URL (a string, or an
+ * array holding it); `exp` an integer in the future and at most five minutes (and the clock skew)
+ * ahead; `nbf` and `iat`, when present, numbers not in the future beyond the skew; a `jti`.
+ * The reason goes to the logs only.
+ */
+export function checkAssertionClaims(claims: Record<string, unknown>, expect: AssertionExpectations): ClaimsCheck {
+  const fail = (reason: string): ClaimsCheck => ({ ok: false, reason });
+  if (claims.iss !== expect.clientId) return fail("iss is not the client id");
+  if (claims.sub !== expect.clientId) return fail("sub is not the client id");
+  const aud = claims.aud;
+  const audiences = typeof aud === "string" ? [aud] : Array.isArray(aud) ? aud : [];
+  if (!audiences.includes(expect.audience)) return fail("aud is not the token endpoint");
+  const { exp, nbf, iat, jti } = claims;
+  if (typeof exp !== "number" || !Number.isFinite(exp)) return fail("no exp");
+  if (exp <= expect.now) return fail("expired");
+  if (exp > expect.now + MAX_ASSERTION_LIFETIME_SECONDS + ASSERTION_CLOCK_SKEW_SECONDS) return fail("exp more than five minutes ahead");
+  if (nbf !== undefined && (typeof nbf !== "number" || nbf > expect.now + ASSERTION_CLOCK_SKEW_SECONDS)) return fail("not yet valid (nbf)");
+  if (iat !== undefined && (typeof iat !== "number" || iat > expect.now + ASSERTION_CLOCK_SKEW_SECONDS)) return fail("issued in the future (iat)");
+  if (typeof jti !== "string" || jti === "" || jti.length > MAX_ASSERTION_ID_LENGTH) return fail("no usable jti");
+  return { ok: true, accepted: { jti, exp: Math.ceil(exp) } };
+}
+
+/** The key under which a used jti is stored: per client, so one client's ids never collide with another's. */
+export const usedJtiKey = (clientId: string, jti: string) => `${clientId}\u0000${jti}`;

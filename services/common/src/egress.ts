@@ -1,0 +1,108 @@
+import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from "node:dns";
+import { isIP, type LookupFunction } from "node:net";
+import ipaddr from "ipaddr.js";
+import { Agent } from "undici";
+
+// Calls to addresses partners give us (webhook endpoints, JWK Set URLs) with the outbound safety of
+// the chart (WEBHOOK_ALLOW_INSECURE_URLS=false): https only, and the address the socket connects to
+// must be public. The address is checked in the socket's own DNS lookup, so a name that resolves to
+// a public address when registered and to 127.0.0.1 later (DNS rebinding) is still refused.
+//
+// Public means public unicast only. IPv4: whatever ipaddr.js calls plain "unicast" (so not
+// loopback, private, link-local, which holds the cloud metadata address 169.254.169.254, CGNAT,
+// reserved, documentation, multicast...). IPv6: only global unicast (2000::/3) that ipaddr.js also
+// calls "unicast", which leaves out loopback, ULA (fc00::/7, holding fd00:ec2::254), link-local,
+// IPv4-mapped and -compatible, NAT64, 6to4, Teredo and documentation prefixes.
+
+const globalUnicast = ipaddr.parseCIDR("2000::/3");
+
+/** Why a connection to this IP address is refused, or undefined when it is a public address. */
+export function addressRefusal(address: string): string | undefined {
+  let ip: ipaddr.IPv4 | ipaddr.IPv6;
+  try {
+    ip = ipaddr.parse(address.replace(/^\[|\]$/g, "").replace(/%.*$/, ""));
+  } catch {
+    return `${address} is not an IP address`;
+  }
+  const range = ip.range();
+  if (ip.kind() === "ipv6") {
+    const v6 = ip as ipaddr.IPv6;
+    if (v6.isIPv4MappedAddress()) return `${address} is an IPv4-mapped address`;
+    if (!v6.match(globalUnicast) || range !== "unicast") return `${address} is not a public address (${range === "unicast" ? "not global unicast" : range})`;
+    return undefined;
+  }
+  return range === "unicast" ? undefined : `${address} is not a public address (${range})`;
+}
+
+export const isPublicAddress = (address: string): boolean => addressRefusal(address) === undefined;
+
+export type Resolver = (hostname: string, options: LookupAllOptions, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
+
+const systemResolver: Resolver = (hostname, options, callback) => dnsLookup(hostname, options, callback);
+
+export class AddressRefusedError extends Error {
+  readonly code = "ERR_WEBHOOK_ADDRESS_REFUSED";
+}
+
+/** A socket lookup that resolves every address of the name and keeps only the public ones. */
+export function guardedLookup(resolve: Resolver = systemResolver): LookupFunction {
+  return (hostname, options, callback) => {
+    resolve(hostname, { ...options, all: true }, (err, addresses) => {
+      if (err) return callback(err, "", 0);
+      const allowed = addresses.filter((a) => isPublicAddress(a.address));
+      if (allowed.length === 0) {
+        const found = addresses.map((a) => a.address).join(", ") || "nothing";
+        return callback(new AddressRefusedError(`${hostname} resolves to no public address (${found})`), "", 0);
+      }
+      if (options.all) return callback(null, allowed);
+      return callback(null, allowed[0]!.address, allowed[0]!.family);
+    });
+  };
+}
+
+/** Why the address must not be called at all, before any connection (`what` names it in the reason). */
+export function urlRefusal(raw: string, allowInsecure: boolean, what = "webhook url"): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return `${what} is not an absolute URL`;
+  }
+  if (url.username || url.password) return `${what} must not carry credentials`;
+  if (allowInsecure) return url.protocol === "https:" || url.protocol === "http:" ? undefined : `${what} must use http or https`;
+  if (url.protocol !== "https:") return `${what} must use https`;
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  if (isIP(host)) return addressRefusal(host);
+  return undefined;
+}
+
+export interface EgressOptions {
+  allowInsecure: boolean;
+  timeoutMs: number;
+  /** Stands in for the system's DNS in tests. */
+  resolve?: Resolver;
+}
+
+/** The connection pool of outbound calls to partners' addresses: public addresses only (unless insecure URLs are allowed), no redirects. */
+export function egressAgent(opts: EgressOptions): Agent {
+  return new Agent({
+    connect: { timeout: opts.timeoutMs, ...(opts.allowInsecure ? {} : { lookup: guardedLookup(opts.resolve) }) },
+    headersTimeout: opts.timeoutMs,
+    bodyTimeout: opts.timeoutMs,
+    keepAliveTimeout: 4_000,
+    maxRedirections: 0,
+  });
+}
+
+/** Reads at most `cap` bytes of a body as text and drops the rest without reading it. */
+export async function readCapped(body: AsyncIterable<Buffer> & { destroy(): unknown }, cap: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    chunks.push(chunk);
+    size += chunk.length;
+    if (size >= cap) break;
+  }
+  body.destroy();
+  return Buffer.concat(chunks).subarray(0, cap).toString("utf8");
+}

@@ -1,0 +1,52 @@
+import { authorizationServerIssuer, tokenEndpointUrl, type Settings } from "@pi/common";
+import { gatewayRouter } from "../router.js";
+
+// Where a client finds the token endpoint and what it accepts: RFC 8414 authorization server
+// metadata, and SMART App Launch's smart-configuration (the document healthcare's OAuth clients
+// read, Backend Services among them). No bearer; the same facts in both.
+
+export const TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "private_key_jwt"];
+export const ASSERTION_SIGNING_ALGORITHMS = ["RS384", "ES384", "ES256", "RS256"];
+export const SCOPES = ["connections:write", "files:write"];
+
+type Issuer = Pick<Settings, "TOKEN_ENDPOINT_URL" | "GATEWAY_PORT">;
+
+/** RFC 8414 section 2. There is no authorization endpoint, so no response type is supported (the list is required). */
+export function authorizationServerMetadata(settings: Issuer) {
+  const issuer = authorizationServerIssuer(settings);
+  return {
+    issuer,
+    token_endpoint: tokenEndpointUrl(settings),
+    grant_types_supported: ["client_credentials"],
+    response_types_supported: [] as string[],
+    token_endpoint_auth_methods_supported: TOKEN_ENDPOINT_AUTH_METHODS,
+    token_endpoint_auth_signing_alg_values_supported: ASSERTION_SIGNING_ALGORITHMS,
+    scopes_supported: SCOPES,
+    service_documentation: `${issuer}/docs`,
+  };
+}
+
+/**
+ * SMART App Launch 2.x, "Conformance": its metadata for a server of Backend Services only (no
+ * authorization endpoint, so no launch or PKCE capabilities): clients authenticate with a key pair
+ * (client-confidential-asymmetric) or a secret (client-confidential-symmetric).
+ */
+export function smartConfiguration(settings: Issuer) {
+  const { service_documentation: _documentation, ...metadata } = authorizationServerMetadata(settings);
+  return { ...metadata, capabilities: ["client-confidential-asymmetric", "client-confidential-symmetric"] };
+}
+
+export default function discoveryRoutes(settings: Issuer) {
+  const router = gatewayRouter();
+  const oauth = authorizationServerMetadata(settings);
+  const smart = smartConfiguration(settings);
+  router.get("/.well-known/oauth-authorization-server", (ctx) => {
+    ctx.set("Cache-Control", "public, max-age=300");
+    ctx.body = oauth;
+  });
+  router.get("/.well-known/smart-configuration", (ctx) => {
+    ctx.set("Cache-Control", "public, max-age=300");
+    ctx.body = smart;
+  });
+  return router;
+}
