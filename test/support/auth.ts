@@ -1,4 +1,5 @@
-import { SignJWT, importJWK, type JWK, type JWTPayload } from "jose";
+import { randomUUID } from "node:crypto";
+import { exportJWK, generateKeyPair, SignJWT, importJWK, type JWK, type JWTPayload } from "jose";
 import { MongoClient } from "mongodb";
 import { databaseName, LocalKeyWrapper, type Settings } from "@pi/common";
 import { peppersOf, SecretSealer } from "@pi/auth";
@@ -62,3 +63,31 @@ export async function resign(
  * themselves are tested by the edge's own tests).
  */
 export const NO_RATE_LIMITS = { RATE_LIMIT_TOKEN_PER_MINUTE: "1000000", RATE_LIMIT_V1_PER_SECOND: "1000000" } as const;
+
+/** A partner's key pair for private_key_jwt: its public JWK Set, and assertions signed as a client library signs them. */
+export async function partnerKey(alg: "RS384" | "ES384" | "ES256" | "RS256", kid: string) {
+  const pair = await generateKeyPair(alg, { extractable: true });
+  const publicJwk = { ...(await exportJWK(pair.publicKey)), kid, alg, use: "sig" };
+  return {
+    alg,
+    kid,
+    jwks: { keys: [publicJwk] },
+    publicJwk,
+    /** An assertion for `clientId` to `audience`, valid for `ttl` seconds (any claim or header replaced by `change`). */
+    assertion(clientId: string, audience: string, change: { claims?: JWTPayload; header?: Record<string, unknown>; ttl?: number } = {}) {
+      const now = Math.floor(Date.now() / 1000);
+      const claims = { iss: clientId, sub: clientId, aud: audience, jti: randomUUID(), iat: now, exp: now + (change.ttl ?? 240), ...change.claims };
+      return new SignJWT(claims).setProtectedHeader({ alg, kid, typ: "JWT", ...change.header }).sign(pair.privateKey);
+    },
+  };
+}
+
+export const CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/** The token request body of an assertion. */
+export const assertionBody = (assertion: string, extra: Record<string, string> = {}) => ({
+  grant_type: "client_credentials",
+  client_assertion_type: CLIENT_ASSERTION_TYPE,
+  client_assertion: assertion,
+  ...extra,
+});
