@@ -157,7 +157,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     const claimed = claimedAssertion(assertion);
     // A client_id beside the assertion must name the same client (RFC 7521 section 4.2).
     const clientId = claimed && (req.clientId === "" || req.clientId === claimed.clientId) ? claimed.clientId : "";
-    const credential = clientId === "" ? null : await store.credentials.findOne({ _id: clientId });
+    // Read even for a malformed assertion (no client id: a miss), so that it costs the same.
+    const credential = await store.credentials.findOne({ _id: clientId });
     const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
     const usable = credential?.authMethod === "private_key_jwt" ? credential : undefined;
     const claims = await assertionKeys.verify(assertion, claimed, usable);
