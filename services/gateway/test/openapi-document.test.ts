@@ -38,10 +38,12 @@ describe("the OpenAPI document", () => {
     expect(doc.openapi).toMatch(/^3\.1\./);
   });
 
-  it("has exactly the seven operations of v1: the token endpoint, the five /v1 operations of the spec and the events list", () => {
+  it("has exactly the nine operations of v1: the token endpoint, its two discovery documents, the five /v1 operations of the spec and the events list", () => {
     expect(operations.map((o) => `${o.method.toUpperCase()} ${o.path}`).sort()).toEqual(
       [
         "POST /oauth/token",
+        "GET /.well-known/oauth-authorization-server",
+        "GET /.well-known/smart-configuration",
         "POST /v1/connections",
         "GET /v1/connections/{id}",
         "DELETE /v1/connections/{id}",
@@ -50,7 +52,7 @@ describe("the OpenAPI document", () => {
         "GET /v1/events",
       ].sort(),
     );
-    expect(new Set(operations.map((o) => o.op.operationId)).size).toBe(7);
+    expect(new Set(operations.map((o) => o.op.operationId)).size).toBe(9);
   });
 
   it("takes the token request as form-urlencoded and as JSON, with the client authenticated by HTTP Basic or the body, and needs no bearer there", () => {
@@ -99,7 +101,8 @@ describe("the OpenAPI document", () => {
   });
 
   it("puts Retry-After (an integer of at least 1, required) on every 429 and 503", () => {
-    for (const { path, op } of operations) {
+    // The discovery documents are static answers of the gateway alone: no limit, no dependency.
+    for (const { path, op } of operations.filter((o) => !o.path.startsWith("/.well-known/"))) {
       for (const status of ["429", "503"]) {
         const header = deref(deref(op.responses[status]).headers["Retry-After"]);
         expect([path, status, header.required, header.schema]).toEqual([path, status, true, { type: "integer", minimum: 1 }]);
