@@ -3,6 +3,6 @@
 export { PartnerClient, type Connection, type EventList, type EventsOptions, type FileReceipt, type ListedEvent, type PartnerClientOptions, type SendFileInput } from "./client.js";
 export { NetworkError, OAuthTokenError, PartnerApiError, type ErrorCode, type OAuthErrorCode } from "./errors.js";
 export { RETRYABLE_STATUSES, type RetryOptions } from "./retry.js";
-export { basicCredentials, TokenSource, type TokenSourceOptions } from "./token.js";
+export { basicCredentials, CLIENT_ASSERTION_TYPE, TokenSource, type AssertionAlgorithm, type TokenSourceOptions } from "./token.js";
 export { verifyWebhook, WebhookVerificationError, type VerifyOptions, type WebhookEvent } from "./webhooks.js";
 export type { components, paths, webhooks } from "./gen/api.js";

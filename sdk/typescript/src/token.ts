@@ -1,14 +1,36 @@
+import { importJWK, importPKCS8, SignJWT, type CryptoKey, type JWK, type KeyObject } from "jose";
 import { NetworkError, OAuthTokenError, PartnerApiError, type ErrorCode } from "./errors.js";
 import type { components } from "./gen/api.js";
 
 type TokenResponse = components["schemas"]["TokenResponse"];
 
+/** The algorithms the token endpoint accepts for a client assertion (RS384 and ES384 are SMART's required pair). */
+export type AssertionAlgorithm = "RS384" | "ES384" | "ES256" | "RS256";
+
+export const CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
 export interface TokenSourceOptions {
   baseUrl: string;
   clientId: string;
-  clientSecret: string;
-  /** How the client authenticates at POST /oauth/token: an HTTP Basic header (default) or the body fields. */
-  authMethod?: "basic" | "body";
+  /** The client secret (authMethod basic or body). */
+  clientSecret?: string;
+  /**
+   * How the client authenticates at POST /oauth/token: an HTTP Basic header (default), the body
+   * fields, or a client assertion signed with `privateKey` (private_key_jwt, RFC 7523), for a
+   * credential registered with the public half of the key.
+   */
+  authMethod?: "basic" | "body" | "private_key_jwt";
+  /** private_key_jwt: the private key, as a key object, a private JWK or a PKCS#8 PEM string. */
+  privateKey?: CryptoKey | KeyObject | JWK | string;
+  /** private_key_jwt: the key's id in the JWK Set the credential was registered with. */
+  kid?: string;
+  /** private_key_jwt: the signing algorithm of the key. */
+  alg?: AssertionAlgorithm;
+  /**
+   * private_key_jwt: the token endpoint's URL, the assertion's `aud` (the discovery metadata's
+   * `token_endpoint`); default `${baseUrl}/oauth/token`.
+   */
+  tokenEndpointUrl?: string;
   scope?: string;
   /** Renew when less than this many seconds of the token's life are left (default 60, at most half its life). */
   renewBeforeSeconds?: number;
@@ -29,9 +51,16 @@ export class TokenSource {
   private readonly fetch: typeof fetch;
   private readonly now: () => number;
 
+  private signingKey: Promise<CryptoKey | KeyObject | Uint8Array> | undefined;
+
   constructor(private readonly o: TokenSourceOptions) {
     this.fetch = o.fetch ?? globalThis.fetch;
     this.now = o.now ?? Date.now;
+    if (o.authMethod === "private_key_jwt") {
+      if (!o.privateKey || !o.kid || !o.alg) throw new TypeError("private_key_jwt needs privateKey, kid and alg");
+    } else if (!o.clientSecret) {
+      throw new TypeError("clientSecret is required (or authMethod private_key_jwt with a private key)");
+    }
   }
 
   /** A valid bearer token, fetched only when none is cached or the cached one is about to expire. */
@@ -46,16 +75,37 @@ export class TokenSource {
     this.token = undefined;
   }
 
+  /** A fresh client assertion: iss = sub = the client id, aud the token endpoint, a new jti, two minutes of life (at most five are accepted). */
+  async clientAssertion(): Promise<string> {
+    const { privateKey, alg, kid, clientId } = this.o;
+    this.signingKey ??= Promise.resolve(
+      typeof privateKey === "string" ? importPKCS8(privateKey, alg!) : privateKey !== undefined && "kty" in privateKey ? importJWK(privateKey as JWK, alg) : (privateKey as CryptoKey | KeyObject),
+    );
+    const now = Math.floor(this.now() / 1000);
+    return new SignJWT({})
+      .setProtectedHeader({ alg: alg!, kid: kid!, typ: "JWT" })
+      .setIssuer(clientId)
+      .setSubject(clientId)
+      .setAudience(this.o.tokenEndpointUrl ?? new URL("/oauth/token", this.o.baseUrl).href)
+      .setJti(globalThis.crypto.randomUUID())
+      .setIssuedAt(now)
+      .setExpirationTime(now + 120)
+      .sign(await this.signingKey);
+  }
+
   private async request(): Promise<string> {
-    const basic = (this.o.authMethod ?? "basic") === "basic";
+    const method = this.o.authMethod ?? "basic";
     const form = new URLSearchParams({ grant_type: "client_credentials" });
-    if (!basic) {
+    if (method === "body") {
       form.set("client_id", this.o.clientId);
-      form.set("client_secret", this.o.clientSecret);
+      form.set("client_secret", this.o.clientSecret!);
+    } else if (method === "private_key_jwt") {
+      form.set("client_assertion_type", CLIENT_ASSERTION_TYPE);
+      form.set("client_assertion", await this.clientAssertion());
     }
     if (this.o.scope) form.set("scope", this.o.scope);
     const headers: Record<string, string> = { "content-type": "application/x-www-form-urlencoded", accept: "application/json" };
-    if (basic) headers.authorization = basicCredentials(this.o.clientId, this.o.clientSecret);
+    if (method === "basic") headers.authorization = basicCredentials(this.o.clientId, this.o.clientSecret!);
     let res: Response;
     try {
       res = await this.fetch(new URL("/oauth/token", this.o.baseUrl), { method: "POST", headers, body: form.toString() });

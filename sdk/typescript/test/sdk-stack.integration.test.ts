@@ -6,12 +6,14 @@ import { startTestStack, type TestStack } from "../../../test/support/services.j
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { main as partnerProgram } from "../examples/partner-program.js";
+import { exportJWK, exportPKCS8, generateKeyPair } from "jose";
 import { OAuthTokenError, PartnerApiError, PartnerClient, verifyWebhook, type WebhookEvent } from "../src/index.js";
 
 // The SDK against the whole stack (every service in this process, real database and Kafka): what
 // the README's partner program does, with both client authentication methods, and webhooks
 // verified by the SDK during a signing-secret rotation.
 
+const TOKEN_ENDPOINT_URL = "https://partners.example/oauth/token";
 let stack: TestStack;
 let ops: ReturnType<typeof opsFor>;
 let server: Server;
@@ -19,7 +21,7 @@ let receiverUrl: string;
 const deliveries: { raw: Buffer; header: string }[] = [];
 
 beforeAll(async () => {
-  stack = await startTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", SANDBOX_APPROVAL_DELAY_SECONDS: "1" });
+  stack = await startTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", SANDBOX_APPROVAL_DELAY_SECONDS: "1", TOKEN_ENDPOINT_URL });
   ops = opsFor(stack.settings);
   server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -138,4 +140,17 @@ describe("partner SDK against the stack", () => {
     for await (const event of client.events({ type: "connection.approved" })) approvals.push(event.id);
     expect(approvals).toEqual([seen[1]!.id]);
   }, 60_000);
+
+  it("private_key_jwt: a client with a private key (a key object or a PEM), its kid and alg gets tokens and calls /v1; a key the set lacks is invalid_client", async () => {
+    const partner = await ops.partnerCreate({ name: "SDK Key Pair Lab" });
+    const { publicKey, privateKey } = await generateKeyPair("ES384", { extractable: true });
+    const { client_id: clientId } = await ops.credentialCreate(partner.partner_id, "test", { jwksJson: JSON.stringify({ keys: [{ ...(await exportJWK(publicKey)), kid: "lab-1" }] }) });
+    const { sandbox_elder_address: elder } = await ops.info();
+    for (const key of [privateKey, await exportPKCS8(privateKey)]) {
+      const client = new PartnerClient({ baseUrl: stack.baseUrl, clientId: clientId as string, authMethod: "private_key_jwt", privateKey: key, kid: "lab-1", alg: "ES384", tokenEndpointUrl: TOKEN_ENDPOINT_URL });
+      expect((await client.connect(elder as string)).id).toMatch(/^con_/);
+    }
+    const wrongKid = new PartnerClient({ baseUrl: stack.baseUrl, clientId: clientId as string, authMethod: "private_key_jwt", privateKey, kid: "lab-2", alg: "ES384", tokenEndpointUrl: TOKEN_ENDPOINT_URL });
+    await expect(wrongKid.tokens.get()).rejects.toMatchObject({ code: "invalid_client" });
+  });
 });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { createHmac } from "node:crypto";
-import { basicCredentials, OAuthTokenError, PartnerApiError, PartnerClient, TokenSource, verifyWebhook, WebhookVerificationError } from "../src/index.js";
+import { decodeJwt, generateKeyPair, jwtVerify } from "jose";
+import { basicCredentials, CLIENT_ASSERTION_TYPE, OAuthTokenError, PartnerApiError, PartnerClient, TokenSource, verifyWebhook, WebhookVerificationError } from "../src/index.js";
 
 // The SDK's own rules, with a fake fetch: token caching and renewal, retries on one Idempotency-Key,
 // typed errors, webhook verification with several secrets. Its run against the stack is sdk-stack.test.ts.
@@ -41,6 +42,34 @@ describe("verifyWebhook", () => {
 });
 
 describe("TokenSource", () => {
+  it("private_key_jwt: a fresh assertion per request (iss = sub = client id, aud the token endpoint, kid, a new jti, exp two minutes ahead), no secret, no Basic", async () => {
+    const { publicKey, privateKey } = await generateKeyPair("RS384");
+    const seen: Request[] = [];
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      seen.push(new Request(input, init));
+      return json(200, tokenBody(seen.length, 2));
+    };
+    let clock = 1_800_000_000_000;
+    const source = new TokenSource({ baseUrl: "https://api.example", clientId: "cli_k", authMethod: "private_key_jwt", privateKey, kid: "k1", alg: "RS384", fetch, now: () => clock });
+    await source.get();
+    clock += 5_000;
+    await source.get();
+    const forms = await Promise.all(seen.map(async (r) => new URLSearchParams(await r.text())));
+    expect(seen.map((r) => r.headers.get("authorization"))).toEqual([null, null]);
+    expect([...forms[0]!.keys()].sort()).toEqual(["client_assertion", "client_assertion_type", "grant_type"]);
+    expect(forms[0]!.get("client_assertion_type")).toBe(CLIENT_ASSERTION_TYPE);
+    const checked = await jwtVerify(forms[0]!.get("client_assertion")!, publicKey, { currentDate: new Date(1_800_000_000_000), audience: "https://api.example/oauth/token", issuer: "cli_k", subject: "cli_k" });
+    expect(checked.protectedHeader).toMatchObject({ alg: "RS384", kid: "k1" });
+    expect(checked.payload.exp! - checked.payload.iat!).toBe(120);
+    expect(forms[1]!.get("client_assertion")).not.toBe(forms[0]!.get("client_assertion"));
+    expect(decodeJwt(forms[1]!.get("client_assertion")!).jti).not.toBe(checked.payload.jti);
+  });
+
+  it("private_key_jwt needs the key, its kid and alg; the other methods a secret", () => {
+    expect(() => new TokenSource({ baseUrl: "http://x", clientId: "c", authMethod: "private_key_jwt", kid: "k", alg: "ES256" })).toThrow(/privateKey/);
+    expect(() => new TokenSource({ baseUrl: "http://x", clientId: "c" })).toThrow(/clientSecret/);
+  });
+
   it("Basic by default (form-urlencoded, then base64), the body fields on request", async () => {
     expect(basicCredentials("cli:1", "s+/ x")).toBe(`Basic ${Buffer.from("cli%3A1:s%2B%2F+x").toString("base64")}`);
     const seen: Request[] = [];

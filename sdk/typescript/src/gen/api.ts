@@ -23,8 +23,63 @@ export interface paths {
          *     client, bad secret, revoked credential, suspended partner), by either method, gives the
          *     identical `400 invalid_client`: the spec's one answer, also for Basic (no `401` and no
          *     `WWW-Authenticate`, so the answer never differs by method or cause).
+         *
+         *     **private_key_jwt** (RFC 7523 section 2.2; SMART App Launch, Backend Services): a
+         *     credential registered with your public JWK Set authenticates with `client_assertion_type`
+         *     `urn:ietf:params:oauth:client-assertion-type:jwt-bearer` and `client_assertion`, a JWT
+         *     signed with RS384, ES384, ES256 or RS256 whose header names the key (`kid`) and whose
+         *     claims are `iss` and `sub` (your `client_id`), `aud` (this endpoint's URL, the
+         *     `token_endpoint` of the discovery metadata), `exp` (at most five minutes ahead) and `jti`
+         *     (never used before). No `client_secret` and no Basic header with it; a `client_id` may
+         *     ride along if it is the assertion's. Every failure of the assertion (unknown key, bad
+         *     signature, wrong `aud`, expired, a `jti` used before, a revoked credential, a suspended
+         *     partner, a malformed assertion) is the same `400 invalid_client`. To rotate a key, publish
+         *     the new one in your set and sign with it.
          */
         post: operations["requestToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-authorization-server": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Authorization server metadata (RFC 8414)
+         * @description Where the token endpoint is and what it accepts, for a client that discovers it
+         *     (`issuer` is the base address; `token_endpoint` is the URL a `private_key_jwt` assertion's
+         *     `aud` must name). No authentication.
+         */
+        get: operations["getAuthorizationServerMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/smart-configuration": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * SMART App Launch configuration
+         * @description The same facts in the form SMART App Launch's clients read (Backend Services among them),
+         *     with SMART's `capabilities`. No authentication.
+         */
+        get: operations["getSmartConfiguration"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -249,6 +304,8 @@ export interface components {
         /**
          * @description `client_id` and `client_secret` are required unless the client authenticates with an HTTP
          *     Basic header; then `client_secret` must be absent, and a `client_id` present must name the same client.
+         *     With a client assertion (`private_key_jwt`), `client_assertion_type` and `client_assertion`
+         *     are required, `client_secret` and the Basic header absent, and `client_id` optional.
          */
         TokenRequest: {
             /** @enum {string} */
@@ -261,6 +318,46 @@ export interface components {
              * @example connections:write files:write
              */
             scope?: string;
+            /**
+             * @description With `client_assertion`, for a `private_key_jwt` credential (RFC 7523 section 2.2).
+             * @enum {string}
+             */
+            client_assertion_type?: "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+            /** @description A JWT signed with your private key (see the operation's description). */
+            client_assertion?: string;
+        };
+        /** @description RFC 8414 section 2. There is no authorization endpoint, so `response_types_supported` is empty. */
+        AuthorizationServerMetadata: {
+            /** Format: uri */
+            issuer: string;
+            /** Format: uri */
+            token_endpoint: string;
+            grant_types_supported: "client_credentials"[];
+            response_types_supported: string[];
+            token_endpoint_auth_methods_supported: ("client_secret_basic" | "client_secret_post" | "private_key_jwt")[];
+            token_endpoint_auth_signing_alg_values_supported: ("RS384" | "ES384" | "ES256" | "RS256")[];
+            scopes_supported: ("connections:write" | "files:write")[];
+            /** Format: uri */
+            service_documentation?: string;
+        };
+        /** @description SMART App Launch 2, "Conformance", for a server of Backend Services only. */
+        SmartConfiguration: {
+            /** Format: uri */
+            issuer: string;
+            /** Format: uri */
+            token_endpoint: string;
+            grant_types_supported: "client_credentials"[];
+            response_types_supported?: string[];
+            token_endpoint_auth_methods_supported: ("client_secret_basic" | "client_secret_post" | "private_key_jwt")[];
+            token_endpoint_auth_signing_alg_values_supported: ("RS384" | "ES384" | "ES256" | "RS256")[];
+            scopes_supported: ("connections:write" | "files:write")[];
+            /**
+             * @example [
+             *       "client-confidential-asymmetric",
+             *       "client-confidential-symmetric"
+             *     ]
+             */
+            capabilities: string[];
         };
         TokenResponse: {
             /** @description A bearer token (JWT format). */
@@ -759,6 +856,46 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getAuthorizationServerMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthorizationServerMetadata"];
+                };
+            };
+        };
+    };
+    getSmartConfiguration: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The configuration. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SmartConfiguration"];
+                };
+            };
         };
     };
     createConnection: {
