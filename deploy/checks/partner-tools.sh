@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Partners' own tools against the local stack (npm start): OAuth client libraries of Python
 # (requests-oauthlib, authlib), Go (golang.org/x/oauth2/clientcredentials) and Node (simple-oauth2),
-# each in its default mode and in body mode, each token used on /v1; webhook deliveries verified with
+# each in its default mode and in body mode, each token used on /v1; Authlib's PrivateKeyJWT with
+# RS384 and ES384 keys on a token endpoint it discovered from the RFC 8414 metadata, and that
+# metadata read by oauth4webapi's discovery too; webhook deliveries verified with
 # Stripe's official verifiers in Python and Node, through a signing-secret rotation and a resend.
 #
 #   bash deploy/checks/partner-tools.sh            (CI runs it after npm test)
@@ -49,12 +51,12 @@ if [ ! -x "$gobin" ]; then
 fi
 
 # --- Node: simple-oauth2, stripe (outside the workspaces: partners' tools, not ours) ---
-nodedir="$root/.state/cache/partner-tools-node-$(pins "$tools/node/package.json" "$tools/node/token.cjs" "$tools/node/verify.cjs")"
+nodedir="$root/.state/cache/partner-tools-node-$(pins "$tools/node/package.json" "$tools/node/token.cjs" "$tools/node/verify.cjs" "$tools/node/discovery.mjs")"
 if [ ! -f "$nodedir/.installed" ]; then
   log "installing the Node tools into $nodedir"
   rm -rf "$nodedir"
   mkdir -p "$nodedir"
-  cp "$tools/node/package.json" "$tools/node/token.cjs" "$tools/node/verify.cjs" "$nodedir/"
+  cp "$tools/node/package.json" "$tools/node/token.cjs" "$tools/node/verify.cjs" "$tools/node/discovery.mjs" "$nodedir/"
   (cd "$nodedir" && npm install --no-audit --no-fund --no-package-lock --silent) >>"$out/install.log" 2>&1 || fail_all "npm install of the Node tools failed (see $out/install.log)"
   touch "$nodedir/.installed"
 fi

@@ -1,5 +1,6 @@
 // Partners' own tools against the running stack (npm start): standard OAuth client libraries of
-// three ecosystems, each in its default mode and in body mode, each token used on /v1; webhook
+// three ecosystems, each in its default mode and in body mode, each token used on /v1; a key-pair
+// credential (private_key_jwt) used by Authlib on the token endpoint it discovered; webhook
 // deliveries verified with Stripe's official verifiers (Python and Node) before, during and after a
 // signing-secret rotation, and after an operator's resend. Called by deploy/checks/partner-tools.sh,
 // which provides the tools; prints one JSON object of results on stdout.
@@ -7,7 +8,10 @@
 // Environment: GATEWAY_URL, PT_PYTHON (venv python), PT_GO_BIN (built Go client), PT_NODE_DIR
 // (installed Node tools), and the *_SERVICE_URL settings for the operator CLI.
 import { execFile } from "node:child_process";
+import { generateKeyPairSync, randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -74,6 +78,48 @@ async function oauthCases() {
     }
     const problem = await useOnV1(res.stdout, address);
     record(`${name}: token works on /v1`, !problem, problem);
+  }
+}
+
+// ---- private_key_jwt (SMART Backend Services) and discovery ----
+async function privateKeyJwtCases() {
+  const dir = mkdtempSync(join(tmpdir(), "pi-partner-keys-"));
+  try {
+    const partner = await ops("partner", "create", "--name", "Partner Tools Key Pair Lab");
+    const { address } = await ops("elder", "create");
+    const discovered = await run(process.execPath, [join(process.env.PT_NODE_DIR, "discovery.mjs"), gateway]);
+    let metadata;
+    try {
+      metadata = JSON.parse(discovered.stdout);
+    } catch {
+      metadata = undefined;
+    }
+    const discoveryOk = metadata?.token_endpoint === tokenUrl && metadata.token_endpoint_auth_methods_supported.includes("private_key_jwt");
+    record("node oauth4webapi discovery (RFC 8414): the token endpoint and private_key_jwt", discoveryOk, discoveryOk ? "" : `exit ${discovered.code}: ${discovered.stdout} ${discovered.stderr.slice(-500)}`);
+    const keys = [
+      ["RS384", generateKeyPairSync("rsa", { modulusLength: 2048 })],
+      ["ES384", generateKeyPairSync("ec", { namedCurve: "P-384" })],
+    ];
+    for (const [alg, pair] of keys) {
+      const name = `python authlib PrivateKeyJWT ${alg}, token endpoint discovered from the metadata`;
+      const kid = `${alg.toLowerCase()}-${randomUUID().slice(0, 8)}`;
+      const jwksFile = join(dir, `${kid}.jwks.json`);
+      const keyFile = join(dir, `${kid}.pem`);
+      writeFileSync(jwksFile, JSON.stringify({ keys: [{ ...pair.publicKey.export({ format: "jwk" }), kid, alg, use: "sig" }] }));
+      writeFileSync(keyFile, pair.privateKey.export({ format: "pem", type: "pkcs8" }), { mode: 0o600 });
+      const credential = await ops("credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", jwksFile);
+      const printed = JSON.stringify(Object.keys(credential).sort()) === JSON.stringify(["auth_method", "client_id", "mode"]) && credential.auth_method === "private_key_jwt";
+      record(`operator CLI: credential create --jwks-file (${alg}) prints client_id, mode, auth_method and no secret`, printed, JSON.stringify(credential));
+      const res = await run(process.env.PT_PYTHON, [join(here, "python", "private_key_jwt.py"), gateway, credential.client_id, keyFile, kid, alg]);
+      if (res.code !== 0 || !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(res.stdout)) {
+        record(`${name}: token`, false, `exit ${res.code}: ${res.stderr.slice(-500)}`);
+        continue;
+      }
+      const problem = await useOnV1(res.stdout, address);
+      record(`${name}: token works on /v1`, !problem, problem);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -208,6 +254,11 @@ try {
   await oauthCases();
 } catch (err) {
   record("OAuth client libraries", false, String(err?.stack ?? err));
+}
+try {
+  await privateKeyJwtCases();
+} catch (err) {
+  record("private_key_jwt with a standard client library", false, String(err?.stack ?? err));
 }
 try {
   await webhookCases();
