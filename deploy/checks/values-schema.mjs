@@ -28,6 +28,7 @@ const settings = {
   WEBHOOK_ADMIN_PORT: port,
   ADDRESS_DOMAIN: { type: "string", pattern: "^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$" },
   ACCESS_TOKEN_TTL_SECONDS: posInt,
+  TOKEN_ENDPOINT_URL: { type: "string", pattern: "^(https?://[^?#]+/oauth/token)?$", description: "The token endpoint's public URL; empty: from ingress.host." },
   JWKS_REFRESH_SECONDS: posInt,
   RATE_LIMIT_V1_PER_SECOND: { type: "integer", minimum: 50 },
   RATE_LIMIT_TOKEN_PER_MINUTE: { type: "integer", minimum: 60 },
