@@ -47,9 +47,15 @@ describe("the chart's NetworkPolicies, judged on the rendered objects", () => {
     expect(judged).toEqual(Object.fromEntries(components.map((c) => [c, [c === "gateway", false, false]])));
   });
 
-  it("keep the webhook service's internet egress off private addresses", () => {
+  it("keep the internet egress of the webhook service and auth (partners' JWK Set URLs) off private addresses, and the others' closed", () => {
     const outside = pod("elsewhere", "partner", {}, 4);
     const partner = { ...outside, ip: "203.0.113.7" };
-    expect([admits(policies, namespaces, podOf("webhook"), partner, 443), admits(policies, namespaces, podOf("webhook"), outside, 443), admits(policies, namespaces, podOf("auth"), partner, 443)]).toEqual([true, false, false]);
+    expect([
+      admits(policies, namespaces, podOf("webhook"), partner, 443),
+      admits(policies, namespaces, podOf("webhook"), outside, 443),
+      admits(policies, namespaces, podOf("auth"), partner, 443),
+      admits(policies, namespaces, podOf("auth"), outside, 443),
+      admits(policies, namespaces, podOf("connection"), partner, 443),
+    ]).toEqual([true, false, true, false, false]);
   });
 });
