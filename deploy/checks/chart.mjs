@@ -23,6 +23,8 @@ export const SERVICES = [
   { key: "auth", component: "auth", data: true },
   { key: "connection", component: "connection", data: true },
   { key: "fileIntake", component: "file-intake", data: true },
+  // File-intake's image, its own entry point (skaffold builds no image of its own).
+  { key: "extraction", component: "extraction", data: false, image: "file-intake" },
   { key: "webhook", component: "webhook", data: true },
 ];
 
@@ -316,7 +318,7 @@ export function contractSettings() {
 }
 
 /** Settings that only the local stack reads (in a cluster, replicas are each Deployment's own). */
-export const LOCAL_ONLY_SETTINGS = ["STATE_DIR", "SERVICE_REPLICAS", "GATEWAY_REPLICAS", "AUTH_REPLICAS", "CONNECTION_REPLICAS", "FILE_INTAKE_REPLICAS", "WEBHOOK_REPLICAS"];
+export const LOCAL_ONLY_SETTINGS = ["STATE_DIR", "SERVICE_REPLICAS", "GATEWAY_REPLICAS", "AUTH_REPLICAS", "CONNECTION_REPLICAS", "FILE_INTAKE_REPLICAS", "EXTRACTION_REPLICAS", "WEBHOOK_REPLICAS"];
 
 export function envOf(container) {
   return Object.fromEntries((container.env ?? []).map((e) => [e.name, e.value ?? e.valueFrom]));
@@ -368,9 +370,9 @@ export function checkSkaffoldImages(docs, { release = RELEASE } = {}) {
     problems.push(`skaffold deploys ${release0.chartPath}, not charts/partner-integration`);
   }
   for (const s of SERVICES) {
-    const artifact = artifacts.find((a) => a.docker?.buildArgs?.SERVICE === s.component);
+    const artifact = artifacts.find((a) => a.docker?.buildArgs?.SERVICE === (s.image ?? s.component));
     if (!artifact) {
-      problems.push(`skaffold.yaml has no artifact built with SERVICE=${s.component}`);
+      problems.push(`skaffold.yaml has no artifact built with SERVICE=${s.image ?? s.component}`);
       continue;
     }
     if (artifact.docker.dockerfile !== "deploy/Dockerfile") problems.push(`artifact ${artifact.image} is not built from deploy/Dockerfile`);

@@ -23,6 +23,7 @@ const settings = {
   CONNECTION_SERVICE_PORT: port,
   FILE_INTAKE_SERVICE_PORT: port,
   WEBHOOK_SERVICE_PORT: port,
+  EXTRACTION_SERVICE_PORT: port,
   AUTH_ADMIN_PORT: port,
   CONNECTION_ADMIN_PORT: port,
   WEBHOOK_ADMIN_PORT: port,
@@ -67,6 +68,8 @@ const settings = {
   TEST_FILE_RETENTION_SECONDS: { ...posInt, description: "The same for test files (shorter)." },
   FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "What a partner's live files may hold, accepted and in flight together." },
   TEST_FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "The same for its test files (far less)." },
+  EXTRACTION_MEMORY_CEILING_MB: { type: "integer", minimum: 64, maximum: 16384, description: "The resident memory past which the child decoding a file is killed (the file fails)." },
+  EXTRACTION_TIME_LIMIT_SECONDS: { type: "integer", minimum: 1, maximum: 3600, description: "The wall time past which the child decoding a file is killed." },
 };
 const clusterWide = [
   "DATA_NAMESPACE",
@@ -75,6 +78,7 @@ const clusterWide = [
   "CONNECTION_SERVICE_PORT",
   "FILE_INTAKE_SERVICE_PORT",
   "WEBHOOK_SERVICE_PORT",
+  "EXTRACTION_SERVICE_PORT",
   "AUTH_ADMIN_PORT",
   "CONNECTION_ADMIN_PORT",
   "WEBHOOK_ADMIN_PORT",
@@ -255,6 +259,7 @@ export const schema = {
     }),
     connection: service(mongo),
     fileIntake: service(mongo),
+    extraction: service(),
     webhook: service(mongo),
     ops: {
       type: "object",

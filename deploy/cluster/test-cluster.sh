@@ -75,7 +75,7 @@ install() {
   kubectl label --overwrite ns "$NS" pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null || return 1
   local sets=()
-  for k in gateway auth connection fileIntake webhook ops; do sets+=(--set "$k.image.tag=$SERVICES_TAG"); done
+  for k in gateway auth connection fileIntake extraction webhook ops; do sets+=(--set "$k.image.tag=$SERVICES_TAG"); done
   sets+=(--set "kafka.image.repository=${KAFKA_IMAGE%:*}" --set "kafka.image.tag=${KAFKA_IMAGE##*:}")
   sets+=(--set "mongodb.standIn.image.repository=${MONGO_WIRE_IMAGE%:*}" --set "mongodb.standIn.image.tag=${MONGO_WIRE_IMAGE##*:}")
   "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/partner-integration" -n "$NS" \

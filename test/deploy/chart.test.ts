@@ -45,11 +45,13 @@ describe("Helm chart with the default values", () => {
     expect(lint.code).toBe(0);
   });
 
-  it("renders the gateway with a Service and an Ingress, and each internal service with a Deployment and a Service", () => {
+  it("renders the gateway with a Service and an Ingress, each internal service with a Deployment and a Service, and extraction (which nobody calls) with a Deployment alone", () => {
     for (const s of SERVICES) {
       expect(find(docs, "Deployment", `${RELEASE}-${s.component}`)).toBeDefined();
-      expect(find(docs, "Service", `${RELEASE}-${s.component}`)).toBeDefined();
+      if (s.key !== "extraction") expect(find(docs, "Service", `${RELEASE}-${s.component}`)).toBeDefined();
     }
+    expect(find(docs, "Service", `${RELEASE}-extraction`)).toBeUndefined();
+    expect(find(docs, "Service", `${RELEASE}-extraction-headless`)).toBeUndefined();
     const ingress = find(docs, "Ingress", `${RELEASE}-gateway`);
     for (const path of ingress.spec.rules[0].http.paths) expect(path.backend.service).toEqual({ name: `${RELEASE}-gateway`, port: { name: "http" } });
     // Uploads up to MAX_FILE_BYTES (25 MiB) reach the gateway, which answers 413 itself above it.
@@ -62,8 +64,8 @@ describe("Helm chart with the default values", () => {
   });
 
   it("hardens every pod: non-root, read-only root with an emptyDir /tmp, no capabilities, no privilege escalation, seccomp RuntimeDefault, no service account token, resources and probes set", () => {
-    // Five services, four databases, Kafka (its kafka-setup container creates the topics), the operator CLI's pod.
-    expect(chart.workloads(docs).length).toBe(5 + 4 + 1 + 1);
+    // Six services, four databases, Kafka (its kafka-setup container creates the topics), the operator CLI's pod.
+    expect(chart.workloads(docs).length).toBe(6 + 4 + 1 + 1);
     expect(chart.checkHardening(docs)).toEqual([]);
   });
 
@@ -321,9 +323,9 @@ describe("Helm chart with the default values", () => {
   it("gives every workload (the services and the operator CLI's pod) an Ed25519 identity key of its own, generated at install, kept across upgrades (lookup) and on uninstall", async () => {
     const keysOf = (rendered: K8sObject[]) => parsePublicKeys(find(rendered, "ConfigMap", `${RELEASE}-service-identity`).data.SERVICE_IDENTITY_PUBLIC_KEYS);
     const publicKeys = keysOf(docs);
-    expect([...publicKeys.keys()].sort()).toEqual(["auth", "connection", "file-intake", "gateway", "ops", "webhook"]);
+    expect([...publicKeys.keys()].sort()).toEqual(["auth", "connection", "extraction", "file-intake", "gateway", "ops", "webhook"]);
     const kids = new Set<string>();
-    for (const component of ["gateway", "auth", "connection", "file-intake", "webhook", "ops"]) {
+    for (const component of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook", "ops"]) {
       const secret = find(docs, "Secret", `${RELEASE}-${component}-identity`);
       expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
       const own = parseOwnIdentity(Buffer.from(secret.data.SERVICE_IDENTITY_KEY, "base64").toString());
@@ -338,7 +340,7 @@ describe("Helm chart with the default values", () => {
       expect(env.SERVICE_IDENTITY_KEY).toEqual({ secretKeyRef: { name: `${RELEASE}-${component}-identity`, key: "SERVICE_IDENTITY_KEY" } });
       expect(env.SERVICE_IDENTITY_PUBLIC_KEYS).toEqual({ configMapKeyRef: { name: `${RELEASE}-service-identity`, key: "SERVICE_IDENTITY_PUBLIC_KEYS" } });
     }
-    expect(kids.size).toBe(6);
+    expect(kids.size).toBe(7);
     const template = readFileSync(join(chart.chartDir, "templates", "service-identity.yaml"), "utf8");
     expect(template).toMatch(/lookup "v1" "Secret" \$root\.Release\.Namespace \$name/);
     expect(template).toContain('genPrivateKey "ed25519"');
@@ -449,7 +451,7 @@ describe("Helm chart with the default values", () => {
     const callers: Record<string, [number, string[]][]> = {
       auth: [[50051, ["gateway"]], [50061, ["ops", "webhook"]]],
       connection: [[50052, ["file-intake", "gateway"]], [50062, ["ops"]]],
-      "file-intake": [[50053, ["gateway"]]],
+      "file-intake": [[50053, ["extraction", "gateway"]]],
       webhook: [[50054, ["gateway"]], [50064, ["ops"]]],
     };
     for (const [component, expected] of Object.entries(callers)) {
@@ -461,6 +463,9 @@ describe("Helm chart with the default values", () => {
     // for /readyz; the operator CLI has a pod of its own, which nothing may reach.
     expect(podComponents(policy("gateway").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "file-intake", "kafka", "webhook"]);
     expect(policy("ops").ingress).toEqual([]);
+    // Extraction: nobody calls it; it calls file-intake's data port and reads Kafka.
+    expect(policy("extraction").ingress).toEqual([]);
+    expect(podComponents(policy("extraction").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["file-intake", "kafka"]);
     expect(podComponents(policy("ops").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "webhook"]);
     expect(policy("ops").egress.flatMap((r: K8sObject) => r.ports).filter((p: K8sObject) => p.port !== 53)).toEqual([
       { port: 50061, protocol: "TCP" },
@@ -476,10 +481,25 @@ describe("Helm chart with the default values", () => {
       expect(podComponents(policy(`${s.component}-mongodb`).ingress[0].from)).toEqual([s.component]);
       expect(policy(`${s.component}-mongodb`).egress).toEqual([]);
     }
-    expect(podComponents(policy("kafka").ingress[0].from)).toEqual(["auth", "connection", "file-intake", "gateway", "webhook"]);
+    expect(podComponents(policy("kafka").ingress[0].from)).toEqual(["auth", "connection", "extraction", "file-intake", "gateway", "webhook"]);
     const webhookInternet = policy("webhook").egress.find((r: K8sObject) => r.to?.[0]?.ipBlock);
     expect(webhookInternet.ports).toEqual([{ port: 443, protocol: "TCP" }]);
     expect(webhookInternet.to[0].ipBlock.except).toEqual(expect.arrayContaining(["10.0.0.0/8", "169.254.0.0/16"]));
+  });
+
+  it("runs extraction as a workload of its own: file-intake's image, its own entry point and memory limit, a child ceiling that fits it", () => {
+    const dep = find(docs, "Deployment", `${RELEASE}-extraction`);
+    const c = dep.spec.template.spec.containers[0];
+    expect(c.image).toMatch(/^partner-integration\/file-intake:/);
+    expect(c.command).toEqual(["node", "services/extraction/dist/main.js"]);
+    expect(c.resources.limits.memory).toBe("768Mi");
+    expect(envOf(c).EXTRACTION_MEMORY_CEILING_MB).toBe("512");
+    expect(envOf(c).DATA_KEYS).toBeUndefined();
+    expect(envOf(c).MONGODB_URI).toBeUndefined();
+    const tooBig = chart.helmTemplate(helm, { config: { EXTRACTION_MEMORY_CEILING_MB: 700 } });
+    expect(tooBig.code).not.toBe(0);
+    expect(tooBig.stderr).toContain("EXTRACTION_MEMORY_CEILING_MB (700) plus 128 MiB for the extraction process must fit extraction.resources.limits.memory (768Mi)");
+    expect(chart.helmTemplate(helm, { config: { EXTRACTION_MEMORY_CEILING_MB: 1500 }, extraction: { resources: { limits: { memory: "2Gi" } } } }).code).toBe(0);
   });
 
   it("opens extra egress (for example to a telemetry collector) on every application service when asked", () => {
@@ -651,6 +671,7 @@ describe("generated secrets under GitOps rendering (generateSecrets; docs/securi
     auth: { credentialPepper: { existingSecret: "my-pepper" }, identity: externalIdentity("auth") },
     dataKeys: { existingSecret: "my-data-keys" },
     gateway: { identity: externalIdentity("gateway") },
+    extraction: { identity: externalIdentity("extraction") },
     ops: { identity: externalIdentity("ops") },
     ...Object.fromEntries(
       ["connection", "fileIntake", "webhook"].map((k) => [k, { identity: externalIdentity(k), mongodb: { auth: { rootExistingSecret: `my-${k}-root`, existingSecret: `my-${k}-db` } } }]),
@@ -767,8 +788,8 @@ describe("every combination of the optional switches (ingress, networkPolicy, pd
 
     expect(byKind(docs, "Ingress")).toHaveLength(combination.ingress ? 1 : 0);
     expect(byKind(docs, "NetworkPolicy").length > 0).toBe(combination.networkPolicy);
-    expect(byKind(docs, "PodDisruptionBudget")).toHaveLength(combination.pdb ? 5 : 0);
-    expect(byKind(docs, "HorizontalPodAutoscaler")).toHaveLength(combination.hpa ? 5 : 0);
+    expect(byKind(docs, "PodDisruptionBudget")).toHaveLength(combination.pdb ? 6 : 0);
+    expect(byKind(docs, "HorizontalPodAutoscaler")).toHaveLength(combination.hpa ? 6 : 0);
     const mongo = byKind(docs, "StatefulSet").filter((s: K8sObject) => s.metadata.name.endsWith("-mongodb"));
     expect(mongo).toHaveLength(combination.externalMongo ? 0 : 4);
     expect(find(docs, "StatefulSet", `${RELEASE}-kafka`) === undefined).toBe(combination.externalKafka);

@@ -2,11 +2,11 @@ import { afterAll, beforeAll, describe, expect, it, jest } from "@jest/globals";
 import { startTestStack, type TestStack } from "../support/services.js";
 import { call } from "../support/partner-api.js";
 import { connectedPartner, extractionOf as storedExtraction, fixture, sendFile, waitForStatus, type ConnectedPartner } from "../support/files.js";
-import { flateBombPdf } from "../../services/file-intake/test/hostile-pdfs.js";
+import { flateBombPdf } from "../../services/extraction/test/hostile-pdfs.js";
 
-// A hostile PDF costs its extraction thread, not the service: a FlateDecode bomb (a 0.5 MB file
+// A hostile PDF costs its extraction child, not the services: a FlateDecode bomb (a 0.5 MB file
 // whose content stream inflates to 500 MB) ends `failed` within bounded time, and uploads and reads
-// are served while it is being handled. Limits: services/file-intake/src/extraction.ts.
+// are served while it is being handled. Limits: services/extraction/src/extractor.ts.
 
 jest.setTimeout(240_000);
 

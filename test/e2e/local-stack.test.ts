@@ -95,7 +95,7 @@ describe("npm start (the operator contract's local stack)", () => {
     const identities = join(stateDir, "service-identity.json");
     expect(statSync(identities).mode & 0o777).toBe(0o600);
     const keys = JSON.parse(readFileSync(identities, "utf8")) as Record<string, string>;
-    expect(Object.keys(keys).sort()).toEqual(["auth", "connection", "file-intake", "gateway", "ops", "webhook"]);
+    expect(Object.keys(keys).sort()).toEqual(["auth", "connection", "extraction", "file-intake", "gateway", "ops", "webhook"]);
     const asGateway = spawnSync("npm", ["run", "--silent", "ops", "--", "info", "--json"], { env: { ...env, SERVICE_IDENTITY_KEY: keys.gateway }, encoding: "utf8" });
     expect(asGateway.status).toBe(2);
     expect(asGateway.stderr).toBe("invalid setting SERVICE_IDENTITY_KEY: it is the key of gateway, not of ops\n");
@@ -110,7 +110,7 @@ describe("npm start (the operator contract's local stack)", () => {
           return false;
         }
       });
-    for (const service of ["gateway", "auth", "connection", "file-intake", "webhook"]) expect(replicas(service)).toHaveLength(2);
+    for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"]) expect(replicas(service)).toHaveLength(2);
     const [killed, other] = replicas("auth");
     process.kill(killed!, "SIGKILL");
     expect(await accessToken(baseUrl, partner.live.client_id, partner.live.client_secret)).toMatch(/^ey/);

@@ -193,7 +193,7 @@ afterAll(async () => {
 
 describe("two replicas of every service (npm start)", () => {
   it("runs two processes of every service and of the gateway, sharing the one partner port", () => {
-    for (const service of ["gateway", "auth", "connection", "file-intake", "webhook"]) expect(processesOf(service)).toHaveLength(2);
+    for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"]) expect(processesOf(service)).toHaveLength(2);
     const recorded = JSON.parse(readFileSync(join(stateDir, "stack.json"), "utf8")) as Record<string, string>;
     for (const name of SERVICE_URL_SETTINGS) expect(recorded[name]!.split(",")).toHaveLength(2);
   });
@@ -205,7 +205,7 @@ describe("two replicas of every service (npm start)", () => {
     const traffic = Promise.all(Array.from({ length: 3 }, () => partnerTraffic(() => phase, () => stopped, outcomes)));
     try {
       await new Promise((r) => setTimeout(r, 2_000));
-      for (const service of ["auth", "connection", "file-intake", "webhook", "gateway"]) {
+      for (const service of ["auth", "connection", "file-intake", "extraction", "webhook", "gateway"]) {
         const [victim] = processesOf(service);
         expect(victim).toBeDefined();
         phase = `${service} killed`;

@@ -4,6 +4,7 @@ import { createKafka, createLogger, generateIdentity, grantKafkaAccess, KAFKA_AD
 import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";
+import { startExtractionService } from "@pi/extraction";
 import { startWebhookService } from "@pi/webhook";
 import { startWarmGateway } from "@pi/gateway";
 
@@ -68,6 +69,7 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
     CONNECTION_SERVICE_PORT: "0",
     FILE_INTAKE_SERVICE_PORT: "0",
     WEBHOOK_SERVICE_PORT: "0",
+    EXTRACTION_SERVICE_PORT: "0",
     AUTH_ADMIN_PORT: "0",
     CONNECTION_ADMIN_PORT: "0",
     WEBHOOK_ADMIN_PORT: "0",
@@ -80,7 +82,7 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
 export interface TestStack {
   settings: Settings;
   baseUrl: string;
-  services: Record<"auth" | "connection" | "fileIntake" | "webhook" | "gateway", RunningService>;
+  services: Record<"auth" | "connection" | "fileIntake" | "extraction" | "webhook" | "gateway", RunningService>;
   stop(): Promise<void>;
 }
 
@@ -116,14 +118,17 @@ export async function startTestStack(overrides: Record<string, string> = {}, opt
     startWebhookService(asService(settings, "webhook"), logger("webhook")),
   ]);
   settings = { ...settings, ...addressOf("file-intake", fileIntake), ...addressOf("webhook", webhook) };
-  const gateway = await startWarmGateway(asService(settings, "gateway"), logger("gateway"));
-  const services = { auth, connection, fileIntake, webhook, gateway };
+  const [extraction, gateway] = await Promise.all([
+    startExtractionService(asService(settings, "extraction"), logger("extraction")),
+    startWarmGateway(asService(settings, "gateway"), logger("gateway")),
+  ]);
+  const services = { auth, connection, fileIntake, extraction, webhook, gateway };
   return {
     settings,
     baseUrl: url(gateway.port),
     services,
     async stop() {
-      await gateway.stop();
+      await Promise.all([gateway.stop(), extraction.stop()]);
       await Promise.all([fileIntake.stop(), webhook.stop()]);
       await Promise.all([auth.stop(), connection.stop()]);
     },

@@ -12,7 +12,12 @@ Prefix of every object name: fullnameOverride, else the release name. Kept short
 
 {{/* The application services, in a fixed order: their values keys. */}}
 {{- define "pi.serviceKeys" -}}
-gateway auth connection fileIntake webhook
+gateway auth connection fileIntake extraction webhook
+{{- end -}}
+
+{{/* The services nobody calls (they consume events): no Service, no ingress but the kubelet's probes. */}}
+{{- define "pi.workerServiceKeys" -}}
+extraction
 {{- end -}}
 
 {{/* The services that own a database. */}}
@@ -209,7 +214,7 @@ annotations:
 
 {{/* Every workload with a service identity: the services and the operator CLI's pod (values keys). */}}
 {{- define "pi.identityKeys" -}}
-gateway auth connection fileIntake webhook ops
+gateway auth connection fileIntake extraction webhook ops
 {{- end -}}
 
 {{/* The Secret holding a workload's SERVICE_IDENTITY_KEY. Argument: dict ctx key. */}}
@@ -238,7 +243,7 @@ The Kafka users besides the super user "admin": one per workload that uses Kafka
 services/common/src/kafka-access.ts (KAFKA_USERS; test/deploy/chart.test.ts compares them).
 */}}
 {{- define "pi.kafkaUsers" -}}
-{{- toJson (list "gateway" "auth" "connection" "file-intake" "webhook") -}}
+{{- toJson (list "gateway" "auth" "connection" "file-intake" "extraction" "webhook") -}}
 {{- end -}}
 
 {{/* The Secret of the Kafka users' passwords: kafka.auth.existingSecret, else the chart's own. */}}

@@ -7,15 +7,18 @@ import { cacheDir, repoRoot } from "./paths.js";
 import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets.js";
 import { Supervisor } from "./supervisor.js";
 
-export const SERVICES = ["auth", "connection", "file-intake", "webhook", "gateway"] as const;
+export const SERVICES = ["auth", "connection", "file-intake", "extraction", "webhook", "gateway"] as const;
+/** The services that others call: each replica on ports of its own, every caller given all of them. */
 export const INTERNAL_SERVICES = ["auth", "connection", "file-intake", "webhook"] as const;
-type InternalService = (typeof INTERNAL_SERVICES)[number];
+/** Services nobody calls (they consume events): each replica serves only its health checks, on a port of its own. */
+export const WORKER_SERVICES = ["extraction"] as const;
+type InternalService = (typeof INTERNAL_SERVICES)[number] | (typeof WORKER_SERVICES)[number];
 
 type Plane = "SERVICE" | "ADMIN";
 /** AUTH_SERVICE_PORT, FILE_INTAKE_SERVICE_URL, AUTH_ADMIN_PORT, ... */
 const settingName = (service: InternalService, what: "PORT" | "URL", plane: Plane = "SERVICE") => `${service.toUpperCase().replace(/-/g, "_")}_${plane}_${what}`;
 /** The data plane's port, and the admin plane's for a service with admin RPCs. */
-const planesOf = (service: InternalService): Plane[] => (ADMIN_SERVICES.includes(service) ? ["SERVICE", "ADMIN"] : ["SERVICE"]);
+const planesOf = (service: InternalService): Plane[] => ((ADMIN_SERVICES as readonly string[]).includes(service) ? ["SERVICE", "ADMIN"] : ["SERVICE"]);
 
 export interface StackOptions {
   settings: Settings;
@@ -132,6 +135,9 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       urlSettings.push(name);
     }
   }
+  for (const service of WORKER_SERVICES) {
+    for (let i = 1; i <= opts.replicas[service]; i++) ports.set(`${service}-${i}:SERVICE`, await freePort());
+  }
   writeFileSync(join(stateDir, LOCAL_STACK_FILE), `${JSON.stringify(Object.fromEntries(urlSettings.map((name) => [name, env[name]])), null, 2)}\n`);
 
   const replicaNames = (service: (typeof SERVICES)[number]) => Array.from({ length: opts.replicas[service] }, (_, i) => `${service}-${i + 1}`);
@@ -163,7 +169,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     env,
     // Gateways first (they stop taking requests), then the services, then the infrastructure.
     stop: async () => {
-      await supervisor.stop([replicaNames("gateway"), INTERNAL_SERVICES.flatMap(replicaNames), ["kafka", "mongo-wire"]]);
+      await supervisor.stop([replicaNames("gateway"), [...WORKER_SERVICES, ...INTERNAL_SERVICES].flatMap(replicaNames), ["kafka", "mongo-wire"]]);
       targets.clear();
     },
   };

@@ -55,6 +55,7 @@ const stack = await startStack({
     auth: replicaSetting("AUTH_REPLICAS") ?? replicas,
     connection: replicaSetting("CONNECTION_REPLICAS") ?? replicas,
     "file-intake": replicaSetting("FILE_INTAKE_REPLICAS") ?? replicas,
+    extraction: replicaSetting("EXTRACTION_REPLICAS") ?? replicas,
     webhook: replicaSetting("WEBHOOK_REPLICAS") ?? replicas,
   },
   env: process.env,

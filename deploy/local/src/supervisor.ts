@@ -3,6 +3,15 @@ import cluster from "node:cluster";
 import { openSync } from "node:fs";
 import type { Logger } from "@pi/common";
 
+// Workers that share a port accept their connections themselves (SCHED_NONE), from the listening
+// socket the primary (this process) passes them. Node's default on Linux (round robin) has the
+// primary accept each connection and hand it to a worker over IPC, keeping it open until the worker
+// acknowledges: a worker killed in that moment (kill -9 of the gateways under load) left connections
+// that nobody would ever answer or close, and their clients waited until their own timeouts (35 s
+// was seen). With SCHED_NONE a killed worker's connections close with it, and a request that comes
+// while no worker runs is refused. Set before the first fork, as node:cluster requires.
+cluster.schedulingPolicy = cluster.SCHED_NONE;
+
 export interface ProcessSpec {
   name: string;
   command: string;

@@ -8,8 +8,8 @@
 // a partner's endpoint and signing secret to deliver). grpc.health.v1.Health is open to anyone
 // (probes and the gateway's /readyz), and is therefore not in this table.
 
-/** Every workload that has an identity: the five services and the operator CLI. */
-export const WORKLOADS = ["gateway", "auth", "connection", "file-intake", "webhook", "ops"] as const;
+/** Every workload that has an identity: the six services and the operator CLI. */
+export const WORKLOADS = ["gateway", "auth", "connection", "file-intake", "webhook", "extraction", "ops"] as const;
 export type Workload = (typeof WORKLOADS)[number];
 
 /** The internal services (the audiences of tokens), by their Connect service's full name. */
@@ -63,6 +63,11 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
     SubmitFile: runtime("gateway"),
     GetFile: runtime("gateway"),
     CheckStorageQuota: runtime("gateway"),
+    TakeFileForExtraction: runtime("extraction"),
+    ReadFileForExtraction: runtime("extraction"),
+    RenewExtractionLease: runtime("extraction"),
+    RecordExtraction: runtime("extraction"),
+    ListFilesAwaitingExtraction: runtime("extraction"),
   },
   "pi.webhook.v1.WebhookService": {
     ListDeliveries: admin("ops"),

@@ -14,6 +14,7 @@ export * from "./parent-watch.js";
 export * from "./telemetry.js";
 export * from "./metrics.js";
 export * from "./media-types.js";
+export * from "./extracted.js";
 export * from "./periodic.js";
 export * from "./at-most.js";
 export * from "./persistence.js";

@@ -13,7 +13,8 @@ export const KAFKA_ACCESS = {
   gateway: { produces: [], consumes: ["partnerEvents"] },
   auth: { produces: ["partnerEvents", "auditEvents"], consumes: ["partnerEvents", "auditEvents"] },
   connection: { produces: ["connectionEvents", "auditEvents"], consumes: [] },
-  "file-intake": { produces: ["fileEvents"], consumes: ["fileEvents"] },
+  "file-intake": { produces: ["fileEvents"], consumes: [] },
+  extraction: { produces: [], consumes: ["fileEvents"] },
   webhook: { produces: ["auditEvents"], consumes: ["connectionEvents", "partnerEvents"] },
 } as const satisfies Record<string, { produces: readonly TopicKey[]; consumes: readonly TopicKey[] }>;
 

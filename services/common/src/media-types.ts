@@ -6,7 +6,7 @@ import { fileTypeFromBuffer } from "file-type";
 // A type is recognised from the bytes alone (never from the client's declared Content-Type or file
 // name): by `file-type`'s signature detection for binary formats, and by the plain-text rule below
 // for text, which has no signature. Adding a type is one entry here (plus an extractor in
-// services/file-intake/src/extraction.ts when its extraction is a new kind).
+// services/extraction/src/extraction-child.ts when its extraction is a new kind).
 
 export type ExtractionKind = "pdf-text" | "plain-text" | "image-dimensions" | "audio-duration";
 

@@ -92,6 +92,8 @@ export const settingsSchema = z.object({
   CONNECTION_SERVICE_PORT: port.default(50052),
   FILE_INTAKE_SERVICE_PORT: port.default(50053),
   WEBHOOK_SERVICE_PORT: port.default(50054),
+  // The extraction service serves only its health checks (nobody calls it).
+  EXTRACTION_SERVICE_PORT: port.default(50055),
   SERVICE_HOST: z.string().min(1).default("127.0.0.1"),
   AUTH_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50051"),
   CONNECTION_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50052"),
@@ -120,6 +122,12 @@ export const settingsSchema = z.object({
   // Prefix of database names, Kafka topics and consumer groups, so that several stacks (or test
   // runs) can share one MongoDB and one Kafka without seeing each other's data.
   DATA_NAMESPACE: z.string().regex(/^[a-z][a-z0-9_]{0,30}$/, "must be lowercase letters, digits, _").default("pi"),
+
+  // Each file is decoded in a child process of the extraction service, killed past these
+  // (docs/files.md, "Extraction"): its resident memory, below the container's memory limit, and
+  // its wall time per file.
+  EXTRACTION_MEMORY_CEILING_MB: z.coerce.number().int().min(64).max(16384).default(512),
+  EXTRACTION_TIME_LIMIT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
 
   ADDRESS_DOMAIN: z
     .string()

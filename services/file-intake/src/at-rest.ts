@@ -1,6 +1,5 @@
 import { Binary } from "mongodb";
-import { decrypt, encrypt, newDataKey, type KeyWrapper, type WrappedKey } from "@pi/common";
-import type { Extracted } from "./extracted.js";
+import { decrypt, encrypt, newDataKey, type Extracted, type KeyWrapper, type WrappedKey } from "@pi/common";
 import type { ExtractionDoc, FileDoc, FileMeta, FileStore } from "./store.js";
 
 // What file-intake stores about a file's content, encrypted under the file's own data key

@@ -1,8 +1,45 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { fileintakev1 } from "@pi/proto";
+import { isFailureReason, type ExtractionKind, type Extracted } from "@pi/common";
+import type { ExtractionRecords } from "./extraction-records.js";
 import { getFile, modeOf, submitFile, type IntakeDeps } from "./intake.js";
+import type { FileStatus } from "./store.js";
 
-export type FileIntakeDeps = IntakeDeps;
+export interface FileIntakeDeps extends IntakeDeps {
+  extraction: ExtractionRecords;
+}
+
+const statusEnum = (status: FileStatus | "unknown") =>
+  ({ received: fileintakev1.FileStatus.RECEIVED, processed: fileintakev1.FileStatus.PROCESSED, failed: fileintakev1.FileStatus.FAILED, unknown: fileintakev1.FileStatus.UNSPECIFIED })[status];
+
+const KINDS: readonly ExtractionKind[] = ["pdf-text", "plain-text", "image-dimensions", "audio-duration"];
+
+/** The outcome as the extraction service sent it; a malformed one is the caller's mistake. */
+function outcomeOf(req: fileintakev1.RecordExtractionRequest): Extracted {
+  const kind = KINDS.find((k) => k === req.kind);
+  const bad = (what: string) => new ConnectError(`extraction outcome: ${what}`, Code.InvalidArgument);
+  if (!kind) throw bad("unknown kind");
+  if (!req.ok) {
+    if (!isFailureReason(req.failureReason)) throw bad("failure_reason is required");
+    return { ok: false, kind, reason: req.failureReason, error: (req.error ?? "").slice(0, 500) };
+  }
+  switch (kind) {
+    case "pdf-text":
+    case "plain-text": {
+      if (req.text === undefined || req.textLength === undefined) throw bad("text is required");
+      const text = { text: req.text, textLength: Number(req.textLength), textTruncated: req.textTruncated ?? false };
+      if (kind === "plain-text") return { ok: true, kind, ...text };
+      if (req.pages === undefined) throw bad("pages is required");
+      return { ok: true, kind, ...text, pages: req.pages };
+    }
+    case "image-dimensions":
+      if (!req.width || !req.height) throw bad("width and height are required");
+      return { ok: true, kind, width: req.width, height: req.height };
+    case "audio-duration":
+      if (req.durationSeconds === undefined) throw bad("duration_seconds is required");
+      return { ok: true, kind, durationSeconds: req.durationSeconds };
+  }
+}
 
 export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
   router.service(fileintakev1.FileIntakeService, {
@@ -18,6 +55,27 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
       if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
       const verdict = await deps.quota.check(req.partnerId, mode, req.declaredBytes === undefined ? undefined : Number(req.declaredBytes));
       return verdict.fits ? { fits: true } : { fits: false, retryAfterSeconds: verdict.retryAfterSeconds };
+    },
+    async takeFileForExtraction(req) {
+      if (!req.fileId || !req.leaseMs || !req.maxAttempts) throw new ConnectError("file_id, lease_ms and max_attempts are required", Code.InvalidArgument);
+      const take = await deps.extraction.take(req.fileId, req.leaseMs, req.maxAttempts);
+      if (!take.taken) return { taken: false, status: statusEnum(take.status) };
+      return { taken: true, holder: take.holder, mediaType: take.mediaType, size: BigInt(take.size), attempt: take.attempt, status: fileintakev1.FileStatus.RECEIVED };
+    },
+    async *readFileForExtraction(req) {
+      const segments = await deps.extraction.read(req.fileId, req.holder);
+      if (!segments) throw new ConnectError("the lease is not the caller's", Code.FailedPrecondition);
+      for await (const chunk of segments) yield { chunk };
+    },
+    async renewExtractionLease(req) {
+      return { held: await deps.extraction.renew(req.fileId, req.holder, req.leaseMs || 60_000) };
+    },
+    async recordExtraction(req) {
+      const status = await deps.extraction.record(req.fileId, req.holder, outcomeOf(req));
+      return status ? { recorded: true, status: statusEnum(status) } : { recorded: false };
+    },
+    async listFilesAwaitingExtraction(req) {
+      return { fileIds: await deps.extraction.awaiting(req.receivedBeforeMs, req.limit || 50) };
     },
   });
 };

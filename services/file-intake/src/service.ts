@@ -9,15 +9,14 @@ import { retentionRound } from "./retention.js";
 import { sweepStaging } from "./staging.js";
 import { openFileStore } from "./store.js";
 import { StorageQuota } from "./usage.js";
-import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
+import { ExtractionRecords } from "./extraction-records.js";
 
 /** Internal timings; tests shorten them. None of them is partner-visible. */
-export interface FileIntakeTiming extends WorkerTiming {
+export interface FileIntakeTiming {
   claimLeaseMs: number;
   claimPollMs: number;
   /** How often the outbox sweep looks for events not published yet. */
   relayEveryMs: number;
-  stuckSweepEveryMs: number;
   keySweepEveryMs: number;
   stagingSweepEveryMs: number;
   stagingDiscardedGraceMs: number;
@@ -28,15 +27,10 @@ export interface FileIntakeTiming extends WorkerTiming {
 }
 
 export const DEFAULT_TIMING: FileIntakeTiming = {
-  leaseMs: 60_000,
-  heartbeatMs: 15_000,
-  stuckAfterMs: 30_000,
-  maxAttempts: 3,
   // Renewed every second while its request lives: a retry waits at most about this long for a dead owner's claim.
   claimLeaseMs: 3_000,
   claimPollMs: 25,
   relayEveryMs: 5_000,
-  stuckSweepEveryMs: 10_000,
   keySweepEveryMs: 60_000,
   stagingSweepEveryMs: 60_000,
   stagingDiscardedGraceMs: 60_000,
@@ -50,9 +44,7 @@ export interface FileIntakeOptions {
   timing?: Partial<FileIntakeTiming>;
   /** Replaces the connection service (unit tests only). */
   connections?: ConnectionCheck;
-  /** Replaces the extraction functions (tests of the worker's crash recovery). */
-  extract?: Extract;
-  /** Runs no extraction consumer and no sweeps (tests that drive them by hand). */
+  /** Runs no outbox relay and no sweeps (tests that drive them by hand). */
   passive?: boolean;
 }
 
@@ -84,30 +76,23 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     settings.MAX_FILE_BYTES,
     timing.retentionSweepEveryMs / 1000,
   );
-  const worker = new ExtractionWorker(store, timing, logger, dataKeys, options.extract);
-
-  // Until the extraction consumer runs (a passive instance runs none), readiness does not wait on it.
-  let extractionAlive = () => true;
+  const extraction = new ExtractionRecords(store, dataKeys, logger);
   const server = await startConnectServer({
     service: "file-intake",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
-    routes: routes({ store, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, quota, logger }),
-    healthy: async (withKafka) => extractionAlive() && (await runtime.healthy(withKafka)),
+    routes: routes({ store, extraction, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, quota, logger }),
+    healthy: (withKafka) => runtime.healthy(withKafka),
     logger,
   });
 
   const background: { stop(): Promise<void> }[] = [every("file gauges", GAUGE_REFRESH_MS, () => refreshFileGauges(store, limits), logger)];
   const later = { runAtStart: false };
   if (!options.passive) {
-    const extraction = await consumeFileEvents(runtime.kafka, settings.DATA_NAMESPACE, worker, logger);
-    extractionAlive = extraction.alive;
-    background.push(extraction);
     // The outbox sweep also runs at start: events a crash left behind go out.
     outbox.start();
     background.push(
-      every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger, later),
       every("idempotency key sweep", timing.keySweepEveryMs, () => keys.sweep(), logger, later),
       every(
         "staging sweep",

@@ -201,6 +201,28 @@ export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | 
   return out;
 }
 
+/** The plaintext of a blob, one segment at a time (a blob from before the segments collection: at once). */
+export async function* readBlobSegments(store: FileStore, file: Pick<FileDoc, "blobId" | "size" | "blobStore">, dataKey: Buffer | null): AsyncGenerator<Uint8Array> {
+  if (file.blobStore !== BLOB_SEGMENTS) {
+    yield await readGridFsBlob(store, file.blobId, dataKey);
+    return;
+  }
+  const id = file.blobId;
+  const hex = id.toHexString();
+  if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
+  const count = segmentCount(file.size);
+  let at = 0;
+  for (let n = 0; n < count; n++) {
+    const segment = await store.segments.findOne({ _id: segmentId(id, n) });
+    if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
+    const final = n === count - 1;
+    const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
+    if (bytes.length !== (final ? file.size - at : BLOB_SEGMENT_BYTES)) throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
+    at += bytes.length;
+    if (bytes.length > 0) yield bytes;
+  }
+}
+
 /** The read of one stored segment: by `_id` alone. */
 export const segmentFilter = (id: ObjectId, n: number) => ({ _id: segmentId(id, n) });
 

@@ -1,5 +1,5 @@
 import { GridFSBucket, ObjectId, type Binary, type Collection, type Db } from "mongodb";
-import { SEAL_OVERHEAD, type ExtractionKind, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey } from "@pi/common";
+import { SEAL_OVERHEAD, type ExtractionKind, type FailureReason, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
 import type { Usage } from "./quota.js";
 
@@ -42,8 +42,10 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   /** Extraction lease (EXTRACTION_LEASE): a worker holds the file until then (heartbeats push it forward). */
   leaseUntil: Date | null;
   leaseToken: string | null;
-  /** How many times a worker took the file. */
+  /** How many times an extraction worker took the file (extraction-records.ts). */
   attempts: number;
+  /** Why the file ended `failed` (a code of FAILURE_REASONS; no content); null or absent otherwise. */
+  failureReason?: FailureReason | null;
   createdAt: Date;
   updatedAt: Date;
   processedAt: Date | null;

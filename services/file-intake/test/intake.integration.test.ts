@@ -7,6 +7,8 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { MongoClient, ObjectId, type Db } from "mongodb";
 import { clientsFor, createLogger, databaseName, ErrorReason, LocalKeyWrapper, newId, reasonOf, SEAL_OVERHEAD, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
+import { Extractor } from "@pi/extraction";
+import { extractionWorker, plainText } from "./extraction-worker.js";
 import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
 import { as, testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
@@ -38,11 +40,11 @@ async function start(extra: FileIntakeOptions = {}, on = settings) {
 }
 
 /** A file-intake in a namespace of its own with no worker, consumer or sweep: the test drives them. */
-async function withPassiveIntake(use: (intake: { client: FileIntakeClient; db: Db }) => Promise<void>) {
+async function withPassiveIntake(use: (intake: { client: FileIntakeClient; db: Db; settings: Settings; port: number }) => Promise<void>) {
   const own = testSettings({ DATA_KEYS: settings.DATA_KEYS! });
   const intake = await start({ passive: true }, own);
   try {
-    await use({ client: intake.client, db: mongo.db(databaseName(own.DATA_NAMESPACE, "file-intake")) });
+    await use({ client: intake.client, db: mongo.db(databaseName(own.DATA_NAMESPACE, "file-intake")), settings: own, port: intake.service.port });
   } finally {
     await intake.service.stop();
   }
@@ -301,10 +303,19 @@ describe("nothing accepted is left unprocessed", () => {
     });
     const deadline = Date.now() + 20_000;
     let doc = await store.files.findOne({ _id: fileId });
-    while ((doc?.status === "received" || doc?.outbox.length) && Date.now() < deadline) {
+    while (doc?.outbox.length && Date.now() < deadline) {
       await sleep(100);
       doc = await store.files.findOne({ _id: fileId });
     }
+    expect(doc).toMatchObject({ status: "received", outbox: [] });
+    // What the extraction service does with the event (it reads the GridFS bytes of before through file-intake).
+    const extractor = new Extractor();
+    try {
+      expect(await extractionWorker(settings, service.port, (type, bytes) => extractor.extract(type, bytes)).process(fileId)).toBe("processed");
+    } finally {
+      await extractor.close();
+    }
+    doc = await store.files.findOne({ _id: fileId });
     expect(doc).toMatchObject({ status: "processed", outbox: [], dataKey: { kid: "k1" } });
     expect(await readExtraction(store, dataKeys, fileId)).toMatchObject({ ok: true, width: 64, height: 48 });
     const stored = await store.extractions.findOne({ _id: fileId });
@@ -314,15 +325,13 @@ describe("nothing accepted is left unprocessed", () => {
 
   it("a worker that dies mid-file leaves it to be taken again after the lease, and processed", async () => {
     const { openFileStore } = await import("../src/store.js");
-    const { ExtractionWorker } = await import("../src/worker.js");
-    const logger = createLogger("file-intake", settings.LOG_LEVEL);
     await withPassiveIntake(async (intake) => {
       const store = await openFileStore(intake.db);
       const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
       const id = res.file!.id;
       // The "crashed" worker: takes the file and never finishes, nor renews its lease.
       const timing = { leaseMs: 3000, heartbeatMs: 60_000, stuckAfterMs: 0, maxAttempts: 3 };
-      const hung = new ExtractionWorker(store, timing, logger, dataKeys, () => new Promise(() => {}));
+      const hung = extractionWorker(intake.settings, intake.port, () => new Promise(() => {}), timing);
       void hung.process(id);
       let taken = await store.files.findOne({ _id: id });
       for (const deadline = Date.now() + 10_000; taken?.attempts !== 1 && Date.now() < deadline; ) {
@@ -331,7 +340,7 @@ describe("nothing accepted is left unprocessed", () => {
       }
       expect(taken).toMatchObject({ status: "received", attempts: 1 });
 
-      const restarted = new ExtractionWorker(store, timing, logger, dataKeys);
+      const restarted = extractionWorker(intake.settings, intake.port, plainText, timing);
       expect(await restarted.process(id)).toBe("skipped"); // the lease still holds
       expect(await restarted.sweepStuck()).toBe(0);
       await sleep(Math.max(0, taken!.leaseUntil!.getTime() - Date.now()) + 50);
@@ -341,9 +350,8 @@ describe("nothing accepted is left unprocessed", () => {
     });
   });
 
-  it("a file every take of which was interrupted fails instead of being retried for ever", async () => {
+  it("a file every take of which was interrupted fails instead of being retried for ever (reason extractor_died)", async () => {
     const { openFileStore } = await import("../src/store.js");
-    const { ExtractionWorker } = await import("../src/worker.js");
     await withPassiveIntake(async (intake) => {
       const store = await openFileStore(intake.db);
       const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
@@ -351,9 +359,10 @@ describe("nothing accepted is left unprocessed", () => {
       // Once the outbox is empty, nothing else writes the record while the test does.
       for (const deadline = Date.now() + 10_000; (await store.files.findOne({ _id: id }))?.outbox.length && Date.now() < deadline; ) await sleep(20);
       await store.files.updateOne({ _id: id }, { $set: { attempts: 3 } });
-      const worker = new ExtractionWorker(store, { leaseMs: 1000, heartbeatMs: 500, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("t", "silent"), dataKeys);
+      const worker = extractionWorker(intake.settings, intake.port, plainText, { leaseMs: 1000, heartbeatMs: 500 });
       expect(await worker.process(id)).toBe("failed");
-      expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: false, error: expect.stringMatching(/interrupted/) });
+      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "failed", failureReason: "extractor_died", attempts: 4 });
+      expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: false, reason: "extractor_died", error: expect.stringMatching(/died on the file 3 times/) });
     });
   });
 

@@ -6,7 +6,7 @@ import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, type Fi
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { openFileStore, keyId, type FileStore } from "../src/store.js";
-import { ExtractionWorker } from "../src/worker.js";
+import { extractionWorker } from "./extraction-worker.js";
 import type { ConnectionCheck } from "../src/intake.js";
 import { as, testSettings } from "../../../test/support/services.js";
 
@@ -59,7 +59,7 @@ describe("two replicas racing", () => {
     expect(await stores[1]!.keys.findOne({ _id: keyId(partnerId, "race-key") })).toMatchObject({ state: "committed", fileId: [...ids][0] });
   });
 
-  it("both replicas' workers take one file at once: one lease wins, the file is extracted once", async () => {
+  it("two extraction workers take one file at once, each through another file-intake replica: one lease wins, the file is extracted once", async () => {
     const res = await clients[0]!.submitFile(upload(newId("ptr"), fixture("sample.txt"), newId("key")));
     const id = res.file!.id;
     let extractions = 0;
@@ -70,8 +70,7 @@ describe("two replicas racing", () => {
       await held;
       return { ok: true as const, kind: "plain-text" as const, text: "x", textLength: 1, textTruncated: false };
     };
-    const timing = { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3 };
-    const workers = stores.map((store) => new ExtractionWorker(store, timing, createLogger("worker", "silent"), LocalKeyWrapper.fromSetting(settings.DATA_KEYS!), extract));
+    const workers = replicas.map((r) => extractionWorker(settings, r.port, extract));
     const outcomes = Promise.all([workers[0]!.process(id), workers[1]!.process(id), workers[0]!.process(id), workers[1]!.process(id)]);
     // Every take has been tried once one of them is extracting: the losers return "skipped" at once.
     for (let i = 0; extractions === 0 && i < 500; i++) await new Promise((r) => setTimeout(r, 10));

@@ -6,7 +6,7 @@ import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, takeLea
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { BLOB_SEGMENTS, openFileStore, segmentCount, segmentId, type FileDoc, type FileStore } from "../src/store.js";
-import { ExtractionWorker } from "../src/worker.js";
+import { extractionWorker } from "./extraction-worker.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
 import { RETENTION_LEASE, retentionRound, sweepRetention, type RetentionPolicy } from "../src/retention.js";
 import { as, testSettings } from "../../../test/support/services.js";
@@ -28,7 +28,7 @@ let mongo: MongoClient;
 let db: Db;
 let store: FileStore;
 let dataKeys: KeyWrapper;
-let worker: ExtractionWorker;
+let worker: ReturnType<typeof extractionWorker>;
 
 beforeAll(async () => {
   settings = testSettings();
@@ -39,7 +39,7 @@ beforeAll(async () => {
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
   store = await openFileStore(db);
-  worker = new ExtractionWorker(store, { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("worker", "silent"), dataKeys);
+  worker = extractionWorker(settings, service.port);
 });
 
 afterAll(async () => {

@@ -6,7 +6,7 @@ import { clientsFor, createLogger, databaseName, ErrorReason, LocalKeyWrapper, n
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { BLOB_SEGMENTS, openFileStore, type FileStore } from "../src/store.js";
-import { ExtractionWorker } from "../src/worker.js";
+import { extractionWorker } from "./extraction-worker.js";
 import { sweepRetention, type RetentionPolicy } from "../src/retention.js";
 import { usageKey } from "../src/quota.js";
 import { as, testSettings } from "../../../test/support/services.js";
@@ -30,7 +30,7 @@ const replicas: RunningService[] = [];
 let clients: FileIntakeClient[];
 let mongo: MongoClient;
 let store: FileStore;
-let worker: ExtractionWorker;
+let worker: ReturnType<typeof extractionWorker>;
 
 beforeAll(async () => {
   settings = testSettings({ FILE_STORAGE_QUOTA_BYTES: String(LIVE_QUOTA), TEST_FILE_STORAGE_QUOTA_BYTES: String(TEST_QUOTA) });
@@ -41,8 +41,7 @@ beforeAll(async () => {
   clients = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   store = await openFileStore(mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")));
-  const dataKeys = LocalKeyWrapper.fromSetting(settings.DATA_KEYS!);
-  worker = new ExtractionWorker(store, { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("worker", "silent"), dataKeys);
+  worker = extractionWorker(settings, replicas[0]!.port);
 });
 
 afterAll(async () => {

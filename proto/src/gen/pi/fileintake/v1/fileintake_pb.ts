@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/fileintake/v1/fileintake.proto.
  */
 export const file_pi_fileintake_v1_fileintake: GenFile = /*@__PURE__*/
-  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIqoBChBTdWJtaXRGaWxlSGVhZGVyEhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhwKD2lkZW1wb3RlbmN5X2tleRgDIAEoCUgAiAEBEhsKDmRlY2xhcmVkX2J5dGVzGAQgASgESAGIAQFCEgoQX2lkZW1wb3RlbmN5X2tleUIRCg9fZGVjbGFyZWRfYnl0ZXMiTAoRU3VibWl0RmlsZVRyYWlsZXISFQoNZWxkZXJfYWRkcmVzcxgBIAEoCRIUCgdwdXJwb3NlGAIgASgJSACIAQFCCgoIX3B1cnBvc2UimgEKEVN1Ym1pdEZpbGVSZXF1ZXN0EjQKBmhlYWRlchgBIAEoCzIiLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZUhlYWRlckgAEg8KBWNodW5rGAIgASgMSAASNgoHdHJhaWxlchgDIAEoCzIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVRyYWlsZXJIAEIGCgRwYXJ0IkEKElN1Ym1pdEZpbGVSZXNwb25zZRIrCgRmaWxlGAEgASgLMh0ucGkuZmlsZWludGFrZS52MS5QYXJ0bmVyRmlsZSJSCg5HZXRGaWxlUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSI+Cg9HZXRGaWxlUmVzcG9uc2USKwoEZmlsZRgBIAEoCzIdLnBpLmZpbGVpbnRha2UudjEuUGFydG5lckZpbGUigAEKGENoZWNrU3RvcmFnZVF1b3RhUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIbCg5kZWNsYXJlZF9ieXRlcxgDIAEoBEgAiAEBQhEKD19kZWNsYXJlZF9ieXRlcyJGChlDaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlEgwKBGZpdHMYASABKAgSGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgCIAEoDSp2CgpGaWxlU3RhdHVzEhsKF0ZJTEVfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoURklMRV9TVEFUVVNfUkVDRUlWRUQQARIZChVGSUxFX1NUQVRVU19QUk9DRVNTRUQQAhIWChJGSUxFX1NUQVRVU19GQUlMRUQQAzK2AgoRRmlsZUludGFrZVNlcnZpY2USWQoKU3VibWl0RmlsZRIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVJlcXVlc3QaJC5waS5maWxlaW50YWtlLnYxLlN1Ym1pdEZpbGVSZXNwb25zZSgBElMKB0dldEZpbGUSIC5waS5maWxlaW50YWtlLnYxLkdldEZpbGVSZXF1ZXN0GiEucGkuZmlsZWludGFrZS52MS5HZXRGaWxlUmVzcG9uc2UiA5ACARJxChFDaGVja1N0b3JhZ2VRdW90YRIqLnBpLmZpbGVpbnRha2UudjEuQ2hlY2tTdG9yYWdlUXVvdGFSZXF1ZXN0GisucGkuZmlsZWludGFrZS52MS5DaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_pi_common_v1_common]);
+  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIqoBChBTdWJtaXRGaWxlSGVhZGVyEhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhwKD2lkZW1wb3RlbmN5X2tleRgDIAEoCUgAiAEBEhsKDmRlY2xhcmVkX2J5dGVzGAQgASgESAGIAQFCEgoQX2lkZW1wb3RlbmN5X2tleUIRCg9fZGVjbGFyZWRfYnl0ZXMiTAoRU3VibWl0RmlsZVRyYWlsZXISFQoNZWxkZXJfYWRkcmVzcxgBIAEoCRIUCgdwdXJwb3NlGAIgASgJSACIAQFCCgoIX3B1cnBvc2UimgEKEVN1Ym1pdEZpbGVSZXF1ZXN0EjQKBmhlYWRlchgBIAEoCzIiLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZUhlYWRlckgAEg8KBWNodW5rGAIgASgMSAASNgoHdHJhaWxlchgDIAEoCzIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVRyYWlsZXJIAEIGCgRwYXJ0IkEKElN1Ym1pdEZpbGVSZXNwb25zZRIrCgRmaWxlGAEgASgLMh0ucGkuZmlsZWludGFrZS52MS5QYXJ0bmVyRmlsZSJSCg5HZXRGaWxlUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSI+Cg9HZXRGaWxlUmVzcG9uc2USKwoEZmlsZRgBIAEoCzIdLnBpLmZpbGVpbnRha2UudjEuUGFydG5lckZpbGUigAEKGENoZWNrU3RvcmFnZVF1b3RhUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIbCg5kZWNsYXJlZF9ieXRlcxgDIAEoBEgAiAEBQhEKD19kZWNsYXJlZF9ieXRlcyJGChlDaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlEgwKBGZpdHMYASABKAgSGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgCIAEoDSJXChxUYWtlRmlsZUZvckV4dHJhY3Rpb25SZXF1ZXN0Eg8KB2ZpbGVfaWQYASABKAkSEAoIbGVhc2VfbXMYAiABKA0SFAoMbWF4X2F0dGVtcHRzGAMgASgNIp8BCh1UYWtlRmlsZUZvckV4dHJhY3Rpb25SZXNwb25zZRINCgV0YWtlbhgBIAEoCBIOCgZob2xkZXIYAiABKAkSEgoKbWVkaWFfdHlwZRgDIAEoCRIMCgRzaXplGAQgASgEEg8KB2F0dGVtcHQYBSABKA0SLAoGc3RhdHVzGAYgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIj8KHFJlYWRGaWxlRm9yRXh0cmFjdGlvblJlcXVlc3QSDwoHZmlsZV9pZBgBIAEoCRIOCgZob2xkZXIYAiABKAkiLgodUmVhZEZpbGVGb3JFeHRyYWN0aW9uUmVzcG9uc2USDQoFY2h1bmsYASABKAwiUAobUmVuZXdFeHRyYWN0aW9uTGVhc2VSZXF1ZXN0Eg8KB2ZpbGVfaWQYASABKAkSDgoGaG9sZGVyGAIgASgJEhAKCGxlYXNlX21zGAMgASgNIiwKHFJlbmV3RXh0cmFjdGlvbkxlYXNlUmVzcG9uc2USDAoEaGVsZBgBIAEoCCKoAwoXUmVjb3JkRXh0cmFjdGlvblJlcXVlc3QSDwoHZmlsZV9pZBgBIAEoCRIOCgZob2xkZXIYAiABKAkSCgoCb2sYAyABKAgSDAoEa2luZBgEIAEoCRIRCgR0ZXh0GAUgASgJSACIAQESGAoLdGV4dF9sZW5ndGgYBiABKARIAYgBARIbCg50ZXh0X3RydW5jYXRlZBgHIAEoCEgCiAEBEhIKBXBhZ2VzGAggASgNSAOIAQESEgoFd2lkdGgYCSABKA1IBIgBARITCgZoZWlnaHQYCiABKA1IBYgBARIdChBkdXJhdGlvbl9zZWNvbmRzGAsgASgBSAaIAQESEgoFZXJyb3IYDCABKAlIB4gBARIbCg5mYWlsdXJlX3JlYXNvbhgNIAEoCUgIiAEBQgcKBV90ZXh0Qg4KDF90ZXh0X2xlbmd0aEIRCg9fdGV4dF90cnVuY2F0ZWRCCAoGX3BhZ2VzQggKBl93aWR0aEIJCgdfaGVpZ2h0QhMKEV9kdXJhdGlvbl9zZWNvbmRzQggKBl9lcnJvckIRCg9fZmFpbHVyZV9yZWFzb24iWgoYUmVjb3JkRXh0cmFjdGlvblJlc3BvbnNlEhAKCHJlY29yZGVkGAEgASgIEiwKBnN0YXR1cxgCIAEoDjIcLnBpLmZpbGVpbnRha2UudjEuRmlsZVN0YXR1cyJPCiJMaXN0RmlsZXNBd2FpdGluZ0V4dHJhY3Rpb25SZXF1ZXN0EhoKEnJlY2VpdmVkX2JlZm9yZV9tcxgBIAEoDRINCgVsaW1pdBgCIAEoDSI3CiNMaXN0RmlsZXNBd2FpdGluZ0V4dHJhY3Rpb25SZXNwb25zZRIQCghmaWxlX2lkcxgBIAMoCSp2CgpGaWxlU3RhdHVzEhsKF0ZJTEVfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoURklMRV9TVEFUVVNfUkVDRUlWRUQQARIZChVGSUxFX1NUQVRVU19QUk9DRVNTRUQQAhIWChJGSUxFX1NUQVRVU19GQUlMRUQQAzKlBwoRRmlsZUludGFrZVNlcnZpY2USWQoKU3VibWl0RmlsZRIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVJlcXVlc3QaJC5waS5maWxlaW50YWtlLnYxLlN1Ym1pdEZpbGVSZXNwb25zZSgBElMKB0dldEZpbGUSIC5waS5maWxlaW50YWtlLnYxLkdldEZpbGVSZXF1ZXN0GiEucGkuZmlsZWludGFrZS52MS5HZXRGaWxlUmVzcG9uc2UiA5ACARJxChFDaGVja1N0b3JhZ2VRdW90YRIqLnBpLmZpbGVpbnRha2UudjEuQ2hlY2tTdG9yYWdlUXVvdGFSZXF1ZXN0GisucGkuZmlsZWludGFrZS52MS5DaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlIgOQAgESeAoVVGFrZUZpbGVGb3JFeHRyYWN0aW9uEi4ucGkuZmlsZWludGFrZS52MS5UYWtlRmlsZUZvckV4dHJhY3Rpb25SZXF1ZXN0Gi8ucGkuZmlsZWludGFrZS52MS5UYWtlRmlsZUZvckV4dHJhY3Rpb25SZXNwb25zZRJ/ChVSZWFkRmlsZUZvckV4dHJhY3Rpb24SLi5waS5maWxlaW50YWtlLnYxLlJlYWRGaWxlRm9yRXh0cmFjdGlvblJlcXVlc3QaLy5waS5maWxlaW50YWtlLnYxLlJlYWRGaWxlRm9yRXh0cmFjdGlvblJlc3BvbnNlIgOQAgEwARJ1ChRSZW5ld0V4dHJhY3Rpb25MZWFzZRItLnBpLmZpbGVpbnRha2UudjEuUmVuZXdFeHRyYWN0aW9uTGVhc2VSZXF1ZXN0Gi4ucGkuZmlsZWludGFrZS52MS5SZW5ld0V4dHJhY3Rpb25MZWFzZVJlc3BvbnNlEmkKEFJlY29yZEV4dHJhY3Rpb24SKS5waS5maWxlaW50YWtlLnYxLlJlY29yZEV4dHJhY3Rpb25SZXF1ZXN0GioucGkuZmlsZWludGFrZS52MS5SZWNvcmRFeHRyYWN0aW9uUmVzcG9uc2USjwEKG0xpc3RGaWxlc0F3YWl0aW5nRXh0cmFjdGlvbhI0LnBpLmZpbGVpbnRha2UudjEuTGlzdEZpbGVzQXdhaXRpbmdFeHRyYWN0aW9uUmVxdWVzdBo1LnBpLmZpbGVpbnRha2UudjEuTGlzdEZpbGVzQXdhaXRpbmdFeHRyYWN0aW9uUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_pi_common_v1_common]);
 
 /**
  * @generated from message pi.fileintake.v1.PartnerFile
@@ -246,6 +246,311 @@ export const CheckStorageQuotaResponseSchema: GenMessage<CheckStorageQuotaRespon
   messageDesc(file_pi_fileintake_v1_fileintake, 8);
 
 /**
+ * @generated from message pi.fileintake.v1.TakeFileForExtractionRequest
+ */
+export type TakeFileForExtractionRequest = Message<"pi.fileintake.v1.TakeFileForExtractionRequest"> & {
+  /**
+   * @generated from field: string file_id = 1;
+   */
+  fileId: string;
+
+  /**
+   * How long the lease lasts without a renewal.
+   *
+   * @generated from field: uint32 lease_ms = 2;
+   */
+  leaseMs: number;
+
+  /**
+   * Takes beyond this many end the file `failed` (reason `extractor_died`) without another try.
+   *
+   * @generated from field: uint32 max_attempts = 3;
+   */
+  maxAttempts: number;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.TakeFileForExtractionRequest.
+ * Use `create(TakeFileForExtractionRequestSchema)` to create a new message.
+ */
+export const TakeFileForExtractionRequestSchema: GenMessage<TakeFileForExtractionRequest> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 9);
+
+/**
+ * @generated from message pi.fileintake.v1.TakeFileForExtractionResponse
+ */
+export type TakeFileForExtractionResponse = Message<"pi.fileintake.v1.TakeFileForExtractionResponse"> & {
+  /**
+   * @generated from field: bool taken = 1;
+   */
+  taken: boolean;
+
+  /**
+   * The lease's holder token (when taken).
+   *
+   * @generated from field: string holder = 2;
+   */
+  holder: string;
+
+  /**
+   * @generated from field: string media_type = 3;
+   */
+  mediaType: string;
+
+  /**
+   * @generated from field: uint64 size = 4;
+   */
+  size: bigint;
+
+  /**
+   * @generated from field: uint32 attempt = 5;
+   */
+  attempt: number;
+
+  /**
+   * The file's status after this call.
+   *
+   * @generated from field: pi.fileintake.v1.FileStatus status = 6;
+   */
+  status: FileStatus;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.TakeFileForExtractionResponse.
+ * Use `create(TakeFileForExtractionResponseSchema)` to create a new message.
+ */
+export const TakeFileForExtractionResponseSchema: GenMessage<TakeFileForExtractionResponse> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 10);
+
+/**
+ * @generated from message pi.fileintake.v1.ReadFileForExtractionRequest
+ */
+export type ReadFileForExtractionRequest = Message<"pi.fileintake.v1.ReadFileForExtractionRequest"> & {
+  /**
+   * @generated from field: string file_id = 1;
+   */
+  fileId: string;
+
+  /**
+   * @generated from field: string holder = 2;
+   */
+  holder: string;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.ReadFileForExtractionRequest.
+ * Use `create(ReadFileForExtractionRequestSchema)` to create a new message.
+ */
+export const ReadFileForExtractionRequestSchema: GenMessage<ReadFileForExtractionRequest> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 11);
+
+/**
+ * @generated from message pi.fileintake.v1.ReadFileForExtractionResponse
+ */
+export type ReadFileForExtractionResponse = Message<"pi.fileintake.v1.ReadFileForExtractionResponse"> & {
+  /**
+   * @generated from field: bytes chunk = 1;
+   */
+  chunk: Uint8Array;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.ReadFileForExtractionResponse.
+ * Use `create(ReadFileForExtractionResponseSchema)` to create a new message.
+ */
+export const ReadFileForExtractionResponseSchema: GenMessage<ReadFileForExtractionResponse> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 12);
+
+/**
+ * @generated from message pi.fileintake.v1.RenewExtractionLeaseRequest
+ */
+export type RenewExtractionLeaseRequest = Message<"pi.fileintake.v1.RenewExtractionLeaseRequest"> & {
+  /**
+   * @generated from field: string file_id = 1;
+   */
+  fileId: string;
+
+  /**
+   * @generated from field: string holder = 2;
+   */
+  holder: string;
+
+  /**
+   * @generated from field: uint32 lease_ms = 3;
+   */
+  leaseMs: number;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.RenewExtractionLeaseRequest.
+ * Use `create(RenewExtractionLeaseRequestSchema)` to create a new message.
+ */
+export const RenewExtractionLeaseRequestSchema: GenMessage<RenewExtractionLeaseRequest> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 13);
+
+/**
+ * @generated from message pi.fileintake.v1.RenewExtractionLeaseResponse
+ */
+export type RenewExtractionLeaseResponse = Message<"pi.fileintake.v1.RenewExtractionLeaseResponse"> & {
+  /**
+   * @generated from field: bool held = 1;
+   */
+  held: boolean;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.RenewExtractionLeaseResponse.
+ * Use `create(RenewExtractionLeaseResponseSchema)` to create a new message.
+ */
+export const RenewExtractionLeaseResponseSchema: GenMessage<RenewExtractionLeaseResponse> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 14);
+
+/**
+ * What extraction found (services/common/src/extracted.ts): `kind` and `ok` always; the fields of
+ * the kind when ok; `error` and `failure_reason` when not.
+ *
+ * @generated from message pi.fileintake.v1.RecordExtractionRequest
+ */
+export type RecordExtractionRequest = Message<"pi.fileintake.v1.RecordExtractionRequest"> & {
+  /**
+   * @generated from field: string file_id = 1;
+   */
+  fileId: string;
+
+  /**
+   * @generated from field: string holder = 2;
+   */
+  holder: string;
+
+  /**
+   * @generated from field: bool ok = 3;
+   */
+  ok: boolean;
+
+  /**
+   * @generated from field: string kind = 4;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: optional string text = 5;
+   */
+  text?: string | undefined;
+
+  /**
+   * @generated from field: optional uint64 text_length = 6;
+   */
+  textLength?: bigint | undefined;
+
+  /**
+   * @generated from field: optional bool text_truncated = 7;
+   */
+  textTruncated?: boolean | undefined;
+
+  /**
+   * @generated from field: optional uint32 pages = 8;
+   */
+  pages?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 width = 9;
+   */
+  width?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 height = 10;
+   */
+  height?: number | undefined;
+
+  /**
+   * @generated from field: optional double duration_seconds = 11;
+   */
+  durationSeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional string error = 12;
+   */
+  error?: string | undefined;
+
+  /**
+   * A reason code (FAILURE_REASONS in extracted.ts), stored in the clear on the file's record.
+   *
+   * @generated from field: optional string failure_reason = 13;
+   */
+  failureReason?: string | undefined;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.RecordExtractionRequest.
+ * Use `create(RecordExtractionRequestSchema)` to create a new message.
+ */
+export const RecordExtractionRequestSchema: GenMessage<RecordExtractionRequest> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 15);
+
+/**
+ * @generated from message pi.fileintake.v1.RecordExtractionResponse
+ */
+export type RecordExtractionResponse = Message<"pi.fileintake.v1.RecordExtractionResponse"> & {
+  /**
+   * @generated from field: bool recorded = 1;
+   */
+  recorded: boolean;
+
+  /**
+   * @generated from field: pi.fileintake.v1.FileStatus status = 2;
+   */
+  status: FileStatus;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.RecordExtractionResponse.
+ * Use `create(RecordExtractionResponseSchema)` to create a new message.
+ */
+export const RecordExtractionResponseSchema: GenMessage<RecordExtractionResponse> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 16);
+
+/**
+ * @generated from message pi.fileintake.v1.ListFilesAwaitingExtractionRequest
+ */
+export type ListFilesAwaitingExtractionRequest = Message<"pi.fileintake.v1.ListFilesAwaitingExtractionRequest"> & {
+  /**
+   * Files accepted at least this long ago.
+   *
+   * @generated from field: uint32 received_before_ms = 1;
+   */
+  receivedBeforeMs: number;
+
+  /**
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.ListFilesAwaitingExtractionRequest.
+ * Use `create(ListFilesAwaitingExtractionRequestSchema)` to create a new message.
+ */
+export const ListFilesAwaitingExtractionRequestSchema: GenMessage<ListFilesAwaitingExtractionRequest> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 17);
+
+/**
+ * @generated from message pi.fileintake.v1.ListFilesAwaitingExtractionResponse
+ */
+export type ListFilesAwaitingExtractionResponse = Message<"pi.fileintake.v1.ListFilesAwaitingExtractionResponse"> & {
+  /**
+   * @generated from field: repeated string file_ids = 1;
+   */
+  fileIds: string[];
+};
+
+/**
+ * Describes the message pi.fileintake.v1.ListFilesAwaitingExtractionResponse.
+ * Use `create(ListFilesAwaitingExtractionResponseSchema)` to create a new message.
+ */
+export const ListFilesAwaitingExtractionResponseSchema: GenMessage<ListFilesAwaitingExtractionResponse> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 18);
+
+/**
  * @generated from enum pi.fileintake.v1.FileStatus
  */
 export enum FileStatus {
@@ -312,6 +617,58 @@ export const FileIntakeService: GenService<{
     methodKind: "unary";
     input: typeof CheckStorageQuotaRequestSchema;
     output: typeof CheckStorageQuotaResponseSchema;
+  },
+  /**
+   * The extraction service's side. A take is a lease on the file's record (one worker at a time,
+   * across replicas) and counts an attempt durably: a file whose extraction died more than the
+   * allowed number of times ends `failed` here, and so does a take of a test file end `processed`
+   * (test files run no extraction); then `taken` is false.
+   *
+   * @generated from rpc pi.fileintake.v1.FileIntakeService.TakeFileForExtraction
+   */
+  takeFileForExtraction: {
+    methodKind: "unary";
+    input: typeof TakeFileForExtractionRequestSchema;
+    output: typeof TakeFileForExtractionResponseSchema;
+  },
+  /**
+   * The bytes of a taken file, in chunks, for the holder of its lease.
+   *
+   * @generated from rpc pi.fileintake.v1.FileIntakeService.ReadFileForExtraction
+   */
+  readFileForExtraction: {
+    methodKind: "server_streaming";
+    input: typeof ReadFileForExtractionRequestSchema;
+    output: typeof ReadFileForExtractionResponseSchema;
+  },
+  /**
+   * @generated from rpc pi.fileintake.v1.FileIntakeService.RenewExtractionLease
+   */
+  renewExtractionLease: {
+    methodKind: "unary";
+    input: typeof RenewExtractionLeaseRequestSchema;
+    output: typeof RenewExtractionLeaseResponseSchema;
+  },
+  /**
+   * The outcome, stored sealed; the file ends `processed` (ok) or `failed`. Refused (`recorded`
+   * false) when the lease ran out and another worker took the file.
+   *
+   * @generated from rpc pi.fileintake.v1.FileIntakeService.RecordExtraction
+   */
+  recordExtraction: {
+    methodKind: "unary";
+    input: typeof RecordExtractionRequestSchema;
+    output: typeof RecordExtractionResponseSchema;
+  },
+  /**
+   * Files still `received` long after they were accepted, whose lease is free (the stuck sweep).
+   *
+   * @generated from rpc pi.fileintake.v1.FileIntakeService.ListFilesAwaitingExtraction
+   */
+  listFilesAwaitingExtraction: {
+    methodKind: "unary";
+    input: typeof ListFilesAwaitingExtractionRequestSchema;
+    output: typeof ListFilesAwaitingExtractionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pi_fileintake_v1_fileintake, 0);

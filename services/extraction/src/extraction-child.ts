@@ -1,36 +1,42 @@
 import { imageSize } from "image-size";
 import { parseBuffer } from "music-metadata";
-import type { ExtractionKind } from "@pi/common";
-import { checkDecodedSize } from "./decoded-size.js";
-import { MAX_STORED_TEXT_CHARS, type Extracted } from "./extracted.js";
+import { writeFileSync } from "node:fs";
+import type { Extracted, ExtractionKind } from "@pi/common";
+import { checkDecodedSize, DecodedSizeExceeded } from "./decoded-size.js";
 
-// Runs in an extraction worker thread only (extraction.ts starts them): the parsers of untrusted
-// bytes, pdf.js above all, which replaces globals such as Array.prototype.push when it loads, never
-// run in the thread that serves uploads.
+// Runs in an extraction child process only (extractor.ts forks it): the parsers of untrusted bytes,
+// pdf.js above all, which replaces globals such as Array.prototype.push when it loads, never run in
+// the process that talks to file-intake and Kafka. One task at a time, over IPC.
 
 export interface ExtractionTask {
   kind: ExtractionKind;
   mediaType: string;
   bytes: Uint8Array;
   maxDecodedBytes: number;
+  maxStreamBytes: number;
+  /** MAX_STORED_TEXT_CHARS (given, so that this child loads nothing of @pi/common). */
+  maxTextChars: number;
 }
+
+let maxTextChars = 1_000_000;
 
 class Unparseable extends Error {}
 
 function capped(text: string) {
-  return { text: text.slice(0, MAX_STORED_TEXT_CHARS), textLength: text.length, textTruncated: text.length > MAX_STORED_TEXT_CHARS };
+  return { text: text.slice(0, maxTextChars), textLength: text.length, textTruncated: text.length > maxTextChars };
 }
 
 type PdfJs = typeof import("pdfjs-dist/legacy/build/pdf.mjs");
 let pdfjs: Promise<PdfJs> | undefined;
 
-async function pdfText(bytes: Uint8Array, maxDecodedBytes: number) {
-  await checkDecodedSize(bytes, maxDecodedBytes);
+async function pdfText(bytes: Uint8Array, maxDecodedBytes: number, maxStreamBytes: number) {
+  await checkDecodedSize(bytes, maxDecodedBytes, maxStreamBytes);
   // The legacy build is the one pdf.js supports on Node; loaded on first use (it is large).
   pdfjs ??= import("pdfjs-dist/legacy/build/pdf.mjs");
   const { getDocument, VerbosityLevel } = await pdfjs;
   const doc = await getDocument({
-    data: bytes, // pdf.js takes ownership of (detaches) the buffer: this thread's own copy
+    // pdf.js refuses a Buffer (what IPC delivers) and takes ownership of the bytes: this child's own copy
+    data: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength),
     isEvalSupported: false,
     disableFontFace: true,
     useSystemFonts: false,
@@ -39,7 +45,7 @@ async function pdfText(bytes: Uint8Array, maxDecodedBytes: number) {
   try {
     const pages: string[] = [];
     let length = 0;
-    for (let n = 1; n <= doc.numPages && length <= MAX_STORED_TEXT_CHARS; n++) {
+    for (let n = 1; n <= doc.numPages && length <= maxTextChars; n++) {
       const page = await doc.getPage(n);
       const content = await page.getTextContent();
       const text = content.items.map((item) => ("str" in item ? item.str + (item.hasEOL ? "\n" : "") : "")).join("");
@@ -71,11 +77,12 @@ async function duration(bytes: Uint8Array, mediaType: string) {
 }
 
 /** The thread's task. Never throws for bad bytes: that is `{ ok: false }`. */
-export default async function run({ kind, mediaType, bytes, maxDecodedBytes }: ExtractionTask): Promise<Extracted> {
+export default async function run({ kind, mediaType, bytes, maxDecodedBytes, maxStreamBytes, ...task }: ExtractionTask): Promise<Extracted> {
+  maxTextChars = task.maxTextChars;
   try {
     switch (kind) {
       case "pdf-text":
-        return { ok: true, kind, ...(await pdfText(bytes, maxDecodedBytes)) };
+        return { ok: true, kind, ...(await pdfText(bytes, maxDecodedBytes, maxStreamBytes)) };
       case "plain-text":
         return { ok: true, kind, ...plainText(bytes) };
       case "image-dimensions":
@@ -84,6 +91,22 @@ export default async function run({ kind, mediaType, bytes, maxDecodedBytes }: E
         return { ok: true, kind, ...(await duration(bytes, mediaType)) };
     }
   } catch (err) {
-    return { ok: false, kind, error: err instanceof Error ? `${err.name}: ${err.message}`.slice(0, 500) : "unparseable" };
+    const reason = err instanceof DecodedSizeExceeded ? "decoded_size" : "unparseable";
+    return { ok: false, kind, reason, error: err instanceof Error ? `${err.name}: ${err.message}`.slice(0, 500) : "unparseable" };
   }
+}
+
+if (process.send) {
+  // Should the container's memory limit be reached anyway, the kernel kills this child first.
+  try {
+    writeFileSync("/proc/self/oom_score_adj", "1000");
+  } catch {
+    // not Linux, or not allowed: the ceiling in extractor.ts still holds
+  }
+  process.on("message", (task: ExtractionTask) => {
+    void run(task).then((result) => process.send!({ result }));
+  });
+  // The parent gone (killed): nothing left to answer to.
+  process.on("disconnect", () => process.exit(0));
+  process.send({ ready: true });
 }

@@ -1,8 +1,15 @@
 import { readFileSync } from "node:fs";
-import { describe, expect, it } from "@jest/globals";
-import { extract, MAX_STORED_TEXT_CHARS } from "../src/extraction.js";
+import { afterAll, describe, expect, it, jest } from "@jest/globals";
+import { MAX_STORED_TEXT_CHARS } from "@pi/common";
+import { Extractor } from "../src/extractor.js";
 
-const fixture = (name: string) => readFileSync(new URL(`./fixtures/${name}`, import.meta.url));
+// The extraction of each type, in the child process (the built child module: npm test builds first).
+
+jest.setTimeout(60_000);
+const fixture = (name: string) => readFileSync(new URL(`../../file-intake/test/fixtures/${name}`, import.meta.url));
+const extractor = new Extractor();
+const extract = (type: string, bytes: Uint8Array) => extractor.extract(type, bytes);
+afterAll(() => extractor.close());
 
 describe("extraction of live files", () => {
   it("finds the text of a PDF", async () => {
@@ -12,7 +19,7 @@ describe("extraction of live files", () => {
   });
 
   it("fails a PDF that cannot be parsed", async () => {
-    expect(await extract("application/pdf", fixture("corrupt.pdf"))).toMatchObject({ ok: false, kind: "pdf-text" });
+    expect(await extract("application/pdf", fixture("corrupt.pdf"))).toMatchObject({ ok: false, kind: "pdf-text", reason: "unparseable" });
   });
 
   it("keeps the text of a plain-text file", async () => {
@@ -63,6 +70,6 @@ describe("extraction of live files", () => {
     ["audio/wav", Buffer.concat([Buffer.from("RIFF"), Buffer.alloc(60, 7)])],
     ["audio/mpeg", Buffer.concat([Buffer.from("ID3"), Buffer.from([4, 0, 0, 0, 0, 0, 10]), Buffer.alloc(10), Buffer.alloc(100, 1)])],
   ])("fails %s bytes that cannot be parsed", async (type, bytes) => {
-    expect(await extract(type, bytes)).toMatchObject({ ok: false });
+    expect(await extract(type, bytes)).toMatchObject({ ok: false, reason: "unparseable" });
   });
 });

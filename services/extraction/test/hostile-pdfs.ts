@@ -58,3 +58,12 @@ export function largeTextPdf(mib: number): Buffer {
   const line = Buffer.from("BT /F1 10 Tf 40 700 Td (Blood pressure within range; continue the current plan.) Tj ET\n");
   return onePagePdf(Buffer.concat(Array<Buffer>(Math.ceil((mib * MiB) / line.length)).fill(line)));
 }
+
+/** The bomb behind a second filter: [/ASCIIHexDecode /FlateDecode], about 2 KB of hex per MiB decoded. */
+export const hexFlateBombPdf = (mib = 1024) => onePagePdf(Buffer.from(flateBomb(mib).toString("hex")), ["ASCIIHexDecode", "FlateDecode"]);
+
+/** A PDF of about `mib` MiB whose one page is millions of drawing operators, uncompressed (nothing to decode). */
+export function drawingOperatorsPdf(mib: number): Buffer {
+  const ops = Buffer.from("10 10 m 20 20 l S\n");
+  return onePagePdf(Buffer.concat(Array<Buffer>(Math.ceil((mib * MiB) / ops.length)).fill(ops)));
+}

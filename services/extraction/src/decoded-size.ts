@@ -1,0 +1,327 @@
+import { constants, createInflate } from "node:zlib";
+
+// The decoded-size limits of a PDF, checked before pdf.js sees the file: what pdf.js would have to
+// decode and parse to find the text. A bomb (a few KB that decode to gigabytes) would otherwise be
+// decoded by pdf.js into one growing buffer, and a page of millions of operators parsed for seconds
+// to find nothing. Every stream but an image's (text extraction never decodes images) is decoded here
+// through the filter chain its dictionary declares (/Filter /FlateDecode, or an array such as
+// [/ASCIIHexDecode /FlateDecode], abbreviations included), with each stage's output counted and kept
+// only when another filter follows; a stream without filters counts its length. The sum over the
+// file must stay within one limit, and each stream but a font's within another (a real page's
+// content decodes to kilobytes, or a few megabytes; an embedded font may be larger). Filters of
+// image decoders (DCT, JPX, CCITT, JBIG2) end a chain.
+// What this check cannot decode (an encrypted file's streams, a /Filter given by reference) counts
+// its stored length, and is bounded by the child's memory ceiling (extractor.ts).
+
+export class DecodedSizeExceeded extends Error {
+  constructor(limit: number, what = "streams decode") {
+    super(`${what} to more than ${limit} bytes`);
+    this.name = "DecodedSizeExceeded";
+  }
+}
+
+const STREAM = Buffer.from("stream", "latin1");
+const END = Buffer.from("endstream", "latin1");
+/** How far before `stream` its dictionary is looked for. */
+const DICT_WINDOW = 8192;
+
+type Filter = "flate" | "lzw" | "hex" | "a85" | "rl" | "image";
+const FILTERS: Record<string, Filter> = {
+  FlateDecode: "flate",
+  Fl: "flate",
+  LZWDecode: "lzw",
+  LZW: "lzw",
+  ASCIIHexDecode: "hex",
+  AHx: "hex",
+  ASCII85Decode: "a85",
+  A85: "a85",
+  RunLengthDecode: "rl",
+  RL: "rl",
+  DCTDecode: "image",
+  DCT: "image",
+  JPXDecode: "image",
+  CCITTFaxDecode: "image",
+  CCF: "image",
+  JBIG2Decode: "image",
+};
+
+interface Stream {
+  body: Buffer;
+  /** The declared chain; null when it could not be read (a reference, an unknown filter). */
+  filters: Filter[] | null;
+  image: boolean;
+  /** An embedded font program (/Length1 of FontFile and FontFile2, the /Subtype of FontFile3). */
+  font: boolean;
+}
+
+/** The filter chain declared in a stream's dictionary text. */
+export function filtersOf(dict: string): Filter[] | null {
+  const m = /\/Filter\s*(\[[^\]]*\]|\/[^\s/[\]<>()]+|\d+\s+\d+\s+R)/.exec(dict);
+  if (!m) return [];
+  const names = m[1]!.match(/\/[^\s/[\]<>()]+/g);
+  if (!names) return null; // an indirect reference
+  const chain = names.map((n) => FILTERS[n.slice(1)]);
+  return chain.every((f) => f !== undefined) ? (chain as Filter[]) : null;
+}
+
+/** Every `stream … endstream` of the file (the keyword's end of line skipped), with its declared filters. */
+function* streamsOf(pdf: Buffer): Generator<Stream> {
+  for (let at = pdf.indexOf(STREAM); at !== -1; at = pdf.indexOf(STREAM, at + STREAM.length)) {
+    if (at >= 3 && pdf.toString("latin1", at - 3, at) === "end") continue;
+    const before = pdf.toString("latin1", Math.max(0, at - DICT_WINDOW), at);
+    const objAt = before.lastIndexOf(" obj");
+    const dict = before.slice(objAt === -1 ? 0 : objAt);
+    let start = at + STREAM.length;
+    if (pdf[start] === 0x0d) start++;
+    if (pdf[start] === 0x0a) start++;
+    const end = pdf.indexOf(END, start);
+    yield { body: pdf.subarray(start, end === -1 ? pdf.length : end), filters: filtersOf(dict), image: /\/Subtype\s*\/Image\b/.test(dict), font: /\/Length1\b|\/Subtype\s*\/(Type1C|CIDFontType0C|OpenType)\b/.test(dict) };
+  }
+}
+
+/** Counts the bytes decoded against the file's budget and the stream's. */
+class Budget {
+  used = 0;
+  private stream = 0;
+  private streamLimit = Infinity;
+  constructor(
+    readonly limit: number,
+    readonly perStream: number,
+  ) {}
+  /** A new stream: its own count starts at 0 (a font's is not bounded on its own). */
+  next(font: boolean) {
+    this.stream = 0;
+    this.streamLimit = font ? Infinity : this.perStream;
+  }
+  spend(n: number) {
+    this.used += n;
+    this.stream += n;
+    if (this.used > this.limit) throw new DecodedSizeExceeded(this.limit);
+    if (this.stream > this.streamLimit) throw new DecodedSizeExceeded(this.perStream, "a stream decodes");
+  }
+}
+
+/** A decoder's output: kept (for the next filter) or only counted. */
+class Sink {
+  private readonly parts: Buffer[] = [];
+  constructor(
+    private readonly budget: Budget,
+    private readonly keep: boolean,
+  ) {}
+  push(chunk: Buffer) {
+    this.budget.spend(chunk.length);
+    if (this.keep) this.parts.push(chunk);
+  }
+  bytes(): Buffer {
+    return Buffer.concat(this.parts);
+  }
+}
+
+function inflate(data: Buffer, sink: Sink): Promise<void> {
+  return new Promise((resolve, reject) => {
+    // Z_SYNC_FLUSH: a truncated stream counts what it gives, as pdf.js decodes what it can.
+    const inflater = createInflate({ finishFlush: constants.Z_SYNC_FLUSH, chunkSize: 1 << 20 });
+    inflater.on("data", (chunk: Buffer) => {
+      try {
+        sink.push(chunk);
+      } catch (err) {
+        inflater.destroy();
+        reject(err);
+      }
+    });
+    // Damaged data: pdf.js stops there too; what was decoded so far is counted.
+    inflater.on("error", () => resolve());
+    inflater.on("end", () => resolve());
+    inflater.end(data);
+  });
+}
+
+const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || c === 0x0c || c === 0x00;
+
+function asciiHex(data: Buffer, sink: Sink) {
+  const out = Buffer.allocUnsafe(Math.ceil(data.length / 2));
+  let n = 0;
+  let high = -1;
+  for (const c of data) {
+    if (c === 0x3e) break; // '>'
+    const v = c >= 0x30 && c <= 0x39 ? c - 0x30 : c >= 0x41 && c <= 0x46 ? c - 0x37 : c >= 0x61 && c <= 0x66 ? c - 0x57 : -1;
+    if (v < 0) continue;
+    if (high < 0) high = v;
+    else {
+      out[n++] = (high << 4) | v;
+      high = -1;
+    }
+  }
+  if (high >= 0) out[n++] = high << 4;
+  sink.push(out.subarray(0, n));
+}
+
+function ascii85(data: Buffer, sink: Sink) {
+  const CHUNK = 1 << 20;
+  let out = Buffer.allocUnsafe(CHUNK);
+  let n = 0;
+  const emit = (bytes: number[]) => {
+    for (const b of bytes) {
+      out[n++] = b;
+      if (n === CHUNK) {
+        sink.push(out);
+        out = Buffer.allocUnsafe(CHUNK);
+        n = 0;
+      }
+    }
+  };
+  const group: number[] = [];
+  for (let i = 0; i < data.length; i++) {
+    const c = data[i]!;
+    if (c === 0x7e) break; // '~>'
+    if (isSpace(c)) continue;
+    if (c === 0x7a && group.length === 0) {
+      emit([0, 0, 0, 0]); // 'z'
+      continue;
+    }
+    if (c < 0x21 || c > 0x75) break;
+    group.push(c - 0x21);
+    if (group.length === 5) {
+      const v = group.reduce((a, d) => a * 85 + d, 0) >>> 0;
+      emit([v >>> 24, (v >>> 16) & 0xff, (v >>> 8) & 0xff, v & 0xff]);
+      group.length = 0;
+    }
+  }
+  if (group.length > 1) {
+    const k = group.length;
+    while (group.length < 5) group.push(84);
+    const v = group.reduce((a, d) => a * 85 + d, 0) >>> 0;
+    emit([v >>> 24, (v >>> 16) & 0xff, (v >>> 8) & 0xff, v & 0xff].slice(0, k - 1));
+  }
+  sink.push(out.subarray(0, n));
+}
+
+function runLength(data: Buffer, sink: Sink) {
+  const parts: Buffer[] = [];
+  let size = 0;
+  const flush = () => {
+    if (parts.length) sink.push(Buffer.concat(parts));
+    parts.length = 0;
+    size = 0;
+  };
+  for (let i = 0; i < data.length; ) {
+    const len = data[i++]!;
+    if (len === 128) break;
+    const part = len < 128 ? data.subarray(i, (i += len + 1)) : Buffer.alloc(257 - len, data[i++] ?? 0);
+    parts.push(part);
+    size += part.length;
+    if (size >= 1 << 20) flush();
+  }
+  flush();
+}
+
+/** LZW as PDF has it (EarlyChange 1, the default). */
+function lzw(data: Buffer, sink: Sink) {
+  const CHUNK = 1 << 20;
+  let out = Buffer.allocUnsafe(CHUNK);
+  let n = 0;
+  const put = (b: number) => {
+    out[n++] = b;
+    if (n === CHUNK) {
+      sink.push(out);
+      out = Buffer.allocUnsafe(CHUNK);
+      n = 0;
+    }
+  };
+  const prefix = new Int32Array(4096);
+  const suffix = new Uint8Array(4096);
+  const length = new Uint16Array(4096);
+  for (let i = 0; i < 256; i++) (suffix[i] = i), (length[i] = 1), (prefix[i] = -1);
+  let next = 258;
+  let width = 9;
+  let previous = -1;
+  let bits = 0;
+  let acc = 0;
+  const stack = new Uint8Array(4096);
+  const first = (code: number) => {
+    while (prefix[code]! >= 0) code = prefix[code]!;
+    return suffix[code]!;
+  };
+  const write = (code: number) => {
+    let k = 0;
+    for (let c = code; c >= 0; c = prefix[c]!) stack[k++] = suffix[c]!;
+    while (k > 0) put(stack[--k]!);
+  };
+  for (let i = 0; i < data.length; i++) {
+    acc = ((acc << 8) | data[i]!) & 0xffffff;
+    bits += 8;
+    while (bits >= width) {
+      const code = (acc >>> (bits - width)) & ((1 << width) - 1);
+      bits -= width;
+      if (code === 256) {
+        next = 258;
+        width = 9;
+        previous = -1;
+        continue;
+      }
+      if (code === 257) {
+        sink.push(out.subarray(0, n));
+        return;
+      }
+      if (previous < 0) {
+        if (code > 255) break;
+        write(code);
+      } else if (code < next) {
+        write(code);
+        if (next < 4096) (prefix[next] = previous), (suffix[next] = first(code)), (length[next] = length[previous]! + 1), next++;
+      } else if (code === next && next < 4096) {
+        (prefix[next] = previous), (suffix[next] = first(previous)), (length[next] = length[previous]! + 1), next++;
+        write(code);
+      } else {
+        sink.push(out.subarray(0, n));
+        return; // damaged
+      }
+      previous = code;
+      if (next + 1 >= 1 << width && width < 12) width++;
+    }
+  }
+  sink.push(out.subarray(0, n));
+}
+
+async function decode(filter: Exclude<Filter, "image">, data: Buffer, sink: Sink): Promise<void> {
+  switch (filter) {
+    case "flate":
+      return inflate(data, sink);
+    case "hex":
+      return asciiHex(data, sink);
+    case "a85":
+      return ascii85(data, sink);
+    case "rl":
+      return runLength(data, sink);
+    case "lzw":
+      return lzw(data, sink);
+  }
+}
+
+/**
+ * Throws DecodedSizeExceeded when the streams of `pdf` (but images) decode to more than `limit`
+ * bytes in all, or one of them (but a font) to more than `perStream`; else what they decode to.
+ */
+export async function checkDecodedSize(pdf: Uint8Array, limit: number, perStream = limit): Promise<number> {
+  const bytes = Buffer.from(pdf.buffer, pdf.byteOffset, pdf.byteLength);
+  const budget = new Budget(limit, perStream);
+  for (const { body, filters, image, font } of streamsOf(bytes)) {
+    if (image) continue;
+    budget.next(font);
+    if (!filters || filters.length === 0 || filters[0] === "image") {
+      budget.spend(body.length);
+      continue;
+    }
+    let data = body;
+    for (let i = 0; i < filters.length; i++) {
+      const filter = filters[i]!;
+      if (filter === "image") break;
+      const last = i === filters.length - 1 || filters[i + 1] === "image";
+      const sink = new Sink(budget, !last);
+      await decode(filter, data, sink);
+      if (last) break;
+      data = sink.bytes();
+    }
+  }
+  return budget.used;
+}

@@ -1,0 +1,166 @@
+import { fork, type ChildProcess } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { acceptedType, MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common";
+import type { ExtractionTask } from "./extraction-child.js";
+
+// Each file is decoded in a child process (extraction-child.ts), never in the process that talks to
+// file-intake and Kafka: pdf.js replaces globals when it loads, parses a large file for seconds, and
+// a hostile file (a bomb through any filter chain, a page of millions of operators) must cost that
+// child only. The child has a memory ceiling (its resident memory, JS heap and buffers alike, read
+// from /proc every few ms; the heap also bounded by V8) below the container's limit, and a time
+// limit; past either it is killed and the file fails with the reason. It also volunteers as the
+// kernel's first choice should the container's limit be reached anyway (oom_score_adj 1000). One
+// file at a time per child; a killed child is replaced on the next file. docs/files.md, "Extraction".
+
+export interface ExtractionLimits {
+  /** Wall time of one file; past it the child is killed. */
+  timeoutMs: number;
+  /** The child's resident memory (heap and buffers); past it the child is killed. */
+  memoryCeilingMb: number;
+  /** What a PDF's streams (but images) may decode to in all, through their whole filter chain, checked before pdf.js parses it (decoded-size.ts). */
+  maxDecodedBytes: number;
+  /** What one of them (but a font) may decode to: a page's content. */
+  maxStreamBytes: number;
+}
+
+export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
+  timeoutMs: 60_000,
+  memoryCeilingMb: 512,
+  maxDecodedBytes: 256 * 1024 * 1024,
+  // A real document's pages (text and drawings) decode to kilobytes or a few megabytes each.
+  maxStreamBytes: 8 * 1024 * 1024,
+};
+
+/** Thrown when the child died of something that is not one of our limits: the file is not decided here. */
+export class ExtractorDied extends Error {
+  constructor(why: string) {
+    super(`the extraction child died: ${why}`);
+    this.name = "ExtractorDied";
+  }
+}
+
+/** The compiled child module; under jest the sources are TypeScript, so the build's (npm test builds first). */
+function childModule(): string {
+  const beside = fileURLToPath(new URL("./extraction-child.js", import.meta.url));
+  return existsSync(beside) ? beside : fileURLToPath(new URL("../dist/extraction-child.js", import.meta.url));
+}
+
+const MEMORY_POLL_MS = 10;
+/** How long a new child may take to start (not counted in a file's time limit). */
+const CHILD_START_MS = 30_000;
+const PAGE_BYTES = 4096;
+
+/** Resident bytes of a process (Linux /proc); undefined once it is gone. */
+function residentBytes(pid: number): number | undefined {
+  try {
+    return Number(readFileSync(`/proc/${pid}/statm`, "latin1").split(" ")[1]) * PAGE_BYTES;
+  } catch {
+    return undefined;
+  }
+}
+
+interface Running {
+  child: ChildProcess;
+  settle(result: Extracted | Error): void;
+}
+
+export class Extractor {
+  private child: { process: ChildProcess; ready: Promise<void> } | undefined;
+  private running: Running | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  constructor(readonly limits: ExtractionLimits = DEFAULT_EXTRACTION_LIMITS) {}
+
+  private spawnChild(): { process: ChildProcess; ready: Promise<void> } {
+    // The heap's own bound, below the ceiling (a V8 out-of-memory then ends the child before the watch does).
+    const heapMb = Math.max(32, Math.floor(this.limits.memoryCeilingMb * 0.75));
+    const child = fork(childModule(), [], {
+      execArgv: [`--max-old-space-size=${heapMb}`, "--max-semi-space-size=16"],
+      serialization: "advanced",
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      env: { ...process.env, NODE_OPTIONS: "" },
+    });
+    const ready = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new ExtractorDied("it did not start in time")), CHILD_START_MS);
+      child.on("message", (msg: { ready?: true; result?: Extracted }) => {
+        if (msg.ready) {
+          clearTimeout(timer);
+          resolve();
+        } else if (msg.result && this.running?.child === child) this.running.settle(msg.result);
+      });
+      child.on("exit", (code, signal) => {
+        clearTimeout(timer);
+        const died = new ExtractorDied(signal ? `signal ${signal}` : `exit code ${code}`);
+        reject(died);
+        if (this.child?.process === child) this.child = undefined;
+        if (this.running?.child === child) this.running.settle(died);
+      });
+    });
+    ready.catch(() => child.kill("SIGKILL"));
+    child.on("error", () => undefined); // an IPC send to a dead child; its exit settles the file
+    return { process: child, ready };
+  }
+
+  /** Runs the extraction of the file's type. Never throws for bad bytes or a broken limit: that is `{ ok: false }`; throws ExtractorDied otherwise. */
+  extract(mediaType: string, bytes: Uint8Array): Promise<Extracted> {
+    const next = this.queue.then(() => this.runOne(mediaType, bytes));
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private async runOne(mediaType: string, bytes: Uint8Array): Promise<Extracted> {
+    const type = acceptedType(mediaType);
+    if (!type) return { ok: false, kind: "plain-text", reason: "unsupported_type", error: `no extraction for ${mediaType}` };
+    if (this.closed) throw new ExtractorDied("the extractor is closed");
+    const kind = type.extraction;
+    const spawned = (this.child ??= this.spawnChild());
+    await spawned.ready;
+    const child = spawned.process;
+    let broken: Extracted | undefined;
+    const kill = (reason: "memory_limit" | "time_limit", error: string) => {
+      broken ??= { ok: false, kind, reason, error };
+      child.kill("SIGKILL");
+    };
+    const ceiling = this.limits.memoryCeilingMb * 1024 * 1024;
+    const timer = setTimeout(() => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`), this.limits.timeoutMs);
+    const memoryWatch = setInterval(() => {
+      const rss = child.pid === undefined ? undefined : residentBytes(child.pid);
+      if (rss !== undefined && rss > ceiling) kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
+    }, MEMORY_POLL_MS);
+    try {
+      const result = await new Promise<Extracted | Error>((settle) => {
+        this.running = { child, settle };
+        const task: ExtractionTask = { kind, mediaType, bytes, maxDecodedBytes: this.limits.maxDecodedBytes, maxStreamBytes: this.limits.maxStreamBytes, maxTextChars: MAX_STORED_TEXT_CHARS };
+        child.send(task);
+      });
+      if (broken) return broken;
+      if (result instanceof Error) {
+        // V8's own heap limit ends the child with an abort: that is the memory ceiling too.
+        if (/SIGABRT|SIGTRAP|exit code 134/.test(result.message)) return { ok: false, kind, reason: "memory_limit", error: `extraction used more than its heap` };
+        throw result;
+      }
+      return result;
+    } finally {
+      this.running = undefined;
+      clearTimeout(timer);
+      clearInterval(memoryWatch);
+    }
+  }
+
+  /** The child's pid while one runs (tests). */
+  get childPid(): number | undefined {
+    return this.child?.process.pid;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const child = this.child?.process;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    await new Promise<void>((resolve) => {
+      child.once("exit", () => resolve());
+      child.kill("SIGKILL");
+    });
+  }
+}

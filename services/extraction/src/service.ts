@@ -1,0 +1,65 @@
+import { clientsFor, createKafka, ensureTopics, every, kafkaCredentials, kafkaReachable, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { DEFAULT_EXTRACTION_LIMITS, Extractor, type ExtractionLimits } from "./extractor.js";
+import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
+
+// The extraction service: a workload of its own (file-intake only receives, stores and answers). It
+// consumes file events, decodes each file in a child process with a memory ceiling and a time limit
+// (extractor.ts), and records outcomes through file-intake's extraction RPCs. It has no database:
+// every state that matters (the lease, the attempts, the outcome) is on file-intake's file record.
+
+/** Internal timings; tests shorten them. None of them is partner-visible. */
+export interface ExtractionTiming extends WorkerTiming {
+  stuckSweepEveryMs: number;
+}
+
+export const DEFAULT_TIMING: ExtractionTiming = {
+  leaseMs: 20_000,
+  heartbeatMs: 5_000,
+  stuckAfterMs: 30_000,
+  maxAttempts: 3,
+  stuckSweepEveryMs: 10_000,
+};
+
+export interface ExtractionOptions {
+  timing?: Partial<ExtractionTiming>;
+  limits?: Partial<ExtractionLimits>;
+  /** Replaces the extraction (tests of the poison handling). */
+  extract?: Extract;
+}
+
+export async function startExtractionService(settings: Settings, logger: Logger, options: ExtractionOptions = {}): Promise<RunningService> {
+  const timing = { ...DEFAULT_TIMING, ...options.timing };
+  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.extraction`, logger, kafkaCredentials(settings));
+  await ensureTopics(kafka, settings.DATA_NAMESPACE, ["fileEvents"]);
+  const admin = kafka.admin();
+  await admin.connect();
+  const extractor = new Extractor({
+    timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
+    memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
+    maxDecodedBytes: DEFAULT_EXTRACTION_LIMITS.maxDecodedBytes,
+    maxStreamBytes: DEFAULT_EXTRACTION_LIMITS.maxStreamBytes,
+    ...options.limits,
+  });
+  const worker = new ExtractionWorker(clientsFor(settings).fileIntake(), timing, logger, options.extract ?? ((type, bytes) => extractor.extract(type, bytes)));
+  const consumer = await consumeFileEvents(kafka, settings.DATA_NAMESPACE, worker, logger);
+  const server = await startConnectServer({
+    service: "extraction",
+    publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
+    host: settings.SERVICE_HOST,
+    port: settings.EXTRACTION_SERVICE_PORT,
+    routes: () => undefined,
+    // Without a database of its own, traffic readiness is the consumer's; liveness adds Kafka.
+    healthy: async (withKafka) => consumer.alive() && (!withKafka || (await kafkaReachable(admin))),
+    logger,
+  });
+  const sweep = every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger, { runAtStart: false });
+  return {
+    port: server.port,
+    async stop() {
+      await server.close();
+      await Promise.allSettled([sweep.stop(), consumer.stop()]);
+      await extractor.close();
+      await admin.disconnect().catch(() => undefined);
+    },
+  };
+}

@@ -1,0 +1,149 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import { fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { eventsv1, fileintakev1 } from "@pi/proto";
+import type { KafkaMessage } from "kafkajs";
+import {
+  consumed,
+  consumerGroup,
+  CONSUMER_MAX_WAIT_MS,
+  disconnectConsumer,
+  extractionDuration,
+  extractions,
+  secondsSince,
+  topicName,
+  watchConsumer,
+  watchConsumerLag,
+  type Extracted,
+  type FileIntakeClient,
+  type Kafka,
+  type Logger,
+} from "@pi/common";
+import { ExtractorDied } from "./extractor.js";
+
+export interface WorkerTiming {
+  /** How long a worker holds a file without a heartbeat; a killed worker's file is free after it. */
+  leaseMs: number;
+  heartbeatMs: number;
+  /** A file still `received` this long after it was accepted is taken by the sweep. */
+  stuckAfterMs: number;
+  /** A file taken more often than this (its extractor died every time) fails without another try. */
+  maxAttempts: number;
+}
+
+export type Extract = (mediaType: string, bytes: Uint8Array) => Promise<Extracted>;
+
+export type Processed = "processed" | "failed" | "skipped" | "died";
+
+/**
+ * Moves files out of `received`, through file-intake's extraction RPCs (it owns the records and the
+ * bytes): take the file's lease (which counts the attempt durably), read its bytes, extract them in
+ * the child, record the outcome. A worker or child killed mid-file records nothing: the lease runs
+ * out, the stuck sweep (of any replica) takes the file again, and after `maxAttempts` takes file-intake
+ * ends it `failed` (poison handling, reason `extractor_died`).
+ */
+export class ExtractionWorker {
+  constructor(
+    private readonly intake: FileIntakeClient,
+    private readonly timing: WorkerTiming,
+    private readonly logger: Logger,
+    private readonly extract: Extract,
+  ) {}
+
+  async process(fileId: string): Promise<Processed> {
+    const take = await this.intake.takeFileForExtraction({ fileId, leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts });
+    if (!take.taken) {
+      return take.status === fileintakev1.FileStatus.FAILED ? "failed" : take.status === fileintakev1.FileStatus.PROCESSED ? "processed" : "skipped";
+    }
+    const { holder } = take;
+    const started = performance.now();
+    const heartbeat = setInterval(() => {
+      this.intake.renewExtractionLease({ fileId, holder, leaseMs: this.timing.leaseMs }).catch((err: unknown) => this.logger.warn({ err, fileId }, "lease heartbeat failed"));
+    }, this.timing.heartbeatMs);
+    heartbeat.unref();
+    try {
+      const parts: Uint8Array[] = [];
+      for await (const { chunk } of this.intake.readFileForExtraction({ fileId, holder })) parts.push(chunk);
+      const bytes = Buffer.concat(parts);
+      parts.length = 0;
+      let outcome: Extracted;
+      try {
+        outcome = await this.extract(take.mediaType, bytes);
+      } catch (err) {
+        if (!(err instanceof ExtractorDied)) throw err;
+        // Not decided here: the lease runs out and the attempt stays counted.
+        this.logger.warn({ fileId, attempt: take.attempt, err: err.message }, "extractor died on a file; it will be taken again");
+        return "died";
+      }
+      clearInterval(heartbeat);
+      const res = await this.intake.recordExtraction({ fileId, holder, ...recordOf(outcome) });
+      if (!res.recorded) return "skipped"; // the lease ran out and another worker took over
+      const status = res.status === fileintakev1.FileStatus.FAILED ? "failed" : "processed";
+      extractions.inc({ outcome: status });
+      extractionDuration.observe({ outcome: status }, secondsSince(started));
+      return status;
+    } finally {
+      clearInterval(heartbeat);
+    }
+  }
+
+  /** Takes every file left in `received` past `stuckAfterMs` whose lease is free. */
+  async sweepStuck(): Promise<number> {
+    const { fileIds } = await this.intake.listFilesAwaitingExtraction({ receivedBeforeMs: this.timing.stuckAfterMs, limit: 50 });
+    for (const id of fileIds) await this.process(id);
+    return fileIds.length;
+  }
+}
+
+/** An outcome as RecordExtraction carries it. */
+function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.RecordExtractionRequestSchema> {
+  if (!outcome.ok) return { ok: false, kind: outcome.kind, error: outcome.error, failureReason: outcome.reason };
+  switch (outcome.kind) {
+    case "pdf-text":
+      return { ok: true, kind: outcome.kind, text: outcome.text, textLength: BigInt(outcome.textLength), textTruncated: outcome.textTruncated, pages: outcome.pages };
+    case "plain-text":
+      return { ok: true, kind: outcome.kind, text: outcome.text, textLength: BigInt(outcome.textLength), textTruncated: outcome.textTruncated };
+    case "image-dimensions":
+      return { ok: true, kind: outcome.kind, width: outcome.width, height: outcome.height };
+    case "audio-duration":
+      return { ok: true, kind: outcome.kind, durationSeconds: outcome.durationSeconds };
+  }
+}
+
+/** The worker's Kafka side: every FileReceivedEvent, in the extraction service's consumer group. */
+export async function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, logger: Logger) {
+  const group = consumerGroup(namespace, "extraction", "files");
+  const consumer = kafka.consumer({ groupId: group, maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
+  const alive = watchConsumer(consumer, "file-events", logger);
+  await consumer.connect();
+  const topic = topicName(namespace, "fileEvents");
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const lag = watchConsumerLag(kafka, group, topic, logger);
+  await consumer.run({
+    eachMessage: ({ message }) => consumed(topic, 1, () => extractFrom(message)),
+  });
+  async function extractFrom(message: KafkaMessage): Promise<void> {
+    if (!message.value) return;
+    let fileId: string;
+    try {
+      fileId = fromBinary(eventsv1.FileReceivedEventSchema, message.value).fileId;
+    } catch (err) {
+      logger.error({ err }, "unreadable file event skipped");
+      return;
+    }
+    // A failure to reach file-intake is retried a few times here; after that the file stays
+    // `received` for the stuck sweep, and the offset moves on.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await worker.process(fileId);
+        return;
+      } catch (err) {
+        if (attempt >= 5) {
+          logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry");
+          return;
+        }
+        await sleep(100 * 2 ** attempt);
+      }
+    }
+  }
+  return { alive, stop: async () => void (await Promise.all([lag.stop(), disconnectConsumer(consumer, "file-events", logger)])) };
+}

@@ -1,0 +1,93 @@
+import { acceptedType, endLease, leaseFree, renewLease, takeLease, type Extracted, type FailureReason, type KeyWrapper, type Logger } from "@pi/common";
+import { ensureDataKey, sealExtraction } from "./at-rest.js";
+import { readBlobSegments } from "./staging.js";
+import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
+
+// file-intake's side of extraction: the extraction service (services/extraction) takes a file, reads
+// its bytes and records the outcome through these calls; it never reads this service's database.
+// A take is a lease on the file's record (a single-document update), so two extraction workers, or a
+// worker and the stuck sweep, never process one file at once; every take counts an attempt on the
+// record, so a file whose extractor dies on it (the child, or the whole process) ends `failed` after
+// the allowed number of takes, whatever replica took it and however often they restarted.
+
+export type Take =
+  | { taken: true; holder: string; mediaType: string; size: number; attempt: number }
+  | { taken: false; status: FileStatus | "unknown" };
+
+export class ExtractionRecords {
+  constructor(
+    private readonly store: FileStore,
+    private readonly dataKeys: KeyWrapper,
+    private readonly logger: Logger,
+  ) {}
+
+  async take(fileId: string, leaseMs: number, maxAttempts: number): Promise<Take> {
+    const lease = await takeLease(this.store.files, { _id: fileId, status: "received" }, EXTRACTION_LEASE, {
+      ms: leaseMs,
+      update: { $set: { updatedAt: new Date() }, $inc: { attempts: 1 } },
+    });
+    if (!lease) {
+      const doc = await this.store.files.findOne({ _id: fileId }, { projection: { status: 1 } });
+      return { taken: false, status: doc?.status ?? "unknown" };
+    }
+    const { doc, holder } = lease;
+    // Test files run no extraction.
+    if (doc.mode === "test") return this.endTake(doc, holder, null);
+    if (doc.attempts > maxAttempts) {
+      const kind = acceptedType(doc.mediaType)?.extraction ?? "plain-text";
+      return this.endTake(doc, holder, { ok: false, kind, reason: "extractor_died", error: `the extractor died on the file ${maxAttempts} times` });
+    }
+    return { taken: true, holder, mediaType: doc.mediaType, size: doc.size, attempt: doc.attempts };
+  }
+
+  private async endTake(doc: FileDoc, holder: string, outcome: Extracted | null): Promise<Take> {
+    const recorded = await this.record(doc._id, holder, outcome);
+    return { taken: false, status: recorded ?? "received" };
+  }
+
+  /** The bytes of a file for the holder of its lease, one segment at a time; null when the lease is not the holder's. */
+  async read(fileId: string, holder: string): Promise<AsyncIterable<Uint8Array> | null> {
+    const doc = await this.store.files.findOne({ _id: fileId, [EXTRACTION_LEASE.holder]: holder });
+    if (!doc) return null;
+    return readBlobSegments(this.store, doc, doc.dataKey ? await this.dataKeys.unwrap(doc.dataKey) : null);
+  }
+
+  renew(fileId: string, holder: string, leaseMs: number): Promise<boolean> {
+    return renewLease(this.store.files, fileId, EXTRACTION_LEASE, holder, leaseMs);
+  }
+
+  /**
+   * Stores the outcome (sealed under the file's data key) and ends the file `processed` or `failed`
+   * (its reason in the clear) in the write that ends the lease. null when the lease ran out and
+   * another worker took the file: then its outcome is the one that counts.
+   */
+  async record(fileId: string, holder: string, outcome: Extracted | null): Promise<FileStatus | null> {
+    const doc = await this.store.files.findOne({ _id: fileId, [EXTRACTION_LEASE.holder]: holder });
+    if (!doc) return null;
+    if (outcome) {
+      // A record from before encryption at rest gets a data key now.
+      const key = await ensureDataKey(this.store, this.dataKeys, doc);
+      await this.store.extractions.replaceOne({ _id: fileId }, sealExtraction(key, fileId, outcome, new Date()), { upsert: true });
+    }
+    const status: FileStatus = outcome && !outcome.ok ? "failed" : "processed";
+    const failureReason: FailureReason | null = outcome && !outcome.ok ? outcome.reason : null;
+    const done = new Date();
+    const ended = await endLease(this.store.files, fileId, EXTRACTION_LEASE, holder, {
+      filter: { status: "received" },
+      update: { $set: { status, failureReason, processedAt: done, updatedAt: done } },
+    });
+    if (!ended) return null;
+    // Codes only: never the file's content, elder or purpose (health data).
+    this.logger.info({ fileId, status, ...(failureReason ? { reason: failureReason } : {}), mode: doc.mode, mediaType: doc.mediaType, attempt: doc.attempts }, "file processed");
+    return status;
+  }
+
+  /** Files left `received` for longer than `receivedBeforeMs` whose lease is free. */
+  async awaiting(receivedBeforeMs: number, limit: number, now = new Date()): Promise<string[]> {
+    const stuck = await this.store.files
+      .find({ status: "received", createdAt: { $lte: new Date(now.getTime() - receivedBeforeMs) }, ...leaseFree(EXTRACTION_LEASE, now) }, { projection: { _id: 1 } })
+      .limit(Math.min(Math.max(limit, 1), 500))
+      .toArray();
+    return stuck.map((f) => f._id);
+  }
+}
