@@ -101,9 +101,9 @@ afterAll(async () => {
 describe("Prometheus against npm start", () => {
   it("finds every process through $STATE_DIR/prometheus/targets.json and scrapes them all (up == 1), the gateway and services on ports of their own", async () => {
     const targets = JSON.parse(readFileSync(join(stack.stateDir, "prometheus", "targets.json"), "utf8")) as { targets: string[]; labels: Record<string, string> }[];
-    // Two replicas of each of the five processes npm start runs.
+    // Two replicas of each of the six processes npm start runs.
     expect(targets.map((t) => `${t.labels.service}-${t.labels.replica}`).sort()).toEqual(
-      ["auth", "connection", "file-intake", "gateway", "webhook"].flatMap((s) => [`${s}-1`, `${s}-2`]).sort(),
+      ["auth", "connection", "extraction", "file-intake", "gateway", "webhook"].flatMap((s) => [`${s}-1`, `${s}-2`]).sort(),
     );
     const ports = targets.map((t) => t.targets[0]!.split(":")[1]);
     expect(new Set(ports).size).toBe(targets.length);
@@ -144,7 +144,7 @@ describe("Prometheus against npm start", () => {
     // Kafka: the connection event published and consumed, the file event consumed by extraction.
     await eventually('sum(messaging_client_sent_messages_total{service="connection"})', positive);
     await eventually('sum(messaging_client_consumed_messages_total{service="webhook"})', positive);
-    await eventually('sum(messaging_process_duration_seconds_count{service="file-intake"})', positive);
+    await eventually('sum(messaging_process_duration_seconds_count{service="extraction"})', positive);
     // The journey's own.
     await eventually("sum(pi_tokens_issued_total)", positive);
     await eventually('sum(pi_connection_transitions_total{to="approved"})', positive);
