@@ -3,6 +3,7 @@ import type { KafkaMessage } from "kafkajs";
 import { commonv1, eventsv1 } from "@pi/proto";
 import { consumed, consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, disconnectConsumer, insertNew, topicName, traceHeaders, watchConsumer, watchConsumerLag, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
+import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
 type Source = Extract<SourceCheck, { ok: true }>;
@@ -19,10 +20,7 @@ export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now:
     body: webhookBody(id, src.type, src.occurredAtMs, src.connectionId, src.status),
     createdAt: now,
     ...(seq !== undefined ? { seq } : {}),
-    state: "pending",
-    attempts: 0,
-    attemptLog: [],
-    nextAttemptAt: now,
+    ...delivery.stored(now),
     ...(trace && Object.keys(trace).length > 0 ? { trace } : {}),
   };
 }
@@ -38,7 +36,7 @@ export async function storeWebhookEvents(store: WebhookStore, docs: WebhookEvent
   const entries = docs.filter((d) => !seen.has(d._id)).map(queueEntry);
   for (const id of seen) {
     const existing = await store.events.findOne({ _id: id });
-    if (existing?.state === "pending") entries.push(queueEntry(existing));
+    if (existing && delivery.queued(existing.state)) entries.push(queueEntry(existing));
   }
   await insertNew(store.queue, entries);
 }

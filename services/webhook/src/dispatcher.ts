@@ -1,8 +1,9 @@
 import type { Filter } from "mongodb";
 import { contextFromHeaders, inSpan, insertNew, SpanKind, takeOverClaim, webhookAttemptDuration, webhookDeliveries, type Logger } from "@pi/common";
 import type { WebhookSender } from "./outbound.js";
-import { afterAttempt, failingAfterMs } from "./endpoint-health.js";
-import { nextAttemptAt, RETRY_AFTER_STATUSES, retryAfterUntil, type RetryPolicy } from "./schedule.js";
+import { afterAttempt as healthAfterAttempt, failingAfterMs } from "./endpoint-health.js";
+import * as delivery from "./delivery-states.js";
+import type { RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
 import { type AttemptRecord, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
 import { signingSecrets, type TargetCache } from "./targets.js";
@@ -250,7 +251,7 @@ export class Dispatcher {
   private async resync(eventId: string): Promise<void> {
     const { events, queue } = this.o.store;
     const event = await events.findOne({ _id: eventId });
-    if (event?.state === "pending") await queue.updateOne({ _id: eventId }, { $set: { dueAt: event.nextAttemptAt ?? new Date(), attempts: event.attempts } });
+    if (event && delivery.queued(event.state)) await queue.updateOne({ _id: eventId }, { $set: { dueAt: event.nextAttemptAt ?? new Date(), attempts: event.attempts } });
     else await queue.deleteOne({ _id: eventId });
   }
 
@@ -265,8 +266,9 @@ export class Dispatcher {
       await this.release(entry._id, new Date(Date.now() + TARGET_UNAVAILABLE_RETRY_MS));
       return;
     }
-    if (!target && entry.attempts === 0) {
-      const res = await store.events.updateOne(this.current(entry), { $set: { state: "no_endpoint", nextAttemptAt: null } });
+    const kept = target ? null : delivery.noEndpoint(entry.attempts);
+    if (kept) {
+      const res = await store.events.updateOne(this.current(entry), { $set: kept });
       if (res.modifiedCount === 0) return this.resync(entry._id);
       await store.queue.deleteOne({ _id: entry._id });
       logger.info(log, "partner has no webhook address; event kept, not sent");
@@ -290,12 +292,15 @@ export class Dispatcher {
           },
         )
       : { delivered: false, statusCode: 0, durationMs: 0, error: "partner has no webhook address any more", responseExcerpt: "" };
-    if (this.stopping && !outcome.delivered && outcome.statusCode === 0) {
-      await this.release(entry._id, new Date());
+    const number = entry.attempts + 1;
+    const step = delivery.afterAttempt(
+      { delivered: outcome.delivered, statusCode: outcome.statusCode, retryAfter: outcome.retryAfter, windowStart: entry.createdAt, attemptsMade: number, endedAt: new Date(), cutOff: this.stopping },
+      policy,
+    );
+    if (!step.counted) {
+      await this.release(entry._id, step.dueAt);
       return;
     }
-
-    const number = entry.attempts + 1;
     const record: AttemptRecord = {
       number,
       startedAt,
@@ -304,16 +309,7 @@ export class Dispatcher {
       responseExcerpt: outcome.responseExcerpt,
       ...(outcome.error ? { error: outcome.error } : {}),
     };
-    let next: Pick<WebhookEventDoc, "state" | "nextAttemptAt"> & { deliveredAt?: Date };
-    if (outcome.delivered) {
-      next = { state: "delivered", nextAttemptAt: null, deliveredAt: new Date() };
-    } else {
-      const endedAt = Date.now();
-      // A receiver's Retry-After on 429 or 503 is honoured within the window.
-      const notBefore = RETRY_AFTER_STATUSES.has(outcome.statusCode) ? retryAfterUntil(outcome.retryAfter, endedAt) : undefined;
-      const due = nextAttemptAt({ createdAt: entry.createdAt.getTime(), attemptsMade: number, lastEndedAt: endedAt, notBefore }, policy);
-      next = due === null ? { state: "failed", nextAttemptAt: null } : { state: "pending", nextAttemptAt: new Date(due) };
-    }
+    const next: delivery.DeliveryStep = { state: step.state, nextAttemptAt: step.nextAttemptAt, ...(step.deliveredAt ? { deliveredAt: step.deliveredAt } : {}) };
     const fields = { ...log, attempt: number, statusCode: outcome.statusCode, durationMs: outcome.durationMs, error: outcome.error, state: next.state };
     const res = await store.events.updateOne(this.current(entry), { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } });
     if (res.modifiedCount === 0) {
@@ -321,7 +317,7 @@ export class Dispatcher {
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
       return this.resync(entry._id);
     }
-    webhookDeliveries.inc({ outcome: outcome.delivered ? "delivered" : next.state === "failed" ? "failed" : "retry" });
+    webhookDeliveries.inc({ outcome: step.outcome });
     if (target) webhookAttemptDuration.observe(outcome.durationMs / 1000);
     // The endpoint's health is kept beside the queue's update, not after it: the slot frees no later.
     await Promise.all([
@@ -341,7 +337,7 @@ export class Dispatcher {
   private async recordHealth(partnerId: string, delivered: boolean, at: Date): Promise<void> {
     const { endpoints } = this.o.store;
     const prev = await endpoints.findOne({ _id: partnerId });
-    const { next, transition } = afterAttempt(prev, partnerId, delivered, at, failingAfterMs(this.o.policy.windowSeconds));
+    const { next, transition } = healthAfterAttempt(prev, partnerId, delivered, at, failingAfterMs(this.o.policy.windowSeconds));
     // A healthy endpoint's success is written at most once a minute: one write less per delivery.
     if (delivered && prev && !prev.failingSince && prev.lastSuccessAt && at.getTime() - prev.lastSuccessAt.getTime() < 60_000) return;
     const { _id, ...fields } = next;

@@ -1,4 +1,5 @@
 import { pushAudit, type AuditEntry } from "@pi/common";
+import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
 // The operator's resend and recover: a stored event goes back on the queue, due at once, with the
@@ -6,20 +7,18 @@ import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js"
 // a day-old event must not fail for want of time), and its attempts keep counting on, so the log
 // of every attempt stays whole.
 
-/** When a delivery last failed: its last attempt's start, or (never attempted) its creation. */
-export function failedAt(event: Pick<WebhookEventDoc, "attemptLog" | "createdAt">): Date {
-  return event.attemptLog.at(-1)?.startedAt ?? event.createdAt;
-}
+export { failedAt } from "./delivery-states.js";
 
 /** Events of a partner that a recover since `since` re-queues: failed (or never sendable) since then. */
 export function recoverable(events: WebhookEventDoc[], since: Date): WebhookEventDoc[] {
-  return events.filter((e) => (e.state === "failed" || e.state === "no_endpoint") && failedAt(e).getTime() >= since.getTime());
+  return events.filter((e) => delivery.recover(e, since));
 }
 
 /** Re-queues one event; `audit` is the operator's record of it, stored in the same update. */
 export async function requeue(store: WebhookStore, event: WebhookEventDoc, audit: AuditEntry, now = new Date()): Promise<WebhookEventDoc> {
-  const pending: WebhookEventDoc = { ...event, state: "pending", nextAttemptAt: now };
-  await store.events.updateOne({ _id: event._id }, { $set: { state: "pending", nextAttemptAt: now }, ...pushAudit(audit) });
+  const step = delivery.requeue(now);
+  const pending: WebhookEventDoc = { ...event, ...step };
+  await store.events.updateOne({ _id: event._id }, { $set: step, ...pushAudit(audit) });
   const { _id, ...entry } = { ...queueEntry(pending), createdAt: now };
   await store.queue.updateOne({ _id }, { $set: entry }, { upsert: true });
   return pending;

@@ -2,6 +2,9 @@ import type { Collection, Db } from "mongodb";
 import type { AuditCarrier, ClaimDoc as BaseClaim } from "@pi/common";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { EventType } from "./event-body.js";
+import type { DeliveryState } from "./delivery-states.js";
+
+export type { DeliveryState };
 
 // Three collections, each written one document at a time (no transactions):
 //
@@ -17,9 +20,8 @@ import type { EventType } from "./event-body.js";
 //
 // Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
 // retry window is used up), no_endpoint (the partner had no webhook address when the event came
-// due: kept, never sent).
+// due: kept, never sent); the transitions are delivery-states.ts.
 
-export type DeliveryState = "pending" | "delivered" | "failed" | "no_endpoint";
 
 export interface AttemptRecord {
   number: number;
