@@ -2,4 +2,3 @@ export { startAuthService } from "./service.js";
 export * from "./scopes.js";
 export * from "./secrets.js";
 export * from "./tokens.js";
-export { checkWebhookUrl } from "./webhook-url.js";

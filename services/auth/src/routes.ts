@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
-import { auditRecordMessage, emptyOutbox, isDuplicateKey, MAX_TOKENS_PER_CALL, newId, newSecret, tokenEndpointUrl, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { auditRecordMessage, emptyOutbox, isDuplicateKey, MAX_TOKENS_PER_CALL, newId, newSecret, tokenEndpointUrl, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings, webhookUrlRefusal } from "@pi/common";
 import { randomUUID } from "node:crypto";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
@@ -13,7 +13,6 @@ import { DUMMY_HASH, FIRST_PEPPER_ID, hashNewSecret, hashSecret, secretMatches, 
 import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
 import { eachOnItsOwn } from "./token-batch.js";
 import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
-import { checkWebhookUrl } from "./webhook-url.js";
 
 const { AuthService, TokenFailure, PartnerStatus, ClientAuthMethod } = authv1;
 const { Mode } = commonv1;
@@ -110,7 +109,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   }
 
   function validWebhookUrl(url: string): string {
-    const problem = checkWebhookUrl(url, settings.WEBHOOK_ALLOW_INSECURE_URLS);
+    const problem = webhookUrlRefusal(url, settings.WEBHOOK_ALLOW_INSECURE_URLS);
     if (problem) throw new ConnectError(`webhook url ${problem}`, Code.InvalidArgument);
     return url;
   }

@@ -28,3 +28,4 @@ export * from "./kafka-access.js";
 export * from "./webhook-events.js";
 export * from "./grpc-server.js";
 export * from "./egress.js";
+export * from "./webhook-url.js";

@@ -1,10 +1,11 @@
 import { request, type Agent } from "undici";
-import { AddressRefusedError, egressAgent, readCapped, urlRefusal, type Resolver } from "@pi/common";
+import { AddressRefusedError, egressAgent, readCapped, webhookUrlRefusal, type Resolver } from "@pi/common";
 
-export { AddressRefusedError, guardedLookup, urlRefusal, type Resolver } from "@pi/common";
+export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common";
 
 // One POST of a webhook body to a partner's address, through the egress of @pi/common (egress.ts):
-// https only, to public addresses only, checked in the socket's own DNS lookup (DNS rebinding).
+// https only to a named host (the registration rule, webhook-url.ts), to public addresses only,
+// checked in the socket's own DNS lookup (DNS rebinding).
 // Redirects are never followed, and at most a few KiB of the answer are read.
 
 export interface AttemptOutcome {
@@ -25,6 +26,12 @@ export interface SenderOptions {
   maxResponseBytes?: number;
   /** Stands in for the system's DNS in tests. */
   resolve?: Resolver;
+}
+
+/** Why the address must not be called at all, before any connection: the rule of registration, applied again. */
+export function urlRefusal(raw: string, allowInsecure: boolean): string | undefined {
+  const refusal = webhookUrlRefusal(raw, allowInsecure);
+  return refusal && `webhook url ${refusal}`;
 }
 
 function describeError(err: unknown, timeoutMs: number): string {

@@ -124,20 +124,23 @@ describe("outbound safety with WEBHOOK_ALLOW_INSECURE_URLS=false", () => {
     ["ftp://example.com/hook", /must use https/],
     ["https://user:pw@example.com/hook", /credentials/],
     ["not a url", /absolute URL/],
-    ["https://127.0.0.1/hook", /127\.0\.0\.1 is not a public address/],
-    ["https://10.1.2.3/hook", /not a public address/],
-    ["https://169.254.169.254/latest/meta-data", /not a public address/],
-    ["https://[::1]/hook", /not a public address/],
-    ["https://[::ffff:127.0.0.1]/hook", /IPv4-mapped/],
-    ["https://[fd00:ec2::254]/hook", /not a public address/],
-    ["https://2130706433/hook", /127\.0\.0\.1 is not a public address/],
-    ["https://0x7f.1/hook", /127\.0\.0\.1 is not a public address/],
-  ])("refuses %s before connecting", (url, reason) => {
+    ["https://127.0.0.1/hook", /not an IP address or localhost/],
+    ["https://10.1.2.3/hook", /not an IP address/],
+    ["https://169.254.169.254/latest/meta-data", /not an IP address/],
+    ["https://[::1]/hook", /not an IP address/],
+    ["https://[::ffff:127.0.0.1]/hook", /not an IP address/],
+    ["https://[fd00:ec2::254]/hook", /not an IP address/],
+    ["https://2130706433/hook", /not an IP address/],
+    ["https://0x7f.1/hook", /not an IP address/],
+    ["https://93.184.216.34/hook", /not an IP address/],
+    ["https://[2606:4700:4700::1111]/hook", /not an IP address/],
+    ["https://localhost/hook", /localhost/],
+  ])("refuses %s before connecting (the registration rule, services/common/src/webhook-url.ts)", (url, reason) => {
     expect(urlRefusal(url, false)).toMatch(reason);
   });
 
-  it.each(["https://example.com/hook", "https://93.184.216.34/hook", "https://[2606:4700:4700::1111]/hook"])("lets %s through to the connect-time check", (url) => {
-    expect(urlRefusal(url, false)).toBeUndefined();
+  it("lets a named host through to the connect-time check", () => {
+    expect(urlRefusal("https://example.com/hook", false)).toBeUndefined();
   });
 
   it("with insecure URLs allowed, http and loopback are fine", () => {
@@ -178,14 +181,19 @@ describe("outbound safety with WEBHOOK_ALLOW_INSECURE_URLS=false", () => {
     }
   });
 
-  it("refuses https://localhost through the system's own DNS", async () => {
+  it("refuses https://localhost before connecting, and the system's own DNS answer for it at connect time", async () => {
     const sender = new WebhookSender({ allowInsecure: false, timeoutMs: 2000 });
     try {
+      const before = ok.seen.length;
       const outcome = await sender.post(`https://localhost:${ok.port}/hook`, "{}", {});
-      expect(outcome.delivered).toBe(false);
-      expect(outcome.error).toMatch(/^refused: localhost resolves to no public address/);
+      expect(outcome).toMatchObject({ delivered: false, statusCode: 0 });
+      expect(outcome.error).toMatch(/^refused: webhook url must name a public host/);
+      expect(ok.seen.length).toBe(before);
     } finally {
       await sender.close();
     }
+    const lookup = guardedLookup();
+    const err = await new Promise<Error | null>((resolve) => lookup("localhost", { all: true }, (e) => resolve(e)));
+    expect(err?.message).toMatch(/^localhost resolves to no public address/);
   });
 });
