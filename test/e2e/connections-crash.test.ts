@@ -19,6 +19,8 @@ import { grantTestKafkaAccess, identityKey, kafkaUserEnv, TEST_PUBLIC_KEYS, test
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const main = join(root, "services", "connection", "dist", "main.js");
+/** The same service with the test seam that kills it between a stored event and its publish. */
+const crashingMain = join(root, "test", "support", "connection-crash-main.mjs");
 const namespace = `t${randomBytes(5).toString("hex")}`;
 const mongoUri = process.env.TEST_MONGODB_URI!;
 const brokers = process.env.TEST_KAFKA_BROKERS!;
@@ -32,9 +34,12 @@ interface Child {
 }
 const children: Child[] = [];
 
-/** Starts `node services/connection/dist/main.js` and resolves once it listens. */
-async function startService(extraEnv: Record<string, string> = {}): Promise<Child> {
-  const proc = spawn(process.execPath, [main], {
+/**
+ * Starts `node services/connection/dist/main.js` and resolves once it listens; with `crashBeforePublish`,
+ * the same service through the test seam that SIGKILLs it after the first write that stores an event.
+ */
+async function startService({ crashBeforePublish = false } = {}): Promise<Child> {
+  const proc = spawn(process.execPath, [crashBeforePublish ? crashingMain : main], {
     cwd: root,
     env: {
       PATH: process.env.PATH,
@@ -50,7 +55,6 @@ async function startService(extraEnv: Record<string, string> = {}): Promise<Chil
       SERVICE_IDENTITY_KEY: identityKey("connection"),
       SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS,
       ...kafkaUserEnv("connection"),
-      ...extraEnv,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -118,13 +122,13 @@ afterAll(async () => {
 
 describe("connection service crash", () => {
   it("SIGKILL after a state change is stored and before its event is published: after a restart, exactly that event is on the topic", async () => {
-    const faulty = await startService({ CONNECTION_FAULT_AFTER_STORE: "exit" });
+    const faulty = await startService({ crashBeforePublish: true });
     const partnerId = newId("ptr");
     const { address } = await faulty.client.createElder({});
     const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
     const id = connection!.id;
 
-    // The approval is stored, then the fault switch kills the process before the publish.
+    // The approval is stored, then the seam kills the process before the publish.
     await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
     expect((await faulty.exited).signal).toBe("SIGKILL");
 
@@ -150,7 +154,7 @@ describe("connection service crash", () => {
   });
 
   it("SIGKILL after a caregiver's act is stored: its audit record, stored with the change, reaches the audit-events topic after a restart", async () => {
-    const faulty = await startService({ CONNECTION_FAULT_AFTER_STORE: "exit" });
+    const faulty = await startService({ crashBeforePublish: true });
     const partnerId = newId("ptr");
     const { address } = await faulty.client.createElder({});
     const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });

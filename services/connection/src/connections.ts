@@ -39,7 +39,7 @@ export class Connections {
   constructor(
     private readonly store: ConnectionStore,
     private readonly settings: Pick<Settings, "ADDRESS_DOMAIN" | "CONNECTION_PENDING_TTL_SECONDS" | "SANDBOX_APPROVAL_DELAY_SECONDS">,
-    /** Called right after a write that stored an event (outbox.ts `afterStore`). */
+    /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
     private readonly clock: Clock = () => new Date(),
     /** Called right after a write that stored an audit record (every change): its relay. */

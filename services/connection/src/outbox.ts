@@ -11,9 +11,6 @@ import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 const { ConnectionEventSchema } = eventsv1;
 
-/** The one test-only fault-injection switch (not an operator setting): see docs/connections.md. */
-export const FAULT_ENV = "CONNECTION_FAULT_AFTER_STORE";
-
 export function connectionEvent(doc: Pick<ConnectionDoc, "_id" | "partnerId" | "mode">, entry: OutboxEntry): eventsv1.ConnectionEvent {
   return create(ConnectionEventSchema, {
     eventId: entry.eventId,
@@ -47,19 +44,4 @@ export function connectionOutbox(
     eventName: (entry) => entry.type,
     ...opts,
   });
-}
-
-/**
- * What Connections calls right after a write that stored an event. With the fault switch set, the
- * process dies between the database write and the publish, as a crash would.
- */
-export function afterStore(outbox: Pick<ConnectionOutbox, "afterWrite">, logger: Logger): (connectionId: string) => void {
-  const fault = process.env[FAULT_ENV];
-  return (connectionId) => {
-    if (fault === "exit") {
-      logger.warn({ connectionId, [FAULT_ENV]: fault }, "fault injection: killing the process before the publish");
-      process.kill(process.pid, "SIGKILL");
-    }
-    outbox.afterWrite(connectionId);
-  };
 }

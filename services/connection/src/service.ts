@@ -1,6 +1,6 @@
 import { AuditTrail, every, openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { Connections } from "./connections.js";
-import { afterStore, connectionOutbox } from "./outbox.js";
+import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
 
@@ -23,7 +23,16 @@ export function roundIntervals(settings: Pick<Settings, "SANDBOX_APPROVAL_DELAY_
   };
 }
 
-export async function startConnectionService(settings: Settings, logger: Logger): Promise<RunningService> {
+/** Test seams: nothing in production passes them. */
+export interface ConnectionServiceSeams {
+  /**
+   * Runs right after a write that stored an event, before its publish: the crash test kills the
+   * process here (test/support/connection-crash-main.mjs).
+   */
+  beforePublish?: (connectionId: string) => void;
+}
+
+export async function startConnectionService(settings: Settings, logger: Logger, seams: ConnectionServiceSeams = {}): Promise<RunningService> {
   const runtime = await openRuntime("connection", settings, logger);
   const store = await openConnectionStore(runtime.mongo.db);
   await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
@@ -37,7 +46,11 @@ export async function startConnectionService(settings: Settings, logger: Logger)
   // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
   const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });
   await trail.start();
-  const connections = new Connections(store, settings, afterStore(outbox, logger), undefined, (id) => connectionsAudit.afterWrite(id));
+  const afterStore = (connectionId: string) => {
+    seams.beforePublish?.(connectionId);
+    outbox.afterWrite(connectionId);
+  };
+  const connections = new Connections(store, settings, afterStore, undefined, (id) => connectionsAudit.afterWrite(id));
 
   const server = await startConnectServer({
     service: "connection",
