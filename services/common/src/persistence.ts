@@ -164,7 +164,10 @@ export async function whileHolding<T>(collection: AnyCollection<JobLeaseDoc>, na
 
 // ---------------------------------------------------------------- claims by insert
 
-/** A named right held until `expiresAt`: its _id names what is claimed. */
+/**
+ * A named right held until `expiresAt`: its _id names what is claimed. Claimed by insert (`insertNew`:
+ * of concurrent inserters of one _id exactly one succeeds), taken over by `takeOverClaim` once expired.
+ */
 export interface ClaimDoc {
   _id: string;
   expiresAt: Date;
@@ -177,11 +180,6 @@ export interface ClaimDoc {
 export async function takeOverClaim<T extends ClaimDoc>(collection: AnyCollection<T>, id: string, now: Date, expiresAt: Date): Promise<boolean> {
   const res = await collection.updateOne(asFilter<T>({ _id: id, expiresAt: { $lte: now } }), asUpdate<T>({ $set: { expiresAt } }));
   return res.modifiedCount === 1;
-}
-
-/** Claims by insert: of concurrent claimers of one _id exactly one inserts; an expired claim is taken over. */
-export async function claim<T extends ClaimDoc>(collection: AnyCollection<T>, doc: T, now = new Date()): Promise<boolean> {
-  return (await insertIfNew(collection, doc)) || takeOverClaim(collection, doc._id, now, doc.expiresAt);
 }
 
 // ---------------------------------------------------------------- the outbox

@@ -3,7 +3,6 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Collection, type Db } from "mongodb";
 import type { Producer } from "kafkajs";
 import {
-  claim,
   createKafka,
   createLogger,
   createProducer,
@@ -17,6 +16,7 @@ import {
   RELAY_STOP_MS,
   renewLease,
   takeLease,
+  takeOverClaim,
   topicName,
   updateVersioned,
   type ClaimDoc,
@@ -69,17 +69,18 @@ describe("insert-if-new and claims by insert", () => {
     expect(await a.countDocuments()).toBe(3);
   });
 
-  it("one claim wins among 20 from two replicas; once expired, exactly one takes it over", async () => {
+  it("one claim wins among 20 from two replicas; once expired, exactly one takes it over (insertNew, takeOverClaim: the webhook attempt slots)", async () => {
     const [a, b] = both<ClaimDoc>("claims");
     const now = new Date();
-    const doc = (ms: number) => ({ _id: "slot", expiresAt: new Date(now.getTime() + ms) });
-    const first = await Promise.all(Array.from({ length: 20 }, (_, i) => claim(i % 2 ? a : b, doc(-1), now)));
+    const expired = { _id: "slot", expiresAt: new Date(now.getTime() - 1) };
+    const first = await Promise.all(Array.from({ length: 20 }, async (_, i) => (await insertNew(i % 2 ? a : b, [expired])).length === 0));
     expect(first.filter(Boolean)).toHaveLength(1);
     // Its lease (already over: -1 ms) ran out: 20 takers race, one wins, and the new lease holds.
     const later = new Date(now.getTime() + 1);
-    const second = await Promise.all(Array.from({ length: 20 }, (_, i) => claim(i % 2 ? a : b, doc(60_000), later)));
+    const until = new Date(now.getTime() + 60_000);
+    const second = await Promise.all(Array.from({ length: 20 }, (_, i) => takeOverClaim(i % 2 ? a : b, "slot", later, until)));
     expect(second.filter(Boolean)).toHaveLength(1);
-    expect(await claim(a, doc(60_000), later)).toBe(false);
+    expect(await takeOverClaim(a, "slot", later, until)).toBe(false);
   });
 });
 
