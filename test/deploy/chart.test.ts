@@ -213,15 +213,44 @@ describe("Helm chart with the default values", () => {
             getUser: (u: string) => (calls.push(["getUser", db, u]), existing ? { user: u } : null),
             createUser: (spec: unknown) => calls.push(["createUser", db, spec]),
             updateUser: (u: string, spec: unknown) => calls.push(["updateUser", db, u, spec]),
+            getRole: (r: string) => (calls.push(["getRole", db, r]), existing ? { role: r } : null),
+            createRole: (spec: unknown) => calls.push(["createRole", db, spec]),
+            updateRole: (r: string, spec: unknown) => calls.push(["updateRole", db, r, spec]),
           });
           runInNewContext(script, {
             db: { getSiblingDB: (d: string) => (calls.push(["getSiblingDB", d]), sibling(d)) },
-            process: { env: { APP_DATABASE: env.APP_DATABASE, APP_USERNAME: env.APP_USERNAME, APP_PASSWORD: password } },
+            process: { env: { APP_DATABASE: env.APP_DATABASE, APP_USERNAME: env.APP_USERNAME, APP_PASSWORD: password, ...(env.APP_AUDIT_DATABASE ? { APP_AUDIT_DATABASE: env.APP_AUDIT_DATABASE } : {}) } },
             print: () => {},
           });
           return calls;
         };
         const db = databaseName(namespace, s.component);
+        if (s.component === "auth") {
+          // The audit trail's database: append only, no service's user can rewrite a stored record.
+          const audit = databaseName(namespace, "auth_audit");
+          expect(env.APP_AUDIT_DATABASE).toBe(audit);
+          const privileges = [{ resource: { db: audit, collection: "" }, actions: ["find", "insert", "createCollection", "createIndex", "listIndexes", "listCollections"] }];
+          const roles = [{ role: "readWrite", db }, { role: "auditAppend", db: audit }];
+          expect(run(false)).toEqual([
+            ["getSiblingDB", audit],
+            ["getRole", audit, "auditAppend"],
+            ["createRole", audit, { role: "auditAppend", privileges, roles: [] }],
+            ["getSiblingDB", db],
+            ["getUser", db, s.component],
+            ["createUser", db, { user: s.component, pwd: "p".repeat(40), roles }],
+          ]);
+          expect(run(true)).toEqual([
+            ["getSiblingDB", audit],
+            ["getRole", audit, "auditAppend"],
+            ["updateRole", audit, "auditAppend", { privileges, roles: [] }],
+            ["getSiblingDB", db],
+            ["getUser", db, s.component],
+            ["updateUser", db, s.component, { pwd: "p".repeat(40), roles }],
+          ]);
+          for (const rewrite of ["update", "remove", "dropCollection", "renameCollectionSameDB", "convertToCapped", "dropDatabase"]) expect(privileges[0]!.actions).not.toContain(rewrite);
+          continue;
+        }
+        expect(env.APP_AUDIT_DATABASE).toBeUndefined();
         const roles = [{ role: "readWrite", db }];
         expect(run(false)).toEqual([["getSiblingDB", db], ["getUser", db, s.component], ["createUser", db, { user: s.component, pwd: "p".repeat(40), roles }]]);
         expect(run(true)).toEqual([["getSiblingDB", db], ["getUser", db, s.component], ["updateUser", db, s.component, { pwd: "p".repeat(40), roles }]]);

@@ -7,7 +7,8 @@ import { decodeJwt, NO_RATE_LIMITS } from "../support/auth.js";
 
 // Key rotation without downtime (docs/authentication.md, "Key rotation"): the new key is published
 // at once and signs only after every auth replica and gateway has reloaded the key set (here
-// JWKS_REFRESH_SECONDS=1, so after 2 s); tokens signed with the old key keep verifying.
+// JWKS_REFRESH_SECONDS=1, so after 2 s); tokens signed with the old key keep verifying. An emergency
+// revocation (`keys revoke`) takes effect on every replica when the command returns.
 
 let stack: TestStack;
 let replica: RunningService;
@@ -87,5 +88,32 @@ describe("key rotation without downtime", () => {
     expect(kidOf(await fromReplica())).toBe(rotated.kid);
     expect([...kidsSeen].sort()).toEqual([oldKid, rotated.kid].sort());
     expect(await use(oldToken)).toBe(202);
+  });
+
+  it("emergency key revocation (`ops keys revoke`): when the command returns, both auth replicas sign with the replacement key and the gateway refuses the revoked key's tokens, not at the next rotation", async () => {
+    const replicaAuth = clientsFor({ ...as(stack.settings, "gateway"), AUTH_SERVICE_URL: `http://127.0.0.1:${replica.port}` }).auth();
+    const fromReplica = async () => {
+      const res = await replicaAuth.issueToken({ clientId: partner.live.client_id, clientSecret: partner.live.client_secret });
+      if (res.outcome.case !== "token") throw new Error("no token from the replica");
+      return res.outcome.value.accessToken;
+    };
+    const viaGateway = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
+    const viaReplica = await fromReplica();
+    const kid = kidOf(viaGateway);
+    expect(kidOf(viaReplica)).toBe(kid);
+    expect([await use(viaGateway), await use(viaReplica)]).toEqual([202, 202]);
+
+    const revoked = await opsFor(stack.settings).keysRevoke(kid);
+    expect(revoked).toMatchObject({ kid, status: "revoked" });
+    const replacement = revoked.replacement_kid!;
+    expect(replacement).toMatch(/^key_/);
+    expect([await use(viaGateway), await use(viaReplica)]).toEqual([401, 401]);
+    const [fresh, freshFromReplica] = [await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret), await fromReplica()];
+    expect([kidOf(fresh), kidOf(freshFromReplica)]).toEqual([replacement, replacement]);
+    expect([await use(fresh), await use(freshFromReplica)]).toEqual([202, 202]);
+    // The key is gone from the published set, and the act is on the audit trail.
+    const jwks = JSON.parse((await replicaAuth.getJwks({})).jwksJson) as { keys: { kid: string }[] };
+    expect(jwks.keys.map((k) => k.kid)).not.toContain(kid);
+    expect(jwks.keys.map((k) => k.kid)).toContain(replacement);
   });
 });

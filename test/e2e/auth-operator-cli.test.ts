@@ -154,7 +154,7 @@ describe("operator CLI: credential create and revoke", () => {
 });
 
 describe("operator CLI: partner suspend and reinstate", () => {
-  it("partner suspend / reinstate: visible on every gateway by the time the CLI exits, both ways", async () => {
+  it("partner suspend / reinstate: visible on every gateway by the time the CLI exits, both ways; a token from before the suspension stays refused", async () => {
     const partner = oneObject(await ops("partner", "create", "--name", "Suspend Via CLI", "--json"));
     const live = partner.live as { client_id: string; client_secret: string };
     const token = await accessToken(stack.baseUrl, live.client_id, live.client_secret);
@@ -163,8 +163,8 @@ describe("operator CLI: partner suspend and reinstate", () => {
     expect(await everyGateway(token)).toEqual([401, 401]);
     expect(JSON.parse((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live })).text)).toMatchObject({ error: "invalid_client" });
     expect(oneObject(await ops("partner", "reinstate", id, "--json"))).toEqual({ partner_id: id, status: "active" });
-    expect(await everyGateway(token)).toEqual([202, 202]);
-    expect((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live })).status).toBe(200);
+    expect(await everyGateway(token)).toEqual([401, 401]);
+    expect(await everyGateway(await accessToken(stack.baseUrl, live.client_id, live.client_secret))).toEqual([202, 202]);
   });
 
   it.each(["suspend", "reinstate"])("partner %s of an unknown partner is refused", async (act) => {
@@ -182,5 +182,23 @@ describe("operator CLI: keys rotate", () => {
     const out = oneObject(await ops("keys", "rotate", "--json"));
     expect(out).toEqual({ kid: expect.stringMatching(/^key_/), activates_at: expect.any(String), retired_kids: [] });
     expect(Date.parse(out.activates_at as string)).toBeGreaterThan(Date.now());
+  });
+});
+
+// Last: it revokes the key that signed the tokens above.
+describe("operator CLI: keys revoke", () => {
+  it("keys revoke KID --json: the key's tokens are refused on every gateway when the CLI exits, and the replacement signs; an unknown key is refused", async () => {
+    const partner = oneObject(await ops("partner", "create", "--name", "Key Revoke Via CLI", "--json"));
+    const live = partner.live as { client_id: string; client_secret: string };
+    const token = await accessToken(stack.baseUrl, live.client_id, live.client_secret);
+    const kid = decodeJwt(token).header.kid as string;
+    expect(await everyGateway(token)).toEqual([202, 202]);
+    const out = oneObject(await ops("keys", "revoke", kid, "--json"));
+    expect(out).toEqual({ kid, status: "revoked", replacement_kid: expect.stringMatching(/^key_/) });
+    expect(await everyGateway(token)).toEqual([401, 401]);
+    const fresh = await accessToken(stack.baseUrl, live.client_id, live.client_secret);
+    expect(decodeJwt(fresh).header.kid).toBe(out.replacement_kid);
+    expect(await everyGateway(fresh)).toEqual([202, 202]);
+    refused(await ops("keys", "revoke", "key_doesnotexist", "--json"));
   });
 });

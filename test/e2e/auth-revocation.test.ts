@@ -3,10 +3,11 @@ import { createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
 import { as, startTestStack, type TestStack } from "../support/services.js";
 import { accessToken, connectionRequestStatus, opsFor, requestToken } from "../support/partner-api.js";
-import { NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
+import { decodeJwt, NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 
 // A token whose credential was revoked or whose partner was suspended stops working within 2 s of
-// the operator command, on every gateway instance; reinstatement restores access. Two gateways
+// the operator command, on every gateway instance; reinstatement lets the partner ask for new tokens
+// (those issued before the suspension stay refused). Two gateways
 // run on the same auth service and Kafka; each learns of the change from the partner-events topic
 // on its own, and the auth service answers the operator only once both have applied it.
 
@@ -67,7 +68,7 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
     expect(JSON.parse(again.text)).toMatchObject({ error: "invalid_client" });
   });
 
-  it("partner suspension: every token of the partner, live and test, is refused on every gateway at once; reinstatement restores them", async () => {
+  it("partner suspension: every token of the partner, live and test, is refused on every gateway at once; reinstatement does not revive them, new tokens work", async () => {
     const p = await ops.partnerCreate({ name: "Suspended Lab" });
     const live = await accessToken(gateways[0]!, p.live.client_id, p.live.client_secret);
     const test = await accessToken(gateways[1]!, p.test.client_id, p.test.client_secret);
@@ -79,9 +80,32 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
     expect(JSON.parse(refused.text)).toMatchObject({ error: "invalid_client" });
 
     expect(await ops.partnerSetStatus(p.partner_id, "active")).toEqual({ partner_id: p.partner_id, status: "active" });
-    expect([...(await statuses(live)), ...(await statuses(test))]).toEqual([202, 202, 202, 202]);
+    // A suspension is a revocation: the tokens issued before it stay refused.
+    expect([...(await statuses(live)), ...(await statuses(test))]).toEqual([401, 401, 401, 401]);
     const fresh = await accessToken(gateways[1]!, p.live.client_id, p.live.client_secret);
-    expect(await statuses(fresh)).toEqual([202, 202]);
+    const freshTest = await accessToken(gateways[0]!, p.test.client_id, p.test.client_secret);
+    expect([...(await statuses(fresh)), ...(await statuses(freshTest))]).toEqual([202, 202, 202, 202]);
+  });
+
+  it("tokens that stay dead: a token from before a suspension is refused after the reinstatement, on a gateway started after it too; tokens issued after the reinstatement work everywhere", async () => {
+    const p = await ops.partnerCreate({ name: "Twice Suspended Lab" });
+    const before = await accessToken(gateways[0]!, p.live.client_id, p.live.client_secret);
+    await ops.partnerSetStatus(p.partner_id, "suspended");
+    await ops.partnerSetStatus(p.partner_id, "active");
+    const between = await accessToken(gateways[1]!, p.live.client_id, p.live.client_secret);
+    expect([...(await statuses(before)), ...(await statuses(between))]).toEqual([401, 401, 202, 202]);
+    // A second suspension kills the token issued between the two.
+    await ops.partnerSetStatus(p.partner_id, "suspended");
+    await ops.partnerSetStatus(p.partner_id, "active");
+    const after = await accessToken(gateways[0]!, p.live.client_id, p.live.client_secret);
+    expect([...(await statuses(before)), ...(await statuses(between)), ...(await statuses(after))]).toEqual([401, 401, 401, 401, 202, 202]);
+    const late = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-late", stack.settings.LOG_LEVEL));
+    try {
+      const url = `http://127.0.0.1:${late.port}`;
+      expect(await Promise.all([before, between, after].map((t) => connectionRequestStatus(url, t, elder)))).toEqual([401, 401, 202]);
+    } finally {
+      await late.stop();
+    }
   });
 
   it("within 2 s even when measured from the outside: revoke, then poll both gateways until both refuse", async () => {
@@ -140,11 +164,45 @@ describe("revocation and suspension on live tokens, on every gateway instance", 
       expect(await connectionRequestStatus(url, token, elder)).toBe(401);
       expect(await connectionRequestStatus(url, otherToken, elder)).toBe(401);
       expect(await connectionRequestStatus(url, suspendedToken, elder)).toBe(202);
-      // ...and follows the topic from there on.
+      // ...and follows the topic from there on: the reinstatement admits new tokens, not the old one.
       await ops.partnerSetStatus(other.partner_id, "active");
-      expect(await connectionRequestStatus(url, otherToken, elder)).toBe(202);
+      expect(await connectionRequestStatus(url, otherToken, elder)).toBe(401);
+      const renewed = await accessToken(stack.baseUrl, other.live.client_id, other.live.client_secret);
+      expect(await connectionRequestStatus(url, renewed, elder)).toBe(202);
     } finally {
       await third.stop();
+    }
+  });
+
+  // Last: it revokes the key that signed every token above.
+  it("emergency key revocation: every gateway refuses the key's tokens, remembered ones too, as soon as `keys revoke` returns; the replacement key signs at once", async () => {
+    const p = await ops.partnerCreate({ name: "Compromised Key Clinic" });
+    const token = await accessToken(gateways[0]!, p.live.client_id, p.live.client_secret);
+    const kid = decodeJwt(token).header.kid as string;
+    // Used on both gateways, so both remember it as verified (their LRU of passed tokens).
+    expect(await statuses(token)).toEqual([202, 202]);
+    expect(await statuses(token)).toEqual([202, 202]);
+
+    const revoked = await ops.keysRevoke(kid);
+    expect(revoked).toMatchObject({ kid, status: "revoked" });
+    expect(revoked.replacement_kid).toMatch(/^key_/);
+    // At once, not at the next JWKS refresh (30 s here): the partner event reached both gateways.
+    expect(await statuses(token)).toEqual([401, 401]);
+
+    const fresh = await accessToken(gateways[1]!, p.live.client_id, p.live.client_secret);
+    expect(decodeJwt(fresh).header.kid).toBe(revoked.replacement_kid);
+    expect(await statuses(fresh)).toEqual([202, 202]);
+    // Idempotent; an unknown key is refused.
+    expect(await ops.keysRevoke(kid)).toMatchObject({ kid, status: "revoked", replacement_kid: null });
+    await expect(ops.keysRevoke("key_doesnotexist")).rejects.toThrow(/no signing key/);
+
+    // A gateway started afterwards refuses it too.
+    const late = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-late-key", stack.settings.LOG_LEVEL));
+    try {
+      const url = `http://127.0.0.1:${late.port}`;
+      expect([await connectionRequestStatus(url, token, elder), await connectionRequestStatus(url, fresh, elder)]).toEqual([401, 202]);
+    } finally {
+      await late.stop();
     }
   });
 });

@@ -1,12 +1,15 @@
+import { verify, type KeyObject } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import {
   AUDIT_ID,
+  auditSignedBytes,
   checkAuditRecord,
   consumed,
   consumerGroup,
+  databaseName,
   CONSUMER_HEARTBEAT_MS,
   CONSUMER_MAX_WAIT_MS,
   CONSUMER_SESSION_TIMEOUT_MS,
@@ -18,6 +21,7 @@ import {
   type AuditRecordFields,
   type Kafka,
   type Logger,
+  type PublicKeys,
 } from "@pi/common";
 
 // The store of the audit trail (docs/security.md, "Audit trail"). Every service publishes its
@@ -65,10 +69,27 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
   };
 }
 
-export async function openAuditStore(db: Db): Promise<AuditStore> {
+/**
+ * The audit trail's own database, beside the auth service's (`<namespace>_auth_audit`): in
+ * production the auth service's user holds only find, insert and index creation there (the chart's
+ * role `auditAppend`, docs/security.md "Database users"), so no service can rewrite a stored record.
+ */
+export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
+
+/** Moves the records kept in the auth database before the trail had its own (once; a record already there stays as it is). */
+async function moveEarlierRecords(from: Collection<AuditRecordDoc>, to: Collection<AuditRecordDoc>): Promise<void> {
+  const earlier = await from.find({}).toArray();
+  if (earlier.length === 0) return;
+  await insertNew(to, earlier);
+  await from.deleteMany({ _id: { $in: earlier.map((r) => r._id) } });
+}
+
+/** The store, in the audit database `db`; `earlier` is the auth database, whose records (from before) move over. */
+export async function openAuditStore(db: Db, earlier?: Db): Promise<AuditStore> {
   const records: Collection<AuditRecordDoc> = db.collection<AuditRecordDoc>("audit_records");
   await records.createIndex({ occurredAt: -1 }, { name: "newest" });
   await records.createIndex({ targets: 1, occurredAt: -1 }, { name: "by_target" });
+  if (earlier) await moveEarlierRecords(earlier.collection<AuditRecordDoc>("audit_records"), records);
   return {
     async append(docs) {
       return docs.length - (await insertNew(records, docs)).length;
@@ -85,8 +106,23 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
 
 const outcomeName: Record<number, string> = { [eventsv1.AuditOutcome.OK]: "ok", [eventsv1.AuditOutcome.REFUSED]: "refused" };
 
-/** The stored record of one message, or null (logged) for one that can never make a record. */
-export function decodeAuditMessage(message: KafkaMessage, partition: number, logger: Logger, now: Date): AuditRecordDoc | null {
+/** Whether the service the record names signed it, with one of its identity keys. */
+export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
+  const key = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(r.service)?.get(r.signingKid);
+  if (!key || r.signature === "") return false;
+  try {
+    return verify(null, auditSignedBytes(r), key, Buffer.from(r.signature, "base64url"));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The stored record of one message, or null (logged) for one that can never make a record: one
+ * that breaks the shape rules, names a service that does not own its action (AUDIT_ACTION_OWNERS),
+ * or is not signed by that service's identity key.
+ */
+export function decodeAuditMessage(message: KafkaMessage, partition: number, logger: Logger, now: Date, publicKeys: PublicKeys): AuditRecordDoc | null {
   const at = { partition, offset: message.offset };
   if (!message.value) {
     logger.error(at, "empty audit record skipped");
@@ -102,7 +138,11 @@ export function decodeAuditMessage(message: KafkaMessage, partition: number, log
   // The writer shaped it with the same rules; checked again so that nothing else is ever stored.
   const fields = /^evt_[0-9A-Za-z]{1,64}$/.test(r.id) && r.occurredAt > 0n ? checkAuditRecord({ ...r, outcome: outcomeName[r.outcome] }) : null;
   if (!fields) {
-    logger.error({ ...at, id: r.id }, "malformed audit record skipped");
+    logger.error({ ...at, id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
+    return null;
+  }
+  if (!signedByItsService(r, publicKeys)) {
+    logger.error({ ...at, id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
     return null;
   }
   return { _id: r.id, occurredAt: new Date(Number(r.occurredAt)), ...fields, sequence: Number(r.sequence), partition, offset: Number(message.offset), storedAt: now };
@@ -113,7 +153,7 @@ export function decodeAuditMessage(message: KafkaMessage, partition: number, log
  * commits a batch's offsets only once eachBatch returns, so every record is stored before its
  * offset is committed (at least once); a database failure throws and the batch is read again.
  */
-export async function consumeAuditRecords(store: AuditStore, kafka: Kafka, namespace: string, logger: Logger) {
+export async function consumeAuditRecords(store: AuditStore, kafka: Kafka, namespace: string, publicKeys: PublicKeys, logger: Logger) {
   const consumer = kafka.consumer({
     groupId: consumerGroup(namespace, "auth", "audit"),
     sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS,
@@ -129,7 +169,7 @@ export async function consumeAuditRecords(store: AuditStore, kafka: Kafka, names
     partitionsConsumedConcurrently: 3,
     eachBatch: async ({ batch, heartbeat }) => {
       const now = new Date();
-      const docs = batch.messages.map((m) => decodeAuditMessage(m, batch.partition, logger, now)).filter((d): d is AuditRecordDoc => d !== null);
+      const docs = batch.messages.map((m) => decodeAuditMessage(m, batch.partition, logger, now, publicKeys)).filter((d): d is AuditRecordDoc => d !== null);
       const stored = await consumed(topic, batch.messages.length, () => store.append(docs));
       logger.debug({ partition: batch.partition, messages: batch.messages.length, stored }, "audit records stored");
       await heartbeat();

@@ -2,6 +2,7 @@ import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 
 import type { Collection } from "mongodb";
 import { AUDIT_BOOKKEEPING, newId, type AuditCarrier, type AuditEntry, type AuditFields } from "@pi/common";
 import type { SecretSealer } from "./secrets.js";
+import type { RevokedKeyDoc } from "./store.js";
 
 export const JWT_ALG = "ES256";
 
@@ -85,10 +86,17 @@ export class KeyRing {
     private readonly collection: Collection<SigningKeyDoc>,
     private readonly sealer: SecretSealer,
     private readonly audit?: KeyAudit,
+    /** Revoked keys (ops keys revoke): never used, even if a crash left the key's own document. */
+    private readonly revoked?: Collection<RevokedKeyDoc>,
   ) {}
 
-  private read(): Promise<SigningKeyDoc[]> {
-    return this.collection.find({}, { projection: KEY_PROJECTION }).toArray();
+  private async read(): Promise<SigningKeyDoc[]> {
+    const [docs, revoked] = await Promise.all([
+      this.collection.find({}, { projection: KEY_PROJECTION }).toArray(),
+      this.revoked ? this.revoked.find({}, { projection: { _id: 1 } }).toArray() : [],
+    ]);
+    const revokedKids = new Set(revoked.map((r) => r._id));
+    return docs.filter((d) => !revokedKids.has(d.kid));
   }
 
   /** The key document, with its audit record when there is a trail. */
@@ -118,6 +126,7 @@ export class KeyRing {
       const jwk = JSON.parse(await this.sealer.unseal(k.sealedPrivateJwk, "token-signing-key")) as JWK;
       this.privateKeys.set(k.kid, (await importJWK(jwk, JWT_ALG)) as CryptoKey);
     }
+    for (const kid of this.privateKeys.keys()) if (!keys.some((k) => k.kid === kid)) this.privateKeys.delete(kid);
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
     this.jwksCache = { keys: this.keys.map((k) => k.publicJwk) };
   }
@@ -131,6 +140,31 @@ export class KeyRing {
   /** Every published key: the signer, keys not yet active, and older keys still verifying. */
   jwks(): { keys: JWK[] } {
     return this.jwksCache;
+  }
+
+  /** Whether `kid` is a stored key (revoked keys are not). */
+  async has(kid: string): Promise<boolean> {
+    return (await this.read()).some((k) => k.kid === kid);
+  }
+
+  /**
+   * The first half of an emergency revocation: when `kid` signs now, adds a key that signs at once
+   * instead (published at once; gateways refresh their key set when the revocation reaches them).
+   * The caller then stores the revocation and calls `remove`. Returns the new key's kid, if any.
+   */
+  async replaceIfSigning(kid: string): Promise<string | undefined> {
+    const all = (await this.read()).map(({ _id, ...key }) => key);
+    if (all.length === 0 || signingKeyOf(all, Date.now()).kid !== kid) return undefined;
+    const added = await newStoredKey(this.sealer, new Date());
+    await this.collection.insertOne(this.keyDoc(added.kid, added, "signing_key.rotate"));
+    this.audit?.afterWrite(added.kid);
+    return added.kid;
+  }
+
+  /** Deletes the key's document and reloads: this replica stops signing with it and publishing it. */
+  async remove(kid: string): Promise<void> {
+    await this.collection.deleteMany({ kid });
+    await this.load();
   }
 
   /** Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every token has expired. */

@@ -38,8 +38,8 @@ export function followersBehind(followers: readonly FollowerDoc[], partition: nu
 const kindOf = (f: FollowerDoc): FollowerKind => f.kind ?? "gateway";
 
 /** A new partner event, to store with the change it reports. */
-export function partnerEvent(kind: eventsv1.PartnerEventKind, partnerId: string, clientId = ""): PartnerEventEntry {
-  return outboxEntry({ kind, partnerId, clientId });
+export function partnerEvent(kind: eventsv1.PartnerEventKind, partnerId: string, clientId = "", extra: Pick<PartnerEventEntry, "suspendedAt" | "kid"> = {}, at = new Date()): PartnerEventEntry {
+  return outboxEntry({ kind, partnerId, clientId, ...extra }, at);
 }
 
 type PartnerEventDoc = { _id: string } & OutboxFields<PartnerEventEntry>;
@@ -54,13 +54,22 @@ function partnerEventOutbox<D extends PartnerEventDoc>(collection: Collection<D>
     // Every event of a partner on one partition, in order, whichever document carried it.
     key: (doc) => partnerOf(doc as D),
     value: (_doc, e) =>
-      toBinary(eventsv1.PartnerEventSchema, create(eventsv1.PartnerEventSchema, { kind: e.kind, partnerId: e.partnerId, clientId: e.clientId, occurredAt: BigInt(e.occurredAt.getTime()) })),
+      toBinary(eventsv1.PartnerEventSchema, create(eventsv1.PartnerEventSchema, {
+          kind: e.kind,
+          partnerId: e.partnerId,
+          clientId: e.clientId,
+          occurredAt: BigInt(e.occurredAt.getTime()),
+          suspendedAt: BigInt(e.suspendedAt ?? 0),
+          kid: e.kid ?? "",
+        }),
+      ),
   });
 }
 
 export class PartnerEventPublisher {
   readonly partners;
   readonly credentials;
+  readonly revokedKeys;
 
   constructor(
     private readonly store: AuthStore,
@@ -71,16 +80,20 @@ export class PartnerEventPublisher {
   ) {
     this.partners = partnerEventOutbox(store.partners, (p) => p._id, producer, topic, logger);
     this.credentials = partnerEventOutbox(store.credentials, (c) => c.partnerId, producer, topic, logger);
+    this.revokedKeys = partnerEventOutbox(store.revokedKeys, (k) => k._id, producer, topic, logger);
+  }
+
+  private get outboxes() {
+    return [this.partners, this.credentials, this.revokedKeys] as const;
   }
 
   async start(): Promise<void> {
-    await Promise.all([this.partners.ensureIndex(), this.credentials.ensureIndex()]);
-    this.partners.start();
-    this.credentials.start();
+    await Promise.all(this.outboxes.map((o) => o.ensureIndex()));
+    for (const o of this.outboxes) o.start();
   }
 
   async stop(): Promise<void> {
-    await Promise.all([this.partners.stop(), this.credentials.stop()]);
+    await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
   /**

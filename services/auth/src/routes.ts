@@ -1,5 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, commonv1, eventsv1 } from "@pi/proto";
+import { setTimeout as sleep } from "node:timers/promises";
 import { auditRecordMessage, emptyOutbox, isDuplicateKey, MAX_TOKENS_PER_CALL, newId, newSecret, tokenEndpointUrl, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings, webhookUrlRefusal } from "@pi/common";
 import { randomUUID } from "node:crypto";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
@@ -10,9 +11,9 @@ import type { KeyRing } from "./keys.js";
 import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
 import { DUMMY_HASH, FIRST_PEPPER_ID, hashNewSecret, hashSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
-import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
+import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc, type RevokedKeyDoc } from "./store.js";
 import { eachOnItsOwn } from "./token-batch.js";
-import { signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
+import { reinstatementWaitMs, signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 
 const { AuthService, TokenFailure, PartnerStatus, ClientAuthMethod } = authv1;
 const { Mode } = commonv1;
@@ -35,6 +36,7 @@ export interface AuthAudit {
   trail: AuditTrail;
   partners: Pick<Outbox<PartnerDoc, AuditEntry>, "afterWrite">;
   credentials: Pick<Outbox<CredentialDoc, AuditEntry>, "afterWrite">;
+  revokedKeys: Pick<Outbox<RevokedKeyDoc, AuditEntry>, "afterWrite">;
   store: AuditStore;
 }
 
@@ -215,6 +217,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async getJwks() {
+      // From the database, not this replica's last reload: a gateway refreshing after a key
+      // revocation must not get the revoked key (or miss its replacement) from a replica that has
+      // not applied the revocation yet.
+      await keys.load();
       return { jwksJson: JSON.stringify(keys.jwks()), issuer: TOKEN_ISSUER, audience: TOKEN_AUDIENCE };
     },
 
@@ -231,15 +237,41 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async listRevocations() {
-      const [revoked, suspended] = await Promise.all([
+      const [revoked, suspended, cutoffs, revokedKeys] = await Promise.all([
         store.credentials.find({ status: "revoked" }, { projection: { _id: 1 } }).toArray(),
         store.partners.find({ status: "suspended" }, { projection: { _id: 1 } }).toArray(),
+        store.partners.find({ suspendedAt: { $exists: true } }, { projection: { _id: 1, suspendedAt: 1 } }).toArray(),
+        store.revokedKeys.find({}, { projection: { _id: 1 } }).toArray(),
       ]);
       return {
         revokedClientIds: revoked.map((c) => c._id),
         suspendedPartnerIds: suspended.map((p) => p._id).filter((id) => id !== DECOY_PARTNER_ID),
+        tokenCutoffs: cutoffs.filter((p) => p.suspendedAt).map((p) => ({ partnerId: p._id, suspendedAt: BigInt(p.suspendedAt!.getTime()) })),
+        revokedKids: revokedKeys.map((k) => k._id),
       };
     },
+
+    revokeSigningKey: (req) =>
+      trail.refusals({ action: "signing_key.revoke", actor: "operator", targets: [req.kid] }, async () => {
+        const since = performance.now();
+        if (!(await keys.has(req.kid))) {
+          if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } }))) return { kid: req.kid, replacementKid: "" };
+          throw new ConnectError(`no signing key ${req.kid}`, Code.NotFound);
+        }
+        const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
+        const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
+        const record = trail.entry({ action: "signing_key.revoke", actor: "operator", targets: [req.kid, replacementKid] });
+        try {
+          await store.revokedKeys.insertOne({ _id: req.kid, revokedAt: new Date(), ...emptyOutbox(), outbox: [event], audit: [record] });
+        } catch (err) {
+          if (!isDuplicateKey(err)) throw err; // revoked at the same time by another call: that one publishes
+        }
+        audit.revokedKeys.afterWrite(req.kid);
+        await keys.remove(req.kid);
+        const propagation = await events.propagate(events.revokedKeys, req.kid, event, since);
+        logPropagation("signing key revoked", { kid: req.kid, replacementKid }, propagation);
+        return { kid: req.kid, replacementKid, propagation };
+      }),
 
     createPartner: (req) => trail.refusals({ action: "partner.create", actor: "operator", targets: [] }, async () => {
       const name = req.name.trim();
@@ -278,10 +310,21 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       const fields = { action: status === "active" ? "partner.reinstate" : "partner.suspend", actor: "operator", targets: [req.partnerId] } as const;
       return trail.refusals(fields, async () => {
         const since = performance.now();
-        const event = partnerEvent(status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED, req.partnerId);
+        // A suspension is a revocation: the partner's tokens issued until then stay refused after a
+        // reinstatement, by the time of its latest suspension, which every event carries.
+        let suspendedAt: Date;
+        if (status === "suspended") suspendedAt = new Date();
+        else {
+          const partner = await partnerOrThrow(req.partnerId);
+          suspendedAt = partner.suspendedAt ?? new Date(0);
+          const wait = reinstatementWaitMs(partner.suspendedAt?.getTime(), Date.now());
+          if (wait > 0) await sleep(wait);
+        }
+        const kind = status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED;
+        const event = partnerEvent(kind, req.partnerId, "", { suspendedAt: suspendedAt.getTime() }, status === "suspended" ? suspendedAt : new Date());
         const updated = await store.partners.findOneAndUpdate(
           { _id: realId(req.partnerId) },
-          { $set: { status, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
+          { $set: { status, updatedAt: new Date(), ...(status === "suspended" ? { suspendedAt } : {}) }, $push: { outbox: event, audit: trail.entry(fields) } },
           { returnDocument: "after" },
         );
         if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);

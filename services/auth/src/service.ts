@@ -1,22 +1,29 @@
-import { AuditTrail, checkDataKeys, dataKeysOf, every, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, checkDataKeys, dataKeysOf, parsePublicKeys, every, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
 import { AssertionKeys } from "./assertion-keys.js";
-import { consumeAuditRecords, openAuditStore } from "./audit.js";
+import { eventsv1 } from "@pi/proto";
+import { auditDatabaseName, consumeAuditRecords, openAuditStore } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
-import { FOLLOWER_LIVENESS_MS, PartnerEventPublisher } from "./propagation.js";
+import { PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
 import { FIRST_PEPPER_ID, peppersOf, SecretSealer } from "./secrets.js";
 import { openAuthStore, sweepUsedAssertions } from "./store.js";
 
 /**
- * How fresh this replica's last stored position must be for its authentication cache to be used.
- * Half the liveness window: well before the other replicas stop waiting for this one (clocks may
- * differ by a little), it stops serving from a cache that an operator change might not reach.
+ * How often each auth replica reads the end of the partner-events topic. Its authentication cache
+ * is used only while it has applied every event up to the end last read (and that read is at most
+ * three periods old): a replica whose consumer is stuck stops serving from the cache within one
+ * period of the next event, well inside the operator command's wait for it (1.2 s).
  */
-export const CACHE_TRUST_MS = FOLLOWER_LIVENESS_MS / 2;
+export const PARTNER_EVENTS_END_READ_MS = 500;
 
-export async function startAuthService(settings: Settings, logger: Logger): Promise<RunningService> {
+export interface AuthServiceOptions {
+  /** Awaited before each partner event is applied: a test holds it to play a replica whose consumer is stuck. */
+  beforePartnerEvent?: () => Promise<void>;
+}
+
+export async function startAuthService(settings: Settings, logger: Logger, options: AuthServiceOptions = {}): Promise<RunningService> {
   const peppers = peppersOf(settings);
   if (!peppers) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const dataKeys = dataKeysOf(settings, "auth");
@@ -30,16 +37,17 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   // Values sealed before DATA_KEYS (under the pepper), or by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
-  const trail = new AuditTrail({ service: "auth", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
+  const trail = new AuditTrail({ service: "auth", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });
   const audit = {
     trail,
     partners: trail.on(store.partners),
     credentials: trail.on(store.credentials),
     keys: trail.on(store.signingKeys),
-    store: await openAuditStore(runtime.mongo.db),
+    revokedKeys: trail.on(store.revokedKeys),
+    store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)), runtime.mongo.db),
   };
   await trail.start();
-  const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) });
+  const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) }, store.revokedKeys);
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = setInterval(() => {
@@ -51,7 +59,7 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
   await events.start();
   let feed: PartnerEventFeed | undefined;
   const authentications = new AuthenticationCache({
-    trusted: () => feed !== undefined && feed.alive() && (feed.reporter?.sinceLastReportMs() ?? Infinity) < CACHE_TRUST_MS,
+    trusted: () => feed !== undefined && feed.caughtUp(),
   });
   // Every replica follows the partner events, as gateways do, so that an operator change drops the
   // cached authentications it affects on every replica before the command returns.
@@ -60,14 +68,22 @@ export async function startAuthService(settings: Settings, logger: Logger): Prom
     namespace: settings.DATA_NAMESPACE,
     service: "auth",
     logger,
-    apply: (event) => authentications.apply(event),
+    async apply(event) {
+      await options.beforePartnerEvent?.();
+      authentications.apply(event);
+      // A revoked key stops signing on this replica before its position passes the event.
+      if (event.kind === eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED) await keys.load();
+    },
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
+    readEndEveryMs: PARTNER_EVENTS_END_READ_MS,
   });
   const assertionKeys = new AssertionKeys({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS });
   await assertionKeys.start();
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
-  const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, logger);
+  if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
+  // Audit records are stored only when signed by the service that owns their kind.
+  const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS), logger);
   const server = await startConnectServer({
     service: "auth",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,

@@ -12,6 +12,10 @@ export interface PartnerEventEntry extends OutboxEntry {
   kind: number; // eventsv1.PartnerEventKind
   partnerId: string;
   clientId: string;
+  /** Suspension and reinstatement: the partner's latest suspension, Unix ms. */
+  suspendedAt?: number;
+  /** Key revocation: the revoked key's id. */
+  kid?: string;
 }
 
 // Partners and credentials carry their partner events in an outbox (propagation.ts): a change and
@@ -29,6 +33,14 @@ export interface PartnerDoc extends OutboxFields<PartnerEventEntry>, AuditCarrie
   previousSigningSecrets?: { sealed: string; expiresAt: Date }[];
   createdAt: Date;
   updatedAt: Date;
+  /** The latest suspension (kept on reinstatement): tokens issued in or before its second stay refused. */
+  suspendedAt?: Date;
+}
+
+/** A signing key revoked by an operator (ops keys revoke); the key's own document is deleted. */
+export interface RevokedKeyDoc extends OutboxFields<PartnerEventEntry>, AuditCarrier {
+  _id: string; // the kid
+  revokedAt: Date;
 }
 
 export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHash, AuditCarrier {
@@ -72,6 +84,7 @@ export interface AuthStore {
   partners: Collection<PartnerDoc>;
   credentials: Collection<CredentialDoc>;
   signingKeys: Collection<SigningKeyDoc>;
+  revokedKeys: Collection<RevokedKeyDoc>;
   /** Collection `gateways`, named when only gateways followed the topic. */
   followers: Collection<FollowerDoc>;
   /** Every replica inserts here before accepting an assertion: the unique _id lets exactly one accept a jti. */
@@ -119,6 +132,7 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
     partners: db.collection<PartnerDoc>("partners"),
     credentials: db.collection<CredentialDoc>("credentials"),
     signingKeys: db.collection<SigningKeyDoc>("signing_keys"),
+    revokedKeys: db.collection<RevokedKeyDoc>("revoked_keys"),
     followers: db.collection<FollowerDoc>("gateways"),
     usedAssertions: db.collection<UsedAssertionDoc>("used_assertions"),
   };
@@ -126,6 +140,7 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
   await store.credentials.createIndex({ partnerId: 1 });
   await store.credentials.createIndex({ status: 1 });
   await store.partners.createIndex({ status: 1 });
+  await store.partners.createIndex({ suspendedAt: 1 }, { sparse: true });
   await ensureDecoy(store, sealer);
   return store;
 }

@@ -25,6 +25,19 @@ export function tokenTimes(nowMs: number, ttlSeconds: number): { iat: number; ex
   return { iat: Math.floor(nowMs / 1000), exp: Math.ceil(nowMs / 1000) + ttlSeconds };
 }
 
+/**
+ * How long a reinstatement at `nowMs` waits so that it happens in a later whole second than the
+ * suspension at `suspendedAtMs`: tokens carry whole seconds, and those issued in or before the
+ * suspension's second stay refused (docs/authentication.md), so none issued after the
+ * reinstatement may share that second. 0 almost always: only a reinstatement within the same
+ * second as the suspension waits, less than a second.
+ */
+export function reinstatementWaitMs(suspendedAtMs: number | undefined, nowMs: number): number {
+  if (suspendedAtMs === undefined) return 0;
+  const nextSecond = (Math.floor(suspendedAtMs / 1000) + 1) * 1000;
+  return Math.max(0, nextSecond - nowMs);
+}
+
 export async function signAccessToken(keys: KeyRing, claims: AccessClaims, ttlSeconds: number): Promise<string> {
   const { iat, exp } = tokenTimes(Date.now(), ttlSeconds);
   const { kid, privateKey } = keys.signer();

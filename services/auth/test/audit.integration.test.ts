@@ -14,13 +14,17 @@ import {
   kafkaCredentials,
   newId,
   outboxEntry,
+  parseOwnIdentity,
+  signedAuditRecord,
+  type Workload,
   topicName,
   type RunningService,
   type Settings,
 } from "@pi/common";
 import { startAuthService } from "../src/service.js";
+import { auditDatabaseName, openAuditStore } from "../src/audit.js";
 import type { CredentialDoc } from "../src/store.js";
-import { addressOf, testSettings } from "../../../test/support/services.js";
+import { addressOf, as, identityKey, testSettings } from "../../../test/support/services.js";
 
 // The audit trail's store on the real MongoDB-wire server and Kafka, with two replicas of the auth
 // service (each its own MongoClient) on one database: a record stored with a change reaches the
@@ -39,7 +43,7 @@ let producer: Producer;
 
 beforeAll(async () => {
   settings = testSettings();
-  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(as(settings, "auth"), createLogger(`auth-${i}`, settings.LOG_LEVEL)));
   [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("auth", r) }).authAdmin());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
@@ -51,6 +55,8 @@ afterAll(async () => {
   await producer?.disconnect();
   await Promise.all(replicas.map((r) => r.stop()));
   await db?.dropDatabase();
+  // The local MongoDB-wire server fails to drop a database whose collection has indexes: left behind.
+  await mongo?.db(`${settings.DATA_NAMESPACE}_moved`).dropDatabase();
   await mongo?.close();
 });
 
@@ -64,9 +70,14 @@ async function recordsOf(target: string, count: number, client = a, timeoutMs = 
   }
 }
 
-/** Publishes as an outbox would; keyed by the first target, so one target's records keep their order. */
-const publish = (record: eventsv1.AuditRecord) =>
-  producer.send({ topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), messages: [{ key: record.targets[0] ?? record.id, value: Buffer.from(toBinary(eventsv1.AuditRecordSchema, record)) }] });
+/**
+ * Publishes as an outbox would, signed by the service the record names (or by `signer`, or not at
+ * all); keyed by the first target, so one target's records keep their order.
+ */
+const publish = (record: eventsv1.AuditRecord, signer: Workload | null = record.service as Workload) => {
+  const value = signer ? signedAuditRecord(record, parseOwnIdentity(identityKey(signer))) : record;
+  return producer.send({ topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), messages: [{ key: record.targets[0] ?? record.id, value: Buffer.from(toBinary(eventsv1.AuditRecordSchema, value)) }] });
+};
 
 describe("the audit trail's store", () => {
   it("operator changes on two replicas are recorded with the operator as actor, newest first, on either replica", async () => {
@@ -156,5 +167,38 @@ describe("the audit trail's store", () => {
     expect((await a.listAuditRecords({ target: partner.partnerId, limit: 2 })).records).toHaveLength(2);
     await expect(a.listAuditRecords({ limit: 1001 })).rejects.toMatchObject({ code: Code.InvalidArgument });
     await expect(a.listAuditRecords({ target: "amber.falcon.river@elders.example" })).rejects.toMatchObject({ code: Code.InvalidArgument });
+  });
+
+  it("the audit trail accepts a record only from the service that owns that kind: a record of another service's kind, one signed by a service it does not name, and an unsigned one are dropped", async () => {
+    const target = newId("cli");
+    const record = (fields: Partial<eventsv1.AuditRecord>) =>
+      create(eventsv1.AuditRecordSchema, { id: newId("evt"), occurredAt: BigInt(Date.now()), actor: "operator", action: "credential.revoke", targets: [target], outcome: eventsv1.AuditOutcome.OK, ...fields });
+    // The connection service (which may write the topic) claims a kind it does not own...
+    await publish(record({ service: "connection" }), "connection");
+    // ...or names the auth service, which never signed it...
+    await publish(record({ service: "auth" }), "connection");
+    await publish(record({ service: "auth" }), null);
+    // ...and the webhook service signs as itself a connection record.
+    await publish(record({ service: "webhook", action: "connection.approve", actor: "caregiver" }), "webhook");
+    // The sentinel: auth's own record, published after them on the same partition.
+    const sentinel = record({ service: "auth", action: "credential.create" });
+    await publish(sentinel, "auth");
+    await recordsOf(target, 1);
+    expect((await a.listAuditRecords({ target })).records.map((r) => [r.id, r.service, r.action])).toEqual([[sentinel.id, "auth", "credential.create"]]);
+  });
+
+  it("the trail lives in its own database (where the auth service's user may only find and insert); records kept in the auth database before are moved there once", async () => {
+    const partner = await a.createPartner({ name: "Own Database Clinic" });
+    await recordsOf(partner.partnerId, 3);
+    expect(await mongo.db(auditDatabaseName(settings.DATA_NAMESPACE)).collection("audit_records").countDocuments({ targets: partner.partnerId })).toBe(3);
+    expect(await db.collection("audit_records").countDocuments()).toBe(0);
+    // An auth database from before: its records move, a record already in the trail stays as it is.
+    const target = newId("ptr");
+    const earlier = mongo.db(`${settings.DATA_NAMESPACE}_moved`);
+    const doc = { _id: newId("evt"), occurredAt: new Date(), service: "auth", actor: "operator", action: "partner.create", targets: [target], outcome: "ok", reason: "", sequence: 1, partition: 0, offset: 0, storedAt: new Date() };
+    await earlier.collection("audit_records").insertOne(doc as never);
+    const store = await openAuditStore(mongo.db(auditDatabaseName(settings.DATA_NAMESPACE)), earlier);
+    expect((await store.list({ target, limit: 10 })).map((r) => r._id)).toEqual([doc._id]);
+    expect(await earlier.collection("audit_records").countDocuments()).toBe(0);
   });
 });

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@jest/globals";
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
-import { createLogger, newId } from "@pi/common";
+import { createLogger, generateIdentity, newId, parseOwnIdentity, parsePublicKeys, signedAuditRecord } from "@pi/common";
 import { auditQuery, decodeAuditMessage, DEFAULT_AUDIT_LIMIT } from "../src/audit.js";
 
 // The audit store's pure parts: the listing's query, and what a message of the audit-events topic
@@ -10,11 +10,11 @@ import { auditQuery, decodeAuditMessage, DEFAULT_AUDIT_LIMIT } from "../src/audi
 
 const logger = createLogger("audit-test", "silent");
 const message = (value: Buffer | null, offset = "7"): KafkaMessage => ({ key: null, value, offset, timestamp: "0", attributes: 0, headers: {} }) as KafkaMessage;
-const record = (fields: Partial<eventsv1.AuditRecord> = {}) =>
-  Buffer.from(
-    toBinary(
-      eventsv1.AuditRecordSchema,
-      create(eventsv1.AuditRecordSchema, {
+const identities = { connection: generateIdentity("connection"), webhook: generateIdentity("webhook"), auth: generateIdentity("auth") };
+const publicKeys = parsePublicKeys(Object.values(identities).map((i) => i.publicKey).join(","));
+const signer = parseOwnIdentity(identities.connection.key);
+const record = (fields: Partial<eventsv1.AuditRecord> = {}, by: ReturnType<typeof parseOwnIdentity> | null = signer) => {
+  const unsigned = create(eventsv1.AuditRecordSchema, {
         id: newId("evt"),
         occurredAt: 1_700_000_000_000n,
         service: "connection",
@@ -24,9 +24,9 @@ const record = (fields: Partial<eventsv1.AuditRecord> = {}) =>
         outcome: eventsv1.AuditOutcome.OK,
         reason: "",
         ...fields,
-      }),
-    ),
-  );
+      });
+  return Buffer.from(toBinary(eventsv1.AuditRecordSchema, by ? signedAuditRecord(unsigned, by) : unsigned));
+};
 
 describe("auditQuery", () => {
   it("0 and empty mean no bound; the limit defaults to 100", () => {
@@ -49,7 +49,7 @@ describe("auditQuery", () => {
 describe("decodeAuditMessage", () => {
   it("a record becomes a document under its id, with where it was read", () => {
     const value = record();
-    const doc = decodeAuditMessage(message(value), 2, logger, new Date(5));
+    const doc = decodeAuditMessage(message(value), 2, logger, new Date(5), publicKeys);
     expect(doc).toMatchObject({ _id: expect.stringMatching(/^evt_/), occurredAt: new Date(1_700_000_000_000), action: "connection.decline", outcome: "ok", reason: "", partition: 2, offset: 7 });
     expect(Object.keys(doc!).sort()).toEqual(["_id", "action", "actor", "occurredAt", "offset", "outcome", "partition", "reason", "sequence", "service", "storedAt", "targets"]);
   });
@@ -63,6 +63,26 @@ describe("decodeAuditMessage", () => {
     ["no outcome", record({ outcome: eventsv1.AuditOutcome.UNSPECIFIED })],
     ["free text as a reason", record({ outcome: eventsv1.AuditOutcome.REFUSED, reason: "not_found: amber.falcon.river@elders.example" })],
   ])("a message with %s is skipped", (_what, value) => {
-    expect(decodeAuditMessage(message(value as Buffer | null), 0, logger, new Date())).toBeNull();
+    expect(decodeAuditMessage(message(value as Buffer | null), 0, logger, new Date(), publicKeys)).toBeNull();
+  });
+
+  const asWebhook = parseOwnIdentity(identities.webhook.key);
+  const asAuth = parseOwnIdentity(identities.auth.key);
+  it.each([
+    ["unsigned", record({}, null)],
+    ["signed by another service than the one it names", record({}, asWebhook)],
+    ["naming the webhook service for a connection action, signed by the webhook service (a kind it does not own)", record({ service: "webhook" }, asWebhook)],
+    ["naming the auth service for a credential revocation, signed by the connection service", record({ service: "auth", action: "credential.revoke", actor: "operator", targets: [newId("cli")] })],
+    ["altered after signing", (() => {
+      const r = fromBinary(eventsv1.AuditRecordSchema, record());
+      return Buffer.from(toBinary(eventsv1.AuditRecordSchema, { ...r, action: "connection.approve" }));
+    })()],
+  ])("the audit trail accepts a record only from the service that owns that kind: a record %s is dropped", (_what, value) => {
+    expect(decodeAuditMessage(message(value), 0, logger, new Date(), publicKeys)).toBeNull();
+  });
+
+  it("a record of its own kind signed by its own service is kept (auth's credential revocation)", () => {
+    const value = record({ service: "auth", action: "credential.revoke", actor: "operator", targets: [newId("cli")] }, asAuth);
+    expect(decodeAuditMessage(message(value), 0, logger, new Date(), publicKeys)).toMatchObject({ service: "auth", action: "credential.revoke" });
   });
 });

@@ -112,4 +112,38 @@ describe("the authentication cache on two auth replicas", () => {
     expect(res.propagation).toMatchObject({ authReplicas: 2, authConfirmed: 2 });
     expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
   });
+
+  it("cache trust by position: a replica whose partner-events consumer is stuck (its heartbeat still reported) stops serving the revoked credential from its cache", async () => {
+    let release!: () => void;
+    let held: Promise<void> | undefined;
+    const stuck = await startAuthService(settings, createLogger("auth-stuck", settings.LOG_LEVEL), { beforePartnerEvent: () => held ?? Promise.resolve() });
+    try {
+      const c = clientsFor({ ...as(settings, "gateway"), AUTH_SERVICE_URL: urlOf(stuck) }).auth();
+      const p = await opsVia(replicas[0]!).partnerCreate({ name: "Stuck Replica Clinic" });
+      for (let i = 0; i < 2; i++) expect(await outcome(c, p.live.client_id, p.live.client_secret)).toBe("token");
+      held = new Promise((resolve) => (release = resolve));
+      // The stuck replica never confirms; the command answers after its timeout.
+      const res = await clientsFor({ ...settings, ...addressOf("auth", replicas[0]!) }).authAdmin().revokeCredential({ clientId: p.live.client_id });
+      expect(res.propagation).toMatchObject({ authConfirmed: (res.propagation?.authReplicas ?? 0) - 1 });
+      // Its position lags the topic's end, so its cache is not trusted: the request reads the database.
+      const deadline = performance.now() + 2000;
+      let seen = await outcome(c, p.live.client_id, p.live.client_secret);
+      while (seen !== "invalid_client" && performance.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        seen = await outcome(c, p.live.client_id, p.live.client_secret);
+      }
+      expect(seen).toBe("invalid_client");
+      // Caught up again, it serves from its cache again (a direct write without an event is not seen).
+      release();
+      held = undefined;
+      const q = await opsVia(replicas[0]!, stuck).partnerCreate({ name: "Unstuck Clinic" });
+      await outcome(c, q.live.client_id, q.live.client_secret);
+      await credentials().updateOne({ _id: q.live.client_id }, { $set: { status: "revoked" } });
+      expect(await outcome(c, q.live.client_id, q.live.client_secret)).toBe("token");
+    } finally {
+      release?.();
+      held = undefined;
+      await stuck.stop();
+    }
+  });
 });

@@ -44,6 +44,7 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
     RevokeCredential: admin("ops"),
     RotateSigningSecret: admin("ops"),
     RotateSigningKey: admin("ops"),
+    RevokeSigningKey: admin("ops"),
     ListAuditRecords: admin("ops"),
     // Returns the partner's signing secret: the webhook service needs it to sign deliveries.
     GetWebhookTarget: admin("webhook"),

@@ -3,7 +3,9 @@ import type { Collection, Db, Document, WithId } from "mongodb";
 import type { Producer } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
 import { atMost } from "./at-most.js";
-import { auditEntry, refusalOf, type AuditEntry, type AuditFields, type AuditService } from "./audit.js";
+import { sign } from "node:crypto";
+import { auditEntry, auditSignedBytes, refusalOf, type AuditEntry, type AuditFields, type AuditService } from "./audit.js";
+import { parseOwnIdentity, type OwnIdentity } from "./service-identity.js";
 import type { Logger } from "./logger.js";
 import { every, type Periodic } from "./periodic.js";
 import { Outbox, RELAY_STOP_MS, settleAll, type LeaseFields } from "./persistence.js";
@@ -51,6 +53,15 @@ export function auditRecordMessage(entry: AuditEntry): eventsv1.AuditRecord {
   });
 }
 
+/**
+ * The message signed with the writing service's identity key (SERVICE_IDENTITY_KEY): the auth
+ * service stores a record only when the service it names signed it (decodeAuditMessage).
+ */
+export function signedAuditRecord(record: eventsv1.AuditRecord, identity: OwnIdentity): eventsv1.AuditRecord {
+  const unsigned = { ...record, signingKid: identity.kid };
+  return create(eventsv1.AuditRecordSchema, { ...unsigned, signature: sign(null, auditSignedBytes(unsigned), identity.privateKey).toString("base64url") });
+}
+
 /** A refusal's record, alone in its document until it is relayed; then the document goes. */
 interface StandaloneDoc extends AuditCarrier {
   _id: string; // the record's event id
@@ -64,6 +75,8 @@ export interface AuditTrailOptions {
   /** topicName(namespace, "auditEvents") */
   topic: string;
   logger: Logger;
+  /** The service's SERVICE_IDENTITY_KEY, which signs every record (unsigned records are not stored). */
+  signingKey: string | undefined;
   /** How often each audit outbox is swept for records a dead replica left; right after the write is the usual path. */
   sweepEveryMs?: number;
 }
@@ -82,8 +95,10 @@ export class AuditTrail {
   private readonly inFlight = new Set<Promise<unknown>>();
   private readonly sweepEveryMs: number;
   private sweeper: Periodic | undefined;
+  private readonly identity: OwnIdentity | undefined;
 
   constructor(private readonly o: AuditTrailOptions) {
+    this.identity = o.signingKey ? parseOwnIdentity(o.signingKey) : undefined;
     this.sweepEveryMs = o.sweepEveryMs ?? 10_000;
     this.standalone = o.db.collection<StandaloneDoc>("audit_outbox");
     this.standaloneOutbox = this.outbox(this.standalone);
@@ -111,7 +126,10 @@ export class AuditTrail {
       field: "audit",
       lease: AUDIT_LEASE,
       key: opts.key ?? ((doc) => String(doc._id)),
-      value: (_doc, entry) => toBinary(eventsv1.AuditRecordSchema, auditRecordMessage(entry)),
+      value: (_doc, entry) => {
+        const message = auditRecordMessage(entry);
+        return toBinary(eventsv1.AuditRecordSchema, this.identity ? signedAuditRecord(message, this.identity) : message);
+      },
       eventName: (entry) => `audit ${entry.action}`,
       sweepEveryMs: this.sweepEveryMs,
       ...(opts.logId ? { logId: opts.logId } : {}),

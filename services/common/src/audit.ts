@@ -19,6 +19,7 @@ export const AUDIT_ACTIONS = [
   "credential.revoke",
   "signing_key.create",
   "signing_key.rotate",
+  "signing_key.revoke",
   // connection: the operator, caregivers, partners and the service's own rounds
   "elder.create",
   "connection.request",
@@ -36,6 +37,55 @@ export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 
 export const AUDIT_SERVICES = ["auth", "connection", "webhook"] as const;
 export type AuditService = (typeof AUDIT_SERVICES)[number];
+
+/**
+ * The one service that may write each action's records: the store keeps a record only when the
+ * service it names owns its action and signed it (auditSignedBytes), so a service cannot write
+ * another's kind of record (a forged "credential.revoke" from the webhook service is dropped).
+ */
+export const AUDIT_ACTION_OWNERS: Readonly<Record<AuditAction, AuditService>> = {
+  "partner.create": "auth",
+  "partner.suspend": "auth",
+  "partner.reinstate": "auth",
+  "partner.set_webhook": "auth",
+  "partner.rotate_signing_secret": "auth",
+  "credential.create": "auth",
+  "credential.revoke": "auth",
+  "signing_key.create": "auth",
+  "signing_key.rotate": "auth",
+  "signing_key.revoke": "auth",
+  "elder.create": "connection",
+  "connection.request": "connection",
+  "connection.delete": "connection",
+  "connection.approve": "connection",
+  "connection.decline": "connection",
+  "connection.sever": "connection",
+  "connection.auto_approve": "connection",
+  "connection.expire": "connection",
+  "webhook.resend": "webhook",
+  "webhook.recover": "webhook",
+};
+
+/** The fields of a record on the audit-events topic that its signature covers (every one but the signature). */
+export interface SignedAuditFields {
+  id: string;
+  occurredAt: bigint;
+  service: string;
+  actor: string;
+  action: string;
+  targets: readonly string[];
+  outcome: number;
+  reason: string;
+  sequence: bigint;
+  signingKid: string;
+}
+
+/** The bytes a record's Ed25519 signature covers: its fields in a fixed order, as JSON. */
+export function auditSignedBytes(r: SignedAuditFields): Buffer {
+  return Buffer.from(
+    JSON.stringify(["pi-audit-record-v1", r.id, String(r.occurredAt), r.service, r.actor, r.action, [...r.targets], r.outcome, r.reason, String(r.sequence), r.signingKid]),
+  );
+}
 
 /** Who acted: the operator (CLI), the elder's caregiver (the app), the service itself, or a partner by its id. */
 export type AuditActor = "operator" | "caregiver" | "system" | `ptr_${string}`;
@@ -127,6 +177,7 @@ const REASON = new RegExp(`^(${REFUSAL_CODES.join("|")})(: ${RULE.source.slice(1
  */
 export function checkAuditRecord(r: { service: unknown; actor: unknown; action: unknown; targets: unknown; outcome: unknown; reason: unknown }): AuditRecordFields | null {
   if (!isOneOf(AUDIT_SERVICES, r.service) || !isOneOf(AUDIT_ACTIONS, r.action) || !isAuditActor(r.actor)) return null;
+  if (AUDIT_ACTION_OWNERS[r.action] !== r.service) return null;
   if (!Array.isArray(r.targets) || r.targets.length > MAX_TARGETS || !r.targets.every((t) => typeof t === "string" && AUDIT_ID.test(t))) return null;
   if (r.outcome === "ok" && r.reason === "") return { service: r.service, actor: r.actor, action: r.action, targets: [...(r.targets as string[])], outcome: "ok", reason: "" };
   if (r.outcome === "refused" && typeof r.reason === "string" && REASON.test(r.reason)) {

@@ -4,6 +4,7 @@ import { eventsv1 } from "@pi/proto";
 import { CONSUMER_MAX_WAIT_MS, disconnectConsumer, whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { messagesConsumed } from "./metrics.js";
+import { every, type Periodic } from "./periodic.js";
 import { consumerGroup, topicName } from "./topics.js";
 
 // The partner-events topic followed by every instance that keeps state derived from partners and
@@ -95,13 +96,33 @@ export class PositionReporter {
   }
 }
 
+/** The end of the topic as last read: partition to the offset the next event written will take. */
+export interface LogEnd {
+  ends: ReadonlyMap<number, bigint>;
+  /** performance.now() when the read that found them started. */
+  readAt: number;
+}
+
+/**
+ * Whether a follower has applied every event the topic held when its end was last read, and that
+ * read is at most `maxAgeMs` old: the trust a follower may put in state derived from the events (an
+ * auth replica's cache of authentications) rests on the position applied, not on a heartbeat. A
+ * follower whose consumer is stuck sees the end move past it at the next read and stops trusting.
+ */
+export function appliedThroughEnd(applied: ReadonlyMap<number, bigint>, end: LogEnd | undefined, now: number, maxAgeMs: number): boolean {
+  if (!end || now - end.readAt > maxAgeMs) return false;
+  for (const [partition, offset] of end.ends) if ((applied.get(partition) ?? -1n) < offset) return false;
+  return true;
+}
+
 export interface PartnerEventFeedOptions {
   kafka: Kafka;
   namespace: string;
   /** The following service's name, for the consumer group. */
   service: string;
   logger: Logger;
-  apply(event: eventsv1.PartnerEvent): void;
+  /** Applies one event; the position past it is reported only once a returned promise settles. */
+  apply(event: eventsv1.PartnerEvent): void | Promise<void>;
   /**
    * Called with this instance's id; must store the position where the auth service reads it.
    * Without it the instance reports nothing and the auth service does not wait for it.
@@ -112,6 +133,11 @@ export interface PartnerEventFeedOptions {
    * snapshot of the state every earlier event produced (the database write precedes each event).
    */
   catchUp?(): Promise<void>;
+  /**
+   * Reads the topic's end this often, for `caughtUp` (its answer is false when the last successful
+   * read is older than three periods). Without it `caughtUp` is always false.
+   */
+  readEndEveryMs?: number;
 }
 
 export interface PartnerEventFeed {
@@ -120,6 +146,8 @@ export interface PartnerEventFeed {
   readonly reporter: PositionReporter | undefined;
   /** False once the consumer has stopped for good (kafkajs gave up restarting it). */
   alive(): boolean;
+  /** Whether every event up to the topic's end as last read (recently) has been applied (appliedThroughEnd). */
+  caughtUp(): boolean;
   stop(): Promise<void>;
 }
 
@@ -137,11 +165,14 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   const admin = kafka.admin();
   await admin.connect();
   let ends: { partition: number; offset: string }[];
+  const startedAt = performance.now();
   try {
     ends = await whileMetadataSettles(() => admin.fetchTopicOffsets(topic));
   } finally {
     await admin.disconnect();
   }
+  const applied = new Map<number, bigint>();
+  let end: LogEnd = { ends: new Map(ends.map((e) => [e.partition, BigInt(e.offset)])), readAt: startedAt };
 
   await options.catchUp?.();
 
@@ -163,11 +194,12 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
         messagesConsumed.inc({ messaging_destination_name: topic });
         if (message.value) {
           try {
-            options.apply(fromBinary(eventsv1.PartnerEventSchema, message.value));
+            await options.apply(fromBinary(eventsv1.PartnerEventSchema, message.value));
           } catch (err) {
             logger.error({ err }, "unreadable partner event skipped");
           }
         }
+        applied.set(partition, BigInt(message.offset) + 1n);
         reporter?.advance(partition, BigInt(message.offset) + 1n);
       },
     });
@@ -178,14 +210,38 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   }
   for (const { partition, offset } of ends) {
     consumer.seek({ topic, partition, offset });
+    applied.set(partition, BigInt(offset));
     reporter?.advance(partition, BigInt(offset));
   }
   await reporter?.flush();
+  let endReader: { periodic: Periodic; admin: ReturnType<Kafka["admin"]> } | undefined;
+  if (options.readEndEveryMs) {
+    const endAdmin = kafka.admin();
+    await endAdmin.connect();
+    endReader = {
+      admin: endAdmin,
+      periodic: every(
+        "reading the partner-events end",
+        options.readEndEveryMs,
+        async () => {
+          const readAt = performance.now();
+          const offsets = await endAdmin.fetchTopicOffsets(topic);
+          end = { ends: new Map(offsets.map((e) => [e.partition, BigInt(e.offset)])), readAt };
+        },
+        logger,
+        { runAtStart: false },
+      ),
+    };
+  }
+  const maxEndAgeMs = 3 * (options.readEndEveryMs ?? 0);
   return {
     instanceId,
     reporter,
     alive: () => running,
+    caughtUp: () => running && endReader !== undefined && appliedThroughEnd(applied, end, performance.now(), maxEndAgeMs),
     async stop() {
+      await endReader?.periodic.stop();
+      await endReader?.admin.disconnect().catch(() => undefined);
       await disconnectConsumer(consumer, "partner-events", logger);
       await reporter?.stop();
     },

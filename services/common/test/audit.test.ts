@@ -4,6 +4,7 @@ import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsv1 } from "@pi/proto";
 import {
+  AUDIT_ACTION_OWNERS,
   AUDIT_ACTIONS,
   AuditShapeError,
   auditEntry,
@@ -127,6 +128,14 @@ describe("audit records: what they hold", () => {
   });
 });
 
+describe("AUDIT_ACTION_OWNERS", () => {
+  it("names exactly one owning service for every action, by its prefix", () => {
+    expect(Object.keys(AUDIT_ACTION_OWNERS).sort()).toEqual([...AUDIT_ACTIONS].sort());
+    const byPrefix = { partner: "auth", credential: "auth", signing_key: "auth", elder: "connection", connection: "connection", webhook: "webhook" } as const;
+    for (const action of AUDIT_ACTIONS) expect(AUDIT_ACTION_OWNERS[action]).toBe(byPrefix[action.split(".")[0] as keyof typeof byPrefix]);
+  });
+});
+
 describe("audit records read back (the store's check)", () => {
   const good = () => ({ service: "connection", actor: newId("ptr"), action: "connection.delete", targets: [newId("con")], outcome: "ok", reason: "" });
 
@@ -141,6 +150,8 @@ describe("audit records read back (the store's check)", () => {
     ["a secret as a target", { targets: [clientSecret] }],
     ["an unknown action", { action: "connection.read" }],
     ["an unknown service", { service: "gateway" }],
+    ["an action its service does not own (webhook writing a connection record)", { service: "webhook" }],
+    ["an action its service does not own (connection writing a credential revocation)", { action: "credential.revoke" }],
     ["an actor that is not one", { actor: "root" }],
     ["a reason when ok", { reason: "not_found" }],
     ["a refusal without a code", { outcome: "refused", reason: "" }],

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { createLogger, PositionReporter, type NextOffsets } from "../src/index.js";
+import { appliedThroughEnd, createLogger, PositionReporter, type NextOffsets } from "../src/index.js";
 
 // The position a follower of the partner-events topic reports: at once when it moves, coalesced
 // while a report is in flight, and how fresh the stored position is known to be.
@@ -54,5 +54,25 @@ describe("PositionReporter", () => {
     expect(reporter.sinceLastReportMs()).toBeLessThanOrEqual(performance.now() - before);
     s.failing(true);
     await reporter.stop();
+  });
+});
+
+describe("appliedThroughEnd: cache trust by position, not by heartbeat", () => {
+  const end = (offsets: [number, bigint][], readAt = 1_000) => ({ ends: new Map(offsets), readAt });
+  const applied = (offsets: [number, bigint][]) => new Map(offsets);
+
+  it("trusts a follower that applied everything up to the end last read", () => {
+    expect(appliedThroughEnd(applied([[0, 7n]]), end([[0, 7n]]), 1_100, 1_500)).toBe(true);
+    expect(appliedThroughEnd(applied([[0, 9n]]), end([[0, 7n]]), 1_100, 1_500)).toBe(true);
+  });
+
+  it("does not trust a follower behind the end on any partition, however recently it reported", () => {
+    expect(appliedThroughEnd(applied([[0, 6n]]), end([[0, 7n]]), 1_100, 1_500)).toBe(false);
+    expect(appliedThroughEnd(applied([[0, 7n]]), end([[0, 7n], [1, 1n]]), 1_100, 1_500)).toBe(false);
+  });
+
+  it("does not trust when the end is not known or was last read too long ago (Kafka unreachable)", () => {
+    expect(appliedThroughEnd(applied([[0, 7n]]), undefined, 1_100, 1_500)).toBe(false);
+    expect(appliedThroughEnd(applied([[0, 7n]]), end([[0, 7n]]), 2_501, 1_500)).toBe(false);
   });
 });

@@ -41,7 +41,7 @@ export async function startConnectionService(settings: Settings, logger: Logger,
     sweepEveryMs: intervals.outboxSweepMs,
   });
   await outbox.ensureIndex();
-  const trail = new AuditTrail({ service: "connection", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
+  const trail = new AuditTrail({ service: "connection", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });
   const connectionsAudit = trail.on(store.connections);
   // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
   const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });

@@ -9,23 +9,73 @@ export interface Principal {
   scopes: ReadonlySet<string>;
 }
 
-/** Revoked credentials and suspended partners, as learnt from the auth service and Kafka. */
+/**
+ * Whether a token issued at `iat` (JWT whole seconds) was issued before a suspension at
+ * `suspendedAtMs`: in or before the suspension's second. A reinstatement happens in a later second
+ * than the suspension (the auth service waits for it), so no token issued after it falls here.
+ */
+export function issuedBeforeSuspension(iat: number, suspendedAtMs: number): boolean {
+  return iat <= Math.floor(suspendedAtMs / 1000);
+}
+
+/** What the revocation list needs to know of a token besides its principal. */
+export interface TokenFacts {
+  /** The signing key's id (the header's kid). */
+  kid: string;
+  /** Issued at, whole seconds. */
+  iat: number;
+}
+
+/**
+ * Revoked credentials, suspended partners and revoked signing keys, as learnt from the auth service
+ * and Kafka. A suspension is a revocation: once reinstated, the partner's tokens issued before its
+ * latest suspension stay refused (docs/authentication.md).
+ */
 export class RevocationList {
   private readonly revokedClients = new Set<string>();
   private readonly suspendedPartners = new Set<string>();
+  /** Partner id to its latest suspension, Unix ms. */
+  private readonly suspendedAt = new Map<string, number>();
+  private readonly revokedKids = new Set<string>();
+  private readonly keyListeners: ((kid: string) => void)[] = [];
 
   revokeClient(clientId: string): void {
     this.revokedClients.add(clientId);
   }
-  suspendPartner(partnerId: string): void {
+  suspendPartner(partnerId: string, suspendedAtMs: number): void {
     this.suspendedPartners.add(partnerId);
+    this.noteSuspension(partnerId, suspendedAtMs);
   }
-  reinstatePartner(partnerId: string): void {
+  /** `suspendedAtMs`: the latest suspension as the reinstatement states it (0 when unknown). */
+  reinstatePartner(partnerId: string, suspendedAtMs: number): void {
     this.suspendedPartners.delete(partnerId);
+    this.noteSuspension(partnerId, suspendedAtMs);
   }
-  blocks(principal: Pick<Principal, "clientId" | "partnerId">): boolean {
-    return this.revokedClients.has(principal.clientId) || this.suspendedPartners.has(principal.partnerId);
+  noteSuspension(partnerId: string, suspendedAtMs: number): void {
+    if (suspendedAtMs > (this.suspendedAt.get(partnerId) ?? 0)) this.suspendedAt.set(partnerId, suspendedAtMs);
   }
+  revokeKey(kid: string): void {
+    this.revokedKids.add(kid);
+    for (const listener of this.keyListeners) listener(kid);
+  }
+  /** Called with each key id revoked from now on. */
+  onKeyRevoked(listener: (kid: string) => void): void {
+    this.keyListeners.push(listener);
+  }
+  keyRevoked(kid: string): boolean {
+    return this.revokedKids.has(kid);
+  }
+  blocks(principal: Pick<Principal, "clientId" | "partnerId">, token: TokenFacts): boolean {
+    if (this.revokedClients.has(principal.clientId) || this.suspendedPartners.has(principal.partnerId) || this.revokedKids.has(token.kid)) return true;
+    const suspendedAt = this.suspendedAt.get(principal.partnerId);
+    return suspendedAt !== undefined && issuedBeforeSuspension(token.iat, suspendedAt);
+  }
+}
+
+/** A token that passed: its claims and the id of the key that signed it. */
+interface Verified {
+  payload: JWTPayload;
+  kid: string;
 }
 
 /** The least time between two JWKS refreshes caused by tokens with an unknown key id. */
@@ -41,12 +91,13 @@ const VERIFIED_TOKENS_MAX = 4_096;
  *
  * A token that passed is remembered with its claims (the ES256 verification is most of a request's
  * work): later uses check only its expiry, and the revocation list on every use. A key set that
- * changes forgets them all, so a token under a retired key is refused from the next refresh on.
+ * changes forgets them all, so a token under a retired key is refused from the next refresh on; a
+ * revoked key (a partner event) makes it forget that key's tokens at once and refresh the key set.
  */
 export class BearerVerifier {
   private keySet?: ReturnType<typeof createLocalJWKSet>;
   private keysJson = "";
-  private verified = new LRUCache<string, JWTPayload>({ max: VERIFIED_TOKENS_MAX });
+  private verified = new LRUCache<string, Verified>({ max: VERIFIED_TOKENS_MAX });
   private issuer = "";
   private audience = "";
   private lastRefresh = 0;
@@ -56,7 +107,25 @@ export class BearerVerifier {
     private readonly auth: AuthClient,
     readonly revocations: RevocationList,
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    revocations.onKeyRevoked((kid) => this.forgetKey(kid));
+  }
+
+  /** Forgets every remembered token signed by `kid`, and lets the next unknown key id refresh the key set at once. */
+  private forgetKey(kid: string): void {
+    const doomed: string[] = [];
+    this.verified.forEach((v, token) => {
+      if (v.kid === kid) doomed.push(token);
+    });
+    for (const token of doomed) this.verified.delete(token);
+    this.lastRefresh = 0;
+    if (this.keySet) this.refreshKeys().catch(() => undefined); // the periodic refresh tries again
+  }
+
+  /** How many verified tokens are remembered (tests). */
+  get remembered(): number {
+    return this.verified.size;
+  }
 
   /** Fetches the key set; concurrent callers share one call. */
   refreshKeys(): Promise<void> {
@@ -95,16 +164,16 @@ export class BearerVerifier {
   }
 
   /** The claims of a valid token; throws (jose's errors) for anything else. */
-  private async verifyOnce(token: string): Promise<JWTPayload> {
+  private async verifyOnce(token: string): Promise<Verified> {
     const verified = this.verified; // a key set that changes meanwhile replaces it: nothing stale goes in
     const now = this.now();
     const known = verified.get(token);
     // jose's rule: expired once the whole second read reaches exp.
     if (known) {
-      if (Math.floor(now / 1000) < known.exp!) return known;
+      if (Math.floor(now / 1000) < known.payload.exp!) return known;
       verified.delete(token);
     }
-    const { payload } = await jwtVerify(token, this.keySet!, {
+    const { payload, protectedHeader } = await jwtVerify(token, this.keySet!, {
       issuer: this.issuer,
       audience: this.audience,
       algorithms: ["ES256"],
@@ -112,16 +181,18 @@ export class BearerVerifier {
       requiredClaims: ["sub", "exp", "iat", "jti"],
       currentDate: new Date(now),
     });
-    verified.set(token, payload);
-    return payload;
+    const result = { payload, kid: protectedHeader.kid ?? "" };
+    // A key revoked while this token was being verified: not remembered (and refused below).
+    if (!this.revocations.keyRevoked(result.kid)) verified.set(token, result);
+    return result;
   }
 
-  private principalOf(payload: JWTPayload): Principal | undefined {
-    const { sub, client_id: clientId, mode, scope } = payload;
-    if (typeof sub !== "string" || typeof clientId !== "string" || typeof scope !== "string") return undefined;
+  private principalOf({ payload, kid }: Verified): Principal | undefined {
+    const { sub, client_id: clientId, mode, scope, iat } = payload;
+    if (typeof sub !== "string" || typeof clientId !== "string" || typeof scope !== "string" || typeof iat !== "number") return undefined;
     if (mode !== "live" && mode !== "test") return undefined;
     const principal = { partnerId: sub, clientId, mode, scopes: new Set(scope.split(" ").filter(Boolean)) } as const;
-    return this.revocations.blocks(principal) ? undefined : principal;
+    return this.revocations.blocks(principal, { kid, iat }) ? undefined : principal;
   }
 }
 

@@ -10,10 +10,14 @@ export function applyPartnerEvent(list: RevocationList, event: eventsv1.PartnerE
       list.revokeClient(event.clientId);
       break;
     case PartnerEventKind.PARTNER_SUSPENDED:
-      list.suspendPartner(event.partnerId);
+      // An event stored before suspended_at existed: its occurred_at is the suspension's time.
+      list.suspendPartner(event.partnerId, Number(event.suspendedAt || event.occurredAt));
       break;
     case PartnerEventKind.PARTNER_REINSTATED:
-      list.reinstatePartner(event.partnerId);
+      list.reinstatePartner(event.partnerId, Number(event.suspendedAt));
+      break;
+    case PartnerEventKind.SIGNING_KEY_REVOKED:
+      list.revokeKey(event.kid);
       break;
     default:
       break;
@@ -36,7 +40,9 @@ export async function followRevocations(list: RevocationList, auth: AuthClient, 
     async catchUp() {
       const snapshot = await auth.listRevocations({});
       snapshot.revokedClientIds.forEach((id) => list.revokeClient(id));
-      snapshot.suspendedPartnerIds.forEach((id) => list.suspendPartner(id));
+      snapshot.suspendedPartnerIds.forEach((id) => list.suspendPartner(id, 0));
+      snapshot.tokenCutoffs.forEach((c) => list.noteSuspension(c.partnerId, Number(c.suspendedAt)));
+      snapshot.revokedKids.forEach((kid) => list.revokeKey(kid));
     },
     sendPosition: (instanceId) => async (nextOffsets, leaving) => {
       await auth.reportGatewayPosition({ instanceId, nextOffsets: leaving ? {} : nextOffsets, leaving }, leaving ? { timeoutMs: 2000 } : undefined);

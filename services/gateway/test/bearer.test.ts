@@ -3,7 +3,7 @@ import { exportJWK, generateKeyPair, SignJWT, type JWK } from "jose";
 import { create } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import type { AuthClient } from "@pi/common";
-import { bearerTokenOf, BearerVerifier, RevocationList } from "../src/bearer.js";
+import { bearerTokenOf, BearerVerifier, issuedBeforeSuspension, RevocationList } from "../src/bearer.js";
 import { applyPartnerEvent } from "../src/revocation-feed.js";
 
 // Local bearer verification (no call to the auth service per request), with a stand-in for the
@@ -57,6 +57,18 @@ describe("bearerTokenOf (RFC 6750 section 2.1)", () => {
   });
 });
 
+describe("issuedBeforeSuspension (tokens carry whole seconds)", () => {
+  it.each([
+    [99, 100_000, true],
+    [100, 100_000, true],
+    [100, 100_999, true],
+    [101, 100_999, false],
+    [101, 100_000, false],
+  ])("iat %d against a suspension at %d ms: %s", (iat, at, expected) => {
+    expect(issuedBeforeSuspension(iat, at)).toBe(expected);
+  });
+});
+
 describe("BearerVerifier", () => {
   it("accepts a valid token and reads partner, credential, mode and scopes from it", async () => {
     const k = await keyPair("key_1");
@@ -97,23 +109,62 @@ describe("BearerVerifier", () => {
     expect(await verifier.verify("garbage")).toBeUndefined();
   });
 
-  it("refuses a token of a revoked credential or a suspended partner, and accepts it again on reinstatement", async () => {
+  it("refuses a token of a revoked credential or a suspended partner; reinstatement does not revive it, a token issued after it passes", async () => {
     const k = await keyPair("key_1");
     const list = new RevocationList();
     const verifier = new BearerVerifier(fakeAuth(() => [k.jwk]).auth, list);
-    const t = await token(k);
-    const event = (kind: eventsv1.PartnerEventKind, clientId = "") => create(eventsv1.PartnerEventSchema, { kind, partnerId: "ptr_a", clientId });
+    const now = Math.floor(Date.now() / 1000);
+    const t = await token(k, { iat: now - 10 });
+    const suspendedAt = BigInt((now - 5) * 1000 + 300);
+    const event = (kind: eventsv1.PartnerEventKind, clientId = "") => create(eventsv1.PartnerEventSchema, { kind, partnerId: "ptr_a", clientId, occurredAt: suspendedAt, suspendedAt });
+    expect(await verifier.verify(t)).toBeDefined();
     applyPartnerEvent(list, event(eventsv1.PartnerEventKind.PARTNER_SUSPENDED));
     expect(await verifier.verify(t)).toBeUndefined();
     applyPartnerEvent(list, event(eventsv1.PartnerEventKind.PARTNER_REINSTATED));
-    expect(await verifier.verify(t)).toBeDefined();
-    applyPartnerEvent(list, event(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, "cli_other"));
-    expect(await verifier.verify(t)).toBeDefined();
-    applyPartnerEvent(list, event(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, "cli_a"));
+    // Remembered as verified before the suspension, and still refused.
     expect(await verifier.verify(t)).toBeUndefined();
+    const after = await token(k, { iat: now - 4, jti: "tok_2" });
+    expect(await verifier.verify(after)).toBeDefined();
+    applyPartnerEvent(list, event(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, "cli_other"));
+    expect(await verifier.verify(after)).toBeDefined();
+    applyPartnerEvent(list, event(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, "cli_a"));
+    expect(await verifier.verify(after)).toBeUndefined();
     // Reinstating the partner does not bring back a revoked credential.
     applyPartnerEvent(list, event(eventsv1.PartnerEventKind.PARTNER_REINSTATED));
-    expect(await verifier.verify(t)).toBeUndefined();
+    expect(await verifier.verify(after)).toBeUndefined();
+  });
+
+  it("tokens that stay dead: a suspension event from before suspended_at existed cuts off by its occurred_at; an older reinstatement never lowers the cutoff", () => {
+    const list = new RevocationList();
+    const p = { partnerId: "ptr_a", clientId: "cli_a" };
+    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.PARTNER_SUSPENDED, partnerId: "ptr_a", occurredAt: 50_500n }));
+    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.PARTNER_REINSTATED, partnerId: "ptr_a", suspendedAt: 20_000n }));
+    expect(list.blocks(p, { kid: "k", iat: 50 })).toBe(true);
+    expect(list.blocks(p, { kid: "k", iat: 51 })).toBe(false);
+    // Another partner is untouched.
+    expect(list.blocks({ partnerId: "ptr_b", clientId: "cli_b" }, { kid: "k", iat: 1 })).toBe(false);
+  });
+
+  it("emergency key revocation: the key's tokens are refused at once and forgotten by the cache of verified tokens, other keys' are kept; the key set is refreshed", async () => {
+    const a = await keyPair("key_a");
+    const b = await keyPair("key_b");
+    const { auth, calls } = fakeAuth(() => [a.jwk, b.jwk]);
+    const list = new RevocationList();
+    const verifier = new BearerVerifier(auth, list);
+    const ta = await token(a);
+    const tb = await token(b);
+    expect(await verifier.verify(ta)).toBeDefined();
+    expect(await verifier.verify(tb)).toBeDefined();
+    expect(verifier.remembered).toBe(2);
+    const refreshes = calls.getJwks;
+    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, kid: "key_a" }));
+    expect(verifier.remembered).toBe(1);
+    expect(calls.getJwks).toBe(refreshes + 1);
+    // Still published by the stand-in (a replica not yet reloaded): refused all the same, and not remembered.
+    expect(await verifier.verify(ta)).toBeUndefined();
+    expect(await verifier.verify(await token(a, { jti: "tok_new" }))).toBeUndefined();
+    expect(await verifier.verify(tb)).toBeDefined();
+    expect(verifier.remembered).toBe(1);
   });
 
   it("key rotation: a token under a newly published key id is accepted after one refresh", async () => {

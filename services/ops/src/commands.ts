@@ -158,6 +158,14 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { kid: res.kid, activates_at: new Date(Number(res.activatesAt)).toISOString(), retired_kids: res.retiredKids };
   },
 
+  /** An emergency revocation: every gateway refuses the key's tokens once the command returns. */
+  async keysRevoke(kid: string) {
+    const res = await c.auth.revokeSigningKey({ kid });
+    const warning = propagationWarning(res.propagation);
+    if (warning) warn(warning);
+    return { kid: res.kid, status: "revoked", replacement_kid: res.replacementKid || null };
+  },
+
   async elderCreate(address?: string) {
     const res = await c.connection.createElder({ address });
     return { elder_id: res.elderId, address: res.address };

@@ -105,12 +105,15 @@ credential
   );
 credential.command("revoke <clientId>").action(action((id: string) => ops.credentialRevoke(id)));
 
-program
-  .command("keys")
-  .description("JWT signing keys")
+const keys = program.command("keys").description("JWT signing keys");
+keys
   .command("rotate")
   .description("add a signing key; it starts signing once every replica has it (docs/authentication.md)")
   .action(action(() => ops.keysRotate()));
+keys
+  .command("revoke <kid>")
+  .description("emergency revocation of a signing key: its tokens are refused on every gateway at once; a new key signs if it was signing")
+  .action(action((kid: string) => ops.keysRevoke(kid)));
 
 program
   .command("elder")

@@ -17,7 +17,7 @@ export interface WebhookServiceOptions {
 export async function startWebhookService(settings: Settings, logger: Logger, options: WebhookServiceOptions = {}): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
   const store = await openWebhookStore(runtime.mongo.db);
-  const trail = new AuditTrail({ service: "webhook", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), logger });
+  const trail = new AuditTrail({ service: "webhook", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });
   const eventsAudit = trail.on(store.events);
   await trail.start();
   const targets = new TargetCache(clientsFor(settings).authAdmin(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);

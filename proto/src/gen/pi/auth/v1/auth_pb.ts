@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/auth/v1/auth.proto.
  */
 export const file_pi_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("ChVwaS9hdXRoL3YxL2F1dGgucHJvdG8SCnBpLmF1dGgudjEijwEKEUlzc3VlVG9rZW5SZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEhIKBXNjb3BlGAMgASgJSACIAQESHQoQY2xpZW50X2Fzc2VydGlvbhgEIAEoCUgBiAEBQggKBl9zY29wZUITChFfY2xpZW50X2Fzc2VydGlvbiJwChJJc3N1ZVRva2VuUmVzcG9uc2USIgoFdG9rZW4YASABKAsyES5waS5hdXRoLnYxLlRva2VuSAASKwoHZmFpbHVyZRgCIAEoDjIYLnBpLmF1dGgudjEuVG9rZW5GYWlsdXJlSABCCQoHb3V0Y29tZSJFChJJc3N1ZVRva2Vuc1JlcXVlc3QSLwoIcmVxdWVzdHMYASADKAsyHS5waS5hdXRoLnYxLklzc3VlVG9rZW5SZXF1ZXN0IkgKE0lzc3VlVG9rZW5zUmVzcG9uc2USMQoJcmVzcG9uc2VzGAEgAygLMh4ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVzcG9uc2UiQAoFVG9rZW4SFAoMYWNjZXNzX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMSDQoFc2NvcGUYAyABKAkiEAoOR2V0Sndrc1JlcXVlc3QiRgoPR2V0Sndrc1Jlc3BvbnNlEhEKCWp3a3NfanNvbhgBIAEoCRIOCgZpc3N1ZXIYAiABKAkSEAoIYXVkaWVuY2UYAyABKAkiGAoWTGlzdFJldm9jYXRpb25zUmVxdWVzdCJUChdMaXN0UmV2b2NhdGlvbnNSZXNwb25zZRIaChJyZXZva2VkX2NsaWVudF9pZHMYASADKAkSHQoVc3VzcGVuZGVkX3BhcnRuZXJfaWRzGAIgAygJIl4KFENyZWF0ZVBhcnRuZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSGAoLd2ViaG9va191cmwYAiABKAlIAIgBARIOCgZzY29wZXMYAyADKAlCDgoMX3dlYmhvb2tfdXJsIpEBChBJc3N1ZWRDcmVkZW50aWFsEhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZRIxCgthdXRoX21ldGhvZBgEIAEoDjIcLnBpLmF1dGgudjEuQ2xpZW50QXV0aE1ldGhvZCKbAQoVQ3JlYXRlUGFydG5lclJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSKgoEbGl2ZRgCIAEoCzIcLnBpLmF1dGgudjEuSXNzdWVkQ3JlZGVudGlhbBIqCgR0ZXN0GAMgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsEhYKDnNpZ25pbmdfc2VjcmV0GAQgASgJIlgKF1NldFBhcnRuZXJTdGF0dXNSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSKQoGc3RhdHVzGAIgASgOMhkucGkuYXV0aC52MS5QYXJ0bmVyU3RhdHVzIocBChhTZXRQYXJ0bmVyU3RhdHVzUmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5waS5hdXRoLnYxLlBhcnRuZXJTdGF0dXMSLAoLcHJvcGFnYXRpb24YAyABKAsyFy5waS5hdXRoLnYxLlByb3BhZ2F0aW9uIjcKFFNldFdlYmhvb2tVcmxSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCwoDdXJsGAIgASgJIkAKFVNldFdlYmhvb2tVcmxSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJIpkBChdDcmVhdGVDcmVkZW50aWFsUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIWCglqd2tzX2pzb24YAyABKAlIAIgBARIVCghqd2tzX3VybBgEIAEoCUgBiAEBQgwKCl9qd2tzX2pzb25CCwoJX2p3a3NfdXJsIkwKGENyZWF0ZUNyZWRlbnRpYWxSZXNwb25zZRIwCgpjcmVkZW50aWFsGAEgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsIiwKF1Jldm9rZUNyZWRlbnRpYWxSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCSJbChhSZXZva2VDcmVkZW50aWFsUmVzcG9uc2USEQoJY2xpZW50X2lkGAEgASgJEiwKC3Byb3BhZ2F0aW9uGAIgASgLMhcucGkuYXV0aC52MS5Qcm9wYWdhdGlvbiJ1CgtQcm9wYWdhdGlvbhIQCghnYXRld2F5cxgBIAEoBRIRCgljb25maXJtZWQYAiABKAUSEgoKZWxhcHNlZF9tcxgDIAEoAxIVCg1hdXRoX3JlcGxpY2FzGAQgASgFEhYKDmF1dGhfY29uZmlybWVkGAUgASgFIskBChxSZXBvcnRHYXRld2F5UG9zaXRpb25SZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJEk8KDG5leHRfb2Zmc2V0cxgCIAMoCzI5LnBpLmF1dGgudjEuUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVxdWVzdC5OZXh0T2Zmc2V0c0VudHJ5Eg8KB2xlYXZpbmcYAyABKAgaMgoQTmV4dE9mZnNldHNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAM6AjgBIh8KHVJlcG9ydEdhdGV3YXlQb3NpdGlvblJlc3BvbnNlIhkKF1JvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0IlMKGFJvdGF0ZVNpZ25pbmdLZXlSZXNwb25zZRILCgNraWQYASABKAkSFAoMYWN0aXZhdGVzX2F0GAIgASgDEhQKDHJldGlyZWRfa2lkcxgDIAMoCSItChdHZXRXZWJob29rVGFyZ2V0UmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJIqABChhHZXRXZWJob29rVGFyZ2V0UmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRITCgt3ZWJob29rX3VybBgCIAEoCRIWCg5zaWduaW5nX3NlY3JldBgDIAEoCRJDChhwcmV2aW91c19zaWduaW5nX3NlY3JldHMYBCADKAsyIS5waS5hdXRoLnYxLlByZXZpb3VzU2lnbmluZ1NlY3JldCI7ChVQcmV2aW91c1NpZ25pbmdTZWNyZXQSDgoGc2VjcmV0GAEgASgJEhIKCmV4cGlyZXNfYXQYAiABKAMiSQoaUm90YXRlU2lnbmluZ1NlY3JldFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIXCg9vdmVybGFwX3NlY29uZHMYAiABKAMiZgobUm90YXRlU2lnbmluZ1NlY3JldFJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSFgoOc2lnbmluZ19zZWNyZXQYAiABKAkSGwoTcHJldmlvdXNfZXhwaXJlc19hdBgDIAEoAyJHChdMaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBINCgVzaW5jZRgBIAEoAxIOCgZ0YXJnZXQYAiABKAkSDQoFbGltaXQYAyABKAUiRgoYTGlzdEF1ZGl0UmVjb3Jkc1Jlc3BvbnNlEioKB3JlY29yZHMYASADKAsyGS5waS5ldmVudHMudjEuQXVkaXRSZWNvcmQqjwEKDFRva2VuRmFpbHVyZRIdChlUT0tFTl9GQUlMVVJFX1VOU1BFQ0lGSUVEEAASIAocVE9LRU5fRkFJTFVSRV9JTlZBTElEX0NMSUVOVBABEh8KG1RPS0VOX0ZBSUxVUkVfSU5WQUxJRF9TQ09QRRACEh0KGVRPS0VOX0ZBSUxVUkVfVU5BVkFJTEFCTEUQAyqEAQoQQ2xpZW50QXV0aE1ldGhvZBIiCh5DTElFTlRfQVVUSF9NRVRIT0RfVU5TUEVDSUZJRUQQABIkCiBDTElFTlRfQVVUSF9NRVRIT0RfQ0xJRU5UX1NFQ1JFVBABEiYKIkNMSUVOVF9BVVRIX01FVEhPRF9QUklWQVRFX0tFWV9KV1QQAipoCg1QYXJ0bmVyU3RhdHVzEh4KGlBBUlRORVJfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGQoVUEFSVE5FUl9TVEFUVVNfQUNUSVZFEAESHAoYUEFSVE5FUl9TVEFUVVNfU1VTUEVOREVEEAIyuAoKC0F1dGhTZXJ2aWNlElAKCklzc3VlVG9rZW4SHS5waS5hdXRoLnYxLklzc3VlVG9rZW5SZXF1ZXN0Gh4ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVzcG9uc2UiA5ACAhJTCgtJc3N1ZVRva2VucxIeLnBpLmF1dGgudjEuSXNzdWVUb2tlbnNSZXF1ZXN0Gh8ucGkuYXV0aC52MS5Jc3N1ZVRva2Vuc1Jlc3BvbnNlIgOQAgISRwoHR2V0SndrcxIaLnBpLmF1dGgudjEuR2V0Sndrc1JlcXVlc3QaGy5waS5hdXRoLnYxLkdldEp3a3NSZXNwb25zZSIDkAIBEl8KD0xpc3RSZXZvY2F0aW9ucxIiLnBpLmF1dGgudjEuTGlzdFJldm9jYXRpb25zUmVxdWVzdBojLnBpLmF1dGgudjEuTGlzdFJldm9jYXRpb25zUmVzcG9uc2UiA5ACARJUCg1DcmVhdGVQYXJ0bmVyEiAucGkuYXV0aC52MS5DcmVhdGVQYXJ0bmVyUmVxdWVzdBohLnBpLmF1dGgudjEuQ3JlYXRlUGFydG5lclJlc3BvbnNlEmIKEFNldFBhcnRuZXJTdGF0dXMSIy5waS5hdXRoLnYxLlNldFBhcnRuZXJTdGF0dXNSZXF1ZXN0GiQucGkuYXV0aC52MS5TZXRQYXJ0bmVyU3RhdHVzUmVzcG9uc2UiA5ACAhJZCg1TZXRXZWJob29rVXJsEiAucGkuYXV0aC52MS5TZXRXZWJob29rVXJsUmVxdWVzdBohLnBpLmF1dGgudjEuU2V0V2ViaG9va1VybFJlc3BvbnNlIgOQAgISXQoQQ3JlYXRlQ3JlZGVudGlhbBIjLnBpLmF1dGgudjEuQ3JlYXRlQ3JlZGVudGlhbFJlcXVlc3QaJC5waS5hdXRoLnYxLkNyZWF0ZUNyZWRlbnRpYWxSZXNwb25zZRJiChBSZXZva2VDcmVkZW50aWFsEiMucGkuYXV0aC52MS5SZXZva2VDcmVkZW50aWFsUmVxdWVzdBokLnBpLmF1dGgudjEuUmV2b2tlQ3JlZGVudGlhbFJlc3BvbnNlIgOQAgISYgoQR2V0V2ViaG9va1RhcmdldBIjLnBpLmF1dGgudjEuR2V0V2ViaG9va1RhcmdldFJlcXVlc3QaJC5waS5hdXRoLnYxLkdldFdlYmhvb2tUYXJnZXRSZXNwb25zZSIDkAIBEmYKE1JvdGF0ZVNpZ25pbmdTZWNyZXQSJi5waS5hdXRoLnYxLlJvdGF0ZVNpZ25pbmdTZWNyZXRSZXF1ZXN0GicucGkuYXV0aC52MS5Sb3RhdGVTaWduaW5nU2VjcmV0UmVzcG9uc2UScQoVUmVwb3J0R2F0ZXdheVBvc2l0aW9uEigucGkuYXV0aC52MS5SZXBvcnRHYXRld2F5UG9zaXRpb25SZXF1ZXN0GikucGkuYXV0aC52MS5SZXBvcnRHYXRld2F5UG9zaXRpb25SZXNwb25zZSIDkAICEl0KEFJvdGF0ZVNpZ25pbmdLZXkSIy5waS5hdXRoLnYxLlJvdGF0ZVNpZ25pbmdLZXlSZXF1ZXN0GiQucGkuYXV0aC52MS5Sb3RhdGVTaWduaW5nS2V5UmVzcG9uc2USYgoQTGlzdEF1ZGl0UmVjb3JkcxIjLnBpLmF1dGgudjEuTGlzdEF1ZGl0UmVjb3Jkc1JlcXVlc3QaJC5waS5hdXRoLnYxLkxpc3RBdWRpdFJlY29yZHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_pi_common_v1_common, file_pi_events_v1_events]);
+  fileDesc("ChVwaS9hdXRoL3YxL2F1dGgucHJvdG8SCnBpLmF1dGgudjEijwEKEUlzc3VlVG9rZW5SZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIVCg1jbGllbnRfc2VjcmV0GAIgASgJEhIKBXNjb3BlGAMgASgJSACIAQESHQoQY2xpZW50X2Fzc2VydGlvbhgEIAEoCUgBiAEBQggKBl9zY29wZUITChFfY2xpZW50X2Fzc2VydGlvbiJwChJJc3N1ZVRva2VuUmVzcG9uc2USIgoFdG9rZW4YASABKAsyES5waS5hdXRoLnYxLlRva2VuSAASKwoHZmFpbHVyZRgCIAEoDjIYLnBpLmF1dGgudjEuVG9rZW5GYWlsdXJlSABCCQoHb3V0Y29tZSJFChJJc3N1ZVRva2Vuc1JlcXVlc3QSLwoIcmVxdWVzdHMYASADKAsyHS5waS5hdXRoLnYxLklzc3VlVG9rZW5SZXF1ZXN0IkgKE0lzc3VlVG9rZW5zUmVzcG9uc2USMQoJcmVzcG9uc2VzGAEgAygLMh4ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVzcG9uc2UiQAoFVG9rZW4SFAoMYWNjZXNzX3Rva2VuGAEgASgJEhIKCmV4cGlyZXNfaW4YAiABKAMSDQoFc2NvcGUYAyABKAkiEAoOR2V0Sndrc1JlcXVlc3QiRgoPR2V0Sndrc1Jlc3BvbnNlEhEKCWp3a3NfanNvbhgBIAEoCRIOCgZpc3N1ZXIYAiABKAkSEAoIYXVkaWVuY2UYAyABKAkiGAoWTGlzdFJldm9jYXRpb25zUmVxdWVzdCKaAQoXTGlzdFJldm9jYXRpb25zUmVzcG9uc2USGgoScmV2b2tlZF9jbGllbnRfaWRzGAEgAygJEh0KFXN1c3BlbmRlZF9wYXJ0bmVyX2lkcxgCIAMoCRIuCg10b2tlbl9jdXRvZmZzGAMgAygLMhcucGkuYXV0aC52MS5Ub2tlbkN1dG9mZhIUCgxyZXZva2VkX2tpZHMYBCADKAkiNwoLVG9rZW5DdXRvZmYSEgoKcGFydG5lcl9pZBgBIAEoCRIUCgxzdXNwZW5kZWRfYXQYAiABKAMiXgoUQ3JlYXRlUGFydG5lclJlcXVlc3QSDAoEbmFtZRgBIAEoCRIYCgt3ZWJob29rX3VybBgCIAEoCUgAiAEBEg4KBnNjb3BlcxgDIAMoCUIOCgxfd2ViaG9va191cmwikQEKEElzc3VlZENyZWRlbnRpYWwSEQoJY2xpZW50X2lkGAEgASgJEhUKDWNsaWVudF9zZWNyZXQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEjEKC2F1dGhfbWV0aG9kGAQgASgOMhwucGkuYXV0aC52MS5DbGllbnRBdXRoTWV0aG9kIpsBChVDcmVhdGVQYXJ0bmVyUmVzcG9uc2USEgoKcGFydG5lcl9pZBgBIAEoCRIqCgRsaXZlGAIgASgLMhwucGkuYXV0aC52MS5Jc3N1ZWRDcmVkZW50aWFsEioKBHRlc3QYAyABKAsyHC5waS5hdXRoLnYxLklzc3VlZENyZWRlbnRpYWwSFgoOc2lnbmluZ19zZWNyZXQYBCABKAkiWAoXU2V0UGFydG5lclN0YXR1c1JlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIpCgZzdGF0dXMYAiABKA4yGS5waS5hdXRoLnYxLlBhcnRuZXJTdGF0dXMihwEKGFNldFBhcnRuZXJTdGF0dXNSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEikKBnN0YXR1cxgCIAEoDjIZLnBpLmF1dGgudjEuUGFydG5lclN0YXR1cxIsCgtwcm9wYWdhdGlvbhgDIAEoCzIXLnBpLmF1dGgudjEuUHJvcGFnYXRpb24iNwoUU2V0V2ViaG9va1VybFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRILCgN1cmwYAiABKAkiQAoVU2V0V2ViaG9va1VybFJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEwoLd2ViaG9va191cmwYAiABKAkimQEKF0NyZWF0ZUNyZWRlbnRpYWxSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhYKCWp3a3NfanNvbhgDIAEoCUgAiAEBEhUKCGp3a3NfdXJsGAQgASgJSAGIAQFCDAoKX2p3a3NfanNvbkILCglfandrc191cmwiTAoYQ3JlYXRlQ3JlZGVudGlhbFJlc3BvbnNlEjAKCmNyZWRlbnRpYWwYASABKAsyHC5waS5hdXRoLnYxLklzc3VlZENyZWRlbnRpYWwiLAoXUmV2b2tlQ3JlZGVudGlhbFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJIlsKGFJldm9rZUNyZWRlbnRpYWxSZXNwb25zZRIRCgljbGllbnRfaWQYASABKAkSLAoLcHJvcGFnYXRpb24YAiABKAsyFy5waS5hdXRoLnYxLlByb3BhZ2F0aW9uInUKC1Byb3BhZ2F0aW9uEhAKCGdhdGV3YXlzGAEgASgFEhEKCWNvbmZpcm1lZBgCIAEoBRISCgplbGFwc2VkX21zGAMgASgDEhUKDWF1dGhfcmVwbGljYXMYBCABKAUSFgoOYXV0aF9jb25maXJtZWQYBSABKAUiyQEKHFJlcG9ydEdhdGV3YXlQb3NpdGlvblJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAkSTwoMbmV4dF9vZmZzZXRzGAIgAygLMjkucGkuYXV0aC52MS5SZXBvcnRHYXRld2F5UG9zaXRpb25SZXF1ZXN0Lk5leHRPZmZzZXRzRW50cnkSDwoHbGVhdmluZxgDIAEoCBoyChBOZXh0T2Zmc2V0c0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoAzoCOAEiHwodUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVzcG9uc2UiGQoXUm90YXRlU2lnbmluZ0tleVJlcXVlc3QiUwoYUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEgsKA2tpZBgBIAEoCRIUCgxhY3RpdmF0ZXNfYXQYAiABKAMSFAoMcmV0aXJlZF9raWRzGAMgAygJIiYKF1Jldm9rZVNpZ25pbmdLZXlSZXF1ZXN0EgsKA2tpZBgBIAEoCSJuChhSZXZva2VTaWduaW5nS2V5UmVzcG9uc2USCwoDa2lkGAEgASgJEhcKD3JlcGxhY2VtZW50X2tpZBgCIAEoCRIsCgtwcm9wYWdhdGlvbhgDIAEoCzIXLnBpLmF1dGgudjEuUHJvcGFnYXRpb24iLQoXR2V0V2ViaG9va1RhcmdldFJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCSKgAQoYR2V0V2ViaG9va1RhcmdldFJlc3BvbnNlEhIKCnBhcnRuZXJfaWQYASABKAkSEwoLd2ViaG9va191cmwYAiABKAkSFgoOc2lnbmluZ19zZWNyZXQYAyABKAkSQwoYcHJldmlvdXNfc2lnbmluZ19zZWNyZXRzGAQgAygLMiEucGkuYXV0aC52MS5QcmV2aW91c1NpZ25pbmdTZWNyZXQiOwoVUHJldmlvdXNTaWduaW5nU2VjcmV0Eg4KBnNlY3JldBgBIAEoCRISCgpleHBpcmVzX2F0GAIgASgDIkkKGlJvdGF0ZVNpZ25pbmdTZWNyZXRSZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSFwoPb3ZlcmxhcF9zZWNvbmRzGAIgASgDImYKG1JvdGF0ZVNpZ25pbmdTZWNyZXRSZXNwb25zZRISCgpwYXJ0bmVyX2lkGAEgASgJEhYKDnNpZ25pbmdfc2VjcmV0GAIgASgJEhsKE3ByZXZpb3VzX2V4cGlyZXNfYXQYAyABKAMiRwoXTGlzdEF1ZGl0UmVjb3Jkc1JlcXVlc3QSDQoFc2luY2UYASABKAMSDgoGdGFyZ2V0GAIgASgJEg0KBWxpbWl0GAMgASgFIkYKGExpc3RBdWRpdFJlY29yZHNSZXNwb25zZRIqCgdyZWNvcmRzGAEgAygLMhkucGkuZXZlbnRzLnYxLkF1ZGl0UmVjb3JkKo8BCgxUb2tlbkZhaWx1cmUSHQoZVE9LRU5fRkFJTFVSRV9VTlNQRUNJRklFRBAAEiAKHFRPS0VOX0ZBSUxVUkVfSU5WQUxJRF9DTElFTlQQARIfChtUT0tFTl9GQUlMVVJFX0lOVkFMSURfU0NPUEUQAhIdChlUT0tFTl9GQUlMVVJFX1VOQVZBSUxBQkxFEAMqhAEKEENsaWVudEF1dGhNZXRob2QSIgoeQ0xJRU5UX0FVVEhfTUVUSE9EX1VOU1BFQ0lGSUVEEAASJAogQ0xJRU5UX0FVVEhfTUVUSE9EX0NMSUVOVF9TRUNSRVQQARImCiJDTElFTlRfQVVUSF9NRVRIT0RfUFJJVkFURV9LRVlfSldUEAIqaAoNUGFydG5lclN0YXR1cxIeChpQQVJUTkVSX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFVBBUlRORVJfU1RBVFVTX0FDVElWRRABEhwKGFBBUlRORVJfU1RBVFVTX1NVU1BFTkRFRBACMpwLCgtBdXRoU2VydmljZRJQCgpJc3N1ZVRva2VuEh0ucGkuYXV0aC52MS5Jc3N1ZVRva2VuUmVxdWVzdBoeLnBpLmF1dGgudjEuSXNzdWVUb2tlblJlc3BvbnNlIgOQAgISUwoLSXNzdWVUb2tlbnMSHi5waS5hdXRoLnYxLklzc3VlVG9rZW5zUmVxdWVzdBofLnBpLmF1dGgudjEuSXNzdWVUb2tlbnNSZXNwb25zZSIDkAICEkcKB0dldEp3a3MSGi5waS5hdXRoLnYxLkdldEp3a3NSZXF1ZXN0GhsucGkuYXV0aC52MS5HZXRKd2tzUmVzcG9uc2UiA5ACARJfCg9MaXN0UmV2b2NhdGlvbnMSIi5waS5hdXRoLnYxLkxpc3RSZXZvY2F0aW9uc1JlcXVlc3QaIy5waS5hdXRoLnYxLkxpc3RSZXZvY2F0aW9uc1Jlc3BvbnNlIgOQAgESVAoNQ3JlYXRlUGFydG5lchIgLnBpLmF1dGgudjEuQ3JlYXRlUGFydG5lclJlcXVlc3QaIS5waS5hdXRoLnYxLkNyZWF0ZVBhcnRuZXJSZXNwb25zZRJiChBTZXRQYXJ0bmVyU3RhdHVzEiMucGkuYXV0aC52MS5TZXRQYXJ0bmVyU3RhdHVzUmVxdWVzdBokLnBpLmF1dGgudjEuU2V0UGFydG5lclN0YXR1c1Jlc3BvbnNlIgOQAgISWQoNU2V0V2ViaG9va1VybBIgLnBpLmF1dGgudjEuU2V0V2ViaG9va1VybFJlcXVlc3QaIS5waS5hdXRoLnYxLlNldFdlYmhvb2tVcmxSZXNwb25zZSIDkAICEl0KEENyZWF0ZUNyZWRlbnRpYWwSIy5waS5hdXRoLnYxLkNyZWF0ZUNyZWRlbnRpYWxSZXF1ZXN0GiQucGkuYXV0aC52MS5DcmVhdGVDcmVkZW50aWFsUmVzcG9uc2USYgoQUmV2b2tlQ3JlZGVudGlhbBIjLnBpLmF1dGgudjEuUmV2b2tlQ3JlZGVudGlhbFJlcXVlc3QaJC5waS5hdXRoLnYxLlJldm9rZUNyZWRlbnRpYWxSZXNwb25zZSIDkAICEmIKEEdldFdlYmhvb2tUYXJnZXQSIy5waS5hdXRoLnYxLkdldFdlYmhvb2tUYXJnZXRSZXF1ZXN0GiQucGkuYXV0aC52MS5HZXRXZWJob29rVGFyZ2V0UmVzcG9uc2UiA5ACARJmChNSb3RhdGVTaWduaW5nU2VjcmV0EiYucGkuYXV0aC52MS5Sb3RhdGVTaWduaW5nU2VjcmV0UmVxdWVzdBonLnBpLmF1dGgudjEuUm90YXRlU2lnbmluZ1NlY3JldFJlc3BvbnNlEnEKFVJlcG9ydEdhdGV3YXlQb3NpdGlvbhIoLnBpLmF1dGgudjEuUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVxdWVzdBopLnBpLmF1dGgudjEuUmVwb3J0R2F0ZXdheVBvc2l0aW9uUmVzcG9uc2UiA5ACAhJdChBSb3RhdGVTaWduaW5nS2V5EiMucGkuYXV0aC52MS5Sb3RhdGVTaWduaW5nS2V5UmVxdWVzdBokLnBpLmF1dGgudjEuUm90YXRlU2lnbmluZ0tleVJlc3BvbnNlEmIKEFJldm9rZVNpZ25pbmdLZXkSIy5waS5hdXRoLnYxLlJldm9rZVNpZ25pbmdLZXlSZXF1ZXN0GiQucGkuYXV0aC52MS5SZXZva2VTaWduaW5nS2V5UmVzcG9uc2UiA5ACAhJiChBMaXN0QXVkaXRSZWNvcmRzEiMucGkuYXV0aC52MS5MaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBokLnBpLmF1dGgudjEuTGlzdEF1ZGl0UmVjb3Jkc1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_pi_common_v1_common, file_pi_events_v1_events]);
 
 /**
  * @generated from message pi.auth.v1.IssueTokenRequest
@@ -219,6 +219,21 @@ export type ListRevocationsResponse = Message<"pi.auth.v1.ListRevocationsRespons
    * @generated from field: repeated string suspended_partner_ids = 2;
    */
   suspendedPartnerIds: string[];
+
+  /**
+   * Partners suspended at some time (reinstated or not): their tokens issued in or before the
+   * second of the latest suspension stay refused.
+   *
+   * @generated from field: repeated pi.auth.v1.TokenCutoff token_cutoffs = 3;
+   */
+  tokenCutoffs: TokenCutoff[];
+
+  /**
+   * Signing keys revoked by an operator.
+   *
+   * @generated from field: repeated string revoked_kids = 4;
+   */
+  revokedKids: string[];
 };
 
 /**
@@ -227,6 +242,30 @@ export type ListRevocationsResponse = Message<"pi.auth.v1.ListRevocationsRespons
  */
 export const ListRevocationsResponseSchema: GenMessage<ListRevocationsResponse> = /*@__PURE__*/
   messageDesc(file_pi_auth_v1_auth, 8);
+
+/**
+ * @generated from message pi.auth.v1.TokenCutoff
+ */
+export type TokenCutoff = Message<"pi.auth.v1.TokenCutoff"> & {
+  /**
+   * @generated from field: string partner_id = 1;
+   */
+  partnerId: string;
+
+  /**
+   * Unix milliseconds of the partner's latest suspension.
+   *
+   * @generated from field: int64 suspended_at = 2;
+   */
+  suspendedAt: bigint;
+};
+
+/**
+ * Describes the message pi.auth.v1.TokenCutoff.
+ * Use `create(TokenCutoffSchema)` to create a new message.
+ */
+export const TokenCutoffSchema: GenMessage<TokenCutoff> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 9);
 
 /**
  * @generated from message pi.auth.v1.CreatePartnerRequest
@@ -255,7 +294,7 @@ export type CreatePartnerRequest = Message<"pi.auth.v1.CreatePartnerRequest"> & 
  * Use `create(CreatePartnerRequestSchema)` to create a new message.
  */
 export const CreatePartnerRequestSchema: GenMessage<CreatePartnerRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 9);
+  messageDesc(file_pi_auth_v1_auth, 10);
 
 /**
  * @generated from message pi.auth.v1.IssuedCredential
@@ -289,7 +328,7 @@ export type IssuedCredential = Message<"pi.auth.v1.IssuedCredential"> & {
  * Use `create(IssuedCredentialSchema)` to create a new message.
  */
 export const IssuedCredentialSchema: GenMessage<IssuedCredential> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 10);
+  messageDesc(file_pi_auth_v1_auth, 11);
 
 /**
  * @generated from message pi.auth.v1.CreatePartnerResponse
@@ -321,7 +360,7 @@ export type CreatePartnerResponse = Message<"pi.auth.v1.CreatePartnerResponse"> 
  * Use `create(CreatePartnerResponseSchema)` to create a new message.
  */
 export const CreatePartnerResponseSchema: GenMessage<CreatePartnerResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 11);
+  messageDesc(file_pi_auth_v1_auth, 12);
 
 /**
  * @generated from message pi.auth.v1.SetPartnerStatusRequest
@@ -343,7 +382,7 @@ export type SetPartnerStatusRequest = Message<"pi.auth.v1.SetPartnerStatusReques
  * Use `create(SetPartnerStatusRequestSchema)` to create a new message.
  */
 export const SetPartnerStatusRequestSchema: GenMessage<SetPartnerStatusRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 12);
+  messageDesc(file_pi_auth_v1_auth, 13);
 
 /**
  * @generated from message pi.auth.v1.SetPartnerStatusResponse
@@ -370,7 +409,7 @@ export type SetPartnerStatusResponse = Message<"pi.auth.v1.SetPartnerStatusRespo
  * Use `create(SetPartnerStatusResponseSchema)` to create a new message.
  */
 export const SetPartnerStatusResponseSchema: GenMessage<SetPartnerStatusResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 13);
+  messageDesc(file_pi_auth_v1_auth, 14);
 
 /**
  * @generated from message pi.auth.v1.SetWebhookUrlRequest
@@ -392,7 +431,7 @@ export type SetWebhookUrlRequest = Message<"pi.auth.v1.SetWebhookUrlRequest"> & 
  * Use `create(SetWebhookUrlRequestSchema)` to create a new message.
  */
 export const SetWebhookUrlRequestSchema: GenMessage<SetWebhookUrlRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 14);
+  messageDesc(file_pi_auth_v1_auth, 15);
 
 /**
  * @generated from message pi.auth.v1.SetWebhookUrlResponse
@@ -414,7 +453,7 @@ export type SetWebhookUrlResponse = Message<"pi.auth.v1.SetWebhookUrlResponse"> 
  * Use `create(SetWebhookUrlResponseSchema)` to create a new message.
  */
 export const SetWebhookUrlResponseSchema: GenMessage<SetWebhookUrlResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 15);
+  messageDesc(file_pi_auth_v1_auth, 16);
 
 /**
  * @generated from message pi.auth.v1.CreateCredentialRequest
@@ -449,7 +488,7 @@ export type CreateCredentialRequest = Message<"pi.auth.v1.CreateCredentialReques
  * Use `create(CreateCredentialRequestSchema)` to create a new message.
  */
 export const CreateCredentialRequestSchema: GenMessage<CreateCredentialRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 16);
+  messageDesc(file_pi_auth_v1_auth, 17);
 
 /**
  * @generated from message pi.auth.v1.CreateCredentialResponse
@@ -466,7 +505,7 @@ export type CreateCredentialResponse = Message<"pi.auth.v1.CreateCredentialRespo
  * Use `create(CreateCredentialResponseSchema)` to create a new message.
  */
 export const CreateCredentialResponseSchema: GenMessage<CreateCredentialResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 17);
+  messageDesc(file_pi_auth_v1_auth, 18);
 
 /**
  * @generated from message pi.auth.v1.RevokeCredentialRequest
@@ -483,7 +522,7 @@ export type RevokeCredentialRequest = Message<"pi.auth.v1.RevokeCredentialReques
  * Use `create(RevokeCredentialRequestSchema)` to create a new message.
  */
 export const RevokeCredentialRequestSchema: GenMessage<RevokeCredentialRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 18);
+  messageDesc(file_pi_auth_v1_auth, 19);
 
 /**
  * @generated from message pi.auth.v1.RevokeCredentialResponse
@@ -505,7 +544,7 @@ export type RevokeCredentialResponse = Message<"pi.auth.v1.RevokeCredentialRespo
  * Use `create(RevokeCredentialResponseSchema)` to create a new message.
  */
 export const RevokeCredentialResponseSchema: GenMessage<RevokeCredentialResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 19);
+  messageDesc(file_pi_auth_v1_auth, 20);
 
 /**
  * How an operator change reached the gateways and the auth replicas before the call answered.
@@ -554,7 +593,7 @@ export type Propagation = Message<"pi.auth.v1.Propagation"> & {
  * Use `create(PropagationSchema)` to create a new message.
  */
 export const PropagationSchema: GenMessage<Propagation> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 20);
+  messageDesc(file_pi_auth_v1_auth, 21);
 
 /**
  * @generated from message pi.auth.v1.ReportGatewayPositionRequest
@@ -587,7 +626,7 @@ export type ReportGatewayPositionRequest = Message<"pi.auth.v1.ReportGatewayPosi
  * Use `create(ReportGatewayPositionRequestSchema)` to create a new message.
  */
 export const ReportGatewayPositionRequestSchema: GenMessage<ReportGatewayPositionRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 21);
+  messageDesc(file_pi_auth_v1_auth, 22);
 
 /**
  * @generated from message pi.auth.v1.ReportGatewayPositionResponse
@@ -600,7 +639,7 @@ export type ReportGatewayPositionResponse = Message<"pi.auth.v1.ReportGatewayPos
  * Use `create(ReportGatewayPositionResponseSchema)` to create a new message.
  */
 export const ReportGatewayPositionResponseSchema: GenMessage<ReportGatewayPositionResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 22);
+  messageDesc(file_pi_auth_v1_auth, 23);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningKeyRequest
@@ -613,7 +652,7 @@ export type RotateSigningKeyRequest = Message<"pi.auth.v1.RotateSigningKeyReques
  * Use `create(RotateSigningKeyRequestSchema)` to create a new message.
  */
 export const RotateSigningKeyRequestSchema: GenMessage<RotateSigningKeyRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 23);
+  messageDesc(file_pi_auth_v1_auth, 24);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningKeyResponse
@@ -644,7 +683,53 @@ export type RotateSigningKeyResponse = Message<"pi.auth.v1.RotateSigningKeyRespo
  * Use `create(RotateSigningKeyResponseSchema)` to create a new message.
  */
 export const RotateSigningKeyResponseSchema: GenMessage<RotateSigningKeyResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 24);
+  messageDesc(file_pi_auth_v1_auth, 25);
+
+/**
+ * @generated from message pi.auth.v1.RevokeSigningKeyRequest
+ */
+export type RevokeSigningKeyRequest = Message<"pi.auth.v1.RevokeSigningKeyRequest"> & {
+  /**
+   * @generated from field: string kid = 1;
+   */
+  kid: string;
+};
+
+/**
+ * Describes the message pi.auth.v1.RevokeSigningKeyRequest.
+ * Use `create(RevokeSigningKeyRequestSchema)` to create a new message.
+ */
+export const RevokeSigningKeyRequestSchema: GenMessage<RevokeSigningKeyRequest> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 26);
+
+/**
+ * @generated from message pi.auth.v1.RevokeSigningKeyResponse
+ */
+export type RevokeSigningKeyResponse = Message<"pi.auth.v1.RevokeSigningKeyResponse"> & {
+  /**
+   * @generated from field: string kid = 1;
+   */
+  kid: string;
+
+  /**
+   * The key that signs from now on, when the revoked key was signing; else empty.
+   *
+   * @generated from field: string replacement_kid = 2;
+   */
+  replacementKid: string;
+
+  /**
+   * @generated from field: pi.auth.v1.Propagation propagation = 3;
+   */
+  propagation?: Propagation | undefined;
+};
+
+/**
+ * Describes the message pi.auth.v1.RevokeSigningKeyResponse.
+ * Use `create(RevokeSigningKeyResponseSchema)` to create a new message.
+ */
+export const RevokeSigningKeyResponseSchema: GenMessage<RevokeSigningKeyResponse> = /*@__PURE__*/
+  messageDesc(file_pi_auth_v1_auth, 27);
 
 /**
  * @generated from message pi.auth.v1.GetWebhookTargetRequest
@@ -661,7 +746,7 @@ export type GetWebhookTargetRequest = Message<"pi.auth.v1.GetWebhookTargetReques
  * Use `create(GetWebhookTargetRequestSchema)` to create a new message.
  */
 export const GetWebhookTargetRequestSchema: GenMessage<GetWebhookTargetRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 25);
+  messageDesc(file_pi_auth_v1_auth, 28);
 
 /**
  * @generated from message pi.auth.v1.GetWebhookTargetResponse
@@ -699,7 +784,7 @@ export type GetWebhookTargetResponse = Message<"pi.auth.v1.GetWebhookTargetRespo
  * Use `create(GetWebhookTargetResponseSchema)` to create a new message.
  */
 export const GetWebhookTargetResponseSchema: GenMessage<GetWebhookTargetResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 26);
+  messageDesc(file_pi_auth_v1_auth, 29);
 
 /**
  * @generated from message pi.auth.v1.PreviousSigningSecret
@@ -723,7 +808,7 @@ export type PreviousSigningSecret = Message<"pi.auth.v1.PreviousSigningSecret"> 
  * Use `create(PreviousSigningSecretSchema)` to create a new message.
  */
 export const PreviousSigningSecretSchema: GenMessage<PreviousSigningSecret> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 27);
+  messageDesc(file_pi_auth_v1_auth, 30);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningSecretRequest
@@ -747,7 +832,7 @@ export type RotateSigningSecretRequest = Message<"pi.auth.v1.RotateSigningSecret
  * Use `create(RotateSigningSecretRequestSchema)` to create a new message.
  */
 export const RotateSigningSecretRequestSchema: GenMessage<RotateSigningSecretRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 28);
+  messageDesc(file_pi_auth_v1_auth, 31);
 
 /**
  * @generated from message pi.auth.v1.RotateSigningSecretResponse
@@ -778,7 +863,7 @@ export type RotateSigningSecretResponse = Message<"pi.auth.v1.RotateSigningSecre
  * Use `create(RotateSigningSecretResponseSchema)` to create a new message.
  */
 export const RotateSigningSecretResponseSchema: GenMessage<RotateSigningSecretResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 29);
+  messageDesc(file_pi_auth_v1_auth, 32);
 
 /**
  * @generated from message pi.auth.v1.ListAuditRecordsRequest
@@ -811,7 +896,7 @@ export type ListAuditRecordsRequest = Message<"pi.auth.v1.ListAuditRecordsReques
  * Use `create(ListAuditRecordsRequestSchema)` to create a new message.
  */
 export const ListAuditRecordsRequestSchema: GenMessage<ListAuditRecordsRequest> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 30);
+  messageDesc(file_pi_auth_v1_auth, 33);
 
 /**
  * @generated from message pi.auth.v1.ListAuditRecordsResponse
@@ -828,7 +913,7 @@ export type ListAuditRecordsResponse = Message<"pi.auth.v1.ListAuditRecordsRespo
  * Use `create(ListAuditRecordsResponseSchema)` to create a new message.
  */
 export const ListAuditRecordsResponseSchema: GenMessage<ListAuditRecordsResponse> = /*@__PURE__*/
-  messageDesc(file_pi_auth_v1_auth, 31);
+  messageDesc(file_pi_auth_v1_auth, 34);
 
 /**
  * @generated from enum pi.auth.v1.TokenFailure
@@ -1058,6 +1143,19 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof RotateSigningKeyRequestSchema;
     output: typeof RotateSigningKeyResponseSchema;
+  },
+  /**
+   * An emergency revocation of a JWT signing key: removed from the key set, and every gateway
+   * refuses its tokens as soon as the partner event reaches it (answered once every live gateway
+   * and auth replica applied it, or a short timeout passed). When it was the signing key, a new
+   * key signs at once.
+   *
+   * @generated from rpc pi.auth.v1.AuthService.RevokeSigningKey
+   */
+  revokeSigningKey: {
+    methodKind: "unary";
+    input: typeof RevokeSigningKeyRequestSchema;
+    output: typeof RevokeSigningKeyResponseSchema;
   },
   /**
    * The audit trail of every service (docs/security.md, "Audit trail"), newest first. Records

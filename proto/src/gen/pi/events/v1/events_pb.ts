@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/events/v1/events.proto.
  */
 export const file_pi_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChlwaS9ldmVudHMvdjEvZXZlbnRzLnByb3RvEgxwaS5ldmVudHMudjEiowEKD0Nvbm5lY3Rpb25FdmVudBIQCghldmVudF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhIKCnBhcnRuZXJfaWQYAyABKAkSFQoNY29ubmVjdGlvbl9pZBgEIAEoCRIOCgZzdGF0dXMYBSABKAkSIAoEbW9kZRgGIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhMKC29jY3VycmVkX2F0GAcgASgDIoMBChFGaWxlUmVjZWl2ZWRFdmVudBIPCgdmaWxlX2lkGAEgASgJEhIKCnBhcnRuZXJfaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhIKCm1lZGlhX3R5cGUYBCABKAkSEwoLb2NjdXJyZWRfYXQYBSABKAMieAoMUGFydG5lckV2ZW50EiwKBGtpbmQYASABKA4yHi5waS5ldmVudHMudjEuUGFydG5lckV2ZW50S2luZBISCgpwYXJ0bmVyX2lkGAIgASgJEhEKCWNsaWVudF9pZBgDIAEoCRITCgtvY2N1cnJlZF9hdBgEIAEoAyK+AQoLQXVkaXRSZWNvcmQSCgoCaWQYASABKAkSEwoLb2NjdXJyZWRfYXQYAiABKAMSDwoHc2VydmljZRgDIAEoCRINCgVhY3RvchgEIAEoCRIOCgZhY3Rpb24YBSABKAkSDwoHdGFyZ2V0cxgGIAMoCRIrCgdvdXRjb21lGAcgASgOMhoucGkuZXZlbnRzLnYxLkF1ZGl0T3V0Y29tZRIOCgZyZWFzb24YCCABKAkSEAoIc2VxdWVuY2UYCSABKAQq3gEKEFBhcnRuZXJFdmVudEtpbmQSIgoeUEFSVE5FUl9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASKQolUEFSVE5FUl9FVkVOVF9LSU5EX0NSRURFTlRJQUxfUkVWT0tFRBABEigKJFBBUlRORVJfRVZFTlRfS0lORF9QQVJUTkVSX1NVU1BFTkRFRBACEikKJVBBUlRORVJfRVZFTlRfS0lORF9QQVJUTkVSX1JFSU5TVEFURUQQAxImCiJQQVJUTkVSX0VWRU5UX0tJTkRfV0VCSE9PS19DSEFOR0VEEAQqXgoMQXVkaXRPdXRjb21lEh0KGUFVRElUX09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBBVURJVF9PVVRDT01FX09LEAESGQoVQVVESVRfT1VUQ09NRV9SRUZVU0VEEAJiBnByb3RvMw", [file_pi_common_v1_common]);
+  fileDesc("ChlwaS9ldmVudHMvdjEvZXZlbnRzLnByb3RvEgxwaS5ldmVudHMudjEiowEKD0Nvbm5lY3Rpb25FdmVudBIQCghldmVudF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhIKCnBhcnRuZXJfaWQYAyABKAkSFQoNY29ubmVjdGlvbl9pZBgEIAEoCRIOCgZzdGF0dXMYBSABKAkSIAoEbW9kZRgGIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhMKC29jY3VycmVkX2F0GAcgASgDIoMBChFGaWxlUmVjZWl2ZWRFdmVudBIPCgdmaWxlX2lkGAEgASgJEhIKCnBhcnRuZXJfaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhIKCm1lZGlhX3R5cGUYBCABKAkSEwoLb2NjdXJyZWRfYXQYBSABKAMimwEKDFBhcnRuZXJFdmVudBIsCgRraW5kGAEgASgOMh4ucGkuZXZlbnRzLnYxLlBhcnRuZXJFdmVudEtpbmQSEgoKcGFydG5lcl9pZBgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSEwoLb2NjdXJyZWRfYXQYBCABKAMSFAoMc3VzcGVuZGVkX2F0GAUgASgDEgsKA2tpZBgGIAEoCSLmAQoLQXVkaXRSZWNvcmQSCgoCaWQYASABKAkSEwoLb2NjdXJyZWRfYXQYAiABKAMSDwoHc2VydmljZRgDIAEoCRINCgVhY3RvchgEIAEoCRIOCgZhY3Rpb24YBSABKAkSDwoHdGFyZ2V0cxgGIAMoCRIrCgdvdXRjb21lGAcgASgOMhoucGkuZXZlbnRzLnYxLkF1ZGl0T3V0Y29tZRIOCgZyZWFzb24YCCABKAkSEAoIc2VxdWVuY2UYCSABKAQSEQoJc2lnbmF0dXJlGAogASgJEhMKC3NpZ25pbmdfa2lkGAsgASgJKooCChBQYXJ0bmVyRXZlbnRLaW5kEiIKHlBBUlRORVJfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEikKJVBBUlRORVJfRVZFTlRfS0lORF9DUkVERU5USUFMX1JFVk9LRUQQARIoCiRQQVJUTkVSX0VWRU5UX0tJTkRfUEFSVE5FUl9TVVNQRU5ERUQQAhIpCiVQQVJUTkVSX0VWRU5UX0tJTkRfUEFSVE5FUl9SRUlOU1RBVEVEEAMSJgoiUEFSVE5FUl9FVkVOVF9LSU5EX1dFQkhPT0tfQ0hBTkdFRBAEEioKJlBBUlRORVJfRVZFTlRfS0lORF9TSUdOSU5HX0tFWV9SRVZPS0VEEAUqXgoMQXVkaXRPdXRjb21lEh0KGUFVRElUX09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBBVURJVF9PVVRDT01FX09LEAESGQoVQVVESVRfT1VUQ09NRV9SRUZVU0VEEAJiBnByb3RvMw", [file_pi_common_v1_common]);
 
 /**
  * Topic connection-events: a partner-visible change of a connection.
@@ -137,6 +137,21 @@ export type PartnerEvent = Message<"pi.events.v1.PartnerEvent"> & {
    * @generated from field: int64 occurred_at = 4;
    */
   occurredAt: bigint;
+
+  /**
+   * PARTNER_SUSPENDED and PARTNER_REINSTATED: the partner's latest suspension, Unix ms. A token of
+   * the partner issued in or before that second stays refused after a reinstatement.
+   *
+   * @generated from field: int64 suspended_at = 5;
+   */
+  suspendedAt: bigint;
+
+  /**
+   * SIGNING_KEY_REVOKED: the key id whose tokens are refused from now on.
+   *
+   * @generated from field: string kid = 6;
+   */
+  kid: string;
 };
 
 /**
@@ -217,6 +232,22 @@ export type AuditRecord = Message<"pi.events.v1.AuditRecord"> & {
    * @generated from field: uint64 sequence = 9;
    */
   sequence: bigint;
+
+  /**
+   * Ed25519 signature (base64url) by the writing service's identity key over the record's fields
+   * (auditSignedBytes of @pi/common): the store keeps a record only when the service it names
+   * signed it and owns its action.
+   *
+   * @generated from field: string signature = 10;
+   */
+  signature: string;
+
+  /**
+   * The key id of that identity key (service-identity.ts keyId).
+   *
+   * @generated from field: string signing_kid = 11;
+   */
+  signingKid: string;
 };
 
 /**
@@ -254,6 +285,13 @@ export enum PartnerEventKind {
    * @generated from enum value: PARTNER_EVENT_KIND_WEBHOOK_CHANGED = 4;
    */
   WEBHOOK_CHANGED = 4,
+
+  /**
+   * An operator's emergency revocation of a token signing key (ops keys revoke).
+   *
+   * @generated from enum value: PARTNER_EVENT_KIND_SIGNING_KEY_REVOKED = 5;
+   */
+  SIGNING_KEY_REVOKED = 5,
 }
 
 /**
