@@ -28,6 +28,8 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   if (!peppers) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const dataKeys = dataKeysOf(settings, "auth");
   const sealer = new SecretSealer(dataKeys, peppers.byId.get(FIRST_PEPPER_ID));
+  if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
+  const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
   const runtime = await openRuntime("auth", settings, logger);
   await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
     await runtime.close();
@@ -81,9 +83,8 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   await assertionKeys.start();
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
-  if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   // Audit records are stored only when signed by the service that owns their kind.
-  const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS), logger);
+  const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, servicePublicKeys, logger);
   const server = await startConnectServer({
     service: "auth",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
