@@ -61,8 +61,13 @@ export class ExtractionWorker {
     }, this.timing.heartbeatMs);
     heartbeat.unref();
     try {
+      // Part by part (a stored segment each, at most 1 MiB), as the transport serves no response streams.
       const parts: Uint8Array[] = [];
-      for await (const { chunk } of this.intake.readFileForExtraction({ fileId, holder })) parts.push(chunk);
+      for (let part = 0, count = 1; part < count; part++) {
+        const res = await this.intake.readFileForExtraction({ fileId, holder, part });
+        count = res.parts;
+        parts.push(res.chunk);
+      }
       const bytes = Buffer.concat(parts);
       parts.length = 0;
       let outcome: Extracted;

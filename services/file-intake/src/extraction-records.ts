@@ -1,6 +1,6 @@
 import { acceptedType, endLease, leaseFree, renewLease, takeLease, type Extracted, type FailureReason, type KeyWrapper, type Logger } from "@pi/common";
 import { ensureDataKey, sealExtraction } from "./at-rest.js";
-import { readBlobSegments } from "./staging.js";
+import { readBlobPart } from "./staging.js";
 import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
 
 // file-intake's side of extraction: the extraction service (services/extraction) takes a file, reads
@@ -45,11 +45,11 @@ export class ExtractionRecords {
     return { taken: false, status: recorded ?? "received" };
   }
 
-  /** The bytes of a file for the holder of its lease, one segment at a time; null when the lease is not the holder's. */
-  async read(fileId: string, holder: string): Promise<AsyncIterable<Uint8Array> | null> {
+  /** Part `n` of a file's bytes (one stored segment) for the holder of its lease; null when the lease is not the holder's. */
+  async read(fileId: string, holder: string, n: number): Promise<{ bytes: Buffer; parts: number } | null> {
     const doc = await this.store.files.findOne({ _id: fileId, [EXTRACTION_LEASE.holder]: holder });
     if (!doc) return null;
-    return readBlobSegments(this.store, doc, doc.dataKey ? await this.dataKeys.unwrap(doc.dataKey) : null);
+    return readBlobPart(this.store, doc, doc.dataKey ? await this.dataKeys.unwrap(doc.dataKey) : null, n);
   }
 
   renew(fileId: string, holder: string, leaseMs: number): Promise<boolean> {

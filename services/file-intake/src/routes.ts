@@ -62,10 +62,13 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
       if (!take.taken) return { taken: false, status: statusEnum(take.status) };
       return { taken: true, holder: take.holder, mediaType: take.mediaType, size: BigInt(take.size), attempt: take.attempt, status: fileintakev1.FileStatus.RECEIVED };
     },
-    async *readFileForExtraction(req) {
-      const segments = await deps.extraction.read(req.fileId, req.holder);
-      if (!segments) throw new ConnectError("the lease is not the caller's", Code.FailedPrecondition);
-      for await (const chunk of segments) yield { chunk };
+    async readFileForExtraction(req) {
+      const part = await deps.extraction.read(req.fileId, req.holder, req.part).catch((err: unknown) => {
+        if (err instanceof RangeError) throw new ConnectError(err.message, Code.OutOfRange);
+        throw err;
+      });
+      if (!part) throw new ConnectError("the lease is not the caller's", Code.FailedPrecondition);
+      return { chunk: part.bytes, parts: part.parts };
     },
     async renewExtractionLease(req) {
       return { held: await deps.extraction.renew(req.fileId, req.holder, req.leaseMs || 60_000) };

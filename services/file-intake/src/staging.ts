@@ -201,26 +201,27 @@ export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | 
   return out;
 }
 
-/** The plaintext of a blob, one segment at a time (a blob from before the segments collection: at once). */
-export async function* readBlobSegments(store: FileStore, file: Pick<FileDoc, "blobId" | "size" | "blobStore">, dataKey: Buffer | null): AsyncGenerator<Uint8Array> {
+/**
+ * One part of a blob's plaintext: its segment `n` (of segmentCount(size); the final one may be
+ * empty), read by `_id`. A blob from before the segments collection is read from GridFS whole and
+ * cut into parts of the same size.
+ */
+export async function readBlobPart(store: FileStore, file: Pick<FileDoc, "blobId" | "size" | "blobStore">, dataKey: Buffer | null, n: number): Promise<{ bytes: Buffer; parts: number }> {
+  const parts = segmentCount(file.size);
+  if (n >= parts) throw new RangeError(`part ${n} of ${parts}`);
   if (file.blobStore !== BLOB_SEGMENTS) {
-    yield await readGridFsBlob(store, file.blobId, dataKey);
-    return;
+    const whole = await readGridFsBlob(store, file.blobId, dataKey);
+    return { bytes: whole.subarray(n * BLOB_SEGMENT_BYTES, (n + 1) * BLOB_SEGMENT_BYTES), parts };
   }
   const id = file.blobId;
   const hex = id.toHexString();
   if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
-  const count = segmentCount(file.size);
-  let at = 0;
-  for (let n = 0; n < count; n++) {
-    const segment = await store.segments.findOne({ _id: segmentId(id, n) });
-    if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
-    const final = n === count - 1;
-    const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
-    if (bytes.length !== (final ? file.size - at : BLOB_SEGMENT_BYTES)) throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
-    at += bytes.length;
-    if (bytes.length > 0) yield bytes;
-  }
+  const segment = await store.segments.findOne({ _id: segmentId(id, n) });
+  if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
+  const final = n === parts - 1;
+  const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
+  if (bytes.length !== (final ? file.size - n * BLOB_SEGMENT_BYTES : BLOB_SEGMENT_BYTES)) throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
+  return { bytes, parts };
 }
 
 /** The read of one stored segment: by `_id` alone. */
