@@ -1,7 +1,7 @@
 // Kubernetes objects are handled as plain parsed YAML.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type K8sObject = any;
-export type Combination = Record<"ingress" | "networkPolicy" | "pdb" | "hpa" | "externalMongo" | "externalKafka", boolean>;
+export type Combination = Record<"ingress" | "networkPolicy" | "pdb" | "hpa" | "externalMongo" | "externalKafka" | "metrics" | "httpRoute", boolean>;
 export interface ServiceInfo {
   key: string;
   component: string;

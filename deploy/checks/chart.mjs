@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { repoRoot } from "./helm.mjs";
+import { validateCustomResource } from "./crd-schemas.mjs";
 
 export const chartDir = join(repoRoot, "charts", "partner-integration");
 export const RELEASE = "pi";
@@ -39,6 +40,10 @@ export const SWITCHES = {
       SERVICES.filter((s) => s.data).map((s) => [s.key, { mongodb: { external: { existingSecret: on ? `${s.component}-mongodb-uri` : "" } } }]),
     ),
   externalKafka: (on) => ({ kafka: { external: { brokers: on ? "kafka-0.kafka.example:9092,kafka-1.kafka.example:9094" : "" } } }),
+  // Every metrics switch: the ServiceMonitors, the PrometheusRule and the dashboard.
+  metrics: (on) => ({ metrics: { serviceMonitor: { enabled: on }, prometheusRule: { enabled: on }, dashboard: { enabled: on } } }),
+  // Gateway API: an HTTPRoute on a Gateway the chart creates.
+  httpRoute: (on) => ({ httpRoute: { enabled: on, gateway: { create: on, className: "traefik" } } }),
 };
 
 function deepMerge(a, b) {
@@ -53,7 +58,7 @@ export function valuesFor(combination) {
   return Object.entries(combination).reduce((acc, [name, on]) => deepMerge(acc, SWITCHES[name](on)), {});
 }
 
-/** Every combination of the switches (2^6). */
+/** Every combination of the switches (2^8). */
 export function allCombinations() {
   const names = Object.keys(SWITCHES);
   return Array.from({ length: 2 ** names.length }, (_, i) => Object.fromEntries(names.map((n, bit) => [n, Boolean(i & (1 << bit))])));
@@ -151,11 +156,16 @@ async function modelFor(apiVersion, kind) {
   return modelCache.get(key);
 }
 
-/** Problems found by kubernetes-models' validate() on every object. */
+/** Problems found by kubernetes-models' validate() on every object, or for custom resources by their vendored CRD's schema (crd-schemas.mjs). */
 export async function validateSchemas(docs) {
   const problems = [];
   for (const obj of docs) {
     const where = `${obj.kind}/${obj.metadata?.name}`;
+    const custom = validateCustomResource(obj);
+    if (custom) {
+      problems.push(...custom.map((p) => `${where}: ${p}`));
+      continue;
+    }
     const Model = await modelFor(obj.apiVersion, obj.kind);
     if (!Model) {
       problems.push(`${where}: no kubernetes-models schema for ${obj.apiVersion} ${obj.kind}`);
@@ -286,6 +296,29 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
         }
       }
     }
+  }
+  for (const route of byKind(docs, "HTTPRoute")) {
+    const where = `HTTPRoute/${route.metadata.name}`;
+    for (const ref of route.spec.rules.flatMap((r) => r.backendRefs ?? [])) {
+      const svc = find(docs, "Service", ref.name);
+      if (!svc) problems.push(`${where}: backend Service ${ref.name} is not rendered`);
+      else if (!svc.spec.ports.some((p) => p.port === ref.port)) problems.push(`${where}: backend port ${ref.port} is not a port of Service ${svc.metadata.name}`);
+    }
+    for (const parent of route.spec.parentRefs) {
+      const gateway = find(docs, "Gateway", parent.name);
+      if (gateway && parent.sectionName && !gateway.spec.listeners.some((l) => l.name === parent.sectionName)) problems.push(`${where}: Gateway ${parent.name} has no listener ${parent.sectionName}`);
+    }
+  }
+  for (const gateway of byKind(docs, "Gateway")) {
+    const secrets = new Set(byKind(docs, "Secret").map((s) => s.metadata.name));
+    for (const ref of gateway.spec.listeners.flatMap((l) => l.tls?.certificateRefs ?? [])) {
+      if (!secrets.has(ref.name) && !externalSecrets.includes(ref.name)) problems.push(`Gateway/${gateway.metadata.name}: certificate Secret ${ref.name} is not rendered`);
+    }
+  }
+  for (const monitor of byKind(docs, "ServiceMonitor")) {
+    const services = byKind(docs, "Service").filter((svc) => matches(monitor.spec.selector.matchLabels, svc.metadata.labels));
+    const scraped = services.filter((svc) => monitor.spec.endpoints.every((e) => svc.spec.ports.some((p) => p.name === e.port)));
+    if (scraped.length !== 1) problems.push(`ServiceMonitor/${monitor.metadata.name}: its endpoints' ports are on ${scraped.length} of the Services it selects, expected 1 (each pod scraped once)`);
   }
   for (const np of byKind(docs, "NetworkPolicy")) {
     const where = `NetworkPolicy/${np.metadata.name}`;

@@ -27,6 +27,7 @@ const settings = {
   AUTH_ADMIN_PORT: port,
   CONNECTION_ADMIN_PORT: port,
   WEBHOOK_ADMIN_PORT: port,
+  METRICS_PORT: { ...port, description: "Every process's Prometheus metrics (/metrics), on a port of its own." },
   ADDRESS_DOMAIN: { type: "string", pattern: "^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$" },
   ACCESS_TOKEN_TTL_SECONDS: posInt,
   TOKEN_ENDPOINT_URL: { type: "string", pattern: "^(https?://[^?#]+/oauth/token)?$", description: "The token endpoint's public URL; empty: from ingress.host." },
@@ -82,6 +83,7 @@ const clusterWide = [
   "AUTH_ADMIN_PORT",
   "CONNECTION_ADMIN_PORT",
   "WEBHOOK_ADMIN_PORT",
+  "METRICS_PORT",
 ];
 const serviceSettings = Object.fromEntries(Object.entries(settings).filter(([k]) => !clusterWide.includes(k)));
 const quantity = { type: ["string", "number"] };
@@ -220,6 +222,8 @@ const labelSelector = {
     matchExpressions: { type: "array", items: { type: "object" } },
   },
 };
+const stringMap = { type: "object", additionalProperties: { type: "string" } };
+const duration = { type: "string", pattern: "^([0-9]+(ms|s|m|h))+$" };
 export const schema = {
   $schema: "http://json-schema.org/draft-07/schema#",
   title: "partner-integration chart values",
@@ -315,6 +319,43 @@ export const schema = {
         tls: { type: "array", items: { type: "object" } },
       },
     },
+    httpRoute: {
+      type: "object",
+      additionalProperties: false,
+      description: "The partner API through Gateway API: an HTTPRoute with the Ingress's paths, host and certificate.",
+      properties: {
+        enabled: { type: "boolean" },
+        annotations: stringMap,
+        hostnames: { type: "array", items: { type: "string", pattern: "^[a-z0-9*]([a-z0-9.-]*[a-z0-9])?$" } },
+        parentRefs: {
+          type: "array",
+          items: {
+            type: "object",
+            additionalProperties: false,
+            required: ["name"],
+            properties: {
+              group: { type: "string" },
+              kind: { type: "string" },
+              name: { type: "string", minLength: 1 },
+              namespace: { type: "string" },
+              sectionName: { type: "string" },
+              port: port,
+            },
+          },
+        },
+        gateway: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            create: { type: "boolean", description: "Create a Gateway (<prefix>-partner-api) with an HTTPS listener holding the certificate of ingress.https." },
+            className: { type: "string" },
+            annotations: stringMap,
+            httpsPort: port,
+            httpPort: port,
+          },
+        },
+      },
+    },
     mongodb: {
       type: "object",
       additionalProperties: false,
@@ -378,6 +419,12 @@ export const schema = {
           additionalProperties: false,
           properties: { namespaceSelector: labelSelector, podSelector: labelSelector },
         },
+        metricsScraper: {
+          type: "object",
+          additionalProperties: false,
+          description: "Where the Prometheus that scrapes the metrics ports runs.",
+          properties: { namespaceSelector: labelSelector, podSelector: labelSelector },
+        },
         webhookEgress: {
           type: "object",
           additionalProperties: false,
@@ -388,6 +435,51 @@ export const schema = {
           },
         },
         extraEgress: { type: "array", items: { type: "object" } },
+      },
+    },
+    metrics: {
+      type: "object",
+      additionalProperties: false,
+      description: "The Prometheus Operator's objects (ServiceMonitors, a PrometheusRule) and a Grafana dashboard; /metrics is served whatever these say.",
+      properties: {
+        serviceMonitor: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            enabled: { type: "boolean" },
+            namespace: { type: "string" },
+            labels: stringMap,
+            interval: duration,
+            scrapeTimeout: { anyOf: [{ const: "" }, duration] },
+            honorLabels: { type: "boolean" },
+            relabelings: { type: "array", items: { type: "object" } },
+            metricRelabelings: { type: "array", items: { type: "object" } },
+          },
+        },
+        prometheusRule: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            enabled: { type: "boolean" },
+            namespace: { type: "string" },
+            labels: stringMap,
+            runbookBaseUrl: { type: "string", minLength: 1 },
+            slo: {
+              type: "object",
+              additionalProperties: false,
+              properties: {
+                availability: { type: "number", exclusiveMinimum: 0, exclusiveMaximum: 1 },
+                latency: { type: "number", exclusiveMinimum: 0, exclusiveMaximum: 1 },
+                latencyThresholdSeconds: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?$", description: "A bucket bound (le) of http_server_request_duration_seconds." },
+              },
+            },
+          },
+        },
+        dashboard: {
+          type: "object",
+          additionalProperties: false,
+          properties: { enabled: { type: "boolean" }, namespace: { type: "string" }, labels: stringMap, annotations: stringMap },
+        },
       },
     },
     serviceAccount: {

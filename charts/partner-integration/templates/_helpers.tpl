@@ -40,6 +40,11 @@ auth connection fileIntake webhook
 {{- index .ctx.Values.config (include "pi.portKey" .key) | int -}}
 {{- end -}}
 
+{{/* Every process's metrics port (METRICS_PORT, cluster-wide). Argument: the root context. */}}
+{{- define "pi.metricsPort" -}}
+{{- .Values.config.METRICS_PORT | int -}}
+{{- end -}}
+
 {{/* The services with admin RPCs, served on a port of their own (ADMIN_SERVICES of services/common/src/allowed-callers.ts). */}}
 {{- define "pi.adminServiceKeys" -}}
 auth connection webhook

@@ -1,0 +1,7 @@
+import type { ValidateFunction } from "ajv";
+export declare const crdDir: string;
+export declare function crdFiles(): string[];
+export declare function goRegExp(pattern: string, flags: string): RegExp;
+export declare function crdValidators(): Map<string, ValidateFunction>;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export declare function validateCustomResource(obj: any): string[] | undefined;
