@@ -6,14 +6,16 @@
 #   3. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with
 #      deploy/cluster/values.yaml
 #   4. readiness: /readyz of the gateway through a port-forward (the ingress does not publish it),
-#      then the partner API through the ingress over HTTPS, its certificate verified against the CA
-#      the chart generated (ca.crt of <release>-gateway-tls)
+#      then the partner API through Traefik over HTTPS (the chart's HTTPRoute on the Gateway it
+#      created: values.yaml), its certificate verified against the CA the chart generated (ca.crt of
+#      <release>-gateway-tls)
 #   5. jest (jest.cluster.config.js): the black-box suite (test/blackbox) through the ingress
 #      (https://partner-api.pi.test, resolved to the ingress by test/support/resolve.cjs, the CA in
 #      NODE_EXTRA_CA_CERTS; readiness through the port-forward, E2E_READY_URL), the operator CLI
 #      through `kubectl exec` in the ops pod (deploy/<release>-ops), and test/cluster (NetworkPolicies
 #      admit callers and refuse others, a rolling upgrade and a deleted pod under traffic, PDB/HPA
-#      objects, what the ingress publishes and how, secrets that a render against the cluster keeps)
+#      objects, what the HTTPRoute publishes and how, secrets that a render against the cluster keeps,
+#      every pod's metrics port read through the API server's pod proxy)
 #   6. helm test
 #   7. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
 #      goes, and the storage pool's volumes are wiped
@@ -142,7 +144,7 @@ uninstall() {
   # keys (DATA_KEYS), the databases' passwords, the Kafka users' passwords, the service identities and the ingress's CA and
   # certificate, which stored data or clients depend on. Anything else left is a leak.
   local left
-  left=$(kubectl -n "$NS" get all,pvc,configmap,secret,serviceaccount,networkpolicy,ingress,pdb,hpa,role,rolebinding,job \
+  left=$(kubectl -n "$NS" get all,pvc,configmap,secret,serviceaccount,networkpolicy,ingress,pdb,hpa,role,rolebinding,job,gateway,httproute,servicemonitor,prometheusrule \
     -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|data-keys|[a-z-]+-mongodb|[a-z-]+-mongodb-user|[a-z-]+-identity|ingress-ca|gateway-tls|kafka-users)$")
   left+=$(kubectl -n "$NS" get pvc,pods -o name)
   if [ -n "$left" ]; then echo "left after uninstall:"; echo "$left"; return 1; fi

@@ -2,8 +2,9 @@
 # Brings the whole partner integration platform up on a local kind cluster and runs the
 # end-to-end suite against its ingress:
 #
-#   deploy/kind/up.sh              create (or reuse) the cluster, install ingress-nginx, build and
-#                                  deploy with Skaffold, wait for readiness, run test/e2e
+#   deploy/kind/up.sh              create (or reuse) the cluster, install Gateway API's CRDs and
+#                                  Traefik, build and deploy with Skaffold, wait for readiness, run
+#                                  the black-box suite
 #   deploy/kind/up.sh --no-e2e     the same without the end-to-end suite
 #
 # Needs docker, kind, kubectl, helm, skaffold, node 20 and npm on PATH (see deploy/kind/README.md).
@@ -17,17 +18,18 @@ CONTEXT="kind-${CLUSTER}"
 NAMESPACE="${NAMESPACE:-partner-integration}"
 RELEASE="${RELEASE:-pi}"
 BASE_URL="${E2E_BASE_URL:-https://localhost}"
-# ingress-nginx's published manifest for kind: project kubernetes/ingress-nginx, file
-# deploy/static/provider/kind/deploy.yaml at the tag below. INGRESS_NGINX_MANIFEST may name a
-# local copy instead (a path or a URL).
-INGRESS_NGINX_TAG="${INGRESS_NGINX_TAG:-controller-v1.12.1}"
-INGRESS_NGINX_MANIFEST="${INGRESS_NGINX_MANIFEST:-https://raw.githubusercontent.com/kubernetes/ingress-nginx/${INGRESS_NGINX_TAG}/deploy/static/provider/kind/deploy.yaml}"
+# The ingress controller: Traefik (its official image, this version) with its Kubernetes Ingress and
+# Gateway API providers, from the same manifest as deploy/cluster's; Gateway API's CRDs vendored in
+# deploy/crds (ingress-nginx was retired in March 2026).
+TRAEFIK_IMAGE="${TRAEFIK_IMAGE:-traefik:v3.5.3}"
+# A ClusterIP of kind's Service range (10.96.0.0/12) for Traefik's Service.
+INGRESS_IP="${INGRESS_IP:-10.97.0.80}"
 RUN_E2E=1
 
 for arg in "$@"; do
   case "$arg" in
     --no-e2e) RUN_E2E=0 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,11 +52,14 @@ fi
 kubectl config use-context "${CONTEXT}" > /dev/null
 KUBECTL=(kubectl --context "${CONTEXT}")
 
-step "installing ingress-nginx (${INGRESS_NGINX_TAG})"
-"${KUBECTL[@]}" apply -f "${INGRESS_NGINX_MANIFEST}"
-"${KUBECTL[@]}" -n ingress-nginx rollout status deployment/ingress-nginx-controller --timeout=300s
-"${KUBECTL[@]}" -n ingress-nginx wait --for=condition=ready pod \
-  --selector=app.kubernetes.io/component=controller --timeout=300s
+step "installing Gateway API's CRDs and Traefik (${TRAEFIK_IMAGE})"
+"${KUBECTL[@]}" apply --server-side --force-conflicts -f "${ROOT}/deploy/crds/gateway-api-v1.3.0"
+"${KUBECTL[@]}" wait --for=condition=Established --timeout=60s \
+  crd/gatewayclasses.gateway.networking.k8s.io crd/gateways.gateway.networking.k8s.io crd/httproutes.gateway.networking.k8s.io
+sed -e "s#image: pi.local/traefik:.*#image: ${TRAEFIK_IMAGE}#" -e "s#imagePullPolicy: Never#imagePullPolicy: IfNotPresent#" \
+  -e "s#@INGRESS_IP@#${INGRESS_IP}#g" "${ROOT}/deploy/cluster/manifests/traefik.yaml" | "${KUBECTL[@]}" apply -f -
+"${KUBECTL[@]}" apply -f "${ROOT}/deploy/kind/traefik-nodeport.yaml"
+"${KUBECTL[@]}" -n pi-ingress rollout status deployment/traefik --timeout=300s
 
 step "building the images and deploying the chart with Skaffold (profile kind)"
 cd "${ROOT}"
@@ -72,7 +77,7 @@ CA_FILE="${ROOT}/.state/kind-ingress-ca.crt"
 mkdir -p "${ROOT}/.state"
 "${KUBECTL[@]}" -n "${NAMESPACE}" get secret "${RELEASE}-gateway-tls" -o jsonpath='{.data.ca\.crt}' | base64 -d > "${CA_FILE}"
 
-step "waiting for ${BASE_URL} through the ingress (HTTPS, certificate verified)"
+step "waiting for ${BASE_URL} through Traefik and the chart's HTTPRoute (HTTPS, certificate verified)"
 deadline=$((SECONDS + 300))
 until [ "$(curl -s --cacert "${CA_FILE}" -o /dev/null -w '%{http_code}' "${BASE_URL}/openapi.json")" = "200" ]; do
   if [ "${SECONDS}" -ge "${deadline}" ]; then

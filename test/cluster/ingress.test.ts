@@ -11,6 +11,21 @@ import { cluster, helm, kubectlJson, named } from "./cluster.js";
 const host = new URL(cluster.baseUrl).hostname;
 const secretData = async (name: string) => (await kubectlJson<{ data: Record<string, string> }>("get", "secret", name)).data;
 
+describe("the partner entry: Gateway API", () => {
+  it("the release reaches partners through its HTTPRoute on the Gateway it created, accepted by Traefik with every reference resolved, and through no Ingress", async () => {
+    const route = await kubectlJson<any>("get", "httproute", named("gateway"));
+    const parents = route.status?.parents ?? [];
+    expect(parents.map((p: any) => [p.parentRef.name, p.controllerName])).toEqual([[named("partner-api"), "traefik.io/gateway-controller"]]);
+    const conditions = Object.fromEntries(parents[0].conditions.map((c: any) => [c.type, c.status]));
+    expect(conditions).toMatchObject({ Accepted: "True", ResolvedRefs: "True" });
+    const gateway = await kubectlJson<any>("get", "gateway", named("partner-api"));
+    expect(Object.fromEntries(gateway.status.conditions.map((c: any) => [c.type, c.status]))).toMatchObject({ Accepted: "True", Programmed: "True" });
+    expect((await kubectlJson<{ items: unknown[] }>("get", "ingress")).items).toEqual([]);
+    const res = await fetch(`${cluster.baseUrl}/openapi.json`);
+    expect(res.status).toBe(200);
+  });
+});
+
 describe("the ingress", () => {
   it("serves the partner API over HTTPS with the chart's certificate, verified against the CA in <release>-gateway-tls", async () => {
     expect(cluster.baseUrl).toMatch(/^https:\/\//);

@@ -477,14 +477,24 @@ describe("Helm chart with the default values", () => {
     expect(denyAll.ingress).toBeUndefined();
     expect(denyAll.egress).toBeUndefined();
     // Per port: the data plane's callers, then the admin plane's (the gateway never among them).
+    // Last, the metrics port: the scraper's, which is no pod of the release (networkPolicy.metricsScraper).
     const callers: Record<string, [number, string[]][]> = {
-      auth: [[50051, ["gateway"]], [50061, ["ops", "webhook"]]],
-      connection: [[50052, ["file-intake", "gateway"]], [50062, ["ops"]]],
-      "file-intake": [[50053, ["extraction", "gateway"]]],
-      webhook: [[50054, ["gateway"]], [50064, ["ops"]]],
+      auth: [[50051, ["gateway"]], [50061, ["ops", "webhook"]], [9464, []]],
+      connection: [[50052, ["file-intake", "gateway"]], [50062, ["ops"]], [9464, []]],
+      "file-intake": [[50053, ["extraction", "gateway"]], [9464, []]],
+      webhook: [[50054, ["gateway"]], [50064, ["ops"]], [9464, []]],
+      // A worker: nobody calls it, the scraper alone reaches it.
+      extraction: [[9464, []]],
     };
     for (const [component, expected] of Object.entries(callers)) {
       expect(policy(component).ingress.map((r: K8sObject) => [r.ports.map((p: K8sObject) => p.port)[0], podComponents(r.from)])).toEqual(expected);
+    }
+    for (const component of ["gateway", ...Object.keys(callers)]) {
+      const scraper = policy(component).ingress.at(-1);
+      expect(scraper).toEqual({
+        from: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "monitoring" } }, podSelector: { matchLabels: { "app.kubernetes.io/name": "prometheus" } } }],
+        ports: [{ port: 9464, protocol: "TCP" }],
+      });
     }
     const gatewayFrom = policy("gateway").ingress[0].from[0];
     expect(gatewayFrom.namespaceSelector.matchLabels).toEqual({ "kubernetes.io/metadata.name": "ingress-nginx" });
@@ -761,6 +771,163 @@ describe("generated secrets under GitOps rendering (generateSecrets; docs/securi
   });
 });
 
+describe("metrics (docs/operations.md): a port of every process, ServiceMonitors, a PrometheusRule, a dashboard", () => {
+  const allOn = chart.valuesFor({ metrics: true, httpRoute: true, ingress: true, networkPolicy: true });
+  let docs: K8sObject[];
+  beforeAll(() => {
+    docs = render(allOn);
+  });
+
+  it("gives every service's pod and ClusterIP Service a port named metrics (METRICS_PORT), the headless Services none, the ops pod none", () => {
+    for (const s of SERVICES) {
+      const c = container(docs, s.component);
+      expect([s.component, c.ports.find((p: K8sObject) => p.name === "metrics")]).toEqual([s.component, { name: "metrics", containerPort: 9464, protocol: "TCP" }]);
+      expect(envOf(c).METRICS_PORT).toBe("9464");
+      expect(find(docs, "Service", `${RELEASE}-${s.component}`).spec.ports).toContainEqual({ name: "metrics", port: 9464, targetPort: "metrics", protocol: "TCP" });
+      const headless = find(docs, "Service", `${RELEASE}-${s.component}-headless`);
+      if (headless) expect(headless.spec.ports.map((p: K8sObject) => p.name)).not.toContain("metrics");
+    }
+    expect(container(docs, "ops").ports ?? []).toEqual([]);
+    const moved = render({ config: { METRICS_PORT: 9100 } });
+    expect(container(moved, "auth").ports.find((p: K8sObject) => p.name === "metrics").containerPort).toBe(9100);
+    expect(find(moved, "NetworkPolicy", `${RELEASE}-auth`).spec.ingress.at(-1).ports).toEqual([{ port: 9100, protocol: "TCP" }]);
+  });
+
+  it("renders none of the Prometheus Operator's objects, the dashboard or Gateway API objects by default", () => {
+    const defaults = render();
+    for (const kind of ["ServiceMonitor", "PrometheusRule", "Gateway", "HTTPRoute"]) expect([kind, byKind(defaults, kind)]).toEqual([kind, []]);
+    expect(find(defaults, "ConfigMap", `${RELEASE}-dashboard`)).toBeUndefined();
+  });
+
+  it("validates the ServiceMonitors, the PrometheusRule, the Gateway and the HTTPRoutes against their CRDs' schemas (deploy/crds), every other object against Kubernetes'", async () => {
+    for (const kind of ["ServiceMonitor", "PrometheusRule", "Gateway", "HTTPRoute"]) expect([kind, byKind(docs, kind).length > 0]).toEqual([kind, true]);
+    expect(await chart.validateSchemas(docs)).toEqual([]);
+    expect(chart.checkReferences(docs)).toEqual([]);
+  });
+
+  it("refuses, by those schemas, a custom resource with a misspelt or mistyped field", async () => {
+    const monitor = structuredClone(byKind(docs, "ServiceMonitor")[0]);
+    monitor.spec.endpoints[0].intervall = "30s";
+    const rule = structuredClone(byKind(docs, "PrometheusRule")[0]);
+    rule.spec.groups[0].rules[0].for = 5;
+    const route = structuredClone(byKind(docs, "HTTPRoute")[0]);
+    route.spec.rules[0].matches[0].path.type = "Prefix";
+    const problems = await chart.validateSchemas([monitor, rule, route]);
+    expect(problems).toEqual([
+      expect.stringMatching(/^ServiceMonitor\/pi-gateway: .*intervall/),
+      expect.stringMatching(/^PrometheusRule\/pi: \/spec\/groups\/0\/rules\/0\/for must be string/),
+      expect.stringMatching(/^HTTPRoute\/pi-gateway: \/spec\/rules\/0\/matches\/0\/path\/type must be equal to one of the allowed values/),
+    ]);
+  });
+
+  it("scrapes each service by a ServiceMonitor of its own: its ClusterIP Service's metrics port, in the release's namespace, with the labels asked for", () => {
+    const monitors = byKind(docs, "ServiceMonitor");
+    expect(monitors.map((m: K8sObject) => m.metadata.name).sort()).toEqual(SERVICES.map((s) => `${RELEASE}-${s.component}`).sort());
+    for (const m of monitors) {
+      expect(m.spec.namespaceSelector).toEqual({ matchNames: [chart.NAMESPACE] });
+      expect(m.spec.endpoints).toEqual([{ port: "metrics", path: "/metrics", scheme: "http", interval: "30s", honorLabels: false }]);
+    }
+    const labelled = render({ metrics: { serviceMonitor: { enabled: true, labels: { release: "kube-prometheus-stack" }, namespace: "monitoring", interval: "15s", scrapeTimeout: "10s" } } });
+    const m = find(labelled, "ServiceMonitor", `${RELEASE}-auth`);
+    expect(m.metadata).toMatchObject({ namespace: "monitoring", labels: { release: "kube-prometheus-stack" } });
+    expect(m.spec.endpoints[0]).toMatchObject({ interval: "15s", scrapeTimeout: "10s" });
+    expect(m.spec.namespaceSelector).toEqual({ matchNames: [chart.NAMESPACE] });
+  });
+
+  it("ships the Grafana dashboard in a ConfigMap labelled for the sidecar, its queries naming only metrics the processes export", () => {
+    const cm = find(docs, "ConfigMap", `${RELEASE}-dashboard`);
+    expect(cm.metadata.labels.grafana_dashboard).toBe("1");
+    const dashboard = JSON.parse(cm.data["partner-integration.json"]);
+    const panels = dashboard.panels.filter((p: K8sObject) => p.type !== "row");
+    expect(dashboard.rows ?? []).toEqual([]);
+    expect(panels.length).toBeGreaterThanOrEqual(15);
+    const exported = [
+      "http_server_request_duration_seconds", "rpc_server_call_duration_seconds", "rpc_client_call_duration_seconds",
+      "messaging_client_sent_messages_total", "messaging_client_consumed_messages_total", "messaging_process_duration_seconds",
+      "pi_webhook_deliveries_total", "pi_webhook_attempt_duration_seconds", "pi_webhook_oldest_pending_delivery_age_seconds", "pi_webhook_failing_endpoints",
+      "pi_files_accepted_total", "pi_files_refused_total", "pi_extraction_backlog", "pi_extraction_duration_seconds", "pi_extractions_total",
+      "pi_connection_transitions_total", "pi_tokens_issued_total", "pi_tokens_refused_total", "pi_outbox_oldest_unrelayed_age_seconds",
+      "pi_storage_quota_max_used_ratio", "pi_storage_partners_over_quota_ratio", "pi_kafka_consumer_lag", "up", "kube_pod_container_status_restarts_total",
+    ];
+    const recorded = byKind(docs, "PrometheusRule")[0].spec.groups.flatMap((g: K8sObject) => g.rules.map((r: K8sObject) => r.record)).filter(Boolean);
+    const named = new Set<string>();
+    for (const p of panels) {
+      expect([p.title, p.targets.length > 0, p.datasource.uid]).toEqual([p.title, true, "${datasource}"]);
+      for (const t of p.targets) for (const m of t.expr.matchAll(/([a-z_:][a-z0-9_:]*)\{/g)) named.add(m[1].replace(/_(bucket|count|sum)$/, ""));
+    }
+    expect([...named].filter((n) => !exported.includes(n) && !recorded.includes(n))).toEqual([]);
+    // RED per service, webhook delivery, the extraction backlog, Kafka lag.
+    for (const metric of ["http_server_request_duration_seconds", "rpc_server_call_duration_seconds", "pi_webhook_deliveries_total", "pi_extraction_backlog", "pi_kafka_consumer_lag"]) expect(named).toContain(metric);
+  });
+});
+
+describe("Gateway API: an HTTPRoute with the Ingress's paths, host and certificate", () => {
+  const routeOf = (docs: K8sObject[], name = `${RELEASE}-gateway`) => find(docs, "HTTPRoute", name);
+  const created = (extra: Record<string, unknown> = {}) => ({ httpRoute: { enabled: true, gateway: { create: true, className: "traefik", ...extra } } });
+
+  it("routes the Ingress's paths only: never /healthz, /readyz or /metrics", () => {
+    const docs = render(created());
+    const route = routeOf(docs);
+    expect(route.apiVersion).toBe("gateway.networking.k8s.io/v1");
+    expect(route.spec.rules).toHaveLength(1);
+    const paths = route.spec.rules[0].matches.map((m: K8sObject) => `${m.path.type} ${m.path.value}`);
+    const ingressPaths = find(docs, "Ingress", `${RELEASE}-gateway`).spec.rules[0].http.paths.map((p: K8sObject) => `${p.pathType === "Prefix" ? "PathPrefix" : p.pathType} ${p.path}`);
+    expect(paths).toEqual(ingressPaths);
+    expect(route.spec.rules[0].backendRefs).toEqual([{ name: `${RELEASE}-gateway`, port: 8080 }]);
+    // By Gateway API's matching (Exact: the whole path; PathPrefix: whole segments).
+    const routed = (path: string) => route.spec.rules[0].matches.some(({ path: m }: K8sObject) => (m.type === "Exact" ? m.value === path : path === m.value.replace(/\/$/, "") || path.startsWith(m.value.endsWith("/") ? m.value : `${m.value}/`)));
+    for (const path of ["/oauth/token", "/v1/connections/con_1", "/v1/files", "/openapi.json", "/docs"]) expect([path, routed(path)]).toEqual([path, true]);
+    for (const path of ["/readyz", "/readyz/traffic", "/healthz", "/metrics", "/", "/v2/files"]) expect([path, routed(path)]).toEqual([path, false]);
+    expect(routeOf(render({ ...created(), ingress: { docs: false } })).spec.rules[0].matches.map((m: K8sObject) => m.path.value)).toEqual(["/oauth/token", "/v1/"]);
+  });
+
+  it("creates a Gateway whose HTTPS listener holds the Ingress's certificate, and redirects plain HTTP to HTTPS, also without the Ingress", () => {
+    for (const ingress of [true, false]) {
+      const docs = render({ ...created({ httpsPort: 8443, httpPort: 8000 }), ingress: { enabled: ingress, host: "partner-api.example.com" } });
+      const gateway = find(docs, "Gateway", `${RELEASE}-partner-api`);
+      expect(gateway.spec.gatewayClassName).toBe("traefik");
+      expect(gateway.spec.listeners).toEqual([
+        { name: "https", protocol: "HTTPS", port: 8443, hostname: "partner-api.example.com", tls: { mode: "Terminate", certificateRefs: [{ kind: "Secret", name: `${RELEASE}-gateway-tls` }] }, allowedRoutes: { namespaces: { from: "Same" } } },
+        { name: "http", protocol: "HTTP", port: 8000, hostname: "partner-api.example.com", allowedRoutes: { namespaces: { from: "Same" } } },
+      ]);
+      expect(find(docs, "Secret", `${RELEASE}-gateway-tls`).type).toBe("kubernetes.io/tls");
+      expect(byKind(docs, "Ingress")).toHaveLength(ingress ? 1 : 0);
+      const route = routeOf(docs);
+      expect(route.spec.parentRefs).toEqual([{ name: `${RELEASE}-partner-api`, sectionName: "https" }]);
+      expect(route.spec.hostnames).toEqual(["partner-api.example.com"]);
+      const redirect = routeOf(docs, `${RELEASE}-gateway-http`);
+      expect(redirect.spec.parentRefs).toEqual([{ name: `${RELEASE}-partner-api`, sectionName: "http" }]);
+      expect(redirect.spec.rules).toEqual([{ filters: [{ type: "RequestRedirect", requestRedirect: { scheme: "https", statusCode: 301 } }] }]);
+    }
+    const plain = render({ ...created(), ingress: { https: { enabled: false } } });
+    expect(find(plain, "Gateway", `${RELEASE}-partner-api`).spec.listeners.map((l: K8sObject) => l.name)).toEqual(["http"]);
+    expect(routeOf(plain).spec.parentRefs).toEqual([{ name: `${RELEASE}-partner-api`, sectionName: "http" }]);
+    expect(routeOf(plain, `${RELEASE}-gateway-http`)).toBeUndefined();
+    const certManager = render({ ...created(), ingress: { enabled: false, host: "api.example.com", https: { certManager: { clusterIssuer: "letsencrypt" } } } });
+    expect(find(certManager, "Gateway", `${RELEASE}-partner-api`).metadata.annotations).toEqual({ "cert-manager.io/cluster-issuer": "letsencrypt" });
+    expect(find(certManager, "Secret", `${RELEASE}-gateway-tls`)).toBeUndefined();
+  });
+
+  it("attaches to a Gateway of the operator's (parentRefs), then creates no Gateway and no certificate", () => {
+    const parentRefs = [{ name: "shared", namespace: "gateways", sectionName: "https" }];
+    const docs = render({ ingress: { enabled: false }, httpRoute: { enabled: true, parentRefs, hostnames: ["api.example.com"] } });
+    expect(byKind(docs, "Gateway")).toEqual([]);
+    expect(routeOf(docs).spec.parentRefs).toEqual(parentRefs);
+    expect(routeOf(docs).spec.hostnames).toEqual(["api.example.com"]);
+    expect(routeOf(docs, `${RELEASE}-gateway-http`)).toBeUndefined();
+    expect(find(docs, "Secret", `${RELEASE}-gateway-tls`)).toBeUndefined();
+  });
+
+  it("refuses an HTTPRoute with no Gateway to attach to, and a created Gateway without a class", () => {
+    const none = chart.helmTemplate(helm, { httpRoute: { enabled: true } });
+    expect(none.code).not.toBe(0);
+    expect(none.stderr).toMatch(/httpRoute.parentRefs/);
+    const classless = chart.helmTemplate(helm, { httpRoute: { enabled: true, gateway: { create: true } } });
+    expect(classless.code).not.toBe(0);
+    expect(classless.stderr).toMatch(/httpRoute.gateway.className is required/);
+  });
+});
+
 describe("values.schema.json", () => {
   const rejects = (values: unknown, message: RegExp) => {
     const t = chart.helmTemplate(helm, values);
@@ -801,7 +968,7 @@ describe("values.schema.json", () => {
   });
 });
 
-describe("every combination of the optional switches (ingress, networkPolicy, pdb, hpa, external Mongo, external Kafka)", () => {
+describe("every combination of the optional switches (ingress, networkPolicy, pdb, hpa, external Mongo, external Kafka, metrics, httpRoute)", () => {
   const combinations = chart.allCombinations().map((c) => [chart.describeCombination(c), c] as [string, Combination]);
 
   it.each(combinations)("%s: helm lint --strict and helm template pass; every object is valid and hardened; references resolve; settings are wired", async (_name, combination) => {
@@ -819,6 +986,10 @@ describe("every combination of the optional switches (ingress, networkPolicy, pd
     expect(byKind(docs, "NetworkPolicy").length > 0).toBe(combination.networkPolicy);
     expect(byKind(docs, "PodDisruptionBudget")).toHaveLength(combination.pdb ? 6 : 0);
     expect(byKind(docs, "HorizontalPodAutoscaler")).toHaveLength(combination.hpa ? 6 : 0);
+    expect(byKind(docs, "ServiceMonitor")).toHaveLength(combination.metrics ? 5 : 0);
+    expect(byKind(docs, "PodMonitor")).toHaveLength(combination.metrics ? 1 : 0);
+    expect(byKind(docs, "PrometheusRule")).toHaveLength(combination.metrics ? 1 : 0);
+    expect(byKind(docs, "HTTPRoute")).toHaveLength(combination.httpRoute ? 2 : 0);
     const mongo = byKind(docs, "StatefulSet").filter((s: K8sObject) => s.metadata.name.endsWith("-mongodb"));
     expect(mongo).toHaveLength(combination.externalMongo ? 0 : 4);
     expect(find(docs, "StatefulSet", `${RELEASE}-kafka`) === undefined).toBe(combination.externalKafka);

@@ -16,6 +16,7 @@ const namespaces: Namespace[] = [
   { name: chart.NAMESPACE, labels: { "kubernetes.io/metadata.name": chart.NAMESPACE } },
   { name: "ingress-nginx", labels: { "kubernetes.io/metadata.name": "ingress-nginx" } },
   { name: "elsewhere", labels: { "kubernetes.io/metadata.name": "elsewhere" } },
+  { name: "monitoring", labels: { "kubernetes.io/metadata.name": "monitoring" } },
 ];
 const podOf = (component: string) => pods.find((p) => p.labels["app.kubernetes.io/component"] === component)!;
 const pod = (namespace: string, name: string, labels: Record<string, string>, n: number): Pod => ({ namespace, name, labels, ip: `10.244.1.${n}`, ports: {} });
@@ -45,6 +46,22 @@ describe("the chart's NetworkPolicies, judged on the rendered objects", () => {
     const unlabelled = pod(chart.NAMESPACE, "unlabelled", {}, 3);
     const judged = Object.fromEntries(components.map((c) => [c, [controller, foreign, unlabelled].map((from) => admits(policies, namespaces, from, podOf(componentOf(c)), componentPorts[c]))]));
     expect(judged).toEqual(Object.fromEntries(components.map((c) => [c, [c === "gateway", false, false]])));
+  });
+
+  it("admit the scraper (networkPolicy.metricsScraper) to every service's metrics port and nothing else; no other pod to a metrics port", () => {
+    const scraper = pod("monitoring", "prometheus-0", { "app.kubernetes.io/name": "prometheus" }, 5);
+    const impostor = pod("elsewhere", "prometheus-0", { "app.kubernetes.io/name": "prometheus" }, 6);
+    const services = ["gateway", "auth", "connection", "file-intake", "webhook"];
+    const metricsPort = (c: string) => podOf(c).ports.metrics!;
+    expect(services.map((c) => [c, metricsPort(c)])).toEqual(services.map((c) => [c, 9464]));
+    const judged = Object.fromEntries(services.map((c) => [c, [admits(policies, namespaces, scraper, podOf(c), metricsPort(c)), admits(policies, namespaces, impostor, podOf(c), metricsPort(c))]]));
+    expect(judged).toEqual(Object.fromEntries(services.map((c) => [c, [true, false]])));
+    // The scraper reaches no data, admin, database or Kafka port.
+    expect(components.filter((c) => admits(policies, namespaces, scraper, podOf(componentOf(c)), componentPorts[c]!))).toEqual([]);
+    // The release's own pods reach no metrics port of another.
+    for (const from of services) {
+      expect([from, services.filter((to) => to !== from && admits(policies, namespaces, podOf(from), podOf(to), metricsPort(to)))]).toEqual([from, []]);
+    }
   });
 
   it("keep the internet egress of the webhook service and auth (partners' JWK Set URLs) off private addresses, and the others' closed", () => {
