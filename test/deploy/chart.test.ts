@@ -143,8 +143,10 @@ describe("Helm chart with the default values", () => {
   it("serves each service's admin RPCs on a port of its own (auth, connection, webhook; file-intake has none), in its Services and pods", () => {
     const portsOf = (svc: K8sObject) => Object.fromEntries(svc.spec.ports.map((p: K8sObject) => [p.name, p.port]));
     for (const [component, data, admin] of [["auth", 50051, 50061], ["connection", 50052, 50062], ["webhook", 50054, 50064]] as const) {
-      for (const name of [`${RELEASE}-${component}`, `${RELEASE}-${component}-headless`]) expect(portsOf(find(docs, "Service", name))).toEqual({ grpc: data, admin });
-      expect(container(docs, component).ports.map((p: K8sObject) => [p.name, p.containerPort])).toEqual([["grpc", data], ["admin", admin]]);
+      // The ClusterIP Service also publishes the metrics port (for the ServiceMonitor), the headless one not.
+      expect(portsOf(find(docs, "Service", `${RELEASE}-${component}`))).toEqual({ grpc: data, admin, metrics: 9464 });
+      expect(portsOf(find(docs, "Service", `${RELEASE}-${component}-headless`))).toEqual({ grpc: data, admin });
+      expect(container(docs, component).ports.map((p: K8sObject) => [p.name, p.containerPort])).toEqual([["grpc", data], ["admin", admin], ["metrics", 9464]]);
       expect(envOf(container(docs, component))[`${component.toUpperCase()}_ADMIN_PORT`]).toBe(String(admin));
     }
     expect(portsOf(find(docs, "Service", `${RELEASE}-file-intake`))).toEqual({ grpc: 50053 });
@@ -401,8 +403,8 @@ describe("Helm chart with the default values", () => {
     expect(find(off, "Secret", `${RELEASE}-ops-identity`)).toBeUndefined();
     expect(find(off, "NetworkPolicy", `${RELEASE}-ops`)).toBeUndefined();
     expect(podComponents(find(off, "NetworkPolicy", `${RELEASE}-auth`).spec.ingress.flatMap((r: K8sObject) => r.from))).toEqual(["gateway", "webhook"]);
-    // No admin caller left for connection: its admin port admits nobody.
-    expect(find(off, "NetworkPolicy", `${RELEASE}-connection`).spec.ingress.flatMap((r: K8sObject) => r.ports)).toEqual([{ port: 50052, protocol: "TCP" }]);
+    // No admin caller left for connection: its admin port admits nobody (the scraper still reaches its metrics port).
+    expect(find(off, "NetworkPolicy", `${RELEASE}-connection`).spec.ingress.flatMap((r: K8sObject) => r.ports)).toEqual([{ port: 50052, protocol: "TCP" }, { port: 9464, protocol: "TCP" }]);
   });
 
   it("uses a given pepper, or an existing Secret of the operator's", () => {
