@@ -28,6 +28,7 @@ const settings = {
   CONNECTION_ADMIN_PORT: port,
   WEBHOOK_ADMIN_PORT: port,
   METRICS_PORT: { ...port, description: "Every process's Prometheus metrics (/metrics), on a port of its own." },
+  METRICS_ENABLED: { type: "boolean", description: "false: no metrics recorded or served (to measure what they cost)." },
   ADDRESS_DOMAIN: { type: "string", pattern: "^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$" },
   ACCESS_TOKEN_TTL_SECONDS: posInt,
   TOKEN_ENDPOINT_URL: { type: "string", pattern: "^(https?://[^?#]+/oauth/token)?$", description: "The token endpoint's public URL; empty: from ingress.host." },

@@ -149,7 +149,7 @@ describe("Helm chart with the default values", () => {
       expect(container(docs, component).ports.map((p: K8sObject) => [p.name, p.containerPort])).toEqual([["grpc", data], ["admin", admin], ["metrics", 9464]]);
       expect(envOf(container(docs, component))[`${component.toUpperCase()}_ADMIN_PORT`]).toBe(String(admin));
     }
-    expect(portsOf(find(docs, "Service", `${RELEASE}-file-intake`))).toEqual({ grpc: 50053 });
+    expect(portsOf(find(docs, "Service", `${RELEASE}-file-intake`))).toEqual({ grpc: 50053, metrics: 9464 });
     // Probes stay on the data port.
     expect(container(docs, "auth").readinessProbe.grpc.port).toBe(50051);
   });
