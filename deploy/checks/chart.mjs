@@ -331,6 +331,11 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
     const scraped = services.filter((svc) => monitor.spec.endpoints.every((e) => svc.spec.ports.some((p) => p.name === e.port)));
     if (scraped.length !== 1) problems.push(`ServiceMonitor/${monitor.metadata.name}: its endpoints' ports are on ${scraped.length} of the Services it selects, expected 1 (each pod scraped once)`);
   }
+  for (const monitor of byKind(docs, "PodMonitor")) {
+    const scraped = workloads(docs).filter((w) => w.kind !== "Job" && matches(monitor.spec.selector.matchLabels, w.spec.template.metadata?.labels));
+    const ports = scraped.flatMap((w) => w.spec.template.spec.containers.flatMap((c) => c.ports ?? []));
+    if (scraped.length !== 1 || !monitor.spec.podMetricsEndpoints.every((e) => ports.some((p) => p.name === e.port))) problems.push(`PodMonitor/${monitor.metadata.name}: selects ${scraped.length} workloads with its endpoints' ports, expected 1`);
+  }
   for (const np of byKind(docs, "NetworkPolicy")) {
     const where = `NetworkPolicy/${np.metadata.name}`;
     if (pods.filter((p) => matches(np.spec.podSelector.matchLabels, p.labels)).length === 0) problems.push(`${where}: podSelector matches no pod of the release`);

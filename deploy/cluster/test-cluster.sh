@@ -144,7 +144,7 @@ uninstall() {
   # keys (DATA_KEYS), the databases' passwords, the Kafka users' passwords, the service identities and the ingress's CA and
   # certificate, which stored data or clients depend on. Anything else left is a leak.
   local left
-  left=$(kubectl -n "$NS" get all,pvc,configmap,secret,serviceaccount,networkpolicy,ingress,pdb,hpa,role,rolebinding,job,gateway,httproute,servicemonitor,prometheusrule \
+  left=$(kubectl -n "$NS" get all,pvc,configmap,secret,serviceaccount,networkpolicy,ingress,pdb,hpa,role,rolebinding,job,gateway,httproute,servicemonitor,podmonitor,prometheusrule \
     -l app.kubernetes.io/instance="$RELEASE" -o name | grep -vE "^secret/$RELEASE-(credential-pepper|data-keys|[a-z-]+-mongodb|[a-z-]+-mongodb-user|[a-z-]+-identity|ingress-ca|gateway-tls|kafka-users)$")
   left+=$(kubectl -n "$NS" get pvc,pods -o name)
   if [ -n "$left" ]; then echo "left after uninstall:"; echo "$left"; return 1; fi

@@ -160,12 +160,12 @@ wait_for "node $NODE" 120 $K wait --for=condition=Ready node/$NODE --timeout=1s
 "$HERE/images/addons.sh"
 "$HERE/storage.sh"
 # CRDs, vendored (deploy/crds/README.md): Gateway API's standard channel, for Traefik's Gateway API
-# provider and the chart's HTTPRoute; the Prometheus Operator's ServiceMonitor and PrometheusRule,
+# provider and the chart's HTTPRoute; the Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule,
 # so that the API server checks the chart's (no Operator runs here). Server-side: the HTTPRoute CRD
 # is too large for the annotation a client-side apply keeps.
 $K apply --server-side --force-conflicts -f "$HERE/../crds/gateway-api-v1.3.0" -f "$HERE/../crds/prometheus-operator-v0.85.0" >/dev/null
 $K wait --for=condition=Established crd/gatewayclasses.gateway.networking.k8s.io crd/gateways.gateway.networking.k8s.io \
-  crd/httproutes.gateway.networking.k8s.io crd/servicemonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com \
+  crd/httproutes.gateway.networking.k8s.io crd/servicemonitors.monitoring.coreos.com crd/podmonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com \
   --timeout=60s >/dev/null
 for f in coredns traefik; do
   sed "s#@DNS_IP@#$DNS_IP#g; s#@INGRESS_IP@#$INGRESS_IP#g" "$HERE/manifests/$f.yaml" | $K apply -f - >/dev/null

@@ -8,7 +8,9 @@ import { cluster, kubectl, kubectlJson, named, podsOf } from "./cluster.js";
 // each answers /metrics in Prometheus's text format, read here as a scraper would through the API
 // server's pod proxy (the release's NetworkPolicies admit only networkPolicy.metricsScraper, which
 // this cluster's bridge CNI does not enforce: test/cluster/network-policies.test.ts judges them).
-const COMPONENTS = ["gateway", "auth", "connection", "file-intake", "webhook"];
+const COMPONENTS = ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"];
+/** Workers have no Service (a PodMonitor scrapes them). */
+const WORKERS = ["extraction"];
 const processesServeMetrics = /^ {2}METRICS_PORT:/m.test(readFileSync("services/common/src/settings.ts", "utf8"));
 
 const metricsPortOf = async (pod: string): Promise<number> => {
@@ -22,11 +24,12 @@ const scrape = async (pod: string) => kubectl("get", "--raw", `/api/v1/namespace
 const families = (text: string) => new Set([...text.matchAll(/^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) /gm)].map((m) => m[1]!));
 
 describe("the metrics ports", () => {
-  it("every service's pods declare a port named metrics, published by its ClusterIP Service only (not the headless one)", async () => {
+  it("every service's pods declare a port named metrics, published by its ClusterIP Service only (not the headless one; a worker has no Service)", async () => {
     for (const component of COMPONENTS) {
       const pods = await podsOf(component);
       expect([component, pods.length > 0]).toEqual([component, true]);
       for (const pod of pods) expect([pod, await metricsPortOf(pod)]).toEqual([pod, 9464]);
+      if (WORKERS.includes(component)) continue;
       const svc = await kubectlJson<{ spec: { ports: { name: string; port: number }[] } }>("get", "service", named(component));
       expect(svc.spec.ports.find((p) => p.name === "metrics")?.port).toBe(9464);
       if (component !== "gateway") {

@@ -90,7 +90,9 @@ describe("the PrometheusRule's alerts (metrics.prometheusRule.enabled)", () => {
   it("selects this release's series only: its namespace and its Services' jobs, its pods", () => {
     const exprs = rule.spec.groups.flatMap((g: K8sObject) => g.rules.map((r: K8sObject) => r.expr as string)).join("\n");
     expect(exprs).toContain(`namespace="${chart.NAMESPACE}",job="${chart.RELEASE}-gateway"`);
-    expect(exprs).toContain(`namespace="${chart.NAMESPACE}",job=~"(${chart.RELEASE}-gateway|${chart.RELEASE}-auth|${chart.RELEASE}-connection|${chart.RELEASE}-file-intake|${chart.RELEASE}-webhook)"`);
+    const jobs = chart.SERVICES.map((s) => `${chart.RELEASE}-${s.component}`);
+    expect(jobs).toContain(`${chart.RELEASE}-extraction`);
+    expect(exprs).toContain(`namespace="${chart.NAMESPACE}",job=~"(${jobs.join("|")})"`);
     expect(exprs).toContain(`namespace="${chart.NAMESPACE}",pod=~"${chart.RELEASE}-.+"`);
     expect(exprs).not.toMatch(/@[A-Z_]+@/);
   });

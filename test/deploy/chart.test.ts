@@ -504,8 +504,8 @@ describe("Helm chart with the default values", () => {
     // for /readyz; the operator CLI has a pod of its own, which nothing may reach.
     expect(podComponents(policy("gateway").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "file-intake", "kafka", "webhook"]);
     expect(policy("ops").ingress).toEqual([]);
-    // Extraction: nobody calls it; it calls file-intake's data port and reads Kafka.
-    expect(policy("extraction").ingress).toEqual([]);
+    // Extraction: nobody calls it (the scraper alone reaches its metrics port, above); it calls file-intake's data port and reads Kafka.
+    expect(policy("extraction").ingress.flatMap((r: K8sObject) => r.ports)).toEqual([{ port: 9464, protocol: "TCP" }]);
     expect(podComponents(policy("extraction").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["file-intake", "kafka"]);
     expect(podComponents(policy("ops").egress.flatMap((r: K8sObject) => r.to ?? []))).toEqual(["auth", "connection", "webhook"]);
     expect(policy("ops").egress.flatMap((r: K8sObject) => r.ports).filter((p: K8sObject) => p.port !== 53)).toEqual([
@@ -781,10 +781,13 @@ describe("metrics (docs/operations.md): a port of every process, ServiceMonitors
   });
 
   it("gives every service's pod and ClusterIP Service a port named metrics (METRICS_PORT), the headless Services none, the ops pod none", () => {
+    expect(SERVICES.map((s) => s.key)).toContain("extraction");
     for (const s of SERVICES) {
       const c = container(docs, s.component);
       expect([s.component, c.ports.find((p: K8sObject) => p.name === "metrics")]).toEqual([s.component, { name: "metrics", containerPort: 9464, protocol: "TCP" }]);
       expect(envOf(c).METRICS_PORT).toBe("9464");
+      // A worker (extraction) has no Service: a PodMonitor scrapes its pods.
+      if (s.key === "extraction") continue;
       expect(find(docs, "Service", `${RELEASE}-${s.component}`).spec.ports).toContainEqual({ name: "metrics", port: 9464, targetPort: "metrics", protocol: "TCP" });
       const headless = find(docs, "Service", `${RELEASE}-${s.component}-headless`);
       if (headless) expect(headless.spec.ports.map((p: K8sObject) => p.name)).not.toContain("metrics");
@@ -801,8 +804,8 @@ describe("metrics (docs/operations.md): a port of every process, ServiceMonitors
     expect(find(defaults, "ConfigMap", `${RELEASE}-dashboard`)).toBeUndefined();
   });
 
-  it("validates the ServiceMonitors, the PrometheusRule, the Gateway and the HTTPRoutes against their CRDs' schemas (deploy/crds), every other object against Kubernetes'", async () => {
-    for (const kind of ["ServiceMonitor", "PrometheusRule", "Gateway", "HTTPRoute"]) expect([kind, byKind(docs, kind).length > 0]).toEqual([kind, true]);
+  it("validates the ServiceMonitors, the PodMonitor, the PrometheusRule, the Gateway and the HTTPRoutes against their CRDs' schemas (deploy/crds), every other object against Kubernetes'", async () => {
+    for (const kind of ["ServiceMonitor", "PodMonitor", "PrometheusRule", "Gateway", "HTTPRoute"]) expect([kind, byKind(docs, kind).length > 0]).toEqual([kind, true]);
     expect(await chart.validateSchemas(docs)).toEqual([]);
     expect(chart.checkReferences(docs)).toEqual([]);
   });
@@ -822,9 +825,13 @@ describe("metrics (docs/operations.md): a port of every process, ServiceMonitors
     ]);
   });
 
-  it("scrapes each service by a ServiceMonitor of its own: its ClusterIP Service's metrics port, in the release's namespace, with the labels asked for", () => {
+  it("scrapes each service by a ServiceMonitor of its own (its ClusterIP Service's metrics port) and the worker by a PodMonitor under the same job name, in the release's namespace, with the labels asked for", () => {
     const monitors = byKind(docs, "ServiceMonitor");
-    expect(monitors.map((m: K8sObject) => m.metadata.name).sort()).toEqual(SERVICES.map((s) => `${RELEASE}-${s.component}`).sort());
+    expect(monitors.map((m: K8sObject) => m.metadata.name).sort()).toEqual(SERVICES.filter((s) => s.key !== "extraction").map((s) => `${RELEASE}-${s.component}`).sort());
+    const podMonitor = find(docs, "PodMonitor", `${RELEASE}-extraction`);
+    expect(podMonitor.spec.selector.matchLabels["app.kubernetes.io/component"]).toBe("extraction");
+    expect(podMonitor.spec.podMetricsEndpoints).toEqual([{ port: "metrics", path: "/metrics", scheme: "http", interval: "30s", honorLabels: false, relabelings: [{ targetLabel: "job", replacement: `${RELEASE}-extraction` }] }]);
+    expect(find(docs, "Deployment", `${RELEASE}-extraction`).spec.template.spec.containers[0].ports).toContainEqual({ name: "metrics", containerPort: 9464, protocol: "TCP" });
     for (const m of monitors) {
       expect(m.spec.namespaceSelector).toEqual({ matchNames: [chart.NAMESPACE] });
       expect(m.spec.endpoints).toEqual([{ port: "metrics", path: "/metrics", scheme: "http", interval: "30s", honorLabels: false }]);

@@ -51,7 +51,7 @@ describe("the chart's NetworkPolicies, judged on the rendered objects", () => {
   it("admit the scraper (networkPolicy.metricsScraper) to every service's metrics port and nothing else; no other pod to a metrics port", () => {
     const scraper = pod("monitoring", "prometheus-0", { "app.kubernetes.io/name": "prometheus" }, 5);
     const impostor = pod("elsewhere", "prometheus-0", { "app.kubernetes.io/name": "prometheus" }, 6);
-    const services = ["gateway", "auth", "connection", "file-intake", "webhook"];
+    const services = ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"];
     const metricsPort = (c: string) => podOf(c).ports.metrics!;
     expect(services.map((c) => [c, metricsPort(c)])).toEqual(services.map((c) => [c, 9464]));
     const judged = Object.fromEntries(services.map((c) => [c, [admits(policies, namespaces, scraper, podOf(c), metricsPort(c)), admits(policies, namespaces, impostor, podOf(c), metricsPort(c))]]));
