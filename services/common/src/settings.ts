@@ -159,6 +159,15 @@ export const settingsSchema = z.object({
   UPLOAD_RATE_WINDOW_SECONDS: z.coerce.number().positive().max(300).default(10),
   IDEMPOTENCY_TTL_SECONDS: positiveInt.default(86400),
   CONNECTION_PENDING_TTL_SECONDS: positiveInt.default(2592000),
+  // Most connections one partner may hold pending (a caregiver's decline included: it reads as
+  // pending) at once, per mode; past it POST /v1/connections is 429 (docs/connections.md, "Bounds").
+  PENDING_CONNECTIONS_PER_PARTNER: positiveInt.default(1000),
+  TEST_PENDING_CONNECTIONS_PER_PARTNER: positiveInt.default(100),
+  // A (partner, address) connection that was revoked or expired reopens at most once per this
+  // period (a live caregiver who declined is asked again at most once a month); a test
+  // connection's, with no caregiver to ask, once a minute. 429 with Retry-After past it.
+  CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(2592000),
+  TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(60),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
   WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),

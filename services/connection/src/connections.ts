@@ -1,6 +1,8 @@
 import type { Filter } from "mongodb";
-import { auditEntry, connectionTransitions, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
+import { auditEntry, connectionTransitions, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, rateLimitedError, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
 import { connectionAudit } from "./audit.js";
+import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
+import { releaseSlot, takeSlot } from "./slots.js";
 import {
   effectiveStatus,
   externalStatus,
@@ -38,7 +40,16 @@ export class Connections {
 
   constructor(
     private readonly store: ConnectionStore,
-    private readonly settings: Pick<Settings, "ADDRESS_DOMAIN" | "CONNECTION_PENDING_TTL_SECONDS" | "SANDBOX_APPROVAL_DELAY_SECONDS">,
+    private readonly settings: Pick<
+      Settings,
+      | "ADDRESS_DOMAIN"
+      | "CONNECTION_PENDING_TTL_SECONDS"
+      | "SANDBOX_APPROVAL_DELAY_SECONDS"
+      | "PENDING_CONNECTIONS_PER_PARTNER"
+      | "TEST_PENDING_CONNECTIONS_PER_PARTNER"
+      | "CONNECTION_REOPEN_INTERVAL_SECONDS"
+      | "TEST_CONNECTION_REOPEN_INTERVAL_SECONDS"
+    >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
     private readonly clock: Clock = () => new Date(),
@@ -75,9 +86,22 @@ export class Connections {
     return elder.elderId;
   }
 
-  /** POST /v1/connections: creates the (partner, mode, address) connection or returns the existing one. */
+  private pendingLimit(mode: ConnectionMode): number {
+    return limitOf({ live: this.settings.PENDING_CONNECTIONS_PER_PARTNER, test: this.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER }, mode);
+  }
+
+  private reopenInterval(mode: ConnectionMode): number {
+    return limitOf({ live: this.settings.CONNECTION_REOPEN_INTERVAL_SECONDS, test: this.settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS }, mode);
+  }
+
+  /**
+   * POST /v1/connections: creates the (partner, mode, address) connection or returns the existing
+   * one (reopened when it had ended). Past a bound it throws RATE_LIMITED, whatever the address.
+   */
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const elderId = await this.resolveElder(mode, address);
+    const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
+    if (existing) return (await this.apply({ _id: existing._id }, "request", { elderId }))?.doc ?? existing;
     const t = this.timing();
     const initial = initialState(mode, elderId !== null, t);
     const id = newId("con");
@@ -97,13 +121,17 @@ export class Connections {
       updatedAt: t.now,
       audit: [auditEntry("connection", connectionAudit("request", { _id: id, partnerId }, elderId), t.now)],
     };
+    await takeSlot(this.store.slots, partnerId, mode, id, this.pendingLimit(mode), t.now);
     let doc: ConnectionDoc | null = null;
     for (let attempt = 1; doc === null; attempt++) {
       try {
         doc = await this.store.connections.findOneAndUpdate(connectionKey(partnerId, mode, address), { $setOnInsert: fresh }, { upsert: true, returnDocument: "after" });
       } catch (err) {
         // Concurrent upserts race to insert; the losers find the winner's document on a retry.
-        if (!isDuplicateKey(err) || attempt >= maxAttempts) throw err;
+        if (!isDuplicateKey(err) || attempt >= maxAttempts) {
+          await releaseSlot(this.store.slots, partnerId, mode, id);
+          throw err;
+        }
       }
     }
     if (doc._id === id) {
@@ -111,6 +139,8 @@ export class Connections {
       this.afterAudit(id);
       return doc;
     }
+    // A concurrent request created it: this one's slot goes back.
+    await releaseSlot(this.store.slots, partnerId, mode, id);
     const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
     return repeated?.doc ?? doc;
   }
@@ -133,6 +163,14 @@ export class Connections {
       const outcome = transition(this.stateOf(doc, elderId), trigger, t);
       if (outcome.kind !== "change") return { doc, outcome };
 
+      if (trigger === "request") {
+        // The only change a request makes is a reopening: at most one per interval.
+        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.reopenInterval(doc.mode));
+        if (!verdict.ok) throw rateLimitedError("this connection was reopened less than the reopen interval ago", verdict.retryAfterSeconds);
+      }
+      const slot = slotChange(doc.status, outcome.to);
+      const took = slot === "take" && (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) === "taken";
+
       const event = outcome.event;
       const entry: OutboxEntry | null = event
         ? await inSpan(event, { parent: contextFromHeaders(doc.trace), attributes: { "connection.id": doc._id } }, async () =>
@@ -147,10 +185,17 @@ export class Connections {
           elderId,
           updatedAt: t.now,
           ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
+          ...(trigger === "request" ? { reopenedAt: t.now } : {}),
         },
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
-      if (!updated) continue; // another writer changed it since the read: decide again on the new state
+      if (!updated) {
+        // Another writer changed it since the read: decide again on the new state.
+        if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id);
+        continue;
+      }
+      // Given back after the change; if this fails the repair gives it back (slots.ts).
+      if (slot === "release") await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
       connectionTransitions.inc({ from: doc.status, to: outcome.to });
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);

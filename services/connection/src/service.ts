@@ -1,7 +1,8 @@
-import { AuditTrail, every, openRuntime, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, every, openRuntime, whileHolding, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
 import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
+import { repairSlots } from "./slots.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
 
 /** The sandbox elder exists in every deployment; creating it is idempotent. */
@@ -20,6 +21,7 @@ export function roundIntervals(settings: Pick<Settings, "SANDBOX_APPROVAL_DELAY_
     sandboxApprovalMs: clamp((settings.SANDBOX_APPROVAL_DELAY_SECONDS * 1000) / 2, 250, 5000),
     expirySweepMs: clamp((settings.CONNECTION_PENDING_TTL_SECONDS * 1000) / 2, 1000, 60_000),
     outboxSweepMs: 5000,
+    slotRepairMs: 60_000,
   };
 }
 
@@ -68,6 +70,8 @@ export async function startConnectionService(settings: Settings, logger: Logger,
   const rounds = [
     every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
     every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
+    // One replica at a time recounts the pending slots (slots.ts); the others skip the round.
+    every("pending slots repair", intervals.slotRepairMs, () => whileHolding(store.leases, "pending-slots-repair", intervals.slotRepairMs, (renew) => repairSlots(store, new Date(), renew)), logger),
   ];
 
   return {

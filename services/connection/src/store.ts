@@ -1,5 +1,6 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier, OutboxEntry as Entry, OutboxFields } from "@pi/common";
+import type { AuditCarrier, JobLeaseDoc, OutboxEntry as Entry, OutboxFields } from "@pi/common";
+import type { SlotsDoc } from "./slots.js";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
 
 export type { ConnectionMode, InternalStatus };
@@ -34,6 +35,9 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   pendingSince: Date;
   // Due time of the sandbox auto-approval; null for every connection that does not wait for one.
   approveAt: Date | null;
+  // When a request last reopened it (revoked or expired to pending): the reopen bound's clock
+  // (bounds.ts, reopenVerdict). Null or absent until the first reopening.
+  reopenedAt?: Date | null;
   // Bumped by every state change: the compare-and-set guard of a transition (updateVersioned).
   version: number;
   // Trace headers of the request that created the connection: later state changes (a caregiver's
@@ -46,17 +50,25 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
 export interface ConnectionStore {
   elders: Collection<ElderDoc>;
   connections: Collection<ConnectionDoc>;
+  /** The pending-connection bound's counters, one per partner and mode (slots.ts). */
+  slots: Collection<SlotsDoc>;
+  /** Leases of the rounds that one replica at a time runs (the slots' repair). */
+  leases: Collection<JobLeaseDoc>;
 }
 
 export async function openConnectionStore(db: Db): Promise<ConnectionStore> {
   const store = {
     elders: db.collection<ElderDoc>("elder_addresses"),
     connections: db.collection<ConnectionDoc>("connections"),
+    slots: db.collection<SlotsDoc>("pending_slots"),
+    leases: db.collection<JobLeaseDoc>("job_leases"),
   };
   // One connection per (partner, mode, address): concurrent requests converge on one id.
   await store.connections.createIndex({ partnerId: 1, mode: 1, address: 1 }, { unique: true });
   // The periodic sweeps: due sandbox approvals, pending windows that ended.
   await store.connections.createIndex({ status: 1, approveAt: 1 });
   await store.connections.createIndex({ status: 1, pendingSince: 1 });
+  // The slots' repair: a partner's connections that hold a slot.
+  await store.connections.createIndex({ partnerId: 1, mode: 1, status: 1 });
   return store;
 }

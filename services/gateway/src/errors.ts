@@ -70,6 +70,12 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
   const reason = reasonOf(err);
   // Refused by file-intake's reservation: an upload of the partner's own in flight took the room.
   if (reason?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED) return storageQuotaExceeded(1);
+  // A per-partner bound of a service (pending connections, reopenings): the one rate_limited answer,
+  // its message and headers the same whichever bound and whatever the request named (guarantee 1).
+  if (reason?.reason === ErrorReason.RATE_LIMITED) return new PartnerError("rate_limited", { headers: { "Retry-After": String(reason.retryAfterSeconds ?? 1) } });
+  // The store as a whole is near full (file-intake's high-water mark): an outage of the service, not
+  // the partner's doing.
+  if (reason?.reason === ErrorReason.STORE_FULL) return new PartnerError("service_unavailable", { headers: { "Retry-After": String(reason.retryAfterSeconds ?? 60) } });
   const code = reason && reasonToCode[reason.reason];
   if (code) {
     const message = code === "invalid_request" && err instanceof ConnectError ? err.rawMessage : undefined;

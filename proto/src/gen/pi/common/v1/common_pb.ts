@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/common/v1/common.proto.
  */
 export const file_pi_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("ChlwaS9jb21tb24vdjEvY29tbW9uLnByb3RvEgxwaS5jb21tb24udjEiRwoLRXJyb3JEZXRhaWwSKQoGcmVhc29uGAEgASgOMhkucGkuY29tbW9uLnYxLkVycm9yUmVhc29uEg0KBXBhcmFtGAIgASgJKjoKBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEg0KCU1PREVfTElWRRABEg0KCU1PREVfVEVTVBACKqsCCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIgChxFUlJPUl9SRUFTT05fSU5WQUxJRF9SRVFVRVNUEAESGgoWRVJST1JfUkVBU09OX05PVF9GT1VORBACEiUKIUVSUk9SX1JFQVNPTl9OT19BQ1RJVkVfQ09OTkVDVElPThADEiYKIkVSUk9SX1JFQVNPTl9JREVNUE9URU5DWV9LRVlfUkVVU0UQBBIfChtFUlJPUl9SRUFTT05fRklMRV9UT09fTEFSR0UQBRInCiNFUlJPUl9SRUFTT05fVU5TVVBQT1JURURfTUVESUFfVFlQRRAGEicKI0VSUk9SX1JFQVNPTl9TVE9SQUdFX1FVT1RBX0VYQ0VFREVEEAdiBnByb3RvMw");
+  fileDesc("ChlwaS9jb21tb24vdjEvY29tbW9uLnByb3RvEgxwaS5jb21tb24udjEiZAoLRXJyb3JEZXRhaWwSKQoGcmVhc29uGAEgASgOMhkucGkuY29tbW9uLnYxLkVycm9yUmVhc29uEg0KBXBhcmFtGAIgASgJEhsKE3JldHJ5X2FmdGVyX3NlY29uZHMYAyABKA0qOgoETW9kZRIUChBNT0RFX1VOU1BFQ0lGSUVEEAASDQoJTU9ERV9MSVZFEAESDQoJTU9ERV9URVNUEAIq5wIKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiAKHEVSUk9SX1JFQVNPTl9JTlZBTElEX1JFUVVFU1QQARIaChZFUlJPUl9SRUFTT05fTk9UX0ZPVU5EEAISJQohRVJST1JfUkVBU09OX05PX0FDVElWRV9DT05ORUNUSU9OEAMSJgoiRVJST1JfUkVBU09OX0lERU1QT1RFTkNZX0tFWV9SRVVTRRAEEh8KG0VSUk9SX1JFQVNPTl9GSUxFX1RPT19MQVJHRRAFEicKI0VSUk9SX1JFQVNPTl9VTlNVUFBPUlRFRF9NRURJQV9UWVBFEAYSJwojRVJST1JfUkVBU09OX1NUT1JBR0VfUVVPVEFfRVhDRUVERUQQBxIdChlFUlJPUl9SRUFTT05fUkFURV9MSU1JVEVEEAgSGwoXRVJST1JfUkVBU09OX1NUT1JFX0ZVTEwQCWIGcHJvdG8z");
 
 /**
  * Attached as a detail to every ConnectError an internal service raises on purpose, so the
@@ -30,6 +30,13 @@ export type ErrorDetail = Message<"pi.common.v1.ErrorDetail"> & {
    * @generated from field: string param = 2;
    */
   param: string;
+
+  /**
+   * With ERROR_REASON_RATE_LIMITED: when to try again, for the partner's Retry-After.
+   *
+   * @generated from field: uint32 retry_after_seconds = 3;
+   */
+  retryAfterSeconds: number;
 };
 
 /**
@@ -112,6 +119,22 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_STORAGE_QUOTA_EXCEEDED = 7;
    */
   STORAGE_QUOTA_EXCEEDED = 7,
+
+  /**
+   * A per-partner bound on what requests may add (pending connections, reopening one connection):
+   * the partner's 429 rate_limited, with retry_after_seconds.
+   *
+   * @generated from enum value: ERROR_REASON_RATE_LIMITED = 8;
+   */
+  RATE_LIMITED = 8,
+
+  /**
+   * The store as a whole is near full (file-intake's high-water mark): the partner's 503, with
+   * retry_after_seconds.
+   *
+   * @generated from enum value: ERROR_REASON_STORE_FULL = 9;
+   */
+  STORE_FULL = 9,
 }
 
 /**

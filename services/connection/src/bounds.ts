@@ -1,0 +1,65 @@
+import type { ConnectionMode, InternalStatus } from "./state-machine.js";
+
+// The per-partner bounds on what POST /v1/connections may add (docs/connections.md, "Bounds"),
+// pure: which stored statuses hold a pending slot, whether a slot is free, whether a connection may
+// reopen yet, and what the repair sets a partner's slots to. slots.ts applies them to the one
+// counter document per partner and mode. Nothing here depends on whether an address resolved, so
+// the answer past a bound is the same for every address (guarantee 1).
+
+export interface PendingLimits {
+  live: number;
+  test: number;
+}
+
+export interface ReopenIntervals {
+  /** Seconds. */
+  live: number;
+  test: number;
+}
+
+export const limitOf = <T>(limits: { live: T; test: T }, mode: ConnectionMode): T => (mode === "test" ? limits.test : limits.live);
+
+/** A declined connection reads as pending (the spec), so it keeps its slot as a pending one does. */
+export const holdsSlot = (status: InternalStatus): boolean => status === "pending" || status === "declined";
+
+/** What a change of stored status does to the partner's slots. */
+export function slotChange(from: InternalStatus, to: InternalStatus): "take" | "release" | "none" {
+  if (!holdsSlot(from) && holdsSlot(to)) return "take";
+  if (holdsSlot(from) && !holdsSlot(to)) return "release";
+  return "none";
+}
+
+/**
+ * A slot frees when a caregiver acts, the partner deletes a pending connection, or a window ends
+ * (the expiry sweep runs at least every minute): none of which can be foreseen, so a full partner
+ * is told to try again in a minute.
+ */
+export const PENDING_RETRY_AFTER_SECONDS = 60;
+
+export type Verdict = { ok: true } | { ok: false; retryAfterSeconds: number };
+
+/**
+ * Whether a revoked or expired connection may reopen at `now`: not within `intervalSeconds` of its
+ * last reopening (the first request does not count, so one reopening is always allowed).
+ */
+export function reopenVerdict(reopenedAt: Date | null | undefined, now: Date, intervalSeconds: number): Verdict {
+  if (!reopenedAt) return { ok: true };
+  const waitMs = reopenedAt.getTime() + intervalSeconds * 1000 - now.getTime();
+  return waitMs <= 0 ? { ok: true } : { ok: false, retryAfterSeconds: Math.max(1, Math.ceil(waitMs / 1000)) };
+}
+
+/** The slots of one partner in one mode: connection id -> when its slot was taken. */
+export type Holds = Record<string, Date>;
+
+/**
+ * What the repair sets a partner's slots to: every connection that holds one by its stored status
+ * (kept at its old time, or `now`), and the holds younger than `graceMs` whose connection does not
+ * (a request between taking its slot and writing its connection). Undefined when already right.
+ */
+export function repairedHolds(current: Holds, holdingIds: readonly string[], now: Date, graceMs: number): Holds | undefined {
+  const next: Holds = {};
+  for (const id of holdingIds) next[id] = current[id] ?? now;
+  for (const [id, at] of Object.entries(current)) if (!(id in next) && at.getTime() > now.getTime() - graceMs) next[id] = at;
+  const same = Object.keys(next).length === Object.keys(current).length && Object.keys(next).every((id) => id in current);
+  return same ? undefined : next;
+}

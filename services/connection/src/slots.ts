@@ -1,0 +1,88 @@
+import type { Collection } from "mongodb";
+import { isDuplicateKey, rateLimitedError } from "@pi/common";
+import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
+import type { ConnectionMode, ConnectionStore } from "./store.js";
+
+// The pending-connection bound across replicas (docs/connections.md, "Bounds"), by the mechanism of
+// file-intake's storage quota: one counter document per partner and mode, and every change of it
+// ONE conditional update, so that two replicas cannot both take the last slot. A slot is a field
+// of `holds` named by its connection's id, taken before the connection becomes pending and given
+// back after it stops being pending; `count` is the number of fields, kept beside them so that the
+// update's filter can compare it. A process that dies between the two writes leaves a count that
+// is off: the repair (a leased periodic round) recounts from the connections themselves.
+
+export interface SlotsDoc {
+  _id: string; // `<partnerId>:<mode>`
+  partnerId: string;
+  mode: ConnectionMode;
+  count: number;
+  holds: Holds;
+  /** Bumped by every write: the repair's compare-and-set. */
+  rev: number;
+}
+
+export const slotsKey = (partnerId: string, mode: ConnectionMode) => `${partnerId}:${mode}`;
+
+/** The answer past the bound: the same for every address. */
+export const pendingBoundReached = () =>
+  rateLimitedError("the partner holds as many pending connections in this mode as its bound allows", PENDING_RETRY_AFTER_SECONDS);
+
+const holdField = (connectionId: string) => `holds.${connectionId}`;
+
+/**
+ * Takes a slot for `connectionId`: "taken", or "held" when it already had one; throws the 429 error
+ * when the partner's `limit` slots are all taken.
+ */
+export async function takeSlot(slots: Collection<SlotsDoc>, partnerId: string, mode: ConnectionMode, connectionId: string, limit: number, now: Date): Promise<"taken" | "held"> {
+  const _id = slotsKey(partnerId, mode);
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      // Matches only while a slot is free and this connection holds none; with no document yet, the
+      // upsert creates it. A full document does not match, and the upsert's insert then fails on _id.
+      await slots.updateOne(
+        { _id, count: { $lt: limit }, [holdField(connectionId)]: { $exists: false } },
+        { $set: { [holdField(connectionId)]: now, partnerId, mode }, $inc: { count: 1, rev: 1 } },
+        { upsert: true },
+      );
+      return "taken";
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+    }
+    const doc = await slots.findOne({ _id });
+    if (doc && connectionId in (doc.holds ?? {})) return "held";
+    // Full, unless a concurrent first write created the document between our filter and insert.
+    if (doc && doc.count >= limit) throw pendingBoundReached();
+  }
+  throw pendingBoundReached();
+}
+
+/** Gives back the slot of `connectionId`, if it holds one. */
+export async function releaseSlot(slots: Collection<SlotsDoc>, partnerId: string, mode: ConnectionMode, connectionId: string): Promise<void> {
+  await slots.updateOne(
+    { _id: slotsKey(partnerId, mode), [holdField(connectionId)]: { $exists: true } },
+    { $unset: { [holdField(connectionId)]: "" }, $inc: { count: -1, rev: 1 } },
+  );
+}
+
+/** A slot whose connection is not pending is kept this long: a request between its two writes. */
+export const SLOT_GRACE_MS = 60_000;
+
+/**
+ * Sets every partner's slots to what its connections hold (bounds.ts, repairedHolds), each by a
+ * compare-and-set on `rev` (a counter that changed meanwhile is left to the next round). Returns how
+ * many counters it corrected. `renew` keeps the round's lease.
+ */
+export async function repairSlots(store: Pick<ConnectionStore, "connections" | "slots">, now: Date, renew: () => Promise<boolean> = async () => true): Promise<number> {
+  let repaired = 0;
+  for await (const doc of store.slots.find({})) {
+    if (!(await renew())) break;
+    const holding = await store.connections
+      .find({ partnerId: doc.partnerId, mode: doc.mode, status: { $in: ["pending", "declined"] } }, { projection: { _id: 1 } })
+      .toArray();
+    const next = repairedHolds(doc.holds ?? {}, holding.map((c) => c._id), now, SLOT_GRACE_MS);
+    if (!next) continue;
+    const res = await store.slots.updateOne({ _id: doc._id, rev: doc.rev }, { $set: { holds: next, count: Object.keys(next).length }, $inc: { rev: 1 } });
+    repaired += res.modifiedCount;
+  }
+  return repaired;
+}

@@ -1,0 +1,62 @@
+import { describe, expect, it } from "@jest/globals";
+import { holdsSlot, limitOf, PENDING_RETRY_AFTER_SECONDS, reopenVerdict, repairedHolds, slotChange } from "../src/bounds.js";
+import type { InternalStatus } from "../src/state-machine.js";
+
+const now = new Date("2030-01-01T00:00:00Z");
+const ago = (s: number) => new Date(now.getTime() - s * 1000);
+
+describe("the pending-connection bound's rules", () => {
+  it("a pending or declined connection holds a slot (a decline reads as pending); approved, expired and revoked ones do not", () => {
+    const all: InternalStatus[] = ["pending", "declined", "approved", "expired", "revoked"];
+    expect(all.filter(holdsSlot)).toEqual(["pending", "declined"]);
+  });
+
+  it("a change into pending takes a slot, out of it gives it back, and a decline changes nothing", () => {
+    expect(slotChange("revoked", "pending")).toBe("take");
+    expect(slotChange("expired", "pending")).toBe("take");
+    expect(slotChange("pending", "approved")).toBe("release");
+    expect(slotChange("pending", "revoked")).toBe("release");
+    expect(slotChange("declined", "revoked")).toBe("release");
+    expect(slotChange("pending", "expired")).toBe("release");
+    expect(slotChange("pending", "declined")).toBe("none");
+    expect(slotChange("approved", "revoked")).toBe("none");
+  });
+
+  it("each mode has its own bound", () => {
+    expect(limitOf({ live: 1000, test: 100 }, "live")).toBe(1000);
+    expect(limitOf({ live: 1000, test: 100 }, "test")).toBe(100);
+    expect(PENDING_RETRY_AFTER_SECONDS).toBeGreaterThan(0);
+  });
+});
+
+describe("a declining caregiver is asked again at most once per reopen interval", () => {
+  it("a connection never reopened may reopen", () => {
+    expect(reopenVerdict(null, now, 3600)).toEqual({ ok: true });
+    expect(reopenVerdict(undefined, now, 3600)).toEqual({ ok: true });
+  });
+
+  it("within the interval of the last reopening: refused, to retry when the interval ends (rounded up, at least 1 s)", () => {
+    expect(reopenVerdict(ago(0), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 3600 });
+    expect(reopenVerdict(ago(1000.5), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 2600 });
+    expect(reopenVerdict(new Date(now.getTime() - 3600 * 1000 + 1), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 1 });
+  });
+
+  it("once the interval has passed: allowed again", () => {
+    expect(reopenVerdict(ago(3600), now, 3600)).toEqual({ ok: true });
+    expect(reopenVerdict(ago(86400), now, 3600)).toEqual({ ok: true });
+  });
+});
+
+describe("the repair of a partner's slots", () => {
+  it("is undefined when every slot belongs to a connection that holds one", () => {
+    expect(repairedHolds({ con_a: ago(10), con_b: ago(5) }, ["con_b", "con_a"], now, 60_000)).toBeUndefined();
+  });
+
+  it("drops a slot whose connection no longer holds one once the grace has passed, keeps a young one (a request between its writes)", () => {
+    expect(repairedHolds({ con_a: ago(120), con_b: ago(5), con_c: ago(300) }, ["con_c"], now, 60_000)).toEqual({ con_b: ago(5), con_c: ago(300) });
+  });
+
+  it("adds a slot for a pending connection that has none (a release that raced a reopening)", () => {
+    expect(repairedHolds({}, ["con_a"], now, 60_000)).toEqual({ con_a: now });
+  });
+});
