@@ -57,6 +57,10 @@ const settings = {
   UPLOAD_RATE_WINDOW_SECONDS: { type: "number", exclusiveMinimum: 0, maximum: 300 },
   IDEMPOTENCY_TTL_SECONDS: posInt,
   CONNECTION_PENDING_TTL_SECONDS: posInt,
+  PENDING_CONNECTIONS_PER_PARTNER: { ...posInt, description: "Most connections one partner may hold pending with its live credentials at once (429 past it)." },
+  TEST_PENDING_CONNECTIONS_PER_PARTNER: { ...posInt, description: "The same bound for its test credentials." },
+  CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "A revoked or expired live connection reopens at most once per this period (429 within it)." },
+  TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "The same for test connections." },
   SANDBOX_APPROVAL_DELAY_SECONDS: { type: "integer", minimum: 0 },
   WEBHOOK_RETRY_BASE_SECONDS: { type: "number", exclusiveMinimum: 0 },
   WEBHOOK_RETRY_WINDOW_SECONDS: posInt,
@@ -72,6 +76,8 @@ const settings = {
   TEST_FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "The same for its test files (far less)." },
   EXTRACTION_MEMORY_CEILING_MB: { type: "integer", minimum: 64, maximum: 16384, description: "The resident memory past which the child decoding a file is killed (the file fails)." },
   EXTRACTION_TIME_LIMIT_SECONDS: { type: "integer", minimum: 1, maximum: 3600, description: "The wall time past which the child decoding a file is killed." },
+  FILE_STORE_HIGH_WATER_BYTES: { ...posInt, description: "What all partners' files may hold together; past it uploads are 503. At most 80% of file-intake's database volume." },
+  AUDIT_RETENTION_SECONDS: { ...posInt, description: "How long the audit trail keeps a record." },
 };
 const clusterWide = [
   "DATA_NAMESPACE",
@@ -149,6 +155,12 @@ const definitions = {
     type: "object",
     additionalProperties: false,
     properties: {
+      persistence: {
+        type: "object",
+        additionalProperties: false,
+        description: "This database's own volume size, instead of mongodb.persistence.size (empty: that one).",
+        properties: { size: { type: "string", pattern: "^$|^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" } },
+      },
       external: {
         type: "object",
         additionalProperties: false,

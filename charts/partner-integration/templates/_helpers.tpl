@@ -205,11 +205,19 @@ annotations:
 {{- end }}
 {{- end -}}
 
-{{/* Topic names, from DATA_NAMESPACE (as services/common/src/topics.ts). */}}
+{{/*
+Topics, from DATA_NAMESPACE: [name, partitions, retention.ms, retention.bytes (per partition),
+segment.bytes, segment.ms], the retention as services/common/src/topics.ts declares it (a chart test
+compares them; the arithmetic is in docs/security.md, "Stores a partner can grow").
+*/}}
 {{- define "pi.topics" -}}
 {{- $ns := .Values.config.DATA_NAMESPACE -}}
 {{- $p := .Values.kafka.topics.partitions -}}
-{{- list (list (printf "%s.connection-events" $ns) (int $p.connectionEvents)) (list (printf "%s.file-events" $ns) (int $p.fileEvents)) (list (printf "%s.partner-events" $ns) (int $p.partnerEvents)) (list (printf "%s.audit-events" $ns) (int $p.auditEvents)) | toJson -}}
+{{- $week := 604800000 -}}
+{{- $day := 86400000 -}}
+{{- $mib := 1048576 -}}
+{{- $seg := mul 32 $mib -}}
+{{- list (list (printf "%s.connection-events" $ns) (int $p.connectionEvents) $week (mul 128 $mib) $seg $day) (list (printf "%s.file-events" $ns) (int $p.fileEvents) $week (mul 128 $mib) $seg $day) (list (printf "%s.partner-events" $ns) (int $p.partnerEvents) $week (mul 64 $mib) $seg $day) (list (printf "%s.audit-events" $ns) (int $p.auditEvents) $week (mul 512 $mib) $seg $day) | toJson -}}
 {{- end -}}
 
 {{/* Replication factor for the in-cluster Kafka: min(3, replicas). */}}
@@ -381,4 +389,54 @@ and spliced into the URI by the kubelet ($(MONGODB_PASSWORD)). Argument: dict ct
 {{- $out = append $out "ingress.https.existingSecret (or ingress.https.certManager)" -}}
 {{- end -}}
 {{- join ", " $out -}}
+{{- end -}}
+
+{{/* A data service's database volume size: its own mongodb.persistence.size, else the shared one. */}}
+{{- define "pi.mongoVolumeSize" -}}
+{{- $svc := index .ctx.Values .key -}}
+{{- dig "mongodb" "persistence" "size" "" $svc | default .ctx.Values.mongodb.persistence.size -}}
+{{- end -}}
+
+{{/* A Kubernetes quantity ("8Gi", "500M", "1.5Gi", "1073741824") in bytes, as a float. */}}
+{{- define "pi.bytes" -}}
+{{- $q := toString . -}}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $unit := trimPrefix $n $q -}}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- if or (not $n) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%q is not a size this chart reads (a number with Ki, Mi, Gi, Ti, k, M, G or T)" $q) -}}
+{{- end -}}
+{{- mulf (float64 $n) (index $units $unit) -}}
+{{- end -}}
+
+{{/*
+Sizes that must agree (docs/files.md, "Store-wide high-water mark"): file-intake's high-water mark
+at most 80% of its database volume (the rest: MongoDB's own files, and uploads in flight when the
+mark is crossed), and one partner's live and test quotas together under the mark; the topics'
+retention within 80% of Kafka's volume (docs/security.md, "Stores a partner can grow").
+*/}}
+{{- define "pi.checkSizes" -}}
+{{- $cfg := mergeOverwrite (deepCopy .Values.config) (.Values.fileIntake.config | default dict) -}}
+{{- $mark := float64 $cfg.FILE_STORE_HIGH_WATER_BYTES -}}
+{{- $quotas := addf (float64 $cfg.FILE_STORAGE_QUOTA_BYTES) (float64 $cfg.TEST_FILE_STORAGE_QUOTA_BYTES) -}}
+{{- if gt $quotas $mark -}}
+{{- fail (printf "FILE_STORAGE_QUOTA_BYTES + TEST_FILE_STORAGE_QUOTA_BYTES (%.0f bytes) cannot fit under FILE_STORE_HIGH_WATER_BYTES (%.0f bytes): one partner could fill the whole store" $quotas $mark) -}}
+{{- end -}}
+{{- if and .Values.fileIntake.enabled .Values.mongodb.persistence.enabled (not (include "pi.mongoExternal" (dict "ctx" . "key" "fileIntake"))) -}}
+{{- $size := include "pi.mongoVolumeSize" (dict "ctx" . "key" "fileIntake") -}}
+{{- $volume := float64 (include "pi.bytes" $size) -}}
+{{- if gt $mark (mulf $volume 0.8) -}}
+{{- fail (printf "FILE_STORE_HIGH_WATER_BYTES (%.0f bytes) is above 80%% of file-intake's database volume (%s): raise fileIntake.mongodb.persistence.size or lower the mark (and the storage quotas under it)" $mark $size) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.kafka.persistence.enabled (not .Values.kafka.external.brokers) -}}
+{{- $retained := 0.0 -}}
+{{- range $t := fromJsonArray (include "pi.topics" .) -}}
+{{- $retained = addf $retained (mulf (float64 (index $t 1)) (addf (float64 (index $t 3)) (float64 (index $t 4)))) -}}
+{{- end -}}
+{{- $kafkaVolume := float64 (include "pi.bytes" .Values.kafka.persistence.size) -}}
+{{- if gt $retained (mulf $kafkaVolume 0.8) -}}
+{{- fail (printf "the topics may retain %.0f bytes (partitions x (retention.bytes + segment.bytes)), above 80%% of kafka.persistence.size (%s)" $retained .Values.kafka.persistence.size) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

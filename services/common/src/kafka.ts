@@ -1,10 +1,10 @@
-import { Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer, type SASLOptions } from "kafkajs";
+import kafkajs, { Kafka, logLevel, Partitioners, type Admin, type Consumer, type Producer, type SASLOptions } from "kafkajs";
 import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
 import { GAUGE_REFRESH_MS, kafkaConsumerLag, messageProcessDuration, messagesConsumed } from "./metrics.js";
 import { every, type Periodic } from "./periodic.js";
 import type { Settings } from "./settings.js";
-import { TOPICS, topicName, type TopicKey } from "./topics.js";
+import { TOPICS, topicConfig, topicName, type TopicKey } from "./topics.js";
 
 export type { Kafka, Producer, Admin };
 
@@ -94,7 +94,18 @@ export function createProducer(kafka: Kafka): Producer {
  * from every service at start; retried, because a broker that has just started may still refuse
  * ("This server does not host this topic-partition") while its metadata settles.
  */
-export async function ensureTopics(kafka: Kafka, namespace: string, keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[], attempts = 8): Promise<void> {
+/**
+ * Creates the namespace's topics that are missing, each with its retention (topics.ts). With
+ * `configureExisting` (Kafka's super user only: the local stack and kafka-setup), also sets that
+ * retention on topics that exist, so a topic created before it was declared gets it.
+ */
+export async function ensureTopics(
+  kafka: Kafka,
+  namespace: string,
+  keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[],
+  attempts = 8,
+  opts: { configureExisting?: boolean } = {},
+): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
   try {
@@ -106,7 +117,13 @@ export async function ensureTopics(kafka: Kafka, namespace: string, keys: TopicK
           await admin.createTopics({
             waitForLeaders: true,
             // No replication factor: the broker's default.replication.factor applies (1 locally, 3 in a cluster).
-            topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions })),
+            topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions, configEntries: topicConfig(k) })),
+          });
+        }
+        if (opts.configureExisting) {
+          await admin.alterConfigs({
+            validateOnly: false,
+            resources: keys.map((k) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name: topicName(namespace, k), configEntries: topicConfig(k) })),
           });
         }
         await admin.fetchTopicMetadata({ topics: keys.map((k) => topicName(namespace, k)) });

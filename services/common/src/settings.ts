@@ -207,6 +207,14 @@ export const settingsSchema = z.object({
   // (docs/files.md, "Storage quota").
   FILE_STORAGE_QUOTA_BYTES: positiveInt.default(10 * 1024 ** 3),
   TEST_FILE_STORAGE_QUOTA_BYTES: positiveInt.default(256 * 1024 ** 2),
+  // What all partners' files may hold together (accepted and in flight, both modes), well below the
+  // volume of file-intake's database: past it every upload is a fast 503 with Retry-After, never a
+  // full disk (docs/files.md, "Store-wide high-water mark"). The chart refuses a value that does not
+  // fit its volume, and quotas that do not fit under it.
+  FILE_STORE_HIGH_WATER_BYTES: positiveInt.default(16 * 1024 ** 3),
+  // How long the audit trail keeps a record (6 years, HIPAA's retention of compliance records): the
+  // auth service's sweep deletes older ones (docs/security.md, "Audit trail").
+  AUDIT_RETENTION_SECONDS: positiveInt.default(6 * 365 * 86400),
 
   // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
   // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service

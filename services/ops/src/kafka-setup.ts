@@ -26,7 +26,7 @@ if (stay) {
 
 for (let attempt = 1; ; attempt++) {
   try {
-    await ensureTopics(kafka, settings.DATA_NAMESPACE);
+    await ensureTopics(kafka, settings.DATA_NAMESPACE, undefined, undefined, { configureExisting: true });
     await grantKafkaAccess(kafka, settings.DATA_NAMESPACE);
     logger.info({ namespace: settings.DATA_NAMESPACE }, "Kafka topics and ACLs in place");
     done = true;
