@@ -231,7 +231,8 @@ describe("Helm chart with the default values", () => {
           // The audit trail's database: append only, no service's user can rewrite a stored record.
           const audit = databaseName(namespace, "auth_audit");
           expect(env.APP_AUDIT_DATABASE).toBe(audit);
-          const privileges = [{ resource: { db: audit, collection: "" }, actions: ["find", "insert", "createCollection", "createIndex", "listIndexes", "listCollections"] }];
+          // remove: the retention sweep's, past AUDIT_RETENTION_SECONDS; never update.
+          const privileges = [{ resource: { db: audit, collection: "" }, actions: ["find", "insert", "remove", "createCollection", "createIndex", "listIndexes", "listCollections"] }];
           const roles = [{ role: "readWrite", db }, { role: "auditAppend", db: audit }];
           expect(run(false)).toEqual([
             ["getSiblingDB", audit],

@@ -2,18 +2,25 @@ import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { startTestStack, type TestStack } from "../support/services.js";
-import { accessToken } from "../support/partner-api.js";
+import { accessToken, call, opsFor } from "../support/partner-api.js";
 import { connectedPartner, filePart, fixture, postMultipart, sendFile, textPart, withFileDb, type ConnectedPartner } from "../support/files.js";
 
 // Idempotency-Key on POST /v1/files (docs/files.md, "Idempotency"): a retry with the same key and
 // the same payload gets the same receipt, also concurrently; another payload under the key is 409.
+// A key belongs to one partner in one mode: test and live share nothing.
 
 let stack: TestStack;
 let p: ConnectedPartner;
+let sandbox: string;
 
 beforeAll(async () => {
-  stack = await startTestStack({ IDEMPOTENCY_TTL_SECONDS: "4" });
+  stack = await startTestStack({ IDEMPOTENCY_TTL_SECONDS: "4", SANDBOX_APPROVAL_DELAY_SECONDS: "0" });
   p = await connectedPartner(stack, "Retrying Clinic");
+  // The partner's test credential, connected to the sandbox elder (it approves at once here).
+  sandbox = (await opsFor(stack.settings).info()).sandbox_elder_address;
+  const testToken = await accessToken(stack.baseUrl, p.test.clientId, p.test.clientSecret);
+  const con = await call(stack.baseUrl, testToken, "POST", "/v1/connections", { elder: sandbox });
+  while ((await call(stack.baseUrl, testToken, "GET", `/v1/connections/${con.json!.id}`)).json!.status !== "approved") await sleep(100);
 });
 afterAll(async () => {
   await stack?.stop();
@@ -95,13 +102,26 @@ describe("the same key with another payload", () => {
     expect(theirs.json!.id).not.toBe(mine.json!.id);
   });
 
-  it("a partner's test and live credentials share its keys, and the mode is part of the payload", async () => {
+  it("idempotency keys are per (partner, mode, key): a key reused across test and live gives two files, and neither use reveals or blocks the other", async () => {
+    const testToken = await accessToken(stack.baseUrl, p.test.clientId, p.test.clientSecret);
     const key = randomUUID();
+    const before = await filesOf(p.partnerId);
     const live = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.m4a"), { key });
     expect(live.status).toBe(202);
-    const testToken = await accessToken(stack.baseUrl, p.test.clientId, p.test.clientSecret);
-    const fromTest = await sendFile(stack.baseUrl, testToken, p.elder, fixture("sample.m4a"), { key });
-    expect(fromTest.status).toBe(409);
+    const fromTest = await sendFile(stack.baseUrl, testToken, sandbox, fixture("sample.m4a"), { key });
+    expect(fromTest.status).toBe(202);
+    expect(fromTest.json!.id).not.toBe(live.json!.id);
+    expect(await filesOf(p.partnerId)).toBe(before + 2);
+    // Each mode replays its own receipt.
+    expect((await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.m4a"), { key })).text).toBe(live.text);
+    expect((await sendFile(stack.baseUrl, testToken, sandbox, fixture("sample.m4a"), { key })).text).toBe(fromTest.text);
+
+    // A key claimed first in test mode, with another payload, does not block the live upload.
+    const preClaimed = randomUUID();
+    expect((await sendFile(stack.baseUrl, testToken, sandbox, fixture("sample.txt"), { key: preClaimed })).status).toBe(202);
+    const after = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), { key: preClaimed });
+    expect(after.status).toBe(202);
+    expect(await filesOf(p.partnerId)).toBe(before + 4);
   });
 });
 

@@ -27,9 +27,10 @@ import {
 // The store of the audit trail (docs/security.md, "Audit trail"). Every service publishes its
 // records to the audit-events topic (@pi/common audit-trail.ts); the auth service, which owns the
 // operator's side of the system, reads them in one consumer group and keeps each in the
-// collection audit_records under its id. The store is append-only: this module is the only code
-// that writes the collection, and it only inserts. A record already there (the outbox published it
-// twice, or Kafka delivered it again) is left as it is.
+// collection audit_records under its id. The store is append-only within its retention: this
+// module is the only code that writes the collection, it inserts, and the retention sweep deletes
+// what occurred more than AUDIT_RETENTION_SECONDS ago; nothing is ever changed. A record already
+// there (the outbox published it twice, or Kafka delivered it again) is left as it is.
 
 export interface AuditRecordDoc extends AuditRecordFields {
   _id: string; // the record's evt_ id
@@ -51,11 +52,20 @@ export interface AuditQuery {
   limit: number;
 }
 
-/** Append and read, nothing else: no update, no delete. */
+/** Append, read, and the retention's delete of old records: no update. */
 export interface AuditStore {
   append(docs: AuditRecordDoc[]): Promise<number>;
   list(query: AuditQuery): Promise<AuditRecordDoc[]>;
+  /** Deletes the records that occurred before `cutoff`; how many. */
+  expire(cutoff: Date): Promise<number>;
 }
+
+/** The oldest a record may be at `now`: the retention sweep deletes what occurred before it. */
+export const auditRetentionCutoff = (now: Date, retentionSeconds: number) => new Date(now.getTime() - retentionSeconds * 1000);
+
+/** How often the retention sweep runs (one replica at a time, under this lease). */
+export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
+export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
 /** The query of a listing, checked: null target or since when absent. Throws a message for a bad one. */
 export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
@@ -100,6 +110,9 @@ export async function openAuditStore(db: Db, earlier?: Db): Promise<AuditStore> 
         ...(q.target ? { targets: q.target } : {}),
       };
       return records.find(filter).sort({ occurredAt: -1, sequence: -1, offset: -1, _id: -1 }).limit(q.limit).toArray();
+    },
+    async expire(cutoff) {
+      return (await records.deleteMany({ occurredAt: { $lt: cutoff } })).deletedCount;
     },
   };
 }

@@ -1,7 +1,7 @@
-import { AuditTrail, checkDataKeys, dataKeysOf, parsePublicKeys, every, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, checkDataKeys, dataKeysOf, parsePublicKeys, every, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, whileHolding, type JobLeaseDoc, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
 import { AssertionKeys } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
-import { auditDatabaseName, consumeAuditRecords, openAuditStore } from "./audit.js";
+import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditStore } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
 import { PartnerEventPublisher } from "./propagation.js";
@@ -85,6 +85,18 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
   // Audit records are stored only when signed by the service that owns their kind.
   const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, servicePublicKeys, logger);
+  // Records past AUDIT_RETENTION_SECONDS go, one replica at a time (docs/security.md, "Audit trail").
+  const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
+  const auditRetention = every(
+    "audit retention sweep",
+    AUDIT_SWEEP_EVERY_MS,
+    () =>
+      whileHolding(leases, AUDIT_SWEEP_LEASE, 5 * 60_000, async () => {
+        const deleted = await audit.store.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
+        if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
+      }),
+    logger,
+  );
   const server = await startConnectServer({
     service: "auth",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
@@ -101,6 +113,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     async stop() {
       clearInterval(reload);
       await sweep.stop();
+      await auditRetention.stop();
       await server.close();
       await Promise.all([feed?.stop(), auditConsumer.stop()]);
       await Promise.all([events.stop(), trail.stop()]);

@@ -2,8 +2,8 @@ import { describe, expect, it } from "@jest/globals";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
-import { createLogger, generateIdentity, newId, parseOwnIdentity, parsePublicKeys, signedAuditRecord } from "@pi/common";
-import { auditQuery, decodeAuditMessage, DEFAULT_AUDIT_LIMIT } from "../src/audit.js";
+import { createLogger, generateIdentity, newId, parseOwnIdentity, parsePublicKeys, settingsSchema, signedAuditRecord } from "@pi/common";
+import { auditQuery, auditRetentionCutoff, decodeAuditMessage, DEFAULT_AUDIT_LIMIT } from "../src/audit.js";
 
 // The audit store's pure parts: the listing's query, and what a message of the audit-events topic
 // may become (docs/security.md, "Audit trail").
@@ -27,6 +27,15 @@ const record = (fields: Partial<eventsv1.AuditRecord> = {}, by: ReturnType<typeo
       });
   return Buffer.from(toBinary(eventsv1.AuditRecordSchema, by ? signedAuditRecord(unsigned, by) : unsigned));
 };
+
+describe("audit records retention", () => {
+  it("the cut-off is AUDIT_RETENTION_SECONDS before now; the default keeps records 6 years", () => {
+    const now = new Date("2030-06-01T00:00:00Z");
+    expect(auditRetentionCutoff(now, 86400)).toEqual(new Date("2030-05-31T00:00:00Z"));
+    const years = settingsSchema.parse({}).AUDIT_RETENTION_SECONDS / (365 * 86400);
+    expect(years).toBe(6);
+  });
+});
 
 describe("auditQuery", () => {
   it("0 and empty mean no bound; the limit defaults to 100", () => {

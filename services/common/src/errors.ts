@@ -15,7 +15,7 @@ const codeOf: Record<commonv1.ErrorReason, Code> = {
   [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: Code.InvalidArgument,
   [ErrorReason.STORAGE_QUOTA_EXCEEDED]: Code.ResourceExhausted,
   [ErrorReason.RATE_LIMITED]: Code.ResourceExhausted,
-  [ErrorReason.STORE_FULL]: Code.Unavailable,
+  [ErrorReason.STORE_FULL]: Code.ResourceExhausted,
 };
 
 /** An error an internal service raises on purpose; the gateway maps its reason to a partner error. */

@@ -2,8 +2,9 @@ import { createHash } from "node:crypto";
 
 // The rules of Idempotency-Key on POST /v1/files, as plain functions (the store applies them).
 //
-// A key belongs to one partner (both of its credential modes share the key space) and is kept
-// IDEMPOTENCY_TTL_SECONDS from its first successful use. Two requests carry "the same payload" when
+// A key belongs to one partner in one credential mode (test and live share nothing: a test request
+// can neither see nor block a live key) and is kept IDEMPOTENCY_TTL_SECONDS from its first
+// successful use. Two requests carry "the same payload" when
 // their fingerprints are equal: the SHA-256 of the file bytes, the elder address after
 // normalisation (lower case), the purpose exactly as sent (absent differs from empty) and the
 // credential mode. The client's file name and declared Content-Type are not part of it.
@@ -32,7 +33,7 @@ export function fingerprint(p: Payload): string {
   return createHash("sha256").update(JSON.stringify(["v1", p.sha256, p.elder, p.purpose, p.mode])).digest("hex");
 }
 
-/** What is stored per (partner, key). `fileId` is chosen when the key is claimed, before the commit. */
+/** What is stored per (partner, mode, key). `fileId` is chosen when the key is claimed, before the commit. */
 export interface KeyRecord {
   fingerprint: string;
   fileId: string;

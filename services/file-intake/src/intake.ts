@@ -159,7 +159,7 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
     // Storing the last bytes, the idempotency claim and the connection check run at once; their
     // verdicts are taken in the documented order: storage, idempotency, connection.
     const stored = staged.finish();
-    const claim = key === null ? undefined : deps.keys.claim(partnerId, key, fingerprint({ sha256, elder: elder.address, purpose, mode }), fileId, signal);
+    const claim = key === null ? undefined : deps.keys.claim(partnerId, mode, key, fingerprint({ sha256, elder: elder.address, purpose, mode }), fileId, signal);
     const checkStarted = performance.now();
     const connected = deps.connections.isActive(partnerId, mode, elder.address).then(async (active) => {
       if (!active) await sleep(refusalDelay(performance.now() - checkStarted));
@@ -171,7 +171,7 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
     try {
       const [storedResult, claimResult] = await Promise.allSettled([stored, claim]);
       owned = claimResult.status === "fulfilled" && claimResult.value?.kind === "owned";
-      if (owned) letGo = deps.keys.hold(partnerId, key!, fileId);
+      if (owned) letGo = deps.keys.hold(partnerId, mode, key!, fileId);
       if (storedResult.status === "rejected") throw storedResult.reason;
       if (claimResult.status === "rejected") throw claimResult.reason;
       if (claimResult.value?.kind === "replay") return { id: claimResult.value.fileId };
@@ -207,20 +207,20 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
         purgedAt: null,
       };
       // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
-      if (owned && !(await deps.keys.renew(partnerId, key!, fileId))) {
+      if (owned && !(await deps.keys.renew(partnerId, mode, key!, fileId))) {
         throw new ConnectError("the Idempotency-Key's claim was taken over; retry with the same key", Code.Unavailable);
       }
       await store.files.insertOne(doc);
       committed = true;
       await reservation.settle(size).catch((err) => deps.logger.warn({ err, fileId }, "storage quota hold left for the repair"));
-      if (key !== null) await deps.keys.commit(partnerId, key, fileId);
+      if (key !== null) await deps.keys.commit(partnerId, mode, key, fileId);
       // Bookkeeping only: an upload document left behind is removed by the staging sweep.
       staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
       deps.outbox.afterWrite(fileId);
       return { id: fileId };
     } finally {
       letGo();
-      if (!committed && owned) await deps.keys.release(partnerId, key!, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
+      if (!committed && owned) await deps.keys.release(partnerId, mode, key!, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
     }
   } finally {
     if (!committed) await staged.discard().catch((err) => deps.logger.warn({ err, uploadId: staged.id.toHexString() }, "staged bytes left for the sweep"));

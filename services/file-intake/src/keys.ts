@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { decide } from "./idempotency.js";
 import { insertIfNew } from "@pi/common";
-import { keyId, type FileStore, type KeyDoc } from "./store.js";
+import { keyId, type FileMode, type FileStore, type KeyDoc } from "./store.js";
 
 export type ClaimOutcome = { kind: "owned" } | { kind: "replay"; fileId: string } | { kind: "conflict" };
 
@@ -14,8 +14,8 @@ export interface KeyTiming {
 }
 
 /**
- * Idempotency keys in MongoDB, on single-document atomicity only: a claim is an insert under the
- * key's deterministic _id (keyId), so of two concurrent requests, on any replicas, exactly one
+ * Idempotency keys in MongoDB, one key space per partner and mode (test and live never meet), on
+ * single-document atomicity only: a claim is an insert under the key's deterministic _id (keyId), so of two concurrent requests, on any replicas, exactly one
  * inserts; the other reads the winner's record by _id and waits for it to be committed (then replays
  * it) or released (then claims). Every later write is conditional on the claim's fileId.
  */
@@ -25,12 +25,12 @@ export class IdempotencyKeys {
     private readonly timing: KeyTiming,
   ) {}
 
-  async claim(partnerId: string, key: string, fingerprint: string, fileId: string, signal?: AbortSignal): Promise<ClaimOutcome> {
+  async claim(partnerId: string, mode: FileMode, key: string, fingerprint: string, fileId: string, signal?: AbortSignal): Promise<ClaimOutcome> {
     for (;;) {
       signal?.throwIfAborted();
       const now = new Date();
-      const _id = keyId(partnerId, key);
-      const fresh: KeyDoc = { _id, partnerId, key, fingerprint, fileId, state: "claimed", claimedAt: now, expiresAt: new Date(now.getTime() + this.timing.ttlMs) };
+      const _id = keyId(partnerId, mode, key);
+      const fresh: KeyDoc = { _id, partnerId, mode, key, fingerprint, fileId, state: "claimed", claimedAt: now, expiresAt: new Date(now.getTime() + this.timing.ttlMs) };
       const stored = (await insertIfNew(this.store.keys, fresh)) ? fresh : await this.store.keys.findOne({ _id });
       if (!stored) continue;
       const decision = decide(stored, { fingerprint, fileId }, now, this.timing.claimLeaseMs);
@@ -60,26 +60,26 @@ export class IdempotencyKeys {
    * Keeps an owned claim alive while its request works (renewed every third of the lease), so a
    * request waiting on it learns within one lease that its owner died. Returns the stop.
    */
-  hold(partnerId: string, key: string, fileId: string): () => void {
-    const timer = setInterval(() => this.renew(partnerId, key, fileId).catch(() => undefined), Math.max(50, this.timing.claimLeaseMs / 3));
+  hold(partnerId: string, mode: FileMode, key: string, fileId: string): () => void {
+    const timer = setInterval(() => this.renew(partnerId, mode, key, fileId).catch(() => undefined), Math.max(50, this.timing.claimLeaseMs / 3));
     return () => clearInterval(timer);
   }
 
   /** Renews an owned claim; false when it is no longer this request's (it outlived its lease and was taken over). */
-  async renew(partnerId: string, key: string, fileId: string): Promise<boolean> {
-    const res = await this.store.keys.updateOne({ _id: keyId(partnerId, key), fileId, state: "claimed" }, { $set: { claimedAt: new Date() } });
+  async renew(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<boolean> {
+    const res = await this.store.keys.updateOne({ _id: keyId(partnerId, mode, key), fileId, state: "claimed" }, { $set: { claimedAt: new Date() } });
     return res.matchedCount === 1;
   }
 
   /** The file of this claim is written: later requests with the same payload replay it. */
-  async commit(partnerId: string, key: string, fileId: string): Promise<void> {
+  async commit(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<void> {
     const now = new Date();
-    await this.store.keys.updateOne({ _id: keyId(partnerId, key), fileId }, { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } });
+    await this.store.keys.updateOne({ _id: keyId(partnerId, mode, key), fileId }, { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } });
   }
 
   /** The request was refused after claiming: the key is free again, as if never used. */
-  async release(partnerId: string, key: string, fileId: string): Promise<void> {
-    await this.store.keys.deleteOne({ _id: keyId(partnerId, key), fileId, state: "claimed" });
+  async release(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<void> {
+    await this.store.keys.deleteOne({ _id: keyId(partnerId, mode, key), fileId, state: "claimed" });
   }
 
   /** Expiry by sweep (explicit, like every expiry here); reads already treat an expired key as absent. */

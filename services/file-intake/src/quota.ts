@@ -100,3 +100,15 @@ export function quotaPressure(counters: { _id: string; used: number }[], limits:
   }
   return { maxRatio, partnersOver: over.size };
 }
+
+/**
+ * The store-wide high-water mark (docs/files.md, "Store-wide high-water mark"): whether `bytes` more
+ * fit under `mark` when every partner's files and uploads in flight hold `total`. Past it the
+ * answer is a 503 with this Retry-After: only the retention sweep, or uploads in flight that fail,
+ * free room, and a client should not hammer a store that is full.
+ */
+export const STORE_FULL_RETRY_AFTER_SECONDS = 60;
+
+export function storeHasRoom(total: number, mark: number, bytes: number): boolean {
+  return total + bytes <= mark;
+}

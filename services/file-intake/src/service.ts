@@ -8,7 +8,7 @@ import routes from "./routes.js";
 import { retentionRound } from "./retention.js";
 import { sweepStaging } from "./staging.js";
 import { openFileStore } from "./store.js";
-import { StorageQuota } from "./usage.js";
+import { StorageQuota, StoreFill } from "./usage.js";
 import { ExtractionRecords } from "./extraction-records.js";
 
 /** Internal timings; tests shorten them. None of them is partner-visible. */
@@ -75,6 +75,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     limits,
     settings.MAX_FILE_BYTES,
     timing.retentionSweepEveryMs / 1000,
+    new StoreFill(store, settings.FILE_STORE_HIGH_WATER_BYTES),
   );
   const extraction = new ExtractionRecords(store, dataKeys, logger);
   const server = await startConnectServer({

@@ -78,11 +78,16 @@ export interface ExtractionDoc {
 export interface KeyDoc extends KeyRecord {
   _id: string;
   partnerId: string;
+  /** Absent on keys stored before keys were per mode (they are never read again: keyId changed). */
+  mode?: FileMode;
   key: string;
 }
 
-/** Partner ids have no ":" (ptr_...), so the id names one (partner, key) pair. */
-export const keyId = (partnerId: string, key: string) => `${partnerId}:${key}`;
+/**
+ * Partner ids and modes have no ":", so the id names one (partner, mode, key): a partner's test and
+ * live credentials have key spaces of their own (docs/files.md, "Idempotency").
+ */
+export const keyId = (partnerId: string, mode: FileMode, key: string) => `${partnerId}:${mode}:${key}`;
 
 export const EXTRACTION_LEASE: LeaseFields = { until: "leaseUntil", holder: "leaseToken" };
 

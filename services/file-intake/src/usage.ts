@@ -1,6 +1,18 @@
 import { ObjectId } from "mongodb";
 import { ErrorReason, insertIfNew, serviceError } from "@pi/common";
-import { holdGrowth, initialHold, quotaOf, quotaVerdict, repairedUsage, usageKey, type Growth, type QuotaLimits, type Verdict } from "./quota.js";
+import {
+  holdGrowth,
+  initialHold,
+  quotaOf,
+  quotaVerdict,
+  repairedUsage,
+  STORE_FULL_RETRY_AFTER_SECONDS,
+  storeHasRoom,
+  usageKey,
+  type Growth,
+  type QuotaLimits,
+  type Verdict,
+} from "./quota.js";
 import type { FileMode, FileStore, UsageDoc } from "./store.js";
 
 // The storage quota in the database (docs/files.md, "Storage quota"): one usage document per
@@ -11,6 +23,44 @@ import type { FileMode, FileStore, UsageDoc } from "./store.js";
 // deletes and repairs every counter from the files themselves (repairUsage).
 
 export const quotaExceeded = () => serviceError(ErrorReason.STORAGE_QUOTA_EXCEEDED, "the partner's stored files would pass its storage quota");
+export const storeFull = () => serviceError(ErrorReason.STORE_FULL, "the file store is at its high-water mark", undefined, STORE_FULL_RETRY_AFTER_SECONDS);
+
+/** How long a replica trusts its last reading of the store's total. */
+export const STORE_TOTAL_TTL_MS = 1000;
+
+/**
+ * The store-wide high-water mark: the sum of every usage counter (every partner's stored files and
+ * uploads in flight, both modes), read at most once a second per replica and shared by the
+ * requests meanwhile. Not one conditional update as a partner's quota is: within that second the
+ * uploads of every replica may pass the mark by what they reserve, which is what the room between
+ * the mark and the volume is for (the chart keeps the mark at most 80% of it).
+ */
+export class StoreFill {
+  private reading: { at: number; total: Promise<number> } | undefined;
+
+  constructor(
+    private readonly store: FileStore,
+    private readonly markBytes: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  private total(): Promise<number> {
+    if (!this.reading || this.now() - this.reading.at >= STORE_TOTAL_TTL_MS) {
+      const total = this.store.usage
+        .aggregate<{ used: number }>([{ $group: { _id: null, used: { $sum: "$used" } } }])
+        .toArray()
+        .then(([row]) => row?.used ?? 0);
+      this.reading = { at: this.now(), total };
+      total.catch(() => (this.reading = undefined));
+    }
+    return this.reading.total;
+  }
+
+  /** Throws STORE_FULL when `bytes` more would pass the mark. */
+  async admit(bytes: number): Promise<void> {
+    if (!storeHasRoom(await this.total(), this.markBytes, bytes)) throw storeFull();
+  }
+}
 
 export class StorageQuota {
   constructor(
@@ -19,17 +69,22 @@ export class StorageQuota {
     private readonly maxFileBytes: number,
     /** How often the retention sweep runs: the soonest stored bytes can go. */
     private readonly sweepEverySeconds: number,
+    private readonly fill?: StoreFill,
   ) {}
 
-  /** Whether an upload declaring `declaredBytes` (undefined: unknown) would fit now; reserves nothing. */
+  /**
+   * Whether an upload declaring `declaredBytes` (undefined: unknown) would fit now; reserves
+   * nothing. Throws STORE_FULL when the store as a whole is at its high-water mark.
+   */
   async check(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Verdict> {
+    await this.fill?.admit(initialHold(declaredBytes, this.maxFileBytes).need);
     const doc = await this.store.usage.findOne({ _id: usageKey(partnerId, mode) }, { projection: { stored: 1, used: 1 } });
     return quotaVerdict(doc ?? { stored: 0, used: 0 }, quotaOf(this.limits, mode), initialHold(declaredBytes, this.maxFileBytes).need, this.sweepEverySeconds);
   }
 
   /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
   async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
-    const reservation = new Reservation(this.store, usageKey(partnerId, mode), quotaOf(this.limits, mode), this.maxFileBytes);
+    const reservation = new Reservation(this.store, usageKey(partnerId, mode), quotaOf(this.limits, mode), this.maxFileBytes, this.fill);
     await reservation.grow(initialHold(declaredBytes, this.maxFileBytes));
     return reservation;
   }
@@ -46,10 +101,15 @@ export class Reservation {
     private readonly key: string,
     private readonly quota: number,
     private readonly maxFileBytes: number,
+    private readonly fill?: StoreFill,
   ) {}
 
-  /** Adds `bytes` to the hold if the partner's usage leaves room for them; false when it does not. */
+  /**
+   * Adds `bytes` to the hold if the partner's usage leaves room for them; false when it does not.
+   * Throws STORE_FULL when the store is at its high-water mark, whatever the partner's room.
+   */
   private async take(bytes: number): Promise<boolean> {
+    await this.fill?.admit(bytes);
     const fits = { _id: this.key, used: { $lte: this.quota - bytes } };
     // Several entries of one upload are fine: settle and release pull them all by id.
     const add = { $inc: { used: bytes, rev: 1 }, $push: { holds: { id: this.id, bytes, at: new Date() } } };

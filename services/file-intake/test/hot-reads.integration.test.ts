@@ -53,7 +53,7 @@ describe("hot reads use an index", () => {
 
     const plans = {
       file: await queryPlan(db.collection("files"), fileById(file._id)),
-      key: await queryPlan(db.collection("idempotency_keys"), { _id: keyId(partnerId, "hot-key") }),
+      key: await queryPlan(db.collection("idempotency_keys"), { _id: keyId(partnerId, "live", "hot-key") }),
       segment: await queryPlan(db.collection(BLOB_SEGMENTS), segmentFilter(file.blobId, 2)),
       // Asked before every upload's body (CheckStorageQuota).
       usage: await queryPlan(db.collection("storage_usage"), { _id: usageKey(partnerId, "live") }),

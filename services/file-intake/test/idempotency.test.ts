@@ -1,7 +1,17 @@
 import { describe, expect, it } from "@jest/globals";
 import { checkIdempotencyKey, decide, fingerprint, type KeyRecord, type Payload } from "../src/idempotency.js";
+import { keyId } from "../src/store.js";
 
 const payload: Payload = { sha256: "a".repeat(64), elder: "apple.banana.cherry@elders.example", purpose: "lab_result", mode: "live" };
+
+describe("idempotency keys are per (partner, mode, key)", () => {
+  it("the same key of one partner names two records in test and live, and none of another partner's", () => {
+    expect(keyId("ptr_a", "live", "k")).not.toBe(keyId("ptr_a", "test", "k"));
+    expect(keyId("ptr_a", "live", "k")).not.toBe(keyId("ptr_b", "live", "k"));
+    // A key may hold ":" itself: partner ids and modes never do, so the prefix is unambiguous.
+    expect(keyId("ptr_a", "live", "test:k")).not.toBe(keyId("ptr_a", "test", "k"));
+  });
+});
 
 describe("Idempotency-Key shape", () => {
   it("accepts 1 to 255 printable ASCII characters", () => {

@@ -213,7 +213,7 @@ describe("idempotency keys", () => {
     const old = new Date(Date.now() - 10 * 60_000);
     const keys = db.collection<KeyDoc>("idempotency_keys");
     // A request that died after claiming, before writing its file: the key is free again.
-    await keys.insertOne({ _id: keyId(partnerId, "died-early"), partnerId, key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedAt: old, expiresAt: new Date(Date.now() + 3_600_000) });
+    await keys.insertOne({ _id: keyId(partnerId, "live", "died-early"), partnerId, mode: "live", key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedAt: old, expiresAt: new Date(Date.now() + 3_600_000) });
     const taken = await client.submitFile(stream(partnerId, [bytes], { key: "died-early" }));
     expect((await keys.findOne({ partnerId, key: "died-early" }))).toMatchObject({ fileId: taken.file!.id, state: "committed" });
 

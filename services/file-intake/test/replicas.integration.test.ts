@@ -56,7 +56,7 @@ describe("two replicas racing", () => {
     const ids = new Set(answers.map((a) => a.file!.id));
     expect(ids.size).toBe(1);
     expect(await stores[0]!.files.countDocuments({ partnerId })).toBe(1);
-    expect(await stores[1]!.keys.findOne({ _id: keyId(partnerId, "race-key") })).toMatchObject({ state: "committed", fileId: [...ids][0] });
+    expect(await stores[1]!.keys.findOne({ _id: keyId(partnerId, "live", "race-key") })).toMatchObject({ state: "committed", fileId: [...ids][0] });
   });
 
   it("two extraction workers take one file at once, each through another file-intake replica: one lease wins, the file is extracted once", async () => {
