@@ -78,7 +78,7 @@ describe("pending connections per partner: a bound no credential can pass", () =
     const real = await post(test, sandbox);
     expect(observable(real)).toEqual(only);
     validateResponse("POST", "/v1/connections", real.status, real.headers, real.text);
-  }, 300_000);
+  }, 900_000);
 
   it("past the live bound, a new address that resolves and one that does not get the same 429, byte for byte; a slot freed is a slot to use", async () => {
     const { live } = await partnerTokens("Bound Clinic");

@@ -99,12 +99,20 @@ export class Connections {
    * one (reopened when it had ended). Past a bound it throws RATE_LIMITED, whatever the address.
    */
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
-    const elderId = await this.resolveElder(mode, address);
     const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
-    if (existing) return (await this.apply({ _id: existing._id }, "request", { elderId }))?.doc ?? existing;
-    const t = this.timing();
-    const initial = initialState(mode, elderId !== null, t);
+    if (existing) return (await this.apply({ _id: existing._id }, "request", { elderId: await this.resolveElder(mode, address) }))?.doc ?? existing;
+    // A new connection takes its slot before anything else, so a refusal does the same work for every address.
     const id = newId("con");
+    const t = this.timing();
+    await takeSlot(this.store.slots, partnerId, mode, id, this.pendingLimit(mode), t.now);
+    let elderId: string | null;
+    try {
+      elderId = await this.resolveElder(mode, address);
+    } catch (err) {
+      await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
+      throw err;
+    }
+    const initial = initialState(mode, elderId !== null, t);
     const fresh: ConnectionDoc = {
       _id: id,
       partnerId,
@@ -121,7 +129,6 @@ export class Connections {
       updatedAt: t.now,
       audit: [auditEntry("connection", connectionAudit("request", { _id: id, partnerId }, elderId), t.now)],
     };
-    await takeSlot(this.store.slots, partnerId, mode, id, this.pendingLimit(mode), t.now);
     let doc: ConnectionDoc | null = null;
     for (let attempt = 1; doc === null; attempt++) {
       try {

@@ -35,6 +35,9 @@ const holdField = (connectionId: string) => `holds.${connectionId}`;
  */
 export async function takeSlot(slots: Collection<SlotsDoc>, partnerId: string, mode: ConnectionMode, connectionId: string, limit: number, now: Date): Promise<"taken" | "held"> {
   const _id = slotsKey(partnerId, mode);
+  // A partner at its bound is answered from one read (a flood of refused requests costs one lookup each).
+  const current = await slots.findOne({ _id }, { projection: { count: 1, [holdField(connectionId)]: 1 } });
+  if (current && current.count >= limit && !(connectionId in (current.holds ?? {}))) throw pendingBoundReached();
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
       // Matches only while a slot is free and this connection holds none; with no document yet, the

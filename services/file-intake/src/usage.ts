@@ -56,9 +56,14 @@ export class StoreFill {
     return this.reading.total;
   }
 
+  /** Whether `bytes` more stay under the mark. */
+  async hasRoom(bytes: number): Promise<boolean> {
+    return storeHasRoom(await this.total(), this.markBytes, bytes);
+  }
+
   /** Throws STORE_FULL when `bytes` more would pass the mark. */
   async admit(bytes: number): Promise<void> {
-    if (!storeHasRoom(await this.total(), this.markBytes, bytes)) throw storeFull();
+    if (!(await this.hasRoom(bytes))) throw storeFull();
   }
 }
 
@@ -105,11 +110,11 @@ export class Reservation {
   ) {}
 
   /**
-   * Adds `bytes` to the hold if the partner's usage leaves room for them; false when it does not.
-   * Throws STORE_FULL when the store is at its high-water mark, whatever the partner's room.
+   * Adds `bytes` to the hold if the store and the partner's usage leave room for them: "taken", or
+   * which of the two has none.
    */
-  private async take(bytes: number): Promise<boolean> {
-    await this.fill?.admit(bytes);
+  private async take(bytes: number): Promise<"taken" | "store" | "quota"> {
+    if (this.fill && !(await this.fill.hasRoom(bytes))) return "store";
     const fits = { _id: this.key, used: { $lte: this.quota - bytes } };
     // Several entries of one upload are fine: settle and release pull them all by id.
     const add = { $inc: { used: bytes, rev: 1 }, $push: { holds: { id: this.id, bytes, at: new Date() } } };
@@ -120,7 +125,7 @@ export class Reservation {
       ({ matchedCount } = await this.store.usage.updateOne(fits, add));
     }
     if (matchedCount === 1) this.held += bytes;
-    return matchedCount === 1;
+    return matchedCount === 1 ? "taken" : "quota";
   }
 
   /** Called with the bytes received so far: reserves more when they passed the hold, or throws STORAGE_QUOTA_EXCEEDED. */
@@ -128,10 +133,16 @@ export class Reservation {
     await this.grow(holdGrowth(this.held, received, this.maxFileBytes));
   }
 
-  /** Takes what it wants if that fits, else what it needs, or throws STORAGE_QUOTA_EXCEEDED. */
+  /**
+   * Takes what it wants if that fits, else what it needs, or throws STORE_FULL (the store is at its
+   * high-water mark) or STORAGE_QUOTA_EXCEEDED (the partner's quota is).
+   */
   async grow({ need, want }: Growth): Promise<void> {
-    if (need === 0 || (await this.take(want)) || (want > need && (await this.take(need)))) return;
-    throw quotaExceeded();
+    if (need === 0) return;
+    let taken = await this.take(want);
+    if (taken !== "taken" && want > need) taken = await this.take(need);
+    if (taken === "taken") return;
+    throw taken === "store" ? storeFull() : quotaExceeded();
   }
 
   /** The file of `size` bytes was accepted: its hold becomes stored bytes. */
