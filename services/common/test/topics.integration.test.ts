@@ -1,0 +1,47 @@
+import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { randomBytes } from "node:crypto";
+import kafkajs, { type Admin } from "kafkajs";
+import { createKafka, createLogger, ensureTopics, topicConfig, TOPICS, topicName, type TopicKey } from "@pi/common";
+import { testKafkaAdmin } from "../../../test/support/services.js";
+
+// Every Kafka topic is bounded by retention.ms and retention.bytes (services/common/src/topics.ts;
+// docs/security.md, "Stores a partner can grow"), on the real broker: created with them, and an
+// admin's run sets them on a topic that was created without.
+
+const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "topics-test", createLogger("topics-test", "silent"), testKafkaAdmin());
+let admin: Admin;
+
+beforeAll(async () => {
+  admin = kafka.admin();
+  await admin.connect();
+});
+afterAll(async () => {
+  await admin?.disconnect();
+});
+
+async function configOf(topic: string): Promise<Record<string, string>> {
+  const { resources } = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic }] });
+  return Object.fromEntries(resources[0]!.configEntries.map((e) => [e.configName, e.configValue]));
+}
+const expected = (key: TopicKey) => Object.fromEntries(topicConfig(key).map((c) => [c.name, c.value]));
+
+describe("every Kafka topic is bounded by retention.ms and retention.bytes", () => {
+  it("ensureTopics creates each topic with its retention, segment size and roll time", async () => {
+    const namespace = `t${randomBytes(5).toString("hex")}`;
+    await ensureTopics(kafka, namespace);
+    for (const key of Object.keys(TOPICS) as TopicKey[]) {
+      const config = await configOf(topicName(namespace, key));
+      expect(config).toMatchObject(expected(key));
+      expect(Number(config["retention.ms"])).toBe(7 * 86_400_000);
+    }
+  });
+
+  it("an admin's run sets them on a topic created without them", async () => {
+    const namespace = `t${randomBytes(5).toString("hex")}`;
+    const topic = topicName(namespace, "auditEvents");
+    await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1 }] });
+    expect((await configOf(topic))["retention.bytes"]).toBe("-1");
+    await ensureTopics(kafka, namespace, ["auditEvents"], 8, { configureExisting: true });
+    expect(await configOf(topic)).toMatchObject(expected("auditEvents"));
+  });
+});
