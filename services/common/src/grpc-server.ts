@@ -1,7 +1,7 @@
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ConnectRouter, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
-import { invokeUnaryImplementation, transformInvokeImplementation } from "@connectrpc/connect/protocol";
+import { createAsyncIterable, invokeUnaryImplementation, transformInvokeImplementation } from "@connectrpc/connect/protocol";
 import { headerGrpcMessage, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 // The services' handlers, written for connect-es (ConnectRouter routes, HandlerContext, ConnectError,
@@ -98,7 +98,7 @@ export function statusOf(err: unknown): Partial<grpc.StatusObject> {
   return { code: ce.code as number as grpc.status, details: ce.rawMessage, metadata: metadataOf(trailer) };
 }
 
-type AnyCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerReadableStream<unknown, unknown>;
+type AnyCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerReadableStream<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>;
 
 const CALL_FINISHED = ((globalThis as Record<symbol, unknown>)[Symbol.for("@connectrpc/call-finished")] ??= new DOMException("This operation was aborted", "AbortError"));
 
@@ -114,7 +114,8 @@ function contextOf(spec: MethodImplSpec, call: AnyCall): { context: CallContext;
   const at = deadline instanceof Date ? deadline.getTime() : deadline;
   const cancelled = new AbortController();
   const onCancel = () => cancelled.abort(new ConnectError("the call was cancelled", Code.Canceled));
-  call.once("cancelled", onCancel);
+  const events = call as unknown as NodeJS.EventEmitter;
+  events.once("cancelled", onCancel);
   const context = createHandlerContext({
     service: spec.method.parent,
     method: spec.method,
@@ -128,7 +129,7 @@ function contextOf(spec: MethodImplSpec, call: AnyCall): { context: CallContext;
   return {
     context,
     finish: () => {
-      call.removeListener("cancelled", onCancel);
+      events.removeListener("cancelled", onCancel);
       context.abort(CALL_FINISHED);
     },
   };
@@ -184,9 +185,28 @@ export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): {
           })();
         }) as grpc.handleClientStreamingCall<unknown, unknown>;
         break;
+      case "server_streaming":
+        implementation[name] = ((call: grpc.ServerWritableStream<unknown, unknown>) => {
+          const { context, finish } = contextOf(spec, call);
+          void (async () => {
+            try {
+              for await (const message of transformInvokeImplementation(spec, context, interceptors)(createAsyncIterable([call.request as never]))) {
+                if (call.cancelled) break;
+                if (!call.write(message)) await new Promise((resolve) => call.once("drain", resolve));
+              }
+              call.end(metadataOf(context.responseTrailer));
+            } catch (err) {
+              // grpc-js answers a stream's 'error' with that status.
+              call.emit("error", statusOf(err));
+            } finally {
+              finish();
+            }
+          })();
+        }) as grpc.handleServerStreamingCall<unknown, unknown>;
+        break;
       default:
-        // No service here serves a response stream (grpc.health.v1.Health/Watch is left unserved).
-        throw new Error(`${name}: only unary and client-streaming methods are served`);
+        // No service here serves a bidirectional stream (grpc.health.v1.Health/Watch is left unserved).
+        throw new Error(`${name}: bidirectional streams are not served`);
     }
   }
   return { definition, implementation };

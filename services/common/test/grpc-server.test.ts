@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { authv1, fileintakev1 } from "@pi/proto";
+import { authv1, fileintakev1, healthv1 } from "@pi/proto";
 import { commonv1 } from "@pi/proto";
 import { reasonOf, serviceError } from "../src/errors.js";
 import { collectRoutes, grpcHandlers } from "../src/grpc-server.js";
@@ -27,6 +27,12 @@ const routes = (router: ConnectRouter) => {
       if (req.clientId === "refused") throw serviceError(commonv1.ErrorReason.NOT_FOUND, "no such connection", "id");
       if (req.clientId === "wait") await new Promise<void>((resolve) => ((release = resolve), entered?.()));
       return { outcome: { case: "token", value: { accessToken: `token of ${req.clientId}`, expiresIn: 60n, scope: "s" } } };
+    },
+  });
+  router.service(healthv1.Health, {
+    async *watch(req) {
+      for (let i = 0; i < 3; i++) yield { status: healthv1.HealthCheckResponse_ServingStatus.SERVING };
+      if (req.service === "fail") throw new ConnectError("gone", Code.Unavailable);
     },
   });
   router.service(fileintakev1.FileIntakeService, {
@@ -54,6 +60,7 @@ const refuser: Interceptor = (next) => async (req) => {
 
 let server: grpc.Server;
 let auth: ReturnType<typeof createClient<typeof authv1.AuthService>>;
+let health: ReturnType<typeof createClient<typeof healthv1.Health>>;
 let files: ReturnType<typeof createClient<typeof fileintakev1.FileIntakeService>>;
 
 beforeAll(async () => {
@@ -64,6 +71,7 @@ beforeAll(async () => {
   const transport = createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` });
   auth = createClient(authv1.AuthService, transport);
   files = createClient(fileintakev1.FileIntakeService, transport);
+  health = createClient(healthv1.Health, transport);
 });
 
 afterAll(() => server.forceShutdown());
@@ -131,6 +139,21 @@ describe("Connect handlers served by grpc-js", () => {
     await auth.issueToken({ clientId: "b" });
     expect(first.aborted && seen.signal!.aborted).toBe(true);
     expect(seen.signal!.reason).toBe(first.reason);
+  });
+
+  it("a response stream's messages reach the caller, and a failure after them its code", async () => {
+    const statuses: number[] = [];
+    for await (const r of health.watch({ service: "" })) statuses.push(r.status);
+    expect(statuses).toEqual([1, 1, 1]);
+    let n = 0;
+    const err = await failure(
+      (async () => {
+        for await (const _ of health.watch({ service: "fail" })) n++;
+      })(),
+    );
+    expect(n).toBe(3);
+    expect(err.code).toBe(Code.Unavailable);
+    expect(err.rawMessage).toBe("gone");
   });
 
   it("a client stream's messages reach the handler in order", async () => {
