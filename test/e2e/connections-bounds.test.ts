@@ -47,10 +47,10 @@ beforeAll(async () => {
   const info = await ops.info();
   domain = info.address_domain;
   sandbox = info.sandbox_elder_address;
-});
+}, 180_000);
 afterAll(async () => {
   await stack?.stop();
-});
+}, 120_000);
 
 describe("pending connections per partner: a bound no credential can pass", () => {
   it("one test credential's 10,000 connection requests meet the bound: 100 pending, then one identical 429 with Retry-After", async () => {

@@ -12,10 +12,10 @@ let stack: TestStack;
 
 beforeAll(async () => {
   stack = await startTestStack({ FILE_STORE_HIGH_WATER_BYTES: String(600 * KiB), FILE_STORAGE_QUOTA_BYTES: String(500 * KiB) });
-});
+}, 180_000);
 afterAll(async () => {
   await stack?.stop();
-});
+}, 120_000);
 
 describe("the store-wide high-water mark", () => {
   it("past it, another partner's upload within its own quota gets a fast 503 service_unavailable with Retry-After", async () => {
