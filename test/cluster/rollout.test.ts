@@ -7,7 +7,8 @@ beforeAll(async () => {
   partner = await approvedPartner("Cluster Rollout Pharmacy");
 });
 
-const services = ["gateway", "auth", "connection", "file-intake", "webhook"];
+// Every Deployment of the release; extraction (a worker, no Service) takes the same config, so it rolls too.
+const services = ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"];
 
 describe("under partner traffic", () => {
   it("a helm upgrade that changes a setting rolls every service with no failed request", async () => {
