@@ -331,22 +331,30 @@ describe("nothing accepted is left unprocessed", () => {
       const id = res.file!.id;
       // The "crashed" worker: takes the file and never finishes, nor renews its lease.
       const timing = { leaseMs: 3000, heartbeatMs: 60_000, stuckAfterMs: 0, maxAttempts: 3 };
-      const hung = extractionWorker(intake.settings, intake.port, () => new Promise(() => {}), timing);
-      void hung.process(id);
-      let taken = await store.files.findOne({ _id: id });
-      for (const deadline = Date.now() + 10_000; taken?.attempts !== 1 && Date.now() < deadline; ) {
-        await sleep(20);
-        taken = await store.files.findOne({ _id: id });
-      }
-      expect(taken).toMatchObject({ status: "received", attempts: 1 });
+      // It hangs until the test is over, then gives up, so its lease heartbeat stops with the test
+      // (a timer left behind fires into whichever test this jest worker runs next).
+      let giveUp: ((err: Error) => void) | undefined;
+      const hung = extractionWorker(intake.settings, intake.port, () => new Promise((_, reject) => (giveUp = reject)), timing);
+      const hungRun = hung.process(id).catch(() => undefined);
+      try {
+        let taken = await store.files.findOne({ _id: id });
+        for (const deadline = Date.now() + 10_000; taken?.attempts !== 1 && Date.now() < deadline; ) {
+          await sleep(20);
+          taken = await store.files.findOne({ _id: id });
+        }
+        expect(taken).toMatchObject({ status: "received", attempts: 1 });
 
-      const restarted = extractionWorker(intake.settings, intake.port, plainText, timing);
-      expect(await restarted.process(id)).toBe("skipped"); // the lease still holds
-      expect(await restarted.sweepStuck()).toBe(0);
-      await sleep(Math.max(0, taken!.leaseUntil!.getTime() - Date.now()) + 50);
-      expect(await restarted.sweepStuck()).toBe(1);
-      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 2, leaseUntil: null });
-      expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "plain-text", text: fixture("sample.txt").toString("utf8") });
+        const restarted = extractionWorker(intake.settings, intake.port, plainText, timing);
+        expect(await restarted.process(id)).toBe("skipped"); // the lease still holds
+        expect(await restarted.sweepStuck()).toBe(0);
+        await sleep(Math.max(0, taken!.leaseUntil!.getTime() - Date.now()) + 50);
+        expect(await restarted.sweepStuck()).toBe(1);
+        expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 2, leaseUntil: null });
+        expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "plain-text", text: fixture("sample.txt").toString("utf8") });
+      } finally {
+        giveUp?.(new Error("the test is over"));
+        await hungRun;
+      }
     });
   });
 
