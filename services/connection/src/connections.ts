@@ -201,11 +201,13 @@ export class Connections {
         if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id);
         continue;
       }
-      // Given back after the change; if this fails the repair gives it back (slots.ts).
-      if (slot === "release") await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
       connectionTransitions.inc({ from: doc.status, to: outcome.to });
+      // The publishes start right after the write, before anything else is awaited: the crash test
+      // kills the process here, and a relay's sweep must not have published in between.
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
+      // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
+      if (slot === "release") await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
