@@ -24,13 +24,16 @@ describe("the store-wide high-water mark", () => {
     const first = await sendFile(stack.baseUrl, a.token, a.elder, Buffer.alloc(400 * KiB, "a"));
     expect(first.status).toBe(202);
     expect((await sendFile(stack.baseUrl, b.token, b.elder, Buffer.alloc(150 * KiB, "b"))).status).toBe(202);
-    // Each replica reads the store's total at most once a second: the next upload meets the mark within that.
+    // Each replica reads the store's total at most once a second: an upload meets the mark within
+    // that. Small uploads, paced, so that b's own quota (350 KiB left: 35 of them, 3.5 s at least)
+    // cannot run out before every replica has read the total past the mark.
     let refused: Awaited<ReturnType<typeof sendFile>> | undefined;
     for (const deadline = Date.now() + 10_000; !refused; ) {
-      const r = await sendFile(stack.baseUrl, b.token, b.elder, Buffer.alloc(100 * KiB, "c"));
+      const r = await sendFile(stack.baseUrl, b.token, b.elder, Buffer.alloc(10 * KiB, "c"));
       if (r.status === 503) refused = r;
       else expect(r.status).toBe(202);
       if (Date.now() > deadline) throw new Error("no upload met the mark");
+      if (!refused) await new Promise((resolve) => setTimeout(resolve, 100));
     }
     expect(refused.headers.get("retry-after")).toBe("60");
     expect(JSON.parse(refused.text)).toEqual({ error: { type: "api_error", code: "service_unavailable", message: expect.any(String) } });
