@@ -122,6 +122,7 @@ describe("npm start (the operator contract's local stack)", () => {
         expect(String(err)).toContain("503");
         return undefined;
       });
+      if (!token) await new Promise((r) => setTimeout(r, 250)); // paced: the token endpoint's per-IP limit
     }
     expect(token).toMatch(/^ey/);
     const deadline = Date.now() + 30_000;
