@@ -1,7 +1,7 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { authv1, commonv1, eventsv1 } from "@pi/proto";
+import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { auditRecordMessage, emptyOutbox, isDuplicateKey, MAX_TOKENS_PER_CALL, newId, newSecret, tokenEndpointUrl, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings, webhookUrlRefusal } from "@pi/common";
+import { auditRecordMessage, emptyOutbox, isDuplicateKey, MAX_TOKENS_PER_CALL, newId, newSecret, tokenEndpointUrl, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings, webhookUrlRefusal, modeFromProto, modeToProto } from "@pi/common";
 import { randomUUID } from "node:crypto";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
@@ -16,7 +16,6 @@ import { eachOnItsOwn } from "./token-batch.js";
 import { reinstatementWaitMs, signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 
 const { AuthService, TokenFailure, PartnerStatus, ClientAuthMethod } = authv1;
-const { Mode } = commonv1;
 
 export interface AuthDeps {
   store: AuthStore;
@@ -44,9 +43,6 @@ export interface AuthAudit {
 export function auditRecordOf(doc: AuditRecordDoc) {
   return auditRecordMessage({ ...doc, eventId: doc._id });
 }
-
-const modeName = (m: commonv1.Mode): CredentialMode | undefined => (m === Mode.LIVE ? "live" : m === Mode.TEST ? "test" : undefined);
-const modeEnum = (m: CredentialMode) => (m === "live" ? Mode.LIVE : Mode.TEST);
 
 /** A rotation's overlap may last at most a week. */
 export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
@@ -95,7 +91,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       audit: [trail.entry({ action: "credential.create", actor: "operator", targets: [clientId, partnerId] })],
     });
     audit.credentials.afterWrite(clientId);
-    return { clientId, clientSecret, mode: modeEnum(mode), authMethod: keys ? ClientAuthMethod.PRIVATE_KEY_JWT : ClientAuthMethod.CLIENT_SECRET };
+    return { clientId, clientSecret, mode: modeToProto(mode), authMethod: keys ? ClientAuthMethod.PRIVATE_KEY_JWT : ClientAuthMethod.CLIENT_SECRET };
   }
 
   /** The decoy partner is invisible to the operator: it cannot be reinstated or given credentials. */
@@ -356,7 +352,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     createCredential: (req) =>
       trail.refusals({ action: "credential.create", actor: "operator", targets: [req.partnerId] }, async () => {
-        const mode = modeName(req.mode);
+        const mode = modeFromProto(req.mode);
         if (!mode) throw new ConnectError("mode must be live or test", Code.InvalidArgument);
         await partnerOrThrow(req.partnerId);
         return { credential: await issueCredential(req.partnerId, mode, await keySource(req)) };

@@ -1,11 +1,11 @@
 import type { JSONWebKeySet } from "jose";
 import type { Collection, Db } from "mongodb";
-import { isDuplicateKey, type AuditCarrier, type OutboxEntry, type OutboxFields } from "@pi/common";
+import { isDuplicateKey, type AuditCarrier, type OutboxEntry, type OutboxFields, type PartnerMode } from "@pi/common";
 import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";
 
 export type PartnerStatus = "active" | "suspended";
-export type CredentialMode = "live" | "test";
+export type CredentialMode = PartnerMode;
 
 /** A partner event (revocation, suspension, reinstatement, webhook change) in a document's outbox. */
 export interface PartnerEventEntry extends OutboxEntry {

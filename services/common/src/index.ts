@@ -29,3 +29,4 @@ export * from "./webhook-events.js";
 export * from "./grpc-server.js";
 export * from "./egress.js";
 export * from "./webhook-url.js";
+export * from "./mode.js";

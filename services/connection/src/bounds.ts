@@ -1,4 +1,5 @@
 import type { ConnectionMode, InternalStatus } from "./state-machine.js";
+import { forMode } from "@pi/common";
 
 // The per-partner bounds on what POST /v1/connections may add (docs/connections.md, "Bounds"),
 // pure: which stored statuses hold a pending slot, whether a slot is free, whether a connection may
@@ -17,7 +18,7 @@ export interface ReopenIntervals {
   test: number;
 }
 
-export const limitOf = <T>(limits: { live: T; test: T }, mode: ConnectionMode): T => (mode === "test" ? limits.test : limits.live);
+export const limitOf = <T>(limits: { live: T; test: T }, mode: ConnectionMode): T => forMode(limits, mode);
 
 /** A declined connection reads as pending (the spec), so it keeps its slot as a pending one does. */
 export const holdsSlot = (status: InternalStatus): boolean => status === "pending" || status === "declined";

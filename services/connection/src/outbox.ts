@@ -1,8 +1,8 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import type { Producer } from "kafkajs";
-import { commonv1, eventsv1 } from "@pi/proto";
-import { Outbox, type Logger } from "@pi/common";
+import { eventsv1 } from "@pi/proto";
+import { Outbox, type Logger, modeToProto } from "@pi/common";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 // Connection events go out through the one outbox of @pi/common (services/common/src/persistence.ts):
@@ -18,7 +18,7 @@ export function connectionEvent(doc: Pick<ConnectionDoc, "_id" | "partnerId" | "
     partnerId: doc.partnerId,
     connectionId: doc._id,
     status: entry.status,
-    mode: doc.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE,
+    mode: modeToProto(doc.mode),
     occurredAt: BigInt(entry.occurredAt.getTime()),
   });
 }

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectionv1, commonv1 } from "@pi/proto";
-import { checkElderAddress, insertIfNew, newId, sandboxElderAddress, serviceError, ErrorReason, type AuditTrail, type Logger, type Settings } from "@pi/common";
+import { checkElderAddress, insertIfNew, newId, sandboxElderAddress, serviceError, ErrorReason, type AuditTrail, type Logger, type Settings, modeFromProto } from "@pi/common";
 import { partnerActor } from "./audit.js";
 import type { Connections } from "./connections.js";
 import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type Trigger } from "./state-machine.js";
@@ -8,7 +8,6 @@ import type { ConnectionDoc, ConnectionStore } from "./store.js";
 import { randomThreeWords } from "./words.js";
 
 const { ConnectionService, ExternalStatus: External, InternalStatus: Internal } = connectionv1;
-const { Mode } = commonv1;
 
 export interface ConnectionDeps {
   store: ConnectionStore;
@@ -40,8 +39,8 @@ const internalEnum: Record<InternalStatus, connectionv1.InternalStatus> = {
 };
 
 function modeOf(mode: commonv1.Mode): ConnectionMode {
-  if (mode === Mode.TEST) return "test";
-  if (mode === Mode.LIVE) return "live";
+  const name = modeFromProto(mode);
+  if (name) return name;
   throw new ConnectError("mode is required", Code.InvalidArgument);
 }
 

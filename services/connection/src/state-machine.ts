@@ -3,9 +3,11 @@
 // the expiry sweep all go through `transition`, so there is one table and docs/connections.md
 // describes it row by row.
 
+import type { PartnerMode } from "@pi/common";
+
 export type InternalStatus = "pending" | "approved" | "declined" | "expired" | "revoked";
 export type ExternalStatus = "pending" | "approved" | "expired" | "revoked";
-export type ConnectionMode = "live" | "test";
+export type ConnectionMode = PartnerMode;
 export type EventType = "connection.approved" | "connection.revoked";
 
 export interface ConnectionState {

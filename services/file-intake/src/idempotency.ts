@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import type { PartnerMode } from "@pi/common";
 
 // The rules of Idempotency-Key on POST /v1/files, as plain functions (the store applies them).
 //
@@ -25,7 +26,7 @@ export interface Payload {
   /** The normalised elder address. */
   elder: string;
   purpose: string | null;
-  mode: "live" | "test";
+  mode: PartnerMode;
 }
 
 export function fingerprint(p: Payload): string {

@@ -2,20 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { commonv1, fileintakev1 } from "@pi/proto";
-import {
-  checkElderAddress,
-  DATA_KEY_BYTES,
-  ErrorReason,
-  newId,
-  outboxEntry,
-  recognise,
-  serviceError,
-  SNIFF_BYTES,
-  TEXT_MEDIA_TYPE,
-  TextChecker,
-  type KeyWrapper,
-  type Logger,
-} from "@pi/common";
+import { checkElderAddress, DATA_KEY_BYTES, ErrorReason, newId, outboxEntry, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type KeyWrapper, type Logger, modeFromProto } from "@pi/common";
 import { sealMeta } from "./at-rest.js";
 import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
 import type { IdempotencyKeys } from "./keys.js";
@@ -58,12 +45,10 @@ interface Header {
   declaredBytes: number | undefined;
 }
 
-export const modeOf = (mode: commonv1.Mode): FileMode | undefined => (mode === commonv1.Mode.TEST ? "test" : mode === commonv1.Mode.LIVE ? "live" : undefined);
-
 function parseHeader(part: Part | undefined): Header {
   if (part?.case !== "header") throw protocol("the first message must be the header");
   const h = part.value;
-  const mode = modeOf(h.mode);
+  const mode = modeFromProto(h.mode);
   if (!h.partnerId || !mode) throw protocol("partner_id and mode are required");
   if (h.idempotencyKey !== undefined) {
     const check = checkIdempotencyKey(h.idempotencyKey);
@@ -238,7 +223,7 @@ export const fileById = (id: string) => ({ _id: id });
 
 /** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
 export async function getFile(store: FileStore, req: { partnerId: string; id: string; mode: commonv1.Mode }) {
-  const mode = modeOf(req.mode);
+  const mode = modeFromProto(req.mode);
   const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such file");
   if (!mode || !req.partnerId || !FILE_ID.test(req.id)) throw notFound();
   const doc = await store.files.findOne(fileById(req.id), { projection: { partnerId: 1, mode: 1, status: 1 } });

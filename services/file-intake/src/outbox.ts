@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
-import { commonv1, eventsv1 } from "@pi/proto";
-import { Outbox, topicName, type Logger, type OutboxEntry, type Producer } from "@pi/common";
+import { eventsv1 } from "@pi/proto";
+import { Outbox, topicName, type Logger, type OutboxEntry, type Producer, modeToProto } from "@pi/common";
 import type { FileDoc } from "./store.js";
 
 /**
@@ -27,7 +27,7 @@ export function fileOutbox(files: Collection<FileDoc>, producer: Pick<Producer, 
         create(eventsv1.FileReceivedEventSchema, {
           fileId: doc._id,
           partnerId: doc.partnerId,
-          mode: doc.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE,
+          mode: modeToProto(doc.mode),
           mediaType: doc.mediaType,
           occurredAt: BigInt(entry.occurredAt.getTime()),
         }),

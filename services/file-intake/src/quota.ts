@@ -1,4 +1,5 @@
 import type { FileMode } from "./store.js";
+import { forMode } from "@pi/common";
 
 // The storage quota's rules (docs/files.md, "Storage quota"), pure: what an upload reserves, when
 // it must reserve more, whether a reservation fits, and what the repair sets a partner's usage to.
@@ -34,7 +35,7 @@ export const QUOTA_STEP_BYTES = 4 * 1024 * 1024;
 
 export const usageKey = (partnerId: string, mode: FileMode) => `${partnerId}:${mode}`;
 
-export const quotaOf = (limits: QuotaLimits, mode: FileMode) => (mode === "test" ? limits.test : limits.live);
+export const quotaOf = (limits: QuotaLimits, mode: FileMode) => forMode(limits, mode);
 
 /** What an upload must reserve (`need`) and would rather (`want`): one step ahead when it can. */
 export interface Growth {

@@ -1,8 +1,8 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { fileintakev1 } from "@pi/proto";
-import { isFailureReason, type ExtractionKind, type Extracted } from "@pi/common";
+import { isFailureReason, modeFromProto, type ExtractionKind, type Extracted } from "@pi/common";
 import type { ExtractionRecords } from "./extraction-records.js";
-import { getFile, modeOf, submitFile, type IntakeDeps } from "./intake.js";
+import { getFile, submitFile, type IntakeDeps } from "./intake.js";
 import type { FileStatus } from "./store.js";
 
 export interface FileIntakeDeps extends IntakeDeps {
@@ -51,7 +51,7 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
       return { file: await getFile(deps.store, req) };
     },
     async checkStorageQuota(req) {
-      const mode = modeOf(req.mode);
+      const mode = modeFromProto(req.mode);
       if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
       const verdict = await deps.quota.check(req.partnerId, mode, req.declaredBytes === undefined ? undefined : Number(req.declaredBytes));
       return verdict.fits ? { fits: true } : { fits: false, retryAfterSeconds: verdict.retryAfterSeconds };

@@ -1,5 +1,4 @@
-import { checkDataKeys, clientsFor, dataKeysOf, every, GAUGE_REFRESH_MS, openRuntime, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
-import { commonv1 } from "@pi/proto";
+import { checkDataKeys, clientsFor, dataKeysOf, every, GAUGE_REFRESH_MS, openRuntime, startConnectServer, type Logger, type RunningService, type Settings, modeToProto } from "@pi/common";
 import type { ConnectionCheck } from "./intake.js";
 import { refreshFileGauges } from "./gauges.js";
 import { IdempotencyKeys } from "./keys.js";
@@ -48,7 +47,6 @@ export interface FileIntakeOptions {
   passive?: boolean;
 }
 
-const modeEnum = { live: commonv1.Mode.LIVE, test: commonv1.Mode.TEST } as const;
 
 export async function startFileIntakeService(settings: Settings, logger: Logger, options: FileIntakeOptions = {}): Promise<RunningService> {
   const timing = { ...DEFAULT_TIMING, ...options.timing };
@@ -65,7 +63,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
   const connectionClient = clientsFor(settings).connection();
   const connections: ConnectionCheck = options.connections ?? {
     async isActive(partnerId, mode, elderAddress) {
-      const res = await connectionClient.checkActiveConnection({ partnerId, mode: modeEnum[mode], elderAddress });
+      const res = await connectionClient.checkActiveConnection({ partnerId, mode: modeToProto(mode), elderAddress });
       return res.active;
     },
   };

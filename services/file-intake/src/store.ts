@@ -1,10 +1,10 @@
 import { GridFSBucket, ObjectId, type Binary, type Collection, type Db } from "mongodb";
-import { SEAL_OVERHEAD, type ExtractionKind, type FailureReason, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey } from "@pi/common";
+import { SEAL_OVERHEAD, type ExtractionKind, type FailureReason, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey, type PartnerMode } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
 import type { Usage } from "./quota.js";
 
 export type FileStatus = "received" | "processed" | "failed";
-export type FileMode = "live" | "test";
+export type FileMode = PartnerMode;
 
 /** What a file record holds about its content, only ever stored sealed (`sealedMeta`). */
 export interface FileMeta {

@@ -1,11 +1,11 @@
 import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload } from "jose";
 import { LRUCache } from "lru-cache";
-import type { AuthClient } from "@pi/common";
+import type { AuthClient, PartnerMode } from "@pi/common";
 
 export interface Principal {
   partnerId: string;
   clientId: string;
-  mode: "live" | "test";
+  mode: PartnerMode;
   scopes: ReadonlySet<string>;
 }
 

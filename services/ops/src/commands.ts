@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { authv1, commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
-import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common";
+import { type AuthClient, type ConnectionClient, type WebhookClient, isPartnerMode, modeFromProto, modeToProto } from "@pi/common";
 
 // Each operator command: calls one internal service and returns the JSON object of the operator
 // contract (docs: ../shared/spec/operator-contract.md). Kept apart from argument parsing so tests
@@ -12,7 +12,6 @@ export interface OpsClients {
   webhook: WebhookClient;
 }
 
-const modeName = (m: commonv1.Mode) => (m === commonv1.Mode.TEST ? "test" : "live");
 
 const internalStatusName: Record<connectionv1.InternalStatus, string> = {
   [connectionv1.InternalStatus.UNSPECIFIED]: "unknown",
@@ -101,8 +100,7 @@ export function auditRecordJson(r: eventsv1.AuditRecord) {
 }
 
 export function parseMode(value: string): commonv1.Mode {
-  if (value === "live") return commonv1.Mode.LIVE;
-  if (value === "test") return commonv1.Mode.TEST;
+  if (isPartnerMode(value)) return modeToProto(value);
   throw new UsageError(`--mode must be live or test, not ${JSON.stringify(value)}`);
 }
 
@@ -142,8 +140,8 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     if (keys.jwksJson !== undefined && keys.jwksUrl !== undefined) throw new UsageError("give --jwks-file or --jwks-url, not both");
     const res = await c.auth.createCredential({ partnerId, mode: parseMode(mode), ...keys });
     const cred = res.credential!;
-    if (cred.authMethod === authv1.ClientAuthMethod.PRIVATE_KEY_JWT) return { client_id: cred.clientId, mode: modeName(cred.mode), auth_method: "private_key_jwt" };
-    return { client_id: cred.clientId, client_secret: cred.clientSecret, mode: modeName(cred.mode) };
+    if (cred.authMethod === authv1.ClientAuthMethod.PRIVATE_KEY_JWT) return { client_id: cred.clientId, mode: modeFromProto(cred.mode) ?? "live", auth_method: "private_key_jwt" };
+    return { client_id: cred.clientId, client_secret: cred.clientSecret, mode: modeFromProto(cred.mode) ?? "live" };
   },
 
   async credentialRevoke(clientId: string) {

@@ -1,7 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
-import { commonv1, eventsv1 } from "@pi/proto";
-import { consumed, consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, disconnectConsumer, insertNew, topicName, traceHeaders, watchConsumer, watchConsumerLag, type Kafka, type Logger } from "@pi/common";
+import { eventsv1 } from "@pi/proto";
+import { consumed, consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, disconnectConsumer, insertNew, topicName, traceHeaders, watchConsumer, watchConsumerLag, type Kafka, type Logger, modeFromProto } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
@@ -63,7 +63,7 @@ export function decodeMessage(message: KafkaMessage, where: { partition: number 
   if (src.statusMismatch !== undefined) {
     logger.warn({ ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type }, "connection event status disagrees with its type");
   }
-  return webhookEventDoc(src, event.mode === commonv1.Mode.TEST ? "test" : "live", now, traceHeaders(contextFromHeaders(message.headers)), Number(message.offset));
+  return webhookEventDoc(src, modeFromProto(event.mode) ?? "live", now, traceHeaders(contextFromHeaders(message.headers)), Number(message.offset));
 }
 
 /**

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { commonv1, webhookv1 } from "@pi/proto";
-import { ErrorReason, isWebhookEventType, serviceError, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings } from "@pi/common";
+import { webhookv1 } from "@pi/proto";
+import { ErrorReason, isWebhookEventType, serviceError, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings, modeFromProto } from "@pi/common";
 import { cursorFilter, cutPage, EVENTS_ORDER, EVENTS_PAGE_MAX, pageFilter, type EventKey, type EventsPage } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
 import { recoverable, requeue } from "./requeue.js";
@@ -78,7 +78,7 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
 
     // GET /v1/events. The gateway has checked the query; this checks again, since it is a service of its own.
     async listEvents(req) {
-      const mode = req.mode === commonv1.Mode.LIVE ? "live" : req.mode === commonv1.Mode.TEST ? "test" : undefined;
+      const mode = modeFromProto(req.mode);
       if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
       if (req.limit < 1 || req.limit > EVENTS_PAGE_MAX) throw serviceError(ErrorReason.INVALID_REQUEST, `limit must be an integer from 1 to ${EVENTS_PAGE_MAX}.`, "limit");
       if (req.type && !isWebhookEventType(req.type)) throw serviceError(ErrorReason.INVALID_REQUEST, "type is not an event type.", "type");

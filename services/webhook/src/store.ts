@@ -1,5 +1,5 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier, ClaimDoc as BaseClaim } from "@pi/common";
+import type { AuditCarrier, ClaimDoc as BaseClaim, PartnerMode } from "@pi/common";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { EventType } from "./event-body.js";
 import type { DeliveryState } from "./delivery-states.js";
@@ -37,7 +37,7 @@ export interface WebhookEventDoc extends AuditCarrier {
   sourceEventId: string; // unique: one webhook event per connection event, however often Kafka redelivers it
   partnerId: string;
   connectionId: string;
-  mode: "live" | "test";
+  mode: PartnerMode;
   type: EventType;
   /** The exact body every attempt sends. */
   body: string;

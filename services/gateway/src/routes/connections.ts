@@ -1,6 +1,6 @@
 import { bodyParser } from "@koa/bodyparser";
-import { commonv1, connectionv1 } from "@pi/proto";
-import { checkElderAddress, type ConnectionClient } from "@pi/common";
+import { connectionv1 } from "@pi/proto";
+import { checkElderAddress, type ConnectionClient, modeToProto } from "@pi/common";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";
@@ -51,7 +51,7 @@ const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
 export default function connectionRoutes(connections: ConnectionClient, domain: string) {
   const router = gatewayRouter();
-  const modeOf = (ctx: GatewayContext) => (ctx.state.principal!.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
+  const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
   router.post("/v1/connections", requireScope(CONNECTION_SCOPE), async (ctx, next) => {
     if (!ctx.is("application/json")) throw new PartnerError("unsupported_media_type", { message: "The body must be application/json." });

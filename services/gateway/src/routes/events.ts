@@ -1,5 +1,4 @@
-import { commonv1 } from "@pi/proto";
-import type { WebhookClient } from "@pi/common";
+import { type WebhookClient, modeToProto } from "@pi/common";
 import { eventsListJson, parseEventsQuery } from "../events-query.js";
 import { gatewayRouter } from "../router.js";
 import { requireScope } from "../middleware.js";
@@ -17,7 +16,7 @@ export default function eventRoutes(webhooks: WebhookClient) {
     const principal = ctx.state.principal!;
     const res = await webhooks.listEvents({
       partnerId: principal.partnerId,
-      mode: principal.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE,
+      mode: modeToProto(principal.mode),
       limit: query.limit,
       startingAfter: query.startingAfter ?? "",
       type: query.type ?? "",

@@ -4,8 +4,8 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Middleware } from "koa";
 import multer from "@koa/multer";
 import multerCore from "multer";
-import { commonv1, fileintakev1 } from "@pi/proto";
-import { checkElderAddress, filesAccepted, filesRefused, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type FileIntakeClient } from "@pi/common";
+import { fileintakev1 } from "@pi/proto";
+import { checkElderAddress, filesAccepted, filesRefused, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type FileIntakeClient, modeToProto } from "@pi/common";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal, storageQuotaExceeded } from "../errors.js";
@@ -250,7 +250,7 @@ export class Submission {
   }
 }
 
-const modeOf = (ctx: GatewayContext) => (ctx.state.principal!.mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
+const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
 export interface FileRouteSettings {
   ADDRESS_DOMAIN: string;
