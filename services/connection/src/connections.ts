@@ -55,6 +55,8 @@ export class Connections {
     private readonly clock: Clock = () => new Date(),
     /** Called right after a write that stored an audit record (every change): its relay. */
     private readonly afterAudit: (connectionId: string) => void = () => undefined,
+    /** A test seam: awaited between a change's read and its compare-and-set write (the replica race test holds one replica here). */
+    private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
   }
@@ -185,6 +187,7 @@ export class Connections {
           )
         : null;
       const record = auditEntry("connection", connectionAudit(trigger, doc, elderId), t.now);
+      await this.beforeWrite(doc._id, trigger);
       const updated = await updateVersioned(this.store.connections, doc, {
         $set: {
           status: outcome.to,

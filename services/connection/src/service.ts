@@ -4,6 +4,7 @@ import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { repairSlots } from "./slots.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
+import type { Trigger } from "./state-machine.js";
 
 /** The sandbox elder exists in every deployment; creating it is idempotent. */
 async function ensureSandboxElder(store: ConnectionStore, address: string): Promise<void> {
@@ -32,6 +33,8 @@ export interface ConnectionServiceSeams {
    * process here (test/support/connection-crash-main.mjs).
    */
   beforePublish?: (connectionId: string) => void;
+  /** Awaited between a change's read and its compare-and-set write: the replica race test holds one replica here. */
+  beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
 }
 
 export async function startConnectionService(settings: Settings, logger: Logger, seams: ConnectionServiceSeams = {}): Promise<RunningService> {
@@ -52,7 +55,7 @@ export async function startConnectionService(settings: Settings, logger: Logger,
     seams.beforePublish?.(connectionId);
     outbox.afterWrite(connectionId);
   };
-  const connections = new Connections(store, settings, afterStore, undefined, (id) => connectionsAudit.afterWrite(id));
+  const connections = new Connections(store, settings, afterStore, undefined, (id) => connectionsAudit.afterWrite(id), seams.beforeWrite);
 
   const server = await startConnectServer({
     service: "connection",

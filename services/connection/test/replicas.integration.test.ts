@@ -4,12 +4,15 @@ import { MongoClient } from "mongodb";
 import { clientsFor, createLogger, databaseName, newId, type RunningService, type Settings } from "@pi/common";
 import { commonv1, connectionv1 } from "@pi/proto";
 import { startConnectionService } from "../src/service.js";
+import type { Trigger } from "../src/state-machine.js";
 import { addressOf, as, testSettings } from "../../../test/support/services.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
 
 // Two replicas of the connection service (two started instances, each with its own MongoClient) on
 // one database, racing on one connection. Only single-document atomic updates keep them right: no
-// lock is shared, none exists.
+// lock is shared, none exists. A race is made to happen, not hoped for: the test seam
+// (ConnectionServiceSeams.beforeWrite) holds one replica's write between its read and its
+// compare-and-set while the other replica writes.
 
 type Client = ReturnType<ReturnType<typeof clientsFor>["connection"]>;
 
@@ -22,9 +25,35 @@ let gb: Client;
 let events: EventCollector;
 let mongo: MongoClient;
 
+/** Per replica, the writes to hold once: `${trigger} ${id}` -> the held write's signals. */
+const holds: Map<string, { reached: () => void; released: Promise<void> }>[] = [new Map(), new Map()];
+/** Every write attempt each replica made, as `${trigger} ${id}` (one more after a lost compare-and-set). */
+const attempts: string[][] = [[], []];
+
+/** Holds replica `r`'s next `trigger` write on `id` after its read: `held` resolves once it waits there, `release()` lets it write. */
+function holdWrite(r: number, trigger: Trigger, id: string) {
+  let reached!: () => void;
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (reached = resolve));
+  const released = new Promise<void>((resolve) => (release = resolve));
+  holds[r]!.set(`${trigger} ${id}`, { reached, released });
+  return { held, release };
+}
+
 beforeAll(async () => {
   settings = testSettings();
-  for (let i = 0; i < 2; i++) replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL)));
+  for (let i = 0; i < 2; i++) {
+    const beforeWrite = async (id: string, trigger: Trigger) => {
+      const key = `${trigger} ${id}`;
+      attempts[i]!.push(key);
+      const hold = holds[i]!.get(key);
+      if (!hold) return;
+      holds[i]!.delete(key);
+      hold.reached();
+      await hold.released;
+    };
+    replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL), { beforeWrite }));
+  }
   // a, b: the caregiver's acts and elders (the operator CLI's identity); ga, gb: partners' requests (the gateway's).
   [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("connection", r) }).connectionAdmin());
   [ga, gb] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), CONNECTION_SERVICE_URL: `http://127.0.0.1:${r.port}` }).connection());
@@ -76,19 +105,48 @@ describe("two replicas racing on one connection", () => {
     }
   });
 
-  it("approve on one replica and decline on the other: the decline that comes second gets FAILED_PRECONDITION; the connection ends approved with one event", async () => {
-    for (let round = 0; round < 6; round++) {
-      const { id } = await pendingConnection();
-      const [approve, decline] = await Promise.allSettled([a.approveConnection({ id }), b.declineConnection({ id })]);
-      expect(approve.status).toBe("fulfilled");
-      if (decline.status === "rejected") {
-        expect(ConnectError.from(decline.reason).code).toBe(Code.FailedPrecondition);
-      }
-      // approve after decline: version 2 (declined, then approved); decline refused: version 1.
-      const doc = await stored(id);
-      expect(doc).toMatchObject({ status: "approved", version: decline.status === "rejected" ? 1 : 2 });
-      expect(await settled(id)).toHaveLength(1);
-    }
+  it("approve on one replica and decline on the other, the decline written while the approve is held after its read: the approve's compare-and-set loses, it decides again on the declined state and approves (version 2, one event)", async () => {
+    const { id } = await pendingConnection();
+    const approveHeld = holdWrite(0, "approve", id);
+    const approve = a.approveConnection({ id });
+    await approveHeld.held;
+    // Replica A has read the pending connection and waits before its write; B declines it meanwhile.
+    expect((await b.declineConnection({ id })).result?.internalStatus).toBe(connectionv1.InternalStatus.DECLINED);
+    approveHeld.release();
+    expect((await approve).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    // A wrote twice: the held attempt lost to B's decline, the second one applied to the declined connection.
+    expect(attempts[0]!.filter((k) => k === `approve ${id}`)).toHaveLength(2);
+    expect(await stored(id)).toMatchObject({ status: "approved", version: 2 });
+    expect(await settled(id)).toHaveLength(1);
+  });
+
+  it("approve on one replica and decline on the other, the approve written while the decline is held after its read: the decline's compare-and-set loses and, deciding again on the approved state, it is refused with FAILED_PRECONDITION (version 1, one event)", async () => {
+    const { id } = await pendingConnection();
+    const declineHeld = holdWrite(1, "decline", id);
+    const decline = b.declineConnection({ id }).then(
+      () => undefined,
+      (err: unknown) => ConnectError.from(err).code,
+    );
+    await declineHeld.held;
+    expect((await a.approveConnection({ id })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    declineHeld.release();
+    expect(await decline).toBe(Code.FailedPrecondition);
+    expect(attempts[1]!.filter((k) => k === `decline ${id}`)).toHaveLength(1);
+    expect(await stored(id)).toMatchObject({ status: "approved", version: 1 });
+    expect(await settled(id)).toHaveLength(1);
+  });
+
+  it("two caregiver approvals, the second held after its read until the first is written: its compare-and-set loses, and deciding again it finds the connection approved (one write, one connection.approved)", async () => {
+    const { id } = await pendingConnection();
+    const secondHeld = holdWrite(1, "approve", id);
+    const second = b.approveConnection({ id });
+    await secondHeld.held;
+    expect((await a.approveConnection({ id })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    secondHeld.release();
+    expect((await second).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect(attempts[1]!.filter((k) => k === `approve ${id}`)).toHaveLength(1);
+    expect(await stored(id)).toMatchObject({ status: "approved", version: 1, outbox: [] });
+    expect(await settled(id)).toHaveLength(1);
   });
 
   it("concurrent requests for one (partner, address) on both replicas converge on one connection", async () => {

@@ -2,14 +2,14 @@ import { createHash, randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { commonv1, fileintakev1 } from "@pi/proto";
-import { checkElderAddress, DATA_KEY_BYTES, ErrorReason, newId, outboxEntry, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type KeyWrapper, type Logger, modeFromProto } from "@pi/common";
+import { checkElderAddress, DATA_KEY_BYTES, ErrorReason, newId, recognise, serviceError, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker, type KeyWrapper, type Logger, modeFromProto } from "@pi/common";
 import { sealMeta } from "./at-rest.js";
 import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
 import type { IdempotencyKeys } from "./keys.js";
 import { refusalDelay } from "./no-oracle.js";
 import type { FileOutbox } from "./outbox.js";
 import { StagedUpload } from "./staging.js";
-import type { FileDoc, FileMode, FileStore } from "./store.js";
+import { newFileDoc, type FileDoc, type FileMode, type FileStore } from "./store.js";
 import type { Reservation, StorageQuota } from "./usage.js";
 
 /** The one question file-intake asks the connection service: yes or no, never why. */
@@ -166,31 +166,21 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
       // Last, so that every refusal before it is the same whatever the connection; and it is
       // the only check whose answer must not tell why, not even by its time (no-oracle.ts).
       if (!(await connected)) throw serviceError(ErrorReason.NO_ACTIVE_CONNECTION, "no active connection");
-      const now = new Date();
-      const doc: FileDoc = {
-        _id: fileId,
-        partnerId,
-        mode,
-        dataKey: await wrapped,
-        sealedMeta: sealMeta(dataKey, fileId, { elder: elder.address, purpose, sha256 }),
-        mediaType: type.mediaType,
-        size,
-        blobId: staged.id,
-        blobStore: staged.blobStore,
-        idempotencyKey: key,
-        status: "received",
-        // The FileReceivedEvent, stored with the record it reports (outbox.ts).
-        outbox: [outboxEntry({}, now)],
-        relayUntil: null,
-        relayHolder: null,
-        leaseUntil: null,
-        leaseToken: null,
-        attempts: 0,
-        createdAt: now,
-        updatedAt: now,
-        processedAt: null,
-        purgedAt: null,
-      };
+      const doc = newFileDoc(
+        {
+          _id: fileId,
+          partnerId,
+          mode,
+          dataKey: await wrapped,
+          sealedMeta: sealMeta(dataKey, fileId, { elder: elder.address, purpose, sha256 }),
+          mediaType: type.mediaType,
+          size,
+          blobId: staged.id,
+          blobStore: staged.blobStore,
+          idempotencyKey: key,
+        },
+        new Date(),
+      );
       // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
       if (owned && !(await deps.keys.renew(partnerId, mode, key!, fileId))) {
         throw new ConnectError("the Idempotency-Key's claim was taken over; retry with the same key", Code.Unavailable);

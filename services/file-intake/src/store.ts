@@ -1,5 +1,5 @@
 import { GridFSBucket, ObjectId, type Binary, type Collection, type Db } from "mongodb";
-import { SEAL_OVERHEAD, type ExtractionKind, type FailureReason, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey, type PartnerMode } from "@pi/common";
+import { outboxEntry, SEAL_OVERHEAD, type ExtractionKind, type FailureReason, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey, type PartnerMode } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
 import type { Usage } from "./quota.js";
 
@@ -51,6 +51,27 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   processedAt: Date | null;
   /** When the retention sweep deleted the file's data (bytes, extraction result, metadata, data key). */
   purgedAt?: Date | null;
+}
+
+/** What intake decides about a new file; the rest of its record is the same for every new file. */
+export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "blobStore" | "idempotencyKey">;
+
+/** A new file's record as intake stores it: received, its FileReceivedEvent in the outbox (outbox.ts), no lease yet. */
+export function newFileDoc(file: NewFile, now: Date): FileDoc {
+  return {
+    ...file,
+    status: "received",
+    outbox: [outboxEntry({}, now)],
+    relayUntil: null,
+    relayHolder: null,
+    leaseUntil: null,
+    leaseToken: null,
+    attempts: 0,
+    createdAt: now,
+    updatedAt: now,
+    processedAt: null,
+    purgedAt: null,
+  };
 }
 
 /**

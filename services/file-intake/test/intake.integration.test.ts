@@ -273,7 +273,7 @@ describe("GetFile", () => {
 describe("nothing accepted is left unprocessed", () => {
   it("a record whose event was never published (the process died after the 202) is published by the relay and processed; one from before encryption at rest (plaintext bytes and fields) too, its result then sealed", async () => {
     const partnerId = partner();
-    const { openFileStore } = await import("../src/store.js");
+    const { openFileStore, newFileDoc } = await import("../src/store.js");
     const store = await openFileStore(db);
     const blobId = new ObjectId();
     await new Promise<void>((resolve, reject) => {
@@ -281,26 +281,13 @@ describe("nothing accepted is left unprocessed", () => {
     });
     const now = new Date(Date.now() - 1000);
     const fileId = newId("file");
-    await store.files.insertOne({
-      _id: fileId,
-      partnerId,
-      mode: "live",
-      elder: ELDER,
-      purpose: null,
-      mediaType: "image/png",
-      size: 469,
-      sha256: "0".repeat(64),
-      blobId,
-      idempotencyKey: null,
-      status: "received",
-      outbox: [{ eventId: newId("evt"), occurredAt: now }],
-      leaseUntil: null,
-      leaseToken: null,
-      attempts: 0,
-      createdAt: now,
-      updatedAt: now,
-      processedAt: null,
-    });
+    // The record as intake builds it (newFileDoc), then as it was before encryption at rest: no data
+    // key and no sealed metadata, elder, purpose and SHA-256 in the clear, the bytes in GridFS.
+    const { dataKey: _key, sealedMeta: _meta, blobStore: _segments, ...record } = newFileDoc(
+      { _id: fileId, partnerId, mode: "live", mediaType: "image/png", size: 469, blobId, idempotencyKey: null },
+      now,
+    );
+    await store.files.insertOne({ ...record, elder: ELDER, purpose: null, sha256: "0".repeat(64) });
     const deadline = Date.now() + 20_000;
     let doc = await store.files.findOne({ _id: fileId });
     while (doc?.outbox.length && Date.now() < deadline) {
