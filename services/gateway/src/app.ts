@@ -38,7 +38,7 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const warm = deps.warm ?? (() => true);
   const health = healthRoutes(deps.health, warm);
   const token = tokenRoutes(batchedTokenIssuer(deps.auth));
-  const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings), eventRoutes(deps.webhooks)];
+  const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings, deps.logger), eventRoutes(deps.webhooks)];
 
   const docs = docsRoutes();
   const discovery = discoveryRoutes(deps.settings);

@@ -3,7 +3,8 @@ import multerCore from "multer";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason, serviceError } from "@pi/common";
 import { PartnerError } from "../src/errors.js";
-import { checkFields, parseIdempotencyKey, uploadError } from "../src/routes/files.js";
+import { uploadError } from "../src/upload-multipart.js";
+import { checkFields, parseIdempotencyKey } from "../src/upload-request.js";
 
 const DOMAIN = "elders.example";
 const ELDER = "apple.banana.cherry@elders.example";

@@ -1,0 +1,44 @@
+import { checkElderAddress } from "@pi/common";
+import { PartnerError } from "./errors.js";
+
+// What a file upload's request may carry besides the file: the Idempotency-Key header and the
+// body's text fields (docs/files.md). Pure rules; the route and the multipart adapter call them.
+
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
+/** The text fields (`elder`, `purpose`) are capped so a body cannot grow without a file. */
+export const MAX_FIELD_BYTES = 64 * 1024;
+const FIELDS = new Set(["elder", "purpose"]);
+
+export const invalid = (message: string, param?: string) => new PartnerError("invalid_request", { message, param });
+
+/** The Idempotency-Key header: absent, or 1 to 255 printable ASCII characters, given once. */
+export function parseIdempotencyKey(value: string | string[] | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (Array.isArray(value)) throw invalid("Idempotency-Key must be given once.", "Idempotency-Key");
+  if (value.length === 0) throw invalid("Idempotency-Key must not be empty.", "Idempotency-Key");
+  if (value.length > MAX_IDEMPOTENCY_KEY_LENGTH) throw invalid(`Idempotency-Key must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters.`, "Idempotency-Key");
+  if (!/^[\x20-\x7e]+$/.test(value)) throw invalid("Idempotency-Key must be printable ASCII.", "Idempotency-Key");
+  return value;
+}
+
+/**
+ * The text fields of the body: only `elder` (a well-formed address) and `purpose` (any string,
+ * kept as sent), each at most once. Called with the fields read so far when the file part starts
+ * (complete = false) and with all of them at the end (complete = true: `elder` is then required).
+ */
+export function checkFields(fields: unknown, domain: string, complete: boolean): { elder?: string; purpose?: string } {
+  const entries = Object.entries((fields ?? {}) as Record<string, unknown>);
+  const out: { elder?: string; purpose?: string } = {};
+  for (const [name, value] of entries) {
+    if (name === "file") throw invalid("file must be a file part (with a filename).", "file");
+    if (!FIELDS.has(name)) throw invalid(`Unknown field ${JSON.stringify(name)}.`, name);
+    if (typeof value !== "string") throw invalid(`${name} must be given once, as a text field.`, name);
+    if (name === "elder") {
+      const check = checkElderAddress(value, domain);
+      if (!check.ok) throw invalid(`elder ${check.reason}.`, "elder");
+      out.elder = check.address;
+    } else out.purpose = value;
+  }
+  if (complete && out.elder === undefined) throw invalid("elder is required.", "elder");
+  return out;
+}
