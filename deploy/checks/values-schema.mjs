@@ -13,6 +13,8 @@ import { fileURLToPath } from "node:url";
 
 export const schemaFile = join(resolve(dirname(fileURLToPath(import.meta.url)), "..", ".."), "charts", "partner-integration", "values.schema.json");
 
+/** An object with exactly these properties: an unknown key is refused. */
+const strict = (properties, more = {}) => ({ type: "object", additionalProperties: false, ...more, properties });
 const port = { type: "integer", minimum: 1, maximum: 65535 };
 const posInt = { type: "integer", minimum: 1 };
 const settings = {
@@ -38,17 +40,12 @@ const settings = {
   TRUSTED_PROXY_HOPS: { type: "integer", minimum: 0, maximum: 10 },
   API_DEPRECATIONS: {
     type: "array",
-    items: {
-      type: "object",
-      additionalProperties: false,
-      required: ["route", "deprecation"],
-      properties: {
-        route: { type: "string", pattern: "^(/v[0-9]+|(GET|POST|PUT|PATCH|DELETE) /v[0-9]+(/([A-Za-z0-9_.-]+|\\{[A-Za-z0-9_]+\\}))+)$" },
-        deprecation: { type: "string", minLength: 1, description: "An RFC 3339 instant with offset." },
-        sunset: { type: "string", minLength: 1 },
-        link: { type: "string", pattern: "^https?://" },
-      },
-    },
+    items: strict({
+      route: { type: "string", pattern: "^(/v[0-9]+|(GET|POST|PUT|PATCH|DELETE) /v[0-9]+(/([A-Za-z0-9_.-]+|\\{[A-Za-z0-9_]+\\}))+)$" },
+      deprecation: { type: "string", minLength: 1, description: "An RFC 3339 instant with offset." },
+      sunset: { type: "string", minLength: 1 },
+      link: { type: "string", pattern: "^https?://" },
+    }, { required: ["route", "deprecation"] }),
   },
   MAX_FILE_BYTES: posInt,
   UPLOAD_CONCURRENCY_PER_PARTNER: posInt,
@@ -95,146 +92,81 @@ const clusterWide = [
 const serviceSettings = Object.fromEntries(Object.entries(settings).filter(([k]) => !clusterWide.includes(k)));
 const quantity = { type: ["string", "number"] };
 const definitions = {
-  config: {
-    type: "object",
-    description: "Settings of the operator contract, rendered as environment variables of every service.",
-    additionalProperties: false,
-    required: Object.keys(settings),
-    properties: settings,
-  },
-  serviceConfig: {
-    type: "object",
-    description: "Overrides of the top-level config for one service (ports and DATA_NAMESPACE are cluster-wide).",
-    additionalProperties: false,
-    properties: serviceSettings,
-  },
-  image: {
-    type: "object",
-    additionalProperties: false,
-    required: ["repository"],
-    properties: {
-      repository: { type: "string", minLength: 1 },
-      tag: { type: ["string", "number"] },
-      pullPolicy: { type: "string", enum: ["Always", "IfNotPresent", "Never"] },
-    },
-  },
-  resources: {
-    type: "object",
-    additionalProperties: false,
-    properties: {
-      requests: { type: "object", additionalProperties: quantity },
-      limits: { type: "object", additionalProperties: quantity },
-    },
-  },
-  autoscaling: {
-    type: "object",
-    additionalProperties: false,
-    required: ["enabled"],
-    properties: {
-      enabled: { type: "boolean" },
-      minReplicas: { type: "integer", minimum: 1 },
-      maxReplicas: { type: "integer", minimum: 1 },
-      targetCPUUtilizationPercentage: { type: "integer", minimum: 1, maximum: 100 },
-    },
-  },
-  podDisruptionBudget: {
-    type: "object",
-    additionalProperties: false,
-    required: ["enabled"],
-    properties: {
-      enabled: { type: "boolean" },
-      minAvailable: { type: ["integer", "string"] },
-      maxUnavailable: { type: ["integer", "string"] },
-    },
-  },
+  config: strict(settings, { description: "Settings of the operator contract, rendered as environment variables of every service.", required: Object.keys(settings) }),
+  serviceConfig: strict(serviceSettings, { description: "Overrides of the top-level config for one service (ports and DATA_NAMESPACE are cluster-wide)." }),
+  image: strict({
+    repository: { type: "string", minLength: 1 },
+    tag: { type: ["string", "number"] },
+    pullPolicy: { type: "string", enum: ["Always", "IfNotPresent", "Never"] },
+  }, { required: ["repository"] }),
+  resources: strict({
+    requests: { type: "object", additionalProperties: quantity },
+    limits: { type: "object", additionalProperties: quantity },
+  }),
+  autoscaling: strict({
+    enabled: { type: "boolean" },
+    minReplicas: { type: "integer", minimum: 1 },
+    maxReplicas: { type: "integer", minimum: 1 },
+    targetCPUUtilizationPercentage: { type: "integer", minimum: 1, maximum: 100 },
+  }, { required: ["enabled"] }),
+  podDisruptionBudget: strict({
+    enabled: { type: "boolean" },
+    minAvailable: { type: ["integer", "string"] },
+    maxUnavailable: { type: ["integer", "string"] },
+  }, { required: ["enabled"] }),
   extraEnv: {
     type: "array",
     items: { type: "object", required: ["name"], properties: { name: { type: "string", minLength: 1 } } },
   },
-  mongodb: {
-    type: "object",
-    additionalProperties: false,
-    properties: {
-      persistence: {
-        type: "object",
-        additionalProperties: false,
-        description: "This database's own volume size, instead of mongodb.persistence.size (empty: that one).",
-        properties: { size: { type: "string", pattern: "^$|^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" } },
-      },
-      external: {
-        type: "object",
-        additionalProperties: false,
-        properties: {
-          existingSecret: { type: "string", description: "A Secret holding this service's MONGODB_URI; set: no MongoDB is deployed for it." },
-          existingSecretKey: { type: "string", minLength: 1 },
-          port: port,
-        },
-      },
-      auth: {
-        type: "object",
-        additionalProperties: false,
-        description: "Credentials of the in-cluster database: Secrets of yours, else generated and kept (generateSecrets).",
-        properties: {
-          rootExistingSecret: { type: "string", description: "A Secret with the root password, read by the database's pod only." },
-          rootExistingSecretKey: { type: "string", minLength: 1 },
-          existingSecret: { type: "string", description: "A Secret with the service's own database password (at least 16 of A-Z a-z 0-9 . _ ~ -)." },
-          existingSecretKey: { type: "string", minLength: 1 },
-        },
-      },
-    },
-  },
-  persistence: {
-    type: "object",
-    additionalProperties: false,
-    properties: {
-      enabled: { type: "boolean" },
-      size: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" },
-      storageClass: { type: "string" },
-      claimRetention: { enum: ["Retain", "Delete"] },
-    },
-  },
+  mongodb: strict({
+    persistence: strict({ size: { type: "string", pattern: "^$|^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" } }, { description: "This database's own volume size, instead of mongodb.persistence.size (empty: that one)." }),
+    external: strict({
+      existingSecret: { type: "string", description: "A Secret holding this service's MONGODB_URI; set: no MongoDB is deployed for it." },
+      existingSecretKey: { type: "string", minLength: 1 },
+      port: port,
+    }),
+    auth: strict({
+      rootExistingSecret: { type: "string", description: "A Secret with the root password, read by the database's pod only." },
+      rootExistingSecretKey: { type: "string", minLength: 1 },
+      existingSecret: { type: "string", description: "A Secret with the service's own database password (at least 16 of A-Z a-z 0-9 . _ ~ -)." },
+      existingSecretKey: { type: "string", minLength: 1 },
+    }, { description: "Credentials of the in-cluster database: Secrets of yours, else generated and kept (generateSecrets)." }),
+  }),
+  persistence: strict({
+    enabled: { type: "boolean" },
+    size: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$" },
+    storageClass: { type: "string" },
+    claimRetention: { enum: ["Retain", "Delete"] },
+  }),
 };
 // A workload's service identity (docs/security.md, "Internal calls"): its Ed25519 key, generated
 // and kept by the chart unless existingSecret names a Secret of the operator's, whose public key
 // must then be given too (the chart cannot read it).
-definitions.identity = {
-  type: "object",
-  additionalProperties: false,
-  properties: {
-    existingSecret: { type: "string" },
-    existingSecretKey: { type: "string", minLength: 1 },
-    publicKey: { type: "string", description: "With existingSecret: the public key, as a PEM or base64 of its SPKI DER." },
-  },
-};
+definitions.identity = strict({
+  existingSecret: { type: "string" },
+  existingSecretKey: { type: "string", minLength: 1 },
+  publicKey: { type: "string", description: "With existingSecret: the public key, as a PEM or base64 of its SPKI DER." },
+});
 const shape = ["enabled", "image", "replicas", "resources", "config", "autoscaling", "podDisruptionBudget"];
 function service(extra = {}) {
-  return {
-    type: "object",
-    additionalProperties: false,
-    required: shape,
-    properties: {
-      enabled: { type: "boolean" },
-      image: { $ref: "#/definitions/image" },
-      replicas: { type: "integer", minimum: 0 },
-      resources: { $ref: "#/definitions/resources" },
-      config: { $ref: "#/definitions/serviceConfig" },
-      autoscaling: { $ref: "#/definitions/autoscaling" },
-      podDisruptionBudget: { $ref: "#/definitions/podDisruptionBudget" },
-      extraEnv: { $ref: "#/definitions/extraEnv" },
-      identity: { $ref: "#/definitions/identity" },
-      ...extra,
-    },
-  };
+  return strict({
+    enabled: { type: "boolean" },
+    image: { $ref: "#/definitions/image" },
+    replicas: { type: "integer", minimum: 0 },
+    resources: { $ref: "#/definitions/resources" },
+    config: { $ref: "#/definitions/serviceConfig" },
+    autoscaling: { $ref: "#/definitions/autoscaling" },
+    podDisruptionBudget: { $ref: "#/definitions/podDisruptionBudget" },
+    extraEnv: { $ref: "#/definitions/extraEnv" },
+    identity: { $ref: "#/definitions/identity" },
+    ...extra,
+  }, { required: shape });
 }
 const mongo = { mongodb: { $ref: "#/definitions/mongodb" } };
-const labelSelector = {
-  type: "object",
-  additionalProperties: false,
-  properties: {
-    matchLabels: { type: "object", additionalProperties: { type: "string" } },
-    matchExpressions: { type: "array", items: { type: "object" } },
-  },
-};
+const labelSelector = strict({
+  matchLabels: { type: "object", additionalProperties: { type: "string" } },
+  matchExpressions: { type: "array", items: { type: "object" } },
+});
 const stringMap = { type: "object", additionalProperties: { type: "string" } };
 const duration = { type: "string", pattern: "^([0-9]+(ms|s|m|h))+$" };
 export const schema = {
@@ -251,255 +183,142 @@ export const schema = {
       enum: ["auto", "always", "never"],
       description: "auto: generate missing secrets only when the render can look up the cluster; always: also without a cluster (throwaway renders); never: every secret must be given.",
     },
-    dataKeys: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        value: { type: "string", pattern: "^(|[A-Za-z0-9_-]{1,32}:[A-Za-z0-9+/_-]{43}=?(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9+/_-]{43}=?)*)$", description: "DATA_KEYS, kid:base64key[,...] newest first; empty: existingSecret, or generated at the first install and kept." },
-        existingSecret: { type: "string" },
-        existingSecretKey: { type: "string", minLength: 1 },
-        generate: { type: "boolean", description: "Generate a key at the first install when neither value nor existingSecret is given; false: fail instead (GitOps)." },
-      },
-    },
+    dataKeys: strict({
+      value: { type: "string", pattern: "^(|[A-Za-z0-9_-]{1,32}:[A-Za-z0-9+/_-]{43}=?(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9+/_-]{43}=?)*)$", description: "DATA_KEYS, kid:base64key[,...] newest first; empty: existingSecret, or generated at the first install and kept." },
+      existingSecret: { type: "string" },
+      existingSecretKey: { type: "string", minLength: 1 },
+      generate: { type: "boolean", description: "Generate a key at the first install when neither value nor existingSecret is given; false: fail instead (GitOps)." },
+    }),
     gateway: service(),
     auth: service({
-      credentialPepper: {
-        type: "object",
-        additionalProperties: false,
-        properties: {
-          value: { type: "string", pattern: "^(|.{32,})$", description: "CREDENTIAL_PEPPER, at least 32 characters; empty: generated and kept." },
-          existingSecret: { type: "string" },
-          existingSecretKey: { type: "string", minLength: 1 },
-        },
-      },
+      credentialPepper: strict({
+        value: { type: "string", pattern: "^(|.{32,})$", description: "CREDENTIAL_PEPPER, at least 32 characters; empty: generated and kept." },
+        existingSecret: { type: "string" },
+        existingSecretKey: { type: "string", minLength: 1 },
+      }),
       ...mongo,
     }),
     connection: service(mongo),
     fileIntake: service(mongo),
     extraction: service(),
     webhook: service(mongo),
-    ops: {
-      type: "object",
-      additionalProperties: false,
-      description: "The operator CLI as a workload of its own: an idle pod to `kubectl exec` into, with the ops identity.",
-      properties: {
+    ops: strict({
+      enabled: { type: "boolean" },
+      image: { $ref: "#/definitions/image" },
+      resources: { $ref: "#/definitions/resources" },
+      extraEnv: { $ref: "#/definitions/extraEnv" },
+      identity: { $ref: "#/definitions/identity" },
+    }, { description: "The operator CLI as a workload of its own: an idle pod to `kubectl exec` into, with the ops identity." }),
+    ingress: strict({
+      enabled: { type: "boolean" },
+      className: { type: "string" },
+      controller: { enum: ["", "nginx", "traefik", "none"], description: "Which controller's annotations the chart adds; empty: from className." },
+      host: { type: "string", pattern: "^$|^[a-z0-9*]([a-z0-9.-]*[a-z0-9])?$" },
+      annotations: { type: "object", additionalProperties: { type: "string" } },
+      bodySizeMarginBytes: { type: "integer", minimum: 0 },
+      docs: { type: "boolean", description: "Also route the OpenAPI document and the API reference." },
+      https: strict({
         enabled: { type: "boolean" },
-        image: { $ref: "#/definitions/image" },
-        resources: { $ref: "#/definitions/resources" },
-        extraEnv: { $ref: "#/definitions/extraEnv" },
-        identity: { $ref: "#/definitions/identity" },
+        redirect: { type: "boolean" },
+        existingSecret: { type: "string", description: "A kubernetes.io/tls Secret of yours." },
+        certManager: strict({ clusterIssuer: { type: "string" }, issuer: { type: "string" } }),
+        selfSigned: strict({
+          validityDays: { type: "integer", minimum: 1, maximum: 3650 },
+          altNames: { type: "array", items: { type: "string", minLength: 1 } },
+          ipAddresses: { type: "array", items: { type: "string", minLength: 1 } },
+        }),
+        traefik: strict({ httpEntryPoint: { type: "string", minLength: 1 }, httpsEntryPoint: { type: "string", minLength: 1 } }),
+      }),
+      tls: { type: "array", items: { type: "object" } },
+    }),
+    httpRoute: strict({
+      enabled: { type: "boolean" },
+      annotations: stringMap,
+      hostnames: { type: "array", items: { type: "string", pattern: "^[a-z0-9*]([a-z0-9.-]*[a-z0-9])?$" } },
+      parentRefs: {
+        type: "array",
+        items: strict({
+          group: { type: "string" },
+          kind: { type: "string" },
+          name: { type: "string", minLength: 1 },
+          namespace: { type: "string" },
+          sectionName: { type: "string" },
+          port: port,
+        }, { required: ["name"] }),
       },
-    },
-    ingress: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        enabled: { type: "boolean" },
+      gateway: strict({
+        create: { type: "boolean", description: "Create a Gateway (<prefix>-partner-api) with an HTTPS listener holding the certificate of ingress.https." },
         className: { type: "string" },
-        controller: { enum: ["", "nginx", "traefik", "none"], description: "Which controller's annotations the chart adds; empty: from className." },
-        host: { type: "string", pattern: "^$|^[a-z0-9*]([a-z0-9.-]*[a-z0-9])?$" },
-        annotations: { type: "object", additionalProperties: { type: "string" } },
-        bodySizeMarginBytes: { type: "integer", minimum: 0 },
-        docs: { type: "boolean", description: "Also route the OpenAPI document and the API reference." },
-        https: {
-          type: "object",
-          additionalProperties: false,
-          properties: {
-            enabled: { type: "boolean" },
-            redirect: { type: "boolean" },
-            existingSecret: { type: "string", description: "A kubernetes.io/tls Secret of yours." },
-            certManager: {
-              type: "object",
-              additionalProperties: false,
-              properties: { clusterIssuer: { type: "string" }, issuer: { type: "string" } },
-            },
-            selfSigned: {
-              type: "object",
-              additionalProperties: false,
-              properties: {
-                validityDays: { type: "integer", minimum: 1, maximum: 3650 },
-                altNames: { type: "array", items: { type: "string", minLength: 1 } },
-                ipAddresses: { type: "array", items: { type: "string", minLength: 1 } },
-              },
-            },
-            traefik: {
-              type: "object",
-              additionalProperties: false,
-              properties: { httpEntryPoint: { type: "string", minLength: 1 }, httpsEntryPoint: { type: "string", minLength: 1 } },
-            },
-          },
-        },
-        tls: { type: "array", items: { type: "object" } },
-      },
-    },
-    httpRoute: {
-      type: "object",
-      additionalProperties: false,
-      description: "The partner API through Gateway API: an HTTPRoute with the Ingress's paths, host and certificate.",
-      properties: {
-        enabled: { type: "boolean" },
         annotations: stringMap,
-        hostnames: { type: "array", items: { type: "string", pattern: "^[a-z0-9*]([a-z0-9.-]*[a-z0-9])?$" } },
-        parentRefs: {
-          type: "array",
-          items: {
-            type: "object",
-            additionalProperties: false,
-            required: ["name"],
-            properties: {
-              group: { type: "string" },
-              kind: { type: "string" },
-              name: { type: "string", minLength: 1 },
-              namespace: { type: "string" },
-              sectionName: { type: "string" },
-              port: port,
-            },
-          },
-        },
-        gateway: {
-          type: "object",
-          additionalProperties: false,
-          properties: {
-            create: { type: "boolean", description: "Create a Gateway (<prefix>-partner-api) with an HTTPS listener holding the certificate of ingress.https." },
-            className: { type: "string" },
-            annotations: stringMap,
-            httpsPort: port,
-            httpPort: port,
-          },
-        },
-      },
-    },
-    mongodb: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        image: { $ref: "#/definitions/image" },
-        wiredTigerCacheSizeGB: { type: "number", minimum: 0.25 },
-        standIn: {
-          type: "object",
-          additionalProperties: false,
-          properties: { enabled: { type: "boolean" }, image: { $ref: "#/definitions/image" } },
-        },
+        httpsPort: port,
+        httpPort: port,
+      }),
+    }, { description: "The partner API through Gateway API: an HTTPRoute with the Ingress's paths, host and certificate." }),
+    mongodb: strict({
+      image: { $ref: "#/definitions/image" },
+      wiredTigerCacheSizeGB: { type: "number", minimum: 0.25 },
+      standIn: strict({ enabled: { type: "boolean" }, image: { $ref: "#/definitions/image" } }),
+      resources: { $ref: "#/definitions/resources" },
+      persistence: { $ref: "#/definitions/persistence" },
+    }),
+    kafka: strict({
+      external: strict({ brokers: { type: "string", pattern: "^$|^[^,\\s]+:[0-9]+(,[^,\\s]+:[0-9]+)*$" } }),
+      image: { $ref: "#/definitions/image" },
+      replicas: { type: "integer", minimum: 1 },
+      clusterId: { type: "string", pattern: "^[A-Za-z0-9_-]{22}$" },
+      heapOpts: { type: "string" },
+      resources: { $ref: "#/definitions/resources" },
+      persistence: { $ref: "#/definitions/persistence" },
+      auth: strict({ existingSecret: { type: "string" } }),
+      setup: strict({ resources: { $ref: "#/definitions/resources" } }),
+      topics: strict({
+        create: { type: "boolean" },
+        replicationFactor: { type: "integer", minimum: 0 },
+        partitions: strict({
+          connectionEvents: { type: "integer", minimum: 1 },
+          fileEvents: { type: "integer", minimum: 1 },
+          partnerEvents: { type: "integer", minimum: 1 },
+          auditEvents: { type: "integer", minimum: 1 },
+        }),
         resources: { $ref: "#/definitions/resources" },
-        persistence: { $ref: "#/definitions/persistence" },
-      },
-    },
-    kafka: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        external: {
-          type: "object",
-          additionalProperties: false,
-          properties: { brokers: { type: "string", pattern: "^$|^[^,\\s]+:[0-9]+(,[^,\\s]+:[0-9]+)*$" } },
-        },
-        image: { $ref: "#/definitions/image" },
-        replicas: { type: "integer", minimum: 1 },
-        clusterId: { type: "string", pattern: "^[A-Za-z0-9_-]{22}$" },
-        heapOpts: { type: "string" },
-        resources: { $ref: "#/definitions/resources" },
-        persistence: { $ref: "#/definitions/persistence" },
-        auth: { type: "object", additionalProperties: false, properties: { existingSecret: { type: "string" } } },
-        setup: { type: "object", additionalProperties: false, properties: { resources: { $ref: "#/definitions/resources" } } },
-        topics: {
-          type: "object",
-          additionalProperties: false,
-          properties: {
-            create: { type: "boolean" },
-            replicationFactor: { type: "integer", minimum: 0 },
-            partitions: {
-              type: "object",
-              additionalProperties: false,
-              properties: {
-                connectionEvents: { type: "integer", minimum: 1 },
-                fileEvents: { type: "integer", minimum: 1 },
-                partnerEvents: { type: "integer", minimum: 1 },
-                auditEvents: { type: "integer", minimum: 1 },
-              },
-            },
-            resources: { $ref: "#/definitions/resources" },
-          },
-        },
-      },
-    },
-    networkPolicy: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
+      }),
+    }),
+    networkPolicy: strict({
+      enabled: { type: "boolean" },
+      ingressController: strict({ namespaceSelector: labelSelector, podSelector: labelSelector }),
+      metricsScraper: strict({ namespaceSelector: labelSelector, podSelector: labelSelector }, { description: "Where the Prometheus that scrapes the metrics ports runs." }),
+      webhookEgress: strict({
+        cidr: { type: "string" },
+        except: { type: "array", items: { type: "string" } },
+        ports: { type: "array", items: port, minItems: 1 },
+      }),
+      extraEgress: { type: "array", items: { type: "object" } },
+    }),
+    metrics: strict({
+      serviceMonitor: strict({
         enabled: { type: "boolean" },
-        ingressController: {
-          type: "object",
-          additionalProperties: false,
-          properties: { namespaceSelector: labelSelector, podSelector: labelSelector },
-        },
-        metricsScraper: {
-          type: "object",
-          additionalProperties: false,
-          description: "Where the Prometheus that scrapes the metrics ports runs.",
-          properties: { namespaceSelector: labelSelector, podSelector: labelSelector },
-        },
-        webhookEgress: {
-          type: "object",
-          additionalProperties: false,
-          properties: {
-            cidr: { type: "string" },
-            except: { type: "array", items: { type: "string" } },
-            ports: { type: "array", items: port, minItems: 1 },
-          },
-        },
-        extraEgress: { type: "array", items: { type: "object" } },
-      },
-    },
-    metrics: {
-      type: "object",
-      additionalProperties: false,
-      description: "The Prometheus Operator's objects (ServiceMonitors, a PrometheusRule) and a Grafana dashboard; /metrics is served whatever these say.",
-      properties: {
-        serviceMonitor: {
-          type: "object",
-          additionalProperties: false,
-          properties: {
-            enabled: { type: "boolean" },
-            namespace: { type: "string" },
-            labels: stringMap,
-            interval: duration,
-            scrapeTimeout: { anyOf: [{ const: "" }, duration] },
-            honorLabels: { type: "boolean" },
-            relabelings: { type: "array", items: { type: "object" } },
-            metricRelabelings: { type: "array", items: { type: "object" } },
-          },
-        },
-        prometheusRule: {
-          type: "object",
-          additionalProperties: false,
-          properties: {
-            enabled: { type: "boolean" },
-            namespace: { type: "string" },
-            labels: stringMap,
-            runbookBaseUrl: { type: "string", minLength: 1 },
-            slo: {
-              type: "object",
-              additionalProperties: false,
-              properties: {
-                availability: { type: "number", exclusiveMinimum: 0, exclusiveMaximum: 1 },
-                latency: { type: "number", exclusiveMinimum: 0, exclusiveMaximum: 1 },
-                latencyThresholdSeconds: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?$", description: "A bucket bound (le) of http_server_request_duration_seconds." },
-              },
-            },
-          },
-        },
-        dashboard: {
-          type: "object",
-          additionalProperties: false,
-          properties: { enabled: { type: "boolean" }, namespace: { type: "string" }, labels: stringMap, annotations: stringMap },
-        },
-      },
-    },
-    serviceAccount: {
-      type: "object",
-      additionalProperties: false,
-      properties: { create: { type: "boolean" }, name: { type: "string" } },
-    },
+        namespace: { type: "string" },
+        labels: stringMap,
+        interval: duration,
+        scrapeTimeout: { anyOf: [{ const: "" }, duration] },
+        honorLabels: { type: "boolean" },
+        relabelings: { type: "array", items: { type: "object" } },
+        metricRelabelings: { type: "array", items: { type: "object" } },
+      }),
+      prometheusRule: strict({
+        enabled: { type: "boolean" },
+        namespace: { type: "string" },
+        labels: stringMap,
+        runbookBaseUrl: { type: "string", minLength: 1 },
+        slo: strict({
+          availability: { type: "number", exclusiveMinimum: 0, exclusiveMaximum: 1 },
+          latency: { type: "number", exclusiveMinimum: 0, exclusiveMaximum: 1 },
+          latencyThresholdSeconds: { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?$", description: "A bucket bound (le) of http_server_request_duration_seconds." },
+        }),
+      }),
+      dashboard: strict({ enabled: { type: "boolean" }, namespace: { type: "string" }, labels: stringMap, annotations: stringMap }),
+    }, { description: "The Prometheus Operator's objects (ServiceMonitors, a PrometheusRule) and a Grafana dashboard; /metrics is served whatever these say." }),
+    serviceAccount: strict({ create: { type: "boolean" }, name: { type: "string" } }),
     podAnnotations: { type: "object", additionalProperties: { type: "string" } },
     podLabels: { type: "object", additionalProperties: { type: "string" } },
     nodeSelector: { type: "object", additionalProperties: { type: "string" } },
