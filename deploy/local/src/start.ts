@@ -79,7 +79,7 @@ async function shutdown(signal: string) {
 }
 process.on("SIGINT", () => void shutdown("SIGINT"));
 process.on("SIGTERM", () => void shutdown("SIGTERM"));
-watchParent(() => void shutdown("parent exited"));
+watchParent(() => void shutdown("parent exited"), logger);
 
 const readyz = `http://127.0.0.1:${settings.GATEWAY_PORT}/readyz`;
 try {

@@ -7,18 +7,13 @@ import {
   AUDIT_ID,
   auditSignedBytes,
   checkAuditRecord,
-  consumed,
+  consume,
   consumerGroup,
   databaseName,
-  CONSUMER_HEARTBEAT_MS,
-  CONSUMER_MAX_WAIT_MS,
-  CONSUMER_SESSION_TIMEOUT_MS,
-  disconnectConsumer,
   insertNew,
   topicName,
-  watchConsumer,
-  watchConsumerLag,
   type AuditRecordFields,
+  type Consuming,
   type Kafka,
   type Logger,
   type PublicKeys,
@@ -166,27 +161,20 @@ export function decodeAuditMessage(message: KafkaMessage, partition: number, log
  * commits a batch's offsets only once eachBatch returns, so every record is stored before its
  * offset is committed (at least once); a database failure throws and the batch is read again.
  */
-export async function consumeAuditRecords(store: AuditStore, kafka: Kafka, namespace: string, publicKeys: PublicKeys, logger: Logger) {
-  const consumer = kafka.consumer({
-    groupId: consumerGroup(namespace, "auth", "audit"),
-    sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS,
-    heartbeatInterval: CONSUMER_HEARTBEAT_MS,
-    maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS,
-  });
-  const alive = watchConsumer(consumer, "audit-events", logger);
-  await consumer.connect();
-  const topic = topicName(namespace, "auditEvents");
-  await consumer.subscribe({ topic, fromBeginning: true });
-  const lag = watchConsumerLag(kafka, consumerGroup(namespace, "auth", "audit"), topic, logger);
-  await consumer.run({
+export function consumeAuditRecords(store: AuditStore, kafka: Kafka, namespace: string, publicKeys: PublicKeys, logger: Logger): Promise<Consuming> {
+  return consume({
+    kafka,
+    logger,
+    group: consumerGroup(namespace, "auth", "audit"),
+    topic: topicName(namespace, "auditEvents"),
+    name: "audit-events",
+    quickHandover: true,
     partitionsConsumedConcurrently: 3,
-    eachBatch: async ({ batch, heartbeat }) => {
+    async eachBatch(messages, partition) {
       const now = new Date();
-      const docs = batch.messages.map((m) => decodeAuditMessage(m, batch.partition, logger, now, publicKeys)).filter((d): d is AuditRecordDoc => d !== null);
-      const stored = await consumed(topic, batch.messages.length, () => store.append(docs));
-      logger.debug({ partition: batch.partition, messages: batch.messages.length, stored }, "audit records stored");
-      await heartbeat();
+      const docs = messages.map((m) => decodeAuditMessage(m, partition, logger, now, publicKeys)).filter((d): d is AuditRecordDoc => d !== null);
+      const stored = await store.append(docs);
+      logger.debug({ partition, messages: messages.length, stored }, "audit records stored");
     },
   });
-  return { alive, stop: async () => void (await Promise.all([lag.stop(), disconnectConsumer(consumer, "audit-events", logger)])) };
 }

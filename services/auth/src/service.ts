@@ -1,4 +1,4 @@
-import { AuditTrail, checkDataKeys, dataKeysOf, parsePublicKeys, every, followPartnerEvents, openRuntime, SettingsError, startConnectServer, topicName, whileHolding, type JobLeaseDoc, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail, checkDataKeys, dataKeysOf, parsePublicKeys, every, followPartnerEvents, refreshSigningKeys, openRuntime, SettingsError, startConnectServer, topicName, whileHolding, type JobLeaseDoc, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
 import { AssertionKeys } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
 import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditStore } from "./audit.js";
@@ -52,10 +52,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) }, store.revokedKeys);
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
-  const reload = setInterval(() => {
-    keys.load().catch((err: unknown) => logger.warn({ err: (err as Error).message }, "reloading the signing keys failed"));
-  }, settings.JWKS_REFRESH_SECONDS * 1000);
-  reload.unref();
+  const reload = refreshSigningKeys(settings, () => keys.load(), logger);
   const events = new PartnerEventPublisher(store, runtime.producer, topicName(settings.DATA_NAMESPACE, "partnerEvents"), logger);
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
@@ -111,7 +108,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     port: server.port,
     adminPort: server.adminPort,
     async stop() {
-      clearInterval(reload);
+      await reload.stop();
       await sweep.stop();
       await auditRetention.stop();
       await server.close();

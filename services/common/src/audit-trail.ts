@@ -7,8 +7,9 @@ import { sign } from "node:crypto";
 import { auditEntry, auditSignedBytes, refusalOf, type AuditEntry, type AuditFields, type AuditService } from "./audit.js";
 import { parseOwnIdentity, type OwnIdentity } from "./service-identity.js";
 import type { Logger } from "./logger.js";
-import { every, type Periodic } from "./periodic.js";
-import { Outbox, RELAY_STOP_MS, settleAll, type LeaseFields } from "./persistence.js";
+import { every, type Periodic } from "./background/periodic.js";
+import type { LeaseFields } from "./background/lease.js";
+import { Outbox, RELAY_STOP_MS, settleAll } from "./persistence.js";
 
 // How a service writes audit records (docs/security.md, "Audit trail"). A change and its record
 // are ONE document update: the record is pushed into the changed document's `audit` array beside

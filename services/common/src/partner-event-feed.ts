@@ -1,10 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { CONSUMER_MAX_WAIT_MS, disconnectConsumer, whileMetadataSettles, type Kafka } from "./kafka.js";
+import { consume, CONSUMER_MAX_WAIT_MS, type Consuming } from "./background/consume.js";
+import { every, type Periodic } from "./background/periodic.js";
+import { whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
-import { messagesConsumed } from "./metrics.js";
-import { every, type Periodic } from "./periodic.js";
 import { consumerGroup, topicName } from "./topics.js";
 
 // The partner-events topic followed by every instance that keeps state derived from partners and
@@ -39,7 +39,7 @@ export class PositionReporter {
   private readonly nextOffsets = new Map<number, bigint>();
   private inFlight?: Promise<void>;
   private again = false;
-  private readonly timer: NodeJS.Timeout;
+  private readonly heartbeat: Periodic;
   /** performance.now() when the last report that succeeded was started; -Infinity before any. */
   private lastStoredAt = -Infinity;
 
@@ -48,8 +48,7 @@ export class PositionReporter {
     private readonly logger: Logger,
     heartbeatMs = FOLLOWER_HEARTBEAT_MS,
   ) {
-    this.timer = setInterval(() => this.kick(), heartbeatMs);
-    this.timer.unref();
+    this.heartbeat = every("reporting the partner-events position", heartbeatMs, async () => this.kick(), logger, { runAtStart: false });
   }
 
   advance(partition: number, nextOffset: bigint): void {
@@ -90,7 +89,7 @@ export class PositionReporter {
   }
 
   async stop(): Promise<void> {
-    clearInterval(this.timer);
+    await this.heartbeat.stop();
     await this.inFlight;
     await this.send({}, true).catch(() => undefined);
   }
@@ -178,20 +177,19 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
 
   const instanceId = randomUUID();
   const reporter = options.sendPosition ? new PositionReporter(options.sendPosition(instanceId), logger) : undefined;
-  const consumer = kafka.consumer({ groupId: consumerGroup(namespace, options.service, instanceId), maxWaitTimeInMs: FOLLOWER_MAX_WAIT_MS });
-  let running = true;
-  consumer.on(consumer.events.CRASH, (event) => {
-    if (event.payload.restart) return;
-    running = false;
-    logger.error({ err: event.payload.error }, "partner-events consumer stopped for good; this instance no longer applies partner events");
-  });
+  let consuming: Consuming;
   try {
-    await consumer.connect();
-    await consumer.subscribe({ topic });
-    await consumer.run({
-      autoCommit: false,
-      eachMessage: async ({ partition, message }) => {
-        messagesConsumed.inc({ messaging_destination_name: topic });
+    consuming = await consume({
+      kafka,
+      logger,
+      group: consumerGroup(namespace, options.service, instanceId),
+      topic,
+      name: "partner-events",
+      fromBeginning: false,
+      commit: false,
+      reportLag: false,
+      startAt: ends,
+      async each(message, partition) {
         if (message.value) {
           try {
             await options.apply(fromBinary(eventsv1.PartnerEventSchema, message.value));
@@ -205,11 +203,10 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     });
   } catch (err) {
     await reporter?.stop();
-    await consumer.disconnect().catch(() => undefined);
     throw err;
   }
   for (const { partition, offset } of ends) {
-    consumer.seek({ topic, partition, offset });
+    if (applied.has(partition)) continue; // an event read already
     applied.set(partition, BigInt(offset));
     reporter?.advance(partition, BigInt(offset));
   }
@@ -237,12 +234,12 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   return {
     instanceId,
     reporter,
-    alive: () => running,
-    caughtUp: () => running && endReader !== undefined && appliedThroughEnd(applied, end, performance.now(), maxEndAgeMs),
+    alive: () => consuming.alive(),
+    caughtUp: () => consuming.alive() && endReader !== undefined && appliedThroughEnd(applied, end, performance.now(), maxEndAgeMs),
     async stop() {
       await endReader?.periodic.stop();
       await endReader?.admin.disconnect().catch(() => undefined);
-      await disconnectConsumer(consumer, "partner-events", logger);
+      await consuming.stop();
       await reporter?.stop();
     },
   };

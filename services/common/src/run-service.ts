@@ -78,7 +78,7 @@ export function runService(name: string, start: StartService): void {
       };
       process.on("SIGTERM", () => stop("SIGTERM"));
       process.on("SIGINT", () => stop("SIGINT"));
-      watchParent(() => stop("parent exited"));
+      watchParent(() => stop("parent exited"), logger);
       logger.info({ port: running.port, adminPort: running.adminPort, metricsPort }, "started");
     },
     (err) => {

@@ -1,5 +1,5 @@
 import type { Collection } from "mongodb";
-import { isDuplicateKey, rateLimitedError } from "@pi/common";
+import { isDuplicateKey, rateLimitedError, updateVersioned } from "@pi/common";
 import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
 import type { ConnectionMode, ConnectionStore } from "./store.js";
 
@@ -17,8 +17,8 @@ export interface SlotsDoc {
   mode: ConnectionMode;
   count: number;
   holds: Holds;
-  /** Bumped by every write: the repair's compare-and-set. */
-  rev: number;
+  /** Bumped by every write: the repair's compare-and-set (updateVersioned). */
+  version: number;
 }
 
 export const slotsKey = (partnerId: string, mode: ConnectionMode) => `${partnerId}:${mode}`;
@@ -44,7 +44,7 @@ export async function takeSlot(slots: Collection<SlotsDoc>, partnerId: string, m
       // upsert creates it. A full document does not match, and the upsert's insert then fails on _id.
       await slots.updateOne(
         { _id, count: { $lt: limit }, [holdField(connectionId)]: { $exists: false } },
-        { $set: { [holdField(connectionId)]: now, partnerId, mode }, $inc: { count: 1, rev: 1 } },
+        { $set: { [holdField(connectionId)]: now, partnerId, mode }, $inc: { count: 1, version: 1 } },
         { upsert: true },
       );
       return "taken";
@@ -63,7 +63,7 @@ export async function takeSlot(slots: Collection<SlotsDoc>, partnerId: string, m
 export async function releaseSlot(slots: Collection<SlotsDoc>, partnerId: string, mode: ConnectionMode, connectionId: string): Promise<void> {
   await slots.updateOne(
     { _id: slotsKey(partnerId, mode), [holdField(connectionId)]: { $exists: true } },
-    { $unset: { [holdField(connectionId)]: "" }, $inc: { count: -1, rev: 1 } },
+    { $unset: { [holdField(connectionId)]: "" }, $inc: { count: -1, version: 1 } },
   );
 }
 
@@ -72,7 +72,7 @@ export const SLOT_GRACE_MS = 60_000;
 
 /**
  * Sets every partner's slots to what its connections hold (bounds.ts, repairedHolds), each by a
- * compare-and-set on `rev` (a counter that changed meanwhile is left to the next round). Returns how
+ * compare-and-set on `version` (updateVersioned; a counter that changed meanwhile is left to the next round). Returns how
  * many counters it corrected. `renew` keeps the round's lease.
  */
 export async function repairSlots(store: Pick<ConnectionStore, "connections" | "slots">, now: Date, renew: () => Promise<boolean> = async () => true): Promise<number> {
@@ -84,8 +84,7 @@ export async function repairSlots(store: Pick<ConnectionStore, "connections" | "
       .toArray();
     const next = repairedHolds(doc.holds ?? {}, holding.map((c) => c._id), now, SLOT_GRACE_MS);
     if (!next) continue;
-    const res = await store.slots.updateOne({ _id: doc._id, rev: doc.rev }, { $set: { holds: next, count: Object.keys(next).length }, $inc: { rev: 1 } });
-    repaired += res.modifiedCount;
+    if (await updateVersioned(store.slots, doc, { $set: { holds: next, count: Object.keys(next).length } })) repaired++;
   }
   return repaired;
 }

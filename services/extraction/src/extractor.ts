@@ -1,7 +1,7 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { acceptedType, MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common";
+import { acceptedType, createLogger, every, MAX_STORED_TEXT_CHARS, type Extracted, type Logger } from "@pi/common";
 import type { ExtractionTask } from "./extraction-child.js";
 
 // Each file is decoded in a child process (extraction-child.ts), never in the process that talks to
@@ -71,7 +71,10 @@ export class Extractor {
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
-  constructor(readonly limits: ExtractionLimits = DEFAULT_EXTRACTION_LIMITS) {}
+  constructor(
+    readonly limits: ExtractionLimits = DEFAULT_EXTRACTION_LIMITS,
+    private readonly logger: Logger = createLogger("extraction", "warn"),
+  ) {}
 
   private spawnChild(): { process: ChildProcess; ready: Promise<void> } {
     // The heap's own bound, below the ceiling (a V8 out-of-memory then ends the child before the watch does).
@@ -125,10 +128,16 @@ export class Extractor {
     };
     const ceiling = this.limits.memoryCeilingMb * 1024 * 1024;
     const timer = setTimeout(() => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`), this.limits.timeoutMs);
-    const memoryWatch = setInterval(() => {
-      const rss = child.pid === undefined ? undefined : residentBytes(child.pid);
-      if (rss !== undefined && rss > ceiling) kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
-    }, MEMORY_POLL_MS);
+    const memoryWatch = every(
+      "watching the extraction child's memory",
+      MEMORY_POLL_MS,
+      async () => {
+        const rss = child.pid === undefined ? undefined : residentBytes(child.pid);
+        if (rss !== undefined && rss > ceiling) kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
+      },
+      this.logger,
+      { runAtStart: false },
+    );
     try {
       const result = await new Promise<Extracted | Error>((settle) => {
         this.running = { child, settle };
@@ -145,7 +154,7 @@ export class Extractor {
     } finally {
       this.running = undefined;
       clearTimeout(timer);
-      clearInterval(memoryWatch);
+      void memoryWatch.stop();
     }
   }
 

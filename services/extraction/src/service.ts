@@ -39,7 +39,7 @@ export async function startExtractionService(settings: Settings, logger: Logger,
     maxDecodedBytes: DEFAULT_EXTRACTION_LIMITS.maxDecodedBytes,
     maxStreamBytes: DEFAULT_EXTRACTION_LIMITS.maxStreamBytes,
     ...options.limits,
-  });
+  }, logger);
   const worker = new ExtractionWorker(clientsFor(settings).fileIntake(), timing, logger, options.extract ?? ((type, bytes) => extractor.extract(type, bytes)));
   const consumer = await consumeFileEvents(kafka, settings.DATA_NAMESPACE, worker, logger);
   const server = await startConnectServer({

@@ -1,18 +1,15 @@
-import { setTimeout as sleep } from "node:timers/promises";
 import { fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { eventsv1, fileintakev1 } from "@pi/proto";
-import type { KafkaMessage } from "kafkajs";
 import {
-  consumed,
+  consume,
   consumerGroup,
-  CONSUMER_MAX_WAIT_MS,
-  disconnectConsumer,
   extractionDuration,
   extractions,
+  keepAlive,
+  retry,
   secondsSince,
   topicName,
-  watchConsumer,
-  watchConsumerLag,
+  type Consuming,
   type Extracted,
   type FileIntakeClient,
   type Kafka,
@@ -56,10 +53,7 @@ export class ExtractionWorker {
     }
     const { holder } = take;
     const started = performance.now();
-    const heartbeat = setInterval(() => {
-      this.intake.renewExtractionLease({ fileId, holder, leaseMs: this.timing.leaseMs }).catch((err: unknown) => this.logger.warn({ err, fileId }, "lease heartbeat failed"));
-    }, this.timing.heartbeatMs);
-    heartbeat.unref();
+    const heartbeat = keepAlive(`the extraction lease of ${fileId}`, this.timing.heartbeatMs, async () => (await this.intake.renewExtractionLease({ fileId, holder, leaseMs: this.timing.leaseMs })).held, this.logger);
     try {
       // Part by part (a stored segment each, at most 1 MiB), as the transport serves no response streams.
       const parts: Uint8Array[] = [];
@@ -79,7 +73,7 @@ export class ExtractionWorker {
         this.logger.warn({ fileId, attempt: take.attempt, err: err.message }, "extractor died on a file; it will be taken again");
         return "died";
       }
-      clearInterval(heartbeat);
+      void heartbeat.stop();
       const res = await this.intake.recordExtraction({ fileId, holder, ...recordOf(outcome) });
       if (!res.recorded) return "skipped"; // the lease ran out and another worker took over
       const status = res.status === fileintakev1.FileStatus.FAILED ? "failed" : "processed";
@@ -87,7 +81,7 @@ export class ExtractionWorker {
       extractionDuration.observe({ outcome: status }, secondsSince(started));
       return status;
     } finally {
-      clearInterval(heartbeat);
+      await heartbeat.stop();
     }
   }
 
@@ -115,40 +109,27 @@ function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.Reco
 }
 
 /** The worker's Kafka side: every FileReceivedEvent, in the extraction service's consumer group. */
-export async function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, logger: Logger) {
-  const group = consumerGroup(namespace, "extraction", "files");
-  const consumer = kafka.consumer({ groupId: group, maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS });
-  const alive = watchConsumer(consumer, "file-events", logger);
-  await consumer.connect();
-  const topic = topicName(namespace, "fileEvents");
-  await consumer.subscribe({ topic, fromBeginning: true });
-  const lag = watchConsumerLag(kafka, group, topic, logger);
-  await consumer.run({
-    eachMessage: ({ message }) => consumed(topic, 1, () => extractFrom(message)),
-  });
-  async function extractFrom(message: KafkaMessage): Promise<void> {
-    if (!message.value) return;
-    let fileId: string;
-    try {
-      fileId = fromBinary(eventsv1.FileReceivedEventSchema, message.value).fileId;
-    } catch (err) {
-      logger.error({ err }, "unreadable file event skipped");
-      return;
-    }
-    // A failure to reach file-intake is retried a few times here; after that the file stays
-    // `received` for the stuck sweep, and the offset moves on.
-    for (let attempt = 1; ; attempt++) {
+export function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, logger: Logger): Promise<Consuming> {
+  return consume({
+    kafka,
+    logger,
+    group: consumerGroup(namespace, "extraction", "files"),
+    topic: topicName(namespace, "fileEvents"),
+    name: "file-events",
+    async each(message) {
+      if (!message.value) return;
+      let fileId: string;
       try {
-        await worker.process(fileId);
-        return;
+        fileId = fromBinary(eventsv1.FileReceivedEventSchema, message.value).fileId;
       } catch (err) {
-        if (attempt >= 5) {
-          logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry");
-          return;
-        }
-        await sleep(100 * 2 ** attempt);
+        logger.error({ err }, "unreadable file event skipped");
+        return;
       }
-    }
-  }
-  return { alive, stop: async () => void (await Promise.all([lag.stop(), disconnectConsumer(consumer, "file-events", logger)])) };
+      // A failure to reach file-intake is retried a few times here; after that the file stays
+      // `received` for the stuck sweep, and the offset moves on.
+      await retry("processing a file", () => worker.process(fileId), { attempts: 5, firstDelayMs: 200 }).catch((err: unknown) =>
+        logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry"),
+      );
+    },
+  });
 }

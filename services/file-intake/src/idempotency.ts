@@ -39,7 +39,8 @@ export interface KeyRecord {
   fingerprint: string;
   fileId: string;
   state: "claimed" | "committed";
-  claimedAt: Date;
+  /** Until when the claiming request holds it (kept alive while it works); past it, abandoned. */
+  claimedUntil: Date;
   expiresAt: Date;
 }
 
@@ -62,10 +63,10 @@ export type Decision =
  * own when its claim won the insert). Expiry comes first so that the outcome does not depend on when
  * the sweep runs; an abandoned claim is taken over whatever its payload.
  */
-export function decide(stored: KeyRecord, incoming: { fingerprint: string; fileId: string }, now: Date, claimLeaseMs: number): Decision {
+export function decide(stored: KeyRecord, incoming: { fingerprint: string; fileId: string }, now: Date): Decision {
   if (stored.fileId === incoming.fileId && stored.state === "claimed") return { kind: "owned" };
   if (stored.expiresAt.getTime() <= now.getTime()) return { kind: "expired" };
-  if (stored.state === "claimed" && stored.claimedAt.getTime() + claimLeaseMs <= now.getTime()) return { kind: "abandoned" };
+  if (stored.state === "claimed" && stored.claimedUntil.getTime() <= now.getTime()) return { kind: "abandoned" };
   if (stored.fingerprint !== incoming.fingerprint) return { kind: "conflict" };
   if (stored.state === "committed") return { kind: "replay", fileId: stored.fileId };
   return { kind: "wait" };

@@ -1,9 +1,12 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { decide } from "./idempotency.js";
-import { insertIfNew } from "@pi/common";
+import { insertIfNew, keepAlive, renewLease, type LeaseFields, type Logger } from "@pi/common";
 import { keyId, type FileMode, type FileStore, type KeyDoc } from "./store.js";
 
 export type ClaimOutcome = { kind: "owned" } | { kind: "replay"; fileId: string } | { kind: "conflict" };
+
+/** A claim is a lease held by its request (its fileId) until `claimedUntil`. */
+const CLAIM: LeaseFields = { until: "claimedUntil", holder: "fileId" };
 
 export interface KeyTiming {
   ttlMs: number;
@@ -23,6 +26,7 @@ export class IdempotencyKeys {
   constructor(
     private readonly store: FileStore,
     private readonly timing: KeyTiming,
+    private readonly logger: Logger,
   ) {}
 
   async claim(partnerId: string, mode: FileMode, key: string, fingerprint: string, fileId: string, signal?: AbortSignal): Promise<ClaimOutcome> {
@@ -30,10 +34,10 @@ export class IdempotencyKeys {
       signal?.throwIfAborted();
       const now = new Date();
       const _id = keyId(partnerId, mode, key);
-      const fresh: KeyDoc = { _id, partnerId, mode, key, fingerprint, fileId, state: "claimed", claimedAt: now, expiresAt: new Date(now.getTime() + this.timing.ttlMs) };
+      const fresh: KeyDoc = { _id, partnerId, mode, key, fingerprint, fileId, state: "claimed", claimedUntil: new Date(now.getTime() + this.timing.claimLeaseMs), expiresAt: new Date(now.getTime() + this.timing.ttlMs) };
       const stored = (await insertIfNew(this.store.keys, fresh)) ? fresh : await this.store.keys.findOne({ _id });
       if (!stored) continue;
-      const decision = decide(stored, { fingerprint, fileId }, now, this.timing.claimLeaseMs);
+      const decision = decide(stored, { fingerprint, fileId }, now);
       switch (decision.kind) {
         case "owned":
         case "replay":
@@ -61,14 +65,13 @@ export class IdempotencyKeys {
    * request waiting on it learns within one lease that its owner died. Returns the stop.
    */
   hold(partnerId: string, mode: FileMode, key: string, fileId: string): () => void {
-    const timer = setInterval(() => this.renew(partnerId, mode, key, fileId).catch(() => undefined), Math.max(50, this.timing.claimLeaseMs / 3));
-    return () => clearInterval(timer);
+    const kept = keepAlive("an idempotency claim", Math.max(50, this.timing.claimLeaseMs / 3), () => this.renew(partnerId, mode, key, fileId), this.logger);
+    return () => void kept.stop();
   }
 
   /** Renews an owned claim; false when it is no longer this request's (it outlived its lease and was taken over). */
-  async renew(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<boolean> {
-    const res = await this.store.keys.updateOne({ _id: keyId(partnerId, mode, key), fileId, state: "claimed" }, { $set: { claimedAt: new Date() } });
-    return res.matchedCount === 1;
+  renew(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<boolean> {
+    return renewLease(this.store.keys, keyId(partnerId, mode, key), CLAIM, fileId, this.timing.claimLeaseMs);
   }
 
   /** The file of this claim is written: later requests with the same payload replay it. */

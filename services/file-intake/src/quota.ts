@@ -21,13 +21,14 @@ export interface Hold {
 /**
  * The counter of one partner in one mode. `stored` is the plaintext size of its files not swept yet;
  * `used` is `stored` plus every hold's bytes, kept in the same document so one conditional update
- * decides and reserves. `rev` is bumped by every write: the repair's compare-and-set.
+ * decides and reserves. `version` is bumped by every write: the repair's compare-and-set
+ * (updateVersioned).
  */
 export interface Usage {
   stored: number;
   used: number;
   holds: Hold[];
-  rev: number;
+  version: number;
 }
 
 /** An upload of unknown length reserves this much at a time as its bytes arrive. */
@@ -80,7 +81,7 @@ export function quotaVerdict(usage: Pick<Usage, "stored" | "used">, quota: numbe
  * `holdMaxAgeMs` (an older one is an upload whose process died: no upload lasts that long), and
  * `used` from both. Undefined when the counter is already right.
  */
-export function repairedUsage(current: Usage, storedFromFiles: number, now: Date, holdMaxAgeMs: number): Omit<Usage, "rev"> | undefined {
+export function repairedUsage(current: Usage, storedFromFiles: number, now: Date, holdMaxAgeMs: number): Omit<Usage, "version"> | undefined {
   const holds = current.holds.filter((h) => h.at.getTime() > now.getTime() - holdMaxAgeMs);
   const used = storedFromFiles + holds.reduce((sum, h) => sum + h.bytes, 0);
   if (storedFromFiles === current.stored && used === current.used && holds.length === current.holds.length) return undefined;

@@ -57,7 +57,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     throw err;
   });
   const store = await openFileStore(runtime.mongo.db);
-  const keys = new IdempotencyKeys(store, { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs });
+  const keys = new IdempotencyKeys(store, { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs }, logger);
   const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, timing.relayEveryMs);
   await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();

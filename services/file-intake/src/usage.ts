@@ -1,5 +1,5 @@
 import { ObjectId } from "mongodb";
-import { ErrorReason, insertIfNew, serviceError } from "@pi/common";
+import { ErrorReason, insertIfNew, serviceError, updateVersioned } from "@pi/common";
 import {
   holdGrowth,
   initialHold,
@@ -117,11 +117,11 @@ export class Reservation {
     if (this.fill && !(await this.fill.hasRoom(bytes))) return "store";
     const fits = { _id: this.key, used: { $lte: this.quota - bytes } };
     // Several entries of one upload are fine: settle and release pull them all by id.
-    const add = { $inc: { used: bytes, rev: 1 }, $push: { holds: { id: this.id, bytes, at: new Date() } } };
+    const add = { $inc: { used: bytes, version: 1 }, $push: { holds: { id: this.id, bytes, at: new Date() } } };
     let { matchedCount } = await this.store.usage.updateOne(fits, add);
     if (matchedCount === 0) {
       // The partner's first upload in this mode (or one racing it) creates the counter.
-      await insertIfNew(this.store.usage, { _id: this.key, stored: 0, used: 0, holds: [], rev: 0 });
+      await insertIfNew(this.store.usage, { _id: this.key, stored: 0, used: 0, holds: [], version: 0 });
       ({ matchedCount } = await this.store.usage.updateOne(fits, add));
     }
     if (matchedCount === 1) this.held += bytes;
@@ -150,22 +150,22 @@ export class Reservation {
     this.settled = true;
     const { matchedCount } = await this.store.usage.updateOne(
       { _id: this.key, "holds.id": this.id },
-      { $inc: { stored: size, used: size - this.held, rev: 1 }, $pull: { holds: { id: this.id } } },
+      { $inc: { stored: size, used: size - this.held, version: 1 }, $pull: { holds: { id: this.id } } },
     );
     // The repair dropped the hold as abandoned (an upload far longer than any can last).
-    if (matchedCount === 0) await this.store.usage.updateOne({ _id: this.key }, { $inc: { stored: size, used: size, rev: 1 } });
+    if (matchedCount === 0) await this.store.usage.updateOne({ _id: this.key }, { $inc: { stored: size, used: size, version: 1 } });
   }
 
   /** The upload was refused or cancelled (after a settle, nothing): its hold goes. */
   async release(): Promise<void> {
     if (this.settled || this.held === 0) return;
-    await this.store.usage.updateOne({ _id: this.key, "holds.id": this.id }, { $inc: { used: -this.held, rev: 1 }, $pull: { holds: { id: this.id } } });
+    await this.store.usage.updateOne({ _id: this.key, "holds.id": this.id }, { $inc: { used: -this.held, version: 1 }, $pull: { holds: { id: this.id } } });
   }
 }
 
 /** The retention sweep deleted a file's bytes: once per file (it calls this only for the update that marked it purged). */
 export async function bytesDeleted(store: FileStore, partnerId: string, mode: FileMode, size: number): Promise<void> {
-  await store.usage.updateOne({ _id: usageKey(partnerId, mode) }, { $inc: { stored: -size, used: -size, rev: 1 } });
+  await store.usage.updateOne({ _id: usageKey(partnerId, mode) }, { $inc: { stored: -size, used: -size, version: 1 } });
 }
 
 /**
@@ -173,7 +173,7 @@ export async function bytesDeleted(store: FileStore, partnerId: string, mode: Fi
  * holds older than `holdMaxAgeMs` dropped (their process died mid-upload), so a crash between a
  * write and its counter's update costs nothing for longer than a round. Run by the retention
  * sweep under its lease (no other subtraction runs meanwhile). The counters are read before the
- * files and written only if unchanged since (`rev`): an upload accepted meanwhile inserts its file
+ * files and written only if unchanged since (`version`, updateVersioned): an upload accepted meanwhile inserts its file
  * before it settles, so a counter is never set below what is stored; one that changed is left for
  * the next round.
  */
@@ -191,10 +191,9 @@ export async function repairUsage(store: FileStore, now: Date, holdMaxAgeMs: num
     const next = repairedUsage(counter, stored.get(counter._id) ?? 0, now, holdMaxAgeMs);
     stored.delete(counter._id);
     if (!next) continue;
-    const { modifiedCount } = await store.usage.updateOne({ _id: counter._id, rev: counter.rev }, { $set: next, $inc: { rev: 1 } });
-    repaired += modifiedCount;
+    if (await updateVersioned(store.usage, counter, { $set: next })) repaired++;
   }
   // Files with no counter yet (stored before the quota existed).
-  for (const [key, bytes] of stored) if (await insertIfNew<UsageDoc>(store.usage, { _id: key, stored: bytes, used: bytes, holds: [], rev: 0 })) repaired++;
+  for (const [key, bytes] of stored) if (await insertIfNew<UsageDoc>(store.usage, { _id: key, stored: bytes, used: bytes, holds: [], version: 0 })) repaired++;
   return repaired;
 }

@@ -41,7 +41,7 @@ describe("pi_extraction_backlog", () => {
 
 describe("storage quota pressure", () => {
   it("reports the highest used / quota ratio per mode and how many partners reach 0.9 of a quota", async () => {
-    const counter = (id: string, used: number) => ({ _id: id, stored: used, used, holds: [], rev: 0 });
+    const counter = (id: string, used: number) => ({ _id: id, stored: used, used, holds: [], version: 0 });
     await store.usage.insertMany([counter("ptn_a:live", 950), counter("ptn_a:test", 10), counter("ptn_b:live", 100), counter("ptn_b:test", 95), counter("ptn_c:live", 10)]);
     await refreshFileGauges(store, limits);
     expect(await value(storageQuotaMaxUsedRatio, { mode: "live" })).toBeCloseTo(0.95);

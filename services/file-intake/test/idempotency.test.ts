@@ -61,36 +61,36 @@ describe("what a request does about the stored key", () => {
     fingerprint: print,
     fileId: "file_stored",
     state: "committed",
-    claimedAt: new Date(now.getTime() - 1000),
+    claimedUntil: new Date(now.getTime() + lease - 1000),
     expiresAt: new Date(now.getTime() + 3_600_000),
     ...over,
   });
 
   it("its own fresh claim: owned", () => {
-    expect(decide(record({ fileId: "file_mine", state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "owned" });
+    expect(decide(record({ fileId: "file_mine", state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "owned" });
   });
 
   it("a committed key with the same payload: replay of the stored file", () => {
-    expect(decide(record(), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "replay", fileId: "file_stored" });
+    expect(decide(record(), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "replay", fileId: "file_stored" });
   });
 
   it("a committed key with another payload: conflict", () => {
-    expect(decide(record({ fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "conflict" });
+    expect(decide(record({ fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "conflict" });
   });
 
   it("a claim in progress with the same payload: wait; with another: conflict", () => {
-    expect(decide(record({ state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "wait" });
-    expect(decide(record({ state: "claimed", fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "conflict" });
+    expect(decide(record({ state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "wait" });
+    expect(decide(record({ state: "claimed", fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "conflict" });
   });
 
-  it("a claim older than the lease: abandoned, whatever its payload", () => {
-    const old = new Date(now.getTime() - lease);
-    expect(decide(record({ state: "claimed", claimedAt: old }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "abandoned" });
-    expect(decide(record({ state: "claimed", claimedAt: old, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "abandoned" });
+  it("a claim whose lease has run out: abandoned, whatever its payload", () => {
+    const old = now;
+    expect(decide(record({ state: "claimed", claimedUntil: old }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "abandoned" });
+    expect(decide(record({ state: "claimed", claimedUntil: old, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "abandoned" });
   });
 
   it("a key past its retention: expired, as if absent, even with another payload", () => {
-    expect(decide(record({ expiresAt: now }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "expired" });
-    expect(decide(record({ expiresAt: now, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now, lease)).toEqual({ kind: "expired" });
+    expect(decide(record({ expiresAt: now }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "expired" });
+    expect(decide(record({ expiresAt: now, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "expired" });
   });
 });

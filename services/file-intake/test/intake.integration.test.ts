@@ -213,13 +213,13 @@ describe("idempotency keys", () => {
     const old = new Date(Date.now() - 10 * 60_000);
     const keys = db.collection<KeyDoc>("idempotency_keys");
     // A request that died after claiming, before writing its file: the key is free again.
-    await keys.insertOne({ _id: keyId(partnerId, "live", "died-early"), partnerId, mode: "live", key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedAt: old, expiresAt: new Date(Date.now() + 3_600_000) });
+    await keys.insertOne({ _id: keyId(partnerId, "live", "died-early"), partnerId, mode: "live", key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedUntil: old, expiresAt: new Date(Date.now() + 3_600_000) });
     const taken = await client.submitFile(stream(partnerId, [bytes], { key: "died-early" }));
     expect((await keys.findOne({ partnerId, key: "died-early" }))).toMatchObject({ fileId: taken.file!.id, state: "committed" });
 
     // A request that died after writing its file, before committing the key: a retry gets that file.
     const first = await client.submitFile(stream(partnerId, [bytes], { key: "died-late" }));
-    await keys.updateOne({ partnerId, key: "died-late" }, { $set: { state: "claimed", claimedAt: old } });
+    await keys.updateOne({ partnerId, key: "died-late" }, { $set: { state: "claimed", claimedUntil: old } });
     const retry = await client.submitFile(stream(partnerId, [bytes], { key: "died-late" }));
     expect(retry.file!.id).toBe(first.file!.id);
   });
@@ -247,7 +247,7 @@ describe("idempotency keys", () => {
     await keys.updateOne({ partnerId, key: "old" }, { $set: { expiresAt: new Date(Date.now() - 1000) } });
     const { IdempotencyKeys } = await import("../src/keys.js");
     const { openFileStore } = await import("../src/store.js");
-    const swept = await new IdempotencyKeys(await openFileStore(db), { ttlMs: 1000, claimLeaseMs: 1000, pollMs: 10 }).sweep();
+    const swept = await new IdempotencyKeys(await openFileStore(db), { ttlMs: 1000, claimLeaseMs: 1000, pollMs: 10 }, createLogger("file-intake", "silent")).sweep();
     expect(swept).toBeGreaterThanOrEqual(1);
     expect(await keys.find({ partnerId }).map((k) => k.key).toArray()).toEqual(["kept"]);
   });

@@ -45,10 +45,10 @@ describe("the storage quota's rules", () => {
     const now = new Date(10_000_000);
     const young = { id: "a", bytes: 5, at: new Date(now.getTime() - 1000) };
     const old = { id: "b", bytes: 7, at: new Date(now.getTime() - 3_600_001) };
-    expect(repairedUsage({ stored: 50, used: 62, holds: [young, old], rev: 3 }, 40, now, 3_600_000)).toEqual({ stored: 40, used: 45, holds: [young] });
-    expect(repairedUsage({ stored: 40, used: 45, holds: [young], rev: 4 }, 40, now, 3_600_000)).toBeUndefined();
+    expect(repairedUsage({ stored: 50, used: 62, holds: [young, old], version: 3 }, 40, now, 3_600_000)).toEqual({ stored: 40, used: 45, holds: [young] });
+    expect(repairedUsage({ stored: 40, used: 45, holds: [young], version: 4 }, 40, now, 3_600_000)).toBeUndefined();
     // A counter short of what is stored (a crash after a file was written, before it settled) goes up.
-    expect(repairedUsage({ stored: 0, used: 0, holds: [], rev: 0 }, 40, now, 3_600_000)).toEqual({ stored: 40, used: 40, holds: [] });
+    expect(repairedUsage({ stored: 0, used: 0, holds: [], version: 0 }, 40, now, 3_600_000)).toEqual({ stored: 40, used: 40, holds: [] });
   });
 
   it("quota pressure: the highest used / quota ratio per mode; a partner at the threshold in either mode counts once", () => {

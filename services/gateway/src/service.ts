@@ -1,22 +1,20 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { clientsFor, createKafka, kafkaCredentials, type Logger, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, createKafka, kafkaCredentials, refreshSigningKeys, retry, type Logger, type Periodic, type RunningService, type Settings } from "@pi/common";
 import { createApp } from "./app.js";
 import { envelope } from "./errors.js";
 import { BearerVerifier, RevocationList } from "./bearer.js";
 import { followRevocations } from "./revocation-feed.js";
 
-/** Retries until it succeeds or the gateway stops, backing off up to 5 s; logs each failure. */
-async function keepTrying<T>(what: string, logger: Logger, stopped: () => boolean, attempt: () => Promise<T>): Promise<T | undefined> {
-  for (let delay = 250; !stopped(); delay = Math.min(delay * 2, 5000)) {
-    try {
-      return await attempt();
-    } catch (err) {
-      logger.warn({ err: (err as Error).message, retryInMs: delay }, `${what} failed; retrying`);
-      await new Promise((r) => setTimeout(r, delay));
-    }
-  }
-  return undefined;
+/**
+ * Retries until it succeeds or the gateway stops (undefined), backing off up to 5 s; logs each
+ * failure. An attempt under way when the gateway stops still returns what it started, to be stopped.
+ */
+function keepTrying<T>(what: string, logger: Logger, stopping: AbortSignal, attempt: () => Promise<T>): Promise<T | undefined> {
+  return retry(what, async () => (stopping.aborted ? undefined : attempt()), { attempts: Infinity, firstDelayMs: 250, maxDelayMs: 5_000, retryIf: () => !stopping.aborted, logger }).catch((err: unknown) => {
+    if (stopping.aborted) return undefined;
+    throw err;
+  });
 }
 
 export async function startGateway(settings: Settings, logger: Logger): Promise<RunningService> {
@@ -26,20 +24,17 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.gateway`, logger, kafkaCredentials(settings));
   // The gateway listens at once (liveness answers, /readyz says 503) and warms up behind it: the
   // revocation list and the token keys, without which no bearer can be judged.
-  let stopped = false;
+  const stopping = new AbortController();
   let warm = false;
   let revocations: { stop(): Promise<void> } | undefined;
-  let keyRefresh: NodeJS.Timeout | undefined;
+  let keyRefresh: Periodic | undefined;
   const warmup = (async () => {
-    revocations = await keepTrying("following revocations", logger, () => stopped, () =>
+    revocations = await keepTrying("following revocations", logger, stopping.signal, () =>
       followRevocations(verifier.revocations, auth, kafka, settings.DATA_NAMESPACE, logger),
     );
-    if (!revocations || !(await keepTrying("loading token keys", logger, () => stopped, () => verifier.refreshKeys().then(() => true)))) return;
+    if (!revocations || !(await keepTrying("loading token keys", logger, stopping.signal, () => verifier.refreshKeys().then(() => true)))) return;
     // A rotated-in key is published this often before it starts signing (docs/authentication.md).
-    keyRefresh = setInterval(() => {
-      verifier.refreshKeys().catch((err: unknown) => logger.warn({ err: (err as Error).message }, "refreshing the token keys failed"));
-    }, settings.JWKS_REFRESH_SECONDS * 1000);
-    keyRefresh.unref();
+    keyRefresh = refreshSigningKeys(settings, () => verifier.refreshKeys(), logger);
     warm = true;
     logger.info("gateway warm: token keys and revocations loaded");
   })();
@@ -81,13 +76,13 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     port,
     ready: warmup,
     async stop() {
-      stopped = true;
-      clearInterval(keyRefresh);
+      stopping.abort();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
       });
       await warmup;
+      await keyRefresh?.stop();
       await revocations?.stop();
     },
   };

@@ -1,5 +1,5 @@
 import { createServer } from "node:http";
-import { createKafka, createLogger, ensureTopics, grantKafkaAccess, kafkaCredentials, loadSettings } from "@pi/common";
+import { createKafka, createLogger, ensureTopics, grantKafkaAccess, kafkaCredentials, loadSettings, retry } from "@pi/common";
 
 // `node services/ops/dist/kafka-setup.js [--stay]`: as Kafka's super user (KAFKA_USERNAME and
 // KAFKA_PASSWORD), creates the namespace's topics and grants every service's ACLs (kafka-access.ts),
@@ -24,16 +24,13 @@ if (stay) {
   process.on("SIGINT", stop);
 }
 
-for (let attempt = 1; ; attempt++) {
-  try {
+await retry(
+  "setting up Kafka's topics and ACLs",
+  async () => {
     await ensureTopics(kafka, settings.DATA_NAMESPACE, undefined, undefined, { configureExisting: true });
     await grantKafkaAccess(kafka, settings.DATA_NAMESPACE);
-    logger.info({ namespace: settings.DATA_NAMESPACE }, "Kafka topics and ACLs in place");
-    done = true;
-    break;
-  } catch (err) {
-    if (attempt >= 120) throw err;
-    logger.warn({ err, attempt }, "Kafka not ready for the topics and ACLs yet; retrying in 5 s");
-    await new Promise((resolve) => setTimeout(resolve, 5000));
-  }
-}
+  },
+  { attempts: 120, firstDelayMs: 5_000, factor: 1, logger },
+);
+logger.info({ namespace: settings.DATA_NAMESPACE }, "Kafka topics and ACLs in place");
+done = true;

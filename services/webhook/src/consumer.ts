@@ -1,7 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
-import { consumed, consumerGroup, CONSUMER_HEARTBEAT_MS, CONSUMER_MAX_WAIT_MS, CONSUMER_SESSION_TIMEOUT_MS, contextFromHeaders, disconnectConsumer, insertNew, topicName, traceHeaders, watchConsumer, watchConsumerLag, type Kafka, type Logger, modeFromProto } from "@pi/common";
+import { consume, consumerGroup, contextFromHeaders, insertNew, modeFromProto, topicName, traceHeaders, type Consuming, type Kafka, type Logger } from "@pi/common";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
@@ -73,30 +73,23 @@ export function decodeMessage(message: KafkaMessage, where: { partition: number 
  * and kafkajs fetches the batch again; a message that can never make an event is logged and
  * skipped, since retrying it cannot succeed.
  */
-export async function consumeConnectionEvents(store: WebhookStore, kafka: Kafka, namespace: string, logger: Logger, onStored: () => void) {
-  const consumer = kafka.consumer({
-    groupId: consumerGroup(namespace, "webhook"),
+export function consumeConnectionEvents(store: WebhookStore, kafka: Kafka, namespace: string, logger: Logger, onStored: () => void): Promise<Consuming> {
+  return consume({
+    kafka,
+    logger,
+    group: consumerGroup(namespace, "webhook"),
+    topic: topicName(namespace, "connectionEvents"),
+    name: "connection-events",
     // A replica that dies hands its partitions over within seconds, not the default 30.
-    sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS,
-    heartbeatInterval: CONSUMER_HEARTBEAT_MS,
-    maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS,
-  });
-  const alive = watchConsumer(consumer, "connection-events", logger);
-  await consumer.connect();
-  const topic = topicName(namespace, "connectionEvents");
-  await consumer.subscribe({ topic, fromBeginning: true });
-  const lag = watchConsumerLag(kafka, consumerGroup(namespace, "webhook"), topic, logger);
-  await consumer.run({
+    quickHandover: true,
     partitionsConsumedConcurrently: 3,
-    eachBatch: async ({ batch, heartbeat }) => {
+    async eachBatch(messages, partition) {
       const now = new Date();
-      const docs = batch.messages.map((m) => decodeMessage(m, { partition: batch.partition }, logger, now)).filter((d): d is WebhookEventDoc => d !== null);
-      await consumed(topic, batch.messages.length, () => storeWebhookEvents(store, docs));
-      logger.debug({ partition: batch.partition, messages: batch.messages.length, events: docs.length }, "connection events stored");
-      // Before the heartbeat, which throws while the group rebalances: the events are stored and due.
+      const docs = messages.map((m) => decodeMessage(m, { partition }, logger, now)).filter((d): d is WebhookEventDoc => d !== null);
+      await storeWebhookEvents(store, docs);
+      logger.debug({ partition, messages: messages.length, events: docs.length }, "connection events stored");
+      // Before the batch's heartbeat, which throws while the group rebalances: the events are stored and due.
       if (docs.length > 0) onStored();
-      await heartbeat();
     },
   });
-  return { alive, stop: async () => void (await Promise.all([lag.stop(), disconnectConsumer(consumer, "connection-events", logger)])) };
 }

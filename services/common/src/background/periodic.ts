@@ -1,4 +1,4 @@
-import type { Logger } from "./logger.js";
+import type { Logger } from "../logger.js";
 
 export interface Periodic {
   /** Runs the task now (unless it is running) and waits for it. */
