@@ -7,6 +7,7 @@ import { consume, CONSUMER_SESSION_TIMEOUT_MS, createLogger, every, keepAlive, m
 // backoff, lease keep-alive and the Kafka consumer. Time moves only through jest's fake timers.
 
 const logger = createLogger("test", "silent");
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Lets promise callbacks run (no timer moves). */
 const settle = async () => {
@@ -33,30 +34,6 @@ describe("every", () => {
     expect(rounds).toBe(5);
   });
 
-  it("never runs two rounds at once: a round still running when the next is due is not doubled", async () => {
-    let running = 0;
-    let most = 0;
-    let starts = 0;
-    const p = every(
-      "slow",
-      100,
-      async () => {
-        starts++;
-        most = Math.max(most, ++running);
-        await new Promise((r) => setTimeout(r, 250));
-        running--;
-      },
-      logger,
-      { runAtStart: false },
-    );
-    await jest.advanceTimersByTimeAsync(1_000);
-    expect(most).toBe(1);
-    expect(starts).toBeGreaterThanOrEqual(3);
-    const stopped = p.stop();
-    await jest.advanceTimersByTimeAsync(250);
-    await stopped;
-  });
-
   it("a failed round is logged and the next round runs", async () => {
     const warnings: unknown[] = [];
     let rounds = 0;
@@ -76,26 +53,40 @@ describe("every", () => {
     await p.stop();
   });
 
-  it("stop() waits for the round in progress", async () => {
-    let release!: () => void;
-    let finished = false;
-    const p = every(
-      "held",
-      1_000,
+  it("runs at once, never two rounds at a time, survives a failing round, and stop() waits for the round in progress", async () => {
+    let running = 0;
+    let maxRunning = 0;
+    let rounds = 0;
+    let finished = 0;
+    const periodic = every(
+      "test",
+      10,
       async () => {
-        await new Promise<void>((r) => (release = r));
-        finished = true;
+        rounds++;
+        running++;
+        maxRunning = Math.max(maxRunning, running);
+        await sleep(40);
+        running--;
+        finished++;
+        if (rounds === 1) throw new Error("first round fails");
       },
       logger,
     );
-    await settle();
+    await jest.advanceTimersByTimeAsync(150);
+    while (running === 0) await jest.advanceTimersByTimeAsync(1);
     let stopped = false;
-    const stopping = p.stop().then(() => (stopped = true));
-    await settle();
-    expect(stopped).toBe(false);
-    release();
+    const stopping = periodic.stop().then(() => (stopped = true));
+    await jest.advanceTimersByTimeAsync(0);
+    expect(stopped).toBe(false); // a round is in progress
+    await jest.advanceTimersByTimeAsync(40);
     await stopping;
-    expect(finished).toBe(true);
+    expect(rounds).toBeGreaterThanOrEqual(3);
+    expect(maxRunning).toBe(1);
+    expect(finished).toBe(rounds);
+    const after = rounds;
+    await jest.advanceTimersByTimeAsync(60_000);
+    expect(rounds).toBe(after);
+    expect(jest.getTimerCount()).toBe(0);
   });
 });
 
