@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, randomBytes, randomInt } from "node:crypto";
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { createConnection, createServer, type AddressInfo } from "node:net";
+import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
 import { repoRoot } from "./paths.js";
 
@@ -255,14 +255,41 @@ export function listFiles(dir: string): string[] {
   return existsSync(dir) ? readdirSync(dir) : [];
 }
 
-/** A TCP port free on 127.0.0.1 right now (the kernel's choice). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * The ports the kernel hands out on its own, to `listen(0)` and to every outgoing connection
+ * (Linux: /proc/sys/net/ipv4/ip_local_port_range; elsewhere the IANA range).
+ */
+export function ephemeralPortRange(read: () => string = () => readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8")): [number, number] {
+  try {
+    const [low, high] = read().trim().split(/\s+/).map(Number);
+    if (Number.isInteger(low) && Number.isInteger(high) && low! > 1024 && high! >= low!) return [low!, high!];
+  } catch {
+    // not Linux
+  }
+  return [49152, 65535];
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
   });
+}
+
+/**
+ * A TCP port free on 127.0.0.1 right now, for a process that will listen on it later (and again
+ * after each restart). It is taken below the kernel's ephemeral range: a port the kernel chose
+ * could meanwhile become the local end of some outgoing connection, or be handed to any other
+ * process's listen(0), and the replica meant to listen there would fail to bind, or its clients
+ * would reach a stranger (seen: a killed auth replica's port served by another stack's service).
+ */
+export async function freePort(): Promise<number> {
+  const [ephemeralLow] = ephemeralPortRange();
+  const low = Math.max(1025, ephemeralLow - 20_000);
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = low + randomInt(ephemeralLow - low);
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port between ${low} and ${ephemeralLow - 1}`);
 }

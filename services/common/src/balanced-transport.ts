@@ -17,7 +17,8 @@ import { ServiceEndpoints } from "./service-endpoints.js";
 // - nothing else is: a non-idempotent call whose connection broke may have taken effect, so its
 //   caller gets the failure (Unavailable), as does a client stream already under way, whose messages
 //   are gone (the gateway answers the partner a 503; the upload is retried with its Idempotency-Key).
-// An answer of the server itself (an application error, Unavailable included) is never repeated.
+// An answer of the server itself (an application error, Unavailable included) is never repeated,
+// except Unimplemented: only a server of another service gives it.
 //
 // Each replica has its own HTTP/2 connection, which gives up connecting after connectTimeoutMs and is
 // checked with PING frames while in use, so a replica that started late, restarted or vanished
@@ -62,6 +63,9 @@ export type CallFailure = "never-reached" | "connection-broke" | "answered";
 /** What a failed attempt tells about the request: never sent, lost with its connection, or answered. */
 export function classifyFailure(err: unknown): CallFailure {
   const ce = ConnectError.from(err);
+  // A server that does not know the method is not a replica of this service (a stranger took the
+  // address of one that died): it ran nothing, so the call goes to another replica.
+  if (ce.code === Code.Unimplemented) return "never-reached";
   // A server's answer always ends with grpc-status (in the trailers, or in the headers of a
   // trailers-only answer); our own deadline is no news about the replica either.
   if (ce.metadata.has("grpc-status") || ce.code === Code.DeadlineExceeded) return "answered";

@@ -351,4 +351,9 @@ describe("service addresses", () => {
     const answered = new ConnectError("db down", Code.Unavailable, new Headers({ "grpc-status": "14" }));
     expect([classifyFailure(refused), classifyFailure(reset), classifyFailure(answered)]).toEqual(["never-reached", "connection-broke", "answered"]);
   });
+
+  it("takes an Unimplemented answer for a call that never reached a replica: the server at that address is another service's", () => {
+    const stranger = new ConnectError("The server does not implement the method", Code.Unimplemented, new Headers({ "grpc-status": "12" }));
+    expect(classifyFailure(stranger)).toBe("never-reached");
+  });
 });
