@@ -68,26 +68,6 @@ export function updateVersioned<T extends Versioned>(collection: AnyCollection<T
   return collection.findOneAndUpdate(asFilter<T>({ _id: read._id, version: read.version }), asUpdate<T>({ ...update, $inc: inc }), { returnDocument: "after" });
 }
 
-// ---------------------------------------------------------------- claims by insert
-
-/**
- * A named right held until `expiresAt`: its _id names what is claimed. Claimed by insert (`insertNew`:
- * of concurrent inserters of one _id exactly one succeeds), taken over by `takeOverClaim` once expired.
- */
-export interface ClaimDoc {
-  _id: string;
-  expiresAt: Date;
-}
-
-/**
- * Takes over a claim whose time has run out (its holder died): a conditional update on the expiry
- * read, so of several replicas trying at once exactly one succeeds.
- */
-export async function takeOverClaim<T extends ClaimDoc>(collection: AnyCollection<T>, id: string, now: Date, expiresAt: Date): Promise<boolean> {
-  const res = await collection.updateOne(asFilter<T>({ _id: id, expiresAt: { $lte: now } }), asUpdate<T>({ $set: { expiresAt } }));
-  return res.modifiedCount === 1;
-}
-
 // ---------------------------------------------------------------- the outbox
 
 /** An event written in the same document update as the state change it reports. */

@@ -16,10 +16,8 @@ import {
   RELAY_STOP_MS,
   renewLease,
   takeLease,
-  takeOverClaim,
   topicName,
   updateVersioned,
-  type ClaimDoc,
   type LeaseFields,
   type OutboxEntry,
   type OutboxFields,
@@ -69,18 +67,17 @@ describe("insert-if-new and claims by insert", () => {
     expect(await a.countDocuments()).toBe(3);
   });
 
-  it("one claim wins among 20 from two replicas; once expired, exactly one takes it over (insertNew, takeOverClaim: the webhook attempt slots)", async () => {
-    const [a, b] = both<ClaimDoc>("claims");
+  it("one claim wins among 20 from two replicas; once expired, exactly one takes it over as a lease (insertNew, takeLease: the webhook attempt slots)", async () => {
+    const [a, b] = both<{ expiresAt: Date; holder?: string | null }>("claims");
     const now = new Date();
     const expired = { _id: "slot", expiresAt: new Date(now.getTime() - 1) };
     const first = await Promise.all(Array.from({ length: 20 }, async (_, i) => (await insertNew(i % 2 ? a : b, [expired])).length === 0));
     expect(first.filter(Boolean)).toHaveLength(1);
     // Its lease (already over: -1 ms) ran out: 20 takers race, one wins, and the new lease holds.
-    const later = new Date(now.getTime() + 1);
-    const until = new Date(now.getTime() + 60_000);
-    const second = await Promise.all(Array.from({ length: 20 }, (_, i) => takeOverClaim(i % 2 ? a : b, "slot", later, until)));
+    const slot = { until: "expiresAt", holder: "holder" };
+    const second = await Promise.all(Array.from({ length: 20 }, (_, i) => takeLease(i % 2 ? a : b, { _id: "slot" }, slot, { ms: 60_000 })));
     expect(second.filter(Boolean)).toHaveLength(1);
-    expect(await takeOverClaim(a, "slot", later, until)).toBe(false);
+    expect(await takeLease(a, { _id: "slot" }, slot, { ms: 60_000 })).toBeNull();
   });
 });
 

@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import { contextFromHeaders, inSpan, insertNew, SpanKind, takeOverClaim, webhookAttemptDuration, webhookDeliveries, type Logger } from "@pi/common";
+import { contextFromHeaders, inSpan, insertNew, SpanKind, takeLease, webhookAttemptDuration, webhookDeliveries, type LeaseFields, type Logger } from "@pi/common";
 import type { WebhookSender } from "./outbound.js";
 import { afterAttempt as healthAfterAttempt, failingAfterMs } from "./endpoint-health.js";
 import * as delivery from "./delivery-states.js";
@@ -46,6 +46,8 @@ export interface DispatcherOptions {
 
 /** When the auth service cannot say where to send, the event waits this long; no attempt is counted. */
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
+/** A slot's claim, as a lease (until its `expiresAt`); the holder's token only matters to a takeover. */
+const SLOT_LEASE: LeaseFields = { until: "expiresAt", holder: "holder" };
 const CLAIM_SWEEP_EVERY_MS = 10 * 60_000;
 export const TARGET_LOOKUP_TIMEOUT_MS = 3_000;
 const LEASE_MARGIN_MS = 5_000;
@@ -189,15 +191,16 @@ export class Dispatcher {
     for (const entry of entries) {
       // A claim can only have run out if its slot came due more than a lease ago: then its holder
       // died before moving the entry on, and the slot may be taken over, once.
-      if (taken.has(this.slotKey(entry)) && entry.dueAt.getTime() + this.leaseMs < now.getTime() && (await this.takeOver(this.slotKey(entry), expiresAt))) {
+      if (taken.has(this.slotKey(entry)) && entry.dueAt.getTime() + this.leaseMs < now.getTime() && (await this.takeOver(this.slotKey(entry)))) {
         won.push(entry);
       }
     }
     return won;
   }
 
-  private takeOver(key: string, expiresAt: Date): Promise<boolean> {
-    return takeOverClaim(this.o.store.claims, key, new Date(), expiresAt);
+  /** A slot's claim whose lease ran out is taken over as a lease: of replicas trying at once, one wins. */
+  private async takeOver(key: string): Promise<boolean> {
+    return (await takeLease(this.o.store.claims, { _id: key }, SLOT_LEASE, { ms: this.leaseMs })) !== null;
   }
 
   /** Claims are kept long after their lease (a late reader of an old slot must still lose), then dropped. */

@@ -1,5 +1,5 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier, ClaimDoc as BaseClaim, PartnerMode } from "@pi/common";
+import type { AuditCarrier, PartnerMode } from "@pi/common";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { EventType } from "./event-body.js";
 import type { DeliveryState } from "./delivery-states.js";
@@ -86,12 +86,16 @@ export function queueEntry(event: WebhookEventDoc): QueueDoc {
 
 /**
  * The right to make the attempt scheduled for one slot of one event: `${eventId}:${attempts}:${dueAt}`.
- * Inserting it is the claim (a claim by insert of @pi/common: an insert with a given _id succeeds
- * exactly once, however many replicas try); one whose lease ran out is taken over by a conditional
- * update on its expiry.
+ * Inserting it is the claim (insertNew: an insert with a given _id succeeds exactly once, however
+ * many replicas try), held until `expiresAt`; one whose lease ran out is taken over as a lease
+ * (takeLease on `expiresAt` and `holder`).
  */
-export interface ClaimDoc extends BaseClaim {
+export interface ClaimDoc {
+  _id: string;
   eventId: string;
+  expiresAt: Date;
+  /** The token of whoever took the claim over (none for the first claimer). */
+  holder?: string | null;
 }
 
 export interface WebhookStore {
