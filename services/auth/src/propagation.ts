@@ -2,7 +2,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { Outbox, outboxEntry, type Logger, type NextOffsets, type OutboxFields, type Producer } from "@pi/common";
+import { Outbox, outboxEntry, retry, type Logger, type NextOffsets, type OutboxFields, type Producer } from "@pi/common";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
 // An operator's revocation, suspension or reinstatement must be visible to the partner API by the
@@ -21,6 +21,8 @@ import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./
 export const FOLLOWER_LIVENESS_MS = 15_000;
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
+
+class NotPublishedYet extends Error {}
 
 export interface Propagation {
   gateways: number;
@@ -103,14 +105,22 @@ export class PartnerEventPublisher {
    */
   async propagate<D extends PartnerEventDoc>(outbox: Outbox<D, PartnerEventEntry>, id: string, entry: PartnerEventEntry, since = performance.now()): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
-    for (;;) {
-      const at = (await outbox.relay(id)).get(entry.eventId);
-      if (at) return this.awaitFollowers(at.partition, Number(at.offset), deadline, since);
-      // Not published by this call: either the publish failed (tried again until the deadline, then
-      // left to the sweep), or another relay (the sweep) took it, and where it went is unknown here.
-      if (!(await outbox.holds(id, entry.eventId)) || performance.now() >= deadline) return this.awaitFollowers(undefined, 0, deadline, since);
-      await sleep(POLL_MS * 5);
-    }
+    // Not published by a relay of this call: either the publish failed (tried again until the
+    // deadline, then left to the sweep), or another relay (the sweep) took it, and where it went is
+    // unknown here.
+    const at = await retry(
+      "publishing a partner event",
+      async () => {
+        const published = (await outbox.relay(id)).get(entry.eventId);
+        if (published || !(await outbox.holds(id, entry.eventId))) return published;
+        throw new NotPublishedYet();
+      },
+      { attempts: Infinity, firstDelayMs: POLL_MS * 5, factor: 1, retryIf: (err) => err instanceof NotPublishedYet && performance.now() < deadline },
+    ).catch((err: unknown) => {
+      if (err instanceof NotPublishedYet) return undefined;
+      throw err;
+    });
+    return at ? this.awaitFollowers(at.partition, Number(at.offset), deadline, since) : this.awaitFollowers(undefined, 0, deadline, since);
   }
 
   /** Polls the followers' reports until every live one has applied (partition, offset), or the deadline. */
