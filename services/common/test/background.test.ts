@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import { afterEach, beforeEach, describe, expect, it, jest } from "@jest/globals";
 import type { Kafka } from "kafkajs";
-import { consume, CONSUMER_SESSION_TIMEOUT_MS, createLogger, every, keepAlive, metricsRegistry, retry, retryDelay } from "../src/index.js";
+import { consume, CONSUMER_SESSION_TIMEOUT_MS, createLogger, every, keepAlive, metricsRegistry, refreshSigningKeys, retry, retryDelay } from "../src/index.js";
 
 // The kit for background work (services/common/src/background): periodic rounds, retries with
 // backoff, lease keep-alive and the Kafka consumer. Time moves only through jest's fake timers.
@@ -87,6 +87,20 @@ describe("every", () => {
     await jest.advanceTimersByTimeAsync(60_000);
     expect(rounds).toBe(after);
     expect(jest.getTimerCount()).toBe(0);
+  });
+});
+
+describe("refreshSigningKeys", () => {
+  beforeEach(() => jest.useFakeTimers());
+  afterEach(() => jest.useRealTimers());
+
+  it("reads the signing keys again every JWKS_REFRESH_SECONDS after the first load (auth replicas and gateways alike)", async () => {
+    const loads: number[] = [];
+    const started = Date.now();
+    const refresh = refreshSigningKeys({ JWKS_REFRESH_SECONDS: 30 }, async () => void loads.push(Date.now() - started), logger);
+    await jest.advanceTimersByTimeAsync(95_000);
+    expect(loads).toEqual([30_000, 60_000, 90_000]);
+    await refresh.stop();
   });
 });
 
