@@ -134,3 +134,24 @@ export async function startTestStack(overrides: Record<string, string> = {}, opt
     },
   };
 }
+
+const sharedStacks = new Map<string, Promise<TestStack>>();
+
+/**
+ * One stack per distinct set of overrides for all the tests of a file that ask for it: one start-up
+ * instead of one per describe block. Its stop() does nothing; the file stops them all at its end
+ * with `afterAll(stopSharedStacks)`. Tests on a shared stack keep to their own partners and elders.
+ */
+export async function sharedTestStack(overrides: Record<string, string> = {}): Promise<TestStack> {
+  const key = JSON.stringify(Object.entries(overrides).sort(([a], [b]) => a.localeCompare(b)));
+  let started = sharedStacks.get(key);
+  if (!started) sharedStacks.set(key, (started = startTestStack(overrides)));
+  return { ...(await started), stop: async () => {} };
+}
+
+/** Stops every stack sharedTestStack started in this file. */
+export async function stopSharedStacks(): Promise<void> {
+  const started = [...sharedStacks.values()];
+  sharedStacks.clear();
+  await Promise.all(started.map(async (stack) => (await stack.catch(() => undefined))?.stop()));
+}
