@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason, serviceError } from "@pi/common";
 import { commonv1, type webhookv1 } from "@pi/proto";
 import { PartnerError } from "../src/errors.js";
@@ -126,5 +127,24 @@ describe("GET /v1/events at the edge", () => {
     const res = await edge.send("POST", "/v1/events", { headers: { authorization: `Bearer ${await edge.token("ptr_a")}` } });
     expect([res.status, res.json.error.code]).toEqual([405, "method_not_allowed"]);
     expect(res.headers.allow).toContain("GET");
+  });
+});
+
+describe("GET /v1/events during an outage", () => {
+  it("the webhook service down: 503 service_unavailable with Retry-After, no internal detail", async () => {
+    const edge = await startEdge({
+      webhooks: {
+        listEvents() {
+          throw new ConnectError("connect ECONNREFUSED 127.0.0.1:50054 (pi.webhook.v1.WebhookService)", Code.Unavailable);
+        },
+      },
+    });
+    try {
+      const res = await edge.send("GET", "/v1/events", { headers: { authorization: `Bearer ${await edge.token("ptr_outage")}` } });
+      expect([res.status, res.json.error.code, res.headers["retry-after"]]).toEqual([503, "service_unavailable", "1"]);
+      expect(res.text).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|webhook\.v1/);
+    } finally {
+      await edge.stop();
+    }
   });
 });
