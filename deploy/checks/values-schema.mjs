@@ -58,6 +58,7 @@ const settings = {
   TEST_PENDING_CONNECTIONS_PER_PARTNER: { ...posInt, description: "The same bound for its test credentials." },
   CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "A revoked or expired live connection reopens at most once per this period (429 within it)." },
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "The same for test connections." },
+  CONNECTION_READ_LEASE_MS: { type: "integer", minimum: 0, maximum: 10000, description: "How long a gateway may answer a connection's status from memory (a read lease a change waits for); 0: off." },
   SANDBOX_APPROVAL_DELAY_SECONDS: { type: "integer", minimum: 0 },
   WEBHOOK_RETRY_BASE_SECONDS: { type: "number", exclusiveMinimum: 0 },
   WEBHOOK_RETRY_WINDOW_SECONDS: posInt,

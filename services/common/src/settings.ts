@@ -168,6 +168,9 @@ export const settingsSchema = z.object({
   // connection's, with no caregiver to ask, once a minute. 429 with Retry-After past it.
   CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(2592000),
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(60),
+  // How long a gateway may answer a connection's status from memory after reading it (a read
+  // lease: docs/connections.md, "Read leases"); a change of that connection waits for it. 0: off.
+  CONNECTION_READ_LEASE_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
   WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),

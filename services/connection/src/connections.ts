@@ -1,7 +1,9 @@
 import type { Filter } from "mongodb";
 import { auditEntry, connectionTransitions, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, rateLimitedError, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
 import { connectionAudit } from "./audit.js";
+import { setTimeout as sleep } from "node:timers/promises";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
+import { fenceUntil, grantableLeaseMs, leaseWaitMs, type LeaseRules } from "./read-lease.js";
 import { releaseSlot, takeSlot } from "./slots.js";
 import {
   effectiveStatus,
@@ -35,6 +37,12 @@ export interface Applied {
 
 const maxAttempts = 10;
 
+/** Clock slack between replicas of this service for read leases (read-lease.ts). */
+export const LEASE_MARGIN_MS = 250;
+
+/** What a partner's read needs: the state (stateOf), the version and lease fields; not the outbox or audit entries. */
+const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1, version: 1, leasedUntil: 1, fencedUntil: 1 } as const;
+
 export class Connections {
   private readonly sandbox: string;
 
@@ -49,6 +57,7 @@ export class Connections {
       | "TEST_PENDING_CONNECTIONS_PER_PARTNER"
       | "CONNECTION_REOPEN_INTERVAL_SECONDS"
       | "TEST_CONNECTION_REOPEN_INTERVAL_SECONDS"
+      | "CONNECTION_READ_LEASE_MS"
     >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
@@ -59,6 +68,36 @@ export class Connections {
     private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
+    this.leases = { leaseMs: settings.CONNECTION_READ_LEASE_MS, marginMs: LEASE_MARGIN_MS };
+  }
+
+  private readonly leases: LeaseRules;
+
+  /**
+   * A partner's read: the connection (null when it is not theirs) and, when asked, a read lease on
+   * its status (read-lease.ts): granted by one conditional update on the version read and no
+   * writer's fence, so the status answered is the stored one for as long as the lease lasts.
+   */
+  async read(filter: Filter<ConnectionDoc> & { _id: string }, lease: boolean): Promise<{ doc: ConnectionDoc; leaseMs: number } | null> {
+    const doc = await this.store.connections.findOne(filter, { projection: READ_FIELDS });
+    if (!doc) return null;
+    const t = this.timing();
+    const fenced = doc.fencedUntil != null && doc.fencedUntil.getTime() > t.now.getTime();
+    const ms = lease && !fenced ? grantableLeaseMs(this.stateOf(doc), t, this.leases) : 0;
+    if (ms === 0) return { doc, leaseMs: 0 };
+    const granted = await this.store.connections.updateOne(
+      { _id: doc._id, version: doc.version, $or: [{ fencedUntil: null }, { fencedUntil: { $lte: t.now } }] },
+      { $max: { leasedUntil: new Date(t.now.getTime() + ms) }, $inc: { version: 1 } },
+    );
+    return { doc, leaseMs: granted.modifiedCount === 1 ? ms : 0 };
+  }
+
+  /** A change of a connection under read leases: fence new grants, then wait until the granted ones ended. */
+  private async waitForLeases(doc: ConnectionDoc): Promise<void> {
+    await this.store.connections.updateOne({ _id: doc._id }, { $set: { fencedUntil: fenceUntil(this.clock(), this.leases) } });
+    const fenced = await this.store.connections.findOne({ _id: doc._id }, { projection: { leasedUntil: 1 } });
+    const waitMs = leaseWaitMs(fenced?.leasedUntil, this.clock(), this.leases);
+    if (waitMs > 0) await sleep(waitMs);
   }
 
   timing(): Timing {
@@ -177,6 +216,11 @@ export class Connections {
         const verdict = reopenVerdict(doc.reopenedAt, t.now, this.reopenInterval(doc.mode));
         if (!verdict.ok) throw rateLimitedError("this connection was reopened less than the reopen interval ago", verdict.retryAfterSeconds);
       }
+      if (leaseWaitMs(doc.leasedUntil, t.now, this.leases) > 0) {
+        // Gateways may be answering the current status from memory: none is stored until they stop.
+        await this.waitForLeases(doc);
+        continue;
+      }
       const slot = slotChange(doc.status, outcome.to);
       const took = slot === "take" && (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) === "taken";
 
@@ -196,6 +240,7 @@ export class Connections {
           updatedAt: t.now,
           ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
           ...(trigger === "request" ? { reopenedAt: t.now } : {}),
+          fencedUntil: null,
         },
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });

@@ -55,9 +55,6 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return check.address;
   }
 
-  // What a partner's read needs of a connection: its state (connections.stateOf), not its outbox or
-  // audit entries, which a poll would otherwise read and decode every time.
-  const STATE_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1 } as const;
   const partnerView = (doc: ConnectionDoc) => ({ connection: { id: doc._id, status: externalEnum[connections.external(doc)] } });
 
   // Unknown, malformed and another partner's (or the other mode's) ids: one error, one query shape.
@@ -96,9 +93,9 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     },
 
     async getConnection(req) {
-      const doc = await store.connections.findOne(ownedFilter(req), { projection: STATE_FIELDS });
-      if (!doc) throw notFound();
-      return partnerView(doc);
+      const read = await connections.read(ownedFilter(req), req.lease);
+      if (!read) throw notFound();
+      return { ...partnerView(read.doc), leaseMs: read.leaseMs };
     },
 
     async revokeConnection(req) {

@@ -38,8 +38,12 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   // When a request last reopened it (revoked or expired to pending): the reopen bound's clock
   // (bounds.ts, reopenVerdict). Null or absent until the first reopening.
   reopenedAt?: Date | null;
-  // Bumped by every state change: the compare-and-set guard of a transition (updateVersioned).
+  // Bumped by every state change and every read lease granted: the compare-and-set guard of a
+  // transition (updateVersioned), which a lease granted after the transition's read makes fail.
   version: number;
+  // Read leases (read-lease.ts): the end of the last one granted, and a writer's fence against new ones.
+  leasedUntil?: Date | null;
+  fencedUntil?: Date | null;
   // Trace headers of the request that created the connection: later state changes (a caregiver's
   // approve, days later) continue that trace, so one trace shows a connection's whole life.
   trace?: Record<string, string>;
