@@ -34,6 +34,8 @@ export const knobs = {
   uploadMiB: knob("BENCH_UPLOAD_MIB", 25, 5),
   /** Rounds of the single-upload comparison (one upload per side per round). */
   uploadRounds: knob("BENCH_UPLOAD_ROUNDS", 3, 2),
+  /** Rounds of the 1 MB upload comparison (one upload per side per round). */
+  smallUploads: knob("BENCH_SMALL_UPLOADS", 30, 6),
   /** Concurrent uploads of the memory figure. */
   concurrentUploads: knob("BENCH_CONCURRENT_UPLOADS", 8, 8),
   /** MiB uploaded to the system, all phases together, before the second GET measurement. */
