@@ -3,6 +3,7 @@ import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseSettings, SERVICE_URL_SETTINGS, withLocalStackAddresses, withLocalStackIdentity, type Settings } from "@pi/common";
+import { freePort } from "../../deploy/local/src/infra.js";
 import { alive, descendants } from "../../test/support/processes.js";
 import { everyReplicaServes } from "../../test/support/replicas.js";
 
@@ -54,8 +55,14 @@ export function processName(pid: number): string {
   return cmd.split(" ")[0]!.split("/").pop() || `pid ${pid}`;
 }
 
-export async function startLocalStack(opts: { portBase: number; env?: Record<string, string>; readyTimeoutMs?: number }): Promise<LocalStack> {
-  const ports = stackPorts(opts.portBase);
+/** Ports the kernel says are free now: for a stack that must not collide with another suite's. */
+async function freeStackPorts(): Promise<ReturnType<typeof stackPorts>> {
+  return { GATEWAY_PORT: await freePort(), MONGODB_PORT: await freePort(), KAFKA_PORT: await freePort(), KAFKA_CONTROLLER_PORT: await freePort() };
+}
+
+/** A local stack as `npm start` runs it; on ports from `portBase` (the bench's) or, without one, on free ports. */
+export async function startLocalStack(opts: { portBase?: number; env?: Record<string, string>; readyTimeoutMs?: number }): Promise<LocalStack> {
+  const ports = opts.portBase === undefined ? await freeStackPorts() : stackPorts(opts.portBase);
   const stateDir = mkdtempSync(join(process.env.BENCH_STATE_PARENT ?? tmpdir(), "pi-bench-stack-"));
   const url = (port: number) => `http://127.0.0.1:${port}`;
   const env: Record<string, string> = {

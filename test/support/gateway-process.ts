@@ -1,23 +1,14 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import type { Settings } from "@pi/common";
+import { freePort } from "../../deploy/local/src/infra.js";
 import { as } from "./services.js";
 
 // A gateway in a process of its own (the compiled services/gateway/dist/main.js, as `npm start`
 // runs it) in front of an in-process stack's services, so that its memory can be measured alone.
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 /** Resident set size of a process now and at its peak (VmRSS, VmHWM), in MiB. */
 export function memoryOf(pid: number): { rss: number; peak: number } {

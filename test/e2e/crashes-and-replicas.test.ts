@@ -1,0 +1,750 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "@jest/globals";
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes, randomUUID } from "node:crypto";
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { startAuthService } from "@pi/auth";
+import { type ConnectionClient, connectMongo, createKafka, createLogger, createProducer, databaseName, kafkaCredentials, type Mongo, newId, type Producer, type RunningService, SERVICE_URL_SETTINGS, serviceClient, type Settings, topicName } from "@pi/common";
+import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
+import { MongoClient } from "mongodb";
+import { type LocalStack, startLocalStack } from "../../bench/support/local-stack.js";
+import { drawingOperatorsPdf, hexFlateBombPdf } from "../../services/extraction/test/hostile-pdfs.js";
+import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
+import { sendFile } from "../support/files.js";
+import { opsFor, runOpsCli } from "../support/partner-api.js";
+import { alive } from "../support/processes.js";
+import { everyReplicaServes } from "../support/replicas.js";
+import { addressOf, as, grantTestKafkaAccess, identityKey, kafkaUserEnv, TEST_PUBLIC_KEYS, testKafkaAdmin, testSettings } from "../support/services.js";
+import { startTestReceiver, type TestReceiver } from "../support/webhook-receiver.js";
+
+// Crashes and replicas, the journeys that need the whole system: services killed with SIGKILL
+// mid-work and started again (nothing stored is lost), and a local stack as `npm start` runs it
+// with two replicas of everything, its processes killed under a partner's traffic.
+
+describe("connections crash", () => {
+  // The connection service as a real process (the compiled dist/main.js), killed with SIGKILL, then
+  // started again on the same database: nothing stored may be lost, neither an event between the
+  // write and the publish (nor the change's audit record), nor a sandbox approval that fell due while
+  // the service was down.
+
+  const root = fileURLToPath(new URL("../..", import.meta.url));
+  const main = join(root, "services", "connection", "dist", "main.js");
+  /** The same service with the test seam that kills it between a stored event and its publish. */
+  const crashingMain = join(root, "test", "support", "connection-crash-main.mjs");
+  const namespace = `t${randomBytes(5).toString("hex")}`;
+  const mongoUri = process.env.TEST_MONGODB_URI!;
+  const brokers = process.env.TEST_KAFKA_BROKERS!;
+  const sandboxDelaySeconds = 3;
+
+  interface Child {
+    proc: ChildProcess;
+    client: ConnectionClient;
+    partner: ConnectionClient;
+    exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  }
+  const children: Child[] = [];
+
+  /**
+   * Starts `node services/connection/dist/main.js` and resolves once it listens; with `crashBeforePublish`,
+   * the same service through the test seam that SIGKILLs it after the first write that stores an event.
+   */
+  async function startService({ crashBeforePublish = false } = {}): Promise<Child> {
+    const proc = spawn(process.execPath, [crashBeforePublish ? crashingMain : main], {
+      cwd: root,
+      env: {
+        PATH: process.env.PATH,
+        MONGODB_URI: mongoUri,
+        KAFKA_BROKERS: brokers,
+        DATA_NAMESPACE: namespace,
+        CONNECTION_SERVICE_PORT: "0",
+        CONNECTION_ADMIN_PORT: "0",
+        METRICS_PORT: "0",
+        SANDBOX_APPROVAL_DELAY_SECONDS: String(sandboxDelaySeconds),
+        LOG_LEVEL: "info",
+        KAFKAJS_NO_PARTITIONER_WARNING: "1",
+        SERVICE_IDENTITY_KEY: identityKey("connection"),
+        SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS,
+        ...kafkaUserEnv("connection"),
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })));
+    const logs: string[] = [];
+    proc.stderr!.on("data", (chunk: Buffer) => logs.push(chunk.toString()));
+    const { port, adminPort } = await new Promise<{ port: number; adminPort: number }>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`connection service did not start: ${logs.join("")}`)), 30_000);
+      createInterface({ input: proc.stdout! }).on("line", (line) => {
+        logs.push(line);
+        try {
+          const entry = JSON.parse(line) as { msg?: string; port?: number; adminPort?: number };
+          if (entry.msg === "started" && entry.port && entry.adminPort) {
+            clearTimeout(timer);
+            resolve({ port: entry.port, adminPort: entry.adminPort });
+          }
+        } catch {
+          // not a log line
+        }
+      });
+      void exited.then(({ code, signal }) => reject(new Error(`connection service exited (${code ?? signal}) before listening: ${logs.join("\n")}`)));
+    });
+    const child = {
+      proc,
+      exited,
+      // The operator's (and caregiver's) calls on the admin port, and the gateway's (partners' requests).
+      client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${adminPort}`, [], identityKey("ops")),
+      partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("gateway")),
+    };
+    children.push(child);
+    return child;
+  }
+
+  let mongo: MongoClient;
+  let events: EventCollector;
+  const connectionsCollection = () => mongo.db(databaseName(namespace, "connection")).collection("connections");
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  beforeAll(async () => {
+    // This test runs the compiled service: a build older than the sources would test old code.
+    expect(existsSync(main)).toBe(true);
+    for (const file of ["outbox", "connections", "state-machine", "routes", "service", "audit"]) {
+      const src = statSync(join(root, "services", "connection", "src", `${file}.ts`)).mtimeMs;
+      const built = statSync(join(root, "services", "connection", "dist", `${file}.js`)).mtimeMs;
+      if (built < src) throw new Error(`services/connection/dist is older than src/${file}.ts: run npx tsc -b first`);
+    }
+    await grantTestKafkaAccess(namespace);
+    mongo = await MongoClient.connect(mongoUri);
+  });
+
+  afterEach(async () => {
+    for (const child of children.splice(0)) {
+      if (child.proc.exitCode === null && child.proc.signalCode === null) {
+        child.proc.kill("SIGTERM");
+        await child.exited;
+      }
+    }
+  });
+
+  afterAll(async () => {
+    await events?.stop();
+    await mongo?.db(databaseName(namespace, "connection")).dropDatabase();
+    await mongo?.close();
+  });
+
+  describe("connection service crash", () => {
+    it("SIGKILL after a state change is stored and before its event is published: after a restart, exactly that event is on the topic", async () => {
+      const faulty = await startService({ crashBeforePublish: true });
+      const partnerId = newId("ptr");
+      const { address } = await faulty.client.createElder({});
+      const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+      const id = connection!.id;
+
+      // The approval is stored, then the seam kills the process before the publish.
+      await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
+      expect((await faulty.exited).signal).toBe("SIGKILL");
+
+      const doc = await connectionsCollection().findOne({ _id: id as never });
+      expect(doc).toMatchObject({ status: "approved", outbox: [{ type: "connection.approved", status: "approved" }] });
+      const eventId = (doc!.outbox as { eventId: string }[])[0]!.eventId;
+      const kafka = createKafka(brokers, `${namespace}.crash-test`, createLogger("crash-test", "silent"), testKafkaAdmin());
+      const admin = kafka.admin();
+      await admin.connect();
+      const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
+      await admin.disconnect();
+      expect(offsets.every((o) => o.high === "0")).toBe(true);
+
+      events = await collectConnectionEvents(brokers, namespace);
+      const restarted = await startService();
+      await events.waitFor(() => events.of(id).length >= 1);
+      for (let i = 0; i < 50 && ((await connectionsCollection().findOne({ _id: id as never }))!.outbox as unknown[]).length > 0; i++) await sleep(100);
+      expect((await connectionsCollection().findOne({ _id: id as never }))!.outbox).toEqual([]);
+      await events.sentinel(partnerId);
+      expect(events.of(id)).toHaveLength(1);
+      expect(events.of(id)[0]).toMatchObject({ eventId, type: "connection.approved", partnerId, connectionId: id, status: "approved", mode: commonv1.Mode.LIVE });
+      expect((await restarted.partner.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
+    });
+
+    it("SIGKILL after a caregiver's act is stored: its audit record, stored with the change, reaches the audit-events topic after a restart", async () => {
+      const faulty = await startService({ crashBeforePublish: true });
+      const partnerId = newId("ptr");
+      const { address } = await faulty.client.createElder({});
+      const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+      const id = connection!.id;
+      await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
+      expect((await faulty.exited).signal).toBe("SIGKILL");
+      const stored = (await connectionsCollection().findOne({ _id: id as never }))!.audit as { eventId: string; action: string; actor: string }[];
+      const record = stored.find((r) => r.action === "connection.approve")!;
+      expect(record).toMatchObject({ actor: "caregiver", eventId: expect.stringMatching(/^evt_/) });
+
+      // Every audit record on the topic, from its beginning.
+      const seen: eventsv1.AuditRecord[] = [];
+      const kafka = createKafka(brokers, `${namespace}.audit-reader`, createLogger("audit-reader", "silent"), testKafkaAdmin());
+      const reader = kafka.consumer({ groupId: `${namespace}.audit-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
+      await reader.connect();
+      try {
+        await reader.subscribe({ topic: topicName(namespace, "auditEvents"), fromBeginning: true });
+        await reader.run({ eachMessage: async ({ message }) => void seen.push(fromBinary(eventsv1.AuditRecordSchema, message.value!)) });
+        await startService();
+        for (const deadline = Date.now() + 30_000; !seen.some((r) => r.id === record.eventId) && Date.now() < deadline; ) await sleep(100);
+        expect(seen.find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
+        // Taken off the document once relayed, by whichever replica's relay or sweep (every 5 s) sent it.
+        for (const deadline = Date.now() + 30_000; ((await connectionsCollection().findOne({ _id: id as never }))!.audit as unknown[]).length > 0 && Date.now() < deadline; ) await sleep(100);
+        expect((await connectionsCollection().findOne({ _id: id as never }))!.audit).toEqual([]);
+      } finally {
+        await reader.disconnect();
+      }
+    });
+
+    it("sandbox auto-approval falls due while the service is down and happens after its restart", async () => {
+      const first = await startService();
+      const partnerId = newId("ptr");
+      const { sandboxElderAddress } = await first.client.getInfo({});
+      const requested = Date.now();
+      const { connection } = await first.partner.requestConnection({ partnerId, mode: commonv1.Mode.TEST, elderAddress: sandboxElderAddress });
+      const id = connection!.id;
+      first.proc.kill("SIGKILL");
+      await first.exited;
+      await sleep(requested + sandboxDelaySeconds * 1000 + 500 - Date.now());
+      expect((await connectionsCollection().findOne({ _id: id as never }))!.status).toBe("pending");
+
+      const second = await startService();
+      events ??= await collectConnectionEvents(brokers, namespace);
+      await events.waitFor(() => events.of(id).length === 1, 60_000);
+      expect(Date.now() - requested).toBeLessThan((sandboxDelaySeconds + 60) * 1000);
+      expect(events.of(id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST, partnerId });
+      const read = await second.partner.getConnection({ partnerId, id, mode: commonv1.Mode.TEST });
+      expect(read.connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
+    });
+  });
+});
+
+describe("webhooks restart", () => {
+  // The webhook service as its own process (the compiled services/webhook/dist/main.js, as npm start
+  // and the chart run it), killed with SIGKILL in the middle of its retry schedule and started again.
+
+  const main = join(process.cwd(), "services", "webhook", "dist", "main.js");
+
+  let settings: Settings;
+  let auth: RunningService;
+  let producer: Producer;
+  let mongo: Mongo;
+  let child: ChildProcess | undefined;
+  let receiver: TestReceiver | undefined;
+
+  function startChild(): ChildProcess {
+    const env: Record<string, string> = {
+      PATH: process.env.PATH ?? "",
+      MONGODB_URI: settings.MONGODB_URI,
+      KAFKA_BROKERS: settings.KAFKA_BROKERS,
+      DATA_NAMESPACE: settings.DATA_NAMESPACE,
+      AUTH_SERVICE_URL: settings.AUTH_SERVICE_URL,
+      AUTH_ADMIN_URL: settings.AUTH_ADMIN_URL,
+      WEBHOOK_SERVICE_PORT: "0",
+      WEBHOOK_ADMIN_PORT: "0",
+      METRICS_PORT: "0",
+      WEBHOOK_RETRY_BASE_SECONDS: "0.3",
+      WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: "2",
+      WEBHOOK_ALLOW_INSECURE_URLS: "true",
+      LOG_LEVEL: "warn",
+      KAFKAJS_NO_PARTITIONER_WARNING: "1",
+      SERVICE_IDENTITY_KEY: identityKey("webhook"),
+      SERVICE_IDENTITY_PUBLIC_KEYS: settings.SERVICE_IDENTITY_PUBLIC_KEYS!,
+      ...kafkaUserEnv("webhook"),
+    };
+    const proc = spawn(process.execPath, [main], { env, stdio: ["ignore", "ignore", "inherit"] });
+    return proc;
+  }
+
+  function kill(proc: ChildProcess): Promise<void> {
+    return new Promise((resolve) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+      proc.once("exit", () => resolve());
+      proc.kill("SIGKILL");
+    });
+  }
+
+  beforeAll(async () => {
+    settings = testSettings();
+    await grantTestKafkaAccess(settings.DATA_NAMESPACE);
+    const logger = createLogger("restart-test", settings.LOG_LEVEL);
+    auth = await startAuthService(as(settings, "auth"), logger);
+    settings = { ...settings, ...addressOf("auth", auth) };
+    producer = createProducer(createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)));
+    await producer.connect();
+    mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
+  });
+
+  afterAll(async () => {
+    if (child) await kill(child);
+    await receiver?.close();
+    await producer?.disconnect();
+    await mongo?.close();
+    await auth?.stop();
+  });
+
+  async function emit(partnerId: string, n: number): Promise<string[]> {
+    const events = Array.from({ length: n }, () =>
+      create(eventsv1.ConnectionEventSchema, {
+        eventId: randomUUID(),
+        type: "connection.approved",
+        partnerId,
+        connectionId: `con_${randomUUID().replace(/-/g, "")}`,
+        status: "approved",
+        mode: commonv1.Mode.LIVE,
+        occurredAt: BigInt(Date.now()),
+      }),
+    );
+    await producer.send({
+      topic: topicName(settings.DATA_NAMESPACE, "connectionEvents"),
+      messages: events.map((e) => ({ key: partnerId, value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, e)) })),
+    });
+    return events.map((e) => e.connectionId);
+  }
+
+  describe("webhook service restart", () => {
+    it("killed mid-schedule with SIGKILL, it resumes after restart with no event lost or duplicated in the store", async () => {
+      const ops = opsFor(settings);
+      const partner = await ops.partnerCreate({ name: "Restart Pharmacy" });
+      // Every event fails twice before it is accepted, so the schedule is busy when the kill comes.
+      receiver = await startTestReceiver(partner.signing_secret, (_e, nth) => (nth <= 2 ? "fail" : "ok"));
+      await ops.partnerSetWebhook(partner.partner_id, receiver.url);
+      const events = mongo.db.collection("webhook_events");
+
+      child = startChild();
+      const before = await emit(partner.partner_id, 30);
+      await receiver.waitFor((a) => a.filter((x) => x.outcome === "ok").length >= 5, 45_000, "the first deliveries");
+      await kill(child);
+      // Sentinel: every connection of the dead process closed, so each request it sent has been read.
+      await receiver.drained();
+      const atKill = await events.find({ partnerId: partner.partner_id }).toArray();
+      const arrivalsAtKill = receiver.arrivals.length;
+      // Mid-schedule: some delivered, some waiting for a retry or not yet tried.
+      expect(atKill.filter((d) => d.state === "delivered").length).toBeGreaterThan(0);
+      expect(atKill.filter((d) => d.state === "pending").length + (30 - atKill.length)).toBeGreaterThan(0);
+
+      const during = await emit(partner.partner_id, 20);
+      // Nothing is left to deliver them: the only deliverer has exited and everything it sent was read.
+      expect(child!.exitCode !== null || child!.signalCode !== null).toBe(true);
+      expect(receiver.arrivals.length).toBe(arrivalsAtKill);
+
+      child = startChild();
+      const all = [...before, ...during];
+      await receiver.waitFor(
+        (a) => new Set(a.filter((x) => x.outcome === "ok").map((x) => x.event.data.connection_id)).size >= all.length,
+        75_000,
+        "every event delivered after the restart",
+      );
+
+      const stored = await events.find({ partnerId: partner.partner_id }).toArray();
+      expect(stored).toHaveLength(all.length);
+      expect(new Set(stored.map((d) => d.sourceEventId)).size).toBe(all.length);
+      expect(new Set(stored.map((d) => d.connectionId))).toEqual(new Set(all));
+
+      // One evt_ id per connection event, whatever the receiver saw across the kill.
+      const idsByConnection = new Map<string, Set<string>>();
+      for (const a of receiver.arrivals) {
+        idsByConnection.set(a.event.data.connection_id, (idsByConnection.get(a.event.data.connection_id) ?? new Set()).add(a.event.id));
+      }
+      expect([...idsByConnection.values()].every((ids) => ids.size === 1)).toBe(true);
+      expect(new Set(receiver.arrivals.map((a) => a.event.id))).toEqual(new Set(stored.map((d) => d._id)));
+      // Every attempt of an event carried the same body, the one stored.
+      const bodyOf = new Map(stored.map((d) => [d._id as unknown as string, d.body as string]));
+      expect(receiver.arrivals.every((a) => a.raw === bodyOf.get(a.event.id))).toBe(true);
+      expect(receiver.rejected).toEqual([]);
+
+      const settled = await (async () => {
+        for (let i = 0; i < 50; i++) {
+          const docs = await events.find({ partnerId: partner.partner_id }).toArray();
+          if (docs.every((d) => d.state === "delivered")) return docs;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+        return events.find({ partnerId: partner.partner_id }).toArray();
+      })();
+      expect(settled.map((d) => d.state)).toEqual(all.map(() => "delivered"));
+    }, 150_000);
+  });
+});
+
+describe("replicas and extraction", () => {
+  // One local stack as `npm start` runs it (two replicas of every service and of the gateway, its own
+  // database and Kafka, free ports) for every test that kills its processes: hostile PDFs and a killed
+  // extraction process (issue 23), one replica of each service after the other killed outright under
+  // a partner's traffic, no gateway process at all, and last the database and Kafka killed. Each part
+  // takes a partner of its own (its token fresh when the part begins).
+
+  let stack: LocalStack;
+  let baseUrl = "";
+
+  /** A partner answer is due within this long, whatever fails behind the gateway. */
+  const ANSWER_WITHIN_MS = 5_000;
+  /** A replica told to stop with Kafka away is gone within this long (its own grace is 15 s, then exit 1). */
+  const STOP_WITHIN_MS = 10_000;
+  /** Longer than this without an answer is a hang. */
+  const HANG_MS = 15_000;
+
+  /** The live processes of one service (both replicas), or of the stack's database ("mongo-wire") or Kafka. */
+  function processesOf(service: string): number[] {
+    const name = service === "mongo-wire" ? "database" : service;
+    return stack.processes().filter((p) => p.name === name).map((p) => p.pid);
+  }
+
+  async function until<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined>): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const v = await check().catch(() => undefined);
+      if (v !== undefined) return v;
+      if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms; logs in ${stack.stateDir}/logs`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  /**
+   * The stack answers /readyz and every replica of every service serves (a replica still starting must
+   * not leave the test killing the only one that serves).
+   */
+  async function ready(timeoutMs: number): Promise<void> {
+    await until("the stack ready, every replica serving", timeoutMs, async () => {
+      const readyz = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(3_000) });
+      return readyz.status === 200 && (await everyReplicaServes(stack.stateDir)) ? true : undefined;
+    });
+  }
+
+  async function ops(...args: string[]) {
+    const r = await runOpsCli({ PATH: process.env.PATH, STATE_DIR: stack.stateDir }, [...args, "--json"]);
+    if (r.code !== 0) throw new Error(`ops ${args.join(" ")} failed: ${r.stderr}`);
+    return JSON.parse(r.stdout) as Record<string, unknown> & { live: { client_id: string; client_secret: string } };
+  }
+
+  interface Partner {
+    token: string;
+    elder: string;
+    connectionId: string;
+    clientId: string;
+    clientSecret: string;
+  }
+
+  /** A partner with a live token and an approved connection to an elder of its own. */
+  async function approvedPartner(name: string): Promise<Partner> {
+    const created = await ops("partner", "create", "--name", name);
+    const elder = (await ops("elder", "create")).address as string;
+    const tokenRes = await fetch(`${baseUrl}/oauth/token`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ grant_type: "client_credentials", client_id: created.live.client_id, client_secret: created.live.client_secret }),
+    });
+    const token = ((await tokenRes.json()) as { access_token: string }).access_token;
+    const con = (await (await fetch(`${baseUrl}/v1/connections`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: JSON.stringify({ elder }) })).json()) as { id: string };
+    await ops("connection", "approve", con.id);
+    return { token, elder, connectionId: con.id, clientId: created.live.client_id, clientSecret: created.live.client_secret };
+  }
+
+  beforeAll(async () => {
+    stack = await startLocalStack({
+      // The traffic comes from one address at a pace of its own: the limits are not what is measured here.
+      env: { LOG_LEVEL: "info", RATE_LIMIT_TOKEN_PER_MINUTE: "100000", RATE_LIMIT_V1_PER_SECOND: "100000" },
+      readyTimeoutMs: 420_000,
+    });
+    baseUrl = stack.baseUrl;
+    await until("both extraction processes up", 60_000, async () => (processesOf("extraction").length === 2 ? true : undefined));
+  }, 480_000);
+
+  afterAll(async () => {
+    await stack?.stop();
+  }, 90_000);
+
+  describe("two replicas of every service (npm start)", () => {
+    it("runs two processes of every service and of the gateway, sharing the one partner port", () => {
+      for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"]) expect(processesOf(service)).toHaveLength(2);
+      const recorded = JSON.parse(readFileSync(join(stack.stateDir, "stack.json"), "utf8")) as Record<string, string>;
+      for (const name of SERVICE_URL_SETTINGS) expect(recorded[name]!.split(",")).toHaveLength(2);
+    });
+  });
+
+  describe("extraction as a workload of its own (npm start)", () => {
+    // Hostile PDFs end `failed` with their reason while uploads keep answering 202 and no file-intake
+    // process restarts; killing an extraction process loses no file.
+    let token = "";
+    let elder = "";
+    beforeAll(async () => {
+      ({ token, elder } = await approvedPartner("Extraction Clinic"));
+    }, 120_000);
+
+    async function upload(bytes: Buffer, filename: string, contentType: string) {
+      return sendFile(baseUrl, token, elder, bytes, { key: randomUUID(), filename, contentType });
+    }
+
+    async function fileRecord(id: string) {
+      const client = await MongoClient.connect(stack.settings.MONGODB_URI);
+      try {
+        return await client.db(databaseName("pi", "file-intake")).collection("files").findOne({ _id: id as never });
+      } finally {
+        await client.close();
+      }
+    }
+
+    async function statusOf(id: string): Promise<string> {
+      const res = await fetch(`${baseUrl}/v1/files/${id}`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(HANG_MS) });
+      return ((await res.json()) as { status: string }).status;
+    }
+
+    describe("hostile PDFs under npm start", () => {
+      it("a hex-wrapped Flate bomb (1 GiB decoded) and a 25 MB PDF of millions of drawing operators each end failed within 2 minutes, uploads keep answering 202, no file-intake process restarts", async () => {
+        const intakeBefore = processesOf("file-intake").sort();
+        expect(intakeBefore).toHaveLength(2);
+        const bombPdf = hexFlateBombPdf(1024);
+        const drawing = drawingOperatorsPdf(24);
+        const sentAt = Date.now();
+        const hostile = await Promise.all([upload(bombPdf, "bomb.pdf", "application/pdf"), upload(drawing, "drawing.pdf", "application/pdf")]);
+        expect(hostile.map((r) => r.status)).toEqual([202, 202]);
+        const ids = hostile.map((r) => r.json!.id as string);
+
+        // Uploads while the hostile files are handled: every one answered 202.
+        const statuses: number[] = [];
+        const done = () => Promise.all(ids.map(statusOf)).then((s) => s.every((x) => x !== "received"));
+        while (!(await done()) && Date.now() - sentAt < 120_000) {
+          const res = await upload(Buffer.from(`Care note ${randomUUID()}\n`), "note.txt", "text/plain");
+          statuses.push(res.status);
+        }
+        expect(Date.now() - sentAt).toBeLessThan(120_000);
+        expect(statuses.length).toBeGreaterThan(0);
+        expect(statuses.filter((s) => s !== 202)).toEqual([]);
+        for (const id of ids) {
+          expect(await statusOf(id)).toBe("failed");
+          // The reason is on the record, a code only.
+          expect(await fileRecord(id)).toMatchObject({ status: "failed", failureReason: "decoded_size" });
+        }
+        expect(processesOf("file-intake").sort()).toEqual(intakeBefore);
+      }, 300_000);
+    });
+
+    describe("an extraction process killed", () => {
+      it("loses nothing: every file accepted around the kill ends processed, and uploads keep answering 202", async () => {
+        const [victim] = processesOf("extraction");
+        expect(victim).toBeDefined();
+        const ids: string[] = [];
+        for (let i = 0; i < 10; i++) {
+          const res = await upload(Buffer.from(`Medication list ${i} ${randomUUID()}\n`), "list.txt", "text/plain");
+          expect(res.status).toBe(202);
+          ids.push(res.json!.id as string);
+          if (i === 4) process.kill(victim!, "SIGKILL");
+        }
+        // A file the killed process held is taken again once its lease runs out (20 s), by the stuck sweep.
+        for (const id of ids) expect(await until(`file ${id} processed`, 120_000, async () => ((await statusOf(id)) === "processed" ? true : undefined))).toBe(true);
+      }, 180_000);
+    });
+  });
+
+  describe("a replica of each service killed in turn (npm start)", () => {
+    let partner: Partner;
+    const accepted = new Map<string, string>(); // file id -> Idempotency-Key
+    beforeAll(async () => {
+      partner = await approvedPartner("Chaos Pharmacy");
+    }, 120_000);
+
+    interface Outcome {
+      phase: string;
+      op: string;
+      status: number | "reset" | "hang";
+      ms: number;
+      envelope503?: boolean;
+    }
+
+    /** One partner request: its status, or "reset" (the connection to a killed gateway dropped), or "hang". */
+    async function timed(phaseNow: () => string, op: string, outcomes: Outcome[], send: (signal: AbortSignal) => Promise<Response | { status: number; text: string; headers: Headers }>) {
+      const phase = phaseNow();
+      const started = Date.now();
+      let outcome: Outcome;
+      try {
+        const signal = AbortSignal.timeout(HANG_MS);
+        const res = await Promise.race([send(signal), new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason)))]);
+        const text = "text" in res && typeof res.text === "string" ? res.text : await (res as Response).text();
+        outcome = { phase, op, status: res.status, ms: Date.now() - started };
+        // A failure counts in the phase it happened in (an upload begun just before a replica was killed).
+        if (res.status >= 500) outcome.phase = phaseNow();
+        if (res.status === 503) {
+          const body = JSON.parse(text) as { error?: { code?: string } };
+          outcome.envelope503 = body.error?.code === "service_unavailable" && res.headers.get("retry-after") === "1";
+        }
+        outcome.ms = Date.now() - started;
+        outcomes.push(outcome);
+        return { status: res.status, text };
+      } catch (err) {
+        const name = (err as Error).name;
+        // A dropped connection counts in the phase it dropped in (a request begun just before a gateway was killed).
+        outcome = { phase: phaseNow(), op, status: name === "TimeoutError" || name === "AbortError" ? "hang" : "reset", ms: Date.now() - started };
+        outcomes.push(outcome);
+        return { status: outcome.status, text: "" };
+      }
+    }
+
+    /** A partner at work: tokens, connection requests and reads, uploads and their status, until stopped. */
+    async function partnerTraffic(phase: () => string, stopped: () => boolean, outcomes: Outcome[]): Promise<void> {
+      const json = { "content-type": "application/json", authorization: `Bearer ${partner.token}` };
+      for (let n = 0; !stopped(); n++) {
+        switch (n % 4) {
+          case 0:
+            await timed(phase, "token", outcomes, (signal) =>
+              fetch(`${baseUrl}/oauth/token`, { method: "POST", signal, headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams({ grant_type: "client_credentials", client_id: partner.clientId, client_secret: partner.clientSecret }) }),
+            );
+            break;
+          case 1:
+            await timed(phase, "connect", outcomes, (signal) => fetch(`${baseUrl}/v1/connections`, { method: "POST", signal, headers: json, body: JSON.stringify({ elder: partner.elder }) }));
+            break;
+          case 2:
+            await timed(phase, "read connection", outcomes, (signal) => fetch(`${baseUrl}/v1/connections/${partner.connectionId}`, { signal, headers: json }));
+            break;
+          case 3: {
+            // An upload is retried with its Idempotency-Key until accepted, as a partner would after a 503.
+            const key = randomUUID();
+            for (let attempt = 0; attempt < 20; attempt++) {
+              const res = await timed(phase, "upload", outcomes, () => sendFile(baseUrl, partner.token, partner.elder, Buffer.from(`Medication list ${key}\n`), { key, filename: "list.txt", contentType: "text/plain" }));
+              if (res.status === 202) {
+                const id = (JSON.parse(res.text) as { id: string }).id;
+                accepted.set(id, key);
+                await timed(phase, "read file", outcomes, (signal) => fetch(`${baseUrl}/v1/files/${id}`, { signal, headers: json }));
+                break;
+              }
+              await new Promise((r) => setTimeout(r, 200));
+            }
+            break;
+          }
+        }
+      }
+    }
+
+    it("a replica of each service killed in turn under a partner's traffic: no 5xx, no hang, nothing lost", async () => {
+      const outcomes: Outcome[] = [];
+      let phase = "steady";
+      let stopped = false;
+      const traffic = Promise.all(Array.from({ length: 3 }, () => partnerTraffic(() => phase, () => stopped, outcomes)));
+      try {
+        await new Promise((r) => setTimeout(r, 2_000));
+        for (const service of ["auth", "connection", "file-intake", "extraction", "webhook", "gateway"]) {
+          const [victim] = processesOf(service);
+          expect(victim).toBeDefined();
+          phase = `${service} killed`;
+          process.kill(victim!, "SIGKILL");
+          // Traffic goes on while the replica is gone and while it comes back.
+          await new Promise((r) => setTimeout(r, 3_000));
+          const deadline = Date.now() + 60_000;
+          while (processesOf(service).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+          await ready(120_000);
+          phase = `${service} back`;
+          await new Promise((r) => setTimeout(r, 1_000));
+        }
+      } finally {
+        stopped = true;
+        await traffic;
+      }
+
+      const summary = Object.entries(
+        outcomes.reduce<Record<string, Record<string, number>>>((acc, o) => {
+          (acc[o.phase] ??= {})[`${o.op} ${o.status}`] = ((acc[o.phase] ??= {})[`${o.op} ${o.status}`] ?? 0) + 1;
+          return acc;
+        }, {}),
+      );
+      process.stderr.write(`[replicas-failover] ${JSON.stringify(summary)}\n`);
+      expect(outcomes.filter((o) => o.status === "hang")).toEqual([]);
+      // An upload under way on the file-intake replica that died fails fast with the envelope 503
+      // (a stream cannot be replayed; the partner's retry with the same key is accepted). Nothing else
+      // answers 5xx.
+      const fiveHundreds = outcomes.filter((o) => typeof o.status === "number" && o.status >= 500);
+      expect(fiveHundreds.filter((o) => !(o.op === "upload" && o.phase === "file-intake killed" && o.status === 503 && o.envelope503 && o.ms < ANSWER_WITHIN_MS))).toEqual([]);
+      // A partner connection to the gateway process that was killed drops; nowhere else.
+      expect(outcomes.filter((o) => o.status === "reset" && o.phase !== "gateway killed")).toEqual([]);
+      expect(outcomes.filter((o) => o.status === 200 || o.status === 202).length).toBeGreaterThan(40);
+
+      // Nothing lost: every accepted upload is there.
+      expect(accepted.size).toBeGreaterThan(5);
+      for (const id of accepted.keys()) expect((await fetch(`${baseUrl}/v1/files/${id}`, { headers: { authorization: `Bearer ${partner.token}` } })).status).toBe(200);
+    }, 420_000);
+
+    describe("no gateway process running", () => {
+      /** Longer than this without an answer is a hang (the partner port with no process behind it). */
+      const NO_GATEWAY_HANG_MS = 10_000;
+
+      it("a request then is refused or reset at once, never left hanging", async () => {
+        const gateways = processesOf("gateway");
+        expect(gateways).toHaveLength(2);
+        const outcomes: { ms: number; outcome: string }[] = [];
+        let stop = false;
+        const client = async () => {
+          while (!stop) {
+            const started = Date.now();
+            try {
+              const res = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(NO_GATEWAY_HANG_MS), headers: { connection: "close" } });
+              await res.text();
+              outcomes.push({ ms: Date.now() - started, outcome: String(res.status) });
+            } catch (err) {
+              outcomes.push({ ms: Date.now() - started, outcome: (err as Error).name === "TimeoutError" ? "hang" : "refused or reset" });
+            }
+          }
+        };
+        const clients = Array.from({ length: 8 }, client);
+        while (outcomes.length < 50) await new Promise((r) => setTimeout(r, 20));
+        for (const pid of gateways) process.kill(pid, "SIGKILL");
+        const killedAt = Date.now();
+        await until("a refused or reset request", 10_000, async () => (outcomes.some((o) => o.outcome === "refused or reset") ? true : undefined));
+        // Until the supervisor has both back and they answer again.
+        await until("the gateways back", 60_000, async () => (processesOf("gateway").length === 2 && outcomes.slice(-20).every((o) => o.outcome === "200") && Date.now() - killedAt > 2_000 ? true : undefined));
+        stop = true;
+        await Promise.all(clients);
+        expect(outcomes.filter((o) => o.outcome === "hang")).toEqual([]);
+        expect(Math.max(...outcomes.map((o) => o.ms))).toBeLessThan(NO_GATEWAY_HANG_MS);
+      }, 120_000);
+    });
+
+    it.each(["mongo-wire", "kafka"])("with %s killed, every partner answer comes within 5 s: a success or the envelope 503", async (infra) => {
+      const outcomes: Outcome[] = [];
+      let stopped = false;
+      const [victim] = processesOf(infra);
+      expect(victim).toBeDefined();
+      process.kill(victim!, "SIGKILL");
+      const traffic = Promise.all(Array.from({ length: 3 }, () => partnerTraffic(() => `${infra} killed`, () => stopped, outcomes)));
+      // Kept down for the whole window: the stack restarts it after 0.5 s, and on a fast machine the
+      // database was back before any request needed it (no 503 at all in 6 s).
+      const outageEnds = Date.now() + 6_000;
+      while (Date.now() < outageEnds) {
+        for (const pid of processesOf(infra)) process.kill(pid, "SIGKILL");
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      stopped = true;
+      await traffic;
+      process.stderr.write(`[replicas-failover] ${infra}: ${JSON.stringify(outcomes.map((o) => `${o.op} ${o.status} ${o.ms}ms`))}\n`);
+      expect(outcomes.length).toBeGreaterThan(3);
+      expect(outcomes.filter((o) => o.status === "hang" || o.status === "reset")).toEqual([]);
+      expect(outcomes.filter((o) => o.ms >= ANSWER_WITHIN_MS)).toEqual([]);
+      expect(outcomes.filter((o) => o.status !== 200 && o.status !== 202 && !(o.status === 503 && o.envelope503))).toEqual([]);
+      if (infra === "mongo-wire") {
+        expect(outcomes.filter((o) => o.status === 503).length).toBeGreaterThan(0);
+        await ready(120_000);
+      } else {
+        // The gateway pods' readiness probe leaves Kafka out, as the internal services' does (health
+        // check "traffic"): writes wait in the outboxes, so no replica leaves its Service. The stack as
+        // a whole (the operator contract's /readyz) is not ready.
+        const traffic = await fetch(`${baseUrl}/readyz/traffic`, { signal: AbortSignal.timeout(3_000) });
+        expect(traffic.status).toBe(200);
+        const whole = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(5_000) });
+        expect([whole.status, ((await whole.json()) as { failing: string[] }).failing.sort()]).toEqual([503, ["auth", "connection", "file-intake", "webhook"]]);
+        // A replica told to stop while Kafka is away (every pod of a release stops at once on
+        // uninstall) stops well within its 15 s grace, which it would otherwise spend waiting on its
+        // consumers' reconnects and then exit 1. (Kafka killed again, should the stack have restarted it.)
+        for (const pid of processesOf("kafka")) process.kill(pid, "SIGKILL");
+        const stopping = ["auth", "webhook", "gateway"].map((service) => {
+          const [pid] = processesOf(service);
+          process.kill(pid!, "SIGTERM");
+          return { service, pid: pid!, at: Date.now() };
+        });
+        const stopped = await Promise.all(
+          stopping.map(async ({ service, pid, at }) => {
+            while (alive(pid) && Date.now() - at < 20_000) await new Promise((r) => setTimeout(r, 100));
+            return [service, Date.now() - at < STOP_WITHIN_MS] as const;
+          }),
+        );
+        expect(stopped).toEqual(stopping.map(({ service }) => [service, true]));
+      }
+    }, 300_000);
+  });
+});
