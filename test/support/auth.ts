@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { exportJWK, generateKeyPair, SignJWT, importJWK, type JWK, type JWTPayload } from "jose";
 import { MongoClient } from "mongodb";
 import { databaseName, LocalKeyWrapper, type Settings } from "@pi/common";
-import { peppersOf, SecretSealer } from "@pi/auth";
+import { SecretSealer } from "@pi/auth";
 
 // Helpers for the authentication tests: the auth service's own database and signing key, read the
 // way only a test may (a partner never can), to build tokens that differ from a real one in
@@ -27,7 +27,7 @@ interface StoredKey {
 export async function signingKey(settings: Settings): Promise<{ kid: string; key: CryptoKey }> {
   const keys = await withAuthDb(settings, (db) => db.collection<StoredKey>("signing_keys").find().toArray());
   const stored = keys.filter((k) => k.activatesAt.getTime() <= Date.now()).sort((a, b) => b.activatesAt.getTime() - a.activatesAt.getTime())[0]!;
-  const sealer = new SecretSealer(LocalKeyWrapper.fromSetting(settings.DATA_KEYS!), peppersOf(settings)?.byId.get("p1"));
+  const sealer = new SecretSealer(LocalKeyWrapper.fromSetting(settings.DATA_KEYS!));
   const jwk = JSON.parse(await sealer.unseal(stored.sealedPrivateJwk, "token-signing-key")) as JWK;
   return { kid: stored.kid, key: (await importJWK(jwk, "ES256")) as CryptoKey };
 }

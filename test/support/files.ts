@@ -174,12 +174,12 @@ async function blobsWithSegments(db: Db): Promise<Set<string>> {
   return new Set(ids.map((d) => String(d._id).split(":")[0]!));
 }
 
-/** How many files, stored blobs, segments (with the chunks of GridFS blobs from before) and open uploads file-intake holds. */
+/** How many files, stored blobs, segments and open uploads file-intake holds. */
 export function storedCounts(settings: Settings) {
   return withFileDb(settings, async (db) => ({
     files: await db.collection("files").countDocuments(),
-    blobs: (await blobsWithSegments(db)).size + (await db.collection("blobs.files").countDocuments()),
-    chunks: (await db.collection(BLOB_SEGMENTS).countDocuments()) + (await db.collection("blobs.chunks").countDocuments()),
+    blobs: (await blobsWithSegments(db)).size,
+    chunks: await db.collection(BLOB_SEGMENTS).countDocuments(),
     openUploads: await db.collection("uploads").countDocuments({ discardedAt: null }),
   }));
 }
@@ -197,10 +197,7 @@ export async function settledCounts(settings: Settings, timeoutMs = 15_000) {
     const settled = await withFileDb(settings, async (db) => {
       if ((await db.collection("uploads").countDocuments({ discardedAt: null })) > 0) return false;
       const named = new Set((await db.collection("files").find({}, { projection: { blobId: 1 } }).toArray()).map((f) => String(f.blobId)));
-      if ([...(await blobsWithSegments(db))].some((id) => !named.has(id))) return false;
-      const blobs = new Set((await db.collection("blobs.files").find({}, { projection: { _id: 1 } }).toArray()).map((b) => String(b._id)));
-      const owners = await db.collection("blobs.chunks").distinct("files_id");
-      return owners.every((id) => blobs.has(String(id)));
+      return [...(await blobsWithSegments(db))].every((id) => named.has(id));
     });
     const counts = await storedCounts(settings);
     if ((settled && counts.openUploads === 0) || Date.now() > deadline) return counts;

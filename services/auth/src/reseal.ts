@@ -3,11 +3,11 @@ import type { SecretSealer } from "./secrets.js";
 import type { AuthStore } from "./store.js";
 
 /**
- * Re-seals every stored secret not sealed by the newest KEK: values of before DATA_KEYS ("v1.",
- * under the pepper) and values under an older KEK after a rotation. Run at start; each write is
+ * Re-seals every stored secret not sealed by the newest KEK (values under an older KEK after a
+ * rotation). Run at start; each write is
  * conditional on the value read, so a rotation or another replica doing the same meanwhile wins
  * (and either outcome holds the same secret). A value that cannot be opened is left and logged.
- * Once a start has re-sealed everything, the pepper keys nothing but hashes, and an old KEK can go.
+ * Once a start has re-sealed everything, an old KEK can go.
  */
 export async function resealStoredSecrets(store: AuthStore, sealer: SecretSealer, logger: Logger): Promise<{ resealed: number; failed: number }> {
   let resealed = 0;

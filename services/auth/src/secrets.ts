@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHmac, timingSafeEqual } from "node:crypto";
 import { openSealedValue, parsePeppers, sealedKid, sealValue, type KeyWrapper, type Settings } from "@pi/common";
 
 // Two keys, two jobs (docs/security.md, "Data at rest"):
@@ -7,9 +7,8 @@ import { openSealedValue, parsePeppers, sealedKid, sealValue, type KeyWrapper, t
 //   as a slow password hash here, and keeps the token endpoint fast. Each hash is stored with the id
 //   of the pepper that made it, so a new pepper can be introduced while old hashes still verify.
 // - the KEKs of DATA_KEYS seal what the service must use again (webhook signing secrets, JWT private
-//   keys), by the envelope encryption of services/common/src/data-keys.ts, versioned by key id.
-//   Values sealed before ("v1.", under a key derived from the pepper) are still read, and re-sealed
-//   at start (reseal.ts).
+//   keys), by the envelope encryption of services/common/src/data-keys.ts, versioned by key id;
+//   values under a KEK rotated out of first place are re-sealed at start (reseal.ts).
 
 export function hashSecret(pepper: string, secret: string): string {
   return createHmac("sha256", pepper).update(secret, "utf8").digest("hex");
@@ -64,22 +63,15 @@ export function secretMatches(peppers: Peppers, presented: string, stored: Store
 /** What a sealed value is; bound into its encryption, so one kind cannot stand in for another. */
 export type SecretKind = "webhook-signing-secret" | "token-signing-key";
 
-/** Seals with the KEKs of DATA_KEYS; reads the pepper-derived "v1." values of before with the pepper p1. */
+/** Seals with the KEKs of DATA_KEYS. */
 export class SecretSealer {
-  constructor(
-    private readonly wrapper: KeyWrapper,
-    private readonly legacyPepper: string | undefined,
-  ) {}
+  constructor(private readonly wrapper: KeyWrapper) {}
 
   seal(plaintext: string, kind: SecretKind): Promise<string> {
     return sealValue(this.wrapper, plaintext, `auth|${kind}`);
   }
 
   async unseal(sealed: string, kind: SecretKind): Promise<string> {
-    if (sealed.startsWith(`${LEGACY_VERSION}.`)) {
-      if (!this.legacyPepper) throw new Error(`a sealed value of before needs the pepper ${FIRST_PEPPER_ID} (CREDENTIAL_PEPPER)`);
-      return unsealLegacy(this.legacyPepper, sealed);
-    }
     return (await openSealedValue(this.wrapper, sealed, `auth|${kind}`)).toString("utf8");
   }
 
@@ -87,28 +79,4 @@ export class SecretSealer {
   isCurrent(sealed: string): boolean {
     return sealedKid(sealed) === this.wrapper.currentKid;
   }
-}
-
-// ---------------------------------------------------------------- before DATA_KEYS ("v1.")
-
-const LEGACY_VERSION = "v1";
-
-function legacySealingKey(pepper: string): Buffer {
-  return Buffer.from(hkdfSync("sha256", pepper, "pi-auth", "sealed-secrets-v1", 32));
-}
-
-/** The former sealing (AES-256-GCM under a key derived from the pepper). Written only by tests of the migration. */
-export function sealLegacy(pepper: string, plaintext: string): string {
-  const iv = randomBytes(12);
-  const cipher = createCipheriv("aes-256-gcm", legacySealingKey(pepper), iv);
-  const body = Buffer.concat([cipher.update(plaintext, "utf8"), cipher.final()]);
-  return [LEGACY_VERSION, iv.toString("base64url"), cipher.getAuthTag().toString("base64url"), body.toString("base64url")].join(".");
-}
-
-export function unsealLegacy(pepper: string, sealed: string): string {
-  const [version, iv, tag, body] = sealed.split(".");
-  if (version !== LEGACY_VERSION || !iv || !tag || body === undefined) throw new Error("not a sealed secret");
-  const decipher = createDecipheriv("aes-256-gcm", legacySealingKey(pepper), Buffer.from(iv, "base64url"));
-  decipher.setAuthTag(Buffer.from(tag, "base64url"));
-  return Buffer.concat([decipher.update(Buffer.from(body, "base64url")), decipher.final()]).toString("utf8");
 }

@@ -7,7 +7,7 @@ import { KeyRing } from "./keys.js";
 import { PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
-import { FIRST_PEPPER_ID, peppersOf, SecretSealer } from "./secrets.js";
+import { peppersOf, SecretSealer } from "./secrets.js";
 import { openAuthStore, sweepUsedAssertions } from "./store.js";
 
 /**
@@ -27,7 +27,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   const peppers = peppersOf(settings);
   if (!peppers) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const dataKeys = dataKeysOf(settings, "auth");
-  const sealer = new SecretSealer(dataKeys, peppers.byId.get(FIRST_PEPPER_ID));
+  const sealer = new SecretSealer(dataKeys);
   if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
   const runtime = await openRuntime("auth", settings, logger);
@@ -36,7 +36,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     throw err;
   });
   const store = await openAuthStore(runtime.mongo.db, sealer);
-  // Values sealed before DATA_KEYS (under the pepper), or by a KEK since rotated out of first place.
+  // Values sealed by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
   const trail = new AuditTrail({ service: "auth", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { jwtVerify, createLocalJWKSet } from "jose";
 import { connectMongo, LocalKeyWrapper, newDataKeysEntry, type Mongo } from "@pi/common";
 import { KeyRing, type SigningKeyDoc } from "../src/keys.js";
@@ -9,7 +9,7 @@ import { SecretSealer } from "../src/secrets.js";
 // The signing keys on the real MongoDB-wire server: replicas agree on the keys, rotation keeps every key a
 // live token may carry, retirement drops only keys whose tokens have all expired.
 
-const pepper = new SecretSealer(LocalKeyWrapper.fromSetting(newDataKeysEntry("k1")), randomBytes(32).toString("base64url"));
+const pepper = new SecretSealer(LocalKeyWrapper.fromSetting(newDataKeysEntry("k1")));
 const dbName = `t${randomUUID().slice(0, 8)}_keyring`;
 let mongo: Mongo;
 

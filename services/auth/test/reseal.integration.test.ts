@@ -2,25 +2,24 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { exportJWK, generateKeyPair, createLocalJWKSet, jwtVerify } from "jose";
 import { MongoClient, type Db } from "mongodb";
 import { commonv1 } from "@pi/proto";
-import { clientsFor, createLogger, databaseName, newDataKeysEntry, newSecret, SettingsError, type RunningService, type Settings, type Workload } from "@pi/common";
+import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newDataKeysEntry, newSecret, SettingsError, type RunningService, type Settings, type Workload } from "@pi/common";
 import { startAuthService } from "../src/service.js";
-import { hashSecret, sealLegacy } from "../src/secrets.js";
+import { hashSecret, SecretSealer } from "../src/secrets.js";
 import type { CredentialDoc, PartnerDoc } from "../src/store.js";
 import type { SigningKeyDoc } from "../src/keys.js";
 import { TOKEN_AUDIENCE, TOKEN_ISSUER } from "../src/tokens.js";
 import { addressOf, as, testSettings } from "../../../test/support/services.js";
 
-// Migration to DATA_KEYS: a database written by the version before (signing secrets and the JWT
-// private key sealed under a key derived from the pepper, "v1."; credential hashes without a pepper
-// id) keeps working: read in the old format, re-sealed in the new at start; then a KEK rotation and
-// a new pepper, and a regenerated KEK refused.
+// Stored secrets across key changes: signing secrets and the JWT private key sealed under the KEK
+// k1 (and a credential hash without a pepper id) open at start; then a KEK rotation and a new
+// pepper, with everything re-sealed under the new KEK at start; and a regenerated KEK refused.
 
 let settings: Settings;
 let mongo: MongoClient;
 let db: Db;
 let running: RunningService | undefined;
-const partnerId = "ptr_legacy0000000000000001";
-const clientId = "cli_legacy0000000000000001";
+const partnerId = "ptr_reseal0000000000000001";
+const clientId = "cli_reseal0000000000000001";
 const clientSecret = newSecret("sk_live");
 const future = new Date(Date.now() + 3600_000);
 
@@ -51,14 +50,14 @@ beforeAll(async () => {
   settings = testSettings();
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
-  // What the version before stored, sealed under the pepper.
   const pepper = settings.CREDENTIAL_PEPPER!;
+  const sealer = new SecretSealer(LocalKeyWrapper.fromSetting(settings.DATA_KEYS!));
   const { publicKey, privateKey } = await generateKeyPair("ES256", { extractable: true });
   await db.collection<SigningKeyDoc>("signing_keys").insertOne({
     _id: "first",
-    kid: "key_legacy",
-    publicJwk: { ...(await exportJWK(publicKey)), kid: "key_legacy", alg: "ES256", use: "sig" },
-    sealedPrivateJwk: sealLegacy(pepper, JSON.stringify(await exportJWK(privateKey))),
+    kid: "key_first",
+    publicJwk: { ...(await exportJWK(publicKey)), kid: "key_first", alg: "ES256", use: "sig" },
+    sealedPrivateJwk: await sealer.seal(JSON.stringify(await exportJWK(privateKey)), "token-signing-key"),
     createdAt: new Date(0),
     activatesAt: new Date(0),
   });
@@ -66,17 +65,17 @@ beforeAll(async () => {
   await db.collection<PartnerDoc>("partners").insertMany([
     {
       _id: partnerId,
-      name: "Legacy Clinic",
+      name: "Reseal Clinic",
       status: "active",
       scopes: ["connections:write", "files:write"],
       webhookUrl: null,
-      sealedSigningSecret: sealLegacy(pepper, "whsec_current"),
-      previousSigningSecrets: [{ sealed: sealLegacy(pepper, "whsec_previous"), expiresAt: future }],
+      sealedSigningSecret: await sealer.seal("whsec_current", "webhook-signing-secret"),
+      previousSigningSecrets: [{ sealed: await sealer.seal("whsec_previous", "webhook-signing-secret"), expiresAt: future }],
       createdAt: now,
       updatedAt: now,
       outbox: [],
     },
-    { _id: "ptr~decoy", name: "decoy", status: "suspended", scopes: [], webhookUrl: null, sealedSigningSecret: sealLegacy(pepper, "decoy"), createdAt: now, updatedAt: now, outbox: [] },
+    { _id: "ptr~decoy", name: "decoy", status: "suspended", scopes: [], webhookUrl: null, sealedSigningSecret: await sealer.seal("decoy", "webhook-signing-secret"), createdAt: now, updatedAt: now, outbox: [] },
   ]);
   await db.collection<CredentialDoc>("credentials").insertOne({ _id: clientId, partnerId, mode: "live", secretHash: hashSecret(pepper, clientSecret), status: "active", createdAt: now, outbox: [] });
 });
@@ -87,21 +86,19 @@ afterAll(async () => {
   await mongo?.close();
 });
 
-describe("stored secrets across the move from the pepper to DATA_KEYS", () => {
-  it("values sealed under the pepper keep working and are re-sealed with the KEK at start; hashes without a pepper id still verify", async () => {
+describe("stored secrets across key changes", () => {
+  it("values sealed under the KEK open at start and stay as they are; hashes without a pepper id still verify", async () => {
     const before = await sealedValues();
-    expect([...before.partners, ...before.keys].every((v) => v.startsWith("v1."))).toBe(true);
+    expect([...before.partners, ...before.keys].every((v) => v.startsWith("v2.k1."))).toBe(true);
 
     const auth = await start();
     const target = await auth.webhook.getWebhookTarget({ partnerId });
     expect(target.signingSecret).toBe("whsec_current");
     expect(target.previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
     expect(await tokenVerifies(auth, clientId, clientSecret)).toBe(true);
-    expect(JSON.parse((await auth.gateway.getJwks({})).jwksJson).keys.map((k: { kid: string }) => k.kid)).toEqual(["key_legacy"]);
+    expect(JSON.parse((await auth.gateway.getJwks({})).jwksJson).keys.map((k: { kid: string }) => k.kid)).toEqual(["key_first"]);
 
-    const after = await sealedValues();
-    expect(after.partners).toHaveLength(3);
-    for (const v of [...after.partners, ...after.keys]) expect(v).toMatch(/^v2\.k1\./);
+    expect(await sealedValues()).toEqual(before);
   });
 
   it("a KEK rotation (a new key in front) and a new pepper: everything still opens and verifies, a start re-seals with the new KEK, new hashes name the new pepper", async () => {

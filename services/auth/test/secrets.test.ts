@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { createHmac, randomBytes } from "node:crypto";
 import { LocalKeyWrapper, newDataKeysEntry, newSecret } from "@pi/common";
-import { DUMMY_HASH, hashNewSecret, hashSecret, peppersOf, SecretSealer, sealLegacy, secretMatches, unsealLegacy, type Peppers } from "../src/secrets.js";
+import { DUMMY_HASH, hashNewSecret, hashSecret, peppersOf, SecretSealer, secretMatches, type Peppers } from "../src/secrets.js";
 
 const pepper = randomBytes(32).toString("base64url");
 const peppers = peppersOf({ CREDENTIAL_PEPPER: pepper })!;
@@ -76,7 +76,7 @@ describe("peppers are versioned: each hash names its pepper, so a new one can be
 
 describe("sealed secrets (signing secrets, private keys): the KEKs of DATA_KEYS, not the pepper", () => {
   const k1 = newDataKeysEntry("k1");
-  const sealer = new SecretSealer(LocalKeyWrapper.fromSetting(k1), pepper);
+  const sealer = new SecretSealer(LocalKeyWrapper.fromSetting(k1));
 
   it("round-trip, with a fresh data key each time, versioned by the KEK's id, and bound to their kind", async () => {
     const a = await sealer.seal("whsec_abc", "webhook-signing-secret");
@@ -89,32 +89,17 @@ describe("sealed secrets (signing secrets, private keys): the KEKs of DATA_KEYS,
     expect(sealer.isCurrent(a)).toBe(true);
   });
 
-  it("do not depend on the pepper: another pepper opens them, another KEK does not", async () => {
+  it("open only under the KEK that sealed them: another key under the same id does not open them", async () => {
     const sealed = await sealer.seal("whsec_abc", "webhook-signing-secret");
-    expect(await new SecretSealer(LocalKeyWrapper.fromSetting(k1), undefined).unseal(sealed, "webhook-signing-secret")).toBe("whsec_abc");
-    await expect(new SecretSealer(LocalKeyWrapper.fromSetting(newDataKeysEntry("k1")), pepper).unseal(sealed, "webhook-signing-secret")).rejects.toThrow();
+    expect(await new SecretSealer(LocalKeyWrapper.fromSetting(k1)).unseal(sealed, "webhook-signing-secret")).toBe("whsec_abc");
+    await expect(new SecretSealer(LocalKeyWrapper.fromSetting(newDataKeysEntry("k1"))).unseal(sealed, "webhook-signing-secret")).rejects.toThrow();
   });
 
   it("after a KEK rotation old values still open, new ones use the new KEK, and the old ones are no longer current", async () => {
     const old = await sealer.seal("whsec_abc", "webhook-signing-secret");
-    const rotated = new SecretSealer(LocalKeyWrapper.fromSetting(`${newDataKeysEntry("k2")},${k1}`), pepper);
+    const rotated = new SecretSealer(LocalKeyWrapper.fromSetting(`${newDataKeysEntry("k2")},${k1}`));
     expect(await rotated.unseal(old, "webhook-signing-secret")).toBe("whsec_abc");
     expect(rotated.isCurrent(old)).toBe(false);
     expect(await rotated.seal("x", "token-signing-key")).toMatch(/^v2\.k2\./);
-  });
-
-  it("values sealed before DATA_KEYS (v1, under the pepper) are still read, with the pepper p1 only, and are never current", async () => {
-    const legacy = sealLegacy(pepper, "whsec_old");
-    expect(legacy).toMatch(/^v1\./);
-    expect(unsealLegacy(pepper, legacy)).toBe("whsec_old");
-    expect(await sealer.unseal(legacy, "webhook-signing-secret")).toBe("whsec_old");
-    expect(sealer.isCurrent(legacy)).toBe(false);
-    await expect(new SecretSealer(LocalKeyWrapper.fromSetting(k1), randomBytes(32).toString("base64url")).unseal(legacy, "webhook-signing-secret")).rejects.toThrow();
-    await expect(new SecretSealer(LocalKeyWrapper.fromSetting(k1), undefined).unseal(legacy, "webhook-signing-secret")).rejects.toThrow(/pepper/);
-    const [v, iv, tag, body] = legacy.split(".");
-    const flipped = Buffer.from(body!, "base64url");
-    flipped[0]! ^= 1;
-    expect(() => unsealLegacy(pepper, [v, iv, tag, flipped.toString("base64url")].join("."))).toThrow();
-    expect(() => unsealLegacy(pepper, "plain")).toThrow();
   });
 });

@@ -1,5 +1,5 @@
 import { acceptedType, endLease, leaseFree, renewLease, takeLease, type Extracted, type FailureReason, type KeyWrapper, type Logger } from "@pi/common";
-import { ensureDataKey, sealExtraction } from "./at-rest.js";
+import { fileDataKey, sealExtraction } from "./at-rest.js";
 import { readBlobPart } from "./staging.js";
 import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
 
@@ -49,7 +49,7 @@ export class ExtractionRecords {
   async read(fileId: string, holder: string, n: number): Promise<{ bytes: Buffer; parts: number } | null> {
     const doc = await this.store.files.findOne({ _id: fileId, [EXTRACTION_LEASE.holder]: holder });
     if (!doc) return null;
-    return readBlobPart(this.store, doc, doc.dataKey ? await this.dataKeys.unwrap(doc.dataKey) : null, n);
+    return readBlobPart(this.store, doc, await fileDataKey(this.dataKeys, doc), n);
   }
 
   renew(fileId: string, holder: string, leaseMs: number): Promise<boolean> {
@@ -65,8 +65,7 @@ export class ExtractionRecords {
     const doc = await this.store.files.findOne({ _id: fileId, [EXTRACTION_LEASE.holder]: holder });
     if (!doc) return null;
     if (outcome) {
-      // A record from before encryption at rest gets a data key now.
-      const key = await ensureDataKey(this.store, this.dataKeys, doc);
+      const key = await fileDataKey(this.dataKeys, doc);
       await this.store.extractions.replaceOne({ _id: fileId }, sealExtraction(key, fileId, outcome, new Date()), { upsert: true });
     }
     const status: FileStatus = outcome && !outcome.ok ? "failed" : "processed";

@@ -176,7 +176,6 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
           mediaType: type.mediaType,
           size,
           blobId: staged.id,
-          blobStore: staged.blobStore,
           idempotencyKey: key,
         },
         new Date(),

@@ -1,6 +1,6 @@
 import { whileHolding, type Logger } from "@pi/common";
-import { deleteBlob } from "./staging.js";
-import type { FileDoc, FileMode, FileStore } from "./store.js";
+import { deleteSegments } from "./staging.js";
+import { segmentCount, type FileDoc, type FileMode, type FileStore } from "./store.js";
 import { bytesDeleted, repairUsage } from "./usage.js";
 
 // Retention of health data (docs/security.md, "Data at rest"): a file's bytes, its extraction
@@ -25,19 +25,18 @@ export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPoli
 });
 
 /**
- * Deletes one file's data. First the wrapped data key and the sealed metadata go (with the
- * plaintext fields of records from before encryption at rest), which makes every copy of the bytes
+ * Deletes one file's data. First the wrapped data key and the sealed metadata go, which makes every copy of the bytes
  * and the result unreadable at once; then the result and the bytes; last `purgedAt` marks it done,
  * and the update that marks it takes its size off the partner's storage usage. Each step can be
  * repeated, so a sweep that dies midway is finished by the next one (and the repair of the usage).
  */
-export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "partnerId" | "mode" | "blobId" | "blobStore" | "size">, now: Date): Promise<void> {
+export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "partnerId" | "mode" | "blobId" | "size">, now: Date): Promise<void> {
   await store.files.updateOne(
     { _id: file._id, status: { $in: ["processed", "failed"] } },
-    { $set: { dataKey: null, sealedMeta: null }, $unset: { elder: "", purpose: "", sha256: "" } },
+    { $set: { dataKey: null, sealedMeta: null } },
   );
   await store.extractions.deleteOne({ _id: file._id });
-  await deleteBlob(store, file);
+  await deleteSegments(store, file.blobId, segmentCount(file.size));
   const { modifiedCount } = await store.files.updateOne({ _id: file._id, purgedAt: null }, { $set: { purgedAt: now, updatedAt: now } });
   if (modifiedCount === 1) await bytesDeleted(store, file.partnerId, file.mode, file.size);
 }
@@ -57,7 +56,7 @@ export async function sweepRetention(
   let swept = 0;
   for (const mode of ["test", "live"] as const) {
     for (;;) {
-      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, partnerId: 1, mode: 1, blobId: 1, blobStore: 1, size: 1 } }).limit(batch).toArray();
+      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, partnerId: 1, mode: 1, blobId: 1, size: 1 } }).limit(batch).toArray();
       for (const file of due) {
         if (!(await renew())) return swept;
         await purgeFile(store, file, now);

@@ -1,6 +1,6 @@
 import { Binary, ObjectId } from "mongodb";
-import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common";
-import { BLOB_BUCKET, BLOB_SEGMENT_BYTES, BLOB_SEGMENTS, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
+import { openSegment, sealSegment } from "@pi/common";
+import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
 /**
  * Inserts of one upload under way at once: the upload, the sealing and the database writes overlap,
@@ -38,7 +38,7 @@ export class StagedUpload {
     partnerId: string,
     private readonly dataKey: Buffer,
   ) {
-    const doc: UploadDoc = { _id: id, partnerId, startedAt: new Date(), discardedAt: null, blobStore: BLOB_SEGMENTS };
+    const doc: UploadDoc = { _id: id, partnerId, startedAt: new Date(), discardedAt: null };
     this.recorded = store.uploads.insertOne(doc);
     this.recorded.catch(() => {});
   }
@@ -46,11 +46,6 @@ export class StagedUpload {
   /** Starts an upload encrypted under `dataKey`; its document is written while the first segment is being received. */
   static open(store: FileStore, partnerId: string, dataKey: Buffer): StagedUpload {
     return new StagedUpload(store, new ObjectId(), partnerId, dataKey);
-  }
-
-  /** What a FileDoc records of these bytes. */
-  get blobStore(): typeof BLOB_SEGMENTS {
-    return BLOB_SEGMENTS;
   }
 
   /** Takes a chunk; waits only when a whole segment is ready and SEGMENT_INSERTS_IN_FLIGHT inserts are still under way. */
@@ -136,14 +131,6 @@ export async function deleteSegments(store: FileStore, id: ObjectId, count?: num
   }
 }
 
-/** Deletes a blob wherever it is: a file's (by its size) or an upload's (`blobStore` as recorded on it). */
-export async function deleteBlob(store: FileStore, blob: { blobId: ObjectId; blobStore?: typeof BLOB_SEGMENTS; size?: number }): Promise<void> {
-  if (blob.blobStore === BLOB_SEGMENTS) return deleteSegments(store, blob.blobId, blob.size === undefined ? undefined : segmentCount(blob.size));
-  // Blobs stored before the segments collection: GridFS.
-  await store.db.collection(`${BLOB_BUCKET}.chunks`).deleteMany({ files_id: blob.blobId });
-  await store.db.collection(`${BLOB_BUCKET}.files`).deleteOne({ _id: blob.blobId });
-}
-
 /**
  * Removes what uploads left behind: discarded ones once `discardedGraceMs` has passed (a second
  * delete, in case a write landed late), and ones still open after `abandonedAfterMs` (their process
@@ -162,7 +149,7 @@ export async function sweepStaging(store: FileStore, now: Date, opts: { discarde
     .toArray();
   for (const upload of due) {
     const owner = await store.files.findOne({ blobId: upload._id }, { projection: { _id: 1 } });
-    if (!owner) await deleteBlob(store, { blobId: upload._id, blobStore: upload.blobStore });
+    if (!owner) await deleteSegments(store, upload._id);
     await store.uploads.deleteOne({ _id: upload._id });
   }
   return due.length;
@@ -171,10 +158,9 @@ export async function sweepStaging(store: FileStore, now: Date, opts: { discarde
 /**
  * The plaintext bytes of a file's blob, opened segment by segment with the file's data key (the
  * read of the next segment under way while one is opened); a segment missing, moved, changed or
- * cut off throws. Blobs from before the segments collection are read from GridFS (readGridFsBlob).
+ * cut off throws.
  */
-export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | "size" | "blobStore">, dataKey: Buffer | null): Promise<Buffer> {
-  if (file.blobStore !== BLOB_SEGMENTS) return readGridFsBlob(store, file.blobId, dataKey);
+export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | "size">, dataKey: Buffer | null): Promise<Buffer> {
   const id = file.blobId;
   const hex = id.toHexString();
   if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
@@ -203,16 +189,11 @@ export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | 
 
 /**
  * One part of a blob's plaintext: its segment `n` (of segmentCount(size); the final one may be
- * empty), read by `_id`. A blob from before the segments collection is read from GridFS whole and
- * cut into parts of the same size.
+ * empty), read by `_id`.
  */
-export async function readBlobPart(store: FileStore, file: Pick<FileDoc, "blobId" | "size" | "blobStore">, dataKey: Buffer | null, n: number): Promise<{ bytes: Buffer; parts: number }> {
+export async function readBlobPart(store: FileStore, file: Pick<FileDoc, "blobId" | "size">, dataKey: Buffer | null, n: number): Promise<{ bytes: Buffer; parts: number }> {
   const parts = segmentCount(file.size);
   if (n >= parts) throw new RangeError(`part ${n} of ${parts}`);
-  if (file.blobStore !== BLOB_SEGMENTS) {
-    const whole = await readGridFsBlob(store, file.blobId, dataKey);
-    return { bytes: whole.subarray(n * BLOB_SEGMENT_BYTES, (n + 1) * BLOB_SEGMENT_BYTES), parts };
-  }
   const id = file.blobId;
   const hex = id.toHexString();
   if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
@@ -226,40 +207,3 @@ export async function readBlobPart(store: FileStore, file: Pick<FileDoc, "blobId
 
 /** The read of one stored segment: by `_id` alone. */
 export const segmentFilter = (id: ObjectId, n: number) => ({ _id: segmentId(id, n) });
-
-/** How the chunks of a GridFS blob are sealed (its metadata); blobs without it are plaintext, from before encryption at rest. */
-export const BLOB_SEALING = "aes-256-gcm-segments.v1";
-
-/**
- * The plaintext bytes of a blob stored in GridFS (before the segments collection), read chunk by
- * chunk by (files_id, n): lookups the unique chunk index answers on every server. (The driver's download stream asks for `{files_id}` sorted
- * by n, which the local server answers by scanning every chunk of every file.) Each chunk is opened
- * with the file's data key as it is read; a chunk missing, moved, changed or cut off throws.
- * A blob stored before encryption at rest (no `sealed` in its metadata) is read as it is.
- */
-async function readGridFsBlob(store: FileStore, id: ObjectId, dataKey: Buffer | null): Promise<Buffer> {
-  const file = await store.db
-    .collection<{ _id: ObjectId; length: number; chunkSize: number; metadata?: { sealed?: string } }>(`${BLOB_BUCKET}.files`)
-    .findOne({ _id: id });
-  if (!file) throw new Error(`blob ${id.toHexString()} not found`);
-  const sealed = file.metadata?.sealed === BLOB_SEALING;
-  if (sealed && !dataKey) throw new Error(`blob ${id.toHexString()} is sealed, and no data key was given`);
-  const chunks = store.db.collection<{ files_id: ObjectId; n: number; data: { buffer: Uint8Array } }>(`${BLOB_BUCKET}.chunks`);
-  const count = Math.ceil(file.length / file.chunkSize);
-  // One buffer of the plaintext's size; each chunk is opened and copied in, then dropped.
-  const out = Buffer.allocUnsafe(file.length - (sealed ? count * SEAL_OVERHEAD : 0));
-  let plain = 0;
-  for (let n = 0, at = 0; at < file.length; n++) {
-    const chunk = await chunks.findOne({ files_id: id, n });
-    if (!chunk) throw new Error(`blob ${id.toHexString()}: chunk ${n} missing`);
-    const data = chunk.data.buffer;
-    if (data.length === 0 || at + data.length > file.length) throw new Error(`blob ${id.toHexString()}: chunk ${n} has the wrong size`);
-    at += data.length;
-    const bytes = sealed ? openSegment(dataKey!, id.toHexString(), n, n === count - 1, data) : data;
-    if (plain + bytes.length > out.length) throw new Error(`blob ${id.toHexString()}: chunk ${n} has the wrong size`);
-    out.set(bytes, plain);
-    plain += bytes.length;
-  }
-  if (plain !== out.length) throw new Error(`blob ${id.toHexString()}: its chunks do not add up to its length`);
-  return out;
-}

@@ -1,5 +1,5 @@
-import { GridFSBucket, ObjectId, type Binary, type Collection, type Db } from "mongodb";
-import { outboxEntry, SEAL_OVERHEAD, type ExtractionKind, type FailureReason, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey, type PartnerMode } from "@pi/common";
+import type { Binary, Collection, Db, ObjectId } from "mongodb";
+import { outboxEntry, type ExtractionKind, type FailureReason, type JobLeaseDoc, type LeaseFields, type OutboxEntry, type OutboxFields, type WrappedKey, type PartnerMode } from "@pi/common";
 import type { KeyRecord } from "./idempotency.js";
 import type { Usage } from "./quota.js";
 
@@ -23,20 +23,14 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   _id: string;
   partnerId: string;
   mode: FileMode;
-  /** Records written before encryption at rest held these in plaintext; the retention sweep removes them. */
-  elder?: string;
-  purpose?: string | null;
-  sha256?: string;
-  /** The file's data key, wrapped by a KEK of DATA_KEYS; null once its data was swept (absent on records from before). */
-  dataKey?: WrappedKey | null;
+  /** The file's data key, wrapped by a KEK of DATA_KEYS; null once its data was swept. */
+  dataKey: WrappedKey | null;
   /** FileMeta, sealed under the data key (at-rest.ts); null once swept. */
-  sealedMeta?: Binary | null;
+  sealedMeta: Binary | null;
   mediaType: string;
   size: number;
-  /** The id of the bytes (deleted by the retention sweep; the id stays). */
+  /** The id of the bytes, its segments in `blob_segments` (deleted by the retention sweep; the id stays). */
   blobId: ObjectId;
-  /** Where the bytes are: BLOB_SEGMENTS (`blob_segments`); absent on records from before, whose bytes are in the GridFS bucket `blobs`. */
-  blobStore?: typeof BLOB_SEGMENTS;
   idempotencyKey: string | null;
   status: FileStatus;
   /** Extraction lease (EXTRACTION_LEASE): a worker holds the file until then (heartbeats push it forward). */
@@ -54,7 +48,7 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
 }
 
 /** What intake decides about a new file; the rest of its record is the same for every new file. */
-export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "blobStore" | "idempotencyKey">;
+export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "idempotencyKey">;
 
 /** A new file's record as intake stores it: received, its FileReceivedEvent in the outbox (outbox.ts), no lease yet. */
 export function newFileDoc(file: NewFile, now: Date): FileDoc {
@@ -77,21 +71,12 @@ export function newFileDoc(file: NewFile, now: Date): FileDoc {
 /**
  * What extraction found; internal, never exposed through any API. Only `kind` and `ok` are stored
  * in the clear; the rest (text, sizes, error) is `sealed` under the file's data key (at-rest.ts).
- * The optional plaintext fields are those of results stored before encryption at rest.
  */
 export interface ExtractionDoc {
   _id: string;
   kind: ExtractionKind;
   ok: boolean;
-  sealed?: Binary;
-  text?: string;
-  textLength?: number;
-  textTruncated?: boolean;
-  pages?: number;
-  width?: number;
-  height?: number;
-  durationSeconds?: number;
-  error?: string;
+  sealed: Binary;
   extractedAt: Date;
 }
 
@@ -121,8 +106,6 @@ export interface UploadDoc {
   partnerId: string;
   startedAt: Date;
   discardedAt: Date | null;
-  /** As FileDoc's: absent on uploads begun before, whose bytes went to GridFS. */
-  blobStore?: typeof BLOB_SEGMENTS;
 }
 
 /** One sealed segment of a blob (staging.ts), under the deterministic id `segmentId(blobId, n)`. */
@@ -146,20 +129,14 @@ export interface FileStore {
   leases: Collection<JobLeaseDoc>;
   /** The bytes of files: one document per sealed segment, found by `_id` alone. */
   segments: Collection<SegmentDoc>;
-  /** The bytes of files stored before the segments collection: GridFS, read and deleted only. */
-  blobs: GridFSBucket;
   /** The storage quota's counters, read and written by `_id` alone. */
   usage: Collection<UsageDoc>;
 }
 
-/** The collection of sealed segments, and the `blobStore` of what is stored in it. */
+/** The collection of sealed segments. */
 export const BLOB_SEGMENTS = "blob_segments";
-/** The GridFS bucket of blobs stored before (read and deleted, never written). */
-export const BLOB_BUCKET = "blobs";
 /** Plaintext per stored segment: one document (of BLOB_SEGMENT_BYTES + SEAL_OVERHEAD) each. */
 export const BLOB_SEGMENT_BYTES = 1024 * 1024;
-/** The size of GridFS chunks of the blobs sealed before the segments collection. */
-export const BLOB_CHUNK_BYTES = BLOB_SEGMENT_BYTES + SEAL_OVERHEAD;
 /**
  * A segment's id: the blob's and its place. Reads, deletes and a stored segment's place are all by
  * `_id` equality, which both servers answer from the `_id` index.
@@ -177,12 +154,8 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     uploads: db.collection<UploadDoc>("uploads"),
     leases: db.collection<JobLeaseDoc>("job_leases"),
     segments: db.collection<SegmentDoc>(BLOB_SEGMENTS),
-    blobs: new GridFSBucket(db, { bucketName: BLOB_BUCKET, chunkSizeBytes: BLOB_CHUNK_BYTES }),
     usage: db.collection<UsageDoc>("storage_usage"),
   };
-  // Keys were once found by a unique (partnerId, key) index; their _id (keyId) is that key now, and
-  // the old index would refuse a new key whose pair an old record (left to expire) still holds.
-  await store.keys.dropIndex("partnerId_1_key_1").catch(() => undefined);
   // Expiry and recovery are explicit sweeps (the same code runs on MongoDB and the local server).
   await Promise.all([
     store.keys.createIndex({ expiresAt: 1 }),
@@ -191,8 +164,6 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     // The retention sweep (retention.ts): files of a mode not swept yet, oldest first.
     store.files.createIndex({ mode: 1, purgedAt: 1, createdAt: 1 }),
     store.uploads.createIndex({ startedAt: 1 }),
-    db.collection(`${BLOB_BUCKET}.chunks`).createIndex({ files_id: 1, n: 1 }, { unique: true }),
-    db.collection(`${BLOB_BUCKET}.files`).createIndex({ filename: 1, uploadDate: 1 }),
   ]);
   return store;
 }

@@ -124,7 +124,6 @@ describe("a submission is stored only when every check passed", () => {
     const store = await (await import("../src/store.js")).openFileStore(db);
     expect(await readMeta(store, dataKeys, doc!._id)).toEqual({ elder: ELDER, purpose: "discharge_summary", sha256: createHash("sha256").update(bytes).digest("hex") });
     // Segments hold ciphertext only (each found by its own _id); opened with the data key they give the very bytes.
-    expect(doc!.blobStore).toBe(BLOB_SEGMENTS);
     const segments = [];
     for (let n = 0; n < segmentCount(bytes.length); n++) segments.push(await db.collection(BLOB_SEGMENTS).findOne({ _id: segmentId(doc!.blobId, n) as never }));
     expect(segments.every((s) => s !== null)).toBe(true);
@@ -271,23 +270,38 @@ describe("GetFile", () => {
 });
 
 describe("nothing accepted is left unprocessed", () => {
-  it("a record whose event was never published (the process died after the 202) is published by the relay and processed; one from before encryption at rest (plaintext bytes and fields) too, its result then sealed", async () => {
+  it("a record whose event was never published (the process died after the 202) is published by the relay and processed, its result sealed", async () => {
     const partnerId = partner();
     const { openFileStore, newFileDoc } = await import("../src/store.js");
+    const { StagedUpload } = await import("../src/staging.js");
+    const { sealMeta } = await import("../src/at-rest.js");
     const store = await openFileStore(db);
-    const blobId = new ObjectId();
-    await new Promise<void>((resolve, reject) => {
-      store.blobs.openUploadStreamWithId(blobId, "x").once("error", reject).end(fixture("sample.png"), () => resolve());
-    });
+    // What an upload stores before its 202 (intake.ts), without the publish that follows it.
+    const dataKey = randomBytes(32);
+    const bytes = fixture("sample.png");
+    const staged = StagedUpload.open(store, partnerId, dataKey);
+    await staged.write(bytes);
+    await staged.finish();
+    await staged.committed();
     const now = new Date(Date.now() - 1000);
     const fileId = newId("file");
-    // The record as intake builds it (newFileDoc), then as it was before encryption at rest: no data
-    // key and no sealed metadata, elder, purpose and SHA-256 in the clear, the bytes in GridFS.
-    const { dataKey: _key, sealedMeta: _meta, blobStore: _segments, ...record } = newFileDoc(
-      { _id: fileId, partnerId, mode: "live", mediaType: "image/png", size: 469, blobId, idempotencyKey: null },
-      now,
+    // The record as intake builds it, its FileReceivedEvent still in the outbox.
+    await store.files.insertOne(
+      newFileDoc(
+        {
+          _id: fileId,
+          partnerId,
+          mode: "live",
+          dataKey: await dataKeys.wrap(dataKey),
+          sealedMeta: sealMeta(dataKey, fileId, { elder: ELDER, purpose: null, sha256: createHash("sha256").update(bytes).digest("hex") }),
+          mediaType: "image/png",
+          size: bytes.length,
+          blobId: staged.id,
+          idempotencyKey: null,
+        },
+        now,
+      ),
     );
-    await store.files.insertOne({ ...record, elder: ELDER, purpose: null, sha256: "0".repeat(64) });
     const deadline = Date.now() + 20_000;
     let doc = await store.files.findOne({ _id: fileId });
     while (doc?.outbox.length && Date.now() < deadline) {
@@ -295,7 +309,7 @@ describe("nothing accepted is left unprocessed", () => {
       doc = await store.files.findOne({ _id: fileId });
     }
     expect(doc).toMatchObject({ status: "received", outbox: [] });
-    // What the extraction service does with the event (it reads the GridFS bytes of before through file-intake).
+    // What the extraction service does with the event (it reads the bytes through file-intake).
     const extractor = new Extractor();
     try {
       expect(await extractionWorker(settings, service.port, (type, bytes) => extractor.extract(type, bytes)).process(fileId)).toBe("processed");
@@ -373,16 +387,11 @@ describe("nothing accepted is left unprocessed", () => {
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
     const keptDoc = await store.files.findOne({ _id: kept.file!.id });
     // As if the committing process had died before removing its upload document.
-    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null, blobStore: "blob_segments" }, { upsert: true });
-    // An upload begun before blob_segments (no blobStore), its process dead: its GridFS chunks go.
-    const before = new ObjectId();
-    await store.uploads.insertOne({ _id: before, partnerId: "ptr_dead", startedAt: new Date(0), discardedAt: null });
-    await db.collection("blobs.chunks").insertOne({ files_id: before, n: 0, data: Buffer.from("sealed bytes of before") });
+    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null }, { upsert: true });
 
     await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), { discardedGraceMs: 60_000, abandonedAfterMs: 3_600_000 });
     expect(await segmentsOf(orphan.id)).toBe(0);
-    expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId, before] } })).toBe(0);
+    expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId] } })).toBe(0);
     expect(await segmentsOf(keptDoc!.blobId)).toBe(1);
-    expect(await db.collection("blobs.chunks").countDocuments({ files_id: before })).toBe(0);
   });
 });

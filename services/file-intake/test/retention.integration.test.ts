@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { MongoClient, ObjectId, type Db } from "mongodb";
+import { MongoClient, type Db } from "mongodb";
 import { clientsFor, createLogger, databaseName, LocalKeyWrapper, newId, takeLease, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
@@ -66,13 +66,11 @@ const chunksOf = async (file: FileDoc) => {
   for (let n = 0; n <= segmentCount(file.size); n++) found += await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(file.blobId, n) as never });
   return found;
 };
-const blobOf = async (file: FileDoc) => ((await chunksOf(file)) > 0 ? 1 : 0) + (await db.collection("blobs.files").countDocuments({ _id: file.blobId }));
 const statusOf = async (file: FileDoc) =>
   (await client.getFile({ partnerId: file.partnerId, id: file._id, mode: file.mode === "live" ? commonv1.Mode.LIVE : commonv1.Mode.TEST })).file?.status;
 
 async function expectSwept(file: FileDoc) {
   expect(await chunksOf(file)).toBe(0);
-  expect(await blobOf(file)).toBe(0);
   expect(await store.extractions.countDocuments({ _id: file._id })).toBe(0);
   const doc = await store.files.findOne({ _id: file._id });
   expect(doc).toMatchObject({ dataKey: null, sealedMeta: null, purgedAt: expect.any(Date), status: "processed" });
@@ -138,44 +136,6 @@ describe("the retention sweep", () => {
     await store.files.updateOne({ _id: file._id }, { $set: { dataKey: null, sealedMeta: null } });
     await sweepRetention(store, policy, new Date(file.createdAt.getTime() + 31 * DAY));
     await expectSwept(file);
-  });
-
-  it("removes the plaintext of records from before encryption at rest, and their bytes from GridFS (where blobs were stored before blob_segments)", async () => {
-    const fileId = newId("file");
-    const old = new Date(Date.now() - 40 * DAY);
-    const blobId = new ObjectId();
-    await new Promise<void>((resolve, reject) => {
-      store.blobs.openUploadStreamWithId(blobId, "x").once("error", reject).end(Buffer.from("p"), () => resolve());
-    });
-    expect(await db.collection("blobs.chunks").countDocuments({ files_id: blobId })).toBe(1);
-    await store.files.insertOne({
-      _id: fileId,
-      partnerId: newId("ptr"),
-      mode: "live",
-      elder: ELDER,
-      purpose: "lab_result",
-      mediaType: "text/plain",
-      size: 1,
-      sha256: "0".repeat(64),
-      blobId,
-      idempotencyKey: null,
-      status: "processed",
-      outbox: [],
-      leaseUntil: null,
-      leaseToken: null,
-      attempts: 1,
-      createdAt: old,
-      updatedAt: old,
-      processedAt: old,
-    });
-    await store.extractions.insertOne({ _id: fileId, kind: "plain-text", ok: true, text: "plaintext result", extractedAt: old });
-    await sweepRetention(store, policy);
-    const doc = await store.files.findOne({ _id: fileId });
-    expect(doc).toMatchObject({ status: "processed", purgedAt: expect.any(Date) });
-    for (const field of ["elder", "purpose", "sha256"]) expect(doc).not.toHaveProperty(field);
-    expect(await store.extractions.countDocuments({ _id: fileId })).toBe(0);
-    expect(await db.collection("blobs.chunks").countDocuments({ files_id: blobId })).toBe(0);
-    expect(await db.collection("blobs.files").countDocuments({ _id: blobId })).toBe(0);
   });
 
   it("runs on one replica at a time: while another holds the sweep's lease, a round does nothing", async () => {
