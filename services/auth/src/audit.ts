@@ -81,20 +81,11 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
  */
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
-/** Moves the records kept in the auth database before the trail had its own (once; a record already there stays as it is). */
-async function moveEarlierRecords(from: Collection<AuditRecordDoc>, to: Collection<AuditRecordDoc>): Promise<void> {
-  const earlier = await from.find({}).toArray();
-  if (earlier.length === 0) return;
-  await insertNew(to, earlier);
-  await from.deleteMany({ _id: { $in: earlier.map((r) => r._id) } });
-}
-
-/** The store, in the audit database `db`; `earlier` is the auth database, whose records (from before) move over. */
-export async function openAuditStore(db: Db, earlier?: Db): Promise<AuditStore> {
+/** The store, in the audit database `db`. */
+export async function openAuditStore(db: Db): Promise<AuditStore> {
   const records: Collection<AuditRecordDoc> = db.collection<AuditRecordDoc>("audit_records");
   await records.createIndex({ occurredAt: -1 }, { name: "newest" });
   await records.createIndex({ targets: 1, occurredAt: -1 }, { name: "by_target" });
-  if (earlier) await moveEarlierRecords(earlier.collection<AuditRecordDoc>("audit_records"), records);
   return {
     async append(docs) {
       return docs.length - (await insertNew(records, docs)).length;

@@ -46,7 +46,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     credentials: trail.on(store.credentials),
     keys: trail.on(store.signingKeys),
     revokedKeys: trail.on(store.revokedKeys),
-    store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)), runtime.mongo.db),
+    store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE))),
   };
   await trail.start();
   const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) }, store.revokedKeys);
