@@ -164,7 +164,6 @@ export function openSegment(key: Uint8Array, streamId: string, n: number, final:
 // A small value (a secret, a JSON document) with its own data key, as one self-contained string:
 //   v2.<kid>.<wrapped data key>.<nonce | ciphertext | tag>      (base64url)
 // bound to a context (what the value is), so a sealed value cannot stand in for another kind.
-// ("v1." was the pepper-derived sealing of services/auth, read only for migration.)
 const SEALED_V2 = "v2";
 
 export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Array, context: string): Promise<string> {

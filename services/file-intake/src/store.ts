@@ -84,8 +84,7 @@ export interface ExtractionDoc {
 export interface KeyDoc extends KeyRecord {
   _id: string;
   partnerId: string;
-  /** Absent on keys stored before keys were per mode (they are never read again: keyId changed). */
-  mode?: FileMode;
+  mode: FileMode;
   key: string;
 }
 
