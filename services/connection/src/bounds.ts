@@ -64,3 +64,19 @@ export function repairedHolds(current: Holds, holdingIds: readonly string[], now
   const same = Object.keys(next).length === Object.keys(current).length && Object.keys(next).every((id) => id in current);
   return same ? undefined : next;
 }
+
+// The per-day bound on connections opened: one counter per partner, mode and UTC day (openings.ts).
+
+const DAY_MS = 86_400_000;
+
+/** The UTC day of `at`, as the counters name it: `YYYY-MM-DD`. */
+export const dayKey = (at: Date): string => at.toISOString().slice(0, 10);
+
+/** Seconds from `now` until the next UTC midnight, when a full day's count no longer applies (at least 1). */
+export function secondsUntilNextDay(now: Date): number {
+  const next = Math.floor(now.getTime() / DAY_MS) * DAY_MS + DAY_MS;
+  return Math.max(1, Math.ceil((next - now.getTime()) / 1000));
+}
+
+/** Counters of days before this one are deleted by the repair round (yesterday's is kept: a request that read the clock just before midnight may still write it). */
+export const oldestKeptDay = (now: Date): string => dayKey(new Date(now.getTime() - DAY_MS));

@@ -4,6 +4,7 @@ import { connectionAudit } from "./audit.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
 import { fenceUntil, grantableLeaseMs, leaseWaitMs, type LeaseRules } from "./read-lease.js";
+import { releaseOpening, takeOpening } from "./openings.js";
 import { releaseSlot, takeSlot } from "./slots.js";
 import {
   effectiveStatus,
@@ -55,6 +56,8 @@ export class Connections {
       | "SANDBOX_APPROVAL_DELAY_SECONDS"
       | "PENDING_CONNECTIONS_PER_PARTNER"
       | "TEST_PENDING_CONNECTIONS_PER_PARTNER"
+      | "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
+      | "TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
       | "CONNECTION_REOPEN_INTERVAL_SECONDS"
       | "TEST_CONNECTION_REOPEN_INTERVAL_SECONDS"
       | "CONNECTION_READ_LEASE_MS"
@@ -131,6 +134,10 @@ export class Connections {
     return limitOf({ live: this.settings.PENDING_CONNECTIONS_PER_PARTNER, test: this.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER }, mode);
   }
 
+  private dailyLimit(mode: ConnectionMode): number {
+    return limitOf({ live: this.settings.CONNECTIONS_OPENED_PER_PARTNER_PER_DAY, test: this.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY }, mode);
+  }
+
   private reopenInterval(mode: ConnectionMode): number {
     return limitOf({ live: this.settings.CONNECTION_REOPEN_INTERVAL_SECONDS, test: this.settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS }, mode);
   }
@@ -142,15 +149,24 @@ export class Connections {
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     if (existing) return (await this.apply({ _id: existing._id }, "request", { elderId: await this.resolveElder(mode, address) }))?.doc ?? existing;
-    // A new connection takes its slot before anything else, so a refusal does the same work for every address.
+    // A new connection takes its pending slot, then its opening of the day, before anything else, so
+    // a refusal does the same work for every address (a refused opening gives the slot back).
     const id = newId("con");
     const t = this.timing();
     await takeSlot(this.store.slots, partnerId, mode, id, this.pendingLimit(mode), t.now);
+    let opening: string;
     let elderId: string | null;
+    try {
+      opening = await takeOpening(this.store.openings, partnerId, mode, this.dailyLimit(mode), t.now);
+    } catch (err) {
+      await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
+      throw err;
+    }
+    const giveBack = () => Promise.all([releaseSlot(this.store.slots, partnerId, mode, id), releaseOpening(this.store.openings, opening)]);
     try {
       elderId = await this.resolveElder(mode, address);
     } catch (err) {
-      await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
+      await giveBack().catch(() => undefined);
       throw err;
     }
     const initial = initialState(mode, elderId !== null, t);
@@ -177,7 +193,7 @@ export class Connections {
       } catch (err) {
         // Concurrent upserts race to insert; the losers find the winner's document on a retry.
         if (!isDuplicateKey(err) || attempt >= maxAttempts) {
-          await releaseSlot(this.store.slots, partnerId, mode, id);
+          await giveBack();
           throw err;
         }
       }
@@ -187,8 +203,8 @@ export class Connections {
       this.afterAudit(id);
       return doc;
     }
-    // A concurrent request created it: this one's slot goes back.
-    await releaseSlot(this.store.slots, partnerId, mode, id);
+    // A concurrent request created it: this one's slot and opening go back.
+    await giveBack();
     const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
     return repeated?.doc ?? doc;
   }

@@ -2,7 +2,7 @@ import { AuditTrail, every, openRuntime, whileHolding, sandboxElderAddress, star
 import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
-import { repairSlots } from "./slots.js";
+import { repairCounters } from "./slots.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
 import type { Trigger } from "./state-machine.js";
 
@@ -73,8 +73,8 @@ export async function startConnectionService(settings: Settings, logger: Logger,
   const rounds = [
     every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
     every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
-    // One replica at a time recounts the pending slots (slots.ts); the others skip the round.
-    every("pending slots repair", intervals.slotRepairMs, () => whileHolding(store.leases, "pending-slots-repair", intervals.slotRepairMs, (renew) => repairSlots(store, new Date(), renew)), logger),
+    // One replica at a time recounts the pending slots and deletes past days' opening counters (slots.ts); the others skip the round.
+    every("pending slots repair", intervals.slotRepairMs, () => whileHolding(store.leases, "pending-slots-repair", intervals.slotRepairMs, (renew) => repairCounters(store, new Date(), renew)), logger),
   ];
 
   return {

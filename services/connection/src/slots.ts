@@ -1,6 +1,7 @@
 import type { Collection } from "mongodb";
 import { isDuplicateKey, rateLimitedError, updateVersioned } from "@pi/common";
 import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
+import { deletePastOpenings } from "./openings.js";
 import type { ConnectionMode, ConnectionStore } from "./store.js";
 
 // The pending-connection bound across replicas (docs/connections.md, "Bounds"), by the mechanism of
@@ -87,4 +88,13 @@ export async function repairSlots(store: Pick<ConnectionStore, "connections" | "
     if (await updateVersioned(store.slots, doc, { $set: { holds: next, count: Object.keys(next).length } })) repaired++;
   }
   return repaired;
+}
+
+/**
+ * The bounds' repair round (one replica at a time, every minute: service.ts): deletes the opening
+ * counters of days before yesterday (openings.ts), then recounts the pending slots (repairSlots).
+ */
+export async function repairCounters(store: Pick<ConnectionStore, "connections" | "slots" | "openings">, now: Date, renew: () => Promise<boolean> = async () => true): Promise<number> {
+  await deletePastOpenings(store.openings, now);
+  return repairSlots(store, now, renew);
 }

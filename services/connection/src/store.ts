@@ -1,5 +1,6 @@
 import type { Collection, Db } from "mongodb";
 import type { AuditCarrier, JobLeaseDoc, OutboxEntry as Entry, OutboxFields } from "@pi/common";
+import type { OpeningsDoc } from "./openings.js";
 import type { SlotsDoc } from "./slots.js";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
 
@@ -56,6 +57,8 @@ export interface ConnectionStore {
   connections: Collection<ConnectionDoc>;
   /** The pending-connection bound's counters, one per partner and mode (slots.ts). */
   slots: Collection<SlotsDoc>;
+  /** The per-day bound's counters, one per partner, mode and UTC day (openings.ts). */
+  openings: Collection<OpeningsDoc>;
   /** Leases of the rounds that one replica at a time runs (the slots' repair). */
   leases: Collection<JobLeaseDoc>;
 }
@@ -65,6 +68,7 @@ export async function openConnectionStore(db: Db): Promise<ConnectionStore> {
     elders: db.collection<ElderDoc>("elder_addresses"),
     connections: db.collection<ConnectionDoc>("connections"),
     slots: db.collection<SlotsDoc>("pending_slots"),
+    openings: db.collection<OpeningsDoc>("connections_opened"),
     leases: db.collection<JobLeaseDoc>("job_leases"),
   };
   // One connection per (partner, mode, address): concurrent requests converge on one id.
@@ -74,5 +78,7 @@ export async function openConnectionStore(db: Db): Promise<ConnectionStore> {
   await store.connections.createIndex({ status: 1, pendingSince: 1 });
   // The slots' repair: a partner's connections that hold a slot.
   await store.connections.createIndex({ partnerId: 1, mode: 1, status: 1 });
+  // The repair round's deletion of past days' opening counters.
+  await store.openings.createIndex({ day: 1 });
   return store;
 }

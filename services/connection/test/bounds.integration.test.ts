@@ -2,7 +2,9 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { connectMongo, databaseName, ErrorReason, newId, parseSettings, reasonOf, sandboxElderAddress, type Mongo, type Settings } from "@pi/common";
 import { Connections } from "../src/connections.js";
-import { repairSlots, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
+import { secondsUntilNextDay } from "../src/bounds.js";
+import { openingsKey } from "../src/openings.js";
+import { repairCounters, repairSlots, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 
 // The per-partner bounds of the connection store (docs/connections.md, "Bounds") on the real
@@ -164,5 +166,101 @@ describe("a declining caregiver is asked again at most once per reopen interval"
     expect(await refusal(c.request(partnerId, "test", con.address))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 60 });
     tick(60);
     expect(await refusal(c.request(partnerId, "test", con.address))).toBeNull();
+  });
+});
+
+describe("per-day bound on connections opened: bounded atomically across replicas, the same answer for every address (guarantee 1)", () => {
+  const daily = 3;
+  // The pending bound is lifted so that only the daily one acts.
+  const dailyReplica = () =>
+    new Connections(store, { ...settings, CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: daily, PENDING_CONNECTIONS_PER_PARTNER: 1000 }, () => undefined, () => clock);
+  /** Opens `n` connections of a new partner and deletes each (a POST-DELETE loop): no slot stays held. */
+  async function openAndDelete(c: Connections, partnerId: string, n: number): Promise<void> {
+    for (let i = 0; i < n; i++) {
+      const con = await c.request(partnerId, "live", unresolvable());
+      await c.apply({ _id: con._id }, "delete");
+    }
+  }
+
+  it("two replicas racing for the last opening of the day: exactly one gets it, the other the RATE_LIMITED of a real and an unknown address alike", async () => {
+    clock = new Date("2030-06-01T10:00:00Z");
+    const [a, b] = [dailyReplica(), dailyReplica()];
+    for (let round = 0; round < 6; round++) {
+      const partnerId = newId("ptr");
+      await openAndDelete(a, partnerId, daily - 1);
+      const [real, unknown] = [await elder(), unresolvable()];
+      const results = await Promise.all([refusal(a.request(partnerId, "live", round % 2 ? real : unknown)), refusal(b.request(partnerId, "live", round % 2 ? unknown : real))]);
+      expect(results.filter((r) => r === null)).toHaveLength(1);
+      expect(results.find((r) => r !== null)).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 14 * 3600 });
+      expect(await store.connections.countDocuments({ partnerId })).toBe(daily);
+      expect((await store.openings.findOne({ _id: openingsKey(partnerId, "live", "2030-06-01") }))?.count).toBe(daily);
+      // The refused request gave its pending slot back: only the winner's is held.
+      expect((await store.slots.findOne({ _id: slotsKey(partnerId, "live") }))?.count).toBe(1);
+
+      // Past the bound, every new address gets the same answer, whichever replica and whether or not it resolves; nothing is written.
+      const audits = await store.connections.countDocuments({ partnerId, "audit.0": { $exists: true } });
+      const more = await Promise.all([a.request(partnerId, "live", await elder()), b.request(partnerId, "live", unresolvable())].map(refusal));
+      expect(more).toEqual([results.find((r) => r !== null), results.find((r) => r !== null)]);
+      expect(await store.connections.countDocuments({ partnerId })).toBe(daily);
+      expect(await store.connections.countDocuments({ partnerId, "audit.0": { $exists: true } })).toBe(audits);
+    }
+  });
+
+  it("of 30 concurrent requests for new addresses on two replicas, exactly the bound open; the test mode and another partner count on their own", async () => {
+    clock = new Date("2030-06-02T10:00:00Z");
+    const partnerId = newId("ptr");
+    const [a, b] = [dailyReplica(), dailyReplica()];
+    const addresses = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? elder() : Promise.resolve(unresolvable()))));
+    const results = await Promise.all(addresses.map((address, i) => refusal((i % 2 === 0 ? a : b).request(partnerId, "live", address))));
+    expect(results.filter((r) => r === null)).toHaveLength(daily);
+    expect(new Set(results.filter((r) => r !== null).map((r) => JSON.stringify(r)))).toEqual(new Set([JSON.stringify({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 14 * 3600 })]));
+    expect(await refusal(a.request(partnerId, "test", unresolvable()))).toBeNull();
+    expect(await refusal(b.request(newId("ptr"), "live", unresolvable()))).toBeNull();
+  });
+
+  it("a request for a connection that exists is no opening: answered at the bound, and a reopening is left to its own interval", async () => {
+    clock = new Date("2030-06-03T10:00:00Z");
+    const partnerId = newId("ptr");
+    const c = dailyReplica();
+    const first = await c.request(partnerId, "live", await elder());
+    await openAndDelete(c, partnerId, daily - 1);
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({ reason: ErrorReason.RATE_LIMITED });
+    expect((await c.request(partnerId, "live", first.address))._id).toBe(first._id);
+  });
+
+  it("an injected clock crossing midnight UTC frees the count; Retry-After counts down to that midnight", async () => {
+    clock = new Date("2030-06-04T23:59:58Z");
+    const partnerId = newId("ptr");
+    const c = dailyReplica();
+    await openAndDelete(c, partnerId, daily);
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 2 });
+    tick(1);
+    expect(await refusal(c.request(partnerId, "live", await elder()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 1 });
+    tick(1);
+    expect(clock.toISOString()).toBe("2030-06-05T00:00:00.000Z");
+    await openAndDelete(c, partnerId, daily);
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock) });
+    expect(secondsUntilNextDay(clock)).toBe(86_400);
+    expect(await store.connections.countDocuments({ partnerId })).toBe(2 * daily);
+  });
+
+  it("the repair round deletes the opening counters of days before yesterday and keeps yesterday's and today's", async () => {
+    const partnerId = newId("ptr");
+    const c = dailyReplica();
+    const days = ["2030-07-01", "2030-07-02", "2030-07-03", "2030-07-04"];
+    for (const day of days) {
+      clock = new Date(`${day}T12:00:00Z`);
+      await openAndDelete(c, partnerId, 1);
+    }
+    const kept = async () => (await store.openings.find({ partnerId }).toArray()).map((d) => d._id).sort();
+    expect(await kept()).toEqual(days.map((d) => openingsKey(partnerId, "live", d)));
+    await repairCounters(store, new Date("2030-07-03T23:59:59Z"));
+    expect(await kept()).toEqual(days.slice(1).map((d) => openingsKey(partnerId, "live", d)));
+    await repairCounters(store, new Date("2030-07-04T00:00:00Z"));
+    expect(await kept()).toEqual(days.slice(2).map((d) => openingsKey(partnerId, "live", d)));
+    await repairCounters(store, new Date("2030-07-05T23:59:59Z"));
+    expect(await kept()).toEqual(days.slice(3).map((d) => openingsKey(partnerId, "live", d)));
+    await repairCounters(store, new Date("2030-07-06T00:00:00Z"));
+    expect(await kept()).toEqual([]);
   });
 });

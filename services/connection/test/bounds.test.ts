@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { holdsSlot, limitOf, PENDING_RETRY_AFTER_SECONDS, reopenVerdict, repairedHolds, slotChange } from "../src/bounds.js";
+import { dayKey, holdsSlot, limitOf, oldestKeptDay, PENDING_RETRY_AFTER_SECONDS, reopenVerdict, repairedHolds, secondsUntilNextDay, slotChange } from "../src/bounds.js";
 import type { InternalStatus } from "../src/state-machine.js";
 
 const now = new Date("2030-01-01T00:00:00Z");
@@ -58,5 +58,30 @@ describe("the repair of a partner's slots", () => {
 
   it("adds a slot for a pending connection that has none (a release that raced a reopening)", () => {
     expect(repairedHolds({}, ["con_a"], now, 60_000)).toEqual({ con_a: now });
+  });
+});
+
+describe("per-day bound on connections opened: the day's rules", () => {
+  it("a day is the UTC calendar day, whatever the offset the time was written with", () => {
+    expect(dayKey(new Date("2030-03-14T00:00:00Z"))).toBe("2030-03-14");
+    expect(dayKey(new Date("2030-03-14T23:59:59.999Z"))).toBe("2030-03-14");
+    expect(dayKey(new Date("2030-03-15T01:30:00+02:00"))).toBe("2030-03-14");
+    expect(dayKey(new Date("2030-12-31T23:59:59Z"))).toBe("2030-12-31");
+    expect(dayKey(new Date("2031-01-01T00:00:00Z"))).toBe("2031-01-01");
+  });
+
+  it("a partner past the bound retries at the next UTC midnight: Retry-After in whole seconds, rounded up, at least 1", () => {
+    expect(secondsUntilNextDay(new Date("2030-03-14T00:00:00Z"))).toBe(86_400);
+    expect(secondsUntilNextDay(new Date("2030-03-14T12:00:00Z"))).toBe(43_200);
+    expect(secondsUntilNextDay(new Date("2030-03-14T23:59:58.500Z"))).toBe(2);
+    expect(secondsUntilNextDay(new Date("2030-03-14T23:59:59.999Z"))).toBe(1);
+    expect(secondsUntilNextDay(new Date("2028-02-28T23:00:00Z"))).toBe(3600); // a leap day follows
+  });
+
+  it("the repair keeps yesterday's and today's counters and deletes older ones", () => {
+    const now = new Date("2030-03-01T00:10:00Z");
+    expect(oldestKeptDay(now)).toBe("2030-02-28");
+    const days = ["2030-02-26", "2030-02-27", "2030-02-28", "2030-03-01"];
+    expect(days.filter((d) => d >= oldestKeptDay(now))).toEqual(["2030-02-28", "2030-03-01"]);
   });
 });

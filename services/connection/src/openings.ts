@@ -1,0 +1,59 @@
+import type { Collection } from "mongodb";
+import { isDuplicateKey, rateLimitedError } from "@pi/common";
+import { dayKey, oldestKeptDay, secondsUntilNextDay } from "./bounds.js";
+import type { ConnectionMode } from "./state-machine.js";
+
+// The per-day bound on connections opened across replicas (docs/connections.md, "Bounds"), by the
+// mechanism of the pending slots (slots.ts): one counter document per partner, mode and UTC day,
+// and taking an opening is ONE conditional update (`count < bound`, with no document yet an
+// upsert), so two replicas cannot both take the last one. Every new connection document counts,
+// whether or not its address resolved; the repair round deletes the counters of past days.
+
+export interface OpeningsDoc {
+  _id: string; // `<partnerId>:<mode>:<YYYY-MM-DD>`
+  partnerId: string;
+  mode: ConnectionMode;
+  day: string;
+  count: number;
+}
+
+export const openingsKey = (partnerId: string, mode: ConnectionMode, day: string) => `${partnerId}:${mode}:${day}`;
+
+/** The answer past the bound: the same for every address, to retry at midnight UTC. */
+export const dailyBoundReached = (now: Date) =>
+  rateLimitedError("the partner opened as many connections in this mode today (UTC) as its bound allows", secondsUntilNextDay(now));
+
+/**
+ * Counts one connection opened by the partner on `now`'s UTC day and returns the counter's id (to
+ * give it back with releaseOpening); throws the 429 error when `limit` were already opened that day.
+ */
+export async function takeOpening(openings: Collection<OpeningsDoc>, partnerId: string, mode: ConnectionMode, limit: number, now: Date): Promise<string> {
+  const day = dayKey(now);
+  const _id = openingsKey(partnerId, mode, day);
+  // A partner at its bound is answered from one read.
+  const current = await openings.findOne({ _id }, { projection: { count: 1 } });
+  if (current && current.count >= limit) throw dailyBoundReached(now);
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      // A full document does not match, and the upsert's insert then fails on _id.
+      await openings.updateOne({ _id, count: { $lt: limit } }, { $inc: { count: 1 }, $setOnInsert: { partnerId, mode, day } }, { upsert: true });
+      return _id;
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+    }
+    // Full, unless a concurrent first write created the document between our filter and insert.
+    const doc = await openings.findOne({ _id }, { projection: { count: 1 } });
+    if (doc && doc.count >= limit) break;
+  }
+  throw dailyBoundReached(now);
+}
+
+/** Gives back an opening that created no connection (the request failed, or a concurrent one created it). */
+export async function releaseOpening(openings: Collection<OpeningsDoc>, id: string): Promise<void> {
+  await openings.updateOne({ _id: id, count: { $gt: 0 } }, { $inc: { count: -1 } });
+}
+
+/** Deletes the counters of days before yesterday; returns how many. */
+export async function deletePastOpenings(openings: Collection<OpeningsDoc>, now: Date): Promise<number> {
+  return (await openings.deleteMany({ day: { $lt: oldestKeptDay(now) } })).deletedCount;
+}
