@@ -311,9 +311,10 @@ describe("connections api", () => {
 
 describe("connections bounds", () => {
   // The per-partner bounds of POST /v1/connections through the gateway (docs/connections.md,
-  // "Bounds"): pending connections per partner and mode, and how often one connection reopens. Past
-  // either, 429 rate_limited with Retry-After, the same bytes for an address that resolves and one
-  // that does not (guarantee 1). The partner's request rate is lifted so that only these bounds act.
+  // "Bounds"): pending connections per partner and mode, connections opened per day, and how often
+  // one connection reopens. Past any, 429 rate_limited with Retry-After, the same bytes for an
+  // address that resolves and one that does not (guarantee 1). The partner's request rate is lifted
+  // so that only these bounds act.
 
   const LIVE_BOUND = 20;
   let stack: TestStack;
@@ -447,6 +448,65 @@ describe("connections bounds", () => {
       expect(same(unknown.refusal!)).toEqual(same(real.refusal!));
       expect(Math.abs(Number(unknown.refusal!.headers.get("retry-after")) - retryAfter)).toBeLessThanOrEqual(60);
       validateResponse("POST", "/v1/connections", real.refusal!.status, real.refusal!.headers, real.refusal!.text);
+    });
+  });
+
+  describe("per-day bound on connections opened: a POST-DELETE loop on new addresses meets it", () => {
+    /** Seconds from `at` to the next midnight UTC. */
+    const untilMidnight = (at: number) => Math.ceil((Math.floor(at / 86_400_000) * 86_400_000 + 86_400_000 - at) / 1000);
+    const utcDay = (at: number) => new Date(at).toISOString().slice(0, 10);
+
+    /** One test credential opens and deletes new connections until refused; how many it opened and the refusal. */
+    async function loop(offset: number) {
+      const { test } = await partnerTokens(`Cycling Pharmacy ${offset}`);
+      const bound = stack.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY;
+      let opened = 0;
+      for (let n = 0; n <= bound; n++) {
+        const r = await post(test, unresolvable(offset + n));
+        if (r.status === 429) return { test, opened, refusal: r };
+        expect(r.status).toBe(202);
+        opened++;
+        // Deleted at once: the pending bound (100 test connections at once) never acts.
+        expect((await del(test, r.json!.id as string)).status).toBe(200);
+      }
+      return { test, opened, refusal: undefined };
+    }
+
+    it("per-day bound on connections opened: one test credential opens 100 a day, however many it deletes; the 429s for a real (sandbox) and an unknown address are identical and carry Retry-After until midnight UTC (guarantee 1)", async () => {
+      // The stack keeps the shipped defaults: 100 a day and 100 pending at once for a test credential.
+      expect(stack.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY).toBe(100);
+      let started = Date.now();
+      let run = await loop(400_000);
+      // A loop that crossed midnight UTC counted on two days: once more, on the new one.
+      if (utcDay(started) !== utcDay(Date.now())) {
+        started = Date.now();
+        run = await loop(500_000);
+      }
+      expect(run.opened).toBe(stack.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY);
+      expect(run.refusal!.status).toBe(429);
+      expect(JSON.parse(run.refusal!.text)).toEqual({ error: { type: "rate_limit_error", code: "rate_limited", message: expect.any(String) } });
+      const retryAfter = Number(run.refusal!.headers.get("retry-after"));
+      expect(retryAfter).toBeLessThanOrEqual(untilMidnight(started));
+      expect(retryAfter).toBeGreaterThanOrEqual(untilMidnight(Date.now()));
+      validateResponse("POST", "/v1/connections", run.refusal!.status, run.refusal!.headers, run.refusal!.text);
+
+      // The sandbox elder (the one address a test credential resolves) and an unknown address: the
+      // same status, headers and body bytes. Retry-After counts seconds, so a pair that straddles a
+      // second's tick is asked again.
+      let pair: [Res, Res] = [run.refusal!, run.refusal!];
+      for (let attempt = 0; attempt < 5; attempt++) {
+        pair = [await post(run.test, sandbox), await post(run.test, unresolvable(600_000 + attempt))];
+        if (pair[0].headers.get("retry-after") === pair[1].headers.get("retry-after")) break;
+      }
+      const [real, unknown] = pair;
+      expect(real.status).toBe(429);
+      expect(observable(real)).toEqual(observable(unknown));
+      expect(unknown.text).toBe(run.refusal!.text);
+
+      // A refusal stores nothing: asked again, the same addresses are refused again (a connection
+      // that existed would be answered 202 as it is).
+      expect((await post(run.test, sandbox)).status).toBe(429);
+      expect((await post(run.test, unresolvable(600_000))).status).toBe(429);
     });
   });
 });
