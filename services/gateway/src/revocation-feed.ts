@@ -10,8 +10,7 @@ export function applyPartnerEvent(list: RevocationList, event: eventsv1.PartnerE
       list.revokeClient(event.clientId);
       break;
     case PartnerEventKind.PARTNER_SUSPENDED:
-      // An event stored before suspended_at existed: its occurred_at is the suspension's time.
-      list.suspendPartner(event.partnerId, Number(event.suspendedAt || event.occurredAt));
+      list.suspendPartner(event.partnerId, Number(event.suspendedAt));
       break;
     case PartnerEventKind.PARTNER_REINSTATED:
       list.reinstatePartner(event.partnerId, Number(event.suspendedAt));

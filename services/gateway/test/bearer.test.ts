@@ -134,10 +134,10 @@ describe("BearerVerifier", () => {
     expect(await verifier.verify(after)).toBeUndefined();
   });
 
-  it("tokens that stay dead: a suspension event from before suspended_at existed cuts off by its occurred_at; an older reinstatement never lowers the cutoff", () => {
+  it("tokens that stay dead: a suspension cuts off by its suspended_at; an older reinstatement never lowers the cutoff", () => {
     const list = new RevocationList();
     const p = { partnerId: "ptr_a", clientId: "cli_a" };
-    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.PARTNER_SUSPENDED, partnerId: "ptr_a", occurredAt: 50_500n }));
+    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.PARTNER_SUSPENDED, partnerId: "ptr_a", occurredAt: 60_000n, suspendedAt: 50_500n }));
     applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.PARTNER_REINSTATED, partnerId: "ptr_a", suspendedAt: 20_000n }));
     expect(list.blocks(p, { kid: "k", iat: 50 })).toBe(true);
     expect(list.blocks(p, { kid: "k", iat: 51 })).toBe(false);
