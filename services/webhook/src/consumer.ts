@@ -8,7 +8,7 @@ import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js"
 
 type Source = Extract<SourceCheck, { ok: true }>;
 
-export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date, trace?: Record<string, string>, seq?: number): WebhookEventDoc {
+export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date, seq: number, trace?: Record<string, string>): WebhookEventDoc {
   const id = webhookEventId(src.sourceEventId);
   return {
     _id: id,
@@ -19,7 +19,7 @@ export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now:
     type: src.type,
     body: webhookBody(id, src.type, src.occurredAtMs, src.connectionId, src.status),
     createdAt: now,
-    ...(seq !== undefined ? { seq } : {}),
+    seq,
     ...delivery.stored(now),
     ...(trace && Object.keys(trace).length > 0 ? { trace } : {}),
   };
@@ -63,7 +63,7 @@ export function decodeMessage(message: KafkaMessage, where: { partition: number 
   if (src.statusMismatch !== undefined) {
     logger.warn({ ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type }, "connection event status disagrees with its type");
   }
-  return webhookEventDoc(src, modeFromProto(event.mode) ?? "live", now, traceHeaders(contextFromHeaders(message.headers)), Number(message.offset));
+  return webhookEventDoc(src, modeFromProto(event.mode) ?? "live", now, Number(message.offset), traceHeaders(contextFromHeaders(message.headers)));
 }
 
 /**

@@ -28,12 +28,9 @@ export const cursorFilter = (page: Pick<EventsPage, "partnerId" | "mode">, event
 export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEventDoc> {
   const filter: Filter<WebhookEventDoc> = { partnerId: page.partnerId, mode: page.mode, ...(page.type ? { type: page.type } : {}) };
   if (!after) return filter;
-  // A missing seq sorts lowest, as null does: an event without one is matched by equality to null.
-  const seq = after.seq ?? null;
-  const olderInBatch = seq === null ? [] : [{ createdAt: after.createdAt, $or: [{ seq: { $lt: seq } }, { seq: null }] }];
   return {
     ...filter,
-    $or: [{ createdAt: { $lt: after.createdAt } }, ...olderInBatch, { createdAt: after.createdAt, seq, _id: { $lt: after._id } }],
+    $or: [{ createdAt: { $lt: after.createdAt } }, { createdAt: after.createdAt, seq: { $lt: after.seq } }, { createdAt: after.createdAt, seq: after.seq, _id: { $lt: after._id } }],
   } as Filter<WebhookEventDoc>;
 }
 

@@ -46,9 +46,9 @@ export interface WebhookEventDoc extends AuditCarrier {
   /**
    * The connection event's Kafka offset: orders events stored at the same instant (one batch shares
    * one createdAt). A partner's connection events share a partition (keyed by partner), so among
-   * its events this is their order. Absent on events stored before it existed.
+   * its events this is their order.
    */
-  seq?: number;
+  seq: number;
   state: DeliveryState;
   attempts: number;
   attemptLog: AttemptRecord[];

@@ -37,6 +37,7 @@ const store1 = (partnerId: string, into = store) =>
       { ok: true, sourceEventId: randomUUID(), partnerId, connectionId: `con_${randomBytes(6).toString("hex")}`, type: "connection.approved", status: "approved", occurredAtMs: Date.now() },
       "live",
       new Date(),
+      0,
     ),
   ]);
 

@@ -44,7 +44,7 @@ function event(partnerId: string, opts: { mode?: "live" | "test"; type?: EventTy
     status: type === "connection.approved" ? ("approved" as const) : ("revoked" as const),
     occurredAtMs: (opts.createdAt ?? new Date()).getTime(),
   };
-  const doc = webhookEventDoc(src, opts.mode ?? "live", opts.createdAt ?? new Date(), undefined, opts.seq);
+  const doc = webhookEventDoc(src, opts.mode ?? "live", opts.createdAt ?? new Date(), opts.seq ?? 0);
   return { ...doc, state: opts.state ?? "delivered", nextAttemptAt: null };
 }
 
