@@ -4,6 +4,7 @@ import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ContextValues, type Interceptor, type StreamResponse, type Transport, type UnaryResponse } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { atMost } from "./at-most.js";
+import { retryDelay } from "./background/retry.js";
 import { NO_COMPRESSION } from "./connect-server.js";
 import { ServiceEndpoints } from "./service-endpoints.js";
 
@@ -97,6 +98,9 @@ function unavailable(err: unknown): ConnectError {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** The pause before going round the replicas again, after the `round`-th round failed on every one (the kit's backoff rule). */
+const pauseAfterRound = (round: number) => retryDelay(round, { firstDelayMs: 200, factor: 2, maxDelayMs: 800 });
+
 /** A client stream is made again on another replica only while its attempt had read at most this many messages. */
 const MAX_CARRIED_MESSAGES = 4;
 
@@ -187,13 +191,14 @@ export class BalancedTransport implements Transport {
     // Only until the first lookup of the service's names: every later call goes straight on.
     if (!this.endpoints.isReady()) await atMost(this.endpoints.ready(), Math.max(remaining(), 0));
     const tried = new Set<string>();
+    let rounds = 0;
     let lastError: unknown;
     for (let n = 1; ; n++) {
       let r = this.pick(method, tried);
       if (!r && tried.size > 0) {
         // Every replica was tried: look the names up again, pause briefly, go round once more.
         await this.endpoints.refresh();
-        await sleep(Math.min(100 * n, Math.max(remaining() - 1, 0)));
+        await sleep(Math.min(pauseAfterRound(++rounds), Math.max(remaining() - 1, 0)));
         tried.clear();
         r = this.pick(method, tried);
       }

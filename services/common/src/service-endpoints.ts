@@ -1,5 +1,7 @@
 import { lookup as dnsLookup } from "node:dns/promises";
 import { isIP } from "node:net";
+import { every, type Periodic } from "./background/periodic.js";
+import { createLogger } from "./logger.js";
 
 // The addresses of one internal service. A `*_SERVICE_URL` setting is one base URL or a
 // comma-separated list of them (the local stack lists its replicas); a host name in it stands for
@@ -53,7 +55,8 @@ export class ServiceEndpoints {
   private readonly resolved = new Map<string, string[]>();
   private readonly lookup: Lookup;
   private readonly minResolveGapMs: number;
-  private timer?: NodeJS.Timeout;
+  /** The periodic lookup; none when every host is an IP literal. */
+  private readonly lookups?: Periodic;
   private lastResolve = 0;
   private resolving?: Promise<void>;
   private first?: Promise<void>;
@@ -64,8 +67,8 @@ export class ServiceEndpoints {
     this.lookup = options.lookup ?? lookupAll;
     this.minResolveGapMs = options.minResolveGapMs ?? 500;
     if (this.urls.some((u) => !literalHost(u))) {
-      this.timer = setInterval(() => void this.resolve(), options.resolveEveryMs ?? 5_000);
-      this.timer.unref();
+      // resolve() never fails (a failed lookup keeps what was known), so the kit's logger stays silent.
+      this.lookups = every("service address lookup", options.resolveEveryMs ?? 5_000, () => this.resolve(), createLogger("service-endpoints", "silent"), { runAtStart: false });
     }
   }
 
@@ -81,7 +84,7 @@ export class ServiceEndpoints {
 
   /** Settles once every host name has been looked up at least once (whatever the outcome). */
   ready(): Promise<void> {
-    if (!this.timer) return Promise.resolve();
+    if (!this.lookups) return Promise.resolve();
     this.first ??= this.resolve().then(() => {
       this.firstDone = true;
     });
@@ -90,12 +93,12 @@ export class ServiceEndpoints {
 
   /** Whether ready() has settled (at once for IP literals): a caller need not wait for it. */
   isReady(): boolean {
-    return !this.timer || this.firstDone;
+    return !this.lookups || this.firstDone;
   }
 
   /** Looks the host names up again, unless that happened very recently. */
   refresh(): Promise<void> {
-    if (!this.timer || Date.now() - this.lastResolve < this.minResolveGapMs) return this.resolving ?? Promise.resolve();
+    if (!this.lookups || Date.now() - this.lastResolve < this.minResolveGapMs) return this.resolving ?? Promise.resolve();
     return this.resolve();
   }
 
@@ -120,6 +123,6 @@ export class ServiceEndpoints {
   }
 
   close(): void {
-    clearInterval(this.timer);
+    void this.lookups?.stop();
   }
 }
