@@ -56,7 +56,7 @@ const settings = {
   CONNECTION_PENDING_TTL_SECONDS: posInt,
   PENDING_CONNECTIONS_PER_PARTNER: { ...posInt, description: "Most connections one partner may hold pending with its live credentials at once (429 past it)." },
   TEST_PENDING_CONNECTIONS_PER_PARTNER: { ...posInt, description: "The same bound for its test credentials." },
-  CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: { ...posInt, description: "Most connections one partner may open (new addresses) with its live credentials per UTC day (429 past it, until midnight UTC)." },
+  CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: { ...posInt, description: "Most connections one partner may open (new addresses and reopenings) with its live credentials per UTC day (429 past it, until midnight UTC)." },
   TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: { ...posInt, description: "The same bound for its test credentials." },
   CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "A revoked or expired live connection reopens at most once per this period (429 within it)." },
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "The same for test connections." },

@@ -163,9 +163,9 @@ export const settingsSchema = z.object({
   // pending) at once, per mode; past it POST /v1/connections is 429 (docs/connections.md, "Bounds").
   PENDING_CONNECTIONS_PER_PARTNER: positiveInt.default(1000),
   TEST_PENDING_CONNECTIONS_PER_PARTNER: positiveInt.default(100),
-  // Most connections one partner may open (new addresses, resolvable or not) per UTC day, per mode:
-  // the pending bound frees a slot at each DELETE, so this bounds the ended connections and audit
-  // records a POST-DELETE loop leaves (docs/connections.md, "Bounds").
+  // Most connections one partner may open (new addresses, resolvable or not, and reopenings) per UTC
+  // day, per mode: the pending bound frees a slot at each DELETE, so this bounds the ended
+  // connections and audit records a POST-DELETE loop leaves (docs/connections.md, "Bounds").
   CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: positiveInt.default(1000),
   TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: positiveInt.default(100),
   // A (partner, address) connection that was revoked or expired reopens at most once per this

@@ -239,6 +239,17 @@ export class Connections {
       }
       const slot = slotChange(doc.status, outcome.to);
       const took = slot === "take" && (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) === "taken";
+      // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
+      // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
+      let opening: string | null = null;
+      if (trigger === "request") {
+        try {
+          opening = await takeOpening(this.store.openings, doc.partnerId, doc.mode, this.dailyLimit(doc.mode), t.now);
+        } catch (err) {
+          if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+          throw err;
+        }
+      }
 
       const event = outcome.event;
       const entry: OutboxEntry | null = event
@@ -263,6 +274,7 @@ export class Connections {
       if (!updated) {
         // Another writer changed it since the read: decide again on the new state.
         if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id);
+        if (opening) await releaseOpening(this.store.openings, opening);
         continue;
       }
       connectionTransitions.inc({ from: doc.status, to: outcome.to });

@@ -228,6 +228,31 @@ describe("per-day bound on connections opened: bounded atomically across replica
     expect((await c.request(partnerId, "live", first.address))._id).toBe(first._id);
   });
 
+  it("a reopening counts as an opening: past the day's bound a revoked connection stays revoked, with the same RATE_LIMITED for a real and an unknown address, and reopens the next day", async () => {
+    clock = new Date("2030-06-06T10:00:00Z");
+    const partnerId = newId("ptr");
+    const c = dailyReplica();
+    const real = await c.request(partnerId, "live", await elder());
+    const unknown = await c.request(partnerId, "live", unresolvable());
+    for (const con of [real, unknown]) await c.apply({ _id: con._id }, "delete");
+    // Reopening one of them takes the day's third opening: the other cannot reopen, nor a new address open.
+    tick(interval);
+    expect((await c.request(partnerId, "live", unknown.address)).status).toBe("pending");
+    const refusals = [await refusal(c.request(partnerId, "live", real.address)), await refusal(c.request(partnerId, "live", unresolvable()))];
+    expect(refusals).toEqual([
+      { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock) },
+      { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock) },
+    ]);
+    expect((await store.connections.findOne({ _id: real._id }))?.status).toBe("revoked");
+    // The refused reopening gave its pending slot back: only the reopened connection holds one.
+    expect((await store.slots.findOne({ _id: slotsKey(partnerId, "live") }))?.count).toBe(1);
+    expect((await store.openings.findOne({ _id: openingsKey(partnerId, "live", "2030-06-06") }))?.count).toBe(daily);
+
+    clock = new Date("2030-06-07T00:00:00Z");
+    expect((await c.request(partnerId, "live", real.address)).status).toBe("pending");
+    expect((await store.openings.findOne({ _id: openingsKey(partnerId, "live", "2030-06-07") }))?.count).toBe(1);
+  });
+
   it("an injected clock crossing midnight UTC frees the count; Retry-After counts down to that midnight", async () => {
     clock = new Date("2030-06-04T23:59:58Z");
     const partnerId = newId("ptr");
