@@ -18,7 +18,7 @@ export function hashSecret(pepper: string, secret: string): string {
 // so that path costs the same as a wrong secret. No secret hashes to it.
 export const DUMMY_HASH = "0".repeat(64);
 
-/** The id of CREDENTIAL_PEPPER, and of every hash stored without a pepper id (all made by it). */
+/** The id of CREDENTIAL_PEPPER. */
 export const FIRST_PEPPER_ID = "p1";
 
 export interface Peppers {
@@ -35,14 +35,14 @@ export function peppersOf(settings: Pick<Settings, "CREDENTIAL_PEPPER" | "CREDEN
   return { current: list[0]!.id, byId: new Map(list.map((p) => [p.id, p.pepper])) };
 }
 
-/** A stored client-secret hash and the pepper that made it (absent: p1, hashes from before pepper ids). */
+/** A stored client-secret hash and the pepper that made it. */
 export interface StoredHash {
   secretHash: string;
-  pepperId?: string;
+  pepperId: string;
 }
 
 /** The hash of a new secret, with the current pepper. */
-export function hashNewSecret(peppers: Peppers, secret: string): Required<StoredHash> {
+export function hashNewSecret(peppers: Peppers, secret: string): StoredHash {
   return { secretHash: hashSecret(peppers.byId.get(peppers.current)!, secret), pepperId: peppers.current };
 }
 
@@ -51,7 +51,7 @@ export function hashNewSecret(peppers: Peppers, secret: string): Required<Stored
  * stored hash, or one whose pepper is no longer configured, runs the same HMAC and comparison and fails.
  */
 export function secretMatches(peppers: Peppers, presented: string, stored: StoredHash | undefined): boolean {
-  const ownPepper = peppers.byId.get(stored?.pepperId ?? FIRST_PEPPER_ID);
+  const ownPepper = stored ? peppers.byId.get(stored.pepperId) : undefined;
   const expected = Buffer.from(stored?.secretHash ?? DUMMY_HASH, "hex");
   const actual = Buffer.from(hashSecret(ownPepper ?? peppers.byId.get(peppers.current)!, presented), "hex");
   const equal = expected.length === actual.length && timingSafeEqual(expected, actual);

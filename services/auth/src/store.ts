@@ -48,11 +48,11 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   partnerId: string;
   mode: CredentialMode;
   /**
-   * HMAC-SHA256 of the secret under the pepper `pepperId` (absent: p1, from before pepper ids). A
+   * HMAC-SHA256 of the secret under the pepper `pepperId`. A
    * private_key_jwt credential has none: the dummy hash, which no secret produces.
    */
   secretHash: string;
-  /** Absent: a client secret (every credential stored before private_key_jwt). */
+  /** Absent: a client secret. */
   authMethod?: "client_secret" | "private_key_jwt";
   /** private_key_jwt: the partner's public keys, given inline, or the URL of its set (assertion-keys.ts). */
   jwks?: JSONWebKeySet;

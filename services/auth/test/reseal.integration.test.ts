@@ -11,7 +11,7 @@ import { TOKEN_AUDIENCE, TOKEN_ISSUER } from "../src/tokens.js";
 import { addressOf, as, testSettings } from "../../../test/support/services.js";
 
 // Stored secrets across key changes: signing secrets and the JWT private key sealed under the KEK
-// k1 (and a credential hash without a pepper id) open at start; then a KEK rotation and a new
+// k1 open at start; then a KEK rotation and a new
 // pepper, with everything re-sealed under the new KEK at start; and a regenerated KEK refused.
 
 let settings: Settings;
@@ -77,7 +77,7 @@ beforeAll(async () => {
     },
     { _id: "ptr~decoy", name: "decoy", status: "suspended", scopes: [], webhookUrl: null, sealedSigningSecret: await sealer.seal("decoy", "webhook-signing-secret"), createdAt: now, updatedAt: now, outbox: [] },
   ]);
-  await db.collection<CredentialDoc>("credentials").insertOne({ _id: clientId, partnerId, mode: "live", secretHash: hashSecret(pepper, clientSecret), status: "active", createdAt: now, outbox: [] });
+  await db.collection<CredentialDoc>("credentials").insertOne({ _id: clientId, partnerId, mode: "live", secretHash: hashSecret(pepper, clientSecret), pepperId: "p1", status: "active", createdAt: now, outbox: [] });
 });
 
 afterAll(async () => {
@@ -87,7 +87,7 @@ afterAll(async () => {
 });
 
 describe("stored secrets across key changes", () => {
-  it("values sealed under the KEK open at start and stay as they are; hashes without a pepper id still verify", async () => {
+  it("values sealed under the KEK open at start and stay as they are; the credential's hash verifies", async () => {
     const before = await sealedValues();
     expect([...before.partners, ...before.keys].every((v) => v.startsWith("v2.k1."))).toBe(true);
 
