@@ -214,7 +214,9 @@ export class BalancedTransport implements Transport {
         if (signal?.aborted) throw err;
         const failure = classifyFailure(err);
         this.failed(r, failure);
-        const surfaced = failure === "answered" ? err : unavailable(err);
+        // A server's own answer is passed on as it is, Unimplemented too (the method is not served
+        // on this port by any replica: an admin RPC called on the data port).
+        const surfaced = failure === "answered" || ConnectError.from(err).code === Code.Unimplemented ? err : unavailable(err);
         if (n >= this.maxAttempts || remaining() <= 0 || !retryable(failure)) throw surfaced;
         lastError = surfaced;
       }
