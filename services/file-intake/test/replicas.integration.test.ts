@@ -59,7 +59,7 @@ describe("two replicas racing", () => {
     expect(await stores[1]!.keys.findOne({ _id: keyId(partnerId, "live", "race-key") })).toMatchObject({ state: "committed", fileId: [...ids][0] });
   });
 
-  it("two extraction workers take one file at once, each through another file-intake replica: one lease wins, the file is extracted once", async () => {
+  it("two extraction workers take one file at once, each through another file-intake replica: while one holds the lease the three other takes are refused, and the file is extracted once", async () => {
     const res = await clients[0]!.submitFile(upload(newId("ptr"), fixture("sample.txt"), newId("key")));
     const id = res.file!.id;
     let extractions = 0;
@@ -71,11 +71,19 @@ describe("two replicas racing", () => {
       return { ok: true as const, kind: "plain-text" as const, text: "x", textLength: 1, textTruncated: false };
     };
     const workers = replicas.map((r) => extractionWorker(settings, r.port, extract));
-    const outcomes = Promise.all([workers[0]!.process(id), workers[1]!.process(id), workers[0]!.process(id), workers[1]!.process(id)]);
-    // Every take has been tried once one of them is extracting: the losers return "skipped" at once.
-    for (let i = 0; extractions === 0 && i < 500; i++) await new Promise((r) => setTimeout(r, 10));
-    release();
-    const results = await outcomes;
+    const settled: string[] = [];
+    const takes = [workers[0]!.process(id), workers[1]!.process(id), workers[0]!.process(id), workers[1]!.process(id)].map((take) =>
+      take.then((outcome) => (settled.push(outcome), outcome)),
+    );
+    // The race, made to happen: the winner cannot end before its extraction is released, so the
+    // three other takes, through both replicas, are answered while it holds the lease, each refused.
+    for (let i = 0; settled.length < 3 && i < 3000; i++) await new Promise((r) => setTimeout(r, 10));
+    try {
+      expect(settled).toEqual(["skipped", "skipped", "skipped"]);
+    } finally {
+      release();
+    }
+    const results = await Promise.all(takes);
     expect(results.filter((r) => r === "processed")).toHaveLength(1);
     expect(results.filter((r) => r === "skipped")).toHaveLength(3);
     expect(extractions).toBe(1);
