@@ -60,6 +60,7 @@ const settings = {
   TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: { ...posInt, description: "The same bound for its test credentials." },
   CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "A revoked or expired live connection reopens at most once per this period (429 within it)." },
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: { ...posInt, description: "The same for test connections." },
+  ENDED_CONNECTION_RETENTION_SECONDS: { ...posInt, description: "How long a revoked or expired connection is kept after its last change, then deleted (never less than the reopen interval is used)." },
   CONNECTION_READ_LEASE_MS: { type: "integer", minimum: 0, maximum: 10000, description: "How long a gateway may answer a connection's status from memory (a read lease a change waits for); 0: off." },
   SANDBOX_APPROVAL_DELAY_SECONDS: { type: "integer", minimum: 0 },
   WEBHOOK_RETRY_BASE_SECONDS: { type: "number", exclusiveMinimum: 0 },

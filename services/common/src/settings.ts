@@ -173,6 +173,11 @@ export const settingsSchema = z.object({
   // connection's, with no caregiver to ask, once a minute. 429 with Retry-After past it.
   CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(2592000),
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(60),
+  // How long a revoked or expired connection is kept after its last change, both modes (2 years):
+  // then the connection service's sweep deletes it, once its event and audit record were relayed
+  // (docs/connections.md, "Retention"). With the daily bound, one partner holds at most this many
+  // days' openings of ended connections. The sweep never uses less than the reopen intervals.
+  ENDED_CONNECTION_RETENTION_SECONDS: positiveInt.default(2 * 365 * 86400),
   // How long a gateway may answer a connection's status from memory after reading it (a read
   // lease: docs/connections.md, "Read leases"); a change of that connection waits for it. 0: off.
   CONNECTION_READ_LEASE_MS: z.coerce.number().int().min(0).max(10_000).default(1000),

@@ -148,7 +148,11 @@ export class Connections {
    */
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
-    if (existing) return (await this.apply({ _id: existing._id }, "request", { elderId: await this.resolveElder(mode, address) }))?.doc ?? existing;
+    if (existing) {
+      const applied = await this.apply({ _id: existing._id }, "request", { elderId: await this.resolveElder(mode, address) });
+      if (applied) return applied.doc;
+      // The retention sweep deleted it since the read (retention.ts): the address opens a new connection.
+    }
     // A new connection takes its pending slot, then its opening of the day, before anything else, so
     // a refusal does the same work for every address (a refused opening gives the slot back).
     const id = newId("con");

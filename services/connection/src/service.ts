@@ -2,6 +2,7 @@ import { AuditTrail, every, openRuntime, whileHolding, sandboxElderAddress, star
 import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
+import { endedConnectionCutoff, retentionRound } from "./retention.js";
 import { repairCounters } from "./slots.js";
 import { openConnectionStore, type ConnectionStore } from "./store.js";
 import type { Trigger } from "./state-machine.js";
@@ -23,6 +24,7 @@ export function roundIntervals(settings: Pick<Settings, "SANDBOX_APPROVAL_DELAY_
     expirySweepMs: clamp((settings.CONNECTION_PENDING_TTL_SECONDS * 1000) / 2, 1000, 60_000),
     outboxSweepMs: 5000,
     slotRepairMs: 60_000,
+    retentionSweepMs: 10 * 60_000,
   };
 }
 
@@ -70,11 +72,15 @@ export async function startConnectionService(settings: Settings, logger: Logger,
   // Each also runs once at start: events a crash left in outboxes are published, overdue sandbox
   // approvals happen, ended windows are persisted.
   outbox.start();
+  const reopenSeconds = Math.max(settings.CONNECTION_REOPEN_INTERVAL_SECONDS, settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS);
+  const endedCutoff = () => endedConnectionCutoff(new Date(), settings.ENDED_CONNECTION_RETENTION_SECONDS, reopenSeconds);
   const rounds = [
     every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
     every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
     // One replica at a time recounts the pending slots and deletes past days' opening counters (slots.ts); the others skip the round.
     every("pending slots repair", intervals.slotRepairMs, () => whileHolding(store.leases, "pending-slots-repair", intervals.slotRepairMs, (renew) => repairCounters(store, new Date(), renew)), logger),
+    // One replica at a time deletes ended connections past ENDED_CONNECTION_RETENTION_SECONDS (retention.ts).
+    every("ended connections retention", intervals.retentionSweepMs, () => retentionRound(store.connections, store.leases, endedCutoff, intervals.retentionSweepMs, logger), logger),
   ];
 
   return {

@@ -78,6 +78,8 @@ export async function openConnectionStore(db: Db): Promise<ConnectionStore> {
   await store.connections.createIndex({ status: 1, pendingSince: 1 });
   // The slots' repair: a partner's connections that hold a slot.
   await store.connections.createIndex({ partnerId: 1, mode: 1, status: 1 });
+  // The retention sweep: ended connections by their last change (retention.ts).
+  await store.connections.createIndex({ status: 1, updatedAt: 1 });
   // The repair round's deletion of past days' opening counters.
   await store.openings.createIndex({ day: 1 });
   return store;

@@ -1,0 +1,66 @@
+import type { Collection, Filter } from "mongodb";
+import { whileHolding, type JobLeaseDoc, type Logger } from "@pi/common";
+import type { ConnectionDoc } from "./store.js";
+
+// Retention of ended connections (docs/connections.md, "Retention"): a connection whose stored
+// status is revoked or expired, unchanged for ENDED_CONNECTION_RETENTION_SECONDS and with nothing
+// left to publish (its event and audit record relayed), is deleted. Its id then reads as unknown,
+// and a request for its address opens a new connection under the daily bound. Pending and declined
+// connections are never deleted here: the expiry sweep first ends them, and retention counts from
+// that change (updatedAt).
+
+const ENDED: ConnectionDoc["status"][] = ["revoked", "expired"];
+
+/**
+ * The oldest last change an ended connection may have at `now` and be kept. Never later than the
+ * reopen interval allows: a connection deleted earlier would let its address be asked again sooner.
+ */
+export function endedConnectionCutoff(now: Date, retentionSeconds: number, reopenIntervalSeconds: number): Date {
+  return new Date(now.getTime() - Math.max(retentionSeconds, reopenIntervalSeconds) * 1000);
+}
+
+/** The connections due for deletion at `cutoff`: ended, unchanged since before it, nothing to publish. */
+export const endedBefore = (cutoff: Date): Filter<ConnectionDoc> => ({
+  status: { $in: ENDED },
+  updatedAt: { $lt: cutoff },
+  "outbox.0": { $exists: false },
+  "audit.0": { $exists: false },
+});
+
+/**
+ * Deletes the connections due at `cutoff`, `batch` ids at a time; returns how many. The deletion
+ * repeats the filter, so a connection reopened (or given an event) since its id was read stays.
+ * `renew`, called before each deletion, keeps the round's lease; the round stops once it is lost.
+ */
+export async function deleteEndedConnections(
+  connections: Collection<ConnectionDoc>,
+  cutoff: Date,
+  renew: () => Promise<boolean> = async () => true,
+  batch = 500,
+): Promise<number> {
+  let deleted = 0;
+  for (;;) {
+    const due = await connections.find(endedBefore(cutoff), { projection: { _id: 1 } }).limit(batch).toArray();
+    if (due.length === 0 || !(await renew())) break;
+    deleted += (await connections.deleteMany({ $and: [{ _id: { $in: due.map((d) => d._id) } }, endedBefore(cutoff)] })).deletedCount;
+    if (due.length < batch) break;
+  }
+  return deleted;
+}
+
+export const RETENTION_LEASE = "ended-connections-retention";
+
+/** The periodic round: only the replica that holds the lease runs it; undefined when another does. */
+export function retentionRound(
+  connections: Collection<ConnectionDoc>,
+  leases: Collection<JobLeaseDoc>,
+  cutoff: () => Date,
+  leaseMs: number,
+  logger: Logger,
+): Promise<number | undefined> {
+  return whileHolding(leases, RETENTION_LEASE, leaseMs, async (renew) => {
+    const deleted = await deleteEndedConnections(connections, cutoff(), renew);
+    if (deleted > 0) logger.info({ deleted }, "ended connections past retention deleted");
+    return deleted;
+  });
+}
