@@ -3,16 +3,23 @@ import { LRUCache } from "lru-cache";
 // The statuses this gateway may answer again without asking: each under a read lease the
 // connection service granted (services/connection/src/read-lease.ts), which no change of that
 // connection outlives. A lease counts from before the request that got it, on this process's
-// monotonic clock, so it ends here before it ends at the service.
+// monotonic clock, so it ends here before it ends at the service. Past half its length a lease is
+// renewed in the background while polls are still answered under it, so a connection polled
+// steadily never makes a poll wait for the service.
 
-export interface LeasedStatus {
+/** A read of the connection service asking for a lease: the status and the lease granted (0: none). */
+export type LeasedRead = () => Promise<{ status: string; leaseMs: number }>;
+
+interface Held {
   status: string;
-  /** performance.now() at which the lease ends. */
+  /** Clock readings: the lease's end, and from when it is renewed ahead. */
   until: number;
+  renewAt: number;
+  renewing: boolean;
 }
 
 export class ConnectionLeases {
-  private readonly held: LRUCache<string, LeasedStatus>;
+  private readonly held: LRUCache<string, Held>;
 
   constructor(
     maxEntries = 50_000,
@@ -25,25 +32,30 @@ export class ConnectionLeases {
     return `${partnerId}\u0000${mode}\u0000${id}`;
   }
 
-  /** The status held under a lease that has not ended, if any. */
-  get(partnerId: string, mode: string, id: string): string | undefined {
+  /** The connection's status: from a lease that has not ended, or else from `read`. */
+  async status(partnerId: string, mode: string, id: string, read: LeasedRead): Promise<string> {
     const key = ConnectionLeases.key(partnerId, mode, id);
     const entry = this.held.get(key);
-    if (!entry) return undefined;
-    if (this.now() < entry.until) return entry.status;
-    this.held.delete(key);
-    return undefined;
+    const now = this.now();
+    if (entry && now < entry.until) {
+      if (now >= entry.renewAt && !entry.renewing) {
+        entry.renewing = true;
+        this.fetch(key, read).catch(() => {
+          entry.renewing = false;
+        });
+      }
+      return entry.status;
+    }
+    if (entry) this.held.delete(key);
+    return this.fetch(key, read);
   }
 
-  /** The clock reading to take before asking for a lease. */
-  start(): number {
-    return this.now();
-  }
-
-  /** Holds `status` for `leaseMs` counted from `askedAt` (start(), before the request was sent). */
-  hold(partnerId: string, mode: string, id: string, status: string, askedAt: number, leaseMs: number): void {
-    if (leaseMs <= 0) return;
-    this.held.set(ConnectionLeases.key(partnerId, mode, id), { status, until: askedAt + leaseMs });
+  private async fetch(key: string, read: LeasedRead): Promise<string> {
+    const askedAt = this.now();
+    const { status, leaseMs } = await read();
+    if (leaseMs > 0) this.held.set(key, { status, until: askedAt + leaseMs, renewAt: askedAt + leaseMs / 2, renewing: false });
+    else this.held.delete(key);
+    return status;
   }
 
   /** Forgets a connection (this gateway's own DELETE of it). */

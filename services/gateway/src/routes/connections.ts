@@ -76,16 +76,11 @@ export default function connectionRoutes(connections: ConnectionClient, domain: 
   // (connection-leases.ts): the same answer the service would give, at a fraction of the cost.
   router.get("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
     const key = owned(ctx);
-    const held = leases.get(key.partnerId, ctx.state.principal!.mode, key.id);
-    if (held !== undefined) {
-      ctx.body = { id: key.id, status: held };
-      return;
-    }
-    const askedAt = leases.start();
-    const res = await connections.getConnection({ ...key, lease: true });
-    const resource = connectionResource(res.connection);
-    leases.hold(key.partnerId, ctx.state.principal!.mode, key.id, resource.status, askedAt, res.leaseMs);
-    ctx.body = resource;
+    const status = await leases.status(key.partnerId, ctx.state.principal!.mode, key.id, async () => {
+      const res = await connections.getConnection({ ...key, lease: true });
+      return { status: connectionResource(res.connection).status, leaseMs: res.leaseMs };
+    });
+    ctx.body = { id: key.id, status };
   });
 
   router.delete("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
