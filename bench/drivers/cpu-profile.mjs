@@ -11,7 +11,7 @@ if (dir) {
   const session = new Session();
   session.connect();
   session.post("Profiler.enable");
-  session.post("Profiler.setSamplingInterval", { interval: 1000 });
+  session.post("Profiler.setSamplingInterval", { interval: Number(process.env.BENCH_CPU_PROF_INTERVAL_US ?? 1000) });
   session.post("Profiler.start");
   const script = process.argv[1] ?? "node";
   const name = basename(script) === "main.js" ? basename(dirname(dirname(script))) : basename(script, ".js");
