@@ -1,7 +1,7 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Filter } from "mongodb";
 import { auditEntry, connectionTransitions, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, rateLimitedError, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
 import { connectionAudit } from "./audit.js";
-import { setTimeout as sleep } from "node:timers/promises";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
 import { fenceUntil, grantableLeaseMs, leaseWaitMs, type LeaseRules } from "./read-lease.js";
 import { releaseOpening, takeOpening } from "./openings.js";
