@@ -34,6 +34,8 @@ export const knobs = {
   uploadMiB: knob("BENCH_UPLOAD_MIB", 25, 5),
   /** Rounds of the single-upload comparison (one upload per side per round). */
   uploadRounds: knob("BENCH_UPLOAD_ROUNDS", 3, 2),
+  /** 1: each single-upload round waits for extraction of the earlier uploads first (the figure before issue 23; 0, the default, drains nothing). */
+  uploadDrain: knob("BENCH_UPLOAD_DRAIN", 0, 0) === 1,
   /** Rounds of the 1 MB upload comparison (one upload per side per round). */
   smallUploads: knob("BENCH_SMALL_UPLOADS", 30, 6),
   /** Concurrent uploads of the memory figure. */
