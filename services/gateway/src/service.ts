@@ -1,3 +1,4 @@
+import cluster from "node:cluster";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { clientsFor, createKafka, kafkaCredentials, refreshSigningKeys, retry, type Logger, type Periodic, type RunningService, type Settings } from "@pi/common";
@@ -23,7 +24,8 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   const verifier = new BearerVerifier(auth, new RevocationList());
   const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.gateway`, logger, kafkaCredentials(settings));
   // The gateway listens at once (liveness answers, /readyz says 503) and warms up behind it: the
-  // revocation list and the token keys, without which no bearer can be judged.
+  // revocation list and the token keys, without which no bearer can be judged. Kubernetes sends it
+  // partners only once /readyz says so; under `npm start` see below.
   const stopping = new AbortController();
   let warm = false;
   let revocations: { stop(): Promise<void> } | undefined;
@@ -66,6 +68,10 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     const body = JSON.stringify(envelope("invalid_request", tooLarge ? "The request headers are too large." : "The request is malformed."));
     socket.end(`HTTP/1.1 ${tooLarge ? "431 Request Header Fields Too Large" : "400 Bad Request"}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
   });
+  // A node:cluster worker (the replicas of `npm start`) shares the partner port with the running
+  // ones: listening while cold would take partners' connections from them and answer 503 until warm
+  // (seen when the failover test's killed gateway came back). It listens once warm; nothing probes it.
+  if (cluster.isWorker) await warmup;
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(settings.GATEWAY_PORT, settings.GATEWAY_HOST, () => resolve());
