@@ -6,6 +6,7 @@ import { secondsUntilNextDay } from "../src/bounds.js";
 import { openingsKey } from "../src/openings.js";
 import { repairCounters, repairSlots, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
+import { movableClock, unresolvableAddress } from "./test-helpers.js";
 
 // The per-partner bounds of the connection store (docs/connections.md, "Bounds") on the real
 // MongoDB-wire server, with two Connections on one database standing for two replicas and a clock
@@ -16,17 +17,11 @@ const interval = 3600;
 let settings: Settings;
 let mongo: Mongo;
 let store: ConnectionStore;
-let clock = new Date("2030-01-01T00:00:00Z");
-const tick = (seconds: number) => {
-  clock = new Date(clock.getTime() + seconds * 1000);
-};
-const replica = () => new Connections(store, settings, () => undefined, () => clock);
+const clock = movableClock();
+const tick = clock.tick;
+const replica = () => new Connections(store, settings, () => undefined, clock.now);
 
-const word = () =>
-  Array.from(randomBytes(6))
-    .map((b) => String.fromCharCode(97 + (b % 26)))
-    .join("");
-const unresolvable = () => `${word()}.${word()}.${word()}@${settings.ADDRESS_DOMAIN}`;
+const unresolvable = () => unresolvableAddress(settings.ADDRESS_DOMAIN);
 async function elder(): Promise<string> {
   const a = unresolvable();
   await store.elders.insertOne({ _id: a, elderId: newId("eld"), createdAt: new Date() });
@@ -107,12 +102,12 @@ describe("pending connections per partner and mode: bounded atomically across re
   it("the repair gives back a slot a dead request left, and only once its grace has passed", async () => {
     const partnerId = newId("ptr");
     await replica().request(partnerId, "live", unresolvable());
-    await takeSlot(store.slots, partnerId, "live", newId("con"), limit, clock); // its connection never written
+    await takeSlot(store.slots, partnerId, "live", newId("con"), limit, clock.now()); // its connection never written
     const key = slotsKey(partnerId, "live");
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(2);
-    await repairSlots(store, new Date(clock.getTime() + SLOT_GRACE_MS - 1000));
+    await repairSlots(store, new Date(clock.now().getTime() + SLOT_GRACE_MS - 1000));
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(2);
-    await repairSlots(store, new Date(clock.getTime() + SLOT_GRACE_MS + 1000));
+    await repairSlots(store, new Date(clock.now().getTime() + SLOT_GRACE_MS + 1000));
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(1);
   });
 });
@@ -135,10 +130,10 @@ describe("a declining caregiver is asked again at most once per reopen interval"
       }
       return { reopenings, refusals };
     };
-    const start = clock;
+    const start = clock.now();
     const realAddress = await elder();
     const real = await asked(realAddress, true);
-    clock = start;
+    clock.set(start);
     const unknown = await asked(unresolvable(), false);
     expect(real.reopenings).toBe(1);
     expect(unknown.reopenings).toBe(1);
@@ -173,7 +168,7 @@ describe("per-day bound on connections opened: bounded atomically across replica
   const daily = 3;
   // The pending bound is lifted so that only the daily one acts.
   const dailyReplica = () =>
-    new Connections(store, { ...settings, CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: daily, PENDING_CONNECTIONS_PER_PARTNER: 1000 }, () => undefined, () => clock);
+    new Connections(store, { ...settings, CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: daily, PENDING_CONNECTIONS_PER_PARTNER: 1000 }, () => undefined, clock.now);
   /** Opens `n` connections of a new partner and deletes each (a POST-DELETE loop): no slot stays held. */
   async function openAndDelete(c: Connections, partnerId: string, n: number): Promise<void> {
     for (let i = 0; i < n; i++) {
@@ -183,7 +178,7 @@ describe("per-day bound on connections opened: bounded atomically across replica
   }
 
   it("two replicas racing for the last opening of the day: exactly one gets it, the other the RATE_LIMITED of a real and an unknown address alike", async () => {
-    clock = new Date("2030-06-01T10:00:00Z");
+    clock.set(new Date("2030-06-01T10:00:00Z"));
     const [a, b] = [dailyReplica(), dailyReplica()];
     for (let round = 0; round < 6; round++) {
       const partnerId = newId("ptr");
@@ -207,7 +202,7 @@ describe("per-day bound on connections opened: bounded atomically across replica
   });
 
   it("of 30 concurrent requests for new addresses on two replicas, exactly the bound open; the test mode and another partner count on their own", async () => {
-    clock = new Date("2030-06-02T10:00:00Z");
+    clock.set(new Date("2030-06-02T10:00:00Z"));
     const partnerId = newId("ptr");
     const [a, b] = [dailyReplica(), dailyReplica()];
     const addresses = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? elder() : Promise.resolve(unresolvable()))));
@@ -219,7 +214,7 @@ describe("per-day bound on connections opened: bounded atomically across replica
   });
 
   it("a request for a connection that exists is no opening: answered at the bound, and a reopening is left to its own interval", async () => {
-    clock = new Date("2030-06-03T10:00:00Z");
+    clock.set(new Date("2030-06-03T10:00:00Z"));
     const partnerId = newId("ptr");
     const c = dailyReplica();
     const first = await c.request(partnerId, "live", await elder());
@@ -229,7 +224,7 @@ describe("per-day bound on connections opened: bounded atomically across replica
   });
 
   it("a reopening counts as an opening: past the day's bound a revoked connection stays revoked, with the same RATE_LIMITED for a real and an unknown address, and reopens the next day", async () => {
-    clock = new Date("2030-06-06T10:00:00Z");
+    clock.set(new Date("2030-06-06T10:00:00Z"));
     const partnerId = newId("ptr");
     const c = dailyReplica();
     const real = await c.request(partnerId, "live", await elder());
@@ -240,21 +235,21 @@ describe("per-day bound on connections opened: bounded atomically across replica
     expect((await c.request(partnerId, "live", unknown.address)).status).toBe("pending");
     const refusals = [await refusal(c.request(partnerId, "live", real.address)), await refusal(c.request(partnerId, "live", unresolvable()))];
     expect(refusals).toEqual([
-      { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock) },
-      { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock) },
+      { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock.now()) },
+      { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock.now()) },
     ]);
     expect((await store.connections.findOne({ _id: real._id }))?.status).toBe("revoked");
     // The refused reopening gave its pending slot back: only the reopened connection holds one.
     expect((await store.slots.findOne({ _id: slotsKey(partnerId, "live") }))?.count).toBe(1);
     expect((await store.openings.findOne({ _id: openingsKey(partnerId, "live", "2030-06-06") }))?.count).toBe(daily);
 
-    clock = new Date("2030-06-07T00:00:00Z");
+    clock.set(new Date("2030-06-07T00:00:00Z"));
     expect((await c.request(partnerId, "live", real.address)).status).toBe("pending");
     expect((await store.openings.findOne({ _id: openingsKey(partnerId, "live", "2030-06-07") }))?.count).toBe(1);
   });
 
   it("an injected clock crossing midnight UTC frees the count; Retry-After counts down to that midnight", async () => {
-    clock = new Date("2030-06-04T23:59:58Z");
+    clock.set(new Date("2030-06-04T23:59:58Z"));
     const partnerId = newId("ptr");
     const c = dailyReplica();
     await openAndDelete(c, partnerId, daily);
@@ -262,10 +257,10 @@ describe("per-day bound on connections opened: bounded atomically across replica
     tick(1);
     expect(await refusal(c.request(partnerId, "live", await elder()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 1 });
     tick(1);
-    expect(clock.toISOString()).toBe("2030-06-05T00:00:00.000Z");
+    expect(clock.now().toISOString()).toBe("2030-06-05T00:00:00.000Z");
     await openAndDelete(c, partnerId, daily);
-    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock) });
-    expect(secondsUntilNextDay(clock)).toBe(86_400);
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock.now()) });
+    expect(secondsUntilNextDay(clock.now())).toBe(86_400);
     expect(await store.connections.countDocuments({ partnerId })).toBe(2 * daily);
   });
 
@@ -274,7 +269,7 @@ describe("per-day bound on connections opened: bounded atomically across replica
     const c = dailyReplica();
     const days = ["2030-07-01", "2030-07-02", "2030-07-03", "2030-07-04"];
     for (const day of days) {
-      clock = new Date(`${day}T12:00:00Z`);
+      clock.set(new Date(`${day}T12:00:00Z`));
       await openAndDelete(c, partnerId, 1);
     }
     const kept = async () => (await store.openings.find({ partnerId }).toArray()).map((d) => d._id).sort();

@@ -6,6 +6,7 @@ import { Connections } from "../src/connections.js";
 import { openingsKey } from "../src/openings.js";
 import { deleteEndedConnections, endedConnectionCutoff } from "../src/retention.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
+import { movableClock, unresolvableAddress } from "./test-helpers.js";
 
 // The retention of ended connections (docs/connections.md, "Retention") on the real MongoDB-wire
 // server, with a clock the tests move: the sweep deletes exactly the revoked and expired
@@ -16,18 +17,12 @@ const interval = 3600;
 let settings: Settings;
 let mongo: Mongo;
 let store: ConnectionStore;
-let clock = new Date("2030-01-01T00:00:00Z");
-const tick = (seconds: number) => {
-  clock = new Date(clock.getTime() + seconds * 1000);
-};
-const replica = () => new Connections(store, settings, () => undefined, () => clock);
-const cutoff = () => endedConnectionCutoff(clock, settings.ENDED_CONNECTION_RETENTION_SECONDS, settings.CONNECTION_REOPEN_INTERVAL_SECONDS);
+const clock = movableClock();
+const tick = clock.tick;
+const replica = () => new Connections(store, settings, () => undefined, clock.now);
+const cutoff = () => endedConnectionCutoff(clock.now(), settings.ENDED_CONNECTION_RETENTION_SECONDS, settings.CONNECTION_REOPEN_INTERVAL_SECONDS);
 
-const word = () =>
-  Array.from(randomBytes(6))
-    .map((b) => String.fromCharCode(97 + (b % 26)))
-    .join("");
-const unresolvable = () => `${word()}.${word()}.${word()}@${settings.ADDRESS_DOMAIN}`;
+const unresolvable = () => unresolvableAddress(settings.ADDRESS_DOMAIN);
 async function elder(): Promise<string> {
   const a = unresolvable();
   await store.elders.insertOne({ _id: a, elderId: newId("eld"), createdAt: new Date() });
@@ -116,7 +111,7 @@ describe("ended connections are bounded by ENDED_CONNECTION_RETENTION_SECONDS", 
     expect(await c.read({ _id: first._id, partnerId }, false)).toBeNull();
     expect(await c.apply({ _id: first._id, partnerId }, "delete")).toBeNull();
 
-    const day = openingsKey(partnerId, "live", dayKey(clock));
+    const day = openingsKey(partnerId, "live", dayKey(clock.now()));
     const openedBefore = (await store.openings.findOne({ _id: day }))?.count ?? 0;
     const again = await c.request(partnerId, "live", address);
     expect(again._id).not.toBe(first._id);
