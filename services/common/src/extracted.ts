@@ -26,7 +26,9 @@ export type FailureReason = (typeof FAILURE_REASONS)[number];
 
 export type Extracted =
   | { ok: true; kind: "pdf-text"; text: string; textLength: number; textTruncated: boolean; pages: number }
-  | { ok: true; kind: "plain-text"; text: string; textLength: number; textTruncated: boolean }
+  // The text of a plain-text file is the file itself (UTF-8, checked as it was received): no copy is
+  // kept, only its length, which file-intake measures while it receives the bytes (TextChecker).
+  | { ok: true; kind: "plain-text"; textLength: number }
   | { ok: true; kind: "image-dimensions"; width: number; height: number }
   | { ok: true; kind: "audio-duration"; durationSeconds: number }
   | { ok: false; kind: ExtractionKind; error: string; reason: FailureReason };

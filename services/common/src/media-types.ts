@@ -1,4 +1,4 @@
-import { isUtf8 } from "node:buffer";
+import { isAscii, isUtf8 } from "node:buffer";
 import { fileTypeFromBuffer } from "file-type";
 
 // The accepted file types of v1 (POST /v1/files), in one place. The gateway checks an upload with
@@ -70,16 +70,47 @@ function incompleteTail(bytes: Uint8Array): number {
   return bytes.length;
 }
 
+/** UTF-16 code units of valid UTF-8: one per character, two for a character beyond U+FFFF (a 4-byte sequence). */
+function utf16Units(bytes: Uint8Array): number {
+  if (isAscii(bytes)) return bytes.length;
+  let units = 0;
+  for (const b of bytes) {
+    if ((b & 0xc0) !== 0x80) units++;
+    if (b >= 0xf0) units++;
+  }
+  return units;
+}
+
+const BOM = [0xef, 0xbb, 0xbf];
+
 /**
  * Plain text is valid UTF-8 (a byte order mark allowed) without binary control characters. Checked
  * chunk by chunk, so a 25 MB file is never held whole; a multi-byte character may straddle chunks
- * (its first bytes are carried to the next chunk). Native scans only (isUtf8, indexOf): the check
- * runs over every byte in the gateway and again in file-intake.
+ * (its first bytes are carried to the next chunk). Native scans (isUtf8, indexOf, isAscii): the check
+ * runs over every byte in the gateway and again in file-intake, which records the text's `length`.
  */
 export class TextChecker {
   private valid = true;
   /** The first bytes of a character the last chunk ended inside (at most 3). */
   private carry: Buffer | undefined;
+  private units = 0;
+  /** How many of the file's first bytes are a byte order mark so far (3: it starts with one). */
+  private bomBytes = 0;
+  private seen = 0;
+
+  /**
+   * The text's length as JavaScript counts it (UTF-16 code units), a leading byte order mark not
+   * counted: what `new TextDecoder().decode(file).length` gives, without decoding. Meaningful once
+   * `end()` said true.
+   */
+  get length(): number {
+    return this.units - (this.bomBytes === 3 ? 1 : 0);
+  }
+
+  private count(bytes: Uint8Array): void {
+    for (let i = 0; this.seen < 3 && i < bytes.length; i++, this.seen++) if (bytes[i] === BOM[this.seen] && this.bomBytes === this.seen) this.bomBytes++;
+    this.units += utf16Units(bytes);
+  }
 
   /** False once the bytes so far are not plain text. */
   push(chunk: Uint8Array): boolean {
@@ -96,11 +127,13 @@ export class TextChecker {
       }
       this.carry = undefined;
       if (!isUtf8(head)) return (this.valid = false);
+      this.count(head);
     }
     const cut = incompleteTail(bytes);
     const whole = bytes.subarray(0, cut);
     if (cut < bytes.length) this.carry = Buffer.from(bytes.subarray(cut));
     this.valid = isUtf8(whole) && BINARY_CONTROL_BYTES.every((b) => whole.indexOf(b) === -1);
+    if (this.valid) this.count(whole);
     return this.valid;
   }
 

@@ -126,7 +126,20 @@ describe("the plain-text check decides as a whole-file UTF-8 decode would, howev
         at += len;
       }
       ok = checker.end() && ok;
-      expect({ bytes: bytes.toString("hex"), ok }).toEqual({ bytes: bytes.toString("hex"), ok: reference(bytes) });
+      const length = ok ? checker.length : undefined;
+      expect({ bytes: bytes.toString("hex"), ok, length }).toEqual({ bytes: bytes.toString("hex"), ok: reference(bytes), length: reference(bytes) ? new TextDecoder().decode(bytes).length : undefined });
+    }
+  });
+
+  it("counts the text's length as a decode would: UTF-16 code units, a leading byte order mark not counted, a later one counted", () => {
+    for (const text of ["", "plain", "é€", "a😀b", "\uFEFFhello", "\uFEFF", "x\uFEFFy", "\uFEFF\uFEFF😀"]) {
+      const bytes = Buffer.from(text);
+      for (let split = 0; split <= bytes.length; split++) {
+        const checker = new TextChecker();
+        checker.push(bytes.subarray(0, split));
+        checker.push(bytes.subarray(split));
+        expect({ text, split, ok: checker.end(), length: checker.length }).toEqual({ text, split, ok: true, length: new TextDecoder().decode(bytes).length });
+      }
     }
   });
 

@@ -60,8 +60,10 @@ async function pdfText(bytes: Uint8Array, maxDecodedBytes: number, maxStreamByte
 }
 
 function plainText(bytes: Uint8Array) {
-  // Validated as UTF-8 when it was received; fatal anyway, so a damaged record fails loudly.
-  return capped(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+  // Validated as UTF-8 when it was received; fatal anyway, so a damaged record fails loudly. The
+  // text is the file itself: only its length is kept (file-intake measures it as it receives a file,
+  // so this runs only for a text file recorded without it).
+  return { textLength: new TextDecoder("utf-8", { fatal: true }).decode(bytes).length };
 }
 
 function dimensions(bytes: Uint8Array) {

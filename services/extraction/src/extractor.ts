@@ -22,6 +22,8 @@ export interface ExtractionLimits {
   maxDecodedBytes: number;
   /** What one of them (but a font) may decode to: a page's content. */
   maxStreamBytes: number;
+  /** The text kept of a PDF (the rest is counted in its length). */
+  maxTextChars: number;
 }
 
 export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
@@ -30,6 +32,7 @@ export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
   maxDecodedBytes: 256 * 1024 * 1024,
   // A real document's pages (text and drawings) decode to kilobytes or a few megabytes each.
   maxStreamBytes: 8 * 1024 * 1024,
+  maxTextChars: MAX_STORED_TEXT_CHARS,
 };
 
 /** Thrown when the child died of something that is not one of our limits: the file is not decided here. */
@@ -141,7 +144,7 @@ export class Extractor {
     try {
       const result = await new Promise<Extracted | Error>((settle) => {
         this.running = { child, settle };
-        const task: ExtractionTask = { kind, mediaType, bytes, maxDecodedBytes: this.limits.maxDecodedBytes, maxStreamBytes: this.limits.maxStreamBytes, maxTextChars: MAX_STORED_TEXT_CHARS };
+        const task: ExtractionTask = { kind, mediaType, bytes, maxDecodedBytes: this.limits.maxDecodedBytes, maxStreamBytes: this.limits.maxStreamBytes, maxTextChars: this.limits.maxTextChars };
         child.send(task);
       });
       if (broken) return broken;

@@ -34,10 +34,9 @@ export async function startExtractionService(settings: Settings, logger: Logger,
   const admin = kafka.admin();
   await admin.connect();
   const extractor = new Extractor({
+    ...DEFAULT_EXTRACTION_LIMITS,
     timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
     memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
-    maxDecodedBytes: DEFAULT_EXTRACTION_LIMITS.maxDecodedBytes,
-    maxStreamBytes: DEFAULT_EXTRACTION_LIMITS.maxStreamBytes,
     ...options.limits,
   }, logger);
   const worker = new ExtractionWorker(clientsFor(settings).fileIntake(), timing, logger, options.extract ?? ((type, bytes) => extractor.extract(type, bytes)));

@@ -100,7 +100,7 @@ function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.Reco
     case "pdf-text":
       return { ok: true, kind: outcome.kind, text: outcome.text, textLength: BigInt(outcome.textLength), textTruncated: outcome.textTruncated, pages: outcome.pages };
     case "plain-text":
-      return { ok: true, kind: outcome.kind, text: outcome.text, textLength: BigInt(outcome.textLength), textTruncated: outcome.textTruncated };
+      return { ok: true, kind: outcome.kind, textLength: BigInt(outcome.textLength) };
     case "image-dimensions":
       return { ok: true, kind: outcome.kind, width: outcome.width, height: outcome.height };
     case "audio-duration":

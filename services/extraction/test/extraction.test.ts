@@ -1,7 +1,6 @@
 import { readFileSync } from "node:fs";
 import { afterAll, describe, expect, it, jest } from "@jest/globals";
-import { MAX_STORED_TEXT_CHARS } from "@pi/common";
-import { Extractor } from "../src/extractor.js";
+import { DEFAULT_EXTRACTION_LIMITS, Extractor } from "../src/extractor.js";
 
 // The extraction of each type, in the child process (the built child module: npm test builds first).
 
@@ -22,21 +21,21 @@ describe("extraction of live files", () => {
     expect(await extract("application/pdf", fixture("corrupt.pdf"))).toMatchObject({ ok: false, kind: "pdf-text", reason: "unparseable" });
   });
 
-  it("keeps the text of a plain-text file", async () => {
-    const bytes = fixture("sample.txt");
-    expect(await extract("text/plain", bytes)).toEqual({
-      ok: true,
-      kind: "plain-text",
-      text: bytes.toString("utf8"),
-      textLength: bytes.toString("utf8").length,
-      textTruncated: false,
-    });
+  it("measures a plain-text file (its text is the file: no copy)", async () => {
+    const bytes = Buffer.from("\uFEFFcare note: é 😀\n");
+    expect(await extract("text/plain", bytes)).toEqual({ ok: true, kind: "plain-text", textLength: new TextDecoder().decode(bytes).length });
   });
 
-  it("caps the stored text and records its full length", async () => {
-    const res = await extract("text/plain", Buffer.alloc(MAX_STORED_TEXT_CHARS + 10, "a"));
-    expect(res).toMatchObject({ ok: true, textLength: MAX_STORED_TEXT_CHARS + 10, textTruncated: true });
-    expect(res.ok && "text" in res && res.text.length).toBe(MAX_STORED_TEXT_CHARS);
+  it("caps the kept text of a PDF and records its full length", async () => {
+    const capped = new Extractor({ ...DEFAULT_EXTRACTION_LIMITS, maxTextChars: 10 });
+    try {
+      const full = "Discharge summary: stable, follow up in 2 weeks";
+      const res = await capped.extract("application/pdf", fixture("sample.pdf"));
+      expect(res).toMatchObject({ ok: true, kind: "pdf-text", textTruncated: true, text: full.slice(0, 10) });
+      expect(res.ok && "textLength" in res && res.textLength).toBeGreaterThanOrEqual(full.length);
+    } finally {
+      await capped.close();
+    }
   });
 
   it.each([

@@ -51,7 +51,7 @@ function replica(i: number, extract: Extract): ExtractionWorker {
 describe("poison handling", () => {
   it("a file that kills its extractor on every take, on either of two replicas, ends failed (extractor_died) after 3 takes", async () => {
     const gateway = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[0]!.port}` }).fileIntake();
-    const id = (await gateway.submitFile(upload(fixture("sample.txt")))).file!.id;
+    const id = (await gateway.submitFile(upload(fixture("sample.png")))).file!.id;
     let deaths = 0;
     const dies: Extract = async () => {
       deaths++;
@@ -74,8 +74,8 @@ describe("poison handling", () => {
 
   it("a child killed on its limits is decided at once: the file fails with the reason, not taken again", async () => {
     const gateway = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[1]!.port}` }).fileIntake();
-    const id = (await gateway.submitFile(upload(fixture("sample.txt")))).file!.id;
-    const overCeiling: Extract = async () => ({ ok: false, kind: "plain-text", reason: "memory_limit", error: "extraction used more than 512 MiB" });
+    const id = (await gateway.submitFile(upload(fixture("sample.png")))).file!.id;
+    const overCeiling: Extract = async () => ({ ok: false, kind: "image-dimensions", reason: "memory_limit", error: "extraction used more than 512 MiB" });
     expect(await replica(1, overCeiling).process(id)).toBe("failed");
     const files = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")).collection("files");
     expect(await files.findOne({ _id: id as never })).toMatchObject({ status: "failed", failureReason: "memory_limit", attempts: 1 });

@@ -33,6 +33,8 @@ export class ExtractionRecords {
     const { doc, holder } = lease;
     // Test files run no extraction.
     if (doc.mode === "test") return this.endTake(doc, holder, null);
+    // Plain text was checked and measured as it was received (intake.ts): nothing to read back.
+    if (typeof doc.textLength === "number") return this.endTake(doc, holder, { ok: true, kind: "plain-text", textLength: doc.textLength });
     if (doc.attempts > maxAttempts) {
       const kind = acceptedType(doc.mediaType)?.extraction ?? "plain-text";
       return this.endTake(doc, holder, { ok: false, kind, reason: "extractor_died", error: `the extractor died on the file ${maxAttempts} times` });

@@ -177,6 +177,7 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
           size,
           blobId: staged.id,
           idempotencyKey: key,
+          textLength: text ? text.length : null,
         },
         new Date(),
       );

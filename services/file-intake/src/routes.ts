@@ -25,13 +25,11 @@ function outcomeOf(req: fileintakev1.RecordExtractionRequest): Extracted {
   }
   switch (kind) {
     case "pdf-text":
-    case "plain-text": {
-      if (req.text === undefined || req.textLength === undefined) throw bad("text is required");
-      const text = { text: req.text, textLength: Number(req.textLength), textTruncated: req.textTruncated ?? false };
-      if (kind === "plain-text") return { ok: true, kind, ...text };
-      if (req.pages === undefined) throw bad("pages is required");
-      return { ok: true, kind, ...text, pages: req.pages };
-    }
+      if (req.text === undefined || req.textLength === undefined || req.pages === undefined) throw bad("text, text_length and pages are required");
+      return { ok: true, kind, text: req.text, textLength: Number(req.textLength), textTruncated: req.textTruncated ?? false, pages: req.pages };
+    case "plain-text":
+      if (req.textLength === undefined) throw bad("text_length is required");
+      return { ok: true, kind, textLength: Number(req.textLength) };
     case "image-dimensions":
       if (!req.width || !req.height) throw bad("width and height are required");
       return { ok: true, kind, width: req.width, height: req.height };

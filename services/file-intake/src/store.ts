@@ -38,6 +38,12 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   leaseToken: string | null;
   /** How many times an extraction worker took the file (extraction-records.ts). */
   attempts: number;
+  /**
+   * Plain text only: its length in UTF-16 code units, measured as the bytes were received
+   * (TextChecker); its extraction is then recorded without reading the bytes back
+   * (extraction-records.ts). null for every other type.
+   */
+  textLength?: number | null;
   /** Why the file ended `failed` (a code of FAILURE_REASONS; no content); null or absent otherwise. */
   failureReason?: FailureReason | null;
   createdAt: Date;
@@ -48,7 +54,7 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
 }
 
 /** What intake decides about a new file; the rest of its record is the same for every new file. */
-export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "idempotencyKey">;
+export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "idempotencyKey" | "textLength">;
 
 /** A new file's record as intake stores it: received, its FileReceivedEvent in the outbox (outbox.ts), no lease yet. */
 export function newFileDoc(file: NewFile, now: Date): FileDoc {

@@ -12,13 +12,13 @@ export interface Timing {
   maxAttempts: number;
 }
 
-/** Extraction of plain text in this process (the tests here send text files). */
-export const plainText: Extract = async (_type, bytes) => {
-  const text = Buffer.from(bytes).toString("utf8");
-  return { ok: true, kind: "plain-text", text, textLength: text.length, textTruncated: false };
-};
+/**
+ * Extraction of the sample PNG (64x48) in this process. The tests that need a file to reach the
+ * extractor send that PNG: a text file is measured as it is received and never read back.
+ */
+export const samplePngDimensions: Extract = async () => ({ ok: true, kind: "image-dimensions", width: 64, height: 48 });
 
-export function extractionWorker(settings: Settings, port: number, extract: Extract = plainText, timing: Partial<Timing> = {}): ExtractionWorker {
+export function extractionWorker(settings: Settings, port: number, extract: Extract = samplePngDimensions, timing: Partial<Timing> = {}): ExtractionWorker {
   const client = clientsFor({ ...as(settings, "extraction"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${port}` }).fileIntake();
   return new ExtractionWorker(client, { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3, ...timing }, createLogger("extraction", "silent"), extract);
 }

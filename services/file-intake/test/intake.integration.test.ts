@@ -8,7 +8,7 @@ import { MongoClient, ObjectId, type Db } from "mongodb";
 import { clientsFor, createLogger, databaseName, ErrorReason, LocalKeyWrapper, newId, reasonOf, SEAL_OVERHEAD, type FileIntakeClient, type KeyWrapper, type RunningService, type Settings } from "@pi/common";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { Extractor } from "@pi/extraction";
-import { extractionWorker, plainText } from "./extraction-worker.js";
+import { extractionWorker, samplePngDimensions } from "./extraction-worker.js";
 import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
 import { as, testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
@@ -328,7 +328,7 @@ describe("nothing accepted is left unprocessed", () => {
     const { openFileStore } = await import("../src/store.js");
     await withPassiveIntake(async (intake) => {
       const store = await openFileStore(intake.db);
-      const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
+      const res = await intake.client.submitFile(stream(partner(), [fixture("sample.png")]));
       const id = res.file!.id;
       // The "crashed" worker: takes the file and never finishes, nor renews its lease.
       const timing = { leaseMs: 3000, heartbeatMs: 60_000, stuckAfterMs: 0, maxAttempts: 3 };
@@ -345,13 +345,13 @@ describe("nothing accepted is left unprocessed", () => {
         }
         expect(taken).toMatchObject({ status: "received", attempts: 1 });
 
-        const restarted = extractionWorker(intake.settings, intake.port, plainText, timing);
+        const restarted = extractionWorker(intake.settings, intake.port, samplePngDimensions, timing);
         expect(await restarted.process(id)).toBe("skipped"); // the lease still holds
         expect(await restarted.sweepStuck()).toBe(0);
         await sleep(Math.max(0, taken!.leaseUntil!.getTime() - Date.now()) + 50);
         expect(await restarted.sweepStuck()).toBe(1);
         expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 2, leaseUntil: null });
-        expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "plain-text", text: fixture("sample.txt").toString("utf8") });
+        expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "image-dimensions", width: 64, height: 48 });
       } finally {
         giveUp?.(new Error("the test is over"));
         await hungRun;
@@ -363,15 +363,37 @@ describe("nothing accepted is left unprocessed", () => {
     const { openFileStore } = await import("../src/store.js");
     await withPassiveIntake(async (intake) => {
       const store = await openFileStore(intake.db);
-      const res = await intake.client.submitFile(stream(partner(), [fixture("sample.txt")]));
+      const res = await intake.client.submitFile(stream(partner(), [fixture("sample.png")]));
       const id = res.file!.id;
       // Once the outbox is empty, nothing else writes the record while the test does.
       for (const deadline = Date.now() + 10_000; (await store.files.findOne({ _id: id }))?.outbox.length && Date.now() < deadline; ) await sleep(20);
       await store.files.updateOne({ _id: id }, { $set: { attempts: 3 } });
-      const worker = extractionWorker(intake.settings, intake.port, plainText, { leaseMs: 1000, heartbeatMs: 500 });
+      const worker = extractionWorker(intake.settings, intake.port, samplePngDimensions, { leaseMs: 1000, heartbeatMs: 500 });
       expect(await worker.process(id)).toBe("failed");
       expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "failed", failureReason: "extractor_died", attempts: 4 });
       expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: false, reason: "extractor_died", error: expect.stringMatching(/died on the file 3 times/) });
+    });
+  });
+
+  it("a plain-text file is measured as it is received: its extraction is recorded without reading its bytes back", async () => {
+    const { openFileStore } = await import("../src/store.js");
+    await withPassiveIntake(async (intake) => {
+      const store = await openFileStore(intake.db);
+      // A byte order mark (not counted), characters of two, three and four bytes (one a surrogate pair), cut mid-character.
+      const bytes = Buffer.from(`\uFEFF${"care note: é € 😀\n".repeat(5000)}`);
+      const res = await intake.client.submitFile(stream(partner(), chunked(bytes, 4099)));
+      const id = res.file!.id;
+      const textLength = new TextDecoder().decode(bytes).length;
+      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "received", mediaType: "text/plain", textLength });
+      let extracted = 0;
+      const worker = extractionWorker(intake.settings, intake.port, async () => {
+        extracted++;
+        throw new Error("a text file is never extracted");
+      });
+      expect(await worker.process(id)).toBe("processed");
+      expect(extracted).toBe(0);
+      expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "plain-text", textLength });
+      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 1, leaseToken: null });
     });
   });
 

@@ -60,7 +60,7 @@ describe("two replicas racing", () => {
   });
 
   it("two extraction workers take one file at once, each through another file-intake replica: while one holds the lease the three other takes are refused, and the file is extracted once", async () => {
-    const res = await clients[0]!.submitFile(upload(newId("ptr"), fixture("sample.txt"), newId("key")));
+    const res = await clients[0]!.submitFile(upload(newId("ptr"), fixture("sample.png"), newId("key")));
     const id = res.file!.id;
     let extractions = 0;
     let release!: () => void;
@@ -68,7 +68,7 @@ describe("two replicas racing", () => {
     const extract = async () => {
       extractions++;
       await held;
-      return { ok: true as const, kind: "plain-text" as const, text: "x", textLength: 1, textTruncated: false };
+      return { ok: true as const, kind: "image-dimensions" as const, width: 64, height: 48 };
     };
     const workers = replicas.map((r) => extractionWorker(settings, r.port, extract));
     const settled: string[] = [];
