@@ -8,7 +8,7 @@ import { NO_RATE_LIMITS } from "../test/support/auth.js";
 import { LoadGenerator, startBaseline, type UploadResult } from "./support/driver.js";
 import { knobs, MiB } from "./support/knobs.js";
 import { startLocalStack, type LocalStack } from "./support/local-stack.js";
-import { textPdf } from "./support/pdf.js";
+import { textPdf } from "../test/support/pdf.js";
 import { cpuMeter, rssMiB, rssSampler } from "./support/procfs.js";
 import { median, percentile, report } from "./report.js";
 

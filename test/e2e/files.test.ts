@@ -9,6 +9,7 @@ import { connectedPartner, type ConnectedPartner, extractionOf, extractionOf as 
 import { memoryOf, startGatewayProcess } from "../support/gateway-process.js";
 import { validateResponse } from "../support/openapi.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
+import { textPdf } from "../support/pdf.js";
 import { sharedTestStack, startTestStack, stopSharedStacks, type TestStack } from "../support/services.js";
 import { pacedUpload, type UploadAnswer } from "../support/slow-upload.js";
 
@@ -483,16 +484,19 @@ describe("files at rest", () => {
       const small = Buffer.from(`Medication list for review.\n${marker}: warfarin 5 mg daily, INR check weekly.\n`);
       // Several chunks, the marker in each.
       const large = Buffer.from(`${`Care note, page filler. ${marker}\n`.repeat(80_000)}`);
+      // Extracted text: a PDF's (a text file's text is the file itself), more than the stored cap of it.
+      const pdf = textPdf(3_000_000, `Care note, page filler. ${marker}`);
       const ids: string[] = [];
-      for (const file of [small, large]) {
-        const res = await sendFile(stack.baseUrl, p.token, p.elder, file, { purpose, filename: "list.txt" });
+      for (const [file, filename] of [[small, "list.txt"], [large, "notes.txt"], [pdf, "notes.pdf"]] as const) {
+        const res = await sendFile(stack.baseUrl, p.token, p.elder, file, { purpose, filename });
         expect(res.status).toBe(202);
         ids.push(res.json!.id as string);
       }
       for (const id of ids) expect((await waitForStatus(stack.baseUrl, p.token, id, ["processed", "failed"])).json!.status).toBe("processed");
       // The check can fail: the text was extracted and stored, and opens with the file's data key.
-      expect((await extractionOf(stack.settings, ids[0]!))!).toMatchObject({ ok: true, text: expect.stringContaining(marker) });
-      expect(((await extractionOf(stack.settings, ids[1]!)) as { text: string }).text.length).toBeGreaterThan(1_000_000 - 1);
+      const extracted = (await extractionOf(stack.settings, ids[2]!)) as { text: string; textTruncated: boolean };
+      expect(extracted).toMatchObject({ ok: true, kind: "pdf-text", textTruncated: true, text: expect.stringContaining(marker) });
+      expect(extracted.text.length).toBeGreaterThan(1_000_000 - 1);
 
       expect(await occurrences({ marker, purpose }, ["auth", "connection", "file-intake", "webhook"])).toEqual([]);
       expect(await occurrences({ elder: p.elder }, ["file-intake"])).toEqual([]);

@@ -4,23 +4,23 @@
 
 const LINE = "Patient chart note: blood pressure 128/82, pulse 72, medication reviewed, follow-up in 2 weeks.";
 
-/** A PDF of at most `bytes` bytes (and close to it). */
-export function textPdf(bytes: number): Buffer {
+/** A PDF of at most `bytes` bytes (and close to it), every line of text `line` (ASCII, no parentheses or backslash) and its place. */
+export function textPdf(bytes: number, line = LINE): Buffer {
   let pages = Math.max(1, Math.floor(bytes / 8000));
   for (;;) {
-    const pdf = build(pages);
+    const pdf = build(pages, line);
     if (pdf.length <= bytes || pages === 1) return pdf;
     const perPage = pdf.length / pages;
     pages = Math.max(1, Math.floor(bytes / perPage) - 1);
   }
 }
 
-function build(pages: number): Buffer {
+function build(pages: number, line: string): Buffer {
   const pageStream = (page: number) => {
     const ops: string[] = [];
     for (let y = 760, n = 0; y > 40; y -= 12, n++) {
       ops.push(`0.${n % 10} g 36 ${y - 2} 540 0.5 re f`);
-      ops.push(`BT /F1 9 Tf 40 ${y} Td (${LINE} p${page} l${n}) Tj ET`);
+      ops.push(`BT /F1 9 Tf 40 ${y} Td (${line} p${page} l${n}) Tj ET`);
     }
     return ops.join("\n");
   };
