@@ -1,7 +1,9 @@
 import { randomUUID } from "node:crypto";
 import { exportJWK, generateKeyPair, SignJWT, importJWK, type JWK, type JWTPayload } from "jose";
 import { MongoClient } from "mongodb";
-import { databaseName, LocalKeyWrapper, type Settings } from "@pi/common";
+import { databaseName } from "@pi/common/mongo";
+import { LocalKeyWrapper } from "@pi/common/data-keys";
+import type { Settings } from "@pi/common/settings";
 import { SecretSealer } from "@pi/auth";
 
 // Helpers for the authentication tests: the auth service's own database and signing key, read the

@@ -2,7 +2,9 @@ import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Producer } from "kafkajs";
 import type { Collection, Document } from "mongodb";
-import { createKafka, createLogger, createProducer, ensureTopics, topicName, type Kafka } from "@pi/common";
+import { createKafka, createProducer, ensureTopics, type Kafka } from "@pi/common/kafka";
+import { createLogger } from "@pi/common/logger";
+import { topicName } from "@pi/common/topics";
 import { eventsv1 } from "@pi/proto";
 import { testKafkaAdmin } from "./services.js";
 

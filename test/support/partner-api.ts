@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
-import { clientsFor, type Settings } from "@pi/common";
+import { clientsFor } from "@pi/common/clients";
+import type { Settings } from "@pi/common/settings";
 import { commands } from "../../services/ops/src/commands.js";
 import { validateResponse } from "./openapi.js";
 

@@ -1,5 +1,7 @@
 import { healthv1 } from "@pi/proto";
-import { LIVENESS, serviceClient, SERVICE_URL_SETTINGS, withLocalStackAddresses } from "@pi/common";
+import { LIVENESS } from "@pi/common/connect-server";
+import { serviceClient } from "@pi/common/clients";
+import { SERVICE_URL_SETTINGS, withLocalStackAddresses } from "@pi/common/settings";
 
 // Whether every replica of every internal service of a local stack serves. The stack's /readyz needs
 // one replica of each; a second replica still joining its Kafka consumer groups (seen taking up to

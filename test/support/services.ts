@@ -1,6 +1,13 @@
 import { randomBytes } from "node:crypto";
 import type { DestinationStream } from "pino";
-import { createKafka, createLogger, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, newDataKeysEntry, parseSettings, scramUser, WORKLOADS, type KafkaCredentials, type KafkaUser, type RunningService, type Settings, type Workload } from "@pi/common";
+import { createKafka, scramUser, type KafkaCredentials } from "@pi/common/kafka";
+import { createLogger } from "@pi/common/logger";
+import { generateIdentity } from "@pi/common/service-identity";
+import { grantKafkaAccess, KAFKA_ADMIN_USER, type KafkaUser } from "@pi/common/kafka-access";
+import { newDataKeysEntry } from "@pi/common/data-keys";
+import { parseSettings, type Settings } from "@pi/common/settings";
+import { WORKLOADS, type Workload } from "@pi/common/allowed-callers";
+import type { RunningService } from "@pi/common/run-service";
 import { startAuthService } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";

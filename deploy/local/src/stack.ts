@@ -1,7 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ADMIN_SERVICES, createKafka, ensureTopics, generateIdentity, grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS, kafkaCredentials, scramUser, type KafkaCredentials, LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, newDataKeysEntry, publicKeyEntry, WORKLOADS, type Logger, type Settings } from "@pi/common";
+import { ADMIN_SERVICES, WORKLOADS } from "@pi/common/allowed-callers";
+import { createKafka, ensureTopics, kafkaCredentials, scramUser, type KafkaCredentials } from "@pi/common/kafka";
+import { generateIdentity, publicKeyEntry } from "@pi/common/service-identity";
+import { grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/kafka-access";
+import { LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, type Settings } from "@pi/common/settings";
+import { newDataKeysEntry } from "@pi/common/data-keys";
+import type { Logger } from "@pi/common/logger";
 import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, waitFor, type KafkaUserPasswords } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets.js";

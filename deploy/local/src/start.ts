@@ -1,4 +1,6 @@
-import { createLogger, SettingsError, parseSettings, watchParent } from "@pi/common";
+import { createLogger } from "@pi/common/logger";
+import { SettingsError, parseSettings } from "@pi/common/settings";
+import { watchParent } from "@pi/common/parent-watch";
 import { waitFor } from "./infra.js";
 import { stateDir } from "./paths.js";
 import { startStack } from "./stack.js";

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cacheDir, repoRoot } from "./paths.js";
-import { KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common";
+import { KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/kafka-access";
 import { ensureKafka, ensureMongoWire, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, spawnLogged, waitFor, type KafkaUserPasswords } from "./infra.js";
 
 // The MongoDB-wire server and Kafka every integration test talks to: started by the test run when they are

@@ -1,7 +1,7 @@
 import { compactVerify, createLocalJWKSet, createRemoteJWKSet, customFetch, generateKeyPair, importJWK, SignJWT, type CryptoKey, type FetchImplementation, type JSONWebKeySet, type JWK, type JWTVerifyGetKey } from "jose";
 import { LRUCache } from "lru-cache";
 import { request } from "undici";
-import { egressAgent, readCapped, urlRefusal, type Resolver } from "@pi/common";
+import { egressAgent, readCapped, urlRefusal, type Resolver } from "@pi/common/egress";
 import { ASSERTION_ALGORITHMS, isAssertionAlgorithm, type AssertionAlgorithm, type ClaimedAssertion } from "./client-assertion.js";
 
 // The public keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the

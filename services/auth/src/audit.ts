@@ -3,21 +3,14 @@ import { fromBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import {
-  AUDIT_ID,
-  auditSignedBytes,
-  checkAuditRecord,
-  consume,
-  consumerGroup,
-  databaseName,
-  insertNew,
-  topicName,
-  type AuditRecordFields,
-  type Consuming,
-  type Kafka,
-  type Logger,
-  type PublicKeys,
-} from "@pi/common";
+import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/audit";
+import { consume, type Consuming } from "@pi/common/background/consume";
+import { consumerGroup, topicName } from "@pi/common/topics";
+import { databaseName } from "@pi/common/mongo";
+import { insertNew } from "@pi/common/persistence";
+import type { Kafka } from "@pi/common/kafka";
+import type { Logger } from "@pi/common/logger";
+import type { PublicKeys } from "@pi/common/service-identity";
 
 // The store of the audit trail (docs/security.md, "Audit trail"). Every service publishes its
 // records to the audit-events topic (@pi/common audit-trail.ts); the auth service, which owns the

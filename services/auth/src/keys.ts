@@ -1,6 +1,8 @@
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from "jose";
 import type { Collection } from "mongodb";
-import { AUDIT_BOOKKEEPING, newId, type AuditCarrier, type AuditEntry, type AuditFields } from "@pi/common";
+import { AUDIT_BOOKKEEPING, type AuditCarrier } from "@pi/common/audit-trail";
+import { newId } from "@pi/common/ids";
+import type { AuditEntry, AuditFields } from "@pi/common/audit";
 import type { SecretSealer } from "./secrets.js";
 import type { RevokedKeyDoc } from "./store.js";
 

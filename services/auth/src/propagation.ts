@@ -2,7 +2,11 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { Outbox, outboxEntry, retry, type Logger, type NextOffsets, type OutboxFields, type Producer } from "@pi/common";
+import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/persistence";
+import { retry } from "@pi/common/background/retry";
+import type { Logger } from "@pi/common/logger";
+import type { NextOffsets } from "@pi/common/partner-event-feed";
+import type { Producer } from "@pi/common/kafka";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
 // An operator's revocation, suspension or reinstatement must be visible to the partner API by the

@@ -1,7 +1,16 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { auditRecordMessage, emptyOutbox, isDuplicateKey, MAX_TOKENS_PER_CALL, newId, newSecret, tokenEndpointUrl, tokensIssued, tokensRefused, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings, webhookUrlRefusal, modeFromProto, modeToProto } from "@pi/common";
+import { auditRecordMessage, type AuditTrail } from "@pi/common/audit-trail";
+import { emptyOutbox, isDuplicateKey, type Outbox } from "@pi/common/persistence";
+import { MAX_TOKENS_PER_CALL } from "@pi/common/clients";
+import { newId, newSecret } from "@pi/common/ids";
+import { tokenEndpointUrl, type Settings } from "@pi/common/settings";
+import { tokensIssued, tokensRefused } from "@pi/common/metrics";
+import type { AuditEntry } from "@pi/common/audit";
+import type { Logger } from "@pi/common/logger";
+import { webhookUrlRefusal } from "@pi/common/webhook-url";
+import { modeFromProto, modeToProto } from "@pi/common/mode";
 import { randomUUID } from "node:crypto";
 import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";

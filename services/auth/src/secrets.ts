@@ -1,5 +1,6 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
-import { openSealedValue, parsePeppers, sealedKid, sealValue, type KeyWrapper, type Settings } from "@pi/common";
+import { openSealedValue, sealedKid, sealValue, type KeyWrapper } from "@pi/common/data-keys";
+import { parsePeppers, type Settings } from "@pi/common/settings";
 
 // Two keys, two jobs (docs/security.md, "Data at rest"):
 // - the PEPPER keys the hash of client secrets, and only that. Client secrets are 256-bit random

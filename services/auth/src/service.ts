@@ -1,4 +1,15 @@
-import { AuditTrail, checkDataKeys, dataKeysOf, parsePublicKeys, every, followPartnerEvents, refreshSigningKeys, openRuntime, SettingsError, startConnectServer, topicName, whileHolding, type JobLeaseDoc, type Logger, type PartnerEventFeed, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail } from "@pi/common/audit-trail";
+import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
+import { parsePublicKeys } from "@pi/common/service-identity";
+import { every } from "@pi/common/background/periodic";
+import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/partner-event-feed";
+import { refreshSigningKeys } from "@pi/common/signing-keys";
+import { SettingsError, type Settings } from "@pi/common/settings";
+import { startConnectServer } from "@pi/common/connect-server";
+import { topicName } from "@pi/common/topics";
+import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
+import type { Logger } from "@pi/common/logger";
+import type { RunningService } from "@pi/common/run-service";
 import { AssertionKeys } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
 import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditStore } from "./audit.js";

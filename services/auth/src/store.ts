@@ -1,6 +1,8 @@
 import type { JSONWebKeySet } from "jose";
 import type { Collection, Db } from "mongodb";
-import { isDuplicateKey, type AuditCarrier, type OutboxEntry, type OutboxFields, type PartnerMode } from "@pi/common";
+import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/persistence";
+import type { AuditCarrier } from "@pi/common/audit-trail";
+import type { PartnerMode } from "@pi/common/mode";
 import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";
 

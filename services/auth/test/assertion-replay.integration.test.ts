@@ -1,7 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient } from "mongodb";
 import { authv1 } from "@pi/proto";
-import { clientsFor, createLogger, databaseName, type AuthClient, type RunningService, type Settings } from "@pi/common";
+import { clientsFor, type AuthClient } from "@pi/common/clients";
+import { createLogger } from "@pi/common/logger";
+import { databaseName } from "@pi/common/mongo";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { startAuthService } from "../src/service.js";
 import { sweepUsedAssertions, type UsedAssertionDoc } from "../src/store.js";
 import { commands } from "../../ops/src/commands.js";

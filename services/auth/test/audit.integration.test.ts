@@ -4,23 +4,19 @@ import { Code } from "@connectrpc/connect";
 import type { Producer } from "kafkajs";
 import { MongoClient, type Db } from "mongodb";
 import { authv1, eventsv1 } from "@pi/proto";
-import {
-  auditEntry,
-  clientsFor,
-  createKafka,
-  createLogger,
-  createProducer,
-  databaseName,
-  kafkaCredentials,
-  newId,
-  outboxEntry,
-  parseOwnIdentity,
-  signedAuditRecord,
-  type Workload,
-  topicName,
-  type RunningService,
-  type Settings,
-} from "@pi/common";
+import { auditEntry } from "@pi/common/audit";
+import { clientsFor } from "@pi/common/clients";
+import { createKafka, createProducer, kafkaCredentials } from "@pi/common/kafka";
+import { createLogger } from "@pi/common/logger";
+import { databaseName } from "@pi/common/mongo";
+import { newId } from "@pi/common/ids";
+import { outboxEntry } from "@pi/common/persistence";
+import { parseOwnIdentity } from "@pi/common/service-identity";
+import { signedAuditRecord } from "@pi/common/audit-trail";
+import type { Workload } from "@pi/common/allowed-callers";
+import { topicName } from "@pi/common/topics";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { startAuthService } from "../src/service.js";
 import { auditDatabaseName } from "../src/audit.js";
 import type { CredentialDoc } from "../src/store.js";

@@ -2,7 +2,11 @@ import { describe, expect, it } from "@jest/globals";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { KafkaMessage } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
-import { createLogger, generateIdentity, newId, parseOwnIdentity, parsePublicKeys, settingsSchema, signedAuditRecord } from "@pi/common";
+import { createLogger } from "@pi/common/logger";
+import { generateIdentity, parseOwnIdentity, parsePublicKeys } from "@pi/common/service-identity";
+import { newId } from "@pi/common/ids";
+import { settingsSchema } from "@pi/common/settings";
+import { signedAuditRecord } from "@pi/common/audit-trail";
 import { auditQuery, auditRetentionCutoff, decodeAuditMessage, DEFAULT_AUDIT_LIMIT } from "../src/audit.js";
 
 // The audit store's pure parts: the listing's query, and what a message of the audit-events topic

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { jwtVerify, createLocalJWKSet } from "jose";
-import { connectMongo, LocalKeyWrapper, newDataKeysEntry, type Mongo } from "@pi/common";
+import { connectMongo, type Mongo } from "@pi/common/mongo";
+import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/data-keys";
 import { KeyRing, type SigningKeyDoc } from "../src/keys.js";
 import { signAccessToken } from "../src/tokens.js";
 import { SecretSealer } from "../src/secrets.js";

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { createHmac, randomBytes } from "node:crypto";
-import { LocalKeyWrapper, newDataKeysEntry, newSecret } from "@pi/common";
+import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/data-keys";
+import { newSecret } from "@pi/common/ids";
 import { DUMMY_HASH, hashNewSecret, hashSecret, peppersOf, SecretSealer, secretMatches, type Peppers } from "../src/secrets.js";
 
 const pepper = randomBytes(32).toString("base64url");

@@ -3,22 +3,10 @@ import { describe, expect, it } from "@jest/globals";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsv1 } from "@pi/proto";
-import {
-  AUDIT_ACTION_OWNERS,
-  AUDIT_ACTIONS,
-  AuditShapeError,
-  auditEntry,
-  auditRecordMessage,
-  checkAuditRecord,
-  newId,
-  newSecret,
-  pushAudit,
-  refusalOf,
-  serviceError,
-  ErrorReason,
-  shapeAudit,
-  type AuditFields,
-} from "@pi/common";
+import { AUDIT_ACTION_OWNERS, AUDIT_ACTIONS, AuditShapeError, auditEntry, checkAuditRecord, refusalOf, shapeAudit, type AuditFields } from "../src/audit.js";
+import { auditRecordMessage, pushAudit } from "../src/audit-trail.js";
+import { newId, newSecret } from "../src/ids.js";
+import { serviceError, ErrorReason } from "../src/errors.js";
 
 // The pure parts of the audit trail (services/common/src/audit.ts, audit-trail.ts): what a record
 // may hold. docs/security.md, "Audit trail".

@@ -1,7 +1,13 @@
 import { EventEmitter } from "node:events";
 import { afterEach, beforeEach, describe, expect, it, jest } from "@jest/globals";
 import type { Kafka } from "kafkajs";
-import { consume, CONSUMER_SESSION_TIMEOUT_MS, createLogger, every, keepAlive, metricsRegistry, refreshSigningKeys, retry, retryDelay } from "../src/index.js";
+import { consume, CONSUMER_SESSION_TIMEOUT_MS } from "../src/background/consume.js";
+import { createLogger } from "../src/logger.js";
+import { every } from "../src/background/periodic.js";
+import { keepAlive } from "../src/background/lease.js";
+import { metricsRegistry } from "../src/metrics.js";
+import { refreshSigningKeys } from "../src/signing-keys.js";
+import { retry, retryDelay } from "../src/background/retry.js";
 
 // The kit for background work (services/common/src/background): periodic rounds, retries with
 // backoff, lease keep-alive and the Kafka consumer. Time moves only through jest's fake timers.

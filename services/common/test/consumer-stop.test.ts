@@ -1,6 +1,9 @@
 import { describe, expect, it } from "@jest/globals";
 import { Writable } from "node:stream";
-import { atMost, createLogger, disconnectConsumer, whileMetadataSettles } from "@pi/common";
+import { atMost } from "../src/at-most.js";
+import { createLogger } from "../src/logger.js";
+import { disconnectConsumer } from "../src/background/consume.js";
+import { whileMetadataSettles } from "../src/kafka.js";
 
 // A stopping process must not wait on a consumer whose broker is gone (kafkajs would retry its
 // connection for half a minute, past the process's 15 s to stop).

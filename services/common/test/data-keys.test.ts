@@ -1,23 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { randomBytes } from "node:crypto";
 import type { Db } from "mongodb";
-import {
-  checkKeys,
-  DataKeyError,
-  decrypt,
-  encrypt,
-  LocalKeyWrapper,
-  newDataKey,
-  newDataKeysEntry,
-  openSealedValue,
-  openSegment,
-  parseDataKeys,
-  SEAL_OVERHEAD,
-  sealedKid,
-  sealSegment,
-  sealValue,
-  type KeyCheckDoc,
-} from "@pi/common";
+import { checkKeys, DataKeyError, decrypt, encrypt, LocalKeyWrapper, newDataKey, newDataKeysEntry, openSealedValue, openSegment, parseDataKeys, SEAL_OVERHEAD, sealedKid, sealSegment, sealValue, type KeyCheckDoc } from "../src/data-keys.js";
 
 const entry = (kid: string) => newDataKeysEntry(kid);
 const flip = (b: Buffer, at: number) => {

@@ -1,6 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
-import { clientsFor, createLogger, LIVENESS, parseSettings, startConnectServer, TRAFFIC, watchConsumer, type ConnectServer } from "@pi/common";
+import { clientsFor } from "../src/clients.js";
+import { createLogger } from "../src/logger.js";
+import { LIVENESS, startConnectServer, TRAFFIC, type ConnectServer } from "../src/connect-server.js";
+import { parseSettings } from "../src/settings.js";
+import { watchConsumer } from "../src/background/consume.js";
 import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";
 
 const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;

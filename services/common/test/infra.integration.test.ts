@@ -2,7 +2,10 @@ import { afterAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { connectMongo, createKafka, createLogger, createProducer, ensureTopics, topicName, type Mongo } from "@pi/common";
+import { connectMongo, type Mongo } from "../src/mongo.js";
+import { createKafka, createProducer, ensureTopics } from "../src/kafka.js";
+import { createLogger } from "../src/logger.js";
+import { topicName } from "../src/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // Talks to the real MongoDB-wire server and Kafka through the project's own helpers.

@@ -1,7 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { Kafka, logLevel, type SASLOptions } from "kafkajs";
-import { createKafka, createLogger, ensureTopics, grantKafkaAccess, topicName, type KafkaCredentials, type KafkaUser } from "@pi/common";
+import { createKafka, ensureTopics, type KafkaCredentials } from "../src/kafka.js";
+import { createLogger } from "../src/logger.js";
+import { grantKafkaAccess, type KafkaUser } from "../src/kafka-access.js";
+import { topicName } from "../src/topics.js";
 import { testKafkaAdmin, testKafkaUser } from "../../../test/support/services.js";
 
 // The test Kafka runs as the local stack's and the chart's: SASL/SCRAM and the StandardAuthorizer.

@@ -1,7 +1,10 @@
 import { describe, expect, it } from "@jest/globals";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { healthv1 } from "@pi/proto";
-import { consumerLag, createLogger, metricsRegistry, rpcClientDuration, rpcServerDuration, startMetricsServer, tracingClientInterceptor, tracingServerInterceptor } from "@pi/common";
+import { consumerLag } from "../src/background/consume.js";
+import { createLogger } from "../src/logger.js";
+import { metricsRegistry, rpcClientDuration, rpcServerDuration, startMetricsServer } from "../src/metrics.js";
+import { tracingClientInterceptor, tracingServerInterceptor } from "../src/telemetry.js";
 
 // The metrics every process serves (docs/observability.md, "Metrics"): its own port, the Prometheus
 // text format, internal calls by service, method and gRPC status on both sides, and the consumer lag rule.

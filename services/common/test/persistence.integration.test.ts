@@ -2,26 +2,11 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Collection, type Db } from "mongodb";
 import type { Producer } from "kafkajs";
-import {
-  createKafka,
-  createLogger,
-  createProducer,
-  endLease,
-  ensureTopics,
-  insertIfNew,
-  insertNew,
-  Outbox,
-  outboxEntry,
-  pushEvent,
-  RELAY_STOP_MS,
-  renewLease,
-  takeLease,
-  topicName,
-  updateVersioned,
-  type LeaseFields,
-  type OutboxEntry,
-  type OutboxFields,
-} from "@pi/common";
+import { createKafka, createProducer, ensureTopics } from "../src/kafka.js";
+import { createLogger } from "../src/logger.js";
+import { endLease, renewLease, takeLease, type LeaseFields } from "../src/background/lease.js";
+import { insertIfNew, insertNew, Outbox, outboxEntry, pushEvent, RELAY_STOP_MS, updateVersioned, type OutboxEntry, type OutboxFields } from "../src/persistence.js";
+import { topicName } from "../src/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // The persistence module on the real MongoDB-wire server and Kafka, with two "replicas": two

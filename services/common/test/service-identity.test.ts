@@ -4,22 +4,10 @@ import { describe, expect, it } from "@jest/globals";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { SignJWT } from "jose";
 import { authv1, healthv1 } from "@pi/proto";
-import {
-  createLogger,
-  generateIdentity,
-  identityClientInterceptor,
-  identityServerInterceptor,
-  IdentityError,
-  keyId,
-  parseOwnIdentity,
-  parsePublicKeys,
-  parseSettings,
-  publicKeyEntry,
-  TokenMinter,
-  TokenVerifier,
-  WORKLOADS,
-  type Workload,
-} from "@pi/common";
+import { createLogger } from "../src/logger.js";
+import { generateIdentity, identityClientInterceptor, identityServerInterceptor, IdentityError, keyId, parseOwnIdentity, parsePublicKeys, publicKeyEntry, TokenMinter, TokenVerifier } from "../src/service-identity.js";
+import { parseSettings } from "../src/settings.js";
+import { WORKLOADS, type Workload } from "../src/allowed-callers.js";
 
 // Service tokens: minted by the caller, verified by the service (services/common/src/service-identity.ts).
 

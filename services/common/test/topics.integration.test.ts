@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes } from "node:crypto";
 import kafkajs, { type Admin } from "kafkajs";
-import { createKafka, createLogger, ensureTopics, topicConfig, TOPICS, topicName, type TopicKey } from "@pi/common";
+import { createKafka, ensureTopics } from "../src/kafka.js";
+import { createLogger } from "../src/logger.js";
+import { topicConfig, TOPICS, topicName, type TopicKey } from "../src/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // Every Kafka topic is bounded by retention.ms and retention.bytes (services/common/src/topics.ts;

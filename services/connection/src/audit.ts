@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common";
+import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common/audit";
 import type { Trigger } from "./state-machine.js";
 
 // Who does what to a connection, for its audit records (docs/security.md, "Audit trail"): every

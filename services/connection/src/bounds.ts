@@ -1,5 +1,5 @@
 import type { ConnectionMode, InternalStatus } from "./state-machine.js";
-import { forMode } from "@pi/common";
+import { forMode } from "@pi/common/mode";
 
 // The per-partner bounds on what POST /v1/connections may add (docs/connections.md, "Bounds"),
 // pure: which stored statuses hold a pending slot, whether a slot is free, whether a connection may

@@ -1,6 +1,13 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Filter } from "mongodb";
-import { auditEntry, connectionTransitions, contextFromHeaders, emptyOutbox, inSpan, isDuplicateKey, newId, outboxEntry, rateLimitedError, sandboxElderAddress, traceHeaders, updateVersioned, type Settings } from "@pi/common";
+import { auditEntry } from "@pi/common/audit";
+import { connectionTransitions } from "@pi/common/metrics";
+import { contextFromHeaders, inSpan, traceHeaders } from "@pi/common/telemetry";
+import { emptyOutbox, isDuplicateKey, outboxEntry, updateVersioned } from "@pi/common/persistence";
+import { newId } from "@pi/common/ids";
+import { rateLimitedError } from "@pi/common/errors";
+import { sandboxElderAddress } from "@pi/common/elder-address";
+import type { Settings } from "@pi/common/settings";
 import { connectionAudit } from "./audit.js";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
 import { fenceUntil, grantableLeaseMs, leaseWaitMs, type LeaseRules } from "./read-lease.js";

@@ -1,5 +1,6 @@
 import type { Collection } from "mongodb";
-import { isDuplicateKey, rateLimitedError } from "@pi/common";
+import { isDuplicateKey } from "@pi/common/persistence";
+import { rateLimitedError } from "@pi/common/errors";
 import { dayKey, oldestKeptDay, secondsUntilNextDay } from "./bounds.js";
 import type { ConnectionMode } from "./state-machine.js";
 

@@ -2,7 +2,9 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import type { Producer } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
-import { Outbox, type Logger, modeToProto } from "@pi/common";
+import { Outbox } from "@pi/common/persistence";
+import type { Logger } from "@pi/common/logger";
+import { modeToProto } from "@pi/common/mode";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 // Connection events go out through the one outbox of @pi/common (services/common/src/persistence.ts):

@@ -1,5 +1,6 @@
 import type { Collection, Filter } from "mongodb";
-import { whileHolding, type JobLeaseDoc, type Logger } from "@pi/common";
+import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
+import type { Logger } from "@pi/common/logger";
 import type { ConnectionDoc } from "./store.js";
 
 // Retention of ended connections (docs/connections.md, "Retention"): a connection whose stored

@@ -1,6 +1,13 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectionv1, commonv1 } from "@pi/proto";
-import { checkElderAddress, insertIfNew, newId, sandboxElderAddress, serviceError, ErrorReason, type AuditTrail, type Logger, type Settings, modeFromProto } from "@pi/common";
+import { checkElderAddress, sandboxElderAddress } from "@pi/common/elder-address";
+import { insertIfNew } from "@pi/common/persistence";
+import { newId } from "@pi/common/ids";
+import { serviceError, ErrorReason } from "@pi/common/errors";
+import type { AuditTrail } from "@pi/common/audit-trail";
+import type { Logger } from "@pi/common/logger";
+import type { Settings } from "@pi/common/settings";
+import { modeFromProto } from "@pi/common/mode";
 import { partnerActor } from "./audit.js";
 import type { Connections } from "./connections.js";
 import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type Trigger } from "./state-machine.js";

@@ -1,4 +1,13 @@
-import { AuditTrail, every, openRuntime, whileHolding, sandboxElderAddress, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail } from "@pi/common/audit-trail";
+import { every } from "@pi/common/background/periodic";
+import { openRuntime } from "@pi/common/runtime";
+import { whileHolding } from "@pi/common/background/lease";
+import { sandboxElderAddress } from "@pi/common/elder-address";
+import { startConnectServer } from "@pi/common/connect-server";
+import { topicName } from "@pi/common/topics";
+import type { Logger } from "@pi/common/logger";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";

@@ -1,5 +1,6 @@
 import type { Collection } from "mongodb";
-import { isDuplicateKey, rateLimitedError, updateVersioned } from "@pi/common";
+import { isDuplicateKey, updateVersioned } from "@pi/common/persistence";
+import { rateLimitedError } from "@pi/common/errors";
 import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
 import { deletePastOpenings } from "./openings.js";
 import type { ConnectionMode, ConnectionStore } from "./store.js";

@@ -3,7 +3,7 @@
 // the expiry sweep all go through `transition`, so there is one table and docs/connections.md
 // describes it row by row.
 
-import type { PartnerMode } from "@pi/common";
+import type { PartnerMode } from "@pi/common/mode";
 
 export type InternalStatus = "pending" | "approved" | "declined" | "expired" | "revoked";
 export type ExternalStatus = "pending" | "approved" | "expired" | "revoked";

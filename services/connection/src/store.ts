@@ -1,5 +1,7 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier, JobLeaseDoc, OutboxEntry as Entry, OutboxFields } from "@pi/common";
+import type { AuditCarrier } from "@pi/common/audit-trail";
+import type { JobLeaseDoc } from "@pi/common/background/lease";
+import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/persistence";
 import type { OpeningsDoc } from "./openings.js";
 import type { SlotsDoc } from "./slots.js";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";

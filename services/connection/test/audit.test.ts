@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { Code } from "@connectrpc/connect";
-import { newId, shapeAudit } from "@pi/common";
+import { newId } from "@pi/common/ids";
+import { shapeAudit } from "@pi/common/audit";
 import { actorOf, connectionAudit, partnerActor } from "../src/audit.js";
 import type { Trigger } from "../src/state-machine.js";
 

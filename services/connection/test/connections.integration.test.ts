@@ -1,20 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { Producer } from "kafkajs";
-import {
-  connectMongo,
-  createKafka,
-  createLogger,
-  createProducer,
-  databaseName,
-  ensureTopics,
-  newId,
-  parseSettings,
-  sandboxElderAddress,
-  topicName,
-  type Mongo,
-  type Settings,
-} from "@pi/common";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
+import { createKafka, createProducer, ensureTopics } from "@pi/common/kafka";
+import { createLogger } from "@pi/common/logger";
+import { newId } from "@pi/common/ids";
+import { parseSettings, type Settings } from "@pi/common/settings";
+import { sandboxElderAddress } from "@pi/common/elder-address";
+import { topicName } from "@pi/common/topics";
 import { commonv1 } from "@pi/proto";
 import { Connections, connectionKey } from "../src/connections.js";
 import { queryPlan } from "../../../test/support/query-plan.js";

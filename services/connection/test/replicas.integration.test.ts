@@ -1,7 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { MongoClient } from "mongodb";
-import { clientsFor, createLogger, databaseName, newId, type RunningService, type Settings } from "@pi/common";
+import { clientsFor } from "@pi/common/clients";
+import { createLogger } from "@pi/common/logger";
+import { databaseName } from "@pi/common/mongo";
+import { newId } from "@pi/common/ids";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { commonv1, connectionv1 } from "@pi/proto";
 import { startConnectionService } from "../src/service.js";
 import type { Trigger } from "../src/state-machine.js";

@@ -1,7 +1,10 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { acceptedType, createLogger, every, MAX_STORED_TEXT_CHARS, type Extracted, type Logger } from "@pi/common";
+import { acceptedType } from "@pi/common/media-types";
+import { createLogger, type Logger } from "@pi/common/logger";
+import { every } from "@pi/common/background/periodic";
+import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/extracted";
 import type { ExtractionTask } from "./extraction-child.js";
 
 // Each file is decoded in a child process (extraction-child.ts), never in the process that talks to

@@ -1,4 +1,10 @@
-import { clientsFor, createKafka, ensureTopics, every, kafkaCredentials, kafkaReachable, startConnectServer, type Logger, type RunningService, type Settings } from "@pi/common";
+import { clientsFor } from "@pi/common/clients";
+import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "@pi/common/kafka";
+import { every } from "@pi/common/background/periodic";
+import { startConnectServer } from "@pi/common/connect-server";
+import type { Logger } from "@pi/common/logger";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { DEFAULT_EXTRACTION_LIMITS, Extractor, type ExtractionLimits } from "./extractor.js";
 import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
 

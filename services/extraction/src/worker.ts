@@ -1,20 +1,14 @@
 import { fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { eventsv1, fileintakev1 } from "@pi/proto";
-import {
-  consume,
-  consumerGroup,
-  extractionDuration,
-  extractions,
-  keepAlive,
-  retry,
-  secondsSince,
-  topicName,
-  type Consuming,
-  type Extracted,
-  type FileIntakeClient,
-  type Kafka,
-  type Logger,
-} from "@pi/common";
+import { consume, type Consuming } from "@pi/common/background/consume";
+import { consumerGroup, topicName } from "@pi/common/topics";
+import { extractionDuration, extractions, secondsSince } from "@pi/common/metrics";
+import { keepAlive } from "@pi/common/background/lease";
+import { retry } from "@pi/common/background/retry";
+import type { Extracted } from "@pi/common/extracted";
+import type { FileIntakeClient } from "@pi/common/clients";
+import type { Kafka } from "@pi/common/kafka";
+import type { Logger } from "@pi/common/logger";
 import { ExtractorDied } from "./extractor.js";
 
 export interface WorkerTiming {

@@ -1,5 +1,6 @@
 import { Binary } from "mongodb";
-import { decrypt, encrypt, type Extracted, type KeyWrapper } from "@pi/common";
+import { decrypt, encrypt, type KeyWrapper } from "@pi/common/data-keys";
+import type { Extracted } from "@pi/common/extracted";
 import type { ExtractionDoc, FileDoc, FileMeta, FileStore } from "./store.js";
 
 // What file-intake stores about a file's content, encrypted under the file's own data key

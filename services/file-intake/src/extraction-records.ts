@@ -1,4 +1,8 @@
-import { acceptedType, endLease, leaseFree, renewLease, takeLease, type Extracted, type FailureReason, type KeyWrapper, type Logger } from "@pi/common";
+import { acceptedType } from "@pi/common/media-types";
+import { endLease, leaseFree, renewLease, takeLease } from "@pi/common/background/lease";
+import type { Extracted, FailureReason } from "@pi/common/extracted";
+import type { KeyWrapper } from "@pi/common/data-keys";
+import type { Logger } from "@pi/common/logger";
 import { fileDataKey, sealExtraction } from "./at-rest.js";
 import { readBlobPart } from "./staging.js";
 import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";

@@ -1,4 +1,4 @@
-import { extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio } from "@pi/common";
+import { extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio } from "@pi/common/metrics";
 import { quotaPressure, type QuotaLimits } from "./quota.js";
 import type { FileStore } from "./store.js";
 

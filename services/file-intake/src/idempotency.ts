@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { PartnerMode } from "@pi/common";
+import type { PartnerMode } from "@pi/common/mode";
 
 // The rules of Idempotency-Key on POST /v1/files, as plain functions (the store applies them).
 //

@@ -1,6 +1,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { decide } from "./idempotency.js";
-import { insertIfNew, keepAlive, renewLease, type LeaseFields, type Logger } from "@pi/common";
+import { insertIfNew } from "@pi/common/persistence";
+import { keepAlive, renewLease, type LeaseFields } from "@pi/common/background/lease";
+import type { Logger } from "@pi/common/logger";
 import { keyId, type FileMode, type FileStore, type KeyDoc } from "./store.js";
 
 export type ClaimOutcome = { kind: "owned" } | { kind: "replay"; fileId: string } | { kind: "conflict" };

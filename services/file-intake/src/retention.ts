@@ -1,4 +1,5 @@
-import { whileHolding, type Logger } from "@pi/common";
+import { whileHolding } from "@pi/common/background/lease";
+import type { Logger } from "@pi/common/logger";
 import { deleteSegments } from "./staging.js";
 import { segmentCount, type FileDoc, type FileMode, type FileStore } from "./store.js";
 import { bytesDeleted, repairUsage } from "./usage.js";

@@ -1,6 +1,8 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { fileintakev1 } from "@pi/proto";
-import { isFailureReason, modeFromProto, type ExtractionKind, type Extracted } from "@pi/common";
+import { isFailureReason, type Extracted } from "@pi/common/extracted";
+import { modeFromProto } from "@pi/common/mode";
+import type { ExtractionKind } from "@pi/common/media-types";
 import type { ExtractionRecords } from "./extraction-records.js";
 import { getFile, submitFile, type IntakeDeps } from "./intake.js";
 import type { FileStatus } from "./store.js";

@@ -1,4 +1,12 @@
-import { checkDataKeys, clientsFor, dataKeysOf, every, GAUGE_REFRESH_MS, openRuntime, startConnectServer, type Logger, type RunningService, type Settings, modeToProto } from "@pi/common";
+import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
+import { clientsFor } from "@pi/common/clients";
+import { every } from "@pi/common/background/periodic";
+import { GAUGE_REFRESH_MS } from "@pi/common/metrics";
+import { startConnectServer } from "@pi/common/connect-server";
+import type { Logger } from "@pi/common/logger";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
+import { modeToProto } from "@pi/common/mode";
 import type { ConnectionCheck } from "./intake.js";
 import { refreshFileGauges } from "./gauges.js";
 import { IdempotencyKeys } from "./keys.js";

@@ -1,5 +1,5 @@
 import { Binary, ObjectId } from "mongodb";
-import { openSegment, sealSegment } from "@pi/common";
+import { openSegment, sealSegment } from "@pi/common/data-keys";
 import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
 /**

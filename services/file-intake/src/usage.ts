@@ -1,5 +1,6 @@
 import { ObjectId } from "mongodb";
-import { ErrorReason, insertIfNew, serviceError, updateVersioned } from "@pi/common";
+import { ErrorReason, serviceError } from "@pi/common/errors";
+import { insertIfNew, updateVersioned } from "@pi/common/persistence";
 import {
   holdGrowth,
   initialHold,

@@ -1,4 +1,6 @@
-import { clientsFor, createLogger, type Settings } from "@pi/common";
+import { clientsFor } from "@pi/common/clients";
+import { createLogger } from "@pi/common/logger";
+import type { Settings } from "@pi/common/settings";
 import { ExtractionWorker, type Extract } from "@pi/extraction";
 import { as } from "../../../test/support/services.js";
 

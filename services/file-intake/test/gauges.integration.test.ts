@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { connectMongo, databaseName, extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio, type Mongo } from "@pi/common";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
+import { extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio } from "@pi/common/metrics";
 import { refreshFileGauges } from "../src/gauges.js";
 import { openFileStore, type FileStore } from "../src/store.js";
 import { testSettings } from "../../../test/support/services.js";

@@ -1,5 +1,7 @@
 import Koa from "koa";
-import type { AuthClient, ConnectionClient, FileIntakeClient, HealthClient, Logger, Settings, WebhookClient } from "@pi/common";
+import type { AuthClient, ConnectionClient, FileIntakeClient, HealthClient, WebhookClient } from "@pi/common/clients";
+import type { Logger } from "@pi/common/logger";
+import type { Settings } from "@pi/common/settings";
 import type { BearerVerifier } from "./bearer.js";
 import type { GatewayState } from "./context.js";
 import { allowedMethods } from "./allowed-methods.js";

@@ -1,6 +1,7 @@
 import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload } from "jose";
 import { LRUCache } from "lru-cache";
-import type { AuthClient, PartnerMode } from "@pi/common";
+import type { AuthClient } from "@pi/common/clients";
+import type { PartnerMode } from "@pi/common/mode";
 
 export interface Principal {
   partnerId: string;

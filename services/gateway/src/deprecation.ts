@@ -1,5 +1,5 @@
 import type { Middleware } from "koa";
-import type { DeprecationRule } from "@pi/common";
+import type { DeprecationRule } from "@pi/common/settings";
 import type { GatewayState } from "./context.js";
 
 // Deprecation of a version or an operation, from API_DEPRECATIONS (services/common/src/settings.ts):

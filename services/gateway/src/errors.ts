@@ -1,6 +1,6 @@
 import type { Context } from "koa";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorReason, reasonOf } from "@pi/common";
+import { ErrorReason, reasonOf } from "@pi/common/errors";
 import type { commonv1 } from "@pi/proto";
 
 // The one table of partner-facing /v1 errors. Every /v1 error leaves the gateway through it, so a

@@ -1,4 +1,4 @@
-import { isWebhookEventType, WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common";
+import { isWebhookEventType, WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common/webhook-events";
 import { PartnerError } from "./errors.js";
 
 // The query of GET /v1/events: `limit` (1 to 100, default 10), `starting_after` (an evt_ id) and

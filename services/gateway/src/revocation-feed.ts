@@ -1,5 +1,8 @@
 import { eventsv1 } from "@pi/proto";
-import { followPartnerEvents, type AuthClient, type Kafka, type Logger } from "@pi/common";
+import { followPartnerEvents } from "@pi/common/partner-event-feed";
+import type { AuthClient } from "@pi/common/clients";
+import type { Kafka } from "@pi/common/kafka";
+import type { Logger } from "@pi/common/logger";
 import type { RevocationList } from "./bearer.js";
 
 const { PartnerEventKind } = eventsv1;

@@ -1,7 +1,14 @@
 import cluster from "node:cluster";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { clientsFor, createKafka, kafkaCredentials, refreshSigningKeys, retry, type Logger, type Periodic, type RunningService, type Settings } from "@pi/common";
+import { clientsFor } from "@pi/common/clients";
+import { createKafka, kafkaCredentials } from "@pi/common/kafka";
+import { refreshSigningKeys } from "@pi/common/signing-keys";
+import { retry } from "@pi/common/background/retry";
+import type { Logger } from "@pi/common/logger";
+import type { Periodic } from "@pi/common/background/periodic";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { createApp } from "./app.js";
 import { envelope } from "./errors.js";
 import { BearerVerifier, RevocationList } from "./bearer.js";

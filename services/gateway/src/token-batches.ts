@@ -1,7 +1,8 @@
 import DataLoader from "dataloader";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { authv1 } from "@pi/proto";
-import { activeContext, inSpan, MAX_TOKENS_PER_CALL, ROOT_CONTEXT, type AuthClient, type Context } from "@pi/common";
+import { activeContext, inSpan, ROOT_CONTEXT, type Context } from "@pi/common/telemetry";
+import { MAX_TOKENS_PER_CALL, type AuthClient } from "@pi/common/clients";
 
 // Token requests go to auth in batches (docs/performance.md, "Token requests in batches"). One
 // internal call costs the gateway and auth several times what issuing a token does, so the token

@@ -1,6 +1,7 @@
 import type { Middleware } from "koa";
 import type Router from "@koa/router";
-import { httpServerDuration, inSpan, metricsRecording, SpanKind } from "@pi/common";
+import { httpServerDuration, metricsRecording } from "@pi/common/metrics";
+import { inSpan, SpanKind } from "@pi/common/telemetry";
 
 /**
  * The route templates of the gateway's routers, as OpenAPI writes them ("/v1/files/{id}"), and the

@@ -1,6 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient } from "mongodb";
-import { clientsFor, createLogger, databaseName, newId, type RunningService, type Settings } from "@pi/common";
+import { clientsFor } from "@pi/common/clients";
+import { createLogger } from "@pi/common/logger";
+import { databaseName } from "@pi/common/mongo";
+import { newId } from "@pi/common/ids";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { startConnectionService } from "../../connection/src/service.js";
 import { addressOf, as, testSettings } from "../../../test/support/services.js";
 import { startEdge, type Edge } from "./edge-harness.js";

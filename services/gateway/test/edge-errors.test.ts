@@ -5,7 +5,7 @@ import type { AddressInfo } from "node:net";
 import Koa from "koa";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectionv1, fileintakev1 } from "@pi/proto";
-import { createLogger } from "@pi/common";
+import { createLogger } from "@pi/common/logger";
 import { PARTNER_ERRORS, partnerErrorFromInternal } from "../src/errors.js";
 import { handleErrors } from "../src/middleware.js";
 import { startEdge, type Answer, type Edge } from "./edge-harness.js";

@@ -4,7 +4,8 @@ import { Writable } from "node:stream";
 import { createClient, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
-import { createLogger, parseSettings, type Settings } from "@pi/common";
+import { createLogger } from "@pi/common/logger";
+import { parseSettings, type Settings } from "@pi/common/settings";
 import { createApp } from "../src/app.js";
 import { BearerVerifier, RevocationList } from "../src/bearer.js";
 

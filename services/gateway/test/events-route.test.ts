@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorReason, serviceError } from "@pi/common";
+import { ErrorReason, serviceError } from "@pi/common/errors";
 import { commonv1, type webhookv1 } from "@pi/proto";
 import { PartnerError } from "../src/errors.js";
 import { EVENTS_LIMIT_DEFAULT, eventsListJson, parseEventsQuery, STARTING_AFTER_MESSAGE } from "../src/events-query.js";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import multerCore from "multer";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorReason, serviceError } from "@pi/common";
+import { ErrorReason, serviceError } from "@pi/common/errors";
 import { PartnerError } from "../src/errors.js";
 import { uploadError } from "../src/upload-multipart.js";
 import { checkFields, parseIdempotencyKey } from "../src/upload-request.js";

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, jest } from "@jest/globals";
 import type { IncomingMessage } from "node:http";
-import { createLogger } from "@pi/common";
+import { createLogger } from "@pi/common/logger";
 import { PartnerError } from "../src/errors.js";
 import { watchTransferRate } from "../src/upload-stream.js";
 

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { createLogger, type RunningService } from "@pi/common";
+import { createLogger } from "@pi/common/logger";
+import type { RunningService } from "@pi/common/run-service";
 import { startGateway } from "@pi/gateway";
 import { as, testSettings } from "../../../test/support/services.js";
 

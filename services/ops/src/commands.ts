@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { authv1, commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
-import { type AuthClient, type ConnectionClient, type WebhookClient, isPartnerMode, modeFromProto, modeToProto } from "@pi/common";
+import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common/clients";
+import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
 
 // Each operator command: calls one internal service and returns the JSON object of the operator
 // contract (docs: ../shared/spec/operator-contract.md). Kept apart from argument parsing so tests

@@ -1,5 +1,9 @@
 import { createServer } from "node:http";
-import { createKafka, createLogger, ensureTopics, grantKafkaAccess, kafkaCredentials, loadSettings, retry } from "@pi/common";
+import { createKafka, ensureTopics, kafkaCredentials } from "@pi/common/kafka";
+import { createLogger } from "@pi/common/logger";
+import { grantKafkaAccess } from "@pi/common/kafka-access";
+import { loadSettings } from "@pi/common/settings";
+import { retry } from "@pi/common/background/retry";
 
 // `node services/ops/dist/kafka-setup.js [--stay]`: as Kafka's super user (KAFKA_USERNAME and
 // KAFKA_PASSWORD), creates the namespace's topics and grants every service's ACLs (kafka-access.ts),

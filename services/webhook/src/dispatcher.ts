@@ -1,5 +1,9 @@
 import type { Filter } from "mongodb";
-import { contextFromHeaders, inSpan, insertNew, SpanKind, takeLease, webhookAttemptDuration, webhookDeliveries, type LeaseFields, type Logger } from "@pi/common";
+import { contextFromHeaders, inSpan, SpanKind } from "@pi/common/telemetry";
+import { insertNew } from "@pi/common/persistence";
+import { takeLease, type LeaseFields } from "@pi/common/background/lease";
+import { webhookAttemptDuration, webhookDeliveries } from "@pi/common/metrics";
+import type { Logger } from "@pi/common/logger";
 import type { WebhookSender } from "./outbound.js";
 import { afterAttempt as healthAfterAttempt, failingAfterMs } from "./endpoint-health.js";
 import * as delivery from "./delivery-states.js";

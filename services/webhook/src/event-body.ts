@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { eventsv1 } from "@pi/proto";
-import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common";
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common/webhook-events";
 
 // The webhook event a partner receives, made once from a connection event and stored as the exact
 // bytes every attempt sends: {id, type, created, data: {connection_id, status}}, nothing else.

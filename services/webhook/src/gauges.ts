@@ -1,4 +1,4 @@
-import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common";
+import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/metrics";
 import type { WebhookStore } from "./store.js";
 
 /**

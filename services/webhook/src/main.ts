@@ -1,4 +1,4 @@
-import { runService } from "@pi/common";
+import { runService } from "@pi/common/run-service";
 import { startWebhookService } from "./service.js";
 
 runService("webhook", startWebhookService);

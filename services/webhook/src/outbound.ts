@@ -1,7 +1,8 @@
 import { request, type Agent } from "undici";
-import { AddressRefusedError, egressAgent, readCapped, webhookUrlRefusal, type Resolver } from "@pi/common";
+import { AddressRefusedError, egressAgent, readCapped, type Resolver } from "@pi/common/egress";
+import { webhookUrlRefusal } from "@pi/common/webhook-url";
 
-export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common";
+export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/egress";
 
 // One POST of a webhook body to a partner's address, through the egress of @pi/common (egress.ts):
 // https only to a named host (the registration rule, webhook-url.ts), to public addresses only,

@@ -1,4 +1,5 @@
-import { pushAudit, type AuditEntry } from "@pi/common";
+import { pushAudit } from "@pi/common/audit-trail";
+import type { AuditEntry } from "@pi/common/audit";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 

@@ -1,6 +1,13 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { webhookv1 } from "@pi/proto";
-import { ErrorReason, isWebhookEventType, serviceError, type AuditEntry, type AuditTrail, type Logger, type Outbox, type Settings, modeFromProto } from "@pi/common";
+import { ErrorReason, serviceError } from "@pi/common/errors";
+import { isWebhookEventType } from "@pi/common/webhook-events";
+import type { AuditEntry } from "@pi/common/audit";
+import type { AuditTrail } from "@pi/common/audit-trail";
+import type { Logger } from "@pi/common/logger";
+import type { Outbox } from "@pi/common/persistence";
+import type { Settings } from "@pi/common/settings";
+import { modeFromProto } from "@pi/common/mode";
 import { cursorFilter, cutPage, EVENTS_ORDER, EVENTS_PAGE_MAX, pageFilter, type EventKey, type EventsPage } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
 import { recoverable, requeue } from "./requeue.js";

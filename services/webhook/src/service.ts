@@ -1,4 +1,13 @@
-import { AuditTrail, clientsFor, every, GAUGE_REFRESH_MS, openRuntime, startConnectServer, topicName, type Logger, type RunningService, type Settings } from "@pi/common";
+import { AuditTrail } from "@pi/common/audit-trail";
+import { clientsFor } from "@pi/common/clients";
+import { every } from "@pi/common/background/periodic";
+import { GAUGE_REFRESH_MS } from "@pi/common/metrics";
+import { openRuntime } from "@pi/common/runtime";
+import { startConnectServer } from "@pi/common/connect-server";
+import { topicName } from "@pi/common/topics";
+import type { Logger } from "@pi/common/logger";
+import type { RunningService } from "@pi/common/run-service";
+import type { Settings } from "@pi/common/settings";
 import { consumeConnectionEvents } from "./consumer.js";
 import { Dispatcher, TARGET_LOOKUP_TIMEOUT_MS } from "./dispatcher.js";
 import { failingAfterMs } from "./endpoint-health.js";

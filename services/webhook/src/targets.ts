@@ -1,6 +1,9 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsv1 } from "@pi/proto";
-import { followPartnerEvents, type AuthClient, type Kafka, type Logger, type PartnerEventFeed } from "@pi/common";
+import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/partner-event-feed";
+import type { AuthClient } from "@pi/common/clients";
+import type { Kafka } from "@pi/common/kafka";
+import type { Logger } from "@pi/common/logger";
 
 // Where a partner's webhooks go and the secret that signs them, asked of the auth service (which
 // owns both) and kept in memory for a minute. A WEBHOOK_CHANGED partner event drops the entry at

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes, randomUUID } from "node:crypto";
-import { connectMongo, createLogger, type AuthClient, type Mongo } from "@pi/common";
+import { connectMongo, type Mongo } from "@pi/common/mongo";
+import { createLogger } from "@pi/common/logger";
+import type { AuthClient } from "@pi/common/clients";
 import { storeWebhookEvents, webhookEventDoc } from "../src/consumer.js";
 import { Dispatcher } from "../src/dispatcher.js";
 import { WebhookSender } from "../src/outbound.js";

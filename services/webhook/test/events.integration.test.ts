@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { ConnectError } from "@connectrpc/connect";
-import { clientsFor, connectMongo, databaseName, ErrorReason, reasonOf, type Mongo, type WebhookClient } from "@pi/common";
+import { clientsFor, type WebhookClient } from "@pi/common/clients";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
+import { ErrorReason, reasonOf } from "@pi/common/errors";
 import { commonv1 } from "@pi/proto";
 import { as } from "../../../test/support/services.js";
 import { webhookEventDoc } from "../src/consumer.js";

@@ -1,6 +1,8 @@
 import { bodyParser } from "@koa/bodyparser";
 import { connectionv1 } from "@pi/proto";
-import { checkElderAddress, type ConnectionClient, modeToProto } from "@pi/common";
+import { checkElderAddress } from "@pi/common/elder-address";
+import type { ConnectionClient } from "@pi/common/clients";
+import { modeToProto } from "@pi/common/mode";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";

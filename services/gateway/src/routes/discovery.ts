@@ -1,4 +1,4 @@
-import { authorizationServerIssuer, tokenEndpointUrl, type Settings } from "@pi/common";
+import { authorizationServerIssuer, tokenEndpointUrl, type Settings } from "@pi/common/settings";
 import { gatewayRouter } from "../router.js";
 
 // Where a client finds the token endpoint and what it accepts: RFC 8414 authorization server

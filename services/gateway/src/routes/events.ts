@@ -1,4 +1,5 @@
-import { type WebhookClient, modeToProto } from "@pi/common";
+import type { WebhookClient } from "@pi/common/clients";
+import { modeToProto } from "@pi/common/mode";
 import { eventsListJson, parseEventsQuery } from "../events-query.js";
 import { gatewayRouter } from "../router.js";
 import { requireScope } from "../middleware.js";

@@ -1,6 +1,9 @@
 import type { Middleware } from "koa";
 import { fileintakev1 } from "@pi/proto";
-import { filesAccepted, filesRefused, modeToProto, type FileIntakeClient, type Logger } from "@pi/common";
+import { filesAccepted, filesRefused } from "@pi/common/metrics";
+import { modeToProto } from "@pi/common/mode";
+import type { FileIntakeClient } from "@pi/common/clients";
+import type { Logger } from "@pi/common/logger";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal, storageQuotaExceeded } from "../errors.js";

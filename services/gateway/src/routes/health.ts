@@ -1,4 +1,4 @@
-import type { HealthClient } from "@pi/common";
+import type { HealthClient } from "@pi/common/clients";
 import { healthv1 } from "@pi/proto";
 import { gatewayRouter } from "../router.js";
 
