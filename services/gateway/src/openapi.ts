@@ -15,7 +15,15 @@ let loaded: OpenApiDocument | undefined;
 export function openApiDocument(): OpenApiDocument {
   if (!loaded) {
     const yaml = readFileSync(OPENAPI_FILE, "utf8");
-    loaded = { yaml, json: parse(yaml) as Record<string, unknown> };
+    let json: Record<string, unknown> | undefined;
+    // Parsed on first use, not at start: the parse is the slow part, and most gateways (every
+    // in-memory one of the unit tests) never serve the JSON.
+    loaded = {
+      yaml,
+      get json() {
+        return (json ??= parse(yaml) as Record<string, unknown>);
+      },
+    };
   }
   return loaded;
 }
