@@ -1,4 +1,4 @@
-import { describe, expect, it } from "@jest/globals";
+import { describe, expect, it, jest } from "@jest/globals";
 import { createHmac } from "node:crypto";
 import { decodeJwt, generateKeyPair, jwtVerify } from "jose";
 import { basicCredentials, CLIENT_ASSERTION_TYPE, OAuthTokenError, PartnerApiError, PartnerClient, TokenSource, verifyWebhook, WebhookVerificationError } from "../src/index.js";
@@ -10,6 +10,23 @@ const sign = (secret: string, t: number, body: string) => createHmac("sha256", s
 const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
   new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...headers } });
 const tokenBody = (n: number, expiresIn = 900) => ({ access_token: `tok${n}`, token_type: "Bearer", expires_in: expiresIn, scope: "connections:write files:write" });
+
+/** Runs `work` on jest's fake clock, moved on until the work settles: the SDK's waits (backoff, Retry-After) take no real time. */
+async function onFakeClock<T>(work: () => Promise<T>): Promise<T> {
+  jest.useFakeTimers({ doNotFake: ["nextTick", "setImmediate", "queueMicrotask"] });
+  try {
+    let settled = false;
+    const result = work();
+    result.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    while (!settled) await jest.advanceTimersByTimeAsync(10);
+    return await result;
+  } finally {
+    jest.useRealTimers();
+  }
+}
 
 describe("verifyWebhook", () => {
   const body = '{"id":"evt_1","type":"connection.approved","created":1,"data":{"connection_id":"con_1","status":"approved"}}';
@@ -131,9 +148,13 @@ describe("PartnerClient retries", () => {
       () => json(202, { id: "file_1", status: "received" }),
     ]);
     const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch, retry: { baseDelayMs: 10 } });
-    const started = Date.now();
-    await expect(client.sendFile(input)).resolves.toEqual({ id: "file_1", status: "received" });
-    expect(Date.now() - started).toBeGreaterThanOrEqual(2000); // two Retry-After: 1
+    const { sent, waitedMs } = await onFakeClock(async () => {
+      const started = Date.now();
+      const sent = await client.sendFile(input);
+      return { sent, waitedMs: Date.now() - started };
+    });
+    expect(sent).toEqual({ id: "file_1", status: "received" });
+    expect(waitedMs).toBeGreaterThanOrEqual(2000); // two Retry-After: 1
     const keys = api.files.map((r) => r.headers.get("idempotency-key"));
     expect(keys).toHaveLength(4); // every attempt, the one that got no answer included
     expect(new Set(keys).size).toBe(1);
@@ -197,10 +218,12 @@ describe("PartnerClient.events", () => {
     const api = pagedApi(all, 1);
     const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch, retry: { baseDelayMs: 10 } });
     const seen: string[] = [];
-    for await (const event of client.events({ pageSize: 2 })) {
-      if (event.id === "evt_4") break; // an event already held: caught up
-      seen.push(event.id);
-    }
+    await onFakeClock(async () => {
+      for await (const event of client.events({ pageSize: 2 })) {
+        if (event.id === "evt_4") break; // an event already held: caught up
+        seen.push(event.id);
+      }
+    });
     expect(seen).toEqual(["evt_5"]);
     expect(api.queries).toHaveLength(2); // the 503, then the same page again
   });
