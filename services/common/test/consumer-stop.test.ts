@@ -1,4 +1,4 @@
-import { describe, expect, it } from "@jest/globals";
+import { describe, expect, it, jest } from "@jest/globals";
 import { Writable } from "node:stream";
 import { atMost } from "../src/at-most.js";
 import { createLogger } from "../src/logger.js";
@@ -26,7 +26,6 @@ describe("disconnectConsumer", () => {
     const t0 = performance.now();
     await disconnectConsumer(never, "partner-events", logger, 100);
     expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
-    await new Promise((r) => setTimeout(r, 300)); // the logger flushes 250 ms after a line
     expect(lines).toEqual([expect.objectContaining({ level: "warn", consumer: "partner-events", waitedMs: 100, msg: "Kafka consumer still stopping; left behind" })]);
   });
 
@@ -36,7 +35,6 @@ describe("disconnectConsumer", () => {
     await disconnectConsumer({ disconnect: async () => void disconnects++ }, "file-events", logger, 60_000);
     await disconnectConsumer({ disconnect: async () => Promise.reject(new Error("socket closed")) }, "file-events", logger, 60_000);
     expect(disconnects).toBe(1);
-    await new Promise((r) => setTimeout(r, 300));
     expect(lines).toEqual([expect.objectContaining({ level: "warn", consumer: "file-events", err: "socket closed" })]);
   });
 });
@@ -56,7 +54,15 @@ describe("whileMetadataSettles", () => {
       if (++calls < 3) throw Object.assign(new Error("This server is not the leader for that topic-partition"), { retriable: true });
       return "offsets";
     };
-    expect(await whileMetadataSettles(settling)).toBe("offsets");
+    // Its waits between tries (250 ms, then 500 ms) on jest's fake clock.
+    jest.useFakeTimers();
+    try {
+      const settled = whileMetadataSettles(settling);
+      await jest.advanceTimersByTimeAsync(250 + 500);
+      expect(await settled).toBe("offsets");
+    } finally {
+      jest.useRealTimers();
+    }
     expect(calls).toBe(3);
     let refused = 0;
     const fatal = async () => {
