@@ -13,7 +13,7 @@ const rootDir = dirname(fileURLToPath(import.meta.url));
 /** What every project (and the benchmarks) share. */
 export const projectBase = {
   rootDir,
-  testEnvironment: "node",
+  testEnvironment: "<rootDir>/test/support/node-environment.mjs",
   extensionsToTreatAsEsm: [".ts"],
   transform: {
     "^.+\\.ts$": ["@swc/jest", { jsc: { parser: { syntax: "typescript" }, target: "es2022" }, module: { type: "es6" }, sourceMaps: "inline" }],

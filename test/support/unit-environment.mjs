@@ -1,13 +1,12 @@
-// The unit lane's jest environment: Node's, plus a guard that a unit test reaches no server it did
-// not start itself. While a unit test file runs, a TCP connection is refused unless it goes to a
-// loopback port that a server of this same file listened on (the gateway app on its own socket, a
-// receiver standing in for a partner); a connection to the MongoDB-wire server, Kafka, a service or
-// the Internet throws, and the test it happened in fails even if the code under test swallowed the
-// error. The guard belongs to the file being run: an integration test that a worker runs next is not
-// affected.
-import { AsyncLocalStorage } from "node:async_hooks";
+// The unit lane's jest environment: every lane's (node-environment.mjs), plus a guard that a unit
+// test reaches no server it did not start itself. While a unit test file runs, a TCP connection is
+// refused unless it goes to a loopback port that a server of this same file listened on (the
+// gateway app on its own socket, a receiver standing in for a partner); a connection to the
+// MongoDB-wire server, Kafka, a service or the Internet throws, and the test it happened in fails
+// even if the code under test swallowed the error. The guard belongs to the file being run: an
+// integration test that a worker runs next is not affected.
 import net from "node:net";
-import { TestEnvironment } from "jest-environment-node";
+import NodeEnvironment from "./node-environment.mjs";
 
 const GUARD = Symbol.for("pi.unit-lane.guard");
 const LOOPBACK = new Set([undefined, null, "", "localhost", "127.0.0.1", "::1", "::ffff:127.0.0.1"]);
@@ -32,17 +31,6 @@ function shared() {
   if (net[GUARD]) return net[GUARD];
   const state = { current: null };
   net[GUARD] = state;
-  // jest-circus makes an AsyncLocalStorage in every test file and never disables it; an enabled
-  // storage stays in Node's process-wide list, and every promise of every later file in the worker
-  // pays for each one (an `await` cost 15 times more after 30 files). The storages a file enabled
-  // are disabled when it ends. (Node 20's storages; later ones have no such list and no _enable.)
-  const enable = AsyncLocalStorage.prototype._enable;
-  if (typeof enable === "function") {
-    AsyncLocalStorage.prototype._enable = function trackedEnable(...args) {
-      state.current?.storages.add(this);
-      return enable.apply(this, args);
-    };
-  }
   const listen = net.Server.prototype.listen;
   const connect = net.Socket.prototype.connect;
   net.Server.prototype.listen = function guardedListen(...args) {
@@ -83,8 +71,8 @@ function shared() {
   return state;
 }
 
-export default class UnitLaneEnvironment extends TestEnvironment {
-  guard = { ownPorts: new Set(), violations: [], storages: new Set() };
+export default class UnitLaneEnvironment extends NodeEnvironment {
+  guard = { ownPorts: new Set(), violations: [] };
 
   async setup() {
     await super.setup();
@@ -100,7 +88,6 @@ export default class UnitLaneEnvironment extends TestEnvironment {
   async teardown() {
     const state = shared();
     if (state.current === this.guard) state.current = null;
-    for (const storage of this.guard.storages) storage.disable();
     await super.teardown();
   }
 
