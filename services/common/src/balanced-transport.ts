@@ -33,6 +33,8 @@ export interface BalancedTransportOptions {
   connectTimeoutMs?: number;
   /** How long a replica that failed is passed over while another one is available. */
   failureCooldownMs?: number;
+  /** How long a connection may be quiet before a call on it is preceded by a PING that verifies it; also the PING interval while calls are open. */
+  pingIntervalMs?: number;
   /** Attempts per call at most (each on the next replica; once all are tried, after a short pause). */
   maxAttempts?: number;
   endpoints?: ServiceEndpoints;
@@ -130,7 +132,7 @@ export class BalancedTransport implements Transport {
       const session = new Http2SessionManager(
         origin,
         // A connection in use is PINGed when quiet for 5 s; one idle for longer is verified before reuse.
-        { pingIntervalMs: 5_000, pingTimeoutMs: 2_000, idleConnectionTimeoutMs: 60_000 },
+        { pingIntervalMs: this.options.pingIntervalMs ?? 5_000, pingTimeoutMs: 2_000, idleConnectionTimeoutMs: 60_000 },
         { createConnection: (authority: URL) => connectWithTimeout(authority, timeoutMs) },
       );
       const transport = createGrpcTransport({

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "@jest/globals";
 import { createHook } from "node:async_hooks";
 import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { authv1, fileintakev1 } from "@pi/proto";
@@ -19,6 +19,11 @@ interface Replica {
   received: number[];
   /** Ends every connection abruptly, as a killed process would (the kernel resets them). */
   kill(): Promise<void>;
+  /**
+   * Stops listening and closes every connection at once, without a word (no GOAWAY), as a process
+   * killed while its connections were quiet: the kernel ends them with a FIN, not a reset.
+   */
+  die(): void;
   /** Says GOAWAY (NO_ERROR) on every connection, as a process shutting down gracefully does, without waiting. */
   goAway(): void;
 }
@@ -56,6 +61,11 @@ async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
     },
   });
   const server = http2.createServer(handler);
+  const sockets = new Set<Socket>();
+  server.on("connection", (socket: Socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+  });
   server.on("session", (s) => {
     sessions.add(s);
     s.on("close", () => sessions.delete(s));
@@ -64,6 +74,10 @@ async function replica(behaviour: Behaviour = {}, port = 0): Promise<Replica> {
   r.port = (server.address() as AddressInfo).port;
   r.goAway = () => {
     for (const s of sessions) s.close();
+  };
+  r.die = () => {
+    server.close();
+    for (const socket of sockets) socket.destroy();
   };
   r.kill = async () => {
     for (const s of sessions) s.socket?.resetAndDestroy?.() ?? s.destroy();
@@ -146,6 +160,36 @@ describe("internal clients over every replica", () => {
     const started = Date.now();
     expect((await answers).map((x) => x.issuer)).toEqual([`replica-${b.port}`, `replica-${b.port}`]);
     expect(Date.now() - started).toBeLessThan(2_000);
+  });
+
+  it("a replica that died while its connection was quiet is passed over at once, though the call comes before the connection's end is read", async () => {
+    // A connection quiet for longer than the PING interval is verified with a PING before a call
+    // goes on it. When the replica's end of the connection (a FIN: the process was killed while
+    // nothing was in flight) is read while that PING is pending, the connection closes without an
+    // error, and connect-node's verification never settled: the call waited for its deadline, then
+    // failed as DeadlineExceeded, which is no reason to try another replica (a 503 at the gateway
+    // right after an auth replica was killed), and every later verification on that replica waited
+    // for the same never-settled one (connectrpc/connect-es#1746; patches/@connectrpc+connect-node+2.1.2.patch).
+    const a = await replica();
+    const b = await replica();
+    const auth = client(`${url(a.port)},${url(b.port)}`, { pingIntervalMs: 20, failureCooldownMs: 50 });
+    expect((await auth.getJwks({})).issuer).toBe(`replica-${a.port}`);
+    expect((await auth.getJwks({})).issuer).toBe(`replica-${b.port}`);
+    await new Promise((r) => setTimeout(r, 60)); // both connections quiet for longer than the PING interval
+    a.die();
+    // Made in the same turn of the event loop: the FIN is not read yet, the next call's turn is a's.
+    expect((await auth.getJwks({}, { timeoutMs: 3_000 })).issuer).toBe(`replica-${b.port}`);
+
+    // a comes back on its port: once its cooldown is over it is reached again, also after its
+    // connection was quiet (a verification of its own, not the one that never settled).
+    const back = await replica({}, a.port);
+    await new Promise((r) => setTimeout(r, 60));
+    for (let i = 0; i < 2 && back.calls === 0; i++) await auth.getJwks({}, { timeoutMs: 3_000 });
+    expect(back.calls).toBe(1);
+    await new Promise((r) => setTimeout(r, 60));
+    const issuers = new Set<string>();
+    for (let i = 0; i < 2; i++) issuers.add((await auth.getJwks({}, { timeoutMs: 3_000 })).issuer);
+    expect(issuers).toEqual(new Set([`replica-${a.port}`, `replica-${b.port}`]));
   });
 
   it("a call that is not idempotent is not made twice when its replica dies under it: the caller gets Unavailable", async () => {
