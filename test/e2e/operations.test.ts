@@ -43,11 +43,21 @@ describe("local stack", () => {
   // Every process the stack ever had, so a failed test still leaves nothing behind.
   const seen = new Set<number>();
   const remember = () => stack?.pid && descendants(stack.pid).forEach((p) => seen.add(p));
+  // Set at the end of the test body: a failed run keeps its STATE_DIR (the stack's logs) for the post-mortem.
+  let passed = false;
 
-  afterAll(() => {
+  afterAll(async () => {
     remember();
+    // A stack still running (the test failed) is stopped as an operator would first, so that its
+    // processes write out the log lines they still hold; what outlives that is killed.
+    if (stack && stack.exitCode === null && stack.signalCode === null) {
+      const exited = new Promise((resolve) => stack!.once("exit", resolve));
+      stack.kill("SIGTERM");
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
+    }
     for (const pid of [stack?.pid, ...seen]) if (pid && alive(pid)) process.kill(pid, "SIGKILL");
-    if (process.env.KEEP_STACK_STATE !== "1") rmSync(stateDir, { recursive: true, force: true });
+    if (passed && process.env.KEEP_STACK_STATE !== "1") rmSync(stateDir, { recursive: true, force: true });
+    else process.stderr.write(`npm start's STATE_DIR kept: ${stateDir} (logs in ${join(stateDir, "logs")})\n`);
   });
 
   function npmStart(): ChildProcess {
@@ -157,6 +167,7 @@ describe("local stack", () => {
       expect(readyMs).toBeLessThan(60_000);
       expect(await accessToken(baseUrl, partner.live.client_id, partner.live.client_secret)).toMatch(/^ey/);
       await stopAndCheckNothingLeft(stack);
+      passed = true;
     }, 420_000);
   });
 });
