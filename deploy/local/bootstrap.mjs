@@ -73,7 +73,11 @@ switch (command) {
     const config = command === "bench" ? ["--config", "jest.bench.config.js", "--runInBand"] : [];
     // After the arguments given: --selectProjects takes every word that follows it.
     const select = lane ? ["--selectProjects", lane] : [];
-    const args = ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", jest, ...config, ...rest, ...select];
+    // A larger young generation for the tests (jest's workers inherit it): each test file loads its
+    // modules afresh, and with the default one the unit lane took about 9 % more CPU. Not for the
+    // bench, whose figures stay comparable with the figures of record.
+    const heap = command === "bench" ? [] : ["--max-semi-space-size=32"];
+    const args = ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", ...heap, jest, ...config, ...rest, ...select];
     const child = spawn(process.execPath, args, { cwd: root, stdio: "inherit" });
     for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => child.kill(signal));
     child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
