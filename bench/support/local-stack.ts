@@ -19,6 +19,8 @@ export interface LocalStack {
   stateDir: string;
   /** The `npm start` process; every other process of the stack descends from it. */
   pid: number;
+  /** From the start of `npm start` until /readyz answered 200 and every replica served. */
+  readyMs: number;
   /** Every live process of the stack with what it is (gateway, file-intake, kafka, ...). */
   processes(): { pid: number; name: string }[];
   stop(): Promise<void>;
@@ -87,6 +89,7 @@ export async function startLocalStack(opts: { portBase?: number; env?: Record<st
     detached: true,
   });
   const pid = child.pid!;
+  const started = performance.now();
   const baseUrl = url(ports.GATEWAY_PORT);
 
   const stop = async () => {
@@ -120,6 +123,7 @@ export async function startLocalStack(opts: { portBase?: number; env?: Record<st
     }
     await new Promise((r) => setTimeout(r, 250));
   }
+  const readyMs = performance.now() - started;
 
   const settings = parseSettings({
     ...withLocalStackAddresses({}, stateDir),
@@ -135,6 +139,7 @@ export async function startLocalStack(opts: { portBase?: number; env?: Record<st
     settings,
     stateDir,
     pid,
+    readyMs,
     processes: () => [pid, ...descendants(pid)].filter(alive).map((p) => ({ pid: p, name: processName(p) })),
     stop,
   };
