@@ -8,7 +8,8 @@ import { newDataKeysEntry } from "@pi/common/data-keys";
 import { parseSettings, type Settings } from "@pi/common/settings";
 import { WORKLOADS, type Workload } from "@pi/common/allowed-callers";
 import type { RunningService } from "@pi/common/run-service";
-import { startAuthService } from "@pi/auth";
+import { setConsumerMaxWaitForTests } from "@pi/common/background/consume";
+import { startAuthService, type AuthServiceOptions } from "@pi/auth";
 import { startConnectionService } from "@pi/connection";
 import { startFileIntakeService } from "@pi/file-intake";
 import { startExtractionService } from "@pi/extraction";
@@ -86,6 +87,9 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
   });
 }
 
+/** The fetch wait of a test stack's Kafka consumers (CONSUMER_MAX_WAIT_MS in a deployment). */
+const TEST_CONSUMER_MAX_WAIT_MS = 200;
+
 export interface TestStack {
   settings: Settings;
   baseUrl: string;
@@ -107,6 +111,8 @@ export function addressOf(service: keyof typeof SETTING_PREFIX, ...replicas: Run
 export interface TestStackOptions {
   /** Where every service's JSON log lines go (default stdout); tests that read logs pass one. */
   logDestination?: DestinationStream;
+  /** The auth service's test seams. */
+  auth?: AuthServiceOptions;
 }
 
 /**
@@ -114,10 +120,12 @@ export interface TestStackOptions {
  * each with its own service identity; the returned settings carry the operator CLI's.
  */
 export async function startTestStack(overrides: Record<string, string> = {}, options: TestStackOptions = {}): Promise<TestStack> {
+  // A fetch returns as soon as a message arrives whatever its wait; a short wait only lets stop() return sooner.
+  setConsumerMaxWaitForTests(TEST_CONSUMER_MAX_WAIT_MS);
   let settings = testSettings(overrides);
   const logger = (name: string) => createLogger(name, settings.LOG_LEVEL, options.logDestination);
   await grantTestKafkaAccess(settings.DATA_NAMESPACE);
-  const auth = await startAuthService(asService(settings, "auth"), logger("auth"));
+  const auth = await startAuthService(asService(settings, "auth"), logger("auth"), options.auth);
   const connection = await startConnectionService(asService(settings, "connection"), logger("connection"));
   settings = { ...settings, ...addressOf("auth", auth), ...addressOf("connection", connection) };
   const [fileIntake, webhook] = await Promise.all([

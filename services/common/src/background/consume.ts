@@ -15,6 +15,16 @@ import { every, type Periodic } from "./periodic.js";
  * long plus CONSUMER_HEARTBEAT_MS.
  */
 export const CONSUMER_MAX_WAIT_MS = 3_000;
+let consumerMaxWaitMs = CONSUMER_MAX_WAIT_MS;
+
+/**
+ * Test seam: the fetch wait of the consumers this process creates from now on. The in-process test
+ * stacks (test/support/services.ts) shorten it, so that stopping a stack does not wait out each
+ * service's fetch in flight (a stack took 8 s to stop, most of it in its consumers' disconnects).
+ */
+export function setConsumerMaxWaitForTests(ms: number): void {
+  consumerMaxWaitMs = ms;
+}
 
 /**
  * Group consumers that must hand their partitions over quickly when a replica dies (webhook, audit)
@@ -154,7 +164,7 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
   if (!o.each === !o.eachBatch) throw new TypeError("consume: give each or eachBatch");
   const consumer = kafka.consumer({
     groupId: group,
-    maxWaitTimeInMs: CONSUMER_MAX_WAIT_MS,
+    maxWaitTimeInMs: consumerMaxWaitMs,
     ...(o.quickHandover ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS, heartbeatInterval: CONSUMER_HEARTBEAT_MS } : {}),
   });
   const alive = watchConsumer(consumer, name, logger);
