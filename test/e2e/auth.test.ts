@@ -222,12 +222,14 @@ describe("auth private key jwt", () => {
   // client all of this. The service sits behind an ingress: the assertion's aud is TOKEN_ENDPOINT_URL.
 
   const TOKEN_ENDPOINT = "https://partners.example/oauth/token";
+  /** The least time between two fetches of a JWK Set URL in this stack (30 s by default: not waited out here). */
+  const JWKS_URL_REFETCH_COOLDOWN_MS = 2_000;
   let stack: TestStack;
   let ops: ReturnType<typeof opsFor>;
   let elder: string;
 
   beforeAll(async () => {
-    stack = await startTestStack({ ...NO_RATE_LIMITS, TOKEN_ENDPOINT_URL: TOKEN_ENDPOINT });
+    stack = await startTestStack({ ...NO_RATE_LIMITS, TOKEN_ENDPOINT_URL: TOKEN_ENDPOINT }, { auth: { jwksUrlRefetchCooldownMs: JWKS_URL_REFETCH_COOLDOWN_MS } });
     ops = opsFor(stack.settings);
     elder = (await ops.info()).sandbox_elder_address as string;
   });
@@ -322,14 +324,14 @@ describe("auth private key jwt", () => {
         const clientId = credential.client_id as string;
         expect((await tokenWith(await first.assertion(clientId, TOKEN_ENDPOINT))).status).toBe(200);
         // Rotation: the partner publishes the new key beside the old one. The first assertion
-        // naming the new kid makes auth fetch the set again (at most every 30 s per URL).
+        // naming the new kid makes auth fetch the set again (at most once per cooldown per URL).
         const second = await partnerKey("ES384", "2026-12");
         published = { keys: [...first.jwks.keys, ...second.jwks.keys] };
-        const deadline = Date.now() + 40_000;
+        const deadline = Date.now() + JWKS_URL_REFETCH_COOLDOWN_MS + 10_000;
         let status = 0;
         while (Date.now() < deadline && status !== 200) {
           status = (await tokenWith(await second.assertion(clientId, TOKEN_ENDPOINT))).status;
-          if (status !== 200) await new Promise((r) => setTimeout(r, 1_000));
+          if (status !== 200) await new Promise((r) => setTimeout(r, 250));
         }
         expect(status).toBe(200);
         expect((await tokenWith(await first.assertion(clientId, TOKEN_ENDPOINT))).status).toBe(200);

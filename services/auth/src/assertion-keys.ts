@@ -71,6 +71,8 @@ export interface AssertionKeysOptions {
   allowInsecure: boolean;
   timeoutMs?: number;
   resolve?: Resolver;
+  /** The least time between two fetches of one URL's set (default JWKS_URL_REFETCH_COOLDOWN_MS; a test shortens it). */
+  refetchCooldownMs?: number;
 }
 
 export class AssertionKeys {
@@ -155,7 +157,7 @@ export class AssertionKeys {
       if (!resolver) {
         resolver = createRemoteJWKSet(new URL(credential.jwksUrl), {
           cacheMaxAge: JWKS_URL_MAX_AGE_MS,
-          cooldownDuration: JWKS_URL_REFETCH_COOLDOWN_MS,
+          cooldownDuration: this.opts.refetchCooldownMs ?? JWKS_URL_REFETCH_COOLDOWN_MS,
           timeoutDuration: this.opts.timeoutMs ?? 5_000,
           [customFetch]: this.fetchJwks,
         });

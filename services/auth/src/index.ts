@@ -1,4 +1,4 @@
-export { startAuthService } from "./service.js";
+export { startAuthService, type AuthServiceOptions } from "./service.js";
 export * from "./scopes.js";
 export * from "./secrets.js";
 export * from "./tokens.js";

@@ -32,6 +32,8 @@ export const PARTNER_EVENTS_END_READ_MS = 500;
 export interface AuthServiceOptions {
   /** Awaited before each partner event is applied: a test holds it to play a replica whose consumer is stuck. */
   beforePartnerEvent?: () => Promise<void>;
+  /** The least time between two fetches of a private_key_jwt credential's JWK Set URL: a test shortens the 30 s so as not to wait it out. */
+  jwksUrlRefetchCooldownMs?: number;
 }
 
 export async function startAuthService(settings: Settings, logger: Logger, options: AuthServiceOptions = {}): Promise<RunningService> {
@@ -87,7 +89,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
     readEndEveryMs: PARTNER_EVENTS_END_READ_MS,
   });
-  const assertionKeys = new AssertionKeys({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS });
+  const assertionKeys = new AssertionKeys({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, refetchCooldownMs: options.jwksUrlRefetchCooldownMs });
   await assertionKeys.start();
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
