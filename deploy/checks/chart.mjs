@@ -5,8 +5,9 @@
 // kubernetes-models 4.x; then our own rules: selectors match labels, every pod is hardened, every
 // long-running container has probes and resources, images match the Skaffold artifacts, every
 // setting the services read is wired as an environment variable.
-import { spawnSync } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
@@ -100,29 +101,56 @@ function withValuesFile(values, fn) {
   }
 }
 
+/** helm with a values file, without blocking this process: { status, stdout, stderr }. */
+async function helmAsync(helm, values, args) {
+  const dir = await mkdtemp(join(tmpdir(), "pi-chart-"));
+  try {
+    const file = join(dir, "values.json");
+    await writeFile(file, JSON.stringify(throwaway(values)));
+    return await new Promise((resolve) => {
+      execFile(helm, [...args, "-f", file], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
+        if (err && typeof err.code !== "number") resolve({ status: null, stdout, stderr: `${stderr}${err.message}` });
+        else resolve({ status: err ? err.code : 0, stdout, stderr });
+      });
+    });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+const lintArgs = () => ["lint", "--strict", "--kube-version", KUBE_VERSION, chartDir];
+const lintResult = (r) => ({ code: r.status, output: `${r.stdout}${r.stderr}` });
+
 export function helmLint(helm, values) {
-  return withValuesFile(values, (file) => {
-    const r = spawnSync(helm, ["lint", "--strict", "--kube-version", KUBE_VERSION, chartDir, "-f", file], { encoding: "utf8" });
-    return { code: r.status, output: `${r.stdout}${r.stderr}` };
-  });
+  return withValuesFile(values, (file) => lintResult(spawnSync(helm, [...lintArgs(), "-f", file], { encoding: "utf8" })));
+}
+
+/** helmLint without blocking this process (several renderings may run at once). */
+export async function helmLintAsync(helm, values) {
+  return lintResult(await helmAsync(helm, values, lintArgs()));
+}
+
+const templateArgs = ({ release = RELEASE, namespace = NAMESPACE, extraArgs = [] } = {}) => ["template", release, chartDir, "--namespace", namespace, "--kube-version", KUBE_VERSION, ...extraArgs];
+
+function templateResult(r) {
+  if (r.status !== 0) return { code: r.status, stderr: r.stderr, docs: [], text: "" };
+  const docs = [];
+  for (const doc of parseAllDocuments(r.stdout)) {
+    if (doc.errors.length) throw new Error(`rendered YAML does not parse: ${doc.errors[0].message}`);
+    const obj = doc.toJS();
+    if (obj) docs.push(obj);
+  }
+  return { code: 0, stderr: r.stderr, docs, text: r.stdout };
 }
 
 /** helm template; returns { code, stderr, docs } with docs the parsed objects (hooks included). */
-export function helmTemplate(helm, values, { release = RELEASE, namespace = NAMESPACE, extraArgs = [] } = {}) {
-  return withValuesFile(values, (file) => {
-    const r = spawnSync(helm, ["template", release, chartDir, "--namespace", namespace, "--kube-version", KUBE_VERSION, "-f", file, ...extraArgs], {
-      encoding: "utf8",
-      maxBuffer: 64 * 1024 * 1024,
-    });
-    if (r.status !== 0) return { code: r.status, stderr: r.stderr, docs: [], text: "" };
-    const docs = [];
-    for (const doc of parseAllDocuments(r.stdout)) {
-      if (doc.errors.length) throw new Error(`rendered YAML does not parse: ${doc.errors[0].message}`);
-      const obj = doc.toJS();
-      if (obj) docs.push(obj);
-    }
-    return { code: 0, stderr: r.stderr, docs, text: r.stdout };
-  });
+export function helmTemplate(helm, values, options = {}) {
+  return withValuesFile(values, (file) => templateResult(spawnSync(helm, [...templateArgs(options), "-f", file], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 })));
+}
+
+/** helmTemplate without blocking this process (several renderings may run at once). */
+export async function helmTemplateAsync(helm, values, options = {}) {
+  return templateResult(await helmAsync(helm, values, templateArgs(options)));
 }
 
 /**
