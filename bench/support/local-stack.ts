@@ -62,10 +62,13 @@ async function freeStackPorts(): Promise<ReturnType<typeof stackPorts>> {
   return { GATEWAY_PORT: await freePort(), MONGODB_PORT: await freePort(), KAFKA_PORT: await freePort(), KAFKA_CONTROLLER_PORT: await freePort() };
 }
 
-/** A local stack as `npm start` runs it; on ports from `portBase` (the bench's) or, without one, on free ports. */
-export async function startLocalStack(opts: { portBase?: number; env?: Record<string, string>; readyTimeoutMs?: number }): Promise<LocalStack> {
+/**
+ * A local stack as `npm start` runs it; on ports from `portBase` (the bench's) or, without one, on free
+ * ports; in `stateDir` (an empty directory the caller made, removed by stop()) or a new temporary one.
+ */
+export async function startLocalStack(opts: { portBase?: number; env?: Record<string, string>; readyTimeoutMs?: number; stateDir?: string }): Promise<LocalStack> {
   const ports = opts.portBase === undefined ? await freeStackPorts() : stackPorts(opts.portBase);
-  const stateDir = mkdtempSync(join(process.env.BENCH_STATE_PARENT ?? tmpdir(), "pi-bench-stack-"));
+  const stateDir = opts.stateDir ?? mkdtempSync(join(process.env.BENCH_STATE_PARENT ?? tmpdir(), "pi-bench-stack-"));
   const url = (port: number) => `http://127.0.0.1:${port}`;
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),

@@ -40,7 +40,7 @@ describe("connections crash", () => {
   const namespace = `t${randomBytes(5).toString("hex")}`;
   const mongoUri = process.env.TEST_MONGODB_URI!;
   const brokers = process.env.TEST_KAFKA_BROKERS!;
-  const sandboxDelaySeconds = 3;
+  const sandboxDelaySeconds = 2;
 
   interface Child {
     proc: ChildProcess;
@@ -137,16 +137,31 @@ describe("connections crash", () => {
   });
 
   describe("connection service crash", () => {
-    it("SIGKILL after a state change is stored and before its event is published: after a restart, exactly that event is on the topic", async () => {
+    /**
+     * A live connection requested of the service through the crash seam, then a caregiver's approval:
+     * the approval is stored, then the seam kills the process before the publish.
+     */
+    async function approvalCutShort(): Promise<{ partnerId: string; id: string }> {
       const faulty = await startService({ crashBeforePublish: true });
       const partnerId = newId("ptr");
       const { address } = await faulty.client.createElder({});
       const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
       const id = connection!.id;
-
-      // The approval is stored, then the seam kills the process before the publish.
       await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
       expect((await faulty.exited).signal).toBe("SIGKILL");
+      return { partnerId, id };
+    }
+
+    /** Polls the stored connection until `holds` is true of it or `timeoutMs` has passed; its last state. */
+    async function storedConnectionWhen(id: string, holds: (doc: Record<string, unknown>) => boolean, timeoutMs = 30_000): Promise<Record<string, unknown>> {
+      for (const deadline = Date.now() + timeoutMs; ; await sleep(100)) {
+        const doc = (await connectionsCollection().findOne({ _id: id as never }))!;
+        if (holds(doc) || Date.now() > deadline) return doc;
+      }
+    }
+
+    it("SIGKILL after a state change is stored and before its event is published: after a restart, exactly that event is on the topic", async () => {
+      const { partnerId, id } = await approvalCutShort();
 
       const doc = await connectionsCollection().findOne({ _id: id as never });
       expect(doc).toMatchObject({ status: "approved", outbox: [{ type: "connection.approved", status: "approved" }] });
@@ -161,8 +176,7 @@ describe("connections crash", () => {
       events = await collectConnectionEvents(brokers, namespace);
       const restarted = await startService();
       await events.waitFor(() => events.of(id).length >= 1);
-      for (let i = 0; i < 50 && ((await connectionsCollection().findOne({ _id: id as never }))!.outbox as unknown[]).length > 0; i++) await sleep(100);
-      expect((await connectionsCollection().findOne({ _id: id as never }))!.outbox).toEqual([]);
+      expect((await storedConnectionWhen(id, (d) => (d.outbox as unknown[]).length === 0, 5_000)).outbox).toEqual([]);
       await events.sentinel(partnerId);
       expect(events.of(id)).toHaveLength(1);
       expect(events.of(id)[0]).toMatchObject({ eventId, type: "connection.approved", partnerId, connectionId: id, status: "approved", mode: commonv1.Mode.LIVE });
@@ -170,13 +184,7 @@ describe("connections crash", () => {
     });
 
     it("SIGKILL after a caregiver's act is stored: its audit record, stored with the change, reaches the audit-events topic after a restart", async () => {
-      const faulty = await startService({ crashBeforePublish: true });
-      const partnerId = newId("ptr");
-      const { address } = await faulty.client.createElder({});
-      const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
-      const id = connection!.id;
-      await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
-      expect((await faulty.exited).signal).toBe("SIGKILL");
+      const { partnerId, id } = await approvalCutShort();
       const stored = (await connectionsCollection().findOne({ _id: id as never }))!.audit as { eventId: string; action: string; actor: string }[];
       const record = stored.find((r) => r.action === "connection.approve")!;
       expect(record).toMatchObject({ actor: "caregiver", eventId: expect.stringMatching(/^evt_/) });
@@ -193,8 +201,7 @@ describe("connections crash", () => {
         for (const deadline = Date.now() + 30_000; !seen.some((r) => r.id === record.eventId) && Date.now() < deadline; ) await sleep(100);
         expect(seen.find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
         // Taken off the document once relayed, by whichever replica's relay or sweep (every 5 s) sent it.
-        for (const deadline = Date.now() + 30_000; ((await connectionsCollection().findOne({ _id: id as never }))!.audit as unknown[]).length > 0 && Date.now() < deadline; ) await sleep(100);
-        expect((await connectionsCollection().findOne({ _id: id as never }))!.audit).toEqual([]);
+        expect((await storedConnectionWhen(id, (d) => (d.audit as unknown[]).length === 0)).audit).toEqual([]);
       } finally {
         await reader.disconnect();
       }
@@ -443,8 +450,56 @@ describe("replicas and extraction", () => {
     return { token, elder, connectionId: con.id, clientId: created.live.client_id, clientSecret: created.live.client_secret };
   }
 
+  // A stock Prometheus (Debian's `prometheus` package) for the "Prometheus against npm start" tests,
+  // started with the stack (its discovery file is in the stack's STATE_DIR), so that it has found and
+  // scraped the processes by the time the stack is ready.
+  const PROMETHEUS = "prometheus";
+  const prometheusDir = mkdtempSync(join(tmpdir(), "pi-prometheus-"));
+  let prometheus: ChildProcess | undefined;
+  let prometheusUrl = "";
+  let prometheusStarted: Promise<void> = Promise.resolve();
+
+  async function startPrometheus(stateDir: string): Promise<void> {
+    // Installed by .ci/run (`apt-get install prometheus`); without it the Prometheus tests fail, never skip.
+    if (spawnSync("sh", ["-c", `command -v ${PROMETHEUS}`]).status !== 0) throw new Error("the prometheus binary is missing: apt-get install -y prometheus");
+    const port = await freePort();
+    prometheusUrl = `http://127.0.0.1:${port}`;
+    const config = join(prometheusDir, "prometheus.yml");
+    writeFileSync(
+      config,
+      [
+        "global:",
+        "  scrape_interval: 1s",
+        "  scrape_timeout: 1s",
+        "  evaluation_interval: 1s",
+        "scrape_configs:",
+        "  - job_name: partner-integration",
+        "    file_sd_configs:",
+        `      - files: ["${join(stateDir, "prometheus", "targets.json")}"]`,
+        "        refresh_interval: 1s",
+        "",
+      ].join("\n"),
+    );
+    const log = openSync(join(prometheusDir, "prometheus.log"), "a");
+    prometheus = spawn(PROMETHEUS, [`--config.file=${config}`, `--storage.tsdb.path=${join(prometheusDir, "data")}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: ["ignore", log, log] });
+    prometheus.once("exit", (code) => {
+      if (code !== null && code !== 0) process.stderr.write(`prometheus exited ${code}:\n${readFileSync(join(prometheusDir, "prometheus.log"), "utf8").slice(-2000)}\n`);
+    });
+  }
+
+  function stopPrometheus(): void {
+    prometheus?.kill("SIGTERM");
+    prometheus = undefined;
+    rmSync(prometheusDir, { recursive: true, force: true });
+  }
+
   beforeAll(async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), "pi-bench-stack-"));
+    prometheusStarted = startPrometheus(stateDir);
+    // Its failure is the Prometheus tests' (their beforeAll awaits it), not every test's here.
+    prometheusStarted.catch(() => undefined);
     stack = await startLocalStack({
+      stateDir,
       // The traffic comes from one address at a pace of its own: the limits are not what is measured here.
       env: { LOG_LEVEL: "info", RATE_LIMIT_TOKEN_PER_MINUTE: "100000", RATE_LIMIT_V1_PER_SECOND: "100000", WEBHOOK_RETRY_BASE_SECONDS: "0.5" },
       readyTimeoutMs: 420_000,
@@ -454,6 +509,7 @@ describe("replicas and extraction", () => {
   }, 480_000);
 
   afterAll(async () => {
+    stopPrometheus();
     await stack?.stop();
   }, 90_000);
 
@@ -473,11 +529,7 @@ describe("replicas and extraction", () => {
     // the counters and histograms an SRE's alerts and dashboard read. Waits poll the query. On this
     // file's npm start, before any of its processes is killed.
 
-    const PROMETHEUS = "prometheus";
-    let prometheus: ChildProcess | undefined;
-    let prometheusUrl: string;
     let receiver: TestReceiver;
-    const dataDir = mkdtempSync(join(tmpdir(), "pi-prometheus-"));
 
     type Sample = { metric: Record<string, string>; value: [number, string] };
 
@@ -508,38 +560,13 @@ describe("replicas and extraction", () => {
     const positive = (result: Sample[]) => result.length > 0 && value(result) > 0;
 
     beforeAll(async () => {
-      // Installed by .ci/run (`apt-get install prometheus`); without it this test fails, never skips.
-      if (spawnSync("sh", ["-c", `command -v ${PROMETHEUS}`]).status !== 0) throw new Error("the prometheus binary is missing: apt-get install -y prometheus");
+      await prometheusStarted;
       receiver = await startTestReceiver("");
-      const port = await freePort();
-      prometheusUrl = `http://127.0.0.1:${port}`;
-      const config = join(dataDir, "prometheus.yml");
-      writeFileSync(
-        config,
-        [
-          "global:",
-          "  scrape_interval: 1s",
-          "  scrape_timeout: 1s",
-          "  evaluation_interval: 1s",
-          "scrape_configs:",
-          "  - job_name: partner-integration",
-          "    file_sd_configs:",
-          `      - files: ["${join(stack.stateDir, "prometheus", "targets.json")}"]`,
-          "        refresh_interval: 1s",
-          "",
-        ].join("\n"),
-      );
-      const log = openSync(join(dataDir, "prometheus.log"), "a");
-      prometheus = spawn(PROMETHEUS, [`--config.file=${config}`, `--storage.tsdb.path=${join(dataDir, "data")}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: ["ignore", log, log] });
-      prometheus.once("exit", (code) => {
-        if (code !== null && code !== 0) process.stderr.write(`prometheus exited ${code}:\n${readFileSync(join(dataDir, "prometheus.log"), "utf8").slice(-2000)}\n`);
-      });
     }, 400_000);
 
     afterAll(async () => {
-      prometheus?.kill("SIGTERM");
+      stopPrometheus();
       await receiver?.close();
-      rmSync(dataDir, { recursive: true, force: true });
     }, 90_000);
 
     describe("scraping", () => {
@@ -791,20 +818,22 @@ describe("replicas and extraction", () => {
       let phase = "steady";
       let stopped = false;
       const traffic = Promise.all(Array.from({ length: 3 }, () => partnerTraffic(() => phase, () => stopped, outcomes)));
+      /** Sentinel for "traffic went on in this phase": this many partner answers (or resets) counted in it. */
+      const answeredIn = (name: string, n: number) => until(`${n} answers in phase "${name}"`, 60_000, async () => (outcomes.filter((o) => o.phase === name).length >= n ? true : undefined));
       try {
-        await new Promise((r) => setTimeout(r, 2_000));
+        await answeredIn(phase, 20);
         for (const service of ["auth", "connection", "file-intake", "extraction", "webhook", "gateway"]) {
           const [victim] = processesOf(service);
           expect(victim).toBeDefined();
           phase = `${service} killed`;
           process.kill(victim!, "SIGKILL");
           // Traffic goes on while the replica is gone and while it comes back.
-          await new Promise((r) => setTimeout(r, 3_000));
-          const deadline = Date.now() + 60_000;
-          while (processesOf(service).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+          await until(`the killed ${service} replica gone`, 10_000, async () => (alive(victim!) ? undefined : true));
+          await answeredIn(phase, 20);
+          await until(`the ${service} replica restarted`, 60_000, async () => (processesOf(service).length === 2 ? true : undefined));
           await ready(120_000);
           phase = `${service} back`;
-          await new Promise((r) => setTimeout(r, 1_000));
+          await answeredIn(phase, 10);
         }
       } finally {
         stopped = true;
