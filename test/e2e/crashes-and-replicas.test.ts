@@ -19,7 +19,7 @@ import { freePort } from "../support/gateway-process.js";
 import { accessToken, call, opsFor, runOpsCli } from "../support/partner-api.js";
 import { alive } from "../support/processes.js";
 import { everyReplicaServes } from "../support/replicas.js";
-import { addressOf, as, grantTestKafkaAccess, identityKey, kafkaUserEnv, TEST_PUBLIC_KEYS, testKafkaAdmin, testSettings } from "../support/services.js";
+import { addressOf, as, grantTestKafkaAccess, identityKey, kafkaUserEnv, quickConsumerStops, TEST_PUBLIC_KEYS, testKafkaAdmin, testSettings } from "../support/services.js";
 import { startTestReceiver, type TestReceiver } from "../support/webhook-receiver.js";
 
 // Crashes and replicas, the journeys that need the whole system: services killed with SIGKILL
@@ -276,6 +276,7 @@ describe("webhooks restart", () => {
   }
 
   beforeAll(async () => {
+    quickConsumerStops();
     settings = testSettings();
     await grantTestKafkaAccess(settings.DATA_NAMESPACE);
     const logger = createLogger("restart-test", settings.LOG_LEVEL);

@@ -90,6 +90,15 @@ export function testSettings(overrides: Record<string, string> = {}): Settings {
 /** The fetch wait of a test stack's Kafka consumers (CONSUMER_MAX_WAIT_MS in a deployment). */
 const TEST_CONSUMER_MAX_WAIT_MS = 200;
 
+/**
+ * Services started in this process from now on stop without waiting out a 3 s fetch in flight: a
+ * fetch returns as soon as a message arrives whatever its wait, so a short one only lets stop()
+ * return sooner. Every in-process stack or harness calls it before it starts services.
+ */
+export function quickConsumerStops(): void {
+  setConsumerMaxWaitForTests(TEST_CONSUMER_MAX_WAIT_MS);
+}
+
 export interface TestStack {
   settings: Settings;
   baseUrl: string;
@@ -120,8 +129,7 @@ export interface TestStackOptions {
  * each with its own service identity; the returned settings carry the operator CLI's.
  */
 export async function startTestStack(overrides: Record<string, string> = {}, options: TestStackOptions = {}): Promise<TestStack> {
-  // A fetch returns as soon as a message arrives whatever its wait; a short wait only lets stop() return sooner.
-  setConsumerMaxWaitForTests(TEST_CONSUMER_MAX_WAIT_MS);
+  quickConsumerStops();
   let settings = testSettings(overrides);
   const logger = (name: string) => createLogger(name, settings.LOG_LEVEL, options.logDestination);
   await grantTestKafkaAccess(settings.DATA_NAMESPACE);

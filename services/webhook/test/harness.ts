@@ -8,7 +8,7 @@ import { topicName } from "@pi/common/topics";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
 import { startAuthService } from "@pi/auth";
-import { addressOf, as, testSettings } from "../../../test/support/services.js";
+import { addressOf, as, quickConsumerStops, testSettings } from "../../../test/support/services.js";
 import { opsFor } from "../../../test/support/partner-api.js";
 import { startWebhookService, type WebhookServiceOptions } from "../src/service.js";
 import type { WebhookEventDoc } from "../src/store.js";
@@ -31,6 +31,7 @@ export interface WebhookHarness {
 }
 
 export async function startWebhookHarness(overrides: Record<string, string> = {}, options: WebhookServiceOptions = {}): Promise<WebhookHarness> {
+  quickConsumerStops();
   let settings = testSettings({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: "3", ...overrides });
   const logger = createLogger("webhook-test", settings.LOG_LEVEL);
   const auth = await startAuthService(as(settings, "auth"), logger.child({ service: "auth" }));
