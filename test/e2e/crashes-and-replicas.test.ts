@@ -15,6 +15,7 @@ import { type LocalStack, startLocalStack } from "../../bench/support/local-stac
 import { drawingOperatorsPdf, hexFlateBombPdf } from "../../services/extraction/test/hostile-pdfs.js";
 import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
 import { sendFile, waitForStatus } from "../support/files.js";
+import { textPdf } from "../support/pdf.js";
 import { freePort } from "../support/gateway-process.js";
 import { accessToken, call, opsFor, runOpsCli } from "../support/partner-api.js";
 import { alive } from "../support/processes.js";
@@ -600,7 +601,8 @@ describe("replicas and extraction", () => {
         expect(con.status).toBe(202);
         await ops.connectionAct("approve", con.json!.id as string);
         await receiver.waitFor((arrivals) => arrivals.some((a) => a.event.type === "connection.approved"), 60_000, "the approved webhook");
-        const upload = await sendFile(stack.baseUrl, token, elder.address, Buffer.from("Metformin 500 mg twice a day.\n"), { filename: "note.txt" });
+        // A PDF, which an extraction process reads (a plain text is recorded at its take, by no extraction).
+        const upload = await sendFile(stack.baseUrl, token, elder.address, textPdf(16_000, "Metformin 500 mg twice a day."), { filename: "note.pdf", contentType: "application/pdf" });
         expect(upload.status).toBe(202);
         await waitForStatus(stack.baseUrl, token, upload.json!.id as string, ["processed"]);
         // A refused upload: no file part.
