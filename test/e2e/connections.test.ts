@@ -360,9 +360,9 @@ describe("connections bounds", () => {
   }, 120_000);
 
   describe("pending connections per partner: a bound no credential can pass", () => {
-    it("one test credential's 2,000 connection requests meet the bound: 100 pending, then one identical 429 with Retry-After", async () => {
+    it("one test credential's 10,000 connection requests meet the bound: 100 pending, then one identical 429 with Retry-After", async () => {
       const { test } = await partnerTokens("Flood Pharmacy");
-      const total = 2_000;
+      const total = 10_000;
       const statuses = new Map<number, number>();
       const refusals = new Set<string>();
       let next = 0;
