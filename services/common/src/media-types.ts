@@ -87,7 +87,7 @@ const BOM = [0xef, 0xbb, 0xbf];
  * Plain text is valid UTF-8 (a byte order mark allowed) without binary control characters. Checked
  * chunk by chunk, so a 25 MB file is never held whole; a multi-byte character may straddle chunks
  * (its first bytes are carried to the next chunk). Native scans (isUtf8, indexOf, isAscii): the check
- * runs over every byte in the gateway and again in file-intake, which records the text's `length`.
+ * runs over every byte in the gateway and again in file-intake, which also measures the text's `length`.
  */
 export class TextChecker {
   private valid = true;
@@ -98,16 +98,20 @@ export class TextChecker {
   private bomBytes = 0;
   private seen = 0;
 
+  /** `measure`: count the text's `length` as it is checked (file-intake records it; the gateway need not). */
+  constructor(private readonly options: { measure?: boolean } = {}) {}
+
   /**
    * The text's length as JavaScript counts it (UTF-16 code units), a leading byte order mark not
    * counted: what `new TextDecoder().decode(file).length` gives, without decoding. Meaningful once
-   * `end()` said true.
+   * `end()` said true, for a checker made with `measure`.
    */
   get length(): number {
     return this.units - (this.bomBytes === 3 ? 1 : 0);
   }
 
   private count(bytes: Uint8Array): void {
+    if (!this.options.measure) return;
     for (let i = 0; this.seen < 3 && i < bytes.length; i++, this.seen++) if (bytes[i] === BOM[this.seen] && this.bomBytes === this.seen) this.bomBytes++;
     this.units += utf16Units(bytes);
   }

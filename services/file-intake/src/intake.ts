@@ -121,7 +121,7 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
   let committed = false;
   try {
     const hash = createHash("sha256");
-    const text = type.mediaType === TEXT_MEDIA_TYPE ? new TextChecker() : undefined;
+    const text = type.mediaType === TEXT_MEDIA_TYPE ? new TextChecker({ measure: true }) : undefined;
     let size = 0;
     const take = async (chunk: Uint8Array) => {
       size += chunk.length;
