@@ -635,7 +635,8 @@ describe("the ingress: HTTPS by default, the partner API's paths only (docs/secu
     const template = readFileSync(join(chart.chartDir, "templates", "ingress.yaml"), "utf8");
     expect(template).toMatch(/lookup "v1" "Secret" \.Release\.Namespace \$tlsSecret/);
     expect(template).toMatch(/lookup "v1" "Secret" \.Release\.Namespace \$caName/);
-    expect(template).toContain("genSignedCert");
+    expect(template).toContain("genSignedCertWithKey");
+    for (const key of [secretText(tls, "tls.key"), secretText(ca, "tls.key")]) expect(createPrivateKey(key).asymmetricKeyDetails).toEqual({ namedCurve: "prime256v1" });
   });
 
   it("redirects plain HTTP to HTTPS: ingress-nginx by its annotations, Traefik by the HTTPS entry point (and a redirect Middleware when its CRDs are served)", () => {
