@@ -46,6 +46,8 @@ export default {
     // A lane without the infrastructure is guarded against reaching any server (the unit lane).
     ...(infra ? testInfra : { testEnvironment: "<rootDir>/test/support/unit-environment.mjs" }),
   })),
+  // Clean clones have no file durations: the long lanes start first (test/support/sequencer.mjs).
+  testSequencer: "<rootDir>/test/support/sequencer.mjs",
   testTimeout: 60_000,
   // Three files at once on this 2-core machine: the whole-stack files spend most of their time
   // waiting (on restarts, leases, Kafka, polling), and a full run kept about half of the CPU idle
