@@ -8,7 +8,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { startAuthService } from "@pi/auth";
-import { type ConnectionClient, connectMongo, createKafka, createLogger, createProducer, databaseName, kafkaCredentials, type Mongo, newId, type Producer, type RunningService, SERVICE_URL_SETTINGS, serviceClient, type Settings, topicName } from "@pi/common";
+import { type ConnectionClient, connectMongo, createKafka, createLogger, createProducer, databaseName, ensureTopics, kafkaCredentials, type Mongo, newId, type Producer, type RunningService, SERVICE_URL_SETTINGS, serviceClient, type Settings, topicName } from "@pi/common";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
 import { type LocalStack, startLocalStack } from "../../bench/support/local-stack.js";
@@ -194,6 +194,9 @@ describe("connections crash", () => {
       const seen: eventsv1.AuditRecord[] = [];
       const kafka = createKafka(brokers, `${namespace}.audit-reader`, createLogger("audit-reader", "silent"), testKafkaAdmin());
       const reader = kafka.consumer({ groupId: `${namespace}.audit-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
+      // The topic exists before the reader subscribes: a reader that found no such topic would see
+      // it only at its next metadata refresh, about 30 s later.
+      await ensureTopics(kafka, namespace, ["auditEvents"]);
       await reader.connect();
       try {
         await reader.subscribe({ topic: topicName(namespace, "auditEvents"), fromBeginning: true });
