@@ -2,6 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes, randomInt } from "node:crypto";
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { repoRoot } from "./paths.js";
 
@@ -277,19 +278,63 @@ function bindable(port: number): Promise<boolean> {
   });
 }
 
+/** Where freePort records the ports it handed out: a file per port, holding the pid that asked. */
+export const PORT_CLAIMS_DIR = join(tmpdir(), "pi-port-claims");
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
 /**
- * A TCP port free on 127.0.0.1 right now, for a process that will listen on it later (and again
- * after each restart). It is taken below the kernel's ephemeral range: a port the kernel chose
- * could meanwhile become the local end of some outgoing connection, or be handed to any other
- * process's listen(0), and the replica meant to listen there would fail to bind, or its clients
- * would reach a stranger (seen: a killed auth replica's port served by another stack's service).
+ * Claims `port` for this process until it exits: false when a live process, this one included,
+ * claimed it first. A port is picked long before its process listens on it (a stack picks all of
+ * its ports, then starts its processes), and nothing else marks it taken meanwhile: two stacks
+ * started side by side, or two picks of one stack, could draw the same one, and the replica that
+ * binds second failed to start again and again (seen: an auth replica of `npm start` in a crash loop
+ * on EADDRINUSE while another test's stack held its port).
  */
-export async function freePort(): Promise<number> {
+export function claimPort(port: number, dir = PORT_CLAIMS_DIR): boolean {
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, String(port));
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(file, String(process.pid), { flag: "wx" });
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    }
+    let owner = 0;
+    try {
+      owner = Number(readFileSync(file, "utf8"));
+    } catch {
+      // removed meanwhile: try again
+    }
+    if (owner > 0 && processAlive(owner)) return false;
+    // The process that claimed it has exited.
+    rmSync(file, { force: true });
+  }
+  return false;
+}
+
+/**
+ * A TCP port free on 127.0.0.1 right now and claimed for this process (claimPort), for a process
+ * that will listen on it later (and again after each restart). It is taken below the kernel's
+ * ephemeral range: a port the kernel chose could meanwhile become the local end of some outgoing
+ * connection, or be handed to any other process's listen(0), and the replica meant to listen there
+ * would fail to bind, or its clients would reach a stranger (seen: a killed auth replica's port
+ * served by another stack's service).
+ */
+export async function freePort(claims = PORT_CLAIMS_DIR): Promise<number> {
   const [ephemeralLow] = ephemeralPortRange();
   const low = Math.max(1025, ephemeralLow - 20_000);
   for (let attempt = 0; attempt < 100; attempt++) {
     const port = low + randomInt(ephemeralLow - low);
-    if (await bindable(port)) return port;
+    if ((await bindable(port)) && claimPort(port, claims)) return port;
   }
   throw new Error(`no free port between ${low} and ${ephemeralLow - 1}`);
 }

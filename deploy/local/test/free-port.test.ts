@@ -1,5 +1,8 @@
 import { describe, expect, it } from "@jest/globals";
-import { ephemeralPortRange, freePort } from "../src/infra.js";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { claimPort, ephemeralPortRange, freePort } from "../src/infra.js";
 
 describe("ports for the local stack's processes", () => {
   it("reads the kernel's ephemeral range, and falls back to the IANA range where it cannot", () => {
@@ -19,5 +22,23 @@ describe("ports for the local stack's processes", () => {
       expect(port).toBeLessThan(low);
       expect(port).toBeGreaterThan(1024);
     }
+  });
+
+  it("never hands out a port twice while the process that claimed it lives, and takes over a dead process's claim", async () => {
+    const claims = mkdtempSync(join(tmpdir(), "pi-claims-test-"));
+    expect(claimPort(20_001, claims)).toBe(true);
+    expect(readFileSync(join(claims, "20001"), "utf8")).toBe(String(process.pid));
+    // This process's own claim, and a live process's (pid 1).
+    expect(claimPort(20_001, claims)).toBe(false);
+    writeFileSync(join(claims, "20002"), "1");
+    expect(claimPort(20_002, claims)).toBe(false);
+    // A pid no process has (above the kernel's pid_max).
+    writeFileSync(join(claims, "20003"), String(2 ** 22 + 1));
+    expect(claimPort(20_003, claims)).toBe(true);
+    expect(readFileSync(join(claims, "20003"), "utf8")).toBe(String(process.pid));
+
+    // Many picks before any is bound, as a stack makes them: all distinct.
+    const ports = await Promise.all(Array.from({ length: 200 }, () => freePort(claims)));
+    expect(new Set(ports).size).toBe(200);
   });
 });
