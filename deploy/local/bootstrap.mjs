@@ -31,7 +31,8 @@ function run(cmd, args) {
 
 if (!existsSync(join(root, "node_modules", ".package-lock.json"))) {
   step("installing Node dependencies (npm ci)");
-  run("npm", existsSync(join(root, "package-lock.json")) ? ["ci", "--no-audit", "--no-fund"] : ["install", "--no-audit", "--no-fund"]);
+  // --prefer-offline: what the npm cache holds is taken without asking the registry (7 s of 35 here).
+  run("npm", [...(existsSync(join(root, "package-lock.json")) ? ["ci"] : ["install"]), "--no-audit", "--no-fund", "--prefer-offline"]);
 }
 /** The newest modification time of a file under `path` (a file or a directory), 0 if none. */
 function newest(path) {
