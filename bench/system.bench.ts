@@ -47,6 +47,15 @@ const accepted: string[] = [];
 /** Key figures of the whole run, printed together at the end. */
 const summary: Record<string, number | string> = {};
 
+/** NODE_OPTIONS of every process of the stack: the profiler (BENCH_CPU_PROF) and BENCH_NODE_OPTIONS. */
+function stackNodeOptions(): { NODE_OPTIONS?: string } {
+  const options = [
+    ...(process.env.BENCH_CPU_PROF ? [`--import ${join(process.cwd(), "bench", "drivers", "cpu-profile.mjs")}`] : []),
+    ...(process.env.BENCH_NODE_OPTIONS ? [process.env.BENCH_NODE_OPTIONS] : []),
+  ];
+  return options.length ? { NODE_OPTIONS: options.join(" ") } : {};
+}
+
 beforeAll(async () => {
   scratch = mkdtempSync(join(tmpdir(), "pi-bench-"));
   if (process.env.BENCH_CPU_PROF) mkdirSync(process.env.BENCH_CPU_PROF, { recursive: true });
@@ -55,7 +64,7 @@ beforeAll(async () => {
     env: {
       ...NO_RATE_LIMITS,
       ACCESS_TOKEN_TTL_SECONDS: "3600",
-      ...(process.env.BENCH_CPU_PROF ? { NODE_OPTIONS: `--import ${join(process.cwd(), "bench", "drivers", "cpu-profile.mjs")}` } : {}),
+      ...stackNodeOptions(),
     },
   });
   // The operator contract: with the infrastructure cache warm, `npm start` is ready in under 60 s.

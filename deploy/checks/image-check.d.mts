@@ -30,3 +30,4 @@ export declare function runImageCheck(options?: {
   /** A MongoDB-compatible server and Kafka for an auth container beside the gateway (default: TEST_MONGODB_URI, TEST_KAFKA_BROKERS). */
   infra?: { mongoUri: string; kafkaBrokers: string };
 }): Promise<ImageCheckResult>;
+export function heapFlagsOfDockerfile(dockerfile?: string): string[];

@@ -45,6 +45,13 @@ const dockerLogDir = join(stateDir, "docker");
 const log = (line) => process.stderr.write(`[image-check] ${line}\n`);
 const sleepSync = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 
+/** The V8 flags deploy/Dockerfile starts every service with (its ENV NODE_HEAP_FLAGS). */
+export function heapFlagsOfDockerfile(dockerfile = readFileSync(join(repoRoot, "deploy", "Dockerfile"), "utf8")) {
+  const m = /^ENV NODE_HEAP_FLAGS="([^"]*)"$/m.exec(dockerfile);
+  if (!m) throw new Error("deploy/Dockerfile sets no NODE_HEAP_FLAGS");
+  return m[1].split(/\s+/).filter(Boolean);
+}
+
 function sh(cmd, args, opts = {}) {
   return spawnSync(cmd, args, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, ...opts });
 }
@@ -454,7 +461,7 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
     const logs = sh("docker", ["logs", "--tail", "8", containerName]);
     const containerLog = `${logs.stdout}${logs.stderr}`.trim();
     const mode = infra ? "gateway and auth containers, test MongoDB and Kafka" : "gateway container alone";
-    const expectedCmd = `node services/${service}/dist/main.js`;
+    const expectedCmd = `node ${heapFlagsOfDockerfile().join(" ")} services/${service}/dist/main.js`;
     if (!cmdline.includes(expectedCmd)) {
       return { status: "failed", reason: `the container runs ${JSON.stringify(cmdline)}, not ${expectedCmd}`, timings, containerLog, mode };
     }

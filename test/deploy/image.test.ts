@@ -5,7 +5,7 @@
 // auth and Kafka to start. Where no engine can start, the test fails with the reason: it never
 // passes, nor skips, without having run. IMAGE_CHECK=0 leaves it out on purpose, reported as such.
 import { describe, it, expect, afterAll } from "@jest/globals";
-import { ensureDockerEngine, runImageCheck, stopDockerEngine, type DockerEngine } from "../../deploy/checks/image-check.mjs";
+import { ensureDockerEngine, heapFlagsOfDockerfile, runImageCheck, stopDockerEngine, type DockerEngine } from "../../deploy/checks/image-check.mjs";
 
 const leftOut = process.env.IMAGE_CHECK === "0";
 const engine: DockerEngine = leftOut ? { ok: false, reason: "IMAGE_CHECK=0 was set" } : ensureDockerEngine();
@@ -28,7 +28,7 @@ describe("deploy/Dockerfile", () => {
       console.log(`image check: ${result.status} in ${JSON.stringify(result.timings)}${result.network ? ` (build network: ${result.network})` : ""}`);
       expect(result.reason ?? "").toBe("");
       expect(result.status).toBe("passed");
-      expect(result.cmdline).toContain("node services/gateway/dist/main.js");
+      expect(result.cmdline).toContain(`node ${heapFlagsOfDockerfile().join(" ")} services/gateway/dist/main.js`);
       expect(result.healthz).toBe(200);
       if (result.mode?.includes("auth")) {
         // The gateway reaches the auth container over plain h2c gRPC; the services not started here fail.

@@ -14,6 +14,15 @@ import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets
 import { Supervisor } from "./supervisor.js";
 
 export const SERVICES = ["auth", "connection", "file-intake", "extraction", "webhook", "gateway"] as const;
+
+/**
+ * V8 heap floors for every service process, the same as the image's NODE_HEAP_FLAGS (deploy/Dockerfile;
+ * a unit test keeps the two equal). After a quiet minute V8 cut a process's heap limits to about
+ * what was live, and a burst of uploads then ran a full collection every 70-400 ms
+ * (docs/performance.md, "Garbage collection").
+ */
+export const NODE_HEAP_FLAGS = ["--min-semi-space-size=16", "--initial-old-space-size=80"];
+
 /** The services that others call: each replica on ports of its own, every caller given all of them. */
 export const INTERNAL_SERVICES = ["auth", "connection", "file-intake", "webhook"] as const;
 /** Services nobody calls (they consume events): each replica serves only its health checks, on a port of its own. */
@@ -157,7 +166,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       await supervisor.start({
         name,
         command: process.execPath,
-        args: ["--enable-source-maps", join(repoRoot, "services", service, "dist", "main.js")],
+        args: [...NODE_HEAP_FLAGS, "--enable-source-maps", join(repoRoot, "services", service, "dist", "main.js")],
         env: { ...env, ...kafkaEnv(service), SERVICE_IDENTITY_KEY: identities[service], ...own },
         logFile: join(logDir, `${name}.log`),
         // Gateway replicas share the partner port as node:cluster workers of the supervisor.
