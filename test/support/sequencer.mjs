@@ -1,8 +1,8 @@
 // The order in which `npm test` starts its files. jest's own sequencer starts the files that failed
 // last time, then the files whose durations it cached, slowest first, then the others by size. A
 // clean clone has no durations (jest keys them by the checkout's path), and by size a 40-line file that
-// builds a container image started last, after the unit lane, and a whole-stack file after a hundred
-// short ones. So the files without a duration go by lane: the whole-stack and deploy files, which
+// builds a container image started last, after the unit lane, and whole-stack files only minutes into
+// the run. So the files without a duration go by lane: the whole-stack and deploy files, which
 // take minutes, start first, and the unit files fill the gaps at the end.
 import TestSequencer from "@jest/test-sequencer";
 import { relative, sep } from "node:path";
@@ -11,7 +11,7 @@ import { lanesOf } from "../lanes.mjs";
 /** Lanes whose files take longest, first. */
 const LANE_ORDER = ["e2e", "deploy", "integration", "unit"];
 
-export function laneRank(relativePath) {
+function laneRank(relativePath) {
   const rank = LANE_ORDER.indexOf(lanesOf(relativePath)[0]);
   return rank === -1 ? LANE_ORDER.length : rank;
 }
