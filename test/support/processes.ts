@@ -19,11 +19,5 @@ export function descendants(pid: number): number[] {
   return out;
 }
 
-export function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
-  }
-}
+/** Whether `pid` is a live process (not a zombie). */
+export { processAlive as alive } from "../../deploy/local/src/infra.js";

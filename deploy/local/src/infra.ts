@@ -281,12 +281,13 @@ function bindable(port: number): Promise<boolean> {
 /** Where freePort records the ports it handed out: a file per port, holding the pid that asked. */
 export const PORT_CLAIMS_DIR = join(tmpdir(), "pi-port-claims");
 
-function processAlive(pid: number): boolean {
+/** Whether `pid` is a live process (not a zombie waiting to be reaped), read from /proc. */
+export function processAlive(pid: number): boolean {
   try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
+  } catch {
+    return false;
   }
 }
 
@@ -319,6 +320,16 @@ export function claimPort(port: number, dir = PORT_CLAIMS_DIR): boolean {
     rmSync(file, { force: true });
   }
   return false;
+}
+
+/** Gives back a port this process claimed (a replica that moves to a new port at its restart). */
+export function releasePort(port: number, dir = PORT_CLAIMS_DIR): void {
+  const file = join(dir, String(port));
+  try {
+    if (Number(readFileSync(file, "utf8")) === process.pid) rmSync(file, { force: true });
+  } catch {
+    // not claimed
+  }
 }
 
 /**

@@ -8,7 +8,7 @@ import { grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/kafk
 import { LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, type Settings } from "@pi/common/settings";
 import { newDataKeysEntry } from "@pi/common/data-keys";
 import type { Logger } from "@pi/common/logger";
-import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, waitFor, type KafkaUserPasswords } from "./infra.js";
+import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, releasePort, waitFor, type KafkaUserPasswords } from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets.js";
 import { Supervisor } from "./supervisor.js";
@@ -162,6 +162,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   progress(`starting services: ${SERVICES.map((s) => `${s} ×${opts.replicas[s]}`).join(", ")}`);
   for (const service of SERVICES) {
     for (const [index, name] of replicaNames(service).entries()) {
+      let metricsPort: number | undefined;
       const own = service === "gateway" ? {} : Object.fromEntries(planesOf(service).map((plane) => [settingName(service, "PORT", plane), String(ports.get(`${name}:${plane}`))]));
       await supervisor.start({
         name,
@@ -172,7 +173,9 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
         // Gateway replicas share the partner port as node:cluster workers of the supervisor.
         sharesPorts: service === "gateway",
         beforeStart: async () => {
-          const port = await freePort();
+          // A new port at each start; the last one's claim is given back, so restarts never use up the range.
+          if (metricsPort !== undefined) releasePort(metricsPort);
+          const port = (metricsPort = await freePort());
           targets.set(name, { service, replica: index + 1, port });
           return { METRICS_PORT: String(port) };
         },

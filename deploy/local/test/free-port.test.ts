@@ -2,7 +2,7 @@ import { describe, expect, it } from "@jest/globals";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { claimPort, ephemeralPortRange, freePort } from "../src/infra.js";
+import { claimPort, ephemeralPortRange, freePort, releasePort } from "../src/infra.js";
 
 describe("ports for the local stack's processes", () => {
   it("reads the kernel's ephemeral range, and falls back to the IANA range where it cannot", () => {
@@ -36,6 +36,12 @@ describe("ports for the local stack's processes", () => {
     writeFileSync(join(claims, "20003"), String(2 ** 22 + 1));
     expect(claimPort(20_003, claims)).toBe(true);
     expect(readFileSync(join(claims, "20003"), "utf8")).toBe(String(process.pid));
+
+    // A port given back can be claimed again; another live process's claim is not given back.
+    releasePort(20_001, claims);
+    expect(claimPort(20_001, claims)).toBe(true);
+    releasePort(20_002, claims);
+    expect(readFileSync(join(claims, "20002"), "utf8")).toBe("1");
 
     // Many picks before any is bound, as a stack makes them: all distinct.
     const ports = await Promise.all(Array.from({ length: 200 }, () => freePort(claims)));
