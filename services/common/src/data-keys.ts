@@ -105,17 +105,19 @@ export class LocalKeyWrapper implements KeyWrapper {
 
 /**
  * AES-256-GCM of `plaintext` under `key` with a fresh random nonce, bound to `aad`: nonce | ciphertext | tag.
- * The plaintext may come in parts (the chunks a segment was received in): they are encrypted as one, never joined first.
+ * With `into`, the box is written there (its start; it must hold plaintext + SEAL_OVERHEAD bytes) and
+ * the view of it returned: a caller sealing many segments reuses its buffers instead of leaving
+ * one behind per segment for the garbage collector.
  */
-export function encrypt(key: Uint8Array, plaintext: Uint8Array | readonly Uint8Array[], aad: Uint8Array | string): Buffer {
-  const parts = plaintext instanceof Uint8Array ? [plaintext] : plaintext;
+export function encrypt(key: Uint8Array, plaintext: Uint8Array, aad: Uint8Array | string, into?: Buffer): Buffer {
+  const length = plaintext.length + SEAL_OVERHEAD;
+  if (into && into.length < length) throw new RangeError(`a box of ${length} bytes does not fit in ${into.length}`);
+  const out = into ? into.subarray(0, length) : Buffer.allocUnsafe(length);
   const nonce = randomBytes(NONCE_BYTES);
   const cipher = createCipheriv("aes-256-gcm", key, nonce);
   cipher.setAAD(typeof aad === "string" ? Buffer.from(aad) : aad);
-  const out = Buffer.allocUnsafe(parts.reduce((n, p) => n + p.length, 0) + SEAL_OVERHEAD);
   nonce.copy(out, 0);
-  let at = NONCE_BYTES;
-  for (const part of parts) at += cipher.update(part).copy(out, at);
+  let at = NONCE_BYTES + cipher.update(plaintext).copy(out, NONCE_BYTES);
   at += cipher.final().copy(out, at);
   cipher.getAuthTag().copy(out, at);
   return out;
@@ -151,8 +153,8 @@ export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wr
  */
 const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
-export function sealSegment(key: Uint8Array, streamId: string, n: number, final: boolean, plaintext: Uint8Array | readonly Uint8Array[]): Buffer {
-  return encrypt(key, plaintext, segmentAad(streamId, n, final));
+export function sealSegment(key: Uint8Array, streamId: string, n: number, final: boolean, plaintext: Uint8Array, into?: Buffer): Buffer {
+  return encrypt(key, plaintext, segmentAad(streamId, n, final), into);
 }
 
 export function openSegment(key: Uint8Array, streamId: string, n: number, final: boolean, box: Uint8Array): Buffer {

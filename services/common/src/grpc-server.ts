@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ConnectRouter, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
@@ -136,11 +137,26 @@ function contextOf(spec: MethodImplSpec, call: AnyCall): { context: CallContext;
 }
 
 /**
+ * Messages of a client stream read ahead of its handler. An upload's are 256 KiB each: the 16 of an
+ * object-mode stream's default outlived two young-generation collections, and 4 MiB per upload of
+ * promoted buffers waited for a full collection (docs/performance.md, "Garbage collection"). Beyond
+ * these, the stream's HTTP/2 window (connect-server.ts) keeps the next bytes coming.
+ */
+export const CLIENT_STREAM_READ_AHEAD = 2;
+
+/** Sets how many messages `stream` reads ahead of its consumer. */
+export function limitReadAhead(stream: Readable, messages: number): void {
+  // grpc-js creates the stream, with no option for it, and Node has no public setter once a stream exists.
+  (stream as unknown as { _readableState: { highWaterMark: number } })._readableState.highWaterMark = messages;
+}
+
+/**
  * A client stream's messages. A stream its caller reset ends in Canceled, not as if it were whole:
  * grpc-js takes the end of the request that a reset brings for a half-close, and tells of the
  * reset only a few ticks later ('cancelled'), so the end is checked once those have run.
  */
 async function* requestsOf(call: grpc.ServerReadableStream<unknown, unknown>): AsyncIterable<never> {
+  limitReadAhead(call, CLIENT_STREAM_READ_AHEAD);
   for await (const message of call) yield message as never;
   await new Promise((resolve) => setImmediate(resolve));
   if (call.cancelled) throw new ConnectError("the call was cancelled before its last message", Code.Canceled);

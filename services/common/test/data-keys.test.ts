@@ -127,12 +127,17 @@ describe("segmented streams (file chunks)", () => {
     expect(() => openSegment(key, "blob2", 0, false, sealed[0]!)).toThrow(DataKeyError);
   });
 
-  it("a segment sealed from the parts it arrived in opens to those parts joined, in their order", () => {
-    const parts = [Buffer.from("one "), Buffer.alloc(0), Buffer.from("two "), Buffer.from("three")];
-    const box = sealSegment(key, "blob1", 3, false, parts);
+  it("a segment sealed into a buffer of the caller's opens the same, and leaves the rest of that buffer alone", () => {
+    const into = Buffer.alloc(64, 0xee);
+    const box = sealSegment(key, "blob1", 3, false, Buffer.from("one two three"), into);
     expect(box.length).toBe(13 + SEAL_OVERHEAD);
+    expect(box.buffer).toBe(into.buffer);
     expect(openSegment(key, "blob1", 3, false, box).toString()).toBe("one two three");
-    expect(openSegment(key, "blob1", 3, false, sealSegment(key, "blob1", 3, false, [parts[2]!, parts[0]!, parts[3]!])).toString()).toBe("two one three");
+    expect(into.subarray(box.length).every((b) => b === 0xee)).toBe(true);
+    // Reused for the next segment: the first box is gone, the second opens.
+    const next = sealSegment(key, "blob1", 4, true, Buffer.from("four"), into);
+    expect(openSegment(key, "blob1", 4, true, next).toString()).toBe("four");
+    expect(() => sealSegment(key, "blob1", 5, false, Buffer.alloc(64 - SEAL_OVERHEAD + 1), into)).toThrow(RangeError);
   });
 
   it("a stream cut short does not open: its new last segment was not sealed final", () => {

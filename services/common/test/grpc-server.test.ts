@@ -1,3 +1,4 @@
+import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
@@ -5,7 +6,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { authv1, fileintakev1, healthv1 } from "@pi/proto";
 import { commonv1 } from "@pi/proto";
 import { reasonOf, serviceError } from "../src/errors.js";
-import { collectRoutes, grpcHandlers } from "../src/grpc-server.js";
+import { CLIENT_STREAM_READ_AHEAD, collectRoutes, grpcHandlers, limitReadAhead } from "../src/grpc-server.js";
 
 // The services' handlers are written for connect-es and served by grpc-js (grpc-server.ts); their
 // callers are connect-es clients. What a handler sees of a call and what its caller sees of the
@@ -183,5 +184,30 @@ describe("Connect handlers served by grpc-js", () => {
     while (seen.streamError === undefined) await new Promise((r) => setTimeout(r, 10));
     expect(seen.streamError).toBeDefined();
     streamStarted = undefined;
+  });
+});
+
+describe("client streams are read a few messages ahead, not 16", () => {
+  /** How many messages a stream of endless messages has read once its consumer took one, and every tick since has run. */
+  async function readAfterOne(limit?: number): Promise<number> {
+    let reads = 0;
+    const stream = new Readable({
+      objectMode: true,
+      read() {
+        this.push(++reads);
+      },
+    });
+    if (limit !== undefined) limitReadAhead(stream, limit);
+    const messages = stream[Symbol.asyncIterator]();
+    expect((await messages.next()).value).toBe(1);
+    // The read-ahead runs in ticks of its own; once an immediate has run, none is left.
+    await new Promise((resolve) => setImmediate(resolve));
+    stream.destroy();
+    return reads;
+  }
+
+  it("a handler that took one message has at most CLIENT_STREAM_READ_AHEAD more read for it", async () => {
+    expect(await readAfterOne()).toBeGreaterThan(16);
+    expect(await readAfterOne(CLIENT_STREAM_READ_AHEAD)).toBeLessThanOrEqual(1 + CLIENT_STREAM_READ_AHEAD);
   });
 });

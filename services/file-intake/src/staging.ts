@@ -1,5 +1,5 @@
 import { Binary, ObjectId } from "mongodb";
-import { openSegment, sealSegment } from "@pi/common/data-keys";
+import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common/data-keys";
 import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
 /**
@@ -19,13 +19,21 @@ export const SEGMENT_INSERTS_IN_FLIGHT = 2;
  * data-keys.ts) into one document of `blob_segments` under `segmentId(blob, n)`. The last segment is
  * the final one, shorter, empty when the size is a multiple of the segment; a blob's size (the
  * file's) gives the number of segments, so no other document describes it.
+ *
+ * Memory: an upload owns one plaintext buffer and up to SEGMENT_INSERTS_IN_FLIGHT sealed ones, each
+ * reused segment after segment. A chunk is copied in as it arrives and dropped, so what a fast
+ * upload leaves for the garbage collector dies young: buffers held for a segment's whole duration
+ * outlived the young generation, and the old generation's garbage is collected only in full
+ * collections (docs/performance.md, "Garbage collection").
  */
 export class StagedUpload {
   private discarded = false;
-  // The chunks of the segment being received (views of the chunks as they came, never joined).
-  private parts: Uint8Array[] = [];
-  private partsBytes = 0;
+  /** The plaintext of the segment being received; allocated at the first byte. */
+  private plain: Buffer | undefined;
+  private filled = 0;
   private segments = 0;
+  /** Sealed-segment buffers whose insert landed, for the next segments. */
+  private readonly spare: Buffer[] = [];
   private readonly inFlight = new Set<Promise<void>>();
   private failure: { err: unknown } | undefined;
 
@@ -48,36 +56,34 @@ export class StagedUpload {
     return new StagedUpload(store, new ObjectId(), partnerId, dataKey);
   }
 
-  /** Takes a chunk; waits only when a whole segment is ready and SEGMENT_INSERTS_IN_FLIGHT inserts are still under way. */
+  /** Takes a chunk (copied: the caller may reuse it); waits only when a whole segment is ready and SEGMENT_INSERTS_IN_FLIGHT inserts are still under way. */
   async write(chunk: Uint8Array): Promise<void> {
-    let rest = chunk;
-    while (this.partsBytes + rest.length >= BLOB_SEGMENT_BYTES) {
-      const take = BLOB_SEGMENT_BYTES - this.partsBytes;
-      this.parts.push(rest.subarray(0, take));
-      this.partsBytes += take;
-      rest = rest.subarray(take);
-      await this.flush(false);
-    }
-    if (rest.length > 0) {
-      this.parts.push(rest);
-      this.partsBytes += rest.length;
+    for (let at = 0; at < chunk.length; ) {
+      this.plain ??= Buffer.allocUnsafe(BLOB_SEGMENT_BYTES);
+      const take = Math.min(BLOB_SEGMENT_BYTES - this.filled, chunk.length - at);
+      this.plain.set(chunk.subarray(at, at + take), this.filled);
+      this.filled += take;
+      at += take;
+      if (this.filled === BLOB_SEGMENT_BYTES) await this.flush(false);
     }
   }
 
-  /** Seals the parts gathered into the next segment and starts its insert once a slot is free. */
+  /** Once a slot is free, seals the plaintext gathered into the next segment and starts its insert. */
   private async flush(final: boolean): Promise<void> {
-    const parts = this.parts;
-    this.parts = [];
-    this.partsBytes = 0;
     const n = this.segments++;
-    const data = sealSegment(this.dataKey, this.id.toHexString(), n, final, parts);
     await this.recorded;
     while (this.inFlight.size >= SEGMENT_INSERTS_IN_FLIGHT) await Promise.race(this.inFlight);
     if (this.failure) throw this.failure.err;
     // A discard that began while this flush waited wins: no segment may land after its delete.
     if (this.discarded) return;
+    const box = this.spare.pop() ?? Buffer.allocUnsafe((final ? this.filled : BLOB_SEGMENT_BYTES) + SEAL_OVERHEAD);
+    const data = sealSegment(this.dataKey, this.id.toHexString(), n, final, this.plain?.subarray(0, this.filled) ?? Buffer.alloc(0), box);
+    this.filled = 0;
     const insert: Promise<void> = this.store.segments.insertOne({ _id: segmentId(this.id, n), data: new Binary(data) }).then(
-      () => void this.inFlight.delete(insert),
+      () => {
+        this.inFlight.delete(insert);
+        this.spare.push(box);
+      },
       (err) => {
         this.failure ??= { err };
         this.inFlight.delete(insert);
