@@ -139,8 +139,9 @@ function contextOf(spec: MethodImplSpec, call: AnyCall): { context: CallContext;
 /**
  * Messages of a client stream read ahead of its handler. An upload's are 256 KiB each: the 16 of an
  * object-mode stream's default outlived two young-generation collections, and 4 MiB per upload of
- * promoted buffers waited for a full collection (docs/performance.md, "Garbage collection"). Beyond
- * these, the stream's HTTP/2 window (connect-server.ts) keeps the next bytes coming.
+ * promoted buffers waited for a full collection (docs/performance.md, "What an upload leaves for
+ * the collector"). Beyond these, the stream's HTTP/2 window (connect-server.ts) keeps the next
+ * bytes coming.
  */
 export const CLIENT_STREAM_READ_AHEAD = 2;
 

@@ -24,7 +24,7 @@ export const SEGMENT_INSERTS_IN_FLIGHT = 2;
  * reused segment after segment. A chunk is copied in as it arrives and dropped, so what a fast
  * upload leaves for the garbage collector dies young: buffers held for a segment's whole duration
  * outlived the young generation, and the old generation's garbage is collected only in full
- * collections (docs/performance.md, "Garbage collection").
+ * collections (docs/performance.md, "What an upload leaves for the collector").
  */
 export class StagedUpload {
   private discarded = false;
