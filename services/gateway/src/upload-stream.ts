@@ -17,7 +17,8 @@ export const UPLOAD_TIMEOUT_MS = 10 * 60_000;
 /**
  * Bytes of the file per message to file-intake: every message costs both sides the same work
  * whatever its size (its framing, protobuf, Connect's stream plumbing), so chunks are gathered
- * (one copy) rather than sent one by one; at most this much of an upload waits in the gateway.
+ * (one copy, into a buffer each upload reuses) rather than sent one by one; at most this much of
+ * an upload waits in the gateway.
  */
 export const MESSAGE_BYTES = 256 * 1024;
 
@@ -103,23 +104,27 @@ export class Submission {
     async function* requests(header: SubmitHeader): AsyncGenerator<SubmitRequest> {
       try {
         yield { part: { case: "header", value: header } };
-        // The multipart parser hands over chunks as the socket delivers them (64 KiB at most);
-        // they are gathered into messages of MESSAGE_BYTES, each checked as it comes.
-        let batch: Buffer[] = [checked(headBuffer)];
-        let batchBytes = headBuffer.length;
-        while (!ended) {
-          const next = await chunks.next();
-          if (next.done) break;
-          const chunk = checked(counted(next.value));
-          batch.push(chunk);
-          batchBytes += chunk.length;
-          if (batchBytes >= MESSAGE_BYTES) {
-            yield { part: { case: "chunk", value: batch.length === 1 ? batch[0]! : Buffer.concat(batch, batchBytes) } };
-            batch = [];
-            batchBytes = 0;
+        // The multipart parser hands over chunks as the socket delivers them (64 KiB at most), each
+        // checked as it comes and copied into the upload's one message buffer, so the socket's
+        // buffers die young. The buffer is reused: the client serialises (copies) a message before
+        // it asks for the next one, and writes one at a time.
+        const message = Buffer.allocUnsafe(MESSAGE_BYTES);
+        let filled = 0;
+        for (let chunk: Buffer | undefined = checked(headBuffer); chunk; ) {
+          for (let at = 0; at < chunk.length; ) {
+            const take = Math.min(MESSAGE_BYTES - filled, chunk.length - at);
+            message.set(chunk.subarray(at, at + take), filled);
+            filled += take;
+            at += take;
+            if (filled === MESSAGE_BYTES) {
+              yield { part: { case: "chunk", value: message } };
+              filled = 0;
+            }
           }
+          const next = ended ? undefined : await chunks.next();
+          chunk = next && !next.done ? checked(counted(next.value)) : undefined;
         }
-        if (batchBytes > 0) yield { part: { case: "chunk", value: batch.length === 1 ? batch[0]! : Buffer.concat(batch, batchBytes) } };
+        if (filled > 0) yield { part: { case: "chunk", value: message.subarray(0, filled) } };
         if (file.truncated) throw new PartnerError("file_too_large", { param: "file" });
         if (text && !text.end()) throw new PartnerError("unsupported_media_type", { param: "file" });
         forwarded.resolve(size);

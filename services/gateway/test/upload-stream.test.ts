@@ -1,8 +1,16 @@
 import { afterEach, describe, expect, it, jest } from "@jest/globals";
+import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage } from "node:http";
+import { Readable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import * as grpc from "@grpc/grpc-js";
+import { createClient, type ConnectRouter } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { fileintakev1 } from "@pi/proto";
+import { collectRoutes, grpcHandlers } from "@pi/common/grpc-server";
 import { createLogger } from "@pi/common/logger";
 import { PartnerError } from "../src/errors.js";
-import { watchTransferRate } from "../src/upload-stream.js";
+import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
 
 // The rate watchdog runs on `every` (services/common/src/periodic.ts); an injected clock drives its windows.
 
@@ -42,5 +50,43 @@ describe("the upload's transfer-rate watchdog", () => {
     expect(jest.getTimerCount()).toBe(0);
     await jest.advanceTimersByTimeAsync(10_000);
     expect(outcome).toBeUndefined();
+  });
+});
+
+describe("a file on its way to file-intake", () => {
+  it("arrives byte for byte in messages of MESSAGE_BYTES, though the gateway reuses one buffer for them, at a slow reader too", async () => {
+    const received: { sizes: number[]; sha256?: string } = { sizes: [] };
+    const routes = (router: ConnectRouter) =>
+      router.service(fileintakev1.FileIntakeService, {
+        async submitFile(requests) {
+          const hash = createHash("sha256");
+          for await (const r of requests) {
+            if (r.part.case !== "chunk") continue;
+            received.sizes.push(r.part.value.length);
+            hash.update(r.part.value);
+            await sleep(2); // a reader slower than the sender: the client's writes wait for it
+          }
+          received.sha256 = hash.digest("hex");
+          return { file: { id: "file_1" } };
+        },
+      });
+    const server = new grpc.Server();
+    const { definition, implementation } = grpcHandlers(collectRoutes(routes), []);
+    server.addService(definition, implementation);
+    const port = await new Promise<number>((resolve, reject) => server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+    try {
+      const client = createClient(fileintakev1.FileIntakeService, createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }));
+      // Plain text at random, in the multipart parser's 64 KiB pieces and odd ones.
+      const bytes = randomBytes(3 * MESSAGE_BYTES + 12_345).map((b) => 97 + (b % 26));
+      const pieces: Buffer[] = [];
+      for (let at = 0, n = 0; at < bytes.length; n++) pieces.push(bytes.subarray(at, (at += n % 2 ? 65_536 : 10_007)));
+      const submission = new Submission(client, { partnerId: "ptr_1" }, Readable.from(pieces), 10 * MESSAGE_BYTES);
+      expect(await submission.forwarded).toBe(bytes.length);
+      await submission.finish({ elder: "apple.banana.cherry@elders.example" });
+      expect(received.sha256).toBe(createHash("sha256").update(bytes).digest("hex"));
+      expect(received.sizes).toEqual([MESSAGE_BYTES, MESSAGE_BYTES, MESSAGE_BYTES, 12_345]);
+    } finally {
+      server.forceShutdown();
+    }
   });
 });
