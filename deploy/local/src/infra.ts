@@ -281,13 +281,21 @@ function bindable(port: number): Promise<boolean> {
 /** Where freePort records the ports it handed out: a file per port, holding the pid that asked. */
 export const PORT_CLAIMS_DIR = join(tmpdir(), "pi-port-claims");
 
-/** Whether `pid` is a live process (not a zombie waiting to be reaped), read from /proc. */
+/**
+ * Whether `pid` is a live process. A zombie (exited, not yet reaped) still answers signal 0; where
+ * there is a /proc (Linux), its state tells it apart. Elsewhere (macOS) signal 0 alone decides.
+ */
 export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EPERM") return false;
+  }
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
   } catch {
-    return false;
+    return !existsSync("/proc/self/stat");
   }
 }
 

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@jest/globals";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { claimPort, ephemeralPortRange, freePort, releasePort } from "../src/infra.js";
+import { claimPort, ephemeralPortRange, freePort, processAlive, releasePort } from "../src/infra.js";
 
 describe("ports for the local stack's processes", () => {
   it("reads the kernel's ephemeral range, and falls back to the IANA range where it cannot", () => {
@@ -46,5 +46,10 @@ describe("ports for the local stack's processes", () => {
     // Many picks before any is bound, as a stack makes them: all distinct.
     const ports = await Promise.all(Array.from({ length: 200 }, () => freePort(claims)));
     expect(new Set(ports).size).toBe(200);
+  });
+
+  it("a claim's owner is alive while its process runs; a pid above any kernel's limit never is", () => {
+    expect(processAlive(process.pid)).toBe(true);
+    expect(processAlive(2 ** 22 + 1)).toBe(false);
   });
 });
