@@ -335,6 +335,15 @@ function httpBody(url) {
   });
 }
 
+function authFailing(readyz) {
+  if (!readyz) return true;
+  try {
+    return (JSON.parse(readyz.body).failing ?? []).includes("auth");
+  } catch {
+    return true;
+  }
+}
+
 function httpStatus(url) {
   return new Promise((resolvePromise) => {
     const req = http.get(url, { timeout: 2000 }, (res) => {
@@ -456,7 +465,14 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
       if (state !== "true") break;
       await new Promise((r) => setTimeout(r, 500));
     }
-    const readyz = status === 200 ? await httpBody(`${base_}/readyz`) : undefined;
+    // /healthz answers as soon as the gateway listens, which can be before the auth container does:
+    // with auth beside it, /readyz is read until it no longer lists auth (or the same deadline passes).
+    let readyz;
+    while (status === 200) {
+      readyz = await httpBody(`${base_}/readyz`);
+      if (!infra || !authFailing(readyz) || Date.now() >= deadline) break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
     lap("runSeconds", start);
     const logs = sh("docker", ["logs", "--tail", "8", containerName]);
     const containerLog = `${logs.stdout}${logs.stderr}`.trim();
