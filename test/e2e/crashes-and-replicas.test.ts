@@ -192,21 +192,35 @@ describe("connections crash", () => {
 
       // Every audit record on the topic, from its beginning.
       const seen: eventsv1.AuditRecord[] = [];
+      const readUpTo = new Map<number, bigint>();
       const kafka = createKafka(brokers, `${namespace}.audit-reader`, createLogger("audit-reader", "silent"), testKafkaAdmin());
+      const topic = topicName(namespace, "auditEvents");
       const reader = kafka.consumer({ groupId: `${namespace}.audit-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
       // The topic exists before the reader subscribes: a reader that found no such topic would see
       // it only at its next metadata refresh, about 30 s later.
       await ensureTopics(kafka, namespace, ["auditEvents"]);
       await reader.connect();
+      const admin = kafka.admin();
+      await admin.connect();
       try {
-        await reader.subscribe({ topic: topicName(namespace, "auditEvents"), fromBeginning: true });
-        await reader.run({ eachMessage: async ({ message }) => void seen.push(fromBinary(eventsv1.AuditRecordSchema, message.value!)) });
+        await reader.subscribe({ topic, fromBeginning: true });
+        await reader.run({
+          eachMessage: async ({ partition, message }) => {
+            seen.push(fromBinary(eventsv1.AuditRecordSchema, message.value!));
+            readUpTo.set(partition, BigInt(message.offset) + 1n);
+          },
+        });
         await startService();
-        for (const deadline = Date.now() + 30_000; !seen.some((r) => r.id === record.eventId) && Date.now() < deadline; ) await sleep(100);
-        expect(seen.find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
-        // Taken off the document once relayed, by whichever replica's relay or sweep (every 5 s) sent it.
+        // Taken off the document once relayed (acknowledged by the broker), by whichever replica's relay or sweep sent it.
         expect((await storedConnectionWhen(id, (d) => (d.audit as unknown[]).length === 0)).audit).toEqual([]);
+        // Then the topic is read up to its end as it stands now: the record is on it, or never will be.
+        const ends = await admin.fetchTopicOffsets(topic);
+        const readToEnd = () => ends.every((e) => (readUpTo.get(e.partition) ?? BigInt(e.low)) >= BigInt(e.high));
+        for (const deadline = Date.now() + 30_000; !readToEnd() && Date.now() < deadline; ) await sleep(100);
+        expect({ readToEnd: readToEnd(), ends }).toMatchObject({ readToEnd: true });
+        expect(seen.find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
       } finally {
+        await admin.disconnect();
         await reader.disconnect();
       }
     });
@@ -631,7 +645,7 @@ describe("replicas and extraction", () => {
         await eventually("sum(pi_files_refused_total)", positive);
         await eventually('sum(pi_extractions_total{outcome="processed"})', positive);
         await eventually('sum(pi_extraction_duration_seconds_count{outcome="processed"})', positive);
-        // Gauges every replica computes on its loop.
+        // Gauges every replica reads from the database or Kafka when scraped.
         for (const gauge of ["pi_extraction_backlog", "pi_webhook_oldest_pending_delivery_age_seconds", "pi_webhook_failing_endpoints", "pi_storage_quota_max_used_ratio", "pi_storage_partners_over_quota_ratio", "pi_outbox_oldest_unrelayed_age_seconds", "pi_kafka_consumer_lag"]) {
           await eventually(`count(${gauge})`, (r) => value(r) > 0);
         }

@@ -32,6 +32,8 @@ export interface AuthenticationCacheOptions {
    * what was kept is dropped.
    */
   trusted?: () => boolean;
+  /** Brings what `trusted` rests on up to date when it is too old to answer (PartnerEventFeed.readEndIfStale); awaited by `find`. */
+  freshen?: () => Promise<void>;
   /** The clock of the TTL (tests). */
   perf?: { now(): number };
 }
@@ -39,6 +41,7 @@ export interface AuthenticationCacheOptions {
 export class AuthenticationCache {
   private readonly entries: LRUCache<string, Authenticated>;
   private readonly trusted: () => boolean;
+  private readonly freshen: () => Promise<void>;
   private drops = 0;
 
   constructor(options: AuthenticationCacheOptions = {}) {
@@ -48,10 +51,17 @@ export class AuthenticationCache {
       ...(options.perf ? { perf: options.perf, ttlResolution: 0 } : {}),
     });
     this.trusted = options.trusted ?? (() => true);
+    this.freshen = options.freshen ?? (() => Promise.resolve());
   }
 
   get size(): number {
     return this.entries.size;
+  }
+
+  /** `get`, once what `trusted` rests on is fresh: what a request asks. */
+  async find(clientId: string, secretHash: string): Promise<Authenticated | undefined> {
+    await this.freshen();
+    return this.get(clientId, secretHash);
   }
 
   /** The kept authentication of this client with this secret hash, if any. */

@@ -22,9 +22,10 @@ import { peppersOf, SecretSealer } from "./secrets.js";
 import { openAuthStore, sweepUsedAssertions } from "./store.js";
 
 /**
- * How often each auth replica reads the end of the partner-events topic. Its authentication cache
- * is used only while it has applied every event up to the end last read (and that read is at most
- * three periods old): a replica whose consumer is stuck stops serving from the cache within one
+ * How often each auth replica reads the end of the partner-events topic while it is asked for
+ * tokens. Its authentication cache is used only while it has applied every event up to the end
+ * last read (and that read is at most three periods old; an older one is read again before the
+ * request is answered): a replica whose consumer is stuck stops serving from the cache within one
  * period of the next event, well inside the operator command's wait for it (1.2 s).
  */
 export const PARTNER_EVENTS_END_READ_MS = 500;
@@ -72,6 +73,7 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   let feed: PartnerEventFeed | undefined;
   const authentications = new AuthenticationCache({
     trusted: () => feed !== undefined && feed.caughtUp(),
+    freshen: async () => feed?.readEndIfStale(),
   });
   // Every replica follows the partner events, as gateways do, so that an operator change drops the
   // cached authentications it affects on every replica before the command returns.

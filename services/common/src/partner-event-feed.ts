@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
+import { atMost } from "./at-most.js";
 import { consume, CONSUMER_MAX_WAIT_MS, type Consuming } from "./background/consume.js";
 import { every, type Periodic } from "./background/periodic.js";
 import { whileMetadataSettles, type Kafka } from "./kafka.js";
@@ -24,6 +25,19 @@ export const FOLLOWER_HEARTBEAT_MS = 5_000;
  * rebalance waits on it.
  */
 export const FOLLOWER_MAX_WAIT_MS = CONSUMER_MAX_WAIT_MS;
+
+/**
+ * The topic's end is read every `readEndEveryMs` only while `caughtUp` was asked within this long:
+ * a replica nobody asks for tokens reads nothing (two reads a second of every auth replica were a
+ * tenth of the idle stack's CPU).
+ */
+export const END_READ_IDLE_AFTER_MS = 10_000;
+
+/**
+ * How long `readEndIfStale` waits for a read of an end too old to trust; past it the caller goes
+ * on, and `caughtUp` answers false (what the cache would have served comes from the database).
+ */
+export const END_READ_WAIT_MS = 250;
 
 /** Partition of the partner-events topic to the offset of the next event the follower will apply. */
 export type NextOffsets = Record<number, bigint>;
@@ -95,6 +109,8 @@ export class PositionReporter {
   }
 }
 
+const endsOf = (offsets: { partition: number; offset: string }[]): Map<number, bigint> => new Map(offsets.map((e) => [e.partition, BigInt(e.offset)]));
+
 /** The end of the topic as last read: partition to the offset the next event written will take. */
 export interface LogEnd {
   ends: ReadonlyMap<number, bigint>;
@@ -112,6 +128,58 @@ export function appliedThroughEnd(applied: ReadonlyMap<number, bigint>, end: Log
   if (!end || now - end.readAt > maxAgeMs) return false;
   for (const [partition, offset] of end.ends) if ((applied.get(partition) ?? -1n) < offset) return false;
   return true;
+}
+
+/**
+ * The topic's end as this follower knows it, read on demand: every `everyMs` (`round`) while it was
+ * asked within END_READ_IDLE_AFTER_MS, and at once (`readIfStale`) when it is too old to trust.
+ * `trusts` is appliedThroughEnd against the end last read, which is trusted for three periods.
+ */
+export class TopicEndWatch {
+  private askedAt: number;
+  private reading?: Promise<void>;
+  readonly maxAgeMs: number;
+
+  constructor(
+    private end: LogEnd,
+    private readonly readEnd: () => Promise<ReadonlyMap<number, bigint>>,
+    readonly everyMs: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.askedAt = now();
+    this.maxAgeMs = 3 * everyMs;
+  }
+
+  /** Whether every event up to the end last read has been applied, that read being recent enough. */
+  trusts(applied: ReadonlyMap<number, bigint>): boolean {
+    this.askedAt = this.now();
+    return appliedThroughEnd(applied, this.end, this.askedAt, this.maxAgeMs);
+  }
+
+  /** The periodic read: none when nobody asked for END_READ_IDLE_AFTER_MS. */
+  async round(): Promise<void> {
+    if (this.now() - this.askedAt > END_READ_IDLE_AFTER_MS) return;
+    await this.read();
+  }
+
+  /** Reads the end when the last read is too old to trust, waiting END_READ_WAIT_MS at most. */
+  async readIfStale(): Promise<void> {
+    this.askedAt = this.now();
+    if (this.askedAt - this.end.readAt > this.maxAgeMs) await atMost(this.read(), END_READ_WAIT_MS);
+  }
+
+  /** One read at a time: a caller arriving during a read waits for that one. */
+  private read(): Promise<void> {
+    this.reading ??= (async () => {
+      try {
+        const readAt = this.now();
+        this.end = { ends: await this.readEnd(), readAt };
+      } finally {
+        this.reading = undefined;
+      }
+    })();
+    return this.reading;
+  }
 }
 
 export interface PartnerEventFeedOptions {
@@ -133,8 +201,9 @@ export interface PartnerEventFeedOptions {
    */
   catchUp?(): Promise<void>;
   /**
-   * Reads the topic's end this often, for `caughtUp` (its answer is false when the last successful
-   * read is older than three periods). Without it `caughtUp` is always false.
+   * Reads the topic's end this often while `caughtUp` is being asked (END_READ_IDLE_AFTER_MS), for
+   * `caughtUp`: its answer is false when the last successful read is older than three periods.
+   * Without it `caughtUp` is always false.
    */
   readEndEveryMs?: number;
 }
@@ -147,6 +216,11 @@ export interface PartnerEventFeed {
   alive(): boolean;
   /** Whether every event up to the topic's end as last read (recently) has been applied (appliedThroughEnd). */
   caughtUp(): boolean;
+  /**
+   * Reads the topic's end now when the last read is too old for `caughtUp` (a replica that was not
+   * asked for a while reads nothing), waiting END_READ_WAIT_MS at most; awaited before `caughtUp`.
+   */
+  readEndIfStale(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -171,7 +245,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     await admin.disconnect();
   }
   const applied = new Map<number, bigint>();
-  let end: LogEnd = { ends: new Map(ends.map((e) => [e.partition, BigInt(e.offset)])), readAt: startedAt };
+  const firstEnd: LogEnd = { ends: endsOf(ends), readAt: startedAt };
 
   await options.catchUp?.();
 
@@ -211,31 +285,19 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     reporter?.advance(partition, BigInt(offset));
   }
   await reporter?.flush();
-  let endReader: { periodic: Periodic; admin: ReturnType<Kafka["admin"]> } | undefined;
+  let endReader: { watch: TopicEndWatch; periodic: Periodic; admin: ReturnType<Kafka["admin"]> } | undefined;
   if (options.readEndEveryMs) {
     const endAdmin = kafka.admin();
     await endAdmin.connect();
-    endReader = {
-      admin: endAdmin,
-      periodic: every(
-        "reading the partner-events end",
-        options.readEndEveryMs,
-        async () => {
-          const readAt = performance.now();
-          const offsets = await endAdmin.fetchTopicOffsets(topic);
-          end = { ends: new Map(offsets.map((e) => [e.partition, BigInt(e.offset)])), readAt };
-        },
-        logger,
-        { runAtStart: false },
-      ),
-    };
+    const watch = new TopicEndWatch(firstEnd, async () => endsOf(await endAdmin.fetchTopicOffsets(topic)), options.readEndEveryMs);
+    endReader = { watch, admin: endAdmin, periodic: every("reading the partner-events end", options.readEndEveryMs, () => watch.round(), logger, { runAtStart: false }) };
   }
-  const maxEndAgeMs = 3 * (options.readEndEveryMs ?? 0);
   return {
     instanceId,
     reporter,
     alive: () => consuming.alive(),
-    caughtUp: () => consuming.alive() && endReader !== undefined && appliedThroughEnd(applied, end, performance.now(), maxEndAgeMs),
+    caughtUp: () => consuming.alive() && endReader !== undefined && endReader.watch.trusts(applied),
+    readEndIfStale: async () => endReader?.watch.readIfStale(),
     async stop() {
       await endReader?.periodic.stop();
       await endReader?.admin.disconnect().catch(() => undefined);

@@ -3,7 +3,7 @@ import type { Producer } from "kafkajs";
 import { atMost } from "./at-most.js";
 import { newId } from "./ids.js";
 import type { Logger } from "./logger.js";
-import { messagesSent, outboxOldestUnrelayedAge } from "./metrics.js";
+import { messagesSent, outboxOldestUnrelayedAge, readAtScrape } from "./metrics.js";
 import { every, type Periodic } from "./background/periodic.js";
 import { endLease, leaseFree, takeLease, type LeaseFields } from "./background/lease.js";
 import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "./telemetry.js";
@@ -163,6 +163,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
   private readonly logId: (id: unknown) => unknown;
   private readonly inFlight = new Set<Promise<unknown>>();
   private sweeper: Periodic | undefined;
+  private ageGauge: { stop(): Promise<void> } | undefined;
 
   constructor(private readonly o: OutboxOptions<D, E>) {
     this.leaseMs = o.leaseMs ?? 30_000;
@@ -265,23 +266,17 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     return Number.isFinite(first) ? Math.max(0, (now.getTime() - first) / 1000) : 0;
   }
 
-  /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`; measures the oldest entry left before each sweep. */
+  /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`; measures the oldest entry left at each scrape. */
   start(): void {
-    this.sweeper ??= every(
-      `${this.o.name} outbox sweep`,
-      this.o.sweepEveryMs ?? 5_000,
-      async () => {
-        // Named by where the entries wait ("connections.outbox", "connections.audit"): one per outbox.
-        outboxOldestUnrelayedAge.set({ outbox: `${this.o.collection.collectionName}.${this.field}` }, await this.oldestUnrelayedAgeSeconds());
-        await this.sweep();
-      },
-      this.o.logger,
-    );
+    this.sweeper ??= every(`${this.o.name} outbox sweep`, this.o.sweepEveryMs ?? 5_000, () => this.sweep(), this.o.logger);
+    // Named by where the entries wait ("connections.outbox", "connections.audit"): one per outbox.
+    const outbox = `${this.o.collection.collectionName}.${this.field}`;
+    this.ageGauge ??= readAtScrape(`oldest entry of ${outbox}`, async () => outboxOldestUnrelayedAge.set({ outbox }, await this.oldestUnrelayedAgeSeconds()), this.o.logger);
   }
 
   /** Stops the sweep and waits for the sweep and relays in flight, RELAY_STOP_MS at most. */
   async stop(): Promise<void> {
-    if (!(await atMost(Promise.all([this.sweeper?.stop(), this.drain()]), RELAY_STOP_MS))) {
+    if (!(await atMost(Promise.all([this.sweeper?.stop(), this.ageGauge?.stop(), this.drain()]), RELAY_STOP_MS))) {
       this.o.logger.warn({ events: this.o.name, waitedMs: RELAY_STOP_MS }, "relays still publishing at stop; their events stay stored for the next sweep");
     }
   }

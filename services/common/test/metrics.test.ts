@@ -3,7 +3,7 @@ import { Code, ConnectError, createClient, createRouterTransport } from "@connec
 import { healthv1 } from "@pi/proto";
 import { consumerLag } from "../src/background/consume.js";
 import { createLogger } from "../src/logger.js";
-import { metricsRegistry, rpcClientDuration, rpcServerDuration, startMetricsServer } from "../src/metrics.js";
+import { extractionBacklog, metricsRegistry, readAtScrape, readGaugeSources, rpcClientDuration, rpcServerDuration, SCRAPE_READ_MS, startMetricsServer } from "../src/metrics.js";
 import { tracingClientInterceptor, tracingServerInterceptor } from "../src/telemetry.js";
 
 // The metrics every process serves (docs/observability.md, "Metrics"): its own port, the Prometheus
@@ -32,6 +32,72 @@ describe("the metrics endpoint", () => {
     // Recording back on for the other tests of this process.
     const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger: createLogger("metrics-test", "silent") }))!;
     await server.stop();
+  });
+});
+
+describe("gauges read at scrape (readAtScrape)", () => {
+  const logger = createLogger("metrics-test", "silent");
+  const scrape = async (port: number) => {
+    const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+    return { status: res.status, backlog: Number(/^pi_extraction_backlog (\S+)$/m.exec(await res.text())?.[1]) };
+  };
+
+  it("is read when /metrics is scraped, once per scrape, and never after its stop", async () => {
+    let reads = 0;
+    const reading = readAtScrape("test backlog", async () => extractionBacklog.set(++reads * 10), logger);
+    const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger }))!;
+    try {
+      expect(reads).toBe(0);
+      expect(await scrape(server.port)).toEqual({ status: 200, backlog: 10 });
+      expect(await scrape(server.port)).toEqual({ status: 200, backlog: 20 });
+      await reading.stop();
+      expect(await scrape(server.port)).toEqual({ status: 200, backlog: 20 });
+      expect(reads).toBe(2);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("a read slower than SCRAPE_READ_MS: the scrape answers with the last value, and the scrapes that follow share that read instead of starting more", async () => {
+    extractionBacklog.set(7);
+    let reads = 0;
+    let release: () => void = () => undefined;
+    const reading = readAtScrape(
+      "slow backlog",
+      () => {
+        reads++;
+        if (reads > 1) return Promise.resolve(extractionBacklog.set(9));
+        return new Promise<void>((resolve) => (release = () => (extractionBacklog.set(8), resolve())));
+      },
+      logger,
+    );
+    const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger }))!;
+    try {
+      const started = performance.now();
+      expect(await scrape(server.port)).toEqual({ status: 200, backlog: 7 });
+      expect(performance.now() - started).toBeGreaterThanOrEqual(SCRAPE_READ_MS - 50);
+      const next = readGaugeSources();
+      expect(reads).toBe(1);
+      release();
+      await next;
+      expect(await scrape(server.port)).toEqual({ status: 200, backlog: 9 });
+      expect(reads).toBe(2);
+    } finally {
+      await reading.stop();
+      await server.stop();
+    }
+  });
+
+  it("a failing read leaves the gauge at its last value and the scrape answers 200", async () => {
+    extractionBacklog.set(3);
+    const reading = readAtScrape("failing backlog", () => Promise.reject(new Error("database unreachable")), logger);
+    const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger }))!;
+    try {
+      expect(await scrape(server.port)).toEqual({ status: 200, backlog: 3 });
+    } finally {
+      await reading.stop();
+      await server.stop();
+    }
   });
 });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { appliedThroughEnd, PositionReporter, type NextOffsets } from "../src/partner-event-feed.js";
+import { appliedThroughEnd, END_READ_IDLE_AFTER_MS, END_READ_WAIT_MS, PositionReporter, TopicEndWatch, type NextOffsets } from "../src/partner-event-feed.js";
 import { createLogger } from "../src/logger.js";
 
 // The position a follower of the partner-events topic reports: at once when it moves, coalesced
@@ -75,5 +75,61 @@ describe("appliedThroughEnd: cache trust by position, not by heartbeat", () => {
   it("does not trust when the end is not known or was last read too long ago (Kafka unreachable)", () => {
     expect(appliedThroughEnd(applied([[0, 7n]]), undefined, 1_100, 1_500)).toBe(false);
     expect(appliedThroughEnd(applied([[0, 7n]]), end([[0, 7n]]), 2_501, 1_500)).toBe(false);
+  });
+});
+
+describe("TopicEndWatch: the end read on demand", () => {
+  /** A watch on an injected clock whose reads are counted and answer `topicEnd` as it stands. */
+  function watchOn(everyMs = 500) {
+    const clock = { now: 0 };
+    let topicEnd: [number, bigint][] = [[0, 3n]];
+    let reads = 0;
+    const watch = new TopicEndWatch({ ends: new Map(topicEnd), readAt: 0 }, async () => (reads++, new Map(topicEnd)), everyMs, () => clock.now);
+    return { watch, clock, reads: () => reads, write: (end: [number, bigint][]) => (topicEnd = end) };
+  }
+  const applied = (offsets: [number, bigint][]) => new Map(offsets);
+
+  it("an idle replica reads nothing: a round reads only while the end was asked about within END_READ_IDLE_AFTER_MS", async () => {
+    const w = watchOn();
+    w.watch.trusts(applied([[0, 3n]]));
+    w.clock.now = END_READ_IDLE_AFTER_MS;
+    await w.watch.round();
+    expect(w.reads()).toBe(1);
+    w.clock.now = 2 * END_READ_IDLE_AFTER_MS + 1;
+    await w.watch.round();
+    await w.watch.round();
+    expect(w.reads()).toBe(1);
+  });
+
+  it("an end too old to trust is read again before the answer, and then trusted; a fresh one is not read", async () => {
+    const w = watchOn(500);
+    w.clock.now = 1_400;
+    await w.watch.readIfStale();
+    expect(w.reads()).toBe(0);
+    expect(w.watch.trusts(applied([[0, 3n]]))).toBe(true);
+    w.clock.now = 60_000;
+    expect(w.watch.trusts(applied([[0, 3n]]))).toBe(false);
+    await w.watch.readIfStale();
+    expect(w.reads()).toBe(1);
+    expect(w.watch.trusts(applied([[0, 3n]]))).toBe(true);
+  });
+
+  it("a follower behind the end read on demand is not trusted (its consumer stuck while the replica was idle)", async () => {
+    const w = watchOn(500);
+    w.write([[0, 4n]]);
+    w.clock.now = 60_000;
+    await w.watch.readIfStale();
+    expect(w.watch.trusts(applied([[0, 3n]]))).toBe(false);
+    expect(w.watch.trusts(applied([[0, 4n]]))).toBe(true);
+  });
+
+  it("waits END_READ_WAIT_MS at most for a read that does not come back, and then does not trust", async () => {
+    const clock = { now: 0 };
+    const watch = new TopicEndWatch({ ends: new Map([[0, 3n]]), readAt: 0 }, () => new Promise(() => undefined), 500, () => clock.now);
+    clock.now = 60_000;
+    const started = performance.now();
+    await watch.readIfStale();
+    expect(performance.now() - started).toBeGreaterThanOrEqual(END_READ_WAIT_MS - 5);
+    expect(watch.trusts(new Map([[0, 3n]]))).toBe(false);
   });
 });

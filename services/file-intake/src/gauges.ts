@@ -6,8 +6,8 @@ import type { FileStore } from "./store.js";
 export const QUOTA_PRESSURE_THRESHOLD = 0.9;
 
 /**
- * The file-intake gauges read from the database (docs/observability.md), set by every replica on
- * the same loop: the backlog (files accepted and not yet processed or failed, by the
+ * The file-intake gauges read from the database (docs/observability.md), read by every replica at
+ * each scrape: the backlog (files accepted and not yet processed or failed, by the
  * {status, createdAt} index: what a slow extraction or a flood of uploads leaves waiting) and the
  * storage quota pressure (one usage counter per partner and mode). Replicas report the same
  * store-wide values.

@@ -1,7 +1,7 @@
 import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
 import { clientsFor } from "@pi/common/clients";
 import { every } from "@pi/common/background/periodic";
-import { GAUGE_REFRESH_MS } from "@pi/common/metrics";
+import { readAtScrape } from "@pi/common/metrics";
 import { startConnectServer } from "@pi/common/connect-server";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
@@ -94,7 +94,7 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     logger,
   });
 
-  const background: { stop(): Promise<void> }[] = [every("file gauges", GAUGE_REFRESH_MS, () => refreshFileGauges(store, limits), logger)];
+  const background: { stop(): Promise<void> }[] = [readAtScrape("file gauges", () => refreshFileGauges(store, limits), logger)];
   const later = { runAtStart: false };
   if (!options.passive) {
     // The outbox sweep also runs at start: events a crash left behind go out.

@@ -6,7 +6,7 @@ import { openFileStore, type FileStore } from "../src/store.js";
 import { testSettings } from "../../../test/support/services.js";
 
 // The file-intake gauges read from the database (issue 13: the backlog "visible in readiness or
-// metrics"; issue 25: storage quota pressure), as every replica sets them on its loop.
+// metrics"; issue 25: storage quota pressure), as every replica reads them at each scrape.
 let mongo: Mongo;
 let store: FileStore;
 const limits = { live: 1000, test: 100 };

@@ -2,7 +2,7 @@ import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/met
 import type { WebhookStore } from "./store.js";
 
 /**
- * The webhook gauges read from the database, set by every replica on the same loop (they report
+ * The webhook gauges read from the database, read by every replica at each scrape (they report
  * the same values): the age of the oldest event still queued for delivery (its retry window's
  * start) and how many partner endpoints are failing (every attempt failed for the failing period,
  * endpoint-health.ts: the same rule as the "webhook endpoint failing" log line).

@@ -1,7 +1,6 @@
 import { AuditTrail } from "@pi/common/audit-trail";
 import { clientsFor } from "@pi/common/clients";
-import { every } from "@pi/common/background/periodic";
-import { GAUGE_REFRESH_MS } from "@pi/common/metrics";
+import { readAtScrape } from "@pi/common/metrics";
 import { openRuntime } from "@pi/common/runtime";
 import { startConnectServer } from "@pi/common/connect-server";
 import { topicName } from "@pi/common/topics";
@@ -44,7 +43,7 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     },
   });
   dispatcher.start();
-  const gauges = every("webhook gauges", GAUGE_REFRESH_MS, () => refreshWebhookGauges(store, failingAfterMs(settings.WEBHOOK_RETRY_WINDOW_SECONDS)), logger);
+  const gauges = readAtScrape("webhook gauges", () => refreshWebhookGauges(store, failingAfterMs(settings.WEBHOOK_RETRY_WINDOW_SECONDS)), logger);
   const retention = startRetentionSweep(
     store,
     { keepMs: settings.WEBHOOK_EVENT_RETENTION_SECONDS * 1000, testPerPartner: settings.WEBHOOK_TEST_EVENTS_PER_PARTNER },

@@ -6,7 +6,7 @@ import { openWebhookStore, type QueueDoc, type WebhookStore } from "../src/store
 import { testSettings } from "../../../test/support/services.js";
 
 // The webhook gauges read from the database (docs/observability.md, "Metrics"), as every replica
-// sets them on its loop: the oldest delivery still queued, and the endpoints failing for the failing period.
+// reads them at each scrape: the oldest delivery still queued, and the endpoints failing for the failing period.
 let mongo: Mongo;
 let store: WebhookStore;
 const now = new Date("2026-11-26T12:00:00Z");

@@ -1,8 +1,7 @@
 import type { Consumer, Kafka, KafkaMessage } from "kafkajs";
 import { atMost } from "../at-most.js";
 import type { Logger } from "../logger.js";
-import { GAUGE_REFRESH_MS, kafkaConsumerLag, messageProcessDuration, messagesConsumed } from "../metrics.js";
-import { every, type Periodic } from "./periodic.js";
+import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../metrics.js";
 
 // The one Kafka consumer of every service (consume): its set-up, its liveness (a consumer kafkajs
 // gave up on makes the service not ready), its lag gauge, its metrics, and its bounded stop.
@@ -89,16 +88,16 @@ export function consumerLag(ends: { partition: number; high: string; low: string
 }
 
 /**
- * Sets pi_kafka_consumer_lag{group} every GAUGE_REFRESH_MS from the broker's offsets (the group's
- * committed ones and the topic's ends), with the service's own Kafka user: its group READ grant
- * lets it read its own groups' offsets. Every replica of the group reports the same value.
+ * Sets pi_kafka_consumer_lag{group} at each scrape (readAtScrape) from the broker's offsets (the
+ * group's committed ones and the topic's ends), with the service's own Kafka user: its group READ
+ * grant lets it read its own groups' offsets. Every replica of the group reports the same value.
+ * The admin client connects at the first scrape.
  */
-export function watchConsumerLag(kafka: Kafka, groupId: string, topic: string, logger: Logger): Periodic {
+export function watchConsumerLag(kafka: Kafka, groupId: string, topic: string, logger: Logger): { stop(): Promise<void> } {
   const admin = kafka.admin();
   let connected: Promise<void> | undefined;
-  const round = every(
+  const reads = readAtScrape(
     `consumer lag of ${groupId}`,
-    GAUGE_REFRESH_MS,
     async () => {
       connected ??= admin.connect().catch((err: unknown) => {
         connected = undefined;
@@ -112,9 +111,8 @@ export function watchConsumerLag(kafka: Kafka, groupId: string, topic: string, l
     logger,
   );
   return {
-    runNow: round.runNow,
     async stop() {
-      await round.stop();
+      await reads.stop();
       if (connected) await atMost(admin.disconnect().catch(() => undefined), CONSUMER_STOP_MS);
     },
   };
