@@ -28,8 +28,7 @@ export const FOLLOWER_MAX_WAIT_MS = CONSUMER_MAX_WAIT_MS;
 
 /**
  * The topic's end is read every `readEndEveryMs` only while `caughtUp` was asked within this long:
- * a replica nobody asks for tokens reads nothing (two reads a second of every auth replica were a
- * tenth of the idle stack's CPU).
+ * a replica nobody asks for tokens reads nothing (it read twice a second, idle or not).
  */
 export const END_READ_IDLE_AFTER_MS = 10_000;
 
