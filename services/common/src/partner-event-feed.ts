@@ -35,6 +35,7 @@ export const END_READ_IDLE_AFTER_MS = 10_000;
 /**
  * How long `readEndIfStale` waits for a read of an end too old to trust; past it the caller goes
  * on, and `caughtUp` answers false (what the cache would have served comes from the database).
+ * While reads fail (Kafka unreachable) it does not wait at all.
  */
 export const END_READ_WAIT_MS = 250;
 
@@ -137,6 +138,7 @@ export function appliedThroughEnd(applied: ReadonlyMap<number, bigint>, end: Log
 export class TopicEndWatch {
   private askedAt: number;
   private reading?: Promise<void>;
+  private lastReadFailed = false;
   readonly maxAgeMs: number;
 
   constructor(
@@ -161,10 +163,16 @@ export class TopicEndWatch {
     await this.read();
   }
 
-  /** Reads the end when the last read is too old to trust, waiting END_READ_WAIT_MS at most. */
+  /**
+   * Reads the end when the last read is too old to trust, waiting END_READ_WAIT_MS at most; not at
+   * all while the last read failed (the read still starts: the next request may find it done).
+   */
   async readIfStale(): Promise<void> {
     this.askedAt = this.now();
-    if (this.askedAt - this.end.readAt > this.maxAgeMs) await atMost(this.read(), END_READ_WAIT_MS);
+    if (this.askedAt - this.end.readAt <= this.maxAgeMs) return;
+    const reading = this.read();
+    if (this.lastReadFailed) reading.catch(() => undefined);
+    else await atMost(reading, END_READ_WAIT_MS);
   }
 
   /** One read at a time: a caller arriving during a read waits for that one. */
@@ -173,6 +181,10 @@ export class TopicEndWatch {
       try {
         const readAt = this.now();
         this.end = { ends: await this.readEnd(), readAt };
+        this.lastReadFailed = false;
+      } catch (err) {
+        this.lastReadFailed = true;
+        throw err;
       } finally {
         this.reading = undefined;
       }

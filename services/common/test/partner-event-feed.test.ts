@@ -123,6 +123,33 @@ describe("TopicEndWatch: the end read on demand", () => {
     expect(w.watch.trusts(applied([[0, 4n]]))).toBe(true);
   });
 
+  it("while reads fail (Kafka unreachable) a request does not wait for one, and the end is trusted again once a read succeeds", async () => {
+    const clock = { now: 0 };
+    let reachable = false;
+    let reads = 0;
+    let release: () => void = () => undefined;
+    const readEnd = () => {
+      reads++;
+      if (!reachable) return Promise.reject(new Error("Kafka unreachable"));
+      return new Promise<Map<number, bigint>>((resolve) => (release = () => resolve(new Map([[0, 3n]]))));
+    };
+    const watch = new TopicEndWatch({ ends: new Map([[0, 3n]]), readAt: 0 }, readEnd, 500, () => clock.now);
+    clock.now = 60_000;
+    await watch.readIfStale(); // the first failure: waited for, and learnt
+    expect(reads).toBe(1);
+    reachable = true;
+    let answered = false;
+    const asked = watch.readIfStale().then(() => (answered = true));
+    await new Promise((r) => setImmediate(r));
+    expect(answered).toBe(true); // not waiting on the read it started
+    expect(reads).toBe(2);
+    expect(watch.trusts(new Map([[0, 3n]]))).toBe(false);
+    release();
+    await asked;
+    await new Promise((r) => setImmediate(r));
+    expect(watch.trusts(new Map([[0, 3n]]))).toBe(true);
+  });
+
   it("waits END_READ_WAIT_MS at most for a read that does not come back, and then does not trust", async () => {
     const clock = { now: 0 };
     const watch = new TopicEndWatch({ ends: new Map([[0, 3n]]), readAt: 0 }, () => new Promise(() => undefined), 500, () => clock.now);
