@@ -90,9 +90,9 @@ const scrapeReads = new Set<ScrapeRead>();
 
 /**
  * Registers `read`, which sets gauges from the database or Kafka, to run when Prometheus scrapes.
- * A process nobody scrapes reads nothing: on loops of their own, every 10 s in every replica, these
- * reads were a large part of the idle stack's CPU. `stop` unregisters it and waits for its read
- * under way (SCRAPE_READ_MS at most).
+ * A process nobody scrapes reads nothing (on loops of their own, every 10 s in every replica, these
+ * reads ran whether anyone looked or not). `stop` unregisters it and waits for its read under way
+ * (SCRAPE_READ_MS at most).
  */
 export function readAtScrape(name: string, read: () => Promise<unknown>, logger: Logger): { stop(): Promise<void> } {
   const entry: ScrapeRead = { name, read, logger };
