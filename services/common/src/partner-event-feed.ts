@@ -35,7 +35,7 @@ export const END_READ_IDLE_AFTER_MS = 10_000;
 /**
  * How long `readEndIfStale` waits for a read of an end too old to trust; past it the caller goes
  * on, and `caughtUp` answers false (what the cache would have served comes from the database).
- * While reads fail (Kafka unreachable) it does not wait at all.
+ * While reads fail or hang (Kafka unreachable) it does not wait at all.
  */
 export const END_READ_WAIT_MS = 250;
 
@@ -138,6 +138,7 @@ export function appliedThroughEnd(applied: ReadonlyMap<number, bigint>, end: Log
 export class TopicEndWatch {
   private askedAt: number;
   private reading?: Promise<void>;
+  private readStartedAt = 0;
   private lastReadFailed = false;
   readonly maxAgeMs: number;
 
@@ -165,13 +166,15 @@ export class TopicEndWatch {
 
   /**
    * Reads the end when the last read is too old to trust, waiting END_READ_WAIT_MS at most; not at
-   * all while the last read failed (the read still starts: the next request may find it done).
+   * all while the last read failed or the one under way has already taken longer (Kafka is not
+   * answering: the request goes on without the cache at once, as it did before reads were on demand).
    */
   async readIfStale(): Promise<void> {
     this.askedAt = this.now();
     if (this.askedAt - this.end.readAt <= this.maxAgeMs) return;
+    const hung = this.reading !== undefined && this.askedAt - this.readStartedAt > END_READ_WAIT_MS;
     const reading = this.read();
-    if (this.lastReadFailed) reading.catch(() => undefined);
+    if (this.lastReadFailed || hung) reading.catch(() => undefined);
     else await atMost(reading, END_READ_WAIT_MS);
   }
 
@@ -179,7 +182,7 @@ export class TopicEndWatch {
   private read(): Promise<void> {
     this.reading ??= (async () => {
       try {
-        const readAt = this.now();
+        const readAt = (this.readStartedAt = this.now());
         this.end = { ends: await this.readEnd(), readAt };
         this.lastReadFailed = false;
       } catch (err) {

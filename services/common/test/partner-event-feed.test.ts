@@ -150,6 +150,19 @@ describe("TopicEndWatch: the end read on demand", () => {
     expect(watch.trusts(new Map([[0, 3n]]))).toBe(true);
   });
 
+  it("a read under way for longer than END_READ_WAIT_MS (Kafka not answering) is not waited for again", async () => {
+    const clock = { now: 0 };
+    const watch = new TopicEndWatch({ ends: new Map([[0, 3n]]), readAt: 0 }, () => new Promise(() => undefined), 500, () => clock.now);
+    clock.now = 60_000;
+    await watch.readIfStale();
+    clock.now += END_READ_WAIT_MS + 1;
+    let answered = false;
+    void watch.readIfStale().then(() => (answered = true));
+    await new Promise((r) => setImmediate(r));
+    expect(answered).toBe(true);
+    expect(watch.trusts(new Map([[0, 3n]]))).toBe(false);
+  });
+
   it("waits END_READ_WAIT_MS at most for a read that does not come back, and then does not trust", async () => {
     const clock = { now: 0 };
     const watch = new TopicEndWatch({ ends: new Map([[0, 3n]]), readAt: 0 }, () => new Promise(() => undefined), 500, () => clock.now);
