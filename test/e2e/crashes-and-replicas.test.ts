@@ -8,12 +8,13 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { startAuthService } from "@pi/auth";
-import { type ConnectionClient, connectMongo, createKafka, createLogger, createProducer, databaseName, ensureTopics, kafkaCredentials, type Mongo, newId, type Producer, type RunningService, SERVICE_URL_SETTINGS, serviceClient, type Settings, topicName } from "@pi/common";
+import { type ConnectionClient, connectMongo, createKafka, createLogger, createProducer, databaseName, kafkaCredentials, type Mongo, newId, type Producer, type RunningService, SERVICE_URL_SETTINGS, serviceClient, type Settings, topicName } from "@pi/common";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
 import { type LocalStack, startLocalStack } from "../../bench/support/local-stack.js";
 import { drawingOperatorsPdf, hexFlateBombPdf } from "../../services/extraction/test/hostile-pdfs.js";
 import { collectConnectionEvents, type EventCollector } from "../support/connection-events.js";
+import { readTopic } from "../support/topic-reader.js";
 import { sendFile, waitForStatus } from "../support/files.js";
 import { textPdf } from "../support/pdf.js";
 import { freePort } from "../support/gateway-process.js";
@@ -191,37 +192,16 @@ describe("connections crash", () => {
       expect(record).toMatchObject({ actor: "caregiver", eventId: expect.stringMatching(/^evt_/) });
 
       // Every audit record on the topic, from its beginning.
-      const seen: eventsv1.AuditRecord[] = [];
-      const readUpTo = new Map<number, bigint>();
-      const kafka = createKafka(brokers, `${namespace}.audit-reader`, createLogger("audit-reader", "silent"), testKafkaAdmin());
-      const topic = topicName(namespace, "auditEvents");
-      const reader = kafka.consumer({ groupId: `${namespace}.audit-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
-      // The topic exists before the reader subscribes: a reader that found no such topic would see
-      // it only at its next metadata refresh, about 30 s later.
-      await ensureTopics(kafka, namespace, ["auditEvents"]);
-      await reader.connect();
-      const admin = kafka.admin();
-      await admin.connect();
+      const audit = await readTopic(brokers, namespace, "auditEvents", (value) => fromBinary(eventsv1.AuditRecordSchema, value), { describe: (r) => [r.action, r.id] });
       try {
-        await reader.subscribe({ topic, fromBeginning: true });
-        await reader.run({
-          eachMessage: async ({ partition, message }) => {
-            seen.push(fromBinary(eventsv1.AuditRecordSchema, message.value!));
-            readUpTo.set(partition, BigInt(message.offset) + 1n);
-          },
-        });
         await startService();
         // Taken off the document once relayed (acknowledged by the broker), by whichever replica's relay or sweep sent it.
         expect((await storedConnectionWhen(id, (d) => (d.audit as unknown[]).length === 0)).audit).toEqual([]);
         // Then the topic is read up to its end as it stands now: the record is on it, or never will be.
-        const ends = await admin.fetchTopicOffsets(topic);
-        const readToEnd = () => ends.every((e) => (readUpTo.get(e.partition) ?? BigInt(e.low)) >= BigInt(e.high));
-        for (const deadline = Date.now() + 30_000; !readToEnd() && Date.now() < deadline; ) await sleep(100);
-        expect({ readToEnd: readToEnd(), ends }).toMatchObject({ readToEnd: true });
-        expect(seen.find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
+        await audit.readToEnd();
+        expect(audit.records.map((r) => r.value).find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
       } finally {
-        await admin.disconnect();
-        await reader.disconnect();
+        await audit.stop();
       }
     });
 

@@ -2,14 +2,12 @@ import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Producer } from "kafkajs";
 import type { Collection, Document } from "mongodb";
-import { createKafka, createProducer, ensureTopics, type Kafka } from "@pi/common/kafka";
-import { createLogger } from "@pi/common/logger";
-import { topicName } from "@pi/common/topics";
+import { createProducer } from "@pi/common/kafka";
 import { eventsv1 } from "@pi/proto";
-import { testKafkaAdmin } from "./services.js";
+import { readTopic } from "./topic-reader.js";
 
-// Reads the connection-events topic of one namespace from its beginning, for tests that check what
-// the connection service published.
+// Reads the connection-events topic of one namespace from its beginning (topic-reader.ts), for tests
+// that check what the connection service published.
 
 export interface CollectedEvent {
   key: string;
@@ -19,7 +17,7 @@ export interface CollectedEvent {
 }
 
 export interface EventCollector {
-  events: CollectedEvent[];
+  readonly events: CollectedEvent[];
   /** Resolves once `predicate` holds for the events seen so far; rejects after `timeoutMs`. */
   waitFor(predicate: (events: CollectedEvent[]) => boolean, timeoutMs?: number): Promise<CollectedEvent[]>;
   /** Events of one connection, in topic order. */
@@ -35,61 +33,33 @@ export interface EventCollector {
 }
 
 export async function collectConnectionEvents(brokers: string, namespace: string): Promise<EventCollector> {
-  const kafka: Kafka = createKafka(brokers, `${namespace}.test-reader`, createLogger("test-reader", "error"), testKafkaAdmin());
-  await ensureTopics(kafka, namespace, ["connectionEvents"]);
-  const topic = topicName(namespace, "connectionEvents");
-  const consumer = kafka.consumer({ groupId: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
-  const events: CollectedEvent[] = [];
-  let producer: Producer | undefined;
-  const waiters = new Set<() => void>();
-  await consumer.connect();
-  await consumer.subscribe({ topic, fromBeginning: true });
-  await consumer.run({
-    eachMessage: async ({ partition, message }) => {
-      events.push({
-        key: message.key?.toString() ?? "",
-        partition,
-        offset: message.offset,
-        event: fromBinary(eventsv1.ConnectionEventSchema, message.value ?? new Uint8Array()),
-      });
-      for (const wake of waiters) wake();
-    },
+  const reader = await readTopic(brokers, namespace, "connectionEvents", (value) => fromBinary(eventsv1.ConnectionEventSchema, value), {
+    describe: (e) => [e.type, e.connectionId],
   });
+  const collected = (): CollectedEvent[] => reader.records.map(({ value, ...at }) => ({ ...at, event: value }));
+  let producer: Producer | undefined;
   return {
-    events,
-    waitFor(predicate, timeoutMs = 30_000) {
-      return new Promise((resolve, reject) => {
-        const check = () => {
-          if (!predicate(events)) return;
-          cleanup();
-          resolve(events);
-        };
-        const timer = setTimeout(() => {
-          cleanup();
-          reject(new Error(`timed out after ${timeoutMs} ms; events seen: ${JSON.stringify(events.map((e) => [e.event.type, e.event.connectionId]))}`));
-        }, timeoutMs);
-        const cleanup = () => {
-          clearTimeout(timer);
-          waiters.delete(check);
-        };
-        waiters.add(check);
-        check();
-      });
+    get events() {
+      return collected();
     },
-    of: (connectionId) => events.filter((e) => e.event.connectionId === connectionId).map((e) => e.event),
+    async waitFor(predicate, timeoutMs) {
+      await reader.waitFor(() => predicate(collected()), timeoutMs);
+      return collected();
+    },
+    of: (connectionId) => reader.records.filter((r) => r.value.connectionId === connectionId).map((r) => r.value),
     async sentinel(key, timeoutMs) {
       if (!producer) {
-        producer = createProducer(kafka);
+        producer = createProducer(reader.kafka);
         await producer.connect();
       }
       const eventId = `sentinel-${randomBytes(8).toString("hex")}`;
       const marker = create(eventsv1.ConnectionEventSchema, { eventId, type: "test.sentinel", partnerId: key });
-      await producer.send({ topic, messages: [{ key, value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, marker)) }] });
-      await this.waitFor((seen) => seen.some((e) => e.event.eventId === eventId), timeoutMs);
+      await producer.send({ topic: reader.topic, messages: [{ key, value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, marker)) }] });
+      await reader.waitFor((records) => records.some((r) => r.value.eventId === eventId), timeoutMs);
     },
     async stop() {
       await producer?.disconnect();
-      await consumer.disconnect();
+      await reader.stop();
     },
   };
 }

@@ -1,20 +1,18 @@
-import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { fromBinary } from "@bufbuild/protobuf";
-import type { Consumer } from "kafkajs";
 import { MongoClient } from "mongodb";
 import { authv1, eventsv1 } from "@pi/proto";
 import { clientsFor } from "@pi/common/clients";
-import { createKafka, kafkaCredentials } from "@pi/common/kafka";
+import { kafkaCredentials } from "@pi/common/kafka";
 import { createLogger } from "@pi/common/logger";
 import { databaseName } from "@pi/common/mongo";
 import { outboxEntry, pushEvent } from "@pi/common/persistence";
-import { topicName } from "@pi/common/topics";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
 import { startAuthService } from "../src/service.js";
 import type { CredentialDoc } from "../src/store.js";
 import { addressOf, testSettings } from "../../../test/support/services.js";
+import { readTopic, type TopicReader } from "../../../test/support/topic-reader.js";
 
 // Partner events go through the outbox: stored with the change, published right after it, and by
 // the sweep when the process that wrote it died first. Two replicas of the auth service (each its
@@ -28,30 +26,24 @@ const replicas: RunningService[] = [];
 let a: AuthClient;
 let b: AuthClient;
 let mongo: MongoClient;
-let consumer: Consumer;
-const seen: eventsv1.PartnerEvent[] = [];
-
-async function waitFor(predicate: () => boolean, timeoutMs = 20_000): Promise<void> {
-  for (const deadline = Date.now() + timeoutMs; !predicate(); ) {
-    if (Date.now() > deadline) throw new Error(`timed out; events seen: ${JSON.stringify(seen.map((e) => [e.kind, e.partnerId, e.clientId]))}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+let reader: TopicReader<eventsv1.PartnerEvent>;
+/** The partner events read so far, in topic order. */
+const seen = () => reader.records.map((r) => r.value);
+const waitFor = (predicate: () => boolean) => reader.waitFor(predicate, 20_000);
 
 beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
   [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("auth", r) }).authAdmin());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
-  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.reader`, createLogger("reader", "error"), kafkaCredentials(settings));
-  consumer = kafka.consumer({ groupId: `${settings.DATA_NAMESPACE}.reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
-  await consumer.connect();
-  await consumer.subscribe({ topic: topicName(settings.DATA_NAMESPACE, "partnerEvents"), fromBeginning: true });
-  await consumer.run({ eachMessage: async ({ message }) => void seen.push(fromBinary(eventsv1.PartnerEventSchema, message.value!)) });
+  reader = await readTopic(settings.KAFKA_BROKERS, settings.DATA_NAMESPACE, "partnerEvents", (value) => fromBinary(eventsv1.PartnerEventSchema, value), {
+    credentials: kafkaCredentials(settings),
+    describe: (e) => [e.kind, e.partnerId, e.clientId],
+  });
 });
 
 afterAll(async () => {
-  await consumer?.disconnect();
+  await reader?.stop();
   await Promise.all(replicas.map((r) => r.stop()));
   await mongo?.db(databaseName(settings.DATA_NAMESPACE, "auth")).dropDatabase();
   await mongo?.close();
@@ -64,7 +56,7 @@ describe("partner events through the outbox", () => {
     const partner = await a.createPartner({ name: "Outbox Clinic" });
     const clientId = partner.live!.clientId;
     await b.revokeCredential({ clientId });
-    await waitFor(() => seen.some((e) => e.kind === PartnerEventKind.CREDENTIAL_REVOKED && e.clientId === clientId));
+    await waitFor(() => seen().some((e) => e.kind === PartnerEventKind.CREDENTIAL_REVOKED && e.clientId === clientId));
     expect(await credentials().findOne({ _id: clientId })).toMatchObject({ status: "revoked", outbox: [] });
   });
 
@@ -74,8 +66,8 @@ describe("partner events through the outbox", () => {
     // What RevokeCredential writes, and then nothing: the process "died" before its publish.
     const entry = outboxEntry({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId, clientId });
     await credentials().updateOne({ _id: clientId }, { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(entry) });
-    await waitFor(() => seen.some((e) => e.clientId === clientId));
-    expect(seen.find((e) => e.clientId === clientId)).toMatchObject({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId });
+    await waitFor(() => seen().some((e) => e.clientId === clientId));
+    expect(seen().find((e) => e.clientId === clientId)).toMatchObject({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId });
     let left = (await credentials().findOne({ _id: clientId }))!.outbox.length;
     for (const deadline = Date.now() + 5_000; left > 0 && Date.now() < deadline; ) {
       await new Promise((r) => setTimeout(r, 25));
@@ -91,9 +83,9 @@ describe("partner events through the outbox", () => {
       await Promise.all([a.setPartnerStatus({ partnerId, status: SUSPENDED }), b.setPartnerStatus({ partnerId, status: ACTIVE })]);
     }
     // Every change has its event: 8 of them, in the order they were stored.
-    await waitFor(() => seen.filter((e) => e.partnerId === partnerId && e.kind !== PartnerEventKind.WEBHOOK_CHANGED).length === 8);
+    await waitFor(() => seen().filter((e) => e.partnerId === partnerId && e.kind !== PartnerEventKind.WEBHOOK_CHANGED).length === 8);
     const partner = await mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection("partners").findOne({ _id: partnerId as never });
-    const last = seen.filter((e) => e.partnerId === partnerId).at(-1)!;
+    const last = seen().filter((e) => e.partnerId === partnerId).at(-1)!;
     expect(last.kind).toBe(partner!.status === "active" ? PartnerEventKind.PARTNER_REINSTATED : PartnerEventKind.PARTNER_SUSPENDED);
     expect(partner!.outbox).toEqual([]);
   });
