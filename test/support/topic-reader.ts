@@ -3,6 +3,7 @@ import { createKafka, ensureTopics, type Kafka, type KafkaCredentials } from "@p
 import { createLogger } from "@pi/common/logger";
 import { topicName, type TopicKey } from "@pi/common/topics";
 import { testKafkaAdmin } from "./services.js";
+import { Waiters } from "./waiters.js";
 
 // Reads one topic of one namespace from its beginning, in a consumer group of its own, for tests
 // that check what a service published: every record decoded, a wait for a condition on them, and a
@@ -43,7 +44,7 @@ export async function readTopic<T>(brokers: string, namespace: string, key: Topi
   const consumer = kafka.consumer({ groupId: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
   const records: ReadRecord<T>[] = [];
   const readUpTo = new Map<number, bigint>();
-  const waiters = new Set<() => void>();
+  const waiters = new Waiters();
   const describe = options.describe ?? ((value: T) => value);
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
@@ -51,29 +52,12 @@ export async function readTopic<T>(brokers: string, namespace: string, key: Topi
     eachMessage: async ({ partition, message }) => {
       records.push({ key: message.key?.toString() ?? "", partition, offset: message.offset, value: decode(message.value ?? new Uint8Array()) });
       readUpTo.set(partition, BigInt(message.offset) + 1n);
-      for (const wake of waiters) wake();
+      waiters.wake();
     },
   });
 
-  function waitUntil(holds: () => boolean, timeoutMs: number, what: () => string): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        if (!holds()) return;
-        cleanup();
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what()}; records read: ${JSON.stringify(records.map((r) => describe(r.value)), (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v))}`));
-      }, timeoutMs);
-      const cleanup = () => {
-        clearTimeout(timer);
-        waiters.delete(check);
-      };
-      waiters.add(check);
-      check();
-    });
-  }
+  const waitUntil = (holds: () => boolean, timeoutMs: number, what: () => string) =>
+    waiters.until(holds, timeoutMs, () => new Error(`timed out after ${timeoutMs} ms waiting for ${what()}; records read: ${JSON.stringify(records.map((r) => describe(r.value)), (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v))}`));
 
   return {
     kafka,

@@ -59,6 +59,7 @@ export function createWebhookReceiver(secret: string, onEvent: (event: WebhookEv
 // docs:end receiver
 
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { Waiters } from "./waiters.js";
 
 // ---- Test harness: a receiver on 127.0.0.1, port 0, recording every delivery ----
 
@@ -98,7 +99,7 @@ export async function startTestReceiver(secret = "", behaviour: Behaviour = () =
   const arrivals: Arrival[] = [];
   const rejected: string[] = [];
   const counts = new Map<string, number>();
-  const waiters = new Set<() => void>();
+  const waiters = new Waiters();
   let current = behaviour;
   let raw = "";
   const onEvent = async (event: WebhookEvent) => {
@@ -106,13 +107,13 @@ export async function startTestReceiver(secret = "", behaviour: Behaviour = () =
     counts.set(event.id, nth);
     const outcome = current(event, nth);
     arrivals.push({ event, raw, nth, at: Date.now(), outcome });
-    waiters.forEach((w) => w());
+    waiters.wake();
     if (outcome === "fail") throw new Error("told to fail");
     if (outcome === "hang") await new Promise(() => {});
   };
   const onRejected = (reason: string) => {
     rejected.push(reason);
-    waiters.forEach((w) => w());
+    waiters.wake();
   };
   // The documented receiver does the work; this server only hands it each request, so the secret
   // can be set once the partner exists.
@@ -138,25 +139,9 @@ export async function startTestReceiver(secret = "", behaviour: Behaviour = () =
     behave(b) {
       current = b;
     },
-    waitFor(predicate, timeoutMs = 20_000, what = "webhook arrivals") {
-      return new Promise((resolve, reject) => {
-        const check = () => {
-          if (predicate(arrivals)) {
-            cleanup();
-            resolve(arrivals);
-          }
-        };
-        const timer = setTimeout(() => {
-          cleanup();
-          reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}; got ${arrivals.length} arrivals, ${rejected.length} rejected`));
-        }, timeoutMs);
-        const cleanup = () => {
-          clearTimeout(timer);
-          waiters.delete(check);
-        };
-        waiters.add(check);
-        check();
-      });
+    async waitFor(predicate, timeoutMs = 20_000, what = "webhook arrivals") {
+      await waiters.until(() => predicate(arrivals), timeoutMs, () => new Error(`timed out after ${timeoutMs} ms waiting for ${what}; got ${arrivals.length} arrivals, ${rejected.length} rejected`));
+      return arrivals;
     },
     async drained(timeoutMs = 10_000) {
       const open = () => new Promise<number>((resolve, reject) => server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
