@@ -140,12 +140,12 @@ export class TopicEndWatch {
   private reading?: Promise<void>;
   private readStartedAt = 0;
   private lastReadFailed = false;
-  readonly maxAgeMs: number;
+  private readonly maxAgeMs: number;
 
   constructor(
     private end: LogEnd,
     private readonly readEnd: () => Promise<ReadonlyMap<number, bigint>>,
-    readonly everyMs: number,
+    everyMs: number,
     private readonly now: () => number = () => performance.now(),
   ) {
     this.askedAt = now();
