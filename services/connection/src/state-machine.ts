@@ -100,13 +100,13 @@ type ActedBy = "caregiver" | "test_helper";
  */
 function caregiverRefusal(s: ConnectionState, by: ActedBy): Outcome | undefined {
   if (by === "caregiver" && s.mode === "test") return refused("test connections are approved automatically; no caregiver acts on them");
-  if (by === "test_helper" && s.mode !== "test") return refused("test helpers act only on test connections");
   if (!s.resolved) return refused("the address does not resolve to an elder, so no caregiver can act on it");
   return undefined;
 }
 
 /** The caregiver's approve, decline and sever, whoever performs them. */
 function caregiverAct(s: ConnectionState, status: InternalStatus, act: "approve" | "decline" | "sever", by: ActedBy): Outcome {
+  if (by === "test_helper" && s.mode !== "test") return refused("test helpers act only on test connections");
   switch (act) {
     case "approve": {
       if (status === "approved") return unchanged;
