@@ -1,4 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { rehearse } from "../../sdk/typescript/examples/sandbox-outcomes.js";
 import { NO_RATE_LIMITS } from "../support/auth.js";
 import { fixture, sendFile, waitForStatus } from "../support/files.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
@@ -362,6 +365,33 @@ describe("test helpers", () => {
     for (const [what, answer] of answers) expect([what, answer]).toEqual([what, reference]);
     expect(await p.status(testCon)).toBe("approved");
     expect(await other.status(foreignCon)).toBe("approved");
+  });
+
+  it("docs/partners.md's walk through every outcome with the SDK runs as shown, and its webhooks arrive verified", async () => {
+    const program = readFileSync(join("sdk", "typescript", "examples", "sandbox-outcomes.ts"), "utf8").trimEnd();
+    expect(readFileSync(join("docs", "partners.md"), "utf8")).toContain("```ts\n" + program + "\n```");
+    const receiver = await startTestReceiver("");
+    receivers.push(receiver);
+    const created = await ops.partnerCreate({ name: "SDK Rehearsal Pharmacy", webhookUrl: receiver.url });
+    receiver.useSecret(created.signing_secret);
+    const seen = await rehearse({ PI_BASE_URL: stack.baseUrl, PI_TEST_CLIENT_ID: created.test.client_id, PI_TEST_CLIENT_SECRET: created.test.client_secret, PI_SANDBOX_ELDER: sandbox });
+    expect(seen).toEqual({
+      declined: "pending",
+      sendWhilePending: "no_active_connection",
+      severPending: "invalid_request",
+      expired: "expired",
+      approved: "approved",
+      file: "processed",
+      failedFile: "failed",
+      severed: "revoked",
+      sendAfterSever: "no_active_connection",
+    });
+    await receiver.waitFor((a) => a.length >= 2, 20_000, "connection.approved and connection.revoked");
+    expect(receiver.rejected).toEqual([]);
+    expect(receiver.arrivals.map((a) => [a.event.type, a.event.data.status])).toEqual([
+      ["connection.approved", "approved"],
+      ["connection.revoked", "revoked"],
+    ]);
   });
 
   describe("files", () => {
