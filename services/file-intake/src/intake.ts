@@ -185,7 +185,7 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
           blobId: staged.id,
           idempotencyKey: key,
           textLength: text ? text.length : null,
-          sandboxOutcome: sandboxOutcome(mode, purpose),
+          ...(sandboxOutcome(mode, purpose) === "failed" ? { sandboxOutcome: "failed" as const } : {}),
         },
         new Date(),
       );

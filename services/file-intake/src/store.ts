@@ -51,7 +51,7 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   textLength?: number | null;
   /**
    * Test files only: "failed" when it was sent with purpose `sandbox_failed` (sandbox-outcome.ts), so
-   * it ends failed; null or absent for every other file (an older release's records have none).
+   * it ends failed; absent on every other file.
    */
   sandboxOutcome?: "failed" | null;
   /** Why the file ended `failed` (a code of FAILURE_REASONS; no content); null or absent otherwise. */
