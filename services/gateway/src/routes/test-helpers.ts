@@ -7,7 +7,7 @@ import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { allowedMethods } from "../allowed-methods.js";
-import { CONNECTION_SCOPE, connectionResource } from "./connections.js";
+import { CONNECTION_ID, CONNECTION_SCOPE, connectionResource } from "./connections.js";
 
 // Test helpers (docs/edge.md, "Test helpers"): POST /v1/test_helpers/connections/{id}/{act} drives
 // one of the partner's own test connections through what its caregiver or time would do. They exist
@@ -23,13 +23,11 @@ export const TEST_HELPER_ACTS = {
   expire: TestHelperAct.EXPIRE,
 } as const;
 
-/** The shape of a connection id; anything else gets the same 404 as an unknown id, without a call. */
-const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
-
 export function testHelperRoutes(connections: ConnectionClient) {
   const router = gatewayRouter();
   for (const [name, act] of Object.entries(TEST_HELPER_ACTS)) {
     router.post(`/v1/test_helpers/connections/:id/${name}`, requireScope(CONNECTION_SCOPE), async (ctx: GatewayContext) => {
+      // Any other shape gets the same 404 as an unknown id, without a call.
       const id = ctx.params.id ?? "";
       if (!CONNECTION_ID.test(id)) throw new PartnerError("not_found");
       const { partnerId, mode } = ctx.state.principal!;
