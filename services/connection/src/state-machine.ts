@@ -105,7 +105,7 @@ function caregiverRefusal(s: ConnectionState, by: ActedBy): Outcome | undefined 
 }
 
 /** The caregiver's approve, decline and sever, whoever performs them. */
-function caregiverAct(s: ConnectionState, status: InternalStatus, act: "approve" | "decline" | "sever", by: ActedBy): Outcome {
+function caregiverRule(s: ConnectionState, status: InternalStatus, act: "approve" | "decline" | "sever", by: ActedBy): Outcome {
   if (by === "test_helper" && s.mode !== "test") return refused("test helpers act only on test connections");
   switch (act) {
     case "approve": {
@@ -157,14 +157,14 @@ export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Out
     case "approve":
     case "decline":
     case "sever":
-      return caregiverAct(s, status, trigger, "caregiver");
+      return caregiverRule(s, status, trigger, "caregiver");
 
     case "test_approve":
-      return caregiverAct(s, status, "approve", "test_helper");
+      return caregiverRule(s, status, "approve", "test_helper");
     case "test_decline":
-      return caregiverAct(s, status, "decline", "test_helper");
+      return caregiverRule(s, status, "decline", "test_helper");
     case "test_sever":
-      return caregiverAct(s, status, "sever", "test_helper");
+      return caregiverRule(s, status, "sever", "test_helper");
     case "test_expire":
       return expireNow(s, status);
 
