@@ -86,7 +86,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   }
 
   /** A credential with a client secret, or (given `keys`) a private_key_jwt one, which has no secret. */
-  async function issueCredential(partnerId: string, mode: CredentialMode, keys?: Pick<CredentialDoc, "jwks" | "jwksUrl">) {
+  async function issueCredential(partnerId: string, mode: CredentialMode, keys?: Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched">) {
     const clientId = newId("cli");
     const clientSecret = keys ? "" : newSecret(mode === "live" ? "sk_live" : "sk_test");
     await store.credentials.insertOne({
@@ -190,7 +190,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   }
 
   /** A JWK Set given inline (its JSON) or by URL, checked for a registration. */
-  async function keySource(req: authv1.CreateCredentialRequest): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl"> | undefined> {
+  async function keySource(req: authv1.CreateCredentialRequest): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
     if (req.jwksJson !== undefined && req.jwksUrl !== undefined) throw new ConnectError("give a JWK Set or its URL, not both", Code.InvalidArgument);
     if (req.jwksJson !== undefined) {
       let jwks: unknown;
@@ -205,9 +205,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     }
     if (req.jwksUrl !== undefined) {
       if (req.jwksUrl.length > 2048) throw new ConnectError("the JWK Set URL is longer than 2048 characters", Code.InvalidArgument);
-      const problem = await assertionKeys.urlProblem(req.jwksUrl);
-      if (problem) throw new ConnectError(problem, Code.InvalidArgument);
-      return { jwksUrl: req.jwksUrl };
+      // Fetched once here, and stored: every replica verifies with it from the first request on.
+      const fetched = await assertionKeys.fetchSet(req.jwksUrl);
+      if ("problem" in fetched) throw new ConnectError(fetched.problem, Code.InvalidArgument);
+      return { jwksUrl: req.jwksUrl, jwksFetched: fetched };
     }
     return undefined;
   }

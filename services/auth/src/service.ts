@@ -19,7 +19,11 @@ import { PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
 import { peppersOf, SecretSealer } from "./secrets.js";
-import { openAuthStore, sweepUsedAssertions } from "./store.js";
+import { jwksUrlCredentials, openAuthStore, recordJwksFetch, sweepUsedAssertions } from "./store.js";
+import { JWKS_URL_REFRESH_EVERY_MS } from "./jwks-refresh.js";
+
+/** The job lease of the scheduled JWK Set URL round. */
+const JWKS_URL_REFRESH_LEASE = "jwks-url-refresh";
 
 /**
  * How often each auth replica reads the end of the partner-events topic while it is asked for
@@ -91,14 +95,26 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
     readEndEveryMs: PARTNER_EVENTS_END_READ_MS,
   });
-  const assertionKeys = new AssertionKeys({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, refetchCooldownMs: options.jwksUrlRefetchCooldownMs });
+  const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
+  const assertionKeys = new AssertionKeys({
+    allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
+    refetchCooldownMs: options.jwksUrlRefetchCooldownMs,
+    record: (url, outcome) => recordJwksFetch(store, url, outcome),
+    logger,
+  });
   await assertionKeys.start();
+  // JWK Set URLs are fetched here, never on a token request: sets past their age, one replica at a time.
+  const jwksRefresh = every(
+    "refresh JWK Set URLs",
+    JWKS_URL_REFRESH_EVERY_MS,
+    () => whileHolding(leases, JWKS_URL_REFRESH_LEASE, 5 * 60_000, async () => assertionKeys.refreshDue(await jwksUrlCredentials(store))),
+    logger,
+  );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
   // Audit records are stored only when signed by the service that owns their kind.
   const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, servicePublicKeys, logger);
   // Records past AUDIT_RETENTION_SECONDS go, one replica at a time (docs/security.md, "Audit trail").
-  const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
   const auditRetention = every(
     "audit retention sweep",
     AUDIT_SWEEP_EVERY_MS,
@@ -125,10 +141,12 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     async stop() {
       await reload.stop();
       await sweep.stop();
+      await jwksRefresh.stop();
       await auditRetention.stop();
       await server.close();
       await Promise.all([feed?.stop(), auditConsumer.stop()]);
       await Promise.all([events.stop(), trail.stop()]);
+      await assertionKeys.stop();
       await runtime.close();
     },
   };
