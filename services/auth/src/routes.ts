@@ -1,7 +1,8 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { auditRecordMessage, type AuditTrail } from "@pi/common/audit-trail";
+import type { AuditTrail } from "@pi/common/audit-trail";
+import type { PublicKeys } from "@pi/common/service-identity";
 import { emptyOutbox, isDuplicateKey, type Outbox } from "@pi/common/persistence";
 import { MAX_TOKENS_PER_CALL } from "@pi/common/clients";
 import { newId, newSecret } from "@pi/common/ids";
@@ -12,7 +13,7 @@ import type { Logger } from "@pi/common/logger";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/mode";
 import { randomUUID } from "node:crypto";
-import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
+import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
 import { checkAssertionClaims, claimedAssertion, usedJtiKey } from "./client-assertion.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
@@ -46,11 +47,13 @@ export interface AuthAudit {
   credentials: Pick<Outbox<CredentialDoc, AuditEntry>, "afterWrite">;
   revokedKeys: Pick<Outbox<RevokedKeyDoc, AuditEntry>, "afterWrite">;
   store: AuditStore;
+  /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
+  publicKeys: PublicKeys;
 }
 
-/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic. */
+/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic, with the signature it was stored with. */
 export function auditRecordOf(doc: AuditRecordDoc) {
-  return auditRecordMessage({ ...doc, eventId: doc._id });
+  return storedRecordMessage(doc);
 }
 
 /** A rotation's overlap may last at most a week. */
@@ -430,7 +433,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       } catch (err) {
         throw new ConnectError((err as Error).message, Code.InvalidArgument);
       }
-      return { records: (await audit.store.list(query)).map(auditRecordOf) };
+      const docs = await audit.store.list(query);
+      return { records: docs.map(auditRecordOf), verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)) };
     },
   });
 };

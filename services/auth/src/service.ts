@@ -1,4 +1,5 @@
 import { AuditTrail } from "@pi/common/audit-trail";
+import { connectMongo } from "@pi/common/mongo";
 import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
 import { parsePublicKeys } from "@pi/common/service-identity";
 import { every } from "@pi/common/background/periodic";
@@ -12,7 +13,7 @@ import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
 import { AssertionKeys } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
-import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditStore } from "./audit.js";
+import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditRetention, openAuditStore } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
 import { PartnerEventPublisher } from "./propagation.js";
@@ -65,7 +66,13 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     keys: trail.on(store.signingKeys),
     revokedKeys: trail.on(store.revokedKeys),
     store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE))),
+    publicKeys: servicePublicKeys,
   };
+  // The retention sweep's own database user (role auditRetention: find and remove), when set: the
+  // service's own user (auditAppend) cannot remove a record. Without it (npm start, the stand-in,
+  // which have no users), the service's own connection.
+  const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE)) : undefined;
+  const auditRetention = openAuditRetention(retentionMongo?.db ?? runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)));
   await trail.start();
   const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) }, store.revokedKeys);
   await keys.load();
@@ -115,12 +122,12 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   // Audit records are stored only when signed by the service that owns their kind.
   const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, servicePublicKeys, logger);
   // Records past AUDIT_RETENTION_SECONDS go, one replica at a time (docs/security.md, "Audit trail").
-  const auditRetention = every(
+  const auditRetentionSweep = every(
     "audit retention sweep",
     AUDIT_SWEEP_EVERY_MS,
     () =>
       whileHolding(leases, AUDIT_SWEEP_LEASE, 5 * 60_000, async () => {
-        const deleted = await audit.store.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
+        const deleted = await auditRetention.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
         if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
       }),
     logger,
@@ -142,7 +149,8 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
       await reload.stop();
       await sweep.stop();
       await jwksRefresh.stop();
-      await auditRetention.stop();
+      await auditRetentionSweep.stop();
+      await retentionMongo?.close();
       await server.close();
       await Promise.all([feed?.stop(), auditConsumer.stop()]);
       await Promise.all([events.stop(), trail.stop()]);
