@@ -491,10 +491,9 @@ describe("auth no oracle: a stalled JWK Set host", () => {
     // Two floods of equal cost, four requests at a time: failures of an unknown client, and
     // failures of the client whose host stalls. Meanwhile the other partner asks for tokens one at a
     // time. The floods alternate in blocks, each drained before the next starts (so nothing of one
-    // is in flight during the other), and drift falls on both alike. The gateway sends the token
-    // requests of one event-loop turn to auth together, so a request held on the host would hold
-    // the other partner's too. A p99 over 150 samples is noisier than a median, hence the wider
-    // bar; a request held on the host stands out by seconds.
+    // is in flight during the other), and drift falls on both alike. The other partner's requests
+    // share the gateways, the IssueTokens batches and the auth replica with the stalled client's.
+    // A p99 over 150 samples is noisier than a median, hence the wider bar.
     const FLOOD = 4;
     const body = { grant_type: "client_credentials", client_id: other.clientId, client_secret: other.clientSecret };
     const block = async (flood: Kind, into: number[]) => {
