@@ -404,6 +404,9 @@ export function envOf(container) {
 /** Settings that only some services get (from Secrets): the keys of the services that read them. */
 export const SECRET_SETTINGS = { CREDENTIAL_PEPPER: ["auth"], CREDENTIAL_PEPPERS: ["auth"], DATA_KEYS: ["auth", "fileIntake"] };
 
+/** Settings only some services get, and those only in some setups: the services that may have them. AUDIT_RETENTION_MONGODB_URI: auth's, with the chart's own MongoDB (not the stand-in, not an external one). */
+export const OPTIONAL_SERVICE_SETTINGS = { AUDIT_RETENTION_MONGODB_URI: ["auth"] };
+
 /** Settings a service may lack: the Kafka user, with an external Kafka whose users the chart is not given (kafka.auth). Both or neither. */
 export const OPTIONAL_PAIRED_SETTINGS = ["KAFKA_USERNAME", "KAFKA_PASSWORD"];
 
@@ -419,8 +422,9 @@ export function checkSettingsWired(docs, { release = RELEASE } = {}) {
     }
     const env = envOf(dep.spec.template.spec.containers[0]);
     for (const name of all) {
-      const expected = name in SECRET_SETTINGS ? SECRET_SETTINGS[name].includes(s.key) : name === "MONGODB_URI" ? s.data : true;
-      if (expected && !(name in env) && !OPTIONAL_PAIRED_SETTINGS.includes(name)) problems.push(`${s.component}: setting ${name} is not set`);
+      const optional = name in OPTIONAL_SERVICE_SETTINGS;
+      const expected = optional ? OPTIONAL_SERVICE_SETTINGS[name].includes(s.key) : name in SECRET_SETTINGS ? SECRET_SETTINGS[name].includes(s.key) : name === "MONGODB_URI" ? s.data : true;
+      if (expected && !optional && !(name in env) && !OPTIONAL_PAIRED_SETTINGS.includes(name)) problems.push(`${s.component}: setting ${name} is not set`);
       if (!expected && name in env) problems.push(`${s.component}: setting ${name} is set but belongs to another service`);
     }
     if (new Set(OPTIONAL_PAIRED_SETTINGS.map((name) => name in env)).size > 1) problems.push(`${s.component}: ${OPTIONAL_PAIRED_SETTINGS.join(" and ")} must be set together`);

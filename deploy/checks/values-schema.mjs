@@ -134,6 +134,8 @@ const definitions = {
       rootExistingSecretKey: { type: "string", minLength: 1 },
       existingSecret: { type: "string", description: "A Secret with the service's own database password (at least 16 of A-Z a-z 0-9 . _ ~ -)." },
       existingSecretKey: { type: "string", minLength: 1 },
+      auditRetentionExistingSecret: { type: "string", description: "auth only: a Secret with the password of the audit retention sweep's own user (at least 16 of A-Z a-z 0-9 . _ ~ -)." },
+      auditRetentionExistingSecretKey: { type: "string", minLength: 1 },
     }, { description: "Credentials of the in-cluster database: Secrets of yours, else generated and kept (generateSecrets)." }),
   }),
   persistence: strict({

@@ -163,7 +163,12 @@ describe("Helm chart with the default values", () => {
       const env = envOf(container(docs, s.component));
       expect(env.MONGODB_PASSWORD).toEqual({ secretKeyRef: { name: `${RELEASE}-${s.component}-mongodb-user`, key: "mongodb-password" } });
       expect(env.MONGODB_URI).toBe(`mongodb://${s.component}:$(MONGODB_PASSWORD)@${RELEASE}-${s.component}-mongodb:27017/${db}?authSource=${db}`);
-      for (const name of [`${RELEASE}-${s.component}-mongodb`, `${RELEASE}-${s.component}-mongodb-user`]) {
+      if (s.component === "auth") {
+        // The audit retention sweep's own user, on the audit database (role auditRetention).
+        expect(env.AUDIT_RETENTION_MONGODB_PASSWORD).toEqual({ secretKeyRef: { name: `${RELEASE}-auth-mongodb-audit-retention`, key: "mongodb-password" } });
+        expect(env.AUDIT_RETENTION_MONGODB_URI).toBe(`mongodb://auth-audit-retention:$(AUDIT_RETENTION_MONGODB_PASSWORD)@${RELEASE}-auth-mongodb:27017/${databaseName("pi", "auth_audit")}?authSource=${db}`);
+      } else expect(env.AUDIT_RETENTION_MONGODB_URI).toBeUndefined();
+      for (const name of [`${RELEASE}-${s.component}-mongodb`, `${RELEASE}-${s.component}-mongodb-user`, ...(s.component === "auth" ? [`${RELEASE}-auth-mongodb-audit-retention`] : [])]) {
         const secret = find(docs, "Secret", name);
         expect(secret.metadata.annotations["helm.sh/resource-policy"]).toBe("keep");
         expect(Buffer.from(Object.values(secret.data)[0] as string, "base64").toString()).toMatch(/^[A-Za-z0-9]{40}$/);
@@ -209,7 +214,7 @@ describe("Helm chart with the default values", () => {
         expect(c.lifecycle.postStart.exec.command.join(" ")).toContain("--authenticationDatabase admin /docker-entrypoint-initdb.d/ensure-user.js");
         const script = find(rendered, "ConfigMap", `${name}-init`).data["ensure-user.js"];
         const env = envOf(c) as Record<string, string>;
-        const run = (existing: boolean, password = "p".repeat(40)) => {
+        const run = (existing: boolean, password = "p".repeat(40), retentionPassword = "r".repeat(40)) => {
           const calls: unknown[][] = [];
           const sibling = (db: string) => ({
             getUser: (u: string) => (calls.push(["getUser", db, u]), existing ? { user: u } : null),
@@ -219,39 +224,57 @@ describe("Helm chart with the default values", () => {
             createRole: (spec: unknown) => calls.push(["createRole", db, spec]),
             updateRole: (r: string, spec: unknown) => calls.push(["updateRole", db, r, spec]),
           });
+          const retention = env.APP_AUDIT_RETENTION_USERNAME ? { APP_AUDIT_RETENTION_USERNAME: env.APP_AUDIT_RETENTION_USERNAME, APP_AUDIT_RETENTION_PASSWORD: retentionPassword } : {};
           runInNewContext(script, {
             db: { getSiblingDB: (d: string) => (calls.push(["getSiblingDB", d]), sibling(d)) },
-            process: { env: { APP_DATABASE: env.APP_DATABASE, APP_USERNAME: env.APP_USERNAME, APP_PASSWORD: password, ...(env.APP_AUDIT_DATABASE ? { APP_AUDIT_DATABASE: env.APP_AUDIT_DATABASE } : {}) } },
+            process: { env: { APP_DATABASE: env.APP_DATABASE, APP_USERNAME: env.APP_USERNAME, APP_PASSWORD: password, ...(env.APP_AUDIT_DATABASE ? { APP_AUDIT_DATABASE: env.APP_AUDIT_DATABASE } : {}), ...retention } },
             print: () => {},
           });
           return calls;
         };
         const db = databaseName(namespace, s.component);
         if (s.component === "auth") {
-          // The audit trail's database: append only, no service's user can rewrite a stored record.
+          // The audit trail's database, in production shape (mongo-java-server, which the other
+          // lanes run on, enforces no roles): the service's user may only append, never change or
+          // remove a record; the retention sweep's own user may only read and remove.
           const audit = databaseName(namespace, "auth_audit");
           expect(env.APP_AUDIT_DATABASE).toBe(audit);
-          // remove: the retention sweep's, past AUDIT_RETENTION_SECONDS; never update.
-          const privileges = [{ resource: { db: audit, collection: "" }, actions: ["find", "insert", "remove", "createCollection", "createIndex", "listIndexes", "listCollections"] }];
+          expect(env.APP_AUDIT_RETENTION_USERNAME).toBe("auth-audit-retention");
+          expect(env.APP_AUDIT_RETENTION_PASSWORD).toEqual({ secretKeyRef: { name: `${RELEASE}-auth-mongodb-audit-retention`, key: "mongodb-password" } });
+          const append = [{ resource: { db: audit, collection: "" }, actions: ["find", "insert", "createCollection", "createIndex", "listIndexes", "listCollections"] }];
+          const retentionPrivileges = [{ resource: { db: audit, collection: "" }, actions: ["find", "remove"] }];
           const roles = [{ role: "readWrite", db }, { role: "auditAppend", db: audit }];
+          const retentionRoles = [{ role: "auditRetention", db: audit }];
           expect(run(false)).toEqual([
             ["getSiblingDB", audit],
             ["getRole", audit, "auditAppend"],
-            ["createRole", audit, { role: "auditAppend", privileges, roles: [] }],
+            ["createRole", audit, { role: "auditAppend", privileges: append, roles: [] }],
+            ["getRole", audit, "auditRetention"],
+            ["createRole", audit, { role: "auditRetention", privileges: retentionPrivileges, roles: [] }],
             ["getSiblingDB", db],
             ["getUser", db, s.component],
             ["createUser", db, { user: s.component, pwd: "p".repeat(40), roles }],
+            ["getSiblingDB", db],
+            ["getUser", db, "auth-audit-retention"],
+            ["createUser", db, { user: "auth-audit-retention", pwd: "r".repeat(40), roles: retentionRoles }],
           ]);
           expect(run(true)).toEqual([
             ["getSiblingDB", audit],
             ["getRole", audit, "auditAppend"],
-            ["updateRole", audit, "auditAppend", { privileges, roles: [] }],
+            ["updateRole", audit, "auditAppend", { privileges: append, roles: [] }],
+            ["getRole", audit, "auditRetention"],
+            ["updateRole", audit, "auditRetention", { privileges: retentionPrivileges, roles: [] }],
             ["getSiblingDB", db],
             ["getUser", db, s.component],
             ["updateUser", db, s.component, { pwd: "p".repeat(40), roles }],
+            ["getSiblingDB", db],
+            ["getUser", db, "auth-audit-retention"],
+            ["updateUser", db, "auth-audit-retention", { pwd: "r".repeat(40), roles: retentionRoles }],
           ]);
-          // A record can be deleted past its retention (the sweep), never changed.
-          for (const rewrite of ["update", "dropCollection", "renameCollectionSameDB", "convertToCapped", "dropDatabase"]) expect(privileges[0]!.actions).not.toContain(rewrite);
+          // The appending role cannot remove (nor change) a record; the retention role cannot add or change one.
+          for (const rewrite of ["remove", "update", "dropCollection", "renameCollectionSameDB", "convertToCapped", "dropDatabase"]) expect(append[0]!.actions).not.toContain(rewrite);
+          for (const write of ["insert", "update", "dropCollection", "renameCollectionSameDB", "convertToCapped", "dropDatabase"]) expect(retentionPrivileges[0]!.actions).not.toContain(write);
+          expect(() => run(false, "p".repeat(40), "short")).toThrow(/at least 16/);
           continue;
         }
         expect(env.APP_AUDIT_DATABASE).toBeUndefined();
@@ -723,7 +746,7 @@ describe("generated secrets under GitOps rendering (generateSecrets; docs/securi
     ingress: { host: "partner-api.example.com", https: { existingSecret: "my-tls" } },
     kafka: { auth: { existingSecret: "my-kafka-users" } },
   };
-  (allGiven.auth as K8sObject).mongodb = { auth: { rootExistingSecret: "my-auth-root", existingSecret: "my-auth-db" } };
+  (allGiven.auth as K8sObject).mongodb = { auth: { rootExistingSecret: "my-auth-root", existingSecret: "my-auth-db", auditRetentionExistingSecret: "my-auth-audit-retention" } };
 
   it("fails a render without a cluster (helm template, lint, GitOps tools) instead of generating, naming every value that needs a Secret", () => {
     for (const values of [{ generateSecrets: "auto" }, { generateSecrets: "auto", dataKeys: { existingSecret: "k" }, auth: { credentialPepper: { existingSecret: "p" } } }]) {
@@ -732,6 +755,7 @@ describe("generated secrets under GitOps rendering (generateSecrets; docs/securi
       expect(t.stderr).toMatch(/cannot be generated: this render has no cluster to look the existing one up in/);
       expect(t.stderr).toContain("gateway.identity.existingSecret (with publicKey)");
       expect(t.stderr).toContain("webhook.mongodb.auth.rootExistingSecret");
+      expect(t.stderr).toContain("auth.mongodb.auth.auditRetentionExistingSecret");
       expect(t.stderr).toContain("ingress.https.existingSecret (or ingress.https.certManager)");
       expect(t.stderr).toContain("kafka.auth.existingSecret");
       // helm lint only reports a template's fail (lint mode), and passes: it deploys nothing.
@@ -772,7 +796,8 @@ describe("generated secrets under GitOps rendering (generateSecrets; docs/securi
     // The pepper, DATA_KEYS and the Kafka users.
     expect(secrets.match(/include "pi.mayGenerate"/g)).toHaveLength(3);
     for (const file of ["service-identity.yaml", "ingress.yaml"]) expect(readFileSync(join(chart.chartDir, "templates", file), "utf8")).toContain('include "pi.mayGenerate"');
-    expect(mongodb.match(/include "pi.mayGenerate"/g)).toHaveLength(2);
+    // Root's, the service user's, and the auth audit retention user's.
+    expect(mongodb.match(/include "pi.mayGenerate"/g)).toHaveLength(3);
   });
 });
 

@@ -9,6 +9,8 @@ import { startAuthService } from "@pi/auth";
 import { AUDIT_BOOKKEEPING, clientsFor, createLogger, emptyOutbox, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
 import { decodeJwt as decodeJwtPayload, generateKeyPair } from "jose";
+import { MongoClient } from "mongodb";
+import { databaseName } from "@pi/common/mongo";
 import { assertionBody, decodeJwt, NO_RATE_LIMITS, partnerKey, resign, signingKey, withAuthDb } from "../support/auth.js";
 import { accessToken, basicAuthorization, call, connectionRequestStatus, opsCliEnv, opsFor, requestToken, runOpsCli } from "../support/partner-api.js";
 import { as, sharedTestStack, startTestStack, stopSharedStacks, type TestStack } from "../support/services.js";
@@ -730,6 +732,8 @@ describe("audit trail", () => {
     outcome: "ok" | "refused";
     reason: string | null;
     service: string;
+    verified: boolean;
+    verification: string;
   }
 
   /** `ops audit ... --json` as an operator runs it: exactly one JSON object, exit 0. */
@@ -881,6 +885,39 @@ describe("audit trail", () => {
       expect(resent).toMatchObject({ action: "webhook.resend", actor: "operator", outcome: "ok", service: "webhook", targets: [eventId, partner.partner_id, id] });
       const [refused] = await auditCli("--target", unknown);
       expect(refused).toMatchObject({ action: "webhook.resend", actor: "operator", outcome: "refused", reason: "not_found" });
+    });
+
+    it("audit: append-only in fact: every record verifies on read; one altered in the database, or deleted and inserted again altered, is reported unverified; one stored before signatures were kept, as such", async () => {
+      const partner = await ops.partnerCreate({ name: "Tamper Evident Clinic" });
+      await ops.credentialRevoke(partner.test.client_id);
+      await ops.partnerSetStatus(partner.partner_id, "suspended");
+      await awaitRecords(partner.partner_id, 5);
+      const before = await auditCli("--target", partner.partner_id);
+      expect(before.map((r) => [r.action, r.verified, r.verification])).toEqual(before.map((r) => [r.action, true, "verified"]));
+      const byAction = (action: string) => before.find((r) => r.action === action)!;
+      // Someone with write access to the audit database, as auth's own user had it: the suspension
+      // now says the system did it; the revocation is deleted and inserted again naming another
+      // credential (its signature copied along); the partner's creation loses its signature, as a
+      // record stored by the previous release has none.
+      const client = await MongoClient.connect(stack.settings.MONGODB_URI);
+      try {
+        const records = client.db(databaseName(stack.settings.DATA_NAMESPACE, "auth_audit")).collection<{ _id: string; targets: string[] }>("audit_records");
+        expect((await records.updateOne({ _id: byAction("partner.suspend").id }, { $set: { actor: "system" } })).modifiedCount).toBe(1);
+        const revoke = (await records.findOne({ _id: byAction("credential.revoke").id }))!;
+        await records.deleteOne({ _id: revoke._id });
+        await records.insertOne({ ...revoke, targets: [partner.live.client_id, partner.partner_id] });
+        expect((await records.updateOne({ _id: byAction("partner.create").id }, { $unset: { signature: "", signingKid: "" } })).modifiedCount).toBe(1);
+      } finally {
+        await client.close();
+      }
+      const after = await auditCli("--target", partner.partner_id);
+      expect(after.map((r) => [r.action, r.actor, r.verified, r.verification])).toEqual([
+        ["partner.suspend", "system", false, "signature does not match the record"],
+        ["credential.revoke", "operator", false, "signature does not match the record"],
+        ["credential.create", "operator", true, "verified"],
+        ["credential.create", "operator", true, "verified"],
+        ["partner.create", "operator", false, "stored before signatures were kept"],
+      ]);
     });
 
     it("ops audit refuses a bad --limit, --since or --target with one line on stderr", async () => {

@@ -330,6 +330,21 @@ key: mongodb-password
 {{- end -}}
 {{- end -}}
 
+{{/* name and key of the Secret with the password of the auth database's audit-retention user. Argument: the root context. */}}
+{{- define "pi.auditRetentionSecretRef" -}}
+{{- $auth := .Values.auth.mongodb.auth -}}
+{{- if $auth.auditRetentionExistingSecret -}}
+name: {{ $auth.auditRetentionExistingSecret }}
+key: {{ $auth.auditRetentionExistingSecretKey }}
+{{- else -}}
+name: {{ include "pi.name" (dict "ctx" . "component" "auth-mongodb-audit-retention") }}
+key: mongodb-password
+{{- end -}}
+{{- end -}}
+
+{{/* The database user of the auth service's audit retention sweep (role auditRetention). */}}
+{{- define "pi.auditRetentionUser" -}}auth-audit-retention{{- end -}}
+
 {{/*
 The env entries of a data service's database: MONGODB_URI from the operator's Secret (external), a
 URI without credentials (the stand-in), or the service's own user, its password from its Secret
@@ -355,6 +370,16 @@ and spliced into the URI by the kubelet ($(MONGODB_PASSWORD)). Argument: dict ct
       {{- include "pi.mongoUserSecretRef" . | nindent 6 }}
 - name: MONGODB_URI
   value: {{ printf "mongodb://%s:$(MONGODB_PASSWORD)@%s:27017/%s?authSource=%s" (include "pi.component" .key) $host $db $db | quote }}
+{{- if eq .key "auth" }}
+# The audit retention sweep's own user (role auditRetention: find and remove on the audit
+# database); the service's user above may only append there.
+- name: AUDIT_RETENTION_MONGODB_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      {{- include "pi.auditRetentionSecretRef" .ctx | nindent 6 }}
+- name: AUDIT_RETENTION_MONGODB_URI
+  value: {{ printf "mongodb://%s:$(AUDIT_RETENTION_MONGODB_PASSWORD)@%s:27017/%s_audit?authSource=%s" (include "pi.auditRetentionUser" .ctx) $host $db $db | quote }}
+{{- end }}
 {{- end -}}
 {{- end -}}
 
@@ -379,6 +404,7 @@ and spliced into the URI by the kubelet ($(MONGODB_PASSWORD)). Argument: dict ct
 {{- if and $b.enabled (not $b.mongodb.external.existingSecret) (not $v.mongodb.standIn.enabled) -}}
 {{- if not $b.mongodb.auth.rootExistingSecret -}}{{- $out = append $out (printf "%s.mongodb.auth.rootExistingSecret" $key) -}}{{- end -}}
 {{- if not $b.mongodb.auth.existingSecret -}}{{- $out = append $out (printf "%s.mongodb.auth.existingSecret" $key) -}}{{- end -}}
+{{- if and (eq $key "auth") (not $b.mongodb.auth.auditRetentionExistingSecret) -}}{{- $out = append $out "auth.mongodb.auth.auditRetentionExistingSecret" -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- if and (not $v.kafka.external.brokers) (not $v.kafka.auth.existingSecret) -}}

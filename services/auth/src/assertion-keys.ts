@@ -1,21 +1,26 @@
-import { compactVerify, createLocalJWKSet, createRemoteJWKSet, customFetch, generateKeyPair, importJWK, SignJWT, type CryptoKey, type FetchImplementation, type JSONWebKeySet, type JWK, type JWTVerifyGetKey } from "jose";
+import { compactVerify, createLocalJWKSet, createRemoteJWKSet, customFetch, generateKeyPair, importJWK, jwksCache, SignJWT, type CryptoKey, type ExportedJWKSCache, type FetchImplementation, type JSONWebKeySet, type JWK, type JWTVerifyGetKey, type RemoteJWKSet } from "jose";
 import { LRUCache } from "lru-cache";
 import { request } from "undici";
 import { egressAgent, readCapped, urlRefusal, type Resolver } from "@pi/common/egress";
+import type { Logger } from "@pi/common/logger";
 import { ASSERTION_ALGORITHMS, isAssertionAlgorithm, type AssertionAlgorithm, type ClaimedAssertion } from "./client-assertion.js";
+import { JWKS_URL_MAX_AGE_MS, JWKS_URL_REFETCH_COOLDOWN_MS, scheduledFetchDue, unknownKidFetchDue, type FetchHistory, type RefreshTimes } from "./jwks-refresh.js";
 
 // The public keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the
-// set at its URL, fetched through the egress of the webhooks (@pi/common egress.ts: public
-// addresses only, no redirects) and kept per process by jose's remote set: refetched when older
-// than 10 minutes, and at once for an unknown kid, at most every 30 s per URL (the partner's key
-// rotation: it publishes the new key in its set). The registration is in the database; these
-// caches are per process, so replicas may fetch the same set each.
+// set at its URL. No token request ever waits for a URL: its set is fetched in the background
+// (jwks-refresh.ts says when: on a schedule, and for a kid the stored set lacks, at most once per
+// cooldown, a failure remembered like a success), through the egress of the webhooks (@pi/common
+// egress.ts: public addresses only, no redirects) by jose's remote set, checked by jwksProblem, and
+// stored with the credential in the database (`jwksFetched`), where every replica reads it with the
+// credential itself. A request is judged on the set stored when it comes; a host that stalls or
+// breaks only leaves its own client on its last good set (or none), and costs no request anything.
+// The per-process caches here (imported keys, this replica's last attempt) are only optimisations.
+
+export { JWKS_URL_MAX_AGE_MS, JWKS_URL_REFETCH_COOLDOWN_MS };
 
 /** A JWK Set's limits: what a partner needs for a rotation, and no more. */
 export const MAX_JWKS_KEYS = 10;
 export const MAX_JWKS_BYTES = 64 * 1024;
-export const JWKS_URL_MAX_AGE_MS = 10 * 60_000;
-export const JWKS_URL_REFETCH_COOLDOWN_MS = 30_000;
 
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
@@ -59,12 +64,25 @@ export async function jwksProblem(value: unknown): Promise<string | undefined> {
   return undefined;
 }
 
+/** A URL's set as last fetched, stored with the credential. */
+export interface FetchedJwks {
+  jwks: JSONWebKeySet;
+  fetchedAt: Date;
+}
+
 /** Where a credential's keys are: one of the two. */
 export interface KeySource {
   _id: string;
   jwks?: JSONWebKeySet;
   jwksUrl?: string;
+  /** The URL's set, as last fetched (absent until a fetch succeeded: a credential of an older release). */
+  jwksFetched?: FetchedJwks;
+  /** The URL's latest failed fetch. */
+  jwksFetchFailedAt?: Date;
 }
+
+/** What a fetch of a URL's set came to: the set, or why it cannot serve. */
+export type FetchOutcome = { jwks: JSONWebKeySet; fetchedAt: Date } | { problem: string; failedAt: Date };
 
 export interface AssertionKeysOptions {
   /** WEBHOOK_ALLOW_INSECURE_URLS: http and internal addresses too (the local stack). */
@@ -73,18 +91,32 @@ export interface AssertionKeysOptions {
   resolve?: Resolver;
   /** The least time between two fetches of one URL's set (default JWKS_URL_REFETCH_COOLDOWN_MS; a test shortens it). */
   refetchCooldownMs?: number;
+  /** Stores a background fetch's outcome with every credential of the URL (the database). */
+  record?: (url: string, outcome: FetchOutcome) => Promise<void>;
+  logger?: Pick<Logger, "warn" | "info">;
 }
+
+/** How many URLs one scheduled round fetches at once. */
+const REFRESH_CONCURRENCY = 8;
 
 export class AssertionKeys {
   private readonly inline = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
-  private readonly remote = new LRUCache<string, JWTVerifyGetKey>({ max: 1_000 });
+  /** A URL credential's stored set, imported, by credential and fetch time. */
+  private readonly fetched = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
+  /** jose's remote set of each URL: what fetches it (one fetch at a time per URL), never asked for a key. */
+  private readonly remote = new LRUCache<string, { set: RemoteJWKSet; cache: ExportedJWKSCache | Record<string, never> }>({ max: 1_000 });
+  /** This replica's latest fetch attempt per URL (the stored history lags while a fetch is in flight). */
+  private readonly attempts = new LRUCache<string, Date>({ max: 10_000 });
+  private readonly inFlight = new Set<Promise<void>>();
   private readonly fetchJwks: FetchImplementation;
+  private readonly times: RefreshTimes;
   /** Per algorithm, a public key that verifies nothing anyone sent: what an assertion is checked against when its key is not found. */
   private dummies = new Map<AssertionAlgorithm, CryptoKey>();
   /** A well-formed assertion no dummy key verifies: checked instead of a malformed one. */
   private dummyAssertion = "";
 
   constructor(private readonly opts: AssertionKeysOptions) {
+    this.times = { maxAgeMs: JWKS_URL_MAX_AGE_MS, cooldownMs: opts.refetchCooldownMs ?? JWKS_URL_REFETCH_COOLDOWN_MS };
     const agent = egressAgent({ allowInsecure: opts.allowInsecure, timeoutMs: opts.timeoutMs ?? 5_000, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
     this.fetchJwks = async (url, init) => {
       const refusal = urlRefusal(url, opts.allowInsecure, "JWK Set URL");
@@ -102,25 +134,81 @@ export class AssertionKeys {
     this.dummyAssertion = await new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "dummy" }).sign(stranger.privateKey);
   }
 
-  /** Fetches the set at a URL once, for a registration: why it cannot serve, or undefined. */
-  async urlProblem(url: string): Promise<string | undefined> {
+  /** Waits for the background fetches in flight (each ends within its timeout). */
+  async stop(): Promise<void> {
+    await Promise.allSettled([...this.inFlight]);
+  }
+
+  /**
+   * Fetches the set at a URL now (a registration, the background): the set, or why it cannot serve
+   * (refused URL, no answer within the timeout, not 200, not JSON, not a usable set).
+   */
+  async fetchSet(url: string): Promise<FetchOutcome> {
     const refusal = urlRefusal(url, this.opts.allowInsecure, "JWK Set URL");
-    if (refusal) return refusal;
-    try {
-      const res = await this.fetchJwks(url, { headers: new Headers({ accept: "application/json" }), method: "GET", redirect: "manual", signal: AbortSignal.timeout(this.opts.timeoutMs ?? 5_000) });
-      if (res.status !== 200) return `the JWK Set URL answered ${res.status}`;
-      const problem = await jwksProblem(await res.json());
-      return problem ? `the JWK Set at the URL ${problem}` : undefined;
-    } catch (err) {
-      return `the JWK Set URL could not be fetched: ${(err as Error).message}`;
+    if (refusal) return { problem: refusal, failedAt: new Date() };
+    let remote = this.remote.get(url);
+    if (!remote) {
+      const cache = {};
+      remote = { cache, set: createRemoteJWKSet(new URL(url), { timeoutDuration: this.opts.timeoutMs ?? 5_000, [customFetch]: this.fetchJwks, [jwksCache]: cache }) };
+      this.remote.set(url, remote);
     }
+    try {
+      await remote.set.reload();
+    } catch (err) {
+      return { problem: `the JWK Set URL could not be fetched: ${(err as Error).message}`, failedAt: new Date() };
+    }
+    const jwks = (remote.cache as Partial<ExportedJWKSCache>).jwks;
+    const problem = await jwksProblem(jwks);
+    if (problem) return { problem: `the JWK Set at the URL ${problem}`, failedAt: new Date() };
+    return { jwks: jwks!, fetchedAt: new Date() };
+  }
+
+  /** Fetches a URL's set and stores the outcome: never thrown, only logged. */
+  private refresh(url: string): Promise<void> {
+    this.attempts.set(url, new Date());
+    const done = (async () => {
+      try {
+        const outcome = await this.fetchSet(url);
+        if ("problem" in outcome) this.opts.logger?.warn({ jwksUrlHost: hostOf(url), problem: outcome.problem }, "JWK Set URL fetch failed; its clients keep the set last fetched");
+        await this.opts.record?.(url, outcome);
+      } catch (err) {
+        this.opts.logger?.warn({ err, jwksUrlHost: hostOf(url) }, "JWK Set URL fetch could not be stored");
+      }
+    })();
+    this.inFlight.add(done);
+    void done.finally(() => this.inFlight.delete(done));
+    return done;
+  }
+
+  /**
+   * The scheduled round (one replica at a time): fetches each URL of these credentials whose set
+   * is missing or older than the max age, unless one was tried within the cooldown.
+   */
+  async refreshDue(credentials: KeySource[]): Promise<number> {
+    const now = new Date();
+    const histories = new Map<string, FetchHistory & { missing?: boolean }>();
+    for (const c of credentials) {
+      if (!c.jwksUrl) continue;
+      // The URL's oldest stored set (none if any credential of it has none) and latest failure.
+      const h = histories.get(c.jwksUrl) ?? { attemptedAt: this.attempts.get(c.jwksUrl) };
+      const fetchedAt = c.jwksFetched?.fetchedAt;
+      if (!fetchedAt) h.missing = true;
+      else if (!h.fetchedAt || fetchedAt < h.fetchedAt) h.fetchedAt = fetchedAt;
+      if (c.jwksFetchFailedAt && (!h.failedAt || c.jwksFetchFailedAt > h.failedAt)) h.failedAt = c.jwksFetchFailedAt;
+      histories.set(c.jwksUrl, h);
+    }
+    const due = [...histories].filter(([, h]) => scheduledFetchDue(h.missing ? { ...h, fetchedAt: undefined } : h, now, this.times)).map(([url]) => url);
+    for (let i = 0; i < due.length; i += REFRESH_CONCURRENCY) await Promise.all(due.slice(i, i + REFRESH_CONCURRENCY).map((url) => this.refresh(url)));
+    return due.length;
   }
 
   /**
    * The payload of an assertion whose signature one of the credential's keys verifies, or
    * undefined. Every assertion costs one signature check by its own algorithm: one whose key is
    * not found (unknown client or kid, a credential without keys) is checked against the dummy key
-   * of that algorithm, a malformed one (`claimed` undefined) the dummy assertion.
+   * of that algorithm, a malformed one (`claimed` undefined) the dummy assertion. Nothing here
+   * waits for the network: a URL credential's kid that its stored set lacks asks for a fetch in
+   * the background, and this assertion fails as any other.
    */
   async verify(assertion: string, claimed: ClaimedAssertion | undefined, credential: KeySource | undefined): Promise<Record<string, unknown> | undefined> {
     const alg = claimed?.alg ?? "ES256";
@@ -137,13 +225,20 @@ export class AssertionKeys {
 
   private async keyOf(credential: KeySource, claimed: ClaimedAssertion): Promise<CryptoKey | undefined> {
     const resolver = this.resolverOf(credential);
-    if (!resolver) return undefined;
     try {
-      return (await resolver({ alg: claimed.alg, kid: claimed.kid }, { payload: "", signature: "" })) as CryptoKey;
+      if (resolver) return (await resolver({ alg: claimed.alg, kid: claimed.kid }, { payload: "", signature: "" })) as CryptoKey;
     } catch {
-      // No such kid (after a refetch, when one was due), a fetch that failed, two keys of one kid.
-      return undefined;
+      // No such kid in the set, two keys of one kid, an algorithm the key does not fit.
     }
+    if (credential.jwksUrl) this.askForFetch(credential);
+    return undefined;
+  }
+
+  /** A kid the stored set lacks, or no set yet: a background fetch, unless one was tried within the cooldown. */
+  private askForFetch(credential: KeySource): void {
+    const url = credential.jwksUrl!;
+    const history: FetchHistory = { fetchedAt: credential.jwksFetched?.fetchedAt, failedAt: credential.jwksFetchFailedAt, attemptedAt: this.attempts.get(url) };
+    if (unknownKidFetchDue(history, new Date(), this.times)) void this.refresh(url);
   }
 
   private resolverOf(credential: KeySource): JWTVerifyGetKey | undefined {
@@ -152,19 +247,21 @@ export class AssertionKeys {
       if (!resolver) this.inline.set(credential._id, (resolver = createLocalJWKSet(credential.jwks)));
       return resolver;
     }
-    if (credential.jwksUrl) {
-      let resolver = this.remote.get(credential.jwksUrl);
-      if (!resolver) {
-        resolver = createRemoteJWKSet(new URL(credential.jwksUrl), {
-          cacheMaxAge: JWKS_URL_MAX_AGE_MS,
-          cooldownDuration: this.opts.refetchCooldownMs ?? JWKS_URL_REFETCH_COOLDOWN_MS,
-          timeoutDuration: this.opts.timeoutMs ?? 5_000,
-          [customFetch]: this.fetchJwks,
-        });
-        this.remote.set(credential.jwksUrl, resolver);
-      }
+    const stored = credential.jwksUrl ? credential.jwksFetched : undefined;
+    if (stored) {
+      const cacheKey = `${credential._id}\u0000${stored.fetchedAt.getTime()}`;
+      let resolver = this.fetched.get(cacheKey);
+      if (!resolver) this.fetched.set(cacheKey, (resolver = createLocalJWKSet(stored.jwks)));
       return resolver;
     }
+    return undefined;
+  }
+}
+
+function hostOf(url: string): string | undefined {
+  try {
+    return new URL(url).host;
+  } catch {
     return undefined;
   }
 }

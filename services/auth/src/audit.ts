@@ -4,6 +4,7 @@ import type { KafkaMessage } from "kafkajs";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/audit";
+import { auditRecordMessage } from "@pi/common/audit-trail";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/topics";
 import { databaseName } from "@pi/common/mongo";
@@ -15,10 +16,14 @@ import type { PublicKeys } from "@pi/common/service-identity";
 // The store of the audit trail (docs/security.md, "Audit trail"). Every service publishes its
 // records to the audit-events topic (@pi/common audit-trail.ts); the auth service, which owns the
 // operator's side of the system, reads them in one consumer group and keeps each in the
-// collection audit_records under its id. The store is append-only within its retention: this
-// module is the only code that writes the collection, it inserts, and the retention sweep deletes
-// what occurred more than AUDIT_RETENTION_SECONDS ago; nothing is ever changed. A record already
-// there (the outbox published it twice, or Kafka delivered it again) is left as it is.
+// collection audit_records under its id, with the signature of the service that wrote it. The store
+// is append-only within its retention: this module is the only code that writes the collection, it
+// inserts (AuditStore, under the database role auditAppend, which cannot remove), and the retention
+// sweep deletes what occurred more than AUDIT_RETENTION_SECONDS ago (AuditRetention, under a role
+// of its own, auditRetention, that can find and remove only); nothing is ever changed. A record
+// already there (the outbox published it twice, or Kafka delivered it again) is left as it is. Every
+// read checks each record's kept signature again (verifyStoredRecord): a record changed in the
+// database after it was stored no longer verifies.
 
 export interface AuditRecordDoc extends AuditRecordFields {
   _id: string; // the record's evt_ id
@@ -29,6 +34,9 @@ export interface AuditRecordDoc extends AuditRecordFields {
   partition: number;
   offset: number;
   storedAt: Date;
+  /** The writing service's signature (auditSignedBytes) and its key id, as received; absent on records stored before they were kept. */
+  signature?: string;
+  signingKid?: string;
 }
 
 export const DEFAULT_AUDIT_LIMIT = 100;
@@ -40,10 +48,14 @@ export interface AuditQuery {
   limit: number;
 }
 
-/** Append, read, and the retention's delete of old records: no update. */
+/** Append and read: what the appending role (auditAppend) may do. No update, no delete. */
 export interface AuditStore {
   append(docs: AuditRecordDoc[]): Promise<number>;
   list(query: AuditQuery): Promise<AuditRecordDoc[]>;
+}
+
+/** The retention sweep's one act, under its own role (auditRetention). */
+export interface AuditRetention {
   /** Deletes the records that occurred before `cutoff`; how many. */
   expire(cutoff: Date): Promise<number>;
 }
@@ -70,7 +82,9 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
 /**
  * The audit trail's own database, beside the auth service's (`<namespace>_auth_audit`): in
  * production the auth service's user holds only find, insert and index creation there (the chart's
- * role `auditAppend`, docs/security.md "Database users"), so no service can rewrite a stored record.
+ * role `auditAppend`, docs/security.md "Database users"), so no service can rewrite or remove a
+ * stored record; the retention sweep connects as a user of its own (AUDIT_RETENTION_MONGODB_URI,
+ * role `auditRetention`: find and remove).
  */
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
@@ -90,6 +104,13 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
       };
       return records.find(filter).sort({ occurredAt: -1, sequence: -1, offset: -1, _id: -1 }).limit(q.limit).toArray();
     },
+  };
+}
+
+/** The retention sweep's access to the store, in the audit database `db` as its own user sees it. */
+export function openAuditRetention(db: Db): AuditRetention {
+  const records = db.collection<AuditRecordDoc>("audit_records");
+  return {
     async expire(cutoff) {
       return (await records.deleteMany({ occurredAt: { $lt: cutoff } })).deletedCount;
     },
@@ -137,7 +158,39 @@ export function decodeAuditMessage(message: KafkaMessage, partition: number, log
     logger.error({ ...at, id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
     return null;
   }
-  return { _id: r.id, occurredAt: new Date(Number(r.occurredAt)), ...fields, sequence: Number(r.sequence), partition, offset: Number(message.offset), storedAt: now };
+  return { _id: r.id, occurredAt: new Date(Number(r.occurredAt)), ...fields, sequence: Number(r.sequence), partition, offset: Number(message.offset), storedAt: now, signature: r.signature, signingKid: r.signingKid };
+}
+
+/** What a read says of a stored record's signature: verified, or why not. */
+export const AUDIT_VERIFICATION = {
+  verified: "verified",
+  altered: "signature does not match the record",
+  unknownKey: "signing key not known",
+  notKept: "stored before signatures were kept",
+} as const;
+export type AuditVerification = { verified: true; reason: typeof AUDIT_VERIFICATION.verified } | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
+
+/** The message of a stored record, with its kept signature: what the topic carried. */
+export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
+  return { ...auditRecordMessage({ ...doc, eventId: doc._id }), signature: doc.signature ?? "", signingKid: doc.signingKid ?? "" };
+}
+
+/**
+ * Checks a stored record against the signature kept with it, by the identity keys of the service
+ * it names (SERVICE_IDENTITY_PUBLIC_KEYS): any field changed in the database since, the service
+ * included, and it no longer verifies.
+ */
+export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): AuditVerification {
+  if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
+  const keys = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(doc.service);
+  if (!keys?.has(doc.signingKid)) return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
+  let message: eventsv1.AuditRecord;
+  try {
+    message = storedRecordMessage(doc);
+  } catch {
+    return { verified: false, reason: AUDIT_VERIFICATION.altered };
+  }
+  return signedByItsService(message, publicKeys) ? { verified: true, reason: AUDIT_VERIFICATION.verified } : { verified: false, reason: AUDIT_VERIFICATION.altered };
 }
 
 /**

@@ -1,7 +1,8 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { auditRecordMessage, type AuditTrail } from "@pi/common/audit-trail";
+import type { AuditTrail } from "@pi/common/audit-trail";
+import type { PublicKeys } from "@pi/common/service-identity";
 import { emptyOutbox, isDuplicateKey, type Outbox } from "@pi/common/persistence";
 import { MAX_TOKENS_PER_CALL } from "@pi/common/clients";
 import { newId, newSecret } from "@pi/common/ids";
@@ -12,7 +13,7 @@ import type { Logger } from "@pi/common/logger";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/mode";
 import { randomUUID } from "node:crypto";
-import { auditQuery, type AuditRecordDoc, type AuditStore } from "./audit.js";
+import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditRecordDoc, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
 import { checkAssertionClaims, claimedAssertion, usedJtiKey } from "./client-assertion.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
@@ -46,11 +47,13 @@ export interface AuthAudit {
   credentials: Pick<Outbox<CredentialDoc, AuditEntry>, "afterWrite">;
   revokedKeys: Pick<Outbox<RevokedKeyDoc, AuditEntry>, "afterWrite">;
   store: AuditStore;
+  /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
+  publicKeys: PublicKeys;
 }
 
-/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic. */
+/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic, with the signature it was stored with. */
 export function auditRecordOf(doc: AuditRecordDoc) {
-  return auditRecordMessage({ ...doc, eventId: doc._id });
+  return storedRecordMessage(doc);
 }
 
 /** A rotation's overlap may last at most a week. */
@@ -86,7 +89,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   }
 
   /** A credential with a client secret, or (given `keys`) a private_key_jwt one, which has no secret. */
-  async function issueCredential(partnerId: string, mode: CredentialMode, keys?: Pick<CredentialDoc, "jwks" | "jwksUrl">) {
+  async function issueCredential(partnerId: string, mode: CredentialMode, keys?: Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched">) {
     const clientId = newId("cli");
     const clientSecret = keys ? "" : newSecret(mode === "live" ? "sk_live" : "sk_test");
     await store.credentials.insertOne({
@@ -190,7 +193,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   }
 
   /** A JWK Set given inline (its JSON) or by URL, checked for a registration. */
-  async function keySource(req: authv1.CreateCredentialRequest): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl"> | undefined> {
+  async function keySource(req: authv1.CreateCredentialRequest): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
     if (req.jwksJson !== undefined && req.jwksUrl !== undefined) throw new ConnectError("give a JWK Set or its URL, not both", Code.InvalidArgument);
     if (req.jwksJson !== undefined) {
       let jwks: unknown;
@@ -205,9 +208,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     }
     if (req.jwksUrl !== undefined) {
       if (req.jwksUrl.length > 2048) throw new ConnectError("the JWK Set URL is longer than 2048 characters", Code.InvalidArgument);
-      const problem = await assertionKeys.urlProblem(req.jwksUrl);
-      if (problem) throw new ConnectError(problem, Code.InvalidArgument);
-      return { jwksUrl: req.jwksUrl };
+      // Fetched once here, and stored: every replica verifies with it from the first request on.
+      const fetched = await assertionKeys.fetchSet(req.jwksUrl);
+      if ("problem" in fetched) throw new ConnectError(fetched.problem, Code.InvalidArgument);
+      return { jwksUrl: req.jwksUrl, jwksFetched: fetched };
     }
     return undefined;
   }
@@ -429,7 +433,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       } catch (err) {
         throw new ConnectError((err as Error).message, Code.InvalidArgument);
       }
-      return { records: (await audit.store.list(query)).map(auditRecordOf) };
+      const docs = await audit.store.list(query);
+      return { records: docs.map(auditRecordOf), verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)) };
     },
   });
 };

@@ -1,4 +1,5 @@
 import { AuditTrail } from "@pi/common/audit-trail";
+import { connectMongo } from "@pi/common/mongo";
 import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
 import { parsePublicKeys } from "@pi/common/service-identity";
 import { every } from "@pi/common/background/periodic";
@@ -12,14 +13,18 @@ import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
 import { AssertionKeys } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
-import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditStore } from "./audit.js";
+import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditRetention, openAuditStore } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
 import { PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
 import { peppersOf, SecretSealer } from "./secrets.js";
-import { openAuthStore, sweepUsedAssertions } from "./store.js";
+import { jwksUrlCredentials, openAuthStore, recordJwksFetch, sweepUsedAssertions } from "./store.js";
+import { JWKS_URL_REFRESH_EVERY_MS } from "./jwks-refresh.js";
+
+/** The job lease of the scheduled JWK Set URL round. */
+const JWKS_URL_REFRESH_LEASE = "jwks-url-refresh";
 
 /**
  * How often each auth replica reads the end of the partner-events topic while it is asked for
@@ -61,7 +66,13 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     keys: trail.on(store.signingKeys),
     revokedKeys: trail.on(store.revokedKeys),
     store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE))),
+    publicKeys: servicePublicKeys,
   };
+  // The retention sweep's own database user (role auditRetention: find and remove), when set: the
+  // service's own user (auditAppend) cannot remove a record. Without it (npm start, the stand-in,
+  // which have no users), the service's own connection.
+  const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE)) : undefined;
+  const auditRetention = openAuditRetention(retentionMongo?.db ?? runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)));
   await trail.start();
   const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) }, store.revokedKeys);
   await keys.load();
@@ -91,20 +102,32 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
     readEndEveryMs: PARTNER_EVENTS_END_READ_MS,
   });
-  const assertionKeys = new AssertionKeys({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, refetchCooldownMs: options.jwksUrlRefetchCooldownMs });
+  const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
+  const assertionKeys = new AssertionKeys({
+    allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
+    refetchCooldownMs: options.jwksUrlRefetchCooldownMs,
+    record: (url, outcome) => recordJwksFetch(store, url, outcome),
+    logger,
+  });
   await assertionKeys.start();
+  // JWK Set URLs are fetched here, never on a token request: sets past their age, one replica at a time.
+  const jwksRefresh = every(
+    "refresh JWK Set URLs",
+    JWKS_URL_REFRESH_EVERY_MS,
+    () => whileHolding(leases, JWKS_URL_REFRESH_LEASE, 5 * 60_000, async () => assertionKeys.refreshDue(await jwksUrlCredentials(store))),
+    logger,
+  );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
   // Audit records are stored only when signed by the service that owns their kind.
   const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, servicePublicKeys, logger);
   // Records past AUDIT_RETENTION_SECONDS go, one replica at a time (docs/security.md, "Audit trail").
-  const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
-  const auditRetention = every(
+  const auditRetentionSweep = every(
     "audit retention sweep",
     AUDIT_SWEEP_EVERY_MS,
     () =>
       whileHolding(leases, AUDIT_SWEEP_LEASE, 5 * 60_000, async () => {
-        const deleted = await audit.store.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
+        const deleted = await auditRetention.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
         if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
       }),
     logger,
@@ -125,10 +148,13 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
     async stop() {
       await reload.stop();
       await sweep.stop();
-      await auditRetention.stop();
+      await jwksRefresh.stop();
+      await auditRetentionSweep.stop();
+      await retentionMongo?.close();
       await server.close();
       await Promise.all([feed?.stop(), auditConsumer.stop()]);
       await Promise.all([events.stop(), trail.stop()]);
+      await assertionKeys.stop();
       await runtime.close();
     },
   };

@@ -3,6 +3,7 @@ import type { Collection, Db } from "mongodb";
 import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/persistence";
 import type { AuditCarrier } from "@pi/common/audit-trail";
 import type { PartnerMode } from "@pi/common/mode";
+import type { FetchedJwks, FetchOutcome } from "./assertion-keys.js";
 import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";
 
@@ -59,6 +60,10 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   /** private_key_jwt: the partner's public keys, given inline, or the URL of its set (assertion-keys.ts). */
   jwks?: JSONWebKeySet;
   jwksUrl?: string;
+  /** A URL's set as last fetched, in the background (assertion-keys.ts): what assertions are verified against. */
+  jwksFetched?: FetchedJwks;
+  /** The URL's latest failed fetch: no other before the cooldown. */
+  jwksFetchFailedAt?: Date;
   status: "active" | "revoked";
   createdAt: Date;
   revokedAt?: Date;
@@ -150,4 +155,16 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
 /** Drops the used jtis whose assertions have expired (and the decoys, which expire at once). */
 export async function sweepUsedAssertions(store: Pick<AuthStore, "usedAssertions">, now = new Date()): Promise<number> {
   return (await store.usedAssertions.deleteMany({ expiresAt: { $lt: now } })).deletedCount;
+}
+
+/** Stores a JWK Set URL's fetch with every credential of that URL: the set (kept until the next succeeds), or the failure's time. */
+export async function recordJwksFetch(store: Pick<AuthStore, "credentials">, url: string, outcome: FetchOutcome): Promise<void> {
+  const filter = { jwksUrl: url, authMethod: "private_key_jwt" as const };
+  if ("jwks" in outcome) await store.credentials.updateMany(filter, { $set: { jwksFetched: { jwks: outcome.jwks, fetchedAt: outcome.fetchedAt } } });
+  else await store.credentials.updateMany(filter, { $set: { jwksFetchFailedAt: outcome.failedAt } });
+}
+
+/** The active credentials with a JWK Set URL, for the scheduled fetch round (operator-made: a few per partner at most). */
+export function jwksUrlCredentials(store: Pick<AuthStore, "credentials">): Promise<CredentialDoc[]> {
+  return store.credentials.find({ authMethod: "private_key_jwt", status: "active", jwksUrl: { $exists: true } }, { projection: { _id: 1, jwksUrl: 1, jwksFetched: 1, jwksFetchFailedAt: 1 } }).toArray();
 }

@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { MongoClient } from "mongodb";
 import { authv1 } from "@pi/proto";
 import { clientsFor, type AuthClient } from "@pi/common/clients";
@@ -14,7 +16,9 @@ import { partnerKey } from "../../../test/support/auth.js";
 
 // A private_key_jwt assertion's jti is accepted once, across every auth replica: two replicas
 // (each its own MongoClient) sharing one database, the same assertion sent to both at once many
-// times over, exactly one token. Used jtis are swept once their assertion has expired.
+// times over, exactly one token. Used jtis are swept once their assertion has expired. A JWK Set
+// URL's set is stored with the credential: whichever replica fetched it, every replica verifies
+// with it.
 
 const TOKEN_ENDPOINT = "https://partners.example/oauth/token";
 let settings: Settings;
@@ -25,7 +29,8 @@ let mongo: MongoClient;
 
 beforeAll(async () => {
   settings = testSettings({ TOKEN_ENDPOINT_URL: TOKEN_ENDPOINT });
-  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  // A JWK Set URL may be fetched again a second after the last fetch (30 s by default).
+  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL), { jwksUrlRefetchCooldownMs: 1_000 }));
   [a, b] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
 });
@@ -65,5 +70,45 @@ describe("jti replay across two auth replicas", () => {
     ]);
     await sweepUsedAssertions({ usedAssertions: used }, new Date(now));
     expect((await used.find({ _id: { $in: ["cli_x\u0000live", "cli_x\u0000gone", "~decoy:1"] } }).toArray()).map((d) => d._id)).toEqual(["cli_x\u0000live"]);
+  });
+});
+
+describe("a JWK Set URL across two auth replicas", () => {
+  it("the set fetched at registration through one replica verifies on the other at once; a new kid asked of one is fetched in the background, and then verifies on both", async () => {
+    const first = await partnerKey("ES384", "k1");
+    const second = await partnerKey("RS384", "k2");
+    let published: object = first.jwks;
+    let asked = 0;
+    const host = createServer((_req, res) => {
+      asked++;
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(published));
+    });
+    await new Promise<void>((r) => host.listen(0, "127.0.0.1", r));
+    try {
+      const url = `http://127.0.0.1:${(host.address() as AddressInfo).port}/jwks.json`;
+      const c = clientsFor({ ...settings, ...addressOf("auth", replicas[0]!) });
+      const ops = commands({ auth: c.authAdmin(), connection: c.connectionAdmin(), webhook: c.webhookAdmin() });
+      const partner = await ops.partnerCreate({ name: "Published Keys Across Replicas" });
+      const { client_id: clientId } = (await ops.credentialCreate(partner.partner_id, "live", { jwksUrl: url })) as { client_id: string };
+      expect(asked).toBe(1);
+      const ask = async (replica: AuthClient, key: typeof first) => (await replica.issueToken({ clientId: "", clientSecret: "", clientAssertion: await key.assertion(clientId, TOKEN_ENDPOINT) })).outcome.case;
+      // Registered through replica 0: replica 1 (b) verifies with the stored set, fetching nothing.
+      expect(await ask(b, first)).toBe("token");
+      expect(await ask(a, first)).toBe("token");
+      expect(asked).toBe(1);
+      // The partner publishes a second key and signs with it: asked of b, refused while b fetches
+      // in the background; then both verify (with the set a fetch stored, whichever replica made it).
+      published = { keys: [...first.jwks.keys, ...second.jwks.keys] };
+      expect(await ask(b, second)).not.toBe("token");
+      for (const deadline = Date.now() + 20_000; (await ask(a, second)) !== "token"; ) {
+        if (Date.now() > deadline) throw new Error(`the new kid never verified on the other replica (the host was asked ${asked} times)`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      expect(await ask(b, second)).toBe("token");
+      expect(await ask(a, first)).toBe("token");
+    } finally {
+      host.closeAllConnections();
+      await new Promise((r) => host.close(r));
+    }
   });
 });

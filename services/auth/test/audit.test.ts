@@ -7,7 +7,7 @@ import { generateIdentity, parseOwnIdentity, parsePublicKeys } from "@pi/common/
 import { newId } from "@pi/common/ids";
 import { settingsSchema } from "@pi/common/settings";
 import { signedAuditRecord } from "@pi/common/audit-trail";
-import { auditQuery, auditRetentionCutoff, decodeAuditMessage, DEFAULT_AUDIT_LIMIT } from "../src/audit.js";
+import { AUDIT_VERIFICATION, auditQuery, auditRetentionCutoff, decodeAuditMessage, DEFAULT_AUDIT_LIMIT, verifyStoredRecord, type AuditRecordDoc } from "../src/audit.js";
 
 // The audit store's pure parts: the listing's query, and what a message of the audit-events topic
 // may become (docs/security.md, "Audit trail").
@@ -64,7 +64,9 @@ describe("decodeAuditMessage", () => {
     const value = record();
     const doc = decodeAuditMessage(message(value), 2, logger, new Date(5), publicKeys);
     expect(doc).toMatchObject({ _id: expect.stringMatching(/^evt_/), occurredAt: new Date(1_700_000_000_000), action: "connection.decline", outcome: "ok", reason: "", partition: 2, offset: 7 });
-    expect(Object.keys(doc!).sort()).toEqual(["_id", "action", "actor", "occurredAt", "offset", "outcome", "partition", "reason", "sequence", "service", "storedAt", "targets"]);
+    expect(Object.keys(doc!).sort()).toEqual(["_id", "action", "actor", "occurredAt", "offset", "outcome", "partition", "reason", "sequence", "service", "signature", "signingKid", "storedAt", "targets"]);
+    // The signature stays with the record: a read checks it again.
+    expect(doc).toMatchObject({ signature: expect.stringMatching(/^[A-Za-z0-9_-]{86}$/), signingKid: signer.kid });
   });
 
   it.each([
@@ -97,5 +99,37 @@ describe("decodeAuditMessage", () => {
   it("a record of its own kind signed by its own service is kept (auth's credential revocation)", () => {
     const value = record({ service: "auth", action: "credential.revoke", actor: "operator", targets: [newId("cli")] }, asAuth);
     expect(decodeAuditMessage(message(value), 0, logger, new Date(), publicKeys)).toMatchObject({ service: "auth", action: "credential.revoke" });
+  });
+});
+
+describe("verifyStoredRecord: every read checks the signature kept with the record", () => {
+  const stored = (fields: Partial<eventsv1.AuditRecord> = {}) => decodeAuditMessage(message(record(fields)), 1, logger, new Date(), publicKeys)!;
+
+  it("a record as stored verifies, a refusal with its reason too", () => {
+    expect(verifyStoredRecord(stored(), publicKeys)).toEqual({ verified: true, reason: AUDIT_VERIFICATION.verified });
+    const refused = stored({ outcome: eventsv1.AuditOutcome.REFUSED, reason: "failed_precondition: the connection is pending; only an approved connection can be severed" });
+    expect(verifyStoredRecord(refused, publicKeys)).toEqual({ verified: true, reason: "verified" });
+  });
+
+  it.each<[string, (doc: AuditRecordDoc) => AuditRecordDoc]>([
+    ["the action", (d) => ({ ...d, action: "connection.approve" })],
+    ["the actor", (d) => ({ ...d, actor: "system" })],
+    ["a target", (d) => ({ ...d, targets: [newId("con")] })],
+    ["the time", (d) => ({ ...d, occurredAt: new Date(d.occurredAt.getTime() + 1) })],
+    ["the outcome", (d) => ({ ...d, outcome: "refused", reason: "not_found" })],
+    ["the id (a copy inserted under another)", (d) => ({ ...d, _id: newId("evt") })],
+    ["the sequence", (d) => ({ ...d, sequence: d.sequence + 1 })],
+    ["the signature", (d) => ({ ...d, signature: `${d.signature![0] === "A" ? "B" : "A"}${d.signature!.slice(1)}` })],
+  ])("a record whose %s was changed in the database does not verify", (_what, alter) => {
+    expect(verifyStoredRecord(alter(stored()), publicKeys)).toEqual({ verified: false, reason: AUDIT_VERIFICATION.altered });
+  });
+
+  it("a record stored before signatures were kept says so; one whose key is no longer listed, that", () => {
+    const { signature: _s, signingKid: _k, ...older } = stored();
+    expect(verifyStoredRecord(older, publicKeys)).toEqual({ verified: false, reason: "stored before signatures were kept" });
+    const rotatedOut = parsePublicKeys([identities.auth.publicKey, identities.webhook.publicKey, generateIdentity("connection").publicKey].join(","));
+    expect(verifyStoredRecord(stored(), rotatedOut)).toEqual({ verified: false, reason: "signing key not known" });
+    // Another service's key under its kid: not known for the service the record names.
+    expect(verifyStoredRecord({ ...stored(), service: "webhook" }, publicKeys)).toEqual({ verified: false, reason: "signing key not known" });
   });
 });

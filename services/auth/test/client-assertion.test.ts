@@ -1,7 +1,9 @@
 import { generateKeyPairSync } from "node:crypto";
+import { createServer, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
 import { describe, expect, it } from "@jest/globals";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
-import { AssertionKeys, jwksProblem } from "../src/assertion-keys.js";
+import { AssertionKeys, jwksProblem, type FetchedJwks, type FetchOutcome, type KeySource } from "../src/assertion-keys.js";
 import { checkAssertionClaims, claimedAssertion, MAX_ASSERTION_LIFETIME_SECONDS, ASSERTION_CLOCK_SKEW_SECONDS } from "../src/client-assertion.js";
 
 // The rules of a private_key_jwt client assertion (RFC 7523 section 3, SMART Backend Services):
@@ -118,5 +120,109 @@ describe("AssertionKeys.verify", () => {
     const forged = await sign("RS384", { kid: "k1" }, good);
     expect(await keys.verify(forged, claimedAssertion(forged), credential)).toBeUndefined();
     expect(await keys.verify("x.y.z", undefined, credential)).toBeUndefined();
+  });
+});
+
+describe("AssertionKeys with a JWK Set URL: no request waits for the host", () => {
+  /** A host that answers its first `answering` requests with `jwks` and holds every later one open, unanswered. */
+  async function keyHost(jwks: object, answering: number) {
+    const held: ServerResponse[] = [];
+    let asked = 0;
+    let onHeld: (() => void) | undefined;
+    const server = createServer((_req, res) => {
+      if (asked++ < answering) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(jwks));
+      else {
+        held.push(res);
+        onHeld?.();
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    return {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`,
+      asked: () => asked,
+      held,
+      /** Resolves once a request is being held. */
+      nextHeld: () => new Promise<void>((r) => (onHeld = r)),
+      close: async () => {
+        for (const res of held) res.destroy();
+        server.closeAllConnections();
+        await new Promise((r) => server.close(r));
+      },
+    };
+  }
+
+  it("a kid the stored set lacks fails at once while the fetch it asked for is still held by the host; the registered kid keeps verifying; a failure is remembered", async () => {
+    const pair = await generateKeyPair("ES384", { extractable: true });
+    const jwks = { keys: [{ ...(await exportJWK(pair.publicKey)), kid: "k1" }] };
+    const host = await keyHost(jwks, 1);
+    const recorded: FetchOutcome[] = [];
+    const keys = new AssertionKeys({ allowInsecure: true, timeoutMs: 30_000, record: async (_url, outcome) => void recorded.push(outcome) });
+    await keys.start();
+    try {
+      const registered = await keys.fetchSet(host.url);
+      expect(registered).toMatchObject({ jwks });
+      // Registered a minute ago: past the cooldown, so an unknown kid may ask for the set again.
+      const credential: KeySource = { _id: "cli_u", jwksUrl: host.url, jwksFetched: { ...(registered as FetchedJwks), fetchedAt: new Date(Date.now() - 60_000) } };
+      const held = host.nextHeld();
+      const unknownKid = await new SignJWT(good).setProtectedHeader({ alg: "ES384", kid: "k2" }).sign(pair.privateKey);
+      expect(await keys.verify(unknownKid, claimedAssertion(unknownKid), credential)).toBeUndefined();
+      await held;
+      // The fetch for k2 is in flight, unanswered: the verdict above did not wait for it.
+      expect([host.asked(), host.held.length, recorded]).toEqual([2, 1, []]);
+      const known = await new SignJWT(good).setProtectedHeader({ alg: "ES384", kid: "k1" }).sign(pair.privateKey);
+      expect(await keys.verify(known, claimedAssertion(known), credential)).toMatchObject({ jti: "j-1" });
+      // More unknown kids within the cooldown ask the host nothing more.
+      for (let i = 0; i < 5; i++) expect(await keys.verify(unknownKid, claimedAssertion(unknownKid), credential)).toBeUndefined();
+      expect(host.asked()).toBe(2);
+      // The host fails the fetch: the failure is what gets stored (the set stays as it was).
+      host.held[0]!.destroy();
+      await keys.stop();
+      expect(recorded).toEqual([{ problem: expect.stringMatching(/could not be fetched/), failedAt: expect.any(Date) }]);
+      // Another replica reads the stored failure: it asks nothing within the cooldown either.
+      const other = new AssertionKeys({ allowInsecure: true });
+      await other.start();
+      expect(await other.verify(unknownKid, claimedAssertion(unknownKid), { ...credential, jwksFetchFailedAt: (recorded[0] as { failedAt: Date }).failedAt })).toBeUndefined();
+      expect(host.asked()).toBe(2);
+    } finally {
+      await host.close();
+    }
+  });
+
+  it("a credential with no stored set yet (an older release's) fails at once and asks for the set in the background; the next request verifies", async () => {
+    const pair = await generateKeyPair("ES256", { extractable: true });
+    const jwks = { keys: [{ ...(await exportJWK(pair.publicKey)), kid: "k1" }] };
+    const host = await keyHost(jwks, 1);
+    const recorded: FetchOutcome[] = [];
+    const keys = new AssertionKeys({ allowInsecure: true, record: async (_url, outcome) => void recorded.push(outcome) });
+    await keys.start();
+    try {
+      const credential: KeySource = { _id: "cli_old", jwksUrl: host.url };
+      const first = await new SignJWT(good).setProtectedHeader({ alg: "ES256", kid: "k1" }).sign(pair.privateKey);
+      expect(await keys.verify(first, claimedAssertion(first), credential)).toBeUndefined();
+      await keys.stop();
+      expect(recorded).toEqual([{ jwks, fetchedAt: expect.any(Date) }]);
+      expect(await keys.verify(first, claimedAssertion(first), { ...credential, jwksFetched: recorded[0] as FetchedJwks })).toMatchObject({ jti: "j-1" });
+    } finally {
+      await host.close();
+    }
+  });
+
+  it("the scheduled round fetches only sets missing or past their age, not within the cooldown of a failure", async () => {
+    const pair = await generateKeyPair("ES256", { extractable: true });
+    const jwks = { keys: [{ ...(await exportJWK(pair.publicKey)), kid: "k1" }] };
+    const host = await keyHost(jwks, 10);
+    const keys = new AssertionKeys({ allowInsecure: true, record: async () => {} });
+    await keys.start();
+    try {
+      const old = new Date(Date.now() - 11 * 60_000);
+      expect(await keys.refreshDue([{ _id: "a", jwksUrl: host.url, jwksFetched: { jwks, fetchedAt: new Date() } }])).toBe(0);
+      expect(await keys.refreshDue([{ _id: "a", jwksUrl: `${host.url}?b`, jwksFetched: { jwks, fetchedAt: old }, jwksFetchFailedAt: new Date() }])).toBe(0);
+      expect(host.asked()).toBe(0);
+      // Two credentials of one URL, one of them without a set: one fetch.
+      expect(await keys.refreshDue([{ _id: "a", jwksUrl: host.url, jwksFetched: { jwks, fetchedAt: new Date() } }, { _id: "c", jwksUrl: host.url }])).toBe(1);
+      expect(host.asked()).toBe(1);
+    } finally {
+      await host.close();
+    }
   });
 });

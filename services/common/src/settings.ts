@@ -228,6 +228,10 @@ export const settingsSchema = z.object({
   // How long the audit trail keeps a record (6 years, HIPAA's retention of compliance records): the
   // auth service's sweep deletes older ones (docs/security.md, "Audit trail").
   AUDIT_RETENTION_SECONDS: positiveInt.default(6 * 365 * 86400),
+  // The auth service's audit retention sweep connects as a database user of its own (role
+  // auditRetention: find and remove on the audit database), so that the service's own user can only
+  // append. Unset: the service's own MONGODB_URI (npm start and the stand-in have no users).
+  AUDIT_RETENTION_MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").optional(),
 
   // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
   // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service

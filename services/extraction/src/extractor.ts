@@ -6,6 +6,7 @@ import { createLogger, type Logger } from "@pi/common/logger";
 import { every } from "@pi/common/background/periodic";
 import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/extracted";
 import type { ExtractionTask } from "./extraction-child.js";
+import { childEnvironment } from "./child-environment.js";
 
 // Each file is decoded in a child process (extraction-child.ts), never in the process that talks to
 // file-intake and Kafka: pdf.js replaces globals when it loads, parses a large file for seconds, and
@@ -89,7 +90,7 @@ export class Extractor {
       execArgv: [`--max-old-space-size=${heapMb}`, "--max-semi-space-size=16"],
       serialization: "advanced",
       stdio: ["ignore", "inherit", "inherit", "ipc"],
-      env: { ...process.env, NODE_OPTIONS: "" },
+      env: childEnvironment(process.env),
     });
     const ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new ExtractorDied("it did not start in time")), CHILD_START_MS);

@@ -86,8 +86,11 @@ const auditOutcomeName: Record<eventsv1.AuditOutcome, string> = {
   [eventsv1.AuditOutcome.REFUSED]: "refused",
 };
 
-/** One audit record as `ops audit` prints it. */
-export function auditRecordJson(r: eventsv1.AuditRecord) {
+/** What `ops audit` says of a record when the auth service answered no verification (an earlier release). */
+export const AUDIT_NOT_CHECKED = "not checked (the auth service predates verification)";
+
+/** One audit record as `ops audit` prints it; `verified`: whether its kept signature verified on this read, and `verification` why not. */
+export function auditRecordJson(r: eventsv1.AuditRecord, check?: { verified: boolean; reason: string }) {
   return {
     id: r.id,
     occurred_at: new Date(Number(r.occurredAt)).toISOString(),
@@ -97,6 +100,8 @@ export function auditRecordJson(r: eventsv1.AuditRecord) {
     outcome: auditOutcomeName[r.outcome],
     reason: r.reason || null,
     service: r.service,
+    verified: check?.verified ?? false,
+    verification: check?.reason ?? AUDIT_NOT_CHECKED,
   };
 }
 
@@ -238,7 +243,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
       target: opts.target ?? "",
       limit: parseLimit(opts.limit),
     });
-    return { records: res.records.map(auditRecordJson) };
+    return { records: res.records.map((r, i) => auditRecordJson(r, res.verifications[i])) };
   },
 });
 

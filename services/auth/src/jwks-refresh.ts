@@ -1,0 +1,41 @@
+// When a private_key_jwt credential's JWK Set URL is fetched (assertion-keys.ts). Pure: each rule
+// has its row in test/jwks-refresh.test.ts. No token request ever waits for a fetch: the set is
+// fetched in the background, on a schedule and when an assertion names a kid the stored set lacks,
+// and a failure is remembered, so a host that stalls or breaks is asked again only after a pause.
+
+/** A stored set older than this is fetched again by the scheduled round. */
+export const JWKS_URL_MAX_AGE_MS = 10 * 60_000;
+/** The least time between two fetches of one URL, for an unknown kid and after a failure (forged kids cannot make auth hammer a partner's host). */
+export const JWKS_URL_REFETCH_COOLDOWN_MS = 30_000;
+/** How often the scheduled round looks for sets to fetch (one auth replica at a time). */
+export const JWKS_URL_REFRESH_EVERY_MS = 60_000;
+
+/** What is known of one URL's fetches: from the credential's document, and this replica's own last attempt. */
+export interface FetchHistory {
+  /** The stored set's fetch (absent: no set stored yet). */
+  fetchedAt?: Date;
+  /** The latest failed fetch (absent or older than fetchedAt: none since the set was fetched). */
+  failedAt?: Date;
+  /** This replica's latest attempt, successful or not, whether or not stored yet. */
+  attemptedAt?: Date;
+}
+
+export interface RefreshTimes {
+  maxAgeMs: number;
+  cooldownMs: number;
+}
+
+const since = (at: Date | undefined, now: Date) => (at ? now.getTime() - at.getTime() : Number.POSITIVE_INFINITY);
+
+/** Nothing was tried within the cooldown: no fetch, failed or not, by this replica or (stored) any other. */
+const cooledDown = (h: FetchHistory, now: Date, t: RefreshTimes) => Math.min(since(h.fetchedAt, now), since(h.failedAt, now), since(h.attemptedAt, now)) >= t.cooldownMs;
+
+/** The scheduled round: no set yet, or one older than the max age; never sooner than the cooldown after any attempt. */
+export function scheduledFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): boolean {
+  return since(h.fetchedAt, now) >= t.maxAgeMs && cooledDown(h, now, t);
+}
+
+/** An assertion whose kid the stored set lacks (or with no set stored): a fetch, unless one was tried within the cooldown. */
+export function unknownKidFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): boolean {
+  return cooledDown(h, now, t);
+}
