@@ -39,11 +39,30 @@ export interface SendFileInput {
 type Outcome<T> = { data?: T; error?: unknown; response: Response };
 
 /**
+ * The test helpers (test credentials only): drive one of your test connections through what its
+ * caregiver, or time, would do, and get it back in its new state. With a live credential every one
+ * fails with `PartnerApiError` code `not_found`; a transition the connection's status does not allow
+ * fails with `invalid_request`, its status unchanged. Each is safe to repeat.
+ */
+export interface TestHelpers {
+  /** pending -> approved at once, with the connection.approved webhook (the automatic approval then does nothing). */
+  approveConnection(id: string): Promise<Connection>;
+  /** The caregiver declines: it reads pending until its window ends; no event, no automatic approval. */
+  declineConnection(id: string): Promise<Connection>;
+  /** approved -> revoked, with the connection.revoked webhook, as the caregiver's sever. */
+  severConnection(id: string): Promise<Connection>;
+  /** pending (declined or not) -> expired at once, as the end of its window; no event. */
+  expireConnection(id: string): Promise<Connection>;
+}
+
+/**
  * A partner's client of the API: it fetches and renews the token itself, and retries a request
  * that got no answer, a 429 (after its Retry-After) or a 503, with the same Idempotency-Key.
  */
 export class PartnerClient {
   readonly tokens: TokenSource;
+  /** Test mode only: see TestHelpers. */
+  readonly testHelpers: TestHelpers;
   private readonly api: ReturnType<typeof createClient<paths>>;
 
   constructor(private readonly o: PartnerClientOptions) {
@@ -55,6 +74,14 @@ export class PartnerClient {
         return request;
       },
     });
+    const helper = (act: "approve" | "decline" | "sever" | "expire") => (id: string) =>
+      this.call(() => this.api.POST(`/v1/test_helpers/connections/{id}/${act}`, { params: { path: { id } } }));
+    this.testHelpers = {
+      approveConnection: helper("approve"),
+      declineConnection: helper("decline"),
+      severConnection: helper("sever"),
+      expireConnection: helper("expire"),
+    };
   }
 
   /** Asks to be connected to an elder; the same address always gives the same connection. */

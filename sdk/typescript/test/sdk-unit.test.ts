@@ -179,6 +179,43 @@ describe("PartnerClient retries", () => {
   });
 });
 
+describe("PartnerClient.testHelpers", () => {
+  function recordingApi(answer: (req: Request) => Response) {
+    const sent: Request[] = [];
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const req = new Request(input, init);
+      if (req.url.endsWith("/oauth/token")) return json(200, tokenBody(1));
+      sent.push(req);
+      return answer(req);
+    };
+    return { fetch, sent };
+  }
+
+  it("each helper POSTs to its path with the bearer and returns the connection in its new state", async () => {
+    const api = recordingApi((req) => json(200, { id: "con_1", status: req.url.endsWith("/sever") ? "revoked" : req.url.endsWith("/expire") ? "expired" : req.url.endsWith("/approve") ? "approved" : "pending" }));
+    const client = new PartnerClient({ baseUrl: "http://x/", clientId: "a", clientSecret: "b", fetch: api.fetch });
+    expect(await client.testHelpers.approveConnection("con_1")).toEqual({ id: "con_1", status: "approved" });
+    expect(await client.testHelpers.declineConnection("con_1")).toEqual({ id: "con_1", status: "pending" });
+    expect(await client.testHelpers.severConnection("con_1")).toEqual({ id: "con_1", status: "revoked" });
+    expect(await client.testHelpers.expireConnection("con_1")).toEqual({ id: "con_1", status: "expired" });
+    expect(api.sent.map((r) => `${r.method} ${r.url} ${r.headers.get("authorization")}`)).toEqual(
+      ["approve", "decline", "sever", "expire"].map((act) => `POST http://x/v1/test_helpers/connections/con_1/${act} Bearer tok1`),
+    );
+  });
+
+  it("a refused transition is a final invalid_request; a live credential's 404 a final not_found", async () => {
+    const answers = [
+      json(400, { error: { type: "invalid_request_error", code: "invalid_request", message: "The connection is pending; only an approved connection can be severed." } }),
+      json(404, { error: { type: "invalid_request_error", code: "not_found", message: "No such resource." } }),
+    ];
+    const api = recordingApi(() => answers.shift()!);
+    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
+    await expect(client.testHelpers.severConnection("con_1")).rejects.toMatchObject({ status: 400, code: "invalid_request", message: expect.stringMatching(/only an approved connection/) });
+    await expect(client.testHelpers.approveConnection("con_2")).rejects.toMatchObject({ status: 404, code: "not_found" });
+    expect(api.sent).toHaveLength(2);
+  });
+});
+
 describe("PartnerClient.events", () => {
   const evt = (n: number) => ({ id: `evt_${n}`, type: "connection.approved" as const, created: 1767225600 + n, data: { connection_id: `con_${n}`, status: "approved" as const } });
 

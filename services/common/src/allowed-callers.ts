@@ -54,6 +54,8 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
     GetConnection: runtime("gateway"),
     RevokeConnection: runtime("gateway"),
     CheckActiveConnection: runtime("file-intake"),
+    // POST /v1/test_helpers/connections/{id}/...: the partner's own test connections, by its verified bearer.
+    ActOnTestConnection: runtime("gateway"),
     ApproveConnection: admin("ops"),
     DeclineConnection: admin("ops"),
     SeverConnection: admin("ops"),

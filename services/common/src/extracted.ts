@@ -21,6 +21,8 @@ export const FAILURE_REASONS = [
   "extractor_died",
   /** No extraction for the file's media type. */
   "unsupported_type",
+  /** A test file sent with `purpose` exactly `sandbox_failed` (test mode's failed file; no extraction ran). */
+  "sandbox_failed",
 ] as const;
 export type FailureReason = (typeof FAILURE_REASONS)[number];
 

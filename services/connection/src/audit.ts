@@ -15,6 +15,12 @@ const actions: Record<Trigger, AuditAction> = {
   sever: "connection.sever",
   auto_approve: "connection.auto_approve",
   expire: "connection.expire",
+  // A test helper is the caregiver's act (or the window's end) rehearsed by the partner: the same
+  // action, with the partner as its actor (records an auth service of the previous release keeps too).
+  test_approve: "connection.approve",
+  test_decline: "connection.decline",
+  test_sever: "connection.sever",
+  test_expire: "connection.expire",
 };
 
 /** The partner as an actor; a partner id of another shape is a caller's mistake. */
@@ -23,11 +29,15 @@ export function partnerActor(partnerId: string): AuditActor {
   return partnerId;
 }
 
-/** Who pulls a trigger: the partner its request or delete, the caregiver (the app) its acts, the service its rounds. */
+/** Who pulls a trigger: the partner its request, delete and test helpers, the caregiver (the app) its acts, the service its rounds. */
 export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
   switch (trigger) {
     case "request":
     case "delete":
+    case "test_approve":
+    case "test_decline":
+    case "test_sever":
+    case "test_expire":
       return partnerActor(partnerId);
     case "approve":
     case "decline":

@@ -49,6 +49,31 @@ export interface Applied {
 
 const maxAttempts = 10;
 
+/** How many due sandbox approvals one round of one replica works on at once. */
+export const SANDBOX_APPROVAL_CONCURRENCY = 32;
+
+/**
+ * Runs `work` on every item, at most `limit` at once; counts the items it returned true for. After a
+ * failure no new item starts, and it throws once the ones under way have ended.
+ */
+async function eachAtMost<T>(limit: number, items: readonly T[], work: (item: T) => Promise<boolean>): Promise<number> {
+  let next = 0;
+  let count = 0;
+  let failure: { err: unknown } | undefined;
+  const worker = async () => {
+    while (next < items.length && !failure) {
+      try {
+        if (await work(items[next++]!)) count++;
+      } catch (err) {
+        failure ??= { err };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  if (failure) throw failure.err;
+  return count;
+}
+
 /** Clock slack between replicas of this service for read leases (read-lease.ts). */
 export const LEASE_MARGIN_MS = 250;
 
@@ -343,19 +368,26 @@ export class Connections {
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 
-  /** Approves every sandbox connection whose delay has passed; returns how many it approved. */
-  async approveDue(limit = 100): Promise<number> {
-    const { now } = this.timing();
-    const due = await this.store.connections
-      .find({ status: "pending", mode: "test", approveAt: { $lte: now } }, { projection: { _id: 1 } })
-      .limit(limit)
-      .toArray();
+  /**
+   * Approves every sandbox connection whose delay has passed; returns how many it approved. Due ones
+   * are read `batch` at a time, as long as a batch comes back full, and approved `concurrency` at
+   * a time: an approval that waits out a gateway's read lease (up to 1.25 s) holds up only its own
+   * worker, so a burst of due connections, every one polled, approves in (count / concurrency) ×
+   * (one approval) (docs/connections.md, "Sandbox auto-approval").
+   */
+  async approveDue(batch = 500, concurrency = SANDBOX_APPROVAL_CONCURRENCY): Promise<number> {
     let approved = 0;
-    for (const { _id } of due) {
-      const res = await this.apply({ _id }, "auto_approve");
-      if (res?.outcome.kind === "change") approved++;
+    for (;;) {
+      const { now } = this.timing();
+      const due = await this.store.connections
+        .find({ status: "pending", mode: "test", approveAt: { $lte: now } }, { projection: { _id: 1 } })
+        .limit(batch)
+        .toArray();
+      const changed = await eachAtMost(concurrency, due, async ({ _id }) => (await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change");
+      approved += changed;
+      // A full batch that approved nothing (another replica's round took them) is left to the next round.
+      if (due.length < batch || changed === 0) return approved;
     }
-    return approved;
   }
 
   /** Persists the expiry of pending windows that ended (reads show it already); no event. */

@@ -9,13 +9,20 @@ import type { Logger } from "@pi/common/logger";
 import type { Settings } from "@pi/common/settings";
 import { modeFromProto } from "@pi/common/mode";
 import { ACT_ID } from "./acts.js";
-import { partnerActor } from "./audit.js";
+import { connectionAudit, partnerActor } from "./audit.js";
 import type { Connections } from "./connections.js";
-import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type Trigger } from "./state-machine.js";
+import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type TestHelperTrigger, type Trigger } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore } from "./store.js";
 import { randomThreeWords } from "./words.js";
 
-const { ConnectionService, ExternalStatus: External, InternalStatus: Internal } = connectionv1;
+const { ConnectionService, ExternalStatus: External, InternalStatus: Internal, TestHelperAct } = connectionv1;
+
+const testHelperTriggers: Partial<Record<connectionv1.TestHelperAct, TestHelperTrigger>> = {
+  [TestHelperAct.APPROVE]: "test_approve",
+  [TestHelperAct.DECLINE]: "test_decline",
+  [TestHelperAct.SEVER]: "test_sever",
+  [TestHelperAct.EXPIRE]: "test_expire",
+};
 
 export interface ConnectionDeps {
   store: ConnectionStore;
@@ -95,6 +102,31 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return { result: { id, internalStatus: internalEnum[status] } };
   }
 
+  /**
+   * A partner's test helper on its own test connection. A change records itself (connections.ts); an
+   * act that changed nothing, or was refused, is recorded here, with the partner as its actor. Any
+   * other mode, an unknown id and another partner's id are the one NOT_FOUND of ownedFilter.
+   */
+  async function testHelperAct(req: connectionv1.ActOnTestConnectionRequest) {
+    const trigger = testHelperTriggers[req.act];
+    if (!trigger) throw new ConnectError("act is required", Code.InvalidArgument);
+    const filter = ownedFilter(req);
+    if (filter.mode !== "test") throw notFound();
+    const act = (doc: { _id: string; elderId: string | null }) => connectionAudit(trigger, { _id: doc._id, partnerId: req.partnerId }, doc.elderId);
+    const applied = await connections.apply(filter, trigger, { resolve: trigger === "test_approve" });
+    if (!applied) {
+      await trail.record({ ...act({ _id: req.id, elderId: null }), refused: { code: "not_found" } });
+      throw notFound();
+    }
+    if (applied.outcome.kind === "refused") {
+      const rule = applied.outcome.reason;
+      await trail.record({ ...act(applied.doc), refused: { code: "failed_precondition", rule } });
+      throw serviceError(ErrorReason.INVALID_REQUEST, `${rule.charAt(0).toUpperCase()}${rule.slice(1)}.`);
+    }
+    if (applied.outcome.kind === "unchanged") await trail.record(act(applied.doc));
+    return partnerView(applied.doc);
+  }
+
   router.service(ConnectionService, {
     async requestConnection(req) {
       const mode = modeOf(req.mode);
@@ -121,6 +153,8 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
       const address = addressOrThrow(req.elderAddress);
       return { active: req.partnerId !== "" && (await connections.isActive(req.partnerId, mode, address)) };
     },
+
+    actOnTestConnection: (req) => testHelperAct(req),
 
     approveConnection: (req) => caregiverAct(req, "approve"),
     declineConnection: (req) => caregiverAct(req, "decline"),

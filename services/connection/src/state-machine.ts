@@ -39,7 +39,14 @@ export type Trigger =
   /** DELETE /v1/connections/{id} by the owning partner. */
   | "delete"
   /** The periodic sweep that persists what reads already show. */
-  | "expire";
+  | "expire"
+  /**
+   * A partner's test helpers (POST /v1/test_helpers/connections/{id}/...), on its own test
+   * connections only: the caregiver's three acts, and the end of the pending window, at once.
+   */
+  | TestHelperTrigger;
+
+export type TestHelperTrigger = "test_approve" | "test_decline" | "test_sever" | "test_expire";
 
 export type Outcome =
   | { kind: "change"; to: InternalStatus; pendingSince?: Date; approveAt: Date | null; event: EventType | null }
@@ -84,11 +91,57 @@ function reopen(s: ConnectionState, t: Timing): Outcome {
   return { kind: "change", to: "pending", pendingSince: t.now, approveAt: sandboxApproveAt(s.mode, s.resolved, t), event: null };
 }
 
-/** The caregiver acts only on live connections whose address resolved to an elder. */
-function caregiverRefusal(s: ConnectionState): Outcome | undefined {
-  if (s.mode === "test") return refused("test connections are approved automatically; no caregiver acts on them");
+/** Who performs a caregiver's act: the caregiver (live connections), or a partner's test helper (its test ones). */
+type ActedBy = "caregiver" | "test_helper";
+
+/**
+ * The caregiver acts only on live connections whose address resolved to an elder; a test helper
+ * stands in for the caregiver on test connections only, under the same rules.
+ */
+function caregiverRefusal(s: ConnectionState, by: ActedBy): Outcome | undefined {
+  if (by === "caregiver" && s.mode === "test") return refused("test connections are approved automatically; no caregiver acts on them");
   if (!s.resolved) return refused("the address does not resolve to an elder, so no caregiver can act on it");
   return undefined;
+}
+
+/** The caregiver's approve, decline and sever, whoever performs them. */
+function caregiverRule(s: ConnectionState, status: InternalStatus, act: "approve" | "decline" | "sever", by: ActedBy): Outcome {
+  if (by === "test_helper" && s.mode !== "test") return refused("test helpers act only on test connections");
+  switch (act) {
+    case "approve": {
+      if (status === "approved") return unchanged;
+      const refusal = caregiverRefusal(s, by);
+      if (refusal) return refusal;
+      if (status === "pending" || status === "declined") return to("approved", "connection.approved");
+      return refused(`the connection is ${status}; only a pending connection can be approved`);
+    }
+
+    case "decline": {
+      if (status === "declined") return unchanged;
+      const refusal = caregiverRefusal(s, by);
+      if (refusal) return refusal;
+      if (status === "pending") return to("declined");
+      if (status === "approved") return refused("the connection is approved; sever it instead");
+      return refused(`the connection is ${status}; only a pending connection can be declined`);
+    }
+
+    case "sever": {
+      if (status === "revoked") return unchanged;
+      // Only an approved connection can be severed, and only a resolved one is ever approved.
+      const refusal = caregiverRefusal({ ...s, resolved: true }, by);
+      if (refusal) return refusal;
+      if (status === "approved") return to("revoked", "connection.revoked");
+      return refused(`the connection is ${status}; only an approved connection can be severed`);
+    }
+  }
+}
+
+/** The test helper's expire: a pending window (declined or not) ends now, as its length would have ended it. */
+function expireNow(s: ConnectionState, status: InternalStatus): Outcome {
+  if (s.mode !== "test") return refused("test helpers act only on test connections");
+  if (status === "expired") return unchanged;
+  if (status === "pending" || status === "declined") return to("expired");
+  return refused(`the connection is ${status}; only a pending connection can expire`);
 }
 
 /**
@@ -101,28 +154,19 @@ export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Out
     case "request":
       return status === "expired" || status === "revoked" ? reopen(s, t) : unchanged;
 
-    case "approve": {
-      if (status === "approved") return unchanged;
-      const refusal = caregiverRefusal(s);
-      if (refusal) return refusal;
-      if (status === "pending" || status === "declined") return to("approved", "connection.approved");
-      return refused(`the connection is ${status}; only a pending connection can be approved`);
-    }
-
-    case "decline": {
-      if (status === "declined") return unchanged;
-      const refusal = caregiverRefusal(s);
-      if (refusal) return refusal;
-      if (status === "pending") return to("declined");
-      if (status === "approved") return refused("the connection is approved; sever it instead");
-      return refused(`the connection is ${status}; only a pending connection can be declined`);
-    }
-
+    case "approve":
+    case "decline":
     case "sever":
-      if (status === "revoked") return unchanged;
-      if (s.mode === "test") return caregiverRefusal(s)!;
-      if (status === "approved") return to("revoked", "connection.revoked");
-      return refused(`the connection is ${status}; only an approved connection can be severed`);
+      return caregiverRule(s, status, trigger, "caregiver");
+
+    case "test_approve":
+      return caregiverRule(s, status, "approve", "test_helper");
+    case "test_decline":
+      return caregiverRule(s, status, "decline", "test_helper");
+    case "test_sever":
+      return caregiverRule(s, status, "sever", "test_helper");
+    case "test_expire":
+      return expireNow(s, status);
 
     case "auto_approve":
       if (awaitingSandboxApproval(s) && s.approveAt!.getTime() <= t.now.getTime()) return to("approved", "connection.approved");

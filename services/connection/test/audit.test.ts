@@ -19,6 +19,11 @@ describe("connection audit records", () => {
     ["sever", "connection.sever", "caregiver"],
     ["auto_approve", "connection.auto_approve", "system"],
     ["expire", "connection.expire", "system"],
+    // The test helpers: the same actions, pulled by the partner on its own test connections.
+    ["test_approve", "connection.approve", partnerId],
+    ["test_decline", "connection.decline", partnerId],
+    ["test_sever", "connection.sever", partnerId],
+    ["test_expire", "connection.expire", partnerId],
   ])("%s is %s by %s", (trigger, action, actor) => {
     const elderId = newId("eld");
     const fields = connectionAudit(trigger, doc, elderId);

@@ -198,6 +198,23 @@ describe("sandbox auto-approval", () => {
     expect(collector.of(c._id)).toHaveLength(1);
   });
 
+  it("one round drains a burst larger than its batch: as many partners' sandbox connections as the bound, made at once, two replicas' rounds at once, each approved exactly once", async () => {
+    const count = 120;
+    const made = await Promise.all(Array.from({ length: count }, () => connections.request(partner(), "test", sandboxElderAddress(settings.ADDRESS_DOMAIN))));
+    tick(delay);
+    const due = await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } });
+    expect(due).toBeGreaterThanOrEqual(count);
+    const other = new Connections(store, settings, relaying(relay), () => clock);
+    // Batches of 50, 8 at once: each round goes on while its batches come back full.
+    const counts = await Promise.all([connections.approveDue(50, 8), other.approveDue(50, 8)]);
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(due);
+    expect(await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } })).toBe(0);
+    for (const c of made) expect(await stored(c._id)).toMatchObject({ status: "approved", approveAt: null });
+    await collector.waitFor(() => made.every((c) => collector.of(c._id).length >= 1));
+    await relay.drain();
+    for (const c of made) expect(collector.of(c._id).map((e) => e.type)).toEqual(["connection.approved"]);
+  });
+
   it("concurrent acts on one connection are applied one after the other: one event per state change, none lost", async () => {
     const p = partner();
     const cs = await Promise.all(Array.from({ length: 5 }, async () => connections.request(p, "live", await elder())));

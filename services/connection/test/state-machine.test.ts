@@ -222,10 +222,65 @@ describe("expiry sweep", () => {
   });
 });
 
+describe("test helpers (a partner's own test connections)", () => {
+  // The caregiver's acts under the caregiver's rules, on test connections only; expire ends a pending window now.
+  const sandboxed = (status: InternalStatus) => st(status, { mode: "test" });
+
+  it("approve: pending (still waiting for the automatic approval) -> approved with connection.approved, and the schedule is dropped", () => {
+    expect(transition(sandboxWaiting(20), "test_approve", t)).toEqual({ kind: "change", to: "approved", approveAt: null, event: "connection.approved" });
+  });
+  it("approve: declined -> approved, as the caregiver may; approved: unchanged (no second event)", () => {
+    expect(transition(sandboxed("declined"), "test_approve", t)).toEqual(change("approved", "connection.approved"));
+    expect(transition(sandboxed("approved"), "test_approve", t)).toEqual(unchanged);
+  });
+  it("the automatic approval does nothing once a helper approved or declined", () => {
+    for (const trigger of ["test_approve", "test_decline"] as const) {
+      const outcome = transition(sandboxWaiting(5), trigger, t);
+      if (outcome.kind !== "change") throw new Error(`${trigger} did not change`);
+      const after = { ...sandboxWaiting(-60), status: outcome.to, approveAt: outcome.approveAt };
+      expect(transition(after, "auto_approve", t)).toEqual(unchanged);
+    }
+  });
+  it("decline: pending -> declined, no event, no schedule; it reads pending, then expired when its window ends (guarantee 4)", () => {
+    expect(transition(sandboxWaiting(5), "test_decline", t)).toEqual({ kind: "change", to: "declined", approveAt: null, event: null });
+    expect(externalStatus(st("declined", { mode: "test", age: ttl - 1 }), t)).toBe("pending");
+    expect(externalStatus(st("declined", { mode: "test", age: ttl }), t)).toBe("expired");
+    expect(transition(sandboxed("declined"), "test_decline", t)).toEqual(unchanged);
+  });
+  it("sever: approved -> revoked with connection.revoked; revoked: unchanged", () => {
+    expect(transition(sandboxed("approved"), "test_sever", t)).toEqual(change("revoked", "connection.revoked"));
+    expect(transition(sandboxed("revoked"), "test_sever", t)).toEqual(unchanged);
+  });
+  it("expire: pending or declined -> expired at once, no event, whatever its age; expired: unchanged", () => {
+    expect(transition(sandboxWaiting(5, 1), "test_expire", t)).toEqual({ kind: "change", to: "expired", approveAt: null, event: null });
+    expect(transition(sandboxed("declined"), "test_expire", t)).toEqual(change("expired", null));
+    expect(transition(st("pending", { mode: "test", resolved: false }), "test_expire", t)).toEqual(change("expired", null));
+    expect(transition(sandboxed("expired"), "test_expire", t)).toEqual(unchanged);
+  });
+  it.each([
+    ["sever", "a pending connection", "test_sever", sandboxWaiting(5)],
+    ["sever", "a declined connection", "test_sever", sandboxed("declined")],
+    ["approve", "an expired connection", "test_approve", sandboxed("expired")],
+    ["approve", "a revoked connection", "test_approve", sandboxed("revoked")],
+    ["approve", "a connection to a real address (no elder to consent)", "test_approve", st("pending", { mode: "test", resolved: false })],
+    ["decline", "an approved connection", "test_decline", sandboxed("approved")],
+    ["decline", "an expired connection", "test_decline", sandboxed("expired")],
+    ["expire", "an approved connection", "test_expire", sandboxed("approved")],
+    ["expire", "a revoked connection", "test_expire", sandboxed("revoked")],
+  ] as const)("%s of %s is refused", (_, __, trigger, state) => {
+    expect(transition(state, trigger, t)).toEqual(refused);
+  });
+  it.each(["test_approve", "test_decline", "test_sever", "test_expire"] as const)("%s is refused on every live connection, in every status", (trigger) => {
+    for (const status of ["pending", "approved", "declined", "expired", "revoked"] as const) {
+      expect(transition(st(status), trigger, t)).toEqual({ kind: "refused", reason: "test helpers act only on test connections" });
+    }
+  });
+});
+
 describe("events", () => {
-  it("only approve, auto-approval, sever and DELETE of an approved connection emit, and only the two event types", () => {
+  it("only approve, auto-approval, sever and DELETE of an approved connection emit (the test helpers' approve and sever on test ones), and only the two event types", () => {
     const statuses: InternalStatus[] = ["pending", "approved", "declined", "expired", "revoked"];
-    const triggers: Trigger[] = ["request", "approve", "decline", "sever", "auto_approve", "delete", "expire"];
+    const triggers: Trigger[] = ["request", "approve", "decline", "sever", "auto_approve", "delete", "expire", "test_approve", "test_decline", "test_sever", "test_expire"];
     const emitting: string[] = [];
     for (const mode of ["live", "test"] as const) {
       for (const status of statuses) {
@@ -244,7 +299,10 @@ describe("events", () => {
       "live declined approve connection.approved",
       "live pending approve connection.approved",
       "test approved delete connection.revoked",
+      "test approved test_sever connection.revoked",
+      "test declined test_approve connection.approved",
       "test pending auto_approve connection.approved",
+      "test pending test_approve connection.approved",
     ]);
   });
 });

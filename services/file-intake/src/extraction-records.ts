@@ -5,6 +5,7 @@ import type { KeyWrapper } from "@pi/common/data-keys";
 import type { Logger } from "@pi/common/logger";
 import { fileDataKey, sealExtraction } from "./at-rest.js";
 import { readBlobPart } from "./staging.js";
+import { testFileOutcome } from "./sandbox-outcome.js";
 import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
 
 // file-intake's side of extraction: the extraction service (services/extraction) takes a file, reads
@@ -35,8 +36,8 @@ export class ExtractionRecords {
       return { taken: false, status: doc?.status ?? "unknown" };
     }
     const { doc, holder } = lease;
-    // Test files run no extraction.
-    if (doc.mode === "test") return this.endTake(doc, holder, null);
+    // Test files run no extraction: processed, or the failure their purpose asked for.
+    if (doc.mode === "test") return this.endTake(doc, holder, testFileOutcome(doc));
     // Plain text was checked and measured as it was received (intake.ts): nothing to read back.
     if (typeof doc.textLength === "number") return this.endTake(doc, holder, { ok: true, kind: "plain-text", textLength: doc.textLength });
     if (doc.attempts > maxAttempts) {

@@ -16,6 +16,7 @@ import { refusalDelay } from "./no-oracle.js";
 import type { FileOutbox } from "./outbox.js";
 import { StagedUpload } from "./staging.js";
 import { newFileDoc, type FileDoc, type FileMode, type FileStore } from "./store.js";
+import { sandboxOutcome } from "./sandbox-outcome.js";
 import type { Reservation, StorageQuota } from "./usage.js";
 
 /** The one question file-intake asks the connection service: yes or no, never why. */
@@ -184,6 +185,7 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
           blobId: staged.id,
           idempotencyKey: key,
           textLength: text ? text.length : null,
+          ...(sandboxOutcome(mode, purpose) === "failed" ? { sandboxOutcome: "failed" as const } : {}),
         },
         new Date(),
       );

@@ -49,6 +49,11 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
    * (extraction-records.ts). null for every other type.
    */
   textLength?: number | null;
+  /**
+   * Test files only: "failed" when it was sent with purpose `sandbox_failed` (sandbox-outcome.ts), so
+   * it ends failed; absent on every other file.
+   */
+  sandboxOutcome?: "failed" | null;
   /** Why the file ended `failed` (a code of FAILURE_REASONS; no content); null or absent otherwise. */
   failureReason?: FailureReason | null;
   createdAt: Date;
@@ -59,7 +64,7 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
 }
 
 /** What intake decides about a new file; the rest of its record is the same for every new file. */
-export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "idempotencyKey" | "textLength">;
+export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "idempotencyKey" | "textLength" | "sandboxOutcome">;
 
 /** A new file's record as intake stores it: received, its FileReceivedEvent in the outbox (outbox.ts), no lease yet. */
 export function newFileDoc(file: NewFile, now: Date): FileDoc {

@@ -17,6 +17,7 @@ import eventRoutes from "./routes/events.js";
 import fileRoutes from "./routes/files.js";
 import healthRoutes from "./routes/health.js";
 import tokenRoutes from "./routes/token.js";
+import { testHelperRoutes, testModeOnly } from "./routes/test-helpers.js";
 import { batchedTokenIssuer } from "./token-batches.js";
 
 export interface GatewayDeps {
@@ -42,9 +43,11 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const token = tokenRoutes(batchedTokenIssuer(deps.auth));
   const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings, deps.logger), eventRoutes(deps.webhooks)];
 
+  const testHelpers = testHelperRoutes(deps.connections);
+
   const docs = docsRoutes();
   const discovery = discoveryRoutes(deps.settings);
-  app.use(traceRequests(routeTemplates([health, docs, discovery, token, ...v1])));
+  app.use(traceRequests(routeTemplates([health, docs, discovery, token, ...v1, testHelpers])));
   app.use(handleErrors(deps.logger));
   app.use(deprecations(deps.settings.API_DEPRECATIONS));
   app.use(health.routes());
@@ -66,5 +69,6 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
     app.use(router.routes());
     app.use(allowedMethods(router));
   }
+  app.use(testModeOnly(testHelpers));
   return app;
 }

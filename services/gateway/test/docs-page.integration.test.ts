@@ -82,6 +82,12 @@ describe("the API reference page (GET /docs) in a headless Chromium", () => {
     );
     const paths = (await page.locator(".opblock-summary-path").allInnerTexts()).map((p) => p.replace(/\u200b/g, ""));
     expect(paths).toEqual(expect.arrayContaining(["/oauth/token", "/v1/connections", "/v1/connections/{id}", "/v1/files", "/v1/files/{id}"]));
+    // The test helpers, under a tag of their own that says they exist in test mode only.
+    const helpers = page.locator("#operations-tag-Test_helpers").locator("xpath=..");
+    expect(await helpers.innerText()).toContain("Test mode only.");
+    expect((await helpers.locator(".opblock-summary-path").allInnerTexts()).map((p) => p.replace(/\u200b/g, "")).sort()).toEqual(
+      ["approve", "decline", "expire", "sever"].map((act) => `/v1/test_helpers/connections/{id}/${act}`),
+    );
     const text = await page.locator("body").innerText();
     expect(text).toContain("Partner Integration API");
     expect(text).toContain("connection.approved");

@@ -38,7 +38,7 @@ describe("the OpenAPI document", () => {
     expect(doc.openapi).toMatch(/^3\.1\./);
   });
 
-  it("has exactly the nine operations of v1: the token endpoint, its two discovery documents, the five /v1 operations of the spec and the events list", () => {
+  it("has exactly the thirteen operations of v1: the token endpoint, its two discovery documents, the five /v1 operations of the spec, the events list and the four test helpers", () => {
     expect(operations.map((o) => `${o.method.toUpperCase()} ${o.path}`).sort()).toEqual(
       [
         "POST /oauth/token",
@@ -50,9 +50,24 @@ describe("the OpenAPI document", () => {
         "POST /v1/files",
         "GET /v1/files/{id}",
         "GET /v1/events",
+        "POST /v1/test_helpers/connections/{id}/approve",
+        "POST /v1/test_helpers/connections/{id}/sever",
+        "POST /v1/test_helpers/connections/{id}/decline",
+        "POST /v1/test_helpers/connections/{id}/expire",
       ].sort(),
     );
-    expect(new Set(operations.map((o) => o.op.operationId)).size).toBe(9);
+    expect(new Set(operations.map((o) => o.op.operationId)).size).toBe(13);
+  });
+
+  it("puts the test helpers under a tag of their own, marked test-mode only, and nothing else under it", () => {
+    const tag = doc.tags.find((t: Json) => t.name === "Test helpers");
+    expect(tag).toMatchObject({ "x-test-mode-only": true, description: expect.stringMatching(/^\*\*Test mode only\.\*\*/) });
+    const helpers = operations.filter((o) => o.path.startsWith("/v1/test_helpers/"));
+    expect(helpers).toHaveLength(4);
+    for (const { path, op } of operations) {
+      const isHelper = path.startsWith("/v1/test_helpers/");
+      expect([path, op.tags.includes("Test helpers"), op["x-test-mode-only"] === true]).toEqual([path, isHelper, isHelper]);
+    }
   });
 
   it("takes the token request as form-urlencoded and as JSON, with the client authenticated by HTTP Basic or the body, and needs no bearer there", () => {

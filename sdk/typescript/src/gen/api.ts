@@ -216,6 +216,112 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/test_helpers/connections/{id}/approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve a test connection now
+         * @description `pending` → `approved` at once, as the caregiver's approval: sends `connection.approved`, and the
+         *     automatic approval then does nothing. A declined connection may be approved too, as in live mode.
+         *     Refused (`400`) for a connection that is `expired` or `revoked`, or whose address is not the sandbox elder's.
+         *
+         *     Test mode only: for a live token this path does not exist (`404 not_found`).
+         */
+        post: operations["approveTestConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/connections/{id}/sever": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sever a test connection as its caregiver
+         * @description `approved` → `revoked`, as the caregiver's sever: sends `connection.revoked`, and sends to the elder
+         *     then get `403 no_active_connection`. Refused (`400`) for a connection that is not `approved`.
+         *
+         *     Test mode only: for a live token this path does not exist (`404 not_found`).
+         */
+        post: operations["severTestConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/connections/{id}/decline": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Decline a test connection as its caregiver
+         * @description The caregiver declines: the connection reads `pending` from then on, byte for byte like an undecided
+         *     one, until its pending window ends (`expired`). No event, and no automatic approval. Refused (`400`)
+         *     for a connection that is `approved`, `expired` or `revoked`, or whose address is not the sandbox elder's.
+         *
+         *     Test mode only: for a live token this path does not exist (`404 not_found`).
+         */
+        post: operations["declineTestConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/connections/{id}/expire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Expire a test connection now
+         * @description A `pending` connection (declined or not) becomes `expired` at once, as the end of its pending window
+         *     would have made it. No event. Refused (`400`) for a connection that is `approved` or `revoked`.
+         *
+         *     Test mode only: for a live token this path does not exist (`404 not_found`).
+         */
+        post: operations["expireTestConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     "connection.approved": {
@@ -386,7 +492,8 @@ export interface components {
             elder: components["schemas"]["ElderAddress"];
             /**
              * @description A free-form hint, never validated, for example `lab_result`, `discharge_summary`,
-             *     `medication_list`, `care_note`, or free text.
+             *     `medication_list`, `care_note`, or free text. Test mode only: exactly `sandbox_failed`
+             *     makes the test file end `failed` (see "Test helpers"); in live mode it is a hint like any other.
              */
             purpose?: string;
             /**
@@ -652,6 +759,26 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["EventList"];
+            };
+        };
+        /** @description Your test connection, in its new state (a declined one reads `pending`). */
+        TestConnection: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Connection"];
+            };
+        };
+        /** @description `invalid_request`: the connection's state machine does not allow this act from its current status, which stays as it was; `message` says why. */
+        TransitionRefused: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["InvalidRequestError"];
             };
         };
         /** @description `invalid_request`: a field is missing or malformed, or the address shape is wrong; `param` names the field. */
@@ -1037,6 +1164,94 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["InsufficientScope"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    approveTestConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["TestConnection"];
+            400: components["responses"]["TransitionRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    severTestConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["TestConnection"];
+            400: components["responses"]["TransitionRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    declineTestConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["TestConnection"];
+            400: components["responses"]["TransitionRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    expireTestConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A connection id (`con_...`). */
+                id: components["parameters"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["TestConnection"];
+            400: components["responses"]["TransitionRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];

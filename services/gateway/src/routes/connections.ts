@@ -50,7 +50,7 @@ export function parseConnectionCreate(body: unknown, domain: string): string {
 }
 
 /** The shape of a connection id; anything else gets the same 404 as an unknown id, without a lookup. */
-const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
+export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
 export default function connectionRoutes(connections: ConnectionClient, domain: string, leases = new ConnectionLeases()) {
   const router = gatewayRouter();

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/connection/v1/connection.proto.
  */
 export const file_pi_connection_v1_connection: GenFile = /*@__PURE__*/
-  fileDesc("CiFwaS9jb25uZWN0aW9uL3YxL2Nvbm5lY3Rpb24ucHJvdG8SEHBpLmNvbm5lY3Rpb24udjEiUQoRUGFydG5lckNvbm5lY3Rpb24SCgoCaWQYASABKAkSMAoGc3RhdHVzGAIgASgOMiAucGkuY29ubmVjdGlvbi52MS5FeHRlcm5hbFN0YXR1cyJnChhSZXF1ZXN0Q29ubmVjdGlvblJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIgCgRtb2RlGAIgASgOMhIucGkuY29tbW9uLnYxLk1vZGUSFQoNZWxkZXJfYWRkcmVzcxgDIAEoCSJUChlSZXF1ZXN0Q29ubmVjdGlvblJlc3BvbnNlEjcKCmNvbm5lY3Rpb24YASABKAsyIy5waS5jb25uZWN0aW9uLnYxLlBhcnRuZXJDb25uZWN0aW9uImcKFEdldENvbm5lY3Rpb25SZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCgoCaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEg0KBWxlYXNlGAQgASgIImIKFUdldENvbm5lY3Rpb25SZXNwb25zZRI3Cgpjb25uZWN0aW9uGAEgASgLMiMucGkuY29ubmVjdGlvbi52MS5QYXJ0bmVyQ29ubmVjdGlvbhIQCghsZWFzZV9tcxgCIAEoDSJbChdSZXZva2VDb25uZWN0aW9uUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSJTChhSZXZva2VDb25uZWN0aW9uUmVzcG9uc2USNwoKY29ubmVjdGlvbhgBIAEoCzIjLnBpLmNvbm5lY3Rpb24udjEuUGFydG5lckNvbm5lY3Rpb24iawocQ2hlY2tBY3RpdmVDb25uZWN0aW9uUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIVCg1lbGRlcl9hZGRyZXNzGAMgASgJIi8KHUNoZWNrQWN0aXZlQ29ubmVjdGlvblJlc3BvbnNlEg4KBmFjdGl2ZRgBIAEoCCJVCgxDYXJlZ2l2ZXJBY3QSCgoCaWQYASABKAkSOQoPaW50ZXJuYWxfc3RhdHVzGAIgASgOMiAucGkuY29ubmVjdGlvbi52MS5JbnRlcm5hbFN0YXR1cyJGChhBcHByb3ZlQ29ubmVjdGlvblJlcXVlc3QSCgoCaWQYASABKAkSEwoGYWN0X2lkGAIgASgJSACIAQFCCQoHX2FjdF9pZCJLChlBcHByb3ZlQ29ubmVjdGlvblJlc3BvbnNlEi4KBnJlc3VsdBgBIAEoCzIeLnBpLmNvbm5lY3Rpb24udjEuQ2FyZWdpdmVyQWN0IkYKGERlY2xpbmVDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoCRITCgZhY3RfaWQYAiABKAlIAIgBAUIJCgdfYWN0X2lkIksKGURlY2xpbmVDb25uZWN0aW9uUmVzcG9uc2USLgoGcmVzdWx0GAEgASgLMh4ucGkuY29ubmVjdGlvbi52MS5DYXJlZ2l2ZXJBY3QiRAoWU2V2ZXJDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoCRITCgZhY3RfaWQYAiABKAlIAIgBAUIJCgdfYWN0X2lkIkkKF1NldmVyQ29ubmVjdGlvblJlc3BvbnNlEi4KBnJlc3VsdBgBIAEoCzIeLnBpLmNvbm5lY3Rpb24udjEuQ2FyZWdpdmVyQWN0IjYKEkNyZWF0ZUVsZGVyUmVxdWVzdBIUCgdhZGRyZXNzGAEgASgJSACIAQFCCgoIX2FkZHJlc3MiOAoTQ3JlYXRlRWxkZXJSZXNwb25zZRIQCghlbGRlcl9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJIhAKDkdldEluZm9SZXF1ZXN0IkgKD0dldEluZm9SZXNwb25zZRIWCg5hZGRyZXNzX2RvbWFpbhgBIAEoCRIdChVzYW5kYm94X2VsZGVyX2FkZHJlc3MYAiABKAkqpgEKDkV4dGVybmFsU3RhdHVzEh8KG0VYVEVSTkFMX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF0VYVEVSTkFMX1NUQVRVU19QRU5ESU5HEAESHAoYRVhURVJOQUxfU1RBVFVTX0FQUFJPVkVEEAISGwoXRVhURVJOQUxfU1RBVFVTX0VYUElSRUQQAxIbChdFWFRFUk5BTF9TVEFUVVNfUkVWT0tFRBAEKsQBCg5JbnRlcm5hbFN0YXR1cxIfChtJTlRFUk5BTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdJTlRFUk5BTF9TVEFUVVNfUEVORElORxABEhwKGElOVEVSTkFMX1NUQVRVU19BUFBST1ZFRBACEhwKGElOVEVSTkFMX1NUQVRVU19ERUNMSU5FRBADEhsKF0lOVEVSTkFMX1NUQVRVU19FWFBJUkVEEAQSGwoXSU5URVJOQUxfU1RBVFVTX1JFVk9LRUQQBTLRBwoRQ29ubmVjdGlvblNlcnZpY2UScQoRUmVxdWVzdENvbm5lY3Rpb24SKi5waS5jb25uZWN0aW9uLnYxLlJlcXVlc3RDb25uZWN0aW9uUmVxdWVzdBorLnBpLmNvbm5lY3Rpb24udjEuUmVxdWVzdENvbm5lY3Rpb25SZXNwb25zZSIDkAICEmUKDUdldENvbm5lY3Rpb24SJi5waS5jb25uZWN0aW9uLnYxLkdldENvbm5lY3Rpb25SZXF1ZXN0GicucGkuY29ubmVjdGlvbi52MS5HZXRDb25uZWN0aW9uUmVzcG9uc2UiA5ACARJuChBSZXZva2VDb25uZWN0aW9uEikucGkuY29ubmVjdGlvbi52MS5SZXZva2VDb25uZWN0aW9uUmVxdWVzdBoqLnBpLmNvbm5lY3Rpb24udjEuUmV2b2tlQ29ubmVjdGlvblJlc3BvbnNlIgOQAgISfQoVQ2hlY2tBY3RpdmVDb25uZWN0aW9uEi4ucGkuY29ubmVjdGlvbi52MS5DaGVja0FjdGl2ZUNvbm5lY3Rpb25SZXF1ZXN0Gi8ucGkuY29ubmVjdGlvbi52MS5DaGVja0FjdGl2ZUNvbm5lY3Rpb25SZXNwb25zZSIDkAIBEmwKEUFwcHJvdmVDb25uZWN0aW9uEioucGkuY29ubmVjdGlvbi52MS5BcHByb3ZlQ29ubmVjdGlvblJlcXVlc3QaKy5waS5jb25uZWN0aW9uLnYxLkFwcHJvdmVDb25uZWN0aW9uUmVzcG9uc2USbAoRRGVjbGluZUNvbm5lY3Rpb24SKi5waS5jb25uZWN0aW9uLnYxLkRlY2xpbmVDb25uZWN0aW9uUmVxdWVzdBorLnBpLmNvbm5lY3Rpb24udjEuRGVjbGluZUNvbm5lY3Rpb25SZXNwb25zZRJmCg9TZXZlckNvbm5lY3Rpb24SKC5waS5jb25uZWN0aW9uLnYxLlNldmVyQ29ubmVjdGlvblJlcXVlc3QaKS5waS5jb25uZWN0aW9uLnYxLlNldmVyQ29ubmVjdGlvblJlc3BvbnNlEloKC0NyZWF0ZUVsZGVyEiQucGkuY29ubmVjdGlvbi52MS5DcmVhdGVFbGRlclJlcXVlc3QaJS5waS5jb25uZWN0aW9uLnYxLkNyZWF0ZUVsZGVyUmVzcG9uc2USUwoHR2V0SW5mbxIgLnBpLmNvbm5lY3Rpb24udjEuR2V0SW5mb1JlcXVlc3QaIS5waS5jb25uZWN0aW9uLnYxLkdldEluZm9SZXNwb25zZSIDkAIBYgZwcm90bzM", [file_pi_common_v1_common]);
+  fileDesc("CiFwaS9jb25uZWN0aW9uL3YxL2Nvbm5lY3Rpb24ucHJvdG8SEHBpLmNvbm5lY3Rpb24udjEiUQoRUGFydG5lckNvbm5lY3Rpb24SCgoCaWQYASABKAkSMAoGc3RhdHVzGAIgASgOMiAucGkuY29ubmVjdGlvbi52MS5FeHRlcm5hbFN0YXR1cyJnChhSZXF1ZXN0Q29ubmVjdGlvblJlcXVlc3QSEgoKcGFydG5lcl9pZBgBIAEoCRIgCgRtb2RlGAIgASgOMhIucGkuY29tbW9uLnYxLk1vZGUSFQoNZWxkZXJfYWRkcmVzcxgDIAEoCSJUChlSZXF1ZXN0Q29ubmVjdGlvblJlc3BvbnNlEjcKCmNvbm5lY3Rpb24YASABKAsyIy5waS5jb25uZWN0aW9uLnYxLlBhcnRuZXJDb25uZWN0aW9uImcKFEdldENvbm5lY3Rpb25SZXF1ZXN0EhIKCnBhcnRuZXJfaWQYASABKAkSCgoCaWQYAiABKAkSIAoEbW9kZRgDIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEg0KBWxlYXNlGAQgASgIImIKFUdldENvbm5lY3Rpb25SZXNwb25zZRI3Cgpjb25uZWN0aW9uGAEgASgLMiMucGkuY29ubmVjdGlvbi52MS5QYXJ0bmVyQ29ubmVjdGlvbhIQCghsZWFzZV9tcxgCIAEoDSJbChdSZXZva2VDb25uZWN0aW9uUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSJTChhSZXZva2VDb25uZWN0aW9uUmVzcG9uc2USNwoKY29ubmVjdGlvbhgBIAEoCzIjLnBpLmNvbm5lY3Rpb24udjEuUGFydG5lckNvbm5lY3Rpb24iawocQ2hlY2tBY3RpdmVDb25uZWN0aW9uUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIVCg1lbGRlcl9hZGRyZXNzGAMgASgJIi8KHUNoZWNrQWN0aXZlQ29ubmVjdGlvblJlc3BvbnNlEg4KBmFjdGl2ZRgBIAEoCCJVCgxDYXJlZ2l2ZXJBY3QSCgoCaWQYASABKAkSOQoPaW50ZXJuYWxfc3RhdHVzGAIgASgOMiAucGkuY29ubmVjdGlvbi52MS5JbnRlcm5hbFN0YXR1cyJGChhBcHByb3ZlQ29ubmVjdGlvblJlcXVlc3QSCgoCaWQYASABKAkSEwoGYWN0X2lkGAIgASgJSACIAQFCCQoHX2FjdF9pZCJLChlBcHByb3ZlQ29ubmVjdGlvblJlc3BvbnNlEi4KBnJlc3VsdBgBIAEoCzIeLnBpLmNvbm5lY3Rpb24udjEuQ2FyZWdpdmVyQWN0IkYKGERlY2xpbmVDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoCRITCgZhY3RfaWQYAiABKAlIAIgBAUIJCgdfYWN0X2lkIksKGURlY2xpbmVDb25uZWN0aW9uUmVzcG9uc2USLgoGcmVzdWx0GAEgASgLMh4ucGkuY29ubmVjdGlvbi52MS5DYXJlZ2l2ZXJBY3QiRAoWU2V2ZXJDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoCRITCgZhY3RfaWQYAiABKAlIAIgBAUIJCgdfYWN0X2lkIkkKF1NldmVyQ29ubmVjdGlvblJlc3BvbnNlEi4KBnJlc3VsdBgBIAEoCzIeLnBpLmNvbm5lY3Rpb24udjEuQ2FyZWdpdmVyQWN0IowBChpBY3RPblRlc3RDb25uZWN0aW9uUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZRIsCgNhY3QYBCABKA4yHy5waS5jb25uZWN0aW9uLnYxLlRlc3RIZWxwZXJBY3QiVgobQWN0T25UZXN0Q29ubmVjdGlvblJlc3BvbnNlEjcKCmNvbm5lY3Rpb24YASABKAsyIy5waS5jb25uZWN0aW9uLnYxLlBhcnRuZXJDb25uZWN0aW9uIjYKEkNyZWF0ZUVsZGVyUmVxdWVzdBIUCgdhZGRyZXNzGAEgASgJSACIAQFCCgoIX2FkZHJlc3MiOAoTQ3JlYXRlRWxkZXJSZXNwb25zZRIQCghlbGRlcl9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJIhAKDkdldEluZm9SZXF1ZXN0IkgKD0dldEluZm9SZXNwb25zZRIWCg5hZGRyZXNzX2RvbWFpbhgBIAEoCRIdChVzYW5kYm94X2VsZGVyX2FkZHJlc3MYAiABKAkqpgEKDkV4dGVybmFsU3RhdHVzEh8KG0VYVEVSTkFMX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF0VYVEVSTkFMX1NUQVRVU19QRU5ESU5HEAESHAoYRVhURVJOQUxfU1RBVFVTX0FQUFJPVkVEEAISGwoXRVhURVJOQUxfU1RBVFVTX0VYUElSRUQQAxIbChdFWFRFUk5BTF9TVEFUVVNfUkVWT0tFRBAEKsQBCg5JbnRlcm5hbFN0YXR1cxIfChtJTlRFUk5BTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdJTlRFUk5BTF9TVEFUVVNfUEVORElORxABEhwKGElOVEVSTkFMX1NUQVRVU19BUFBST1ZFRBACEhwKGElOVEVSTkFMX1NUQVRVU19ERUNMSU5FRBADEhsKF0lOVEVSTkFMX1NUQVRVU19FWFBJUkVEEAQSGwoXSU5URVJOQUxfU1RBVFVTX1JFVk9LRUQQBSqhAQoNVGVzdEhlbHBlckFjdBIfChtURVNUX0hFTFBFUl9BQ1RfVU5TUEVDSUZJRUQQABIbChdURVNUX0hFTFBFUl9BQ1RfQVBQUk9WRRABEhsKF1RFU1RfSEVMUEVSX0FDVF9ERUNMSU5FEAISGQoVVEVTVF9IRUxQRVJfQUNUX1NFVkVSEAMSGgoWVEVTVF9IRUxQRVJfQUNUX0VYUElSRRAEMsUIChFDb25uZWN0aW9uU2VydmljZRJxChFSZXF1ZXN0Q29ubmVjdGlvbhIqLnBpLmNvbm5lY3Rpb24udjEuUmVxdWVzdENvbm5lY3Rpb25SZXF1ZXN0GisucGkuY29ubmVjdGlvbi52MS5SZXF1ZXN0Q29ubmVjdGlvblJlc3BvbnNlIgOQAgISZQoNR2V0Q29ubmVjdGlvbhImLnBpLmNvbm5lY3Rpb24udjEuR2V0Q29ubmVjdGlvblJlcXVlc3QaJy5waS5jb25uZWN0aW9uLnYxLkdldENvbm5lY3Rpb25SZXNwb25zZSIDkAIBEm4KEFJldm9rZUNvbm5lY3Rpb24SKS5waS5jb25uZWN0aW9uLnYxLlJldm9rZUNvbm5lY3Rpb25SZXF1ZXN0GioucGkuY29ubmVjdGlvbi52MS5SZXZva2VDb25uZWN0aW9uUmVzcG9uc2UiA5ACAhJ9ChVDaGVja0FjdGl2ZUNvbm5lY3Rpb24SLi5waS5jb25uZWN0aW9uLnYxLkNoZWNrQWN0aXZlQ29ubmVjdGlvblJlcXVlc3QaLy5waS5jb25uZWN0aW9uLnYxLkNoZWNrQWN0aXZlQ29ubmVjdGlvblJlc3BvbnNlIgOQAgESbAoRQXBwcm92ZUNvbm5lY3Rpb24SKi5waS5jb25uZWN0aW9uLnYxLkFwcHJvdmVDb25uZWN0aW9uUmVxdWVzdBorLnBpLmNvbm5lY3Rpb24udjEuQXBwcm92ZUNvbm5lY3Rpb25SZXNwb25zZRJsChFEZWNsaW5lQ29ubmVjdGlvbhIqLnBpLmNvbm5lY3Rpb24udjEuRGVjbGluZUNvbm5lY3Rpb25SZXF1ZXN0GisucGkuY29ubmVjdGlvbi52MS5EZWNsaW5lQ29ubmVjdGlvblJlc3BvbnNlEmYKD1NldmVyQ29ubmVjdGlvbhIoLnBpLmNvbm5lY3Rpb24udjEuU2V2ZXJDb25uZWN0aW9uUmVxdWVzdBopLnBpLmNvbm5lY3Rpb24udjEuU2V2ZXJDb25uZWN0aW9uUmVzcG9uc2UScgoTQWN0T25UZXN0Q29ubmVjdGlvbhIsLnBpLmNvbm5lY3Rpb24udjEuQWN0T25UZXN0Q29ubmVjdGlvblJlcXVlc3QaLS5waS5jb25uZWN0aW9uLnYxLkFjdE9uVGVzdENvbm5lY3Rpb25SZXNwb25zZRJaCgtDcmVhdGVFbGRlchIkLnBpLmNvbm5lY3Rpb24udjEuQ3JlYXRlRWxkZXJSZXF1ZXN0GiUucGkuY29ubmVjdGlvbi52MS5DcmVhdGVFbGRlclJlc3BvbnNlElMKB0dldEluZm8SIC5waS5jb25uZWN0aW9uLnYxLkdldEluZm9SZXF1ZXN0GiEucGkuY29ubmVjdGlvbi52MS5HZXRJbmZvUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_pi_common_v1_common]);
 
 /**
  * @generated from message pi.connection.v1.PartnerConnection
@@ -386,6 +386,55 @@ export const SeverConnectionResponseSchema: GenMessage<SeverConnectionResponse> 
   messageDesc(file_pi_connection_v1_connection, 15);
 
 /**
+ * @generated from message pi.connection.v1.ActOnTestConnectionRequest
+ */
+export type ActOnTestConnectionRequest = Message<"pi.connection.v1.ActOnTestConnectionRequest"> & {
+  /**
+   * @generated from field: string partner_id = 1;
+   */
+  partnerId: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * @generated from field: pi.common.v1.Mode mode = 3;
+   */
+  mode: Mode;
+
+  /**
+   * @generated from field: pi.connection.v1.TestHelperAct act = 4;
+   */
+  act: TestHelperAct;
+};
+
+/**
+ * Describes the message pi.connection.v1.ActOnTestConnectionRequest.
+ * Use `create(ActOnTestConnectionRequestSchema)` to create a new message.
+ */
+export const ActOnTestConnectionRequestSchema: GenMessage<ActOnTestConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_pi_connection_v1_connection, 16);
+
+/**
+ * @generated from message pi.connection.v1.ActOnTestConnectionResponse
+ */
+export type ActOnTestConnectionResponse = Message<"pi.connection.v1.ActOnTestConnectionResponse"> & {
+  /**
+   * @generated from field: pi.connection.v1.PartnerConnection connection = 1;
+   */
+  connection?: PartnerConnection | undefined;
+};
+
+/**
+ * Describes the message pi.connection.v1.ActOnTestConnectionResponse.
+ * Use `create(ActOnTestConnectionResponseSchema)` to create a new message.
+ */
+export const ActOnTestConnectionResponseSchema: GenMessage<ActOnTestConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_pi_connection_v1_connection, 17);
+
+/**
  * @generated from message pi.connection.v1.CreateElderRequest
  */
 export type CreateElderRequest = Message<"pi.connection.v1.CreateElderRequest"> & {
@@ -402,7 +451,7 @@ export type CreateElderRequest = Message<"pi.connection.v1.CreateElderRequest"> 
  * Use `create(CreateElderRequestSchema)` to create a new message.
  */
 export const CreateElderRequestSchema: GenMessage<CreateElderRequest> = /*@__PURE__*/
-  messageDesc(file_pi_connection_v1_connection, 16);
+  messageDesc(file_pi_connection_v1_connection, 18);
 
 /**
  * @generated from message pi.connection.v1.CreateElderResponse
@@ -424,7 +473,7 @@ export type CreateElderResponse = Message<"pi.connection.v1.CreateElderResponse"
  * Use `create(CreateElderResponseSchema)` to create a new message.
  */
 export const CreateElderResponseSchema: GenMessage<CreateElderResponse> = /*@__PURE__*/
-  messageDesc(file_pi_connection_v1_connection, 17);
+  messageDesc(file_pi_connection_v1_connection, 19);
 
 /**
  * @generated from message pi.connection.v1.GetInfoRequest
@@ -437,7 +486,7 @@ export type GetInfoRequest = Message<"pi.connection.v1.GetInfoRequest"> & {
  * Use `create(GetInfoRequestSchema)` to create a new message.
  */
 export const GetInfoRequestSchema: GenMessage<GetInfoRequest> = /*@__PURE__*/
-  messageDesc(file_pi_connection_v1_connection, 18);
+  messageDesc(file_pi_connection_v1_connection, 20);
 
 /**
  * @generated from message pi.connection.v1.GetInfoResponse
@@ -459,7 +508,7 @@ export type GetInfoResponse = Message<"pi.connection.v1.GetInfoResponse"> & {
  * Use `create(GetInfoResponseSchema)` to create a new message.
  */
 export const GetInfoResponseSchema: GenMessage<GetInfoResponse> = /*@__PURE__*/
-  messageDesc(file_pi_connection_v1_connection, 19);
+  messageDesc(file_pi_connection_v1_connection, 21);
 
 /**
  * What a partner may see.
@@ -543,6 +592,52 @@ export const InternalStatusSchema: GenEnum<InternalStatus> = /*@__PURE__*/
   enumDesc(file_pi_connection_v1_connection, 1);
 
 /**
+ * What a test helper does to a test connection.
+ *
+ * @generated from enum pi.connection.v1.TestHelperAct
+ */
+export enum TestHelperAct {
+  /**
+   * @generated from enum value: TEST_HELPER_ACT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * pending (or declined) -> approved, with connection.approved, as the caregiver's approval.
+   *
+   * @generated from enum value: TEST_HELPER_ACT_APPROVE = 1;
+   */
+  APPROVE = 1,
+
+  /**
+   * pending -> declined (reads pending until the window ends; no automatic approval), no event.
+   *
+   * @generated from enum value: TEST_HELPER_ACT_DECLINE = 2;
+   */
+  DECLINE = 2,
+
+  /**
+   * approved -> revoked, with connection.revoked, as the caregiver's sever.
+   *
+   * @generated from enum value: TEST_HELPER_ACT_SEVER = 3;
+   */
+  SEVER = 3,
+
+  /**
+   * pending or declined -> expired at once, as the end of the pending window; no event.
+   *
+   * @generated from enum value: TEST_HELPER_ACT_EXPIRE = 4;
+   */
+  EXPIRE = 4,
+}
+
+/**
+ * Describes the enum pi.connection.v1.TestHelperAct.
+ */
+export const TestHelperActSchema: GenEnum<TestHelperAct> = /*@__PURE__*/
+  enumDesc(file_pi_connection_v1_connection, 2);
+
+/**
  * Elders, their addresses and caregivers, and partner connections with their internal state.
  *
  * @generated from service pi.connection.v1.ConnectionService
@@ -609,6 +704,19 @@ export const ConnectionService: GenService<{
     methodKind: "unary";
     input: typeof SeverConnectionRequestSchema;
     output: typeof SeverConnectionResponseSchema;
+  },
+  /**
+   * A partner's test helpers (POST /v1/test_helpers/connections/{id}/...): on its own test
+   * connections only, the caregiver's acts and the end of the pending window, rehearsed. A live
+   * mode, an unknown id and another partner's id are the same NOT_FOUND; an act the state machine
+   * refuses is INVALID_REQUEST, with the status unchanged.
+   *
+   * @generated from rpc pi.connection.v1.ConnectionService.ActOnTestConnection
+   */
+  actOnTestConnection: {
+    methodKind: "unary";
+    input: typeof ActOnTestConnectionRequestSchema;
+    output: typeof ActOnTestConnectionResponseSchema;
   },
   /**
    * Operator.
