@@ -46,6 +46,8 @@ describe("connections crash", () => {
 
   interface Child {
     proc: ChildProcess;
+    /** The admin port's URL: the operator CLI's (and the caregiver's) calls. */
+    adminUrl: string;
     client: ConnectionClient;
     partner: ConnectionClient;
     exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -98,6 +100,7 @@ describe("connections crash", () => {
     const child = {
       proc,
       exited,
+      adminUrl: `http://127.0.0.1:${adminPort}`,
       // The operator's (and caregiver's) calls on the admin port, and the gateway's (partners' requests).
       client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${adminPort}`, [], identityKey("ops")),
       partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("gateway")),
@@ -203,6 +206,76 @@ describe("connections crash", () => {
       } finally {
         await audit.stop();
       }
+    });
+
+    describe("a caregiver's act during a replica's SIGKILL (two replicas, the operator CLI standing in for the app)", () => {
+      const opsState = mkdtempSync(join(tmpdir(), "pi-ops-state-"));
+      afterAll(() => rmSync(opsState, { recursive: true, force: true }));
+
+      /** `ops connection ACT ID --json` against the given replicas' admin ports, first listed first asked. */
+      function opsAct(act: string, id: string, replicas: Child[]) {
+        return runOpsCli({ PATH: process.env.PATH, STATE_DIR: opsState, CONNECTION_ADMIN_URL: replicas.map((r) => r.adminUrl).join(","), SERVICE_IDENTITY_KEY: identityKey("ops"), SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS }, ["connection", act, id, "--json"]);
+      }
+
+      async function liveConnection(via: Child): Promise<{ partnerId: string; id: string }> {
+        const partnerId = newId("ptr");
+        const { address } = await via.client.createElder({});
+        const { connection } = await via.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+        return { partnerId, id: connection!.id };
+      }
+
+      it("killed right after it stored the approval, before it answered: the command succeeds through the twin, which finds the act applied (one write, one event)", async () => {
+        const dying = await startService({ crashBeforePublish: true });
+        const twin = await startService();
+        events ??= await collectConnectionEvents(brokers, namespace);
+        const { partnerId, id } = await liveConnection(twin);
+        const run = await opsAct("approve", id, [dying, twin]);
+        process.stderr.write(`[act during SIGKILL] ops connection approve: exit ${run.code} in ${Math.round(run.ms)} ms\n`);
+        expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
+        expect(JSON.parse(run.stdout)).toEqual({ id, internal_status: "approved" });
+        // The first replica asked was the one that died, with the approval stored.
+        expect((await dying.exited).signal).toBe("SIGKILL");
+        const doc = await connectionsCollection().findOne({ _id: id as never });
+        expect(doc).toMatchObject({ status: "approved", version: 1, caregiverActs: [{ status: "approved" }] });
+        await events.waitFor(() => events.of(id).length >= 1);
+        await events.sentinel(partnerId);
+        expect(events.of(id).map((e) => e.type)).toEqual(["connection.approved"]);
+      });
+
+      it("killed while its sever waits for a read lease: the command succeeds through the twin, and the connection is revoked once", async () => {
+        const dying = await startService();
+        const twin = await startService();
+        events ??= await collectConnectionEvents(brokers, namespace);
+        const { partnerId, id } = await liveConnection(twin);
+        await twin.client.approveConnection({ id });
+        // A gateway polls it steadily under read leases, so a sever must wait for the last one.
+        let polling = true;
+        const poller = (async () => {
+          while (polling) {
+            await twin.partner.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE, lease: true }).catch(() => undefined);
+            await sleep(100);
+          }
+        })();
+        try {
+          while (!((await connectionsCollection().findOne({ _id: id as never }))?.leasedUntil instanceof Date)) await sleep(20);
+          const sever = opsAct("sever", id, [dying, twin]);
+          // The sentinel: the first replica asked has fenced new leases and waits for the granted ones.
+          while (!((await connectionsCollection().findOne({ _id: id as never }))?.fencedUntil instanceof Date)) await sleep(10);
+          dying.proc.kill("SIGKILL");
+          const run = await sever;
+          process.stderr.write(`[act during SIGKILL] ops connection sever: exit ${run.code} in ${Math.round(run.ms)} ms\n`);
+          expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
+          expect(JSON.parse(run.stdout)).toEqual({ id, internal_status: "revoked" });
+          expect((await dying.exited).signal).toBe("SIGKILL");
+        } finally {
+          polling = false;
+          await poller;
+        }
+        expect(await connectionsCollection().findOne({ _id: id as never })).toMatchObject({ status: "revoked", caregiverActs: [{ status: "revoked" }] });
+        await events.waitFor(() => events.of(id).some((e) => e.type === "connection.revoked"));
+        await events.sentinel(partnerId);
+        expect(events.of(id).map((e) => e.type)).toEqual(["connection.approved", "connection.revoked"]);
+      });
     });
 
     it("sandbox auto-approval falls due while the service is down and happens after its restart", async () => {

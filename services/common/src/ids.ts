@@ -11,7 +11,7 @@ const pool = Buffer.alloc(ID_BYTES * 186);
 let used = pool.length;
 
 /** An opaque, unguessable id: the prefix, an underscore and 22 base62 characters (about 131 bits). */
-export function newId(prefix: "con" | "file" | "evt" | "ptr" | "cli" | "eld" | "key" | "req" | "tok"): string {
+export function newId(prefix: "act" | "con" | "file" | "evt" | "ptr" | "cli" | "eld" | "key" | "req" | "tok"): string {
   if (used + ID_BYTES > pool.length) {
     randomFillSync(pool);
     used = 0;

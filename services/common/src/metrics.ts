@@ -59,6 +59,8 @@ export const extractionDuration = new client.Histogram({ name: "pi_extraction_du
 export const extractions = new client.Counter({ name: "pi_extractions_total", help: "Extractions finished, by outcome (processed, failed)", labelNames: ["outcome"] as const, registers });
 
 export const connectionTransitions = new client.Counter({ name: "pi_connection_transitions_total", help: "Connection state changes", labelNames: ["from", "to"] as const, registers });
+export const connectionClockOffset = new client.Gauge({ name: "pi_connection_clock_offset_seconds", help: "This replica's clock minus the database's, as last measured (services/connection/src/clock-offset.ts)", registers });
+export const connectionReadLeasesSuspended = new client.Gauge({ name: "pi_connection_read_leases_suspended", help: "1 while this replica grants no read lease: its clock is beyond the margin from the database's, or could not be measured lately", registers });
 
 export const tokensIssued = new client.Counter({ name: "pi_tokens_issued_total", help: "Access tokens issued", registers });
 export const tokensRefused = new client.Counter({ name: "pi_tokens_refused_total", help: "Token requests refused (no reason given, as to the client)", registers });

@@ -10,7 +10,9 @@ import { sandboxElderAddress } from "@pi/common/elder-address";
 import type { Settings } from "@pi/common/settings";
 import { connectionAudit } from "./audit.js";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
-import { fenceUntil, grantableLeaseMs, leaseWaitMs, type LeaseRules } from "./read-lease.js";
+import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
+import { DatabaseClock } from "./clock-offset.js";
+import { fenceUntil, grantableLeaseMs, leaseWaitMs, partnerSeesNoChange, statusesReadAlike, type LeaseRules } from "./read-lease.js";
 import { releaseOpening, takeOpening } from "./openings.js";
 import { releaseSlot, takeSlot } from "./slots.js";
 import {
@@ -41,6 +43,8 @@ export const connectionKey = (partnerId: string, mode: ConnectionMode, address: 
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
+  /** The act's earlier application, when its id had already changed the connection (acts.ts): nothing was done now. */
+  replayed?: AppliedAct;
 }
 
 const maxAttempts = 10;
@@ -73,6 +77,14 @@ async function eachAtMost<T>(limit: number, items: readonly T[], work: (item: T)
 /** Clock slack between replicas of this service for read leases (read-lease.ts). */
 export const LEASE_MARGIN_MS = 250;
 
+/**
+ * How far a replica's clock may be off the database's while it grants read leases: half the margin,
+ * so that two replicas within it agree within the margin (clock-offset.ts); and how old its last
+ * measurement may be (three rounds of CLOCK_CHECK_MS).
+ */
+export const CLOCK_CHECK_MS = 15_000;
+export const CLOCK_RULES = { limitMs: LEASE_MARGIN_MS / 2, maxAgeMs: 3 * CLOCK_CHECK_MS };
+
 /** What a partner's read needs: the state (stateOf), the version and lease fields; not the outbox or audit entries. */
 const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1, version: 1, leasedUntil: 1, fencedUntil: 1 } as const;
 
@@ -101,6 +113,11 @@ export class Connections {
     private readonly afterAudit: (connectionId: string) => void = () => undefined,
     /** A test seam: awaited between a change's read and its compare-and-set write (the replica race test holds one replica here). */
     private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
+    /**
+     * The database's clock as this replica measures it (clock-offset.ts), which lease times are kept
+     * on. Without one (store tests) the local clock stands in for it and no lease is granted.
+     */
+    private readonly databaseClock: DatabaseClock = new DatabaseClock(() => Promise.reject(new Error("no database clock")), clock, CLOCK_RULES),
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
     this.leases = { leaseMs: settings.CONNECTION_READ_LEASE_MS, marginMs: LEASE_MARGIN_MS };
@@ -116,22 +133,34 @@ export class Connections {
   async read(filter: Filter<ConnectionDoc> & { _id: string }, lease: boolean): Promise<{ doc: ConnectionDoc; leaseMs: number } | null> {
     const doc = await this.store.connections.findOne(filter, { projection: READ_FIELDS });
     if (!doc) return null;
-    const t = this.timing();
-    const fenced = doc.fencedUntil != null && doc.fencedUntil.getTime() > t.now.getTime();
-    const ms = lease && !fenced ? grantableLeaseMs(this.stateOf(doc), t, this.leases) : 0;
+    // A replica that cannot vouch for its clock grants none: the poll reads through, as every poll
+    // would with leases off.
+    if (!lease || !this.databaseClock.leasesAllowed()) return { doc, leaseMs: 0 };
+    const now = this.databaseClock.now();
+    const fenced = doc.fencedUntil != null && doc.fencedUntil.getTime() > now.getTime();
+    const ms = fenced ? 0 : grantableLeaseMs(this.stateOf(doc), this.timing(), this.leases);
     if (ms === 0) return { doc, leaseMs: 0 };
+    // Granted while the stored document still reads as it did (not on its version: a change a
+    // partner cannot see, a decline, must not cost a poll its lease), with no writer's fence. The
+    // version moves, so a writer that read before the grant loses its compare-and-set and sees it.
     const granted = await this.store.connections.updateOne(
-      { _id: doc._id, version: doc.version, $or: [{ fencedUntil: null }, { fencedUntil: { $lte: t.now } }] },
-      { $max: { leasedUntil: new Date(t.now.getTime() + ms) }, $inc: { version: 1 } },
+      {
+        _id: doc._id,
+        status: { $in: statusesReadAlike(doc.status) },
+        pendingSince: doc.pendingSince,
+        approveAt: doc.approveAt,
+        $or: [{ fencedUntil: null }, { fencedUntil: { $lte: now } }],
+      },
+      { $max: { leasedUntil: new Date(now.getTime() + ms) }, $inc: { version: 1 } },
     );
     return { doc, leaseMs: granted.modifiedCount === 1 ? ms : 0 };
   }
 
   /** A change of a connection under read leases: fence new grants, then wait until the granted ones ended. */
   private async waitForLeases(doc: ConnectionDoc): Promise<void> {
-    await this.store.connections.updateOne({ _id: doc._id }, { $set: { fencedUntil: fenceUntil(this.clock(), this.leases) } });
+    await this.store.connections.updateOne({ _id: doc._id }, { $max: { fencedUntil: fenceUntil(this.databaseClock.now(), this.leases) } });
     const fenced = await this.store.connections.findOne({ _id: doc._id }, { projection: { leasedUntil: 1 } });
-    const waitMs = leaseWaitMs(fenced?.leasedUntil, this.clock(), this.leases);
+    const waitMs = leaseWaitMs(fenced?.leasedUntil, this.databaseClock.now(), this.leases);
     if (waitMs > 0) await sleep(waitMs);
   }
 
@@ -252,11 +281,14 @@ export class Connections {
   async apply(
     filter: Filter<ConnectionDoc> & { _id: string },
     trigger: Trigger,
-    opts: { elderId?: string | null; resolve?: boolean } = {},
+    opts: { elderId?: string | null; resolve?: boolean; actId?: string } = {},
   ): Promise<Applied | null> {
-    for (let attempt = 0; attempt < maxAttempts; attempt++) {
+    // Only writes lost to another writer count; waits for read leases do not (each fences anew).
+    for (let conflicts = 0; conflicts < maxAttempts; ) {
       const doc = await this.store.connections.findOne(filter);
       if (!doc) return null;
+      const replayed = earlierApplication(doc.caregiverActs, opts.actId);
+      if (replayed) return { doc, outcome: { kind: "unchanged" }, replayed };
       let elderId = opts.elderId !== undefined ? opts.elderId : doc.elderId;
       if (opts.resolve && elderId === null) elderId = await this.resolveElder(doc.mode, doc.address);
       const t = this.timing();
@@ -268,8 +300,10 @@ export class Connections {
         const verdict = reopenVerdict(doc.reopenedAt, t.now, this.reopenInterval(doc.mode));
         if (!verdict.ok) throw rateLimitedError("this connection was reopened less than the reopen interval ago", verdict.retryAfterSeconds);
       }
-      if (leaseWaitMs(doc.leasedUntil, t.now, this.leases) > 0) {
-        // Gateways may be answering the current status from memory: none is stored until they stop.
+      const after = { status: outcome.to, mode: doc.mode, resolved: elderId !== null, pendingSince: outcome.pendingSince ?? doc.pendingSince, approveAt: outcome.approveAt };
+      const visible = !partnerSeesNoChange(this.stateOf(doc, elderId), after, t);
+      if (visible && leaseWaitMs(doc.leasedUntil, this.databaseClock.now(), this.leases) > 0) {
+        // Gateways may be answering the current status from memory: no change of it is stored until they stop.
         await this.waitForLeases(doc);
         continue;
       }
@@ -303,7 +337,9 @@ export class Connections {
           updatedAt: t.now,
           ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
           ...(trigger === "request" ? { reopenedAt: t.now } : {}),
-          fencedUntil: null,
+          ...(opts.actId !== undefined ? { caregiverActs: rememberAct(doc.caregiverActs, { id: opts.actId, status: outcome.to }) } : {}),
+          // A visible change ends the fence it waited behind; an invisible one leaves any fence to its writer.
+          ...(visible ? { fencedUntil: null } : {}),
         },
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
@@ -311,6 +347,7 @@ export class Connections {
         // Another writer changed it since the read: decide again on the new state.
         if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id);
         if (opening) await releaseOpening(this.store.openings, opening);
+        conflicts++;
         continue;
       }
       connectionTransitions.inc({ from: doc.status, to: outcome.to });

@@ -8,6 +8,7 @@ import type { AuditTrail } from "@pi/common/audit-trail";
 import type { Logger } from "@pi/common/logger";
 import type { Settings } from "@pi/common/settings";
 import { modeFromProto } from "@pi/common/mode";
+import { ACT_ID } from "./acts.js";
 import { connectionAudit, partnerActor } from "./audit.js";
 import type { Connections } from "./connections.js";
 import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type TestHelperTrigger, type Trigger } from "./state-machine.js";
@@ -79,9 +80,11 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return { _id: req.id, partnerId: req.partnerId, mode };
   }
 
-  async function caregiverAct(id: string, trigger: Extract<Trigger, "approve" | "decline" | "sever">) {
+  async function caregiverAct(req: { id: string; actId?: string }, trigger: Extract<Trigger, "approve" | "decline" | "sever">) {
+    const { id, actId } = req;
     const act = { action: `connection.${trigger}`, actor: "caregiver" } as const;
-    const applied = CONNECTION_ID.test(id) ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve" }) : null;
+    if (actId !== undefined && !ACT_ID.test(actId)) throw new ConnectError("act_id must look like act_ followed by up to 64 letters and digits", Code.InvalidArgument);
+    const applied = CONNECTION_ID.test(id) ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve", actId }) : null;
     if (!applied) {
       await trail.record({ ...act, targets: [id], refused: { code: "not_found" } });
       throw new ConnectError(`no connection ${id}`, Code.NotFound);
@@ -92,6 +95,8 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
       await trail.record({ ...act, targets, refused: { code: "failed_precondition", rule: applied.outcome.reason } });
       throw new ConnectError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Code.FailedPrecondition);
     }
+    // A repeat of an act already applied (the same act id) does nothing, records nothing, and answers what the act did.
+    if (applied.replayed) return { result: { id, internalStatus: internalEnum[applied.replayed.status] } };
     if (applied.outcome.kind === "unchanged") await trail.record({ ...act, targets });
     const status = effectiveStatus(connections.stateOf(applied.doc), connections.timing());
     return { result: { id, internalStatus: internalEnum[status] } };
@@ -151,9 +156,9 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
 
     actOnTestConnection: (req) => testHelperAct(req),
 
-    approveConnection: (req) => caregiverAct(req.id, "approve"),
-    declineConnection: (req) => caregiverAct(req.id, "decline"),
-    severConnection: (req) => caregiverAct(req.id, "sever"),
+    approveConnection: (req) => caregiverAct(req, "approve"),
+    declineConnection: (req) => caregiverAct(req, "decline"),
+    severConnection: (req) => caregiverAct(req, "sever"),
 
     // Its record names the elder by id only, never by address.
     createElder: (req) =>

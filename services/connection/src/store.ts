@@ -2,6 +2,7 @@ import type { Collection, Db } from "mongodb";
 import type { AuditCarrier } from "@pi/common/audit-trail";
 import type { JobLeaseDoc } from "@pi/common/background/lease";
 import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/persistence";
+import type { AppliedAct } from "./acts.js";
 import type { OpeningsDoc } from "./openings.js";
 import type { SlotsDoc } from "./slots.js";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
@@ -44,9 +45,13 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   // Bumped by every state change and every read lease granted: the compare-and-set guard of a
   // transition (updateVersioned), which a lease granted after the transition's read makes fail.
   version: number;
-  // Read leases (read-lease.ts): the end of the last one granted, and a writer's fence against new ones.
+  // Read leases (read-lease.ts): the end of the last one granted, and a writer's fence against new
+  // ones, both on the database's clock (clock-offset.ts).
   leasedUntil?: Date | null;
   fencedUntil?: Date | null;
+  // The newest caregiver acts that changed it, by act id (acts.ts): a repeat of one changes nothing.
+  // Absent on connections no act with an id has changed.
+  caregiverActs?: AppliedAct[];
   // Trace headers of the request that created the connection: later state changes (a caregiver's
   // approve, days later) continue that trace, so one trace shows a connection's whole life.
   trace?: Record<string, string>;

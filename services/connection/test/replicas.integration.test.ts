@@ -163,3 +163,51 @@ describe("two replicas racing on one connection", () => {
     expect(new Set(answers.map((r) => r.connection!.id)).size).toBe(1);
   });
 });
+
+describe("one caregiver act sent twice (the same act id): applied once", () => {
+  const actId = () => newId("act");
+
+  it("an approval sent again on the other replica changes nothing and answers approved (version 1, one connection.approved)", async () => {
+    const { id } = await pendingConnection();
+    const act = actId();
+    expect((await a.approveConnection({ id, actId: act })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    const after = await stored(id);
+    expect((await b.approveConnection({ id, actId: act })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect(await stored(id)).toMatchObject({ status: "approved", version: after!.version, caregiverActs: [{ id: act, status: "approved" }] });
+    expect(await settled(id)).toHaveLength(1);
+  });
+
+  it("an act repeated after a later act changed the connection answers what it did, not a refusal: an approval after a sever, a decline after an approval", async () => {
+    const { id } = await pendingConnection();
+    const decline = actId();
+    const approve = actId();
+    expect((await a.declineConnection({ id, actId: decline })).result?.internalStatus).toBe(connectionv1.InternalStatus.DECLINED);
+    expect((await b.approveConnection({ id, actId: approve })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    await b.severConnection({ id, actId: actId() });
+    const before = await stored(id);
+    expect((await a.declineConnection({ id, actId: decline })).result?.internalStatus).toBe(connectionv1.InternalStatus.DECLINED);
+    expect((await b.approveConnection({ id, actId: approve })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect(await stored(id)).toMatchObject({ status: "revoked", version: before!.version });
+    // Without its id, the same approval is a new act, and refused on a revoked connection.
+    await expect(a.approveConnection({ id })).rejects.toMatchObject({ code: Code.FailedPrecondition });
+  });
+
+  it("the same act on both replicas at once, one held after its read until the other wrote: the held one's compare-and-set loses and it finds its act applied (one write, one event)", async () => {
+    const { id } = await pendingConnection();
+    const act = actId();
+    const held = holdWrite(0, "approve", id);
+    const first = a.approveConnection({ id, actId: act });
+    await held.held;
+    expect((await b.approveConnection({ id, actId: act })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    held.release();
+    expect((await first).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect(await stored(id)).toMatchObject({ status: "approved", version: 1, caregiverActs: [{ id: act, status: "approved" }] });
+    expect(await settled(id)).toHaveLength(1);
+  });
+
+  it("a malformed act id is INVALID_ARGUMENT and changes nothing", async () => {
+    const { id } = await pendingConnection();
+    await expect(a.approveConnection({ id, actId: "act_no spaces" })).rejects.toMatchObject({ code: Code.InvalidArgument });
+    expect(await stored(id)).toMatchObject({ status: "pending", version: 0 });
+  });
+});

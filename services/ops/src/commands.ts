@@ -2,6 +2,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { authv1, commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
 import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common/clients";
 import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
+import { newId } from "@pi/common/ids";
+import { retry } from "@pi/common/background/retry";
 
 // Each operator command: calls one internal service and returns the JSON object of the operator
 // contract (docs: ../shared/spec/operator-contract.md). Kept apart from argument parsing so tests
@@ -34,6 +36,26 @@ const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
 };
 
 export class UsageError extends Error {}
+
+/**
+ * Whether a caregiver act's failure leaves its outcome unknown: the replica died under it, did not
+ * answer in time, or failed inside. The act may have been applied, so it is sent again, with the
+ * same act id, which the service applies at most once. Any other answer (not found, refused, a
+ * malformed id) is the service's verdict and final.
+ */
+export function actOutcomeUnknown(err: unknown): boolean {
+  const code = ConnectError.from(err).code;
+  return code === Code.Unavailable || code === Code.DeadlineExceeded || code === Code.Unknown || code === Code.Internal || code === Code.Aborted;
+}
+
+/**
+ * A caregiver act's timing (operator contract: each command within 2 s). One attempt may wait up to
+ * the read leases' 1.25 s before its change is stored (docs/connections.md, "Read leases"), so it
+ * gets 1.5 s; an attempt whose outcome is unknown is sent again at once, to another replica (the
+ * transport tries the one that failed last), and again while ACT_RETRY_MS has not passed.
+ */
+export const ACT_ATTEMPT_TIMEOUT_MS = 1_500;
+export const ACT_RETRY_MS = 4_000;
 
 /** `--scopes "connections:write files:write"` (commas also separate); absent means every Ring 1 scope. */
 export function parseScopes(value: string | undefined): string[] {
@@ -175,9 +197,17 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { elder_id: res.elderId, address: res.address };
   },
 
-  async connectionAct(act: "approve" | "decline" | "sever", id: string) {
+  /** The caregiver's tap: one act id, sent again on another replica while the outcome is unknown, until an answer. */
+  async connectionAct(act: "approve" | "decline" | "sever", id: string, actId = newId("act")) {
     const call = { approve: c.connection.approveConnection, decline: c.connection.declineConnection, sever: c.connection.severConnection }[act];
-    const res = await call({ id });
+    const started = Date.now();
+    const attempt = (): Promise<{ result?: connectionv1.CaregiverAct }> => call({ id, actId }, { timeoutMs: ACT_ATTEMPT_TIMEOUT_MS });
+    const res = await retry(`connection ${act}`, attempt, {
+      attempts: 20,
+      firstDelayMs: 20,
+      maxDelayMs: 200,
+      retryIf: (err) => actOutcomeUnknown(err) && Date.now() - started < ACT_RETRY_MS,
+    });
     return { id: res.result!.id, internal_status: internalStatusName[res.result!.internalStatus] };
   },
 
