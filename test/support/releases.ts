@@ -85,7 +85,9 @@ export async function startStack(dir: string, env: NodeJS.ProcessEnv, timeoutMs 
     if (child.exitCode === null && child.signalCode === null) {
       const exited = new Promise((resolve) => child.once("exit", resolve));
       child.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 25_000))]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 25_000)))]);
+      clearTimeout(timer);
     }
     const deadline = Date.now() + 20_000;
     while ([...seen].some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
