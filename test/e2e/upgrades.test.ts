@@ -5,6 +5,8 @@ import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MongoClient } from "mongodb";
+import { databaseName } from "@pi/common/mongo";
+import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { accessToken, call } from "../support/partner-api.js";
 import { sendFile, waitForStatus } from "../support/files.js";
 import { freePort } from "../support/gateway-process.js";
@@ -98,6 +100,15 @@ const readStore = async (mongoPort: number, db: string, collection: string) => {
   const client = await MongoClient.connect(`mongodb://127.0.0.1:${mongoPort}/`);
   try {
     return await client.db(db).collection(collection).find().toArray();
+  } finally {
+    await client.close();
+  }
+};
+
+const listCollections = async (mongoPort: number, db: string) => {
+  const client = await MongoClient.connect(`mongodb://127.0.0.1:${mongoPort}/`);
+  try {
+    return (await client.db(db).listCollections().toArray()).map((c) => c.name).sort();
   } finally {
     await client.close();
   }
@@ -276,7 +287,14 @@ describe.each(list.upgradeFrom)("upgrade in place from $name, then rollback to t
       expect(mark).toMatchObject({ minReader: previous.version });
     }
     const migrations = (await readStore(mongoPort, "pi_file_intake", "store_migrations")).map((m) => m.migrationName);
-    expect(migrations).toEqual(["0001-idempotency-keys-under-mode"]);
+    expect(migrations).toEqual(STORE_SCHEMAS["file-intake"].migrations.map((m) => m.name));
+    // Each service knows every collection it holds (besides the versions' own two).
+    for (const [service, schema] of Object.entries(STORE_SCHEMAS)) {
+      const names = (await listCollections(mongoPort, databaseName("pi", service))).filter((n) => !n.startsWith("system."));
+      const known = [...Object.keys(schema.collections), "store_version", "store_migrations"];
+      expect({ service, unknown: names.filter((n) => !known.includes(n)) }).toEqual({ service, unknown: [] });
+    }
+    expect(await listCollections(mongoPort, "pi_auth_audit")).toEqual(["audit_records"]);
     expect((await readStore(mongoPort, "pi_file_intake", "idempotency_keys")).filter((k) => k.mode === undefined)).toEqual([]);
     // Run exactly once, by one of the two replicas.
     const logs = ["file-intake-1.log", "file-intake-2.log"].map((f) => readFileSync(join(stateDir, "logs", f), "utf8"));

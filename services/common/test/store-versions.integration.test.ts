@@ -194,7 +194,7 @@ describe("the migrations of 4e36e67's shapes", () => {
       { _id: "ptr_a:live:k4" as never, partnerId: "ptr_a", mode: "live", key: "k4", fingerprint: "f4new", fileId: "fil_newer", state: "committed", claimedUntil: at, expiresAt: expires },
     ]);
     const { ran } = await prepareStore(db, STORE_SCHEMAS["file-intake"], { client: clients[0]!, namespace: ns, logger });
-    expect(ran).toEqual(["0001-idempotency-keys-under-mode"]);
+    expect(ran).toEqual(["0001-idempotency-keys-under-mode", "0002-drop-the-unused-gridfs-bucket"]);
     const keys = await db.collection("idempotency_keys").find().sort({ _id: 1 }).toArray();
     expect(keys).toEqual([
       { _id: "ptr_a:live:k1", partnerId: "ptr_a", mode: "live", key: "k1", fingerprint: "f1", fileId: "fil_live", state: "committed", claimedUntil: at, expiresAt: expires },
@@ -204,6 +204,17 @@ describe("the migrations of 4e36e67's shapes", () => {
     // Resumable and idempotent: the migration itself run again (as after a crash before it was recorded).
     await STORE_SCHEMAS["file-intake"].migrations[0].up({ db, client: clients[0]!, namespace: ns, logger });
     expect(await db.collection("idempotency_keys").find().sort({ _id: 1 }).toArray()).toEqual(keys);
+  });
+
+  it("file-intake 0002: the empty GridFS bucket 4e36e67 created goes; one that holds anything is kept", async () => {
+    const ns = freshNamespace();
+    const db = dbOf(clients[0]!, ns, "file-intake");
+    await db.collection("blobs.chunks").createIndex({ files_id: 1, n: 1 }, { unique: true });
+    await db.collection("blobs.files").insertOne({ filename: "kept" });
+    await prepareStore(db, STORE_SCHEMAS["file-intake"], { client: clients[0]!, namespace: ns, logger });
+    const names = (await db.listCollections().toArray()).map((c) => c.name);
+    expect(names).not.toContain("blobs.chunks");
+    expect(names).toContain("blobs.files");
   });
 
   it("auth 0001: 4e36e67's audit records are copied, exactly as stored, into the trail's database; a record already there is left; the old collection goes", async () => {

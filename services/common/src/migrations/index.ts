@@ -1,6 +1,7 @@
 import type { StoreSchema } from "../store-versions.js";
 import { auditRecordsIntoTrailDatabase } from "./audit-records-into-trail-database.js";
 import { keysUnderMode } from "./keys-under-mode.js";
+import { unusedGridfsBucket } from "./unused-gridfs-bucket.js";
 
 // Every service's store schema in one place (docs/upgrades.md): the version of each collection it
 // owns (1: the shape 4e36e67 wrote, the oldest a deployment may run; each change of a shape since
@@ -65,7 +66,7 @@ export const STORE_SCHEMAS = {
       storage_usage: 2,
       data_key_checks: 1,
     },
-    migrations: [keysUnderMode],
+    migrations: [keysUnderMode, unusedGridfsBucket],
     readableFrom: PREVIOUS_RELEASE,
   },
   webhook: {
