@@ -27,6 +27,9 @@ export const projectBase = {
     "^(\\.{1,2}/.*)\\.js$": "$1",
   },
   testPathIgnorePatterns: ["/node_modules/", "/dist/"],
+  // Builds of earlier releases (the upgrade tests' cache, test/support/releases.ts) are copies of this
+  // repository: jest must not see their packages or tests.
+  modulePathIgnorePatterns: ["<rootDir>/\\.state/"],
 };
 
 /** The MongoDB-wire server and Kafka, started once for every lane that needs them (jest runs a

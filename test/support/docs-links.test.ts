@@ -8,11 +8,11 @@ import { describe, expect, it } from "@jest/globals";
 // leaves a doc behind fails here, not in a reader's hands.
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const docs = ["README.md", "CHANGELOG.md", ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+const docs = ["README.md", "CHANGELOG.md", "HISTORY.md", ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
 const scripts = Object.keys((JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts);
 
 /** Top-level folders and files a path in the docs starts with. */
-const TOP = /^(?:\.ci|\.state|bench|charts|deploy|docs|patches|proto|sdk|services|test)\/|^(?:package\.json|jest\.config\.js|tsconfig\.json|skaffold\.yaml|CHANGELOG\.md|README\.md)$/;
+const TOP = /^(?:\.ci|\.state|bench|charts|deploy|docs|patches|proto|sdk|services|test)\/|^(?:package\.json|jest\.config\.js|tsconfig\.json|skaffold\.yaml|CHANGELOG\.md|HISTORY\.md|README\.md|releases\.json)$/;
 /** Placeholders and patterns, not one path: `services/<name>`, `test/e2e/*.test.ts`, `$STATE_DIR/...`. */
 const PATTERN = /[<>*{}$…]|\.\.\./;
 /** Made when something runs (state, builds): named in the docs, not kept in the repository. */

@@ -1,5 +1,7 @@
 import { AuditTrail } from "@pi/common/audit-trail";
 import { connectMongo } from "@pi/common/mongo";
+import { prepareStore } from "@pi/common/store-versions";
+import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
 import { parsePublicKeys } from "@pi/common/service-identity";
 import { every } from "@pi/common/background/periodic";
@@ -50,6 +52,11 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
   const runtime = await openRuntime("auth", settings, logger);
+  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["auth"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+    await runtime.close();
+    throw err;
+  });
   await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
     await runtime.close();
     throw err;

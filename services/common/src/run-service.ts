@@ -4,6 +4,7 @@ import { requireIdentity } from "./service-identity.js";
 import { loadSettings, SettingsError, type Settings } from "./settings.js";
 import { startMetricsServer } from "./metrics.js";
 import { startTelemetry } from "./telemetry.js";
+import { StoreRefusal } from "./store-versions.js";
 
 export interface RunningService {
   /** The port the service listens on. */
@@ -86,7 +87,8 @@ export function runService(name: string, start: StartService): void {
         process.stderr.write(`${err.message}\n`);
         process.exit(2);
       }
-      logger.fatal({ err }, "start failed");
+      // The store's guard or a failed migration has logged its one line (store-versions.ts).
+      if (!(err instanceof StoreRefusal)) logger.fatal({ err }, "start failed");
       process.exit(1);
     },
   );

@@ -1,4 +1,6 @@
 import { AuditTrail } from "@pi/common/audit-trail";
+import { prepareStore } from "@pi/common/store-versions";
+import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { every } from "@pi/common/background/periodic";
 import { openRuntime } from "@pi/common/runtime";
 import { whileHolding } from "@pi/common/background/lease";
@@ -65,6 +67,11 @@ export function databaseNowReader(store: ConnectionStore, sandboxAddress: string
 
 export async function startConnectionService(settings: Settings, logger: Logger, seams: ConnectionServiceSeams = {}): Promise<RunningService> {
   const runtime = await openRuntime("connection", settings, logger);
+  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["connection"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+    await runtime.close();
+    throw err;
+  });
   const store = await openConnectionStore(runtime.mongo.db);
   await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
   const intervals = roundIntervals(settings);

@@ -1,4 +1,6 @@
 import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
+import { prepareStore } from "@pi/common/store-versions";
+import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { clientsFor } from "@pi/common/clients";
 import { every } from "@pi/common/background/periodic";
 import { readAtScrape } from "@pi/common/metrics";
@@ -60,6 +62,11 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
   const timing = { ...DEFAULT_TIMING, ...options.timing };
   const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger);
+  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["file-intake"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+    await runtime.close();
+    throw err;
+  });
   await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
     await runtime.close();
     throw err;

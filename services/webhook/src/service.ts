@@ -1,4 +1,6 @@
 import { AuditTrail } from "@pi/common/audit-trail";
+import { prepareStore } from "@pi/common/store-versions";
+import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { clientsFor } from "@pi/common/clients";
 import { readAtScrape } from "@pi/common/metrics";
 import { openRuntime } from "@pi/common/runtime";
@@ -24,6 +26,11 @@ export interface WebhookServiceOptions {
 
 export async function startWebhookService(settings: Settings, logger: Logger, options: WebhookServiceOptions = {}): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
+  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["webhook"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+    await runtime.close();
+    throw err;
+  });
   const store = await openWebhookStore(runtime.mongo.db);
   const trail = new AuditTrail({ service: "webhook", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });
   const eventsAudit = trail.on(store.events);
