@@ -19,7 +19,9 @@ export const STORE_SCHEMAS = {
       // 2: `suspendedAt` (1.0.0); tokens issued at or before it stay refused. Absent reads as never suspended.
       partners: 2,
       // 2: `authMethod`, `jwks`, `jwksUrl` for private_key_jwt (1.0.0); absent reads as a client secret.
-      credentials: 2,
+      // 3: `jwksFetched`, `jwksFetchFailedAt` (1.1.0): a JWK Set URL's set as last fetched in the
+      // background; absent reads as not fetched yet (the next round fetches it; 1.0.0 ignores both).
+      credentials: 3,
       signing_keys: 1,
       // New in 1.0.0: keys revoked by an operator.
       revoked_keys: 1,
@@ -30,7 +32,8 @@ export const STORE_SCHEMAS = {
       audit_outbox: 1,
       data_key_checks: 1,
       // 2: moved from this database into `<ns>_auth_audit` (1.0.0); migration 0001 copies what 4e36e67 left here.
-      "auth_audit.audit_records": 2,
+      // 3: `signature`, `signingKid` kept (1.1.0); absent reads as "stored before signatures were kept".
+      "auth_audit.audit_records": 3,
     },
     migrations: [auditRecordsIntoTrailDatabase],
     readableFrom: PREVIOUS_RELEASE,
@@ -40,7 +43,9 @@ export const STORE_SCHEMAS = {
     collections: {
       elder_addresses: 1,
       // 2: `reopenedAt`, `leasedUntil`, `fencedUntil` (1.0.0); absent reads as never reopened, no lease.
-      connections: 2,
+      // 3: `caregiverActs` (1.1.0), the newest acts that changed it by act id; absent reads as none
+      // (1.0.0 ignores it and its acts carry no id).
+      connections: 3,
       // New in 1.0.0: the pending-connection bound's counters (the repair round recounts them).
       pending_slots: 1,
       // New in 1.0.0: the per-day bound's counters.
@@ -55,7 +60,9 @@ export const STORE_SCHEMAS = {
     service: "file-intake",
     collections: {
       // 2: `textLength`, `failureReason` added, `blobStore` no longer written (1.0.0); GridFS blobs were never deployed.
-      files: 2,
+      // 3: `sandboxOutcome` (1.1.0) on test files sent with purpose sandbox_failed; absent reads as
+      // extracted as usual (1.0.0 ignores it and processes such a file).
+      files: 3,
       extractions: 1,
       // 2: under `<partner>:<mode>:<key>` with `mode` and `claimedUntil` (1.0.0); migration 0001 moves 4e36e67's.
       idempotency_keys: 2,
