@@ -171,6 +171,8 @@ function service(extra = {}) {
     autoscaling: { $ref: "#/definitions/autoscaling" },
     podDisruptionBudget: { $ref: "#/definitions/podDisruptionBudget" },
     extraEnv: { $ref: "#/definitions/extraEnv" },
+    extraVolumes: { type: "array", items: { type: "object", required: ["name"] } },
+    extraVolumeMounts: { type: "array", items: { type: "object", required: ["name", "mountPath"] } },
     identity: { $ref: "#/definitions/identity" },
     ...definitions.scheduling,
     ...extra,
