@@ -210,7 +210,9 @@ export function pint(binary, docs) {
     });
     const text = `${r.stdout}${r.stderr}`;
     if (r.status !== 0 && !/problem/i.test(text)) throw new Error(`pint failed (${r.status}): ${text.slice(0, 4000)}`);
-    const findings = text.split("\n").filter((l) => /^\S+:\d+(-\d+)? (Bug|Warning|Information|Fatal)/.test(l) || / (Bug|Warning|Information|Fatal): /.test(l));
+    // Each problem: "<Severity>: <text> (<check>)", then "  ---> <file>:<lines> -> `<rule>`".
+    const lines = text.split("\n");
+    const findings = lines.flatMap((l, i) => (/^(Fatal|Bug|Warning|Information): /.test(l) ? [`${l} ${(lines[i + 1] ?? "").trim()}`] : []));
     return { findings: r.status === 0 ? findings : findings.length ? findings : [text.trim()], files: files.length, output: text };
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -82,6 +82,27 @@ describe("outside linters on the default and the production render", () => {
     }
   });
 
+  it("pint reports what it finds (the check can fail): a template naming a label the aggregation drops, a syntax error", () => {
+    const bad = {
+      kind: "PrometheusRule",
+      metadata: { name: "bad" },
+      spec: {
+        groups: [
+          {
+            name: "bad",
+            rules: [
+              { alert: "Bad", expr: "sum(rate(foo[5m])) > 0", annotations: { summary: "{{ $labels.instance }} is down" } },
+              { record: "bad:rate5m", expr: "sum(rate(foo[5m])" },
+            ],
+          },
+        ],
+      },
+    };
+    const found = linters.pint(tools.pint!, [bad]).findings.join("\n");
+    expect(found).toContain("(alerts/template)");
+    expect(found).toContain("(promql/syntax)");
+  });
+
   it("list every exception in one file per tool, each with its reason", () => {
     for (const file of ["kube-linter.yaml", "pint.hcl"]) {
       for (const e of linters.exceptions(file)) expect([file, e.name, e.reason.length > 10]).toEqual([file, e.name, true]);
