@@ -3,6 +3,10 @@
 #
 #   1. deploy/cluster/up.sh (reuses a running cluster)
 #   2. builds the images (services, Kafka, MongoDB-wire stand-in) and loads them into the node
+#   2b. the upgrade from the previous release (releases.json): its own chart and images (built from its
+#      commit by images/release.sh, cached by commit), data written through the partner API and the
+#      operator CLI, `helm upgrade` to this commit and `helm rollback` under partner traffic
+#      (test/cluster/release-upgrade.test.ts); step 3 then upgrades the rolled-back release to this commit
 #   3. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with the
 #      chart's production values (charts/partner-integration/values-production.yaml), then
 #      deploy/cluster/values.yaml (this cluster's images, host, in-chart stand-in stores) and
@@ -86,28 +90,80 @@ images() {
 }
 step "images built and loaded" images || finish
 
-install() {
+namespace() { # the namespace, PodSecurity "restricted", and the partner tools' CA (once per run)
   kubectl get ns "$NS" >/dev/null 2>&1 || kubectl create ns "$NS" >/dev/null || return 1
   kubectl label --overwrite ns "$NS" pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null || return 1
   # The partner tools' CA (made here): the webhook service trusts it (values.yaml mounts this
   # ConfigMap, optional, for NODE_EXTRA_CA_CERTS), and it signs the webhook receiver's certificate.
+  [ -f "$WORK/receiver.crt" ] || partner_ca || return 1
+  kubectl -n "$NS" create configmap partner-tools-ca --from-file=ca.crt="$WORK/partner-ca.crt" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+}
+partner_ca() {
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=partner-tools test CA" \
     -keyout "$WORK/partner-ca.key" -out "$WORK/partner-ca.crt" 2>/dev/null || return 1
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$RECEIVER_HOST" -keyout "$WORK/receiver.key" -out "$WORK/receiver.csr" 2>/dev/null || return 1
   printf 'subjectAltName=DNS:%s\n' "$RECEIVER_HOST" >"$WORK/receiver.ext"
   openssl x509 -req -in "$WORK/receiver.csr" -CA "$WORK/partner-ca.crt" -CAkey "$WORK/partner-ca.key" -CAcreateserial -days 2 \
-    -extfile "$WORK/receiver.ext" -out "$WORK/receiver.crt" 2>/dev/null || return 1
-  kubectl -n "$NS" create configmap partner-tools-ca --from-file=ca.crt="$WORK/partner-ca.crt" --dry-run=client -o yaml | kubectl apply -f - >/dev/null || return 1
-  local sets=()
-  for k in gateway auth connection fileIntake extraction webhook ops; do sets+=(--set "$k.image.tag=$SERVICES_TAG"); done
-  sets+=(--set "kafka.image.repository=${KAFKA_IMAGE%:*}" --set "kafka.image.tag=${KAFKA_IMAGE##*:}")
-  sets+=(--set "mongodb.standIn.image.repository=${MONGO_WIRE_IMAGE%:*}" --set "mongodb.standIn.image.tag=${MONGO_WIRE_IMAGE##*:}")
+    -extfile "$WORK/receiver.ext" -out "$WORK/receiver.crt" 2>/dev/null
+}
+image_values() { # services-tag kafka-image mongo-wire-image: the chart's image values, one key=value a line
+  local k
+  for k in gateway auth connection fileIntake extraction webhook ops; do echo "$k.image.tag=$1"; done
+  echo "kafka.image.repository=${2%:*}"; echo "kafka.image.tag=${2##*:}"
+  echo "mongodb.standIn.image.repository=${3%:*}"; echo "mongodb.standIn.image.tag=${3##*:}"
+}
+install() {
+  namespace || return 1
+  local sets=() kv
+  while read -r kv; do sets+=(--set "$kv"); done < <(image_values "$SERVICES_TAG" "$KAFKA_IMAGE" "$MONGO_WIRE_IMAGE")
   local files=()
   for f in "${VALUES[@]}"; do files+=(-f "$f"); done
   "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/partner-integration" -n "$NS" \
     "${files[@]}" "${sets[@]}" --wait --timeout 15m
 }
+# The previous release (the last of releases.json's `releases`): its commit, version and chart version.
+read -r PREV_COMMIT PREV_VERSION PREV_CHART < <(node -p 'const r = require(process.argv[1]).releases.at(-1); `${r.commit} ${r.version} ${r.chart}`' "$ROOT/releases.json")
+# Settings of both releases for the step only: webhook retries every few seconds (at most 112 s apart,
+# for 15 minutes: the pending deliveries the previous release could not send go out soon after the
+# upgrade), and the sandbox's automatic approval after 5 s (partners' webhooks during each rollout).
+UPGRADE_SETTINGS=(config.WEBHOOK_RETRY_BASE_SECONDS=2 config.WEBHOOK_RETRY_WINDOW_SECONDS=900 config.SANDBOX_APPROVAL_DELAY_SECONDS=5)
+upgrade_and_rollback() {
+  # A release left by an earlier run (KEEP=1, a failure) goes first: the previous release is installed new.
+  if "$HELM" status "$RELEASE" -n "$NS" >/dev/null 2>&1 || kubectl get ns "$NS" >/dev/null 2>&1; then
+    "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 5m >/dev/null 2>&1
+    kubectl delete ns "$NS" --wait --timeout=180s >/dev/null && "$HERE/storage.sh" || return 1
+  fi
+  local prev=$WORK/previous out kv sets=() upgrade=()
+  mkdir -p "$prev" && git -C "$ROOT" archive "$PREV_COMMIT" charts/partner-integration deploy/cluster/values.yaml | tar -x -C "$prev" || return 1
+  out=$("$HERE/images/release.sh" "$PREV_COMMIT" "v$PREV_VERSION") || return 1
+  eval "$(echo "$out" | grep -E '^RELEASE_(SERVICES_TAG|KAFKA_IMAGE|MONGO_WIRE_IMAGE)=')"
+  [ -n "${RELEASE_SERVICES_TAG:-}" ] && [ -n "${RELEASE_KAFKA_IMAGE:-}" ] && [ -n "${RELEASE_MONGO_WIRE_IMAGE:-}" ] || { echo "release.sh named no image: $out" >&2; return 1; }
+  namespace || return 1
+  while read -r kv; do sets+=(--set "$kv"); done < <(image_values "$RELEASE_SERVICES_TAG" "$RELEASE_KAFKA_IMAGE" "$RELEASE_MONGO_WIRE_IMAGE"; printf '%s\n' "${UPGRADE_SETTINGS[@]}")
+  # Its own chart and its own cluster values, with this run's smaller requests (keys it does not know are ignored).
+  log "installing v$PREV_VERSION ($PREV_COMMIT, chart $PREV_CHART)"
+  "$HELM" install "$RELEASE" "$prev/charts/partner-integration" -n "$NS" -f "$prev/deploy/cluster/values.yaml" -f "$HERE/values-sizes.yaml" \
+    "${sets[@]}" --wait --timeout 15m || return 1
+  kubectl -n "$NS" get secret "$RELEASE-gateway-tls" -o jsonpath='{.data.ca\.crt}' | base64 -d >"$WORK/ca.crt" || return 1
+  ingress_ready || return 1
+  receiver_address || return 1
+  local rc
+  (cd "$ROOT" && E2E_RESOLVE="$HOST=$INGRESS_IP" NODE_EXTRA_CA_CERTS="$WORK/ca.crt" NODE_OPTIONS="--require $ROOT/test/support/resolve.cjs" \
+    CLUSTER_NAMESPACE=$NS CLUSTER_RELEASE=$RELEASE CLUSTER_INGRESS="https://$HOST" \
+    CLUSTER_VALUES="$(IFS=,; echo "${VALUES[*]}")" HELM_BIN=$HELM KUBECTL="$BIN/kubectl" \
+    UPGRADE_CHART="$ROOT/charts/partner-integration" UPGRADE_FROM_VERSION="$PREV_VERSION" UPGRADE_FROM_CHART="$PREV_CHART" \
+    UPGRADE_SETS="$( (image_values "$SERVICES_TAG" "$KAFKA_IMAGE" "$MONGO_WIRE_IMAGE"; printf '%s\n' "${UPGRADE_SETTINGS[@]}") | node -e 'console.log(JSON.stringify(require("fs").readFileSync(0, "utf8").trim().split("\n")))')" \
+    UPGRADE_RECEIVER="url=https://$RECEIVER_HOST/webhooks,listen=$RECEIVER_IP:443,cert=$WORK/receiver.crt,key=$WORK/receiver.key" \
+    node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js \
+      --config jest.cluster.config.js --runInBand --testPathIgnorePatterns /node_modules/ -- test/cluster/release-upgrade.test.ts); rc=$?
+  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
+  return $rc
+}
+if [ "${CLUSTER_UPGRADE:-1}" = 1 ]; then
+  step "upgrade from v$PREV_VERSION (its chart and images) to this commit and rollback, under partner traffic" upgrade_and_rollback
+fi
+
 if ! step "helm install --wait (namespace $NS, PodSecurity restricted)" install; then
   kubectl -n "$NS" get pods -o wide; kubectl -n "$NS" get events --sort-by=.lastTimestamp | tail -30
   finish
@@ -131,6 +187,9 @@ ready() { # the gateway's /readyz (port-forward), then the API through the ingre
     sleep 2
   done
   [ -n "$ok" ] || { curl -s "http://127.0.0.1:$PF_PORT/readyz"; cat "$WORK/pf.log"; return 1; }
+  ingress_ready
+}
+ingress_ready() { # the partner API through the ingress over HTTPS, verified against the chart's CA ($WORK/ca.crt)
   for _ in $(seq 1 60); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json")" = 200 ] && return 0
     sleep 2
@@ -151,8 +210,20 @@ suite() {
 step "black-box suite and cluster tests (jest)" suite
 
 partner_tools() {
+  receiver_address || return 1
+  cat "$WORK/ca.crt" "$WORK/partner-ca.crt" >"$WORK/cas.crt"
+  local rc
+  (cd "$ROOT" && PARTNER_TOOLS_GATEWAY="https://$HOST" PT_CA="$WORK/cas.crt" PT_RESOLVE="$HOST=$INGRESS_IP" \
+    PT_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec -i deploy/$RELEASE-ops -- node services/ops/dist/main.js" \
+    PT_WEBHOOK_RECEIVER="url=https://$RECEIVER_HOST/webhooks,listen=$RECEIVER_IP:443,cert=$WORK/receiver.crt,key=$WORK/receiver.key" \
+    bash deploy/checks/partner-tools.sh); rc=$?
+  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
+  [ $rc = 0 ] || { grep '"ok":false' "$ROOT/.state/partner-tools-cluster/run.log" | tail -20; return $rc; }
+}
+# The webhook receiver's address on the cluster's bridge, and the Service that names it (removed again by the caller).
+receiver_address() {
   ip addr replace "$RECEIVER_IP/32" dev "$BRIDGE" || return 1
-  kubectl -n "$NS" apply -f - >/dev/null <<YAML || return 1
+  kubectl -n "$NS" apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Service
 metadata: { name: partner-webhooks }
@@ -167,14 +238,6 @@ subsets:
   - addresses: [{ ip: "$RECEIVER_IP" }]
     ports: [{ name: https, port: 443, protocol: TCP }]
 YAML
-  cat "$WORK/ca.crt" "$WORK/partner-ca.crt" >"$WORK/cas.crt"
-  local rc
-  (cd "$ROOT" && PARTNER_TOOLS_GATEWAY="https://$HOST" PT_CA="$WORK/cas.crt" PT_RESOLVE="$HOST=$INGRESS_IP" \
-    PT_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec -i deploy/$RELEASE-ops -- node services/ops/dist/main.js" \
-    PT_WEBHOOK_RECEIVER="url=https://$RECEIVER_HOST/webhooks,listen=$RECEIVER_IP:443,cert=$WORK/receiver.crt,key=$WORK/receiver.key" \
-    bash deploy/checks/partner-tools.sh); rc=$?
-  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
-  [ $rc = 0 ] || { grep '"ok":false' "$ROOT/.state/partner-tools-cluster/run.log" | tail -20; return $rc; }
 }
 step "partner tools through the ingress (https://$HOST, TLS verified): OAuth libraries, private_key_jwt with discovery, Stripe verifiers on delivered webhooks" partner_tools
 # Without --logs: the test pod is deleted when it succeeds (hook-succeeded), before helm could read
