@@ -3,35 +3,36 @@
 #
 #   1. deploy/cluster/up.sh (reuses a running cluster)
 #   2. builds the images (services, Kafka, MongoDB-wire stand-in) and loads them into the node
-#   2b. the upgrade from the previous release (releases.json): its own chart and images (built from its
+#   3. the upgrade from the previous release (releases.json): its own chart and images (built from its
 #      commit by images/release.sh, cached by commit), data written through the partner API and the
 #      operator CLI, `helm upgrade` to this commit and `helm rollback` under partner traffic
-#      (test/cluster/release-upgrade.test.ts); step 3 then upgrades the rolled-back release to this commit
-#   3. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with the
+#      (test/cluster/release-upgrade.test.ts); step 4 then upgrades the rolled-back release to this commit
+#   4. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with the
 #      chart's production values (charts/partner-integration/values-production.yaml), then
 #      deploy/cluster/values.yaml (this cluster's images, host, in-chart stand-in stores) and
 #      deploy/cluster/values-sizes.yaml (smaller requests: two replicas of everything on 2 cores)
-#   4. readiness: /readyz of the gateway through a port-forward (the ingress does not publish it),
+#   5. readiness: /readyz of the gateway through a port-forward (the ingress does not publish it),
 #      then the partner API through Traefik over HTTPS (the chart's HTTPRoute on the Gateway it
 #      created: values.yaml), its certificate verified against the CA the chart generated (ca.crt of
 #      <release>-gateway-tls)
-#   5. jest (jest.cluster.config.js): the black-box suite (test/blackbox) through the ingress
+#   6. jest (jest.cluster.config.js): the black-box suite (test/blackbox) through the ingress
 #      (https://partner-api.pi.test, resolved to the ingress by test/support/resolve.cjs, the CA in
 #      NODE_EXTRA_CA_CERTS; readiness through the port-forward, E2E_READY_URL), the operator CLI
 #      through `kubectl exec` in the ops pod (deploy/<release>-ops), and test/cluster (NetworkPolicies
 #      admit callers and refuse others, a rolling upgrade and a deleted pod under traffic, PDB/HPA
 #      objects, what the HTTPRoute publishes and how, secrets that a render against the cluster keeps,
 #      every pod's metrics port read through the API server's pod proxy)
-#   6. partners' own tools through the ingress (deploy/checks/partner-tools.sh against
+#   7. partners' own tools through the ingress (deploy/checks/partner-tools.sh against
 #      https://partner-api.pi.test): OAuth client libraries, Authlib's private_key_jwt on the token
 #      endpoint it discovered, Stripe's verifiers on webhooks the release delivered to a receiver on
 #      this machine (a public address on the cluster's bridge, named by a Service of the namespace, its
 #      certificate from a CA made here and trusted by the webhook service), TLS verified everywhere
-#   7. helm test
-#   8. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
+#   8. helm test
+#   9. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
 #      goes, and the storage pool's volumes are wiped
 #
-# Environment: KEEP=1 leaves the release installed (and skips 8) for a look around.
+# Environment: KEEP=1 leaves the release installed (and skips 9) for a look around; CLUSTER_UPGRADE=0
+# leaves out step 3.
 # Ends with one line "N passed, M failed" (one per step).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -43,7 +44,7 @@ export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$BIN:$PATH
 HOST=$(sed -n 's/^  host: *//p' "$HERE/values.yaml" | head -n 1)
 WORK=$(mktemp -d)
 VALUES=("$ROOT/charts/partner-integration/values-production.yaml" "$HERE/values.yaml" "$HERE/values-sizes.yaml")
-# The webhook receiver of the partner tools (step 6): a public unicast address added to the cluster's
+# The webhook receiver of the partner tools (step 7) and of the upgrade step (3): a public unicast address added to the cluster's
 # bridge for the step (pods reach the node's own addresses; the webhook service refuses private
 # ones), named by a selector-less Service of the namespace, with a certificate of a CA made here.
 RECEIVER_IP=${PT_RECEIVER_IP:-11.22.33.44}
