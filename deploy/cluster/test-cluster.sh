@@ -123,6 +123,32 @@ install() {
   "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/partner-integration" -n "$NS" \
     "${files[@]}" "${sets[@]}" --wait --timeout 15m
 }
+ingress_ready() { # the partner API through the ingress over HTTPS, verified against the chart's CA ($WORK/ca.crt)
+  for _ in $(seq 1 60); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json")" = 200 ] && return 0
+    sleep 2
+  done
+  curl -sv --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json" -o /dev/null; return 1
+}
+# The webhook receiver's address on the cluster's bridge, and the Service that names it (removed again by the caller).
+receiver_address() {
+  ip addr replace "$RECEIVER_IP/32" dev "$BRIDGE" || return 1
+  kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Service
+metadata: { name: partner-webhooks }
+spec:
+  clusterIP: None
+  ports: [{ name: https, port: 443, protocol: TCP }]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: { name: partner-webhooks }
+subsets:
+  - addresses: [{ ip: "$RECEIVER_IP" }]
+    ports: [{ name: https, port: 443, protocol: TCP }]
+YAML
+}
 # The previous release (the last of releases.json's `releases`): its commit, version and chart version.
 read -r PREV_COMMIT PREV_VERSION PREV_CHART < <(node -p 'const r = require(process.argv[1]).releases.at(-1); `${r.commit} ${r.version} ${r.chart}`' "$ROOT/releases.json")
 # Settings of both releases for the step only: webhook retries every few seconds (at most 112 s apart,
@@ -190,13 +216,6 @@ ready() { # the gateway's /readyz (port-forward), then the API through the ingre
   [ -n "$ok" ] || { curl -s "http://127.0.0.1:$PF_PORT/readyz"; cat "$WORK/pf.log"; return 1; }
   ingress_ready
 }
-ingress_ready() { # the partner API through the ingress over HTTPS, verified against the chart's CA ($WORK/ca.crt)
-  for _ in $(seq 1 60); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json")" = 200 ] && return 0
-    sleep 2
-  done
-  curl -sv --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json" -o /dev/null; return 1
-}
 step "ready: /readyz on the gateway (port-forward), https://$HOST through the ingress ($INGRESS_IP), certificate verified" ready
 
 suite() {
@@ -220,25 +239,6 @@ partner_tools() {
     bash deploy/checks/partner-tools.sh); rc=$?
   ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
   [ $rc = 0 ] || { grep '"ok":false' "$ROOT/.state/partner-tools-cluster/run.log" | tail -20; return $rc; }
-}
-# The webhook receiver's address on the cluster's bridge, and the Service that names it (removed again by the caller).
-receiver_address() {
-  ip addr replace "$RECEIVER_IP/32" dev "$BRIDGE" || return 1
-  kubectl -n "$NS" apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Service
-metadata: { name: partner-webhooks }
-spec:
-  clusterIP: None
-  ports: [{ name: https, port: 443, protocol: TCP }]
----
-apiVersion: v1
-kind: Endpoints
-metadata: { name: partner-webhooks }
-subsets:
-  - addresses: [{ ip: "$RECEIVER_IP" }]
-    ports: [{ name: https, port: 443, protocol: TCP }]
-YAML
 }
 step "partner tools through the ingress (https://$HOST, TLS verified): OAuth libraries, private_key_jwt with discovery, Stripe verifiers on delivered webhooks" partner_tools
 # Without --logs: the test pod is deleted when it succeeds (hook-succeeded), before helm could read
