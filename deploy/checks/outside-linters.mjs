@@ -224,14 +224,25 @@ export function productionValues() {
   return parseYaml(readFileSync(productionValuesFile, "utf8"));
 }
 
-/** The exceptions of one tool's file: [{ name, reason }], each the line after its comment. */
-export function exceptions(file) {
-  const lines = readFileSync(join(lintersDir, file), "utf8").split("\n");
-  return lines.flatMap((line, i) => {
-    const m = line.match(/^\s*-\s*"?([a-z0-9-]+\/?[a-z0-9-]*)"?\s*,?\s*$/) ?? line.match(/^\s*"([a-z0-9/-]+)",?\s*$/);
-    if (!m) return [];
+/**
+ * The exceptions of one tool's file (deploy/checks/linters/): [{ name, reason }]. kube-linter.yaml: the
+ * items of `checks.exclude`; pint.hcl: the strings of `disabled`. Each reason is the comment lines
+ * right above its item ("" when there are none).
+ */
+export function exceptions(file, text = readFileSync(join(lintersDir, file), "utf8")) {
+  const lines = text.split("\n");
+  const yaml = file.endsWith(".yaml");
+  const open = lines.findIndex((l) => (yaml ? /^\s*exclude:/.test(l) : /^\s*disabled\s*=\s*\[/.test(l)));
+  if (open < 0) return [];
+  const out = [];
+  for (let i = open + 1; i < lines.length; i++) {
+    const line = lines[i];
+    if (yaml ? !/^\s*(-|#)/.test(line) : /^\s*\]/.test(line)) break;
+    const m = yaml ? line.match(/^\s*-\s*"?([A-Za-z0-9/_-]+)"?\s*$/) : line.match(/^\s*"([A-Za-z0-9/_-]+)"\s*,?\s*$/);
+    if (!m) continue;
     const reason = [];
-    for (let j = i - 1; j >= 0 && /^\s*(#|\/\/)/.test(lines[j]); j--) reason.unshift(lines[j].replace(/^\s*(#|\/\/)\s?/, ""));
-    return [{ name: m[1], reason: reason.join(" ").trim() }];
-  });
+    for (let j = i - 1; j > open && /^\s*(#|\/\/)/.test(lines[j]); j--) reason.unshift(lines[j].replace(/^\s*(#|\/\/)\s?/, ""));
+    out.push({ name: m[1], reason: reason.join(" ").trim() });
+  }
+  return out;
 }

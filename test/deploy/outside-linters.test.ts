@@ -103,9 +103,15 @@ describe("outside linters on the default and the production render", () => {
     expect(found).toContain("(promql/syntax)");
   });
 
-  it("list every exception in one file per tool, each with its reason", () => {
+  it("list every exception in one file per tool, each with its reason (there are none)", () => {
     for (const file of ["kube-linter.yaml", "pint.hcl"]) {
       for (const e of linters.exceptions(file)) expect([file, e.name, e.reason.length > 10]).toEqual([file, e.name, true]);
+      expect([file, linters.exceptions(file)]).toEqual([file, []]);
     }
+    // The reading of those files finds an exception and its reason, and one without.
+    const yaml = "checks:\n  exclude:\n    # the ops pod idles: no reason to probe it more\n    - no-liveness-probe\n    - latest-tag\n";
+    expect(linters.exceptions("kube-linter.yaml", yaml)).toEqual([{ name: "no-liveness-probe", reason: "the ops pod idles: no reason to probe it more" }, { name: "latest-tag", reason: "" }]);
+    const hcl = 'checks {\n  disabled = [\n    // no Prometheus offline\n    "promql/series",\n    "alerts/count",\n  ]\n}\n';
+    expect(linters.exceptions("pint.hcl", hcl)).toEqual([{ name: "promql/series", reason: "no Prometheus offline" }, { name: "alerts/count", reason: "" }]);
   });
 });
