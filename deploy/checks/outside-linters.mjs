@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments, parse as parseYaml, stringify } from "yaml";
 import { repoRoot } from "./helm.mjs";
-import { crdFiles } from "./crd-schemas.mjs";
+import { crdFiles, strict as strictCrdSchema } from "./crd-schemas.mjs";
 
 export const TOOLS = { "kube-linter": "v0.8.3", kubeconform: "v0.8.0", pint: "v0.87.0" };
 /** The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest (the cluster's). */
@@ -137,9 +137,8 @@ export function crdSchemas(dir) {
       const crd = doc.toJS();
       if (crd?.kind !== "CustomResourceDefinition") continue;
       for (const version of crd.spec.versions.filter((v) => v.served)) {
-        const schema = strictSchema(version.schema.openAPIV3Schema);
-        // The API server checks metadata itself (the CRDs say only `type: object`).
-        schema.properties.metadata = { type: "object" };
+        // As crd-schemas.mjs makes them strict for the chart's own checks (metadata left to the API server).
+        const schema = strictCrdSchema(version.schema.openAPIV3Schema);
         writeFileSync(join(target, schemaFileName(crd.spec.group, version.name, crd.spec.names.kind)), JSON.stringify(schema));
       }
     }

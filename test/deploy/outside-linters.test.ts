@@ -64,7 +64,7 @@ describe("outside linters on the default and the production render", () => {
     }
   });
 
-  it("kubeconform's strict schemas refuse a field the API does not know (the check can fail)", () => {
+  it("kubeconform's strict schemas refuse a field the API or the CRD does not know (the check can fail)", () => {
     const r = renders.find((x) => x.name === "production" && x.kubeVersion === "1.27.16")!;
     const deployment = r.docs.find((d) => d.kind === "Deployment");
     const file = join(dir, "bad.yaml");
@@ -72,6 +72,10 @@ describe("outside linters on the default and the production render", () => {
     // preStop.sleep came with Kubernetes 1.29: refused at 1.27, accepted at 1.34.
     expect(linters.kubeconform(tools.kubeconform!, file, "1.27.16").findings.join("\n")).toContain("'sleep' not allowed");
     expect(linters.kubeconform(tools.kubeconform!, file, "1.34.4").findings).toEqual([]);
+    // A custom resource by its CRD's schema: a misspelt field of a ServiceMonitor's endpoint.
+    const monitor = r.docs.find((d) => d.kind === "ServiceMonitor");
+    writeFileSync(file, JSON.stringify({ ...monitor, spec: { ...monitor.spec, endpoints: [{ ...monitor.spec.endpoints[0], intervall: "30s" }] } }));
+    expect(linters.kubeconform(tools.kubeconform!, file, "1.34.4").findings.join("\n")).toContain("intervall");
   });
 
   it("pint v0.87.0 --offline: no problem in the PrometheusRule's rules (the production render has them; the defaults render none)", () => {
