@@ -16,4 +16,4 @@ export declare function kubeconform(
 export declare function kubeLinter(binary: string, manifestFile: string): { findings: string[]; checks: string[]; code: number | null };
 export declare function pint(binary: string, docs: K8sObject[]): { findings: string[]; files: number; output?: string };
 export declare function productionValues(): Record<string, unknown>;
-export declare function exceptions(file: string): { name: string; reason: string }[];
+export declare function exceptions(file: string, text?: string): { name: string; reason: string }[];

@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments, parse as parseYaml, stringify } from "yaml";
 import { repoRoot } from "./helm.mjs";
-import { crdFiles } from "./crd-schemas.mjs";
+import { crdFiles, strict as strictCrdSchema } from "./crd-schemas.mjs";
 
 export const TOOLS = { "kube-linter": "v0.8.3", kubeconform: "v0.8.0", pint: "v0.87.0" };
 /** The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest (the cluster's). */
@@ -137,9 +137,8 @@ export function crdSchemas(dir) {
       const crd = doc.toJS();
       if (crd?.kind !== "CustomResourceDefinition") continue;
       for (const version of crd.spec.versions.filter((v) => v.served)) {
-        const schema = strictSchema(version.schema.openAPIV3Schema);
-        // The API server checks metadata itself (the CRDs say only `type: object`).
-        schema.properties.metadata = { type: "object" };
+        // As crd-schemas.mjs makes them strict for the chart's own checks (metadata left to the API server).
+        const schema = strictCrdSchema(version.schema.openAPIV3Schema);
         writeFileSync(join(target, schemaFileName(crd.spec.group, version.name, crd.spec.names.kind)), JSON.stringify(schema));
       }
     }
@@ -224,14 +223,25 @@ export function productionValues() {
   return parseYaml(readFileSync(productionValuesFile, "utf8"));
 }
 
-/** The exceptions of one tool's file: [{ name, reason }], each the line after its comment. */
-export function exceptions(file) {
-  const lines = readFileSync(join(lintersDir, file), "utf8").split("\n");
-  return lines.flatMap((line, i) => {
-    const m = line.match(/^\s*-\s*"?([a-z0-9-]+\/?[a-z0-9-]*)"?\s*,?\s*$/) ?? line.match(/^\s*"([a-z0-9/-]+)",?\s*$/);
-    if (!m) return [];
+/**
+ * The exceptions of one tool's file (deploy/checks/linters/): [{ name, reason }]. kube-linter.yaml: the
+ * items of `checks.exclude`; pint.hcl: the strings of `disabled`. Each reason is the comment lines
+ * right above its item ("" when there are none).
+ */
+export function exceptions(file, text = readFileSync(join(lintersDir, file), "utf8")) {
+  const lines = text.split("\n");
+  const yaml = file.endsWith(".yaml");
+  const open = lines.findIndex((l) => (yaml ? /^\s*exclude:/.test(l) : /^\s*disabled\s*=\s*\[/.test(l)));
+  if (open < 0) return [];
+  const out = [];
+  for (let i = open + 1; i < lines.length; i++) {
+    const line = lines[i];
+    if (yaml ? !/^\s*(-|#)/.test(line) : /^\s*\]/.test(line)) break;
+    const m = yaml ? line.match(/^\s*-\s*"?([A-Za-z0-9/_-]+)"?\s*$/) : line.match(/^\s*"([A-Za-z0-9/_-]+)"\s*,?\s*$/);
+    if (!m) continue;
     const reason = [];
-    for (let j = i - 1; j >= 0 && /^\s*(#|\/\/)/.test(lines[j]); j--) reason.unshift(lines[j].replace(/^\s*(#|\/\/)\s?/, ""));
-    return [{ name: m[1], reason: reason.join(" ").trim() }];
-  });
+    for (let j = i - 1; j > open && /^\s*(#|\/\/)/.test(lines[j]); j--) reason.unshift(lines[j].replace(/^\s*(#|\/\/)\s?/, ""));
+    out.push({ name: m[1], reason: reason.join(" ").trim() });
+  }
+  return out;
 }

@@ -64,7 +64,7 @@ describe("outside linters on the default and the production render", () => {
     }
   });
 
-  it("kubeconform's strict schemas refuse a field the API does not know (the check can fail)", () => {
+  it("kubeconform's strict schemas refuse a field the API or the CRD does not know (the check can fail)", () => {
     const r = renders.find((x) => x.name === "production" && x.kubeVersion === "1.27.16")!;
     const deployment = r.docs.find((d) => d.kind === "Deployment");
     const file = join(dir, "bad.yaml");
@@ -72,6 +72,10 @@ describe("outside linters on the default and the production render", () => {
     // preStop.sleep came with Kubernetes 1.29: refused at 1.27, accepted at 1.34.
     expect(linters.kubeconform(tools.kubeconform!, file, "1.27.16").findings.join("\n")).toContain("'sleep' not allowed");
     expect(linters.kubeconform(tools.kubeconform!, file, "1.34.4").findings).toEqual([]);
+    // A custom resource by its CRD's schema: a misspelt field of a ServiceMonitor's endpoint.
+    const monitor = r.docs.find((d) => d.kind === "ServiceMonitor");
+    writeFileSync(file, JSON.stringify({ ...monitor, spec: { ...monitor.spec, endpoints: [{ ...monitor.spec.endpoints[0], intervall: "30s" }] } }));
+    expect(linters.kubeconform(tools.kubeconform!, file, "1.34.4").findings.join("\n")).toContain("intervall");
   });
 
   it("pint v0.87.0 --offline: no problem in the PrometheusRule's rules (the production render has them; the defaults render none)", () => {
@@ -103,9 +107,15 @@ describe("outside linters on the default and the production render", () => {
     expect(found).toContain("(promql/syntax)");
   });
 
-  it("list every exception in one file per tool, each with its reason", () => {
+  it("list every exception in one file per tool, each with its reason (there are none)", () => {
     for (const file of ["kube-linter.yaml", "pint.hcl"]) {
       for (const e of linters.exceptions(file)) expect([file, e.name, e.reason.length > 10]).toEqual([file, e.name, true]);
+      expect([file, linters.exceptions(file)]).toEqual([file, []]);
     }
+    // The reading of those files finds an exception and its reason, and one without.
+    const yaml = "checks:\n  exclude:\n    # the ops pod idles: no reason to probe it more\n    - no-liveness-probe\n    - latest-tag\n";
+    expect(linters.exceptions("kube-linter.yaml", yaml)).toEqual([{ name: "no-liveness-probe", reason: "the ops pod idles: no reason to probe it more" }, { name: "latest-tag", reason: "" }]);
+    const hcl = 'checks {\n  disabled = [\n    // no Prometheus offline\n    "promql/series",\n    "alerts/count",\n  ]\n}\n';
+    expect(linters.exceptions("pint.hcl", hcl)).toEqual([{ name: "promql/series", reason: "no Prometheus offline" }, { name: "alerts/count", reason: "" }]);
   });
 });
