@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:https";
-import { cluster, helm, ops } from "./cluster.js";
+import { cluster, helm, kubectlJson, ops } from "./cluster.js";
 import { verifyWebhook, type WebhookEvent } from "../support/webhook-receiver.js";
 
 // test-cluster.sh's upgrade step (docs/upgrades.md, "The tests that upgrade"), not the cluster suite:
@@ -57,6 +57,8 @@ class Ledger {
   /** The longest a request took from its first try to its expected answer, when it needed a retry. */
   longestRetriedMs = 0;
   mostTries = 1;
+  /** When each 503 came (Unix ms): set beside the stores' restarts in the log. */
+  unavailableAt: number[] = [];
 
   /** One partner request under the retry rules; undefined (and a failure kept) unless an expected status came. */
   async send(what: string, request: () => Promise<Response>, expected: number[]): Promise<Answer | undefined> {
@@ -79,6 +81,7 @@ class Ledger {
         return this.fail(what, `no answer (${cause})`, String(err));
       }
       bump(this.answers, String(res.status));
+      if (res.status === 503) this.unavailableAt.push(Date.now());
       if (expected.includes(res.status)) {
         if (tryNo > 1) {
           this.longestRetriedMs = Math.max(this.longestRetriedMs, Date.now() - started);
@@ -299,6 +302,20 @@ const deliveryStates = async (partnerId: string) =>
   Object.fromEntries(((await ops("webhook", "deliveries", partnerId)).deliveries as { event_id: string; state: string }[]).map((d) => [d.event_id, d.state]));
 const report = (line: object) => process.stderr.write(`partner traffic ${JSON.stringify(line)}\n`);
 
+/**
+ * The seconds (from `since`) at which the in-chart stores' pods (MongoDB, Kafka: one replica each)
+ * started during a rollout, and the spans of seconds in which partners got 503s: what made them.
+ */
+async function storesBeside(ledger: Ledger, since: number) {
+  const pods = await kubectlJson<{ items: any[] }>("get", "pods", "-l", `app.kubernetes.io/instance=${cluster.release}`);
+  const restarted = pods.items
+    .filter((p) => /(mongodb|kafka)$/.test(p.metadata.labels["app.kubernetes.io/component"] ?? ""))
+    .map((p) => [p.metadata.name as string, Math.round((Date.parse(p.status.startTime) - since) / 1000)] as const)
+    .filter(([, at]) => at >= 0);
+  const seconds = [...new Set(ledger.unavailableAt.map((t) => Math.round((t - since) / 1000)))].sort((a, b) => a - b);
+  return { storesStartedAtSecond: Object.fromEntries(restarted), unavailableAtSecond: seconds };
+}
+
 describe(`helm upgrade from v${previousVersion} to this commit, then helm rollback, under partner traffic`, () => {
   const receiver = new Receiver();
   const sandboxPartners: SandboxPartner[] = [];
@@ -429,6 +446,7 @@ describe(`helm upgrade from v${previousVersion} to this commit, then helm rollba
 
   it(`helm upgrade to this commit while partners poll, upload and receive webhooks: no failed request beyond the retry rules, every piece of data served`, async () => {
     expect(w).toBeDefined();
+    const upgradeStarted = Date.now();
     duringUpgrade = partnerTraffic(w, sandboxPartners);
     await sleep(3000);
     try {
@@ -437,6 +455,7 @@ describe(`helm upgrade from v${previousVersion} to this commit, then helm rollba
       await duringUpgrade.stop();
       report(duringUpgrade.ledger.summary("helm upgrade"));
     }
+    report({ phase: "helm upgrade", ...(await storesBeside(duringUpgrade.ledger, upgradeStarted)) });
     const history = JSON.parse(await helm("history", cluster.release, "-o", "json")) as Revision[];
     expect(history.at(-1)).toMatchObject({ revision: revisionBefore + 1, status: "deployed" });
     expect(history.at(-1)!.chart).not.toBe(previousChart.chart);
@@ -462,6 +481,7 @@ describe(`helm upgrade from v${previousVersion} to this commit, then helm rollba
 
   it(`helm rollback to v${previousVersion} under the same traffic: no failed request beyond the retry rules, everything both releases wrote served`, async () => {
     expect(passed).toBe(2);
+    const rollbackStarted = Date.now();
     const duringRollback = partnerTraffic(w, sandboxPartners);
     await sleep(3000);
     try {
@@ -470,6 +490,7 @@ describe(`helm upgrade from v${previousVersion} to this commit, then helm rollba
       await duringRollback.stop();
       report(duringRollback.ledger.summary("helm rollback"));
     }
+    report({ phase: "helm rollback", ...(await storesBeside(duringRollback.ledger, rollbackStarted)) });
     const history = JSON.parse(await helm("history", cluster.release, "-o", "json")) as Revision[];
     expect(history.at(-1)).toMatchObject({ revision: revisionBefore + 2, status: "deployed", chart: previousChart.chart, description: `Rollback to ${revisionBefore}` });
     expect(duringRollback.ledger.requests).toBeGreaterThan(100);
