@@ -16,6 +16,7 @@ export declare const SWITCHES: Record<keyof Combination, (on: boolean) => Record
 export declare const LOCAL_ONLY_SETTINGS: string[];
 export declare const SECRET_SETTINGS: Record<string, string[]>;
 export declare const THROWAWAY: Record<string, unknown>;
+export declare const NO_HOST_NEEDED: Record<string, unknown>;
 export declare function valuesFor(combination: Partial<Combination>): Record<string, unknown>;
 export declare function allCombinations(): Combination[];
 export declare function describeCombination(c: Partial<Combination>): string;

@@ -81,13 +81,18 @@ export function describeCombination(c) {
   return on.length ? on.join("+") : "all switches off";
 }
 
+export const NO_HOST_NEEDED = { auth: { privateKeyJwt: false } };
 /**
+ * Most renderings here name no host: they say that no partner uses private_key_jwt
+ * (auth.privateKeyJwt false), else the chart refuses to render without the token endpoint's public
+ * URL (the tests of that rule set it themselves).
+ *
  * These checks render without a cluster (helm template, helm lint), where the chart refuses to
  * generate secrets unless told this is a throwaway render (values generateSecrets, docs/security.md
  * "Generated secrets"): every rendering here says so, unless its values set generateSecrets
  * themselves (the tests of that rule do).
  */
-export const THROWAWAY = { generateSecrets: "always" };
+export const THROWAWAY = { generateSecrets: "always", ...NO_HOST_NEEDED };
 const throwaway = (values) => deepMerge(THROWAWAY, values ?? {});
 
 function withValuesFile(values, fn) {

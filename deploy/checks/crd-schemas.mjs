@@ -22,7 +22,7 @@ export function crdFiles() {
 }
 
 /** Makes an OpenAPI schema refuse what it does not name (the API server's strict field validation). */
-function strict(schema, path = "") {
+export function strict(schema, path = "") {
   if (!schema || typeof schema !== "object") return schema;
   const out = Array.isArray(schema) ? schema.map((s) => strict(s, path)) : { ...schema };
   if (Array.isArray(schema)) return out;

@@ -8,6 +8,14 @@
 #
 #   bash deploy/checks/partner-tools.sh            (CI runs it after npm test)
 #
+# Against an installed release instead of npm start (test:cluster's step "partner tools through the
+# ingress", deploy/cluster/test-cluster.sh): PARTNER_TOOLS_GATEWAY (the external URL, https), PT_CA
+# (the CAs every tool trusts: Python's requests by REQUESTS_CA_BUNDLE, Go by SSL_CERT_FILE, Node by
+# NODE_EXTRA_CA_CERTS), PT_RESOLVE (name=address of the ingress: each tool connects there for the
+# name, TLS verified for the name), PT_OPS (the operator CLI there, through kubectl exec -i) and
+# PT_WEBHOOK_RECEIVER (where the cluster reaches the webhook receiver: run.mjs). Results then go to
+# .state/partner-tools-cluster/.
+#
 # Tools are pinned (deploy/checks/partner-tools/) and cached under .state/cache. Settings:
 # PARTNER_TOOLS_PORT_BASE (default 48000: gateway 48080, the MongoDB-wire server 47017,
 # Kafka 49092-49093). Each case's outcome goes to .state/partner-tools/run.log; the totals to
@@ -17,7 +25,7 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 tools="$root/deploy/checks/partner-tools"
 base=${PARTNER_TOOLS_PORT_BASE:-48000}
-out="$root/.state/partner-tools"
+out="$root/.state/partner-tools${PARTNER_TOOLS_GATEWAY:+-cluster}"
 mkdir -p "$out"
 rm -f "$out/results.json"
 
@@ -61,13 +69,26 @@ if [ ! -f "$nodedir/.installed" ]; then
   touch "$nodedir/.installed"
 fi
 
-# --- the stack, the cases ---
+# --- the stack (or the cluster's release), the cases ---
+if [ -n "${PARTNER_TOOLS_GATEWAY:-}" ]; then
+  gateway=$PARTNER_TOOLS_GATEWAY
+  state=$out
+  log "running the partner tools against $gateway (resolved to ${PT_RESOLVE:-its DNS address}, CAs of ${PT_CA:-the system})"
+  set +e
+  ca=()
+  [ -n "${PT_CA:-}" ] && ca=(NODE_EXTRA_CA_CERTS="$PT_CA" REQUESTS_CA_BUNDLE="$PT_CA" SSL_CERT_FILE="$PT_CA")
+  env GATEWAY_URL="$gateway" PT_PYTHON="$venv/bin/python" PT_GO_BIN="$gobin" PT_NODE_DIR="$nodedir" \
+    E2E_RESOLVE="${PT_RESOLVE:-}" NODE_OPTIONS="--require $root/test/support/resolve.cjs" PYTHONPATH="$tools/python/resolve" \
+    "${ca[@]}" node "$tools/run.mjs" >"$out/results.json" 2>"$out/run.log"
+  status=$?
+else
 start_local_stack "$base" partner-tools
 log "running the partner tools against $gateway"
 set +e
 GATEWAY_URL="$gateway" PT_PYTHON="$venv/bin/python" PT_GO_BIN="$gobin" PT_NODE_DIR="$nodedir" \
   node "$tools/run.mjs" >"$out/results.json" 2>"$out/run.log"
 status=$?
+fi
 set -e
 if ! python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/results.json" 2>/dev/null; then
   fail_all "run.mjs exited $status without results (see $out/run.log)"

@@ -101,6 +101,7 @@ const definitions = {
   image: strict({
     repository: { type: "string", minLength: 1 },
     tag: { type: ["string", "number"] },
+    digest: { type: "string", pattern: "^$|^sha256:[a-f0-9]{64}$", description: "The image runs by this digest (repository:tag@digest)." },
     pullPolicy: { type: "string", enum: ["Always", "IfNotPresent", "Never"] },
   }, { required: ["repository"] }),
   resources: strict({
@@ -117,6 +118,7 @@ const definitions = {
     enabled: { type: "boolean" },
     minAvailable: { type: ["integer", "string"] },
     maxUnavailable: { type: ["integer", "string"] },
+    unhealthyPodEvictionPolicy: { enum: ["AlwaysAllow", "IfHealthyBudget"], description: "AlwaysAllow: a pod that is not Ready never blocks a drain." },
   }, { required: ["enabled"] }),
   extraEnv: {
     type: "array",
@@ -145,6 +147,13 @@ const definitions = {
     claimRetention: { enum: ["Retain", "Delete"] },
   }),
 };
+// A component's scheduling (pi.podCommon): its own affinity, anti-affinity, spread and priority.
+definitions.scheduling = {
+  affinity: { type: "object" },
+  podAntiAffinity: { enum: ["", "preferred", "required"] },
+  topologySpreadConstraints: { type: "array", items: { type: "object", required: ["maxSkew", "topologyKey", "whenUnsatisfiable"] } },
+  priorityClassName: { type: "string" },
+};
 // A workload's service identity (docs/security.md, "Internal calls"): its Ed25519 key, generated
 // and kept by the chart unless existingSecret names a Secret of the operator's, whose public key
 // must then be given too (the chart cannot read it).
@@ -164,7 +173,10 @@ function service(extra = {}) {
     autoscaling: { $ref: "#/definitions/autoscaling" },
     podDisruptionBudget: { $ref: "#/definitions/podDisruptionBudget" },
     extraEnv: { $ref: "#/definitions/extraEnv" },
+    extraVolumes: { type: "array", items: { type: "object", required: ["name"] } },
+    extraVolumeMounts: { type: "array", items: { type: "object", required: ["name", "mountPath"] } },
     identity: { $ref: "#/definitions/identity" },
+    ...definitions.scheduling,
     ...extra,
   }, { required: shape });
 }
@@ -197,6 +209,7 @@ export const schema = {
     }),
     gateway: service(),
     auth: service({
+      privateKeyJwt: { type: "boolean", description: "Partners may authenticate with private_key_jwt: the token endpoint's public URL must then be known (ingress.host, httpRoute.hostnames or config.TOKEN_ENDPOINT_URL), else the render fails." },
       credentialPepper: strict({
         value: { type: "string", pattern: "^(|.{32,})$", description: "CREDENTIAL_PEPPER, at least 32 characters; empty: generated and kept." },
         existingSecret: { type: "string" },
@@ -214,6 +227,7 @@ export const schema = {
       resources: { $ref: "#/definitions/resources" },
       extraEnv: { $ref: "#/definitions/extraEnv" },
       identity: { $ref: "#/definitions/identity" },
+      ...definitions.scheduling,
     }, { description: "The operator CLI as a workload of its own: an idle pod to `kubectl exec` into, with the ops identity." }),
     ingress: strict({
       enabled: { type: "boolean" },
@@ -266,6 +280,7 @@ export const schema = {
       standIn: strict({ enabled: { type: "boolean" }, image: { $ref: "#/definitions/image" } }),
       resources: { $ref: "#/definitions/resources" },
       persistence: { $ref: "#/definitions/persistence" },
+      ...definitions.scheduling,
     }),
     kafka: strict({
       external: strict({ brokers: { type: "string", pattern: "^$|^[^,\\s]+:[0-9]+(,[^,\\s]+:[0-9]+)*$" } }),
@@ -277,6 +292,7 @@ export const schema = {
       persistence: { $ref: "#/definitions/persistence" },
       auth: strict({ existingSecret: { type: "string" } }),
       setup: strict({ resources: { $ref: "#/definitions/resources" } }),
+      ...definitions.scheduling,
       topics: strict({
         create: { type: "boolean" },
         replicationFactor: { type: "integer", minimum: 0 },
@@ -299,6 +315,7 @@ export const schema = {
         ports: { type: "array", items: port, minItems: 1 },
       }),
       extraEgress: { type: "array", items: { type: "object" } },
+      dns: strict({ to: { type: "array", minItems: 1, items: { type: "object" } } }, { description: "The cluster's DNS: the only peers any pod may reach on port 53." }),
     }),
     metrics: strict({
       serviceMonitor: strict({
@@ -330,6 +347,17 @@ export const schema = {
     nodeSelector: { type: "object", additionalProperties: { type: "string" } },
     tolerations: { type: "array", items: { type: "object" } },
     affinity: { type: "object" },
+    podAntiAffinity: { enum: ["", "preferred", "required"] },
+    topologySpread: strict({
+      enabled: { type: "boolean" },
+      topologyKeys: { type: "array", items: { type: "string", minLength: 1 } },
+      maxSkew: { type: "integer", minimum: 1 },
+      whenUnsatisfiable: { enum: ["ScheduleAnyway", "DoNotSchedule"] },
+    }, { description: "Spread every component's replicas across these topology keys (nodes and zones)." }),
+    priorityClasses: {
+      type: "array",
+      items: strict({ name: { type: "string", minLength: 1 }, value: { type: "integer" }, description: { type: "string" } }, { required: ["name", "value"] }),
+    },
     imagePullSecrets: { type: "array", items: { type: "object", required: ["name"] } },
   },
 };

@@ -9,6 +9,11 @@
 #   coredns     the cluster DNS, only the Corefile's plugins (2 to 3 minutes)
 #   traefik     the ingress controller (about 11 minutes)
 #   skaffold    optional: `skaffold run -p local-cluster` (about 10 minutes)
+#   kube-linter, kubeconform, pint
+#               the chart's outside linters (test/deploy/outside-linters.test.ts, docs/operations.md):
+#               kube-linter from its source as the module proxy serves it under its GitHub path
+#               (github.com/stackrox/kube-linter; its own path, golang.stackrox.io/kube-linter, is not
+#               served), built as the main module it declares; kubeconform and pint from their modules
 #
 #   deploy/cluster/build-go.sh kubernetes coredns traefik
 set -euo pipefail
@@ -34,6 +39,15 @@ build_tool() { # tool
     skaffold)
       version=v2.16.1; pkgs=github.com/GoogleContainerTools/skaffold/v2/cmd/skaffold
       ld="-X github.com/GoogleContainerTools/skaffold/v2/pkg/skaffold/version.version=$version" ;;
+    kubeconform)
+      version=v0.8.0; pkgs=github.com/yannh/kubeconform/cmd/kubeconform
+      ld="-X main.version=$version" ;;
+    pint)
+      version=v0.87.0; pkgs=github.com/cloudflare/pint/cmd/pint
+      ld="-X main.version=$version" ;;
+    kube-linter)
+      version=v0.8.3; pkgs=./cmd/kube-linter
+      ld="-X golang.stackrox.io/kube-linter/internal/version.version=$version" ;;
     *) echo "unknown tool: $tool" >&2; return 2 ;;
   esac
   local out=$CACHE/bin/$tool-$version missing="" names=""
@@ -44,7 +58,15 @@ build_tool() { # tool
   [ -z "$missing" ] && return 0
   local work=$CACHE/build/$tool t=$(date +%s)
   mkdir -p "$work" "$out"
-  cp "$HERE/go/$tool/"* "$work/"
+  if [ "$tool" = kube-linter ]; then
+    # Its module's files (go.mod declares golang.stackrox.io/kube-linter, with its go.sum): the main module.
+    local src
+    src=$(cd "$work" && go mod download -json "github.com/stackrox/kube-linter@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -n "$src" ] || { echo "cannot download github.com/stackrox/kube-linter@$version" >&2; return 1; }
+    cp -r "$src/." "$work/" && chmod -R u+w "$work"
+  else
+    cp "$HERE/go/$tool/"* "$work/"
+  fi
   rm -rf "$out/.partial" && mkdir "$out/.partial"
   # One go build for all of a tool's programs: their shared packages are compiled once and the links
   # overlap. Niced, for the machine's other work; PI_CLUSTER_GO_JOBS packages compile at once (go's -p).

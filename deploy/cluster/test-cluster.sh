@@ -3,8 +3,10 @@
 #
 #   1. deploy/cluster/up.sh (reuses a running cluster)
 #   2. builds the images (services, Kafka, MongoDB-wire stand-in) and loads them into the node
-#   3. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with
-#      deploy/cluster/values.yaml
+#   3. a namespace labelled for PodSecurity "restricted" enforcement; helm install --wait with the
+#      chart's production values (charts/partner-integration/values-production.yaml), then
+#      deploy/cluster/values.yaml (this cluster's images, host, in-chart stand-in stores) and
+#      deploy/cluster/values-sizes.yaml (smaller requests: two replicas of everything on 2 cores)
 #   4. readiness: /readyz of the gateway through a port-forward (the ingress does not publish it),
 #      then the partner API through Traefik over HTTPS (the chart's HTTPRoute on the Gateway it
 #      created: values.yaml), its certificate verified against the CA the chart generated (ca.crt of
@@ -16,11 +18,16 @@
 #      admit callers and refuse others, a rolling upgrade and a deleted pod under traffic, PDB/HPA
 #      objects, what the HTTPRoute publishes and how, secrets that a render against the cluster keeps,
 #      every pod's metrics port read through the API server's pod proxy)
-#   6. helm test
-#   7. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
+#   6. partners' own tools through the ingress (deploy/checks/partner-tools.sh against
+#      https://partner-api.pi.test): OAuth client libraries, Authlib's private_key_jwt on the token
+#      endpoint it discovered, Stripe's verifiers on webhooks the release delivered to a receiver on
+#      this machine (a public address on the cluster's bridge, named by a Service of the namespace, its
+#      certificate from a CA made here and trusted by the webhook service), TLS verified everywhere
+#   7. helm test
+#   8. helm uninstall --wait, then nothing of the release may be left (PVCs included); the namespace
 #      goes, and the storage pool's volumes are wiped
 #
-# Environment: KEEP=1 leaves the release installed (and skips 7) for a look around.
+# Environment: KEEP=1 leaves the release installed (and skips 8) for a look around.
 # Ends with one line "N passed, M failed" (one per step).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -31,9 +38,16 @@ export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$BIN:$PATH
 # The partner API's name (ingress.host of values.yaml), resolved to the ingress by the tests themselves.
 HOST=$(sed -n 's/^  host: *//p' "$HERE/values.yaml" | head -n 1)
 WORK=$(mktemp -d)
+VALUES=("$ROOT/charts/partner-integration/values-production.yaml" "$HERE/values.yaml" "$HERE/values-sizes.yaml")
+# The webhook receiver of the partner tools (step 6): a public unicast address added to the cluster's
+# bridge for the step (pods reach the node's own addresses; the webhook service refuses private
+# ones), named by a selector-less Service of the namespace, with a certificate of a CA made here.
+RECEIVER_IP=${PT_RECEIVER_IP:-11.22.33.44}
+RECEIVER_HOST=partner-webhooks.$NS.svc.cluster.local
 PF_PORT=$((20000 + RANDOM % 10000))
 pf_loop=""
 cleanup() {
+  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
   [ -n "$pf_loop" ] && kill "$pf_loop" 2>/dev/null
   [ -f "$WORK/pf.pid" ] && kill "$(cat "$WORK/pf.pid")" 2>/dev/null
   rm -rf "$WORK"
@@ -76,12 +90,23 @@ install() {
   kubectl get ns "$NS" >/dev/null 2>&1 || kubectl create ns "$NS" >/dev/null || return 1
   kubectl label --overwrite ns "$NS" pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null || return 1
+  # The partner tools' CA (made here): the webhook service trusts it (values.yaml mounts this
+  # ConfigMap, optional, for NODE_EXTRA_CA_CERTS), and it signs the webhook receiver's certificate.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=partner-tools test CA" \
+    -keyout "$WORK/partner-ca.key" -out "$WORK/partner-ca.crt" 2>/dev/null || return 1
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$RECEIVER_HOST" -keyout "$WORK/receiver.key" -out "$WORK/receiver.csr" 2>/dev/null || return 1
+  printf 'subjectAltName=DNS:%s\n' "$RECEIVER_HOST" >"$WORK/receiver.ext"
+  openssl x509 -req -in "$WORK/receiver.csr" -CA "$WORK/partner-ca.crt" -CAkey "$WORK/partner-ca.key" -CAcreateserial -days 2 \
+    -extfile "$WORK/receiver.ext" -out "$WORK/receiver.crt" 2>/dev/null || return 1
+  kubectl -n "$NS" create configmap partner-tools-ca --from-file=ca.crt="$WORK/partner-ca.crt" --dry-run=client -o yaml | kubectl apply -f - >/dev/null || return 1
   local sets=()
   for k in gateway auth connection fileIntake extraction webhook ops; do sets+=(--set "$k.image.tag=$SERVICES_TAG"); done
   sets+=(--set "kafka.image.repository=${KAFKA_IMAGE%:*}" --set "kafka.image.tag=${KAFKA_IMAGE##*:}")
   sets+=(--set "mongodb.standIn.image.repository=${MONGO_WIRE_IMAGE%:*}" --set "mongodb.standIn.image.tag=${MONGO_WIRE_IMAGE##*:}")
+  local files=()
+  for f in "${VALUES[@]}"; do files+=(-f "$f"); done
   "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/partner-integration" -n "$NS" \
-    -f "$HERE/values.yaml" "${sets[@]}" --wait --timeout 15m
+    "${files[@]}" "${sets[@]}" --wait --timeout 15m
 }
 if ! step "helm install --wait (namespace $NS, PodSecurity restricted)" install; then
   kubectl -n "$NS" get pods -o wide; kubectl -n "$NS" get events --sort-by=.lastTimestamp | tail -30
@@ -119,11 +144,39 @@ suite() {
     E2E_RESOLVE="$HOST=$INGRESS_IP" NODE_EXTRA_CA_CERTS="$WORK/ca.crt" NODE_OPTIONS="--require $ROOT/test/support/resolve.cjs" \
     E2E_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec deploy/$RELEASE-ops -- node services/ops/dist/main.js" \
     CLUSTER_NAMESPACE=$NS CLUSTER_RELEASE=$RELEASE CLUSTER_INGRESS="https://$HOST" CLUSTER_INGRESS_HTTP="http://$HOST" \
-    CLUSTER_VALUES="$HERE/values.yaml" HELM_BIN=$HELM KUBECTL="$BIN/kubectl" \
+    CLUSTER_VALUES="$(IFS=,; echo "${VALUES[*]}")" HELM_BIN=$HELM KUBECTL="$BIN/kubectl" \
     node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js \
       --config jest.cluster.config.js --runInBand)
 }
 step "black-box suite and cluster tests (jest)" suite
+
+partner_tools() {
+  ip addr replace "$RECEIVER_IP/32" dev "$BRIDGE" || return 1
+  kubectl -n "$NS" apply -f - >/dev/null <<YAML || return 1
+apiVersion: v1
+kind: Service
+metadata: { name: partner-webhooks }
+spec:
+  clusterIP: None
+  ports: [{ name: https, port: 443, protocol: TCP }]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: { name: partner-webhooks }
+subsets:
+  - addresses: [{ ip: "$RECEIVER_IP" }]
+    ports: [{ name: https, port: 443, protocol: TCP }]
+YAML
+  cat "$WORK/ca.crt" "$WORK/partner-ca.crt" >"$WORK/cas.crt"
+  local rc
+  (cd "$ROOT" && PARTNER_TOOLS_GATEWAY="https://$HOST" PT_CA="$WORK/cas.crt" PT_RESOLVE="$HOST=$INGRESS_IP" \
+    PT_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec -i deploy/$RELEASE-ops -- node services/ops/dist/main.js" \
+    PT_WEBHOOK_RECEIVER="url=https://$RECEIVER_HOST/webhooks,listen=$RECEIVER_IP:443,cert=$WORK/receiver.crt,key=$WORK/receiver.key" \
+    bash deploy/checks/partner-tools.sh); rc=$?
+  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
+  [ $rc = 0 ] || { grep '"ok":false' "$ROOT/.state/partner-tools-cluster/run.log" | tail -20; return $rc; }
+}
+step "partner tools through the ingress (https://$HOST, TLS verified): OAuth libraries, private_key_jwt with discovery, Stripe verifiers on delivered webhooks" partner_tools
 # Without --logs: the test pod is deleted when it succeeds (hook-succeeded), before helm could read
 # its logs; a failed one stays, and its logs are printed here.
 helm_test() {

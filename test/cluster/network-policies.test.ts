@@ -85,8 +85,12 @@ describe("NetworkPolicies of the installed release", () => {
     expect(judged).toEqual(Object.fromEntries(components.map((c) => [c, [c === "gateway", false]])));
   });
 
-  it("let every service resolve names (DNS egress to the cluster DNS)", () => {
+  it("let every service resolve names (DNS egress to the cluster DNS), and reach no other address on port 53", () => {
     const dns = pods.find((p) => p.labels["k8s-app"] === "kube-dns")!;
-    for (const c of Object.keys(admitted)) expect([c, admits(policies, namespaces, podOf(c), dns, 53, "UDP")]).toEqual([c, true]);
+    const notDns = pods.find((p) => p.namespace !== cluster.namespace && p.labels["k8s-app"] !== "kube-dns")!;
+    const outside: Pod = { namespace: "elsewhere", name: "resolver", labels: {}, ip: "8.8.8.8", ports: {} };
+    for (const c of Object.keys(admitted)) {
+      expect([c, ...["UDP", "TCP"].flatMap((protocol) => [dns, notDns, outside].map((to) => admits(policies, namespaces, podOf(c), to, 53, protocol)))]).toEqual([c, true, false, false, true, false, false]);
+    }
   });
 });

@@ -47,12 +47,29 @@ describe("under partner traffic", () => {
 describe("objects a cluster accepts", () => {
   it("PodDisruptionBudgets and HorizontalPodAutoscalers are accepted and bound to their workloads", async () => {
     const pdbs = await kubectlJson<{ items: any[] }>("get", "pdb", "-l", `app.kubernetes.io/instance=${cluster.release}`);
-    expect(pdbs.items.map((p) => p.metadata.name).sort()).toEqual([`${cluster.release}-auth`, `${cluster.release}-connection`, `${cluster.release}-gateway`]);
+    // values-production.yaml: a PDB for every service, each letting an unready pod be evicted.
+    expect(pdbs.items.map((p) => p.metadata.name).sort()).toEqual(["auth", "connection", "extraction", "file-intake", "gateway", "webhook"].map((c) => `${cluster.release}-${c}`));
+    for (const pdb of pdbs.items) expect([pdb.metadata.name, pdb.spec.unhealthyPodEvictionPolicy]).toEqual([pdb.metadata.name, "AlwaysAllow"]);
     for (const pdb of pdbs.items) expect(pdb.status.expectedPods).toBeGreaterThan(0); // the controller matched its pods
     const hpas = await kubectlJson<{ items: any[] }>("get", "hpa", "-l", `app.kubernetes.io/instance=${cluster.release}`);
-    expect(hpas.items.map((h) => h.spec.scaleTargetRef.name)).toEqual([`${cluster.release}-gateway`]);
+    expect(hpas.items.map((h) => h.spec.scaleTargetRef.name).sort()).toEqual(["auth", "extraction", "file-intake", "gateway"].map((c) => `${cluster.release}-${c}`));
     const gateway = await kubectlJson("get", "deploy", `${cluster.release}-gateway`);
-    expect(gateway.spec.replicas).toBeGreaterThanOrEqual(hpas.items[0].spec.minReplicas);
+    expect(gateway.spec.replicas).toBeGreaterThanOrEqual(hpas.items.find((h) => h.spec.scaleTargetRef.name === `${cluster.release}-gateway`).spec.minReplicas);
+  });
+
+  it("values-production.yaml's priority classes are admitted and its spread kept by the scheduler: two or more Ready replicas of every service, on the one node", async () => {
+    const pods = await kubectlJson<{ items: any[] }>("get", "pods", "-l", `app.kubernetes.io/instance=${cluster.release}`);
+    const ready = (p: any) => p.status.conditions?.some((c: any) => c.type === "Ready" && c.status === "True");
+    for (const component of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"]) {
+      const mine = pods.items.filter((p) => p.metadata.labels["app.kubernetes.io/component"] === component && !p.metadata.deletionTimestamp);
+      expect([component, mine.filter(ready).length >= 2]).toEqual([component, true]);
+      expect([component, mine[0].spec.topologySpreadConstraints.map((c: any) => `${c.topologyKey} ${c.whenUnsatisfiable}`)]).toEqual([
+        component,
+        ["kubernetes.io/hostname ScheduleAnyway", "topology.kubernetes.io/zone ScheduleAnyway"],
+      ]);
+    }
+    const priority = (component: string) => pods.items.find((p) => p.metadata.labels["app.kubernetes.io/component"] === component)!.spec.priority;
+    expect(["gateway", "auth-mongodb", "kafka", "extraction"].map((c) => [c, priority(c)])).toEqual([["gateway", 100000], ["auth-mongodb", 1000000], ["kafka", 1000000], ["extraction", 0]]);
   });
 });
 

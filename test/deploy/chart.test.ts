@@ -13,6 +13,7 @@ import { parseSettings } from "../../services/common/src/settings.js";
 import { generateIdentity, parseOwnIdentity, parsePublicKeys, TokenMinter, TokenVerifier } from "../../services/common/src/service-identity.js";
 import { KAFKA_USERS } from "../../services/common/src/kafka-access.js";
 import { schemaFile, schemaText } from "../../deploy/checks/values-schema.mjs";
+import { parse as chartYaml } from "yaml";
 import * as chart from "../../deploy/checks/chart.mjs";
 import type { Combination, K8sObject } from "../../deploy/checks/chart.mjs";
 
@@ -154,11 +155,11 @@ describe("Helm chart with the default values", () => {
     expect(container(docs, "auth").readinessProbe.grpc.port).toBe(50051);
   });
 
-  it("gives each data service its own MongoDB (a mongo:7 StatefulSet), reached as a user of its own, and the gateway none", () => {
+  it("gives each data service its own MongoDB (a StatefulSet of mongo at an exact tag, 7.0.16), reached as a user of its own, and the gateway none", () => {
     expect(envOf(container(docs, "gateway")).MONGODB_URI).toBeUndefined();
     for (const s of dataServices) {
       const sts = find(docs, "StatefulSet", `${RELEASE}-${s.component}-mongodb`);
-      expect(sts.spec.template.spec.containers[0].image).toBe("mongo:7");
+      expect(sts.spec.template.spec.containers[0].image).toBe("mongo:7.0.16");
       const db = databaseName("pi", s.component);
       const env = envOf(container(docs, s.component));
       expect(env.MONGODB_PASSWORD).toEqual({ secretKeyRef: { name: `${RELEASE}-${s.component}-mongodb-user`, key: "mongodb-password" } });
@@ -808,7 +809,7 @@ describe("metrics (docs/operations.md): a port of every process, ServiceMonitors
     docs = render(allOn);
   });
 
-  it("gives every service's pod and ClusterIP Service a port named metrics (METRICS_PORT), the headless Services none, the ops pod none", () => {
+  it("gives every service's pod and ClusterIP Service a port named metrics (METRICS_PORT), the headless Services none, the ops pod none (its one port is its probes')", () => {
     expect(SERVICES.map((s) => s.key)).toContain("extraction");
     for (const s of SERVICES) {
       const c = container(docs, s.component);
@@ -820,7 +821,8 @@ describe("metrics (docs/operations.md): a port of every process, ServiceMonitors
       const headless = find(docs, "Service", `${RELEASE}-${s.component}-headless`);
       if (headless) expect(headless.spec.ports.map((p: K8sObject) => p.name)).not.toContain("metrics");
     }
-    expect(container(docs, "ops").ports ?? []).toEqual([]);
+    // The ops pod has only the port of its own probes.
+    expect((container(docs, "ops").ports ?? []).map((p: K8sObject) => p.name)).toEqual(["probes"]);
     const moved = render({ config: { METRICS_PORT: 9100 } });
     expect(container(moved, "auth").ports.find((p: K8sObject) => p.name === "metrics").containerPort).toBe(9100);
     expect(find(moved, "NetworkPolicy", `${RELEASE}-auth`).spec.ingress.at(-1).ports).toEqual([{ port: 9100, protocol: "TCP" }]);
@@ -965,6 +967,136 @@ describe("Gateway API: an HTTPRoute with the Ingress's paths, host and certifica
   });
 });
 
+describe("discovery through the ingress: the token endpoint's public URL from the external host (auth.privateKeyJwt)", () => {
+  const DISCOVERY = ["/.well-known/oauth-authorization-server", "/.well-known/smart-configuration"];
+  const ingressPaths = (docs: K8sObject[]) => find(docs, "Ingress", `${RELEASE}-gateway`).spec.rules[0].http.paths.map((p: K8sObject) => `${p.pathType} ${p.path}`);
+  const routePaths = (docs: K8sObject[]) => find(docs, "HTTPRoute", `${RELEASE}-gateway`).spec.rules[0].matches.map((m: K8sObject) => `${m.path.type} ${m.path.value}`);
+  const tokenUrls = (docs: K8sObject[]) => [...new Set(SERVICES.map((s) => envOf(container(docs, s.component)).TOKEN_ENDPOINT_URL))];
+  const withJwt = (values: Record<string, unknown>) => ({ ...values, auth: { privateKeyJwt: true } });
+
+  it("routes both well-known discovery documents through the Ingress and the HTTPRoute, and sets TOKEN_ENDPOINT_URL (aud and issuer) from ingress.host", () => {
+    const docs = render(withJwt({ ingress: { host: "partner-api.example.com" }, httpRoute: { enabled: true, gateway: { create: true, className: "traefik" } } }));
+    expect(ingressPaths(docs)).toEqual(expect.arrayContaining(DISCOVERY.map((p) => `Exact ${p}`)));
+    expect(routePaths(docs)).toEqual(expect.arrayContaining(DISCOVERY.map((p) => `Exact ${p}`)));
+    expect(tokenUrls(docs)).toEqual(["https://partner-api.example.com/oauth/token"]);
+    // The gateway serves them at exactly these paths.
+    const routes = readFileSync(join(chart.chartDir, "..", "..", "services", "gateway", "src", "routes", "discovery.ts"), "utf8");
+    for (const path of DISCOVERY) expect(routes).toContain(`router.get("${path}"`);
+  });
+
+  it("takes the host of the HTTPRoute's one hostname without an Ingress host, plain http where the entry serves no TLS, and config.TOKEN_ENDPOINT_URL over both", () => {
+    const route = render(withJwt({ ingress: { enabled: false }, httpRoute: { enabled: true, hostnames: ["api.example.com"], parentRefs: [{ name: "shared", namespace: "gateways" }] } }));
+    expect(tokenUrls(route)).toEqual(["https://api.example.com/oauth/token"]);
+    expect(routePaths(route)).toEqual(expect.arrayContaining(DISCOVERY.map((p) => `Exact ${p}`)));
+    expect(tokenUrls(render(withJwt({ ingress: { host: "api.example.com", https: { enabled: false } } })))).toEqual(["http://api.example.com/oauth/token"]);
+    const own = render(withJwt({ ingress: { enabled: false }, config: { TOKEN_ENDPOINT_URL: "https://edge.example.com/partners/oauth/token" } }));
+    expect(tokenUrls(own)).toEqual(["https://edge.example.com/partners/oauth/token"]);
+  });
+
+  it("refuses to render with no host and private_key_jwt in use, naming the values to set, rather than publish a loopback address", () => {
+    for (const values of [{}, { ingress: { enabled: false } }, { ingress: { enabled: false }, httpRoute: { enabled: true, hostnames: ["*.example.com"], parentRefs: [{ name: "shared" }] } }]) {
+      const r = chart.helmTemplate(helm, withJwt(values));
+      expect(r.code).not.toBe(0);
+      expect(r.stderr).toContain("the token endpoint's public URL is unknown, and auth.privateKeyJwt is true");
+      for (const value of ["ingress.host", "httpRoute.hostnames", "config.TOKEN_ENDPOINT_URL", "auth.privateKeyJwt=false"]) expect(r.stderr).toContain(value);
+    }
+    // private_key_jwt is in use unless the values say otherwise.
+    expect(JSON.parse(readFileSync(schemaFile, "utf8")).properties.auth.properties.privateKeyJwt.type).toBe("boolean");
+    expect(readFileSync(join(chart.chartDir, "values.yaml"), "utf8")).toMatch(/\n {2}privateKeyJwt: true\n/);
+  });
+
+  it("without private_key_jwt and without a host, routes no discovery document (it would name a loopback address) and sets no TOKEN_ENDPOINT_URL", () => {
+    const docs = render({ auth: { privateKeyJwt: false } });
+    expect(ingressPaths(docs).filter((p: string) => p.includes(".well-known"))).toEqual([]);
+    expect(tokenUrls(docs)).toEqual([""]);
+  });
+});
+
+describe("scheduling, disruption and images for production (values-production.yaml)", () => {
+  const podSpec = (docs: K8sObject[], kind: string, name: string) => find(docs, kind, name).spec.template.spec;
+  const production = () => render(parseProduction());
+  const parseProduction = () => chartYaml(readFileSync(join(chart.chartDir, "values-production.yaml"), "utf8"));
+
+  it("spreads each component's replicas across nodes and zones (ScheduleAnyway) and keeps them apart (anti-affinity), each on its own pods", () => {
+    const docs = render({ topologySpread: { enabled: true }, podAntiAffinity: "preferred", kafka: { podAntiAffinity: "required" } });
+    for (const [kind, name, component] of [["Deployment", `${RELEASE}-gateway`, "gateway"], ["Deployment", `${RELEASE}-extraction`, "extraction"], ["StatefulSet", `${RELEASE}-auth-mongodb`, "auth-mongodb"], ["StatefulSet", `${RELEASE}-kafka`, "kafka"]]) {
+      const spec = podSpec(docs, kind!, name!);
+      const selector = { matchLabels: { "app.kubernetes.io/name": "partner-integration", "app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": component } };
+      expect(spec.topologySpreadConstraints).toEqual([
+        { maxSkew: 1, topologyKey: "kubernetes.io/hostname", whenUnsatisfiable: "ScheduleAnyway", labelSelector: selector },
+        { maxSkew: 1, topologyKey: "topology.kubernetes.io/zone", whenUnsatisfiable: "ScheduleAnyway", labelSelector: selector },
+      ]);
+      const term = { topologyKey: "kubernetes.io/hostname", labelSelector: selector };
+      expect(spec.affinity.podAntiAffinity).toEqual(
+        component === "kafka" ? { requiredDuringSchedulingIgnoredDuringExecution: [term] } : { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 100, podAffinityTerm: term }] },
+      );
+    }
+    // Off by default; a component's own affinity replaces the global one.
+    const plain = render({ affinity: { nodeAffinity: { x: 1 } }, webhook: { affinity: { nodeAffinity: { y: 2 } } } });
+    expect(podSpec(plain, "Deployment", `${RELEASE}-gateway`).topologySpreadConstraints).toBeUndefined();
+    expect(podSpec(plain, "Deployment", `${RELEASE}-gateway`).affinity).toEqual({ nodeAffinity: { x: 1 } });
+    expect(podSpec(plain, "Deployment", `${RELEASE}-webhook`).affinity).toEqual({ nodeAffinity: { y: 2 } });
+  });
+
+  it("runs images by exact tag, and by digest when one is given", () => {
+    const digest = `sha256:${"a".repeat(64)}`;
+    const docs = render({ gateway: { image: { digest } }, mongodb: { image: { digest } } });
+    expect(container(docs, "gateway").image).toBe(`partner-integration/gateway:0.1.0@${digest}`);
+    expect(find(docs, "StatefulSet", `${RELEASE}-auth-mongodb`).spec.template.spec.containers[0].image).toBe(`mongo:7.0.16@${digest}`);
+    expect(chart.helmTemplate(helm, { gateway: { image: { digest: "latest" } } }).code).not.toBe(0);
+  });
+
+  it("probes the ops pod for real (its event loop; the admin services it calls) and the data stores with liveness unlike readiness", () => {
+    const docs = render();
+    const ops = container(docs, "ops");
+    expect([ops.livenessProbe.httpGet, ops.readinessProbe.httpGet]).toEqual([{ path: "/healthz", port: "probes" }, { path: "/readyz", port: "probes" }]);
+    expect(ops.ports).toEqual([{ name: "probes", containerPort: 9096, protocol: "TCP" }]);
+    const mongo = find(docs, "StatefulSet", `${RELEASE}-auth-mongodb`).spec.template.spec.containers[0];
+    expect(mongo.livenessProbe.tcpSocket).toEqual({ port: "mongodb" });
+    expect(mongo.readinessProbe.exec.command.join(" ")).toContain("db.adminCommand({ ping: 1 })");
+    const kafka = find(docs, "StatefulSet", `${RELEASE}-kafka`).spec.template.spec.containers[0];
+    expect([kafka.livenessProbe.tcpSocket, kafka.readinessProbe.tcpSocket]).toEqual([{ port: "controller" }, { port: "kafka" }]);
+  });
+
+  it("values-production.yaml: two replicas or more of every service, each with a PDB that lets an unready pod go, autoscaling, priority classes, exact tags, absolute runbooks, external MongoDB and Kafka", () => {
+    const docs = production();
+    for (const s of SERVICES) {
+      const deployment = find(docs, "Deployment", `${RELEASE}-${s.component}`);
+      const hpa = find(docs, "HorizontalPodAutoscaler", `${RELEASE}-${s.component}`);
+      expect([s.component, hpa ? hpa.spec.minReplicas >= 2 : deployment.spec.replicas >= 2]).toEqual([s.component, true]);
+      const pdb = find(docs, "PodDisruptionBudget", `${RELEASE}-${s.component}`);
+      expect([s.component, pdb?.spec.unhealthyPodEvictionPolicy, pdb?.spec.maxUnavailable]).toEqual([s.component, "AlwaysAllow", 1]);
+      expect([s.component, deployment.spec.template.spec.topologySpreadConstraints.map((c: K8sObject) => `${c.topologyKey} ${c.whenUnsatisfiable}`)]).toEqual([
+        s.component,
+        ["kubernetes.io/hostname ScheduleAnyway", "topology.kubernetes.io/zone ScheduleAnyway"],
+      ]);
+      expect(deployment.spec.template.spec.containers[0].image).toMatch(/:\d+\.\d+\.\d+(@sha256:[a-f0-9]{64})?$/);
+    }
+    expect(byKind(docs, "HorizontalPodAutoscaler").map((h: K8sObject) => h.metadata.name).sort()).toEqual(["gateway", "auth", "file-intake", "extraction"].map((c) => `${RELEASE}-${c}`).sort());
+    expect(byKind(docs, "PriorityClass").map((p: K8sObject) => [p.metadata.name, p.value])).toEqual([["partner-integration-data", 1000000], ["partner-integration-api", 100000]]);
+    expect(podSpec(docs, "Deployment", `${RELEASE}-gateway`).priorityClassName).toBe("partner-integration-api");
+    // External stores: no in-chart database or Kafka; every service's URI from its Secret, Kafka over TLS.
+    expect(byKind(docs, "StatefulSet")).toEqual([]);
+    expect(envOf(container(docs, "auth")).MONGODB_URI).toEqual({ secretKeyRef: { name: "auth-mongodb-uri-secret", key: "uri" } });
+    expect(envOf(container(docs, "gateway")).KAFKA_SSL).toBe("true");
+    // Every alert's runbook opens from a pager: an absolute URL, from the one value.
+    const alerts = byKind(docs, "PrometheusRule")[0];
+    const runbooks = alerts.spec.groups.flatMap((g: K8sObject) => g.rules).filter((r: K8sObject) => r.alert).map((r: K8sObject) => r.annotations.runbook_url);
+    expect(runbooks.length).toBeGreaterThan(5);
+    for (const url of runbooks) expect(url).toMatch(/^https:\/\/runbooks\.example\.com\/partner-integration\/operations\.md#[a-z0-9-]+$/);
+    // The discovery documents name the host; private_key_jwt is in use.
+    expect(envOf(container(docs, "auth")).TOKEN_ENDPOINT_URL).toBe("https://partner-api.example.com/oauth/token");
+    // Where the in-chart stores run anyway (the test cluster), they get the data class.
+    const values = parseProduction();
+    values.kafka.external.brokers = "";
+    values.kafka.auth.existingSecret = "";
+    values.auth.mongodb.external.existingSecret = "";
+    const inChart = render(values);
+    expect(podSpec(inChart, "StatefulSet", `${RELEASE}-kafka`).priorityClassName).toBe("partner-integration-data");
+    expect(podSpec(inChart, "StatefulSet", `${RELEASE}-auth-mongodb`).priorityClassName).toBe("partner-integration-data");
+  });
+});
+
 describe("values.schema.json", () => {
   const rejects = (values: unknown, message: RegExp) => {
     const t = chart.helmTemplate(helm, values);
@@ -1036,6 +1168,7 @@ describe("every combination of the optional switches (ingress, networkPolicy, pd
     expect(byKind(docs, "Ingress")).toHaveLength(combination.ingress ? 1 : 0);
     expect(byKind(docs, "NetworkPolicy").length > 0).toBe(combination.networkPolicy);
     expect(byKind(docs, "PodDisruptionBudget")).toHaveLength(combination.pdb ? 6 : 0);
+    for (const pdb of byKind(docs, "PodDisruptionBudget")) expect([pdb.metadata.name, pdb.spec.unhealthyPodEvictionPolicy]).toEqual([pdb.metadata.name, "AlwaysAllow"]);
     expect(byKind(docs, "HorizontalPodAutoscaler")).toHaveLength(combination.hpa ? 6 : 0);
     expect(byKind(docs, "ServiceMonitor")).toHaveLength(combination.metrics ? 5 : 0);
     expect(byKind(docs, "PodMonitor")).toHaveLength(combination.metrics ? 1 : 0);

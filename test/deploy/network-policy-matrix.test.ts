@@ -12,17 +12,19 @@ import { admitted, componentOf, componentPorts, components, refused } from "../s
 
 let policies: NetworkPolicy[];
 let pods: Pod[];
+let rendered: ReturnType<typeof chart.helmTemplate>;
 const namespaces: Namespace[] = [
   { name: chart.NAMESPACE, labels: { "kubernetes.io/metadata.name": chart.NAMESPACE } },
   { name: "ingress-nginx", labels: { "kubernetes.io/metadata.name": "ingress-nginx" } },
   { name: "elsewhere", labels: { "kubernetes.io/metadata.name": "elsewhere" } },
   { name: "monitoring", labels: { "kubernetes.io/metadata.name": "monitoring" } },
+  { name: "kube-system", labels: { "kubernetes.io/metadata.name": "kube-system" } },
 ];
 const podOf = (component: string) => pods.find((p) => p.labels["app.kubernetes.io/component"] === component)!;
 const pod = (namespace: string, name: string, labels: Record<string, string>, n: number): Pod => ({ namespace, name, labels, ip: `10.244.1.${n}`, ports: {} });
 
 beforeAll(() => {
-  const rendered = chart.helmTemplate(ensureHelm(), {});
+  rendered = chart.helmTemplate(ensureHelm(), {});
   if (rendered.code !== 0) throw new Error(rendered.stderr);
   const docs: K8sObject[] = rendered.docs;
   policies = chart.byKind(docs, "NetworkPolicy").map((p: K8sObject) => ({ ...p, metadata: { ...p.metadata, namespace: chart.NAMESPACE } }));
@@ -74,5 +76,30 @@ describe("the chart's NetworkPolicies, judged on the rendered objects", () => {
       admits(policies, namespaces, podOf("auth"), outside, 443),
       admits(policies, namespaces, podOf("connection"), partner, 443),
     ]).toEqual([true, false, true, false, false]);
+  });
+
+  it("DNS egress goes only to the cluster's DNS (networkPolicy.dns): every pod of the release that resolves names reaches kube-system's kube-dns pods on 53, and no other address on 53", () => {
+    const clusterDns = pod("kube-system", "coredns-0", { "k8s-app": "kube-dns" }, 53);
+    const otherSystemPod = pod("kube-system", "metrics-server", { "k8s-app": "metrics-server" }, 54);
+    const impostor = pod("elsewhere", "coredns-0", { "k8s-app": "kube-dns" }, 55);
+    const publicResolver = { ...pod("elsewhere", "resolver", {}, 56), ip: "8.8.8.8" };
+    const release = chart.workloads(rendered.docs).map((w: K8sObject) => w.spec.template.metadata.labels["app.kubernetes.io/component"] as string);
+    expect(release.length).toBeGreaterThanOrEqual(12);
+    const judged = Object.fromEntries(
+      release.map((c) => [c, [clusterDns, otherSystemPod, impostor, publicResolver].flatMap((to) => ["UDP", "TCP"].map((protocol) => admits(policies, namespaces, podOf(c), to, 53, protocol)))]),
+    );
+    // The databases resolve nothing: they open no egress at all.
+    expect(judged).toEqual(Object.fromEntries(release.map((c) => [c, c.endsWith("-mongodb") ? Array(8).fill(false) : [true, true, false, false, false, false, false, false]])));
+  });
+
+  it("DNS egress follows networkPolicy.dns (a node-local cache by its address)", () => {
+    const custom = chart.helmTemplate(ensureHelm(), { networkPolicy: { dns: { to: [{ ipBlock: { cidr: "169.254.20.10/32" } }] } } });
+    expect(custom.code).toBe(0);
+    const customPolicies: NetworkPolicy[] = chart.byKind(custom.docs, "NetworkPolicy").map((p: K8sObject) => ({ ...p, metadata: { ...p.metadata, namespace: chart.NAMESPACE } }));
+    const cache = { ...pod("elsewhere", "node-cache", {}, 57), ip: "169.254.20.10" };
+    const clusterDns = pod("kube-system", "coredns-0", { "k8s-app": "kube-dns" }, 53);
+    expect(["gateway", "auth", "webhook", "ops", "kafka"].map((c) => [c, admits(customPolicies, namespaces, podOf(c), cache, 53, "UDP"), admits(customPolicies, namespaces, podOf(c), clusterDns, 53, "UDP")])).toEqual(
+      ["gateway", "auth", "webhook", "ops", "kafka"].map((c) => [c, true, false]),
+    );
   });
 });

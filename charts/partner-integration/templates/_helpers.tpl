@@ -103,9 +103,61 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* An image reference. Argument: dict image ctx. */}}
+{{/* An image reference: repository:tag, and @digest when the image names one (the digest is what runs; the tag stays for people). Argument: dict image ctx. */}}
 {{- define "pi.image" -}}
 {{- printf "%s:%s" .image.repository (toString (default .ctx.Chart.AppVersion .image.tag)) -}}
+{{- with .image.digest -}}@{{ . }}{{- end -}}
+{{- end -}}
+
+{{/* Egress to the cluster's DNS only (networkPolicy.dns): one rule, port 53 over UDP and TCP. Argument: the root context. */}}
+{{- define "pi.dnsEgress" -}}
+# DNS: the cluster's resolver only (networkPolicy.dns), no other address on port 53.
+- to:
+    {{- toYaml .Values.networkPolicy.dns.to | nindent 4 }}
+  ports:
+    - { port: 53, protocol: UDP }
+    - { port: 53, protocol: TCP }
+{{- end -}}
+
+{{/*
+The partner API's public origin (scheme://host, no path), or "" where the chart cannot know it:
+the host of ingress.host, else of the HTTPRoute's only hostname (httpRoute.hostnames, not a
+wildcard), when the Ingress or the HTTPRoute publishes the gateway; https unless the entry serves
+plain HTTP only (ingress.https.enabled false, no ingress.tls, and no Gateway of the operator's).
+Argument: the root context.
+*/}}
+{{- define "pi.publicOrigin" -}}
+{{- $v := .Values -}}
+{{- $host := "" -}}
+{{- if and $v.gateway.enabled (or $v.ingress.enabled $v.httpRoute.enabled) -}}
+{{- if $v.ingress.host -}}
+{{- $host = $v.ingress.host -}}
+{{- else if and $v.httpRoute.enabled (eq (len $v.httpRoute.hostnames) 1) (not (hasPrefix "*" (first $v.httpRoute.hostnames))) -}}
+{{- $host = first $v.httpRoute.hostnames -}}
+{{- end -}}
+{{- end -}}
+{{- if $host -}}
+{{- $https := or $v.ingress.https.enabled (not (empty $v.ingress.tls)) (and $v.httpRoute.enabled (not $v.httpRoute.gateway.create)) -}}
+{{- printf "%s://%s" (ternary "https" "http" $https) $host -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+TOKEN_ENDPOINT_URL as the services get it (the aud of private_key_jwt assertions; the discovery
+documents' token_endpoint, and their issuer without /oauth/token): config.TOKEN_ENDPOINT_URL (the
+service's own config first), else <public origin>/oauth/token. Where neither is known and
+auth.privateKeyJwt is true, the render fails naming the value to set: a loopback address would make
+every genuine assertion fail. "" when unknown and private_key_jwt is not in use. Argument: dict ctx config.
+*/}}
+{{- define "pi.tokenEndpointUrl" -}}
+{{- $url := .config.TOKEN_ENDPOINT_URL | default "" -}}
+{{- if not $url -}}
+{{- with include "pi.publicOrigin" .ctx -}}{{- $url = printf "%s/oauth/token" . -}}{{- end -}}
+{{- end -}}
+{{- if and (not $url) .ctx.Values.auth.privateKeyJwt -}}
+{{- fail "the token endpoint's public URL is unknown, and auth.privateKeyJwt is true (partners may authenticate with private_key_jwt, whose assertions must name that URL as their aud): set ingress.host (the partner API's host name), or httpRoute.hostnames (one name), or config.TOKEN_ENDPOINT_URL (https://HOST/oauth/token, where a proxy of yours publishes the gateway); or set auth.privateKeyJwt=false if every partner authenticates with a client secret" -}}
+{{- end -}}
+{{- $url -}}
 {{- end -}}
 
 {{/*
@@ -169,26 +221,70 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* Scheduling and common pod fields shared by every pod of the release. */}}
+{{/*
+Scheduling and common pod fields shared by every pod of the release. Argument: the root context, or
+dict ctx component block, where block is the component's values block (its affinity,
+topologySpreadConstraints, priorityClassName and podAntiAffinity override the top-level ones):
+  - affinity: the block's, else the top-level one; with podAntiAffinity "preferred" (or "required")
+    a podAntiAffinity on the node (kubernetes.io/hostname) against the component's own pods is added
+    where the affinity has none;
+  - topologySpreadConstraints: the block's, else with topologySpread.enabled one constraint per
+    topologySpread.topologyKeys (nodes and zones), on the component's own pods, whenUnsatisfiable
+    topologySpread.whenUnsatisfiable (ScheduleAnyway: a one-node or one-zone cluster still schedules);
+  - priorityClassName: the block's.
+*/}}
 {{- define "pi.podCommon" -}}
-serviceAccountName: {{ include "pi.serviceAccountName" . }}
+{{- $root := . -}}
+{{- $component := "" -}}
+{{- $block := dict -}}
+{{- if hasKey . "ctx" -}}
+{{- $root = .ctx -}}{{- $component = .component -}}{{- $block = default dict .block -}}
+{{- end -}}
+{{- $v := $root.Values -}}
+serviceAccountName: {{ include "pi.serviceAccountName" $root }}
 automountServiceAccountToken: false
 enableServiceLinks: false
-{{- with .Values.imagePullSecrets }}
+{{- with $v.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $v.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $block.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- $affinity := deepCopy (default $v.affinity $block.affinity | default dict) }}
+{{- $anti := default $v.podAntiAffinity $block.podAntiAffinity }}
+{{- if and $component $anti (not (hasKey $affinity "podAntiAffinity")) }}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "pi.selectorLabels" (dict "ctx" $root "component" $component) | fromYaml)) }}
+{{- if eq $anti "required" }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) }}
+{{- else if eq $anti "preferred" }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- end }}
+{{- with $affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if $component }}
+{{- $spread := $block.topologySpreadConstraints }}
+{{- if and (not $spread) $v.topologySpread.enabled }}
+{{- $spread = list }}
+{{- range $key := $v.topologySpread.topologyKeys }}
+{{- $spread = append $spread (dict "maxSkew" (int $v.topologySpread.maxSkew) "topologyKey" $key "whenUnsatisfiable" $v.topologySpread.whenUnsatisfiable "labelSelector" (dict "matchLabels" (include "pi.selectorLabels" (dict "ctx" $root "component" $component) | fromYaml))) }}
+{{- end }}
+{{- end }}
+{{- with $spread }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 {{- end -}}
 

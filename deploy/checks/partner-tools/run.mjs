@@ -6,11 +6,17 @@
 // which provides the tools; prints one JSON object of results on stdout.
 //
 // Environment: GATEWAY_URL, PT_PYTHON (venv python), PT_GO_BIN (built Go client), PT_NODE_DIR
-// (installed Node tools), and the *_SERVICE_URL settings for the operator CLI.
+// (installed Node tools), and the *_SERVICE_URL settings for the operator CLI. Against a cluster
+// (partner-tools.sh with PARTNER_TOOLS_GATEWAY): PT_OPS, the command that runs the operator CLI there
+// (kubectl exec -i into the ops pod; a JWK Set goes through its stdin), PT_RESOLVE (name=address of
+// the ingress, for the Go client's -resolve; Node and Python read it through their preloaded
+// resolvers), and PT_WEBHOOK_RECEIVER (how the cluster reaches this process's webhook receiver:
+// host=...,address=...,cert=...,key=..., an HTTPS listener).
 import { execFile } from "node:child_process";
 import { generateKeyPairSync, randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -26,12 +32,20 @@ function run(command, args, input) {
     const child = execFile(command, args, { cwd: root, timeout: 60_000, maxBuffer: 4 << 20 }, (err, stdout, stderr) =>
       resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout: stdout.trim(), stderr: stderr.trim() }),
     );
-    if (input !== undefined) child.stdin.end(input);
+    // No input: stdin ends at once (kubectl exec -i would otherwise wait on it).
+    child.stdin.end(input);
   });
 }
 
+const opsCommand = process.env.PT_OPS ? process.env.PT_OPS.split(" ").filter(Boolean) : [process.execPath, join(root, "services", "ops", "dist", "main.js")];
+const remoteOps = Boolean(process.env.PT_OPS);
+
 async function ops(...args) {
-  const res = await run(process.execPath, [join(root, "services", "ops", "dist", "main.js"), ...args, "--json"]);
+  return opsWithInput(undefined, ...args);
+}
+
+async function opsWithInput(input, ...args) {
+  const res = await run(opsCommand[0], [...opsCommand.slice(1), ...args, "--json"], input);
   if (res.code !== 0) throw new Error(`ops ${args.join(" ")}: ${res.stderr}`);
   return JSON.parse(res.stdout);
 }
@@ -69,7 +83,7 @@ async function oauthCases() {
   for (const [name, command, args] of clients) {
     const isGo = command === process.env.PT_GO_BIN;
     const credentials = isGo
-      ? ["-token-url", tokenUrl, "-client-id", partner.live.client_id, "-client-secret", partner.live.client_secret]
+      ? ["-token-url", tokenUrl, "-client-id", partner.live.client_id, "-client-secret", partner.live.client_secret, ...(process.env.PT_RESOLVE ? ["-resolve", process.env.PT_RESOLVE] : [])]
       : [tokenUrl, partner.live.client_id, partner.live.client_secret];
     const res = await run(command, [...args, ...credentials]);
     if (res.code !== 0 || !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(res.stdout)) {
@@ -107,7 +121,10 @@ async function privateKeyJwtCases() {
       const keyFile = join(dir, `${kid}.pem`);
       writeFileSync(jwksFile, JSON.stringify({ keys: [{ ...pair.publicKey.export({ format: "jwk" }), kid, alg, use: "sig" }] }));
       writeFileSync(keyFile, pair.privateKey.export({ format: "pem", type: "pkcs8" }), { mode: 0o600 });
-      const credential = await ops("credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", jwksFile);
+      // The operator CLI in a cluster's ops pod reads the JWK Set from its stdin.
+      const credential = remoteOps
+        ? await opsWithInput(JSON.stringify({ keys: [{ ...pair.publicKey.export({ format: "jwk" }), kid, alg, use: "sig" }] }), "credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", "/dev/stdin")
+        : await ops("credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", jwksFile);
       const printed = JSON.stringify(Object.keys(credential).sort()) === JSON.stringify(["auth_method", "client_id", "mode"]) && credential.auth_method === "private_key_jwt";
       record(`operator CLI: credential create --jwks-file (${alg}) prints client_id, mode, auth_method and no secret`, printed, JSON.stringify(credential));
       const res = await run(process.env.PT_PYTHON, [join(here, "python", "private_key_jwt.py"), gateway, credential.client_id, keyFile, kid, alg]);
@@ -124,10 +141,17 @@ async function privateKeyJwtCases() {
 }
 
 // ---- Webhooks, verified by the payment provider's official SDKs ----
+/**
+ * Where deliveries come to: a plain listener on the loopback for npm start, or for a cluster
+ * (PT_WEBHOOK_RECEIVER "url=...,listen=ADDRESS:PORT,cert=FILE,key=FILE") an HTTPS listener on an
+ * address the cluster's pods reach, under a name of the URL the webhook service resolves and whose
+ * certificate it trusts (test-cluster.sh sets both up).
+ */
 function receiver() {
+  const remote = Object.fromEntries((process.env.PT_WEBHOOK_RECEIVER ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
   const hits = [];
   const waiters = new Set();
-  const server = createServer((req, res) => {
+  const handler = (req, res) => {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
@@ -135,11 +159,13 @@ function receiver() {
       res.writeHead(204).end();
       waiters.forEach((w) => w());
     });
-  });
+  };
+  const server = remote.url ? createHttpsServer({ cert: readFileSync(remote.cert), key: readFileSync(remote.key) }, handler) : createServer(handler);
+  const [host, port] = remote.url ? [remote.listen.slice(0, remote.listen.lastIndexOf(":")), Number(remote.listen.slice(remote.listen.lastIndexOf(":") + 1))] : ["127.0.0.1", 0];
   return new Promise((resolve) =>
-    server.listen(0, "127.0.0.1", () =>
+    server.listen(port, host, () =>
       resolve({
-        url: `http://127.0.0.1:${server.address().port}/webhooks`,
+        url: remote.url ?? `http://127.0.0.1:${server.address().port}/webhooks`,
         hits,
         async waitFor(predicate, what, timeoutMs = 30_000) {
           const deadline = Date.now() + timeoutMs;
