@@ -49,8 +49,10 @@ const OBJ = Buffer.from("obj", "latin1");
 const MAX_DEPTH = 64;
 /** How far back a `stream` keyword's dictionary end is looked for (white space and comments). */
 const WINDOW = 256;
-/** `stream` keywords after one object header whose dictionary is checked; a real object has one. */
-const MAX_KEYWORDS_PER_OBJECT = 4;
+/** How often one object header's value may be lexed (for different keywords); a real object needs one or two. */
+const MAX_LEXES_PER_HEADER = 4;
+/** The newest object headers tried for a keyword inside the newest one's value. */
+const HEADERS_TRIED = 4;
 /** White space between a stream's data and `endstream` (an end of line, some producers' two). */
 const MAX_EOL = 16;
 
@@ -198,7 +200,12 @@ class Lexer {
         this.pos += 2;
         return;
       }
-      if (c !== 0x2f) throw new Fail();
+      if (c !== 0x2f) {
+        // As pdf.js does: what is not a name where a key should be is skipped.
+        if (c === 0x5d || c === 0x29 || c === 0x7d || c === 0x3e) this.pos++;
+        else this.value(depth);
+        continue;
+      }
       const key = this.name();
       const value = this.value(depth);
       entries?.set(key, value);
@@ -226,7 +233,7 @@ function dictOf(entries: Map<string, Value>): StreamDict {
 /**
  * Whether the `stream` keyword at `at` follows the end of a dictionary (`>>`), white space and
  * comments between: pdf.js makes a stream only there. A comment is taken to run from any `%` of
- * its line; past WINDOW bytes, yes (the caller then checks the object).
+ * its line; past WINDOW bytes, yes (the caller then checks the object); at the file's start, no.
  */
 function followsDictionary(pdf: Buffer, at: number, work: Work): boolean {
   const floor = Math.max(0, at - WINDOW);
@@ -235,14 +242,14 @@ function followsDictionary(pdf: Buffer, at: number, work: Work): boolean {
     while (p >= floor && isWhite(pdf[p])) p--;
     if (p <= floor) {
       work.bytes += at - floor;
-      return true;
+      return floor > 0;
     }
     if (pdf[p] === 0x3e && pdf[p - 1] === 0x3e) break;
     let q = p;
     while (q >= floor && pdf[q] !== 0x0a && pdf[q] !== 0x0d && pdf[q] !== 0x25) q--;
     if (q < floor) {
       work.bytes += at - floor;
-      return true;
+      return floor > 0;
     }
     if (pdf[q] !== 0x25) {
       work.bytes += at - q;
@@ -254,22 +261,38 @@ function followsDictionary(pdf: Buffer, at: number, work: Work): boolean {
   return true;
 }
 
-/** The value after the object header at `objAt`, lexed up to `at`: its dictionary when it is one that ends (white space and comments aside) right at `at`. */
-function dictionaryEndingAt(pdf: Buffer, objAt: number, at: number, work: Work): StreamDict | undefined {
+/**
+ * The value after the object header at `objAt`, lexed up to `at`: its dictionary when it is one
+ * that ends (white space and comments aside) right at `at`; "inside" when `at` is inside the value
+ * (a string); undefined otherwise.
+ */
+function dictionaryEndingAt(pdf: Buffer, objAt: number, at: number, work: Work): StreamDict | "inside" | undefined {
   const lexer = new Lexer(pdf, objAt + OBJ.length, at);
   try {
     lexer.skipWhite();
-    if (pdf[lexer.pos] !== 0x3c || pdf[lexer.pos + 1] !== 0x3c) return undefined;
+    if (lexer.pos === at) return undefined;
+    if (pdf[lexer.pos] !== 0x3c || pdf[lexer.pos + 1] !== 0x3c) {
+      lexer.value(1);
+      return undefined;
+    }
     const entries = new Map<string, Value>();
     lexer.dict(1, entries);
     lexer.skipWhite();
     return lexer.pos === at ? dictOf(entries) : undefined;
   } catch (err) {
     if (!(err instanceof Fail)) throw err;
-    return undefined;
+    return lexer.pos >= at ? "inside" : undefined;
   } finally {
     work.bytes += lexer.pos - objAt;
   }
+}
+
+interface Header {
+  at: number;
+  /** How often its value was lexed (each time from the header). */
+  lexed: number;
+  /** Where its object's `stream` keyword is, once found: keywords after it are in its data. */
+  streamAt: number;
 }
 
 /**
@@ -281,10 +304,10 @@ function dictionaryEndingAt(pdf: Buffer, objAt: number, at: number, work: Work):
  */
 export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<PdfStream> {
   let search = 0;
-  // The object headers (`obj` keywords) found so far, in one forward scan: the newest and how often it was lexed.
+  // The object headers (`obj` keywords) found so far in one forward scan, the newest last (a few kept).
   let headersTo = 0;
-  let header = -1;
-  let lexed = 0;
+  const headers: Header[] = [];
+  let headersDropped = false;
   // The next `endstream` at or after `endFrom` (-1: none to the end of the file): searches move forward only.
   let endFrom = -1;
   let nextEnd = -1;
@@ -299,17 +322,45 @@ export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<P
       h += headersTo;
       headersTo = h + OBJ.length;
       if ((isWhite(pdf[h - 1]) || isDigit(pdf[h - 1])) && !isRegular(pdf[h + OBJ.length])) {
-        header = h;
-        lexed = 0;
+        headers.push({ at: h, lexed: 0, streamAt: -1 });
+        if (headers.length > HEADERS_TRIED) {
+          headers.shift();
+          headersDropped = true;
+        }
       }
     }
     work.bytes += at - headersTo;
     headersTo = at;
-    if (header === -1) throw new MalformedStream(at, "follows no object header");
-    // An object is lexed for a few keywords at most (each time from its header): a real one has one.
-    if (++lexed > MAX_KEYWORDS_PER_OBJECT) throw new MalformedStream(at, "is one of too many after one object header");
-    const dict = dictionaryEndingAt(pdf, header, at, work);
-    if (!dict) throw new MalformedStream(at, "follows a dictionary that is not its object's");
+    const newest = headers.at(-1);
+    if (!newest) throw new MalformedStream(at, "follows no object header");
+    // In the data of the newest object, a stream: no object starts here (it would have a header).
+    if (newest.streamAt !== -1) continue;
+    // Its object's dictionary ends here; or the keyword is inside the newest object's value (a
+    // string), unless that header was itself inside an older object's value: the older ones are
+    // tried, back to the last stream object. Not found, the keyword is skipped only when it is
+    // inside a value and every header that could be its object's was tried.
+    let dict: StreamDict | undefined;
+    let inside = false;
+    let triedAll = !headersDropped;
+    for (let i = headers.length - 1; i >= 0 && !dict; i--) {
+      const header = headers[i]!;
+      if (header.streamAt !== -1) {
+        triedAll = true;
+        break;
+      }
+      // A real object's keyword is lexed once or twice: more is an attempt to make this pass slow.
+      if (++header.lexed > MAX_LEXES_PER_HEADER) throw new MalformedStream(at, "is one of too many after one object header");
+      const found = dictionaryEndingAt(pdf, header.at, at, work);
+      if (found === "inside") inside = true;
+      else if (found) {
+        dict = found;
+        header.streamAt = at;
+      }
+    }
+    if (!dict) {
+      if (inside && triedAll) continue;
+      throw new MalformedStream(at, "follows a dictionary that is not its object's");
+    }
     let start = at + STREAM.length;
     if (pdf[start] === 0x0d) start++;
     if (pdf[start] === 0x0a) start++;
