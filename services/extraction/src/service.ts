@@ -42,6 +42,7 @@ export async function startExtractionService(settings: Settings, logger: Logger,
   const extractor = new Extractor({
     ...DEFAULT_EXTRACTION_LIMITS,
     timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
+    cpuTimeMs: settings.EXTRACTION_CPU_TIME_LIMIT_SECONDS * 1000,
     memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
     ...options.limits,
   }, logger);
