@@ -19,16 +19,10 @@ export interface WaitingHead {
  * replica agrees).
  */
 export function nextTurn(heads: readonly WaitingHead[], lastTaken: ReadonlyMap<string, Date>): WaitingHead | undefined {
-  const key = (h: WaitingHead) => lastTaken.get(h.partnerId)?.getTime() ?? -Infinity;
+  const turn = (h: WaitingHead) => lastTaken.get(h.partnerId)?.getTime() ?? Number.MIN_SAFE_INTEGER;
+  const before = (a: WaitingHead, b: WaitingHead) =>
+    turn(a) !== turn(b) ? turn(a) < turn(b) : a.oldest.getTime() !== b.oldest.getTime() ? a.oldest < b.oldest : a.partnerId < b.partnerId;
   let best: WaitingHead | undefined;
-  for (const head of heads) {
-    if (!best) {
-      best = head;
-      continue;
-    }
-    const byTurn = key(head) - key(best);
-    const byAge = head.oldest.getTime() - best.oldest.getTime();
-    if (byTurn < 0 || (byTurn === 0 && (byAge < 0 || (byAge === 0 && head.partnerId < best.partnerId)))) best = head;
-  }
+  for (const head of heads) if (!best || before(head, best)) best = head;
   return best;
 }
