@@ -82,8 +82,8 @@ describe("the streams of a PDF (pdfStreams)", () => {
       }
       return work.bytes / bytes.length;
     };
-    const small = perByte(100_000);
-    const large = perByte(1_600_000);
+    const small = perByte(50_000);
+    const large = perByte(800_000);
     expect(large).toBeLessThan(8);
     expect(large).toBeLessThan(small * 1.5 + 0.5);
   });
