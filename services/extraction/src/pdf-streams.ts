@@ -49,6 +49,8 @@ const OBJ = Buffer.from("obj", "latin1");
 const MAX_DEPTH = 64;
 /** How far back a `stream` keyword's dictionary end is looked for (white space and comments). */
 const WINDOW = 256;
+/** The `%` of one line tried as a comment's start before a keyword is taken to follow a dictionary. */
+const MAX_COMMENT_STARTS = 4;
 /** How often one object header's value may be lexed (for different keywords); a real object needs one or two. */
 const MAX_LEXES_PER_HEADER = 4;
 /** The newest object headers tried for a keyword inside the newest one's value. */
@@ -230,23 +232,44 @@ function dictOf(entries: Map<string, Value>): StreamDict {
   };
 }
 
+/** The last backward search for a `%` or a line break: from `from`, found at `found` (-1: none). Searches from later positions stop where it began. */
+interface LineScan {
+  from: number;
+  found: number;
+}
+
 /**
  * Whether the `stream` keyword at `at` follows the end of a dictionary (`>>`), white space and
  * comments between: pdf.js makes a stream only there. A comment is taken to run from any `%` of
- * its line; past WINDOW bytes, yes (the caller then checks the object); at the file's start, no.
+ * its line (up to MAX_COMMENT_STARTS of them are tried); past WINDOW bytes or those tries, yes (the
+ * caller then checks the object); at the file's start, no.
  */
-function followsDictionary(pdf: Buffer, at: number, work: Work): boolean {
+function followsDictionary(pdf: Buffer, at: number, work: Work, last: LineScan): boolean {
   const floor = Math.max(0, at - WINDOW);
   let p = at - 1;
-  for (;;) {
+  for (let tries = 0; ; tries++) {
     while (p >= floor && isWhite(pdf[p])) p--;
     if (p <= floor) {
       work.bytes += at - floor;
       return floor > 0;
     }
     if (pdf[p] === 0x3e && pdf[p - 1] === 0x3e) break;
+    if (tries === MAX_COMMENT_STARTS) {
+      work.bytes += at - p;
+      return true;
+    }
     let q = p;
-    while (q >= floor && pdf[q] !== 0x0a && pdf[q] !== 0x0d && pdf[q] !== 0x25) q--;
+    while (q >= floor && pdf[q] !== 0x0a && pdf[q] !== 0x0d && pdf[q] !== 0x25) {
+      if (q === last.from) {
+        q = last.found;
+        break;
+      }
+      q--;
+    }
+    if (tries === 0) {
+      last.from = p;
+      last.found = q;
+    }
     if (q < floor) {
       work.bytes += at - floor;
       return floor > 0;
@@ -308,6 +331,7 @@ export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<P
   let headersTo = 0;
   const headers: Header[] = [];
   let headersDropped = false;
+  const lineScan: LineScan = { from: -1, found: -1 };
   // The next `endstream` at or after `endFrom` (-1: none to the end of the file): searches move forward only.
   let endFrom = -1;
   let nextEnd = -1;
@@ -316,8 +340,8 @@ export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<P
     work.bytes += (at === -1 ? pdf.length : at + STREAM.length) - search;
     if (at === -1) return;
     search = at + STREAM.length;
-    // The keyword alone: not `endstream`, not part of a longer word, and after a dictionary.
-    if (isRegular(pdf[at - 1]) || isRegular(pdf[at + STREAM.length]) || !followsDictionary(pdf, at, work)) continue;
+    // The keyword alone: not `endstream`, not part of a longer word.
+    if (isRegular(pdf[at - 1]) || isRegular(pdf[at + STREAM.length])) continue;
     for (let h = pdf.subarray(headersTo, at).indexOf(OBJ); h !== -1; h = pdf.subarray(headersTo, at).indexOf(OBJ)) {
       h += headersTo;
       headersTo = h + OBJ.length;
@@ -332,9 +356,11 @@ export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<P
     work.bytes += at - headersTo;
     headersTo = at;
     const newest = headers.at(-1);
-    if (!newest) throw new MalformedStream(at, "follows no object header");
     // In the data of the newest object, a stream: no object starts here (it would have a header).
-    if (newest.streamAt !== -1) continue;
+    if (newest && newest.streamAt !== -1) continue;
+    // Not after a dictionary: a word.
+    if (!followsDictionary(pdf, at, work, lineScan)) continue;
+    if (!newest) throw new MalformedStream(at, "follows no object header");
     // Its object's dictionary ends here; or the keyword is inside the newest object's value (a
     // string), unless that header was itself inside an older object's value: the older ones are
     // tried, back to the last stream object. Not found, the keyword is skipped only when it is

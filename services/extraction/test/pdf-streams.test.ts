@@ -70,6 +70,8 @@ describe("the streams of a PDF (pdfStreams)", () => {
     ["many small streams", (n) => pdf("1 0 obj <</A 1 /Length 1>> stream\nx\nendstream\n".repeat(Math.ceil(n / 43)))],
     ["long dictionaries", (n) => pdf(`1 0 obj << /A [${"1 ".repeat(5000)}] >> stream\nx\nendstream\n`.repeat(Math.ceil(n / 10_040)))],
     ["comments before stream keywords", (n) => pdf("1 0 obj << >> ".concat("%%%%%%%%%%%%%%%%%%%%%%%%%%%%%\n".repeat(20), "stream\nx\nendstream\n").repeat(Math.ceil(n / 640)))],
+    ["stream keywords one after another on one long line", (n) => pdf("1 0 obj << >> stream\n", "%stream stream ".repeat(Math.ceil(n / 15)))],
+    ["object headers without end", (n) => pdf("1 0 obj (\n>> stream\n".repeat(Math.ceil(n / 19)))],
   ];
   it.each(adversaries)("is linear in the file's size: %s", (_, build) => {
     const perByte = (n: number) => {
