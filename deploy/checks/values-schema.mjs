@@ -77,6 +77,7 @@ const settings = {
   TEST_FILE_STORAGE_QUOTA_BYTES: { ...posInt, description: "The same for its test files (far less)." },
   EXTRACTION_MEMORY_CEILING_MB: { type: "integer", minimum: 64, maximum: 16384, description: "The resident memory past which the child decoding a file is killed (the file fails)." },
   EXTRACTION_TIME_LIMIT_SECONDS: { type: "integer", minimum: 1, maximum: 3600, description: "The wall time past which the child decoding a file is killed." },
+  EXTRACTION_CPU_TIME_LIMIT_SECONDS: { type: "integer", minimum: 1, maximum: 3600, description: "The CPU time (user and system) past which the child decoding a file is killed." },
   FILE_STORE_HIGH_WATER_BYTES: { ...posInt, description: "What all partners' files may hold together; past it uploads are 503. At most 80% of file-intake's database volume." },
   AUDIT_RETENTION_SECONDS: { ...posInt, description: "How long the audit trail keeps a record." },
 };

@@ -44,15 +44,14 @@ export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$BIN:$PATH
 HOST=$(sed -n 's/^  host: *//p' "$HERE/values.yaml" | head -n 1)
 WORK=$(mktemp -d)
 VALUES=("$ROOT/charts/partner-integration/values-production.yaml" "$HERE/values.yaml" "$HERE/values-sizes.yaml")
-# The webhook receiver of the partner tools (step 7) and of the upgrade step (3): a public unicast address added to the cluster's
-# bridge for the step (pods reach the node's own addresses; the webhook service refuses private
-# ones), named by a selector-less Service of the namespace, with a certificate of a CA made here.
-RECEIVER_IP=${PT_RECEIVER_IP:-11.22.33.44}
+# The webhook receiver of the partner tools (step 7) and of the upgrade step (3): on the node's own address on the cluster's
+# bridge (pods reach it; values.yaml lets the webhook service call this private address), named by a
+# selector-less Service of the namespace, with a certificate of a CA made here.
+RECEIVER_IP=${PT_RECEIVER_IP:-$NODE_IP}
 RECEIVER_HOST=partner-webhooks.$NS.svc.cluster.local
 PF_PORT=$((20000 + RANDOM % 10000))
 pf_loop=""
 cleanup() {
-  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
   [ -n "$pf_loop" ] && kill "$pf_loop" 2>/dev/null
   [ -f "$WORK/pf.pid" ] && kill "$(cat "$WORK/pf.pid")" 2>/dev/null
   rm -rf "$WORK"
@@ -130,9 +129,8 @@ ingress_ready() { # the partner API through the ingress over HTTPS, verified aga
   done
   curl -sv --cacert "$WORK/ca.crt" --resolve "$HOST:443:$INGRESS_IP" "https://$HOST/openapi.json" -o /dev/null; return 1
 }
-# The webhook receiver's address on the cluster's bridge, and the Service that names it (removed again by the caller).
+# The Service that names the webhook receiver (on the node's bridge address) for the webhook service.
 receiver_address() {
-  ip addr replace "$RECEIVER_IP/32" dev "$BRIDGE" || return 1
   kubectl -n "$NS" apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Service
@@ -153,8 +151,10 @@ YAML
 read -r PREV_COMMIT PREV_VERSION PREV_CHART < <(node -p 'const r = require(process.argv[1]).releases.at(-1); `${r.commit} ${r.version} ${r.chart}`' "$ROOT/releases.json")
 # Settings of both releases for the step only: webhook retries every few seconds (at most 112 s apart,
 # for 15 minutes: the pending deliveries the previous release could not send go out soon after the
-# upgrade), and the sandbox's automatic approval after 5 s (partners' webhooks during each rollout).
-UPGRADE_SETTINGS=(config.WEBHOOK_RETRY_BASE_SECONDS=2 config.WEBHOOK_RETRY_WINDOW_SECONDS=900 config.SANDBOX_APPROVAL_DELAY_SECONDS=5)
+# upgrade), the sandbox's automatic approval after 5 s (partners' webhooks during each rollout), and
+# the receiver's private address allowed (values.yaml's setting, which the previous release's own
+# cluster values lack).
+UPGRADE_SETTINGS=(config.WEBHOOK_RETRY_BASE_SECONDS=2 config.WEBHOOK_RETRY_WINDOW_SECONDS=900 config.SANDBOX_APPROVAL_DELAY_SECONDS=5 config.WEBHOOK_ALLOW_INSECURE_URLS=true)
 upgrade_and_rollback() {
   # A release left by an earlier run (KEEP=1, a failure) goes first: the previous release is installed new.
   if "$HELM" status "$RELEASE" -n "$NS" >/dev/null 2>&1 || kubectl get ns "$NS" >/dev/null 2>&1; then
@@ -184,7 +184,6 @@ upgrade_and_rollback() {
     UPGRADE_RECEIVER="url=https://$RECEIVER_HOST/webhooks,listen=$RECEIVER_IP:443,cert=$WORK/receiver.crt,key=$WORK/receiver.key" \
     node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js \
       --config jest.cluster.config.js --runInBand --testPathIgnorePatterns /node_modules/ -- test/cluster/release-upgrade.test.ts); rc=$?
-  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
   return $rc
 }
 if [ "${CLUSTER_UPGRADE:-1}" = 1 ]; then
@@ -237,7 +236,6 @@ partner_tools() {
     PT_OPS="$BIN/kubectl --kubeconfig $KUBECONFIG -n $NS exec -i deploy/$RELEASE-ops -- node services/ops/dist/main.js" \
     PT_WEBHOOK_RECEIVER="url=https://$RECEIVER_HOST/webhooks,listen=$RECEIVER_IP:443,cert=$WORK/receiver.crt,key=$WORK/receiver.key" \
     bash deploy/checks/partner-tools.sh); rc=$?
-  ip addr del "$RECEIVER_IP/32" dev "$BRIDGE" 2>/dev/null
   [ $rc = 0 ] || { grep '"ok":false' "$ROOT/.state/partner-tools-cluster/run.log" | tail -20; return $rc; }
 }
 step "partner tools through the ingress (https://$HOST, TLS verified): OAuth libraries, private_key_jwt with discovery, Stripe verifiers on delivered webhooks" partner_tools

@@ -1041,7 +1041,8 @@ describe("scheduling, disruption and images for production (values-production.ya
   it("runs images by exact tag, and by digest when one is given", () => {
     const digest = `sha256:${"a".repeat(64)}`;
     const docs = render({ gateway: { image: { digest } }, mongodb: { image: { digest } } });
-    expect(container(docs, "gateway").image).toBe(`partner-integration/gateway:0.1.0@${digest}`);
+    const { appVersion } = chartYaml(readFileSync(join(chart.chartDir, "Chart.yaml"), "utf8")) as { appVersion: string };
+    expect(container(docs, "gateway").image).toBe(`partner-integration/gateway:${appVersion}@${digest}`);
     expect(find(docs, "StatefulSet", `${RELEASE}-auth-mongodb`).spec.template.spec.containers[0].image).toBe(`mongo:7.0.16@${digest}`);
     expect(chart.helmTemplate(helm, { gateway: { image: { digest: "latest" } } }).code).not.toBe(0);
   });

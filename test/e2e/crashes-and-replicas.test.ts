@@ -805,7 +805,7 @@ describe("replicas and extraction", () => {
           ids.push(res.json!.id as string);
           if (i === 4) process.kill(victim!, "SIGKILL");
         }
-        // A file the killed process held is taken again once its lease runs out (20 s), by the stuck sweep.
+        // A file the killed process held is taken again once its lease runs out (20 s), by any replica's next take.
         for (const id of ids) expect(await until(`file ${id} processed`, 120_000, async () => ((await statusOf(id)) === "processed" ? true : undefined))).toBe(true);
       }, 180_000);
     });

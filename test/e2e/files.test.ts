@@ -4,7 +4,8 @@ import { request } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
 import { databaseName } from "@pi/common";
 import { MongoClient } from "mongodb";
-import { flateBombPdf } from "../../services/extraction/test/hostile-pdfs.js";
+import kafkajs from "kafkajs";
+import { flateBombPdf, unterminatedStreamsPdf } from "../../services/extraction/test/hostile-pdfs.js";
 import { connectedPartner, type ConnectedPartner, extractionOf, extractionOf as storedExtraction, filePart, fixture, generatedText, postMultipart, SAMPLES, sendFile, settledCounts, storedCounts, textPart, waitForStatus, withFileDb } from "../support/files.js";
 import { memoryOf, startGatewayProcess } from "../support/gateway-process.js";
 import { validateResponse } from "../support/openapi.js";
@@ -421,6 +422,38 @@ describe("files hostile pdf", () => {
       expect(await extractionOf(bombId)).toMatchObject({ ok: false, kind: "pdf-text", error: expect.stringMatching(/^DecodedSizeExceeded/) });
 
       expect((await waitForStatus(stack.baseUrl, p.token, otherId, ["processed", "failed"])).json!.status).toBe("processed");
+    });
+  });
+
+  describe("one partner flooding extraction", () => {
+    // The partition of file-events a partner's events go to (keyed by partner id, kafkajs's default
+    // partitioner, 3 partitions): a consumer reads a partition in order, so a partner whose events
+    // share the flooder's is the one a file-by-file consumer makes wait behind the whole flood.
+    const partitionMetadata = [0, 1, 2].map((partitionId) => ({ partitionId, leader: 0, replicas: [0], isr: [0] }));
+    const partitionOf = (partnerId: string) => kafkajs.Partitioners.DefaultPartitioner()({ topic: "file-events", partitionMetadata, message: { key: partnerId, value: null } });
+
+    it("one partner's backlog never delays another partner's file by more than one file's extraction: eight 2.8 MB quadratic PDFs, then another partner's PDF is processed within 60 s", async () => {
+      const flooder = await connectedPartner(stack, "Flooding Clinic");
+      let other: ConnectedPartner | undefined;
+      for (let i = 0; i < 20 && !other; i++) {
+        const candidate = await connectedPartner(stack, `Quiet Clinic ${i}`);
+        if (partitionOf(candidate.partnerId) === partitionOf(flooder.partnerId)) other = candidate;
+      }
+      expect(other).toBeDefined();
+      // `1 0 obj <</Subtype /Image>> stream` over and over, no endstream: once quadratic to check (a 700 KB one took 4 s).
+      const quadratic = unterminatedStreamsPdf(2_800_000);
+      const flood = await Promise.all(Array.from({ length: 8 }, () => sendFile(stack.baseUrl, flooder.token, flooder.elder, quadratic)));
+      expect(flood.map((r) => r.status)).toEqual(Array(8).fill(202));
+
+      const sentAt = Date.now();
+      const sent = await sendFile(stack.baseUrl, other!.token, other!.elder, fixture("sample.pdf"));
+      expect(sent.status).toBe(202);
+      const done = await waitForStatus(stack.baseUrl, other!.token, sent.json!.id as string, ["processed", "failed"], 60_000);
+      expect(done.json!.status).toBe("processed");
+      expect(Date.now() - sentAt).toBeLessThan(60_000);
+
+      // The flood itself ends: not a PDF pdf.js can read.
+      for (const r of flood) expect((await waitForStatus(stack.baseUrl, flooder.token, r.json!.id as string, ["processed", "failed"], 120_000)).json!.status).toBe("failed");
     });
   });
 });

@@ -27,9 +27,10 @@ function bytes(res: Res) {
 }
 
 describe("test helpers", () => {
-  // The sandbox approval takes 8 s here: long enough that a helper always acts first, short enough
+  // The sandbox approval takes 15 s here: long enough that a helper always acts first (on a loaded
+  // machine too: at 8 s a decline once came after it), short enough
   // that a sentinel's own approval shows a round has run past the subject's due time.
-  const DELAY_SECONDS = 8;
+  const DELAY_SECONDS = 15;
   let stack: TestStack;
   let ops: ReturnType<typeof opsFor>;
   let sandbox: string;

@@ -67,6 +67,7 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
     GetFile: runtime("gateway"),
     CheckStorageQuota: runtime("gateway"),
     TakeFileForExtraction: runtime("extraction"),
+    TakeNextFileForExtraction: runtime("extraction"),
     ReadFileForExtraction: runtime("extraction"),
     RenewExtractionLease: runtime("extraction"),
     RecordExtraction: runtime("extraction"),

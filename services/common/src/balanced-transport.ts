@@ -21,9 +21,10 @@ import { ServiceEndpoints } from "./service-endpoints.js";
 // An answer of the server itself (an application error, Unavailable included) is never repeated,
 // except Unimplemented: only a server of another service gives it.
 //
-// Each replica has its own HTTP/2 connection, which gives up connecting after connectTimeoutMs and is
-// checked with PING frames while in use, so a replica that started late, restarted or vanished
-// without a word is noticed within seconds instead of holding calls until their deadlines.
+// Each replica has its own HTTP/2 connection, which gives up connecting after connectTimeoutMs, is
+// checked with PING frames while in use and is closed once quiet for half the PING interval (the
+// next call connects afresh), so a replica that started late, restarted or vanished without a word
+// is noticed within seconds instead of holding calls until their deadlines.
 
 export interface BalancedTransportOptions {
   /** The `*_SERVICE_URL` setting: base URLs, comma-separated; host names stand for all their addresses. */
@@ -92,6 +93,29 @@ function connectWithTimeout(authority: URL, timeoutMs: number): Socket {
 
 type CallHeader = Parameters<Transport["unary"]>[3];
 
+const ignore = () => {};
+
+/**
+ * connect-node's session manager, with an error listener of our own on every connection it hands a
+ * stream of. It destroys an idle connection that receives GOAWAY (a replica shutting down) with an
+ * error that Node.js emits only once the socket has closed; a call made in between makes the manager
+ * drop its own listeners, and an 'error' nobody listens to would crash the process
+ * (connectrpc/connect-es#1768; connect-node 2.3.0 keeps its listeners, but needs Node 22).
+ */
+class SessionManager extends Http2SessionManager {
+  private readonly guarded = new WeakSet<object>();
+
+  override async request(...args: Parameters<Http2SessionManager["request"]>): ReturnType<Http2SessionManager["request"]> {
+    const stream = await super.request(...args);
+    const connection = stream.session;
+    if (connection && !this.guarded.has(connection)) {
+      this.guarded.add(connection);
+      connection.on("error", ignore);
+    }
+    return stream;
+  }
+}
+
 /** A failure for want of a replica is Unavailable to the caller (a 503 at the gateway), whatever the transport said. */
 function unavailable(err: unknown): ConnectError {
   const ce = ConnectError.from(err);
@@ -129,10 +153,17 @@ export class BalancedTransport implements Transport {
     let r = this.replicas.get(origin);
     if (!r) {
       const timeoutMs = this.connectTimeoutMs;
-      const session = new Http2SessionManager(
+      const pingIntervalMs = this.options.pingIntervalMs ?? 5_000;
+      const session = new SessionManager(
         origin,
-        // A connection in use is PINGed when quiet for 5 s; one idle for longer is verified before reuse.
-        { pingIntervalMs: this.options.pingIntervalMs ?? 5_000, pingTimeoutMs: 2_000, idleConnectionTimeoutMs: 60_000 },
+        // A connection in use is PINGed when quiet for 5 s. One without calls is closed before it has
+        // been quiet that long, so no call waits on connect-node's PING that verifies a quiet
+        // connection: it never settled when the connection closed without an error meanwhile (the
+        // FIN of a replica killed while nothing was in flight, read during the PING), and the call
+        // waited for its deadline instead of going to another replica (connectrpc/connect-es#1746,
+        // fixed in connect-node 2.2.0, which needs Node 22). The next call connects afresh: a dead
+        // replica refuses it at once, a call that never reached a server goes to another one.
+        { pingIntervalMs, pingTimeoutMs: 2_000, idleConnectionTimeoutMs: pingIntervalMs / 2 },
         { createConnection: (authority: URL) => connectWithTimeout(authority, timeoutMs) },
       );
       const transport = createGrpcTransport({

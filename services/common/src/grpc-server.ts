@@ -101,14 +101,15 @@ export function statusOf(err: unknown): Partial<grpc.StatusObject> {
 
 type AnyCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerReadableStream<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>;
 
-const CALL_FINISHED = ((globalThis as Record<symbol, unknown>)[Symbol.for("@connectrpc/call-finished")] ??= new DOMException("This operation was aborted", "AbortError"));
+/** The reason of every finished call's signal: one object, instead of a DOMException (and its stack trace) per call. */
+const CALL_FINISHED = new DOMException("This operation was aborted", "AbortError");
 
 type CallContext = HandlerContext & { abort(reason?: unknown): void };
 
 /**
  * The HandlerContext of a call, and `finish`, which ends it: its signal is aborted once the call
- * has its answer (one shared reason, as the patched connect-es does), or when the caller cancels
- * it before (grpc-js tells of a call's end as a cancellation too, even after the answer).
+ * has its answer (one shared reason), or when the caller cancels it before (grpc-js tells of a
+ * call's end as a cancellation too, even after the answer).
  */
 function contextOf(spec: MethodImplSpec, call: AnyCall): { context: CallContext; finish: () => void } {
   const deadline = call.getDeadline();

@@ -125,9 +125,11 @@ export const settingsSchema = z.object({
 
   // Each file is decoded in a child process of the extraction service, killed past these
   // (docs/files.md, "Extraction"): its resident memory, below the container's memory limit, and
-  // its wall time per file.
+  // its wall time per file, and the CPU time it spends on one file (user and system; a file that
+  // keeps a core busy is stopped sooner than one that waits).
   EXTRACTION_MEMORY_CEILING_MB: z.coerce.number().int().min(64).max(16384).default(512),
   EXTRACTION_TIME_LIMIT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
+  EXTRACTION_CPU_TIME_LIMIT_SECONDS: z.coerce.number().int().min(1).max(3600).default(30),
 
   ADDRESS_DOMAIN: z
     .string()

@@ -169,7 +169,8 @@ describe("internal clients over every replica", () => {
     // error, and connect-node's verification never settled: the call waited for its deadline, then
     // failed as DeadlineExceeded, which is no reason to try another replica (a 503 at the gateway
     // right after an auth replica was killed), and every later verification on that replica waited
-    // for the same never-settled one (connectrpc/connect-es#1746; patches/@connectrpc+connect-node+2.1.2.patch).
+    // for the same never-settled one (connectrpc/connect-es#1746). A connection without calls is now
+    // closed before it is quiet for that long, so the call connects afresh and is refused at once.
     const a = await replica();
     const b = await replica();
     const auth = client(`${url(a.port)},${url(b.port)}`, { pingIntervalMs: 20, failureCooldownMs: 50 });
@@ -300,8 +301,8 @@ describe("internal clients over every replica", () => {
   it("a replica that says GOAWAY on an idle connection (a pod shutting down) costs no call and raises no uncaught error", async () => {
     // connect-node destroys an idle connection on GOAWAY; Node raises that error once the socket has
     // closed, and a call made in between used to leave it without a listener: the process crashed
-    // (connectrpc/connect-es#1768; patches/@connectrpc+connect-node+2.1.2.patch). Calls at growing
-    // delays after the GOAWAY hit that window.
+    // (connectrpc/connect-es#1768); every connection a call went on now has a listener of our own.
+    // Calls at growing delays after the GOAWAY hit that window.
     const first = await replica();
     const auth = client(url(first.port));
     const uncaught: unknown[] = [];

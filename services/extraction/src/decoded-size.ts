@@ -1,9 +1,13 @@
 import { constants, createInflate } from "node:zlib";
+import { MalformedStream, pdfStreams, type Work } from "./pdf-streams.js";
 
 // The decoded-size limits of a PDF, checked before pdf.js sees the file: what pdf.js would have to
 // decode and parse to find the text. A bomb (a few KB that decode to gigabytes) would otherwise be
 // decoded by pdf.js into one growing buffer, and a page of millions of operators parsed for seconds
-// to find nothing. Every stream but an image's (text extraction never decodes images) is decoded here
+// to find nothing. The streams are found by pdf-streams.ts, in one pass that follows the file's
+// structure (linear in its size), each with its own dictionary: only that dictionary's top-level
+// /Filter, /Subtype and /Length1 count, never text near the stream, and a `stream` keyword whose
+// dictionary cannot be read refuses the file. Every stream but an image's (text extraction never decodes images) is decoded here
 // through the filter chain its dictionary declares (/Filter /FlateDecode, or an array such as
 // [/ASCIIHexDecode /FlateDecode], abbreviations included), with each stage's output counted and kept
 // only when another filter follows; a stream without filters counts its length. The sum over the
@@ -14,16 +18,11 @@ import { constants, createInflate } from "node:zlib";
 // its stored length, and is bounded by the child's memory ceiling (extractor.ts).
 
 export class DecodedSizeExceeded extends Error {
-  constructor(limit: number, what = "streams decode") {
-    super(`${what} to more than ${limit} bytes`);
+  constructor(limit: number, what = "streams decode", message = `${what} to more than ${limit} bytes`) {
+    super(message);
     this.name = "DecodedSizeExceeded";
   }
 }
-
-const STREAM = Buffer.from("stream", "latin1");
-const END = Buffer.from("endstream", "latin1");
-/** How far before `stream` its dictionary is looked for. */
-const DICT_WINDOW = 8192;
 
 type Filter = "flate" | "lzw" | "hex" | "a85" | "rl" | "image";
 const FILTERS: Record<string, Filter> = {
@@ -45,39 +44,14 @@ const FILTERS: Record<string, Filter> = {
   JBIG2Decode: "image",
 };
 
-interface Stream {
-  body: Buffer;
-  /** The declared chain; null when it could not be read (a reference, an unknown filter). */
-  filters: Filter[] | null;
-  image: boolean;
-  /** An embedded font program (/Length1 of FontFile and FontFile2, the /Subtype of FontFile3). */
-  font: boolean;
-}
-
-/** The filter chain declared in a stream's dictionary text. */
-export function filtersOf(dict: string): Filter[] | null {
-  const m = /\/Filter\s*(\[[^\]]*\]|\/[^\s/[\]<>()]+|\d+\s+\d+\s+R)/.exec(dict);
-  if (!m) return [];
-  const names = m[1]!.match(/\/[^\s/[\]<>()]+/g);
-  if (!names) return null; // an indirect reference
-  const chain = names.map((n) => FILTERS[n.slice(1)]);
+/** The filter chain of a stream's dictionary; null when it cannot be read (a reference, an unknown filter). */
+export function chainOf(filters: string[] | null): Filter[] | null {
+  if (!filters) return null;
+  const chain = filters.map((n) => FILTERS[n]);
   return chain.every((f) => f !== undefined) ? (chain as Filter[]) : null;
 }
 
-/** Every `stream … endstream` of the file (the keyword's end of line skipped), with its declared filters. */
-function* streamsOf(pdf: Buffer): Generator<Stream> {
-  for (let at = pdf.indexOf(STREAM); at !== -1; at = pdf.indexOf(STREAM, at + STREAM.length)) {
-    if (at >= 3 && pdf.toString("latin1", at - 3, at) === "end") continue;
-    const before = pdf.toString("latin1", Math.max(0, at - DICT_WINDOW), at);
-    const objAt = before.lastIndexOf(" obj");
-    const dict = before.slice(objAt === -1 ? 0 : objAt);
-    let start = at + STREAM.length;
-    if (pdf[start] === 0x0d) start++;
-    if (pdf[start] === 0x0a) start++;
-    const end = pdf.indexOf(END, start);
-    yield { body: pdf.subarray(start, end === -1 ? pdf.length : end), filters: filtersOf(dict), image: /\/Subtype\s*\/Image\b/.test(dict), font: /\/Length1\b|\/Subtype\s*\/(Type1C|CIDFontType0C|OpenType)\b/.test(dict) };
-  }
-}
+const FONT_SUBTYPES = new Set(["Type1C", "CIDFontType0C", "OpenType"]);
 
 /** Counts the bytes decoded against the file's budget and the stream's. */
 class Budget {
@@ -231,17 +205,15 @@ function lzw(data: Buffer, sink: Sink) {
   const prefix = new Int32Array(4096);
   const suffix = new Uint8Array(4096);
   const length = new Uint16Array(4096);
-  for (let i = 0; i < 256; i++) (suffix[i] = i), (length[i] = 1), (prefix[i] = -1);
+  const head = new Uint8Array(4096); // each code's first byte
+  for (let i = 0; i < 256; i++) (suffix[i] = i), (length[i] = 1), (prefix[i] = -1), (head[i] = i);
   let next = 258;
   let width = 9;
   let previous = -1;
   let bits = 0;
   let acc = 0;
   const stack = new Uint8Array(4096);
-  const first = (code: number) => {
-    while (prefix[code]! >= 0) code = prefix[code]!;
-    return suffix[code]!;
-  };
+  const first = (code: number) => head[code]!;
   const write = (code: number) => {
     let k = 0;
     for (let c = code; c >= 0; c = prefix[c]!) stack[k++] = suffix[c]!;
@@ -268,9 +240,9 @@ function lzw(data: Buffer, sink: Sink) {
         write(code);
       } else if (code < next) {
         write(code);
-        if (next < 4096) (prefix[next] = previous), (suffix[next] = first(code)), (length[next] = length[previous]! + 1), next++;
+        if (next < 4096) (prefix[next] = previous), (suffix[next] = first(code)), (head[next] = head[previous]!), (length[next] = length[previous]! + 1), next++;
       } else if (code === next && next < 4096) {
-        (prefix[next] = previous), (suffix[next] = first(previous)), (length[next] = length[previous]! + 1), next++;
+        (prefix[next] = previous), (suffix[next] = first(previous)), (head[next] = head[previous]!), (length[next] = length[previous]! + 1), next++;
         write(code);
       } else {
         sink.push(out.subarray(0, n));
@@ -300,28 +272,42 @@ async function decode(filter: Exclude<Filter, "image">, data: Buffer, sink: Sink
 
 /**
  * Throws DecodedSizeExceeded when the streams of `pdf` (but images) decode to more than `limit`
- * bytes in all, or one of them (but a font) to more than `perStream`; else what they decode to.
+ * bytes in all, or one of them (but a font) to more than `perStream`, or when a stream cannot be
+ * told apart (pdf-streams.ts, MalformedStream); else what they decode to. `work` counts the bytes
+ * the stream pass examined.
  */
-export async function checkDecodedSize(pdf: Uint8Array, limit: number, perStream = limit): Promise<number> {
+export async function checkDecodedSize(pdf: Uint8Array, limit: number, perStream = limit, work: Work = { bytes: 0 }): Promise<number> {
   const bytes = Buffer.from(pdf.buffer, pdf.byteOffset, pdf.byteLength);
   const budget = new Budget(limit, perStream);
-  for (const { body, filters, image, font } of streamsOf(bytes)) {
-    if (image) continue;
-    budget.next(font);
-    if (!filters || filters.length === 0 || filters[0] === "image") {
-      budget.spend(body.length);
-      continue;
+  let fed = 0;
+  try {
+    for (const { dict, start, end } of pdfStreams(bytes, work)) {
+      // Judged by the stream's own dictionary: an image XObject (text extraction never decodes it), a font program.
+      if (dict.subtype === "Image") continue;
+      budget.next(dict.length1 || (dict.subtype !== undefined && FONT_SUBTYPES.has(dict.subtype)));
+      const body = bytes.subarray(start, end);
+      const filters = chainOf(dict.filters);
+      if (!filters || filters.length === 0 || filters[0] === "image") {
+        budget.spend(body.length);
+        continue;
+      }
+      // Streams may overlap (an object inside another's data): what the decoders read stays linear in the file.
+      fed += body.length;
+      if (fed > 2 * bytes.length) throw new DecodedSizeExceeded(limit, undefined, "streams overlap: what they decode to cannot be measured in one pass");
+      let data = body;
+      for (let i = 0; i < filters.length; i++) {
+        const filter = filters[i]!;
+        if (filter === "image") break;
+        const last = i === filters.length - 1 || filters[i + 1] === "image";
+        const sink = new Sink(budget, !last);
+        await decode(filter, data, sink);
+        if (last) break;
+        data = sink.bytes();
+      }
     }
-    let data = body;
-    for (let i = 0; i < filters.length; i++) {
-      const filter = filters[i]!;
-      if (filter === "image") break;
-      const last = i === filters.length - 1 || filters[i + 1] === "image";
-      const sink = new Sink(budget, !last);
-      await decode(filter, data, sink);
-      if (last) break;
-      data = sink.bytes();
-    }
+  } catch (err) {
+    if (err instanceof MalformedStream) throw new DecodedSizeExceeded(limit, undefined, `${err.message}: what its streams decode to cannot be measured`);
+    throw err;
   }
   return budget.used;
 }

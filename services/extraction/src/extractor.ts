@@ -12,14 +12,18 @@ import { childEnvironment } from "./child-environment.js";
 // file-intake and Kafka: pdf.js replaces globals when it loads, parses a large file for seconds, and
 // a hostile file (a bomb through any filter chain, a page of millions of operators) must cost that
 // child only. The child has a memory ceiling (its resident memory, JS heap and buffers alike, read
-// from /proc every few ms; the heap also bounded by V8) below the container's limit, and a time
-// limit; past either it is killed and the file fails with the reason. It also volunteers as the
+// from /proc every few ms; the heap also bounded by V8) below the container's limit, a wall-time
+// limit and a CPU-time limit (its user and system time on the file, read from /proc with the
+// memory: nothing at spawn, so it holds wherever /proc does, under npm start and in the chart's
+// image alike); past any of them it is killed and the file fails with the reason. It also volunteers as the
 // kernel's first choice should the container's limit be reached anyway (oom_score_adj 1000). One
 // file at a time per child; a killed child is replaced on the next file. docs/files.md, "Extraction".
 
 export interface ExtractionLimits {
   /** Wall time of one file; past it the child is killed. */
   timeoutMs: number;
+  /** CPU time (user and system) the child spends on one file; past it the child is killed. */
+  cpuTimeMs: number;
   /** The child's resident memory (heap and buffers); past it the child is killed. */
   memoryCeilingMb: number;
   /** What a PDF's streams (but images) may decode to in all, through their whole filter chain, checked before pdf.js parses it (decoded-size.ts). */
@@ -32,6 +36,7 @@ export interface ExtractionLimits {
 
 export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
   timeoutMs: 60_000,
+  cpuTimeMs: 30_000,
   memoryCeilingMb: 512,
   maxDecodedBytes: 256 * 1024 * 1024,
   // A real document's pages (text and drawings) decode to kilobytes or a few megabytes each.
@@ -57,6 +62,21 @@ const MEMORY_POLL_MS = 10;
 /** How long a new child may take to start (not counted in a file's time limit). */
 const CHILD_START_MS = 30_000;
 const PAGE_BYTES = 4096;
+
+/** What Linux's /proc reports CPU time in (USER_HZ, 100 on every architecture Node runs on). */
+const CLOCK_TICK_MS = 10;
+
+/** CPU time (user and system) a process has used, in ms (Linux /proc); undefined once it is gone. */
+function cpuMs(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    // After the command name (in parentheses, which may hold spaces): state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) * CLOCK_TICK_MS;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Resident bytes of a process (Linux /proc); undefined once it is gone. */
 function residentBytes(pid: number): number | undefined {
@@ -135,12 +155,17 @@ export class Extractor {
     };
     const ceiling = this.limits.memoryCeilingMb * 1024 * 1024;
     const timer = setTimeout(() => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`), this.limits.timeoutMs);
+    // The CPU time is the child's since it was forked: what it had used before this file is not this file's.
+    const cpuAtStart = child.pid === undefined ? undefined : cpuMs(child.pid);
     const memoryWatch = every(
-      "watching the extraction child's memory",
+      "watching the extraction child's memory and CPU time",
       MEMORY_POLL_MS,
       async () => {
-        const rss = child.pid === undefined ? undefined : residentBytes(child.pid);
+        if (child.pid === undefined) return;
+        const rss = residentBytes(child.pid);
         if (rss !== undefined && rss > ceiling) kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
+        const cpu = cpuMs(child.pid);
+        if (cpu !== undefined && cpuAtStart !== undefined && cpu - cpuAtStart > this.limits.cpuTimeMs) kill("time_limit", `extraction used more than ${this.limits.cpuTimeMs} ms of CPU time`);
       },
       this.logger,
       { runAtStart: false },

@@ -1,21 +1,23 @@
 import { clientsFor } from "@pi/common/clients";
 import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "@pi/common/kafka";
-import { every } from "@pi/common/background/periodic";
 import { startConnectServer } from "@pi/common/connect-server";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
 import { DEFAULT_EXTRACTION_LIMITS, Extractor, type ExtractionLimits } from "./extractor.js";
-import { consumeFileEvents, ExtractionWorker, type Extract, type WorkerTiming } from "./worker.js";
+import { consumeFileEvents, ExtractionWorker, takeFiles, type Extract, type WorkerTiming } from "./worker.js";
 
 // The extraction service: a workload of its own (file-intake only receives, stores and answers). It
-// consumes file events, decodes each file in a child process with a memory ceiling and a time limit
+// takes files one partner after another (file-intake picks the next one: worker.ts, takeFiles),
+// woken by file events, decodes each in a child process with a memory ceiling and time limits
 // (extractor.ts), and records outcomes through file-intake's extraction RPCs. It has no database:
-// every state that matters (the lease, the attempts, the outcome) is on file-intake's file record.
+// every state that matters (the lease, the attempts, the outcome, each partner's turn) is in
+// file-intake's database.
 
 /** Internal timings; tests shorten them. None of them is partner-visible. */
 export interface ExtractionTiming extends WorkerTiming {
-  stuckSweepEveryMs: number;
+  /** How often an idle process looks for a waiting file without being woken by an event. */
+  pollEveryMs: number;
 }
 
 export const DEFAULT_TIMING: ExtractionTiming = {
@@ -23,7 +25,7 @@ export const DEFAULT_TIMING: ExtractionTiming = {
   heartbeatMs: 5_000,
   stuckAfterMs: 30_000,
   maxAttempts: 3,
-  stuckSweepEveryMs: 10_000,
+  pollEveryMs: 5_000,
 };
 
 export interface ExtractionOptions {
@@ -42,11 +44,16 @@ export async function startExtractionService(settings: Settings, logger: Logger,
   const extractor = new Extractor({
     ...DEFAULT_EXTRACTION_LIMITS,
     timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
+    cpuTimeMs: settings.EXTRACTION_CPU_TIME_LIMIT_SECONDS * 1000,
     memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
     ...options.limits,
   }, logger);
   const worker = new ExtractionWorker(clientsFor(settings).fileIntake(), timing, logger, options.extract ?? ((type, bytes) => extractor.extract(type, bytes)));
-  const consumer = await consumeFileEvents(kafka, settings.DATA_NAMESPACE, worker, logger);
+  const taking = takeFiles(worker, timing.pollEveryMs, logger);
+  const consumer = await consumeFileEvents(kafka, settings.DATA_NAMESPACE, worker, taking, logger).catch(async (err: unknown) => {
+    await taking.stop();
+    throw err;
+  });
   const server = await startConnectServer({
     service: "extraction",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
@@ -57,12 +64,11 @@ export async function startExtractionService(settings: Settings, logger: Logger,
     healthy: async (withKafka) => consumer.alive() && (!withKafka || (await kafkaReachable(admin))),
     logger,
   });
-  const sweep = every("stuck file sweep", timing.stuckSweepEveryMs, () => worker.sweepStuck(), logger, { runAtStart: false });
   return {
     port: server.port,
     async stop() {
       await server.close();
-      await Promise.allSettled([sweep.stop(), consumer.stop()]);
+      await Promise.allSettled([taking.stop(), consumer.stop()]);
       await extractor.close();
       await admin.disconnect().catch(() => undefined);
     },

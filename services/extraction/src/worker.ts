@@ -1,6 +1,8 @@
 import { fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsv1, fileintakev1 } from "@pi/proto";
 import { consume, type Consuming } from "@pi/common/background/consume";
+import { every } from "@pi/common/background/periodic";
 import { consumerGroup, topicName } from "@pi/common/topics";
 import { extractionDuration, extractions, secondsSince } from "@pi/common/metrics";
 import { keepAlive } from "@pi/common/background/lease";
@@ -25,14 +27,21 @@ export type Extract = (mediaType: string, bytes: Uint8Array) => Promise<Extracte
 
 export type Processed = "processed" | "failed" | "skipped" | "died";
 
+type Taken = fileintakev1.TakeFileForExtractionResponse;
+
+const LEGACY_RETRY_MS = 60_000;
+
 /**
  * Moves files out of `received`, through file-intake's extraction RPCs (it owns the records and the
- * bytes): take the file's lease (which counts the attempt durably), read its bytes, extract them in
- * the child, record the outcome. A worker or child killed mid-file records nothing: the lease runs
- * out, the stuck sweep (of any replica) takes the file again, and after `maxAttempts` takes file-intake
- * ends it `failed` (poison handling, reason `extractor_died`).
+ * bytes): take the next file fairly (file-intake picks it: one partner after another) or a given
+ * one, which takes its lease and counts the attempt durably, read its bytes, extract them in the
+ * child, record the outcome. A worker or child killed mid-file records nothing: the lease runs out,
+ * any replica takes the file again, and after `maxAttempts` takes file-intake ends it `failed`
+ * (poison handling, reason `extractor_died`).
  */
 export class ExtractionWorker {
+  private legacyUntil = 0;
+
   constructor(
     private readonly intake: FileIntakeClient,
     private readonly timing: WorkerTiming,
@@ -40,8 +49,40 @@ export class ExtractionWorker {
     private readonly extract: Extract,
   ) {}
 
+  /**
+   * For a while after file-intake answered that it has no TakeNextFileForExtraction (a previous
+   * release, during a rollout): files are then taken by their events and the stuck sweep, as that
+   * release did, and the fair take is tried again after LEGACY_RETRY_MS.
+   */
+  get legacy(): boolean {
+    return Date.now() < this.legacyUntil;
+  }
+
+  /** Takes the next file, fairly across partners, and extracts it; "none" when no file waits. */
+  async next(): Promise<Processed | "none"> {
+    if (this.legacy) {
+      await this.sweepStuck();
+      return "none";
+    }
+    let next: fileintakev1.TakeNextFileForExtractionResponse;
+    try {
+      next = await this.intake.takeNextFileForExtraction({ leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts });
+    } catch (err) {
+      if (!(err instanceof ConnectError && err.code === Code.Unimplemented)) throw err;
+      this.logger.warn("file-intake takes no next file (an earlier release): files are taken by their events");
+      this.legacyUntil = Date.now() + LEGACY_RETRY_MS;
+      return "none";
+    }
+    if (!next.found || !next.take) return "none";
+    return this.extractTaken(next.fileId, next.take);
+  }
+
+  /** Takes this file and extracts it. */
   async process(fileId: string): Promise<Processed> {
-    const take = await this.intake.takeFileForExtraction({ fileId, leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts });
+    return this.extractTaken(fileId, await this.intake.takeFileForExtraction({ fileId, leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts }));
+  }
+
+  private async extractTaken(fileId: string, take: Taken): Promise<Processed> {
     if (!take.taken) {
       return take.status === fileintakev1.FileStatus.FAILED ? "failed" : take.status === fileintakev1.FileStatus.PROCESSED ? "processed" : "skipped";
     }
@@ -79,7 +120,7 @@ export class ExtractionWorker {
     }
   }
 
-  /** Takes every file left in `received` past `stuckAfterMs` whose lease is free. */
+  /** Takes every file left in `received` past `stuckAfterMs` whose lease is free (with a file-intake of an earlier release). */
   async sweepStuck(): Promise<number> {
     const { fileIds } = await this.intake.listFilesAwaitingExtraction({ receivedBeforeMs: this.timing.stuckAfterMs, limit: 50 });
     for (const id of fileIds) await this.process(id);
@@ -102,8 +143,49 @@ function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.Reco
   }
 }
 
-/** The worker's Kafka side: every FileReceivedEvent, in the extraction service's consumer group. */
-export function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, logger: Logger): Promise<Consuming> {
+export interface TakingFiles {
+  /** A file may be waiting: take files until none waits (now, or right after the file in hand). */
+  wake(): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * Takes files one after another, fairly across partners, until none waits: woken by file events,
+ * and every `pollMs` anyway (a file whose event went to another replica, whose extraction died, or
+ * whose event was lost). One file at a time per process: it has one extraction child.
+ */
+export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logger): TakingFiles {
+  let woken = false;
+  let stopping = false;
+  const rounds = every(
+    "taking files for extraction",
+    pollMs,
+    async () => {
+      do {
+        woken = false;
+        while (!stopping && (await worker.next()) !== "none");
+      } while (woken && !stopping);
+    },
+    logger,
+  );
+  return {
+    wake() {
+      woken = true;
+      void rounds.runNow();
+    },
+    async stop() {
+      stopping = true;
+      await rounds.stop();
+    },
+  };
+}
+
+/**
+ * The worker's Kafka side: every FileReceivedEvent, in the extraction service's consumer group,
+ * wakes the taking of files (the event's file may not be the next one taken: another partner's may
+ * be). The offset moves on at once; what matters is on file-intake's records.
+ */
+export function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, taking: TakingFiles, logger: Logger): Promise<Consuming> {
   return consume({
     kafka,
     logger,
@@ -119,8 +201,13 @@ export function consumeFileEvents(kafka: Kafka, namespace: string, worker: Extra
         logger.error({ err }, "unreadable file event skipped");
         return;
       }
-      // A failure to reach file-intake is retried a few times here; after that the file stays
-      // `received` for the stuck sweep, and the offset moves on.
+      if (!worker.legacy) {
+        taking.wake();
+        return;
+      }
+      // With file-intake of an earlier release: this event's file, now. A failure to reach
+      // file-intake is retried a few times here; after that the file stays `received` for the
+      // stuck sweep, and the offset moves on.
       await retry("processing a file", () => worker.process(fileId), { attempts: 5, firstDelayMs: 200 }).catch((err: unknown) =>
         logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry"),
       );

@@ -81,6 +81,14 @@ describe("hostile PDFs end failed with their reason, quickly, and the child serv
     expect(await e.extract("text/plain", Buffer.from("still here"))).toEqual({ ok: true, kind: "plain-text", textLength: 10 });
   });
 
+  it("a file that keeps the child's core busy fails on the CPU-time limit, long before the wall clock's", async () => {
+    const e = extractor({ cpuTimeMs: 300, timeoutMs: 60_000 });
+    const { result, ms } = await timed(() => e.extract("application/pdf", largeTextPdf(4)));
+    expect(result).toEqual({ ok: false, kind: "pdf-text", reason: "time_limit", error: "extraction used more than 300 ms of CPU time" });
+    expect(ms).toBeLessThan(30_000);
+    expect(await e.extract("text/plain", Buffer.from("still here"))).toEqual({ ok: true, kind: "plain-text", textLength: 10 });
+  });
+
   it("a child killed by anything else (the kernel's OOM killer) is reported as ExtractorDied, and replaced", async () => {
     const e = extractor({ maxDecodedBytes: Number.MAX_SAFE_INTEGER, maxStreamBytes: Number.MAX_SAFE_INTEGER });
     const running = e.extract("application/pdf", manyOperatorsPdf(2_000_000));

@@ -41,8 +41,8 @@ afterAll(async () => {
   await mongo?.close();
 });
 
-async function* upload(bytes: Uint8Array): AsyncGenerator<Request> {
-  yield { part: { case: "header", value: { partnerId: newId("ptr"), mode: commonv1.Mode.LIVE, idempotencyKey: newId("key") } } };
+async function* upload(bytes: Uint8Array, partnerId = newId("ptr")): AsyncGenerator<Request> {
+  yield { part: { case: "header", value: { partnerId, mode: commonv1.Mode.LIVE, idempotencyKey: newId("key") } } };
   yield { part: { case: "chunk", value: bytes } };
   yield { part: { case: "trailer", value: { elderAddress: ELDER } } };
 }
@@ -84,5 +84,67 @@ describe("poison handling", () => {
     expect(await replica(1, overCeiling).process(id)).toBe("failed");
     const files = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")).collection("files");
     expect(await files.findOne({ _id: id as never })).toMatchObject({ status: "failed", failureReason: "memory_limit", attempts: 1 });
+  });
+});
+
+describe("one partner after another", () => {
+  const gateway = () => clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[0]!.port}` }).fileIntake();
+  const asExtraction = (i: number) => clientsFor({ ...as(settings, "extraction"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[i]!.port}` }).fileIntake();
+  const files = () => mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")).collection("files");
+
+  /** Ends every waiting file (earlier tests' too), so that each test starts from no backlog. */
+  async function drain() {
+    await files().updateMany({ status: "received" }, { $set: { status: "failed", failureReason: "unparseable", leaseUntil: null, leaseToken: null } });
+  }
+
+  it("a partner's backlog of six files: the two partners who sent one file after it are taken next, whichever replica takes, and the turns are in the database", async () => {
+    await drain();
+    const [flooder, second, third] = [newId("ptr"), newId("ptr"), newId("ptr")];
+    const partnerOf = new Map<string, string>();
+    for (const partner of [...Array<string>(6).fill(flooder), second, third]) {
+      partnerOf.set((await gateway().submitFile(upload(fixture("sample.png"), partner))).file!.id, partner);
+    }
+    const taken: string[] = [];
+    // The two file-intake replicas in turn: neither keeps the rotation in memory. Each take holds its lease (a minute), as a busy extraction process does.
+    for (let i = 0; ; i++) {
+      const next = await asExtraction(i % 2).takeNextFileForExtraction({ leaseMs: 60_000, maxAttempts: 3 });
+      if (!next.found) break;
+      expect(next.take?.taken).toBe(true);
+      taken.push(partnerOf.get(next.fileId)!);
+    }
+    expect(taken).toEqual([flooder, second, third, flooder, flooder, flooder, flooder, flooder]);
+    const turns = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")).collection("extraction_turns");
+    expect(await turns.countDocuments({ _id: { $in: [flooder, second, third] } as never })).toBe(3);
+  });
+
+  it("a partner who sends while another's backlog is being extracted has its file taken next", async () => {
+    await drain();
+    const [flooder, late] = [newId("ptr"), newId("ptr")];
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push((await gateway().submitFile(upload(fixture("sample.png"), flooder))).file!.id);
+    // The flooder's turn was just served: its first file is being extracted.
+    const first = await asExtraction(0).takeNextFileForExtraction({ leaseMs: 60_000, maxAttempts: 3 });
+    expect(first.fileId).toBe(ids[0]);
+    const lateId = (await gateway().submitFile(upload(fixture("sample.png"), late))).file!.id;
+    expect((await asExtraction(1).takeNextFileForExtraction({ leaseMs: 60_000, maxAttempts: 3 })).fileId).toBe(lateId);
+  });
+
+  it("two extraction replicas draining at once extract every file exactly once", async () => {
+    await drain();
+    const partners = [newId("ptr"), newId("ptr"), newId("ptr")];
+    const ids: string[] = [];
+    for (let i = 0; i < 9; i++) ids.push((await gateway().submitFile(upload(fixture("sample.png"), partners[i % 3]))).file!.id);
+    let extractions = 0;
+    const extract: Extract = async () => {
+      extractions++;
+      await new Promise((r) => setTimeout(r, 20));
+      return { ok: true, kind: "image-dimensions", width: 64, height: 48 };
+    };
+    const drainAll = async (worker: ExtractionWorker) => {
+      while ((await worker.next()) !== "none");
+    };
+    await Promise.all([drainAll(replica(0, extract)), drainAll(replica(1, extract))]);
+    expect(extractions).toBe(9);
+    expect(await files().countDocuments({ _id: { $in: ids } as never, status: "processed" })).toBe(9);
   });
 });

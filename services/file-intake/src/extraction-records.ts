@@ -6,6 +6,7 @@ import type { Logger } from "@pi/common/logger";
 import { fileDataKey, sealExtraction } from "./at-rest.js";
 import { readBlobPart } from "./staging.js";
 import { testFileOutcome } from "./sandbox-outcome.js";
+import { nextTurn, type WaitingHead } from "./extraction-turns.js";
 import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
 
 // file-intake's side of extraction: the extraction service (services/extraction) takes a file, reads
@@ -14,6 +15,9 @@ import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from 
 // worker and the stuck sweep, never process one file at once; every take counts an attempt on the
 // record, so a file whose extractor dies on it (the child, or the whole process) ends `failed` after
 // the allowed number of takes, whatever replica took it and however often they restarted.
+
+/** How often takeNext looks again after losing its file to another taker. */
+const TAKE_NEXT_TRIES = 5;
 
 export type Take =
   | { taken: true; holder: string; mediaType: string; size: number; attempt: number }
@@ -45,6 +49,35 @@ export class ExtractionRecords {
       return this.endTake(doc, holder, { ok: false, kind, reason: "extractor_died", error: `the extractor died on the file ${maxAttempts} times` });
     }
     return { taken: true, holder, mediaType: doc.mediaType, size: doc.size, attempt: doc.attempts };
+  }
+
+  /**
+   * Takes the next file fairly (extraction-turns.ts): the partner whose file was taken least
+   * recently, its oldest waiting file. The turn is marked before the take, so a concurrent taker
+   * (another replica) moves on to the next partner. null when no file waits.
+   */
+  async takeNext(leaseMs: number, maxAttempts: number): Promise<{ fileId: string; take: Take } | null> {
+    for (let tries = 0; tries < TAKE_NEXT_TRIES; tries++) {
+      const now = new Date();
+      const heads = await this.store.files
+        .aggregate<{ _id: string; fileId: string; oldest: Date }>([
+          { $match: { status: "received", ...leaseFree(EXTRACTION_LEASE, now) } },
+          { $sort: { createdAt: 1 } },
+          { $group: { _id: "$partnerId", fileId: { $first: "$_id" }, oldest: { $first: "$createdAt" } } },
+        ])
+        .toArray();
+      if (heads.length === 0) return null;
+      const turns = await this.store.turns.find({ _id: { $in: heads.map((h) => h._id) } }).toArray();
+      const next = nextTurn(
+        heads.map((h): WaitingHead => ({ partnerId: h._id, fileId: h.fileId, oldest: h.oldest })),
+        new Map(turns.map((t) => [t._id, t.lastTakenAt])),
+      )!;
+      await this.store.turns.updateOne({ _id: next.partnerId }, { $set: { lastTakenAt: now } }, { upsert: true });
+      const take = await this.take(next.fileId, leaseMs, maxAttempts);
+      // Lost to another taker: look again.
+      if (take.taken || take.status !== "received") return { fileId: next.fileId, take };
+    }
+    return null;
   }
 
   private async endTake(doc: FileDoc, holder: string, outcome: Extracted | null): Promise<Take> {

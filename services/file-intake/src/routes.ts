@@ -62,6 +62,14 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
       if (!take.taken) return { taken: false, status: statusEnum(take.status) };
       return { taken: true, holder: take.holder, mediaType: take.mediaType, size: BigInt(take.size), attempt: take.attempt, status: fileintakev1.FileStatus.RECEIVED };
     },
+    async takeNextFileForExtraction(req) {
+      if (!req.leaseMs || !req.maxAttempts) throw new ConnectError("lease_ms and max_attempts are required", Code.InvalidArgument);
+      const next = await deps.extraction.takeNext(req.leaseMs, req.maxAttempts);
+      if (!next) return { found: false };
+      const { fileId, take } = next;
+      if (!take.taken) return { found: true, fileId, take: { taken: false, status: statusEnum(take.status) } };
+      return { found: true, fileId, take: { taken: true, holder: take.holder, mediaType: take.mediaType, size: BigInt(take.size), attempt: take.attempt, status: fileintakev1.FileStatus.RECEIVED } };
+    },
     async readFileForExtraction(req) {
       const part = await deps.extraction.read(req.fileId, req.holder, req.part).catch((err: unknown) => {
         if (err instanceof RangeError) throw new ConnectError(err.message, Code.OutOfRange);

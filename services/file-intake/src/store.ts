@@ -146,6 +146,14 @@ export interface FileStore {
   segments: Collection<SegmentDoc>;
   /** The storage quota's counters, read and written by `_id` alone. */
   usage: Collection<UsageDoc>;
+  /** When each partner's last file was taken for extraction (extraction-turns.ts), by `_id` (the partner id). */
+  turns: Collection<TurnDoc>;
+}
+
+/** A partner's extraction turn: one per partner whose file was ever taken. */
+export interface TurnDoc {
+  _id: string;
+  lastTakenAt: Date;
 }
 
 /** The collection of sealed segments. */
@@ -170,6 +178,7 @@ export async function openFileStore(db: Db): Promise<FileStore> {
     leases: db.collection<JobLeaseDoc>("job_leases"),
     segments: db.collection<SegmentDoc>(BLOB_SEGMENTS),
     usage: db.collection<UsageDoc>("storage_usage"),
+    turns: db.collection<TurnDoc>("extraction_turns"),
   };
   // Expiry and recovery are explicit sweeps (the same code runs on MongoDB and the local server).
   await Promise.all([

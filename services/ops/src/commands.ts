@@ -52,10 +52,12 @@ export function actOutcomeUnknown(err: unknown): boolean {
  * A caregiver act's timing (operator contract: each command within 2 s). One attempt may wait up to
  * the read leases' 1.25 s before its change is stored (docs/connections.md, "Read leases"), so it
  * gets 1.5 s; an attempt whose outcome is unknown is sent again at once, to another replica (the
- * transport tries the one that failed last), and again while ACT_RETRY_MS has not passed.
+ * transport tries the one that failed last), and again while ACT_RETRY_MS has not passed. With a
+ * replica up an act answers well within 2 s; the longer retry window is for a loaded machine, where
+ * giving up would leave the caregiver with an act whose outcome nobody knows (a resend is a no-op).
  */
 export const ACT_ATTEMPT_TIMEOUT_MS = 1_500;
-export const ACT_RETRY_MS = 4_000;
+export const ACT_RETRY_MS = 10_000;
 
 /** `--scopes "connections:write files:write"` (commas also separate); absent means every Ring 1 scope. */
 export function parseScopes(value: string | undefined): string[] {

@@ -72,6 +72,8 @@ export const STORE_SCHEMAS = {
       // 2: `version` instead of `rev` as the repair's compare-and-set (1.0.0); the first write adds it, absent reads as null.
       storage_usage: 2,
       data_key_checks: 1,
+      // New in 1.1.0: each partner's extraction turn (TakeNextFileForExtraction); 1.0.0 never reads it.
+      extraction_turns: 1,
     },
     migrations: [keysUnderMode, unusedGridfsBucket],
     readableFrom: PREVIOUS_RELEASE,

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pi/fileintake/v1/fileintake.proto.
  */
 export const file_pi_fileintake_v1_fileintake: GenFile = /*@__PURE__*/
-  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIqoBChBTdWJtaXRGaWxlSGVhZGVyEhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhwKD2lkZW1wb3RlbmN5X2tleRgDIAEoCUgAiAEBEhsKDmRlY2xhcmVkX2J5dGVzGAQgASgESAGIAQFCEgoQX2lkZW1wb3RlbmN5X2tleUIRCg9fZGVjbGFyZWRfYnl0ZXMiTAoRU3VibWl0RmlsZVRyYWlsZXISFQoNZWxkZXJfYWRkcmVzcxgBIAEoCRIUCgdwdXJwb3NlGAIgASgJSACIAQFCCgoIX3B1cnBvc2UimgEKEVN1Ym1pdEZpbGVSZXF1ZXN0EjQKBmhlYWRlchgBIAEoCzIiLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZUhlYWRlckgAEg8KBWNodW5rGAIgASgMSAASNgoHdHJhaWxlchgDIAEoCzIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVRyYWlsZXJIAEIGCgRwYXJ0IkEKElN1Ym1pdEZpbGVSZXNwb25zZRIrCgRmaWxlGAEgASgLMh0ucGkuZmlsZWludGFrZS52MS5QYXJ0bmVyRmlsZSJSCg5HZXRGaWxlUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSI+Cg9HZXRGaWxlUmVzcG9uc2USKwoEZmlsZRgBIAEoCzIdLnBpLmZpbGVpbnRha2UudjEuUGFydG5lckZpbGUigAEKGENoZWNrU3RvcmFnZVF1b3RhUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIbCg5kZWNsYXJlZF9ieXRlcxgDIAEoBEgAiAEBQhEKD19kZWNsYXJlZF9ieXRlcyJGChlDaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlEgwKBGZpdHMYASABKAgSGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgCIAEoDSJXChxUYWtlRmlsZUZvckV4dHJhY3Rpb25SZXF1ZXN0Eg8KB2ZpbGVfaWQYASABKAkSEAoIbGVhc2VfbXMYAiABKA0SFAoMbWF4X2F0dGVtcHRzGAMgASgNIp8BCh1UYWtlRmlsZUZvckV4dHJhY3Rpb25SZXNwb25zZRINCgV0YWtlbhgBIAEoCBIOCgZob2xkZXIYAiABKAkSEgoKbWVkaWFfdHlwZRgDIAEoCRIMCgRzaXplGAQgASgEEg8KB2F0dGVtcHQYBSABKA0SLAoGc3RhdHVzGAYgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIk0KHFJlYWRGaWxlRm9yRXh0cmFjdGlvblJlcXVlc3QSDwoHZmlsZV9pZBgBIAEoCRIOCgZob2xkZXIYAiABKAkSDAoEcGFydBgDIAEoDSI9Ch1SZWFkRmlsZUZvckV4dHJhY3Rpb25SZXNwb25zZRINCgVjaHVuaxgBIAEoDBINCgVwYXJ0cxgCIAEoDSJQChtSZW5ld0V4dHJhY3Rpb25MZWFzZVJlcXVlc3QSDwoHZmlsZV9pZBgBIAEoCRIOCgZob2xkZXIYAiABKAkSEAoIbGVhc2VfbXMYAyABKA0iLAocUmVuZXdFeHRyYWN0aW9uTGVhc2VSZXNwb25zZRIMCgRoZWxkGAEgASgIIqgDChdSZWNvcmRFeHRyYWN0aW9uUmVxdWVzdBIPCgdmaWxlX2lkGAEgASgJEg4KBmhvbGRlchgCIAEoCRIKCgJvaxgDIAEoCBIMCgRraW5kGAQgASgJEhEKBHRleHQYBSABKAlIAIgBARIYCgt0ZXh0X2xlbmd0aBgGIAEoBEgBiAEBEhsKDnRleHRfdHJ1bmNhdGVkGAcgASgISAKIAQESEgoFcGFnZXMYCCABKA1IA4gBARISCgV3aWR0aBgJIAEoDUgEiAEBEhMKBmhlaWdodBgKIAEoDUgFiAEBEh0KEGR1cmF0aW9uX3NlY29uZHMYCyABKAFIBogBARISCgVlcnJvchgMIAEoCUgHiAEBEhsKDmZhaWx1cmVfcmVhc29uGA0gASgJSAiIAQFCBwoFX3RleHRCDgoMX3RleHRfbGVuZ3RoQhEKD190ZXh0X3RydW5jYXRlZEIICgZfcGFnZXNCCAoGX3dpZHRoQgkKB19oZWlnaHRCEwoRX2R1cmF0aW9uX3NlY29uZHNCCAoGX2Vycm9yQhEKD19mYWlsdXJlX3JlYXNvbiJaChhSZWNvcmRFeHRyYWN0aW9uUmVzcG9uc2USEAoIcmVjb3JkZWQYASABKAgSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIk8KIkxpc3RGaWxlc0F3YWl0aW5nRXh0cmFjdGlvblJlcXVlc3QSGgoScmVjZWl2ZWRfYmVmb3JlX21zGAEgASgNEg0KBWxpbWl0GAIgASgNIjcKI0xpc3RGaWxlc0F3YWl0aW5nRXh0cmFjdGlvblJlc3BvbnNlEhAKCGZpbGVfaWRzGAEgAygJKnYKCkZpbGVTdGF0dXMSGwoXRklMRV9TVEFUVVNfVU5TUEVDSUZJRUQQABIYChRGSUxFX1NUQVRVU19SRUNFSVZFRBABEhkKFUZJTEVfU1RBVFVTX1BST0NFU1NFRBACEhYKEkZJTEVfU1RBVFVTX0ZBSUxFRBADMqMHChFGaWxlSW50YWtlU2VydmljZRJZCgpTdWJtaXRGaWxlEiMucGkuZmlsZWludGFrZS52MS5TdWJtaXRGaWxlUmVxdWVzdBokLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVJlc3BvbnNlKAESUwoHR2V0RmlsZRIgLnBpLmZpbGVpbnRha2UudjEuR2V0RmlsZVJlcXVlc3QaIS5waS5maWxlaW50YWtlLnYxLkdldEZpbGVSZXNwb25zZSIDkAIBEnEKEUNoZWNrU3RvcmFnZVF1b3RhEioucGkuZmlsZWludGFrZS52MS5DaGVja1N0b3JhZ2VRdW90YVJlcXVlc3QaKy5waS5maWxlaW50YWtlLnYxLkNoZWNrU3RvcmFnZVF1b3RhUmVzcG9uc2UiA5ACARJ4ChVUYWtlRmlsZUZvckV4dHJhY3Rpb24SLi5waS5maWxlaW50YWtlLnYxLlRha2VGaWxlRm9yRXh0cmFjdGlvblJlcXVlc3QaLy5waS5maWxlaW50YWtlLnYxLlRha2VGaWxlRm9yRXh0cmFjdGlvblJlc3BvbnNlEn0KFVJlYWRGaWxlRm9yRXh0cmFjdGlvbhIuLnBpLmZpbGVpbnRha2UudjEuUmVhZEZpbGVGb3JFeHRyYWN0aW9uUmVxdWVzdBovLnBpLmZpbGVpbnRha2UudjEuUmVhZEZpbGVGb3JFeHRyYWN0aW9uUmVzcG9uc2UiA5ACARJ1ChRSZW5ld0V4dHJhY3Rpb25MZWFzZRItLnBpLmZpbGVpbnRha2UudjEuUmVuZXdFeHRyYWN0aW9uTGVhc2VSZXF1ZXN0Gi4ucGkuZmlsZWludGFrZS52MS5SZW5ld0V4dHJhY3Rpb25MZWFzZVJlc3BvbnNlEmkKEFJlY29yZEV4dHJhY3Rpb24SKS5waS5maWxlaW50YWtlLnYxLlJlY29yZEV4dHJhY3Rpb25SZXF1ZXN0GioucGkuZmlsZWludGFrZS52MS5SZWNvcmRFeHRyYWN0aW9uUmVzcG9uc2USjwEKG0xpc3RGaWxlc0F3YWl0aW5nRXh0cmFjdGlvbhI0LnBpLmZpbGVpbnRha2UudjEuTGlzdEZpbGVzQXdhaXRpbmdFeHRyYWN0aW9uUmVxdWVzdBo1LnBpLmZpbGVpbnRha2UudjEuTGlzdEZpbGVzQXdhaXRpbmdFeHRyYWN0aW9uUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_pi_common_v1_common]);
+  fileDesc("CiFwaS9maWxlaW50YWtlL3YxL2ZpbGVpbnRha2UucHJvdG8SEHBpLmZpbGVpbnRha2UudjEiRwoLUGFydG5lckZpbGUSCgoCaWQYASABKAkSLAoGc3RhdHVzGAIgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIqoBChBTdWJtaXRGaWxlSGVhZGVyEhIKCnBhcnRuZXJfaWQYASABKAkSIAoEbW9kZRgCIAEoDjISLnBpLmNvbW1vbi52MS5Nb2RlEhwKD2lkZW1wb3RlbmN5X2tleRgDIAEoCUgAiAEBEhsKDmRlY2xhcmVkX2J5dGVzGAQgASgESAGIAQFCEgoQX2lkZW1wb3RlbmN5X2tleUIRCg9fZGVjbGFyZWRfYnl0ZXMiTAoRU3VibWl0RmlsZVRyYWlsZXISFQoNZWxkZXJfYWRkcmVzcxgBIAEoCRIUCgdwdXJwb3NlGAIgASgJSACIAQFCCgoIX3B1cnBvc2UimgEKEVN1Ym1pdEZpbGVSZXF1ZXN0EjQKBmhlYWRlchgBIAEoCzIiLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZUhlYWRlckgAEg8KBWNodW5rGAIgASgMSAASNgoHdHJhaWxlchgDIAEoCzIjLnBpLmZpbGVpbnRha2UudjEuU3VibWl0RmlsZVRyYWlsZXJIAEIGCgRwYXJ0IkEKElN1Ym1pdEZpbGVSZXNwb25zZRIrCgRmaWxlGAEgASgLMh0ucGkuZmlsZWludGFrZS52MS5QYXJ0bmVyRmlsZSJSCg5HZXRGaWxlUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEgoKAmlkGAIgASgJEiAKBG1vZGUYAyABKA4yEi5waS5jb21tb24udjEuTW9kZSI+Cg9HZXRGaWxlUmVzcG9uc2USKwoEZmlsZRgBIAEoCzIdLnBpLmZpbGVpbnRha2UudjEuUGFydG5lckZpbGUigAEKGENoZWNrU3RvcmFnZVF1b3RhUmVxdWVzdBISCgpwYXJ0bmVyX2lkGAEgASgJEiAKBG1vZGUYAiABKA4yEi5waS5jb21tb24udjEuTW9kZRIbCg5kZWNsYXJlZF9ieXRlcxgDIAEoBEgAiAEBQhEKD19kZWNsYXJlZF9ieXRlcyJGChlDaGVja1N0b3JhZ2VRdW90YVJlc3BvbnNlEgwKBGZpdHMYASABKAgSGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgCIAEoDSJXChxUYWtlRmlsZUZvckV4dHJhY3Rpb25SZXF1ZXN0Eg8KB2ZpbGVfaWQYASABKAkSEAoIbGVhc2VfbXMYAiABKA0SFAoMbWF4X2F0dGVtcHRzGAMgASgNIp8BCh1UYWtlRmlsZUZvckV4dHJhY3Rpb25SZXNwb25zZRINCgV0YWtlbhgBIAEoCBIOCgZob2xkZXIYAiABKAkSEgoKbWVkaWFfdHlwZRgDIAEoCRIMCgRzaXplGAQgASgEEg8KB2F0dGVtcHQYBSABKA0SLAoGc3RhdHVzGAYgASgOMhwucGkuZmlsZWludGFrZS52MS5GaWxlU3RhdHVzIkoKIFRha2VOZXh0RmlsZUZvckV4dHJhY3Rpb25SZXF1ZXN0EhAKCGxlYXNlX21zGAEgASgNEhQKDG1heF9hdHRlbXB0cxgCIAEoDSKCAQohVGFrZU5leHRGaWxlRm9yRXh0cmFjdGlvblJlc3BvbnNlEg0KBWZvdW5kGAEgASgIEg8KB2ZpbGVfaWQYAiABKAkSPQoEdGFrZRgDIAEoCzIvLnBpLmZpbGVpbnRha2UudjEuVGFrZUZpbGVGb3JFeHRyYWN0aW9uUmVzcG9uc2UiTQocUmVhZEZpbGVGb3JFeHRyYWN0aW9uUmVxdWVzdBIPCgdmaWxlX2lkGAEgASgJEg4KBmhvbGRlchgCIAEoCRIMCgRwYXJ0GAMgASgNIj0KHVJlYWRGaWxlRm9yRXh0cmFjdGlvblJlc3BvbnNlEg0KBWNodW5rGAEgASgMEg0KBXBhcnRzGAIgASgNIlAKG1JlbmV3RXh0cmFjdGlvbkxlYXNlUmVxdWVzdBIPCgdmaWxlX2lkGAEgASgJEg4KBmhvbGRlchgCIAEoCRIQCghsZWFzZV9tcxgDIAEoDSIsChxSZW5ld0V4dHJhY3Rpb25MZWFzZVJlc3BvbnNlEgwKBGhlbGQYASABKAgiqAMKF1JlY29yZEV4dHJhY3Rpb25SZXF1ZXN0Eg8KB2ZpbGVfaWQYASABKAkSDgoGaG9sZGVyGAIgASgJEgoKAm9rGAMgASgIEgwKBGtpbmQYBCABKAkSEQoEdGV4dBgFIAEoCUgAiAEBEhgKC3RleHRfbGVuZ3RoGAYgASgESAGIAQESGwoOdGV4dF90cnVuY2F0ZWQYByABKAhIAogBARISCgVwYWdlcxgIIAEoDUgDiAEBEhIKBXdpZHRoGAkgASgNSASIAQESEwoGaGVpZ2h0GAogASgNSAWIAQESHQoQZHVyYXRpb25fc2Vjb25kcxgLIAEoAUgGiAEBEhIKBWVycm9yGAwgASgJSAeIAQESGwoOZmFpbHVyZV9yZWFzb24YDSABKAlICIgBAUIHCgVfdGV4dEIOCgxfdGV4dF9sZW5ndGhCEQoPX3RleHRfdHJ1bmNhdGVkQggKBl9wYWdlc0IICgZfd2lkdGhCCQoHX2hlaWdodEITChFfZHVyYXRpb25fc2Vjb25kc0IICgZfZXJyb3JCEQoPX2ZhaWx1cmVfcmVhc29uIloKGFJlY29yZEV4dHJhY3Rpb25SZXNwb25zZRIQCghyZWNvcmRlZBgBIAEoCBIsCgZzdGF0dXMYAiABKA4yHC5waS5maWxlaW50YWtlLnYxLkZpbGVTdGF0dXMiTwoiTGlzdEZpbGVzQXdhaXRpbmdFeHRyYWN0aW9uUmVxdWVzdBIaChJyZWNlaXZlZF9iZWZvcmVfbXMYASABKA0SDQoFbGltaXQYAiABKA0iNwojTGlzdEZpbGVzQXdhaXRpbmdFeHRyYWN0aW9uUmVzcG9uc2USEAoIZmlsZV9pZHMYASADKAkqdgoKRmlsZVN0YXR1cxIbChdGSUxFX1NUQVRVU19VTlNQRUNJRklFRBAAEhgKFEZJTEVfU1RBVFVTX1JFQ0VJVkVEEAESGQoVRklMRV9TVEFUVVNfUFJPQ0VTU0VEEAISFgoSRklMRV9TVEFUVVNfRkFJTEVEEAMyqggKEUZpbGVJbnRha2VTZXJ2aWNlElkKClN1Ym1pdEZpbGUSIy5waS5maWxlaW50YWtlLnYxLlN1Ym1pdEZpbGVSZXF1ZXN0GiQucGkuZmlsZWludGFrZS52MS5TdWJtaXRGaWxlUmVzcG9uc2UoARJTCgdHZXRGaWxlEiAucGkuZmlsZWludGFrZS52MS5HZXRGaWxlUmVxdWVzdBohLnBpLmZpbGVpbnRha2UudjEuR2V0RmlsZVJlc3BvbnNlIgOQAgEScQoRQ2hlY2tTdG9yYWdlUXVvdGESKi5waS5maWxlaW50YWtlLnYxLkNoZWNrU3RvcmFnZVF1b3RhUmVxdWVzdBorLnBpLmZpbGVpbnRha2UudjEuQ2hlY2tTdG9yYWdlUXVvdGFSZXNwb25zZSIDkAIBEngKFVRha2VGaWxlRm9yRXh0cmFjdGlvbhIuLnBpLmZpbGVpbnRha2UudjEuVGFrZUZpbGVGb3JFeHRyYWN0aW9uUmVxdWVzdBovLnBpLmZpbGVpbnRha2UudjEuVGFrZUZpbGVGb3JFeHRyYWN0aW9uUmVzcG9uc2USfQoVUmVhZEZpbGVGb3JFeHRyYWN0aW9uEi4ucGkuZmlsZWludGFrZS52MS5SZWFkRmlsZUZvckV4dHJhY3Rpb25SZXF1ZXN0Gi8ucGkuZmlsZWludGFrZS52MS5SZWFkRmlsZUZvckV4dHJhY3Rpb25SZXNwb25zZSIDkAIBEnUKFFJlbmV3RXh0cmFjdGlvbkxlYXNlEi0ucGkuZmlsZWludGFrZS52MS5SZW5ld0V4dHJhY3Rpb25MZWFzZVJlcXVlc3QaLi5waS5maWxlaW50YWtlLnYxLlJlbmV3RXh0cmFjdGlvbkxlYXNlUmVzcG9uc2USaQoQUmVjb3JkRXh0cmFjdGlvbhIpLnBpLmZpbGVpbnRha2UudjEuUmVjb3JkRXh0cmFjdGlvblJlcXVlc3QaKi5waS5maWxlaW50YWtlLnYxLlJlY29yZEV4dHJhY3Rpb25SZXNwb25zZRKEAQoZVGFrZU5leHRGaWxlRm9yRXh0cmFjdGlvbhIyLnBpLmZpbGVpbnRha2UudjEuVGFrZU5leHRGaWxlRm9yRXh0cmFjdGlvblJlcXVlc3QaMy5waS5maWxlaW50YWtlLnYxLlRha2VOZXh0RmlsZUZvckV4dHJhY3Rpb25SZXNwb25zZRKPAQobTGlzdEZpbGVzQXdhaXRpbmdFeHRyYWN0aW9uEjQucGkuZmlsZWludGFrZS52MS5MaXN0RmlsZXNBd2FpdGluZ0V4dHJhY3Rpb25SZXF1ZXN0GjUucGkuZmlsZWludGFrZS52MS5MaXN0RmlsZXNBd2FpdGluZ0V4dHJhY3Rpb25SZXNwb25zZSIDkAIBYgZwcm90bzM", [file_pi_common_v1_common]);
 
 /**
  * @generated from message pi.fileintake.v1.PartnerFile
@@ -323,6 +323,58 @@ export const TakeFileForExtractionResponseSchema: GenMessage<TakeFileForExtracti
   messageDesc(file_pi_fileintake_v1_fileintake, 10);
 
 /**
+ * @generated from message pi.fileintake.v1.TakeNextFileForExtractionRequest
+ */
+export type TakeNextFileForExtractionRequest = Message<"pi.fileintake.v1.TakeNextFileForExtractionRequest"> & {
+  /**
+   * @generated from field: uint32 lease_ms = 1;
+   */
+  leaseMs: number;
+
+  /**
+   * @generated from field: uint32 max_attempts = 2;
+   */
+  maxAttempts: number;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.TakeNextFileForExtractionRequest.
+ * Use `create(TakeNextFileForExtractionRequestSchema)` to create a new message.
+ */
+export const TakeNextFileForExtractionRequestSchema: GenMessage<TakeNextFileForExtractionRequest> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 11);
+
+/**
+ * @generated from message pi.fileintake.v1.TakeNextFileForExtractionResponse
+ */
+export type TakeNextFileForExtractionResponse = Message<"pi.fileintake.v1.TakeNextFileForExtractionResponse"> & {
+  /**
+   * @generated from field: bool found = 1;
+   */
+  found: boolean;
+
+  /**
+   * @generated from field: string file_id = 2;
+   */
+  fileId: string;
+
+  /**
+   * As TakeFileForExtraction answers for that file: taken, or ended at once (a test file, plain
+   * text, a file whose extractor died too often).
+   *
+   * @generated from field: pi.fileintake.v1.TakeFileForExtractionResponse take = 3;
+   */
+  take?: TakeFileForExtractionResponse | undefined;
+};
+
+/**
+ * Describes the message pi.fileintake.v1.TakeNextFileForExtractionResponse.
+ * Use `create(TakeNextFileForExtractionResponseSchema)` to create a new message.
+ */
+export const TakeNextFileForExtractionResponseSchema: GenMessage<TakeNextFileForExtractionResponse> = /*@__PURE__*/
+  messageDesc(file_pi_fileintake_v1_fileintake, 12);
+
+/**
  * @generated from message pi.fileintake.v1.ReadFileForExtractionRequest
  */
 export type ReadFileForExtractionRequest = Message<"pi.fileintake.v1.ReadFileForExtractionRequest"> & {
@@ -349,7 +401,7 @@ export type ReadFileForExtractionRequest = Message<"pi.fileintake.v1.ReadFileFor
  * Use `create(ReadFileForExtractionRequestSchema)` to create a new message.
  */
 export const ReadFileForExtractionRequestSchema: GenMessage<ReadFileForExtractionRequest> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 11);
+  messageDesc(file_pi_fileintake_v1_fileintake, 13);
 
 /**
  * @generated from message pi.fileintake.v1.ReadFileForExtractionResponse
@@ -371,7 +423,7 @@ export type ReadFileForExtractionResponse = Message<"pi.fileintake.v1.ReadFileFo
  * Use `create(ReadFileForExtractionResponseSchema)` to create a new message.
  */
 export const ReadFileForExtractionResponseSchema: GenMessage<ReadFileForExtractionResponse> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 12);
+  messageDesc(file_pi_fileintake_v1_fileintake, 14);
 
 /**
  * @generated from message pi.fileintake.v1.RenewExtractionLeaseRequest
@@ -398,7 +450,7 @@ export type RenewExtractionLeaseRequest = Message<"pi.fileintake.v1.RenewExtract
  * Use `create(RenewExtractionLeaseRequestSchema)` to create a new message.
  */
 export const RenewExtractionLeaseRequestSchema: GenMessage<RenewExtractionLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 13);
+  messageDesc(file_pi_fileintake_v1_fileintake, 15);
 
 /**
  * @generated from message pi.fileintake.v1.RenewExtractionLeaseResponse
@@ -415,7 +467,7 @@ export type RenewExtractionLeaseResponse = Message<"pi.fileintake.v1.RenewExtrac
  * Use `create(RenewExtractionLeaseResponseSchema)` to create a new message.
  */
 export const RenewExtractionLeaseResponseSchema: GenMessage<RenewExtractionLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 14);
+  messageDesc(file_pi_fileintake_v1_fileintake, 16);
 
 /**
  * What extraction found (services/common/src/extracted.ts): `kind` and `ok` always; the fields of
@@ -497,7 +549,7 @@ export type RecordExtractionRequest = Message<"pi.fileintake.v1.RecordExtraction
  * Use `create(RecordExtractionRequestSchema)` to create a new message.
  */
 export const RecordExtractionRequestSchema: GenMessage<RecordExtractionRequest> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 15);
+  messageDesc(file_pi_fileintake_v1_fileintake, 17);
 
 /**
  * @generated from message pi.fileintake.v1.RecordExtractionResponse
@@ -519,7 +571,7 @@ export type RecordExtractionResponse = Message<"pi.fileintake.v1.RecordExtractio
  * Use `create(RecordExtractionResponseSchema)` to create a new message.
  */
 export const RecordExtractionResponseSchema: GenMessage<RecordExtractionResponse> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 16);
+  messageDesc(file_pi_fileintake_v1_fileintake, 18);
 
 /**
  * @generated from message pi.fileintake.v1.ListFilesAwaitingExtractionRequest
@@ -543,7 +595,7 @@ export type ListFilesAwaitingExtractionRequest = Message<"pi.fileintake.v1.ListF
  * Use `create(ListFilesAwaitingExtractionRequestSchema)` to create a new message.
  */
 export const ListFilesAwaitingExtractionRequestSchema: GenMessage<ListFilesAwaitingExtractionRequest> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 17);
+  messageDesc(file_pi_fileintake_v1_fileintake, 19);
 
 /**
  * @generated from message pi.fileintake.v1.ListFilesAwaitingExtractionResponse
@@ -560,7 +612,7 @@ export type ListFilesAwaitingExtractionResponse = Message<"pi.fileintake.v1.List
  * Use `create(ListFilesAwaitingExtractionResponseSchema)` to create a new message.
  */
 export const ListFilesAwaitingExtractionResponseSchema: GenMessage<ListFilesAwaitingExtractionResponse> = /*@__PURE__*/
-  messageDesc(file_pi_fileintake_v1_fileintake, 18);
+  messageDesc(file_pi_fileintake_v1_fileintake, 20);
 
 /**
  * @generated from enum pi.fileintake.v1.FileStatus
@@ -672,6 +724,18 @@ export const FileIntakeService: GenService<{
     methodKind: "unary";
     input: typeof RecordExtractionRequestSchema;
     output: typeof RecordExtractionResponseSchema;
+  },
+  /**
+   * The next file to extract, one partner after another: of the partners with a file waiting
+   * (`received`, its lease free), the one whose file was taken least recently, and its oldest file,
+   * taken as TakeFileForExtraction takes one. `found` false when no file waits.
+   *
+   * @generated from rpc pi.fileintake.v1.FileIntakeService.TakeNextFileForExtraction
+   */
+  takeNextFileForExtraction: {
+    methodKind: "unary";
+    input: typeof TakeNextFileForExtractionRequestSchema;
+    output: typeof TakeNextFileForExtractionResponseSchema;
   },
   /**
    * Files still `received` long after they were accepted, whose lease is free (the stuck sweep).
