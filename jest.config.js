@@ -16,7 +16,10 @@ export const projectBase = {
   testEnvironment: "<rootDir>/test/support/node-environment.mjs",
   extensionsToTreatAsEsm: [".ts"],
   transform: {
-    "^.+\\.ts$": ["@swc/jest", { jsc: { parser: { syntax: "typescript" }, target: "es2022" }, module: { type: "es6" }, sourceMaps: "inline" }],
+    "^.+\\.ts$": [
+      "@swc/jest",
+      { jsc: { parser: { syntax: "typescript" }, target: "es2022" }, module: { type: "es6" }, sourceMaps: "inline" },
+    ],
   },
   moduleNameMapper: {
     "^@pi/proto$": "<rootDir>/proto/src/index.ts",
@@ -42,13 +45,15 @@ export const testInfra = {
 /** @type {import('jest').Config} */
 export default {
   // The cluster lane runs only through `npm run test:cluster` (jest.cluster.config.js), against an installed release.
-  projects: Object.entries(LANES).filter(([, { ownRun }]) => !ownRun).map(([lane, { infra }]) => ({
-    ...projectBase,
-    displayName: lane,
-    testRegex: testRegexOf(lane, rootDir),
-    // A lane without the infrastructure is guarded against reaching any server (the unit lane).
-    ...(infra ? testInfra : { testEnvironment: "<rootDir>/test/support/unit-environment.mjs" }),
-  })),
+  projects: Object.entries(LANES)
+    .filter(([, { ownRun }]) => !ownRun)
+    .map(([lane, { infra }]) => ({
+      ...projectBase,
+      displayName: lane,
+      testRegex: testRegexOf(lane, rootDir),
+      // A lane without the infrastructure is guarded against reaching any server (the unit lane).
+      ...(infra ? testInfra : { testEnvironment: "<rootDir>/test/support/unit-environment.mjs" }),
+    })),
   // Clean clones have no file durations: the long lanes start first (test/support/sequencer.mjs).
   testSequencer: "<rootDir>/test/support/sequencer.mjs",
   testTimeout: 60_000,

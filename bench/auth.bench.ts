@@ -63,7 +63,9 @@ it("authenticated GET /v1/connections/{id} (bearer verified locally, then the co
   const r = await load(concurrency, 8, once);
   // The same with a bad bearer: what the bearer check alone costs (no internal call).
   const refused = await load(concurrency, 3, async () => {
-    const res = await fetch(`${stack.baseUrl}/v1/connections/${id}`, { headers: { authorization: `Bearer ${token}x` } });
+    const res = await fetch(`${stack.baseUrl}/v1/connections/${id}`, {
+      headers: { authorization: `Bearer ${token}x` },
+    });
     await res.arrayBuffer();
     return res.status === 401;
   });

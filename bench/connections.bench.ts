@@ -28,13 +28,20 @@ afterAll(async () => {
 
 const median = (xs: number[]) => percentile(xs, 50);
 /** A distinct lowercase word for every n (base 26 in the letters a-z, at least two of them). */
-const word = (n: number) => [...n.toString(26)].map((c) => String.fromCharCode(97 + parseInt(c, 26))).join("").padStart(2, "a");
+const word = (n: number) =>
+  [...n.toString(26)]
+    .map((c) => String.fromCharCode(97 + parseInt(c, 26)))
+    .join("")
+    .padStart(2, "a");
 
 it("POST /v1/connections: resolved vs unresolvable addresses, interleaved", async () => {
   const samples = 150;
   const resolved = [];
   for (let i = 0; i < samples; i++) resolved.push((await ops.elderCreate()).address);
-  const unresolved = Array.from({ length: samples }, (_, i) => `${word(i)}.unknown.person@${stack.settings.ADDRESS_DOMAIN}`);
+  const unresolved = Array.from(
+    { length: samples },
+    (_, i) => `${word(i)}.unknown.person@${stack.settings.ADDRESS_DOMAIN}`,
+  );
   const time = async (elder: string) => {
     const started = performance.now();
     const res = await call(stack.baseUrl, token, "POST", "/v1/connections", { elder });
@@ -76,5 +83,10 @@ it("caregiver approval to connection.approved on Kafka (outbox relay)", async ()
     await events.waitFor(() => events.of(id).length === 1, 10_000);
     latencies.push(performance.now() - started);
   }
-  report("connections: approve -> event on Kafka (ms)", { samples, p50: median(latencies), p95: percentile(latencies, 95), max: Math.max(...latencies) });
+  report("connections: approve -> event on Kafka (ms)", {
+    samples,
+    p50: median(latencies),
+    p95: percentile(latencies, 95),
+    max: Math.max(...latencies),
+  });
 });

@@ -26,11 +26,21 @@ const gateways: { name: string; pid: number; baseUrl: string; metricsUrl?: strin
 async function startGateway(name: string, metrics: boolean) {
   const port = await freePort();
   const metricsPort = await freePort();
-  const kafkaUsers = JSON.parse(readFileSync(join(stack.stateDir, "kafka-users.json"), "utf8")) as Record<string, string>;
-  const identities = JSON.parse(readFileSync(join(stack.stateDir, LOCAL_IDENTITY_FILE), "utf8")) as Record<string, string>;
+  const kafkaUsers = JSON.parse(readFileSync(join(stack.stateDir, "kafka-users.json"), "utf8")) as Record<
+    string,
+    string
+  >;
+  const identities = JSON.parse(readFileSync(join(stack.stateDir, LOCAL_IDENTITY_FILE), "utf8")) as Record<
+    string,
+    string
+  >;
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "",
-    ...Object.fromEntries(Object.entries(stack.settings).flatMap(([k, v]) => (v === undefined ? [] : [[k, typeof v === "object" ? JSON.stringify(v) : String(v)]]))),
+    ...Object.fromEntries(
+      Object.entries(stack.settings).flatMap(([k, v]) =>
+        v === undefined ? [] : [[k, typeof v === "object" ? JSON.stringify(v) : String(v)]],
+      ),
+    ),
     ...(withLocalStackIdentity({}, stack.stateDir, "gateway") as Record<string, string>),
     SERVICE_IDENTITY_PUBLIC_KEYS: Object.values(identities).map(publicKeyEntry).join(","),
     ...NO_RATE_LIMITS,
@@ -42,7 +52,10 @@ async function startGateway(name: string, metrics: boolean) {
     LOG_LEVEL: "warn",
   };
   delete env.API_DEPRECATIONS;
-  const child = spawn(process.execPath, [join(process.cwd(), "services", "gateway", "dist", "main.js")], { env, stdio: ["ignore", "ignore", "inherit"] });
+  const child = spawn(process.execPath, [join(process.cwd(), "services", "gateway", "dist", "main.js")], {
+    env,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
   const baseUrl = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {
@@ -54,11 +67,20 @@ async function startGateway(name: string, metrics: boolean) {
     if (Date.now() > deadline || child.exitCode !== null) throw new Error(`gateway ${name} did not get ready`);
     await new Promise((r) => setTimeout(r, 200));
   }
-  gateways.push({ name, pid: child.pid!, baseUrl, metricsUrl: metrics ? `http://127.0.0.1:${metricsPort}/metrics` : undefined, child });
+  gateways.push({
+    name,
+    pid: child.pid!,
+    baseUrl,
+    metricsUrl: metrics ? `http://127.0.0.1:${metricsPort}/metrics` : undefined,
+    child,
+  });
 }
 
 beforeAll(async () => {
-  stack = await startLocalStack({ portBase: knobs.portBase, env: { ...NO_RATE_LIMITS, ACCESS_TOKEN_TTL_SECONDS: "3600", SERVICE_REPLICAS: "1" } });
+  stack = await startLocalStack({
+    portBase: knobs.portBase,
+    env: { ...NO_RATE_LIMITS, ACCESS_TOKEN_TTL_SECONDS: "3600", SERVICE_REPLICAS: "1" },
+  });
   load = new LoadGenerator();
   partner = await connectedPartner(stack, "Bench Metrics Partner");
   await startGateway("metrics on", true);
@@ -72,7 +94,13 @@ afterAll(async () => {
 }, 90_000);
 
 it("the gateway's CPU per request, metrics on and off (GET /v1/files/{id})", async () => {
-  const res = await sendFile(stack.baseUrl, partner.token, partner.elder, Buffer.from("Bench note: take with water.\n"), { filename: "note.txt" });
+  const res = await sendFile(
+    stack.baseUrl,
+    partner.token,
+    partner.elder,
+    Buffer.from("Bench note: take with water.\n"),
+    { filename: "note.txt" },
+  );
   if (res.status !== 202) throw new Error(`upload failed: ${res.status}`);
   const id = res.json!.id as string;
   await waitForStatus(stack.baseUrl, partner.token, id, ["processed"]);
@@ -80,12 +108,27 @@ it("the gateway's CPU per request, metrics on and off (GET /v1/files/{id})", asy
 
   const run = async (g: (typeof gateways)[number], seconds: number) => {
     // A scrape every second while metrics are on, as the e2e test's Prometheus does (a cluster's: 30 s).
-    const scraper = g.metricsUrl ? setInterval(() => void fetch(g.metricsUrl!).then((r) => r.text()).catch(() => undefined), 1000) : undefined;
+    const scraper = g.metricsUrl
+      ? setInterval(
+          () =>
+            void fetch(g.metricsUrl!)
+              .then((r) => r.text())
+              .catch(() => undefined),
+          1000,
+        )
+      : undefined;
     const meter = cpuMeter([{ pid: g.pid, name: g.name }]);
-    const r = await load.autocannon({ method: "GET", headers, url: `${g.baseUrl}/v1/files/${id}`, connections: knobs.connections, duration: seconds });
+    const r = await load.autocannon({
+      method: "GET",
+      headers,
+      url: `${g.baseUrl}/v1/files/${id}`,
+      connections: knobs.connections,
+      duration: seconds,
+    });
     const cpu = meter.stop();
     clearInterval(scraper);
-    if (r.non2xx + r.errors + r.timeouts > 0) throw new Error(`${g.name}: ${r.non2xx} non-2xx, ${r.errors} errors, ${r.timeouts} timeouts`);
+    if (r.non2xx + r.errors + r.timeouts > 0)
+      throw new Error(`${g.name}: ${r.non2xx} non-2xx, ${r.errors} errors, ${r.timeouts} timeouts`);
     return { cpuUs: (cpu.total * 1e6) / r.ok, rps: r.ok / r.seconds, p99: r.latency.p99 };
   };
   const [on, off] = gateways as [(typeof gateways)[number], (typeof gateways)[number]];

@@ -6,13 +6,18 @@ process.env.BENCH_RUN_ID ??= new Date().toISOString();
 
 /** Prints one benchmark's figures and keeps them in .state/bench/results.jsonl (with the run's id). */
 export function report(topic: string, figures: Record<string, number | string>): void {
-  const rounded = Object.fromEntries(Object.entries(figures).map(([k, v]) => [k, typeof v === "number" ? round(v) : v]));
+  const rounded = Object.fromEntries(
+    Object.entries(figures).map(([k, v]) => [k, typeof v === "number" ? round(v) : v]),
+  );
   const width = Math.max(...Object.keys(rounded).map((k) => k.length));
   const lines = Object.entries(rounded).map(([k, v]) => `  ${k.padEnd(width)}  ${v}`);
   process.stdout.write(`\n${topic}\n${lines.join("\n")}\n`);
   const dir = join(process.cwd(), ".state", "bench");
   mkdirSync(dir, { recursive: true });
-  appendFileSync(join(dir, "results.jsonl"), `${JSON.stringify({ topic, at: new Date().toISOString(), run: process.env.BENCH_RUN_ID, ...rounded })}\n`);
+  appendFileSync(
+    join(dir, "results.jsonl"),
+    `${JSON.stringify({ topic, at: new Date().toISOString(), run: process.env.BENCH_RUN_ID, ...rounded })}\n`,
+  );
 }
 
 /** Two decimals, or three significant digits for small values (a ratio of 0.034 stays 0.034). */

@@ -77,10 +77,20 @@ beforeAll(async () => {
   // The baseline verifies the system's own tokens with the system's own public keys, and knows the
   // partner's credential (hashed with a pepper of its own) to issue tokens of the same shape.
   // The keys are the gateway's to ask for: the bench asks with the stack's gateway identity.
-  const asGateway = { ...stack.settings, SERVICE_IDENTITY_KEY: withLocalStackIdentity({}, stack.stateDir, "gateway").SERVICE_IDENTITY_KEY };
+  const asGateway = {
+    ...stack.settings,
+    SERVICE_IDENTITY_KEY: withLocalStackIdentity({}, stack.stateDir, "gateway").SERVICE_IDENTITY_KEY,
+  };
   const jwks = await clientsFor(asGateway).auth().getJwks({});
   const scope = await tokenScope();
-  const clients = [{ client_id: partner.live.clientId, client_secret: partner.live.clientSecret, partner_id: partner.partnerId, scope }];
+  const clients = [
+    {
+      client_id: partner.live.clientId,
+      client_secret: partner.live.clientSecret,
+      partner_id: partner.partnerId,
+      scope,
+    },
+  ];
   authBaseline = await startBaseline("auth-baseline.mjs", { BENCH_CLIENTS: JSON.stringify(clients) });
   koa = await startBaseline("koa-baseline.mjs", { AUTH_BASELINE_URL: authBaseline.baseUrl });
   const res = await fetch(`${koa.baseUrl}/_bench/keys`, {
@@ -98,11 +108,16 @@ afterAll(async () => {
   sink?.stop();
   await stack?.stop();
   if (scratch) rmSync(scratch, { recursive: true, force: true });
-  if (Object.keys(summary).length > 0) report("summary: system / bare baseline (issue 14's goals in brackets)", summary);
+  if (Object.keys(summary).length > 0)
+    report("summary: system / bare baseline (issue 14's goals in brackets)", summary);
 }, 90_000);
 
 const tokenForm = () =>
-  new URLSearchParams({ grant_type: "client_credentials", client_id: partner.live.clientId, client_secret: partner.live.clientSecret }).toString();
+  new URLSearchParams({
+    grant_type: "client_credentials",
+    client_id: partner.live.clientId,
+    client_secret: partner.live.clientSecret,
+  }).toString();
 
 async function tokenScope(): Promise<string> {
   const res = await fetch(`${stack.baseUrl}/oauth/token`, {
@@ -136,7 +151,9 @@ const loadAverage = () => loadavg()[0]!;
 /** CPU per unit of work by process name, as "gateway 1.2, auth 0.8" (largest first). */
 const byProcess = (perName: Map<string, number>[], units: number[]) => {
   const names = new Set(perName.flatMap((m) => [...m.keys()]));
-  const medians = [...names].map((n) => [n, median(perName.map((m, i) => ((m.get(n) ?? 0) * 1000) / units[i]!))] as const);
+  const medians = [...names].map(
+    (n) => [n, median(perName.map((m, i) => ((m.get(n) ?? 0) * 1000) / units[i]!))] as const,
+  );
   return medians
     .filter(([, v]) => v > 0)
     .sort((a, b) => b[1] - a[1])
@@ -217,11 +234,19 @@ function recordUploads(results: UploadResult[]) {
   const ok = results.filter((r) => r.status === 202);
   for (const r of ok) if (r.id) accepted.push(r.id);
   const failed = results.filter((r) => r.status !== 202);
-  if (failed.length > 0) process.stderr.write(`bench: ${failed.length} uploads not accepted, e.g. ${failed[0]!.status} ${failed[0]!.error}\n`);
+  if (failed.length > 0)
+    process.stderr.write(
+      `bench: ${failed.length} uploads not accepted, e.g. ${failed[0]!.status} ${failed[0]!.error}\n`,
+    );
   return { ok: ok.length, failed: failed.length };
 }
 
-const uploadSpec = (size: number) => ({ url: `${stack.baseUrl}/v1/files`, token: partner.token, elder: partner.elder, size });
+const uploadSpec = (size: number) => ({
+  url: `${stack.baseUrl}/v1/files`,
+  token: partner.token,
+  elder: partner.elder,
+  size,
+});
 // The same request to the sink, headers included; it ignores them.
 const sinkSpec = (size: number) => ({ ...uploadSpec(size), url: `${sink.baseUrl}/v1/files` });
 
@@ -230,12 +255,20 @@ const sinkSpec = (size: number) => ({ ...uploadSpec(size), url: `${sink.baseUrl}
  * extracted, or, when extraction has a backlog it does not get through in time, while `received`.
  */
 async function newFile(): Promise<{ id: string; body: string; status: string }> {
-  const res = await sendFile(stack.baseUrl, partner.token, partner.elder, Buffer.from(`Bench note ${Date.now()}: take with water.\n`), { filename: "note.txt" });
+  const res = await sendFile(
+    stack.baseUrl,
+    partner.token,
+    partner.elder,
+    Buffer.from(`Bench note ${Date.now()}: take with water.\n`),
+    { filename: "note.txt" },
+  );
   if (res.status !== 202) throw new Error(`upload failed: ${res.status} ${res.text}`);
   const id = res.json!.id as string;
   const deadline = Date.now() + 30_000;
   for (;;) {
-    const got = await fetch(`${stack.baseUrl}/v1/files/${id}`, { headers: { authorization: `Bearer ${partner.token}` } });
+    const got = await fetch(`${stack.baseUrl}/v1/files/${id}`, {
+      headers: { authorization: `Bearer ${partner.token}` },
+    });
     const body = await got.text();
     const status = got.status === 200 ? (JSON.parse(body) as { status: string }).status : `http ${got.status}`;
     if (status !== "received" || Date.now() > deadline) return { id, body, status };
@@ -252,8 +285,13 @@ async function compareGet(label: string) {
   const headers = { authorization: `Bearer ${partner.token}` };
   const fromBaseline = await fetch(`${koa.baseUrl}/v1/files/${file.id}`, { headers });
   const baselineBody = await fromBaseline.text();
-  if (fromBaseline.status !== 200 || baselineBody !== file.body) throw new Error(`the baseline answers ${fromBaseline.status} ${baselineBody}, the system ${file.body}`);
-  const c = await compareRequests({ method: "GET", headers }, `${stack.baseUrl}/v1/files/${file.id}`, `${koa.baseUrl}/v1/files/${file.id}`);
+  if (fromBaseline.status !== 200 || baselineBody !== file.body)
+    throw new Error(`the baseline answers ${fromBaseline.status} ${baselineBody}, the system ${file.body}`);
+  const c = await compareRequests(
+    { method: "GET", headers },
+    `${stack.baseUrl}/v1/files/${file.id}`,
+    `${koa.baseUrl}/v1/files/${file.id}`,
+  );
   report(`GET /v1/files/{id} ${label}: system vs bare Koa route verifying the same ES256 token`, {
     "MiB uploaded to the system before this file": uploadedBytes / MiB,
     "the file's status (processed unless extraction lagged)": file.status,
@@ -290,12 +328,24 @@ it("POST /oauth/token: the floor of a gateway calling an auth service (bare Koa 
     { pid: koa.pid, name: "koa-baseline" },
     { pid: authBaseline.pid, name: "auth-baseline" },
   ];
-  const request = { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: tokenForm() };
-  const floorVsBare = await compareRequests(request, floorUrl, `${koa.baseUrl}/oauth/token`, { system: floorProcesses });
-  report("POST /oauth/token: floor (bare Koa route + one bare gRPC call) vs bare Koa route; 'system' below is the floor", floorVsBare.figures);
-  const systemVsFloor = await compareRequests(request, `${stack.baseUrl}/oauth/token`, floorUrl, { baseline: floorProcesses });
+  const request = {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: tokenForm(),
+  };
+  const floorVsBare = await compareRequests(request, floorUrl, `${koa.baseUrl}/oauth/token`, {
+    system: floorProcesses,
+  });
+  report(
+    "POST /oauth/token: floor (bare Koa route + one bare gRPC call) vs bare Koa route; 'system' below is the floor",
+    floorVsBare.figures,
+  );
+  const systemVsFloor = await compareRequests(request, `${stack.baseUrl}/oauth/token`, floorUrl, {
+    baseline: floorProcesses,
+  });
   report("POST /oauth/token: system vs floor; 'baseline' below is the floor", systemVsFloor.figures);
-  summary["token floor req/s ratio to the bare route (the bound of this shape)"] = floorVsBare.s.rps / floorVsBare.b.rps;
+  summary["token floor req/s ratio to the bare route (the bound of this shape)"] =
+    floorVsBare.s.rps / floorVsBare.b.rps;
   summary["token req/s ratio, system / floor"] = systemVsFloor.s.rps / systemVsFloor.b.rps;
   summary["token CPU-per-request ratio, floor / system"] = systemVsFloor.b.cpuMs / systemVsFloor.s.cpuMs;
 }, 300_000);
@@ -312,12 +362,14 @@ it("GET /v1/connections/{id} of an approved connection: system vs a bare Koa rou
   const path = `/v1/connections/${partner.connectionId}`;
   const got = await fetch(`${stack.baseUrl}${path}`, { headers });
   const body = await got.text();
-  if (got.status !== 200 || (JSON.parse(body) as { status: string }).status !== "approved") throw new Error(`the connection reads ${got.status} ${body}`);
+  if (got.status !== 200 || (JSON.parse(body) as { status: string }).status !== "approved")
+    throw new Error(`the connection reads ${got.status} ${body}`);
   const put = await fetch(`${koa.baseUrl}/_bench/connections/${partner.connectionId}`, { method: "PUT", body });
   if (put.status !== 204) throw new Error(`the baseline refused the connection body: ${put.status}`);
   const fromBaseline = await fetch(`${koa.baseUrl}${path}`, { headers });
   const baselineBody = await fromBaseline.text();
-  if (fromBaseline.status !== 200 || baselineBody !== body) throw new Error(`the baseline answers ${fromBaseline.status} ${baselineBody}, the system ${body}`);
+  if (fromBaseline.status !== 200 || baselineBody !== body)
+    throw new Error(`the baseline answers ${fromBaseline.status} ${baselineBody}, the system ${body}`);
   const c = await compareRequests({ method: "GET", headers }, `${stack.baseUrl}${path}`, `${koa.baseUrl}${path}`);
   report("GET /v1/connections/{id}, approved: system vs bare Koa route verifying the same ES256 token", c.figures);
   summary["connection read req/s ratio [>= 0.3]"] = c.s.rps / c.b.rps;
@@ -335,7 +387,12 @@ it("one 25 MB upload at a time (bytes durable before the 202), extraction of the
     const cpu = meter.stop();
     const res = r.results[0]!;
     if (res.status !== 202) throw new Error(`upload refused: ${res.status} ${res.error}`);
-    return { mibPerSecond: mib / (res.ms / 1000), cpuMsPerMiB: (cpu.total * 1000) / mib, cpu: cpu.byName, result: r.results };
+    return {
+      mibPerSecond: mib / (res.ms / 1000),
+      cpuMsPerMiB: (cpu.total * 1000) / mib,
+      cpu: cpu.byName,
+      result: r.results,
+    };
   };
   const sinkProcesses = [{ pid: sink.pid, name: "sink" }];
   // Nothing is drained between rounds: the system's extraction of the earlier uploads runs beside
@@ -344,7 +401,10 @@ it("one 25 MB upload at a time (bytes durable before the 202), extraction of the
   // BENCH_UPLOAD_DRAIN=1 waits for extraction before each round instead: the figure of before issue 23.
   const settled = async () => {
     if (knobs.uploadDrain) await waitUntilSettled(accepted, knobs.drainSeconds * 1000);
-    unsettledAtRoundStart = Math.max(unsettledAtRoundStart, (await statusesOf(accepted)).filter((x) => x === "received").length);
+    unsettledAtRoundStart = Math.max(
+      unsettledAtRoundStart,
+      (await statusesOf(accepted)).filter((x) => x === "received").length,
+    );
   };
   const loadBefore = loadAverage();
   // Warm-up uploads first, to the sink and to every file-intake replica (the gateway sends uploads
@@ -375,22 +435,26 @@ it("one 25 MB upload at a time (bytes durable before the 202), extraction of the
   const b = median(rounds.baseline.map((r) => r.mibPerSecond));
   const sCpu = median(rounds.system.map((r) => r.cpuMsPerMiB));
   const bCpu = median(rounds.baseline.map((r) => r.cpuMsPerMiB));
-  report(`upload of ${knobs.uploadMiB} MiB, extraction ${knobs.uploadDrain ? "drained before each round" : "not drained"}: system vs bare node:http sink (hash + write + fsync)`, {
-    "ratio MiB/s (system / baseline)": s / b,
-    "ratio CPU per MiB (baseline / system)": bCpu / sCpu,
-    "system MiB/s (median of rounds)": s,
-    "baseline MiB/s (median of rounds)": b,
-    "system CPU ms per MiB (all its processes)": sCpu,
-    "baseline CPU ms per MiB": bCpu,
-    "system CPU ms per MiB by process": byProcess(
-      rounds.system.map((r) => r.cpu),
-      rounds.system.map(() => mib),
-    ),
-    "system MiB/s by round": list(rounds.system.map((r) => r.mibPerSecond)),
-    "baseline MiB/s by round": list(rounds.baseline.map((r) => r.mibPerSecond)),
-    "files still received when a round began (most: extraction running beside the round if > 0)": unsettledAtRoundStart,
-    "machine load average before / after": `${loadBefore.toFixed(1)} / ${loadAverage().toFixed(1)}`,
-  });
+  report(
+    `upload of ${knobs.uploadMiB} MiB, extraction ${knobs.uploadDrain ? "drained before each round" : "not drained"}: system vs bare node:http sink (hash + write + fsync)`,
+    {
+      "ratio MiB/s (system / baseline)": s / b,
+      "ratio CPU per MiB (baseline / system)": bCpu / sCpu,
+      "system MiB/s (median of rounds)": s,
+      "baseline MiB/s (median of rounds)": b,
+      "system CPU ms per MiB (all its processes)": sCpu,
+      "baseline CPU ms per MiB": bCpu,
+      "system CPU ms per MiB by process": byProcess(
+        rounds.system.map((r) => r.cpu),
+        rounds.system.map(() => mib),
+      ),
+      "system MiB/s by round": list(rounds.system.map((r) => r.mibPerSecond)),
+      "baseline MiB/s by round": list(rounds.baseline.map((r) => r.mibPerSecond)),
+      "files still received when a round began (most: extraction running beside the round if > 0)":
+        unsettledAtRoundStart,
+      "machine load average before / after": `${loadBefore.toFixed(1)} / ${loadAverage().toFixed(1)}`,
+    },
+  );
   summary["25 MB upload MiB/s ratio [>= 0.3]"] = s / b;
   summary["25 MB upload CPU-per-MiB ratio, baseline / system"] = bCpu / sCpu;
 }, 300_000);
@@ -448,15 +512,25 @@ it("8 concurrent 25 MB uploads: the gateway's and file-intake's RSS against idle
   // (2 x 16 MiB semi-spaces, NODE_HEAP_FLAGS) and of its buffers' pages as growth. So 4 uploads go
   // first, one at a time.
   const warmUp = uploadedBytes === 0;
-  if (warmUp) uploadedBytes += recordUploads((await load.uploads({ ...uploadSpec(size), count: 4, concurrency: 1 })).results).ok * size;
+  if (warmUp)
+    uploadedBytes +=
+      recordUploads((await load.uploads({ ...uploadSpec(size), count: 4, concurrency: 1 })).results).ok * size;
   await new Promise((r) => setTimeout(r, 2000)); // let the previous uploads' garbage go
   const idle = new Map(watched.map((p) => [p.pid, rssMiB(p.pid) ?? NaN]));
   const sampler = rssSampler(watched.map((p) => p.pid));
-  const r = await load.uploads({ ...uploadSpec(size), count: knobs.concurrentUploads, concurrency: knobs.concurrentUploads });
+  const r = await load.uploads({
+    ...uploadSpec(size),
+    count: knobs.concurrentUploads,
+    concurrency: knobs.concurrentUploads,
+  });
   const peak = sampler.stop();
   const c = recordUploads(r.results);
   uploadedBytes += c.ok * size;
-  const sinkRun = await load.uploads({ ...sinkSpec(size), count: knobs.concurrentUploads, concurrency: knobs.concurrentUploads });
+  const sinkRun = await load.uploads({
+    ...sinkSpec(size),
+    count: knobs.concurrentUploads,
+    concurrency: knobs.concurrentUploads,
+  });
   const figures: Record<string, number | string> = {};
   const seen = new Map<string, number>();
   for (const p of watched) {
@@ -486,7 +560,12 @@ it("bulk data: uploads until at least 500 MB went into the system, then extracti
   let seconds = 0;
   let c = { ok: 0, failed: 0 };
   if (uploads > 0) {
-    const r = await load.uploads({ ...uploadSpec(size), count: uploads, concurrency: knobs.fillConcurrency, deadline: Date.now() + knobs.fillMaxSeconds * 1000 });
+    const r = await load.uploads({
+      ...uploadSpec(size),
+      count: uploads,
+      concurrency: knobs.fillConcurrency,
+      deadline: Date.now() + knobs.fillMaxSeconds * 1000,
+    });
     c = recordUploads(r.results);
     uploadedBytes += c.ok * size;
     seconds = r.seconds;
@@ -496,9 +575,10 @@ it("bulk data: uploads until at least 500 MB went into the system, then extracti
   const started = performance.now();
   const remaining = await waitUntilSettled(accepted, knobs.drainSeconds * 1000);
   report("bulk data", {
-    [`MiB accepted by the system so far (goal ${knobs.fillMiB}; short if the phase hit ${knobs.fillMaxSeconds} s)`]: uploadedBytes / MiB,
+    [`MiB accepted by the system so far (goal ${knobs.fillMiB}; short if the phase hit ${knobs.fillMaxSeconds} s)`]:
+      uploadedBytes / MiB,
     "uploads in this phase (accepted / refused)": `${c.ok} / ${c.failed}`,
-    "concurrency": knobs.fillConcurrency,
+    concurrency: knobs.fillConcurrency,
     "aggregate MiB/s in this phase": uploads > 0 ? (c.ok * size) / MiB / seconds : NaN,
     "seconds until extraction caught up": (performance.now() - started) / 1000,
     [`files still received after the wait (of ${accepted.length})`]: remaining,
@@ -545,7 +625,9 @@ async function statusesOf(ids: string[]): Promise<string[]> {
     Array.from({ length: 8 }, async () => {
       while (next < ids.length) {
         const i = next++;
-        const res = await fetch(`${stack.baseUrl}/v1/files/${ids[i]}`, { headers: { authorization: `Bearer ${partner.token}` } });
+        const res = await fetch(`${stack.baseUrl}/v1/files/${ids[i]}`, {
+          headers: { authorization: `Bearer ${partner.token}` },
+        });
         const text = await res.text();
         out[i] = res.status === 200 ? (JSON.parse(text) as { status: string }).status : `http ${res.status}`;
       }
@@ -554,14 +636,24 @@ async function statusesOf(ids: string[]): Promise<string[]> {
   return out;
 }
 
-const tally = (statuses: string[]) => statuses.reduce<Record<string, number>>((acc, s) => ({ ...acc, [s]: (acc[s] ?? 0) + 1 }), {});
+const tally = (statuses: string[]) =>
+  statuses.reduce<Record<string, number>>((acc, s) => ({ ...acc, [s]: (acc[s] ?? 0) + 1 }), {});
 
 it("extraction: small PDFs at a sustained rate; how many are still received 10 s after the last", async () => {
-  const r = await load.paced({ ...uploadSpec(0), base64: fixture("sample.pdf").toString("base64"), filename: "sample.pdf", rate: knobs.pdfRate, seconds: knobs.pdfSeconds });
+  const r = await load.paced({
+    ...uploadSpec(0),
+    base64: fixture("sample.pdf").toString("base64"),
+    filename: "sample.pdf",
+    rate: knobs.pdfRate,
+    seconds: knobs.pdfSeconds,
+  });
   const ids = r.results.filter((x) => x.status === 202).map((x) => x.id!);
   accepted.push(...ids);
   const refused = r.results.length - ids.length;
-  if (refused > 0) process.stderr.write(`bench: ${refused} PDFs not accepted, e.g. ${r.results.find((x) => x.status !== 202)?.error}\n`);
+  if (refused > 0)
+    process.stderr.write(
+      `bench: ${refused} PDFs not accepted, e.g. ${r.results.find((x) => x.status !== 202)?.error}\n`,
+    );
   const wait = r.lastAnswerAt + 10_000 - Date.now();
   if (wait > 0) await new Promise((res) => setTimeout(res, wait));
   const at10 = tally(await statusesOf(ids));
@@ -574,7 +666,8 @@ it("extraction: small PDFs at a sustained rate; how many are still received 10 s
     "upload p50 / p99 ms": `${Math.round(percentile(latencies, 50))} / ${Math.round(percentile(latencies, 99))}`,
     "still received 10 s after the last answer [0]": at10.received ?? 0,
     "processed / failed at that moment": `${at10.processed ?? 0} / ${at10.failed ?? 0}`,
-    "further seconds until none was received": left === 0 ? (performance.now() - started) / 1000 : `> ${knobs.drainSeconds} (${left} left)`,
+    "further seconds until none was received":
+      left === 0 ? (performance.now() - started) / 1000 : `> ${knobs.drainSeconds} (${left} left)`,
   });
   summary["PDFs still received 10 s after the last [0]"] = at10.received ?? 0;
 }, 900_000);
@@ -595,7 +688,8 @@ it("extraction of a 25 MB PDF beside a client polling GET /v1/files/{id}", async
     const up = await load.uploads({ ...uploadSpec(0), path: pdf, filename: "report.pdf", count: 1, concurrency: 1 });
     t1 = Date.now();
     const id = up.results[0]!.id;
-    if (up.results[0]!.status !== 202 || !id) throw new Error(`the big PDF was refused: ${up.results[0]!.status} ${up.results[0]!.error}`);
+    if (up.results[0]!.status !== 202 || !id)
+      throw new Error(`the big PDF was refused: ${up.results[0]!.status} ${up.results[0]!.error}`);
     accepted.push(id);
     while (status === "received" && Date.now() - t1 < 120_000) {
       await new Promise((r) => setTimeout(r, 250));
@@ -610,7 +704,8 @@ it("extraction of a 25 MB PDF beside a client polling GET /v1/files/{id}", async
   const quiet = window(0, t0);
   const uploading = window(t0, t1);
   const extracting = window(t1, t2);
-  const describe = (xs: number[]) => `${xs.length} GETs, p50 ${percentile(xs, 50).toFixed(1)}, p99 ${percentile(xs, 99).toFixed(1)}, max ${Math.max(...xs).toFixed(1)}`;
+  const describe = (xs: number[]) =>
+    `${xs.length} GETs, p50 ${percentile(xs, 50).toFixed(1)}, p99 ${percentile(xs, 99).toFixed(1)}, max ${Math.max(...xs).toFixed(1)}`;
   const quietP50 = percentile(quiet, 50);
   const worst = Math.max(...extracting, ...uploading) - quietP50;
   report(`extraction of a ${knobs.bigPdfMiB} MiB PDF beside a polling GET /v1/files/{id} (ms)`, {
@@ -640,7 +735,9 @@ it("idle: the CPU of every process of the stack over a minute", async () => {
     "all processes [< 0.1]": total,
     processes: procs.length,
     "files still received when the window began (not idle if > 0)": backlog,
-    ...Object.fromEntries([...cpu.byName].sort((x, y) => y[1] - x[1]).map(([name, seconds]) => [name, seconds / cpu.seconds])),
+    ...Object.fromEntries(
+      [...cpu.byName].sort((x, y) => y[1] - x[1]).map(([name, seconds]) => [name, seconds / cpu.seconds]),
+    ),
   });
   summary["idle stack, cores [< 0.1]"] = total;
 }, 300_000);

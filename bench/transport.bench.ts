@@ -16,8 +16,14 @@ interface Hop {
 }
 
 it("one unary call, empty handler: gRPC through connect-node and grpc-js, the Connect protocol, against a bare HTTP/2 request", () => {
-  const out = execFileSync(process.execPath, [join(process.cwd(), "bench", "drivers", "transport-hop.mjs")], { encoding: "utf8", timeout: 120_000 });
-  const hops: Hop[] = out.trim().split("\n").map((line) => JSON.parse(line) as Hop);
+  const out = execFileSync(process.execPath, [join(process.cwd(), "bench", "drivers", "transport-hop.mjs")], {
+    encoding: "utf8",
+    timeout: 120_000,
+  });
+  const hops: Hop[] = out
+    .trim()
+    .split("\n")
+    .map((line) => JSON.parse(line) as Hop);
   const bare = hops.find((h) => h.name.startsWith("bare"))!;
   const bareCpu = bare.clientCpuMsPerCall + bare.serverCpuMsPerCall;
   for (const h of hops) {

@@ -32,7 +32,14 @@ async function partnerWithReceiver(name: string) {
 
 it("delivered webhook events per second", async () => {
   const { partner, receiver } = await partnerWithReceiver("Bench Throughput");
-  const producer = createProducer(createKafka(stack.settings.KAFKA_BROKERS, "bench", createLogger("bench", "error"), kafkaCredentials(stack.settings)));
+  const producer = createProducer(
+    createKafka(
+      stack.settings.KAFKA_BROKERS,
+      "bench",
+      createLogger("bench", "error"),
+      kafkaCredentials(stack.settings),
+    ),
+  );
   await producer.connect();
   const n = 500;
   const messages = Array.from({ length: n }, () => {
@@ -49,7 +56,10 @@ it("delivered webhook events per second", async () => {
   });
   const started = performance.now();
   for (let i = 0; i < n; i += 100) {
-    await producer.send({ topic: topicName(stack.settings.DATA_NAMESPACE, "connectionEvents"), messages: messages.slice(i, i + 100) });
+    await producer.send({
+      topic: topicName(stack.settings.DATA_NAMESPACE, "connectionEvents"),
+      messages: messages.slice(i, i + 100),
+    });
   }
   await receiver.waitFor((a) => a.length >= n, 120_000, `${n} deliveries`);
   const seconds = (performance.now() - started) / 1000;
@@ -69,13 +79,19 @@ it("delay from a caregiver approve to the webhook's arrival", async () => {
   const ids: string[] = [];
   for (let i = 0; i < samples; i++) {
     const elder = await ops.elderCreate();
-    ids.push((await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address })).json!.id as string);
+    ids.push(
+      (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address })).json!.id as string,
+    );
   }
   const delays: number[] = [];
   for (const id of ids) {
     const started = Date.now();
     await ops.connectionAct("approve", id);
-    const arrivals = await receiver.waitFor((a) => a.some((x) => x.event.data.connection_id === id), 20_000, `the webhook of ${id}`);
+    const arrivals = await receiver.waitFor(
+      (a) => a.some((x) => x.event.data.connection_id === id),
+      20_000,
+      `the webhook of ${id}`,
+    );
     delays.push(arrivals.find((x) => x.event.data.connection_id === id)!.at - started);
   }
   report("webhooks: caregiver approve to webhook arrival (ms)", {

@@ -33,8 +33,12 @@ if (!check) {
     buf(["generate", "--output", out]);
     const fresh = join(out, "src", "gen");
     const committed = join(protoDir, "src", "gen");
-    const a = listFiles(fresh).map((f) => relative(fresh, f)).sort();
-    const b = listFiles(committed).map((f) => relative(committed, f)).sort();
+    const a = listFiles(fresh)
+      .map((f) => relative(fresh, f))
+      .sort();
+    const b = listFiles(committed)
+      .map((f) => relative(committed, f))
+      .sort();
     const differing = [...new Set([...a, ...b])].filter((f) => {
       try {
         return !readFileSync(join(fresh, f)).equals(readFileSync(join(committed, f)));

@@ -21,7 +21,10 @@ const PACKAGE_TEST = String.raw`(?:proto|services/[^/]+|deploy/[^/]+|sdk/[^/]+)/
 /** @type {Record<string, { patterns: RegExp[]; infra: boolean; build: boolean; ownRun?: boolean; about: string }>} */
 export const LANES = {
   unit: {
-    patterns: [new RegExp(String.raw`^${PACKAGE_TEST}(?!.*\.integration\.test\.ts$).+\.test\.ts$`), /^test\/support\/.+\.test\.ts$/],
+    patterns: [
+      new RegExp(String.raw`^${PACKAGE_TEST}(?!.*\.integration\.test\.ts$).+\.test\.ts$`),
+      /^test\/support\/.+\.test\.ts$/,
+    ],
     infra: false,
     build: false,
     about: "pure and in-process: no database, no Kafka, no server of another process",

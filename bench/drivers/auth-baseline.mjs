@@ -17,7 +17,12 @@ const handler = connectNodeAdapter({
       async issueToken(req) {
         const t = await issuer.issue(req.clientId, req.clientSecret);
         if (!t) return { outcome: { case: "failure", value: authv1.TokenFailure.INVALID_CLIENT } };
-        return { outcome: { case: "token", value: { accessToken: t.access_token, expiresIn: BigInt(t.expires_in), scope: t.scope } } };
+        return {
+          outcome: {
+            case: "token",
+            value: { accessToken: t.access_token, expiresIn: BigInt(t.expires_in), scope: t.scope },
+          },
+        };
       },
     }),
 });

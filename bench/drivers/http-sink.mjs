@@ -35,7 +35,9 @@ server.requestTimeout = 0;
 // The gateway's idle keep-alive: with Node's 5 s default, an upload sent on a connection idle that
 // long (the settle wait between rounds) raced the sink closing it, and failed with EPIPE.
 server.keepAliveTimeout = 65_000;
-server.listen(Number(process.env.PORT ?? 0), "127.0.0.1", () => process.stdout.write(`listening ${server.address().port}\n`));
+server.listen(Number(process.env.PORT ?? 0), "127.0.0.1", () =>
+  process.stdout.write(`listening ${server.address().port}\n`),
+);
 const quit = () => {
   rmSync(dir, { recursive: true, force: true });
   process.exit(0);

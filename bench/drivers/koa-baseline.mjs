@@ -36,7 +36,12 @@ const bearer = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 // The resources answered from memory: the path's prefix, the id's shape and the scope a token needs.
 const resources = {
   files: { prefix: "/v1/files/", id: /^file_[0-9A-Za-z]{22}$/, scope: "files:write", bodies: files },
-  connections: { prefix: "/v1/connections/", id: /^con_[0-9A-Za-z]{1,64}$/, scope: "connections:write", bodies: new Map() },
+  connections: {
+    prefix: "/v1/connections/",
+    id: /^con_[0-9A-Za-z]{1,64}$/,
+    scope: "connections:write",
+    bodies: new Map(),
+  },
 };
 
 const readJson = async (req) => {
@@ -50,7 +55,14 @@ const form = bodyParser({ enableTypes: ["json", "form"], jsonLimit: "16kb", form
 const app = new Koa();
 app.use(async (ctx, next) => {
   const path = ctx.path;
-  const resource = ctx.method === "GET" ? (path.startsWith("/v1/files/") ? resources.files : path.startsWith("/v1/connections/") ? resources.connections : undefined) : undefined;
+  const resource =
+    ctx.method === "GET"
+      ? path.startsWith("/v1/files/")
+        ? resources.files
+        : path.startsWith("/v1/connections/")
+          ? resources.connections
+          : undefined
+      : undefined;
   if (resource) {
     const m = bearer.exec(ctx.get("authorization"));
     let ok = false;
@@ -63,7 +75,10 @@ app.use(async (ctx, next) => {
           typ: "at+jwt",
           requiredClaims: ["sub", "exp", "iat", "jti"],
         });
-        ok = typeof payload.sub === "string" && typeof payload.scope === "string" && payload.scope.split(" ").includes(resource.scope);
+        ok =
+          typeof payload.sub === "string" &&
+          typeof payload.scope === "string" &&
+          payload.scope.split(" ").includes(resource.scope);
       } catch {
         ok = false;
       }
@@ -92,8 +107,16 @@ app.use(async (ctx, next) => {
     if (b.grant_type === "client_credentials") {
       if (path === "/oauth/token") t = await tokens.issue(b.client_id, b.client_secret);
       else {
-        const res = await auth.issueToken({ clientId: String(b.client_id ?? ""), clientSecret: String(b.client_secret ?? "") });
-        if (res.outcome.case === "token") t = { access_token: res.outcome.value.accessToken, expires_in: Number(res.outcome.value.expiresIn), scope: res.outcome.value.scope };
+        const res = await auth.issueToken({
+          clientId: String(b.client_id ?? ""),
+          clientSecret: String(b.client_secret ?? ""),
+        });
+        if (res.outcome.case === "token")
+          t = {
+            access_token: res.outcome.value.accessToken,
+            expires_in: Number(res.outcome.value.expiresIn),
+            scope: res.outcome.value.scope,
+          };
       }
     }
     if (!t) {

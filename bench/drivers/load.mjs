@@ -23,14 +23,31 @@ function request(url, { method = "GET", headers = {}, body, via = agent } = {}) 
     // A server that answers before the body is sent (a refusal) and closes makes the write fail
     // (EPIPE): the answer, if it came, is what the request got, with the error beside it.
     let answered;
-    const failed = (err) => resolve({ status: answered?.statusCode ?? 0, text: String(err), ms: performance.now() - started, at: Date.now() });
-    const req = http.request(url, { method, headers: body ? { ...headers, "content-length": body.length } : headers, agent: via }, (res) => {
-      answered = res;
-      const chunks = [];
-      res.on("data", (c) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode, text: Buffer.concat(chunks).toString("utf8"), ms: performance.now() - started, at: Date.now() }));
-      res.on("error", failed);
-    });
+    const failed = (err) =>
+      resolve({
+        status: answered?.statusCode ?? 0,
+        text: String(err),
+        ms: performance.now() - started,
+        at: Date.now(),
+      });
+    const req = http.request(
+      url,
+      { method, headers: body ? { ...headers, "content-length": body.length } : headers, agent: via },
+      (res) => {
+        answered = res;
+        const chunks = [];
+        res.on("data", (c) => chunks.push(c));
+        res.on("end", () =>
+          resolve({
+            status: res.statusCode,
+            text: Buffer.concat(chunks).toString("utf8"),
+            ms: performance.now() - started,
+            at: Date.now(),
+          }),
+        );
+        res.on("error", failed);
+      },
+    );
     req.on("error", failed);
     req.end(body);
   });
@@ -43,7 +60,10 @@ function multipart(elder, file, filename) {
     `--${boundary}\r\nContent-Disposition: form-data; name="elder"\r\n\r\n${elder}\r\n` +
       `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${filename}"\r\nContent-Type: application/octet-stream\r\n\r\n`,
   );
-  return { contentType: `multipart/form-data; boundary=${boundary}`, body: Buffer.concat([head, file, Buffer.from(`\r\n--${boundary}--\r\n`)]) };
+  return {
+    contentType: `multipart/form-data; boundary=${boundary}`,
+    body: Buffer.concat([head, file, Buffer.from(`\r\n--${boundary}--\r\n`)]),
+  };
 }
 
 /** `size` bytes of plain text (printable lines), the same for every call. */
@@ -55,7 +75,12 @@ function text(size) {
 }
 
 /** The file of an upload command: a file's bytes (path), given bytes (base64) or generated text of `size` bytes. */
-const fileOf = (cmd) => (cmd.path !== undefined ? readFileSync(cmd.path) : cmd.base64 !== undefined ? Buffer.from(cmd.base64, "base64") : text(cmd.size));
+const fileOf = (cmd) =>
+  cmd.path !== undefined
+    ? readFileSync(cmd.path)
+    : cmd.base64 !== undefined
+      ? Buffer.from(cmd.base64, "base64")
+      : text(cmd.size);
 
 function uploadRequest(cmd) {
   const { contentType, body } = multipart(cmd.elder, fileOf(cmd), cmd.filename ?? "upload.txt");
@@ -82,7 +107,12 @@ async function uploads(cmd) {
       while (next < cmd.count && !(cmd.deadline && Date.now() > cmd.deadline)) {
         next++;
         const r = await request(cmd.url, { method: "POST", headers, body });
-        results.push({ status: r.status, ms: r.ms, id: idOf(r.text), error: r.status === 202 ? undefined : r.text.slice(0, 300) });
+        results.push({
+          status: r.status,
+          ms: r.ms,
+          id: idOf(r.text),
+          error: r.status === 202 ? undefined : r.text.slice(0, 300),
+        });
       }
     }),
   );
@@ -106,7 +136,12 @@ async function paced(cmd) {
   return {
     sentSeconds,
     lastAnswerAt: Math.max(...answers.map((a) => a.at)),
-    results: answers.map((r) => ({ status: r.status, ms: r.ms, id: idOf(r.text), error: r.status === 202 ? undefined : r.text.slice(0, 300) })),
+    results: answers.map((r) => ({
+      status: r.status,
+      ms: r.ms,
+      id: idOf(r.text),
+      error: r.status === 202 ? undefined : r.text.slice(0, 300),
+    })),
   };
 }
 
@@ -142,7 +177,13 @@ async function handle(cmd) {
         non2xx: r.non2xx,
         errors: r.errors,
         timeouts: r.timeouts,
-        latency: { p50: r.latency.p50, p90: r.latency.p90, p99: r.latency.p99, max: r.latency.max, mean: r.latency.mean },
+        latency: {
+          p50: r.latency.p50,
+          p90: r.latency.p90,
+          p99: r.latency.p99,
+          max: r.latency.max,
+          mean: r.latency.mean,
+        },
       };
     }
     case "uploads":

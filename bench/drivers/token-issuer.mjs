@@ -13,7 +13,8 @@ export async function createTokenIssuer() {
   return {
     /** [{ client_id, client_secret, partner_id, scope }] */
     addClients(list) {
-      for (const c of list) clients.set(c.client_id, { hash: hash(c.client_secret), partner_id: c.partner_id, scope: c.scope });
+      for (const c of list)
+        clients.set(c.client_id, { hash: hash(c.client_secret), partner_id: c.partner_id, scope: c.scope });
     },
     /** The token response's fields, or undefined for invalid_client. */
     async issue(clientId, clientSecret) {

@@ -17,7 +17,12 @@ import { authv1 } from "@pi/proto";
 
 const SECONDS = Number(process.env.HOP_SECONDS ?? 4);
 const CONCURRENCY = Number(process.env.HOP_CONCURRENCY ?? 8);
-const answer = { outcome: { case: "token", value: { accessToken: "x".repeat(600), expiresIn: 900n, scope: "connections:write files:write" } } };
+const answer = {
+  outcome: {
+    case: "token",
+    value: { accessToken: "x".repeat(600), expiresIn: 900n, scope: "connections:write files:write" },
+  },
+};
 const request = { clientId: "client", clientSecret: "secret" };
 
 if (process.argv[2] === "serve") {
@@ -26,7 +31,11 @@ if (process.argv[2] === "serve") {
   const grpcServer = new grpc.Server();
   const { definition, implementation } = grpcHandlers(collectRoutes(routes), []);
   grpcServer.addService(definition, implementation);
-  const grpcPort = await new Promise((resolve, reject) => grpcServer.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))));
+  const grpcPort = await new Promise((resolve, reject) =>
+    grpcServer.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) =>
+      err ? reject(err) : resolve(port),
+    ),
+  );
   const rawAnswer = toBinary(authv1.IssueTokenResponseSchema, create(authv1.IssueTokenResponseSchema, answer));
   const raw = (req, res) => {
     req.on("data", () => {});
@@ -38,7 +47,10 @@ if (process.argv[2] === "serve") {
   const h2 = http2.createServer((req, res) => (req.url === "/raw" ? raw(req, res) : connect(req, res)));
   const h1 = http.createServer(connect);
   h1.keepAliveTimeout = 65_000;
-  await Promise.all([new Promise((r) => h2.listen(0, "127.0.0.1", r)), new Promise((r) => h1.listen(0, "127.0.0.1", r))]);
+  await Promise.all([
+    new Promise((r) => h2.listen(0, "127.0.0.1", r)),
+    new Promise((r) => h1.listen(0, "127.0.0.1", r)),
+  ]);
   process.send({ h2: h2.address().port, h1: h1.address().port, grpc: grpcPort });
   process.on("message", (m) => {
     if (m === "cpu") {
@@ -68,7 +80,15 @@ if (process.argv[2] === "serve") {
     const message = create(authv1.IssueTokenRequestSchema, request);
     return () =>
       new Promise((resolve, reject) =>
-        client.makeUnaryRequest(method.path, method.requestSerialize, method.responseDeserialize, message, new grpc.Metadata(), {}, (err, res) => (err ? reject(err) : resolve(res))),
+        client.makeUnaryRequest(
+          method.path,
+          method.requestSerialize,
+          method.responseDeserialize,
+          message,
+          new grpc.Metadata(),
+          {},
+          (err, res) => (err ? reject(err) : resolve(res)),
+        ),
       );
   };
   const variants = {
@@ -83,10 +103,15 @@ if (process.argv[2] === "serve") {
           stream.end(rawRequest);
         });
     },
-    "Connect protocol, HTTP/1.1": () => viaConnect(createConnectTransport({ baseUrl: `http://127.0.0.1:${ports.h1}`, httpVersion: "1.1", useBinaryFormat: true })),
-    "Connect protocol, HTTP/2": () => viaConnect(createConnectTransport({ baseUrl: h2Url, httpVersion: "2", useBinaryFormat: true })),
+    "Connect protocol, HTTP/1.1": () =>
+      viaConnect(
+        createConnectTransport({ baseUrl: `http://127.0.0.1:${ports.h1}`, httpVersion: "1.1", useBinaryFormat: true }),
+      ),
+    "Connect protocol, HTTP/2": () =>
+      viaConnect(createConnectTransport({ baseUrl: h2Url, httpVersion: "2", useBinaryFormat: true })),
     "gRPC, connect-node client -> connect-node server": () => viaConnect(createGrpcTransport({ baseUrl: h2Url })),
-    "gRPC, connect-node client -> grpc-js server (the services' adapter)": () => viaConnect(createGrpcTransport({ baseUrl: `http://127.0.0.1:${ports.grpc}` })),
+    "gRPC, connect-node client -> grpc-js server (the services' adapter)": () =>
+      viaConnect(createGrpcTransport({ baseUrl: `http://127.0.0.1:${ports.grpc}` })),
     "gRPC, grpc-js client -> connect-node server": () => viaGrpcJs(ports.h2),
     "gRPC, grpc-js client -> grpc-js server (the services' adapter)": () => viaGrpcJs(ports.grpc),
   };

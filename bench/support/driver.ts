@@ -42,7 +42,10 @@ export class LoadGenerator {
 
   constructor() {
     // The generator must not be the bottleneck of a 25 MB body: a large young generation helps.
-    this.child = fork(join(drivers, "load.mjs"), [], { stdio: ["ignore", "inherit", "inherit", "ipc"], execArgv: ["--max-semi-space-size=32"] });
+    this.child = fork(join(drivers, "load.mjs"), [], {
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      execArgv: ["--max-semi-space-size=32"],
+    });
     this.child.on("message", (m: { id: number; result?: unknown; error?: string }) => {
       const p = this.pending.get(m.id);
       if (!p) return;
@@ -72,18 +75,28 @@ export class LoadGenerator {
     return this.run({ op: "autocannon", options });
   }
 
-  uploads(spec: UploadSpec & { count: number; concurrency: number; deadline?: number }): Promise<{ seconds: number; bodyBytes: number; results: UploadResult[] }> {
+  uploads(
+    spec: UploadSpec & { count: number; concurrency: number; deadline?: number },
+  ): Promise<{ seconds: number; bodyBytes: number; results: UploadResult[] }> {
     return this.run({ op: "uploads", ...spec });
   }
 
-  paced(spec: UploadSpec & { rate: number; seconds: number }): Promise<{ sentSeconds: number; lastAnswerAt: number; results: UploadResult[] }> {
+  paced(
+    spec: UploadSpec & { rate: number; seconds: number },
+  ): Promise<{ sentSeconds: number; lastAnswerAt: number; results: UploadResult[] }> {
     return this.run({ op: "paced", ...spec });
   }
 
   /** GETs `url` one after another until the returned stop() is called; [startedAt epoch ms, latency ms, status] each. */
   probe(url: string, token: string, pauseMs = 0) {
     const probe = this.nextId;
-    const done = this.run<{ samples: [number, number, number][] }>({ op: "probe", probe: this.nextId, url, token, pauseMs });
+    const done = this.run<{ samples: [number, number, number][] }>({
+      op: "probe",
+      probe: this.nextId,
+      url,
+      token,
+      pauseMs,
+    });
     return {
       stop: async () => {
         await this.run({ op: "stop", probe });
@@ -98,8 +111,14 @@ export class LoadGenerator {
 }
 
 /** A bare baseline server in a process of its own; resolves once it listens. */
-export async function startBaseline(script: "koa-baseline.mjs" | "auth-baseline.mjs" | "http-sink.mjs", env: Record<string, string> = {}) {
-  const child = fork(join(drivers, script), [], { stdio: ["ignore", "pipe", "inherit", "ipc"], env: { ...process.env, ...env } });
+export async function startBaseline(
+  script: "koa-baseline.mjs" | "auth-baseline.mjs" | "http-sink.mjs",
+  env: Record<string, string> = {},
+) {
+  const child = fork(join(drivers, script), [], {
+    stdio: ["ignore", "pipe", "inherit", "ipc"],
+    env: { ...process.env, ...env },
+  });
   const port = await new Promise<number>((resolve, reject) => {
     let out = "";
     child.stdout!.on("data", (d: Buffer) => {

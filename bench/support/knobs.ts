@@ -8,7 +8,8 @@ function knob(name: string, full: number, short: number): number {
   const raw = process.env[name];
   if (raw === undefined || raw === "") return quick ? short : full;
   const value = Number(raw);
-  if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, not ${JSON.stringify(raw)}`);
+  if (!Number.isFinite(value) || value < 0)
+    throw new Error(`${name} must be a non-negative number, not ${JSON.stringify(raw)}`);
   return value;
 }
 

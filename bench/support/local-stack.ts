@@ -2,7 +2,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseSettings, SERVICE_URL_SETTINGS, withLocalStackAddresses, withLocalStackIdentity, type Settings } from "@pi/common";
+import {
+  parseSettings,
+  SERVICE_URL_SETTINGS,
+  withLocalStackAddresses,
+  withLocalStackIdentity,
+  type Settings,
+} from "@pi/common";
 import { freePort } from "../../deploy/local/src/infra.js";
 import { alive, descendants } from "../../test/support/processes.js";
 import { everyReplicaServes } from "../../test/support/replicas.js";
@@ -59,14 +65,24 @@ export function processName(pid: number): string {
 
 /** Ports the kernel says are free now: for a stack that must not collide with another suite's. */
 async function freeStackPorts(): Promise<ReturnType<typeof stackPorts>> {
-  return { GATEWAY_PORT: await freePort(), MONGODB_PORT: await freePort(), KAFKA_PORT: await freePort(), KAFKA_CONTROLLER_PORT: await freePort() };
+  return {
+    GATEWAY_PORT: await freePort(),
+    MONGODB_PORT: await freePort(),
+    KAFKA_PORT: await freePort(),
+    KAFKA_CONTROLLER_PORT: await freePort(),
+  };
 }
 
 /**
  * A local stack as `npm start` runs it; on ports from `portBase` (the bench's) or, without one, on free
  * ports; in `stateDir` (an empty directory the caller made, removed by stop()) or a new temporary one.
  */
-export async function startLocalStack(opts: { portBase?: number; env?: Record<string, string>; readyTimeoutMs?: number; stateDir?: string }): Promise<LocalStack> {
+export async function startLocalStack(opts: {
+  portBase?: number;
+  env?: Record<string, string>;
+  readyTimeoutMs?: number;
+  stateDir?: string;
+}): Promise<LocalStack> {
   const ports = opts.portBase === undefined ? await freeStackPorts() : stackPorts(opts.portBase);
   const stateDir = opts.stateDir ?? mkdtempSync(join(process.env.BENCH_STATE_PARENT ?? tmpdir(), "pi-bench-stack-"));
   const url = (port: number) => `http://127.0.0.1:${port}`;
@@ -80,7 +96,15 @@ export async function startLocalStack(opts: { portBase?: number; env?: Record<st
   };
   // The stack provisions and runs its own database and broker; the test run's are not its. Its
   // services take free ports (stackPorts).
-  for (const k of ["MONGODB_URI", "KAFKA_BROKERS", "TEST_MONGODB_URI", "TEST_KAFKA_BROKERS", "NODE_OPTIONS", ...SERVICE_URL_SETTINGS]) delete env[k];
+  for (const k of [
+    "MONGODB_URI",
+    "KAFKA_BROKERS",
+    "TEST_MONGODB_URI",
+    "TEST_KAFKA_BROKERS",
+    "NODE_OPTIONS",
+    ...SERVICE_URL_SETTINGS,
+  ])
+    delete env[k];
   for (const k of Object.keys(env)) if (/_(SERVICE|ADMIN)_PORT$/.test(k)) delete env[k];
   if (opts.env?.NODE_OPTIONS) env.NODE_OPTIONS = opts.env.NODE_OPTIONS;
 

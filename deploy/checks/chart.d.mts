@@ -1,7 +1,10 @@
 // Kubernetes objects are handled as plain parsed YAML.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type K8sObject = any;
-export type Combination = Record<"ingress" | "networkPolicy" | "pdb" | "hpa" | "externalMongo" | "externalKafka" | "metrics" | "httpRoute", boolean>;
+export type Combination = Record<
+  "ingress" | "networkPolicy" | "pdb" | "hpa" | "externalMongo" | "externalKafka" | "metrics" | "httpRoute",
+  boolean
+>;
 export interface ServiceInfo {
   key: string;
   component: string;
@@ -26,7 +29,11 @@ export declare function helmTemplate(
   values?: unknown,
   options?: { release?: string; namespace?: string; extraArgs?: string[] },
 ): { code: number | null; stderr: string; docs: K8sObject[]; text: string };
-export declare function renderNotes(helm: string, values?: unknown, options?: { release?: string; namespace?: string }): string;
+export declare function renderNotes(
+  helm: string,
+  values?: unknown,
+  options?: { release?: string; namespace?: string },
+): string;
 export declare function validateSchemas(docs: K8sObject[]): Promise<string[]>;
 export declare function workloads(docs: K8sObject[]): K8sObject[];
 export declare function byKind(docs: K8sObject[], kind: string): K8sObject[];

@@ -38,11 +38,18 @@ export const SWITCHES = {
   hpa: (on) => Object.fromEntries(SERVICES.map((s) => [s.key, { autoscaling: { enabled: on } }])),
   externalMongo: (on) =>
     Object.fromEntries(
-      SERVICES.filter((s) => s.data).map((s) => [s.key, { mongodb: { external: { existingSecret: on ? `${s.component}-mongodb-uri` : "" } } }]),
+      SERVICES.filter((s) => s.data).map((s) => [
+        s.key,
+        { mongodb: { external: { existingSecret: on ? `${s.component}-mongodb-uri` : "" } } },
+      ]),
     ),
-  externalKafka: (on) => ({ kafka: { external: { brokers: on ? "kafka-0.kafka.example:9092,kafka-1.kafka.example:9094" : "" } } }),
+  externalKafka: (on) => ({
+    kafka: { external: { brokers: on ? "kafka-0.kafka.example:9092,kafka-1.kafka.example:9094" : "" } },
+  }),
   // Every metrics switch: the ServiceMonitors, the PrometheusRule and the dashboard.
-  metrics: (on) => ({ metrics: { serviceMonitor: { enabled: on }, prometheusRule: { enabled: on }, dashboard: { enabled: on } } }),
+  metrics: (on) => ({
+    metrics: { serviceMonitor: { enabled: on }, prometheusRule: { enabled: on }, dashboard: { enabled: on } },
+  }),
   // Gateway API: an HTTPRoute on a Gateway the chart creates.
   httpRoute: (on) => ({ httpRoute: { enabled: on, gateway: { create: on, className: "traefik" } } }),
 };
@@ -68,16 +75,26 @@ export function valuesFor(combination) {
  */
 export function allCombinations() {
   const base = ["ingress", "networkPolicy", "pdb", "hpa", "externalMongo", "externalKafka"];
-  const product = (names) => Array.from({ length: 2 ** names.length }, (_, i) => Object.fromEntries(names.map((n, bit) => [n, Boolean(i & (1 << bit))])));
+  const product = (names) =>
+    Array.from({ length: 2 ** names.length }, (_, i) =>
+      Object.fromEntries(names.map((n, bit) => [n, Boolean(i & (1 << bit))])),
+    );
   const off = Object.fromEntries(Object.keys(SWITCHES).map((n) => [n, false]));
   return [
-    ...product(base).flatMap((c) => [{ ...off, ...c }, { ...off, ...c, metrics: true, httpRoute: true }]),
-    ...["metrics", "httpRoute"].flatMap((alone) => product(["ingress", "networkPolicy"]).map((c) => ({ ...off, ...c, [alone]: true }))),
+    ...product(base).flatMap((c) => [
+      { ...off, ...c },
+      { ...off, ...c, metrics: true, httpRoute: true },
+    ]),
+    ...["metrics", "httpRoute"].flatMap((alone) =>
+      product(["ingress", "networkPolicy"]).map((c) => ({ ...off, ...c, [alone]: true })),
+    ),
   ];
 }
 
 export function describeCombination(c) {
-  const on = Object.entries(c).filter(([, v]) => v).map(([k]) => k);
+  const on = Object.entries(c)
+    .filter(([, v]) => v)
+    .map(([k]) => k);
   return on.length ? on.join("+") : "all switches off";
 }
 
@@ -113,10 +130,15 @@ async function helmAsync(helm, values, args) {
     const file = join(dir, "values.json");
     await writeFile(file, JSON.stringify(throwaway(values)));
     return await new Promise((resolve) => {
-      execFile(helm, [...args, "-f", file], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
-        if (err && typeof err.code !== "number") resolve({ status: null, stdout, stderr: `${stderr}${err.message}` });
-        else resolve({ status: err ? err.code : 0, stdout, stderr });
-      });
+      execFile(
+        helm,
+        [...args, "-f", file],
+        { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 },
+        (err, stdout, stderr) => {
+          if (err && typeof err.code !== "number") resolve({ status: null, stdout, stderr: `${stderr}${err.message}` });
+          else resolve({ status: err ? err.code : 0, stdout, stderr });
+        },
+      );
     });
   } finally {
     await rm(dir, { recursive: true, force: true });
@@ -127,7 +149,9 @@ const lintArgs = () => ["lint", "--strict", "--kube-version", KUBE_VERSION, char
 const lintResult = (r) => ({ code: r.status, output: `${r.stdout}${r.stderr}` });
 
 export function helmLint(helm, values) {
-  return withValuesFile(values, (file) => lintResult(spawnSync(helm, [...lintArgs(), "-f", file], { encoding: "utf8" })));
+  return withValuesFile(values, (file) =>
+    lintResult(spawnSync(helm, [...lintArgs(), "-f", file], { encoding: "utf8" })),
+  );
 }
 
 /** helmLint without blocking this process (several renderings may run at once). */
@@ -135,7 +159,16 @@ export async function helmLintAsync(helm, values) {
   return lintResult(await helmAsync(helm, values, lintArgs()));
 }
 
-const templateArgs = ({ release = RELEASE, namespace = NAMESPACE, extraArgs = [] } = {}) => ["template", release, chartDir, "--namespace", namespace, "--kube-version", KUBE_VERSION, ...extraArgs];
+const templateArgs = ({ release = RELEASE, namespace = NAMESPACE, extraArgs = [] } = {}) => [
+  "template",
+  release,
+  chartDir,
+  "--namespace",
+  namespace,
+  "--kube-version",
+  KUBE_VERSION,
+  ...extraArgs,
+];
 
 function templateResult(r) {
   if (r.status !== 0) return { code: r.status, stderr: r.stderr, docs: [], text: "" };
@@ -150,7 +183,11 @@ function templateResult(r) {
 
 /** helm template; returns { code, stderr, docs } with docs the parsed objects (hooks included). */
 export function helmTemplate(helm, values, options = {}) {
-  return withValuesFile(values, (file) => templateResult(spawnSync(helm, [...templateArgs(options), "-f", file], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 })));
+  return withValuesFile(values, (file) =>
+    templateResult(
+      spawnSync(helm, [...templateArgs(options), "-f", file], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 }),
+    ),
+  );
 }
 
 /** helmTemplate without blocking this process (several renderings may run at once). */
@@ -173,7 +210,23 @@ export function renderNotes(helm, values, { release = RELEASE, namespace = NAMES
     );
     const file = join(dir, "values.json");
     writeFileSync(file, JSON.stringify(throwaway(values)));
-    const r = spawnSync(helm, ["template", release, copy, "--namespace", namespace, "--kube-version", KUBE_VERSION, "-f", file, "--show-only", "templates/zz-notes-probe.yaml"], { encoding: "utf8" });
+    const r = spawnSync(
+      helm,
+      [
+        "template",
+        release,
+        copy,
+        "--namespace",
+        namespace,
+        "--kube-version",
+        KUBE_VERSION,
+        "-f",
+        file,
+        "--show-only",
+        "templates/zz-notes-probe.yaml",
+      ],
+      { encoding: "utf8" },
+    );
     if (r.status !== 0) throw new Error(`rendering NOTES.txt failed: ${r.stderr}`);
     return parseAllDocuments(r.stdout)[0].toJS().data.notes;
   } finally {
@@ -243,10 +296,12 @@ export function checkHardening(docs) {
     const where = `${w.kind}/${w.metadata.name}`;
     const pod = w.spec.template.spec;
     const psc = pod.securityContext ?? {};
-    if (pod.automountServiceAccountToken !== false) problems.push(`${where}: automountServiceAccountToken is not false`);
+    if (pod.automountServiceAccountToken !== false)
+      problems.push(`${where}: automountServiceAccountToken is not false`);
     if (psc.runAsNonRoot !== true) problems.push(`${where}: pod runAsNonRoot is not true`);
     if (!(psc.runAsUser > 0)) problems.push(`${where}: pod runAsUser is not a non-zero uid`);
-    if (psc.seccompProfile?.type !== "RuntimeDefault") problems.push(`${where}: pod seccompProfile is not RuntimeDefault`);
+    if (psc.seccompProfile?.type !== "RuntimeDefault")
+      problems.push(`${where}: pod seccompProfile is not RuntimeDefault`);
     if (pod.hostNetwork || pod.hostPID || pod.hostIPC) problems.push(`${where}: uses a host namespace`);
     const volumes = new Map((pod.volumes ?? []).map((v) => [v.name, v]));
     for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
@@ -259,14 +314,21 @@ export function checkHardening(docs) {
       if (sc.privileged) problems.push(`${at}: privileged`);
       if ((sc.runAsNonRoot ?? psc.runAsNonRoot) !== true) problems.push(`${at}: runAsNonRoot is not true`);
       if (sc.runAsUser === 0) problems.push(`${at}: runs as uid 0`);
-      if ((sc.seccompProfile ?? psc.seccompProfile)?.type !== "RuntimeDefault") problems.push(`${at}: seccomp is not RuntimeDefault`);
+      if ((sc.seccompProfile ?? psc.seccompProfile)?.type !== "RuntimeDefault")
+        problems.push(`${at}: seccomp is not RuntimeDefault`);
       const tmp = (c.volumeMounts ?? []).find((m) => m.mountPath === "/tmp");
       if (!tmp || !volumes.get(tmp.name)?.emptyDir) problems.push(`${at}: no emptyDir mounted at /tmp`);
       const r = c.resources ?? {};
-      for (const [kind, res] of [["requests", "cpu"], ["requests", "memory"], ["limits", "memory"], ["limits", "cpu"]]) {
+      for (const [kind, res] of [
+        ["requests", "cpu"],
+        ["requests", "memory"],
+        ["limits", "memory"],
+        ["limits", "cpu"],
+      ]) {
         if (r[kind]?.[res] === undefined) problems.push(`${at}: resources.${kind}.${res} not set`);
       }
-      if (!/:[^/]+$|@sha256:/.test(c.image) || /:latest$/.test(c.image)) problems.push(`${at}: image ${c.image} has no pinned tag`);
+      if (!/:[^/]+$|@sha256:/.test(c.image) || /:latest$/.test(c.image))
+        problems.push(`${at}: image ${c.image} has no pinned tag`);
       if (w.kind !== "Job") {
         if (!c.livenessProbe) problems.push(`${at}: no livenessProbe`);
         if (!c.readinessProbe) problems.push(`${at}: no readinessProbe`);
@@ -286,19 +348,29 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
   ];
   for (const w of workloads(docs)) {
     if (w.kind === "Job") continue;
-    if (!matches(w.spec.selector?.matchLabels, w.spec.template.metadata?.labels)) problems.push(`${w.kind}/${w.metadata.name}: selector does not match its pod labels`);
-    if (w.kind === "StatefulSet" && !find(docs, "Service", w.spec.serviceName)) problems.push(`StatefulSet/${w.metadata.name}: serviceName ${w.spec.serviceName} is not rendered`);
+    if (!matches(w.spec.selector?.matchLabels, w.spec.template.metadata?.labels))
+      problems.push(`${w.kind}/${w.metadata.name}: selector does not match its pod labels`);
+    if (w.kind === "StatefulSet" && !find(docs, "Service", w.spec.serviceName))
+      problems.push(`StatefulSet/${w.metadata.name}: serviceName ${w.spec.serviceName} is not rendered`);
   }
   for (const svc of byKind(docs, "Service")) {
-    const targets = pods.filter((p) => p.w.kind !== "Job" && p.w.kind !== "Pod" && matches(svc.spec.selector, p.labels));
+    const targets = pods.filter(
+      (p) => p.w.kind !== "Job" && p.w.kind !== "Pod" && matches(svc.spec.selector, p.labels),
+    );
     if (targets.length !== 1) {
       problems.push(`Service/${svc.metadata.name}: selector matches ${targets.length} workloads, expected 1`);
       continue;
     }
     const ports = targets[0].spec.containers.flatMap((c) => c.ports ?? []);
     for (const p of svc.spec.ports) {
-      const ok = typeof p.targetPort === "string" ? ports.some((cp) => cp.name === p.targetPort) : ports.some((cp) => cp.containerPort === (p.targetPort ?? p.port));
-      if (!ok) problems.push(`Service/${svc.metadata.name}: port ${p.name} targets ${p.targetPort}, which no container declares`);
+      const ok =
+        typeof p.targetPort === "string"
+          ? ports.some((cp) => cp.name === p.targetPort)
+          : ports.some((cp) => cp.containerPort === (p.targetPort ?? p.port));
+      if (!ok)
+        problems.push(
+          `Service/${svc.metadata.name}: port ${p.name} targets ${p.targetPort}, which no container declares`,
+        );
     }
   }
   const secrets = new Set([...byKind(docs, "Secret").map((s) => s.metadata.name), ...externalSecrets]);
@@ -308,16 +380,26 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
     for (const c of spec.containers) {
       for (const e of c.env ?? []) {
         const ref = e.valueFrom?.secretKeyRef;
-        if (ref && !secrets.has(ref.name)) problems.push(`${where}: env ${e.name} refers to Secret ${ref.name}, which is neither rendered nor declared external`);
+        if (ref && !secrets.has(ref.name))
+          problems.push(
+            `${where}: env ${e.name} refers to Secret ${ref.name}, which is neither rendered nor declared external`,
+          );
         const cm = e.valueFrom?.configMapKeyRef;
-        if (cm && !byKind(docs, "ConfigMap").some((m) => m.metadata.name === cm.name && cm.key in (m.data ?? {}))) problems.push(`${where}: env ${e.name} refers to ConfigMap ${cm.name} key ${cm.key}, not rendered`);
+        if (cm && !byKind(docs, "ConfigMap").some((m) => m.metadata.name === cm.name && cm.key in (m.data ?? {})))
+          problems.push(`${where}: env ${e.name} refers to ConfigMap ${cm.name} key ${cm.key}, not rendered`);
       }
     }
     for (const v of spec.volumes ?? []) {
-      if (v.configMap && !configMaps.has(v.configMap.name)) problems.push(`${where}: volume ${v.name} refers to ConfigMap ${v.configMap.name}, not rendered`);
-      if (v.secret && !secrets.has(v.secret.secretName)) problems.push(`${where}: volume ${v.name} refers to Secret ${v.secret.secretName}, not rendered`);
+      if (v.configMap && !configMaps.has(v.configMap.name))
+        problems.push(`${where}: volume ${v.name} refers to ConfigMap ${v.configMap.name}, not rendered`);
+      if (v.secret && !secrets.has(v.secret.secretName))
+        problems.push(`${where}: volume ${v.name} refers to Secret ${v.secret.secretName}, not rendered`);
     }
-    if (spec.serviceAccountName && spec.serviceAccountName !== "default" && !find(docs, "ServiceAccount", spec.serviceAccountName)) {
+    if (
+      spec.serviceAccountName &&
+      spec.serviceAccountName !== "default" &&
+      !find(docs, "ServiceAccount", spec.serviceAccountName)
+    ) {
       problems.push(`${where}: ServiceAccount ${spec.serviceAccountName} is not rendered`);
     }
   }
@@ -327,15 +409,24 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
   }
   for (const hpa of byKind(docs, "HorizontalPodAutoscaler")) {
     const target = find(docs, hpa.spec.scaleTargetRef.kind, hpa.spec.scaleTargetRef.name);
-    if (!target) problems.push(`HorizontalPodAutoscaler/${hpa.metadata.name}: target ${hpa.spec.scaleTargetRef.name} is not rendered`);
-    else if (target.spec.replicas !== undefined) problems.push(`Deployment/${target.metadata.name}: sets replicas while an HPA scales it`);
+    if (!target)
+      problems.push(
+        `HorizontalPodAutoscaler/${hpa.metadata.name}: target ${hpa.spec.scaleTargetRef.name} is not rendered`,
+      );
+    else if (target.spec.replicas !== undefined)
+      problems.push(`Deployment/${target.metadata.name}: sets replicas while an HPA scales it`);
   }
   for (const ing of byKind(docs, "Ingress")) {
     for (const rule of ing.spec.rules ?? []) {
       for (const path of rule.http?.paths ?? []) {
         const svc = find(docs, "Service", path.backend.service.name);
-        if (!svc) problems.push(`Ingress/${ing.metadata.name}: backend Service ${path.backend.service.name} is not rendered`);
-        else if (!svc.spec.ports.some((p) => p.name === path.backend.service.port.name || p.port === path.backend.service.port.number)) {
+        if (!svc)
+          problems.push(`Ingress/${ing.metadata.name}: backend Service ${path.backend.service.name} is not rendered`);
+        else if (
+          !svc.spec.ports.some(
+            (p) => p.name === path.backend.service.port.name || p.port === path.backend.service.port.number,
+          )
+        ) {
           problems.push(`Ingress/${ing.metadata.name}: backend port is not a port of Service ${svc.metadata.name}`);
         }
       }
@@ -346,35 +437,60 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
     for (const ref of route.spec.rules.flatMap((r) => r.backendRefs ?? [])) {
       const svc = find(docs, "Service", ref.name);
       if (!svc) problems.push(`${where}: backend Service ${ref.name} is not rendered`);
-      else if (!svc.spec.ports.some((p) => p.port === ref.port)) problems.push(`${where}: backend port ${ref.port} is not a port of Service ${svc.metadata.name}`);
+      else if (!svc.spec.ports.some((p) => p.port === ref.port))
+        problems.push(`${where}: backend port ${ref.port} is not a port of Service ${svc.metadata.name}`);
     }
     for (const parent of route.spec.parentRefs) {
       const gateway = find(docs, "Gateway", parent.name);
-      if (gateway && parent.sectionName && !gateway.spec.listeners.some((l) => l.name === parent.sectionName)) problems.push(`${where}: Gateway ${parent.name} has no listener ${parent.sectionName}`);
+      if (gateway && parent.sectionName && !gateway.spec.listeners.some((l) => l.name === parent.sectionName))
+        problems.push(`${where}: Gateway ${parent.name} has no listener ${parent.sectionName}`);
     }
   }
   for (const gateway of byKind(docs, "Gateway")) {
     const secrets = new Set(byKind(docs, "Secret").map((s) => s.metadata.name));
     for (const ref of gateway.spec.listeners.flatMap((l) => l.tls?.certificateRefs ?? [])) {
-      if (!secrets.has(ref.name) && !externalSecrets.includes(ref.name)) problems.push(`Gateway/${gateway.metadata.name}: certificate Secret ${ref.name} is not rendered`);
+      if (!secrets.has(ref.name) && !externalSecrets.includes(ref.name))
+        problems.push(`Gateway/${gateway.metadata.name}: certificate Secret ${ref.name} is not rendered`);
     }
   }
   for (const monitor of byKind(docs, "ServiceMonitor")) {
-    const services = byKind(docs, "Service").filter((svc) => matches(monitor.spec.selector.matchLabels, svc.metadata.labels));
-    const scraped = services.filter((svc) => monitor.spec.endpoints.every((e) => svc.spec.ports.some((p) => p.name === e.port)));
-    if (scraped.length !== 1) problems.push(`ServiceMonitor/${monitor.metadata.name}: its endpoints' ports are on ${scraped.length} of the Services it selects, expected 1 (each pod scraped once)`);
+    const services = byKind(docs, "Service").filter((svc) =>
+      matches(monitor.spec.selector.matchLabels, svc.metadata.labels),
+    );
+    const scraped = services.filter((svc) =>
+      monitor.spec.endpoints.every((e) => svc.spec.ports.some((p) => p.name === e.port)),
+    );
+    if (scraped.length !== 1)
+      problems.push(
+        `ServiceMonitor/${monitor.metadata.name}: its endpoints' ports are on ${scraped.length} of the Services it selects, expected 1 (each pod scraped once)`,
+      );
   }
   for (const monitor of byKind(docs, "PodMonitor")) {
-    const scraped = workloads(docs).filter((w) => w.kind !== "Job" && matches(monitor.spec.selector.matchLabels, w.spec.template.metadata?.labels));
+    const scraped = workloads(docs).filter(
+      (w) => w.kind !== "Job" && matches(monitor.spec.selector.matchLabels, w.spec.template.metadata?.labels),
+    );
     const ports = scraped.flatMap((w) => w.spec.template.spec.containers.flatMap((c) => c.ports ?? []));
-    if (scraped.length !== 1 || !monitor.spec.podMetricsEndpoints.every((e) => ports.some((p) => p.name === e.port))) problems.push(`PodMonitor/${monitor.metadata.name}: selects ${scraped.length} workloads with its endpoints' ports, expected 1`);
+    if (scraped.length !== 1 || !monitor.spec.podMetricsEndpoints.every((e) => ports.some((p) => p.name === e.port)))
+      problems.push(
+        `PodMonitor/${monitor.metadata.name}: selects ${scraped.length} workloads with its endpoints' ports, expected 1`,
+      );
   }
   for (const np of byKind(docs, "NetworkPolicy")) {
     const where = `NetworkPolicy/${np.metadata.name}`;
-    if (pods.filter((p) => matches(np.spec.podSelector.matchLabels, p.labels)).length === 0) problems.push(`${where}: podSelector matches no pod of the release`);
-    for (const rule of [...(np.spec.ingress ?? []).flatMap((r) => r.from ?? []), ...(np.spec.egress ?? []).flatMap((r) => r.to ?? [])]) {
-      if (rule.podSelector && !rule.namespaceSelector && pods.filter((p) => matches(rule.podSelector.matchLabels, p.labels)).length === 0) {
-        problems.push(`${where}: peer podSelector ${JSON.stringify(rule.podSelector.matchLabels)} matches no pod of the release`);
+    if (pods.filter((p) => matches(np.spec.podSelector.matchLabels, p.labels)).length === 0)
+      problems.push(`${where}: podSelector matches no pod of the release`);
+    for (const rule of [
+      ...(np.spec.ingress ?? []).flatMap((r) => r.from ?? []),
+      ...(np.spec.egress ?? []).flatMap((r) => r.to ?? []),
+    ]) {
+      if (
+        rule.podSelector &&
+        !rule.namespaceSelector &&
+        pods.filter((p) => matches(rule.podSelector.matchLabels, p.labels)).length === 0
+      ) {
+        problems.push(
+          `${where}: peer podSelector ${JSON.stringify(rule.podSelector.matchLabels)} matches no pod of the release`,
+        );
       }
     }
   }
@@ -391,7 +507,10 @@ export function serviceSettings() {
 
 /** Settings of the operator contract's table (shared/spec/operator-contract.md beside the repo), if present. */
 export function contractSettings() {
-  const candidates = [join(repoRoot, "..", "shared", "spec", "operator-contract.md"), join(repoRoot, "shared", "spec", "operator-contract.md")];
+  const candidates = [
+    join(repoRoot, "..", "shared", "spec", "operator-contract.md"),
+    join(repoRoot, "shared", "spec", "operator-contract.md"),
+  ];
   const file = candidates.find((f) => existsSync(f));
   if (!file) return undefined;
   const text = readFileSync(file, "utf8");
@@ -400,14 +519,27 @@ export function contractSettings() {
 }
 
 /** Settings that only the local stack reads (in a cluster, replicas are each Deployment's own). */
-export const LOCAL_ONLY_SETTINGS = ["STATE_DIR", "SERVICE_REPLICAS", "GATEWAY_REPLICAS", "AUTH_REPLICAS", "CONNECTION_REPLICAS", "FILE_INTAKE_REPLICAS", "EXTRACTION_REPLICAS", "WEBHOOK_REPLICAS"];
+export const LOCAL_ONLY_SETTINGS = [
+  "STATE_DIR",
+  "SERVICE_REPLICAS",
+  "GATEWAY_REPLICAS",
+  "AUTH_REPLICAS",
+  "CONNECTION_REPLICAS",
+  "FILE_INTAKE_REPLICAS",
+  "EXTRACTION_REPLICAS",
+  "WEBHOOK_REPLICAS",
+];
 
 export function envOf(container) {
   return Object.fromEntries((container.env ?? []).map((e) => [e.name, e.value ?? e.valueFrom]));
 }
 
 /** Settings that only some services get (from Secrets): the keys of the services that read them. */
-export const SECRET_SETTINGS = { CREDENTIAL_PEPPER: ["auth"], CREDENTIAL_PEPPERS: ["auth"], DATA_KEYS: ["auth", "fileIntake"] };
+export const SECRET_SETTINGS = {
+  CREDENTIAL_PEPPER: ["auth"],
+  CREDENTIAL_PEPPERS: ["auth"],
+  DATA_KEYS: ["auth", "fileIntake"],
+};
 
 /** Settings only some services get, and those only in some setups: the services that may have them. AUDIT_RETENTION_MONGODB_URI: auth's, with the chart's own MongoDB (not the stand-in, not an external one). */
 export const OPTIONAL_SERVICE_SETTINGS = { AUDIT_RETENTION_MONGODB_URI: ["auth"] };
@@ -418,7 +550,9 @@ export const OPTIONAL_PAIRED_SETTINGS = ["KAFKA_USERNAME", "KAFKA_PASSWORD"];
 /** Every setting is an env var of every service (MONGODB_URI on data services, the SECRET_SETTINGS on theirs). */
 export function checkSettingsWired(docs, { release = RELEASE } = {}) {
   const problems = [];
-  const all = [...new Set([...serviceSettings(), ...(contractSettings() ?? [])])].filter((s) => !LOCAL_ONLY_SETTINGS.includes(s));
+  const all = [...new Set([...serviceSettings(), ...(contractSettings() ?? [])])].filter(
+    (s) => !LOCAL_ONLY_SETTINGS.includes(s),
+  );
   for (const s of SERVICES) {
     const dep = find(docs, "Deployment", `${release}-${s.component}`);
     if (!dep) {
@@ -428,11 +562,20 @@ export function checkSettingsWired(docs, { release = RELEASE } = {}) {
     const env = envOf(dep.spec.template.spec.containers[0]);
     for (const name of all) {
       const optional = name in OPTIONAL_SERVICE_SETTINGS;
-      const expected = optional ? OPTIONAL_SERVICE_SETTINGS[name].includes(s.key) : name in SECRET_SETTINGS ? SECRET_SETTINGS[name].includes(s.key) : name === "MONGODB_URI" ? s.data : true;
-      if (expected && !optional && !(name in env) && !OPTIONAL_PAIRED_SETTINGS.includes(name)) problems.push(`${s.component}: setting ${name} is not set`);
-      if (!expected && name in env) problems.push(`${s.component}: setting ${name} is set but belongs to another service`);
+      const expected = optional
+        ? OPTIONAL_SERVICE_SETTINGS[name].includes(s.key)
+        : name in SECRET_SETTINGS
+          ? SECRET_SETTINGS[name].includes(s.key)
+          : name === "MONGODB_URI"
+            ? s.data
+            : true;
+      if (expected && !optional && !(name in env) && !OPTIONAL_PAIRED_SETTINGS.includes(name))
+        problems.push(`${s.component}: setting ${name} is not set`);
+      if (!expected && name in env)
+        problems.push(`${s.component}: setting ${name} is set but belongs to another service`);
     }
-    if (new Set(OPTIONAL_PAIRED_SETTINGS.map((name) => name in env)).size > 1) problems.push(`${s.component}: ${OPTIONAL_PAIRED_SETTINGS.join(" and ")} must be set together`);
+    if (new Set(OPTIONAL_PAIRED_SETTINGS.map((name) => name in env)).size > 1)
+      problems.push(`${s.component}: ${OPTIONAL_PAIRED_SETTINGS.join(" and ")} must be set together`);
     const names = (dep.spec.template.spec.containers[0].env ?? []).map((e) => e.name);
     const dup = names.filter((n, i) => names.indexOf(n) !== i);
     if (dup.length) problems.push(`${s.component}: env set twice: ${dup.join(", ")}`);
@@ -452,7 +595,7 @@ export function checkSkaffoldImages(docs, { release = RELEASE } = {}) {
   const artifacts = config.build.artifacts;
   const release0 = config.deploy.helm.releases[0];
   const templates = release0.setValueTemplates ?? {};
-  if (!release0.chartPath || !release0.chartPath.replace(/\/$/, "").endsWith("charts/partner-integration")) {
+  if (!release0.chartPath?.replace(/\/$/, "").endsWith("charts/partner-integration")) {
     problems.push(`skaffold deploys ${release0.chartPath}, not charts/partner-integration`);
   }
   for (const s of SERVICES) {
@@ -461,29 +604,39 @@ export function checkSkaffoldImages(docs, { release = RELEASE } = {}) {
       problems.push(`skaffold.yaml has no artifact built with SERVICE=${s.image ?? s.component}`);
       continue;
     }
-    if (artifact.docker.dockerfile !== "deploy/Dockerfile") problems.push(`artifact ${artifact.image} is not built from deploy/Dockerfile`);
+    if (artifact.docker.dockerfile !== "deploy/Dockerfile")
+      problems.push(`artifact ${artifact.image} is not built from deploy/Dockerfile`);
     const sanitized = artifact.image.replace(/[/\-.:]/g, "_");
     const repoTpl = templates[`${s.key}.image.repository`];
     const tagTpl = templates[`${s.key}.image.tag`];
-    if (repoTpl !== `{{.IMAGE_REPO_${sanitized}}}`) problems.push(`skaffold sets ${s.key}.image.repository to ${repoTpl}, expected {{.IMAGE_REPO_${sanitized}}}`);
-    if (tagTpl !== `{{.IMAGE_TAG_${sanitized}}}@{{.IMAGE_DIGEST_${sanitized}}}`) problems.push(`skaffold sets ${s.key}.image.tag to ${tagTpl}`);
+    if (repoTpl !== `{{.IMAGE_REPO_${sanitized}}}`)
+      problems.push(`skaffold sets ${s.key}.image.repository to ${repoTpl}, expected {{.IMAGE_REPO_${sanitized}}}`);
+    if (tagTpl !== `{{.IMAGE_TAG_${sanitized}}}@{{.IMAGE_DIGEST_${sanitized}}}`)
+      problems.push(`skaffold sets ${s.key}.image.tag to ${tagTpl}`);
     // By default the chart renders the same repository the artifact builds (so `helm install`
     // after `skaffold build` without templating still points at the right images).
     const dep = find(docs, "Deployment", `${release}-${s.component}`);
     const image = dep?.spec.template.spec.containers[0].image ?? "";
-    if (!image.startsWith(`${artifact.image}:`)) problems.push(`${s.component}: the chart's default image ${image} is not the Skaffold artifact ${artifact.image}`);
+    if (!image.startsWith(`${artifact.image}:`))
+      problems.push(
+        `${s.component}: the chart's default image ${image} is not the Skaffold artifact ${artifact.image}`,
+      );
   }
   // The operator CLI's pod runs the gateway's artifact.
   const gateway = artifacts.find((a) => a.docker?.buildArgs?.SERVICE === "gateway");
   if (gateway) {
     const sanitized = gateway.image.replace(/[/\-.:]/g, "_");
-    if (templates["ops.image.repository"] !== `{{.IMAGE_REPO_${sanitized}}}`) problems.push("skaffold does not set ops.image.repository to the gateway's artifact");
-    if (templates["ops.image.tag"] !== `{{.IMAGE_TAG_${sanitized}}}@{{.IMAGE_DIGEST_${sanitized}}}`) problems.push("skaffold does not set ops.image.tag to the gateway's artifact");
+    if (templates["ops.image.repository"] !== `{{.IMAGE_REPO_${sanitized}}}`)
+      problems.push("skaffold does not set ops.image.repository to the gateway's artifact");
+    if (templates["ops.image.tag"] !== `{{.IMAGE_TAG_${sanitized}}}@{{.IMAGE_DIGEST_${sanitized}}}`)
+      problems.push("skaffold does not set ops.image.tag to the gateway's artifact");
     const ops = find(docs, "Deployment", `${release}-ops`);
-    if (ops && !ops.spec.template.spec.containers[0].image.startsWith(`${gateway.image}:`)) problems.push(`ops: the chart's default image is not the Skaffold artifact ${gateway.image}`);
+    if (ops && !ops.spec.template.spec.containers[0].image.startsWith(`${gateway.image}:`))
+      problems.push(`ops: the chart's default image is not the Skaffold artifact ${gateway.image}`);
   }
   const extra = artifacts.filter((a) => !SERVICES.some((s) => a.docker?.buildArgs?.SERVICE === s.component));
-  if (extra.length) problems.push(`skaffold artifacts without a chart service: ${extra.map((a) => a.image).join(", ")}`);
+  if (extra.length)
+    problems.push(`skaffold artifacts without a chart service: ${extra.map((a) => a.image).join(", ")}`);
   return problems;
 }
 
@@ -519,7 +672,9 @@ if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).
       report(`helm template (${what})`, [t.stderr]);
       continue;
     }
-    const externalSecrets = combination?.externalMongo ? SERVICES.filter((s) => s.data).map((s) => `${s.component}-mongodb-uri`) : [];
+    const externalSecrets = combination?.externalMongo
+      ? SERVICES.filter((s) => s.data).map((s) => `${s.component}-mongodb-uri`)
+      : [];
     report(`schemas (${what})`, await validateSchemas(t.docs));
     report(`hardening (${what})`, checkHardening(t.docs));
     report(`references (${what})`, checkReferences(t.docs, { externalSecrets }));
@@ -527,7 +682,8 @@ if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).
   }
   report("skaffold images", checkSkaffoldImages(helmTemplate(helm, {}).docs));
   report("Dockerfile workspaces", checkDockerfileWorkspaces());
-  console.log(`${failures === 0 ? "chart checks passed" : `${failures} problem(s)`} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  console.log(
+    `${failures === 0 ? "chart checks passed" : `${failures} problem(s)`} in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+  );
   process.exit(failures === 0 ? 0 : 1);
 }
-

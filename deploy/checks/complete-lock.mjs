@@ -15,7 +15,10 @@ const lockPath = join(root, "package-lock.json");
 
 function missingPackages() {
   try {
-    execFileSync("npm", ["ci", "--dry-run", "--ignore-scripts", "--no-audit", "--no-fund"], { cwd: root, stdio: "pipe" });
+    execFileSync("npm", ["ci", "--dry-run", "--ignore-scripts", "--no-audit", "--no-fund"], {
+      cwd: root,
+      stdio: "pipe",
+    });
     return [];
   } catch (err) {
     const out = `${err.stdout ?? ""}${err.stderr ?? ""}`;
@@ -25,14 +28,34 @@ function missingPackages() {
   }
 }
 
-const osNames = { darwin: "darwin", linux: "linux", win32: "win32", android: "android", freebsd: "freebsd", openharmony: "openharmony" };
-const cpuNames = { arm64: "arm64", x64: "x64", arm: "arm", ia32: "ia32", ppc64: "ppc64", s390x: "s390x", riscv64: "riscv64", loong64: "loong64" };
+const osNames = {
+  darwin: "darwin",
+  linux: "linux",
+  win32: "win32",
+  android: "android",
+  freebsd: "freebsd",
+  openharmony: "openharmony",
+};
+const cpuNames = {
+  arm64: "arm64",
+  x64: "x64",
+  arm: "arm",
+  ia32: "ia32",
+  ppc64: "ppc64",
+  s390x: "s390x",
+  riscv64: "riscv64",
+  loong64: "loong64",
+};
 
 function platformOf(name) {
   const parts = name.split("/").pop().split("-");
   const os = parts.find((p) => p in osNames);
   const cpu = parts.find((p) => p in cpuNames);
-  const libc = parts.some((p) => p.startsWith("musl")) ? "musl" : parts.some((p) => p === "gnu" || p === "gnueabihf") ? "glibc" : undefined;
+  const libc = parts.some((p) => p.startsWith("musl"))
+    ? "musl"
+    : parts.some((p) => p === "gnu" || p === "gnueabihf")
+      ? "glibc"
+      : undefined;
   return { os: os && [osNames[os]], cpu: cpu && [cpuNames[cpu]], libc: os === "linux" && libc ? [libc] : undefined };
 }
 
@@ -55,7 +78,9 @@ for (const name of missing) {
     ...(libc ? { libc } : {}),
   };
 }
-lock.packages = Object.fromEntries(Object.entries(lock.packages).sort(([a], [b]) => (a === "" ? -1 : b === "" ? 1 : a.localeCompare(b))));
+lock.packages = Object.fromEntries(
+  Object.entries(lock.packages).sort(([a], [b]) => (a === "" ? -1 : b === "" ? 1 : a.localeCompare(b))),
+);
 writeFileSync(lockPath, `${JSON.stringify(lock, null, 2)}\n`);
 console.log(`added ${missing.length} entries: ${missing.join(", ")}`);
 const still = missingPackages();

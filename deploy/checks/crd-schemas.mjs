@@ -18,7 +18,11 @@ export const crdDir = join(repoRoot, "deploy", "crds");
 export function crdFiles() {
   return readdirSync(crdDir, { withFileTypes: true })
     .filter((d) => d.isDirectory())
-    .flatMap((d) => readdirSync(join(crdDir, d.name)).filter((f) => f.endsWith(".yaml")).map((f) => join(crdDir, d.name, f)));
+    .flatMap((d) =>
+      readdirSync(join(crdDir, d.name))
+        .filter((f) => f.endsWith(".yaml"))
+        .map((f) => join(crdDir, d.name, f)),
+    );
 }
 
 /** Makes an OpenAPI schema refuse what it does not name (the API server's strict field validation). */
@@ -26,18 +30,28 @@ export function strict(schema, path = "") {
   if (!schema || typeof schema !== "object") return schema;
   const out = Array.isArray(schema) ? schema.map((s) => strict(s, path)) : { ...schema };
   if (Array.isArray(schema)) return out;
-  for (const key of ["items", "additionalProperties", "not"]) if (out[key] && typeof out[key] === "object") out[key] = strict(out[key], `${path}/${key}`);
-  for (const key of ["anyOf", "oneOf", "allOf"]) if (Array.isArray(out[key])) out[key] = out[key].map((s) => strict(s, path));
+  for (const key of ["items", "additionalProperties", "not"])
+    if (out[key] && typeof out[key] === "object") out[key] = strict(out[key], `${path}/${key}`);
+  for (const key of ["anyOf", "oneOf", "allOf"])
+    if (Array.isArray(out[key])) out[key] = out[key].map((s) => strict(s, path));
   if (out.properties) {
-    out.properties = Object.fromEntries(Object.entries(out.properties).map(([k, v]) => [k, path === "" && k === "metadata" ? v : strict(v, `${path}/${k}`)]));
-    if (out.type === "object" && !out["x-kubernetes-preserve-unknown-fields"] && out.additionalProperties === undefined) out.additionalProperties = false;
+    out.properties = Object.fromEntries(
+      Object.entries(out.properties).map(([k, v]) => [
+        k,
+        path === "" && k === "metadata" ? v : strict(v, `${path}/${k}`),
+      ]),
+    );
+    if (out.type === "object" && !out["x-kubernetes-preserve-unknown-fields"] && out.additionalProperties === undefined)
+      out.additionalProperties = false;
   }
   return out;
 }
 
 /** The CRDs' patterns are Go's (RE2): its inline (?i) is a flag here (they use it for whole patterns). */
 export function goRegExp(pattern, flags) {
-  return pattern.includes("(?i)") ? new RegExp(pattern.replaceAll("(?i)", ""), `${flags}i`) : new RegExp(pattern, flags);
+  return pattern.includes("(?i)")
+    ? new RegExp(pattern.replaceAll("(?i)", ""), `${flags}i`)
+    : new RegExp(pattern, flags);
 }
 goRegExp.code = 'require("./crd-schemas.mjs").goRegExp';
 
@@ -66,5 +80,8 @@ export function validateCustomResource(obj) {
   const validate = crdValidators().get(`${obj.apiVersion}/${obj.kind}`);
   if (!validate) return undefined;
   if (validate(obj)) return [];
-  return validate.errors.map((e) => `${e.instancePath || "/"} ${e.message}${e.params?.additionalProperty ? ` (${e.params.additionalProperty})` : ""}`);
+  return validate.errors.map(
+    (e) =>
+      `${e.instancePath || "/"} ${e.message}${e.params?.additionalProperty ? ` (${e.params.additionalProperty})` : ""}`,
+  );
 }

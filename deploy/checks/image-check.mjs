@@ -21,7 +21,21 @@
 //    and TEST_KAFKA_BROKERS set by its globalSetup) an auth container from the same image runs
 //    beside it against those, as the gateway needs auth and Kafka to start; alone otherwise.
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { accessSync, constants, copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  accessSync,
+  constants,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
 import http from "node:http";
 import net from "node:net";
@@ -89,7 +103,8 @@ export function ensureDockerEngine() {
   if (which("docker") && engineAnswers()) return { ok: true };
 
   if (!which("dockerd")) {
-    if (!which("apt-get")) return { ok: false, reason: "no Docker engine, no dockerd and no apt-get to install docker.io" };
+    if (!which("apt-get"))
+      return { ok: false, reason: "no Docker engine, no dockerd and no apt-get to install docker.io" };
     if (process.getuid?.() !== 0) return { ok: false, reason: "no Docker engine, and installing docker.io needs root" };
     log("installing docker.io with apt-get (first run on this machine only)");
     const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
@@ -99,7 +114,10 @@ export function ensureDockerEngine() {
       r = sh("apt-get", ["install", "-y", "-q", "docker.io"], { env, timeout: 600_000 });
     }
     if (r.status !== 0 || !which("dockerd")) {
-      return { ok: false, reason: `apt-get install docker.io failed: ${(r.stderr || r.stdout || "").trim().split("\n").slice(-3).join(" | ")}` };
+      return {
+        ok: false,
+        reason: `apt-get install docker.io failed: ${(r.stderr || r.stdout || "").trim().split("\n").slice(-3).join(" | ")}`,
+      };
     }
   }
   if (!which("docker")) return { ok: false, reason: "dockerd is installed but the docker client is not" };
@@ -121,7 +139,10 @@ export function ensureDockerEngine() {
     // `exited` is only set by the event loop, which this loop blocks: look at the process itself
     // (gone, or a zombie not reaped yet).
     if (child.pid === undefined || exited !== null || !processAlive(child.pid)) {
-      return { ok: false, reason: `dockerd exited at start (no privileges for containers here?); last log lines:\n${tail(logFile)}` };
+      return {
+        ok: false,
+        reason: `dockerd exited at start (no privileges for containers here?); last log lines:\n${tail(logFile)}`,
+      };
     }
     sleepSync(500);
   }
@@ -190,7 +211,14 @@ const TOOLS = ["sh", "env", "cp", "mkdir", "rm", "mv", "ln", "ls", "cat", "chmod
 // The rest of the C library, as a Debian slim image has it: what native modules (and Node's DNS
 // fallbacks) load beyond what ldd lists for node itself. pdf.js loads @napi-rs/canvas, which needs
 // librt: without it every PDF extraction in an image failed.
-const GLIBC_FAMILY = ["librt.so.1", "libresolv.so.2", "libutil.so.1", "libanl.so.1", "libnss_files.so.2", "libnss_dns.so.2"];
+const GLIBC_FAMILY = [
+  "librt.so.1",
+  "libresolv.so.2",
+  "libutil.so.1",
+  "libanl.so.1",
+  "libnss_files.so.2",
+  "libnss_dns.so.2",
+];
 
 /** The .node files of the dependencies (prebuilt native modules), a few levels down node_modules. */
 function nativeModules(dir = join(repoRoot, "node_modules"), depth = 0) {
@@ -254,13 +282,23 @@ export function ensureBaseImage({ rebuild = false } = {}) {
   // The libraries land where ldd found them (the loader at /lib64/ld-linux-x86-64.so.2, the rest
   // in /lib/x86_64-linux-gnu), which are the loader's built-in search paths: no ld.so.cache needed.
   mkdirSync(join(root, "usr/lib/node_modules/npm"), { recursive: true });
-  execFileSync("tar", ["-xzf", npmTarball, "-C", join(root, "usr/lib/node_modules/npm"), "--strip-components=1", "--no-same-owner"]);
+  execFileSync("tar", [
+    "-xzf",
+    npmTarball,
+    "-C",
+    join(root, "usr/lib/node_modules/npm"),
+    "--strip-components=1",
+    "--no-same-owner",
+  ]);
   symlinkSync("../lib/node_modules/npm/bin/npm-cli.js", join(root, "usr/bin/npm"));
   symlinkSync("../lib/node_modules/npm/bin/npx-cli.js", join(root, "usr/bin/npx"));
 
   const etc = join(root, "etc");
   mkdirSync(etc, { recursive: true });
-  writeFileSync(join(etc, "passwd"), "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+  writeFileSync(
+    join(etc, "passwd"),
+    "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+  );
   writeFileSync(join(etc, "group"), "root:x:0:\nnode:x:1000:\nnogroup:x:65534:\n");
   writeFileSync(join(etc, "nsswitch.conf"), "passwd: files\ngroup: files\nhosts: files dns\n");
   const caBundle = "/etc/ssl/certs/ca-certificates.crt";
@@ -282,7 +320,8 @@ export function ensureBaseImage({ rebuild = false } = {}) {
   if (imp.status !== 0) throw new Error(`docker import failed: ${imp.stderr}`);
   rmSync(root, { recursive: true, force: true });
   const check = sh("docker", ["run", "--rm", tag, "node", "-e", "console.log(process.version)"]);
-  if (check.status !== 0 || check.stdout.trim() !== version) throw new Error(`the base image does not run node: ${check.stderr}`);
+  if (check.status !== 0 || check.stdout.trim() !== version)
+    throw new Error(`the base image does not run node: ${check.stderr}`);
   log(`base image ${tag} ready (node ${version})`);
   return tag;
 }
@@ -300,14 +339,20 @@ function runStreaming(cmd, args, { logFile, env } = {}) {
 
 /** Whether a container on the default bridge network reaches the npm registry (npm ping). */
 function bridgeReachesRegistry(baseTag) {
-  const r = sh("docker", ["run", "--rm", baseTag, "npm", "ping", "--fetch-timeout=10000", "--fetch-retries=0"], { timeout: 60_000 });
+  const r = sh("docker", ["run", "--rm", baseTag, "npm", "ping", "--fetch-timeout=10000", "--fetch-retries=0"], {
+    timeout: 60_000,
+  });
   return r.status === 0;
 }
 
 /** The MongoDB-compatible server and Kafka of the test suite, when jest's globalSetup started them. */
 function testInfraFromEnv(env = process.env) {
   return env.TEST_MONGODB_URI && env.TEST_KAFKA_BROKERS
-    ? { mongoUri: env.TEST_MONGODB_URI, kafkaBrokers: env.TEST_KAFKA_BROKERS, kafkaUsers: JSON.parse(env.TEST_KAFKA_USERS ?? "{}") }
+    ? {
+        mongoUri: env.TEST_MONGODB_URI,
+        kafkaBrokers: env.TEST_KAFKA_BROKERS,
+        kafkaUsers: JSON.parse(env.TEST_KAFKA_USERS ?? "{}"),
+      }
     : undefined;
 }
 
@@ -359,7 +404,13 @@ function httpStatus(url) {
  * Runs the whole check. Returns { status: "passed" | "failed" | "skipped", reason?, timings, ... }.
  * contextDir: the build context (default the repository root).
  */
-export async function runImageCheck({ contextDir = repoRoot, service = "gateway", engine, noCache = false, infra = testInfraFromEnv() } = {}) {
+export async function runImageCheck({
+  contextDir = repoRoot,
+  service = "gateway",
+  engine,
+  noCache = false,
+  infra = testInfraFromEnv(),
+} = {}) {
   const timings = {};
   const t0 = Date.now();
   const lap = (name, since) => (timings[name] = Math.round((Date.now() - since) / 100) / 10);
@@ -380,32 +431,62 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
 
     start = Date.now();
     const network = bridgeReachesRegistry(base) ? [] : ["--network", "host"];
-    if (network.length) log("containers on the bridge network cannot reach the npm registry; building with --network host");
+    if (network.length)
+      log("containers on the bridge network cannot reach the npm registry; building with --network host");
     writeFileSync(buildLog, "");
     log(`building ${image} from deploy/Dockerfile (log: ${buildLog})`);
     const env = { ...process.env };
     if (sh("docker", ["buildx", "version"]).status !== 0) env.DOCKER_BUILDKIT = "0";
     const code = await runStreaming(
       "docker",
-      ["build", "--force-rm", ...network, ...(noCache ? ["--no-cache"] : []), "-f", join(repoRoot, "deploy", "Dockerfile"), "--build-arg", `BASE_IMAGE=${base}`, "--build-arg", `SERVICE=${service}`, "-t", image, contextDir],
+      [
+        "build",
+        "--force-rm",
+        ...network,
+        ...(noCache ? ["--no-cache"] : []),
+        "-f",
+        join(repoRoot, "deploy", "Dockerfile"),
+        "--build-arg",
+        `BASE_IMAGE=${base}`,
+        "--build-arg",
+        `SERVICE=${service}`,
+        "-t",
+        image,
+        contextDir,
+      ],
       { logFile: buildLog, env },
     );
     lap("buildSeconds", start);
-    if (code !== 0) return { status: "failed", reason: `docker build exited with ${code}; last lines:\n${tail(buildLog, 25)}`, timings };
+    if (code !== 0)
+      return {
+        status: "failed",
+        reason: `docker build exited with ${code}; last lines:\n${tail(buildLog, 25)}`,
+        timings,
+      };
 
     // The image itself: non-root, no dev dependencies, the entry chosen by SERVICE.
     const inspect = JSON.parse(sh("docker", ["image", "inspect", image]).stdout)[0].Config;
     const problems = [];
-    if (inspect.User !== "1000:1000") problems.push(`image user is ${JSON.stringify(inspect.User)}, expected 1000:1000`);
+    if (inspect.User !== "1000:1000")
+      problems.push(`image user is ${JSON.stringify(inspect.User)}, expected 1000:1000`);
     if (!inspect.Env.includes(`SERVICE=${service}`)) problems.push(`image env lacks SERVICE=${service}`);
-    const devDeps = sh("docker", ["run", "--rm", image, "sh", "-c", "ls -d node_modules/typescript node_modules/jest node_modules/@swc/core 2>/dev/null; true"]);
-    if (devDeps.stdout.trim()) problems.push(`dev dependencies in the image: ${devDeps.stdout.trim().split("\n").join(", ")}`);
+    const devDeps = sh("docker", [
+      "run",
+      "--rm",
+      image,
+      "sh",
+      "-c",
+      "ls -d node_modules/typescript node_modules/jest node_modules/@swc/core 2>/dev/null; true",
+    ]);
+    if (devDeps.stdout.trim())
+      problems.push(`dev dependencies in the image: ${devDeps.stdout.trim().split("\n").join(", ")}`);
     const ops = sh("docker", ["run", "--rm", image, "sh", "-c", "ls services/ops/dist/main.js"]);
     if (ops.status !== 0) problems.push("the operator CLI (services/ops/dist/main.js) is not in the image");
     // Every prebuilt native module of the dependencies loads: a missing shared library fails only
     // when the module is first used (pdf.js's canvas: every PDF extraction failed).
     const natives = sh("docker", ["run", "--rm", image, "node", "-e", LOAD_NATIVE_MODULES]);
-    if (natives.status !== 0) problems.push(`native modules that do not load in the image: ${natives.stdout.trim() || natives.stderr.trim()}`);
+    if (natives.status !== 0)
+      problems.push(`native modules that do not load in the image: ${natives.stdout.trim() || natives.stderr.trim()}`);
     if (problems.length) return { status: "failed", reason: problems.join("; "), timings };
 
     // The gateway container, hardened as in the chart (read-only root, a tmpfs /tmp, no
@@ -425,9 +506,15 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
       gatewayPort = await freePort();
       network0 = ["--network", "host"];
       runEnv = [
-        `DATA_NAMESPACE=imagecheck${process.pid}`, `MONGODB_URI=${infra.mongoUri}`, `KAFKA_BROKERS=${infra.kafkaBrokers}`,
-        `AUTH_SERVICE_PORT=${authPort}`, `AUTH_SERVICE_URL=http://127.0.0.1:${authPort}`, `AUTH_ADMIN_PORT=${await freePort()}`, `GATEWAY_PORT=${gatewayPort}`,
-        "WEBHOOK_ALLOW_INSECURE_URLS=false", "LOG_LEVEL=info",
+        `DATA_NAMESPACE=imagecheck${process.pid}`,
+        `MONGODB_URI=${infra.mongoUri}`,
+        `KAFKA_BROKERS=${infra.kafkaBrokers}`,
+        `AUTH_SERVICE_PORT=${authPort}`,
+        `AUTH_SERVICE_URL=http://127.0.0.1:${authPort}`,
+        `AUTH_ADMIN_PORT=${await freePort()}`,
+        `GATEWAY_PORT=${gatewayPort}`,
+        "WEBHOOK_ALLOW_INSECURE_URLS=false",
+        "LOG_LEVEL=info",
         // Both containers share the host's network: each its own free metrics port.
         "METRICS_PORT=0",
       ];
@@ -436,25 +523,73 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
       // Each container its own service identity (services/common/src/service-identity.ts), both
       // every public key: the gateway's calls to auth are signed and verified as in the chart.
       const ids = Object.fromEntries(["gateway", "auth"].map((name) => [name, serviceIdentity(name)]));
-      runEnv.push(`SERVICE_IDENTITY_PUBLIC_KEYS=${Object.values(ids).map((i) => i.publicKey).join(",")}`);
+      runEnv.push(
+        `SERVICE_IDENTITY_PUBLIC_KEYS=${Object.values(ids)
+          .map((i) => i.publicKey)
+          .join(",")}`,
+      );
       gatewayIdentity = ids.gateway.key;
       // Each its own Kafka user, admitted by the namespace's ACLs (services/common/src/kafka-access.ts), as in the chart.
       const namespace = `imagecheck${process.pid}`;
       const common = await import("../../services/common/dist/index.js");
       const admin = common.KAFKA_ADMIN_USER;
-      await common.grantKafkaAccess(common.createKafka(infra.kafkaBrokers, "image-check", common.createLogger("image-check", "error"), common.scramUser(admin, infra.kafkaUsers[admin])), namespace);
+      await common.grantKafkaAccess(
+        common.createKafka(
+          infra.kafkaBrokers,
+          "image-check",
+          common.createLogger("image-check", "error"),
+          common.scramUser(admin, infra.kafkaUsers[admin]),
+        ),
+        namespace,
+      );
       const kafkaUser = (name) => ["-e", `KAFKA_USERNAME=${name}`, "-e", `KAFKA_PASSWORD=${infra.kafkaUsers[name]}`];
       gatewayKafka = kafkaUser("gateway");
-      const auth = sh("docker", ["run", "-d", "--name", `${containerName}-auth`, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), ...kafkaUser("auth"), "-e", "SERVICE=auth", "-e", `CREDENTIAL_PEPPER=${pepper}`, "-e", `DATA_KEYS=${dataKeys}`, "-e", `SERVICE_IDENTITY_KEY=${ids.auth.key}`, image]);
+      const auth = sh("docker", [
+        "run",
+        "-d",
+        "--name",
+        `${containerName}-auth`,
+        ...network0,
+        ...hardened,
+        ...runEnv.flatMap((e) => ["-e", e]),
+        ...kafkaUser("auth"),
+        "-e",
+        "SERVICE=auth",
+        "-e",
+        `CREDENTIAL_PEPPER=${pepper}`,
+        "-e",
+        `DATA_KEYS=${dataKeys}`,
+        "-e",
+        `SERVICE_IDENTITY_KEY=${ids.auth.key}`,
+        image,
+      ]);
       if (auth.status !== 0) return { status: "failed", reason: `docker run (auth) failed: ${auth.stderr}`, timings };
     } else {
       network0 = ["-p", "127.0.0.1::8080"];
-      runEnv = ["GATEWAY_HOST=0.0.0.0", "KAFKA_BROKERS=127.0.0.1:9", "WEBHOOK_ALLOW_INSECURE_URLS=false", "LOG_LEVEL=info"];
+      runEnv = [
+        "GATEWAY_HOST=0.0.0.0",
+        "KAFKA_BROKERS=127.0.0.1:9",
+        "WEBHOOK_ALLOW_INSECURE_URLS=false",
+        "LOG_LEVEL=info",
+      ];
     }
-    const run = sh("docker", ["run", "-d", "--name", containerName, ...network0, ...hardened, ...runEnv.flatMap((e) => ["-e", e]), ...gatewayKafka, "-e", `SERVICE_IDENTITY_KEY=${gatewayIdentity}`, image]);
+    const run = sh("docker", [
+      "run",
+      "-d",
+      "--name",
+      containerName,
+      ...network0,
+      ...hardened,
+      ...runEnv.flatMap((e) => ["-e", e]),
+      ...gatewayKafka,
+      "-e",
+      `SERVICE_IDENTITY_KEY=${gatewayIdentity}`,
+      image,
+    ]);
     if (run.status !== 0) return { status: "failed", reason: `docker run failed: ${run.stderr}`, timings };
     const cmdline = sh("docker", ["exec", containerName, "cat", "/proc/1/cmdline"]).stdout.replace(/\0/g, " ").trim();
-    if (!gatewayPort) gatewayPort = sh("docker", ["port", containerName, "8080/tcp"]).stdout.trim().split("\n")[0].split(":").pop();
+    if (!gatewayPort)
+      gatewayPort = sh("docker", ["port", containerName, "8080/tcp"]).stdout.trim().split("\n")[0].split(":").pop();
     const base_ = `http://127.0.0.1:${gatewayPort}`;
     let status;
     const deadline = Date.now() + 60_000;
@@ -479,15 +614,38 @@ export async function runImageCheck({ contextDir = repoRoot, service = "gateway"
     const mode = infra ? "gateway and auth containers, test MongoDB and Kafka" : "gateway container alone";
     const expectedCmd = `node ${heapFlagsOfDockerfile().join(" ")} services/${service}/dist/main.js`;
     if (!cmdline.includes(expectedCmd)) {
-      return { status: "failed", reason: `the container runs ${JSON.stringify(cmdline)}, not ${expectedCmd}`, timings, containerLog, mode };
+      return {
+        status: "failed",
+        reason: `the container runs ${JSON.stringify(cmdline)}, not ${expectedCmd}`,
+        timings,
+        containerLog,
+        mode,
+      };
     }
     if (status !== 200) {
-      const hint = status === undefined && !infra
-        ? " The gateway runs alone here (no auth service, no Kafka): it must listen and answer /healthz (liveness) without them, and /readyz 503 until they answer."
-        : "";
-      return { status: "failed", reason: `GET /healthz answered ${status ?? "nothing"} within 60 s (${mode}; container ${cmdline}).${hint} Last log lines:\n${containerLog}`, timings, containerLog, mode };
+      const hint =
+        status === undefined && !infra
+          ? " The gateway runs alone here (no auth service, no Kafka): it must listen and answer /healthz (liveness) without them, and /readyz 503 until they answer."
+          : "";
+      return {
+        status: "failed",
+        reason: `GET /healthz answered ${status ?? "nothing"} within 60 s (${mode}; container ${cmdline}).${hint} Last log lines:\n${containerLog}`,
+        timings,
+        containerLog,
+        mode,
+      };
     }
-    return { status: "passed", image, base, cmdline, healthz: status, readyz, mode, timings, network: network.length ? "host" : "bridge" };
+    return {
+      status: "passed",
+      image,
+      base,
+      cmdline,
+      healthz: status,
+      readyz,
+      mode,
+      timings,
+      network: network.length ? "host" : "bridge",
+    };
   } catch (err) {
     return { status: "failed", reason: err instanceof Error ? err.message : String(err), timings };
   } finally {

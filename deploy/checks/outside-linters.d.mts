@@ -12,8 +12,15 @@ export declare function kubeconform(
   manifestFile: string,
   kubeVersion: string,
   options?: { cache?: string },
-): { findings: string[]; summary: { valid: number; invalid: number; errors: number; skipped: number }; code: number | null };
-export declare function kubeLinter(binary: string, manifestFile: string): { findings: string[]; checks: string[]; code: number | null };
+): {
+  findings: string[];
+  summary: { valid: number; invalid: number; errors: number; skipped: number };
+  code: number | null;
+};
+export declare function kubeLinter(
+  binary: string,
+  manifestFile: string,
+): { findings: string[]; checks: string[]; code: number | null };
 export declare function pint(binary: string, docs: K8sObject[]): { findings: string[]; files: number; output?: string };
 export declare function productionValues(): Record<string, unknown>;
 export declare function exceptions(file: string, text?: string): { name: string; reason: string }[];

@@ -9,7 +9,17 @@
 //   pint v0.87.0        --offline, on the rules of every PrometheusRule.
 // Every exception is in one file per tool under deploy/checks/linters/, each with its reason.
 import { execFileSync, spawnSync } from "node:child_process";
-import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  accessSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments, parse as parseYaml, stringify } from "yaml";
@@ -38,15 +48,19 @@ export function lintCache(env = process.env) {
 /** Builds the three tools when missing (build-go.sh waits for a build under way) and returns their paths. */
 export function ensureLinters({ env = process.env } = {}) {
   const cache = lintCache(env);
-  const paths = Object.fromEntries(Object.entries(TOOLS).map(([tool, version]) => [tool, join(cache, "bin", `${tool}-${version}`, tool)]));
+  const paths = Object.fromEntries(
+    Object.entries(TOOLS).map(([tool, version]) => [tool, join(cache, "bin", `${tool}-${version}`, tool)]),
+  );
   if (Object.values(paths).every((p) => existsSync(p))) return paths;
   const r = spawnSync("bash", [join(repoRoot, "deploy", "cluster", "build-go.sh"), ...Object.keys(TOOLS)], {
     env: { ...env, PI_CLUSTER_CACHE: cache },
     encoding: "utf8",
     maxBuffer: 64 * 1024 * 1024,
   });
-  if (r.status !== 0) throw new Error(`build-go.sh ${Object.keys(TOOLS).join(" ")} failed (${r.status}):\n${r.stderr.slice(-4000)}`);
-  for (const [tool, p] of Object.entries(paths)) if (!existsSync(p)) throw new Error(`build-go.sh did not build ${tool} (${p})`);
+  if (r.status !== 0)
+    throw new Error(`build-go.sh ${Object.keys(TOOLS).join(" ")} failed (${r.status}):\n${r.stderr.slice(-4000)}`);
+  for (const [tool, p] of Object.entries(paths))
+    if (!existsSync(p)) throw new Error(`build-go.sh did not build ${tool} (${p})`);
   return paths;
 }
 
@@ -64,7 +78,8 @@ function strictSchema(schema) {
     delete out.format;
     out.oneOf = [{ type: "string" }, { type: "integer" }];
   }
-  if (out.properties && out.additionalProperties === undefined && !out["x-kubernetes-preserve-unknown-fields"]) out.additionalProperties = false;
+  if (out.properties && out.additionalProperties === undefined && !out["x-kubernetes-preserve-unknown-fields"])
+    out.additionalProperties = false;
   return out;
 }
 
@@ -72,7 +87,8 @@ const QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity";
 const INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString";
 
 /** The file kubeconform looks for: <kind>[-<group's first label>]-<version>.json, lowercase. */
-const schemaFileName = (group, version, kind) => `${[kind, group ? group.split(".")[0] : "", version].filter(Boolean).join("-").toLowerCase()}.json`;
+const schemaFileName = (group, version, kind) =>
+  `${[kind, group ? group.split(".")[0] : "", version].filter(Boolean).join("-").toLowerCase()}.json`;
 
 function refsOf(schema, into) {
   if (Array.isArray(schema)) schema.forEach((s) => refsOf(s, into));
@@ -91,7 +107,13 @@ function refsOf(schema, into) {
 export function kubernetesSchemas(kubeVersion, dir) {
   const target = join(dir, `v${kubeVersion}-standalone-strict`);
   if (existsSync(join(target, ".complete"))) return target;
-  const info = JSON.parse(execFileSync("go", ["mod", "download", "-json", `k8s.io/kubernetes@v${kubeVersion}`], { cwd: tmpdir(), encoding: "utf8", maxBuffer: 16 * 1024 * 1024 }));
+  const info = JSON.parse(
+    execFileSync("go", ["mod", "download", "-json", `k8s.io/kubernetes@v${kubeVersion}`], {
+      cwd: tmpdir(),
+      encoding: "utf8",
+      maxBuffer: 16 * 1024 * 1024,
+    }),
+  );
   if (info.Error) throw new Error(`go mod download k8s.io/kubernetes@v${kubeVersion}: ${info.Error}`);
   const swagger = JSON.parse(readFileSync(join(info.Dir, "api", "openapi-spec", "swagger.json"), "utf8"));
   const defs = { ...swagger.definitions };
@@ -116,7 +138,10 @@ export function kubernetesSchemas(kubeVersion, dir) {
       const definitions = Object.fromEntries([...reached].map((n) => [n, strictSchema(defs[n])]));
       const schema = { ...strictSchema(def), definitions };
       // apiVersion and kind take exactly this kind's values.
-      schema.properties.apiVersion = { type: "string", enum: [gvk.group ? `${gvk.group}/${gvk.version}` : gvk.version] };
+      schema.properties.apiVersion = {
+        type: "string",
+        enum: [gvk.group ? `${gvk.group}/${gvk.version}` : gvk.version],
+      };
       schema.properties.kind = { type: "string", enum: [gvk.kind] };
       writeFileSync(join(partial, schemaFileName(gvk.group, gvk.version, gvk.kind)), JSON.stringify(schema));
     }
@@ -139,7 +164,10 @@ export function crdSchemas(dir) {
       for (const version of crd.spec.versions.filter((v) => v.served)) {
         // As crd-schemas.mjs makes them strict for the chart's own checks (metadata left to the API server).
         const schema = strictCrdSchema(version.schema.openAPIV3Schema);
-        writeFileSync(join(target, schemaFileName(crd.spec.group, version.name, crd.spec.names.kind)), JSON.stringify(schema));
+        writeFileSync(
+          join(target, schemaFileName(crd.spec.group, version.name, crd.spec.names.kind)),
+          JSON.stringify(schema),
+        );
       }
     }
   }
@@ -157,10 +185,14 @@ export function kubeconform(binary, manifestFile, kubeVersion, { cache = lintCac
       [
         "-strict",
         "-summary",
-        "-output", "json",
-        "-kubernetes-version", kubeVersion,
-        "-schema-location", `${builtIn}/{{ .ResourceKind }}{{ .KindSuffix }}.json`,
-        "-schema-location", `${crds}/{{ .ResourceKind }}{{ .KindSuffix }}.json`,
+        "-output",
+        "json",
+        "-kubernetes-version",
+        kubeVersion,
+        "-schema-location",
+        `${builtIn}/{{ .ResourceKind }}{{ .KindSuffix }}.json`,
+        "-schema-location",
+        `${crds}/{{ .ResourceKind }}{{ .KindSuffix }}.json`,
         manifestFile,
       ],
       { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 },
@@ -171,7 +203,9 @@ export function kubeconform(binary, manifestFile, kubeVersion, { cache = lintCac
     } catch {
       throw new Error(`kubeconform gave no JSON (${r.status}): ${r.stdout.slice(0, 2000)}${r.stderr.slice(0, 2000)}`);
     }
-    const findings = (out.resources ?? []).filter((x) => x.status !== "statusValid").map((x) => `${x.kind}/${x.name}: ${x.status} ${x.msg ?? ""}`.trim());
+    const findings = (out.resources ?? [])
+      .filter((x) => x.status !== "statusValid")
+      .map((x) => `${x.kind}/${x.name}: ${x.status} ${x.msg ?? ""}`.trim());
     return { findings, summary: out.summary, code: r.status };
   } finally {
     rmSync(join(dir, `crds-${process.pid}`), { recursive: true, force: true });
@@ -180,14 +214,21 @@ export function kubeconform(binary, manifestFile, kubeVersion, { cache = lintCac
 
 /** kube-linter lint with its default checks and the exceptions of linters/kube-linter.yaml: the findings. */
 export function kubeLinter(binary, manifestFile) {
-  const r = spawnSync(binary, ["lint", "--config", join(lintersDir, "kube-linter.yaml"), "--format", "json", manifestFile], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
+  const r = spawnSync(
+    binary,
+    ["lint", "--config", join(lintersDir, "kube-linter.yaml"), "--format", "json", manifestFile],
+    { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 },
+  );
   let out;
   try {
     out = JSON.parse(r.stdout);
   } catch {
     throw new Error(`kube-linter gave no JSON (${r.status}): ${r.stdout.slice(0, 2000)}${r.stderr.slice(0, 2000)}`);
   }
-  const findings = (out.Reports ?? []).map((x) => `${x.Object?.K8sObject?.GroupVersionKind?.Kind}/${x.Object?.K8sObject?.Name}: ${x.Check}: ${x.Diagnostic?.Message}`);
+  const findings = (out.Reports ?? []).map(
+    (x) =>
+      `${x.Object?.K8sObject?.GroupVersionKind?.Kind}/${x.Object?.K8sObject?.Name}: ${x.Check}: ${x.Diagnostic?.Message}`,
+  );
   return { findings, checks: (out.Checks ?? []).map((c) => c.name), code: r.status };
 }
 
@@ -202,17 +243,27 @@ export function pint(binary, docs) {
       writeFileSync(file, stringify({ groups: rule.spec.groups }));
       return file;
     });
-    const r = spawnSync(binary, ["--offline", "--no-color", "--config", join(lintersDir, "pint.hcl"), "lint", "--min-severity", "info", ...files], {
-      encoding: "utf8",
-      cwd: dir,
-      maxBuffer: 64 * 1024 * 1024,
-    });
+    const r = spawnSync(
+      binary,
+      ["--offline", "--no-color", "--config", join(lintersDir, "pint.hcl"), "lint", "--min-severity", "info", ...files],
+      {
+        encoding: "utf8",
+        cwd: dir,
+        maxBuffer: 64 * 1024 * 1024,
+      },
+    );
     const text = `${r.stdout}${r.stderr}`;
     if (r.status !== 0 && !/problem/i.test(text)) throw new Error(`pint failed (${r.status}): ${text.slice(0, 4000)}`);
     // Each problem: "<Severity>: <text> (<check>)", then "  ---> <file>:<lines> -> `<rule>`".
     const lines = text.split("\n");
-    const findings = lines.flatMap((l, i) => (/^(Fatal|Bug|Warning|Information): /.test(l) ? [`${l} ${(lines[i + 1] ?? "").trim()}`] : []));
-    return { findings: r.status === 0 ? findings : findings.length ? findings : [text.trim()], files: files.length, output: text };
+    const findings = lines.flatMap((l, i) =>
+      /^(Fatal|Bug|Warning|Information): /.test(l) ? [`${l} ${(lines[i + 1] ?? "").trim()}`] : [],
+    );
+    return {
+      findings: r.status === 0 ? findings : findings.length ? findings : [text.trim()],
+      files: files.length,
+      output: text,
+    };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -240,7 +291,8 @@ export function exceptions(file, text = readFileSync(join(lintersDir, file), "ut
     const m = yaml ? line.match(/^\s*-\s*"?([A-Za-z0-9/_-]+)"?\s*$/) : line.match(/^\s*"([A-Za-z0-9/_-]+)"\s*,?\s*$/);
     if (!m) continue;
     const reason = [];
-    for (let j = i - 1; j > open && /^\s*(#|\/\/)/.test(lines[j]); j--) reason.unshift(lines[j].replace(/^\s*(#|\/\/)\s?/, ""));
+    for (let j = i - 1; j > open && /^\s*(#|\/\/)/.test(lines[j]); j--)
+      reason.unshift(lines[j].replace(/^\s*(#|\/\/)\s?/, ""));
     out.push({ name: m[1], reason: reason.join(" ").trim() });
   }
   return out;

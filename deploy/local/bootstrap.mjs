@@ -18,7 +18,9 @@ if (lane !== undefined && !Object.hasOwn(LANES, lane)) {
 }
 
 function step(line) {
-  process.stderr.write(`${JSON.stringify({ level: "info", time: new Date().toISOString(), service: "bootstrap", msg: line })}\n`);
+  process.stderr.write(
+    `${JSON.stringify({ level: "info", time: new Date().toISOString(), service: "bootstrap", msg: line })}\n`,
+  );
 }
 
 function run(cmd, args) {
@@ -32,7 +34,12 @@ function run(cmd, args) {
 if (!existsSync(join(root, "node_modules", ".package-lock.json"))) {
   step("installing Node dependencies (npm ci)");
   // --prefer-offline: what the npm cache holds is taken without asking the registry (7 s of 35 here).
-  run("npm", [...(existsSync(join(root, "package-lock.json")) ? ["ci"] : ["install"]), "--no-audit", "--no-fund", "--prefer-offline"]);
+  run("npm", [
+    ...(existsSync(join(root, "package-lock.json")) ? ["ci"] : ["install"]),
+    "--no-audit",
+    "--no-fund",
+    "--prefer-offline",
+  ]);
 }
 /** The newest modification time of a file under `path` (a file or a directory), 0 if none. */
 function newest(path) {
@@ -48,12 +55,20 @@ function newest(path) {
  * `npm start` must be ready in under 60 s (operator contract), on a loaded machine too.
  */
 function buildIsFresh() {
-  const projects = JSON.parse(readFileSync(join(root, "tsconfig.json"), "utf8")).references.map((r) => join(root, r.path));
+  const projects = JSON.parse(readFileSync(join(root, "tsconfig.json"), "utf8")).references.map((r) =>
+    join(root, r.path),
+  );
   const shared = newest(join(root, "tsconfig.base.json"));
   return projects.every((dir) => {
     const info = join(dir, "tsconfig.tsbuildinfo");
-    if (!existsSync(info) || !existsSync(join(dir, "dist")) || readFileSync(info, "utf8").includes('"errors":true')) return false;
-    const inputs = Math.max(shared, newest(join(dir, "src")), newest(join(dir, "tsconfig.json")), newest(join(dir, "package.json")));
+    if (!existsSync(info) || !existsSync(join(dir, "dist")) || readFileSync(info, "utf8").includes('"errors":true'))
+      return false;
+    const inputs = Math.max(
+      shared,
+      newest(join(dir, "src")),
+      newest(join(dir, "tsconfig.json")),
+      newest(join(dir, "package.json")),
+    );
     return inputs < statSync(info).mtimeMs;
   });
 }
@@ -78,7 +93,15 @@ switch (command) {
     // modules afresh, and with the default one the unit lane took about 9 % more CPU. Not for the
     // bench, whose figures stay comparable with the figures of record.
     const heap = command === "bench" ? [] : ["--max-semi-space-size=32"];
-    const args = ["--experimental-vm-modules", "--no-warnings=ExperimentalWarning", ...heap, jest, ...config, ...rest, ...select];
+    const args = [
+      "--experimental-vm-modules",
+      "--no-warnings=ExperimentalWarning",
+      ...heap,
+      jest,
+      ...config,
+      ...rest,
+      ...select,
+    ];
     const child = spawn(process.execPath, args, { cwd: root, stdio: "inherit" });
     for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => child.kill(signal));
     child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

@@ -17,7 +17,10 @@ afterAll(async () => {
 async function json(method: string, path: string, token?: string, body?: unknown) {
   const res = await fetch(`${target.baseUrl}${path}`, {
     method,
-    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body ? { "content-type": "application/json" } : {}) },
+    headers: {
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(body ? { "content-type": "application/json" } : {}),
+    },
     body: body ? JSON.stringify(body) : undefined,
   });
   return { status: res.status, body: (await res.json()) as Record<string, any> };
@@ -38,13 +41,19 @@ async function sendFile(token: string, elder: string, file: Buffer, name: string
   form.append("elder", elder);
   form.append("purpose", "discharge_summary");
   form.append("file", new Blob([file]), name);
-  const res = await fetch(`${target.baseUrl}/v1/files`, { method: "POST", headers: { authorization: `Bearer ${token}` }, body: form });
+  const res = await fetch(`${target.baseUrl}/v1/files`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}` },
+    body: form,
+  });
   return { status: res.status, body: (await res.json()) as Record<string, any> };
 }
 
 describe("a partner's journey (black box)", () => {
   it("onboarding, token, connection request, caregiver approval, a file sent and processed, revocation", async () => {
-    const partner = (await target.ops("partner", "create", "--name", "Blackbox Clinic")) as { live: { client_id: string; client_secret: string } };
+    const partner = (await target.ops("partner", "create", "--name", "Blackbox Clinic")) as {
+      live: { client_id: string; client_secret: string };
+    };
     const elder = (await target.ops("elder", "create")) as { address: string };
     const token = await tokenFor(partner.live);
 
@@ -56,7 +65,10 @@ describe("a partner's journey (black box)", () => {
     expect((await sendFile(token, elder.address, pdf, "summary.pdf")).status).toBe(403);
 
     expect(await target.ops("connection", "approve", id)).toEqual({ id, internal_status: "approved" });
-    expect(await json("GET", `/v1/connections/${id}`, token)).toEqual({ status: 200, body: { id, status: "approved" } });
+    expect(await json("GET", `/v1/connections/${id}`, token)).toEqual({
+      status: 200,
+      body: { id, status: "approved" },
+    });
 
     const sent = await sendFile(token, elder.address, pdf, "summary.pdf");
     expect(sent).toEqual({ status: 202, body: { id: expect.stringMatching(/^file_/), status: "received" } });
@@ -67,7 +79,10 @@ describe("a partner's journey (black box)", () => {
     }
     expect(status).toBe("processed");
 
-    expect(await json("DELETE", `/v1/connections/${id}`, token)).toEqual({ status: 200, body: { id, status: "revoked" } });
+    expect(await json("DELETE", `/v1/connections/${id}`, token)).toEqual({
+      status: 200,
+      body: { id, status: "revoked" },
+    });
     const refused = await sendFile(token, elder.address, pdf, "summary.pdf");
     expect(refused.status).toBe(403);
     expect(refused.body.error.code).toBe("no_active_connection");

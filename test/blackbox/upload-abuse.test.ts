@@ -21,7 +21,9 @@ const DRIP = { bytesPerTick: 16, tickMs: 500 }; // 32 B/s, far below the default
 const ANSWER_BOUND_MS = 45_000;
 
 async function partnerToken(name: string): Promise<string> {
-  const partner = (await target.ops("partner", "create", "--name", name)) as { live: { client_id: string; client_secret: string } };
+  const partner = (await target.ops("partner", "create", "--name", name)) as {
+    live: { client_id: string; client_secret: string };
+  };
   const res = await fetch(`${target.baseUrl}/oauth/token`, {
     method: "POST",
     headers: { "content-type": "application/x-www-form-urlencoded" },
@@ -71,7 +73,9 @@ describe("abuse: slow-drip uploads (black box)", () => {
     const reader = await partnerToken("Patient Reader");
     const readerConnection = await connectionTo(reader);
 
-    const uploads = Array.from({ length: SLOW_UPLOADS }, () => pacedUpload(target.baseUrl, attacker, attackerConnection.elder, DRIP));
+    const uploads = Array.from({ length: SLOW_UPLOADS }, () =>
+      pacedUpload(target.baseUrl, attacker, attackerConnection.elder, DRIP),
+    );
     let settled = false;
     const answers = Promise.all(uploads.map((u) => u.answer)).finally(() => (settled = true));
 
@@ -83,7 +87,9 @@ describe("abuse: slow-drip uploads (black box)", () => {
     const reads = (async () => {
       while (!settled) {
         const started = performance.now();
-        const res = await fetch(`${target.baseUrl}/v1/connections/${readerConnection.id}`, { headers: { authorization: `Bearer ${reader}` } });
+        const res = await fetch(`${target.baseUrl}/v1/connections/${readerConnection.id}`, {
+          headers: { authorization: `Bearer ${reader}` },
+        });
         await res.arrayBuffer();
         expect(res.status).toBe(200);
         readMs.push(performance.now() - started);

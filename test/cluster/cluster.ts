@@ -38,13 +38,29 @@ export const named = (component: string) => `${cluster.release}-${component}`;
 
 /** The pods of a component (Running, not terminating), by name. */
 export async function podsOf(component: string): Promise<string[]> {
-  const list = await kubectlJson<{ items: any[] }>("get", "pods", "-l", `app.kubernetes.io/instance=${cluster.release},app.kubernetes.io/component=${component}`);
-  return list.items.filter((p) => p.status.phase === "Running" && !p.metadata.deletionTimestamp).map((p) => p.metadata.name as string).sort();
+  const list = await kubectlJson<{ items: any[] }>(
+    "get",
+    "pods",
+    "-l",
+    `app.kubernetes.io/instance=${cluster.release},app.kubernetes.io/component=${component}`,
+  );
+  return list.items
+    .filter((p) => p.status.phase === "Running" && !p.metadata.deletionTimestamp)
+    .map((p) => p.metadata.name as string)
+    .sort();
 }
 
 /** Runs the operator CLI in the ops pod (the operator's service identity), as an operator would. */
 export async function ops(...args: string[]): Promise<Record<string, any>> {
-  const out = await kubectl("exec", `deploy/${named("ops")}`, "--", "node", "services/ops/dist/main.js", ...args, "--json");
+  const out = await kubectl(
+    "exec",
+    `deploy/${named("ops")}`,
+    "--",
+    "node",
+    "services/ops/dist/main.js",
+    ...args,
+    "--json",
+  );
   return JSON.parse(out) as Record<string, any>;
 }
 
@@ -75,19 +91,29 @@ export function partnerTraffic(credential: { client_id: string; client_secret: s
   };
   const worker = async () => {
     while (!stopped) {
-      const body = await once("POST /oauth/token", () => fetch(`${cluster.baseUrl}/oauth/token`, {
-        method: "POST",
-        headers: { "content-type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({ grant_type: "client_credentials", ...credential }),
-        signal: AbortSignal.timeout(10_000),
-      }), 200);
+      const body = await once(
+        "POST /oauth/token",
+        () =>
+          fetch(`${cluster.baseUrl}/oauth/token`, {
+            method: "POST",
+            headers: { "content-type": "application/x-www-form-urlencoded" },
+            body: new URLSearchParams({ grant_type: "client_credentials", ...credential }),
+            signal: AbortSignal.timeout(10_000),
+          }),
+        200,
+      );
       const token = body ? (JSON.parse(body) as { access_token?: string }).access_token : undefined;
       if (!token) continue;
       for (let i = 0; i < 5 && !stopped; i++) {
-        await once(`GET /v1/connections/${connectionId}`, () => fetch(`${cluster.baseUrl}/v1/connections/${connectionId}`, {
-          headers: { authorization: `Bearer ${token}` },
-          signal: AbortSignal.timeout(10_000),
-        }), 200);
+        await once(
+          `GET /v1/connections/${connectionId}`,
+          () =>
+            fetch(`${cluster.baseUrl}/v1/connections/${connectionId}`, {
+              headers: { authorization: `Bearer ${token}` },
+              signal: AbortSignal.timeout(10_000),
+            }),
+          200,
+        );
       }
     }
   };
@@ -119,5 +145,9 @@ export async function approvedPartner(name: string) {
   });
   const { id } = (await requested.json()) as { id: string };
   await ops("connection", "approve", id);
-  return { credential: partner.live as { client_id: string; client_secret: string }, connectionId: id, elder: elder.address as string };
+  return {
+    credential: partner.live as { client_id: string; client_secret: string },
+    connectionId: id,
+    elder: elder.address as string,
+  };
 }

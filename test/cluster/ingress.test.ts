@@ -9,17 +9,23 @@ import { cluster, helm, kubectlJson, named } from "./cluster.js";
 // secrets"). The tests reach the ingress by its name (test/support/resolve.cjs) and trust only the
 // CA the chart generated (NODE_EXTRA_CA_CERTS), as test-cluster.sh sets them up.
 const host = new URL(cluster.baseUrl).hostname;
-const secretData = async (name: string) => (await kubectlJson<{ data: Record<string, string> }>("get", "secret", name)).data;
+const secretData = async (name: string) =>
+  (await kubectlJson<{ data: Record<string, string> }>("get", "secret", name)).data;
 
 describe("the partner entry: Gateway API", () => {
   it("the release reaches partners through its HTTPRoute on the Gateway it created, accepted by Traefik with every reference resolved, and through no Ingress", async () => {
     const route = await kubectlJson<any>("get", "httproute", named("gateway"));
     const parents = route.status?.parents ?? [];
-    expect(parents.map((p: any) => [p.parentRef.name, p.controllerName])).toEqual([[named("partner-api"), "traefik.io/gateway-controller"]]);
+    expect(parents.map((p: any) => [p.parentRef.name, p.controllerName])).toEqual([
+      [named("partner-api"), "traefik.io/gateway-controller"],
+    ]);
     const conditions = Object.fromEntries(parents[0].conditions.map((c: any) => [c.type, c.status]));
     expect(conditions).toMatchObject({ Accepted: "True", ResolvedRefs: "True" });
     const gateway = await kubectlJson<any>("get", "gateway", named("partner-api"));
-    expect(Object.fromEntries(gateway.status.conditions.map((c: any) => [c.type, c.status]))).toMatchObject({ Accepted: "True", Programmed: "True" });
+    expect(Object.fromEntries(gateway.status.conditions.map((c: any) => [c.type, c.status]))).toMatchObject({
+      Accepted: "True",
+      Programmed: "True",
+    });
     expect((await kubectlJson<{ items: unknown[] }>("get", "ingress")).items).toEqual([]);
     const res = await fetch(`${cluster.baseUrl}/openapi.json`);
     expect(res.status).toBe(200);
@@ -53,7 +59,11 @@ describe("the ingress", () => {
       expect(body).not.toMatch(/"status"|failing|ready/);
     }
     // The partner API's paths are routed (an answer of the gateway's: its error envelope).
-    const token = await fetch(`${cluster.baseUrl}/oauth/token`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: "grant_type=client_credentials" });
+    const token = await fetch(`${cluster.baseUrl}/oauth/token`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: "grant_type=client_credentials",
+    });
     expect(token.status).toBe(400);
     expect(["invalid_request", "invalid_client"]).toContain(((await token.json()) as { error: string }).error);
   });
@@ -70,12 +80,29 @@ describe("the ingress", () => {
 
 describe("secrets the chart generated, under a render against the cluster", () => {
   it("a server-side dry run of an upgrade renders every generated Secret exactly as it is in the cluster (looked up, never generated again)", async () => {
-    const out = await helm("upgrade", cluster.release, "charts/partner-integration", "--reuse-values", "--dry-run=server");
+    const out = await helm(
+      "upgrade",
+      cluster.release,
+      "charts/partner-integration",
+      "--reuse-values",
+      "--dry-run=server",
+    );
     const manifest = out.slice(out.indexOf("MANIFEST:") + "MANIFEST:".length, out.indexOf("\nNOTES:"));
-    const secrets = parseAllDocuments(manifest).map((d) => d.toJS()).filter((o) => o?.kind === "Secret");
+    const secrets = parseAllDocuments(manifest)
+      .map((d) => d.toJS())
+      .filter((o) => o?.kind === "Secret");
     const names = secrets.map((s) => s.metadata.name as string).sort();
-    expect(names).toEqual(expect.arrayContaining([named("credential-pepper"), named("data-keys"), named("gateway-identity"), named("gateway-tls"), named("ingress-ca")]));
-    for (const s of secrets) expect([s.metadata.name, s.data]).toEqual([s.metadata.name, await secretData(s.metadata.name)]);
+    expect(names).toEqual(
+      expect.arrayContaining([
+        named("credential-pepper"),
+        named("data-keys"),
+        named("gateway-identity"),
+        named("gateway-tls"),
+        named("ingress-ca"),
+      ]),
+    );
+    for (const s of secrets)
+      expect([s.metadata.name, s.data]).toEqual([s.metadata.name, await secretData(s.metadata.name)]);
   });
 
   it("an offline render (helm template, as GitOps tools render) of the same values refuses to generate them", async () => {
@@ -86,7 +113,9 @@ describe("secrets the chart generated, under a render against the cluster", () =
     const dir = mkdtempSync(join(tmpdir(), "pi-values-"));
     try {
       writeFileSync(join(dir, "values.yaml"), values);
-      await expect(helm("template", cluster.release, "charts/partner-integration", "-f", join(dir, "values.yaml"))).rejects.toThrow(/cannot be generated: this render has no cluster/);
+      await expect(
+        helm("template", cluster.release, "charts/partner-integration", "-f", join(dir, "values.yaml")),
+      ).rejects.toThrow(/cannot be generated: this render has no cluster/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

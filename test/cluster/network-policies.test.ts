@@ -11,7 +11,9 @@ import { admitted, componentOf, components, componentPorts, refused } from "../s
 // documented callers (test/support/policy-matrix.ts).
 const portOf = (component: string) => componentPorts[component];
 const address = (component: string) =>
-  component.endsWith("-mongodb") ? `${named(component)}-0.${named(component)}:27017` : `${named(componentOf(component))}:${componentPorts[component]}`;
+  component.endsWith("-mongodb")
+    ? `${named(component)}-0.${named(component)}:27017`
+    : `${named(componentOf(component))}:${componentPorts[component]}`;
 
 let policies: NetworkPolicy[];
 let namespaces: Namespace[];
@@ -21,18 +23,29 @@ const toPod = (p: any): Pod => ({
   name: p.metadata.name,
   labels: p.metadata.labels ?? {},
   ip: p.status.podIP,
-  ports: Object.fromEntries(p.spec.containers.flatMap((c: any) => (c.ports ?? []).filter((x: any) => x.name).map((x: any) => [x.name, x.containerPort]))),
+  ports: Object.fromEntries(
+    p.spec.containers.flatMap((c: any) =>
+      (c.ports ?? []).filter((x: any) => x.name).map((x: any) => [x.name, x.containerPort]),
+    ),
+  ),
 });
 const podOf = (component: string) => {
-  const pod = pods.find((p) => p.namespace === cluster.namespace && p.labels["app.kubernetes.io/component"] === component);
+  const pod = pods.find(
+    (p) => p.namespace === cluster.namespace && p.labels["app.kubernetes.io/component"] === component,
+  );
   if (!pod) throw new Error(`no running pod of ${component}`);
   return pod;
 };
 
 beforeAll(async () => {
   policies = (await kubectlJson<{ items: NetworkPolicy[] }>("get", "networkpolicy")).items;
-  namespaces = (await kubectlJson<{ items: any[] }>("get", "namespaces")).items.map((n) => ({ name: n.metadata.name, labels: n.metadata.labels ?? {} }));
-  pods = (await kubectlJson<{ items: any[] }>("get", "pods", "--all-namespaces", "--field-selector=status.phase=Running")).items
+  namespaces = (await kubectlJson<{ items: any[] }>("get", "namespaces")).items.map((n) => ({
+    name: n.metadata.name,
+    labels: n.metadata.labels ?? {},
+  }));
+  pods = (
+    await kubectlJson<{ items: any[] }>("get", "pods", "--all-namespaces", "--field-selector=status.phase=Running")
+  ).items
     .filter((p) => !p.metadata.deletionTimestamp && p.status.podIP && !p.spec.hostNetwork)
     .map(toPod);
 });
@@ -58,21 +71,46 @@ const attempt = (host, port) => new Promise((resolve) => {
 
 describe("NetworkPolicies of the installed release", () => {
   it("select every pod of the release for both ingress and egress (the deny-all)", () => {
-    const release = pods.filter((p) => p.namespace === cluster.namespace && p.labels["app.kubernetes.io/instance"] === cluster.release && p.labels["app.kubernetes.io/component"] !== "helm-test");
+    const release = pods.filter(
+      (p) =>
+        p.namespace === cluster.namespace &&
+        p.labels["app.kubernetes.io/instance"] === cluster.release &&
+        p.labels["app.kubernetes.io/component"] !== "helm-test",
+    );
     expect(release.length).toBeGreaterThanOrEqual(new Set(components.map(componentOf)).size);
-    const outsider: Pod = { namespace: cluster.namespace, name: "outsider", labels: {}, ip: "10.244.255.254", ports: {} };
+    const outsider: Pod = {
+      namespace: cluster.namespace,
+      name: "outsider",
+      labels: {},
+      ip: "10.244.255.254",
+      ports: {},
+    };
     for (const pod of release) {
       // An unlabelled pod of the same namespace reaches no port of any release pod.
-      for (const port of Object.values(pod.ports)) expect({ pod: pod.name, port, admitted: admits(policies, namespaces, outsider, pod, port) }).toEqual({ pod: pod.name, port, admitted: false });
+      for (const port of Object.values(pod.ports))
+        expect({ pod: pod.name, port, admitted: admits(policies, namespaces, outsider, pod, port) }).toEqual({
+          pod: pod.name,
+          port,
+          admitted: false,
+        });
     }
   });
 
   for (const source of Object.keys(admitted)) {
     it(`${source} may reach ${admitted[source].join(", ")} (and does), and not ${refused[source].join(", ")}`, async () => {
       const from = podOf(source);
-      const judged = Object.fromEntries([...admitted[source], ...refused[source]].map((c) => [c, admits(policies, namespaces, from, podOf(componentOf(c)), portOf(c))]));
-      expect(judged).toEqual(Object.fromEntries([...admitted[source].map((c) => [c, true]), ...refused[source].map((c) => [c, false])]));
-      const seen = JSON.parse(await kubectl("exec", from.name, "--", "node", "-e", probe, ...admitted[source].map(address))) as Record<string, string>;
+      const judged = Object.fromEntries(
+        [...admitted[source], ...refused[source]].map((c) => [
+          c,
+          admits(policies, namespaces, from, podOf(componentOf(c)), portOf(c)),
+        ]),
+      );
+      expect(judged).toEqual(
+        Object.fromEntries([...admitted[source].map((c) => [c, true]), ...refused[source].map((c) => [c, false])]),
+      );
+      const seen = JSON.parse(
+        await kubectl("exec", from.name, "--", "node", "-e", probe, ...admitted[source].map(address)),
+      ) as Record<string, string>;
       expect(seen).toEqual(Object.fromEntries(admitted[source].map((c) => [address(c), "connected"])));
     });
   }
@@ -81,7 +119,15 @@ describe("NetworkPolicies of the installed release", () => {
     const ingress = pods.find((p) => p.labels["app.kubernetes.io/name"] === "traefik");
     const foreign = pods.find((p) => p.namespace === "kube-system");
     expect(ingress && foreign).toBeTruthy();
-    const judged = Object.fromEntries(components.map((c) => [c, [admits(policies, namespaces, ingress!, podOf(componentOf(c)), portOf(c)), admits(policies, namespaces, foreign!, podOf(componentOf(c)), portOf(c))]]));
+    const judged = Object.fromEntries(
+      components.map((c) => [
+        c,
+        [
+          admits(policies, namespaces, ingress!, podOf(componentOf(c)), portOf(c)),
+          admits(policies, namespaces, foreign!, podOf(componentOf(c)), portOf(c)),
+        ],
+      ]),
+    );
     expect(judged).toEqual(Object.fromEntries(components.map((c) => [c, [c === "gateway", false]])));
   });
 
@@ -90,7 +136,12 @@ describe("NetworkPolicies of the installed release", () => {
     const notDns = pods.find((p) => p.namespace !== cluster.namespace && p.labels["k8s-app"] !== "kube-dns")!;
     const outside: Pod = { namespace: "elsewhere", name: "resolver", labels: {}, ip: "8.8.8.8", ports: {} };
     for (const c of Object.keys(admitted)) {
-      expect([c, ...["UDP", "TCP"].flatMap((protocol) => [dns, notDns, outside].map((to) => admits(policies, namespaces, podOf(c), to, 53, protocol)))]).toEqual([c, true, false, false, true, false, false]);
+      expect([
+        c,
+        ...["UDP", "TCP"].flatMap((protocol) =>
+          [dns, notDns, outside].map((to) => admits(policies, namespaces, podOf(c), to, 53, protocol)),
+        ),
+      ]).toEqual([c, true, false, false, true, false, false]);
     }
   });
 });

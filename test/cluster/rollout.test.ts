@@ -16,8 +16,19 @@ describe("under partner traffic", () => {
     const traffic = partnerTraffic(partner.credential, partner.connectionId);
     await new Promise((r) => setTimeout(r, 2000));
     const current = await helm("get", "values", cluster.release, "-o", "json");
-    const level = (JSON.parse(current) as { config?: { LOG_LEVEL?: string } }).config?.LOG_LEVEL === "debug" ? "info" : "debug";
-    await helm("upgrade", cluster.release, "charts/partner-integration", "--reuse-values", "--set", `config.LOG_LEVEL=${level}`, "--wait", "--timeout", "10m");
+    const level =
+      (JSON.parse(current) as { config?: { LOG_LEVEL?: string } }).config?.LOG_LEVEL === "debug" ? "info" : "debug";
+    await helm(
+      "upgrade",
+      cluster.release,
+      "charts/partner-integration",
+      "--reuse-values",
+      "--set",
+      `config.LOG_LEVEL=${level}`,
+      "--wait",
+      "--timeout",
+      "10m",
+    );
     await traffic.stop();
     const after = Object.fromEntries(await Promise.all(services.map(async (s) => [s, await podsOf(s)] as const)));
     for (const s of services) {
@@ -46,30 +57,59 @@ describe("under partner traffic", () => {
 
 describe("objects a cluster accepts", () => {
   it("PodDisruptionBudgets and HorizontalPodAutoscalers are accepted and bound to their workloads", async () => {
-    const pdbs = await kubectlJson<{ items: any[] }>("get", "pdb", "-l", `app.kubernetes.io/instance=${cluster.release}`);
+    const pdbs = await kubectlJson<{ items: any[] }>(
+      "get",
+      "pdb",
+      "-l",
+      `app.kubernetes.io/instance=${cluster.release}`,
+    );
     // values-production.yaml: a PDB for every service, each letting an unready pod be evicted.
-    expect(pdbs.items.map((p) => p.metadata.name).sort()).toEqual(["auth", "connection", "extraction", "file-intake", "gateway", "webhook"].map((c) => `${cluster.release}-${c}`));
-    for (const pdb of pdbs.items) expect([pdb.metadata.name, pdb.spec.unhealthyPodEvictionPolicy]).toEqual([pdb.metadata.name, "AlwaysAllow"]);
+    expect(pdbs.items.map((p) => p.metadata.name).sort()).toEqual(
+      ["auth", "connection", "extraction", "file-intake", "gateway", "webhook"].map((c) => `${cluster.release}-${c}`),
+    );
+    for (const pdb of pdbs.items)
+      expect([pdb.metadata.name, pdb.spec.unhealthyPodEvictionPolicy]).toEqual([pdb.metadata.name, "AlwaysAllow"]);
     for (const pdb of pdbs.items) expect(pdb.status.expectedPods).toBeGreaterThan(0); // the controller matched its pods
-    const hpas = await kubectlJson<{ items: any[] }>("get", "hpa", "-l", `app.kubernetes.io/instance=${cluster.release}`);
-    expect(hpas.items.map((h) => h.spec.scaleTargetRef.name).sort()).toEqual(["auth", "extraction", "file-intake", "gateway"].map((c) => `${cluster.release}-${c}`));
+    const hpas = await kubectlJson<{ items: any[] }>(
+      "get",
+      "hpa",
+      "-l",
+      `app.kubernetes.io/instance=${cluster.release}`,
+    );
+    expect(hpas.items.map((h) => h.spec.scaleTargetRef.name).sort()).toEqual(
+      ["auth", "extraction", "file-intake", "gateway"].map((c) => `${cluster.release}-${c}`),
+    );
     const gateway = await kubectlJson("get", "deploy", `${cluster.release}-gateway`);
-    expect(gateway.spec.replicas).toBeGreaterThanOrEqual(hpas.items.find((h) => h.spec.scaleTargetRef.name === `${cluster.release}-gateway`).spec.minReplicas);
+    expect(gateway.spec.replicas).toBeGreaterThanOrEqual(
+      hpas.items.find((h) => h.spec.scaleTargetRef.name === `${cluster.release}-gateway`).spec.minReplicas,
+    );
   });
 
   it("values-production.yaml's priority classes are admitted and its spread kept by the scheduler: two or more Ready replicas of every service, on the one node", async () => {
-    const pods = await kubectlJson<{ items: any[] }>("get", "pods", "-l", `app.kubernetes.io/instance=${cluster.release}`);
+    const pods = await kubectlJson<{ items: any[] }>(
+      "get",
+      "pods",
+      "-l",
+      `app.kubernetes.io/instance=${cluster.release}`,
+    );
     const ready = (p: any) => p.status.conditions?.some((c: any) => c.type === "Ready" && c.status === "True");
     for (const component of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"]) {
-      const mine = pods.items.filter((p) => p.metadata.labels["app.kubernetes.io/component"] === component && !p.metadata.deletionTimestamp);
+      const mine = pods.items.filter(
+        (p) => p.metadata.labels["app.kubernetes.io/component"] === component && !p.metadata.deletionTimestamp,
+      );
       expect([component, mine.filter(ready).length >= 2]).toEqual([component, true]);
-      expect([component, mine[0].spec.topologySpreadConstraints.map((c: any) => `${c.topologyKey} ${c.whenUnsatisfiable}`)]).toEqual([
+      expect([
         component,
-        ["kubernetes.io/hostname ScheduleAnyway", "topology.kubernetes.io/zone ScheduleAnyway"],
-      ]);
+        mine[0].spec.topologySpreadConstraints.map((c: any) => `${c.topologyKey} ${c.whenUnsatisfiable}`),
+      ]).toEqual([component, ["kubernetes.io/hostname ScheduleAnyway", "topology.kubernetes.io/zone ScheduleAnyway"]]);
     }
-    const priority = (component: string) => pods.items.find((p) => p.metadata.labels["app.kubernetes.io/component"] === component)!.spec.priority;
-    expect(["gateway", "auth-mongodb", "kafka", "extraction"].map((c) => [c, priority(c)])).toEqual([["gateway", 100000], ["auth-mongodb", 1000000], ["kafka", 1000000], ["extraction", 0]]);
+    const priority = (component: string) =>
+      pods.items.find((p) => p.metadata.labels["app.kubernetes.io/component"] === component)!.spec.priority;
+    expect(["gateway", "auth-mongodb", "kafka", "extraction"].map((c) => [c, priority(c)])).toEqual([
+      ["gateway", 100000],
+      ["auth-mongodb", 1000000],
+      ["kafka", 1000000],
+      ["extraction", 0],
+    ]);
   });
 });
-

@@ -14,12 +14,17 @@ import * as chart from "../../deploy/checks/chart.mjs";
 import type { K8sObject } from "../../deploy/checks/chart.mjs";
 
 const casesDir = join(repoRoot, "test", "deploy", "alerts");
-const caseFiles = readdirSync(casesDir).filter((f) => f.endsWith(".yaml")).sort();
+const caseFiles = readdirSync(casesDir)
+  .filter((f) => f.endsWith(".yaml"))
+  .sort();
 let helm: string;
 
 function promtool(...args: string[]) {
   const r = spawnSync("promtool", args, { encoding: "utf8" });
-  if (r.error) throw new Error(`promtool cannot run (${r.error.message}): install Debian's prometheus package (apt-get install prometheus), as .ci/run does`);
+  if (r.error)
+    throw new Error(
+      `promtool cannot run (${r.error.message}): install Debian's prometheus package (apt-get install prometheus), as .ci/run does`,
+    );
   return { code: r.status, output: `${r.stdout}${r.stderr}` };
 }
 
@@ -31,7 +36,8 @@ function renderRule(prometheusRule: Record<string, unknown> = {}): K8sObject {
   return rules[0];
 }
 
-const alertsOf = (rule: K8sObject): K8sObject[] => rule.spec.groups.flatMap((g: K8sObject) => g.rules.filter((r: K8sObject) => r.alert));
+const alertsOf = (rule: K8sObject): K8sObject[] =>
+  rule.spec.groups.flatMap((g: K8sObject) => g.rules.filter((r: K8sObject) => r.alert));
 
 beforeAll(() => {
   helm = ensureHelm();
@@ -44,7 +50,11 @@ describe("the PrometheusRule's alerts (metrics.prometheusRule.enabled)", () => {
     rule = renderRule();
     dir = mkdtempSync(join(tmpdir(), "pi-alerts-"));
     writeFileSync(join(dir, "rules.yaml"), stringify({ groups: rule.spec.groups }));
-    for (const f of caseFiles) writeFileSync(join(dir, f), stringify({ rule_files: ["rules.yaml"], ...parse(readFileSync(join(casesDir, f), "utf8")) }));
+    for (const f of caseFiles)
+      writeFileSync(
+        join(dir, f),
+        stringify({ rule_files: ["rules.yaml"], ...parse(readFileSync(join(casesDir, f), "utf8")) }),
+      );
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -68,7 +78,9 @@ describe("the PrometheusRule's alerts (metrics.prometheusRule.enabled)", () => {
         for (const t of test.alert_rule_test ?? []) (t.exp_alerts?.length ? fires : quiet).add(t.alertname);
       }
     }
-    const names = alertsOf(rule).map((a) => a.alert as string).sort();
+    const names = alertsOf(rule)
+      .map((a) => a.alert as string)
+      .sort();
     expect(names.length).toBeGreaterThanOrEqual(14);
     expect(names.filter((n) => !fires.has(n))).toEqual([]);
     expect(names.filter((n) => !quiet.has(n))).toEqual([]);
@@ -80,7 +92,10 @@ describe("the PrometheusRule's alerts (metrics.prometheusRule.enabled)", () => {
     const docs = readFileSync(join(repoRoot, "docs", "operations.md"), "utf8");
     const headings = new Set([...docs.matchAll(/^#{2,4} +`?([A-Za-z]+)`?\s*$/gm)].map((m) => m[1]!.toLowerCase()));
     for (const alert of alertsOf(rule)) {
-      expect([alert.alert, alert.annotations.runbook_url]).toEqual([alert.alert, `docs/operations.md#${alert.alert.toLowerCase()}`]);
+      expect([alert.alert, alert.annotations.runbook_url]).toEqual([
+        alert.alert,
+        `docs/operations.md#${alert.alert.toLowerCase()}`,
+      ]);
       expect([alert.alert, headings.has(alert.alert.toLowerCase())]).toEqual([alert.alert, true]);
       expect(["critical", "warning", "info"]).toContain(alert.labels.severity);
       expect(alert.annotations.summary).toBeTruthy();
@@ -88,7 +103,9 @@ describe("the PrometheusRule's alerts (metrics.prometheusRule.enabled)", () => {
   });
 
   it("selects this release's series only: its namespace and its Services' jobs, its pods", () => {
-    const exprs = rule.spec.groups.flatMap((g: K8sObject) => g.rules.map((r: K8sObject) => r.expr as string)).join("\n");
+    const exprs = rule.spec.groups
+      .flatMap((g: K8sObject) => g.rules.map((r: K8sObject) => r.expr as string))
+      .join("\n");
     expect(exprs).toContain(`namespace="${chart.NAMESPACE}",job="${chart.RELEASE}-gateway"`);
     const jobs = chart.SERVICES.map((s) => `${chart.RELEASE}-${s.component}`);
     expect(jobs).toContain(`${chart.RELEASE}-extraction`);
@@ -98,14 +115,20 @@ describe("the PrometheusRule's alerts (metrics.prometheusRule.enabled)", () => {
   });
 
   it("follows the SLOs and the runbooks' address given in the values", () => {
-    const custom = renderRule({ runbookBaseUrl: "https://runbooks.example/operations", slo: { availability: 0.995, latency: 0.95, latencyThresholdSeconds: "2.5" } });
+    const custom = renderRule({
+      runbookBaseUrl: "https://runbooks.example/operations",
+      slo: { availability: 0.995, latency: 0.95, latencyThresholdSeconds: "2.5" },
+    });
     const alerts = alertsOf(custom);
     const expr = (name: string) => alerts.find((a) => a.alert === name).expr as string;
     expect(expr("PartnerApiAvailabilityFastBurn")).toContain("> 14.4 * 0.005");
     expect(expr("PartnerApiLatencyFastBurn")).toContain("> 14.4 * 0.05");
-    const slow = custom.spec.groups[0].rules.find((r: K8sObject) => r.record === "pi:v1_request_slow:ratio_rate5m").expr;
+    const slow = custom.spec.groups[0].rules.find(
+      (r: K8sObject) => r.record === "pi:v1_request_slow:ratio_rate5m",
+    ).expr;
     expect(slow).toContain('le="2.5"');
-    expect(alerts.every((a) => a.annotations.runbook_url === `https://runbooks.example/operations#${a.alert.toLowerCase()}`)).toBe(true);
+    expect(
+      alerts.every((a) => a.annotations.runbook_url === `https://runbooks.example/operations#${a.alert.toLowerCase()}`),
+    ).toBe(true);
   });
 });
-

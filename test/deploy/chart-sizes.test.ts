@@ -17,7 +17,9 @@ beforeAll(() => {
 }, 10 * 60_000);
 
 const template = (values: unknown) => chart.helmTemplate(helm, values);
-const volumeOf = (docs: K8sObject[], component: string) => find(docs, "StatefulSet", `${RELEASE}-${component}-mongodb`).spec.volumeClaimTemplates[0].spec.resources.requests.storage;
+const volumeOf = (docs: K8sObject[], component: string) =>
+  find(docs, "StatefulSet", `${RELEASE}-${component}-mongodb`).spec.volumeClaimTemplates[0].spec.resources.requests
+    .storage;
 
 describe("the chart refuses sizes that disagree", () => {
   it("the default values render: file-intake's database has a volume of its own, sized for the store's high-water mark", () => {
@@ -33,7 +35,9 @@ describe("the chart refuses sizes that disagree", () => {
     expect(t.code).not.toBe(0);
     expect(t.stderr).toContain("cannot fit under FILE_STORE_HIGH_WATER_BYTES");
     // file-intake's own config block counts as well.
-    expect(template({ fileIntake: { config: { TEST_FILE_STORAGE_QUOTA_BYTES: 5 * GiB } } }).stderr).toContain("cannot fit under FILE_STORE_HIGH_WATER_BYTES");
+    expect(template({ fileIntake: { config: { TEST_FILE_STORAGE_QUOTA_BYTES: 5 * GiB } } }).stderr).toContain(
+      "cannot fit under FILE_STORE_HIGH_WATER_BYTES",
+    );
   });
 
   it("refuses a high-water mark above 80% of file-intake's database volume, and takes it once the volume is larger", () => {
@@ -42,11 +46,16 @@ describe("the chart refuses sizes that disagree", () => {
     expect(tooHigh.stderr).toContain("above 80% of file-intake's database volume (8Gi)");
     // The shared size applies when file-intake sets none.
     expect(template({ fileIntake: { mongodb: { persistence: { size: "" } } } }).stderr).toContain("(2Gi)");
-    const bigger = template({ config: { FILE_STORE_HIGH_WATER_BYTES: 7 * GiB }, fileIntake: { mongodb: { persistence: { size: "9Gi" } } } });
+    const bigger = template({
+      config: { FILE_STORE_HIGH_WATER_BYTES: 7 * GiB },
+      fileIntake: { mongodb: { persistence: { size: "9Gi" } } },
+    });
     expect(bigger.stderr).toBe("");
     expect(volumeOf(bigger.docs, "file-intake")).toBe("9Gi");
     // An external database's size is not the chart's to check.
-    expect(template({ config: { FILE_STORE_HIGH_WATER_BYTES: 7 * GiB }, mongodb: { persistence: { enabled: false } } }).code).toBe(0);
+    expect(
+      template({ config: { FILE_STORE_HIGH_WATER_BYTES: 7 * GiB }, mongodb: { persistence: { enabled: false } } }).code,
+    ).toBe(0);
   });
 
   it("refuses a Kafka volume that the topics' retention could outgrow", () => {
@@ -66,7 +75,12 @@ describe("every Kafka topic is bounded by retention.ms and retention.bytes", () 
       const config = `retention.ms=${TOPIC_RETENTION_MS},retention.bytes=${TOPICS[key].retentionBytes},segment.bytes=${SEGMENT_BYTES},segment.ms=${SEGMENT_MS}`;
       const name = topicName("pi", key);
       expect(script).toContain(`--topic "${name}" --partitions ${TOPICS[key].partitions}`);
-      expect(script).toContain(config.split(",").map((c) => `--config ${c}`).join(" "));
+      expect(script).toContain(
+        config
+          .split(",")
+          .map((c) => `--config ${c}`)
+          .join(" "),
+      );
       expect(script).toContain(`--entity-name "${name}" --add-config "${config}"`);
     }
   });

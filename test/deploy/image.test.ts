@@ -5,7 +5,13 @@
 // auth and Kafka to start. Where no engine can start, the test fails with the reason: it never
 // passes, nor skips, without having run. IMAGE_CHECK=0 leaves it out on purpose, reported as such.
 import { describe, it, expect, afterAll } from "@jest/globals";
-import { ensureDockerEngine, heapFlagsOfDockerfile, runImageCheck, stopDockerEngine, type DockerEngine } from "../../deploy/checks/image-check.mjs";
+import {
+  ensureDockerEngine,
+  heapFlagsOfDockerfile,
+  runImageCheck,
+  stopDockerEngine,
+  type DockerEngine,
+} from "../../deploy/checks/image-check.mjs";
 
 const leftOut = process.env.IMAGE_CHECK === "0";
 const engine: DockerEngine = leftOut ? { ok: false, reason: "IMAGE_CHECK=0 was set" } : ensureDockerEngine();
@@ -23,9 +29,14 @@ describe("deploy/Dockerfile", () => {
   itUnlessLeftOut(
     "builds on a locally assembled Node 20 base (BASE_IMAGE), runs as uid 1000 without dev dependencies, and the gateway container (SERVICE=gateway) answers 200 on /healthz",
     async () => {
-      if (!engine.ok) throw new Error(`no Docker engine could start here, so deploy/Dockerfile was not built or run: ${engine.reason}`);
+      if (!engine.ok)
+        throw new Error(
+          `no Docker engine could start here, so deploy/Dockerfile was not built or run: ${engine.reason}`,
+        );
       const result = await runImageCheck({ engine });
-      console.log(`image check: ${result.status} in ${JSON.stringify(result.timings)}${result.network ? ` (build network: ${result.network})` : ""}`);
+      console.log(
+        `image check: ${result.status} in ${JSON.stringify(result.timings)}${result.network ? ` (build network: ${result.network})` : ""}`,
+      );
       expect(result.reason ?? "").toBe("");
       expect(result.status).toBe("passed");
       expect(result.cmdline).toContain(`node ${heapFlagsOfDockerfile().join(" ")} services/gateway/dist/main.js`);

@@ -43,14 +43,24 @@ const each = () => renders.map((r) => [`${r.name} render at Kubernetes ${r.kubeV
 
 describe("outside linters on the default and the production render", () => {
   it("render both at the oldest and the newest supported Kubernetes", () => {
-    expect(renders.map((r) => `${r.name}@${r.kubeVersion}`)).toEqual(["default@1.27.16", "default@1.34.4", "production@1.27.16", "production@1.34.4"]);
+    expect(renders.map((r) => `${r.name}@${r.kubeVersion}`)).toEqual([
+      "default@1.27.16",
+      "default@1.34.4",
+      "production@1.27.16",
+      "production@1.34.4",
+    ]);
   });
 
   it("kube-linter v0.8.3: no finding of its default checks", () => {
     for (const [what, r] of each()) {
       const result = linters.kubeLinter(tools["kube-linter"]!, r.file);
       // Its default checks ran (not an empty configuration that checks nothing).
-      expect([what, result.checks.length >= 10, result.checks.includes("run-as-non-root"), result.checks.includes("no-read-only-root-fs")]).toEqual([what, true, true, true]);
+      expect([
+        what,
+        result.checks.length >= 10,
+        result.checks.includes("run-as-non-root"),
+        result.checks.includes("no-read-only-root-fs"),
+      ]).toEqual([what, true, true, true]);
       expect([what, result.findings]).toEqual([what, []]);
     }
   });
@@ -68,13 +78,38 @@ describe("outside linters on the default and the production render", () => {
     const r = renders.find((x) => x.name === "production" && x.kubeVersion === "1.27.16")!;
     const deployment = r.docs.find((d) => d.kind === "Deployment");
     const file = join(dir, "bad.yaml");
-    writeFileSync(file, JSON.stringify({ ...deployment, spec: { ...deployment.spec, template: { ...deployment.spec.template, spec: { ...deployment.spec.template.spec, containers: [{ ...deployment.spec.template.spec.containers[0], lifecycle: { preStop: { sleep: { seconds: 5 } } } }] } } } }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        ...deployment,
+        spec: {
+          ...deployment.spec,
+          template: {
+            ...deployment.spec.template,
+            spec: {
+              ...deployment.spec.template.spec,
+              containers: [
+                { ...deployment.spec.template.spec.containers[0], lifecycle: { preStop: { sleep: { seconds: 5 } } } },
+              ],
+            },
+          },
+        },
+      }),
+    );
     // preStop.sleep came with Kubernetes 1.29: refused at 1.27, accepted at 1.34.
-    expect(linters.kubeconform(tools.kubeconform!, file, "1.27.16").findings.join("\n")).toContain("'sleep' not allowed");
+    expect(linters.kubeconform(tools.kubeconform!, file, "1.27.16").findings.join("\n")).toContain(
+      "'sleep' not allowed",
+    );
     expect(linters.kubeconform(tools.kubeconform!, file, "1.34.4").findings).toEqual([]);
     // A custom resource by its CRD's schema: a misspelt field of a ServiceMonitor's endpoint.
     const monitor = r.docs.find((d) => d.kind === "ServiceMonitor");
-    writeFileSync(file, JSON.stringify({ ...monitor, spec: { ...monitor.spec, endpoints: [{ ...monitor.spec.endpoints[0], intervall: "30s" }] } }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        ...monitor,
+        spec: { ...monitor.spec, endpoints: [{ ...monitor.spec.endpoints[0], intervall: "30s" }] },
+      }),
+    );
     expect(linters.kubeconform(tools.kubeconform!, file, "1.34.4").findings.join("\n")).toContain("intervall");
   });
 
@@ -95,7 +130,11 @@ describe("outside linters on the default and the production render", () => {
           {
             name: "bad",
             rules: [
-              { alert: "Bad", expr: "sum(rate(foo[5m])) > 0", annotations: { summary: "{{ $labels.instance }} is down" } },
+              {
+                alert: "Bad",
+                expr: "sum(rate(foo[5m])) > 0",
+                annotations: { summary: "{{ $labels.instance }} is down" },
+              },
               { record: "bad:rate5m", expr: "sum(rate(foo[5m])" },
             ],
           },
@@ -109,13 +148,22 @@ describe("outside linters on the default and the production render", () => {
 
   it("list every exception in one file per tool, each with its reason (there are none)", () => {
     for (const file of ["kube-linter.yaml", "pint.hcl"]) {
-      for (const e of linters.exceptions(file)) expect([file, e.name, e.reason.length > 10]).toEqual([file, e.name, true]);
+      for (const e of linters.exceptions(file))
+        expect([file, e.name, e.reason.length > 10]).toEqual([file, e.name, true]);
       expect([file, linters.exceptions(file)]).toEqual([file, []]);
     }
     // The reading of those files finds an exception and its reason, and one without.
-    const yaml = "checks:\n  exclude:\n    # the ops pod idles: no reason to probe it more\n    - no-liveness-probe\n    - latest-tag\n";
-    expect(linters.exceptions("kube-linter.yaml", yaml)).toEqual([{ name: "no-liveness-probe", reason: "the ops pod idles: no reason to probe it more" }, { name: "latest-tag", reason: "" }]);
-    const hcl = 'checks {\n  disabled = [\n    // no Prometheus offline\n    "promql/series",\n    "alerts/count",\n  ]\n}\n';
-    expect(linters.exceptions("pint.hcl", hcl)).toEqual([{ name: "promql/series", reason: "no Prometheus offline" }, { name: "alerts/count", reason: "" }]);
+    const yaml =
+      "checks:\n  exclude:\n    # the ops pod idles: no reason to probe it more\n    - no-liveness-probe\n    - latest-tag\n";
+    expect(linters.exceptions("kube-linter.yaml", yaml)).toEqual([
+      { name: "no-liveness-probe", reason: "the ops pod idles: no reason to probe it more" },
+      { name: "latest-tag", reason: "" },
+    ]);
+    const hcl =
+      'checks {\n  disabled = [\n    // no Prometheus offline\n    "promql/series",\n    "alerts/count",\n  ]\n}\n';
+    expect(linters.exceptions("pint.hcl", hcl)).toEqual([
+      { name: "promql/series", reason: "no Prometheus offline" },
+      { name: "alerts/count", reason: "" },
+    ]);
   });
 });

@@ -11,8 +11,25 @@ import { startWarmGateway } from "@pi/gateway";
 import { decodeJwt as decodeJwtPayload, generateKeyPair } from "jose";
 import { MongoClient } from "mongodb";
 import { databaseName } from "@pi/common/mongo";
-import { assertionBody, decodeJwt, NO_RATE_LIMITS, partnerKey, resign, signingKey, withAuthDb } from "../support/auth.js";
-import { accessToken, basicAuthorization, call, connectionRequestStatus, opsCliEnv, opsFor, requestToken, runOpsCli } from "../support/partner-api.js";
+import {
+  assertionBody,
+  decodeJwt,
+  NO_RATE_LIMITS,
+  partnerKey,
+  resign,
+  signingKey,
+  withAuthDb,
+} from "../support/auth.js";
+import {
+  accessToken,
+  basicAuthorization,
+  call,
+  connectionRequestStatus,
+  opsCliEnv,
+  opsFor,
+  requestToken,
+  runOpsCli,
+} from "../support/partner-api.js";
 import { as, sharedTestStack, startTestStack, stopSharedStacks, type TestStack } from "../support/services.js";
 
 // Authentication end to end: the token endpoint row by row, HTTP Basic and private_key_jwt client
@@ -41,7 +58,11 @@ describe("auth token endpoint", () => {
     await stack?.stop();
   });
 
-  const good = () => ({ grant_type: "client_credentials", client_id: partner.live.client_id, client_secret: partner.live.client_secret });
+  const good = () => ({
+    grant_type: "client_credentials",
+    client_id: partner.live.client_id,
+    client_secret: partner.live.client_secret,
+  });
 
   function expectOAuthError(res: { status: number; headers: Headers; text: string }, error: string) {
     expect(res.status).toBe(400);
@@ -54,17 +75,20 @@ describe("auth token endpoint", () => {
   }
 
   describe("token endpoint row 200: credentials valid", () => {
-    it.each(["form", "json"] as const)("200 with a %s body: exactly the token response fields, never cached", async (encoding) => {
-      const res = await requestToken(stack.baseUrl, good(), encoding);
-      expect(res.status).toBe(200);
-      expect(res.headers.get("cache-control")).toBe("no-store");
-      expect(res.headers.get("pragma")).toBe("no-cache");
-      expect(res.headers.get("content-type")).toMatch(/^application\/json/);
-      const body = JSON.parse(res.text) as Record<string, unknown>;
-      expect(Object.keys(body).sort()).toEqual(["access_token", "expires_in", "scope", "token_type"]);
-      expect(body).toMatchObject({ token_type: "Bearer", expires_in: 900, scope: "connections:write files:write" });
-      expect(body.access_token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
-    });
+    it.each(["form", "json"] as const)(
+      "200 with a %s body: exactly the token response fields, never cached",
+      async (encoding) => {
+        const res = await requestToken(stack.baseUrl, good(), encoding);
+        expect(res.status).toBe(200);
+        expect(res.headers.get("cache-control")).toBe("no-store");
+        expect(res.headers.get("pragma")).toBe("no-cache");
+        expect(res.headers.get("content-type")).toMatch(/^application\/json/);
+        const body = JSON.parse(res.text) as Record<string, unknown>;
+        expect(Object.keys(body).sort()).toEqual(["access_token", "expires_in", "scope", "token_type"]);
+        expect(body).toMatchObject({ token_type: "Bearer", expires_in: 900, scope: "connections:write files:write" });
+        expect(body.access_token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
+      },
+    );
 
     it("the JWT carries partner, credential, mode, scopes, id, issue and expiry times and the audience", async () => {
       const askedAt = Date.now();
@@ -140,30 +164,51 @@ describe("auth token endpoint", () => {
 
     it("a partner created with --scopes files:write is granted only that when scope is omitted, and invalid_scope for connections:write", async () => {
       const narrow = await ops.partnerCreate({ name: "Files Only Lab", scopes: "files:write" });
-      const creds = { grant_type: "client_credentials", client_id: narrow.live.client_id, client_secret: narrow.live.client_secret };
+      const creds = {
+        grant_type: "client_credentials",
+        client_id: narrow.live.client_id,
+        client_secret: narrow.live.client_secret,
+      };
       const omitted = await requestToken(stack.baseUrl, creds);
       expect(omitted.status).toBe(200);
       const body = JSON.parse(omitted.text) as { scope: string; access_token: string };
       expect(body.scope).toBe("files:write");
       expectOAuthError(await requestToken(stack.baseUrl, { ...creds, scope: "connections:write" }), "invalid_scope");
-      expectOAuthError(await requestToken(stack.baseUrl, { ...creds, scope: "files:write connections:write" }), "invalid_scope");
+      expectOAuthError(
+        await requestToken(stack.baseUrl, { ...creds, scope: "files:write connections:write" }),
+        "invalid_scope",
+      );
       // ...and such a token cannot use the connection routes.
-      const res = await call(stack.baseUrl, body.access_token, "POST", "/v1/connections", { elder: `a.b.c@${stack.settings.ADDRESS_DOMAIN}` });
+      const res = await call(stack.baseUrl, body.access_token, "POST", "/v1/connections", {
+        elder: `a.b.c@${stack.settings.ADDRESS_DOMAIN}`,
+      });
       expect(res.status).toBe(403);
     });
 
     it("a bad secret with a bad scope is invalid_client, not invalid_scope: scopes cannot be probed without the secret", async () => {
-      expectOAuthError(await requestToken(stack.baseUrl, { ...good(), client_secret: "sk_live_wrong", scope: "admin" }), "invalid_client");
+      expectOAuthError(
+        await requestToken(stack.baseUrl, { ...good(), client_secret: "sk_live_wrong", scope: "admin" }),
+        "invalid_client",
+      );
     });
   });
 
   describe("token endpoint row 400 invalid_client", () => {
     it("unknown client and bad secret, in both encodings", async () => {
       for (const encoding of ["form", "json"] as const) {
-        expectOAuthError(await requestToken(stack.baseUrl, { ...good(), client_id: "cli_doesnotexist" }, encoding), "invalid_client");
-        expectOAuthError(await requestToken(stack.baseUrl, { ...good(), client_secret: `${partner.live.client_secret}x` }, encoding), "invalid_client");
+        expectOAuthError(
+          await requestToken(stack.baseUrl, { ...good(), client_id: "cli_doesnotexist" }, encoding),
+          "invalid_client",
+        );
+        expectOAuthError(
+          await requestToken(stack.baseUrl, { ...good(), client_secret: `${partner.live.client_secret}x` }, encoding),
+          "invalid_client",
+        );
         // The other credential's secret is a bad secret too.
-        expectOAuthError(await requestToken(stack.baseUrl, { ...good(), client_secret: partner.test.client_secret }, encoding), "invalid_client");
+        expectOAuthError(
+          await requestToken(stack.baseUrl, { ...good(), client_secret: partner.test.client_secret }, encoding),
+          "invalid_client",
+        );
       }
     });
   });
@@ -189,14 +234,22 @@ describe("auth basic", () => {
   const basic = () => ({ authorization: basicAuthorization(partner.live.client_id, partner.live.client_secret) });
 
   describe("token endpoint: HTTP Basic client authentication", () => {
-    it.each(["form", "json"] as const)("200 with a Basic header and a %s body of grant_type alone; the token works on /v1", async (encoding) => {
-      const res = await requestToken(stack.baseUrl, grant, encoding, basic());
-      expect(res.status).toBe(200);
-      const body = JSON.parse(res.text) as { access_token: string; scope: string };
-      expect(body.scope).toBe("connections:write files:write");
-      const read = await call(stack.baseUrl, body.access_token, "GET", "/v1/connections/con_00000000000000000000000000");
-      expect(read.status).toBe(404);
-    });
+    it.each(["form", "json"] as const)(
+      "200 with a Basic header and a %s body of grant_type alone; the token works on /v1",
+      async (encoding) => {
+        const res = await requestToken(stack.baseUrl, grant, encoding, basic());
+        expect(res.status).toBe(200);
+        const body = JSON.parse(res.text) as { access_token: string; scope: string };
+        expect(body.scope).toBe("connections:write files:write");
+        const read = await call(
+          stack.baseUrl,
+          body.access_token,
+          "GET",
+          "/v1/connections/con_00000000000000000000000000",
+        );
+        expect(read.status).toBe(404);
+      },
+    );
 
     it("scope narrowing works the same with Basic", async () => {
       const res = await requestToken(stack.baseUrl, { ...grant, scope: "files:write" }, "form", basic());
@@ -204,12 +257,20 @@ describe("auth basic", () => {
     });
 
     it("a repeated client_id in the body naming the same client is accepted", async () => {
-      expect((await requestToken(stack.baseUrl, { ...grant, client_id: partner.live.client_id }, "form", basic())).status).toBe(200);
+      expect(
+        (await requestToken(stack.baseUrl, { ...grant, client_id: partner.live.client_id }, "form", basic())).status,
+      ).toBe(200);
     });
 
     it("a wrong secret by Basic is the body method's invalid_client, byte for byte", async () => {
-      const byBasic = await requestToken(stack.baseUrl, grant, "form", { authorization: basicAuthorization(partner.live.client_id, "sk_live_wrong") });
-      const byBody = await requestToken(stack.baseUrl, { ...grant, client_id: partner.live.client_id, client_secret: "sk_live_wrong" });
+      const byBasic = await requestToken(stack.baseUrl, grant, "form", {
+        authorization: basicAuthorization(partner.live.client_id, "sk_live_wrong"),
+      });
+      const byBody = await requestToken(stack.baseUrl, {
+        ...grant,
+        client_id: partner.live.client_id,
+        client_secret: "sk_live_wrong",
+      });
       expect(byBasic.status).toBe(400);
       expect(byBasic.text).toBe(byBody.text);
       expect(byBasic.headers.get("www-authenticate")).toBeNull();
@@ -231,7 +292,10 @@ describe("auth private key jwt", () => {
   let elder: string;
 
   beforeAll(async () => {
-    stack = await startTestStack({ ...NO_RATE_LIMITS, TOKEN_ENDPOINT_URL: TOKEN_ENDPOINT }, { auth: { jwksUrlRefetchCooldownMs: JWKS_URL_REFETCH_COOLDOWN_MS } });
+    stack = await startTestStack(
+      { ...NO_RATE_LIMITS, TOKEN_ENDPOINT_URL: TOKEN_ENDPOINT },
+      { auth: { jwksUrlRefetchCooldownMs: JWKS_URL_REFETCH_COOLDOWN_MS } },
+    );
     ops = opsFor(stack.settings);
     elder = (await ops.info()).sandbox_elder_address as string;
   });
@@ -254,18 +318,25 @@ describe("auth private key jwt", () => {
   }
 
   describe("private_key_jwt", () => {
-    it.each(["RS384", "ES384", "ES256", "RS256"] as const)("an assertion signed with %s gets a token that works on /v1; the credential has no secret", async (alg) => {
-      const key = await partnerKey(alg, `${alg.toLowerCase()}-1`);
-      const { clientId, credential } = await registered(key);
-      expect(credential).toEqual({ client_id: clientId, mode: "test", auth_method: "private_key_jwt" });
-      const res = await tokenWith(await key.assertion(clientId, TOKEN_ENDPOINT), { scope: "connections:write" });
-      expect(res.status).toBe(200);
-      expect(res.body).toMatchObject({ token_type: "Bearer", scope: "connections:write" });
-      const created = await call(stack.baseUrl, res.body.access_token as string, "POST", "/v1/connections", { elder });
-      expect(created.status).toBe(202);
-      // The client_id may ride along when it names the same client.
-      expect((await tokenWith(await key.assertion(clientId, TOKEN_ENDPOINT), { client_id: clientId })).status).toBe(200);
-    });
+    it.each(["RS384", "ES384", "ES256", "RS256"] as const)(
+      "an assertion signed with %s gets a token that works on /v1; the credential has no secret",
+      async (alg) => {
+        const key = await partnerKey(alg, `${alg.toLowerCase()}-1`);
+        const { clientId, credential } = await registered(key);
+        expect(credential).toEqual({ client_id: clientId, mode: "test", auth_method: "private_key_jwt" });
+        const res = await tokenWith(await key.assertion(clientId, TOKEN_ENDPOINT), { scope: "connections:write" });
+        expect(res.status).toBe(200);
+        expect(res.body).toMatchObject({ token_type: "Bearer", scope: "connections:write" });
+        const created = await call(stack.baseUrl, res.body.access_token as string, "POST", "/v1/connections", {
+          elder,
+        });
+        expect(created.status).toBe(202);
+        // The client_id may ride along when it names the same client.
+        expect((await tokenWith(await key.assertion(clientId, TOKEN_ENDPOINT), { client_id: clientId })).status).toBe(
+          200,
+        );
+      },
+    );
 
     it("every assertion failure is the same 400 invalid_client, byte for byte", async () => {
       const key = await partnerKey("ES384", "k1");
@@ -294,21 +365,39 @@ describe("auth private key jwt", () => {
         ["sub not the client", await key.assertion(clientId, TOKEN_ENDPOINT, { claims: { sub: "someone" } })],
         ["no jti", await key.assertion(clientId, TOKEN_ENDPOINT, { claims: { jti: undefined } })],
         ["unknown client", await key.assertion("cli_0000000000000000000000", TOKEN_ENDPOINT)],
-        ["a client_id naming another client", await key.assertion(clientId, TOKEN_ENDPOINT), { client_id: revoked.clientId }],
+        [
+          "a client_id naming another client",
+          await key.assertion(clientId, TOKEN_ENDPOINT),
+          { client_id: revoked.clientId },
+        ],
         ["revoked credential", await revokedKey.assertion(revoked.clientId, TOKEN_ENDPOINT)],
         ["suspended partner", await suspendedKey.assertion(suspended.clientId, TOKEN_ENDPOINT)],
         ["a client-secret credential", await key.assertion(secretPartner.live.client_id, TOKEN_ENDPOINT)],
         ["malformed (not a JWS)", "not-a-jwt"],
-        ["malformed (alg none)", `${Buffer.from('{"alg":"none","kid":"k1"}').toString("base64url")}.${replayed.split(".")[1]}.`],
-        ["malformed (HS256 under the public key's kid)", `${Buffer.from('{"alg":"HS256","kid":"k1"}').toString("base64url")}.${replayed.split(".")[1]}.c2ln`],
+        [
+          "malformed (alg none)",
+          `${Buffer.from('{"alg":"none","kid":"k1"}').toString("base64url")}.${replayed.split(".")[1]}.`,
+        ],
+        [
+          "malformed (HS256 under the public key's kid)",
+          `${Buffer.from('{"alg":"HS256","kid":"k1"}').toString("base64url")}.${replayed.split(".")[1]}.c2ln`,
+        ],
       ];
       for (const [what, assertion, extra] of cases) {
         const res = await tokenWith(assertion, extra);
-        expect({ what, status: res.status, text: res.text }).toEqual({ what, status: 400, text: JSON.stringify(INVALID_CLIENT) });
+        expect({ what, status: res.status, text: res.text }).toEqual({
+          what,
+          status: 400,
+          text: JSON.stringify(INVALID_CLIENT),
+        });
       }
       // The partner's standing credential still works, and a secret never opens a private_key_jwt credential.
       expect((await tokenWith(await key.assertion(clientId, TOKEN_ENDPOINT))).status).toBe(200);
-      const bySecret = await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: clientId, client_secret: secretPartner.live.client_secret });
+      const bySecret = await requestToken(stack.baseUrl, {
+        grant_type: "client_credentials",
+        client_id: clientId,
+        client_secret: secretPartner.live.client_secret,
+      });
       expect([bySecret.status, JSON.parse(bySecret.text)]).toEqual([400, INVALID_CLIENT]);
       expect(partner.partner_id).toMatch(/^ptr_/);
     });
@@ -316,13 +405,19 @@ describe("auth private key jwt", () => {
     it("a set published at a URL: fetched at registration and when the partner rotates to a key of a new kid", async () => {
       const first = await partnerKey("RS384", "2026-11");
       let published: object = first.jwks;
-      const server: Server = createServer((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(published)));
+      const server: Server = createServer((_req, res) =>
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(published)),
+      );
       await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
       try {
         const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/.well-known/jwks.json`;
         const partner = await ops.partnerCreate({ name: "Published Keys Clinic" });
         const credential = await ops.credentialCreate(partner.partner_id, "live", { jwksUrl: url });
-        expect(credential).toEqual({ client_id: expect.stringMatching(/^cli_/), mode: "live", auth_method: "private_key_jwt" });
+        expect(credential).toEqual({
+          client_id: expect.stringMatching(/^cli_/),
+          mode: "live",
+          auth_method: "private_key_jwt",
+        });
         const clientId = credential.client_id as string;
         expect((await tokenWith(await first.assertion(clientId, TOKEN_ENDPOINT))).status).toBe(200);
         // Rotation: the partner publishes the new key beside the old one. The first assertion
@@ -339,7 +434,9 @@ describe("auth private key jwt", () => {
         expect((await tokenWith(await first.assertion(clientId, TOKEN_ENDPOINT))).status).toBe(200);
         // A URL that serves no usable set is refused at registration.
         published = { keys: [] };
-        await expect(ops.credentialCreate(partner.partner_id, "live", { jwksUrl: url })).rejects.toThrow(/1 to 10 keys/);
+        await expect(ops.credentialCreate(partner.partner_id, "live", { jwksUrl: url })).rejects.toThrow(
+          /1 to 10 keys/,
+        );
       } finally {
         server.close();
       }
@@ -348,9 +445,20 @@ describe("auth private key jwt", () => {
     it("registration refuses private keys, bad sets, and both a set and a URL", async () => {
       const partner = await ops.partnerCreate({ name: "Careless Vendor" });
       const key = await partnerKey("ES256", "k");
-      await expect(ops.credentialCreate(partner.partner_id, "live", { jwksJson: JSON.stringify({ keys: [{ ...key.publicJwk, d: "AAAA" }] }) })).rejects.toThrow(/private/);
-      await expect(ops.credentialCreate(partner.partner_id, "live", { jwksJson: "{not json" })).rejects.toThrow(/not JSON/);
-      await expect(ops.credentialCreate(partner.partner_id, "live", { jwksJson: JSON.stringify(key.jwks), jwksUrl: "https://keys.example/jwks" })).rejects.toThrow(/not both/);
+      await expect(
+        ops.credentialCreate(partner.partner_id, "live", {
+          jwksJson: JSON.stringify({ keys: [{ ...key.publicJwk, d: "AAAA" }] }),
+        }),
+      ).rejects.toThrow(/private/);
+      await expect(ops.credentialCreate(partner.partner_id, "live", { jwksJson: "{not json" })).rejects.toThrow(
+        /not JSON/,
+      );
+      await expect(
+        ops.credentialCreate(partner.partner_id, "live", {
+          jwksJson: JSON.stringify(key.jwks),
+          jwksUrl: "https://keys.example/jwks",
+        }),
+      ).rejects.toThrow(/not both/);
     });
 
     it("operator CLI: credential create --jwks-file prints client_id, mode and auth_method, and no secret", async () => {
@@ -358,13 +466,39 @@ describe("auth private key jwt", () => {
       const key = await partnerKey("RS384", "cli-1");
       const file = join(tmpdir(), `jwks-${process.pid}-${Date.now()}.json`);
       writeFileSync(file, JSON.stringify(key.jwks));
-      const run = await runOpsCli(opsCliEnv(stack.settings), ["credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", file, "--json"]);
+      const run = await runOpsCli(opsCliEnv(stack.settings), [
+        "credential",
+        "create",
+        partner.partner_id,
+        "--mode",
+        "live",
+        "--jwks-file",
+        file,
+        "--json",
+      ]);
       expect(run.code).toBe(0);
       const printed = JSON.parse(run.stdout) as Record<string, unknown>;
-      expect(printed).toEqual({ client_id: expect.stringMatching(/^cli_/), mode: "live", auth_method: "private_key_jwt" });
+      expect(printed).toEqual({
+        client_id: expect.stringMatching(/^cli_/),
+        mode: "live",
+        auth_method: "private_key_jwt",
+      });
       expect((await tokenWith(await key.assertion(printed.client_id as string, TOKEN_ENDPOINT))).status).toBe(200);
-      const missing = await runOpsCli(opsCliEnv(stack.settings), ["credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", `${file}.absent`, "--json"]);
-      expect([missing.code !== 0, missing.stdout, missing.stderr]).toEqual([true, "", expect.stringMatching(/jwks-file/)]);
+      const missing = await runOpsCli(opsCliEnv(stack.settings), [
+        "credential",
+        "create",
+        partner.partner_id,
+        "--mode",
+        "live",
+        "--jwks-file",
+        `${file}.absent`,
+        "--json",
+      ]);
+      expect([missing.code !== 0, missing.stdout, missing.stderr]).toEqual([
+        true,
+        "",
+        expect.stringMatching(/jwks-file/),
+      ]);
     });
   });
 
@@ -417,17 +551,35 @@ describe("auth bearer", () => {
   });
 
   /** A /v1 call; `body` null sends none (default: a valid connection request). */
-  async function send(baseUrl: string, authorization: string | undefined, method = "POST", path = "/v1/connections", body: unknown = { elder }) {
+  async function send(
+    baseUrl: string,
+    authorization: string | undefined,
+    method = "POST",
+    path = "/v1/connections",
+    body: unknown = { elder },
+  ) {
     const res = await fetch(`${baseUrl}${path}`, {
       method,
-      headers: { ...(authorization !== undefined ? { authorization } : {}), ...(body !== null ? { "content-type": "application/json" } : {}) },
+      headers: {
+        ...(authorization !== undefined ? { authorization } : {}),
+        ...(body !== null ? { "content-type": "application/json" } : {}),
+      },
       body: body !== null ? JSON.stringify(body) : undefined,
     });
-    return { status: res.status, wwwAuthenticate: res.headers.get("www-authenticate"), contentType: res.headers.get("content-type"), text: await res.text() };
+    return {
+      status: res.status,
+      wwwAuthenticate: res.headers.get("www-authenticate"),
+      contentType: res.headers.get("content-type"),
+      text: await res.text(),
+    };
   }
 
   const UNAUTHORIZED = {
-    error: { type: "authentication_error", code: "unauthorized", message: "The bearer token is missing, malformed, invalid, expired or revoked." },
+    error: {
+      type: "authentication_error",
+      code: "unauthorized",
+      message: "The bearer token is missing, malformed, invalid, expired or revoked.",
+    },
   };
 
   function expectUnauthorized(res: Awaited<ReturnType<typeof send>>, reference?: Awaited<ReturnType<typeof send>>) {
@@ -481,7 +633,10 @@ describe("auth bearer", () => {
       ["scope not a string", { scope: ["connections:write"] }, {}],
       ["wrong token type", {}, { typ: "JWT" }],
     ])("401 cause: a validly signed token with %s", async (_what, claims, header) => {
-      expectUnauthorized(await send(stack.baseUrl, `Bearer ${await resign(stack.settings, token, claims, header)}`), reference);
+      expectUnauthorized(
+        await send(stack.baseUrl, `Bearer ${await resign(stack.settings, token, claims, header)}`),
+        reference,
+      );
     });
 
     it("401 cause: a token from another deployment (another stack's key and audience alike)", async () => {
@@ -499,18 +654,27 @@ describe("auth bearer", () => {
       const tokenRes = await fetch(`${shortLived.baseUrl}/oauth/token`, {
         method: "POST",
         headers: { "content-type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({ grant_type: "client_credentials", client_id: p.live.client_id, client_secret: p.live.client_secret }),
+        body: new URLSearchParams({
+          grant_type: "client_credentials",
+          client_id: p.live.client_id,
+          client_secret: p.live.client_secret,
+        }),
       });
       const body = (await tokenRes.json()) as { access_token: string; expires_in: number };
       expect(body.expires_in).toBe(1);
       const { exp } = decodeJwtPayload(body.access_token);
       // Accepted for at least expires_in from the moment it was asked for...
       expect(exp! * 1000 - mintedAt).toBeGreaterThanOrEqual(1000);
-      const fresh = await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", { elder: shortElder });
+      const fresh = await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", {
+        elder: shortElder,
+      });
       if (Date.now() < exp! * 1000) expect(fresh.status).toBe(202);
       // ...and refused, with the one 401, once its exp has passed.
       await new Promise((r) => setTimeout(r, Math.max(0, exp! * 1000 - Date.now()) + 100));
-      expectUnauthorized(await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", { elder: shortElder }), reference);
+      expectUnauthorized(
+        await send(shortLived.baseUrl, `Bearer ${body.access_token}`, "POST", "/v1/connections", { elder: shortElder }),
+        reference,
+      );
     });
 
     it("401 cause: revoked credential", async () => {
@@ -529,12 +693,15 @@ describe("auth bearer", () => {
       expectUnauthorized(await send(stack.baseUrl, `Bearer ${live}`), reference);
       expectUnauthorized(await send(stack.baseUrl, `Bearer ${test}`), reference);
     });
-
   });
 
   describe("403 insufficient_scope", () => {
     const INSUFFICIENT = {
-      error: { type: "permission_error", code: "insufficient_scope", message: "The access token lacks the scope this operation requires." },
+      error: {
+        type: "permission_error",
+        code: "insufficient_scope",
+        message: "The access token lacks the scope this operation requires.",
+      },
     };
     let filesOnly: string;
     let connectionId: string;
@@ -554,7 +721,9 @@ describe("auth bearer", () => {
       const res = await send(stack.baseUrl, `Bearer ${filesOnly}`, "GET", `/v1/connections/${connectionId}`, null);
       expect(res.status).toBe(403);
       expect(JSON.parse(res.text)).toEqual(INSUFFICIENT);
-      expect((await send(stack.baseUrl, `Bearer ${token}`, "GET", `/v1/connections/${connectionId}`, null)).status).toBe(200);
+      expect(
+        (await send(stack.baseUrl, `Bearer ${token}`, "GET", `/v1/connections/${connectionId}`, null)).status,
+      ).toBe(200);
     });
 
     it("insufficient_scope: DELETE /v1/connections/{id} needs connections:write", async () => {
@@ -569,17 +738,31 @@ describe("auth bearer", () => {
     });
 
     it("insufficient_scope: POST /v1/files needs files:write (checked before the upload is read)", async () => {
-      const connectionsOnly = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret, "connections:write");
+      const connectionsOnly = await accessToken(
+        stack.baseUrl,
+        partner.live.client_id,
+        partner.live.client_secret,
+        "connections:write",
+      );
       const form = new FormData();
       form.append("elder", elder);
       form.append("file", new Blob(["hello"], { type: "text/plain" }), "note.txt");
-      const res = await fetch(`${stack.baseUrl}/v1/files`, { method: "POST", headers: { authorization: `Bearer ${connectionsOnly}` }, body: form });
+      const res = await fetch(`${stack.baseUrl}/v1/files`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${connectionsOnly}` },
+        body: form,
+      });
       expect(res.status).toBe(403);
       expect(await res.json()).toEqual(INSUFFICIENT);
     });
 
     it("insufficient_scope: GET /v1/files/{id} needs files:write", async () => {
-      const connectionsOnly = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret, "connections:write");
+      const connectionsOnly = await accessToken(
+        stack.baseUrl,
+        partner.live.client_id,
+        partner.live.client_secret,
+        "connections:write",
+      );
       const res = await send(stack.baseUrl, `Bearer ${connectionsOnly}`, "GET", "/v1/files/file_doesnotexist", null);
       expect(res.status).toBe(403);
       expect(JSON.parse(res.text)).toEqual(INSUFFICIENT);
@@ -591,7 +774,12 @@ describe("auth bearer", () => {
     });
 
     it("a connections-only token is enough for the connection routes", async () => {
-      const connectionsOnly = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret, "connections:write");
+      const connectionsOnly = await accessToken(
+        stack.baseUrl,
+        partner.live.client_id,
+        partner.live.client_secret,
+        "connections:write",
+      );
       expect((await send(stack.baseUrl, `Bearer ${connectionsOnly}`)).status).toBe(202);
     });
   });
@@ -625,9 +813,25 @@ describe("auth secrets", () => {
       const partner = await ops.partnerCreate({ name: "Logged Clinic", webhookUrl: "http://127.0.0.1:9/hook" });
       const extra = await ops.credentialCreate(partner.partner_id, "test");
       const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
-      await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: partner.live.client_id, client_secret: partner.live.client_secret }, "json");
-      await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: partner.test.client_id, client_secret: `${partner.test.client_secret}x` });
-      await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: "cli_unknown", client_secret: extra.client_secret });
+      await requestToken(
+        stack.baseUrl,
+        {
+          grant_type: "client_credentials",
+          client_id: partner.live.client_id,
+          client_secret: partner.live.client_secret,
+        },
+        "json",
+      );
+      await requestToken(stack.baseUrl, {
+        grant_type: "client_credentials",
+        client_id: partner.test.client_id,
+        client_secret: `${partner.test.client_secret}x`,
+      });
+      await requestToken(stack.baseUrl, {
+        grant_type: "client_credentials",
+        client_id: "cli_unknown",
+        client_secret: extra.client_secret,
+      });
       const elder = (await ops.elderCreate()).address;
       for (const auth of [`Bearer ${token}`, `Bearer ${token}x`]) {
         await fetch(`${stack.baseUrl}/v1/connections`, {
@@ -638,7 +842,11 @@ describe("auth secrets", () => {
       }
       await ops.credentialRevoke(partner.live.client_id);
       // The last act's line (written once every gateway confirmed the revocation) closes the capture.
-      for (const deadline = Date.now() + 10_000; !logLines.some((l) => l.includes("credential revoked") && l.includes(partner.live.client_id)) && Date.now() < deadline; ) {
+      for (
+        const deadline = Date.now() + 10_000;
+        !logLines.some((l) => l.includes("credential revoked") && l.includes(partner.live.client_id)) &&
+        Date.now() < deadline;
+      ) {
         await new Promise((r) => setTimeout(r, 20));
       }
 
@@ -670,7 +878,8 @@ describe("auth secrets", () => {
       const extra = await ops.credentialCreate(partner.partner_id, "live");
       const dump = await withAuthDb(stack.settings, async (db) => {
         const out: Record<string, unknown[]> = {};
-        for (const c of await db.listCollections().toArray()) out[c.name] = await db.collection(c.name).find().toArray();
+        for (const c of await db.listCollections().toArray())
+          out[c.name] = await db.collection(c.name).find().toArray();
         return out;
       });
       const credentials = dump.credentials as { _id: string; secretHash: string }[];
@@ -685,12 +894,21 @@ describe("auth secrets", () => {
         // Besides its own fields, a credential carries only the bookkeeping of its outboxes: events
         // (services/common/src/persistence.ts) and audit records (audit-trail.ts).
         const outboxFields: string[] = [...Object.keys(emptyOutbox()), ...AUDIT_BOOKKEEPING];
-        expect(Object.keys(doc).filter((k) => !outboxFields.includes(k)).sort()).toEqual(["_id", "createdAt", "mode", "partnerId", "pepperId", "secretHash", "status"]);
+        expect(
+          Object.keys(doc)
+            .filter((k) => !outboxFields.includes(k))
+            .sort(),
+        ).toEqual(["_id", "createdAt", "mode", "partnerId", "pepperId", "secretHash", "status"]);
         // The id of the pepper that made the hash, so a new pepper can be introduced later.
         expect((doc as { pepperId?: string }).pepperId).toBe("p1");
       }
       const everything = JSON.stringify(dump);
-      for (const secret of [partner.live.client_secret, partner.test.client_secret, extra.client_secret, partner.signing_secret]) {
+      for (const secret of [
+        partner.live.client_secret,
+        partner.test.client_secret,
+        extra.client_secret,
+        partner.signing_secret,
+      ]) {
         expect(everything.includes(secret)).toBe(false);
         // The random part alone, without its prefix (sk_live_, sk_test_, whsec_); it may contain "_" itself.
         expect(everything.includes(secret.replace(/^(sk_live|sk_test|whsec)_/, ""))).toBe(false);
@@ -698,10 +916,13 @@ describe("auth secrets", () => {
       // The signing secret must be usable later (webhook signatures), so it is sealed, not hashed:
       // encrypted under its own data key, wrapped by the KEK k1 of DATA_KEYS, which the database does
       // not hold; the pepper keys hashes only.
-      const stored = (dump.partners as { _id: string; sealedSigningSecret: string }[]).find((p) => p._id === partner.partner_id)!;
+      const stored = (dump.partners as { _id: string; sealedSigningSecret: string }[]).find(
+        (p) => p._id === partner.partner_id,
+      )!;
       expect(stored.sealedSigningSecret).toMatch(/^v2\.k1\./);
       expect(everything.includes(pepper)).toBe(false);
-      for (const kek of stack.settings.DATA_KEYS!.split(",")) expect(everything.includes(kek.split(":")[1]!)).toBe(false);
+      for (const kek of stack.settings.DATA_KEYS!.split(","))
+        expect(everything.includes(kek.split(":")[1]!)).toBe(false);
     });
   });
 });
@@ -751,7 +972,10 @@ describe("audit trail", () => {
     for (const deadline = Date.now() + timeoutMs; ; ) {
       const { records } = await ops.audit({ target });
       if (records.length >= count) return;
-      if (Date.now() > deadline) throw new Error(`${records.length} of ${count} audit records for ${target}: ${JSON.stringify(records.map((r) => r.action))}`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `${records.length} of ${count} audit records for ${target}: ${JSON.stringify(records.map((r) => r.action))}`,
+        );
       await new Promise((r) => setTimeout(r, 100));
     }
   }
@@ -791,7 +1015,13 @@ describe("audit trail", () => {
 
       // By the elder's id, the same history (and the elder's creation), and never the elder's address.
       const byElder = await auditCli("--target", elder.elder_id);
-      expect(byElder.map((r) => r.action)).toEqual(["connection.request", "connection.delete", "connection.decline", "connection.request", "elder.create"]);
+      expect(byElder.map((r) => r.action)).toEqual([
+        "connection.request",
+        "connection.delete",
+        "connection.decline",
+        "connection.request",
+        "elder.create",
+      ]);
       expect(JSON.stringify(byElder)).not.toContain(elder.address.split("@")[0]);
     });
 
@@ -799,7 +1029,8 @@ describe("audit trail", () => {
       const partner = await ops.partnerCreate({ name: "Refused Audit Lab" });
       const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
       const elder = await ops.elderCreate();
-      const id = (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address })).json!.id as string;
+      const id = (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address })).json!
+        .id as string;
       await expect(ops.connectionAct("sever", id)).rejects.toThrow(/only an approved connection can be severed/);
       await awaitRecords(id, 2);
       const [refused] = await auditCli("--target", id, "--limit", "1");
@@ -835,7 +1066,13 @@ describe("audit trail", () => {
       expect(records.every((r) => r.service === "auth")).toBe(true);
 
       const [refused] = await auditCli("--target", unknown);
-      expect(refused).toMatchObject({ action: "credential.revoke", actor: "operator", outcome: "refused", reason: "not_found", targets: [unknown] });
+      expect(refused).toMatchObject({
+        action: "credential.revoke",
+        actor: "operator",
+        outcome: "refused",
+        reason: "not_found",
+        targets: [unknown],
+      });
 
       // Everything since the start of this test, the refusal included, and none of the secrets shown at creation.
       const all = await auditCli("--since", since);
@@ -869,7 +1106,8 @@ describe("audit trail", () => {
       const partner = await ops.partnerCreate({ name: "Resending Audit Lab" });
       const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
       const elder = await ops.elderCreate();
-      const id = (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address })).json!.id as string;
+      const id = (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address })).json!
+        .id as string;
       await ops.connectionAct("approve", id);
       let eventId: string | undefined;
       for (const deadline = Date.now() + 30_000; !eventId && Date.now() < deadline; ) {
@@ -882,9 +1120,20 @@ describe("audit trail", () => {
       await awaitRecords(eventId!, 1);
       await awaitRecords(unknown, 1);
       const [resent] = await auditCli("--target", eventId!);
-      expect(resent).toMatchObject({ action: "webhook.resend", actor: "operator", outcome: "ok", service: "webhook", targets: [eventId, partner.partner_id, id] });
+      expect(resent).toMatchObject({
+        action: "webhook.resend",
+        actor: "operator",
+        outcome: "ok",
+        service: "webhook",
+        targets: [eventId, partner.partner_id, id],
+      });
       const [refused] = await auditCli("--target", unknown);
-      expect(refused).toMatchObject({ action: "webhook.resend", actor: "operator", outcome: "refused", reason: "not_found" });
+      expect(refused).toMatchObject({
+        action: "webhook.resend",
+        actor: "operator",
+        outcome: "refused",
+        reason: "not_found",
+      });
     });
 
     it("audit: append-only in fact: every record verifies on read; one altered in the database, or deleted and inserted again altered, is reported unverified; one stored before signatures were kept, as such", async () => {
@@ -893,7 +1142,9 @@ describe("audit trail", () => {
       await ops.partnerSetStatus(partner.partner_id, "suspended");
       await awaitRecords(partner.partner_id, 5);
       const before = await auditCli("--target", partner.partner_id);
-      expect(before.map((r) => [r.action, r.verified, r.verification])).toEqual(before.map((r) => [r.action, true, "verified"]));
+      expect(before.map((r) => [r.action, r.verified, r.verification])).toEqual(
+        before.map((r) => [r.action, true, "verified"]),
+      );
       const byAction = (action: string) => before.find((r) => r.action === action)!;
       // Someone with write access to the audit database, as auth's own user had it: the suspension
       // now says the system did it; the revocation is deleted and inserted again naming another
@@ -901,12 +1152,24 @@ describe("audit trail", () => {
       // record stored by the previous release has none.
       const client = await MongoClient.connect(stack.settings.MONGODB_URI);
       try {
-        const records = client.db(databaseName(stack.settings.DATA_NAMESPACE, "auth_audit")).collection<{ _id: string; targets: string[] }>("audit_records");
-        expect((await records.updateOne({ _id: byAction("partner.suspend").id }, { $set: { actor: "system" } })).modifiedCount).toBe(1);
+        const records = client
+          .db(databaseName(stack.settings.DATA_NAMESPACE, "auth_audit"))
+          .collection<{ _id: string; targets: string[] }>("audit_records");
+        expect(
+          (await records.updateOne({ _id: byAction("partner.suspend").id }, { $set: { actor: "system" } }))
+            .modifiedCount,
+        ).toBe(1);
         const revoke = (await records.findOne({ _id: byAction("credential.revoke").id }))!;
         await records.deleteOne({ _id: revoke._id });
         await records.insertOne({ ...revoke, targets: [partner.live.client_id, partner.partner_id] });
-        expect((await records.updateOne({ _id: byAction("partner.create").id }, { $unset: { signature: "", signingKid: "" } })).modifiedCount).toBe(1);
+        expect(
+          (
+            await records.updateOne(
+              { _id: byAction("partner.create").id },
+              { $unset: { signature: "", signingKid: "" } },
+            )
+          ).modifiedCount,
+        ).toBe(1);
       } finally {
         await client.close();
       }
@@ -921,7 +1184,11 @@ describe("audit trail", () => {
     });
 
     it("ops audit refuses a bad --limit, --since or --target with one line on stderr", async () => {
-      for (const args of [["--limit", "0"], ["--since", "yesterday"], ["--target", "amber.falcon.river@elders.example"]]) {
+      for (const args of [
+        ["--limit", "0"],
+        ["--since", "yesterday"],
+        ["--target", "amber.falcon.river@elders.example"],
+      ]) {
         const run = await runOpsCli(opsCliEnv(stack.settings), ["audit", ...args, "--json"]);
         expect(run.code).not.toBe(0);
         expect(run.stdout).toBe("");
@@ -955,7 +1222,10 @@ describe("auth revocation", () => {
   afterAll(async () => {
     await second?.stop();
     await stack?.stop();
-    if (propagationMs.length > 0) process.stderr.write(`revocation propagation to 2 gateways (ms, write to last confirmation): ${propagationMs.join(", ")}\n`);
+    if (propagationMs.length > 0)
+      process.stderr.write(
+        `revocation propagation to 2 gateways (ms, write to last confirmation): ${propagationMs.join(", ")}\n`,
+      );
   });
 
   const statuses = (token: string) => Promise.all(gateways.map((g) => connectionRequestStatus(g, token, elder)));
@@ -966,7 +1236,8 @@ describe("auth revocation", () => {
     for (;;) {
       const seen = await statuses(token);
       if (seen.every((s) => s === expected)) return performance.now() - started;
-      if (performance.now() - started > 2000) throw new Error(`after 2 s the gateways answer ${seen.join(", ")}, not ${expected}`);
+      if (performance.now() - started > 2000)
+        throw new Error(`after 2 s the gateways answer ${seen.join(", ")}, not ${expected}`);
       await new Promise((r) => setTimeout(r, 20));
     }
   }
@@ -991,7 +1262,11 @@ describe("auth revocation", () => {
       // The partner's other credential is untouched.
       expect(await statuses(test)).toEqual([202, 202]);
       // And no new token for the revoked credential.
-      const again = await requestToken(gateways[1]!, { grant_type: "client_credentials", client_id: p.live.client_id, client_secret: p.live.client_secret });
+      const again = await requestToken(gateways[1]!, {
+        grant_type: "client_credentials",
+        client_id: p.live.client_id,
+        client_secret: p.live.client_secret,
+      });
       expect(JSON.parse(again.text)).toMatchObject({ error: "invalid_client" });
     });
 
@@ -1001,12 +1276,22 @@ describe("auth revocation", () => {
       const test = await accessToken(gateways[1]!, p.test.client_id, p.test.client_secret);
       expect([...(await statuses(live)), ...(await statuses(test))]).toEqual([202, 202, 202, 202]);
 
-      expect(await ops.partnerSetStatus(p.partner_id, "suspended")).toEqual({ partner_id: p.partner_id, status: "suspended" });
+      expect(await ops.partnerSetStatus(p.partner_id, "suspended")).toEqual({
+        partner_id: p.partner_id,
+        status: "suspended",
+      });
       expect([...(await statuses(live)), ...(await statuses(test))]).toEqual([401, 401, 401, 401]);
-      const refused = await requestToken(gateways[0]!, { grant_type: "client_credentials", client_id: p.live.client_id, client_secret: p.live.client_secret });
+      const refused = await requestToken(gateways[0]!, {
+        grant_type: "client_credentials",
+        client_id: p.live.client_id,
+        client_secret: p.live.client_secret,
+      });
       expect(JSON.parse(refused.text)).toMatchObject({ error: "invalid_client" });
 
-      expect(await ops.partnerSetStatus(p.partner_id, "active")).toEqual({ partner_id: p.partner_id, status: "active" });
+      expect(await ops.partnerSetStatus(p.partner_id, "active")).toEqual({
+        partner_id: p.partner_id,
+        status: "active",
+      });
       // A suspension is a revocation: the tokens issued before it stay refused.
       expect([...(await statuses(live)), ...(await statuses(test))]).toEqual([401, 401, 401, 401]);
       const fresh = await accessToken(gateways[1]!, p.live.client_id, p.live.client_secret);
@@ -1025,11 +1310,18 @@ describe("auth revocation", () => {
       await ops.partnerSetStatus(p.partner_id, "suspended");
       await ops.partnerSetStatus(p.partner_id, "active");
       const after = await accessToken(gateways[0]!, p.live.client_id, p.live.client_secret);
-      expect([...(await statuses(before)), ...(await statuses(between)), ...(await statuses(after))]).toEqual([401, 401, 401, 401, 202, 202]);
-      const late = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-late", stack.settings.LOG_LEVEL));
+      expect([...(await statuses(before)), ...(await statuses(between)), ...(await statuses(after))]).toEqual([
+        401, 401, 401, 401, 202, 202,
+      ]);
+      const late = await startWarmGateway(
+        as(stack.settings, "gateway"),
+        createLogger("gateway-late", stack.settings.LOG_LEVEL),
+      );
       try {
         const url = `http://127.0.0.1:${late.port}`;
-        expect(await Promise.all([before, between, after].map((t) => connectionRequestStatus(url, t, elder)))).toEqual([401, 401, 202]);
+        expect(await Promise.all([before, between, after].map((t) => connectionRequestStatus(url, t, elder)))).toEqual([
+          401, 401, 202,
+        ]);
       } finally {
         await late.stop();
       }
@@ -1073,7 +1365,9 @@ describe("auth revocation", () => {
         // The two live gateways applied it all the same.
         expect(await statuses(token)).toEqual([401, 401]);
       } finally {
-        await withAuthDb(stack.settings, (db) => db.collection("gateways").deleteOne({ _id: "ghost-gateway" } as never));
+        await withAuthDb(stack.settings, (db) =>
+          db.collection("gateways").deleteOne({ _id: "ghost-gateway" } as never),
+        );
       }
     });
 
@@ -1085,7 +1379,10 @@ describe("auth revocation", () => {
       const other = await ops.partnerCreate({ name: "Late Suspended Clinic" });
       const otherToken = await accessToken(stack.baseUrl, other.live.client_id, other.live.client_secret);
       await ops.partnerSetStatus(other.partner_id, "suspended");
-      const third = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-3", stack.settings.LOG_LEVEL));
+      const third = await startWarmGateway(
+        as(stack.settings, "gateway"),
+        createLogger("gateway-3", stack.settings.LOG_LEVEL),
+      );
       try {
         const url = `http://127.0.0.1:${third.port}`;
         expect(await connectionRequestStatus(url, token, elder)).toBe(401);
@@ -1124,10 +1421,16 @@ describe("auth revocation", () => {
       await expect(ops.keysRevoke("key_doesnotexist")).rejects.toThrow(/no signing key/);
 
       // A gateway started afterwards refuses it too.
-      const late = await startWarmGateway(as(stack.settings, "gateway"), createLogger("gateway-late-key", stack.settings.LOG_LEVEL));
+      const late = await startWarmGateway(
+        as(stack.settings, "gateway"),
+        createLogger("gateway-late-key", stack.settings.LOG_LEVEL),
+      );
       try {
         const url = `http://127.0.0.1:${late.port}`;
-        expect([await connectionRequestStatus(url, token, elder), await connectionRequestStatus(url, fresh, elder)]).toEqual([401, 202]);
+        expect([
+          await connectionRequestStatus(url, token, elder),
+          await connectionRequestStatus(url, fresh, elder),
+        ]).toEqual([401, 202]);
       } finally {
         await late.stop();
       }
@@ -1173,9 +1476,15 @@ describe("auth key rotation", () => {
 
   describe("key rotation without downtime", () => {
     it("key rotation: no request fails while a new key is rotated in; the new key signs on every replica after the activation delay; old tokens keep working", async () => {
-      const replicaAuth = clientsFor({ ...as(stack.settings, "gateway"), AUTH_SERVICE_URL: `http://127.0.0.1:${replica.port}` }).auth();
+      const replicaAuth = clientsFor({
+        ...as(stack.settings, "gateway"),
+        AUTH_SERVICE_URL: `http://127.0.0.1:${replica.port}`,
+      }).auth();
       const fromReplica = async () => {
-        const res = await replicaAuth.issueToken({ clientId: partner.live.client_id, clientSecret: partner.live.client_secret });
+        const res = await replicaAuth.issueToken({
+          clientId: partner.live.client_id,
+          clientSecret: partner.live.client_secret,
+        });
         if (res.outcome.case !== "token") throw new Error("no token from the replica");
         return res.outcome.value.accessToken;
       };
@@ -1188,10 +1497,12 @@ describe("auth key rotation", () => {
       let running = true;
       const traffic = (async () => {
         while (running) {
-          const fresh = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret).catch((e: Error) => {
-            failures.push(`token: ${e.message}`);
-            return undefined;
-          });
+          const fresh = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret).catch(
+            (e: Error) => {
+              failures.push(`token: ${e.message}`);
+              return undefined;
+            },
+          );
           const viaReplica = await fromReplica();
           for (const t of [fresh, viaReplica, oldToken]) {
             if (!t) continue;
@@ -1215,16 +1526,24 @@ describe("auth key rotation", () => {
       await traffic;
 
       expect(failures).toEqual([]);
-      expect(kidOf(await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret))).toBe(rotated.kid);
+      expect(kidOf(await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret))).toBe(
+        rotated.kid,
+      );
       expect(kidOf(await fromReplica())).toBe(rotated.kid);
       expect([...kidsSeen].sort()).toEqual([oldKid, rotated.kid].sort());
       expect(await use(oldToken)).toBe(202);
     });
 
     it("emergency key revocation (`ops keys revoke`): when the command returns, both auth replicas sign with the replacement key and the gateway refuses the revoked key's tokens, not at the next rotation", async () => {
-      const replicaAuth = clientsFor({ ...as(stack.settings, "gateway"), AUTH_SERVICE_URL: `http://127.0.0.1:${replica.port}` }).auth();
+      const replicaAuth = clientsFor({
+        ...as(stack.settings, "gateway"),
+        AUTH_SERVICE_URL: `http://127.0.0.1:${replica.port}`,
+      }).auth();
       const fromReplica = async () => {
-        const res = await replicaAuth.issueToken({ clientId: partner.live.client_id, clientSecret: partner.live.client_secret });
+        const res = await replicaAuth.issueToken({
+          clientId: partner.live.client_id,
+          clientSecret: partner.live.client_secret,
+        });
         if (res.outcome.case !== "token") throw new Error("no token from the replica");
         return res.outcome.value.accessToken;
       };
@@ -1239,7 +1558,10 @@ describe("auth key rotation", () => {
       const replacement = revoked.replacement_kid!;
       expect(replacement).toMatch(/^key_/);
       expect([await use(viaGateway), await use(viaReplica)]).toEqual([401, 401]);
-      const [fresh, freshFromReplica] = [await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret), await fromReplica()];
+      const [fresh, freshFromReplica] = [
+        await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret),
+        await fromReplica(),
+      ];
       expect([kidOf(fresh), kidOf(freshFromReplica)]).toEqual([replacement, replacement]);
       expect([await use(fresh), await use(freshFromReplica)]).toEqual([202, 202]);
       // The key is gone from the published set, and the act is on the audit trail.

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, type ConnectError } from "@connectrpc/connect";
 import { clientsFor, databaseName, newId } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
@@ -45,7 +45,10 @@ describe("connections api", () => {
     status: r.status,
     headers: [...r.headers]
       .filter(([name]) => name !== "date")
-      .map(([name, value]) => [name, name === "x-request-id" ? value.replace(/^req_[0-9A-Za-z]{22}$/, "req_ID") : value]),
+      .map(([name, value]) => [
+        name,
+        name === "x-request-id" ? value.replace(/^req_[0-9A-Za-z]{22}$/, "req_ID") : value,
+      ]),
     body: r.text,
   });
   /** Same, with the connection id masked (two different connections never share an id). */
@@ -53,7 +56,11 @@ describe("connections api", () => {
     const o = observable(r);
     return { ...o, body: o.body.replace(r.json!.id as string, "con_ID") };
   };
-  const unresolvable = () => `${newId("req").slice(4, 14).replace(/[^a-z]/gi, "x").toLowerCase()}.never.registered@${domain}`;
+  const unresolvable = () =>
+    `${newId("req")
+      .slice(4, 14)
+      .replace(/[^a-z]/gi, "x")
+      .toLowerCase()}.never.registered@${domain}`;
   const rpcError = async (p: Promise<unknown>) => {
     try {
       await p;
@@ -62,7 +69,8 @@ describe("connections api", () => {
     }
     throw new Error("expected the call to fail");
   };
-  const connectionsCollection = () => mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections");
+  const connectionsCollection = () =>
+    mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections");
   /** Until every event the changes of these connections publish has been read (a sentinel, no fixed wait). */
   const settle = (...ids: string[]) => settled(events, connectionsCollection(), ...ids);
   const storedStatus = async (id: string) => (await connectionsCollection().findOne({ _id: id as never }))?.status;
@@ -103,12 +111,16 @@ describe("connections api", () => {
 
     it("guarantee 1 in test mode: the sandbox and a real address (unresolvable to a test token) answer identically", async () => {
       const real = (await ops.elderCreate()).address;
-      expect(observableMasked(await post(tokens.aTest, real))).toEqual(observableMasked(await post(tokens.aTest, sandbox)));
+      expect(observableMasked(await post(tokens.aTest, real))).toEqual(
+        observableMasked(await post(tokens.aTest, sandbox)),
+      );
     });
 
     it("guarantee 1 with a live token: the sandbox address (unresolvable to it) answers like a real one", async () => {
       const real = (await ops.elderCreate()).address;
-      expect(observableMasked(await post(tokens.aLive, sandbox))).toEqual(observableMasked(await post(tokens.aLive, real)));
+      expect(observableMasked(await post(tokens.aLive, sandbox))).toEqual(
+        observableMasked(await post(tokens.aLive, real)),
+      );
     });
 
     it("the same (partner, address) returns the same id, whatever the letter case; another partner gets another id", async () => {
@@ -142,7 +154,9 @@ describe("connections api", () => {
       for (const method of [get, del]) {
         const reference = await method(tokens.aLive, newId("con"));
         expect(reference.status).toBe(404);
-        expect(reference.json).toEqual({ error: { type: "invalid_request_error", code: "not_found", message: expect.any(String) } });
+        expect(reference.json).toEqual({
+          error: { type: "invalid_request_error", code: "not_found", message: expect.any(String) },
+        });
         for (const id of ids) expect(observable(await method(tokens.aLive, id))).toEqual(observable(reference));
         expect(observable(await method(tokens.aTest, otherMode))).toEqual(observable(reference));
       }
@@ -187,7 +201,12 @@ describe("connections api", () => {
       await events.waitFor(() => events.of(id).length === 1);
       const [published] = events.events.filter((e) => e.event.connectionId === id);
       expect(published!.key).toBe(partners.a);
-      expect(published!.event).toMatchObject({ type: "connection.approved", status: "approved", partnerId: partners.a, mode: commonv1.Mode.LIVE });
+      expect(published!.event).toMatchObject({
+        type: "connection.approved",
+        status: "approved",
+        partnerId: partners.a,
+        mode: commonv1.Mode.LIVE,
+      });
       expect(published!.event.eventId).toMatch(/^evt_/);
       await settle(id);
       expect(events.of(id)).toHaveLength(1);
@@ -197,7 +216,9 @@ describe("connections api", () => {
       const declined = await create(tokens.aLive, (await ops.elderCreate()).address);
       const undecided = await create(tokens.aLive, (await ops.elderCreate()).address);
       expect(await ops.connectionAct("decline", declined)).toEqual({ id: declined, internal_status: "declined" });
-      expect(observableMasked(await get(tokens.aLive, declined))).toEqual(observableMasked(await get(tokens.aLive, undecided)));
+      expect(observableMasked(await get(tokens.aLive, declined))).toEqual(
+        observableMasked(await get(tokens.aLive, undecided)),
+      );
       await settle(declined);
       expect(events.of(declined)).toEqual([]);
       expect(await storedStatus(declined)).toBe("declined");
@@ -224,7 +245,8 @@ describe("connections api", () => {
       const id = await create(tokens.aLive, address);
       await ops.connectionAct("approve", id);
       const connections = clientsFor(as(stack.settings, "file-intake")).connection();
-      const check = () => connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.LIVE, elderAddress: address });
+      const check = () =>
+        connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.LIVE, elderAddress: address });
       expect((await check()).active).toBe(true);
       expect(await ops.connectionAct("sever", id)).toEqual({ id, internal_status: "revoked" });
       expect(await statusOf(tokens.aLive, id)).toBe("revoked");
@@ -277,7 +299,12 @@ describe("connections api", () => {
       const approvedAfter = Date.now() - started;
       expect(approvedAfter).toBeGreaterThanOrEqual(1000);
       expect(approvedAfter).toBeLessThan(61_000);
-      expect(events.of(id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST, partnerId: c.partner_id });
+      expect(events.of(id)[0]).toMatchObject({
+        type: "connection.approved",
+        status: "approved",
+        mode: commonv1.Mode.TEST,
+        partnerId: c.partner_id,
+      });
       expect(await statusOf(token, id)).toBe("approved");
     });
 
@@ -288,15 +315,42 @@ describe("connections api", () => {
       const control = await create(tokens.aTest, sandbox);
       await events.waitFor(() => events.of(control).length === 1, 65_000);
       await settle(testToReal, liveToSandbox);
-      for (const [token, id] of [[tokens.aTest, testToReal], [tokens.aLive, liveToSandbox]] as const) {
+      for (const [token, id] of [
+        [tokens.aTest, testToReal],
+        [tokens.aLive, liveToSandbox],
+      ] as const) {
         expect((await rpcError(ops.connectionAct("approve", id))).code).toBe(Code.FailedPrecondition);
         expect(await statusOf(token, id)).toBe("pending");
         expect(events.of(id)).toEqual([]);
       }
       const connections = clientsFor(as(stack.settings, "file-intake")).connection();
-      expect((await connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.TEST, elderAddress: real })).active).toBe(false);
-      expect((await connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.LIVE, elderAddress: sandbox })).active).toBe(false);
-      expect((await connections.checkActiveConnection({ partnerId: partners.a, mode: commonv1.Mode.TEST, elderAddress: sandbox })).active).toBe(true);
+      expect(
+        (
+          await connections.checkActiveConnection({
+            partnerId: partners.a,
+            mode: commonv1.Mode.TEST,
+            elderAddress: real,
+          })
+        ).active,
+      ).toBe(false);
+      expect(
+        (
+          await connections.checkActiveConnection({
+            partnerId: partners.a,
+            mode: commonv1.Mode.LIVE,
+            elderAddress: sandbox,
+          })
+        ).active,
+      ).toBe(false);
+      expect(
+        (
+          await connections.checkActiveConnection({
+            partnerId: partners.a,
+            mode: commonv1.Mode.TEST,
+            elderAddress: sandbox,
+          })
+        ).active,
+      ).toBe(true);
     });
 
     it("no caregiver acts on test connections", async () => {
@@ -335,7 +389,12 @@ describe("connections bounds", () => {
   /** Everything a partner observes of an answer but Date and the random value of X-Request-Id. */
   const observable = (r: Res) => ({
     status: r.status,
-    headers: [...r.headers].filter(([name]) => name !== "date").map(([name, value]) => [name, name === "x-request-id" ? value.replace(/^req_[0-9A-Za-z]{22}$/, "req_ID") : value]),
+    headers: [...r.headers]
+      .filter(([name]) => name !== "date")
+      .map(([name, value]) => [
+        name,
+        name === "x-request-id" ? value.replace(/^req_[0-9A-Za-z]{22}$/, "req_ID") : value,
+      ]),
     body: r.text,
   });
 
@@ -374,11 +433,16 @@ describe("connections bounds", () => {
         }
       };
       await Promise.all(Array.from({ length: 32 }, worker));
-      expect(Object.fromEntries(statuses)).toEqual({ 202: stack.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER, 429: total - stack.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER });
+      expect(Object.fromEntries(statuses)).toEqual({
+        202: stack.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER,
+        429: total - stack.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER,
+      });
       expect(stack.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER).toBe(100);
       expect(refusals.size).toBe(1);
       const [only] = [...refusals].map((s) => JSON.parse(s) as ReturnType<typeof observable>);
-      expect(JSON.parse(only!.body)).toEqual({ error: { type: "rate_limit_error", code: "rate_limited", message: expect.any(String) } });
+      expect(JSON.parse(only!.body)).toEqual({
+        error: { type: "rate_limit_error", code: "rate_limited", message: expect.any(String) },
+      });
       expect(Object.fromEntries(only!.headers)).toMatchObject({ "retry-after": "60" });
 
       // The sandbox elder, the one address a test credential resolves, gets the same answer.
@@ -428,7 +492,10 @@ describe("connections bounds", () => {
           } else {
             refusals.push(again);
             // Refused: the connection stays revoked, and the caregiver has nothing to decline.
-            expect((await call(stack.baseUrl, live, "GET", `/v1/connections/${id}`)).json).toEqual({ id, status: "revoked" });
+            expect((await call(stack.baseUrl, live, "GET", `/v1/connections/${id}`)).json).toEqual({
+              id,
+              status: "revoked",
+            });
             break;
           }
         }
@@ -444,7 +511,10 @@ describe("connections bounds", () => {
       expect(retryAfter).toBeGreaterThan(stack.settings.CONNECTION_REOPEN_INTERVAL_SECONDS - 60);
       expect(retryAfter).toBeLessThanOrEqual(stack.settings.CONNECTION_REOPEN_INTERVAL_SECONDS);
       // The same answer, but for the seconds that passed between the two loops.
-      const same = (r: Res) => ({ ...observable(r), headers: observable(r).headers.filter(([name]) => name !== "retry-after") });
+      const same = (r: Res) => ({
+        ...observable(r),
+        headers: observable(r).headers.filter(([name]) => name !== "retry-after"),
+      });
       expect(same(unknown.refusal!)).toEqual(same(real.refusal!));
       expect(Math.abs(Number(unknown.refusal!.headers.get("retry-after")) - retryAfter)).toBeLessThanOrEqual(60);
       validateResponse("POST", "/v1/connections", real.refusal!.status, real.refusal!.headers, real.refusal!.text);
@@ -453,7 +523,8 @@ describe("connections bounds", () => {
 
   describe("per-day bound on connections opened: a POST-DELETE loop on new addresses meets it", () => {
     /** Seconds from `at` to the next midnight UTC. */
-    const untilMidnight = (at: number) => Math.ceil((Math.floor(at / 86_400_000) * 86_400_000 + 86_400_000 - at) / 1000);
+    const untilMidnight = (at: number) =>
+      Math.ceil((Math.floor(at / 86_400_000) * 86_400_000 + 86_400_000 - at) / 1000);
     const utcDay = (at: number) => new Date(at).toISOString().slice(0, 10);
 
     /** One test credential opens and deletes new connections until refused; how many it opened and the refusal. */
@@ -484,7 +555,9 @@ describe("connections bounds", () => {
       }
       expect(run.opened).toBe(stack.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY);
       expect(run.refusal!.status).toBe(429);
-      expect(JSON.parse(run.refusal!.text)).toEqual({ error: { type: "rate_limit_error", code: "rate_limited", message: expect.any(String) } });
+      expect(JSON.parse(run.refusal!.text)).toEqual({
+        error: { type: "rate_limit_error", code: "rate_limited", message: expect.any(String) },
+      });
       const retryAfter = Number(run.refusal!.headers.get("retry-after"));
       expect(retryAfter).toBeLessThanOrEqual(untilMidnight(started));
       expect(retryAfter).toBeGreaterThanOrEqual(untilMidnight(Date.now()));
@@ -530,7 +603,11 @@ describe("connections expiry", () => {
   const get = (token: string, id: string) => call(stack.baseUrl, token, "GET", `/v1/connections/${id}`);
   const statusOf = async (token: string, id: string) => (await get(token, id)).json!.status;
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-  const stored = (id: string) => mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections").findOne({ _id: id as never });
+  const stored = (id: string) =>
+    mongo
+      .db(databaseName(stack.settings.DATA_NAMESPACE, "connection"))
+      .collection("connections")
+      .findOne({ _id: id as never });
   async function eventually<T>(read: () => Promise<T>, want: T, timeoutMs = 15_000): Promise<T> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -541,7 +618,10 @@ describe("connections expiry", () => {
   }
 
   beforeAll(async () => {
-    stack = await startTestStack({ CONNECTION_PENDING_TTL_SECONDS: String(ttlSeconds), SANDBOX_APPROVAL_DELAY_SECONDS: String(delaySeconds) });
+    stack = await startTestStack({
+      CONNECTION_PENDING_TTL_SECONDS: String(ttlSeconds),
+      SANDBOX_APPROVAL_DELAY_SECONDS: String(delaySeconds),
+    });
     events = await collectConnectionEvents(stack.settings.KAFKA_BROKERS, stack.settings.DATA_NAMESPACE);
     mongo = await MongoClient.connect(stack.settings.MONGODB_URI);
     ops = opsFor(stack.settings);
@@ -607,7 +687,11 @@ describe("connections expiry", () => {
       const deleted = await call(stack.baseUrl, live, "DELETE", `/v1/connections/${other}`);
       expect(deleted.json).toEqual({ id: other, status: "revoked" });
       expect(await statusOf(live, other)).toBe("revoked");
-      await settled(events, mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections"), other);
+      await settled(
+        events,
+        mongo.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections"),
+        other,
+      );
       expect(events.of(other)).toEqual([]);
     });
   });

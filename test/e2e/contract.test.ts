@@ -32,7 +32,12 @@ describe("walking skeleton", () => {
       const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
       const [, payload] = token.split(".");
       const claims = JSON.parse(Buffer.from(payload!, "base64url").toString()) as Record<string, unknown>;
-      expect(claims).toMatchObject({ sub: partner.partner_id, client_id: partner.live.client_id, mode: "live", scope: "connections:write files:write" });
+      expect(claims).toMatchObject({
+        sub: partner.partner_id,
+        client_id: partner.live.client_id,
+        mode: "live",
+        scope: "connections:write files:write",
+      });
 
       const elder = await ops.elderCreate();
       const res = await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address });
@@ -43,7 +48,10 @@ describe("walking skeleton", () => {
 
       const client = await MongoClient.connect(stack.settings.MONGODB_URI);
       try {
-        const stored = await client.db(databaseName(stack.settings.DATA_NAMESPACE, "connection")).collection("connections").findOne({ _id: res.json!.id as never });
+        const stored = await client
+          .db(databaseName(stack.settings.DATA_NAMESPACE, "connection"))
+          .collection("connections")
+          .findOne({ _id: res.json!.id as never });
         expect(stored).toMatchObject({ partnerId: partner.partner_id, address: elder.address, status: "pending" });
       } finally {
         await client.close();
@@ -59,7 +67,10 @@ describe("walking skeleton", () => {
 
     it("info names the address domain and the sandbox elder", async () => {
       const info = await opsFor(stack.settings).info();
-      expect(info).toEqual({ address_domain: stack.settings.ADDRESS_DOMAIN, sandbox_elder_address: `sandbox.test.elder@${stack.settings.ADDRESS_DOMAIN}` });
+      expect(info).toEqual({
+        address_domain: stack.settings.ADDRESS_DOMAIN,
+        sandbox_elder_address: `sandbox.test.elder@${stack.settings.ADDRESS_DOMAIN}`,
+      });
     });
   });
 });
@@ -83,7 +94,15 @@ describe("openapi contract", () => {
     afterAll(() => stack?.stop());
 
     it("the token endpoint's answers, in both encodings", async () => {
-      expect((await requestToken(stack.baseUrl, { grant_type: "client_credentials", client_id: "cli_nobody", client_secret: "x" }, "json")).status).toBe(400);
+      expect(
+        (
+          await requestToken(
+            stack.baseUrl,
+            { grant_type: "client_credentials", client_id: "cli_nobody", client_secret: "x" },
+            "json",
+          )
+        ).status,
+      ).toBe(400);
       expect((await requestToken(stack.baseUrl, { grant_type: "password" })).status).toBe(400);
     });
 
@@ -95,7 +114,9 @@ describe("openapi contract", () => {
       expect((await call(stack.baseUrl, token, "GET", "/v1/connections")).status).toBe(405);
       expect((await call(stack.baseUrl, token, "POST", "/v1/connections")).status).toBe(415);
       expect((await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: "nope" })).status).toBe(400);
-      expect((await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: "a".repeat(20_000) })).status).toBe(400);
+      expect((await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: "a".repeat(20_000) })).status).toBe(
+        400,
+      );
     });
 
     it("a connection's life: 202 pending, 200, 200 revoked", async () => {
@@ -103,15 +124,25 @@ describe("openapi contract", () => {
       const created = await call(stack.baseUrl, token, "POST", "/v1/connections", { elder });
       expect(created.status).toBe(202);
       const id = created.json!.id as string;
-      expect((await call(stack.baseUrl, token, "GET", `/v1/connections/${id}`)).json).toEqual({ id, status: "pending" });
-      expect((await call(stack.baseUrl, token, "DELETE", `/v1/connections/${id}`)).json).toEqual({ id, status: "revoked" });
+      expect((await call(stack.baseUrl, token, "GET", `/v1/connections/${id}`)).json).toEqual({
+        id,
+        status: "pending",
+      });
+      expect((await call(stack.baseUrl, token, "DELETE", `/v1/connections/${id}`)).json).toEqual({
+        id,
+        status: "revoked",
+      });
     });
 
     it("the events list: 200 with the list object, 400 with param", async () => {
       expect((await call(stack.baseUrl, token, "GET", "/v1/events")).json).toEqual({ data: [], has_more: false });
-      expect((await call(stack.baseUrl, token, "GET", "/v1/events?limit=100&type=connection.revoked")).status).toBe(200);
+      expect((await call(stack.baseUrl, token, "GET", "/v1/events?limit=100&type=connection.revoked")).status).toBe(
+        200,
+      );
       expect((await call(stack.baseUrl, token, "GET", "/v1/events?limit=1000")).status).toBe(400);
-      expect((await call(stack.baseUrl, token, "GET", `/v1/events?starting_after=evt_${"0".repeat(22)}`)).status).toBe(400);
+      expect((await call(stack.baseUrl, token, "GET", `/v1/events?starting_after=evt_${"0".repeat(22)}`)).status).toBe(
+        400,
+      );
     });
 
     it("429 rate_limited with Retry-After once the partner's budget is spent", async () => {
@@ -119,13 +150,18 @@ describe("openapi contract", () => {
       // limiter's one-second window.
       let limited: Awaited<ReturnType<typeof call>>[] = [];
       for (let burst = 0; burst < 20 && limited.length === 0; burst++) {
-        const answers = await Promise.all(Array.from({ length: 150 }, () => call(stack.baseUrl, token, "GET", `/v1/connections/${CON}`)));
+        const answers = await Promise.all(
+          Array.from({ length: 150 }, () => call(stack.baseUrl, token, "GET", `/v1/connections/${CON}`)),
+        );
         limited = answers.filter((a) => a.status === 429);
       }
       expect(limited.length).toBeGreaterThan(0);
       expect(Number(limited[0]!.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
       // The next test needs the budget back: until the window has passed.
-      for (const deadline = Date.now() + 10_000; (await call(stack.baseUrl, token, "GET", `/v1/connections/${CON}`)).status === 429 && Date.now() < deadline; ) {
+      for (
+        const deadline = Date.now() + 10_000;
+        (await call(stack.baseUrl, token, "GET", `/v1/connections/${CON}`)).status === 429 && Date.now() < deadline;
+      ) {
         await new Promise((r) => setTimeout(r, 100));
       }
     });

@@ -8,7 +8,23 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { startAuthService } from "@pi/auth";
-import { type ConnectionClient, connectMongo, createKafka, createLogger, createProducer, databaseName, kafkaCredentials, type Mongo, newId, type Producer, type RunningService, SERVICE_URL_SETTINGS, serviceClient, type Settings, topicName } from "@pi/common";
+import {
+  type ConnectionClient,
+  connectMongo,
+  createKafka,
+  createLogger,
+  createProducer,
+  databaseName,
+  kafkaCredentials,
+  type Mongo,
+  newId,
+  type Producer,
+  type RunningService,
+  SERVICE_URL_SETTINGS,
+  serviceClient,
+  type Settings,
+  topicName,
+} from "@pi/common";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
 import { type LocalStack, startLocalStack } from "../../bench/support/local-stack.js";
@@ -21,7 +37,17 @@ import { freePort } from "../support/gateway-process.js";
 import { accessToken, call, opsFor, runOpsCli } from "../support/partner-api.js";
 import { alive } from "../support/processes.js";
 import { everyReplicaServes } from "../support/replicas.js";
-import { addressOf, as, grantTestKafkaAccess, identityKey, kafkaUserEnv, quickConsumerStops, TEST_PUBLIC_KEYS, testKafkaAdmin, testSettings } from "../support/services.js";
+import {
+  addressOf,
+  as,
+  grantTestKafkaAccess,
+  identityKey,
+  kafkaUserEnv,
+  quickConsumerStops,
+  TEST_PUBLIC_KEYS,
+  testKafkaAdmin,
+  testSettings,
+} from "../support/services.js";
 import { startTestReceiver, type TestReceiver } from "../support/webhook-receiver.js";
 
 // Crashes and replicas, the journeys that need the whole system: services killed with SIGKILL
@@ -78,7 +104,9 @@ describe("connections crash", () => {
       },
       stdio: ["ignore", "pipe", "pipe"],
     });
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })));
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      proc.once("exit", (code, signal) => resolve({ code, signal })),
+    );
     const logs: string[] = [];
     proc.stderr!.on("data", (chunk: Buffer) => logs.push(chunk.toString()));
     const { port, adminPort } = await new Promise<{ port: number; adminPort: number }>((resolve, reject) => {
@@ -95,7 +123,9 @@ describe("connections crash", () => {
           // not a log line
         }
       });
-      void exited.then(({ code, signal }) => reject(new Error(`connection service exited (${code ?? signal}) before listening: ${logs.join("\n")}`)));
+      void exited.then(({ code, signal }) =>
+        reject(new Error(`connection service exited (${code ?? signal}) before listening: ${logs.join("\n")}`)),
+      );
     });
     const child = {
       proc,
@@ -150,7 +180,11 @@ describe("connections crash", () => {
       const faulty = await startService({ crashBeforePublish: true });
       const partnerId = newId("ptr");
       const { address } = await faulty.client.createElder({});
-      const { connection } = await faulty.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+      const { connection } = await faulty.partner.requestConnection({
+        partnerId,
+        mode: commonv1.Mode.LIVE,
+        elderAddress: address,
+      });
       const id = connection!.id;
       await expect(faulty.client.approveConnection({ id })).rejects.toThrow();
       expect((await faulty.exited).signal).toBe("SIGKILL");
@@ -158,7 +192,11 @@ describe("connections crash", () => {
     }
 
     /** Polls the stored connection until `holds` is true of it or `timeoutMs` has passed; its last state. */
-    async function storedConnectionWhen(id: string, holds: (doc: Record<string, unknown>) => boolean, timeoutMs = 30_000): Promise<Record<string, unknown>> {
+    async function storedConnectionWhen(
+      id: string,
+      holds: (doc: Record<string, unknown>) => boolean,
+      timeoutMs = 30_000,
+    ): Promise<Record<string, unknown>> {
       for (const deadline = Date.now() + timeoutMs; ; await sleep(100)) {
         const doc = (await connectionsCollection().findOne({ _id: id as never }))!;
         if (holds(doc) || Date.now() > deadline) return doc;
@@ -171,7 +209,12 @@ describe("connections crash", () => {
       const doc = await connectionsCollection().findOne({ _id: id as never });
       expect(doc).toMatchObject({ status: "approved", outbox: [{ type: "connection.approved", status: "approved" }] });
       const eventId = (doc!.outbox as { eventId: string }[])[0]!.eventId;
-      const kafka = createKafka(brokers, `${namespace}.crash-test`, createLogger("crash-test", "silent"), testKafkaAdmin());
+      const kafka = createKafka(
+        brokers,
+        `${namespace}.crash-test`,
+        createLogger("crash-test", "silent"),
+        testKafkaAdmin(),
+      );
       const admin = kafka.admin();
       await admin.connect();
       const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
@@ -184,25 +227,49 @@ describe("connections crash", () => {
       expect((await storedConnectionWhen(id, (d) => (d.outbox as unknown[]).length === 0, 5_000)).outbox).toEqual([]);
       await events.sentinel(partnerId);
       expect(events.of(id)).toHaveLength(1);
-      expect(events.of(id)[0]).toMatchObject({ eventId, type: "connection.approved", partnerId, connectionId: id, status: "approved", mode: commonv1.Mode.LIVE });
-      expect((await restarted.partner.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
+      expect(events.of(id)[0]).toMatchObject({
+        eventId,
+        type: "connection.approved",
+        partnerId,
+        connectionId: id,
+        status: "approved",
+        mode: commonv1.Mode.LIVE,
+      });
+      expect(
+        (await restarted.partner.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE })).connection!.status,
+      ).toBe(connectionv1.ExternalStatus.APPROVED);
     });
 
     it("SIGKILL after a caregiver's act is stored: its audit record, stored with the change, reaches the audit-events topic after a restart", async () => {
       const { partnerId, id } = await approvalCutShort();
-      const stored = (await connectionsCollection().findOne({ _id: id as never }))!.audit as { eventId: string; action: string; actor: string }[];
+      const stored = (await connectionsCollection().findOne({ _id: id as never }))!.audit as {
+        eventId: string;
+        action: string;
+        actor: string;
+      }[];
       const record = stored.find((r) => r.action === "connection.approve")!;
       expect(record).toMatchObject({ actor: "caregiver", eventId: expect.stringMatching(/^evt_/) });
 
       // Every audit record on the topic, from its beginning.
-      const audit = await readTopic(brokers, namespace, "auditEvents", (value) => fromBinary(eventsv1.AuditRecordSchema, value), { describe: (r) => [r.action, r.id] });
+      const audit = await readTopic(
+        brokers,
+        namespace,
+        "auditEvents",
+        (value) => fromBinary(eventsv1.AuditRecordSchema, value),
+        { describe: (r) => [r.action, r.id] },
+      );
       try {
         await startService();
         // Taken off the document once relayed (acknowledged by the broker), by whichever replica's relay or sweep sent it.
         expect((await storedConnectionWhen(id, (d) => (d.audit as unknown[]).length === 0)).audit).toEqual([]);
         // Then the topic is read up to its end as it stands now: the record is on it, or never will be.
         await audit.readToEnd();
-        expect(audit.records.map((r) => r.value).find((r) => r.id === record.eventId)).toMatchObject({ action: "connection.approve", actor: "caregiver", service: "connection", targets: [id, partnerId, expect.stringMatching(/^eld_/)] });
+        expect(audit.records.map((r) => r.value).find((r) => r.id === record.eventId)).toMatchObject({
+          action: "connection.approve",
+          actor: "caregiver",
+          service: "connection",
+          targets: [id, partnerId, expect.stringMatching(/^eld_/)],
+        });
       } finally {
         await audit.stop();
       }
@@ -214,13 +281,26 @@ describe("connections crash", () => {
 
       /** `ops connection ACT ID --json` against the given replicas' admin ports, first listed first asked. */
       function opsAct(act: string, id: string, replicas: Child[]) {
-        return runOpsCli({ PATH: process.env.PATH, STATE_DIR: opsState, CONNECTION_ADMIN_URL: replicas.map((r) => r.adminUrl).join(","), SERVICE_IDENTITY_KEY: identityKey("ops"), SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS }, ["connection", act, id, "--json"]);
+        return runOpsCli(
+          {
+            PATH: process.env.PATH,
+            STATE_DIR: opsState,
+            CONNECTION_ADMIN_URL: replicas.map((r) => r.adminUrl).join(","),
+            SERVICE_IDENTITY_KEY: identityKey("ops"),
+            SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS,
+          },
+          ["connection", act, id, "--json"],
+        );
       }
 
       async function liveConnection(via: Child): Promise<{ partnerId: string; id: string }> {
         const partnerId = newId("ptr");
         const { address } = await via.client.createElder({});
-        const { connection } = await via.partner.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+        const { connection } = await via.partner.requestConnection({
+          partnerId,
+          mode: commonv1.Mode.LIVE,
+          elderAddress: address,
+        });
         return { partnerId, id: connection!.id };
       }
 
@@ -230,7 +310,9 @@ describe("connections crash", () => {
         events ??= await collectConnectionEvents(brokers, namespace);
         const { partnerId, id } = await liveConnection(twin);
         const run = await opsAct("approve", id, [dying, twin]);
-        process.stderr.write(`[act during SIGKILL] ops connection approve: exit ${run.code} in ${Math.round(run.ms)} ms\n`);
+        process.stderr.write(
+          `[act during SIGKILL] ops connection approve: exit ${run.code} in ${Math.round(run.ms)} ms\n`,
+        );
         expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
         expect(JSON.parse(run.stdout)).toEqual({ id, internal_status: "approved" });
         // The first replica asked was the one that died, with the approval stored.
@@ -252,18 +334,24 @@ describe("connections crash", () => {
         let polling = true;
         const poller = (async () => {
           while (polling) {
-            await twin.partner.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE, lease: true }).catch(() => undefined);
+            await twin.partner
+              .getConnection({ partnerId, id, mode: commonv1.Mode.LIVE, lease: true })
+              .catch(() => undefined);
             await sleep(100);
           }
         })();
         try {
-          while (!((await connectionsCollection().findOne({ _id: id as never }))?.leasedUntil instanceof Date)) await sleep(20);
+          while (!((await connectionsCollection().findOne({ _id: id as never }))?.leasedUntil instanceof Date))
+            await sleep(20);
           const sever = opsAct("sever", id, [dying, twin]);
           // The sentinel: the first replica asked has fenced new leases and waits for the granted ones.
-          while (!((await connectionsCollection().findOne({ _id: id as never }))?.fencedUntil instanceof Date)) await sleep(10);
+          while (!((await connectionsCollection().findOne({ _id: id as never }))?.fencedUntil instanceof Date))
+            await sleep(10);
           dying.proc.kill("SIGKILL");
           const run = await sever;
-          process.stderr.write(`[act during SIGKILL] ops connection sever: exit ${run.code} in ${Math.round(run.ms)} ms\n`);
+          process.stderr.write(
+            `[act during SIGKILL] ops connection sever: exit ${run.code} in ${Math.round(run.ms)} ms\n`,
+          );
           expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
           expect(JSON.parse(run.stdout)).toEqual({ id, internal_status: "revoked" });
           expect((await dying.exited).signal).toBe("SIGKILL");
@@ -271,7 +359,10 @@ describe("connections crash", () => {
           polling = false;
           await poller;
         }
-        expect(await connectionsCollection().findOne({ _id: id as never })).toMatchObject({ status: "revoked", caregiverActs: [{ status: "revoked" }] });
+        expect(await connectionsCollection().findOne({ _id: id as never })).toMatchObject({
+          status: "revoked",
+          caregiverActs: [{ status: "revoked" }],
+        });
         await events.waitFor(() => events.of(id).some((e) => e.type === "connection.revoked"));
         await events.sentinel(partnerId);
         expect(events.of(id).map((e) => e.type)).toEqual(["connection.approved", "connection.revoked"]);
@@ -283,7 +374,11 @@ describe("connections crash", () => {
       const partnerId = newId("ptr");
       const { sandboxElderAddress } = await first.client.getInfo({});
       const requested = Date.now();
-      const { connection } = await first.partner.requestConnection({ partnerId, mode: commonv1.Mode.TEST, elderAddress: sandboxElderAddress });
+      const { connection } = await first.partner.requestConnection({
+        partnerId,
+        mode: commonv1.Mode.TEST,
+        elderAddress: sandboxElderAddress,
+      });
       const id = connection!.id;
       first.proc.kill("SIGKILL");
       await first.exited;
@@ -294,7 +389,12 @@ describe("connections crash", () => {
       events ??= await collectConnectionEvents(brokers, namespace);
       await events.waitFor(() => events.of(id).length === 1, 60_000);
       expect(Date.now() - requested).toBeLessThan((sandboxDelaySeconds + 60) * 1000);
-      expect(events.of(id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST, partnerId });
+      expect(events.of(id)[0]).toMatchObject({
+        type: "connection.approved",
+        status: "approved",
+        mode: commonv1.Mode.TEST,
+        partnerId,
+      });
       const read = await second.partner.getConnection({ partnerId, id, mode: commonv1.Mode.TEST });
       expect(read.connection!.status).toBe(connectionv1.ExternalStatus.APPROVED);
     });
@@ -380,7 +480,10 @@ describe("webhooks restart", () => {
     );
     await producer.send({
       topic: topicName(settings.DATA_NAMESPACE, "connectionEvents"),
-      messages: events.map((e) => ({ key: partnerId, value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, e)) })),
+      messages: events.map((e) => ({
+        key: partnerId,
+        value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, e)),
+      })),
     });
     return events.map((e) => e.connectionId);
   }
@@ -427,7 +530,10 @@ describe("webhooks restart", () => {
       // One evt_ id per connection event, whatever the receiver saw across the kill.
       const idsByConnection = new Map<string, Set<string>>();
       for (const a of receiver.arrivals) {
-        idsByConnection.set(a.event.data.connection_id, (idsByConnection.get(a.event.data.connection_id) ?? new Set()).add(a.event.id));
+        idsByConnection.set(
+          a.event.data.connection_id,
+          (idsByConnection.get(a.event.data.connection_id) ?? new Set()).add(a.event.id),
+        );
       }
       expect([...idsByConnection.values()].every((ids) => ids.size === 1)).toBe(true);
       expect(new Set(receiver.arrivals.map((a) => a.event.id))).toEqual(new Set(stored.map((d) => d._id)));
@@ -469,7 +575,10 @@ describe("replicas and extraction", () => {
   /** The live processes of one service (both replicas), or of the stack's database ("mongo-wire") or Kafka. */
   function processesOf(service: string): number[] {
     const name = service === "mongo-wire" ? "database" : service;
-    return stack.processes().filter((p) => p.name === name).map((p) => p.pid);
+    return stack
+      .processes()
+      .filter((p) => p.name === name)
+      .map((p) => p.pid);
   }
 
   async function until<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined>): Promise<T> {
@@ -514,12 +623,28 @@ describe("replicas and extraction", () => {
     const tokenRes = await fetch(`${baseUrl}/oauth/token`, {
       method: "POST",
       headers: { "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ grant_type: "client_credentials", client_id: created.live.client_id, client_secret: created.live.client_secret }),
+      body: new URLSearchParams({
+        grant_type: "client_credentials",
+        client_id: created.live.client_id,
+        client_secret: created.live.client_secret,
+      }),
     });
     const token = ((await tokenRes.json()) as { access_token: string }).access_token;
-    const con = (await (await fetch(`${baseUrl}/v1/connections`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: JSON.stringify({ elder }) })).json()) as { id: string };
+    const con = (await (
+      await fetch(`${baseUrl}/v1/connections`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+        body: JSON.stringify({ elder }),
+      })
+    ).json()) as { id: string };
     await ops("connection", "approve", con.id);
-    return { token, elder, connectionId: con.id, clientId: created.live.client_id, clientSecret: created.live.client_secret };
+    return {
+      token,
+      elder,
+      connectionId: con.id,
+      clientId: created.live.client_id,
+      clientSecret: created.live.client_secret,
+    };
   }
 
   // A stock Prometheus (Debian's `prometheus` package) for the "Prometheus against npm start" tests,
@@ -533,7 +658,8 @@ describe("replicas and extraction", () => {
 
   async function startPrometheus(stateDir: string): Promise<void> {
     // Installed by .ci/run (`apt-get install prometheus`); without it the Prometheus tests fail, never skip.
-    if (spawnSync("sh", ["-c", `command -v ${PROMETHEUS}`]).status !== 0) throw new Error("the prometheus binary is missing: apt-get install -y prometheus");
+    if (spawnSync("sh", ["-c", `command -v ${PROMETHEUS}`]).status !== 0)
+      throw new Error("the prometheus binary is missing: apt-get install -y prometheus");
     const port = await freePort();
     prometheusUrl = `http://127.0.0.1:${port}`;
     const config = join(prometheusDir, "prometheus.yml");
@@ -553,9 +679,20 @@ describe("replicas and extraction", () => {
       ].join("\n"),
     );
     const log = openSync(join(prometheusDir, "prometheus.log"), "a");
-    prometheus = spawn(PROMETHEUS, [`--config.file=${config}`, `--storage.tsdb.path=${join(prometheusDir, "data")}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: ["ignore", log, log] });
+    prometheus = spawn(
+      PROMETHEUS,
+      [
+        `--config.file=${config}`,
+        `--storage.tsdb.path=${join(prometheusDir, "data")}`,
+        `--web.listen-address=127.0.0.1:${port}`,
+      ],
+      { stdio: ["ignore", log, log] },
+    );
     prometheus.once("exit", (code) => {
-      if (code !== null && code !== 0) process.stderr.write(`prometheus exited ${code}:\n${readFileSync(join(prometheusDir, "prometheus.log"), "utf8").slice(-2000)}\n`);
+      if (code !== null && code !== 0)
+        process.stderr.write(
+          `prometheus exited ${code}:\n${readFileSync(join(prometheusDir, "prometheus.log"), "utf8").slice(-2000)}\n`,
+        );
     });
   }
 
@@ -573,11 +710,18 @@ describe("replicas and extraction", () => {
     stack = await startLocalStack({
       stateDir,
       // The traffic comes from one address at a pace of its own: the limits are not what is measured here.
-      env: { LOG_LEVEL: "info", RATE_LIMIT_TOKEN_PER_MINUTE: "100000", RATE_LIMIT_V1_PER_SECOND: "100000", WEBHOOK_RETRY_BASE_SECONDS: "0.5" },
+      env: {
+        LOG_LEVEL: "info",
+        RATE_LIMIT_TOKEN_PER_MINUTE: "100000",
+        RATE_LIMIT_V1_PER_SECOND: "100000",
+        WEBHOOK_RETRY_BASE_SECONDS: "0.5",
+      },
       readyTimeoutMs: 420_000,
     });
     baseUrl = stack.baseUrl;
-    await until("both extraction processes up", 60_000, async () => (processesOf("extraction").length === 2 ? true : undefined));
+    await until("both extraction processes up", 60_000, async () =>
+      processesOf("extraction").length === 2 ? true : undefined,
+    );
   }, 480_000);
 
   afterAll(async () => {
@@ -587,7 +731,8 @@ describe("replicas and extraction", () => {
 
   describe("two replicas of every service (npm start)", () => {
     it("runs two processes of every service and of the gateway, sharing the one partner port", () => {
-      for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"]) expect(processesOf(service)).toHaveLength(2);
+      for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"])
+        expect(processesOf(service)).toHaveLength(2);
       const recorded = JSON.parse(readFileSync(join(stack.stateDir, "stack.json"), "utf8")) as Record<string, string>;
       for (const name of SERVICE_URL_SETTINGS) expect(recorded[name]!.split(",")).toHaveLength(2);
     });
@@ -613,7 +758,11 @@ describe("replicas and extraction", () => {
     }
 
     /** Polls `promql` until `holds` is true of its result (Prometheus scrapes every second). */
-    async function eventually(promql: string, holds: (result: Sample[]) => boolean, timeoutMs = 90_000): Promise<Sample[]> {
+    async function eventually(
+      promql: string,
+      holds: (result: Sample[]) => boolean,
+      timeoutMs = 90_000,
+    ): Promise<Sample[]> {
       const deadline = Date.now() + timeoutMs;
       let last: Sample[] = [];
       for (;;) {
@@ -623,7 +772,8 @@ describe("replicas and extraction", () => {
         } catch (err) {
           if (Date.now() > deadline) throw err;
         }
-        if (Date.now() > deadline) throw new Error(`${promql} did not hold within ${timeoutMs} ms; last result: ${JSON.stringify(last)}`);
+        if (Date.now() > deadline)
+          throw new Error(`${promql} did not hold within ${timeoutMs} ms; last result: ${JSON.stringify(last)}`);
         await new Promise((r) => setTimeout(r, 250));
       }
     }
@@ -643,10 +793,15 @@ describe("replicas and extraction", () => {
 
     describe("scraping", () => {
       it("finds every process through $STATE_DIR/prometheus/targets.json and scrapes them all (up == 1), the gateway and services on ports of their own", async () => {
-        const targets = JSON.parse(readFileSync(join(stack.stateDir, "prometheus", "targets.json"), "utf8")) as { targets: string[]; labels: Record<string, string> }[];
+        const targets = JSON.parse(readFileSync(join(stack.stateDir, "prometheus", "targets.json"), "utf8")) as {
+          targets: string[];
+          labels: Record<string, string>;
+        }[];
         // Two replicas of each of the six processes npm start runs.
         expect(targets.map((t) => `${t.labels.service}-${t.labels.replica}`).sort()).toEqual(
-          ["auth", "connection", "extraction", "file-intake", "gateway", "webhook"].flatMap((s) => [`${s}-1`, `${s}-2`]).sort(),
+          ["auth", "connection", "extraction", "file-intake", "gateway", "webhook"]
+            .flatMap((s) => [`${s}-1`, `${s}-2`])
+            .sort(),
         );
         const ports = targets.map((t) => t.targets[0]!.split(":")[1]);
         expect(new Set(ports).size).toBe(targets.length);
@@ -670,21 +825,45 @@ describe("replicas and extraction", () => {
         const con = await call(stack.baseUrl, token, "POST", "/v1/connections", { elder: elder.address });
         expect(con.status).toBe(202);
         await ops.connectionAct("approve", con.json!.id as string);
-        await receiver.waitFor((arrivals) => arrivals.some((a) => a.event.type === "connection.approved"), 60_000, "the approved webhook");
+        await receiver.waitFor(
+          (arrivals) => arrivals.some((a) => a.event.type === "connection.approved"),
+          60_000,
+          "the approved webhook",
+        );
         // A PDF, which an extraction process reads (a plain text is recorded at its take, by no extraction).
-        const upload = await sendFile(stack.baseUrl, token, elder.address, textPdf(16_000, "Metformin 500 mg twice a day."), { filename: "note.pdf", contentType: "application/pdf" });
+        const upload = await sendFile(
+          stack.baseUrl,
+          token,
+          elder.address,
+          textPdf(16_000, "Metformin 500 mg twice a day."),
+          { filename: "note.pdf", contentType: "application/pdf" },
+        );
         expect(upload.status).toBe(202);
         await waitForStatus(stack.baseUrl, token, upload.json!.id as string, ["processed"]);
         // A refused upload: no file part.
         expect((await call(stack.baseUrl, token, "POST", "/v1/files", {})).status).toBeGreaterThanOrEqual(400);
 
         // Requests by route template, never a raw path.
-        await eventually('sum(http_server_request_duration_seconds_count{http_route="/oauth/token",http_request_method="POST",http_response_status_code="200"})', positive);
-        await eventually('sum(http_server_request_duration_seconds_count{http_route="/v1/files/{id}",http_request_method="GET"})', positive);
-        expect(await query('count(http_server_request_duration_seconds_count{http_route=~".*(con|file)_.*"})')).toEqual([]);
+        await eventually(
+          'sum(http_server_request_duration_seconds_count{http_route="/oauth/token",http_request_method="POST",http_response_status_code="200"})',
+          positive,
+        );
+        await eventually(
+          'sum(http_server_request_duration_seconds_count{http_route="/v1/files/{id}",http_request_method="GET"})',
+          positive,
+        );
+        expect(await query('count(http_server_request_duration_seconds_count{http_route=~".*(con|file)_.*"})')).toEqual(
+          [],
+        );
         // Internal calls on both sides.
-        await eventually('sum(rpc_server_call_duration_seconds_count{service="auth",rpc_method="IssueTokens",rpc_grpc_status_code="0"})', positive);
-        await eventually('sum(rpc_client_call_duration_seconds_count{service="gateway",rpc_method="SubmitFile"})', positive);
+        await eventually(
+          'sum(rpc_server_call_duration_seconds_count{service="auth",rpc_method="IssueTokens",rpc_grpc_status_code="0"})',
+          positive,
+        );
+        await eventually(
+          'sum(rpc_client_call_duration_seconds_count{service="gateway",rpc_method="SubmitFile"})',
+          positive,
+        );
         // Kafka: the connection event published and consumed, the file event consumed by extraction.
         await eventually('sum(messaging_client_sent_messages_total{service="connection"})', positive);
         await eventually('sum(messaging_client_consumed_messages_total{service="webhook"})', positive);
@@ -699,7 +878,15 @@ describe("replicas and extraction", () => {
         await eventually('sum(pi_extractions_total{outcome="processed"})', positive);
         await eventually('sum(pi_extraction_duration_seconds_count{outcome="processed"})', positive);
         // Gauges every replica reads from the database or Kafka when scraped.
-        for (const gauge of ["pi_extraction_backlog", "pi_webhook_oldest_pending_delivery_age_seconds", "pi_webhook_failing_endpoints", "pi_storage_quota_max_used_ratio", "pi_storage_partners_over_quota_ratio", "pi_outbox_oldest_unrelayed_age_seconds", "pi_kafka_consumer_lag"]) {
+        for (const gauge of [
+          "pi_extraction_backlog",
+          "pi_webhook_oldest_pending_delivery_age_seconds",
+          "pi_webhook_failing_endpoints",
+          "pi_storage_quota_max_used_ratio",
+          "pi_storage_partners_over_quota_ratio",
+          "pi_outbox_oldest_unrelayed_age_seconds",
+          "pi_kafka_consumer_lag",
+        ]) {
           await eventually(`count(${gauge})`, (r) => value(r) > 0);
         }
         await eventually('max(pi_storage_quota_max_used_ratio{mode="live"})', positive);
@@ -711,7 +898,10 @@ describe("replicas and extraction", () => {
       it("a replica killed outright is restarted on a new metrics port, and the discovery file and Prometheus follow it", async () => {
         const file = join(stack.stateDir, "prometheus", "targets.json");
         type Group = { targets: string[]; labels: Record<string, string> };
-        const portOf = () => (JSON.parse(readFileSync(file, "utf8")) as Group[]).find((g) => g.labels.service === "webhook" && g.labels.replica === "2")?.targets[0]?.split(":")[1];
+        const portOf = () =>
+          (JSON.parse(readFileSync(file, "utf8")) as Group[])
+            .find((g) => g.labels.service === "webhook" && g.labels.replica === "2")
+            ?.targets[0]?.split(":")[1];
         const before = portOf()!;
         // The process that serves that port: its METRICS_PORT, as npm start gave it.
         const victim = stack.processes().find((p) => {
@@ -728,9 +918,16 @@ describe("replicas and extraction", () => {
         const after = portOf();
         expect(after).toBeDefined();
         expect(after).not.toBe(before);
-        await eventually(`up{service="webhook",replica="2",instance="127.0.0.1:${after}"}`, (r) => r.length === 1 && r[0]!.value[1] === "1");
+        await eventually(
+          `up{service="webhook",replica="2",instance="127.0.0.1:${after}"}`,
+          (r) => r.length === 1 && r[0]!.value[1] === "1",
+        );
         // The old address is no longer among Prometheus's targets.
-        const active = ((await (await fetch(`${prometheusUrl}/api/v1/targets?state=active`)).json()) as { data: { activeTargets: { scrapeUrl: string }[] } }).data.activeTargets;
+        const active = (
+          (await (await fetch(`${prometheusUrl}/api/v1/targets?state=active`)).json()) as {
+            data: { activeTargets: { scrapeUrl: string }[] };
+          }
+        ).data.activeTargets;
         expect(active.map((t) => t.scrapeUrl)).toContain(`http://127.0.0.1:${after}/metrics`);
         expect(active.map((t) => t.scrapeUrl)).not.toContain(`http://127.0.0.1:${before}/metrics`);
       }, 240_000);
@@ -753,14 +950,20 @@ describe("replicas and extraction", () => {
     async function fileRecord(id: string) {
       const client = await MongoClient.connect(stack.settings.MONGODB_URI);
       try {
-        return await client.db(databaseName("pi", "file-intake")).collection("files").findOne({ _id: id as never });
+        return await client
+          .db(databaseName("pi", "file-intake"))
+          .collection("files")
+          .findOne({ _id: id as never });
       } finally {
         await client.close();
       }
     }
 
     async function statusOf(id: string): Promise<string> {
-      const res = await fetch(`${baseUrl}/v1/files/${id}`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(HANG_MS) });
+      const res = await fetch(`${baseUrl}/v1/files/${id}`, {
+        headers: { authorization: `Bearer ${token}` },
+        signal: AbortSignal.timeout(HANG_MS),
+      });
       return ((await res.json()) as { status: string }).status;
     }
 
@@ -771,7 +974,10 @@ describe("replicas and extraction", () => {
         const bombPdf = hexFlateBombPdf(1024);
         const drawing = drawingOperatorsPdf(24);
         const sentAt = Date.now();
-        const hostile = await Promise.all([upload(bombPdf, "bomb.pdf", "application/pdf"), upload(drawing, "drawing.pdf", "application/pdf")]);
+        const hostile = await Promise.all([
+          upload(bombPdf, "bomb.pdf", "application/pdf"),
+          upload(drawing, "drawing.pdf", "application/pdf"),
+        ]);
         expect(hostile.map((r) => r.status)).toEqual([202, 202]);
         const ids = hostile.map((r) => r.json!.id as string);
 
@@ -806,7 +1012,12 @@ describe("replicas and extraction", () => {
           if (i === 4) process.kill(victim!, "SIGKILL");
         }
         // A file the killed process held is taken again once its lease runs out (20 s), by any replica's next take.
-        for (const id of ids) expect(await until(`file ${id} processed`, 120_000, async () => ((await statusOf(id)) === "processed" ? true : undefined))).toBe(true);
+        for (const id of ids)
+          expect(
+            await until(`file ${id} processed`, 120_000, async () =>
+              (await statusOf(id)) === "processed" ? true : undefined,
+            ),
+          ).toBe(true);
       }, 180_000);
     });
   });
@@ -827,13 +1038,21 @@ describe("replicas and extraction", () => {
     }
 
     /** One partner request: its status, or "reset" (the connection to a killed gateway dropped), or "hang". */
-    async function timed(phaseNow: () => string, op: string, outcomes: Outcome[], send: (signal: AbortSignal) => Promise<Response | { status: number; text: string; headers: Headers }>) {
+    async function timed(
+      phaseNow: () => string,
+      op: string,
+      outcomes: Outcome[],
+      send: (signal: AbortSignal) => Promise<Response | { status: number; text: string; headers: Headers }>,
+    ) {
       const phase = phaseNow();
       const started = Date.now();
       let outcome: Outcome;
       try {
         const signal = AbortSignal.timeout(HANG_MS);
-        const res = await Promise.race([send(signal), new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason)))]);
+        const res = await Promise.race([
+          send(signal),
+          new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason))),
+        ]);
         const text = "text" in res && typeof res.text === "string" ? res.text : await (res as Response).text();
         outcome = { phase, op, status: res.status, ms: Date.now() - started };
         // A failure counts in the phase it happened in (an upload begun just before a replica was killed).
@@ -848,7 +1067,12 @@ describe("replicas and extraction", () => {
       } catch (err) {
         const name = (err as Error).name;
         // A dropped connection counts in the phase it dropped in (a request begun just before a gateway was killed).
-        outcome = { phase: phaseNow(), op, status: name === "TimeoutError" || name === "AbortError" ? "hang" : "reset", ms: Date.now() - started };
+        outcome = {
+          phase: phaseNow(),
+          op,
+          status: name === "TimeoutError" || name === "AbortError" ? "hang" : "reset",
+          ms: Date.now() - started,
+        };
         outcomes.push(outcome);
         return { status: outcome.status, text: "" };
       }
@@ -861,24 +1085,50 @@ describe("replicas and extraction", () => {
         switch (n % 4) {
           case 0:
             await timed(phase, "token", outcomes, (signal) =>
-              fetch(`${baseUrl}/oauth/token`, { method: "POST", signal, headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams({ grant_type: "client_credentials", client_id: partner.clientId, client_secret: partner.clientSecret }) }),
+              fetch(`${baseUrl}/oauth/token`, {
+                method: "POST",
+                signal,
+                headers: { "content-type": "application/x-www-form-urlencoded" },
+                body: new URLSearchParams({
+                  grant_type: "client_credentials",
+                  client_id: partner.clientId,
+                  client_secret: partner.clientSecret,
+                }),
+              }),
             );
             break;
           case 1:
-            await timed(phase, "connect", outcomes, (signal) => fetch(`${baseUrl}/v1/connections`, { method: "POST", signal, headers: json, body: JSON.stringify({ elder: partner.elder }) }));
+            await timed(phase, "connect", outcomes, (signal) =>
+              fetch(`${baseUrl}/v1/connections`, {
+                method: "POST",
+                signal,
+                headers: json,
+                body: JSON.stringify({ elder: partner.elder }),
+              }),
+            );
             break;
           case 2:
-            await timed(phase, "read connection", outcomes, (signal) => fetch(`${baseUrl}/v1/connections/${partner.connectionId}`, { signal, headers: json }));
+            await timed(phase, "read connection", outcomes, (signal) =>
+              fetch(`${baseUrl}/v1/connections/${partner.connectionId}`, { signal, headers: json }),
+            );
             break;
           case 3: {
             // An upload is retried with its Idempotency-Key until accepted, as a partner would after a 503.
             const key = randomUUID();
             for (let attempt = 0; attempt < 20; attempt++) {
-              const res = await timed(phase, "upload", outcomes, () => sendFile(baseUrl, partner.token, partner.elder, Buffer.from(`Medication list ${key}\n`), { key, filename: "list.txt", contentType: "text/plain" }));
+              const res = await timed(phase, "upload", outcomes, () =>
+                sendFile(baseUrl, partner.token, partner.elder, Buffer.from(`Medication list ${key}\n`), {
+                  key,
+                  filename: "list.txt",
+                  contentType: "text/plain",
+                }),
+              );
               if (res.status === 202) {
                 const id = (JSON.parse(res.text) as { id: string }).id;
                 accepted.set(id, key);
-                await timed(phase, "read file", outcomes, (signal) => fetch(`${baseUrl}/v1/files/${id}`, { signal, headers: json }));
+                await timed(phase, "read file", outcomes, (signal) =>
+                  fetch(`${baseUrl}/v1/files/${id}`, { signal, headers: json }),
+                );
                 break;
               }
               await new Promise((r) => setTimeout(r, 200));
@@ -893,9 +1143,20 @@ describe("replicas and extraction", () => {
       const outcomes: Outcome[] = [];
       let phase = "steady";
       let stopped = false;
-      const traffic = Promise.all(Array.from({ length: 3 }, () => partnerTraffic(() => phase, () => stopped, outcomes)));
+      const traffic = Promise.all(
+        Array.from({ length: 3 }, () =>
+          partnerTraffic(
+            () => phase,
+            () => stopped,
+            outcomes,
+          ),
+        ),
+      );
       /** Sentinel for "traffic went on in this phase": this many partner answers (or resets) counted in it. */
-      const answeredIn = (name: string, n: number) => until(`${n} answers in phase "${name}"`, 60_000, async () => (outcomes.filter((o) => o.phase === name).length >= n ? true : undefined));
+      const answeredIn = (name: string, n: number) =>
+        until(`${n} answers in phase "${name}"`, 60_000, async () =>
+          outcomes.filter((o) => o.phase === name).length >= n ? true : undefined,
+        );
       try {
         await answeredIn(phase, 20);
         for (const service of ["auth", "connection", "file-intake", "extraction", "webhook", "gateway"]) {
@@ -906,7 +1167,9 @@ describe("replicas and extraction", () => {
           // Traffic goes on while the replica is gone and while it comes back.
           await until(`the killed ${service} replica gone`, 10_000, async () => (alive(victim!) ? undefined : true));
           await answeredIn(phase, 20);
-          await until(`the ${service} replica restarted`, 60_000, async () => (processesOf(service).length === 2 ? true : undefined));
+          await until(`the ${service} replica restarted`, 60_000, async () =>
+            processesOf(service).length === 2 ? true : undefined,
+          );
           await ready(120_000);
           phase = `${service} back`;
           await answeredIn(phase, 10);
@@ -928,14 +1191,28 @@ describe("replicas and extraction", () => {
       // (a stream cannot be replayed; the partner's retry with the same key is accepted). Nothing else
       // answers 5xx.
       const fiveHundreds = outcomes.filter((o) => typeof o.status === "number" && o.status >= 500);
-      expect(fiveHundreds.filter((o) => !(o.op === "upload" && o.phase === "file-intake killed" && o.status === 503 && o.envelope503 && o.ms < ANSWER_WITHIN_MS))).toEqual([]);
+      expect(
+        fiveHundreds.filter(
+          (o) =>
+            !(
+              o.op === "upload" &&
+              o.phase === "file-intake killed" &&
+              o.status === 503 &&
+              o.envelope503 &&
+              o.ms < ANSWER_WITHIN_MS
+            ),
+        ),
+      ).toEqual([]);
       // A partner connection to the gateway process that was killed drops; nowhere else.
       expect(outcomes.filter((o) => o.status === "reset" && o.phase !== "gateway killed")).toEqual([]);
       expect(outcomes.filter((o) => o.status === 200 || o.status === 202).length).toBeGreaterThan(40);
 
       // Nothing lost: every accepted upload is there.
       expect(accepted.size).toBeGreaterThan(5);
-      for (const id of accepted.keys()) expect((await fetch(`${baseUrl}/v1/files/${id}`, { headers: { authorization: `Bearer ${partner.token}` } })).status).toBe(200);
+      for (const id of accepted.keys())
+        expect(
+          (await fetch(`${baseUrl}/v1/files/${id}`, { headers: { authorization: `Bearer ${partner.token}` } })).status,
+        ).toBe(200);
     }, 420_000);
 
     describe("no gateway process running", () => {
@@ -951,11 +1228,17 @@ describe("replicas and extraction", () => {
           while (!stop) {
             const started = Date.now();
             try {
-              const res = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(NO_GATEWAY_HANG_MS), headers: { connection: "close" } });
+              const res = await fetch(`${baseUrl}/healthz`, {
+                signal: AbortSignal.timeout(NO_GATEWAY_HANG_MS),
+                headers: { connection: "close" },
+              });
               await res.text();
               outcomes.push({ ms: Date.now() - started, outcome: String(res.status) });
             } catch (err) {
-              outcomes.push({ ms: Date.now() - started, outcome: (err as Error).name === "TimeoutError" ? "hang" : "refused or reset" });
+              outcomes.push({
+                ms: Date.now() - started,
+                outcome: (err as Error).name === "TimeoutError" ? "hang" : "refused or reset",
+              });
             }
           }
         };
@@ -963,9 +1246,17 @@ describe("replicas and extraction", () => {
         while (outcomes.length < 50) await new Promise((r) => setTimeout(r, 20));
         for (const pid of gateways) process.kill(pid, "SIGKILL");
         const killedAt = Date.now();
-        await until("a refused or reset request", 10_000, async () => (outcomes.some((o) => o.outcome === "refused or reset") ? true : undefined));
+        await until("a refused or reset request", 10_000, async () =>
+          outcomes.some((o) => o.outcome === "refused or reset") ? true : undefined,
+        );
         // Until the supervisor has both back and they answer again.
-        await until("the gateways back", 60_000, async () => (processesOf("gateway").length === 2 && outcomes.slice(-20).every((o) => o.outcome === "200") && Date.now() - killedAt > 2_000 ? true : undefined));
+        await until("the gateways back", 60_000, async () =>
+          processesOf("gateway").length === 2 &&
+          outcomes.slice(-20).every((o) => o.outcome === "200") &&
+          Date.now() - killedAt > 2_000
+            ? true
+            : undefined,
+        );
         stop = true;
         await Promise.all(clients);
         expect(outcomes.filter((o) => o.outcome === "hang")).toEqual([]);
@@ -973,55 +1264,74 @@ describe("replicas and extraction", () => {
       }, 120_000);
     });
 
-    it.each(["mongo-wire", "kafka"])("with %s killed, every partner answer comes within 5 s: a success or the envelope 503", async (infra) => {
-      const outcomes: Outcome[] = [];
-      let stopped = false;
-      const [victim] = processesOf(infra);
-      expect(victim).toBeDefined();
-      process.kill(victim!, "SIGKILL");
-      const traffic = Promise.all(Array.from({ length: 3 }, () => partnerTraffic(() => `${infra} killed`, () => stopped, outcomes)));
-      // Kept down for the whole window: the stack restarts it after 0.5 s, and on a fast machine the
-      // database was back before any request needed it (no 503 at all in 6 s).
-      const outageEnds = Date.now() + 6_000;
-      while (Date.now() < outageEnds) {
-        for (const pid of processesOf(infra)) process.kill(pid, "SIGKILL");
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      stopped = true;
-      await traffic;
-      process.stderr.write(`[replicas-failover] ${infra}: ${JSON.stringify(outcomes.map((o) => `${o.op} ${o.status} ${o.ms}ms`))}\n`);
-      expect(outcomes.length).toBeGreaterThan(3);
-      expect(outcomes.filter((o) => o.status === "hang" || o.status === "reset")).toEqual([]);
-      expect(outcomes.filter((o) => o.ms >= ANSWER_WITHIN_MS)).toEqual([]);
-      expect(outcomes.filter((o) => o.status !== 200 && o.status !== 202 && !(o.status === 503 && o.envelope503))).toEqual([]);
-      if (infra === "mongo-wire") {
-        expect(outcomes.filter((o) => o.status === 503).length).toBeGreaterThan(0);
-        await ready(120_000);
-      } else {
-        // The gateway pods' readiness probe leaves Kafka out, as the internal services' does (health
-        // check "traffic"): writes wait in the outboxes, so no replica leaves its Service. The stack as
-        // a whole (the operator contract's /readyz) is not ready.
-        const traffic = await fetch(`${baseUrl}/readyz/traffic`, { signal: AbortSignal.timeout(3_000) });
-        expect(traffic.status).toBe(200);
-        const whole = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(5_000) });
-        expect([whole.status, ((await whole.json()) as { failing: string[] }).failing.sort()]).toEqual([503, ["auth", "connection", "file-intake", "webhook"]]);
-        // A replica told to stop while Kafka is away (every pod of a release stops at once on
-        // uninstall) stops well within its 15 s grace, which it would otherwise spend waiting on its
-        // consumers' reconnects and then exit 1. (Kafka killed again, should the stack have restarted it.)
-        for (const pid of processesOf("kafka")) process.kill(pid, "SIGKILL");
-        const stopping = ["auth", "webhook", "gateway"].map((service) => {
-          const [pid] = processesOf(service);
-          process.kill(pid!, "SIGTERM");
-          return { service, pid: pid!, at: Date.now() };
-        });
-        const stopped = await Promise.all(
-          stopping.map(async ({ service, pid, at }) => {
-            while (alive(pid) && Date.now() - at < 20_000) await new Promise((r) => setTimeout(r, 100));
-            return [service, Date.now() - at < STOP_WITHIN_MS] as const;
-          }),
+    it.each(["mongo-wire", "kafka"])(
+      "with %s killed, every partner answer comes within 5 s: a success or the envelope 503",
+      async (infra) => {
+        const outcomes: Outcome[] = [];
+        let stopped = false;
+        const [victim] = processesOf(infra);
+        expect(victim).toBeDefined();
+        process.kill(victim!, "SIGKILL");
+        const traffic = Promise.all(
+          Array.from({ length: 3 }, () =>
+            partnerTraffic(
+              () => `${infra} killed`,
+              () => stopped,
+              outcomes,
+            ),
+          ),
         );
-        expect(stopped).toEqual(stopping.map(({ service }) => [service, true]));
-      }
-    }, 300_000);
+        // Kept down for the whole window: the stack restarts it after 0.5 s, and on a fast machine the
+        // database was back before any request needed it (no 503 at all in 6 s).
+        const outageEnds = Date.now() + 6_000;
+        while (Date.now() < outageEnds) {
+          for (const pid of processesOf(infra)) process.kill(pid, "SIGKILL");
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        stopped = true;
+        await traffic;
+        process.stderr.write(
+          `[replicas-failover] ${infra}: ${JSON.stringify(outcomes.map((o) => `${o.op} ${o.status} ${o.ms}ms`))}\n`,
+        );
+        expect(outcomes.length).toBeGreaterThan(3);
+        expect(outcomes.filter((o) => o.status === "hang" || o.status === "reset")).toEqual([]);
+        expect(outcomes.filter((o) => o.ms >= ANSWER_WITHIN_MS)).toEqual([]);
+        expect(
+          outcomes.filter((o) => o.status !== 200 && o.status !== 202 && !(o.status === 503 && o.envelope503)),
+        ).toEqual([]);
+        if (infra === "mongo-wire") {
+          expect(outcomes.filter((o) => o.status === 503).length).toBeGreaterThan(0);
+          await ready(120_000);
+        } else {
+          // The gateway pods' readiness probe leaves Kafka out, as the internal services' does (health
+          // check "traffic"): writes wait in the outboxes, so no replica leaves its Service. The stack as
+          // a whole (the operator contract's /readyz) is not ready.
+          const traffic = await fetch(`${baseUrl}/readyz/traffic`, { signal: AbortSignal.timeout(3_000) });
+          expect(traffic.status).toBe(200);
+          const whole = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(5_000) });
+          expect([whole.status, ((await whole.json()) as { failing: string[] }).failing.sort()]).toEqual([
+            503,
+            ["auth", "connection", "file-intake", "webhook"],
+          ]);
+          // A replica told to stop while Kafka is away (every pod of a release stops at once on
+          // uninstall) stops well within its 15 s grace, which it would otherwise spend waiting on its
+          // consumers' reconnects and then exit 1. (Kafka killed again, should the stack have restarted it.)
+          for (const pid of processesOf("kafka")) process.kill(pid, "SIGKILL");
+          const stopping = ["auth", "webhook", "gateway"].map((service) => {
+            const [pid] = processesOf(service);
+            process.kill(pid!, "SIGTERM");
+            return { service, pid: pid!, at: Date.now() };
+          });
+          const stopped = await Promise.all(
+            stopping.map(async ({ service, pid, at }) => {
+              while (alive(pid) && Date.now() - at < 20_000) await new Promise((r) => setTimeout(r, 100));
+              return [service, Date.now() - at < STOP_WITHIN_MS] as const;
+            }),
+          );
+          expect(stopped).toEqual(stopping.map(({ service }) => [service, true]));
+        }
+      },
+      300_000,
+    );
   });
 });

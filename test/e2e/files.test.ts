@@ -6,7 +6,23 @@ import { databaseName } from "@pi/common";
 import { MongoClient } from "mongodb";
 import kafkajs from "kafkajs";
 import { flateBombPdf, unterminatedStreamsPdf } from "../../services/extraction/test/hostile-pdfs.js";
-import { connectedPartner, type ConnectedPartner, extractionOf, extractionOf as storedExtraction, filePart, fixture, generatedText, postMultipart, SAMPLES, sendFile, settledCounts, storedCounts, textPart, waitForStatus, withFileDb } from "../support/files.js";
+import {
+  connectedPartner,
+  type ConnectedPartner,
+  extractionOf,
+  extractionOf as storedExtraction,
+  filePart,
+  fixture,
+  generatedText,
+  postMultipart,
+  SAMPLES,
+  sendFile,
+  settledCounts,
+  type storedCounts,
+  textPart,
+  waitForStatus,
+  withFileDb,
+} from "../support/files.js";
 import { memoryOf, startGatewayProcess } from "../support/gateway-process.js";
 import { validateResponse } from "../support/openapi.js";
 import { accessToken, call, opsFor } from "../support/partner-api.js";
@@ -40,8 +56,16 @@ describe("files upload", () => {
     await stack?.stop();
   });
 
-  function expectError(res: { status: number; json?: Record<string, unknown> }, status: number, code: string, param?: string) {
-    expect({ status: res.status, code: (res.json?.error as Record<string, unknown> | undefined)?.code }).toEqual({ status, code });
+  function expectError(
+    res: { status: number; json?: Record<string, unknown> },
+    status: number,
+    code: string,
+    param?: string,
+  ) {
+    expect({ status: res.status, code: (res.json?.error as Record<string, unknown> | undefined)?.code }).toEqual({
+      status,
+      code,
+    });
     const error = res.json!.error as Record<string, unknown>;
     if (param === undefined) expect(error.param).toBeUndefined();
     else expect(error.param).toBe(param);
@@ -62,7 +86,10 @@ describe("files upload", () => {
 
   describe("accepted files", () => {
     it.each(SAMPLES)("a real %s is accepted with 202 {id, status: received}", async (name) => {
-      const res = await sendFile(stack.baseUrl, p.token, p.elder, fixture(name), { purpose: "lab_result", filename: name });
+      const res = await sendFile(stack.baseUrl, p.token, p.elder, fixture(name), {
+        purpose: "lab_result",
+        filename: name,
+      });
       expect(res.status).toBe(202);
       expect(Object.keys(res.json!).sort()).toEqual(["id", "status"]);
       expect(res.json).toEqual({ id: expect.stringMatching(/^file_[0-9A-Za-z]{22}$/), status: "received" });
@@ -77,14 +104,24 @@ describe("files upload", () => {
     });
 
     it("the type comes from the bytes: the declared Content-Type and file name are ignored", async () => {
-      const pdfAsZip = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), { filename: "archive.zip", contentType: "application/zip" });
+      const pdfAsZip = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), {
+        filename: "archive.zip",
+        contentType: "application/zip",
+      });
       expect(pdfAsZip.status).toBe(202);
-      const zipAsPdf = await sendFile(stack.baseUrl, p.token, p.elder, fixture("unsupported.zip"), { filename: "scan.pdf", contentType: "application/pdf" });
+      const zipAsPdf = await sendFile(stack.baseUrl, p.token, p.elder, fixture("unsupported.zip"), {
+        filename: "scan.pdf",
+        contentType: "application/pdf",
+      });
       expectError(zipAsPdf, 415, "unsupported_media_type", "file");
     });
 
     it("the fields may come in any order, elder after the file included, and purpose is any string", async () => {
-      const res = await postMultipart(stack.baseUrl, p.token, [filePart(fixture("sample.txt")), textPart("purpose", "Pharmacy fill: 30 × 5 mg, \"as needed\""), textPart("elder", p.elder.toUpperCase())]);
+      const res = await postMultipart(stack.baseUrl, p.token, [
+        filePart(fixture("sample.txt")),
+        textPart("purpose", 'Pharmacy fill: 30 × 5 mg, "as needed"'),
+        textPart("elder", p.elder.toUpperCase()),
+      ]);
       expect(res.status).toBe(202);
     });
   });
@@ -93,11 +130,26 @@ describe("files upload", () => {
     it("415 for a type outside the accepted set, and nothing is stored", async () => {
       const before = await settledCounts(stack.settings);
       for (const name of ["unsupported.zip", "unsupported.elf"]) {
-        expectError(await sendFile(stack.baseUrl, p.token, p.elder, fixture(name)), 415, "unsupported_media_type", "file");
+        expectError(
+          await sendFile(stack.baseUrl, p.token, p.elder, fixture(name)),
+          415,
+          "unsupported_media_type",
+          "file",
+        );
       }
       // Text that is not plain text: not UTF-8, a control byte, or binary after a clean first megabyte.
-      expectError(await sendFile(stack.baseUrl, p.token, p.elder, Buffer.from([0x47, 0x72, 0xfc, 0xdf, 0x65, 0x0a])), 415, "unsupported_media_type", "file");
-      expectError(await sendFile(stack.baseUrl, p.token, p.elder, Buffer.from("abc\u0000def")), 415, "unsupported_media_type", "file");
+      expectError(
+        await sendFile(stack.baseUrl, p.token, p.elder, Buffer.from([0x47, 0x72, 0xfc, 0xdf, 0x65, 0x0a])),
+        415,
+        "unsupported_media_type",
+        "file",
+      );
+      expectError(
+        await sendFile(stack.baseUrl, p.token, p.elder, Buffer.from("abc\u0000def")),
+        415,
+        "unsupported_media_type",
+        "file",
+      );
       const lateBinary = async function* () {
         yield* generatedText(1024 * 1024)();
         yield Buffer.from([0xff, 0xfe, 0x00]);
@@ -107,14 +159,25 @@ describe("files upload", () => {
     });
 
     it.each([
-      ["an unknown field comes after the file", () => [textPart("elder", p.elder), filePart(fixture("sample.txt")), textPart("colour", "blue")], "colour"],
-      ["a second file part is sent", () => [textPart("elder", p.elder), filePart(fixture("sample.txt")), filePart(fixture("sample.pdf"))], "file"],
+      [
+        "an unknown field comes after the file",
+        () => [textPart("elder", p.elder), filePart(fixture("sample.txt")), textPart("colour", "blue")],
+        "colour",
+      ],
+      [
+        "a second file part is sent",
+        () => [textPart("elder", p.elder), filePart(fixture("sample.txt")), filePart(fixture("sample.pdf"))],
+        "file",
+      ],
       ["elder is missing", () => [filePart(fixture("sample.txt"))], "elder"],
-    ])("400 invalid_request when %s, and nothing is stored (the bytes already streamed are discarded)", async (_name, parts, param) => {
-      const before = await settledCounts(stack.settings);
-      expectError(await postMultipart(stack.baseUrl, p.token, parts()), 400, "invalid_request", param);
-      await expectNothingStored(before);
-    });
+    ])(
+      "400 invalid_request when %s, and nothing is stored (the bytes already streamed are discarded)",
+      async (_name, parts, param) => {
+        const before = await settledCounts(stack.settings);
+        expectError(await postMultipart(stack.baseUrl, p.token, parts()), 400, "invalid_request", param);
+        await expectNothingStored(before);
+      },
+    );
   });
 
   describe("order of checks", () => {
@@ -124,8 +187,18 @@ describe("files upload", () => {
     };
 
     it("parts in the order they arrive: a bad field before the file wins over the file's type, and the type over a bad field after it", async () => {
-      expectError(await postMultipart(stack.baseUrl, p.token, [textPart("elder", "nope"), filePart(fixture("unsupported.zip"))]), 400, "invalid_request", "elder");
-      expectError(await postMultipart(stack.baseUrl, p.token, [filePart(fixture("unsupported.zip")), textPart("elder", "nope")]), 415, "unsupported_media_type", "file");
+      expectError(
+        await postMultipart(stack.baseUrl, p.token, [textPart("elder", "nope"), filePart(fixture("unsupported.zip"))]),
+        400,
+        "invalid_request",
+        "elder",
+      );
+      expectError(
+        await postMultipart(stack.baseUrl, p.token, [filePart(fixture("unsupported.zip")), textPart("elder", "nope")]),
+        415,
+        "unsupported_media_type",
+        "file",
+      );
     });
 
     it("type (from the first bytes) before size: a 26 MiB ZIP is 415", async () => {
@@ -133,14 +206,34 @@ describe("files upload", () => {
     });
 
     it("size before the end of the body: a 26 MiB text with no elder after it is 413", async () => {
-      expectError(await postMultipart(stack.baseUrl, p.token, [filePart(generatedText(26 * 1024 * 1024))]), 413, "file_too_large", "file");
+      expectError(
+        await postMultipart(stack.baseUrl, p.token, [filePart(generatedText(26 * 1024 * 1024))]),
+        413,
+        "file_too_large",
+        "file",
+      );
     });
 
     it("every body check before the connection: without a connection, a bad body still gets its own error", async () => {
       const stranger = `apple.banana.cherry@${domain}`;
-      expectError(await postMultipart(stack.baseUrl, p.token, [textPart("elder", "nope"), filePart(fixture("sample.txt"))]), 400, "invalid_request", "elder");
-      expectError(await sendFile(stack.baseUrl, p.token, stranger, fixture("unsupported.elf")), 415, "unsupported_media_type", "file");
-      expectError(await sendFile(stack.baseUrl, p.token, stranger, generatedText(26 * 1024 * 1024)), 413, "file_too_large", "file");
+      expectError(
+        await postMultipart(stack.baseUrl, p.token, [textPart("elder", "nope"), filePart(fixture("sample.txt"))]),
+        400,
+        "invalid_request",
+        "elder",
+      );
+      expectError(
+        await sendFile(stack.baseUrl, p.token, stranger, fixture("unsupported.elf")),
+        415,
+        "unsupported_media_type",
+        "file",
+      );
+      expectError(
+        await sendFile(stack.baseUrl, p.token, stranger, generatedText(26 * 1024 * 1024)),
+        413,
+        "file_too_large",
+        "file",
+      );
       expectError(await sendFile(stack.baseUrl, p.token, stranger, fixture("sample.txt")), 403, "no_active_connection");
     });
 
@@ -152,8 +245,17 @@ describe("files upload", () => {
       expect(del.json!.status).toBe("revoked");
       const retry = await sendFile(stack.baseUrl, q.token, q.elder, fixture("sample.jpg"), { key: "before-revoke" });
       expect({ status: retry.status, body: retry.json }).toEqual({ status: 202, body: first.json });
-      expectError(await sendFile(stack.baseUrl, q.token, q.elder, fixture("sample.png"), { key: "before-revoke" }), 409, "idempotency_key_reuse", "Idempotency-Key");
-      expectError(await sendFile(stack.baseUrl, q.token, q.elder, fixture("sample.png"), { key: "fresh" }), 403, "no_active_connection");
+      expectError(
+        await sendFile(stack.baseUrl, q.token, q.elder, fixture("sample.png"), { key: "before-revoke" }),
+        409,
+        "idempotency_key_reuse",
+        "Idempotency-Key",
+      );
+      expectError(
+        await sendFile(stack.baseUrl, q.token, q.elder, fixture("sample.png"), { key: "fresh" }),
+        403,
+        "no_active_connection",
+      );
     });
   });
 });
@@ -188,8 +290,12 @@ describe("files processing", () => {
 
     it("every sample ends processed and the corrupt PDF ends failed", async () => {
       const statuses: Record<string, unknown> = {};
-      for (const [name, id] of sent) statuses[name] = (await waitForStatus(stack.baseUrl, p.token, id, ["processed", "failed"])).json!.status;
-      expect(statuses).toEqual({ ...Object.fromEntries(SAMPLES.map((s) => [s, "processed"])), "corrupt.pdf": "failed" });
+      for (const [name, id] of sent)
+        statuses[name] = (await waitForStatus(stack.baseUrl, p.token, id, ["processed", "failed"])).json!.status;
+      expect(statuses).toEqual({
+        ...Object.fromEntries(SAMPLES.map((s) => [s, "processed"])),
+        "corrupt.pdf": "failed",
+      });
     });
 
     it("extraction results are stored inside file-intake", async () => {
@@ -197,16 +303,39 @@ describe("files processing", () => {
       const pdf = await extractionOf(sent.get("sample.pdf")!);
       expect(pdf).toMatchObject({ ok: true, kind: "pdf-text", pages: 1 });
       expect((pdf!.text as string).replace(/\s+/g, " ").trim()).toBe("Discharge summary: stable, follow up in 2 weeks");
-      expect(await extractionOf(sent.get("sample.txt")!)).toEqual({ ok: true, kind: "plain-text", textLength: fixture("sample.txt").toString("utf8").length, extractedAt: expect.any(Date) });
-      expect(await extractionOf(sent.get("sample.jpg")!)).toMatchObject({ ok: true, kind: "image-dimensions", width: 64, height: 48 });
-      expect(await extractionOf(sent.get("sample.png")!)).toMatchObject({ ok: true, kind: "image-dimensions", width: 64, height: 48 });
-      expect(await extractionOf(sent.get("sample.heic")!)).toMatchObject({ ok: true, kind: "image-dimensions", width: 64 });
+      expect(await extractionOf(sent.get("sample.txt")!)).toEqual({
+        ok: true,
+        kind: "plain-text",
+        textLength: fixture("sample.txt").toString("utf8").length,
+        extractedAt: expect.any(Date),
+      });
+      expect(await extractionOf(sent.get("sample.jpg")!)).toMatchObject({
+        ok: true,
+        kind: "image-dimensions",
+        width: 64,
+        height: 48,
+      });
+      expect(await extractionOf(sent.get("sample.png")!)).toMatchObject({
+        ok: true,
+        kind: "image-dimensions",
+        width: 64,
+        height: 48,
+      });
+      expect(await extractionOf(sent.get("sample.heic")!)).toMatchObject({
+        ok: true,
+        kind: "image-dimensions",
+        width: 64,
+      });
       for (const audio of ["sample.wav", "sample.mp3", "sample.m4a"]) {
         const res = await extractionOf(sent.get(audio)!);
         expect(res).toMatchObject({ ok: true, kind: "audio-duration" });
         expect(Math.abs((res!.durationSeconds as number) - 1)).toBeLessThan(0.2);
       }
-      expect(await extractionOf(sent.get("corrupt.pdf")!)).toMatchObject({ ok: false, kind: "pdf-text", error: expect.any(String) });
+      expect(await extractionOf(sent.get("corrupt.pdf")!)).toMatchObject({
+        ok: false,
+        kind: "pdf-text",
+        error: expect.any(String),
+      });
     });
 
     it("extraction results are never exposed: the file resource is {id, status} and nothing else", async () => {
@@ -226,7 +355,9 @@ describe("files processing", () => {
       const con = await call(stack.baseUrl, testToken, "POST", "/v1/connections", { elder: sandbox });
       expect(con.status).toBe(202);
       const deadline = Date.now() + 30_000;
-      while ((await call(stack.baseUrl, testToken, "GET", `/v1/connections/${con.json!.id}`)).json!.status !== "approved") {
+      while (
+        (await call(stack.baseUrl, testToken, "GET", `/v1/connections/${con.json!.id}`)).json!.status !== "approved"
+      ) {
         if (Date.now() > deadline) throw new Error("the sandbox connection was not approved");
         await new Promise((r) => setTimeout(r, 200));
       }
@@ -236,9 +367,13 @@ describe("files processing", () => {
         expect(res.status).toBe(202);
         expect(res.json!.status).toBe("received");
         const id = res.json!.id as string;
-        expect((await waitForStatus(stack.baseUrl, testToken, id, ["processed", "failed"])).json!.status).toBe("processed");
+        expect((await waitForStatus(stack.baseUrl, testToken, id, ["processed", "failed"])).json!.status).toBe(
+          "processed",
+        );
         expect(await extractionOf(id)).toBeNull();
-        expect(await withFileDb(stack.settings, (db) => db.collection("files").findOne({ _id: id as never }))).toMatchObject({ mode: "test", status: "processed" });
+        expect(
+          await withFileDb(stack.settings, (db) => db.collection("files").findOne({ _id: id as never })),
+        ).toMatchObject({ mode: "test", status: "processed" });
       }
     });
   });
@@ -260,22 +395,31 @@ describe("files idempotency", () => {
     sandbox = (await opsFor(stack.settings).info()).sandbox_elder_address;
     const testToken = await accessToken(stack.baseUrl, p.test.clientId, p.test.clientSecret);
     const con = await call(stack.baseUrl, testToken, "POST", "/v1/connections", { elder: sandbox });
-    while ((await call(stack.baseUrl, testToken, "GET", `/v1/connections/${con.json!.id}`)).json!.status !== "approved") await sleep(100);
+    while ((await call(stack.baseUrl, testToken, "GET", `/v1/connections/${con.json!.id}`)).json!.status !== "approved")
+      await sleep(100);
   });
   afterAll(async () => {
     await stack?.stop();
   });
 
-  const filesOf = (partnerId: string) => withFileDb(stack.settings, (db) => db.collection("files").countDocuments({ partnerId }));
+  const filesOf = (partnerId: string) =>
+    withFileDb(stack.settings, (db) => db.collection("files").countDocuments({ partnerId }));
 
   describe("the same key and the same payload", () => {
     it("a sequential retry gets the same receipt (same id, same 202, same bytes) and stores one file", async () => {
       const key = randomUUID();
       const before = await filesOf(p.partnerId);
-      const first = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), { key, purpose: "discharge_summary" });
+      const first = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), {
+        key,
+        purpose: "discharge_summary",
+      });
       expect(first.status).toBe(202);
       for (let i = 0; i < 3; i++) {
-        const retry = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), { key, purpose: "discharge_summary", filename: `retry-${i}.pdf` });
+        const retry = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), {
+          key,
+          purpose: "discharge_summary",
+          filename: `retry-${i}.pdf`,
+        });
         expect({ status: retry.status, text: retry.text }).toEqual({ status: 202, text: first.text });
       }
       expect(await filesOf(p.partnerId)).toBe(before + 1);
@@ -284,7 +428,9 @@ describe("files idempotency", () => {
     it("concurrent retries get the same receipt and store one file", async () => {
       const key = randomUUID();
       const before = await filesOf(p.partnerId);
-      const results = await Promise.all(Array.from({ length: 6 }, () => sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.wav"), { key })));
+      const results = await Promise.all(
+        Array.from({ length: 6 }, () => sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.wav"), { key })),
+      );
       expect(results.map((r) => r.status)).toEqual(Array(6).fill(202));
       expect(new Set(results.map((r) => r.text)).size).toBe(1);
       expect(await filesOf(p.partnerId)).toBe(before + 1);
@@ -292,10 +438,18 @@ describe("files idempotency", () => {
 
     it("the elder is compared after normalisation, and the order of the parts does not matter", async () => {
       const key = randomUUID();
-      const first = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.txt"), { key, purpose: "care_note" });
-      const reordered = await postMultipart(stack.baseUrl, p.token, [filePart(fixture("sample.txt")), textPart("purpose", "care_note"), textPart("elder", p.elder.toUpperCase())], {
-        "idempotency-key": key,
+      const first = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.txt"), {
+        key,
+        purpose: "care_note",
       });
+      const reordered = await postMultipart(
+        stack.baseUrl,
+        p.token,
+        [filePart(fixture("sample.txt")), textPart("purpose", "care_note"), textPart("elder", p.elder.toUpperCase())],
+        {
+          "idempotency-key": key,
+        },
+      );
       expect({ status: reordered.status, text: reordered.text }).toEqual({ status: 202, text: first.text });
     });
 
@@ -316,7 +470,10 @@ describe("files idempotency", () => {
     ])("409 idempotency_key_reuse for %s, while the original receipt stays", async (_name, change) => {
       const key = randomUUID();
       const original = { data: fixture("sample.jpg"), elder: p.elder, purpose: "care_note" as string | undefined };
-      const first = await sendFile(stack.baseUrl, p.token, original.elder, original.data, { key, purpose: original.purpose });
+      const first = await sendFile(stack.baseUrl, p.token, original.elder, original.data, {
+        key,
+        purpose: original.purpose,
+      });
       expect(first.status).toBe(202);
       let elder = original.elder;
       if ("elder" in change) {
@@ -327,9 +484,17 @@ describe("files idempotency", () => {
       const reuse = await sendFile(stack.baseUrl, p.token, next.elder, next.data, { key, purpose: next.purpose });
       expect(reuse.status).toBe(409);
       expect(reuse.json).toEqual({
-        error: { type: "invalid_request_error", code: "idempotency_key_reuse", message: "This Idempotency-Key was used with a different payload.", param: "Idempotency-Key" },
+        error: {
+          type: "invalid_request_error",
+          code: "idempotency_key_reuse",
+          message: "This Idempotency-Key was used with a different payload.",
+          param: "Idempotency-Key",
+        },
       });
-      const again = await sendFile(stack.baseUrl, p.token, original.elder, original.data, { key, purpose: original.purpose });
+      const again = await sendFile(stack.baseUrl, p.token, original.elder, original.data, {
+        key,
+        purpose: original.purpose,
+      });
       expect(again.text).toBe(first.text);
     });
 
@@ -354,11 +519,15 @@ describe("files idempotency", () => {
       expect(await filesOf(p.partnerId)).toBe(before + 2);
       // Each mode replays its own receipt.
       expect((await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.m4a"), { key })).text).toBe(live.text);
-      expect((await sendFile(stack.baseUrl, testToken, sandbox, fixture("sample.m4a"), { key })).text).toBe(fromTest.text);
+      expect((await sendFile(stack.baseUrl, testToken, sandbox, fixture("sample.m4a"), { key })).text).toBe(
+        fromTest.text,
+      );
 
       // A key claimed first in test mode, with another payload, does not block the live upload.
       const preClaimed = randomUUID();
-      expect((await sendFile(stack.baseUrl, testToken, sandbox, fixture("sample.txt"), { key: preClaimed })).status).toBe(202);
+      expect(
+        (await sendFile(stack.baseUrl, testToken, sandbox, fixture("sample.txt"), { key: preClaimed })).status,
+      ).toBe(202);
       const after = await sendFile(stack.baseUrl, p.token, p.elder, fixture("sample.pdf"), { key: preClaimed });
       expect(after.status).toBe(202);
       expect(await filesOf(p.partnerId)).toBe(before + 4);
@@ -419,9 +588,15 @@ describe("files hostile pdf", () => {
       const done = await waitForStatus(stack.baseUrl, p.token, bombId, ["processed", "failed"], 120_000);
       expect(done.json!.status).toBe("failed");
       expect(Date.now() - sentAt).toBeLessThan(120_000);
-      expect(await extractionOf(bombId)).toMatchObject({ ok: false, kind: "pdf-text", error: expect.stringMatching(/^DecodedSizeExceeded/) });
+      expect(await extractionOf(bombId)).toMatchObject({
+        ok: false,
+        kind: "pdf-text",
+        error: expect.stringMatching(/^DecodedSizeExceeded/),
+      });
 
-      expect((await waitForStatus(stack.baseUrl, p.token, otherId, ["processed", "failed"])).json!.status).toBe("processed");
+      expect((await waitForStatus(stack.baseUrl, p.token, otherId, ["processed", "failed"])).json!.status).toBe(
+        "processed",
+      );
     });
   });
 
@@ -430,7 +605,12 @@ describe("files hostile pdf", () => {
     // partitioner, 3 partitions): a consumer reads a partition in order, so a partner whose events
     // share the flooder's is the one a file-by-file consumer makes wait behind the whole flood.
     const partitionMetadata = [0, 1, 2].map((partitionId) => ({ partitionId, leader: 0, replicas: [0], isr: [0] }));
-    const partitionOf = (partnerId: string) => kafkajs.Partitioners.DefaultPartitioner()({ topic: "file-events", partitionMetadata, message: { key: partnerId, value: null } });
+    const partitionOf = (partnerId: string) =>
+      kafkajs.Partitioners.DefaultPartitioner()({
+        topic: "file-events",
+        partitionMetadata,
+        message: { key: partnerId, value: null },
+      });
 
     it("one partner's backlog never delays another partner's file by more than one file's extraction: eight 2.8 MB quadratic PDFs, then another partner's PDF is processed within 60 s", async () => {
       const flooder = await connectedPartner(stack, "Flooding Clinic");
@@ -442,18 +622,30 @@ describe("files hostile pdf", () => {
       expect(other).toBeDefined();
       // `1 0 obj <</Subtype /Image>> stream` over and over, no endstream: once quadratic to check (a 700 KB one took 4 s).
       const quadratic = unterminatedStreamsPdf(2_800_000);
-      const flood = await Promise.all(Array.from({ length: 8 }, () => sendFile(stack.baseUrl, flooder.token, flooder.elder, quadratic)));
+      const flood = await Promise.all(
+        Array.from({ length: 8 }, () => sendFile(stack.baseUrl, flooder.token, flooder.elder, quadratic)),
+      );
       expect(flood.map((r) => r.status)).toEqual(Array(8).fill(202));
 
       const sentAt = Date.now();
       const sent = await sendFile(stack.baseUrl, other!.token, other!.elder, fixture("sample.pdf"));
       expect(sent.status).toBe(202);
-      const done = await waitForStatus(stack.baseUrl, other!.token, sent.json!.id as string, ["processed", "failed"], 60_000);
+      const done = await waitForStatus(
+        stack.baseUrl,
+        other!.token,
+        sent.json!.id as string,
+        ["processed", "failed"],
+        60_000,
+      );
       expect(done.json!.status).toBe("processed");
       expect(Date.now() - sentAt).toBeLessThan(60_000);
 
       // The flood itself ends: not a PDF pdf.js can read.
-      for (const r of flood) expect((await waitForStatus(stack.baseUrl, flooder.token, r.json!.id as string, ["processed", "failed"], 120_000)).json!.status).toBe("failed");
+      for (const r of flood)
+        expect(
+          (await waitForStatus(stack.baseUrl, flooder.token, r.json!.id as string, ["processed", "failed"], 120_000))
+            .json!.status,
+        ).toBe("failed");
     });
   });
 });
@@ -481,7 +673,10 @@ describe("files at rest", () => {
   /** Every form in which a value could sit in a stored document: its bytes, hex, base64 at each alignment. */
   function forms(value: string): { name: string; bytes: Buffer }[] {
     const raw = Buffer.from(value, "utf8");
-    const out = [{ name: "utf8", bytes: raw }, { name: "hex", bytes: Buffer.from(raw.toString("hex")) }];
+    const out = [
+      { name: "utf8", bytes: raw },
+      { name: "hex", bytes: Buffer.from(raw.toString("hex")) },
+    ];
     for (let shift = 0; shift < 3; shift++) {
       // The part of the base64 that does not depend on the bytes around the value.
       const b64 = Buffer.concat([Buffer.alloc(shift), raw]).toString("base64");
@@ -501,7 +696,8 @@ describe("files at rest", () => {
           for await (const doc of db.collection(collection).find({}, { raw: true })) {
             const bytes = doc as unknown as Buffer;
             for (const [what, value] of Object.entries(values)) {
-              for (const form of forms(value)) if (bytes.includes(form.bytes)) found.push(`${what} (${form.name}) in ${service}.${collection}`);
+              for (const form of forms(value))
+                if (bytes.includes(form.bytes)) found.push(`${what} (${form.name}) in ${service}.${collection}`);
             }
           }
         }
@@ -520,15 +716,27 @@ describe("files at rest", () => {
       // Extracted text: a PDF's (a text file's text is the file itself), more than the stored cap of it.
       const pdf = textPdf(3_000_000, `Care note, page filler. ${marker}`);
       const ids: string[] = [];
-      for (const [file, filename] of [[small, "list.txt"], [large, "notes.txt"], [pdf, "notes.pdf"]] as const) {
+      for (const [file, filename] of [
+        [small, "list.txt"],
+        [large, "notes.txt"],
+        [pdf, "notes.pdf"],
+      ] as const) {
         const res = await sendFile(stack.baseUrl, p.token, p.elder, file, { purpose, filename });
         expect(res.status).toBe(202);
         ids.push(res.json!.id as string);
       }
-      for (const id of ids) expect((await waitForStatus(stack.baseUrl, p.token, id, ["processed", "failed"])).json!.status).toBe("processed");
+      for (const id of ids)
+        expect((await waitForStatus(stack.baseUrl, p.token, id, ["processed", "failed"])).json!.status).toBe(
+          "processed",
+        );
       // The check can fail: the text was extracted and stored, and opens with the file's data key.
       const extracted = (await extractionOf(stack.settings, ids[2]!)) as { text: string; textTruncated: boolean };
-      expect(extracted).toMatchObject({ ok: true, kind: "pdf-text", textTruncated: true, text: expect.stringContaining(marker) });
+      expect(extracted).toMatchObject({
+        ok: true,
+        kind: "pdf-text",
+        textTruncated: true,
+        text: expect.stringContaining(marker),
+      });
       expect(extracted.text.length).toBeGreaterThan(1_000_000 - 1);
 
       expect(await occurrences({ marker, purpose }, ["auth", "connection", "file-intake", "webhook"])).toEqual([]);
@@ -560,15 +768,28 @@ describe("files limits", () => {
   it("a file of exactly MAX_FILE_BYTES (25 MiB) is accepted and one byte more is 413 file_too_large", async () => {
     const max = stack.settings.MAX_FILE_BYTES;
     expect(max).toBe(25 * 1024 * 1024);
-    const before = { files: await withFileDb(stack.settings, (db) => db.collection("files").countDocuments()), blobs: await blobsStored() };
+    const before = {
+      files: await withFileDb(stack.settings, (db) => db.collection("files").countDocuments()),
+      blobs: await blobsStored(),
+    };
     const exact = await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max));
     expect(exact.status).toBe(202);
     const over = await sendFile(stack.baseUrl, p.token, p.elder, generatedText(max + 1));
     expect({ status: over.status, body: over.json }).toEqual({
       status: 413,
-      body: { error: { type: "invalid_request_error", code: "file_too_large", message: "The file is larger than the limit.", param: "file" } },
+      body: {
+        error: {
+          type: "invalid_request_error",
+          code: "file_too_large",
+          message: "The file is larger than the limit.",
+          param: "file",
+        },
+      },
     });
-    const after = { files: await withFileDb(stack.settings, (db) => db.collection("files").countDocuments()), blobs: await blobsStored() };
+    const after = {
+      files: await withFileDb(stack.settings, (db) => db.collection("files").countDocuments()),
+      blobs: await blobsStored(),
+    };
     expect({ files: after.files - before.files, blobs: after.blobs - before.blobs }).toEqual({ files: 1, blobs: 1 });
   }, 180_000);
 
@@ -586,7 +807,9 @@ describe("files limits", () => {
         peak = Math.max(peak, memoryOf(gateway.pid).rss);
       }, 50);
       try {
-        const results = await Promise.all(Array.from({ length: 4 }, () => sendFile(gateway.baseUrl, p.token, p.elder, generatedText(max))));
+        const results = await Promise.all(
+          Array.from({ length: 4 }, () => sendFile(gateway.baseUrl, p.token, p.elder, generatedText(max))),
+        );
         expect(results.map((r) => r.status)).toEqual([202, 202, 202, 202]);
       } finally {
         clearInterval(sampler);
@@ -615,7 +838,11 @@ describe("files bounds", () => {
       UPLOAD_MIN_BYTES_PER_SECOND: "1024",
       UPLOAD_RATE_WINDOW_SECONDS: "1",
     });
-    [a, b, c] = await Promise.all([connectedPartner(stack, "Drip Pharmacy"), connectedPartner(stack, "Busy Clinic"), connectedPartner(stack, "Third Lab")]);
+    [a, b, c] = await Promise.all([
+      connectedPartner(stack, "Drip Pharmacy"),
+      connectedPartner(stack, "Busy Clinic"),
+      connectedPartner(stack, "Third Lab"),
+    ]);
   });
   afterAll(async () => {
     await stack?.stop();
@@ -660,7 +887,9 @@ describe("files bounds", () => {
       } finally {
         uploads.forEach((u) => u.finish());
       }
-      expect((await Promise.all(uploads.map((u) => u.answer))).map((x) => x.status).sort()).toEqual([202, 202, 202, 429]);
+      expect((await Promise.all(uploads.map((u) => u.answer))).map((x) => x.status).sort()).toEqual([
+        202, 202, 202, 429,
+      ]);
     });
   });
 });
@@ -677,13 +906,19 @@ describe("files storage quota", () => {
   let sandbox: string;
 
   beforeAll(async () => {
-    stack = await startTestStack({ SANDBOX_APPROVAL_DELAY_SECONDS: "0", TEST_FILE_STORAGE_QUOTA_BYTES: String(1024 * KiB), FILE_STORAGE_QUOTA_BYTES: String(4096 * KiB) });
+    stack = await startTestStack({
+      SANDBOX_APPROVAL_DELAY_SECONDS: "0",
+      TEST_FILE_STORAGE_QUOTA_BYTES: String(1024 * KiB),
+      FILE_STORAGE_QUOTA_BYTES: String(4096 * KiB),
+    });
     p = await connectedPartner(stack, "Quota Pharmacy");
     testToken = await accessToken(stack.baseUrl, p.test.clientId, p.test.clientSecret);
     sandbox = (await opsFor(stack.settings).info()).sandbox_elder_address;
     const con = await call(stack.baseUrl, testToken, "POST", "/v1/connections", { elder: sandbox });
     const deadline = Date.now() + 30_000;
-    while ((await call(stack.baseUrl, testToken, "GET", `/v1/connections/${con.json!.id}`)).json!.status !== "approved") {
+    while (
+      (await call(stack.baseUrl, testToken, "GET", `/v1/connections/${con.json!.id}`)).json!.status !== "approved"
+    ) {
       if (Date.now() > deadline) throw new Error("the sandbox connection was not approved");
       await new Promise((r) => setTimeout(r, 200));
     }
@@ -693,13 +928,20 @@ describe("files storage quota", () => {
   });
 
   /** POST /v1/files declaring `length` bytes of body and sending none of it: what the gateway answers before reading. */
-  function answerBeforeBody(token: string, length: number): Promise<{ status: number; headers: Headers; text: string; bodySent: number }> {
+  function answerBeforeBody(
+    token: string,
+    length: number,
+  ): Promise<{ status: number; headers: Headers; text: string; bodySent: number }> {
     const boundary = `----pi${randomBytes(12).toString("hex")}`;
     return new Promise((resolve, reject) => {
       const req = request(`${stack.baseUrl}/v1/files`, {
         method: "POST",
         agent: false,
-        headers: { authorization: `Bearer ${token}`, "content-type": `multipart/form-data; boundary=${boundary}`, "content-length": String(length) },
+        headers: {
+          authorization: `Bearer ${token}`,
+          "content-type": `multipart/form-data; boundary=${boundary}`,
+          "content-length": String(length),
+        },
       });
       req.on("response", (res) => {
         const chunks: Buffer[] = [];
@@ -740,7 +982,11 @@ describe("files storage quota", () => {
       expect(crossing.status).toBe(429);
       expect(crossing.headers.get("retry-after")).toBe("1");
       expect(crossing.json).toMatchObject({ error: { code: "rate_limited", type: "rate_limit_error" } });
-      expect(await settledCounts(stack.settings)).toMatchObject({ files: before.files, blobs: before.blobs, openUploads: 0 });
+      expect(await settledCounts(stack.settings)).toMatchObject({
+        files: before.files,
+        blobs: before.blobs,
+        openUploads: 0,
+      });
 
       // What still fits is accepted; the live credential has its own room.
       expect((await sendFile(stack.baseUrl, testToken, sandbox, text(100 * KiB))).status).toBe(202);
@@ -765,7 +1011,10 @@ describe("files store high water", () => {
   let stack: TestStack;
 
   beforeAll(async () => {
-    stack = await startTestStack({ FILE_STORE_HIGH_WATER_BYTES: String(600 * KiB), FILE_STORAGE_QUOTA_BYTES: String(500 * KiB) });
+    stack = await startTestStack({
+      FILE_STORE_HIGH_WATER_BYTES: String(600 * KiB),
+      FILE_STORAGE_QUOTA_BYTES: String(500 * KiB),
+    });
   }, 180_000);
   afterAll(async () => {
     await stack?.stop();
@@ -790,7 +1039,9 @@ describe("files store high water", () => {
         if (!refused) await new Promise((resolve) => setTimeout(resolve, 100));
       }
       expect(refused.headers.get("retry-after")).toBe("60");
-      expect(JSON.parse(refused.text)).toEqual({ error: { type: "api_error", code: "service_unavailable", message: expect.any(String) } });
+      expect(JSON.parse(refused.text)).toEqual({
+        error: { type: "api_error", code: "service_unavailable", message: expect.any(String) },
+      });
       validateResponse("POST", "/v1/files", refused.status, refused.headers, refused.text);
     });
   });

@@ -3,7 +3,14 @@ import { Agent, createServer, request, type Server } from "node:http";
 import type { Socket, AddressInfo } from "node:net";
 import { CONNECTION_REFUSAL_MS } from "../../services/file-intake/src/no-oracle.js";
 import { assertionBody, NO_RATE_LIMITS, partnerKey } from "../support/auth.js";
-import { connectedPartner, type ConnectedPartner, fixture, type Response, sendFile, waitForStatus } from "../support/files.js";
+import {
+  connectedPartner,
+  type ConnectedPartner,
+  fixture,
+  type Response,
+  sendFile,
+  waitForStatus,
+} from "../support/files.js";
 import { accessToken, basicAuthorization, call, opsFor } from "../support/partner-api.js";
 import { startTestStack, type TestStack } from "../support/services.js";
 
@@ -35,7 +42,17 @@ describe("auth no oracle", () => {
   const bodies = {} as Record<Failure, Record<string, string>>;
   /** Each assertion failure: a fresh failing assertion per request (signed before the clock starts). */
   const assertions = {} as Record<AssertionFailure, () => Promise<string>>;
-  const ASSERTION_FAILURES: AssertionFailure[] = ["unknown client", "unknown key", "bad signature", "wrong aud", "expired", "replayed jti", "revoked credential", "suspended partner", "malformed"];
+  const ASSERTION_FAILURES: AssertionFailure[] = [
+    "unknown client",
+    "unknown key",
+    "bad signature",
+    "wrong aud",
+    "expired",
+    "replayed jti",
+    "revoked credential",
+    "suspended partner",
+    "malformed",
+  ];
 
   beforeAll(async () => {
     stack = await startTestStack({ ...NO_RATE_LIMITS, TOKEN_ENDPOINT_URL: TOKEN_ENDPOINT });
@@ -44,7 +61,9 @@ describe("auth no oracle", () => {
     const keyed = async (name: string) => {
       const key = await partnerKey("ES384", "k1");
       const partner = await ops.partnerCreate({ name });
-      const { client_id } = (await ops.credentialCreate(partner.partner_id, "live", { jwksJson: JSON.stringify(key.jwks) })) as { client_id: string };
+      const { client_id } = (await ops.credentialCreate(partner.partner_id, "live", {
+        jwksJson: JSON.stringify(key.jwks),
+      })) as { client_id: string };
       return { key, partner, clientId: client_id };
     };
     const good = await keyed("Good Standing Key Lab");
@@ -53,12 +72,13 @@ describe("auth no oracle", () => {
     const suspendedKeyed = await keyed("Suspended Key Lab");
     await ops.partnerSetStatus(suspendedKeyed.partner.partner_id, "suspended");
     const stranger = await partnerKey("ES384", "k1");
-    const sign = (k: typeof good, change: Parameters<typeof good.key.assertion>[2] = {}) => k.key.assertion(k.clientId, TOKEN_ENDPOINT, change);
+    const sign = (k: typeof good, change: Parameters<typeof good.key.assertion>[2] = {}) =>
+      k.key.assertion(k.clientId, TOKEN_ENDPOINT, change);
     assertions["unknown client"] = () => good.key.assertion("cli_0000000000000000000000", TOKEN_ENDPOINT);
     assertions["unknown key"] = () => sign(good, { header: { kid: "k-unknown" } });
     assertions["bad signature"] = () => stranger.assertion(good.clientId, TOKEN_ENDPOINT);
     assertions["wrong aud"] = () => good.key.assertion(good.clientId, "https://partners.example");
-    assertions["expired"] = () => sign(good, { claims: { exp: Math.floor(Date.now() / 1000) - 1 } });
+    assertions.expired = () => sign(good, { claims: { exp: Math.floor(Date.now() / 1000) - 1 } });
     assertions["replayed jti"] = async () => {
       const used = await sign(good);
       const first = await post(...encodings.form(assertionBody(used)));
@@ -68,17 +88,33 @@ describe("auth no oracle", () => {
     assertions["revoked credential"] = () => sign(revokedKeyed);
     assertions["suspended partner"] = () => sign(suspendedKeyed);
     // A JWS of the same size whose header is not JSON.
-    assertions["malformed"] = async () => `x${(await sign(good)).slice(1)}`;
+    assertions.malformed = async () => `x${(await sign(good)).slice(1)}`;
     const ok = await ops.partnerCreate({ name: "Good Standing Clinic" });
     const revoked = await ops.partnerCreate({ name: "Revoked Credential Clinic" });
     await ops.credentialRevoke(revoked.live.client_id);
     const suspended = await ops.partnerCreate({ name: "Suspended Clinic" });
     await ops.partnerSetStatus(suspended.partner_id, "suspended");
     const grant = "client_credentials";
-    bodies["unknown client"] = { grant_type: grant, client_id: "cli_0000000000000000000000", client_secret: ok.live.client_secret };
-    bodies["wrong secret"] = { grant_type: grant, client_id: ok.live.client_id, client_secret: revoked.live.client_secret };
-    bodies["revoked credential"] = { grant_type: grant, client_id: revoked.live.client_id, client_secret: revoked.live.client_secret };
-    bodies["suspended partner"] = { grant_type: grant, client_id: suspended.live.client_id, client_secret: suspended.live.client_secret };
+    bodies["unknown client"] = {
+      grant_type: grant,
+      client_id: "cli_0000000000000000000000",
+      client_secret: ok.live.client_secret,
+    };
+    bodies["wrong secret"] = {
+      grant_type: grant,
+      client_id: ok.live.client_id,
+      client_secret: revoked.live.client_secret,
+    };
+    bodies["revoked credential"] = {
+      grant_type: grant,
+      client_id: revoked.live.client_id,
+      client_secret: revoked.live.client_secret,
+    };
+    bodies["suspended partner"] = {
+      grant_type: grant,
+      client_id: suspended.live.client_id,
+      client_secret: suspended.live.client_secret,
+    };
   });
   afterAll(async () => {
     await stack?.stop();
@@ -86,13 +122,18 @@ describe("auth no oracle", () => {
 
   const failures = (): Failure[] => Object.keys(bodies) as Failure[];
   const secretKinds = (): SecretKind[] => failures().flatMap((f) => [`${f} (body)`, `${f} (basic)`] as SecretKind[]);
-  const assertionKinds = (): AssertionKind[] => ASSERTION_FAILURES.map((f) => `${f} (private_key_jwt)` as AssertionKind);
+  const assertionKinds = (): AssertionKind[] =>
+    ASSERTION_FAILURES.map((f) => `${f} (private_key_jwt)` as AssertionKind);
   const kinds = (): Kind[] => [...secretKinds(), ...assertionKinds()];
 
   /** The request of one kind: the credentials in the body, in a Basic header with only grant_type in the body, or an assertion. */
-  async function requestOf(kind: Kind, encoding: keyof typeof encodings): Promise<[string, string, Record<string, string>]> {
+  async function requestOf(
+    kind: Kind,
+    encoding: keyof typeof encodings,
+  ): Promise<[string, string, Record<string, string>]> {
     const [failure, method] = kind.split(" (") as [Failure, string];
-    if (method === "private_key_jwt)") return [...encodings[encoding](assertionBody(await assertions[failure as AssertionFailure]())), {}];
+    if (method === "private_key_jwt)")
+      return [...encodings[encoding](assertionBody(await assertions[failure as AssertionFailure]())), {}];
     const { client_id, client_secret, ...rest } = bodies[failure];
     if (method === "body)") return [...encodings[encoding](bodies[failure]), {}];
     return [...encodings[encoding](rest), { authorization: basicAuthorization(client_id!, client_secret!) }];
@@ -103,22 +144,43 @@ describe("auth no oracle", () => {
   afterAll(() => keepAlive.destroy());
 
   /** One request (on a fresh connection unless `agent` is given), with the raw header lines as sent. */
-  function post(body: string, contentType: string, extraHeaders: Record<string, string> = {}, agent: Agent | false = false): Promise<{ status: number; rawHeaders: string[]; text: string; ms: number }> {
+  function post(
+    body: string,
+    contentType: string,
+    extraHeaders: Record<string, string> = {},
+    agent: Agent | false = false,
+  ): Promise<{ status: number; rawHeaders: string[]; text: string; ms: number }> {
     return new Promise((resolve, reject) => {
       const started = performance.now();
-      const req = request(`${stack.baseUrl}/oauth/token`, { method: "POST", agent, headers: { "content-type": contentType, "content-length": Buffer.byteLength(body), ...extraHeaders } }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode!, rawHeaders: res.rawHeaders, text: Buffer.concat(chunks).toString(), ms: performance.now() - started }));
-        res.on("error", reject);
-      });
+      const req = request(
+        `${stack.baseUrl}/oauth/token`,
+        {
+          method: "POST",
+          agent,
+          headers: { "content-type": contentType, "content-length": Buffer.byteLength(body), ...extraHeaders },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () =>
+            resolve({
+              status: res.statusCode!,
+              rawHeaders: res.rawHeaders,
+              text: Buffer.concat(chunks).toString(),
+              ms: performance.now() - started,
+            }),
+          );
+          res.on("error", reject);
+        },
+      );
       req.on("error", reject);
       req.end(body);
     });
   }
 
   const encodings = {
-    form: (b: Record<string, string>) => [new URLSearchParams(b).toString(), "application/x-www-form-urlencoded"] as const,
+    form: (b: Record<string, string>) =>
+      [new URLSearchParams(b).toString(), "application/x-www-form-urlencoded"] as const,
     json: (b: Record<string, string>) => [JSON.stringify(b), "application/json"] as const,
   };
 
@@ -145,7 +207,10 @@ describe("auth no oracle", () => {
         const [first, ...rest] = results;
         for (const r of rest) {
           expect({ kind: r.kind, text: r.text }).toEqual({ kind: r.kind, text: first!.text });
-          expect({ kind: r.kind, headers: headerLines(r.rawHeaders) }).toEqual({ kind: r.kind, headers: headerLines(first!.rawHeaders) });
+          expect({ kind: r.kind, headers: headerLines(r.rawHeaders) }).toEqual({
+            kind: r.kind,
+            headers: headerLines(first!.rawHeaders),
+          });
         }
         expect(headerLines(first!.rawHeaders)).toEqual(expect.arrayContaining(["Cache-Control: no-store"]));
       },
@@ -185,7 +250,9 @@ describe("auth no oracle", () => {
         const medians = await measure();
         attempts.push({ medians, unequal: unequal(medians) });
       } while (attempts.at(-1)!.unequal.length > 0 && attempts.length < 3);
-      const rounded = attempts.map((a) => Object.fromEntries(Object.entries(a.medians).map(([k, v]) => [k, Math.round(v * 100) / 100])));
+      const rounded = attempts.map((a) =>
+        Object.fromEntries(Object.entries(a.medians).map(([k, v]) => [k, Math.round(v * 100) / 100])),
+      );
       process.stderr.write(`guarantee 5 medians (ms), per attempt: ${JSON.stringify(rounded)}\n`);
       expect(attempts.at(-1)!.unequal).toEqual([]);
     }, 900_000); // seventeen request kinds: the four by body and by Basic, the nine assertion failures
@@ -233,7 +300,8 @@ describe("files no oracle", () => {
     /** Every way this partner can lack an active connection to the address it sends to: [name, token, address]. */
     async function refusedCases(): Promise<[string, string, string][]> {
       const domain = stack.settings.ADDRESS_DOMAIN;
-      const connect = async (token: string, elder: string) => (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder })).json!.id as string;
+      const connect = async (token: string, elder: string) =>
+        (await call(stack.baseUrl, token, "POST", "/v1/connections", { elder })).json!.id as string;
 
       const pending = (await ops.elderCreate()).address;
       await connect(p.token, pending);
@@ -277,13 +345,25 @@ describe("files no oracle", () => {
     it("no-oracle guarantee 2: the identical 403 no_active_connection (status, headers, body bytes) whatever the reason", async () => {
       const bytes = fixture("sample.txt");
       const responses = [];
-      for (const [name, token, elder] of cases) responses.push({ name, ...comparable(await sendFile(stack.baseUrl, token, elder, bytes, { purpose: "care_note" })) });
+      for (const [name, token, elder] of cases)
+        responses.push({
+          name,
+          ...comparable(await sendFile(stack.baseUrl, token, elder, bytes, { purpose: "care_note" })),
+        });
       const [first] = responses;
       expect(first!.status).toBe(403);
       expect(JSON.parse(first!.body)).toEqual({
-        error: { type: "permission_error", code: "no_active_connection", message: "There is no active connection to this elder." },
+        error: {
+          type: "permission_error",
+          code: "no_active_connection",
+          message: "There is no active connection to this elder.",
+        },
       });
-      for (const r of responses) expect({ name: r.name, status: r.status, headers: r.headers, body: r.body }).toEqual({ ...first, name: r.name });
+      for (const r of responses)
+        expect({ name: r.name, status: r.status, headers: r.headers, body: r.body }).toEqual({
+          ...first,
+          name: r.name,
+        });
       // The control: the same request to the approved elder is accepted.
       expect((await sendFile(stack.baseUrl, p.token, p.elder, bytes, { purpose: "care_note" })).status).toBe(202);
     });
@@ -311,9 +391,15 @@ describe("files no oracle", () => {
           offsets.get(name)!.push(ms - mid);
         }
       }
-      const medians = [...offsets.entries()].map(([name, xs]) => ({ name, offset: median(xs), ms: median(times.get(name)!) }));
+      const medians = [...offsets.entries()].map(([name, xs]) => ({
+        name,
+        offset: median(xs),
+        ms: median(times.get(name)!),
+      }));
       const spread = Math.max(...medians.map((m) => m.offset)) - Math.min(...medians.map((m) => m.offset));
-      const summary = JSON.stringify(medians.map((m) => `${m.name}: ${m.ms.toFixed(1)} ms (${m.offset >= 0 ? "+" : ""}${m.offset.toFixed(1)})`));
+      const summary = JSON.stringify(
+        medians.map((m) => `${m.name}: ${m.ms.toFixed(1)} ms (${m.offset >= 0 ? "+" : ""}${m.offset.toFixed(1)})`),
+      );
       // Every "no" is held to the same time after the check started, so the check's own timing
       // (which may differ with the reason) is hidden: no case is systematically faster or slower.
       // The margin only absorbs a shared machine's noise; a path that skipped storing the bytes, or
@@ -349,10 +435,13 @@ describe("files no oracle", () => {
         ["an id with encoded characters", p.token, "file_%2e%2e%2fsecret"],
       ];
       const responses = [];
-      for (const [name, token, id] of ids) responses.push({ name, ...comparable(await call(stack.baseUrl, token, "GET", `/v1/files/${id}`)) });
+      for (const [name, token, id] of ids)
+        responses.push({ name, ...comparable(await call(stack.baseUrl, token, "GET", `/v1/files/${id}`)) });
       const [first] = responses;
       expect(first!.status).toBe(404);
-      expect(JSON.parse(first!.body)).toEqual({ error: { type: "invalid_request_error", code: "not_found", message: "No such resource." } });
+      expect(JSON.parse(first!.body)).toEqual({
+        error: { type: "invalid_request_error", code: "not_found", message: "No such resource." },
+      });
       for (const r of responses) expect(r).toEqual({ ...first, name: r.name });
 
       // The control: each owner reads its own file.
@@ -369,12 +458,17 @@ describe("files no oracle", () => {
       const id = own.json!.id as string;
       // The first read that sees it processed asks file-intake; the ones after are answered by the gateway.
       const first = await waitForStatus(stack.baseUrl, p.token, id, ["processed"]);
-      const again = [await call(stack.baseUrl, p.token, "GET", `/v1/files/${id}`), await call(stack.baseUrl, p.token, "GET", `/v1/files/${id}`)];
+      const again = [
+        await call(stack.baseUrl, p.token, "GET", `/v1/files/${id}`),
+        await call(stack.baseUrl, p.token, "GET", `/v1/files/${id}`),
+      ];
       expect(JSON.parse(first.text)).toEqual({ id, status: "processed" });
       for (const res of again) expect(comparable(res)).toEqual(comparable(first));
 
       const other = await connectedPartner(stack, "Curious Lab");
-      const unknown = comparable(await call(stack.baseUrl, other.token, "GET", "/v1/files/file_0123456789ABCDEFGHIJab"));
+      const unknown = comparable(
+        await call(stack.baseUrl, other.token, "GET", "/v1/files/file_0123456789ABCDEFGHIJab"),
+      );
       expect(unknown.status).toBe(404);
       expect(comparable(await call(stack.baseUrl, other.token, "GET", `/v1/files/${id}`))).toEqual(unknown);
       expect(comparable(await call(stack.baseUrl, testToken, "GET", `/v1/files/${id}`))).toEqual(unknown);
@@ -406,7 +500,8 @@ describe("auth no oracle: a stalled JWK Set host", () => {
     stalledKey = await partnerKey("ES384", "k1");
     let answered = 0;
     jwksHost = createServer((_req, res) => {
-      if (answered++ === 0) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(stalledKey.jwks));
+      if (answered++ === 0)
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(stalledKey.jwks));
       // Every later request is held: no status line, no body, the socket left open.
     });
     jwksHost.on("connection", (socket) => {
@@ -432,11 +527,19 @@ describe("auth no oracle: a stalled JWK Set host", () => {
     const text = new URLSearchParams(body).toString();
     return new Promise((resolve, reject) => {
       const started = performance.now();
-      const req = request(`${stack.baseUrl}/oauth/token`, { method: "POST", agent, headers: { "content-type": "application/x-www-form-urlencoded", "content-length": Buffer.byteLength(text) } }, (res) => {
-        res.resume();
-        res.on("end", () => resolve({ status: res.statusCode!, ms: performance.now() - started }));
-        res.on("error", reject);
-      });
+      const req = request(
+        `${stack.baseUrl}/oauth/token`,
+        {
+          method: "POST",
+          agent,
+          headers: { "content-type": "application/x-www-form-urlencoded", "content-length": Buffer.byteLength(text) },
+        },
+        (res) => {
+          res.resume();
+          res.on("end", () => resolve({ status: res.statusCode!, ms: performance.now() - started }));
+          res.on("error", reject);
+        },
+      );
       req.on("error", reject);
       req.end(text);
     });
@@ -451,7 +554,8 @@ describe("auth no oracle: a stalled JWK Set host", () => {
     stranger ??= await partnerKey("ES384", "k1");
     if (kind === "unknown client") return stalledKey.assertion("cli_0000000000000000000000", TOKEN_ENDPOINT);
     // A kid the stored set lacks: asks for the set again, from the host that stalls.
-    if (kind === "stalled host, unknown kid") return stalledKey.assertion(stalledClientId, TOKEN_ENDPOINT, { header: { kid: `k-${Math.random()}` } });
+    if (kind === "stalled host, unknown kid")
+      return stalledKey.assertion(stalledClientId, TOKEN_ENDPOINT, { header: { kid: `k-${Math.random()}` } });
     return stranger.assertion(stalledClientId, TOKEN_ENDPOINT);
   }
 
@@ -480,7 +584,9 @@ describe("auth no oracle: a stalled JWK Set host", () => {
       const medians = await measure();
       attempts.push({ medians, unequal: unequal(medians) });
     } while (attempts.at(-1)!.unequal.length > 0 && attempts.length < 3);
-    process.stderr.write(`stalled JWK Set host, failure medians (ms), per attempt: ${JSON.stringify(attempts.map((a) => a.medians))}\n`);
+    process.stderr.write(
+      `stalled JWK Set host, failure medians (ms), per attempt: ${JSON.stringify(attempts.map((a) => a.medians))}\n`,
+    );
     expect(attempts.at(-1)!.unequal).toEqual([]);
     // The client's registered key still works: only a failure is judged without the host.
     const ok = await post(assertionBody(await stalledKey.assertion(stalledClientId, TOKEN_ENDPOINT)));
@@ -522,11 +628,14 @@ describe("auth no oracle: a stalled JWK Set host", () => {
       }
       return { beside: p99(beside), besideStalled: p99(besideStalled) };
     };
-    const slower = (m: { beside: number; besideStalled: number }) => m.besideStalled - m.beside >= 10 && m.besideStalled / m.beside >= 1.5;
+    const slower = (m: { beside: number; besideStalled: number }) =>
+      m.besideStalled - m.beside >= 10 && m.besideStalled / m.beside >= 1.5;
     const attempts: { beside: number; besideStalled: number }[] = [];
     do attempts.push(await measure());
     while (slower(attempts.at(-1)!) && attempts.length < 3);
-    process.stderr.write(`another partner's token p99 (ms) beside unknown clients' / the stalled client's failures, per attempt: ${JSON.stringify(attempts)}\n`);
+    process.stderr.write(
+      `another partner's token p99 (ms) beside unknown clients' / the stalled client's failures, per attempt: ${JSON.stringify(attempts)}\n`,
+    );
     expect(slower(attempts.at(-1)!)).toBe(false);
   }, 1_800_000);
 });

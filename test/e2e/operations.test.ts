@@ -6,12 +6,26 @@ import { join } from "node:path";
 import { context, propagation, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
-import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  type ReadableSpan,
+  SimpleSpanProcessor,
+} from "@opentelemetry/sdk-trace-base";
 import { createLogger, type RunningService } from "@pi/common";
 import { startWarmGateway } from "@pi/gateway";
 import { portOpen } from "../../deploy/local/src/infra.js";
 import { decodeJwt, NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
-import { accessToken, call, type CliRun, connectionRequestStatus, opsCliEnv, opsFor, requestToken, runOpsCli } from "../support/partner-api.js";
+import {
+  accessToken,
+  call,
+  type CliRun,
+  connectionRequestStatus,
+  opsCliEnv,
+  opsFor,
+  requestToken,
+  runOpsCli,
+} from "../support/partner-api.js";
 import { freePort } from "../support/gateway-process.js";
 import { alive, descendants } from "../support/processes.js";
 import { as, sharedTestStack, startTestStack, stopSharedStacks, type TestStack } from "../support/services.js";
@@ -36,8 +50,17 @@ describe("local stack", () => {
     // GATEWAY_PORT: a free one, chosen when the test starts the stack.
     LOG_LEVEL: "info",
   };
-  for (const name of ["MONGODB_URI", "KAFKA_BROKERS", "MONGODB_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SERVICE_REPLICAS"]) delete env[name];
-  for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"]) for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
+  for (const name of [
+    "MONGODB_URI",
+    "KAFKA_BROKERS",
+    "MONGODB_PORT",
+    "KAFKA_PORT",
+    "KAFKA_CONTROLLER_PORT",
+    "SERVICE_REPLICAS",
+  ])
+    delete env[name];
+  for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"])
+    for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
   let baseUrl = "";
   let stack: ChildProcess | undefined;
   // Every process the stack ever had, so a failed test still leaves nothing behind.
@@ -77,7 +100,9 @@ describe("local stack", () => {
       await new Promise((r) => setTimeout(r, 250));
     }
     const tail = readFileSync(join(stateDir, "npm-start.log"), "utf8").split("\n").slice(-15).join("\n");
-    throw new Error(`${stack?.exitCode === null ? "not ready" : "exited"} within ${timeoutMs} ms; logs in ${stateDir}/logs; npm start said:\n${tail}`);
+    throw new Error(
+      `${stack?.exitCode === null ? "not ready" : "exited"} within ${timeoutMs} ms; logs in ${stateDir}/logs; npm start said:\n${tail}`,
+    );
   }
 
   function ops(...args: string[]) {
@@ -113,7 +138,12 @@ describe("local stack", () => {
       expect(created.status).toBe(0);
       const lines = created.stdout.trim().split("\n");
       expect(lines).toHaveLength(1);
-      const partner = JSON.parse(lines[0]!) as { partner_id: string; live: { client_id: string; client_secret: string }; test: object; signing_secret: string };
+      const partner = JSON.parse(lines[0]!) as {
+        partner_id: string;
+        live: { client_id: string; client_secret: string };
+        test: object;
+        signing_secret: string;
+      };
       expect(Object.keys(partner).sort()).toEqual(["live", "partner_id", "signing_secret", "test"]);
       expect(Object.keys(partner.live).sort()).toEqual(["client_id", "client_secret"]);
       expect(await accessToken(baseUrl, partner.live.client_id, partner.live.client_secret)).toMatch(/^ey/);
@@ -129,8 +159,19 @@ describe("local stack", () => {
       const identities = join(stateDir, "service-identity.json");
       expect(statSync(identities).mode & 0o777).toBe(0o600);
       const keys = JSON.parse(readFileSync(identities, "utf8")) as Record<string, string>;
-      expect(Object.keys(keys).sort()).toEqual(["auth", "connection", "extraction", "file-intake", "gateway", "ops", "webhook"]);
-      const asGateway = spawnSync("npm", ["run", "--silent", "ops", "--", "info", "--json"], { env: { ...env, SERVICE_IDENTITY_KEY: keys.gateway }, encoding: "utf8" });
+      expect(Object.keys(keys).sort()).toEqual([
+        "auth",
+        "connection",
+        "extraction",
+        "file-intake",
+        "gateway",
+        "ops",
+        "webhook",
+      ]);
+      const asGateway = spawnSync("npm", ["run", "--silent", "ops", "--", "info", "--json"], {
+        env: { ...env, SERVICE_IDENTITY_KEY: keys.gateway },
+        encoding: "utf8",
+      });
       expect(asGateway.status).toBe(2);
       expect(asGateway.stderr).toBe("invalid setting SERVICE_IDENTITY_KEY: it is the key of gateway, not of ops\n");
 
@@ -139,15 +180,24 @@ describe("local stack", () => {
       const replicas = (service: string) =>
         descendants(stack!.pid!).filter((pid) => {
           try {
-            return alive(pid) && readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(`services/${service}/dist/main.js`);
+            return (
+              alive(pid) && readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(`services/${service}/dist/main.js`)
+            );
           } catch {
             return false;
           }
         });
-      for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"]) expect(replicas(service)).toHaveLength(2);
+      for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"])
+        expect(replicas(service)).toHaveLength(2);
       // Both auth replicas listen before one is killed (/readyz needs only one of them).
-      const authPorts = (JSON.parse(readFileSync(join(stateDir, "stack.json"), "utf8")) as { AUTH_SERVICE_URL: string }).AUTH_SERVICE_URL.split(",").map((url) => Number(new URL(url).port));
-      for (const deadline = Date.now() + 60_000; !(await Promise.all(authPorts.map((p) => portOpen(p)))).every(Boolean) && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 200));
+      const authPorts = (
+        JSON.parse(readFileSync(join(stateDir, "stack.json"), "utf8")) as { AUTH_SERVICE_URL: string }
+      ).AUTH_SERVICE_URL.split(",").map((url) => Number(new URL(url).port));
+      for (
+        const deadline = Date.now() + 60_000;
+        !(await Promise.all(authPorts.map((p) => portOpen(p)))).every(Boolean) && Date.now() < deadline;
+      )
+        await new Promise((r) => setTimeout(r, 200));
       const [killed, other] = replicas("auth");
       process.kill(killed!, "SIGKILL");
       // The other replica serves at once: the call the gateway makes finds the dead replica's
@@ -225,7 +275,12 @@ describe("auth operator cli", () => {
   describe("operator CLI: partner create", () => {
     it("partner create --json prints exactly the operator contract's object, with working credentials", async () => {
       const out = oneObject(await ops("partner", "create", "--name", "CLI Pharmacy", "--json"));
-      expect(out).toEqual({ partner_id: expect.stringMatching(/^ptr_/), live: credentialShape, test: credentialShape, signing_secret: expect.any(String) });
+      expect(out).toEqual({
+        partner_id: expect.stringMatching(/^ptr_/),
+        live: credentialShape,
+        test: credentialShape,
+        signing_secret: expect.any(String),
+      });
       expect(Object.keys(out)).toEqual(["partner_id", "live", "test", "signing_secret"]);
       const live = out.live as { client_id: string; client_secret: string };
       const test = out.test as { client_id: string; client_secret: string };
@@ -233,7 +288,11 @@ describe("auth operator cli", () => {
       expect(new Set([live.client_secret, test.client_secret, out.signing_secret]).size).toBe(3);
       const liveToken = await accessToken(stack.baseUrl, live.client_id, live.client_secret);
       const testToken = await accessToken(stack.baseUrl, test.client_id, test.client_secret);
-      expect(decodeJwt(liveToken).payload).toMatchObject({ sub: out.partner_id, mode: "live", scope: "connections:write files:write" });
+      expect(decodeJwt(liveToken).payload).toMatchObject({
+        sub: out.partner_id,
+        mode: "live",
+        scope: "connections:write files:write",
+      });
       expect(decodeJwt(testToken).payload).toMatchObject({ sub: out.partner_id, mode: "test" });
     });
 
@@ -243,26 +302,35 @@ describe("auth operator cli", () => {
     });
 
     it("--scopes restricts the partner's allowed scopes", async () => {
-      const out = oneObject(await ops("partner", "create", "--name", "Files Only", "--scopes", "files:write", "--json"));
+      const out = oneObject(
+        await ops("partner", "create", "--name", "Files Only", "--scopes", "files:write", "--json"),
+      );
       const live = out.live as { client_id: string; client_secret: string };
       const res = await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live });
       expect(JSON.parse(res.text)).toMatchObject({ scope: "files:write" });
-      const asked = await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live, scope: "connections:write" });
+      const asked = await requestToken(stack.baseUrl, {
+        grant_type: "client_credentials",
+        ...live,
+        scope: "connections:write",
+      });
       expect(JSON.parse(asked.text)).toMatchObject({ error: "invalid_scope" });
-      const both = oneObject(await ops("partner", "create", "--name", "Both", "--scopes", "connections:write files:write", "--json"));
+      const both = oneObject(
+        await ops("partner", "create", "--name", "Both", "--scopes", "connections:write files:write", "--json"),
+      );
       const bothLive = both.live as { client_id: string; client_secret: string };
-      expect(JSON.parse((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...bothLive })).text)).toMatchObject({
+      expect(
+        JSON.parse((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...bothLive })).text),
+      ).toMatchObject({
         scope: "connections:write files:write",
       });
     });
 
-    it.each([
-      [["--scopes", "admin"]],
-      [["--scopes", ""]],
-      [["--webhook-url", "not a url"]],
-    ])("partner create refuses %j with one line on stderr and nothing on stdout", async (extra) => {
-      refused(await ops("partner", "create", "--name", "Bad", ...extra, "--json"));
-    });
+    it.each([[["--scopes", "admin"]], [["--scopes", ""]], [["--webhook-url", "not a url"]]])(
+      "partner create refuses %j with one line on stderr and nothing on stdout",
+      async (extra) => {
+        refused(await ops("partner", "create", "--name", "Bad", ...extra, "--json"));
+      },
+    );
 
     it("partner create without --name is refused", async () => {
       refused(await ops("partner", "create", "--json"));
@@ -280,7 +348,9 @@ describe("auth operator cli", () => {
     it("credential create --mode test|live prints the contract's object; the credential works and carries its mode", async () => {
       const partner = oneObject(await ops("partner", "create", "--name", "Second Credential Lab", "--json"));
       for (const mode of ["test", "live"]) {
-        const out = oneObject(await ops("credential", "create", partner.partner_id as string, "--mode", mode, "--json"));
+        const out = oneObject(
+          await ops("credential", "create", partner.partner_id as string, "--mode", mode, "--json"),
+        );
         expect(out).toEqual({ ...credentialShape, mode });
         expect(Object.keys(out)).toEqual(["client_id", "client_secret", "mode"]);
         const token = await accessToken(stack.baseUrl, out.client_id as string, out.client_secret as string);
@@ -290,7 +360,9 @@ describe("auth operator cli", () => {
 
     it("credential create refuses a bad mode or an unknown partner", async () => {
       const partner = oneObject(await ops("partner", "create", "--name", "Mode Lab", "--json"));
-      expect(refused(await ops("credential", "create", partner.partner_id as string, "--mode", "staging", "--json"))).toMatch(/live or test/);
+      expect(
+        refused(await ops("credential", "create", partner.partner_id as string, "--mode", "staging", "--json")),
+      ).toMatch(/live or test/);
       refused(await ops("credential", "create", "ptr_doesnotexist", "--mode", "live", "--json"));
     });
 
@@ -309,14 +381,20 @@ describe("auth operator cli", () => {
     it("credential revoke: a gateway that does not confirm in time is named in a warning on stderr; stdout keeps its one object", async () => {
       const partner = oneObject(await ops("partner", "create", "--name", "Warned Clinic", "--json"));
       const live = partner.live as { client_id: string };
-      await withAuthDb(stack.settings, (db) => db.collection("gateways").insertOne({ _id: "ghost-gateway", nextOffsets: { "0": 0 }, seenAt: new Date() } as never));
+      await withAuthDb(stack.settings, (db) =>
+        db
+          .collection("gateways")
+          .insertOne({ _id: "ghost-gateway", nextOffsets: { "0": 0 }, seenAt: new Date() } as never),
+      );
       try {
         const run = await ops("credential", "revoke", live.client_id, "--json");
         expect(run.code).toBe(0);
         expect(JSON.parse(run.stdout)).toEqual({ client_id: live.client_id, status: "revoked" });
         expect(run.stderr).toMatch(/^warning: 1 of 3 gateways had not confirmed the change after \d+ ms/);
       } finally {
-        await withAuthDb(stack.settings, (db) => db.collection("gateways").deleteOne({ _id: "ghost-gateway" } as never));
+        await withAuthDb(stack.settings, (db) =>
+          db.collection("gateways").deleteOne({ _id: "ghost-gateway" } as never),
+        );
       }
     });
 
@@ -333,10 +411,14 @@ describe("auth operator cli", () => {
       const id = partner.partner_id as string;
       expect(oneObject(await ops("partner", "suspend", id, "--json"))).toEqual({ partner_id: id, status: "suspended" });
       expect(await everyGateway(token)).toEqual([401, 401]);
-      expect(JSON.parse((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live })).text)).toMatchObject({ error: "invalid_client" });
+      expect(
+        JSON.parse((await requestToken(stack.baseUrl, { grant_type: "client_credentials", ...live })).text),
+      ).toMatchObject({ error: "invalid_client" });
       expect(oneObject(await ops("partner", "reinstate", id, "--json"))).toEqual({ partner_id: id, status: "active" });
       expect(await everyGateway(token)).toEqual([401, 401]);
-      expect(await everyGateway(await accessToken(stack.baseUrl, live.client_id, live.client_secret))).toEqual([202, 202]);
+      expect(await everyGateway(await accessToken(stack.baseUrl, live.client_id, live.client_secret))).toEqual([
+        202, 202,
+      ]);
     });
 
     it.each(["suspend", "reinstate"])("partner %s of an unknown partner is refused", async (act) => {
@@ -406,11 +488,17 @@ describe("webhook operator cli", () => {
       const partner = await opsFor(stack.settings).partnerCreate({ name: "CLI Rotation Clinic" });
       const before = Date.now();
       const out = oneObject(await ops("partner", "rotate-signing-secret", partner.partner_id));
-      expect(out).toEqual({ partner_id: partner.partner_id, signing_secret: expect.stringMatching(/^whsec_/), previous_expires_at: expect.any(String) });
+      expect(out).toEqual({
+        partner_id: partner.partner_id,
+        signing_secret: expect.stringMatching(/^whsec_/),
+        previous_expires_at: expect.any(String),
+      });
       const ends = Date.parse(out.previous_expires_at as string);
       expect(ends - before).toBeGreaterThanOrEqual(24 * 3600_000 - 5_000);
       expect(ends - before).toBeLessThanOrEqual(24 * 3600_000 + 60_000);
-      const short = oneObject(await ops("partner", "rotate-signing-secret", partner.partner_id, "--overlap-hours", "0.5"));
+      const short = oneObject(
+        await ops("partner", "rotate-signing-secret", partner.partner_id, "--overlap-hours", "0.5"),
+      );
       expect(Date.parse(short.previous_expires_at as string) - Date.now()).toBeLessThanOrEqual(1800_000);
       expect(short.signing_secret).not.toBe(out.signing_secret);
     });
@@ -430,7 +518,9 @@ describe("webhook operator cli", () => {
       const partner = await opsFor(stack.settings).partnerCreate({ name: "CLI Health Lab" });
       const out = oneObject(await ops("webhook", "deliveries", partner.partner_id));
       expect(out).toEqual({ deliveries: [], endpoint: { state: "ok", failing_since: null, last_success_at: null } });
-      expect(oneObject(await ops("webhook", "recover", partner.partner_id, "--since", "2026-01-01T00:00:00Z"))).toEqual({ partner_id: partner.partner_id, requeued: 0, event_ids: [] });
+      expect(oneObject(await ops("webhook", "recover", partner.partner_id, "--since", "2026-01-01T00:00:00Z"))).toEqual(
+        { partner_id: partner.partner_id, requeued: 0, event_ids: [] },
+      );
     });
   });
 });

@@ -37,7 +37,11 @@ describe("test helpers", () => {
   const receivers: TestReceiver[] = [];
 
   beforeAll(async () => {
-    stack = await sharedTestStack({ ...NO_RATE_LIMITS, SANDBOX_APPROVAL_DELAY_SECONDS: String(DELAY_SECONDS), WEBHOOK_RETRY_BASE_SECONDS: "0.2" });
+    stack = await sharedTestStack({
+      ...NO_RATE_LIMITS,
+      SANDBOX_APPROVAL_DELAY_SECONDS: String(DELAY_SECONDS),
+      WEBHOOK_RETRY_BASE_SECONDS: "0.2",
+    });
     ops = opsFor(stack.settings);
     sandbox = (await ops.info()).sandbox_elder_address;
   });
@@ -65,10 +69,16 @@ describe("test helpers", () => {
         expect([res.status, res.json!.status]).toEqual([202, "pending"]);
         return res.json!.id as string;
       },
-      helper: (act: Act, con: string, token = test) => call(stack.baseUrl, token, "POST", `/v1/test_helpers/connections/${con}/${act}`),
+      helper: (act: Act, con: string, token = test) =>
+        call(stack.baseUrl, token, "POST", `/v1/test_helpers/connections/${con}/${act}`),
       status: async (con: string) => (await call(stack.baseUrl, test, "GET", `/v1/connections/${con}`)).json!.status,
       /** A test file to the sandbox elder: its answer. */
-      send: (purpose?: string) => sendFile(stack.baseUrl, test, sandbox, fixture("sample.txt"), { filename: "note.txt", contentType: "text/plain", ...(purpose ? { purpose } : {}) }),
+      send: (purpose?: string) =>
+        sendFile(stack.baseUrl, test, sandbox, fixture("sample.txt"), {
+          filename: "note.txt",
+          contentType: "text/plain",
+          ...(purpose ? { purpose } : {}),
+        }),
       /**
        * A sentinel for "nothing was sent": a live connection of the same partner approved by its
        * caregiver. Its event travels after any event stored before it (same partner, same
@@ -76,13 +86,19 @@ describe("test helpers", () => {
        */
       async flushEvents(): Promise<string> {
         const elder = await ops.elderCreate();
-        const con = (await call(stack.baseUrl, live, "POST", "/v1/connections", { elder: elder.address })).json!.id as string;
+        const con = (await call(stack.baseUrl, live, "POST", "/v1/connections", { elder: elder.address })).json!
+          .id as string;
         await ops.connectionAct("approve", con);
-        await receiver.waitFor((a) => a.some((x) => x.event.data.connection_id === con), 20_000, "the sentinel's connection.approved");
+        await receiver.waitFor(
+          (a) => a.some((x) => x.event.data.connection_id === con),
+          20_000,
+          "the sentinel's connection.approved",
+        );
         return con;
       },
       /** Verified events for `con`, by type, in arrival order. */
-      eventsOf: (con: string) => receiver.arrivals.filter((a) => a.event.data.connection_id === con).map((a) => a.event),
+      eventsOf: (con: string) =>
+        receiver.arrivals.filter((a) => a.event.data.connection_id === con).map((a) => a.event),
     };
   }
   type Partner = Awaited<ReturnType<typeof partner>>;
@@ -92,11 +108,19 @@ describe("test helpers", () => {
     for (const deadline = Date.now() + 30_000; ; ) {
       const { records } = await ops.audit({ target });
       if (records.length >= count) return [...records].reverse();
-      if (Date.now() > deadline) throw new Error(`${records.length} of ${count} audit records for ${target}: ${JSON.stringify(records.map((r) => r.action))}`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `${records.length} of ${count} audit records for ${target}: ${JSON.stringify(records.map((r) => r.action))}`,
+        );
       await new Promise((r) => setTimeout(r, 100));
     }
   }
-  const brief = (r: { action: string; actor: string; outcome: string; reason: string | null }) => [r.action, r.actor, r.outcome, r.reason];
+  const brief = (r: { action: string; actor: string; outcome: string; reason: string | null }) => [
+    r.action,
+    r.actor,
+    r.outcome,
+    r.reason,
+  ];
 
   /**
    * Waits until a round of the sandbox approvals has run past every due time of connections made
@@ -106,13 +130,20 @@ describe("test helpers", () => {
   async function sandboxRoundPassed(): Promise<void> {
     const other = await partner("Sentinel Sandbox Lab");
     const con = await other.sandboxConnection();
-    await other.receiver.waitFor((a) => a.some((x) => x.event.data.connection_id === con && x.event.type === "connection.approved"), (DELAY_SECONDS + 60) * 1000, "the sentinel's automatic approval");
+    await other.receiver.waitFor(
+      (a) => a.some((x) => x.event.data.connection_id === con && x.event.type === "connection.approved"),
+      (DELAY_SECONDS + 60) * 1000,
+      "the sentinel's automatic approval",
+    );
   }
 
   /** The identical 403 every refused send gets (guarantee 2), from an address that does not resolve for a test token. */
   async function refusedSend(p: Partner) {
     const unresolvable = (await ops.elderCreate()).address;
-    const res = await sendFile(stack.baseUrl, p.test, unresolvable, fixture("sample.txt"), { filename: "note.txt", contentType: "text/plain" });
+    const res = await sendFile(stack.baseUrl, p.test, unresolvable, fixture("sample.txt"), {
+      filename: "note.txt",
+      contentType: "text/plain",
+    });
     expect(res.status).toBe(403);
     return res;
   }
@@ -140,7 +171,14 @@ describe("test helpers", () => {
       await sandboxRoundPassed();
       await p.flushEvents();
       expect(p.receiver.rejected).toEqual([]);
-      expect(p.eventsOf(con)).toEqual([{ id: expect.stringMatching(/^evt_/), type: "connection.approved", created: expect.any(Number), data: { connection_id: con, status: "approved" } }]);
+      expect(p.eventsOf(con)).toEqual([
+        {
+          id: expect.stringMatching(/^evt_/),
+          type: "connection.approved",
+          created: expect.any(Number),
+          data: { connection_id: con, status: "approved" },
+        },
+      ]);
       const records = await auditOf(con, 2);
       expect(records.map(brief)).toEqual([
         ["connection.request", p.id, "ok", null],
@@ -162,7 +200,13 @@ describe("test helpers", () => {
       await p.receiver.waitFor((a) => a.length >= 2, 20_000, "connection.approved then connection.revoked");
       const after = await p.send();
       expect(sameAnswer(after)).toEqual(sameAnswer(await refusedSend(p)));
-      expect(after.json).toEqual({ error: { type: "permission_error", code: "no_active_connection", message: "There is no active connection to this elder." } });
+      expect(after.json).toEqual({
+        error: {
+          type: "permission_error",
+          code: "no_active_connection",
+          message: "There is no active connection to this elder.",
+        },
+      });
 
       await p.flushEvents();
       expect(p.receiver.rejected).toEqual([]);
@@ -216,7 +260,10 @@ describe("test helpers", () => {
       const q = await partner("Helper Expire Declined Lab");
       const declined = await q.sandboxConnection();
       expect((await q.helper("decline", declined)).json!.status).toBe("pending");
-      expect([(await q.helper("expire", declined)).json, await q.status(declined)]).toEqual([{ id: declined, status: "expired" }, "expired"]);
+      expect([(await q.helper("expire", declined)).json, await q.status(declined)]).toEqual([
+        { id: declined, status: "expired" },
+        "expired",
+      ]);
 
       // The partner must request a new connection: the same one reopens, pending, scheduled again.
       const again = await call(stack.baseUrl, p.test, "POST", "/v1/connections", { elder: sandbox });
@@ -244,7 +291,9 @@ describe("test helpers", () => {
       const p = await partner("Helper Live Token Pharmacy");
       const con = await p.sandboxConnection();
       expect((await p.helper("approve", con)).status).toBe(200);
-      const liveCon = (await call(stack.baseUrl, p.live, "POST", "/v1/connections", { elder: (await ops.elderCreate()).address })).json!.id as string;
+      const liveCon = (
+        await call(stack.baseUrl, p.live, "POST", "/v1/connections", { elder: (await ops.elderCreate()).address })
+      ).json!.id as string;
       const before = await p.send();
       expect(before.status).toBe(202);
       const unknownRoute = bytes(await call(stack.baseUrl, p.live, "POST", "/v1/test_helpers/no_such_route"));
@@ -281,7 +330,9 @@ describe("test helpers", () => {
       expect((await owner.send()).status).toBe(202);
       const unknown = bytes(await other.helper("approve", "con_3kT9xQ2mVb7LpR4sN8wZcY"));
       expect(unknown.status).toBe(404);
-      expect(JSON.parse(unknown.text)).toEqual({ error: { type: "invalid_request_error", code: "not_found", message: "No such resource." } });
+      expect(JSON.parse(unknown.text)).toEqual({
+        error: { type: "invalid_request_error", code: "not_found", message: "No such resource." },
+      });
       for (const act of ACTS) expect([act, bytes(await other.helper(act, con))]).toEqual([act, unknown]);
       expect(await owner.status(con)).toBe("approved");
       expect((await owner.send()).status).toBe(202);
@@ -307,7 +358,13 @@ describe("test helpers", () => {
       const sever = await p.helper("sever", con);
       expect([sever.status, sever.json]).toEqual([
         400,
-        { error: { type: "invalid_request_error", code: "invalid_request", message: "The connection is pending; only an approved connection can be severed." } },
+        {
+          error: {
+            type: "invalid_request_error",
+            code: "invalid_request",
+            message: "The connection is pending; only an approved connection can be severed.",
+          },
+        },
       ]);
       expect(await p.status(con)).toBe("pending");
       expect(sameAnswer(await p.send())).toEqual(sameAnswer(before));
@@ -316,18 +373,30 @@ describe("test helpers", () => {
       expect((await p.helper("approve", con)).status).toBe(200);
       for (const act of ["decline", "expire"] as const) {
         const res = await p.helper(act, con);
-        expect([act, res.status, res.json!.error]).toEqual([act, 400, expect.objectContaining({ code: "invalid_request" })]);
+        expect([act, res.status, res.json!.error]).toEqual([
+          act,
+          400,
+          expect.objectContaining({ code: "invalid_request" }),
+        ]);
         expect(await p.status(con)).toBe("approved");
       }
       expect((await p.helper("sever", con)).status).toBe(200);
       const approve = await p.helper("approve", con);
-      expect([approve.status, approve.json!.error]).toEqual([400, expect.objectContaining({ message: "The connection is revoked; only a pending connection can be approved." })]);
+      expect([approve.status, approve.json!.error]).toEqual([
+        400,
+        expect.objectContaining({ message: "The connection is revoked; only a pending connection can be approved." }),
+      ]);
       expect(await p.status(con)).toBe("revoked");
 
       // A test connection to an address other than the sandbox elder has no caregiver to consent.
-      const unresolvable = (await call(stack.baseUrl, p.test, "POST", "/v1/connections", { elder: (await ops.elderCreate()).address })).json!.id as string;
+      const unresolvable = (
+        await call(stack.baseUrl, p.test, "POST", "/v1/connections", { elder: (await ops.elderCreate()).address })
+      ).json!.id as string;
       const noElder = await p.helper("approve", unresolvable);
-      expect([noElder.status, noElder.json!.error.message]).toEqual([400, "The address does not resolve to an elder, so no caregiver can act on it."]);
+      expect([noElder.status, noElder.json!.error.message]).toEqual([
+        400,
+        "The address does not resolve to an elder, so no caregiver can act on it.",
+      ]);
       expect(await p.status(unresolvable)).toBe("pending");
 
       await p.flushEvents();
@@ -335,12 +404,27 @@ describe("test helpers", () => {
       expect(p.eventsOf(unresolvable)).toEqual([]);
       expect((await auditOf(con, 7)).map(brief)).toEqual([
         ["connection.request", p.id, "ok", null],
-        ["connection.sever", p.id, "refused", "failed_precondition: the connection is pending; only an approved connection can be severed"],
+        [
+          "connection.sever",
+          p.id,
+          "refused",
+          "failed_precondition: the connection is pending; only an approved connection can be severed",
+        ],
         ["connection.approve", p.id, "ok", null],
         ["connection.decline", p.id, "refused", "failed_precondition: the connection is approved; sever it instead"],
-        ["connection.expire", p.id, "refused", "failed_precondition: the connection is approved; only a pending connection can expire"],
+        [
+          "connection.expire",
+          p.id,
+          "refused",
+          "failed_precondition: the connection is approved; only a pending connection can expire",
+        ],
         ["connection.sever", p.id, "ok", null],
-        ["connection.approve", p.id, "refused", "failed_precondition: the connection is revoked; only a pending connection can be approved"],
+        [
+          "connection.approve",
+          p.id,
+          "refused",
+          "failed_precondition: the connection is revoked; only a pending connection can be approved",
+        ],
       ]);
     });
   });
@@ -349,16 +433,30 @@ describe("test helpers", () => {
     const p = await partner("Helper 404 Pharmacy");
     const other = await partner("Helper 404 Other Lab");
     const testCon = await p.sandboxConnection();
-    const liveCon = (await call(stack.baseUrl, p.live, "POST", "/v1/connections", { elder: (await ops.elderCreate()).address })).json!.id as string;
+    const liveCon = (
+      await call(stack.baseUrl, p.live, "POST", "/v1/connections", { elder: (await ops.elderCreate()).address })
+    ).json!.id as string;
     const foreignCon = await other.sandboxConnection();
     // Approved first, so that their status cannot change by itself meanwhile.
-    for (const [who, id] of [[p, testCon], [other, foreignCon]] as const) expect((await who.helper("approve", id)).status).toBe(200);
+    for (const [who, id] of [
+      [p, testCon],
+      [other, foreignCon],
+    ] as const)
+      expect((await who.helper("approve", id)).status).toBe(200);
     const unknownCon = "con_3kT9xQ2mVb7LpR4sN8wZcY";
     const reference = bytes(await call(stack.baseUrl, p.live, "POST", "/v1/no_such_route"));
     expect(reference.status).toBe(404);
-    const answers: [string, ReturnType<typeof bytes>][] = [["test token, a path no route has", bytes(await call(stack.baseUrl, p.test, "POST", "/v1/no_such_route"))]];
+    const answers: [string, ReturnType<typeof bytes>][] = [
+      ["test token, a path no route has", bytes(await call(stack.baseUrl, p.test, "POST", "/v1/no_such_route"))],
+    ];
     for (const act of ACTS) {
-      for (const [what, id] of [["own test", testCon], ["own live", liveCon], ["foreign", foreignCon], ["unknown", unknownCon], ["malformed", "nope"]] as const) {
+      for (const [what, id] of [
+        ["own test", testCon],
+        ["own live", liveCon],
+        ["foreign", foreignCon],
+        ["unknown", unknownCon],
+        ["malformed", "nope"],
+      ] as const) {
         answers.push([`live token, ${act}, ${what} id`, bytes(await p.helper(act, id, p.live))]);
         if (what !== "own test") answers.push([`test token, ${act}, ${what} id`, bytes(await p.helper(act, id))]);
       }
@@ -370,12 +468,17 @@ describe("test helpers", () => {
 
   it("docs/partners.md's walk through every outcome with the SDK runs as shown, and its webhooks arrive verified", async () => {
     const program = readFileSync(join("sdk", "typescript", "examples", "sandbox-outcomes.ts"), "utf8").trimEnd();
-    expect(readFileSync(join("docs", "partners.md"), "utf8")).toContain("```ts\n" + program + "\n```");
+    expect(readFileSync(join("docs", "partners.md"), "utf8")).toContain(`\`\`\`ts\n${program}\n\`\`\``);
     const receiver = await startTestReceiver("");
     receivers.push(receiver);
     const created = await ops.partnerCreate({ name: "SDK Rehearsal Pharmacy", webhookUrl: receiver.url });
     receiver.useSecret(created.signing_secret);
-    const seen = await rehearse({ PI_BASE_URL: stack.baseUrl, PI_TEST_CLIENT_ID: created.test.client_id, PI_TEST_CLIENT_SECRET: created.test.client_secret, PI_SANDBOX_ELDER: sandbox });
+    const seen = await rehearse({
+      PI_BASE_URL: stack.baseUrl,
+      PI_TEST_CLIENT_ID: created.test.client_id,
+      PI_TEST_CLIENT_SECRET: created.test.client_secret,
+      PI_SANDBOX_ELDER: sandbox,
+    });
     expect(seen).toEqual({
       declined: "pending",
       sendWhilePending: "no_active_connection",
@@ -404,9 +507,16 @@ describe("test helpers", () => {
       const processing = await p.send("Sandbox_Failed");
       const plain = await p.send();
       for (const res of [failing, processing, plain]) expect([res.status, res.json!.status]).toEqual([202, "received"]);
-      expect((await waitForStatus(stack.baseUrl, p.test, failing.json!.id as string, ["processed", "failed"])).json).toEqual({ id: failing.json!.id, status: "failed" });
-      expect((await waitForStatus(stack.baseUrl, p.test, processing.json!.id as string, ["processed", "failed"])).json!.status).toBe("processed");
-      expect((await waitForStatus(stack.baseUrl, p.test, plain.json!.id as string, ["processed", "failed"])).json!.status).toBe("processed");
+      expect(
+        (await waitForStatus(stack.baseUrl, p.test, failing.json!.id as string, ["processed", "failed"])).json,
+      ).toEqual({ id: failing.json!.id, status: "failed" });
+      expect(
+        (await waitForStatus(stack.baseUrl, p.test, processing.json!.id as string, ["processed", "failed"])).json!
+          .status,
+      ).toBe("processed");
+      expect(
+        (await waitForStatus(stack.baseUrl, p.test, plain.json!.id as string, ["processed", "failed"])).json!.status,
+      ).toBe("processed");
     });
 
     it("in live mode purpose sandbox_failed has no effect: the file ends processed", async () => {
@@ -414,9 +524,15 @@ describe("test helpers", () => {
       const elder = (await ops.elderCreate()).address;
       const con = (await call(stack.baseUrl, p.live, "POST", "/v1/connections", { elder })).json!.id as string;
       await ops.connectionAct("approve", con);
-      const res = await sendFile(stack.baseUrl, p.live, elder, fixture("sample.txt"), { filename: "note.txt", contentType: "text/plain", purpose: "sandbox_failed" });
+      const res = await sendFile(stack.baseUrl, p.live, elder, fixture("sample.txt"), {
+        filename: "note.txt",
+        contentType: "text/plain",
+        purpose: "sandbox_failed",
+      });
       expect(res.status).toBe(202);
-      expect((await waitForStatus(stack.baseUrl, p.live, res.json!.id as string, ["processed", "failed"])).json!.status).toBe("processed");
+      expect(
+        (await waitForStatus(stack.baseUrl, p.live, res.json!.id as string, ["processed", "failed"])).json!.status,
+      ).toBe("processed");
     });
   });
 });
@@ -448,13 +564,20 @@ describe("the sandbox at its bound", () => {
       const made = await Promise.all(
         Array.from({ length: Math.min(5, bound - partners.length) }, async (_, i) => {
           const created = await ops.partnerCreate({ name: `Bound Lab ${partners.length + i}` });
-          return { id: created.partner_id, token: await accessToken(stack.baseUrl, created.test.client_id, created.test.client_secret) };
+          return {
+            id: created.partner_id,
+            token: await accessToken(stack.baseUrl, created.test.client_id, created.test.client_secret),
+          };
         }),
       );
       partners.push(...made);
     }
     const full = partners[0]!;
-    const others = Array.from({ length: bound - 1 }, (_, i) => `bound.lab.${"abcdefghijklmnopqrstuvwxyz"[Math.floor(i / 26) % 26]}${"abcdefghijklmnopqrstuvwxyz"[i % 26]}@${stack.settings.ADDRESS_DOMAIN}`);
+    const others = Array.from(
+      { length: bound - 1 },
+      (_, i) =>
+        `bound.lab.${"abcdefghijklmnopqrstuvwxyz"[Math.floor(i / 26) % 26]}${"abcdefghijklmnopqrstuvwxyz"[i % 26]}@${stack.settings.ADDRESS_DOMAIN}`,
+    );
 
     // All at once: the full partner's connections to unresolvable addresses and every partner's sandbox connection.
     const [fills, made] = await Promise.all([
@@ -467,9 +590,12 @@ describe("the sandbox at its bound", () => {
         }),
       ),
     ]);
-    for (const res of [...fills, ...made.map((m) => m.res)]) expect([res.status, res.json!.status]).toEqual([202, "pending"]);
+    for (const res of [...fills, ...made.map((m) => m.res)])
+      expect([res.status, res.json!.status]).toEqual([202, "pending"]);
     // The full partner is at its bound: one more is refused.
-    const past = await call(stack.baseUrl, full.token, "POST", "/v1/connections", { elder: `bound.lab.past@${stack.settings.ADDRESS_DOMAIN}` });
+    const past = await call(stack.baseUrl, full.token, "POST", "/v1/connections", {
+      elder: `bound.lab.past@${stack.settings.ADDRESS_DOMAIN}`,
+    });
     expect(past.status).toBe(429);
 
     // Every partner polls its connection as the SDK's waitForConnection does (here every 250 ms) until it reads approved.
@@ -481,14 +607,18 @@ describe("the sandbox at its bound", () => {
           const at = Date.now();
           if (res.json!.status === "approved") return { ...m, connectionId: id, approvedSeenAt: at };
           expect(res.json!.status).toBe("pending");
-          if (at - m.answeredAt > WINDOW_MS + 10_000) return { ...m, connectionId: id, approvedSeenAt: Number.POSITIVE_INFINITY };
+          if (at - m.answeredAt > WINDOW_MS + 10_000)
+            return { ...m, connectionId: id, approvedSeenAt: Number.POSITIVE_INFINITY };
           await new Promise((r) => setTimeout(r, 250));
         }
       }),
     );
     const late = seen.filter((s) => s.approvedSeenAt - s.answeredAt > WINDOW_MS).map((s) => s.connectionId);
     const slowestMs = Math.max(...seen.map((s) => s.approvedSeenAt - s.answeredAt));
-    if (process.env.SANDBOX_BOUND_REPORT) process.stderr.write(`sandbox at its bound: ${seen.length} approvals, slowest seen ${slowestMs} ms after its request\n`);
+    if (process.env.SANDBOX_BOUND_REPORT)
+      process.stderr.write(
+        `sandbox at its bound: ${seen.length} approvals, slowest seen ${slowestMs} ms after its request\n`,
+      );
     expect({ late, slowestMs }).toEqual({ late: [], slowestMs: expect.any(Number) });
 
     // Never before the delay: each automatic approval's record is at least the delay after its request.
@@ -497,7 +627,12 @@ describe("the sandbox at its bound", () => {
       expect(Date.parse(approval.occurred_at)).toBeGreaterThanOrEqual(s.requestedAt + DELAY_SECONDS * 1000);
     }
     // The full partner's other connections are untouched: still pending.
-    const stillPending = await Promise.all(fills.map(async (f) => (await call(stack.baseUrl, full.token, "GET", `/v1/connections/${f.json!.id as string}`)).json!.status));
+    const stillPending = await Promise.all(
+      fills.map(
+        async (f) =>
+          (await call(stack.baseUrl, full.token, "GET", `/v1/connections/${f.json!.id as string}`)).json!.status,
+      ),
+    );
     expect(new Set(stillPending)).toEqual(new Set(["pending"]));
     /** The automatic approval's audit record (records reach the trail through Kafka). */
     async function autoApprovalOf(target: string) {
@@ -505,7 +640,10 @@ describe("the sandbox at its bound", () => {
         const { records } = await ops.audit({ target });
         const approval = records.find((r) => r.action === "connection.auto_approve");
         if (approval) return approval;
-        if (Date.now() > deadline) throw new Error(`no connection.auto_approve record for ${target}: ${JSON.stringify(records.map((r) => r.action))}`);
+        if (Date.now() > deadline)
+          throw new Error(
+            `no connection.auto_approve record for ${target}: ${JSON.stringify(records.map((r) => r.action))}`,
+          );
         await new Promise((r) => setTimeout(r, 100));
       }
     }

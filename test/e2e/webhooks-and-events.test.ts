@@ -53,8 +53,18 @@ describe("webhooks delivery", () => {
 
       expect(receiver.rejected).toEqual([]);
       const [approved, revoked] = receiver.arrivals.map((a) => a.event);
-      expect(approved).toEqual({ id: expect.stringMatching(/^evt_/), type: "connection.approved", created: expect.any(Number), data: { connection_id: id, status: "approved" } });
-      expect(revoked).toEqual({ id: expect.stringMatching(/^evt_/), type: "connection.revoked", created: expect.any(Number), data: { connection_id: id, status: "revoked" } });
+      expect(approved).toEqual({
+        id: expect.stringMatching(/^evt_/),
+        type: "connection.approved",
+        created: expect.any(Number),
+        data: { connection_id: id, status: "approved" },
+      });
+      expect(revoked).toEqual({
+        id: expect.stringMatching(/^evt_/),
+        type: "connection.revoked",
+        created: expect.any(Number),
+        data: { connection_id: id, status: "revoked" },
+      });
       expect(Math.abs(approved!.created - Date.now() / 1000)).toBeLessThan(120);
       expect(revoked!.created).toBeGreaterThanOrEqual(approved!.created);
 
@@ -70,7 +80,10 @@ describe("webhooks delivery", () => {
       const res = await call(stack.baseUrl, token, "DELETE", `/v1/connections/${id}`);
       expect(res.status).toBe(200);
       await receiver.waitFor((a) => a.length >= 2, 20_000, "connection.revoked");
-      expect(receiver.arrivals[1]!.event).toMatchObject({ type: "connection.revoked", data: { connection_id: id, status: "revoked" } });
+      expect(receiver.arrivals[1]!.event).toMatchObject({
+        type: "connection.revoked",
+        data: { connection_id: id, status: "revoked" },
+      });
     });
 
     it("a caregiver decline sends nothing", async () => {
@@ -87,7 +100,9 @@ describe("webhooks delivery", () => {
     });
 
     it("a receiver that fails the first attempts gets the same evt_ id and body again until it answers 2xx", async () => {
-      const { partner, receiver, ops, connect } = await partnerWithReceiver(stack, "E2E Flaky Clinic", (_e, nth) => (nth <= 2 ? "fail" : "ok"));
+      const { partner, receiver, ops, connect } = await partnerWithReceiver(stack, "E2E Flaky Clinic", (_e, nth) =>
+        nth <= 2 ? "fail" : "ok",
+      );
       const id = await connect();
       await ops.connectionAct("approve", id);
       await receiver.waitFor((a) => a.some((x) => x.outcome === "ok"), 30_000, "a 2xx");
@@ -95,8 +110,14 @@ describe("webhooks delivery", () => {
       expect(new Set(receiver.arrivals.map((a) => a.event.id)).size).toBe(1);
       expect(new Set(receiver.arrivals.map((a) => a.raw)).size).toBe(1);
       const delivered = async () => (await ops.webhookDeliveries(partner.partner_id)).deliveries[0];
-      for (let i = 0; i < 50 && (await delivered())?.state !== "delivered"; i++) await new Promise((r) => setTimeout(r, 100));
-      expect(await delivered()).toMatchObject({ event_id: receiver.arrivals[0]!.event.id, attempts: 3, state: "delivered", next_attempt_at: null });
+      for (let i = 0; i < 50 && (await delivered())?.state !== "delivered"; i++)
+        await new Promise((r) => setTimeout(r, 100));
+      expect(await delivered()).toMatchObject({
+        event_id: receiver.arrivals[0]!.event.id,
+        attempts: 3,
+        state: "delivered",
+        next_attempt_at: null,
+      });
     });
 
     it("one partner's dead endpoint (accepts, never answers) does not delay another partner's events", async () => {
@@ -125,7 +146,11 @@ describe("webhooks delivery", () => {
   describe("webhooks, expiry and test mode", () => {
     let short: TestStack;
     beforeAll(async () => {
-      short = await sharedTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", CONNECTION_PENDING_TTL_SECONDS: "2", SANDBOX_APPROVAL_DELAY_SECONDS: "1" });
+      short = await sharedTestStack({
+        WEBHOOK_RETRY_BASE_SECONDS: "0.2",
+        CONNECTION_PENDING_TTL_SECONDS: "2",
+        SANDBOX_APPROVAL_DELAY_SECONDS: "1",
+      });
     });
     afterAll(() => short?.stop());
 
@@ -137,7 +162,10 @@ describe("webhooks delivery", () => {
       expect(res.status).toBe(202);
       await receiver.waitFor((a) => a.length >= 1, 30_000, "the sandbox approval's webhook");
       expect(receiver.rejected).toEqual([]);
-      expect(receiver.arrivals[0]!.event).toMatchObject({ type: "connection.approved", data: { connection_id: res.json!.id, status: "approved" } });
+      expect(receiver.arrivals[0]!.event).toMatchObject({
+        type: "connection.approved",
+        data: { connection_id: res.json!.id, status: "approved" },
+      });
     });
 
     it("a pending connection that expires sends nothing", async () => {
@@ -148,7 +176,10 @@ describe("webhooks delivery", () => {
         if (res.json?.status === "expired") break;
         await new Promise((r) => setTimeout(r, 200));
       }
-      expect((await call(short.baseUrl, token, "GET", `/v1/connections/${expiring}`)).json).toEqual({ id: expiring, status: "expired" });
+      expect((await call(short.baseUrl, token, "GET", `/v1/connections/${expiring}`)).json).toEqual({
+        id: expiring,
+        status: "expired",
+      });
       const sentinel = await connect();
       await ops.connectionAct("approve", sentinel);
       await receiver.waitFor((a) => a.length >= 1, 20_000, "the sentinel");
@@ -194,7 +225,10 @@ describe("events list", () => {
     };
     const list = (query = "", bearer = token): Promise<Listed> => call(s.baseUrl, bearer, "GET", `/v1/events${query}`);
     /** Every page, following starting_after, newest first. */
-    const listAll = async (query: Record<string, string> = {}, bearer = token): Promise<{ events: Page["data"]; pages: Page[]; texts: string[] }> => {
+    const listAll = async (
+      query: Record<string, string> = {},
+      bearer = token,
+    ): Promise<{ events: Page["data"]; pages: Page[]; texts: string[] }> => {
       const pages: Page[] = [];
       const texts: string[] = [];
       let after: string | undefined;
@@ -244,7 +278,11 @@ describe("events list", () => {
       const otherId = await other.connect();
       await other.ops.connectionAct("approve", otherId);
       await other.receiver!.waitFor((a) => a.length >= 1, 20_000, "the other partner's event");
-      await down.receiver!.waitFor(() => distinctArrivals(down.receiver!).size >= 4, 30_000, "a failed attempt of each of the four events");
+      await down.receiver!.waitFor(
+        () => distinctArrivals(down.receiver!).size >= 4,
+        30_000,
+        "a failed attempt of each of the four events",
+      );
 
       const sent = distinctArrivals(down.receiver!);
       expect(down.receiver!.arrivals.every((a) => a.outcome === "fail")).toBe(true);
@@ -253,8 +291,15 @@ describe("events list", () => {
       // Byte for byte the body every delivery carried.
       for (const [id, raw] of sent) expect([id, texts[0]!.includes(raw)]).toEqual([id, true]);
       // Newest first: the sever came last.
-      expect(events[0]).toMatchObject({ type: "connection.revoked", data: { connection_id: ids[0], status: "revoked" } });
-      expect(events.slice(1).map((e) => e.type)).toEqual(["connection.approved", "connection.approved", "connection.approved"]);
+      expect(events[0]).toMatchObject({
+        type: "connection.revoked",
+        data: { connection_id: ids[0], status: "revoked" },
+      });
+      expect(events.slice(1).map((e) => e.type)).toEqual([
+        "connection.approved",
+        "connection.approved",
+        "connection.approved",
+      ]);
       expect(new Set(events.map((e) => e.data.connection_id))).toEqual(new Set(ids));
 
       const otherEvents = (await other.listAll()).events;
@@ -349,7 +394,12 @@ describe("events list", () => {
       const unknown = await b.list(`?starting_after=evt_${"0".repeat(22)}`);
       const malformed = await b.list("?starting_after=con_nothing");
       expect(probe.status).toBe(400);
-      expect(probe.json!.error).toEqual({ type: "invalid_request_error", code: "invalid_request", message: "starting_after is not one of your events.", param: "starting_after" });
+      expect(probe.json!.error).toEqual({
+        type: "invalid_request_error",
+        code: "invalid_request",
+        message: "starting_after is not one of your events.",
+        param: "starting_after",
+      });
       expect(unknown.text).toBe(probe.text);
       expect(malformed.text).toBe(probe.text);
     });
@@ -358,7 +408,11 @@ describe("events list", () => {
   describe("GET /v1/events, expiry and test mode", () => {
     let short: TestStack;
     beforeAll(async () => {
-      short = await sharedTestStack({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", CONNECTION_PENDING_TTL_SECONDS: "2", SANDBOX_APPROVAL_DELAY_SECONDS: "1" });
+      short = await sharedTestStack({
+        WEBHOOK_RETRY_BASE_SECONDS: "0.2",
+        CONNECTION_PENDING_TTL_SECONDS: "2",
+        SANDBOX_APPROVAL_DELAY_SECONDS: "1",
+      });
     });
     afterAll(() => short?.stop());
 
@@ -370,7 +424,10 @@ describe("events list", () => {
         if (res.json?.status === "expired") break;
         await new Promise((r) => setTimeout(r, 200));
       }
-      expect((await call(short.baseUrl, p.token, "GET", `/v1/connections/${expiring}`)).json).toEqual({ id: expiring, status: "expired" });
+      expect((await call(short.baseUrl, p.token, "GET", `/v1/connections/${expiring}`)).json).toEqual({
+        id: expiring,
+        status: "expired",
+      });
       const sentinel = await p.connect();
       await p.ops.connectionAct("approve", sentinel);
       await p.receiver!.waitFor((a) => a.length >= 1, 20_000, "the sentinel");

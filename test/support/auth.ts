@@ -10,7 +10,10 @@ import { SecretSealer } from "@pi/auth";
 // way only a test may (a partner never can), to build tokens that differ from a real one in
 // exactly one respect.
 
-export async function withAuthDb<T>(settings: Settings, use: (db: ReturnType<MongoClient["db"]>) => Promise<T>): Promise<T> {
+export async function withAuthDb<T>(
+  settings: Settings,
+  use: (db: ReturnType<MongoClient["db"]>) => Promise<T>,
+): Promise<T> {
   const client = await MongoClient.connect(settings.MONGODB_URI);
   try {
     return await use(client.db(databaseName(settings.DATA_NAMESPACE, "auth")));
@@ -28,7 +31,9 @@ interface StoredKey {
 /** The auth service's current signing key (the one activated most recently). */
 export async function signingKey(settings: Settings): Promise<{ kid: string; key: CryptoKey }> {
   const keys = await withAuthDb(settings, (db) => db.collection<StoredKey>("signing_keys").find().toArray());
-  const stored = keys.filter((k) => k.activatesAt.getTime() <= Date.now()).sort((a, b) => b.activatesAt.getTime() - a.activatesAt.getTime())[0]!;
+  const stored = keys
+    .filter((k) => k.activatesAt.getTime() <= Date.now())
+    .sort((a, b) => b.activatesAt.getTime() - a.activatesAt.getTime())[0]!;
   const sealer = new SecretSealer(LocalKeyWrapper.fromSetting(settings.DATA_KEYS!));
   const jwk = JSON.parse(await sealer.unseal(stored.sealedPrivateJwk, "token-signing-key")) as JWK;
   return { kid: stored.kid, key: (await importJWK(jwk, "ES256")) as CryptoKey };
@@ -57,7 +62,9 @@ export async function resign(
   const signer = key ?? (await signingKey(settings));
   const payload = { ...real.payload, ...claims } as JWTPayload;
   for (const [k, v] of Object.entries(claims)) if (v === undefined) delete (payload as Record<string, unknown>)[k];
-  return new SignJWT(payload).setProtectedHeader({ ...(real.header as { alg: string }), kid: signer.kid, ...header }).sign(signer.key);
+  return new SignJWT(payload)
+    .setProtectedHeader({ ...(real.header as { alg: string }), kid: signer.kid, ...header })
+    .sign(signer.key);
 }
 
 /**
@@ -76,9 +83,21 @@ export async function partnerKey(alg: "RS384" | "ES384" | "ES256" | "RS256", kid
     jwks: { keys: [publicJwk] },
     publicJwk,
     /** An assertion for `clientId` to `audience`, valid for `ttl` seconds (any claim or header replaced by `change`). */
-    assertion(clientId: string, audience: string, change: { claims?: JWTPayload; header?: Record<string, unknown>; ttl?: number } = {}) {
+    assertion(
+      clientId: string,
+      audience: string,
+      change: { claims?: JWTPayload; header?: Record<string, unknown>; ttl?: number } = {},
+    ) {
       const now = Math.floor(Date.now() / 1000);
-      const claims = { iss: clientId, sub: clientId, aud: audience, jti: randomUUID(), iat: now, exp: now + (change.ttl ?? 240), ...change.claims };
+      const claims = {
+        iss: clientId,
+        sub: clientId,
+        aud: audience,
+        jti: randomUUID(),
+        iat: now,
+        exp: now + (change.ttl ?? 240),
+        ...change.claims,
+      };
       return new SignJWT(claims).setProtectedHeader({ alg, kid, typ: "JWT", ...change.header }).sign(pair.privateKey);
     },
   };

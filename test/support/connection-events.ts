@@ -33,9 +33,15 @@ export interface EventCollector {
 }
 
 export async function collectConnectionEvents(brokers: string, namespace: string): Promise<EventCollector> {
-  const reader = await readTopic(brokers, namespace, "connectionEvents", (value) => fromBinary(eventsv1.ConnectionEventSchema, value), {
-    describe: (e) => [e.type, e.connectionId],
-  });
+  const reader = await readTopic(
+    brokers,
+    namespace,
+    "connectionEvents",
+    (value) => fromBinary(eventsv1.ConnectionEventSchema, value),
+    {
+      describe: (e) => [e.type, e.connectionId],
+    },
+  );
   const collected = (): CollectedEvent[] => reader.records.map(({ value, ...at }) => ({ ...at, event: value }));
   let producer: Producer | undefined;
   return {
@@ -54,7 +60,10 @@ export async function collectConnectionEvents(brokers: string, namespace: string
       }
       const eventId = `sentinel-${randomBytes(8).toString("hex")}`;
       const marker = create(eventsv1.ConnectionEventSchema, { eventId, type: "test.sentinel", partnerId: key });
-      await producer.send({ topic: reader.topic, messages: [{ key, value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, marker)) }] });
+      await producer.send({
+        topic: reader.topic,
+        messages: [{ key, value: Buffer.from(toBinary(eventsv1.ConnectionEventSchema, marker)) }],
+      });
       await reader.waitFor((records) => records.some((r) => r.value.eventId === eventId), timeoutMs);
     },
     async stop() {
@@ -69,7 +78,11 @@ export async function collectConnectionEvents(brokers: string, namespace: string
  * stored connection's outbox is empty (its events published, or none to publish), then a sentinel
  * on its partner's partition has come back. After it, "no event for X" is a fact, not a hope.
  */
-export async function settled(collector: EventCollector, connections: Collection<Document>, ...ids: string[]): Promise<void> {
+export async function settled(
+  collector: EventCollector,
+  connections: Collection<Document>,
+  ...ids: string[]
+): Promise<void> {
   const partners = new Set<string>();
   for (const id of ids) {
     const deadline = Date.now() + 30_000;

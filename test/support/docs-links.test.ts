@@ -8,11 +8,21 @@ import { describe, expect, it } from "@jest/globals";
 // leaves a doc behind fails here, not in a reader's hands.
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const docs = ["README.md", "CHANGELOG.md", "HISTORY.md", ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
-const scripts = Object.keys((JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts);
+const docs = [
+  "README.md",
+  "CHANGELOG.md",
+  "HISTORY.md",
+  ...readdirSync(join(root, "docs"))
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => `docs/${f}`),
+];
+const scripts = Object.keys(
+  (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts,
+);
 
 /** Top-level folders and files a path in the docs starts with. */
-const TOP = /^(?:\.ci|\.state|bench|charts|deploy|docs|patches|proto|sdk|services|test)\/|^(?:package\.json|jest\.config\.js|tsconfig\.json|skaffold\.yaml|CHANGELOG\.md|HISTORY\.md|README\.md|releases\.json)$/;
+const TOP =
+  /^(?:\.ci|\.state|bench|charts|deploy|docs|patches|proto|sdk|services|test)\/|^(?:package\.json|jest\.config\.js|tsconfig\.json|skaffold\.yaml|CHANGELOG\.md|HISTORY\.md|README\.md|releases\.json)$/;
 /** Placeholders and patterns, not one path: `services/<name>`, `test/e2e/*.test.ts`, `$STATE_DIR/...`. */
 const PATTERN = /[<>*{}$…]|\.\.\./;
 /** Made when something runs (state, builds): named in the docs, not kept in the repository. */
@@ -26,7 +36,10 @@ export function pathsNamed(markdown: string, docPath: string): string[] {
     // `kubectl exec deploy/pi-ops`: a Kubernetes object, not a path.
     if (span!.startsWith("kubectl")) continue;
     for (const word of span!.split(/\s+/)) {
-      const path = word.replace(/^["'(]+|["'),;:.]+$/g, "").replace(/(?::\d+(?:-\d+)?|#.*)$/, "").replace(/\/$/, "");
+      const path = word
+        .replace(/^["'(]+|["'),;:.]+$/g, "")
+        .replace(/(?::\d+(?:-\d+)?|#.*)$/, "")
+        .replace(/\/$/, "");
       if (TOP.test(path) && !PATTERN.test(path)) found.add(path);
     }
   }
@@ -62,7 +75,13 @@ export function anchorsLinked(markdown: string, docPath: string): [string, strin
 
 /** Test files a doc names by file name alone (`sdk-stack.integration.test.ts`, after its folder was named once). */
 export function testFilesNamed(markdown: string): string[] {
-  return [...new Set([...markdown.matchAll(/`([\w.-]+\.test\.ts)`|[\s,(]([\w-]+(?:\.[\w-]+)*\.test\.ts)\b/g)].map((m) => (m[1] ?? m[2])!))]
+  return [
+    ...new Set(
+      [...markdown.matchAll(/`([\w.-]+\.test\.ts)`|[\s,(]([\w-]+(?:\.[\w-]+)*\.test\.ts)\b/g)].map(
+        (m) => (m[1] ?? m[2])!,
+      ),
+    ),
+  ]
     .filter((name) => !/^\.|^(?:integration|unit)\.test\.ts$/.test(name))
     .sort();
 }
@@ -96,7 +115,9 @@ describe("the docs name only what exists", () => {
   it.each(docs)("%s: every heading it links to exists", (doc) => {
     const broken = anchorsLinked(readFileSync(join(root, doc), "utf8"), doc).filter(([target, anchor]) => {
       if (!existsSync(join(root, target))) return false; // reported as a missing path
-      const headings = [...readFileSync(join(root, target), "utf8").matchAll(/^#+ (.+)$/gm)].map((m) => anchorOf(m[1]!));
+      const headings = [...readFileSync(join(root, target), "utf8").matchAll(/^#+ (.+)$/gm)].map((m) =>
+        anchorOf(m[1]!),
+      );
       return !headings.includes(anchor);
     });
     expect(broken).toEqual([]);
@@ -113,7 +134,12 @@ describe("the docs name only what exists", () => {
       "`npm run bench -- bench/system.bench.ts` and `npm run --silent ops -- partner create`,",
       "`kubectl exec deploy/pi-ops`, [spec](../../shared/spec/x.md), `sdk-unit.test.ts`, and `*.integration.test.ts`.",
     ].join("\n");
-    expect(pathsNamed(md, "docs/x.md")).toEqual(["bench/files.bench.ts", "bench/system.bench.ts", "docs/files.md", "services/gateway/src/app.ts"]);
+    expect(pathsNamed(md, "docs/x.md")).toEqual([
+      "bench/files.bench.ts",
+      "bench/system.bench.ts",
+      "docs/files.md",
+      "services/gateway/src/app.ts",
+    ]);
     expect(scriptsNamed(md)).toEqual(["bench", "ops"]);
     expect(testFilesNamed(md)).toEqual(["sdk-unit.test.ts"]);
     expect(anchorsLinked(md, "docs/x.md")).toEqual([["docs/files.md", "uploads"]]);

@@ -15,13 +15,30 @@ import { validateResponse } from "./openapi.js";
 // Helpers for the file tests: multipart bodies built byte by byte (so a test controls the order and
 // shape of every part), sample files, and partners with an approved connection.
 
-const fixtures = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "services", "file-intake", "test", "fixtures");
+const fixtures = join(
+  dirname(fileURLToPath(import.meta.url)),
+  "..",
+  "..",
+  "services",
+  "file-intake",
+  "test",
+  "fixtures",
+);
 
 export function fixture(name: string): Buffer {
   return readFileSync(join(fixtures, name));
 }
 
-export const SAMPLES = ["sample.pdf", "sample.txt", "sample.jpg", "sample.png", "sample.heic", "sample.wav", "sample.mp3", "sample.m4a"] as const;
+export const SAMPLES = [
+  "sample.pdf",
+  "sample.txt",
+  "sample.jpg",
+  "sample.png",
+  "sample.heic",
+  "sample.wav",
+  "sample.mp3",
+  "sample.m4a",
+] as const;
 
 export type Part =
   | { name: string; value: string }
@@ -42,7 +59,9 @@ export function multipart(parts: Part[], boundary = `----pi${randomBytes(12).toS
   async function* body(): AsyncGenerator<Uint8Array> {
     for (const part of parts) {
       if ("value" in part) {
-        yield Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"\r\n\r\n${part.value}\r\n`);
+        yield Buffer.from(
+          `--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"\r\n\r\n${part.value}\r\n`,
+        );
       } else {
         yield Buffer.from(
           `--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"; filename="${part.filename}"\r\nContent-Type: ${part.contentType ?? "application/octet-stream"}\r\n\r\n`,
@@ -74,7 +93,12 @@ export interface Response {
   json: Record<string, unknown> | undefined;
 }
 
-export async function postMultipart(baseUrl: string, token: string | undefined, parts: Part[], headers: Record<string, string> = {}): Promise<Response> {
+export async function postMultipart(
+  baseUrl: string,
+  token: string | undefined,
+  parts: Part[],
+  headers: Record<string, string> = {},
+): Promise<Response> {
   const { contentType, body } = multipart(parts);
   const iterator = body();
   const stream = new ReadableStream<Uint8Array>({
@@ -125,7 +149,10 @@ export interface ConnectedPartner {
 }
 
 /** A partner with a live token and an approved connection to a fresh elder. */
-export async function connectedPartner(stack: Pick<TestStack, "settings" | "baseUrl">, name = "Acme Pharmacy"): Promise<ConnectedPartner> {
+export async function connectedPartner(
+  stack: Pick<TestStack, "settings" | "baseUrl">,
+  name = "Acme Pharmacy",
+): Promise<ConnectedPartner> {
   const ops = opsFor(stack.settings);
   const partner = await ops.partnerCreate({ name });
   const token = await accessToken(stack.baseUrl, partner.live.client_id, partner.live.client_secret);
@@ -145,7 +172,13 @@ export async function connectedPartner(stack: Pick<TestStack, "settings" | "base
 }
 
 /** Polls GET /v1/files/{id} until its status is one of `statuses`. */
-export async function waitForStatus(baseUrl: string, token: string, id: string, statuses: string[], timeoutMs = 60_000) {
+export async function waitForStatus(
+  baseUrl: string,
+  token: string,
+  id: string,
+  statuses: string[],
+  timeoutMs = 60_000,
+) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const res = await call(baseUrl, token, "GET", `/v1/files/${id}`);
@@ -167,12 +200,17 @@ export async function withFileDb<T>(settings: Settings, use: (db: Db) => Promise
 
 /** A file's extraction result, opened with the stack's DATA_KEYS (it is stored sealed); null when there is none. */
 export function extractionOf(settings: Settings, fileId: string): Promise<StoredExtraction | null> {
-  return withFileDb(settings, async (db) => readExtraction(await openFileStore(db), LocalKeyWrapper.fromSetting(settings.DATA_KEYS!), fileId));
+  return withFileDb(settings, async (db) =>
+    readExtraction(await openFileStore(db), LocalKeyWrapper.fromSetting(settings.DATA_KEYS!), fileId),
+  );
 }
 
 /** The blobs (hex ids) that have segments stored: a file's, or an upload's still staged. */
 async function blobsWithSegments(db: Db): Promise<Set<string>> {
-  const ids = await db.collection(BLOB_SEGMENTS).find({}, { projection: { _id: 1 } }).toArray();
+  const ids = await db
+    .collection(BLOB_SEGMENTS)
+    .find({}, { projection: { _id: 1 } })
+    .toArray();
   return new Set(ids.map((d) => String(d._id).split(":")[0]!));
 }
 
@@ -198,7 +236,14 @@ export async function settledCounts(settings: Settings, timeoutMs = 15_000) {
     // document once its last insert has landed, then deletes the bytes.)
     const settled = await withFileDb(settings, async (db) => {
       if ((await db.collection("uploads").countDocuments({ discardedAt: null })) > 0) return false;
-      const named = new Set((await db.collection("files").find({}, { projection: { blobId: 1 } }).toArray()).map((f) => String(f.blobId)));
+      const named = new Set(
+        (
+          await db
+            .collection("files")
+            .find({}, { projection: { blobId: 1 } })
+            .toArray()
+        ).map((f) => String(f.blobId)),
+      );
       return [...(await blobsWithSegments(db))].every((id) => named.has(id));
     });
     const counts = await storedCounts(settings);

@@ -26,9 +26,14 @@ export interface GatewayProcess {
 export async function startGatewayProcess(settings: Settings): Promise<GatewayProcess> {
   const port = await freePort();
   const env: Record<string, string> = { ...process.env } as Record<string, string>;
-  for (const [key, value] of Object.entries(as(settings, "gateway"))) if (value !== undefined) env[key] = typeof value === "object" ? JSON.stringify(value) : String(value);
+  for (const [key, value] of Object.entries(as(settings, "gateway")))
+    if (value !== undefined) env[key] = typeof value === "object" ? JSON.stringify(value) : String(value);
   env.GATEWAY_PORT = String(port);
-  const gateway: ChildProcess = spawn(process.execPath, [join(process.cwd(), "services", "gateway", "dist", "main.js")], { env, stdio: ["ignore", "ignore", "inherit"] });
+  const gateway: ChildProcess = spawn(
+    process.execPath,
+    [join(process.cwd(), "services", "gateway", "dist", "main.js")],
+    { env, stdio: ["ignore", "ignore", "inherit"] },
+  );
   const baseUrl = `http://127.0.0.1:${port}`;
   const stop = async () => {
     if (gateway.exitCode !== null) return;

@@ -35,7 +35,9 @@ describe("test lanes", () => {
   it("every test file in the repository belongs to exactly one lane", () => {
     const files = testFiles(root);
     expect(files.length).toBeGreaterThan(40);
-    expect(files.filter((f) => lanesOf(f).length !== 1).map((f) => `${f}: ${lanesOf(f).join(", ") || "no lane"}`)).toEqual([]);
+    expect(
+      files.filter((f) => lanesOf(f).length !== 1).map((f) => `${f}: ${lanesOf(f).join(", ") || "no lane"}`),
+    ).toEqual([]);
   });
 
   it("files go to their lane by folder and name", () => {

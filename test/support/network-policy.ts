@@ -17,7 +17,10 @@ export interface Namespace {
   name: string;
   labels: Record<string, string>;
 }
-type Selector = { matchLabels?: Record<string, string>; matchExpressions?: { key: string; operator: string; values?: string[] }[] };
+type Selector = {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: { key: string; operator: string; values?: string[] }[];
+};
 type Peer = { podSelector?: Selector; namespaceSelector?: Selector; ipBlock?: { cidr: string; except?: string[] } };
 type PortRule = { port?: number | string; endPort?: number; protocol?: string };
 type Rule = { from?: Peer[]; to?: Peer[]; ports?: PortRule[] };
@@ -33,10 +36,15 @@ export function selects(selector: Selector | undefined, labels: Record<string, s
     const has = e.key in labels;
     const value = labels[e.key];
     const ok =
-      e.operator === "In" ? has && (e.values ?? []).includes(value) :
-      e.operator === "NotIn" ? !has || !(e.values ?? []).includes(value) :
-      e.operator === "Exists" ? has :
-      e.operator === "DoesNotExist" ? !has : false;
+      e.operator === "In"
+        ? has && (e.values ?? []).includes(value)
+        : e.operator === "NotIn"
+          ? !has || !(e.values ?? []).includes(value)
+          : e.operator === "Exists"
+            ? has
+            : e.operator === "DoesNotExist"
+              ? !has
+              : false;
     if (!ok) return false;
   }
   return true;
@@ -54,7 +62,8 @@ function policyTypes(p: NetworkPolicy): string[] {
 }
 
 function peerMatches(peer: Peer, policyNamespace: string, other: Pod, namespaces: Map<string, Namespace>): boolean {
-  if (peer.ipBlock) return inCidr(other.ip, peer.ipBlock.cidr) && !(peer.ipBlock.except ?? []).some((c) => inCidr(other.ip, c));
+  if (peer.ipBlock)
+    return inCidr(other.ip, peer.ipBlock.cidr) && !(peer.ipBlock.except ?? []).some((c) => inCidr(other.ip, c));
   const nsOk = peer.namespaceSelector
     ? selects(peer.namespaceSelector, namespaces.get(other.namespace)?.labels ?? {})
     : other.namespace === policyNamespace;
@@ -71,21 +80,47 @@ function portMatches(rules: PortRule[] | undefined, port: number, protocol: stri
   });
 }
 
-function direction(policies: NetworkPolicy[], subject: Pod, other: Pod, port: number, protocol: string, destination: Pod,
-  type: "Ingress" | "Egress", namespaces: Map<string, Namespace>): boolean {
-  const applying = policies.filter((p) => p.metadata.namespace === subject.namespace && policyTypes(p).includes(type) && selects(p.spec.podSelector, subject.labels));
+function direction(
+  policies: NetworkPolicy[],
+  subject: Pod,
+  other: Pod,
+  port: number,
+  protocol: string,
+  destination: Pod,
+  type: "Ingress" | "Egress",
+  namespaces: Map<string, Namespace>,
+): boolean {
+  const applying = policies.filter(
+    (p) =>
+      p.metadata.namespace === subject.namespace &&
+      policyTypes(p).includes(type) &&
+      selects(p.spec.podSelector, subject.labels),
+  );
   if (applying.length === 0) return true;
   return applying.some((p) =>
     (type === "Ingress" ? p.spec.ingress : p.spec.egress)?.some((rule) => {
       const peers = type === "Ingress" ? rule.from : rule.to;
-      const peerOk = !peers || peers.length === 0 || peers.some((peer) => peerMatches(peer, p.metadata.namespace, other, namespaces));
+      const peerOk =
+        !peers ||
+        peers.length === 0 ||
+        peers.some((peer) => peerMatches(peer, p.metadata.namespace, other, namespaces));
       return peerOk && portMatches(rule.ports, port, protocol, destination);
     }),
   );
 }
 
 /** Whether a connection from one pod to another's port is admitted by the policies. */
-export function admits(policies: NetworkPolicy[], namespaces: Namespace[], from: Pod, to: Pod, port: number, protocol = "TCP"): boolean {
+export function admits(
+  policies: NetworkPolicy[],
+  namespaces: Namespace[],
+  from: Pod,
+  to: Pod,
+  port: number,
+  protocol = "TCP",
+): boolean {
   const ns = new Map(namespaces.map((n) => [n.name, n]));
-  return direction(policies, from, to, port, protocol, to, "Egress", ns) && direction(policies, to, from, port, protocol, to, "Ingress", ns);
+  return (
+    direction(policies, from, to, port, protocol, to, "Egress", ns) &&
+    direction(policies, to, from, port, protocol, to, "Ingress", ns)
+  );
 }

@@ -57,9 +57,20 @@ const headerOf = (headers: HeaderSource, name: string): string | undefined => {
 };
 
 const describe = (errors: ErrorObject[] | null | undefined) =>
-  (errors ?? []).map((e) => `${e.instancePath || "(body)"} ${e.message}${e.params && Object.keys(e.params).length ? ` ${JSON.stringify(e.params)}` : ""}`).join("; ");
+  (errors ?? [])
+    .map(
+      (e) =>
+        `${e.instancePath || "(body)"} ${e.message}${e.params && Object.keys(e.params).length ? ` ${JSON.stringify(e.params)}` : ""}`,
+    )
+    .join("; ");
 
-function checkAgainst(responseRef: string, where: string, headers: HeaderSource, body: string | undefined, skipBody: boolean) {
+function checkAgainst(
+  responseRef: string,
+  where: string,
+  headers: HeaderSource,
+  body: string | undefined,
+  skipBody: boolean,
+) {
   const { value: response, ref } = at(responseRef);
   const problems: string[] = [];
 
@@ -73,7 +84,8 @@ function checkAgainst(responseRef: string, where: string, headers: HeaderSource,
     const schema = header.schema as Json | undefined;
     if (!schema) continue;
     let value: unknown = raw;
-    if (schema.type === "integer" || schema.type === "number") value = /^-?[0-9]+(\.[0-9]+)?$/.test(raw.trim()) ? Number(raw) : raw;
+    if (schema.type === "integer" || schema.type === "number")
+      value = /^-?[0-9]+(\.[0-9]+)?$/.test(raw.trim()) ? Number(raw) : raw;
     const validate = validatorAt(`${headerRef}/schema`);
     if (!validate(value)) problems.push(`header ${name}: ${JSON.stringify(raw)} ${describe(validate.errors)}`);
   }
@@ -99,14 +111,17 @@ function checkAgainst(responseRef: string, where: string, headers: HeaderSource,
     }
   }
   if (problems.length > 0) {
-    throw new OpenApiMismatch(`${where}: the answer strays from the OpenAPI document (${ref}): ${problems.join("; ")}; body: ${(body ?? "").slice(0, 500)}`);
+    throw new OpenApiMismatch(
+      `${where}: the answer strays from the OpenAPI document (${ref}): ${problems.join("; ")}; body: ${(body ?? "").slice(0, 500)}`,
+    );
   }
 }
 
 const ERROR_ENVELOPE = pointer("components", "schemas", "ErrorEnvelope");
 
 function checkEnvelope(where: string, status: number, headers: HeaderSource, body: string | undefined) {
-  if (status < 400) throw new OpenApiMismatch(`${where}: a success (${status}) for an operation the OpenAPI document does not have`);
+  if (status < 400)
+    throw new OpenApiMismatch(`${where}: a success (${status}) for an operation the OpenAPI document does not have`);
   const contentType = headerOf(headers, "content-type")?.split(";")[0]?.trim();
   let parsed: unknown;
   try {
@@ -116,7 +131,9 @@ function checkEnvelope(where: string, status: number, headers: HeaderSource, bod
   }
   const validate = validatorAt(ERROR_ENVELOPE);
   if (contentType !== "application/json" || !validate(parsed)) {
-    throw new OpenApiMismatch(`${where}: an error outside the document's operations must be the error envelope: ${describe(validate.errors)}; body: ${(body ?? "").slice(0, 500)}`);
+    throw new OpenApiMismatch(
+      `${where}: an error outside the document's operations must be the error envelope: ${describe(validate.errors)}; body: ${(body ?? "").slice(0, 500)}`,
+    );
   }
 }
 
@@ -125,7 +142,13 @@ function checkEnvelope(where: string, status: number, headers: HeaderSource, bod
  * the partner API (/v1, /oauth) that the document lacks, and methods it lacks on its paths, must
  * answer an error in the envelope; other paths (/healthz, /docs, ...) are not the partner API.
  */
-export function validateResponse(method: string, url: string, status: number, headers: HeaderSource, body: string | undefined): void {
+export function validateResponse(
+  method: string,
+  url: string,
+  status: number,
+  headers: HeaderSource,
+  body: string | undefined,
+): void {
   const path = new URL(url, "http://gateway.invalid").pathname;
   const m = method.toLowerCase();
   const where = `${method.toUpperCase()} ${path} -> ${status}`;
@@ -137,12 +160,22 @@ export function validateResponse(method: string, url: string, status: number, he
   if (m === "options") return;
   const operation = match.item[m === "head" ? "get" : m] as Json | undefined;
   if (!operation) {
-    if (status === 405 && !headerOf(headers, "allow")) throw new OpenApiMismatch(`${where}: a 405 without an Allow header`);
+    if (status === 405 && !headerOf(headers, "allow"))
+      throw new OpenApiMismatch(`${where}: a 405 without an Allow header`);
     checkEnvelope(where, status, headers, body);
     return;
   }
   const responses = (operation.responses ?? {}) as Record<string, unknown>;
   const key = [String(status), `${String(status)[0]}XX`, "default"].find((k) => k in responses);
-  if (!key) throw new OpenApiMismatch(`${where}: status ${status} is not documented for ${method.toUpperCase()} ${match.template} (documented: ${Object.keys(responses).join(", ")}); body: ${(body ?? "").slice(0, 500)}`);
-  checkAgainst(pointer("paths", match.template, m === "head" ? "get" : m, "responses", key), where, headers, body, m === "head");
+  if (!key)
+    throw new OpenApiMismatch(
+      `${where}: status ${status} is not documented for ${method.toUpperCase()} ${match.template} (documented: ${Object.keys(responses).join(", ")}); body: ${(body ?? "").slice(0, 500)}`,
+    );
+  checkAgainst(
+    pointer("paths", match.template, m === "head" ? "get" : m, "responses", key),
+    where,
+    headers,
+    body,
+    m === "head",
+  );
 }

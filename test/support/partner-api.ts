@@ -12,10 +12,18 @@ export function opsFor(settings: Settings) {
   return commands({ auth: c.authAdmin(), connection: c.connectionAdmin(), webhook: c.webhookAdmin() });
 }
 
-export async function requestToken(baseUrl: string, body: Record<string, string>, encoding: "form" | "json" = "form", headers: Record<string, string> = {}) {
+export async function requestToken(
+  baseUrl: string,
+  body: Record<string, string>,
+  encoding: "form" | "json" = "form",
+  headers: Record<string, string> = {},
+) {
   const res = await fetch(`${baseUrl}/oauth/token`, {
     method: "POST",
-    headers: { "content-type": encoding === "form" ? "application/x-www-form-urlencoded" : "application/json", ...headers },
+    headers: {
+      "content-type": encoding === "form" ? "application/x-www-form-urlencoded" : "application/json",
+      ...headers,
+    },
     body: encoding === "form" ? new URLSearchParams(body).toString() : JSON.stringify(body),
   });
   const text = await res.text();
@@ -29,8 +37,18 @@ export function basicAuthorization(clientId: string, clientSecret: string): stri
   return `Basic ${Buffer.from(`${enc(clientId)}:${enc(clientSecret)}`).toString("base64")}`;
 }
 
-export async function accessToken(baseUrl: string, clientId: string, clientSecret: string, scope?: string): Promise<string> {
-  const res = await requestToken(baseUrl, { grant_type: "client_credentials", client_id: clientId, client_secret: clientSecret, ...(scope ? { scope } : {}) });
+export async function accessToken(
+  baseUrl: string,
+  clientId: string,
+  clientSecret: string,
+  scope?: string,
+): Promise<string> {
+  const res = await requestToken(baseUrl, {
+    grant_type: "client_credentials",
+    client_id: clientId,
+    client_secret: clientSecret,
+    ...(scope ? { scope } : {}),
+  });
   if (res.status !== 200) throw new Error(`token request failed: ${res.status} ${res.text}`);
   return (JSON.parse(res.text) as { access_token: string }).access_token;
 }
@@ -46,7 +64,12 @@ export async function call(baseUrl: string, token: string | undefined, method: s
   });
   const text = await res.text();
   validateResponse(method, path, res.status, res.headers, text);
-  return { status: res.status, headers: res.headers, text, json: text ? (JSON.parse(text) as Record<string, unknown>) : undefined };
+  return {
+    status: res.status,
+    headers: res.headers,
+    text,
+    json: text ? (JSON.parse(text) as Record<string, unknown>) : undefined,
+  };
 }
 
 /** The environment that points the compiled operator CLI at a stack's internal services. */
@@ -76,12 +99,21 @@ export interface CliRun {
  * Runs the compiled operator CLI (services/ops/dist/main.js) as an operator would. Asynchronous on
  * purpose: the services answering it may run in this very process.
  */
-export function runOpsCli(env: NodeJS.ProcessEnv, args: string[], command: string[] = [process.execPath, join(process.cwd(), "services", "ops", "dist", "main.js")]): Promise<CliRun> {
+export function runOpsCli(
+  env: NodeJS.ProcessEnv,
+  args: string[],
+  command: string[] = [process.execPath, join(process.cwd(), "services", "ops", "dist", "main.js")],
+): Promise<CliRun> {
   const started = performance.now();
   const [file, ...prefix] = command;
   return new Promise((resolve) => {
     execFile(file!, [...prefix, ...args], { env, timeout: 20_000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr, ms: performance.now() - started });
+      resolve({
+        code: err ? ((err as { code?: number }).code ?? 1) : 0,
+        stdout,
+        stderr,
+        ms: performance.now() - started,
+      });
     });
   });
 }

@@ -40,11 +40,17 @@ function build(pages: number, line: string): Buffer {
   const pageObj = (i: number) => 4 + 2 * i;
   push("%PDF-1.4\n%\xe2\xe3\xcf\xd3\n");
   object(1, "<< /Type /Catalog /Pages 2 0 R >>");
-  object(2, `<< /Type /Pages /Count ${pages} /Kids [${Array.from({ length: pages }, (_, i) => `${pageObj(i)} 0 R`).join(" ")}] >>`);
+  object(
+    2,
+    `<< /Type /Pages /Count ${pages} /Kids [${Array.from({ length: pages }, (_, i) => `${pageObj(i)} 0 R`).join(" ")}] >>`,
+  );
   object(3, "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>");
   for (let i = 0; i < pages; i++) {
     const content = pageStream(i + 1);
-    object(pageObj(i), `<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents ${pageObj(i) + 1} 0 R >>`);
+    object(
+      pageObj(i),
+      `<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents ${pageObj(i) + 1} 0 R >>`,
+    );
     object(pageObj(i) + 1, `<< /Length ${Buffer.byteLength(content, "latin1")} >>\nstream\n${content}\nendstream`);
   }
   const count = pageObj(pages);

@@ -35,12 +35,17 @@ export async function queryPlan(collection: Collection<Document>, filter: Docume
   }
   const fields = JSON.stringify(Object.keys(filter).sort());
   const indexes = await collection.listIndexes().toArray();
-  const index = indexes.find((ix) => (ix.unique === true || ix.name === "_id_") && JSON.stringify(Object.keys(ix.key as Document).sort()) === fields);
+  const index = indexes.find(
+    (ix) =>
+      (ix.unique === true || ix.name === "_id_") && JSON.stringify(Object.keys(ix.key as Document).sort()) === fields,
+  );
   const stats = await collection.db.command({ collStats: collection.collectionName });
   const entries = index ? Number((stats.indexSize as Record<string, number>)[index.name as string] ?? 0) : 0;
   return {
     via: "mongo-java-server rule",
     usesIndex: index !== undefined && Object.values(filter).every(isEquality) && entries > 0,
-    detail: index ? `${index.name as string} (${entries} entries)` : "no unique index with exactly these fields: a scan",
+    detail: index
+      ? `${index.name as string} (${entries} entries)`
+      : "no unique index with exactly these fields: a scan",
   };
 }

@@ -18,7 +18,11 @@ interface Release {
   date: string;
   chart: string;
 }
-const releases = JSON.parse(read("releases.json")) as { current: string; releases: Release[]; upgradeFrom: { name: string; commit: string }[] };
+const releases = JSON.parse(read("releases.json")) as {
+  current: string;
+  releases: Release[];
+  upgradeFrom: { name: string; commit: string }[];
+};
 const chart = read("charts/partner-integration/Chart.yaml");
 const changelog = read("CHANGELOG.md");
 const chartField = (name: string) => new RegExp(`^${name}: "?([^"\\n]+)"?$`, "m").exec(chart)?.[1];
@@ -40,7 +44,11 @@ describe("releases", () => {
   });
 
   it("every release is a tag vMAJOR.MINOR.PATCH with its full commit id, in order, the first v1.0.0 at f45f645", () => {
-    expect(releases.releases[0]).toMatchObject({ version: "1.0.0", tag: "v1.0.0", commit: expect.stringMatching(/^f45f645[0-9a-f]{33}$/) });
+    expect(releases.releases[0]).toMatchObject({
+      version: "1.0.0",
+      tag: "v1.0.0",
+      commit: expect.stringMatching(/^f45f645[0-9a-f]{33}$/),
+    });
     for (const [i, r] of releases.releases.entries()) {
       expect(r.tag).toBe(`v${r.version}`);
       expect(r.commit).toMatch(/^[0-9a-f]{40}$/);
@@ -53,7 +61,8 @@ describe("releases", () => {
 
   it("the stores' oldest reader is the previous release: this release only expands (docs/upgrades.md)", () => {
     expect(PREVIOUS_RELEASE).toBe(releases.releases.at(-1)!.version);
-    for (const schema of Object.values(STORE_SCHEMAS)) expect(compareReleases(schema.readableFrom, PREVIOUS_RELEASE)).toBeLessThanOrEqual(0);
+    for (const schema of Object.values(STORE_SCHEMAS))
+      expect(compareReleases(schema.readableFrom, PREVIOUS_RELEASE)).toBeLessThanOrEqual(0);
   });
 
   it("CHANGELOG.md is Keep a Changelog: [Unreleased] first, then every release newest first with its date, under the six kinds of change", () => {
@@ -62,7 +71,8 @@ describe("releases", () => {
     const dated = found.slice(1).map((s) => s.heading);
     expect(dated).toEqual([...releases.releases].reverse().map((r) => `[${r.version}] - ${r.date}`));
     for (const { body } of found) {
-      for (const [, kind] of body.matchAll(/^### (.+)$/gm)) expect(["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]).toContain(kind);
+      for (const [, kind] of body.matchAll(/^### (.+)$/gm))
+        expect(["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]).toContain(kind);
       // The spec's versioning section: deprecations are announced in the changelog, so every section says.
       expect(body).toMatch(/^### Deprecated$/m);
     }

@@ -16,13 +16,19 @@ export interface ReleaseList {
   upgradeFrom: { name: string; commit: string; about: string }[];
 }
 
-export const releaseList = (): ReleaseList => JSON.parse(readFileSync(join(repoRoot, "releases.json"), "utf8")) as ReleaseList;
+export const releaseList = (): ReleaseList =>
+  JSON.parse(readFileSync(join(repoRoot, "releases.json"), "utf8")) as ReleaseList;
 
 /** Runs at a low CPU priority: the other test files running meanwhile keep the cores their timing tests need. */
 function run(cmd: string, args: string[], cwd: string, log: string): void {
   const out = openSync(log, "a");
-  const r = spawnSync("nice", ["-n", "10", cmd, ...args], { cwd, stdio: ["ignore", out, out], env: { ...process.env, npm_config_update_notifier: "false" } });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} in ${cwd} failed (exit ${r.status ?? r.signal}); see ${log}`);
+  const r = spawnSync("nice", ["-n", "10", cmd, ...args], {
+    cwd,
+    stdio: ["ignore", out, out],
+    env: { ...process.env, npm_config_update_notifier: "false" },
+  });
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(" ")} in ${cwd} failed (exit ${r.status ?? r.signal}); see ${log}`);
 }
 
 /** The folder of `commit`, unpacked and built (once: later calls find it built). */
@@ -34,8 +40,11 @@ export function builtRelease(commit: string): string {
   rmSync(building, { recursive: true, force: true });
   mkdirSync(building, { recursive: true });
   const log = join(repoRoot, ".state", "releases", `${commit}.log`);
-  const archive = spawnSync("sh", ["-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, repoRoot, commit, building], { stdio: ["ignore", "ignore", "pipe"] });
-  if (archive.status !== 0) throw new Error(`git archive ${commit} failed (is the clone's history there?): ${String(archive.stderr)}`);
+  const archive = spawnSync("sh", ["-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, repoRoot, commit, building], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  if (archive.status !== 0)
+    throw new Error(`git archive ${commit} failed (is the clone's history there?): ${String(archive.stderr)}`);
   run("npm", ["ci", "--no-audit", "--no-fund", "--prefer-offline"], building, log);
   run("npm", ["run", "build"], building, log);
   writeFileSync(join(building, ".built"), `${new Date().toISOString()}\n`);
@@ -54,7 +63,15 @@ export interface RunningStack {
   stop(): Promise<void>;
 }
 
-const stackEnvDropped = ["MONGODB_URI", "KAFKA_BROKERS", "MONGODB_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SERVICE_REPLICAS", "DATA_NAMESPACE"];
+const stackEnvDropped = [
+  "MONGODB_URI",
+  "KAFKA_BROKERS",
+  "MONGODB_PORT",
+  "KAFKA_PORT",
+  "KAFKA_CONTROLLER_PORT",
+  "SERVICE_REPLICAS",
+  "DATA_NAMESPACE",
+];
 
 /** The environment of `npm start` on `stateDir`: only the gateway port, the state and the settings given. */
 export function stackEnv(stateDir: string, port: number, settings: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
@@ -67,7 +84,8 @@ export function stackEnv(stateDir: string, port: number, settings: NodeJS.Proces
     ...settings,
   };
   for (const name of stackEnvDropped) if (!(name in settings)) delete env[name];
-  for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK", "EXTRACTION"]) for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
+  for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK", "EXTRACTION"])
+    for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
   return env;
 }
 
@@ -105,12 +123,18 @@ export async function startStack(dir: string, env: NodeJS.ProcessEnv, timeoutMs 
     if (child.exitCode !== null || Date.now() - started > timeoutMs) {
       await stop();
       const tail = readFileSync(log, "utf8").split("\n").slice(-20).join("\n");
-      throw new Error(`npm start in ${dir} ${child.exitCode === null ? "not ready" : "exited"} within ${timeoutMs} ms; logs in ${stateDir}/logs:\n${tail}`);
+      throw new Error(
+        `npm start in ${dir} ${child.exitCode === null ? "not ready" : "exited"} within ${timeoutMs} ms; logs in ${stateDir}/logs:\n${tail}`,
+      );
     }
     await new Promise((r) => setTimeout(r, 250));
   }
   const ops = (...args: string[]) => {
-    const r = spawnSync(process.execPath, [join(dir, "services", "ops", "dist", "main.js"), ...args, "--json"], { env, encoding: "utf8", timeout: 30_000 });
+    const r = spawnSync(process.execPath, [join(dir, "services", "ops", "dist", "main.js"), ...args, "--json"], {
+      env,
+      encoding: "utf8",
+      timeout: 30_000,
+    });
     if (r.status !== 0) throw new Error(`ops ${args.join(" ")} (${dir}) failed: ${r.stderr}`);
     return JSON.parse(r.stdout) as Record<string, unknown>;
   };

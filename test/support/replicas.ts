@@ -14,7 +14,10 @@ async function serving(url: string): Promise<boolean> {
   let health = clients.get(url);
   if (!health) clients.set(url, (health = serviceClient(healthv1.Health, url)));
   try {
-    return (await health.check({ service: LIVENESS }, { timeoutMs: 1_000 })).status === healthv1.HealthCheckResponse_ServingStatus.SERVING;
+    return (
+      (await health.check({ service: LIVENESS }, { timeoutMs: 1_000 })).status ===
+      healthv1.HealthCheckResponse_ServingStatus.SERVING
+    );
   } catch {
     return false;
   }
@@ -23,7 +26,9 @@ async function serving(url: string): Promise<boolean> {
 /** The data-plane address of every replica, as the stack recorded them in its STATE_DIR. */
 function replicaUrls(stateDir: string): string[] {
   const recorded = withLocalStackAddresses({}, stateDir);
-  return SERVICE_URL_SETTINGS.filter((name) => name.endsWith("_SERVICE_URL")).flatMap((name) => recorded[name]?.split(",") ?? []);
+  return SERVICE_URL_SETTINGS.filter((name) => name.endsWith("_SERVICE_URL")).flatMap(
+    (name) => recorded[name]?.split(",") ?? [],
+  );
 }
 
 export async function everyReplicaServes(stateDir: string): Promise<boolean> {

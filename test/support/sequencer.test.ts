@@ -40,9 +40,19 @@ describe("the test sequencer", () => {
 
   it("keeps jest's order, slowest first, for files whose durations it knows; files without one follow, by lane", () => {
     const { order } = fakeTests(
-      { "services/auth/test/a.test.ts": 1_000, "test/e2e/b.test.ts": 1_000, "services/auth/test/new.test.ts": 9_000, "test/deploy/new.test.ts": 1_000 },
+      {
+        "services/auth/test/a.test.ts": 1_000,
+        "test/e2e/b.test.ts": 1_000,
+        "services/auth/test/new.test.ts": 9_000,
+        "test/deploy/new.test.ts": 1_000,
+      },
       { "services/auth/test/a.test.ts": 90_000, "test/e2e/b.test.ts": 30_000 },
     );
-    expect(order()).toEqual(["services/auth/test/a.test.ts", "test/e2e/b.test.ts", "test/deploy/new.test.ts", "services/auth/test/new.test.ts"]);
+    expect(order()).toEqual([
+      "services/auth/test/a.test.ts",
+      "test/e2e/b.test.ts",
+      "test/deploy/new.test.ts",
+      "services/auth/test/new.test.ts",
+    ]);
   });
 });

@@ -19,7 +19,10 @@ import { startWarmGateway } from "@pi/gateway";
 // One key pair per workload for every test in this process, as `npm start` keeps one per state
 // directory: each service of a test stack signs its calls with its own key, and a test's own calls
 // carry the operator CLI's identity unless it takes another one with `as(settings, name)`.
-const identities = Object.fromEntries(WORKLOADS.map((name) => [name, generateIdentity(name)])) as Record<Workload, { key: string; publicKey: string }>;
+const identities = Object.fromEntries(WORKLOADS.map((name) => [name, generateIdentity(name)])) as Record<
+  Workload,
+  { key: string; publicKey: string }
+>;
 export const TEST_PUBLIC_KEYS = WORKLOADS.map((name) => identities[name].publicKey).join(",");
 
 /** The SERVICE_IDENTITY_KEY of a workload in this process's tests. */
@@ -31,7 +34,8 @@ export function as(settings: Settings, name: Workload): Settings {
 }
 
 /** The test Kafka's users and passwords (test/support/global-setup.mjs). */
-const kafkaPasswords = (): Record<string, string> => JSON.parse(process.env.TEST_KAFKA_USERS ?? "{}") as Record<string, string>;
+const kafkaPasswords = (): Record<string, string> =>
+  JSON.parse(process.env.TEST_KAFKA_USERS ?? "{}") as Record<string, string>;
 
 /** The test Kafka's super user, for a test's own readers and writers of any topic. */
 export const testKafkaAdmin = (): KafkaCredentials => testKafkaUser(KAFKA_ADMIN_USER);
@@ -51,7 +55,10 @@ export function kafkaUserEnv(name: KafkaUser): { KAFKA_USERNAME: string; KAFKA_P
 
 /** Grants the Kafka users of every service their ACLs on a namespace of the test Kafka (as the super user). */
 export async function grantTestKafkaAccess(namespace: string): Promise<void> {
-  await grantKafkaAccess(createKafka(process.env.TEST_KAFKA_BROKERS!, "test-admin", createLogger("test-admin", "error"), testKafkaAdmin()), namespace);
+  await grantKafkaAccess(
+    createKafka(process.env.TEST_KAFKA_BROKERS!, "test-admin", createLogger("test-admin", "error"), testKafkaAdmin()),
+    namespace,
+  );
 }
 
 /**
@@ -108,13 +115,21 @@ export interface TestStack {
 
 const url = (port: number) => `http://127.0.0.1:${port}`;
 
-const SETTING_PREFIX = { auth: "AUTH", connection: "CONNECTION", "file-intake": "FILE_INTAKE", webhook: "WEBHOOK" } as const;
+const SETTING_PREFIX = {
+  auth: "AUTH",
+  connection: "CONNECTION",
+  "file-intake": "FILE_INTAKE",
+  webhook: "WEBHOOK",
+} as const;
 
 /** The settings that address these started replicas of `service`: its data plane's URL, and its admin plane's when it has one. */
 export function addressOf(service: keyof typeof SETTING_PREFIX, ...replicas: RunningService[]): Partial<Settings> {
   const prefix = SETTING_PREFIX[service];
   const admin = replicas.flatMap((r) => (r.adminPort === undefined ? [] : [url(r.adminPort)]));
-  return { [`${prefix}_SERVICE_URL`]: replicas.map((r) => url(r.port)).join(","), ...(admin.length > 0 ? { [`${prefix}_ADMIN_URL`]: admin.join(",") } : {}) };
+  return {
+    [`${prefix}_SERVICE_URL`]: replicas.map((r) => url(r.port)).join(","),
+    ...(admin.length > 0 ? { [`${prefix}_ADMIN_URL`]: admin.join(",") } : {}),
+  };
 }
 
 export interface TestStackOptions {
@@ -128,7 +143,10 @@ export interface TestStackOptions {
  * Every service in this process, wired to each other, on the real MongoDB-wire server and Kafka,
  * each with its own service identity; the returned settings carry the operator CLI's.
  */
-export async function startTestStack(overrides: Record<string, string> = {}, options: TestStackOptions = {}): Promise<TestStack> {
+export async function startTestStack(
+  overrides: Record<string, string> = {},
+  options: TestStackOptions = {},
+): Promise<TestStack> {
   quickConsumerStops();
   let settings = testSettings(overrides);
   const logger = (name: string) => createLogger(name, settings.LOG_LEVEL, options.logDestination);

@@ -34,7 +34,12 @@ export interface PacedUpload {
  * POST /v1/files with `elder`, then a text file of which `bytesPerTick` bytes are sent every
  * `tickMs` until `finish()` or the gateway answers. Each upload has a connection of its own.
  */
-export function pacedUpload(baseUrl: string, token: string, elder: string, pace: { bytesPerTick: number; tickMs: number }): PacedUpload {
+export function pacedUpload(
+  baseUrl: string,
+  token: string,
+  elder: string,
+  pace: { bytesPerTick: number; tickMs: number },
+): PacedUpload {
   const boundary = `----pi${randomBytes(12).toString("hex")}`;
   const head = Buffer.from(
     `--${boundary}\r\ncontent-disposition: form-data; name="elder"\r\n\r\n${elder}\r\n` +
@@ -42,23 +47,42 @@ export function pacedUpload(baseUrl: string, token: string, elder: string, pace:
   );
   const tail = Buffer.from(`\r\n--${boundary}--\r\n`);
   const headers = { authorization: `Bearer ${token}`, "content-type": `multipart/form-data; boundary=${boundary}` };
-  return baseUrl.startsWith("https:") ? overHttp2(baseUrl, headers, head, tail, pace) : overHttp1(baseUrl, headers, head, tail, pace);
+  return baseUrl.startsWith("https:")
+    ? overHttp2(baseUrl, headers, head, tail, pace)
+    : overHttp1(baseUrl, headers, head, tail, pace);
 }
 
 type Pace = { bytesPerTick: number; tickMs: number };
 
-function overHttp1(baseUrl: string, headers: Record<string, string>, head: Buffer, tail: Buffer, pace: Pace): PacedUpload {
+function overHttp1(
+  baseUrl: string,
+  headers: Record<string, string>,
+  head: Buffer,
+  tail: Buffer,
+  pace: Pace,
+): PacedUpload {
   const started = performance.now();
   let timer: NodeJS.Timeout | undefined;
   let done = false;
-  const req = httpRequest(`${baseUrl}/v1/files`, { method: "POST", agent: false, headers: { ...headers, "transfer-encoding": "chunked" } });
+  const req = httpRequest(`${baseUrl}/v1/files`, {
+    method: "POST",
+    agent: false,
+    headers: { ...headers, "transfer-encoding": "chunked" },
+  });
   const answer = new Promise<UploadAnswer>((resolve, reject) => {
     req.on("response", (res) => {
       done = true;
       clearInterval(timer);
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString(), ms: performance.now() - started }));
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode!,
+          headers: res.headers,
+          body: Buffer.concat(chunks).toString(),
+          ms: performance.now() - started,
+        }),
+      );
       res.on("error", reject);
     });
     req.on("error", (err) => {
@@ -84,7 +108,13 @@ function overHttp1(baseUrl: string, headers: Record<string, string>, head: Buffe
   };
 }
 
-function overHttp2(baseUrl: string, headers: Record<string, string>, head: Buffer, tail: Buffer, pace: Pace): PacedUpload {
+function overHttp2(
+  baseUrl: string,
+  headers: Record<string, string>,
+  head: Buffer,
+  tail: Buffer,
+  pace: Pace,
+): PacedUpload {
   const started = performance.now();
   let timer: NodeJS.Timeout | undefined;
   let answered = false;
@@ -104,14 +134,22 @@ function overHttp2(baseUrl: string, headers: Record<string, string>, head: Buffe
       if (settled) return;
       settled = true;
       stop();
-      if (answered) resolve({ status, headers: responseHeaders, body: Buffer.concat(chunks).toString(), ms: performance.now() - started });
+      if (answered)
+        resolve({
+          status,
+          headers: responseHeaders,
+          body: Buffer.concat(chunks).toString(),
+          ms: performance.now() - started,
+        });
       else reject(err ?? new Error(`the stream closed without an answer (RST_STREAM code ${stream.rstCode})`));
     };
     stream.on("response", (h) => {
       answered = true;
       clearInterval(timer);
       status = Number(h[":status"]);
-      responseHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !k.startsWith(":"))) as IncomingHttpHeaders;
+      responseHeaders = Object.fromEntries(
+        Object.entries(h).filter(([k]) => !k.startsWith(":")),
+      ) as IncomingHttpHeaders;
     });
     stream.on("data", (c: Buffer) => chunks.push(c));
     // The answer's end; or, once the proxy has reset the stream after a complete answer, its close.

@@ -35,13 +35,27 @@ export interface ReadTopicOptions<T> {
   describe?: (value: T) => unknown;
 }
 
-export async function readTopic<T>(brokers: string, namespace: string, key: TopicKey, decode: (value: Uint8Array) => T, options: ReadTopicOptions<T> = {}): Promise<TopicReader<T>> {
-  const kafka = createKafka(brokers, `${namespace}.test-reader`, createLogger("test-reader", "error"), options.credentials ?? testKafkaAdmin());
+export async function readTopic<T>(
+  brokers: string,
+  namespace: string,
+  key: TopicKey,
+  decode: (value: Uint8Array) => T,
+  options: ReadTopicOptions<T> = {},
+): Promise<TopicReader<T>> {
+  const kafka = createKafka(
+    brokers,
+    `${namespace}.test-reader`,
+    createLogger("test-reader", "error"),
+    options.credentials ?? testKafkaAdmin(),
+  );
   // The topic exists before the reader subscribes: a reader that found no such topic would see it
   // only at its next metadata refresh, about 30 s later.
   await ensureTopics(kafka, namespace, [key]);
   const topic = topicName(namespace, key);
-  const consumer = kafka.consumer({ groupId: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`, maxWaitTimeInMs: 100 });
+  const consumer = kafka.consumer({
+    groupId: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`,
+    maxWaitTimeInMs: 100,
+  });
   const records: ReadRecord<T>[] = [];
   const readUpTo = new Map<number, bigint>();
   const waiters = new Waiters();
@@ -50,21 +64,40 @@ export async function readTopic<T>(brokers: string, namespace: string, key: Topi
   await consumer.subscribe({ topic, fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ partition, message }) => {
-      records.push({ key: message.key?.toString() ?? "", partition, offset: message.offset, value: decode(message.value ?? new Uint8Array()) });
+      records.push({
+        key: message.key?.toString() ?? "",
+        partition,
+        offset: message.offset,
+        value: decode(message.value ?? new Uint8Array()),
+      });
       readUpTo.set(partition, BigInt(message.offset) + 1n);
       waiters.wake();
     },
   });
 
   const waitUntil = (holds: () => boolean, timeoutMs: number, what: () => string) =>
-    waiters.until(holds, timeoutMs, () => new Error(`timed out after ${timeoutMs} ms waiting for ${what()}; records read: ${JSON.stringify(records.map((r) => describe(r.value)), (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v))}`));
+    waiters.until(
+      holds,
+      timeoutMs,
+      () =>
+        new Error(
+          `timed out after ${timeoutMs} ms waiting for ${what()}; records read: ${JSON.stringify(
+            records.map((r) => describe(r.value)),
+            (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v),
+          )}`,
+        ),
+    );
 
   return {
     kafka,
     topic,
     records,
     async waitFor(predicate, timeoutMs = 30_000) {
-      await waitUntil(() => predicate(records), timeoutMs, () => "a condition on the records");
+      await waitUntil(
+        () => predicate(records),
+        timeoutMs,
+        () => "a condition on the records",
+      );
       return records;
     },
     async readToEnd(timeoutMs = 30_000) {
@@ -79,7 +112,8 @@ export async function readTopic<T>(brokers: string, namespace: string, key: Topi
       await waitUntil(
         () => ends.every((e) => (readUpTo.get(e.partition) ?? BigInt(e.low)) >= BigInt(e.high)),
         timeoutMs,
-        () => `${topic} read to its end ${JSON.stringify(ends)} (read up to ${JSON.stringify(Object.fromEntries([...readUpTo].map(([p, o]) => [p, String(o)])))})`,
+        () =>
+          `${topic} read to its end ${JSON.stringify(ends)} (read up to ${JSON.stringify(Object.fromEntries([...readUpTo].map(([p, o]) => [p, String(o)])))})`,
       );
     },
     async stop() {

@@ -17,7 +17,8 @@ function targetOf(args) {
   // net.connect() hands Socket#connect its arguments already normalised, as [options, callback].
   if (Array.isArray(first)) first = first[0];
   // An options object (http's carry path: null) is an IPC connection only with a path.
-  if (first !== null && typeof first === "object") return first.path ? { path: first.path } : { port: Number(first.port), host: first.host };
+  if (first !== null && typeof first === "object")
+    return first.path ? { path: first.path } : { port: Number(first.port), host: first.host };
   if (typeof first === "string" && !/^\d+$/.test(first)) return { path: first };
   return { port: Number(first), host: typeof args[1] === "string" ? args[1] : undefined };
 }

@@ -15,7 +15,12 @@ export interface WebhookEvent {
 export const TOLERANCE_SECONDS = 5 * 60;
 
 /** Checks a Service-Signature header against the raw body, before anything parses it. */
-export function verifyWebhook(rawBody: Buffer, header: string | undefined, secret: string, now = Date.now()): WebhookEvent {
+export function verifyWebhook(
+  rawBody: Buffer,
+  header: string | undefined,
+  secret: string,
+  now = Date.now(),
+): WebhookEvent {
   let t = NaN;
   const v1: string[] = [];
   for (const part of (header ?? "").split(",")) {
@@ -34,7 +39,11 @@ export function verifyWebhook(rawBody: Buffer, header: string | undefined, secre
  * Answers 400 to anything unsigned, 2xx once onEvent has handled the event, 500 when it throws
  * (the service then tries again later with the same event id and the same body).
  */
-export function createWebhookReceiver(secret: string, onEvent: (event: WebhookEvent) => Promise<void> | void, onRejected?: (reason: string) => void): Server {
+export function createWebhookReceiver(
+  secret: string,
+  onEvent: (event: WebhookEvent) => Promise<void> | void,
+  onRejected?: (reason: string) => void,
+): Server {
   return createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
@@ -117,7 +126,10 @@ export async function startTestReceiver(secret = "", behaviour: Behaviour = () =
   };
   // The documented receiver does the work; this server only hands it each request, so the secret
   // can be set once the partner exists.
-  let handle = createWebhookReceiver(secret, onEvent, onRejected).listeners("request")[0] as (req: IncomingMessage, res: ServerResponse) => void;
+  let handle = createWebhookReceiver(secret, onEvent, onRejected).listeners("request")[0] as (
+    req: IncomingMessage,
+    res: ServerResponse,
+  ) => void;
   const server = createServer((req, res) => handle(req, res));
   // Keeps the raw body of the request being handled, to compare bodies across attempts.
   server.prependListener("request", (req) => {
@@ -140,11 +152,19 @@ export async function startTestReceiver(secret = "", behaviour: Behaviour = () =
       current = b;
     },
     async waitFor(predicate, timeoutMs = 20_000, what = "webhook arrivals") {
-      await waiters.until(() => predicate(arrivals), timeoutMs, () => new Error(`timed out after ${timeoutMs} ms waiting for ${what}; got ${arrivals.length} arrivals, ${rejected.length} rejected`));
+      await waiters.until(
+        () => predicate(arrivals),
+        timeoutMs,
+        () =>
+          new Error(
+            `timed out after ${timeoutMs} ms waiting for ${what}; got ${arrivals.length} arrivals, ${rejected.length} rejected`,
+          ),
+      );
       return arrivals;
     },
     async drained(timeoutMs = 10_000) {
-      const open = () => new Promise<number>((resolve, reject) => server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+      const open = () =>
+        new Promise<number>((resolve, reject) => server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
       for (const deadline = Date.now() + timeoutMs; (await open()) > 0; ) {
         if (Date.now() > deadline) throw new Error(`the receiver still has connections after ${timeoutMs} ms`);
         await new Promise((r) => setTimeout(r, 20));

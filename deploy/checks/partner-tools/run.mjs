@@ -30,14 +30,20 @@ const cases = [];
 function run(command, args, input) {
   return new Promise((resolve) => {
     const child = execFile(command, args, { cwd: root, timeout: 60_000, maxBuffer: 4 << 20 }, (err, stdout, stderr) =>
-      resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout: stdout.trim(), stderr: stderr.trim() }),
+      resolve({
+        code: err ? (typeof err.code === "number" ? err.code : 1) : 0,
+        stdout: stdout.trim(),
+        stderr: stderr.trim(),
+      }),
     );
     // No input: stdin ends at once (kubectl exec -i would otherwise wait on it).
     child.stdin.end(input);
   });
 }
 
-const opsCommand = process.env.PT_OPS ? process.env.PT_OPS.split(" ").filter(Boolean) : [process.execPath, join(root, "services", "ops", "dist", "main.js")];
+const opsCommand = process.env.PT_OPS
+  ? process.env.PT_OPS.split(" ").filter(Boolean)
+  : [process.execPath, join(root, "services", "ops", "dist", "main.js")];
 const remoteOps = Boolean(process.env.PT_OPS);
 
 async function ops(...args) {
@@ -52,16 +58,38 @@ async function opsWithInput(input, ...args) {
 
 function record(name, ok, detail = "") {
   cases.push({ name, ok, ...(ok ? {} : { detail }) });
-  process.stderr.write(`${JSON.stringify({ level: ok ? "info" : "error", service: "partner-tools", case: name, ok, ...(detail ? { detail } : {}) })}\n`);
+  process.stderr.write(
+    `${JSON.stringify({ level: ok ? "info" : "error", service: "partner-tools", case: name, ok, ...(detail ? { detail } : {}) })}\n`,
+  );
 }
 
 // ---- OAuth client libraries ----
 const clients = [
-  ["python requests-oauthlib, default (HTTP Basic)", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "requests-oauthlib", "default"]],
-  ["python requests-oauthlib, body", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "requests-oauthlib", "body"]],
-  ["python authlib, default (client_secret_basic)", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "authlib", "default"]],
-  ["python authlib, body (client_secret_post)", process.env.PT_PYTHON, [join(here, "python", "oauth_client.py"), "authlib", "body"]],
-  ["go golang.org/x/oauth2 clientcredentials, default (auto-detect, Basic first)", process.env.PT_GO_BIN, ["-style", "auto"]],
+  [
+    "python requests-oauthlib, default (HTTP Basic)",
+    process.env.PT_PYTHON,
+    [join(here, "python", "oauth_client.py"), "requests-oauthlib", "default"],
+  ],
+  [
+    "python requests-oauthlib, body",
+    process.env.PT_PYTHON,
+    [join(here, "python", "oauth_client.py"), "requests-oauthlib", "body"],
+  ],
+  [
+    "python authlib, default (client_secret_basic)",
+    process.env.PT_PYTHON,
+    [join(here, "python", "oauth_client.py"), "authlib", "default"],
+  ],
+  [
+    "python authlib, body (client_secret_post)",
+    process.env.PT_PYTHON,
+    [join(here, "python", "oauth_client.py"), "authlib", "body"],
+  ],
+  [
+    "go golang.org/x/oauth2 clientcredentials, default (auto-detect, Basic first)",
+    process.env.PT_GO_BIN,
+    ["-style", "auto"],
+  ],
   ["go golang.org/x/oauth2 clientcredentials, body (AuthStyleInParams)", process.env.PT_GO_BIN, ["-style", "params"]],
   ["node simple-oauth2, default (header)", process.execPath, [join(process.env.PT_NODE_DIR, "token.cjs"), "default"]],
   ["node simple-oauth2, body", process.execPath, [join(process.env.PT_NODE_DIR, "token.cjs"), "body"]],
@@ -74,7 +102,9 @@ async function useOnV1(token, elder) {
     body: JSON.stringify({ elder }),
   });
   const body = await res.json();
-  return res.status === 202 && /^con_/.test(body.id) ? undefined : `POST /v1/connections answered ${res.status} ${JSON.stringify(body)}`;
+  return res.status === 202 && /^con_/.test(body.id)
+    ? undefined
+    : `POST /v1/connections answered ${res.status} ${JSON.stringify(body)}`;
 }
 
 async function oauthCases() {
@@ -83,7 +113,15 @@ async function oauthCases() {
   for (const [name, command, args] of clients) {
     const isGo = command === process.env.PT_GO_BIN;
     const credentials = isGo
-      ? ["-token-url", tokenUrl, "-client-id", partner.live.client_id, "-client-secret", partner.live.client_secret, ...(process.env.PT_RESOLVE ? ["-resolve", process.env.PT_RESOLVE] : [])]
+      ? [
+          "-token-url",
+          tokenUrl,
+          "-client-id",
+          partner.live.client_id,
+          "-client-secret",
+          partner.live.client_secret,
+          ...(process.env.PT_RESOLVE ? ["-resolve", process.env.PT_RESOLVE] : []),
+        ]
       : [tokenUrl, partner.live.client_id, partner.live.client_secret];
     const res = await run(command, [...args, ...credentials]);
     if (res.code !== 0 || !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(res.stdout)) {
@@ -108,8 +146,14 @@ async function privateKeyJwtCases() {
     } catch {
       metadata = undefined;
     }
-    const discoveryOk = metadata?.token_endpoint === tokenUrl && metadata.token_endpoint_auth_methods_supported.includes("private_key_jwt");
-    record("node oauth4webapi discovery (RFC 8414): the token endpoint and private_key_jwt", discoveryOk, discoveryOk ? "" : `exit ${discovered.code}: ${discovered.stdout} ${discovered.stderr.slice(-500)}`);
+    const discoveryOk =
+      metadata?.token_endpoint === tokenUrl &&
+      metadata.token_endpoint_auth_methods_supported.includes("private_key_jwt");
+    record(
+      "node oauth4webapi discovery (RFC 8414): the token endpoint and private_key_jwt",
+      discoveryOk,
+      discoveryOk ? "" : `exit ${discovered.code}: ${discovered.stdout} ${discovered.stderr.slice(-500)}`,
+    );
     const keys = [
       ["RS384", generateKeyPairSync("rsa", { modulusLength: 2048 })],
       ["ES384", generateKeyPairSync("ec", { namedCurve: "P-384" })],
@@ -119,15 +163,40 @@ async function privateKeyJwtCases() {
       const kid = `${alg.toLowerCase()}-${randomUUID().slice(0, 8)}`;
       const jwksFile = join(dir, `${kid}.jwks.json`);
       const keyFile = join(dir, `${kid}.pem`);
-      writeFileSync(jwksFile, JSON.stringify({ keys: [{ ...pair.publicKey.export({ format: "jwk" }), kid, alg, use: "sig" }] }));
+      writeFileSync(
+        jwksFile,
+        JSON.stringify({ keys: [{ ...pair.publicKey.export({ format: "jwk" }), kid, alg, use: "sig" }] }),
+      );
       writeFileSync(keyFile, pair.privateKey.export({ format: "pem", type: "pkcs8" }), { mode: 0o600 });
       // The operator CLI in a cluster's ops pod reads the JWK Set from its stdin.
       const credential = remoteOps
-        ? await opsWithInput(JSON.stringify({ keys: [{ ...pair.publicKey.export({ format: "jwk" }), kid, alg, use: "sig" }] }), "credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", "/dev/stdin")
+        ? await opsWithInput(
+            JSON.stringify({ keys: [{ ...pair.publicKey.export({ format: "jwk" }), kid, alg, use: "sig" }] }),
+            "credential",
+            "create",
+            partner.partner_id,
+            "--mode",
+            "live",
+            "--jwks-file",
+            "/dev/stdin",
+          )
         : await ops("credential", "create", partner.partner_id, "--mode", "live", "--jwks-file", jwksFile);
-      const printed = JSON.stringify(Object.keys(credential).sort()) === JSON.stringify(["auth_method", "client_id", "mode"]) && credential.auth_method === "private_key_jwt";
-      record(`operator CLI: credential create --jwks-file (${alg}) prints client_id, mode, auth_method and no secret`, printed, JSON.stringify(credential));
-      const res = await run(process.env.PT_PYTHON, [join(here, "python", "private_key_jwt.py"), gateway, credential.client_id, keyFile, kid, alg]);
+      const printed =
+        JSON.stringify(Object.keys(credential).sort()) === JSON.stringify(["auth_method", "client_id", "mode"]) &&
+        credential.auth_method === "private_key_jwt";
+      record(
+        `operator CLI: credential create --jwks-file (${alg}) prints client_id, mode, auth_method and no secret`,
+        printed,
+        JSON.stringify(credential),
+      );
+      const res = await run(process.env.PT_PYTHON, [
+        join(here, "python", "private_key_jwt.py"),
+        gateway,
+        credential.client_id,
+        keyFile,
+        kid,
+        alg,
+      ]);
       if (res.code !== 0 || !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(res.stdout)) {
         record(`${name}: token`, false, `exit ${res.code}: ${res.stderr.slice(-500)}`);
         continue;
@@ -148,20 +217,36 @@ async function privateKeyJwtCases() {
  * certificate it trusts (test-cluster.sh sets both up).
  */
 function receiver() {
-  const remote = Object.fromEntries((process.env.PT_WEBHOOK_RECEIVER ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+  const remote = Object.fromEntries(
+    (process.env.PT_WEBHOOK_RECEIVER ?? "")
+      .split(",")
+      .filter(Boolean)
+      .map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
+  );
   const hits = [];
   const waiters = new Set();
   const handler = (req, res) => {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
-      hits.push({ body: Buffer.concat(chunks).toString("utf8"), header: String(req.headers["service-signature"] ?? ""), at: Date.now() });
+      hits.push({
+        body: Buffer.concat(chunks).toString("utf8"),
+        header: String(req.headers["service-signature"] ?? ""),
+        at: Date.now(),
+      });
       res.writeHead(204).end();
       waiters.forEach((w) => w());
     });
   };
-  const server = remote.url ? createHttpsServer({ cert: readFileSync(remote.cert), key: readFileSync(remote.key) }, handler) : createServer(handler);
-  const [host, port] = remote.url ? [remote.listen.slice(0, remote.listen.lastIndexOf(":")), Number(remote.listen.slice(remote.listen.lastIndexOf(":") + 1))] : ["127.0.0.1", 0];
+  const server = remote.url
+    ? createHttpsServer({ cert: readFileSync(remote.cert), key: readFileSync(remote.key) }, handler)
+    : createServer(handler);
+  const [host, port] = remote.url
+    ? [
+        remote.listen.slice(0, remote.listen.lastIndexOf(":")),
+        Number(remote.listen.slice(remote.listen.lastIndexOf(":") + 1)),
+      ]
+    : ["127.0.0.1", 0];
   return new Promise((resolve) =>
     server.listen(port, host, () =>
       resolve({
@@ -215,7 +300,11 @@ async function pendingConnection(partner) {
   const token = await fetch(tokenUrl, {
     method: "POST",
     headers: { "content-type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams({ grant_type: "client_credentials", client_id: partner.live.client_id, client_secret: partner.live.client_secret }),
+    body: new URLSearchParams({
+      grant_type: "client_credentials",
+      client_id: partner.live.client_id,
+      client_secret: partner.live.client_secret,
+    }),
   }).then((r) => r.json());
   const { address } = await ops("elder", "create");
   const connection = await fetch(`${gateway}/v1/connections`, {
@@ -238,20 +327,38 @@ async function webhookCases() {
     const oldSecret = partner.signing_secret;
 
     // The connections exist beforehand, so that only the approval and its delivery fall in the overlap.
-    const [first, second, third] = [await pendingConnection(partner), await pendingConnection(partner), await pendingConnection(partner)];
+    const [first, second, third] = [
+      await pendingConnection(partner),
+      await pendingConnection(partner),
+      await pendingConnection(partner),
+    ];
     const before = await approvedEvent(hook, first, "before the rotation");
     await verifyWithSdks("before a rotation", before, [[oldSecret, true, "the"]]);
 
     const overlapHours = 0.015; // 54 s
-    const rotated = await ops("partner", "rotate-signing-secret", partner.partner_id, "--overlap-hours", String(overlapHours));
+    const rotated = await ops(
+      "partner",
+      "rotate-signing-secret",
+      partner.partner_id,
+      "--overlap-hours",
+      String(overlapHours),
+    );
     const newSecret = rotated.signing_secret;
     const overlapEnds = Date.parse(rotated.previous_expires_at);
     const during = await approvedEvent(hook, second, "during the overlap");
     const signedAt = Number(/^t=(\d+)/.exec(during.header)?.[1]) * 1000;
     if (signedAt >= overlapEnds - 1000) {
-      record("rotation: a delivery during the overlap", false, `the delivery came ${(signedAt - overlapEnds) / 1000} s after the overlap ended: too late to test it`);
+      record(
+        "rotation: a delivery during the overlap",
+        false,
+        `the delivery came ${(signedAt - overlapEnds) / 1000} s after the overlap ended: too late to test it`,
+      );
     } else {
-      record("rotation: a delivery during the overlap carries two v1 values", during.header.split(",").filter((p) => p.startsWith("v1=")).length === 2, during.header.replace(/[0-9a-f]{64}/g, "…"));
+      record(
+        "rotation: a delivery during the overlap carries two v1 values",
+        during.header.split(",").filter((p) => p.startsWith("v1=")).length === 2,
+        during.header.replace(/[0-9a-f]{64}/g, "…"),
+      );
       await verifyWithSdks("during the rotation's overlap", during, [
         [oldSecret, true, "the old"],
         [newSecret, true, "the new"],
@@ -268,8 +375,15 @@ async function webhookCases() {
     const eventId = JSON.parse(before.body).id;
     const count = hook.hits.length;
     await ops("webhook", "resend", eventId);
-    const resent = await hook.waitFor((h, i) => hook.hits.indexOf(h) >= count && JSON.parse(h.body).id === eventId, "the resent event");
-    record("resend: same evt_ id and the identical body", resent.body === before.body, resent.body === before.body ? "" : "body differs");
+    const resent = await hook.waitFor(
+      (h, i) => hook.hits.indexOf(h) >= count && JSON.parse(h.body).id === eventId,
+      "the resent event",
+    );
+    record(
+      "resend: same evt_ id and the identical body",
+      resent.body === before.body,
+      resent.body === before.body ? "" : "body differs",
+    );
     await verifyWithSdks("a resent event (after the overlap)", resent, [[newSecret, true, "the new"]]);
   } finally {
     hook.close();

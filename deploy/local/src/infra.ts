@@ -26,7 +26,12 @@ function run(cmd: string, args: string[], cwd: string, what: string): void {
 function fetchJars(pom: string, libs: string, what: string): void {
   const tmp = `${libs}.tmp`;
   rmSync(tmp, { recursive: true, force: true });
-  run("mvn", ["-q", "-B", "-f", pom, "dependency:copy-dependencies", `-DoutputDirectory=${tmp}`, "-DincludeScope=runtime"], repoRoot, what);
+  run(
+    "mvn",
+    ["-q", "-B", "-f", pom, "dependency:copy-dependencies", `-DoutputDirectory=${tmp}`, "-DincludeScope=runtime"],
+    repoRoot,
+    what,
+  );
   rmSync(libs, { recursive: true, force: true });
   renameSync(tmp, libs);
 }
@@ -40,7 +45,18 @@ export interface MongoWireInstall {
 function ensureEcj(home: string): string {
   const jar = join(home, "ecj", `ecj-${ECJ_VERSION}.jar`);
   if (!existsSync(jar)) {
-    run("mvn", ["-q", "-B", "dependency:copy", `-Dartifact=org.eclipse.jdt:ecj:${ECJ_VERSION}`, `-DoutputDirectory=${join(home, "ecj")}`], repoRoot, "fetching the Eclipse Java compiler");
+    run(
+      "mvn",
+      [
+        "-q",
+        "-B",
+        "dependency:copy",
+        `-Dartifact=org.eclipse.jdt:ecj:${ECJ_VERSION}`,
+        `-DoutputDirectory=${join(home, "ecj")}`,
+      ],
+      repoRoot,
+      "fetching the Eclipse Java compiler",
+    );
   }
   return jar;
 }
@@ -52,7 +68,10 @@ function ensureEcj(home: string): string {
 export function ensureMongoWire(cache: string, progress: Progress): MongoWireInstall {
   const home = join(cache, `mongo-wire-${MONGO_WIRE_VERSION}`);
   const source = join(repoRoot, "deploy", "infra", "mongo-wire");
-  const mainHash = createHash("sha256").update(readFileSync(join(source, "Main.java"))).digest("hex").slice(0, 12);
+  const mainHash = createHash("sha256")
+    .update(readFileSync(join(source, "Main.java")))
+    .digest("hex")
+    .slice(0, 12);
   const install = { libs: join(home, "libs"), classes: join(home, `classes-${mainHash}`) };
   if (existsSync(join(install.classes, "Main.class")) && existsSync(install.libs)) return install;
   mkdirSync(home, { recursive: true });
@@ -62,11 +81,15 @@ export function ensureMongoWire(cache: string, progress: Progress): MongoWireIns
   }
   const tmp = `${install.classes}.tmp`;
   rmSync(tmp, { recursive: true, force: true });
-  const classpath = readdirSync(install.libs).map((jar) => join(install.libs, jar)).join(":");
+  const classpath = readdirSync(install.libs)
+    .map((jar) => join(install.libs, jar))
+    .join(":");
   const sources = ["-d", tmp, "-cp", classpath, join(source, "Main.java")];
   // javac where a JDK is installed; with a JRE alone, the Eclipse compiler (a plain jar from Maven).
-  if (spawnSync("javac", ["-version"], { stdio: "ignore" }).status === 0) run("javac", sources, source, "compiling the MongoDB-wire server");
-  else run("java", ["-jar", ensureEcj(home), "-17", "-nowarn", ...sources], source, "compiling the MongoDB-wire server");
+  if (spawnSync("javac", ["-version"], { stdio: "ignore" }).status === 0)
+    run("javac", sources, source, "compiling the MongoDB-wire server");
+  else
+    run("java", ["-jar", ensureEcj(home), "-17", "-nowarn", ...sources], source, "compiling the MongoDB-wire server");
   rmSync(install.classes, { recursive: true, force: true });
   renameSync(tmp, install.classes);
   progress("mongo-java-server ready");
@@ -96,7 +119,12 @@ export interface InfraProcessSpec {
  * (TieredStopAtLevel=1), as for Kafka: C2 kept recompiling the store path, and storing 1 MiB
  * segments cost the server 22-47 ms of CPU per MiB with it against 12-22 without (docs/performance.md).
  */
-export function mongoWireSpec(install: MongoWireInstall, dataDir: string, port: number, logDir: string): InfraProcessSpec {
+export function mongoWireSpec(
+  install: MongoWireInstall,
+  dataDir: string,
+  port: number,
+  logDir: string,
+): InfraProcessSpec {
   mkdirSync(dataDir, { recursive: true });
   return {
     name: "mongo-wire",
@@ -132,16 +160,26 @@ export type KafkaUserPasswords = Record<string, string>;
  * created when the storage is formatted; a storage formatted for other users (a state directory
  * from an older version) is formatted again, losing only Kafka's copy of events.
  */
-export function kafkaSpec(libs: string, dataDir: string, port: number, controllerPort: number, logDir: string, users: KafkaUserPasswords, adminUser: string): InfraProcessSpec {
+export function kafkaSpec(
+  libs: string,
+  dataDir: string,
+  port: number,
+  controllerPort: number,
+  logDir: string,
+  users: KafkaUserPasswords,
+  adminUser: string,
+): InfraProcessSpec {
   const logDirs = join(dataDir, "data");
   const usersMarker = join(dataDir, "users-formatted");
   const formattedUsers = `${Object.keys(users).sort().join(",")}\n`;
   const formattedWith = existsSync(usersMarker) ? readFileSync(usersMarker, "utf8") : undefined;
-  if (existsSync(join(logDirs, "meta.properties")) && formattedWith !== formattedUsers) rmSync(logDirs, { recursive: true, force: true });
+  if (existsSync(join(logDirs, "meta.properties")) && formattedWith !== formattedUsers)
+    rmSync(logDirs, { recursive: true, force: true });
   mkdirSync(logDirs, { recursive: true });
   const adminPassword = users[adminUser];
   if (!adminPassword) throw new Error(`Kafka: no password for the super user ${adminUser}`);
-  const jaas = (module: string, extra = "") => `org.apache.kafka.common.security.${module} required username="${adminUser}" password="${adminPassword}"${extra};`;
+  const jaas = (module: string, extra = "") =>
+    `org.apache.kafka.common.security.${module} required username="${adminUser}" password="${adminPassword}"${extra};`;
   const config = join(dataDir, "server.properties");
   writeFileSync(
     config,
@@ -199,12 +237,29 @@ export function kafkaSpec(libs: string, dataDir: string, port: number, controlle
   // C1-compiled code only (TieredStopAtLevel=1): the local broker carries a few small messages per
   // request, and the C2 compiler's bursts kept costing 0.03-0.05 core for minutes after a start,
   // while the stack was otherwise idle (issue 14's idle budget).
-  const jvm = ["-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1", `-Dlog4j.configuration=file:${log4j}`, "-cp", `${libs}/*`];
+  const jvm = [
+    "-Xms256m",
+    "-Xmx768m",
+    "-XX:+UseSerialGC",
+    "-XX:-UsePerfData",
+    "-XX:TieredStopAtLevel=1",
+    `-Dlog4j.configuration=file:${log4j}`,
+    "-cp",
+    `${libs}/*`,
+  ];
   if (!existsSync(join(logDirs, "meta.properties"))) {
     // As --cluster-id=ID: an id that begins with "-" would otherwise read as an option.
     const clusterId = randomBytes(16).toString("base64url");
-    const scram = Object.entries(users).flatMap(([name, password]) => ["--add-scram", `SCRAM-SHA-256=[name=${name},password=${password}]`]);
-    run("java", [...jvm, "kafka.tools.StorageTool", "format", `--cluster-id=${clusterId}`, "-c", config, ...scram], dataDir, "formatting Kafka storage");
+    const scram = Object.entries(users).flatMap(([name, password]) => [
+      "--add-scram",
+      `SCRAM-SHA-256=[name=${name},password=${password}]`,
+    ]);
+    run(
+      "java",
+      [...jvm, "kafka.tools.StorageTool", "format", `--cluster-id=${clusterId}`, "-c", config, ...scram],
+      dataDir,
+      "formatting Kafka storage",
+    );
     writeFileSync(usersMarker, formattedUsers);
   }
   return { name: "kafka", command: "java", args: [...jvm, "kafka.Kafka", config], logFile: join(logDir, "kafka.log") };
@@ -260,7 +315,9 @@ export function listFiles(dir: string): string[] {
  * The ports the kernel hands out on its own, to `listen(0)` and to every outgoing connection
  * (Linux: /proc/sys/net/ipv4/ip_local_port_range; elsewhere the IANA range).
  */
-export function ephemeralPortRange(read: () => string = () => readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8")): [number, number] {
+export function ephemeralPortRange(
+  read: () => string = () => readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8"),
+): [number, number] {
   try {
     const [low, high] = read().trim().split(/\s+/).map(Number);
     if (Number.isInteger(low) && Number.isInteger(high) && low! > 1024 && high! >= low!) return [low!, high!];

@@ -34,8 +34,13 @@ export class PrometheusTargets {
   }
 
   private write(): void {
-    const sorted = [...this.targets.values()].sort((a, b) => a.service.localeCompare(b.service) || a.replica - b.replica);
-    const groups = sorted.map((t) => ({ targets: [`127.0.0.1:${t.port}`], labels: { service: t.service, replica: String(t.replica) } }));
+    const sorted = [...this.targets.values()].sort(
+      (a, b) => a.service.localeCompare(b.service) || a.replica - b.replica,
+    );
+    const groups = sorted.map((t) => ({
+      targets: [`127.0.0.1:${t.port}`],
+      labels: { service: t.service, replica: String(t.replica) },
+    }));
     const tmp = `${this.file}.${process.pid}.tmp`;
     writeFileSync(tmp, `${JSON.stringify(groups, null, 2)}\n`);
     renameSync(tmp, this.file);

@@ -8,7 +8,18 @@ import { grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/kafk
 import { LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, type Settings } from "@pi/common/settings";
 import { newDataKeysEntry } from "@pi/common/data-keys";
 import type { Logger } from "@pi/common/logger";
-import { ensureKafka, ensureMongoWire, freePort, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, releasePort, waitFor, type KafkaUserPasswords } from "./infra.js";
+import {
+  ensureKafka,
+  ensureMongoWire,
+  freePort,
+  localKafkaUsers,
+  mongoWireSpec,
+  kafkaSpec,
+  portOpen,
+  releasePort,
+  waitFor,
+  type KafkaUserPasswords,
+} from "./infra.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets.js";
 import { Supervisor } from "./supervisor.js";
@@ -31,9 +42,11 @@ type InternalService = (typeof INTERNAL_SERVICES)[number] | (typeof WORKER_SERVI
 
 type Plane = "SERVICE" | "ADMIN";
 /** AUTH_SERVICE_PORT, FILE_INTAKE_SERVICE_URL, AUTH_ADMIN_PORT, ... */
-const settingName = (service: InternalService, what: "PORT" | "URL", plane: Plane = "SERVICE") => `${service.toUpperCase().replace(/-/g, "_")}_${plane}_${what}`;
+const settingName = (service: InternalService, what: "PORT" | "URL", plane: Plane = "SERVICE") =>
+  `${service.toUpperCase().replace(/-/g, "_")}_${plane}_${what}`;
 /** The data plane's port, and the admin plane's for a service with admin RPCs. */
-const planesOf = (service: InternalService): Plane[] => ((ADMIN_SERVICES as readonly string[]).includes(service) ? ["SERVICE", "ADMIN"] : ["SERVICE"]);
+const planesOf = (service: InternalService): Plane[] =>
+  (ADMIN_SERVICES as readonly string[]).includes(service) ? ["SERVICE", "ADMIN"] : ["SERVICE"];
 
 export interface StackOptions {
   settings: Settings;
@@ -116,24 +129,38 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     const mongoPort = opts.mongoPort ?? (await freePort());
     const kafkaPort = opts.kafkaPort ?? (await freePort());
     const kafkaControllerPort = opts.kafkaControllerPort ?? (await freePort());
-    if (await portOpen(mongoPort)) throw new Error(`port ${mongoPort} (MongoDB) is already in use; stop what holds it or set MONGODB_PORT`);
-    if (await portOpen(kafkaPort)) throw new Error(`port ${kafkaPort} (Kafka) is already in use; stop what holds it or set KAFKA_PORT`);
+    if (await portOpen(mongoPort))
+      throw new Error(`port ${mongoPort} (MongoDB) is already in use; stop what holds it or set MONGODB_PORT`);
+    if (await portOpen(kafkaPort))
+      throw new Error(`port ${kafkaPort} (Kafka) is already in use; stop what holds it or set KAFKA_PORT`);
     progress("starting the MongoDB-wire server and Kafka");
     await supervisor.start(mongoWireSpec(mongoWire, join(stateDir, "mongo-wire"), mongoPort, logDir));
     kafkaUsers = localKafkaUsers(join(stateDir, "kafka-users.json"), [KAFKA_ADMIN_USER, ...KAFKA_USERS]);
-    await supervisor.start(kafkaSpec(kafkaLibs, join(stateDir, "kafka"), kafkaPort, kafkaControllerPort, logDir, kafkaUsers, KAFKA_ADMIN_USER));
+    await supervisor.start(
+      kafkaSpec(
+        kafkaLibs,
+        join(stateDir, "kafka"),
+        kafkaPort,
+        kafkaControllerPort,
+        logDir,
+        kafkaUsers,
+        KAFKA_ADMIN_USER,
+      ),
+    );
     env.MONGODB_URI = `mongodb://127.0.0.1:${mongoPort}/`;
     env.KAFKA_BROKERS = `127.0.0.1:${kafkaPort}`;
     await waitFor("the MongoDB-wire server", () => portOpen(mongoPort), 30_000);
     await waitFor("Kafka", () => portOpen(kafkaPort), 180_000);
   }
   const brokers = env.KAFKA_BROKERS ?? opts.settings.KAFKA_BROKERS;
-  const asUser = (name: string): KafkaCredentials | undefined => (kafkaUsers ? scramUser(name, kafkaUsers[name]!) : kafkaCredentials(opts.settings));
+  const asUser = (name: string): KafkaCredentials | undefined =>
+    kafkaUsers ? scramUser(name, kafkaUsers[name]!) : kafkaCredentials(opts.settings);
   progress("creating Kafka topics");
   const stackKafka = createKafka(brokers, "local-stack", logger, asUser(KAFKA_ADMIN_USER));
   await ensureTopics(stackKafka, opts.settings.DATA_NAMESPACE, undefined, undefined, { configureExisting: true });
   if (kafkaUsers) await grantKafkaAccess(stackKafka, opts.settings.DATA_NAMESPACE);
-  const kafkaEnv = (service: string): NodeJS.ProcessEnv => (kafkaUsers ? { KAFKA_USERNAME: service, KAFKA_PASSWORD: kafkaUsers[service] } : {});
+  const kafkaEnv = (service: string): NodeJS.ProcessEnv =>
+    kafkaUsers ? { KAFKA_USERNAME: service, KAFKA_PASSWORD: kafkaUsers[service] } : {};
 
   // Every replica of an internal service listens on ports of its own (the ones set for the service,
   // then free ones), one per plane, and every client gets the whole list in the service's
@@ -143,8 +170,12 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   for (const service of INTERNAL_SERVICES) {
     for (const plane of planesOf(service)) {
       const set = opts.env[settingName(service, "PORT", plane)];
-      for (let i = 1; i <= opts.replicas[service]; i++) ports.set(`${service}-${i}:${plane}`, i === 1 && set ? Number(set) : await freePort());
-      const urls = Array.from({ length: opts.replicas[service] }, (_, i) => `http://127.0.0.1:${ports.get(`${service}-${i + 1}:${plane}`)}`);
+      for (let i = 1; i <= opts.replicas[service]; i++)
+        ports.set(`${service}-${i}:${plane}`, i === 1 && set ? Number(set) : await freePort());
+      const urls = Array.from(
+        { length: opts.replicas[service] },
+        (_, i) => `http://127.0.0.1:${ports.get(`${service}-${i + 1}:${plane}`)}`,
+      );
       const name = settingName(service, "URL", plane);
       env[name] = opts.env[name] || urls.join(",");
       urlSettings.push(name);
@@ -153,9 +184,13 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   for (const service of WORKER_SERVICES) {
     for (let i = 1; i <= opts.replicas[service]; i++) ports.set(`${service}-${i}:SERVICE`, await freePort());
   }
-  writeFileSync(join(stateDir, LOCAL_STACK_FILE), `${JSON.stringify(Object.fromEntries(urlSettings.map((name) => [name, env[name]])), null, 2)}\n`);
+  writeFileSync(
+    join(stateDir, LOCAL_STACK_FILE),
+    `${JSON.stringify(Object.fromEntries(urlSettings.map((name) => [name, env[name]])), null, 2)}\n`,
+  );
 
-  const replicaNames = (service: (typeof SERVICES)[number]) => Array.from({ length: opts.replicas[service] }, (_, i) => `${service}-${i + 1}`);
+  const replicaNames = (service: (typeof SERVICES)[number]) =>
+    Array.from({ length: opts.replicas[service] }, (_, i) => `${service}-${i + 1}`);
   // Every process serves its metrics on a free port of its own, taken anew at each (re)start and
   // written to the scrape targets of a local Prometheus (docs/observability.md).
   const targets = new PrometheusTargets(join(stateDir, PROMETHEUS_TARGETS_FILE));
@@ -163,7 +198,15 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   for (const service of SERVICES) {
     for (const [index, name] of replicaNames(service).entries()) {
       let metricsPort: number | undefined;
-      const own = service === "gateway" ? {} : Object.fromEntries(planesOf(service).map((plane) => [settingName(service, "PORT", plane), String(ports.get(`${name}:${plane}`))]));
+      const own =
+        service === "gateway"
+          ? {}
+          : Object.fromEntries(
+              planesOf(service).map((plane) => [
+                settingName(service, "PORT", plane),
+                String(ports.get(`${name}:${plane}`)),
+              ]),
+            );
       await supervisor.start({
         name,
         command: process.execPath,
@@ -187,7 +230,11 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     env,
     // Gateways first (they stop taking requests), then the services, then the infrastructure.
     stop: async () => {
-      await supervisor.stop([replicaNames("gateway"), [...WORKER_SERVICES, ...INTERNAL_SERVICES].flatMap(replicaNames), ["kafka", "mongo-wire"]]);
+      await supervisor.stop([
+        replicaNames("gateway"),
+        [...WORKER_SERVICES, ...INTERNAL_SERVICES].flatMap(replicaNames),
+        ["kafka", "mongo-wire"],
+      ]);
       targets.clear();
     },
   };

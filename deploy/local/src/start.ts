@@ -85,14 +85,25 @@ watchParent(() => void shutdown("parent exited"), logger);
 
 const readyz = `http://127.0.0.1:${settings.GATEWAY_PORT}/readyz`;
 try {
-  await waitFor("the gateway's /readyz", async () => {
-    try {
-      return (await fetch(readyz)).status === 200;
-    } catch {
-      return false;
-    }
-  }, 120_000);
-  logger.info({ url: `http://127.0.0.1:${settings.GATEWAY_PORT}`, stateDir: dir, seconds: Math.round((Date.now() - startedAt) / 1000) }, "ready");
+  await waitFor(
+    "the gateway's /readyz",
+    async () => {
+      try {
+        return (await fetch(readyz)).status === 200;
+      } catch {
+        return false;
+      }
+    },
+    120_000,
+  );
+  logger.info(
+    {
+      url: `http://127.0.0.1:${settings.GATEWAY_PORT}`,
+      stateDir: dir,
+      seconds: Math.round((Date.now() - startedAt) / 1000),
+    },
+    "ready",
+  );
 } catch (err) {
   logger.error({ err: (err as Error).message, logs: `${dir}/logs` }, "not ready yet; see the logs; still running");
 }

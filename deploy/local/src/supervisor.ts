@@ -48,7 +48,9 @@ export class Supervisor {
     if (this.stopping) return;
     const env = { ...spec.env, ...fresh };
     const out = openSync(spec.logFile, "a");
-    const child = spec.sharesPorts ? fork({ ...spec, env }, out) : spawn(spec.command, spec.args, { stdio: ["ignore", out, out], env: { ...process.env, ...env } });
+    const child = spec.sharesPorts
+      ? fork({ ...spec, env }, out)
+      : spawn(spec.command, spec.args, { stdio: ["ignore", out, out], env: { ...process.env, ...env } });
     this.children.set(spec.name, child);
     const startedAt = Date.now();
     child.on("exit", (code, signal) => {
@@ -58,9 +60,15 @@ export class Supervisor {
       const previous = Date.now() - startedAt > 60_000 ? 0 : (this.restarts.get(spec.name) ?? 0);
       const delay = Math.min(500 * 2 ** previous, 15_000);
       this.restarts.set(spec.name, previous + 1);
-      this.logger.warn({ process: spec.name, code, signal, restartInMs: delay, log: spec.logFile }, "process exited unexpectedly; restarting");
+      this.logger.warn(
+        { process: spec.name, code, signal, restartInMs: delay, log: spec.logFile },
+        "process exited unexpectedly; restarting",
+      );
       setTimeout(() => {
-        if (!this.stopping) this.start(spec).catch((err: unknown) => this.logger.error({ process: spec.name, err }, "process could not be restarted"));
+        if (!this.stopping)
+          this.start(spec).catch((err: unknown) =>
+            this.logger.error({ process: spec.name, err }, "process could not be restarted"),
+          );
       }, delay);
     });
   }
@@ -98,6 +106,11 @@ export class Supervisor {
 
 function fork(spec: ProcessSpec, out: number): ChildProcess {
   const script = spec.args.findIndex((a) => !a.startsWith("-"));
-  cluster.setupPrimary({ exec: spec.args[script], execArgv: spec.args.slice(0, script), args: spec.args.slice(script + 1), stdio: ["ignore", out, out, "ipc"] });
+  cluster.setupPrimary({
+    exec: spec.args[script],
+    execArgv: spec.args.slice(0, script),
+    args: spec.args.slice(script + 1),
+    stdio: ["ignore", out, out, "ipc"],
+  });
   return cluster.fork(spec.env).process;
 }

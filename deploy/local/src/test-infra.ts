@@ -2,7 +2,17 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import { join } from "node:path";
 import { cacheDir, repoRoot } from "./paths.js";
 import { KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/kafka-access";
-import { ensureKafka, ensureMongoWire, localKafkaUsers, mongoWireSpec, kafkaSpec, portOpen, spawnLogged, waitFor, type KafkaUserPasswords } from "./infra.js";
+import {
+  ensureKafka,
+  ensureMongoWire,
+  localKafkaUsers,
+  mongoWireSpec,
+  kafkaSpec,
+  portOpen,
+  spawnLogged,
+  waitFor,
+  type KafkaUserPasswords,
+} from "./infra.js";
 
 // The MongoDB-wire server and Kafka every integration test talks to: started by the test run when they are
 // not already running (on their own ports, apart from a dev `npm start`), stopped by it after.
@@ -16,7 +26,8 @@ export const TEST_INFRA = {
 export const testMongoUri = () => `mongodb://127.0.0.1:${TEST_INFRA.mongoPort}/`;
 export const testKafkaBrokers = () => `127.0.0.1:${TEST_INFRA.kafkaPort}`;
 /** The Kafka users' passwords (the super user's and every service's), kept beside the test infrastructure. */
-export const testKafkaUsers = (): KafkaUserPasswords => localKafkaUsers(join(TEST_INFRA.dir, "kafka-users.json"), [KAFKA_ADMIN_USER, ...KAFKA_USERS]);
+export const testKafkaUsers = (): KafkaUserPasswords =>
+  localKafkaUsers(join(TEST_INFRA.dir, "kafka-users.json"), [KAFKA_ADMIN_USER, ...KAFKA_USERS]);
 
 const pidFile = join(TEST_INFRA.dir, "pids.json");
 const progress = (line: string) => process.stderr.write(`[test-infra] ${line}\n`);
@@ -38,8 +49,21 @@ export async function ensureTestInfra(): Promise<boolean> {
   progress("starting the MongoDB-wire server and Kafka for the tests");
   const started = Date.now();
   const procs = [
-    spawnLogged(mongoWireSpec(mongoWire, join(TEST_INFRA.dir, "mongo-wire"), TEST_INFRA.mongoPort, logs), { detached: true }),
-    spawnLogged(kafkaSpec(kafkaLibs, join(TEST_INFRA.dir, "kafka"), TEST_INFRA.kafkaPort, TEST_INFRA.kafkaControllerPort, logs, testKafkaUsers(), KAFKA_ADMIN_USER), { detached: true }),
+    spawnLogged(mongoWireSpec(mongoWire, join(TEST_INFRA.dir, "mongo-wire"), TEST_INFRA.mongoPort, logs), {
+      detached: true,
+    }),
+    spawnLogged(
+      kafkaSpec(
+        kafkaLibs,
+        join(TEST_INFRA.dir, "kafka"),
+        TEST_INFRA.kafkaPort,
+        TEST_INFRA.kafkaControllerPort,
+        logs,
+        testKafkaUsers(),
+        KAFKA_ADMIN_USER,
+      ),
+      { detached: true },
+    ),
   ];
   procs.forEach((p) => p.unref());
   writeFileSync(pidFile, JSON.stringify(procs.map((p) => p.pid)));

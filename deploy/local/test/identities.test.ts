@@ -45,7 +45,9 @@ describe("the local stack's service identities", () => {
     const dir = stateDir();
     const keys = localIdentities(dir);
     expect(withLocalStackIdentity({}, dir, "ops").SERVICE_IDENTITY_KEY).toBe(keys.ops);
-    expect(withLocalStackIdentity({ SERVICE_IDENTITY_KEY: keys.gateway }, dir, "ops").SERVICE_IDENTITY_KEY).toBe(keys.gateway);
+    expect(withLocalStackIdentity({ SERVICE_IDENTITY_KEY: keys.gateway }, dir, "ops").SERVICE_IDENTITY_KEY).toBe(
+      keys.gateway,
+    );
     expect(withLocalStackIdentity({}, stateDir(), "ops").SERVICE_IDENTITY_KEY).toBeUndefined();
   });
 });

@@ -12,7 +12,10 @@ import { Supervisor } from "../src/supervisor.js";
 
 const dir = mkdtempSync(join(tmpdir(), "pi-supervisor-"));
 const server = join(dir, "server.mjs");
-writeFileSync(server, `import http from "node:http";\nhttp.createServer((req, res) => res.end(String(process.pid))).listen(Number(process.env.PORT), "127.0.0.1");\n`);
+writeFileSync(
+  server,
+  `import http from "node:http";\nhttp.createServer((req, res) => res.end(String(process.pid))).listen(Number(process.env.PORT), "127.0.0.1");\n`,
+);
 const supervisor = new Supervisor(createLogger("supervisor", "silent"));
 
 afterAll(async () => {
@@ -36,11 +39,24 @@ describe("workers sharing a port (the gateways of npm start)", () => {
   it("both killed with SIGKILL under traffic: no request hangs, every one is answered, reset or refused", async () => {
     const port = await freePort();
     for (const name of ["web-1", "web-2"]) {
-      supervisor.start({ name, command: process.execPath, args: [server], env: { PORT: String(port) }, logFile: join(dir, `${name}.log`), sharesPorts: true });
+      supervisor.start({
+        name,
+        command: process.execPath,
+        args: [server],
+        env: { PORT: String(port) },
+        logFile: join(dir, `${name}.log`),
+        sharesPorts: true,
+      });
     }
     const url = `http://127.0.0.1:${port}/`;
     for (const deadline = Date.now() + 30_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) {
-      if (await fetch(url).then(() => true, () => false)) break;
+      if (
+        await fetch(url).then(
+          () => true,
+          () => false,
+        )
+      )
+        break;
     }
 
     const outcomes = { answered: 0, refusedOrReset: 0, hung: 0 };
@@ -65,7 +81,8 @@ describe("workers sharing a port (the gateways of npm start)", () => {
     while (outcomes.refusedOrReset === 0 && Date.now() - killedAt < 10_000) await new Promise((r) => setTimeout(r, 20));
     // Until both are back and answering again.
     const answeredAtKill = outcomes.answered;
-    while (outcomes.answered < answeredAtKill + 200 && Date.now() - killedAt < 60_000) await new Promise((r) => setTimeout(r, 50));
+    while (outcomes.answered < answeredAtKill + 200 && Date.now() - killedAt < 60_000)
+      await new Promise((r) => setTimeout(r, 50));
     stop = true;
     await Promise.all(clients);
     expect(outcomes.hung).toBe(0);

@@ -2,10 +2,19 @@ import { PartnerApiError, PartnerClient, type FileReceipt } from "@pi/partner-sd
 
 /** Every outcome of a connection and of a file, rehearsed in the sandbox with a test credential. */
 export async function rehearse(env: NodeJS.ProcessEnv = process.env): Promise<Record<string, string>> {
-  const client = new PartnerClient({ baseUrl: env.PI_BASE_URL!, clientId: env.PI_TEST_CLIENT_ID!, clientSecret: env.PI_TEST_CLIENT_SECRET! });
+  const client = new PartnerClient({
+    baseUrl: env.PI_BASE_URL!,
+    clientId: env.PI_TEST_CLIENT_ID!,
+    clientSecret: env.PI_TEST_CLIENT_SECRET!,
+  });
   const sandbox = env.PI_SANDBOX_ELDER!; // the sandbox elder's address
   const seen: Record<string, string> = {};
-  const note = { file: new TextEncoder().encode("Medication list: 1 tablet daily.\n"), filename: "note.txt", contentType: "text/plain", elder: sandbox };
+  const note = {
+    file: new TextEncoder().encode("Medication list: 1 tablet daily.\n"),
+    filename: "note.txt",
+    contentType: "text/plain",
+    elder: sandbox,
+  };
   const refusal = async (act: () => Promise<unknown>) => {
     try {
       await act();

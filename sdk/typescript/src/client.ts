@@ -67,7 +67,10 @@ export class PartnerClient {
 
   constructor(private readonly o: PartnerClientOptions) {
     this.tokens = new TokenSource(o);
-    this.api = createClient<paths>({ baseUrl: o.baseUrl.replace(/\/$/, ""), ...(o.fetch ? { fetch: (r: Request) => o.fetch!(r) } : {}) });
+    this.api = createClient<paths>({
+      baseUrl: o.baseUrl.replace(/\/$/, ""),
+      ...(o.fetch ? { fetch: (r: Request) => o.fetch!(r) } : {}),
+    });
     this.api.use({
       onRequest: async ({ request }) => {
         request.headers.set("authorization", `Bearer ${await this.tokens.get()}`);
@@ -111,7 +114,10 @@ export class PartnerClient {
   /** Sends one file; every retry of this call carries the same Idempotency-Key, so it is stored once. */
   sendFile(input: SendFileInput): Promise<FileReceipt> {
     const key = input.idempotencyKey ?? crypto.randomUUID();
-    const blob = input.file instanceof Blob ? input.file : new Blob([input.file], { type: input.contentType ?? "application/octet-stream" });
+    const blob =
+      input.file instanceof Blob
+        ? input.file
+        : new Blob([input.file], { type: input.contentType ?? "application/octet-stream" });
     const form = new FormData();
     form.set("elder", input.elder); // before the file, so a bad address is refused before the upload
     if (input.purpose !== undefined) form.set("purpose", input.purpose);
@@ -142,7 +148,11 @@ export class PartnerClient {
   async *events(options: EventsOptions = {}): AsyncGenerator<ListedEvent, void, undefined> {
     let after = options.startingAfter;
     for (;;) {
-      const page = await this.listEvents({ limit: options.pageSize ?? 100, ...(after ? { starting_after: after } : {}), ...(options.type ? { type: options.type } : {}) });
+      const page = await this.listEvents({
+        limit: options.pageSize ?? 100,
+        ...(after ? { starting_after: after } : {}),
+        ...(options.type ? { type: options.type } : {}),
+      });
       for (const event of page.data) yield event;
       const last = page.data.at(-1);
       if (!page.has_more || !last) return;
@@ -178,8 +188,17 @@ export class PartnerClient {
         await sleep(retryDelayMs(attempt, retry, retryAfter));
         continue;
       }
-      const e = ((outcome.error ?? {}) as { error?: { code?: string; message?: string; type?: string; param?: string } }).error ?? {};
-      throw new PartnerApiError(response.status, (e.code ?? "internal_error") as ErrorCode, e.message ?? `HTTP ${response.status}`, e.type ?? "api_error", e.param, retryAfter);
+      const e =
+        ((outcome.error ?? {}) as { error?: { code?: string; message?: string; type?: string; param?: string } })
+          .error ?? {};
+      throw new PartnerApiError(
+        response.status,
+        (e.code ?? "internal_error") as ErrorCode,
+        e.message ?? `HTTP ${response.status}`,
+        e.type ?? "api_error",
+        e.param,
+        retryAfter,
+      );
     }
   }
 }

@@ -79,7 +79,11 @@ export class TokenSource {
   async clientAssertion(): Promise<string> {
     const { privateKey, alg, kid, clientId } = this.o;
     this.signingKey ??= Promise.resolve(
-      typeof privateKey === "string" ? importPKCS8(privateKey, alg!) : privateKey !== undefined && "kty" in privateKey ? importJWK(privateKey as JWK, alg) : (privateKey as CryptoKey | KeyObject),
+      typeof privateKey === "string"
+        ? importPKCS8(privateKey, alg!)
+        : privateKey !== undefined && "kty" in privateKey
+          ? importJWK(privateKey as JWK, alg)
+          : (privateKey as CryptoKey | KeyObject),
     );
     const now = Math.floor(this.now() / 1000);
     return new SignJWT({})
@@ -104,11 +108,18 @@ export class TokenSource {
       form.set("client_assertion", await this.clientAssertion());
     }
     if (this.o.scope) form.set("scope", this.o.scope);
-    const headers: Record<string, string> = { "content-type": "application/x-www-form-urlencoded", accept: "application/json" };
+    const headers: Record<string, string> = {
+      "content-type": "application/x-www-form-urlencoded",
+      accept: "application/json",
+    };
     if (method === "basic") headers.authorization = basicCredentials(this.o.clientId, this.o.clientSecret!);
     let res: Response;
     try {
-      res = await this.fetch(new URL("/oauth/token", this.o.baseUrl), { method: "POST", headers, body: form.toString() });
+      res = await this.fetch(new URL("/oauth/token", this.o.baseUrl), {
+        method: "POST",
+        headers,
+        body: form.toString(),
+      });
     } catch (err) {
       throw new NetworkError(err);
     }
@@ -119,8 +130,18 @@ export class TokenSource {
       this.token = { value: token.access_token, renewAt: this.now() + (token.expires_in - renewBefore) * 1000 };
       return token.access_token;
     }
-    if (typeof body?.error === "string") throw new OAuthTokenError(res.status, body.error as OAuthTokenError["code"], body.error_description as string | undefined);
+    if (typeof body?.error === "string")
+      throw new OAuthTokenError(
+        res.status,
+        body.error as OAuthTokenError["code"],
+        body.error_description as string | undefined,
+      );
     const e = (body?.error ?? {}) as { code?: string; message?: string; type?: string };
-    throw new PartnerApiError(res.status, (e.code ?? "internal_error") as ErrorCode, e.message ?? `token request failed with ${res.status}`, e.type ?? "api_error");
+    throw new PartnerApiError(
+      res.status,
+      (e.code ?? "internal_error") as ErrorCode,
+      e.message ?? `token request failed with ${res.status}`,
+      e.type ?? "api_error",
+    );
   }
 }

@@ -19,7 +19,13 @@ export interface VerifyOptions {
 const hex = (bytes: ArrayBuffer) => [...new Uint8Array(bytes)].map((b) => b.toString(16).padStart(2, "0")).join("");
 
 async function hmacHex(secret: string, data: Uint8Array): Promise<string> {
-  const key = await crypto.subtle.importKey("raw", new TextEncoder().encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const key = await crypto.subtle.importKey(
+    "raw",
+    new TextEncoder().encode(secret),
+    { name: "HMAC", hash: "SHA-256" },
+    false,
+    ["sign"],
+  );
   return hex(await crypto.subtle.sign("HMAC", key, data));
 }
 
@@ -51,8 +57,10 @@ export async function verifyWebhook(
     if (key === "t" && /^\d+$/.test(value)) t = Number(value);
     if (key === "v1" && /^[0-9a-f]{64}$/.test(value)) signatures.push(value);
   }
-  if (t === undefined || signatures.length === 0) throw new WebhookVerificationError("malformed Service-Signature header");
-  if (Math.abs(now / 1000 - t) > toleranceSeconds) throw new WebhookVerificationError("timestamp outside the tolerance");
+  if (t === undefined || signatures.length === 0)
+    throw new WebhookVerificationError("malformed Service-Signature header");
+  if (Math.abs(now / 1000 - t) > toleranceSeconds)
+    throw new WebhookVerificationError("timestamp outside the tolerance");
   const body = typeof rawBody === "string" ? new TextEncoder().encode(rawBody) : rawBody;
   const signed = new Uint8Array([...new TextEncoder().encode(`${t}.`), ...body]);
   let matched = false;

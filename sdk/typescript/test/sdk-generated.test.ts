@@ -10,7 +10,16 @@ import { join } from "node:path";
 describe("SDK types", () => {
   it("src/gen/api.ts is openapi-typescript's output for services/gateway/openapi/openapi.yaml", () => {
     const out = join(mkdtempSync(join(tmpdir(), "sdk-gen-")), "api.ts");
-    execFileSync(process.execPath, [join("node_modules", "openapi-typescript", "bin", "cli.js"), join("services", "gateway", "openapi", "openapi.yaml"), "-o", out], { stdio: "ignore" });
+    execFileSync(
+      process.execPath,
+      [
+        join("node_modules", "openapi-typescript", "bin", "cli.js"),
+        join("services", "gateway", "openapi", "openapi.yaml"),
+        "-o",
+        out,
+      ],
+      { stdio: "ignore" },
+    );
     expect(readFileSync(out, "utf8")).toBe(readFileSync(join("sdk", "typescript", "src", "gen", "api.ts"), "utf8"));
   }, 60_000);
 });

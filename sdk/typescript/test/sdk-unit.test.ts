@@ -1,15 +1,30 @@
 import { describe, expect, it, jest } from "@jest/globals";
 import { createHmac } from "node:crypto";
 import { decodeJwt, generateKeyPair, jwtVerify } from "jose";
-import { basicCredentials, CLIENT_ASSERTION_TYPE, OAuthTokenError, PartnerApiError, PartnerClient, TokenSource, verifyWebhook, WebhookVerificationError } from "../src/index.js";
+import {
+  basicCredentials,
+  CLIENT_ASSERTION_TYPE,
+  OAuthTokenError,
+  PartnerApiError,
+  PartnerClient,
+  TokenSource,
+  verifyWebhook,
+  WebhookVerificationError,
+} from "../src/index.js";
 
 // The SDK's own rules, with a fake fetch: token caching and renewal, retries on one Idempotency-Key,
 // typed errors, webhook verification with several secrets. Its run against the stack is sdk-stack.test.ts.
 
-const sign = (secret: string, t: number, body: string) => createHmac("sha256", secret).update(`${t}.${body}`).digest("hex");
+const sign = (secret: string, t: number, body: string) =>
+  createHmac("sha256", secret).update(`${t}.${body}`).digest("hex");
 const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
   new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...headers } });
-const tokenBody = (n: number, expiresIn = 900) => ({ access_token: `tok${n}`, token_type: "Bearer", expires_in: expiresIn, scope: "connections:write files:write" });
+const tokenBody = (n: number, expiresIn = 900) => ({
+  access_token: `tok${n}`,
+  token_type: "Bearer",
+  expires_in: expiresIn,
+  scope: "connections:write files:write",
+});
 
 /** Runs `work` on jest's fake clock, moved on until the work settles: the SDK's waits (backoff, Retry-After) take no real time. */
 async function onFakeClock<T>(work: () => Promise<T>): Promise<T> {
@@ -29,7 +44,8 @@ async function onFakeClock<T>(work: () => Promise<T>): Promise<T> {
 }
 
 describe("verifyWebhook", () => {
-  const body = '{"id":"evt_1","type":"connection.approved","created":1,"data":{"connection_id":"con_1","status":"approved"}}';
+  const body =
+    '{"id":"evt_1","type":"connection.approved","created":1,"data":{"connection_id":"con_1","status":"approved"}}';
   const now = 1_700_000_000_000;
   const t = now / 1000;
 
@@ -37,7 +53,9 @@ describe("verifyWebhook", () => {
     const header = `t=${t},v1=${sign("new", t, body)},v1=${sign("old", t, body)}`;
     await expect(verifyWebhook(body, header, "old", { now })).resolves.toMatchObject({ id: "evt_1" });
     await expect(verifyWebhook(body, header, "new", { now })).resolves.toMatchObject({ id: "evt_1" });
-    await expect(verifyWebhook(Buffer.from(body), `t=${t},v1=${sign("new", t, body)}`, ["old", "new"], { now })).resolves.toMatchObject({ type: "connection.approved" });
+    await expect(
+      verifyWebhook(Buffer.from(body), `t=${t},v1=${sign("new", t, body)}`, ["old", "new"], { now }),
+    ).resolves.toMatchObject({ type: "connection.approved" });
   });
 
   it.each([
@@ -47,14 +65,18 @@ describe("verifyWebhook", () => {
     ["no header", () => undefined, "s"],
   ])("refuses %s", async (_why, mangle, secret, sent = body) => {
     const header = mangle(`t=${t},v1=${sign("s", t, body)}`);
-    await expect(verifyWebhook(sent, header as string | undefined, secret, { now })).rejects.toBeInstanceOf(WebhookVerificationError);
+    await expect(verifyWebhook(sent, header as string | undefined, secret, { now })).rejects.toBeInstanceOf(
+      WebhookVerificationError,
+    );
   });
 
   it("refuses a t outside the tolerance, which the caller sets", async () => {
     const old = t - 301;
     const header = `t=${old},v1=${sign("s", old, body)}`;
     await expect(verifyWebhook(body, header, "s", { now })).rejects.toThrow(/tolerance/);
-    await expect(verifyWebhook(body, header, "s", { now, toleranceSeconds: 600 })).resolves.toMatchObject({ id: "evt_1" });
+    await expect(verifyWebhook(body, header, "s", { now, toleranceSeconds: 600 })).resolves.toMatchObject({
+      id: "evt_1",
+    });
   });
 });
 
@@ -67,7 +89,16 @@ describe("TokenSource", () => {
       return json(200, tokenBody(seen.length, 2));
     };
     let clock = 1_800_000_000_000;
-    const source = new TokenSource({ baseUrl: "https://api.example", clientId: "cli_k", authMethod: "private_key_jwt", privateKey, kid: "k1", alg: "RS384", fetch, now: () => clock });
+    const source = new TokenSource({
+      baseUrl: "https://api.example",
+      clientId: "cli_k",
+      authMethod: "private_key_jwt",
+      privateKey,
+      kid: "k1",
+      alg: "RS384",
+      fetch,
+      now: () => clock,
+    });
     await source.get();
     clock += 5_000;
     await source.get();
@@ -75,7 +106,12 @@ describe("TokenSource", () => {
     expect(seen.map((r) => r.headers.get("authorization"))).toEqual([null, null]);
     expect([...forms[0]!.keys()].sort()).toEqual(["client_assertion", "client_assertion_type", "grant_type"]);
     expect(forms[0]!.get("client_assertion_type")).toBe(CLIENT_ASSERTION_TYPE);
-    const checked = await jwtVerify(forms[0]!.get("client_assertion")!, publicKey, { currentDate: new Date(1_800_000_000_000), audience: "https://api.example/oauth/token", issuer: "cli_k", subject: "cli_k" });
+    const checked = await jwtVerify(forms[0]!.get("client_assertion")!, publicKey, {
+      currentDate: new Date(1_800_000_000_000),
+      audience: "https://api.example/oauth/token",
+      issuer: "cli_k",
+      subject: "cli_k",
+    });
     expect(checked.protectedHeader).toMatchObject({ alg: "RS384", kid: "k1" });
     expect(checked.payload.exp! - checked.payload.iat!).toBe(120);
     expect(forms[1]!.get("client_assertion")).not.toBe(forms[0]!.get("client_assertion"));
@@ -83,7 +119,10 @@ describe("TokenSource", () => {
   });
 
   it("private_key_jwt needs the key, its kid and alg; the other methods a secret", () => {
-    expect(() => new TokenSource({ baseUrl: "http://x", clientId: "c", authMethod: "private_key_jwt", kid: "k", alg: "ES256" })).toThrow(/privateKey/);
+    expect(
+      () =>
+        new TokenSource({ baseUrl: "http://x", clientId: "c", authMethod: "private_key_jwt", kid: "k", alg: "ES256" }),
+    ).toThrow(/privateKey/);
     expect(() => new TokenSource({ baseUrl: "http://x", clientId: "c" })).toThrow(/clientSecret/);
   });
 
@@ -95,7 +134,13 @@ describe("TokenSource", () => {
       return json(200, tokenBody(seen.length));
     };
     await new TokenSource({ baseUrl: "http://x", clientId: "cli_a", clientSecret: "sk", fetch }).get();
-    await new TokenSource({ baseUrl: "http://x", clientId: "cli_a", clientSecret: "sk", fetch, authMethod: "body" }).get();
+    await new TokenSource({
+      baseUrl: "http://x",
+      clientId: "cli_a",
+      clientSecret: "sk",
+      fetch,
+      authMethod: "body",
+    }).get();
     expect(seen[0]!.headers.get("authorization")).toBe(basicCredentials("cli_a", "sk"));
     expect(await seen[0]!.text()).toBe("grant_type=client_credentials");
     expect(seen[1]!.headers.get("authorization")).toBeNull();
@@ -106,7 +151,14 @@ describe("TokenSource", () => {
     let clock = 0;
     let calls = 0;
     const fetch = async () => json(200, tokenBody(++calls, 900));
-    const source = new TokenSource({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch, now: () => clock, renewBeforeSeconds: 60 });
+    const source = new TokenSource({
+      baseUrl: "http://x",
+      clientId: "a",
+      clientSecret: "b",
+      fetch,
+      now: () => clock,
+      renewBeforeSeconds: 60,
+    });
     expect(await Promise.all([source.get(), source.get(), source.get()])).toEqual(["tok1", "tok1", "tok1"]);
     clock = 839_000;
     expect(await source.get()).toBe("tok1");
@@ -116,8 +168,11 @@ describe("TokenSource", () => {
   });
 
   it("a refused request is an OAuthTokenError with the OAuth code", async () => {
-    const fetch = async () => json(400, { error: "invalid_client", error_description: "Client authentication failed." });
-    const err = await new TokenSource({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch }).get().catch((e: unknown) => e);
+    const fetch = async () =>
+      json(400, { error: "invalid_client", error_description: "Client authentication failed." });
+    const err = await new TokenSource({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch })
+      .get()
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OAuthTokenError);
     expect(err).toMatchObject({ status: 400, code: "invalid_client" });
   });
@@ -136,18 +191,31 @@ describe("PartnerClient retries", () => {
     };
     return { fetch, files };
   }
-  const input = { file: new Uint8Array([37, 80, 68, 70]), filename: "a.pdf", contentType: "application/pdf", elder: "a.b.c@elders.example" };
+  const input = {
+    file: new Uint8Array([37, 80, 68, 70]),
+    filename: "a.pdf",
+    contentType: "application/pdf",
+    elder: "a.b.c@elders.example",
+  };
 
   it("a network error, a 503 and a 429 are retried with the same Idempotency-Key; the 429's Retry-After is waited for", async () => {
     const api = fakeApi([
       () => {
         throw new TypeError("fetch failed");
       },
-      () => json(503, { error: { type: "api_error", code: "service_unavailable", message: "x" } }, { "retry-after": "1" }),
-      () => json(429, { error: { type: "rate_limit_error", code: "rate_limited", message: "x" } }, { "retry-after": "1" }),
+      () =>
+        json(503, { error: { type: "api_error", code: "service_unavailable", message: "x" } }, { "retry-after": "1" }),
+      () =>
+        json(429, { error: { type: "rate_limit_error", code: "rate_limited", message: "x" } }, { "retry-after": "1" }),
       () => json(202, { id: "file_1", status: "received" }),
     ]);
-    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch, retry: { baseDelayMs: 10 } });
+    const client = new PartnerClient({
+      baseUrl: "http://x",
+      clientId: "a",
+      clientSecret: "b",
+      fetch: api.fetch,
+      retry: { baseDelayMs: 10 },
+    });
     const { sent, waitedMs } = await onFakeClock(async () => {
       const started = Date.now();
       const sent = await client.sendFile(input);
@@ -162,7 +230,10 @@ describe("PartnerClient retries", () => {
   });
 
   it("each distinct file gets a fresh key", async () => {
-    const api = fakeApi([() => json(202, { id: "file_1", status: "received" }), () => json(202, { id: "file_2", status: "received" })]);
+    const api = fakeApi([
+      () => json(202, { id: "file_1", status: "received" }),
+      () => json(202, { id: "file_2", status: "received" }),
+    ]);
     const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
     await client.sendFile(input);
     await client.sendFile(input);
@@ -170,7 +241,9 @@ describe("PartnerClient retries", () => {
   });
 
   it("other errors are final and typed by code", async () => {
-    const api = fakeApi([() => json(403, { error: { type: "permission_error", code: "no_active_connection", message: "No." } })]);
+    const api = fakeApi([
+      () => json(403, { error: { type: "permission_error", code: "no_active_connection", message: "No." } }),
+    ]);
     const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
     const err = await client.sendFile(input).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(PartnerApiError);
@@ -192,32 +265,63 @@ describe("PartnerClient.testHelpers", () => {
   }
 
   it("each helper POSTs to its path with the bearer and returns the connection in its new state", async () => {
-    const api = recordingApi((req) => json(200, { id: "con_1", status: req.url.endsWith("/sever") ? "revoked" : req.url.endsWith("/expire") ? "expired" : req.url.endsWith("/approve") ? "approved" : "pending" }));
+    const api = recordingApi((req) =>
+      json(200, {
+        id: "con_1",
+        status: req.url.endsWith("/sever")
+          ? "revoked"
+          : req.url.endsWith("/expire")
+            ? "expired"
+            : req.url.endsWith("/approve")
+              ? "approved"
+              : "pending",
+      }),
+    );
     const client = new PartnerClient({ baseUrl: "http://x/", clientId: "a", clientSecret: "b", fetch: api.fetch });
     expect(await client.testHelpers.approveConnection("con_1")).toEqual({ id: "con_1", status: "approved" });
     expect(await client.testHelpers.declineConnection("con_1")).toEqual({ id: "con_1", status: "pending" });
     expect(await client.testHelpers.severConnection("con_1")).toEqual({ id: "con_1", status: "revoked" });
     expect(await client.testHelpers.expireConnection("con_1")).toEqual({ id: "con_1", status: "expired" });
     expect(api.sent.map((r) => `${r.method} ${r.url} ${r.headers.get("authorization")}`)).toEqual(
-      ["approve", "decline", "sever", "expire"].map((act) => `POST http://x/v1/test_helpers/connections/con_1/${act} Bearer tok1`),
+      ["approve", "decline", "sever", "expire"].map(
+        (act) => `POST http://x/v1/test_helpers/connections/con_1/${act} Bearer tok1`,
+      ),
     );
   });
 
   it("a refused transition is a final invalid_request; a live credential's 404 a final not_found", async () => {
     const answers = [
-      json(400, { error: { type: "invalid_request_error", code: "invalid_request", message: "The connection is pending; only an approved connection can be severed." } }),
+      json(400, {
+        error: {
+          type: "invalid_request_error",
+          code: "invalid_request",
+          message: "The connection is pending; only an approved connection can be severed.",
+        },
+      }),
       json(404, { error: { type: "invalid_request_error", code: "not_found", message: "No such resource." } }),
     ];
     const api = recordingApi(() => answers.shift()!);
     const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch });
-    await expect(client.testHelpers.severConnection("con_1")).rejects.toMatchObject({ status: 400, code: "invalid_request", message: expect.stringMatching(/only an approved connection/) });
-    await expect(client.testHelpers.approveConnection("con_2")).rejects.toMatchObject({ status: 404, code: "not_found" });
+    await expect(client.testHelpers.severConnection("con_1")).rejects.toMatchObject({
+      status: 400,
+      code: "invalid_request",
+      message: expect.stringMatching(/only an approved connection/),
+    });
+    await expect(client.testHelpers.approveConnection("con_2")).rejects.toMatchObject({
+      status: 404,
+      code: "not_found",
+    });
     expect(api.sent).toHaveLength(2);
   });
 });
 
 describe("PartnerClient.events", () => {
-  const evt = (n: number) => ({ id: `evt_${n}`, type: "connection.approved" as const, created: 1767225600 + n, data: { connection_id: `con_${n}`, status: "approved" as const } });
+  const evt = (n: number) => ({
+    id: `evt_${n}`,
+    type: "connection.approved" as const,
+    created: 1767225600 + n,
+    data: { connection_id: `con_${n}`, status: "approved" as const },
+  });
 
   function pagedApi(all: ReturnType<typeof evt>[], failFirst?: number) {
     const queries: URLSearchParams[] = [];
@@ -226,7 +330,12 @@ describe("PartnerClient.events", () => {
       if (req.url.endsWith("/oauth/token")) return json(200, tokenBody(1));
       const url = new URL(req.url);
       queries.push(url.searchParams);
-      if (failFirst !== undefined && queries.length === failFirst) return json(503, { error: { type: "api_error", code: "service_unavailable", message: "x" } }, { "retry-after": "1" });
+      if (failFirst !== undefined && queries.length === failFirst)
+        return json(
+          503,
+          { error: { type: "api_error", code: "service_unavailable", message: "x" } },
+          { "retry-after": "1" },
+        );
       const limit = Number(url.searchParams.get("limit") ?? "10");
       const after = url.searchParams.get("starting_after");
       const from = after ? all.findIndex((e) => e.id === after) + 1 : 0;
@@ -253,7 +362,13 @@ describe("PartnerClient.events", () => {
   it("fetches no further page once the loop stops, and retries a page answered 503", async () => {
     const all = Array.from({ length: 5 }, (_, i) => evt(5 - i));
     const api = pagedApi(all, 1);
-    const client = new PartnerClient({ baseUrl: "http://x", clientId: "a", clientSecret: "b", fetch: api.fetch, retry: { baseDelayMs: 10 } });
+    const client = new PartnerClient({
+      baseUrl: "http://x",
+      clientId: "a",
+      clientSecret: "b",
+      fetch: api.fetch,
+      retry: { baseDelayMs: 10 },
+    });
     const seen: string[] = [];
     await onFakeClock(async () => {
       for await (const event of client.events({ pageSize: 2 })) {

@@ -1,10 +1,38 @@
-import { compactVerify, createLocalJWKSet, createRemoteJWKSet, customFetch, generateKeyPair, importJWK, jwksCache, SignJWT, type CryptoKey, type ExportedJWKSCache, type FetchImplementation, type JSONWebKeySet, type JWK, type JWTVerifyGetKey, type RemoteJWKSet } from "jose";
+import {
+  compactVerify,
+  createLocalJWKSet,
+  createRemoteJWKSet,
+  customFetch,
+  generateKeyPair,
+  importJWK,
+  jwksCache,
+  SignJWT,
+  type CryptoKey,
+  type ExportedJWKSCache,
+  type FetchImplementation,
+  type JSONWebKeySet,
+  type JWK,
+  type JWTVerifyGetKey,
+  type RemoteJWKSet,
+} from "jose";
 import { LRUCache } from "lru-cache";
 import { request } from "undici";
 import { egressAgent, readCapped, urlRefusal, type Resolver } from "@pi/common/egress";
 import type { Logger } from "@pi/common/logger";
-import { ASSERTION_ALGORITHMS, isAssertionAlgorithm, type AssertionAlgorithm, type ClaimedAssertion } from "./client-assertion.js";
-import { JWKS_URL_MAX_AGE_MS, JWKS_URL_REFETCH_COOLDOWN_MS, scheduledFetchDue, unknownKidFetchDue, type FetchHistory, type RefreshTimes } from "./jwks-refresh.js";
+import {
+  ASSERTION_ALGORITHMS,
+  isAssertionAlgorithm,
+  type AssertionAlgorithm,
+  type ClaimedAssertion,
+} from "./client-assertion.js";
+import {
+  JWKS_URL_MAX_AGE_MS,
+  JWKS_URL_REFETCH_COOLDOWN_MS,
+  scheduledFetchDue,
+  unknownKidFetchDue,
+  type FetchHistory,
+  type RefreshTimes,
+} from "./jwks-refresh.js";
 
 // The public keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the
 // set at its URL. No token request ever waits for a URL: its set is fetched in the background
@@ -30,7 +58,8 @@ const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
  * `alg` (if any) of the four accepted, importable.
  */
 export async function jwksProblem(value: unknown): Promise<string | undefined> {
-  if (typeof value !== "object" || value === null || !Array.isArray((value as { keys?: unknown }).keys)) return "is not a JWK Set (an object with a keys array)";
+  if (typeof value !== "object" || value === null || !Array.isArray((value as { keys?: unknown }).keys))
+    return "is not a JWK Set (an object with a keys array)";
   const keys = (value as { keys: unknown[] }).keys;
   if (keys.length === 0 || keys.length > MAX_JWKS_KEYS) return `must hold 1 to ${MAX_JWKS_KEYS} keys`;
   const kids = new Set<string>();
@@ -42,16 +71,19 @@ export async function jwksProblem(value: unknown): Promise<string | undefined> {
     if (kids.has(jwk.kid)) return `kid ${jwk.kid} appears twice`;
     kids.add(jwk.kid);
     if (jwk.use !== undefined && jwk.use !== "sig") return `key ${jwk.kid}: use must be sig`;
-    if (jwk.alg !== undefined && !isAssertionAlgorithm(jwk.alg)) return `key ${jwk.kid}: alg must be one of ${ASSERTION_ALGORITHMS.join(", ")}`;
+    if (jwk.alg !== undefined && !isAssertionAlgorithm(jwk.alg))
+      return `key ${jwk.kid}: alg must be one of ${ASSERTION_ALGORITHMS.join(", ")}`;
     let alg: AssertionAlgorithm;
     if (jwk.kty === "EC") {
       if (jwk.crv !== "P-256" && jwk.crv !== "P-384") return `key ${jwk.kid}: crv must be P-256 or P-384`;
       alg = jwk.crv === "P-256" ? "ES256" : "ES384";
       if (jwk.alg !== undefined && jwk.alg !== alg) return `key ${jwk.kid}: alg ${jwk.alg} does not fit crv ${jwk.crv}`;
     } else if (jwk.kty === "RSA") {
-      if (typeof jwk.n !== "string" || Buffer.from(jwk.n, "base64url").length < 256) return `key ${jwk.kid}: RSA keys must be 2048 bits or more`;
+      if (typeof jwk.n !== "string" || Buffer.from(jwk.n, "base64url").length < 256)
+        return `key ${jwk.kid}: RSA keys must be 2048 bits or more`;
       alg = jwk.alg === "RS256" ? "RS256" : "RS384";
-      if (jwk.alg !== undefined && !jwk.alg.startsWith("RS")) return `key ${jwk.kid}: alg ${jwk.alg} does not fit an RSA key`;
+      if (jwk.alg !== undefined && !jwk.alg.startsWith("RS"))
+        return `key ${jwk.kid}: alg ${jwk.alg} does not fit an RSA key`;
     } else {
       return `key ${jwk.kid}: kty must be RSA or EC`;
     }
@@ -104,7 +136,10 @@ export class AssertionKeys {
   /** A URL credential's stored set, imported, by credential and fetch time. */
   private readonly fetched = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
   /** jose's remote set of each URL: what fetches it (one fetch at a time per URL), never asked for a key. */
-  private readonly remote = new LRUCache<string, { set: RemoteJWKSet; cache: ExportedJWKSCache | Record<string, never> }>({ max: 1_000 });
+  private readonly remote = new LRUCache<
+    string,
+    { set: RemoteJWKSet; cache: ExportedJWKSCache | Record<string, never> }
+  >({ max: 1_000 });
   /** This replica's latest fetch attempt per URL (the stored history lags while a fetch is in flight). */
   private readonly attempts = new LRUCache<string, Date>({ max: 10_000 });
   private readonly inFlight = new Set<Promise<void>>();
@@ -117,21 +152,36 @@ export class AssertionKeys {
 
   constructor(private readonly opts: AssertionKeysOptions) {
     this.times = { maxAgeMs: JWKS_URL_MAX_AGE_MS, cooldownMs: opts.refetchCooldownMs ?? JWKS_URL_REFETCH_COOLDOWN_MS };
-    const agent = egressAgent({ allowInsecure: opts.allowInsecure, timeoutMs: opts.timeoutMs ?? 5_000, ...(opts.resolve ? { resolve: opts.resolve } : {}) });
+    const agent = egressAgent({
+      allowInsecure: opts.allowInsecure,
+      timeoutMs: opts.timeoutMs ?? 5_000,
+      ...(opts.resolve ? { resolve: opts.resolve } : {}),
+    });
     this.fetchJwks = async (url, init) => {
       const refusal = urlRefusal(url, opts.allowInsecure, "JWK Set URL");
       if (refusal) throw new Error(refusal);
-      const res = await request(url, { method: "GET", headers: Object.fromEntries(init.headers), dispatcher: agent, signal: init.signal });
+      const res = await request(url, {
+        method: "GET",
+        headers: Object.fromEntries(init.headers),
+        dispatcher: agent,
+        signal: init.signal,
+      });
       const text = await readCapped(res.body, MAX_JWKS_BYTES + 1);
-      if (Buffer.byteLength(text) > MAX_JWKS_BYTES) throw new Error(`the JWK Set at the URL is larger than ${MAX_JWKS_BYTES} bytes`);
-      return new Response(text, { status: res.statusCode < 200 ? 502 : res.statusCode, headers: { "content-type": "application/json" } });
+      if (Buffer.byteLength(text) > MAX_JWKS_BYTES)
+        throw new Error(`the JWK Set at the URL is larger than ${MAX_JWKS_BYTES} bytes`);
+      return new Response(text, {
+        status: res.statusCode < 200 ? 502 : res.statusCode,
+        headers: { "content-type": "application/json" },
+      });
     };
   }
 
   async start(): Promise<void> {
     for (const alg of ASSERTION_ALGORITHMS) this.dummies.set(alg, (await generateKeyPair(alg)).publicKey);
     const stranger = await generateKeyPair("ES256");
-    this.dummyAssertion = await new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "dummy" }).sign(stranger.privateKey);
+    this.dummyAssertion = await new SignJWT({})
+      .setProtectedHeader({ alg: "ES256", kid: "dummy" })
+      .sign(stranger.privateKey);
   }
 
   /** Waits for the background fetches in flight (each ends within its timeout). */
@@ -149,7 +199,14 @@ export class AssertionKeys {
     let remote = this.remote.get(url);
     if (!remote) {
       const cache = {};
-      remote = { cache, set: createRemoteJWKSet(new URL(url), { timeoutDuration: this.opts.timeoutMs ?? 5_000, [customFetch]: this.fetchJwks, [jwksCache]: cache }) };
+      remote = {
+        cache,
+        set: createRemoteJWKSet(new URL(url), {
+          timeoutDuration: this.opts.timeoutMs ?? 5_000,
+          [customFetch]: this.fetchJwks,
+          [jwksCache]: cache,
+        }),
+      };
       this.remote.set(url, remote);
     }
     try {
@@ -169,7 +226,11 @@ export class AssertionKeys {
     const done = (async () => {
       try {
         const outcome = await this.fetchSet(url);
-        if ("problem" in outcome) this.opts.logger?.warn({ jwksUrlHost: hostOf(url), problem: outcome.problem }, "JWK Set URL fetch failed; its clients keep the set last fetched");
+        if ("problem" in outcome)
+          this.opts.logger?.warn(
+            { jwksUrlHost: hostOf(url), problem: outcome.problem },
+            "JWK Set URL fetch failed; its clients keep the set last fetched",
+          );
         await this.opts.record?.(url, outcome);
       } catch (err) {
         this.opts.logger?.warn({ err, jwksUrlHost: hostOf(url) }, "JWK Set URL fetch could not be stored");
@@ -197,8 +258,11 @@ export class AssertionKeys {
       if (c.jwksFetchFailedAt && (!h.failedAt || c.jwksFetchFailedAt > h.failedAt)) h.failedAt = c.jwksFetchFailedAt;
       histories.set(c.jwksUrl, h);
     }
-    const due = [...histories].filter(([, h]) => scheduledFetchDue(h.missing ? { ...h, fetchedAt: undefined } : h, now, this.times)).map(([url]) => url);
-    for (let i = 0; i < due.length; i += REFRESH_CONCURRENCY) await Promise.all(due.slice(i, i + REFRESH_CONCURRENCY).map((url) => this.refresh(url)));
+    const due = [...histories]
+      .filter(([, h]) => scheduledFetchDue(h.missing ? { ...h, fetchedAt: undefined } : h, now, this.times))
+      .map(([url]) => url);
+    for (let i = 0; i < due.length; i += REFRESH_CONCURRENCY)
+      await Promise.all(due.slice(i, i + REFRESH_CONCURRENCY).map((url) => this.refresh(url)));
     return due.length;
   }
 
@@ -210,14 +274,24 @@ export class AssertionKeys {
    * waits for the network: a URL credential's kid that its stored set lacks asks for a fetch in
    * the background, and this assertion fails as any other.
    */
-  async verify(assertion: string, claimed: ClaimedAssertion | undefined, credential: KeySource | undefined): Promise<Record<string, unknown> | undefined> {
+  async verify(
+    assertion: string,
+    claimed: ClaimedAssertion | undefined,
+    credential: KeySource | undefined,
+  ): Promise<Record<string, unknown> | undefined> {
     const alg = claimed?.alg ?? "ES256";
     const key = claimed && credential ? await this.keyOf(credential, claimed) : undefined;
     try {
-      const { payload } = await compactVerify(claimed ? assertion : this.dummyAssertion, key ?? this.dummies.get(alg)!, { algorithms: [alg] });
+      const { payload } = await compactVerify(
+        claimed ? assertion : this.dummyAssertion,
+        key ?? this.dummies.get(alg)!,
+        { algorithms: [alg] },
+      );
       if (!key) return undefined;
       const claims = JSON.parse(new TextDecoder().decode(payload)) as unknown;
-      return typeof claims === "object" && claims !== null && !Array.isArray(claims) ? (claims as Record<string, unknown>) : undefined;
+      return typeof claims === "object" && claims !== null && !Array.isArray(claims)
+        ? (claims as Record<string, unknown>)
+        : undefined;
     } catch {
       return undefined;
     }
@@ -226,7 +300,8 @@ export class AssertionKeys {
   private async keyOf(credential: KeySource, claimed: ClaimedAssertion): Promise<CryptoKey | undefined> {
     const resolver = this.resolverOf(credential);
     try {
-      if (resolver) return (await resolver({ alg: claimed.alg, kid: claimed.kid }, { payload: "", signature: "" })) as CryptoKey;
+      if (resolver)
+        return (await resolver({ alg: claimed.alg, kid: claimed.kid }, { payload: "", signature: "" })) as CryptoKey;
     } catch {
       // No such kid in the set, two keys of one kid, an algorithm the key does not fit.
     }
@@ -237,7 +312,11 @@ export class AssertionKeys {
   /** A kid the stored set lacks, or no set yet: a background fetch, unless one was tried within the cooldown. */
   private askForFetch(credential: KeySource): void {
     const url = credential.jwksUrl!;
-    const history: FetchHistory = { fetchedAt: credential.jwksFetched?.fetchedAt, failedAt: credential.jwksFetchFailedAt, attemptedAt: this.attempts.get(url) };
+    const history: FetchHistory = {
+      fetchedAt: credential.jwksFetched?.fetchedAt,
+      failedAt: credential.jwksFetchFailedAt,
+      attemptedAt: this.attempts.get(url),
+    };
     if (unknownKidFetchDue(history, new Date(), this.times)) void this.refresh(url);
   }
 

@@ -61,7 +61,8 @@ export interface AuditRetention {
 }
 
 /** The oldest a record may be at `now`: the retention sweep deletes what occurred before it. */
-export const auditRetentionCutoff = (now: Date, retentionSeconds: number) => new Date(now.getTime() - retentionSeconds * 1000);
+export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
+  new Date(now.getTime() - retentionSeconds * 1000);
 
 /** How often the retention sweep runs (one replica at a time, under this lease). */
 export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
@@ -71,7 +72,8 @@ export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
   if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw new RangeError(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
   if (req.since < 0n) throw new RangeError("since must be Unix milliseconds, or 0 for all");
-  if (req.target !== "" && !AUDIT_ID.test(req.target)) throw new RangeError("target must be an id (con_, ptr_, cli_, eld_, evt_ or key_)");
+  if (req.target !== "" && !AUDIT_ID.test(req.target))
+    throw new RangeError("target must be an id (con_, ptr_, cli_, eld_, evt_ or key_)");
   return {
     ...(req.since > 0n ? { since: new Date(Number(req.since)) } : {}),
     ...(req.target !== "" ? { target: req.target } : {}),
@@ -117,7 +119,10 @@ export function openAuditRetention(db: Db): AuditRetention {
   };
 }
 
-const outcomeName: Record<number, string> = { [eventsv1.AuditOutcome.OK]: "ok", [eventsv1.AuditOutcome.REFUSED]: "refused" };
+const outcomeName: Record<number, string> = {
+  [eventsv1.AuditOutcome.OK]: "ok",
+  [eventsv1.AuditOutcome.REFUSED]: "refused",
+};
 
 /** Whether the service the record names signed it, with one of its identity keys. */
 export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
@@ -135,7 +140,13 @@ export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKe
  * that breaks the shape rules, names a service that does not own its action (AUDIT_ACTION_OWNERS),
  * or is not signed by that service's identity key.
  */
-export function decodeAuditMessage(message: KafkaMessage, partition: number, logger: Logger, now: Date, publicKeys: PublicKeys): AuditRecordDoc | null {
+export function decodeAuditMessage(
+  message: KafkaMessage,
+  partition: number,
+  logger: Logger,
+  now: Date,
+  publicKeys: PublicKeys,
+): AuditRecordDoc | null {
   const at = { partition, offset: message.offset };
   if (!message.value) {
     logger.error(at, "empty audit record skipped");
@@ -149,16 +160,32 @@ export function decodeAuditMessage(message: KafkaMessage, partition: number, log
     return null;
   }
   // The writer shaped it with the same rules; checked again so that nothing else is ever stored.
-  const fields = /^evt_[0-9A-Za-z]{1,64}$/.test(r.id) && r.occurredAt > 0n ? checkAuditRecord({ ...r, outcome: outcomeName[r.outcome] }) : null;
+  const fields =
+    /^evt_[0-9A-Za-z]{1,64}$/.test(r.id) && r.occurredAt > 0n
+      ? checkAuditRecord({ ...r, outcome: outcomeName[r.outcome] })
+      : null;
   if (!fields) {
     logger.error({ ...at, id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
     return null;
   }
   if (!signedByItsService(r, publicKeys)) {
-    logger.error({ ...at, id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
+    logger.error(
+      { ...at, id: r.id, service: fields.service },
+      "audit record not signed by the service it names skipped",
+    );
     return null;
   }
-  return { _id: r.id, occurredAt: new Date(Number(r.occurredAt)), ...fields, sequence: Number(r.sequence), partition, offset: Number(message.offset), storedAt: now, signature: r.signature, signingKid: r.signingKid };
+  return {
+    _id: r.id,
+    occurredAt: new Date(Number(r.occurredAt)),
+    ...fields,
+    sequence: Number(r.sequence),
+    partition,
+    offset: Number(message.offset),
+    storedAt: now,
+    signature: r.signature,
+    signingKid: r.signingKid,
+  };
 }
 
 /** What a read says of a stored record's signature: verified, or why not. */
@@ -168,11 +195,17 @@ export const AUDIT_VERIFICATION = {
   unknownKey: "signing key not known",
   notKept: "stored before signatures were kept",
 } as const;
-export type AuditVerification = { verified: true; reason: typeof AUDIT_VERIFICATION.verified } | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
+export type AuditVerification =
+  | { verified: true; reason: typeof AUDIT_VERIFICATION.verified }
+  | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
 
 /** The message of a stored record, with its kept signature: what the topic carried. */
 export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
-  return { ...auditRecordMessage({ ...doc, eventId: doc._id }), signature: doc.signature ?? "", signingKid: doc.signingKid ?? "" };
+  return {
+    ...auditRecordMessage({ ...doc, eventId: doc._id }),
+    signature: doc.signature ?? "",
+    signingKid: doc.signingKid ?? "",
+  };
 }
 
 /**
@@ -190,7 +223,9 @@ export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys):
   } catch {
     return { verified: false, reason: AUDIT_VERIFICATION.altered };
   }
-  return signedByItsService(message, publicKeys) ? { verified: true, reason: AUDIT_VERIFICATION.verified } : { verified: false, reason: AUDIT_VERIFICATION.altered };
+  return signedByItsService(message, publicKeys)
+    ? { verified: true, reason: AUDIT_VERIFICATION.verified }
+    : { verified: false, reason: AUDIT_VERIFICATION.altered };
 }
 
 /**
@@ -198,7 +233,13 @@ export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys):
  * commits a batch's offsets only once eachBatch returns, so every record is stored before its
  * offset is committed (at least once); a database failure throws and the batch is read again.
  */
-export function consumeAuditRecords(store: AuditStore, kafka: Kafka, namespace: string, publicKeys: PublicKeys, logger: Logger): Promise<Consuming> {
+export function consumeAuditRecords(
+  store: AuditStore,
+  kafka: Kafka,
+  namespace: string,
+  publicKeys: PublicKeys,
+  logger: Logger,
+): Promise<Consuming> {
   return consume({
     kafka,
     logger,
@@ -209,7 +250,9 @@ export function consumeAuditRecords(store: AuditStore, kafka: Kafka, namespace: 
     partitionsConsumedConcurrently: 3,
     async eachBatch(messages, partition) {
       const now = new Date();
-      const docs = messages.map((m) => decodeAuditMessage(m, partition, logger, now, publicKeys)).filter((d): d is AuditRecordDoc => d !== null);
+      const docs = messages
+        .map((m) => decodeAuditMessage(m, partition, logger, now, publicKeys))
+        .filter((d): d is AuditRecordDoc => d !== null);
       const stored = await store.append(docs);
       logger.debug({ partition, messages: messages.length, stored }, "audit records stored");
     },

@@ -18,7 +18,8 @@ export const ASSERTION_CLOCK_SKEW_SECONDS = 10;
 /** The longest `jti` and client id kept; longer ones are refused. */
 export const MAX_ASSERTION_ID_LENGTH = 256;
 
-export const isAssertionAlgorithm = (alg: unknown): alg is AssertionAlgorithm => (ASSERTION_ALGORITHMS as readonly unknown[]).includes(alg);
+export const isAssertionAlgorithm = (alg: unknown): alg is AssertionAlgorithm =>
+  (ASSERTION_ALGORITHMS as readonly unknown[]).includes(alg);
 
 /** What the assertion says before anything is verified: which client and key to look up. */
 export interface ClaimedAssertion {
@@ -39,7 +40,8 @@ export function claimedAssertion(assertion: string): ClaimedAssertion | undefine
     const claims = decodeJwt(assertion);
     if (!isAssertionAlgorithm(header.alg) || typeof header.kid !== "string" || header.kid === "") return undefined;
     if (header.crit !== undefined) return undefined;
-    if (typeof claims.iss !== "string" || claims.iss === "" || claims.iss.length > MAX_ASSERTION_ID_LENGTH) return undefined;
+    if (typeof claims.iss !== "string" || claims.iss === "" || claims.iss.length > MAX_ASSERTION_ID_LENGTH)
+      return undefined;
     return { alg: header.alg, kid: header.kid, clientId: claims.iss };
   } catch {
     return undefined;
@@ -78,9 +80,12 @@ export function checkAssertionClaims(claims: Record<string, unknown>, expect: As
   const { exp, nbf, iat, jti } = claims;
   if (typeof exp !== "number" || !Number.isFinite(exp)) return fail("no exp");
   if (exp <= expect.now) return fail("expired");
-  if (exp > expect.now + MAX_ASSERTION_LIFETIME_SECONDS + ASSERTION_CLOCK_SKEW_SECONDS) return fail("exp more than five minutes ahead");
-  if (nbf !== undefined && (typeof nbf !== "number" || nbf > expect.now + ASSERTION_CLOCK_SKEW_SECONDS)) return fail("not yet valid (nbf)");
-  if (iat !== undefined && (typeof iat !== "number" || iat > expect.now + ASSERTION_CLOCK_SKEW_SECONDS)) return fail("issued in the future (iat)");
+  if (exp > expect.now + MAX_ASSERTION_LIFETIME_SECONDS + ASSERTION_CLOCK_SKEW_SECONDS)
+    return fail("exp more than five minutes ahead");
+  if (nbf !== undefined && (typeof nbf !== "number" || nbf > expect.now + ASSERTION_CLOCK_SKEW_SECONDS))
+    return fail("not yet valid (nbf)");
+  if (iat !== undefined && (typeof iat !== "number" || iat > expect.now + ASSERTION_CLOCK_SKEW_SECONDS))
+    return fail("issued in the future (iat)");
   if (typeof jti !== "string" || jti === "" || jti.length > MAX_ASSERTION_ID_LENGTH) return fail("no usable jti");
   return { ok: true, accepted: { jti, exp: Math.ceil(exp) } };
 }

@@ -43,18 +43,27 @@ const activation = (k: StoredKey) => (k.activatesAt ?? k.createdAt).getTime();
 export function signingKeyOf(keys: readonly StoredKey[], now: number): StoredKey {
   const active = keys.filter((k) => activation(k) <= now);
   const pool = active.length > 0 ? active : keys; // never empty in practice: the first key activates at once
-  return pool.reduce((a, b) => (activation(b) > activation(a) || (activation(b) === activation(a) && b.kid > a.kid) ? b : a));
+  return pool.reduce((a, b) =>
+    activation(b) > activation(a) || (activation(b) === activation(a) && b.kid > a.kid) ? b : a,
+  );
 }
 
 /**
  * Keys that may be dropped at `now`: superseded by a key that has been signing for longer than
  * the token lifetime plus a margin, so no unexpired token can carry them any more.
  */
-export function retiredKeys(keys: readonly StoredKey[], now: number, tokenTtlMs: number, marginMs: number): StoredKey[] {
+export function retiredKeys(
+  keys: readonly StoredKey[],
+  now: number,
+  tokenTtlMs: number,
+  marginMs: number,
+): StoredKey[] {
   const current = signingKeyOf(keys, now);
   return keys.filter((k) => {
     if (k.kid === current.kid || activation(k) > now) return false;
-    const successor = keys.filter((s) => activation(s) > activation(k) && activation(s) <= now).sort((a, b) => activation(a) - activation(b))[0];
+    const successor = keys
+      .filter((s) => activation(s) > activation(k) && activation(s) <= now)
+      .sort((a, b) => activation(a) - activation(b))[0];
     return successor !== undefined && activation(successor) + tokenTtlMs + marginMs <= now;
   });
 }
@@ -71,7 +80,8 @@ async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<St
   };
 }
 
-const isDuplicateKey = (err: unknown) => typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
+const isDuplicateKey = (err: unknown) =>
+  typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
 
 /**
  * The signing keys every auth replica uses, read from MongoDB so that all replicas sign and verify
@@ -103,7 +113,11 @@ export class KeyRing {
 
   /** The key document, with its audit record when there is a trail. */
   private keyDoc(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate"): SigningKeyDoc {
-    const audit = this.audit?.entry({ action, actor: action === "signing_key.create" ? "system" : "operator", targets: [key.kid] });
+    const audit = this.audit?.entry({
+      action,
+      actor: action === "signing_key.create" ? "system" : "operator",
+      targets: [key.kid],
+    });
     return { _id, ...key, ...(audit ? { audit: [audit] } : {}) };
   }
 
@@ -112,7 +126,9 @@ export class KeyRing {
     let docs = await this.read();
     if (docs.length === 0) {
       try {
-        await this.collection.insertOne(this.keyDoc(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create"));
+        await this.collection.insertOne(
+          this.keyDoc(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create"),
+        );
         this.audit?.afterWrite(FIRST_KEY_ID);
       } catch (err) {
         if (!isDuplicateKey(err)) throw err; // another replica created it first

@@ -37,20 +37,39 @@ export interface Propagation {
 }
 
 /** The live followers that have not yet applied the event at (partition, offset). */
-export function followersBehind(followers: readonly FollowerDoc[], partition: number, offset: number, now: number): FollowerDoc[] {
-  return followers.filter((f) => f.seenAt.getTime() >= now - FOLLOWER_LIVENESS_MS && (f.nextOffsets[String(partition)] ?? -1) <= offset);
+export function followersBehind(
+  followers: readonly FollowerDoc[],
+  partition: number,
+  offset: number,
+  now: number,
+): FollowerDoc[] {
+  return followers.filter(
+    (f) => f.seenAt.getTime() >= now - FOLLOWER_LIVENESS_MS && (f.nextOffsets[String(partition)] ?? -1) <= offset,
+  );
 }
 
 const kindOf = (f: FollowerDoc): FollowerKind => f.kind ?? "gateway";
 
 /** A new partner event, to store with the change it reports. */
-export function partnerEvent(kind: eventsv1.PartnerEventKind, partnerId: string, clientId = "", extra: Pick<PartnerEventEntry, "suspendedAt" | "kid"> = {}, at = new Date()): PartnerEventEntry {
+export function partnerEvent(
+  kind: eventsv1.PartnerEventKind,
+  partnerId: string,
+  clientId = "",
+  extra: Pick<PartnerEventEntry, "suspendedAt" | "kid"> = {},
+  at = new Date(),
+): PartnerEventEntry {
   return outboxEntry({ kind, partnerId, clientId, ...extra }, at);
 }
 
 type PartnerEventDoc = { _id: string } & OutboxFields<PartnerEventEntry>;
 
-function partnerEventOutbox<D extends PartnerEventDoc>(collection: Collection<D>, partnerOf: (doc: D) => string, producer: Pick<Producer, "send">, topic: string, logger: Logger) {
+function partnerEventOutbox<D extends PartnerEventDoc>(
+  collection: Collection<D>,
+  partnerOf: (doc: D) => string,
+  producer: Pick<Producer, "send">,
+  topic: string,
+  logger: Logger,
+) {
   return new Outbox<D, PartnerEventEntry>({
     name: "partner events",
     collection,
@@ -60,7 +79,9 @@ function partnerEventOutbox<D extends PartnerEventDoc>(collection: Collection<D>
     // Every event of a partner on one partition, in order, whichever document carried it.
     key: (doc) => partnerOf(doc as D),
     value: (_doc, e) =>
-      toBinary(eventsv1.PartnerEventSchema, create(eventsv1.PartnerEventSchema, {
+      toBinary(
+        eventsv1.PartnerEventSchema,
+        create(eventsv1.PartnerEventSchema, {
           kind: e.kind,
           partnerId: e.partnerId,
           clientId: e.clientId,
@@ -107,7 +128,12 @@ export class PartnerEventPublisher {
    * for every live follower to apply it. `since` is when the change was written, for the reported
    * elapsed time.
    */
-  async propagate<D extends PartnerEventDoc>(outbox: Outbox<D, PartnerEventEntry>, id: string, entry: PartnerEventEntry, since = performance.now()): Promise<Propagation> {
+  async propagate<D extends PartnerEventDoc>(
+    outbox: Outbox<D, PartnerEventEntry>,
+    id: string,
+    entry: PartnerEventEntry,
+    since = performance.now(),
+  ): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
     // Not published by a relay of this call: either the publish failed (tried again until the
     // deadline, then left to the sweep), or another relay (the sweep) took it, and where it went is
@@ -119,19 +145,33 @@ export class PartnerEventPublisher {
         if (published || !(await outbox.holds(id, entry.eventId))) return published;
         throw new NotPublishedYet();
       },
-      { attempts: Infinity, firstDelayMs: POLL_MS * 5, factor: 1, retryIf: (err) => err instanceof NotPublishedYet && performance.now() < deadline },
+      {
+        attempts: Infinity,
+        firstDelayMs: POLL_MS * 5,
+        factor: 1,
+        retryIf: (err) => err instanceof NotPublishedYet && performance.now() < deadline,
+      },
     ).catch((err: unknown) => {
       if (err instanceof NotPublishedYet) return undefined;
       throw err;
     });
-    return at ? this.awaitFollowers(at.partition, Number(at.offset), deadline, since) : this.awaitFollowers(undefined, 0, deadline, since);
+    return at
+      ? this.awaitFollowers(at.partition, Number(at.offset), deadline, since)
+      : this.awaitFollowers(undefined, 0, deadline, since);
   }
 
   /** Polls the followers' reports until every live one has applied (partition, offset), or the deadline. */
-  private async awaitFollowers(partition: number | undefined, offset: number, deadline: number, since: number): Promise<Propagation> {
+  private async awaitFollowers(
+    partition: number | undefined,
+    offset: number,
+    deadline: number,
+    since: number,
+  ): Promise<Propagation> {
     for (;;) {
       const now = Date.now();
-      const live = await this.store.followers.find({ seenAt: { $gte: new Date(now - FOLLOWER_LIVENESS_MS) } }).toArray();
+      const live = await this.store.followers
+        .find({ seenAt: { $gte: new Date(now - FOLLOWER_LIVENESS_MS) } })
+        .toArray();
       const behind = partition === undefined ? live : followersBehind(live, partition, offset, now);
       if (behind.length === 0 || partition === undefined || performance.now() >= deadline) {
         const count = (docs: FollowerDoc[], kind: FollowerKind) => docs.filter((f) => kindOf(f) === kind).length;
@@ -155,6 +195,10 @@ export class PartnerEventPublisher {
       return;
     }
     const offsets = Object.fromEntries(Object.entries(nextOffsets).map(([p, o]) => [p, Number(o)]));
-    await this.store.followers.updateOne({ _id: instanceId }, { $set: { kind, nextOffsets: offsets, seenAt: new Date() } }, { upsert: true });
+    await this.store.followers.updateOne(
+      { _id: instanceId },
+      { $set: { kind, nextOffsets: offsets, seenAt: new Date() } },
+      { upsert: true },
+    );
   }
 }

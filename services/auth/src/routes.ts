@@ -20,8 +20,23 @@ import type { Authenticated, AuthenticationCache } from "./authentication-cache.
 import type { KeyRing } from "./keys.js";
 import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
-import { DUMMY_HASH, FIRST_PEPPER_ID, hashNewSecret, hashSecret, secretMatches, type Peppers, type SecretSealer } from "./secrets.js";
-import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc, type RevokedKeyDoc } from "./store.js";
+import {
+  DUMMY_HASH,
+  FIRST_PEPPER_ID,
+  hashNewSecret,
+  hashSecret,
+  secretMatches,
+  type Peppers,
+  type SecretSealer,
+} from "./secrets.js";
+import {
+  DECOY_PARTNER_ID,
+  type AuthStore,
+  type CredentialDoc,
+  type CredentialMode,
+  type PartnerDoc,
+  type RevokedKeyDoc,
+} from "./store.js";
 import { eachOnItsOwn } from "./token-batch.js";
 import { reinstatementWaitMs, signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 
@@ -71,8 +86,16 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   const tokenEndpoint = tokenEndpointUrl(settings);
 
   function logPropagation(what: string, ids: Record<string, string>, p: Propagation): void {
-    const fields = { ...ids, gateways: p.gateways, confirmed: p.confirmed, authReplicas: p.authReplicas, authConfirmed: p.authConfirmed, propagationMs: Number(p.elapsedMs) };
-    if (p.confirmed < p.gateways || p.authConfirmed < p.authReplicas) deps.logger.warn(fields, `${what}; not every gateway and auth replica confirmed it in time`);
+    const fields = {
+      ...ids,
+      gateways: p.gateways,
+      confirmed: p.confirmed,
+      authReplicas: p.authReplicas,
+      authConfirmed: p.authConfirmed,
+      propagationMs: Number(p.elapsedMs),
+    };
+    if (p.confirmed < p.gateways || p.authConfirmed < p.authReplicas)
+      deps.logger.warn(fields, `${what}; not every gateway and auth replica confirmed it in time`);
     else deps.logger.info(fields, what);
   }
 
@@ -85,25 +108,41 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       { sub: authenticated.partnerId, client_id: authenticated.clientId, mode: authenticated.mode, scope },
       settings.ACCESS_TOKEN_TTL_SECONDS,
     );
-    return { outcome: { case: "token" as const, value: { accessToken, expiresIn: BigInt(settings.ACCESS_TOKEN_TTL_SECONDS), scope } } };
+    return {
+      outcome: {
+        case: "token" as const,
+        value: { accessToken, expiresIn: BigInt(settings.ACCESS_TOKEN_TTL_SECONDS), scope },
+      },
+    };
   }
 
   /** A credential with a client secret, or (given `keys`) a private_key_jwt one, which has no secret. */
-  async function issueCredential(partnerId: string, mode: CredentialMode, keys?: Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched">) {
+  async function issueCredential(
+    partnerId: string,
+    mode: CredentialMode,
+    keys?: Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched">,
+  ) {
     const clientId = newId("cli");
     const clientSecret = keys ? "" : newSecret(mode === "live" ? "sk_live" : "sk_test");
     await store.credentials.insertOne({
       _id: clientId,
       partnerId,
       mode,
-      ...(keys ? { secretHash: DUMMY_HASH, pepperId: FIRST_PEPPER_ID, authMethod: "private_key_jwt" as const, ...keys } : hashNewSecret(peppers, clientSecret)),
+      ...(keys
+        ? { secretHash: DUMMY_HASH, pepperId: FIRST_PEPPER_ID, authMethod: "private_key_jwt" as const, ...keys }
+        : hashNewSecret(peppers, clientSecret)),
       status: "active",
       createdAt: new Date(),
       ...emptyOutbox(),
       audit: [trail.entry({ action: "credential.create", actor: "operator", targets: [clientId, partnerId] })],
     });
     audit.credentials.afterWrite(clientId);
-    return { clientId, clientSecret, mode: modeToProto(mode), authMethod: keys ? ClientAuthMethod.PRIVATE_KEY_JWT : ClientAuthMethod.CLIENT_SECRET };
+    return {
+      clientId,
+      clientSecret,
+      mode: modeToProto(mode),
+      authMethod: keys ? ClientAuthMethod.PRIVATE_KEY_JWT : ClientAuthMethod.CLIENT_SECRET,
+    };
   }
 
   /** The decoy partner is invisible to the operator: it cannot be reinstated or given credentials. */
@@ -149,7 +188,12 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
       return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
     }
-    const authenticated: Authenticated = { clientId: credential._id, partnerId: partner._id, mode: credential.mode, scopes: partner.scopes };
+    const authenticated: Authenticated = {
+      clientId: credential._id,
+      partnerId: partner._id,
+      mode: credential.mode,
+      scopes: partner.scopes,
+    };
     authentications.keep(ticket, presented, authenticated);
     return tokenFor(authenticated, req.scope);
   }
@@ -172,12 +216,17 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     const usable = credential?.authMethod === "private_key_jwt" ? credential : undefined;
     const claims = await assertionKeys.verify(assertion, claimed, usable);
     const nowMs = Date.now();
-    const check = claims ? checkAssertionClaims(claims, { clientId, audience: tokenEndpoint, now: Math.floor(nowMs / 1000) }) : undefined;
+    const check = claims
+      ? checkAssertionClaims(claims, { clientId, audience: tokenEndpoint, now: Math.floor(nowMs / 1000) })
+      : undefined;
     const accepted = check?.ok ? check.accepted : undefined;
     const standing = !!usable && usable.status === "active" && !!partner && partner.status === "active";
     // The jti is used up only by an assertion that passed everything else; any other request
     // inserts a decoy key that expires at once, so a failure costs the same write.
-    const used = accepted && standing ? { _id: usedJtiKey(clientId, accepted.jti), expiresAt: new Date(accepted.exp * 1000) } : { _id: `~decoy:${randomUUID()}`, expiresAt: new Date(nowMs) };
+    const used =
+      accepted && standing
+        ? { _id: usedJtiKey(clientId, accepted.jti), expiresAt: new Date(accepted.exp * 1000) }
+        : { _id: `~decoy:${randomUUID()}`, expiresAt: new Date(nowMs) };
     let firstUse = true;
     try {
       await store.usedAssertions.insertOne(used);
@@ -186,15 +235,37 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       firstUse = false;
     }
     if (!accepted || !standing || !firstUse || !usable || !partner) {
-      deps.logger.info({ clientId: clientId || undefined, reason: !claimed ? "malformed" : !usable ? "no such private_key_jwt client" : !claims ? "no key verifies the signature" : check && !check.ok ? check.reason : !standing ? "revoked or suspended" : "jti already used" }, "client assertion refused");
+      deps.logger.info(
+        {
+          clientId: clientId || undefined,
+          reason: !claimed
+            ? "malformed"
+            : !usable
+              ? "no such private_key_jwt client"
+              : !claims
+                ? "no key verifies the signature"
+                : check && !check.ok
+                  ? check.reason
+                  : !standing
+                    ? "revoked or suspended"
+                    : "jti already used",
+        },
+        "client assertion refused",
+      );
       return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
     }
-    return tokenFor({ clientId: usable._id, partnerId: partner._id, mode: usable.mode, scopes: partner.scopes }, req.scope);
+    return tokenFor(
+      { clientId: usable._id, partnerId: partner._id, mode: usable.mode, scopes: partner.scopes },
+      req.scope,
+    );
   }
 
   /** A JWK Set given inline (its JSON) or by URL, checked for a registration. */
-  async function keySource(req: authv1.CreateCredentialRequest): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
-    if (req.jwksJson !== undefined && req.jwksUrl !== undefined) throw new ConnectError("give a JWK Set or its URL, not both", Code.InvalidArgument);
+  async function keySource(
+    req: authv1.CreateCredentialRequest,
+  ): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
+    if (req.jwksJson !== undefined && req.jwksUrl !== undefined)
+      throw new ConnectError("give a JWK Set or its URL, not both", Code.InvalidArgument);
     if (req.jwksJson !== undefined) {
       let jwks: unknown;
       try {
@@ -207,7 +278,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       return { jwks: jwks as CredentialDoc["jwks"] };
     }
     if (req.jwksUrl !== undefined) {
-      if (req.jwksUrl.length > 2048) throw new ConnectError("the JWK Set URL is longer than 2048 characters", Code.InvalidArgument);
+      if (req.jwksUrl.length > 2048)
+        throw new ConnectError("the JWK Set URL is longer than 2048 characters", Code.InvalidArgument);
       // Fetched once here, and stored: every replica verifies with it from the first request on.
       const fetched = await assertionKeys.fetchSet(req.jwksUrl);
       if ("problem" in fetched) throw new ConnectError(fetched.problem, Code.InvalidArgument);
@@ -220,7 +292,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     issueToken,
 
     async issueTokens(req) {
-      if (req.requests.length > MAX_TOKENS_PER_CALL) throw new ConnectError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Code.InvalidArgument);
+      if (req.requests.length > MAX_TOKENS_PER_CALL)
+        throw new ConnectError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Code.InvalidArgument);
       const unavailable = { outcome: { case: "failure" as const, value: TokenFailure.UNAVAILABLE } };
       return { responses: await eachOnItsOwn(req.requests, issueToken, unavailable) };
     },
@@ -240,7 +313,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async rotateSigningKey() {
-      const { added, retired } = await keys.rotate(2 * settings.JWKS_REFRESH_SECONDS * 1000, settings.ACCESS_TOKEN_TTL_SECONDS * 1000);
+      const { added, retired } = await keys.rotate(
+        2 * settings.JWKS_REFRESH_SECONDS * 1000,
+        settings.ACCESS_TOKEN_TTL_SECONDS * 1000,
+      );
       deps.logger.info({ kid: added.kid, activatesAt: added.activatesAt, retired }, "signing key added");
       return { kid: added.kid, activatesAt: BigInt(added.activatesAt!.getTime()), retiredKids: retired };
     },
@@ -255,7 +331,9 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       return {
         revokedClientIds: revoked.map((c) => c._id),
         suspendedPartnerIds: suspended.map((p) => p._id).filter((id) => id !== DECOY_PARTNER_ID),
-        tokenCutoffs: cutoffs.filter((p) => p.suspendedAt).map((p) => ({ partnerId: p._id, suspendedAt: BigInt(p.suspendedAt!.getTime()) })),
+        tokenCutoffs: cutoffs
+          .filter((p) => p.suspendedAt)
+          .map((p) => ({ partnerId: p._id, suspendedAt: BigInt(p.suspendedAt!.getTime()) })),
         revokedKids: revokedKeys.map((k) => k._id),
       };
     },
@@ -264,14 +342,25 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       trail.refusals({ action: "signing_key.revoke", actor: "operator", targets: [req.kid] }, async () => {
         const since = performance.now();
         if (!(await keys.has(req.kid))) {
-          if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } }))) return { kid: req.kid, replacementKid: "" };
+          if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } })))
+            return { kid: req.kid, replacementKid: "" };
           throw new ConnectError(`no signing key ${req.kid}`, Code.NotFound);
         }
         const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
         const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
-        const record = trail.entry({ action: "signing_key.revoke", actor: "operator", targets: [req.kid, replacementKid] });
+        const record = trail.entry({
+          action: "signing_key.revoke",
+          actor: "operator",
+          targets: [req.kid, replacementKid],
+        });
         try {
-          await store.revokedKeys.insertOne({ _id: req.kid, revokedAt: new Date(), ...emptyOutbox(), outbox: [event], audit: [record] });
+          await store.revokedKeys.insertOne({
+            _id: req.kid,
+            revokedAt: new Date(),
+            ...emptyOutbox(),
+            outbox: [event],
+            audit: [record],
+          });
         } catch (err) {
           if (!isDuplicateKey(err)) throw err; // revoked at the same time by another call: that one publishes
         }
@@ -282,41 +371,51 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         return { kid: req.kid, replacementKid, propagation };
       }),
 
-    createPartner: (req) => trail.refusals({ action: "partner.create", actor: "operator", targets: [] }, async () => {
-      const name = req.name.trim();
-      if (name === "" || name.length > 200) throw new ConnectError("name must be 1 to 200 characters", Code.InvalidArgument);
-      const scopes = req.scopes.length === 0 ? [...RING1_SCOPES] : [...new Set(req.scopes)];
-      const unknown = scopes.find((s) => !isScope(s));
-      if (unknown !== undefined) throw new ConnectError(`unknown scope ${JSON.stringify(unknown)}; allowed: ${RING1_SCOPES.join(" ")}`, Code.InvalidArgument);
-      const webhookUrl = req.webhookUrl ? validWebhookUrl(req.webhookUrl) : null;
-      const partnerId = newId("ptr");
-      const signingSecret = newSecret("whsec");
-      const now = new Date();
-      await store.partners.insertOne({
-        _id: partnerId,
-        name,
-        status: "active",
-        scopes,
-        webhookUrl,
-        sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
-        createdAt: now,
-        updatedAt: now,
-        ...emptyOutbox(),
-        audit: [trail.entry({ action: "partner.create", actor: "operator", targets: [partnerId] }, now)],
-      });
-      audit.partners.afterWrite(partnerId);
-      const live = await issueCredential(partnerId, "live");
-      const test = await issueCredential(partnerId, "test");
-      deps.logger.info({ partnerId }, "partner created");
-      return { partnerId, live, test, signingSecret };
-    }),
+    createPartner: (req) =>
+      trail.refusals({ action: "partner.create", actor: "operator", targets: [] }, async () => {
+        const name = req.name.trim();
+        if (name === "" || name.length > 200)
+          throw new ConnectError("name must be 1 to 200 characters", Code.InvalidArgument);
+        const scopes = req.scopes.length === 0 ? [...RING1_SCOPES] : [...new Set(req.scopes)];
+        const unknown = scopes.find((s) => !isScope(s));
+        if (unknown !== undefined)
+          throw new ConnectError(
+            `unknown scope ${JSON.stringify(unknown)}; allowed: ${RING1_SCOPES.join(" ")}`,
+            Code.InvalidArgument,
+          );
+        const webhookUrl = req.webhookUrl ? validWebhookUrl(req.webhookUrl) : null;
+        const partnerId = newId("ptr");
+        const signingSecret = newSecret("whsec");
+        const now = new Date();
+        await store.partners.insertOne({
+          _id: partnerId,
+          name,
+          status: "active",
+          scopes,
+          webhookUrl,
+          sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
+          createdAt: now,
+          updatedAt: now,
+          ...emptyOutbox(),
+          audit: [trail.entry({ action: "partner.create", actor: "operator", targets: [partnerId] }, now)],
+        });
+        audit.partners.afterWrite(partnerId);
+        const live = await issueCredential(partnerId, "live");
+        const test = await issueCredential(partnerId, "test");
+        deps.logger.info({ partnerId }, "partner created");
+        return { partnerId, live, test, signingSecret };
+      }),
 
     async setPartnerStatus(req) {
       if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED) {
         throw new ConnectError("status must be active or suspended", Code.InvalidArgument);
       }
       const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
-      const fields = { action: status === "active" ? "partner.reinstate" : "partner.suspend", actor: "operator", targets: [req.partnerId] } as const;
+      const fields = {
+        action: status === "active" ? "partner.reinstate" : "partner.suspend",
+        actor: "operator",
+        targets: [req.partnerId],
+      } as const;
       return trail.refusals(fields, async () => {
         const since = performance.now();
         // A suspension is a revocation: the partner's tokens issued until then stay refused after a
@@ -329,11 +428,23 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
           const wait = reinstatementWaitMs(partner.suspendedAt?.getTime(), Date.now());
           if (wait > 0) await sleep(wait);
         }
-        const kind = status === "active" ? eventsv1.PartnerEventKind.PARTNER_REINSTATED : eventsv1.PartnerEventKind.PARTNER_SUSPENDED;
-        const event = partnerEvent(kind, req.partnerId, "", { suspendedAt: suspendedAt.getTime() }, status === "suspended" ? suspendedAt : new Date());
+        const kind =
+          status === "active"
+            ? eventsv1.PartnerEventKind.PARTNER_REINSTATED
+            : eventsv1.PartnerEventKind.PARTNER_SUSPENDED;
+        const event = partnerEvent(
+          kind,
+          req.partnerId,
+          "",
+          { suspendedAt: suspendedAt.getTime() },
+          status === "suspended" ? suspendedAt : new Date(),
+        );
         const updated = await store.partners.findOneAndUpdate(
           { _id: realId(req.partnerId) },
-          { $set: { status, updatedAt: new Date(), ...(status === "suspended" ? { suspendedAt } : {}) }, $push: { outbox: event, audit: trail.entry(fields) } },
+          {
+            $set: { status, updatedAt: new Date(), ...(status === "suspended" ? { suspendedAt } : {}) },
+            $push: { outbox: event, audit: trail.entry(fields) },
+          },
           { returnDocument: "after" },
         );
         if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
@@ -377,7 +488,11 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
         if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
         const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
-        const record = trail.entry({ action: "credential.revoke", actor: "operator", targets: [req.clientId, credential.partnerId] });
+        const record = trail.entry({
+          action: "credential.revoke",
+          actor: "operator",
+          targets: [req.clientId, credential.partnerId],
+        });
         const updated = await store.credentials.findOneAndUpdate(
           { _id: req.clientId },
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
@@ -397,34 +512,53 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         webhookUrl: partner.webhookUrl ?? "",
         signingSecret: await sealer.unseal(partner.sealedSigningSecret, "webhook-signing-secret"),
         previousSigningSecrets: await Promise.all(
-          stillSigning(partner).map(async (p) => ({ secret: await sealer.unseal(p.sealed, "webhook-signing-secret"), expiresAt: BigInt(p.expiresAt.getTime()) })),
+          stillSigning(partner).map(async (p) => ({
+            secret: await sealer.unseal(p.sealed, "webhook-signing-secret"),
+            expiresAt: BigInt(p.expiresAt.getTime()),
+          })),
         ),
       };
     },
 
-    rotateSigningSecret: (req) => trail.refusals({ action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] }, async () => {
-      if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
-        throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
-      }
-      const partner = await partnerOrThrow(req.partnerId);
-      const signingSecret = newSecret("whsec");
-      const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
-      const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
-      const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
-      const record = trail.entry({ action: "partner.rotate_signing_secret", actor: "operator", targets: [partner._id] });
-      // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
-      const updated = await store.partners.findOneAndUpdate(
-        { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
-        { $set: { sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"), previousSigningSecrets: previous, updatedAt: new Date() }, $push: { outbox: event, audit: record } },
-      );
-      if (!updated) throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
-      audit.partners.afterWrite(partner._id);
-      // Webhook replicas drop their cached target once the event is out; gateways do not follow
-      // signing secrets, so there is nothing to wait for.
-      await events.partners.relay(partner._id);
-      deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
-      return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
-    }),
+    rotateSigningSecret: (req) =>
+      trail.refusals(
+        { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] },
+        async () => {
+          if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
+            throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
+          }
+          const partner = await partnerOrThrow(req.partnerId);
+          const signingSecret = newSecret("whsec");
+          const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
+          const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
+          const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
+          const record = trail.entry({
+            action: "partner.rotate_signing_secret",
+            actor: "operator",
+            targets: [partner._id],
+          });
+          // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
+          const updated = await store.partners.findOneAndUpdate(
+            { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
+            {
+              $set: {
+                sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
+                previousSigningSecrets: previous,
+                updatedAt: new Date(),
+              },
+              $push: { outbox: event, audit: record },
+            },
+          );
+          if (!updated)
+            throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
+          audit.partners.afterWrite(partner._id);
+          // Webhook replicas drop their cached target once the event is out; gateways do not follow
+          // signing secrets, so there is nothing to wait for.
+          await events.partners.relay(partner._id);
+          deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
+          return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
+        },
+      ),
 
     async listAuditRecords(req) {
       let query;
@@ -434,7 +568,10 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         throw new ConnectError((err as Error).message, Code.InvalidArgument);
       }
       const docs = await audit.store.list(query);
-      return { records: docs.map(auditRecordOf), verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)) };
+      return {
+        records: docs.map(auditRecordOf),
+        verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)),
+      };
     },
   });
 };

@@ -31,7 +31,8 @@ export interface Peppers {
 /** CREDENTIAL_PEPPERS (newest first) and CREDENTIAL_PEPPER as "p1" unless the list names p1; undefined when neither is set. */
 export function peppersOf(settings: Pick<Settings, "CREDENTIAL_PEPPER" | "CREDENTIAL_PEPPERS">): Peppers | undefined {
   const list = settings.CREDENTIAL_PEPPERS ? parsePeppers(settings.CREDENTIAL_PEPPERS) : [];
-  if (settings.CREDENTIAL_PEPPER && !list.some((p) => p.id === FIRST_PEPPER_ID)) list.push({ id: FIRST_PEPPER_ID, pepper: settings.CREDENTIAL_PEPPER });
+  if (settings.CREDENTIAL_PEPPER && !list.some((p) => p.id === FIRST_PEPPER_ID))
+    list.push({ id: FIRST_PEPPER_ID, pepper: settings.CREDENTIAL_PEPPER });
   if (list.length === 0) return undefined;
   return { current: list[0]!.id, byId: new Map(list.map((p) => [p.id, p.pepper])) };
 }

@@ -15,7 +15,15 @@ import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
 import { AssertionKeys } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
-import { AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, auditDatabaseName, auditRetentionCutoff, consumeAuditRecords, openAuditRetention, openAuditStore } from "./audit.js";
+import {
+  AUDIT_SWEEP_EVERY_MS,
+  AUDIT_SWEEP_LEASE,
+  auditDatabaseName,
+  auditRetentionCutoff,
+  consumeAuditRecords,
+  openAuditRetention,
+  openAuditStore,
+} from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
 import { KeyRing } from "./keys.js";
 import { PartnerEventPublisher } from "./propagation.js";
@@ -44,16 +52,25 @@ export interface AuthServiceOptions {
   jwksUrlRefetchCooldownMs?: number;
 }
 
-export async function startAuthService(settings: Settings, logger: Logger, options: AuthServiceOptions = {}): Promise<RunningService> {
+export async function startAuthService(
+  settings: Settings,
+  logger: Logger,
+  options: AuthServiceOptions = {},
+): Promise<RunningService> {
   const peppers = peppersOf(settings);
   if (!peppers) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const dataKeys = dataKeysOf(settings, "auth");
   const sealer = new SecretSealer(dataKeys);
-  if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
+  if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS)
+    throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
   const runtime = await openRuntime("auth", settings, logger);
   // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["auth"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.auth, {
+    client: runtime.mongo.client,
+    namespace: settings.DATA_NAMESPACE,
+    logger,
+  }).catch(async (err: unknown) => {
     await runtime.close();
     throw err;
   });
@@ -65,7 +82,14 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   // Values sealed by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
-  const trail = new AuditTrail({ service: "auth", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });
+  const trail = new AuditTrail({
+    service: "auth",
+    db: runtime.mongo.db,
+    producer: runtime.producer,
+    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
+    signingKey: settings.SERVICE_IDENTITY_KEY,
+    logger,
+  });
   const audit = {
     trail,
     partners: trail.on(store.partners),
@@ -78,19 +102,33 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   // The retention sweep's own database user (role auditRetention: find and remove), when set: the
   // service's own user (auditAppend) cannot remove a record. Without it (npm start, the stand-in,
   // which have no users), the service's own connection.
-  const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE)) : undefined;
-  const auditRetention = openAuditRetention(retentionMongo?.db ?? runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)));
+  const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
+    ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE))
+    : undefined;
+  const auditRetention = openAuditRetention(
+    retentionMongo?.db ?? runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)),
+  );
   await trail.start();
-  const keys = new KeyRing(store.signingKeys, sealer, { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) }, store.revokedKeys);
+  const keys = new KeyRing(
+    store.signingKeys,
+    sealer,
+    { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) },
+    store.revokedKeys,
+  );
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = refreshSigningKeys(settings, () => keys.load(), logger);
-  const events = new PartnerEventPublisher(store, runtime.producer, topicName(settings.DATA_NAMESPACE, "partnerEvents"), logger);
+  const events = new PartnerEventPublisher(
+    store,
+    runtime.producer,
+    topicName(settings.DATA_NAMESPACE, "partnerEvents"),
+    logger,
+  );
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
   let feed: PartnerEventFeed | undefined;
   const authentications = new AuthenticationCache({
-    trusted: () => feed !== undefined && feed.caughtUp(),
+    trusted: () => feed?.caughtUp() === true,
     freshen: async () => feed?.readEndIfStale(),
   });
   // Every replica follows the partner events, as gateways do, so that an operator change drops the
@@ -121,13 +159,22 @@ export async function startAuthService(settings: Settings, logger: Logger, optio
   const jwksRefresh = every(
     "refresh JWK Set URLs",
     JWKS_URL_REFRESH_EVERY_MS,
-    () => whileHolding(leases, JWKS_URL_REFRESH_LEASE, 5 * 60_000, async () => assertionKeys.refreshDue(await jwksUrlCredentials(store))),
+    () =>
+      whileHolding(leases, JWKS_URL_REFRESH_LEASE, 5 * 60_000, async () =>
+        assertionKeys.refreshDue(await jwksUrlCredentials(store)),
+      ),
     logger,
   );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
   // Audit records are stored only when signed by the service that owns their kind.
-  const auditConsumer = await consumeAuditRecords(audit.store, runtime.kafka, settings.DATA_NAMESPACE, servicePublicKeys, logger);
+  const auditConsumer = await consumeAuditRecords(
+    audit.store,
+    runtime.kafka,
+    settings.DATA_NAMESPACE,
+    servicePublicKeys,
+    logger,
+  );
   // Records past AUDIT_RETENTION_SECONDS go, one replica at a time (docs/security.md, "Audit trail").
   const auditRetentionSweep = every(
     "audit retention sweep",

@@ -158,13 +158,25 @@ export async function sweepUsedAssertions(store: Pick<AuthStore, "usedAssertions
 }
 
 /** Stores a JWK Set URL's fetch with every credential of that URL: the set (kept until the next succeeds), or the failure's time. */
-export async function recordJwksFetch(store: Pick<AuthStore, "credentials">, url: string, outcome: FetchOutcome): Promise<void> {
+export async function recordJwksFetch(
+  store: Pick<AuthStore, "credentials">,
+  url: string,
+  outcome: FetchOutcome,
+): Promise<void> {
   const filter = { jwksUrl: url, authMethod: "private_key_jwt" as const };
-  if ("jwks" in outcome) await store.credentials.updateMany(filter, { $set: { jwksFetched: { jwks: outcome.jwks, fetchedAt: outcome.fetchedAt } } });
+  if ("jwks" in outcome)
+    await store.credentials.updateMany(filter, {
+      $set: { jwksFetched: { jwks: outcome.jwks, fetchedAt: outcome.fetchedAt } },
+    });
   else await store.credentials.updateMany(filter, { $set: { jwksFetchFailedAt: outcome.failedAt } });
 }
 
 /** The active credentials with a JWK Set URL, for the scheduled fetch round (operator-made: a few per partner at most). */
 export function jwksUrlCredentials(store: Pick<AuthStore, "credentials">): Promise<CredentialDoc[]> {
-  return store.credentials.find({ authMethod: "private_key_jwt", status: "active", jwksUrl: { $exists: true } }, { projection: { _id: 1, jwksUrl: 1, jwksFetched: 1, jwksFetchFailedAt: 1 } }).toArray();
+  return store.credentials
+    .find(
+      { authMethod: "private_key_jwt", status: "active", jwksUrl: { $exists: true } },
+      { projection: { _id: 1, jwksUrl: 1, jwksFetched: 1, jwksFetchFailedAt: 1 } },
+    )
+    .toArray();
 }

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { MongoClient } from "mongodb";
-import { authv1 } from "@pi/proto";
+import type { authv1 } from "@pi/proto";
 import { clientsFor, type AuthClient } from "@pi/common/clients";
 import { createLogger } from "@pi/common/logger";
 import { databaseName } from "@pi/common/mongo";
@@ -30,8 +30,15 @@ let mongo: MongoClient;
 beforeAll(async () => {
   settings = testSettings({ TOKEN_ENDPOINT_URL: TOKEN_ENDPOINT });
   // A JWK Set URL may be fetched again a second after the last fetch (30 s by default).
-  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL), { jwksUrlRefetchCooldownMs: 1_000 }));
-  [a, b] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth());
+  for (let i = 0; i < 2; i++)
+    replicas.push(
+      await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL), {
+        jwksUrlRefetchCooldownMs: 1_000,
+      }),
+    );
+  [a, b] = replicas.map((r) =>
+    clientsFor({ ...as(settings, "gateway"), AUTH_SERVICE_URL: `http://127.0.0.1:${r.port}` }).auth(),
+  );
   mongo = await MongoClient.connect(settings.MONGODB_URI);
 });
 
@@ -49,19 +56,35 @@ describe("jti replay across two auth replicas", () => {
     const ops = commands({ auth: c.authAdmin(), connection: c.connectionAdmin(), webhook: c.webhookAdmin() });
     const partner = await ops.partnerCreate({ name: "Replayed Lab" });
     const key = await partnerKey("ES384", "k1");
-    const { client_id: clientId } = (await ops.credentialCreate(partner.partner_id, "live", { jwksJson: JSON.stringify(key.jwks) })) as { client_id: string };
+    const { client_id: clientId } = (await ops.credentialCreate(partner.partner_id, "live", {
+      jwksJson: JSON.stringify(key.jwks),
+    })) as { client_id: string };
     for (let round = 0; round < 5; round++) {
       const assertion = await key.assertion(clientId, TOKEN_ENDPOINT);
-      const requests = Array.from({ length: 8 }, () => ({ clientId: "", clientSecret: "", clientAssertion: assertion }));
+      const requests = Array.from({ length: 8 }, () => ({
+        clientId: "",
+        clientSecret: "",
+        clientAssertion: assertion,
+      }));
       // Within one batch and across the two replicas, all at once.
-      const answers = await Promise.all([a.issueTokens({ requests }), b.issueTokens({ requests }), a.issueToken(requests[0]!), b.issueToken(requests[0]!)]);
-      const issued = tokens(answers[0]) + tokens(answers[1]) + [answers[2], answers[3]].filter((r) => r.outcome.case === "token").length;
+      const answers = await Promise.all([
+        a.issueTokens({ requests }),
+        b.issueTokens({ requests }),
+        a.issueToken(requests[0]!),
+        b.issueToken(requests[0]!),
+      ]);
+      const issued =
+        tokens(answers[0]) +
+        tokens(answers[1]) +
+        [answers[2], answers[3]].filter((r) => r.outcome.case === "token").length;
       expect({ round, issued }).toEqual({ round, issued: 1 });
     }
   });
 
   it("used jtis stay until their assertion's exp, then the sweep drops them (and every failure's decoy at once)", async () => {
-    const used = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection<UsedAssertionDoc>("used_assertions");
+    const used = mongo
+      .db(databaseName(settings.DATA_NAMESPACE, "auth"))
+      .collection<UsedAssertionDoc>("used_assertions");
     const now = Date.now();
     await used.insertMany([
       { _id: "cli_x\u0000live", expiresAt: new Date(now + 120_000) },
@@ -69,7 +92,11 @@ describe("jti replay across two auth replicas", () => {
       { _id: "~decoy:1", expiresAt: new Date(now - 1) },
     ]);
     await sweepUsedAssertions({ usedAssertions: used }, new Date(now));
-    expect((await used.find({ _id: { $in: ["cli_x\u0000live", "cli_x\u0000gone", "~decoy:1"] } }).toArray()).map((d) => d._id)).toEqual(["cli_x\u0000live"]);
+    expect(
+      (await used.find({ _id: { $in: ["cli_x\u0000live", "cli_x\u0000gone", "~decoy:1"] } }).toArray()).map(
+        (d) => d._id,
+      ),
+    ).toEqual(["cli_x\u0000live"]);
   });
 });
 
@@ -89,9 +116,18 @@ describe("a JWK Set URL across two auth replicas", () => {
       const c = clientsFor({ ...settings, ...addressOf("auth", replicas[0]!) });
       const ops = commands({ auth: c.authAdmin(), connection: c.connectionAdmin(), webhook: c.webhookAdmin() });
       const partner = await ops.partnerCreate({ name: "Published Keys Across Replicas" });
-      const { client_id: clientId } = (await ops.credentialCreate(partner.partner_id, "live", { jwksUrl: url })) as { client_id: string };
+      const { client_id: clientId } = (await ops.credentialCreate(partner.partner_id, "live", { jwksUrl: url })) as {
+        client_id: string;
+      };
       expect(asked).toBe(1);
-      const ask = async (replica: AuthClient, key: typeof first) => (await replica.issueToken({ clientId: "", clientSecret: "", clientAssertion: await key.assertion(clientId, TOKEN_ENDPOINT) })).outcome.case;
+      const ask = async (replica: AuthClient, key: typeof first) =>
+        (
+          await replica.issueToken({
+            clientId: "",
+            clientSecret: "",
+            clientAssertion: await key.assertion(clientId, TOKEN_ENDPOINT),
+          })
+        ).outcome.case;
       // Registered through replica 0: replica 1 (b) verifies with the stored set, fetching nothing.
       expect(await ask(b, first)).toBe("token");
       expect(await ask(a, first)).toBe("token");
@@ -101,7 +137,8 @@ describe("a JWK Set URL across two auth replicas", () => {
       published = { keys: [...first.jwks.keys, ...second.jwks.keys] };
       expect(await ask(b, second)).not.toBe("token");
       for (const deadline = Date.now() + 20_000; (await ask(a, second)) !== "token"; ) {
-        if (Date.now() > deadline) throw new Error(`the new kid never verified on the other replica (the host was asked ${asked} times)`);
+        if (Date.now() > deadline)
+          throw new Error(`the new kid never verified on the other replica (the host was asked ${asked} times)`);
         await new Promise((r) => setTimeout(r, 200));
       }
       expect(await ask(b, second)).toBe("token");

@@ -39,11 +39,19 @@ let producer: Producer;
 
 beforeAll(async () => {
   settings = testSettings();
-  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(as(settings, "auth"), createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  for (let i = 0; i < 2; i++)
+    replicas.push(await startAuthService(as(settings, "auth"), createLogger(`auth-${i}`, settings.LOG_LEVEL)));
   [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("auth", r) }).authAdmin());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
-  producer = createProducer(createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.audit-test`, createLogger("audit-test", "error"), kafkaCredentials(settings)));
+  producer = createProducer(
+    createKafka(
+      settings.KAFKA_BROKERS,
+      `${settings.DATA_NAMESPACE}.audit-test`,
+      createLogger("audit-test", "error"),
+      kafkaCredentials(settings),
+    ),
+  );
   await producer.connect();
 });
 
@@ -61,7 +69,10 @@ async function recordsOf(target: string, count: number, client = a, timeoutMs = 
   for (const deadline = Date.now() + timeoutMs; ; ) {
     const { records } = await client.listAuditRecords({ target });
     if (records.length >= count) return records;
-    if (Date.now() > deadline) throw new Error(`timed out with ${records.length} of ${count} records for ${target}: ${JSON.stringify(records.map((r) => r.action))}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out with ${records.length} of ${count} records for ${target}: ${JSON.stringify(records.map((r) => r.action))}`,
+      );
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -72,7 +83,12 @@ async function recordsOf(target: string, count: number, client = a, timeoutMs = 
  */
 const publish = (record: eventsv1.AuditRecord, signer: Workload | null = record.service as Workload) => {
   const value = signer ? signedAuditRecord(record, parseOwnIdentity(identityKey(signer))) : record;
-  return producer.send({ topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), messages: [{ key: record.targets[0] ?? record.id, value: Buffer.from(toBinary(eventsv1.AuditRecordSchema, value)) }] });
+  return producer.send({
+    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
+    messages: [
+      { key: record.targets[0] ?? record.id, value: Buffer.from(toBinary(eventsv1.AuditRecordSchema, value)) },
+    ],
+  });
 };
 
 describe("the audit trail's store", () => {
@@ -96,11 +112,20 @@ describe("the audit trail's store", () => {
     const partner = await a.createPartner({ name: "Crashed Audit Clinic" });
     const clientId = partner.test!.clientId;
     // What RevokeCredential writes, and then nothing: the process "died" before any relay.
-    const record = auditEntry("auth", { action: "credential.revoke", actor: "operator", targets: [clientId, partner.partnerId] });
-    await db.collection<CredentialDoc>("credentials").updateOne(
-      { _id: clientId },
-      { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: outboxEntry({ kind: 1, partnerId: partner.partnerId, clientId }), audit: record } },
-    );
+    const record = auditEntry("auth", {
+      action: "credential.revoke",
+      actor: "operator",
+      targets: [clientId, partner.partnerId],
+    });
+    await db
+      .collection<CredentialDoc>("credentials")
+      .updateOne(
+        { _id: clientId },
+        {
+          $set: { status: "revoked", revokedAt: new Date() },
+          $push: { outbox: outboxEntry({ kind: 1, partnerId: partner.partnerId, clientId }), audit: record },
+        },
+      );
     const [found] = await recordsOf(clientId, 2);
     expect(found).toMatchObject({ id: record.eventId, action: "credential.revoke", actor: "operator" });
     const doc = await db.collection<CredentialDoc>("credentials").findOne({ _id: clientId });
@@ -122,7 +147,12 @@ describe("the audit trail's store", () => {
     await publish(record);
     await publish({ ...record, action: "connection.approve" });
     // A later record of the same target, published after the copies: once it is stored, so are they.
-    const sentinel = create(eventsv1.AuditRecordSchema, { ...record, id: newId("evt"), occurredAt: record.occurredAt + 1n, action: "connection.sever" });
+    const sentinel = create(eventsv1.AuditRecordSchema, {
+      ...record,
+      id: newId("evt"),
+      occurredAt: record.occurredAt + 1n,
+      action: "connection.sever",
+    });
     await publish(sentinel);
     await recordsOf(target, 2);
     const { records } = await a.listAuditRecords({ target });
@@ -136,8 +166,17 @@ describe("the audit trail's store", () => {
     const clientId = newId("cli");
     await expect(b.revokeCredential({ clientId })).rejects.toMatchObject({ code: Code.NotFound });
     const [refused] = await recordsOf(clientId, 1);
-    expect(refused).toMatchObject({ action: "credential.revoke", actor: "operator", outcome: eventsv1.AuditOutcome.REFUSED, reason: "not_found", targets: [clientId] });
-    for (const deadline = Date.now() + 10_000; (await db.collection("audit_outbox").countDocuments()) > 0 && Date.now() < deadline; ) {
+    expect(refused).toMatchObject({
+      action: "credential.revoke",
+      actor: "operator",
+      outcome: eventsv1.AuditOutcome.REFUSED,
+      reason: "not_found",
+      targets: [clientId],
+    });
+    for (
+      const deadline = Date.now() + 10_000;
+      (await db.collection("audit_outbox").countDocuments()) > 0 && Date.now() < deadline;
+    ) {
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(await db.collection("audit_outbox").countDocuments()).toBe(0);
@@ -146,8 +185,21 @@ describe("the audit trail's store", () => {
   it("a malformed record on the topic is skipped, and the records after it are stored", async () => {
     const target = newId("ptr");
     const good = (action: string) =>
-      create(eventsv1.AuditRecordSchema, { id: newId("evt"), occurredAt: BigInt(Date.now()), service: "auth", actor: "operator", action, targets: [target], outcome: eventsv1.AuditOutcome.OK });
-    await publish(create(eventsv1.AuditRecordSchema, { ...good("partner.suspend"), targets: [target, "amber.falcon.river@elders.example"] }));
+      create(eventsv1.AuditRecordSchema, {
+        id: newId("evt"),
+        occurredAt: BigInt(Date.now()),
+        service: "auth",
+        actor: "operator",
+        action,
+        targets: [target],
+        outcome: eventsv1.AuditOutcome.OK,
+      });
+    await publish(
+      create(eventsv1.AuditRecordSchema, {
+        ...good("partner.suspend"),
+        targets: [target, "amber.falcon.river@elders.example"],
+      }),
+    );
     await publish(good("partner.reinstate"));
     const records = await recordsOf(target, 1);
     expect(records.map((r) => r.action)).toEqual(["partner.reinstate"]);
@@ -159,16 +211,28 @@ describe("the audit trail's store", () => {
     const since = BigInt(Date.now());
     await a.setPartnerStatus({ partnerId: partner.partnerId, status: authv1.PartnerStatus.SUSPENDED });
     await recordsOf(partner.partnerId, 4);
-    expect((await a.listAuditRecords({ target: partner.partnerId, since })).records.map((r) => r.action)).toEqual(["partner.suspend"]);
+    expect((await a.listAuditRecords({ target: partner.partnerId, since })).records.map((r) => r.action)).toEqual([
+      "partner.suspend",
+    ]);
     expect((await a.listAuditRecords({ target: partner.partnerId, limit: 2 })).records).toHaveLength(2);
     await expect(a.listAuditRecords({ limit: 1001 })).rejects.toMatchObject({ code: Code.InvalidArgument });
-    await expect(a.listAuditRecords({ target: "amber.falcon.river@elders.example" })).rejects.toMatchObject({ code: Code.InvalidArgument });
+    await expect(a.listAuditRecords({ target: "amber.falcon.river@elders.example" })).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+    });
   });
 
   it("the audit trail accepts a record only from the service that owns that kind: a record of another service's kind, one signed by a service it does not name, and an unsigned one are dropped", async () => {
     const target = newId("cli");
     const record = (fields: Partial<eventsv1.AuditRecord>) =>
-      create(eventsv1.AuditRecordSchema, { id: newId("evt"), occurredAt: BigInt(Date.now()), actor: "operator", action: "credential.revoke", targets: [target], outcome: eventsv1.AuditOutcome.OK, ...fields });
+      create(eventsv1.AuditRecordSchema, {
+        id: newId("evt"),
+        occurredAt: BigInt(Date.now()),
+        actor: "operator",
+        action: "credential.revoke",
+        targets: [target],
+        outcome: eventsv1.AuditOutcome.OK,
+        ...fields,
+      });
     // The connection service (which may write the topic) claims a kind it does not own...
     await publish(record({ service: "connection" }), "connection");
     // ...or names the auth service, which never signed it...
@@ -180,13 +244,20 @@ describe("the audit trail's store", () => {
     const sentinel = record({ service: "auth", action: "credential.create" });
     await publish(sentinel, "auth");
     await recordsOf(target, 1);
-    expect((await a.listAuditRecords({ target })).records.map((r) => [r.id, r.service, r.action])).toEqual([[sentinel.id, "auth", "credential.create"]]);
+    expect((await a.listAuditRecords({ target })).records.map((r) => [r.id, r.service, r.action])).toEqual([
+      [sentinel.id, "auth", "credential.create"],
+    ]);
   });
 
   it("the trail lives in its own database (where the auth service's user may only find and insert)", async () => {
     const partner = await a.createPartner({ name: "Own Database Clinic" });
     await recordsOf(partner.partnerId, 3);
-    expect(await mongo.db(auditDatabaseName(settings.DATA_NAMESPACE)).collection("audit_records").countDocuments({ targets: partner.partnerId })).toBe(3);
+    expect(
+      await mongo
+        .db(auditDatabaseName(settings.DATA_NAMESPACE))
+        .collection("audit_records")
+        .countDocuments({ targets: partner.partnerId }),
+    ).toBe(3);
     expect(await db.collection("audit_records").countDocuments()).toBe(0);
   });
 });

@@ -30,7 +30,8 @@ const opsVia = (...rs: RunningService[]) => {
 
 beforeAll(async () => {
   settings = testSettings();
-  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  for (let i = 0; i < 2; i++)
+    replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
   // Token requests come from the gateway; the operator's commands (opsVia, b's revocation) from the CLI.
   [a, b] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), AUTH_SERVICE_URL: urlOf(r) }).auth());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
@@ -52,11 +53,17 @@ async function outcome(client: AuthClient, clientId: string, clientSecret: strin
 
 /** Both replicas issue a token for the credential, twice each: the second is served from the cache. */
 async function warm(clientId: string, clientSecret: string): Promise<void> {
-  for (let i = 0; i < 2; i++) expect([await outcome(a, clientId, clientSecret), await outcome(b, clientId, clientSecret)]).toEqual(["token", "token"]);
+  for (let i = 0; i < 2; i++)
+    expect([await outcome(a, clientId, clientSecret), await outcome(b, clientId, clientSecret)]).toEqual([
+      "token",
+      "token",
+    ]);
 }
 
-const everywhere = (clientId: string, clientSecret: string) => Promise.all([outcome(a, clientId, clientSecret), outcome(b, clientId, clientSecret)]);
-const credentials = () => mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection<{ _id: string; status: string }>("credentials");
+const everywhere = (clientId: string, clientSecret: string) =>
+  Promise.all([outcome(a, clientId, clientSecret), outcome(b, clientId, clientSecret)]);
+const credentials = () =>
+  mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection<{ _id: string; status: string }>("credentials");
 
 describe("the authentication cache on two auth replicas", () => {
   it("a warm replica serves the right secret without reading the credential (a change written without its event is not seen: every change must go through its event)", async () => {
@@ -79,7 +86,10 @@ describe("the authentication cache on two auth replicas", () => {
       while (racing) await everywhere(p.live.client_id, p.live.client_secret);
     })();
     try {
-      expect(await opsVia(replicas[0]!).credentialRevoke(p.live.client_id)).toEqual({ client_id: p.live.client_id, status: "revoked" });
+      expect(await opsVia(replicas[0]!).credentialRevoke(p.live.client_id)).toEqual({
+        client_id: p.live.client_id,
+        status: "revoked",
+      });
       expect(await everywhere(p.live.client_id, p.live.client_secret)).toEqual(["invalid_client", "invalid_client"]);
     } finally {
       racing = false;
@@ -95,24 +105,22 @@ describe("the authentication cache on two auth replicas", () => {
     await warm(p.live.client_id, p.live.client_secret);
     await warm(p.test.client_id, p.test.client_secret);
     await opsVia(replicas[1]!).partnerSetStatus(p.partner_id, "suspended");
-    expect([...(await everywhere(p.live.client_id, p.live.client_secret)), ...(await everywhere(p.test.client_id, p.test.client_secret))]).toEqual([
-      "invalid_client",
-      "invalid_client",
-      "invalid_client",
-      "invalid_client",
-    ]);
+    expect([
+      ...(await everywhere(p.live.client_id, p.live.client_secret)),
+      ...(await everywhere(p.test.client_id, p.test.client_secret)),
+    ]).toEqual(["invalid_client", "invalid_client", "invalid_client", "invalid_client"]);
     await opsVia(...replicas).partnerSetStatus(p.partner_id, "active");
-    expect([...(await everywhere(p.live.client_id, p.live.client_secret)), ...(await everywhere(p.test.client_id, p.test.client_secret))]).toEqual([
-      "token",
-      "token",
-      "token",
-      "token",
-    ]);
+    expect([
+      ...(await everywhere(p.live.client_id, p.live.client_secret)),
+      ...(await everywhere(p.test.client_id, p.test.client_secret)),
+    ]).toEqual(["token", "token", "token", "token"]);
   });
 
   it("the operator's answer counts both auth replicas as confirmed", async () => {
     const p = await opsVia(replicas[0]!).partnerCreate({ name: "Counted Clinic" });
-    const res = await clientsFor({ ...settings, ...addressOf("auth", replicas[1]!) }).authAdmin().revokeCredential({ clientId: p.test.client_id });
+    const res = await clientsFor({ ...settings, ...addressOf("auth", replicas[1]!) })
+      .authAdmin()
+      .revokeCredential({ clientId: p.test.client_id });
     expect(res.propagation).toMatchObject({ authReplicas: 2, authConfirmed: 2 });
     expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
   });
@@ -120,14 +128,18 @@ describe("the authentication cache on two auth replicas", () => {
   it("cache trust by position: a replica whose partner-events consumer is stuck (its heartbeat still reported) stops serving the revoked credential from its cache", async () => {
     let release!: () => void;
     let held: Promise<void> | undefined;
-    const stuck = await startAuthService(settings, createLogger("auth-stuck", settings.LOG_LEVEL), { beforePartnerEvent: () => held ?? Promise.resolve() });
+    const stuck = await startAuthService(settings, createLogger("auth-stuck", settings.LOG_LEVEL), {
+      beforePartnerEvent: () => held ?? Promise.resolve(),
+    });
     try {
       const c = clientsFor({ ...as(settings, "gateway"), AUTH_SERVICE_URL: urlOf(stuck) }).auth();
       const p = await opsVia(replicas[0]!).partnerCreate({ name: "Stuck Replica Clinic" });
       for (let i = 0; i < 2; i++) expect(await outcome(c, p.live.client_id, p.live.client_secret)).toBe("token");
       held = new Promise((resolve) => (release = resolve));
       // The stuck replica never confirms; the command answers after its timeout.
-      const res = await clientsFor({ ...settings, ...addressOf("auth", replicas[0]!) }).authAdmin().revokeCredential({ clientId: p.live.client_id });
+      const res = await clientsFor({ ...settings, ...addressOf("auth", replicas[0]!) })
+        .authAdmin()
+        .revokeCredential({ clientId: p.live.client_id });
       expect(res.propagation).toMatchObject({ authConfirmed: (res.propagation?.authReplicas ?? 0) - 1 });
       // Its position lags the topic's end, so its cache is not trusted: the request reads the database.
       const deadline = performance.now() + 2000;

@@ -11,7 +11,12 @@ import { hashSecret } from "../src/secrets.js";
 const pepper = "pepper";
 const secretA = "sk_live_a";
 const hashA = hashSecret(pepper, secretA);
-const a: Authenticated = { clientId: "cli_a", partnerId: "ptr_1", mode: "live", scopes: ["connections:write", "files:write"] };
+const a: Authenticated = {
+  clientId: "cli_a",
+  partnerId: "ptr_1",
+  mode: "live",
+  scopes: ["connections:write", "files:write"],
+};
 const aTest: Authenticated = { clientId: "cli_a_test", partnerId: "ptr_1", mode: "test", scopes: ["files:write"] };
 const b: Authenticated = { clientId: "cli_b", partnerId: "ptr_2", mode: "live", scopes: ["files:write"] };
 
@@ -23,7 +28,8 @@ function filled(options: ConstructorParameters<typeof AuthenticationCache>[0] = 
   return cache;
 }
 
-const event = (kind: eventsv1.PartnerEventKind, partnerId: string, clientId = "") => create(eventsv1.PartnerEventSchema, { kind, partnerId, clientId });
+const event = (kind: eventsv1.PartnerEventKind, partnerId: string, clientId = "") =>
+  create(eventsv1.PartnerEventSchema, { kind, partnerId, clientId });
 
 describe("AuthenticationCache", () => {
   it("finds a kept authentication only with the same client id and the same secret hash", () => {
@@ -60,7 +66,11 @@ describe("AuthenticationCache", () => {
     expect([cache.get("cli_a", hashA), cache.get("cli_a_test", hashA)]).toEqual([undefined, aTest]);
     cache = filled();
     cache.apply(event(PARTNER_SUSPENDED, "ptr_1"));
-    expect([cache.get("cli_a", hashA), cache.get("cli_a_test", hashA), cache.get("cli_b", hashA)]).toEqual([undefined, undefined, b]);
+    expect([cache.get("cli_a", hashA), cache.get("cli_a_test", hashA), cache.get("cli_b", hashA)]).toEqual([
+      undefined,
+      undefined,
+      b,
+    ]);
     cache = filled();
     cache.apply(event(PARTNER_REINSTATED, "ptr_2"));
     expect([cache.get("cli_a", hashA), cache.get("cli_b", hashA)]).toEqual([a, undefined]);

@@ -3,8 +3,19 @@ import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, expect, it } from "@jest/globals";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
-import { AssertionKeys, jwksProblem, type FetchedJwks, type FetchOutcome, type KeySource } from "../src/assertion-keys.js";
-import { checkAssertionClaims, claimedAssertion, MAX_ASSERTION_LIFETIME_SECONDS, ASSERTION_CLOCK_SKEW_SECONDS } from "../src/client-assertion.js";
+import {
+  AssertionKeys,
+  jwksProblem,
+  type FetchedJwks,
+  type FetchOutcome,
+  type KeySource,
+} from "../src/assertion-keys.js";
+import {
+  checkAssertionClaims,
+  claimedAssertion,
+  MAX_ASSERTION_LIFETIME_SECONDS,
+  ASSERTION_CLOCK_SKEW_SECONDS,
+} from "../src/client-assertion.js";
 
 // The rules of a private_key_jwt client assertion (RFC 7523 section 3, SMART Backend Services):
 // each failure, one row; every one of them becomes the same invalid_client at the token endpoint.
@@ -27,7 +38,11 @@ describe("checkAssertionClaims", () => {
     ["iss another client", { iss: "cli_other" }, /iss/],
     ["sub another client", { sub: "cli_other" }, /sub/],
     ["no sub", { sub: undefined }, /sub/],
-    ["aud the issuer, not the token endpoint (SMART asks for the token URL)", { aud: "https://partners.example" }, /aud/],
+    [
+      "aud the issuer, not the token endpoint (SMART asks for the token URL)",
+      { aud: "https://partners.example" },
+      /aud/,
+    ],
     ["aud with a trailing slash", { aud: `${audience}/` }, /aud/],
     ["aud missing", { aud: undefined }, /aud/],
     ["aud an array without the token endpoint", { aud: ["https://elsewhere.example/token"] }, /aud/],
@@ -35,7 +50,11 @@ describe("checkAssertionClaims", () => {
     ["exp a string", { exp: String(now + 60) }, /exp/],
     ["expired (exp = now)", { exp: now }, /expired/],
     ["expired long ago", { exp: now - 3600 }, /expired/],
-    ["exp more than five minutes ahead", { exp: now + MAX_ASSERTION_LIFETIME_SECONDS + ASSERTION_CLOCK_SKEW_SECONDS + 1 }, /five minutes/],
+    [
+      "exp more than five minutes ahead",
+      { exp: now + MAX_ASSERTION_LIFETIME_SECONDS + ASSERTION_CLOCK_SKEW_SECONDS + 1 },
+      /five minutes/,
+    ],
     ["exp an hour ahead", { exp: now + 3600 }, /five minutes/],
     ["nbf in the future", { nbf: now + 60 }, /nbf/],
     ["iat in the future", { iat: now + 60 }, /iat/],
@@ -65,8 +84,15 @@ describe("claimedAssertion (before any check: which client and key to look up)",
     ["not a JWS", async () => "not-a-jwt"],
     ["two parts", async () => "eyJhbGciOiJFUzI1NiJ9.e30"],
     ["bad base64 JSON", async () => "%%%.%%%.%%%"],
-    ["alg HS256 (a shared secret is not private_key_jwt)", () => new SignJWT(good).setProtectedHeader({ alg: "HS256", kid: "k1" }).sign(new Uint8Array(32))],
-    ["alg none", async () => `${Buffer.from(JSON.stringify({ alg: "none", kid: "k1" })).toString("base64url")}.${Buffer.from(JSON.stringify(good)).toString("base64url")}.`],
+    [
+      "alg HS256 (a shared secret is not private_key_jwt)",
+      () => new SignJWT(good).setProtectedHeader({ alg: "HS256", kid: "k1" }).sign(new Uint8Array(32)),
+    ],
+    [
+      "alg none",
+      async () =>
+        `${Buffer.from(JSON.stringify({ alg: "none", kid: "k1" })).toString("base64url")}.${Buffer.from(JSON.stringify(good)).toString("base64url")}.`,
+    ],
     ["alg PS256 (not one of the four)", () => sign("PS256", { kid: "k1" }, good)],
     ["no kid", () => sign("ES256", {}, good)],
     ["no iss", () => sign("ES256", { kid: "k1" }, { ...good, iss: undefined })],
@@ -78,27 +104,86 @@ describe("claimedAssertion (before any check: which client and key to look up)",
 
 describe("jwksProblem (a registration's public keys)", () => {
   it("accepts public RSA and EC keys of the four algorithms", async () => {
-    const keys = await Promise.all(["RS384", "ES384", "ES256", "RS256"].map(async (alg, i) => ({ ...(await exportJWK((await generateKeyPair(alg, { extractable: true })).publicKey)), kid: `k${i}`, alg })));
+    const keys = await Promise.all(
+      ["RS384", "ES384", "ES256", "RS256"].map(async (alg, i) => ({
+        ...(await exportJWK((await generateKeyPair(alg, { extractable: true })).publicKey)),
+        kid: `k${i}`,
+        alg,
+      })),
+    );
     expect(await jwksProblem({ keys })).toBeUndefined();
   });
 
   it.each<[string, () => Promise<unknown>, RegExp]>([
     ["not a set", async () => [], /JWK Set/],
     ["no keys", async () => ({ keys: [] }), /1 to/],
-    ["a private key", async () => ({ keys: [{ ...(await exportJWK((await generateKeyPair("ES256", { extractable: true })).privateKey)), kid: "k" }] }), /private/],
-    ["no kid", async () => ({ keys: [await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey)] }), /kid/],
-    ["a kid twice", async () => {
-      const k = await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey);
-      return { keys: [{ ...k, kid: "a" }, { ...k, kid: "a" }] };
-    }, /twice/],
-    ["an encryption key", async () => ({ keys: [{ ...(await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey)), kid: "k", use: "enc" }] }), /use/],
-    ["an alg outside the four", async () => ({ keys: [{ ...(await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey)), kid: "k", alg: "ES512" }] }), /alg/],
-    ["an RSA key of 1024 bits", async () => {
-      const { publicKey } = generateKeyPairSync("rsa", { modulusLength: 1024 });
-      return { keys: [{ ...publicKey.export({ format: "jwk" }), kid: "k" }] };
-    }, /2048/],
+    [
+      "a private key",
+      async () => ({
+        keys: [{ ...(await exportJWK((await generateKeyPair("ES256", { extractable: true })).privateKey)), kid: "k" }],
+      }),
+      /private/,
+    ],
+    [
+      "no kid",
+      async () => ({ keys: [await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey)] }),
+      /kid/,
+    ],
+    [
+      "a kid twice",
+      async () => {
+        const k = await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey);
+        return {
+          keys: [
+            { ...k, kid: "a" },
+            { ...k, kid: "a" },
+          ],
+        };
+      },
+      /twice/,
+    ],
+    [
+      "an encryption key",
+      async () => ({
+        keys: [
+          {
+            ...(await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey)),
+            kid: "k",
+            use: "enc",
+          },
+        ],
+      }),
+      /use/,
+    ],
+    [
+      "an alg outside the four",
+      async () => ({
+        keys: [
+          {
+            ...(await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey)),
+            kid: "k",
+            alg: "ES512",
+          },
+        ],
+      }),
+      /alg/,
+    ],
+    [
+      "an RSA key of 1024 bits",
+      async () => {
+        const { publicKey } = generateKeyPairSync("rsa", { modulusLength: 1024 });
+        return { keys: [{ ...publicKey.export({ format: "jwk" }), kid: "k" }] };
+      },
+      /2048/,
+    ],
     ["a symmetric key", async () => ({ keys: [{ kty: "oct", kid: "k", k: "AAAA" }] }), /private|kty/],
-    ["an EC key on P-521", async () => ({ keys: [{ ...(await exportJWK((await generateKeyPair("ES512", { extractable: true })).publicKey)), kid: "k" }] }), /crv/],
+    [
+      "an EC key on P-521",
+      async () => ({
+        keys: [{ ...(await exportJWK((await generateKeyPair("ES512", { extractable: true })).publicKey)), kid: "k" }],
+      }),
+      /crv/,
+    ],
   ])("refuses %s", async (_what, make, reason) => {
     expect(await jwksProblem(await make())).toMatch(reason);
   });
@@ -156,13 +241,21 @@ describe("AssertionKeys with a JWK Set URL: no request waits for the host", () =
     const jwks = { keys: [{ ...(await exportJWK(pair.publicKey)), kid: "k1" }] };
     const host = await keyHost(jwks, 1);
     const recorded: FetchOutcome[] = [];
-    const keys = new AssertionKeys({ allowInsecure: true, timeoutMs: 30_000, record: async (_url, outcome) => void recorded.push(outcome) });
+    const keys = new AssertionKeys({
+      allowInsecure: true,
+      timeoutMs: 30_000,
+      record: async (_url, outcome) => void recorded.push(outcome),
+    });
     await keys.start();
     try {
       const registered = await keys.fetchSet(host.url);
       expect(registered).toMatchObject({ jwks });
       // Registered a minute ago: past the cooldown, so an unknown kid may ask for the set again.
-      const credential: KeySource = { _id: "cli_u", jwksUrl: host.url, jwksFetched: { ...(registered as FetchedJwks), fetchedAt: new Date(Date.now() - 60_000) } };
+      const credential: KeySource = {
+        _id: "cli_u",
+        jwksUrl: host.url,
+        jwksFetched: { ...(registered as FetchedJwks), fetchedAt: new Date(Date.now() - 60_000) },
+      };
       const held = host.nextHeld();
       const unknownKid = await new SignJWT(good).setProtectedHeader({ alg: "ES384", kid: "k2" }).sign(pair.privateKey);
       expect(await keys.verify(unknownKid, claimedAssertion(unknownKid), credential)).toBeUndefined();
@@ -172,16 +265,24 @@ describe("AssertionKeys with a JWK Set URL: no request waits for the host", () =
       const known = await new SignJWT(good).setProtectedHeader({ alg: "ES384", kid: "k1" }).sign(pair.privateKey);
       expect(await keys.verify(known, claimedAssertion(known), credential)).toMatchObject({ jti: "j-1" });
       // More unknown kids within the cooldown ask the host nothing more.
-      for (let i = 0; i < 5; i++) expect(await keys.verify(unknownKid, claimedAssertion(unknownKid), credential)).toBeUndefined();
+      for (let i = 0; i < 5; i++)
+        expect(await keys.verify(unknownKid, claimedAssertion(unknownKid), credential)).toBeUndefined();
       expect(host.asked()).toBe(2);
       // The host fails the fetch: the failure is what gets stored (the set stays as it was).
       host.held[0]!.destroy();
       await keys.stop();
-      expect(recorded).toEqual([{ problem: expect.stringMatching(/could not be fetched/), failedAt: expect.any(Date) }]);
+      expect(recorded).toEqual([
+        { problem: expect.stringMatching(/could not be fetched/), failedAt: expect.any(Date) },
+      ]);
       // Another replica reads the stored failure: it asks nothing within the cooldown either.
       const other = new AssertionKeys({ allowInsecure: true });
       await other.start();
-      expect(await other.verify(unknownKid, claimedAssertion(unknownKid), { ...credential, jwksFetchFailedAt: (recorded[0] as { failedAt: Date }).failedAt })).toBeUndefined();
+      expect(
+        await other.verify(unknownKid, claimedAssertion(unknownKid), {
+          ...credential,
+          jwksFetchFailedAt: (recorded[0] as { failedAt: Date }).failedAt,
+        }),
+      ).toBeUndefined();
       expect(host.asked()).toBe(2);
     } finally {
       await host.close();
@@ -193,7 +294,10 @@ describe("AssertionKeys with a JWK Set URL: no request waits for the host", () =
     const jwks = { keys: [{ ...(await exportJWK(pair.publicKey)), kid: "k1" }] };
     const host = await keyHost(jwks, 1);
     const recorded: FetchOutcome[] = [];
-    const keys = new AssertionKeys({ allowInsecure: true, record: async (_url, outcome) => void recorded.push(outcome) });
+    const keys = new AssertionKeys({
+      allowInsecure: true,
+      record: async (_url, outcome) => void recorded.push(outcome),
+    });
     await keys.start();
     try {
       const credential: KeySource = { _id: "cli_old", jwksUrl: host.url };
@@ -201,7 +305,9 @@ describe("AssertionKeys with a JWK Set URL: no request waits for the host", () =
       expect(await keys.verify(first, claimedAssertion(first), credential)).toBeUndefined();
       await keys.stop();
       expect(recorded).toEqual([{ jwks, fetchedAt: expect.any(Date) }]);
-      expect(await keys.verify(first, claimedAssertion(first), { ...credential, jwksFetched: recorded[0] as FetchedJwks })).toMatchObject({ jti: "j-1" });
+      expect(
+        await keys.verify(first, claimedAssertion(first), { ...credential, jwksFetched: recorded[0] as FetchedJwks }),
+      ).toMatchObject({ jti: "j-1" });
     } finally {
       await host.close();
     }
@@ -215,11 +321,22 @@ describe("AssertionKeys with a JWK Set URL: no request waits for the host", () =
     await keys.start();
     try {
       const old = new Date(Date.now() - 11 * 60_000);
-      expect(await keys.refreshDue([{ _id: "a", jwksUrl: host.url, jwksFetched: { jwks, fetchedAt: new Date() } }])).toBe(0);
-      expect(await keys.refreshDue([{ _id: "a", jwksUrl: `${host.url}?b`, jwksFetched: { jwks, fetchedAt: old }, jwksFetchFailedAt: new Date() }])).toBe(0);
+      expect(
+        await keys.refreshDue([{ _id: "a", jwksUrl: host.url, jwksFetched: { jwks, fetchedAt: new Date() } }]),
+      ).toBe(0);
+      expect(
+        await keys.refreshDue([
+          { _id: "a", jwksUrl: `${host.url}?b`, jwksFetched: { jwks, fetchedAt: old }, jwksFetchFailedAt: new Date() },
+        ]),
+      ).toBe(0);
       expect(host.asked()).toBe(0);
       // Two credentials of one URL, one of them without a set: one fetch.
-      expect(await keys.refreshDue([{ _id: "a", jwksUrl: host.url, jwksFetched: { jwks, fetchedAt: new Date() } }, { _id: "c", jwksUrl: host.url }])).toBe(1);
+      expect(
+        await keys.refreshDue([
+          { _id: "a", jwksUrl: host.url, jwksFetched: { jwks, fetchedAt: new Date() } },
+          { _id: "c", jwksUrl: host.url },
+        ]),
+      ).toBe(1);
       expect(host.asked()).toBe(1);
     } finally {
       await host.close();

@@ -69,7 +69,10 @@ describe("IssueTokens", () => {
 
   it("an empty call gets no answers; a call with more requests than MAX_TOKENS_PER_CALL is refused whole", async () => {
     expect((await auth.issueTokens({ requests: [] })).responses).toEqual([]);
-    const tooMany = Array.from({ length: MAX_TOKENS_PER_CALL + 1 }, (_, i) => ({ clientId: `cli_${i}`, clientSecret: "sk_live_x" }));
+    const tooMany = Array.from({ length: MAX_TOKENS_PER_CALL + 1 }, (_, i) => ({
+      clientId: `cli_${i}`,
+      clientSecret: "sk_live_x",
+    }));
     await expect(auth.issueTokens({ requests: tooMany })).rejects.toMatchObject({ code: 3 }); // InvalidArgument
   });
 });

@@ -33,13 +33,20 @@ const waitFor = (predicate: () => boolean) => reader.waitFor(predicate, 20_000);
 
 beforeAll(async () => {
   settings = testSettings();
-  for (let i = 0; i < 2; i++) replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
+  for (let i = 0; i < 2; i++)
+    replicas.push(await startAuthService(settings, createLogger(`auth-${i}`, settings.LOG_LEVEL)));
   [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("auth", r) }).authAdmin());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
-  reader = await readTopic(settings.KAFKA_BROKERS, settings.DATA_NAMESPACE, "partnerEvents", (value) => fromBinary(eventsv1.PartnerEventSchema, value), {
-    credentials: kafkaCredentials(settings),
-    describe: (e) => [e.kind, e.partnerId, e.clientId],
-  });
+  reader = await readTopic(
+    settings.KAFKA_BROKERS,
+    settings.DATA_NAMESPACE,
+    "partnerEvents",
+    (value) => fromBinary(eventsv1.PartnerEventSchema, value),
+    {
+      credentials: kafkaCredentials(settings),
+      describe: (e) => [e.kind, e.partnerId, e.clientId],
+    },
+  );
 });
 
 afterAll(async () => {
@@ -49,7 +56,8 @@ afterAll(async () => {
   await mongo?.close();
 });
 
-const credentials = () => mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection<CredentialDoc>("credentials");
+const credentials = () =>
+  mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection<CredentialDoc>("credentials");
 
 describe("partner events through the outbox", () => {
   it("a revocation is published before the command returns, and leaves no entry behind", async () => {
@@ -65,9 +73,15 @@ describe("partner events through the outbox", () => {
     const clientId = partner.test!.clientId;
     // What RevokeCredential writes, and then nothing: the process "died" before its publish.
     const entry = outboxEntry({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId, clientId });
-    await credentials().updateOne({ _id: clientId }, { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(entry) });
+    await credentials().updateOne(
+      { _id: clientId },
+      { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(entry) },
+    );
     await waitFor(() => seen().some((e) => e.clientId === clientId));
-    expect(seen().find((e) => e.clientId === clientId)).toMatchObject({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId });
+    expect(seen().find((e) => e.clientId === clientId)).toMatchObject({
+      kind: PartnerEventKind.CREDENTIAL_REVOKED,
+      partnerId: partner.partnerId,
+    });
     let left = (await credentials().findOne({ _id: clientId }))!.outbox.length;
     for (const deadline = Date.now() + 5_000; left > 0 && Date.now() < deadline; ) {
       await new Promise((r) => setTimeout(r, 25));
@@ -80,13 +94,25 @@ describe("partner events through the outbox", () => {
     const { partnerId } = await a.createPartner({ name: "Racing Clinic" });
     const { ACTIVE, SUSPENDED } = authv1.PartnerStatus;
     for (let round = 0; round < 4; round++) {
-      await Promise.all([a.setPartnerStatus({ partnerId, status: SUSPENDED }), b.setPartnerStatus({ partnerId, status: ACTIVE })]);
+      await Promise.all([
+        a.setPartnerStatus({ partnerId, status: SUSPENDED }),
+        b.setPartnerStatus({ partnerId, status: ACTIVE }),
+      ]);
     }
     // Every change has its event: 8 of them, in the order they were stored.
-    await waitFor(() => seen().filter((e) => e.partnerId === partnerId && e.kind !== PartnerEventKind.WEBHOOK_CHANGED).length === 8);
-    const partner = await mongo.db(databaseName(settings.DATA_NAMESPACE, "auth")).collection("partners").findOne({ _id: partnerId as never });
-    const last = seen().filter((e) => e.partnerId === partnerId).at(-1)!;
-    expect(last.kind).toBe(partner!.status === "active" ? PartnerEventKind.PARTNER_REINSTATED : PartnerEventKind.PARTNER_SUSPENDED);
+    await waitFor(
+      () => seen().filter((e) => e.partnerId === partnerId && e.kind !== PartnerEventKind.WEBHOOK_CHANGED).length === 8,
+    );
+    const partner = await mongo
+      .db(databaseName(settings.DATA_NAMESPACE, "auth"))
+      .collection("partners")
+      .findOne({ _id: partnerId as never });
+    const last = seen()
+      .filter((e) => e.partnerId === partnerId)
+      .at(-1)!;
+    expect(last.kind).toBe(
+      partner!.status === "active" ? PartnerEventKind.PARTNER_REINSTATED : PartnerEventKind.PARTNER_SUSPENDED,
+    );
     expect(partner!.outbox).toEqual([]);
   });
 });

@@ -6,7 +6,11 @@ import { FOLLOWER_LIVENESS_MS, followersBehind } from "../src/propagation.js";
 // replica) whose position is not past the event.
 
 const now = 1_000_000;
-const gw = (id: string, next: Record<string, number>, ageMs = 0) => ({ _id: id, nextOffsets: next, seenAt: new Date(now - ageMs) });
+const gw = (id: string, next: Record<string, number>, ageMs = 0) => ({
+  _id: id,
+  nextOffsets: next,
+  seenAt: new Date(now - ageMs),
+});
 
 describe("which gateways and auth replicas the auth service waits for", () => {
   it("a gateway that has applied the event (next offset past it) is not waited for", () => {

@@ -37,11 +37,18 @@ async function start(overrides: Partial<Settings> = {}) {
   running = await startAuthService(s, createLogger("auth", s.LOG_LEVEL));
   // Each RPC as the workload that may call it (services/common/src/allowed-callers.ts).
   const clients = (name: Workload) => clientsFor({ ...as(s, name), ...addressOf("auth", running!) });
-  return { ops: clients("ops").authAdmin(), gateway: clients("gateway").auth(), webhook: clients("webhook").authAdmin() };
+  return {
+    ops: clients("ops").authAdmin(),
+    gateway: clients("gateway").auth(),
+    webhook: clients("webhook").authAdmin(),
+  };
 }
 
 const sealedValues = async () => ({
-  partners: (await db.collection<PartnerDoc>("partners").find().toArray()).flatMap((p) => [p.sealedSigningSecret, ...(p.previousSigningSecrets ?? []).map((s) => s.sealed)]),
+  partners: (await db.collection<PartnerDoc>("partners").find().toArray()).flatMap((p) => [
+    p.sealedSigningSecret,
+    ...(p.previousSigningSecrets ?? []).map((s) => s.sealed),
+  ]),
   keys: (await db.collection<SigningKeyDoc>("signing_keys").find().toArray()).map((k) => k.sealedPrivateJwk),
 });
 
@@ -77,14 +84,37 @@ beforeAll(async () => {
       scopes: ["connections:write", "files:write"],
       webhookUrl: null,
       sealedSigningSecret: await sealer.seal("whsec_current", "webhook-signing-secret"),
-      previousSigningSecrets: [{ sealed: await sealer.seal("whsec_previous", "webhook-signing-secret"), expiresAt: future }],
+      previousSigningSecrets: [
+        { sealed: await sealer.seal("whsec_previous", "webhook-signing-secret"), expiresAt: future },
+      ],
       createdAt: now,
       updatedAt: now,
       outbox: [],
     },
-    { _id: "ptr~decoy", name: "decoy", status: "suspended", scopes: [], webhookUrl: null, sealedSigningSecret: await sealer.seal("decoy", "webhook-signing-secret"), createdAt: now, updatedAt: now, outbox: [] },
+    {
+      _id: "ptr~decoy",
+      name: "decoy",
+      status: "suspended",
+      scopes: [],
+      webhookUrl: null,
+      sealedSigningSecret: await sealer.seal("decoy", "webhook-signing-secret"),
+      createdAt: now,
+      updatedAt: now,
+      outbox: [],
+    },
   ]);
-  await db.collection<CredentialDoc>("credentials").insertOne({ _id: clientId, partnerId, mode: "live", secretHash: hashSecret(pepper, clientSecret), pepperId: "p1", status: "active", createdAt: now, outbox: [] });
+  await db
+    .collection<CredentialDoc>("credentials")
+    .insertOne({
+      _id: clientId,
+      partnerId,
+      mode: "live",
+      secretHash: hashSecret(pepper, clientSecret),
+      pepperId: "p1",
+      status: "active",
+      createdAt: now,
+      outbox: [],
+    });
 });
 
 afterAll(async () => {
@@ -103,24 +133,34 @@ describe("stored secrets across key changes", () => {
     expect(target.signingSecret).toBe("whsec_current");
     expect(target.previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
     expect(await tokenVerifies(auth, clientId, clientSecret)).toBe(true);
-    expect(JSON.parse((await auth.gateway.getJwks({})).jwksJson).keys.map((k: { kid: string }) => k.kid)).toEqual(["key_first"]);
+    expect(JSON.parse((await auth.gateway.getJwks({})).jwksJson).keys.map((k: { kid: string }) => k.kid)).toEqual([
+      "key_first",
+    ]);
 
     expect(await sealedValues()).toEqual(before);
   });
 
   it("a KEK rotation (a new key in front) and a new pepper: everything still opens and verifies, a start re-seals with the new KEK, new hashes name the new pepper", async () => {
-    const rotated = { DATA_KEYS: `${newDataKeysEntry("k2")},${settings.DATA_KEYS!}`, CREDENTIAL_PEPPERS: `p2:${"n".repeat(40)}` };
+    const rotated = {
+      DATA_KEYS: `${newDataKeysEntry("k2")},${settings.DATA_KEYS!}`,
+      CREDENTIAL_PEPPERS: `p2:${"n".repeat(40)}`,
+    };
     const auth = await start(rotated);
     expect((await auth.webhook.getWebhookTarget({ partnerId })).signingSecret).toBe("whsec_current");
     expect(await tokenVerifies(auth, clientId, clientSecret)).toBe(true);
     for (const v of Object.values(await sealedValues()).flat()) expect(v).toMatch(/^v2\.k2\./);
 
     const fresh = (await auth.ops.createCredential({ partnerId, mode: commonv1.Mode.LIVE })).credential!;
-    expect(await db.collection<CredentialDoc>("credentials").findOne({ _id: fresh.clientId })).toMatchObject({ pepperId: "p2", secretHash: hashSecret("n".repeat(40), fresh.clientSecret) });
+    expect(await db.collection<CredentialDoc>("credentials").findOne({ _id: fresh.clientId })).toMatchObject({
+      pepperId: "p2",
+      secretHash: hashSecret("n".repeat(40), fresh.clientSecret),
+    });
     expect(await tokenVerifies(auth, fresh.clientId, fresh.clientSecret)).toBe(true);
     // The old KEK can go now: nothing is sealed under it any more.
     const onlyNew = await start({ ...rotated, DATA_KEYS: rotated.DATA_KEYS.split(",")[0]! });
-    expect((await onlyNew.webhook.getWebhookTarget({ partnerId })).previousSigningSecrets.map((p) => p.secret)).toEqual(["whsec_previous"]);
+    expect((await onlyNew.webhook.getWebhookTarget({ partnerId })).previousSigningSecrets.map((p) => p.secret)).toEqual(
+      ["whsec_previous"],
+    );
   });
 
   it("a DATA_KEYS whose key under an id is not the one that wrote the data (a secret generated again) stops the start, naming the setting", async () => {

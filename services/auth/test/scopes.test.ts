@@ -26,12 +26,15 @@ describe("scope grants", () => {
     expect(grantScopes("files:write  files:write ", both)).toEqual({ ok: true, scopes: ["files:write"] });
   });
 
-  it.each(["admin", "files:write admin", "FILES:WRITE", "files:write,connections:write", "files:write\tconnections:write"])(
-    "invalid_scope for %j",
-    (requested) => {
-      expect(grantScopes(requested, both)).toEqual({ ok: false });
-    },
-  );
+  it.each([
+    "admin",
+    "files:write admin",
+    "FILES:WRITE",
+    "files:write,connections:write",
+    "files:write\tconnections:write",
+  ])("invalid_scope for %j", (requested) => {
+    expect(grantScopes(requested, both)).toEqual({ ok: false });
+  });
 
   it("invalid_scope for a Ring 1 scope the partner is not allowed", () => {
     expect(grantScopes("connections:write", ["files:write"])).toEqual({ ok: false });

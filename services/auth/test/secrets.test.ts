@@ -2,7 +2,15 @@ import { describe, expect, it } from "@jest/globals";
 import { createHmac, randomBytes } from "node:crypto";
 import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/data-keys";
 import { newSecret } from "@pi/common/ids";
-import { DUMMY_HASH, hashNewSecret, hashSecret, peppersOf, SecretSealer, secretMatches, type Peppers } from "../src/secrets.js";
+import {
+  DUMMY_HASH,
+  hashNewSecret,
+  hashSecret,
+  peppersOf,
+  SecretSealer,
+  secretMatches,
+  type Peppers,
+} from "../src/secrets.js";
 
 const pepper = randomBytes(32).toString("base64url");
 const peppers = peppersOf({ CREDENTIAL_PEPPER: pepper })!;
@@ -48,7 +56,9 @@ describe("peppers are versioned: each hash names its pepper, so a new one can be
     expect([...rotated.byId.keys()]).toEqual(["p2", "p1"]);
     expect(peppersOf({})).toBeUndefined();
     // A list that names p1 itself wins over CREDENTIAL_PEPPER.
-    expect(peppersOf({ CREDENTIAL_PEPPER: pepper, CREDENTIAL_PEPPERS: `p2:${next},p1:${"z".repeat(32)}` })!.byId.get("p1")).toBe("z".repeat(32));
+    expect(
+      peppersOf({ CREDENTIAL_PEPPER: pepper, CREDENTIAL_PEPPERS: `p2:${next},p1:${"z".repeat(32)}` })!.byId.get("p1"),
+    ).toBe("z".repeat(32));
   });
 
   it("new secrets are hashed with the newest pepper; hashes of the old one still verify", () => {
@@ -90,8 +100,12 @@ describe("sealed secrets (signing secrets, private keys): the KEKs of DATA_KEYS,
 
   it("open only under the KEK that sealed them: another key under the same id does not open them", async () => {
     const sealed = await sealer.seal("whsec_abc", "webhook-signing-secret");
-    expect(await new SecretSealer(LocalKeyWrapper.fromSetting(k1)).unseal(sealed, "webhook-signing-secret")).toBe("whsec_abc");
-    await expect(new SecretSealer(LocalKeyWrapper.fromSetting(newDataKeysEntry("k1"))).unseal(sealed, "webhook-signing-secret")).rejects.toThrow();
+    expect(await new SecretSealer(LocalKeyWrapper.fromSetting(k1)).unseal(sealed, "webhook-signing-secret")).toBe(
+      "whsec_abc",
+    );
+    await expect(
+      new SecretSealer(LocalKeyWrapper.fromSetting(newDataKeysEntry("k1"))).unseal(sealed, "webhook-signing-secret"),
+    ).rejects.toThrow();
   });
 
   it("after a KEK rotation old values still open, new ones use the new KEK, and the old ones are no longer current", async () => {

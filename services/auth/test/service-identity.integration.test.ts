@@ -26,7 +26,8 @@ const logLines: Record<string, unknown>[] = [];
 function capture(): Writable {
   return new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split("\n").filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of chunk.toString().split("\n").filter(Boolean))
+        logLines.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });
@@ -42,7 +43,9 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all([auth?.stop(), connection?.stop()]);
   const mongo = await MongoClient.connect(settings.MONGODB_URI);
-  await Promise.all(["auth", "connection"].map((s) => mongo.db(databaseName(settings.DATA_NAMESPACE, s)).dropDatabase()));
+  await Promise.all(
+    ["auth", "connection"].map((s) => mongo.db(databaseName(settings.DATA_NAMESPACE, s)).dropDatabase()),
+  );
   await mongo.close();
 });
 
@@ -55,12 +58,17 @@ async function codeOf(call: Promise<unknown>): Promise<string> {
   }
 }
 
-const refusals = (method: string) => logLines.filter((l) => l.method === method && typeof l.msg === "string" && l.msg.startsWith("internal call refused"));
+const refusals = (method: string) =>
+  logLines.filter((l) => l.method === method && typeof l.msg === "string" && l.msg.startsWith("internal call refused"));
 
 describe("service identity on internal calls, with real services", () => {
   it("a call without a service token is refused Unauthenticated, and logged with no caller; health stays open", async () => {
     const unsigned = serviceClient(authv1.AuthService, settings.AUTH_SERVICE_URL);
-    expect(await codeOf(serviceClient(authv1.AuthService, settings.AUTH_ADMIN_URL).createPartner({ name: "Anonymous Clinic" }))).toBe("Unauthenticated");
+    expect(
+      await codeOf(
+        serviceClient(authv1.AuthService, settings.AUTH_ADMIN_URL).createPartner({ name: "Anonymous Clinic" }),
+      ),
+    ).toBe("Unauthenticated");
     expect(await codeOf(unsigned.issueToken({ clientId: "cli_x", clientSecret: "sk_x" }))).toBe("Unauthenticated");
     expect((await clientsFor(settings).health(settings.AUTH_SERVICE_URL).check({})).status).toBeDefined();
     expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toEqual([
@@ -74,7 +82,9 @@ describe("service identity on internal calls, with real services", () => {
     expect(await codeOf(gateway.auth().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("Unimplemented");
     expect(await codeOf(gateway.connection().approveConnection({ id: "con_x" }))).toBe("Unimplemented");
     // Not even the operator's identity finds them on the data port; nor a runtime RPC on the admin port.
-    expect(await codeOf(clientsFor(settings).auth().createPartner({ name: "Misdirected Clinic" }))).toBe("Unimplemented");
+    expect(await codeOf(clientsFor(settings).auth().createPartner({ name: "Misdirected Clinic" }))).toBe(
+      "Unimplemented",
+    );
     expect(await codeOf(clientsFor(as(settings, "gateway")).authAdmin().getJwks({}))).toBe("Unimplemented");
     expect(await codeOf(gateway.auth().getJwks({}))).toBe("OK");
   });
@@ -84,8 +94,12 @@ describe("service identity on internal calls, with real services", () => {
     expect(await codeOf(gateway.authAdmin().createPartner({ name: "Gateway Clinic" }))).toBe("PermissionDenied");
     expect(await codeOf(gateway.authAdmin().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("PermissionDenied");
     expect(await codeOf(gateway.connectionAdmin().approveConnection({ id: "con_x" }))).toBe("PermissionDenied");
-    expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(expect.objectContaining({ service: "auth", caller: "gateway", reason: "not_allowed" }));
-    expect(refusals("pi.connection.v1.ConnectionService/ApproveConnection")).toContainEqual(expect.objectContaining({ service: "connection", caller: "gateway" }));
+    expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(
+      expect.objectContaining({ service: "auth", caller: "gateway", reason: "not_allowed" }),
+    );
+    expect(refusals("pi.connection.v1.ConnectionService/ApproveConnection")).toContainEqual(
+      expect.objectContaining({ service: "connection", caller: "gateway" }),
+    );
   });
 
   it("the webhook's identity is allowed GetWebhookTarget but refused CreatePartner; the operator's creates the partner", async () => {
@@ -97,32 +111,46 @@ describe("service identity on internal calls, with real services", () => {
     expect(target.webhookUrl).toBe("https://hooks.example/pi");
     expect(target.signingSecret).toBe(partner.signingSecret);
     expect(await codeOf(webhook.createPartner({ name: "Webhook Clinic" }))).toBe("PermissionDenied");
-    expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(expect.objectContaining({ caller: "webhook", reason: "not_allowed" }));
+    expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(
+      expect.objectContaining({ caller: "webhook", reason: "not_allowed" }),
+    );
     // ... and the operator may not read the signing secret back.
     expect(await codeOf(ops.getWebhookTarget({ partnerId: partner.partnerId }))).toBe("PermissionDenied");
   });
 
   it("a token signed for another service is refused (wrong audience), logged with the caller it claims", async () => {
     // The gateway's token for the connection service, sent to auth.
-    const misaddressed = serviceClient(authv1.AuthService, settings.AUTH_SERVICE_URL, [
-      (next) => async (req) => {
-        const token = req.header.get("pi-service-token");
-        const forConnection = await new Promise<string>((resolve) => {
-          const probe = serviceClient(connectionv1.ConnectionService, settings.CONNECTION_SERVICE_URL, [
-            () => async (r) => {
-              resolve(r.header.get("pi-service-token")!);
-              throw new ConnectError("probe", Code.Canceled);
-            },
-          ], as(settings, "gateway").SERVICE_IDENTITY_KEY);
-          probe.getConnection({}).catch(() => {});
-        });
-        expect(token).not.toBe(forConnection);
-        req.header.set("pi-service-token", forConnection);
-        return next(req);
-      },
-    ], as(settings, "gateway").SERVICE_IDENTITY_KEY);
+    const misaddressed = serviceClient(
+      authv1.AuthService,
+      settings.AUTH_SERVICE_URL,
+      [
+        (next) => async (req) => {
+          const token = req.header.get("pi-service-token");
+          const forConnection = await new Promise<string>((resolve) => {
+            const probe = serviceClient(
+              connectionv1.ConnectionService,
+              settings.CONNECTION_SERVICE_URL,
+              [
+                () => async (r) => {
+                  resolve(r.header.get("pi-service-token")!);
+                  throw new ConnectError("probe", Code.Canceled);
+                },
+              ],
+              as(settings, "gateway").SERVICE_IDENTITY_KEY,
+            );
+            probe.getConnection({}).catch(() => {});
+          });
+          expect(token).not.toBe(forConnection);
+          req.header.set("pi-service-token", forConnection);
+          return next(req);
+        },
+      ],
+      as(settings, "gateway").SERVICE_IDENTITY_KEY,
+    );
     expect(await codeOf(misaddressed.getJwks({}))).toBe("Unauthenticated");
-    expect(refusals("pi.auth.v1.AuthService/GetJwks")).toContainEqual(expect.objectContaining({ caller: "gateway", reason: "wrong_audience" }));
+    expect(refusals("pi.auth.v1.AuthService/GetJwks")).toContainEqual(
+      expect.objectContaining({ caller: "gateway", reason: "wrong_audience" }),
+    );
   });
 
   it("no refusal line holds a token", () => {

@@ -12,7 +12,14 @@ describe("auth service settings", () => {
   it("without CREDENTIAL_PEPPER it exits non-zero with one line naming the setting", () => {
     const { CREDENTIAL_PEPPER: _, ...env } = process.env;
     const r = spawnSync(process.execPath, [main], {
-      env: { ...env, ...identity, MONGODB_URI: process.env.TEST_MONGODB_URI, KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS, AUTH_SERVICE_PORT: "0", DATA_NAMESPACE: "tpepper" },
+      env: {
+        ...env,
+        ...identity,
+        MONGODB_URI: process.env.TEST_MONGODB_URI,
+        KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS,
+        AUTH_SERVICE_PORT: "0",
+        DATA_NAMESPACE: "tpepper",
+      },
       encoding: "utf8",
       timeout: 30_000,
     });
@@ -23,7 +30,15 @@ describe("auth service settings", () => {
   it("without DATA_KEYS (the KEKs that seal signing secrets and keys) it exits the same way, naming DATA_KEYS", () => {
     const { DATA_KEYS: _, ...env } = process.env;
     const r = spawnSync(process.execPath, [main], {
-      env: { ...env, ...identity, CREDENTIAL_PEPPER: "p".repeat(40), MONGODB_URI: process.env.TEST_MONGODB_URI, KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS, AUTH_SERVICE_PORT: "0", DATA_NAMESPACE: "tdatakeys" },
+      env: {
+        ...env,
+        ...identity,
+        CREDENTIAL_PEPPER: "p".repeat(40),
+        MONGODB_URI: process.env.TEST_MONGODB_URI,
+        KAFKA_BROKERS: process.env.TEST_KAFKA_BROKERS,
+        AUTH_SERVICE_PORT: "0",
+        DATA_NAMESPACE: "tdatakeys",
+      },
       encoding: "utf8",
       timeout: 30_000,
     });
@@ -32,7 +47,11 @@ describe("auth service settings", () => {
   });
 
   it("a malformed setting stops it the same way", () => {
-    const r = spawnSync(process.execPath, [main], { env: { ...process.env, AUTH_SERVICE_PORT: "fifty" }, encoding: "utf8", timeout: 30_000 });
+    const r = spawnSync(process.execPath, [main], {
+      env: { ...process.env, AUTH_SERVICE_PORT: "fifty" },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
     expect(r.status).toBe(2);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(/^invalid setting AUTH_SERVICE_PORT: /);
@@ -41,7 +60,11 @@ describe("auth service settings", () => {
   it("without its own service identity, or with another workload's key, it exits non-zero with one line naming the setting", () => {
     const run = (extra: Record<string, string>) => {
       const { SERVICE_IDENTITY_KEY: _k, SERVICE_IDENTITY_PUBLIC_KEYS: _p, ...env } = process.env;
-      return spawnSync(process.execPath, [main], { env: { ...env, AUTH_SERVICE_PORT: "0", ...extra }, encoding: "utf8", timeout: 30_000 });
+      return spawnSync(process.execPath, [main], {
+        env: { ...env, AUTH_SERVICE_PORT: "0", ...extra },
+        encoding: "utf8",
+        timeout: 30_000,
+      });
     };
     const missing = run({ SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS });
     expect(missing.status).toBe(2);
@@ -51,7 +74,9 @@ describe("auth service settings", () => {
     expect(other.stderr).toBe("invalid setting SERVICE_IDENTITY_KEY: it is the key of gateway, not of auth\n");
     const noPublic = run({ SERVICE_IDENTITY_KEY: identityKey("auth") });
     expect(noPublic.status).toBe(2);
-    expect(noPublic.stderr).toBe("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)\n");
+    expect(noPublic.stderr).toBe(
+      "invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)\n",
+    );
     const garbled = run({ SERVICE_IDENTITY_KEY: "auth:bm90IGEga2V5", SERVICE_IDENTITY_PUBLIC_KEYS: TEST_PUBLIC_KEYS });
     expect(garbled.status).toBe(2);
     expect(garbled.stderr).toMatch(/^invalid setting SERVICE_IDENTITY_KEY: [^\n]+\n$/);

@@ -7,15 +7,18 @@ import { reinstatementWaitMs, tokenTimes } from "../src/tokens.js";
 describe("token lifetime", () => {
   const acceptedForMs = (mintedAtMs: number, exp: number) => exp * 1000 - mintedAtMs;
 
-  it.each([0, 1, 500, 999])("a token minted %d ms into a second is accepted for at least its whole TTL", (intoSecond) => {
-    const mintedAtMs = 1_800_000_000_000 + intoSecond;
-    for (const ttl of [1, 900]) {
-      const { iat, exp } = tokenTimes(mintedAtMs, ttl);
-      expect(iat).toBe(1_800_000_000);
-      expect(acceptedForMs(mintedAtMs, exp)).toBeGreaterThanOrEqual(ttl * 1000);
-      expect(acceptedForMs(mintedAtMs, exp)).toBeLessThan(ttl * 1000 + 1000);
-    }
-  });
+  it.each([0, 1, 500, 999])(
+    "a token minted %d ms into a second is accepted for at least its whole TTL",
+    (intoSecond) => {
+      const mintedAtMs = 1_800_000_000_000 + intoSecond;
+      for (const ttl of [1, 900]) {
+        const { iat, exp } = tokenTimes(mintedAtMs, ttl);
+        expect(iat).toBe(1_800_000_000);
+        expect(acceptedForMs(mintedAtMs, exp)).toBeGreaterThanOrEqual(ttl * 1000);
+        expect(acceptedForMs(mintedAtMs, exp)).toBeLessThan(ttl * 1000 + 1000);
+      }
+    },
+  );
 
   it("a token minted on a whole second lives exactly its TTL", () => {
     expect(tokenTimes(1_800_000_000_000, 1)).toEqual({ iat: 1_800_000_000, exp: 1_800_000_001 });
@@ -32,6 +35,7 @@ describe("reinstatementWaitMs: no token issued after a reinstatement shares the 
   ])("suspended at %s, reinstated at %d: waits %d ms", (suspendedAt, now, wait) => {
     expect(reinstatementWaitMs(suspendedAt, now)).toBe(wait);
     // The reinstatement then lands in a later second, where a fresh token's iat is past the cutoff.
-    if (suspendedAt !== undefined) expect(Math.floor((now + wait) / 1000)).toBeGreaterThan(Math.floor(suspendedAt / 1000));
+    if (suspendedAt !== undefined)
+      expect(Math.floor((now + wait) / 1000)).toBeGreaterThan(Math.floor(suspendedAt / 1000));
   });
 });

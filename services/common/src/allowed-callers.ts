@@ -105,7 +105,9 @@ export function mayCall(caller: Workload, serviceTypeName: string, methodName: s
  */
 export function allowListMarkdown(): string {
   const rows = Object.entries(ALLOWED_CALLERS).flatMap(([service, methods]) =>
-    Object.entries(methods).map(([method, rule]) => `| ${SERVICE_OF[service]} | \`${method}\` | ${rule.plane} | ${rule.callers.join(", ")} |`),
+    Object.entries(methods).map(
+      ([method, rule]) => `| ${SERVICE_OF[service]} | \`${method}\` | ${rule.plane} | ${rule.callers.join(", ")} |`,
+    ),
   );
   return ["| service | RPC | plane | callers |", "|---|---|---|---|", ...rows].join("\n");
 }

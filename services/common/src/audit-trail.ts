@@ -4,7 +4,14 @@ import type { Producer } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
 import { atMost } from "./at-most.js";
 import { sign } from "node:crypto";
-import { auditEntry, auditSignedBytes, refusalOf, type AuditEntry, type AuditFields, type AuditService } from "./audit.js";
+import {
+  auditEntry,
+  auditSignedBytes,
+  refusalOf,
+  type AuditEntry,
+  type AuditFields,
+  type AuditService,
+} from "./audit.js";
 import { parseOwnIdentity, type OwnIdentity } from "./service-identity.js";
 import type { Logger } from "./logger.js";
 import { every, type Periodic } from "./background/periodic.js";
@@ -60,7 +67,10 @@ export function auditRecordMessage(entry: AuditEntry): eventsv1.AuditRecord {
  */
 export function signedAuditRecord(record: eventsv1.AuditRecord, identity: OwnIdentity): eventsv1.AuditRecord {
   const unsigned = { ...record, signingKid: identity.kid };
-  return create(eventsv1.AuditRecordSchema, { ...unsigned, signature: sign(null, auditSignedBytes(unsigned), identity.privateKey).toString("base64url") });
+  return create(eventsv1.AuditRecordSchema, {
+    ...unsigned,
+    signature: sign(null, auditSignedBytes(unsigned), identity.privateKey).toString("base64url"),
+  });
 }
 
 /** A refusal's record, alone in its document until it is relayed; then the document goes. */
@@ -117,7 +127,10 @@ export class AuditTrail {
     return outbox;
   }
 
-  private outbox<D extends Document>(collection: Collection<D>, opts: AuditOutboxOptions<D> = {}): Outbox<D, AuditEntry> {
+  private outbox<D extends Document>(
+    collection: Collection<D>,
+    opts: AuditOutboxOptions<D> = {},
+  ): Outbox<D, AuditEntry> {
     return new Outbox<D, AuditEntry>({
       name: `${this.o.service} audit records`,
       collection,
@@ -129,7 +142,10 @@ export class AuditTrail {
       key: opts.key ?? ((doc) => String(doc._id)),
       value: (_doc, entry) => {
         const message = auditRecordMessage(entry);
-        return toBinary(eventsv1.AuditRecordSchema, this.identity ? signedAuditRecord(message, this.identity) : message);
+        return toBinary(
+          eventsv1.AuditRecordSchema,
+          this.identity ? signedAuditRecord(message, this.identity) : message,
+        );
       },
       eventName: (entry) => `audit ${entry.action}`,
       sweepEveryMs: this.sweepEveryMs,
@@ -180,14 +196,26 @@ export class AuditTrail {
   async start(): Promise<void> {
     await Promise.all([this.standaloneOutbox, ...this.outboxes].map((o) => o.ensureIndex()));
     for (const o of this.outboxes) o.start();
-    this.sweeper ??= every(`${this.o.service} audit outbox sweep`, this.sweepEveryMs, () => this.sweepStandalone(), this.o.logger);
+    this.sweeper ??= every(
+      `${this.o.service} audit outbox sweep`,
+      this.sweepEveryMs,
+      () => this.sweepStandalone(),
+      this.o.logger,
+    );
   }
 
   /** Stops the sweeps and waits for the relays in flight, RELAY_STOP_MS at most (as Outbox.stop). */
   async stop(): Promise<void> {
     const standalone = Promise.all([this.sweeper?.stop(), settleAll(this.inFlight), this.standaloneOutbox.drain()]);
-    const [, done] = await Promise.all([Promise.all(this.outboxes.map((o) => o.stop())), atMost(standalone, RELAY_STOP_MS)]);
-    if (!done) this.o.logger.warn({ service: this.o.service, waitedMs: RELAY_STOP_MS }, "audit relays still publishing at stop; their records stay stored for the next sweep");
+    const [, done] = await Promise.all([
+      Promise.all(this.outboxes.map((o) => o.stop())),
+      atMost(standalone, RELAY_STOP_MS),
+    ]);
+    if (!done)
+      this.o.logger.warn(
+        { service: this.o.service, waitedMs: RELAY_STOP_MS },
+        "audit relays still publishing at stop; their records stay stored for the next sweep",
+      );
   }
 
   private track(p: Promise<unknown>): void {

@@ -83,7 +83,19 @@ export interface SignedAuditFields {
 /** The bytes a record's Ed25519 signature covers: its fields in a fixed order, as JSON. */
 export function auditSignedBytes(r: SignedAuditFields): Buffer {
   return Buffer.from(
-    JSON.stringify(["pi-audit-record-v1", r.id, String(r.occurredAt), r.service, r.actor, r.action, [...r.targets], r.outcome, r.reason, String(r.sequence), r.signingKid]),
+    JSON.stringify([
+      "pi-audit-record-v1",
+      r.id,
+      String(r.occurredAt),
+      r.service,
+      r.actor,
+      r.action,
+      [...r.targets],
+      r.outcome,
+      r.reason,
+      String(r.sequence),
+      r.signingKid,
+    ]),
   );
 }
 
@@ -91,7 +103,14 @@ export function auditSignedBytes(r: SignedAuditFields): Buffer {
 export type AuditActor = "operator" | "caregiver" | "system" | `ptr_${string}`;
 
 /** Why an act was refused, as a code; the caregiver acts add the state machine's rule. */
-export const REFUSAL_CODES = ["invalid_argument", "not_found", "already_exists", "failed_precondition", "aborted", "permission_denied"] as const;
+export const REFUSAL_CODES = [
+  "invalid_argument",
+  "not_found",
+  "already_exists",
+  "failed_precondition",
+  "aborted",
+  "permission_denied",
+] as const;
 export type RefusalCode = (typeof REFUSAL_CODES)[number];
 
 /** The shape of every id the system makes (ids.ts): a short prefix, "_", base62. */
@@ -126,10 +145,16 @@ export type AuditEntry = AuditRecordFields & OutboxEntry & { sequence: number };
 
 export class AuditShapeError extends Error {}
 
-const isOneOf = <T extends string>(list: readonly T[], value: unknown): value is T => typeof value === "string" && (list as readonly string[]).includes(value);
+const isOneOf = <T extends string>(list: readonly T[], value: unknown): value is T =>
+  typeof value === "string" && (list as readonly string[]).includes(value);
 
 export function isAuditActor(value: unknown): value is AuditActor {
-  return value === "operator" || value === "caregiver" || value === "system" || (typeof value === "string" && PARTNER_ID.test(value));
+  return (
+    value === "operator" ||
+    value === "caregiver" ||
+    value === "system" ||
+    (typeof value === "string" && PARTNER_ID.test(value))
+  );
 }
 
 /** The ids among `values`, each once, in order, at most MAX_TARGETS. */
@@ -139,15 +164,18 @@ export function auditTargets(values: readonly unknown[]): string[] {
 }
 
 export function refusalReason(refused: { code: RefusalCode; rule?: string }): string {
-  if (!isOneOf(REFUSAL_CODES, refused.code)) throw new AuditShapeError(`unknown refusal code ${JSON.stringify(refused.code)}`);
+  if (!isOneOf(REFUSAL_CODES, refused.code))
+    throw new AuditShapeError(`unknown refusal code ${JSON.stringify(refused.code)}`);
   return refused.rule !== undefined && RULE.test(refused.rule) ? `${refused.code}: ${refused.rule}` : refused.code;
 }
 
 /** The record's fields, from nothing but the closed lists and the id shapes. Throws on an unknown action, actor or service. */
 export function shapeAudit(service: AuditService, fields: AuditFields): AuditRecordFields {
   if (!isOneOf(AUDIT_SERVICES, service)) throw new AuditShapeError(`unknown service ${JSON.stringify(service)}`);
-  if (!isOneOf(AUDIT_ACTIONS, fields.action)) throw new AuditShapeError(`unknown action ${JSON.stringify(fields.action)}`);
-  if (!isAuditActor(fields.actor)) throw new AuditShapeError("the actor is neither a partner id nor operator, caregiver or system");
+  if (!isOneOf(AUDIT_ACTIONS, fields.action))
+    throw new AuditShapeError(`unknown action ${JSON.stringify(fields.action)}`);
+  if (!isAuditActor(fields.actor))
+    throw new AuditShapeError("the actor is neither a partner id nor operator, caregiver or system");
   return {
     service,
     actor: fields.actor,
@@ -175,13 +203,40 @@ const REASON = new RegExp(`^(${REFUSAL_CODES.join("|")})(: ${RULE.source.slice(1
  * A record read back (from Kafka, by the store), checked field by field against the same rules;
  * null when anything is off. Only the fields of a record are kept.
  */
-export function checkAuditRecord(r: { service: unknown; actor: unknown; action: unknown; targets: unknown; outcome: unknown; reason: unknown }): AuditRecordFields | null {
+export function checkAuditRecord(r: {
+  service: unknown;
+  actor: unknown;
+  action: unknown;
+  targets: unknown;
+  outcome: unknown;
+  reason: unknown;
+}): AuditRecordFields | null {
   if (!isOneOf(AUDIT_SERVICES, r.service) || !isOneOf(AUDIT_ACTIONS, r.action) || !isAuditActor(r.actor)) return null;
   if (AUDIT_ACTION_OWNERS[r.action] !== r.service) return null;
-  if (!Array.isArray(r.targets) || r.targets.length > MAX_TARGETS || !r.targets.every((t) => typeof t === "string" && AUDIT_ID.test(t))) return null;
-  if (r.outcome === "ok" && r.reason === "") return { service: r.service, actor: r.actor, action: r.action, targets: [...(r.targets as string[])], outcome: "ok", reason: "" };
+  if (
+    !Array.isArray(r.targets) ||
+    r.targets.length > MAX_TARGETS ||
+    !r.targets.every((t) => typeof t === "string" && AUDIT_ID.test(t))
+  )
+    return null;
+  if (r.outcome === "ok" && r.reason === "")
+    return {
+      service: r.service,
+      actor: r.actor,
+      action: r.action,
+      targets: [...(r.targets as string[])],
+      outcome: "ok",
+      reason: "",
+    };
   if (r.outcome === "refused" && typeof r.reason === "string" && REASON.test(r.reason)) {
-    return { service: r.service, actor: r.actor, action: r.action, targets: [...(r.targets as string[])], outcome: "refused", reason: r.reason };
+    return {
+      service: r.service,
+      actor: r.actor,
+      action: r.action,
+      targets: [...(r.targets as string[])],
+      outcome: "refused",
+      reason: r.reason,
+    };
   }
   return null;
 }

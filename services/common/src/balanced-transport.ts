@@ -1,7 +1,15 @@
 import { connect as netConnect, type Socket } from "node:net";
 import type { DescMessage, DescMethodStreaming, DescMethodUnary, MessageInitShape } from "@bufbuild/protobuf";
 import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type ContextValues, type Interceptor, type StreamResponse, type Transport, type UnaryResponse } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  type ContextValues,
+  type Interceptor,
+  type StreamResponse,
+  type Transport,
+  type UnaryResponse,
+} from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { atMost } from "./at-most.js";
 import { retryDelay } from "./background/retry.js";
@@ -48,11 +56,22 @@ interface Replica {
   failedAt: number;
 }
 
-const NEVER_REACHED = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "ECONNECTTIMEOUT"]);
+const NEVER_REACHED = new Set([
+  "ECONNREFUSED",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "ECONNECTTIMEOUT",
+]);
 
 function errorCodes(err: unknown): string[] {
   const codes: string[] = [];
-  for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+  for (
+    let e = err, depth = 0;
+    typeof e === "object" && e !== null && depth < 8;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === "string") codes.push(code);
     const message = (e as { message?: unknown }).message;
@@ -85,7 +104,12 @@ function connectTimeoutError(ms: number): Error {
 
 /** A TCP connection that gives up when it is not established within `timeoutMs`. */
 function connectWithTimeout(authority: URL, timeoutMs: number): Socket {
-  const socket = netConnect({ host: authority.hostname.replace(/^\[|\]$/g, ""), port: Number(authority.port || 80), noDelay: true, keepAlive: true });
+  const socket = netConnect({
+    host: authority.hostname.replace(/^\[|\]$/g, ""),
+    port: Number(authority.port || 80),
+    noDelay: true,
+    keepAlive: true,
+  });
   socket.setTimeout(timeoutMs, () => socket.destroy(connectTimeoutError(timeoutMs)));
   socket.once("connect", () => socket.setTimeout(0));
   return socket;
@@ -105,7 +129,9 @@ const ignore = () => {};
 class SessionManager extends Http2SessionManager {
   private readonly guarded = new WeakSet<object>();
 
-  override async request(...args: Parameters<Http2SessionManager["request"]>): ReturnType<Http2SessionManager["request"]> {
+  override async request(
+    ...args: Parameters<Http2SessionManager["request"]>
+  ): ReturnType<Http2SessionManager["request"]> {
     const stream = await super.request(...args);
     const connection = stream.session;
     if (connection && !this.guarded.has(connection)) {
@@ -119,7 +145,9 @@ class SessionManager extends Http2SessionManager {
 /** A failure for want of a replica is Unavailable to the caller (a 503 at the gateway), whatever the transport said. */
 function unavailable(err: unknown): ConnectError {
   const ce = ConnectError.from(err);
-  return ce.code === Code.Unavailable ? ce : new ConnectError(ce.rawMessage, Code.Unavailable, ce.metadata, undefined, err);
+  return ce.code === Code.Unavailable
+    ? ce
+    : new ConnectError(ce.rawMessage, Code.Unavailable, ce.metadata, undefined, err);
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -236,7 +264,10 @@ export class BalancedTransport implements Transport {
         r = this.pick(method, tried);
       }
       if (!r) throw lastError ?? new ConnectError(`no address for ${this.options.urls}`, Code.Unavailable);
-      if (remaining() <= 0) throw lastError ?? new ConnectError("the deadline passed before a replica could be tried", Code.DeadlineExceeded);
+      if (remaining() <= 0)
+        throw (
+          lastError ?? new ConnectError("the deadline passed before a replica could be tried", Code.DeadlineExceeded)
+        );
       tried.add(r.origin);
       try {
         const result = await attempt(r, remaining());
@@ -249,7 +280,8 @@ export class BalancedTransport implements Transport {
         this.failed(r, failure);
         // A server's own answer is passed on as it is, Unimplemented too (the method is not served
         // on this port by any replica: an admin RPC called on the data port).
-        const surfaced = failure === "answered" || ConnectError.from(err).code === Code.Unimplemented ? err : unavailable(err);
+        const surfaced =
+          failure === "answered" || ConnectError.from(err).code === Code.Unimplemented ? err : unavailable(err);
         if (n >= this.maxAttempts || remaining() <= 0 || !retryable(failure)) throw surfaced;
         lastError = surfaced;
       }

@@ -15,10 +15,22 @@ const defaultTimeoutMs = 10_000;
  * With `identity` (a SERVICE_IDENTITY_KEY value) every call carries the caller's service token
  * (service-identity.ts); without it, calls go unsigned and only health checks are answered.
  */
-export function serviceClient<T extends DescService>(service: T, urls: string, interceptors: Interceptor[] = [], identity?: string): Client<T> {
+export function serviceClient<T extends DescService>(
+  service: T,
+  urls: string,
+  interceptors: Interceptor[] = [],
+  identity?: string,
+): Client<T> {
   const audience = audienceOf(service.typeName);
   const signed = identity && audience ? [identityClientInterceptor(minterFor(identity), audience)] : [];
-  return createClient(service, new BalancedTransport({ urls, interceptors: [tracingClientInterceptor, ...signed, ...interceptors], defaultTimeoutMs }));
+  return createClient(
+    service,
+    new BalancedTransport({
+      urls,
+      interceptors: [tracingClientInterceptor, ...signed, ...interceptors],
+      defaultTimeoutMs,
+    }),
+  );
 }
 
 export type AuthClient = Client<typeof authv1.AuthService>;
@@ -36,11 +48,16 @@ export type HealthClient = Client<typeof healthv1.Health>;
  */
 export const clientsFor = (s: Settings) => ({
   auth: (): AuthClient => serviceClient(authv1.AuthService, s.AUTH_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
-  connection: (): ConnectionClient => serviceClient(connectionv1.ConnectionService, s.CONNECTION_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
-  fileIntake: (): FileIntakeClient => serviceClient(fileintakev1.FileIntakeService, s.FILE_INTAKE_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
-  webhook: (): WebhookClient => serviceClient(webhookv1.WebhookService, s.WEBHOOK_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
+  connection: (): ConnectionClient =>
+    serviceClient(connectionv1.ConnectionService, s.CONNECTION_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
+  fileIntake: (): FileIntakeClient =>
+    serviceClient(fileintakev1.FileIntakeService, s.FILE_INTAKE_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
+  webhook: (): WebhookClient =>
+    serviceClient(webhookv1.WebhookService, s.WEBHOOK_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
   authAdmin: (): AuthClient => serviceClient(authv1.AuthService, s.AUTH_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
-  connectionAdmin: (): ConnectionClient => serviceClient(connectionv1.ConnectionService, s.CONNECTION_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
-  webhookAdmin: (): WebhookClient => serviceClient(webhookv1.WebhookService, s.WEBHOOK_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
+  connectionAdmin: (): ConnectionClient =>
+    serviceClient(connectionv1.ConnectionService, s.CONNECTION_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
+  webhookAdmin: (): WebhookClient =>
+    serviceClient(webhookv1.WebhookService, s.WEBHOOK_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
   health: (urls: string): HealthClient => serviceClient(healthv1.Health, urls),
 });

@@ -48,16 +48,25 @@ export interface ConnectServerOptions {
 // the drivers may come from another realm (tests) or be wrapped; and by the code of a bare socket
 // error, which the MongoDB driver lets through when it writes to a connection the server has just
 // closed ("This socket has been ended by the other party", EPIPE: a 500 with the database killed).
-const INFRASTRUCTURE_ERRORS = /^((Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error|KafkaJS(Connection|RequestTimeout|BrokerNotFound)Error|KafkaJSNumberOfRetriesExceeded)$/;
+const INFRASTRUCTURE_ERRORS =
+  /^((Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error|KafkaJS(Connection|RequestTimeout|BrokerNotFound)Error|KafkaJSNumberOfRetriesExceeded)$/;
 const SOCKET_ERROR_CODES = new Set(["EPIPE", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "ENOTCONN"]);
 
 export function infrastructureUnavailable(err: unknown): boolean {
-  for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+  for (
+    let e = err, depth = 0;
+    typeof e === "object" && e !== null && depth < 8;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
     const name = (e as { name?: unknown }).name;
     if (typeof name === "string" && INFRASTRUCTURE_ERRORS.test(name)) return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === "string" && SOCKET_ERROR_CODES.has(code)) return true;
-    if ((e as { originalError?: unknown }).originalError && infrastructureUnavailable((e as { originalError?: unknown }).originalError)) return true;
+    if (
+      (e as { originalError?: unknown }).originalError &&
+      infrastructureUnavailable((e as { originalError?: unknown }).originalError)
+    )
+      return true;
   }
   return false;
 }
@@ -69,11 +78,21 @@ function loggingInterceptor(logger: Logger): Interceptor {
     try {
       return await next(req);
     } catch (thrown) {
-      const err = !(thrown instanceof ConnectError) && infrastructureUnavailable(thrown) ? new ConnectError("a dependency of the service is unreachable", Code.Unavailable, undefined, undefined, thrown) : thrown;
+      const err =
+        !(thrown instanceof ConnectError) && infrastructureUnavailable(thrown)
+          ? new ConnectError(
+              "a dependency of the service is unreachable",
+              Code.Unavailable,
+              undefined,
+              undefined,
+              thrown,
+            )
+          : thrown;
       const ce = ConnectError.from(err);
       const fields = { method: req.method.name, code: Code[ce.code], ms: Math.round(performance.now() - started) };
       if (ce.code === Code.Internal || ce.code === Code.Unknown) logger.error({ ...fields, err }, "rpc failed");
-      else if (ce.code === Code.Unavailable) logger.warn({ ...fields, err: (ce.cause as Error | undefined)?.message ?? ce.rawMessage }, "rpc unavailable");
+      else if (ce.code === Code.Unavailable)
+        logger.warn({ ...fields, err: (ce.cause as Error | undefined)?.message ?? ce.rawMessage }, "rpc unavailable");
       else logger.debug(fields, "rpc refused");
       throw err;
     }
@@ -123,12 +142,28 @@ const healthRoutes = (healthy: ConnectServerOptions["healthy"]) => (router: Conn
  * service, and the caller must be allowed the method, on either port.
  */
 export async function startConnectServer(opts: ConnectServerOptions): Promise<ConnectServer> {
-  if (!opts.publicKeys) throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
+  if (!opts.publicKeys)
+    throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const verifier = new TokenVerifier(opts.service, publicKeysFor(opts.publicKeys));
-  const interceptors = [tracingServerInterceptor, loggingInterceptor(opts.logger), identityServerInterceptor(verifier, opts.logger)];
-  const runtime = [...collectRoutes(opts.routes, (m) => planeOf(m) === "runtime"), ...collectRoutes(healthRoutes(opts.healthy))];
+  const interceptors = [
+    tracingServerInterceptor,
+    loggingInterceptor(opts.logger),
+    identityServerInterceptor(verifier, opts.logger),
+  ];
+  const runtime = [
+    ...collectRoutes(opts.routes, (m) => planeOf(m) === "runtime"),
+    ...collectRoutes(healthRoutes(opts.healthy)),
+  ];
   const servers = [await listen(runtime, interceptors, opts.host, opts.port)];
-  if (opts.adminPort !== undefined) servers.push(await listen(collectRoutes(opts.routes, (m) => planeOf(m) === "admin"), interceptors, opts.host, opts.adminPort));
+  if (opts.adminPort !== undefined)
+    servers.push(
+      await listen(
+        collectRoutes(opts.routes, (m) => planeOf(m) === "admin"),
+        interceptors,
+        opts.host,
+        opts.adminPort,
+      ),
+    );
   const [port, adminPort] = servers.map((s) => s.port);
   opts.logger.info({ port, adminPort }, "grpc server listening");
   return { port: port!, adminPort, close: async () => void (await Promise.all(servers.map((s) => s.close()))) };
@@ -137,20 +172,35 @@ export async function startConnectServer(opts: ConnectServerOptions): Promise<Co
 /** How long a stopping server lets the calls under way finish before it cuts them. */
 const SHUTDOWN_GRACE_MS = 5_000;
 
-async function listen(specs: MethodSpecs, interceptors: Interceptor[], host: string, port: number): Promise<ConnectServer> {
+async function listen(
+  specs: MethodSpecs,
+  interceptors: Interceptor[],
+  host: string,
+  port: number,
+): Promise<ConnectServer> {
   const server = new grpc.Server({
     "grpc.max_receive_message_length": 8 * 1024 * 1024,
     "grpc-node.flow_control_window": CONNECTION_WINDOW_BYTES,
   });
   // grpc-js has no option for its server's HTTP/2 settings; its http2.createServer options are these.
   const http2Options = (server as unknown as { commonServerOptions?: { settings?: object } }).commonServerOptions;
-  if (http2Options) http2Options.settings = { ...http2Options.settings, initialWindowSize: STREAM_WINDOW_BYTES, maxFrameSize: MAX_FRAME_BYTES };
+  if (http2Options)
+    http2Options.settings = {
+      ...http2Options.settings,
+      initialWindowSize: STREAM_WINDOW_BYTES,
+      maxFrameSize: MAX_FRAME_BYTES,
+    };
   const { definition, implementation } = grpcHandlers(specs, interceptors);
   server.addService(definition, implementation);
   const bound = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(`${host.includes(":") ? `[${host}]` : host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+    server.bindAsync(
+      `${host.includes(":") ? `[${host}]` : host}:${port}`,
+      grpc.ServerCredentials.createInsecure(),
+      (err, p) => (err ? reject(err) : resolve(p)),
+    ),
   );
-  for (const h2 of (server as unknown as { http2Servers?: Map<http2.Http2Server, unknown> }).http2Servers?.keys() ?? []) {
+  for (const h2 of (server as unknown as { http2Servers?: Map<http2.Http2Server, unknown> }).http2Servers?.keys() ??
+    []) {
     h2.on("session", (s: http2.Http2Session) => s.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
   }
   return {

@@ -50,14 +50,17 @@ export interface Kek {
  */
 export function parseDataKeys(text: string): Kek[] {
   const entries = text.split(",").map((e) => e.trim());
-  if (entries.length === 0 || entries.some((e) => e === "")) throw new Error("must be kid:base64key[,kid:base64key...], newest first");
+  if (entries.length === 0 || entries.some((e) => e === ""))
+    throw new Error("must be kid:base64key[,kid:base64key...], newest first");
   const keks: Kek[] = [];
   for (const [i, entry] of entries.entries()) {
     const colon = entry.indexOf(":");
     const kid = colon < 0 ? "" : entry.slice(0, colon);
     const encoded = colon < 0 ? "" : entry.slice(colon + 1);
-    if (!KEY_ID.test(kid)) throw new Error(`entry ${i + 1}: the key id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
-    if (!/^[A-Za-z0-9+/_-]{43}=?$/.test(encoded)) throw new Error(`key ${kid}: must be 32 bytes in base64 (43 or 44 characters)`);
+    if (!KEY_ID.test(kid))
+      throw new Error(`entry ${i + 1}: the key id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
+    if (!/^[A-Za-z0-9+/_-]{43}=?$/.test(encoded))
+      throw new Error(`key ${kid}: must be 32 bytes in base64 (43 or 44 characters)`);
     if (keks.some((k) => k.kid === kid)) throw new Error(`key ${kid}: the id is given twice`);
     keks.push({ kid, key: Buffer.from(encoded.replace(/-/g, "+").replace(/_/g, "/"), "base64") });
   }
@@ -153,7 +156,14 @@ export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wr
  */
 const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
-export function sealSegment(key: Uint8Array, streamId: string, n: number, final: boolean, plaintext: Uint8Array, into?: Buffer): Buffer {
+export function sealSegment(
+  key: Uint8Array,
+  streamId: string,
+  n: number,
+  final: boolean,
+  plaintext: Uint8Array,
+  into?: Buffer,
+): Buffer {
   return encrypt(key, plaintext, segmentAad(streamId, n, final), into);
 }
 
@@ -171,7 +181,12 @@ const SEALED_V2 = "v2";
 export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Array, context: string): Promise<string> {
   const { key, wrapped } = await newDataKey(wrapper);
   const bytes = typeof plaintext === "string" ? Buffer.from(plaintext, "utf8") : plaintext;
-  return [SEALED_V2, wrapped.kid, wrapped.wrapped, encrypt(key, bytes, `pi-sealed.v2|${context}`).toString("base64url")].join(".");
+  return [
+    SEALED_V2,
+    wrapped.kid,
+    wrapped.wrapped,
+    encrypt(key, bytes, `pi-sealed.v2|${context}`).toString("base64url"),
+  ].join(".");
 }
 
 /** The KEK id of a sealed value, or undefined when it is not a v2 sealed value. */
@@ -182,7 +197,8 @@ export function sealedKid(sealed: string): string | undefined {
 
 export async function openSealedValue(wrapper: KeyWrapper, sealed: string, context: string): Promise<Buffer> {
   const parts = sealed.split(".");
-  if (parts.length !== 4 || parts[0] !== SEALED_V2 || !KEY_ID.test(parts[1]!)) throw new DataKeyError("not a sealed value");
+  if (parts.length !== 4 || parts[0] !== SEALED_V2 || !KEY_ID.test(parts[1]!))
+    throw new DataKeyError("not a sealed value");
   const key = await wrapper.unwrap({ kid: parts[1]!, wrapped: parts[2]! });
   return decrypt(key, Buffer.from(parts[3]!, "base64url"), `pi-sealed.v2|${context}`);
 }
@@ -210,9 +226,11 @@ export async function checkKeys(db: Db, wrapper: KeyWrapper): Promise<{ mismatch
   if (!(await checks.findOne({ _id: wrapper.currentKid }))) {
     const probe = await wrapper.wrap(randomBytes(DATA_KEY_BYTES));
     // Replicas starting together race: the first insert wins and every one checks it below.
-    await checks.insertOne({ _id: probe.kid, wrapped: probe.wrapped, createdAt: new Date() }).catch((err: { code?: unknown }) => {
-      if (err.code !== 11000) throw err;
-    });
+    await checks
+      .insertOne({ _id: probe.kid, wrapped: probe.wrapped, createdAt: new Date() })
+      .catch((err: { code?: unknown }) => {
+        if (err.code !== 11000) throw err;
+      });
   }
   const mismatched: string[] = [];
   const missing: string[] = [];

@@ -28,7 +28,8 @@ export function addressRefusal(address: string): string | undefined {
   if (ip.kind() === "ipv6") {
     const v6 = ip as ipaddr.IPv6;
     if (v6.isIPv4MappedAddress()) return `${address} is an IPv4-mapped address`;
-    if (!v6.match(globalUnicast) || range !== "unicast") return `${address} is not a public address (${range === "unicast" ? "not global unicast" : range})`;
+    if (!v6.match(globalUnicast) || range !== "unicast")
+      return `${address} is not a public address (${range === "unicast" ? "not global unicast" : range})`;
     return undefined;
   }
   return range === "unicast" ? undefined : `${address} is not a public address (${range})`;
@@ -36,7 +37,11 @@ export function addressRefusal(address: string): string | undefined {
 
 export const isPublicAddress = (address: string): boolean => addressRefusal(address) === undefined;
 
-export type Resolver = (hostname: string, options: LookupAllOptions, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
+export type Resolver = (
+  hostname: string,
+  options: LookupAllOptions,
+  callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+) => void;
 
 const systemResolver: Resolver = (hostname, options, callback) => dnsLookup(hostname, options, callback);
 
@@ -69,7 +74,8 @@ export function urlRefusal(raw: string, allowInsecure: boolean, what = "webhook 
     return `${what} is not an absolute URL`;
   }
   if (url.username || url.password) return `${what} must not carry credentials`;
-  if (allowInsecure) return url.protocol === "https:" || url.protocol === "http:" ? undefined : `${what} must use http or https`;
+  if (allowInsecure)
+    return url.protocol === "https:" || url.protocol === "http:" ? undefined : `${what} must use http or https`;
   if (url.protocol !== "https:") return `${what} must use https`;
   const host = url.hostname.replace(/^\[|\]$/g, "");
   if (isIP(host)) return addressRefusal(host);

@@ -11,10 +11,16 @@ export type AddressCheck = { ok: true; address: string } | { ok: false; reason: 
 
 export function checkElderAddress(value: unknown, domain: string): AddressCheck {
   if (typeof value !== "string") return { ok: false, reason: "must be a string" };
-  if (value.length > MAX_ADDRESS_LENGTH) return { ok: false, reason: `must be at most ${MAX_ADDRESS_LENGTH} characters` };
+  if (value.length > MAX_ADDRESS_LENGTH)
+    return { ok: false, reason: `must be at most ${MAX_ADDRESS_LENGTH} characters` };
   const address = value.toLowerCase();
   const [local, host, ...rest] = address.split("@");
-  if (rest.length > 0 || host !== domain || local === undefined || !new RegExp(`^${word}\\.${word}\\.${word}$`).test(local)) {
+  if (
+    rest.length > 0 ||
+    host !== domain ||
+    local === undefined ||
+    !new RegExp(`^${word}\\.${word}\\.${word}$`).test(local)
+  ) {
     return { ok: false, reason: `must have the shape word.word.word@${domain}` };
   }
   return { ok: true, address };

@@ -19,19 +19,34 @@ const codeOf: Record<commonv1.ErrorReason, Code> = {
 };
 
 /** An error an internal service raises on purpose; the gateway maps its reason to a partner error. */
-export function serviceError(reason: commonv1.ErrorReason, message: string, param?: string, retryAfterSeconds?: number): ConnectError {
+export function serviceError(
+  reason: commonv1.ErrorReason,
+  message: string,
+  param?: string,
+  retryAfterSeconds?: number,
+): ConnectError {
   return new ConnectError(message, codeOf[reason], undefined, [
-    { desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { reason, param: param ?? "", retryAfterSeconds: retryAfterSeconds ?? 0 }) },
+    {
+      desc: ErrorDetailSchema,
+      value: create(ErrorDetailSchema, { reason, param: param ?? "", retryAfterSeconds: retryAfterSeconds ?? 0 }),
+    },
   ]);
 }
 
 /** A per-partner bound was reached (RATE_LIMITED): the partner's 429, to retry after `retryAfterSeconds`. */
-export const rateLimitedError = (message: string, retryAfterSeconds: number) => serviceError(ErrorReason.RATE_LIMITED, message, undefined, Math.max(1, Math.ceil(retryAfterSeconds)));
+export const rateLimitedError = (message: string, retryAfterSeconds: number) =>
+  serviceError(ErrorReason.RATE_LIMITED, message, undefined, Math.max(1, Math.ceil(retryAfterSeconds)));
 
 /** The reason carried by an error from serviceError, or undefined for any other failure. */
-export function reasonOf(err: unknown): { reason: commonv1.ErrorReason; param?: string; retryAfterSeconds?: number } | undefined {
+export function reasonOf(
+  err: unknown,
+): { reason: commonv1.ErrorReason; param?: string; retryAfterSeconds?: number } | undefined {
   if (!(err instanceof ConnectError)) return undefined;
   const [detail] = err.findDetails(ErrorDetailSchema);
   if (!detail) return undefined;
-  return { reason: detail.reason, param: detail.param || undefined, retryAfterSeconds: detail.retryAfterSeconds || undefined };
+  return {
+    reason: detail.reason,
+    param: detail.param || undefined,
+    retryAfterSeconds: detail.retryAfterSeconds || undefined,
+  };
 }

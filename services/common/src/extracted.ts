@@ -38,4 +38,5 @@ export type Extracted =
 /** Stored text is capped (a MongoDB document holds at most 16 MB); the full length is kept. */
 export const MAX_STORED_TEXT_CHARS = 1_000_000;
 
-export const isFailureReason = (s: string | undefined): s is FailureReason => (FAILURE_REASONS as readonly string[]).includes(s ?? "");
+export const isFailureReason = (s: string | undefined): s is FailureReason =>
+  (FAILURE_REASONS as readonly string[]).includes(s ?? "");

@@ -1,8 +1,21 @@
 import type { Readable } from "node:stream";
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ConnectRouter, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
-import { createAsyncIterable, invokeUnaryImplementation, transformInvokeImplementation } from "@connectrpc/connect/protocol";
+import {
+  Code,
+  ConnectError,
+  createHandlerContext,
+  createMethodImplSpec,
+  type ConnectRouter,
+  type HandlerContext,
+  type Interceptor,
+  type MethodImplSpec,
+} from "@connectrpc/connect";
+import {
+  createAsyncIterable,
+  invokeUnaryImplementation,
+  transformInvokeImplementation,
+} from "@connectrpc/connect/protocol";
 import { headerGrpcMessage, headerGrpcStatus, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 // The services' handlers, written for connect-es (ConnectRouter routes, HandlerContext, ConnectError,
@@ -20,14 +33,18 @@ export type MethodSpecs = MethodImplSpec[];
  * The methods `routes` registers (for which `keep` is true), collected through a ConnectRouter
  * stand-in: a route function written for connect-node registers as it always did.
  */
-export function collectRoutes(routes: (router: ConnectRouter) => void, keep: (method: DescMethod) => boolean = () => true): MethodSpecs {
+export function collectRoutes(
+  routes: (router: ConnectRouter) => void,
+  keep: (method: DescMethod) => boolean = () => true,
+): MethodSpecs {
   const specs: MethodSpecs = [];
   const router = {
     handlers: [],
     service(service: DescService, implementation: Record<string, unknown>) {
       for (const method of service.methods) {
         const fn = implementation[method.localName];
-        if (typeof fn === "function" && keep(method)) specs.push(createMethodImplSpec(method, fn.bind(implementation) as never));
+        if (typeof fn === "function" && keep(method))
+          specs.push(createMethodImplSpec(method, fn.bind(implementation) as never));
       }
       return router;
     },
@@ -99,7 +116,10 @@ export function statusOf(err: unknown): Partial<grpc.StatusObject> {
   return { code: ce.code as number as grpc.status, details: ce.rawMessage, metadata: metadataOf(trailer) };
 }
 
-type AnyCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerReadableStream<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>;
+type AnyCall =
+  | grpc.ServerUnaryCall<unknown, unknown>
+  | grpc.ServerReadableStream<unknown, unknown>
+  | grpc.ServerWritableStream<unknown, unknown>;
 
 /** The reason of every finished call's signal: one object, instead of a DOMException (and its stack trace) per call. */
 const CALL_FINISHED = new DOMException("This operation was aborted", "AbortError");
@@ -165,7 +185,10 @@ async function* requestsOf(call: grpc.ServerReadableStream<unknown, unknown>): A
 }
 
 /** grpc-js handlers that run each method's Connect implementation behind `interceptors`. */
-export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
+export function grpcHandlers(
+  specs: MethodSpecs,
+  interceptors: Interceptor[],
+): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
   const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   const implementation: grpc.UntypedServiceImplementation = {};
   for (const spec of specs) {
@@ -173,7 +196,10 @@ export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): {
     definition[name] = grpcMethodDefinition(spec.method);
     switch (spec.kind) {
       case "unary":
-        implementation[name] = ((call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
+        implementation[name] = ((
+          call: grpc.ServerUnaryCall<unknown, unknown>,
+          callback: grpc.sendUnaryData<unknown>,
+        ) => {
           const { context, finish } = contextOf(spec, call);
           invokeUnaryImplementation(spec, context, call.request as never, interceptors).then(
             (message) => {
@@ -188,12 +214,16 @@ export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): {
         }) as grpc.handleUnaryCall<unknown, unknown>;
         break;
       case "client_streaming":
-        implementation[name] = ((call: grpc.ServerReadableStream<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
+        implementation[name] = ((
+          call: grpc.ServerReadableStream<unknown, unknown>,
+          callback: grpc.sendUnaryData<unknown>,
+        ) => {
           const { context, finish } = contextOf(spec, call);
           void (async () => {
             try {
               let answer: unknown;
-              for await (const message of transformInvokeImplementation(spec, context, interceptors)(requestsOf(call))) answer = message;
+              for await (const message of transformInvokeImplementation(spec, context, interceptors)(requestsOf(call)))
+                answer = message;
               callback(null, answer, metadataOf(context.responseTrailer));
             } catch (err) {
               callback(statusOf(err));
@@ -208,7 +238,11 @@ export function grpcHandlers(specs: MethodSpecs, interceptors: Interceptor[]): {
           const { context, finish } = contextOf(spec, call);
           void (async () => {
             try {
-              for await (const message of transformInvokeImplementation(spec, context, interceptors)(createAsyncIterable([call.request as never]))) {
+              for await (const message of transformInvokeImplementation(
+                spec,
+                context,
+                interceptors,
+              )(createAsyncIterable([call.request as never]))) {
                 if (call.cancelled) break;
                 if (!call.write(message)) await new Promise((resolve) => call.once("drain", resolve));
               }

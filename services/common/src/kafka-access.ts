@@ -1,4 +1,9 @@
-import kafkajs, { type AclEntry, type AclOperationTypes as AclOperation, type AclResourceTypes as AclResource, type Kafka } from "kafkajs";
+import kafkajs, {
+  type AclEntry,
+  type AclOperationTypes as AclOperation,
+  type AclResourceTypes as AclResource,
+  type Kafka,
+} from "kafkajs";
 import { TOPICS, topicName, type TopicKey } from "./topics.js";
 
 /**
@@ -29,7 +34,13 @@ export const KAFKA_ADMIN_USER = "admin";
 
 /** The ACLs of one namespace, every user's. */
 export function kafkaAcls(namespace: string): AclEntry[] {
-  const allow = (user: KafkaUser, resourceType: AclResource, resourceName: string, operation: AclOperation, pattern = ResourcePatternTypes.LITERAL): AclEntry => ({
+  const allow = (
+    user: KafkaUser,
+    resourceType: AclResource,
+    resourceName: string,
+    operation: AclOperation,
+    pattern = ResourcePatternTypes.LITERAL,
+  ): AclEntry => ({
     resourceType,
     resourceName,
     resourcePatternType: pattern,
@@ -40,12 +51,29 @@ export function kafkaAcls(namespace: string): AclEntry[] {
   });
   const topics = Object.keys(TOPICS) as TopicKey[];
   return KAFKA_USERS.flatMap((user) => {
-    const { produces, consumes } = KAFKA_ACCESS[user] as { produces: readonly TopicKey[]; consumes: readonly TopicKey[] };
+    const { produces, consumes } = KAFKA_ACCESS[user] as {
+      produces: readonly TopicKey[];
+      consumes: readonly TopicKey[];
+    };
     return [
-      ...topics.flatMap((key) => [AclOperationTypes.DESCRIBE, AclOperationTypes.CREATE].map((op) => allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), op))),
+      ...topics.flatMap((key) =>
+        [AclOperationTypes.DESCRIBE, AclOperationTypes.CREATE].map((op) =>
+          allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), op),
+        ),
+      ),
       ...produces.map((key) => allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), AclOperationTypes.WRITE)),
       ...consumes.map((key) => allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), AclOperationTypes.READ)),
-      ...(consumes.length > 0 ? [allow(user, AclResourceTypes.GROUP, `${namespace}.${user}.`, AclOperationTypes.READ, ResourcePatternTypes.PREFIXED)] : []),
+      ...(consumes.length > 0
+        ? [
+            allow(
+              user,
+              AclResourceTypes.GROUP,
+              `${namespace}.${user}.`,
+              AclOperationTypes.READ,
+              ResourcePatternTypes.PREFIXED,
+            ),
+          ]
+        : []),
     ];
   });
 }

@@ -28,9 +28,16 @@ export function scramUser(username: string, password: string): KafkaCredentials 
 }
 
 /** The credentials of KAFKA_USERNAME / KAFKA_PASSWORD; a service started without them connects unauthenticated (and a broker with ACLs refuses it). */
-export function kafkaCredentials(settings: Pick<Settings, "KAFKA_USERNAME" | "KAFKA_PASSWORD" | "KAFKA_SASL_MECHANISM" | "KAFKA_SSL">): KafkaCredentials | undefined {
+export function kafkaCredentials(
+  settings: Pick<Settings, "KAFKA_USERNAME" | "KAFKA_PASSWORD" | "KAFKA_SASL_MECHANISM" | "KAFKA_SSL">,
+): KafkaCredentials | undefined {
   if (!settings.KAFKA_USERNAME || !settings.KAFKA_PASSWORD) return undefined;
-  return { mechanism: settings.KAFKA_SASL_MECHANISM, username: settings.KAFKA_USERNAME, password: settings.KAFKA_PASSWORD, ssl: settings.KAFKA_SSL };
+  return {
+    mechanism: settings.KAFKA_SASL_MECHANISM,
+    username: settings.KAFKA_USERNAME,
+    password: settings.KAFKA_PASSWORD,
+    ssl: settings.KAFKA_SSL,
+  };
 }
 
 export function createKafka(brokers: string, clientId: string, logger: Logger, credentials?: KafkaCredentials): Kafka {
@@ -39,7 +46,14 @@ export function createKafka(brokers: string, clientId: string, logger: Logger, c
     clientId,
     brokers: brokers.split(","),
     ...(credentials
-      ? { sasl: { mechanism: credentials.mechanism, username: credentials.username, password: credentials.password } as SASLOptions, ssl: credentials.ssl ?? false }
+      ? {
+          sasl: {
+            mechanism: credentials.mechanism,
+            username: credentials.username,
+            password: credentials.password,
+          } as SASLOptions,
+          ssl: credentials.ssl ?? false,
+        }
       : {}),
     connectionTimeout: 3000,
     retry: { retries: 8, initialRetryTime: 200 },
@@ -83,13 +97,21 @@ export async function ensureTopics(
           await admin.createTopics({
             waitForLeaders: true,
             // No replication factor: the broker's default.replication.factor applies (1 locally, 3 in a cluster).
-            topics: missing.map((k) => ({ topic: topicName(namespace, k), numPartitions: TOPICS[k].partitions, configEntries: topicConfig(k) })),
+            topics: missing.map((k) => ({
+              topic: topicName(namespace, k),
+              numPartitions: TOPICS[k].partitions,
+              configEntries: topicConfig(k),
+            })),
           });
         }
         if (opts.configureExisting) {
           await admin.alterConfigs({
             validateOnly: false,
-            resources: keys.map((k) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name: topicName(namespace, k), configEntries: topicConfig(k) })),
+            resources: keys.map((k) => ({
+              type: kafkajs.ConfigResourceTypes.TOPIC,
+              name: topicName(namespace, k),
+              configEntries: topicConfig(k),
+            })),
           });
         }
         await admin.fetchTopicMetadata({ topics: keys.map((k) => topicName(namespace, k)) });
@@ -107,7 +129,12 @@ export async function ensureTopics(
  * that topic-partition" while its metadata settles.
  */
 export function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8): Promise<T> {
-  return retry("reading topic metadata", attempt, { attempts, firstDelayMs: 250, maxDelayMs: 2_000, retryIf: (err) => (err as { retriable?: unknown }).retriable === true });
+  return retry("reading topic metadata", attempt, {
+    attempts,
+    firstDelayMs: 250,
+    maxDelayMs: 2_000,
+    retryIf: (err) => (err as { retriable?: unknown }).retriable === true,
+  });
 }
 
 /** True when a broker answers a metadata request within the timeout. */
@@ -127,4 +154,3 @@ export async function kafkaReachable(admin: Admin, timeoutMs = 2000): Promise<bo
     clearTimeout(timer);
   }
 }
-

@@ -50,12 +50,12 @@ export interface FlushableDestination {
  * through the thread pool four times a second in every idle process (issue 14's idle budget).
  */
 export function flushWhenWritten<D extends FlushableDestination>(dest: D, ms = LOG_FLUSH_MS): D {
-  let timer: NodeJS.Timeout | undefined;
+  let _timer: NodeJS.Timeout | undefined;
   const write = dest.write.bind(dest);
   dest.write = (data: string) => {
     const ok = write(data);
-    timer ??= setTimeout(() => {
-      timer = undefined;
+    _timer ??= setTimeout(() => {
+      _timer = undefined;
       try {
         dest.flush();
       } catch {
@@ -80,7 +80,11 @@ function stdoutDestination(): DestinationStream {
 }
 
 /** JSON lines on stdout, or on `destination` (tests capture log output through it). */
-export function createLogger(service: string, level = process.env.LOG_LEVEL ?? "info", destination?: DestinationStream): Logger {
+export function createLogger(
+  service: string,
+  level = process.env.LOG_LEVEL ?? "info",
+  destination?: DestinationStream,
+): Logger {
   const options = {
     level,
     base: { service },

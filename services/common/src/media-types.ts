@@ -57,10 +57,13 @@ export async function recognise(head: Uint8Array): Promise<AcceptedType | undefi
 
 // C0 control characters other than tab, line feed, form feed and carriage return, and DEL: a file
 // containing one is binary, not plain text. In valid UTF-8 these bytes stand only for themselves.
-const BINARY_CONTROL_BYTES = [...Array(0x20).keys(), 0x7f].filter((b) => b !== 0x09 && b !== 0x0a && b !== 0x0c && b !== 0x0d);
+const BINARY_CONTROL_BYTES = [...Array(0x20).keys(), 0x7f].filter(
+  (b) => b !== 0x09 && b !== 0x0a && b !== 0x0c && b !== 0x0d,
+);
 
 /** The length of the UTF-8 sequence that `lead` starts; 1 for a byte that starts none (isUtf8 refuses it where it stands). */
-const sequenceLength = (lead: number) => (lead >= 0xc0 && lead < 0xe0 ? 2 : lead >= 0xe0 && lead < 0xf0 ? 3 : lead >= 0xf0 && lead < 0xf8 ? 4 : 1);
+const sequenceLength = (lead: number) =>
+  lead >= 0xc0 && lead < 0xe0 ? 2 : lead >= 0xe0 && lead < 0xf0 ? 3 : lead >= 0xf0 && lead < 0xf8 ? 4 : 1;
 
 /** Where the character that `bytes` ends inside begins, or `bytes.length` when it ends on a character boundary. */
 function incompleteTail(bytes: Uint8Array): number {
@@ -112,7 +115,8 @@ export class TextChecker {
 
   private count(bytes: Uint8Array): void {
     if (!this.options.measure) return;
-    for (let i = 0; this.seen < 3 && i < bytes.length; i++, this.seen++) if (bytes[i] === BOM[this.seen] && this.bomBytes === this.seen) this.bomBytes++;
+    for (let i = 0; this.seen < 3 && i < bytes.length; i++, this.seen++)
+      if (bytes[i] === BOM[this.seen] && this.bomBytes === this.seen) this.bomBytes++;
     this.units += utf16Units(bytes);
   }
 

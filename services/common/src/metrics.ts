@@ -34,10 +34,32 @@ export const httpServerDuration = new client.Histogram({
   registers,
 });
 const rpcLabels = ["rpc_service", "rpc_method", "rpc_grpc_status_code"] as const;
-export const rpcServerDuration = new client.Histogram({ name: "rpc_server_call_duration_seconds", help: "Duration of served internal calls", labelNames: rpcLabels, buckets: DURATION_BUCKETS, registers });
-export const rpcClientDuration = new client.Histogram({ name: "rpc_client_call_duration_seconds", help: "Duration of internal calls made", labelNames: rpcLabels, buckets: DURATION_BUCKETS, registers });
-export const messagesSent = new client.Counter({ name: "messaging_client_sent_messages_total", help: "Kafka messages published", labelNames: ["messaging_destination_name"] as const, registers });
-export const messagesConsumed = new client.Counter({ name: "messaging_client_consumed_messages_total", help: "Kafka messages consumed", labelNames: ["messaging_destination_name"] as const, registers });
+export const rpcServerDuration = new client.Histogram({
+  name: "rpc_server_call_duration_seconds",
+  help: "Duration of served internal calls",
+  labelNames: rpcLabels,
+  buckets: DURATION_BUCKETS,
+  registers,
+});
+export const rpcClientDuration = new client.Histogram({
+  name: "rpc_client_call_duration_seconds",
+  help: "Duration of internal calls made",
+  labelNames: rpcLabels,
+  buckets: DURATION_BUCKETS,
+  registers,
+});
+export const messagesSent = new client.Counter({
+  name: "messaging_client_sent_messages_total",
+  help: "Kafka messages published",
+  labelNames: ["messaging_destination_name"] as const,
+  registers,
+});
+export const messagesConsumed = new client.Counter({
+  name: "messaging_client_consumed_messages_total",
+  help: "Kafka messages consumed",
+  labelNames: ["messaging_destination_name"] as const,
+  registers,
+});
 export const messageProcessDuration = new client.Histogram({
   name: "messaging_process_duration_seconds",
   help: "Time a consumer took over one message (over a batch, divided among its messages)",
@@ -47,28 +69,111 @@ export const messageProcessDuration = new client.Histogram({
 });
 
 // --- the system's own ---
-export const webhookDeliveries = new client.Counter({ name: "pi_webhook_deliveries_total", help: "Webhook delivery attempts by outcome: delivered, retry (will be tried again), failed (given up)", labelNames: ["outcome"] as const, registers });
-export const webhookAttemptDuration = new client.Histogram({ name: "pi_webhook_attempt_duration_seconds", help: "Duration of one webhook delivery attempt", buckets: LONG_BUCKETS, registers });
-export const webhookOldestPendingAge = new client.Gauge({ name: "pi_webhook_oldest_pending_delivery_age_seconds", help: "Age of the oldest webhook delivery not yet delivered nor given up (0: none)", registers });
-export const webhookFailingEndpoints = new client.Gauge({ name: "pi_webhook_failing_endpoints", help: "Partner webhook endpoints failing: every attempt failed for the failing period", registers });
+export const webhookDeliveries = new client.Counter({
+  name: "pi_webhook_deliveries_total",
+  help: "Webhook delivery attempts by outcome: delivered, retry (will be tried again), failed (given up)",
+  labelNames: ["outcome"] as const,
+  registers,
+});
+export const webhookAttemptDuration = new client.Histogram({
+  name: "pi_webhook_attempt_duration_seconds",
+  help: "Duration of one webhook delivery attempt",
+  buckets: LONG_BUCKETS,
+  registers,
+});
+export const webhookOldestPendingAge = new client.Gauge({
+  name: "pi_webhook_oldest_pending_delivery_age_seconds",
+  help: "Age of the oldest webhook delivery not yet delivered nor given up (0: none)",
+  registers,
+});
+export const webhookFailingEndpoints = new client.Gauge({
+  name: "pi_webhook_failing_endpoints",
+  help: "Partner webhook endpoints failing: every attempt failed for the failing period",
+  registers,
+});
 
-export const filesAccepted = new client.Counter({ name: "pi_files_accepted_total", help: "Uploads accepted", registers });
-export const filesRefused = new client.Counter({ name: "pi_files_refused_total", help: "Uploads refused, by the error code answered", labelNames: ["code"] as const, registers });
-export const extractionBacklog = new client.Gauge({ name: "pi_extraction_backlog", help: "Files accepted and not yet processed or failed (store-wide)", registers });
-export const extractionDuration = new client.Histogram({ name: "pi_extraction_duration_seconds", help: "Duration of one file's extraction, by outcome", labelNames: ["outcome"] as const, buckets: LONG_BUCKETS, registers });
-export const extractions = new client.Counter({ name: "pi_extractions_total", help: "Extractions finished, by outcome (processed, failed)", labelNames: ["outcome"] as const, registers });
+export const filesAccepted = new client.Counter({
+  name: "pi_files_accepted_total",
+  help: "Uploads accepted",
+  registers,
+});
+export const filesRefused = new client.Counter({
+  name: "pi_files_refused_total",
+  help: "Uploads refused, by the error code answered",
+  labelNames: ["code"] as const,
+  registers,
+});
+export const extractionBacklog = new client.Gauge({
+  name: "pi_extraction_backlog",
+  help: "Files accepted and not yet processed or failed (store-wide)",
+  registers,
+});
+export const extractionDuration = new client.Histogram({
+  name: "pi_extraction_duration_seconds",
+  help: "Duration of one file's extraction, by outcome",
+  labelNames: ["outcome"] as const,
+  buckets: LONG_BUCKETS,
+  registers,
+});
+export const extractions = new client.Counter({
+  name: "pi_extractions_total",
+  help: "Extractions finished, by outcome (processed, failed)",
+  labelNames: ["outcome"] as const,
+  registers,
+});
 
-export const connectionTransitions = new client.Counter({ name: "pi_connection_transitions_total", help: "Connection state changes", labelNames: ["from", "to"] as const, registers });
-export const connectionClockOffset = new client.Gauge({ name: "pi_connection_clock_offset_seconds", help: "This replica's clock minus the database's, as last measured (services/connection/src/clock-offset.ts)", registers });
-export const connectionReadLeasesSuspended = new client.Gauge({ name: "pi_connection_read_leases_suspended", help: "1 while this replica grants no read lease: its clock is beyond the margin from the database's, or could not be measured lately", registers });
+export const connectionTransitions = new client.Counter({
+  name: "pi_connection_transitions_total",
+  help: "Connection state changes",
+  labelNames: ["from", "to"] as const,
+  registers,
+});
+export const connectionClockOffset = new client.Gauge({
+  name: "pi_connection_clock_offset_seconds",
+  help: "This replica's clock minus the database's, as last measured (services/connection/src/clock-offset.ts)",
+  registers,
+});
+export const connectionReadLeasesSuspended = new client.Gauge({
+  name: "pi_connection_read_leases_suspended",
+  help: "1 while this replica grants no read lease: its clock is beyond the margin from the database's, or could not be measured lately",
+  registers,
+});
 
-export const tokensIssued = new client.Counter({ name: "pi_tokens_issued_total", help: "Access tokens issued", registers });
-export const tokensRefused = new client.Counter({ name: "pi_tokens_refused_total", help: "Token requests refused (no reason given, as to the client)", registers });
+export const tokensIssued = new client.Counter({
+  name: "pi_tokens_issued_total",
+  help: "Access tokens issued",
+  registers,
+});
+export const tokensRefused = new client.Counter({
+  name: "pi_tokens_refused_total",
+  help: "Token requests refused (no reason given, as to the client)",
+  registers,
+});
 
-export const outboxOldestUnrelayedAge = new client.Gauge({ name: "pi_outbox_oldest_unrelayed_age_seconds", help: "Age of the oldest outbox entry not yet published to Kafka (0: none)", labelNames: ["outbox"] as const, registers });
-export const storageQuotaMaxUsedRatio = new client.Gauge({ name: "pi_storage_quota_max_used_ratio", help: "The highest used / quota ratio over partners, per mode", labelNames: ["mode"] as const, registers });
-export const storagePartnersOverQuotaRatio = new client.Gauge({ name: "pi_storage_partners_over_quota_ratio", help: "Partners whose used / quota ratio, in either mode, is at or above the threshold", labelNames: ["threshold"] as const, registers });
-export const kafkaConsumerLag = new client.Gauge({ name: "pi_kafka_consumer_lag", help: "Messages not yet consumed by the group, summed over its partitions", labelNames: ["group"] as const, registers });
+export const outboxOldestUnrelayedAge = new client.Gauge({
+  name: "pi_outbox_oldest_unrelayed_age_seconds",
+  help: "Age of the oldest outbox entry not yet published to Kafka (0: none)",
+  labelNames: ["outbox"] as const,
+  registers,
+});
+export const storageQuotaMaxUsedRatio = new client.Gauge({
+  name: "pi_storage_quota_max_used_ratio",
+  help: "The highest used / quota ratio over partners, per mode",
+  labelNames: ["mode"] as const,
+  registers,
+});
+export const storagePartnersOverQuotaRatio = new client.Gauge({
+  name: "pi_storage_partners_over_quota_ratio",
+  help: "Partners whose used / quota ratio, in either mode, is at or above the threshold",
+  labelNames: ["threshold"] as const,
+  registers,
+});
+export const kafkaConsumerLag = new client.Gauge({
+  name: "pi_kafka_consumer_lag",
+  help: "Messages not yet consumed by the group, summed over its partitions",
+  labelNames: ["group"] as const,
+  registers,
+});
 
 /**
  * The event-loop delay histogram's sampling period (nodejs_eventloop_lag_p99_seconds and the rest):
@@ -117,9 +222,15 @@ export async function readGaugeSources(): Promise<void> {
     [...scrapeReads].map(async (entry) => {
       entry.inFlight ??= Promise.resolve()
         .then(entry.read)
-        .catch((err: unknown) => entry.logger.warn({ err, gauge: entry.name }, "gauge not read; it keeps its last value"))
+        .catch((err: unknown) =>
+          entry.logger.warn({ err, gauge: entry.name }, "gauge not read; it keeps its last value"),
+        )
         .finally(() => (entry.inFlight = undefined));
-      if (!(await atMost(entry.inFlight, SCRAPE_READ_MS))) entry.logger.warn({ gauge: entry.name, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
+      if (!(await atMost(entry.inFlight, SCRAPE_READ_MS)))
+        entry.logger.warn(
+          { gauge: entry.name, waitedMs: SCRAPE_READ_MS },
+          "gauge not read in time; it keeps its last value",
+        );
     }),
   );
 }
@@ -138,7 +249,12 @@ export interface MetricsServer {
  * `process_*`). `enabled` false (METRICS_ENABLED=false): nothing served, nothing recorded on the
  * request path.
  */
-export async function startMetricsServer(opts: { enabled: boolean; host: string; port: number; logger: Logger }): Promise<MetricsServer | undefined> {
+export async function startMetricsServer(opts: {
+  enabled: boolean;
+  host: string;
+  port: number;
+  logger: Logger;
+}): Promise<MetricsServer | undefined> {
   recording = opts.enabled;
   if (!opts.enabled) return undefined;
   if (!collectingDefaults) {

@@ -8,7 +8,8 @@ export type PartnerMode = "live" | "test";
 export const isPartnerMode = (value: unknown): value is PartnerMode => value === "live" || value === "test";
 
 /** The wire value of a mode. */
-export const modeToProto = (mode: PartnerMode): commonv1.Mode => (mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE);
+export const modeToProto = (mode: PartnerMode): commonv1.Mode =>
+  mode === "test" ? commonv1.Mode.TEST : commonv1.Mode.LIVE;
 
 /** The mode a wire value names; undefined for MODE_UNSPECIFIED or a number this build does not know. */
 export function modeFromProto(mode: commonv1.Mode): PartnerMode | undefined {

@@ -62,7 +62,9 @@ export class PositionReporter {
     private readonly logger: Logger,
     heartbeatMs = FOLLOWER_HEARTBEAT_MS,
   ) {
-    this.heartbeat = every("reporting the partner-events position", heartbeatMs, async () => this.kick(), logger, { runAtStart: false });
+    this.heartbeat = every("reporting the partner-events position", heartbeatMs, async () => this.kick(), logger, {
+      runAtStart: false,
+    });
   }
 
   advance(partition: number, nextOffset: bigint): void {
@@ -91,7 +93,8 @@ export class PositionReporter {
         () => {
           this.lastStoredAt = started;
         },
-        (err: unknown) => this.logger.warn({ err: (err as Error).message }, "reporting the partner-events position failed"),
+        (err: unknown) =>
+          this.logger.warn({ err: (err as Error).message }, "reporting the partner-events position failed"),
       )
       .finally(() => {
         this.inFlight = undefined;
@@ -109,7 +112,8 @@ export class PositionReporter {
   }
 }
 
-const endsOf = (offsets: { partition: number; offset: string }[]): Map<number, bigint> => new Map(offsets.map((e) => [e.partition, BigInt(e.offset)]));
+const endsOf = (offsets: { partition: number; offset: string }[]): Map<number, bigint> =>
+  new Map(offsets.map((e) => [e.partition, BigInt(e.offset)]));
 
 /** The end of the topic as last read: partition to the offset the next event written will take. */
 export interface LogEnd {
@@ -124,7 +128,12 @@ export interface LogEnd {
  * auth replica's cache of authentications) rests on the position applied, not on a heartbeat. A
  * follower whose consumer is stuck sees the end move past it at the next read and stops trusting.
  */
-export function appliedThroughEnd(applied: ReadonlyMap<number, bigint>, end: LogEnd | undefined, now: number, maxAgeMs: number): boolean {
+export function appliedThroughEnd(
+  applied: ReadonlyMap<number, bigint>,
+  end: LogEnd | undefined,
+  now: number,
+  maxAgeMs: number,
+): boolean {
   if (!end || now - end.readAt > maxAgeMs) return false;
   for (const [partition, offset] of end.ends) if ((applied.get(partition) ?? -1n) < offset) return false;
   return true;
@@ -303,8 +312,18 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   if (options.readEndEveryMs) {
     const endAdmin = kafka.admin();
     await endAdmin.connect();
-    const watch = new TopicEndWatch(firstEnd, async () => endsOf(await endAdmin.fetchTopicOffsets(topic)), options.readEndEveryMs);
-    endReader = { watch, admin: endAdmin, periodic: every("reading the partner-events end", options.readEndEveryMs, () => watch.round(), logger, { runAtStart: false }) };
+    const watch = new TopicEndWatch(
+      firstEnd,
+      async () => endsOf(await endAdmin.fetchTopicOffsets(topic)),
+      options.readEndEveryMs,
+    );
+    endReader = {
+      watch,
+      admin: endAdmin,
+      periodic: every("reading the partner-events end", options.readEndEveryMs, () => watch.round(), logger, {
+        runAtStart: false,
+      }),
+    };
   }
   return {
     instanceId,

@@ -44,7 +44,8 @@ export async function insertNew<T extends Document>(collection: AnyCollection<T>
     await collection.insertMany(docs as never, { ordered: false });
     return [];
   } catch (err) {
-    const writeErrors = (err as { writeErrors?: { code: number; index: number }[] | { code: number; index: number } }).writeErrors;
+    const writeErrors = (err as { writeErrors?: { code: number; index: number }[] | { code: number; index: number } })
+      .writeErrors;
     const list = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
     if (list.length === 0 || list.some((e) => e.code !== 11000)) throw err;
     return list.map((e) => docs[e.index]!);
@@ -63,9 +64,17 @@ export interface Versioned {
  * Check-and-set: applies `update` (and bumps `version`) only if the document still has the version
  * that was read. null when another writer got there first: read again and decide again.
  */
-export function updateVersioned<T extends Versioned>(collection: AnyCollection<T>, read: Pick<T, "_id" | "version">, update: UpdateFilter<T>): Promise<WithId<T> | null> {
+export function updateVersioned<T extends Versioned>(
+  collection: AnyCollection<T>,
+  read: Pick<T, "_id" | "version">,
+  update: UpdateFilter<T>,
+): Promise<WithId<T> | null> {
   const inc = { ...((update.$inc as Document | undefined) ?? {}), version: 1 };
-  return collection.findOneAndUpdate(asFilter<T>({ _id: read._id, version: read.version }), asUpdate<T>({ ...update, $inc: inc }), { returnDocument: "after" });
+  return collection.findOneAndUpdate(
+    asFilter<T>({ _id: read._id, version: read.version }),
+    asUpdate<T>({ ...update, $inc: inc }),
+    { returnDocument: "after" },
+  );
 }
 
 // ---------------------------------------------------------------- the outbox
@@ -179,12 +188,22 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
 
   /** The index the sweep reads: only documents with entries have a key in it. */
   async ensureIndex(): Promise<void> {
-    await this.o.collection.createIndex({ [`${this.field}.eventId`]: 1 }, { sparse: true, name: `${this.field}_pending` });
+    await this.o.collection.createIndex(
+      { [`${this.field}.eventId`]: 1 },
+      { sparse: true, name: `${this.field}_pending` },
+    );
   }
 
   /** Right after a write that stored an entry: relays in the background; a failure is left to the sweep. */
   afterWrite(id: unknown): void {
-    this.track(this.relay(id).catch((err: unknown) => this.o.logger.warn({ err, id: this.logId(id), events: this.o.name }, "outbox relay failed; the sweep will retry")));
+    this.track(
+      this.relay(id).catch((err: unknown) =>
+        this.o.logger.warn(
+          { err, id: this.logId(id), events: this.o.name },
+          "outbox relay failed; the sweep will retry",
+        ),
+      ),
+    );
   }
 
   /**
@@ -199,7 +218,9 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     // back in one write. Entries written meanwhile (their own relay found the lease taken) are
     // found by the next round's take, which returns null once nothing is left.
     for (;;) {
-      const lease = await takeLease(collection, asFilter<D>({ _id: id, ...this.pending() }), this.lease, { ms: this.leaseMs });
+      const lease = await takeLease(collection, asFilter<D>({ _id: id, ...this.pending() }), this.lease, {
+        ms: this.leaseMs,
+      });
       if (!lease) return published;
       const entries = (lease.doc as Document)[this.field] as E[];
       try {
@@ -221,23 +242,34 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     const messages = await Promise.all(
       entries.map((entry) =>
         // A PRODUCER span in the state change's trace; its headers travel with the message.
-        inSpan(`publish ${this.o.eventName?.(entry) ?? this.o.name}`, { kind: SpanKind.PRODUCER, parent: contextFromHeaders(entry.trace) }, async () => ({
-          key,
-          value: Buffer.from(this.o.value(doc, entry)),
-          headers: { ...traceHeaders(), ...this.o.headers?.(entry) },
-        })),
+        inSpan(
+          `publish ${this.o.eventName?.(entry) ?? this.o.name}`,
+          { kind: SpanKind.PRODUCER, parent: contextFromHeaders(entry.trace) },
+          async () => ({
+            key,
+            value: Buffer.from(this.o.value(doc, entry)),
+            headers: { ...traceHeaders(), ...this.o.headers?.(entry) },
+          }),
+        ),
       ),
     );
     const [meta] = await this.o.producer.send({ topic: this.o.topic, messages });
     messagesSent.inc({ messaging_destination_name: this.o.topic }, messages.length);
     // One key, so one partition: the entries sit at consecutive offsets from the batch's base.
-    if (meta) entries.forEach((e, i) => published.set(e.eventId, { partition: meta.partition, offset: BigInt(meta.baseOffset ?? "0") + BigInt(i) }));
+    if (meta)
+      entries.forEach((e, i) =>
+        published.set(e.eventId, { partition: meta.partition, offset: BigInt(meta.baseOffset ?? "0") + BigInt(i) }),
+      );
     this.o.logger.info({ id: this.logId(doc._id), events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
   }
 
   /** Whether the event is still in the document's outbox (not published yet). */
   async holds(id: unknown, eventId: string): Promise<boolean> {
-    return (await this.o.collection.countDocuments(asFilter<D>({ _id: id, [`${this.field}.eventId`]: eventId }), { limit: 1 })) > 0;
+    return (
+      (await this.o.collection.countDocuments(asFilter<D>({ _id: id, [`${this.field}.eventId`]: eventId }), {
+        limit: 1,
+      })) > 0
+    );
   }
 
   /** Relays every document that has entries and no relay at work on it; returns how many it found. */
@@ -268,16 +300,28 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
 
   /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`; measures the oldest entry left at each scrape. */
   start(): void {
-    this.sweeper ??= every(`${this.o.name} outbox sweep`, this.o.sweepEveryMs ?? 5_000, () => this.sweep(), this.o.logger);
+    this.sweeper ??= every(
+      `${this.o.name} outbox sweep`,
+      this.o.sweepEveryMs ?? 5_000,
+      () => this.sweep(),
+      this.o.logger,
+    );
     // Named by where the entries wait ("connections.outbox", "connections.audit"): one per outbox.
     const outbox = `${this.o.collection.collectionName}.${this.field}`;
-    this.ageGauge ??= readAtScrape(`oldest entry of ${outbox}`, async () => outboxOldestUnrelayedAge.set({ outbox }, await this.oldestUnrelayedAgeSeconds()), this.o.logger);
+    this.ageGauge ??= readAtScrape(
+      `oldest entry of ${outbox}`,
+      async () => outboxOldestUnrelayedAge.set({ outbox }, await this.oldestUnrelayedAgeSeconds()),
+      this.o.logger,
+    );
   }
 
   /** Stops the sweep and waits for the sweep and relays in flight, RELAY_STOP_MS at most. */
   async stop(): Promise<void> {
     if (!(await atMost(Promise.all([this.sweeper?.stop(), this.ageGauge?.stop(), this.drain()]), RELAY_STOP_MS))) {
-      this.o.logger.warn({ events: this.o.name, waitedMs: RELAY_STOP_MS }, "relays still publishing at stop; their events stay stored for the next sweep");
+      this.o.logger.warn(
+        { events: this.o.name, waitedMs: RELAY_STOP_MS },
+        "relays still publishing at stop; their events stay stored for the next sweep",
+      );
     }
   }
 

@@ -51,45 +51,53 @@ export function runService(name: string, start: StartService): void {
       // After the start, whose refusals (a missing key, a bad setting) say more than a taken port
       // would; a port that cannot be had fails the process all the same (the supervisor, or
       // Kubernetes, restarts it).
-      const metrics = await startMetricsServer({ enabled: settings.METRICS_ENABLED, host: settings.SERVICE_HOST, port: settings.METRICS_PORT, logger });
+      const metrics = await startMetricsServer({
+        enabled: settings.METRICS_ENABLED,
+        host: settings.SERVICE_HOST,
+        port: settings.METRICS_PORT,
+        logger,
+      });
       metricsPort = metrics?.port;
       return running;
     })
     .then(
-    (running) => {
-      let stopping = false;
-      const stop = (signal: string) => {
-        if (stopping) return;
-        stopping = true;
-        logger.info({ signal }, "stopping");
-        setTimeout(() => {
-          logger.error("stop took too long; exiting");
-          process.exit(1);
-        }, shutdownGraceMs).unref();
-        running.stop().then(stopTelemetry).then(
-          () => {
-            logger.info("stopped");
-            process.exit(0);
-          },
-          (err) => {
-            logger.error({ err }, "stop failed");
+      (running) => {
+        let stopping = false;
+        const stop = (signal: string) => {
+          if (stopping) return;
+          stopping = true;
+          logger.info({ signal }, "stopping");
+          setTimeout(() => {
+            logger.error("stop took too long; exiting");
             process.exit(1);
-          },
-        );
-      };
-      process.on("SIGTERM", () => stop("SIGTERM"));
-      process.on("SIGINT", () => stop("SIGINT"));
-      watchParent(() => stop("parent exited"), logger);
-      logger.info({ port: running.port, adminPort: running.adminPort, metricsPort }, "started");
-    },
-    (err) => {
-      if (err instanceof SettingsError) {
-        process.stderr.write(`${err.message}\n`);
-        process.exit(2);
-      }
-      // The store's guard or a failed migration has logged its one line (store-versions.ts).
-      if (!(err instanceof StoreRefusal)) logger.fatal({ err }, "start failed");
-      process.exit(1);
-    },
-  );
+          }, shutdownGraceMs).unref();
+          running
+            .stop()
+            .then(stopTelemetry)
+            .then(
+              () => {
+                logger.info("stopped");
+                process.exit(0);
+              },
+              (err) => {
+                logger.error({ err }, "stop failed");
+                process.exit(1);
+              },
+            );
+        };
+        process.on("SIGTERM", () => stop("SIGTERM"));
+        process.on("SIGINT", () => stop("SIGINT"));
+        watchParent(() => stop("parent exited"), logger);
+        logger.info({ port: running.port, adminPort: running.adminPort, metricsPort }, "started");
+      },
+      (err) => {
+        if (err instanceof SettingsError) {
+          process.stderr.write(`${err.message}\n`);
+          process.exit(2);
+        }
+        // The store's guard or a failed migration has logged its one line (store-versions.ts).
+        if (!(err instanceof StoreRefusal)) logger.fatal({ err }, "start failed");
+        process.exit(1);
+      },
+    );
 }

@@ -21,7 +21,12 @@ export interface ServiceRuntime {
 
 export async function openRuntime(service: string, settings: Settings, logger: Logger): Promise<ServiceRuntime> {
   const mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, service));
-  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.${service}`, logger, kafkaCredentials(settings));
+  const kafka = createKafka(
+    settings.KAFKA_BROKERS,
+    `${settings.DATA_NAMESPACE}.${service}`,
+    logger,
+    kafkaCredentials(settings),
+  );
   await ensureTopics(kafka, settings.DATA_NAMESPACE);
   const producer = createProducer(kafka);
   await producer.connect();
@@ -63,5 +68,6 @@ export async function checkDataKeys(wrapper: KeyWrapper, db: Db, logger: Logger)
       `invalid setting DATA_KEYS: key ${mismatched.join(", ")} is not the key that wrote this service's data (was the secret generated again?); restore it, and rotate by adding a new key under a new id in front`,
     );
   }
-  if (missing.length > 0) logger.warn({ missing }, "DATA_KEYS lacks keys that wrapped data of this service: that data cannot be read");
+  if (missing.length > 0)
+    logger.warn({ missing }, "DATA_KEYS lacks keys that wrapped data of this service: that data cannot be read");
 }

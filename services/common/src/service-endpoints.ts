@@ -10,7 +10,8 @@ import { createLogger } from "./logger.js";
 
 export type Lookup = (hostname: string) => Promise<string[]>;
 
-const lookupAll: Lookup = async (hostname) => (await dnsLookup(hostname, { all: true, verbatim: true })).map((a) => a.address);
+const lookupAll: Lookup = async (hostname) =>
+  (await dnsLookup(hostname, { all: true, verbatim: true })).map((a) => a.address);
 
 /** Splits and checks a `*_SERVICE_URL` value; throws with a one-line reason. */
 export function parseServiceUrls(value: string): URL[] {
@@ -24,7 +25,8 @@ export function parseServiceUrls(value: string): URL[] {
       throw new Error(`${JSON.stringify(part)} is not a URL`);
     }
     if (url.protocol !== "http:") throw new Error(`${JSON.stringify(part)} must be an http:// (h2c) URL`);
-    if (url.pathname !== "/" || url.search || url.hash || url.username || url.password) throw new Error(`${JSON.stringify(part)} must be a base URL (scheme, host, port)`);
+    if (url.pathname !== "/" || url.search || url.hash || url.username || url.password)
+      throw new Error(`${JSON.stringify(part)} must be a base URL (scheme, host, port)`);
     return url;
   });
 }
@@ -68,7 +70,13 @@ export class ServiceEndpoints {
     this.minResolveGapMs = options.minResolveGapMs ?? 500;
     if (this.urls.some((u) => !literalHost(u))) {
       // resolve() never fails (a failed lookup keeps what was known), so the kit's logger stays silent.
-      this.lookups = every("service address lookup", options.resolveEveryMs ?? 5_000, () => this.resolve(), createLogger("service-endpoints", "silent"), { runAtStart: false });
+      this.lookups = every(
+        "service address lookup",
+        options.resolveEveryMs ?? 5_000,
+        () => this.resolve(),
+        createLogger("service-endpoints", "silent"),
+        { runAtStart: false },
+      );
     }
   }
 
@@ -98,7 +106,8 @@ export class ServiceEndpoints {
 
   /** Looks the host names up again, unless that happened very recently. */
   refresh(): Promise<void> {
-    if (!this.lookups || Date.now() - this.lastResolve < this.minResolveGapMs) return this.resolving ?? Promise.resolve();
+    if (!this.lookups || Date.now() - this.lastResolve < this.minResolveGapMs)
+      return this.resolving ?? Promise.resolve();
     return this.resolve();
   }
 

@@ -1,4 +1,11 @@
-import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, X509Certificate, type KeyObject } from "node:crypto";
+import {
+  createHash,
+  createPrivateKey,
+  createPublicKey,
+  generateKeyPairSync,
+  X509Certificate,
+  type KeyObject,
+} from "node:crypto";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from "jose";
 import { mayCall, ruleFor, SERVICE_OF, WORKLOADS, type Workload } from "./allowed-callers.js";
@@ -37,7 +44,10 @@ const isWorkload = (name: string): name is Workload => (WORKLOADS as readonly st
 
 /** Key id: the first 16 characters of the base64url SHA-256 of the public key's SPKI DER. */
 export function keyId(publicKey: KeyObject): string {
-  return createHash("sha256").update(publicKey.export({ type: "spki", format: "der" })).digest("base64url").slice(0, 16);
+  return createHash("sha256")
+    .update(publicKey.export({ type: "spki", format: "der" }))
+    .digest("base64url")
+    .slice(0, 16);
 }
 
 function requireEd25519(key: KeyObject, what: string): KeyObject {
@@ -48,7 +58,8 @@ function requireEd25519(key: KeyObject, what: string): KeyObject {
 function splitName(entry: string, what: string): [Workload, string] {
   const at = entry.indexOf(":");
   const name = at > 0 ? entry.slice(0, at).trim() : "";
-  if (!isWorkload(name)) throw new Error(`${what} must start with a workload name (${WORKLOADS.join(", ")}) and a colon`);
+  if (!isWorkload(name))
+    throw new Error(`${what} must start with a workload name (${WORKLOADS.join(", ")}) and a colon`);
   return [name, entry.slice(at + 1).trim()];
 }
 
@@ -64,7 +75,9 @@ export function parseOwnIdentity(value: string): OwnIdentity {
   const [name, key] = splitName(value, "the key");
   let privateKey: KeyObject;
   try {
-    privateKey = key.startsWith("-----BEGIN") ? createPrivateKey(key) : createPrivateKey({ key: Buffer.from(key, "base64"), format: "der", type: "pkcs8" });
+    privateKey = key.startsWith("-----BEGIN")
+      ? createPrivateKey(key)
+      : createPrivateKey({ key: Buffer.from(key, "base64"), format: "der", type: "pkcs8" });
   } catch {
     throw new Error("the key must be base64 of a PKCS#8 DER private key or a PEM PRIVATE KEY block");
   }
@@ -162,7 +175,14 @@ export class TokenMinter {
 
 // --- verification (the server's side) ---
 
-export type IdentityFailure = "missing" | "malformed" | "unknown_caller" | "unknown_key" | "expired" | "wrong_audience" | "invalid";
+export type IdentityFailure =
+  | "missing"
+  | "malformed"
+  | "unknown_caller"
+  | "unknown_key"
+  | "expired"
+  | "wrong_audience"
+  | "invalid";
 
 /** A token that proves no identity; `claimed` is the issuer it names, if any (for the log). */
 export class IdentityError extends Error {
@@ -243,7 +263,8 @@ export class TokenVerifier {
       const code = (err as { code?: unknown }).code;
       const claim = (err as { claim?: unknown }).claim;
       if (code === "ERR_JWT_EXPIRED") throw new IdentityError("expired", claimed);
-      if (code === "ERR_JWT_CLAIM_VALIDATION_FAILED" && claim === "aud") throw new IdentityError("wrong_audience", claimed);
+      if (code === "ERR_JWT_CLAIM_VALIDATION_FAILED" && claim === "aud")
+        throw new IdentityError("wrong_audience", claimed);
       throw new IdentityError("invalid", claimed);
     }
     const until = (Math.min(payload.exp!, payload.iat! + TOKEN_LIFETIME_SECONDS) + CLOCK_TOLERANCE_SECONDS) * 1000;
@@ -286,11 +307,21 @@ export function identityServerInterceptor(verifier: TokenVerifier, logger: Logge
       caller = await verifier.verify(req.header.get(SERVICE_TOKEN_HEADER));
     } catch (err) {
       if (!(err instanceof IdentityError)) throw err;
-      logger.warn({ method, caller: err.claimed ?? null, reason: err.failure }, "internal call refused: no valid service identity");
+      logger.warn(
+        { method, caller: err.claimed ?? null, reason: err.failure },
+        "internal call refused: no valid service identity",
+      );
       throw new ConnectError(err.message, Code.Unauthenticated);
     }
     if (!mayCall(caller, req.service.typeName, req.method.name)) {
-      logger.warn({ method, caller, reason: ruleFor(req.service.typeName, req.method.name) ? "not_allowed" : "method_not_listed" }, "internal call refused: caller not allowed");
+      logger.warn(
+        {
+          method,
+          caller,
+          reason: ruleFor(req.service.typeName, req.method.name) ? "not_allowed" : "method_not_listed",
+        },
+        "internal call refused: caller not allowed",
+      );
       throw new ConnectError(`${caller} may not call ${method}`, Code.PermissionDenied);
     }
     return next(req);
@@ -318,12 +349,17 @@ export function publicKeysFor(value: string): PublicKeys {
  * Checks at a workload's start that it has its own key, named after it, and (a service) everyone's
  * public keys; throws with the one-line reason a bad setting gives.
  */
-export function requireIdentity(settings: { SERVICE_IDENTITY_KEY?: string; SERVICE_IDENTITY_PUBLIC_KEYS?: string }, name: string): void {
+export function requireIdentity(
+  settings: { SERVICE_IDENTITY_KEY?: string; SERVICE_IDENTITY_PUBLIC_KEYS?: string },
+  name: string,
+): void {
   const serves = Object.values(SERVICE_OF).includes(name as Workload);
-  if (!settings.SERVICE_IDENTITY_KEY) throw new Error(`invalid setting SERVICE_IDENTITY_KEY: required (the private key of ${name})`);
+  if (!settings.SERVICE_IDENTITY_KEY)
+    throw new Error(`invalid setting SERVICE_IDENTITY_KEY: required (the private key of ${name})`);
   const own = parseOwnIdentity(settings.SERVICE_IDENTITY_KEY).name;
   if (own !== name) throw new Error(`invalid setting SERVICE_IDENTITY_KEY: it is the key of ${own}, not of ${name}`);
-  if (serves && !settings.SERVICE_IDENTITY_PUBLIC_KEYS) throw new Error("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
+  if (serves && !settings.SERVICE_IDENTITY_PUBLIC_KEYS)
+    throw new Error("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
 }
 
 /** The audience of calls to a Connect service (its workload), or undefined for open ones (health). */

@@ -9,9 +9,7 @@ import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
 // validates the whole set at start so that a bad value anywhere is caught by whoever reads it.
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
-const bool = z
-  .enum(["true", "false", "1", "0"])
-  .transform((v) => v === "true" || v === "1");
+const bool = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
 // A `*_SERVICE_URL`: one base URL or a comma-separated list (every replica); host names stand for all
 // their addresses (services/common/src/service-endpoints.ts).
 const serviceUrls = z.string().superRefine((value, ctx) => {
@@ -40,7 +38,8 @@ export function parsePeppers(text: string): { id: string; pepper: string }[] {
     const colon = entry.indexOf(":");
     const id = colon < 0 ? "" : entry.slice(0, colon);
     const pepper = colon < 0 ? "" : entry.slice(colon + 1);
-    if (!KEY_ID.test(id)) throw new Error(`entry ${i + 1}: the pepper id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
+    if (!KEY_ID.test(id))
+      throw new Error(`entry ${i + 1}: the pepper id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
     if (pepper.length < 32) throw new Error(`pepper ${id}: must be at least 32 characters`);
     if (out.some((p) => p.id === id)) throw new Error(`pepper ${id}: the id is given twice`);
     out.push({ id, pepper });
@@ -57,7 +56,10 @@ export const deprecationRuleSchema = z
   .object({
     route: z
       .string()
-      .regex(/^(\/v[0-9]+|(GET|POST|PUT|PATCH|DELETE) \/v[0-9]+(\/([A-Za-z0-9_.-]+|\{[A-Za-z0-9_]+\}))+)$/, 'must be "/vN" or "METHOD /vN/path/{param}"'),
+      .regex(
+        /^(\/v[0-9]+|(GET|POST|PUT|PATCH|DELETE) \/v[0-9]+(\/([A-Za-z0-9_.-]+|\{[A-Za-z0-9_]+\}))+)$/,
+        'must be "/vN" or "METHOD /vN/path/{param}"',
+      ),
     deprecation: instant,
     sunset: instant.optional(),
     link: z.url({ protocol: /^https?$/ }).optional(),
@@ -114,14 +116,20 @@ export const settingsSchema = z.object({
   METRICS_PORT: port.default(9464),
   METRICS_ENABLED: bool.default(true),
 
-  MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").default("mongodb://127.0.0.1:27017/"),
+  MONGODB_URI: z
+    .string()
+    .regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI")
+    .default("mongodb://127.0.0.1:27017/"),
   KAFKA_BROKERS: z
     .string()
     .regex(/^[^,\s]+:\d+(,[^,\s]+:\d+)*$/, "must be host:port[,host:port...]")
     .default("127.0.0.1:9092"),
   // Prefix of database names, Kafka topics and consumer groups, so that several stacks (or test
   // runs) can share one MongoDB and one Kafka without seeing each other's data.
-  DATA_NAMESPACE: z.string().regex(/^[a-z][a-z0-9_]{0,30}$/, "must be lowercase letters, digits, _").default("pi"),
+  DATA_NAMESPACE: z
+    .string()
+    .regex(/^[a-z][a-z0-9_]{0,30}$/, "must be lowercase letters, digits, _")
+    .default("pi"),
 
   // Each file is decoded in a child process of the extraction service, killed past these
   // (docs/files.md, "Extraction"): its resident memory, below the container's memory limit, and
@@ -141,7 +149,10 @@ export const settingsSchema = z.object({
   // metadata. Unset: http://127.0.0.1:GATEWAY_PORT/oauth/token, the local stack's.
   TOKEN_ENDPOINT_URL: z
     .url({ protocol: /^https?$/ })
-    .refine((u) => new URL(u).pathname.endsWith("/oauth/token") && !u.includes("?") && !u.includes("#"), "must be an http(s) URL ending in /oauth/token")
+    .refine(
+      (u) => new URL(u).pathname.endsWith("/oauth/token") && !u.includes("?") && !u.includes("#"),
+      "must be an http(s) URL ending in /oauth/token",
+    )
     .optional(),
   // How often auth replicas reload the signing keys and gateways refresh the JWKS; a rotated-in
   // key starts signing after twice this (docs/authentication.md, "Key rotation").
@@ -157,7 +168,11 @@ export const settingsSchema = z.object({
   // Bounds on uploads in flight at one gateway instance (docs/files.md, "Bounds on uploads").
   UPLOAD_CONCURRENCY_PER_PARTNER: positiveInt.default(8),
   UPLOAD_CONCURRENCY_TOTAL: positiveInt.default(64),
-  UPLOAD_MIN_BYTES_PER_SECOND: z.coerce.number().int().min(0).default(16 * 1024),
+  UPLOAD_MIN_BYTES_PER_SECOND: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(16 * 1024),
   UPLOAD_RATE_WINDOW_SECONDS: z.coerce.number().positive().max(300).default(10),
   IDEMPOTENCY_TTL_SECONDS: positiveInt.default(86400),
   CONNECTION_PENDING_TTL_SECONDS: positiveInt.default(2592000),
@@ -192,7 +207,11 @@ export const settingsSchema = z.object({
   // How long webhook events are kept after they were stored (GET /v1/events lists them): at least
   // the 30 days partners are promised. Of a partner's test events, only the newest this many are
   // kept (a sandbox connection is approved automatically: test events cost a partner nothing).
-  WEBHOOK_EVENT_RETENTION_SECONDS: z.coerce.number().int().min(30 * 86400).default(30 * 86400),
+  WEBHOOK_EVENT_RETENTION_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(30 * 86400)
+    .default(30 * 86400),
   WEBHOOK_TEST_EVENTS_PER_PARTNER: positiveInt.default(10_000),
 
   // This workload's Kafka user (SASL/SCRAM; docs/security.md "Kafka"): both or neither. The broker's
@@ -233,7 +252,10 @@ export const settingsSchema = z.object({
   // The auth service's audit retention sweep connects as a database user of its own (role
   // auditRetention: find and remove on the audit database), so that the service's own user can only
   // append. Unset: the service's own MONGODB_URI (npm start and the stand-in have no users).
-  AUDIT_RETENTION_MONGODB_URI: z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI").optional(),
+  AUDIT_RETENTION_MONGODB_URI: z
+    .string()
+    .regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI")
+    .optional(),
 
   // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
   // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service
@@ -306,7 +328,8 @@ export function withLocalStackAddresses(env: NodeJS.ProcessEnv, stateDir: string
     return env;
   }
   const filled = { ...env };
-  for (const name of SERVICE_URL_SETTINGS) if (!filled[name] && typeof recorded[name] === "string") filled[name] = recorded[name];
+  for (const name of SERVICE_URL_SETTINGS)
+    if (!filled[name] && typeof recorded[name] === "string") filled[name] = recorded[name];
   return filled;
 }
 

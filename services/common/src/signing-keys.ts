@@ -7,6 +7,12 @@ import type { Settings } from "./settings.js";
  * in is published that long before it starts signing (docs/authentication.md), so every auth replica
  * (from its database) and every gateway (from GetJwks) holds it before any token it signs arrives.
  */
-export function refreshSigningKeys(settings: Pick<Settings, "JWKS_REFRESH_SECONDS">, load: () => Promise<unknown>, logger: Logger): Periodic {
-  return every("refreshing the token signing keys", settings.JWKS_REFRESH_SECONDS * 1000, load, logger, { runAtStart: false });
+export function refreshSigningKeys(
+  settings: Pick<Settings, "JWKS_REFRESH_SECONDS">,
+  load: () => Promise<unknown>,
+  logger: Logger,
+): Periodic {
+  return every("refreshing the token signing keys", settings.JWKS_REFRESH_SECONDS * 1000, load, logger, {
+    runAtStart: false,
+  });
 }

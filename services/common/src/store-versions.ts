@@ -111,7 +111,9 @@ function umzugOf(db: Db, schema: StoreSchema, ctx: MigrationContext) {
   const log = (level: "info" | "warn" | "error" | "debug") => (record: Record<string, unknown>) =>
     ctx.logger[level]({ store: db.databaseName, ...record }, `store migration ${String(record.event ?? "")}`.trim());
   return new Umzug({
-    migrations: [...schema.migrations].sort((a, b) => a.name.localeCompare(b.name)).map((m) => ({ name: m.name, up: () => m.up(ctx) })),
+    migrations: [...schema.migrations]
+      .sort((a, b) => a.name.localeCompare(b.name))
+      .map((m) => ({ name: m.name, up: () => m.up(ctx) })),
     storage: new MongoDBStorage({ collection: db.collection(STORE_MIGRATIONS_COLLECTION) as never }),
     logger: { info: log("info"), warn: log("warn"), error: log("error"), debug: log("debug") },
   });
@@ -155,7 +157,12 @@ export async function prepareStore(db: Db, schema: StoreSchema, opts: PrepareOpt
       await new Promise((resolve) => setTimeout(resolve, pollMs));
       continue;
     }
-    const renewals = keepAlive(`the migrations of ${store}`, Math.max(50, Math.floor(leaseMs / 3)), () => renewLeaseOf(leases, lease.holder, leaseMs), logger);
+    const renewals = keepAlive(
+      `the migrations of ${store}`,
+      Math.max(50, Math.floor(leaseMs / 3)),
+      () => renewLeaseOf(leases, lease.holder, leaseMs),
+      logger,
+    );
     try {
       const done = await umzug.up();
       ran.push(...done.map((m) => m.name));
@@ -166,7 +173,10 @@ export async function prepareStore(db: Db, schema: StoreSchema, opts: PrepareOpt
         { store, release, migration, err: { message: (cause as Error).message } },
         `store migration ${migration ?? "(unknown)"} of ${store} failed: not starting; the data is as the previous release left it, and the next start runs it again`,
       );
-      throw new StoreRefusal(`store migration ${migration ?? ""} failed: ${(cause as Error).message}`, "migration_failed");
+      throw new StoreRefusal(
+        `store migration ${migration ?? ""} failed: ${(cause as Error).message}`,
+        "migration_failed",
+      );
     } finally {
       await renewals.stop();
       await endLease(leases, "migrating", MIGRATING, lease.holder).catch(() => undefined);
@@ -174,12 +184,18 @@ export async function prepareStore(db: Db, schema: StoreSchema, opts: PrepareOpt
   }
 
   const mark = await recordMark(db, schema, release, before);
-  if (ran.length > 0) logger.info({ store, release, migrations: ran, minReader: mark.minReader, collections: mark.collections }, "store migrated");
+  if (ran.length > 0)
+    logger.info(
+      { store, release, migrations: ran, minReader: mark.minReader, collections: mark.collections },
+      "store migrated",
+    );
   return { ran, mark };
 }
 
 function renewLeaseOf(leases: Collection<MigratingLease>, holder: string, ms: number): Promise<boolean> {
-  return leases.updateOne({ _id: "migrating", holder }, { $set: { until: new Date(Date.now() + ms) } }).then((r) => r.matchedCount === 1);
+  return leases
+    .updateOne({ _id: "migrating", holder }, { $set: { until: new Date(Date.now() + ms) } })
+    .then((r) => r.matchedCount === 1);
 }
 
 /**
@@ -192,17 +208,30 @@ async function recordMark(db: Db, schema: StoreSchema, release: string, read: St
   const marks = db.collection(STORE_VERSION_COLLECTION) as unknown as Collection<StoreMark>;
   for (let current = read; ; current = await readMark(db)) {
     if (!current) {
-      const fresh: StoreMark = { _id: "store", minReader: schema.readableFrom, collections: { ...schema.collections }, migratedBy: release, migratedAt: new Date() };
+      const fresh: StoreMark = {
+        _id: "store",
+        minReader: schema.readableFrom,
+        collections: { ...schema.collections },
+        migratedBy: release,
+        migratedAt: new Date(),
+      };
       if (await insertIfNew(marks, fresh)) return fresh;
       continue;
     }
     const collections = { ...current.collections };
-    for (const [name, version] of Object.entries(schema.collections)) collections[name] = Math.max(collections[name] ?? 0, version);
-    const minReader = compareReleases(schema.readableFrom, current.minReader) > 0 ? schema.readableFrom : current.minReader;
-    const unchanged = minReader === current.minReader && Object.entries(collections).every(([name, v]) => current!.collections[name] === v);
+    for (const [name, version] of Object.entries(schema.collections))
+      collections[name] = Math.max(collections[name] ?? 0, version);
+    const minReader =
+      compareReleases(schema.readableFrom, current.minReader) > 0 ? schema.readableFrom : current.minReader;
+    const unchanged =
+      minReader === current.minReader &&
+      Object.entries(collections).every(([name, v]) => current!.collections[name] === v);
     if (unchanged) return current;
     const next: StoreMark = { ...current, minReader, collections, migratedBy: release, migratedAt: new Date() };
-    const res = await marks.replaceOne({ _id: "store", minReader: current.minReader, migratedAt: current.migratedAt }, next);
+    const res = await marks.replaceOne(
+      { _id: "store", minReader: current.minReader, migratedAt: current.migratedAt },
+      next,
+    );
     if (res.matchedCount === 1) return next;
   }
 }

@@ -74,7 +74,11 @@ export async function inSpan<T>(
     const linked = trace.getSpanContext(c);
     return linked ? [{ context: linked }] : [];
   });
-  const span = tracer().startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes, links }, parent);
+  const span = tracer().startSpan(
+    name,
+    { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes, links },
+    parent,
+  );
   try {
     return await context.with(trace.setSpan(parent, span), () => fn(span));
   } catch (err) {
@@ -95,10 +99,19 @@ const headersGetter: TextMapGetter<Headers> = {
 const grpcStatus = (err: unknown): string => String(err === undefined ? 0 : ConnectError.from(err).code);
 
 /** Records a call's duration in `histogram` (rpc_*_call_duration_seconds) once `call` settles. */
-function timed<T>(histogram: typeof rpcServerDuration, service: string, method: string, call: () => Promise<T>): Promise<T> {
+function timed<T>(
+  histogram: typeof rpcServerDuration,
+  service: string,
+  method: string,
+  call: () => Promise<T>,
+): Promise<T> {
   if (!metricsRecording()) return call();
   const started = performance.now();
-  const record = (err?: unknown) => histogram.observe({ rpc_service: service, rpc_method: method, rpc_grpc_status_code: grpcStatus(err) }, (performance.now() - started) / 1000);
+  const record = (err?: unknown) =>
+    histogram.observe(
+      { rpc_service: service, rpc_method: method, rpc_grpc_status_code: grpcStatus(err) },
+      (performance.now() - started) / 1000,
+    );
   return call().then(
     (res) => (record(), res),
     (err: unknown) => {
@@ -111,17 +124,25 @@ function timed<T>(histogram: typeof rpcServerDuration, service: string, method: 
 /** Client side of a Connect call: a CLIENT span, its context sent in the request headers; a duration metric. */
 export const tracingClientInterceptor: Interceptor = (next) => (req) =>
   timed(rpcClientDuration, req.service.typeName, req.method.name, () =>
-    inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc" } }, () => {
-      propagation.inject(context.active(), req.header, { set: (h, k, v) => h.set(k, v) });
-      return next(req);
-    }),
+    inSpan(
+      `${req.service.typeName}/${req.method.name}`,
+      { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc" } },
+      () => {
+        propagation.inject(context.active(), req.header, { set: (h, k, v) => h.set(k, v) });
+        return next(req);
+      },
+    ),
   );
 
 /** Server side of a Connect call: a SERVER span, child of the caller's context; a duration metric. */
 export const tracingServerInterceptor: Interceptor = (next) => (req) => {
   const parent = propagation.extract(ROOT_CONTEXT, req.header, headersGetter);
   return timed(rpcServerDuration, req.service.typeName, req.method.name, () =>
-    inSpan(`${req.service.typeName}/${req.method.name}`, { kind: SpanKind.SERVER, parent, attributes: { "rpc.system": "connect_rpc" } }, () => next(req)),
+    inSpan(
+      `${req.service.typeName}/${req.method.name}`,
+      { kind: SpanKind.SERVER, parent, attributes: { "rpc.system": "connect_rpc" } },
+      () => next(req),
+    ),
   );
 };
 

@@ -3,4 +3,5 @@
 export const WEBHOOK_EVENT_TYPES = ["connection.approved", "connection.revoked"] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
-export const isWebhookEventType = (v: string): v is WebhookEventType => (WEBHOOK_EVENT_TYPES as readonly string[]).includes(v);
+export const isWebhookEventType = (v: string): v is WebhookEventType =>
+  (WEBHOOK_EVENT_TYPES as readonly string[]).includes(v);

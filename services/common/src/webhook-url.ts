@@ -23,7 +23,10 @@ export function webhookUrlRefusal(raw: string, allowInsecure: boolean): string |
     return allowInsecure ? "must use http or https" : "must use https";
   }
   if (!allowInsecure) {
-    const host = url.hostname.replace(/^\[|\]$/g, "").replace(/\.$/, "").toLowerCase();
+    const host = url.hostname
+      .replace(/^\[|\]$/g, "")
+      .replace(/\.$/, "")
+      .toLowerCase();
     if (host === "localhost" || isIP(host) !== 0) return "must name a public host, not an IP address or localhost";
   }
   return undefined;

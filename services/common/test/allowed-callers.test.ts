@@ -6,7 +6,12 @@ import { ALLOWED_CALLERS, allowListMarkdown, mayCall, ruleFor, SERVICE_OF, WORKL
 
 // The allow-list of internal calls (services/common/src/allowed-callers.ts): who may call which RPC.
 
-const services = [authv1.AuthService, connectionv1.ConnectionService, fileintakev1.FileIntakeService, webhookv1.WebhookService];
+const services = [
+  authv1.AuthService,
+  connectionv1.ConnectionService,
+  fileintakev1.FileIntakeService,
+  webhookv1.WebhookService,
+];
 
 describe("the allow-list of internal calls", () => {
   it("names every RPC of every internal service, and nothing else (a new RPC must be given its callers)", () => {
@@ -29,7 +34,9 @@ describe("the allow-list of internal calls", () => {
 
   it("the admin plane is the operator CLI's: every admin RPC but GetWebhookTarget is ops alone", () => {
     const admin = Object.entries(ALLOWED_CALLERS).flatMap(([service, methods]) =>
-      Object.entries(methods).filter(([, r]) => r.plane === "admin").map(([method, r]) => [`${service}/${method}`, r.callers] as const),
+      Object.entries(methods)
+        .filter(([, r]) => r.plane === "admin")
+        .map(([method, r]) => [`${service}/${method}`, r.callers] as const),
     );
     expect(admin.length).toBeGreaterThanOrEqual(18);
     for (const [method, callers] of admin) {
@@ -37,12 +44,15 @@ describe("the allow-list of internal calls", () => {
       else expect([method, callers]).toEqual([method, ["ops"]]);
     }
     // Runtime RPCs are never the operator's.
-    for (const methods of Object.values(ALLOWED_CALLERS)) for (const r of Object.values(methods)) if (r.plane === "runtime") expect(r.callers).not.toContain("ops");
+    for (const methods of Object.values(ALLOWED_CALLERS))
+      for (const r of Object.values(methods)) if (r.plane === "runtime") expect(r.callers).not.toContain("ops");
   });
 
   it("the internet-facing gateway may call no admin RPC, only the partner API's runtime ones", () => {
     const gateway = Object.entries(ALLOWED_CALLERS).flatMap(([service, methods]) =>
-      Object.entries(methods).filter(([, r]) => r.callers.includes("gateway")).map(([method, r]) => `${r.plane} ${service}/${method}`),
+      Object.entries(methods)
+        .filter(([, r]) => r.callers.includes("gateway"))
+        .map(([method, r]) => `${r.plane} ${service}/${method}`),
     );
     expect(gateway.sort()).toEqual(
       [

@@ -103,7 +103,11 @@ describe("refreshSigningKeys", () => {
   it("reads the signing keys again every JWKS_REFRESH_SECONDS after the first load (auth replicas and gateways alike)", async () => {
     const loads: number[] = [];
     const started = Date.now();
-    const refresh = refreshSigningKeys({ JWKS_REFRESH_SECONDS: 30 }, async () => void loads.push(Date.now() - started), logger);
+    const refresh = refreshSigningKeys(
+      { JWKS_REFRESH_SECONDS: 30 },
+      async () => void loads.push(Date.now() - started),
+      logger,
+    );
     await jest.advanceTimersByTimeAsync(95_000);
     expect(loads).toEqual([30_000, 60_000, 90_000]);
     await refresh.stop();
@@ -130,7 +134,9 @@ describe("retry", () => {
     await expect(result).resolves.toBe("done");
     // Waits of 100, 200, 300 (the most), 300.
     expect(at).toEqual([0, 100, 300, 600, 900]);
-    expect([1, 2, 3, 4].map((n) => retryDelay(n, { firstDelayMs: 100, maxDelayMs: 300 }))).toEqual([100, 200, 300, 300]);
+    expect([1, 2, 3, 4].map((n) => retryDelay(n, { firstDelayMs: 100, maxDelayMs: 300 }))).toEqual([
+      100, 200, 300, 300,
+    ]);
   });
 
   it("gives up with the last failure once the attempts are spent, logging each failure it tries again", async () => {
@@ -141,7 +147,12 @@ describe("retry", () => {
       async () => {
         throw new Error(`failure ${++calls}`);
       },
-      { attempts: 3, firstDelayMs: 50, factor: 1, logger: { warn: (obj: Record<string, unknown>) => void warnings.push(obj) } as never },
+      {
+        attempts: 3,
+        firstDelayMs: 50,
+        factor: 1,
+        logger: { warn: (obj: Record<string, unknown>) => void warnings.push(obj) } as never,
+      },
     );
     const outcome = expect(result).rejects.toThrow("failure 3");
     await jest.advanceTimersByTimeAsync(1_000);
@@ -250,18 +261,31 @@ function fakeKafka(opts: { failConnect?: boolean } = {}) {
 }
 
 const consumedCount = async (topic: string) =>
-  (await metricsRegistry.getSingleMetric("messaging_client_consumed_messages_total")?.get())?.values.find((v) => v.labels.messaging_destination_name === topic)?.value ?? 0;
+  (await metricsRegistry.getSingleMetric("messaging_client_consumed_messages_total")?.get())?.values.find(
+    (v) => v.labels.messaging_destination_name === topic,
+  )?.value ?? 0;
 
 describe("consume", () => {
   it("joins the group, reads from the beginning, counts each message handled, and leaves on stop", async () => {
     const k = fakeKafka();
     const seen: string[] = [];
-    const c = await consume({ kafka: k.kafka, logger, group: "ns.svc", topic: "ns.topic-a", name: "a", reportLag: false, each: async (m, partition) => void seen.push(`${partition}:${String(m.value)}`) });
+    const c = await consume({
+      kafka: k.kafka,
+      logger,
+      group: "ns.svc",
+      topic: "ns.topic-a",
+      name: "a",
+      reportLag: false,
+      each: async (m, partition) => void seen.push(`${partition}:${String(m.value)}`),
+    });
     expect(k.config()).toMatchObject({ groupId: "ns.svc" });
     expect(k.config().sessionTimeout).toBeUndefined();
     expect(k.calls).toEqual(["connect", 'subscribe {"topic":"ns.topic-a","fromBeginning":true}', "run"]);
     const before = await consumedCount("ns.topic-a");
-    await (k.run().eachMessage as (p: unknown) => Promise<void>)({ partition: 2, message: { value: Buffer.from("x"), offset: "7" } });
+    await (k.run().eachMessage as (p: unknown) => Promise<void>)({
+      partition: 2,
+      message: { value: Buffer.from("x"), offset: "7" },
+    });
     expect(seen).toEqual(["2:x"]);
     expect(await consumedCount("ns.topic-a")).toBe(before + 1);
     await c.stop();
@@ -287,19 +311,36 @@ describe("consume", () => {
     expect(k.config()).toMatchObject({ sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS });
     expect(k.run()).toMatchObject({ partitionsConsumedConcurrently: 3, autoCommit: true });
     let heartbeats = 0;
-    const batch = { batch: { partition: 0, messages: [{ offset: "1" }, { offset: "2" }] }, heartbeat: async () => void heartbeats++ };
+    const batch = {
+      batch: { partition: 0, messages: [{ offset: "1" }, { offset: "2" }] },
+      heartbeat: async () => void heartbeats++,
+    };
     const eachBatch = k.run().eachBatch as (p: unknown) => Promise<void>;
     const before = await consumedCount("ns.topic-b");
     await expect(eachBatch(batch)).rejects.toThrow("database unreachable");
-    expect({ counted: (await consumedCount("ns.topic-b")) - before, heartbeats }).toEqual({ counted: 0, heartbeats: 0 });
+    expect({ counted: (await consumedCount("ns.topic-b")) - before, heartbeats }).toEqual({
+      counted: 0,
+      heartbeats: 0,
+    });
     fail = false;
     await eachBatch(batch);
-    expect({ counted: (await consumedCount("ns.topic-b")) - before, heartbeats }).toEqual({ counted: 2, heartbeats: 1 });
+    expect({ counted: (await consumedCount("ns.topic-b")) - before, heartbeats }).toEqual({
+      counted: 2,
+      heartbeats: 1,
+    });
   });
 
   it("is alive until kafkajs gives up on the consumer (a crash it restarts from does not count)", async () => {
     const k = fakeKafka();
-    const c = await consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", reportLag: false, each: async () => {} });
+    const c = await consume({
+      kafka: k.kafka,
+      logger,
+      group: "g",
+      topic: "t",
+      name: "t",
+      reportLag: false,
+      each: async () => {},
+    });
     expect(c.alive()).toBe(true);
     k.events.emit("consumer.crash", { payload: { restart: true, error: new Error("rebalance") } });
     expect(c.alive()).toBe(true);
@@ -309,7 +350,18 @@ describe("consume", () => {
 
   it("without commits, placed at the given offsets once it runs; from the end when asked", async () => {
     const k = fakeKafka();
-    await consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", reportLag: false, fromBeginning: false, commit: false, startAt: [{ partition: 0, offset: "42" }], each: async () => {} });
+    await consume({
+      kafka: k.kafka,
+      logger,
+      group: "g",
+      topic: "t",
+      name: "t",
+      reportLag: false,
+      fromBeginning: false,
+      commit: false,
+      startAt: [{ partition: 0, offset: "42" }],
+      each: async () => {},
+    });
     expect(k.calls[1]).toBe('subscribe {"topic":"t","fromBeginning":false}');
     expect(k.run()).toMatchObject({ autoCommit: false });
     expect(k.seeks).toEqual([{ topic: "t", partition: 0, offset: "42" }]);
@@ -317,7 +369,9 @@ describe("consume", () => {
 
   it("a set-up that fails leaves the group and throws", async () => {
     const k = fakeKafka({ failConnect: true });
-    await expect(consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", reportLag: false, each: async () => {} })).rejects.toThrow("broker unreachable");
+    await expect(
+      consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", reportLag: false, each: async () => {} }),
+    ).rejects.toThrow("broker unreachable");
     expect(k.calls).toEqual(["connect", "disconnect"]);
   });
 

@@ -197,7 +197,12 @@ describe("internal clients over every replica", () => {
     const a = await replica({ createPartner: never });
     const b = await replica();
     const auth = client(`${url(a.port)},${url(b.port)}`);
-    const calls = [auth.createPartner({ name: "x" }), auth.createPartner({ name: "y" })].map((p) => p.then((r) => r.partnerId, (e: unknown) => ConnectError.from(e).code));
+    const calls = [auth.createPartner({ name: "x" }), auth.createPartner({ name: "y" })].map((p) =>
+      p.then(
+        (r) => r.partnerId,
+        (e: unknown) => ConnectError.from(e).code,
+      ),
+    );
     while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
     await a.kill();
     expect((await Promise.all(calls)).sort()).toEqual([Code.Unavailable, `ptr_${b.port}`].sort());
@@ -214,17 +219,28 @@ describe("internal clients over every replica", () => {
       yield { part: { case: "chunk" as const, value: new Uint8Array(8) } };
       await new Promise((r) => setTimeout(r, 60_000));
     }
-    const upload = files.submitFile(chunks()).then(() => "answered", (e: unknown) => ConnectError.from(e).code);
+    const upload = files.submitFile(chunks()).then(
+      () => "answered",
+      (e: unknown) => ConnectError.from(e).code,
+    );
     while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
     const started = Date.now();
     await a.kill();
     expect(await upload).toBe(Code.Unavailable);
     expect(Date.now() - started).toBeLessThan(1_000);
 
-    const viaClosedTransport = new BalancedTransport({ urls: `${url(await closedPort())},${url(b.port)}`, defaultTimeoutMs: 5_000 });
+    const viaClosedTransport = new BalancedTransport({
+      urls: `${url(await closedPort())},${url(b.port)}`,
+      defaultTimeoutMs: 5_000,
+    });
     transports.push(viaClosedTransport);
     const viaClosed = createClient(fileintakev1.FileIntakeService, viaClosedTransport);
-    for (let i = 0; i < 2; i++) await viaClosed.submitFile((async function* () { yield { part: { case: "chunk" as const, value: new Uint8Array(8) } }; })());
+    for (let i = 0; i < 2; i++)
+      await viaClosed.submitFile(
+        (async function* () {
+          yield { part: { case: "chunk" as const, value: new Uint8Array(8) } };
+        })(),
+      );
     expect(b.calls).toBe(2);
     // The attempt on the closed port took nothing from the input, so the retry sends all of it.
     expect(b.messages).toBe(2);
@@ -242,7 +258,10 @@ describe("internal clients over every replica", () => {
     });
     await new Promise<void>((resolve) => refusing.listen(0, "127.0.0.1", resolve));
     const b = await replica();
-    const transport = new BalancedTransport({ urls: `${url((refusing.address() as AddressInfo).port)},${url(b.port)}`, defaultTimeoutMs: 10_000 });
+    const transport = new BalancedTransport({
+      urls: `${url((refusing.address() as AddressInfo).port)},${url(b.port)}`,
+      defaultTimeoutMs: 10_000,
+    });
     transports.push(transport);
     const files = createClient(fileintakev1.FileIntakeService, transport);
     const chunk = (n: number) => ({ part: { case: "chunk" as const, value: new Uint8Array([n]) } });
@@ -308,11 +327,12 @@ describe("internal clients over every replica", () => {
     const uncaught: unknown[] = [];
     const onUncaught = (err: unknown) => uncaught.push(err);
     process.on("uncaughtException", onUncaught);
-    const spin = (ms: number) => new Promise<void>((resolve) => {
-      const until = performance.now() + ms;
-      const check = () => (performance.now() >= until ? resolve() : setImmediate(check));
-      check();
-    });
+    const spin = (ms: number) =>
+      new Promise<void>((resolve) => {
+        const until = performance.now() + ms;
+        const check = () => (performance.now() >= until ? resolve() : setImmediate(check));
+        check();
+      });
     try {
       for (let delayMs = 0; delayMs < 15; delayMs += 0.25) {
         expect((await auth.getJwks({})).issuer).toBe(`replica-${first.port}`);
@@ -376,7 +396,11 @@ describe("service addresses", () => {
       if (next instanceof Error) throw next;
       return next;
     };
-    const endpoints = new ServiceEndpoints("http://auth-headless:50051,http://127.0.0.1:9", { resolveEveryMs: 60_000, minResolveGapMs: 0, lookup });
+    const endpoints = new ServiceEndpoints("http://auth-headless:50051,http://127.0.0.1:9", {
+      resolveEveryMs: 60_000,
+      minResolveGapMs: 0,
+      lookup,
+    });
     try {
       expect(endpoints.origins()).toEqual(["http://127.0.0.1:9"]);
       await endpoints.ready();
@@ -391,14 +415,34 @@ describe("service addresses", () => {
   });
 
   it("classifies failures: refused (never sent), reset (lost with the connection), an answer", () => {
-    const refused = new ConnectError("x", Code.Unavailable, undefined, undefined, Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
-    const reset = new ConnectError("x", Code.Aborted, undefined, undefined, Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }));
+    const refused = new ConnectError(
+      "x",
+      Code.Unavailable,
+      undefined,
+      undefined,
+      Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }),
+    );
+    const reset = new ConnectError(
+      "x",
+      Code.Aborted,
+      undefined,
+      undefined,
+      Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }),
+    );
     const answered = new ConnectError("db down", Code.Unavailable, new Headers({ "grpc-status": "14" }));
-    expect([classifyFailure(refused), classifyFailure(reset), classifyFailure(answered)]).toEqual(["never-reached", "connection-broke", "answered"]);
+    expect([classifyFailure(refused), classifyFailure(reset), classifyFailure(answered)]).toEqual([
+      "never-reached",
+      "connection-broke",
+      "answered",
+    ]);
   });
 
   it("takes an Unimplemented answer for a call that never reached a replica: the server at that address is another service's", () => {
-    const stranger = new ConnectError("The server does not implement the method", Code.Unimplemented, new Headers({ "grpc-status": "12" }));
+    const stranger = new ConnectError(
+      "The server does not implement the method",
+      Code.Unimplemented,
+      new Headers({ "grpc-status": "12" }),
+    );
     expect(classifyFailure(stranger)).toBe("never-reached");
   });
 });

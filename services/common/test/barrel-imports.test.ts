@@ -26,7 +26,9 @@ describe("the @pi/common barrel", () => {
       ...tsFiles(join(root, pkg, "test")).filter((file) => !file.endsWith(".integration.test.ts")),
     ]);
     expect(checked.length).toBeGreaterThan(100);
-    const importers = checked.filter((file) => BARREL.test(readFileSync(file, "utf8"))).map((file) => relative(root, file));
+    const importers = checked
+      .filter((file) => BARREL.test(readFileSync(file, "utf8")))
+      .map((file) => relative(root, file));
     expect(importers).toEqual([]);
   });
 });

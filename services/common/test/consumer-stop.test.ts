@@ -12,7 +12,8 @@ function logged() {
   const lines: Record<string, unknown>[] = [];
   const sink = new Writable({
     write(chunk, _enc, done) {
-      for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of String(chunk).split("\n").filter(Boolean))
+        lines.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });
@@ -26,14 +27,26 @@ describe("disconnectConsumer", () => {
     const t0 = performance.now();
     await disconnectConsumer(never, "partner-events", logger, 100);
     expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
-    expect(lines).toEqual([expect.objectContaining({ level: "warn", consumer: "partner-events", waitedMs: 100, msg: "Kafka consumer still stopping; left behind" })]);
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: "warn",
+        consumer: "partner-events",
+        waitedMs: 100,
+        msg: "Kafka consumer still stopping; left behind",
+      }),
+    ]);
   });
 
   it("returns as soon as the consumer has disconnected, and a failed disconnect is logged, not thrown", async () => {
     const { lines, logger } = logged();
     let disconnects = 0;
     await disconnectConsumer({ disconnect: async () => void disconnects++ }, "file-events", logger, 60_000);
-    await disconnectConsumer({ disconnect: async () => Promise.reject(new Error("socket closed")) }, "file-events", logger, 60_000);
+    await disconnectConsumer(
+      { disconnect: async () => Promise.reject(new Error("socket closed")) },
+      "file-events",
+      logger,
+      60_000,
+    );
     expect(disconnects).toBe(1);
     expect(lines).toEqual([expect.objectContaining({ level: "warn", consumer: "file-events", err: "socket closed" })]);
   });
@@ -51,7 +64,8 @@ describe("whileMetadataSettles", () => {
   it("tries again while the broker answers with a retriable error, and gives up at once on any other", async () => {
     let calls = 0;
     const settling = async () => {
-      if (++calls < 3) throw Object.assign(new Error("This server is not the leader for that topic-partition"), { retriable: true });
+      if (++calls < 3)
+        throw Object.assign(new Error("This server is not the leader for that topic-partition"), { retriable: true });
       return "offsets";
     };
     // Its waits between tries (250 ms, then 500 ms) on jest's fake clock.

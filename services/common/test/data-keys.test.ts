@@ -1,7 +1,23 @@
 import { describe, expect, it } from "@jest/globals";
 import { randomBytes } from "node:crypto";
 import type { Db } from "mongodb";
-import { checkKeys, DataKeyError, decrypt, encrypt, LocalKeyWrapper, newDataKey, newDataKeysEntry, openSealedValue, openSegment, parseDataKeys, SEAL_OVERHEAD, sealedKid, sealSegment, sealValue, type KeyCheckDoc } from "../src/data-keys.js";
+import {
+  checkKeys,
+  DataKeyError,
+  decrypt,
+  encrypt,
+  LocalKeyWrapper,
+  newDataKey,
+  newDataKeysEntry,
+  openSealedValue,
+  openSegment,
+  parseDataKeys,
+  SEAL_OVERHEAD,
+  sealedKid,
+  sealSegment,
+  sealValue,
+  type KeyCheckDoc,
+} from "../src/data-keys.js";
 
 const entry = (kid: string) => newDataKeysEntry(kid);
 const flip = (b: Buffer, at: number) => {
@@ -80,9 +96,13 @@ describe("key wrapping (KEK)", () => {
     const wrapped = await wrapper.wrap(randomBytes(32));
     const raw = Buffer.from(wrapped.wrapped, "base64url");
     for (const at of [0, 11, 12, 30, raw.length - 1]) {
-      await expect(wrapper.unwrap({ kid: "k1", wrapped: flip(raw, at).toString("base64url") })).rejects.toThrow(DataKeyError);
+      await expect(wrapper.unwrap({ kid: "k1", wrapped: flip(raw, at).toString("base64url") })).rejects.toThrow(
+        DataKeyError,
+      );
     }
-    await expect(wrapper.unwrap({ kid: "k1", wrapped: raw.subarray(0, 20).toString("base64url") })).rejects.toThrow(DataKeyError);
+    await expect(wrapper.unwrap({ kid: "k1", wrapped: raw.subarray(0, 20).toString("base64url") })).rejects.toThrow(
+      DataKeyError,
+    );
   });
 
   it("only wraps 32-byte data keys", async () => {
@@ -119,7 +139,11 @@ describe("segmented streams (file chunks)", () => {
   const sealed = segments.map((s, n) => sealSegment(key, "blob1", n, n === segments.length - 1, s));
 
   it("each segment opens at its own place", () => {
-    expect(sealed.map((box, n) => openSegment(key, "blob1", n, n === 2, box).toString())).toEqual(["first", "second", "last"]);
+    expect(sealed.map((box, n) => openSegment(key, "blob1", n, n === 2, box).toString())).toEqual([
+      "first",
+      "second",
+      "last",
+    ]);
   });
 
   it("a segment moved to another place, or into another stream, does not open", () => {

@@ -4,10 +4,13 @@ import { checkElderAddress, sandboxElderAddress } from "../src/elder-address.js"
 const domain = "elders.example";
 
 describe("elder address rules", () => {
-  it.each(["apple.river.stone@elders.example", "ab.cd.ef@elders.example", "Apple.River.Stone@Elders.Example"])("accepts %s", (value) => {
-    const check = checkElderAddress(value, domain);
-    expect(check).toEqual({ ok: true, address: value.toLowerCase() });
-  });
+  it.each(["apple.river.stone@elders.example", "ab.cd.ef@elders.example", "Apple.River.Stone@Elders.Example"])(
+    "accepts %s",
+    (value) => {
+      const check = checkElderAddress(value, domain);
+      expect(check).toEqual({ ok: true, address: value.toLowerCase() });
+    },
+  );
 
   it.each([
     ["two words", "apple.river@elders.example"],
@@ -25,7 +28,10 @@ describe("elder address rules", () => {
   });
 
   it("refuses more than 255 characters and non-strings", () => {
-    expect(checkElderAddress(`${"a".repeat(250)}.b.c@elders.example`, domain)).toEqual({ ok: false, reason: "must be at most 255 characters" });
+    expect(checkElderAddress(`${"a".repeat(250)}.b.c@elders.example`, domain)).toEqual({
+      ok: false,
+      reason: "must be at most 255 characters",
+    });
     expect(checkElderAddress(42, domain).ok).toBe(false);
     expect(checkElderAddress(null, domain).ok).toBe(false);
   });

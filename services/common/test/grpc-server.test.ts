@@ -1,7 +1,14 @@
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import * as grpc from "@grpc/grpc-js";
-import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Interceptor } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  createClient,
+  type ConnectRouter,
+  type HandlerContext,
+  type Interceptor,
+} from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { authv1, fileintakev1, healthv1 } from "@pi/proto";
 import { commonv1 } from "@pi/proto";
@@ -12,7 +19,13 @@ import { CLIENT_STREAM_READ_AHEAD, collectRoutes, grpcHandlers, limitReadAhead }
 // callers are connect-es clients. What a handler sees of a call and what its caller sees of the
 // answer must be what connect-node gave them.
 
-const seen: { header?: string | null; timeoutMs?: number; signal?: AbortSignal; chunks: number[]; streamError?: unknown } = { chunks: [] };
+const seen: {
+  header?: string | null;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  chunks: number[];
+  streamError?: unknown;
+} = { chunks: [] };
 let release: (() => void) | undefined;
 let entered: (() => void) | undefined;
 let streamStarted: (() => void) | undefined;
@@ -23,11 +36,14 @@ const routes = (router: ConnectRouter) => {
       seen.header = ctx.requestHeader.get("x-probe");
       seen.timeoutMs = ctx.timeoutMs();
       seen.signal = ctx.signal;
-      if (req.clientId === "missing") throw new ConnectError("no such client", Code.NotFound, { "x-why": "unknown id" });
+      if (req.clientId === "missing")
+        throw new ConnectError("no such client", Code.NotFound, { "x-why": "unknown id" });
       if (req.clientId === "crash") throw new Error("a bug");
       if (req.clientId === "refused") throw serviceError(commonv1.ErrorReason.NOT_FOUND, "no such connection", "id");
       if (req.clientId === "wait") await new Promise<void>((resolve) => ((release = resolve), entered?.()));
-      return { outcome: { case: "token", value: { accessToken: `token of ${req.clientId}`, expiresIn: 60n, scope: "s" } } };
+      return {
+        outcome: { case: "token", value: { accessToken: `token of ${req.clientId}`, expiresIn: 60n, scope: "s" } },
+      };
     },
   });
   router.service(healthv1.Health, {
@@ -68,7 +84,11 @@ beforeAll(async () => {
   server = new grpc.Server();
   const { definition, implementation } = grpcHandlers(collectRoutes(routes), [refuser]);
   server.addService(definition, implementation);
-  const port = await new Promise<number>((resolve, reject) => server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) =>
+      err ? reject(err) : resolve(p),
+    ),
+  );
   const transport = createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` });
   auth = createClient(authv1.AuthService, transport);
   files = createClient(fileintakev1.FileIntakeService, transport);
@@ -77,7 +97,13 @@ beforeAll(async () => {
 
 afterAll(() => server.forceShutdown());
 
-const failure = async (p: Promise<unknown>) => ConnectError.from(await p.then(() => undefined, (err: unknown) => err));
+const failure = async (p: Promise<unknown>) =>
+  ConnectError.from(
+    await p.then(
+      () => undefined,
+      (err: unknown) => err,
+    ),
+  );
 
 describe("Connect handlers served by grpc-js", () => {
   it("answers a unary call", async () => {
@@ -128,7 +154,9 @@ describe("Connect handlers served by grpc-js", () => {
     expect(signal.aborted).toBe(false);
     controller.abort();
     await call.catch(() => undefined);
-    await new Promise<void>((resolve) => (signal.aborted ? resolve() : signal.addEventListener("abort", () => resolve())));
+    await new Promise<void>((resolve) =>
+      signal.aborted ? resolve() : signal.addEventListener("abort", () => resolve()),
+    );
     expect(ConnectError.from(signal.reason).code).toBe(Code.Canceled);
     release!();
     release = undefined;

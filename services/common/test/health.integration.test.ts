@@ -13,7 +13,15 @@ let kafkaUp = true;
 let server: ConnectServer;
 
 beforeAll(async () => {
-  server = await startConnectServer({ service: "auth", publicKeys: TEST_PUBLIC_KEYS, host: "127.0.0.1", port: 0, routes: () => {}, healthy: async (withKafka) => healthy && (!withKafka || kafkaUp), logger: createLogger("test", "silent") });
+  server = await startConnectServer({
+    service: "auth",
+    publicKeys: TEST_PUBLIC_KEYS,
+    host: "127.0.0.1",
+    port: 0,
+    routes: () => {},
+    healthy: async (withKafka) => healthy && (!withKafka || kafkaUp),
+    logger: createLogger("test", "silent"),
+  });
 });
 afterAll(async () => {
   await server.close();
@@ -46,7 +54,10 @@ describe("grpc.health.v1 on every service", () => {
 describe("Kafka consumers in readiness", () => {
   it("a consumer kafkajs will restart still counts as alive; one it gives up on does not", () => {
     const handlers: ((e: { payload: { restart: boolean; error: Error } }) => void)[] = [];
-    const consumer = { events: { CRASH: "consumer.crash" }, on: (_: string, h: (typeof handlers)[number]) => (handlers.push(h), () => {}) };
+    const consumer = {
+      events: { CRASH: "consumer.crash" },
+      on: (_: string, h: (typeof handlers)[number]) => (handlers.push(h), () => {}),
+    };
     const alive = watchConsumer(consumer as never, "test", createLogger("test", "silent"));
     expect(alive()).toBe(true);
     handlers.forEach((h) => h({ payload: { restart: true, error: new Error("retriable") } }));

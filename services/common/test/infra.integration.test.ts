@@ -26,9 +26,16 @@ describe("infrastructure helpers", () => {
     await things.createIndex({ n: 1 }, { unique: true });
     await things.insertOne({ _id: "a", n: 1 });
     await expect(things.insertOne({ _id: "b", n: 1 })).rejects.toMatchObject({ code: 11000 });
-    const after = await things.findOneAndUpdate({ _id: "c" }, { $setOnInsert: { n: 2 } }, { upsert: true, returnDocument: "after" });
+    const after = await things.findOneAndUpdate(
+      { _id: "c" },
+      { $setOnInsert: { n: 2 } },
+      { upsert: true, returnDocument: "after" },
+    );
     expect(after).toEqual({ _id: "c", n: 2 });
-    expect(await things.find().sort({ n: 1 }).toArray()).toEqual([{ _id: "a", n: 1 }, { _id: "c", n: 2 }]);
+    expect(await things.find().sort({ n: 1 }).toArray()).toEqual([
+      { _id: "a", n: 1 },
+      { _id: "c", n: 2 },
+    ]);
   });
 
   it("produce and consume an event on Kafka", async () => {
@@ -43,14 +50,19 @@ describe("infrastructure helpers", () => {
       clientId: "cli_y",
       occurredAt: 42n,
     });
-    await producer.send({ topic, messages: [{ key: "ptr_x", value: Buffer.from(toBinary(eventsv1.PartnerEventSchema, sent)) }] });
+    await producer.send({
+      topic,
+      messages: [{ key: "ptr_x", value: Buffer.from(toBinary(eventsv1.PartnerEventSchema, sent)) }],
+    });
     await producer.disconnect();
 
     const consumer = kafka.consumer({ groupId: `${namespace}.probe` });
     await consumer.connect();
     await consumer.subscribe({ topic, fromBeginning: true });
     const received = await new Promise<eventsv1.PartnerEvent>((resolve) => {
-      void consumer.run({ eachMessage: async ({ message }) => resolve(fromBinary(eventsv1.PartnerEventSchema, message.value!)) });
+      void consumer.run({
+        eachMessage: async ({ message }) => resolve(fromBinary(eventsv1.PartnerEventSchema, message.value!)),
+      });
     });
     await consumer.disconnect();
     expect(received.clientId).toBe("cli_y");

@@ -19,7 +19,11 @@ describe("infrastructure unavailable", () => {
     // What mongodb 6.22 threw with the database killed: Node's writeAfterFIN error, not a MongoNetworkError.
     expect(infrastructureUnavailable(coded("This socket has been ended by the other party", "EPIPE"))).toBe(true);
     expect(infrastructureUnavailable(coded("read ECONNRESET", "ECONNRESET"))).toBe(true);
-    expect(infrastructureUnavailable(new Error("wrapped", { cause: coded("connect ECONNREFUSED 127.0.0.1:27017", "ECONNREFUSED") }))).toBe(true);
+    expect(
+      infrastructureUnavailable(
+        new Error("wrapped", { cause: coded("connect ECONNREFUSED 127.0.0.1:27017", "ECONNREFUSED") }),
+      ),
+    ).toBe(true);
   });
 
   it("anything else is not an outage", () => {

@@ -18,7 +18,15 @@ const kafkaAs = (credentials?: KafkaCredentials, retries = 0) =>
   new Kafka({
     clientId: `${namespace}.probe`,
     brokers: brokers.split(","),
-    ...(credentials ? { sasl: { mechanism: credentials.mechanism, username: credentials.username, password: credentials.password } as SASLOptions } : {}),
+    ...(credentials
+      ? {
+          sasl: {
+            mechanism: credentials.mechanism,
+            username: credentials.username,
+            password: credentials.password,
+          } as SASLOptions,
+        }
+      : {}),
     retry: { retries },
     connectionTimeout: 3000,
     logLevel: logLevel.NOTHING,
@@ -31,11 +39,17 @@ function kind(err: unknown): string {
   return `${(err as Error).name}: ${(err as Error).message}`;
 }
 
-async function send(credentials: KafkaCredentials | undefined, key: "partnerEvents" | "connectionEvents" | "fileEvents" | "auditEvents") {
+async function send(
+  credentials: KafkaCredentials | undefined,
+  key: "partnerEvents" | "connectionEvents" | "fileEvents" | "auditEvents",
+) {
   const producer = kafkaAs(credentials).producer({ retry: { retries: 0 }, allowAutoTopicCreation: false });
   try {
     await producer.connect();
-    await producer.send({ topic: topicName(namespace, key), messages: [{ key: "ptr_x", value: Buffer.from("forged") }] });
+    await producer.send({
+      topic: topicName(namespace, key),
+      messages: [{ key: "ptr_x", value: Buffer.from("forged") }],
+    });
     return "sent";
   } catch (err) {
     return kind(err);
@@ -53,7 +67,13 @@ beforeAll(async () => {
 afterAll(async () => {
   const admin = createKafka(brokers, `${namespace}.admin`, logger, testKafkaAdmin()).admin();
   await admin.connect();
-  await admin.deleteTopics({ topics: ["partnerEvents", "connectionEvents", "fileEvents", "auditEvents"].map((k) => topicName(namespace, k as "partnerEvents")) }).catch(() => undefined);
+  await admin
+    .deleteTopics({
+      topics: ["partnerEvents", "connectionEvents", "fileEvents", "auditEvents"].map((k) =>
+        topicName(namespace, k as "partnerEvents"),
+      ),
+    })
+    .catch(() => undefined);
   await admin.disconnect();
 });
 
@@ -74,14 +94,24 @@ describe("Kafka authentication and ACLs", () => {
 
   it("a client without credentials, or with a wrong password, is not let in", async () => {
     expect(await send(undefined, "partnerEvents")).not.toBe("sent");
-    expect(await send({ ...userOf("auth"), password: "not-the-password" }, "partnerEvents")).toMatch(/SASL|Authentication/i);
+    expect(await send({ ...userOf("auth"), password: "not-the-password" }, "partnerEvents")).toMatch(
+      /SASL|Authentication/i,
+    );
   });
 
   it("a consumer joins its own group to read a topic it consumes, and neither another service's group nor a topic it does not consume", async () => {
     // kafkajs joins the group after run() resolves. The outcome: "read" once a message arrives (each
     // topic here holds one, sent above), or the consumer's crash; a join alone when `joined` suffices.
-    const outcome = async (user: KafkaUser, groupId: string, key: "partnerEvents" | "auditEvents", opts: { retries?: number; joined?: boolean } = {}) => {
-      const consumer = kafkaAs(userOf(user), opts.retries ?? 0).consumer({ groupId, retry: { retries: opts.retries ?? 0 } });
+    const outcome = async (
+      user: KafkaUser,
+      groupId: string,
+      key: "partnerEvents" | "auditEvents",
+      opts: { retries?: number; joined?: boolean } = {},
+    ) => {
+      const consumer = kafkaAs(userOf(user), opts.retries ?? 0).consumer({
+        groupId,
+        retry: { retries: opts.retries ?? 0 },
+      });
       let settle: (outcome: string) => void = () => {};
       const settled = new Promise<string>((resolve) => (settle = resolve));
       if (opts.joined) consumer.on(consumer.events.GROUP_JOIN, () => settle("joined"));
@@ -100,7 +130,11 @@ describe("Kafka authentication and ACLs", () => {
     // Retries for the first join only: the broker may still be creating its offsets topic.
     expect(await outcome("gateway", `${namespace}.gateway.probe`, "partnerEvents", { retries: 8 })).toBe("read");
     // The broker refuses to name the coordinator of a group the user may not use; kafkajs reports it so.
-    expect(await outcome("gateway", `${namespace}.webhook.main`, "partnerEvents")).toMatch(/^KafkaJSGroupCoordinatorNotFound/);
-    expect(await outcome("gateway", `${namespace}.gateway.probe2`, "auditEvents")).toMatch(/TOPIC_AUTHORIZATION_FAILED|Not authorized to access topics/);
+    expect(await outcome("gateway", `${namespace}.webhook.main`, "partnerEvents")).toMatch(
+      /^KafkaJSGroupCoordinatorNotFound/,
+    );
+    expect(await outcome("gateway", `${namespace}.gateway.probe2`, "auditEvents")).toMatch(
+      /TOPIC_AUTHORIZATION_FAILED|Not authorized to access topics/,
+    );
   });
 });

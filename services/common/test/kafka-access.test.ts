@@ -8,11 +8,17 @@ import { TOPICS, topicName, type TopicKey } from "../src/topics.js";
 const { AclOperationTypes, AclResourceTypes, ResourcePatternTypes } = kafkajs;
 const acls = kafkaAcls("ns1");
 const granted = (user: string, operation: number) =>
-  acls.filter((a) => a.principal === `User:${user}` && a.operation === operation && a.resourceType === AclResourceTypes.TOPIC).map((a) => a.resourceName).sort();
+  acls
+    .filter(
+      (a) => a.principal === `User:${user}` && a.operation === operation && a.resourceType === AclResourceTypes.TOPIC,
+    )
+    .map((a) => a.resourceName)
+    .sort();
 
 describe("Kafka access: who may produce and consume what (kafka-access.ts)", () => {
   it("each topic is written by the services that publish it, and no other user", () => {
-    const writers = (key: TopicKey) => KAFKA_USERS.filter((u) => granted(u, AclOperationTypes.WRITE).includes(topicName("ns1", key)));
+    const writers = (key: TopicKey) =>
+      KAFKA_USERS.filter((u) => granted(u, AclOperationTypes.WRITE).includes(topicName("ns1", key)));
     expect(writers("partnerEvents")).toEqual(["auth"]);
     expect(writers("connectionEvents")).toEqual(["connection"]);
     expect(writers("fileEvents")).toEqual(["file-intake"]);
@@ -35,14 +41,22 @@ describe("Kafka access: who may produce and consume what (kafka-access.ts)", () 
 
   it("a consumer joins only its own groups (prefix <namespace>.<service>.), a service that consumes nothing none", () => {
     const groups = acls.filter((a) => a.resourceType === AclResourceTypes.GROUP);
-    expect(groups.every((g) => g.resourcePatternType === ResourcePatternTypes.PREFIXED && g.operation === AclOperationTypes.READ)).toBe(true);
+    expect(
+      groups.every(
+        (g) => g.resourcePatternType === ResourcePatternTypes.PREFIXED && g.operation === AclOperationTypes.READ,
+      ),
+    ).toBe(true);
     expect(groups.map((g) => [g.principal, g.resourceName]).sort()).toEqual(
-      KAFKA_USERS.filter((u) => KAFKA_ACCESS[u].consumes.length > 0).map((u) => [`User:${u}`, `ns1.${u}.`]).sort(),
+      KAFKA_USERS.filter((u) => KAFKA_ACCESS[u].consumes.length > 0)
+        .map((u) => [`User:${u}`, `ns1.${u}.`])
+        .sort(),
     );
   });
 
   it("grants only ALLOW entries, never ALL or a wildcard resource", () => {
-    expect(acls.some((a) => a.operation === AclOperationTypes.ALL || a.resourceName === "*" || a.principal === "User:*")).toBe(false);
+    expect(
+      acls.some((a) => a.operation === AclOperationTypes.ALL || a.resourceName === "*" || a.principal === "User:*"),
+    ).toBe(false);
   });
 });
 
@@ -55,7 +69,14 @@ describe("Kafka passwords never reach a log line", () => {
         done();
       },
     });
-    createLogger("auth", "info", destination).warn({ KAFKA_PASSWORD: "kp-secret-1", settings: { KAFKA_PASSWORD: "kp-secret-2" }, sasl: { mechanism: "scram-sha-256", username: "auth", password: "kp-secret-3" } }, "careless");
+    createLogger("auth", "info", destination).warn(
+      {
+        KAFKA_PASSWORD: "kp-secret-1",
+        settings: { KAFKA_PASSWORD: "kp-secret-2" },
+        sasl: { mechanism: "scram-sha-256", username: "auth", password: "kp-secret-3" },
+      },
+      "careless",
+    );
     expect(out).toContain('"username":"auth"');
     expect(out).not.toMatch(/kp-secret-\d/);
   });

@@ -16,7 +16,14 @@ const logger = { debug() {}, info() {}, warn() {}, error() {} };
 const queues: { destroy(): void; throttleCheckTimeoutId: NodeJS.Timeout | null }[] = [];
 
 function newQueue() {
-  const queue = new RequestQueue({ maxInFlightRequests: null, requestTimeout: 30_000, enforceRequestTimeout: false, clientId: "t", broker: "b", logger });
+  const queue = new RequestQueue({
+    maxInFlightRequests: null,
+    requestTimeout: 30_000,
+    enforceRequestTimeout: false,
+    clientId: "t",
+    broker: "b",
+    logger,
+  });
   queues.push(queue);
   return queue;
 }

@@ -78,7 +78,12 @@ describe("a quiet process's stdout logger", () => {
 
 describe("the stdout logger's flush timer", () => {
   const destination = () => {
-    const d = { written: [] as string[], flushes: 0, write: (s: string) => (d.written.push(s), true), flush: () => void d.flushes++ };
+    const d = {
+      written: [] as string[],
+      flushes: 0,
+      write: (s: string) => (d.written.push(s), true),
+      flush: () => void d.flushes++,
+    };
     return d;
   };
 
@@ -107,7 +112,12 @@ describe("the stdout logger's flush timer", () => {
   it("keeps quiet when the destination is already destroyed", () => {
     jest.useFakeTimers();
     try {
-      const d = flushWhenWritten({ write: () => true, flush: () => { throw new Error("SonicBoom destroyed"); } });
+      const d = flushWhenWritten({
+        write: () => true,
+        flush: () => {
+          throw new Error("SonicBoom destroyed");
+        },
+      });
       d.write("x\n");
       expect(() => jest.advanceTimersByTime(LOG_FLUSH_MS)).not.toThrow();
     } finally {

@@ -30,7 +30,13 @@ describe("accepted types are recognised from the bytes", () => {
     const tagSize = ((mp3[6]! & 0x7f) << 21) | ((mp3[7]! & 0x7f) << 14) | ((mp3[8]! & 0x7f) << 7) | (mp3[9]! & 0x7f);
     const padding = 100_000;
     const size = Buffer.from([(padding >> 21) & 0x7f, (padding >> 14) & 0x7f, (padding >> 7) & 0x7f, padding & 0x7f]);
-    const bigTag = Buffer.concat([Buffer.from("ID3"), Buffer.from([4, 0, 0]), size, Buffer.alloc(padding), mp3.subarray(10 + tagSize)]);
+    const bigTag = Buffer.concat([
+      Buffer.from("ID3"),
+      Buffer.from([4, 0, 0]),
+      size,
+      Buffer.alloc(padding),
+      mp3.subarray(10 + tagSize),
+    ]);
     expect((await recognise(bigTag.subarray(0, SNIFF_BYTES)))?.mediaType).toBe("audio/mpeg");
   });
 
@@ -40,7 +46,9 @@ describe("accepted types are recognised from the bytes", () => {
   });
 
   it("a text-based format other than plain text (XML) is refused", async () => {
-    expect(await recognise(Buffer.from('<?xml version="1.0" encoding="UTF-8"?>\n<lab><result>ok</result></lab>\n'))).toBeUndefined();
+    expect(
+      await recognise(Buffer.from('<?xml version="1.0" encoding="UTF-8"?>\n<lab><result>ok</result></lab>\n')),
+    ).toBeUndefined();
   });
 
   it("nothing is recognised in zero bytes", async () => {
@@ -50,7 +58,16 @@ describe("accepted types are recognised from the bytes", () => {
   it("every accepted type has one media type and the set names each v1 type once", () => {
     const types = ACCEPTED_TYPES.map((t) => t.mediaType);
     expect(new Set(types).size).toBe(types.length);
-    expect(types.sort()).toEqual(["application/pdf", "audio/mp4", "audio/mpeg", "audio/wav", "image/heic", "image/jpeg", "image/png", "text/plain"]);
+    expect(types.sort()).toEqual([
+      "application/pdf",
+      "audio/mp4",
+      "audio/mpeg",
+      "audio/wav",
+      "image/heic",
+      "image/jpeg",
+      "image/png",
+      "text/plain",
+    ]);
   });
 });
 
@@ -105,12 +122,30 @@ describe("the plain-text check decides as a whole-file UTF-8 decode would, howev
     }
   };
   const pieces = [
-    "plain ascii\n", "\t\f\r\n", "é", "€", "😀", "\u{10FFFF}", "\uFEFF", "\u0085",
-    [0x00], [0x07], [0x0b], [0x1b], [0x7f], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82], [0x80], [0xff], [0xf8, 0x88, 0x80, 0x80, 0x80],
+    "plain ascii\n",
+    "\t\f\r\n",
+    "é",
+    "€",
+    "😀",
+    "\u{10FFFF}",
+    "\uFEFF",
+    "\u0085",
+    [0x00],
+    [0x07],
+    [0x0b],
+    [0x1b],
+    [0x7f],
+    [0xc0, 0x80],
+    [0xed, 0xa0, 0x80],
+    [0xf4, 0x90, 0x80, 0x80],
+    [0xe2, 0x82],
+    [0x80],
+    [0xff],
+    [0xf8, 0x88, 0x80, 0x80, 0x80],
   ].map((p) => (typeof p === "string" ? Buffer.from(p) : Buffer.from(p)));
   // A small deterministic generator, so a failure can be replayed.
   let seed = 42;
-  const random = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+  const random = (n: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
 
   it("on 2 000 generated files cut into random chunks", () => {
     for (let round = 0; round < 2000; round++) {
@@ -127,7 +162,11 @@ describe("the plain-text check decides as a whole-file UTF-8 decode would, howev
       }
       ok = checker.end() && ok;
       const length = ok ? checker.length : undefined;
-      expect({ bytes: bytes.toString("hex"), ok, length }).toEqual({ bytes: bytes.toString("hex"), ok: reference(bytes), length: reference(bytes) ? new TextDecoder().decode(bytes).length : undefined });
+      expect({ bytes: bytes.toString("hex"), ok, length }).toEqual({
+        bytes: bytes.toString("hex"),
+        ok: reference(bytes),
+        length: reference(bytes) ? new TextDecoder().decode(bytes).length : undefined,
+      });
     }
   });
 
@@ -138,7 +177,12 @@ describe("the plain-text check decides as a whole-file UTF-8 decode would, howev
         const checker = new TextChecker({ measure: true });
         checker.push(bytes.subarray(0, split));
         checker.push(bytes.subarray(split));
-        expect({ text, split, ok: checker.end(), length: checker.length }).toEqual({ text, split, ok: true, length: new TextDecoder().decode(bytes).length });
+        expect({ text, split, ok: checker.end(), length: checker.length }).toEqual({
+          text,
+          split,
+          ok: true,
+          length: new TextDecoder().decode(bytes).length,
+        });
       }
     }
   });
@@ -147,9 +191,17 @@ describe("the plain-text check decides as a whole-file UTF-8 decode would, howev
     const bytes = Buffer.from("a😀b€c");
     for (let split = 0; split <= bytes.length; split++) {
       const checker = new TextChecker();
-      expect([checker.push(bytes.subarray(0, split)), checker.push(bytes.subarray(split)), checker.end()]).toEqual([true, true, true]);
+      expect([checker.push(bytes.subarray(0, split)), checker.push(bytes.subarray(split)), checker.end()]).toEqual([
+        true,
+        true,
+        true,
+      ]);
     }
     const cut = new TextChecker();
-    expect([cut.push(Buffer.from([0x61, 0xf0, 0x9f])), cut.push(Buffer.from([0x98])), cut.end()]).toEqual([true, true, false]);
+    expect([cut.push(Buffer.from([0x61, 0xf0, 0x9f])), cut.push(Buffer.from([0x98])), cut.end()]).toEqual([
+      true,
+      true,
+      false,
+    ]);
   });
 });

@@ -3,7 +3,16 @@ import { Code, ConnectError, createClient, createRouterTransport } from "@connec
 import { healthv1 } from "@pi/proto";
 import { consumerLag } from "../src/background/consume.js";
 import { createLogger } from "../src/logger.js";
-import { extractionBacklog, metricsRegistry, readAtScrape, readGaugeSources, rpcClientDuration, rpcServerDuration, SCRAPE_READ_MS, startMetricsServer } from "../src/metrics.js";
+import {
+  extractionBacklog,
+  metricsRegistry,
+  readAtScrape,
+  readGaugeSources,
+  rpcClientDuration,
+  rpcServerDuration,
+  SCRAPE_READ_MS,
+  startMetricsServer,
+} from "../src/metrics.js";
 import { tracingClientInterceptor, tracingServerInterceptor } from "../src/telemetry.js";
 
 // The metrics every process serves (docs/observability.md, "Metrics"): its own port, the Prometheus
@@ -11,13 +20,25 @@ import { tracingClientInterceptor, tracingServerInterceptor } from "../src/telem
 
 describe("the metrics endpoint", () => {
   it("serves GET /metrics in the Prometheus text format on a port of its own, the runtime's metrics included, and nothing else", async () => {
-    const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger: createLogger("metrics-test", "silent") }))!;
+    const server = (await startMetricsServer({
+      enabled: true,
+      host: "127.0.0.1",
+      port: 0,
+      logger: createLogger("metrics-test", "silent"),
+    }))!;
     try {
       const res = await fetch(`http://127.0.0.1:${server.port}/metrics`);
       expect(res.status).toBe(200);
       expect(res.headers.get("content-type")).toContain("text/plain");
       const text = await res.text();
-      for (const name of ["nodejs_eventloop_lag_seconds", "nodejs_heap_size_used_bytes", "nodejs_gc_duration_seconds", "process_cpu_seconds_total", "http_server_request_duration_seconds", "pi_webhook_deliveries_total"]) {
+      for (const name of [
+        "nodejs_eventloop_lag_seconds",
+        "nodejs_heap_size_used_bytes",
+        "nodejs_gc_duration_seconds",
+        "process_cpu_seconds_total",
+        "http_server_request_duration_seconds",
+        "pi_webhook_deliveries_total",
+      ]) {
         expect(text).toContain(`# TYPE ${name} `);
       }
       expect((await fetch(`http://127.0.0.1:${server.port}/`)).status).toBe(404);
@@ -28,9 +49,21 @@ describe("the metrics endpoint", () => {
   });
 
   it("METRICS_ENABLED=false serves nothing", async () => {
-    expect(await startMetricsServer({ enabled: false, host: "127.0.0.1", port: 0, logger: createLogger("metrics-test", "silent") })).toBeUndefined();
+    expect(
+      await startMetricsServer({
+        enabled: false,
+        host: "127.0.0.1",
+        port: 0,
+        logger: createLogger("metrics-test", "silent"),
+      }),
+    ).toBeUndefined();
     // Recording back on for the other tests of this process.
-    const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger: createLogger("metrics-test", "silent") }))!;
+    const server = (await startMetricsServer({
+      enabled: true,
+      host: "127.0.0.1",
+      port: 0,
+      logger: createLogger("metrics-test", "silent"),
+    }))!;
     await server.stop();
   });
 });
@@ -117,14 +150,18 @@ describe("rpc_server_call_duration_seconds and rpc_client_call_duration_seconds"
     await health.check({ service: "" });
     await expect(health.check({ service: "missing" })).rejects.toThrow();
     for (const histogram of [rpcServerDuration, rpcClientDuration]) {
-      const counts = (await histogram.get()).values.filter((v) => v.metricName?.endsWith("_count") && v.labels.rpc_method === "Check");
+      const counts = (await histogram.get()).values.filter(
+        (v) => v.metricName?.endsWith("_count") && v.labels.rpc_method === "Check",
+      );
       expect(counts.map((v) => [v.labels.rpc_grpc_status_code, v.value]).sort()).toEqual([
         ["0", 1],
         [String(Code.NotFound), 1],
       ]);
       expect(counts[0]!.labels.rpc_service).toBe(healthv1.Health.typeName);
     }
-    expect(await metricsRegistry.metrics()).toMatch(/^rpc_server_call_duration_seconds_bucket\{.*rpc_service="grpc\.health\.v1\.Health".*\} 1$/m);
+    expect(await metricsRegistry.metrics()).toMatch(
+      /^rpc_server_call_duration_seconds_bucket\{.*rpc_service="grpc\.health\.v1\.Health".*\} 1$/m,
+    );
   });
 });
 
@@ -135,7 +172,13 @@ describe("pi_kafka_consumer_lag", () => {
       { partition: 1, high: "7", low: "2" },
       { partition: 2, high: "5", low: "0" },
     ];
-    expect(consumerLag(ends, [{ partition: 0, offset: "4" }, { partition: 1, offset: "-1" }, { partition: 2, offset: "5" }])).toBe(6 + 5 + 0);
+    expect(
+      consumerLag(ends, [
+        { partition: 0, offset: "4" },
+        { partition: 1, offset: "-1" },
+        { partition: 2, offset: "5" },
+      ]),
+    ).toBe(6 + 5 + 0);
     expect(consumerLag(ends, [])).toBe(10 + 5 + 5);
   });
 });

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "@jest/globals";
-import { appliedThroughEnd, END_READ_IDLE_AFTER_MS, END_READ_WAIT_MS, PositionReporter, TopicEndWatch, type NextOffsets } from "../src/partner-event-feed.js";
+import {
+  appliedThroughEnd,
+  END_READ_IDLE_AFTER_MS,
+  END_READ_WAIT_MS,
+  PositionReporter,
+  TopicEndWatch,
+  type NextOffsets,
+} from "../src/partner-event-feed.js";
 import { createLogger } from "../src/logger.js";
 
 // The position a follower of the partner-events topic reports: at once when it moves, coalesced
@@ -69,7 +76,17 @@ describe("appliedThroughEnd: cache trust by position, not by heartbeat", () => {
 
   it("does not trust a follower behind the end on any partition, however recently it reported", () => {
     expect(appliedThroughEnd(applied([[0, 6n]]), end([[0, 7n]]), 1_100, 1_500)).toBe(false);
-    expect(appliedThroughEnd(applied([[0, 7n]]), end([[0, 7n], [1, 1n]]), 1_100, 1_500)).toBe(false);
+    expect(
+      appliedThroughEnd(
+        applied([[0, 7n]]),
+        end([
+          [0, 7n],
+          [1, 1n],
+        ]),
+        1_100,
+        1_500,
+      ),
+    ).toBe(false);
   });
 
   it("does not trust when the end is not known or was last read too long ago (Kafka unreachable)", () => {
@@ -84,7 +101,12 @@ describe("TopicEndWatch: the end read on demand", () => {
     const clock = { now: 0 };
     let topicEnd: [number, bigint][] = [[0, 3n]];
     let reads = 0;
-    const watch = new TopicEndWatch({ ends: new Map(topicEnd), readAt: 0 }, async () => (reads++, new Map(topicEnd)), everyMs, () => clock.now);
+    const watch = new TopicEndWatch(
+      { ends: new Map(topicEnd), readAt: 0 },
+      async () => (reads++, new Map(topicEnd)),
+      everyMs,
+      () => clock.now,
+    );
     return { watch, clock, reads: () => reads, write: (end: [number, bigint][]) => (topicEnd = end) };
   }
   const applied = (offsets: [number, bigint][]) => new Map(offsets);
@@ -152,7 +174,12 @@ describe("TopicEndWatch: the end read on demand", () => {
 
   it("a read under way for longer than END_READ_WAIT_MS (Kafka not answering) is not waited for again", async () => {
     const clock = { now: 0 };
-    const watch = new TopicEndWatch({ ends: new Map([[0, 3n]]), readAt: 0 }, () => new Promise(() => undefined), 500, () => clock.now);
+    const watch = new TopicEndWatch(
+      { ends: new Map([[0, 3n]]), readAt: 0 },
+      () => new Promise(() => undefined),
+      500,
+      () => clock.now,
+    );
     clock.now = 60_000;
     await watch.readIfStale();
     clock.now += END_READ_WAIT_MS + 1;
@@ -165,7 +192,12 @@ describe("TopicEndWatch: the end read on demand", () => {
 
   it("waits END_READ_WAIT_MS at most for a read that does not come back, and then does not trust", async () => {
     const clock = { now: 0 };
-    const watch = new TopicEndWatch({ ends: new Map([[0, 3n]]), readAt: 0 }, () => new Promise(() => undefined), 500, () => clock.now);
+    const watch = new TopicEndWatch(
+      { ends: new Map([[0, 3n]]), readAt: 0 },
+      () => new Promise(() => undefined),
+      500,
+      () => clock.now,
+    );
     clock.now = 60_000;
     const started = performance.now();
     await watch.readIfStale();

@@ -5,7 +5,17 @@ import type { Producer } from "kafkajs";
 import { createKafka, createProducer, ensureTopics } from "../src/kafka.js";
 import { createLogger } from "../src/logger.js";
 import { endLease, renewLease, takeLease, type LeaseFields } from "../src/background/lease.js";
-import { insertIfNew, insertNew, Outbox, outboxEntry, pushEvent, RELAY_STOP_MS, updateVersioned, type OutboxEntry, type OutboxFields } from "../src/persistence.js";
+import {
+  insertIfNew,
+  insertNew,
+  Outbox,
+  outboxEntry,
+  pushEvent,
+  RELAY_STOP_MS,
+  updateVersioned,
+  type OutboxEntry,
+  type OutboxFields,
+} from "../src/persistence.js";
 import { topicName } from "../src/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
@@ -34,12 +44,18 @@ afterAll(async () => {
 });
 
 /** The same collection through each replica's own client. */
-const both = <T extends object>(name: string) => dbs.map((db) => db.collection<T & { _id: string }>(name)) as [Collection<T & { _id: string }>, Collection<T & { _id: string }>];
+const both = <T extends object>(name: string) =>
+  dbs.map((db) => db.collection<T & { _id: string }>(name)) as [
+    Collection<T & { _id: string }>,
+    Collection<T & { _id: string }>,
+  ];
 
 describe("insert-if-new and claims by insert", () => {
   it("of 20 concurrent inserts of one _id from two replicas, exactly one reports it inserted", async () => {
     const [a, b] = both<{ by: number }>("inserts");
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => insertIfNew(i % 2 ? a : b, { _id: "one", by: i })));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => insertIfNew(i % 2 ? a : b, { _id: "one", by: i })),
+    );
     expect(results.filter(Boolean)).toHaveLength(1);
     expect(await a.countDocuments({ _id: "one" })).toBe(1);
   });
@@ -47,7 +63,11 @@ describe("insert-if-new and claims by insert", () => {
   it("insertNew returns exactly the documents whose _id was taken", async () => {
     const [a] = both<{ n: number }>("many");
     await a.insertOne({ _id: "taken", n: 0 });
-    const refused = await insertNew(a, [{ _id: "new1", n: 1 }, { _id: "taken", n: 2 }, { _id: "new2", n: 3 }]);
+    const refused = await insertNew(a, [
+      { _id: "new1", n: 1 },
+      { _id: "taken", n: 2 },
+      { _id: "new2", n: 3 },
+    ]);
     expect(refused.map((d) => d._id)).toEqual(["taken"]);
     expect(await a.countDocuments()).toBe(3);
   });
@@ -56,11 +76,15 @@ describe("insert-if-new and claims by insert", () => {
     const [a, b] = both<{ expiresAt: Date; holder?: string | null }>("claims");
     const now = new Date();
     const expired = { _id: "slot", expiresAt: new Date(now.getTime() - 1) };
-    const first = await Promise.all(Array.from({ length: 20 }, async (_, i) => (await insertNew(i % 2 ? a : b, [expired])).length === 0));
+    const first = await Promise.all(
+      Array.from({ length: 20 }, async (_, i) => (await insertNew(i % 2 ? a : b, [expired])).length === 0),
+    );
     expect(first.filter(Boolean)).toHaveLength(1);
     // Its lease (already over: -1 ms) ran out: 20 takers race, one wins, and the new lease holds.
     const slot = { until: "expiresAt", holder: "holder" };
-    const second = await Promise.all(Array.from({ length: 20 }, (_, i) => takeLease(i % 2 ? a : b, { _id: "slot" }, slot, { ms: 60_000 })));
+    const second = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => takeLease(i % 2 ? a : b, { _id: "slot" }, slot, { ms: 60_000 })),
+    );
     expect(second.filter(Boolean)).toHaveLength(1);
     expect(await takeLease(a, { _id: "slot" }, slot, { ms: 60_000 })).toBeNull();
   });
@@ -97,7 +121,9 @@ describe("leases", () => {
     const [a, b] = both<Leased>("leases");
     await a.insertOne({ _id: "job", state: "todo", takes: 0, leaseUntil: null, leaseToken: null });
     const takes = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => takeLease(i % 2 ? a : b, { _id: "job", state: "todo" }, LEASE, { ms: 60_000, update: { $inc: { takes: 1 } } })),
+      Array.from({ length: 20 }, (_, i) =>
+        takeLease(i % 2 ? a : b, { _id: "job", state: "todo" }, LEASE, { ms: 60_000, update: { $inc: { takes: 1 } } }),
+      ),
     );
     const winners = takes.filter((t) => t !== null);
     expect(winners).toHaveLength(1);
@@ -106,7 +132,11 @@ describe("leases", () => {
     expect(await takeLease(b, { _id: "job" }, LEASE, { ms: 60_000 })).toBeNull();
     expect(await renewLease(a, "job", LEASE, winners[0]!.holder, 60_000)).toBe(true);
     expect(await renewLease(a, "job", LEASE, "someone else", 60_000)).toBe(false);
-    expect(await endLease(b, "job", LEASE, winners[0]!.holder, { update: { $set: { state: "done" } } })).toMatchObject({ state: "done", leaseUntil: null, leaseToken: null });
+    expect(await endLease(b, "job", LEASE, winners[0]!.holder, { update: { $set: { state: "done" } } })).toMatchObject({
+      state: "done",
+      leaseUntil: null,
+      leaseToken: null,
+    });
   });
 
   it("a lease that ran out is taken over, and its old holder can no longer write its outcome", async () => {
@@ -114,7 +144,10 @@ describe("leases", () => {
     await a.insertOne({ _id: "job", state: "todo", takes: 0, leaseUntil: null, leaseToken: null });
     const t0 = new Date(Date.now() - 120_000);
     const dead = (await takeLease(a, { _id: "job" }, LEASE, { now: t0, ms: 60_000 }))!;
-    const next = await Promise.all([takeLease(a, { _id: "job" }, LEASE, { ms: 60_000 }), takeLease(b, { _id: "job" }, LEASE, { ms: 60_000 })]);
+    const next = await Promise.all([
+      takeLease(a, { _id: "job" }, LEASE, { ms: 60_000 }),
+      takeLease(b, { _id: "job" }, LEASE, { ms: 60_000 }),
+    ]);
     expect(next.filter((t) => t !== null)).toHaveLength(1);
     expect(await endLease(a, "job", LEASE, dead.holder, { update: { $set: { state: "stale outcome" } } })).toBeNull();
     expect((await a.findOne({ _id: "job" }))!.state).toBe("todo");
@@ -127,7 +160,11 @@ describe("outbox", () => {
   it("two replicas relaying the same document at once publish each event exactly once, in order", async () => {
     const [a, b] = both<Doc>("outbox");
     const sent: string[] = [];
-    const counting = { send: async (r: Parameters<Producer["send"]>[0]) => (r.messages.forEach((m) => sent.push(m.headers!.n as string)), producer.send(r)) };
+    const counting = {
+      send: async (r: Parameters<Producer["send"]>[0]) => (
+        r.messages.forEach((m) => sent.push(m.headers!.n as string)), producer.send(r)
+      ),
+    };
     const topic = topicName(namespace, "connectionEvents");
     const outboxes = [a, b].map(
       (collection) =>
@@ -171,11 +208,19 @@ describe("outbox", () => {
     const [a] = both<Doc>("outbox-fail");
     const broken = { send: async () => Promise.reject(new Error("broker down")) };
     const mk = (p: Pick<Producer, "send">) =>
-      new Outbox<Doc, OutboxEntry & { n: number }>({ name: "t", collection: a, producer: p, topic: topicName(namespace, "connectionEvents"), logger, key: (d) => d._id, value: () => Buffer.from("x") });
+      new Outbox<Doc, OutboxEntry & { n: number }>({
+        name: "t",
+        collection: a,
+        producer: p,
+        topic: topicName(namespace, "connectionEvents"),
+        logger,
+        key: (d) => d._id,
+        value: () => Buffer.from("x"),
+      });
     const entry = outboxEntry({ n: 1 });
     await a.insertOne({ _id: "doc", version: 1, outbox: [entry], relayUntil: null, relayHolder: null });
     expect((await mk(broken).relay("doc")).size).toBe(0);
-    expect((await a.findOne({ _id: "doc" }))).toMatchObject({ outbox: [entry], relayUntil: null });
+    expect(await a.findOne({ _id: "doc" })).toMatchObject({ outbox: [entry], relayUntil: null });
     const published = await mk(producer).relay("doc");
     expect(published.get(entry.eventId)).toMatchObject({ partition: expect.any(Number), offset: expect.any(BigInt) });
     expect((await a.findOne({ _id: "doc" }))!.outbox).toEqual([]);
@@ -186,7 +231,15 @@ describe("outbox", () => {
     let publishing!: () => void;
     const started = new Promise<void>((r) => (publishing = r));
     const hanging = { send: () => (publishing(), new Promise<never>(() => {})) };
-    const outbox = new Outbox<Doc, OutboxEntry & { n: number }>({ name: "t", collection: a, producer: hanging, topic: topicName(namespace, "connectionEvents"), logger, key: (d) => d._id, value: () => Buffer.from("x") });
+    const outbox = new Outbox<Doc, OutboxEntry & { n: number }>({
+      name: "t",
+      collection: a,
+      producer: hanging,
+      topic: topicName(namespace, "connectionEvents"),
+      logger,
+      key: (d) => d._id,
+      value: () => Buffer.from("x"),
+    });
     const entry = outboxEntry({ n: 1 });
     await a.insertOne({ _id: "doc", version: 1, outbox: [entry], relayUntil: null, relayHolder: null });
     outbox.afterWrite("doc");
@@ -201,10 +254,21 @@ describe("outbox", () => {
 
   it("oldest unrelayed age: the age of the oldest entry still stored, over every document; 0 once all went out", async () => {
     const [a] = both<Doc>("outbox-age");
-    const outbox = new Outbox<Doc, OutboxEntry & { n: number }>({ name: "t", collection: a, producer, topic: topicName(namespace, "connectionEvents"), logger, key: (d) => d._id, value: () => Buffer.from("x") });
+    const outbox = new Outbox<Doc, OutboxEntry & { n: number }>({
+      name: "t",
+      collection: a,
+      producer,
+      topic: topicName(namespace, "connectionEvents"),
+      logger,
+      key: (d) => d._id,
+      value: () => Buffer.from("x"),
+    });
     await outbox.ensureIndex();
     const now = new Date();
-    const at = (secondsAgo: number, n: number) => ({ ...outboxEntry({ n }), occurredAt: new Date(now.getTime() - secondsAgo * 1000) });
+    const at = (secondsAgo: number, n: number) => ({
+      ...outboxEntry({ n }),
+      occurredAt: new Date(now.getTime() - secondsAgo * 1000),
+    });
     expect(await outbox.oldestUnrelayedAgeSeconds(now)).toBe(0);
     await a.insertMany([
       { _id: "newer", version: 1, outbox: [at(5, 1)], relayUntil: null, relayHolder: null },

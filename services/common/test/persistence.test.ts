@@ -20,8 +20,12 @@ describe("isDuplicateKey", () => {
 describe("leaseFree", () => {
   it("matches a lease never taken, given back, or run out at the given time, under the named field", () => {
     const now = new Date(1_000);
-    expect(leaseFree({ until: "leaseUntil", holder: "leaseToken" }, now)).toEqual({ $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }] });
-    expect(leaseFree({ until: "relayUntil", holder: "relayHolder" }, now)).toEqual({ $or: [{ relayUntil: null }, { relayUntil: { $lte: now } }] });
+    expect(leaseFree({ until: "leaseUntil", holder: "leaseToken" }, now)).toEqual({
+      $or: [{ leaseUntil: null }, { leaseUntil: { $lte: now } }],
+    });
+    expect(leaseFree({ until: "relayUntil", holder: "relayHolder" }, now)).toEqual({
+      $or: [{ relayUntil: null }, { relayUntil: { $lte: now } }],
+    });
   });
 });
 
@@ -30,7 +34,12 @@ describe("outbox entries", () => {
     const at = new Date(42);
     const first = outboxEntry({ type: "x.happened", status: "on" }, at);
     const second = outboxEntry({ type: "x.happened", status: "on" }, at);
-    expect(first).toMatchObject({ type: "x.happened", status: "on", occurredAt: at, eventId: expect.stringMatching(/^evt_/) });
+    expect(first).toMatchObject({
+      type: "x.happened",
+      status: "on",
+      occurredAt: at,
+      eventId: expect.stringMatching(/^evt_/),
+    });
     expect(second.eventId).not.toBe(first.eventId);
   });
 

@@ -5,13 +5,27 @@ import { Code, ConnectError, createClient, createRouterTransport } from "@connec
 import { SignJWT } from "jose";
 import { authv1, healthv1 } from "@pi/proto";
 import { createLogger } from "../src/logger.js";
-import { generateIdentity, identityClientInterceptor, identityServerInterceptor, IdentityError, keyId, parseOwnIdentity, parsePublicKeys, publicKeyEntry, TokenMinter, TokenVerifier } from "../src/service-identity.js";
+import {
+  generateIdentity,
+  identityClientInterceptor,
+  identityServerInterceptor,
+  IdentityError,
+  keyId,
+  parseOwnIdentity,
+  parsePublicKeys,
+  publicKeyEntry,
+  TokenMinter,
+  TokenVerifier,
+} from "../src/service-identity.js";
 import { parseSettings } from "../src/settings.js";
 import { WORKLOADS, type Workload } from "../src/allowed-callers.js";
 
 // Service tokens: minted by the caller, verified by the service (services/common/src/service-identity.ts).
 
-const ids = Object.fromEntries(WORKLOADS.map((n) => [n, generateIdentity(n)])) as Record<Workload, { key: string; publicKey: string }>;
+const ids = Object.fromEntries(WORKLOADS.map((n) => [n, generateIdentity(n)])) as Record<
+  Workload,
+  { key: string; publicKey: string }
+>;
 const publicKeys = parsePublicKeys(WORKLOADS.map((n) => ids[n].publicKey).join(","));
 const T0 = Date.parse("2026-03-02T10:00:00Z");
 
@@ -62,18 +76,24 @@ describe("service tokens: mint and verify", () => {
   it("expired: refused once exp plus the 10 s clock tolerance has passed", async () => {
     const token = await minter("gateway").token("auth");
     expect(await new TokenVerifier("auth", publicKeys, { now: () => T0 + 69_000 }).verify(token)).toBe("gateway");
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 + 71_000 }).verify(token))).toBe("expired");
+    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 + 71_000 }).verify(token))).toBe(
+      "expired",
+    );
   });
 
   it("wrong audience: a token for the connection service is refused by auth", async () => {
     const token = await minter("gateway").token("connection");
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(token))).toBe("wrong_audience");
+    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(token))).toBe(
+      "wrong_audience",
+    );
   });
 
   it("unknown issuer: a workload whose key the service does not know, or a name that is no workload", async () => {
     const onlyGateway = parsePublicKeys(ids.gateway.publicKey);
     const token = await minter("webhook").token("auth");
-    expect(await failure(new TokenVerifier("auth", onlyGateway, { now: () => T0 }).verify(token))).toBe("unknown_caller");
+    expect(await failure(new TokenVerifier("auth", onlyGateway, { now: () => T0 }).verify(token))).toBe(
+      "unknown_caller",
+    );
     const stranger = await new SignJWT({})
       .setProtectedHeader({ alg: "EdDSA", typ: "pi-service+jwt", kid: "x" })
       .setIssuer("mallory")
@@ -81,7 +101,9 @@ describe("service tokens: mint and verify", () => {
       .setIssuedAt(T0 / 1000)
       .setExpirationTime(T0 / 1000 + 60)
       .sign(generateKeyPairSync("ed25519").privateKey);
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(stranger))).toBe("unknown_caller");
+    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(stranger))).toBe(
+      "unknown_caller",
+    );
   });
 
   it("a key of its own claiming another workload's name: refused (the key is not that workload's)", async () => {
@@ -131,7 +153,9 @@ describe("service tokens: mint and verify", () => {
       .setExpirationTime(T0 / 1000 + 86_400)
       .sign(own.privateKey);
     expect(await new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(long)).toBe("gateway");
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 + 120_000 }).verify(long))).toBe("expired");
+    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 + 120_000 }).verify(long))).toBe(
+      "expired",
+    );
   });
 
   it("no token, garbage, another kind of JWT (a partner's access token shape) or another algorithm: refused", async () => {
@@ -188,12 +212,15 @@ describe("service tokens: mint and verify", () => {
     const keys = parsePublicKeys([ids.gateway.publicKey, next.publicKey, ids.ops.publicKey].join(","));
     const verifier = new TokenVerifier("auth", keys, { now: () => T0 });
     expect(await verifier.verify(await minter("gateway").token("auth"))).toBe("gateway");
-    expect(await verifier.verify(await new TokenMinter(parseOwnIdentity(next.key), () => T0).token("auth"))).toBe("gateway");
+    expect(await verifier.verify(await new TokenMinter(parseOwnIdentity(next.key), () => T0).token("auth"))).toBe(
+      "gateway",
+    );
   });
 });
 
 describe("SERVICE_IDENTITY_KEY and SERVICE_IDENTITY_PUBLIC_KEYS", () => {
-  const pem = (name: Workload) => parseOwnIdentity(ids[name].key).publicKey.export({ type: "spki", format: "pem" }).toString();
+  const pem = (name: Workload) =>
+    parseOwnIdentity(ids[name].key).publicKey.export({ type: "spki", format: "pem" }).toString();
 
   it("the private key as name:base64 DER or name:PEM; its public entry derived from it", () => {
     const own = parseOwnIdentity(ids.webhook.key);
@@ -213,8 +240,21 @@ describe("SERVICE_IDENTITY_KEY and SERVICE_IDENTITY_PUBLIC_KEYS", () => {
   it("refuses, in one line without the value: an unknown name, a bad key, another key type, no key", () => {
     const rsa = generateKeyPairSync("rsa", { modulusLength: 1024 });
     const bad = {
-      SERVICE_IDENTITY_KEY: ["mallory:AAAA", "auth", "auth:bm90IGEga2V5", `auth:${rsa.privateKey.export({ type: "pkcs8", format: "der" }).toString("base64")}`, ids.auth.publicKey],
-      SERVICE_IDENTITY_PUBLIC_KEYS: ["{}", "{not json", '{"mallory": "x"}', "auth:bm90IGEga2V5", `gateway:${rsa.publicKey.export({ type: "spki", format: "der" }).toString("base64")}`, `${ids.auth.publicKey},`],
+      SERVICE_IDENTITY_KEY: [
+        "mallory:AAAA",
+        "auth",
+        "auth:bm90IGEga2V5",
+        `auth:${rsa.privateKey.export({ type: "pkcs8", format: "der" }).toString("base64")}`,
+        ids.auth.publicKey,
+      ],
+      SERVICE_IDENTITY_PUBLIC_KEYS: [
+        "{}",
+        "{not json",
+        '{"mallory": "x"}',
+        "auth:bm90IGEga2V5",
+        `gateway:${rsa.publicKey.export({ type: "spki", format: "der" }).toString("base64")}`,
+        `${ids.auth.publicKey},`,
+      ],
     };
     for (const [name, values] of Object.entries(bad)) {
       for (const value of values) {
@@ -226,10 +266,14 @@ describe("SERVICE_IDENTITY_KEY and SERVICE_IDENTITY_PUBLIC_KEYS", () => {
         }
         expect(message).toMatch(new RegExp(`^invalid setting ${name}: `));
         expect(message).not.toContain("\n");
-        if (value.length > 12) expect(message).not.toContain(value.slice(value.indexOf(":") + 1, value.indexOf(":") + 12));
+        if (value.length > 12)
+          expect(message).not.toContain(value.slice(value.indexOf(":") + 1, value.indexOf(":") + 12));
       }
     }
-    expect(parseSettings({ SERVICE_IDENTITY_KEY: ids.auth.key, SERVICE_IDENTITY_PUBLIC_KEYS: ids.auth.publicKey }).SERVICE_IDENTITY_KEY).toBe(ids.auth.key);
+    expect(
+      parseSettings({ SERVICE_IDENTITY_KEY: ids.auth.key, SERVICE_IDENTITY_PUBLIC_KEYS: ids.auth.publicKey })
+        .SERVICE_IDENTITY_KEY,
+    ).toBe(ids.auth.key);
   });
 });
 
@@ -238,7 +282,8 @@ describe("the interceptors", () => {
     const lines: Record<string, unknown>[] = [];
     const destination = new Writable({
       write(chunk: Buffer, _enc, done) {
-        for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+        for (const line of chunk.toString().split("\n").filter(Boolean))
+          lines.push(JSON.parse(line) as Record<string, unknown>);
         done();
       },
     });
@@ -254,7 +299,9 @@ describe("the interceptors", () => {
           getWebhookTarget: async () => ({ found: false }),
           issueToken: async () => ({}),
         });
-        router.service(healthv1.Health, { check: async () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) });
+        router.service(healthv1.Health, {
+          check: async () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }),
+        });
       },
       {
         router: { interceptors: [identityServerInterceptor(new TokenVerifier("auth", publicKeys), logger)] },
@@ -278,7 +325,14 @@ describe("the interceptors", () => {
     const { auth, health } = authAs(undefined, logger);
     expect(await code(auth.createPartner({ name: "x" }))).toBe("Unauthenticated");
     expect(await code(health.check({}))).toBe("ok");
-    expect(lines).toEqual([expect.objectContaining({ level: "warn", method: "pi.auth.v1.AuthService/CreatePartner", caller: null, reason: "missing" })]);
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: "warn",
+        method: "pi.auth.v1.AuthService/CreatePartner",
+        caller: null,
+        reason: "missing",
+      }),
+    ]);
   });
 
   it("the gateway on CreatePartner: PermissionDenied, logged with the caller and never the token", async () => {
@@ -286,7 +340,14 @@ describe("the interceptors", () => {
     const { auth } = authAs("gateway", logger);
     expect(await code(auth.createPartner({ name: "x" }))).toBe("PermissionDenied");
     expect(await code(auth.issueToken({}))).toBe("ok");
-    expect(lines).toEqual([expect.objectContaining({ level: "warn", method: "pi.auth.v1.AuthService/CreatePartner", caller: "gateway", reason: "not_allowed" })]);
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: "warn",
+        method: "pi.auth.v1.AuthService/CreatePartner",
+        caller: "gateway",
+        reason: "not_allowed",
+      }),
+    ]);
     const token = await minter("gateway", Date.now).token("auth");
     expect(JSON.stringify(lines)).not.toContain(token.split(".")[2]);
   });
@@ -294,7 +355,14 @@ describe("the interceptors", () => {
   it("the logger censors a service token header and a private key, should either ever reach a log line", async () => {
     const { lines, logger } = logs();
     const token = await minter("gateway", Date.now).token("auth");
-    logger.warn({ "pi-service-token": token, req: { headers: { "pi-service-token": token } }, settings: { SERVICE_IDENTITY_KEY: ids.gateway.key } }, "careless");
+    logger.warn(
+      {
+        "pi-service-token": token,
+        req: { headers: { "pi-service-token": token } },
+        settings: { SERVICE_IDENTITY_KEY: ids.gateway.key },
+      },
+      "careless",
+    );
     expect(JSON.stringify(lines)).not.toContain(token);
     expect(JSON.stringify(lines)).not.toContain(ids.gateway.key.slice(8, 40));
   });

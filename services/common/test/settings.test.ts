@@ -29,7 +29,9 @@ describe("settings", () => {
     const s = parseSettings({});
     expect(s.WEBHOOK_EVENT_RETENTION_SECONDS).toBe(30 * 86400);
     expect(s.WEBHOOK_TEST_EVENTS_PER_PARTNER).toBe(10_000);
-    expect(parseSettings({ WEBHOOK_EVENT_RETENTION_SECONDS: String(90 * 86400) }).WEBHOOK_EVENT_RETENTION_SECONDS).toBe(90 * 86400);
+    expect(parseSettings({ WEBHOOK_EVENT_RETENTION_SECONDS: String(90 * 86400) }).WEBHOOK_EVENT_RETENTION_SECONDS).toBe(
+      90 * 86400,
+    );
     expect(() => parseSettings({ WEBHOOK_EVENT_RETENTION_SECONDS: String(30 * 86400 - 1) })).toThrow(SettingsError);
   });
 

@@ -12,7 +12,12 @@ describe("releases", () => {
     expect(compareReleases("1.10.0", "1.9.9")).toBeGreaterThan(0);
     expect(compareReleases("2.0.0", "1.99.99")).toBeGreaterThan(0);
     expect(() => compareReleases("1.0", "1.0.0")).toThrow(RangeError);
-    expect([isRelease("1.1.0"), isRelease("v1.1.0"), isRelease("1.1.0-rc.1"), isRelease(undefined)]).toEqual([true, false, false, false]);
+    expect([isRelease("1.1.0"), isRelease("v1.1.0"), isRelease("1.1.0-rc.1"), isRelease(undefined)]).toEqual([
+      true,
+      false,
+      false,
+      false,
+    ]);
   });
 });
 

@@ -6,7 +6,14 @@ import { pino } from "pino";
 import { createLogger } from "../src/logger.js";
 import { databaseName } from "../src/mongo.js";
 import { STORE_SCHEMAS } from "../src/migrations/index.js";
-import { prepareStore, readMark, StoreRefusal, STORE_MIGRATIONS_COLLECTION, STORE_VERSION_COLLECTION, type StoreSchema } from "../src/store-versions.js";
+import {
+  prepareStore,
+  readMark,
+  StoreRefusal,
+  STORE_MIGRATIONS_COLLECTION,
+  STORE_VERSION_COLLECTION,
+  type StoreSchema,
+} from "../src/store-versions.js";
 
 // The store's versions, migrations and guard (docs/upgrades.md) on the real MongoDB-wire server,
 // with "replicas" as separate MongoClients (separate pools, as separate processes have).
@@ -39,7 +46,8 @@ function capturingLogger() {
   const lines: Record<string, unknown>[] = [];
   const stream = new Writable({
     write(chunk, _enc, done) {
-      for (const line of String(chunk).split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of String(chunk).split("\n").filter(Boolean))
+        lines.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });
@@ -76,12 +84,21 @@ describe("migrations", () => {
     const ns = freshNamespace();
     const runs: string[] = [];
     const schema = slowSchema(runs, 300);
-    const results = await Promise.all(clients.map((client) => prepareStore(dbOf(client, ns), schema, { client, namespace: ns, logger, pollMs: 20 })));
+    const results = await Promise.all(
+      clients.map((client) => prepareStore(dbOf(client, ns), schema, { client, namespace: ns, logger, pollMs: 20 })),
+    );
     expect(runs).toEqual(["0001", "0002"]);
     expect(results.flatMap((r) => r.ran).sort()).toEqual(["0001-first", "0002-second"]);
     const db = dbOf(clients[0]!, ns);
-    expect(await db.collection("things").find({}, { projection: { _id: 0 } }).toArray()).toEqual([{ shape: 2 }]);
-    expect((await db.collection(STORE_MIGRATIONS_COLLECTION).find().toArray()).map((m) => m.migrationName).sort()).toEqual(["0001-first", "0002-second"]);
+    expect(
+      await db
+        .collection("things")
+        .find({}, { projection: { _id: 0 } })
+        .toArray(),
+    ).toEqual([{ shape: 2 }]);
+    expect(
+      (await db.collection(STORE_MIGRATIONS_COLLECTION).find().toArray()).map((m) => m.migrationName).sort(),
+    ).toEqual(["0001-first", "0002-second"]);
     // Started again: nothing to run.
     const again = await prepareStore(db, schema, { client: clients[0]!, namespace: ns, logger });
     expect(again.ran).toEqual([]);
@@ -91,10 +108,17 @@ describe("migrations", () => {
   it("a replica that died holding the migrating lease leaves it to run out, and the next one runs them", async () => {
     const ns = freshNamespace();
     const db = dbOf(clients[0]!, ns);
-    await db.collection(STORE_VERSION_COLLECTION).insertOne({ _id: "migrating" as never, until: new Date(Date.now() + 400), holder: "dead-replica" });
+    await db
+      .collection(STORE_VERSION_COLLECTION)
+      .insertOne({ _id: "migrating" as never, until: new Date(Date.now() + 400), holder: "dead-replica" });
     const runs: string[] = [];
     const started = Date.now();
-    const { ran } = await prepareStore(db, slowSchema(runs, 0), { client: clients[0]!, namespace: ns, logger, pollMs: 20 });
+    const { ran } = await prepareStore(db, slowSchema(runs, 0), {
+      client: clients[0]!,
+      namespace: ns,
+      logger,
+      pollMs: 20,
+    });
     expect(ran).toEqual(["0001-first", "0002-second"]);
     expect(Date.now() - started).toBeGreaterThanOrEqual(350);
   });
@@ -108,7 +132,14 @@ describe("migrations", () => {
       collections: { things: 3 },
       readableFrom: "1.0.0",
       migrations: [
-        { name: "0001-ok", about: "ok", up: async ({ db }) => void (await db.collection("things").updateOne({ _id: "a" as never }, { $set: { ok: true } }, { upsert: true })) },
+        {
+          name: "0001-ok",
+          about: "ok",
+          up: async ({ db }) =>
+            void (await db
+              .collection("things")
+              .updateOne({ _id: "a" as never }, { $set: { ok: true } }, { upsert: true })),
+        },
         {
           name: "0002-flaky",
           about: "fails the first time",
@@ -119,17 +150,23 @@ describe("migrations", () => {
       ],
     };
     const { lines, logger: captured } = capturingLogger();
-    const refused = await prepareStore(db, schema, { client: clients[0]!, namespace: ns, logger: captured }).catch((err: unknown) => err);
+    const refused = await prepareStore(db, schema, { client: clients[0]!, namespace: ns, logger: captured }).catch(
+      (err: unknown) => err,
+    );
     expect(refused).toBeInstanceOf(StoreRefusal);
     expect((refused as StoreRefusal).reason).toBe("migration_failed");
     const failures = lines.filter((l) => l.level === 50);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatchObject({ migration: "0002-flaky", err: { message: "disk on fire" } });
     expect(String(failures[0]!.msg)).toContain("0002-flaky");
-    expect((await db.collection(STORE_MIGRATIONS_COLLECTION).find().toArray()).map((m) => m.migrationName)).toEqual(["0001-ok"]);
+    expect((await db.collection(STORE_MIGRATIONS_COLLECTION).find().toArray()).map((m) => m.migrationName)).toEqual([
+      "0001-ok",
+    ]);
     expect(await readMark(db)).toBeNull();
     // The lease was given back: the next start does not wait for it to run out.
-    expect(await db.collection(STORE_VERSION_COLLECTION).findOne({ _id: "migrating" as never })).toMatchObject({ holder: null });
+    expect(await db.collection(STORE_VERSION_COLLECTION).findOne({ _id: "migrating" as never })).toMatchObject({
+      holder: null,
+    });
     fail = false;
     const { ran, mark } = await prepareStore(db, schema, { client: clients[0]!, namespace: ns, logger });
     expect(ran).toEqual(["0002-flaky"]);
@@ -143,12 +180,28 @@ describe("the guard", () => {
     const db = dbOf(clients[0]!, ns);
     const runs: string[] = [];
     await prepareStore(db, slowSchema(runs, 0), { client: clients[0]!, namespace: ns, logger, release: "2.0.0" });
-    await db.collection(STORE_VERSION_COLLECTION).updateOne({ _id: "store" as never }, { $set: { minReader: "2.0.0" } });
-    const snapshot = async () => Promise.all((await db.listCollections().toArray()).map(async (c) => [c.name, await db.collection(c.name).find().toArray()]));
+    await db
+      .collection(STORE_VERSION_COLLECTION)
+      .updateOne({ _id: "store" as never }, { $set: { minReader: "2.0.0" } });
+    const snapshot = async () =>
+      Promise.all(
+        (await db.listCollections().toArray()).map(async (c) => [c.name, await db.collection(c.name).find().toArray()]),
+      );
     const before = await snapshot();
     const { lines, logger: captured } = capturingLogger();
-    const later: StoreSchema = { ...slowSchema(runs, 0), migrations: [...slowSchema(runs, 0).migrations, { name: "0003-never", about: "", up: async () => void runs.push("0003") }] };
-    const refused = await prepareStore(db, later, { client: clients[0]!, namespace: ns, logger: captured, release: "1.9.9" }).catch((err: unknown) => err);
+    const later: StoreSchema = {
+      ...slowSchema(runs, 0),
+      migrations: [
+        ...slowSchema(runs, 0).migrations,
+        { name: "0003-never", about: "", up: async () => void runs.push("0003") },
+      ],
+    };
+    const refused = await prepareStore(db, later, {
+      client: clients[0]!,
+      namespace: ns,
+      logger: captured,
+      release: "1.9.9",
+    }).catch((err: unknown) => err);
     expect(refused).toBeInstanceOf(StoreRefusal);
     expect((refused as StoreRefusal).reason).toBe("needs_newer_release");
     expect(lines).toHaveLength(1);
@@ -161,16 +214,36 @@ describe("the guard", () => {
   it("a release that writes only what the previous one reads leaves the oldest reader alone; one that contracts raises it; never lowered", async () => {
     const ns = freshNamespace();
     const db = dbOf(clients[0]!, ns);
-    const base = (readableFrom: string, version: number): StoreSchema => ({ service: "svc", collections: { things: version }, readableFrom, migrations: [] });
-    expect((await prepareStore(db, base("1.0.0", 1), { client: clients[0]!, namespace: ns, logger, release: "1.1.0" })).mark.minReader).toBe("1.0.0");
+    const base = (readableFrom: string, version: number): StoreSchema => ({
+      service: "svc",
+      collections: { things: version },
+      readableFrom,
+      migrations: [],
+    });
+    expect(
+      (await prepareStore(db, base("1.0.0", 1), { client: clients[0]!, namespace: ns, logger, release: "1.1.0" })).mark
+        .minReader,
+    ).toBe("1.0.0");
     // An expanding release (1.2.0 reads 1.1.0's data, 1.1.0 reads 1.2.0's): the mark stays.
-    expect((await prepareStore(db, base("1.0.0", 2), { client: clients[0]!, namespace: ns, logger, release: "1.2.0" })).mark).toMatchObject({ minReader: "1.0.0", collections: { things: 2 } });
+    expect(
+      (await prepareStore(db, base("1.0.0", 2), { client: clients[0]!, namespace: ns, logger, release: "1.2.0" })).mark,
+    ).toMatchObject({ minReader: "1.0.0", collections: { things: 2 } });
     // A rollback to 1.1.0 still starts.
-    expect((await prepareStore(db, base("1.0.0", 1), { client: clients[0]!, namespace: ns, logger, release: "1.1.0" })).mark).toMatchObject({ minReader: "1.0.0", collections: { things: 2 } });
+    expect(
+      (await prepareStore(db, base("1.0.0", 1), { client: clients[0]!, namespace: ns, logger, release: "1.1.0" })).mark,
+    ).toMatchObject({ minReader: "1.0.0", collections: { things: 2 } });
     // The contracting release: from now on only 1.2.0 and later read it.
-    expect((await prepareStore(db, base("1.2.0", 3), { client: clients[0]!, namespace: ns, logger, release: "1.3.0" })).mark.minReader).toBe("1.2.0");
-    await expect(prepareStore(db, base("1.0.0", 1), { client: clients[0]!, namespace: ns, logger, release: "1.1.0" })).rejects.toBeInstanceOf(StoreRefusal);
-    expect((await prepareStore(db, base("1.0.0", 2), { client: clients[0]!, namespace: ns, logger, release: "1.2.0" })).mark.minReader).toBe("1.2.0");
+    expect(
+      (await prepareStore(db, base("1.2.0", 3), { client: clients[0]!, namespace: ns, logger, release: "1.3.0" })).mark
+        .minReader,
+    ).toBe("1.2.0");
+    await expect(
+      prepareStore(db, base("1.0.0", 1), { client: clients[0]!, namespace: ns, logger, release: "1.1.0" }),
+    ).rejects.toBeInstanceOf(StoreRefusal);
+    expect(
+      (await prepareStore(db, base("1.0.0", 2), { client: clients[0]!, namespace: ns, logger, release: "1.2.0" })).mark
+        .minReader,
+    ).toBe("1.2.0");
   });
 });
 
@@ -186,20 +259,100 @@ describe("the migrations of 4e36e67's shapes", () => {
       { _id: "fil_newer" as never, mode: "live", partnerId: "ptr_a" },
     ]);
     await db.collection("idempotency_keys").insertMany([
-      { _id: "ptr_a:k1" as never, partnerId: "ptr_a", key: "k1", fingerprint: "f1", fileId: "fil_live", state: "committed", claimedAt: at, expiresAt: expires },
-      { _id: "ptr_a:k2" as never, partnerId: "ptr_a", key: "k2", fingerprint: "f2", fileId: "fil_test", state: "committed", claimedAt: at, expiresAt: expires },
-      { _id: "ptr_a:k3" as never, partnerId: "ptr_a", key: "k3", fingerprint: "f3", fileId: "fil_never_stored", state: "claimed", claimedAt: at, expiresAt: expires },
-      { _id: "ptr_a:k4" as never, partnerId: "ptr_a", key: "k4", fingerprint: "f4", fileId: "fil_live", state: "committed", claimedAt: at, expiresAt: expires },
+      {
+        _id: "ptr_a:k1" as never,
+        partnerId: "ptr_a",
+        key: "k1",
+        fingerprint: "f1",
+        fileId: "fil_live",
+        state: "committed",
+        claimedAt: at,
+        expiresAt: expires,
+      },
+      {
+        _id: "ptr_a:k2" as never,
+        partnerId: "ptr_a",
+        key: "k2",
+        fingerprint: "f2",
+        fileId: "fil_test",
+        state: "committed",
+        claimedAt: at,
+        expiresAt: expires,
+      },
+      {
+        _id: "ptr_a:k3" as never,
+        partnerId: "ptr_a",
+        key: "k3",
+        fingerprint: "f3",
+        fileId: "fil_never_stored",
+        state: "claimed",
+        claimedAt: at,
+        expiresAt: expires,
+      },
+      {
+        _id: "ptr_a:k4" as never,
+        partnerId: "ptr_a",
+        key: "k4",
+        fingerprint: "f4",
+        fileId: "fil_live",
+        state: "committed",
+        claimedAt: at,
+        expiresAt: expires,
+      },
       // A key the newer release stored under the id the old k4 moves to.
-      { _id: "ptr_a:live:k4" as never, partnerId: "ptr_a", mode: "live", key: "k4", fingerprint: "f4new", fileId: "fil_newer", state: "committed", claimedUntil: at, expiresAt: expires },
+      {
+        _id: "ptr_a:live:k4" as never,
+        partnerId: "ptr_a",
+        mode: "live",
+        key: "k4",
+        fingerprint: "f4new",
+        fileId: "fil_newer",
+        state: "committed",
+        claimedUntil: at,
+        expiresAt: expires,
+      },
     ]);
-    const { ran } = await prepareStore(db, STORE_SCHEMAS["file-intake"], { client: clients[0]!, namespace: ns, logger });
+    const { ran } = await prepareStore(db, STORE_SCHEMAS["file-intake"], {
+      client: clients[0]!,
+      namespace: ns,
+      logger,
+    });
     expect(ran).toEqual(["0001-idempotency-keys-under-mode", "0002-drop-the-unused-gridfs-bucket"]);
     const keys = await db.collection("idempotency_keys").find().sort({ _id: 1 }).toArray();
     expect(keys).toEqual([
-      { _id: "ptr_a:live:k1", partnerId: "ptr_a", mode: "live", key: "k1", fingerprint: "f1", fileId: "fil_live", state: "committed", claimedUntil: at, expiresAt: expires },
-      { _id: "ptr_a:live:k4", partnerId: "ptr_a", mode: "live", key: "k4", fingerprint: "f4new", fileId: "fil_newer", state: "committed", claimedUntil: at, expiresAt: expires },
-      { _id: "ptr_a:test:k2", partnerId: "ptr_a", mode: "test", key: "k2", fingerprint: "f2", fileId: "fil_test", state: "committed", claimedUntil: at, expiresAt: expires },
+      {
+        _id: "ptr_a:live:k1",
+        partnerId: "ptr_a",
+        mode: "live",
+        key: "k1",
+        fingerprint: "f1",
+        fileId: "fil_live",
+        state: "committed",
+        claimedUntil: at,
+        expiresAt: expires,
+      },
+      {
+        _id: "ptr_a:live:k4",
+        partnerId: "ptr_a",
+        mode: "live",
+        key: "k4",
+        fingerprint: "f4new",
+        fileId: "fil_newer",
+        state: "committed",
+        claimedUntil: at,
+        expiresAt: expires,
+      },
+      {
+        _id: "ptr_a:test:k2",
+        partnerId: "ptr_a",
+        mode: "test",
+        key: "k2",
+        fingerprint: "f2",
+        fileId: "fil_test",
+        state: "committed",
+        claimedUntil: at,
+        expiresAt: expires,
+      },
     ]);
     // Resumable and idempotent: the migration itself run again (as after a crash before it was recorded).
     await STORE_SCHEMAS["file-intake"].migrations[0].up({ db, client: clients[0]!, namespace: ns, logger });
@@ -238,7 +391,9 @@ describe("the migrations of 4e36e67's shapes", () => {
     const old = Array.from({ length: 1_203 }, (_, i) => record(`evt_${String(i).padStart(5, "0")}`, i % 60));
     await auth.collection("audit_records").insertMany(old as never[]);
     // One the newer release stored already (the same id from the topic): left as it is.
-    await trail.collection("audit_records").insertOne({ ...record("evt_00007", 7), storedAt: new Date("2026-11-28T00:00:00Z") } as never);
+    await trail
+      .collection("audit_records")
+      .insertOne({ ...record("evt_00007", 7), storedAt: new Date("2026-11-28T00:00:00Z") } as never);
     const { ran } = await prepareStore(auth, STORE_SCHEMAS.auth, { client: clients[0]!, namespace: ns, logger });
     expect(ran).toEqual(["0001-audit-records-into-the-trail-database"]);
     const copied = await trail.collection("audit_records").find().sort({ _id: 1 }).toArray();

@@ -10,7 +10,12 @@ import { testKafkaAdmin } from "../../../test/support/services.js";
 // docs/security.md, "Stores a partner can grow"), on the real broker: created with them, and an
 // admin's run sets them on a topic that was created without.
 
-const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "topics-test", createLogger("topics-test", "silent"), testKafkaAdmin());
+const kafka = createKafka(
+  process.env.TEST_KAFKA_BROKERS!,
+  "topics-test",
+  createLogger("topics-test", "silent"),
+  testKafkaAdmin(),
+);
 let admin: Admin;
 
 beforeAll(async () => {
@@ -22,7 +27,10 @@ afterAll(async () => {
 });
 
 async function configOf(topic: string): Promise<Record<string, string>> {
-  const { resources } = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic }] });
+  const { resources } = await admin.describeConfigs({
+    includeSynonyms: false,
+    resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic }],
+  });
   return Object.fromEntries(resources[0]!.configEntries.map((e) => [e.configName, e.configValue]));
 }
 const expected = (key: TopicKey) => Object.fromEntries(topicConfig(key).map((c) => [c.name, c.value]));

@@ -28,15 +28,23 @@ describe("webhook address with insecure URLs off (the chart)", () => {
     expect(webhookUrlRefusal(url, false)).toMatch(reason);
   });
 
-  it.each(["https://example.com/hook", "https://hooks.example.com:8443/a/b?c=d", "https://1.example.com/hook", "https://xn--bcher-kva.example/hook"])("accepts the named host %s", (url) => {
+  it.each([
+    "https://example.com/hook",
+    "https://hooks.example.com:8443/a/b?c=d",
+    "https://1.example.com/hook",
+    "https://xn--bcher-kva.example/hook",
+  ])("accepts the named host %s", (url) => {
     expect(webhookUrlRefusal(url, false)).toBeUndefined();
   });
 });
 
 describe("webhook address with insecure URLs on (npm start, tests)", () => {
-  it.each(["http://127.0.0.1:8080/hook", "http://localhost/hook", "https://[::1]/hook", "https://example.com/hook"])("accepts %s", (url) => {
-    expect(webhookUrlRefusal(url, true)).toBeUndefined();
-  });
+  it.each(["http://127.0.0.1:8080/hook", "http://localhost/hook", "https://[::1]/hook", "https://example.com/hook"])(
+    "accepts %s",
+    (url) => {
+      expect(webhookUrlRefusal(url, true)).toBeUndefined();
+    },
+  );
 
   it.each([
     ["ftp://127.0.0.1/hook", /http or https/],

@@ -22,7 +22,10 @@ export const REMEMBERED_ACTS = 16;
 export const ACT_ID = /^act_[0-9A-Za-z]{1,64}$/;
 
 /** The earlier application of `actId` to this connection, if it had one. */
-export function earlierApplication(remembered: readonly AppliedAct[] | undefined, actId: string | undefined): AppliedAct | undefined {
+export function earlierApplication(
+  remembered: readonly AppliedAct[] | undefined,
+  actId: string | undefined,
+): AppliedAct | undefined {
   if (actId === undefined) return undefined;
   return remembered?.find((a) => a.id === actId);
 }

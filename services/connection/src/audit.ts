@@ -25,7 +25,8 @@ const actions: Record<Trigger, AuditAction> = {
 
 /** The partner as an actor; a partner id of another shape is a caller's mistake. */
 export function partnerActor(partnerId: string): AuditActor {
-  if (!partnerId.startsWith("ptr_") || !isAuditActor(partnerId)) throw new ConnectError("partner_id must be a partner id (ptr_...)", Code.InvalidArgument);
+  if (!partnerId.startsWith("ptr_") || !isAuditActor(partnerId))
+    throw new ConnectError("partner_id must be a partner id (ptr_...)", Code.InvalidArgument);
   return partnerId;
 }
 
@@ -50,6 +51,14 @@ export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
 }
 
 /** The record of a trigger on a connection: the connection, its partner and (when resolved) its elder, by id. */
-export function connectionAudit(trigger: Trigger, doc: { _id: string; partnerId: string }, elderId: string | null): AuditFields {
-  return { action: actions[trigger], actor: actorOf(trigger, doc.partnerId), targets: [doc._id, doc.partnerId, elderId] };
+export function connectionAudit(
+  trigger: Trigger,
+  doc: { _id: string; partnerId: string },
+  elderId: string | null,
+): AuditFields {
+  return {
+    action: actions[trigger],
+    actor: actorOf(trigger, doc.partnerId),
+    targets: [doc._id, doc.partnerId, elderId],
+  };
 }

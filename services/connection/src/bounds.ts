@@ -57,11 +57,18 @@ export type Holds = Record<string, Date>;
  * (kept at its old time, or `now`), and the holds younger than `graceMs` whose connection does not
  * (a request between taking its slot and writing its connection). Undefined when already right.
  */
-export function repairedHolds(current: Holds, holdingIds: readonly string[], now: Date, graceMs: number): Holds | undefined {
+export function repairedHolds(
+  current: Holds,
+  holdingIds: readonly string[],
+  now: Date,
+  graceMs: number,
+): Holds | undefined {
   const next: Holds = {};
   for (const id of holdingIds) next[id] = current[id] ?? now;
-  for (const [id, at] of Object.entries(current)) if (!(id in next) && at.getTime() > now.getTime() - graceMs) next[id] = at;
-  const same = Object.keys(next).length === Object.keys(current).length && Object.keys(next).every((id) => id in current);
+  for (const [id, at] of Object.entries(current))
+    if (!(id in next) && at.getTime() > now.getTime() - graceMs) next[id] = at;
+  const same =
+    Object.keys(next).length === Object.keys(current).length && Object.keys(next).every((id) => id in current);
   return same ? undefined : next;
 }
 

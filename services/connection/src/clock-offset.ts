@@ -34,7 +34,11 @@ export function offsetFrom(samples: readonly ClockSample[]): MeasuredOffset | nu
   for (const s of samples) if (!best || s.receivedAt - s.sentAt < best.receivedAt - best.sentAt) best = s;
   if (!best) return null;
   const midpoint = (best.sentAt + best.receivedAt) / 2;
-  return { offsetMs: midpoint - best.databaseNow, uncertaintyMs: (best.receivedAt - best.sentAt) / 2, measuredAt: best.receivedAt };
+  return {
+    offsetMs: midpoint - best.databaseNow,
+    uncertaintyMs: (best.receivedAt - best.sentAt) / 2,
+    measuredAt: best.receivedAt,
+  };
 }
 
 /** Whether this replica may grant read leases: a recent measurement puts its clock within the limit of the database's. */
@@ -111,8 +115,17 @@ export class DatabaseClock {
     if (this.suspended === !allowed) return;
     const first = this.suspended === undefined;
     this.suspended = !allowed;
-    const fields = { offsetMs: m ? Math.round(m.offsetMs) : null, uncertaintyMs: m ? Math.round(m.uncertaintyMs) : null, limitMs: this.rules.limitMs };
-    if (!allowed) this.logger?.warn(fields, "clock beyond the margin from the database's (or not measured): read leases suspended, polls read through");
-    else if (!first) this.logger?.info(fields, "clock within the margin from the database's again: read leases resumed");
+    const fields = {
+      offsetMs: m ? Math.round(m.offsetMs) : null,
+      uncertaintyMs: m ? Math.round(m.uncertaintyMs) : null,
+      limitMs: this.rules.limitMs,
+    };
+    if (!allowed)
+      this.logger?.warn(
+        fields,
+        "clock beyond the margin from the database's (or not measured): read leases suspended, polls read through",
+      );
+    else if (!first)
+      this.logger?.info(fields, "clock within the margin from the database's again: read leases resumed");
   }
 }

@@ -12,7 +12,14 @@ import { connectionAudit } from "./audit.js";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
 import { DatabaseClock } from "./clock-offset.js";
-import { fenceUntil, grantableLeaseMs, leaseWaitMs, partnerSeesNoChange, statusesReadAlike, type LeaseRules } from "./read-lease.js";
+import {
+  fenceUntil,
+  grantableLeaseMs,
+  leaseWaitMs,
+  partnerSeesNoChange,
+  statusesReadAlike,
+  type LeaseRules,
+} from "./read-lease.js";
 import { releaseOpening, takeOpening } from "./openings.js";
 import { releaseSlot, takeSlot } from "./slots.js";
 import {
@@ -38,7 +45,11 @@ import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 export type Clock = () => Date;
 
 /** The one connection of a (partner, mode, address): equalities on exactly the fields of its unique index. */
-export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({ partnerId, mode, address });
+export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({
+  partnerId,
+  mode,
+  address,
+});
 
 export interface Applied {
   doc: ConnectionDoc;
@@ -86,7 +97,17 @@ export const CLOCK_CHECK_MS = 15_000;
 export const CLOCK_RULES = { limitMs: LEASE_MARGIN_MS / 2, maxAgeMs: 3 * CLOCK_CHECK_MS };
 
 /** What a partner's read needs: the state (stateOf), the version and lease fields; not the outbox or audit entries. */
-const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1, version: 1, leasedUntil: 1, fencedUntil: 1 } as const;
+const READ_FIELDS = {
+  _id: 1,
+  status: 1,
+  mode: 1,
+  elderId: 1,
+  pendingSince: 1,
+  approveAt: 1,
+  version: 1,
+  leasedUntil: 1,
+  fencedUntil: 1,
+} as const;
 
 export class Connections {
   private readonly sandbox: string;
@@ -117,7 +138,11 @@ export class Connections {
      * The database's clock as this replica measures it (clock-offset.ts), which lease times are kept
      * on. Without one (store tests) the local clock stands in for it and no lease is granted.
      */
-    private readonly databaseClock: DatabaseClock = new DatabaseClock(() => Promise.reject(new Error("no database clock")), clock, CLOCK_RULES),
+    private readonly databaseClock: DatabaseClock = new DatabaseClock(
+      () => Promise.reject(new Error("no database clock")),
+      clock,
+      CLOCK_RULES,
+    ),
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
     this.leases = { leaseMs: settings.CONNECTION_READ_LEASE_MS, marginMs: LEASE_MARGIN_MS };
@@ -130,7 +155,10 @@ export class Connections {
    * its status (read-lease.ts): granted by one conditional update on the version read and no
    * writer's fence, so the status answered is the stored one for as long as the lease lasts.
    */
-  async read(filter: Filter<ConnectionDoc> & { _id: string }, lease: boolean): Promise<{ doc: ConnectionDoc; leaseMs: number } | null> {
+  async read(
+    filter: Filter<ConnectionDoc> & { _id: string },
+    lease: boolean,
+  ): Promise<{ doc: ConnectionDoc; leaseMs: number } | null> {
     const doc = await this.store.connections.findOne(filter, { projection: READ_FIELDS });
     if (!doc) return null;
     // A replica that cannot vouch for its clock grants none: the poll reads through, as every poll
@@ -158,7 +186,10 @@ export class Connections {
 
   /** A change of a connection under read leases: fence new grants, then wait until the granted ones ended. */
   private async waitForLeases(doc: ConnectionDoc): Promise<void> {
-    await this.store.connections.updateOne({ _id: doc._id }, { $max: { fencedUntil: fenceUntil(this.databaseClock.now(), this.leases) } });
+    await this.store.connections.updateOne(
+      { _id: doc._id },
+      { $max: { fencedUntil: fenceUntil(this.databaseClock.now(), this.leases) } },
+    );
     const fenced = await this.store.connections.findOne({ _id: doc._id }, { projection: { leasedUntil: 1 } });
     const waitMs = leaseWaitMs(fenced?.leasedUntil, this.databaseClock.now(), this.leases);
     if (waitMs > 0) await sleep(waitMs);
@@ -173,7 +204,13 @@ export class Connections {
   }
 
   stateOf(doc: ConnectionDoc, elderId = doc.elderId): ConnectionState {
-    return { status: doc.status, mode: doc.mode, resolved: elderId !== null, pendingSince: doc.pendingSince, approveAt: doc.approveAt };
+    return {
+      status: doc.status,
+      mode: doc.mode,
+      resolved: elderId !== null,
+      pendingSince: doc.pendingSince,
+      approveAt: doc.approveAt,
+    };
   }
 
   external(doc: ConnectionDoc): ExternalStatus {
@@ -192,15 +229,30 @@ export class Connections {
   }
 
   private pendingLimit(mode: ConnectionMode): number {
-    return limitOf({ live: this.settings.PENDING_CONNECTIONS_PER_PARTNER, test: this.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER }, mode);
+    return limitOf(
+      { live: this.settings.PENDING_CONNECTIONS_PER_PARTNER, test: this.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER },
+      mode,
+    );
   }
 
   private dailyLimit(mode: ConnectionMode): number {
-    return limitOf({ live: this.settings.CONNECTIONS_OPENED_PER_PARTNER_PER_DAY, test: this.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY }, mode);
+    return limitOf(
+      {
+        live: this.settings.CONNECTIONS_OPENED_PER_PARTNER_PER_DAY,
+        test: this.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY,
+      },
+      mode,
+    );
   }
 
   private reopenInterval(mode: ConnectionMode): number {
-    return limitOf({ live: this.settings.CONNECTION_REOPEN_INTERVAL_SECONDS, test: this.settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS }, mode);
+    return limitOf(
+      {
+        live: this.settings.CONNECTION_REOPEN_INTERVAL_SECONDS,
+        test: this.settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS,
+      },
+      mode,
+    );
   }
 
   /**
@@ -210,7 +262,9 @@ export class Connections {
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     if (existing) {
-      const applied = await this.apply({ _id: existing._id }, "request", { elderId: await this.resolveElder(mode, address) });
+      const applied = await this.apply({ _id: existing._id }, "request", {
+        elderId: await this.resolveElder(mode, address),
+      });
       if (applied) return applied.doc;
       // The retention sweep deleted it since the read (retention.ts): the address opens a new connection.
     }
@@ -227,7 +281,8 @@ export class Connections {
       await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
       throw err;
     }
-    const giveBack = () => Promise.all([releaseSlot(this.store.slots, partnerId, mode, id), releaseOpening(this.store.openings, opening)]);
+    const giveBack = () =>
+      Promise.all([releaseSlot(this.store.slots, partnerId, mode, id), releaseOpening(this.store.openings, opening)]);
     try {
       elderId = await this.resolveElder(mode, address);
     } catch (err) {
@@ -254,7 +309,11 @@ export class Connections {
     let doc: ConnectionDoc | null = null;
     for (let attempt = 1; doc === null; attempt++) {
       try {
-        doc = await this.store.connections.findOneAndUpdate(connectionKey(partnerId, mode, address), { $setOnInsert: fresh }, { upsert: true, returnDocument: "after" });
+        doc = await this.store.connections.findOneAndUpdate(
+          connectionKey(partnerId, mode, address),
+          { $setOnInsert: fresh },
+          { upsert: true, returnDocument: "after" },
+        );
       } catch (err) {
         // Concurrent upserts race to insert; the losers find the winner's document on a retry.
         if (!isDuplicateKey(err) || attempt >= maxAttempts) {
@@ -298,9 +357,19 @@ export class Connections {
       if (trigger === "request") {
         // The only change a request makes is a reopening: at most one per interval.
         const verdict = reopenVerdict(doc.reopenedAt, t.now, this.reopenInterval(doc.mode));
-        if (!verdict.ok) throw rateLimitedError("this connection was reopened less than the reopen interval ago", verdict.retryAfterSeconds);
+        if (!verdict.ok)
+          throw rateLimitedError(
+            "this connection was reopened less than the reopen interval ago",
+            verdict.retryAfterSeconds,
+          );
       }
-      const after = { status: outcome.to, mode: doc.mode, resolved: elderId !== null, pendingSince: outcome.pendingSince ?? doc.pendingSince, approveAt: outcome.approveAt };
+      const after = {
+        status: outcome.to,
+        mode: doc.mode,
+        resolved: elderId !== null,
+        pendingSince: outcome.pendingSince ?? doc.pendingSince,
+        approveAt: outcome.approveAt,
+      };
       const visible = !partnerSeesNoChange(this.stateOf(doc, elderId), after, t);
       if (visible && leaseWaitMs(doc.leasedUntil, this.databaseClock.now(), this.leases) > 0) {
         // Gateways may be answering the current status from memory: no change of it is stored until they stop.
@@ -308,7 +377,10 @@ export class Connections {
         continue;
       }
       const slot = slotChange(doc.status, outcome.to);
-      const took = slot === "take" && (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) === "taken";
+      const took =
+        slot === "take" &&
+        (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) ===
+          "taken";
       // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
@@ -323,8 +395,14 @@ export class Connections {
 
       const event = outcome.event;
       const entry: OutboxEntry | null = event
-        ? await inSpan(event, { parent: contextFromHeaders(doc.trace), attributes: { "connection.id": doc._id } }, async () =>
-            outboxEntry({ type: event, status: outcome.to === "approved" ? ("approved" as const) : ("revoked" as const) }, t.now),
+        ? await inSpan(
+            event,
+            { parent: contextFromHeaders(doc.trace), attributes: { "connection.id": doc._id } },
+            async () =>
+              outboxEntry(
+                { type: event, status: outcome.to === "approved" ? ("approved" as const) : ("revoked" as const) },
+                t.now,
+              ),
           )
         : null;
       const record = auditEntry("connection", connectionAudit(trigger, doc, elderId), t.now);
@@ -337,7 +415,9 @@ export class Connections {
           updatedAt: t.now,
           ...(outcome.pendingSince ? { pendingSince: outcome.pendingSince } : {}),
           ...(trigger === "request" ? { reopenedAt: t.now } : {}),
-          ...(opts.actId !== undefined ? { caregiverActs: rememberAct(doc.caregiverActs, { id: opts.actId, status: outcome.to }) } : {}),
+          ...(opts.actId !== undefined
+            ? { caregiverActs: rememberAct(doc.caregiverActs, { id: opts.actId, status: outcome.to }) }
+            : {}),
           // A visible change ends the fence it waited behind; an invisible one leaves any fence to its writer.
           ...(visible ? { fencedUntil: null } : {}),
         },
@@ -356,7 +436,8 @@ export class Connections {
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
-      if (slot === "release") await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+      if (slot === "release")
+        await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
@@ -383,7 +464,11 @@ export class Connections {
         .find({ status: "pending", mode: "test", approveAt: { $lte: now } }, { projection: { _id: 1 } })
         .limit(batch)
         .toArray();
-      const changed = await eachAtMost(concurrency, due, async ({ _id }) => (await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change");
+      const changed = await eachAtMost(
+        concurrency,
+        due,
+        async ({ _id }) => (await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change",
+      );
       approved += changed;
       // A full batch that approved nothing (another replica's round took them) is left to the next round.
       if (due.length < batch || changed === 0) return approved;
@@ -395,7 +480,10 @@ export class Connections {
     const t = this.timing();
     const cutoff = new Date(t.now.getTime() - t.pendingTtlSeconds * 1000);
     const due = await this.store.connections
-      .find({ status: { $in: ["pending", "declined"] }, approveAt: null, pendingSince: { $lte: cutoff } }, { projection: { _id: 1 } })
+      .find(
+        { status: { $in: ["pending", "declined"] }, approveAt: null, pendingSince: { $lte: cutoff } },
+        { projection: { _id: 1 } },
+      )
       .limit(limit)
       .toArray();
     let expired = 0;

@@ -22,13 +22,22 @@ export const openingsKey = (partnerId: string, mode: ConnectionMode, day: string
 
 /** The answer past the bound: the same for every address, to retry at midnight UTC. */
 export const dailyBoundReached = (now: Date) =>
-  rateLimitedError("the partner opened as many connections in this mode today (UTC) as its bound allows", secondsUntilNextDay(now));
+  rateLimitedError(
+    "the partner opened as many connections in this mode today (UTC) as its bound allows",
+    secondsUntilNextDay(now),
+  );
 
 /**
  * Counts one connection opened by the partner on `now`'s UTC day and returns the counter's id (to
  * give it back with releaseOpening); throws the 429 error when `limit` were already opened that day.
  */
-export async function takeOpening(openings: Collection<OpeningsDoc>, partnerId: string, mode: ConnectionMode, limit: number, now: Date): Promise<string> {
+export async function takeOpening(
+  openings: Collection<OpeningsDoc>,
+  partnerId: string,
+  mode: ConnectionMode,
+  limit: number,
+  now: Date,
+): Promise<string> {
   const day = dayKey(now);
   const _id = openingsKey(partnerId, mode, day);
   // A partner at its bound is answered from one read.
@@ -37,7 +46,11 @@ export async function takeOpening(openings: Collection<OpeningsDoc>, partnerId: 
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
       // A full document does not match, and the upsert's insert then fails on _id.
-      await openings.updateOne({ _id, count: { $lt: limit } }, { $inc: { count: 1 }, $setOnInsert: { partnerId, mode, day } }, { upsert: true });
+      await openings.updateOne(
+        { _id, count: { $lt: limit } },
+        { $inc: { count: 1 }, $setOnInsert: { partnerId, mode, day } },
+        { upsert: true },
+      );
       return _id;
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;

@@ -13,7 +13,10 @@ import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 const { ConnectionEventSchema } = eventsv1;
 
-export function connectionEvent(doc: Pick<ConnectionDoc, "_id" | "partnerId" | "mode">, entry: OutboxEntry): eventsv1.ConnectionEvent {
+export function connectionEvent(
+  doc: Pick<ConnectionDoc, "_id" | "partnerId" | "mode">,
+  entry: OutboxEntry,
+): eventsv1.ConnectionEvent {
   return create(ConnectionEventSchema, {
     eventId: entry.eventId,
     type: entry.type,

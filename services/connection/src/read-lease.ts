@@ -1,4 +1,11 @@
-import { awaitingSandboxApproval, effectiveStatus, externalStatus, type ConnectionState, type InternalStatus, type Timing } from "./state-machine.js";
+import {
+  awaitingSandboxApproval,
+  effectiveStatus,
+  externalStatus,
+  type ConnectionState,
+  type InternalStatus,
+  type Timing,
+} from "./state-machine.js";
 
 // Read leases (docs/connections.md, "Read leases"), pure. A gateway may answer a connection's
 // status from memory while it holds a lease on it; the connection service stores no change of what

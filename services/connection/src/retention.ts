@@ -41,9 +41,13 @@ export async function deleteEndedConnections(
 ): Promise<number> {
   let deleted = 0;
   for (;;) {
-    const due = await connections.find(endedBefore(cutoff), { projection: { _id: 1 } }).limit(batch).toArray();
+    const due = await connections
+      .find(endedBefore(cutoff), { projection: { _id: 1 } })
+      .limit(batch)
+      .toArray();
     if (due.length === 0 || !(await renew())) break;
-    deleted += (await connections.deleteMany({ $and: [{ _id: { $in: due.map((d) => d._id) } }, endedBefore(cutoff)] })).deletedCount;
+    deleted += (await connections.deleteMany({ $and: [{ _id: { $in: due.map((d) => d._id) } }, endedBefore(cutoff)] }))
+      .deletedCount;
     if (due.length < batch) break;
   }
   return deleted;

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { connectionv1, commonv1 } from "@pi/proto";
+import { connectionv1, type commonv1 } from "@pi/proto";
 import { checkElderAddress, sandboxElderAddress } from "@pi/common/elder-address";
 import { insertIfNew } from "@pi/common/persistence";
 import { newId } from "@pi/common/ids";
@@ -11,7 +11,14 @@ import { modeFromProto } from "@pi/common/mode";
 import { ACT_ID } from "./acts.js";
 import { connectionAudit, partnerActor } from "./audit.js";
 import type { Connections } from "./connections.js";
-import { effectiveStatus, type ConnectionMode, type ExternalStatus, type InternalStatus, type TestHelperTrigger, type Trigger } from "./state-machine.js";
+import {
+  effectiveStatus,
+  type ConnectionMode,
+  type ExternalStatus,
+  type InternalStatus,
+  type TestHelperTrigger,
+  type Trigger,
+} from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore } from "./store.js";
 import { randomThreeWords } from "./words.js";
 
@@ -70,7 +77,9 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return check.address;
   }
 
-  const partnerView = (doc: ConnectionDoc) => ({ connection: { id: doc._id, status: externalEnum[connections.external(doc)] } });
+  const partnerView = (doc: ConnectionDoc) => ({
+    connection: { id: doc._id, status: externalEnum[connections.external(doc)] },
+  });
 
   // Unknown, malformed and another partner's (or the other mode's) ids: one error, one query shape.
   const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such connection");
@@ -80,11 +89,20 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return { _id: req.id, partnerId: req.partnerId, mode };
   }
 
-  async function caregiverAct(req: { id: string; actId?: string }, trigger: Extract<Trigger, "approve" | "decline" | "sever">) {
+  async function caregiverAct(
+    req: { id: string; actId?: string },
+    trigger: Extract<Trigger, "approve" | "decline" | "sever">,
+  ) {
     const { id, actId } = req;
     const act = { action: `connection.${trigger}`, actor: "caregiver" } as const;
-    if (actId !== undefined && !ACT_ID.test(actId)) throw new ConnectError("act_id must look like act_ followed by up to 64 letters and digits", Code.InvalidArgument);
-    const applied = CONNECTION_ID.test(id) ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve", actId }) : null;
+    if (actId !== undefined && !ACT_ID.test(actId))
+      throw new ConnectError(
+        "act_id must look like act_ followed by up to 64 letters and digits",
+        Code.InvalidArgument,
+      );
+    const applied = CONNECTION_ID.test(id)
+      ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve", actId })
+      : null;
     if (!applied) {
       await trail.record({ ...act, targets: [id], refused: { code: "not_found" } });
       throw new ConnectError(`no connection ${id}`, Code.NotFound);
@@ -112,7 +130,8 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     if (!trigger) throw new ConnectError("act is required", Code.InvalidArgument);
     const filter = ownedFilter(req);
     if (filter.mode !== "test") throw notFound();
-    const act = (doc: { _id: string; elderId: string | null }) => connectionAudit(trigger, { _id: doc._id, partnerId: req.partnerId }, doc.elderId);
+    const act = (doc: { _id: string; elderId: string | null }) =>
+      connectionAudit(trigger, { _id: doc._id, partnerId: req.partnerId }, doc.elderId);
     const applied = await connections.apply(filter, trigger, { resolve: trigger === "test_approve" });
     if (!applied) {
       await trail.record({ ...act({ _id: req.id, elderId: null }), refused: { code: "not_found" } });

@@ -21,7 +21,11 @@ import type { Trigger } from "./state-machine.js";
 
 /** The sandbox elder exists in every deployment; creating it is idempotent. */
 async function ensureSandboxElder(store: ConnectionStore, address: string): Promise<void> {
-  await store.elders.updateOne({ _id: address }, { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } }, { upsert: true });
+  await store.elders.updateOne(
+    { _id: address },
+    { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } },
+    { upsert: true },
+  );
 }
 
 const clamp = (ms: number, min: number, max: number) => Math.min(max, Math.max(min, ms));
@@ -30,7 +34,9 @@ const clamp = (ms: number, min: number, max: number) => Math.min(max, Math.max(m
  * How often the background rounds run. Sandbox approvals are polled at half the delay (at most every
  * 5 s), so one approves within delay + 5 s of its request; the spec allows delay + 60 s.
  */
-export function roundIntervals(settings: Pick<Settings, "SANDBOX_APPROVAL_DELAY_SECONDS" | "CONNECTION_PENDING_TTL_SECONDS">) {
+export function roundIntervals(
+  settings: Pick<Settings, "SANDBOX_APPROVAL_DELAY_SECONDS" | "CONNECTION_PENDING_TTL_SECONDS">,
+) {
   return {
     sandboxApprovalMs: clamp((settings.SANDBOX_APPROVAL_DELAY_SECONDS * 1000) / 2, 250, 5000),
     expirySweepMs: clamp((settings.CONNECTION_PENDING_TTL_SECONDS * 1000) / 2, 1000, 60_000),
@@ -59,27 +65,54 @@ export interface ConnectionServiceSeams {
  */
 export function databaseNowReader(store: ConnectionStore, sandboxAddress: string): () => Promise<Date> {
   return async () => {
-    const [row] = await store.elders.aggregate<{ now: Date }>([{ $match: { _id: sandboxAddress } }, { $limit: 1 }, { $project: { _id: 0, now: "$$NOW" } }]).toArray();
+    const [row] = await store.elders
+      .aggregate<{ now: Date }>([
+        { $match: { _id: sandboxAddress } },
+        { $limit: 1 },
+        { $project: { _id: 0, now: "$$NOW" } },
+      ])
+      .toArray();
     if (!(row?.now instanceof Date)) throw new Error("the database did not tell its time");
     return row.now;
   };
 }
 
-export async function startConnectionService(settings: Settings, logger: Logger, seams: ConnectionServiceSeams = {}): Promise<RunningService> {
+export async function startConnectionService(
+  settings: Settings,
+  logger: Logger,
+  seams: ConnectionServiceSeams = {},
+): Promise<RunningService> {
   const runtime = await openRuntime("connection", settings, logger);
   // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["connection"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.connection, {
+    client: runtime.mongo.client,
+    namespace: settings.DATA_NAMESPACE,
+    logger,
+  }).catch(async (err: unknown) => {
     await runtime.close();
     throw err;
   });
   const store = await openConnectionStore(runtime.mongo.db);
   await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
   const intervals = roundIntervals(settings);
-  const outbox = connectionOutbox(store.connections, runtime.producer, topicName(settings.DATA_NAMESPACE, "connectionEvents"), logger, {
-    sweepEveryMs: intervals.outboxSweepMs,
-  });
+  const outbox = connectionOutbox(
+    store.connections,
+    runtime.producer,
+    topicName(settings.DATA_NAMESPACE, "connectionEvents"),
+    logger,
+    {
+      sweepEveryMs: intervals.outboxSweepMs,
+    },
+  );
   await outbox.ensureIndex();
-  const trail = new AuditTrail({ service: "connection", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });
+  const trail = new AuditTrail({
+    service: "connection",
+    db: runtime.mongo.db,
+    producer: runtime.producer,
+    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
+    signingKey: settings.SERVICE_IDENTITY_KEY,
+    logger,
+  });
   const connectionsAudit = trail.on(store.connections);
   // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
   const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });
@@ -89,10 +122,27 @@ export async function startConnectionService(settings: Settings, logger: Logger,
     outbox.afterWrite(connectionId);
   };
   const clock: Clock = seams.clock ?? (() => new Date());
-  const databaseClock = new DatabaseClock(databaseNowReader(store, sandboxElderAddress(settings.ADDRESS_DOMAIN)), clock, CLOCK_RULES, logger);
+  const databaseClock = new DatabaseClock(
+    databaseNowReader(store, sandboxElderAddress(settings.ADDRESS_DOMAIN)),
+    clock,
+    CLOCK_RULES,
+    logger,
+  );
   // Measured before the first poll is served, so that leases are granted from the start.
-  await databaseClock.measure().catch((err: unknown) => logger.warn({ err }, "could not read the database's clock; read leases wait for the next measurement"));
-  const connections = new Connections(store, settings, afterStore, clock, (id) => connectionsAudit.afterWrite(id), seams.beforeWrite, databaseClock);
+  await databaseClock
+    .measure()
+    .catch((err: unknown) =>
+      logger.warn({ err }, "could not read the database's clock; read leases wait for the next measurement"),
+    );
+  const connections = new Connections(
+    store,
+    settings,
+    afterStore,
+    clock,
+    (id) => connectionsAudit.afterWrite(id),
+    seams.beforeWrite,
+    databaseClock,
+  );
 
   const server = await startConnectServer({
     service: "connection",
@@ -100,24 +150,48 @@ export async function startConnectionService(settings: Settings, logger: Logger,
     host: settings.SERVICE_HOST,
     port: settings.CONNECTION_SERVICE_PORT,
     adminPort: settings.CONNECTION_ADMIN_PORT,
-    routes: routes({ store, connections, settings, logger, trail, afterElder: (address) => eldersAudit.afterWrite(address) }),
+    routes: routes({
+      store,
+      connections,
+      settings,
+      logger,
+      trail,
+      afterElder: (address) => eldersAudit.afterWrite(address),
+    }),
     healthy: runtime.healthy,
     logger,
   });
   // Each also runs once at start: events a crash left in outboxes are published, overdue sandbox
   // approvals happen, ended windows are persisted.
   outbox.start();
-  const reopenSeconds = Math.max(settings.CONNECTION_REOPEN_INTERVAL_SECONDS, settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS);
-  const endedCutoff = () => endedConnectionCutoff(new Date(), settings.ENDED_CONNECTION_RETENTION_SECONDS, reopenSeconds);
+  const reopenSeconds = Math.max(
+    settings.CONNECTION_REOPEN_INTERVAL_SECONDS,
+    settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS,
+  );
+  const endedCutoff = () =>
+    endedConnectionCutoff(new Date(), settings.ENDED_CONNECTION_RETENTION_SECONDS, reopenSeconds);
   const rounds = [
     // Read leases compare lease ends on the database's clock: each replica measures its own against it (clock-offset.ts).
     every("clock offset", CLOCK_CHECK_MS, () => databaseClock.measure(), logger, { runAtStart: false }),
     every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
     every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
     // One replica at a time recounts the pending slots and deletes past days' opening counters (slots.ts); the others skip the round.
-    every("pending slots repair", intervals.slotRepairMs, () => whileHolding(store.leases, "pending-slots-repair", intervals.slotRepairMs, (renew) => repairCounters(store, new Date(), renew)), logger),
+    every(
+      "pending slots repair",
+      intervals.slotRepairMs,
+      () =>
+        whileHolding(store.leases, "pending-slots-repair", intervals.slotRepairMs, (renew) =>
+          repairCounters(store, new Date(), renew),
+        ),
+      logger,
+    ),
     // One replica at a time deletes ended connections past ENDED_CONNECTION_RETENTION_SECONDS (retention.ts).
-    every("ended connections retention", intervals.retentionSweepMs, () => retentionRound(store.connections, store.leases, endedCutoff, intervals.retentionSweepMs, logger), logger),
+    every(
+      "ended connections retention",
+      intervals.retentionSweepMs,
+      () => retentionRound(store.connections, store.leases, endedCutoff, intervals.retentionSweepMs, logger),
+      logger,
+    ),
   ];
 
   return {

@@ -27,7 +27,10 @@ export const slotsKey = (partnerId: string, mode: ConnectionMode) => `${partnerI
 
 /** The answer past the bound: the same for every address. */
 export const pendingBoundReached = () =>
-  rateLimitedError("the partner holds as many pending connections in this mode as its bound allows", PENDING_RETRY_AFTER_SECONDS);
+  rateLimitedError(
+    "the partner holds as many pending connections in this mode as its bound allows",
+    PENDING_RETRY_AFTER_SECONDS,
+  );
 
 const holdField = (connectionId: string) => `holds.${connectionId}`;
 
@@ -35,7 +38,14 @@ const holdField = (connectionId: string) => `holds.${connectionId}`;
  * Takes a slot for `connectionId`: "taken", or "held" when it already had one; throws the 429 error
  * when the partner's `limit` slots are all taken.
  */
-export async function takeSlot(slots: Collection<SlotsDoc>, partnerId: string, mode: ConnectionMode, connectionId: string, limit: number, now: Date): Promise<"taken" | "held"> {
+export async function takeSlot(
+  slots: Collection<SlotsDoc>,
+  partnerId: string,
+  mode: ConnectionMode,
+  connectionId: string,
+  limit: number,
+  now: Date,
+): Promise<"taken" | "held"> {
   const _id = slotsKey(partnerId, mode);
   // A partner at its bound is answered from one read (a flood of refused requests costs one lookup each).
   const current = await slots.findOne({ _id }, { projection: { count: 1, [holdField(connectionId)]: 1 } });
@@ -62,7 +72,12 @@ export async function takeSlot(slots: Collection<SlotsDoc>, partnerId: string, m
 }
 
 /** Gives back the slot of `connectionId`, if it holds one. */
-export async function releaseSlot(slots: Collection<SlotsDoc>, partnerId: string, mode: ConnectionMode, connectionId: string): Promise<void> {
+export async function releaseSlot(
+  slots: Collection<SlotsDoc>,
+  partnerId: string,
+  mode: ConnectionMode,
+  connectionId: string,
+): Promise<void> {
   await slots.updateOne(
     { _id: slotsKey(partnerId, mode), [holdField(connectionId)]: { $exists: true } },
     { $unset: { [holdField(connectionId)]: "" }, $inc: { count: -1, version: 1 } },
@@ -77,14 +92,26 @@ export const SLOT_GRACE_MS = 60_000;
  * compare-and-set on `version` (updateVersioned; a counter that changed meanwhile is left to the next round). Returns how
  * many counters it corrected. `renew` keeps the round's lease.
  */
-export async function repairSlots(store: Pick<ConnectionStore, "connections" | "slots">, now: Date, renew: () => Promise<boolean> = async () => true): Promise<number> {
+export async function repairSlots(
+  store: Pick<ConnectionStore, "connections" | "slots">,
+  now: Date,
+  renew: () => Promise<boolean> = async () => true,
+): Promise<number> {
   let repaired = 0;
   for await (const doc of store.slots.find({})) {
     if (!(await renew())) break;
     const holding = await store.connections
-      .find({ partnerId: doc.partnerId, mode: doc.mode, status: { $in: ["pending", "declined"] } }, { projection: { _id: 1 } })
+      .find(
+        { partnerId: doc.partnerId, mode: doc.mode, status: { $in: ["pending", "declined"] } },
+        { projection: { _id: 1 } },
+      )
       .toArray();
-    const next = repairedHolds(doc.holds ?? {}, holding.map((c) => c._id), now, SLOT_GRACE_MS);
+    const next = repairedHolds(
+      doc.holds ?? {},
+      holding.map((c) => c._id),
+      now,
+      SLOT_GRACE_MS,
+    );
     if (!next) continue;
     if (await updateVersioned(store.slots, doc, { $set: { holds: next, count: Object.keys(next).length } })) repaired++;
   }
@@ -95,7 +122,11 @@ export async function repairSlots(store: Pick<ConnectionStore, "connections" | "
  * The bounds' repair round (one replica at a time, every minute: service.ts): deletes the opening
  * counters of days before yesterday (openings.ts), then recounts the pending slots (repairSlots).
  */
-export async function repairCounters(store: Pick<ConnectionStore, "connections" | "slots" | "openings">, now: Date, renew: () => Promise<boolean> = async () => true): Promise<number> {
+export async function repairCounters(
+  store: Pick<ConnectionStore, "connections" | "slots" | "openings">,
+  now: Date,
+  renew: () => Promise<boolean> = async () => true,
+): Promise<number> {
   await deletePastOpenings(store.openings, now);
   return repairSlots(store, now, renew);
 }

@@ -84,11 +84,22 @@ export function initialState(mode: ConnectionMode, resolved: boolean, t: Timing)
 
 const unchanged: Outcome = { kind: "unchanged" };
 const refused = (reason: string): Outcome => ({ kind: "refused", reason });
-const to = (status: InternalStatus, event: EventType | null = null): Outcome => ({ kind: "change", to: status, approveAt: null, event });
+const to = (status: InternalStatus, event: EventType | null = null): Outcome => ({
+  kind: "change",
+  to: status,
+  approveAt: null,
+  event,
+});
 
 /** A new pending window: what a repeated request does to an expired or revoked connection. */
 function reopen(s: ConnectionState, t: Timing): Outcome {
-  return { kind: "change", to: "pending", pendingSince: t.now, approveAt: sandboxApproveAt(s.mode, s.resolved, t), event: null };
+  return {
+    kind: "change",
+    to: "pending",
+    pendingSince: t.now,
+    approveAt: sandboxApproveAt(s.mode, s.resolved, t),
+    event: null,
+  };
 }
 
 /** Who performs a caregiver's act: the caregiver (live connections), or a partner's test helper (its test ones). */
@@ -99,13 +110,19 @@ type ActedBy = "caregiver" | "test_helper";
  * stands in for the caregiver on test connections only, under the same rules.
  */
 function caregiverRefusal(s: ConnectionState, by: ActedBy): Outcome | undefined {
-  if (by === "caregiver" && s.mode === "test") return refused("test connections are approved automatically; no caregiver acts on them");
+  if (by === "caregiver" && s.mode === "test")
+    return refused("test connections are approved automatically; no caregiver acts on them");
   if (!s.resolved) return refused("the address does not resolve to an elder, so no caregiver can act on it");
   return undefined;
 }
 
 /** The caregiver's approve, decline and sever, whoever performs them. */
-function caregiverRule(s: ConnectionState, status: InternalStatus, act: "approve" | "decline" | "sever", by: ActedBy): Outcome {
+function caregiverRule(
+  s: ConnectionState,
+  status: InternalStatus,
+  act: "approve" | "decline" | "sever",
+  by: ActedBy,
+): Outcome {
   if (by === "test_helper" && s.mode !== "test") return refused("test helpers act only on test connections");
   switch (act) {
     case "approve": {
@@ -169,7 +186,8 @@ export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Out
       return expireNow(s, status);
 
     case "auto_approve":
-      if (awaitingSandboxApproval(s) && s.approveAt!.getTime() <= t.now.getTime()) return to("approved", "connection.approved");
+      if (awaitingSandboxApproval(s) && s.approveAt!.getTime() <= t.now.getTime())
+        return to("approved", "connection.approved");
       return unchanged;
 
     case "delete":

@@ -55,7 +55,11 @@ beforeAll(async () => {
   });
   mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "connection"));
   store = await openConnectionStore(mongo.db);
-  await store.elders.insertOne({ _id: sandboxElderAddress(settings.ADDRESS_DOMAIN), elderId: "eld_sandbox", createdAt: new Date() });
+  await store.elders.insertOne({
+    _id: sandboxElderAddress(settings.ADDRESS_DOMAIN),
+    elderId: "eld_sandbox",
+    createdAt: new Date(),
+  });
 });
 
 afterAll(async () => {
@@ -67,8 +71,12 @@ describe("pending connections per partner and mode: bounded atomically across re
   it("of 40 concurrent requests on two replicas, resolvable and not, exactly the bound succeed; the rest get one RATE_LIMITED", async () => {
     const partnerId = newId("ptr");
     const [a, b] = [replica(), replica()];
-    const addresses = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? elder() : Promise.resolve(unresolvable()))));
-    const results = await Promise.all(addresses.map((address, i) => refusal((i % 2 === 0 ? a : b).request(partnerId, "live", address))));
+    const addresses = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? elder() : Promise.resolve(unresolvable()))),
+    );
+    const results = await Promise.all(
+      addresses.map((address, i) => refusal((i % 2 === 0 ? a : b).request(partnerId, "live", address))),
+    );
     expect(results.filter((r) => r === null)).toHaveLength(limit);
     const refused = results.filter((r) => r !== null);
     expect(refused).toHaveLength(40 - limit);
@@ -86,15 +94,21 @@ describe("pending connections per partner and mode: bounded atomically across re
     const c = replica();
     const first = await c.request(partnerId, "live", await elder());
     for (let i = 1; i < limit; i++) await c.request(partnerId, "live", unresolvable());
-    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({ reason: ErrorReason.RATE_LIMITED });
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({
+      reason: ErrorReason.RATE_LIMITED,
+    });
     expect((await c.request(partnerId, "live", first.address))._id).toBe(first._id);
 
     // A decline still reads as pending: it keeps the slot. An approval frees it.
     await c.apply({ _id: first._id }, "decline");
-    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({ reason: ErrorReason.RATE_LIMITED });
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({
+      reason: ErrorReason.RATE_LIMITED,
+    });
     await c.apply({ _id: first._id }, "approve");
     expect(await refusal(c.request(partnerId, "live", unresolvable()))).toBeNull();
-    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({ reason: ErrorReason.RATE_LIMITED });
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({
+      reason: ErrorReason.RATE_LIMITED,
+    });
 
     // The expiry sweep frees every slot whose window ended.
     tick(settings.CONNECTION_PENDING_TTL_SECONDS);
@@ -152,7 +166,10 @@ describe("a declining caregiver is asked again at most once per reopen interval"
     expect(reopened.status).toBe("pending");
     await c.apply({ _id: reopened._id }, "decline");
     await c.apply({ _id: reopened._id }, "delete");
-    expect(await refusal(c.request(partnerId, "live", realAddress))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: interval });
+    expect(await refusal(c.request(partnerId, "live", realAddress))).toEqual({
+      reason: ErrorReason.RATE_LIMITED,
+      retryAfterSeconds: interval,
+    });
   });
 
   it("a test connection has its own, shorter interval", async () => {
@@ -162,7 +179,10 @@ describe("a declining caregiver is asked again at most once per reopen interval"
     await c.apply({ _id: con._id }, "delete");
     expect(await refusal(c.request(partnerId, "test", con.address))).toBeNull();
     await c.apply({ _id: con._id }, "delete");
-    expect(await refusal(c.request(partnerId, "test", con.address))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 60 });
+    expect(await refusal(c.request(partnerId, "test", con.address))).toEqual({
+      reason: ErrorReason.RATE_LIMITED,
+      retryAfterSeconds: 60,
+    });
     tick(60);
     expect(await refusal(c.request(partnerId, "test", con.address))).toBeNull();
   });
@@ -172,7 +192,12 @@ describe("per-day bound on connections opened: bounded atomically across replica
   const daily = 3;
   // The pending bound is lifted so that only the daily one acts.
   const dailyReplica = () =>
-    new Connections(store, { ...settings, CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: daily, PENDING_CONNECTIONS_PER_PARTNER: 1000 }, () => undefined, clock.now);
+    new Connections(
+      store,
+      { ...settings, CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: daily, PENDING_CONNECTIONS_PER_PARTNER: 1000 },
+      () => undefined,
+      clock.now,
+    );
   /** Opens `n` connections of a new partner and deletes each (a POST-DELETE loop): no slot stays held. */
   async function openAndDelete(c: Connections, partnerId: string, n: number): Promise<void> {
     for (let i = 0; i < n; i++) {
@@ -188,9 +213,15 @@ describe("per-day bound on connections opened: bounded atomically across replica
       const partnerId = newId("ptr");
       await openAndDelete(a, partnerId, daily - 1);
       const [real, unknown] = [await elder(), unresolvable()];
-      const results = await Promise.all([refusal(a.request(partnerId, "live", round % 2 ? real : unknown)), refusal(b.request(partnerId, "live", round % 2 ? unknown : real))]);
+      const results = await Promise.all([
+        refusal(a.request(partnerId, "live", round % 2 ? real : unknown)),
+        refusal(b.request(partnerId, "live", round % 2 ? unknown : real)),
+      ]);
       expect(results.filter((r) => r === null)).toHaveLength(1);
-      expect(results.find((r) => r !== null)).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 14 * 3600 });
+      expect(results.find((r) => r !== null)).toEqual({
+        reason: ErrorReason.RATE_LIMITED,
+        retryAfterSeconds: 14 * 3600,
+      });
       expect(await store.connections.countDocuments({ partnerId })).toBe(daily);
       expect((await store.openings.findOne({ _id: openingsKey(partnerId, "live", "2030-06-01") }))?.count).toBe(daily);
       // The refused request gave its pending slot back: only the winner's is held.
@@ -198,7 +229,9 @@ describe("per-day bound on connections opened: bounded atomically across replica
 
       // Past the bound, every new address gets the same answer, whichever replica and whether or not it resolves; nothing is written.
       const audits = await store.connections.countDocuments({ partnerId, "audit.0": { $exists: true } });
-      const more = await Promise.all([a.request(partnerId, "live", await elder()), b.request(partnerId, "live", unresolvable())].map(refusal));
+      const more = await Promise.all(
+        [a.request(partnerId, "live", await elder()), b.request(partnerId, "live", unresolvable())].map(refusal),
+      );
       expect(more).toEqual([results.find((r) => r !== null), results.find((r) => r !== null)]);
       expect(await store.connections.countDocuments({ partnerId })).toBe(daily);
       expect(await store.connections.countDocuments({ partnerId, "audit.0": { $exists: true } })).toBe(audits);
@@ -209,10 +242,16 @@ describe("per-day bound on connections opened: bounded atomically across replica
     clock.set(new Date("2030-06-02T10:00:00Z"));
     const partnerId = newId("ptr");
     const [a, b] = [dailyReplica(), dailyReplica()];
-    const addresses = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? elder() : Promise.resolve(unresolvable()))));
-    const results = await Promise.all(addresses.map((address, i) => refusal((i % 2 === 0 ? a : b).request(partnerId, "live", address))));
+    const addresses = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? elder() : Promise.resolve(unresolvable()))),
+    );
+    const results = await Promise.all(
+      addresses.map((address, i) => refusal((i % 2 === 0 ? a : b).request(partnerId, "live", address))),
+    );
     expect(results.filter((r) => r === null)).toHaveLength(daily);
-    expect(new Set(results.filter((r) => r !== null).map((r) => JSON.stringify(r)))).toEqual(new Set([JSON.stringify({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 14 * 3600 })]));
+    expect(new Set(results.filter((r) => r !== null).map((r) => JSON.stringify(r)))).toEqual(
+      new Set([JSON.stringify({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 14 * 3600 })]),
+    );
     expect(await refusal(a.request(partnerId, "test", unresolvable()))).toBeNull();
     expect(await refusal(b.request(newId("ptr"), "live", unresolvable()))).toBeNull();
   });
@@ -223,7 +262,9 @@ describe("per-day bound on connections opened: bounded atomically across replica
     const c = dailyReplica();
     const first = await c.request(partnerId, "live", await elder());
     await openAndDelete(c, partnerId, daily - 1);
-    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({ reason: ErrorReason.RATE_LIMITED });
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toMatchObject({
+      reason: ErrorReason.RATE_LIMITED,
+    });
     expect((await c.request(partnerId, "live", first.address))._id).toBe(first._id);
   });
 
@@ -237,7 +278,10 @@ describe("per-day bound on connections opened: bounded atomically across replica
     // Reopening one of them takes the day's third opening: the other cannot reopen, nor a new address open.
     tick(interval);
     expect((await c.request(partnerId, "live", unknown.address)).status).toBe("pending");
-    const refusals = [await refusal(c.request(partnerId, "live", real.address)), await refusal(c.request(partnerId, "live", unresolvable()))];
+    const refusals = [
+      await refusal(c.request(partnerId, "live", real.address)),
+      await refusal(c.request(partnerId, "live", unresolvable())),
+    ];
     expect(refusals).toEqual([
       { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock.now()) },
       { reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock.now()) },
@@ -257,13 +301,22 @@ describe("per-day bound on connections opened: bounded atomically across replica
     const partnerId = newId("ptr");
     const c = dailyReplica();
     await openAndDelete(c, partnerId, daily);
-    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 2 });
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({
+      reason: ErrorReason.RATE_LIMITED,
+      retryAfterSeconds: 2,
+    });
     tick(1);
-    expect(await refusal(c.request(partnerId, "live", await elder()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: 1 });
+    expect(await refusal(c.request(partnerId, "live", await elder()))).toEqual({
+      reason: ErrorReason.RATE_LIMITED,
+      retryAfterSeconds: 1,
+    });
     tick(1);
     expect(clock.now().toISOString()).toBe("2030-06-05T00:00:00.000Z");
     await openAndDelete(c, partnerId, daily);
-    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({ reason: ErrorReason.RATE_LIMITED, retryAfterSeconds: secondsUntilNextDay(clock.now()) });
+    expect(await refusal(c.request(partnerId, "live", unresolvable()))).toEqual({
+      reason: ErrorReason.RATE_LIMITED,
+      retryAfterSeconds: secondsUntilNextDay(clock.now()),
+    });
     expect(secondsUntilNextDay(clock.now())).toBe(86_400);
     expect(await store.connections.countDocuments({ partnerId })).toBe(2 * daily);
   });

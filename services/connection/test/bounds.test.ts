@@ -1,5 +1,15 @@
 import { describe, expect, it } from "@jest/globals";
-import { dayKey, holdsSlot, limitOf, oldestKeptDay, PENDING_RETRY_AFTER_SECONDS, reopenVerdict, repairedHolds, secondsUntilNextDay, slotChange } from "../src/bounds.js";
+import {
+  dayKey,
+  holdsSlot,
+  limitOf,
+  oldestKeptDay,
+  PENDING_RETRY_AFTER_SECONDS,
+  reopenVerdict,
+  repairedHolds,
+  secondsUntilNextDay,
+  slotChange,
+} from "../src/bounds.js";
 import type { InternalStatus } from "../src/state-machine.js";
 
 const now = new Date("2030-01-01T00:00:00Z");
@@ -38,7 +48,10 @@ describe("a declining caregiver is asked again at most once per reopen interval"
   it("within the interval of the last reopening: refused, to retry when the interval ends (rounded up, at least 1 s)", () => {
     expect(reopenVerdict(ago(0), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 3600 });
     expect(reopenVerdict(ago(1000.5), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 2600 });
-    expect(reopenVerdict(new Date(now.getTime() - 3600 * 1000 + 1), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 1 });
+    expect(reopenVerdict(new Date(now.getTime() - 3600 * 1000 + 1), now, 3600)).toEqual({
+      ok: false,
+      retryAfterSeconds: 1,
+    });
   });
 
   it("once the interval has passed: allowed again", () => {
@@ -53,7 +66,10 @@ describe("the repair of a partner's slots", () => {
   });
 
   it("drops a slot whose connection no longer holds one once the grace has passed, keeps a young one (a request between its writes)", () => {
-    expect(repairedHolds({ con_a: ago(120), con_b: ago(5), con_c: ago(300) }, ["con_c"], now, 60_000)).toEqual({ con_b: ago(5), con_c: ago(300) });
+    expect(repairedHolds({ con_a: ago(120), con_b: ago(5), con_c: ago(300) }, ["con_c"], now, 60_000)).toEqual({
+      con_b: ago(5),
+      con_c: ago(300),
+    });
   });
 
   it("adds a slot for a pending connection that has none (a release that raced a reopening)", () => {

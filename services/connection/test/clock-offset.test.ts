@@ -49,7 +49,13 @@ describe("clock offset from the database's clock (read leases are granted only o
     expect(await gauge("pi_connection_read_leases_suspended")).toBe(1);
     expect(await gauge("pi_connection_clock_offset_seconds")).toBeCloseTo(-4, 0);
     await clock.measure();
-    expect(lines).toEqual([{ level: "warn", fields: expect.objectContaining({ limitMs: 125, offsetMs: expect.any(Number) }), msg: expect.stringContaining("read leases suspended") }]);
+    expect(lines).toEqual([
+      {
+        level: "warn",
+        fields: expect.objectContaining({ limitMs: 125, offsetMs: expect.any(Number) }),
+        msg: expect.stringContaining("read leases suspended"),
+      },
+    ]);
     expect(lines[0]!.fields.offsetMs as number).toBeLessThan(-3_900);
 
     skewMs = 0;
@@ -63,10 +69,14 @@ describe("clock offset from the database's clock (read leases are granted only o
   it("a database that does not answer leaves the last measurement, which goes stale", async () => {
     let now = 1_000_000;
     let fail = false;
-    const clock = new DatabaseClock(async () => {
-      if (fail) throw new Error("down");
-      return new Date(now);
-    }, () => new Date(now), rules);
+    const clock = new DatabaseClock(
+      async () => {
+        if (fail) throw new Error("down");
+        return new Date(now);
+      },
+      () => new Date(now),
+      rules,
+    );
     await clock.measure();
     expect(clock.leasesAllowed()).toBe(true);
     fail = true;

@@ -33,14 +33,22 @@ beforeAll(async () => {
   for (const [i, skew] of [0, -SKEW_MS, SKEW_MS].entries()) {
     const sink = new Writable({
       write(chunk, _enc, done) {
-        for (const line of String(chunk).split("\n").filter(Boolean)) logs[i]!.push(JSON.parse(line) as Record<string, unknown>);
+        for (const line of String(chunk).split("\n").filter(Boolean))
+          logs[i]!.push(JSON.parse(line) as Record<string, unknown>);
         done();
       },
     });
-    const replica = await startConnectionService(settings, createLogger(`connection-${i}`, "info", sink), { clock: () => new Date(Date.now() + skew) });
+    const replica = await startConnectionService(settings, createLogger(`connection-${i}`, "info", sink), {
+      clock: () => new Date(Date.now() + skew),
+    });
     replicas.push(replica);
     caregiver.push(clientsFor({ ...settings, ...addressOf("connection", replica) }).connectionAdmin());
-    partner.push(clientsFor({ ...as(settings, "gateway"), CONNECTION_SERVICE_URL: `http://127.0.0.1:${replica.port}` }).connection());
+    partner.push(
+      clientsFor({
+        ...as(settings, "gateway"),
+        CONNECTION_SERVICE_URL: `http://127.0.0.1:${replica.port}`,
+      }).connection(),
+    );
   }
   mongo = await MongoClient.connect(settings.MONGODB_URI);
 });
@@ -55,10 +63,17 @@ afterAll(async () => {
 async function approvedConnection() {
   const partnerId = newId("ptr");
   const { address } = await caregiver[0]!.createElder({});
-  const { connection } = await partner[0]!.requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address });
+  const { connection } = await partner[0]!.requestConnection({
+    partnerId,
+    mode: commonv1.Mode.LIVE,
+    elderAddress: address,
+  });
   const id = connection!.id;
   await caregiver[0]!.approveConnection({ id });
-  return { id, read: (r: number) => partner[r]!.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE, lease: true }) };
+  return {
+    id,
+    read: (r: number) => partner[r]!.getConnection({ partnerId, id, mode: commonv1.Mode.LIVE, lease: true }),
+  };
 }
 
 describe("replicas' clocks are checked, not assumed", () => {

@@ -48,7 +48,13 @@ async function elder(): Promise<string> {
 }
 const stored = (id: string) => store.connections.findOne({ _id: id });
 /** A Connections whose relay never runs: the process "died" right after the write. */
-const withoutRelay = () => new Connections(store, settings, () => undefined, () => clock);
+const withoutRelay = () =>
+  new Connections(
+    store,
+    settings,
+    () => undefined,
+    () => clock,
+  );
 const relaying = (outbox: ConnectionOutbox) => (id: string) => outbox.afterWrite(id);
 
 beforeAll(async () => {
@@ -61,7 +67,11 @@ beforeAll(async () => {
   });
   mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "connection"));
   store = await openConnectionStore(mongo.db);
-  await store.elders.insertOne({ _id: sandboxElderAddress(settings.ADDRESS_DOMAIN), elderId: "eld_sandbox", createdAt: new Date() });
+  await store.elders.insertOne({
+    _id: sandboxElderAddress(settings.ADDRESS_DOMAIN),
+    elderId: "eld_sandbox",
+    createdAt: new Date(),
+  });
   const kafka = createKafka(settings.KAFKA_BROKERS, "connection-test", logger, testKafkaAdmin());
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["connectionEvents"]);
   producer = createProducer(kafka);
@@ -119,7 +129,10 @@ describe("outbox", () => {
     const dying = withoutRelay();
     await dying.apply({ _id: c._id }, "approve", { resolve: true });
     const doc = await stored(c._id);
-    expect(doc).toMatchObject({ status: "approved", outbox: [{ type: "connection.approved", status: "approved", eventId: expect.stringMatching(/^evt_/) }] });
+    expect(doc).toMatchObject({
+      status: "approved",
+      outbox: [{ type: "connection.approved", status: "approved", eventId: expect.stringMatching(/^evt_/) }],
+    });
     expect(collector.of(c._id)).toEqual([]);
 
     const eventId = doc!.outbox[0]!.eventId;
@@ -192,7 +205,11 @@ describe("sandbox auto-approval", () => {
     expect(counts.reduce((a, b) => a + b, 0)).toBe(due);
     expect(await stored(c._id)).toMatchObject({ status: "approved", approveAt: null });
     await collector.waitFor(() => collector.of(c._id).length === 1);
-    expect(collector.of(c._id)[0]).toMatchObject({ type: "connection.approved", status: "approved", mode: commonv1.Mode.TEST });
+    expect(collector.of(c._id)[0]).toMatchObject({
+      type: "connection.approved",
+      status: "approved",
+      mode: commonv1.Mode.TEST,
+    });
     await relay.drain();
     await collector.sentinel(c.partnerId);
     expect(collector.of(c._id)).toHaveLength(1);
@@ -200,7 +217,11 @@ describe("sandbox auto-approval", () => {
 
   it("one round drains a burst larger than its batch: as many partners' sandbox connections as the bound, made at once, two replicas' rounds at once, each approved exactly once", async () => {
     const count = 120;
-    const made = await Promise.all(Array.from({ length: count }, () => connections.request(partner(), "test", sandboxElderAddress(settings.ADDRESS_DOMAIN))));
+    const made = await Promise.all(
+      Array.from({ length: count }, () =>
+        connections.request(partner(), "test", sandboxElderAddress(settings.ADDRESS_DOMAIN)),
+      ),
+    );
     tick(delay);
     const due = await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } });
     expect(due).toBeGreaterThanOrEqual(count);
@@ -208,7 +229,9 @@ describe("sandbox auto-approval", () => {
     // Batches of 50, 8 at once: each round goes on while its batches come back full.
     const counts = await Promise.all([connections.approveDue(50, 8), other.approveDue(50, 8)]);
     expect(counts.reduce((a, b) => a + b, 0)).toBe(due);
-    expect(await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } })).toBe(0);
+    expect(
+      await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } }),
+    ).toBe(0);
     for (const c of made) expect(await stored(c._id)).toMatchObject({ status: "approved", approveAt: null });
     await collector.waitFor(() => made.every((c) => collector.of(c._id).length >= 1));
     await relay.drain();
@@ -237,7 +260,8 @@ describe("sandbox auto-approval", () => {
       expect(doc).toMatchObject({ status: "revoked", outbox: [] });
       // Approved first (then revoked): two changes, two events. Deleted first: one change, no
       // event, and the approvals that came after were refused.
-      if (doc.version === 2) expect(collector.of(c._id).map((e) => e.type)).toEqual(["connection.approved", "connection.revoked"]);
+      if (doc.version === 2)
+        expect(collector.of(c._id).map((e) => e.type)).toEqual(["connection.approved", "connection.revoked"]);
       else expect({ version: doc.version, events: collector.of(c._id) }).toEqual({ version: 1, events: [] });
     }
   });

@@ -1,15 +1,29 @@
 import { describe, expect, it } from "@jest/globals";
-import { fenceUntil, grantableLeaseMs, leaseWaitMs, partnerSeesNoChange, statusesReadAlike } from "../src/read-lease.js";
+import {
+  fenceUntil,
+  grantableLeaseMs,
+  leaseWaitMs,
+  partnerSeesNoChange,
+  statusesReadAlike,
+} from "../src/read-lease.js";
 import type { ConnectionState, Timing } from "../src/state-machine.js";
 
 const now = new Date("2026-11-27T12:00:00Z");
 const t: Timing = { now, pendingTtlSeconds: 30 * 86_400, sandboxDelaySeconds: 30 };
 const rules = { leaseMs: 1000, marginMs: 250 };
-const state = (over: Partial<ConnectionState>): ConnectionState => ({ status: "approved", mode: "live", resolved: true, pendingSince: now, approveAt: null, ...over });
+const state = (over: Partial<ConnectionState>): ConnectionState => ({
+  status: "approved",
+  mode: "live",
+  resolved: true,
+  pendingSince: now,
+  approveAt: null,
+  ...over,
+});
 
 describe("read leases (a change of a connection waits for every lease on it)", () => {
   it("grants the whole lease on an approved, revoked or expired status: only a stored change ends them", () => {
-    for (const status of ["approved", "revoked", "expired"] as const) expect(grantableLeaseMs(state({ status }), t, rules)).toBe(1000);
+    for (const status of ["approved", "revoked", "expired"] as const)
+      expect(grantableLeaseMs(state({ status }), t, rules)).toBe(1000);
   });
 
   it("cuts a pending or declined lease short of the window's end, where time alone turns it expired", () => {
@@ -21,7 +35,12 @@ describe("read leases (a change of a connection waits for every lease on it)", (
   });
 
   it("a sandbox connection awaiting its approval is changed by a stored write, so it takes the whole lease", () => {
-    const sandbox = state({ status: "pending", mode: "test", approveAt: new Date(now.getTime() + 100), pendingSince: new Date(now.getTime() - t.pendingTtlSeconds * 1000 + 10) });
+    const sandbox = state({
+      status: "pending",
+      mode: "test",
+      approveAt: new Date(now.getTime() + 100),
+      pendingSince: new Date(now.getTime() - t.pendingTtlSeconds * 1000 + 10),
+    });
     expect(grantableLeaseMs(sandbox, t, rules)).toBe(1000);
   });
 
@@ -47,7 +66,9 @@ describe("read leases (a change of a connection waits for every lease on it)", (
     expect(partnerSeesNoChange(pending, { ...pending, status: "declined" }, t)).toBe(true);
     const ended = state({ status: "pending", pendingSince: new Date(now.getTime() - t.pendingTtlSeconds * 1000 - 1) });
     expect(partnerSeesNoChange(ended, { ...ended, status: "expired" }, t)).toBe(true);
-    expect(partnerSeesNoChange(state({ status: "declined" }), { ...state({ status: "declined" }), status: "expired" }, t)).toBe(false); // not ended yet: it would read expired early
+    expect(
+      partnerSeesNoChange(state({ status: "declined" }), { ...state({ status: "declined" }), status: "expired" }, t),
+    ).toBe(false); // not ended yet: it would read expired early
   });
 
   it("every change a partner sees waits: approve, sever, delete, a reopening, the sandbox approval", () => {
@@ -67,6 +88,7 @@ describe("read leases (a change of a connection waits for every lease on it)", (
   it("a lease holds while the stored status reads alike: pending and declined together, every other status alone", () => {
     expect(statusesReadAlike("pending")).toEqual(["pending", "declined"]);
     expect(statusesReadAlike("declined")).toEqual(["pending", "declined"]);
-    for (const status of ["approved", "expired", "revoked"] as const) expect(statusesReadAlike(status)).toEqual([status]);
+    for (const status of ["approved", "expired", "revoked"] as const)
+      expect(statusesReadAlike(status)).toEqual([status]);
   });
 });

@@ -57,11 +57,15 @@ beforeAll(async () => {
       hold.reached();
       await hold.released;
     };
-    replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL), { beforeWrite }));
+    replicas.push(
+      await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL), { beforeWrite }),
+    );
   }
   // a, b: the caregiver's acts and elders (the operator CLI's identity); ga, gb: partners' requests (the gateway's).
   [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("connection", r) }).connectionAdmin());
-  [ga, gb] = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), CONNECTION_SERVICE_URL: `http://127.0.0.1:${r.port}` }).connection());
+  [ga, gb] = replicas.map((r) =>
+    clientsFor({ ...as(settings, "gateway"), CONNECTION_SERVICE_URL: `http://127.0.0.1:${r.port}` }).connection(),
+  );
   events = await collectConnectionEvents(settings.KAFKA_BROKERS, settings.DATA_NAMESPACE);
   mongo = await MongoClient.connect(settings.MONGODB_URI);
 });
@@ -73,7 +77,11 @@ afterAll(async () => {
   await mongo?.close();
 });
 
-const stored = (id: string) => mongo.db(databaseName(settings.DATA_NAMESPACE, "connection")).collection("connections").findOne({ _id: id as never });
+const stored = (id: string) =>
+  mongo
+    .db(databaseName(settings.DATA_NAMESPACE, "connection"))
+    .collection("connections")
+    .findOne({ _id: id as never });
 
 /** A live connection to a new elder, requested through replica A. */
 async function pendingConnection(): Promise<{ id: string; partnerId: string }> {
@@ -103,7 +111,10 @@ describe("two replicas racing on one connection", () => {
       }),
     );
     for (const { id, results } of races) {
-      expect(results.map((r) => r.result?.internalStatus)).toEqual([connectionv1.InternalStatus.APPROVED, connectionv1.InternalStatus.APPROVED]);
+      expect(results.map((r) => r.result?.internalStatus)).toEqual([
+        connectionv1.InternalStatus.APPROVED,
+        connectionv1.InternalStatus.APPROVED,
+      ]);
       expect(await stored(id)).toMatchObject({ status: "approved", version: 1, outbox: [] });
       const approved = await settled(id);
       expect(approved).toHaveLength(1);
@@ -158,7 +169,9 @@ describe("two replicas racing on one connection", () => {
     const partnerId = newId("ptr");
     const { address } = await a.createElder({});
     const answers = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => (i % 2 ? ga : gb).requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address })),
+      Array.from({ length: 8 }, (_, i) =>
+        (i % 2 ? ga : gb).requestConnection({ partnerId, mode: commonv1.Mode.LIVE, elderAddress: address }),
+      ),
     );
     expect(new Set(answers.map((r) => r.connection!.id)).size).toBe(1);
   });
@@ -170,10 +183,18 @@ describe("one caregiver act sent twice (the same act id): applied once", () => {
   it("an approval sent again on the other replica changes nothing and answers approved (version 1, one connection.approved)", async () => {
     const { id } = await pendingConnection();
     const act = actId();
-    expect((await a.approveConnection({ id, actId: act })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect((await a.approveConnection({ id, actId: act })).result?.internalStatus).toBe(
+      connectionv1.InternalStatus.APPROVED,
+    );
     const after = await stored(id);
-    expect((await b.approveConnection({ id, actId: act })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
-    expect(await stored(id)).toMatchObject({ status: "approved", version: after!.version, caregiverActs: [{ id: act, status: "approved" }] });
+    expect((await b.approveConnection({ id, actId: act })).result?.internalStatus).toBe(
+      connectionv1.InternalStatus.APPROVED,
+    );
+    expect(await stored(id)).toMatchObject({
+      status: "approved",
+      version: after!.version,
+      caregiverActs: [{ id: act, status: "approved" }],
+    });
     expect(await settled(id)).toHaveLength(1);
   });
 
@@ -181,12 +202,20 @@ describe("one caregiver act sent twice (the same act id): applied once", () => {
     const { id } = await pendingConnection();
     const decline = actId();
     const approve = actId();
-    expect((await a.declineConnection({ id, actId: decline })).result?.internalStatus).toBe(connectionv1.InternalStatus.DECLINED);
-    expect((await b.approveConnection({ id, actId: approve })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect((await a.declineConnection({ id, actId: decline })).result?.internalStatus).toBe(
+      connectionv1.InternalStatus.DECLINED,
+    );
+    expect((await b.approveConnection({ id, actId: approve })).result?.internalStatus).toBe(
+      connectionv1.InternalStatus.APPROVED,
+    );
     await b.severConnection({ id, actId: actId() });
     const before = await stored(id);
-    expect((await a.declineConnection({ id, actId: decline })).result?.internalStatus).toBe(connectionv1.InternalStatus.DECLINED);
-    expect((await b.approveConnection({ id, actId: approve })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect((await a.declineConnection({ id, actId: decline })).result?.internalStatus).toBe(
+      connectionv1.InternalStatus.DECLINED,
+    );
+    expect((await b.approveConnection({ id, actId: approve })).result?.internalStatus).toBe(
+      connectionv1.InternalStatus.APPROVED,
+    );
     expect(await stored(id)).toMatchObject({ status: "revoked", version: before!.version });
     // Without its id, the same approval is a new act, and refused on a revoked connection.
     await expect(a.approveConnection({ id })).rejects.toMatchObject({ code: Code.FailedPrecondition });
@@ -198,16 +227,24 @@ describe("one caregiver act sent twice (the same act id): applied once", () => {
     const held = holdWrite(0, "approve", id);
     const first = a.approveConnection({ id, actId: act });
     await held.held;
-    expect((await b.approveConnection({ id, actId: act })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
+    expect((await b.approveConnection({ id, actId: act })).result?.internalStatus).toBe(
+      connectionv1.InternalStatus.APPROVED,
+    );
     held.release();
     expect((await first).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
-    expect(await stored(id)).toMatchObject({ status: "approved", version: 1, caregiverActs: [{ id: act, status: "approved" }] });
+    expect(await stored(id)).toMatchObject({
+      status: "approved",
+      version: 1,
+      caregiverActs: [{ id: act, status: "approved" }],
+    });
     expect(await settled(id)).toHaveLength(1);
   });
 
   it("a malformed act id is INVALID_ARGUMENT and changes nothing", async () => {
     const { id } = await pendingConnection();
-    await expect(a.approveConnection({ id, actId: "act_no spaces" })).rejects.toMatchObject({ code: Code.InvalidArgument });
+    await expect(a.approveConnection({ id, actId: "act_no spaces" })).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+    });
     expect(await stored(id)).toMatchObject({ status: "pending", version: 0 });
   });
 });

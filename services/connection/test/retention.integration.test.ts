@@ -22,7 +22,12 @@ let store: ConnectionStore;
 const clock = movableClock();
 const tick = clock.tick;
 const replica = () => new Connections(store, settings, () => undefined, clock.now);
-const cutoff = () => endedConnectionCutoff(clock.now(), settings.ENDED_CONNECTION_RETENTION_SECONDS, settings.CONNECTION_REOPEN_INTERVAL_SECONDS);
+const cutoff = () =>
+  endedConnectionCutoff(
+    clock.now(),
+    settings.ENDED_CONNECTION_RETENTION_SECONDS,
+    settings.CONNECTION_REOPEN_INTERVAL_SECONDS,
+  );
 
 const unresolvable = () => unresolvableAddress(settings.ADDRESS_DOMAIN);
 async function elder(): Promise<string> {
@@ -33,7 +38,10 @@ async function elder(): Promise<string> {
 
 /** What the relays leave once they have sent a connection's events and audit records: empty arrays. */
 async function relayed(id: string, what: { outbox?: boolean; audit?: boolean } = { outbox: true, audit: true }) {
-  await store.connections.updateOne({ _id: id }, { $set: { ...(what.outbox ? { outbox: [] } : {}), ...(what.audit ? { audit: [] } : {}) } });
+  await store.connections.updateOne(
+    { _id: id },
+    { $set: { ...(what.outbox ? { outbox: [] } : {}), ...(what.audit ? { audit: [] } : {}) } },
+  );
 }
 
 beforeAll(async () => {
@@ -87,7 +95,9 @@ describe("ended connections are bounded by ENDED_CONNECTION_RETENTION_SECONDS", 
 
     // Batches of one: the sweep goes on until none is left.
     expect(await deleteEndedConnections(store.connections, cutoff(), async () => true, 1)).toBe(2);
-    const left = (await store.connections.find({ partnerId }, { projection: { _id: 1 } }).toArray()).map((d) => d._id).sort();
+    const left = (await store.connections.find({ partnerId }, { projection: { _id: 1 } }).toArray())
+      .map((d) => d._id)
+      .sort();
     expect(left).toEqual([pending._id, declined._id, withEvent._id, withAudit._id, recentRevoked._id].sort());
     expect(await deleteEndedConnections(store.connections, cutoff())).toBe(0);
 
@@ -97,7 +107,9 @@ describe("ended connections are bounded by ENDED_CONNECTION_RETENTION_SECONDS", 
     expect(await deleteEndedConnections(store.connections, cutoff())).toBe(2);
     tick(retention + 1);
     expect(await deleteEndedConnections(store.connections, cutoff())).toBe(1);
-    expect((await store.connections.find({ partnerId }, { projection: { _id: 1 } }).toArray()).map((d) => d._id).sort()).toEqual([pending._id, declined._id].sort());
+    expect(
+      (await store.connections.find({ partnerId }, { projection: { _id: 1 } }).toArray()).map((d) => d._id).sort(),
+    ).toEqual([pending._id, declined._id].sort());
   });
 
   it("a deleted connection's id reads as unknown, and a POST for its address opens a new connection that counts against the daily bound", async () => {

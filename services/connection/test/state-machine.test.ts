@@ -98,11 +98,20 @@ describe("request again (POST for an existing (partner, address))", () => {
     ["declined past its window", st("declined", { age: ttl + 1 })],
     ["revoked", st("revoked")],
   ])("%s: a new pending window, no event", (_, state) => {
-    expect(transition(state, "request", t)).toEqual({ kind: "change", to: "pending", pendingSince: now, approveAt: null, event: null });
+    expect(transition(state, "request", t)).toEqual({
+      kind: "change",
+      to: "pending",
+      pendingSince: now,
+      approveAt: null,
+      event: null,
+    });
   });
 
   it("a revoked sandbox connection re-requested with a test token is scheduled for auto-approval again", () => {
-    expect(transition(st("revoked", { mode: "test" }), "request", t)).toMatchObject({ to: "pending", approveAt: later(delay) });
+    expect(transition(st("revoked", { mode: "test" }), "request", t)).toMatchObject({
+      to: "pending",
+      approveAt: later(delay),
+    });
   });
 });
 
@@ -159,9 +168,12 @@ describe("caregiver severs", () => {
   it("revoked: unchanged (idempotent, no second event)", () => {
     expect(transition(st("revoked"), "sever", t)).toEqual(unchanged);
   });
-  it.each(["pending", "declined", "expired"] as const)("refused for %s (only an approved connection is severed)", (status) => {
-    expect(transition(st(status), "sever", t)).toEqual(refused);
-  });
+  it.each(["pending", "declined", "expired"] as const)(
+    "refused for %s (only an approved connection is severed)",
+    (status) => {
+      expect(transition(st(status), "sever", t)).toEqual(refused);
+    },
+  );
   it("refused on an approved test connection", () => {
     expect(transition(st("approved", { mode: "test" }), "sever", t)).toEqual(refused);
   });
@@ -169,11 +181,18 @@ describe("caregiver severs", () => {
 
 describe("sandbox auto-approval", () => {
   it("pending (test, sandbox) -> approved once due, emits connection.approved", () => {
-    expect(transition(sandboxWaiting(0), "auto_approve", t)).toEqual({ kind: "change", to: "approved", approveAt: null, event: "connection.approved" });
+    expect(transition(sandboxWaiting(0), "auto_approve", t)).toEqual({
+      kind: "change",
+      to: "approved",
+      approveAt: null,
+      event: "connection.approved",
+    });
     expect(transition(sandboxWaiting(-60), "auto_approve", t)).toEqual(change("approved", "connection.approved"));
   });
   it("still approves when due long after the pending window would have ended", () => {
-    expect(transition(sandboxWaiting(-1, 100 * ttl), "auto_approve", t)).toEqual(change("approved", "connection.approved"));
+    expect(transition(sandboxWaiting(-1, 100 * ttl), "auto_approve", t)).toEqual(
+      change("approved", "connection.approved"),
+    );
   });
   it.each([
     ["not yet due", sandboxWaiting(1)],
@@ -200,7 +219,12 @@ describe("partner DELETE", () => {
     expect(transition(state, "delete", t)).toEqual(change("revoked", null));
   });
   it("a sandbox connection waiting for auto-approval -> revoked, and the schedule is dropped", () => {
-    expect(transition(sandboxWaiting(5), "delete", t)).toEqual({ kind: "change", to: "revoked", approveAt: null, event: null });
+    expect(transition(sandboxWaiting(5), "delete", t)).toEqual({
+      kind: "change",
+      to: "revoked",
+      approveAt: null,
+      event: null,
+    });
   });
   it("revoked: unchanged (idempotent)", () => {
     expect(transition(st("revoked"), "delete", t)).toEqual(unchanged);
@@ -227,7 +251,12 @@ describe("test helpers (a partner's own test connections)", () => {
   const sandboxed = (status: InternalStatus) => st(status, { mode: "test" });
 
   it("approve: pending (still waiting for the automatic approval) -> approved with connection.approved, and the schedule is dropped", () => {
-    expect(transition(sandboxWaiting(20), "test_approve", t)).toEqual({ kind: "change", to: "approved", approveAt: null, event: "connection.approved" });
+    expect(transition(sandboxWaiting(20), "test_approve", t)).toEqual({
+      kind: "change",
+      to: "approved",
+      approveAt: null,
+      event: "connection.approved",
+    });
   });
   it("approve: declined -> approved, as the caregiver may; approved: unchanged (no second event)", () => {
     expect(transition(sandboxed("declined"), "test_approve", t)).toEqual(change("approved", "connection.approved"));
@@ -242,7 +271,12 @@ describe("test helpers (a partner's own test connections)", () => {
     }
   });
   it("decline: pending -> declined, no event, no schedule; it reads pending, then expired when its window ends (guarantee 4)", () => {
-    expect(transition(sandboxWaiting(5), "test_decline", t)).toEqual({ kind: "change", to: "declined", approveAt: null, event: null });
+    expect(transition(sandboxWaiting(5), "test_decline", t)).toEqual({
+      kind: "change",
+      to: "declined",
+      approveAt: null,
+      event: null,
+    });
     expect(externalStatus(st("declined", { mode: "test", age: ttl - 1 }), t)).toBe("pending");
     expect(externalStatus(st("declined", { mode: "test", age: ttl }), t)).toBe("expired");
     expect(transition(sandboxed("declined"), "test_decline", t)).toEqual(unchanged);
@@ -252,9 +286,16 @@ describe("test helpers (a partner's own test connections)", () => {
     expect(transition(sandboxed("revoked"), "test_sever", t)).toEqual(unchanged);
   });
   it("expire: pending or declined -> expired at once, no event, whatever its age; expired: unchanged", () => {
-    expect(transition(sandboxWaiting(5, 1), "test_expire", t)).toEqual({ kind: "change", to: "expired", approveAt: null, event: null });
+    expect(transition(sandboxWaiting(5, 1), "test_expire", t)).toEqual({
+      kind: "change",
+      to: "expired",
+      approveAt: null,
+      event: null,
+    });
     expect(transition(sandboxed("declined"), "test_expire", t)).toEqual(change("expired", null));
-    expect(transition(st("pending", { mode: "test", resolved: false }), "test_expire", t)).toEqual(change("expired", null));
+    expect(transition(st("pending", { mode: "test", resolved: false }), "test_expire", t)).toEqual(
+      change("expired", null),
+    );
     expect(transition(sandboxed("expired"), "test_expire", t)).toEqual(unchanged);
   });
   it.each([
@@ -262,7 +303,12 @@ describe("test helpers (a partner's own test connections)", () => {
     ["sever", "a declined connection", "test_sever", sandboxed("declined")],
     ["approve", "an expired connection", "test_approve", sandboxed("expired")],
     ["approve", "a revoked connection", "test_approve", sandboxed("revoked")],
-    ["approve", "a connection to a real address (no elder to consent)", "test_approve", st("pending", { mode: "test", resolved: false })],
+    [
+      "approve",
+      "a connection to a real address (no elder to consent)",
+      "test_approve",
+      st("pending", { mode: "test", resolved: false }),
+    ],
     ["decline", "an approved connection", "test_decline", sandboxed("approved")],
     ["decline", "an expired connection", "test_decline", sandboxed("expired")],
     ["expire", "an approved connection", "test_expire", sandboxed("approved")],
@@ -270,25 +316,48 @@ describe("test helpers (a partner's own test connections)", () => {
   ] as const)("%s of %s is refused", (_, __, trigger, state) => {
     expect(transition(state, trigger, t)).toEqual(refused);
   });
-  it.each(["test_approve", "test_decline", "test_sever", "test_expire"] as const)("%s is refused on every live connection, in every status", (trigger) => {
-    for (const status of ["pending", "approved", "declined", "expired", "revoked"] as const) {
-      expect(transition(st(status), trigger, t)).toEqual({ kind: "refused", reason: "test helpers act only on test connections" });
-    }
-  });
+  it.each(["test_approve", "test_decline", "test_sever", "test_expire"] as const)(
+    "%s is refused on every live connection, in every status",
+    (trigger) => {
+      for (const status of ["pending", "approved", "declined", "expired", "revoked"] as const) {
+        expect(transition(st(status), trigger, t)).toEqual({
+          kind: "refused",
+          reason: "test helpers act only on test connections",
+        });
+      }
+    },
+  );
 });
 
 describe("events", () => {
   it("only approve, auto-approval, sever and DELETE of an approved connection emit (the test helpers' approve and sever on test ones), and only the two event types", () => {
     const statuses: InternalStatus[] = ["pending", "approved", "declined", "expired", "revoked"];
-    const triggers: Trigger[] = ["request", "approve", "decline", "sever", "auto_approve", "delete", "expire", "test_approve", "test_decline", "test_sever", "test_expire"];
+    const triggers: Trigger[] = [
+      "request",
+      "approve",
+      "decline",
+      "sever",
+      "auto_approve",
+      "delete",
+      "expire",
+      "test_approve",
+      "test_decline",
+      "test_sever",
+      "test_expire",
+    ];
     const emitting: string[] = [];
     for (const mode of ["live", "test"] as const) {
       for (const status of statuses) {
         for (const age of [10, ttl]) {
           for (const trigger of triggers) {
-            const state = st(status, { mode, age, approveAt: mode === "test" && status === "pending" ? later(-1) : null });
+            const state = st(status, {
+              mode,
+              age,
+              approveAt: mode === "test" && status === "pending" ? later(-1) : null,
+            });
             const outcome = transition(state, trigger, t);
-            if (outcome.kind === "change" && outcome.event) emitting.push(`${mode} ${effectiveStatus(state, t)} ${trigger} ${outcome.event}`);
+            if (outcome.kind === "change" && outcome.event)
+              emitting.push(`${mode} ${effectiveStatus(state, t)} ${trigger} ${outcome.event}`);
           }
         }
       }

@@ -118,7 +118,8 @@ function asciiHex(data: Buffer, sink: Sink) {
   let high = -1;
   for (const c of data) {
     if (c === 0x3e) break; // '>'
-    const v = c >= 0x30 && c <= 0x39 ? c - 0x30 : c >= 0x41 && c <= 0x46 ? c - 0x37 : c >= 0x61 && c <= 0x66 ? c - 0x57 : -1;
+    const v =
+      c >= 0x30 && c <= 0x39 ? c - 0x30 : c >= 0x41 && c <= 0x46 ? c - 0x37 : c >= 0x61 && c <= 0x66 ? c - 0x57 : -1;
     if (v < 0) continue;
     if (high < 0) high = v;
     else {
@@ -240,9 +241,18 @@ function lzw(data: Buffer, sink: Sink) {
         write(code);
       } else if (code < next) {
         write(code);
-        if (next < 4096) (prefix[next] = previous), (suffix[next] = first(code)), (head[next] = head[previous]!), (length[next] = length[previous]! + 1), next++;
+        if (next < 4096)
+          (prefix[next] = previous),
+            (suffix[next] = first(code)),
+            (head[next] = head[previous]!),
+            (length[next] = length[previous]! + 1),
+            next++;
       } else if (code === next && next < 4096) {
-        (prefix[next] = previous), (suffix[next] = first(previous)), (head[next] = head[previous]!), (length[next] = length[previous]! + 1), next++;
+        (prefix[next] = previous),
+          (suffix[next] = first(previous)),
+          (head[next] = head[previous]!),
+          (length[next] = length[previous]! + 1),
+          next++;
         write(code);
       } else {
         sink.push(out.subarray(0, n));
@@ -276,7 +286,12 @@ async function decode(filter: Exclude<Filter, "image">, data: Buffer, sink: Sink
  * told apart (pdf-streams.ts, MalformedStream); else what they decode to. `work` counts the bytes
  * the stream pass examined.
  */
-export async function checkDecodedSize(pdf: Uint8Array, limit: number, perStream = limit, work: Work = { bytes: 0 }): Promise<number> {
+export async function checkDecodedSize(
+  pdf: Uint8Array,
+  limit: number,
+  perStream = limit,
+  work: Work = { bytes: 0 },
+): Promise<number> {
   const bytes = Buffer.from(pdf.buffer, pdf.byteOffset, pdf.byteLength);
   const budget = new Budget(limit, perStream);
   let fed = 0;
@@ -293,7 +308,12 @@ export async function checkDecodedSize(pdf: Uint8Array, limit: number, perStream
       }
       // Streams may overlap (an object inside another's data): what the decoders read stays linear in the file.
       fed += body.length;
-      if (fed > 2 * bytes.length) throw new DecodedSizeExceeded(limit, undefined, "streams overlap: what they decode to cannot be measured in one pass");
+      if (fed > 2 * bytes.length)
+        throw new DecodedSizeExceeded(
+          limit,
+          undefined,
+          "streams overlap: what they decode to cannot be measured in one pass",
+        );
       let data = body;
       for (let i = 0; i < filters.length; i++) {
         const filter = filters[i]!;
@@ -306,7 +326,8 @@ export async function checkDecodedSize(pdf: Uint8Array, limit: number, perStream
       }
     }
   } catch (err) {
-    if (err instanceof MalformedStream) throw new DecodedSizeExceeded(limit, undefined, `${err.message}: what its streams decode to cannot be measured`);
+    if (err instanceof MalformedStream)
+      throw new DecodedSizeExceeded(limit, undefined, `${err.message}: what its streams decode to cannot be measured`);
     throw err;
   }
   return budget.used;

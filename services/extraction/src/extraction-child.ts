@@ -74,13 +74,25 @@ function dimensions(bytes: Uint8Array) {
 }
 
 async function duration(bytes: Uint8Array, mediaType: string) {
-  const { format } = await parseBuffer(bytes, { mimeType: mediaType, size: bytes.length }, { duration: true, skipCovers: true });
-  if (format.duration === undefined || !Number.isFinite(format.duration) || format.duration <= 0) throw new Unparseable("no audio duration");
+  const { format } = await parseBuffer(
+    bytes,
+    { mimeType: mediaType, size: bytes.length },
+    { duration: true, skipCovers: true },
+  );
+  if (format.duration === undefined || !Number.isFinite(format.duration) || format.duration <= 0)
+    throw new Unparseable("no audio duration");
   return { durationSeconds: format.duration };
 }
 
 /** The thread's task. Never throws for bad bytes: that is `{ ok: false }`. */
-export default async function run({ kind, mediaType, bytes, maxDecodedBytes, maxStreamBytes, ...task }: ExtractionTask): Promise<Extracted> {
+export default async function run({
+  kind,
+  mediaType,
+  bytes,
+  maxDecodedBytes,
+  maxStreamBytes,
+  ...task
+}: ExtractionTask): Promise<Extracted> {
   maxTextChars = task.maxTextChars;
   try {
     switch (kind) {
@@ -95,7 +107,12 @@ export default async function run({ kind, mediaType, bytes, maxDecodedBytes, max
     }
   } catch (err) {
     const reason = err instanceof DecodedSizeExceeded ? "decoded_size" : "unparseable";
-    return { ok: false, kind, reason, error: err instanceof Error ? `${err.name}: ${err.message}`.slice(0, 500) : "unparseable" };
+    return {
+      ok: false,
+      kind,
+      reason,
+      error: err instanceof Error ? `${err.name}: ${err.message}`.slice(0, 500) : "unparseable",
+    };
   }
 }
 

@@ -142,7 +142,8 @@ export class Extractor {
 
   private async runOne(mediaType: string, bytes: Uint8Array): Promise<Extracted> {
     const type = acceptedType(mediaType);
-    if (!type) return { ok: false, kind: "plain-text", reason: "unsupported_type", error: `no extraction for ${mediaType}` };
+    if (!type)
+      return { ok: false, kind: "plain-text", reason: "unsupported_type", error: `no extraction for ${mediaType}` };
     if (this.closed) throw new ExtractorDied("the extractor is closed");
     const kind = type.extraction;
     const spawned = (this.child ??= this.spawnChild());
@@ -154,7 +155,10 @@ export class Extractor {
       child.kill("SIGKILL");
     };
     const ceiling = this.limits.memoryCeilingMb * 1024 * 1024;
-    const timer = setTimeout(() => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`), this.limits.timeoutMs);
+    const timer = setTimeout(
+      () => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`),
+      this.limits.timeoutMs,
+    );
     // The CPU time is the child's since it was forked: what it had used before this file is not this file's.
     const cpuAtStart = child.pid === undefined ? undefined : cpuMs(child.pid);
     const memoryWatch = every(
@@ -163,9 +167,11 @@ export class Extractor {
       async () => {
         if (child.pid === undefined) return;
         const rss = residentBytes(child.pid);
-        if (rss !== undefined && rss > ceiling) kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
+        if (rss !== undefined && rss > ceiling)
+          kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
         const cpu = cpuMs(child.pid);
-        if (cpu !== undefined && cpuAtStart !== undefined && cpu - cpuAtStart > this.limits.cpuTimeMs) kill("time_limit", `extraction used more than ${this.limits.cpuTimeMs} ms of CPU time`);
+        if (cpu !== undefined && cpuAtStart !== undefined && cpu - cpuAtStart > this.limits.cpuTimeMs)
+          kill("time_limit", `extraction used more than ${this.limits.cpuTimeMs} ms of CPU time`);
       },
       this.logger,
       { runAtStart: false },
@@ -173,13 +179,21 @@ export class Extractor {
     try {
       const result = await new Promise<Extracted | Error>((settle) => {
         this.running = { child, settle };
-        const task: ExtractionTask = { kind, mediaType, bytes, maxDecodedBytes: this.limits.maxDecodedBytes, maxStreamBytes: this.limits.maxStreamBytes, maxTextChars: this.limits.maxTextChars };
+        const task: ExtractionTask = {
+          kind,
+          mediaType,
+          bytes,
+          maxDecodedBytes: this.limits.maxDecodedBytes,
+          maxStreamBytes: this.limits.maxStreamBytes,
+          maxTextChars: this.limits.maxTextChars,
+        };
         child.send(task);
       });
       if (broken) return broken;
       if (result instanceof Error) {
         // V8's own heap limit ends the child with an abort: that is the memory ceiling too.
-        if (/SIGABRT|SIGTRAP|exit code 134/.test(result.message)) return { ok: false, kind, reason: "memory_limit", error: `extraction used more than its heap` };
+        if (/SIGABRT|SIGTRAP|exit code 134/.test(result.message))
+          return { ok: false, kind, reason: "memory_limit", error: `extraction used more than its heap` };
         throw result;
       }
       return result;

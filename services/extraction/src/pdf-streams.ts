@@ -58,14 +58,30 @@ const HEADERS_TRIED = 4;
 /** White space between a stream's data and `endstream` (an end of line, some producers' two). */
 const MAX_EOL = 16;
 
-const isWhite = (c: number | undefined) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || c === 0x0c || c === 0x00;
+const isWhite = (c: number | undefined) =>
+  c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || c === 0x0c || c === 0x00;
 // ( ) < > [ ] { } / %
-const isDelimiter = (c: number) => c === 0x28 || c === 0x29 || c === 0x3c || c === 0x3e || c === 0x5b || c === 0x5d || c === 0x7b || c === 0x7d || c === 0x2f || c === 0x25;
+const isDelimiter = (c: number) =>
+  c === 0x28 ||
+  c === 0x29 ||
+  c === 0x3c ||
+  c === 0x3e ||
+  c === 0x5b ||
+  c === 0x5d ||
+  c === 0x7b ||
+  c === 0x7d ||
+  c === 0x2f ||
+  c === 0x25;
 /** A byte that continues a name, number or keyword (end of file is not one). */
 const isRegular = (c: number | undefined) => c !== undefined && !isWhite(c) && !isDelimiter(c);
 const isDigit = (c: number | undefined) => c !== undefined && c >= 0x30 && c <= 0x39;
 
-type Value = { kind: "int"; n: number } | { kind: "name"; name: string } | { kind: "array"; items: Value[] } | { kind: "ref" } | { kind: "other" };
+type Value =
+  | { kind: "int"; n: number }
+  | { kind: "name"; name: string }
+  | { kind: "array"; items: Value[] }
+  | { kind: "ref" }
+  | { kind: "other" };
 
 class Fail extends Error {}
 
@@ -109,7 +125,8 @@ class Lexer {
     let depth = 1;
     while (this.pos < this.limit) {
       const c = this.pdf[this.pos++]!;
-      if (c === 0x5c) this.pos++; // '\': the next byte is escaped
+      if (c === 0x5c)
+        this.pos++; // '\': the next byte is escaped
       else if (c === 0x28) depth++;
       else if (c === 0x29 && --depth === 0) return;
     }
@@ -220,7 +237,8 @@ function dictOf(entries: Map<string, Value>): StreamDict {
   let filters: string[] | null;
   if (filter === undefined) filters = [];
   else if (filter.kind === "name") filters = [filter.name];
-  else if (filter.kind === "array" && filter.items.every((f) => f.kind === "name")) filters = filter.items.map((f) => (f as { name: string }).name);
+  else if (filter.kind === "array" && filter.items.every((f) => f.kind === "name"))
+    filters = filter.items.map((f) => (f as { name: string }).name);
   else filters = null;
   const length = entries.get("Length");
   const subtype = entries.get("Subtype");
@@ -375,7 +393,8 @@ export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<P
         break;
       }
       // A real object's keyword is lexed once or twice: more is an attempt to make this pass slow.
-      if (++header.lexed > MAX_LEXES_PER_HEADER) throw new MalformedStream(at, "is one of too many after one object header");
+      if (++header.lexed > MAX_LEXES_PER_HEADER)
+        throw new MalformedStream(at, "is one of too many after one object header");
       const found = dictionaryEndingAt(pdf, header.at, at, work);
       if (found === "inside") inside = true;
       else if (found) {

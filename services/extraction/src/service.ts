@@ -35,25 +35,44 @@ export interface ExtractionOptions {
   extract?: Extract;
 }
 
-export async function startExtractionService(settings: Settings, logger: Logger, options: ExtractionOptions = {}): Promise<RunningService> {
+export async function startExtractionService(
+  settings: Settings,
+  logger: Logger,
+  options: ExtractionOptions = {},
+): Promise<RunningService> {
   const timing = { ...DEFAULT_TIMING, ...options.timing };
-  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.extraction`, logger, kafkaCredentials(settings));
+  const kafka = createKafka(
+    settings.KAFKA_BROKERS,
+    `${settings.DATA_NAMESPACE}.extraction`,
+    logger,
+    kafkaCredentials(settings),
+  );
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["fileEvents"]);
   const admin = kafka.admin();
   await admin.connect();
-  const extractor = new Extractor({
-    ...DEFAULT_EXTRACTION_LIMITS,
-    timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
-    cpuTimeMs: settings.EXTRACTION_CPU_TIME_LIMIT_SECONDS * 1000,
-    memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
-    ...options.limits,
-  }, logger);
-  const worker = new ExtractionWorker(clientsFor(settings).fileIntake(), timing, logger, options.extract ?? ((type, bytes) => extractor.extract(type, bytes)));
+  const extractor = new Extractor(
+    {
+      ...DEFAULT_EXTRACTION_LIMITS,
+      timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
+      cpuTimeMs: settings.EXTRACTION_CPU_TIME_LIMIT_SECONDS * 1000,
+      memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
+      ...options.limits,
+    },
+    logger,
+  );
+  const worker = new ExtractionWorker(
+    clientsFor(settings).fileIntake(),
+    timing,
+    logger,
+    options.extract ?? ((type, bytes) => extractor.extract(type, bytes)),
+  );
   const taking = takeFiles(worker, timing.pollEveryMs, logger);
-  const consumer = await consumeFileEvents(kafka, settings.DATA_NAMESPACE, worker, taking, logger).catch(async (err: unknown) => {
-    await taking.stop();
-    throw err;
-  });
+  const consumer = await consumeFileEvents(kafka, settings.DATA_NAMESPACE, worker, taking, logger).catch(
+    async (err: unknown) => {
+      await taking.stop();
+      throw err;
+    },
+  );
   const server = await startConnectServer({
     service: "extraction",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,

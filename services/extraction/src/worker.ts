@@ -66,7 +66,10 @@ export class ExtractionWorker {
     }
     let next: fileintakev1.TakeNextFileForExtractionResponse;
     try {
-      next = await this.intake.takeNextFileForExtraction({ leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts });
+      next = await this.intake.takeNextFileForExtraction({
+        leaseMs: this.timing.leaseMs,
+        maxAttempts: this.timing.maxAttempts,
+      });
     } catch (err) {
       if (!(err instanceof ConnectError && err.code === Code.Unimplemented)) throw err;
       this.logger.warn("file-intake takes no next file (an earlier release): files are taken by their events");
@@ -79,16 +82,32 @@ export class ExtractionWorker {
 
   /** Takes this file and extracts it. */
   async process(fileId: string): Promise<Processed> {
-    return this.extractTaken(fileId, await this.intake.takeFileForExtraction({ fileId, leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts }));
+    return this.extractTaken(
+      fileId,
+      await this.intake.takeFileForExtraction({
+        fileId,
+        leaseMs: this.timing.leaseMs,
+        maxAttempts: this.timing.maxAttempts,
+      }),
+    );
   }
 
   private async extractTaken(fileId: string, take: Taken): Promise<Processed> {
     if (!take.taken) {
-      return take.status === fileintakev1.FileStatus.FAILED ? "failed" : take.status === fileintakev1.FileStatus.PROCESSED ? "processed" : "skipped";
+      return take.status === fileintakev1.FileStatus.FAILED
+        ? "failed"
+        : take.status === fileintakev1.FileStatus.PROCESSED
+          ? "processed"
+          : "skipped";
     }
     const { holder } = take;
     const started = performance.now();
-    const heartbeat = keepAlive(`the extraction lease of ${fileId}`, this.timing.heartbeatMs, async () => (await this.intake.renewExtractionLease({ fileId, holder, leaseMs: this.timing.leaseMs })).held, this.logger);
+    const heartbeat = keepAlive(
+      `the extraction lease of ${fileId}`,
+      this.timing.heartbeatMs,
+      async () => (await this.intake.renewExtractionLease({ fileId, holder, leaseMs: this.timing.leaseMs })).held,
+      this.logger,
+    );
     try {
       // Part by part (a stored segment each, at most 1 MiB), as the transport serves no response streams.
       const parts: Uint8Array[] = [];
@@ -105,7 +124,10 @@ export class ExtractionWorker {
       } catch (err) {
         if (!(err instanceof ExtractorDied)) throw err;
         // Not decided here: the lease runs out and the attempt stays counted.
-        this.logger.warn({ fileId, attempt: take.attempt, err: err.message }, "extractor died on a file; it will be taken again");
+        this.logger.warn(
+          { fileId, attempt: take.attempt, err: err.message },
+          "extractor died on a file; it will be taken again",
+        );
         return "died";
       }
       void heartbeat.stop();
@@ -122,7 +144,10 @@ export class ExtractionWorker {
 
   /** Takes every file left in `received` past `stuckAfterMs` whose lease is free (with a file-intake of an earlier release). */
   async sweepStuck(): Promise<number> {
-    const { fileIds } = await this.intake.listFilesAwaitingExtraction({ receivedBeforeMs: this.timing.stuckAfterMs, limit: 50 });
+    const { fileIds } = await this.intake.listFilesAwaitingExtraction({
+      receivedBeforeMs: this.timing.stuckAfterMs,
+      limit: 50,
+    });
     for (const id of fileIds) await this.process(id);
     return fileIds.length;
   }
@@ -133,7 +158,14 @@ function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.Reco
   if (!outcome.ok) return { ok: false, kind: outcome.kind, error: outcome.error, failureReason: outcome.reason };
   switch (outcome.kind) {
     case "pdf-text":
-      return { ok: true, kind: outcome.kind, text: outcome.text, textLength: BigInt(outcome.textLength), textTruncated: outcome.textTruncated, pages: outcome.pages };
+      return {
+        ok: true,
+        kind: outcome.kind,
+        text: outcome.text,
+        textLength: BigInt(outcome.textLength),
+        textTruncated: outcome.textTruncated,
+        pages: outcome.pages,
+      };
     case "plain-text":
       return { ok: true, kind: outcome.kind, textLength: BigInt(outcome.textLength) };
     case "image-dimensions":
@@ -185,7 +217,13 @@ export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logg
  * wakes the taking of files (the event's file may not be the next one taken: another partner's may
  * be). The offset moves on at once; what matters is on file-intake's records.
  */
-export function consumeFileEvents(kafka: Kafka, namespace: string, worker: ExtractionWorker, taking: TakingFiles, logger: Logger): Promise<Consuming> {
+export function consumeFileEvents(
+  kafka: Kafka,
+  namespace: string,
+  worker: ExtractionWorker,
+  taking: TakingFiles,
+  logger: Logger,
+): Promise<Consuming> {
   return consume({
     kafka,
     logger,
@@ -208,8 +246,8 @@ export function consumeFileEvents(kafka: Kafka, namespace: string, worker: Extra
       // With file-intake of an earlier release: this event's file, now. A failure to reach
       // file-intake is retried a few times here; after that the file stays `received` for the
       // stuck sweep, and the offset moves on.
-      await retry("processing a file", () => worker.process(fileId), { attempts: 5, firstDelayMs: 200 }).catch((err: unknown) =>
-        logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry"),
+      await retry("processing a file", () => worker.process(fileId), { attempts: 5, firstDelayMs: 200 }).catch(
+        (err: unknown) => logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry"),
       );
     },
   });

@@ -9,7 +9,14 @@ import { DEFAULT_EXTRACTION_LIMITS, Extractor } from "../src/extractor.js";
 
 jest.setTimeout(120_000);
 
-const SECRETS = ["SERVICE_IDENTITY_KEY", "KAFKA_PASSWORD", "DATA_KEYS", "CREDENTIAL_PEPPER", "MONGODB_URI", "MONGODB_PASSWORD"] as const;
+const SECRETS = [
+  "SERVICE_IDENTITY_KEY",
+  "KAFKA_PASSWORD",
+  "DATA_KEYS",
+  "CREDENTIAL_PEPPER",
+  "MONGODB_URI",
+  "MONGODB_PASSWORD",
+] as const;
 
 const environOf = (pid: number) =>
   Object.fromEntries(
@@ -24,8 +31,9 @@ describe("extraction child environment", () => {
   const extractor = new Extractor(DEFAULT_EXTRACTION_LIMITS);
   afterAll(async () => {
     await extractor.close();
-    for (const [name, value] of Object.entries(saved)) if (value === undefined) delete process.env[name];
-    else process.env[name] = value;
+    for (const [name, value] of Object.entries(saved))
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
   });
 
   it("the child gets none of the parent's secrets (SERVICE_IDENTITY_KEY, KAFKA_PASSWORD, DATA_KEYS, CREDENTIAL_PEPPER, the database URI), only the allow-listed variables (and Node's IPC channel)", async () => {
@@ -38,7 +46,14 @@ describe("extraction child environment", () => {
     const env = environOf(pid!);
     for (const name of SECRETS) expect({ name, value: env[name] }).toEqual({ name, value: undefined });
     expect(Object.values(env).join("\n")).not.toContain("secret-of-the-parent");
-    expect(Object.keys(env).filter((name) => name !== "NODE_OPTIONS" && !name.startsWith("NODE_CHANNEL_") && !(CHILD_ENVIRONMENT_ALLOWED as readonly string[]).includes(name))).toEqual([]);
+    expect(
+      Object.keys(env).filter(
+        (name) =>
+          name !== "NODE_OPTIONS" &&
+          !name.startsWith("NODE_CHANNEL_") &&
+          !(CHILD_ENVIRONMENT_ALLOWED as readonly string[]).includes(name),
+      ),
+    ).toEqual([]);
     // What it is allowed is passed on: the time zone, and NODE_OPTIONS emptied.
     expect(env.TZ).toBe("UTC");
     expect(env.NODE_OPTIONS).toBe("");

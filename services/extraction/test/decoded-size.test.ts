@@ -1,7 +1,15 @@
 import { deflateSync } from "node:zlib";
 import { describe, expect, it } from "@jest/globals";
 import { chainOf, checkDecodedSize, DecodedSizeExceeded } from "../src/decoded-size.js";
-import { bombWithDictionaryPdf, chainedFlateBombPdf, flateBomb, flateBombPdf, hexFlateBombPdf, onePagePdf, unterminatedStreamsPdf } from "./hostile-pdfs.js";
+import {
+  bombWithDictionaryPdf,
+  chainedFlateBombPdf,
+  flateBomb,
+  flateBombPdf,
+  hexFlateBombPdf,
+  onePagePdf,
+  unterminatedStreamsPdf,
+} from "./hostile-pdfs.js";
 
 // The decoded-size check (src/decoded-size.ts), pure: every PDF filter chain is bounded before a
 // child decodes it. The children themselves: extraction-limits.integration.test.ts.
@@ -27,20 +35,40 @@ describe("the decoded-size limit (checkDecodedSize)", () => {
 
   // Text near a stream once decided how it was judged: each of these skipped or under-counted the bomb.
   it.each([
-    ["a comment in its dictionary says /Subtype /Image", "<< /Length %LENGTH% /Filter /FlateDecode % /Subtype /Image\n>>"],
-    ["a string in its dictionary says /Subtype /Image", "<< /Length %LENGTH% /Alt (/Subtype /Image) /Filter /FlateDecode >>"],
-    ["a nested dictionary's /Filter /DCTDecode comes before its own /Filter", "<< /DecodeParms << /Filter /DCTDecode >> /Length %LENGTH% /Filter /FlateDecode >>"],
+    [
+      "a comment in its dictionary says /Subtype /Image",
+      "<< /Length %LENGTH% /Filter /FlateDecode % /Subtype /Image\n>>",
+    ],
+    [
+      "a string in its dictionary says /Subtype /Image",
+      "<< /Length %LENGTH% /Alt (/Subtype /Image) /Filter /FlateDecode >>",
+    ],
+    [
+      "a nested dictionary's /Filter /DCTDecode comes before its own /Filter",
+      "<< /DecodeParms << /Filter /DCTDecode >> /Length %LENGTH% /Filter /FlateDecode >>",
+    ],
     ["its filter's name is written with #xx", "<< /Length %LENGTH% /Filter /#46lateDecode >>"],
   ])("measures a Flate bomb whose dictionary is not an image's although %s", async (_, dictionary) => {
-    await expect(checkDecodedSize(bombWithDictionaryPdf(dictionary), 256 * MiB, 8 * MiB)).rejects.toThrow(/a stream decodes to more than 8388608 bytes/);
+    await expect(checkDecodedSize(bombWithDictionaryPdf(dictionary), 256 * MiB, 8 * MiB)).rejects.toThrow(
+      /a stream decodes to more than 8388608 bytes/,
+    );
   });
 
   it("measures a Flate bomb whose header is on a line of its own after an image object", async () => {
-    await expect(checkDecodedSize(bombWithDictionaryPdf("<< /Length %LENGTH% /Filter /FlateDecode >>", 64, "4 0\nobj\n"), 256 * MiB, 8 * MiB)).rejects.toBeInstanceOf(DecodedSizeExceeded);
+    await expect(
+      checkDecodedSize(
+        bombWithDictionaryPdf("<< /Length %LENGTH% /Filter /FlateDecode >>", 64, "4 0\nobj\n"),
+        256 * MiB,
+        8 * MiB,
+      ),
+    ).rejects.toBeInstanceOf(DecodedSizeExceeded);
   });
 
   it("measures a Flate bomb after an unterminated image stream (its data runs over the bomb)", async () => {
-    const pdf = Buffer.concat([unterminatedStreamsPdf(10_000), bombWithDictionaryPdf("<< /Length %LENGTH% /Filter /FlateDecode >>")]);
+    const pdf = Buffer.concat([
+      unterminatedStreamsPdf(10_000),
+      bombWithDictionaryPdf("<< /Length %LENGTH% /Filter /FlateDecode >>"),
+    ]);
     await expect(checkDecodedSize(pdf, 256 * MiB, 8 * MiB)).rejects.toBeInstanceOf(DecodedSizeExceeded);
   });
 
@@ -62,13 +90,19 @@ describe("the decoded-size limit (checkDecodedSize)", () => {
     await expect(checkDecodedSize(bomb, 8 * MiB)).rejects.toBeInstanceOf(DecodedSizeExceeded);
     const a85 = onePagePdf(Buffer.concat([ascii85(flateBomb(256)), Buffer.from("~>")]), ["A85", "Fl"]);
     await expect(checkDecodedSize(a85, 8 * MiB)).rejects.toBeInstanceOf(DecodedSizeExceeded);
-    const small = onePagePdf(Buffer.from(deflateSync(Buffer.alloc(1000, 0x20)).toString("hex") + ">"), ["ASCIIHexDecode", "FlateDecode"]);
+    const small = onePagePdf(Buffer.from(`${deflateSync(Buffer.alloc(1000, 0x20)).toString("hex")}>`), [
+      "ASCIIHexDecode",
+      "FlateDecode",
+    ]);
     expect(await checkDecodedSize(small, MiB)).toBeGreaterThanOrEqual(1000);
   });
 
   it("counts what RunLength and LZW expand to", async () => {
     // RunLength: 2 bytes (257 - 129 = 128 copies of one byte) each.
-    const rl = onePagePdf(Buffer.concat([Buffer.alloc(2 * 300_000).fill(Buffer.from([129, 0x41])), Buffer.from([128])]), ["RunLengthDecode"]);
+    const rl = onePagePdf(
+      Buffer.concat([Buffer.alloc(2 * 300_000).fill(Buffer.from([129, 0x41])), Buffer.from([128])]),
+      ["RunLengthDecode"],
+    );
     await expect(checkDecodedSize(rl, 16 * MiB)).rejects.toBeInstanceOf(DecodedSizeExceeded);
     expect(await checkDecodedSize(rl, 64 * MiB)).toBe(300_000 * 128);
     // LZW: "ABABABA" from the spec's example codes 65 66 258 260 then EOD (9 bits each).
@@ -82,10 +116,16 @@ describe("the decoded-size limit (checkDecodedSize)", () => {
 
   it("bounds each stream but a font's on its own: one page of 9 MiB fails, 9 MiB over many pages does not", async () => {
     const page = Buffer.from("10 10 m 20 20 l S\n".repeat(Math.ceil((9 * MiB) / 18)));
-    await expect(checkDecodedSize(onePagePdf(page), 256 * MiB, 8 * MiB)).rejects.toThrow(/a stream decodes to more than 8388608 bytes/);
+    await expect(checkDecodedSize(onePagePdf(page), 256 * MiB, 8 * MiB)).rejects.toThrow(
+      /a stream decodes to more than 8388608 bytes/,
+    );
     const pages = Buffer.concat(Array.from({ length: 9 }, () => onePagePdf(Buffer.alloc(MiB, 0x20))));
     expect(await checkDecodedSize(pages, 256 * MiB, 8 * MiB)).toBe(9 * MiB);
-    const font = Buffer.concat([Buffer.from("7 0 obj\n<< /Length1 9437184 /Filter /FlateDecode >>\nstream\n"), deflateSync(Buffer.alloc(9 * MiB)), Buffer.from("\nendstream\nendobj\n")]);
+    const font = Buffer.concat([
+      Buffer.from("7 0 obj\n<< /Length1 9437184 /Filter /FlateDecode >>\nstream\n"),
+      deflateSync(Buffer.alloc(9 * MiB)),
+      Buffer.from("\nendstream\nendobj\n"),
+    ]);
     expect(await checkDecodedSize(font, 256 * MiB, 8 * MiB)).toBe(9 * MiB);
   });
 

@@ -12,7 +12,7 @@ import { drawingOperatorsPdf, flateBombPdf, hexFlateBombPdf, largeTextPdf, manyO
 jest.setTimeout(120_000);
 
 const fixture = (name: string) => readFileSync(new URL(`../../file-intake/test/fixtures/${name}`, import.meta.url));
-const MiB = 1024 * 1024;
+const _MiB = 1024 * 1024;
 
 const extractors: Extractor[] = [];
 const extractor = (limits: Partial<typeof DEFAULT_EXTRACTION_LIMITS>) => {
@@ -52,7 +52,12 @@ describe("hostile PDFs end failed with their reason, quickly, and the child serv
   it("a hex-wrapped FlateDecode bomb (a 2 MB file decoding to 1 GiB) fails on the decoded-size limit", async () => {
     const e = extractor({});
     const { result, ms } = await timed(() => e.extract("application/pdf", hexFlateBombPdf(1024)));
-    expect(result).toEqual({ ok: false, kind: "pdf-text", reason: "decoded_size", error: expect.stringMatching(/^DecodedSizeExceeded: (streams|a stream) decodes? to more than/) });
+    expect(result).toEqual({
+      ok: false,
+      kind: "pdf-text",
+      reason: "decoded_size",
+      error: expect.stringMatching(/^DecodedSizeExceeded: (streams|a stream) decodes? to more than/),
+    });
     expect(ms).toBeLessThan(30_000);
     expect(await e.extract("application/pdf", fixture("sample.pdf"))).toMatchObject({ ok: true, pages: 1 });
   });
@@ -60,33 +65,64 @@ describe("hostile PDFs end failed with their reason, quickly, and the child serv
   it("a 24 MiB page of millions of drawing operators fails on the decoded-size limit of one stream", async () => {
     const e = extractor({});
     const { result } = await timed(() => e.extract("application/pdf", drawingOperatorsPdf(24)));
-    expect(result).toMatchObject({ ok: false, kind: "pdf-text", reason: "decoded_size", error: expect.stringMatching(/a stream decodes to more than/) });
+    expect(result).toMatchObject({
+      ok: false,
+      kind: "pdf-text",
+      reason: "decoded_size",
+      error: expect.stringMatching(/a stream decodes to more than/),
+    });
   });
 
   it("a bomb the size check does not stop is stopped by the child's memory ceiling, and only the child dies", async () => {
     // The decoded-size check off: pdf.js inflates the 500 MB itself, outside the JS heap.
-    const e = extractor({ maxDecodedBytes: Number.MAX_SAFE_INTEGER, maxStreamBytes: Number.MAX_SAFE_INTEGER, memoryCeilingMb: 160 });
+    const e = extractor({
+      maxDecodedBytes: Number.MAX_SAFE_INTEGER,
+      maxStreamBytes: Number.MAX_SAFE_INTEGER,
+      memoryCeilingMb: 160,
+    });
     const { result } = await timed(() => e.extract("application/pdf", flateBombPdf(500)));
-    expect(result).toEqual({ ok: false, kind: "pdf-text", reason: "memory_limit", error: expect.stringMatching(/more than 160 MiB|heap/) });
+    expect(result).toEqual({
+      ok: false,
+      kind: "pdf-text",
+      reason: "memory_limit",
+      error: expect.stringMatching(/more than 160 MiB|heap/),
+    });
     expect(await e.extract("application/pdf", fixture("sample.pdf"))).toMatchObject({ ok: true, pages: 1 });
   });
 
   it("a page of millions of operators fails on the time limit when the size check lets it through", async () => {
-    const e = extractor({ timeoutMs: 3_000, maxDecodedBytes: Number.MAX_SAFE_INTEGER, maxStreamBytes: Number.MAX_SAFE_INTEGER });
+    const e = extractor({
+      timeoutMs: 3_000,
+      maxDecodedBytes: Number.MAX_SAFE_INTEGER,
+      maxStreamBytes: Number.MAX_SAFE_INTEGER,
+    });
     const pdf = manyOperatorsPdf(2_000_000);
     const { result, ms } = await timed(() => e.extract("application/pdf", pdf));
     expect(result).toMatchObject({ ok: false, kind: "pdf-text" });
     expect((result as { reason: string }).reason).toMatch(/^(time_limit|memory_limit)$/);
     expect(ms).toBeLessThan(3_000 + 10_000);
-    expect(await e.extract("text/plain", Buffer.from("still here"))).toEqual({ ok: true, kind: "plain-text", textLength: 10 });
+    expect(await e.extract("text/plain", Buffer.from("still here"))).toEqual({
+      ok: true,
+      kind: "plain-text",
+      textLength: 10,
+    });
   });
 
   it("a file that keeps the child's core busy fails on the CPU-time limit, long before the wall clock's", async () => {
     const e = extractor({ cpuTimeMs: 300, timeoutMs: 60_000 });
     const { result, ms } = await timed(() => e.extract("application/pdf", largeTextPdf(4)));
-    expect(result).toEqual({ ok: false, kind: "pdf-text", reason: "time_limit", error: "extraction used more than 300 ms of CPU time" });
+    expect(result).toEqual({
+      ok: false,
+      kind: "pdf-text",
+      reason: "time_limit",
+      error: "extraction used more than 300 ms of CPU time",
+    });
     expect(ms).toBeLessThan(30_000);
-    expect(await e.extract("text/plain", Buffer.from("still here"))).toEqual({ ok: true, kind: "plain-text", textLength: 10 });
+    expect(await e.extract("text/plain", Buffer.from("still here"))).toEqual({
+      ok: true,
+      kind: "plain-text",
+      textLength: 10,
+    });
   });
 
   it("a child killed by anything else (the kernel's OOM killer) is reported as ExtractorDied, and replaced", async () => {
@@ -123,6 +159,11 @@ describe("a large PDF", () => {
 
 describe("types without an extraction", () => {
   it("an unsupported type is refused without a child", async () => {
-    expect(await extract("application/zip", Buffer.from("PK"))).toEqual({ ok: false, kind: "plain-text", reason: "unsupported_type", error: "no extraction for application/zip" });
+    expect(await extract("application/zip", Buffer.from("PK"))).toEqual({
+      ok: false,
+      kind: "plain-text",
+      reason: "unsupported_type",
+      error: "no extraction for application/zip",
+    });
   });
 });

@@ -14,16 +14,26 @@ describe("extraction of live files", () => {
   it("finds the text of a PDF", async () => {
     const res = await extract("application/pdf", fixture("sample.pdf"));
     expect(res).toMatchObject({ ok: true, kind: "pdf-text", pages: 1, textTruncated: false });
-    expect(res.ok && "text" in res && res.text.replace(/\s+/g, " ").trim()).toBe("Discharge summary: stable, follow up in 2 weeks");
+    expect(res.ok && "text" in res && res.text.replace(/\s+/g, " ").trim()).toBe(
+      "Discharge summary: stable, follow up in 2 weeks",
+    );
   });
 
   it("fails a PDF that cannot be parsed", async () => {
-    expect(await extract("application/pdf", fixture("corrupt.pdf"))).toMatchObject({ ok: false, kind: "pdf-text", reason: "unparseable" });
+    expect(await extract("application/pdf", fixture("corrupt.pdf"))).toMatchObject({
+      ok: false,
+      kind: "pdf-text",
+      reason: "unparseable",
+    });
   });
 
   it("measures a plain-text file (its text is the file: no copy)", async () => {
     const bytes = Buffer.from("\uFEFFcare note: é 😀\n");
-    expect(await extract("text/plain", bytes)).toEqual({ ok: true, kind: "plain-text", textLength: new TextDecoder().decode(bytes).length });
+    expect(await extract("text/plain", bytes)).toEqual({
+      ok: true,
+      kind: "plain-text",
+      textLength: new TextDecoder().decode(bytes).length,
+    });
   });
 
   it("caps the kept text of a PDF and records its full length", async () => {
@@ -67,7 +77,10 @@ describe("extraction of live files", () => {
     ["image/png", Buffer.concat([fixture("sample.png").subarray(0, 16), Buffer.alloc(40)])],
     ["image/jpeg", Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 0, 0, 0])],
     ["audio/wav", Buffer.concat([Buffer.from("RIFF"), Buffer.alloc(60, 7)])],
-    ["audio/mpeg", Buffer.concat([Buffer.from("ID3"), Buffer.from([4, 0, 0, 0, 0, 0, 10]), Buffer.alloc(10), Buffer.alloc(100, 1)])],
+    [
+      "audio/mpeg",
+      Buffer.concat([Buffer.from("ID3"), Buffer.from([4, 0, 0, 0, 0, 0, 10]), Buffer.alloc(10), Buffer.alloc(100, 1)]),
+    ],
   ])("fails %s bytes that cannot be parsed", async (type, bytes) => {
     expect(await extract(type, bytes)).toMatchObject({ ok: false, reason: "unparseable" });
   });

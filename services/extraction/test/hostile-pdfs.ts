@@ -10,8 +10,14 @@ export function onePagePdf(content: Buffer, filters: string[] = []): Buffer {
   const objects = [
     Buffer.from("<< /Type /Catalog /Pages 2 0 R >>"),
     Buffer.from("<< /Type /Pages /Kids [3 0 R] /Count 1 >>"),
-    Buffer.from("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>"),
-    Buffer.concat([Buffer.from(`<< /Length ${content.length}${filter} >>\nstream\n`), content, Buffer.from("\nendstream")]),
+    Buffer.from(
+      "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+    ),
+    Buffer.concat([
+      Buffer.from(`<< /Length ${content.length}${filter} >>\nstream\n`),
+      content,
+      Buffer.from("\nendstream"),
+    ]),
     Buffer.from("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"),
   ];
   const parts: Buffer[] = [Buffer.from("%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", "latin1")];
@@ -23,7 +29,11 @@ export function onePagePdf(content: Buffer, filters: string[] = []): Buffer {
     parts.push(obj);
     at += obj.length;
   });
-  const xref = [`xref\n0 ${objects.length + 1}\n`, "0000000000 65535 f \n", ...offsets.map((o) => `${String(o).padStart(10, "0")} 00000 n \n`)].join("");
+  const xref = [
+    `xref\n0 ${objects.length + 1}\n`,
+    "0000000000 65535 f \n",
+    ...offsets.map((o) => `${String(o).padStart(10, "0")} 00000 n \n`),
+  ].join("");
   parts.push(Buffer.from(`${xref}trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${at}\n%%EOF\n`));
   return Buffer.concat(parts);
 }
@@ -45,7 +55,8 @@ export function flateBomb(mib: number): Buffer {
 export const flateBombPdf = (mib = 500) => onePagePdf(flateBomb(mib), ["FlateDecode"]);
 
 /** The same bomb compressed once more: [/FlateDecode /FlateDecode], a few KB. */
-export const chainedFlateBombPdf = (mib = 500) => onePagePdf(deflateSync(flateBomb(mib), { level: 9 }), ["FlateDecode", "FlateDecode"]);
+export const chainedFlateBombPdf = (mib = 500) =>
+  onePagePdf(deflateSync(flateBomb(mib), { level: 9 }), ["FlateDecode", "FlateDecode"]);
 
 /** A page of `count` text-showing operators (each a few bytes once compressed). */
 export function manyOperatorsPdf(count: number): Buffer {
@@ -60,7 +71,8 @@ export function largeTextPdf(mib: number): Buffer {
 }
 
 /** The bomb behind a second filter: [/ASCIIHexDecode /FlateDecode], about 2 KB of hex per MiB decoded. */
-export const hexFlateBombPdf = (mib = 1024) => onePagePdf(Buffer.from(flateBomb(mib).toString("hex")), ["ASCIIHexDecode", "FlateDecode"]);
+export const hexFlateBombPdf = (mib = 1024) =>
+  onePagePdf(Buffer.from(flateBomb(mib).toString("hex")), ["ASCIIHexDecode", "FlateDecode"]);
 
 /** A PDF of about `mib` MiB whose one page is millions of drawing operators, uncompressed (nothing to decode). */
 export function drawingOperatorsPdf(mib: number): Buffer {
@@ -83,9 +95,13 @@ export function bombWithDictionaryPdf(dictionary: string, mib = 64, header = "4 
   const bomb = flateBomb(mib);
   const dict = dictionary.replace("%LENGTH%", String(bomb.length));
   return Buffer.concat([
-    Buffer.from("%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n"),
+    Buffer.from(
+      "%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n",
+    ),
     Buffer.from("3 0 obj\n<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>\nendobj\n"),
-    Buffer.from("5 0 obj\n<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /Filter /DCTDecode /Length 1 >>\nstream\nx\nendstream\nendobj\n"),
+    Buffer.from(
+      "5 0 obj\n<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /Filter /DCTDecode /Length 1 >>\nstream\nx\nendstream\nendobj\n",
+    ),
     Buffer.from(`${header}${dict}\nstream\n`),
     bomb,
     Buffer.from("\nendstream\nendobj\ntrailer\n<< /Root 1 0 R >>\n%%EOF\n"),

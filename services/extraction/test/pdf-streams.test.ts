@@ -23,14 +23,30 @@ describe("the streams of a PDF (pdfStreams)", () => {
 
   it("reads only the stream's own dictionary, at its top level: not comments, strings, nested dictionaries or the objects around it", () => {
     const dictOf = (dict: string) => streams(pdf(`4 0 obj\n${dict}\nstream\nx\nendstream\nendobj\n`))[0]!.dict;
-    expect(dictOf("<< /DecodeParms << /Filter /DCTDecode /Subtype /Image >> /Filter /FlateDecode >>")).toMatchObject({ filters: ["FlateDecode"], subtype: undefined });
-    expect(dictOf("<< /Filter /FlateDecode % /Subtype /Image\n>>")).toMatchObject({ filters: ["FlateDecode"], subtype: undefined });
-    expect(dictOf("<< /Alt (/Subtype /Image >> stream) /Filter [/AHx /Fl] >>")).toMatchObject({ filters: ["AHx", "Fl"], subtype: undefined });
-    expect(dictOf("<< /Filter /#46lateDecode /Subtype /Image /Length1 10 >>")).toEqual({ filters: ["FlateDecode"], subtype: "Image", length1: true, length: undefined });
+    expect(dictOf("<< /DecodeParms << /Filter /DCTDecode /Subtype /Image >> /Filter /FlateDecode >>")).toMatchObject({
+      filters: ["FlateDecode"],
+      subtype: undefined,
+    });
+    expect(dictOf("<< /Filter /FlateDecode % /Subtype /Image\n>>")).toMatchObject({
+      filters: ["FlateDecode"],
+      subtype: undefined,
+    });
+    expect(dictOf("<< /Alt (/Subtype /Image >> stream) /Filter [/AHx /Fl] >>")).toMatchObject({
+      filters: ["AHx", "Fl"],
+      subtype: undefined,
+    });
+    expect(dictOf("<< /Filter /#46lateDecode /Subtype /Image /Length1 10 >>")).toEqual({
+      filters: ["FlateDecode"],
+      subtype: "Image",
+      length1: true,
+      length: undefined,
+    });
     expect(dictOf("<< /Filter 7 0 R >>").filters).toBeNull();
     expect(dictOf("<< /Length 1 >>")).toEqual({ filters: [], subtype: undefined, length1: false, length: 1 });
     // The header on a line of its own, after an image object: only its own dictionary counts.
-    const after = pdf("5 0 obj << /Subtype /Image /Length 1 >> stream\nx\nendstream endobj\n4 0\nobj\n<< /Filter /FlateDecode >>\nstream\nx\nendstream\n");
+    const after = pdf(
+      "5 0 obj << /Subtype /Image /Length 1 >> stream\nx\nendstream endobj\n4 0\nobj\n<< /Filter /FlateDecode >>\nstream\nx\nendstream\n",
+    );
     expect(streams(after).map((s) => s.dict.subtype)).toEqual(["Image", undefined]);
   });
 
@@ -43,7 +59,10 @@ describe("the streams of a PDF (pdfStreams)", () => {
   });
 
   it("finds a stream inside another's data: an unterminated stream does not hide the objects after it", () => {
-    const bytes = pdf("1 0 obj <</Subtype /Image>> stream\nabc\n", "4 0 obj << /Filter /FlateDecode /Length 3 >> stream\nxyz\nendstream endobj\n");
+    const bytes = pdf(
+      "1 0 obj <</Subtype /Image>> stream\nabc\n",
+      "4 0 obj << /Filter /FlateDecode /Length 3 >> stream\nxyz\nendstream endobj\n",
+    );
     expect(streams(bytes).map((s) => [s.dict.subtype ?? s.dict.filters!.join(), data(bytes, s)])).toEqual([
       ["Image", "abc\n4 0 obj << /Filter /FlateDecode /Length 3 >> stream\nxyz\n"],
       ["FlateDecode", "xyz"],
@@ -55,22 +74,52 @@ describe("the streams of a PDF (pdfStreams)", () => {
     const fake = pdf("4 0 obj << /Filter /Fl /X (0 obj [ \\( ) >> stream\nx\nendstream\n");
     expect(streams(fake).map((s) => s.dict.filters)).toEqual([["Fl"]]);
     // As pdf.js does, what is not a name where a key should be is skipped.
-    expect(streams(pdf("4 0 obj << /X (a) ] /Filter /Fl >> stream\nx\nendstream\n")).map((s) => s.dict.filters)).toEqual([["Fl"]]);
+    expect(
+      streams(pdf("4 0 obj << /X (a) ] /Filter /Fl >> stream\nx\nendstream\n")).map((s) => s.dict.filters),
+    ).toEqual([["Fl"]]);
     // Its header out of reach behind headers in a string: refused, not skipped.
-    expect(() => streams(pdf("4 0 obj << /X (1 obj 1 obj 1 obj 1 obj 1 obj) /Filter /Fl >> stream\nx\nendstream\n"))).toThrow(MalformedStream);
-    expect(() => streams(pdf("%PDF-1.7\n<< /Filter /Fl >> stream\nx\nendstream\n"))).toThrow(/follows no object header/);
+    expect(() =>
+      streams(pdf("4 0 obj << /X (1 obj 1 obj 1 obj 1 obj 1 obj) /Filter /Fl >> stream\nx\nendstream\n")),
+    ).toThrow(MalformedStream);
+    expect(() => streams(pdf("%PDF-1.7\n<< /Filter /Fl >> stream\nx\nendstream\n"))).toThrow(
+      /follows no object header/,
+    );
     expect(() => streams(pdf("1 0 obj << /A 1 >> endobj\n% >> stream\n"))).toThrow(/not its object's/);
-    expect(() => streams(pdf("4 0 obj << /A (", ">> stream\n".repeat(10), ") >> stream\nx\nendstream\n"))).toThrow(/too many/);
+    expect(() => streams(pdf("4 0 obj << /A (", ">> stream\n".repeat(10), ") >> stream\nx\nendstream\n"))).toThrow(
+      /too many/,
+    );
   });
 
   // The work done, not the time it takes: bytes examined per byte of the file stay bounded.
   const adversaries: [string, (bytes: number) => Buffer][] = [
     ["the issue's `1 0 obj <</Subtype /Image>> stream`, repeated without endstream", unterminatedStreamsPdf],
-    ["streams without /Length whose data is full of stream words", (n) => pdf("1 0 obj << >> stream\n".concat("(a stream) Tj >> stream\n".repeat(20), "endstream endobj\n").repeat(Math.ceil(n / 500)))],
+    [
+      "streams without /Length whose data is full of stream words",
+      (n) =>
+        pdf(
+          "1 0 obj << >> stream\n"
+            .concat("(a stream) Tj >> stream\n".repeat(20), "endstream endobj\n")
+            .repeat(Math.ceil(n / 500)),
+        ),
+    ],
     ["many small streams", (n) => pdf("1 0 obj <</A 1 /Length 1>> stream\nx\nendstream\n".repeat(Math.ceil(n / 43)))],
-    ["long dictionaries", (n) => pdf(`1 0 obj << /A [${"1 ".repeat(5000)}] >> stream\nx\nendstream\n`.repeat(Math.ceil(n / 10_040)))],
-    ["comments before stream keywords", (n) => pdf("1 0 obj << >> ".concat("%%%%%%%%%%%%%%%%%%%%%%%%%%%%%\n".repeat(20), "stream\nx\nendstream\n").repeat(Math.ceil(n / 640)))],
-    ["stream keywords one after another on one long line", (n) => pdf("1 0 obj << >> stream\n", "%stream stream ".repeat(Math.ceil(n / 15)))],
+    [
+      "long dictionaries",
+      (n) => pdf(`1 0 obj << /A [${"1 ".repeat(5000)}] >> stream\nx\nendstream\n`.repeat(Math.ceil(n / 10_040))),
+    ],
+    [
+      "comments before stream keywords",
+      (n) =>
+        pdf(
+          "1 0 obj << >> "
+            .concat("%%%%%%%%%%%%%%%%%%%%%%%%%%%%%\n".repeat(20), "stream\nx\nendstream\n")
+            .repeat(Math.ceil(n / 640)),
+        ),
+    ],
+    [
+      "stream keywords one after another on one long line",
+      (n) => pdf("1 0 obj << >> stream\n", "%stream stream ".repeat(Math.ceil(n / 15))),
+    ],
     ["object headers without end", (n) => pdf("1 0 obj (\n>> stream\n".repeat(Math.ceil(n / 19)))],
   ];
   it.each(adversaries)("is linear in the file's size: %s", (_, build) => {

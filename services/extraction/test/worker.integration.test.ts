@@ -8,7 +8,7 @@ import { databaseName } from "@pi/common/mongo";
 import { newId } from "@pi/common/ids";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
-import { commonv1, fileintakev1 } from "@pi/proto";
+import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "@pi/file-intake";
 import { ExtractorDied } from "../src/extractor.js";
 import { ExtractionWorker, type Extract } from "../src/worker.js";
@@ -30,7 +30,12 @@ beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) {
     // Passive: no relay and no sweeps; the test drives the extraction workers.
-    intakes.push(await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), { connections: { isActive: async () => true }, passive: true }));
+    intakes.push(
+      await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), {
+        connections: { isActive: async () => true },
+        passive: true,
+      }),
+    );
   }
   mongo = await MongoClient.connect(settings.MONGODB_URI);
 });
@@ -49,13 +54,24 @@ async function* upload(bytes: Uint8Array, partnerId = newId("ptr")): AsyncGenera
 
 /** An extraction replica: its own worker, through its own file-intake replica. */
 function replica(i: number, extract: Extract): ExtractionWorker {
-  const client = clientsFor({ ...as(settings, "extraction"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[i]!.port}` }).fileIntake();
-  return new ExtractionWorker(client, { leaseMs: 300, heartbeatMs: 10_000, stuckAfterMs: 0, maxAttempts: 3 }, createLogger("extraction", "silent"), extract);
+  const client = clientsFor({
+    ...as(settings, "extraction"),
+    FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[i]!.port}`,
+  }).fileIntake();
+  return new ExtractionWorker(
+    client,
+    { leaseMs: 300, heartbeatMs: 10_000, stuckAfterMs: 0, maxAttempts: 3 },
+    createLogger("extraction", "silent"),
+    extract,
+  );
 }
 
 describe("poison handling", () => {
   it("a file that kills its extractor on every take, on either of two replicas, ends failed (extractor_died) after 3 takes", async () => {
-    const gateway = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[0]!.port}` }).fileIntake();
+    const gateway = clientsFor({
+      ...as(settings, "gateway"),
+      FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[0]!.port}`,
+    }).fileIntake();
     const id = (await gateway.submitFile(upload(fixture("sample.png")))).file!.id;
     let deaths = 0;
     const dies: Extract = async () => {
@@ -72,29 +88,57 @@ describe("poison handling", () => {
     }
     expect(outcomes).toEqual(["died", "died", "died", "failed"]);
     expect(deaths).toBe(3);
-    expect(await files.findOne({ _id: id as never })).toMatchObject({ status: "failed", failureReason: "extractor_died", attempts: 4, leaseToken: null });
+    expect(await files.findOne({ _id: id as never })).toMatchObject({
+      status: "failed",
+      failureReason: "extractor_died",
+      attempts: 4,
+      leaseToken: null,
+    });
     // Done: a later event or sweep finds nothing to take.
     expect(await replicas[0]!.process(id)).toBe("failed");
   });
 
   it("a child killed on its limits is decided at once: the file fails with the reason, not taken again", async () => {
-    const gateway = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[1]!.port}` }).fileIntake();
+    const gateway = clientsFor({
+      ...as(settings, "gateway"),
+      FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[1]!.port}`,
+    }).fileIntake();
     const id = (await gateway.submitFile(upload(fixture("sample.png")))).file!.id;
-    const overCeiling: Extract = async () => ({ ok: false, kind: "image-dimensions", reason: "memory_limit", error: "extraction used more than 512 MiB" });
+    const overCeiling: Extract = async () => ({
+      ok: false,
+      kind: "image-dimensions",
+      reason: "memory_limit",
+      error: "extraction used more than 512 MiB",
+    });
     expect(await replica(1, overCeiling).process(id)).toBe("failed");
     const files = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")).collection("files");
-    expect(await files.findOne({ _id: id as never })).toMatchObject({ status: "failed", failureReason: "memory_limit", attempts: 1 });
+    expect(await files.findOne({ _id: id as never })).toMatchObject({
+      status: "failed",
+      failureReason: "memory_limit",
+      attempts: 1,
+    });
   });
 });
 
 describe("one partner after another", () => {
-  const gateway = () => clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[0]!.port}` }).fileIntake();
-  const asExtraction = (i: number) => clientsFor({ ...as(settings, "extraction"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[i]!.port}` }).fileIntake();
+  const gateway = () =>
+    clientsFor({
+      ...as(settings, "gateway"),
+      FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[0]!.port}`,
+    }).fileIntake();
+  const asExtraction = (i: number) =>
+    clientsFor({
+      ...as(settings, "extraction"),
+      FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${intakes[i]!.port}`,
+    }).fileIntake();
   const files = () => mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")).collection("files");
 
   /** Ends every waiting file (earlier tests' too), so that each test starts from no backlog. */
   async function drain() {
-    await files().updateMany({ status: "received" }, { $set: { status: "failed", failureReason: "unparseable", leaseUntil: null, leaseToken: null } });
+    await files().updateMany(
+      { status: "received" },
+      { $set: { status: "failed", failureReason: "unparseable", leaseUntil: null, leaseToken: null } },
+    );
   }
 
   it("a partner's backlog of six files: the two partners who sent one file after it are taken next, whichever replica takes, and the turns are in the database", async () => {
@@ -133,7 +177,8 @@ describe("one partner after another", () => {
     await drain();
     const partners = [newId("ptr"), newId("ptr"), newId("ptr")];
     const ids: string[] = [];
-    for (let i = 0; i < 9; i++) ids.push((await gateway().submitFile(upload(fixture("sample.png"), partners[i % 3]))).file!.id);
+    for (let i = 0; i < 9; i++)
+      ids.push((await gateway().submitFile(upload(fixture("sample.png"), partners[i % 3]))).file!.id);
     let extractions = 0;
     const extract: Extract = async () => {
       extractions++;

@@ -31,7 +31,13 @@ export async function fileDataKey(wrapper: KeyWrapper, doc: Pick<FileDoc, "_id" 
 /** The record of an extraction result: `kind` and `ok` in the clear, everything else sealed. */
 export function sealExtraction(key: Buffer, fileId: string, outcome: Extracted, extractedAt: Date): ExtractionDoc {
   const { kind, ok, ...rest } = outcome;
-  return { _id: fileId, kind, ok, sealed: new Binary(encrypt(key, Buffer.from(JSON.stringify(rest)), extractionAad(fileId))), extractedAt };
+  return {
+    _id: fileId,
+    kind,
+    ok,
+    sealed: new Binary(encrypt(key, Buffer.from(JSON.stringify(rest)), extractionAad(fileId))),
+    extractedAt,
+  };
 }
 
 export type StoredExtraction = Extracted & { extractedAt: Date };
@@ -44,8 +50,15 @@ export function openExtraction(key: Buffer, doc: ExtractionDoc): StoredExtractio
 }
 
 /** A file's extraction result, opened; null when there is none (a test file, not processed yet, swept). */
-export async function readExtraction(store: FileStore, wrapper: KeyWrapper, fileId: string): Promise<StoredExtraction | null> {
-  const [file, doc] = await Promise.all([store.files.findOne({ _id: fileId }, { projection: { dataKey: 1 } }), store.extractions.findOne({ _id: fileId })]);
+export async function readExtraction(
+  store: FileStore,
+  wrapper: KeyWrapper,
+  fileId: string,
+): Promise<StoredExtraction | null> {
+  const [file, doc] = await Promise.all([
+    store.files.findOne({ _id: fileId }, { projection: { dataKey: 1 } }),
+    store.extractions.findOne({ _id: fileId }),
+  ]);
   if (!file || !doc) return null;
   return openExtraction(await fileDataKey(wrapper, file), doc);
 }

@@ -43,10 +43,16 @@ export class ExtractionRecords {
     // Test files run no extraction: processed, or the failure their purpose asked for.
     if (doc.mode === "test") return this.endTake(doc, holder, testFileOutcome(doc));
     // Plain text was checked and measured as it was received (intake.ts): nothing to read back.
-    if (typeof doc.textLength === "number") return this.endTake(doc, holder, { ok: true, kind: "plain-text", textLength: doc.textLength });
+    if (typeof doc.textLength === "number")
+      return this.endTake(doc, holder, { ok: true, kind: "plain-text", textLength: doc.textLength });
     if (doc.attempts > maxAttempts) {
       const kind = acceptedType(doc.mediaType)?.extraction ?? "plain-text";
-      return this.endTake(doc, holder, { ok: false, kind, reason: "extractor_died", error: `the extractor died on the file ${maxAttempts} times` });
+      return this.endTake(doc, holder, {
+        ok: false,
+        kind,
+        reason: "extractor_died",
+        error: `the extractor died on the file ${maxAttempts} times`,
+      });
     }
     return { taken: true, holder, mediaType: doc.mediaType, size: doc.size, attempt: doc.attempts };
   }
@@ -106,7 +112,9 @@ export class ExtractionRecords {
     if (!doc) return null;
     if (outcome) {
       const key = await fileDataKey(this.dataKeys, doc);
-      await this.store.extractions.replaceOne({ _id: fileId }, sealExtraction(key, fileId, outcome, new Date()), { upsert: true });
+      await this.store.extractions.replaceOne({ _id: fileId }, sealExtraction(key, fileId, outcome, new Date()), {
+        upsert: true,
+      });
     }
     const status: FileStatus = outcome && !outcome.ok ? "failed" : "processed";
     const failureReason: FailureReason | null = outcome && !outcome.ok ? outcome.reason : null;
@@ -117,14 +125,31 @@ export class ExtractionRecords {
     });
     if (!ended) return null;
     // Codes only: never the file's content, elder or purpose (health data).
-    this.logger.info({ fileId, status, ...(failureReason ? { reason: failureReason } : {}), mode: doc.mode, mediaType: doc.mediaType, attempt: doc.attempts }, "file processed");
+    this.logger.info(
+      {
+        fileId,
+        status,
+        ...(failureReason ? { reason: failureReason } : {}),
+        mode: doc.mode,
+        mediaType: doc.mediaType,
+        attempt: doc.attempts,
+      },
+      "file processed",
+    );
     return status;
   }
 
   /** Files left `received` for longer than `receivedBeforeMs` whose lease is free. */
   async awaiting(receivedBeforeMs: number, limit: number, now = new Date()): Promise<string[]> {
     const stuck = await this.store.files
-      .find({ status: "received", createdAt: { $lte: new Date(now.getTime() - receivedBeforeMs) }, ...leaseFree(EXTRACTION_LEASE, now) }, { projection: { _id: 1 } })
+      .find(
+        {
+          status: "received",
+          createdAt: { $lte: new Date(now.getTime() - receivedBeforeMs) },
+          ...leaseFree(EXTRACTION_LEASE, now),
+        },
+        { projection: { _id: 1 } },
+      )
       .limit(Math.min(Math.max(limit, 1), 500))
       .toArray();
     return stuck.map((f) => f._id);

@@ -15,7 +15,8 @@ export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 /** 1 to 255 characters of printable ASCII (space included): what an HTTP header carries safely. */
 export function checkIdempotencyKey(value: string): { ok: true } | { ok: false; reason: string } {
   if (value.length === 0) return { ok: false, reason: "must not be empty" };
-  if (value.length > MAX_IDEMPOTENCY_KEY_LENGTH) return { ok: false, reason: `must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters` };
+  if (value.length > MAX_IDEMPOTENCY_KEY_LENGTH)
+    return { ok: false, reason: `must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters` };
   if (!/^[\x20-\x7e]+$/.test(value)) return { ok: false, reason: "must be printable ASCII" };
   return { ok: true };
 }
@@ -31,7 +32,9 @@ export interface Payload {
 
 export function fingerprint(p: Payload): string {
   // JSON of a fixed-order array: no two different payloads serialise alike.
-  return createHash("sha256").update(JSON.stringify(["v1", p.sha256, p.elder, p.purpose, p.mode])).digest("hex");
+  return createHash("sha256")
+    .update(JSON.stringify(["v1", p.sha256, p.elder, p.purpose, p.mode]))
+    .digest("hex");
 }
 
 /** What is stored per (partner, mode, key). `fileId` is chosen when the key is claimed, before the commit. */

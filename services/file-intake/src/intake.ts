@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { commonv1, fileintakev1 } from "@pi/proto";
+import { type commonv1, fileintakev1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/elder-address";
 import { DATA_KEY_BYTES, type KeyWrapper } from "@pi/common/data-keys";
 import { ErrorReason, serviceError } from "@pi/common/errors";
@@ -59,9 +59,15 @@ function parseHeader(part: Part | undefined): Header {
   if (!h.partnerId || !mode) throw protocol("partner_id and mode are required");
   if (h.idempotencyKey !== undefined) {
     const check = checkIdempotencyKey(h.idempotencyKey);
-    if (!check.ok) throw serviceError(ErrorReason.INVALID_REQUEST, `Idempotency-Key ${check.reason}.`, "Idempotency-Key");
+    if (!check.ok)
+      throw serviceError(ErrorReason.INVALID_REQUEST, `Idempotency-Key ${check.reason}.`, "Idempotency-Key");
   }
-  return { partnerId: h.partnerId, mode, idempotencyKey: h.idempotencyKey ?? null, declaredBytes: h.declaredBytes === undefined ? undefined : Number(h.declaredBytes) };
+  return {
+    partnerId: h.partnerId,
+    mode,
+    idempotencyKey: h.idempotencyKey ?? null,
+    declaredBytes: h.declaredBytes === undefined ? undefined : Number(h.declaredBytes),
+  };
 }
 
 /**
@@ -71,7 +77,11 @@ function parseHeader(part: Part | undefined): Header {
  * the last byte, then the trailer's fields, the idempotency key, and last the connection. Only then
  * is the file record written; whatever fails before leaves no file, no bytes and no reservation.
  */
-export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<fileintakev1.SubmitFileRequest>, signal?: AbortSignal) {
+export async function submitFile(
+  deps: IntakeDeps,
+  requests: AsyncIterable<fileintakev1.SubmitFileRequest>,
+  signal?: AbortSignal,
+) {
   const it = requests[Symbol.asyncIterator]();
   const next = async (): Promise<Part> => {
     let r: IteratorResult<fileintakev1.SubmitFileRequest>;
@@ -79,7 +89,9 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
       r = await it.next();
     } catch (err) {
       // The caller went away mid-upload (the partner disconnected, or the gateway refused the body).
-      throw err instanceof ConnectError ? err : new ConnectError("the upload stream was closed by the caller", Code.Canceled, undefined, undefined, err);
+      throw err instanceof ConnectError
+        ? err
+        : new ConnectError("the upload stream was closed by the caller", Code.Canceled, undefined, undefined, err);
     }
     if (r.done) throw protocol("the stream ended before the trailer");
     return r.value.part;
@@ -93,7 +105,13 @@ export async function submitFile(deps: IntakeDeps, requests: AsyncIterable<filei
   }
 }
 
-async function receive(deps: IntakeDeps, header: Header, reservation: Reservation, next: () => Promise<Part>, signal?: AbortSignal) {
+async function receive(
+  deps: IntakeDeps,
+  header: Header,
+  reservation: Reservation,
+  next: () => Promise<Part>,
+  signal?: AbortSignal,
+) {
   const { store, maxFileBytes } = deps;
   // The head: enough bytes to decide the type, or the whole file when it is shorter.
   const head: Uint8Array[] = [];
@@ -151,7 +169,17 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
     // Storing the last bytes, the idempotency claim and the connection check run at once; their
     // verdicts are taken in the documented order: storage, idempotency, connection.
     const stored = staged.finish();
-    const claim = key === null ? undefined : deps.keys.claim(partnerId, mode, key, fingerprint({ sha256, elder: elder.address, purpose, mode }), fileId, signal);
+    const claim =
+      key === null
+        ? undefined
+        : deps.keys.claim(
+            partnerId,
+            mode,
+            key,
+            fingerprint({ sha256, elder: elder.address, purpose, mode }),
+            fileId,
+            signal,
+          );
     const checkStarted = performance.now();
     const connected = deps.connections.isActive(partnerId, mode, elder.address).then(async (active) => {
       if (!active) await sleep(refusalDelay(performance.now() - checkStarted));
@@ -168,7 +196,11 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
       if (claimResult.status === "rejected") throw claimResult.reason;
       if (claimResult.value?.kind === "replay") return { id: claimResult.value.fileId };
       if (claimResult.value?.kind === "conflict") {
-        throw serviceError(ErrorReason.IDEMPOTENCY_KEY_REUSE, "this Idempotency-Key was used with a different payload", "Idempotency-Key");
+        throw serviceError(
+          ErrorReason.IDEMPOTENCY_KEY_REUSE,
+          "this Idempotency-Key was used with a different payload",
+          "Idempotency-Key",
+        );
       }
       // Last, so that every refusal before it is the same whatever the connection; and it is
       // the only check whose answer must not tell why, not even by its time (no-oracle.ts).
@@ -195,7 +227,9 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
       }
       await store.files.insertOne(doc);
       committed = true;
-      await reservation.settle(size).catch((err) => deps.logger.warn({ err, fileId }, "storage quota hold left for the repair"));
+      await reservation
+        .settle(size)
+        .catch((err) => deps.logger.warn({ err, fileId }, "storage quota hold left for the repair"));
       if (key !== null) await deps.keys.commit(partnerId, mode, key, fileId);
       // Bookkeeping only: an upload document left behind is removed by the staging sweep.
       staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
@@ -203,10 +237,18 @@ async function receive(deps: IntakeDeps, header: Header, reservation: Reservatio
       return { id: fileId };
     } finally {
       letGo();
-      if (!committed && owned) await deps.keys.release(partnerId, mode, key!, fileId).catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
+      if (!committed && owned)
+        await deps.keys
+          .release(partnerId, mode, key!, fileId)
+          .catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
     }
   } finally {
-    if (!committed) await staged.discard().catch((err) => deps.logger.warn({ err, uploadId: staged.id.toHexString() }, "staged bytes left for the sweep"));
+    if (!committed)
+      await staged
+        .discard()
+        .catch((err) =>
+          deps.logger.warn({ err, uploadId: staged.id.toHexString() }, "staged bytes left for the sweep"),
+        );
   }
 }
 

@@ -31,12 +31,29 @@ export class IdempotencyKeys {
     private readonly logger: Logger,
   ) {}
 
-  async claim(partnerId: string, mode: FileMode, key: string, fingerprint: string, fileId: string, signal?: AbortSignal): Promise<ClaimOutcome> {
+  async claim(
+    partnerId: string,
+    mode: FileMode,
+    key: string,
+    fingerprint: string,
+    fileId: string,
+    signal?: AbortSignal,
+  ): Promise<ClaimOutcome> {
     for (;;) {
       signal?.throwIfAborted();
       const now = new Date();
       const _id = keyId(partnerId, mode, key);
-      const fresh: KeyDoc = { _id, partnerId, mode, key, fingerprint, fileId, state: "claimed", claimedUntil: new Date(now.getTime() + this.timing.claimLeaseMs), expiresAt: new Date(now.getTime() + this.timing.ttlMs) };
+      const fresh: KeyDoc = {
+        _id,
+        partnerId,
+        mode,
+        key,
+        fingerprint,
+        fileId,
+        state: "claimed",
+        claimedUntil: new Date(now.getTime() + this.timing.claimLeaseMs),
+        expiresAt: new Date(now.getTime() + this.timing.ttlMs),
+      };
       const stored = (await insertIfNew(this.store.keys, fresh)) ? fresh : await this.store.keys.findOne({ _id });
       if (!stored) continue;
       const decision = decide(stored, { fingerprint, fileId }, now);
@@ -51,7 +68,11 @@ export class IdempotencyKeys {
         case "abandoned": {
           // The owner may have died between writing the file and committing the key.
           const written = await this.store.files.findOne({ _id: stored.fileId }, { projection: { _id: 1 } });
-          if (written) await this.store.keys.updateOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" }, { $set: { state: "committed" } });
+          if (written)
+            await this.store.keys.updateOne(
+              { _id: stored._id, fileId: stored.fileId, state: "claimed" },
+              { $set: { state: "committed" } },
+            );
           else await this.store.keys.deleteOne({ _id: stored._id, fileId: stored.fileId, state: "claimed" });
           continue;
         }
@@ -67,7 +88,12 @@ export class IdempotencyKeys {
    * request waiting on it learns within one lease that its owner died. Returns the stop.
    */
   hold(partnerId: string, mode: FileMode, key: string, fileId: string): () => void {
-    const kept = keepAlive("an idempotency claim", Math.max(50, this.timing.claimLeaseMs / 3), () => this.renew(partnerId, mode, key, fileId), this.logger);
+    const kept = keepAlive(
+      "an idempotency claim",
+      Math.max(50, this.timing.claimLeaseMs / 3),
+      () => this.renew(partnerId, mode, key, fileId),
+      this.logger,
+    );
     return () => void kept.stop();
   }
 
@@ -79,7 +105,10 @@ export class IdempotencyKeys {
   /** The file of this claim is written: later requests with the same payload replay it. */
   async commit(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<void> {
     const now = new Date();
-    await this.store.keys.updateOne({ _id: keyId(partnerId, mode, key), fileId }, { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } });
+    await this.store.keys.updateOne(
+      { _id: keyId(partnerId, mode, key), fileId },
+      { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } },
+    );
   }
 
   /** The request was refused after claiming: the key is free again, as if never used. */

@@ -16,7 +16,13 @@ import type { FileDoc } from "./store.js";
  */
 export type FileOutbox = Outbox<FileDoc, OutboxEntry>;
 
-export function fileOutbox(files: Collection<FileDoc>, producer: Pick<Producer, "send">, namespace: string, logger: Logger, sweepEveryMs?: number): FileOutbox {
+export function fileOutbox(
+  files: Collection<FileDoc>,
+  producer: Pick<Producer, "send">,
+  namespace: string,
+  logger: Logger,
+  sweepEveryMs?: number,
+): FileOutbox {
   return new Outbox<FileDoc, OutboxEntry>({
     name: "file events",
     collection: files,

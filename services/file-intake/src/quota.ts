@@ -49,7 +49,8 @@ export interface Growth {
  * of unknown length (a chunked body) needs a byte and wants a step.
  */
 export function initialHold(declaredBytes: number | undefined, maxFileBytes: number): Growth {
-  if (declaredBytes !== undefined) return { need: Math.min(declaredBytes, maxFileBytes), want: Math.min(declaredBytes, maxFileBytes) };
+  if (declaredBytes !== undefined)
+    return { need: Math.min(declaredBytes, maxFileBytes), want: Math.min(declaredBytes, maxFileBytes) };
   return { need: 1, want: Math.min(QUOTA_STEP_BYTES, maxFileBytes) };
 }
 
@@ -71,9 +72,17 @@ export type Verdict = { fits: true } | { fits: false; retryAfterSeconds: number 
  * own uploads in flight are in the way and end within minutes (retry in a second, as for the
  * concurrency caps); otherwise only the retention sweep frees bytes, and not before its next round.
  */
-export function quotaVerdict(usage: Pick<Usage, "stored" | "used">, quota: number, bytes: number, sweepEverySeconds: number): Verdict {
+export function quotaVerdict(
+  usage: Pick<Usage, "stored" | "used">,
+  quota: number,
+  bytes: number,
+  sweepEverySeconds: number,
+): Verdict {
   if (usage.used + bytes <= quota) return { fits: true };
-  return { fits: false, retryAfterSeconds: usage.stored + bytes <= quota ? 1 : Math.max(1, Math.ceil(sweepEverySeconds)) };
+  return {
+    fits: false,
+    retryAfterSeconds: usage.stored + bytes <= quota ? 1 : Math.max(1, Math.ceil(sweepEverySeconds)),
+  };
 }
 
 /**
@@ -81,15 +90,25 @@ export function quotaVerdict(usage: Pick<Usage, "stored" | "used">, quota: numbe
  * `holdMaxAgeMs` (an older one is an upload whose process died: no upload lasts that long), and
  * `used` from both. Undefined when the counter is already right.
  */
-export function repairedUsage(current: Usage, storedFromFiles: number, now: Date, holdMaxAgeMs: number): Omit<Usage, "version"> | undefined {
+export function repairedUsage(
+  current: Usage,
+  storedFromFiles: number,
+  now: Date,
+  holdMaxAgeMs: number,
+): Omit<Usage, "version"> | undefined {
   const holds = current.holds.filter((h) => h.at.getTime() > now.getTime() - holdMaxAgeMs);
   const used = storedFromFiles + holds.reduce((sum, h) => sum + h.bytes, 0);
-  if (storedFromFiles === current.stored && used === current.used && holds.length === current.holds.length) return undefined;
+  if (storedFromFiles === current.stored && used === current.used && holds.length === current.holds.length)
+    return undefined;
   return { stored: storedFromFiles, used, holds };
 }
 
 /** How close partners are to their quotas: the highest used / quota ratio per mode, and how many partners reach `threshold` in either mode. */
-export function quotaPressure(counters: { _id: string; used: number }[], limits: QuotaLimits, threshold: number): { maxRatio: Record<FileMode, number>; partnersOver: number } {
+export function quotaPressure(
+  counters: { _id: string; used: number }[],
+  limits: QuotaLimits,
+  threshold: number,
+): { maxRatio: Record<FileMode, number>; partnersOver: number } {
   const maxRatio: Record<FileMode, number> = { live: 0, test: 0 };
   const over = new Set<string>();
   for (const counter of counters) {

@@ -31,14 +31,21 @@ export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPoli
  * and the update that marks it takes its size off the partner's storage usage. Each step can be
  * repeated, so a sweep that dies midway is finished by the next one (and the repair of the usage).
  */
-export async function purgeFile(store: FileStore, file: Pick<FileDoc, "_id" | "partnerId" | "mode" | "blobId" | "size">, now: Date): Promise<void> {
+export async function purgeFile(
+  store: FileStore,
+  file: Pick<FileDoc, "_id" | "partnerId" | "mode" | "blobId" | "size">,
+  now: Date,
+): Promise<void> {
   await store.files.updateOne(
     { _id: file._id, status: { $in: ["processed", "failed"] } },
     { $set: { dataKey: null, sealedMeta: null } },
   );
   await store.extractions.deleteOne({ _id: file._id });
   await deleteSegments(store, file.blobId, segmentCount(file.size));
-  const { modifiedCount } = await store.files.updateOne({ _id: file._id, purgedAt: null }, { $set: { purgedAt: now, updatedAt: now } });
+  const { modifiedCount } = await store.files.updateOne(
+    { _id: file._id, purgedAt: null },
+    { $set: { purgedAt: now, updatedAt: now } },
+  );
   if (modifiedCount === 1) await bytesDeleted(store, file.partnerId, file.mode, file.size);
 }
 
@@ -57,7 +64,10 @@ export async function sweepRetention(
   let swept = 0;
   for (const mode of ["test", "live"] as const) {
     for (;;) {
-      const due = await store.files.find(dueForRetention(mode, now, policy), { projection: { _id: 1, partnerId: 1, mode: 1, blobId: 1, size: 1 } }).limit(batch).toArray();
+      const due = await store.files
+        .find(dueForRetention(mode, now, policy), { projection: { _id: 1, partnerId: 1, mode: 1, blobId: 1, size: 1 } })
+        .limit(batch)
+        .toArray();
       for (const file of due) {
         if (!(await renew())) return swept;
         await purgeFile(store, file, now);
@@ -73,7 +83,13 @@ export async function sweepRetention(
 export const RETENTION_LEASE = "retention-sweep";
 
 /** The periodic round: only the replica that holds the sweep's lease runs it; undefined when another does. */
-export function retentionRound(store: FileStore, policy: RetentionPolicy, leaseMs: number, logger: Logger, now = () => new Date()) {
+export function retentionRound(
+  store: FileStore,
+  policy: RetentionPolicy,
+  leaseMs: number,
+  logger: Logger,
+  now = () => new Date(),
+) {
   return whileHolding(store.leases, RETENTION_LEASE, leaseMs, async (renew) => {
     const swept = await sweepRetention(store, policy, now(), renew);
     if (swept > 0) logger.info({ swept }, "file data past retention deleted");

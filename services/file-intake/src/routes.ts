@@ -12,7 +12,12 @@ export interface FileIntakeDeps extends IntakeDeps {
 }
 
 const statusEnum = (status: FileStatus | "unknown") =>
-  ({ received: fileintakev1.FileStatus.RECEIVED, processed: fileintakev1.FileStatus.PROCESSED, failed: fileintakev1.FileStatus.FAILED, unknown: fileintakev1.FileStatus.UNSPECIFIED })[status];
+  ({
+    received: fileintakev1.FileStatus.RECEIVED,
+    processed: fileintakev1.FileStatus.PROCESSED,
+    failed: fileintakev1.FileStatus.FAILED,
+    unknown: fileintakev1.FileStatus.UNSPECIFIED,
+  })[status];
 
 const KINDS: readonly ExtractionKind[] = ["pdf-text", "plain-text", "image-dimensions", "audio-duration"];
 
@@ -27,8 +32,16 @@ function outcomeOf(req: fileintakev1.RecordExtractionRequest): Extracted {
   }
   switch (kind) {
     case "pdf-text":
-      if (req.text === undefined || req.textLength === undefined || req.pages === undefined) throw bad("text, text_length and pages are required");
-      return { ok: true, kind, text: req.text, textLength: Number(req.textLength), textTruncated: req.textTruncated ?? false, pages: req.pages };
+      if (req.text === undefined || req.textLength === undefined || req.pages === undefined)
+        throw bad("text, text_length and pages are required");
+      return {
+        ok: true,
+        kind,
+        text: req.text,
+        textLength: Number(req.textLength),
+        textTruncated: req.textTruncated ?? false,
+        pages: req.pages,
+      };
     case "plain-text":
       if (req.textLength === undefined) throw bad("text_length is required");
       return { ok: true, kind, textLength: Number(req.textLength) };
@@ -53,22 +66,46 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
     async checkStorageQuota(req) {
       const mode = modeFromProto(req.mode);
       if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
-      const verdict = await deps.quota.check(req.partnerId, mode, req.declaredBytes === undefined ? undefined : Number(req.declaredBytes));
+      const verdict = await deps.quota.check(
+        req.partnerId,
+        mode,
+        req.declaredBytes === undefined ? undefined : Number(req.declaredBytes),
+      );
       return verdict.fits ? { fits: true } : { fits: false, retryAfterSeconds: verdict.retryAfterSeconds };
     },
     async takeFileForExtraction(req) {
-      if (!req.fileId || !req.leaseMs || !req.maxAttempts) throw new ConnectError("file_id, lease_ms and max_attempts are required", Code.InvalidArgument);
+      if (!req.fileId || !req.leaseMs || !req.maxAttempts)
+        throw new ConnectError("file_id, lease_ms and max_attempts are required", Code.InvalidArgument);
       const take = await deps.extraction.take(req.fileId, req.leaseMs, req.maxAttempts);
       if (!take.taken) return { taken: false, status: statusEnum(take.status) };
-      return { taken: true, holder: take.holder, mediaType: take.mediaType, size: BigInt(take.size), attempt: take.attempt, status: fileintakev1.FileStatus.RECEIVED };
+      return {
+        taken: true,
+        holder: take.holder,
+        mediaType: take.mediaType,
+        size: BigInt(take.size),
+        attempt: take.attempt,
+        status: fileintakev1.FileStatus.RECEIVED,
+      };
     },
     async takeNextFileForExtraction(req) {
-      if (!req.leaseMs || !req.maxAttempts) throw new ConnectError("lease_ms and max_attempts are required", Code.InvalidArgument);
+      if (!req.leaseMs || !req.maxAttempts)
+        throw new ConnectError("lease_ms and max_attempts are required", Code.InvalidArgument);
       const next = await deps.extraction.takeNext(req.leaseMs, req.maxAttempts);
       if (!next) return { found: false };
       const { fileId, take } = next;
       if (!take.taken) return { found: true, fileId, take: { taken: false, status: statusEnum(take.status) } };
-      return { found: true, fileId, take: { taken: true, holder: take.holder, mediaType: take.mediaType, size: BigInt(take.size), attempt: take.attempt, status: fileintakev1.FileStatus.RECEIVED } };
+      return {
+        found: true,
+        fileId,
+        take: {
+          taken: true,
+          holder: take.holder,
+          mediaType: take.mediaType,
+          size: BigInt(take.size),
+          attempt: take.attempt,
+          status: fileintakev1.FileStatus.RECEIVED,
+        },
+      };
     },
     async readFileForExtraction(req) {
       const part = await deps.extraction.read(req.fileId, req.holder, req.part).catch((err: unknown) => {

@@ -17,5 +17,10 @@ export function sandboxOutcome(mode: PartnerMode, purpose: string | null): "fail
 /** The outcome a test file ends with: none (processed), or the failure it asked for. */
 export function testFileOutcome(file: { mediaType: string; sandboxOutcome?: "failed" | null }): Extracted | null {
   if (file.sandboxOutcome !== "failed") return null;
-  return { ok: false, kind: acceptedType(file.mediaType)?.extraction ?? "plain-text", reason: "sandbox_failed", error: `a test file sent with purpose ${SANDBOX_FAILED_PURPOSE}` };
+  return {
+    ok: false,
+    kind: acceptedType(file.mediaType)?.extraction ?? "plain-text",
+    reason: "sandbox_failed",
+    error: `a test file sent with purpose ${SANDBOX_FAILED_PURPOSE}`,
+  };
 }

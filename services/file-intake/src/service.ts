@@ -57,13 +57,20 @@ export interface FileIntakeOptions {
   passive?: boolean;
 }
 
-
-export async function startFileIntakeService(settings: Settings, logger: Logger, options: FileIntakeOptions = {}): Promise<RunningService> {
+export async function startFileIntakeService(
+  settings: Settings,
+  logger: Logger,
+  options: FileIntakeOptions = {},
+): Promise<RunningService> {
   const timing = { ...DEFAULT_TIMING, ...options.timing };
   const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger);
   // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["file-intake"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["file-intake"], {
+    client: runtime.mongo.client,
+    namespace: settings.DATA_NAMESPACE,
+    logger,
+  }).catch(async (err: unknown) => {
     await runtime.close();
     throw err;
   });
@@ -72,7 +79,11 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     throw err;
   });
   const store = await openFileStore(runtime.mongo.db);
-  const keys = new IdempotencyKeys(store, { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs }, logger);
+  const keys = new IdempotencyKeys(
+    store,
+    { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs },
+    logger,
+  );
   const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, timing.relayEveryMs);
   await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();
@@ -96,12 +107,25 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,
     port: settings.FILE_INTAKE_SERVICE_PORT,
-    routes: routes({ store, extraction, keys, outbox, connections, maxFileBytes: settings.MAX_FILE_BYTES, addressDomain: settings.ADDRESS_DOMAIN, dataKeys, quota, logger }),
+    routes: routes({
+      store,
+      extraction,
+      keys,
+      outbox,
+      connections,
+      maxFileBytes: settings.MAX_FILE_BYTES,
+      addressDomain: settings.ADDRESS_DOMAIN,
+      dataKeys,
+      quota,
+      logger,
+    }),
     healthy: (withKafka) => runtime.healthy(withKafka),
     logger,
   });
 
-  const background: { stop(): Promise<void> }[] = [readAtScrape("file gauges", () => refreshFileGauges(store, limits), logger)];
+  const background: { stop(): Promise<void> }[] = [
+    readAtScrape("file gauges", () => refreshFileGauges(store, limits), logger),
+  ];
   const later = { runAtStart: false };
   if (!options.passive) {
     // The outbox sweep also runs at start: events a crash left behind go out.
@@ -111,7 +135,11 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
       every(
         "staging sweep",
         timing.stagingSweepEveryMs,
-        () => sweepStaging(store, new Date(), { discardedGraceMs: timing.stagingDiscardedGraceMs, abandonedAfterMs: timing.stagingAbandonedAfterMs }),
+        () =>
+          sweepStaging(store, new Date(), {
+            discardedGraceMs: timing.stagingDiscardedGraceMs,
+            abandonedAfterMs: timing.stagingAbandonedAfterMs,
+          }),
         logger,
         later,
       ),
@@ -122,7 +150,11 @@ export async function startFileIntakeService(settings: Settings, logger: Logger,
         () =>
           retentionRound(
             store,
-            { liveMs: settings.FILE_RETENTION_SECONDS * 1000, testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000, holdMaxAgeMs: timing.stagingAbandonedAfterMs },
+            {
+              liveMs: settings.FILE_RETENTION_SECONDS * 1000,
+              testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000,
+              holdMaxAgeMs: timing.stagingAbandonedAfterMs,
+            },
             timing.retentionLeaseMs,
             logger,
           ),

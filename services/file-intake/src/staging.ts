@@ -77,18 +77,27 @@ export class StagedUpload {
     // A discard that began while this flush waited wins: no segment may land after its delete.
     if (this.discarded) return;
     const box = this.spare.pop() ?? Buffer.allocUnsafe((final ? this.filled : BLOB_SEGMENT_BYTES) + SEAL_OVERHEAD);
-    const data = sealSegment(this.dataKey, this.id.toHexString(), n, final, this.plain?.subarray(0, this.filled) ?? Buffer.alloc(0), box);
-    this.filled = 0;
-    const insert: Promise<void> = this.store.segments.insertOne({ _id: segmentId(this.id, n), data: new Binary(data) }).then(
-      () => {
-        this.inFlight.delete(insert);
-        this.spare.push(box);
-      },
-      (err) => {
-        this.failure ??= { err };
-        this.inFlight.delete(insert);
-      },
+    const data = sealSegment(
+      this.dataKey,
+      this.id.toHexString(),
+      n,
+      final,
+      this.plain?.subarray(0, this.filled) ?? Buffer.alloc(0),
+      box,
     );
+    this.filled = 0;
+    const insert: Promise<void> = this.store.segments
+      .insertOne({ _id: segmentId(this.id, n), data: new Binary(data) })
+      .then(
+        () => {
+          this.inFlight.delete(insert);
+          this.spare.push(box);
+        },
+        (err) => {
+          this.failure ??= { err };
+          this.inFlight.delete(insert);
+        },
+      );
     this.inFlight.add(insert);
   }
 
@@ -143,7 +152,11 @@ export async function deleteSegments(store: FileStore, id: ObjectId, count?: num
  * died mid-upload; a live upload cannot last that long, the gateway's deadline is shorter). Bytes a
  * file names are never deleted.
  */
-export async function sweepStaging(store: FileStore, now: Date, opts: { discardedGraceMs: number; abandonedAfterMs: number }): Promise<number> {
+export async function sweepStaging(
+  store: FileStore,
+  now: Date,
+  opts: { discardedGraceMs: number; abandonedAfterMs: number },
+): Promise<number> {
   const due = await store.uploads
     .find({
       $or: [
@@ -166,7 +179,11 @@ export async function sweepStaging(store: FileStore, now: Date, opts: { discarde
  * read of the next segment under way while one is opened); a segment missing, moved, changed or
  * cut off throws.
  */
-export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | "size">, dataKey: Buffer | null): Promise<Buffer> {
+export async function readBlob(
+  store: FileStore,
+  file: Pick<FileDoc, "blobId" | "size">,
+  dataKey: Buffer | null,
+): Promise<Buffer> {
   const id = file.blobId;
   const hex = id.toHexString();
   if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
@@ -186,7 +203,8 @@ export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | 
     if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
     const final = n === count - 1;
     const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
-    if (bytes.length !== (final ? file.size - at : BLOB_SEGMENT_BYTES)) throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
+    if (bytes.length !== (final ? file.size - at : BLOB_SEGMENT_BYTES))
+      throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
     out.set(bytes, at);
     at += bytes.length;
   }
@@ -197,7 +215,12 @@ export async function readBlob(store: FileStore, file: Pick<FileDoc, "blobId" | 
  * One part of a blob's plaintext: its segment `n` (of segmentCount(size); the final one may be
  * empty), read by `_id`.
  */
-export async function readBlobPart(store: FileStore, file: Pick<FileDoc, "blobId" | "size">, dataKey: Buffer | null, n: number): Promise<{ bytes: Buffer; parts: number }> {
+export async function readBlobPart(
+  store: FileStore,
+  file: Pick<FileDoc, "blobId" | "size">,
+  dataKey: Buffer | null,
+  n: number,
+): Promise<{ bytes: Buffer; parts: number }> {
   const parts = segmentCount(file.size);
   if (n >= parts) throw new RangeError(`part ${n} of ${parts}`);
   const id = file.blobId;
@@ -207,7 +230,8 @@ export async function readBlobPart(store: FileStore, file: Pick<FileDoc, "blobId
   if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
   const final = n === parts - 1;
   const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
-  if (bytes.length !== (final ? file.size - n * BLOB_SEGMENT_BYTES : BLOB_SEGMENT_BYTES)) throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
+  if (bytes.length !== (final ? file.size - n * BLOB_SEGMENT_BYTES : BLOB_SEGMENT_BYTES))
+    throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
   return { bytes, parts };
 }
 

@@ -64,7 +64,20 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
 }
 
 /** What intake decides about a new file; the rest of its record is the same for every new file. */
-export type NewFile = Pick<FileDoc, "_id" | "partnerId" | "mode" | "dataKey" | "sealedMeta" | "mediaType" | "size" | "blobId" | "idempotencyKey" | "textLength" | "sandboxOutcome">;
+export type NewFile = Pick<
+  FileDoc,
+  | "_id"
+  | "partnerId"
+  | "mode"
+  | "dataKey"
+  | "sealedMeta"
+  | "mediaType"
+  | "size"
+  | "blobId"
+  | "idempotencyKey"
+  | "textLength"
+  | "sandboxOutcome"
+>;
 
 /** A new file's record as intake stores it: received, its FileReceivedEvent in the outbox (outbox.ts), no lease yet. */
 export function newFileDoc(file: NewFile, now: Date): FileDoc {

@@ -23,8 +23,15 @@ import type { FileMode, FileStore, UsageDoc } from "./store.js";
 // to the file's size when accepted or releases when refused; the retention sweep subtracts what it
 // deletes and repairs every counter from the files themselves (repairUsage).
 
-export const quotaExceeded = () => serviceError(ErrorReason.STORAGE_QUOTA_EXCEEDED, "the partner's stored files would pass its storage quota");
-export const storeFull = () => serviceError(ErrorReason.STORE_FULL, "the file store is at its high-water mark", undefined, STORE_FULL_RETRY_AFTER_SECONDS);
+export const quotaExceeded = () =>
+  serviceError(ErrorReason.STORAGE_QUOTA_EXCEEDED, "the partner's stored files would pass its storage quota");
+export const storeFull = () =>
+  serviceError(
+    ErrorReason.STORE_FULL,
+    "the file store is at its high-water mark",
+    undefined,
+    STORE_FULL_RETRY_AFTER_SECONDS,
+  );
 
 /** How long a replica trusts its last reading of the store's total. */
 export const STORE_TOTAL_TTL_MS = 1000;
@@ -84,13 +91,27 @@ export class StorageQuota {
    */
   async check(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Verdict> {
     await this.fill?.admit(initialHold(declaredBytes, this.maxFileBytes).need);
-    const doc = await this.store.usage.findOne({ _id: usageKey(partnerId, mode) }, { projection: { stored: 1, used: 1 } });
-    return quotaVerdict(doc ?? { stored: 0, used: 0 }, quotaOf(this.limits, mode), initialHold(declaredBytes, this.maxFileBytes).need, this.sweepEverySeconds);
+    const doc = await this.store.usage.findOne(
+      { _id: usageKey(partnerId, mode) },
+      { projection: { stored: 1, used: 1 } },
+    );
+    return quotaVerdict(
+      doc ?? { stored: 0, used: 0 },
+      quotaOf(this.limits, mode),
+      initialHold(declaredBytes, this.maxFileBytes).need,
+      this.sweepEverySeconds,
+    );
   }
 
   /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
   async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
-    const reservation = new Reservation(this.store, usageKey(partnerId, mode), quotaOf(this.limits, mode), this.maxFileBytes, this.fill);
+    const reservation = new Reservation(
+      this.store,
+      usageKey(partnerId, mode),
+      quotaOf(this.limits, mode),
+      this.maxFileBytes,
+      this.fill,
+    );
     await reservation.grow(initialHold(declaredBytes, this.maxFileBytes));
     return reservation;
   }
@@ -154,13 +175,17 @@ export class Reservation {
       { $inc: { stored: size, used: size - this.held, version: 1 }, $pull: { holds: { id: this.id } } },
     );
     // The repair dropped the hold as abandoned (an upload far longer than any can last).
-    if (matchedCount === 0) await this.store.usage.updateOne({ _id: this.key }, { $inc: { stored: size, used: size, version: 1 } });
+    if (matchedCount === 0)
+      await this.store.usage.updateOne({ _id: this.key }, { $inc: { stored: size, used: size, version: 1 } });
   }
 
   /** The upload was refused or cancelled (after a settle, nothing): its hold goes. */
   async release(): Promise<void> {
     if (this.settled || this.held === 0) return;
-    await this.store.usage.updateOne({ _id: this.key, "holds.id": this.id }, { $inc: { used: -this.held, version: 1 }, $pull: { holds: { id: this.id } } });
+    await this.store.usage.updateOne(
+      { _id: this.key, "holds.id": this.id },
+      { $inc: { used: -this.held, version: 1 }, $pull: { holds: { id: this.id } } },
+    );
   }
 }
 
@@ -195,6 +220,8 @@ export async function repairUsage(store: FileStore, now: Date, holdMaxAgeMs: num
     if (await updateVersioned(store.usage, counter, { $set: next })) repaired++;
   }
   // Files with no counter yet (stored before the quota existed).
-  for (const [key, bytes] of stored) if (await insertIfNew<UsageDoc>(store.usage, { _id: key, stored: bytes, used: bytes, holds: [], version: 0 })) repaired++;
+  for (const [key, bytes] of stored)
+    if (await insertIfNew<UsageDoc>(store.usage, { _id: key, stored: bytes, used: bytes, holds: [], version: 0 }))
+      repaired++;
   return repaired;
 }

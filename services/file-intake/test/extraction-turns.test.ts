@@ -4,12 +4,24 @@ import { nextTurn, type WaitingHead } from "../src/extraction-turns.js";
 // Whose file extraction takes next (src/extraction-turns.ts), pure.
 
 const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s));
-const head = (partnerId: string, oldest: number): WaitingHead => ({ partnerId, fileId: `file_${partnerId}`, oldest: at(oldest) });
+const head = (partnerId: string, oldest: number): WaitingHead => ({
+  partnerId,
+  fileId: `file_${partnerId}`,
+  oldest: at(oldest),
+});
 
 describe("the next partner whose file is extracted (nextTurn)", () => {
   it("is the partner whose last file was taken longest ago, however old another partner's backlog is", () => {
     const heads = [head("flooder", 0), head("other", 50)];
-    expect(nextTurn(heads, new Map([["flooder", at(60)], ["other", at(10)]]))?.partnerId).toBe("other");
+    expect(
+      nextTurn(
+        heads,
+        new Map([
+          ["flooder", at(60)],
+          ["other", at(10)],
+        ]),
+      )?.partnerId,
+    ).toBe("other");
   });
 
   it("a partner never served goes before every partner served", () => {
@@ -18,7 +30,15 @@ describe("the next partner whose file is extracted (nextTurn)", () => {
 
   it("between partners never served (or served at the same time), the oldest waiting file; then the partner id", () => {
     expect(nextTurn([head("b", 5), head("a", 7), head("c", 3)], new Map())?.partnerId).toBe("c");
-    expect(nextTurn([head("b", 5), head("a", 5)], new Map([["a", at(1)], ["b", at(1)]]))?.partnerId).toBe("a");
+    expect(
+      nextTurn(
+        [head("b", 5), head("a", 5)],
+        new Map([
+          ["a", at(1)],
+          ["b", at(1)],
+        ]),
+      )?.partnerId,
+    ).toBe("a");
   });
 
   it("round robin: serving the chosen partner each time visits every waiting partner before any twice", () => {

@@ -20,7 +20,20 @@ export interface Timing {
  */
 export const samplePngDimensions: Extract = async () => ({ ok: true, kind: "image-dimensions", width: 64, height: 48 });
 
-export function extractionWorker(settings: Settings, port: number, extract: Extract = samplePngDimensions, timing: Partial<Timing> = {}): ExtractionWorker {
-  const client = clientsFor({ ...as(settings, "extraction"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${port}` }).fileIntake();
-  return new ExtractionWorker(client, { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3, ...timing }, createLogger("extraction", "silent"), extract);
+export function extractionWorker(
+  settings: Settings,
+  port: number,
+  extract: Extract = samplePngDimensions,
+  timing: Partial<Timing> = {},
+): ExtractionWorker {
+  const client = clientsFor({
+    ...as(settings, "extraction"),
+    FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${port}`,
+  }).fileIntake();
+  return new ExtractionWorker(
+    client,
+    { leaseMs: 60_000, heartbeatMs: 30_000, stuckAfterMs: 0, maxAttempts: 3, ...timing },
+    createLogger("extraction", "silent"),
+    extract,
+  );
 }

@@ -9,7 +9,7 @@ import { LocalKeyWrapper } from "@pi/common/data-keys";
 import { newId } from "@pi/common/ids";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
-import { commonv1, fileintakev1 } from "@pi/proto";
+import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { fileById } from "../src/intake.js";
 import { readBlob, segmentFilter } from "../src/staging.js";
@@ -32,7 +32,10 @@ let db: Db;
 
 beforeAll(async () => {
   settings = testSettings();
-  service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), { connections: { isActive: async () => true }, passive: true });
+  service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), {
+    connections: { isActive: async () => true },
+    passive: true,
+  });
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
 });
@@ -45,15 +48,22 @@ afterAll(async () => {
 
 async function* upload(partnerId: string, bytes: Uint8Array, key: string): AsyncGenerator<Request> {
   yield { part: { case: "header", value: { partnerId, mode: commonv1.Mode.LIVE, idempotencyKey: key } } };
-  for (let i = 0; i < bytes.length; i += 256 * 1024) yield { part: { case: "chunk", value: bytes.subarray(i, i + 256 * 1024) } };
+  for (let i = 0; i < bytes.length; i += 256 * 1024)
+    yield { part: { case: "chunk", value: bytes.subarray(i, i + 256 * 1024) } };
   yield { part: { case: "trailer", value: { elderAddress: ELDER } } };
 }
 
 describe("hot reads use an index", () => {
   it("GET of a file by _id, an Idempotency-Key by its _id, a blob's segments by _id, a partner's storage usage by _id; a filter on partnerId alone does not", async () => {
-    const client = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
+    const client = clientsFor({
+      ...as(settings, "gateway"),
+      FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}`,
+    }).fileIntake();
     const partnerId = newId("ptr");
-    const bytes = Buffer.concat([readFileSync(new URL("./fixtures/sample.txt", import.meta.url)), Buffer.alloc(2.5 * 1024 * 1024, 0x61)]);
+    const bytes = Buffer.concat([
+      readFileSync(new URL("./fixtures/sample.txt", import.meta.url)),
+      Buffer.alloc(2.5 * 1024 * 1024, 0x61),
+    ]);
     const res = await client.submitFile(upload(partnerId, bytes, "hot-key"));
     const file = (await db.collection<FileDoc>("files").findOne(fileById(res.file!.id)))!;
 
@@ -64,12 +74,17 @@ describe("hot reads use an index", () => {
       // Asked before every upload's body (CheckStorageQuota).
       usage: await queryPlan(db.collection("storage_usage"), { _id: usageKey(partnerId, "live") }),
     };
-    for (const [read, plan] of Object.entries(plans)) expect({ read, ...plan }).toMatchObject({ read, usesIndex: true });
+    for (const [read, plan] of Object.entries(plans))
+      expect({ read, ...plan }).toMatchObject({ read, usesIndex: true });
     // The check can fail: no index serves a filter on the owner alone.
     expect((await queryPlan(db.collection("files"), { partnerId })).usesIndex).toBe(false);
 
     // And the segment-by-segment read returns the very bytes (three sealed 1 MiB segments, the last partial).
-    const read = await readBlob(await openFileStore(db), file, await LocalKeyWrapper.fromSetting(settings.DATA_KEYS!).unwrap(file.dataKey!));
+    const read = await readBlob(
+      await openFileStore(db),
+      file,
+      await LocalKeyWrapper.fromSetting(settings.DATA_KEYS!).unwrap(file.dataKey!),
+    );
     expect(read.equals(bytes)).toBe(true);
   });
 });

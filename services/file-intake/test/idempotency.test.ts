@@ -2,7 +2,12 @@ import { describe, expect, it } from "@jest/globals";
 import { checkIdempotencyKey, decide, fingerprint, type KeyRecord, type Payload } from "../src/idempotency.js";
 import { keyId } from "../src/store.js";
 
-const payload: Payload = { sha256: "a".repeat(64), elder: "apple.banana.cherry@elders.example", purpose: "lab_result", mode: "live" };
+const payload: Payload = {
+  sha256: "a".repeat(64),
+  elder: "apple.banana.cherry@elders.example",
+  purpose: "lab_result",
+  mode: "live",
+};
 
 describe("idempotency keys are per (partner, mode, key)", () => {
   it("the same key of one partner names two records in test and live, and none of another partner's", () => {
@@ -48,7 +53,9 @@ describe("same payload", () => {
   });
 
   it("is not confused by values that concatenate alike", () => {
-    expect(fingerprint({ ...payload, elder: "a", purpose: "bc" })).not.toBe(fingerprint({ ...payload, elder: "ab", purpose: "c" }));
+    expect(fingerprint({ ...payload, elder: "a", purpose: "bc" })).not.toBe(
+      fingerprint({ ...payload, elder: "ab", purpose: "c" }),
+    );
     expect(fingerprint({ ...payload, purpose: "null" })).not.toBe(fingerprint({ ...payload, purpose: null }));
   });
 });
@@ -67,30 +74,53 @@ describe("what a request does about the stored key", () => {
   });
 
   it("its own fresh claim: owned", () => {
-    expect(decide(record({ fileId: "file_mine", state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "owned" });
+    expect(
+      decide(record({ fileId: "file_mine", state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now),
+    ).toEqual({ kind: "owned" });
   });
 
   it("a committed key with the same payload: replay of the stored file", () => {
-    expect(decide(record(), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "replay", fileId: "file_stored" });
+    expect(decide(record(), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({
+      kind: "replay",
+      fileId: "file_stored",
+    });
   });
 
   it("a committed key with another payload: conflict", () => {
-    expect(decide(record({ fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "conflict" });
+    expect(decide(record({ fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({
+      kind: "conflict",
+    });
   });
 
   it("a claim in progress with the same payload: wait; with another: conflict", () => {
-    expect(decide(record({ state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "wait" });
-    expect(decide(record({ state: "claimed", fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "conflict" });
+    expect(decide(record({ state: "claimed" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({
+      kind: "wait",
+    });
+    expect(
+      decide(record({ state: "claimed", fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now),
+    ).toEqual({ kind: "conflict" });
   });
 
   it("a claim whose lease has run out: abandoned, whatever its payload", () => {
     const old = now;
-    expect(decide(record({ state: "claimed", claimedUntil: old }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "abandoned" });
-    expect(decide(record({ state: "claimed", claimedUntil: old, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "abandoned" });
+    expect(
+      decide(record({ state: "claimed", claimedUntil: old }), { fingerprint: print, fileId: "file_mine" }, now),
+    ).toEqual({ kind: "abandoned" });
+    expect(
+      decide(
+        record({ state: "claimed", claimedUntil: old, fingerprint: "other" }),
+        { fingerprint: print, fileId: "file_mine" },
+        now,
+      ),
+    ).toEqual({ kind: "abandoned" });
   });
 
   it("a key past its retention: expired, as if absent, even with another payload", () => {
-    expect(decide(record({ expiresAt: now }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "expired" });
-    expect(decide(record({ expiresAt: now, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({ kind: "expired" });
+    expect(decide(record({ expiresAt: now }), { fingerprint: print, fileId: "file_mine" }, now)).toEqual({
+      kind: "expired",
+    });
+    expect(
+      decide(record({ expiresAt: now, fingerprint: "other" }), { fingerprint: print, fileId: "file_mine" }, now),
+    ).toEqual({ kind: "expired" });
   });
 });

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { MongoClient, ObjectId, type Db } from "mongodb";
+import { MongoClient, type ObjectId, type Db } from "mongodb";
 import { clientsFor, type FileIntakeClient } from "@pi/common/clients";
 import { createLogger } from "@pi/common/logger";
 import { databaseName } from "@pi/common/mongo";
@@ -19,7 +19,15 @@ import { extractionWorker, samplePngDimensions } from "./extraction-worker.js";
 import { startFileIntakeService, type FileIntakeOptions } from "../src/service.js";
 import { as, testSettings } from "../../../test/support/services.js";
 import type { ConnectionCheck } from "../src/intake.js";
-import { BLOB_SEGMENT_BYTES, BLOB_SEGMENTS, keyId, segmentCount, segmentId, type FileDoc, type KeyDoc } from "../src/store.js";
+import {
+  BLOB_SEGMENT_BYTES,
+  BLOB_SEGMENTS,
+  keyId,
+  segmentCount,
+  segmentId,
+  type FileDoc,
+  type KeyDoc,
+} from "../src/store.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
 import { readBlob, SEGMENT_INSERTS_IN_FLIGHT } from "../src/staging.js";
 
@@ -39,19 +47,31 @@ let service: RunningService;
 let client: FileIntakeClient;
 let dataKeys: KeyWrapper;
 const active = new Set<string>();
-const connections: ConnectionCheck = { isActive: async (partnerId, mode, address) => active.has(`${partnerId}|${mode}|${address}`) };
+const connections: ConnectionCheck = {
+  isActive: async (partnerId, mode, address) => active.has(`${partnerId}|${mode}|${address}`),
+};
 
 async function start(extra: FileIntakeOptions = {}, on = settings) {
   const s = await startFileIntakeService(on, createLogger("file-intake", on.LOG_LEVEL), { connections, ...extra });
-  return { service: s, client: clientsFor({ ...as(on, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${s.port}` }).fileIntake() };
+  return {
+    service: s,
+    client: clientsFor({ ...as(on, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${s.port}` }).fileIntake(),
+  };
 }
 
 /** A file-intake in a namespace of its own with no worker, consumer or sweep: the test drives them. */
-async function withPassiveIntake(use: (intake: { client: FileIntakeClient; db: Db; settings: Settings; port: number }) => Promise<void>) {
+async function withPassiveIntake(
+  use: (intake: { client: FileIntakeClient; db: Db; settings: Settings; port: number }) => Promise<void>,
+) {
   const own = testSettings({ DATA_KEYS: settings.DATA_KEYS! });
   const intake = await start({ passive: true }, own);
   try {
-    await use({ client: intake.client, db: mongo.db(databaseName(own.DATA_NAMESPACE, "file-intake")), settings: own, port: intake.service.port });
+    await use({
+      client: intake.client,
+      db: mongo.db(databaseName(own.DATA_NAMESPACE, "file-intake")),
+      settings: own,
+      port: intake.service.port,
+    });
   } finally {
     await intake.service.stop();
   }
@@ -76,10 +96,17 @@ function partner() {
   return partnerId;
 }
 
-async function* stream(partnerId: string, chunks: Uint8Array[], opts: { key?: string; elder?: string; purpose?: string; mode?: commonv1.Mode; trailer?: boolean } = {}): AsyncGenerator<Request> {
-  yield { part: { case: "header", value: { partnerId, mode: opts.mode ?? commonv1.Mode.LIVE, idempotencyKey: opts.key } } };
+async function* stream(
+  partnerId: string,
+  chunks: Uint8Array[],
+  opts: { key?: string; elder?: string; purpose?: string; mode?: commonv1.Mode; trailer?: boolean } = {},
+): AsyncGenerator<Request> {
+  yield {
+    part: { case: "header", value: { partnerId, mode: opts.mode ?? commonv1.Mode.LIVE, idempotencyKey: opts.key } },
+  };
   for (const chunk of chunks) yield { part: { case: "chunk", value: chunk } };
-  if (opts.trailer !== false) yield { part: { case: "trailer", value: { elderAddress: opts.elder ?? ELDER, purpose: opts.purpose } } };
+  if (opts.trailer !== false)
+    yield { part: { case: "trailer", value: { elderAddress: opts.elder ?? ELDER, purpose: opts.purpose } } };
 }
 
 function chunked(bytes: Uint8Array, size = 64 * 1024): Uint8Array[] {
@@ -122,19 +149,33 @@ describe("a submission is stored only when every check passed", () => {
     const res = await client.submitFile(stream(partnerId, [bytes], { purpose: "discharge_summary" }));
     expect(res.file?.status).toBe(fileintakev1.FileStatus.RECEIVED);
     const doc = await db.collection<FileDoc>("files").findOne({ _id: res.file!.id });
-    expect(doc).toMatchObject({ partnerId, mode: "live", mediaType: "application/pdf", size: bytes.length, dataKey: { kid: "k1" }, purgedAt: null });
+    expect(doc).toMatchObject({
+      partnerId,
+      mode: "live",
+      mediaType: "application/pdf",
+      size: bytes.length,
+      dataKey: { kid: "k1" },
+      purgedAt: null,
+    });
     // Elder, purpose and SHA-256 only sealed; the plaintext SHA-256 of the plaintext bytes inside.
     expect(doc).not.toHaveProperty("elder");
     expect(doc).not.toHaveProperty("purpose");
     expect(doc).not.toHaveProperty("sha256");
     expect(JSON.stringify(doc)).not.toMatch(/discharge_summary|apple\.banana/);
     const store = await (await import("../src/store.js")).openFileStore(db);
-    expect(await readMeta(store, dataKeys, doc!._id)).toEqual({ elder: ELDER, purpose: "discharge_summary", sha256: createHash("sha256").update(bytes).digest("hex") });
+    expect(await readMeta(store, dataKeys, doc!._id)).toEqual({
+      elder: ELDER,
+      purpose: "discharge_summary",
+      sha256: createHash("sha256").update(bytes).digest("hex"),
+    });
     // Segments hold ciphertext only (each found by its own _id); opened with the data key they give the very bytes.
     const segments = [];
-    for (let n = 0; n < segmentCount(bytes.length); n++) segments.push(await db.collection(BLOB_SEGMENTS).findOne({ _id: segmentId(doc!.blobId, n) as never }));
+    for (let n = 0; n < segmentCount(bytes.length); n++)
+      segments.push(await db.collection(BLOB_SEGMENTS).findOne({ _id: segmentId(doc!.blobId, n) as never }));
     expect(segments.every((s) => s !== null)).toBe(true);
-    expect(await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(doc!.blobId, segments.length) as never })).toBe(0);
+    expect(
+      await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(doc!.blobId, segments.length) as never }),
+    ).toBe(0);
     const raw = Buffer.concat(segments.map((s) => s!.data.buffer as Buffer));
     expect(raw.length).toBe(bytes.length + segments.length * SEAL_OVERHEAD);
     expect(raw.includes(bytes.subarray(0, 64))).toBe(false);
@@ -145,8 +186,14 @@ describe("a submission is stored only when every check passed", () => {
 
   it("each file has its own data key, and a file's sealed data cannot be opened with another's", async () => {
     const partnerId = partner();
-    const [a, b] = [await client.submitFile(stream(partnerId, [fixture("sample.txt")])), await client.submitFile(stream(partnerId, [fixture("sample.txt")]))];
-    const [da, db2] = [await db.collection<FileDoc>("files").findOne({ _id: a.file!.id }), await db.collection<FileDoc>("files").findOne({ _id: b.file!.id })];
+    const [a, b] = [
+      await client.submitFile(stream(partnerId, [fixture("sample.txt")])),
+      await client.submitFile(stream(partnerId, [fixture("sample.txt")])),
+    ];
+    const [da, db2] = [
+      await db.collection<FileDoc>("files").findOne({ _id: a.file!.id }),
+      await db.collection<FileDoc>("files").findOne({ _id: b.file!.id }),
+    ];
     const [ka, kb] = [await dataKeys.unwrap(da!.dataKey!), await dataKeys.unwrap(db2!.dataKey!)];
     expect(ka.equals(kb)).toBe(false);
     const store = await (await import("../src/store.js")).openFileStore(db);
@@ -159,7 +206,9 @@ describe("a submission is stored only when every check passed", () => {
     const partnerId = partner();
     const before = await storage();
     const uploadsBefore = await db.collection("uploads").countDocuments();
-    expect(await refusal(client.submitFile(stream(partnerId, [fixture("unsupported.zip")])))).toBe(ErrorReason.UNSUPPORTED_MEDIA_TYPE);
+    expect(await refusal(client.submitFile(stream(partnerId, [fixture("unsupported.zip")])))).toBe(
+      ErrorReason.UNSUPPORTED_MEDIA_TYPE,
+    );
     await expectStorage(before);
     expect(await db.collection("uploads").countDocuments()).toBe(uploadsBefore);
   });
@@ -186,20 +235,31 @@ describe("a submission is stored only when every check passed", () => {
     const partnerId = partner();
     const before = await storage();
     const big = Buffer.alloc(settings.MAX_FILE_BYTES + 1, "a");
-    expect(await refusal(client.submitFile(stream(partnerId, chunked(big, 1024 * 1024)), { timeoutMs: 120_000 }))).toBe(ErrorReason.FILE_TOO_LARGE);
+    expect(await refusal(client.submitFile(stream(partnerId, chunked(big, 1024 * 1024)), { timeoutMs: 120_000 }))).toBe(
+      ErrorReason.FILE_TOO_LARGE,
+    );
 
     const lateBinary = Buffer.concat([Buffer.alloc(3 * 1024 * 1024, "b"), Buffer.from([0x00]), Buffer.from("tail")]);
-    expect(await refusal(client.submitFile(stream(partnerId, chunked(lateBinary))))).toBe(ErrorReason.UNSUPPORTED_MEDIA_TYPE);
-
-    expect(await refusal(client.submitFile(stream(partnerId, [fixture("sample.txt")], { elder: "other.elder.here@elders.example" })))).toBe(
-      ErrorReason.NO_ACTIVE_CONNECTION,
+    expect(await refusal(client.submitFile(stream(partnerId, chunked(lateBinary))))).toBe(
+      ErrorReason.UNSUPPORTED_MEDIA_TYPE,
     );
+
+    expect(
+      await refusal(
+        client.submitFile(stream(partnerId, [fixture("sample.txt")], { elder: "other.elder.here@elders.example" })),
+      ),
+    ).toBe(ErrorReason.NO_ACTIVE_CONNECTION);
 
     const abort = new AbortController();
     async function* cancelled(): AsyncGenerator<Request> {
       yield* stream(partnerId, chunked(Buffer.alloc(2 * 1024 * 1024, "c")), { trailer: false });
       // The partner gives up once its upload is being staged.
-      for (const deadline = Date.now() + 10_000; (await db.collection("uploads").countDocuments({ discardedAt: null })) <= before.openUploads && Date.now() < deadline; ) await sleep(20);
+      for (
+        const deadline = Date.now() + 10_000;
+        (await db.collection("uploads").countDocuments({ discardedAt: null })) <= before.openUploads &&
+        Date.now() < deadline;
+      )
+        await sleep(20);
       abort.abort();
     }
     expect(await refusal(client.submitFile(cancelled(), { signal: abort.signal }))).toBe(Code.Canceled);
@@ -209,7 +269,9 @@ describe("a submission is stored only when every check passed", () => {
   it("an empty file and a malformed elder are invalid requests", async () => {
     const partnerId = partner();
     expect(await refusal(client.submitFile(stream(partnerId, [])))).toBe(ErrorReason.INVALID_REQUEST);
-    expect(await refusal(client.submitFile(stream(partnerId, [fixture("sample.txt")], { elder: "not an address" })))).toBe(ErrorReason.INVALID_REQUEST);
+    expect(
+      await refusal(client.submitFile(stream(partnerId, [fixture("sample.txt")], { elder: "not an address" }))),
+    ).toBe(ErrorReason.INVALID_REQUEST);
   });
 
   it("a stream without a header first is refused", async () => {
@@ -224,11 +286,15 @@ describe("idempotency keys", () => {
   it("concurrent submissions with one key and one payload are one file", async () => {
     const partnerId = partner();
     const bytes = fixture("sample.png");
-    const results = await Promise.all(Array.from({ length: 6 }, () => client.submitFile(stream(partnerId, [bytes], { key: "same-key" }))));
+    const results = await Promise.all(
+      Array.from({ length: 6 }, () => client.submitFile(stream(partnerId, [bytes], { key: "same-key" }))),
+    );
     const ids = new Set(results.map((r) => r.file!.id));
     expect(ids.size).toBe(1);
     expect(await db.collection("files").countDocuments({ partnerId })).toBe(1);
-    expect(await refusal(client.submitFile(stream(partnerId, [fixture("sample.jpg")], { key: "same-key" })))).toBe(ErrorReason.IDEMPOTENCY_KEY_REUSE);
+    expect(await refusal(client.submitFile(stream(partnerId, [fixture("sample.jpg")], { key: "same-key" })))).toBe(
+      ErrorReason.IDEMPOTENCY_KEY_REUSE,
+    );
   });
 
   it("a claim whose owner died is taken over once its lease ends; one whose file was written is replayed", async () => {
@@ -237,9 +303,22 @@ describe("idempotency keys", () => {
     const old = new Date(Date.now() - 10 * 60_000);
     const keys = db.collection<KeyDoc>("idempotency_keys");
     // A request that died after claiming, before writing its file: the key is free again.
-    await keys.insertOne({ _id: keyId(partnerId, "live", "died-early"), partnerId, mode: "live", key: "died-early", fingerprint: "whatever", fileId: newId("file"), state: "claimed", claimedUntil: old, expiresAt: new Date(Date.now() + 3_600_000) });
+    await keys.insertOne({
+      _id: keyId(partnerId, "live", "died-early"),
+      partnerId,
+      mode: "live",
+      key: "died-early",
+      fingerprint: "whatever",
+      fileId: newId("file"),
+      state: "claimed",
+      claimedUntil: old,
+      expiresAt: new Date(Date.now() + 3_600_000),
+    });
     const taken = await client.submitFile(stream(partnerId, [bytes], { key: "died-early" }));
-    expect((await keys.findOne({ partnerId, key: "died-early" }))).toMatchObject({ fileId: taken.file!.id, state: "committed" });
+    expect(await keys.findOne({ partnerId, key: "died-early" })).toMatchObject({
+      fileId: taken.file!.id,
+      state: "committed",
+    });
 
     // A request that died after writing its file, before committing the key: a retry gets that file.
     const first = await client.submitFile(stream(partnerId, [bytes], { key: "died-late" }));
@@ -251,7 +330,9 @@ describe("idempotency keys", () => {
   it("a refused request does not use up its key", async () => {
     const partnerId = newId("ptr");
     const bytes = fixture("sample.txt");
-    expect(await refusal(client.submitFile(stream(partnerId, [bytes], { key: "k1" })))).toBe(ErrorReason.NO_ACTIVE_CONNECTION);
+    expect(await refusal(client.submitFile(stream(partnerId, [bytes], { key: "k1" })))).toBe(
+      ErrorReason.NO_ACTIVE_CONNECTION,
+    );
     expect(await db.collection("idempotency_keys").countDocuments({ partnerId })).toBe(0);
     active.add(`${partnerId}|live|${ELDER}`);
     const ok = await client.submitFile(stream(partnerId, [bytes], { key: "k1" }));
@@ -271,9 +352,18 @@ describe("idempotency keys", () => {
     await keys.updateOne({ partnerId, key: "old" }, { $set: { expiresAt: new Date(Date.now() - 1000) } });
     const { IdempotencyKeys } = await import("../src/keys.js");
     const { openFileStore } = await import("../src/store.js");
-    const swept = await new IdempotencyKeys(await openFileStore(db), { ttlMs: 1000, claimLeaseMs: 1000, pollMs: 10 }, createLogger("file-intake", "silent")).sweep();
+    const swept = await new IdempotencyKeys(
+      await openFileStore(db),
+      { ttlMs: 1000, claimLeaseMs: 1000, pollMs: 10 },
+      createLogger("file-intake", "silent"),
+    ).sweep();
     expect(swept).toBeGreaterThanOrEqual(1);
-    expect(await keys.find({ partnerId }).map((k) => k.key).toArray()).toEqual(["kept"]);
+    expect(
+      await keys
+        .find({ partnerId })
+        .map((k) => k.key)
+        .toArray(),
+    ).toEqual(["kept"]);
   });
 });
 
@@ -318,7 +408,11 @@ describe("nothing accepted is left unprocessed", () => {
           partnerId,
           mode: "live",
           dataKey: await dataKeys.wrap(dataKey),
-          sealedMeta: sealMeta(dataKey, fileId, { elder: ELDER, purpose: null, sha256: createHash("sha256").update(bytes).digest("hex") }),
+          sealedMeta: sealMeta(dataKey, fileId, {
+            elder: ELDER,
+            purpose: null,
+            sha256: createHash("sha256").update(bytes).digest("hex"),
+          }),
           mediaType: "image/png",
           size: bytes.length,
           blobId: staged.id,
@@ -337,7 +431,9 @@ describe("nothing accepted is left unprocessed", () => {
     // What the extraction service does with the event (it reads the bytes through file-intake).
     const extractor = new Extractor();
     try {
-      expect(await extractionWorker(settings, service.port, (type, bytes) => extractor.extract(type, bytes)).process(fileId)).toBe("processed");
+      expect(
+        await extractionWorker(settings, service.port, (type, bytes) => extractor.extract(type, bytes)).process(fileId),
+      ).toBe("processed");
     } finally {
       await extractor.close();
     }
@@ -360,7 +456,12 @@ describe("nothing accepted is left unprocessed", () => {
       // It hangs until the test is over, then gives up, so its lease heartbeat stops with the test
       // (a timer left behind fires into whichever test this jest worker runs next).
       let giveUp: ((err: Error) => void) | undefined;
-      const hung = extractionWorker(intake.settings, intake.port, () => new Promise((_, reject) => (giveUp = reject)), timing);
+      const hung = extractionWorker(
+        intake.settings,
+        intake.port,
+        () => new Promise((_, reject) => (giveUp = reject)),
+        timing,
+      );
       const hungRun = hung.process(id).catch(() => undefined);
       try {
         let taken = await store.files.findOne({ _id: id });
@@ -375,8 +476,17 @@ describe("nothing accepted is left unprocessed", () => {
         expect(await restarted.sweepStuck()).toBe(0);
         await sleep(Math.max(0, taken!.leaseUntil!.getTime() - Date.now()) + 50);
         expect(await restarted.sweepStuck()).toBe(1);
-        expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 2, leaseUntil: null });
-        expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "image-dimensions", width: 64, height: 48 });
+        expect(await store.files.findOne({ _id: id })).toMatchObject({
+          status: "processed",
+          attempts: 2,
+          leaseUntil: null,
+        });
+        expect(await readExtraction(store, dataKeys, id)).toMatchObject({
+          ok: true,
+          kind: "image-dimensions",
+          width: 64,
+          height: 48,
+        });
       } finally {
         giveUp?.(new Error("the test is over"));
         await hungRun;
@@ -391,12 +501,27 @@ describe("nothing accepted is left unprocessed", () => {
       const res = await intake.client.submitFile(stream(partner(), [fixture("sample.png")]));
       const id = res.file!.id;
       // Once the outbox is empty, nothing else writes the record while the test does.
-      for (const deadline = Date.now() + 10_000; (await store.files.findOne({ _id: id }))?.outbox.length && Date.now() < deadline; ) await sleep(20);
+      for (
+        const deadline = Date.now() + 10_000;
+        (await store.files.findOne({ _id: id }))?.outbox.length && Date.now() < deadline;
+      )
+        await sleep(20);
       await store.files.updateOne({ _id: id }, { $set: { attempts: 3 } });
-      const worker = extractionWorker(intake.settings, intake.port, samplePngDimensions, { leaseMs: 1000, heartbeatMs: 500 });
+      const worker = extractionWorker(intake.settings, intake.port, samplePngDimensions, {
+        leaseMs: 1000,
+        heartbeatMs: 500,
+      });
       expect(await worker.process(id)).toBe("failed");
-      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "failed", failureReason: "extractor_died", attempts: 4 });
-      expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: false, reason: "extractor_died", error: expect.stringMatching(/died on the file 3 times/) });
+      expect(await store.files.findOne({ _id: id })).toMatchObject({
+        status: "failed",
+        failureReason: "extractor_died",
+        attempts: 4,
+      });
+      expect(await readExtraction(store, dataKeys, id)).toMatchObject({
+        ok: false,
+        reason: "extractor_died",
+        error: expect.stringMatching(/died on the file 3 times/),
+      });
     });
   });
 
@@ -409,7 +534,11 @@ describe("nothing accepted is left unprocessed", () => {
       const res = await intake.client.submitFile(stream(partner(), chunked(bytes, 4099)));
       const id = res.file!.id;
       const textLength = new TextDecoder().decode(bytes).length;
-      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "received", mediaType: "text/plain", textLength });
+      expect(await store.files.findOne({ _id: id })).toMatchObject({
+        status: "received",
+        mediaType: "text/plain",
+        textLength,
+      });
       let extracted = 0;
       const worker = extractionWorker(intake.settings, intake.port, async () => {
         extracted++;
@@ -418,7 +547,11 @@ describe("nothing accepted is left unprocessed", () => {
       expect(await worker.process(id)).toBe("processed");
       expect(extracted).toBe(0);
       expect(await readExtraction(store, dataKeys, id)).toMatchObject({ ok: true, kind: "plain-text", textLength });
-      expect(await store.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 1, leaseToken: null });
+      expect(await store.files.findOne({ _id: id })).toMatchObject({
+        status: "processed",
+        attempts: 1,
+        leaseToken: null,
+      });
     });
   });
 
@@ -428,15 +561,26 @@ describe("nothing accepted is left unprocessed", () => {
     const store = await openFileStore(db);
     const orphan = StagedUpload.open(store, "ptr_dead", randomBytes(32));
     await orphan.write(Buffer.alloc(3 * 1024 * 1024 + 10, 1)); // three segments stored, the rest buffered: the process "dies"
-    const segmentsOf = (id: ObjectId) => Promise.all([0, 1, 2, 3].map((n) => db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(id, n) as never }))).then((c) => c.reduce((a, b) => a + b));
-    for (const deadline = Date.now() + 10_000; (await segmentsOf(orphan.id)) < 3 && Date.now() < deadline; ) await sleep(20);
+    const segmentsOf = (id: ObjectId) =>
+      Promise.all(
+        [0, 1, 2, 3].map((n) => db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(id, n) as never })),
+      ).then((c) => c.reduce((a, b) => a + b));
+    for (const deadline = Date.now() + 10_000; (await segmentsOf(orphan.id)) < 3 && Date.now() < deadline; )
+      await sleep(20);
     expect(await segmentsOf(orphan.id)).toBe(3);
     const kept = await client.submitFile(stream(partner(), [fixture("sample.txt")]));
     const keptDoc = await store.files.findOne({ _id: kept.file!.id });
     // As if the committing process had died before removing its upload document.
-    await store.uploads.replaceOne({ _id: keptDoc!.blobId }, { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null }, { upsert: true });
+    await store.uploads.replaceOne(
+      { _id: keptDoc!.blobId },
+      { partnerId: keptDoc!.partnerId, startedAt: new Date(0), discardedAt: null },
+      { upsert: true },
+    );
 
-    await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), { discardedGraceMs: 60_000, abandonedAfterMs: 3_600_000 });
+    await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), {
+      discardedGraceMs: 60_000,
+      abandonedAfterMs: 3_600_000,
+    });
     expect(await segmentsOf(orphan.id)).toBe(0);
     expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId] } })).toBe(0);
     expect(await segmentsOf(keptDoc!.blobId)).toBe(1);

@@ -1,5 +1,15 @@
 import { describe, expect, it } from "@jest/globals";
-import { holdGrowth, initialHold, QUOTA_STEP_BYTES, quotaOf, quotaPressure, quotaVerdict, repairedUsage, storeHasRoom, usageKey } from "../src/quota.js";
+import {
+  holdGrowth,
+  initialHold,
+  QUOTA_STEP_BYTES,
+  quotaOf,
+  quotaPressure,
+  quotaVerdict,
+  repairedUsage,
+  storeHasRoom,
+  usageKey,
+} from "../src/quota.js";
 
 // The storage quota's rules (src/quota.ts): reservations, the verdict and its Retry-After, the repair.
 
@@ -26,7 +36,10 @@ describe("the storage quota's rules", () => {
     expect(holdGrowth(QUOTA_STEP_BYTES, QUOTA_STEP_BYTES + 1, MAX)).toEqual({ need: 1, want: QUOTA_STEP_BYTES });
     expect(holdGrowth(MAX - MiB, MAX - MiB + 10, MAX)).toEqual({ need: 10, want: MiB });
     // A declared length that was too short: what arrived is reserved whatever it is.
-    expect(holdGrowth(100, 100 + 3 * QUOTA_STEP_BYTES, MAX)).toEqual({ need: 3 * QUOTA_STEP_BYTES, want: 3 * QUOTA_STEP_BYTES });
+    expect(holdGrowth(100, 100 + 3 * QUOTA_STEP_BYTES, MAX)).toEqual({
+      need: 3 * QUOTA_STEP_BYTES,
+      want: 3 * QUOTA_STEP_BYTES,
+    });
   });
 
   it("fits while the stored and held bytes with this upload's stay within the quota; the limit itself fits", () => {
@@ -45,10 +58,18 @@ describe("the storage quota's rules", () => {
     const now = new Date(10_000_000);
     const young = { id: "a", bytes: 5, at: new Date(now.getTime() - 1000) };
     const old = { id: "b", bytes: 7, at: new Date(now.getTime() - 3_600_001) };
-    expect(repairedUsage({ stored: 50, used: 62, holds: [young, old], version: 3 }, 40, now, 3_600_000)).toEqual({ stored: 40, used: 45, holds: [young] });
+    expect(repairedUsage({ stored: 50, used: 62, holds: [young, old], version: 3 }, 40, now, 3_600_000)).toEqual({
+      stored: 40,
+      used: 45,
+      holds: [young],
+    });
     expect(repairedUsage({ stored: 40, used: 45, holds: [young], version: 4 }, 40, now, 3_600_000)).toBeUndefined();
     // A counter short of what is stored (a crash after a file was written, before it settled) goes up.
-    expect(repairedUsage({ stored: 0, used: 0, holds: [], version: 0 }, 40, now, 3_600_000)).toEqual({ stored: 40, used: 40, holds: [] });
+    expect(repairedUsage({ stored: 0, used: 0, holds: [], version: 0 }, 40, now, 3_600_000)).toEqual({
+      stored: 40,
+      used: 40,
+      holds: [],
+    });
   });
 
   it("quota pressure: the highest used / quota ratio per mode; a partner at the threshold in either mode counts once", () => {

@@ -5,11 +5,10 @@ import { MongoClient } from "mongodb";
 import { clientsFor, type FileIntakeClient } from "@pi/common/clients";
 import { createLogger } from "@pi/common/logger";
 import { databaseName } from "@pi/common/mongo";
-import { LocalKeyWrapper } from "@pi/common/data-keys";
 import { newId } from "@pi/common/ids";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
-import { commonv1, fileintakev1 } from "@pi/proto";
+import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { openFileStore, keyId, type FileStore } from "../src/store.js";
 import { extractionWorker } from "./extraction-worker.js";
@@ -34,11 +33,20 @@ beforeAll(async () => {
   settings = testSettings();
   for (let i = 0; i < 2; i++) {
     // Passive: no consumer and no sweeps, so nothing but the test writes the records it races on.
-    replicas.push(await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), { connections, passive: true }));
+    replicas.push(
+      await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), {
+        connections,
+        passive: true,
+      }),
+    );
   }
-  clients = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake());
+  clients = replicas.map((r) =>
+    clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake(),
+  );
   for (let i = 0; i < 2; i++) mongos.push(await MongoClient.connect(settings.MONGODB_URI));
-  stores = await Promise.all(mongos.map((m) => openFileStore(m.db(databaseName(settings.DATA_NAMESPACE, "file-intake")))));
+  stores = await Promise.all(
+    mongos.map((m) => openFileStore(m.db(databaseName(settings.DATA_NAMESPACE, "file-intake")))),
+  );
 });
 
 afterAll(async () => {
@@ -58,11 +66,18 @@ describe("two replicas racing", () => {
     const partnerId = newId("ptr");
     const bytes = fixture("sample.txt");
     // A generous deadline: the losers wait for the winner's commit, and this machine may be loaded.
-    const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => clients[i % 2]!.submitFile(upload(partnerId, bytes, "race-key"), { timeoutMs: 60_000 })));
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        clients[i % 2]!.submitFile(upload(partnerId, bytes, "race-key"), { timeoutMs: 60_000 }),
+      ),
+    );
     const ids = new Set(answers.map((a) => a.file!.id));
     expect(ids.size).toBe(1);
     expect(await stores[0]!.files.countDocuments({ partnerId })).toBe(1);
-    expect(await stores[1]!.keys.findOne({ _id: keyId(partnerId, "live", "race-key") })).toMatchObject({ state: "committed", fileId: [...ids][0] });
+    expect(await stores[1]!.keys.findOne({ _id: keyId(partnerId, "live", "race-key") })).toMatchObject({
+      state: "committed",
+      fileId: [...ids][0],
+    });
   });
 
   it("two extraction workers take one file at once, each through another file-intake replica: while one holds the lease the three other takes are refused, and the file is extracted once", async () => {
@@ -78,9 +93,12 @@ describe("two replicas racing", () => {
     };
     const workers = replicas.map((r) => extractionWorker(settings, r.port, extract));
     const settled: string[] = [];
-    const takes = [workers[0]!.process(id), workers[1]!.process(id), workers[0]!.process(id), workers[1]!.process(id)].map((take) =>
-      take.then((outcome) => (settled.push(outcome), outcome)),
-    );
+    const takes = [
+      workers[0]!.process(id),
+      workers[1]!.process(id),
+      workers[0]!.process(id),
+      workers[1]!.process(id),
+    ].map((take) => take.then((outcome) => (settled.push(outcome), outcome)));
     // The race, made to happen: the winner cannot end before its extraction is released, so the
     // three other takes, through both replicas, are answered while it holds the lease, each refused.
     for (let i = 0; settled.length < 3 && i < 3000; i++) await new Promise((r) => setTimeout(r, 10));
@@ -93,6 +111,11 @@ describe("two replicas racing", () => {
     expect(results.filter((r) => r === "processed")).toHaveLength(1);
     expect(results.filter((r) => r === "skipped")).toHaveLength(3);
     expect(extractions).toBe(1);
-    expect(await stores[1]!.files.findOne({ _id: id })).toMatchObject({ status: "processed", attempts: 1, leaseUntil: null, leaseToken: null });
+    expect(await stores[1]!.files.findOne({ _id: id })).toMatchObject({
+      status: "processed",
+      attempts: 1,
+      leaseUntil: null,
+      leaseToken: null,
+    });
   });
 });

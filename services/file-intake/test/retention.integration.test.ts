@@ -41,8 +41,14 @@ beforeAll(async () => {
   settings = testSettings();
   dataKeys = LocalKeyWrapper.fromSetting(settings.DATA_KEYS!);
   // Passive: no consumer and no sweeps; the test runs the worker and the sweep itself.
-  service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), { connections: { isActive: async () => true }, passive: true });
-  client = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
+  service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), {
+    connections: { isActive: async () => true },
+    passive: true,
+  });
+  client = clientsFor({
+    ...as(settings, "gateway"),
+    FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}`,
+  }).fileIntake();
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake"));
   store = await openFileStore(db);
@@ -55,7 +61,12 @@ afterAll(async () => {
   await mongo?.close();
 });
 
-async function* upload(partnerId: string, bytes: Uint8Array, mode: commonv1.Mode, purpose?: string): AsyncGenerator<Request> {
+async function* upload(
+  partnerId: string,
+  bytes: Uint8Array,
+  mode: commonv1.Mode,
+  purpose?: string,
+): AsyncGenerator<Request> {
   yield { part: { case: "header", value: { partnerId, mode } } };
   yield { part: { case: "chunk", value: bytes } };
   yield { part: { case: "trailer", value: { elderAddress: ELDER, purpose } } };
@@ -70,11 +81,18 @@ async function send(partnerId: string, mode: commonv1.Mode, process = true): Pro
 /** The file's stored segments, each looked up by its _id (and one past the last, which must not exist). */
 const chunksOf = async (file: FileDoc) => {
   let found = 0;
-  for (let n = 0; n <= segmentCount(file.size); n++) found += await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(file.blobId, n) as never });
+  for (let n = 0; n <= segmentCount(file.size); n++)
+    found += await db.collection(BLOB_SEGMENTS).countDocuments({ _id: segmentId(file.blobId, n) as never });
   return found;
 };
 const statusOf = async (file: FileDoc) =>
-  (await client.getFile({ partnerId: file.partnerId, id: file._id, mode: file.mode === "live" ? commonv1.Mode.LIVE : commonv1.Mode.TEST })).file?.status;
+  (
+    await client.getFile({
+      partnerId: file.partnerId,
+      id: file._id,
+      mode: file.mode === "live" ? commonv1.Mode.LIVE : commonv1.Mode.TEST,
+    })
+  ).file?.status;
 
 async function expectSwept(file: FileDoc) {
   expect(await chunksOf(file)).toBe(0);
@@ -134,7 +152,9 @@ describe("the retention sweep", () => {
     const partnerId = newId("ptr");
     const files = [];
     for (let i = 0; i < 5; i++) files.push(await send(partnerId, commonv1.Mode.TEST));
-    expect(await sweepRetention(store, policy, new Date(files[4]!.createdAt.getTime() + 2 * DAY), async () => true, 2)).toBeGreaterThanOrEqual(5);
+    expect(
+      await sweepRetention(store, policy, new Date(files[4]!.createdAt.getTime() + 2 * DAY), async () => true, 2),
+    ).toBeGreaterThanOrEqual(5);
     for (const file of files) await expectSwept(file);
   });
 
@@ -150,7 +170,12 @@ describe("the retention sweep", () => {
     const clock = () => new Date(file.createdAt.getTime() + 2 * DAY);
     const logger = createLogger("retention", "silent");
     await retentionRound(store, policy, 60_000, logger, () => new Date(0)); // creates the lease document
-    const other = await takeLease(store.leases, { _id: RETENTION_LEASE }, { until: "until", holder: "holder" }, { ms: 60_000 });
+    const other = await takeLease(
+      store.leases,
+      { _id: RETENTION_LEASE },
+      { until: "until", holder: "holder" },
+      { ms: 60_000 },
+    );
     expect(other).not.toBeNull();
     expect(await retentionRound(store, policy, 60_000, logger, clock)).toBeUndefined();
     await expectKept(file);

@@ -6,11 +6,10 @@ import { clientsFor, type FileIntakeClient } from "@pi/common/clients";
 import { createLogger } from "@pi/common/logger";
 import { databaseName } from "@pi/common/mongo";
 import { ErrorReason, reasonOf } from "@pi/common/errors";
-import { LocalKeyWrapper } from "@pi/common/data-keys";
 import { newId } from "@pi/common/ids";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
-import { commonv1, fileintakev1 } from "@pi/proto";
+import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { BLOB_SEGMENTS, openFileStore, type FileStore } from "../src/store.js";
 import { extractionWorker } from "./extraction-worker.js";
@@ -40,12 +39,22 @@ let store: FileStore;
 let worker: ReturnType<typeof extractionWorker>;
 
 beforeAll(async () => {
-  settings = testSettings({ FILE_STORAGE_QUOTA_BYTES: String(LIVE_QUOTA), TEST_FILE_STORAGE_QUOTA_BYTES: String(TEST_QUOTA) });
+  settings = testSettings({
+    FILE_STORAGE_QUOTA_BYTES: String(LIVE_QUOTA),
+    TEST_FILE_STORAGE_QUOTA_BYTES: String(TEST_QUOTA),
+  });
   for (let i = 0; i < 2; i++) {
     // Passive: no consumer and no sweeps; the test runs the worker and the sweep itself.
-    replicas.push(await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), { connections: { isActive: async () => true }, passive: true }));
+    replicas.push(
+      await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), {
+        connections: { isActive: async () => true },
+        passive: true,
+      }),
+    );
   }
-  clients = replicas.map((r) => clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake());
+  clients = replicas.map((r) =>
+    clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${r.port}` }).fileIntake(),
+  );
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   store = await openFileStore(mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")));
   worker = extractionWorker(settings, replicas[0]!.port);
@@ -60,11 +69,17 @@ afterAll(async () => {
 const modeEnum = { live: commonv1.Mode.LIVE, test: commonv1.Mode.TEST } as const;
 
 /** A text file of `size` bytes in chunks of `chunk`; `declared` is the length the gateway would pass on. */
-async function* upload(partnerId: string, mode: "live" | "test", size: number, opts: { declared?: number; chunk?: number } = {}): AsyncGenerator<Request> {
+async function* upload(
+  partnerId: string,
+  mode: "live" | "test",
+  size: number,
+  opts: { declared?: number; chunk?: number } = {},
+): AsyncGenerator<Request> {
   const declaredBytes = opts.declared === undefined ? undefined : BigInt(opts.declared);
   yield { part: { case: "header", value: { partnerId, mode: modeEnum[mode], declaredBytes } } };
   const chunk = opts.chunk ?? 256 * KiB;
-  for (let sent = 0; sent < size; sent += chunk) yield { part: { case: "chunk", value: Buffer.alloc(Math.min(chunk, size - sent), "a") } };
+  for (let sent = 0; sent < size; sent += chunk)
+    yield { part: { case: "chunk", value: Buffer.alloc(Math.min(chunk, size - sent), "a") } };
   yield { part: { case: "trailer", value: { elderAddress: ELDER } } };
 }
 
@@ -72,7 +87,8 @@ async function* upload(partnerId: string, mode: "live" | "test", size: number, o
 const outcome = (client: FileIntakeClient, request: AsyncIterable<Request>) =>
   client.submitFile(request).then(
     (res) => res.file!.id,
-    (err: unknown) => (reasonOf(err)?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED ? "quota" : ConnectError.from(err).message),
+    (err: unknown) =>
+      reasonOf(err)?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED ? "quota" : ConnectError.from(err).message,
   );
 
 const usageOf = (partnerId: string, mode: "live" | "test") => store.usage.findOne({ _id: usageKey(partnerId, mode) });
@@ -91,7 +107,11 @@ describe("a partner's storage quota, shared by every replica", () => {
   it("two replicas cannot together exceed it: of eight uploads racing for the room of one, exactly one is accepted", async () => {
     const partnerId = newId("ptr");
     const size = 600 * KiB;
-    const results = await Promise.all(Array.from({ length: 8 }, (_, i) => outcome(clients[i % 2]!, upload(partnerId, "test", size, { declared: size + 200 }))));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        outcome(clients[i % 2]!, upload(partnerId, "test", size, { declared: size + 200 })),
+      ),
+    );
     expect(results.filter((r) => r.startsWith("file_"))).toHaveLength(1);
     expect(results.filter((r) => r === "quota")).toHaveLength(7);
     expect(await usageOf(partnerId, "test")).toMatchObject({ stored: size, used: size, holds: [] });
@@ -106,7 +126,9 @@ describe("a partner's storage quota, shared by every replica", () => {
     const crossed = await outcome(clients[0]!, upload(partnerId, "live", LIVE_QUOTA + MiB, { chunk: MiB }));
     expect(crossed).toBe("quota");
     // Declared short of what it sends: the same.
-    expect(await outcome(clients[1]!, upload(partnerId, "live", LIVE_QUOTA + MiB, { declared: MiB, chunk: MiB }))).toBe("quota");
+    expect(await outcome(clients[1]!, upload(partnerId, "live", LIVE_QUOTA + MiB, { declared: MiB, chunk: MiB }))).toBe(
+      "quota",
+    );
     expect(await usageOf(partnerId, "live")).toMatchObject({ stored: 0, used: 0, holds: [] });
     await expectNothingStaged();
     // The whole quota in one file fits.
@@ -116,7 +138,12 @@ describe("a partner's storage quota, shared by every replica", () => {
 
   it("CheckStorageQuota answers before any byte: fits, or not with the Retry-After of what is in the way", async () => {
     const partnerId = newId("ptr");
-    const ask = (declared?: number) => clients[0]!.checkStorageQuota({ partnerId, mode: commonv1.Mode.TEST, declaredBytes: declared === undefined ? undefined : BigInt(declared) });
+    const ask = (declared?: number) =>
+      clients[0]!.checkStorageQuota({
+        partnerId,
+        mode: commonv1.Mode.TEST,
+        declaredBytes: declared === undefined ? undefined : BigInt(declared),
+      });
     expect(await ask(TEST_QUOTA)).toMatchObject({ fits: true });
     expect(await ask(TEST_QUOTA + 1)).toMatchObject({ fits: false, retryAfterSeconds: 600 });
     expect(await outcome(clients[0]!, upload(partnerId, "test", 512 * KiB, { declared: 512 * KiB }))).toMatch(/^file_/);
@@ -146,12 +173,27 @@ describe("a partner's storage quota, shared by every replica", () => {
     // A replica that died mid-upload an hour ago left its hold; another died between a file's insert and its settle.
     await store.usage.updateOne(
       { _id: usageKey(partnerId, "live") },
-      { $set: { stored: 0, used: 5 * MiB + 7, holds: [{ id: "dead", bytes: 5 * MiB, at: new Date(now.getTime() - 2 * 3_600_000) }, { id: "alive", bytes: 7, at: now }] } },
+      {
+        $set: {
+          stored: 0,
+          used: 5 * MiB + 7,
+          holds: [
+            { id: "dead", bytes: 5 * MiB, at: new Date(now.getTime() - 2 * 3_600_000) },
+            { id: "alive", bytes: 7, at: now },
+          ],
+        },
+      },
     );
-    expect(await clients[0]!.checkStorageQuota({ partnerId, mode: commonv1.Mode.LIVE, declaredBytes: BigInt(6 * MiB) })).toMatchObject({ fits: false });
+    expect(
+      await clients[0]!.checkStorageQuota({ partnerId, mode: commonv1.Mode.LIVE, declaredBytes: BigInt(6 * MiB) }),
+    ).toMatchObject({ fits: false });
     expect(id).toMatch(/^file_/);
     await sweepRetention(store, policy, now);
-    expect(await usageOf(partnerId, "live")).toMatchObject({ stored: 300 * KiB, used: 300 * KiB + 7, holds: [{ id: "alive", bytes: 7 }] });
+    expect(await usageOf(partnerId, "live")).toMatchObject({
+      stored: 300 * KiB,
+      used: 300 * KiB + 7,
+      holds: [{ id: "alive", bytes: 7 }],
+    });
     // A partner with files but no counter (stored before the quota existed) gets one.
     const older = newId("ptr");
     await store.files.insertOne({ ...(await store.files.findOne({ _id: id }))!, _id: newId("file"), partnerId: older });

@@ -9,7 +9,7 @@ import { ErrorReason, reasonOf } from "@pi/common/errors";
 import { newId } from "@pi/common/ids";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
-import { commonv1, fileintakev1 } from "@pi/proto";
+import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { openFileStore, type FileStore } from "../src/store.js";
 import { STORE_FULL_RETRY_AFTER_SECONDS } from "../src/quota.js";
@@ -33,9 +33,19 @@ let mongo: MongoClient;
 let store: FileStore;
 
 beforeAll(async () => {
-  settings = testSettings({ FILE_STORE_HIGH_WATER_BYTES: String(MARK), FILE_STORAGE_QUOTA_BYTES: String(2 * MiB), TEST_FILE_STORAGE_QUOTA_BYTES: String(MiB) });
-  service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), { connections: { isActive: async () => true }, passive: true });
-  client = clientsFor({ ...as(settings, "gateway"), FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}` }).fileIntake();
+  settings = testSettings({
+    FILE_STORE_HIGH_WATER_BYTES: String(MARK),
+    FILE_STORAGE_QUOTA_BYTES: String(2 * MiB),
+    TEST_FILE_STORAGE_QUOTA_BYTES: String(MiB),
+  });
+  service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), {
+    connections: { isActive: async () => true },
+    passive: true,
+  });
+  client = clientsFor({
+    ...as(settings, "gateway"),
+    FILE_INTAKE_SERVICE_URL: `http://127.0.0.1:${service.port}`,
+  }).fileIntake();
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   store = await openFileStore(mongo.db(databaseName(settings.DATA_NAMESPACE, "file-intake")));
 });
@@ -47,8 +57,18 @@ afterAll(async () => {
 });
 
 async function* upload(partnerId: string, size: number, declared?: number): AsyncGenerator<Request> {
-  yield { part: { case: "header", value: { partnerId, mode: commonv1.Mode.LIVE, declaredBytes: declared === undefined ? undefined : BigInt(declared) } } };
-  for (let sent = 0; sent < size; sent += 256 * 1024) yield { part: { case: "chunk", value: Buffer.alloc(Math.min(256 * 1024, size - sent), "a") } };
+  yield {
+    part: {
+      case: "header",
+      value: {
+        partnerId,
+        mode: commonv1.Mode.LIVE,
+        declaredBytes: declared === undefined ? undefined : BigInt(declared),
+      },
+    },
+  };
+  for (let sent = 0; sent < size; sent += 256 * 1024)
+    yield { part: { case: "chunk", value: Buffer.alloc(Math.min(256 * 1024, size - sent), "a") } };
   yield { part: { case: "trailer", value: { elderAddress: ELDER } } };
 }
 
@@ -80,7 +100,10 @@ describe("the store-wide high-water mark", () => {
     expect(await refusal(client.submitFile(upload(b, 1.5 * MiB, 1.5 * MiB)))).toBeNull();
 
     // A third partner, whose own quota is untouched, is refused before its body: the check, then the upload itself.
-    expect(await untilFull(c)).toEqual({ reason: ErrorReason.STORE_FULL, retryAfterSeconds: STORE_FULL_RETRY_AFTER_SECONDS });
+    expect(await untilFull(c)).toEqual({
+      reason: ErrorReason.STORE_FULL,
+      retryAfterSeconds: STORE_FULL_RETRY_AFTER_SECONDS,
+    });
     const uploadsBefore = await store.uploads.countDocuments({});
     expect(await refusal(client.submitFile(upload(c, 64 * 1024)))).toMatchObject({ reason: ErrorReason.STORE_FULL });
     expect(await store.uploads.countDocuments({ partnerId: c, discardedAt: null })).toBe(0);

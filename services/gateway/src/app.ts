@@ -41,7 +41,11 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const warm = deps.warm ?? (() => true);
   const health = healthRoutes(deps.health, warm);
   const token = tokenRoutes(batchedTokenIssuer(deps.auth));
-  const v1 = [connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN), fileRoutes(deps.files, deps.settings, deps.logger), eventRoutes(deps.webhooks)];
+  const v1 = [
+    connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN),
+    fileRoutes(deps.files, deps.settings, deps.logger),
+    eventRoutes(deps.webhooks),
+  ];
 
   const testHelpers = testHelperRoutes(deps.connections);
 

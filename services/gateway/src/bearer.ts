@@ -67,7 +67,12 @@ export class RevocationList {
     return this.revokedKids.has(kid);
   }
   blocks(principal: Pick<Principal, "clientId" | "partnerId">, token: TokenFacts): boolean {
-    if (this.revokedClients.has(principal.clientId) || this.suspendedPartners.has(principal.partnerId) || this.revokedKids.has(token.kid)) return true;
+    if (
+      this.revokedClients.has(principal.clientId) ||
+      this.suspendedPartners.has(principal.partnerId) ||
+      this.revokedKids.has(token.kid)
+    )
+      return true;
     const suspendedAt = this.suspendedAt.get(principal.partnerId);
     return suspendedAt !== undefined && issuedBeforeSuspension(token.iat, suspendedAt);
   }
@@ -154,7 +159,8 @@ export class BearerVerifier {
       if (!this.keySet) await this.refreshKeys();
       return this.principalOf(await this.verifyOnce(token));
     } catch (err) {
-      if (!(err instanceof errors.JWKSNoMatchingKey) || Date.now() - this.lastRefresh < UNKNOWN_KID_REFRESH_MS) return undefined;
+      if (!(err instanceof errors.JWKSNoMatchingKey) || Date.now() - this.lastRefresh < UNKNOWN_KID_REFRESH_MS)
+        return undefined;
       try {
         await this.refreshKeys();
         return this.principalOf(await this.verifyOnce(token));
@@ -190,7 +196,8 @@ export class BearerVerifier {
 
   private principalOf({ payload, kid }: Verified): Principal | undefined {
     const { sub, client_id: clientId, mode, scope, iat } = payload;
-    if (typeof sub !== "string" || typeof clientId !== "string" || typeof scope !== "string" || typeof iat !== "number") return undefined;
+    if (typeof sub !== "string" || typeof clientId !== "string" || typeof scope !== "string" || typeof iat !== "number")
+      return undefined;
     if (mode !== "live" && mode !== "test") return undefined;
     const principal = { partnerId: sub, clientId, mode, scopes: new Set(scope.split(" ").filter(Boolean)) } as const;
     return this.revocations.blocks(principal, { kid, iat }) ? undefined : principal;

@@ -65,7 +65,11 @@ export function clientAuthentication(
     if (body.client_assertion_type !== CLIENT_ASSERTION_TYPE || !body.client_assertion) return { ok: false };
     if (authorization !== undefined || body.client_secret !== undefined) return { ok: false };
     if (body.client_assertion.length > MAX_CLIENT_ASSERTION_LENGTH) return { ok: false };
-    return { ok: true, method: "private_key_jwt", credentials: { clientId: body.client_id ?? "", clientSecret: "", assertion: body.client_assertion } };
+    return {
+      ok: true,
+      method: "private_key_jwt",
+      credentials: { clientId: body.client_id ?? "", clientSecret: "", assertion: body.client_assertion },
+    };
   }
   if (authorization === undefined) {
     if (!body.client_id || !body.client_secret) return { ok: false };

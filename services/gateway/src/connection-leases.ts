@@ -53,7 +53,8 @@ export class ConnectionLeases {
   private async fetch(key: string, read: LeasedRead): Promise<string> {
     const askedAt = this.now();
     const { status, leaseMs } = await read();
-    if (leaseMs > 0) this.held.set(key, { status, until: askedAt + leaseMs, renewAt: askedAt + leaseMs / 2, renewing: false });
+    if (leaseMs > 0)
+      this.held.set(key, { status, until: askedAt + leaseMs, renewAt: askedAt + leaseMs / 2, renewing: false });
     else this.held.delete(key);
     return status;
   }

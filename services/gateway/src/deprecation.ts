@@ -20,11 +20,16 @@ function compile(rule: DeprecationRule): CompiledRule {
 }
 
 /** The rule for a request: one naming its operation wins over one naming its whole version. */
-export function deprecationFor(rules: readonly DeprecationRule[], method: string, path: string): DeprecationRule | undefined {
+export function deprecationFor(
+  rules: readonly DeprecationRule[],
+  method: string,
+  path: string,
+): DeprecationRule | undefined {
   const compiled = rules.map(compile);
   const m = method === "HEAD" ? "GET" : method;
   return (
-    compiled.find((c) => c.method === m && c.pattern.test(path))?.rule ?? compiled.find((c) => c.method === undefined && c.pattern.test(path))?.rule
+    compiled.find((c) => c.method === m && c.pattern.test(path))?.rule ??
+    compiled.find((c) => c.method === undefined && c.pattern.test(path))?.rule
   );
 }
 

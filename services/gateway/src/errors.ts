@@ -9,18 +9,50 @@ import type { commonv1 } from "@pi/proto";
 // reason a send is refused).
 export const PARTNER_ERRORS = {
   invalid_request: { status: 400, type: "invalid_request_error", message: "The request is malformed." },
-  unauthorized: { status: 401, type: "authentication_error", message: "The bearer token is missing, malformed, invalid, expired or revoked." },
-  insufficient_scope: { status: 403, type: "permission_error", message: "The access token lacks the scope this operation requires." },
-  no_active_connection: { status: 403, type: "permission_error", message: "There is no active connection to this elder." },
+  unauthorized: {
+    status: 401,
+    type: "authentication_error",
+    message: "The bearer token is missing, malformed, invalid, expired or revoked.",
+  },
+  insufficient_scope: {
+    status: 403,
+    type: "permission_error",
+    message: "The access token lacks the scope this operation requires.",
+  },
+  no_active_connection: {
+    status: 403,
+    type: "permission_error",
+    message: "There is no active connection to this elder.",
+  },
   not_found: { status: 404, type: "invalid_request_error", message: "No such resource." },
-  method_not_allowed: { status: 405, type: "invalid_request_error", message: "The method is not allowed on this resource." },
-  request_timeout: { status: 408, type: "invalid_request_error", message: "The request body arrived more slowly than the minimum rate." },
-  idempotency_key_reuse: { status: 409, type: "invalid_request_error", message: "This Idempotency-Key was used with a different payload." },
+  method_not_allowed: {
+    status: 405,
+    type: "invalid_request_error",
+    message: "The method is not allowed on this resource.",
+  },
+  request_timeout: {
+    status: 408,
+    type: "invalid_request_error",
+    message: "The request body arrived more slowly than the minimum rate.",
+  },
+  idempotency_key_reuse: {
+    status: 409,
+    type: "invalid_request_error",
+    message: "This Idempotency-Key was used with a different payload.",
+  },
   file_too_large: { status: 413, type: "invalid_request_error", message: "The file is larger than the limit." },
   unsupported_media_type: { status: 415, type: "invalid_request_error", message: "The media type is not accepted." },
-  rate_limited: { status: 429, type: "rate_limit_error", message: "Too many requests; retry after the number of seconds in Retry-After." },
+  rate_limited: {
+    status: 429,
+    type: "rate_limit_error",
+    message: "Too many requests; retry after the number of seconds in Retry-After.",
+  },
   internal_error: { status: 500, type: "api_error", message: "Something went wrong on our side." },
-  service_unavailable: { status: 503, type: "api_error", message: "The service is temporarily unavailable; retry shortly." },
+  service_unavailable: {
+    status: 503,
+    type: "api_error",
+    message: "The service is temporarily unavailable; retry shortly.",
+  },
 } as const;
 
 export type PartnerErrorCode = keyof typeof PARTNER_ERRORS;
@@ -37,7 +69,9 @@ export class PartnerError extends Error {
 
 export function envelope(code: PartnerErrorCode, message?: string, param?: string) {
   const { type } = PARTNER_ERRORS[code];
-  return { error: { type, code, message: message ?? PARTNER_ERRORS[code].message, ...(param !== undefined ? { param } : {}) } };
+  return {
+    error: { type, code, message: message ?? PARTNER_ERRORS[code].message, ...(param !== undefined ? { param } : {}) },
+  };
 }
 
 const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
@@ -55,7 +89,8 @@ const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
  */
 export const storageQuotaExceeded = (retryAfterSeconds: number) =>
   new PartnerError("rate_limited", {
-    message: "Your stored files in this mode have reached their storage quota; retry after the number of seconds in Retry-After.",
+    message:
+      "Your stored files in this mode have reached their storage quota; retry after the number of seconds in Retry-After.",
     headers: { "Retry-After": String(retryAfterSeconds) },
   });
 
@@ -72,16 +107,23 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
   if (reason?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED) return storageQuotaExceeded(1);
   // A per-partner bound of a service (pending connections, reopenings): the one rate_limited answer,
   // its message and headers the same whichever bound and whatever the request named (guarantee 1).
-  if (reason?.reason === ErrorReason.RATE_LIMITED) return new PartnerError("rate_limited", { headers: { "Retry-After": String(reason.retryAfterSeconds ?? 1) } });
+  if (reason?.reason === ErrorReason.RATE_LIMITED)
+    return new PartnerError("rate_limited", { headers: { "Retry-After": String(reason.retryAfterSeconds ?? 1) } });
   // The store as a whole is near full (file-intake's high-water mark): an outage of the service, not
   // the partner's doing.
-  if (reason?.reason === ErrorReason.STORE_FULL) return new PartnerError("service_unavailable", { headers: { "Retry-After": String(reason.retryAfterSeconds ?? 60) } });
+  if (reason?.reason === ErrorReason.STORE_FULL)
+    return new PartnerError("service_unavailable", {
+      headers: { "Retry-After": String(reason.retryAfterSeconds ?? 60) },
+    });
   const code = reason && reasonToCode[reason.reason];
   if (code) {
     const message = code === "invalid_request" && err instanceof ConnectError ? err.rawMessage : undefined;
     return new PartnerError(code, { message, param: reason.param });
   }
-  if (err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded || causedByNetwork(err))) {
+  if (
+    err instanceof ConnectError &&
+    (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded || causedByNetwork(err))
+  ) {
     return new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
   }
   const clientCode = httpClientErrorCode(err);
@@ -93,10 +135,23 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
 // A service that is down, restarting or crashed mid-call. Matched by the errno in the cause chain:
 // connect-node maps ECONNREFUSED to Unavailable only when the error passes `instanceof Error`, which
 // fails when it was made in another realm (a jest VM context), and maps ECONNRESET to Aborted.
-const NETWORK_ERRNOS = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+const NETWORK_ERRNOS = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+]);
 
 function causedByNetwork(err: unknown): boolean {
-  for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+  for (
+    let e = err, depth = 0;
+    typeof e === "object" && e !== null && depth < 8;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === "string" && NETWORK_ERRNOS.has(code)) return true;
   }
@@ -122,6 +177,7 @@ export function sendPartnerError(ctx: Context, err: PartnerError, requestId?: st
   const def = PARTNER_ERRORS[err.code];
   ctx.status = def.status;
   for (const [name, value] of Object.entries(err.detail.headers ?? {})) ctx.set(name, value);
-  const message = err.code === "internal_error" && requestId ? `${def.message} Request id: ${requestId}.` : err.detail.message;
+  const message =
+    err.code === "internal_error" && requestId ? `${def.message} Request id: ${requestId}.` : err.detail.message;
   ctx.body = envelope(err.code, message, err.detail.param);
 }

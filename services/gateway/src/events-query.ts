@@ -24,13 +24,15 @@ const invalid = (param: string, message: string) => new PartnerError("invalid_re
 /** The query as Koa parses it (a repeated parameter is an array); throws the 400 envelope for anything off. */
 export function parseEventsQuery(query: Record<string, string | string[] | undefined>): EventsQuery {
   for (const [name, value] of Object.entries(query)) {
-    if (!KNOWN.has(name)) throw invalid(name, `Unknown query parameter ${JSON.stringify(name)}; accepted: limit, starting_after, type.`);
+    if (!KNOWN.has(name))
+      throw invalid(name, `Unknown query parameter ${JSON.stringify(name)}; accepted: limit, starting_after, type.`);
     if (Array.isArray(value)) throw invalid(name, `${name} may be given once.`);
   }
   const { limit, starting_after: startingAfter, type } = query as Record<string, string | undefined>;
   const out: EventsQuery = { limit: EVENTS_LIMIT_DEFAULT };
   if (limit !== undefined) {
-    if (!/^[0-9]{1,3}$/.test(limit) || Number(limit) < 1 || Number(limit) > EVENTS_LIMIT_MAX) throw invalid("limit", `limit must be an integer from 1 to ${EVENTS_LIMIT_MAX}.`);
+    if (!/^[0-9]{1,3}$/.test(limit) || Number(limit) < 1 || Number(limit) > EVENTS_LIMIT_MAX)
+      throw invalid("limit", `limit must be an integer from 1 to ${EVENTS_LIMIT_MAX}.`);
     out.limit = Number(limit);
   }
   if (startingAfter !== undefined) {

@@ -18,7 +18,8 @@ export function handleErrors(logger: Logger): Middleware<GatewayState> {
       if (ctx.status === 404 && ctx.body === undefined) throw new PartnerError("not_found");
     } catch (err) {
       const partnerError = partnerErrorFromInternal(err);
-      if (partnerError.code === "internal_error") logger.error({ err, requestId: ctx.state.requestId }, "request failed");
+      if (partnerError.code === "internal_error")
+        logger.error({ err, requestId: ctx.state.requestId }, "request failed");
       sendPartnerError(ctx, partnerError, ctx.state.requestId);
     } finally {
       logger.info(
@@ -41,7 +42,8 @@ export function requireBearer(verifier: BearerVerifier): Middleware<GatewayState
   return async (ctx, next) => {
     const token = bearerTokenOf(ctx.get("authorization") || undefined);
     const principal = token ? await verifier.verify(token) : undefined;
-    if (!principal) throw new PartnerError("unauthorized", { headers: { "WWW-Authenticate": 'Bearer realm="partner-api"' } });
+    if (!principal)
+      throw new PartnerError("unauthorized", { headers: { "WWW-Authenticate": 'Bearer realm="partner-api"' } });
     ctx.state.principal = principal;
     await next();
   };

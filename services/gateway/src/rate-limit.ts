@@ -15,7 +15,10 @@ export function retryAfterSeconds(msBeforeNext: number): number {
  * Takes one point from `key`'s budget, or throws the one 429 rate_limited with Retry-After. A
  * request without a key (none can be told) is not limited here.
  */
-export function rateLimit(limiter: RateLimiterMemory, keyOf: (ctx: GatewayContext) => string | undefined): Middleware<GatewayState> {
+export function rateLimit(
+  limiter: RateLimiterMemory,
+  keyOf: (ctx: GatewayContext) => string | undefined,
+): Middleware<GatewayState> {
   return async (ctx, next) => {
     const key = keyOf(ctx);
     if (key !== undefined) {
@@ -23,7 +26,9 @@ export function rateLimit(limiter: RateLimiterMemory, keyOf: (ctx: GatewayContex
         await limiter.consume(key);
       } catch (res) {
         if (!(res instanceof RateLimiterRes)) throw res;
-        throw new PartnerError("rate_limited", { headers: { "Retry-After": String(retryAfterSeconds(res.msBeforeNext)) } });
+        throw new PartnerError("rate_limited", {
+          headers: { "Retry-After": String(retryAfterSeconds(res.msBeforeNext)) },
+        });
       }
     }
     await next();
@@ -43,5 +48,7 @@ export function partnerRateLimit(perSecond: number): Middleware<GatewayState> {
  */
 export function tokenRateLimit(perMinute: number): Middleware<GatewayState> {
   const limiter = new RateLimiterMemory({ keyPrefix: "token", points: perMinute, duration: 60 });
-  return rateLimit(limiter, (ctx) => (ctx.method === "POST" && ctx.path === "/oauth/token" ? ctx.ip || "unknown" : undefined));
+  return rateLimit(limiter, (ctx) =>
+    ctx.method === "POST" && ctx.path === "/oauth/token" ? ctx.ip || "unknown" : undefined,
+  );
 }

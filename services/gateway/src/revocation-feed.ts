@@ -32,7 +32,13 @@ export function applyPartnerEvent(list: RevocationList, event: eventsv1.PartnerE
  * (followPartnerEvents of @pi/common). The gateway reports its position through
  * ReportGatewayPosition before it takes traffic, so an operator's revocation waits for it.
  */
-export async function followRevocations(list: RevocationList, auth: AuthClient, kafka: Kafka, namespace: string, logger: Logger) {
+export async function followRevocations(
+  list: RevocationList,
+  auth: AuthClient,
+  kafka: Kafka,
+  namespace: string,
+  logger: Logger,
+) {
   return followPartnerEvents({
     kafka,
     namespace,
@@ -47,7 +53,10 @@ export async function followRevocations(list: RevocationList, auth: AuthClient, 
       snapshot.revokedKids.forEach((kid) => list.revokeKey(kid));
     },
     sendPosition: (instanceId) => async (nextOffsets, leaving) => {
-      await auth.reportGatewayPosition({ instanceId, nextOffsets: leaving ? {} : nextOffsets, leaving }, leaving ? { timeoutMs: 2000 } : undefined);
+      await auth.reportGatewayPosition(
+        { instanceId, nextOffsets: leaving ? {} : nextOffsets, leaving },
+        leaving ? { timeoutMs: 2000 } : undefined,
+      );
     },
   });
 }

@@ -18,8 +18,19 @@ import { followRevocations } from "./revocation-feed.js";
  * Retries until it succeeds or the gateway stops (undefined), backing off up to 5 s; logs each
  * failure. An attempt under way when the gateway stops still returns what it started, to be stopped.
  */
-function keepTrying<T>(what: string, logger: Logger, stopping: AbortSignal, attempt: () => Promise<T>): Promise<T | undefined> {
-  return retry(what, async () => (stopping.aborted ? undefined : attempt()), { attempts: Infinity, firstDelayMs: 250, maxDelayMs: 5_000, retryIf: () => !stopping.aborted, logger }).catch((err: unknown) => {
+function keepTrying<T>(
+  what: string,
+  logger: Logger,
+  stopping: AbortSignal,
+  attempt: () => Promise<T>,
+): Promise<T | undefined> {
+  return retry(what, async () => (stopping.aborted ? undefined : attempt()), {
+    attempts: Infinity,
+    firstDelayMs: 250,
+    maxDelayMs: 5_000,
+    retryIf: () => !stopping.aborted,
+    logger,
+  }).catch((err: unknown) => {
     if (stopping.aborted) return undefined;
     throw err;
   });
@@ -29,7 +40,12 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   const clients = clientsFor(settings);
   const auth = clients.auth();
   const verifier = new BearerVerifier(auth, new RevocationList());
-  const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.gateway`, logger, kafkaCredentials(settings));
+  const kafka = createKafka(
+    settings.KAFKA_BROKERS,
+    `${settings.DATA_NAMESPACE}.gateway`,
+    logger,
+    kafkaCredentials(settings),
+  );
   // The gateway listens at once (liveness answers, /readyz says 503) and warms up behind it: the
   // revocation list and the token keys, without which no bearer can be judged. Kubernetes sends it
   // partners only once /readyz says so; under `npm start` see below.
@@ -41,7 +57,11 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     revocations = await keepTrying("following revocations", logger, stopping.signal, () =>
       followRevocations(verifier.revocations, auth, kafka, settings.DATA_NAMESPACE, logger),
     );
-    if (!revocations || !(await keepTrying("loading token keys", logger, stopping.signal, () => verifier.refreshKeys().then(() => true)))) return;
+    if (
+      !revocations ||
+      !(await keepTrying("loading token keys", logger, stopping.signal, () => verifier.refreshKeys().then(() => true)))
+    )
+      return;
     // A rotated-in key is published this often before it starts signing (docs/authentication.md).
     keyRefresh = refreshSigningKeys(settings, () => verifier.refreshKeys(), logger);
     warm = true;
@@ -72,8 +92,12 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
     if (!socket.writable) return socket.destroy();
     const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
-    const body = JSON.stringify(envelope("invalid_request", tooLarge ? "The request headers are too large." : "The request is malformed."));
-    socket.end(`HTTP/1.1 ${tooLarge ? "431 Request Header Fields Too Large" : "400 Bad Request"}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    const body = JSON.stringify(
+      envelope("invalid_request", tooLarge ? "The request headers are too large." : "The request is malformed."),
+    );
+    socket.end(
+      `HTTP/1.1 ${tooLarge ? "431 Request Header Fields Too Large" : "400 Bad Request"}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
   });
   // A node:cluster worker (the replicas of `npm start`) shares the partner port with the running
   // ones: listening while cold would take partners' connections from them and answer 503 until warm

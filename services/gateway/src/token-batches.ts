@@ -28,8 +28,14 @@ export function batchedTokenIssuer(auth: AuthClient, maxBatch = MAX_TOKENS_PER_C
       // A batch of one is part of its request's trace, as a call of its own would be; a larger one
       // is a trace of its own, linked from every request it carries.
       const alone = queued.length === 1;
-      const span = { parent: alone ? queued[0]!.trace : ROOT_CONTEXT, links: alone ? [] : queued.map((q) => q.trace), attributes: { "token.requests": queued.length } };
-      const res = await inSpan("issue tokens", span, () => auth.issueTokens({ requests: queued.map((q) => q.request) }));
+      const span = {
+        parent: alone ? queued[0]!.trace : ROOT_CONTEXT,
+        links: alone ? [] : queued.map((q) => q.trace),
+        attributes: { "token.requests": queued.length },
+      };
+      const res = await inSpan("issue tokens", span, () =>
+        auth.issueTokens({ requests: queued.map((q) => q.request) }),
+      );
       return res.responses;
     },
     { cache: false, maxBatchSize: maxBatch, batchScheduleFn: (dispatch) => setImmediate(dispatch) },

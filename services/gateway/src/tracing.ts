@@ -10,13 +10,21 @@ import { inSpan, SpanKind } from "@pi/common/telemetry";
  * has gets none (never the raw path: a partner chooses it).
  */
 export function routeTemplates(routers: Router<any, any>[]): (path: string) => string | undefined {
-  const templates = [...new Set(routers.flatMap((r) => r.stack.map((layer) => layer.path)).filter((p): p is string => typeof p === "string"))].map((path) => ({
+  const templates = [
+    ...new Set(
+      routers.flatMap((r) => r.stack.map((layer) => layer.path)).filter((p): p is string => typeof p === "string"),
+    ),
+  ].map((path) => ({
     template: path.replace(/:([A-Za-z0-9_]+)/g, "{$1}"),
     segments: path.split("/"),
   }));
   return (path) => {
     const segments = path.split("/");
-    const found = templates.find((t) => t.segments.length === segments.length && t.segments.every((s, i) => (s.startsWith(":") ? segments[i] !== "" : s === segments[i])));
+    const found = templates.find(
+      (t) =>
+        t.segments.length === segments.length &&
+        t.segments.every((s, i) => (s.startsWith(":") ? segments[i] !== "" : s === segments[i])),
+    );
     return found?.template;
   };
 }
@@ -37,7 +45,14 @@ export function traceRequests(routeOf: (path: string) => string | undefined): Mi
       span.setAttribute("http.response.status_code", ctx.status);
     }).finally(() => {
       if (metricsRecording())
-        httpServerDuration.observe({ http_request_method: METHODS.has(ctx.method) ? ctx.method : "_OTHER", http_route: route ?? "", http_response_status_code: ctx.status }, (performance.now() - started) / 1000);
+        httpServerDuration.observe(
+          {
+            http_request_method: METHODS.has(ctx.method) ? ctx.method : "_OTHER",
+            http_route: route ?? "",
+            http_response_status_code: ctx.status,
+          },
+          (performance.now() - started) / 1000,
+        );
     });
   };
 }

@@ -31,12 +31,19 @@ export interface FilePart {
 }
 
 /** Reads the whole body: resolves once every part is read and the file part taken, rejects with what failed first. */
-export function readMultipart(ctx: GatewayContext, limits: ReturnType<typeof multipartLimits>, part: FilePart): Promise<void> {
+export function readMultipart(
+  ctx: GatewayContext,
+  limits: ReturnType<typeof multipartLimits>,
+  part: FilePart,
+): Promise<void> {
   const storage = {
     _handleFile(req: IncomingMessage, file: multer.File, done: (error?: unknown, info?: Partial<multer.File>) => void) {
       let taken: Promise<number>;
       try {
-        taken = part.take((req as IncomingMessage & { body?: unknown }).body, (file as multer.File & { stream: Readable }).stream);
+        taken = part.take(
+          (req as IncomingMessage & { body?: unknown }).body,
+          (file as multer.File & { stream: Readable }).stream,
+        );
       } catch (err) {
         return done(err);
       }
@@ -88,7 +95,11 @@ export function uploadError(err: unknown): PartnerError {
     const known = multerMessages[err.code];
     return invalid(known?.message ?? "The multipart body is malformed.", known?.param ?? err.field);
   }
-  if (err instanceof Error && err.constructor === Error && (malformedBody.has(err.message) || err.message.startsWith("Unsupported content type"))) {
+  if (
+    err instanceof Error &&
+    err.constructor === Error &&
+    (malformedBody.has(err.message) || err.message.startsWith("Unsupported content type"))
+  ) {
     return invalid("The body is not well-formed multipart/form-data.");
   }
   return partnerErrorFromInternal(err);

@@ -16,7 +16,8 @@ export function parseIdempotencyKey(value: string | string[] | undefined): strin
   if (value === undefined) return undefined;
   if (Array.isArray(value)) throw invalid("Idempotency-Key must be given once.", "Idempotency-Key");
   if (value.length === 0) throw invalid("Idempotency-Key must not be empty.", "Idempotency-Key");
-  if (value.length > MAX_IDEMPOTENCY_KEY_LENGTH) throw invalid(`Idempotency-Key must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters.`, "Idempotency-Key");
+  if (value.length > MAX_IDEMPOTENCY_KEY_LENGTH)
+    throw invalid(`Idempotency-Key must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters.`, "Idempotency-Key");
   if (!/^[\x20-\x7e]+$/.test(value)) throw invalid("Idempotency-Key must be printable ASCII.", "Idempotency-Key");
   return value;
 }

@@ -135,7 +135,10 @@ export class Submission {
         throw err;
       }
     }
-    this.response = this.client.submitFile(requests(this.header), { signal: abort.signal, timeoutMs: UPLOAD_TIMEOUT_MS });
+    this.response = this.client.submitFile(requests(this.header), {
+      signal: abort.signal,
+      timeoutMs: UPLOAD_TIMEOUT_MS,
+    });
     // file-intake may fail before the file has ended (it could not store a chunk).
     this.response.catch((err) => forwarded.reject(err));
     return forwarded.promise;

@@ -52,9 +52,12 @@ describe("bearerTokenOf (RFC 6750 section 2.1)", () => {
     expect(bearerTokenOf(header)).toBe(expected);
   });
 
-  it.each([undefined, "", "Bearer", "Bearer ", "Basic abc", "abc", "Bearer a b", "Bearer a!b", "Bearer =abc"])("%j is malformed", (header) => {
-    expect(bearerTokenOf(header)).toBeUndefined();
-  });
+  it.each([undefined, "", "Bearer", "Bearer ", "Basic abc", "abc", "Bearer a b", "Bearer a!b", "Bearer =abc"])(
+    "%j is malformed",
+    (header) => {
+      expect(bearerTokenOf(header)).toBeUndefined();
+    },
+  );
 });
 
 describe("issuedBeforeSuspension (tokens carry whole seconds)", () => {
@@ -98,12 +101,21 @@ describe("BearerVerifier", () => {
     expect(await verifier.verify(await token(k, { iss: "other" }))).toBeUndefined();
     const noExp = await new SignJWT({ client_id: "cli_a", mode: "live", scope: "" })
       .setProtectedHeader({ alg: "ES256", kid: k.kid, typ: "at+jwt" })
-      .setSubject("ptr_a").setIssuer("pi-auth").setAudience("partner-api").setJti("tok_1").setIssuedAt()
+      .setSubject("ptr_a")
+      .setIssuer("pi-auth")
+      .setAudience("partner-api")
+      .setJti("tok_1")
+      .setIssuedAt()
       .sign(k.privateKey);
     expect(await verifier.verify(noExp)).toBeUndefined();
     const jwtTyp = await new SignJWT({ client_id: "cli_a", mode: "live", scope: "" })
       .setProtectedHeader({ alg: "ES256", kid: k.kid, typ: "JWT" })
-      .setSubject("ptr_a").setIssuer("pi-auth").setAudience("partner-api").setJti("tok_1").setIssuedAt().setExpirationTime("1m")
+      .setSubject("ptr_a")
+      .setIssuer("pi-auth")
+      .setAudience("partner-api")
+      .setJti("tok_1")
+      .setIssuedAt()
+      .setExpirationTime("1m")
       .sign(k.privateKey);
     expect(await verifier.verify(jwtTyp)).toBeUndefined();
     expect(await verifier.verify("garbage")).toBeUndefined();
@@ -116,7 +128,8 @@ describe("BearerVerifier", () => {
     const now = Math.floor(Date.now() / 1000);
     const t = await token(k, { iat: now - 10 });
     const suspendedAt = BigInt((now - 5) * 1000 + 300);
-    const event = (kind: eventsv1.PartnerEventKind, clientId = "") => create(eventsv1.PartnerEventSchema, { kind, partnerId: "ptr_a", clientId, occurredAt: suspendedAt, suspendedAt });
+    const event = (kind: eventsv1.PartnerEventKind, clientId = "") =>
+      create(eventsv1.PartnerEventSchema, { kind, partnerId: "ptr_a", clientId, occurredAt: suspendedAt, suspendedAt });
     expect(await verifier.verify(t)).toBeDefined();
     applyPartnerEvent(list, event(eventsv1.PartnerEventKind.PARTNER_SUSPENDED));
     expect(await verifier.verify(t)).toBeUndefined();
@@ -137,8 +150,23 @@ describe("BearerVerifier", () => {
   it("tokens that stay dead: a suspension cuts off by its suspended_at; an older reinstatement never lowers the cutoff", () => {
     const list = new RevocationList();
     const p = { partnerId: "ptr_a", clientId: "cli_a" };
-    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.PARTNER_SUSPENDED, partnerId: "ptr_a", occurredAt: 60_000n, suspendedAt: 50_500n }));
-    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.PARTNER_REINSTATED, partnerId: "ptr_a", suspendedAt: 20_000n }));
+    applyPartnerEvent(
+      list,
+      create(eventsv1.PartnerEventSchema, {
+        kind: eventsv1.PartnerEventKind.PARTNER_SUSPENDED,
+        partnerId: "ptr_a",
+        occurredAt: 60_000n,
+        suspendedAt: 50_500n,
+      }),
+    );
+    applyPartnerEvent(
+      list,
+      create(eventsv1.PartnerEventSchema, {
+        kind: eventsv1.PartnerEventKind.PARTNER_REINSTATED,
+        partnerId: "ptr_a",
+        suspendedAt: 20_000n,
+      }),
+    );
     expect(list.blocks(p, { kid: "k", iat: 50 })).toBe(true);
     expect(list.blocks(p, { kid: "k", iat: 51 })).toBe(false);
     // Another partner is untouched.
@@ -157,7 +185,10 @@ describe("BearerVerifier", () => {
     expect(await verifier.verify(tb)).toBeDefined();
     expect(verifier.remembered).toBe(2);
     const refreshes = calls.getJwks;
-    applyPartnerEvent(list, create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, kid: "key_a" }));
+    applyPartnerEvent(
+      list,
+      create(eventsv1.PartnerEventSchema, { kind: eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, kid: "key_a" }),
+    );
     expect(verifier.remembered).toBe(1);
     expect(calls.getJwks).toBe(refreshes + 1);
     // Still published by the stand-in (a replica not yet reloaded): refused all the same, and not remembered.
@@ -223,7 +254,10 @@ describe("BearerVerifier", () => {
   });
 
   it("an unreachable auth service during a refresh is a refusal (401), not a crash", async () => {
-    const verifier = new BearerVerifier({ getJwks: () => Promise.reject(new Error("down")) } as unknown as AuthClient, new RevocationList());
+    const verifier = new BearerVerifier(
+      { getJwks: () => Promise.reject(new Error("down")) } as unknown as AuthClient,
+      new RevocationList(),
+    );
     const k = await keyPair("key_1");
     expect(await verifier.verify(await token(k))).toBeUndefined();
   });

@@ -28,10 +28,14 @@ let mongo: MongoClient;
 
 beforeAll(async () => {
   settings = testSettings({ CONNECTION_READ_LEASE_MS: String(LEASE_MS) });
-  for (let i = 0; i < 2; i++) replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL)));
+  for (let i = 0; i < 2; i++)
+    replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL)));
   caregiver = clientsFor({ ...settings, ...addressOf("connection", replicas[1]!) }).connectionAdmin();
   for (const [i, replica] of replicas.entries()) {
-    const client = clientsFor({ ...as(settings, "gateway"), CONNECTION_SERVICE_URL: `http://127.0.0.1:${replica.port}` }).connection();
+    const client = clientsFor({
+      ...as(settings, "gateway"),
+      CONNECTION_SERVICE_URL: `http://127.0.0.1:${replica.port}`,
+    }).connection();
     gateways.push(
       await startEdge({
         // The timing test polls one partner's connections hundreds of times a second.
@@ -63,11 +67,18 @@ async function approvedConnection() {
   const partnerId = newId("ptr");
   const tokens = await Promise.all(gateways.map((g) => g.token(partnerId)));
   const { address } = await caregiver.createElder({});
-  const created = await gateways[0]!.send("POST", "/v1/connections", { headers: { authorization: `Bearer ${tokens[0]}`, "content-type": "application/json" }, body: JSON.stringify({ elder: address }) });
+  const created = await gateways[0]!.send("POST", "/v1/connections", {
+    headers: { authorization: `Bearer ${tokens[0]}`, "content-type": "application/json" },
+    body: JSON.stringify({ elder: address }),
+  });
   const id = created.json.id as string;
   await caregiver.approveConnection({ id });
-  const poll = async (g: number) => (await gateways[g]!.send("GET", `/v1/connections/${id}`, { headers: { authorization: `Bearer ${tokens[g]}` } })).json.status as string;
-  const remove = async (g: number) => (await gateways[g]!.send("DELETE", `/v1/connections/${id}`, { headers: { authorization: `Bearer ${tokens[g]}` } })).json.status as string;
+  const poll = async (g: number) =>
+    (await gateways[g]!.send("GET", `/v1/connections/${id}`, { headers: { authorization: `Bearer ${tokens[g]}` } }))
+      .json.status as string;
+  const remove = async (g: number) =>
+    (await gateways[g]!.send("DELETE", `/v1/connections/${id}`, { headers: { authorization: `Bearer ${tokens[g]}` } }))
+      .json.status as string;
   return { id, poll, remove };
 }
 
@@ -102,7 +113,11 @@ describe("connection read leases: polls answered from a gateway's memory", () =>
     const sever = caregiver.severConnection({ id: c.id });
     // The sever fences new leases before it waits: wait for its fence, then poll through B.
     const connections = mongo.db(databaseName(settings.DATA_NAMESPACE, "connection")).collection("connections");
-    for (const deadline = Date.now() + 10_000; !(await connections.findOne({ _id: c.id as never }))?.fencedUntil && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 20));
+    for (
+      const deadline = Date.now() + 10_000;
+      !(await connections.findOne({ _id: c.id as never }))?.fencedUntil && Date.now() < deadline;
+    )
+      await new Promise((r) => setTimeout(r, 20));
     const before = forwarded.length;
     expect(await c.poll(1)).toBe("approved");
     expect(await c.poll(1)).toBe("approved");
@@ -171,7 +186,10 @@ describe("no-oracle guarantee 4 (timing): a decline does not change how a partne
     const ids: string[] = [];
     for (let i = 0; i < POLLED + 1; i++) {
       const { address } = await caregiver.createElder({});
-      const created = await gateways[0]!.send("POST", "/v1/connections", { headers: { ...headers, "content-type": "application/json" }, body: JSON.stringify({ elder: address }) });
+      const created = await gateways[0]!.send("POST", "/v1/connections", {
+        headers: { ...headers, "content-type": "application/json" },
+        body: JSON.stringify({ elder: address }),
+      });
       ids.push(created.json.id as string);
     }
     const [target, ...rest] = ids;
@@ -193,14 +211,17 @@ describe("no-oracle guarantee 4 (timing): a decline does not change how a partne
       }
     });
     // Every polled connection polled a few times before the act (its first poll got it a lease).
-    while (polled.some((id) => samples.filter((s) => s.id === id).length < 5)) await new Promise((r) => setTimeout(r, POLL_GAP_MS));
+    while (polled.some((id) => samples.filter((s) => s.id === id).length < 5))
+      await new Promise((r) => setTimeout(r, POLL_GAP_MS));
     const actAt = performance.now();
     await caregiver.declineConnection({ id: kind === "decline" ? target! : unpolled });
     await new Promise((r) => setTimeout(r, Math.max(0, actAt + WINDOW_MS - performance.now())));
     stop = true;
     await Promise.all(pollers);
     // Guarantee 4 by bytes as well: every poll of every connection read pending.
-    expect(new Set(samples.map((s) => s.answer))).toEqual(new Set(polled.map((id) => `200 ${JSON.stringify({ id, status: "pending" })}`)));
+    expect(new Set(samples.map((s) => s.answer))).toEqual(
+      new Set(polled.map((id) => `200 ${JSON.stringify({ id, status: "pending" })}`)),
+    );
     const inWindow = samples.filter((s) => s.at >= actAt && s.at <= actAt + WINDOW_MS);
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
     const targetMs = inWindow.filter((s) => s.id === target).map((s) => s.ms);
@@ -218,7 +239,9 @@ describe("no-oracle guarantee 4 (timing): a decline does not change how a partne
     const declined = median(figures.decline);
     const sham = median(figures.sham);
     const list = (xs: number[]) => xs.map((x) => x.toFixed(2)).join(" ");
-    process.stderr.write(`[guarantee-4 timing] the target's mean poll latency over the others': decline rounds ${list(figures.decline)} (median ${declined.toFixed(2)}); sham rounds ${list(figures.sham)} (median ${sham.toFixed(2)})\n`);
+    process.stderr.write(
+      `[guarantee-4 timing] the target's mean poll latency over the others': decline rounds ${list(figures.decline)} (median ${declined.toFixed(2)}); sham rounds ${list(figures.sham)} (median ${sham.toFixed(2)})\n`,
+    );
     expect(declined).toBeLessThanOrEqual(sham * MARGIN);
   }, 180_000);
 });

@@ -91,8 +91,12 @@ describe("connection read leases in the gateway", () => {
       expect(second.text).toBe('{"id":"con_1","status":"approved"}');
       expect(asked).toEqual([true]);
       // Another partner, or the other mode, holds nothing of it.
-      await edge.send("GET", "/v1/connections/con_1", { headers: { authorization: `Bearer ${await edge.token("ptr_b")}` } });
-      await edge.send("GET", "/v1/connections/con_1", { headers: { authorization: `Bearer ${await edge.token("ptr_a", undefined, "test")}` } });
+      await edge.send("GET", "/v1/connections/con_1", {
+        headers: { authorization: `Bearer ${await edge.token("ptr_b")}` },
+      });
+      await edge.send("GET", "/v1/connections/con_1", {
+        headers: { authorization: `Bearer ${await edge.token("ptr_a", undefined, "test")}` },
+      });
       expect(asked).toHaveLength(3);
       expect((await edge.send("DELETE", "/v1/connections/con_1", { headers })).status).toBe(200);
       await edge.send("GET", "/v1/connections/con_1", { headers });

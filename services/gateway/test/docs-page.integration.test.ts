@@ -12,7 +12,9 @@ import { startEdge, type Edge } from "./edge-harness.js";
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 // Required wherever this lane runs: a missing browser fails the browser test with how to install
 // it, never skips it.
-const missingChromium = existsSync(CHROMIUM) ? undefined : `no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`;
+const missingChromium = existsSync(CHROMIUM)
+  ? undefined
+  : `no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`;
 
 let edge: Edge;
 let browser: Browser | undefined;
@@ -42,7 +44,12 @@ describe("the OpenAPI document, served", () => {
 
   it("serves only the renderer's own files under /docs; anything else there is the one 404", async () => {
     expect((await edge.send("GET", "/docs/swagger-ui-bundle.js")).status).toBe(200);
-    for (const path of ["/docs/package.json", "/docs/..%2Fpackage.json", "/docs/index.html", "/docs/swagger-ui-bundle.js.map"]) {
+    for (const path of [
+      "/docs/package.json",
+      "/docs/..%2Fpackage.json",
+      "/docs/index.html",
+      "/docs/swagger-ui-bundle.js.map",
+    ]) {
       const res = await edge.send("GET", path);
       expect([path, res.status, res.json?.error?.code]).toEqual([path, 404, "not_found"]);
     }
@@ -55,7 +62,16 @@ describe("the API reference page (GET /docs) in a headless Chromium", () => {
     if (missingChromium) throw new Error(missingChromium);
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
     });
     const page = await browser.newPage();
     const requested: string[] = [];
@@ -81,13 +97,21 @@ describe("the API reference page (GET /docs) in a headless Chromium", () => {
       ]),
     );
     const paths = (await page.locator(".opblock-summary-path").allInnerTexts()).map((p) => p.replace(/\u200b/g, ""));
-    expect(paths).toEqual(expect.arrayContaining(["/oauth/token", "/v1/connections", "/v1/connections/{id}", "/v1/files", "/v1/files/{id}"]));
+    expect(paths).toEqual(
+      expect.arrayContaining([
+        "/oauth/token",
+        "/v1/connections",
+        "/v1/connections/{id}",
+        "/v1/files",
+        "/v1/files/{id}",
+      ]),
+    );
     // The test helpers, under a tag of their own that says they exist in test mode only.
     const helpers = page.locator("#operations-tag-Test_helpers").locator("xpath=..");
     expect(await helpers.innerText()).toContain("Test mode only.");
-    expect((await helpers.locator(".opblock-summary-path").allInnerTexts()).map((p) => p.replace(/\u200b/g, "")).sort()).toEqual(
-      ["approve", "decline", "expire", "sever"].map((act) => `/v1/test_helpers/connections/{id}/${act}`),
-    );
+    expect(
+      (await helpers.locator(".opblock-summary-path").allInnerTexts()).map((p) => p.replace(/\u200b/g, "")).sort(),
+    ).toEqual(["approve", "decline", "expire", "sever"].map((act) => `/v1/test_helpers/connections/{id}/${act}`));
     const text = await page.locator("body").innerText();
     expect(text).toContain("Partner Integration API");
     expect(text).toContain("connection.approved");

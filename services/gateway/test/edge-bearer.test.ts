@@ -26,15 +26,27 @@ beforeAll(async () => {
 });
 afterAll(() => edge.stop());
 
-function send(authorization: string | undefined, method = "POST", path = "/v1/connections", body: unknown = { elder: ELDER }) {
+function send(
+  authorization: string | undefined,
+  method = "POST",
+  path = "/v1/connections",
+  body: unknown = { elder: ELDER },
+) {
   return edge.send(method, path, {
-    headers: { ...(authorization !== undefined ? { authorization } : {}), ...(body !== null ? { "content-type": "application/json" } : {}) },
+    headers: {
+      ...(authorization !== undefined ? { authorization } : {}),
+      ...(body !== null ? { "content-type": "application/json" } : {}),
+    },
     ...(body !== null ? { body: JSON.stringify(body) } : {}),
   });
 }
 
 const UNAUTHORIZED = {
-  error: { type: "authentication_error", code: "unauthorized", message: "The bearer token is missing, malformed, invalid, expired or revoked." },
+  error: {
+    type: "authentication_error",
+    code: "unauthorized",
+    message: "The bearer token is missing, malformed, invalid, expired or revoked.",
+  },
 };
 
 /** The 401, and the same status, body and headers (but the request id and date) as the reference. */

@@ -20,7 +20,9 @@ beforeAll(async () => {
     connections: {
       requestConnection: () => (reached.push("request"), pending),
       getConnection: () => (reached.push("get"), pending),
-      revokeConnection: () => (reached.push("revoke"), { connection: { id: CON, status: connectionv1.ExternalStatus.REVOKED } }),
+      revokeConnection: () => (
+        reached.push("revoke"), { connection: { id: CON, status: connectionv1.ExternalStatus.REVOKED } }
+      ),
     },
   });
   token = await edge.token("ptr_connections");
@@ -33,7 +35,10 @@ beforeEach(() => {
 
 const domain = () => edge.settings.ADDRESS_DOMAIN;
 const post = (authorization: string, body: unknown) =>
-  edge.send("POST", "/v1/connections", { headers: { authorization, "content-type": "application/json" }, body: JSON.stringify(body) });
+  edge.send("POST", "/v1/connections", {
+    headers: { authorization, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
 
 describe("POST /v1/connections bodies refused at the edge", () => {
   it("the control: a well-formed address reaches the connection service and is 202", async () => {
@@ -50,7 +55,10 @@ describe("POST /v1/connections bodies refused at the edge", () => {
     ["another domain", () => ({ elder: "apple.pear.plum@example.org" })],
     ["a digit in a word", () => ({ elder: `apple.pe4r.plum@${domain()}` })],
     ["one-letter words", () => ({ elder: `a.b.c@${domain()}` })],
-    ["over 255 characters", () => ({ elder: `${"a".repeat(32)}.${"b".repeat(32)}.${"c".repeat(32)}@${"d".repeat(170)}.example` })],
+    [
+      "over 255 characters",
+      () => ({ elder: `${"a".repeat(32)}.${"b".repeat(32)}.${"c".repeat(32)}@${"d".repeat(170)}.example` }),
+    ],
   ])("400 invalid_request for %s", async (_, body) => {
     const res = await post(`Bearer ${token}`, body());
     expect(res.status).toBe(400);

@@ -7,8 +7,11 @@ import { startEdge, type Edge } from "./edge-harness.js";
 // Versioning: a deprecated version or operation is announced with Deprecation and Sunset headers,
 // configured in API_DEPRECATIONS (never hard-coded).
 
-const rule = (route: string, deprecation = "2026-01-01T00:00:00Z", extra: Partial<Record<"sunset" | "link", string>> = {}) =>
-  parseSettings({ API_DEPRECATIONS: JSON.stringify([{ route, deprecation, ...extra }]) }).API_DEPRECATIONS[0]!;
+const rule = (
+  route: string,
+  deprecation = "2026-01-01T00:00:00Z",
+  extra: Partial<Record<"sunset" | "link", string>> = {},
+) => parseSettings({ API_DEPRECATIONS: JSON.stringify([{ route, deprecation, ...extra }]) }).API_DEPRECATIONS[0]!;
 
 describe("which rule applies", () => {
   const version = rule("/v1");
@@ -37,7 +40,10 @@ describe("which rule applies", () => {
 
 describe("the headers", () => {
   it("are Deprecation (RFC 9745, @ Unix seconds), Sunset (RFC 8594, an HTTP-date) and Link rel=deprecation", () => {
-    const r = rule("/v1", "2026-01-01T00:00:00Z", { sunset: "2026-07-01T12:00:00+02:00", link: "https://partners.example/changelog#v1" });
+    const r = rule("/v1", "2026-01-01T00:00:00Z", {
+      sunset: "2026-07-01T12:00:00+02:00",
+      link: "https://partners.example/changelog#v1",
+    });
     expect(deprecationHeaders(r)).toEqual({
       Deprecation: "@1767225600",
       Sunset: "Wed, 01 Jul 2026 10:00:00 GMT",
@@ -55,13 +61,25 @@ describe("API_DEPRECATIONS (the setting)", () => {
   it.each([
     ["not JSON", "v1 is deprecated"],
     ["not an array", '{"route":"/v1","deprecation":"2026-01-01T00:00:00Z"}'],
-    ["a route that is not a version or an operation", '[{"route":"/connections","deprecation":"2026-01-01T00:00:00Z"}]'],
+    [
+      "a route that is not a version or an operation",
+      '[{"route":"/connections","deprecation":"2026-01-01T00:00:00Z"}]',
+    ],
     ["an unknown method", '[{"route":"FETCH /v1/files","deprecation":"2026-01-01T00:00:00Z"}]'],
     ["a date without a time", '[{"route":"/v1","deprecation":"2026-01-01"}]'],
-    ["a sunset before the deprecation", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunset":"2025-12-31T00:00:00Z"}]'],
-    ["a sunset less than the 180-day notice period after the deprecation", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunset":"2026-06-29T23:59:59Z"}]'],
+    [
+      "a sunset before the deprecation",
+      '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunset":"2025-12-31T00:00:00Z"}]',
+    ],
+    [
+      "a sunset less than the 180-day notice period after the deprecation",
+      '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunset":"2026-06-29T23:59:59Z"}]',
+    ],
     ["an unknown field", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","sunsett":"2027-01-01T00:00:00Z"}]'],
-    ["a link that is not http(s)", '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","link":"javascript:alert(1)"}]'],
+    [
+      "a link that is not http(s)",
+      '[{"route":"/v1","deprecation":"2026-01-01T00:00:00Z","link":"javascript:alert(1)"}]',
+    ],
   ])("refuses %s, naming the setting", (_name, value) => {
     expect(() => parseSettings({ API_DEPRECATIONS: value })).toThrow(/^invalid setting API_DEPRECATIONS/);
   });
@@ -74,7 +92,12 @@ describe("a gateway configured with deprecations", () => {
   let plain: Edge;
   let auth: Record<string, string>;
   const rules: unknown[] = [
-    { route: "GET /v1/connections/{id}", deprecation: "2026-01-01T00:00:00Z", sunset: "2026-07-01T00:00:00Z", link: "https://partners.example/changelog" },
+    {
+      route: "GET /v1/connections/{id}",
+      deprecation: "2026-01-01T00:00:00Z",
+      sunset: "2026-07-01T00:00:00Z",
+      link: "https://partners.example/changelog",
+    },
   ];
   const services = {
     connections: { getConnection: () => ({ connection: { id: CON, status: connectionv1.ExternalStatus.APPROVED } }) },
@@ -91,7 +114,11 @@ describe("a gateway configured with deprecations", () => {
   it("adds Deprecation, Sunset and Link to the deprecated operation's answers, errors included", async () => {
     const ok = await edge.send("GET", `/v1/connections/${CON}`, { headers: auth });
     expect(ok.status).toBe(200);
-    expect(ok.headers).toMatchObject({ deprecation: "@1767225600", sunset: "Wed, 01 Jul 2026 00:00:00 GMT", link: '<https://partners.example/changelog>; rel="deprecation"; type="text/html"' });
+    expect(ok.headers).toMatchObject({
+      deprecation: "@1767225600",
+      sunset: "Wed, 01 Jul 2026 00:00:00 GMT",
+      link: '<https://partners.example/changelog>; rel="deprecation"; type="text/html"',
+    });
     const unauthorized = await edge.send("GET", `/v1/connections/${CON}`);
     expect(unauthorized.status).toBe(401);
     expect(unauthorized.headers.deprecation).toBe("@1767225600");
@@ -105,10 +132,11 @@ describe("a gateway configured with deprecations", () => {
   });
 
   it("adds nothing when nothing is configured", async () => {
-    const res = await plain.send("GET", `/v1/connections/${CON}`, { headers: { authorization: `Bearer ${await plain.token("ptr_dep")}` } });
+    const res = await plain.send("GET", `/v1/connections/${CON}`, {
+      headers: { authorization: `Bearer ${await plain.token("ptr_dep")}` },
+    });
     expect(res.status).toBe(200);
     expect(res.headers.deprecation).toBeUndefined();
     expect(res.headers.sunset).toBeUndefined();
   });
 });
-

@@ -16,12 +16,15 @@ import { startEdge, type Answer, type Edge } from "./edge-harness.js";
 const CON = "con_3kT9xQ2mVb7LpR4sN8wZcY";
 const FILE = "file_9fH2kL5nQ8rT1vX4zB7cD3";
 // What an internal failure might say: none of it may reach a partner.
-const LEAKY = "MongoServerError: E11000 duplicate key error collection: pi_connection.connections index: _id_ at mongodb-0.internal:27017";
+const LEAKY =
+  "MongoServerError: E11000 duplicate key error collection: pi_connection.connections index: _id_ at mongodb-0.internal:27017";
 
 let failure: "none" | "unavailable" | "deadline" | "internal" = "none";
 const fail = () => {
-  if (failure === "unavailable") throw new ConnectError("connect ECONNREFUSED 10.0.3.7:50052 (connection service)", Code.Unavailable);
-  if (failure === "deadline") throw new ConnectError("deadline exceeded calling connection.v1.ConnectionService", Code.DeadlineExceeded);
+  if (failure === "unavailable")
+    throw new ConnectError("connect ECONNREFUSED 10.0.3.7:50052 (connection service)", Code.Unavailable);
+  if (failure === "deadline")
+    throw new ConnectError("deadline exceeded calling connection.v1.ConnectionService", Code.DeadlineExceeded);
   if (failure === "internal") throw new Error(LEAKY);
 };
 
@@ -44,8 +47,13 @@ afterAll(() => edge.stop());
 const bearer = () => ({ authorization: `Bearer ${token}` });
 
 function expectEnvelope(res: Answer, status: number, code: keyof typeof PARTNER_ERRORS) {
-  expect({ status: res.status, contentType: res.headers["content-type"] }).toEqual({ status, contentType: "application/json; charset=utf-8" });
-  expect(res.json).toEqual({ error: expect.objectContaining({ code, type: PARTNER_ERRORS[code].type, message: expect.any(String) }) });
+  expect({ status: res.status, contentType: res.headers["content-type"] }).toEqual({
+    status,
+    contentType: "application/json; charset=utf-8",
+  });
+  expect(res.json).toEqual({
+    error: expect.objectContaining({ code, type: PARTNER_ERRORS[code].type, message: expect.any(String) }),
+  });
   expect(Object.keys(res.json.error).every((k) => ["type", "code", "message", "param"].includes(k))).toBe(true);
   expect(res.headers["x-request-id"]).toMatch(/^req_[0-9A-Za-z]{22}$/);
 }
@@ -70,7 +78,12 @@ describe("unknown routes", () => {
   });
 
   it("a malformed or undecodable id is the same 404 as an unknown one, never a 500", async () => {
-    for (const path of ["/v1/connections/%E0%A4%A", "/v1/connections/con_%00", "/v1/files/..%2F..%2Fetc", "/v1/connections/file_abc"]) {
+    for (const path of [
+      "/v1/connections/%E0%A4%A",
+      "/v1/connections/con_%00",
+      "/v1/files/..%2F..%2Fetc",
+      "/v1/connections/file_abc",
+    ]) {
       const res = await edge.send("GET", path, { headers: bearer() });
       expectEnvelope(res, 404, "not_found");
     }
@@ -80,8 +93,8 @@ describe("unknown routes", () => {
 describe("wrong methods", () => {
   it.each([
     ["GET", "/v1/connections", "POST"],
-    ["PUT", "/v1/connections/" + CON, "HEAD, GET, DELETE"],
-    ["PATCH", "/v1/files/" + FILE, "HEAD, GET"],
+    ["PUT", `/v1/connections/${CON}`, "HEAD, GET, DELETE"],
+    ["PATCH", `/v1/files/${FILE}`, "HEAD, GET"],
     ["DELETE", "/v1/files", "POST"],
     ["GET", "/oauth/token", "POST"],
   ])("%s %s is 405 method_not_allowed with Allow: %s", async (method, path, allow) => {
@@ -102,10 +115,17 @@ describe("wrong methods", () => {
 
 describe("bodies of JSON routes", () => {
   const post = (body: string | Buffer, contentType?: string) =>
-    edge.send("POST", "/v1/connections", { headers: { ...bearer(), ...(contentType ? { "content-type": contentType } : {}) }, body });
+    edge.send("POST", "/v1/connections", {
+      headers: { ...bearer(), ...(contentType ? { "content-type": contentType } : {}) },
+      body,
+    });
 
   it("a non-JSON body is 415 unsupported_media_type", async () => {
-    expectEnvelope(await post("elder=apple.pear.plum@elders.example", "application/x-www-form-urlencoded"), 415, "unsupported_media_type");
+    expectEnvelope(
+      await post("elder=apple.pear.plum@elders.example", "application/x-www-form-urlencoded"),
+      415,
+      "unsupported_media_type",
+    );
     expectEnvelope(await post("apple.pear.plum@elders.example", "text/plain"), 415, "unsupported_media_type");
     expectEnvelope(await post("--x\r\n", "multipart/form-data; boundary=x"), 415, "unsupported_media_type");
     expectEnvelope(await post('{"elder":"apple.pear.plum@elders.example"}'), 415, "unsupported_media_type");
@@ -115,7 +135,11 @@ describe("bodies of JSON routes", () => {
     for (const body of ['{"elder":', "not json", "\u0000\u0001", '{"elder": "a"}}']) {
       expectEnvelope(await post(body, "application/json"), 400, "invalid_request");
     }
-    expectEnvelope(await post(Buffer.from('{"elder":"x"}', "utf16le"), "application/json; charset=utf-16"), 400, "invalid_request");
+    expectEnvelope(
+      await post(Buffer.from('{"elder":"x"}', "utf16le"), "application/json; charset=utf-16"),
+      400,
+      "invalid_request",
+    );
   });
 
   it("an oversize JSON body is 400 invalid_request, read no further than the limit", async () => {
@@ -126,7 +150,10 @@ describe("bodies of JSON routes", () => {
   });
 
   it("well-formed JSON of the wrong shape is 400 invalid_request naming the field", async () => {
-    const res = await post(JSON.stringify({ elder: "apple.pear.plum@elders.example", colour: "blue" }), "application/json");
+    const res = await post(
+      JSON.stringify({ elder: "apple.pear.plum@elders.example", colour: "blue" }),
+      "application/json",
+    );
     expectEnvelope(res, 400, "invalid_request");
     expect(res.json.error.param).toBe("colour");
     expectEnvelope(await post("[]", "application/json"), 400, "invalid_request");
@@ -167,18 +194,27 @@ describe("internal failures", () => {
     expectEnvelope(res, 500, "internal_error");
     const requestId = res.headers["x-request-id"] as string;
     expect(res.json.error.message).toBe(`${PARTNER_ERRORS.internal_error.message} Request id: ${requestId}.`);
-    expect(res.text).not.toMatch(/Mongo|E11000|pi_connection|27017|mongodb|ConnectionService|connection service|\bat \S+:\d+|Error:/);
+    expect(res.text).not.toMatch(
+      /Mongo|E11000|pi_connection|27017|mongodb|ConnectionService|connection service|\bat \S+:\d+|Error:/,
+    );
     const lines = edge.logs.filter((l) => l.requestId === requestId);
     expect(lines.map((l) => l.level).sort()).toEqual(["error", "info"]);
     // The internal service's own log holds its details; the gateway logs the failed call, with a stack.
-    expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "request failed", err: { type: "ConnectError", code: Code.Internal, stack: expect.any(String) } });
+    expect(lines.find((l) => l.level === "error")).toMatchObject({
+      msg: "request failed",
+      err: { type: "ConnectError", code: Code.Internal, stack: expect.any(String) },
+    });
     expect(lines.find((l) => l.level === "info")).toMatchObject({ method: "DELETE", status: 500 });
   });
 
   it("an exception thrown in the gateway itself is the same generic 500", async () => {
     const lines: string[] = [];
     const app = new Koa();
-    const logger = createLogger("gateway", "info", new Writable({ write: (c, _e, done) => (lines.push(String(c)), done()) }));
+    const logger = createLogger(
+      "gateway",
+      "info",
+      new Writable({ write: (c, _e, done) => (lines.push(String(c)), done()) }),
+    );
     app.use(handleErrors(logger));
     app.use(() => {
       throw new TypeError("Cannot read properties of undefined (reading 'partnerId')");
@@ -199,7 +235,8 @@ describe("internal failures", () => {
 
   it("a client error raised as an http error by Koa or a library is its 4xx, never a 500", () => {
     // The shape of an http-errors error (what ctx.throw and the body parsers raise).
-    const createHttpError = (status: number, message = "x") => Object.assign(new Error(message), { status, statusCode: status, expose: status < 500 });
+    const createHttpError = (status: number, message = "x") =>
+      Object.assign(new Error(message), { status, statusCode: status, expose: status < 500 });
     expect(partnerErrorFromInternal(createHttpError(400, "Bad JSON")).code).toBe("invalid_request");
     expect(partnerErrorFromInternal(createHttpError(413, "request entity too large")).code).toBe("invalid_request");
     expect(partnerErrorFromInternal(createHttpError(415, "Unsupported charset")).code).toBe("unsupported_media_type");
@@ -207,7 +244,9 @@ describe("internal failures", () => {
     expect(partnerErrorFromInternal(createHttpError(404)).code).toBe("not_found");
     // A server error, or one not meant to be shown, stays the generic 500.
     expect(partnerErrorFromInternal(createHttpError(502)).code).toBe("internal_error");
-    expect(partnerErrorFromInternal(Object.assign(new Error("x"), { status: 400, expose: false })).code).toBe("internal_error");
+    expect(partnerErrorFromInternal(Object.assign(new Error("x"), { status: 400, expose: false })).code).toBe(
+      "internal_error",
+    );
   });
 });
 

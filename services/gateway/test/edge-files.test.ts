@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "@jest/globals";
 import { fileintakev1 } from "@pi/proto";
-import { PARTNER_ERRORS } from "../src/errors.js";
+import type { PARTNER_ERRORS } from "../src/errors.js";
 import { startEdge, type Answer, type Edge } from "./edge-harness.js";
 
 // POST /v1/files and GET /v1/files/{id} at the edge: what the gateway refuses by itself, in the
@@ -43,8 +43,12 @@ beforeEach(() => {
 const BOUNDARY = "----piEdgeFiles";
 /** A multipart/form-data body: text fields, then a small text file. */
 function multipart(fields: [string, string][], file = "hello\n"): Buffer {
-  const parts = fields.map(([name, value]) => `--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`);
-  parts.push(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="note.txt"\r\nContent-Type: text/plain\r\n\r\n${file}\r\n--${BOUNDARY}--\r\n`);
+  const parts = fields.map(
+    ([name, value]) => `--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`,
+  );
+  parts.push(
+    `--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="note.txt"\r\nContent-Type: text/plain\r\n\r\n${file}\r\n--${BOUNDARY}--\r\n`,
+  );
   return Buffer.from(parts.join(""));
 }
 
@@ -61,9 +65,17 @@ function parts(list: Part[]): Buffer {
   return Buffer.from(`${body.join("")}--${BOUNDARY}--\r\n`);
 }
 
-function upload(authorization: string | undefined, body: Buffer | string = multipart([["elder", ELDER]]), headers: Record<string, string> = {}) {
+function upload(
+  authorization: string | undefined,
+  body: Buffer | string = multipart([["elder", ELDER]]),
+  headers: Record<string, string> = {},
+) {
   return edge.send("POST", "/v1/files", {
-    headers: { ...(authorization ? { authorization } : {}), "content-type": `multipart/form-data; boundary=${BOUNDARY}`, ...headers },
+    headers: {
+      ...(authorization ? { authorization } : {}),
+      "content-type": `multipart/form-data; boundary=${BOUNDARY}`,
+      ...headers,
+    },
     body,
   });
 }
@@ -87,7 +99,11 @@ describe("POST /v1/files refusals the gateway makes alone", () => {
     ["elder is missing", () => [file()], "elder"],
     ["elder is malformed", () => [text("elder", "not an address"), file()], "elder"],
     ["elder has another domain", () => [text("elder", "apple.banana.cherry@example.com"), file()], "elder"],
-    ["elder is longer than 255 characters", () => [text("elder", `${"a".repeat(250)}.bb.cc@elders.example`), file()], "elder"],
+    [
+      "elder is longer than 255 characters",
+      () => [text("elder", `${"a".repeat(250)}.bb.cc@elders.example`), file()],
+      "elder",
+    ],
     ["elder is given twice", () => [text("elder", ELDER), text("elder", ELDER), file()], "elder"],
     ["an unknown field comes before the file", () => [text("elder", ELDER), text("colour", "blue"), file()], "colour"],
     ["an unknown field comes after the file", () => [text("elder", ELDER), file(), text("colour", "blue")], "colour"],
@@ -100,17 +116,40 @@ describe("POST /v1/files refusals the gateway makes alone", () => {
   });
 
   it("400 when purpose is longer than 64 KiB or the body has too many parts", async () => {
-    expectError(await upload(`Bearer ${token}`, parts([text("elder", ELDER), text("purpose", "x".repeat(64 * 1024 + 1)), file()])), 400, "invalid_request", "purpose");
-    expect((await upload(`Bearer ${token}`, parts([text("elder", ELDER), text("purpose", "x".repeat(64 * 1024)), file()]))).status).toBe(202);
-    expect((await upload(`Bearer ${token}`, parts([text("elder", ELDER), text("purpose", "a"), text("purpose2", "b"), file()]))).status).toBe(400);
+    expectError(
+      await upload(
+        `Bearer ${token}`,
+        parts([text("elder", ELDER), text("purpose", "x".repeat(64 * 1024 + 1)), file()]),
+      ),
+      400,
+      "invalid_request",
+      "purpose",
+    );
+    expect(
+      (await upload(`Bearer ${token}`, parts([text("elder", ELDER), text("purpose", "x".repeat(64 * 1024)), file()])))
+        .status,
+    ).toBe(202);
+    expect(
+      (
+        await upload(
+          `Bearer ${token}`,
+          parts([text("elder", ELDER), text("purpose", "a"), text("purpose2", "b"), file()]),
+        )
+      ).status,
+    ).toBe(400);
   });
 
   it("the fields may come in any order, elder after the file included, and purpose is any string", async () => {
-    expect((await upload(`Bearer ${token}`, parts([file(), text("purpose", "🩺 review\u0000 <b>"), text("elder", ELDER)]))).status).toBe(202);
+    expect(
+      (await upload(`Bearer ${token}`, parts([file(), text("purpose", "🩺 review\u0000 <b>"), text("elder", ELDER)])))
+        .status,
+    ).toBe(202);
   });
 
   it("415 when the body is not multipart/form-data", async () => {
-    const res = await upload(`Bearer ${token}`, JSON.stringify({ elder: ELDER, file: "aGVsbG8=" }), { "content-type": "application/json" });
+    const res = await upload(`Bearer ${token}`, JSON.stringify({ elder: ELDER, file: "aGVsbG8=" }), {
+      "content-type": "application/json",
+    });
     expectError(res, 415, "unsupported_media_type");
     expect(submitted).toBe(0);
   });
@@ -131,7 +170,12 @@ describe("POST /v1/files refusals the gateway makes alone", () => {
     ["longer than 255 characters", "k".repeat(256)],
     ["empty", ""],
   ])("400 when Idempotency-Key is %s", async (_name, key) => {
-    expectError(await upload(`Bearer ${token}`, undefined, { "idempotency-key": key }), 400, "invalid_request", "Idempotency-Key");
+    expectError(
+      await upload(`Bearer ${token}`, undefined, { "idempotency-key": key }),
+      400,
+      "invalid_request",
+      "Idempotency-Key",
+    );
     expect(submitted).toBe(0);
   });
 
@@ -148,7 +192,11 @@ describe("POST /v1/files refusals the gateway makes alone", () => {
 
   it("403 insufficient_scope on POST /v1/files and GET /v1/files/{id} with a token granted only connections:write", async () => {
     expectError(await upload(`Bearer ${connectionsOnly}`), 403, "insufficient_scope");
-    expectError(await edge.send("GET", `/v1/files/${FILE}`, { headers: { authorization: `Bearer ${connectionsOnly}` } }), 403, "insufficient_scope");
+    expectError(
+      await edge.send("GET", `/v1/files/${FILE}`, { headers: { authorization: `Bearer ${connectionsOnly}` } }),
+      403,
+      "insufficient_scope",
+    );
     expect(submitted).toBe(0);
   });
 });
@@ -157,11 +205,20 @@ describe("POST /v1/files order of checks at the edge", () => {
   it("authentication before scope before the body", async () => {
     const notMultipart = { "content-type": "application/json" };
     expectError(await upload("Bearer bad", JSON.stringify({ not: "multipart" }), notMultipart), 401, "unauthorized");
-    expectError(await upload(`Bearer ${connectionsOnly}`, JSON.stringify({ not: "multipart" }), notMultipart), 403, "insufficient_scope");
+    expectError(
+      await upload(`Bearer ${connectionsOnly}`, JSON.stringify({ not: "multipart" }), notMultipart),
+      403,
+      "insufficient_scope",
+    );
   });
 
   it("the request's headers before its body: a bad Idempotency-Key wins over a missing elder", async () => {
-    expectError(await upload(`Bearer ${token}`, multipart([]), { "idempotency-key": "k".repeat(300) }), 400, "invalid_request", "Idempotency-Key");
+    expectError(
+      await upload(`Bearer ${token}`, multipart([]), { "idempotency-key": "k".repeat(300) }),
+      400,
+      "invalid_request",
+      "Idempotency-Key",
+    );
     expect(submitted).toBe(0);
   });
 });

@@ -43,7 +43,11 @@ export interface Edge {
   /** Every JSON log line the gateway wrote. */
   logs: Record<string, unknown>[];
   token(partnerId: string, scopes?: string, mode?: "live" | "test"): Promise<string>;
-  send(method: string, path: string, opts?: { headers?: Record<string, string>; body?: string | Buffer; localAddress?: string }): Promise<Answer>;
+  send(
+    method: string,
+    path: string,
+    opts?: { headers?: Record<string, string>; body?: string | Buffer; localAddress?: string },
+  ): Promise<Answer>;
   stop(): Promise<void>;
 }
 
@@ -63,13 +67,17 @@ export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
     service(connectionv1.ConnectionService, opts.connections ?? {});
     service(fileintakev1.FileIntakeService, opts.files ?? {});
     service(webhookv1.WebhookService, opts.webhooks ?? {});
-    service(healthv1.Health, opts.health ?? { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) });
+    service(
+      healthv1.Health,
+      opts.health ?? { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) },
+    );
   });
   const authClient = createClient(authv1.AuthService, transport);
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
     write(chunk, _enc, done) {
-      for (const line of String(chunk).split("\n").filter(Boolean)) logs.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of String(chunk).split("\n").filter(Boolean))
+        logs.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });

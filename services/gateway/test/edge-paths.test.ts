@@ -22,9 +22,20 @@ function expectNotFound(res: Answer, what: string) {
 }
 
 const tokenAttempt = (edge: Edge, path: string, localAddress: string) =>
-  edge.send("POST", path, { headers: { "content-type": "application/x-www-form-urlencoded" }, body: "grant_type=client_credentials", localAddress });
+  edge.send("POST", path, {
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: "grant_type=client_credentials",
+    localAddress,
+  });
 
-const TOKEN_SPELLINGS = ["/oauth/token/", "/OAUTH/TOKEN", "/OAuth/Token/", "/oauth/TOKEN", "/oauth//token", "/oauth/%74oken"];
+const TOKEN_SPELLINGS = [
+  "/oauth/token/",
+  "/OAUTH/TOKEN",
+  "/OAuth/Token/",
+  "/oauth/TOKEN",
+  "/oauth//token",
+  "/oauth/%74oken",
+];
 
 describe("the per-IP limit of POST /oauth/token cannot be bypassed by another spelling of the path", () => {
   let edge: Edge;

@@ -18,14 +18,17 @@ const connections = {
 
 function expect429(res: Answer, maxRetryAfter: number) {
   expect(res.status).toBe(429);
-  expect(res.json).toEqual({ error: { type: "rate_limit_error", code: "rate_limited", message: PARTNER_ERRORS.rate_limited.message } });
+  expect(res.json).toEqual({
+    error: { type: "rate_limit_error", code: "rate_limited", message: PARTNER_ERRORS.rate_limited.message },
+  });
   expect(res.headers["retry-after"]).toMatch(/^[0-9]+$/);
   const seconds = Number(res.headers["retry-after"]);
   expect(seconds).toBeGreaterThanOrEqual(1);
   expect(seconds).toBeLessThanOrEqual(maxRetryAfter);
 }
 
-const count = (answers: Answer[]) => answers.reduce<Record<number, number>>((acc, a) => ((acc[a.status] = (acc[a.status] ?? 0) + 1), acc), {});
+const count = (answers: Answer[]) =>
+  answers.reduce<Record<number, number>>((acc, a) => ((acc[a.status] = (acc[a.status] ?? 0) + 1), acc), {});
 
 describe("Retry-After", () => {
   it("is whole seconds, rounded up, and at least 1", () => {
@@ -43,7 +46,9 @@ describe("per-partner limit on /v1", () => {
   it("keys on the partner: its live and test tokens share one budget, and another partner has its own", async () => {
     const limit = partnerRateLimit(50);
     const ctxOf = (partnerId: string, mode: "live" | "test") =>
-      ({ state: { principal: { partnerId, clientId: `cli_${mode}`, mode, scopes: new Set() } } }) as unknown as GatewayContext;
+      ({
+        state: { principal: { partnerId, clientId: `cli_${mode}`, mode, scopes: new Set() } },
+      }) as unknown as GatewayContext;
     const pass = async (ctx: GatewayContext) => {
       try {
         await limit(ctx, async () => {});
@@ -68,7 +73,11 @@ describe("per-partner limit on /v1", () => {
   afterAll(() => edge.stop());
 
   const burst = (token: string, n: number) =>
-    Promise.all(Array.from({ length: n }, () => edge.send("GET", `/v1/connections/${CON}`, { headers: { authorization: `Bearer ${token}` } })));
+    Promise.all(
+      Array.from({ length: n }, () =>
+        edge.send("GET", `/v1/connections/${CON}`, { headers: { authorization: `Bearer ${token}` } }),
+      ),
+    );
 
   it("a partner over its budget gets 429 rate_limited with Retry-After, and another partner is unaffected", async () => {
     const [a, b] = await Promise.all([edge.token("ptr_busy"), edge.token("ptr_quiet")]);
@@ -92,7 +101,9 @@ describe("per-partner limit on /v1", () => {
 
   it("requests with a bad bearer are 401 and cost no partner any budget", async () => {
     const answers = await Promise.all(
-      Array.from({ length: 150 }, () => edge.send("GET", `/v1/connections/${CON}`, { headers: { authorization: "Bearer not.a.token" } })),
+      Array.from({ length: 150 }, () =>
+        edge.send("GET", `/v1/connections/${CON}`, { headers: { authorization: "Bearer not.a.token" } }),
+      ),
     );
     expect(count(answers)).toEqual({ 401: 150 });
     expect((await burst(await edge.token("ptr_after_401s"), 1))[0]!.status).toBe(200);
@@ -108,11 +119,15 @@ describe("per-client-IP limit on POST /oauth/token", () => {
   // Malformed requests: the limit is taken before the body is read, so they count like any other.
   const attempt = (edge: Edge, opts: { localAddress?: string; forwardedFor?: string } = {}) =>
     edge.send("POST", "/oauth/token", {
-      headers: { "content-type": "application/x-www-form-urlencoded", ...(opts.forwardedFor ? { "x-forwarded-for": opts.forwardedFor } : {}) },
+      headers: {
+        "content-type": "application/x-www-form-urlencoded",
+        ...(opts.forwardedFor ? { "x-forwarded-for": opts.forwardedFor } : {}),
+      },
       body: "grant_type=client_credentials",
       localAddress: opts.localAddress,
     });
-  const attempts = (edge: Edge, n: number, opts: Parameters<typeof attempt>[1] = {}) => Promise.all(Array.from({ length: n }, () => attempt(edge, opts)));
+  const attempts = (edge: Edge, n: number, opts: Parameters<typeof attempt>[1] = {}) =>
+    Promise.all(Array.from({ length: n }, () => attempt(edge, opts)));
 
   describe("from the socket's address (TRUSTED_PROXY_HOPS=0, the default)", () => {
     let edge: Edge;

@@ -33,7 +33,8 @@ beforeEach(() => {
   reached = [];
 });
 
-const send = (method: string, path: string, token?: string) => edge.send(method, path, token ? { headers: { authorization: `Bearer ${token}` } } : {});
+const send = (method: string, path: string, token?: string) =>
+  edge.send(method, path, token ? { headers: { authorization: `Bearer ${token}` } } : {});
 /** What a partner may compare: status, headers but the volatile ones, body bytes. */
 const bytes = (a: Answer) => {
   const { date, "x-request-id": _id, ...headers } = a.headers;
@@ -41,21 +42,41 @@ const bytes = (a: Answer) => {
 };
 
 describe("test helpers at the edge", () => {
-  it.each(ACTS)("POST %s with a test token asks the connection service for that act on the partner's own test connection", async (act) => {
-    const res = await send("POST", `/v1/test_helpers/connections/${CON}/${act}`, tokens.test);
-    expect([res.status, res.json]).toEqual([200, { id: CON, status: "approved" }]);
-    expect(reached).toHaveLength(1);
-    expect(reached[0]).toMatchObject({ partnerId: "ptr_helpers", id: CON, mode: commonv1.Mode.TEST, act: connectionv1.TestHelperAct[act.toUpperCase() as "APPROVE"] });
-  });
+  it.each(ACTS)(
+    "POST %s with a test token asks the connection service for that act on the partner's own test connection",
+    async (act) => {
+      const res = await send("POST", `/v1/test_helpers/connections/${CON}/${act}`, tokens.test);
+      expect([res.status, res.json]).toEqual([200, { id: CON, status: "approved" }]);
+      expect(reached).toHaveLength(1);
+      expect(reached[0]).toMatchObject({
+        partnerId: "ptr_helpers",
+        id: CON,
+        mode: commonv1.Mode.TEST,
+        act: connectionv1.TestHelperAct[act.toUpperCase() as "APPROVE"],
+      });
+    },
+  );
 
   it("a live token gets the 404 of a path no route has, byte for byte, whatever the method, scope or id; nothing is asked", async () => {
     const unknownRoute = bytes(await send("POST", "/v1/no_such_route", tokens.live));
     expect(unknownRoute.status).toBe(404);
-    expect(JSON.parse(unknownRoute.text)).toEqual({ error: { type: "invalid_request_error", code: "not_found", message: "No such resource." } });
+    expect(JSON.parse(unknownRoute.text)).toEqual({
+      error: { type: "invalid_request_error", code: "not_found", message: "No such resource." },
+    });
     for (const act of ACTS) {
       for (const token of [tokens.live, tokens.liveFilesOnly]) {
-        for (const [method, id] of [["POST", CON], ["GET", CON], ["DELETE", CON], ["POST", "nope"]] as const) {
-          expect([method, id, act, bytes(await send(method, `/v1/test_helpers/connections/${id}/${act}`, token))]).toEqual([method, id, act, unknownRoute]);
+        for (const [method, id] of [
+          ["POST", CON],
+          ["GET", CON],
+          ["DELETE", CON],
+          ["POST", "nope"],
+        ] as const) {
+          expect([
+            method,
+            id,
+            act,
+            bytes(await send(method, `/v1/test_helpers/connections/${id}/${act}`, token)),
+          ]).toEqual([method, id, act, unknownRoute]);
         }
       }
     }
@@ -66,7 +87,10 @@ describe("test helpers at the edge", () => {
   it("a test token with a malformed id gets the same 404, without asking the service", async () => {
     const unknownRoute = bytes(await send("POST", "/v1/no_such_route", tokens.test));
     for (const id of ["nope", "con_", `con_${"a".repeat(65)}`, "con_a%00b", "file_3kT9xQ2mVb7LpR4sN8wZcY"]) {
-      expect([id, bytes(await send("POST", `/v1/test_helpers/connections/${id}/approve`, tokens.test))]).toEqual([id, unknownRoute]);
+      expect([id, bytes(await send("POST", `/v1/test_helpers/connections/${id}/approve`, tokens.test))]).toEqual([
+        id,
+        unknownRoute,
+      ]);
     }
     expect(bytes(await send("POST", `/v1/test_helpers/connections/${CON}/reject`, tokens.test))).toEqual(unknownRoute);
     expect(reached).toEqual([]);

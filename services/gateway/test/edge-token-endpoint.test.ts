@@ -6,7 +6,11 @@ import { startEdge, type Answer, type Edge } from "./edge-harness.js";
 // the OAuth error shape, never cached, never a 5xx, and never reaches the auth service. The rows
 // that need auth's answer (200, invalid_client, invalid_scope) are in test/e2e/auth.test.ts.
 
-const CLIENT = { grant_type: "client_credentials", client_id: "cli_LiveClient0000000000000", client_secret: "sk_live_secret-of-the-client" };
+const CLIENT = {
+  grant_type: "client_credentials",
+  client_id: "cli_LiveClient0000000000000",
+  client_secret: "sk_live_secret-of-the-client",
+};
 const TOKEN_BUDGET = 60; // RATE_LIMIT_TOKEN_PER_MINUTE: the smallest the settings allow
 
 let edge: Edge;
@@ -21,7 +25,12 @@ beforeAll(async () => {
       issueTokens: (req) => ({
         responses: req.requests.map((r) => {
           issued.push({ clientId: r.clientId, clientSecret: r.clientSecret, ...(r.scope ? { scope: r.scope } : {}) });
-          return { outcome: { case: "token" as const, value: { accessToken: "a.b.c", expiresIn: 900n, scope: r.scope || "connections:write files:write" } } };
+          return {
+            outcome: {
+              case: "token" as const,
+              value: { accessToken: "a.b.c", expiresIn: 900n, scope: r.scope || "connections:write files:write" },
+            },
+          };
         }),
       }),
     },
@@ -34,9 +43,18 @@ beforeEach(() => {
 
 let ip = 0;
 /** A request from a client IP of its own, so that no test spends another's per-IP budget. */
-function post(body: string | undefined, contentType?: string, headers: Record<string, string> = {}, method = "POST"): Promise<Answer> {
+function post(
+  body: string | undefined,
+  contentType?: string,
+  headers: Record<string, string> = {},
+  method = "POST",
+): Promise<Answer> {
   return edge.send(method, "/oauth/token", {
-    headers: { "x-forwarded-for": `198.51.100.${++ip % 250}`, ...(contentType ? { "content-type": contentType } : {}), ...headers },
+    headers: {
+      "x-forwarded-for": `198.51.100.${++ip % 250}`,
+      ...(contentType ? { "content-type": contentType } : {}),
+      ...headers,
+    },
     ...(body !== undefined ? { body } : {}),
   });
 }
@@ -76,7 +94,10 @@ describe("token endpoint row 400 invalid_request, refused at the edge before aut
   });
 
   it.each(["client_id", "client_secret"] as const)("empty %s", async (field) => {
-    expectOAuthError(await post(form({ ...CLIENT, [field]: "" }), "application/x-www-form-urlencoded"), "invalid_request");
+    expectOAuthError(
+      await post(form({ ...CLIENT, [field]: "" }), "application/x-www-form-urlencoded"),
+      "invalid_request",
+    );
   });
 
   it.each([
@@ -87,18 +108,30 @@ describe("token endpoint row 400 invalid_request, refused at the edge before aut
     ["a boolean", true],
   ])("a field of the wrong type in JSON: %s", async (_what, value) => {
     for (const field of ["grant_type", "client_id", "client_secret", "scope"]) {
-      expectOAuthError(await post(JSON.stringify({ ...CLIENT, [field]: value }), "application/json"), "invalid_request");
+      expectOAuthError(
+        await post(JSON.stringify({ ...CLIENT, [field]: value }), "application/json"),
+        "invalid_request",
+      );
     }
   });
 
-  it.each(["grant_type", "client_id", "client_secret", "scope"])("a duplicated form field: %s (RFC 6749 section 3.2)", async (field) => {
-    const body = new URLSearchParams({ ...CLIENT, scope: "files:write" });
-    body.append(field, body.get(field)!);
-    expectOAuthError(await post(body.toString(), "application/x-www-form-urlencoded"), "invalid_request");
-  });
+  it.each(["grant_type", "client_id", "client_secret", "scope"])(
+    "a duplicated form field: %s (RFC 6749 section 3.2)",
+    async (field) => {
+      const body = new URLSearchParams({ ...CLIENT, scope: "files:write" });
+      body.append(field, body.get(field)!);
+      expectOAuthError(await post(body.toString(), "application/x-www-form-urlencoded"), "invalid_request");
+    },
+  );
 
   it("a nested form field (client_id[x]=...)", async () => {
-    expectOAuthError(await post(`grant_type=client_credentials&client_id[x]=${CLIENT.client_id}&client_secret=${CLIENT.client_secret}`, "application/x-www-form-urlencoded"), "invalid_request");
+    expectOAuthError(
+      await post(
+        `grant_type=client_credentials&client_id[x]=${CLIENT.client_id}&client_secret=${CLIENT.client_secret}`,
+        "application/x-www-form-urlencoded",
+      ),
+      "invalid_request",
+    );
   });
 
   it.each([
@@ -113,26 +146,48 @@ describe("token endpoint row 400 invalid_request, refused at the edge before aut
     expectOAuthError(await post(undefined), "invalid_request");
   });
 
-  it.each(['{"grant_type": "client_credentials",', "not json", '"a string"', "[]", "null", ""])("malformed or non-object JSON: %j", async (body) => {
-    expectOAuthError(await post(body, "application/json"), "invalid_request");
-  });
+  it.each(['{"grant_type": "client_credentials",', "not json", '"a string"', "[]", "null", ""])(
+    "malformed or non-object JSON: %j",
+    async (body) => {
+      expectOAuthError(await post(body, "application/json"), "invalid_request");
+    },
+  );
 
   it("a body over 16 kB, in either encoding", async () => {
-    expectOAuthError(await post(form({ ...CLIENT, padding: "x".repeat(20_000) }), "application/x-www-form-urlencoded"), "invalid_request");
-    expectOAuthError(await post(JSON.stringify({ ...CLIENT, padding: "x".repeat(20_000) }), "application/json"), "invalid_request");
+    expectOAuthError(
+      await post(form({ ...CLIENT, padding: "x".repeat(20_000) }), "application/x-www-form-urlencoded"),
+      "invalid_request",
+    );
+    expectOAuthError(
+      await post(JSON.stringify({ ...CLIENT, padding: "x".repeat(20_000) }), "application/json"),
+      "invalid_request",
+    );
   });
 
   it("the same bytes whatever the cause", async () => {
-    const answers = await Promise.all([post(undefined), post("not json", "application/json"), post(form({ ...CLIENT, client_id: "" }), "application/x-www-form-urlencoded")]);
+    const answers = await Promise.all([
+      post(undefined),
+      post("not json", "application/json"),
+      post(form({ ...CLIENT, client_id: "" }), "application/x-www-form-urlencoded"),
+    ]);
     expect(new Set(answers.map((a) => a.text)).size).toBe(1);
   });
 });
 
 describe("token endpoint row 400 unsupported_grant_type", () => {
-  it.each(["password", "authorization_code", "refresh_token", "CLIENT_CREDENTIALS"])("grant_type %j (form and JSON)", async (grant) => {
-    expectOAuthError(await post(form({ ...CLIENT, grant_type: grant }), "application/x-www-form-urlencoded"), "unsupported_grant_type");
-    expectOAuthError(await post(JSON.stringify({ ...CLIENT, grant_type: grant }), "application/json"), "unsupported_grant_type");
-  });
+  it.each(["password", "authorization_code", "refresh_token", "CLIENT_CREDENTIALS"])(
+    "grant_type %j (form and JSON)",
+    async (grant) => {
+      expectOAuthError(
+        await post(form({ ...CLIENT, grant_type: grant }), "application/x-www-form-urlencoded"),
+        "unsupported_grant_type",
+      );
+      expectOAuthError(
+        await post(JSON.stringify({ ...CLIENT, grant_type: grant }), "application/json"),
+        "unsupported_grant_type",
+      );
+    },
+  );
 });
 
 describe("token endpoint: other methods", () => {
@@ -156,7 +211,9 @@ describe("token endpoint: HTTP Basic client authentication at the edge", () => {
   });
 
   it("both methods at once are invalid_request, even when both are right", async () => {
-    const res = await post(form(CLIENT), "application/x-www-form-urlencoded", { authorization: basic(CLIENT.client_id, CLIENT.client_secret) });
+    const res = await post(form(CLIENT), "application/x-www-form-urlencoded", {
+      authorization: basic(CLIENT.client_id, CLIENT.client_secret),
+    });
     expectOAuthError(res, "invalid_request");
   });
 
@@ -173,15 +230,35 @@ describe("token endpoint: HTTP Basic client authentication at the edge", () => {
   it("the per-IP token limit counts Basic and body requests alike", async () => {
     // One client IP; half its budget by Basic, half by the body, all at once (inside one window).
     const from = { "x-forwarded-for": "203.0.113.7" };
-    const byBasic = () => edge.send("POST", "/oauth/token", { headers: { ...from, "content-type": "application/x-www-form-urlencoded", authorization: basic(CLIENT.client_id, CLIENT.client_secret) }, body: grant });
-    const byBody = () => edge.send("POST", "/oauth/token", { headers: { ...from, "content-type": "application/x-www-form-urlencoded" }, body: form(CLIENT) });
-    const answers = await Promise.all(Array.from({ length: TOKEN_BUDGET }, (_, i) => (i % 2 === 0 ? byBasic() : byBody())));
+    const byBasic = () =>
+      edge.send("POST", "/oauth/token", {
+        headers: {
+          ...from,
+          "content-type": "application/x-www-form-urlencoded",
+          authorization: basic(CLIENT.client_id, CLIENT.client_secret),
+        },
+        body: grant,
+      });
+    const byBody = () =>
+      edge.send("POST", "/oauth/token", {
+        headers: { ...from, "content-type": "application/x-www-form-urlencoded" },
+        body: form(CLIENT),
+      });
+    const answers = await Promise.all(
+      Array.from({ length: TOKEN_BUDGET }, (_, i) => (i % 2 === 0 ? byBasic() : byBody())),
+    );
     expect(answers.map((a) => a.status)).toEqual(Array(TOKEN_BUDGET).fill(200));
     // Both kinds were counted: the budget is gone for either method.
     const after = [await byBasic(), await byBody()];
     expect(after.map((a) => a.status)).toEqual([429, 429]);
     expect(Number(after[0]!.headers["retry-after"])).toBeGreaterThanOrEqual(1);
     // Another client IP still has its own budget.
-    expect((await post(grant, "application/x-www-form-urlencoded", { authorization: basic(CLIENT.client_id, CLIENT.client_secret) })).status).toBe(200);
+    expect(
+      (
+        await post(grant, "application/x-www-form-urlencoded", {
+          authorization: basic(CLIENT.client_id, CLIENT.client_secret),
+        })
+      ).status,
+    ).toBe(200);
   });
 });

@@ -38,7 +38,9 @@ describe("Idempotency-Key header", () => {
 
 describe("text fields of the file send request", () => {
   it("takes elder (normalised) and purpose (any string, as sent)", () => {
-    expect(checkFields({ elder: ELDER.toUpperCase(), purpose: "  Pharmacy fill: 30 tablets \u{1F48A} " }, DOMAIN, true)).toEqual({
+    expect(
+      checkFields({ elder: ELDER.toUpperCase(), purpose: "  Pharmacy fill: 30 tablets \u{1F48A} " }, DOMAIN, true),
+    ).toEqual({
       elder: ELDER,
       purpose: "  Pharmacy fill: 30 tablets \u{1F48A} ",
     });
@@ -73,28 +75,51 @@ describe("upload failures map to one partner error each", () => {
   };
 
   it("the size limit is 413 file_too_large on the file", () => {
-    expect(code(new multerCore.MulterError("LIMIT_FILE_SIZE", "file"))).toEqual({ code: "file_too_large", param: "file" });
+    expect(code(new multerCore.MulterError("LIMIT_FILE_SIZE", "file"))).toEqual({
+      code: "file_too_large",
+      param: "file",
+    });
   });
 
-  it.each(["LIMIT_FILE_COUNT", "LIMIT_UNEXPECTED_FILE"] as const)("%s (a second file, a file elsewhere) is 400 on file", (c) => {
-    expect(code(new multerCore.MulterError(c, "other"))).toEqual({ code: "invalid_request", param: "file" });
-  });
-
-  it.each(["LIMIT_PART_COUNT", "LIMIT_FIELD_COUNT", "LIMIT_FIELD_VALUE", "LIMIT_FIELD_KEY", "MISSING_FIELD_NAME"] as const)("%s is 400", (c) => {
-    expect(code(new multerCore.MulterError(c)).code).toBe("invalid_request");
-  });
-
-  it.each(["Malformed part header", "Unexpected end of form", "Unexpected end of file", "Multipart: Boundary not found", "Request aborted"])(
-    "the parser's %j is 400",
-    (message) => {
-      expect(code(new Error(message)).code).toBe("invalid_request");
+  it.each(["LIMIT_FILE_COUNT", "LIMIT_UNEXPECTED_FILE"] as const)(
+    "%s (a second file, a file elsewhere) is 400 on file",
+    (c) => {
+      expect(code(new multerCore.MulterError(c, "other"))).toEqual({ code: "invalid_request", param: "file" });
     },
   );
 
+  it.each([
+    "LIMIT_PART_COUNT",
+    "LIMIT_FIELD_COUNT",
+    "LIMIT_FIELD_VALUE",
+    "LIMIT_FIELD_KEY",
+    "MISSING_FIELD_NAME",
+  ] as const)("%s is 400", (c) => {
+    expect(code(new multerCore.MulterError(c)).code).toBe("invalid_request");
+  });
+
+  it.each([
+    "Malformed part header",
+    "Unexpected end of form",
+    "Unexpected end of file",
+    "Multipart: Boundary not found",
+    "Request aborted",
+  ])("the parser's %j is 400", (message) => {
+    expect(code(new Error(message)).code).toBe("invalid_request");
+  });
+
   it("file-intake's reasons keep their codes; anything unknown stays a 500", () => {
-    expect(code(serviceError(ErrorReason.UNSUPPORTED_MEDIA_TYPE, "x", "file"))).toEqual({ code: "unsupported_media_type", param: "file" });
-    expect(code(serviceError(ErrorReason.NO_ACTIVE_CONNECTION, "x"))).toEqual({ code: "no_active_connection", param: undefined });
-    expect(code(serviceError(ErrorReason.IDEMPOTENCY_KEY_REUSE, "x", "Idempotency-Key")).code).toBe("idempotency_key_reuse");
+    expect(code(serviceError(ErrorReason.UNSUPPORTED_MEDIA_TYPE, "x", "file"))).toEqual({
+      code: "unsupported_media_type",
+      param: "file",
+    });
+    expect(code(serviceError(ErrorReason.NO_ACTIVE_CONNECTION, "x"))).toEqual({
+      code: "no_active_connection",
+      param: undefined,
+    });
+    expect(code(serviceError(ErrorReason.IDEMPOTENCY_KEY_REUSE, "x", "Idempotency-Key")).code).toBe(
+      "idempotency_key_reuse",
+    );
     expect(code(new ConnectError("down", Code.Unavailable)).code).toBe("service_unavailable");
     expect(code(new TypeError("bug")).code).toBe("internal_error");
     expect(code(new Error("something else")).code).toBe("internal_error");

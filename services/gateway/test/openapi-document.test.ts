@@ -61,27 +61,43 @@ describe("the OpenAPI document", () => {
 
   it("puts the test helpers under a tag of their own, marked test-mode only, and nothing else under it", () => {
     const tag = doc.tags.find((t: Json) => t.name === "Test helpers");
-    expect(tag).toMatchObject({ "x-test-mode-only": true, description: expect.stringMatching(/^\*\*Test mode only\.\*\*/) });
+    expect(tag).toMatchObject({
+      "x-test-mode-only": true,
+      description: expect.stringMatching(/^\*\*Test mode only\.\*\*/),
+    });
     const helpers = operations.filter((o) => o.path.startsWith("/v1/test_helpers/"));
     expect(helpers).toHaveLength(4);
     for (const { path, op } of operations) {
       const isHelper = path.startsWith("/v1/test_helpers/");
-      expect([path, op.tags.includes("Test helpers"), op["x-test-mode-only"] === true]).toEqual([path, isHelper, isHelper]);
+      expect([path, op.tags.includes("Test helpers"), op["x-test-mode-only"] === true]).toEqual([
+        path,
+        isHelper,
+        isHelper,
+      ]);
     }
   });
 
   it("takes the token request as form-urlencoded and as JSON, with the client authenticated by HTTP Basic or the body, and needs no bearer there", () => {
     const token = doc.paths["/oauth/token"].post;
-    expect(Object.keys(token.requestBody.content).sort()).toEqual(["application/json", "application/x-www-form-urlencoded"]);
+    expect(Object.keys(token.requestBody.content).sort()).toEqual([
+      "application/json",
+      "application/x-www-form-urlencoded",
+    ]);
     expect(token.security).toEqual([{ clientBasic: [] }, {}]);
     expect(doc.components.securitySchemes.clientBasic).toMatchObject({ type: "http", scheme: "basic" });
     expect(doc.components.schemas.TokenRequest.required).toEqual(["grant_type"]);
-    expect(deref(token.responses["400"]).content["application/json"].schema.$ref).toBe("#/components/schemas/OAuthError");
+    expect(deref(token.responses["400"]).content["application/json"].schema.$ref).toBe(
+      "#/components/schemas/OAuthError",
+    );
     expect(errorCodes(token.responses["429"])).toEqual({ codes: ["rate_limited"], type: "rate_limit_error" });
   });
 
   it("requires a bearer JWT on every /v1 operation", () => {
-    expect(doc.components.securitySchemes.bearerAuth).toMatchObject({ type: "http", scheme: "bearer", bearerFormat: "JWT" });
+    expect(doc.components.securitySchemes.bearerAuth).toMatchObject({
+      type: "http",
+      scheme: "bearer",
+      bearerFormat: "JWT",
+    });
     for (const { path, op } of operations.filter((o) => o.path.startsWith("/v1"))) {
       expect([path, (op.security ?? doc.security).map((s: Json) => Object.keys(s))]).toEqual([path, [["bearerAuth"]]]);
       expect([path, Object.keys(op.responses)]).toEqual([path, expect.arrayContaining(["401", "403", "429"])]);
@@ -92,9 +108,15 @@ describe("the OpenAPI document", () => {
     const statuses = (method: string, path: string) => Object.keys(doc.paths[path][method].responses).sort();
     expect(statuses("post", "/oauth/token")).toEqual(expect.arrayContaining(["200", "400", "429"]));
     expect(statuses("post", "/v1/connections")).toEqual(expect.arrayContaining(["202", "400", "401", "403", "429"]));
-    expect(statuses("get", "/v1/connections/{id}")).toEqual(expect.arrayContaining(["200", "401", "403", "404", "429"]));
-    expect(statuses("delete", "/v1/connections/{id}")).toEqual(expect.arrayContaining(["200", "401", "403", "404", "429"]));
-    expect(statuses("post", "/v1/files")).toEqual(expect.arrayContaining(["202", "400", "401", "403", "409", "413", "415", "429"]));
+    expect(statuses("get", "/v1/connections/{id}")).toEqual(
+      expect.arrayContaining(["200", "401", "403", "404", "429"]),
+    );
+    expect(statuses("delete", "/v1/connections/{id}")).toEqual(
+      expect.arrayContaining(["200", "401", "403", "404", "429"]),
+    );
+    expect(statuses("post", "/v1/files")).toEqual(
+      expect.arrayContaining(["202", "400", "401", "403", "409", "413", "415", "429"]),
+    );
     expect(statuses("get", "/v1/files/{id}")).toEqual(expect.arrayContaining(["200", "401", "403", "404", "429"]));
     expect(statuses("get", "/v1/events")).toEqual(expect.arrayContaining(["200", "400", "401", "403", "429"]));
   });
@@ -107,7 +129,13 @@ describe("the OpenAPI document", () => {
         if (!fixed) continue;
         for (const code of fixed.codes) {
           const def = PARTNER_ERRORS[code as PartnerErrorCode];
-          expect([method, path, code, def && String(def.status), def?.type]).toEqual([method, path, code, status, fixed.type]);
+          expect([method, path, code, def && String(def.status), def?.type]).toEqual([
+            method,
+            path,
+            code,
+            status,
+            fixed.type,
+          ]);
           checked++;
         }
       }
@@ -120,7 +148,12 @@ describe("the OpenAPI document", () => {
     for (const { path, op } of operations.filter((o) => !o.path.startsWith("/.well-known/"))) {
       for (const status of ["429", "503"]) {
         const header = deref(deref(op.responses[status]).headers["Retry-After"]);
-        expect([path, status, header.required, header.schema]).toEqual([path, status, true, { type: "integer", minimum: 1 }]);
+        expect([path, status, header.required, header.schema]).toEqual([
+          path,
+          status,
+          true,
+          { type: "integer", minimum: 1 },
+        ]);
       }
     }
   });
@@ -151,9 +184,14 @@ describe("the OpenAPI document", () => {
       expect(signature).toMatchObject({ name: "Service-Signature", in: "header", required: true });
       expect(new RegExp(signature.schema.pattern).test(`t=1700000000,v1=${"ab".repeat(32)}`)).toBe(true);
       // During a signing-secret rotation's overlap: one v1 per valid secret.
-      expect(new RegExp(signature.schema.pattern).test(`t=1700000000,v1=${"ab".repeat(32)},v1=${"cd".repeat(32)}`)).toBe(true);
+      expect(
+        new RegExp(signature.schema.pattern).test(`t=1700000000,v1=${"ab".repeat(32)},v1=${"cd".repeat(32)}`),
+      ).toBe(true);
       expect(signature.description).toMatch(/rotation/);
     }
-    expect(doc.components.schemas.WebhookEvent.properties.type.enum).toEqual(["connection.approved", "connection.revoked"]);
+    expect(doc.components.schemas.WebhookEvent.properties.type.enum).toEqual([
+      "connection.approved",
+      "connection.revoked",
+    ]);
   });
 });

@@ -14,11 +14,11 @@ describe("TerminalStatusCache", () => {
     cache.remember("ptr_1", "live", "file_a", "processed");
     cache.remember("ptr_1", "live", "file_b", "failed");
     cache.remember("ptr_1", "live", "file_c", "received");
-    expect([cache.get("ptr_1", "live", "file_a"), cache.get("ptr_1", "live", "file_b"), cache.get("ptr_1", "live", "file_c")]).toEqual([
-      "processed",
-      "failed",
-      undefined,
-    ]);
+    expect([
+      cache.get("ptr_1", "live", "file_a"),
+      cache.get("ptr_1", "live", "file_b"),
+      cache.get("ptr_1", "live", "file_c"),
+    ]).toEqual(["processed", "failed", undefined]);
   });
 
   it("finds an entry only for the same partner and mode", () => {
@@ -59,7 +59,8 @@ describe("GET /v1/files/{id} with the terminal-status cache", () => {
         getFile(req) {
           asked.push(req.id);
           const status = statuses.get(req.id);
-          if (status === undefined || req.partnerId !== OWNER || req.mode !== commonv1.Mode.LIVE) throw serviceError(ErrorReason.NOT_FOUND, "no such file");
+          if (status === undefined || req.partnerId !== OWNER || req.mode !== commonv1.Mode.LIVE)
+            throw serviceError(ErrorReason.NOT_FOUND, "no such file");
           return { file: { id: req.id, status } };
         },
       },
@@ -70,7 +71,9 @@ describe("GET /v1/files/{id} with the terminal-status cache", () => {
   });
 
   const get = async (fileId: string, partnerId = OWNER, mode: "live" | "test" = "live") =>
-    edge.send("GET", `/v1/files/${fileId}`, { headers: { authorization: `Bearer ${await edge.token(partnerId, "files:write", mode)}` } });
+    edge.send("GET", `/v1/files/${fileId}`, {
+      headers: { authorization: `Bearer ${await edge.token(partnerId, "files:write", mode)}` },
+    });
   const askedFor = (fileId: string) => asked.filter((a) => a === fileId).length;
 
   it("a processed or failed file read twice: the same bytes, file-intake asked once", async () => {

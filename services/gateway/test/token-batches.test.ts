@@ -28,16 +28,26 @@ function fakeAuth() {
     issueTokens: (req: { requests: TokenRequest[] }) =>
       new Promise<authv1.IssueTokensResponse>((resolve, reject) => {
         const responses = req.requests.map((r) =>
-          create(authv1.IssueTokenResponseSchema, { outcome: { case: "token", value: { accessToken: `token for ${r.clientId}`, expiresIn: 900n, scope: r.scope ?? "" } } }),
+          create(authv1.IssueTokenResponseSchema, {
+            outcome: {
+              case: "token",
+              value: { accessToken: `token for ${r.clientId}`, expiresIn: 900n, scope: r.scope ?? "" },
+            },
+          }),
         );
-        calls.push({ requests: req.requests, answer: () => resolve(create(authv1.IssueTokensResponseSchema, { responses })), fail: reject });
+        calls.push({
+          requests: req.requests,
+          answer: () => resolve(create(authv1.IssueTokensResponseSchema, { responses })),
+          fail: reject,
+        });
       }),
   };
   return { auth: auth as unknown as AuthClient, calls };
 }
 
 const request = (n: number): TokenRequest => ({ clientId: `cli_${n}`, clientSecret: `sk_${n}` });
-const accessTokenOf = (res: authv1.IssueTokenResponse) => (res.outcome.case === "token" ? res.outcome.value.accessToken : undefined);
+const accessTokenOf = (res: authv1.IssueTokenResponse) =>
+  res.outcome.case === "token" ? res.outcome.value.accessToken : undefined;
 const nextTurn = () => new Promise((r) => setImmediate(r));
 
 describe("token requests in batches", () => {
@@ -48,7 +58,11 @@ describe("token requests in batches", () => {
     await nextTurn();
     expect(calls.map((c) => c.requests.map((r) => r.clientId))).toEqual([["cli_1", "cli_2", "cli_3"]]);
     calls[0]!.answer();
-    expect((await Promise.all(answers)).map(accessTokenOf)).toEqual(["token for cli_1", "token for cli_2", "token for cli_3"]);
+    expect((await Promise.all(answers)).map(accessTokenOf)).toEqual([
+      "token for cli_1",
+      "token for cli_2",
+      "token for cli_3",
+    ]);
   });
 
   it("a request alone is sent in the turn it arrived in, waiting for no other", async () => {
@@ -80,7 +94,11 @@ describe("token requests in batches", () => {
     const issue = batchedTokenIssuer(auth, 2);
     const answers = [1, 2, 3, 4, 5].map((n) => issue(request(n)));
     await nextTurn();
-    expect(calls.map((c) => c.requests.map((r) => r.clientId))).toEqual([["cli_1", "cli_2"], ["cli_3", "cli_4"], ["cli_5"]]);
+    expect(calls.map((c) => c.requests.map((r) => r.clientId))).toEqual([
+      ["cli_1", "cli_2"],
+      ["cli_3", "cli_4"],
+      ["cli_5"],
+    ]);
     for (const c of calls) c.answer();
     expect((await Promise.all(answers)).map(accessTokenOf)).toEqual([1, 2, 3, 4, 5].map((n) => `token for cli_${n}`));
   });
@@ -100,7 +118,9 @@ describe("token requests in batches", () => {
   });
 
   it("an answer with another number of outcomes than requests fails every request of the call", async () => {
-    const short = { issueTokens: async () => create(authv1.IssueTokensResponseSchema, { responses: [] }) } as unknown as AuthClient;
+    const short = {
+      issueTokens: async () => create(authv1.IssueTokensResponseSchema, { responses: [] }),
+    } as unknown as AuthClient;
     const issue = batchedTokenIssuer(short);
     await expect(issue(request(1))).rejects.toThrow(/same length/);
   });
@@ -108,7 +128,8 @@ describe("token requests in batches", () => {
   it("a batch of one is part of its request's trace; a larger batch is linked from each request's trace", async () => {
     const { auth, calls } = fakeAuth();
     const issue = batchedTokenIssuer(auth);
-    const traced = (n: number) => inSpan(`request ${n}`, {}, async (span) => ({ answer: issue(request(n)), traceId: span.spanContext().traceId }));
+    const traced = (n: number) =>
+      inSpan(`request ${n}`, {}, async (span) => ({ answer: issue(request(n)), traceId: span.spanContext().traceId }));
 
     const alone = await traced(1);
     await nextTurn();
@@ -133,20 +154,34 @@ describe("token requests in batches", () => {
 describe("POST /oauth/token answered from a batch", () => {
   it("a request auth could not decide (its credential unreadable) is the envelope 503 with Retry-After; a request decided beside it gets its token", async () => {
     const { startEdge } = await import("./edge-harness.js");
-    const token = (clientId: string) => create(authv1.IssueTokenResponseSchema, { outcome: { case: "token", value: { accessToken: `at_${clientId}`, expiresIn: 900n, scope: "files:write" } } });
-    const unavailable = create(authv1.IssueTokenResponseSchema, { outcome: { case: "failure", value: authv1.TokenFailure.UNAVAILABLE } });
+    const token = (clientId: string) =>
+      create(authv1.IssueTokenResponseSchema, {
+        outcome: { case: "token", value: { accessToken: `at_${clientId}`, expiresIn: 900n, scope: "files:write" } },
+      });
+    const unavailable = create(authv1.IssueTokenResponseSchema, {
+      outcome: { case: "failure", value: authv1.TokenFailure.UNAVAILABLE },
+    });
     const edge = await startEdge({
       settings: { RATE_LIMIT_TOKEN_PER_MINUTE: "1000" },
       auth: {
-        issueTokens: (req) => ({ responses: req.requests.map((r) => (r.clientId === "cli_away" ? unavailable : token(r.clientId))) }),
+        issueTokens: (req) => ({
+          responses: req.requests.map((r) => (r.clientId === "cli_away" ? unavailable : token(r.clientId))),
+        }),
       },
     });
     try {
       const send = (clientId: string) =>
-        edge.send("POST", "/oauth/token", { headers: { "content-type": "application/x-www-form-urlencoded" }, body: `grant_type=client_credentials&client_id=${clientId}&client_secret=sk_x` });
+        edge.send("POST", "/oauth/token", {
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: `grant_type=client_credentials&client_id=${clientId}&client_secret=sk_x`,
+        });
       const [ok, away] = await Promise.all([send("cli_ok"), send("cli_away")]);
       expect([ok.status, ok.json.access_token]).toEqual([200, "at_cli_ok"]);
-      expect([away.status, away.headers["retry-after"], away.json.error.code]).toEqual([503, "1", "service_unavailable"]);
+      expect([away.status, away.headers["retry-after"], away.json.error.code]).toEqual([
+        503,
+        "1",
+        "service_unavailable",
+      ]);
     } finally {
       await edge.stop();
     }

@@ -10,7 +10,12 @@ describe("token request parsing", () => {
   it("a complete request, with or without scope; unknown fields ignored", () => {
     const client = { clientId: "cli_x", clientSecret: "sk_live_y" };
     expect(parseTokenRequest(good)).toEqual({ ok: true, req: good, client, method: "body" });
-    expect(parseTokenRequest({ ...good, scope: "files:write", extra: 1 })).toEqual({ ok: true, req: { ...good, scope: "files:write" }, client, method: "body" });
+    expect(parseTokenRequest({ ...good, scope: "files:write", extra: 1 })).toEqual({
+      ok: true,
+      req: { ...good, scope: "files:write" },
+      client,
+      method: "body",
+    });
   });
 
   it.each(["grant_type", "client_id", "client_secret"])("invalid_request when %s is missing or empty", (field) => {
@@ -27,7 +32,10 @@ describe("token request parsing", () => {
   });
 
   it("a repeated form field arrives as an array: invalid_request", () => {
-    expect(parseTokenRequest({ ...good, client_id: ["cli_x", "cli_x"] })).toEqual({ ok: false, error: "invalid_request" });
+    expect(parseTokenRequest({ ...good, client_id: ["cli_x", "cli_x"] })).toEqual({
+      ok: false,
+      error: "invalid_request",
+    });
   });
 
   it.each([null, "string", 7, ["a"]])("invalid_request for a body that is not an object: %j", (body) => {
@@ -35,13 +43,22 @@ describe("token request parsing", () => {
   });
 
   it("unsupported_grant_type for any other grant, checked before the client fields", () => {
-    expect(parseTokenRequest({ ...good, grant_type: "password" })).toEqual({ ok: false, error: "unsupported_grant_type" });
-    expect(parseTokenRequest({ grant_type: "authorization_code" })).toEqual({ ok: false, error: "unsupported_grant_type" });
+    expect(parseTokenRequest({ ...good, grant_type: "password" })).toEqual({
+      ok: false,
+      error: "unsupported_grant_type",
+    });
+    expect(parseTokenRequest({ grant_type: "authorization_code" })).toEqual({
+      ok: false,
+      error: "unsupported_grant_type",
+    });
   });
 
   it("oversized fields are invalid_request, whoever the client is", () => {
     expect(parseTokenRequest({ ...good, client_id: "c".repeat(257) })).toEqual({ ok: false, error: "invalid_request" });
-    expect(parseTokenRequest({ ...good, client_secret: "s".repeat(513) })).toEqual({ ok: false, error: "invalid_request" });
+    expect(parseTokenRequest({ ...good, client_secret: "s".repeat(513) })).toEqual({
+      ok: false,
+      error: "invalid_request",
+    });
     expect(parseTokenRequest({ ...good, scope: "s".repeat(1025) })).toEqual({ ok: false, error: "invalid_request" });
   });
 });
@@ -73,9 +90,15 @@ describe("HTTP Basic client authentication", () => {
   });
 
   it("decodes the form-urlencoding of id and secret (RFC 6749 appendix B), colons and plus signs included", () => {
-    expect(parseBasicAuthorization(basic("cli:a b", "s+e:c%r/t=="))).toEqual({ clientId: "cli:a b", clientSecret: "s+e:c%r/t==" });
+    expect(parseBasicAuthorization(basic("cli:a b", "s+e:c%r/t=="))).toEqual({
+      clientId: "cli:a b",
+      clientSecret: "s+e:c%r/t==",
+    });
     // The scheme is case-insensitive; the secret may hold a raw colon after the first.
-    expect(parseBasicAuthorization(`bAsIc ${Buffer.from("cli_x:sk:1").toString("base64")}`)).toEqual({ clientId: "cli_x", clientSecret: "sk:1" });
+    expect(parseBasicAuthorization(`bAsIc ${Buffer.from("cli_x:sk:1").toString("base64")}`)).toEqual({
+      clientId: "cli_x",
+      clientSecret: "sk:1",
+    });
   });
 
   it.each([
@@ -95,23 +118,41 @@ describe("HTTP Basic client authentication", () => {
   });
 
   it("both methods at once are invalid_request (RFC 6749: one method per request)", () => {
-    expect(parseTokenRequest({ ...grant, client_id: "cli_x", client_secret: "sk_live_y" }, basic("cli_x", "sk_live_y"))).toEqual({ ok: false, error: "invalid_request" });
-    expect(parseTokenRequest({ ...grant, client_secret: "sk_live_y" }, basic("cli_x", "sk_live_y"))).toEqual({ ok: false, error: "invalid_request" });
+    expect(
+      parseTokenRequest({ ...grant, client_id: "cli_x", client_secret: "sk_live_y" }, basic("cli_x", "sk_live_y")),
+    ).toEqual({ ok: false, error: "invalid_request" });
+    expect(parseTokenRequest({ ...grant, client_secret: "sk_live_y" }, basic("cli_x", "sk_live_y"))).toEqual({
+      ok: false,
+      error: "invalid_request",
+    });
   });
 
   it("a body client_id beside Basic must name the same client", () => {
-    expect(parseTokenRequest({ ...grant, client_id: "cli_x" }, basic("cli_x", "sk_live_y"))).toMatchObject({ ok: true, method: "basic" });
-    expect(parseTokenRequest({ ...grant, client_id: "cli_other" }, basic("cli_x", "sk_live_y"))).toEqual({ ok: false, error: "invalid_request" });
+    expect(parseTokenRequest({ ...grant, client_id: "cli_x" }, basic("cli_x", "sk_live_y"))).toMatchObject({
+      ok: true,
+      method: "basic",
+    });
+    expect(parseTokenRequest({ ...grant, client_id: "cli_other" }, basic("cli_x", "sk_live_y"))).toEqual({
+      ok: false,
+      error: "invalid_request",
+    });
   });
 
   it("the grant type is still checked first, and the length limits hold for Basic too", () => {
-    expect(parseTokenRequest({ grant_type: "password" }, "Basic ***")).toEqual({ ok: false, error: "unsupported_grant_type" });
+    expect(parseTokenRequest({ grant_type: "password" }, "Basic ***")).toEqual({
+      ok: false,
+      error: "unsupported_grant_type",
+    });
     expect(parseTokenRequest(grant, basic("c".repeat(257), "s"))).toEqual({ ok: false, error: "invalid_request" });
     expect(parseTokenRequest(grant, basic("c", "s".repeat(513)))).toEqual({ ok: false, error: "invalid_request" });
   });
 
   it("without a header, the body fields are the method", () => {
-    expect(clientAuthentication(undefined, { client_id: "a", client_secret: "b" })).toEqual({ ok: true, method: "body", credentials: { clientId: "a", clientSecret: "b" } });
+    expect(clientAuthentication(undefined, { client_id: "a", client_secret: "b" })).toEqual({
+      ok: true,
+      method: "body",
+      credentials: { clientId: "a", clientSecret: "b" },
+    });
     expect(clientAuthentication(undefined, { client_id: "a" })).toEqual({ ok: false });
   });
 });
@@ -127,7 +168,9 @@ describe("token request with a client assertion (private_key_jwt, RFC 7523 secti
       method: "private_key_jwt",
       client: { clientId: "", clientSecret: "", assertion },
     });
-    expect(parseTokenRequest({ ...grant, client_id: "cli_x", client_assertion_type: type, client_assertion: "not a jwt" })).toMatchObject({
+    expect(
+      parseTokenRequest({ ...grant, client_id: "cli_x", client_assertion_type: type, client_assertion: "not a jwt" }),
+    ).toMatchObject({
       ok: true,
       client: { clientId: "cli_x", assertion: "not a jwt" },
     });
@@ -137,10 +180,29 @@ describe("token request with a client assertion (private_key_jwt, RFC 7523 secti
     ["an assertion without its type", { client_assertion: assertion }, undefined],
     ["a type without an assertion", { client_assertion_type: type }, undefined],
     ["an empty assertion", { client_assertion_type: type, client_assertion: "" }, undefined],
-    ["another assertion type (SAML 2.0)", { client_assertion_type: "urn:ietf:params:oauth:client-assertion-type:saml2-bearer", client_assertion: assertion }, undefined],
-    ["an assertion and a client_secret (two methods)", { client_assertion_type: type, client_assertion: assertion, client_secret: "sk_live_y" }, undefined],
-    ["an assertion and HTTP Basic (two methods)", { client_assertion_type: type, client_assertion: assertion }, `Basic ${Buffer.from("cli_x:sk").toString("base64")}`],
-    ["an assertion over 8192 characters", { client_assertion_type: type, client_assertion: "a".repeat(8193) }, undefined],
+    [
+      "another assertion type (SAML 2.0)",
+      {
+        client_assertion_type: "urn:ietf:params:oauth:client-assertion-type:saml2-bearer",
+        client_assertion: assertion,
+      },
+      undefined,
+    ],
+    [
+      "an assertion and a client_secret (two methods)",
+      { client_assertion_type: type, client_assertion: assertion, client_secret: "sk_live_y" },
+      undefined,
+    ],
+    [
+      "an assertion and HTTP Basic (two methods)",
+      { client_assertion_type: type, client_assertion: assertion },
+      `Basic ${Buffer.from("cli_x:sk").toString("base64")}`,
+    ],
+    [
+      "an assertion over 8192 characters",
+      { client_assertion_type: type, client_assertion: "a".repeat(8193) },
+      undefined,
+    ],
   ])("invalid_request for %s", (_what, fields, authorization) => {
     expect(parseTokenRequest({ ...grant, ...fields }, authorization)).toEqual({ ok: false, error: "invalid_request" });
   });

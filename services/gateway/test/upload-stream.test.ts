@@ -73,9 +73,16 @@ describe("a file on its way to file-intake", () => {
     const server = new grpc.Server();
     const { definition, implementation } = grpcHandlers(collectRoutes(routes), []);
     server.addService(definition, implementation);
-    const port = await new Promise<number>((resolve, reject) => server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+    const port = await new Promise<number>((resolve, reject) =>
+      server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) =>
+        err ? reject(err) : resolve(p),
+      ),
+    );
     try {
-      const client = createClient(fileintakev1.FileIntakeService, createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }));
+      const client = createClient(
+        fileintakev1.FileIntakeService,
+        createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }),
+      );
       // Plain text at random, in the multipart parser's 64 KiB pieces and odd ones.
       const bytes = randomBytes(3 * MESSAGE_BYTES + 12_345).map((b) => 97 + (b % 26));
       const pieces: Buffer[] = [];

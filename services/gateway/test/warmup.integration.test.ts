@@ -10,7 +10,12 @@ let gateway: RunningService;
 let baseUrl: string;
 
 beforeAll(async () => {
-  const settings = testSettings({ AUTH_SERVICE_URL: "http://127.0.0.1:1", CONNECTION_SERVICE_URL: "http://127.0.0.1:1", FILE_INTAKE_SERVICE_URL: "http://127.0.0.1:1", WEBHOOK_SERVICE_URL: "http://127.0.0.1:1" });
+  const settings = testSettings({
+    AUTH_SERVICE_URL: "http://127.0.0.1:1",
+    CONNECTION_SERVICE_URL: "http://127.0.0.1:1",
+    FILE_INTAKE_SERVICE_URL: "http://127.0.0.1:1",
+    WEBHOOK_SERVICE_URL: "http://127.0.0.1:1",
+  });
   gateway = await startGateway(as(settings, "gateway"), createLogger("gateway", "silent"));
   baseUrl = `http://127.0.0.1:${gateway.port}`;
 });
@@ -23,11 +28,20 @@ describe("gateway warm-up", () => {
     expect((await fetch(`${baseUrl}/healthz`)).status).toBe(200);
     const ready = await fetch(`${baseUrl}/readyz`);
     expect(ready.status).toBe(503);
-    expect(((await ready.json()) as { failing: string[] }).failing).toEqual(["gateway", "auth", "connection", "file-intake", "webhook"]);
+    expect(((await ready.json()) as { failing: string[] }).failing).toEqual([
+      "gateway",
+      "auth",
+      "connection",
+      "file-intake",
+      "webhook",
+    ]);
     const res = await fetch(`${baseUrl}/v1/connections/con_x`, { headers: { authorization: "Bearer abc" } });
     expect(res.status).toBe(503);
     expect(res.headers.get("retry-after")).toBe("1");
-    expect(((await res.json()) as { error: { code: string; type: string } }).error).toMatchObject({ code: "service_unavailable", type: "api_error" });
+    expect(((await res.json()) as { error: { code: string; type: string } }).error).toMatchObject({
+      code: "service_unavailable",
+      type: "api_error",
+    });
   });
 });
 
@@ -41,6 +55,8 @@ describe("requests the HTTP parser refuses", () => {
       socket.on("close", () => resolve(data));
     });
     expect(reply).toMatch(/^HTTP\/1.1 400 /);
-    expect(JSON.parse(reply.slice(reply.indexOf("\r\n\r\n") + 4))).toMatchObject({ error: { code: "invalid_request", type: "invalid_request_error" } });
+    expect(JSON.parse(reply.slice(reply.indexOf("\r\n\r\n") + 4))).toMatchObject({
+      error: { code: "invalid_request", type: "invalid_request_error" },
+    });
   });
 });

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { authv1, commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
+import { authv1, type commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
 import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common/clients";
 import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
 import { newId } from "@pi/common/ids";
@@ -14,7 +14,6 @@ export interface OpsClients {
   connection: ConnectionClient;
   webhook: WebhookClient;
 }
-
 
 const internalStatusName: Record<connectionv1.InternalStatus, string> = {
   [connectionv1.InternalStatus.UNSPECIFIED]: "unknown",
@@ -45,7 +44,13 @@ export class UsageError extends Error {}
  */
 export function actOutcomeUnknown(err: unknown): boolean {
   const code = ConnectError.from(err).code;
-  return code === Code.Unavailable || code === Code.DeadlineExceeded || code === Code.Unknown || code === Code.Internal || code === Code.Aborted;
+  return (
+    code === Code.Unavailable ||
+    code === Code.DeadlineExceeded ||
+    code === Code.Unknown ||
+    code === Code.Internal ||
+    code === Code.Aborted
+  );
 }
 
 /**
@@ -82,7 +87,8 @@ export function propagationWarning(p: authv1.Propagation | undefined): string | 
 export function parseOverlapHours(value: string | undefined): number {
   if (value === undefined) return 24;
   const hours = Number(value);
-  if (value.trim() === "" || !Number.isFinite(hours) || hours < 0 || hours > 168) throw new UsageError(`--overlap-hours must be a number of hours from 0 to 168, not ${JSON.stringify(value)}`);
+  if (value.trim() === "" || !Number.isFinite(hours) || hours < 0 || hours > 168)
+    throw new UsageError(`--overlap-hours must be a number of hours from 0 to 168, not ${JSON.stringify(value)}`);
   return hours;
 }
 
@@ -90,7 +96,9 @@ export function parseOverlapHours(value: string | undefined): number {
 export function parseSince(value: string): number {
   const ms = Date.parse(value);
   if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value) || Number.isNaN(ms)) {
-    throw new UsageError(`--since must be an ISO 8601 date-time with a zone (2026-01-31T12:00:00Z), not ${JSON.stringify(value)}`);
+    throw new UsageError(
+      `--since must be an ISO 8601 date-time with a zone (2026-01-31T12:00:00Z), not ${JSON.stringify(value)}`,
+    );
   }
   return ms;
 }
@@ -100,7 +108,8 @@ const isoOrNull = (ms: bigint) => (ms === 0n ? null : new Date(Number(ms)).toISO
 /** `--limit N`: a whole number from 1 to 1000; absent means 100. */
 export function parseLimit(value: string | undefined): number {
   if (value === undefined) return 100;
-  if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || Number(value) > 1000) throw new UsageError(`--limit must be a whole number from 1 to 1000, not ${JSON.stringify(value)}`);
+  if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || Number(value) > 1000)
+    throw new UsageError(`--limit must be a whole number from 1 to 1000, not ${JSON.stringify(value)}`);
   return Number(value);
 }
 
@@ -141,7 +150,11 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
   },
 
   async partnerCreate(opts: { name: string; webhookUrl?: string; scopes?: string }) {
-    const res = await c.auth.createPartner({ name: opts.name, webhookUrl: opts.webhookUrl, scopes: parseScopes(opts.scopes) });
+    const res = await c.auth.createPartner({
+      name: opts.name,
+      webhookUrl: opts.webhookUrl,
+      scopes: parseScopes(opts.scopes),
+    });
     return {
       partner_id: res.partnerId,
       live: { client_id: res.live!.clientId, client_secret: res.live!.clientSecret },
@@ -167,10 +180,12 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
 
   /** With `keys` (a JWK Set's JSON, or its URL): a private_key_jwt credential, which has no secret to print. */
   async credentialCreate(partnerId: string, mode: string, keys: { jwksJson?: string; jwksUrl?: string } = {}) {
-    if (keys.jwksJson !== undefined && keys.jwksUrl !== undefined) throw new UsageError("give --jwks-file or --jwks-url, not both");
+    if (keys.jwksJson !== undefined && keys.jwksUrl !== undefined)
+      throw new UsageError("give --jwks-file or --jwks-url, not both");
     const res = await c.auth.createCredential({ partnerId, mode: parseMode(mode), ...keys });
     const cred = res.credential!;
-    if (cred.authMethod === authv1.ClientAuthMethod.PRIVATE_KEY_JWT) return { client_id: cred.clientId, mode: modeFromProto(cred.mode) ?? "live", auth_method: "private_key_jwt" };
+    if (cred.authMethod === authv1.ClientAuthMethod.PRIVATE_KEY_JWT)
+      return { client_id: cred.clientId, mode: modeFromProto(cred.mode) ?? "live", auth_method: "private_key_jwt" };
     return { client_id: cred.clientId, client_secret: cred.clientSecret, mode: modeFromProto(cred.mode) ?? "live" };
   },
 
@@ -183,7 +198,11 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
 
   async keysRotate() {
     const res = await c.auth.rotateSigningKey({});
-    return { kid: res.kid, activates_at: new Date(Number(res.activatesAt)).toISOString(), retired_kids: res.retiredKids };
+    return {
+      kid: res.kid,
+      activates_at: new Date(Number(res.activatesAt)).toISOString(),
+      retired_kids: res.retiredKids,
+    };
   },
 
   /** An emergency revocation: every gateway refuses the key's tokens once the command returns. */
@@ -201,9 +220,14 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
 
   /** The caregiver's tap: one act id, sent again on another replica while the outcome is unknown, until an answer. */
   async connectionAct(act: "approve" | "decline" | "sever", id: string, actId = newId("act")) {
-    const call = { approve: c.connection.approveConnection, decline: c.connection.declineConnection, sever: c.connection.severConnection }[act];
+    const call = {
+      approve: c.connection.approveConnection,
+      decline: c.connection.declineConnection,
+      sever: c.connection.severConnection,
+    }[act];
     const started = Date.now();
-    const attempt = (): Promise<{ result?: connectionv1.CaregiverAct }> => call({ id, actId }, { timeoutMs: ACT_ATTEMPT_TIMEOUT_MS });
+    const attempt = (): Promise<{ result?: connectionv1.CaregiverAct }> =>
+      call({ id, actId }, { timeoutMs: ACT_ATTEMPT_TIMEOUT_MS });
     const res = await retry(`connection ${act}`, attempt, {
       attempts: 20,
       firstDelayMs: 20,
@@ -216,7 +240,11 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
   async partnerRotateSigningSecret(partnerId: string, overlapHours?: string) {
     const overlapSeconds = BigInt(Math.round(parseOverlapHours(overlapHours) * 3600));
     const res = await c.auth.rotateSigningSecret({ partnerId, overlapSeconds });
-    return { partner_id: res.partnerId, signing_secret: res.signingSecret, previous_expires_at: new Date(Number(res.previousExpiresAt)).toISOString() };
+    return {
+      partner_id: res.partnerId,
+      signing_secret: res.signingSecret,
+      previous_expires_at: new Date(Number(res.previousExpiresAt)).toISOString(),
+    };
   },
 
   async webhookDeliveries(partnerId: string) {
@@ -260,7 +288,11 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
 
   async webhookResend(eventId: string) {
     const res = await c.webhook.resendEvent({ eventId });
-    return { event_id: res.delivery!.eventId, state: deliveryStateName[res.delivery!.state], attempts: res.delivery!.attempts };
+    return {
+      event_id: res.delivery!.eventId,
+      state: deliveryStateName[res.delivery!.state],
+      attempts: res.delivery!.attempts,
+    };
   },
 
   async webhookRecover(partnerId: string, since: string) {

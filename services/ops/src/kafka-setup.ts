@@ -13,7 +13,12 @@ import { retry } from "@pi/common/background/retry";
 // the services can use it), and idles until stopped.
 const settings = loadSettings();
 const logger = createLogger("kafka-setup", settings.LOG_LEVEL);
-const kafka = createKafka(settings.KAFKA_BROKERS, `${settings.DATA_NAMESPACE}.kafka-setup`, logger, kafkaCredentials(settings));
+const kafka = createKafka(
+  settings.KAFKA_BROKERS,
+  `${settings.DATA_NAMESPACE}.kafka-setup`,
+  logger,
+  kafkaCredentials(settings),
+);
 const stay = process.argv.includes("--stay");
 
 let done = false;

@@ -21,23 +21,32 @@ let settings;
 try {
   // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in
   // its STATE_DIR, and so does the CLI's own service identity (the key of `ops`) when unset.
-  const stateDir = resolve(process.env.STATE_DIR || resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", ".state"));
+  const stateDir = resolve(
+    process.env.STATE_DIR || resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", ".state"),
+  );
   settings = parseSettings(withLocalStackIdentity(withLocalStackAddresses(process.env, stateDir), stateDir, "ops"));
   requireIdentity(settings, "ops");
 } catch (err) {
   fail(err instanceof Error ? err.message : String(err), 2);
 }
 const clients = clientsFor(settings);
-const ops = commands({ auth: clients.authAdmin(), connection: clients.connectionAdmin(), webhook: clients.webhookAdmin() }, (line) =>
-  process.stderr.write(`${line}\n`),
+const ops = commands(
+  { auth: clients.authAdmin(), connection: clients.connectionAdmin(), webhook: clients.webhookAdmin() },
+  (line) => process.stderr.write(`${line}\n`),
 );
-const urls = { auth: settings.AUTH_ADMIN_URL, connection: settings.CONNECTION_ADMIN_URL, webhook: settings.WEBHOOK_ADMIN_URL };
+const urls = {
+  auth: settings.AUTH_ADMIN_URL,
+  connection: settings.CONNECTION_ADMIN_URL,
+  webhook: settings.WEBHOOK_ADMIN_URL,
+};
 
 function readJwksFile(path: string): string {
   try {
     return readFileSync(path, "utf8");
   } catch (err) {
-    throw new UsageError(`cannot read --jwks-file ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    throw new UsageError(
+      `cannot read --jwks-file ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+    );
   }
 }
 
@@ -69,7 +78,10 @@ function action<A extends unknown[]>(run: (...args: A) => Promise<Record<string,
   };
 }
 
-program.command("info").description("address domain and sandbox elder address").action(action(() => ops.info()));
+program
+  .command("info")
+  .description("address domain and sandbox elder address")
+  .action(action(() => ops.info()));
 
 const partner = program.command("partner").description("partner accounts");
 partner
@@ -94,13 +106,18 @@ partner
 const credential = program.command("credential").description("client credentials");
 credential
   .command("create <partnerId>")
-  .description("a client secret (shown once), or with --jwks-file / --jwks-url a private_key_jwt credential checked against the partner's public keys")
+  .description(
+    "a client secret (shown once), or with --jwks-file / --jwks-url a private_key_jwt credential checked against the partner's public keys",
+  )
   .requiredOption("--mode <mode>", "live or test")
   .option("--jwks-file <path>", "the partner's public JWK Set, as a JSON file")
   .option("--jwks-url <url>", "where the partner publishes its public JWK Set (https)")
   .action(
     action((id: string, o: { mode: string; jwksFile?: string; jwksUrl?: string }) =>
-      ops.credentialCreate(id, o.mode, { ...(o.jwksFile !== undefined ? { jwksJson: readJwksFile(o.jwksFile) } : {}), ...(o.jwksUrl !== undefined ? { jwksUrl: o.jwksUrl } : {}) }),
+      ops.credentialCreate(id, o.mode, {
+        ...(o.jwksFile !== undefined ? { jwksJson: readJwksFile(o.jwksFile) } : {}),
+        ...(o.jwksUrl !== undefined ? { jwksUrl: o.jwksUrl } : {}),
+      }),
     ),
   );
 credential.command("revoke <clientId>").action(action((id: string) => ops.credentialRevoke(id)));
@@ -112,7 +129,9 @@ keys
   .action(action(() => ops.keysRotate()));
 keys
   .command("revoke <kid>")
-  .description("emergency revocation of a signing key: its tokens are refused on every gateway at once; a new key signs if it was signing")
+  .description(
+    "emergency revocation of a signing key: its tokens are refused on every gateway at once; a new key signs if it was signing",
+  )
   .action(action((kid: string) => ops.keysRevoke(kid)));
 
 program

@@ -5,12 +5,18 @@ import { AUDIT_NOT_CHECKED, commands, parseLimit, UsageError, type OpsClients } 
 
 // `ops audit`: what it asks the auth service and what it prints (docs/security.md, "Audit trail").
 
-function withRecords(records: eventsv1.AuditRecord[], verifications: { verified: boolean; reason: string }[] = records.map(() => ({ verified: true, reason: "verified" }))) {
+function withRecords(
+  records: eventsv1.AuditRecord[],
+  verifications: { verified: boolean; reason: string }[] = records.map(() => ({ verified: true, reason: "verified" })),
+) {
   const asked: authv1.ListAuditRecordsRequest[] = [];
   const auth = {
     listAuditRecords: async (req: authv1.ListAuditRecordsRequest) => {
       asked.push(req);
-      return create(authv1.ListAuditRecordsResponseSchema, { records, verifications: verifications.map((v) => create(authv1.AuditRecordVerificationSchema, v)) });
+      return create(authv1.ListAuditRecordsResponseSchema, {
+        records,
+        verifications: verifications.map((v) => create(authv1.AuditRecordVerificationSchema, v)),
+      });
     },
   };
   return { ops: commands({ auth } as unknown as OpsClients), asked };
@@ -19,7 +25,15 @@ function withRecords(records: eventsv1.AuditRecord[], verifications: { verified:
 describe("ops audit", () => {
   it("prints the records it is given, in the order given (newest first), with ISO times and null for no reason", async () => {
     const { ops, asked } = withRecords([
-      create(eventsv1.AuditRecordSchema, { id: "evt_b", occurredAt: 1_700_000_001_000n, service: "connection", actor: "ptr_p", action: "connection.delete", targets: ["con_c", "ptr_p"], outcome: eventsv1.AuditOutcome.OK }),
+      create(eventsv1.AuditRecordSchema, {
+        id: "evt_b",
+        occurredAt: 1_700_000_001_000n,
+        service: "connection",
+        actor: "ptr_p",
+        action: "connection.delete",
+        targets: ["con_c", "ptr_p"],
+        outcome: eventsv1.AuditOutcome.OK,
+      }),
       create(eventsv1.AuditRecordSchema, {
         id: "evt_a",
         occurredAt: 1_700_000_000_000n,
@@ -32,10 +46,23 @@ describe("ops audit", () => {
       }),
     ]);
     const out = await ops.audit({ since: "2023-11-14T00:00:00Z", target: "con_c", limit: "2" });
-    expect(asked).toEqual([expect.objectContaining({ since: BigInt(Date.parse("2023-11-14T00:00:00Z")), target: "con_c", limit: 2 })]);
+    expect(asked).toEqual([
+      expect.objectContaining({ since: BigInt(Date.parse("2023-11-14T00:00:00Z")), target: "con_c", limit: 2 }),
+    ]);
     expect(out).toEqual({
       records: [
-        { id: "evt_b", occurred_at: "2023-11-14T22:13:21.000Z", actor: "ptr_p", action: "connection.delete", targets: ["con_c", "ptr_p"], outcome: "ok", reason: null, service: "connection", verified: true, verification: "verified" },
+        {
+          id: "evt_b",
+          occurred_at: "2023-11-14T22:13:21.000Z",
+          actor: "ptr_p",
+          action: "connection.delete",
+          targets: ["con_c", "ptr_p"],
+          outcome: "ok",
+          reason: null,
+          service: "connection",
+          verified: true,
+          verification: "verified",
+        },
         {
           id: "evt_a",
           occurred_at: "2023-11-14T22:13:20.000Z",
@@ -53,7 +80,17 @@ describe("ops audit", () => {
   });
 
   it("says of each record whether its signature verified on this read, and why not; an auth service that sends no verification is reported as not checked", async () => {
-    const records = ["evt_a", "evt_b", "evt_c"].map((id) => create(eventsv1.AuditRecordSchema, { id, occurredAt: 1_700_000_000_000n, service: "auth", actor: "operator", action: "partner.create", targets: ["ptr_p"], outcome: eventsv1.AuditOutcome.OK }));
+    const records = ["evt_a", "evt_b", "evt_c"].map((id) =>
+      create(eventsv1.AuditRecordSchema, {
+        id,
+        occurredAt: 1_700_000_000_000n,
+        service: "auth",
+        actor: "operator",
+        action: "partner.create",
+        targets: ["ptr_p"],
+        outcome: eventsv1.AuditOutcome.OK,
+      }),
+    );
     const checks = [
       { verified: true, reason: "verified" },
       { verified: false, reason: "signature does not match the record" },
@@ -66,7 +103,9 @@ describe("ops audit", () => {
       ["evt_c", false, "stored before signatures were kept"],
     ]);
     const older = await withRecords(records, []).ops.audit();
-    expect(older.records.map((r) => [r.verified, r.verification])).toEqual(records.map(() => [false, AUDIT_NOT_CHECKED]));
+    expect(older.records.map((r) => [r.verified, r.verification])).toEqual(
+      records.map(() => [false, AUDIT_NOT_CHECKED]),
+    );
   });
 
   it("without options asks for everything, 100 at most", async () => {

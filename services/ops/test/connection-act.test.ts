@@ -27,7 +27,11 @@ async function settle<T>(p: Promise<T>): Promise<T> {
 
 describe("ops connection approve|decline|sever: one act id, retried while its outcome is unknown", () => {
   it("sends the act again with the same act id after a replica died under it, and prints the answer", async () => {
-    const { ops, asked } = withAnswers([new ConnectError("connection reset", Code.Unavailable), new ConnectError("deadline", Code.DeadlineExceeded), "ok"]);
+    const { ops, asked } = withAnswers([
+      new ConnectError("connection reset", Code.Unavailable),
+      new ConnectError("deadline", Code.DeadlineExceeded),
+      "ok",
+    ]);
     expect(await settle(ops.connectionAct("approve", "con_x"))).toEqual({ id: "con_x", internal_status: "approved" });
     expect(asked).toHaveLength(3);
     expect(asked[0]!.actId).toMatch(/^act_[0-9A-Za-z]{22}$/);
@@ -53,7 +57,9 @@ describe("ops connection approve|decline|sever: one act id, retried while its ou
   });
 
   it("gives up once the retry time has passed, with the last failure", async () => {
-    const { ops, asked } = withAnswers(Array.from({ length: 50 }, () => new ConnectError("connection refused", Code.Unavailable)));
+    const { ops, asked } = withAnswers(
+      Array.from({ length: 50 }, () => new ConnectError("connection refused", Code.Unavailable)),
+    );
     const act = ops.connectionAct("approve", "con_x");
     const failed = expect(act).rejects.toMatchObject({ code: Code.Unavailable });
     await jest.advanceTimersByTimeAsync(10_000);
@@ -63,7 +69,20 @@ describe("ops connection approve|decline|sever: one act id, retried while its ou
   });
 
   it("an unknown outcome is a failure without the service's answer", () => {
-    expect([Code.Unavailable, Code.DeadlineExceeded, Code.Unknown, Code.Internal, Code.Aborted].every((c) => actOutcomeUnknown(new ConnectError("x", c)))).toBe(true);
-    expect([Code.NotFound, Code.FailedPrecondition, Code.InvalidArgument, Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented].some((c) => actOutcomeUnknown(new ConnectError("x", c)))).toBe(false);
+    expect(
+      [Code.Unavailable, Code.DeadlineExceeded, Code.Unknown, Code.Internal, Code.Aborted].every((c) =>
+        actOutcomeUnknown(new ConnectError("x", c)),
+      ),
+    ).toBe(true);
+    expect(
+      [
+        Code.NotFound,
+        Code.FailedPrecondition,
+        Code.InvalidArgument,
+        Code.PermissionDenied,
+        Code.Unauthenticated,
+        Code.Unimplemented,
+      ].some((c) => actOutcomeUnknown(new ConnectError("x", c))),
+    ).toBe(false);
   });
 });

@@ -14,7 +14,13 @@ import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js"
 
 type Source = Extract<SourceCheck, { ok: true }>;
 
-export function webhookEventDoc(src: Source, mode: WebhookEventDoc["mode"], now: Date, seq: number, trace?: Record<string, string>): WebhookEventDoc {
+export function webhookEventDoc(
+  src: Source,
+  mode: WebhookEventDoc["mode"],
+  now: Date,
+  seq: number,
+  trace?: Record<string, string>,
+): WebhookEventDoc {
   const id = webhookEventId(src.sourceEventId);
   return {
     _id: id,
@@ -48,7 +54,12 @@ export async function storeWebhookEvents(store: WebhookStore, docs: WebhookEvent
 }
 
 /** The webhook event of one Kafka message, or null (logged) for a message that can never make one. */
-export function decodeMessage(message: KafkaMessage, where: { partition: number }, logger: Logger, now: Date): WebhookEventDoc | null {
+export function decodeMessage(
+  message: KafkaMessage,
+  where: { partition: number },
+  logger: Logger,
+  now: Date,
+): WebhookEventDoc | null {
   const at = { ...where, offset: message.offset };
   if (!message.value) {
     logger.error(at, "empty connection event skipped");
@@ -67,9 +78,18 @@ export function decodeMessage(message: KafkaMessage, where: { partition: number 
     return null;
   }
   if (src.statusMismatch !== undefined) {
-    logger.warn({ ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type }, "connection event status disagrees with its type");
+    logger.warn(
+      { ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type },
+      "connection event status disagrees with its type",
+    );
   }
-  return webhookEventDoc(src, modeFromProto(event.mode) ?? "live", now, Number(message.offset), traceHeaders(contextFromHeaders(message.headers)));
+  return webhookEventDoc(
+    src,
+    modeFromProto(event.mode) ?? "live",
+    now,
+    Number(message.offset),
+    traceHeaders(contextFromHeaders(message.headers)),
+  );
 }
 
 /**
@@ -79,7 +99,13 @@ export function decodeMessage(message: KafkaMessage, where: { partition: number 
  * and kafkajs fetches the batch again; a message that can never make an event is logged and
  * skipped, since retrying it cannot succeed.
  */
-export function consumeConnectionEvents(store: WebhookStore, kafka: Kafka, namespace: string, logger: Logger, onStored: () => void): Promise<Consuming> {
+export function consumeConnectionEvents(
+  store: WebhookStore,
+  kafka: Kafka,
+  namespace: string,
+  logger: Logger,
+  onStored: () => void,
+): Promise<Consuming> {
   return consume({
     kafka,
     logger,
@@ -91,7 +117,9 @@ export function consumeConnectionEvents(store: WebhookStore, kafka: Kafka, names
     partitionsConsumedConcurrently: 3,
     async eachBatch(messages, partition) {
       const now = new Date();
-      const docs = messages.map((m) => decodeMessage(m, { partition }, logger, now)).filter((d): d is WebhookEventDoc => d !== null);
+      const docs = messages
+        .map((m) => decodeMessage(m, { partition }, logger, now))
+        .filter((d): d is WebhookEventDoc => d !== null);
       await storeWebhookEvents(store, docs);
       logger.debug({ partition, messages: messages.length, events: docs.length }, "connection events stored");
       // Before the batch's heartbeat, which throws while the group rebalances: the events are stored and due.

@@ -69,10 +69,15 @@ export type AfterAttempt =
  */
 export function afterAttempt(a: Attempt, policy: RetryPolicy, random: number = Math.random()): AfterAttempt {
   if (a.cutOff && !a.delivered && a.statusCode === 0) return { counted: false, dueAt: a.endedAt };
-  if (a.delivered) return { counted: true, outcome: "delivered", state: "delivered", nextAttemptAt: null, deliveredAt: a.endedAt };
+  if (a.delivered)
+    return { counted: true, outcome: "delivered", state: "delivered", nextAttemptAt: null, deliveredAt: a.endedAt };
   const endedAt = a.endedAt.getTime();
   const notBefore = RETRY_AFTER_STATUSES.has(a.statusCode) ? retryAfterUntil(a.retryAfter, endedAt) : undefined;
-  const due = nextAttemptAt({ createdAt: a.windowStart.getTime(), attemptsMade: a.attemptsMade, lastEndedAt: endedAt, notBefore }, policy, random);
+  const due = nextAttemptAt(
+    { createdAt: a.windowStart.getTime(), attemptsMade: a.attemptsMade, lastEndedAt: endedAt, notBefore },
+    policy,
+    random,
+  );
   return due === null
     ? { counted: true, outcome: "failed", state: "failed", nextAttemptAt: null }
     : { counted: true, outcome: "retry", state: "pending", nextAttemptAt: new Date(due) };
@@ -92,6 +97,9 @@ export function failedAt(event: { attemptLog: readonly { startedAt: Date }[]; cr
 }
 
 /** Whether a recover since `since` re-queues the event: it failed (or was never sendable) since then. */
-export function recover(event: { state: DeliveryState; attemptLog: readonly { startedAt: Date }[]; createdAt: Date }, since: Date): boolean {
+export function recover(
+  event: { state: DeliveryState; attemptLog: readonly { startedAt: Date }[]; createdAt: Date },
+  since: Date,
+): boolean {
   return (event.state === "failed" || event.state === "no_endpoint") && failedAt(event).getTime() >= since.getTime();
 }

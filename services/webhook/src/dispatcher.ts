@@ -9,7 +9,7 @@ import { afterAttempt as healthAfterAttempt, failingAfterMs } from "./endpoint-h
 import * as delivery from "./delivery-states.js";
 import type { RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
-import { type AttemptRecord, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
+import type { AttemptRecord, QueueDoc, WebhookEventDoc, WebhookStore } from "./store.js";
 import { signingSecrets, type TargetCache } from "./targets.js";
 
 // Runs the schedule that lives in the database. To claim a due queue entry, a replica inserts a
@@ -189,13 +189,22 @@ export class Dispatcher {
     const { claims } = this.o.store;
     const expiresAt = new Date(now.getTime() + this.leaseMs);
     const taken = new Set(
-      (await insertNew(claims, entries.map((e) => ({ _id: this.slotKey(e), eventId: e._id, expiresAt })))).map((c) => c._id),
+      (
+        await insertNew(
+          claims,
+          entries.map((e) => ({ _id: this.slotKey(e), eventId: e._id, expiresAt })),
+        )
+      ).map((c) => c._id),
     );
     const won = entries.filter((e) => !taken.has(this.slotKey(e)));
     for (const entry of entries) {
       // A claim can only have run out if its slot came due more than a lease ago: then its holder
       // died before moving the entry on, and the slot may be taken over, once.
-      if (taken.has(this.slotKey(entry)) && entry.dueAt.getTime() + this.leaseMs < now.getTime() && (await this.takeOver(this.slotKey(entry)))) {
+      if (
+        taken.has(this.slotKey(entry)) &&
+        entry.dueAt.getTime() + this.leaseMs < now.getTime() &&
+        (await this.takeOver(this.slotKey(entry)))
+      ) {
         won.push(entry);
       }
     }
@@ -211,7 +220,9 @@ export class Dispatcher {
   private async sweepClaims(): Promise<void> {
     if (Date.now() - this.lastSweep < CLAIM_SWEEP_EVERY_MS) return;
     this.lastSweep = Date.now();
-    const { deletedCount } = await this.o.store.claims.deleteMany({ expiresAt: { $lt: new Date(Date.now() - CLAIM_KEEP_MS) } });
+    const { deletedCount } = await this.o.store.claims.deleteMany({
+      expiresAt: { $lt: new Date(Date.now() - CLAIM_KEEP_MS) },
+    });
     if (deletedCount > 0) this.o.logger.debug({ deletedCount }, "old webhook claims swept");
   }
 
@@ -258,7 +269,11 @@ export class Dispatcher {
   private async resync(eventId: string): Promise<void> {
     const { events, queue } = this.o.store;
     const event = await events.findOne({ _id: eventId });
-    if (event && delivery.queued(event.state)) await queue.updateOne({ _id: eventId }, { $set: { dueAt: event.nextAttemptAt ?? new Date(), attempts: event.attempts } });
+    if (event && delivery.queued(event.state))
+      await queue.updateOne(
+        { _id: eventId },
+        { $set: { dueAt: event.nextAttemptAt ?? new Date(), attempts: event.attempts } },
+      );
     else await queue.deleteOne({ _id: eventId });
   }
 
@@ -291,17 +306,41 @@ export class Dispatcher {
     const outcome = target
       ? await inSpan(
           "webhook delivery",
-          { kind: SpanKind.CLIENT, parent: contextFromHeaders(entry.trace), attributes: { "webhook.event_id": entry._id, "webhook.attempt": entry.attempts + 1 } },
+          {
+            kind: SpanKind.CLIENT,
+            parent: contextFromHeaders(entry.trace),
+            attributes: { "webhook.event_id": entry._id, "webhook.attempt": entry.attempts + 1 },
+          },
           async (span) => {
-            const result = await sender.post(target.url, entry.body, { "service-signature": signatureHeader(signingSecrets(target, startedAt.getTime()), Math.floor(startedAt.getTime() / 1000), entry.body) });
+            const result = await sender.post(target.url, entry.body, {
+              "service-signature": signatureHeader(
+                signingSecrets(target, startedAt.getTime()),
+                Math.floor(startedAt.getTime() / 1000),
+                entry.body,
+              ),
+            });
             span.setAttribute("http.response.status_code", result.statusCode);
             return result;
           },
         )
-      : { delivered: false, statusCode: 0, durationMs: 0, error: "partner has no webhook address any more", responseExcerpt: "" };
+      : {
+          delivered: false,
+          statusCode: 0,
+          durationMs: 0,
+          error: "partner has no webhook address any more",
+          responseExcerpt: "",
+        };
     const number = entry.attempts + 1;
     const step = delivery.afterAttempt(
-      { delivered: outcome.delivered, statusCode: outcome.statusCode, retryAfter: outcome.retryAfter, windowStart: entry.createdAt, attemptsMade: number, endedAt: new Date(), cutOff: this.stopping },
+      {
+        delivered: outcome.delivered,
+        statusCode: outcome.statusCode,
+        retryAfter: outcome.retryAfter,
+        windowStart: entry.createdAt,
+        attemptsMade: number,
+        endedAt: new Date(),
+        cutOff: this.stopping,
+      },
       policy,
     );
     if (!step.counted) {
@@ -316,9 +355,24 @@ export class Dispatcher {
       responseExcerpt: outcome.responseExcerpt,
       ...(outcome.error ? { error: outcome.error } : {}),
     };
-    const next: delivery.DeliveryStep = { state: step.state, nextAttemptAt: step.nextAttemptAt, ...(step.deliveredAt ? { deliveredAt: step.deliveredAt } : {}) };
-    const fields = { ...log, attempt: number, statusCode: outcome.statusCode, durationMs: outcome.durationMs, error: outcome.error, state: next.state };
-    const res = await store.events.updateOne(this.current(entry), { $set: next, $inc: { attempts: 1 }, $push: { attemptLog: record } });
+    const next: delivery.DeliveryStep = {
+      state: step.state,
+      nextAttemptAt: step.nextAttemptAt,
+      ...(step.deliveredAt ? { deliveredAt: step.deliveredAt } : {}),
+    };
+    const fields = {
+      ...log,
+      attempt: number,
+      statusCode: outcome.statusCode,
+      durationMs: outcome.durationMs,
+      error: outcome.error,
+      state: next.state,
+    };
+    const res = await store.events.updateOne(this.current(entry), {
+      $set: next,
+      $inc: { attempts: 1 },
+      $push: { attemptLog: record },
+    });
     if (res.modifiedCount === 0) {
       // A queue entry left behind by a crash, or a lease outlived: the event had moved on.
       logger.warn(fields, "webhook attempt made for an event that had moved on; outcome not recorded");
@@ -344,14 +398,30 @@ export class Dispatcher {
   private async recordHealth(partnerId: string, delivered: boolean, at: Date): Promise<void> {
     const { endpoints } = this.o.store;
     const prev = await endpoints.findOne({ _id: partnerId });
-    const { next, transition } = healthAfterAttempt(prev, partnerId, delivered, at, failingAfterMs(this.o.policy.windowSeconds));
+    const { next, transition } = healthAfterAttempt(
+      prev,
+      partnerId,
+      delivered,
+      at,
+      failingAfterMs(this.o.policy.windowSeconds),
+    );
     // A healthy endpoint's success is written at most once a minute: one write less per delivery.
-    if (delivered && prev && !prev.failingSince && prev.lastSuccessAt && at.getTime() - prev.lastSuccessAt.getTime() < 60_000) return;
+    if (
+      delivered &&
+      prev &&
+      !prev.failingSince &&
+      prev.lastSuccessAt &&
+      at.getTime() - prev.lastSuccessAt.getTime() < 60_000
+    )
+      return;
     const { _id, ...fields } = next;
     await endpoints.updateOne({ _id }, { $set: fields }, { upsert: true });
     // Alerts match these lines: "alert":"webhook_endpoint_failing" and its recovery.
     if (transition === "failing") {
-      this.o.logger.warn({ partnerId, alert: "webhook_endpoint_failing", failingSince: next.failingSince }, "webhook endpoint failing: every attempt failed for the failing period");
+      this.o.logger.warn(
+        { partnerId, alert: "webhook_endpoint_failing", failingSince: next.failingSince },
+        "webhook endpoint failing: every attempt failed for the failing period",
+      );
     } else if (transition === "recovered") {
       this.o.logger.info({ partnerId, alert: "webhook_endpoint_recovered" }, "webhook endpoint recovered");
     }

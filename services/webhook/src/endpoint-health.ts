@@ -17,7 +17,11 @@ export function failingAfterMs(windowSeconds: number): number {
   return (windowSeconds * 1000) / 24;
 }
 
-export function isFailing(doc: Pick<EndpointHealthDoc, "failingSince"> | null | undefined, now: number, failingAfter: number): boolean {
+export function isFailing(
+  doc: Pick<EndpointHealthDoc, "failingSince"> | null | undefined,
+  now: number,
+  failingAfter: number,
+): boolean {
   return !!doc?.failingSince && now - doc.failingSince.getTime() >= failingAfter;
 }
 
@@ -31,12 +35,19 @@ export function afterAttempt(
   at: Date,
   failingAfter: number,
 ): { next: EndpointHealthDoc; transition: HealthTransition } {
-  const base: EndpointHealthDoc = prev ?? { _id: partnerId, failingSince: null, lastSuccessAt: null, lastFailureAt: null, alertedAt: null };
+  const base: EndpointHealthDoc = prev ?? {
+    _id: partnerId,
+    failingSince: null,
+    lastSuccessAt: null,
+    lastFailureAt: null,
+    alertedAt: null,
+  };
   if (delivered) {
     const next = { ...base, failingSince: null, lastSuccessAt: at, alertedAt: null };
     return { next, transition: base.alertedAt ? "recovered" : undefined };
   }
   const next = { ...base, failingSince: base.failingSince ?? at, lastFailureAt: at };
-  if (!base.alertedAt && isFailing(next, at.getTime(), failingAfter)) return { next: { ...next, alertedAt: at }, transition: "failing" };
+  if (!base.alertedAt && isFailing(next, at.getTime(), failingAfter))
+    return { next: { ...next, alertedAt: at }, transition: "failing" };
   return { next, transition: undefined };
 }

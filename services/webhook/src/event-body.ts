@@ -32,14 +32,18 @@ export type SourceCheck =
 const isOneOf = <T extends string>(list: readonly T[], v: string): v is T => (list as readonly string[]).includes(v);
 
 // The spec fixes data.status by the event type.
-const STATUS_OF: Record<EventType, WebhookEvent["data"]["status"]> = { "connection.approved": "approved", "connection.revoked": "revoked" };
+const STATUS_OF: Record<EventType, WebhookEvent["data"]["status"]> = {
+  "connection.approved": "approved",
+  "connection.revoked": "revoked",
+};
 
 /** Whether a connection event from Kafka can become a webhook event; anything else is a bug upstream. */
 export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): SourceCheck {
   if (!ev.eventId) return { ok: false, reason: "event_id is empty" };
   if (!ev.partnerId) return { ok: false, reason: "partner_id is empty" };
   if (!ev.connectionId.startsWith("con_")) return { ok: false, reason: "connection_id is not a con_ id" };
-  if (!isOneOf(EVENT_TYPES, ev.type)) return { ok: false, reason: `type ${JSON.stringify(ev.type)} is not a webhook event type` };
+  if (!isOneOf(EVENT_TYPES, ev.type))
+    return { ok: false, reason: `type ${JSON.stringify(ev.type)} is not a webhook event type` };
   const status = STATUS_OF[ev.type];
   return {
     ok: true,
@@ -54,8 +58,19 @@ export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): S
 }
 
 /** The exact JSON body of a webhook event. `created` is the Unix second of the state change. */
-export function webhookBody(id: string, type: EventType, occurredAtMs: number, connectionId: string, status: WebhookEvent["data"]["status"]): string {
-  const event: WebhookEvent = { id, type, created: Math.floor(occurredAtMs / 1000), data: { connection_id: connectionId, status } };
+export function webhookBody(
+  id: string,
+  type: EventType,
+  occurredAtMs: number,
+  connectionId: string,
+  status: WebhookEvent["data"]["status"],
+): string {
+  const event: WebhookEvent = {
+    id,
+    type,
+    created: Math.floor(occurredAtMs / 1000),
+    data: { connection_id: connectionId, status },
+  };
   return JSON.stringify(event);
 }
 

@@ -22,15 +22,26 @@ export const EVENTS_ORDER = { createdAt: -1, seq: -1, _id: -1 } as const;
 export type EventKey = Pick<WebhookEventDoc, "_id" | "createdAt" | "seq">;
 
 /** Where the cursor event is looked up: only among the partner's own events of the mode, so a foreign id finds nothing. */
-export const cursorFilter = (page: Pick<EventsPage, "partnerId" | "mode">, eventId: string): Filter<WebhookEventDoc> => ({ _id: eventId, partnerId: page.partnerId, mode: page.mode });
+export const cursorFilter = (
+  page: Pick<EventsPage, "partnerId" | "mode">,
+  eventId: string,
+): Filter<WebhookEventDoc> => ({ _id: eventId, partnerId: page.partnerId, mode: page.mode });
 
 /** The events of the page: the partner's, of the mode (and type), older than the cursor when there is one. */
 export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEventDoc> {
-  const filter: Filter<WebhookEventDoc> = { partnerId: page.partnerId, mode: page.mode, ...(page.type ? { type: page.type } : {}) };
+  const filter: Filter<WebhookEventDoc> = {
+    partnerId: page.partnerId,
+    mode: page.mode,
+    ...(page.type ? { type: page.type } : {}),
+  };
   if (!after) return filter;
   return {
     ...filter,
-    $or: [{ createdAt: { $lt: after.createdAt } }, { createdAt: after.createdAt, seq: { $lt: after.seq } }, { createdAt: after.createdAt, seq: after.seq, _id: { $lt: after._id } }],
+    $or: [
+      { createdAt: { $lt: after.createdAt } },
+      { createdAt: after.createdAt, seq: { $lt: after.seq } },
+      { createdAt: after.createdAt, seq: after.seq, _id: { $lt: after._id } },
+    ],
   } as Filter<WebhookEventDoc>;
 }
 

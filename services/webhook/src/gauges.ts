@@ -7,8 +7,18 @@ import type { WebhookStore } from "./store.js";
  * start) and how many partner endpoints are failing (every attempt failed for the failing period,
  * endpoint-health.ts: the same rule as the "webhook endpoint failing" log line).
  */
-export async function refreshWebhookGauges(store: WebhookStore, failingAfterMs: number, now = new Date()): Promise<void> {
-  const [oldest] = await store.queue.find({}, { projection: { createdAt: 1 } }).sort({ createdAt: 1 }).limit(1).toArray();
+export async function refreshWebhookGauges(
+  store: WebhookStore,
+  failingAfterMs: number,
+  now = new Date(),
+): Promise<void> {
+  const [oldest] = await store.queue
+    .find({}, { projection: { createdAt: 1 } })
+    .sort({ createdAt: 1 })
+    .limit(1)
+    .toArray();
   webhookOldestPendingAge.set(oldest ? Math.max(0, (now.getTime() - oldest.createdAt.getTime()) / 1000) : 0);
-  webhookFailingEndpoints.set(await store.endpoints.countDocuments({ failingSince: { $lte: new Date(now.getTime() - failingAfterMs) } }));
+  webhookFailingEndpoints.set(
+    await store.endpoints.countDocuments({ failingSince: { $lte: new Date(now.getTime() - failingAfterMs) } }),
+  );
 }

@@ -39,7 +39,12 @@ function describeError(err: unknown, timeoutMs: number): string {
   if (err instanceof AddressRefusedError) return `refused: ${err.message}`;
   const e = err as { name?: string; code?: string; message?: string; cause?: unknown };
   if (e.cause instanceof AddressRefusedError) return `refused: ${e.cause.message}`;
-  if (e.name === "AbortError" || e.code === "UND_ERR_HEADERS_TIMEOUT" || e.code === "UND_ERR_CONNECT_TIMEOUT" || e.code === "UND_ERR_ABORTED") {
+  if (
+    e.name === "AbortError" ||
+    e.code === "UND_ERR_HEADERS_TIMEOUT" ||
+    e.code === "UND_ERR_CONNECT_TIMEOUT" ||
+    e.code === "UND_ERR_ABORTED"
+  ) {
     return `no answer within ${timeoutMs / 1000} s`;
   }
   return [e.code, e.message].filter(Boolean).join(": ") || String(err);
@@ -58,7 +63,8 @@ export class WebhookSender {
     const started = performance.now();
     const elapsed = () => Math.round(performance.now() - started);
     const refusal = urlRefusal(url, this.opts.allowInsecure);
-    if (refusal) return { delivered: false, statusCode: 0, durationMs: 0, error: `refused: ${refusal}`, responseExcerpt: "" };
+    if (refusal)
+      return { delivered: false, statusCode: 0, durationMs: 0, error: `refused: ${refusal}`, responseExcerpt: "" };
 
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.opts.timeoutMs);
@@ -86,7 +92,13 @@ export class WebhookSender {
         ...(typeof retryAfter === "string" ? { retryAfter } : {}),
       };
     } catch (err) {
-      return { delivered: false, statusCode: 0, durationMs: elapsed(), error: describeError(err, this.opts.timeoutMs), responseExcerpt: "" };
+      return {
+        delivered: false,
+        statusCode: 0,
+        durationMs: elapsed(),
+        error: describeError(err, this.opts.timeoutMs),
+        responseExcerpt: "",
+      };
     } finally {
       clearTimeout(timer);
     }

@@ -16,7 +16,12 @@ export function recoverable(events: WebhookEventDoc[], since: Date): WebhookEven
 }
 
 /** Re-queues one event; `audit` is the operator's record of it, stored in the same update. */
-export async function requeue(store: WebhookStore, event: WebhookEventDoc, audit: AuditEntry, now = new Date()): Promise<WebhookEventDoc> {
+export async function requeue(
+  store: WebhookStore,
+  event: WebhookEventDoc,
+  audit: AuditEntry,
+  now = new Date(),
+): Promise<WebhookEventDoc> {
   const step = delivery.requeue(now);
   const pending: WebhookEventDoc = { ...event, ...step };
   await store.events.updateOne({ _id: event._id }, { $set: step, ...pushAudit(audit) });

@@ -22,18 +22,29 @@ export const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
 const settled: Filter<WebhookEventDoc> = { state: { $ne: "pending" }, $nor: [{ "audit.0": { $exists: true } }] };
 
 /** The events past retention at `now`. */
-export const pastRetention = (now: Date, keepMs: number): Filter<WebhookEventDoc> => ({ createdAt: { $lt: new Date(now.getTime() - keepMs) }, ...settled });
+export const pastRetention = (now: Date, keepMs: number): Filter<WebhookEventDoc> => ({
+  createdAt: { $lt: new Date(now.getTime() - keepMs) },
+  ...settled,
+});
 
 /**
  * One round: every event past retention, then, for each partner with more test events than the
  * bound, its test events older than the newest `testPerPartner`. Every delete is idempotent, so
  * replicas running rounds at once only repeat each other's work.
  */
-export async function sweepEvents(store: WebhookStore, policy: EventRetention, now = new Date()): Promise<{ expired: number; overBound: number }> {
+export async function sweepEvents(
+  store: WebhookStore,
+  policy: EventRetention,
+  now = new Date(),
+): Promise<{ expired: number; overBound: number }> {
   const expired = (await store.events.deleteMany(pastRetention(now, policy.keepMs))).deletedCount;
   let overBound = 0;
   const partners = await store.events
-    .aggregate<{ _id: string; n: number }>([{ $match: { mode: "test" } }, { $group: { _id: "$partnerId", n: { $sum: 1 } } }, { $match: { n: { $gt: policy.testPerPartner } } }])
+    .aggregate<{ _id: string; n: number }>([
+      { $match: { mode: "test" } },
+      { $group: { _id: "$partnerId", n: { $sum: 1 } } },
+      { $match: { n: { $gt: policy.testPerPartner } } },
+    ])
     .toArray();
   for (const { _id: partnerId } of partners) {
     const page = { partnerId, mode: "test" as const, limit: policy.testPerPartner };
@@ -50,7 +61,12 @@ export async function sweepEvents(store: WebhookStore, policy: EventRetention, n
 }
 
 /** The sweep on the periodic loop of @pi/common, in every replica. */
-export function startRetentionSweep(store: WebhookStore, policy: EventRetention, logger: Logger, everyMs = RETENTION_SWEEP_EVERY_MS): Periodic {
+export function startRetentionSweep(
+  store: WebhookStore,
+  policy: EventRetention,
+  logger: Logger,
+  everyMs = RETENTION_SWEEP_EVERY_MS,
+): Periodic {
   return every(
     "webhook event retention",
     everyMs,

@@ -8,7 +8,15 @@ import type { Logger } from "@pi/common/logger";
 import type { Outbox } from "@pi/common/persistence";
 import type { Settings } from "@pi/common/settings";
 import { modeFromProto } from "@pi/common/mode";
-import { cursorFilter, cutPage, EVENTS_ORDER, EVENTS_PAGE_MAX, pageFilter, type EventKey, type EventsPage } from "./events-list.js";
+import {
+  cursorFilter,
+  cutPage,
+  EVENTS_ORDER,
+  EVENTS_PAGE_MAX,
+  pageFilter,
+  type EventKey,
+  type EventsPage,
+} from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
 import { recoverable, requeue } from "./requeue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
@@ -59,7 +67,8 @@ export function deliveryOf(doc: WebhookEventDoc) {
 
 export default (deps: WebhookDeps) => (router: ConnectRouter) => {
   async function eventOrThrow(eventId: string, projection?: Record<string, 0>): Promise<WebhookEventDoc> {
-    if (!/^evt_[A-Za-z0-9]{1,64}$/.test(eventId)) throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
+    if (!/^evt_[A-Za-z0-9]{1,64}$/.test(eventId))
+      throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
     const doc = await deps.store.events.findOne({ _id: eventId }, projection ? { projection } : {});
     if (!doc) throw new ConnectError(`no webhook event ${eventId}`, Code.NotFound);
     return doc;
@@ -68,7 +77,8 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
   router.service(webhookv1.WebhookService, {
     async listDeliveries(req) {
       if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
-      if (req.limit < 0 || req.limit > MAX_LIST) throw new ConnectError(`limit must be 0 to ${MAX_LIST}`, Code.InvalidArgument);
+      if (req.limit < 0 || req.limit > MAX_LIST)
+        throw new ConnectError(`limit must be 0 to ${MAX_LIST}`, Code.InvalidArgument);
       const docs = await deps.store.events
         .find({ partnerId: req.partnerId }, { projection: { body: 0 } })
         .sort({ createdAt: -1, _id: -1 })
@@ -87,12 +97,27 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
     async listEvents(req) {
       const mode = modeFromProto(req.mode);
       if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
-      if (req.limit < 1 || req.limit > EVENTS_PAGE_MAX) throw serviceError(ErrorReason.INVALID_REQUEST, `limit must be an integer from 1 to ${EVENTS_PAGE_MAX}.`, "limit");
-      if (req.type && !isWebhookEventType(req.type)) throw serviceError(ErrorReason.INVALID_REQUEST, "type is not an event type.", "type");
-      const page: EventsPage = { partnerId: req.partnerId, mode, limit: req.limit, ...(req.type && isWebhookEventType(req.type) ? { type: req.type } : {}) };
+      if (req.limit < 1 || req.limit > EVENTS_PAGE_MAX)
+        throw serviceError(
+          ErrorReason.INVALID_REQUEST,
+          `limit must be an integer from 1 to ${EVENTS_PAGE_MAX}.`,
+          "limit",
+        );
+      if (req.type && !isWebhookEventType(req.type))
+        throw serviceError(ErrorReason.INVALID_REQUEST, "type is not an event type.", "type");
+      const page: EventsPage = {
+        partnerId: req.partnerId,
+        mode,
+        limit: req.limit,
+        ...(req.type && isWebhookEventType(req.type) ? { type: req.type } : {}),
+      };
       let after: EventKey | undefined;
       if (req.startingAfter) {
-        const found = EVENT_ID.test(req.startingAfter) ? await deps.store.events.findOne(cursorFilter(page, req.startingAfter), { projection: { _id: 1, createdAt: 1, seq: 1 } }) : null;
+        const found = EVENT_ID.test(req.startingAfter)
+          ? await deps.store.events.findOne(cursorFilter(page, req.startingAfter), {
+              projection: { _id: 1, createdAt: 1, seq: 1 },
+            })
+          : null;
         if (!found) throw serviceError(ErrorReason.INVALID_REQUEST, STARTING_AFTER_UNKNOWN, "starting_after");
         after = found;
       }
@@ -113,7 +138,15 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
     resendEvent: (req) =>
       deps.trail.refusals({ action: "webhook.resend", actor: "operator", targets: [req.eventId] }, async () => {
         const event = await eventOrThrow(req.eventId);
-        const doc = await requeue(deps.store, event, deps.trail.entry({ action: "webhook.resend", actor: "operator", targets: [event._id, event.partnerId, event.connectionId] }));
+        const doc = await requeue(
+          deps.store,
+          event,
+          deps.trail.entry({
+            action: "webhook.resend",
+            actor: "operator",
+            targets: [event._id, event.partnerId, event.connectionId],
+          }),
+        );
         deps.eventsAudit.afterWrite(doc._id);
         deps.poke?.();
         deps.logger.info({ eventId: doc._id, partnerId: doc.partnerId }, "webhook event resent by the operator");
@@ -128,11 +161,22 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
         const events = await deps.store.events.find({ partnerId: req.partnerId }).toArray();
         const due = recoverable(events, new Date(Number(req.since)));
         for (const doc of due) {
-          await requeue(deps.store, doc, deps.trail.entry({ action: "webhook.recover", actor: "operator", targets: [doc._id, doc.partnerId, doc.connectionId] }));
+          await requeue(
+            deps.store,
+            doc,
+            deps.trail.entry({
+              action: "webhook.recover",
+              actor: "operator",
+              targets: [doc._id, doc.partnerId, doc.connectionId],
+            }),
+          );
           deps.eventsAudit.afterWrite(doc._id);
         }
         if (due.length > 0) deps.poke?.();
-        deps.logger.info({ partnerId: req.partnerId, since: new Date(Number(req.since)), requeued: due.length }, "failed webhook deliveries recovered by the operator");
+        deps.logger.info(
+          { partnerId: req.partnerId, since: new Date(Number(req.since)), requeued: due.length },
+          "failed webhook deliveries recovered by the operator",
+        );
         return { eventIds: due.map((d) => d._id) };
       }),
   });

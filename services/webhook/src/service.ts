@@ -24,20 +24,39 @@ export interface WebhookServiceOptions {
   resolve?: Resolver;
 }
 
-export async function startWebhookService(settings: Settings, logger: Logger, options: WebhookServiceOptions = {}): Promise<RunningService> {
+export async function startWebhookService(
+  settings: Settings,
+  logger: Logger,
+  options: WebhookServiceOptions = {},
+): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
   // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["webhook"], { client: runtime.mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(async (err: unknown) => {
+  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.webhook, {
+    client: runtime.mongo.client,
+    namespace: settings.DATA_NAMESPACE,
+    logger,
+  }).catch(async (err: unknown) => {
     await runtime.close();
     throw err;
   });
   const store = await openWebhookStore(runtime.mongo.db);
-  const trail = new AuditTrail({ service: "webhook", db: runtime.mongo.db, producer: runtime.producer, topic: topicName(settings.DATA_NAMESPACE, "auditEvents"), signingKey: settings.SERVICE_IDENTITY_KEY, logger });
+  const trail = new AuditTrail({
+    service: "webhook",
+    db: runtime.mongo.db,
+    producer: runtime.producer,
+    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
+    signingKey: settings.SERVICE_IDENTITY_KEY,
+    logger,
+  });
   const eventsAudit = trail.on(store.events);
   await trail.start();
   const targets = new TargetCache(clientsFor(settings).authAdmin(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);
   const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
-  const sender = new WebhookSender({ allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS, timeoutMs, resolve: options.resolve });
+  const sender = new WebhookSender({
+    allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
+    timeoutMs,
+    resolve: options.resolve,
+  });
   const dispatcher = new Dispatcher({
     store,
     targets,
@@ -50,14 +69,23 @@ export async function startWebhookService(settings: Settings, logger: Logger, op
     },
   });
   dispatcher.start();
-  const gauges = readAtScrape("webhook gauges", () => refreshWebhookGauges(store, failingAfterMs(settings.WEBHOOK_RETRY_WINDOW_SECONDS)), logger);
+  const gauges = readAtScrape(
+    "webhook gauges",
+    () => refreshWebhookGauges(store, failingAfterMs(settings.WEBHOOK_RETRY_WINDOW_SECONDS)),
+    logger,
+  );
   const retention = startRetentionSweep(
     store,
-    { keepMs: settings.WEBHOOK_EVENT_RETENTION_SECONDS * 1000, testPerPartner: settings.WEBHOOK_TEST_EVENTS_PER_PARTNER },
+    {
+      keepMs: settings.WEBHOOK_EVENT_RETENTION_SECONDS * 1000,
+      testPerPartner: settings.WEBHOOK_TEST_EVENTS_PER_PARTNER,
+    },
     logger.child({ component: "retention" }),
   );
   const changes = await followWebhookChanges(targets, runtime.kafka, settings.DATA_NAMESPACE, logger);
-  const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () => dispatcher.poke());
+  const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () =>
+    dispatcher.poke(),
+  );
   const server = await startConnectServer({
     service: "webhook",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,

@@ -5,7 +5,11 @@ import { createHmac } from "node:crypto";
  * v1 per secret given (current first): during a rotation's overlap a receiver holding either the
  * old or the new secret finds a match, as with Stripe-style verifiers.
  */
-export function signatureHeader(secrets: string | readonly string[], unixSeconds: number, rawBody: string | Buffer): string {
+export function signatureHeader(
+  secrets: string | readonly string[],
+  unixSeconds: number,
+  rawBody: string | Buffer,
+): string {
   const macs = (typeof secrets === "string" ? [secrets] : secrets).map((secret) =>
     createHmac("sha256", secret).update(`${unixSeconds}.`).update(rawBody).digest("hex"),
   );

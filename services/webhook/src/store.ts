@@ -23,7 +23,6 @@ export type { DeliveryState };
 // retry window is used up), no_endpoint (the partner had no webhook address when the event came
 // due: kept, never sent); the transitions are delivery-states.ts.
 
-
 export interface AttemptRecord {
   number: number;
   startedAt: Date;

@@ -49,7 +49,8 @@ export class TargetCache {
     const generation = this.generations.get(partnerId) ?? 0;
     const lookup = this.fetch(partnerId)
       .then((target) => {
-        if ((this.generations.get(partnerId) ?? 0) === generation) this.entries.set(partnerId, { target, until: Date.now() + this.ttlMs });
+        if ((this.generations.get(partnerId) ?? 0) === generation)
+          this.entries.set(partnerId, { target, until: Date.now() + this.ttlMs });
         return target;
       })
       .finally(() => this.inflight.delete(partnerId));
@@ -67,7 +68,10 @@ export class TargetCache {
     try {
       const res = await this.auth.getWebhookTarget({ partnerId }, { timeoutMs: this.lookupTimeoutMs });
       if (!res.webhookUrl) return null;
-      const previous = (res.previousSigningSecrets ?? []).map((p) => ({ secret: p.secret, expiresAt: Number(p.expiresAt) }));
+      const previous = (res.previousSigningSecrets ?? []).map((p) => ({
+        secret: p.secret,
+        expiresAt: Number(p.expiresAt),
+      }));
       return { url: res.webhookUrl, secret: res.signingSecret, previous };
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.NotFound) return null;
@@ -77,7 +81,11 @@ export class TargetCache {
 }
 
 /** What a partner event means for the cached targets: a changed webhook drops the partner's entry. */
-export function applyPartnerEvent(cache: Pick<TargetCache, "forget">, event: eventsv1.PartnerEvent, logger: Logger): void {
+export function applyPartnerEvent(
+  cache: Pick<TargetCache, "forget">,
+  event: eventsv1.PartnerEvent,
+  logger: Logger,
+): void {
   if (event.kind !== eventsv1.PartnerEventKind.WEBHOOK_CHANGED) return;
   cache.forget(event.partnerId);
   logger.info({ partnerId: event.partnerId }, "webhook target changed");
@@ -89,6 +97,17 @@ export function applyPartnerEvent(cache: Pick<TargetCache, "forget">, event: eve
  * consumer group of its own per instance). The auth service does not wait for webhook replicas
  * (the cache's minute bounds a missed event), so they report no position.
  */
-export function followWebhookChanges(cache: TargetCache, kafka: Kafka, namespace: string, logger: Logger): Promise<PartnerEventFeed> {
-  return followPartnerEvents({ kafka, namespace, service: "webhook", logger, apply: (event) => applyPartnerEvent(cache, event, logger) });
+export function followWebhookChanges(
+  cache: TargetCache,
+  kafka: Kafka,
+  namespace: string,
+  logger: Logger,
+): Promise<PartnerEventFeed> {
+  return followPartnerEvents({
+    kafka,
+    namespace,
+    service: "webhook",
+    logger,
+    apply: (event) => applyPartnerEvent(cache, event, logger),
+  });
 }

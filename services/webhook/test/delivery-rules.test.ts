@@ -17,13 +17,18 @@ describe("Retry-After", () => {
     expect(retryAfterUntil(" 120 ", now)).toBe(now + 120_000);
     expect(retryAfterUntil("Sun, 01 Mar 2026 12:01:00 GMT", now)).toBe(now + 60_000);
     expect(retryAfterUntil("Sun, 01 Mar 2026 11:00:00 GMT", now)).toBe(now); // a past date: no extra wait
-    for (const bad of [undefined, "", "-5", "1.5", "soon", "1 March"]) expect(retryAfterUntil(bad, now)).toBeUndefined();
+    for (const bad of [undefined, "", "-5", "1.5", "soon", "1 March"])
+      expect(retryAfterUntil(bad, now)).toBeUndefined();
   });
 
   it("a receiver's Retry-After of 7 s puts the next attempt no sooner than 7 s after the attempt ended, whatever the jitter", () => {
     const ended = 1_000_000;
     for (const random of [0, 0.5, 0.999]) {
-      const due = nextAttemptAt({ createdAt: ended - 1000, attemptsMade: 1, lastEndedAt: ended, notBefore: ended + 7000 }, policy, random)!;
+      const due = nextAttemptAt(
+        { createdAt: ended - 1000, attemptsMade: 1, lastEndedAt: ended, notBefore: ended + 7000 },
+        policy,
+        random,
+      )!;
       expect(due).toBeGreaterThanOrEqual(ended + 7000);
     }
   });
@@ -35,19 +40,32 @@ describe("Retry-After", () => {
 
   it("a Retry-After beyond the window's last start ends the delivery (no attempt early, none outside the window)", () => {
     const latest = latestStartOffsetMs(policy);
-    expect(nextAttemptAt({ createdAt: 0, attemptsMade: 1, lastEndedAt: 1000, notBefore: latest + 1 }, policy, 0.5)).toBeNull();
-    expect(nextAttemptAt({ createdAt: 0, attemptsMade: 1, lastEndedAt: 1000, notBefore: latest }, policy, 0.5)).toBe(latest);
+    expect(
+      nextAttemptAt({ createdAt: 0, attemptsMade: 1, lastEndedAt: 1000, notBefore: latest + 1 }, policy, 0.5),
+    ).toBeNull();
+    expect(nextAttemptAt({ createdAt: 0, attemptsMade: 1, lastEndedAt: 1000, notBefore: latest }, policy, 0.5)).toBe(
+      latest,
+    );
   });
 });
 
 describe("signatures during a rotation", () => {
   it("one v1 per secret, the current first, in one header", () => {
     const header = signatureHeader(["new", "old"], 1_700_000_000, "{}");
-    expect(header).toBe(`t=1700000000,v1=${signatureHeader("new", 1_700_000_000, "{}").split("v1=")[1]},v1=${signatureHeader("old", 1_700_000_000, "{}").split("v1=")[1]}`);
+    expect(header).toBe(
+      `t=1700000000,v1=${signatureHeader("new", 1_700_000_000, "{}").split("v1=")[1]},v1=${signatureHeader("old", 1_700_000_000, "{}").split("v1=")[1]}`,
+    );
   });
 
   it("a replaced secret signs until its overlap ends, then no more", () => {
-    const target = { url: "https://x", secret: "new", previous: [{ secret: "old", expiresAt: 5000 }, { secret: "older", expiresAt: 1000 }] };
+    const target = {
+      url: "https://x",
+      secret: "new",
+      previous: [
+        { secret: "old", expiresAt: 5000 },
+        { secret: "older", expiresAt: 1000 },
+      ],
+    };
     expect(signingSecrets(target, 999)).toEqual(["new", "old", "older"]);
     expect(signingSecrets(target, 1000)).toEqual(["new", "old"]);
     expect(signingSecrets(target, 5000)).toEqual(["new"]);
@@ -56,10 +74,25 @@ describe("signatures during a rotation", () => {
 
 describe("recover", () => {
   const event = (state: WebhookEventDoc["state"], createdAt: number, lastAttempt?: number) =>
-    ({ _id: `evt_${state}${createdAt}`, state, createdAt: new Date(createdAt), attemptLog: lastAttempt === undefined ? [] : [{ number: 1, startedAt: new Date(lastAttempt), statusCode: 500, durationMs: 1, responseExcerpt: "" }] }) as unknown as WebhookEventDoc;
+    ({
+      _id: `evt_${state}${createdAt}`,
+      state,
+      createdAt: new Date(createdAt),
+      attemptLog:
+        lastAttempt === undefined
+          ? []
+          : [{ number: 1, startedAt: new Date(lastAttempt), statusCode: 500, durationMs: 1, responseExcerpt: "" }],
+    }) as unknown as WebhookEventDoc;
 
   it("takes failed and never-sendable deliveries whose last failure is at or after the time, nothing else", () => {
-    const events = [event("failed", 0, 100), event("failed", 0, 50), event("delivered", 0, 200), event("pending", 0, 200), event("no_endpoint", 150), event("no_endpoint", 10)];
+    const events = [
+      event("failed", 0, 100),
+      event("failed", 0, 50),
+      event("delivered", 0, 200),
+      event("pending", 0, 200),
+      event("no_endpoint", 150),
+      event("no_endpoint", 10),
+    ];
     expect(recoverable(events, new Date(100)).map((e) => e._id)).toEqual(["evt_failed0", "evt_no_endpoint150"]);
     expect(failedAt(events[0]!).getTime()).toBe(100);
   });
@@ -108,6 +141,8 @@ describe("the published retry schedule", () => {
     expect(readFileSync("docs/partners.md", "utf8")).toContain(table);
     expect(table.split("\n")).toHaveLength(2 + plannedOffsetsSeconds(policy).length);
     // The last attempt starts early enough to end within the window.
-    expect(plannedOffsetsSeconds(policy).at(-1)! + policy.attemptTimeoutSeconds).toBeLessThanOrEqual(policy.windowSeconds);
+    expect(plannedOffsetsSeconds(policy).at(-1)! + policy.attemptTimeoutSeconds).toBeLessThanOrEqual(
+      policy.windowSeconds,
+    );
   });
 });

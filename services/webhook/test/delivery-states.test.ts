@@ -1,5 +1,15 @@
 import { describe, expect, it } from "@jest/globals";
-import { afterAttempt, failedAt, noEndpoint, queued, recover, requeue, stored, type Attempt, type DeliveryState } from "../src/delivery-states.js";
+import {
+  afterAttempt,
+  failedAt,
+  noEndpoint,
+  queued,
+  recover,
+  requeue,
+  stored,
+  type Attempt,
+  type DeliveryState,
+} from "../src/delivery-states.js";
 import { latestStartOffsetMs, type RetryPolicy } from "../src/schedule.js";
 
 // The webhook delivery state machine, state by state, like the connection state machine's table.
@@ -7,7 +17,15 @@ import { latestStartOffsetMs, type RetryPolicy } from "../src/schedule.js";
 const policy: RetryPolicy = { baseSeconds: 30, windowSeconds: 86400, attemptTimeoutSeconds: 10 };
 const start = new Date("2030-01-01T00:00:00Z");
 const at = (s: number) => new Date(start.getTime() + s * 1000);
-const attempt = (o: Partial<Attempt> = {}): Attempt => ({ delivered: false, statusCode: 500, windowStart: start, attemptsMade: 1, endedAt: at(1), cutOff: false, ...o });
+const attempt = (o: Partial<Attempt> = {}): Attempt => ({
+  delivered: false,
+  statusCode: 500,
+  windowStart: start,
+  attemptsMade: 1,
+  endedAt: at(1),
+  cutOff: false,
+  ...o,
+});
 
 describe("a new event", () => {
   it("is pending, due at once, nothing attempted", () => {
@@ -56,7 +74,12 @@ describe("after an attempt", () => {
   });
 
   it("retry n waits base * 2^(n-1) after the attempt ended (no jitter at random 0.5)", () => {
-    for (const [made, waitS] of [[1, 30], [2, 60], [3, 120], [5, 480]] as const) {
+    for (const [made, waitS] of [
+      [1, 30],
+      [2, 60],
+      [3, 120],
+      [5, 480],
+    ] as const) {
       const step = afterAttempt(attempt({ attemptsMade: made, endedAt: at(1000) }), policy, 0.5);
       expect(step).toMatchObject({ state: "pending", nextAttemptAt: at(1000 + waitS) });
     }
@@ -64,14 +87,24 @@ describe("after an attempt", () => {
 
   it("a failure after the window's last start fails the delivery: nothing scheduled, counted as failed", () => {
     const last = latestStartOffsetMs(policy) / 1000;
-    expect(afterAttempt(attempt({ endedAt: at(last) }), policy, 0.5)).toEqual({ counted: true, outcome: "failed", state: "failed", nextAttemptAt: null });
-    expect(afterAttempt(attempt({ endedAt: at(last - 1) }), policy, 0.5)).toMatchObject({ state: "pending", nextAttemptAt: at(last) });
+    expect(afterAttempt(attempt({ endedAt: at(last) }), policy, 0.5)).toEqual({
+      counted: true,
+      outcome: "failed",
+      state: "failed",
+      nextAttemptAt: null,
+    });
+    expect(afterAttempt(attempt({ endedAt: at(last - 1) }), policy, 0.5)).toMatchObject({
+      state: "pending",
+      nextAttemptAt: at(last),
+    });
   });
 
   it("the window counts from its start (a re-queue restarts it), not from the first attempt", () => {
     const last = latestStartOffsetMs(policy) / 1000;
     const requeuedAt = at(last);
-    expect(afterAttempt(attempt({ windowStart: requeuedAt, attemptsMade: 9, endedAt: at(last + 1) }), policy, 0.5)).toMatchObject({ state: "pending" });
+    expect(
+      afterAttempt(attempt({ windowStart: requeuedAt, attemptsMade: 9, endedAt: at(last + 1) }), policy, 0.5),
+    ).toMatchObject({ state: "pending" });
   });
 
   it.each([429, 503])("a %s's Retry-After holds the next attempt back", (statusCode) => {
@@ -80,20 +113,33 @@ describe("after an attempt", () => {
   });
 
   it("a Retry-After on other statuses is ignored", () => {
-    expect(afterAttempt(attempt({ statusCode: 500, retryAfter: "600" }), policy, 0.5)).toMatchObject({ nextAttemptAt: at(31) });
+    expect(afterAttempt(attempt({ statusCode: 500, retryAfter: "600" }), policy, 0.5)).toMatchObject({
+      nextAttemptAt: at(31),
+    });
   });
 
   it("a Retry-After past the window's last start fails the delivery", () => {
-    expect(afterAttempt(attempt({ statusCode: 503, retryAfter: String(policy.windowSeconds) }), policy, 0.5)).toMatchObject({ outcome: "failed", state: "failed" });
+    expect(
+      afterAttempt(attempt({ statusCode: 503, retryAfter: String(policy.windowSeconds) }), policy, 0.5),
+    ).toMatchObject({ outcome: "failed", state: "failed" });
   });
 
   it("an attempt a stopping replica cut off before any answer is not counted: due again at once", () => {
-    expect(afterAttempt(attempt({ statusCode: 0, cutOff: true, endedAt: at(5) }), policy, 0.5)).toEqual({ counted: false, dueAt: at(5) });
+    expect(afterAttempt(attempt({ statusCode: 0, cutOff: true, endedAt: at(5) }), policy, 0.5)).toEqual({
+      counted: false,
+      dueAt: at(5),
+    });
   });
 
   it("a stopping replica still counts an attempt that got an answer", () => {
-    expect(afterAttempt(attempt({ statusCode: 500, cutOff: true }), policy, 0.5)).toMatchObject({ counted: true, outcome: "retry" });
-    expect(afterAttempt(attempt({ delivered: true, statusCode: 204, cutOff: true }), policy, 0.5)).toMatchObject({ counted: true, outcome: "delivered" });
+    expect(afterAttempt(attempt({ statusCode: 500, cutOff: true }), policy, 0.5)).toMatchObject({
+      counted: true,
+      outcome: "retry",
+    });
+    expect(afterAttempt(attempt({ delivered: true, statusCode: 204, cutOff: true }), policy, 0.5)).toMatchObject({
+      counted: true,
+      outcome: "delivered",
+    });
   });
 });
 

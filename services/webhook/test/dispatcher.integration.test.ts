@@ -19,7 +19,10 @@ let store: WebhookStore;
 const receivers: TestReceiver[] = [];
 const targets = new Map<string, { webhookUrl: string; signingSecret: string }>();
 const auth = {
-  getWebhookTarget: async ({ partnerId }: { partnerId: string }) => ({ partnerId, ...(targets.get(partnerId) ?? { webhookUrl: "", signingSecret: "" }) }),
+  getWebhookTarget: async ({ partnerId }: { partnerId: string }) => ({
+    partnerId,
+    ...(targets.get(partnerId) ?? { webhookUrl: "", signingSecret: "" }),
+  }),
 } as unknown as AuthClient;
 const logger = createLogger("dispatcher-test", process.env.TEST_LOG_LEVEL ?? "error");
 const policy = { baseSeconds: 0.2, windowSeconds: 60, attemptTimeoutSeconds: 3 };
@@ -36,7 +39,15 @@ async function partner(behaviour?: Behaviour) {
 const store1 = (partnerId: string, into = store) =>
   storeWebhookEvents(into, [
     webhookEventDoc(
-      { ok: true, sourceEventId: randomUUID(), partnerId, connectionId: `con_${randomBytes(6).toString("hex")}`, type: "connection.approved", status: "approved", occurredAtMs: Date.now() },
+      {
+        ok: true,
+        sourceEventId: randomUUID(),
+        partnerId,
+        connectionId: `con_${randomBytes(6).toString("hex")}`,
+        type: "connection.approved",
+        status: "approved",
+        occurredAtMs: Date.now(),
+      },
       "live",
       new Date(),
       0,
@@ -46,7 +57,11 @@ const store1 = (partnerId: string, into = store) =>
 function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number; idleMs?: number; store?: WebhookStore } = {}) {
   const sender = new WebhookSender({ allowInsecure: true, timeoutMs: policy.attemptTimeoutSeconds * 1000 });
   const d = new Dispatcher({ store, targets: new TargetCache(auth), sender, policy, logger, ...o });
-  return { d, sender, stop: async () => (await d.stop(200, () => sender.destroy()), await sender.close().catch(() => {})) };
+  return {
+    d,
+    sender,
+    stop: async () => (await d.stop(200, () => sender.destroy()), await sender.close().catch(() => {})),
+  };
 }
 
 beforeAll(async () => {
@@ -111,7 +126,10 @@ describe("webhook dispatcher", () => {
       await store1(p.id);
       d.poke(); // as the consumer does once it has stored events
       await p.receiver.waitFor((a) => a.length >= 2, 10_000, "the later event");
-      expect(p.receiver.arrivals.map((a) => a.event.id)).toEqual([orphaned!._id, expect.not.stringMatching(`^${held!._id}$`)]);
+      expect(p.receiver.arrivals.map((a) => a.event.id)).toEqual([
+        orphaned!._id,
+        expect.not.stringMatching(`^${held!._id}$`),
+      ]);
       const heldNow = await store.events.findOne({ _id: held!._id });
       expect(heldNow).toMatchObject({ state: "pending", attempts: 0 });
     } finally {
@@ -128,7 +146,9 @@ describe("webhook dispatcher", () => {
     b.d.start();
     try {
       await p.receiver.waitFor((x) => new Set(x.map((y) => y.event.id)).size >= 30, 20_000, "30 events");
-      await eventually(async () => ((await store.events.countDocuments({ partnerId: p.id, state: "delivered" })) === 30 ? true : undefined));
+      await eventually(async () =>
+        (await store.events.countDocuments({ partnerId: p.id, state: "delivered" })) === 30 ? true : undefined,
+      );
       expect(p.receiver.arrivals).toHaveLength(30);
       expect(p.receiver.arrivals.every((x) => x.nth === 1)).toBe(true);
     } finally {

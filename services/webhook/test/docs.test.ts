@@ -11,6 +11,6 @@ describe("docs/webhooks.md", () => {
     const snippet = source.split("// docs:begin receiver\n")[1]!.split("// docs:end receiver\n")[0]!.trimEnd();
     expect(snippet).toContain("timingSafeEqual");
     expect(snippet.length).toBeGreaterThan(500);
-    expect(docs).toContain("```ts\n" + snippet + "\n```");
+    expect(docs).toContain(`\`\`\`ts\n${snippet}\n\`\`\``);
   });
 });

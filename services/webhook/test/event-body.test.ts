@@ -21,7 +21,9 @@ const source = (over: Partial<eventsv1.ConnectionEvent> = {}) =>
 describe("webhook event body", () => {
   it("has exactly id, type, created and data {connection_id, status}", () => {
     const body = webhookBody("evt_abc", "connection.approved", 1_700_000_000_999, "con_1", "approved");
-    expect(body).toBe('{"id":"evt_abc","type":"connection.approved","created":1700000000,"data":{"connection_id":"con_1","status":"approved"}}');
+    expect(body).toBe(
+      '{"id":"evt_abc","type":"connection.approved","created":1700000000,"data":{"connection_id":"con_1","status":"approved"}}',
+    );
     const parsed = JSON.parse(body) as Record<string, unknown>;
     expect(Object.keys(parsed)).toEqual(["id", "type", "created", "data"]);
     expect(Object.keys(parsed.data as object)).toEqual(["connection_id", "status"]);
@@ -53,8 +55,16 @@ describe("webhook event body", () => {
   });
 
   it("data.status follows the type when the source disagrees, and says so", () => {
-    expect(checkSourceEvent(source({ type: "connection.revoked", status: "approved" }), 0)).toMatchObject({ ok: true, status: "revoked", statusMismatch: "approved" });
-    expect(checkSourceEvent(source({ status: "" }), 0)).toMatchObject({ ok: true, status: "approved", statusMismatch: "" });
+    expect(checkSourceEvent(source({ type: "connection.revoked", status: "approved" }), 0)).toMatchObject({
+      ok: true,
+      status: "revoked",
+      statusMismatch: "approved",
+    });
+    expect(checkSourceEvent(source({ status: "" }), 0)).toMatchObject({
+      ok: true,
+      status: "approved",
+      statusMismatch: "",
+    });
   });
 
   it.each([
@@ -93,13 +103,29 @@ describe("Service-Signature", () => {
     const now = Date.now();
     const t = Math.floor(now / 1000);
     const header = signatureHeader(secret, t, body);
-    expect(() => verifyWebhook(Buffer.from(body.replace("revoked", "approved")), header, secret, now)).toThrow(/signature mismatch/);
+    expect(() => verifyWebhook(Buffer.from(body.replace("revoked", "approved")), header, secret, now)).toThrow(
+      /signature mismatch/,
+    );
     expect(() => verifyWebhook(Buffer.from(` ${body}`), header, secret, now)).toThrow(/signature mismatch/);
     expect(() => verifyWebhook(Buffer.from(body), header, "whsec_other", now)).toThrow(/signature mismatch/);
-    expect(() => verifyWebhook(Buffer.from(body), signatureHeader(secret, t - 301, body), secret, now)).toThrow(/tolerance/);
-    expect(() => verifyWebhook(Buffer.from(body), signatureHeader(secret, t + 301, body), secret, now)).toThrow(/tolerance/);
-    expect(verifyWebhook(Buffer.from(body), signatureHeader(secret, t - 299, body), secret, now).data.status).toBe("revoked");
-    for (const bad of [undefined, "", "t=1", `v1=${"a".repeat(64)}`, `t=abc,v1=${"a".repeat(64)}`, `t=${t},v1=${"A".repeat(64)}`, `t=${t},v1=abcd`]) {
+    expect(() => verifyWebhook(Buffer.from(body), signatureHeader(secret, t - 301, body), secret, now)).toThrow(
+      /tolerance/,
+    );
+    expect(() => verifyWebhook(Buffer.from(body), signatureHeader(secret, t + 301, body), secret, now)).toThrow(
+      /tolerance/,
+    );
+    expect(verifyWebhook(Buffer.from(body), signatureHeader(secret, t - 299, body), secret, now).data.status).toBe(
+      "revoked",
+    );
+    for (const bad of [
+      undefined,
+      "",
+      "t=1",
+      `v1=${"a".repeat(64)}`,
+      `t=abc,v1=${"a".repeat(64)}`,
+      `t=${t},v1=${"A".repeat(64)}`,
+      `t=${t},v1=abcd`,
+    ]) {
       expect(() => verifyWebhook(Buffer.from(body), bad, secret, now)).toThrow(/malformed/);
     }
     // Another signature beside the right one (as during a secret rotation) still verifies.

@@ -35,7 +35,16 @@ afterAll(async () => {
 
 const DAY = 86_400_000;
 
-function event(partnerId: string, opts: { mode?: "live" | "test"; type?: EventType; createdAt?: Date; seq?: number; state?: WebhookEventDoc["state"] } = {}): WebhookEventDoc {
+function event(
+  partnerId: string,
+  opts: {
+    mode?: "live" | "test";
+    type?: EventType;
+    createdAt?: Date;
+    seq?: number;
+    state?: WebhookEventDoc["state"];
+  } = {},
+): WebhookEventDoc {
   const type = opts.type ?? "connection.approved";
   const src = {
     ok: true as const,
@@ -51,8 +60,10 @@ function event(partnerId: string, opts: { mode?: "live" | "test"; type?: EventTy
 }
 
 const partner = () => `ptr_${randomUUID().replace(/-/g, "").slice(0, 22)}`;
-const list = (partnerId: string, over: { mode?: commonv1.Mode; limit?: number; startingAfter?: string; type?: string } = {}) =>
-  gateway.listEvents({ partnerId, mode: commonv1.Mode.LIVE, limit: 10, ...over });
+const list = (
+  partnerId: string,
+  over: { mode?: commonv1.Mode; limit?: number; startingAfter?: string; type?: string } = {},
+) => gateway.listEvents({ partnerId, mode: commonv1.Mode.LIVE, limit: 10, ...over });
 const ids = (bodies: string[]) => bodies.map((b) => (JSON.parse(b) as { id: string }).id);
 
 async function refusal(p: Promise<unknown>) {
@@ -115,15 +126,26 @@ describe("ListEvents", () => {
   });
 
   it("refuses what the gateway would never send: limit 0 or 101, an unknown type, no mode", async () => {
-    expect(await refusal(list(partner(), { limit: 0 }))).toMatchObject({ reason: ErrorReason.INVALID_REQUEST, param: "limit" });
-    expect(await refusal(list(partner(), { limit: 101 }))).toMatchObject({ reason: ErrorReason.INVALID_REQUEST, param: "limit" });
-    expect(await refusal(list(partner(), { type: "connection.expired" }))).toMatchObject({ reason: ErrorReason.INVALID_REQUEST, param: "type" });
+    expect(await refusal(list(partner(), { limit: 0 }))).toMatchObject({
+      reason: ErrorReason.INVALID_REQUEST,
+      param: "limit",
+    });
+    expect(await refusal(list(partner(), { limit: 101 }))).toMatchObject({
+      reason: ErrorReason.INVALID_REQUEST,
+      param: "limit",
+    });
+    expect(await refusal(list(partner(), { type: "connection.expired" }))).toMatchObject({
+      reason: ErrorReason.INVALID_REQUEST,
+      param: "type",
+    });
     await expect(list(partner(), { mode: commonv1.Mode.UNSPECIFIED })).rejects.toThrow(ConnectError);
   });
 
   it("is the gateway's alone: the operator's identity is refused", async () => {
     const ops = clientsFor(as(h.settings, "ops")).webhook();
-    await expect(ops.listEvents({ partnerId: partner(), mode: commonv1.Mode.LIVE, limit: 1 })).rejects.toThrow(/permission|denied/i);
+    await expect(ops.listEvents({ partnerId: partner(), mode: commonv1.Mode.LIVE, limit: 1 })).rejects.toThrow(
+      /permission|denied/i,
+    );
   });
 });
 
@@ -137,7 +159,10 @@ describe("retention sweep (an injected clock)", () => {
     const oldFailed = event(p, { createdAt: new Date(now.getTime() - 40 * DAY), state: "no_endpoint" });
     const young = event(p, { createdAt: new Date(now.getTime() - 30 * DAY + 60_000) });
     const oldPending = event(p, { createdAt: new Date(now.getTime() - 40 * DAY), state: "pending" });
-    const oldAudited = { ...event(p, { createdAt: new Date(now.getTime() - 40 * DAY) }), audit: [{ eventId: "aud_x" } as never] };
+    const oldAudited = {
+      ...event(p, { createdAt: new Date(now.getTime() - 40 * DAY) }),
+      audit: [{ eventId: "aud_x" } as never],
+    };
     await store.events.insertMany([old, oldFailed, young, oldPending, oldAudited]);
     await sweepEvents(store, policy, now);
     const left = new Set((await store.events.find({ partnerId: p }).toArray()).map((d) => d._id));
@@ -153,7 +178,12 @@ describe("retention sweep (an injected clock)", () => {
     const others = Array.from({ length: 3 }, (_, i) => event(small, { mode: "test", createdAt: new Date(base + i) }));
     await store.events.insertMany([...tests, ...lives, ...others]);
     await sweepEvents(store, policy, new Date(base));
-    expect(ids((await list(p, { mode: commonv1.Mode.TEST, limit: 100 })).events)).toEqual(tests.slice(3).reverse().map((d) => d._id));
+    expect(ids((await list(p, { mode: commonv1.Mode.TEST, limit: 100 })).events)).toEqual(
+      tests
+        .slice(3)
+        .reverse()
+        .map((d) => d._id),
+    );
     expect((await list(p, { limit: 100 })).events).toHaveLength(5);
     expect((await list(small, { mode: commonv1.Mode.TEST, limit: 100 })).events).toHaveLength(3);
   });

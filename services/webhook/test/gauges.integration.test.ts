@@ -28,7 +28,14 @@ describe("webhook gauges", () => {
   it("the oldest queued delivery's age: 0 when none, the oldest's when several, down once it leaves the queue", async () => {
     await refreshWebhookGauges(store, 3600_000, now);
     expect(await gauge(webhookOldestPendingAge)).toBe(0);
-    const queued = (id: string, secondsAgo: number): QueueDoc => ({ _id: id, partnerId: "ptr_1", dueAt: now, attempts: 1, body: "{}", createdAt: ago(secondsAgo) });
+    const queued = (id: string, secondsAgo: number): QueueDoc => ({
+      _id: id,
+      partnerId: "ptr_1",
+      dueAt: now,
+      attempts: 1,
+      body: "{}",
+      createdAt: ago(secondsAgo),
+    });
     await store.queue.insertMany([queued("evt_a", 30), queued("evt_b", 600), queued("evt_c", 5)]);
     await refreshWebhookGauges(store, 3600_000, now);
     expect(await gauge(webhookOldestPendingAge)).toBe(600);
@@ -38,8 +45,19 @@ describe("webhook gauges", () => {
   });
 
   it("failing endpoints: those failing for at least the failing period; not one failing for less, nor one that delivered", async () => {
-    const endpoint = (id: string, failingSince: Date | null) => ({ _id: id, failingSince, lastSuccessAt: null, lastFailureAt: failingSince, alertedAt: null });
-    await store.endpoints.insertMany([endpoint("ptr_a", ago(7200)), endpoint("ptr_b", ago(3600)), endpoint("ptr_c", ago(60)), endpoint("ptr_d", null)]);
+    const endpoint = (id: string, failingSince: Date | null) => ({
+      _id: id,
+      failingSince,
+      lastSuccessAt: null,
+      lastFailureAt: failingSince,
+      alertedAt: null,
+    });
+    await store.endpoints.insertMany([
+      endpoint("ptr_a", ago(7200)),
+      endpoint("ptr_b", ago(3600)),
+      endpoint("ptr_c", ago(60)),
+      endpoint("ptr_d", null),
+    ]);
     await refreshWebhookGauges(store, 3600_000, now);
     expect(await gauge(webhookFailingEndpoints)).toBe(2);
     await store.endpoints.updateOne({ _id: "ptr_a" }, { $set: { failingSince: null } });

@@ -16,13 +16,14 @@ import type { WebhookEventDoc } from "../src/store.js";
 // The auth service (webhook targets, partner events) and the webhook service in this process, on
 // the real MongoDB-wire server and Kafka, with a producer that plays the connection service's part.
 
-
 export interface WebhookHarness {
   settings: Settings;
   ops: ReturnType<typeof opsFor>;
   webhook: RunningService;
   /** Publishes a connection event as the connection service would; returns it. */
-  emit(over: Partial<Omit<eventsv1.ConnectionEvent, "$typeName">> & { partnerId: string }): Promise<eventsv1.ConnectionEvent>;
+  emit(
+    over: Partial<Omit<eventsv1.ConnectionEvent, "$typeName">> & { partnerId: string },
+  ): Promise<eventsv1.ConnectionEvent>;
   /** Another replica of the webhook service on the same data. */
   startReplica(): Promise<RunningService>;
   /** The webhook events stored for a partner. */
@@ -30,16 +31,25 @@ export interface WebhookHarness {
   stop(): Promise<void>;
 }
 
-export async function startWebhookHarness(overrides: Record<string, string> = {}, options: WebhookServiceOptions = {}): Promise<WebhookHarness> {
+export async function startWebhookHarness(
+  overrides: Record<string, string> = {},
+  options: WebhookServiceOptions = {},
+): Promise<WebhookHarness> {
   quickConsumerStops();
-  let settings = testSettings({ WEBHOOK_RETRY_BASE_SECONDS: "0.2", WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: "3", ...overrides });
+  let settings = testSettings({
+    WEBHOOK_RETRY_BASE_SECONDS: "0.2",
+    WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: "3",
+    ...overrides,
+  });
   const logger = createLogger("webhook-test", settings.LOG_LEVEL);
   const auth = await startAuthService(as(settings, "auth"), logger.child({ service: "auth" }));
   settings = { ...settings, ...addressOf("auth", auth) };
   const webhook = await startWebhookService(as(settings, "webhook"), logger.child({ service: "webhook" }), options);
   settings = { ...settings, ...addressOf("webhook", webhook) };
   const replicas: RunningService[] = [webhook];
-  const producer: Producer = createProducer(createKafka(settings.KAFKA_BROKERS, "webhook-test", logger, kafkaCredentials(settings)));
+  const producer: Producer = createProducer(
+    createKafka(settings.KAFKA_BROKERS, "webhook-test", logger, kafkaCredentials(settings)),
+  );
   await producer.connect();
   const mongo: Mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
   const events = mongo.db.collection<WebhookEventDoc>("webhook_events");
@@ -64,7 +74,11 @@ export async function startWebhookHarness(overrides: Record<string, string> = {}
       return event;
     },
     async startReplica() {
-      const replica = await startWebhookService({ ...as(settings, "webhook"), WEBHOOK_SERVICE_PORT: 0 }, logger.child({ service: "webhook-replica" }), options);
+      const replica = await startWebhookService(
+        { ...as(settings, "webhook"), WEBHOOK_SERVICE_PORT: 0 },
+        logger.child({ service: "webhook-replica" }),
+        options,
+      );
       replicas.push(replica);
       return replica;
     },
@@ -79,7 +93,11 @@ export async function startWebhookHarness(overrides: Record<string, string> = {}
 }
 
 /** Polls until `check` returns a value that is not undefined. */
-export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 20_000, what = "condition"): Promise<T> {
+export async function eventually<T>(
+  check: () => Promise<T | undefined>,
+  timeoutMs = 20_000,
+  what = "condition",
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

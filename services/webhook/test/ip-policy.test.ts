@@ -61,7 +61,20 @@ const refused = [
   "[::1]",
 ];
 
-const allowed = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "172.15.255.255", "172.32.0.1", "100.63.255.255", "100.128.0.1", "192.169.0.1", "169.253.255.255", "2606:4700:4700::1111", "2001:4860:4860::8888", "[2a00:1450:4001:80b::200e]"];
+const allowed = [
+  "8.8.8.8",
+  "1.1.1.1",
+  "93.184.216.34",
+  "172.15.255.255",
+  "172.32.0.1",
+  "100.63.255.255",
+  "100.128.0.1",
+  "192.169.0.1",
+  "169.253.255.255",
+  "2606:4700:4700::1111",
+  "2001:4860:4860::8888",
+  "[2a00:1450:4001:80b::200e]",
+];
 
 describe("outbound IP address policy", () => {
   it.each(refused)("refuses %s", (address) => {
@@ -73,7 +86,10 @@ describe("outbound IP address policy", () => {
     expect(addressRefusal(address)).toBeUndefined();
   });
 
-  it.each(["", "localhost", "example.com", "1.2.3.4.5", "::g", "999.1.1.1"])("refuses %j, which is not an IP address", (value) => {
-    expect(isPublicAddress(value)).toBe(false);
-  });
+  it.each(["", "localhost", "example.com", "1.2.3.4.5", "::g", "999.1.1.1"])(
+    "refuses %j, which is not an IP address",
+    (value) => {
+      expect(isPublicAddress(value)).toBe(false);
+    },
+  );
 });

@@ -25,7 +25,12 @@ async function rawReceiver(answer: (hit: Hit, n: number) => Answer = () => ({ st
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      const hit: Hit = { header: String(req.headers["service-signature"] ?? ""), raw: Buffer.concat(chunks), at, answeredAt: 0 };
+      const hit: Hit = {
+        header: String(req.headers["service-signature"] ?? ""),
+        raw: Buffer.concat(chunks),
+        at,
+        answeredAt: 0,
+      };
       const a = decide(hit, hits.length + 1);
       hit.answeredAt = Date.now();
       hits.push(hit);
@@ -79,10 +84,14 @@ async function deliveryOf(partnerId: string, eventId: string) {
 
 async function emitAndStore(partnerId: string) {
   const source = await h.emit({ partnerId });
-  const [event] = await eventually(async () => {
-    const stored = (await h.stored(partnerId)).filter((e) => e.sourceEventId === source.eventId);
-    return stored.length ? stored : undefined;
-  }, 20_000, "the stored event");
+  const [event] = await eventually(
+    async () => {
+      const stored = (await h.stored(partnerId)).filter((e) => e.sourceEventId === source.eventId);
+      return stored.length ? stored : undefined;
+    },
+    20_000,
+    "the stored event",
+  );
   return event!;
 }
 
@@ -92,7 +101,11 @@ describe("webhook signing-secret rotation", () => {
     const oldSecret = partner.signing_secret;
 
     const before = await emitAndStore(partner.partner_id);
-    await eventually(async () => (receiver.idsOf().includes(before._id) ? true : undefined), 20_000, "the first delivery");
+    await eventually(
+      async () => (receiver.idsOf().includes(before._id) ? true : undefined),
+      20_000,
+      "the first delivery",
+    );
     const first = receiver.hits.at(-1)!;
     expect(v1Count(first.header)).toBe(1);
     expect(verifies(first, oldSecret)).toBe(true);
@@ -106,7 +119,11 @@ describe("webhook signing-secret rotation", () => {
     expect(overlapEnds).toBeGreaterThan(Date.now());
 
     const during = await emitAndStore(partner.partner_id);
-    await eventually(async () => (receiver.idsOf().includes(during._id) ? true : undefined), 20_000, "a delivery during the overlap");
+    await eventually(
+      async () => (receiver.idsOf().includes(during._id) ? true : undefined),
+      20_000,
+      "a delivery during the overlap",
+    );
     const overlapped = receiver.hits.find((x) => x.raw.toString() === during.body)!;
     expect(overlapped.at).toBeLessThan(overlapEnds);
     expect(overlapped.header).toMatch(/^t=\d+,v1=[0-9a-f]{64},v1=[0-9a-f]{64}$/);
@@ -116,7 +133,11 @@ describe("webhook signing-secret rotation", () => {
     // Once the overlap is over (waiting for a known time, not for nothing to happen):
     await new Promise((r) => setTimeout(r, Math.max(0, overlapEnds - Date.now() + 100)));
     const after = await emitAndStore(partner.partner_id);
-    await eventually(async () => (receiver.idsOf().includes(after._id) ? true : undefined), 20_000, "a delivery after the overlap");
+    await eventually(
+      async () => (receiver.idsOf().includes(after._id) ? true : undefined),
+      20_000,
+      "a delivery after the overlap",
+    );
     const last = receiver.hits.find((x) => x.raw.toString() === after.body)!;
     expect(v1Count(last.header)).toBe(1);
     expect(verifies(last, newSecret)).toBe(true);
@@ -130,7 +151,10 @@ describe("webhook signing-secret rotation", () => {
     const { databaseName } = await import("@pi/common");
     const client = await MongoClient.connect(h.settings.MONGODB_URI);
     try {
-      const doc = await client.db(databaseName(h.settings.DATA_NAMESPACE, "auth")).collection("partners").findOne({ _id: partner.partner_id as never });
+      const doc = await client
+        .db(databaseName(h.settings.DATA_NAMESPACE, "auth"))
+        .collection("partners")
+        .findOne({ _id: partner.partner_id as never });
       const stored = JSON.stringify(doc);
       expect(stored).not.toContain(signing_secret);
       expect(stored).not.toContain(partner.signing_secret);
@@ -151,7 +175,11 @@ describe("webhook resend", () => {
   it("sends the stored event again: same evt_ id and body, a fresh signature", async () => {
     const { receiver, partner } = await partnerWith("Resend Lab");
     const event = await emitAndStore(partner.partner_id);
-    await eventually(async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "delivered" ? true : undefined), 20_000, "delivered");
+    await eventually(
+      async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "delivered" ? true : undefined),
+      20_000,
+      "delivered",
+    );
     const firstHit = receiver.hits.at(-1)!;
     await new Promise((r) => setTimeout(r, 1100)); // a later second, so the fresh t differs
     const resent = await h.ops.webhookResend(event._id);
@@ -161,10 +189,14 @@ describe("webhook resend", () => {
     expect(again.raw.equals(firstHit.raw)).toBe(true);
     expect(again.header).not.toBe(firstHit.header);
     expect(verifies(again, partner.signing_secret)).toBe(true);
-    const attempts = await eventually(async () => {
-      const a = await h.ops.webhookAttempts(event._id);
-      return a.attempts.length === 2 ? a : undefined;
-    }, 20_000, "the second attempt stored");
+    const attempts = await eventually(
+      async () => {
+        const a = await h.ops.webhookAttempts(event._id);
+        return a.attempts.length === 2 ? a : undefined;
+      },
+      20_000,
+      "the second attempt stored",
+    );
     expect(attempts.attempts.map((a) => a.number)).toEqual([1, 2]);
     expect(attempts.state).toBe("delivered");
   });
@@ -181,12 +213,22 @@ describe("webhook recover, attempts and endpoint health", () => {
       n === 1 ? { status: 503, headers: { "retry-after": "7" }, body: "b".repeat(3000) } : { status: 204 },
     );
     const event = await emitAndStore(partner.partner_id);
-    await eventually(async () => (receiver.hits.length >= 2 ? true : undefined), 30_000, "the attempt after Retry-After");
+    await eventually(
+      async () => (receiver.hits.length >= 2 ? true : undefined),
+      30_000,
+      "the attempt after Retry-After",
+    );
     const [busy, next] = receiver.hits;
-    process.stderr.write(`Retry-After: 7 -> next attempt ${next!.at - busy!.answeredAt} ms after the 503 was answered\n`);
+    process.stderr.write(
+      `Retry-After: 7 -> next attempt ${next!.at - busy!.answeredAt} ms after the 503 was answered\n`,
+    );
     expect(next!.at - busy!.answeredAt).toBeGreaterThanOrEqual(7_000);
     // The second attempt's outcome is stored just after the receiver answered it.
-    await eventually(async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "delivered" ? true : undefined), 20_000, "delivered");
+    await eventually(
+      async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "delivered" ? true : undefined),
+      20_000,
+      "delivered",
+    );
     const attempts = await h.ops.webhookAttempts(event._id);
     expect(attempts.attempts).toHaveLength(2);
     expect(attempts.attempts[0]).toMatchObject({ number: 1, status: 503, error: null });
@@ -198,29 +240,48 @@ describe("webhook recover, attempts and endpoint health", () => {
   }, 60_000);
 
   it("a Retry-After past the window's last start ends the delivery as failed instead of sending early", async () => {
-    const { receiver, partner } = await partnerWith("Closed Lab", () => ({ status: 429, headers: { "retry-after": "3600" } }));
+    const { receiver, partner } = await partnerWith("Closed Lab", () => ({
+      status: 429,
+      headers: { "retry-after": "3600" },
+    }));
     const event = await emitAndStore(partner.partner_id);
-    await eventually(async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "failed" ? true : undefined), 20_000, "failed");
+    await eventually(
+      async () => ((await deliveryOf(partner.partner_id, event._id))?.state === "failed" ? true : undefined),
+      20_000,
+      "failed",
+    );
     expect(receiver.hits).toHaveLength(1);
   });
 
   it("recover re-queues only what failed since the given time; a partner whose attempts all fail shows as failing, and recovers", async () => {
     const { receiver, partner } = await partnerWith("Flaky Clinic", () => ({ status: 500, body: "down" }));
     const older = await emitAndStore(partner.partner_id);
-    await eventually(async () => ((await deliveryOf(partner.partner_id, older._id))?.state === "failed" ? true : undefined), 30_000, "the older event failed");
+    await eventually(
+      async () => ((await deliveryOf(partner.partner_id, older._id))?.state === "failed" ? true : undefined),
+      30_000,
+      "the older event failed",
+    );
     const listed = await h.ops.webhookDeliveries(partner.partner_id);
     expect(listed.endpoint.state).toBe("failing");
     expect(listed.endpoint.failing_since).not.toBeNull();
 
     const since = new Date().toISOString();
     const newer = await emitAndStore(partner.partner_id);
-    await eventually(async () => ((await deliveryOf(partner.partner_id, newer._id))?.state === "failed" ? true : undefined), 30_000, "the newer event failed");
+    await eventually(
+      async () => ((await deliveryOf(partner.partner_id, newer._id))?.state === "failed" ? true : undefined),
+      30_000,
+      "the newer event failed",
+    );
     const hitsBefore = receiver.hits.length;
 
     receiver.answer(() => ({ status: 204 }));
     const recovered = await h.ops.webhookRecover(partner.partner_id, since);
     expect(recovered).toEqual({ partner_id: partner.partner_id, requeued: 1, event_ids: [newer._id] });
-    await eventually(async () => ((await deliveryOf(partner.partner_id, newer._id))?.state === "delivered" ? true : undefined), 20_000, "recovered and delivered");
+    await eventually(
+      async () => ((await deliveryOf(partner.partner_id, newer._id))?.state === "delivered" ? true : undefined),
+      20_000,
+      "recovered and delivered",
+    );
     const redelivered = receiver.hits.slice(hitsBefore);
     expect(redelivered.map((x) => x.raw.toString())).toEqual([newer.body]);
     expect((await deliveryOf(partner.partner_id, older._id))?.state).toBe("failed");

@@ -12,13 +12,20 @@ interface Seen {
   body: string;
 }
 
-async function serve(handler: (req: IncomingMessage, res: ServerResponse, seen: Seen[]) => void): Promise<{ server: Server; port: number; seen: Seen[] }> {
+async function serve(
+  handler: (req: IncomingMessage, res: ServerResponse, seen: Seen[]) => void,
+): Promise<{ server: Server; port: number; seen: Seen[] }> {
   const seen: Seen[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      seen.push({ method: req.method!, path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
+      seen.push({
+        method: req.method!,
+        path: req.url!,
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString("utf8"),
+      });
       handler(req, res, seen);
     });
   });
@@ -26,15 +33,20 @@ async function serve(handler: (req: IncomingMessage, res: ServerResponse, seen: 
   return { server, port: (server.address() as { port: number }).port, seen };
 }
 
-const closeAll = (servers: Server[]) => Promise.all(servers.map((s) => new Promise<void>((r) => (s.close(() => r()), s.closeAllConnections()))));
+const closeAll = (servers: Server[]) =>
+  Promise.all(servers.map((s) => new Promise<void>((r) => (s.close(() => r()), s.closeAllConnections()))));
 
 /** A resolver whose answers the test decides: the DNS of an attacker who controls a name. */
 function fakeDns(table: Record<string, string[]>, calls: string[] = []): Resolver {
   return (hostname, _options, callback) => {
     calls.push(hostname);
     const addresses = table[hostname];
-    if (!addresses) return callback(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: "ENOTFOUND" }), []);
-    callback(null, addresses.map((address): LookupAddress => ({ address, family: address.includes(":") ? 6 : 4 })));
+    if (!addresses)
+      return callback(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: "ENOTFOUND" }), []);
+    callback(
+      null,
+      addresses.map((address): LookupAddress => ({ address, family: address.includes(":") ? 6 : 4 })),
+    );
   };
 }
 
@@ -53,7 +65,9 @@ beforeAll(async () => {
     res.write("x".repeat(64 * 1024));
     res.end("y".repeat(1024 * 1024));
   });
-  redirect = await serve((_req, res) => res.writeHead(307, { location: `http://127.0.0.1:${ok.port}/elsewhere` }).end());
+  redirect = await serve((_req, res) =>
+    res.writeHead(307, { location: `http://127.0.0.1:${ok.port}/elsewhere` }).end(),
+  );
   silent = await serve(() => {
     // accepts the request and never answers
   });
@@ -68,7 +82,9 @@ describe("webhook sender", () => {
 
   it("POSTs the raw body as application/json with the given signature header", async () => {
     const body = '{"id":"evt_1","type":"connection.approved"}';
-    const outcome = await insecure.post(`http://127.0.0.1:${ok.port}/hooks?x=1`, body, { "service-signature": "t=1,v1=ab" });
+    const outcome = await insecure.post(`http://127.0.0.1:${ok.port}/hooks?x=1`, body, {
+      "service-signature": "t=1,v1=ab",
+    });
     expect(outcome).toMatchObject({ delivered: true, statusCode: 200, responseExcerpt: "thanks" });
     const req = ok.seen[ok.seen.length - 1]!;
     expect(req).toMatchObject({ method: "POST", path: "/hooks?x=1", body });
@@ -80,10 +96,13 @@ describe("webhook sender", () => {
     expect((await insecure.post(`http://127.0.0.1:${status.port}/${code}`, "{}", {})).delivered).toBe(true);
   });
 
-  it.each([300, 304, 400, 401, 404, 410, 429, 500, 502, 503])("counts %i as not delivered, keeping the status code", async (code) => {
-    const outcome = await insecure.post(`http://127.0.0.1:${status.port}/${code}`, "{}", {});
-    expect(outcome).toMatchObject({ delivered: false, statusCode: code });
-  });
+  it.each([300, 304, 400, 401, 404, 410, 429, 500, 502, 503])(
+    "counts %i as not delivered, keeping the status code",
+    async (code) => {
+      const outcome = await insecure.post(`http://127.0.0.1:${status.port}/${code}`, "{}", {});
+      expect(outcome).toMatchObject({ delivered: false, statusCode: code });
+    },
+  );
 
   it("does not follow redirects: a 307 is a failed attempt and the target is never called", async () => {
     const before = ok.seen.length;
@@ -149,14 +168,25 @@ describe("outbound safety with WEBHOOK_ALLOW_INSECURE_URLS=false", () => {
   });
 
   it("the socket lookup keeps only public addresses and refuses a name with none", async () => {
-    const lookup = guardedLookup(fakeDns({ "mixed.test": ["127.0.0.1", "93.184.216.34", "10.0.0.1"], "inside.test": ["127.0.0.1", "::1", "169.254.169.254"] }));
-    const all = await new Promise((resolve, reject) => lookup("mixed.test", { all: true }, (err, addresses) => (err ? reject(err) : resolve(addresses))));
-    expect(all).toEqual([{ address: "93.184.216.34", family: 4 }]);
-    const one = await new Promise((resolve, reject) => lookup("mixed.test", {}, (err, address, family) => (err ? reject(err) : resolve({ address, family }))));
-    expect(one).toEqual({ address: "93.184.216.34", family: 4 });
-    await expect(new Promise((resolve, reject) => lookup("inside.test", { all: true }, (err, a) => (err ? reject(err) : resolve(a))))).rejects.toThrow(
-      /inside\.test resolves to no public address \(127\.0\.0\.1, ::1, 169\.254\.169\.254\)/,
+    const lookup = guardedLookup(
+      fakeDns({
+        "mixed.test": ["127.0.0.1", "93.184.216.34", "10.0.0.1"],
+        "inside.test": ["127.0.0.1", "::1", "169.254.169.254"],
+      }),
     );
+    const all = await new Promise((resolve, reject) =>
+      lookup("mixed.test", { all: true }, (err, addresses) => (err ? reject(err) : resolve(addresses))),
+    );
+    expect(all).toEqual([{ address: "93.184.216.34", family: 4 }]);
+    const one = await new Promise((resolve, reject) =>
+      lookup("mixed.test", {}, (err, address, family) => (err ? reject(err) : resolve({ address, family }))),
+    );
+    expect(one).toEqual({ address: "93.184.216.34", family: 4 });
+    await expect(
+      new Promise((resolve, reject) =>
+        lookup("inside.test", { all: true }, (err, a) => (err ? reject(err) : resolve(a))),
+      ),
+    ).rejects.toThrow(/inside\.test resolves to no public address \(127\.0\.0\.1, ::1, 169\.254\.169\.254\)/);
   });
 
   it("refuses loopback and private targets at connect time: a name that resolves to the receiver's address never reaches it", async () => {
@@ -164,7 +194,10 @@ describe("outbound safety with WEBHOOK_ALLOW_INSECURE_URLS=false", () => {
     const sender = new WebhookSender({
       allowInsecure: false,
       timeoutMs: 2000,
-      resolve: fakeDns({ "rebound.partner.test": ["127.0.0.1"], "private.partner.test": ["10.0.0.7", "192.168.1.1"] }, calls),
+      resolve: fakeDns(
+        { "rebound.partner.test": ["127.0.0.1"], "private.partner.test": ["10.0.0.7", "192.168.1.1"] },
+        calls,
+      ),
     });
     try {
       const before = ok.seen.length;

@@ -1,5 +1,13 @@
 import { describe, expect, it } from "@jest/globals";
-import { JITTER, latestStartOffsetMs, maxDelaySeconds, nextAttemptAt, plannedOffsetsSeconds, retryDelayMs, type RetryPolicy } from "../src/schedule.js";
+import {
+  JITTER,
+  latestStartOffsetMs,
+  maxDelaySeconds,
+  nextAttemptAt,
+  plannedOffsetsSeconds,
+  retryDelayMs,
+  type RetryPolicy,
+} from "../src/schedule.js";
 
 const production: RetryPolicy = { baseSeconds: 30, windowSeconds: 86_400, attemptTimeoutSeconds: 10 };
 const fast: RetryPolicy = { baseSeconds: 0.2, windowSeconds: 20, attemptTimeoutSeconds: 2 };
@@ -44,7 +52,8 @@ describe("webhook retry schedule", () => {
         for (const duration of [0, 50, p.attemptTimeoutSeconds * 1000]) {
           const starts = simulate(p, random, duration);
           expect(starts.length).toBeGreaterThan(3);
-          for (const s of starts) expect(s + p.attemptTimeoutSeconds * 1000).toBeLessThanOrEqual(p.windowSeconds * 1000);
+          for (const s of starts)
+            expect(s + p.attemptTimeoutSeconds * 1000).toBeLessThanOrEqual(p.windowSeconds * 1000);
           // Retries go on until an attempt ends at or past the last possible start: the whole window is used.
           expect(starts[starts.length - 1]! + duration).toBeGreaterThanOrEqual(latestStartOffsetMs(p));
           for (let i = 1; i < starts.length; i++) expect(starts[i]!).toBeGreaterThan(starts[i - 1]!);
@@ -70,8 +79,12 @@ describe("webhook retry schedule", () => {
 
   it("the schedule counts from when the event was created, not from the epoch", () => {
     const created = Date.UTC(2030, 0, 1);
-    expect(nextAttemptAt({ createdAt: created, attemptsMade: 1, lastEndedAt: created + 100 }, production, 0.5)).toBe(created + 100 + 30_000);
-    expect(nextAttemptAt({ createdAt: created, attemptsMade: 1, lastEndedAt: created + 86_400_000 }, production, 0.5)).toBeNull();
+    expect(nextAttemptAt({ createdAt: created, attemptsMade: 1, lastEndedAt: created + 100 }, production, 0.5)).toBe(
+      created + 100 + 30_000,
+    );
+    expect(
+      nextAttemptAt({ createdAt: created, attemptsMade: 1, lastEndedAt: created + 86_400_000 }, production, 0.5),
+    ).toBeNull();
   });
 
   it("a window shorter than two attempt timeouts still allows retries in its first half", () => {

@@ -31,8 +31,18 @@ afterAll(async () => {
 describe("webhook delivery", () => {
   it("approve and revoke events arrive signed, verifiable, with exactly the webhook event fields", async () => {
     const { partner, receiver } = await partnerWithReceiver("Signed Pharmacy");
-    const approved = await h.emit({ partnerId: partner.partner_id, type: "connection.approved", status: "approved", occurredAt: 1_800_000_000_500n });
-    const revoked = await h.emit({ partnerId: partner.partner_id, connectionId: approved.connectionId, type: "connection.revoked", status: "revoked" });
+    const approved = await h.emit({
+      partnerId: partner.partner_id,
+      type: "connection.approved",
+      status: "approved",
+      occurredAt: 1_800_000_000_500n,
+    });
+    const revoked = await h.emit({
+      partnerId: partner.partner_id,
+      connectionId: approved.connectionId,
+      type: "connection.revoked",
+      status: "revoked",
+    });
     await receiver.waitFor((a) => a.length >= 2, 20_000, "both events");
 
     expect(receiver.rejected).toEqual([]);
@@ -51,10 +61,14 @@ describe("webhook delivery", () => {
     });
     expect(byType["connection.approved"]!.event.id).not.toBe(byType["connection.revoked"]!.event.id);
 
-    const deliveries = await eventually(async () => {
-      const d = (await h.ops.webhookDeliveries(partner.partner_id)).deliveries;
-      return d.length === 2 && d.every((x) => x.state === "delivered") ? d : undefined;
-    }, 10_000, "deliveries recorded");
+    const deliveries = await eventually(
+      async () => {
+        const d = (await h.ops.webhookDeliveries(partner.partner_id)).deliveries;
+        return d.length === 2 && d.every((x) => x.state === "delivered") ? d : undefined;
+      },
+      10_000,
+      "deliveries recorded",
+    );
     expect(deliveries.map((d) => d.attempts)).toEqual([1, 1]);
     expect(deliveries.map((d) => d.next_attempt_at)).toEqual([null, null]);
     expect(new Set(deliveries.map((d) => d.event_id))).toEqual(new Set(receiver.arrivals.map((a) => a.event.id)));
@@ -90,13 +104,29 @@ describe("webhook delivery", () => {
   it("a redelivered Kafka message makes no second evt_ id", async () => {
     const { partner, receiver } = await partnerWithReceiver("Twice Told Lab");
     const first = await h.emit({ partnerId: partner.partner_id });
-    await h.emit({ partnerId: partner.partner_id, eventId: first.eventId, connectionId: first.connectionId, occurredAt: first.occurredAt });
-    await h.emit({ partnerId: partner.partner_id, eventId: first.eventId, connectionId: first.connectionId, occurredAt: first.occurredAt });
+    await h.emit({
+      partnerId: partner.partner_id,
+      eventId: first.eventId,
+      connectionId: first.connectionId,
+      occurredAt: first.occurredAt,
+    });
+    await h.emit({
+      partnerId: partner.partner_id,
+      eventId: first.eventId,
+      connectionId: first.connectionId,
+      occurredAt: first.occurredAt,
+    });
     // Same key, same partition: once this one arrives, the copies before it were consumed.
     const sentinel = await h.emit({ partnerId: partner.partner_id });
-    await receiver.waitFor((a) => a.some((x) => x.event.data.connection_id === sentinel.connectionId), 20_000, "the sentinel");
+    await receiver.waitFor(
+      (a) => a.some((x) => x.event.data.connection_id === sentinel.connectionId),
+      20_000,
+      "the sentinel",
+    );
     // Every stored event has had its delivery, so a second copy's would have arrived by now.
-    await eventually(async () => ((await h.stored(partner.partner_id)).every((d) => d.state === "delivered") ? true : undefined));
+    await eventually(async () =>
+      (await h.stored(partner.partner_id)).every((d) => d.state === "delivered") ? true : undefined,
+    );
 
     const docs = await h.stored(partner.partner_id);
     expect(docs.filter((d) => d.sourceEventId === first.eventId)).toHaveLength(1);
@@ -115,7 +145,9 @@ describe("webhook delivery", () => {
     const listed = await clientsFor(h.settings).webhookAdmin().listDeliveries({ partnerId: partner.partner_id });
     expect(listed.deliveries.map((d) => d.state)).toEqual([webhookv1.DeliveryState.NO_ENDPOINT]);
     expect(await h.ops.webhookDeliveries(partner.partner_id)).toEqual({
-      deliveries: [{ event_id: doc!._id, type: "connection.approved", attempts: 0, state: "failed", next_attempt_at: null }],
+      deliveries: [
+        { event_id: doc!._id, type: "connection.approved", attempts: 0, state: "failed", next_attempt_at: null },
+      ],
       endpoint: { state: "ok", failing_since: null, last_success_at: null },
     });
   });
@@ -141,10 +173,14 @@ describe("webhook delivery", () => {
       receivers.push(receiver);
       await short.ops.partnerSetWebhook(partner.partner_id, receiver.url);
       await short.emit({ partnerId: partner.partner_id });
-      const [doc] = await eventually(async () => {
-        const docs = await short.stored(partner.partner_id);
-        return docs[0]?.state === "failed" ? docs : undefined;
-      }, 20_000, "the event to fail");
+      const [doc] = await eventually(
+        async () => {
+          const docs = await short.stored(partner.partner_id);
+          return docs[0]?.state === "failed" ? docs : undefined;
+        },
+        20_000,
+        "the event to fail",
+      );
       expect(doc!.attempts).toBeGreaterThanOrEqual(3);
       expect(doc!.attemptLog).toHaveLength(doc!.attempts);
       expect(receiver.arrivals).toHaveLength(doc!.attempts);
@@ -152,7 +188,10 @@ describe("webhook delivery", () => {
         expect(a.statusCode).toBe(500);
         expect(a.startedAt.getTime() - doc!.createdAt.getTime()).toBeLessThanOrEqual(3000);
       }
-      expect((await short.ops.webhookDeliveries(partner.partner_id)).deliveries[0]).toMatchObject({ state: "failed", next_attempt_at: null });
+      expect((await short.ops.webhookDeliveries(partner.partner_id)).deliveries[0]).toMatchObject({
+        state: "failed",
+        next_attempt_at: null,
+      });
     } finally {
       await short.stop();
     }
@@ -171,7 +210,11 @@ describe("webhook delivery", () => {
     // Sentinel: one more event, emitted once all n were delivered, has arrived after them; a second
     // attempt of any of them would have gone out in the rounds before.
     const sentinel = await h.emit({ partnerId: partner.partner_id });
-    await receiver.waitFor((a) => a.some((x) => x.event.data.connection_id === sentinel.connectionId), 20_000, "the sentinel");
+    await receiver.waitFor(
+      (a) => a.some((x) => x.event.data.connection_id === sentinel.connectionId),
+      20_000,
+      "the sentinel",
+    );
     expect(receiver.arrivals.filter((x) => x.event.data.connection_id !== sentinel.connectionId)).toHaveLength(n);
     expect(receiver.arrivals.every((a) => a.nth === 1)).toBe(true);
     expect(docs.every((d) => d.attempts === 1)).toBe(true);
@@ -181,7 +224,9 @@ describe("webhook delivery", () => {
     const client = clientsFor(h.settings).webhookAdmin();
     await expect(client.listDeliveries({ partnerId: "" })).rejects.toMatchObject({ code: Code.InvalidArgument });
     await expect(client.listDeliveries({ partnerId: "ptr_x", limit: -1 })).rejects.toBeInstanceOf(ConnectError);
-    await expect(client.listDeliveries({ partnerId: "ptr_x", limit: 1001 })).rejects.toMatchObject({ code: Code.InvalidArgument });
+    await expect(client.listDeliveries({ partnerId: "ptr_x", limit: 1001 })).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+    });
     expect((await client.listDeliveries({ partnerId: "ptr_unknown" })).deliveries).toEqual([]);
 
     const { partner, receiver } = await partnerWithReceiver("Ordered Lab");
@@ -201,12 +246,20 @@ describe("webhook delivery", () => {
 
 describe("outbound safety (WEBHOOK_ALLOW_INSECURE_URLS=false)", () => {
   it("refuses a registered https address whose name resolves to loopback or private addresses at delivery time; the receiver never hears of it", async () => {
-    const dns: Record<string, string[]> = { "hooks.rebinding.test": ["127.0.0.1"], "hooks.private.test": ["10.0.0.8", "fd00::8"] };
+    const dns: Record<string, string[]> = {
+      "hooks.rebinding.test": ["127.0.0.1"],
+      "hooks.private.test": ["10.0.0.8", "fd00::8"],
+    };
     const safe = await startWebhookHarness(
       { WEBHOOK_ALLOW_INSECURE_URLS: "false", WEBHOOK_RETRY_WINDOW_SECONDS: "2" },
       {
         resolve: (hostname, _o, cb) =>
-          dns[hostname] ? cb(null, dns[hostname]!.map((address) => ({ address, family: address.includes(":") ? 6 : 4 }))) : cb(Object.assign(new Error("ENOTFOUND"), { code: "ENOTFOUND" }), []),
+          dns[hostname]
+            ? cb(
+                null,
+                dns[hostname]!.map((address) => ({ address, family: address.includes(":") ? 6 : 4 })),
+              )
+            : cb(Object.assign(new Error("ENOTFOUND"), { code: "ENOTFOUND" }), []),
       },
     );
     try {
@@ -215,17 +268,29 @@ describe("outbound safety (WEBHOOK_ALLOW_INSECURE_URLS=false)", () => {
       receivers.push(receiver);
       const port = new URL(receiver.url).port;
       // Registration only checks the shape (https, a name); where it resolves is checked on connect.
-      await expect(safe.ops.partnerSetWebhook(partner.partner_id, `http://127.0.0.1:${port}/webhooks`)).rejects.toThrow(/https/);
+      await expect(safe.ops.partnerSetWebhook(partner.partner_id, `http://127.0.0.1:${port}/webhooks`)).rejects.toThrow(
+        /https/,
+      );
       await safe.ops.partnerSetWebhook(partner.partner_id, `https://hooks.rebinding.test:${port}/webhooks`);
       await safe.emit({ partnerId: partner.partner_id });
-      const other = await safe.ops.partnerCreate({ name: "Private Clinic", webhookUrl: `https://hooks.private.test:${port}/webhooks` });
+      const other = await safe.ops.partnerCreate({
+        name: "Private Clinic",
+        webhookUrl: `https://hooks.private.test:${port}/webhooks`,
+      });
       await safe.emit({ partnerId: other.partner_id });
 
-      for (const [id, name] of [[partner.partner_id, "hooks.rebinding.test"], [other.partner_id, "hooks.private.test"]] as const) {
-        const [doc] = await eventually(async () => {
-          const docs = await safe.stored(id);
-          return docs[0]?.state === "failed" ? docs : undefined;
-        }, 20_000, `${name} to fail`);
+      for (const [id, name] of [
+        [partner.partner_id, "hooks.rebinding.test"],
+        [other.partner_id, "hooks.private.test"],
+      ] as const) {
+        const [doc] = await eventually(
+          async () => {
+            const docs = await safe.stored(id);
+            return docs[0]?.state === "failed" ? docs : undefined;
+          },
+          20_000,
+          `${name} to fail`,
+        );
         expect(doc!.attemptLog.length).toBeGreaterThanOrEqual(2);
         for (const a of doc!.attemptLog) {
           expect(a.statusCode).toBe(0);

@@ -4,7 +4,10 @@
 import * as oauth from "oauth4webapi";
 
 const issuer = new URL(process.argv[2]);
-const response = await oauth.discoveryRequest(issuer, { algorithm: "oauth2", [oauth.allowInsecureRequests]: issuer.protocol === "http:" });
+const response = await oauth.discoveryRequest(issuer, {
+  algorithm: "oauth2",
+  [oauth.allowInsecureRequests]: issuer.protocol === "http:",
+});
 const as = await oauth.processDiscoveryResponse(issuer, response);
 console.log(
   JSON.stringify({

@@ -41,11 +41,20 @@ export const CONSUMER_HEARTBEAT_MS = 3_000;
 export const CONSUMER_STOP_MS = 4_000;
 
 /** Disconnects a consumer, waiting CONSUMER_STOP_MS at most. */
-export async function disconnectConsumer(consumer: Pick<Consumer, "disconnect">, name: string, logger: Logger, ms = CONSUMER_STOP_MS): Promise<void> {
-  const disconnected = consumer.disconnect().catch((err: unknown) => logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer did not disconnect cleanly"));
-  if (!(await atMost(disconnected, ms))) logger.warn({ consumer: name, waitedMs: ms }, "Kafka consumer still stopping; left behind");
+export async function disconnectConsumer(
+  consumer: Pick<Consumer, "disconnect">,
+  name: string,
+  logger: Logger,
+  ms = CONSUMER_STOP_MS,
+): Promise<void> {
+  const disconnected = consumer
+    .disconnect()
+    .catch((err: unknown) =>
+      logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer did not disconnect cleanly"),
+    );
+  if (!(await atMost(disconnected, ms)))
+    logger.warn({ consumer: name, waitedMs: ms }, "Kafka consumer still stopping; left behind");
 }
-
 
 /**
  * Whether a consumer still runs. kafkajs restarts a consumer after a retriable crash; one it does
@@ -79,7 +88,10 @@ export async function consumed<T>(topic: string, count: number, handle: () => Pr
 }
 
 /** Messages a group has yet to consume: per partition its end offset less the group's committed one (from the start when none), summed. */
-export function consumerLag(ends: { partition: number; high: string; low: string }[], committed: { partition: number; offset: string }[]): number {
+export function consumerLag(
+  ends: { partition: number; high: string; low: string }[],
+  committed: { partition: number; offset: string }[],
+): number {
   const at = new Map(committed.map((c) => [c.partition, Number(c.offset)]));
   return ends.reduce((sum, end) => {
     const position = at.get(end.partition) ?? -1;
@@ -93,7 +105,12 @@ export function consumerLag(ends: { partition: number; high: string; low: string
  * grant lets it read its own groups' offsets. Every replica of the group reports the same value.
  * The admin client connects at the first scrape.
  */
-export function watchConsumerLag(kafka: Kafka, groupId: string, topic: string, logger: Logger): { stop(): Promise<void> } {
+export function watchConsumerLag(
+  kafka: Kafka,
+  groupId: string,
+  topic: string,
+  logger: Logger,
+): { stop(): Promise<void> } {
   const admin = kafka.admin();
   let connected: Promise<void> | undefined;
   const reads = readAtScrape(
@@ -113,7 +130,11 @@ export function watchConsumerLag(kafka: Kafka, groupId: string, topic: string, l
   return {
     async stop() {
       await reads.stop();
-      if (connected) await atMost(admin.disconnect().catch(() => undefined), CONSUMER_STOP_MS);
+      if (connected)
+        await atMost(
+          admin.disconnect().catch(() => undefined),
+          CONSUMER_STOP_MS,
+        );
     },
   };
 }
@@ -163,7 +184,9 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
   const consumer = kafka.consumer({
     groupId: group,
     maxWaitTimeInMs: consumerMaxWaitMs,
-    ...(o.quickHandover ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS, heartbeatInterval: CONSUMER_HEARTBEAT_MS } : {}),
+    ...(o.quickHandover
+      ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS, heartbeatInterval: CONSUMER_HEARTBEAT_MS }
+      : {}),
   });
   const alive = watchConsumer(consumer, name, logger);
   const lag = o.reportLag === false ? undefined : watchConsumerLag(kafka, group, topic, logger);

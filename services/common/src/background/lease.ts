@@ -46,15 +46,27 @@ export async function takeLease<T extends Document>(
   const update = opts.update ?? {};
   const doc = await collection.findOneAndUpdate(
     asFilter<T>({ $and: [filter, leaseFree(fields, now)] }),
-    asUpdate<T>({ ...update, $set: { ...((update.$set as Document | undefined) ?? {}), [fields.until]: until, [fields.holder]: holder } }),
+    asUpdate<T>({
+      ...update,
+      $set: { ...((update.$set as Document | undefined) ?? {}), [fields.until]: until, [fields.holder]: holder },
+    }),
     { returnDocument: "after" },
   );
   return doc ? { doc, holder, until } : null;
 }
 
 /** Pushes a held lease forward; false when it is no longer this holder's. */
-export async function renewLease<T extends Document>(collection: AnyCollection<T>, id: unknown, fields: LeaseFields, holder: string, ms: number): Promise<boolean> {
-  const res = await collection.updateOne(asFilter<T>({ _id: id, [fields.holder]: holder }), asUpdate<T>({ $set: { [fields.until]: new Date(Date.now() + ms) } }));
+export async function renewLease<T extends Document>(
+  collection: AnyCollection<T>,
+  id: unknown,
+  fields: LeaseFields,
+  holder: string,
+  ms: number,
+): Promise<boolean> {
+  const res = await collection.updateOne(
+    asFilter<T>({ _id: id, [fields.holder]: holder }),
+    asUpdate<T>({ $set: { [fields.until]: new Date(Date.now() + ms) } }),
+  );
   return res.matchedCount === 1;
 }
 
@@ -72,7 +84,10 @@ export function endLease<T extends Document>(
   const update = opts.update ?? {};
   return collection.findOneAndUpdate(
     asFilter<T>({ ...opts.filter, _id: id, [fields.holder]: holder }),
-    asUpdate<T>({ ...update, $set: { ...((update.$set as Document | undefined) ?? {}), [fields.until]: null, [fields.holder]: null } }),
+    asUpdate<T>({
+      ...update,
+      $set: { ...((update.$set as Document | undefined) ?? {}), [fields.until]: null, [fields.holder]: null },
+    }),
     { returnDocument: "after" },
   );
 }
@@ -93,7 +108,12 @@ const JOB_LEASE: LeaseFields = { until: "until", holder: "holder" };
  * ran out and another replica may have taken over, so the task should stop. Leases use the real
  * clock, whatever clock the task itself is given.
  */
-export async function whileHolding<T>(collection: AnyCollection<JobLeaseDoc>, name: string, ms: number, task: (renew: () => Promise<boolean>) => Promise<T>): Promise<T | undefined> {
+export async function whileHolding<T>(
+  collection: AnyCollection<JobLeaseDoc>,
+  name: string,
+  ms: number,
+  task: (renew: () => Promise<boolean>) => Promise<T>,
+): Promise<T | undefined> {
   await insertIfNew(collection, { _id: name, until: null, holder: null });
   const lease = await takeLease(collection, { _id: name }, JOB_LEASE, { ms });
   if (!lease) return undefined;

@@ -10,7 +10,13 @@ export interface Periodic {
  * Runs `task` every `intervalMs`, never two rounds at once, and (unless told otherwise) once right
  * away. A failure is logged and the next round tries again; stop() waits for the round in progress.
  */
-export function every(name: string, intervalMs: number, task: () => Promise<unknown>, logger: Logger, opts: { runAtStart?: boolean } = {}): Periodic {
+export function every(
+  name: string,
+  intervalMs: number,
+  task: () => Promise<unknown>,
+  logger: Logger,
+  opts: { runAtStart?: boolean } = {},
+): Periodic {
   let running: Promise<void> | undefined;
   let stopped = false;
   const run = (): Promise<void> => {

@@ -35,7 +35,11 @@ export function retry<T>(what: string, attempt: (n: number) => Promise<T>, o: Re
     randomize: false,
     shouldRetry: ({ error }) => retryIf(error),
     onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
-      if (retriesLeft > 0 && retryIf(error)) o.logger?.warn({ err: error.message, attempt: attemptNumber, retryInMs: retryDelay(attemptNumber, o) }, `${what} failed; retrying`);
+      if (retriesLeft > 0 && retryIf(error))
+        o.logger?.warn(
+          { err: error.message, attempt: attemptNumber, retryInMs: retryDelay(attemptNumber, o) },
+          `${what} failed; retrying`,
+        );
     },
   });
 }

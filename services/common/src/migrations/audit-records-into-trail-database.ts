@@ -15,7 +15,8 @@ const BATCH = 500;
 
 export const auditRecordsIntoTrailDatabase: StoreMigration = {
   name: "0001-audit-records-into-the-trail-database",
-  about: "copies the audit records 4e36e67 kept in <ns>_auth.audit_records into <ns>_auth_audit.audit_records, then drops the old collection",
+  about:
+    "copies the audit records 4e36e67 kept in <ns>_auth.audit_records into <ns>_auth_audit.audit_records, then drops the old collection",
   async up({ db, client, namespace, logger }) {
     const from = db.collection<Document>("audit_records");
     const to = client.db(databaseName(namespace, "auth_audit")).collection<Document>("audit_records");
@@ -32,9 +33,10 @@ export const auditRecordsIntoTrailDatabase: StoreMigration = {
       if (batch.length >= BATCH) await flush();
     }
     if (batch.length > 0) await flush();
-    if (seen > 0) await from.drop().catch((err: { code?: number }) => {
-      if (err.code !== 26) throw err; // already gone (NamespaceNotFound)
-    });
+    if (seen > 0)
+      await from.drop().catch((err: { code?: number }) => {
+        if (err.code !== 26) throw err; // already gone (NamespaceNotFound)
+      });
     logger.info({ seen, copied }, "audit records of 4e36e67 copied into the trail's database");
   },
 };

@@ -41,7 +41,8 @@ export function parseConnectionCreate(body: unknown, domain: string): string {
     throw new PartnerError("invalid_request", { message: "The body must be a JSON object." });
   }
   const extra = Object.keys(body).find((k) => k !== "elder");
-  if (extra !== undefined) throw new PartnerError("invalid_request", { message: `Unknown field ${JSON.stringify(extra)}.`, param: extra });
+  if (extra !== undefined)
+    throw new PartnerError("invalid_request", { message: `Unknown field ${JSON.stringify(extra)}.`, param: extra });
   const elder = (body as { elder?: unknown }).elder;
   if (elder === undefined) throw new PartnerError("invalid_request", { message: "elder is required.", param: "elder" });
   const check = checkElderAddress(elder, domain);
@@ -52,19 +53,34 @@ export function parseConnectionCreate(body: unknown, domain: string): string {
 /** The shape of a connection id; anything else gets the same 404 as an unknown id, without a lookup. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
-export default function connectionRoutes(connections: ConnectionClient, domain: string, leases = new ConnectionLeases()) {
+export default function connectionRoutes(
+  connections: ConnectionClient,
+  domain: string,
+  leases = new ConnectionLeases(),
+) {
   const router = gatewayRouter();
   const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
-  router.post("/v1/connections", requireScope(CONNECTION_SCOPE), async (ctx, next) => {
-    if (!ctx.is("application/json")) throw new PartnerError("unsupported_media_type", { message: "The body must be application/json." });
-    await next();
-  }, jsonBody, async (ctx) => {
-    const address = parseConnectionCreate(ctx.request.body, domain);
-    const res = await connections.requestConnection({ partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), elderAddress: address });
-    ctx.status = 202;
-    ctx.body = connectionResource(res.connection);
-  });
+  router.post(
+    "/v1/connections",
+    requireScope(CONNECTION_SCOPE),
+    async (ctx, next) => {
+      if (!ctx.is("application/json"))
+        throw new PartnerError("unsupported_media_type", { message: "The body must be application/json." });
+      await next();
+    },
+    jsonBody,
+    async (ctx) => {
+      const address = parseConnectionCreate(ctx.request.body, domain);
+      const res = await connections.requestConnection({
+        partnerId: ctx.state.principal!.partnerId,
+        mode: modeOf(ctx),
+        elderAddress: address,
+      });
+      ctx.status = 202;
+      ctx.body = connectionResource(res.connection);
+    },
+  );
 
   // Unknown, malformed and foreign ids (another partner's, or the other mode's) all leave through
   // the one not_found of the error table: same status, body and headers.

@@ -62,14 +62,20 @@ const countUploads: Middleware = async (ctx, next) => {
   }
 };
 
-export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings, logger: Logger, terminal = new TerminalStatusCache()) {
+export default function fileRoutes(
+  files: FileIntakeClient,
+  settings: FileRouteSettings,
+  logger: Logger,
+  terminal = new TerminalStatusCache(),
+) {
   const router = gatewayRouter();
   const domain = settings.ADDRESS_DOMAIN;
   const slots = new UploadSlots(settings.UPLOAD_CONCURRENCY_PER_PARTNER, settings.UPLOAD_CONCURRENCY_TOTAL);
   const limits = multipartLimits(settings.MAX_FILE_BYTES);
 
   router.post("/v1/files", requireScope(FILES_SCOPE), countUploads, async (ctx) => {
-    if (!ctx.is("multipart/form-data")) throw new PartnerError("unsupported_media_type", { message: "The body must be multipart/form-data." });
+    if (!ctx.is("multipart/form-data"))
+      throw new PartnerError("unsupported_media_type", { message: "The body must be multipart/form-data." });
     const idempotencyKey = parseIdempotencyKey(ctx.req.headers["idempotency-key"]);
     const principal = ctx.state.principal!;
     // The body is at most this long, so the file too; unknown when the body is chunked.

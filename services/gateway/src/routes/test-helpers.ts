@@ -26,14 +26,18 @@ export const TEST_HELPER_ACTS = {
 export function testHelperRoutes(connections: ConnectionClient) {
   const router = gatewayRouter();
   for (const [name, act] of Object.entries(TEST_HELPER_ACTS)) {
-    router.post(`/v1/test_helpers/connections/:id/${name}`, requireScope(CONNECTION_SCOPE), async (ctx: GatewayContext) => {
-      // Any other shape gets the same 404 as an unknown id, without a call.
-      const id = ctx.params.id ?? "";
-      if (!CONNECTION_ID.test(id)) throw new PartnerError("not_found");
-      const { partnerId, mode } = ctx.state.principal!;
-      const res = await connections.actOnTestConnection({ partnerId, id, mode: modeToProto(mode), act });
-      ctx.body = connectionResource(res.connection);
-    });
+    router.post(
+      `/v1/test_helpers/connections/:id/${name}`,
+      requireScope(CONNECTION_SCOPE),
+      async (ctx: GatewayContext) => {
+        // Any other shape gets the same 404 as an unknown id, without a call.
+        const id = ctx.params.id ?? "";
+        if (!CONNECTION_ID.test(id)) throw new PartnerError("not_found");
+        const { partnerId, mode } = ctx.state.principal!;
+        const res = await connections.actOnTestConnection({ partnerId, id, mode: modeToProto(mode), act });
+        ctx.body = connectionResource(res.connection);
+      },
+    );
   }
   return router;
 }

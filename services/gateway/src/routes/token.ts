@@ -19,7 +19,14 @@ export function oauthError(error: OAuthError) {
   return { error, error_description: descriptions[error] };
 }
 
-const fields = ["grant_type", "client_id", "client_secret", "scope", "client_assertion_type", "client_assertion"] as const;
+const fields = [
+  "grant_type",
+  "client_id",
+  "client_secret",
+  "scope",
+  "client_assertion_type",
+  "client_assertion",
+] as const;
 type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
 
 /**
@@ -30,7 +37,9 @@ type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
 export function parseTokenRequest(
   body: unknown,
   authorization?: string,
-): { ok: true; req: TokenRequest; client: ClientCredentials; method: ClientAuthMethod } | { ok: false; error: OAuthError } {
+):
+  | { ok: true; req: TokenRequest; client: ClientCredentials; method: ClientAuthMethod }
+  | { ok: false; error: OAuthError } {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return { ok: false, error: "invalid_request" };
   const req: TokenRequest = {};
   for (const field of fields) {
@@ -44,7 +53,8 @@ export function parseTokenRequest(
   const auth = clientAuthentication(authorization, req);
   if (!auth.ok) return { ok: false, error: "invalid_request" };
   const { clientId, clientSecret } = auth.credentials;
-  if (clientId.length > 256 || clientSecret.length > 512 || (req.scope?.length ?? 0) > 1024) return { ok: false, error: "invalid_request" };
+  if (clientId.length > 256 || clientSecret.length > 512 || (req.scope?.length ?? 0) > 1024)
+    return { ok: false, error: "invalid_request" };
   return { ok: true, req, client: auth.credentials, method: auth.method };
 }
 
@@ -86,18 +96,31 @@ export default function tokenRoutes(issueToken: IssueToken) {
       // Basic or body: the same call, so every credential failure is the same work and the same
       // answer; an assertion is checked by auth alone, and fails with the same answer.
       const { clientId, clientSecret, assertion } = parsed.client;
-      const res = await issueToken({ clientId, clientSecret, scope: parsed.req.scope, ...(assertion !== undefined ? { clientAssertion: assertion } : {}) });
+      const res = await issueToken({
+        clientId,
+        clientSecret,
+        scope: parsed.req.scope,
+        ...(assertion !== undefined ? { clientAssertion: assertion } : {}),
+      });
       if (res.outcome.case === "token") {
         const t = res.outcome.value;
         ctx.status = 200;
-        ctx.body = { access_token: t.accessToken, token_type: "Bearer", expires_in: Number(t.expiresIn), scope: t.scope };
+        ctx.body = {
+          access_token: t.accessToken,
+          token_type: "Bearer",
+          expires_in: Number(t.expiresIn),
+          scope: t.scope,
+        };
         return;
       }
       // Auth could not read this request's credential (its database is away): the envelope 503, as
       // when the whole call fails.
-      if (res.outcome.value === authv1.TokenFailure.UNAVAILABLE) throw new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
+      if (res.outcome.value === authv1.TokenFailure.UNAVAILABLE)
+        throw new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
       ctx.status = 400;
-      ctx.body = oauthError(res.outcome.value === authv1.TokenFailure.INVALID_SCOPE ? "invalid_scope" : "invalid_client");
+      ctx.body = oauthError(
+        res.outcome.value === authv1.TokenFailure.INVALID_SCOPE ? "invalid_scope" : "invalid_client",
+      );
     },
   );
   return router;
