@@ -1,17 +1,12 @@
 import { isAscii, isUtf8 } from "node:buffer";
 import { fileTypeFromBuffer } from "file-type";
 
-// The accepted file types of v1 (POST /v1/files), in one place. The gateway checks an upload with
-// it as the bytes arrive; file-intake checks them again before storing, and picks the extraction.
-// A type is recognised from the bytes alone (never from the client's declared Content-Type or file
-// name): by `file-type`'s signature detection for binary formats, and by the plain-text rule below
-// for text, which has no signature. Adding a type is one entry here (plus an extractor in
-// services/extraction/src/extraction-child.ts when its extraction is a new kind).
+// The accepted file types of POST /v1/files, recognised from the bytes alone (never the declared
+// Content-Type or name): `file-type`'s signatures for binary formats, the plain-text rule below for text.
 
 export type ExtractionKind = "pdf-text" | "plain-text" | "image-dimensions" | "audio-duration";
 
 export interface AcceptedType {
-  /** The media type stored with the file. */
   mediaType: string;
   /** What file-type reports for it (several spellings or brands map to one accepted type). */
   sniffed: readonly string[];
@@ -42,10 +37,8 @@ export function acceptedType(mediaType: string): AcceptedType | undefined {
 }
 
 /**
- * The accepted type of a file from its first bytes (at most SNIFF_BYTES; fewer only when the file is
- * that short), or undefined when it is not one we accept. A file that file-type recognises as any
- * other format is refused even when it happens to be text (XML, SVG, RTF...). Plain text is decided
- * here on its first bytes only; the rest is checked as it streams by a TextChecker.
+ * The accepted type of a file from its first SNIFF_BYTES, or undefined. Any other format file-type
+ * knows is refused even when it is text (XML, SVG...); the rest of a text is checked by a TextChecker.
  */
 export async function recognise(head: Uint8Array): Promise<AcceptedType | undefined> {
   if (head.length === 0) return undefined;
@@ -61,7 +54,7 @@ const BINARY_CONTROL_BYTES = [...Array(0x20).keys(), 0x7f].filter(
   (b) => b !== 0x09 && b !== 0x0a && b !== 0x0c && b !== 0x0d,
 );
 
-/** The length of the UTF-8 sequence that `lead` starts; 1 for a byte that starts none (isUtf8 refuses it where it stands). */
+/** The length of the UTF-8 sequence that `lead` starts; 1 for a byte that starts none. */
 const sequenceLength = (lead: number) =>
   lead >= 0xc0 && lead < 0xe0 ? 2 : lead >= 0xe0 && lead < 0xf0 ? 3 : lead >= 0xf0 && lead < 0xf8 ? 4 : 1;
 
@@ -87,10 +80,8 @@ function utf16Units(bytes: Uint8Array): number {
 const BOM = [0xef, 0xbb, 0xbf];
 
 /**
- * Plain text is valid UTF-8 (a byte order mark allowed) without binary control characters. Checked
- * chunk by chunk, so a 25 MB file is never held whole; a multi-byte character may straddle chunks
- * (its first bytes are carried to the next chunk). Native scans (isUtf8, indexOf, isAscii): the check
- * runs over every byte in the gateway and again in file-intake, which also measures the text's `length`.
+ * Plain text is valid UTF-8 (a byte order mark allowed) without binary control characters, checked
+ * chunk by chunk with native scans; a character straddling chunks is carried to the next one.
  */
 export class TextChecker {
   private valid = true;
@@ -101,14 +92,10 @@ export class TextChecker {
   private bomBytes = 0;
   private seen = 0;
 
-  /** `measure`: count the text's `length` as it is checked (file-intake records it; the gateway need not). */
+  /** `measure`: count the text's `length` as it is checked. */
   constructor(private readonly options: { measure?: boolean } = {}) {}
 
-  /**
-   * The text's length as JavaScript counts it (UTF-16 code units), a leading byte order mark not
-   * counted: what `new TextDecoder().decode(file).length` gives, without decoding. Meaningful once
-   * `end()` said true, for a checker made with `measure`.
-   */
+  /** `new TextDecoder().decode(file).length`, without decoding; meaningful once `end()` said true. */
   get length(): number {
     return this.units - (this.bomBytes === 3 ? 1 : 0);
   }
