@@ -1,4 +1,3 @@
-import { isAscii, isUtf8 } from "node:buffer";
 import { fileTypeFromBuffer } from "file-type";
 
 // The accepted file types of POST /v1/files, recognised from the bytes alone (never the declared
@@ -48,93 +47,39 @@ export async function recognise(head: Uint8Array): Promise<AcceptedType | undefi
   return text.push(head) ? acceptedType(TEXT_MEDIA_TYPE) : undefined;
 }
 
-// C0 control characters other than tab, line feed, form feed and carriage return, and DEL: a file
-// containing one is binary, not plain text. In valid UTF-8 these bytes stand only for themselves.
-const BINARY_CONTROL_BYTES = [...Array(0x20).keys(), 0x7f].filter(
-  (b) => b !== 0x09 && b !== 0x0a && b !== 0x0c && b !== 0x0d,
-);
-
-/** The length of the UTF-8 sequence that `lead` starts; 1 for a byte that starts none. */
-const sequenceLength = (lead: number) =>
-  lead >= 0xc0 && lead < 0xe0 ? 2 : lead >= 0xe0 && lead < 0xf0 ? 3 : lead >= 0xf0 && lead < 0xf8 ? 4 : 1;
-
-/** Where the character that `bytes` ends inside begins, or `bytes.length` when it ends on a character boundary. */
-function incompleteTail(bytes: Uint8Array): number {
-  for (let i = bytes.length - 1; i >= 0 && i >= bytes.length - 3; i--) {
-    if ((bytes[i]! & 0xc0) !== 0x80) return bytes.length - i < sequenceLength(bytes[i]!) ? i : bytes.length;
-  }
-  return bytes.length;
-}
-
-/** UTF-16 code units of valid UTF-8: one per character, two for a character beyond U+FFFF (a 4-byte sequence). */
-function utf16Units(bytes: Uint8Array): number {
-  if (isAscii(bytes)) return bytes.length;
-  let units = 0;
-  for (const b of bytes) {
-    if ((b & 0xc0) !== 0x80) units++;
-    if (b >= 0xf0) units++;
-  }
-  return units;
-}
-
-const BOM = [0xef, 0xbb, 0xbf];
+// C0 control characters other than tab, line feed, form feed and carriage return, and DEL: binary.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: these characters are what it looks for
+const BINARY_CONTROL = /[\x00-\x08\x0B\x0E-\x1F\x7F]/;
 
 /**
  * Plain text is valid UTF-8 (a byte order mark allowed) without binary control characters, checked
- * chunk by chunk with native scans; a character straddling chunks is carried to the next one.
+ * chunk by chunk by a streaming decode (a character may straddle chunks).
  */
 export class TextChecker {
+  private readonly decoder = new TextDecoder("utf-8", { fatal: true });
   private valid = true;
-  /** The first bytes of a character the last chunk ended inside (at most 3). */
-  private carry: Buffer | undefined;
-  private units = 0;
-  /** How many of the file's first bytes are a byte order mark so far (3: it starts with one). */
-  private bomBytes = 0;
-  private seen = 0;
-
-  /** `measure`: count the text's `length` as it is checked. */
-  constructor(private readonly options: { measure?: boolean } = {}) {}
-
-  /** `new TextDecoder().decode(file).length`, without decoding; meaningful once `end()` said true. */
-  get length(): number {
-    return this.units - (this.bomBytes === 3 ? 1 : 0);
-  }
-
-  private count(bytes: Uint8Array): void {
-    if (!this.options.measure) return;
-    for (let i = 0; this.seen < 3 && i < bytes.length; i++, this.seen++)
-      if (bytes[i] === BOM[this.seen] && this.bomBytes === this.seen) this.bomBytes++;
-    this.units += utf16Units(bytes);
-  }
+  /** The text's length as JavaScript counts it, a leading byte order mark not counted; meaningful once `end()` said true. */
+  length = 0;
 
   /** False once the bytes so far are not plain text. */
   push(chunk: Uint8Array): boolean {
-    if (!this.valid) return false;
-    let bytes = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-    if (this.carry) {
-      // Complete the carried character with the bytes it still needs, and check it on its own.
-      const need = sequenceLength(this.carry[0]!) - this.carry.length;
-      const head = Buffer.concat([this.carry, bytes.subarray(0, need)]);
-      bytes = bytes.subarray(need);
-      if (head.length < sequenceLength(head[0]!)) {
-        this.carry = head;
-        return this.valid;
-      }
-      this.carry = undefined;
-      if (!isUtf8(head)) return (this.valid = false);
-      this.count(head);
-    }
-    const cut = incompleteTail(bytes);
-    const whole = bytes.subarray(0, cut);
-    if (cut < bytes.length) this.carry = Buffer.from(bytes.subarray(cut));
-    this.valid = isUtf8(whole) && BINARY_CONTROL_BYTES.every((b) => whole.indexOf(b) === -1);
-    if (this.valid) this.count(whole);
-    return this.valid;
+    return this.decode(() => this.decoder.decode(chunk, { stream: true }));
   }
 
   /** At the end of the file: false when it ends inside a multi-byte character. */
   end(): boolean {
-    if (this.carry) this.valid = false;
+    return this.decode(() => this.decoder.decode());
+  }
+
+  private decode(next: () => string): boolean {
+    if (!this.valid) return false;
+    try {
+      const text = next();
+      this.length += text.length;
+      this.valid = !BINARY_CONTROL.test(text);
+    } catch {
+      this.valid = false;
+    }
     return this.valid;
   }
 }
