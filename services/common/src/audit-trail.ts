@@ -21,7 +21,6 @@ import { Outbox } from "./persistence.js";
 // persistence.ts. A refusal changes nothing: its record is inserted alone (collection audit_outbox)
 // and relayed the same way, its document deleted once relayed.
 
-/** The fields a document carries once it has held an audit record. */
 export interface AuditCarrier {
   audit?: AuditEntry[];
   auditRelayUntil?: Date | null;
@@ -82,7 +81,6 @@ export class AuditTrail {
       service: AuditService;
       db: Db;
       producer: Pick<Producer, "send">;
-      /** topicName(namespace, "auditEvents") */
       topic: string;
       logger: Logger;
       /** The service's SERVICE_IDENTITY_KEY, which signs every record (unsigned records are not stored). */

@@ -95,11 +95,9 @@ export interface AuditFields {
   actor: AuditActor;
   /** The ids the act concerns, the main one first; anything not shaped like an id is left out. */
   targets: readonly (string | null | undefined)[];
-  /** Absent when the act was done. */
   refused?: { code: RefusalCode; rule?: string };
 }
 
-/** The record as stored and published, without its id and time. */
 export interface AuditRecordFields {
   service: AuditService;
   actor: AuditActor;
@@ -110,7 +108,6 @@ export interface AuditRecordFields {
   reason: string;
 }
 
-/** An audit record waiting in a document's `audit` outbox (audit-trail.ts). */
 export type AuditEntry = AuditRecordFields & OutboxEntry & { sequence: number };
 
 export class AuditShapeError extends Error {}
@@ -149,10 +146,7 @@ export function shapeAudit(service: AuditService, fields: AuditFields): AuditRec
 
 let sequence = 0;
 
-/**
- * A new audit entry (a fresh evt_ id, the time, the trace context) to store with the change it
- * records. Its sequence orders this process's entries within one millisecond.
- */
+/** A new entry to store with its change; the sequence orders this process's entries within one millisecond. */
 export function auditEntry(service: AuditService, fields: AuditFields, at = new Date()): AuditEntry {
   return outboxEntry({ ...shapeAudit(service, fields), sequence: ++sequence }, at);
 }
@@ -184,11 +178,7 @@ const refusalCodes: Partial<Record<Code, RefusalCode>> = {
   [Code.PermissionDenied]: "permission_denied",
 };
 
-/**
- * The refusal an error stands for: a service's deliberate "no" (a ConnectError with one of the
- * codes above). Anything else (the database or Kafka unreachable, a bug) is no decision, so
- * nothing is recorded: a change that was made is recorded with the change itself.
- */
+/** The refusal an error stands for: a deliberate "no"; anything else (an outage, a bug) decided nothing. */
 export function refusalOf(err: unknown): { code: RefusalCode } | undefined {
   const code = err instanceof ConnectError ? refusalCodes[err.code] : undefined;
   return code ? { code } : undefined;

@@ -32,7 +32,6 @@ export async function insertIfNew<T extends Document>(collection: Collection<T>,
   }
 }
 
-/** Inserts every document; returns those not inserted because their _id or unique key is taken. */
 export async function insertNew<T extends Document>(collection: Collection<T>, docs: T[]): Promise<T[]> {
   if (docs.length === 0) return [];
   try {
@@ -47,10 +46,7 @@ export async function insertNew<T extends Document>(collection: Collection<T>, d
   }
 }
 
-/**
- * Check-and-set: applies `update` (and bumps `version`) only if the document still has the version
- * that was read. null when another writer got there first: read again and decide again.
- */
+/** Applies `update` (bumping `version`) only if the document still has the version read; else null. */
 export function updateVersioned<T extends { _id: string; version: number }>(
   collection: Collection<T>,
   read: Pick<T, "_id" | "version">,
@@ -63,7 +59,6 @@ export function updateVersioned<T extends { _id: string; version: number }>(
   );
 }
 
-/** An event written in the same document update as the state change it reports. */
 export interface OutboxEntry {
   eventId: string;
   occurredAt: Date;
@@ -71,7 +66,6 @@ export interface OutboxEntry {
   trace?: Record<string, string>;
 }
 
-/** A document that carries an outbox: events not yet published, and the relay's lease. */
 export interface OutboxFields<E extends OutboxEntry = OutboxEntry> {
   outbox: E[];
   relayUntil?: Date | null;
@@ -81,7 +75,6 @@ export interface OutboxFields<E extends OutboxEntry = OutboxEntry> {
 /** The fields of a new document with nothing to publish (spread into an insert). */
 export const emptyOutbox = (): OutboxFields<never> => ({ outbox: [], relayUntil: null, relayHolder: null });
 
-/** A new outbox entry: a fresh event id, the time, and the active trace context. */
 export function outboxEntry<F extends object>(fields: F, occurredAt = new Date()): F & OutboxEntry {
   const trace = traceHeaders();
   return { ...fields, eventId: newId("evt"), occurredAt, ...(Object.keys(trace).length > 0 ? { trace } : {}) };
@@ -92,14 +85,12 @@ export function pushEvent<E extends OutboxEntry>(entry: E): { $push: { outbox: E
   return { $push: { outbox: entry } };
 }
 
-/** Where one event went: its partition and offset on the topic. */
 export interface Published {
   partition: number;
   offset: bigint;
 }
 
 export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
-  /** What the events are, for spans and logs ("connection events"). */
   name: string;
   collection: Collection<D>;
   producer: Pick<Producer, "send">;
@@ -152,7 +143,6 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     this.logId = o.logId ?? ((id) => id);
   }
 
-  /** The filter of documents holding at least one entry. */
   private pending(): Document {
     return { [`${this.field}.eventId`]: { $exists: true } };
   }
@@ -172,10 +162,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     this.track(this.relay(id).catch(failed));
   }
 
-  /**
-   * Publishes and removes the entries of one document, unless another relay holds it; returns where
-   * each event it published went. A failure is logged, the lease given back, the entries left for the sweep.
-   */
+  /** Publishes and pulls the entries of one document unless another relay holds it; where each went. */
   async relay(id: unknown): Promise<Map<string, Published>> {
     const published = new Map<string, Published>();
     const { collection, logger } = this.o;
@@ -225,7 +212,6 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     this.o.logger.info({ id: this.logId(doc._id), events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
   }
 
-  /** Whether the event is still in the document's outbox (not published yet). */
   async holds(id: unknown, eventId: string): Promise<boolean> {
     return (
       (await this.o.collection.countDocuments(asFilter<D>({ _id: id, [`${this.field}.eventId`]: eventId }), {
@@ -257,7 +243,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     return Number.isFinite(first) ? Math.max(0, (now.getTime() - first) / 1000) : 0;
   }
 
-  /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`; measures the oldest entry left at each scrape. */
+  /** Sweeps now and every `sweepEveryMs`; measures the oldest entry at each scrape. */
   start(): void {
     this.sweeper ??= every(
       `${this.o.name} outbox sweep`,
@@ -284,7 +270,6 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     }
   }
 
-  /** Waits for the relays in flight, including those started meanwhile. */
   async drain(): Promise<void> {
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }

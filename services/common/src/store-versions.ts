@@ -16,11 +16,9 @@ import { compareReleases, isRelease, RELEASE } from "./release.js";
 //    when that is newer, so a release that only expands can still be rolled back from.
 // A failed migration is logged once, recorded nowhere, and fails the start; the next start runs it again.
 
-/** What a migration gets: its service's database, the client (for a database beside it), a logger. */
 export interface MigrationContext {
   db: Db;
   client: MongoClient;
-  /** DATA_NAMESPACE: the prefix of the databases (databaseName). */
   namespace: string;
   logger: Logger;
 }
@@ -28,7 +26,6 @@ export interface MigrationContext {
 export interface StoreMigration {
   /** Migrations run in the order of their names: "0001-...", "0002-...". Never renamed once released. */
   name: string;
-  /** What it changes, one line (logged as it runs; docs/upgrades.md lists them). */
   about: string;
   up(ctx: MigrationContext): Promise<void>;
 }
@@ -89,11 +86,9 @@ export async function prepareStore(
     client: MongoClient;
     namespace: string;
     logger: Logger;
-    /** This code's release (RELEASE); tests pretend to be another. */
     release?: string;
     /** How long the migrating lease lasts without renewal (renewed every third of it). */
     leaseMs?: number;
-    /** How often a replica waiting for another's migrations looks again. */
     pollMs?: number;
   },
 ): Promise<{ ran: string[]; mark: StoreMark }> {
@@ -144,10 +139,8 @@ export async function prepareStore(
 }
 
 /**
- * Creates the mark, or brings the collections' versions up and the oldest reader up to
- * `readableFrom` when it is newer (never down: a rollback to an older release's code does not
- * make the data readable by older releases again). Conditional on what was read, so replicas
- * starting at once converge.
+ * Creates the mark, or raises its versions and oldest reader (never lowers: rolling back the code
+ * does not make the data readable by older releases). Conditional on what was read, so replicas converge.
  */
 async function recordMark(db: Db, schema: StoreSchema, release: string, read: StoreMark | null): Promise<StoreMark> {
   const marks = db.collection(STORE_VERSION_COLLECTION) as unknown as Collection<StoreMark>;
