@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { eventsv1 } from "@pi/proto";
 import { outboxEntry, type OutboxEntry } from "./persistence.js";
 
 // The audit trail's records, as pure functions (docs/security.md, "Audit trail"). A record says who
@@ -39,18 +40,7 @@ export type AuditAction = keyof typeof AUDIT_ACTION_OWNERS;
 export const AUDIT_ACTIONS = Object.keys(AUDIT_ACTION_OWNERS) as AuditAction[];
 
 /** The bytes a record's Ed25519 signature covers: every field but the signature, in a fixed order, as JSON. */
-export function auditSignedBytes(r: {
-  id: string;
-  occurredAt: bigint;
-  service: string;
-  actor: string;
-  action: string;
-  targets: readonly string[];
-  outcome: number;
-  reason: string;
-  sequence: bigint;
-  signingKid: string;
-}): Buffer {
+export function auditSignedBytes(r: Omit<eventsv1.AuditRecord, "$typeName" | "$unknown" | "signature">): Buffer {
   return Buffer.from(
     JSON.stringify([
       "pi-audit-record-v1",

@@ -19,17 +19,7 @@ export interface KeyBeforeModes {
 }
 
 /** A key as 1.0.0 and later store it. */
-export interface KeyUnderMode {
-  _id: string;
-  partnerId: string;
-  mode: "live" | "test";
-  key: string;
-  fingerprint: string;
-  fileId: string;
-  state: "claimed" | "committed";
-  claimedUntil: Date;
-  expiresAt: Date;
-}
+export type KeyUnderMode = Omit<KeyBeforeModes, "claimedAt"> & { mode: "live" | "test"; claimedUntil: Date };
 
 /**
  * The key under the mode of its file, or null when it named no stored file (a claim whose request
