@@ -101,8 +101,9 @@ export async function whileHolding<T>(
   ms: number,
   task: (renew: () => Promise<boolean>) => Promise<T>,
 ): Promise<T | undefined> {
-  // A replica's racing insert is as good as this one's; any other failure fails the take below.
-  await collection.insertOne({ _id: name, until: null, holder: null }).catch(() => undefined);
+  await collection.insertOne({ _id: name, until: null, holder: null }).catch((err: { code?: unknown }) => {
+    if (err.code !== 11000) throw err; // E11000: it exists already
+  });
   const lease = await takeLease(collection, { _id: name }, JOB_LEASE, { ms });
   if (!lease) return undefined;
   try {
