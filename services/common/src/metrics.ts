@@ -81,15 +81,13 @@ export const webhookAttemptDuration = new client.Histogram({
   buckets: LONG_BUCKETS,
   registers,
 });
-export const webhookOldestPendingAge = new client.Gauge({
+export const webhookOldestPendingAge = gaugeReadAtScrape({
   name: "pi_webhook_oldest_pending_delivery_age_seconds",
   help: "Age of the oldest webhook delivery not yet delivered nor given up (0: none)",
-  registers,
 });
-export const webhookFailingEndpoints = new client.Gauge({
+export const webhookFailingEndpoints = gaugeReadAtScrape({
   name: "pi_webhook_failing_endpoints",
   help: "Partner webhook endpoints failing: every attempt failed for the failing period",
-  registers,
 });
 
 export const filesAccepted = new client.Counter({
@@ -103,10 +101,9 @@ export const filesRefused = new client.Counter({
   labelNames: ["code"] as const,
   registers,
 });
-export const extractionBacklog = new client.Gauge({
+export const extractionBacklog = gaugeReadAtScrape({
   name: "pi_extraction_backlog",
   help: "Files accepted and not yet processed or failed (store-wide)",
-  registers,
 });
 export const extractionDuration = new client.Histogram({
   name: "pi_extraction_duration_seconds",
@@ -150,29 +147,25 @@ export const tokensRefused = new client.Counter({
   registers,
 });
 
-export const outboxOldestUnrelayedAge = new client.Gauge({
+export const outboxOldestUnrelayedAge = gaugeReadAtScrape({
   name: "pi_outbox_oldest_unrelayed_age_seconds",
   help: "Age of the oldest outbox entry not yet published to Kafka (0: none)",
   labelNames: ["outbox"] as const,
-  registers,
 });
-export const storageQuotaMaxUsedRatio = new client.Gauge({
+export const storageQuotaMaxUsedRatio = gaugeReadAtScrape({
   name: "pi_storage_quota_max_used_ratio",
   help: "The highest used / quota ratio over partners, per mode",
   labelNames: ["mode"] as const,
-  registers,
 });
-export const storagePartnersOverQuotaRatio = new client.Gauge({
+export const storagePartnersOverQuotaRatio = gaugeReadAtScrape({
   name: "pi_storage_partners_over_quota_ratio",
   help: "Partners whose used / quota ratio, in either mode, is at or above the threshold",
   labelNames: ["threshold"] as const,
-  registers,
 });
-export const kafkaConsumerLag = new client.Gauge({
+export const kafkaConsumerLag = gaugeReadAtScrape({
   name: "pi_kafka_consumer_lag",
   help: "Messages not yet consumed by the group, summed over its partitions",
   labelNames: ["group"] as const,
-  registers,
 });
 
 /**
@@ -187,52 +180,51 @@ export const EVENT_LOOP_SAMPLE_MS = 100;
 export const SCRAPE_READ_MS = 2_000;
 
 interface ScrapeRead {
-  name: string;
   read(): Promise<unknown>;
   logger: Logger;
-  /** The read under way: a later scrape waits for it rather than start another (a hung database gathers none). */
+  /** The read under way: a later scrape (or another gauge it sets) shares it rather than start another. */
   inFlight?: Promise<unknown>;
 }
-const scrapeReads = new Set<ScrapeRead>();
+const scrapeReads = new Map<client.Gauge, Set<ScrapeRead>>();
+
+async function runRead(gauge: string, entry: ScrapeRead): Promise<void> {
+  entry.inFlight ??= Promise.resolve()
+    .then(entry.read)
+    .catch((err: unknown) => entry.logger.warn({ err, gauge }, "gauge not read; it keeps its last value"))
+    .finally(() => (entry.inFlight = undefined));
+  if (!(await atMost(entry.inFlight, SCRAPE_READ_MS)))
+    entry.logger.warn({ gauge, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
+}
+
+/** A gauge set, when Prometheus scrapes (prom-client's async collect), by the reads registered with readAtScrape. */
+function gaugeReadAtScrape<T extends string>(config: client.GaugeConfiguration<T>): client.Gauge<T> {
+  return new client.Gauge<T>({
+    ...config,
+    registers,
+    async collect() {
+      await Promise.all([...(scrapeReads.get(this) ?? [])].map((entry) => runRead(config.name, entry)));
+    },
+  });
+}
 
 /**
- * Registers `read`, which sets gauges from the database or Kafka, to run when Prometheus scrapes.
- * A process nobody scrapes reads nothing (on loops of their own, every 10 s in every replica, these
- * reads ran whether anyone looked or not). `stop` unregisters it and waits for its read under way
+ * Registers `read`, which sets `gauges` from the database or Kafka, to run when Prometheus scrapes:
+ * a process nobody scrapes reads nothing. `stop` unregisters it and waits for its read under way
  * (SCRAPE_READ_MS at most).
  */
-export function readAtScrape(name: string, read: () => Promise<unknown>, logger: Logger): { stop(): Promise<void> } {
-  const entry: ScrapeRead = { name, read, logger };
-  scrapeReads.add(entry);
+export function readAtScrape(
+  gauges: client.Gauge[],
+  read: () => Promise<unknown>,
+  logger: Logger,
+): { stop(): Promise<void> } {
+  const entry: ScrapeRead = { read, logger };
+  for (const gauge of gauges) scrapeReads.set(gauge, (scrapeReads.get(gauge) ?? new Set()).add(entry));
   return {
     async stop() {
-      scrapeReads.delete(entry);
+      for (const gauge of gauges) scrapeReads.get(gauge)?.delete(entry);
       if (entry.inFlight) await atMost(entry.inFlight, SCRAPE_READ_MS);
     },
   };
-}
-
-/**
- * Runs every read registered with readAtScrape, all at once, and waits SCRAPE_READ_MS at most for
- * each: what the scrape endpoint awaits before it answers. A failed or slow read leaves its gauges
- * at their last values, and says so in the log.
- */
-export async function readGaugeSources(): Promise<void> {
-  await Promise.all(
-    [...scrapeReads].map(async (entry) => {
-      entry.inFlight ??= Promise.resolve()
-        .then(entry.read)
-        .catch((err: unknown) =>
-          entry.logger.warn({ err, gauge: entry.name }, "gauge not read; it keeps its last value"),
-        )
-        .finally(() => (entry.inFlight = undefined));
-      if (!(await atMost(entry.inFlight, SCRAPE_READ_MS)))
-        entry.logger.warn(
-          { gauge: entry.name, waitedMs: SCRAPE_READ_MS },
-          "gauge not read in time; it keeps its last value",
-        );
-    }),
-  );
 }
 
 /** Seconds since `start` (a performance.now() reading). */
@@ -266,15 +258,13 @@ export async function startMetricsServer(opts: {
       res.writeHead(404).end();
       return;
     }
-    readGaugeSources()
-      .then(() => metricsRegistry.metrics())
-      .then(
-        (body) => res.writeHead(200, { "content-type": metricsRegistry.contentType }).end(body),
-        (err: unknown) => {
-          opts.logger.warn({ err }, "metrics not collected");
-          res.writeHead(500).end();
-        },
-      );
+    metricsRegistry.metrics().then(
+      (body) => res.writeHead(200, { "content-type": metricsRegistry.contentType }).end(body),
+      (err: unknown) => {
+        opts.logger.warn({ err }, "metrics not collected");
+        res.writeHead(500).end();
+      },
+    );
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

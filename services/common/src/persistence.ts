@@ -309,7 +309,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     // Named by where the entries wait ("connections.outbox", "connections.audit"): one per outbox.
     const outbox = `${this.o.collection.collectionName}.${this.field}`;
     this.ageGauge ??= readAtScrape(
-      `oldest entry of ${outbox}`,
+      [outboxOldestUnrelayedAge],
       async () => outboxOldestUnrelayedAge.set({ outbox }, await this.oldestUnrelayedAgeSeconds()),
       this.o.logger,
     );
