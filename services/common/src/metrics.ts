@@ -3,13 +3,10 @@ import client from "prom-client";
 import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
 
-// Prometheus metrics of every process (docs/observability.md, "Metrics"): one registry, one scrape
-// endpoint (`GET /metrics` on METRICS_PORT, never the partner port), and every metric's name here.
-// prom-client, not OpenTelemetry's Prometheus exporter: recording a histogram value with three
-// labels costs 0.6 µs with it against 1.3 µs, a scrape half as much, and it keeps the names exactly
-// (the exporter drops the `_seconds` unit suffix). The names are the operator contract's: the
-// chart's alerts and dashboard are written against them; add, never rename.
-// Labels come from small closed sets only: never an address, an id or anything a partner sent.
+// Prometheus metrics of every process (docs/observability.md, "Metrics"): one registry, served on
+// METRICS_PORT (never the partner port). prom-client, not OpenTelemetry's exporter: half the cost
+// per value, and it keeps the names exactly. The names are the operator contract's: add, never
+// rename. Labels come from small closed sets only: never an address, an id or anything a partner sent.
 
 export const metricsRegistry = new client.Registry();
 let collectingDefaults = false;
@@ -169,12 +166,10 @@ export const kafkaConsumerLag = gaugeReadAtScrape({
 });
 
 /**
- * The event-loop delay histogram's sampling period (nodejs_eventloop_lag_p99_seconds and the rest):
- * a timer of this period wakes the process, idle or not. At 20 ms those 50 wakeups a second were
- * 2 ms of CPU a second in every process, a fifth of the idle stack; at 100 ms a stall of 100 ms or
- * more is still recorded in full, and a shorter one when a sample falls within it.
+ * The event-loop delay histogram's sampling period: its timer wakes the process, idle or not (at
+ * 20 ms, a fifth of the idle stack's CPU); a stall of 100 ms or more is still recorded in full.
  */
-export const EVENT_LOOP_SAMPLE_MS = 100;
+const EVENT_LOOP_SAMPLE_MS = 100;
 
 /** How long a scrape waits for each gauge read from the database or Kafka; past it the gauge keeps its last value. */
 export const SCRAPE_READ_MS = 2_000;
@@ -222,7 +217,7 @@ export function readAtScrape(
   return {
     async stop() {
       for (const gauge of gauges) scrapeReads.get(gauge)?.delete(entry);
-      if (entry.inFlight) await atMost(entry.inFlight, SCRAPE_READ_MS);
+      if (entry.inFlight !== undefined) await atMost(entry.inFlight, SCRAPE_READ_MS);
     },
   };
 }
