@@ -134,7 +134,10 @@ export class TextChecker {
         return this.valid;
       }
       this.carry = undefined;
-      if (!isUtf8(head)) return (this.valid = false);
+      if (!isUtf8(head)) {
+        this.valid = false;
+        return false;
+      }
       this.count(head);
     }
     const cut = incompleteTail(bytes);

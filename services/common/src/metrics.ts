@@ -207,7 +207,7 @@ export function readAtScrape(name: string, read: () => Promise<unknown>, logger:
   return {
     async stop() {
       scrapeReads.delete(entry);
-      if (entry.inFlight) await atMost(entry.inFlight, SCRAPE_READ_MS);
+      if (entry.inFlight !== undefined) await atMost(entry.inFlight, SCRAPE_READ_MS);
     },
   };
 }

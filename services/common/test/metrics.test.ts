@@ -100,7 +100,12 @@ describe("gauges read at scrape (readAtScrape)", () => {
       () => {
         reads++;
         if (reads > 1) return Promise.resolve(extractionBacklog.set(9));
-        return new Promise<void>((resolve) => (release = () => (extractionBacklog.set(8), resolve())));
+        return new Promise<void>((resolve) => {
+          release = () => {
+            extractionBacklog.set(8);
+            resolve();
+          };
+        });
       },
       logger,
     );

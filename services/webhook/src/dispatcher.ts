@@ -10,7 +10,7 @@ import * as delivery from "./delivery-states.js";
 import type { RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
 import type { AttemptRecord, QueueDoc, WebhookEventDoc, WebhookStore } from "./store.js";
-import { signingSecrets, type TargetCache } from "./targets.js";
+import { signingSecrets, type TargetCache, type WebhookTarget } from "./targets.js";
 
 // Runs the schedule that lives in the database. To claim a due queue entry, a replica inserts a
 // claim document whose _id names the entry's current slot (event id, attempts made, due time) and
@@ -280,7 +280,7 @@ export class Dispatcher {
   private async attempt(entry: QueueDoc, leaseEnd: number): Promise<void> {
     const { store, targets, sender, policy, logger } = this.o;
     const log = { eventId: entry._id, partnerId: entry.partnerId };
-    let target;
+    let target: WebhookTarget | null;
     try {
       target = await targets.get(entry.partnerId);
     } catch (err) {

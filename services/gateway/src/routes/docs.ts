@@ -17,7 +17,10 @@ const assets: Record<string, { type: string; file: string }> = {
 const loadedAssets = new Map<string, Buffer>();
 const asset = (name: string) => {
   let body = loadedAssets.get(name);
-  if (!body) loadedAssets.set(name, (body = readFileSync(join(swaggerUiDir, assets[name]!.file))));
+  if (!body) {
+    body = readFileSync(join(swaggerUiDir, assets[name]!.file));
+    loadedAssets.set(name, body);
+  }
   return body;
 };
 
