@@ -334,21 +334,13 @@ const publicCache = new Map<string, PublicKeys>();
 
 /** The minter of a SERVICE_IDENTITY_KEY value (one per process and value). */
 export function minterFor(ownKey: string): TokenMinter {
-  let minter = ownCache.get(ownKey);
-  if (!minter) {
-    minter = new TokenMinter(parseOwnIdentity(ownKey));
-    ownCache.set(ownKey, minter);
-  }
-  return minter;
+  if (!ownCache.has(ownKey)) ownCache.set(ownKey, new TokenMinter(parseOwnIdentity(ownKey)));
+  return ownCache.get(ownKey)!;
 }
 
 export function publicKeysFor(value: string): PublicKeys {
-  let keys = publicCache.get(value);
-  if (!keys) {
-    keys = parsePublicKeys(value);
-    publicCache.set(value, keys);
-  }
-  return keys;
+  if (!publicCache.has(value)) publicCache.set(value, parsePublicKeys(value));
+  return publicCache.get(value)!;
 }
 
 /**

@@ -16,12 +16,8 @@ const assets: Record<string, { type: string; file: string }> = {
 };
 const loadedAssets = new Map<string, Buffer>();
 const asset = (name: string) => {
-  let body = loadedAssets.get(name);
-  if (!body) {
-    body = readFileSync(join(swaggerUiDir, assets[name]!.file));
-    loadedAssets.set(name, body);
-  }
-  return body;
+  if (!loadedAssets.has(name)) loadedAssets.set(name, readFileSync(join(swaggerUiDir, assets[name]!.file)));
+  return loadedAssets.get(name)!;
 };
 
 const page = `<!DOCTYPE html>
