@@ -214,7 +214,8 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
         beforeStart: async () => {
           // A new port at each start; the last one's claim is given back, so restarts never use up the range.
           if (metricsPort !== undefined) releasePort(metricsPort);
-          const port = (metricsPort = await freePort());
+          const port = await freePort();
+          metricsPort = port;
           targets.set(name, { service, replica: index + 1, port });
           return { METRICS_PORT: String(port) };
         },

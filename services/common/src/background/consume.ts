@@ -130,7 +130,7 @@ export function watchConsumerLag(
   return {
     async stop() {
       await reads.stop();
-      if (connected)
+      if (connected !== undefined)
         await atMost(
           admin.disconnect().catch(() => undefined),
           CONSUMER_STOP_MS,
