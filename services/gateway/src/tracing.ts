@@ -1,5 +1,5 @@
-import type { Middleware } from "koa";
 import type Router from "@koa/router";
+import type { Middleware } from "koa";
 import { httpServerDuration, metricsRecording } from "@pi/common/metrics";
 import { inSpan, SpanKind } from "@pi/common/telemetry";
 import type { GatewayState } from "./context.js";
