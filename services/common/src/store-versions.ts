@@ -145,31 +145,19 @@ export async function prepareStore(
 async function recordMark(db: Db, schema: StoreSchema, release: string, read: StoreMark | null): Promise<StoreMark> {
   const marks = db.collection(STORE_VERSION_COLLECTION) as unknown as Collection<StoreMark>;
   for (let current = read; ; current = await readMark(db)) {
-    if (!current) {
-      const fresh: StoreMark = {
-        _id: "store",
-        minReader: schema.readableFrom,
-        collections: { ...schema.collections },
-        migratedBy: release,
-        migratedAt: new Date(),
-      };
-      if (await insertIfNew(marks, fresh)) return fresh;
-      continue;
-    }
-    const collections = { ...current.collections };
+    const collections = { ...current?.collections };
     for (const [name, version] of Object.entries(schema.collections))
       collections[name] = Math.max(collections[name] ?? 0, version);
     const minReader =
-      compareReleases(schema.readableFrom, current.minReader) > 0 ? schema.readableFrom : current.minReader;
-    const unchanged =
-      minReader === current.minReader &&
-      Object.entries(collections).every(([name, v]) => current!.collections[name] === v);
-    if (unchanged) return current;
-    const next: StoreMark = { ...current, minReader, collections, migratedBy: release, migratedAt: new Date() };
-    const res = await marks.replaceOne(
-      { _id: "store", minReader: current.minReader, migratedAt: current.migratedAt },
-      next,
-    );
-    if (res.matchedCount === 1) return next;
+      current && compareReleases(current.minReader, schema.readableFrom) >= 0 ? current.minReader : schema.readableFrom;
+    const kept: Record<string, number> = current?.collections ?? {};
+    if (current && minReader === current.minReader && Object.entries(collections).every(([n, v]) => kept[n] === v))
+      return current;
+    const next: StoreMark = { _id: "store", minReader, collections, migratedBy: release, migratedAt: new Date() };
+    const written = current
+      ? (await marks.replaceOne({ _id: "store", minReader: current.minReader, migratedAt: current.migratedAt }, next))
+          .matchedCount === 1
+      : await insertIfNew(marks, next);
+    if (written) return next;
   }
 }
