@@ -80,10 +80,8 @@ export function consumerLag(
 }
 
 /**
- * Sets pi_kafka_consumer_lag{group} at each scrape (readAtScrape) from the broker's offsets (the
- * group's committed ones and the topic's ends), with the service's own Kafka user: its group READ
- * grant lets it read its own groups' offsets. Every replica of the group reports the same value.
- * The admin client connects at the first scrape.
+ * Sets pi_kafka_consumer_lag{group} at each scrape from the broker's offsets, as the service's own
+ * Kafka user (its group READ grant covers its groups' offsets); the admin client connects at the first.
  */
 export function watchConsumerLag(
   kafka: Kafka,
