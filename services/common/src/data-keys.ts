@@ -35,24 +35,36 @@ export class DataKeyError extends Error {}
 
 type Kek = { kid: string; key: Buffer };
 
-/** Parses DATA_KEYS: `kid:key[,kid:key...]`, newest first, 32-byte keys in base64(url). Errors never name a key. */
+/**
+ * `id:value[,id:value...]`, newest first (DATA_KEYS, CREDENTIAL_PEPPERS): `label` names an entry in
+ * messages, `problem` says what is wrong with a value. A message never quotes a value.
+ */
+export function parseIdList(text: string, label: string, problem: (value: string) => string | undefined) {
+  const out: { id: string; value: string }[] = [];
+  for (const [i, entry] of text.split(",").entries()) {
+    const colon = entry.indexOf(":");
+    const id = colon < 0 ? "" : entry.slice(0, colon);
+    const value = colon < 0 ? "" : entry.slice(colon + 1);
+    if (!KEY_ID.test(id))
+      throw new Error(`entry ${i + 1}: the ${label} id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
+    const wrong = problem(value);
+    if (wrong) throw new Error(`${label} ${id}: ${wrong}`);
+    if (out.some((e) => e.id === id)) throw new Error(`${label} ${id}: the id is given twice`);
+    out.push({ id, value });
+  }
+  return out;
+}
+
+/** Parses DATA_KEYS: 32-byte keys in base64(url); blanks around an entry are ignored. */
 export function parseDataKeys(text: string): Kek[] {
   const entries = text.split(",").map((e) => e.trim());
-  if (entries.length === 0 || entries.some((e) => e === ""))
-    throw new Error("must be kid:base64key[,kid:base64key...], newest first");
-  const keks: Kek[] = [];
-  for (const [i, entry] of entries.entries()) {
-    const colon = entry.indexOf(":");
-    const kid = colon < 0 ? "" : entry.slice(0, colon);
-    const encoded = colon < 0 ? "" : entry.slice(colon + 1);
-    if (!KEY_ID.test(kid))
-      throw new Error(`entry ${i + 1}: the key id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
-    if (!/^[A-Za-z0-9+/_-]{43}=?$/.test(encoded))
-      throw new Error(`key ${kid}: must be 32 bytes in base64 (43 or 44 characters)`);
-    if (keks.some((k) => k.kid === kid)) throw new Error(`key ${kid}: the id is given twice`);
-    keks.push({ kid, key: Buffer.from(encoded.replace(/-/g, "+").replace(/_/g, "/"), "base64") });
-  }
-  return keks;
+  if (entries.some((e) => e === "")) throw new Error("must be kid:base64key[,kid:base64key...], newest first");
+  const base64Key = (v: string) =>
+    /^[A-Za-z0-9+/_-]{43}=?$/.test(v) ? undefined : "must be 32 bytes in base64 (43 or 44 characters)";
+  return parseIdList(entries.join(","), "key", base64Key).map(({ id, value }) => ({
+    kid: id,
+    key: Buffer.from(value.replace(/-/g, "+").replace(/_/g, "/"), "base64"),
+  }));
 }
 
 /** A fresh DATA_KEYS entry (what `npm start` generates into its STATE_DIR). */

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { KEY_ID, parseDataKeys } from "./data-keys.js";
+import { parseDataKeys, parseIdList } from "./data-keys.js";
 import { parseServiceUrls } from "./service-endpoints.js";
 import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
 
@@ -25,20 +25,10 @@ const serviceUrls = checkedBy(parseServiceUrls);
 const mongoUri = z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI");
 
 /** CREDENTIAL_PEPPERS: `id:pepper[,id:pepper...]`, newest first; a pepper has at least 32 characters and no ",". */
-export function parsePeppers(text: string): { id: string; pepper: string }[] {
-  const out: { id: string; pepper: string }[] = [];
-  for (const [i, entry] of text.split(",").entries()) {
-    const colon = entry.indexOf(":");
-    const id = colon < 0 ? "" : entry.slice(0, colon);
-    const pepper = colon < 0 ? "" : entry.slice(colon + 1);
-    if (!KEY_ID.test(id))
-      throw new Error(`entry ${i + 1}: the pepper id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
-    if (pepper.length < 32) throw new Error(`pepper ${id}: must be at least 32 characters`);
-    if (out.some((p) => p.id === id)) throw new Error(`pepper ${id}: the id is given twice`);
-    out.push({ id, pepper });
-  }
-  return out;
-}
+export const parsePeppers = (text: string): { id: string; pepper: string }[] =>
+  parseIdList(text, "pepper", (v) => (v.length < 32 ? "must be at least 32 characters" : undefined)).map(
+    ({ id, value }) => ({ id, pepper: value }),
+  );
 
 // --- API deprecations (docs/edge.md, "Versioning") ---
 // API_DEPRECATIONS is a JSON array of rules; each marks a whole version ("/v1") or one operation
