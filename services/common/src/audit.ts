@@ -2,18 +2,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { eventsv1 } from "@pi/proto";
 import { outboxEntry, type OutboxEntry } from "./persistence.js";
 
-// The audit trail's records, as pure functions (docs/security.md, "Audit trail"). A record says who
-// (actor) did what (action) to which ids (targets), when, and whether it was done or refused. It is
-// built ONLY from the closed lists and the id shapes below, so no secret, elder address, purpose,
-// webhook address, partner name or file content can reach one.
+// The audit trail's records (docs/security.md, "Audit trail"), built ONLY from the closed lists and id
+// shapes below, so no secret, address, purpose, partner name or file content can reach one.
 
 export const AUDIT_SERVICES = ["auth", "connection", "webhook"] as const;
 export type AuditService = (typeof AUDIT_SERVICES)[number];
 
-/**
- * Every action the trail records, and the one service that may write its records: the store keeps
- * a record only when the service it names owns its action and signed it (auditSignedBytes).
- */
+/** Every action the trail records, and the one service whose signed records of it the store keeps. */
 export const AUDIT_ACTION_OWNERS = {
   "partner.create": "auth",
   "partner.suspend": "auth",

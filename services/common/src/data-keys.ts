@@ -1,10 +1,8 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import type { Db } from "mongodb";
 
-// Envelope encryption (docs/security.md, "Data at rest"). Each thing stored encrypted has a random
-// data key of its own (AES-256-GCM), stored only wrapped by a key-encryption key (KEK) of DATA_KEYS
-// that the database never holds. New wraps use the newest KEK; older ones stay to unwrap what they
-// wrapped, so a KEK rotates without re-encrypting data. A KMS could implement KeyWrapper instead.
+// Envelope encryption (docs/security.md, "Data at rest"): a data key per thing (AES-256-GCM), stored
+// wrapped by a key-encryption key (KEK) of DATA_KEYS; older KEKs only unwrap, so rotation re-encrypts nothing.
 
 export const DATA_KEY_BYTES = 32;
 const NONCE_BYTES = 12;
@@ -105,10 +103,7 @@ export class LocalKeyWrapper implements KeyWrapper {
   }
 }
 
-/**
- * AES-256-GCM of `plaintext` under `key`, a fresh nonce, bound to `aad`: nonce | ciphertext | tag.
- * With `into`, written at its start (a caller sealing many segments reuses its buffers).
- */
+/** AES-256-GCM, a fresh nonce, bound to `aad`: nonce | ciphertext | tag (into `into`, to reuse buffers). */
 export function encrypt(key: Uint8Array, plaintext: Uint8Array, aad: Uint8Array | string, into?: Buffer): Buffer {
   const length = plaintext.length + SEAL_OVERHEAD;
   if (into && into.length < length) throw new RangeError(`a box of ${length} bytes does not fit in ${into.length}`);
@@ -143,10 +138,7 @@ export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wr
   return { key, wrapped: await wrapper.wrap(key) };
 }
 
-/**
- * Segment `n` of a stream is bound to its place and stream, and only the last is sealed `final` (empty
- * when the length is a multiple of the segment size), so a stream cut at a segment boundary does not authenticate.
- */
+/** A segment is bound to its place and stream, the last sealed `final`: a stream cut short does not authenticate. */
 const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
 export function sealSegment(
@@ -201,10 +193,8 @@ export interface KeyCheckDoc {
 }
 
 /**
- * Compares DATA_KEYS with the KEKs that wrote this database: `mismatched` ids have another key than
- * the one that wrote here (a regenerated Secret: the caller refuses to start rather than write under
- * a new key what it can no longer read), `missing` ids wrote here and are gone from DATA_KEYS.
- * Records the current KEK on first use.
+ * Compares DATA_KEYS with the KEKs that wrote this database: `mismatched` ids now hold another key (a
+ * regenerated Secret: the caller refuses to start), `missing` ones are gone. Records the current KEK.
  */
 export async function checkKeys(db: Db, wrapper: KeyWrapper): Promise<{ mismatched: string[]; missing: string[] }> {
   const checks = db.collection<KeyCheckDoc>("data_key_checks");

@@ -3,10 +3,8 @@ import client from "prom-client";
 import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
 
-// Prometheus metrics of every process (docs/observability.md, "Metrics"): one registry, served on
-// METRICS_PORT (never the partner port). prom-client, not OpenTelemetry's exporter: half the cost
-// per value, and it keeps the names exactly. The names are the operator contract's: add, never
-// rename. Labels come from small closed sets only: never an address, an id or anything a partner sent.
+// Prometheus metrics of every process (docs/observability.md, "Metrics"). The names are the operator
+// contract's: add, never rename. Labels come from small closed sets only, never from what a partner sent.
 
 export const metricsRegistry = new client.Registry();
 let collectingDefaults = false;
@@ -137,10 +135,7 @@ export const kafkaConsumerLag = gaugeReadAtScrape(
   ["group"],
 );
 
-/**
- * The event-loop delay histogram's sampling period: its timer wakes the process, idle or not (at
- * 20 ms, a fifth of the idle stack's CPU); a stall of 100 ms or more is still recorded in full.
- */
+/** The event-loop delay's sampling period: at 20 ms its timer cost a fifth of the idle stack's CPU. */
 const EVENT_LOOP_SAMPLE_MS = 100;
 
 /** How long a scrape waits for each gauge read from the database or Kafka; past it the gauge keeps its last value. */
@@ -176,11 +171,7 @@ function gaugeReadAtScrape<T extends string>(name: string, help: string, labelNa
   });
 }
 
-/**
- * Registers `read`, which sets `gauges` from the database or Kafka, to run when Prometheus scrapes:
- * a process nobody scrapes reads nothing. `stop` unregisters it and waits for its read under way
- * (SCRAPE_READ_MS at most).
- */
+/** Registers `read`, which sets `gauges`, to run when Prometheus scrapes: nobody scraping, nothing read. */
 export function readAtScrape(
   gauges: client.Gauge[],
   read: () => Promise<unknown>,
@@ -204,12 +195,7 @@ export interface MetricsServer {
   stop(): Promise<void>;
 }
 
-/**
- * Serves the registry at `GET /metrics` on its own port (METRICS_PORT; 0 takes a free one) and
- * collects the runtime's metrics (event-loop delay, heap, GC: prom-client's standard `nodejs_*` and
- * `process_*`). `enabled` false (METRICS_ENABLED=false): nothing served, nothing recorded on the
- * request path.
- */
+/** Serves `GET /metrics` on METRICS_PORT with prom-client's runtime metrics; disabled, nothing is recorded. */
 export async function startMetricsServer(opts: {
   enabled: boolean;
   host: string;

@@ -13,10 +13,8 @@ import {
 import { ConnectError, type Interceptor } from "@connectrpc/connect";
 import { metricsRecording, rpcClientDuration, rpcServerDuration, secondsSince } from "./metrics.js";
 
-// Tracing through the OpenTelemetry API (metrics: metrics.ts, Prometheus). Without an SDK registered every call here is a
-// no-op; `startTelemetry` registers the Node SDK when the standard OTEL_* variables ask for an
-// exporter, and tests register an in-memory one. Context crosses Connect calls as W3C trace
-// headers and Kafka messages as the same headers on the message.
+// Tracing through the OpenTelemetry API: a no-op until an SDK is registered (OTEL_* variables, or a
+// test's). Context crosses calls and Kafka messages as W3C trace headers.
 
 export function telemetryRequested(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED === "true") return false;
@@ -57,11 +55,7 @@ export function contextFromHeaders(headers: Record<string, unknown> | undefined)
   return headers ? propagation.extract(ROOT_CONTEXT, headers, recordGetter) : ROOT_CONTEXT;
 }
 
-/**
- * Runs fn inside a new span (child of parent, or of the active context), ending it either way.
- * `links`: the contexts of other traces the span's work belongs to as well (one call made for
- * several requests).
- */
+/** Runs fn inside a new span; `links`: other traces its work belongs to as well (one call for several requests). */
 export async function inSpan<T>(
   name: string,
   opts: { kind?: SpanKind; parent?: Context; links?: Context[]; attributes?: Record<string, string | number> },

@@ -5,9 +5,7 @@ import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
 import { newId } from "@pi/common/ids";
 import { retry } from "@pi/common/background/retry";
 
-// Each operator command: calls one internal service and returns the JSON object of the operator
-// contract (docs: ../shared/spec/operator-contract.md). Kept apart from argument parsing so tests
-// can call them directly.
+// Each operator command: one internal call, the operator contract's JSON object back (tests call them).
 
 export interface OpsClients {
   auth: AuthClient;

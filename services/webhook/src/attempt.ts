@@ -10,9 +10,8 @@ import { signatureHeader } from "./signature.js";
 import type { QueueDoc, WebhookStore } from "./store.js";
 import { signingSecrets, type TargetCache, type WebhookTarget } from "./targets.js";
 
-// One attempt at a claimed slot: prepare (where to send, or why not now), send, record. Outcomes
-// are written only while the event is still where the entry says (queue.current): a conditional
-// update, so a holder whose lease ran out never overwrites.
+// One attempt at a claimed slot: prepare, send, record. An outcome is written only while the event is
+// still where the entry says (queue.current), so a holder whose lease ran out never overwrites.
 
 export interface AttemptContext {
   store: WebhookStore;
@@ -43,10 +42,7 @@ export async function attempt(c: AttemptContext, entry: QueueDoc, leaseEnd: numb
   await record(c, entry, prepared.target, outcome, startedAt, cutOff());
 }
 
-/**
- * Where to send: the partner's target, or null (its address was removed after attempts were made:
- * a failed attempt). undefined when nothing is sent now: the event waits, or is kept unsent.
- */
+/** The target, null (address removed after attempts: a failed attempt), or undefined: nothing sent now. */
 async function prepare(
   { store, targets, policy, logger }: AttemptContext,
   entry: QueueDoc,
@@ -140,10 +136,7 @@ async function record(
   else logger.info({ ...fields, state: next.state, nextAttemptAt: next.nextAttemptAt }, "webhook attempt failed");
 }
 
-/**
- * The partner's endpoint health after an attempt. Concurrent attempts of one partner may race
- * here; the worst that does is a streak that starts one attempt late.
- */
+/** Concurrent attempts of one partner may race here; at worst a streak starts one attempt late. */
 async function recordHealth(c: AttemptContext, partnerId: string, delivered: boolean, at: Date): Promise<void> {
   const prev = await c.store.endpoints.findOne({ _id: partnerId });
   const failingAfter = failingAfterMs(c.policy.windowSeconds);

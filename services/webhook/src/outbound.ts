@@ -4,10 +4,8 @@ import { webhookUrlRefusal } from "@pi/common/webhook-url";
 
 export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/egress";
 
-// One POST of a webhook body to a partner's address, through the egress of @pi/common (egress.ts):
-// https only to a named host (the registration rule, webhook-url.ts), to public addresses only,
-// checked in the socket's own DNS lookup (DNS rebinding).
-// Redirects are never followed, and at most a few KiB of the answer are read.
+// One POST of a webhook body through the egress of @pi/common (egress.ts): the registration rule
+// again, public addresses only, no redirects, at most a few KiB of the answer read.
 
 export interface AttemptOutcome {
   delivered: boolean;

@@ -4,12 +4,9 @@ import { takeLease, type LeaseFields } from "@pi/common/background/lease";
 import { queued } from "./delivery-states.js";
 import type { QueueDoc, WebhookEventDoc, WebhookStore } from "./store.js";
 
-// The schedule as it lives in the database: the queue's entries and the claims on their slots. To
-// claim a due entry, a replica inserts a claim whose _id names the entry's current slot (event id,
-// attempts made, due time): of all the replicas that read the same slot, exactly one insert
-// succeeds. The holder attempts and then moves the entry to its next slot (or removes it), so every
-// attempt has a slot of its own. If the holder dies, the slot's claim may be taken over once its
-// lease is over (a conditional update on its expiry, which one replica wins).
+// The queue's entries and the claims on their slots. A claim's _id names the slot (event id, attempts
+// made, due time), so of all replicas that insert it exactly one succeeds; a dead holder's claim is
+// taken over as a lease once it ran out. Every attempt has a slot of its own.
 
 const SLOT_LEASE: LeaseFields = { until: "expiresAt", holder: "holder" };
 /** Claims are kept long after their lease (a late reader of an old slot must still lose), then dropped. */

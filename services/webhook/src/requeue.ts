@@ -3,10 +3,8 @@ import type { AuditEntry } from "@pi/common/audit";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
-// The operator's resend and recover: a stored event goes back on the queue, due at once, with the
-// same id and body; each attempt signs afresh. Its retry window starts again from now (a resend of
-// a day-old event must not fail for want of time), and its attempts keep counting on, so the log
-// of every attempt stays whole.
+// The operator's resend and recover: same id and body, due at once; the retry window starts again
+// (a day-old event must not fail for want of time) and attempts keep counting, so the log stays whole.
 
 /** Events of a partner that a recover since `since` re-queues: failed (or never sendable) since then. */
 export function recoverable(events: WebhookEventDoc[], since: Date): WebhookEventDoc[] {

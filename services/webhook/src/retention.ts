@@ -4,12 +4,8 @@ import type { Logger } from "@pi/common/logger";
 import { EVENTS_ORDER, pageFilter, type EventKey } from "./events-list.js";
 import type { WebhookEventDoc, WebhookStore } from "./store.js";
 
-// How long webhook events are kept (GET /v1/events lists them; docs/webhooks.md, "Retention"):
-// WEBHOOK_EVENT_RETENTION_SECONDS (at least 30 days) after they were stored, and of a partner's
-// test events only the newest WEBHOOK_TEST_EVENTS_PER_PARTNER (a test credential's sandbox
-// connection is approved automatically, so a partner alone can make test events without end; live
-// events each need a caregiver's act). An event still queued for an attempt, or with an audit
-// record not yet relayed, is never deleted; the next round takes it once it is neither.
+// How long webhook events are kept (docs/webhooks.md, "Retention"). Test events are bounded by count
+// too: a sandbox connection approves itself, so a partner alone can make them without end.
 
 export interface EventRetention {
   keepMs: number;
@@ -27,11 +23,7 @@ export const pastRetention = (now: Date, keepMs: number): Filter<WebhookEventDoc
   ...settled,
 });
 
-/**
- * One round: every event past retention, then, for each partner with more test events than the
- * bound, its test events older than the newest `testPerPartner`. Every delete is idempotent, so
- * replicas running rounds at once only repeat each other's work.
- */
+/** One round; every delete is idempotent, so replicas running rounds at once only repeat each other. */
 export async function sweepEvents(
   store: WebhookStore,
   policy: EventRetention,

@@ -1,9 +1,5 @@
-// When a webhook event is attempted again. The first attempt is immediate; retry n (n >= 1) waits
-// base * 2^(n-1) seconds after the previous attempt ended, never more than a ceiling of an
-// eighth of the window (3 h for 24 h), each delay with ±20 % jitter. Every attempt starts early
-// enough to end within the window: the last one starts at the latest at
-// `window - attempt timeout` after the event was created (or halfway through a window shorter
-// than two timeouts), and after it the event is failed.
+// When a webhook event is attempted again (docs/webhooks.md, "Delivery and retries"): exponential backoff capped at an
+// eighth of the window, ±20 % jitter, and no attempt that could end after the window.
 
 export interface RetryPolicy {
   baseSeconds: number;
@@ -30,12 +26,7 @@ export function retryDelayMs(retry: number, p: RetryPolicy, random: number): num
   return Math.round(exp * jitter * 1000);
 }
 
-/**
- * When the next attempt starts (Unix ms), or null when the window is used up and the event fails.
- * `attemptsMade` counts the attempt that just ended, which ended at `lastEndedAt`. `notBefore`
- * (Unix ms) is a receiver's Retry-After: the next attempt waits for it, and when it falls after the
- * last start the window allows, there is no next attempt.
- */
+/** When the next attempt starts (Unix ms), or null when the window is used up; `notBefore`: a Retry-After. */
 export function nextAttemptAt(
   ev: { createdAt: number; attemptsMade: number; lastEndedAt: number; notBefore?: number },
   p: RetryPolicy,
@@ -51,10 +42,7 @@ export function nextAttemptAt(
 /** Statuses whose Retry-After is honoured (RFC 9110 section 10.2.3: 503; RFC 6585: 429). */
 export const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([429, 503]);
 
-/**
- * A Retry-After header (delay seconds or an HTTP date) as the Unix ms before which the next attempt
- * must not start; undefined when absent or unreadable.
- */
+/** A Retry-After header (delay seconds or an HTTP date) as Unix ms; undefined when absent or unreadable. */
 export function retryAfterUntil(header: string | undefined, receivedAt: number): number | undefined {
   const value = header?.trim();
   if (!value) return undefined;
