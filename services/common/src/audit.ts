@@ -56,16 +56,17 @@ export function auditSignedBytes(r: Omit<eventsv1.AuditRecord, "$typeName" | "$u
 /** Who acted: the operator (CLI), the elder's caregiver (the app), the service itself, or a partner by its id. */
 export type AuditActor = "operator" | "caregiver" | "system" | `ptr_${string}`;
 
-/** Why an act was refused, as a code; the caregiver acts add the state machine's rule. */
-export const REFUSAL_CODES = [
-  "invalid_argument",
-  "not_found",
-  "already_exists",
-  "failed_precondition",
-  "aborted",
-  "permission_denied",
-] as const;
-export type RefusalCode = (typeof REFUSAL_CODES)[number];
+/** Why an act was refused, as a code (from the error's code); the caregiver acts add the state machine's rule. */
+const refusalCodes = {
+  [Code.InvalidArgument]: "invalid_argument",
+  [Code.NotFound]: "not_found",
+  [Code.AlreadyExists]: "already_exists",
+  [Code.FailedPrecondition]: "failed_precondition",
+  [Code.Aborted]: "aborted",
+  [Code.PermissionDenied]: "permission_denied",
+} as const;
+export type RefusalCode = (typeof refusalCodes)[keyof typeof refusalCodes];
+const REFUSAL_CODES: readonly RefusalCode[] = Object.values(refusalCodes);
 
 /** The shape of every id the system makes (ids.ts): a short prefix, "_", base62. */
 export const AUDIT_ID = /^(con|ptr|cli|eld|evt|key)_[0-9A-Za-z]{1,64}$/;
@@ -154,17 +155,8 @@ export function checkAuditRecord(r: Record<keyof AuditRecordFields, unknown>): A
   return { service, actor, action, targets: [...targets], outcome, reason };
 }
 
-const refusalCodes: Partial<Record<Code, RefusalCode>> = {
-  [Code.InvalidArgument]: "invalid_argument",
-  [Code.NotFound]: "not_found",
-  [Code.AlreadyExists]: "already_exists",
-  [Code.FailedPrecondition]: "failed_precondition",
-  [Code.Aborted]: "aborted",
-  [Code.PermissionDenied]: "permission_denied",
-};
-
 /** The refusal an error stands for: a deliberate "no"; anything else (an outage, a bug) decided nothing. */
 export function refusalOf(err: unknown): { code: RefusalCode } | undefined {
-  const code = err instanceof ConnectError ? refusalCodes[err.code] : undefined;
+  const code = err instanceof ConnectError ? (refusalCodes as Partial<Record<Code, RefusalCode>>)[err.code] : undefined;
   return code ? { code } : undefined;
 }
