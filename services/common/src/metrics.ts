@@ -1,3 +1,4 @@
+import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import client from "prom-client";
 import { atMost } from "./at-most.js";
@@ -221,16 +222,10 @@ export async function startMetricsServer(opts: {
       },
     );
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(opts.port, opts.host, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as { port: number }).port;
+  server.listen(opts.port, opts.host);
+  await once(server, "listening");
   return {
-    port,
+    port: (server.address() as { port: number }).port,
     stop: () => new Promise((resolve) => server.close(() => resolve())),
   };
 }
