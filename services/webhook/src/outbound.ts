@@ -18,11 +18,12 @@ export interface AttemptOutcome {
   retryAfter?: string;
 }
 
+/** How much of an answer's body is read and kept; the rest is dropped unread. */
+const RESPONSE_EXCERPT_BYTES = 1024;
+
 export interface SenderOptions {
   allowInsecure: boolean;
   timeoutMs: number;
-  /** How much of an answer's body is read and kept (1 KiB by default); the rest is dropped unread. */
-  maxResponseBytes?: number;
   /** Stands in for the system's DNS in tests. */
   resolve?: Resolver;
 }
@@ -50,10 +51,8 @@ function describeError(err: unknown, timeoutMs: number): string {
 
 export class WebhookSender {
   private readonly agent: Agent;
-  private readonly maxResponseBytes: number;
 
   constructor(private readonly opts: SenderOptions) {
-    this.maxResponseBytes = opts.maxResponseBytes ?? 1024;
     this.agent = egressAgent(opts);
   }
 
@@ -77,7 +76,7 @@ export class WebhookSender {
       const statusCode = res.statusCode;
       let excerpt = "";
       try {
-        excerpt = await readCapped(res.body, this.maxResponseBytes);
+        excerpt = await readCapped(res.body, RESPONSE_EXCERPT_BYTES);
       } catch {
         // The status arrived in time; a body cut short changes nothing.
       }

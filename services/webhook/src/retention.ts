@@ -12,7 +12,7 @@ export interface EventRetention {
   testPerPartner: number;
 }
 
-export const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
+const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
 
 /** What a sweep may delete: nothing still queued, nothing with an audit record waiting. */
 const settled: Filter<WebhookEventDoc> = { state: { $ne: "pending" }, $nor: [{ "audit.0": { $exists: true } }] };
@@ -53,15 +53,10 @@ export async function sweepEvents(
 }
 
 /** The sweep on the periodic loop of @pi/common, in every replica. */
-export function startRetentionSweep(
-  store: WebhookStore,
-  policy: EventRetention,
-  logger: Logger,
-  everyMs = RETENTION_SWEEP_EVERY_MS,
-): Periodic {
+export function startRetentionSweep(store: WebhookStore, policy: EventRetention, logger: Logger): Periodic {
   return every(
     "webhook event retention",
-    everyMs,
+    RETENTION_SWEEP_EVERY_MS,
     async () => {
       const { expired, overBound } = await sweepEvents(store, policy);
       if (expired + overBound > 0) logger.info({ expired, overBound }, "webhook events past retention deleted");
