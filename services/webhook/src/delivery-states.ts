@@ -83,10 +83,11 @@ export function failedAt(event: { attemptLog: readonly { startedAt: Date }[]; cr
   return event.attemptLog.at(-1)?.startedAt ?? event.createdAt;
 }
 
-/** Whether a recover since `since` re-queues the event: it failed (or was never sendable) since then. */
-export function recover(
-  event: { state: DeliveryState; attemptLog: readonly { startedAt: Date }[]; createdAt: Date },
-  since: Date,
-): boolean {
-  return (event.state === "failed" || event.state === "no_endpoint") && failedAt(event).getTime() >= since.getTime();
+/** The events a recover since `since` re-queues: failed (or never sendable) since then. */
+export function recoverable<
+  E extends { state: DeliveryState; attemptLog: readonly { startedAt: Date }[]; createdAt: Date },
+>(events: E[], since: Date): E[] {
+  return events.filter(
+    (e) => (e.state === "failed" || e.state === "no_endpoint") && failedAt(e).getTime() >= since.getTime(),
+  );
 }

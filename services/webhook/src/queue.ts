@@ -1,8 +1,10 @@
 import type { Filter } from "mongodb";
 import { insertNew } from "@pi/common/persistence";
 import { takeLease, type LeaseFields } from "@pi/common/background/lease";
-import { queued } from "./delivery-states.js";
-import type { QueueDoc, WebhookEventDoc, WebhookStore } from "./store.js";
+import { pushAudit } from "@pi/common/audit-trail";
+import type { AuditEntry } from "@pi/common/audit";
+import * as delivery from "./delivery-states.js";
+import { queueEntry, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
 // The queue's entries and the claims on their slots. A claim's _id names the slot (event id, attempts
 // made, due time), so of all replicas that insert it exactly one succeeds; a dead holder's claim is
@@ -62,7 +64,8 @@ export async function moveOn(
 /** After an outcome could not be stored because the event moved on: make the entry match the event. */
 export async function resync(store: WebhookStore, eventId: string): Promise<void> {
   const event = await store.events.findOne({ _id: eventId });
-  if (event && queued(event.state)) await moveOn(store, eventId, event.attempts, event.nextAttemptAt ?? new Date());
+  if (event && delivery.queued(event.state))
+    await moveOn(store, eventId, event.attempts, event.nextAttemptAt ?? new Date());
   else await store.queue.deleteOne({ _id: eventId });
 }
 
@@ -70,4 +73,22 @@ export async function resync(store: WebhookStore, eventId: string): Promise<void
 export async function sweepClaims(store: WebhookStore, now = Date.now()): Promise<number> {
   const { deletedCount } = await store.claims.deleteMany({ expiresAt: { $lt: new Date(now - CLAIM_KEEP_MS) } });
   return deletedCount;
+}
+
+/**
+ * The operator's resend and recover, with `audit` in the same update: same id and body, due at once;
+ * the retry window starts again (a day-old event must not fail for want of time), attempts keep counting.
+ */
+export async function requeue(
+  store: WebhookStore,
+  event: WebhookEventDoc,
+  audit: AuditEntry,
+  now = new Date(),
+): Promise<WebhookEventDoc> {
+  const step = delivery.requeue(now);
+  const pending: WebhookEventDoc = { ...event, ...step };
+  await store.events.updateOne({ _id: event._id }, { $set: step, ...pushAudit(audit) });
+  const { _id, ...entry } = { ...queueEntry(pending), createdAt: now };
+  await store.queue.updateOne({ _id }, { $set: entry }, { upsert: true });
+  return pending;
 }

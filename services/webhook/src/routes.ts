@@ -18,7 +18,8 @@ import {
   type EventsPage,
 } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
-import { recoverable, requeue } from "./requeue.js";
+import { recoverable } from "./delivery-states.js";
+import { requeue } from "./queue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
 
 export interface WebhookDeps {
@@ -27,7 +28,7 @@ export interface WebhookDeps {
   store: WebhookStore;
   /** Tells the dispatcher that something came due. */
   poke: () => void;
-  /** The operator's re-queues are recorded in each event's document (requeue.ts), refusals alone. */
+  /** The operator's re-queues are recorded in each event's document (queue.ts, requeue), refusals alone. */
   trail: Pick<AuditTrail, "entry" | "refusals">;
   eventsAudit: Pick<Outbox<WebhookEventDoc, AuditEntry>, "afterWrite">;
 }
