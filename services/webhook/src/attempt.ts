@@ -1,7 +1,7 @@
 import { contextFromHeaders, inSpan, SpanKind } from "@pi/common/telemetry";
 import { webhookAttemptDuration, webhookDeliveries } from "@pi/common/metrics";
 import type { Logger } from "@pi/common/logger";
-import type { AttemptOutcome, WebhookSender } from "./outbound.js";
+import { type AttemptOutcome, noAnswer, type WebhookSender } from "./outbound.js";
 import { afterAttempt as healthAfterAttempt, failingAfterMs } from "./endpoint-health.js";
 import * as delivery from "./delivery-states.js";
 import * as queue from "./queue.js";
@@ -25,13 +25,7 @@ export interface AttemptContext {
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
 /** Room kept in a claim's lease beside the attempt's own timeout. */
 export const LEASE_MARGIN_MS = 5_000;
-const NO_ADDRESS: AttemptOutcome = {
-  delivered: false,
-  statusCode: 0,
-  durationMs: 0,
-  error: "partner has no webhook address any more",
-  responseExcerpt: "",
-};
+const NO_ADDRESS = noAnswer("partner has no webhook address any more");
 
 /** `cutOff`: whether the replica is stopping and cut the attempt off (then it does not count). */
 export async function attempt(c: AttemptContext, entry: QueueDoc, leaseEnd: number, cutOff: () => boolean) {

@@ -18,6 +18,15 @@ export interface AttemptOutcome {
   retryAfter?: string;
 }
 
+/** An attempt that got no HTTP answer. */
+export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
+  delivered: false,
+  statusCode: 0,
+  durationMs,
+  error,
+  responseExcerpt: "",
+});
+
 /** How much of an answer's body is read and kept; the rest is dropped unread. */
 const RESPONSE_EXCERPT_BYTES = 1024;
 
@@ -60,8 +69,7 @@ export class WebhookSender {
     const started = performance.now();
     const elapsed = () => Math.round(performance.now() - started);
     const refusal = urlRefusal(url, this.opts.allowInsecure);
-    if (refusal)
-      return { delivered: false, statusCode: 0, durationMs: 0, error: `refused: ${refusal}`, responseExcerpt: "" };
+    if (refusal) return noAnswer(`refused: ${refusal}`);
 
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.opts.timeoutMs);
@@ -89,13 +97,7 @@ export class WebhookSender {
         ...(typeof retryAfter === "string" ? { retryAfter } : {}),
       };
     } catch (err) {
-      return {
-        delivered: false,
-        statusCode: 0,
-        durationMs: elapsed(),
-        error: describeError(err, this.opts.timeoutMs),
-        responseExcerpt: "",
-      };
+      return noAnswer(describeError(err, this.opts.timeoutMs), elapsed());
     } finally {
       clearTimeout(timer);
     }
