@@ -100,11 +100,7 @@ async function record(
   );
   if (!step.counted) return queue.release(store, entry._id, step.dueAt);
   const { statusCode, durationMs, responseExcerpt, error } = outcome;
-  const next: delivery.DeliveryStep = {
-    state: step.state,
-    nextAttemptAt: step.nextAttemptAt,
-    ...(step.deliveredAt ? { deliveredAt: step.deliveredAt } : {}),
-  };
+  const { counted, outcome: counter, ...next } = step;
   const fields = { eventId: entry._id, partnerId: entry.partnerId, attempt: number, statusCode, durationMs, error };
   const res = await store.events.updateOne(queue.current(entry), {
     $set: next,
@@ -119,7 +115,7 @@ async function record(
     );
     return queue.resync(store, entry._id);
   }
-  webhookDeliveries.inc({ outcome: step.outcome });
+  webhookDeliveries.inc({ outcome: counter });
   if (target) webhookAttemptDuration.observe(durationMs / 1000);
   // The endpoint's health is kept beside the queue's update, not after it: the slot frees no later.
   await Promise.all([
