@@ -17,19 +17,14 @@ const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
 /** What a sweep may delete: nothing still queued, nothing with an audit record waiting. */
 const settled: Filter<WebhookEventDoc> = { state: { $ne: "pending" }, $nor: [{ "audit.0": { $exists: true } }] };
 
-/** The events past retention at `now`. */
-export const pastRetention = (now: Date, keepMs: number): Filter<WebhookEventDoc> => ({
-  createdAt: { $lt: new Date(now.getTime() - keepMs) },
-  ...settled,
-});
-
 /** One round; every delete is idempotent, so replicas running rounds at once only repeat each other. */
 export async function sweepEvents(
   store: WebhookStore,
   policy: EventRetention,
   now = new Date(),
 ): Promise<{ expired: number; overBound: number }> {
-  const expired = (await store.events.deleteMany(pastRetention(now, policy.keepMs))).deletedCount;
+  const pastRetention = { createdAt: { $lt: new Date(now.getTime() - policy.keepMs) }, ...settled };
+  const expired = (await store.events.deleteMany(pastRetention)).deletedCount;
   let overBound = 0;
   const partners = await store.events
     .aggregate<{ _id: string; n: number }>([
