@@ -156,9 +156,10 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     },
 
     async getConnection(req) {
-      const read = await connections.read(ownedFilter(req), req.lease);
-      if (!read) throw notFound();
-      return { ...partnerView(read.doc), leaseMs: read.leaseMs };
+      // No read lease (lease_ms 0): a 1.1.0 gateway asking for one reads through.
+      const doc = await connections.read(ownedFilter(req));
+      if (!doc) throw notFound();
+      return partnerView(doc);
     },
 
     async revokeConnection(req) {

@@ -42,11 +42,9 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   // When a request last reopened it (revoked or expired to pending): the reopen bound's clock
   // (bounds.ts, reopenVerdict). Null or absent until the first reopening.
   reopenedAt?: Date | null;
-  // Bumped by every state change and every read lease granted: the compare-and-set guard of a
-  // transition (updateVersioned), which a lease granted after the transition's read makes fail.
+  // Bumped by every state change (and by 1.1.0's read leases): the compare-and-set guard (updateVersioned).
   version: number;
-  // Read leases (read-lease.ts): the end of the last one granted, and a writer's fence against new
-  // ones, both on the database's clock (clock-offset.ts).
+  // 1.1.0's read leases (connections.ts, waitForLegacyLeases): written by 1.1.0 replicas only.
   leasedUntil?: Date | null;
   fencedUntil?: Date | null;
   // The newest caregiver acts that changed it, by act id (acts.ts): a repeat of one changes nothing.
