@@ -176,7 +176,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     // The cache's key for this secret (under the current pepper, whichever made the stored hash).
     // Only a right client id with its right secret can find an entry (authentication-cache.ts).
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
-    const known = await authentications.find(req.clientId, presented);
+    const known = authentications.get(req.clientId, presented);
     if (known) return tokenFor(known, req.scope);
     // Every failure makes the same two reads by _id, the second always finding a partner (the
     // decoy for an unknown client), and the same hash comparison (against the dummy hash for an
