@@ -54,7 +54,7 @@ export class PositionReporter {
 
   /** Resolves once the report in flight (and any coalesced after it) has been sent. */
   async flush(): Promise<void> {
-    while (this.inFlight) await this.inFlight;
+    while (this.inFlight !== undefined) await this.inFlight;
   }
 
   /** How long ago the last successful report started (what the store holds is at least that fresh). */
@@ -63,7 +63,7 @@ export class PositionReporter {
   }
 
   kick(): void {
-    if (this.inFlight) {
+    if (this.inFlight !== undefined) {
       this.again = true;
       return;
     }
