@@ -28,15 +28,12 @@ import {
 } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
-// Connections in the database: every state change is a compare-and-set on the document's version
-// (updateVersioned) that stores the new state and, when the change emits an event, its outbox entry
-// in the same update (no transactions: one document update carries both), with its audit record
-// (audit.ts) beside them. Two replicas acting on one connection at once: one write wins, the other
-// reads the new state and decides again.
+// Every state change is a compare-and-set on the document's version (updateVersioned) that stores
+// the new state with its outbox entry and audit record (no transactions: one document update).
 
 export type Clock = () => Date;
 
-/** The one connection of a (partner, mode, address): equalities on exactly the fields of its unique index. */
+/** Equalities on exactly the fields of the unique index. */
 export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({
   partnerId,
   mode,
@@ -46,24 +43,20 @@ export const connectionKey = (partnerId: string, mode: ConnectionMode, address: 
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
-  /** The act's earlier application, when its id had already changed the connection (acts.ts): nothing was done now. */
+  /** The act's earlier application (acts.ts): nothing was done now. */
   replayed?: AppliedAct;
 }
 
 const maxAttempts = 10;
 
-/**
- * Read leases of release 1.1.0: while one of its replicas runs beside this release, a gateway of
- * that release may answer a status from memory until `leasedUntil`. A change a partner sees fences
- * new grants (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
- */
+// Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
+// (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
 const LEGACY_LEASE_MARGIN_MS = 250;
 const LEGACY_FENCE_MS = 2_250;
 
-/** What a partner's read needs (stateOf): not the outbox or audit entries. */
 const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1 } as const;
 
-/** Whether a partner reads `after` exactly as `before`, now and later (a decline): such a change waits for no lease. */
+/** Whether a partner reads `after` exactly as `before`, now and later (a decline). */
 export function partnerSeesNoChange(before: ConnectionState, after: ConnectionState, t: Timing): boolean {
   return (
     externalStatus(before, t) === externalStatus(after, t) &&
@@ -95,7 +88,7 @@ export class Connections {
     private readonly clock: Clock = () => new Date(),
     /** Called right after a write that stored an audit record (every change): its relay. */
     private readonly afterAudit: (connectionId: string) => void = () => undefined,
-    /** A test seam: awaited between a change's read and its compare-and-set write (the replica race test holds one replica here). */
+    /** A test seam between a change's read and its write (the replica race test). */
     private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
@@ -139,11 +132,7 @@ export class Connections {
     return externalStatus(this.stateOf(doc), this.timing());
   }
 
-  /**
-   * Test credentials resolve only the sandbox elder; live ones every elder but it. Every case runs
-   * the same lookup by _id (store.ts), so the answer takes the same time whether or not the address
-   * resolves.
-   */
+  /** Test credentials resolve only the sandbox elder, live ones every other; one lookup by _id either way (guarantee 1). */
   async resolveElder(mode: ConnectionMode, address: string): Promise<string | null> {
     const elder = await this.store.elders.findOne({ _id: address });
     if (!elder || (mode === "test") !== (address === this.sandbox)) return null;
@@ -151,30 +140,19 @@ export class Connections {
   }
 
   private pendingLimit(mode: ConnectionMode): number {
-    return limitOf(
-      { live: this.settings.PENDING_CONNECTIONS_PER_PARTNER, test: this.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER },
-      mode,
-    );
+    const { PENDING_CONNECTIONS_PER_PARTNER: live, TEST_PENDING_CONNECTIONS_PER_PARTNER: test } = this.settings;
+    return limitOf({ live, test }, mode);
   }
 
   private dailyLimit(mode: ConnectionMode): number {
-    return limitOf(
-      {
-        live: this.settings.CONNECTIONS_OPENED_PER_PARTNER_PER_DAY,
-        test: this.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY,
-      },
-      mode,
-    );
+    const { CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: live, TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: test } =
+      this.settings;
+    return limitOf({ live, test }, mode);
   }
 
   private reopenInterval(mode: ConnectionMode): number {
-    return limitOf(
-      {
-        live: this.settings.CONNECTION_REOPEN_INTERVAL_SECONDS,
-        test: this.settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS,
-      },
-      mode,
-    );
+    const { CONNECTION_REOPEN_INTERVAL_SECONDS: live, TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: test } = this.settings;
+    return limitOf({ live, test }, mode);
   }
 
   /**

@@ -120,11 +120,7 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return { result: { id, internalStatus: internalEnum[status] } };
   }
 
-  /**
-   * A partner's test helper on its own test connection. A change records itself (connections.ts); an
-   * act that changed nothing, or was refused, is recorded here, with the partner as its actor. Any
-   * other mode, an unknown id and another partner's id are the one NOT_FOUND of ownedFilter.
-   */
+  /** A partner's test helper on its own test connection; anything else is the one NOT_FOUND of ownedFilter. */
   async function testHelperAct(req: connectionv1.ActOnTestConnectionRequest) {
     const trigger = testHelperTriggers[req.act];
     if (!trigger) throw new ConnectError("act is required", Code.InvalidArgument);

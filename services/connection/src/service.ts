@@ -47,12 +47,9 @@ export function roundIntervals(
 
 /** Test seams: nothing in production passes them. */
 export interface ConnectionServiceSeams {
-  /**
-   * Runs right after a write that stored an event, before its publish: the crash test kills the
-   * process here (test/support/connection-crash-main.mjs).
-   */
+  /** Runs after a write that stored an event, before its publish: the crash test kills the process here. */
   beforePublish?: (connectionId: string) => void;
-  /** Awaited between a change's read and its compare-and-set write: the replica race test holds one replica here. */
+  /** Awaited between a change's read and its write: the replica race test holds one replica here. */
   beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
   /** This replica's wall clock. */
   clock?: Clock;
