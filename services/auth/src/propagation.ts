@@ -115,11 +115,7 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  /**
-   * Publishes the event stored with a change (`entry`, in the document `id` of `outbox`), then waits
-   * for every live follower to apply it. `since` is when the change was written, for the reported
-   * elapsed time.
-   */
+  /** Publishes the event stored with a change, then waits for every live follower to apply it. */
   async propagate<D extends PartnerEventDoc>(
     outbox: Outbox<D, PartnerEventEntry>,
     id: string,
@@ -127,9 +123,7 @@ export class PartnerEventPublisher {
     since = performance.now(),
   ): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
-    // Not published by a relay of this call: either the publish failed (tried again until the
-    // deadline, then left to the sweep), or another relay (the sweep) took it, and where it went is
-    // unknown here.
+    // Not published by this call's relay: tried again until the deadline, or the sweep took it.
     const at = await retry(
       "publishing a partner event",
       async () => {

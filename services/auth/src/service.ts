@@ -90,9 +90,7 @@ export async function startAuthService(
     store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE))),
     publicKeys: servicePublicKeys,
   };
-  // The retention sweep's own database user (role auditRetention: find and remove), when set: the
-  // service's own user (auditAppend) cannot remove a record. Without it (npm start, the stand-in,
-  // which have no users), the service's own connection.
+  // The retention sweep's own database user when set (the service's own user cannot remove a record).
   const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
     ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE))
     : undefined;

@@ -91,13 +91,10 @@ const UNKNOWN_KID_REFRESH_MS = 5_000;
 const VERIFIED_TOKENS_MAX = 4_096;
 
 /**
- * Verifies bearer tokens locally against the auth service's public keys (no call per request).
- * The key set is refreshed periodically (service.ts) and when a token names an unknown key id,
- * at most every few seconds, so a flood of forged key ids cannot turn into a flood of calls.
- *
- * A token that passed is remembered with its claims (the ES256 verification is most of a request's
- * work): later uses check only its expiry, and the revocation list on every use. A key set that
- * changes forgets them all, so a token under a retired key is refused from the next refresh on.
+ * Verifies bearer tokens locally against the auth service's public keys, refreshed periodically and
+ * for an unknown key id (at most every few seconds). A token that passed is remembered with its
+ * claims (it can never change again under one key set); expiry and the revocation list are checked
+ * on every use.
  */
 export class BearerVerifier {
   private keySet?: ReturnType<typeof createLocalJWKSet>;
