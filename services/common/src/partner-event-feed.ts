@@ -114,8 +114,6 @@ export interface PartnerEventFeedOptions {
 
 export interface PartnerEventFeed {
   readonly instanceId: string;
-  /** Undefined when the follower reports nothing (no `sendPosition`). */
-  readonly reporter: PositionReporter | undefined;
   /** False once the consumer has stopped for good (kafkajs gave up restarting it). */
   alive(): boolean;
   /**
@@ -191,7 +189,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   await reporter?.flush();
   return {
     instanceId,
-    reporter,
     alive: () => consuming.alive(),
     trusted: () =>
       consuming.alive() &&
