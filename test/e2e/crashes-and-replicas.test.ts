@@ -330,15 +330,19 @@ describe("connections crash", () => {
         events ??= await collectConnectionEvents(brokers, namespace);
         const { partnerId, id } = await liveConnection(twin);
         await twin.client.approveConnection({ id });
-        // As a 1.1.0 replica grants a gateway a read lease: a sever must wait for it.
-        await connectionsCollection().updateOne(
-          { _id: id as never },
-          { $set: { leasedUntil: new Date(Date.now() + 1200) }, $inc: { version: 1 } },
-        );
+        // As a 1.1.0 replica does under a gateway's polls: a lease renewed until a writer fences it.
+        const grant = () =>
+          connectionsCollection().updateOne(
+            { _id: id as never, fencedUntil: null },
+            { $set: { leasedUntil: new Date(Date.now() + 1200) }, $inc: { version: 1 } },
+          );
+        await grant();
         const sever = opsAct("sever", id, [dying, twin]);
         // The sentinel: the first replica asked has fenced new leases and waits for the granted one.
-        while (!((await connectionsCollection().findOne({ _id: id as never }))?.fencedUntil instanceof Date))
-          await sleep(10);
+        for (const deadline = Date.now() + 30_000; Date.now() < deadline; await sleep(20)) {
+          if ((await connectionsCollection().findOne({ _id: id as never }))?.fencedUntil instanceof Date) break;
+          await grant();
+        }
         dying.proc.kill("SIGKILL");
         const run = await sever;
         process.stderr.write(
