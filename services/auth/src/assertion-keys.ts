@@ -311,15 +311,15 @@ export class AssertionKeys {
 
   private resolverOf(credential: KeySource): JWTVerifyGetKey | undefined {
     if (credential.jwks) {
-      let resolver = this.inline.get(credential._id);
-      if (!resolver) this.inline.set(credential._id, (resolver = createLocalJWKSet(credential.jwks)));
+      const resolver = this.inline.get(credential._id) ?? createLocalJWKSet(credential.jwks);
+      this.inline.set(credential._id, resolver);
       return resolver;
     }
     const stored = credential.jwksUrl ? credential.jwksFetched : undefined;
     if (stored) {
       const cacheKey = `${credential._id}\u0000${stored.fetchedAt.getTime()}`;
-      let resolver = this.fetched.get(cacheKey);
-      if (!resolver) this.fetched.set(cacheKey, (resolver = createLocalJWKSet(stored.jwks)));
+      const resolver = this.fetched.get(cacheKey) ?? createLocalJWKSet(stored.jwks);
+      this.fetched.set(cacheKey, resolver);
       return resolver;
     }
     return undefined;
