@@ -87,8 +87,8 @@ describe("a file on its way to file-intake", () => {
       const bytes = randomBytes(3 * MESSAGE_BYTES + 12_345).map((b) => 97 + (b % 26));
       const pieces: Buffer[] = [];
       for (let at = 0, n = 0; at < bytes.length; n++) pieces.push(bytes.subarray(at, (at += n % 2 ? 65_536 : 10_007)));
-      const submission = new Submission(client, { partnerId: "ptr_1" }, Readable.from(pieces), 10 * MESSAGE_BYTES);
-      expect(await submission.forwarded).toBe(bytes.length);
+      const submission = new Submission(client, { partnerId: "ptr_1" }, 10 * MESSAGE_BYTES);
+      expect(await submission.forward(Readable.from(pieces))).toBe(bytes.length);
       await submission.finish({ elder: "apple.banana.cherry@elders.example" });
       expect(received.sha256).toBe(createHash("sha256").update(bytes).digest("hex"));
       expect(received.sizes).toEqual([MESSAGE_BYTES, MESSAGE_BYTES, MESSAGE_BYTES, 12_345]);

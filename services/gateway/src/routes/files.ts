@@ -6,7 +6,7 @@ import type { FileIntakeClient } from "@pi/common/clients";
 import type { Logger } from "@pi/common/logger";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
-import { PartnerError, partnerErrorFromInternal, storageQuotaExceeded } from "../errors.js";
+import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { TerminalStatusCache } from "../terminal-status-cache.js";
 import { UploadSlots } from "../upload-guards.js";
@@ -83,47 +83,41 @@ export default function fileRoutes(
     const header: SubmitHeader = { partnerId: principal.partnerId, mode: modeOf(ctx), idempotencyKey, declaredBytes };
     const release = slots.tryTake(principal.partnerId);
     if (!release) throw tooManyUploads();
-    try {
-      const quota = await files.checkStorageQuota({ partnerId: header.partnerId, mode: header.mode, declaredBytes });
-      if (!quota.fits) throw storageQuotaExceeded(quota.retryAfterSeconds);
-    } catch (err) {
-      release();
-      throw partnerErrorFromInternal(err);
-    }
+    // Opened before the body is read: file-intake takes the quota's verdict on the header meanwhile.
+    const submission = new Submission(files, header, settings.MAX_FILE_BYTES);
+    const refused = submission.response.then(() => new Promise<never>(() => {}));
     const rate = watchTransferRate(ctx.req, settings, logger);
-
-    let submission: Submission | undefined;
+    let hasFile = false;
     const filePart: FilePart = {
       take(fieldsSoFar, stream) {
-        // The fields that came before the file are checked before a byte of it is read.
+        hasFile = true;
+        // The fields that came before the file are checked before a byte of it is forwarded.
         checkFields(fieldsSoFar, domain, false);
-        submission = new Submission(files, header, stream, settings.MAX_FILE_BYTES);
-        return submission.forwarded;
+        return submission.forward(stream);
       },
-      drop() {
-        submission?.cancel(new Error("upload refused"));
-      },
+      drop() {},
     };
 
     try {
-      await Promise.race([readMultipart(ctx, limits, filePart), rate.stalled]);
+      await Promise.race([readMultipart(ctx, limits, filePart), rate.stalled, refused]);
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
-      if (!submission) throw invalid("file is required (a file part with a filename).", "file");
+      if (!hasFile) throw invalid("file is required (a file part with a filename).", "file");
       // file-intake holds a "no active connection" for a fixed time (services/file-intake/src/no-oracle.ts);
       // errors.ts gives it one body and one set of headers whatever the reason.
       const res = await submission.finish({ elder: fields.elder!, purpose: fields.purpose });
       ctx.status = 202;
       ctx.body = fileResource(res.file);
     } catch (err) {
-      submission?.cancel(err);
       if (err instanceof PartnerError && err.code === "request_timeout") {
+        submission.cancel(err);
         // A stalled body is not parsed any further: what still arrives is dropped, and the socket
         // closes once the answer is out.
         ctx.req.unpipe();
         ctx.req.resume();
+        throw err;
       }
-      throw uploadError(err);
+      throw uploadError(await submission.refuse(err));
     } finally {
       rate.stop();
       release();
