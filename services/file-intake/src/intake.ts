@@ -8,6 +8,7 @@ import { newId } from "@pi/common/ids";
 import { type AcceptedType, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker } from "@pi/common/media-types";
 import type { Logger } from "@pi/common/logger";
 import { modeFromProto } from "@pi/common/mode";
+import { inSpan } from "@pi/common/telemetry";
 import { sealMeta } from "./at-rest.js";
 import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
 import type { IdempotencyKeys } from "./keys.js";
@@ -93,7 +94,9 @@ export async function submitFile(
     return r.value.part;
   };
   const header = parseHeader(await next());
-  const reservation = await deps.quota.reserve(header.partnerId, header.mode, header.declaredBytes);
+  const reservation = await step("reserve quota", () =>
+    deps.quota.reserve(header.partnerId, header.mode, header.declaredBytes),
+  );
   try {
     return await receive(deps, header, reservation, next, signal);
   } finally {
@@ -124,7 +127,7 @@ async function receive(
   const staged = StagedUpload.open(deps.store, header.partnerId, dataKey);
   let committed = false;
   try {
-    const file = await stageBytes(deps, reservation, staged, type, head, next);
+    const file = await step("stage bytes", () => stageBytes(deps, reservation, staged, type, head, next));
     const fields = trailerVerdict(file.trailer, file, deps.addressDomain);
     if ("refusal" in fields) throw fields.refusal;
     const { partnerId, mode, idempotencyKey: key } = header;
@@ -149,13 +152,15 @@ async function receive(
     let owned = false;
     let letGo = () => {};
     try {
-      const [storedResult, claimResult] = await Promise.allSettled([stored, claim]);
+      const [storedResult, claimResult] = await step("store last bytes, claim key", () =>
+        Promise.allSettled([stored, claim]),
+      );
       owned = claimResult.status === "fulfilled" && claimResult.value?.kind === "owned";
       if (owned) letGo = deps.keys.hold(partnerId, mode, key!, fileId);
       const verdict = claimVerdict(storedResult, claimResult);
       if (verdict && "refusal" in verdict) throw verdict.refusal;
       if (verdict) return { id: verdict.replay };
-      if (!(await connected)) throw noActiveConnection();
+      if (!(await step("connection verdict", () => connected))) throw noActiveConnection();
       const doc = newFileDoc(
         {
           _id: fileId,
@@ -176,9 +181,9 @@ async function receive(
       if (owned && !(await deps.keys.renew(partnerId, mode, key!, fileId))) {
         throw new ConnectError("the Idempotency-Key's claim was taken over; retry with the same key", Code.Unavailable);
       }
-      await deps.store.files.insertOne(doc);
+      await step("insert file", () => deps.store.files.insertOne(doc));
       committed = true;
-      await afterCommit(deps, reservation, staged, doc);
+      await step("after commit", () => afterCommit(deps, reservation, staged, doc));
       return { id: fileId };
     } finally {
       letGo();
@@ -196,6 +201,9 @@ async function receive(
         );
   }
 }
+
+/** A named step of an upload: its span in a trace. */
+const step = <T>(name: string, fn: () => Promise<T>) => inSpan(`upload: ${name}`, {}, fn);
 
 /** Enough bytes to decide the type (SNIFF_BYTES), or the whole file when it is shorter. */
 async function readHead(next: () => Promise<Part>) {
