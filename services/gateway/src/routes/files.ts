@@ -14,13 +14,11 @@ import { multipartLimits, readMultipart, uploadError, type FilePart } from "../u
 import { checkFields, invalid, parseIdempotencyKey } from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
 
-// POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md; in short:
-// bearer (401), scope (403), the request's own headers (415, 400), the uploads in flight and the
-// storage quota (429, before a byte of the body is read), then the multipart body in the
-// order its parts arrive (400 for a bad part; for the file, 415 from its first bytes, 413 at
-// MAX_FILE_BYTES + 1, 415 for text that stops being text), the body's required fields (400), then
-// file-intake's idempotency (409) and connection (403) checks. The bytes stream through to
-// file-intake as they arrive; nothing is committed before every check has passed.
+// POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md. The gateway
+// enforces the transport's limits: bearer (401), scope (403), the request's own headers (415, 400),
+// the uploads in flight (429), the multipart body's shape and fields (400), the size (413) and the
+// rate (408). file-intake alone judges the content (quota, type, text, idempotency, connection); the
+// bytes stream through to it as they arrive, and nothing is committed before every check has passed.
 
 export const FILES_SCOPE = "files:write";
 const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
@@ -95,7 +93,6 @@ export default function fileRoutes(
         checkFields(fieldsSoFar, domain, false);
         return submission.forward(stream);
       },
-      drop() {},
     };
 
     try {
