@@ -1,16 +1,15 @@
 import { createHash, randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type commonv1, fileintakev1 } from "@pi/proto";
+import type { fileintakev1 } from "@pi/proto";
 import { DATA_KEY_BYTES, type KeyWrapper } from "@pi/common/data-keys";
-import { ErrorReason, serviceError } from "@pi/common/errors";
 import { newId } from "@pi/common/ids";
 import { type AcceptedType, recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker } from "@pi/common/media-types";
 import type { Logger } from "@pi/common/logger";
 import { modeFromProto } from "@pi/common/mode";
 import { inSpan } from "@pi/common/telemetry";
 import { sealMeta } from "./at-rest.js";
-import { checkIdempotencyKey, fingerprint } from "./idempotency.js";
+import { fingerprint } from "./idempotency.js";
 import type { IdempotencyKeys } from "./keys.js";
 import { refusalDelay } from "./no-oracle.js";
 import type { FileOutbox } from "./outbox.js";
@@ -38,8 +37,6 @@ export interface IntakeDeps {
   logger: Logger;
 }
 
-export const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
-
 type Part = fileintakev1.SubmitFileRequest["part"];
 
 interface Header {
@@ -53,12 +50,8 @@ function parseHeader(part: Part | undefined): Header {
   if (part?.case !== "header") throw protocol("the first message must be the header");
   const h = part.value;
   const mode = modeFromProto(h.mode);
+  // The key's shape is the gateway's to check (a header, 400 before the body).
   if (!h.partnerId || !mode) throw protocol("partner_id and mode are required");
-  if (h.idempotencyKey !== undefined) {
-    const check = checkIdempotencyKey(h.idempotencyKey);
-    if (!check.ok)
-      throw serviceError(ErrorReason.INVALID_REQUEST, `Idempotency-Key ${check.reason}.`, "Idempotency-Key");
-  }
   return {
     partnerId: h.partnerId,
     mode,
@@ -282,23 +275,4 @@ async function afterCommit(deps: IntakeDeps, reservation: Reservation, staged: S
   // Bookkeeping only: an upload document left behind is removed by the staging sweep.
   staged.committed().catch((err) => deps.logger.warn({ err, fileId }, "upload document left for the sweep"));
   deps.outbox.afterWrite(fileId);
-}
-
-const statusEnum: Record<FileDoc["status"], fileintakev1.FileStatus> = {
-  received: fileintakev1.FileStatus.RECEIVED,
-  processed: fileintakev1.FileStatus.PROCESSED,
-  failed: fileintakev1.FileStatus.FAILED,
-};
-
-/** The read of GET /v1/files/{id}: by _id alone (the server answers it from the _id index); ownership is checked in code. */
-export const fileById = (id: string) => ({ _id: id });
-
-/** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
-export async function getFile(store: FileStore, req: { partnerId: string; id: string; mode: commonv1.Mode }) {
-  const mode = modeFromProto(req.mode);
-  const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such file");
-  if (!mode || !req.partnerId || !FILE_ID.test(req.id)) throw notFound();
-  const doc = await store.files.findOne(fileById(req.id), { projection: { partnerId: 1, mode: 1, status: 1 } });
-  if (!doc || doc.partnerId !== req.partnerId || doc.mode !== mode) throw notFound();
-  return { id: doc._id, status: statusEnum[doc.status] };
 }

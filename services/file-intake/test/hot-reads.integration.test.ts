@@ -11,7 +11,7 @@ import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
 import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
-import { fileById } from "../src/intake.js";
+import { fileById } from "../src/routes.js";
 import { segmentFilter } from "../src/staging.js";
 import { readBlob } from "./read-blob.js";
 import { BLOB_SEGMENTS, keyId, openFileStore, type FileDoc } from "../src/store.js";

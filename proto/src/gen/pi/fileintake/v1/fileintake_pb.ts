@@ -686,8 +686,9 @@ export const FileIntakeService: GenService<{
     output: typeof GetFileResponseSchema;
   },
   /**
-   * Whether `declared_bytes` more would fit the partner's storage quota in this mode now. Called by
-   * 1.1.0 gateways only (SubmitFile reserves at its header and refuses at once); goes in 1.3.0.
+   * Whether `declared_bytes` more would fit the partner's storage quota in this mode now. Asked by
+   * 1.0.0 gateways only (SubmitFile reserves at its header and refuses at once); goes in the release
+   * after the one that stopped asking it (docs/upgrades.md).
    *
    * @generated from rpc pi.fileintake.v1.FileIntakeService.CheckStorageQuota
    */
