@@ -103,13 +103,15 @@ export class Submission {
     this.file.resolve(undefined);
     this.trailer.resolve({ elderAddress: "", refused: true, fileComplete: this.fileComplete });
     // Bounded: a file-intake that does not answer leaves the gateway's own refusal.
+    const waited = new AbortController();
     const verdict = await Promise.race([
       this.response.then(
         () => undefined,
         (e: unknown) => e,
       ),
-      sleep(VERDICT_WAIT_MS),
+      sleep(VERDICT_WAIT_MS, undefined, { signal: waited.signal }).catch(() => undefined),
     ]);
+    waited.abort();
     this.abort.abort(err);
     return earlierVerdict(verdict) ? verdict : err;
   }
