@@ -1,8 +1,8 @@
 import { isAscii, isUtf8 } from "node:buffer";
 import { fileTypeFromBuffer } from "file-type";
 
-// The accepted file types of v1 (POST /v1/files), in one place. The gateway checks an upload with
-// it as the bytes arrive; file-intake checks them again before storing, and picks the extraction.
+// The accepted file types of v1 (POST /v1/files), in one place. file-intake alone checks an upload
+// with it as the bytes arrive, before storing them, and picks the extraction.
 // A type is recognised from the bytes alone (never from the client's declared Content-Type or file
 // name): by `file-type`'s signature detection for binary formats, and by the plain-text rule below
 // for text, which has no signature. Adding a type is one entry here (plus an extractor in
@@ -90,7 +90,7 @@ const BOM = [0xef, 0xbb, 0xbf];
  * Plain text is valid UTF-8 (a byte order mark allowed) without binary control characters. Checked
  * chunk by chunk, so a 25 MB file is never held whole; a multi-byte character may straddle chunks
  * (its first bytes are carried to the next chunk). Native scans (isUtf8, indexOf, isAscii): the check
- * runs over every byte in the gateway and again in file-intake, which also measures the text's `length`.
+ * runs over every byte in file-intake, which also measures the text's `length`.
  */
 export class TextChecker {
   private valid = true;
