@@ -1181,7 +1181,9 @@ describe("replicas and extraction", () => {
 
       const summary = Object.entries(
         outcomes.reduce<Record<string, Record<string, number>>>((acc, o) => {
-          (acc[o.phase] ??= {})[`${o.op} ${o.status}`] = ((acc[o.phase] ??= {})[`${o.op} ${o.status}`] ?? 0) + 1;
+          const phase = acc[o.phase] ?? {};
+          acc[o.phase] = phase;
+          phase[`${o.op} ${o.status}`] = (phase[`${o.op} ${o.status}`] ?? 0) + 1;
           return acc;
         }, {}),
       );

@@ -322,16 +322,14 @@ export class AssertionKeys {
 
   private resolverOf(credential: KeySource): JWTVerifyGetKey | undefined {
     if (credential.jwks) {
-      let resolver = this.inline.get(credential._id);
-      if (!resolver) this.inline.set(credential._id, (resolver = createLocalJWKSet(credential.jwks)));
-      return resolver;
+      if (!this.inline.has(credential._id)) this.inline.set(credential._id, createLocalJWKSet(credential.jwks));
+      return this.inline.get(credential._id);
     }
     const stored = credential.jwksUrl ? credential.jwksFetched : undefined;
     if (stored) {
       const cacheKey = `${credential._id}\u0000${stored.fetchedAt.getTime()}`;
-      let resolver = this.fetched.get(cacheKey);
-      if (!resolver) this.fetched.set(cacheKey, (resolver = createLocalJWKSet(stored.jwks)));
-      return resolver;
+      if (!this.fetched.has(cacheKey)) this.fetched.set(cacheKey, createLocalJWKSet(stored.jwks));
+      return this.fetched.get(cacheKey);
     }
     return undefined;
   }

@@ -561,7 +561,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       ),
 
     async listAuditRecords(req) {
-      let query;
+      let query: ReturnType<typeof auditQuery>;
       try {
         query = auditQuery(req);
       } catch (err) {

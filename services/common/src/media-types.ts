@@ -134,7 +134,8 @@ export class TextChecker {
         return this.valid;
       }
       this.carry = undefined;
-      if (!isUtf8(head)) return (this.valid = false);
+      this.valid = isUtf8(head);
+      if (!this.valid) return false;
       this.count(head);
     }
     const cut = incompleteTail(bytes);

@@ -74,7 +74,7 @@ export class PositionReporter {
 
   /** Resolves once the report in flight (and any coalesced after it) has been sent. */
   async flush(): Promise<void> {
-    while (this.inFlight) await this.inFlight;
+    while (this.inFlight !== undefined) await this.inFlight;
   }
 
   /** How long ago the last successful report started (what the store holds is at least that fresh). */
@@ -83,7 +83,7 @@ export class PositionReporter {
   }
 
   kick(): void {
-    if (this.inFlight) {
+    if (this.inFlight !== undefined) {
       this.again = true;
       return;
     }
@@ -191,7 +191,8 @@ export class TopicEndWatch {
   private read(): Promise<void> {
     this.reading ??= (async () => {
       try {
-        const readAt = (this.readStartedAt = this.now());
+        const readAt = this.now();
+        this.readStartedAt = readAt;
         this.end = { ends: await this.readEnd(), readAt };
         this.lastReadFailed = false;
       } catch (err) {
@@ -329,7 +330,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     instanceId,
     reporter,
     alive: () => consuming.alive(),
-    caughtUp: () => consuming.alive() && endReader !== undefined && endReader.watch.trusts(applied),
+    caughtUp: () => consuming.alive() && endReader?.watch.trusts(applied) === true,
     readEndIfStale: async () => endReader?.watch.readIfStale(),
     async stop() {
       await endReader?.periodic.stop();

@@ -257,9 +257,8 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     messagesSent.inc({ messaging_destination_name: this.o.topic }, messages.length);
     // One key, so one partition: the entries sit at consecutive offsets from the batch's base.
     if (meta)
-      entries.forEach((e, i) =>
-        published.set(e.eventId, { partition: meta.partition, offset: BigInt(meta.baseOffset ?? "0") + BigInt(i) }),
-      );
+      for (const [i, e] of entries.entries())
+        published.set(e.eventId, { partition: meta.partition, offset: BigInt(meta.baseOffset ?? "0") + BigInt(i) });
     this.o.logger.info({ id: this.logId(doc._id), events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
   }
 
@@ -309,7 +308,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     // Named by where the entries wait ("connections.outbox", "connections.audit"): one per outbox.
     const outbox = `${this.o.collection.collectionName}.${this.field}`;
     this.ageGauge ??= readAtScrape(
-      `oldest entry of ${outbox}`,
+      [outboxOldestUnrelayedAge],
       async () => outboxOldestUnrelayedAge.set({ outbox }, await this.oldestUnrelayedAgeSeconds()),
       this.o.logger,
     );

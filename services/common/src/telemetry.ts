@@ -113,7 +113,10 @@ function timed<T>(
       (performance.now() - started) / 1000,
     );
   return call().then(
-    (res) => (record(), res),
+    (res) => {
+      record();
+      return res;
+    },
     (err: unknown) => {
       record(err);
       throw err;

@@ -91,7 +91,7 @@ const live: Replica[] = [];
 const transports: BalancedTransport[] = [];
 afterEach(async () => {
   await Promise.allSettled(live.splice(0).map((r) => r.kill()));
-  transports.splice(0).forEach((t) => t.close());
+  for (const t of transports.splice(0)) t.close();
 });
 
 function client(urls: string, opts: Partial<ConstructorParameters<typeof BalancedTransport>[0]> = {}) {

@@ -40,7 +40,11 @@ const routes = (router: ConnectRouter) => {
         throw new ConnectError("no such client", Code.NotFound, { "x-why": "unknown id" });
       if (req.clientId === "crash") throw new Error("a bug");
       if (req.clientId === "refused") throw serviceError(commonv1.ErrorReason.NOT_FOUND, "no such connection", "id");
-      if (req.clientId === "wait") await new Promise<void>((resolve) => ((release = resolve), entered?.()));
+      if (req.clientId === "wait")
+        await new Promise<void>((resolve) => {
+          release = resolve;
+          entered?.();
+        });
       return {
         outcome: { case: "token", value: { accessToken: `token of ${req.clientId}`, expiresIn: 60n, scope: "s" } },
       };

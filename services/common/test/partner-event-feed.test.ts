@@ -103,7 +103,10 @@ describe("TopicEndWatch: the end read on demand", () => {
     let reads = 0;
     const watch = new TopicEndWatch(
       { ends: new Map(topicEnd), readAt: 0 },
-      async () => (reads++, new Map(topicEnd)),
+      async () => {
+        reads++;
+        return new Map(topicEnd);
+      },
       everyMs,
       () => clock.now,
     );

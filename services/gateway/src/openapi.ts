@@ -21,7 +21,8 @@ export function openApiDocument(): OpenApiDocument {
     loaded = {
       yaml,
       get json() {
-        return (json ??= parse(yaml) as Record<string, unknown>);
+        json ??= parse(yaml) as Record<string, unknown>;
+        return json;
       },
     };
   }

@@ -47,10 +47,10 @@ export async function followRevocations(
     apply: (event) => applyPartnerEvent(list, event),
     async catchUp() {
       const snapshot = await auth.listRevocations({});
-      snapshot.revokedClientIds.forEach((id) => list.revokeClient(id));
-      snapshot.suspendedPartnerIds.forEach((id) => list.suspendPartner(id, 0));
-      snapshot.tokenCutoffs.forEach((c) => list.noteSuspension(c.partnerId, Number(c.suspendedAt)));
-      snapshot.revokedKids.forEach((kid) => list.revokeKey(kid));
+      for (const id of snapshot.revokedClientIds) list.revokeClient(id);
+      for (const id of snapshot.suspendedPartnerIds) list.suspendPartner(id, 0);
+      for (const c of snapshot.tokenCutoffs) list.noteSuspension(c.partnerId, Number(c.suspendedAt));
+      for (const kid of snapshot.revokedKids) list.revokeKey(kid);
     },
     sendPosition: (instanceId) => async (nextOffsets, leaving) => {
       await auth.reportGatewayPosition(

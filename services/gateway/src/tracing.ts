@@ -1,5 +1,4 @@
 import type { Middleware } from "koa";
-import type Router from "@koa/router";
 import { httpServerDuration, metricsRecording } from "@pi/common/metrics";
 import { inSpan, SpanKind } from "@pi/common/telemetry";
 
@@ -9,7 +8,7 @@ import { inSpan, SpanKind } from "@pi/common/telemetry";
  * that a request refused before its route ran (401, 429) still counts under it; a path no route
  * has gets none (never the raw path: a partner chooses it).
  */
-export function routeTemplates(routers: Router<any, any>[]): (path: string) => string | undefined {
+export function routeTemplates(routers: { stack: { path: unknown }[] }[]): (path: string) => string | undefined {
   const templates = [
     ...new Set(
       routers.flatMap((r) => r.stack.map((layer) => layer.path)).filter((p): p is string => typeof p === "string"),

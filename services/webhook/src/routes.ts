@@ -67,8 +67,7 @@ export function deliveryOf(doc: WebhookEventDoc) {
 
 export default (deps: WebhookDeps) => (router: ConnectRouter) => {
   async function eventOrThrow(eventId: string, projection?: Record<string, 0>): Promise<WebhookEventDoc> {
-    if (!/^evt_[A-Za-z0-9]{1,64}$/.test(eventId))
-      throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
+    if (!EVENT_ID.test(eventId)) throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
     const doc = await deps.store.events.findOne({ _id: eventId }, projection ? { projection } : {});
     if (!doc) throw new ConnectError(`no webhook event ${eventId}`, Code.NotFound);
     return doc;

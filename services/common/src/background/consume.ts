@@ -114,7 +114,7 @@ export function watchConsumerLag(
   const admin = kafka.admin();
   let connected: Promise<void> | undefined;
   const reads = readAtScrape(
-    `consumer lag of ${groupId}`,
+    [kafkaConsumerLag],
     async () => {
       connected ??= admin.connect().catch((err: unknown) => {
         connected = undefined;
@@ -130,7 +130,7 @@ export function watchConsumerLag(
   return {
     async stop() {
       await reads.stop();
-      if (connected)
+      if (connected !== undefined)
         await atMost(
           admin.disconnect().catch(() => undefined),
           CONSUMER_STOP_MS,

@@ -16,9 +16,8 @@ const assets: Record<string, { type: string; file: string }> = {
 };
 const loadedAssets = new Map<string, Buffer>();
 const asset = (name: string) => {
-  let body = loadedAssets.get(name);
-  if (!body) loadedAssets.set(name, (body = readFileSync(join(swaggerUiDir, assets[name]!.file))));
-  return body;
+  if (!loadedAssets.has(name)) loadedAssets.set(name, readFileSync(join(swaggerUiDir, assets[name]!.file)));
+  return loadedAssets.get(name)!;
 };
 
 const page = `<!DOCTYPE html>
