@@ -25,7 +25,6 @@ const counter = <T extends string>(name: string, help: string, labelNames: reado
   new client.Counter<T>({ name, help, labelNames, registers });
 const histogram = <T extends string>(name: string, help: string, buckets: number[], labelNames: readonly T[] = []) =>
   new client.Histogram<T>({ name, help, buckets, labelNames, registers });
-const gauge = (name: string, help: string) => new client.Gauge({ name, help, registers });
 
 // --- semantic conventions (http.server.request.duration, rpc.*.call.duration, messaging.*) ---
 export const httpServerDuration = histogram(
@@ -100,14 +99,6 @@ export const connectionTransitions = counter("pi_connection_transitions_total", 
   "from",
   "to",
 ]);
-export const connectionClockOffset = gauge(
-  "pi_connection_clock_offset_seconds",
-  "This replica's clock minus the database's, as last measured (services/connection/src/clock-offset.ts)",
-);
-export const connectionReadLeasesSuspended = gauge(
-  "pi_connection_read_leases_suspended",
-  "1 while this replica grants no read lease: its clock is beyond the margin from the database's, or could not be measured lately",
-);
 
 export const tokensIssued = counter("pi_tokens_issued_total", "Access tokens issued");
 export const tokensRefused = counter(

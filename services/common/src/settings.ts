@@ -146,8 +146,6 @@ export const settingsSchema = z.object({
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(60),
   // Ended connections, after their last change (docs/connections.md, "Retention").
   ENDED_CONNECTION_RETENTION_SECONDS: positiveInt.default(2 * 365 * 86400),
-  // docs/connections.md, "Read leases"; 0: off.
-  CONNECTION_READ_LEASE_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
   WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),
