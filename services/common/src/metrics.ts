@@ -182,18 +182,8 @@ export function readAtScrape(
 /** Seconds since `start` (a performance.now() reading). */
 export const secondsSince = (start: number): number => (performance.now() - start) / 1000;
 
-export interface MetricsServer {
-  port: number;
-  stop(): Promise<void>;
-}
-
 /** Serves `GET /metrics` on METRICS_PORT with prom-client's runtime metrics; disabled, nothing is recorded. */
-export async function startMetricsServer(opts: {
-  enabled: boolean;
-  host: string;
-  port: number;
-  logger: Logger;
-}): Promise<MetricsServer | undefined> {
+export async function startMetricsServer(opts: { enabled: boolean; host: string; port: number; logger: Logger }) {
   recording = opts.enabled;
   if (!opts.enabled) return undefined;
   if (!collectingDefaults) {
@@ -217,6 +207,6 @@ export async function startMetricsServer(opts: {
   await once(server, "listening");
   return {
     port: (server.address() as { port: number }).port,
-    stop: () => new Promise((resolve) => server.close(() => resolve())),
+    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

@@ -1,5 +1,5 @@
 import { request, type Agent } from "undici";
-import { AddressRefusedError, egressAgent, readCapped, type Resolver } from "@pi/common/egress";
+import { AddressRefusedError, type EgressOptions, egressAgent, readCapped } from "@pi/common/egress";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 
 export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/egress";
@@ -30,13 +30,6 @@ export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
 /** How much of an answer's body is read and kept; the rest is dropped unread. */
 const RESPONSE_EXCERPT_BYTES = 1024;
 
-export interface SenderOptions {
-  allowInsecure: boolean;
-  timeoutMs: number;
-  /** Stands in for the system's DNS in tests. */
-  resolve?: Resolver;
-}
-
 /** Why the address must not be called at all, before any connection: the rule of registration, applied again. */
 export function urlRefusal(raw: string, allowInsecure: boolean): string | undefined {
   const refusal = webhookUrlRefusal(raw, allowInsecure);
@@ -61,7 +54,7 @@ function describeError(err: unknown, timeoutMs: number): string {
 export class WebhookSender {
   private readonly agent: Agent;
 
-  constructor(private readonly opts: SenderOptions) {
+  constructor(private readonly opts: EgressOptions) {
     this.agent = egressAgent(opts);
   }
 
