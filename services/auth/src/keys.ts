@@ -3,8 +3,8 @@ import type { Collection } from "mongodb";
 import { AUDIT_BOOKKEEPING, type AuditCarrier } from "@pi/common/audit-trail";
 import { newId } from "@pi/common/ids";
 import type { AuditEntry, AuditFields } from "@pi/common/audit";
+import { isDuplicateKey } from "@pi/common/persistence";
 import type { SecretSealer } from "./secrets.js";
-import type { RevokedKeyDoc } from "./store.js";
 
 export const JWT_ALG = "ES256";
 
@@ -76,9 +76,6 @@ async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<St
   };
 }
 
-const isDuplicateKey = (err: unknown) =>
-  typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-
 /**
  * The signing keys every auth replica uses, from MongoDB. A rotated-in key signs only after a delay
  * longer than the reload period and the gateways' JWKS refresh: no token under a key a gateway lacks.
@@ -86,14 +83,14 @@ const isDuplicateKey = (err: unknown) =>
 export class KeyRing {
   private keys: StoredKey[] = [];
   private readonly privateKeys = new Map<string, CryptoKey>();
-  private jwksCache: { keys: JWK[] } = { keys: [] };
+  private published: { keys: JWK[] } = { keys: [] };
 
   constructor(
     private readonly collection: Collection<SigningKeyDoc>,
     private readonly sealer: SecretSealer,
     private readonly audit?: KeyAudit,
-    /** Revoked keys (ops keys revoke): never used, even if a crash left the key's own document. */
-    private readonly revoked?: Collection<RevokedKeyDoc>,
+    /** Revoked keys by kid (ops keys revoke): never used, even if a crash left the key's own document. */
+    private readonly revoked?: Pick<Collection<{ _id: string }>, "find">,
   ) {}
 
   private async read(): Promise<SigningKeyDoc[]> {
@@ -140,7 +137,7 @@ export class KeyRing {
     }
     for (const kid of this.privateKeys.keys()) if (!keys.some((k) => k.kid === kid)) this.privateKeys.delete(kid);
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
-    this.jwksCache = { keys: this.keys.map((k) => k.publicJwk) };
+    this.published = { keys: this.keys.map((k) => k.publicJwk) };
   }
 
   /** The key that signs now. */
@@ -151,7 +148,7 @@ export class KeyRing {
 
   /** Every published key: the signer, keys not yet active, and older keys still verifying. */
   jwks(): { keys: JWK[] } {
-    return this.jwksCache;
+    return this.published;
   }
 
   /** Whether `kid` is a stored key (revoked keys are not). */

@@ -3,7 +3,6 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/persistence";
-import { retry } from "@pi/common/background/retry";
 import type { Logger } from "@pi/common/logger";
 import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/partner-event-feed";
 import type { Producer } from "@pi/common/kafka";
@@ -17,8 +16,7 @@ import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./
 
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
-
-class NotPublishedYet extends Error {}
+const RELAY_RETRY_MS = 50;
 
 export interface Propagation {
   gateways: number;
@@ -124,26 +122,12 @@ export class PartnerEventPublisher {
   ): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
-    const at = await retry(
-      "publishing a partner event",
-      async () => {
-        const published = (await outbox.relay(id)).get(entry.eventId);
-        if (published || !(await outbox.holds(id, entry.eventId))) return published;
-        throw new NotPublishedYet();
-      },
-      {
-        attempts: Infinity,
-        firstDelayMs: POLL_MS * 5,
-        factor: 1,
-        retryIf: (err) => err instanceof NotPublishedYet && performance.now() < deadline,
-      },
-    ).catch((err: unknown) => {
-      if (err instanceof NotPublishedYet) return undefined;
-      throw err;
-    });
-    return at
-      ? this.awaitFollowers(at.partition, Number(at.offset), deadline, since)
-      : this.awaitFollowers(undefined, 0, deadline, since);
+    let at = (await outbox.relay(id)).get(entry.eventId);
+    while (!at && performance.now() < deadline && (await outbox.holds(id, entry.eventId))) {
+      await sleep(RELAY_RETRY_MS);
+      at = (await outbox.relay(id)).get(entry.eventId);
+    }
+    return this.awaitFollowers(at?.partition, Number(at?.offset ?? 0), deadline, since);
   }
 
   /** Polls the followers' reports until every live one has applied (partition, offset), or the deadline. */

@@ -13,7 +13,7 @@ import type { Logger } from "@pi/common/logger";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/mode";
 import { randomUUID } from "node:crypto";
-import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditRecordDoc, type AuditStore } from "./audit.js";
+import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
 import { checkAssertionClaims, claimedAssertion, usedJtiKey } from "./client-assertion.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
@@ -64,11 +64,6 @@ export interface AuthAudit {
   store: AuditStore;
   /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
   publicKeys: PublicKeys;
-}
-
-/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic, with the signature it was stored with. */
-export function auditRecordOf(doc: AuditRecordDoc) {
-  return storedRecordMessage(doc);
 }
 
 /** A rotation's overlap may last at most a week. */
@@ -561,7 +556,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       }
       const docs = await audit.store.list(query);
       return {
-        records: docs.map(auditRecordOf),
+        records: docs.map(storedRecordMessage),
         verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)),
       };
     },
