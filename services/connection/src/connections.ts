@@ -49,6 +49,11 @@ export interface Applied {
 
 const maxAttempts = 10;
 
+type BoundSetting =
+  | "PENDING_CONNECTIONS_PER_PARTNER"
+  | "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
+  | "CONNECTION_REOPEN_INTERVAL_SECONDS";
+
 // Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
 // (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
 const LEGACY_LEASE_MARGIN_MS = 250;
@@ -73,15 +78,7 @@ export class Connections {
     private readonly store: ConnectionStore,
     private readonly settings: Pick<
       Settings,
-      | "ADDRESS_DOMAIN"
-      | "CONNECTION_PENDING_TTL_SECONDS"
-      | "SANDBOX_APPROVAL_DELAY_SECONDS"
-      | "PENDING_CONNECTIONS_PER_PARTNER"
-      | "TEST_PENDING_CONNECTIONS_PER_PARTNER"
-      | "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
-      | "TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
-      | "CONNECTION_REOPEN_INTERVAL_SECONDS"
-      | "TEST_CONNECTION_REOPEN_INTERVAL_SECONDS"
+      "ADDRESS_DOMAIN" | "CONNECTION_PENDING_TTL_SECONDS" | "SANDBOX_APPROVAL_DELAY_SECONDS" | BoundSetting | `TEST_${BoundSetting}`
     >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
@@ -139,20 +136,9 @@ export class Connections {
     return elder.elderId;
   }
 
-  private pendingLimit(mode: ConnectionMode): number {
-    const { PENDING_CONNECTIONS_PER_PARTNER: live, TEST_PENDING_CONNECTIONS_PER_PARTNER: test } = this.settings;
-    return limitOf({ live, test }, mode);
-  }
-
-  private dailyLimit(mode: ConnectionMode): number {
-    const { CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: live, TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: test } =
-      this.settings;
-    return limitOf({ live, test }, mode);
-  }
-
-  private reopenInterval(mode: ConnectionMode): number {
-    const { CONNECTION_REOPEN_INTERVAL_SECONDS: live, TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: test } = this.settings;
-    return limitOf({ live, test }, mode);
+  /** A bound's setting in this mode (each comes as a live and a TEST_ pair). */
+  private bound(mode: ConnectionMode, name: BoundSetting): number {
+    return limitOf({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
   /**
@@ -172,11 +158,11 @@ export class Connections {
     // a refusal does the same work for every address (a refused opening gives the slot back).
     const id = newId("con");
     const t = this.timing();
-    await takeSlot(this.store.slots, partnerId, mode, id, this.pendingLimit(mode), t.now);
+    await takeSlot(this.store.slots, partnerId, mode, id, this.bound(mode, "PENDING_CONNECTIONS_PER_PARTNER"), t.now);
     let opening: string;
     let elderId: string | null;
     try {
-      opening = await takeOpening(this.store.openings, partnerId, mode, this.dailyLimit(mode), t.now);
+      opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"), t.now);
     } catch (err) {
       await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
       throw err;
@@ -256,7 +242,7 @@ export class Connections {
 
       if (trigger === "request") {
         // The only change a request makes is a reopening: at most one per interval.
-        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.reopenInterval(doc.mode));
+        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.bound(doc.mode, "CONNECTION_REOPEN_INTERVAL_SECONDS"));
         if (!verdict.ok)
           throw rateLimitedError(
             "this connection was reopened less than the reopen interval ago",
@@ -278,14 +264,14 @@ export class Connections {
       const slot = slotChange(doc.status, outcome.to);
       const took =
         slot === "take" &&
-        (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) ===
+        (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.bound(doc.mode, "PENDING_CONNECTIONS_PER_PARTNER"), t.now)) ===
           "taken";
       // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
       if (trigger === "request") {
         try {
-          opening = await takeOpening(this.store.openings, doc.partnerId, doc.mode, this.dailyLimit(doc.mode), t.now);
+          opening = await takeOpening(this.store.openings, doc.partnerId, doc.mode, this.bound(doc.mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"), t.now);
         } catch (err) {
           if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
           throw err;
