@@ -8,11 +8,9 @@ import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/partner-event
 import type { Producer } from "@pi/common/kafka";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
-// An operator's change must be visible to the partner API by the time the command exits (operator
-// contract). It goes out as a partner event, stored with the change (the outbox) and published at
-// once; the answer waits until every live follower (partner-event-feed.ts of @pi/common: gateways
-// through ReportGatewayPosition, auth replicas directly) has applied it, or a timeout that keeps the
-// command well under its 2 s budget. A failed publish is left to the outbox sweep.
+// An operator's change is visible to the partner API when the command exits (operator contract): its
+// partner event, stored with the change, is published at once and the answer waits until every live
+// follower has applied it, or a timeout well under the command's 2 s budget.
 
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;

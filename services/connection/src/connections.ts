@@ -78,7 +78,11 @@ export class Connections {
     private readonly store: ConnectionStore,
     private readonly settings: Pick<
       Settings,
-      "ADDRESS_DOMAIN" | "CONNECTION_PENDING_TTL_SECONDS" | "SANDBOX_APPROVAL_DELAY_SECONDS" | BoundSetting | `TEST_${BoundSetting}`
+      | "ADDRESS_DOMAIN"
+      | "CONNECTION_PENDING_TTL_SECONDS"
+      | "SANDBOX_APPROVAL_DELAY_SECONDS"
+      | BoundSetting
+      | `TEST_${BoundSetting}`
     >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
@@ -162,7 +166,13 @@ export class Connections {
     let opening: string;
     let elderId: string | null;
     try {
-      opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"), t.now);
+      opening = await takeOpening(
+        this.store.openings,
+        partnerId,
+        mode,
+        this.bound(mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"),
+        t.now,
+      );
     } catch (err) {
       await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
       throw err;
@@ -242,7 +252,11 @@ export class Connections {
 
       if (trigger === "request") {
         // The only change a request makes is a reopening: at most one per interval.
-        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.bound(doc.mode, "CONNECTION_REOPEN_INTERVAL_SECONDS"));
+        const verdict = reopenVerdict(
+          doc.reopenedAt,
+          t.now,
+          this.bound(doc.mode, "CONNECTION_REOPEN_INTERVAL_SECONDS"),
+        );
         if (!verdict.ok)
           throw rateLimitedError(
             "this connection was reopened less than the reopen interval ago",
@@ -264,14 +278,26 @@ export class Connections {
       const slot = slotChange(doc.status, outcome.to);
       const took =
         slot === "take" &&
-        (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.bound(doc.mode, "PENDING_CONNECTIONS_PER_PARTNER"), t.now)) ===
-          "taken";
+        (await takeSlot(
+          this.store.slots,
+          doc.partnerId,
+          doc.mode,
+          doc._id,
+          this.bound(doc.mode, "PENDING_CONNECTIONS_PER_PARTNER"),
+          t.now,
+        )) === "taken";
       // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
       if (trigger === "request") {
         try {
-          opening = await takeOpening(this.store.openings, doc.partnerId, doc.mode, this.bound(doc.mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"), t.now);
+          opening = await takeOpening(
+            this.store.openings,
+            doc.partnerId,
+            doc.mode,
+            this.bound(doc.mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"),
+            t.now,
+          );
         } catch (err) {
           if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
           throw err;
@@ -340,8 +366,7 @@ export class Connections {
         .find({ status: "pending", mode: "test", approveAt: { $lte: this.clock() } }, { projection: { _id: 1 } })
         .limit(batch)
         .toArray();
-      let changed = 0;
-      for (const { _id } of due) if ((await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change") changed++;
+      const changed = await this.applyEach(due, "auto_approve");
       approved += changed;
       // A full batch that approved nothing (another replica's round took them) is left to the next round.
       if (due.length < batch || changed === 0) return approved;
@@ -359,11 +384,13 @@ export class Connections {
       )
       .limit(limit)
       .toArray();
-    let expired = 0;
-    for (const { _id } of due) {
-      const res = await this.apply({ _id }, "expire");
-      if (res?.outcome.kind === "change") expired++;
-    }
-    return expired;
+    return this.applyEach(due, "expire");
+  }
+
+  /** Applies `trigger` to each connection in turn; how many it changed. */
+  private async applyEach(due: { _id: string }[], trigger: Trigger): Promise<number> {
+    let changed = 0;
+    for (const { _id } of due) if ((await this.apply({ _id }, trigger))?.outcome.kind === "change") changed++;
+    return changed;
   }
 }
