@@ -49,10 +49,13 @@ export interface Applied {
 
 const maxAttempts = 10;
 
-type BoundSetting =
-  | "PENDING_CONNECTIONS_PER_PARTNER"
-  | "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
-  | "CONNECTION_REOPEN_INTERVAL_SECONDS";
+/** The bounds' settings, each a live and a TEST_ pair. */
+const BOUNDS = {
+  pending: "PENDING_CONNECTIONS_PER_PARTNER",
+  daily: "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY",
+  reopen: "CONNECTION_REOPEN_INTERVAL_SECONDS",
+} as const;
+type BoundSetting = (typeof BOUNDS)[keyof typeof BOUNDS];
 
 // Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
 // (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
@@ -140,8 +143,8 @@ export class Connections {
     return elder.elderId;
   }
 
-  /** A bound's setting in this mode (each comes as a live and a TEST_ pair). */
-  private bound(mode: ConnectionMode, name: BoundSetting): number {
+  private bound(mode: ConnectionMode, which: keyof typeof BOUNDS): number {
+    const name = BOUNDS[which];
     return limitOf({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
@@ -162,24 +165,16 @@ export class Connections {
     // a refusal does the same work for every address (a refused opening gives the slot back).
     const id = newId("con");
     const t = this.timing();
-    await takeSlot(this.store.slots, partnerId, mode, id, this.bound(mode, "PENDING_CONNECTIONS_PER_PARTNER"), t.now);
-    let opening: string;
+    await takeSlot(this.store.slots, partnerId, mode, id, this.bound(mode, "pending"), t.now);
+    let opening: string | undefined;
+    const giveBack = () =>
+      Promise.all([
+        releaseSlot(this.store.slots, partnerId, mode, id),
+        opening !== undefined && releaseOpening(this.store.openings, opening),
+      ]);
     let elderId: string | null;
     try {
-      opening = await takeOpening(
-        this.store.openings,
-        partnerId,
-        mode,
-        this.bound(mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"),
-        t.now,
-      );
-    } catch (err) {
-      await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
-      throw err;
-    }
-    const giveBack = () =>
-      Promise.all([releaseSlot(this.store.slots, partnerId, mode, id), releaseOpening(this.store.openings, opening)]);
-    try {
+      opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
       elderId = await this.resolveElder(mode, address);
     } catch (err) {
       await giveBack().catch(() => undefined);
@@ -252,11 +247,7 @@ export class Connections {
 
       if (trigger === "request") {
         // The only change a request makes is a reopening: at most one per interval.
-        const verdict = reopenVerdict(
-          doc.reopenedAt,
-          t.now,
-          this.bound(doc.mode, "CONNECTION_REOPEN_INTERVAL_SECONDS"),
-        );
+        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.bound(doc.mode, "reopen"));
         if (!verdict.ok)
           throw rateLimitedError(
             "this connection was reopened less than the reopen interval ago",
@@ -275,31 +266,19 @@ export class Connections {
         await this.waitForLegacyLeases(doc);
         continue;
       }
+      const { partnerId, mode } = doc;
       const slot = slotChange(doc.status, outcome.to);
       const took =
         slot === "take" &&
-        (await takeSlot(
-          this.store.slots,
-          doc.partnerId,
-          doc.mode,
-          doc._id,
-          this.bound(doc.mode, "PENDING_CONNECTIONS_PER_PARTNER"),
-          t.now,
-        )) === "taken";
+        (await takeSlot(this.store.slots, partnerId, mode, doc._id, this.bound(mode, "pending"), t.now)) === "taken";
       // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
       if (trigger === "request") {
         try {
-          opening = await takeOpening(
-            this.store.openings,
-            doc.partnerId,
-            doc.mode,
-            this.bound(doc.mode, "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"),
-            t.now,
-          );
+          opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
         } catch (err) {
-          if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+          if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
           throw err;
         }
       }
@@ -334,7 +313,7 @@ export class Connections {
       });
       if (!updated) {
         // Another writer changed it since the read: decide again on the new state.
-        if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id);
+        if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id);
         if (opening) await releaseOpening(this.store.openings, opening);
         conflicts++;
         continue;
@@ -345,8 +324,7 @@ export class Connections {
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
-      if (slot === "release")
-        await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+      if (slot === "release") await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
