@@ -17,7 +17,7 @@ import {
 } from "jose";
 import { LRUCache } from "lru-cache";
 import { request } from "undici";
-import { egressAgent, readCapped, urlRefusal, type Resolver } from "@pi/common/egress";
+import { egressAgent, readCapped, urlRefusal } from "@pi/common/egress";
 import type { Logger } from "@pi/common/logger";
 import {
   ASSERTION_ALGORITHMS,
@@ -109,7 +109,6 @@ export interface AssertionKeysOptions {
   /** WEBHOOK_ALLOW_INSECURE_URLS: http and internal addresses too (the local stack). */
   allowInsecure: boolean;
   timeoutMs?: number;
-  resolve?: Resolver;
   /** The least time between two fetches of one URL's set (default JWKS_URL_REFETCH_COOLDOWN_MS; a test shortens it). */
   refetchCooldownMs?: number;
   /** Stores a background fetch's outcome with every credential of the URL (the database). */
@@ -141,11 +140,7 @@ export class AssertionKeys {
 
   constructor(private readonly opts: AssertionKeysOptions) {
     this.times = { maxAgeMs: JWKS_URL_MAX_AGE_MS, cooldownMs: opts.refetchCooldownMs ?? JWKS_URL_REFETCH_COOLDOWN_MS };
-    const agent = egressAgent({
-      allowInsecure: opts.allowInsecure,
-      timeoutMs: opts.timeoutMs ?? 5_000,
-      ...(opts.resolve ? { resolve: opts.resolve } : {}),
-    });
+    const agent = egressAgent({ allowInsecure: opts.allowInsecure, timeoutMs: opts.timeoutMs ?? 5_000 });
     this.fetchJwks = async (url, init) => {
       const refusal = urlRefusal(url, opts.allowInsecure, "JWK Set URL");
       if (refusal) throw new Error(refusal);
