@@ -1,5 +1,5 @@
 import { healthv1 } from "@pi/proto";
-import { LIVENESS } from "@pi/common/connect-server";
+import { LIVENESS } from "@pi/common/rpc/server";
 import { serviceClient } from "@pi/common/clients";
 import { SERVICE_URL_SETTINGS, withLocalStackAddresses } from "@pi/common/settings";
 

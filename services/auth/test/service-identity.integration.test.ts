@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Writable } from "node:stream";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { MongoClient } from "mongodb";
 import { authv1, connectionv1 } from "@pi/proto";
 import { clientsFor, serviceClient } from "@pi/common/clients";
@@ -54,7 +54,7 @@ async function codeOf(call: Promise<unknown>): Promise<string> {
     await call;
     return "OK";
   } catch (err) {
-    return Code[ConnectError.from(err).code];
+    return Status[RpcError.from(err).code];
   }
 }
 
@@ -133,7 +133,7 @@ describe("service identity on internal calls, with real services", () => {
               [
                 () => async (r) => {
                   resolve(r.header.get("pi-service-token")!);
-                  throw new ConnectError("probe", Code.Canceled);
+                  throw new RpcError("probe", Status.CANCELLED);
                 },
               ],
               as(settings, "gateway").SERVICE_IDENTITY_KEY,

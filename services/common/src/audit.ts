@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "./errors.js";
 import { outboxEntry, type OutboxEntry } from "./persistence.js";
 
 // The audit trail's records, as pure functions (docs/security.md, "Audit trail"). A record says who
@@ -241,21 +241,21 @@ export function checkAuditRecord(r: {
   return null;
 }
 
-const refusalCodes: Partial<Record<Code, RefusalCode>> = {
-  [Code.InvalidArgument]: "invalid_argument",
-  [Code.NotFound]: "not_found",
-  [Code.AlreadyExists]: "already_exists",
-  [Code.FailedPrecondition]: "failed_precondition",
-  [Code.Aborted]: "aborted",
-  [Code.PermissionDenied]: "permission_denied",
+const refusalCodes: Partial<Record<Status, RefusalCode>> = {
+  [Status.INVALID_ARGUMENT]: "invalid_argument",
+  [Status.NOT_FOUND]: "not_found",
+  [Status.ALREADY_EXISTS]: "already_exists",
+  [Status.FAILED_PRECONDITION]: "failed_precondition",
+  [Status.ABORTED]: "aborted",
+  [Status.PERMISSION_DENIED]: "permission_denied",
 };
 
 /**
- * The refusal an error stands for: a service's deliberate "no" (a ConnectError with one of the
+ * The refusal an error stands for: a service's deliberate "no" (a RpcError with one of the
  * codes above). Anything else (the database or Kafka unreachable, a bug) is no decision, so
  * nothing is recorded: a change that was made is recorded with the change itself.
  */
 export function refusalOf(err: unknown): { code: RefusalCode } | undefined {
-  const code = err instanceof ConnectError ? refusalCodes[err.code] : undefined;
+  const code = err instanceof RpcError ? refusalCodes[err.code] : undefined;
   return code ? { code } : undefined;
 }

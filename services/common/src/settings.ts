@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { KEY_ID, parseDataKeys } from "./data-keys.js";
-import { parseServiceUrls } from "./service-endpoints.js";
+import { parseServiceUrls } from "./rpc/service-urls.js";
 import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
 
 // Every setting of the operator contract, plus the internal addresses, in one schema. Each service
@@ -11,7 +11,7 @@ const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
 const bool = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
 // A `*_SERVICE_URL`: one base URL or a comma-separated list (every replica); host names stand for all
-// their addresses (services/common/src/service-endpoints.ts).
+// their addresses (services/common/src/rpc/service-urls.ts).
 const serviceUrls = z.string().superRefine((value, ctx) => {
   try {
     parseServiceUrls(value);

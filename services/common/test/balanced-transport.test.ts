@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from "@jest/globals";
 import { createHook } from "node:async_hooks";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { RpcError, Status } from "../src/errors.js";
+import { createClient } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { authv1, fileintakev1 } from "@pi/proto";
 import { BalancedTransport, classifyFailure } from "../src/balanced-transport.js";
@@ -200,12 +201,12 @@ describe("internal clients over every replica", () => {
     const calls = [auth.createPartner({ name: "x" }), auth.createPartner({ name: "y" })].map((p) =>
       p.then(
         (r) => r.partnerId,
-        (e: unknown) => ConnectError.from(e).code,
+        (e: unknown) => RpcError.from(e).code,
       ),
     );
     while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
     await a.kill();
-    expect((await Promise.all(calls)).sort()).toEqual([Code.Unavailable, `ptr_${b.port}`].sort());
+    expect((await Promise.all(calls)).sort()).toEqual([Status.UNAVAILABLE, `ptr_${b.port}`].sort());
     expect(b.calls).toBe(1);
   });
 
@@ -221,12 +222,12 @@ describe("internal clients over every replica", () => {
     }
     const upload = files.submitFile(chunks()).then(
       () => "answered",
-      (e: unknown) => ConnectError.from(e).code,
+      (e: unknown) => RpcError.from(e).code,
     );
     while (a.calls === 0) await new Promise((r) => setTimeout(r, 5));
     const started = Date.now();
     await a.kill();
-    expect(await upload).toBe(Code.Unavailable);
+    expect(await upload).toBe(Status.UNAVAILABLE);
     expect(Date.now() - started).toBeLessThan(1_000);
 
     const viaClosedTransport = new BalancedTransport({
@@ -282,25 +283,25 @@ describe("internal clients over every replica", () => {
   });
 
   it("an answer of the service (an error it sent) is not repeated on another replica", async () => {
-    const unavailable = () => Promise.reject(new ConnectError("database unreachable", Code.Unavailable));
+    const unavailable = () => Promise.reject(new RpcError("database unreachable", Status.UNAVAILABLE));
     const [a, b] = [await replica({ jwks: unavailable }), await replica({ jwks: unavailable })];
     const auth = client(`${url(a.port)},${url(b.port)}`);
-    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Status.UNAVAILABLE });
     expect(a.calls + b.calls).toBe(1);
   });
 
   it("every replica gone: Unavailable within a second, not at the deadline", async () => {
     const auth = client(`${url(await closedPort())},${url(await closedPort())}`, { defaultTimeoutMs: 10_000 });
     const started = Date.now();
-    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Status.UNAVAILABLE });
     expect(Date.now() - started).toBeLessThan(1_000);
   });
 
   it("a client made before its service started reaches it as soon as it listens (services started after the gateway)", async () => {
     const port = await closedPort();
     const auth = client(url(port));
-    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
-    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Status.UNAVAILABLE });
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Status.UNAVAILABLE });
     await replica({}, port);
     const started = Date.now();
     expect((await auth.getJwks({}, { timeoutMs: 1_500 })).issuer).toBe(`replica-${port}`);
@@ -312,7 +313,7 @@ describe("internal clients over every replica", () => {
     const auth = client(url(first.port));
     expect((await auth.getJwks({})).issuer).toBe(`replica-${first.port}`);
     await first.kill();
-    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Code.Unavailable });
+    await expect(auth.getJwks({})).rejects.toMatchObject({ code: Status.UNAVAILABLE });
     await replica({}, first.port);
     expect((await auth.getJwks({}, { timeoutMs: 1_500 })).issuer).toBe(`replica-${first.port}`);
   });
@@ -415,21 +416,21 @@ describe("service addresses", () => {
   });
 
   it("classifies failures: refused (never sent), reset (lost with the connection), an answer", () => {
-    const refused = new ConnectError(
+    const refused = new RpcError(
       "x",
-      Code.Unavailable,
+      Status.UNAVAILABLE,
       undefined,
       undefined,
       Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }),
     );
-    const reset = new ConnectError(
+    const reset = new RpcError(
       "x",
-      Code.Aborted,
+      Status.ABORTED,
       undefined,
       undefined,
       Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }),
     );
-    const answered = new ConnectError("db down", Code.Unavailable, new Headers({ "grpc-status": "14" }));
+    const answered = new RpcError("db down", Status.UNAVAILABLE, new Headers({ "grpc-status": "14" }));
     expect([classifyFailure(refused), classifyFailure(reset), classifyFailure(answered)]).toEqual([
       "never-reached",
       "connection-broke",
@@ -438,9 +439,9 @@ describe("service addresses", () => {
   });
 
   it("takes an Unimplemented answer for a call that never reached a replica: the server at that address is another service's", () => {
-    const stranger = new ConnectError(
+    const stranger = new RpcError(
       "The server does not implement the method",
-      Code.Unimplemented,
+      Status.UNIMPLEMENTED,
       new Headers({ "grpc-status": "12" }),
     );
     expect(classifyFailure(stranger)).toBe("never-reached");

@@ -1,14 +1,9 @@
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import * as grpc from "@grpc/grpc-js";
-import {
-  Code,
-  ConnectError,
-  createClient,
-  type ConnectRouter,
-  type HandlerContext,
-  type Interceptor,
-} from "@connectrpc/connect";
+import { RpcError, Status } from "../src/errors.js";
+import type { Router, HandlerContext } from "../src/rpc/server.js";
+import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { authv1, fileintakev1, healthv1 } from "@pi/proto";
 import { commonv1 } from "@pi/proto";
@@ -30,14 +25,14 @@ let release: (() => void) | undefined;
 let entered: (() => void) | undefined;
 let streamStarted: (() => void) | undefined;
 
-const routes = (router: ConnectRouter) => {
+const routes = (router: Router) => {
   router.service(authv1.AuthService, {
     async issueToken(req, ctx: HandlerContext) {
       seen.header = ctx.requestHeader.get("x-probe");
       seen.timeoutMs = ctx.timeoutMs();
       seen.signal = ctx.signal;
       if (req.clientId === "missing")
-        throw new ConnectError("no such client", Code.NotFound, { "x-why": "unknown id" });
+        throw new RpcError("no such client", Status.NOT_FOUND, { "x-why": "unknown id" });
       if (req.clientId === "crash") throw new Error("a bug");
       if (req.clientId === "refused") throw serviceError(commonv1.ErrorReason.NOT_FOUND, "no such connection", "id");
       if (req.clientId === "wait") await new Promise<void>((resolve) => ((release = resolve), entered?.()));
@@ -49,7 +44,7 @@ const routes = (router: ConnectRouter) => {
   router.service(healthv1.Health, {
     async *watch(req) {
       for (let i = 0; i < 3; i++) yield { status: healthv1.HealthCheckResponse_ServingStatus.SERVING };
-      if (req.service === "fail") throw new ConnectError("gone", Code.Unavailable);
+      if (req.service === "fail") throw new RpcError("gone", Status.UNAVAILABLE);
     },
   });
   router.service(fileintakev1.FileIntakeService, {
@@ -71,7 +66,7 @@ const routes = (router: ConnectRouter) => {
 
 /** A server interceptor refusing calls that carry `x-refuse`, as the identity interceptor refuses. */
 const refuser: Interceptor = (next) => async (req) => {
-  if (req.header.get("x-refuse")) throw new ConnectError("refused", Code.PermissionDenied);
+  if (req.header.get("x-refuse")) throw new RpcError("refused", Status.PERMISSION_DENIED);
   return next(req);
 };
 
@@ -98,7 +93,7 @@ beforeAll(async () => {
 afterAll(() => server.forceShutdown());
 
 const failure = async (p: Promise<unknown>) =>
-  ConnectError.from(
+  RpcError.from(
     await p.then(
       () => undefined,
       (err: unknown) => err,
@@ -111,21 +106,21 @@ describe("Connect handlers served by grpc-js", () => {
     expect(res.outcome.case === "token" && res.outcome.value.accessToken).toBe("token of a");
   });
 
-  it("a handler's ConnectError reaches its caller with the same code, message and metadata", async () => {
+  it("a handler's RpcError reaches its caller with the same code, message and metadata", async () => {
     const err = await failure(auth.issueToken({ clientId: "missing" }));
-    expect(err.code).toBe(Code.NotFound);
-    expect(err.rawMessage).toBe("no such client");
+    expect(err.code).toBe(Status.NOT_FOUND);
+    expect(err.message).toBe("no such client");
     expect(err.metadata.get("x-why")).toBe("unknown id");
   });
 
   it("a service error's details (its reason and parameter) reach its caller", async () => {
     const err = await failure(auth.issueToken({ clientId: "refused" }));
-    expect(err.rawMessage).toBe("no such connection");
+    expect(err.message).toBe("no such connection");
     expect(reasonOf(err)).toEqual({ reason: commonv1.ErrorReason.NOT_FOUND, param: "id" });
   });
 
   it("any other error of a handler is Unknown to its caller", async () => {
-    expect((await failure(auth.issueToken({ clientId: "crash" }))).code).toBe(Code.Unknown);
+    expect((await failure(auth.issueToken({ clientId: "crash" }))).code).toBe(Status.UNKNOWN);
   });
 
   it("the handler sees the caller's headers and what is left of its deadline", async () => {
@@ -142,7 +137,7 @@ describe("Connect handlers served by grpc-js", () => {
 
   it("the server's interceptors run before the handler and can refuse the call", async () => {
     const err = await failure(auth.issueToken({ clientId: "a" }, { headers: { "x-refuse": "1" } }));
-    expect(err.code).toBe(Code.PermissionDenied);
+    expect(err.code).toBe(Status.PERMISSION_DENIED);
   });
 
   it("a call its caller gives up aborts the handler's signal", async () => {
@@ -157,7 +152,7 @@ describe("Connect handlers served by grpc-js", () => {
     await new Promise<void>((resolve) =>
       signal.aborted ? resolve() : signal.addEventListener("abort", () => resolve()),
     );
-    expect(ConnectError.from(signal.reason).code).toBe(Code.Canceled);
+    expect(RpcError.from(signal.reason).code).toBe(Status.CANCELLED);
     release!();
     release = undefined;
   });
@@ -181,8 +176,8 @@ describe("Connect handlers served by grpc-js", () => {
       })(),
     );
     expect(n).toBe(3);
-    expect(err.code).toBe(Code.Unavailable);
-    expect(err.rawMessage).toBe("gone");
+    expect(err.code).toBe(Status.UNAVAILABLE);
+    expect(err.message).toBe("gone");
   });
 
   it("a client stream's messages reach the handler in order", async () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
-import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { RpcError, Status } from "../src/errors.js";
+import { createClient, createRouterTransport } from "@connectrpc/connect";
 import { healthv1 } from "@pi/proto";
 import { consumerLag } from "../src/background/consume.js";
 import { createLogger } from "../src/logger.js";
@@ -140,7 +141,7 @@ describe("rpc_server_call_duration_seconds and rpc_client_call_duration_seconds"
       ({ service }) =>
         service(healthv1.Health, {
           check: (req) => {
-            if (req.service === "missing") throw new ConnectError("no such service", Code.NotFound);
+            if (req.service === "missing") throw new RpcError("no such service", Status.NOT_FOUND);
             return { status: healthv1.HealthCheckResponse_ServingStatus.SERVING };
           },
         }),
@@ -155,7 +156,7 @@ describe("rpc_server_call_duration_seconds and rpc_client_call_duration_seconds"
       );
       expect(counts.map((v) => [v.labels.rpc_grpc_status_code, v.value]).sort()).toEqual([
         ["0", 1],
-        [String(Code.NotFound), 1],
+        [String(Status.NOT_FOUND), 1],
       ]);
       expect(counts[0]!.labels.rpc_service).toBe(healthv1.Health.typeName);
     }

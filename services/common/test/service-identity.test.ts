@@ -1,7 +1,8 @@
 import { generateKeyPairSync } from "node:crypto";
 import { Writable } from "node:stream";
 import { describe, expect, it } from "@jest/globals";
-import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { RpcError, Status } from "../src/errors.js";
+import { createClient, createRouterTransport } from "@connectrpc/connect";
 import { SignJWT } from "jose";
 import { authv1, healthv1 } from "@pi/proto";
 import { createLogger } from "../src/logger.js";
@@ -316,7 +317,7 @@ describe("the interceptors", () => {
       await p;
       return "ok";
     } catch (err) {
-      return Code[ConnectError.from(err).code];
+      return Status[RpcError.from(err).code];
     }
   };
 

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { type commonv1, fileintakev1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/elder-address";
 import { DATA_KEY_BYTES, type KeyWrapper } from "@pi/common/data-keys";
@@ -41,7 +41,7 @@ export const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
 
 const tooLarge = () => serviceError(ErrorReason.FILE_TOO_LARGE, "the file is larger than the limit", "file");
 const unsupported = () => serviceError(ErrorReason.UNSUPPORTED_MEDIA_TYPE, "the file's type is not accepted", "file");
-const protocol = (message: string) => new ConnectError(message, Code.InvalidArgument);
+const protocol = (message: string) => new RpcError(message, Status.INVALID_ARGUMENT);
 
 type Part = fileintakev1.SubmitFileRequest["part"];
 
@@ -89,9 +89,9 @@ export async function submitFile(
       r = await it.next();
     } catch (err) {
       // The caller went away mid-upload (the partner disconnected, or the gateway refused the body).
-      throw err instanceof ConnectError
+      throw err instanceof RpcError
         ? err
-        : new ConnectError("the upload stream was closed by the caller", Code.Canceled, undefined, undefined, err);
+        : new RpcError("the upload stream was closed by the caller", Status.CANCELLED, undefined, err);
     }
     if (r.done) throw protocol("the stream ended before the trailer");
     return r.value.part;
@@ -223,7 +223,7 @@ async function receive(
       );
       // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
       if (owned && !(await deps.keys.renew(partnerId, mode, key!, fileId))) {
-        throw new ConnectError("the Idempotency-Key's claim was taken over; retry with the same key", Code.Unavailable);
+        throw new RpcError("the Idempotency-Key's claim was taken over; retry with the same key", Status.UNAVAILABLE);
       }
       await store.files.insertOne(doc);
       committed = true;

@@ -1,7 +1,8 @@
 import { createServer, request, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Writable } from "node:stream";
-import { createClient, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@pi/common/rpc/server";
+import { createClient, createRouterTransport } from "@connectrpc/connect";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
 import { createLogger } from "@pi/common/logger";

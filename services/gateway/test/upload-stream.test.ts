@@ -4,7 +4,8 @@ import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import * as grpc from "@grpc/grpc-js";
-import { createClient, type ConnectRouter } from "@connectrpc/connect";
+import type { Router } from "@pi/common/rpc/server";
+import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { fileintakev1 } from "@pi/proto";
 import { collectRoutes, grpcHandlers } from "@pi/common/grpc-server";
@@ -56,7 +57,7 @@ describe("the upload's transfer-rate watchdog", () => {
 describe("a file on its way to file-intake", () => {
   it("arrives byte for byte in messages of MESSAGE_BYTES, though the gateway reuses one buffer for them, at a slow reader too", async () => {
     const received: { sizes: number[]; sha256?: string } = { sizes: [] };
-    const routes = (router: ConnectRouter) =>
+    const routes = (router: Router) =>
       router.service(fileintakev1.FileIntakeService, {
         async submitFile(requests) {
           const hash = createHash("sha256");

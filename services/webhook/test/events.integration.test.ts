@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
-import { ConnectError } from "@connectrpc/connect";
+import { RpcError } from "@pi/common/errors";
 import { clientsFor, type WebhookClient } from "@pi/common/clients";
 import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
 import { ErrorReason, reasonOf } from "@pi/common/errors";
@@ -70,7 +70,7 @@ async function refusal(p: Promise<unknown>) {
   try {
     await p;
   } catch (err) {
-    return { reason: reasonOf(err)?.reason, param: reasonOf(err)?.param, message: (err as ConnectError).rawMessage };
+    return { reason: reasonOf(err)?.reason, param: reasonOf(err)?.param, message: (err as RpcError).message };
   }
   throw new Error("expected a refusal");
 }
@@ -138,7 +138,7 @@ describe("ListEvents", () => {
       reason: ErrorReason.INVALID_REQUEST,
       param: "type",
     });
-    await expect(list(partner(), { mode: commonv1.Mode.UNSPECIFIED })).rejects.toThrow(ConnectError);
+    await expect(list(partner(), { mode: commonv1.Mode.UNSPECIFIED })).rejects.toThrow(RpcError);
   });
 
   it("is the gateway's alone: the operator's identity is refused", async () => {
