@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
 import { clientsFor } from "../src/clients.js";
 import { createLogger } from "../src/logger.js";
-import { LIVENESS, startConnectServer, TRAFFIC, type ConnectServer } from "../src/connect-server.js";
+import { LIVENESS, startConnectServer, TRAFFIC, type ConnectServer } from "../src/rpc/server.js";
 import { parseSettings } from "../src/settings.js";
 import { watchConsumer } from "../src/background/consume.js";
 import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";

@@ -3,12 +3,10 @@ import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
-import * as grpc from "@grpc/grpc-js";
 import type { Router } from "@pi/common/rpc/server";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { serviceClient } from "@pi/common/rpc/client";
 import { fileintakev1 } from "@pi/proto";
-import { collectRoutes, grpcHandlers } from "@pi/common/grpc-server";
+import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { createLogger } from "@pi/common/logger";
 import { PartnerError } from "../src/errors.js";
 import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
@@ -71,18 +69,12 @@ describe("a file on its way to file-intake", () => {
           return { file: { id: "file_1" } };
         },
       });
-    const server = new grpc.Server();
-    const { definition, implementation } = grpcHandlers(collectRoutes(routes), []);
-    server.addService(definition, implementation);
-    const port = await new Promise<number>((resolve, reject) =>
-      server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) =>
-        err ? reject(err) : resolve(p),
-      ),
-    );
+    const server = await serveForTest("file-intake", routes);
     try {
-      const client = createClient(
+      const client = serviceClient(
         fileintakev1.FileIntakeService,
-        createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }),
+        `http://127.0.0.1:${server.port}`,
+        testIdentityKey("gateway"),
       );
       // Plain text at random, in the multipart parser's 64 KiB pieces and odd ones.
       const bytes = randomBytes(3 * MESSAGE_BYTES + 12_345).map((b) => 97 + (b % 26));
@@ -94,7 +86,7 @@ describe("a file on its way to file-intake", () => {
       expect(received.sha256).toBe(createHash("sha256").update(bytes).digest("hex"));
       expect(received.sizes).toEqual([MESSAGE_BYTES, MESSAGE_BYTES, MESSAGE_BYTES, 12_345]);
     } finally {
-      server.forceShutdown();
+      await server.close();
     }
   });
 });

@@ -122,21 +122,29 @@ export function serviceClient<T extends DescService>(service: T, urls: string, i
             stream = channel.makeClientStreamRequest(path, req, res, metadata, callOptions, done);
             return stream;
           });
-          let settled = false;
-          answer.then(
-            () => (settled = true),
-            () => (settled = true),
+          // Settles when the call ends, whatever its outcome: the answer says which.
+          const ended = answer.then(
+            () => undefined,
+            () => undefined,
           );
+          const messages = input[Symbol.asyncIterator]();
           try {
             // Each message waits for the stream's room (HTTP/2 flow control): an upload moves at its reader's pace.
-            for await (const message of input) {
-              if (settled) break;
-              if (!stream.write(message)) await Promise.race([once(stream, "drain"), answer]);
+            for (;;) {
+              const next = await Promise.race([messages.next(), ended]);
+              if (!next) {
+                void messages.return?.()?.catch(() => {});
+                break;
+              }
+              if (next.done) {
+                stream.end();
+                break;
+              }
+              if (!stream.write(next.value)) await Promise.race([once(stream, "drain"), ended]);
             }
-            stream.end();
           } catch (err) {
             stream.cancel();
-            if (!(err instanceof RpcError)) throw err;
+            throw err;
           }
           return answer;
         });
