@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
 import { RpcError, Status } from "../src/errors.js";
-import { serviceClient } from "../src/rpc/client.js";
+import { closeClient, serviceClient } from "../src/rpc/client.js";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { authv1 } from "@pi/proto";
 import { consumerLag } from "../src/background/consume.js";
@@ -158,6 +158,7 @@ describe("rpc_server_call_duration_seconds and rpc_client_call_duration_seconds"
       ]);
       expect(counts[0]!.labels.rpc_service).toBe(authv1.AuthService.typeName);
     }
+    closeClient(auth);
     await server.close();
     expect(await metricsRegistry.metrics()).toMatch(
       /^rpc_server_call_duration_seconds_bucket\{.*rpc_service="pi\.auth\.v1\.AuthService".*\} 1$/m,

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "@jest/globals";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { authv1, fileintakev1 } from "@pi/proto";
 import { ErrorReason, reasonOf, RpcError, serviceError, Status } from "../src/errors.js";
-import { serviceClient } from "../src/rpc/client.js";
+import { closeClient, serviceClient } from "../src/rpc/client.js";
 import type { RpcServer } from "../src/rpc/server.js";
 import { parseServiceUrls, targetOf } from "../src/rpc/service-urls.js";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
@@ -22,8 +22,15 @@ interface Replica {
 type Behaviour = { read?: () => Promise<void>; take?: () => Promise<void>; submitFile?: () => Promise<void> };
 
 const servers: (RpcServer | Server)[] = [];
+const clients: object[] = [];
+/** The client every service uses, closed after the test. */
+const client = <T extends object>(c: T): T => {
+  clients.push(c);
+  return c;
+};
 const live: Replica[] = [];
 afterEach(async () => {
+  for (const c of clients.splice(0)) closeClient(c);
   await Promise.allSettled(live.splice(0).map((r) => r.kill()));
   await Promise.allSettled(servers.splice(0).map((s) => ("port" in s ? s.close() : new Promise((r) => s.close(r)))));
 });
@@ -82,11 +89,11 @@ const url = (port: number) => `http://127.0.0.1:${port}`;
 const never = () => new Promise<void>(() => {});
 /** A client of the replicas: as the gateway (reads, uploads) and as extraction (takes: not idempotent). */
 const files = (urls: string) => ({
-  ...serviceClient(fileintakev1.FileIntakeService, urls, testIdentityKey("gateway")),
-  takeFileForExtraction: serviceClient(fileintakev1.FileIntakeService, urls, testIdentityKey("extraction"))
+  ...client(serviceClient(fileintakev1.FileIntakeService, urls, testIdentityKey("gateway"))),
+  takeFileForExtraction: client(serviceClient(fileintakev1.FileIntakeService, urls, testIdentityKey("extraction")))
     .takeFileForExtraction,
 });
-const auth = (urls: string) => serviceClient(authv1.AuthService, urls, testIdentityKey("gateway"));
+const auth = (urls: string) => client(serviceClient(authv1.AuthService, urls, testIdentityKey("gateway")));
 const until = async (check: () => boolean) => {
   while (!check()) await new Promise((r) => setTimeout(r, 5));
 };
@@ -224,7 +231,12 @@ describe("errors between services", () => {
     const server = await serveForTest("auth", (router) =>
       router.service(authv1.AuthService, {
         issueToken: (_req, { signal }) =>
-          new Promise((_, reject) => signal.addEventListener("abort", () => reject((aborted = signal.reason)))),
+          new Promise((_, reject) =>
+            signal.addEventListener("abort", () => {
+              aborted = signal.reason;
+              reject(aborted);
+            }),
+          ),
       }),
     );
     servers.push(server);

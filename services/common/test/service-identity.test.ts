@@ -2,7 +2,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { Writable } from "node:stream";
 import { afterAll, describe, expect, it } from "@jest/globals";
 import { RpcError, Status } from "../src/errors.js";
-import { serviceClient } from "../src/rpc/client.js";
+import { closeClient, serviceClient } from "../src/rpc/client.js";
 import type { RpcServer } from "../src/rpc/server.js";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { SignJWT } from "jose";
@@ -293,7 +293,11 @@ describe("the server's identity and allow-list checks", () => {
   }
 
   const servers: RpcServer[] = [];
-  afterAll(() => Promise.all(servers.map((s) => s.close())));
+  const clients: object[] = [];
+  afterAll(async () => {
+    for (const c of clients) closeClient(c);
+    await Promise.all(servers.map((s) => s.close()));
+  });
 
   /** The auth service's real server (identity and allow-list checks) on loopback, and its clients as `caller`. */
   async function authAs(caller: Workload | undefined, logger = logs().logger) {
@@ -312,6 +316,9 @@ describe("the server's identity and allow-list checks", () => {
     const url = `http://127.0.0.1:${server.port}`;
     const key = caller && testIdentityKey(caller);
     const admin = serviceClient(authv1.AuthService, `http://127.0.0.1:${server.adminPort}`, key);
+    const data = serviceClient(authv1.AuthService, url, key);
+    const health = serviceClient(healthv1.Health, url);
+    clients.push(admin, data, health);
     return {
       auth: {
         ...serviceClient(authv1.AuthService, url, key),

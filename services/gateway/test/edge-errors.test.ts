@@ -182,7 +182,7 @@ describe("internal failures", () => {
       ["ECONNRESET", Status.ABORTED],
       ["EPIPE", Status.UNKNOWN],
     ] as const) {
-      const err = new RpcError(`[internal] ${code}`, connectCode, undefined, undefined, errno(code));
+      const err = new RpcError(`[internal] ${code}`, connectCode, undefined, errno(code));
       expect([code, partnerErrorFromInternal(err).code]).toEqual([code, "service_unavailable"]);
     }
     expect(partnerErrorFromInternal(new RpcError("boom", Status.INTERNAL)).code).toBe("internal_error");
@@ -202,7 +202,7 @@ describe("internal failures", () => {
     // The internal service's own log holds its details; the gateway logs the failed call, with a stack.
     expect(lines.find((l) => l.level === "error")).toMatchObject({
       msg: "request failed",
-      err: { type: "RpcError", code: Status.INTERNAL, stack: expect.any(String) },
+      err: { type: "RpcError", code: Status.UNKNOWN, stack: expect.any(String) },
     });
     expect(lines.find((l) => l.level === "info")).toMatchObject({ method: "DELETE", status: 500 });
   });

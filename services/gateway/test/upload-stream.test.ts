@@ -4,7 +4,7 @@ import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Router } from "@pi/common/rpc/server";
-import { serviceClient } from "@pi/common/rpc/client";
+import { closeClient, serviceClient } from "@pi/common/rpc/client";
 import { fileintakev1 } from "@pi/proto";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { createLogger } from "@pi/common/logger";
@@ -70,12 +70,12 @@ describe("a file on its way to file-intake", () => {
         },
       });
     const server = await serveForTest("file-intake", routes);
+    const client = serviceClient(
+      fileintakev1.FileIntakeService,
+      `http://127.0.0.1:${server.port}`,
+      testIdentityKey("gateway"),
+    );
     try {
-      const client = serviceClient(
-        fileintakev1.FileIntakeService,
-        `http://127.0.0.1:${server.port}`,
-        testIdentityKey("gateway"),
-      );
       // Plain text at random, in the multipart parser's 64 KiB pieces and odd ones.
       const bytes = randomBytes(3 * MESSAGE_BYTES + 12_345).map((b) => 97 + (b % 26));
       const pieces: Buffer[] = [];
@@ -86,6 +86,7 @@ describe("a file on its way to file-intake", () => {
       expect(received.sha256).toBe(createHash("sha256").update(bytes).digest("hex"));
       expect(received.sizes).toEqual([MESSAGE_BYTES, MESSAGE_BYTES, MESSAGE_BYTES, 12_345]);
     } finally {
+      closeClient(client);
       await server.close();
     }
   });

@@ -117,9 +117,9 @@ export function serviceClient<T extends DescService>(service: T, urls: string, i
     else if (method.methodKind === "client_streaming")
       client[method.localName] = (input: AsyncIterable<object>, options: CallOptions = {}) =>
         call(options, async (metadata, callOptions) => {
-          let stream!: grpc.ClientWritableStream<object>;
+          let stream!: grpc.ClientWritableStream<Buffer>;
           const answer = cancellable(options.signal, (done) => {
-            stream = channel.makeClientStreamRequest(path, req, res, metadata, callOptions, done);
+            stream = channel.makeClientStreamRequest(path, (b: Buffer) => b, res, metadata, callOptions, done);
             return stream;
           });
           // Settles when the call ends, whatever its outcome: the answer says which.
@@ -140,7 +140,8 @@ export function serviceClient<T extends DescService>(service: T, urls: string, i
                 stream.end();
                 break;
               }
-              if (!stream.write(next.value)) await Promise.race([once(stream, "drain"), ended]);
+              // Serialized now: the caller may reuse its buffers once it is asked for the next message.
+              if (!stream.write(req(next.value))) await Promise.race([once(stream, "drain"), ended]);
             }
           } catch (err) {
             stream.cancel();
@@ -149,8 +150,14 @@ export function serviceClient<T extends DescService>(service: T, urls: string, i
           return answer;
         });
   }
+  channels.set(client, channel);
   return client as Client<T>;
 }
+
+const channels = new WeakMap<object, grpc.Client>();
+
+/** Closes a client's connections (a process's clients live as long as it does; tests close theirs). */
+export const closeClient = (client: object) => channels.get(client)?.close();
 
 /** Runs a grpc-js call, cancelled when `signal` aborts; its failure as an RpcError. */
 function cancellable<R>(
