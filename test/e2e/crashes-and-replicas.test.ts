@@ -132,8 +132,8 @@ describe("connections crash", () => {
       exited,
       adminUrl: `http://127.0.0.1:${adminPort}`,
       // The operator's (and caregiver's) calls on the admin port, and the gateway's (partners' requests).
-      client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${adminPort}`, [], identityKey("ops")),
-      partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("gateway")),
+      client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${adminPort}`, identityKey("ops")),
+      partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, identityKey("gateway")),
     };
     children.push(child);
     return child;

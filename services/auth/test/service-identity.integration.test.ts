@@ -15,7 +15,7 @@ import { addressOf, as, testSettings } from "../../../test/support/services.js";
 // Zero trust inside (docs/security.md, "Internal calls"): the real auth and connection services,
 // each with its own identity, refuse a call that carries none, and admit each caller only to the
 // RPCs the allow-list gives it. Every refusal is in the refusing service's log, with the caller.
-// Admin RPCs are served on each service's admin port alone (connect-server.ts): the data port the
+// Admin RPCs are served on each service's admin port alone (rpc/server.ts): the data port the
 // gateway reaches has no route to them.
 
 let settings: Settings;
