@@ -12,24 +12,10 @@ import { mayCall, ruleFor, SERVICE_OF, WORKLOADS, type Workload } from "./allowe
 import { RpcError, Status } from "./errors.js";
 import type { Logger } from "./logger.js";
 
-// Service identity on every internal call (docs/security.md, "Internal calls").
-//
-// Each workload (the five services and the operator CLI) holds an Ed25519 key pair of its own. A
-// caller sends, in the `pi-service-token` header, a short JWT it signed: iss = its name, aud = the
-// service it calls, exp = 60 s after iat. It signs one per audience and reuses it until 20 s before
-// it expires, so signing is not per call. The server verifies the token against the public key
-// known for that name (SERVICE_IDENTITY_PUBLIC_KEYS), remembers a verified token until it expires
-// (so verification is not per call either), and then checks the caller against the allow-list of
-// allowed-callers.ts. grpc.health.v1.Health stays open (Kubernetes probes, the gateway's /readyz).
-//
-// Settings:
-//   SERVICE_IDENTITY_KEY          the workload's own private key: `<name>:<key>`, the key as base64
-//                                 of its PKCS#8 DER or as a PEM "PRIVATE KEY" block
-//   SERVICE_IDENTITY_PUBLIC_KEYS  every workload's public key: a comma-separated list of
-//                                 `<name>:<base64 of the SPKI DER>`, or a JSON object mapping each
-//                                 name to a PEM (PUBLIC KEY, or a CERTIFICATE whose key is taken:
-//                                 the form Helm can derive from a key it generated) or a list of
-//                                 them. A name may have several keys while its key is rotated.
+// Service identity on every internal call (docs/security.md, "Internal calls", which also gives the
+// settings' formats). A caller sends a short JWT it signed (iss = its name, aud = the service), one
+// per audience reused until RENEW_BEFORE_SECONDS before it expires; the server verifies it against the
+// caller's public key, remembers it until it expires, and checks the caller against allowed-callers.ts.
 
 export const SERVICE_TOKEN_HEADER = "pi-service-token";
 export const TOKEN_LIFETIME_SECONDS = 60;
