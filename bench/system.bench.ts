@@ -636,8 +636,11 @@ async function statusesOf(ids: string[]): Promise<string[]> {
   return out;
 }
 
-const tally = (statuses: string[]) =>
-  statuses.reduce<Record<string, number>>((acc, s) => ({ ...acc, [s]: (acc[s] ?? 0) + 1 }), {});
+const tally = (statuses: string[]) => {
+  const counts: Record<string, number> = {};
+  for (const s of statuses) counts[s] = (counts[s] ?? 0) + 1;
+  return counts;
+};
 
 it("extraction: small PDFs at a sustained rate; how many are still received 10 s after the last", async () => {
   const r = await load.paced({

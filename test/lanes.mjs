@@ -16,7 +16,7 @@
 // <package> is proto, services/<name>, deploy/<name> or sdk/<name>. Patterns are matched against paths
 // relative to the repository root, with forward slashes.
 
-const PACKAGE_TEST = String.raw`(?:proto|services/[^/]+|deploy/[^/]+|sdk/[^/]+)/test/`;
+const PACKAGE_TEST = "(?:proto|services/[^/]+|deploy/[^/]+|sdk/[^/]+)/test/";
 
 /** @type {Record<string, { patterns: RegExp[]; infra: boolean; build: boolean; ownRun?: boolean; about: string }>} */
 export const LANES = {

@@ -1,5 +1,5 @@
 // Kubernetes objects are handled as plain parsed YAML.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+// biome-ignore lint/suspicious/noExplicitAny: Kubernetes objects are plain parsed YAML, read field by field
 export type K8sObject = any;
 export type Combination = Record<
   "ingress" | "networkPolicy" | "pdb" | "hpa" | "externalMongo" | "externalKafka" | "metrics" | "httpRoute",

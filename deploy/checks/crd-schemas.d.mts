@@ -3,6 +3,5 @@ export declare const crdDir: string;
 export declare function crdFiles(): string[];
 export declare function goRegExp(pattern: string, flags: string): RegExp;
 export declare function crdValidators(): Map<string, ValidateFunction>;
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export declare function validateCustomResource(obj: any): string[] | undefined;
+export declare function validateCustomResource(obj: unknown): string[] | undefined;
 export declare function strict(schema: unknown, path?: string): unknown;

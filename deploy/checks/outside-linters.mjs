@@ -91,7 +91,7 @@ const schemaFileName = (group, version, kind) =>
   `${[kind, group ? group.split(".")[0] : "", version].filter(Boolean).join("-").toLowerCase()}.json`;
 
 function refsOf(schema, into) {
-  if (Array.isArray(schema)) schema.forEach((s) => refsOf(s, into));
+  if (Array.isArray(schema)) for (const s of schema) refsOf(s, into);
   else if (schema && typeof schema === "object") {
     for (const [k, v] of Object.entries(schema)) {
       if (k === "$ref" && typeof v === "string") into.add(v.replace("#/definitions/", ""));

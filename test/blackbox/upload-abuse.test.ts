@@ -53,7 +53,10 @@ function p99(values: number[]): number {
 async function readinessStatus(): Promise<number> {
   return fetch(target.readyUrl)
     .catch(() => new Promise((r) => setTimeout(r, 250)).then(() => fetch(target.readyUrl)))
-    .then(async (res) => (await res.arrayBuffer(), res.status))
+    .then(async (res) => {
+      await res.arrayBuffer();
+      return res.status;
+    })
     .catch(() => 0);
 }
 
@@ -111,7 +114,7 @@ describe("abuse: slow-drip uploads (black box)", () => {
     } finally {
       // Whatever happened, nothing keeps dripping (or keeps jest from exiting) after the test.
       settled = true;
-      uploads.forEach((u) => u.abort());
+      for (const u of uploads) u.abort();
       await Promise.allSettled([reads, probes]);
     }
     await Promise.all([reads, probes]);

@@ -51,7 +51,10 @@ async function until<T>(what: string, timeoutMs: number, check: () => Promise<T 
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
-    const value = await check().catch((err: unknown) => ((last = err), undefined));
+    const value = await check().catch((err: unknown) => {
+      last = err;
+      return undefined;
+    });
     if (value !== undefined) return value;
     if (Date.now() > deadline)
       throw new Error(`${what}: not within ${timeoutMs} ms${last ? ` (last error: ${(last as Error).message})` : ""}`);

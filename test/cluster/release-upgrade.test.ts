@@ -218,7 +218,10 @@ class Receiver {
   }
 
   close() {
-    return new Promise<void>((resolve) => (this.server.close(() => resolve()), this.server.closeAllConnections()));
+    return new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
   }
 }
 

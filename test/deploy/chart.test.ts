@@ -288,10 +288,16 @@ describe("Helm chart with the default values", () => {
         const run = (existing: boolean, password = "p".repeat(40), retentionPassword = "r".repeat(40)) => {
           const calls: unknown[][] = [];
           const sibling = (db: string) => ({
-            getUser: (u: string) => (calls.push(["getUser", db, u]), existing ? { user: u } : null),
+            getUser: (u: string) => {
+              calls.push(["getUser", db, u]);
+              return existing ? { user: u } : null;
+            },
             createUser: (spec: unknown) => calls.push(["createUser", db, spec]),
             updateUser: (u: string, spec: unknown) => calls.push(["updateUser", db, u, spec]),
-            getRole: (r: string) => (calls.push(["getRole", db, r]), existing ? { role: r } : null),
+            getRole: (r: string) => {
+              calls.push(["getRole", db, r]);
+              return existing ? { role: r } : null;
+            },
             createRole: (spec: unknown) => calls.push(["createRole", db, spec]),
             updateRole: (r: string, spec: unknown) => calls.push(["updateRole", db, r, spec]),
           });
@@ -302,7 +308,12 @@ describe("Helm chart with the default values", () => {
               }
             : {};
           runInNewContext(script, {
-            db: { getSiblingDB: (d: string) => (calls.push(["getSiblingDB", d]), sibling(d)) },
+            db: {
+              getSiblingDB: (d: string) => {
+                calls.push(["getSiblingDB", d]);
+                return sibling(d);
+              },
+            },
             process: {
               env: {
                 APP_DATABASE: env.APP_DATABASE,
@@ -464,6 +475,7 @@ describe("Helm chart with the default values", () => {
     expect(properties).toContain("super.users=User:admin\n");
     // Users created at format time: the super user and exactly the users of kafka-access.ts.
     expect(config.data["start.sh"]).toContain(`for user in admin ${KAFKA_USERS.join(" ")}; do`);
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the shell's variables, not a template
     expect(config.data["start.sh"]).toContain('--add-scram "SCRAM-SHA-256=[name=${user},password=${!var}]"');
     const secret = find(docs, "Secret", `${RELEASE}-kafka-users`);
     expect(Object.keys(secret.data).sort()).toEqual(["admin", ...KAFKA_USERS].sort());
@@ -1348,6 +1360,7 @@ describe("metrics (docs/operations.md): a port of every process, ServiceMonitors
       .filter(Boolean);
     const named = new Set<string>();
     for (const p of panels) {
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: Grafana's variable, not a template
       expect([p.title, p.targets.length > 0, p.datasource.uid]).toEqual([p.title, true, "${datasource}"]);
       for (const t of p.targets)
         for (const m of t.expr.matchAll(/([a-z_:][a-z0-9_:]*)\{/g)) named.add(m[1].replace(/_(bucket|count|sum)$/, ""));

@@ -874,7 +874,7 @@ describe("files bounds", () => {
         expect(JSON.parse(refused.body)).toMatchObject({ error: { code: "rate_limited", type: "rate_limit_error" } });
         expect((await sendFile(stack.baseUrl, b.token, b.elder, Buffer.from("another partner\n"))).status).toBe(202);
       } finally {
-        uploads.forEach((u) => u.finish());
+        for (const u of uploads) u.finish();
       }
       expect((await Promise.all(uploads.map((u) => u.answer))).map((x) => x.status).sort()).toEqual([202, 202, 429]);
       expect((await sendFile(stack.baseUrl, a.token, a.elder, Buffer.from("a slot is free again\n"))).status).toBe(202);
@@ -885,7 +885,7 @@ describe("files bounds", () => {
       try {
         expect((await Promise.race(uploads.map((u) => u.answer))).status).toBe(429);
       } finally {
-        uploads.forEach((u) => u.finish());
+        for (const u of uploads) u.finish();
       }
       expect((await Promise.all(uploads.map((u) => u.answer))).map((x) => x.status).sort()).toEqual([
         202, 202, 202, 429,

@@ -60,12 +60,17 @@ describe("local stack", () => {
   ])
     delete env[name];
   for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK"])
-    for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
+    for (const plane of ["SERVICE", "ADMIN"]) {
+      delete env[`${s}_${plane}_PORT`];
+      delete env[`${s}_${plane}_URL`];
+    }
   let baseUrl = "";
   let stack: ChildProcess | undefined;
   // Every process the stack ever had, so a failed test still leaves nothing behind.
   const seen = new Set<number>();
-  const remember = () => stack?.pid && descendants(stack.pid).forEach((p) => seen.add(p));
+  const remember = () => {
+    if (stack?.pid) for (const p of descendants(stack.pid)) seen.add(p);
+  };
   // Set at the end of the test body: a failed run keeps its STATE_DIR (the stack's logs) for the post-mortem.
   let passed = false;
 

@@ -55,7 +55,11 @@ async function startEndpoint(): Promise<Endpoint> {
         await new Promise((r) => setTimeout(r, 100));
       }
     },
-    close: () => new Promise<void>((resolve) => (server.close(() => resolve()), server.closeAllConnections())),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];

@@ -23,7 +23,10 @@ const guard = (globalThis as Record<symbol, unknown>)[Symbol.for("pi.unit-lane.g
 function tryConnect(port: number): Promise<Error | null> {
   return new Promise((resolve) => {
     try {
-      const socket = connect(port, "127.0.0.1", () => (socket.destroy(), resolve(null)));
+      const socket = connect(port, "127.0.0.1", () => {
+        socket.destroy();
+        resolve(null);
+      });
       socket.once("error", resolve);
     } catch (err) {
       resolve(err as Error);

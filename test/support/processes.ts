@@ -14,7 +14,12 @@ export function descendants(pid: number): number[] {
     }
   }
   const out: number[] = [];
-  const walk = (p: number) => (children.get(p) ?? []).forEach((c) => (out.push(c), walk(c)));
+  const walk = (p: number) => {
+    for (const c of children.get(p) ?? []) {
+      out.push(c);
+      walk(c);
+    }
+  };
   walk(pid);
   return out;
 }

@@ -85,7 +85,10 @@ export function stackEnv(stateDir: string, port: number, settings: NodeJS.Proces
   };
   for (const name of stackEnvDropped) if (!(name in settings)) delete env[name];
   for (const s of ["AUTH", "CONNECTION", "FILE_INTAKE", "WEBHOOK", "EXTRACTION"])
-    for (const plane of ["SERVICE", "ADMIN"]) delete env[`${s}_${plane}_PORT`], delete env[`${s}_${plane}_URL`];
+    for (const plane of ["SERVICE", "ADMIN"]) {
+      delete env[`${s}_${plane}_PORT`];
+      delete env[`${s}_${plane}_URL`];
+    }
   return env;
 }
 
@@ -98,7 +101,9 @@ export async function startStack(dir: string, env: NodeJS.ProcessEnv, timeoutMs 
   const child = spawn("npm", ["start"], { cwd: dir, env, stdio: ["ignore", out, out] });
   const baseUrl = `http://127.0.0.1:${env.GATEWAY_PORT}`;
   const seen = new Set<number>();
-  const remember = () => child.pid && descendants(child.pid).forEach((p) => seen.add(p));
+  const remember = () => {
+    if (child.pid) for (const p of descendants(child.pid)) seen.add(p);
+  };
   const stop = async () => {
     remember();
     if (child.exitCode === null && child.signalCode === null) {

@@ -12,7 +12,10 @@ const clients = new Map<string, ReturnType<typeof serviceClient<typeof healthv1.
 /** Whether one replica's Connect server answers its health check (open to any caller). */
 async function serving(url: string): Promise<boolean> {
   let health = clients.get(url);
-  if (!health) clients.set(url, (health = serviceClient(healthv1.Health, url)));
+  if (!health) {
+    health = serviceClient(healthv1.Health, url);
+    clients.set(url, health);
+  }
   try {
     return (
       (await health.check({ service: LIVENESS }, { timeoutMs: 1_000 })).status ===

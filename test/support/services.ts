@@ -186,7 +186,10 @@ const sharedStacks = new Map<string, Promise<TestStack>>();
 export async function sharedTestStack(overrides: Record<string, string> = {}): Promise<TestStack> {
   const key = JSON.stringify(Object.entries(overrides).sort(([a], [b]) => a.localeCompare(b)));
   let started = sharedStacks.get(key);
-  if (!started) sharedStacks.set(key, (started = startTestStack(overrides)));
+  if (!started) {
+    started = startTestStack(overrides);
+    sharedStacks.set(key, started);
+  }
   return { ...(await started), stop: async () => {} };
 }
 

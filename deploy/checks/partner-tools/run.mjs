@@ -235,7 +235,7 @@ function receiver() {
         at: Date.now(),
       });
       res.writeHead(204).end();
-      waiters.forEach((w) => w());
+      for (const w of waiters) w();
     });
   };
   const server = remote.url
@@ -376,7 +376,7 @@ async function webhookCases() {
     const count = hook.hits.length;
     await ops("webhook", "resend", eventId);
     const resent = await hook.waitFor(
-      (h, i) => hook.hits.indexOf(h) >= count && JSON.parse(h.body).id === eventId,
+      (h) => hook.hits.indexOf(h) >= count && JSON.parse(h.body).id === eventId,
       "the resent event",
     );
     record(

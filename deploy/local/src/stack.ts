@@ -20,19 +20,15 @@ import {
   waitFor,
   type KafkaUserPasswords,
 } from "./infra.js";
+import { heapFlagsOfDockerfile } from "../../checks/image-check.mjs";
 import { cacheDir, repoRoot } from "./paths.js";
 import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets.js";
 import { Supervisor } from "./supervisor.js";
 
 export const SERVICES = ["auth", "connection", "file-intake", "extraction", "webhook", "gateway"] as const;
 
-/**
- * V8 heap floors for every service process, the same as the image's NODE_HEAP_FLAGS (deploy/Dockerfile;
- * a unit test keeps the two equal). After a quiet minute V8 cut a process's heap limits to about
- * what was live, and a burst of uploads then ran a full collection every 70-400 ms
- * (docs/performance.md, "Garbage collection").
- */
-export const NODE_HEAP_FLAGS = ["--min-semi-space-size=16", "--initial-old-space-size=80"];
+/** V8 heap floors for every service process: the image's (deploy/Dockerfile's NODE_HEAP_FLAGS, their one source). */
+export const NODE_HEAP_FLAGS = heapFlagsOfDockerfile();
 
 /** The services that others call: each replica on ports of its own, every caller given all of them. */
 export const INTERNAL_SERVICES = ["auth", "connection", "file-intake", "webhook"] as const;
@@ -218,7 +214,8 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
         beforeStart: async () => {
           // A new port at each start; the last one's claim is given back, so restarts never use up the range.
           if (metricsPort !== undefined) releasePort(metricsPort);
-          const port = (metricsPort = await freePort());
+          const port = await freePort();
+          metricsPort = port;
           targets.set(name, { service, replica: index + 1, port });
           return { METRICS_PORT: String(port) };
         },

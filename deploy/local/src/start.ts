@@ -1,5 +1,5 @@
 import { createLogger } from "@pi/common/logger";
-import { SettingsError, parseSettings } from "@pi/common/settings";
+import { SettingsError, parseSettings, type Settings } from "@pi/common/settings";
 import { watchParent } from "@pi/common/parent-watch";
 import { waitFor } from "./infra.js";
 import { stateDir } from "./paths.js";
@@ -9,7 +9,7 @@ import { startStack } from "./stack.js";
 // processes, and stays in the foreground until SIGINT or SIGTERM.
 
 const logger = createLogger("local-stack");
-let settings;
+let settings: Settings;
 try {
   settings = parseSettings();
 } catch (err) {

@@ -65,7 +65,7 @@ export async function ensureTestInfra(): Promise<boolean> {
       { detached: true },
     ),
   ];
-  procs.forEach((p) => p.unref());
+  for (const p of procs) p.unref();
   writeFileSync(pidFile, JSON.stringify(procs.map((p) => p.pid)));
   await waitFor("the MongoDB-wire server", () => portOpen(TEST_INFRA.mongoPort), 30_000);
   await waitFor("Kafka", () => portOpen(TEST_INFRA.kafkaPort), 90_000);

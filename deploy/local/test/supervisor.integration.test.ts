@@ -39,7 +39,7 @@ describe("workers sharing a port (the gateways of npm start)", () => {
   it("both killed with SIGKILL under traffic: no request hangs, every one is answered, reset or refused", async () => {
     const port = await freePort();
     for (const name of ["web-1", "web-2"]) {
-      supervisor.start({
+      await supervisor.start({
         name,
         command: process.execPath,
         args: [server],

@@ -117,15 +117,13 @@ describe("the audit trail's store", () => {
       actor: "operator",
       targets: [clientId, partner.partnerId],
     });
-    await db
-      .collection<CredentialDoc>("credentials")
-      .updateOne(
-        { _id: clientId },
-        {
-          $set: { status: "revoked", revokedAt: new Date() },
-          $push: { outbox: outboxEntry({ kind: 1, partnerId: partner.partnerId, clientId }), audit: record },
-        },
-      );
+    await db.collection<CredentialDoc>("credentials").updateOne(
+      { _id: clientId },
+      {
+        $set: { status: "revoked", revokedAt: new Date() },
+        $push: { outbox: outboxEntry({ kind: 1, partnerId: partner.partnerId, clientId }), audit: record },
+      },
+    );
     const [found] = await recordsOf(clientId, 2);
     expect(found).toMatchObject({ id: record.eventId, action: "credential.revoke", actor: "operator" });
     const doc = await db.collection<CredentialDoc>("credentials").findOne({ _id: clientId });

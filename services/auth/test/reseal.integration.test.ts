@@ -103,18 +103,16 @@ beforeAll(async () => {
       outbox: [],
     },
   ]);
-  await db
-    .collection<CredentialDoc>("credentials")
-    .insertOne({
-      _id: clientId,
-      partnerId,
-      mode: "live",
-      secretHash: hashSecret(pepper, clientSecret),
-      pepperId: "p1",
-      status: "active",
-      createdAt: now,
-      outbox: [],
-    });
+  await db.collection<CredentialDoc>("credentials").insertOne({
+    _id: clientId,
+    partnerId,
+    mode: "live",
+    secretHash: hashSecret(pepper, clientSecret),
+    pepperId: "p1",
+    status: "active",
+    createdAt: now,
+    outbox: [],
+  });
 });
 
 afterAll(async () => {

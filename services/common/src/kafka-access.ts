@@ -34,16 +34,11 @@ export const KAFKA_ADMIN_USER = "admin";
 
 /** The ACLs of one namespace, every user's. */
 export function kafkaAcls(namespace: string): AclEntry[] {
-  const allow = (
-    user: KafkaUser,
-    resourceType: AclResource,
-    resourceName: string,
-    operation: AclOperation,
-    pattern = ResourcePatternTypes.LITERAL,
-  ): AclEntry => ({
+  const allow = (user: KafkaUser, resourceType: AclResource, resourceName: string, operation: AclOperation) => ({
     resourceType,
     resourceName,
-    resourcePatternType: pattern,
+    resourcePatternType:
+      resourceType === AclResourceTypes.GROUP ? ResourcePatternTypes.PREFIXED : ResourcePatternTypes.LITERAL,
     principal: `User:${user}`,
     host: "*",
     operation,
@@ -51,28 +46,17 @@ export function kafkaAcls(namespace: string): AclEntry[] {
   });
   const topics = Object.keys(TOPICS) as TopicKey[];
   return KAFKA_USERS.flatMap((user) => {
-    const { produces, consumes } = KAFKA_ACCESS[user] as {
-      produces: readonly TopicKey[];
-      consumes: readonly TopicKey[];
-    };
+    const { produces, consumes }: { produces: readonly TopicKey[]; consumes: readonly TopicKey[] } = KAFKA_ACCESS[user];
+    const onTopics = (keys: readonly TopicKey[], operation: AclOperation) =>
+      keys.map((key) => allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), operation));
     return [
-      ...topics.flatMap((key) =>
-        [AclOperationTypes.DESCRIBE, AclOperationTypes.CREATE].map((op) =>
-          allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), op),
-        ),
-      ),
-      ...produces.map((key) => allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), AclOperationTypes.WRITE)),
-      ...consumes.map((key) => allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), AclOperationTypes.READ)),
+      ...onTopics(topics, AclOperationTypes.DESCRIBE),
+      ...onTopics(topics, AclOperationTypes.CREATE),
+      ...onTopics(produces, AclOperationTypes.WRITE),
+      ...onTopics(consumes, AclOperationTypes.READ),
+      // Its own consumer groups: every group id that starts with `<namespace>.<user>.`.
       ...(consumes.length > 0
-        ? [
-            allow(
-              user,
-              AclResourceTypes.GROUP,
-              `${namespace}.${user}.`,
-              AclOperationTypes.READ,
-              ResourcePatternTypes.PREFIXED,
-            ),
-          ]
+        ? [allow(user, AclResourceTypes.GROUP, `${namespace}.${user}.`, AclOperationTypes.READ)]
         : []),
     ];
   });

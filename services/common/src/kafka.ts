@@ -1,4 +1,5 @@
 import kafkajs, { Kafka, logLevel, Partitioners, type Admin, type Producer, type SASLOptions } from "kafkajs";
+import { atMost } from "./at-most.js";
 import { retry } from "./background/retry.js";
 import type { Logger } from "./logger.js";
 import type { Settings } from "./settings.js";
@@ -139,18 +140,9 @@ export function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8)
 
 /** True when a broker answers a metadata request within the timeout. */
 export async function kafkaReachable(admin: Admin, timeoutMs = 2000): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([
-      admin.describeCluster(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error("timeout")), timeoutMs);
-      }),
-    ]);
-    return true;
-  } catch {
-    return false;
-  } finally {
-    clearTimeout(timer);
-  }
+  const answered = admin.describeCluster().then(
+    () => true,
+    () => false,
+  );
+  return (await atMost(answered, timeoutMs)) && (await answered);
 }

@@ -3,13 +3,10 @@ import client from "prom-client";
 import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
 
-// Prometheus metrics of every process (docs/observability.md, "Metrics"): one registry, one scrape
-// endpoint (`GET /metrics` on METRICS_PORT, never the partner port), and every metric's name here.
-// prom-client, not OpenTelemetry's Prometheus exporter: recording a histogram value with three
-// labels costs 0.6 µs with it against 1.3 µs, a scrape half as much, and it keeps the names exactly
-// (the exporter drops the `_seconds` unit suffix). The names are the operator contract's: the
-// chart's alerts and dashboard are written against them; add, never rename.
-// Labels come from small closed sets only: never an address, an id or anything a partner sent.
+// Prometheus metrics of every process (docs/observability.md, "Metrics"): one registry, served on
+// METRICS_PORT (never the partner port). prom-client, not OpenTelemetry's exporter: half the cost
+// per value, and it keeps the names exactly. The names are the operator contract's: add, never
+// rename. Labels come from small closed sets only: never an address, an id or anything a partner sent.
 
 export const metricsRegistry = new client.Registry();
 let collectingDefaults = false;
@@ -81,15 +78,13 @@ export const webhookAttemptDuration = new client.Histogram({
   buckets: LONG_BUCKETS,
   registers,
 });
-export const webhookOldestPendingAge = new client.Gauge({
+export const webhookOldestPendingAge = gaugeReadAtScrape({
   name: "pi_webhook_oldest_pending_delivery_age_seconds",
   help: "Age of the oldest webhook delivery not yet delivered nor given up (0: none)",
-  registers,
 });
-export const webhookFailingEndpoints = new client.Gauge({
+export const webhookFailingEndpoints = gaugeReadAtScrape({
   name: "pi_webhook_failing_endpoints",
   help: "Partner webhook endpoints failing: every attempt failed for the failing period",
-  registers,
 });
 
 export const filesAccepted = new client.Counter({
@@ -103,10 +98,9 @@ export const filesRefused = new client.Counter({
   labelNames: ["code"] as const,
   registers,
 });
-export const extractionBacklog = new client.Gauge({
+export const extractionBacklog = gaugeReadAtScrape({
   name: "pi_extraction_backlog",
   help: "Files accepted and not yet processed or failed (store-wide)",
-  registers,
 });
 export const extractionDuration = new client.Histogram({
   name: "pi_extraction_duration_seconds",
@@ -128,16 +122,6 @@ export const connectionTransitions = new client.Counter({
   labelNames: ["from", "to"] as const,
   registers,
 });
-export const connectionClockOffset = new client.Gauge({
-  name: "pi_connection_clock_offset_seconds",
-  help: "This replica's clock minus the database's, as last measured (services/connection/src/clock-offset.ts)",
-  registers,
-});
-export const connectionReadLeasesSuspended = new client.Gauge({
-  name: "pi_connection_read_leases_suspended",
-  help: "1 while this replica grants no read lease: its clock is beyond the margin from the database's, or could not be measured lately",
-  registers,
-});
 
 export const tokensIssued = new client.Counter({
   name: "pi_tokens_issued_total",
@@ -150,89 +134,82 @@ export const tokensRefused = new client.Counter({
   registers,
 });
 
-export const outboxOldestUnrelayedAge = new client.Gauge({
+export const outboxOldestUnrelayedAge = gaugeReadAtScrape({
   name: "pi_outbox_oldest_unrelayed_age_seconds",
   help: "Age of the oldest outbox entry not yet published to Kafka (0: none)",
   labelNames: ["outbox"] as const,
-  registers,
 });
-export const storageQuotaMaxUsedRatio = new client.Gauge({
+export const storageQuotaMaxUsedRatio = gaugeReadAtScrape({
   name: "pi_storage_quota_max_used_ratio",
   help: "The highest used / quota ratio over partners, per mode",
   labelNames: ["mode"] as const,
-  registers,
 });
-export const storagePartnersOverQuotaRatio = new client.Gauge({
+export const storagePartnersOverQuotaRatio = gaugeReadAtScrape({
   name: "pi_storage_partners_over_quota_ratio",
   help: "Partners whose used / quota ratio, in either mode, is at or above the threshold",
   labelNames: ["threshold"] as const,
-  registers,
 });
-export const kafkaConsumerLag = new client.Gauge({
+export const kafkaConsumerLag = gaugeReadAtScrape({
   name: "pi_kafka_consumer_lag",
   help: "Messages not yet consumed by the group, summed over its partitions",
   labelNames: ["group"] as const,
-  registers,
 });
 
 /**
- * The event-loop delay histogram's sampling period (nodejs_eventloop_lag_p99_seconds and the rest):
- * a timer of this period wakes the process, idle or not. At 20 ms those 50 wakeups a second were
- * 2 ms of CPU a second in every process, a fifth of the idle stack; at 100 ms a stall of 100 ms or
- * more is still recorded in full, and a shorter one when a sample falls within it.
+ * The event-loop delay histogram's sampling period: its timer wakes the process, idle or not (at
+ * 20 ms, a fifth of the idle stack's CPU); a stall of 100 ms or more is still recorded in full.
  */
-export const EVENT_LOOP_SAMPLE_MS = 100;
+const EVENT_LOOP_SAMPLE_MS = 100;
 
 /** How long a scrape waits for each gauge read from the database or Kafka; past it the gauge keeps its last value. */
 export const SCRAPE_READ_MS = 2_000;
 
 interface ScrapeRead {
-  name: string;
   read(): Promise<unknown>;
   logger: Logger;
-  /** The read under way: a later scrape waits for it rather than start another (a hung database gathers none). */
+  /** The read under way: a later scrape (or another gauge it sets) shares it rather than start another. */
   inFlight?: Promise<unknown>;
 }
-const scrapeReads = new Set<ScrapeRead>();
+const scrapeReads = new Map<client.Gauge, Set<ScrapeRead>>();
 
-/**
- * Registers `read`, which sets gauges from the database or Kafka, to run when Prometheus scrapes.
- * A process nobody scrapes reads nothing (on loops of their own, every 10 s in every replica, these
- * reads ran whether anyone looked or not). `stop` unregisters it and waits for its read under way
- * (SCRAPE_READ_MS at most).
- */
-export function readAtScrape(name: string, read: () => Promise<unknown>, logger: Logger): { stop(): Promise<void> } {
-  const entry: ScrapeRead = { name, read, logger };
-  scrapeReads.add(entry);
-  return {
-    async stop() {
-      scrapeReads.delete(entry);
-      if (entry.inFlight) await atMost(entry.inFlight, SCRAPE_READ_MS);
+async function runRead(gauge: string, entry: ScrapeRead): Promise<void> {
+  entry.inFlight ??= Promise.resolve()
+    .then(entry.read)
+    .catch((err: unknown) => entry.logger.warn({ err, gauge }, "gauge not read; it keeps its last value"))
+    .finally(() => (entry.inFlight = undefined));
+  if (!(await atMost(entry.inFlight, SCRAPE_READ_MS)))
+    entry.logger.warn({ gauge, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
+}
+
+/** A gauge set, when Prometheus scrapes (prom-client's async collect), by the reads registered with readAtScrape. */
+function gaugeReadAtScrape<T extends string>(config: client.GaugeConfiguration<T>): client.Gauge<T> {
+  return new client.Gauge<T>({
+    ...config,
+    registers,
+    async collect() {
+      await Promise.all([...(scrapeReads.get(this) ?? [])].map((entry) => runRead(config.name, entry)));
     },
-  };
+  });
 }
 
 /**
- * Runs every read registered with readAtScrape, all at once, and waits SCRAPE_READ_MS at most for
- * each: what the scrape endpoint awaits before it answers. A failed or slow read leaves its gauges
- * at their last values, and says so in the log.
+ * Registers `read`, which sets `gauges` from the database or Kafka, to run when Prometheus scrapes:
+ * a process nobody scrapes reads nothing. `stop` unregisters it and waits for its read under way
+ * (SCRAPE_READ_MS at most).
  */
-export async function readGaugeSources(): Promise<void> {
-  await Promise.all(
-    [...scrapeReads].map(async (entry) => {
-      entry.inFlight ??= Promise.resolve()
-        .then(entry.read)
-        .catch((err: unknown) =>
-          entry.logger.warn({ err, gauge: entry.name }, "gauge not read; it keeps its last value"),
-        )
-        .finally(() => (entry.inFlight = undefined));
-      if (!(await atMost(entry.inFlight, SCRAPE_READ_MS)))
-        entry.logger.warn(
-          { gauge: entry.name, waitedMs: SCRAPE_READ_MS },
-          "gauge not read in time; it keeps its last value",
-        );
-    }),
-  );
+export function readAtScrape(
+  gauges: client.Gauge[],
+  read: () => Promise<unknown>,
+  logger: Logger,
+): { stop(): Promise<void> } {
+  const entry: ScrapeRead = { read, logger };
+  for (const gauge of gauges) scrapeReads.set(gauge, (scrapeReads.get(gauge) ?? new Set()).add(entry));
+  return {
+    async stop() {
+      for (const gauge of gauges) scrapeReads.get(gauge)?.delete(entry);
+      if (entry.inFlight !== undefined) await atMost(entry.inFlight, SCRAPE_READ_MS);
+    },
+  };
 }
 
 /** Seconds since `start` (a performance.now() reading). */
@@ -266,15 +243,13 @@ export async function startMetricsServer(opts: {
       res.writeHead(404).end();
       return;
     }
-    readGaugeSources()
-      .then(() => metricsRegistry.metrics())
-      .then(
-        (body) => res.writeHead(200, { "content-type": metricsRegistry.contentType }).end(body),
-        (err: unknown) => {
-          opts.logger.warn({ err }, "metrics not collected");
-          res.writeHead(500).end();
-        },
-      );
+    metricsRegistry.metrics().then(
+      (body) => res.writeHead(200, { "content-type": metricsRegistry.contentType }).end(body),
+      (err: unknown) => {
+        opts.logger.warn({ err }, "metrics not collected");
+        res.writeHead(500).end();
+      },
+    );
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -7,7 +7,7 @@ import {
   type KeyObject,
 } from "node:crypto";
 import type { DescMethod } from "@bufbuild/protobuf";
-import { decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from "jose";
+import { decodeJwt, decodeProtectedHeader, type JWTPayload, jwtVerify, SignJWT } from "jose";
 import { mayCall, ruleFor, SERVICE_OF, WORKLOADS, type Workload } from "./allowed-callers.js";
 import { RpcError, Status } from "./errors.js";
 import type { Logger } from "./logger.js";
@@ -233,7 +233,7 @@ export class TokenVerifier {
     if (!isWorkload(claimed) || !this.keys.has(claimed)) throw new IdentityError("unknown_caller", claimed);
     const key = typeof kid === "string" ? this.keys.get(claimed)!.get(kid) : undefined;
     if (!key) throw new IdentityError("unknown_key", claimed);
-    let payload;
+    let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, key, {
         algorithms: [ALG],
@@ -308,15 +308,13 @@ const publicCache = new Map<string, PublicKeys>();
 
 /** The minter of a SERVICE_IDENTITY_KEY value (one per process and value). */
 export function minterFor(ownKey: string): TokenMinter {
-  let minter = ownCache.get(ownKey);
-  if (!minter) ownCache.set(ownKey, (minter = new TokenMinter(parseOwnIdentity(ownKey))));
-  return minter;
+  if (!ownCache.has(ownKey)) ownCache.set(ownKey, new TokenMinter(parseOwnIdentity(ownKey)));
+  return ownCache.get(ownKey)!;
 }
 
 export function publicKeysFor(value: string): PublicKeys {
-  let keys = publicCache.get(value);
-  if (!keys) publicCache.set(value, (keys = parsePublicKeys(value)));
-  return keys;
+  if (!publicCache.has(value)) publicCache.set(value, parsePublicKeys(value));
+  return publicCache.get(value)!;
 }
 
 /**

@@ -10,18 +10,8 @@ import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveInt = z.coerce.number().int().positive();
 const bool = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
-// A `*_SERVICE_URL`: one base URL or a comma-separated list (every replica); host names stand for all
-// their addresses (services/common/src/rpc/service-urls.ts).
-const serviceUrls = z.string().superRefine((value, ctx) => {
-  try {
-    parseServiceUrls(value);
-  } catch (err) {
-    ctx.addIssue({ code: "custom", message: (err as Error).message });
-  }
-});
-
-// Checked by its own parser (data-keys.ts, service-identity.ts, parsePeppers below); kept as the
-// text given, parsed once where used. A message names what is wrong, never a key.
+// Checked by its own parser (rpc/service-urls.ts, data-keys.ts, service-identity.ts, parsePeppers
+// below); kept as the text given, parsed once where used. A message names what is wrong, never a key.
 const checkedBy = (parse: (value: string) => unknown) =>
   z.string().superRefine((value, ctx) => {
     try {
@@ -30,6 +20,9 @@ const checkedBy = (parse: (value: string) => unknown) =>
       ctx.addIssue({ code: "custom", message: (err as Error).message });
     }
   });
+// A `*_SERVICE_URL`: one base URL or a comma-separated list (every replica).
+const serviceUrls = checkedBy(parseServiceUrls);
+const mongoUri = z.string().regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI");
 
 /** CREDENTIAL_PEPPERS: `id:pepper[,id:pepper...]`, newest first; a pepper has at least 32 characters and no ",". */
 export function parsePeppers(text: string): { id: string; pepper: string }[] {
@@ -83,7 +76,6 @@ const deprecations = z
     }
   })
   .pipe(z.array(deprecationRuleSchema));
-// --- end API deprecations ---
 
 export const settingsSchema = z.object({
   LOG_LEVEL: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
@@ -116,10 +108,7 @@ export const settingsSchema = z.object({
   METRICS_PORT: port.default(9464),
   METRICS_ENABLED: bool.default(true),
 
-  MONGODB_URI: z
-    .string()
-    .regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI")
-    .default("mongodb://127.0.0.1:27017/"),
+  MONGODB_URI: mongoUri.default("mongodb://127.0.0.1:27017/"),
   KAFKA_BROKERS: z
     .string()
     .regex(/^[^,\s]+:\d+(,[^,\s]+:\d+)*$/, "must be host:port[,host:port...]")
@@ -195,9 +184,6 @@ export const settingsSchema = z.object({
   // (docs/connections.md, "Retention"). With the daily bound, one partner holds at most this many
   // days' openings of ended connections. The sweep never uses less than the reopen intervals.
   ENDED_CONNECTION_RETENTION_SECONDS: positiveInt.default(2 * 365 * 86400),
-  // How long a gateway may answer a connection's status from memory after reading it (a read
-  // lease: docs/connections.md, "Read leases"); a change of that connection waits for it. 0: off.
-  CONNECTION_READ_LEASE_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
   WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),
@@ -252,10 +238,7 @@ export const settingsSchema = z.object({
   // The auth service's audit retention sweep connects as a database user of its own (role
   // auditRetention: find and remove on the audit database), so that the service's own user can only
   // append. Unset: the service's own MONGODB_URI (npm start and the stand-in have no users).
-  AUDIT_RETENTION_MONGODB_URI: z
-    .string()
-    .regex(/^mongodb(\+srv)?:\/\//, "must be a mongodb:// URI")
-    .optional(),
+  AUDIT_RETENTION_MONGODB_URI: mongoUri.optional(),
 
   // Service identity on internal calls (services/common/src/service-identity.ts, docs/security.md
   // "Internal calls"). This workload's own private key, `<name>:<key>`: required by every service
@@ -317,16 +300,20 @@ export const SERVICE_URL_SETTINGS = [
   "WEBHOOK_ADMIN_URL",
 ] as const;
 
+/** A local stack's JSON file under its STATE_DIR; {} when there is none (or it is unreadable). */
+function readStateFile(stateDir: string, name: string): Record<string, unknown> {
+  const file = join(stateDir, name);
+  try {
+    return existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
 /** The environment with every unset `*_SERVICE_URL` taken from a running local stack's file, if any. */
 export function withLocalStackAddresses(env: NodeJS.ProcessEnv, stateDir: string): NodeJS.ProcessEnv {
-  const file = join(stateDir, LOCAL_STACK_FILE);
-  if (SERVICE_URL_SETTINGS.every((name) => env[name]) || !existsSync(file)) return env;
-  let recorded: Record<string, unknown>;
-  try {
-    recorded = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
-  } catch {
-    return env;
-  }
+  if (SERVICE_URL_SETTINGS.every((name) => env[name])) return env;
+  const recorded = readStateFile(stateDir, LOCAL_STACK_FILE);
   const filled = { ...env };
   for (const name of SERVICE_URL_SETTINGS)
     if (!filled[name] && typeof recorded[name] === "string") filled[name] = recorded[name];
@@ -341,12 +328,7 @@ export const LOCAL_IDENTITY_FILE = "service-identity.json";
 
 /** The environment with SERVICE_IDENTITY_KEY, when unset, taken from a local stack's file, if any. */
 export function withLocalStackIdentity(env: NodeJS.ProcessEnv, stateDir: string, name: string): NodeJS.ProcessEnv {
-  const file = join(stateDir, LOCAL_IDENTITY_FILE);
-  if (env.SERVICE_IDENTITY_KEY || !existsSync(file)) return env;
-  try {
-    const key = (JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>)[name];
-    return typeof key === "string" ? { ...env, SERVICE_IDENTITY_KEY: key } : env;
-  } catch {
-    return env;
-  }
+  if (env.SERVICE_IDENTITY_KEY) return env;
+  const key = readStateFile(stateDir, LOCAL_IDENTITY_FILE)[name];
+  return typeof key === "string" ? { ...env, SERVICE_IDENTITY_KEY: key } : env;
 }

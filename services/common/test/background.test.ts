@@ -201,7 +201,15 @@ describe("keepAlive", () => {
 
   it("renews once per period, not at once, until stopped", async () => {
     let renewals = 0;
-    const kept = keepAlive("a lease", 100, async () => (renewals++, true), logger);
+    const kept = keepAlive(
+      "a lease",
+      100,
+      async () => {
+        renewals++;
+        return true;
+      },
+      logger,
+    );
     await settle();
     expect(renewals).toBe(0);
     await jest.advanceTimersByTimeAsync(350);

@@ -56,13 +56,16 @@ describe("Kafka consumers in readiness", () => {
     const handlers: ((e: { payload: { restart: boolean; error: Error } }) => void)[] = [];
     const consumer = {
       events: { CRASH: "consumer.crash" },
-      on: (_: string, h: (typeof handlers)[number]) => (handlers.push(h), () => {}),
+      on: (_: string, h: (typeof handlers)[number]) => {
+        handlers.push(h);
+        return () => {};
+      },
     };
     const alive = watchConsumer(consumer as never, "test", createLogger("test", "silent"));
     expect(alive()).toBe(true);
-    handlers.forEach((h) => h({ payload: { restart: true, error: new Error("retriable") } }));
+    for (const h of handlers) h({ payload: { restart: true, error: new Error("retriable") } });
     expect(alive()).toBe(true);
-    handlers.forEach((h) => h({ payload: { restart: false, error: new Error("fatal") } }));
+    for (const h of handlers) h({ payload: { restart: false, error: new Error("fatal") } });
     expect(alive()).toBe(false);
   });
 });

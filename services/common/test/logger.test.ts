@@ -81,7 +81,10 @@ describe("the stdout logger's flush timer", () => {
     const d = {
       written: [] as string[],
       flushes: 0,
-      write: (s: string) => (d.written.push(s), true),
+      write: (s: string) => {
+        d.written.push(s);
+        return true;
+      },
       flush: () => void d.flushes++,
     };
     return d;

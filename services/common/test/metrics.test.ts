@@ -9,11 +9,11 @@ import {
   extractionBacklog,
   metricsRegistry,
   readAtScrape,
-  readGaugeSources,
   rpcClientDuration,
   rpcServerDuration,
   SCRAPE_READ_MS,
   startMetricsServer,
+  storageQuotaMaxUsedRatio,
 } from "../src/metrics.js";
 
 // The metrics every process serves (docs/observability.md, "Metrics"): its own port, the Prometheus
@@ -69,16 +69,20 @@ describe("the metrics endpoint", () => {
   });
 });
 
-describe("gauges read at scrape (readAtScrape)", () => {
+describe("gauges read at scrape (prom-client collect, readAtScrape)", () => {
   const logger = createLogger("metrics-test", "silent");
   const scrape = async (port: number) => {
     const res = await fetch(`http://127.0.0.1:${port}/metrics`);
     return { status: res.status, backlog: Number(/^pi_extraction_backlog (\S+)$/m.exec(await res.text())?.[1]) };
   };
 
-  it("is read when /metrics is scraped, once per scrape, and never after its stop", async () => {
+  it("is read when /metrics is scraped, once per scrape for all the gauges it sets, and never after its stop", async () => {
     let reads = 0;
-    const reading = readAtScrape("test backlog", async () => extractionBacklog.set(++reads * 10), logger);
+    const reading = readAtScrape(
+      [extractionBacklog, storageQuotaMaxUsedRatio],
+      async () => extractionBacklog.set(++reads * 10),
+      logger,
+    );
     const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger }))!;
     try {
       expect(reads).toBe(0);
@@ -97,11 +101,16 @@ describe("gauges read at scrape (readAtScrape)", () => {
     let reads = 0;
     let release: () => void = () => undefined;
     const reading = readAtScrape(
-      "slow backlog",
+      [extractionBacklog],
       () => {
         reads++;
         if (reads > 1) return Promise.resolve(extractionBacklog.set(9));
-        return new Promise<void>((resolve) => (release = () => (extractionBacklog.set(8), resolve())));
+        return new Promise<void>((resolve) => {
+          release = () => {
+            extractionBacklog.set(8);
+            resolve();
+          };
+        });
       },
       logger,
     );
@@ -110,7 +119,7 @@ describe("gauges read at scrape (readAtScrape)", () => {
       const started = performance.now();
       expect(await scrape(server.port)).toEqual({ status: 200, backlog: 7 });
       expect(performance.now() - started).toBeGreaterThanOrEqual(SCRAPE_READ_MS - 50);
-      const next = readGaugeSources();
+      const next = metricsRegistry.metrics();
       expect(reads).toBe(1);
       release();
       await next;
@@ -124,7 +133,7 @@ describe("gauges read at scrape (readAtScrape)", () => {
 
   it("a failing read leaves the gauge at its last value and the scrape answers 200", async () => {
     extractionBacklog.set(3);
-    const reading = readAtScrape("failing backlog", () => Promise.reject(new Error("database unreachable")), logger);
+    const reading = readAtScrape([extractionBacklog], () => Promise.reject(new Error("database unreachable")), logger);
     const server = (await startMetricsServer({ enabled: true, host: "127.0.0.1", port: 0, logger }))!;
     try {
       expect(await scrape(server.port)).toEqual({ status: 200, backlog: 3 });

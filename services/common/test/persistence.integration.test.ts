@@ -161,9 +161,10 @@ describe("outbox", () => {
     const [a, b] = both<Doc>("outbox");
     const sent: string[] = [];
     const counting = {
-      send: async (r: Parameters<Producer["send"]>[0]) => (
-        r.messages.forEach((m) => sent.push(m.headers!.n as string)), producer.send(r)
-      ),
+      send: async (r: Parameters<Producer["send"]>[0]) => {
+        for (const m of r.messages) sent.push(m.headers!.n as string);
+        return producer.send(r);
+      },
     };
     const topic = topicName(namespace, "connectionEvents");
     const outboxes = [a, b].map(
@@ -230,7 +231,12 @@ describe("outbox", () => {
     const [a] = both<Doc>("outbox-stop");
     let publishing!: () => void;
     const started = new Promise<void>((r) => (publishing = r));
-    const hanging = { send: () => (publishing(), new Promise<never>(() => {})) };
+    const hanging = {
+      send: () => {
+        publishing();
+        return new Promise<never>(() => {});
+      },
+    };
     const outbox = new Outbox<Doc, OutboxEntry & { n: number }>({
       name: "t",
       collection: a,

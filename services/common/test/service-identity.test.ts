@@ -189,7 +189,10 @@ describe("service tokens: mint and verify", () => {
     let lookups = 0;
     const counting = new Map(publicKeys);
     const get = counting.get.bind(counting);
-    counting.get = (name) => (lookups++, get(name));
+    counting.get = (name) => {
+      lookups++;
+      return get(name);
+    };
     const c = clock();
     const verifier = new TokenVerifier("auth", counting, { now: c.now });
     const token = await minter("gateway").token("auth");

@@ -182,7 +182,9 @@ function runLength(data: Buffer, sink: Sink) {
   for (let i = 0; i < data.length; ) {
     const len = data[i++]!;
     if (len === 128) break;
-    const part = len < 128 ? data.subarray(i, (i += len + 1)) : Buffer.alloc(257 - len, data[i++] ?? 0);
+    const literal = len < 128;
+    const part = literal ? data.subarray(i, i + len + 1) : Buffer.alloc(257 - len, data[i] ?? 0);
+    i += literal ? len + 1 : 1;
     parts.push(part);
     size += part.length;
     if (size >= 1 << 20) flush();
@@ -205,9 +207,12 @@ function lzw(data: Buffer, sink: Sink) {
   };
   const prefix = new Int32Array(4096);
   const suffix = new Uint8Array(4096);
-  const length = new Uint16Array(4096);
   const head = new Uint8Array(4096); // each code's first byte
-  for (let i = 0; i < 256; i++) (suffix[i] = i), (length[i] = 1), (prefix[i] = -1), (head[i] = i);
+  for (let i = 0; i < 256; i++) {
+    suffix[i] = i;
+    prefix[i] = -1;
+    head[i] = i;
+  }
   let next = 258;
   let width = 9;
   let previous = -1;
@@ -215,6 +220,12 @@ function lzw(data: Buffer, sink: Sink) {
   let acc = 0;
   const stack = new Uint8Array(4096);
   const first = (code: number) => head[code]!;
+  const define = (code: number, last: number) => {
+    prefix[next] = code;
+    suffix[next] = last;
+    head[next] = head[code]!;
+    next++;
+  };
   const write = (code: number) => {
     let k = 0;
     for (let c = code; c >= 0; c = prefix[c]!) stack[k++] = suffix[c]!;
@@ -241,18 +252,9 @@ function lzw(data: Buffer, sink: Sink) {
         write(code);
       } else if (code < next) {
         write(code);
-        if (next < 4096)
-          (prefix[next] = previous),
-            (suffix[next] = first(code)),
-            (head[next] = head[previous]!),
-            (length[next] = length[previous]! + 1),
-            next++;
+        if (next < 4096) define(previous, first(code));
       } else if (code === next && next < 4096) {
-        (prefix[next] = previous),
-          (suffix[next] = first(previous)),
-          (head[next] = head[previous]!),
-          (length[next] = length[previous]! + 1),
-          next++;
+        define(previous, first(previous));
         write(code);
       } else {
         sink.push(out.subarray(0, n));

@@ -146,7 +146,8 @@ export class Extractor {
       return { ok: false, kind: "plain-text", reason: "unsupported_type", error: `no extraction for ${mediaType}` };
     if (this.closed) throw new ExtractorDied("the extractor is closed");
     const kind = type.extraction;
-    const spawned = (this.child ??= this.spawnChild());
+    this.child ??= this.spawnChild();
+    const spawned = this.child;
     await spawned.ready;
     const child = spawned.process;
     let broken: Extracted | undefined;

@@ -3,7 +3,12 @@ import { prepareStore } from "@pi/common/store-versions";
 import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { clientsFor } from "@pi/common/clients";
 import { every } from "@pi/common/background/periodic";
-import { readAtScrape } from "@pi/common/metrics";
+import {
+  extractionBacklog,
+  readAtScrape,
+  storagePartnersOverQuotaRatio,
+  storageQuotaMaxUsedRatio,
+} from "@pi/common/metrics";
 import { startRpcServer } from "@pi/common/rpc/server";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
@@ -124,7 +129,11 @@ export async function startFileIntakeService(
   });
 
   const background: { stop(): Promise<void> }[] = [
-    readAtScrape("file gauges", () => refreshFileGauges(store, limits), logger),
+    readAtScrape(
+      [extractionBacklog, storageQuotaMaxUsedRatio, storagePartnersOverQuotaRatio],
+      () => refreshFileGauges(store, limits),
+      logger,
+    ),
   ];
   const later = { runAtStart: false };
   if (!options.passive) {

@@ -98,7 +98,12 @@ describe("two replicas racing", () => {
       workers[1]!.process(id),
       workers[0]!.process(id),
       workers[1]!.process(id),
-    ].map((take) => take.then((outcome) => (settled.push(outcome), outcome)));
+    ].map((take) =>
+      take.then((outcome) => {
+        settled.push(outcome);
+        return outcome;
+      }),
+    );
     // The race, made to happen: the winner cannot end before its extraction is released, so the
     // three other takes, through both replicas, are answered while it holds the lease, each refused.
     for (let i = 0; settled.length < 3 && i < 3000; i++) await new Promise((r) => setTimeout(r, 10));

@@ -47,28 +47,24 @@ function runService(): Promise<{ code: number | null; lines: Record<string, unkn
 describe("the store's guard", () => {
   it("a service older than the store's oldest reader refuses to start with one log line, and changes nothing", async () => {
     await grantTestKafkaAccess(settings.DATA_NAMESPACE);
-    await db
-      .collection("store_version")
-      .insertOne({
-        _id: "store" as never,
-        minReader: "99.0.0",
-        collections: { idempotency_keys: 7 },
-        migratedBy: "99.0.0",
-        migratedAt: new Date(),
-      });
+    await db.collection("store_version").insertOne({
+      _id: "store" as never,
+      minReader: "99.0.0",
+      collections: { idempotency_keys: 7 },
+      migratedBy: "99.0.0",
+      migratedAt: new Date(),
+    });
     // A key in 4e36e67's shape, which this release's pending migration would move.
-    await db
-      .collection("idempotency_keys")
-      .insertOne({
-        _id: "ptr_a:k" as never,
-        partnerId: "ptr_a",
-        key: "k",
-        fingerprint: "f",
-        fileId: "fil_1",
-        state: "committed",
-        claimedAt: new Date(),
-        expiresAt: new Date(),
-      });
+    await db.collection("idempotency_keys").insertOne({
+      _id: "ptr_a:k" as never,
+      partnerId: "ptr_a",
+      key: "k",
+      fingerprint: "f",
+      fileId: "fil_1",
+      state: "committed",
+      claimedAt: new Date(),
+      expiresAt: new Date(),
+    });
     const snapshot = async () =>
       Object.fromEntries(
         await Promise.all(

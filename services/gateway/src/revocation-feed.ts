@@ -26,12 +26,7 @@ export function applyPartnerEvent(list: RevocationList, event: eventsv1.PartnerE
   }
 }
 
-/**
- * Keeps a gateway's revocation list current: a snapshot of every revocation from the auth service,
- * taken after the end of the partner-events topic was read, then the topic from that end
- * (followPartnerEvents of @pi/common). The gateway reports its position through
- * ReportGatewayPosition before it takes traffic, so an operator's revocation waits for it.
- */
+/** Keeps a gateway's revocation list current: a snapshot from the auth service, then the partner-event feed. */
 export async function followRevocations(
   list: RevocationList,
   auth: AuthClient,
@@ -47,10 +42,10 @@ export async function followRevocations(
     apply: (event) => applyPartnerEvent(list, event),
     async catchUp() {
       const snapshot = await auth.listRevocations({});
-      snapshot.revokedClientIds.forEach((id) => list.revokeClient(id));
-      snapshot.suspendedPartnerIds.forEach((id) => list.suspendPartner(id, 0));
-      snapshot.tokenCutoffs.forEach((c) => list.noteSuspension(c.partnerId, Number(c.suspendedAt)));
-      snapshot.revokedKids.forEach((kid) => list.revokeKey(kid));
+      for (const id of snapshot.revokedClientIds) list.revokeClient(id);
+      for (const id of snapshot.suspendedPartnerIds) list.suspendPartner(id, 0);
+      for (const c of snapshot.tokenCutoffs) list.noteSuspension(c.partnerId, Number(c.suspendedAt));
+      for (const kid of snapshot.revokedKids) list.revokeKey(kid);
     },
     sendPosition: (instanceId) => async (nextOffsets, leaving) => {
       await auth.reportGatewayPosition(

@@ -108,10 +108,12 @@ describe("the API reference page (GET /docs) in a headless Chromium", () => {
     );
     // The test helpers, under a tag of their own that says they exist in test mode only.
     const helpers = page.locator("#operations-tag-Test_helpers").locator("xpath=..");
+    // biome-ignore lint/performance/useDomNodeTextContent: Playwright's innerText, the text a reader sees
     expect(await helpers.innerText()).toContain("Test mode only.");
     expect(
       (await helpers.locator(".opblock-summary-path").allInnerTexts()).map((p) => p.replace(/\u200b/g, "")).sort(),
     ).toEqual(["approve", "decline", "expire", "sever"].map((act) => `/v1/test_helpers/connections/{id}/${act}`));
+    // biome-ignore lint/performance/useDomNodeTextContent: Playwright's innerText, the text a reader sees
     const text = await page.locator("body").innerText();
     expect(text).toContain("Partner Integration API");
     expect(text).toContain("connection.approved");

@@ -18,8 +18,14 @@ let reached = 0;
 beforeAll(async () => {
   edge = await startEdge({
     connections: {
-      requestConnection: () => (reached++, { connection: { id: CON, status: connectionv1.ExternalStatus.PENDING } }),
-      getConnection: () => (reached++, { connection: { id: CON, status: connectionv1.ExternalStatus.PENDING } }),
+      requestConnection: () => {
+        reached++;
+        return { connection: { id: CON, status: connectionv1.ExternalStatus.PENDING } };
+      },
+      getConnection: () => {
+        reached++;
+        return { connection: { id: CON, status: connectionv1.ExternalStatus.PENDING } };
+      },
     },
   });
   token = await edge.token("ptr_bearer");

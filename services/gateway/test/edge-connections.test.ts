@@ -18,11 +18,18 @@ beforeAll(async () => {
   const pending = { connection: { id: CON, status: connectionv1.ExternalStatus.PENDING } };
   edge = await startEdge({
     connections: {
-      requestConnection: () => (reached.push("request"), pending),
-      getConnection: () => (reached.push("get"), pending),
-      revokeConnection: () => (
-        reached.push("revoke"), { connection: { id: CON, status: connectionv1.ExternalStatus.REVOKED } }
-      ),
+      requestConnection: () => {
+        reached.push("request");
+        return pending;
+      },
+      getConnection: () => {
+        reached.push("get");
+        return pending;
+      },
+      revokeConnection: () => {
+        reached.push("revoke");
+        return { connection: { id: CON, status: connectionv1.ExternalStatus.REVOKED } };
+      },
     },
   });
   token = await edge.token("ptr_connections");

@@ -34,9 +34,18 @@ let token: string;
 beforeAll(async () => {
   edge = await startEdge({
     connections: {
-      requestConnection: () => (fail(), { connection: { id: CON, status: connectionv1.ExternalStatus.PENDING } }),
-      getConnection: () => (fail(), { connection: { id: CON, status: connectionv1.ExternalStatus.APPROVED } }),
-      revokeConnection: () => (fail(), { connection: { id: CON, status: connectionv1.ExternalStatus.REVOKED } }),
+      requestConnection: () => {
+        fail();
+        return { connection: { id: CON, status: connectionv1.ExternalStatus.PENDING } };
+      },
+      getConnection: () => {
+        fail();
+        return { connection: { id: CON, status: connectionv1.ExternalStatus.APPROVED } };
+      },
+      revokeConnection: () => {
+        fail();
+        return { connection: { id: CON, status: connectionv1.ExternalStatus.REVOKED } };
+      },
     },
     files: { getFile: () => ({ file: { id: FILE, status: fileintakev1.FileStatus.RECEIVED } }) },
   });
@@ -213,7 +222,12 @@ describe("internal failures", () => {
     const logger = createLogger(
       "gateway",
       "info",
-      new Writable({ write: (c, _e, done) => (lines.push(String(c)), done()) }),
+      new Writable({
+        write: (c, _e, done) => {
+          lines.push(String(c));
+          done();
+        },
+      }),
     );
     app.use(handleErrors(logger));
     app.use(() => {

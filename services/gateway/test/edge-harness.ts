@@ -35,7 +35,7 @@ export interface Answer {
   status: number;
   headers: IncomingHttpHeaders;
   text: string;
-  json: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+  json: any;
 }
 
 export interface Edge {

@@ -27,8 +27,11 @@ function expect429(res: Answer, maxRetryAfter: number) {
   expect(seconds).toBeLessThanOrEqual(maxRetryAfter);
 }
 
-const count = (answers: Answer[]) =>
-  answers.reduce<Record<number, number>>((acc, a) => ((acc[a.status] = (acc[a.status] ?? 0) + 1), acc), {});
+const count = (answers: Answer[]) => {
+  const counts: Record<number, number> = {};
+  for (const a of answers) counts[a.status] = (counts[a.status] ?? 0) + 1;
+  return counts;
+};
 
 describe("Retry-After", () => {
   it("is whole seconds, rounded up, and at least 1", () => {

@@ -6,7 +6,7 @@ import { openApiDocument } from "../src/openapi.js";
 // The OpenAPI document (services/gateway/openapi/openapi.yaml) against the spec it describes and
 // the gateway's one error table.
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 const doc = openApiDocument().json as Json;
 
 function deref(node: Json): Json {

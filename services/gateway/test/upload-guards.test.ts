@@ -13,7 +13,7 @@ describe("uploads in flight: per partner and per instance", () => {
 
   it("admits up to the instance's cap across partners", () => {
     const slots = new UploadSlots(5, 3);
-    ["a", "b", "c"].forEach((p) => expect(slots.tryTake(p)).toBeDefined());
+    for (const p of ["a", "b", "c"]) expect(slots.tryTake(p)).toBeDefined();
     expect(slots.tryTake("d")).toBeUndefined();
   });
 

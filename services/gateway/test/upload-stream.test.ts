@@ -79,7 +79,11 @@ describe("a file on its way to file-intake", () => {
       // Plain text at random, in the multipart parser's 64 KiB pieces and odd ones.
       const bytes = randomBytes(3 * MESSAGE_BYTES + 12_345).map((b) => 97 + (b % 26));
       const pieces: Buffer[] = [];
-      for (let at = 0, n = 0; at < bytes.length; n++) pieces.push(bytes.subarray(at, (at += n % 2 ? 65_536 : 10_007)));
+      for (let at = 0, n = 0; at < bytes.length; n++) {
+        const end = at + (n % 2 ? 65_536 : 10_007);
+        pieces.push(bytes.subarray(at, end));
+        at = end;
+      }
       const submission = new Submission(client, { partnerId: "ptr_1" }, Readable.from(pieces), 10 * MESSAGE_BYTES);
       expect(await submission.forwarded).toBe(bytes.length);
       await submission.finish({ elder: "apple.banana.cherry@elders.example" });

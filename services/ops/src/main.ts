@@ -5,7 +5,7 @@ import { clientsFor } from "@pi/common/clients";
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseSettings, withLocalStackAddresses, withLocalStackIdentity } from "@pi/common/settings";
+import { parseSettings, type Settings, withLocalStackAddresses, withLocalStackIdentity } from "@pi/common/settings";
 import { requireIdentity } from "@pi/common/service-identity";
 import { commands, describeFailure, UsageError } from "./commands.js";
 
@@ -17,7 +17,7 @@ function fail(line: string, code = 1): never {
   process.exit(code);
 }
 
-let settings;
+let settings: Settings;
 try {
   // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in
   // its STATE_DIR, and so does the CLI's own service identity (the key of `ops`) when unset.

@@ -8,8 +8,6 @@ import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js"
 // a day-old event must not fail for want of time), and its attempts keep counting on, so the log
 // of every attempt stays whole.
 
-export { failedAt } from "./delivery-states.js";
-
 /** Events of a partner that a recover since `since` re-queues: failed (or never sendable) since then. */
 export function recoverable(events: WebhookEventDoc[], since: Date): WebhookEventDoc[] {
   return events.filter((e) => delivery.recover(e, since));

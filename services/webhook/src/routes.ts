@@ -68,8 +68,7 @@ export function deliveryOf(doc: WebhookEventDoc) {
 
 export default (deps: WebhookDeps) => (router: Router) => {
   async function eventOrThrow(eventId: string, projection?: Record<string, 0>): Promise<WebhookEventDoc> {
-    if (!/^evt_[A-Za-z0-9]{1,64}$/.test(eventId))
-      throw new RpcError("event_id must be an evt_ id", Status.INVALID_ARGUMENT);
+    if (!EVENT_ID.test(eventId)) throw new RpcError("event_id must be an evt_ id", Status.INVALID_ARGUMENT);
     const doc = await deps.store.events.findOne({ _id: eventId }, projection ? { projection } : {});
     if (!doc) throw new RpcError(`no webhook event ${eventId}`, Status.NOT_FOUND);
     return doc;

@@ -2,7 +2,7 @@ import { AuditTrail } from "@pi/common/audit-trail";
 import { prepareStore } from "@pi/common/store-versions";
 import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { clientsFor } from "@pi/common/clients";
-import { readAtScrape } from "@pi/common/metrics";
+import { readAtScrape, webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/metrics";
 import { openRuntime } from "@pi/common/runtime";
 import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/topics";
@@ -70,7 +70,7 @@ export async function startWebhookService(
   });
   dispatcher.start();
   const gauges = readAtScrape(
-    "webhook gauges",
+    [webhookOldestPendingAge, webhookFailingEndpoints],
     () => refreshWebhookGauges(store, failingAfterMs(settings.WEBHOOK_RETRY_WINDOW_SECONDS)),
     logger,
   );

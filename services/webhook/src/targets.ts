@@ -45,7 +45,7 @@ export class TargetCache {
     const entry = this.entries.get(partnerId);
     if (entry && entry.until > Date.now()) return entry.target;
     const pending = this.inflight.get(partnerId);
-    if (pending) return pending;
+    if (pending !== undefined) return pending;
     const generation = this.generations.get(partnerId) ?? 0;
     const lookup = this.fetch(partnerId)
       .then((target) => {

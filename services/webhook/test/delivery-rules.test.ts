@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { afterAttempt, failingAfterMs, isFailing, type EndpointHealthDoc } from "../src/endpoint-health.js";
-import { recoverable, failedAt } from "../src/requeue.js";
+import { failedAt } from "../src/delivery-states.js";
+import { recoverable } from "../src/requeue.js";
 import { latestStartOffsetMs, nextAttemptAt, retryAfterUntil, type RetryPolicy } from "../src/schedule.js";
 import { signatureHeader } from "../src/signature.js";
 import { signingSecrets } from "../src/targets.js";

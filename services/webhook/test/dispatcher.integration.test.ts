@@ -60,7 +60,10 @@ function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number; idleMs?: 
   return {
     d,
     sender,
-    stop: async () => (await d.stop(200, () => sender.destroy()), await sender.close().catch(() => {})),
+    stop: async () => {
+      await d.stop(200, () => sender.destroy());
+      await sender.close().catch(() => {});
+    },
   };
 }
 

@@ -34,7 +34,15 @@ async function serve(
 }
 
 const closeAll = (servers: Server[]) =>
-  Promise.all(servers.map((s) => new Promise<void>((r) => (s.close(() => r()), s.closeAllConnections()))));
+  Promise.all(
+    servers.map(
+      (s) =>
+        new Promise<void>((r) => {
+          s.close(() => r());
+          s.closeAllConnections();
+        }),
+    ),
+  );
 
 /** A resolver whose answers the test decides: the DNS of an attacker who controls a name. */
 function fakeDns(table: Record<string, string[]>, calls: string[] = []): Resolver {

@@ -3,40 +3,28 @@ import { atMost } from "../at-most.js";
 import type { Logger } from "../logger.js";
 import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../metrics.js";
 
-// The one Kafka consumer of every service (consume): its set-up, its liveness (a consumer kafkajs
-// gave up on makes the service not ready), its lag gauge, its metrics, and its bounded stop.
+// The one Kafka consumer of every service: set-up, liveness, lag gauge, metrics and a bounded stop.
 
 /**
- * How long a consumer's fetch waits at the broker while there is nothing to read. A fetch returns
- * as soon as a message arrives (minBytes 1), so a longer wait costs no latency: it only sets how
- * often an idle consumer wakes up (and how long a disconnect may wait for the fetch in flight).
- * kafkajs heartbeats between fetches, so a group member learns of a rebalance within about this
- * long plus CONSUMER_HEARTBEAT_MS.
+ * How long a fetch waits at the broker while there is nothing to read. A fetch returns as soon as a
+ * message arrives, so this sets only how often an idle consumer wakes (and a member learns of a
+ * rebalance within about this plus CONSUMER_HEARTBEAT_MS).
  */
 export const CONSUMER_MAX_WAIT_MS = 3_000;
 let consumerMaxWaitMs = CONSUMER_MAX_WAIT_MS;
 
-/**
- * Test seam: the fetch wait of the consumers this process creates from now on. The in-process test
- * stacks (test/support/services.ts) shorten it, so that stopping a stack does not wait out each
- * service's fetch in flight (a stack took 8 s to stop, most of it in its consumers' disconnects).
- */
+/** Test seam: in-process test stacks shorten the fetch wait, so that a stop waits out no fetch in flight. */
 export function setConsumerMaxWaitForTests(ms: number): void {
   consumerMaxWaitMs = ms;
 }
 
-/**
- * Group consumers that must hand their partitions over quickly when a replica dies (webhook, audit)
- * use this session timeout instead of kafkajs's 30 s, heartbeating at a third of it.
- */
+/** For groups that must hand partitions over quickly when a replica dies, instead of kafkajs's 30 s. */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
 export const CONSUMER_HEARTBEAT_MS = 3_000;
 
 /**
- * How long a stopping process waits for a consumer to leave its group. With the broker gone (every
- * pod of a release stops at once on uninstall, Kafka with them) kafkajs retries its connection for
- * half a minute before the consumer stops, past the 15 s a process gives itself to stop
- * (run-service.ts). Offsets it did not commit are read again by whoever takes its partitions over.
+ * How long a stopping process waits for a consumer to leave its group: with the broker gone kafkajs
+ * retries for half a minute, past the 15 s a process has to stop. Uncommitted offsets are read again.
  */
 export const CONSUMER_STOP_MS = 4_000;
 
@@ -56,11 +44,7 @@ export async function disconnectConsumer(
     logger.warn({ consumer: name, waitedMs: ms }, "Kafka consumer still stopping; left behind");
 }
 
-/**
- * Whether a consumer still runs. kafkajs restarts a consumer after a retriable crash; one it does
- * not restart is gone for good, and the service must say so in its readiness instead of silently
- * no longer consuming.
- */
+/** Whether a consumer still runs: one kafkajs does not restart after a crash makes the service not ready. */
 export function watchConsumer(consumer: Pick<Consumer, "on" | "events">, name: string, logger: Logger): () => boolean {
   let alive = true;
   consumer.on(consumer.events.CRASH, (event) => {
@@ -71,11 +55,7 @@ export function watchConsumer(consumer: Pick<Consumer, "on" | "events">, name: s
   return () => alive;
 }
 
-/**
- * Runs a consumer's handler of `count` messages of `topic` and counts them once it succeeds
- * (messaging_client_consumed_messages_total, and messaging_process_duration_seconds: the time
- * divided among them). A handler that throws counts nothing: kafkajs reads its messages again.
- */
+/** Runs a handler of `count` messages and counts them (and their share of its time) once it succeeds. */
 export async function consumed<T>(topic: string, count: number, handle: () => Promise<T>): Promise<T> {
   const started = performance.now();
   const result = await handle();
@@ -100,10 +80,8 @@ export function consumerLag(
 }
 
 /**
- * Sets pi_kafka_consumer_lag{group} at each scrape (readAtScrape) from the broker's offsets (the
- * group's committed ones and the topic's ends), with the service's own Kafka user: its group READ
- * grant lets it read its own groups' offsets. Every replica of the group reports the same value.
- * The admin client connects at the first scrape.
+ * Sets pi_kafka_consumer_lag{group} at each scrape from the broker's offsets, as the service's own
+ * Kafka user (its group READ grant covers its groups' offsets); the admin client connects at the first.
  */
 export function watchConsumerLag(
   kafka: Kafka,
@@ -114,7 +92,7 @@ export function watchConsumerLag(
   const admin = kafka.admin();
   let connected: Promise<void> | undefined;
   const reads = readAtScrape(
-    `consumer lag of ${groupId}`,
+    [kafkaConsumerLag],
     async () => {
       connected ??= admin.connect().catch((err: unknown) => {
         connected = undefined;
@@ -130,7 +108,7 @@ export function watchConsumerLag(
   return {
     async stop() {
       await reads.stop();
-      if (connected)
+      if (connected !== undefined)
         await atMost(
           admin.disconnect().catch(() => undefined),
           CONSUMER_STOP_MS,
@@ -142,36 +120,27 @@ export function watchConsumerLag(
 export interface ConsumeOptions {
   kafka: Kafka;
   logger: Logger;
-  /** The consumer group (consumerGroup(namespace, service, ...)). */
   group: string;
   topic: string;
   /** What logs call it ("audit-events"). */
   name: string;
-  /**
-   * Handles one message; or `eachBatch`, a partition's batch at once. Offsets are committed only
-   * once it returns, so what it stored before is stored before its offset is committed (at least
-   * once); a throw has kafkajs read the message (the batch) again.
-   */
+  /** One message, or (`eachBatch`) a partition's batch; offsets are committed once it returns, a throw reads it again. */
   each?(message: KafkaMessage, partition: number): Promise<void>;
   eachBatch?(messages: KafkaMessage[], partition: number): Promise<void>;
-  /**
-   * Members that share the topic and must hand their partitions over quickly when one dies
-   * (CONSUMER_SESSION_TIMEOUT_MS instead of kafkajs's 30 s).
-   */
+  /** CONSUMER_SESSION_TIMEOUT_MS instead of kafkajs's 30 s. */
   quickHandover?: boolean;
   partitionsConsumedConcurrently?: number;
-  /** Where a group without committed offsets starts: the beginning (default) or the end. */
+  /** Where a group without committed offsets starts: the beginning by default. */
   fromBeginning?: boolean;
   /** false: no offsets committed (a group of one process that places itself with `startAt`). */
   commit?: boolean;
   /** Offsets to read from, set once the consumer runs. */
   startAt?: { partition: number; offset: string }[];
-  /** Reports pi_kafka_consumer_lag{group} (watchConsumerLag); true by default. */
+  /** Reports pi_kafka_consumer_lag{group}; true by default. */
   reportLag?: boolean;
 }
 
 export interface Consuming {
-  /** False once kafkajs has given up on the consumer: the service reports not ready. */
   alive(): boolean;
   /** Leaves the group, waiting for the message (batch) in hand, CONSUMER_STOP_MS at most. */
   stop(): Promise<void>;

@@ -20,7 +20,7 @@ export function every(
   let running: Promise<void> | undefined;
   let stopped = false;
   const run = (): Promise<void> => {
-    if (running) return running;
+    if (running !== undefined) return running;
     running = (async () => {
       try {
         await task();

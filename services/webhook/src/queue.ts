@@ -1,0 +1,76 @@
+import type { Filter } from "mongodb";
+import { insertNew } from "@pi/common/persistence";
+import { takeLease, type LeaseFields } from "@pi/common/background/lease";
+import { queued } from "./delivery-states.js";
+import type { QueueDoc, WebhookEventDoc, WebhookStore } from "./store.js";
+
+// The schedule as it lives in the database: the queue's entries and the claims on their slots. To
+// claim a due entry, a replica inserts a claim whose _id names the entry's current slot (event id,
+// attempts made, due time): of all the replicas that read the same slot, exactly one insert
+// succeeds. The holder attempts and then moves the entry to its next slot (or removes it), so every
+// attempt has a slot of its own. If the holder dies, the slot's claim may be taken over once its
+// lease is over (a conditional update on its expiry, which one replica wins).
+
+const SLOT_LEASE: LeaseFields = { until: "expiresAt", holder: "holder" };
+/** Claims are kept long after their lease (a late reader of an old slot must still lose), then dropped. */
+const CLAIM_KEEP_MS = 60 * 60_000;
+
+const slotKey = (entry: QueueDoc) => `${entry._id}:${entry.attempts}:${entry.dueAt.getTime()}`;
+
+/** The event as long as it is still where the queue entry says: pending, with the same attempts. */
+export function current(entry: QueueDoc): Filter<WebhookEventDoc> {
+  return { _id: entry._id, state: "pending", attempts: entry.attempts };
+}
+
+/** Up to `limit` entries matching `filter`, soonest due first. */
+export function firstDue(store: WebhookStore, filter: Filter<QueueDoc>, limit: number): Promise<QueueDoc[]> {
+  return store.queue.find(filter).sort({ dueAt: 1 }).limit(limit).toArray();
+}
+
+/** The entries whose current slot this replica now holds, for `leaseMs`; the others belong to other replicas. */
+export async function claim(store: WebhookStore, entries: QueueDoc[], now: Date, leaseMs: number): Promise<QueueDoc[]> {
+  const expiresAt = new Date(now.getTime() + leaseMs);
+  const claims = entries.map((e) => ({ _id: slotKey(e), eventId: e._id, expiresAt }));
+  const taken = new Set((await insertNew(store.claims, claims)).map((c) => c._id));
+  const won = entries.filter((e) => !taken.has(slotKey(e)));
+  for (const entry of entries) {
+    // A claim can only have run out if its slot came due more than a lease ago: then its holder
+    // died before moving the entry on, and the slot may be taken over, once.
+    if (
+      taken.has(slotKey(entry)) &&
+      entry.dueAt.getTime() + leaseMs < now.getTime() &&
+      (await takeLease(store.claims, { _id: slotKey(entry) }, SLOT_LEASE, { ms: leaseMs })) !== null
+    )
+      won.push(entry);
+  }
+  return won;
+}
+
+/** Gives the slot back without counting an attempt: due again at `dueAt`. */
+export async function release(store: WebhookStore, eventId: string, dueAt: Date): Promise<void> {
+  await store.queue.updateOne({ _id: eventId }, { $set: { dueAt } });
+}
+
+/** After an attempt was recorded: the entry moves to its next slot, or goes. */
+export async function moveOn(
+  store: WebhookStore,
+  eventId: string,
+  attempts: number,
+  dueAt: Date | null,
+): Promise<void> {
+  if (dueAt) await store.queue.updateOne({ _id: eventId }, { $set: { dueAt, attempts } });
+  else await store.queue.deleteOne({ _id: eventId });
+}
+
+/** After an outcome could not be stored because the event moved on: make the entry match the event. */
+export async function resync(store: WebhookStore, eventId: string): Promise<void> {
+  const event = await store.events.findOne({ _id: eventId });
+  if (event && queued(event.state)) await moveOn(store, eventId, event.attempts, event.nextAttemptAt ?? new Date());
+  else await store.queue.deleteOne({ _id: eventId });
+}
+
+/** Drops the claims whose lease ended long ago; how many. */
+export async function sweepClaims(store: WebhookStore, now = Date.now()): Promise<number> {
+  const { deletedCount } = await store.claims.deleteMany({ expiresAt: { $lt: new Date(now - CLAIM_KEEP_MS) } });
+  return deletedCount;
+}
