@@ -195,6 +195,14 @@ describe("internal clients over every replica (grpc-js round_robin)", () => {
     expect(a.messages).toBe(200);
   });
 
+  it("an answer of the service is not repeated, UNAVAILABLE (its database unreachable) included, even for an idempotent call", async () => {
+    const unreachable = Object.assign(new Error("no server"), { name: "MongoServerSelectionError" });
+    const a = await replica({ read: () => Promise.reject(unreachable) });
+    const client = files(url(a.port));
+    expect(await codeOf(client.getFile({}))).toBe("UNAVAILABLE");
+    expect(a.calls).toBe(1);
+  });
+
   it("every replica gone: UNAVAILABLE at once, not at the deadline", async () => {
     const [a, b] = [await replica(), await replica()];
     await Promise.all([a.kill(), b.kill()]);

@@ -132,7 +132,11 @@ function grpcHandler(method: DescMethod, handler: Handler, verifier: TokenVerifi
         (response) => callback(null, response),
         (err: unknown) => {
           const failure = failureOf(err, method, started, logger);
-          callback({ code: failure.code, details: failure.message, metadata: trailersOf(failure) });
+          // An answer of the service is never made again elsewhere: a negative pushback stops
+          // grpc-js's retry policy (idempotent methods retry only UNAVAILABLE without an answer).
+          const metadata = trailersOf(failure) ?? new grpc.Metadata();
+          metadata.set("grpc-retry-pushback-ms", "-1");
+          callback({ code: failure.code, details: failure.message, metadata });
         },
       )
       .finally(() => {
