@@ -33,6 +33,7 @@ import { collectConnectionEvents, type EventCollector } from "../support/connect
 import { readTopic } from "../support/topic-reader.js";
 import { sendFile, waitForStatus } from "../support/files.js";
 import { textPdf } from "../support/pdf.js";
+import { connect, createServer } from "node:net";
 import { freePort } from "../support/gateway-process.js";
 import { accessToken, call, opsFor, runOpsCli } from "../support/partner-api.js";
 import { alive } from "../support/processes.js";
@@ -305,23 +306,23 @@ describe("connections crash", () => {
       }
 
       it("killed right after it stored the approval, before it answered: the command succeeds through the twin, which finds the act applied (one write, one event)", async () => {
+        const dying = await startService({ crashBeforePublish: true });
+        const twin = await startService();
         events ??= await collectConnectionEvents(brokers, namespace);
-        // grpc-js's round_robin sends the CLI's first call to the replica whose connection was up
-        // first. Once the CLI has its answer, a replica that was asked has died (its connection's end
-        // is what sent the CLI on to the twin); when it is the twin that answered, the pair goes again.
-        let dying: Child;
-        let partnerId: string;
-        let id: string;
-        let run: Awaited<ReturnType<typeof opsAct>>;
-        for (let round = 1; ; round++) {
-          dying = await startService({ crashBeforePublish: true });
-          const twin = await startService();
-          ({ partnerId, id } = await liveConnection(twin));
-          run = await opsAct("approve", id, [dying, twin]);
-          const asked = await Promise.race([dying.exited.then(() => true), sleep(5_000).then(() => false)]);
-          if (asked || round === 5) break;
-          for (const child of [dying, twin]) child.proc.kill("SIGKILL");
-        }
+        const { partnerId, id } = await liveConnection(twin);
+        // The CLI lists the twin behind a port that takes connections only once the dying replica has
+        // died: grpc-js sends a call to a replica whose connection is up, so the act goes to the dying
+        // one first, and the CLI's next attempt reaches the twin once it is let through.
+        const twinPort = await freePort();
+        const gate = createServer((socket) => {
+          const back = connect(Number(new URL(twin.adminUrl).port), "127.0.0.1");
+          socket.pipe(back).pipe(socket);
+          for (const s of [socket, back]) s.on("error", () => s.destroy());
+        });
+        void dying.exited.then(() => gate.listen(twinPort, "127.0.0.1"));
+        const run = await opsAct("approve", id, [dying, { ...twin, adminUrl: `http://127.0.0.1:${twinPort}` }]).finally(
+          () => gate.close(),
+        );
         process.stderr.write(
           `[act during SIGKILL] ops connection approve: exit ${run.code} in ${Math.round(run.ms)} ms\n`,
         );
