@@ -45,13 +45,10 @@ export interface AuditStore {
   list(query: AuditQuery): Promise<AuditRecordDoc[]>;
 }
 
-/** The retention sweep's one act, under its own role (auditRetention). */
 export interface AuditRetention {
-  /** Deletes the records that occurred before `cutoff`; how many. */
   expire(cutoff: Date): Promise<number>;
 }
 
-/** The oldest a record may be at `now`: the retention sweep deletes what occurred before it. */
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
@@ -59,7 +56,6 @@ export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
 export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
-/** The query of a listing, checked: null target or since when absent. Throws a message for a bad one. */
 export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
   if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw new RangeError(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
   if (req.since < 0n) throw new RangeError("since must be Unix milliseconds, or 0 for all");
@@ -72,10 +68,8 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
   };
 }
 
-/** The audit trail's own database (docs/security.md, "Database users"). */
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
-/** The store, in the audit database `db`. */
 export async function openAuditStore(db: Db): Promise<AuditStore> {
   const records: Collection<AuditRecordDoc> = db.collection<AuditRecordDoc>("audit_records");
   await records.createIndex({ occurredAt: -1 }, { name: "newest" });
@@ -94,7 +88,6 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
   };
 }
 
-/** The retention sweep's access to the store, in the audit database `db` as its own user sees it. */
 export function openAuditRetention(db: Db): AuditRetention {
   const records = db.collection<AuditRecordDoc>("audit_records");
   return {
@@ -104,7 +97,6 @@ export function openAuditRetention(db: Db): AuditRetention {
   };
 }
 
-/** Whether the service the record names signed it, with one of its identity keys. */
 export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
   const key = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(r.service)?.get(r.signingKid);
   if (!key || r.signature === "") return false;
@@ -164,7 +156,6 @@ export function decodeAuditMessage(
   };
 }
 
-/** What a read says of a stored record's signature: verified, or why not. */
 export const AUDIT_VERIFICATION = {
   verified: "verified",
   altered: "signature does not match the record",
@@ -184,7 +175,6 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   };
 }
 
-/** Checks a stored record against the signature kept with it, by the keys of the service it names. */
 export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): AuditVerification {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
   const keys = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(doc.service);

@@ -19,7 +19,6 @@ export const MAX_ASSERTION_ID_LENGTH = 256;
 export const isAssertionAlgorithm = (alg: unknown): alg is AssertionAlgorithm =>
   (ASSERTION_ALGORITHMS as readonly unknown[]).includes(alg);
 
-/** What the assertion says before anything is verified: which client and key to look up. */
 export interface ClaimedAssertion {
   alg: AssertionAlgorithm;
   kid: string;
@@ -27,7 +26,6 @@ export interface ClaimedAssertion {
   clientId: string;
 }
 
-/** The header and issuer of a compact JWS, or undefined when it is malformed. */
 export function claimedAssertion(assertion: string): ClaimedAssertion | undefined {
   try {
     if (assertion.split(".").length !== 3) return undefined;
@@ -45,13 +43,11 @@ export function claimedAssertion(assertion: string): ClaimedAssertion | undefine
 
 export interface AssertionExpectations {
   clientId: string;
-  /** The token endpoint's public URL (TOKEN_ENDPOINT_URL). */
   audience: string;
   /** Unix seconds. */
   now: number;
 }
 
-/** The claims of a verified assertion that the database needs: its jti and until when it must stay used. */
 export interface AcceptedClaims {
   jti: string;
   exp: number;

@@ -7,13 +7,10 @@ export const JWKS_URL_REFETCH_COOLDOWN_MS = 30_000;
 /** How often the scheduled round looks for sets to fetch (one auth replica at a time). */
 export const JWKS_URL_REFRESH_EVERY_MS = 60_000;
 
-/** What is known of one URL's fetches: from the credential's document, and this replica's own last attempt. */
 export interface FetchHistory {
-  /** The stored set's fetch (absent: no set stored yet). */
   fetchedAt?: Date;
   /** The latest failed fetch (absent or older than fetchedAt: none since the set was fetched). */
   failedAt?: Date;
-  /** This replica's latest attempt, successful or not, whether or not stored yet. */
   attemptedAt?: Date;
 }
 

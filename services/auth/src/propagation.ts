@@ -24,7 +24,6 @@ export interface Propagation {
   elapsedMs: bigint;
 }
 
-/** The live followers that have not yet applied the event at (partition, offset). */
 export function followersBehind(
   followers: readonly FollowerDoc[],
   partition: number,
@@ -38,7 +37,6 @@ export function followersBehind(
 
 const kindOf = (f: FollowerDoc): FollowerKind => f.kind ?? "gateway";
 
-/** A new partner event, to store with the change it reports. */
 export function partnerEvent(
   kind: eventsv1.PartnerEventKind,
   partnerId: string,
@@ -111,7 +109,6 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  /** Publishes the event stored with a change, then waits for every live follower to apply it. */
   async propagate<D extends PartnerEventDoc>(
     outbox: Outbox<D, PartnerEventEntry>,
     id: string,
@@ -128,7 +125,6 @@ export class PartnerEventPublisher {
     return this.awaitFollowers(at?.partition, Number(at?.offset ?? 0), deadline, since);
   }
 
-  /** Polls the followers' reports until every live one has applied (partition, offset), or the deadline. */
   private async awaitFollowers(
     partition: number | undefined,
     offset: number,

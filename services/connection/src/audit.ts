@@ -10,7 +10,6 @@ import type { Trigger } from "./state-machine.js";
  */
 const actionOf = (trigger: Trigger) => `connection.${trigger.replace(/^test_/, "")}` as AuditAction;
 
-/** The partner as an actor; a partner id of another shape is a caller's mistake. */
 export function partnerActor(partnerId: string): AuditActor {
   if (!partnerId.startsWith("ptr_") || !isAuditActor(partnerId))
     throw new ConnectError("partner_id must be a partner id (ptr_...)", Code.InvalidArgument);
@@ -37,7 +36,6 @@ export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
   }
 }
 
-/** The record of a trigger on a connection: the connection, its partner and (when resolved) its elder, by id. */
 export function connectionAudit(
   trigger: Trigger,
   doc: { _id: string; partnerId: string },

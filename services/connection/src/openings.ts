@@ -24,7 +24,6 @@ export const dailyBoundReached = (now: Date) =>
     secondsUntilNextDay(now),
   );
 
-/** Counts one opening on `now`'s UTC day; returns the counter's id, or throws the 429 past `limit`. */
 export async function takeOpening(
   openings: Collection<OpeningsDoc>,
   partnerId: string,
@@ -56,12 +55,10 @@ export async function takeOpening(
   throw dailyBoundReached(now);
 }
 
-/** Gives back an opening that created no connection (the request failed, or a concurrent one created it). */
 export async function releaseOpening(openings: Collection<OpeningsDoc>, id: string): Promise<void> {
   await openings.updateOne({ _id: id, count: { $gt: 0 } }, { $inc: { count: -1 } });
 }
 
-/** Deletes the counters of days before yesterday; returns how many. */
 export async function deletePastOpenings(openings: Collection<OpeningsDoc>, now: Date): Promise<number> {
   return (await openings.deleteMany({ day: { $lt: oldestKeptDay(now) } })).deletedCount;
 }

@@ -23,7 +23,6 @@ export interface AttemptContext {
 
 /** When the auth service cannot say where to send, the event waits this long; no attempt is counted. */
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
-/** Room kept in a claim's lease beside the attempt's own timeout. */
 export const LEASE_MARGIN_MS = 5_000;
 const NO_ADDRESS = noAnswer("partner has no webhook address any more");
 

@@ -29,7 +29,6 @@ export type SourceCheck =
     }
   | { ok: false; reason: string };
 
-// The spec fixes data.status by the event type.
 const STATUS_OF: Record<EventType, WebhookEvent["data"]["status"]> = {
   "connection.approved": "approved",
   "connection.revoked": "revoked",

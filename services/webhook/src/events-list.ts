@@ -43,7 +43,6 @@ export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEv
   } as Filter<WebhookEventDoc>;
 }
 
-/** A page read with limit + 1 documents: the first `limit`, and whether more follow. */
 export function cutPage<T>(docs: T[], limit: number): { items: T[]; hasMore: boolean } {
   return { items: docs.slice(0, limit), hasMore: docs.length > limit };
 }

@@ -14,11 +14,9 @@ export interface AttemptOutcome {
   durationMs: number;
   error?: string;
   responseExcerpt: string;
-  /** The answer's Retry-After header, if any. */
   retryAfter?: string;
 }
 
-/** An attempt that got no HTTP answer. */
 export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
   delivered: false,
   statusCode: 0,
@@ -27,7 +25,6 @@ export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
   responseExcerpt: "",
 });
 
-/** How much of an answer's body is read and kept; the rest is dropped unread. */
 const RESPONSE_EXCERPT_BYTES = 1024;
 
 /** Why the address must not be called at all, before any connection: the rule of registration, applied again. */

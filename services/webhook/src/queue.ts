@@ -21,7 +21,6 @@ export function current(entry: QueueDoc): Filter<WebhookEventDoc> {
   return { _id: entry._id, state: "pending", attempts: entry.attempts };
 }
 
-/** Up to `limit` entries matching `filter`, soonest due first. */
 export function firstDue(store: WebhookStore, filter: Filter<QueueDoc>, limit: number): Promise<QueueDoc[]> {
   return store.queue.find(filter).sort({ dueAt: 1 }).limit(limit).toArray();
 }
@@ -45,12 +44,10 @@ export async function claim(store: WebhookStore, entries: QueueDoc[], now: Date,
   return won;
 }
 
-/** Gives the slot back without counting an attempt: due again at `dueAt`. */
 export async function release(store: WebhookStore, eventId: string, dueAt: Date): Promise<void> {
   await store.queue.updateOne({ _id: eventId }, { $set: { dueAt } });
 }
 
-/** After an attempt was recorded: the entry moves to its next slot, or goes. */
 export async function moveOn(
   store: WebhookStore,
   eventId: string,
@@ -69,7 +66,6 @@ export async function resync(store: WebhookStore, eventId: string): Promise<void
   else await store.queue.deleteOne({ _id: eventId });
 }
 
-/** Drops the claims whose lease ended long ago; how many. */
 export async function sweepClaims(store: WebhookStore, now = Date.now()): Promise<number> {
   const { deletedCount } = await store.claims.deleteMany({ expiresAt: { $lt: new Date(now - CLAIM_KEEP_MS) } });
   return deletedCount;

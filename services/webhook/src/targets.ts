@@ -10,7 +10,6 @@ import type { Logger } from "@pi/common/logger";
 
 export interface WebhookTarget {
   url: string;
-  /** The current signing secret. */
   secret: string;
   /** Secrets replaced by a rotation, each signing too until `expiresAt` (Unix ms). */
   previous: { secret: string; expiresAt: number }[];
@@ -78,7 +77,6 @@ export class TargetCache {
   }
 }
 
-/** What a partner event means for the cached targets: a changed webhook drops the partner's entry. */
 export function applyPartnerEvent(
   cache: Pick<TargetCache, "forget">,
   event: eventsv1.PartnerEvent,
