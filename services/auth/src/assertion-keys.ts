@@ -103,7 +103,6 @@ export type FetchOutcome = { jwks: JSONWebKeySet; fetchedAt: Date } | { problem:
 export interface AssertionKeysOptions {
   allowInsecure: boolean;
   timeoutMs?: number;
-  /** The least time between two fetches of one URL's set (default JWKS_URL_REFETCH_COOLDOWN_MS; a test shortens it). */
   refetchCooldownMs?: number;
   record?: (url: string, outcome: FetchOutcome) => Promise<void>;
   logger?: Pick<Logger, "warn" | "info">;

@@ -166,7 +166,6 @@ export type AuditVerification =
   | { verified: true; reason: typeof AUDIT_VERIFICATION.verified }
   | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
 
-/** The message of a stored record, with its kept signature: what the topic carried. */
 export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   return {
     ...auditRecordMessage({ ...doc, eventId: doc._id }),

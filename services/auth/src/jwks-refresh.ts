@@ -1,6 +1,5 @@
 // When a private_key_jwt credential's JWK Set URL is fetched in the background (assertion-keys.ts), pure.
 
-/** A stored set older than this is fetched again by the scheduled round. */
 export const JWKS_URL_MAX_AGE_MS = 10 * 60_000;
 /** The least time between two fetches of one URL, for an unknown kid and after a failure (forged kids cannot make auth hammer a partner's host). */
 export const JWKS_URL_REFETCH_COOLDOWN_MS = 30_000;
@@ -30,7 +29,6 @@ export function scheduledFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): 
   return since(h.fetchedAt, now) >= t.maxAgeMs && cooledDown(h, now, t);
 }
 
-/** An assertion whose kid the stored set lacks (or with no set stored): a fetch, unless one was tried within the cooldown. */
 export function unknownKidFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): boolean {
   return cooledDown(h, now, t);
 }

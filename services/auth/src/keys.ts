@@ -108,7 +108,6 @@ export class KeyRing {
     this.audit?.afterWrite(_id);
   }
 
-  /** Loads the keys, creating the first one on first start. */
   async load(): Promise<void> {
     let keys = await this.stored();
     if (keys.length === 0) {
@@ -142,7 +141,6 @@ export class KeyRing {
     return this.published;
   }
 
-  /** Whether `kid` is a stored key (revoked keys are not). */
   async has(kid: string): Promise<boolean> {
     return (await this.read()).some((k) => k.kid === kid);
   }

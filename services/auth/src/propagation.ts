@@ -8,9 +8,8 @@ import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/partner-event
 import type { Producer } from "@pi/common/kafka";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
-// An operator's change is visible to the partner API when the command exits (operator contract): its
-// partner event, stored with the change, is published at once and the answer waits until every live
-// follower has applied it, or a timeout well under the command's 2 s budget.
+// An operator's change is visible when its command exits (operator contract): its partner event is published at once
+// and the answer waits until every live follower applied it, or a timeout well under the command's 2 s budget.
 
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;

@@ -62,7 +62,6 @@ export class SecretSealer {
     return (await openSealedValue(this.wrapper, sealed, `auth|${kind}`)).toString("utf8");
   }
 
-  /** Whether `sealed` is sealed the way new values are (by the newest KEK); re-sealing makes it so. */
   isCurrent(sealed: string): boolean {
     return sealedKid(sealed) === this.wrapper.currentKid;
   }

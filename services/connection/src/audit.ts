@@ -4,10 +4,8 @@ import type { Trigger } from "./state-machine.js";
 
 // Who does what to a connection, for its audit records (docs/security.md, "Audit trail").
 
-/**
- * A trigger's action. A test helper is the caregiver's act (or the window's end) rehearsed by the
- * partner: the same action, with the partner as its actor (as the previous release records it too).
- */
+// A test helper rehearses the caregiver's act (or the window's end): the same action, with the
+// partner as its actor (as the previous release records it too).
 const actionOf = (trigger: Trigger) => `connection.${trigger.replace(/^test_/, "")}` as AuditAction;
 
 export function partnerActor(partnerId: string): AuditActor {

@@ -211,7 +211,6 @@ export class Connections {
     return repeated?.doc ?? doc;
   }
 
-  /** null when nothing matches `filter`; `resolve` looks the address up again when it had not resolved. */
   async apply(
     filter: Filter<ConnectionDoc> & { _id: string },
     trigger: Trigger,

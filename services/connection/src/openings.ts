@@ -33,7 +33,6 @@ export async function takeOpening(
 ): Promise<string> {
   const day = dayKey(now);
   const _id = openingsKey(partnerId, mode, day);
-  // A partner at its bound is answered from one read.
   const current = await openings.findOne({ _id }, { projection: { count: 1 } });
   if (current && current.count >= limit) throw dailyBoundReached(now);
   for (let attempt = 0; attempt < 3; attempt++) {

@@ -20,7 +20,6 @@ export interface SlotsDoc {
 
 export const slotsKey = (partnerId: string, mode: ConnectionMode) => `${partnerId}:${mode}`;
 
-/** The answer past the bound: the same for every address. */
 export const pendingBoundReached = () =>
   rateLimitedError(
     "the partner holds as many pending connections in this mode as its bound allows",

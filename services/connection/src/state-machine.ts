@@ -13,7 +13,6 @@ export interface ConnectionState {
   /** The address resolved to an elder under the mode's rule (test: only the sandbox; live: all but it). */
   resolved: boolean;
   pendingSince: Date;
-  /** When a test connection to the sandbox elder approves by itself; null for every other connection. */
   approveAt: Date | null;
 }
 
@@ -70,7 +69,6 @@ const to = (status: InternalStatus, event: EventType | null = null): Outcome => 
   event,
 });
 
-/** A new pending window: what a repeated request does to an expired or revoked connection. */
 function reopen(s: ConnectionState, t: Timing): Outcome {
   return {
     kind: "change",

@@ -147,7 +147,6 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { partner_id: res.partnerId, webhook_url: res.webhookUrl };
   },
 
-  /** With `keys` (a JWK Set's JSON, or its URL): a private_key_jwt credential, which has no secret to print. */
   async credentialCreate(partnerId: string, mode: string, keys: { jwksJson?: string; jwksUrl?: string } = {}) {
     if (keys.jwksJson !== undefined && keys.jwksUrl !== undefined)
       throw new UsageError("give --jwks-file or --jwks-url, not both");

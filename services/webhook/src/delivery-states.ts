@@ -69,7 +69,6 @@ export function requeue(now: Date): DeliveryStep & { state: "pending" } {
   return { state: "pending", nextAttemptAt: now };
 }
 
-/** When a delivery last failed: its last attempt's start, or (never attempted) its creation. */
 export function failedAt(event: { attemptLog: readonly { startedAt: Date }[]; createdAt: Date }): Date {
   return event.attemptLog.at(-1)?.startedAt ?? event.createdAt;
 }

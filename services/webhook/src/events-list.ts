@@ -25,7 +25,6 @@ export const cursorFilter = (
   eventId: string,
 ): Filter<WebhookEventDoc> => ({ _id: eventId, partnerId: page.partnerId, mode: page.mode });
 
-/** The events of the page: the partner's, of the mode (and type), older than the cursor when there is one. */
 export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEventDoc> {
   const filter: Filter<WebhookEventDoc> = {
     partnerId: page.partnerId,

@@ -71,10 +71,8 @@ export async function sweepClaims(store: WebhookStore, now = Date.now()): Promis
   return deletedCount;
 }
 
-/**
- * The operator's resend and recover, with `audit` in the same update: same id and body, due at once;
- * the retry window starts again (a day-old event must not fail for want of time), attempts keep counting.
- */
+// The operator's resend and recover, with `audit` in the same update: due at once, attempts keep counting, and the
+// retry window starts again (a day-old event must not fail for want of time).
 export async function requeue(
   store: WebhookStore,
   event: WebhookEventDoc,

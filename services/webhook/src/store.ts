@@ -29,7 +29,6 @@ export interface WebhookEventDoc extends AuditCarrier {
   mode: PartnerMode;
   type: EventType;
   body: string;
-  /** When the event was stored: the order of GET /v1/events, newest first. */
   createdAt: Date;
   /** The connection event's Kafka offset: orders a batch's events (one partition per partner). */
   seq: number;
@@ -70,7 +69,6 @@ export interface ClaimDoc {
   _id: string;
   eventId: string;
   expiresAt: Date;
-  /** The token of whoever took the claim over (none for the first claimer). */
   holder?: string | null;
 }
 

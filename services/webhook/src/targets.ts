@@ -37,7 +37,6 @@ export class TargetCache {
     private readonly lookupTimeoutMs = 3_000,
   ) {}
 
-  /** The partner's target, or null when it has no webhook address (or is unknown to auth). */
   async get(partnerId: string): Promise<WebhookTarget | null> {
     const entry = this.entries.get(partnerId);
     if (entry && entry.until > Date.now()) return entry.target;
