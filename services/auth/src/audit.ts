@@ -52,7 +52,6 @@ export interface AuditRetention {
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
-/** How often the retention sweep runs (one replica at a time, under this lease). */
 export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
@@ -189,7 +188,6 @@ export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys):
     : { verified: false, reason: AUDIT_VERIFICATION.altered };
 }
 
-/** Reads the audit-events topic a batch at a time: a batch's offsets are committed once its records are stored. */
 export function consumeAuditRecords(
   store: AuditStore,
   kafka: Kafka,

@@ -51,7 +51,6 @@ export class AuthenticationCache {
     return this.entries.get(key(clientId, secretHash));
   }
 
-  /** Taken before the reads whose outcome may be kept. */
   ticket(): number {
     return this.drops;
   }
@@ -76,7 +75,6 @@ export class AuthenticationCache {
     this.entries.clear();
   }
 
-  /** A partner event from the topic: a revocation drops the credential, a change of standing the partner. */
   apply(event: eventsv1.PartnerEvent): void {
     switch (event.kind) {
       case eventsv1.PartnerEventKind.CREDENTIAL_REVOKED:
@@ -87,7 +85,6 @@ export class AuthenticationCache {
         this.dropPartner(event.partnerId);
         break;
       default:
-        // A webhook change touches nothing a token needs.
         break;
     }
   }

@@ -13,7 +13,6 @@ export type AssertionAlgorithm = (typeof ASSERTION_ALGORITHMS)[number];
 export const MAX_ASSERTION_LIFETIME_SECONDS = 300;
 /** How far ahead of ours a client's clock may run (its `exp` = its now + 300 s) before the five minutes are exceeded. */
 export const ASSERTION_CLOCK_SKEW_SECONDS = 10;
-/** The longest `jti` and client id kept; longer ones are refused. */
 export const MAX_ASSERTION_ID_LENGTH = 256;
 
 export const isAssertionAlgorithm = (alg: unknown): alg is AssertionAlgorithm =>

@@ -3,7 +3,6 @@
 export const JWKS_URL_MAX_AGE_MS = 10 * 60_000;
 /** The least time between two fetches of one URL, for an unknown kid and after a failure (forged kids cannot make auth hammer a partner's host). */
 export const JWKS_URL_REFETCH_COOLDOWN_MS = 30_000;
-/** How often the scheduled round looks for sets to fetch (one auth replica at a time). */
 export const JWKS_URL_REFRESH_EVERY_MS = 60_000;
 
 export interface FetchHistory {

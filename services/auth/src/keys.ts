@@ -154,7 +154,6 @@ export class KeyRing {
     return added.kid;
   }
 
-  /** Deletes the key's document and reloads: this replica stops signing with it and publishing it. */
   async remove(kid: string): Promise<void> {
     await this.collection.deleteMany({ kid });
     await this.load();

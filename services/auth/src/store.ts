@@ -27,7 +27,6 @@ export interface PartnerDoc extends OutboxFields<PartnerEventEntry>, AuditCarrie
   scopes: string[];
   webhookUrl: string | null;
   sealedSigningSecret: string;
-  /** Secrets replaced by a rotation, sealed, each signing beside the current one until it expires. */
   previousSigningSecrets?: { sealed: string; expiresAt: Date }[];
   createdAt: Date;
   updatedAt: Date;
@@ -68,7 +67,6 @@ export interface FollowerDoc {
   seenAt: Date;
 }
 
-/** A private_key_jwt assertion's jti, used once: stored until the assertion's exp, then swept. */
 export interface UsedAssertionDoc {
   _id: string; // usedJtiKey(client id, jti); for a failed assertion, a random decoy key (below)
   expiresAt: Date;

@@ -5,7 +5,6 @@ import type { CredentialMode } from "./store.js";
 
 export const TOKEN_ISSUER = "pi-auth";
 export const TOKEN_AUDIENCE = "partner-api";
-/** RFC 9068 media type of a JWT access token, in the `typ` header. */
 export const TOKEN_TYPE = "at+jwt";
 
 export interface AccessClaims {

@@ -2,8 +2,6 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common/audit";
 import type { Trigger } from "./state-machine.js";
 
-// Who does what to a connection, for its audit records (docs/security.md, "Audit trail").
-
 // A test helper rehearses the caregiver's act (or the window's end): the same action, with the
 // partner as its actor (as the previous release records it too).
 const actionOf = (trigger: Trigger) => `connection.${trigger.replace(/^test_/, "")}` as AuditAction;
@@ -14,7 +12,6 @@ export function partnerActor(partnerId: string): AuditActor {
   return partnerId;
 }
 
-/** Who pulls a trigger: the partner its request, delete and test helpers, the caregiver (the app) its acts, the service its rounds. */
 export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
   switch (trigger) {
     case "request":

@@ -3,8 +3,6 @@ import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
 import type { Logger } from "@pi/common/logger";
 import type { ConnectionDoc } from "./store.js";
 
-// Retention of ended connections (docs/connections.md, "Retention").
-
 const ENDED: ConnectionDoc["status"][] = ["revoked", "expired"];
 
 /** Never later than the reopen interval allows: deleted earlier, its address could be asked again sooner. */

@@ -38,7 +38,6 @@ export function awaitingSandboxApproval(s: ConnectionState): boolean {
   return s.mode === "test" && s.status === "pending" && s.resolved && s.approveAt !== null;
 }
 
-/** The status with time applied: a pending or declined connection past its window is expired. */
 export function effectiveStatus(s: ConnectionState, t: Timing): InternalStatus {
   if (s.status !== "pending" && s.status !== "declined") return s.status;
   if (awaitingSandboxApproval(s)) return s.status;

@@ -37,7 +37,6 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   leasedUntil?: Date | null;
   fencedUntil?: Date | null;
   caregiverActs?: AppliedAct[];
-  // Trace headers of the creating request: later changes continue that trace.
   trace?: Record<string, string>;
   createdAt: Date;
   updatedAt: Date;
@@ -64,9 +63,7 @@ export async function openConnectionStore(db: Db): Promise<ConnectionStore> {
   // The periodic sweeps: due sandbox approvals, pending windows that ended.
   await store.connections.createIndex({ status: 1, approveAt: 1 });
   await store.connections.createIndex({ status: 1, pendingSince: 1 });
-  // The slots' repair: a partner's connections that hold a slot.
   await store.connections.createIndex({ partnerId: 1, mode: 1, status: 1 });
-  // The retention sweep: ended connections by their last change (retention.ts).
   await store.connections.createIndex({ status: 1, updatedAt: 1 });
   await store.openings.createIndex({ day: 1 });
   return store;

@@ -26,7 +26,6 @@ const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
 export const LEASE_MARGIN_MS = 5_000;
 const NO_ADDRESS = noAnswer("partner has no webhook address any more");
 
-/** `cutOff`: whether the replica is stopping and cut the attempt off (then it does not count). */
 export async function attempt(c: AttemptContext, entry: QueueDoc, leaseEnd: number, cutOff: () => boolean) {
   const prepared = await prepare(c, entry, leaseEnd);
   if (!prepared) return;

@@ -10,7 +10,6 @@ import type { QueueDoc } from "./store.js";
 export interface DispatcherOptions extends AttemptContext {
   maxInFlight?: number;
   maxPerPartner?: number;
-  /** Longest sleep between two looks: how long another replica's untaken entry may wait to be seen. */
   idleMs?: number;
 }
 
@@ -90,7 +89,6 @@ export class Dispatcher {
     }
   }
 
-  /** Entries this replica may start: not its own running ones, not for partners at their limit. */
   private takeable(): Filter<QueueDoc> {
     const saturated = [...this.perPartner].filter(([, n]) => n >= this.maxPerPartner).map(([p]) => p);
     return {
@@ -117,7 +115,6 @@ export class Dispatcher {
       });
       const won = await queue.claim(this.o.store, wanted, now, this.leaseMs);
       for (const entry of won) this.launch(entry, now.getTime() + this.leaseMs);
-      // A full batch of due entries: there may be more.
       if (won.length > 0 && due.length === batch.length && batch.length === limit) continue;
       if (won.length < wanted.length) return CONTENDED_WAIT_MS;
       const next = batch.find((e) => e.dueAt.getTime() > now.getTime());

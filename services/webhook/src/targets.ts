@@ -15,7 +15,6 @@ export interface WebhookTarget {
   previous: { secret: string; expiresAt: number }[];
 }
 
-/** Every secret that signs an attempt starting at `at` (Unix ms): the current one first. */
 export function signingSecrets(target: WebhookTarget, at: number): string[] {
   return [target.secret, ...target.previous.filter((p) => p.expiresAt > at).map((p) => p.secret)];
 }
