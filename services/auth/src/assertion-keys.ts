@@ -45,7 +45,6 @@ export const MAX_JWKS_BYTES = 64 * 1024;
 
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
-/** Why a JWK Set is not a usable set of public signing keys, or undefined. */
 export async function jwksProblem(value: unknown): Promise<string | undefined> {
   if (typeof value !== "object" || value === null || !Array.isArray((value as { keys?: unknown }).keys))
     return "is not a JWK Set (an object with a keys array)";
@@ -85,43 +84,34 @@ export async function jwksProblem(value: unknown): Promise<string | undefined> {
   return undefined;
 }
 
-/** A URL's set as last fetched, stored with the credential. */
 export interface FetchedJwks {
   jwks: JSONWebKeySet;
   fetchedAt: Date;
 }
 
-/** Where a credential's keys are: one of the two. */
 export interface KeySource {
   _id: string;
   jwks?: JSONWebKeySet;
   jwksUrl?: string;
   /** The URL's set, as last fetched (absent until a fetch succeeded: a credential of an older release). */
   jwksFetched?: FetchedJwks;
-  /** The URL's latest failed fetch. */
   jwksFetchFailedAt?: Date;
 }
 
-/** What a fetch of a URL's set came to: the set, or why it cannot serve. */
 export type FetchOutcome = { jwks: JSONWebKeySet; fetchedAt: Date } | { problem: string; failedAt: Date };
 
 export interface AssertionKeysOptions {
-  /** WEBHOOK_ALLOW_INSECURE_URLS: http and internal addresses too (the local stack). */
   allowInsecure: boolean;
   timeoutMs?: number;
-  /** The least time between two fetches of one URL's set (default JWKS_URL_REFETCH_COOLDOWN_MS; a test shortens it). */
   refetchCooldownMs?: number;
-  /** Stores a background fetch's outcome with every credential of the URL (the database). */
   record?: (url: string, outcome: FetchOutcome) => Promise<void>;
   logger?: Pick<Logger, "warn" | "info">;
 }
 
-/** How many URLs one scheduled round fetches at once. */
 const REFRESH_CONCURRENCY = 8;
 
 export class AssertionKeys {
   private readonly inline = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
-  /** A URL credential's stored set, imported, by credential and fetch time. */
   private readonly fetched = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
   /** jose's remote set of each URL: what fetches it (one fetch at a time per URL), never asked for a key. */
   private readonly remote = new LRUCache<
@@ -168,12 +158,10 @@ export class AssertionKeys {
       .sign(stranger.privateKey);
   }
 
-  /** Waits for the background fetches in flight (each ends within its timeout). */
   async stop(): Promise<void> {
     await Promise.allSettled([...this.inFlight]);
   }
 
-  /** Fetches the set at a URL now (a registration, the background): the set, or why it cannot serve. */
   async fetchSet(url: string): Promise<FetchOutcome> {
     const refusal = urlRefusal(url, this.opts.allowInsecure, "JWK Set URL");
     if (refusal) return { problem: refusal, failedAt: new Date() };
@@ -201,7 +189,6 @@ export class AssertionKeys {
     return { jwks: jwks!, fetchedAt: new Date() };
   }
 
-  /** Fetches a URL's set and stores the outcome: never thrown, only logged. */
   private refresh(url: string): Promise<void> {
     this.attempts.set(url, new Date());
     const done = (async () => {
@@ -244,10 +231,7 @@ export class AssertionKeys {
     return due.length;
   }
 
-  /**
-   * The payload of an assertion one of the credential's keys verifies, or undefined. Every assertion
-   * costs one signature check (guarantee 5); an unknown kid asks for a background fetch and fails now.
-   */
+  /** Every assertion costs one signature check (guarantee 5); an unknown kid asks for a background fetch and fails now. */
   async verify(
     assertion: string,
     claimed: ClaimedAssertion | undefined,
@@ -283,7 +267,6 @@ export class AssertionKeys {
     return undefined;
   }
 
-  /** A kid the stored set lacks, or no set yet: a background fetch, unless one was tried within the cooldown. */
   private askForFetch(credential: KeySource): void {
     const url = credential.jwksUrl!;
     const history: FetchHistory = {

@@ -45,21 +45,16 @@ export interface AuditStore {
   list(query: AuditQuery): Promise<AuditRecordDoc[]>;
 }
 
-/** The retention sweep's one act, under its own role (auditRetention). */
 export interface AuditRetention {
-  /** Deletes the records that occurred before `cutoff`; how many. */
   expire(cutoff: Date): Promise<number>;
 }
 
-/** The oldest a record may be at `now`: the retention sweep deletes what occurred before it. */
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
-/** How often the retention sweep runs (one replica at a time, under this lease). */
 export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
-/** The query of a listing, checked: null target or since when absent. Throws a message for a bad one. */
 export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
   if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw new RangeError(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
   if (req.since < 0n) throw new RangeError("since must be Unix milliseconds, or 0 for all");
@@ -72,10 +67,8 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
   };
 }
 
-/** The audit trail's own database (docs/security.md, "Database users"). */
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
-/** The store, in the audit database `db`. */
 export async function openAuditStore(db: Db): Promise<AuditStore> {
   const records: Collection<AuditRecordDoc> = db.collection<AuditRecordDoc>("audit_records");
   await records.createIndex({ occurredAt: -1 }, { name: "newest" });
@@ -94,7 +87,6 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
   };
 }
 
-/** The retention sweep's access to the store, in the audit database `db` as its own user sees it. */
 export function openAuditRetention(db: Db): AuditRetention {
   const records = db.collection<AuditRecordDoc>("audit_records");
   return {
@@ -104,7 +96,6 @@ export function openAuditRetention(db: Db): AuditRetention {
   };
 }
 
-/** Whether the service the record names signed it, with one of its identity keys. */
 export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
   const key = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(r.service)?.get(r.signingKid);
   if (!key || r.signature === "") return false;
@@ -164,7 +155,6 @@ export function decodeAuditMessage(
   };
 }
 
-/** What a read says of a stored record's signature: verified, or why not. */
 export const AUDIT_VERIFICATION = {
   verified: "verified",
   altered: "signature does not match the record",
@@ -175,7 +165,6 @@ export type AuditVerification =
   | { verified: true; reason: typeof AUDIT_VERIFICATION.verified }
   | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
 
-/** The message of a stored record, with its kept signature: what the topic carried. */
 export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   return {
     ...auditRecordMessage({ ...doc, eventId: doc._id }),
@@ -184,7 +173,6 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   };
 }
 
-/** Checks a stored record against the signature kept with it, by the keys of the service it names. */
 export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): AuditVerification {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
   const keys = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(doc.service);
@@ -200,7 +188,6 @@ export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys):
     : { verified: false, reason: AUDIT_VERIFICATION.altered };
 }
 
-/** Reads the audit-events topic a batch at a time: a batch's offsets are committed once its records are stored. */
 export function consumeAuditRecords(
   store: AuditStore,
   kafka: Kafka,

@@ -7,12 +7,10 @@ import type { CredentialMode } from "./store.js";
 // by the replica that makes a change and by every replica its partner event reaches; a ticket taken
 // before the reads keeps a read from before a change out of the cache after it.
 
-/** What a token needs from a successful authentication. */
 export interface Authenticated {
   clientId: string;
   partnerId: string;
   mode: CredentialMode;
-  /** The partner's allowed scopes. */
   scopes: readonly string[];
 }
 
@@ -24,7 +22,6 @@ export interface AuthenticationCacheOptions {
   ttlMs?: number;
   /** PartnerEventFeed.trusted: while false, nothing is served or kept, and what was kept is dropped. */
   trusted?: () => boolean;
-  /** The clock of the TTL (tests). */
   perf?: { now(): number };
 }
 
@@ -46,7 +43,6 @@ export class AuthenticationCache {
     return this.entries.size;
   }
 
-  /** The kept authentication of this client with this secret hash, if any. */
   get(clientId: string, secretHash: string): Authenticated | undefined {
     if (!this.trusted()) {
       if (this.entries.size > 0) this.clear();
@@ -55,7 +51,6 @@ export class AuthenticationCache {
     return this.entries.get(key(clientId, secretHash));
   }
 
-  /** Taken before the reads whose outcome may be kept. */
   ticket(): number {
     return this.drops;
   }
@@ -80,7 +75,6 @@ export class AuthenticationCache {
     this.entries.clear();
   }
 
-  /** A partner event from the topic: a revocation drops the credential, a change of standing the partner. */
   apply(event: eventsv1.PartnerEvent): void {
     switch (event.kind) {
       case eventsv1.PartnerEventKind.CREDENTIAL_REVOKED:
@@ -91,7 +85,6 @@ export class AuthenticationCache {
         this.dropPartner(event.partnerId);
         break;
       default:
-        // A webhook change touches nothing a token needs.
         break;
     }
   }

@@ -13,13 +13,11 @@ export type AssertionAlgorithm = (typeof ASSERTION_ALGORITHMS)[number];
 export const MAX_ASSERTION_LIFETIME_SECONDS = 300;
 /** How far ahead of ours a client's clock may run (its `exp` = its now + 300 s) before the five minutes are exceeded. */
 export const ASSERTION_CLOCK_SKEW_SECONDS = 10;
-/** The longest `jti` and client id kept; longer ones are refused. */
 export const MAX_ASSERTION_ID_LENGTH = 256;
 
 export const isAssertionAlgorithm = (alg: unknown): alg is AssertionAlgorithm =>
   (ASSERTION_ALGORITHMS as readonly unknown[]).includes(alg);
 
-/** What the assertion says before anything is verified: which client and key to look up. */
 export interface ClaimedAssertion {
   alg: AssertionAlgorithm;
   kid: string;
@@ -27,7 +25,6 @@ export interface ClaimedAssertion {
   clientId: string;
 }
 
-/** The header and issuer of a compact JWS, or undefined when it is malformed. */
 export function claimedAssertion(assertion: string): ClaimedAssertion | undefined {
   try {
     if (assertion.split(".").length !== 3) return undefined;
@@ -45,13 +42,11 @@ export function claimedAssertion(assertion: string): ClaimedAssertion | undefine
 
 export interface AssertionExpectations {
   clientId: string;
-  /** The token endpoint's public URL (TOKEN_ENDPOINT_URL). */
   audience: string;
   /** Unix seconds. */
   now: number;
 }
 
-/** The claims of a verified assertion that the database needs: its jti and until when it must stay used. */
 export interface AcceptedClaims {
   jti: string;
   exp: number;

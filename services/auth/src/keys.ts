@@ -22,13 +22,11 @@ export interface SigningKeyDoc extends StoredKey, AuditCarrier {
   _id: string;
 }
 
-/** How key changes reach the audit trail: a record inserted with the key, relayed after the insert. */
 export interface KeyAudit {
   entry(fields: AuditFields): AuditEntry;
   afterWrite(id: string): void;
 }
 
-/** Reads keys without their audit bookkeeping. */
 const KEY_PROJECTION = Object.fromEntries(AUDIT_BOOKKEEPING.map((f) => [f, 0]));
 
 const FIRST_KEY_ID = "first";
@@ -44,10 +42,7 @@ export function signingKeyOf(keys: readonly StoredKey[], now: number): StoredKey
   );
 }
 
-/**
- * Keys that may be dropped at `now`: superseded by a key that has been signing for longer than
- * the token lifetime plus a margin, so no unexpired token can carry them any more.
- */
+/** Keys superseded by one signing for longer than the token lifetime plus a margin: no unexpired token carries them. */
 export function retiredKeys(
   keys: readonly StoredKey[],
   now: number,
@@ -102,12 +97,10 @@ export class KeyRing {
     return docs.filter((d) => !revokedKids.has(d.kid));
   }
 
-  /** The stored keys, without their documents' ids. */
   private async stored(): Promise<StoredKey[]> {
     return (await this.read()).map(({ _id, ...key }) => key);
   }
 
-  /** Stores a key, with its audit record when there is a trail. */
   private async insert(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate") {
     const actor = action === "signing_key.create" ? "system" : "operator";
     const audit = this.audit?.entry({ action, actor, targets: [key.kid] });
@@ -115,7 +108,6 @@ export class KeyRing {
     this.audit?.afterWrite(_id);
   }
 
-  /** Loads the keys, creating the first one on first start. */
   async load(): Promise<void> {
     let keys = await this.stored();
     if (keys.length === 0) {
@@ -140,18 +132,15 @@ export class KeyRing {
     this.published = { keys: this.keys.map((k) => k.publicJwk) };
   }
 
-  /** The key that signs now. */
   signer(now = Date.now()): { kid: string; privateKey: CryptoKey } {
     const key = signingKeyOf(this.keys, now);
     return { kid: key.kid, privateKey: this.privateKeys.get(key.kid)! };
   }
 
-  /** Every published key: the signer, keys not yet active, and older keys still verifying. */
   jwks(): { keys: JWK[] } {
     return this.published;
   }
 
-  /** Whether `kid` is a stored key (revoked keys are not). */
   async has(kid: string): Promise<boolean> {
     return (await this.read()).some((k) => k.kid === kid);
   }
@@ -165,13 +154,11 @@ export class KeyRing {
     return added.kid;
   }
 
-  /** Deletes the key's document and reloads: this replica stops signing with it and publishing it. */
   async remove(kid: string): Promise<void> {
     await this.collection.deleteMany({ kid });
     await this.load();
   }
 
-  /** Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every token has expired. */
   async rotate(activationDelayMs: number, tokenTtlMs: number): Promise<{ added: StoredKey; retired: string[] }> {
     const added = await newStoredKey(this.sealer, new Date(Date.now() + activationDelayMs));
     await this.insert(added.kid, added, "signing_key.rotate");

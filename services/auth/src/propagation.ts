@@ -8,9 +8,8 @@ import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/partner-event
 import type { Producer } from "@pi/common/kafka";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
-// An operator's change is visible to the partner API when the command exits (operator contract): its
-// partner event, stored with the change, is published at once and the answer waits until every live
-// follower has applied it, or a timeout well under the command's 2 s budget.
+// An operator's change is visible when its command exits (operator contract): its partner event is published at once
+// and the answer waits until every live follower applied it, or a timeout well under the command's 2 s budget.
 
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
@@ -24,7 +23,6 @@ export interface Propagation {
   elapsedMs: bigint;
 }
 
-/** The live followers that have not yet applied the event at (partition, offset). */
 export function followersBehind(
   followers: readonly FollowerDoc[],
   partition: number,
@@ -38,7 +36,6 @@ export function followersBehind(
 
 const kindOf = (f: FollowerDoc): FollowerKind => f.kind ?? "gateway";
 
-/** A new partner event, to store with the change it reports. */
 export function partnerEvent(
   kind: eventsv1.PartnerEventKind,
   partnerId: string,
@@ -111,7 +108,6 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  /** Publishes the event stored with a change, then waits for every live follower to apply it. */
   async propagate<D extends PartnerEventDoc>(
     outbox: Outbox<D, PartnerEventEntry>,
     id: string,
@@ -128,7 +124,6 @@ export class PartnerEventPublisher {
     return this.awaitFollowers(at?.partition, Number(at?.offset ?? 0), deadline, since);
   }
 
-  /** Polls the followers' reports until every live one has applied (partition, offset), or the deadline. */
   private async awaitFollowers(
     partition: number | undefined,
     offset: number,

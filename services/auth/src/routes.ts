@@ -56,7 +56,6 @@ export interface AuthDeps {
   logger: Logger;
 }
 
-/** The audit trail as the auth service writes and reads it (docs/security.md, "Audit trail"). */
 export interface AuthAudit {
   trail: AuditTrail;
   partners: Pick<Outbox<PartnerDoc, AuditEntry>, "afterWrite">;
@@ -67,10 +66,8 @@ export interface AuthAudit {
   publicKeys: PublicKeys;
 }
 
-/** A rotation's overlap may last at most a week. */
 export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
 
-/** The replaced secrets whose overlap has not ended, newest first. */
 function stillSigning(partner: PartnerDoc, now = Date.now()) {
   return (partner.previousSigningSecrets ?? []).filter((p) => p.expiresAt.getTime() > now);
 }
@@ -112,7 +109,6 @@ export default (deps: AuthDeps) => (router: Router) => {
     };
   }
 
-  /** A credential with a client secret, or (given `keys`) a private_key_jwt one, which has no secret. */
   async function issueCredential(
     partnerId: string,
     mode: CredentialMode,
@@ -169,7 +165,6 @@ export default (deps: AuthDeps) => (router: Router) => {
 
   async function decideToken(req: authv1.IssueTokenRequest) {
     if (req.clientAssertion !== undefined) return issueTokenByAssertion(req, req.clientAssertion);
-    // The cache's key: only the right client id with its right secret finds an entry.
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
     const known = authentications.get(req.clientId, presented);
     if (known) return tokenFor(known, req.scope);
@@ -192,11 +187,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     return tokenFor(authenticated, req.scope);
   }
 
-  /**
-   * A private_key_jwt token request (RFC 7523 section 2.2). Every failure does the same work
-   * (guarantee 5): the two reads, one signature check, the claims rules, one insert into
-   * used_assertions; one expression decides. No cache: each assertion is good once.
-   */
+  /** private_key_jwt (RFC 7523 2.2). Every failure does the same work (guarantee 5); no cache: each assertion is good once. */
   async function issueTokenByAssertion(req: authv1.IssueTokenRequest, assertion: string) {
     const claimed = claimedAssertion(assertion);
     // A client_id beside the assertion must name the same client (RFC 7521 section 4.2).
@@ -251,7 +242,6 @@ export default (deps: AuthDeps) => (router: Router) => {
     );
   }
 
-  /** A JWK Set given inline (its JSON) or by URL, checked for a registration. */
   async function keySource(
     req: authv1.CreateCredentialRequest,
   ): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {

@@ -5,10 +5,8 @@ import type { CredentialMode } from "./store.js";
 
 export const TOKEN_ISSUER = "pi-auth";
 export const TOKEN_AUDIENCE = "partner-api";
-/** RFC 9068 media type of a JWT access token, in the `typ` header. */
 export const TOKEN_TYPE = "at+jwt";
 
-/** The claims of an access token; the gateway reads partner, credential, mode and scopes from them. */
 export interface AccessClaims {
   sub: string; // partner id
   client_id: string;

@@ -28,12 +28,10 @@ import {
 } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
-// Every state change is a compare-and-set on the document's version (updateVersioned) that stores
-// the new state with its outbox entry and audit record (no transactions: one document update).
+// Each state change is one compare-and-set update (updateVersioned) with its outbox entry and audit record.
 
 export type Clock = () => Date;
 
-/** Equalities on exactly the fields of the unique index. */
 export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({
   partnerId,
   mode,
@@ -43,13 +41,11 @@ export const connectionKey = (partnerId: string, mode: ConnectionMode, address: 
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
-  /** The act's earlier application (acts.ts): nothing was done now. */
   replayed?: AppliedAct;
 }
 
 const maxAttempts = 10;
 
-/** The bounds' settings, each a live and a TEST_ pair. */
 const BOUNDS = {
   pending: "PENDING_CONNECTIONS_PER_PARTNER",
   daily: "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY",
@@ -64,7 +60,6 @@ const LEGACY_FENCE_MS = 2_250;
 
 const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1 } as const;
 
-/** Whether a partner reads `after` exactly as `before`, now and later (a decline). */
 export function partnerSeesNoChange(before: ConnectionState, after: ConnectionState, t: Timing): boolean {
   return (
     externalStatus(before, t) === externalStatus(after, t) &&
@@ -90,7 +85,6 @@ export class Connections {
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
     private readonly clock: Clock = () => new Date(),
-    /** Called right after a write that stored an audit record (every change): its relay. */
     private readonly afterAudit: (connectionId: string) => void = () => undefined,
     /** A test seam between a change's read and its write (the replica race test). */
     private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
@@ -98,12 +92,10 @@ export class Connections {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
   }
 
-  /** A partner's read: the connection, null when it is not theirs. */
   read(filter: Filter<ConnectionDoc> & { _id: string }): Promise<ConnectionDoc | null> {
     return this.store.connections.findOne(filter, { projection: READ_FIELDS });
   }
 
-  /** Fences new 1.1.0 leases on the connection, then waits until the granted ones ended. */
   private async waitForLegacyLeases(doc: ConnectionDoc): Promise<void> {
     await this.store.connections.updateOne(
       { _id: doc._id },
@@ -148,10 +140,6 @@ export class Connections {
     return limitOf({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
-  /**
-   * POST /v1/connections: creates the (partner, mode, address) connection or returns the existing
-   * one (reopened when it had ended). Past a bound it throws RATE_LIMITED, whatever the address.
-   */
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     if (existing) {
@@ -218,16 +206,11 @@ export class Connections {
       this.afterAudit(id);
       return doc;
     }
-    // A concurrent request created it: this one's slot and opening go back.
     await giveBack();
     const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
     return repeated?.doc ?? doc;
   }
 
-  /**
-   * Applies one trigger to the connection matching `filter`: null when there is none. `elderId`
-   * replaces the stored resolution; `resolve` looks the address up again when it had not resolved.
-   */
   async apply(
     filter: Filter<ConnectionDoc> & { _id: string },
     trigger: Trigger,
@@ -312,7 +295,6 @@ export class Connections {
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
       if (!updated) {
-        // Another writer changed it since the read: decide again on the new state.
         if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id);
         if (opening) await releaseOpening(this.store.openings, opening);
         conflicts++;
@@ -330,13 +312,11 @@ export class Connections {
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
   }
 
-  /** For file-intake: an approved connection of this partner, in this mode, to an elder that resolved. */
   async isActive(partnerId: string, mode: ConnectionMode, address: string): Promise<boolean> {
     const doc = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 
-  /** Approves every sandbox connection whose delay has passed, `batch` at a time; returns how many it approved. */
   async approveDue(batch = 500): Promise<number> {
     let approved = 0;
     for (;;) {
@@ -365,7 +345,6 @@ export class Connections {
     return this.applyEach(due, "expire");
   }
 
-  /** Applies `trigger` to each connection in turn; how many it changed. */
   private async applyEach(due: { _id: string }[], trigger: Trigger): Promise<number> {
     let changed = 0;
     for (const { _id } of due) if ((await this.apply({ _id }, trigger))?.outcome.kind === "change") changed++;

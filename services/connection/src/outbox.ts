@@ -7,8 +7,6 @@ import type { Logger } from "@pi/common/logger";
 import { modeToProto } from "@pi/common/mode";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
-// Connection events go out through the one outbox of @pi/common (persistence.ts).
-
 const { ConnectionEventSchema } = eventsv1;
 
 export type ConnectionOutbox = Outbox<ConnectionDoc, OutboxEntry>;

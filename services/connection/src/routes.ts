@@ -39,14 +39,12 @@ export interface ConnectionDeps {
   logger: Logger;
   /** Records what changes nothing (a caregiver's refused or repeated act, a refused elder); changes record themselves. */
   trail: Pick<AuditTrail, "entry" | "record" | "refusals">;
-  /** Relays the audit record stored with a new elder. */
   afterElder: (address: string) => void;
 }
 
 /** The shape of every id newId("con") makes; anything else cannot name a connection. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
-// The proto enums name every status in capitals.
 const externalEnum = (status: ExternalStatus) => External[status.toUpperCase() as Uppercase<ExternalStatus>];
 const internalEnum = (status: InternalStatus) => Internal[status.toUpperCase() as Uppercase<InternalStatus>];
 

@@ -15,13 +15,11 @@ export interface SlotsDoc {
   mode: ConnectionMode;
   count: number;
   holds: Holds;
-  /** Bumped by every write: the repair's compare-and-set (updateVersioned). */
   version: number;
 }
 
 export const slotsKey = (partnerId: string, mode: ConnectionMode) => `${partnerId}:${mode}`;
 
-/** The answer past the bound: the same for every address. */
 export const pendingBoundReached = () =>
   rateLimitedError(
     "the partner holds as many pending connections in this mode as its bound allows",
@@ -64,7 +62,6 @@ export async function takeSlot(
   throw pendingBoundReached();
 }
 
-/** Gives back the slot of `connectionId`, if it holds one. */
 export async function releaseSlot(
   slots: Collection<SlotsDoc>,
   partnerId: string,
@@ -80,13 +77,11 @@ export async function releaseSlot(
 /** A slot whose connection is not pending is kept this long: a request between its two writes. */
 export const SLOT_GRACE_MS = 60_000;
 
-/** What the repair reads of the connections (store.ts owns their documents). */
 type Holders = Pick<
   Collection<{ _id: string; partnerId: string; mode: ConnectionMode; status: InternalStatus }>,
   "find"
 >;
 
-/** Sets every partner's slots to what its connections hold (repairedHolds), by compare-and-set; returns how many changed. */
 export async function repairSlots(
   store: { connections: Holders; slots: Collection<SlotsDoc> },
   now: Date,
@@ -113,7 +108,6 @@ export async function repairSlots(
   return repaired;
 }
 
-/** The bounds' repair round: deletes past days' opening counters, then recounts the pending slots. */
 export async function repairCounters(
   store: { connections: Holders; slots: Collection<SlotsDoc>; openings: Collection<OpeningsDoc> },
   now: Date,

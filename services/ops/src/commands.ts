@@ -13,7 +13,6 @@ export interface OpsClients {
   webhook: WebhookClient;
 }
 
-/** A proto enum value as the contract writes it: its name in lower case, "unknown" when unset. */
 const nameOf = (names: Record<number, string>, value: number) => (value ? names[value]!.toLowerCase() : "unknown");
 
 const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
@@ -64,7 +63,6 @@ export function propagationWarning(p: authv1.Propagation | undefined): string | 
   return `warning: ${lagging.join(" and ")} had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
 }
 
-/** `--overlap-hours N`: a number of hours, fractions allowed, 0 to 168; absent means 24. */
 export function parseOverlapHours(value: string | undefined): number {
   if (value === undefined) return 24;
   const hours = Number(value);
@@ -73,7 +71,6 @@ export function parseOverlapHours(value: string | undefined): number {
   return hours;
 }
 
-/** `--since ISO_TIME`: an ISO 8601 date-time with a zone, as Unix ms. */
 export function parseSince(value: string): number {
   const ms = Date.parse(value);
   if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value) || Number.isNaN(ms)) {
@@ -86,7 +83,6 @@ export function parseSince(value: string): number {
 
 const isoOrNull = (ms: bigint) => (ms === 0n ? null : new Date(Number(ms)).toISOString());
 
-/** `--limit N`: a whole number from 1 to 1000; absent means 100. */
 export function parseLimit(value: string | undefined): number {
   if (value === undefined) return 100;
   if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || Number(value) > 1000)
@@ -94,10 +90,8 @@ export function parseLimit(value: string | undefined): number {
   return Number(value);
 }
 
-/** What `ops audit` says of a record when the auth service answered no verification (an earlier release). */
 export const AUDIT_NOT_CHECKED = "not checked (the auth service predates verification)";
 
-/** One audit record as `ops audit` prints it; `verified`: whether its kept signature verified on this read, and `verification` why not. */
 export function auditRecordJson(r: eventsv1.AuditRecord, check?: { verified: boolean; reason: string }) {
   return {
     id: r.id,
@@ -153,7 +147,6 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { partner_id: res.partnerId, webhook_url: res.webhookUrl };
   },
 
-  /** With `keys` (a JWK Set's JSON, or its URL): a private_key_jwt credential, which has no secret to print. */
   async credentialCreate(partnerId: string, mode: string, keys: { jwksJson?: string; jwksUrl?: string } = {}) {
     if (keys.jwksJson !== undefined && keys.jwksUrl !== undefined)
       throw new UsageError("give --jwks-file or --jwks-url, not both");
@@ -275,7 +268,6 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { partner_id: partnerId, requeued: res.eventIds.length, event_ids: res.eventIds };
   },
 
-  /** The audit trail, newest first (docs/security.md, "Audit trail"). */
   async audit(opts: { since?: string; target?: string; limit?: string } = {}) {
     const res = await c.auth.listAuditRecords({
       since: opts.since === undefined ? 0n : BigInt(parseSince(opts.since)),
@@ -286,7 +278,6 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
   },
 });
 
-/** One line for stderr: what went wrong, in the operator's terms. */
 export function describeFailure(err: unknown, urls: Record<string, string>): string {
   if (err instanceof UsageError) return err.message;
   if (err instanceof RpcError) {

@@ -23,11 +23,9 @@ export interface AttemptContext {
 
 /** When the auth service cannot say where to send, the event waits this long; no attempt is counted. */
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
-/** Room kept in a claim's lease beside the attempt's own timeout. */
 export const LEASE_MARGIN_MS = 5_000;
 const NO_ADDRESS = noAnswer("partner has no webhook address any more");
 
-/** `cutOff`: whether the replica is stopping and cut the attempt off (then it does not count). */
 export async function attempt(c: AttemptContext, entry: QueueDoc, leaseEnd: number, cutOff: () => boolean) {
   const prepared = await prepare(c, entry, leaseEnd);
   if (!prepared) return;

@@ -12,23 +12,18 @@ import { nextAttemptAt, RETRY_AFTER_STATUSES, retryAfterUntil, type RetryPolicy 
 
 export type DeliveryState = "pending" | "delivered" | "failed" | "no_endpoint";
 
-/** The delivery fields of an event after a step. */
 export interface DeliveryStep {
   state: DeliveryState;
-  /** When the next attempt is due; null once none is scheduled. */
   nextAttemptAt: Date | null;
   deliveredAt?: Date;
 }
 
-/** How one counted attempt ended, as pi_webhook_deliveries_total labels it. */
 export type AttemptOutcome = "delivered" | "retry" | "failed";
 
-/** Whether an event in this state has a queue entry (is waiting for an attempt). */
 export function queued(state: DeliveryState): boolean {
   return state === "pending";
 }
 
-/** A new event: pending, due at once, nothing attempted. */
 export function stored(now: Date): DeliveryStep & { state: "pending"; attempts: 0; attemptLog: [] } {
   return { state: "pending", attempts: 0, attemptLog: [], nextAttemptAt: now };
 }
@@ -41,11 +36,9 @@ export function noEndpoint(attemptsMade: number): DeliveryStep | null {
 export interface Attempt {
   delivered: boolean;
   statusCode: number;
-  /** The receiver's Retry-After header, if any. */
   retryAfter?: string;
   /** When the retry window started: the event's creation, or the operator's last re-queue. */
   windowStart: Date;
-  /** Attempts made, counting this one. */
   attemptsMade: number;
   endedAt: Date;
   /** The replica was stopping and cut the attempt off (no answer came): it does not count. */
@@ -56,7 +49,6 @@ export type AfterAttempt =
   | { counted: false; dueAt: Date }
   | (DeliveryStep & { counted: true; outcome: AttemptOutcome });
 
-/** The step after an attempt; one cut off by a stopping replica before any answer is not counted. */
 export function afterAttempt(a: Attempt, policy: RetryPolicy, random: number = Math.random()): AfterAttempt {
   if (a.cutOff && !a.delivered && a.statusCode === 0) return { counted: false, dueAt: a.endedAt };
   if (a.delivered)
@@ -73,12 +65,10 @@ export function afterAttempt(a: Attempt, policy: RetryPolicy, random: number = M
     : { counted: true, outcome: "retry", state: "pending", nextAttemptAt: new Date(due) };
 }
 
-/** The operator's resend and recover: pending, due at once, the retry window starting again from `now`. */
 export function requeue(now: Date): DeliveryStep & { state: "pending" } {
   return { state: "pending", nextAttemptAt: now };
 }
 
-/** When a delivery last failed: its last attempt's start, or (never attempted) its creation. */
 export function failedAt(event: { attemptLog: readonly { startedAt: Date }[]; createdAt: Date }): Date {
   return event.attemptLog.at(-1)?.startedAt ?? event.createdAt;
 }

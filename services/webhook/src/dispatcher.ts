@@ -3,17 +3,13 @@ import { attempt, LEASE_MARGIN_MS, type AttemptContext } from "./attempt.js";
 import * as queue from "./queue.js";
 import type { QueueDoc } from "./store.js";
 
-// The scheduler: which due queue entries (queue.ts) this replica claims, and when it looks; each
-// claimed slot gets one attempt (attempt.ts), under a lease that outlasts the attempt timeout.
-// A slow endpoint holds at most `maxPerPartner` of the `maxInFlight` slots, and claims skip
-// partners at their limit, so other partners' events keep going out. Idle, it sleeps until the
-// next entry comes due, at most `idleMs`; new work stored by this replica pokes it at once, and
-// another replica's entries (or a dead holder's slot, after its lease) are seen within `idleMs`.
+// Which due queue entries (queue.ts) this replica claims, and when; each claimed slot gets one attempt (attempt.ts).
+// A slow endpoint holds at most `maxPerPartner` of the `maxInFlight` slots, so other partners' events keep going out.
+// Idle, it sleeps until the next entry is due, at most `idleMs`: the bound on seeing another replica's entries.
 
 export interface DispatcherOptions extends AttemptContext {
   maxInFlight?: number;
   maxPerPartner?: number;
-  /** Longest sleep between two looks: how long another replica's untaken entry may wait to be seen. */
   idleMs?: number;
 }
 
@@ -22,7 +18,6 @@ export const TARGET_LOOKUP_TIMEOUT_MS = 3_000;
 /** The pause after finding due entries that only other replicas' running attempts hold. */
 const CONTENDED_WAIT_MS = 200;
 export const DISPATCHER_IDLE_MS = 5_000;
-/** Queue entries read per look at the schedule. */
 const BATCH = 32;
 
 export class Dispatcher {
@@ -32,7 +27,6 @@ export class Dispatcher {
   private readonly leaseMs: number;
   private readonly perPartner = new Map<string, number>();
   private readonly active = new Set<Promise<void>>();
-  /** Ids of the events this replica is attempting. */
   private readonly attempting = new Set<string>();
   private running = false;
   private stopping = false;
@@ -54,7 +48,6 @@ export class Dispatcher {
     this.loopDone = this.loop();
   }
 
-  /** Look at the schedule now (a new event was stored, or a slot came free). */
   poke(): void {
     this.poked = true;
     this.wake?.();
@@ -96,7 +89,6 @@ export class Dispatcher {
     }
   }
 
-  /** Entries this replica may start: not its own running ones, not for partners at their limit. */
   private takeable(): Filter<QueueDoc> {
     const saturated = [...this.perPartner].filter(([, n]) => n >= this.maxPerPartner).map(([p]) => p);
     return {
@@ -105,7 +97,6 @@ export class Dispatcher {
     };
   }
 
-  /** Claims and starts due attempts; returns how long to sleep before looking again. */
   private async fillSlots(): Promise<number> {
     for (;;) {
       if (!this.running) return 0;
@@ -113,10 +104,8 @@ export class Dispatcher {
       if (this.active.size >= this.maxInFlight) return this.idleMs;
       const now = new Date();
       const limit = Math.min(this.maxInFlight - this.active.size, BATCH);
-      // The due entries first, then (if the batch has room) the next one to come due.
       const batch = await queue.firstDue(this.o.store, this.takeable(), limit);
       const due = batch.filter((e) => e.dueAt.getTime() <= now.getTime());
-      // Within this replica's limits, counting what this batch would add.
       const taking = new Map<string, number>();
       const wanted = due.filter((e) => {
         const n = (this.perPartner.get(e.partnerId) ?? 0) + (taking.get(e.partnerId) ?? 0);
@@ -126,7 +115,6 @@ export class Dispatcher {
       });
       const won = await queue.claim(this.o.store, wanted, now, this.leaseMs);
       for (const entry of won) this.launch(entry, now.getTime() + this.leaseMs);
-      // A full batch of due entries: there may be more.
       if (won.length > 0 && due.length === batch.length && batch.length === limit) continue;
       if (won.length < wanted.length) return CONTENDED_WAIT_MS;
       const next = batch.find((e) => e.dueAt.getTime() > now.getTime());

@@ -26,7 +26,6 @@ export function isFailing(
 
 export type HealthTransition = "failing" | "recovered" | undefined;
 
-/** The health after one attempt, and whether that attempt made the endpoint failing or recovered it. */
 export function afterAttempt(
   prev: EndpointHealthDoc | null,
   partnerId: string,

@@ -29,13 +29,11 @@ export type SourceCheck =
     }
   | { ok: false; reason: string };
 
-// The spec fixes data.status by the event type.
 const STATUS_OF: Record<EventType, WebhookEvent["data"]["status"]> = {
   "connection.approved": "approved",
   "connection.revoked": "revoked",
 };
 
-/** Whether a connection event from Kafka can become a webhook event; anything else is a bug upstream. */
 export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): SourceCheck {
   if (!ev.eventId) return { ok: false, reason: "event_id is empty" };
   if (!ev.partnerId) return { ok: false, reason: "partner_id is empty" };

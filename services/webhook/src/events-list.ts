@@ -25,7 +25,6 @@ export const cursorFilter = (
   eventId: string,
 ): Filter<WebhookEventDoc> => ({ _id: eventId, partnerId: page.partnerId, mode: page.mode });
 
-/** The events of the page: the partner's, of the mode (and type), older than the cursor when there is one. */
 export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEventDoc> {
   const filter: Filter<WebhookEventDoc> = {
     partnerId: page.partnerId,
@@ -43,7 +42,6 @@ export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEv
   } as Filter<WebhookEventDoc>;
 }
 
-/** A page read with limit + 1 documents: the first `limit`, and whether more follow. */
 export function cutPage<T>(docs: T[], limit: number): { items: T[]; hasMore: boolean } {
   return { items: docs.slice(0, limit), hasMore: docs.length > limit };
 }

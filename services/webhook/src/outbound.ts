@@ -4,8 +4,7 @@ import { webhookUrlRefusal } from "@pi/common/webhook-url";
 
 export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/egress";
 
-// One POST of a webhook body through the egress of @pi/common (egress.ts): the registration rule
-// again, public addresses only, no redirects, at most a few KiB of the answer read.
+// One POST through the egress of @pi/common: the registration rule again, no redirects, a few KiB of the answer read.
 
 export interface AttemptOutcome {
   delivered: boolean;
@@ -14,11 +13,9 @@ export interface AttemptOutcome {
   durationMs: number;
   error?: string;
   responseExcerpt: string;
-  /** The answer's Retry-After header, if any. */
   retryAfter?: string;
 }
 
-/** An attempt that got no HTTP answer. */
 export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
   delivered: false,
   statusCode: 0,
@@ -27,10 +24,8 @@ export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
   responseExcerpt: "",
 });
 
-/** How much of an answer's body is read and kept; the rest is dropped unread. */
 const RESPONSE_EXCERPT_BYTES = 1024;
 
-/** Why the address must not be called at all, before any connection: the rule of registration, applied again. */
 export function urlRefusal(raw: string, allowInsecure: boolean): string | undefined {
   const refusal = webhookUrlRefusal(raw, allowInsecure);
   return refusal && `webhook url ${refusal}`;
@@ -100,7 +95,6 @@ export class WebhookSender {
     return this.agent.close();
   }
 
-  /** Cuts off every request under way; each ends as an attempt without an answer. */
   destroy(): Promise<void> {
     return this.agent.destroy();
   }

@@ -21,7 +21,6 @@ export function current(entry: QueueDoc): Filter<WebhookEventDoc> {
   return { _id: entry._id, state: "pending", attempts: entry.attempts };
 }
 
-/** Up to `limit` entries matching `filter`, soonest due first. */
 export function firstDue(store: WebhookStore, filter: Filter<QueueDoc>, limit: number): Promise<QueueDoc[]> {
   return store.queue.find(filter).sort({ dueAt: 1 }).limit(limit).toArray();
 }
@@ -45,12 +44,10 @@ export async function claim(store: WebhookStore, entries: QueueDoc[], now: Date,
   return won;
 }
 
-/** Gives the slot back without counting an attempt: due again at `dueAt`. */
 export async function release(store: WebhookStore, eventId: string, dueAt: Date): Promise<void> {
   await store.queue.updateOne({ _id: eventId }, { $set: { dueAt } });
 }
 
-/** After an attempt was recorded: the entry moves to its next slot, or goes. */
 export async function moveOn(
   store: WebhookStore,
   eventId: string,
@@ -69,16 +66,13 @@ export async function resync(store: WebhookStore, eventId: string): Promise<void
   else await store.queue.deleteOne({ _id: eventId });
 }
 
-/** Drops the claims whose lease ended long ago; how many. */
 export async function sweepClaims(store: WebhookStore, now = Date.now()): Promise<number> {
   const { deletedCount } = await store.claims.deleteMany({ expiresAt: { $lt: new Date(now - CLAIM_KEEP_MS) } });
   return deletedCount;
 }
 
-/**
- * The operator's resend and recover, with `audit` in the same update: same id and body, due at once;
- * the retry window starts again (a day-old event must not fail for want of time), attempts keep counting.
- */
+// The operator's resend and recover, with `audit` in the same update: due at once, attempts keep counting, and the
+// retry window starts again (a day-old event must not fail for want of time).
 export async function requeue(
   store: WebhookStore,
   event: WebhookEventDoc,

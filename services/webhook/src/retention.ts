@@ -47,7 +47,6 @@ export async function sweepEvents(
   return { expired, overBound };
 }
 
-/** The sweep on the periodic loop of @pi/common, in every replica. */
 export function startRetentionSweep(store: WebhookStore, policy: EventRetention, logger: Logger): Periodic {
   return every(
     "webhook event retention",

@@ -27,7 +27,6 @@ export interface WebhookDeps {
   settings: Settings;
   logger: Logger;
   store: WebhookStore;
-  /** Tells the dispatcher that something came due. */
   poke: () => void;
   /** The operator's re-queues are recorded in each event's document (queue.ts, requeue), refusals alone. */
   trail: Pick<AuditTrail, "entry" | "refusals">;
@@ -75,7 +74,6 @@ export default (deps: WebhookDeps) => (router: Router) => {
     return doc;
   }
 
-  /** Re-queues one event; the operator's audit record is stored in the same update. */
   async function requeueByOperator(event: WebhookEventDoc, action: "webhook.resend" | "webhook.recover") {
     const targets = [event._id, event.partnerId, event.connectionId];
     const doc = await requeue(deps.store, event, deps.trail.entry({ action, actor: "operator", targets }));

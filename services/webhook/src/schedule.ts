@@ -9,12 +9,10 @@ export interface RetryPolicy {
 
 export const JITTER = 0.2;
 
-/** The longest wait between two attempts, before jitter. */
 export function maxDelaySeconds(p: RetryPolicy): number {
   return Math.max(p.baseSeconds, p.windowSeconds / 8);
 }
 
-/** The latest moment, in ms after creation, at which an attempt may start. */
 export function latestStartOffsetMs(p: RetryPolicy): number {
   return Math.max(p.windowSeconds - p.attemptTimeoutSeconds, p.windowSeconds / 2) * 1000;
 }
@@ -42,7 +40,6 @@ export function nextAttemptAt(
 /** Statuses whose Retry-After is honoured (RFC 9110 section 10.2.3: 503; RFC 6585: 429). */
 export const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([429, 503]);
 
-/** A Retry-After header (delay seconds or an HTTP date) as Unix ms; undefined when absent or unreadable. */
 export function retryAfterUntil(header: string | undefined, receivedAt: number): number | undefined {
   const value = header?.trim();
   if (!value) return undefined;

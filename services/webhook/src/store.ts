@@ -28,19 +28,15 @@ export interface WebhookEventDoc extends AuditCarrier {
   connectionId: string;
   mode: PartnerMode;
   type: EventType;
-  /** The exact body every attempt sends. */
   body: string;
-  /** When the event was stored: the order of GET /v1/events, newest first. */
   createdAt: Date;
   /** The connection event's Kafka offset: orders a batch's events (one partition per partner). */
   seq: number;
   state: DeliveryState;
   attempts: number;
   attemptLog: AttemptRecord[];
-  /** When the next attempt is scheduled; null once none is. */
   nextAttemptAt: Date | null;
   deliveredAt?: Date;
-  /** Trace headers of the connection event, so every delivery attempt joins the state change's trace. */
   trace?: Record<string, string>;
 }
 
@@ -52,7 +48,6 @@ export interface QueueDoc {
   /** Attempts made when this entry was last scheduled; tells a stale entry from a current one. */
   attempts: number;
   body: string;
-  /** When the retry window starts: the event's creation, or the operator's resend or recover. */
   createdAt: Date;
   trace?: Record<string, string>;
 }
@@ -74,7 +69,6 @@ export interface ClaimDoc {
   _id: string;
   eventId: string;
   expiresAt: Date;
-  /** The token of whoever took the claim over (none for the first claimer). */
   holder?: string | null;
 }
 
@@ -89,7 +83,6 @@ export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   const events = db.collection<WebhookEventDoc>("webhook_events");
   await events.createIndex({ sourceEventId: 1 }, { unique: true, name: "source_event_unique" });
   await events.createIndex({ partnerId: 1, createdAt: -1 }, { name: "by_partner" });
-  // GET /v1/events: a partner's events of one mode, newest first, from a cursor.
   await events.createIndex({ partnerId: 1, mode: 1, createdAt: -1, seq: -1, _id: -1 }, { name: "by_partner_mode" });
   const queue = db.collection<QueueDoc>("webhook_queue");
   await queue.createIndex({ dueAt: 1 }, { name: "due" });

@@ -10,13 +10,11 @@ import type { Logger } from "@pi/common/logger";
 
 export interface WebhookTarget {
   url: string;
-  /** The current signing secret. */
   secret: string;
   /** Secrets replaced by a rotation, each signing too until `expiresAt` (Unix ms). */
   previous: { secret: string; expiresAt: number }[];
 }
 
-/** Every secret that signs an attempt starting at `at` (Unix ms): the current one first. */
 export function signingSecrets(target: WebhookTarget, at: number): string[] {
   return [target.secret, ...target.previous.filter((p) => p.expiresAt > at).map((p) => p.secret)];
 }
@@ -38,7 +36,6 @@ export class TargetCache {
     private readonly lookupTimeoutMs = 3_000,
   ) {}
 
-  /** The partner's target, or null when it has no webhook address (or is unknown to auth). */
   async get(partnerId: string): Promise<WebhookTarget | null> {
     const entry = this.entries.get(partnerId);
     if (entry && entry.until > Date.now()) return entry.target;
@@ -78,7 +75,6 @@ export class TargetCache {
   }
 }
 
-/** What a partner event means for the cached targets: a changed webhook drops the partner's entry. */
 export function applyPartnerEvent(
   cache: Pick<TargetCache, "forget">,
   event: eventsv1.PartnerEvent,
