@@ -1,6 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Document, WithId } from "mongodb";
-import type { Producer } from "kafkajs";
+import type { Producer } from "./kafka.js";
 import { eventsv1 } from "@pi/proto";
 import { atMost } from "./at-most.js";
 import { sign } from "node:crypto";

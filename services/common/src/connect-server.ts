@@ -49,8 +49,18 @@ export interface ConnectServerOptions {
 // error, which the MongoDB driver lets through when it writes to a connection the server has just
 // closed ("This socket has been ended by the other party", EPIPE: a 500 with the database killed).
 const INFRASTRUCTURE_ERRORS =
-  /^((Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error|KafkaJS(Connection|RequestTimeout|BrokerNotFound)Error|KafkaJSNumberOfRetriesExceeded)$/;
-const SOCKET_ERROR_CODES = new Set(["EPIPE", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "ENOTCONN"]);
+  /^(Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error$/;
+// ...and by code: Node's socket errors, and @platformatic/kafka's network and timeout errors.
+const ERROR_CODES = new Set([
+  "EPIPE",
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "ETIMEDOUT",
+  "ENOTCONN",
+  "PLT_KFK_NETWORK",
+  "PLT_KFK_TIMEOUT",
+]);
 
 export function infrastructureUnavailable(err: unknown): boolean {
   for (
@@ -61,7 +71,8 @@ export function infrastructureUnavailable(err: unknown): boolean {
     const name = (e as { name?: unknown }).name;
     if (typeof name === "string" && INFRASTRUCTURE_ERRORS.test(name)) return true;
     const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && SOCKET_ERROR_CODES.has(code)) return true;
+    if (typeof code === "string" && ERROR_CODES.has(code)) return true;
+    if (e instanceof AggregateError && e.errors.some(infrastructureUnavailable)) return true;
     if (
       (e as { originalError?: unknown }).originalError &&
       infrastructureUnavailable((e as { originalError?: unknown }).originalError)

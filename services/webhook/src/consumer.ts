@@ -1,12 +1,11 @@
 import { fromBinary } from "@bufbuild/protobuf";
-import type { KafkaMessage } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/topics";
 import { contextFromHeaders, traceHeaders } from "@pi/common/telemetry";
 import { insertNew } from "@pi/common/persistence";
 import { modeFromProto } from "@pi/common/mode";
-import type { Kafka } from "@pi/common/kafka";
+import type { Kafka, KafkaMessage } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import * as delivery from "./delivery-states.js";

@@ -1,17 +1,19 @@
-import type { Consumer, Kafka, KafkaMessage } from "kafkajs";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Consumer, Message, MessagesStream } from "@platformatic/kafka";
 import { atMost } from "../at-most.js";
+import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../kafka.js";
 import type { Logger } from "../logger.js";
 import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../metrics.js";
+import { retryDelay } from "./retry.js";
 
-// The one Kafka consumer of every service (consume): its set-up, its liveness (a consumer kafkajs
-// gave up on makes the service not ready), its lag gauge, its metrics, and its bounded stop.
+// The one Kafka consumer of every service (consume): its set-up, its restarts and liveness (a
+// consumer stopped for good makes the service not ready), its lag gauge, its metrics, and its bounded stop.
 
 /**
  * How long a consumer's fetch waits at the broker while there is nothing to read. A fetch returns
  * as soon as a message arrives (minBytes 1), so a longer wait costs no latency: it only sets how
  * often an idle consumer wakes up (and how long a disconnect may wait for the fetch in flight).
- * kafkajs heartbeats between fetches, so a group member learns of a rebalance within about this
- * long plus CONSUMER_HEARTBEAT_MS.
+ * A member heartbeats on a timer of its own, every CONSUMER_HEARTBEAT_MS.
  */
 export const CONSUMER_MAX_WAIT_MS = 3_000;
 let consumerMaxWaitMs = CONSUMER_MAX_WAIT_MS;
@@ -27,28 +29,28 @@ export function setConsumerMaxWaitForTests(ms: number): void {
 
 /**
  * Group consumers that must hand their partitions over quickly when a replica dies (webhook, audit)
- * use this session timeout instead of kafkajs's 30 s, heartbeating at a third of it.
+ * use this session timeout instead of the 30 s of the others (and of the previous release's members), heartbeating at a third of it.
  */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
 export const CONSUMER_HEARTBEAT_MS = 3_000;
+const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInterval: CONSUMER_HEARTBEAT_MS };
 
 /**
  * How long a stopping process waits for a consumer to leave its group. With the broker gone (every
- * pod of a release stops at once on uninstall, Kafka with them) kafkajs retries its connection for
- * half a minute before the consumer stops, past the 15 s a process gives itself to stop
- * (run-service.ts). Offsets it did not commit are read again by whoever takes its partitions over.
+ * pod of a release stops at once on uninstall, Kafka with them) the client retries its connection
+ * past the 15 s a process gives itself to stop (run-service.ts). Offsets it did not commit are read again by whoever takes its partitions over.
  */
 export const CONSUMER_STOP_MS = 4_000;
 
-/** Disconnects a consumer, waiting CONSUMER_STOP_MS at most. */
+/** Closes a consumer (it leaves its group), waiting CONSUMER_STOP_MS at most. */
 export async function disconnectConsumer(
-  consumer: Pick<Consumer, "disconnect">,
+  consumer: Pick<Consumer, "close">,
   name: string,
   logger: Logger,
   ms = CONSUMER_STOP_MS,
 ): Promise<void> {
   const disconnected = consumer
-    .disconnect()
+    .close()
     .catch((err: unknown) =>
       logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer did not disconnect cleanly"),
     );
@@ -57,24 +59,9 @@ export async function disconnectConsumer(
 }
 
 /**
- * Whether a consumer still runs. kafkajs restarts a consumer after a retriable crash; one it does
- * not restart is gone for good, and the service must say so in its readiness instead of silently
- * no longer consuming.
- */
-export function watchConsumer(consumer: Pick<Consumer, "on" | "events">, name: string, logger: Logger): () => boolean {
-  let alive = true;
-  consumer.on(consumer.events.CRASH, (event) => {
-    if (event.payload.restart) return;
-    alive = false;
-    logger.error({ consumer: name, err: event.payload.error }, "Kafka consumer stopped for good; reporting not ready");
-  });
-  return () => alive;
-}
-
-/**
  * Runs a consumer's handler of `count` messages of `topic` and counts them once it succeeds
  * (messaging_client_consumed_messages_total, and messaging_process_duration_seconds: the time
- * divided among them). A handler that throws counts nothing: kafkajs reads its messages again.
+ * divided among them). A handler that throws counts nothing: its messages are read again.
  */
 export async function consumed<T>(topic: string, count: number, handle: () => Promise<T>): Promise<T> {
   const started = performance.now();
@@ -103,7 +90,6 @@ export function consumerLag(
  * Sets pi_kafka_consumer_lag{group} at each scrape (readAtScrape) from the broker's offsets (the
  * group's committed ones and the topic's ends), with the service's own Kafka user: its group READ
  * grant lets it read its own groups' offsets. Every replica of the group reports the same value.
- * The admin client connects at the first scrape.
  */
 export function watchConsumerLag(
   kafka: Kafka,
@@ -112,15 +98,9 @@ export function watchConsumerLag(
   logger: Logger,
 ): { stop(): Promise<void> } {
   const admin = kafka.admin();
-  let connected: Promise<void> | undefined;
   const reads = readAtScrape(
     [kafkaConsumerLag],
     async () => {
-      connected ??= admin.connect().catch((err: unknown) => {
-        connected = undefined;
-        throw err;
-      });
-      await connected;
       const [offsets] = await admin.fetchOffsets({ groupId, topics: [topic] });
       const ends = await admin.fetchTopicOffsets(topic);
       kafkaConsumerLag.set({ group: groupId }, consumerLag(ends, offsets?.partitions ?? []));
@@ -130,11 +110,10 @@ export function watchConsumerLag(
   return {
     async stop() {
       await reads.stop();
-      if (connected !== undefined)
-        await atMost(
-          admin.disconnect().catch(() => undefined),
-          CONSUMER_STOP_MS,
-        );
+      await atMost(
+        admin.disconnect().catch(() => undefined),
+        CONSUMER_STOP_MS,
+      );
     },
   };
 }
@@ -150,13 +129,13 @@ export interface ConsumeOptions {
   /**
    * Handles one message; or `eachBatch`, a partition's batch at once. Offsets are committed only
    * once it returns, so what it stored before is stored before its offset is committed (at least
-   * once); a throw has kafkajs read the message (the batch) again.
+   * once); a throw restarts the consumer, which reads the message (the batch) again.
    */
   each?(message: KafkaMessage, partition: number): Promise<void>;
   eachBatch?(messages: KafkaMessage[], partition: number): Promise<void>;
   /**
    * Members that share the topic and must hand their partitions over quickly when one dies
-   * (CONSUMER_SESSION_TIMEOUT_MS instead of kafkajs's 30 s).
+   * (CONSUMER_SESSION_TIMEOUT_MS instead of 30 s).
    */
   quickHandover?: boolean;
   partitionsConsumedConcurrently?: number;
@@ -164,53 +143,128 @@ export interface ConsumeOptions {
   fromBeginning?: boolean;
   /** false: no offsets committed (a group of one process that places itself with `startAt`). */
   commit?: boolean;
-  /** Offsets to read from, set once the consumer runs. */
+  /** Offsets to read from (with `commit` false). */
   startAt?: { partition: number; offset: string }[];
   /** Reports pi_kafka_consumer_lag{group} (watchConsumerLag); true by default. */
   reportLag?: boolean;
 }
 
 export interface Consuming {
-  /** False once kafkajs has given up on the consumer: the service reports not ready. */
+  /** False once the consumer has stopped for good (an error that trying again cannot cure): the service reports not ready. */
   alive(): boolean;
   /** Leaves the group, waiting for the message (batch) in hand, CONSUMER_STOP_MS at most. */
   stop(): Promise<void>;
 }
 
-/** Joins `group` and reads `topic`, counting each message handled (consumed) and, by default, the group's lag. */
+/** What a handler threw: the consumer restarts and reads its messages again. */
+class HandlerFailed extends Error {}
+
+/** The messages a stream holds: one as soon as it arrives, with all that came with it. */
+async function* batches(stream: MessagesStream<Buffer, Buffer, Buffer, Buffer>): AsyncGenerator<Message[]> {
+  for await (const first of stream) {
+    const batch: Message[] = [first];
+    for (let m = stream.read(); m !== null; m = stream.read()) batch.push(m);
+    yield batch;
+  }
+}
+
+/**
+ * Joins `group` and reads `topic`, counting each message handled (consumed) and, by default, the
+ * group's lag. A partition's messages are handled in order, then its offset is committed. On a
+ * failure that trying again may cure (a broker gone, a handler's throw) the consumer starts again
+ * from the committed offsets (without commits: from where it was), backing off to 30 s.
+ */
 export async function consume(o: ConsumeOptions): Promise<Consuming> {
   const { kafka, logger, group, topic, name } = o;
-  if (!o.each === !o.eachBatch) throw new TypeError("consume: give each or eachBatch");
-  const consumer = kafka.consumer({
-    groupId: group,
-    maxWaitTimeInMs: consumerMaxWaitMs,
-    ...(o.quickHandover
-      ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS, heartbeatInterval: CONSUMER_HEARTBEAT_MS }
-      : {}),
-  });
-  const alive = watchConsumer(consumer, name, logger);
-  const lag = o.reportLag === false ? undefined : watchConsumerLag(kafka, group, topic, logger);
-  const stop = async () => void (await Promise.all([lag?.stop(), disconnectConsumer(consumer, name, logger)]));
-  try {
-    await consumer.connect();
-    await consumer.subscribe({ topic, fromBeginning: o.fromBeginning ?? true });
-    const { each, eachBatch } = o;
-    await consumer.run({
-      autoCommit: o.commit ?? true,
-      ...(o.partitionsConsumedConcurrently ? { partitionsConsumedConcurrently: o.partitionsConsumedConcurrently } : {}),
-      ...(each
-        ? { eachMessage: ({ message, partition }) => consumed(topic, 1, () => each(message, partition)) }
-        : {
-            eachBatch: async ({ batch, heartbeat }) => {
-              await consumed(topic, batch.messages.length, () => eachBatch!(batch.messages, batch.partition));
-              await heartbeat();
-            },
-          }),
+  const { each, eachBatch } = o;
+  if (!each === !eachBatch) throw new TypeError("consume: give each or eachBatch");
+  const commit = o.commit ?? true;
+  const positions = new Map((o.startAt ?? []).map((s) => [s.partition, BigInt(s.offset)]));
+  const fallbackMode = (o.fromBeginning ?? true) ? "earliest" : "latest";
+  let alive = true;
+  let stopping = false;
+  let consumer: Consumer | undefined;
+  let stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
+
+  const start = async () => {
+    consumer = kafka.consumer(group, {
+      ...GROUP,
+      maxWaitTime: consumerMaxWaitMs,
+      ...(o.quickHandover ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS } : {}),
     });
+    // A failed rejoin: the stream ends with it and the consumer starts again.
+    consumer.on("error", (err: Error) => stream?.destroy(err));
+    stream = await consumer.consume({
+      topics: [topic],
+      fallbackMode,
+      ...(commit || positions.size === 0
+        ? { mode: "committed" }
+        : { mode: "manual", offsets: [...positions].map(([partition, offset]) => ({ topic, partition, offset })) }),
+    });
+    return stream;
+  };
+  const handle = async (partition: number, messages: Message[]) => {
+    await consumed(topic, messages.length, async () => {
+      try {
+        if (eachBatch) await eachBatch(messages.map(kafkaMessage), partition);
+        else for (const m of messages) await each!(kafkaMessage(m), partition);
+      } catch (err) {
+        throw new HandlerFailed((err as Error).message, { cause: err });
+      }
+    });
+    const last = messages.at(-1)!;
+    positions.set(partition, last.offset + 1n);
+    // A commit refused (the partition moved to another member meanwhile) only means it reads them again.
+    if (commit)
+      await Promise.resolve(last.commit()).catch((err: unknown) =>
+        logger.warn({ consumer: name, partition, err: (err as Error).message }, "Kafka offset not committed"),
+      );
+  };
+  const run = async (first: MessagesStream<Buffer, Buffer, Buffer, Buffer>) => {
+    for (let failures = 0, s: typeof first | undefined = first; !stopping; ) {
+      try {
+        s ??= await start();
+        for await (const batch of batches(s)) {
+          const byPartition = new Map<number, Message[]>();
+          for (const m of batch) {
+            const messages = byPartition.get(m.partition);
+            if (messages) messages.push(m);
+            else byPartition.set(m.partition, [m]);
+          }
+          const partitions = [...byPartition.keys()];
+          const at = o.partitionsConsumedConcurrently ?? 1;
+          for (let i = 0; i < partitions.length; i += at)
+            await Promise.all(partitions.slice(i, i + at).map((p) => handle(p, byPartition.get(p)!)));
+          failures = 0;
+        }
+        if (!stopping) throw new Error("the stream ended");
+      } catch (err) {
+        if (stopping) return;
+        if (!(err instanceof HandlerFailed) && !retriable(err)) {
+          alive = false;
+          logger.error({ consumer: name, err }, "Kafka consumer stopped for good; reporting not ready");
+          return;
+        }
+        logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer failed; starting again");
+        await disconnectConsumer(consumer!, name, logger);
+        s = undefined;
+        await sleep(retryDelay(++failures, { firstDelayMs: 300, maxDelayMs: 30_000 }));
+      }
+    }
+  };
+
+  const lag = o.reportLag === false ? undefined : watchConsumerLag(kafka, group, topic, logger);
+  let running: Promise<void> | undefined;
+  const stop = async () => {
+    stopping = true;
+    await atMost(Promise.all([stream?.close(), running]), CONSUMER_STOP_MS);
+    await Promise.all([lag?.stop(), consumer && disconnectConsumer(consumer, name, logger)]);
+  };
+  try {
+    running = run(await start());
   } catch (err) {
     await stop();
     throw err;
   }
-  for (const { partition, offset } of o.startAt ?? []) consumer.seek({ topic, partition, offset });
-  return { alive, stop };
+  return { alive: () => alive, stop };
 }
