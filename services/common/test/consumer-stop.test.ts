@@ -5,8 +5,8 @@ import { createLogger } from "../src/logger.js";
 import { disconnectConsumer } from "../src/background/consume.js";
 import { whileMetadataSettles } from "../src/kafka.js";
 
-// A stopping process must not wait on a consumer whose broker is gone (kafkajs would retry its
-// connection for half a minute, past the process's 15 s to stop).
+// A stopping process must not wait on a consumer whose broker is gone (the client would retry its
+// connection past the process's 15 s to stop).
 
 function logged() {
   const lines: Record<string, unknown>[] = [];
@@ -23,7 +23,7 @@ function logged() {
 describe("disconnectConsumer", () => {
   it("gives up on a consumer that does not disconnect within the bound, and says so", async () => {
     const { lines, logger } = logged();
-    const never = { disconnect: () => new Promise<void>(() => {}) };
+    const never = { close: () => new Promise<void>(() => {}) };
     const t0 = performance.now();
     await disconnectConsumer(never, "partner-events", logger, 100);
     expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
@@ -40,9 +40,9 @@ describe("disconnectConsumer", () => {
   it("returns as soon as the consumer has disconnected, and a failed disconnect is logged, not thrown", async () => {
     const { lines, logger } = logged();
     let disconnects = 0;
-    await disconnectConsumer({ disconnect: async () => void disconnects++ }, "file-events", logger, 60_000);
+    await disconnectConsumer({ close: async () => void disconnects++ }, "file-events", logger, 60_000);
     await disconnectConsumer(
-      { disconnect: async () => Promise.reject(new Error("socket closed")) },
+      { close: async () => Promise.reject(new Error("socket closed")) },
       "file-events",
       logger,
       60_000,
