@@ -212,9 +212,12 @@ export function createProducer(kafka: Kafka): Producer {
   return kafka.producer();
 }
 
-/** Whether the library (or the broker through it) says that trying again may succeed. */
+/** Whether trying again may succeed: the broker said so, or it could not be reached (or timed out) at all. */
 export function retriable(err: unknown): boolean {
-  return typeof (err as GenericError)?.findBy === "function" && (err as GenericError).findBy("canRetry", true) !== null;
+  const e = err as GenericError | undefined;
+  return (
+    typeof e?.findBy === "function" && (e.findBy("canRetry", true) ?? e.findBy("code", "PLT_KFK_NETWORK")) !== null
+  );
 }
 
 /**
