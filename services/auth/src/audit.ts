@@ -228,7 +228,7 @@ export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys):
 }
 
 /**
- * Reads the audit-events topic in the auth service's audit group, a batch at a time. kafkajs
+ * Reads the audit-events topic in the auth service's audit group, a batch at a time. consume()
  * commits a batch's offsets only once eachBatch returns, so every record is stored before its
  * offset is committed (at least once); a database failure throws and the batch is read again.
  */

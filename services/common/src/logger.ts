@@ -26,7 +26,7 @@ const redactPaths = [
   // A workload's private key, should settings ever be logged.
   "SERVICE_IDENTITY_KEY",
   "*.SERVICE_IDENTITY_KEY",
-  // A workload's Kafka password (KAFKA_PASSWORD), and kafkajs's SASL options.
+  // A workload's Kafka password (KAFKA_PASSWORD), and the Kafka client's SASL options.
   "KAFKA_PASSWORD",
   "*.KAFKA_PASSWORD",
   "password",

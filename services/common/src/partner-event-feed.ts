@@ -236,7 +236,7 @@ export interface PartnerEventFeed {
   readonly instanceId: string;
   /** Undefined when the follower reports nothing (no `sendPosition`). */
   readonly reporter: PositionReporter | undefined;
-  /** False once the consumer has stopped for good (kafkajs gave up restarting it). */
+  /** False once the consumer has stopped for good (consume.ts: a failure that cannot pass). */
   alive(): boolean;
   /** Whether every event up to the topic's end as last read (recently) has been applied (appliedThroughEnd). */
   caughtUp(): boolean;
