@@ -176,8 +176,10 @@ export class Producer {
         topic: o.topic,
         key: Buffer.from(m.key),
         value: m.value,
-        headers: Object.fromEntries(
-          Object.entries(m.headers ?? {}).flatMap(([k, v]) => (v === undefined ? [] : [[k, Buffer.from(v)]])),
+        headers: new Map(
+          Object.entries(m.headers ?? {}).flatMap(([k, v]) =>
+            v === undefined ? [] : [[Buffer.from(k), Buffer.from(v)]],
+          ),
         ),
       })),
     });

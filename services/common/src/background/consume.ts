@@ -42,15 +42,15 @@ const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInter
  */
 export const CONSUMER_STOP_MS = 4_000;
 
-/** Closes a consumer (it leaves its group), waiting CONSUMER_STOP_MS at most. */
+/** Closes a consumer and its stream (it leaves its group), waiting CONSUMER_STOP_MS at most. */
 export async function disconnectConsumer(
-  consumer: Pick<Consumer, "close">,
+  consumer: { close(force?: boolean): Promise<void> },
   name: string,
   logger: Logger,
   ms = CONSUMER_STOP_MS,
 ): Promise<void> {
   const disconnected = consumer
-    .close()
+    .close(true)
     .catch((err: unknown) =>
       logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer did not disconnect cleanly"),
     );
