@@ -156,8 +156,8 @@ export interface Consuming {
   stop(): Promise<void>;
 }
 
-/** What a handler threw: the consumer restarts and reads its messages again. */
-class HandlerFailed extends Error {}
+/** A handler's throw, or a stream that ended: the consumer starts again and reads the messages again. */
+class Restart extends Error {}
 
 /** The messages a stream holds: one as soon as it arrives, with all that came with it. */
 async function* batches(stream: MessagesStream<Buffer, Buffer, Buffer, Buffer>): AsyncGenerator<Message[]> {
@@ -187,21 +187,24 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
   let stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
 
   const start = async () => {
-    consumer = kafka.consumer(group, {
+    const c = kafka.consumer(group, {
       ...GROUP,
       maxWaitTime: consumerMaxWaitMs,
       ...(o.quickHandover ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS } : {}),
     });
+    consumer = c;
+    let s: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
     // A failed rejoin: the stream ends with it and the consumer starts again.
-    consumer.on("error", (err: Error) => stream?.destroy(err));
-    stream = await consumer.consume({
+    c.on("error", (err: Error) => s?.destroy(err));
+    s = await c.consume({
       topics: [topic],
       fallbackMode,
       ...(commit || positions.size === 0
         ? { mode: "committed" }
         : { mode: "manual", offsets: [...positions].map(([partition, offset]) => ({ topic, partition, offset })) }),
     });
-    return stream;
+    stream = s;
+    return s;
   };
   const handle = async (partition: number, messages: Message[]) => {
     await consumed(topic, messages.length, async () => {
@@ -209,7 +212,7 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
         if (eachBatch) await eachBatch(messages.map(kafkaMessage), partition);
         else for (const m of messages) await each!(kafkaMessage(m), partition);
       } catch (err) {
-        throw new HandlerFailed((err as Error).message, { cause: err });
+        throw new Restart((err as Error).message, { cause: err });
       }
     });
     const last = messages.at(-1)!;
@@ -237,10 +240,10 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
             await Promise.all(partitions.slice(i, i + at).map((p) => handle(p, byPartition.get(p)!)));
           failures = 0;
         }
-        if (!stopping) throw new Error("the stream ended");
+        if (!stopping) throw new Restart("the stream ended");
       } catch (err) {
         if (stopping) return;
-        if (!(err instanceof HandlerFailed) && !retriable(err)) {
+        if (!(err instanceof Restart) && !retriable(err)) {
           alive = false;
           logger.error({ consumer: name, err }, "Kafka consumer stopped for good; reporting not ready");
           return;

@@ -16,6 +16,35 @@ import { testKafkaAdmin } from "../../../test/support/services.js";
 
 const FETCH_WAIT_MS = 300;
 
+describe("the Kafka producer beside the previous release", () => {
+  it("puts a key's events on the partition kafkajs (1.1.0) chose: Java's murmur2 of the key", async () => {
+    const namespace = `t${randomBytes(5).toString("hex")}`;
+    const kafka = createKafka(
+      process.env.TEST_KAFKA_BROKERS!,
+      `${namespace}.keys`,
+      createLogger("keys-test", "silent"),
+      testKafkaAdmin(),
+    );
+    await ensureTopics(kafka, namespace, ["fileEvents"]);
+    const producer = kafka.producer();
+    try {
+      // Each key's partition among 3 as kafkajs 2.2.4's DefaultPartitioner computed it.
+      const kafkajs = { ptr_a: 1, ptr_b: 2, ptr_c: 0, foobar: 0, "a-little-bit-long-string": 2 };
+      const written: Record<string, number> = {};
+      for (const key of Object.keys(kafkajs)) {
+        const [meta] = await producer.send({
+          topic: topicName(namespace, "fileEvents"),
+          messages: [{ key, value: Buffer.from("v") }],
+        });
+        written[key] = meta!.partition;
+      }
+      expect(written).toEqual(kafkajs);
+    } finally {
+      await producer.disconnect();
+    }
+  });
+});
+
 describe("an idle Kafka client", () => {
   it("schedules no timer loop: a producer, an admin and a consumer idle through three fetches create a handful of timers", async () => {
     const namespace = `t${randomBytes(5).toString("hex")}`;
