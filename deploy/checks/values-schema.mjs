@@ -97,13 +97,6 @@ const settings = {
     description:
       "How long a revoked or expired connection is kept after its last change, then deleted (never less than the reopen interval is used).",
   },
-  CONNECTION_READ_LEASE_MS: {
-    type: "integer",
-    minimum: 0,
-    maximum: 10000,
-    description:
-      "How long a gateway may answer a connection's status from memory (a read lease a change waits for); 0: off.",
-  },
   SANDBOX_APPROVAL_DELAY_SECONDS: { type: "integer", minimum: 0 },
   WEBHOOK_RETRY_BASE_SECONDS: { type: "number", exclusiveMinimum: 0 },
   WEBHOOK_RETRY_WINDOW_SECONDS: posInt,

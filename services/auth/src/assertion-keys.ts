@@ -34,15 +34,10 @@ import {
   type RefreshTimes,
 } from "./jwks-refresh.js";
 
-// The public keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the
-// set at its URL. No token request ever waits for a URL: its set is fetched in the background
-// (jwks-refresh.ts says when: on a schedule, and for a kid the stored set lacks, at most once per
-// cooldown, a failure remembered like a success), through the egress of the webhooks (@pi/common
-// egress.ts: public addresses only, no redirects) by jose's remote set, checked by jwksProblem, and
-// stored with the credential in the database (`jwksFetched`), where every replica reads it with the
-// credential itself. A request is judged on the set stored when it comes; a host that stalls or
-// breaks only leaves its own client on its last good set (or none), and costs no request anything.
-// The per-process caches here (imported keys, this replica's last attempt) are only optimisations.
+// The public keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the set
+// at its URL. No token request waits for a URL: its set is fetched in the background (jwks-refresh.ts
+// says when) through the webhooks' egress, and stored with the credential (`jwksFetched`). A host
+// that stalls or breaks only leaves its own client on its last good set (docs/authentication.md).
 
 export { JWKS_URL_MAX_AGE_MS, JWKS_URL_REFETCH_COOLDOWN_MS };
 
@@ -189,10 +184,7 @@ export class AssertionKeys {
     await Promise.allSettled([...this.inFlight]);
   }
 
-  /**
-   * Fetches the set at a URL now (a registration, the background): the set, or why it cannot serve
-   * (refused URL, no answer within the timeout, not 200, not JSON, not a usable set).
-   */
+  /** Fetches the set at a URL now (a registration, the background): the set, or why it cannot serve. */
   async fetchSet(url: string): Promise<FetchOutcome> {
     const refusal = urlRefusal(url, this.opts.allowInsecure, "JWK Set URL");
     if (refusal) return { problem: refusal, failedAt: new Date() };
@@ -267,12 +259,9 @@ export class AssertionKeys {
   }
 
   /**
-   * The payload of an assertion whose signature one of the credential's keys verifies, or
-   * undefined. Every assertion costs one signature check by its own algorithm: one whose key is
-   * not found (unknown client or kid, a credential without keys) is checked against the dummy key
-   * of that algorithm, a malformed one (`claimed` undefined) the dummy assertion. Nothing here
-   * waits for the network: a URL credential's kid that its stored set lacks asks for a fetch in
-   * the background, and this assertion fails as any other.
+   * The payload of an assertion one of the credential's keys verifies, or undefined. Every assertion
+   * costs one signature check by its own algorithm (a dummy key or assertion when none is found:
+   * guarantee 5); a kid the stored set lacks asks for a background fetch and fails now.
    */
   async verify(
     assertion: string,

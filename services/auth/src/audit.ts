@@ -12,17 +12,10 @@ import type { Kafka, KafkaMessage } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 import type { PublicKeys } from "@pi/common/service-identity";
 
-// The store of the audit trail (docs/security.md, "Audit trail"). Every service publishes its
-// records to the audit-events topic (@pi/common audit-trail.ts); the auth service, which owns the
-// operator's side of the system, reads them in one consumer group and keeps each in the
-// collection audit_records under its id, with the signature of the service that wrote it. The store
-// is append-only within its retention: this module is the only code that writes the collection, it
-// inserts (AuditStore, under the database role auditAppend, which cannot remove), and the retention
-// sweep deletes what occurred more than AUDIT_RETENTION_SECONDS ago (AuditRetention, under a role
-// of its own, auditRetention, that can find and remove only); nothing is ever changed. A record
-// already there (the outbox published it twice, or Kafka delivered it again) is left as it is. Every
-// read checks each record's kept signature again (verifyStoredRecord): a record changed in the
-// database after it was stored no longer verifies.
+// The store of the audit trail (docs/security.md, "Audit trail"): records from the audit-events
+// topic, kept with the writer's signature, append-only within their retention (AuditStore inserts,
+// AuditRetention only deletes the expired, each under its own database role). Every read checks the
+// kept signature again.
 
 export interface AuditRecordDoc extends AuditRecordFields {
   _id: string; // the record's evt_ id
@@ -80,13 +73,7 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
   };
 }
 
-/**
- * The audit trail's own database, beside the auth service's (`<namespace>_auth_audit`): in
- * production the auth service's user holds only find, insert and index creation there (the chart's
- * role `auditAppend`, docs/security.md "Database users"), so no service can rewrite or remove a
- * stored record; the retention sweep connects as a user of its own (AUDIT_RETENTION_MONGODB_URI,
- * role `auditRetention`: find and remove).
- */
+/** The audit trail's own database (docs/security.md, "Database users"). */
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
 /** The store, in the audit database `db`. */
@@ -134,11 +121,7 @@ export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKe
   }
 }
 
-/**
- * The stored record of one message, or null (logged) for one that can never make a record: one
- * that breaks the shape rules, names a service that does not own its action (AUDIT_ACTION_OWNERS),
- * or is not signed by that service's identity key.
- */
+/** The stored record of one message, or null (logged): bad shape, an action its service does not own, or a bad signature. */
 export function decodeAuditMessage(
   message: KafkaMessage,
   partition: number,
@@ -207,11 +190,7 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   };
 }
 
-/**
- * Checks a stored record against the signature kept with it, by the identity keys of the service
- * it names (SERVICE_IDENTITY_PUBLIC_KEYS): any field changed in the database since, the service
- * included, and it no longer verifies.
- */
+/** Checks a stored record against the signature kept with it, by the keys of the service it names. */
 export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): AuditVerification {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
   const keys = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(doc.service);
@@ -227,11 +206,7 @@ export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys):
     : { verified: false, reason: AUDIT_VERIFICATION.altered };
 }
 
-/**
- * Reads the audit-events topic in the auth service's audit group, a batch at a time. consume()
- * commits a batch's offsets only once eachBatch returns, so every record is stored before its
- * offset is committed (at least once); a database failure throws and the batch is read again.
- */
+/** Reads the audit-events topic a batch at a time: a batch's offsets are committed once its records are stored. */
 export function consumeAuditRecords(
   store: AuditStore,
   kafka: Kafka,

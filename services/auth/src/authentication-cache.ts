@@ -3,13 +3,11 @@ import { eventsv1 } from "@pi/proto";
 import type { CredentialMode } from "./store.js";
 
 // Successful client authentications, so that a partner asking for tokens again with the right
-// secret costs no database read. Only successes are kept, under the client id and the HMAC of the
-// presented secret (the hash IssueToken computes anyway): a request finds an entry only when both
-// are right, and every credential failure still takes the full path of guarantee 5 (the two reads
-// by _id and the comparison). Entries are dropped by the replica that makes a change, and by every
-// replica when the change's partner event reaches it; IssueToken takes a ticket before its reads
-// and keeps what they found only if nothing was dropped meanwhile, so a read from before a change
-// cannot be kept after it. The TTL is a safety net, not the mechanism. See docs/authentication.md.
+// secret costs no database read. Kept under the client id and the HMAC of the presented secret: only
+// both right find an entry, and every credential failure takes the full path of guarantee 5.
+// Entries are dropped by the replica that makes a change, and by every replica when the change's
+// partner event reaches it (the partner-event feed of @pi/common, which the operator's change waits
+// for). A ticket taken before the reads keeps a read from before a change out of the cache after it.
 
 /** What a token needs from a successful authentication. */
 export interface Authenticated {
@@ -26,14 +24,8 @@ export const AUTHENTICATION_CACHE_TTL_MS = 5 * 60_000;
 export interface AuthenticationCacheOptions {
   max?: number;
   ttlMs?: number;
-  /**
-   * Whether partner events are known to reach this replica in time (its follower runs and its
-   * position is stored, so operator changes wait for it). While not, nothing is served or kept, and
-   * what was kept is dropped.
-   */
+  /** PartnerEventFeed.trusted: while false, nothing is served or kept, and what was kept is dropped. */
   trusted?: () => boolean;
-  /** Brings what `trusted` rests on up to date when it is too old to answer (PartnerEventFeed.readEndIfStale); awaited by `find`. */
-  freshen?: () => Promise<void>;
   /** The clock of the TTL (tests). */
   perf?: { now(): number };
 }
@@ -41,7 +33,6 @@ export interface AuthenticationCacheOptions {
 export class AuthenticationCache {
   private readonly entries: LRUCache<string, Authenticated>;
   private readonly trusted: () => boolean;
-  private readonly freshen: () => Promise<void>;
   private drops = 0;
 
   constructor(options: AuthenticationCacheOptions = {}) {
@@ -51,17 +42,10 @@ export class AuthenticationCache {
       ...(options.perf ? { perf: options.perf, ttlResolution: 0 } : {}),
     });
     this.trusted = options.trusted ?? (() => true);
-    this.freshen = options.freshen ?? (() => Promise.resolve());
   }
 
   get size(): number {
     return this.entries.size;
-  }
-
-  /** `get`, once what `trusted` rests on is fresh: what a request asks. */
-  async find(clientId: string, secretHash: string): Promise<Authenticated | undefined> {
-    await this.freshen();
-    return this.get(clientId, secretHash);
   }
 
   /** The kept authentication of this client with this secret hash, if any. */

@@ -1,9 +1,7 @@
 import { decodeJwt, decodeProtectedHeader } from "jose";
 
-// The rules of a private_key_jwt client assertion (RFC 7523 section 3, as SMART App Launch's
-// Backend Services state them for client-confidential-asymmetric), apart from the signature and
-// the jti's first use, which need keys and the database (assertion-keys.ts, routes.ts). Pure: each
-// rule has its row in test/client-assertion.test.ts. Every failure is the one invalid_client.
+// The rules of a private_key_jwt client assertion (RFC 7523 section 3, SMART Backend Services), pure,
+// apart from the signature and the jti's first use. Every failure is the one invalid_client.
 
 export const CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 

@@ -1,7 +1,4 @@
-// When a private_key_jwt credential's JWK Set URL is fetched (assertion-keys.ts). Pure: each rule
-// has its row in test/jwks-refresh.test.ts. No token request ever waits for a fetch: the set is
-// fetched in the background, on a schedule and when an assertion names a kid the stored set lacks,
-// and a failure is remembered, so a host that stalls or breaks is asked again only after a pause.
+// When a private_key_jwt credential's JWK Set URL is fetched in the background (assertion-keys.ts), pure.
 
 /** A stored set older than this is fetched again by the scheduled round. */
 export const JWKS_URL_MAX_AGE_MS = 10 * 60_000;

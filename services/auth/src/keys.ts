@@ -17,11 +17,7 @@ export interface StoredKey {
   activatesAt?: Date;
 }
 
-/**
- * One document per key. Keys are only ever inserted (the first one under a fixed _id, so that
- * replicas starting together agree on it) and deleted, never updated: the MongoDB-compatible server
- * of the tests does not isolate concurrent updates of one document, while a unique _id holds.
- */
+/** One document per key, only ever inserted (the first under a fixed _id, so replicas agree) and deleted. */
 export interface SigningKeyDoc extends StoredKey, AuditCarrier {
   _id: string;
 }
@@ -84,10 +80,8 @@ const isDuplicateKey = (err: unknown) =>
   typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
 
 /**
- * The signing keys every auth replica uses, read from MongoDB so that all replicas sign and verify
- * alike. Each replica reloads them periodically; a rotated-in key becomes the signer only after an
- * activation delay longer than that reload period (and than the gateways' JWKS refresh), so no
- * token is ever signed with a key a gateway cannot have seen.
+ * The signing keys every auth replica uses, from MongoDB. A rotated-in key signs only after a delay
+ * longer than the reload period and the gateways' JWKS refresh: no token under a key a gateway lacks.
  */
 export class KeyRing {
   private keys: StoredKey[] = [];
@@ -165,11 +159,7 @@ export class KeyRing {
     return (await this.read()).some((k) => k.kid === kid);
   }
 
-  /**
-   * The first half of an emergency revocation: when `kid` signs now, adds a key that signs at once
-   * instead (published at once; gateways refresh their key set when the revocation reaches them).
-   * The caller then stores the revocation and calls `remove`. Returns the new key's kid, if any.
-   */
+  /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once; its kid. */
   async replaceIfSigning(kid: string): Promise<string | undefined> {
     const all = (await this.read()).map(({ _id, ...key }) => key);
     if (all.length === 0 || signingKeyOf(all, Date.now()).kid !== kid) return undefined;

@@ -5,24 +5,16 @@ import { eventsv1 } from "@pi/proto";
 import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/persistence";
 import { retry } from "@pi/common/background/retry";
 import type { Logger } from "@pi/common/logger";
-import type { NextOffsets } from "@pi/common/partner-event-feed";
+import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/partner-event-feed";
 import type { Producer } from "@pi/common/kafka";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
-// An operator's revocation, suspension or reinstatement must be visible to the partner API by the
-// time the operator command exits (operator contract). Gateways verify bearers locally, and every
-// auth replica keeps a cache of successful authentications (authentication-cache.ts), so the
-// change reaches them as a partner event on Kafka; each follower of that topic (followPartnerEvents
-// of @pi/common) reports how far it has applied it, at once after applying and as a heartbeat:
-// gateways through ReportGatewayPosition, auth replicas straight into the same collection. The
-// auth service answers the operator only when every live follower has applied the event, or after
-// a timeout that keeps the command well under its 2 s budget. The event is stored with the change (the
-// outbox of @pi/common) and published right after it; should that publish fail or the process die,
-// the outbox sweep publishes it (every few seconds and at start), so no gateway keeps honouring a
-// revoked credential for long.
+// An operator's change must be visible to the partner API by the time the command exits (operator
+// contract). It goes out as a partner event, stored with the change (the outbox) and published at
+// once; the answer waits until every live follower (partner-event-feed.ts of @pi/common: gateways
+// through ReportGatewayPosition, auth replicas directly) has applied it, or a timeout that keeps the
+// command well under its 2 s budget. A failed publish is left to the outbox sweep.
 
-/** A follower that has not reported for this long is taken for dead and not waited for. */
-export const FOLLOWER_LIVENESS_MS = 15_000;
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 
@@ -123,11 +115,7 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  /**
-   * Publishes the event stored with a change (`entry`, in the document `id` of `outbox`), then waits
-   * for every live follower to apply it. `since` is when the change was written, for the reported
-   * elapsed time.
-   */
+  /** Publishes the event stored with a change, then waits for every live follower to apply it. */
   async propagate<D extends PartnerEventDoc>(
     outbox: Outbox<D, PartnerEventEntry>,
     id: string,
@@ -135,9 +123,7 @@ export class PartnerEventPublisher {
     since = performance.now(),
   ): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
-    // Not published by a relay of this call: either the publish failed (tried again until the
-    // deadline, then left to the sweep), or another relay (the sweep) took it, and where it went is
-    // unknown here.
+    // Not published by this call's relay: tried again until the deadline, or the sweep took it.
     const at = await retry(
       "publishing a partner event",
       async () => {

@@ -3,11 +3,8 @@ import type { SecretSealer } from "./secrets.js";
 import type { AuthStore } from "./store.js";
 
 /**
- * Re-seals every stored secret not sealed by the newest KEK (values under an older KEK after a
- * rotation). Run at start; each write is
- * conditional on the value read, so a rotation or another replica doing the same meanwhile wins
- * (and either outcome holds the same secret). A value that cannot be opened is left and logged.
- * Once a start has re-sealed everything, an old KEK can go.
+ * Re-seals, at start, every stored secret not sealed by the newest KEK; each write is conditional on
+ * the value read. A value that cannot be opened is left and logged.
  */
 export async function resealStoredSecrets(
   store: AuthStore,

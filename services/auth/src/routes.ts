@@ -173,14 +173,12 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   async function decideToken(req: authv1.IssueTokenRequest) {
     if (req.clientAssertion !== undefined) return issueTokenByAssertion(req, req.clientAssertion);
-    // The cache's key for this secret (under the current pepper, whichever made the stored hash).
-    // Only a right client id with its right secret can find an entry (authentication-cache.ts).
+    // The cache's key: only the right client id with its right secret finds an entry.
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
-    const known = await authentications.find(req.clientId, presented);
+    const known = authentications.get(req.clientId, presented);
     if (known) return tokenFor(known, req.scope);
-    // Every failure makes the same two reads by _id, the second always finding a partner (the
-    // decoy for an unknown client), and the same hash comparison (against the dummy hash for an
-    // unknown client); one expression decides. See docs/authentication.md, guarantee 5.
+    // Every failure makes the same two reads by _id (the decoy partner for an unknown client) and
+    // the same hash comparison; one expression decides (guarantee 5).
     const ticket = authentications.ticket();
     const credential = await store.credentials.findOne({ _id: req.clientId });
     const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
@@ -199,12 +197,9 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
   }
 
   /**
-   * A private_key_jwt token request (RFC 7523 section 2.2). Every failure does the same work as
-   * guarantee 5 asks: the two reads by _id (the decoy partner for an unknown client), one signature
-   * check by the assertion's algorithm (against a dummy key when no key is found,
-   * assertion-keys.ts), the claims rules, and one insert into used_assertions (the jti's own key
-   * when everything else held, else a decoy key swept at once); one expression decides. The cache
-   * of authentications is not used: each assertion is good once.
+   * A private_key_jwt token request (RFC 7523 section 2.2). Every failure does the same work
+   * (guarantee 5): the two reads, one signature check, the claims rules, one insert into
+   * used_assertions; one expression decides. No cache: each assertion is good once.
    */
   async function issueTokenByAssertion(req: authv1.IssueTokenRequest, assertion: string) {
     const claimed = claimedAssertion(assertion);
@@ -299,9 +294,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async getJwks() {
-      // From the database, not this replica's last reload: a gateway refreshing after a key
-      // revocation must not get the revoked key (or miss its replacement) from a replica that has
-      // not applied the revocation yet.
+      // From the database: a replica that has not applied a key revocation yet must not serve the key.
       await keys.load();
       return { jwksJson: JSON.stringify(keys.jwks()), issuer: TOKEN_ISSUER, audience: TOKEN_AUDIENCE };
     },
@@ -552,8 +545,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
           if (!updated)
             throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
           audit.partners.afterWrite(partner._id);
-          // Webhook replicas drop their cached target once the event is out; gateways do not follow
-          // signing secrets, so there is nothing to wait for.
+          // Only webhook replicas care (they report no position): nothing to wait for.
           await events.partners.relay(partner._id);
           deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
           return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };

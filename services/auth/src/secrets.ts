@@ -2,14 +2,9 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 import { openSealedValue, sealedKid, sealValue, type KeyWrapper } from "@pi/common/data-keys";
 import { parsePeppers, type Settings } from "@pi/common/settings";
 
-// Two keys, two jobs (docs/security.md, "Data at rest"):
-// - the PEPPER keys the hash of client secrets, and only that. Client secrets are 256-bit random
-//   values, so a keyed fast hash (HMAC-SHA256 with a pepper kept outside the database) is as strong
-//   as a slow password hash here, and keeps the token endpoint fast. Each hash is stored with the id
-//   of the pepper that made it, so a new pepper can be introduced while old hashes still verify.
-// - the KEKs of DATA_KEYS seal what the service must use again (webhook signing secrets, JWT private
-//   keys), by the envelope encryption of services/common/src/data-keys.ts, versioned by key id;
-//   values under a KEK rotated out of first place are re-sealed at start (reseal.ts).
+// Two keys, two jobs (docs/security.md, "Data at rest"): the PEPPER keys the HMAC of client secrets
+// (256-bit random values: a keyed fast hash is as strong as a slow one here); the KEKs of DATA_KEYS
+// seal what the service must use again (data-keys.ts), re-sealed at start after a rotation (reseal.ts).
 
 export function hashSecret(pepper: string, secret: string): string {
   return createHmac("sha256", pepper).update(secret, "utf8").digest("hex");

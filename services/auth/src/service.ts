@@ -36,15 +36,6 @@ import { JWKS_URL_REFRESH_EVERY_MS } from "./jwks-refresh.js";
 /** The job lease of the scheduled JWK Set URL round. */
 const JWKS_URL_REFRESH_LEASE = "jwks-url-refresh";
 
-/**
- * How often each auth replica reads the end of the partner-events topic while it is asked for
- * tokens. Its authentication cache is used only while it has applied every event up to the end
- * last read (and that read is at most three periods old; an older one is read again before the
- * request is answered): a replica whose consumer is stuck stops serving from the cache within one
- * period of the next event, well inside the operator command's wait for it (1.2 s).
- */
-export const PARTNER_EVENTS_END_READ_MS = 500;
-
 export interface AuthServiceOptions {
   /** Awaited before each partner event is applied: a test holds it to play a replica whose consumer is stuck. */
   beforePartnerEvent?: () => Promise<void>;
@@ -99,9 +90,7 @@ export async function startAuthService(
     store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE))),
     publicKeys: servicePublicKeys,
   };
-  // The retention sweep's own database user (role auditRetention: find and remove), when set: the
-  // service's own user (auditAppend) cannot remove a record. Without it (npm start, the stand-in,
-  // which have no users), the service's own connection.
+  // The retention sweep's own database user when set (the service's own user cannot remove a record).
   const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
     ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE))
     : undefined;
@@ -127,12 +116,9 @@ export async function startAuthService(
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
   let feed: PartnerEventFeed | undefined;
-  const authentications = new AuthenticationCache({
-    trusted: () => feed?.caughtUp() === true,
-    freshen: async () => feed?.readEndIfStale(),
-  });
-  // Every replica follows the partner events, as gateways do, so that an operator change drops the
-  // cached authentications it affects on every replica before the command returns.
+  const authentications = new AuthenticationCache({ trusted: () => feed?.trusted() === true });
+  // Every replica follows the partner events, as gateways do: an operator's change drops the cached
+  // authentications it affects on every replica before the command returns.
   feed = await followPartnerEvents({
     kafka: runtime.kafka,
     namespace: settings.DATA_NAMESPACE,
@@ -145,7 +131,6 @@ export async function startAuthService(
       if (event.kind === eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED) await keys.load();
     },
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
-    readEndEveryMs: PARTNER_EVENTS_END_READ_MS,
   });
   const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
   const assertionKeys = new AssertionKeys({

@@ -21,10 +21,8 @@ export interface PartnerEventEntry extends OutboxEntry {
   kid?: string;
 }
 
-// Partners and credentials carry their partner events in an outbox (propagation.ts): a change and
-// its event are stored in one update, so a crash before the publish cannot leave gateways
-// honouring a revoked credential or a suspended partner. Their audit records ride the same way in
-// a second outbox, `audit` (@pi/common audit-trail.ts).
+// Partners and credentials carry their partner events in an outbox (propagation.ts), and their audit
+// records in a second one, `audit`: each stored in the same update as its change.
 export interface PartnerDoc extends OutboxFields<PartnerEventEntry>, AuditCarrier {
   _id: string;
   name: string;
@@ -50,10 +48,7 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
-  /**
-   * HMAC-SHA256 of the secret under the pepper `pepperId`. A
-   * private_key_jwt credential has none: the dummy hash, which no secret produces.
-   */
+  /** HMAC-SHA256 of the secret under `pepperId`; the dummy hash for a private_key_jwt credential. */
   secretHash: string;
   /** Absent: a client secret. */
   authMethod?: "client_secret" | "private_key_jwt";

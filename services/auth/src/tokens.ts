@@ -26,11 +26,8 @@ export function tokenTimes(nowMs: number, ttlSeconds: number): { iat: number; ex
 }
 
 /**
- * How long a reinstatement at `nowMs` waits so that it happens in a later whole second than the
- * suspension at `suspendedAtMs`: tokens carry whole seconds, and those issued in or before the
- * suspension's second stay refused (docs/authentication.md), so none issued after the
- * reinstatement may share that second. 0 almost always: only a reinstatement within the same
- * second as the suspension waits, less than a second.
+ * How long a reinstatement at `nowMs` waits to fall in a later whole second than the suspension:
+ * tokens issued in or before the suspension's second stay refused (docs/authentication.md).
  */
 export function reinstatementWaitMs(suspendedAtMs: number | undefined, nowMs: number): number {
   if (suspendedAtMs === undefined) return 0;

@@ -125,7 +125,7 @@ describe("the authentication cache on two auth replicas", () => {
     expect(Number(res.propagation!.elapsedMs)).toBeLessThan(2000);
   });
 
-  it("cache trust by position: a replica whose partner-events consumer is stuck (its heartbeat still reported) stops serving the revoked credential from its cache", async () => {
+  it("cache trust: a replica stuck applying a partner event (its heartbeat still reported) stops serving the revoked credential from its cache", async () => {
     let release!: () => void;
     let held: Promise<void> | undefined;
     const stuck = await startAuthService(settings, createLogger("auth-stuck", settings.LOG_LEVEL), {
@@ -141,7 +141,7 @@ describe("the authentication cache on two auth replicas", () => {
         .authAdmin()
         .revokeCredential({ clientId: p.live.client_id });
       expect(res.propagation).toMatchObject({ authConfirmed: (res.propagation?.authReplicas ?? 0) - 1 });
-      // Its position lags the topic's end, so its cache is not trusted: the request reads the database.
+      // It is applying an event, so its cache is not trusted: the request reads the database.
       const deadline = performance.now() + 2000;
       let seen = await outcome(c, p.live.client_id, p.live.client_secret);
       while (seen !== "invalid_client" && performance.now() < deadline) {
@@ -149,7 +149,7 @@ describe("the authentication cache on two auth replicas", () => {
         seen = await outcome(c, p.live.client_id, p.live.client_secret);
       }
       expect(seen).toBe("invalid_client");
-      // Caught up again, it serves from its cache again (a direct write without an event is not seen).
+      // Done applying, it serves from its cache again (a direct write without an event is not seen).
       release();
       held = undefined;
       const q = await opsVia(replicas[0]!, stuck).partnerCreate({ name: "Unstuck Clinic" });

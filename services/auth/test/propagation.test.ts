@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
-import { FOLLOWER_LIVENESS_MS, followersBehind } from "../src/propagation.js";
+import { FOLLOWER_LIVENESS_MS } from "@pi/common/partner-event-feed";
+import { followersBehind } from "../src/propagation.js";
 
 // The operator contract: a revocation's effect is visible to the partner API when the command
 // exits. The auth service waits for every live follower of the partner events (gateway or auth

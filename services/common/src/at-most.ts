@@ -1,7 +1,4 @@
-/**
- * Waits for `promise`, but `ms` at most, and leaves no timer behind. True when it settled in time
- * (whether it resolved or rejected: a caller that needs the outcome awaits the promise itself).
- */
+/** Waits for `promise`, `ms` at most, leaving no timer behind; true when it settled (either way) in time. */
 export async function atMost(promise: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const settled = promise.then(

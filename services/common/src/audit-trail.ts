@@ -1,9 +1,8 @@
+import { sign } from "node:crypto";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Document, WithId } from "mongodb";
 import type { Producer } from "./kafka.js";
 import { eventsv1 } from "@pi/proto";
-import { atMost } from "./at-most.js";
-import { sign } from "node:crypto";
 import {
   auditEntry,
   auditSignedBytes,
@@ -14,20 +13,14 @@ import {
 } from "./audit.js";
 import { parseOwnIdentity, type OwnIdentity } from "./service-identity.js";
 import type { Logger } from "./logger.js";
-import { every, type Periodic } from "./background/periodic.js";
-import type { LeaseFields } from "./background/lease.js";
-import { Outbox, RELAY_STOP_MS, settleAll } from "./persistence.js";
+import { Outbox } from "./persistence.js";
 
-// How a service writes audit records (docs/security.md, "Audit trail"). A change and its record
-// are ONE document update: the record is pushed into the changed document's `audit` array beside
-// the change (a second outbox of the document, apart from its events), and relayed from there to
-// the audit-events topic by the outbox of persistence.ts: right after the write, by a periodic
-// sweep of every replica, and at start. So a replica that dies after the change leaves the record
-// for the next sweep, and the auth service stores each record once by its id however often it is
-// published. A refusal changes nothing: its record is inserted alone (collection audit_outbox) and
-// relayed the same way.
+// How a service writes audit records (docs/security.md, "Audit trail"). A change and its record are
+// ONE document update: the record is pushed into the changed document's `audit` array (an outbox
+// of its own beside the document's events) and relayed to the audit-events topic by the outbox of
+// persistence.ts. A refusal changes nothing: its record is inserted alone (collection audit_outbox)
+// and relayed the same way, its document deleted once relayed.
 
-/** The fields a document carries once it has held an audit record. */
 export interface AuditCarrier {
   audit?: AuditEntry[];
   auditRelayUntil?: Date | null;
@@ -36,8 +29,6 @@ export interface AuditCarrier {
 
 /** Field names of that bookkeeping (for tests that list a document's fields). */
 export const AUDIT_BOOKKEEPING = ["audit", "auditRelayUntil", "auditRelayHolder"] as const;
-
-const AUDIT_LEASE: LeaseFields = { until: "auditRelayUntil", holder: "auditRelayHolder" };
 
 /** The update that stores `entry` with a change: merge it into the change's update. */
 export function pushAudit(entry: AuditEntry): { $push: { audit: AuditEntry } } {
@@ -73,46 +64,34 @@ export function signedAuditRecord(record: eventsv1.AuditRecord, identity: OwnIde
   });
 }
 
-/** A refusal's record, alone in its document until it is relayed; then the document goes. */
+/** A refusal's record, alone in its document until it is relayed. */
 interface StandaloneDoc extends AuditCarrier {
   _id: string; // the record's event id
   createdAt: Date;
-}
-
-export interface AuditTrailOptions {
-  service: AuditService;
-  db: Db;
-  producer: Pick<Producer, "send">;
-  /** topicName(namespace, "auditEvents") */
-  topic: string;
-  logger: Logger;
-  /** The service's SERVICE_IDENTITY_KEY, which signs every record (unsigned records are not stored). */
-  signingKey: string | undefined;
-  /** How often each audit outbox is swept for records a dead replica left; right after the write is the usual path. */
-  sweepEveryMs?: number;
-}
-
-export interface AuditOutboxOptions<D extends Document> {
-  /** The message key of a document's records (its _id by default): one document's records stay in order. */
-  key?(doc: WithId<D>): string;
-  /** What logs name a document by, when its _id must not be logged (an elder's address). */
-  logId?(id: unknown): unknown;
 }
 
 export class AuditTrail {
   private readonly outboxes: Outbox<Document, AuditEntry>[] = [];
   private readonly standalone: Collection<StandaloneDoc>;
   private readonly standaloneOutbox: Outbox<StandaloneDoc, AuditEntry>;
-  private readonly inFlight = new Set<Promise<unknown>>();
-  private readonly sweepEveryMs: number;
-  private sweeper: Periodic | undefined;
   private readonly identity: OwnIdentity | undefined;
 
-  constructor(private readonly o: AuditTrailOptions) {
+  constructor(
+    private readonly o: {
+      service: AuditService;
+      db: Db;
+      producer: Pick<Producer, "send">;
+      topic: string;
+      logger: Logger;
+      /** The service's SERVICE_IDENTITY_KEY, which signs every record (unsigned records are not stored). */
+      signingKey: string | undefined;
+      /** How often each audit outbox is swept for records a dead replica left. */
+      sweepEveryMs?: number;
+    },
+  ) {
     this.identity = o.signingKey ? parseOwnIdentity(o.signingKey) : undefined;
-    this.sweepEveryMs = o.sweepEveryMs ?? 10_000;
     this.standalone = o.db.collection<StandaloneDoc>("audit_outbox");
-    this.standaloneOutbox = this.outbox(this.standalone);
+    this.standaloneOutbox = this.on(this.standalone, { dropEmpty: true });
   }
 
   /** A record to store with a change (pushAudit, or an `audit: [entry]` field of an insert). */
@@ -121,24 +100,24 @@ export class AuditTrail {
   }
 
   /** The audit outbox of a collection whose documents carry records: call `afterWrite(id)` after each write that stored one. */
-  on<D extends Document>(collection: Collection<D>, opts: AuditOutboxOptions<D> = {}): Outbox<D, AuditEntry> {
-    const outbox = this.outbox(collection, opts);
-    this.outboxes.push(outbox as unknown as Outbox<Document, AuditEntry>);
-    return outbox;
-  }
-
-  private outbox<D extends Document>(
+  on<D extends Document>(
     collection: Collection<D>,
-    opts: AuditOutboxOptions<D> = {},
+    opts: {
+      /** The message key of a document's records (its _id by default): one document's records stay in order. */
+      key?(doc: WithId<D>): string;
+      /** What logs name a document by, when its _id must not be logged (an elder's address). */
+      logId?(id: unknown): unknown;
+      dropEmpty?: boolean;
+    } = {},
   ): Outbox<D, AuditEntry> {
-    return new Outbox<D, AuditEntry>({
+    const outbox = new Outbox<D, AuditEntry>({
       name: `${this.o.service} audit records`,
       collection,
       producer: this.o.producer,
       topic: this.o.topic,
       logger: this.o.logger,
       field: "audit",
-      lease: AUDIT_LEASE,
+      lease: { until: "auditRelayUntil", holder: "auditRelayHolder" },
       key: opts.key ?? ((doc) => String(doc._id)),
       value: (_doc, entry) => {
         const message = auditRecordMessage(entry);
@@ -148,25 +127,24 @@ export class AuditTrail {
         );
       },
       eventName: (entry) => `audit ${entry.action}`,
-      sweepEveryMs: this.sweepEveryMs,
+      sweepEveryMs: this.o.sweepEveryMs ?? 10_000,
       ...(opts.logId ? { logId: opts.logId } : {}),
+      ...(opts.dropEmpty ? { dropEmpty: true } : {}),
     });
+    this.outboxes.push(outbox as unknown as Outbox<Document, AuditEntry>);
+    return outbox;
   }
 
-  /**
-   * Records an act that changed nothing (a refusal, or an act that found its target as asked):
-   * stored before it returns, relayed in the background.
-   */
+  /** Records an act that changed nothing (a refusal, or an act that found its target as asked): stored before it returns. */
   async record(fields: AuditFields): Promise<void> {
     const entry = this.entry(fields);
     await this.standalone.insertOne({ _id: entry.eventId, createdAt: entry.occurredAt, audit: [entry] });
-    this.track(this.relayStandalone(entry.eventId));
+    this.standaloneOutbox.afterWrite(entry.eventId);
   }
 
   /**
-   * Runs an act whose change (if any) records itself; if the act is refused (refusalOf), records
-   * the refusal under `fields` before the error goes on to the caller. A refusal that cannot be
-   * recorded (the database is down) is answered with that failure instead: no unrecorded refusal.
+   * Runs an act whose change (if any) records itself; a refusal (refusalOf) is recorded before the
+   * error goes on. A refusal that cannot be recorded (the database is down) fails with that instead.
    */
   async refusals<T>(fields: Omit<AuditFields, "refused">, act: () => Promise<T>): Promise<T> {
     try {
@@ -178,48 +156,13 @@ export class AuditTrail {
     }
   }
 
-  private async relayStandalone(id: string): Promise<void> {
-    try {
-      await this.standaloneOutbox.relay(id);
-      await this.standalone.deleteOne({ _id: id, audit: { $size: 0 } });
-    } catch (err) {
-      this.o.logger.warn({ err, id }, "audit record relay failed; the sweep will retry");
-    }
-  }
-
-  /** Relays what the standalone records hold and removes those that went out. */
-  private async sweepStandalone(): Promise<void> {
-    await this.standaloneOutbox.sweep();
-    await this.standalone.deleteMany({ audit: { $size: 0 } });
-  }
-
   async start(): Promise<void> {
-    await Promise.all([this.standaloneOutbox, ...this.outboxes].map((o) => o.ensureIndex()));
+    await Promise.all(this.outboxes.map((o) => o.ensureIndex()));
     for (const o of this.outboxes) o.start();
-    this.sweeper ??= every(
-      `${this.o.service} audit outbox sweep`,
-      this.sweepEveryMs,
-      () => this.sweepStandalone(),
-      this.o.logger,
-    );
   }
 
-  /** Stops the sweeps and waits for the relays in flight, RELAY_STOP_MS at most (as Outbox.stop). */
+  /** Stops the sweeps and waits for the relays in flight, RELAY_STOP_MS at most. */
   async stop(): Promise<void> {
-    const standalone = Promise.all([this.sweeper?.stop(), settleAll(this.inFlight), this.standaloneOutbox.drain()]);
-    const [, done] = await Promise.all([
-      Promise.all(this.outboxes.map((o) => o.stop())),
-      atMost(standalone, RELAY_STOP_MS),
-    ]);
-    if (!done)
-      this.o.logger.warn(
-        { service: this.o.service, waitedMs: RELAY_STOP_MS },
-        "audit relays still publishing at stop; their records stay stored for the next sweep",
-      );
-  }
-
-  private track(p: Promise<unknown>): void {
-    this.inFlight.add(p);
-    void p.finally(() => this.inFlight.delete(p));
+    await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 }

@@ -1,19 +1,15 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import type { Db } from "mongodb";
 
-// Envelope encryption, the one home of it (docs/security.md, "Data at rest"). Each thing stored
-// encrypted (a file's bytes, its metadata and extraction result; a sealed secret) has a random
-// 256-bit data key of its own; data is encrypted with AES-256-GCM under that key, and the data key is
-// stored only wrapped (encrypted) by a key-encryption key (KEK) that the database never holds,
-// beside the id of that KEK. The KEKs come from DATA_KEYS (newest first): new wraps use the newest,
-// older ones stay to unwrap what they wrapped, so a KEK rotates without re-encrypting any data.
-// KeyWrapper is the seam: a KMS (wrap = Encrypt, unwrap = Decrypt of a 32-byte key) can replace the
-// local KEKs without touching the callers.
+// Envelope encryption (docs/security.md, "Data at rest"). Each thing stored encrypted has a random
+// data key of its own (AES-256-GCM), stored only wrapped by a key-encryption key (KEK) of DATA_KEYS
+// that the database never holds. New wraps use the newest KEK; older ones stay to unwrap what they
+// wrapped, so a KEK rotates without re-encrypting data. A KMS could implement KeyWrapper instead.
 
 export const DATA_KEY_BYTES = 32;
 const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
-/** What AES-256-GCM adds to a plaintext here: the nonce in front, the tag behind. */
+/** The nonce in front, the tag behind. */
 export const SEAL_OVERHEAD = NONCE_BYTES + TAG_BYTES;
 
 /** Ids of KEKs (and of peppers): short, no separator of the formats below. */
@@ -25,11 +21,9 @@ export interface WrappedKey {
   wrapped: string;
 }
 
-/** Wraps and unwraps data keys. The local KEKs implement it; so could a KMS. */
 export interface KeyWrapper {
   /** The KEK new wraps use. */
   readonly currentKid: string;
-  /** Whether this wrapper holds the KEK `kid`. */
   has(kid: string): boolean;
   wrap(dataKey: Uint8Array): Promise<WrappedKey>;
   /** The data key; throws DataKeyError for an unknown kid or a wrapped key that does not authenticate. */
@@ -39,15 +33,9 @@ export interface KeyWrapper {
 /** A data key that cannot be used: unknown KEK, wrong key, tampered or truncated ciphertext. No key material in the message. */
 export class DataKeyError extends Error {}
 
-export interface Kek {
-  kid: string;
-  key: Buffer;
-}
+type Kek = { kid: string; key: Buffer };
 
-/**
- * Parses DATA_KEYS: `kid:key[,kid:key...]`, newest first; each key is 32 random bytes in base64 or
- * base64url. Throws an Error whose message names what is wrong (never a key).
- */
+/** Parses DATA_KEYS: `kid:key[,kid:key...]`, newest first, 32-byte keys in base64(url). Errors never name a key. */
 export function parseDataKeys(text: string): Kek[] {
   const entries = text.split(",").map((e) => e.trim());
   if (entries.length === 0 || entries.some((e) => e === ""))
@@ -72,7 +60,6 @@ export const newDataKeysEntry = (kid: string) => `${kid}:${randomBytes(DATA_KEY_
 
 const wrapAad = (kid: string) => Buffer.from(`pi-data-key.v1|${kid}`);
 
-/** The KEKs of DATA_KEYS, in process. */
 export class LocalKeyWrapper implements KeyWrapper {
   private readonly keks: Map<string, Buffer>;
   readonly currentKid: string;
@@ -107,10 +94,8 @@ export class LocalKeyWrapper implements KeyWrapper {
 }
 
 /**
- * AES-256-GCM of `plaintext` under `key` with a fresh random nonce, bound to `aad`: nonce | ciphertext | tag.
- * With `into`, the box is written there (its start; it must hold plaintext + SEAL_OVERHEAD bytes) and
- * the view of it returned: a caller sealing many segments reuses its buffers instead of leaving
- * one behind per segment for the garbage collector.
+ * AES-256-GCM of `plaintext` under `key`, a fresh nonce, bound to `aad`: nonce | ciphertext | tag.
+ * With `into`, written at its start (a caller sealing many segments reuses its buffers).
  */
 export function encrypt(key: Uint8Array, plaintext: Uint8Array, aad: Uint8Array | string, into?: Buffer): Buffer {
   const length = plaintext.length + SEAL_OVERHEAD;
@@ -126,7 +111,7 @@ export function encrypt(key: Uint8Array, plaintext: Uint8Array, aad: Uint8Array 
   return out;
 }
 
-/** The plaintext of `encrypt`; DataKeyError when the box was made under another key or aad, or changed. */
+/** The plaintext of `encrypt`; DataKeyError when made under another key or aad, or changed. */
 export function decrypt(key: Uint8Array, box: Uint8Array, aad: Uint8Array | string): Buffer {
   if (box.length < SEAL_OVERHEAD) throw new DataKeyError("ciphertext too short");
   const buf = Buffer.from(box.buffer, box.byteOffset, box.byteLength);
@@ -146,13 +131,9 @@ export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wr
   return { key, wrapped: await wrapper.wrap(key) };
 }
 
-// ---------------------------------------------------------------- segmented streams
-
 /**
- * The associated data of segment `n` of the stream `streamId`: a segment cannot be moved to another
- * place or stream, and only the last one is sealed `final`, so a stream cut at a segment boundary
- * (its last segments deleted) does not authenticate. A stream always ends with a final segment,
- * empty when its length is a multiple of the segment size.
+ * Segment `n` of a stream is bound to its place and stream, and only the last is sealed `final` (empty
+ * when the length is a multiple of the segment size), so a stream cut at a segment boundary does not authenticate.
  */
 const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
@@ -171,11 +152,8 @@ export function openSegment(key: Uint8Array, streamId: string, n: number, final:
   return decrypt(key, box, segmentAad(streamId, n, final));
 }
 
-// ---------------------------------------------------------------- sealed values
-
-// A small value (a secret, a JSON document) with its own data key, as one self-contained string:
-//   v2.<kid>.<wrapped data key>.<nonce | ciphertext | tag>      (base64url)
-// bound to a context (what the value is), so a sealed value cannot stand in for another kind.
+// A small value (a secret, a JSON document) with its own data key, as one string bound to a context
+// (what the value is): v2.<kid>.<wrapped data key>.<nonce | ciphertext | tag>, base64url.
 const SEALED_V2 = "v2";
 
 export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Array, context: string): Promise<string> {
@@ -203,8 +181,6 @@ export async function openSealedValue(wrapper: KeyWrapper, sealed: string, conte
   return decrypt(key, Buffer.from(parts[3]!, "base64url"), `pi-sealed.v2|${context}`);
 }
 
-// ---------------------------------------------------------------- start-up check
-
 /** One record per KEK that has wrapped data in a database: a wrapped random key, to prove the KEK is the same one. */
 export interface KeyCheckDoc {
   _id: string; // the kid
@@ -212,17 +188,14 @@ export interface KeyCheckDoc {
   createdAt: Date;
 }
 
-export const KEY_CHECKS = "data_key_checks";
-
 /**
- * Compares DATA_KEYS with the KEKs that wrote this database's data: `mismatched` are ids whose key
- * in DATA_KEYS is not the one that wrote here (a Secret generated again by a GitOps render, a typo;
- * the caller refuses to start: otherwise everything written before would be unreadable while new
- * writes silently used the new key), `missing` are ids that wrote here and are absent from DATA_KEYS
- * (what they wrapped cannot be read; fine once no data uses them). Records the current KEK on first use.
+ * Compares DATA_KEYS with the KEKs that wrote this database: `mismatched` ids have another key than
+ * the one that wrote here (a regenerated Secret: the caller refuses to start rather than write under
+ * a new key what it can no longer read), `missing` ids wrote here and are gone from DATA_KEYS.
+ * Records the current KEK on first use.
  */
 export async function checkKeys(db: Db, wrapper: KeyWrapper): Promise<{ mismatched: string[]; missing: string[] }> {
-  const checks = db.collection<KeyCheckDoc>(KEY_CHECKS);
+  const checks = db.collection<KeyCheckDoc>("data_key_checks");
   if (!(await checks.findOne({ _id: wrapper.currentKid }))) {
     const probe = await wrapper.wrap(randomBytes(DATA_KEY_BYTES));
     // Replicas starting together race: the first insert wins and every one checks it below.

@@ -2,17 +2,13 @@ import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from "
 import { isIP, type LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
 import { Agent } from "undici";
+import { parseCallableUrl } from "./webhook-url.js";
 
-// Calls to addresses partners give us (webhook endpoints, JWK Set URLs) with the outbound safety of
-// the chart (WEBHOOK_ALLOW_INSECURE_URLS=false): https only, and the address the socket connects to
-// must be public. The address is checked in the socket's own DNS lookup, so a name that resolves to
-// a public address when registered and to 127.0.0.1 later (DNS rebinding) is still refused.
-//
-// Public means public unicast only. IPv4: whatever ipaddr.js calls plain "unicast" (so not
-// loopback, private, link-local, which holds the cloud metadata address 169.254.169.254, CGNAT,
-// reserved, documentation, multicast...). IPv6: only global unicast (2000::/3) that ipaddr.js also
-// calls "unicast", which leaves out loopback, ULA (fc00::/7, holding fd00:ec2::254), link-local,
-// IPv4-mapped and -compatible, NAT64, 6to4, Teredo and documentation prefixes.
+// Calls to addresses partners give us (webhook endpoints, JWK Set URLs), with insecure URLs off:
+// https only, and the address the socket connects to must be public, checked in the socket's own DNS
+// lookup (so DNS rebinding is refused too). Public: IPv4 that ipaddr.js calls plain "unicast" (not
+// loopback, private, link-local with 169.254.169.254, CGNAT, reserved...); IPv6 global unicast
+// (2000::/3) that it also calls "unicast" (not ULA, link-local, IPv4-mapped, NAT64, 6to4, Teredo...).
 
 const globalUnicast = ipaddr.parseCIDR("2000::/3");
 
@@ -67,19 +63,10 @@ export function guardedLookup(resolve: Resolver = systemResolver): LookupFunctio
 
 /** Why the address must not be called at all, before any connection (`what` names it in the reason). */
 export function urlRefusal(raw: string, allowInsecure: boolean, what = "webhook url"): string | undefined {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    return `${what} is not an absolute URL`;
-  }
-  if (url.username || url.password) return `${what} must not carry credentials`;
-  if (allowInsecure)
-    return url.protocol === "https:" || url.protocol === "http:" ? undefined : `${what} must use http or https`;
-  if (url.protocol !== "https:") return `${what} must use https`;
+  const url = parseCallableUrl(raw, allowInsecure);
+  if (typeof url === "string") return `${what} ${url}`;
   const host = url.hostname.replace(/^\[|\]$/g, "");
-  if (isIP(host)) return addressRefusal(host);
-  return undefined;
+  return !allowInsecure && isIP(host) ? addressRefusal(host) : undefined;
 }
 
 export interface EgressOptions {

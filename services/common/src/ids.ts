@@ -3,14 +3,12 @@ import { randomBytes, randomFillSync } from "node:crypto";
 const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 const ID_BYTES = 22;
-/**
- * Random bytes drawn from the CSPRNG a few kilobytes at a time, each byte used once: one draw per
- * id was a visible part of a partner request's CPU (every request gets a request id).
- */
+// Drawn from the CSPRNG a few kilobytes at a time, each byte used once: a draw per id was a visible
+// part of a request's CPU.
 const pool = Buffer.alloc(ID_BYTES * 186);
 let used = pool.length;
 
-/** An opaque, unguessable id: the prefix, an underscore and 22 base62 characters (about 131 bits). */
+/** An unguessable id: the prefix, "_" and 22 base62 characters (about 131 bits). */
 export function newId(prefix: "act" | "con" | "file" | "evt" | "ptr" | "cli" | "eld" | "key" | "req" | "tok"): string {
   if (used + ID_BYTES > pool.length) {
     randomFillSync(pool);

@@ -2,8 +2,9 @@ import { pino, type DestinationStream, type Logger } from "pino";
 
 export type { Logger };
 
-// Every secret-bearing field name that could reach a log line is censored here, once.
-const redactPaths = [
+// Every secret-bearing field that could reach a log line, censored here once, at the top level and
+// one level down: credentials, internal service tokens, a workload's private key and Kafka password.
+const secretFields = [
   "client_secret",
   "clientSecret",
   "signing_secret",
@@ -11,26 +12,16 @@ const redactPaths = [
   "access_token",
   "accessToken",
   "authorization",
-  "*.client_secret",
-  "*.clientSecret",
-  "*.signing_secret",
-  "*.signingSecret",
-  "*.access_token",
-  "*.accessToken",
-  "*.authorization",
-  "req.headers.authorization",
-  // Internal calls' service tokens (service-identity.ts): refusals log the claimed caller, never these.
   '["pi-service-token"]',
-  '*["pi-service-token"]',
-  'req.headers["pi-service-token"]',
-  // A workload's private key, should settings ever be logged.
   "SERVICE_IDENTITY_KEY",
-  "*.SERVICE_IDENTITY_KEY",
-  // A workload's Kafka password (KAFKA_PASSWORD), and the Kafka client's SASL options.
   "KAFKA_PASSWORD",
-  "*.KAFKA_PASSWORD",
   "password",
-  "*.password",
+];
+const redactPaths = [
+  ...secretFields,
+  ...secretFields.map((f) => (f.startsWith("[") ? `*${f}` : `*.${f}`)),
+  "req.headers.authorization",
+  'req.headers["pi-service-token"]',
 ];
 
 let stdout: DestinationStream | undefined;
@@ -38,18 +29,14 @@ let stdout: DestinationStream | undefined;
 /** How long a line may wait in the stdout buffer for more lines. */
 export const LOG_FLUSH_MS = 250;
 
-/** What flushWhenWritten needs of a destination (a SonicBoom). */
-export interface FlushableDestination {
-  write(data: string): boolean;
-  flush(cb?: (err?: Error) => void): void;
-}
-
 /**
  * Arms one flush `ms` after the first line written since the last one, and none while nothing is
- * written. sonic-boom's own `periodicFlush` writes every period, lines or not: an empty write
- * through the thread pool four times a second in every idle process (issue 14's idle budget).
+ * written: sonic-boom's own `periodicFlush` writes every period, lines or not (the idle budget).
  */
-export function flushWhenWritten<D extends FlushableDestination>(dest: D, ms = LOG_FLUSH_MS): D {
+export function flushWhenWritten<D extends { write(data: string): boolean; flush(cb?: (err?: Error) => void): void }>(
+  dest: D,
+  ms = LOG_FLUSH_MS,
+): D {
   let _timer: NodeJS.Timeout | undefined;
   const write = dest.write.bind(dest);
   dest.write = (data: string) => {
@@ -68,11 +55,8 @@ export function flushWhenWritten<D extends FlushableDestination>(dest: D, ms = L
 }
 
 /**
- * The process's one stdout destination. A write per line (the gateway's access log: one line per
- * request) cost 4-6% of the gateway's CPU, so lines are gathered and written asynchronously, 4 KiB
- * at a time or 250 ms after the first line still buffered, whichever comes first; pino writes what
- * is left synchronously when the process exits (process.exit included). Only a process killed
- * outright (SIGKILL) loses the lines of its last 250 ms.
+ * The process's one stdout destination, asynchronous (a write per line cost the gateway 4-6% of its
+ * CPU): 4 KiB at a time or LOG_FLUSH_MS after the first buffered line; pino writes the rest at exit.
  */
 function stdoutDestination(): DestinationStream {
   stdout ??= flushWhenWritten(pino.destination({ dest: 1, sync: false, minLength: 4096 }));

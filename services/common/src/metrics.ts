@@ -122,16 +122,6 @@ export const connectionTransitions = new client.Counter({
   labelNames: ["from", "to"] as const,
   registers,
 });
-export const connectionClockOffset = new client.Gauge({
-  name: "pi_connection_clock_offset_seconds",
-  help: "This replica's clock minus the database's, as last measured (services/connection/src/clock-offset.ts)",
-  registers,
-});
-export const connectionReadLeasesSuspended = new client.Gauge({
-  name: "pi_connection_read_leases_suspended",
-  help: "1 while this replica grants no read lease: its clock is beyond the margin from the database's, or could not be measured lately",
-  registers,
-});
 
 export const tokensIssued = new client.Counter({
   name: "pi_tokens_issued_total",

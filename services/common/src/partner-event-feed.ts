@@ -1,43 +1,23 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { atMost } from "./at-most.js";
-import { consume, CONSUMER_MAX_WAIT_MS, type Consuming } from "./background/consume.js";
+import { consume, type Consuming } from "./background/consume.js";
 import { every, type Periodic } from "./background/periodic.js";
 import { whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
-// The partner-events topic followed by every instance that keeps state derived from partners and
-// credentials in memory (a gateway's revocation list, an auth replica's cache of authentications,
-// a webhook replica's cache of targets), and the position each reports so that the auth service
-// can hold an operator's change until every live follower has applied it
-// (services/auth/src/propagation.ts). A follower the auth service does not wait for (webhook
-// replicas) reports nothing.
+// The one way a cache of partner state stays honest (docs/authentication.md, "Revocation"): every
+// instance that keeps such state in memory (a gateway's revocation list, an auth replica's cache of
+// authentications, a webhook replica's cache of targets) follows the partner-events topic, and
+// reports how far it has applied it; the auth service holds an operator's change until every live
+// follower has applied it (services/auth/src/propagation.ts). Webhook replicas report nothing.
 
 /** How often a follower reports its position even when no event arrived. */
 export const FOLLOWER_HEARTBEAT_MS = 5_000;
 
-/**
- * A follower's fetch waits at the broker as long as every consumer's (CONSUMER_MAX_WAIT_MS): an event
- * still arrives at once (the broker answers a waiting fetch as soon as it is written), and a stop may
- * wait that long for the fetch in flight. Each follower is the only member of its group, so no
- * rebalance waits on it.
- */
-export const FOLLOWER_MAX_WAIT_MS = CONSUMER_MAX_WAIT_MS;
-
-/**
- * The topic's end is read every `readEndEveryMs` only while `caughtUp` was asked within this long:
- * a replica nobody asks for tokens reads nothing (it read twice a second, idle or not).
- */
-export const END_READ_IDLE_AFTER_MS = 10_000;
-
-/**
- * How long `readEndIfStale` waits for a read of an end too old to trust; past it the caller goes
- * on, and `caughtUp` answers false (what the cache would have served comes from the database).
- * While reads fail or hang (Kafka unreachable) it does not wait at all.
- */
-export const END_READ_WAIT_MS = 250;
+/** A follower that has not reported for this long is taken for dead: no operator's change waits for it. */
+export const FOLLOWER_LIVENESS_MS = 15_000;
 
 /** Partition of the partner-events topic to the offset of the next event the follower will apply. */
 export type NextOffsets = Record<number, bigint>;
@@ -112,100 +92,6 @@ export class PositionReporter {
   }
 }
 
-const endsOf = (offsets: { partition: number; offset: string }[]): Map<number, bigint> =>
-  new Map(offsets.map((e) => [e.partition, BigInt(e.offset)]));
-
-/** The end of the topic as last read: partition to the offset the next event written will take. */
-export interface LogEnd {
-  ends: ReadonlyMap<number, bigint>;
-  /** performance.now() when the read that found them started. */
-  readAt: number;
-}
-
-/**
- * Whether a follower has applied every event the topic held when its end was last read, and that
- * read is at most `maxAgeMs` old: the trust a follower may put in state derived from the events (an
- * auth replica's cache of authentications) rests on the position applied, not on a heartbeat. A
- * follower whose consumer is stuck sees the end move past it at the next read and stops trusting.
- */
-export function appliedThroughEnd(
-  applied: ReadonlyMap<number, bigint>,
-  end: LogEnd | undefined,
-  now: number,
-  maxAgeMs: number,
-): boolean {
-  if (!end || now - end.readAt > maxAgeMs) return false;
-  for (const [partition, offset] of end.ends) if ((applied.get(partition) ?? -1n) < offset) return false;
-  return true;
-}
-
-/**
- * The topic's end as this follower knows it, read on demand: every `everyMs` (`round`) while it was
- * asked within END_READ_IDLE_AFTER_MS, and at once (`readIfStale`) when it is too old to trust.
- * `trusts` is appliedThroughEnd against the end last read, which is trusted for three periods.
- */
-export class TopicEndWatch {
-  private askedAt: number;
-  private reading?: Promise<void>;
-  private readStartedAt = 0;
-  private lastReadFailed = false;
-  private readonly maxAgeMs: number;
-
-  constructor(
-    private end: LogEnd,
-    private readonly readEnd: () => Promise<ReadonlyMap<number, bigint>>,
-    everyMs: number,
-    private readonly now: () => number = () => performance.now(),
-  ) {
-    this.askedAt = now();
-    this.maxAgeMs = 3 * everyMs;
-  }
-
-  /** Whether every event up to the end last read has been applied, that read being recent enough. */
-  trusts(applied: ReadonlyMap<number, bigint>): boolean {
-    this.askedAt = this.now();
-    return appliedThroughEnd(applied, this.end, this.askedAt, this.maxAgeMs);
-  }
-
-  /** The periodic read: none when nobody asked for END_READ_IDLE_AFTER_MS. */
-  async round(): Promise<void> {
-    if (this.now() - this.askedAt > END_READ_IDLE_AFTER_MS) return;
-    await this.read();
-  }
-
-  /**
-   * Reads the end when the last read is too old to trust, waiting END_READ_WAIT_MS at most; not at
-   * all while the last read failed or the one under way has already taken longer (Kafka is not
-   * answering: the request goes on without the cache at once, as it did before reads were on demand).
-   */
-  async readIfStale(): Promise<void> {
-    this.askedAt = this.now();
-    if (this.askedAt - this.end.readAt <= this.maxAgeMs) return;
-    const hung = this.reading !== undefined && this.askedAt - this.readStartedAt > END_READ_WAIT_MS;
-    const reading = this.read();
-    if (this.lastReadFailed || hung) reading.catch(() => undefined);
-    else await atMost(reading, END_READ_WAIT_MS);
-  }
-
-  /** One read at a time: a caller arriving during a read waits for that one. */
-  private read(): Promise<void> {
-    this.reading ??= (async () => {
-      try {
-        const readAt = this.now();
-        this.readStartedAt = readAt;
-        this.end = { ends: await this.readEnd(), readAt };
-        this.lastReadFailed = false;
-      } catch (err) {
-        this.lastReadFailed = true;
-        throw err;
-      } finally {
-        this.reading = undefined;
-      }
-    })();
-    return this.reading;
-  }
-}
-
 export interface PartnerEventFeedOptions {
   kafka: Kafka;
   namespace: string;
@@ -224,27 +110,17 @@ export interface PartnerEventFeedOptions {
    * snapshot of the state every earlier event produced (the database write precedes each event).
    */
   catchUp?(): Promise<void>;
-  /**
-   * Reads the topic's end this often while `caughtUp` is being asked (END_READ_IDLE_AFTER_MS), for
-   * `caughtUp`: its answer is false when the last successful read is older than three periods.
-   * Without it `caughtUp` is always false.
-   */
-  readEndEveryMs?: number;
 }
 
 export interface PartnerEventFeed {
   readonly instanceId: string;
-  /** Undefined when the follower reports nothing (no `sendPosition`). */
-  readonly reporter: PositionReporter | undefined;
   /** False once the consumer has stopped for good (consume.ts: a failure that cannot pass). */
   alive(): boolean;
-  /** Whether every event up to the topic's end as last read (recently) has been applied (appliedThroughEnd). */
-  caughtUp(): boolean;
   /**
-   * Reads the topic's end now when the last read is too old for `caughtUp` (a replica that was not
-   * asked for a while reads nothing), waiting END_READ_WAIT_MS at most; awaited before `caughtUp`.
+   * Whether state derived from the events may be served: the consumer runs, no event is being
+   * applied, and the last report is recent enough that an operator's change waits for this follower.
    */
-  readEndIfStale(): Promise<void>;
+  trusted(): boolean;
   stop(): Promise<void>;
 }
 
@@ -262,14 +138,13 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   const admin = kafka.admin();
   await admin.connect();
   let ends: { partition: number; offset: string }[];
-  const startedAt = performance.now();
   try {
     ends = await whileMetadataSettles(() => admin.fetchTopicOffsets(topic));
   } finally {
     await admin.disconnect();
   }
   const applied = new Map<number, bigint>();
-  const firstEnd: LogEnd = { ends: endsOf(ends), readAt: startedAt };
+  let applying = false;
 
   await options.catchUp?.();
 
@@ -289,10 +164,13 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
       startAt: ends,
       async each(message, partition) {
         if (message.value) {
+          applying = true;
           try {
             await options.apply(fromBinary(eventsv1.PartnerEventSchema, message.value));
           } catch (err) {
             logger.error({ err }, "unreadable partner event skipped");
+          } finally {
+            applying = false;
           }
         }
         applied.set(partition, BigInt(message.offset) + 1n);
@@ -309,32 +187,15 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     reporter?.advance(partition, BigInt(offset));
   }
   await reporter?.flush();
-  let endReader: { watch: TopicEndWatch; periodic: Periodic; admin: ReturnType<Kafka["admin"]> } | undefined;
-  if (options.readEndEveryMs) {
-    const endAdmin = kafka.admin();
-    await endAdmin.connect();
-    const watch = new TopicEndWatch(
-      firstEnd,
-      async () => endsOf(await endAdmin.fetchTopicOffsets(topic)),
-      options.readEndEveryMs,
-    );
-    endReader = {
-      watch,
-      admin: endAdmin,
-      periodic: every("reading the partner-events end", options.readEndEveryMs, () => watch.round(), logger, {
-        runAtStart: false,
-      }),
-    };
-  }
   return {
     instanceId,
-    reporter,
     alive: () => consuming.alive(),
-    caughtUp: () => consuming.alive() && endReader?.watch.trusts(applied) === true,
-    readEndIfStale: async () => endReader?.watch.readIfStale(),
+    trusted: () =>
+      consuming.alive() &&
+      !applying &&
+      reporter !== undefined &&
+      reporter.sinceLastReportMs() < FOLLOWER_LIVENESS_MS - FOLLOWER_HEARTBEAT_MS,
     async stop() {
-      await endReader?.periodic.stop();
-      await endReader?.admin.disconnect().catch(() => undefined);
       await consuming.stop();
       await reporter?.stop();
     },

@@ -8,26 +8,21 @@ import { every, type Periodic } from "./background/periodic.js";
 import { endLease, leaseFree, takeLease, type LeaseFields } from "./background/lease.js";
 import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "./telemetry.js";
 
-// The one persistence toolkit of every service. MongoDB (and the local mongo-java-server) gives no
-// multi-document transactions and no change streams, but makes each single-document write atomic.
-// Everything here rests on that alone, so any number of replicas of a service stay correct: there
-// are no in-process locks anywhere (docs/engineering.md, "Persistence").
+// The persistence toolkit of every service. MongoDB (and mongo-java-server) gives no multi-document
+// transactions and no change streams, only atomic single-document writes: everything here rests on
+// that alone, with no in-process locks, so any number of replicas stay correct (docs/engineering.md).
 
-// The collections are typed by the callers; the filters and updates built here name fields
-// generically, which the driver's types cannot check.
-type AnyCollection<T extends Document> = Collection<T>;
+// Field names are given at run time, which the driver's types cannot check.
 const asFilter = <T extends Document>(f: Document) => f as Filter<T>;
 const asUpdate = <T extends Document>(u: Document) => u as UpdateFilter<T>;
 
-// ---------------------------------------------------------------- duplicate keys and inserts
-
 /** True for a write refused because its _id or a unique index key is taken (E11000). */
 export function isDuplicateKey(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
+  return (err as { code?: unknown } | null)?.code === 11000;
 }
 
 /** Inserts the document unless its _id (or a unique key) is taken; true when this call inserted it. */
-export async function insertIfNew<T extends Document>(collection: AnyCollection<T>, doc: T): Promise<boolean> {
+export async function insertIfNew<T extends Document>(collection: Collection<T>, doc: T): Promise<boolean> {
   try {
     await collection.insertOne(doc as never);
     return true;
@@ -37,8 +32,7 @@ export async function insertIfNew<T extends Document>(collection: AnyCollection<
   }
 }
 
-/** Inserts every document; returns those not inserted because their _id or unique key is taken. */
-export async function insertNew<T extends Document>(collection: AnyCollection<T>, docs: T[]): Promise<T[]> {
+export async function insertNew<T extends Document>(collection: Collection<T>, docs: T[]): Promise<T[]> {
   if (docs.length === 0) return [];
   try {
     await collection.insertMany(docs as never, { ordered: false });
@@ -52,34 +46,19 @@ export async function insertNew<T extends Document>(collection: AnyCollection<T>
   }
 }
 
-// ---------------------------------------------------------------- versioned update
-
-export interface Versioned {
-  _id: string;
-  /** Bumped by every versioned update: the compare-and-set guard. */
-  version: number;
-}
-
-/**
- * Check-and-set: applies `update` (and bumps `version`) only if the document still has the version
- * that was read. null when another writer got there first: read again and decide again.
- */
-export function updateVersioned<T extends Versioned>(
-  collection: AnyCollection<T>,
+/** Applies `update` (bumping `version`) only if the document still has the version read; else null. */
+export function updateVersioned<T extends { _id: string; version: number }>(
+  collection: Collection<T>,
   read: Pick<T, "_id" | "version">,
   update: UpdateFilter<T>,
 ): Promise<WithId<T> | null> {
-  const inc = { ...((update.$inc as Document | undefined) ?? {}), version: 1 };
   return collection.findOneAndUpdate(
     asFilter<T>({ _id: read._id, version: read.version }),
-    asUpdate<T>({ ...update, $inc: inc }),
+    asUpdate<T>({ ...update, $inc: { ...(update.$inc as Document | undefined), version: 1 } }),
     { returnDocument: "after" },
   );
 }
 
-// ---------------------------------------------------------------- the outbox
-
-/** An event written in the same document update as the state change it reports. */
 export interface OutboxEntry {
   eventId: string;
   occurredAt: Date;
@@ -87,7 +66,6 @@ export interface OutboxEntry {
   trace?: Record<string, string>;
 }
 
-/** A document that carries an outbox: events not yet published, and the relay's lease. */
 export interface OutboxFields<E extends OutboxEntry = OutboxEntry> {
   outbox: E[];
   relayUntil?: Date | null;
@@ -97,7 +75,6 @@ export interface OutboxFields<E extends OutboxEntry = OutboxEntry> {
 /** The fields of a new document with nothing to publish (spread into an insert). */
 export const emptyOutbox = (): OutboxFields<never> => ({ outbox: [], relayUntil: null, relayHolder: null });
 
-/** A new outbox entry: a fresh event id, the time, and the active trace context. */
 export function outboxEntry<F extends object>(fields: F, occurredAt = new Date()): F & OutboxEntry {
   const trace = traceHeaders();
   return { ...fields, eventId: newId("evt"), occurredAt, ...(Object.keys(trace).length > 0 ? { trace } : {}) };
@@ -108,62 +85,47 @@ export function pushEvent<E extends OutboxEntry>(entry: E): { $push: { outbox: E
   return { $push: { outbox: entry } };
 }
 
-const RELAY: LeaseFields = { until: "relayUntil", holder: "relayHolder" };
-
-/** Where one event went: its partition and offset on the topic. */
 export interface Published {
   partition: number;
   offset: bigint;
 }
 
 export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
-  /** What the events are, for spans and logs ("connection events"). */
   name: string;
-  collection: AnyCollection<D>;
+  collection: Collection<D>;
   producer: Pick<Producer, "send">;
   topic: string;
   logger: Logger;
   /** The message key of a document's events: all of them share it, so they keep their order. */
   key(doc: WithId<D>): string;
   value(doc: WithId<D>, entry: E): Uint8Array;
-  /** Headers of the message besides the trace headers. */
   headers?(entry: E): Record<string, string>;
   /** The event's name in its publish span ("publish connection.approved"); the outbox's name by default. */
   eventName?(entry: E): string;
   /** How long a relay may hold a document before another may publish its events again. */
   leaseMs?: number;
   sweepEveryMs?: number;
-  /**
-   * The array field that holds the entries, and the relay's lease fields: "outbox", "relayUntil" and
-   * "relayHolder" by default. A document may carry several outboxes (its events, its audit records:
-   * audit-trail.ts), each under its own names, relayed apart.
-   */
+  /** The entries' array and the relay's lease fields, for a document that carries several outboxes (audit-trail.ts). */
   field?: string;
   lease?: LeaseFields;
+  /** Documents that exist only to carry entries: deleted once relayed. */
+  dropEmpty?: boolean;
   /** What logs name a document by (its _id by default): for documents whose _id must not be logged. */
   logId?(id: unknown): unknown;
 }
 
 /**
- * How long a stopping process waits for an outbox's relays in flight. With Kafka gone a publish
- * retries for half a minute, past the 15 s a process gives itself to stop (run-service.ts); what a
- * relay could not publish stays in its document, for the next sweep of any replica (at least once).
+ * How long a stopping process waits for an outbox's relays in flight: a publish with Kafka gone
+ * retries past the 15 s a process has to stop. What was not published stays for the next sweep.
  */
 export const RELAY_STOP_MS = 3_000;
 
-/** Settles once every promise of the set has, including those added to it meanwhile. */
-export async function settleAll(inFlight: Set<Promise<unknown>>): Promise<void> {
-  while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
-}
-
 /**
- * The transactional outbox without transactions. A state change and its event are stored in ONE
- * document update (the entry is pushed into `outbox` with the new state), so both are stored or
- * neither is. A relay then takes the document's relay lease (one relay at a time per document,
- * across replicas, so events go out once and in order), publishes the entries, and only then pulls
- * them out. Relays run right after the write, in a periodic sweep, and at start; a crash anywhere
- * leaves the entries (and at worst a lease that runs out) for the next one: at least once,
- * deduplicated downstream on the event id.
+ * The transactional outbox without transactions: a state change and its event are ONE document
+ * update. A relay takes the document's relay lease (one relay per document across replicas, so
+ * events go out once and in order), publishes the entries, and only then pulls them out. Relays run
+ * right after the write, in a periodic sweep and at start; a crash anywhere leaves the entries for
+ * the next one: at least once, deduplicated downstream on the event id.
  */
 export class Outbox<D extends Document, E extends OutboxEntry> {
   private readonly leaseMs: number;
@@ -177,11 +139,10 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
   constructor(private readonly o: OutboxOptions<D, E>) {
     this.leaseMs = o.leaseMs ?? 30_000;
     this.field = o.field ?? "outbox";
-    this.lease = o.lease ?? RELAY;
+    this.lease = o.lease ?? { until: "relayUntil", holder: "relayHolder" };
     this.logId = o.logId ?? ((id) => id);
   }
 
-  /** The filter of documents holding at least one entry. */
   private pending(): Document {
     return { [`${this.field}.eventId`]: { $exists: true } };
   }
@@ -196,27 +157,16 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
 
   /** Right after a write that stored an entry: relays in the background; a failure is left to the sweep. */
   afterWrite(id: unknown): void {
-    this.track(
-      this.relay(id).catch((err: unknown) =>
-        this.o.logger.warn(
-          { err, id: this.logId(id), events: this.o.name },
-          "outbox relay failed; the sweep will retry",
-        ),
-      ),
-    );
+    const failed = (err: unknown) =>
+      this.o.logger.warn({ err, id: this.logId(id), events: this.o.name }, "outbox relay failed; the sweep will retry");
+    this.track(this.relay(id).catch(failed));
   }
 
-  /**
-   * Publishes and removes the entries of one document, unless another relay holds it. Returns
-   * where each event this call published went. Failures are logged, the lease given back, and the
-   * entries left for the sweep.
-   */
+  /** Publishes and pulls the entries of one document unless another relay holds it; where each went. */
   async relay(id: unknown): Promise<Map<string, Published>> {
     const published = new Map<string, Published>();
     const { collection, logger } = this.o;
-    // Each round: take the lease, publish what the document holds, then remove it and give the lease
-    // back in one write. Entries written meanwhile (their own relay found the lease taken) are
-    // found by the next round's take, which returns null once nothing is left.
+    // Entries written meanwhile (their own relay found the lease taken) are taken by the next round.
     for (;;) {
       const lease = await takeLease(collection, asFilter<D>({ _id: id, ...this.pending() }), this.lease, {
         ms: this.leaseMs,
@@ -234,6 +184,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
         update: asUpdate<D>({ $pull: { [this.field]: { eventId: { $in: entries.map((e) => e.eventId) } } } }),
       });
       if (!ended) return published; // the lease ran out and another relay took over (and publishes again)
+      if (this.o.dropEmpty) await collection.deleteOne(asFilter<D>({ _id: id, [this.field]: { $size: 0 } }));
     }
   }
 
@@ -262,7 +213,6 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     this.o.logger.info({ id: this.logId(doc._id), events: entries.map((e) => e.eventId) }, `${this.o.name} published`);
   }
 
-  /** Whether the event is still in the document's outbox (not published yet). */
   async holds(id: unknown, eventId: string): Promise<boolean> {
     return (
       (await this.o.collection.countDocuments(asFilter<D>({ _id: id, [`${this.field}.eventId`]: eventId }), {
@@ -278,14 +228,11 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
       .limit(limit)
       .toArray();
     await Promise.all(pending.map((d) => this.relay(d._id)));
+    if (this.o.dropEmpty) await this.o.collection.deleteMany(asFilter<D>({ [this.field]: { $size: 0 } }));
     return pending.length;
   }
 
-  /**
-   * The age of the oldest entry not published yet, in seconds (0: none), as
-   * pi_outbox_oldest_unrelayed_age_seconds{outbox}: an outbox that stopped relaying (Kafka down, a
-   * relay failing) shows as an age that grows. Read by the sweep index; every replica reports the same.
-   */
+  /** The age of the oldest entry not published yet, in seconds (0: none): pi_outbox_oldest_unrelayed_age_seconds{outbox}. */
   async oldestUnrelayedAgeSeconds(now = new Date()): Promise<number> {
     const oldest = await this.o.collection
       .find(asFilter<D>(this.pending()), { projection: { [`${this.field}.occurredAt`]: 1 } })
@@ -297,7 +244,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     return Number.isFinite(first) ? Math.max(0, (now.getTime() - first) / 1000) : 0;
   }
 
-  /** Sweeps now (events a crash left behind) and then every `sweepEveryMs`; measures the oldest entry left at each scrape. */
+  /** Sweeps now and every `sweepEveryMs`; measures the oldest entry at each scrape. */
   start(): void {
     this.sweeper ??= every(
       `${this.o.name} outbox sweep`,
@@ -324,9 +271,8 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     }
   }
 
-  /** Waits for the relays in flight. */
   async drain(): Promise<void> {
-    await settleAll(this.inFlight);
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
 
   private track(p: Promise<unknown>): void {

@@ -1,13 +1,10 @@
-// Which release this code is, and how releases compare (docs/upgrades.md, "Releases"). The list of
-// releases and their commits is releases.json at the repository's root; a unit test keeps RELEASE
-// equal to its `current` and to the chart's appVersion.
+// Which release this code is (releases.json's `current`, the chart's appVersion: a unit test checks)
+// and how releases compare (docs/upgrades.md, "Releases").
 
-/** The release this code is (or will be, until it is tagged): MAJOR.MINOR.PATCH. */
 export const RELEASE = "1.1.0";
 
 const SEMVER = /^(\d+)\.(\d+)\.(\d+)$/;
 
-/** Whether `v` is a release version, MAJOR.MINOR.PATCH. */
 export const isRelease = (v: unknown): v is string => typeof v === "string" && SEMVER.test(v);
 
 /** Negative when `a` is older than `b`, 0 when equal, positive when newer. */

@@ -184,9 +184,6 @@ export const settingsSchema = z.object({
   // (docs/connections.md, "Retention"). With the daily bound, one partner holds at most this many
   // days' openings of ended connections. The sweep never uses less than the reopen intervals.
   ENDED_CONNECTION_RETENTION_SECONDS: positiveInt.default(2 * 365 * 86400),
-  // How long a gateway may answer a connection's status from memory after reading it (a read
-  // lease: docs/connections.md, "Read leases"); a change of that connection waits for it. 0: off.
-  CONNECTION_READ_LEASE_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
   WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),

@@ -3,9 +3,8 @@ import type { Logger } from "./logger.js";
 import type { Settings } from "./settings.js";
 
 /**
- * Reads the token signing keys again every JWKS_REFRESH_SECONDS, after the first load: a key rotated
- * in is published that long before it starts signing (docs/authentication.md), so every auth replica
- * (from its database) and every gateway (from GetJwks) holds it before any token it signs arrives.
+ * Reads the token signing keys again every JWKS_REFRESH_SECONDS: a key rotated in is published that
+ * long before it signs (docs/authentication.md), so every holder has it before its first token.
  */
 export function refreshSigningKeys(
   settings: Pick<Settings, "JWKS_REFRESH_SECONDS">,

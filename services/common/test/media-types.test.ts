@@ -157,7 +157,7 @@ describe("the plain-text check decides as a whole-file UTF-8 decode would, howev
       // Mostly good text, now and then one bad piece.
       for (let i = 0, n = 1 + random(12); i < n; i++) parts.push(pieces[random(round % 3 === 0 ? pieces.length : 8)]!);
       const bytes = Buffer.concat(parts);
-      const checker = new TextChecker({ measure: true });
+      const checker = new TextChecker();
       let ok = true;
       for (let at = 0; at < bytes.length; ) {
         const len = random(6);
@@ -178,7 +178,7 @@ describe("the plain-text check decides as a whole-file UTF-8 decode would, howev
     for (const text of ["", "plain", "é€", "a😀b", "\uFEFFhello", "\uFEFF", "x\uFEFFy", "\uFEFF\uFEFF😀"]) {
       const bytes = Buffer.from(text);
       for (let split = 0; split <= bytes.length; split++) {
-        const checker = new TextChecker({ measure: true });
+        const checker = new TextChecker();
         checker.push(bytes.subarray(0, split));
         checker.push(bytes.subarray(split));
         expect({ text, split, ok: checker.end(), length: checker.length }).toEqual({

@@ -1,10 +1,7 @@
 import type { InternalStatus } from "./state-machine.js";
 
-// Caregiver acts are idempotent by their id (docs/connections.md, "Caregiver acts"), pure. The
-// caregiver's app (the operator CLI stands in for it) draws one id per tap and sends it again with
-// every retry, on any replica: a call whose outcome it did not learn (the replica died under it) may
-// have been applied. The connection remembers the acts that changed it, in the same update as the
-// change, so a repeat finds its id there and changes nothing; it answers the status the act produced.
+// Caregiver acts are idempotent by their id (docs/connections.md, "Caregiver acts"), pure: the
+// connection remembers the acts that changed it, so a retry changes nothing and answers what it did.
 
 /** An act that changed the connection: its id and the status it stored. */
 export interface AppliedAct {
@@ -12,10 +9,7 @@ export interface AppliedAct {
   status: InternalStatus;
 }
 
-/**
- * How many applied acts a connection remembers (the newest). A caregiver's app retries one act for
- * seconds; a connection changes a handful of times in its life, and only a caregiver's act adds here.
- */
+/** How many applied acts a connection remembers (the newest): retries last seconds. */
 export const REMEMBERED_ACTS = 16;
 
 /** The shape of an act id: what `newId("act")` draws, or another client's up to 64 characters of the same alphabet. */

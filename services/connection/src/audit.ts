@@ -2,10 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common/audit";
 import type { Trigger } from "./state-machine.js";
 
-// Who does what to a connection, for its audit records (docs/security.md, "Audit trail"): every
-// trigger of the state machine that changes a connection is recorded with the change, in the same
-// document update (connections.ts); the caregiver's acts that change nothing or are refused are
-// recorded by the routes.
+// Who does what to a connection, for its audit records (docs/security.md, "Audit trail").
 
 const actions: Record<Trigger, AuditAction> = {
   request: "connection.request",

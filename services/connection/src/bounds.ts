@@ -1,11 +1,8 @@
 import type { ConnectionMode, InternalStatus } from "./state-machine.js";
 import { forMode } from "@pi/common/mode";
 
-// The per-partner bounds on what POST /v1/connections may add (docs/connections.md, "Bounds"),
-// pure: which stored statuses hold a pending slot, whether a slot is free, whether a connection may
-// reopen yet, and what the repair sets a partner's slots to. slots.ts applies them to the one
-// counter document per partner and mode. Nothing here depends on whether an address resolved, so
-// the answer past a bound is the same for every address (guarantee 1).
+// The per-partner bounds on POST /v1/connections (docs/connections.md, "Bounds"), pure. Nothing here
+// depends on whether an address resolved (guarantee 1).
 
 export interface PendingLimits {
   live: number;
@@ -30,19 +27,12 @@ export function slotChange(from: InternalStatus, to: InternalStatus): "take" | "
   return "none";
 }
 
-/**
- * A slot frees when a caregiver acts, the partner deletes a pending connection, or a window ends
- * (the expiry sweep runs at least every minute): none of which can be foreseen, so a full partner
- * is told to try again in a minute.
- */
+/** When a slot frees cannot be foreseen: a full partner is told to try again in a minute. */
 export const PENDING_RETRY_AFTER_SECONDS = 60;
 
 export type Verdict = { ok: true } | { ok: false; retryAfterSeconds: number };
 
-/**
- * Whether a revoked or expired connection may reopen at `now`: not within `intervalSeconds` of its
- * last reopening (the first request does not count, so one reopening is always allowed).
- */
+/** Whether an ended connection may reopen at `now`: not within `intervalSeconds` of its last reopening. */
 export function reopenVerdict(reopenedAt: Date | null | undefined, now: Date, intervalSeconds: number): Verdict {
   if (!reopenedAt) return { ok: true };
   const waitMs = reopenedAt.getTime() + intervalSeconds * 1000 - now.getTime();
@@ -53,9 +43,8 @@ export function reopenVerdict(reopenedAt: Date | null | undefined, now: Date, in
 export type Holds = Record<string, Date>;
 
 /**
- * What the repair sets a partner's slots to: every connection that holds one by its stored status
- * (kept at its old time, or `now`), and the holds younger than `graceMs` whose connection does not
- * (a request between taking its slot and writing its connection). Undefined when already right.
+ * What the repair sets a partner's slots to: every connection holding one by its stored status, and
+ * holds younger than `graceMs` (a request between its two writes). Undefined when already right.
  */
 export function repairedHolds(
   current: Holds,

@@ -11,18 +11,10 @@ import type { Settings } from "@pi/common/settings";
 import { connectionAudit } from "./audit.js";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
-import { DatabaseClock } from "./clock-offset.js";
-import {
-  fenceUntil,
-  grantableLeaseMs,
-  leaseWaitMs,
-  partnerSeesNoChange,
-  statusesReadAlike,
-  type LeaseRules,
-} from "./read-lease.js";
 import { releaseOpening, takeOpening } from "./openings.js";
 import { releaseSlot, takeSlot } from "./slots.js";
 import {
+  awaitingSandboxApproval,
   effectiveStatus,
   externalStatus,
   initialState,
@@ -36,15 +28,12 @@ import {
 } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
-// Connections in the database: every state change is a compare-and-set on the document's version
-// (updateVersioned) that stores the new state and, when the change emits an event, its outbox entry
-// in the same update (no transactions: one document update carries both), with its audit record
-// (audit.ts) beside them. Two replicas acting on one connection at once: one write wins, the other
-// reads the new state and decides again.
+// Every state change is a compare-and-set on the document's version (updateVersioned) that stores
+// the new state with its outbox entry and audit record (no transactions: one document update).
 
 export type Clock = () => Date;
 
-/** The one connection of a (partner, mode, address): equalities on exactly the fields of its unique index. */
+/** Equalities on exactly the fields of the unique index. */
 export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({
   partnerId,
   mode,
@@ -54,60 +43,28 @@ export const connectionKey = (partnerId: string, mode: ConnectionMode, address: 
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
-  /** The act's earlier application, when its id had already changed the connection (acts.ts): nothing was done now. */
+  /** The act's earlier application (acts.ts): nothing was done now. */
   replayed?: AppliedAct;
 }
 
 const maxAttempts = 10;
 
-/** How many due sandbox approvals one round of one replica works on at once. */
-export const SANDBOX_APPROVAL_CONCURRENCY = 32;
+// Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
+// (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
+const LEGACY_LEASE_MARGIN_MS = 250;
+const LEGACY_FENCE_MS = 2_250;
 
-/**
- * Runs `work` on every item, at most `limit` at once; counts the items it returned true for. After a
- * failure no new item starts, and it throws once the ones under way have ended.
- */
-async function eachAtMost<T>(limit: number, items: readonly T[], work: (item: T) => Promise<boolean>): Promise<number> {
-  let next = 0;
-  let count = 0;
-  let failure: { err: unknown } | undefined;
-  const worker = async () => {
-    while (next < items.length && !failure) {
-      try {
-        if (await work(items[next++]!)) count++;
-      } catch (err) {
-        failure ??= { err };
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  if (failure) throw failure.err;
-  return count;
+const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1 } as const;
+
+/** Whether a partner reads `after` exactly as `before`, now and later (a decline). */
+export function partnerSeesNoChange(before: ConnectionState, after: ConnectionState, t: Timing): boolean {
+  return (
+    externalStatus(before, t) === externalStatus(after, t) &&
+    before.pendingSince.getTime() === after.pendingSince.getTime() &&
+    (before.approveAt?.getTime() ?? null) === (after.approveAt?.getTime() ?? null) &&
+    awaitingSandboxApproval(before) === awaitingSandboxApproval(after)
+  );
 }
-
-/** Clock slack between replicas of this service for read leases (read-lease.ts). */
-export const LEASE_MARGIN_MS = 250;
-
-/**
- * How far a replica's clock may be off the database's while it grants read leases: half the margin,
- * so that two replicas within it agree within the margin (clock-offset.ts); and how old its last
- * measurement may be (three rounds of CLOCK_CHECK_MS).
- */
-export const CLOCK_CHECK_MS = 15_000;
-export const CLOCK_RULES = { limitMs: LEASE_MARGIN_MS / 2, maxAgeMs: 3 * CLOCK_CHECK_MS };
-
-/** What a partner's read needs: the state (stateOf), the version and lease fields; not the outbox or audit entries. */
-const READ_FIELDS = {
-  _id: 1,
-  status: 1,
-  mode: 1,
-  elderId: 1,
-  pendingSince: 1,
-  approveAt: 1,
-  version: 1,
-  leasedUntil: 1,
-  fencedUntil: 1,
-} as const;
 
 export class Connections {
   private readonly sandbox: string;
@@ -125,73 +82,31 @@ export class Connections {
       | "TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
       | "CONNECTION_REOPEN_INTERVAL_SECONDS"
       | "TEST_CONNECTION_REOPEN_INTERVAL_SECONDS"
-      | "CONNECTION_READ_LEASE_MS"
     >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
     private readonly clock: Clock = () => new Date(),
     /** Called right after a write that stored an audit record (every change): its relay. */
     private readonly afterAudit: (connectionId: string) => void = () => undefined,
-    /** A test seam: awaited between a change's read and its compare-and-set write (the replica race test holds one replica here). */
+    /** A test seam between a change's read and its write (the replica race test). */
     private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
-    /**
-     * The database's clock as this replica measures it (clock-offset.ts), which lease times are kept
-     * on. Without one (store tests) the local clock stands in for it and no lease is granted.
-     */
-    private readonly databaseClock: DatabaseClock = new DatabaseClock(
-      () => Promise.reject(new Error("no database clock")),
-      clock,
-      CLOCK_RULES,
-    ),
   ) {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
-    this.leases = { leaseMs: settings.CONNECTION_READ_LEASE_MS, marginMs: LEASE_MARGIN_MS };
   }
 
-  private readonly leases: LeaseRules;
-
-  /**
-   * A partner's read: the connection (null when it is not theirs) and, when asked, a read lease on
-   * its status (read-lease.ts): granted by one conditional update on the version read and no
-   * writer's fence, so the status answered is the stored one for as long as the lease lasts.
-   */
-  async read(
-    filter: Filter<ConnectionDoc> & { _id: string },
-    lease: boolean,
-  ): Promise<{ doc: ConnectionDoc; leaseMs: number } | null> {
-    const doc = await this.store.connections.findOne(filter, { projection: READ_FIELDS });
-    if (!doc) return null;
-    // A replica that cannot vouch for its clock grants none: the poll reads through, as every poll
-    // would with leases off.
-    if (!lease || !this.databaseClock.leasesAllowed()) return { doc, leaseMs: 0 };
-    const now = this.databaseClock.now();
-    const fenced = doc.fencedUntil != null && doc.fencedUntil.getTime() > now.getTime();
-    const ms = fenced ? 0 : grantableLeaseMs(this.stateOf(doc), this.timing(), this.leases);
-    if (ms === 0) return { doc, leaseMs: 0 };
-    // Granted while the stored document still reads as it did (not on its version: a change a
-    // partner cannot see, a decline, must not cost a poll its lease), with no writer's fence. The
-    // version moves, so a writer that read before the grant loses its compare-and-set and sees it.
-    const granted = await this.store.connections.updateOne(
-      {
-        _id: doc._id,
-        status: { $in: statusesReadAlike(doc.status) },
-        pendingSince: doc.pendingSince,
-        approveAt: doc.approveAt,
-        $or: [{ fencedUntil: null }, { fencedUntil: { $lte: now } }],
-      },
-      { $max: { leasedUntil: new Date(now.getTime() + ms) }, $inc: { version: 1 } },
-    );
-    return { doc, leaseMs: granted.modifiedCount === 1 ? ms : 0 };
+  /** A partner's read: the connection, null when it is not theirs. */
+  read(filter: Filter<ConnectionDoc> & { _id: string }): Promise<ConnectionDoc | null> {
+    return this.store.connections.findOne(filter, { projection: READ_FIELDS });
   }
 
-  /** A change of a connection under read leases: fence new grants, then wait until the granted ones ended. */
-  private async waitForLeases(doc: ConnectionDoc): Promise<void> {
+  /** Fences new 1.1.0 leases on the connection, then waits until the granted ones ended. */
+  private async waitForLegacyLeases(doc: ConnectionDoc): Promise<void> {
     await this.store.connections.updateOne(
       { _id: doc._id },
-      { $max: { fencedUntil: fenceUntil(this.databaseClock.now(), this.leases) } },
+      { $max: { fencedUntil: new Date(Date.now() + LEGACY_FENCE_MS) } },
     );
     const fenced = await this.store.connections.findOne({ _id: doc._id }, { projection: { leasedUntil: 1 } });
-    const waitMs = leaseWaitMs(fenced?.leasedUntil, this.databaseClock.now(), this.leases);
+    const waitMs = (fenced?.leasedUntil?.getTime() ?? 0) + LEGACY_LEASE_MARGIN_MS - Date.now();
     if (waitMs > 0) await sleep(waitMs);
   }
 
@@ -217,11 +132,7 @@ export class Connections {
     return externalStatus(this.stateOf(doc), this.timing());
   }
 
-  /**
-   * Test credentials resolve only the sandbox elder; live ones every elder but it. Every case runs
-   * the same lookup by _id (store.ts), so the answer takes the same time whether or not the address
-   * resolves.
-   */
+  /** Test credentials resolve only the sandbox elder, live ones every other; one lookup by _id either way (guarantee 1). */
   async resolveElder(mode: ConnectionMode, address: string): Promise<string | null> {
     const elder = await this.store.elders.findOne({ _id: address });
     if (!elder || (mode === "test") !== (address === this.sandbox)) return null;
@@ -229,30 +140,19 @@ export class Connections {
   }
 
   private pendingLimit(mode: ConnectionMode): number {
-    return limitOf(
-      { live: this.settings.PENDING_CONNECTIONS_PER_PARTNER, test: this.settings.TEST_PENDING_CONNECTIONS_PER_PARTNER },
-      mode,
-    );
+    const { PENDING_CONNECTIONS_PER_PARTNER: live, TEST_PENDING_CONNECTIONS_PER_PARTNER: test } = this.settings;
+    return limitOf({ live, test }, mode);
   }
 
   private dailyLimit(mode: ConnectionMode): number {
-    return limitOf(
-      {
-        live: this.settings.CONNECTIONS_OPENED_PER_PARTNER_PER_DAY,
-        test: this.settings.TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY,
-      },
-      mode,
-    );
+    const { CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: live, TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: test } =
+      this.settings;
+    return limitOf({ live, test }, mode);
   }
 
   private reopenInterval(mode: ConnectionMode): number {
-    return limitOf(
-      {
-        live: this.settings.CONNECTION_REOPEN_INTERVAL_SECONDS,
-        test: this.settings.TEST_CONNECTION_REOPEN_INTERVAL_SECONDS,
-      },
-      mode,
-    );
+    const { CONNECTION_REOPEN_INTERVAL_SECONDS: live, TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: test } = this.settings;
+    return limitOf({ live, test }, mode);
   }
 
   /**
@@ -342,7 +242,7 @@ export class Connections {
     trigger: Trigger,
     opts: { elderId?: string | null; resolve?: boolean; actId?: string } = {},
   ): Promise<Applied | null> {
-    // Only writes lost to another writer count; waits for read leases do not (each fences anew).
+    // Only writes lost to another writer count; waits for 1.1.0's read leases do not.
     for (let conflicts = 0; conflicts < maxAttempts; ) {
       const doc = await this.store.connections.findOne(filter);
       if (!doc) return null;
@@ -370,10 +270,9 @@ export class Connections {
         pendingSince: outcome.pendingSince ?? doc.pendingSince,
         approveAt: outcome.approveAt,
       };
-      const visible = !partnerSeesNoChange(this.stateOf(doc, elderId), after, t);
-      if (visible && leaseWaitMs(doc.leasedUntil, this.databaseClock.now(), this.leases) > 0) {
-        // Gateways may be answering the current status from memory: no change of it is stored until they stop.
-        await this.waitForLeases(doc);
+      const leased = (doc.leasedUntil?.getTime() ?? 0) + LEGACY_LEASE_MARGIN_MS > Date.now();
+      if (leased && !partnerSeesNoChange(this.stateOf(doc, elderId), after, t)) {
+        await this.waitForLegacyLeases(doc);
         continue;
       }
       const slot = slotChange(doc.status, outcome.to);
@@ -418,8 +317,6 @@ export class Connections {
           ...(opts.actId !== undefined
             ? { caregiverActs: rememberAct(doc.caregiverActs, { id: opts.actId, status: outcome.to }) }
             : {}),
-          // A visible change ends the fence it waited behind; an invisible one leaves any fence to its writer.
-          ...(visible ? { fencedUntil: null } : {}),
         },
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
@@ -449,26 +346,16 @@ export class Connections {
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 
-  /**
-   * Approves every sandbox connection whose delay has passed; returns how many it approved. Due ones
-   * are read `batch` at a time, as long as a batch comes back full, and approved `concurrency` at
-   * a time: an approval that waits out a gateway's read lease (up to 1.25 s) holds up only its own
-   * worker, so a burst of due connections, every one polled, approves in (count / concurrency) ×
-   * (one approval) (docs/connections.md, "Sandbox auto-approval").
-   */
-  async approveDue(batch = 500, concurrency = SANDBOX_APPROVAL_CONCURRENCY): Promise<number> {
+  /** Approves every sandbox connection whose delay has passed, `batch` at a time; returns how many it approved. */
+  async approveDue(batch = 500): Promise<number> {
     let approved = 0;
     for (;;) {
-      const { now } = this.timing();
       const due = await this.store.connections
-        .find({ status: "pending", mode: "test", approveAt: { $lte: now } }, { projection: { _id: 1 } })
+        .find({ status: "pending", mode: "test", approveAt: { $lte: this.clock() } }, { projection: { _id: 1 } })
         .limit(batch)
         .toArray();
-      const changed = await eachAtMost(
-        concurrency,
-        due,
-        async ({ _id }) => (await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change",
-      );
+      let changed = 0;
+      for (const { _id } of due) if ((await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change") changed++;
       approved += changed;
       // A full batch that approved nothing (another replica's round took them) is left to the next round.
       if (due.length < batch || changed === 0) return approved;

@@ -4,11 +4,8 @@ import { rateLimitedError } from "@pi/common/errors";
 import { dayKey, oldestKeptDay, secondsUntilNextDay } from "./bounds.js";
 import type { ConnectionMode } from "./state-machine.js";
 
-// The per-day bound on connections opened across replicas (docs/connections.md, "Bounds"), by the
-// mechanism of the pending slots (slots.ts): one counter document per partner, mode and UTC day,
-// and taking an opening is ONE conditional update (`count < bound`, with no document yet an
-// upsert), so two replicas cannot both take the last one. Every new connection document counts,
-// whether or not its address resolved; the repair round deletes the counters of past days.
+// The per-day bound on connections opened (docs/connections.md, "Bounds"), as slots.ts: one counter
+// per partner, mode and UTC day, taken by ONE conditional update.
 
 export interface OpeningsDoc {
   _id: string; // `<partnerId>:<mode>:<YYYY-MM-DD>`
@@ -27,10 +24,7 @@ export const dailyBoundReached = (now: Date) =>
     secondsUntilNextDay(now),
   );
 
-/**
- * Counts one connection opened by the partner on `now`'s UTC day and returns the counter's id (to
- * give it back with releaseOpening); throws the 429 error when `limit` were already opened that day.
- */
+/** Counts one opening on `now`'s UTC day; returns the counter's id, or throws the 429 past `limit`. */
 export async function takeOpening(
   openings: Collection<OpeningsDoc>,
   partnerId: string,

@@ -7,9 +7,7 @@ import type { Logger } from "@pi/common/logger";
 import { modeToProto } from "@pi/common/mode";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
-// Connection events go out through the one outbox of @pi/common (services/common/src/persistence.ts):
-// each state change pushes its event into the connection document in the same update, and the
-// relay publishes it right after, in the periodic sweep, and at start.
+// Connection events go out through the one outbox of @pi/common (persistence.ts).
 
 const { ConnectionEventSchema } = eventsv1;
 

@@ -3,12 +3,7 @@ import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
 import type { Logger } from "@pi/common/logger";
 import type { ConnectionDoc } from "./store.js";
 
-// Retention of ended connections (docs/connections.md, "Retention"): a connection whose stored
-// status is revoked or expired, unchanged for ENDED_CONNECTION_RETENTION_SECONDS and with nothing
-// left to publish (its event and audit record relayed), is deleted. Its id then reads as unknown,
-// and a request for its address opens a new connection under the daily bound. Pending and declined
-// connections are never deleted here: the expiry sweep first ends them, and retention counts from
-// that change (updatedAt).
+// Retention of ended connections (docs/connections.md, "Retention").
 
 const ENDED: ConnectionDoc["status"][] = ["revoked", "expired"];
 
@@ -30,8 +25,7 @@ export const endedBefore = (cutoff: Date): Filter<ConnectionDoc> => ({
 
 /**
  * Deletes the connections due at `cutoff`, `batch` ids at a time; returns how many. The deletion
- * repeats the filter, so a connection reopened (or given an event) since its id was read stays.
- * `renew`, called before each deletion, keeps the round's lease; the round stops once it is lost.
+ * repeats the filter, so one reopened since its id was read stays. Stops once `renew` loses the lease.
  */
 export async function deleteEndedConnections(
   connections: Collection<ConnectionDoc>,

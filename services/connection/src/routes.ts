@@ -120,11 +120,7 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     return { result: { id, internalStatus: internalEnum[status] } };
   }
 
-  /**
-   * A partner's test helper on its own test connection. A change records itself (connections.ts); an
-   * act that changed nothing, or was refused, is recorded here, with the partner as its actor. Any
-   * other mode, an unknown id and another partner's id are the one NOT_FOUND of ownedFilter.
-   */
+  /** A partner's test helper on its own test connection; anything else is the one NOT_FOUND of ownedFilter. */
   async function testHelperAct(req: connectionv1.ActOnTestConnectionRequest) {
     const trigger = testHelperTriggers[req.act];
     if (!trigger) throw new ConnectError("act is required", Code.InvalidArgument);
@@ -156,9 +152,10 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     },
 
     async getConnection(req) {
-      const read = await connections.read(ownedFilter(req), req.lease);
-      if (!read) throw notFound();
-      return { ...partnerView(read.doc), leaseMs: read.leaseMs };
+      // No read lease (lease_ms 0): a 1.1.0 gateway asking for one reads through.
+      const doc = await connections.read(ownedFilter(req));
+      if (!doc) throw notFound();
+      return partnerView(doc);
     },
 
     async revokeConnection(req) {

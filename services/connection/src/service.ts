@@ -10,8 +10,7 @@ import { topicName } from "@pi/common/topics";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
-import { CLOCK_CHECK_MS, CLOCK_RULES, Connections, type Clock } from "./connections.js";
-import { DatabaseClock } from "./clock-offset.js";
+import { Connections, type Clock } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { endedConnectionCutoff, retentionRound } from "./retention.js";
@@ -48,33 +47,12 @@ export function roundIntervals(
 
 /** Test seams: nothing in production passes them. */
 export interface ConnectionServiceSeams {
-  /**
-   * Runs right after a write that stored an event, before its publish: the crash test kills the
-   * process here (test/support/connection-crash-main.mjs).
-   */
+  /** Runs after a write that stored an event, before its publish: the crash test kills the process here. */
   beforePublish?: (connectionId: string) => void;
-  /** Awaited between a change's read and its compare-and-set write: the replica race test holds one replica here. */
+  /** Awaited between a change's read and its write: the replica race test holds one replica here. */
   beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
-  /** This replica's wall clock: the clock tests skew one replica's (connection-clocks.integration.test.ts). */
+  /** This replica's wall clock. */
   clock?: Clock;
-}
-
-/**
- * The database's clock, read by an aggregation over the one document every deployment has (the
- * sandbox elder): `$$NOW`, which MongoDB and the local MongoDB-wire server both serve.
- */
-export function databaseNowReader(store: ConnectionStore, sandboxAddress: string): () => Promise<Date> {
-  return async () => {
-    const [row] = await store.elders
-      .aggregate<{ now: Date }>([
-        { $match: { _id: sandboxAddress } },
-        { $limit: 1 },
-        { $project: { _id: 0, now: "$$NOW" } },
-      ])
-      .toArray();
-    if (!(row?.now instanceof Date)) throw new Error("the database did not tell its time");
-    return row.now;
-  };
 }
 
 export async function startConnectionService(
@@ -122,18 +100,6 @@ export async function startConnectionService(
     outbox.afterWrite(connectionId);
   };
   const clock: Clock = seams.clock ?? (() => new Date());
-  const databaseClock = new DatabaseClock(
-    databaseNowReader(store, sandboxElderAddress(settings.ADDRESS_DOMAIN)),
-    clock,
-    CLOCK_RULES,
-    logger,
-  );
-  // Measured before the first poll is served, so that leases are granted from the start.
-  await databaseClock
-    .measure()
-    .catch((err: unknown) =>
-      logger.warn({ err }, "could not read the database's clock; read leases wait for the next measurement"),
-    );
   const connections = new Connections(
     store,
     settings,
@@ -141,7 +107,6 @@ export async function startConnectionService(
     clock,
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,
-    databaseClock,
   );
 
   const server = await startConnectServer({
@@ -171,8 +136,6 @@ export async function startConnectionService(
   const endedCutoff = () =>
     endedConnectionCutoff(new Date(), settings.ENDED_CONNECTION_RETENTION_SECONDS, reopenSeconds);
   const rounds = [
-    // Read leases compare lease ends on the database's clock: each replica measures its own against it (clock-offset.ts).
-    every("clock offset", CLOCK_CHECK_MS, () => databaseClock.measure(), logger, { runAtStart: false }),
     every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
     every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
     // One replica at a time recounts the pending slots and deletes past days' opening counters (slots.ts); the others skip the round.

@@ -5,13 +5,9 @@ import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds
 import { deletePastOpenings } from "./openings.js";
 import type { ConnectionMode, ConnectionStore } from "./store.js";
 
-// The pending-connection bound across replicas (docs/connections.md, "Bounds"), by the mechanism of
-// file-intake's storage quota: one counter document per partner and mode, and every change of it
-// ONE conditional update, so that two replicas cannot both take the last slot. A slot is a field
-// of `holds` named by its connection's id, taken before the connection becomes pending and given
-// back after it stops being pending; `count` is the number of fields, kept beside them so that the
-// update's filter can compare it. A process that dies between the two writes leaves a count that
-// is off: the repair (a leased periodic round) recounts from the connections themselves.
+// The pending-connection bound across replicas (docs/connections.md, "Bounds"): one counter document
+// per partner and mode, each change ONE conditional update. A slot is a field of `holds` named by its
+// connection's id; `count` sits beside them for the filter. The repair recounts what a crash left off.
 
 export interface SlotsDoc {
   _id: string; // `<partnerId>:<mode>`
@@ -34,10 +30,7 @@ export const pendingBoundReached = () =>
 
 const holdField = (connectionId: string) => `holds.${connectionId}`;
 
-/**
- * Takes a slot for `connectionId`: "taken", or "held" when it already had one; throws the 429 error
- * when the partner's `limit` slots are all taken.
- */
+/** Takes a slot for `connectionId` ("held" when it had one); throws the 429 when all `limit` are taken. */
 export async function takeSlot(
   slots: Collection<SlotsDoc>,
   partnerId: string,
@@ -87,11 +80,7 @@ export async function releaseSlot(
 /** A slot whose connection is not pending is kept this long: a request between its two writes. */
 export const SLOT_GRACE_MS = 60_000;
 
-/**
- * Sets every partner's slots to what its connections hold (bounds.ts, repairedHolds), each by a
- * compare-and-set on `version` (updateVersioned; a counter that changed meanwhile is left to the next round). Returns how
- * many counters it corrected. `renew` keeps the round's lease.
- */
+/** Sets every partner's slots to what its connections hold (repairedHolds), by compare-and-set; returns how many changed. */
 export async function repairSlots(
   store: Pick<ConnectionStore, "connections" | "slots">,
   now: Date,
@@ -118,10 +107,7 @@ export async function repairSlots(
   return repaired;
 }
 
-/**
- * The bounds' repair round (one replica at a time, every minute: service.ts): deletes the opening
- * counters of days before yesterday (openings.ts), then recounts the pending slots (repairSlots).
- */
+/** The bounds' repair round: deletes past days' opening counters, then recounts the pending slots. */
 export async function repairCounters(
   store: Pick<ConnectionStore, "connections" | "slots" | "openings">,
   now: Date,

@@ -1,7 +1,4 @@
-// The connection state machine, as pure functions: what every trigger does to a connection in every
-// state, what a partner sees, and which changes emit an event. The routes, the sandbox scheduler and
-// the expiry sweep all go through `transition`, so there is one table and docs/connections.md
-// describes it row by row.
+// The connection state machine, pure: every change goes through `transition` (docs/connections.md).
 
 import type { PartnerMode } from "@pi/common/mode";
 
@@ -40,10 +37,7 @@ export type Trigger =
   | "delete"
   /** The periodic sweep that persists what reads already show. */
   | "expire"
-  /**
-   * A partner's test helpers (POST /v1/test_helpers/connections/{id}/...), on its own test
-   * connections only: the caregiver's three acts, and the end of the pending window, at once.
-   */
+  /** A partner's test helpers, on its own test connections only. */
   | TestHelperTrigger;
 
 export type TestHelperTrigger = "test_approve" | "test_decline" | "test_sever" | "test_expire";
@@ -105,10 +99,7 @@ function reopen(s: ConnectionState, t: Timing): Outcome {
 /** Who performs a caregiver's act: the caregiver (live connections), or a partner's test helper (its test ones). */
 type ActedBy = "caregiver" | "test_helper";
 
-/**
- * The caregiver acts only on live connections whose address resolved to an elder; a test helper
- * stands in for the caregiver on test connections only, under the same rules.
- */
+/** The caregiver acts on resolved live connections; a test helper stands in for it on test ones. */
 function caregiverRefusal(s: ConnectionState, by: ActedBy): Outcome | undefined {
   if (by === "caregiver" && s.mode === "test")
     return refused("test connections are approved automatically; no caregiver acts on them");
@@ -161,10 +152,7 @@ function expireNow(s: ConnectionState, status: InternalStatus): Outcome {
   return refused(`the connection is ${status}; only a pending connection can expire`);
 }
 
-/**
- * The table. `s.resolved` must be the current resolution for "request" and "approve" (the caller
- * re-resolves the address when it had not resolved before).
- */
+/** The table. `s.resolved` must be current for "request" and "approve". */
 export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Outcome {
   const status = effectiveStatus(s, t);
   switch (trigger) {

@@ -9,12 +9,7 @@ import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "
 
 export type { ConnectionMode, InternalStatus };
 
-/**
- * The elder registry, keyed by the normalised address. Resolving an address is then a lookup by _id,
- * which costs the same whether or not the address exists (a query on another field may scan and
- * stop at the first match: a timing oracle for guarantee 1). The collection replaced "elders"
- * (keyed by elder id) before release.
- */
+/** The elder registry, keyed by the normalised address: a lookup by _id costs the same found or not (guarantee 1). */
 export interface ElderDoc extends AuditCarrier {
   _id: string;
   elderId: string;
@@ -39,21 +34,16 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   pendingSince: Date;
   // Due time of the sandbox auto-approval; null for every connection that does not wait for one.
   approveAt: Date | null;
-  // When a request last reopened it (revoked or expired to pending): the reopen bound's clock
-  // (bounds.ts, reopenVerdict). Null or absent until the first reopening.
+  // When a request last reopened it: the reopen bound's clock (reopenVerdict).
   reopenedAt?: Date | null;
-  // Bumped by every state change and every read lease granted: the compare-and-set guard of a
-  // transition (updateVersioned), which a lease granted after the transition's read makes fail.
+  // Bumped by every state change (and by 1.1.0's read leases): the compare-and-set guard (updateVersioned).
   version: number;
-  // Read leases (read-lease.ts): the end of the last one granted, and a writer's fence against new
-  // ones, both on the database's clock (clock-offset.ts).
+  // 1.1.0's read leases (connections.ts, waitForLegacyLeases): written by 1.1.0 replicas only.
   leasedUntil?: Date | null;
   fencedUntil?: Date | null;
-  // The newest caregiver acts that changed it, by act id (acts.ts): a repeat of one changes nothing.
-  // Absent on connections no act with an id has changed.
+  // The newest caregiver acts that changed it, by act id (acts.ts).
   caregiverActs?: AppliedAct[];
-  // Trace headers of the request that created the connection: later state changes (a caregiver's
-  // approve, days later) continue that trace, so one trace shows a connection's whole life.
+  // Trace headers of the creating request: later changes continue that trace.
   trace?: Record<string, string>;
   createdAt: Date;
   updatedAt: Date;

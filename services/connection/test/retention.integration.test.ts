@@ -122,7 +122,7 @@ describe("ended connections are bounded by ENDED_CONNECTION_RETENTION_SECONDS", 
     tick(retention + 1);
     expect(await deleteEndedConnections(store.connections, cutoff())).toBeGreaterThanOrEqual(1);
 
-    expect(await c.read({ _id: first._id, partnerId }, false)).toBeNull();
+    expect(await c.read({ _id: first._id, partnerId })).toBeNull();
     expect(await c.apply({ _id: first._id, partnerId }, "delete")).toBeNull();
 
     const day = openingsKey(partnerId, "live", dayKey(clock.now()));
@@ -131,7 +131,7 @@ describe("ended connections are bounded by ENDED_CONNECTION_RETENTION_SECONDS", 
     expect(again._id).not.toBe(first._id);
     expect(again.status).toBe("pending");
     expect((await store.openings.findOne({ _id: day }))?.count).toBe(openedBefore + 1);
-    expect((await c.read({ _id: again._id, partnerId }, false))?.doc._id).toBe(again._id);
+    expect((await c.read({ _id: again._id, partnerId }))?._id).toBe(again._id);
   });
 
   it("a connection reopened after the sweep read its id stays: the deletion repeats the rule", async () => {

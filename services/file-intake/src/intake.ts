@@ -140,7 +140,7 @@ async function receive(
   let committed = false;
   try {
     const hash = createHash("sha256");
-    const text = type.mediaType === TEXT_MEDIA_TYPE ? new TextChecker({ measure: true }) : undefined;
+    const text = type.mediaType === TEXT_MEDIA_TYPE ? new TextChecker() : undefined;
     let size = 0;
     const take = async (chunk: Uint8Array) => {
       size += chunk.length;

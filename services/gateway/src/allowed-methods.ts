@@ -4,10 +4,9 @@ import type { GatewayState } from "./context.js";
 import { PartnerError } from "./errors.js";
 
 /**
- * A router's allowedMethods, answered with the envelope: a known path with another method is the
- * one 405 method_not_allowed, with the Allow header RFC 9110 requires (the router sets it; the
- * envelope keeps it). A method the router does not implement at all (PROPFIND, ...) is the same
- * 405 on a known path and the one 404 elsewhere, never the router's bare 501.
+ * A router's allowedMethods, answered with the envelope: another method on a known path is the one
+ * 405 with its Allow header; an unknown method (PROPFIND) the same 405 there and the one 404
+ * elsewhere, never the router's bare 501.
  */
 export function allowedMethods(router: Router<GatewayState>): Middleware<GatewayState> {
   const inner = router.allowedMethods() as unknown as Middleware<GatewayState>;

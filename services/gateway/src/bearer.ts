@@ -91,14 +91,10 @@ const UNKNOWN_KID_REFRESH_MS = 5_000;
 const VERIFIED_TOKENS_MAX = 4_096;
 
 /**
- * Verifies bearer tokens locally against the auth service's public keys (no call per request).
- * The key set is refreshed periodically (service.ts) and when a token names an unknown key id,
- * at most every few seconds, so a flood of forged key ids cannot turn into a flood of calls.
- *
- * A token that passed is remembered with its claims (the ES256 verification is most of a request's
- * work): later uses check only its expiry, and the revocation list on every use. A key set that
- * changes forgets them all, so a token under a retired key is refused from the next refresh on; a
- * revoked key (a partner event) makes it forget that key's tokens at once and refresh the key set.
+ * Verifies bearer tokens locally against the auth service's public keys, refreshed periodically and
+ * for an unknown key id (at most every few seconds). A token that passed is remembered with its
+ * claims (it can never change again under one key set); expiry and the revocation list are checked
+ * on every use.
  */
 export class BearerVerifier {
   private keySet?: ReturnType<typeof createLocalJWKSet>;
@@ -114,18 +110,11 @@ export class BearerVerifier {
     readonly revocations: RevocationList,
     private readonly now: () => number = Date.now,
   ) {
-    revocations.onKeyRevoked((kid) => this.forgetKey(kid));
-  }
-
-  /** Forgets every remembered token signed by `kid`, and lets the next unknown key id refresh the key set at once. */
-  private forgetKey(kid: string): void {
-    const doomed: string[] = [];
-    this.verified.forEach((v, token) => {
-      if (v.kid === kid) doomed.push(token);
+    // The key's tokens are refused by the list on every use; the key set is refreshed for its replacement.
+    revocations.onKeyRevoked(() => {
+      this.lastRefresh = 0;
+      if (this.keySet) this.refreshKeys().catch(() => undefined); // the periodic refresh tries again
     });
-    for (const token of doomed) this.verified.delete(token);
-    this.lastRefresh = 0;
-    if (this.keySet) this.refreshKeys().catch(() => undefined); // the periodic refresh tries again
   }
 
   /** How many verified tokens are remembered (tests). */

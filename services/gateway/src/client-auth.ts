@@ -1,7 +1,5 @@
-// Client authentication at the token endpoint (RFC 6749 section 2.3.1): the client id and secret
-// in an HTTP Basic header, each form-urlencoded (appendix B) before the pair is base64-encoded, or
-// as the body fields client_id and client_secret; or a signed client assertion (private_key_jwt,
-// RFC 7523 section 2.2) in client_assertion_type and client_assertion. One method per request.
+// Client authentication at the token endpoint: HTTP Basic or body fields (RFC 6749 section 2.3.1),
+// or a client assertion (private_key_jwt, RFC 7523 section 2.2). One method per request.
 
 export interface ClientCredentials {
   /** With an assertion: the body's client_id, or "" (the assertion names the client). */
@@ -51,11 +49,7 @@ export function parseBasicAuthorization(header: string): ClientCredentials | und
   return { clientId, clientSecret };
 }
 
-/**
- * Which method the request authenticates with. Not ok (invalid_request): an Authorization header
- * that is not a well-formed Basic one; Basic together with a body client_secret (two methods); Basic
- * with a body client_id naming another client; neither method complete.
- */
+/** Which method the request authenticates with; not ok (invalid_request) for none, two, or a malformed one. */
 export function clientAuthentication(
   authorization: string | undefined,
   body: { client_id?: string; client_secret?: string; client_assertion_type?: string; client_assertion?: string },

@@ -2,9 +2,8 @@ import type { Middleware } from "koa";
 import type { DeprecationRule } from "@pi/common/settings";
 import type { GatewayState } from "./context.js";
 
-// Deprecation of a version or an operation, from API_DEPRECATIONS (services/common/src/settings.ts):
-// the answers of a deprecated route carry Deprecation (RFC 9745), Sunset (RFC 8594) and, with a
-// link, Link rel="deprecation". docs/edge.md, "Versioning".
+// API_DEPRECATIONS: a deprecated route's answers carry Deprecation (RFC 9745), Sunset (RFC 8594) and
+// Link rel="deprecation" (docs/edge.md, "Versioning").
 
 interface CompiledRule {
   rule: DeprecationRule;
@@ -33,7 +32,6 @@ export function deprecationFor(
   );
 }
 
-/** The headers of a deprecated route's answers. */
 export function deprecationHeaders(rule: DeprecationRule): Record<string, string> {
   return {
     Deprecation: `@${Math.floor(rule.deprecation.getTime() / 1000)}`,

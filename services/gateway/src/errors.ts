@@ -3,10 +3,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason, reasonOf } from "@pi/common/errors";
 import type { commonv1 } from "@pi/proto";
 
-// The one table of partner-facing /v1 errors. Every /v1 error leaves the gateway through it, so a
-// given code always has the same status, type and message: that sameness is what makes the
-// no-oracle guarantees hold (one 404 body for unknown and foreign ids, one 403 body for every
-// reason a send is refused).
+// The one table of partner-facing errors: a code always has the same status, type and message,
+// which is what the no-oracle guarantees rest on (one 404 body for unknown and foreign ids).
 export const PARTNER_ERRORS = {
   invalid_request: { status: 400, type: "invalid_request_error", message: "The request is malformed." },
   unauthorized: {
@@ -57,7 +55,7 @@ export const PARTNER_ERRORS = {
 
 export type PartnerErrorCode = keyof typeof PARTNER_ERRORS;
 
-/** Thrown anywhere in a /v1 handler; rendered as the envelope by renderPartnerErrors. */
+/** Thrown anywhere in a handler; rendered as the envelope by sendPartnerError. */
 export class PartnerError extends Error {
   constructor(
     readonly code: PartnerErrorCode,
@@ -83,10 +81,7 @@ const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
   [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: "unsupported_media_type",
 };
 
-/**
- * The partner's files in this mode, stored and in flight, would pass its storage quota: a 429 like
- * the other bounds, with its own message (it concerns only the partner's own uploads).
- */
+/** The partner's files in this mode would pass its storage quota: a 429 with its own message. */
 export const storageQuotaExceeded = (retryAfterSeconds: number) =>
   new PartnerError("rate_limited", {
     message:
@@ -158,8 +153,7 @@ function causedByNetwork(err: unknown): boolean {
   return false;
 }
 
-// A client mistake reported by Koa or a library as an http-errors error (status 4xx, expose true):
-// its partner error, never a 500. The routes map the errors they expect themselves; this is the net.
+// The net under the routes: a client mistake Koa or a library reports as an http-errors 4xx is never a 500.
 const httpStatusToCode: Record<number, PartnerErrorCode> = {
   404: "not_found",
   405: "method_not_allowed",

@@ -1,8 +1,7 @@
 import { isWebhookEventType, WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common/webhook-events";
 import { PartnerError } from "./errors.js";
 
-// The query of GET /v1/events: `limit` (1 to 100, default 10), `starting_after` (an evt_ id) and
-// `type` (one event type), each at most once; anything else is a 400 naming the parameter.
+// The query of GET /v1/events, each parameter at most once; anything else is a 400 naming it.
 
 export const EVENTS_LIMIT_DEFAULT = 10;
 export const EVENTS_LIMIT_MAX = 100;
@@ -21,7 +20,7 @@ export interface EventsQuery {
 
 const invalid = (param: string, message: string) => new PartnerError("invalid_request", { message, param });
 
-/** The query as Koa parses it (a repeated parameter is an array); throws the 400 envelope for anything off. */
+/** The query as Koa parses it (a repeated parameter is an array); throws the 400 for anything off. */
 export function parseEventsQuery(query: Record<string, string | string[] | undefined>): EventsQuery {
   for (const [name, value] of Object.entries(query)) {
     if (!KNOWN.has(name))
@@ -46,7 +45,7 @@ export function parseEventsQuery(query: Record<string, string | string[] | undef
   return out;
 }
 
-/** The list object, from the events' stored bodies: the exact bytes every webhook delivery of them carried. */
+/** The list object from the events' stored bodies: the bytes their webhook deliveries carried. */
 export function eventsListJson(bodies: readonly string[], hasMore: boolean): string {
   return `{"data":[${bodies.join(",")}],"has_more":${hasMore}}`;
 }

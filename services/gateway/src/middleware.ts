@@ -10,11 +10,10 @@ export function handleErrors(logger: Logger): Middleware<GatewayState> {
   return async (ctx, next) => {
     const started = performance.now();
     ctx.state.requestId = newId("req");
-    // On every answer, so that a partner can quote it and an operator find the request's log lines.
     ctx.set("X-Request-Id", ctx.state.requestId);
     try {
       await next();
-      // Nothing answered. Checked here, outermost, so that the routers' allowedMethods (405) run first.
+      // Outermost, so that the routers' allowedMethods (405) run first.
       if (ctx.status === 404 && ctx.body === undefined) throw new PartnerError("not_found");
     } catch (err) {
       const partnerError = partnerErrorFromInternal(err);

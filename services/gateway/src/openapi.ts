@@ -16,8 +16,7 @@ export function openApiDocument(): OpenApiDocument {
   if (!loaded) {
     const yaml = readFileSync(OPENAPI_FILE, "utf8");
     let json: Record<string, unknown> | undefined;
-    // Parsed on first use, not at start: the parse is the slow part, and most gateways (every
-    // in-memory one of the unit tests) never serve the JSON.
+    // Parsed on first use: the slow part, which most gateways (all of the unit tests') never need.
     loaded = {
       yaml,
       get json() {

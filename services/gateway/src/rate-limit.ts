@@ -3,18 +3,14 @@ import { RateLimiterMemory, RateLimiterRes } from "rate-limiter-flexible";
 import type { GatewayContext, GatewayState } from "./context.js";
 import { PartnerError } from "./errors.js";
 
-// The two limits of the spec's "Limits", both per gateway instance (in memory, as the spec says):
-// per authenticated partner on /v1/* and per client IP on POST /oauth/token. docs/edge.md.
+// The spec's two limits, in memory per gateway instance as it says (docs/edge.md).
 
 /** Retry-After for a limiter's answer: whole seconds, rounded up, and never 0. */
 export function retryAfterSeconds(msBeforeNext: number): number {
   return Math.max(1, Math.ceil(msBeforeNext / 1000));
 }
 
-/**
- * Takes one point from `key`'s budget, or throws the one 429 rate_limited with Retry-After. A
- * request without a key (none can be told) is not limited here.
- */
+/** Takes one point from `key`'s budget, or throws the one 429 with Retry-After; no key, no limit. */
 export function rateLimit(
   limiter: RateLimiterMemory,
   keyOf: (ctx: GatewayContext) => string | undefined,
@@ -42,9 +38,8 @@ export function partnerRateLimit(perSecond: number): Middleware<GatewayState> {
 }
 
 /**
- * Per client IP on POST /oauth/token, counted before the body is read: every attempt counts,
- * well-formed or not, successful or not. `ctx.ip` is the socket's address, or the address the
- * trusted proxies saw when TRUSTED_PROXY_HOPS > 0 (Koa's `proxy` and `maxIpsCount`, set in app.ts).
+ * Per client IP on POST /oauth/token, before the body is read: every attempt counts. `ctx.ip` is
+ * what the trusted proxies saw when TRUSTED_PROXY_HOPS > 0 (app.ts).
  */
 export function tokenRateLimit(perMinute: number): Middleware<GatewayState> {
   const limiter = new RateLimiterMemory({ keyPrefix: "token", points: perMinute, duration: 60 });

@@ -26,12 +26,7 @@ export function applyPartnerEvent(list: RevocationList, event: eventsv1.PartnerE
   }
 }
 
-/**
- * Keeps a gateway's revocation list current: a snapshot of every revocation from the auth service,
- * taken after the end of the partner-events topic was read, then the topic from that end
- * (followPartnerEvents of @pi/common). The gateway reports its position through
- * ReportGatewayPosition before it takes traffic, so an operator's revocation waits for it.
- */
+/** Keeps a gateway's revocation list current: a snapshot from the auth service, then the partner-event feed. */
 export async function followRevocations(
   list: RevocationList,
   auth: AuthClient,

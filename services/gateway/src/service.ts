@@ -14,10 +14,7 @@ import { envelope } from "./errors.js";
 import { BearerVerifier, RevocationList } from "./bearer.js";
 import { followRevocations } from "./revocation-feed.js";
 
-/**
- * Retries until it succeeds or the gateway stops (undefined), backing off up to 5 s; logs each
- * failure. An attempt under way when the gateway stops still returns what it started, to be stopped.
- */
+/** Retries until it succeeds or the gateway stops (undefined); an attempt under way still returns what it started. */
 function keepTrying<T>(
   what: string,
   logger: Logger,
@@ -46,9 +43,8 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     logger,
     kafkaCredentials(settings),
   );
-  // The gateway listens at once (liveness answers, /readyz says 503) and warms up behind it: the
-  // revocation list and the token keys, without which no bearer can be judged. Kubernetes sends it
-  // partners only once /readyz says so; under `npm start` see below.
+  // Listens at once (/readyz says 503) and warms up behind it: the revocation list and the token keys,
+  // without which no bearer can be judged.
   const stopping = new AbortController();
   let warm = false;
   let revocations: { stop(): Promise<void> } | undefined;
@@ -85,8 +81,7 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     },
   });
   const server: Server = createServer(app.callback());
-  // Above the idle timeouts of the proxies in front (ingress-nginx and cloud load balancers 60 s; Traefik
-  // must be set below it, docs/security.md): the proxy, not the gateway, ends an idle connection.
+  // Above the proxies' idle timeouts (60 s; docs/security.md): the proxy ends an idle connection.
   server.keepAliveTimeout = 65_000;
   // Requests Node's HTTP parser refuses before Koa sees them still get the envelope.
   server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
@@ -99,9 +94,8 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
       `HTTP/1.1 ${tooLarge ? "431 Request Header Fields Too Large" : "400 Bad Request"}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
     );
   });
-  // A node:cluster worker (the replicas of `npm start`) shares the partner port with the running
-  // ones: listening while cold would take partners' connections from them and answer 503 until warm
-  // (seen when the failover test's killed gateway came back). It listens once warm; nothing probes it.
+  // A node:cluster worker (`npm start`) shares the port with warm ones: it listens once warm, or it
+  // would take their partners and answer 503.
   if (cluster.isWorker) await warmup;
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -1,12 +1,8 @@
 import { LRUCache } from "lru-cache";
 
-// GET /v1/files/{id} for a file that can no longer change. A file leaves `received` once, for
-// `processed` or `failed` (file-intake's worker ends its lease only from `received`), and no
-// record is ever deleted, so a terminal status read once is the answer for good: the gateway keeps
-// it and asks file-intake no more. The key holds the asking partner and mode as well as the id, so
-// another partner's or mode's request never finds the entry: it goes to file-intake and gets the
-// same 404 as an unknown id, exactly as before (no-oracle guarantee 3). Each gateway replica keeps
-// its own; nothing needs invalidating.
+// GET /v1/files/{id} of a file that can never change again: `processed` and `failed` are final and no
+// record is deleted, so nothing needs invalidating. The key holds the asking partner and mode, so
+// another's request goes to file-intake and gets its 404 (guarantee 3).
 
 export type TerminalStatus = "processed" | "failed";
 

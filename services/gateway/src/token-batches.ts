@@ -4,13 +4,8 @@ import type { authv1 } from "@pi/proto";
 import { activeContext, inSpan, ROOT_CONTEXT, type Context } from "@pi/common/telemetry";
 import { MAX_TOKENS_PER_CALL, type AuthClient } from "@pi/common/clients";
 
-// Token requests go to auth in batches (docs/performance.md, "Token requests in batches"). One
-// internal call costs the gateway and auth several times what issuing a token does, so the token
-// requests that reach this gateway within one turn of its event loop share one IssueTokens call.
-// Nothing waits for company: a request is sent at the end of the turn it arrived in, alone when it
-// came alone, so a batch only forms when requests were already queued together (under load).
-// Each request keeps its own outcome (auth answers every request as IssueToken would); a failed
-// call fails every request in it, as it would have failed each of them alone.
+// The token requests of one event-loop turn share one IssueTokens call (docs/performance.md, "Token
+// requests in batches"): nothing waits for company, and each request keeps its own outcome.
 
 export type TokenRequest = MessageInitShape<typeof authv1.IssueTokenRequestSchema>;
 export type IssueToken = (request: TokenRequest) => Promise<authv1.IssueTokenResponse>;

@@ -1,40 +1,30 @@
+import type Router from "@koa/router";
 import type { Middleware } from "koa";
 import { httpServerDuration, metricsRecording } from "@pi/common/metrics";
 import { inSpan, SpanKind } from "@pi/common/telemetry";
+import type { GatewayState } from "./context.js";
 
 /**
- * The route templates of the gateway's routers, as OpenAPI writes them ("/v1/files/{id}"), and the
- * one a path belongs to: the span's name and the `http_route` label. Found from the path alone, so
- * that a request refused before its route ran (401, 429) still counts under it; a path no route
- * has gets none (never the raw path: a partner chooses it).
+ * The route template a path belongs to, as OpenAPI writes it ("/v1/files/{id}"): the span's name and
+ * the `http_route` label. From the path alone, so a request refused before its route ran (401, 429)
+ * still counts under it; a path no route has gets none (never the raw path: a partner chooses it).
  */
-export function routeTemplates(routers: { stack: { path: unknown }[] }[]): (path: string) => string | undefined {
-  const templates = [
-    ...new Set(
-      routers.flatMap((r) => r.stack.map((layer) => layer.path)).filter((p): p is string => typeof p === "string"),
-    ),
-  ].map((path) => ({
-    template: path.replace(/:([A-Za-z0-9_]+)/g, "{$1}"),
-    segments: path.split("/"),
-  }));
+export function routeTemplates(routers: Router<GatewayState>[]): (path: string) => string | undefined {
   return (path) => {
-    const segments = path.split("/");
-    const found = templates.find(
-      (t) =>
-        t.segments.length === segments.length &&
-        t.segments.every((s, i) => (s.startsWith(":") ? segments[i] !== "" : s === segments[i])),
-    );
-    return found?.template;
+    for (const router of routers) {
+      const layer = router.match(path, "GET").path[0];
+      if (layer) return String(layer.path).replace(/:([A-Za-z0-9_]+)/g, "{$1}");
+    }
+    return undefined;
   };
 }
 
-/**
- * One SERVER span per partner request, the root of its trace: a partner's own trace headers are
- * not trusted, so every trace starts at our edge. Also the request duration metric,
- * http_server_request_duration_seconds (docs/observability.md).
- */
 const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"]);
 
+/**
+ * One SERVER span per partner request, the root of its trace (a partner's trace headers are not
+ * trusted), and http_server_request_duration_seconds.
+ */
 export function traceRequests(routeOf: (path: string) => string | undefined): Middleware {
   return (ctx, next) => {
     const started = performance.now();

@@ -6,39 +6,28 @@ import type { Logger } from "../logger.js";
 import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../metrics.js";
 import { retryDelay } from "./retry.js";
 
-// The one Kafka consumer of every service (consume): its set-up, its restarts and liveness (a
-// consumer stopped for good makes the service not ready), its lag gauge, its metrics, and its bounded stop.
+// The one Kafka consumer of every service: set-up, restarts, liveness, lag gauge, metrics and a bounded stop.
 
 /**
- * How long a consumer's fetch waits at the broker while there is nothing to read. A fetch returns
- * as soon as a message arrives (minBytes 1), so a longer wait costs no latency: it only sets how
- * often an idle consumer wakes up (and how long a disconnect may wait for the fetch in flight).
- * A member heartbeats on a timer of its own, every CONSUMER_HEARTBEAT_MS.
+ * How long a fetch waits at the broker while there is nothing to read. A fetch returns as soon as a
+ * message arrives, so this sets only how often an idle consumer wakes.
  */
 export const CONSUMER_MAX_WAIT_MS = 3_000;
 let consumerMaxWaitMs = CONSUMER_MAX_WAIT_MS;
 
-/**
- * Test seam: the fetch wait of the consumers this process creates from now on. The in-process test
- * stacks (test/support/services.ts) shorten it, so that stopping a stack does not wait out each
- * service's fetch in flight (a stack took 8 s to stop, most of it in its consumers' disconnects).
- */
+/** Test seam: in-process test stacks shorten the fetch wait, so that a stop waits out no fetch in flight. */
 export function setConsumerMaxWaitForTests(ms: number): void {
   consumerMaxWaitMs = ms;
 }
 
-/**
- * Group consumers that must hand their partitions over quickly when a replica dies (webhook, audit)
- * use this session timeout instead of the 30 s of the others (and of the previous release's members), heartbeating at a third of it.
- */
+/** For groups that must hand partitions over quickly when a replica dies, instead of 30 s (as 1.1.0's members). */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
 export const CONSUMER_HEARTBEAT_MS = 3_000;
 const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInterval: CONSUMER_HEARTBEAT_MS };
 
 /**
- * How long a stopping process waits for a consumer to leave its group. With the broker gone (every
- * pod of a release stops at once on uninstall, Kafka with them) the client retries its connection
- * past the 15 s a process gives itself to stop (run-service.ts). Offsets it did not commit are read again by whoever takes its partitions over.
+ * How long a stopping process waits for a consumer to leave its group: with the broker gone the client
+ * retries past the 15 s a process has to stop. Uncommitted offsets are read again.
  */
 export const CONSUMER_STOP_MS = 4_000;
 
@@ -58,11 +47,7 @@ export async function disconnectConsumer(
     logger.warn({ consumer: name, waitedMs: ms }, "Kafka consumer still stopping; left behind");
 }
 
-/**
- * Runs a consumer's handler of `count` messages of `topic` and counts them once it succeeds
- * (messaging_client_consumed_messages_total, and messaging_process_duration_seconds: the time
- * divided among them). A handler that throws counts nothing: its messages are read again.
- */
+/** Runs a handler of `count` messages and counts them (and their share of its time) once it succeeds. */
 export async function consumed<T>(topic: string, count: number, handle: () => Promise<T>): Promise<T> {
   const started = performance.now();
   const result = await handle();
@@ -87,9 +72,8 @@ export function consumerLag(
 }
 
 /**
- * Sets pi_kafka_consumer_lag{group} at each scrape (readAtScrape) from the broker's offsets (the
- * group's committed ones and the topic's ends), with the service's own Kafka user: its group READ
- * grant lets it read its own groups' offsets. Every replica of the group reports the same value.
+ * Sets pi_kafka_consumer_lag{group} at each scrape from the broker's offsets, as the service's own
+ * Kafka user (its group READ grant covers its groups' offsets).
  */
 export function watchConsumerLag(
   kafka: Kafka,
@@ -121,36 +105,28 @@ export function watchConsumerLag(
 export interface ConsumeOptions {
   kafka: Kafka;
   logger: Logger;
-  /** The consumer group (consumerGroup(namespace, service, ...)). */
   group: string;
   topic: string;
   /** What logs call it ("audit-events"). */
   name: string;
-  /**
-   * Handles one message; or `eachBatch`, a partition's batch at once. Offsets are committed only
-   * once it returns, so what it stored before is stored before its offset is committed (at least
-   * once); a throw restarts the consumer, which reads the message (the batch) again.
-   */
+  /** One message, or (`eachBatch`) a partition's batch; offsets are committed once it returns, a throw reads it again. */
   each?(message: KafkaMessage, partition: number): Promise<void>;
   eachBatch?(messages: KafkaMessage[], partition: number): Promise<void>;
-  /**
-   * Members that share the topic and must hand their partitions over quickly when one dies
-   * (CONSUMER_SESSION_TIMEOUT_MS instead of 30 s).
-   */
+  /** CONSUMER_SESSION_TIMEOUT_MS instead of 30 s. */
   quickHandover?: boolean;
   partitionsConsumedConcurrently?: number;
-  /** Where a group without committed offsets starts: the beginning (default) or the end. */
+  /** Where a group without committed offsets starts: the beginning by default. */
   fromBeginning?: boolean;
   /** false: no offsets committed (a group of one process that places itself with `startAt`). */
   commit?: boolean;
   /** Offsets to read from (with `commit` false). */
   startAt?: { partition: number; offset: string }[];
-  /** Reports pi_kafka_consumer_lag{group} (watchConsumerLag); true by default. */
+  /** Reports pi_kafka_consumer_lag{group}; true by default. */
   reportLag?: boolean;
 }
 
 export interface Consuming {
-  /** False once the consumer has stopped for good (an error that trying again cannot cure): the service reports not ready. */
+  /** False once the consumer has stopped for good (a failure trying again cannot cure): the service reports not ready. */
   alive(): boolean;
   /** Leaves the group, waiting for the message (batch) in hand, CONSUMER_STOP_MS at most. */
   stop(): Promise<void>;

@@ -21,9 +21,8 @@ export function retryDelay(failures: number, o: Pick<RetryOptions, "firstDelayMs
 }
 
 /**
- * Runs `attempt` until it succeeds, backing off between failures (p-retry); rejects with the last
- * failure once `attempts` are spent or `retryIf` refuses it. A TypeError that is not a network
- * failure (a bug) is never tried again.
+ * Runs `attempt` until it succeeds, backing off between failures (p-retry), or rejects with the last
+ * failure once `attempts` are spent or `retryIf` refuses it (p-retry never retries a TypeError that is not a network failure).
  */
 export function retry<T>(what: string, attempt: (n: number) => Promise<T>, o: RetryOptions): Promise<T> {
   const retryIf = o.retryIf ?? (() => true);

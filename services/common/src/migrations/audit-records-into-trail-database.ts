@@ -3,13 +3,9 @@ import { databaseName } from "../mongo.js";
 import { insertNew } from "../persistence.js";
 import type { StoreMigration } from "../store-versions.js";
 
-// auth 0001. Release 4e36e67 kept the audit trail in the auth service's own database
-// (`<ns>_auth.audit_records`); since 1.0.0 it is in a database of its own (`<ns>_auth_audit`, where
-// the auth service may only find, insert and create indexes: docs/security.md, "Audit trail"), and
-// nothing read the old one, so `ops audit` listed none of the records written before. This copies
-// each old record, exactly as stored (same id, times, fields, order keys), into the trail's
-// database, then drops the old collection. A record already there is left as it is (insert only,
-// as the trail itself writes). Stopped anywhere, the next run copies what is left.
+// auth 0001 (docs/upgrades.md): copies each record 4e36e67 kept in `<ns>_auth.audit_records`, exactly
+// as stored, into the trail's own database, insert only (a record already there is left as it is),
+// then drops the old collection. Stopped anywhere, the next run copies what is left.
 
 const BATCH = 500;
 

@@ -2,14 +2,11 @@ import type { Collection } from "mongodb";
 import { insertIfNew } from "../persistence.js";
 import type { StoreMigration } from "../store-versions.js";
 
-// file-intake 0001. Release 4e36e67 kept an Idempotency-Key under `<partner>:<key>`, shared by the
-// partner's two credential modes, with `claimedAt`; since 1.0.0 a key is kept under
-// `<partner>:<mode>:<key>` with `mode` and `claimedUntil` (docs/files.md, "Idempotency"), and
-// nothing read the old ones: a retry got a second file, and other bytes under the key a 202.
-// This moves each old key under the mode of the file it names. The shapes are written out here as
-// they were: a migration never follows later changes of the code.
+// file-intake 0001 (docs/upgrades.md): moves each Idempotency-Key 4e36e67 kept under `<partner>:<key>`
+// under the mode of the file it names. The shapes are written out as they were: a migration never
+// follows later changes of the code.
 
-/** A key as 4e36e67 stored it: no `mode`. */
+/** A key as 4e36e67 stored it. */
 export interface KeyBeforeModes {
   _id: string;
   partnerId: string;
@@ -22,23 +19,11 @@ export interface KeyBeforeModes {
 }
 
 /** A key as 1.0.0 and later store it. */
-export interface KeyUnderMode {
-  _id: string;
-  partnerId: string;
-  mode: "live" | "test";
-  key: string;
-  fingerprint: string;
-  fileId: string;
-  state: "claimed" | "committed";
-  claimedUntil: Date;
-  expiresAt: Date;
-}
+export type KeyUnderMode = Omit<KeyBeforeModes, "claimedAt"> & { mode: "live" | "test"; claimedUntil: Date };
 
 /**
- * The key moved under the mode of its file, or null when it named no stored file: a claim whose
- * request never stored one, which is then as if never made (what its owner's end would have done).
- * A claim's lease ends when its old claim time was: its request is long gone (the old release
- * stopped), so a retry takes it over at once.
+ * The key under the mode of its file, or null when it named no stored file (a claim whose request
+ * never stored one is as if never made). A claim's lease ends at its old claim time: a retry takes it over.
  */
 export function keyUnderMode(old: KeyBeforeModes, fileMode: "live" | "test" | null): KeyUnderMode | null {
   if (fileMode === null) return null;
@@ -63,8 +48,7 @@ export const keysUnderMode: StoreMigration = {
     const files = db.collection<{ _id: string; mode: "live" | "test" }>("files");
     let moved = 0;
     let dropped = 0;
-    // Each old key: its new one inserted (a key the newer release stored meanwhile under that id
-    // wins), then the old one deleted. Stopped anywhere, the next run does what is left.
+    // A key the newer release stored meanwhile under the new id wins. Resumable: the old one goes last.
     for await (const old of keys.find({ mode: { $exists: false } }) as AsyncIterable<KeyBeforeModes>) {
       const file = await files.findOne({ _id: old.fileId }, { projection: { mode: 1 } });
       const next = keyUnderMode(old, file?.mode ?? null);

@@ -7,7 +7,6 @@ import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";
 import { requireScope } from "../middleware.js";
-import { ConnectionLeases } from "../connection-leases.js";
 
 // Scope decision (the spec leaves GET and DELETE open): all three connection routes require
 // connections:write, so a token narrowed to files:write cannot read or revoke connections.
@@ -53,11 +52,7 @@ export function parseConnectionCreate(body: unknown, domain: string): string {
 /** The shape of a connection id; anything else gets the same 404 as an unknown id, without a lookup. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
-export default function connectionRoutes(
-  connections: ConnectionClient,
-  domain: string,
-  leases = new ConnectionLeases(),
-) {
+export default function connectionRoutes(connections: ConnectionClient, domain: string) {
   const router = gatewayRouter();
   const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
@@ -90,20 +85,13 @@ export default function connectionRoutes(
     return { partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), id };
   };
 
-  // A poll is answered from memory while this gateway holds a read lease on the connection's status
-  // (connection-leases.ts): the same answer the service would give, at a fraction of the cost.
   router.get("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
-    const key = owned(ctx);
-    const status = await leases.status(key.partnerId, ctx.state.principal!.mode, key.id, async () => {
-      const res = await connections.getConnection({ ...key, lease: true });
-      return { status: connectionResource(res.connection).status, leaseMs: res.leaseMs };
-    });
-    ctx.body = { id: key.id, status };
+    const res = await connections.getConnection(owned(ctx));
+    ctx.body = connectionResource(res.connection);
   });
 
   router.delete("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
     const key = owned(ctx);
-    leases.forget(key.partnerId, ctx.state.principal!.mode, key.id);
     const res = await connections.revokeConnection(key);
     ctx.body = connectionResource(res.connection);
   });

@@ -1,9 +1,8 @@
 import { authorizationServerIssuer, tokenEndpointUrl, type Settings } from "@pi/common/settings";
 import { gatewayRouter } from "../router.js";
 
-// Where a client finds the token endpoint and what it accepts: RFC 8414 authorization server
-// metadata, and SMART App Launch's smart-configuration (the document healthcare's OAuth clients
-// read, Backend Services among them). No bearer; the same facts in both.
+// Where a client finds the token endpoint and what it accepts: RFC 8414 metadata, and SMART App
+// Launch's smart-configuration (what healthcare's OAuth clients read). No bearer.
 
 export const TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "private_key_jwt"];
 export const ASSERTION_SIGNING_ALGORITHMS = ["RS384", "ES384", "ES256", "RS256"];
@@ -11,7 +10,7 @@ export const SCOPES = ["connections:write", "files:write"];
 
 type Issuer = Pick<Settings, "TOKEN_ENDPOINT_URL" | "GATEWAY_PORT">;
 
-/** RFC 8414 section 2. There is no authorization endpoint, so no response type is supported (the list is required). */
+/** RFC 8414 section 2: no authorization endpoint, so no response type (the list is required). */
 export function authorizationServerMetadata(settings: Issuer) {
   const issuer = authorizationServerIssuer(settings);
   return {
@@ -26,11 +25,7 @@ export function authorizationServerMetadata(settings: Issuer) {
   };
 }
 
-/**
- * SMART App Launch 2.x, "Conformance": its metadata for a server of Backend Services only (no
- * authorization endpoint, so no launch or PKCE capabilities): clients authenticate with a key pair
- * (client-confidential-asymmetric) or a secret (client-confidential-symmetric).
- */
+/** SMART App Launch 2.x for Backend Services only: no launch or PKCE, a key pair or a secret. */
 export function smartConfiguration(settings: Issuer) {
   const { service_documentation: _documentation, ...metadata } = authorizationServerMetadata(settings);
   return { ...metadata, capabilities: ["client-confidential-asymmetric", "client-confidential-symmetric"] };

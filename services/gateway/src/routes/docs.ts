@@ -4,21 +4,17 @@ import { dirname, join } from "node:path";
 import { gatewayRouter } from "../router.js";
 import { openApiDocument } from "../openapi.js";
 
-// The OpenAPI document (GET /openapi.yaml, /openapi.json) and the API reference page rendered from
-// it by Swagger UI (GET /docs), all from this process: no CDN, no call to anywhere else. No bearer.
+// The OpenAPI document and the API reference page Swagger UI renders from it, all from this process
+// (no CDN, no outside call). No bearer.
 
 const swaggerUiDir = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
 
-const assets: Record<string, { type: string; file: string }> = {
-  "swagger-ui-bundle.js": { type: "text/javascript; charset=utf-8", file: "swagger-ui-bundle.js" },
-  "swagger-ui.css": { type: "text/css; charset=utf-8", file: "swagger-ui.css" },
-  "favicon-32x32.png": { type: "image/png", file: "favicon-32x32.png" },
+const assetTypes: Record<string, string> = {
+  "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+  "swagger-ui.css": "text/css; charset=utf-8",
+  "favicon-32x32.png": "image/png",
 };
-const loadedAssets = new Map<string, Buffer>();
-const asset = (name: string) => {
-  if (!loadedAssets.has(name)) loadedAssets.set(name, readFileSync(join(swaggerUiDir, assets[name]!.file)));
-  return loadedAssets.get(name)!;
-};
+const assets = new Map<string, Buffer>();
 
 const page = `<!DOCTYPE html>
 <html lang="en">
@@ -88,11 +84,13 @@ export default function docsRoutes() {
   });
   router.get("/docs/:asset", (ctx) => {
     const name = ctx.params.asset!;
-    if (!Object.hasOwn(assets, name)) return; // falls through to the one 404
-    ctx.type = assets[name]!.type;
+    const type = Object.hasOwn(assetTypes, name) ? assetTypes[name] : undefined;
+    if (!type) return; // falls through to the one 404
+    if (!assets.has(name)) assets.set(name, readFileSync(join(swaggerUiDir, name)));
+    ctx.type = type;
     ctx.set("X-Content-Type-Options", "nosniff");
     ctx.set("Cache-Control", "public, max-age=3600");
-    ctx.body = asset(name);
+    ctx.body = assets.get(name);
   });
   return router;
 }

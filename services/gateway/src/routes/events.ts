@@ -5,11 +5,7 @@ import { gatewayRouter } from "../router.js";
 import { requireScope } from "../middleware.js";
 import { CONNECTION_SCOPE } from "./connections.js";
 
-/**
- * GET /v1/events: the partner's own webhook events of the token's mode, newest first, a page at a
- * time. Only what webhooks carry (connection.approved, connection.revoked), so it needs the scope of
- * the connections those events are about.
- */
+/** GET /v1/events: the partner's own webhook events of the token's mode, newest first; connection events, so their scope. */
 export default function eventRoutes(webhooks: WebhookClient) {
   const router = gatewayRouter();
   router.get("/v1/events", requireScope(CONNECTION_SCOPE), async (ctx) => {

@@ -3,11 +3,9 @@ import { healthv1 } from "@pi/proto";
 import { gatewayRouter } from "../router.js";
 
 /**
- * Liveness; readiness of the whole (/readyz, the operator contract's: every internal service answers
- * SERVING, each checking its database and Kafka); and whether this gateway should take traffic
- * (/readyz/traffic, its pod's readiness probe): it is warm. A gateway stays in rotation while a
- * service behind it is down, answering what needs that service with the envelope's fast 503, rather
- * than every replica leaving at once and the proxy in front answering in its own words.
+ * Liveness; readiness of the whole (/readyz: every internal service SERVING); and /readyz/traffic, the
+ * pod's probe: warm. A gateway stays in rotation while a service behind it is down, answering the
+ * envelope's fast 503, rather than every replica leaving and the proxy answering in its own words.
  */
 export default function healthRoutes(services: Record<string, HealthClient>, warm: () => boolean = () => true) {
   const router = gatewayRouter();

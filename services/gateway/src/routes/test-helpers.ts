@@ -9,10 +9,8 @@ import { requireScope } from "../middleware.js";
 import { allowedMethods } from "../allowed-methods.js";
 import { CONNECTION_ID, CONNECTION_SCOPE, connectionResource } from "./connections.js";
 
-// Test helpers (docs/edge.md, "Test helpers"): POST /v1/test_helpers/connections/{id}/{act} drives
-// one of the partner's own test connections through what its caregiver or time would do. They exist
-// only for test tokens: for a live token the router is never reached, so every request is answered
-// by what follows it, the one 404 of a path no route has (status, headers and body alike).
+// POST /v1/test_helpers/connections/{id}/{act} (docs/edge.md): for test tokens only; a live token
+// never reaches the router and gets the one 404 of a path no route has.
 
 const { TestHelperAct } = connectionv1;
 
@@ -30,7 +28,6 @@ export function testHelperRoutes(connections: ConnectionClient) {
       `/v1/test_helpers/connections/:id/${name}`,
       requireScope(CONNECTION_SCOPE),
       async (ctx: GatewayContext) => {
-        // Any other shape gets the same 404 as an unknown id, without a call.
         const id = ctx.params.id ?? "";
         if (!CONNECTION_ID.test(id)) throw new PartnerError("not_found");
         const { partnerId, mode } = ctx.state.principal!;
@@ -42,7 +39,7 @@ export function testHelperRoutes(connections: ConnectionClient) {
   return router;
 }
 
-/** The helpers' routes (and their 405) for a test token; a live token goes past them as past a path no route has. */
+/** The helpers' routes (and their 405) for a test token only. */
 export function testModeOnly(router: ReturnType<typeof testHelperRoutes>): Middleware<GatewayState> {
   const routes = router.routes() as unknown as Middleware<GatewayState>;
   const methods = allowedMethods(router);

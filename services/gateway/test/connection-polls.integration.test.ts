@@ -11,27 +11,21 @@ import { startConnectionService } from "../../connection/src/service.js";
 import { addressOf, as, testSettings } from "../../../test/support/services.js";
 import { startEdge, type Edge } from "./edge-harness.js";
 
-// Read leases end to end on their parts: two gateways, each in front of its own replica of the
-// real connection service on the real database. Gateway A answers a connection's status from
-// memory under a lease; the caregiver's change, made through the other replica, is stored only
-// after that lease ended, so no gateway can answer the old status once another answered the new
-// one, and a partner's own DELETE, through either gateway, shows at once through both.
+// Polls of a connection end to end on their parts: two gateways, each in front of its own replica
+// of the real connection service on the real database. Every poll reads the stored status.
 
-const LEASE_MS = 1500;
 let settings: Settings;
 const replicas: RunningService[] = [];
 const gateways: Edge[] = [];
-/** The lease asked for and the lease granted, per request each gateway forwarded. */
-const forwarded: { gateway: number; lease: boolean; leaseMs: number }[] = [];
 let caregiver: ReturnType<ReturnType<typeof clientsFor>["connectionAdmin"]>;
 let mongo: MongoClient;
 
 beforeAll(async () => {
-  settings = testSettings({ CONNECTION_READ_LEASE_MS: String(LEASE_MS) });
+  settings = testSettings();
   for (let i = 0; i < 2; i++)
     replicas.push(await startConnectionService(settings, createLogger(`connection-${i}`, settings.LOG_LEVEL)));
   caregiver = clientsFor({ ...settings, ...addressOf("connection", replicas[1]!) }).connectionAdmin();
-  for (const [i, replica] of replicas.entries()) {
+  for (const replica of replicas) {
     const client = clientsFor({
       ...as(settings, "gateway"),
       CONNECTION_SERVICE_URL: `http://127.0.0.1:${replica.port}`,
@@ -41,11 +35,7 @@ beforeAll(async () => {
         // The timing test polls one partner's connections hundreds of times a second.
         settings: { RATE_LIMIT_V1_PER_SECOND: "100000" },
         connections: {
-          getConnection: async (req) => {
-            const res = await client.getConnection(req);
-            forwarded.push({ gateway: i, lease: req.lease, leaseMs: res.leaseMs });
-            return res;
-          },
+          getConnection: (req) => client.getConnection(req),
           requestConnection: (req) => client.requestConnection(req),
           revokeConnection: (req) => client.revokeConnection(req),
         },
@@ -82,23 +72,16 @@ async function approvedConnection() {
   return { id, poll, remove };
 }
 
-describe("connection read leases: polls answered from a gateway's memory", () => {
-  it("monotonic reads across gateways: once one gateway answered revoked, the other never answers approved again (the caregiver's sever waits for its lease)", async () => {
+describe("connection polls across gateways", () => {
+  it("monotonic reads across gateways: once one gateway answered revoked, the other never answers approved again", async () => {
     const c = await approvedConnection();
-    const before = forwarded.length;
     expect(await c.poll(0)).toBe("approved");
-    expect(await c.poll(0)).toBe("approved");
-    // The second poll was answered from gateway A's memory, under the lease the first one got.
-    expect(forwarded.slice(before)).toEqual([{ gateway: 0, lease: true, leaseMs: LEASE_MS }]);
-    const severStarted = performance.now();
     await caregiver.severConnection({ id: c.id });
-    // Stored only once A's lease ended (a lower bound: a busy machine only makes it longer).
-    expect(performance.now() - severStarted).toBeGreaterThan(LEASE_MS / 2);
     expect(await c.poll(1)).toBe("revoked");
     expect(await c.poll(0)).toBe("revoked");
   });
 
-  it("a partner's own DELETE shows at once, through the gateway that holds a lease and through the other", async () => {
+  it("a partner's own DELETE shows at once, through either gateway", async () => {
     const c = await approvedConnection();
     expect(await c.poll(0)).toBe("approved");
     expect(await c.poll(1)).toBe("approved");
@@ -107,26 +90,14 @@ describe("connection read leases: polls answered from a gateway's memory", () =>
     expect(await c.poll(1)).toBe("revoked");
   });
 
-  it("a change under way grants no lease: a poll meanwhile asks the service each time and reads the stored status", async () => {
+  it("during a rollout, a change waits out a read lease a 1.1.0 replica granted, fencing new ones first", async () => {
     const c = await approvedConnection();
-    expect(await c.poll(0)).toBe("approved");
-    const sever = caregiver.severConnection({ id: c.id });
-    // The sever fences new leases before it waits: wait for its fence, then poll through B.
     const connections = mongo.db(databaseName(settings.DATA_NAMESPACE, "connection")).collection("connections");
-    for (
-      const deadline = Date.now() + 10_000;
-      !(await connections.findOne({ _id: c.id as never }))?.fencedUntil && Date.now() < deadline;
-    )
-      await new Promise((r) => setTimeout(r, 20));
-    const before = forwarded.length;
-    expect(await c.poll(1)).toBe("approved");
-    expect(await c.poll(1)).toBe("approved");
-    expect(forwarded.slice(before)).toEqual([
-      { gateway: 1, lease: true, leaseMs: 0 },
-      { gateway: 1, lease: true, leaseMs: 0 },
-    ]);
-    await sever;
-    expect(await c.poll(1)).toBe("revoked");
+    const leasedUntil = new Date(Date.now() + 1000);
+    await connections.updateOne({ _id: c.id as never }, { $set: { leasedUntil }, $inc: { version: 1 } });
+    await caregiver.severConnection({ id: c.id });
+    expect(Date.now()).toBeGreaterThanOrEqual(leasedUntil.getTime());
+    expect((await connections.findOne({ _id: c.id as never }))?.fencedUntil).toBeInstanceOf(Date);
     expect(await c.poll(0)).toBe("revoked");
   });
 });
@@ -143,16 +114,15 @@ describe("no-oracle guarantee 4 (timing): a decline does not change how a partne
   //
   // Margin: the decline rounds' median figure may exceed the sham rounds' by at most 20%. Measured
   // at a load average of 30 on 2 cores: under equal treatment every round's figure was within
-  // 0.91-1.07; on main (f45f645), where the decline fenced new leases and waited for the last one
-  // while every poll of it read through the service and the database, the decline rounds gave
-  // 1.34-2.55 (every one of 16, two runs) against 0.93-1.05 for the sham rounds. A median of 8 rounds moves
-  // far less than one round.
+  // 0.91-1.07; at f45f645, where a decline fenced the polls' read leases, the decline rounds gave
+  // 1.34-2.55 (every one of 16, two runs) against 0.93-1.05 for the sham rounds.
   const ROUNDS = 8;
   const POLLED = 4;
   const POLL_GAP_MS = 3;
   const MARGIN = 1.2;
-  /** The act's window: as long as a change of a polled connection waits for its lease at most (lease + 250 ms margin). */
-  const WINDOW_MS = LEASE_MS + 250;
+  /** The act's window: at least this long, and until the target was polled MIN_SAMPLES times in it. */
+  const WINDOW_MS = 1750;
+  const MIN_SAMPLES = 12;
   const median = (xs: number[]) => {
     const s = [...xs].sort((a, b) => a - b);
     return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
@@ -210,23 +180,26 @@ describe("no-oracle guarantee 4 (timing): a decline does not change how a partne
         p.close();
       }
     });
-    // Every polled connection polled a few times before the act (its first poll got it a lease).
+    // Every polled connection polled a few times before the act.
     while (polled.some((id) => samples.filter((s) => s.id === id).length < 5))
       await new Promise((r) => setTimeout(r, POLL_GAP_MS));
     const actAt = performance.now();
     await caregiver.declineConnection({ id: kind === "decline" ? target! : unpolled });
-    await new Promise((r) => setTimeout(r, Math.max(0, actAt + WINDOW_MS - performance.now())));
+    const targetSince = () => samples.filter((s) => s.id === target && s.at >= actAt).length;
+    while (performance.now() < actAt + WINDOW_MS || targetSince() < MIN_SAMPLES)
+      await new Promise((r) => setTimeout(r, POLL_GAP_MS));
+    const windowEnd = performance.now();
     stop = true;
     await Promise.all(pollers);
     // Guarantee 4 by bytes as well: every poll of every connection read pending.
     expect(new Set(samples.map((s) => s.answer))).toEqual(
       new Set(polled.map((id) => `200 ${JSON.stringify({ id, status: "pending" })}`)),
     );
-    const inWindow = samples.filter((s) => s.at >= actAt && s.at <= actAt + WINDOW_MS);
+    const inWindow = samples.filter((s) => s.at >= actAt && s.at <= windowEnd);
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
     const targetMs = inWindow.filter((s) => s.id === target).map((s) => s.ms);
     const othersMs = inWindow.filter((s) => s.id !== target).map((s) => s.ms);
-    expect(targetMs.length).toBeGreaterThan(10);
+    expect(targetMs.length).toBeGreaterThanOrEqual(MIN_SAMPLES);
     return mean(targetMs) / mean(othersMs);
   }
 
@@ -243,5 +216,5 @@ describe("no-oracle guarantee 4 (timing): a decline does not change how a partne
       `[guarantee-4 timing] the target's mean poll latency over the others': decline rounds ${list(figures.decline)} (median ${declined.toFixed(2)}); sham rounds ${list(figures.sham)} (median ${sham.toFixed(2)})\n`,
     );
     expect(declined).toBeLessThanOrEqual(sham * MARGIN);
-  }, 180_000);
+  }, 600_000);
 });
