@@ -17,9 +17,9 @@ import { median, percentile, report } from "./report.js";
 //   2. GET /v1/files/{id}, empty store  vs a bare Koa route that verifies the same ES256 token
 //   3. GET /v1/connections/{id} of an approved connection (a read no cache can serve: its status
 //      can change at any moment) vs a bare Koa route that verifies the same token
-//   4. one 25 MB upload at a time, extraction of the earlier ones running (never drained between
+//   4. one 25 MB PDF upload at a time, extraction of the earlier ones running (never drained between
 //      rounds)                         vs a bare node:http sink that hashes and fsyncs the body
-//   5. 1 MB uploads one at a time: p50 vs the same sink
+//   5. 1 MB PDF uploads one at a time: p50 vs the same sink
 //   6. 8 concurrent 25 MB uploads: the gateway's and file-intake's RSS against their idle RSS
 //   7. more uploads, until at least 500 MB went into the system (and extraction has caught up)
 //   8. GET /v1/files/{id} of a file created last, vs the baseline again; the ratio beside step 2's
@@ -241,12 +241,19 @@ function recordUploads(results: UploadResult[]) {
   return { ok: ok.length, failed: failed.length };
 }
 
-const uploadSpec = (size: number) => ({
-  url: `${stack.baseUrl}/v1/files`,
-  token: partner.token,
-  elder: partner.elder,
-  size,
-});
+const target = () => ({ url: `${stack.baseUrl}/v1/files`, token: partner.token, elder: partner.elder });
+/** Uploads are PDFs (what partners send most) of at most `size` bytes, written once to the scratch directory. */
+const pdfs = new Map<number, string>();
+function pdfOf(size: number): string {
+  let path = pdfs.get(size);
+  if (!path) {
+    path = join(scratch, `upload-${size}.pdf`);
+    writeFileSync(path, textPdf(size));
+    pdfs.set(size, path);
+  }
+  return path;
+}
+const uploadSpec = (size: number) => ({ ...target(), path: pdfOf(size), filename: "report.pdf" });
 // The same request to the sink, headers included; it ignores them.
 const sinkSpec = (size: number) => ({ ...uploadSpec(size), url: `${sink.baseUrl}/v1/files` });
 
@@ -644,7 +651,7 @@ const tally = (statuses: string[]) => {
 
 it("extraction: small PDFs at a sustained rate; how many are still received 10 s after the last", async () => {
   const r = await load.paced({
-    ...uploadSpec(0),
+    ...target(),
     base64: fixture("sample.pdf").toString("base64"),
     filename: "sample.pdf",
     rate: knobs.pdfRate,
@@ -688,7 +695,7 @@ it("extraction of a 25 MB PDF beside a client polling GET /v1/files/{id}", async
   try {
     await new Promise((r) => setTimeout(r, 5000));
     t0 = Date.now();
-    const up = await load.uploads({ ...uploadSpec(0), path: pdf, filename: "report.pdf", count: 1, concurrency: 1 });
+    const up = await load.uploads({ ...target(), path: pdf, filename: "report.pdf", count: 1, concurrency: 1 });
     t1 = Date.now();
     const id = up.results[0]!.id;
     if (up.results[0]!.status !== 202 || !id)

@@ -12,10 +12,8 @@ import type { Kafka, KafkaMessage } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 import type { PublicKeys } from "@pi/common/service-identity";
 
-// The store of the audit trail (docs/security.md, "Audit trail"): records from the audit-events
-// topic, kept with the writer's signature, append-only within their retention (AuditStore inserts,
-// AuditRetention only deletes the expired, each under its own database role). Every read checks the
-// kept signature again.
+// The audit trail's store (docs/security.md, "Audit trail"): append-only within its retention, each
+// record kept with its writer's signature, which every read checks again.
 
 export interface AuditRecordDoc extends AuditRecordFields {
   _id: string; // the record's evt_ id
@@ -105,11 +103,6 @@ export function openAuditRetention(db: Db): AuditRetention {
   };
 }
 
-const outcomeName: Record<number, string> = {
-  [eventsv1.AuditOutcome.OK]: "ok",
-  [eventsv1.AuditOutcome.REFUSED]: "refused",
-};
-
 /** Whether the service the record names signed it, with one of its identity keys. */
 export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
   const key = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(r.service)?.get(r.signingKid);
@@ -144,7 +137,7 @@ export function decodeAuditMessage(
   // The writer shaped it with the same rules; checked again so that nothing else is ever stored.
   const fields =
     /^evt_[0-9A-Za-z]{1,64}$/.test(r.id) && r.occurredAt > 0n
-      ? checkAuditRecord({ ...r, outcome: outcomeName[r.outcome] })
+      ? checkAuditRecord({ ...r, outcome: eventsv1.AuditOutcome[r.outcome]?.toLowerCase() })
       : null;
   if (!fields) {
     logger.error({ ...at, id: r.id }, "malformed audit record skipped (or of an action its service does not own)");

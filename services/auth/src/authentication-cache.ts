@@ -2,12 +2,10 @@ import { LRUCache } from "lru-cache";
 import { eventsv1 } from "@pi/proto";
 import type { CredentialMode } from "./store.js";
 
-// Successful client authentications, so that a partner asking for tokens again with the right
-// secret costs no database read. Kept under the client id and the HMAC of the presented secret: only
-// both right find an entry, and every credential failure takes the full path of guarantee 5.
-// Entries are dropped by the replica that makes a change, and by every replica when the change's
-// partner event reaches it (the partner-event feed of @pi/common, which the operator's change waits
-// for). A ticket taken before the reads keeps a read from before a change out of the cache after it.
+// Successful client authentications, keyed by client id and the HMAC of the presented secret: only
+// both right find an entry, so every failure takes the full path of guarantee 5. Entries are dropped
+// by the replica that makes a change and by every replica its partner event reaches; a ticket taken
+// before the reads keeps a read from before a change out of the cache after it.
 
 /** What a token needs from a successful authentication. */
 export interface Authenticated {
@@ -62,10 +60,7 @@ export class AuthenticationCache {
     return this.drops;
   }
 
-  /**
-   * Keeps a successful authentication, unless something was dropped since `ticket` (the reads may
-   * predate the change that dropped it). True when kept.
-   */
+  /** Keeps a successful authentication unless something was dropped since `ticket`; true when kept. */
   keep(ticket: number, secretHash: string, authenticated: Authenticated): boolean {
     if (ticket !== this.drops || !this.trusted()) return false;
     this.entries.set(key(authenticated.clientId, secretHash), authenticated);

@@ -27,10 +27,7 @@ export interface ClaimedAssertion {
   clientId: string;
 }
 
-/**
- * The header and issuer of a compact JWS, or undefined when it is malformed: not three base64url
- * parts of JSON, an algorithm outside the four, no `kid`, no string `iss`.
- */
+/** The header and issuer of a compact JWS, or undefined when it is malformed. */
 export function claimedAssertion(assertion: string): ClaimedAssertion | undefined {
   try {
     if (assertion.split(".").length !== 3) return undefined;
@@ -62,12 +59,7 @@ export interface AcceptedClaims {
 
 export type ClaimsCheck = { ok: true; accepted: AcceptedClaims } | { ok: false; reason: string };
 
-/**
- * The claims rules: `iss` = `sub` = the client id; `aud` the token endpoint's URL (a string, or an
- * array holding it); `exp` an integer in the future and at most five minutes (and the clock skew)
- * ahead; `nbf` and `iat`, when present, numbers not in the future beyond the skew; a `jti`.
- * The reason goes to the logs only.
- */
+/** The claims rules of RFC 7523 and SMART; the reason goes to the logs only. */
 export function checkAssertionClaims(claims: Record<string, unknown>, expect: AssertionExpectations): ClaimsCheck {
   const fail = (reason: string): ClaimsCheck => ({ ok: false, reason });
   if (claims.iss !== expect.clientId) return fail("iss is not the client id");

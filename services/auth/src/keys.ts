@@ -3,8 +3,8 @@ import type { Collection } from "mongodb";
 import { AUDIT_BOOKKEEPING, type AuditCarrier } from "@pi/common/audit-trail";
 import { newId } from "@pi/common/ids";
 import type { AuditEntry, AuditFields } from "@pi/common/audit";
+import { isDuplicateKey } from "@pi/common/persistence";
 import type { SecretSealer } from "./secrets.js";
-import type { RevokedKeyDoc } from "./store.js";
 
 export const JWT_ALG = "ES256";
 
@@ -76,9 +76,6 @@ async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<St
   };
 }
 
-const isDuplicateKey = (err: unknown) =>
-  typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-
 /**
  * The signing keys every auth replica uses, from MongoDB. A rotated-in key signs only after a delay
  * longer than the reload period and the gateways' JWKS refresh: no token under a key a gateway lacks.
@@ -86,14 +83,14 @@ const isDuplicateKey = (err: unknown) =>
 export class KeyRing {
   private keys: StoredKey[] = [];
   private readonly privateKeys = new Map<string, CryptoKey>();
-  private jwksCache: { keys: JWK[] } = { keys: [] };
+  private published: { keys: JWK[] } = { keys: [] };
 
   constructor(
     private readonly collection: Collection<SigningKeyDoc>,
     private readonly sealer: SecretSealer,
     private readonly audit?: KeyAudit,
-    /** Revoked keys (ops keys revoke): never used, even if a crash left the key's own document. */
-    private readonly revoked?: Collection<RevokedKeyDoc>,
+    /** Revoked keys by kid (ops keys revoke): never used, even if a crash left the key's own document. */
+    private readonly revoked?: Pick<Collection<{ _id: string }>, "find">,
   ) {}
 
   private async read(): Promise<SigningKeyDoc[]> {
@@ -105,31 +102,31 @@ export class KeyRing {
     return docs.filter((d) => !revokedKids.has(d.kid));
   }
 
-  /** The key document, with its audit record when there is a trail. */
-  private keyDoc(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate"): SigningKeyDoc {
-    const audit = this.audit?.entry({
-      action,
-      actor: action === "signing_key.create" ? "system" : "operator",
-      targets: [key.kid],
-    });
-    return { _id, ...key, ...(audit ? { audit: [audit] } : {}) };
+  /** The stored keys, without their documents' ids. */
+  private async stored(): Promise<StoredKey[]> {
+    return (await this.read()).map(({ _id, ...key }) => key);
+  }
+
+  /** Stores a key, with its audit record when there is a trail. */
+  private async insert(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate") {
+    const actor = action === "signing_key.create" ? "system" : "operator";
+    const audit = this.audit?.entry({ action, actor, targets: [key.kid] });
+    await this.collection.insertOne({ _id, ...key, ...(audit ? { audit: [audit] } : {}) });
+    this.audit?.afterWrite(_id);
   }
 
   /** Loads the keys, creating the first one on first start. */
   async load(): Promise<void> {
-    let docs = await this.read();
-    if (docs.length === 0) {
+    let keys = await this.stored();
+    if (keys.length === 0) {
       try {
-        await this.collection.insertOne(
-          this.keyDoc(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create"),
-        );
-        this.audit?.afterWrite(FIRST_KEY_ID);
+        await this.insert(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create");
       } catch (err) {
         if (!isDuplicateKey(err)) throw err; // another replica created it first
       }
-      docs = await this.read();
+      keys = await this.stored();
     }
-    await this.use(docs.map(({ _id, ...key }) => key));
+    await this.use(keys);
   }
 
   private async use(keys: StoredKey[]): Promise<void> {
@@ -140,7 +137,7 @@ export class KeyRing {
     }
     for (const kid of this.privateKeys.keys()) if (!keys.some((k) => k.kid === kid)) this.privateKeys.delete(kid);
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
-    this.jwksCache = { keys: this.keys.map((k) => k.publicJwk) };
+    this.published = { keys: this.keys.map((k) => k.publicJwk) };
   }
 
   /** The key that signs now. */
@@ -151,7 +148,7 @@ export class KeyRing {
 
   /** Every published key: the signer, keys not yet active, and older keys still verifying. */
   jwks(): { keys: JWK[] } {
-    return this.jwksCache;
+    return this.published;
   }
 
   /** Whether `kid` is a stored key (revoked keys are not). */
@@ -161,11 +158,10 @@ export class KeyRing {
 
   /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once; its kid. */
   async replaceIfSigning(kid: string): Promise<string | undefined> {
-    const all = (await this.read()).map(({ _id, ...key }) => key);
+    const all = await this.stored();
     if (all.length === 0 || signingKeyOf(all, Date.now()).kid !== kid) return undefined;
     const added = await newStoredKey(this.sealer, new Date());
-    await this.collection.insertOne(this.keyDoc(added.kid, added, "signing_key.rotate"));
-    this.audit?.afterWrite(added.kid);
+    await this.insert(added.kid, added, "signing_key.rotate");
     return added.kid;
   }
 
@@ -178,10 +174,8 @@ export class KeyRing {
   /** Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every token has expired. */
   async rotate(activationDelayMs: number, tokenTtlMs: number): Promise<{ added: StoredKey; retired: string[] }> {
     const added = await newStoredKey(this.sealer, new Date(Date.now() + activationDelayMs));
-    await this.collection.insertOne(this.keyDoc(added.kid, added, "signing_key.rotate"));
-    this.audit?.afterWrite(added.kid);
-    const all = (await this.read()).map(({ _id, ...key }) => key);
-    const retired = retiredKeys(all, Date.now(), tokenTtlMs, activationDelayMs).map((k) => k.kid);
+    await this.insert(added.kid, added, "signing_key.rotate");
+    const retired = retiredKeys(await this.stored(), Date.now(), tokenTtlMs, activationDelayMs).map((k) => k.kid);
     if (retired.length > 0) await this.collection.deleteMany({ kid: { $in: retired } });
     await this.load();
     return { added, retired };

@@ -13,7 +13,7 @@ import type { Logger } from "@pi/common/logger";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/mode";
 import { randomUUID } from "node:crypto";
-import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditRecordDoc, type AuditStore } from "./audit.js";
+import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
 import { checkAssertionClaims, claimedAssertion, usedJtiKey } from "./client-assertion.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
@@ -64,11 +64,6 @@ export interface AuthAudit {
   store: AuditStore;
   /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
   publicKeys: PublicKeys;
-}
-
-/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic, with the signature it was stored with. */
-export function auditRecordOf(doc: AuditRecordDoc) {
-  return storedRecordMessage(doc);
 }
 
 /** A rotation's overlap may last at most a week. */
@@ -331,8 +326,9 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       };
     },
 
-    revokeSigningKey: (req) =>
-      trail.refusals({ action: "signing_key.revoke", actor: "operator", targets: [req.kid] }, async () => {
+    revokeSigningKey: (req) => {
+      const fields = { action: "signing_key.revoke", actor: "operator", targets: [req.kid] } as const;
+      return trail.refusals(fields, async () => {
         const since = performance.now();
         if (!(await keys.has(req.kid))) {
           if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } })))
@@ -341,11 +337,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         }
         const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
         const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
-        const record = trail.entry({
-          action: "signing_key.revoke",
-          actor: "operator",
-          targets: [req.kid, replacementKid],
-        });
+        const record = trail.entry({ ...fields, targets: [req.kid, replacementKid] });
         try {
           await store.revokedKeys.insertOne({
             _id: req.kid,
@@ -362,7 +354,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         const propagation = await events.propagate(events.revokedKeys, req.kid, event, since);
         logPropagation("signing key revoked", { kid: req.kid, replacementKid }, propagation);
         return { kid: req.kid, replacementKid, propagation };
-      }),
+      });
+    },
 
     createPartner: (req) =>
       trail.refusals({ action: "partner.create", actor: "operator", targets: [] }, async () => {
@@ -475,17 +468,14 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         return { credential: await issueCredential(req.partnerId, mode, await keySource(req)) };
       }),
 
-    revokeCredential: (req) =>
-      trail.refusals({ action: "credential.revoke", actor: "operator", targets: [req.clientId] }, async () => {
+    revokeCredential: (req) => {
+      const fields = { action: "credential.revoke", actor: "operator", targets: [req.clientId] } as const;
+      return trail.refusals(fields, async () => {
         const since = performance.now();
         const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
         if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
         const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
-        const record = trail.entry({
-          action: "credential.revoke",
-          actor: "operator",
-          targets: [req.clientId, credential.partnerId],
-        });
+        const record = trail.entry({ ...fields, targets: [req.clientId, credential.partnerId] });
         const updated = await store.credentials.findOneAndUpdate(
           { _id: req.clientId },
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
@@ -496,7 +486,8 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         const propagation = await events.propagate(events.credentials, req.clientId, event, since);
         logPropagation("credential revoked", { clientId: req.clientId }, propagation);
         return { clientId: req.clientId, propagation };
-      }),
+      });
+    },
 
     async getWebhookTarget(req) {
       const partner = await partnerOrThrow(req.partnerId);
@@ -513,44 +504,39 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       };
     },
 
-    rotateSigningSecret: (req) =>
-      trail.refusals(
-        { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] },
-        async () => {
-          if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
-            throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
-          }
-          const partner = await partnerOrThrow(req.partnerId);
-          const signingSecret = newSecret("whsec");
-          const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
-          const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
-          const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
-          const record = trail.entry({
-            action: "partner.rotate_signing_secret",
-            actor: "operator",
-            targets: [partner._id],
-          });
-          // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
-          const updated = await store.partners.findOneAndUpdate(
-            { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
-            {
-              $set: {
-                sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
-                previousSigningSecrets: previous,
-                updatedAt: new Date(),
-              },
-              $push: { outbox: event, audit: record },
+    rotateSigningSecret: (req) => {
+      const fields = { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] } as const;
+      return trail.refusals(fields, async () => {
+        if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
+          throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
+        }
+        const partner = await partnerOrThrow(req.partnerId);
+        const signingSecret = newSecret("whsec");
+        const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
+        const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
+        const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
+        const record = trail.entry(fields);
+        // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
+        const updated = await store.partners.findOneAndUpdate(
+          { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
+          {
+            $set: {
+              sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
+              previousSigningSecrets: previous,
+              updatedAt: new Date(),
             },
-          );
-          if (!updated)
-            throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
-          audit.partners.afterWrite(partner._id);
-          // Only webhook replicas care (they report no position): nothing to wait for.
-          await events.partners.relay(partner._id);
-          deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
-          return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
-        },
-      ),
+            $push: { outbox: event, audit: record },
+          },
+        );
+        if (!updated)
+          throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
+        audit.partners.afterWrite(partner._id);
+        // Only webhook replicas care (they report no position): nothing to wait for.
+        await events.partners.relay(partner._id);
+        deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
+        return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
+      });
+    },
 
     async listAuditRecords(req) {
       let query: ReturnType<typeof auditQuery>;
@@ -561,7 +547,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       }
       const docs = await audit.store.list(query);
       return {
-        records: docs.map(auditRecordOf),
+        records: docs.map(storedRecordMessage),
         verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)),
       };
     },

@@ -55,8 +55,6 @@ export function secretMatches(peppers: Peppers, presented: string, stored: Store
   return equal && stored !== undefined && ownPepper !== undefined;
 }
 
-// ---------------------------------------------------------------- sealed secrets
-
 /** What a sealed value is; bound into its encryption, so one kind cannot stand in for another. */
 export type SecretKind = "webhook-signing-secret" | "token-signing-key";
 

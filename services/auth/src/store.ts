@@ -98,35 +98,30 @@ export interface AuthStore {
 // stored or the dummy hash, so an unknown client costs what a known one does (guarantee 5).
 export const DECOY_PARTNER_ID = "ptr~decoy";
 
-/** Creates the decoy partner once; replicas starting together may race, and the loser finds it there. */
+/** Creates the decoy partner once; of replicas starting together, the upserts that lose find it there. */
 async function ensureDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
-  try {
-    await upsertDecoy(store, sealer);
-  } catch (err) {
-    if (!isDuplicateKey(err)) throw err;
-    await upsertDecoy(store, sealer);
-  }
-}
-
-async function upsertDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
   if (await store.partners.findOne({ _id: DECOY_PARTNER_ID }, { projection: { _id: 1 } })) return;
   const now = new Date();
   const sealedSigningSecret = await sealer.seal("decoy", "webhook-signing-secret");
-  await store.partners.updateOne(
-    { _id: DECOY_PARTNER_ID },
-    {
-      $setOnInsert: {
-        name: "decoy",
-        status: "suspended",
-        scopes: ["connections:write", "files:write"],
-        webhookUrl: null,
-        sealedSigningSecret,
-        createdAt: now,
-        updatedAt: now,
+  try {
+    await store.partners.updateOne(
+      { _id: DECOY_PARTNER_ID },
+      {
+        $setOnInsert: {
+          name: "decoy",
+          status: "suspended",
+          scopes: ["connections:write", "files:write"],
+          webhookUrl: null,
+          sealedSigningSecret,
+          createdAt: now,
+          updatedAt: now,
+        },
       },
-    },
-    { upsert: true },
-  );
+      { upsert: true },
+    );
+  } catch (err) {
+    if (!isDuplicateKey(err)) throw err;
+  }
 }
 
 export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthStore> {

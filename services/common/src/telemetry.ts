@@ -11,14 +11,10 @@ import {
   type TextMapGetter,
 } from "@opentelemetry/api";
 import { ConnectError, type Interceptor } from "@connectrpc/connect";
-import { metricsRecording, rpcClientDuration, rpcServerDuration } from "./metrics.js";
+import { metricsRecording, rpcClientDuration, rpcServerDuration, secondsSince } from "./metrics.js";
 
-// Tracing through the OpenTelemetry API (metrics: metrics.ts, Prometheus). Without an SDK registered every call here is a
-// no-op; `startTelemetry` registers the Node SDK when the standard OTEL_* variables ask for an
-// exporter, and tests register an in-memory one. Context crosses Connect calls as W3C trace
-// headers and Kafka messages as the same headers on the message.
-
-export const tracer = () => trace.getTracer("partner-integration");
+// Tracing through the OpenTelemetry API: a no-op until an SDK is registered (OTEL_* variables, or a
+// test's). Context crosses calls and Kafka messages as W3C trace headers.
 
 export function telemetryRequested(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED === "true") return false;
@@ -59,11 +55,7 @@ export function contextFromHeaders(headers: Record<string, unknown> | undefined)
   return headers ? propagation.extract(ROOT_CONTEXT, headers, recordGetter) : ROOT_CONTEXT;
 }
 
-/**
- * Runs fn inside a new span (child of parent, or of the active context), ending it either way.
- * `links`: the contexts of other traces the span's work belongs to as well (one call made for
- * several requests).
- */
+/** Runs fn inside a new span; `links`: other traces its work belongs to as well (one call for several requests). */
 export async function inSpan<T>(
   name: string,
   opts: { kind?: SpanKind; parent?: Context; links?: Context[]; attributes?: Record<string, string | number> },
@@ -74,11 +66,9 @@ export async function inSpan<T>(
     const linked = trace.getSpanContext(c);
     return linked ? [{ context: linked }] : [];
   });
-  const span = tracer().startSpan(
-    name,
-    { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes, links },
-    parent,
-  );
+  const span = trace
+    .getTracer("partner-integration")
+    .startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes, links }, parent);
   try {
     return await context.with(trace.setSpan(parent, span), () => fn(span));
   } catch (err) {
@@ -95,33 +85,25 @@ const headersGetter: TextMapGetter<Headers> = {
   get: (h, k) => h.get(k) ?? undefined,
 };
 
-/** The gRPC status code of a call's outcome (0: OK), a metric's label. */
-const grpcStatus = (err: unknown): string => String(err === undefined ? 0 : ConnectError.from(err).code);
+/** The gRPC status code of a failed call, a metric's label. */
+const grpcStatus = (err: unknown): string => String(ConnectError.from(err).code);
 
 /** Records a call's duration in `histogram` (rpc_*_call_duration_seconds) once `call` settles. */
-function timed<T>(
-  histogram: typeof rpcServerDuration,
-  service: string,
-  method: string,
-  call: () => Promise<T>,
-): Promise<T> {
+async function timed<T>(histogram: typeof rpcServerDuration, service: string, method: string, call: () => Promise<T>) {
   if (!metricsRecording()) return call();
   const started = performance.now();
-  const record = (err?: unknown) =>
+  let status = "0";
+  try {
+    return await call();
+  } catch (err) {
+    status = grpcStatus(err);
+    throw err;
+  } finally {
     histogram.observe(
-      { rpc_service: service, rpc_method: method, rpc_grpc_status_code: grpcStatus(err) },
-      (performance.now() - started) / 1000,
+      { rpc_service: service, rpc_method: method, rpc_grpc_status_code: status },
+      secondsSince(started),
     );
-  return call().then(
-    (res) => {
-      record();
-      return res;
-    },
-    (err: unknown) => {
-      record(err);
-      throw err;
-    },
-  );
+  }
 }
 
 /** Client side of a Connect call: a CLIENT span, its context sent in the request headers; a duration metric. */

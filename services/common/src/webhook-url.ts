@@ -1,9 +1,7 @@
 import { isIP } from "node:net";
 
-// The one rule for a webhook address: the auth service's at registration, the webhook service's
-// before every attempt. With insecure URLs off (the chart): https, no credentials, and a named host
-// (no IP literal in any spelling the URL parser reads as one, no localhost); where the name resolves
-// is checked again at each connection (egress.ts), against DNS rebinding.
+// The one rule for a webhook address, at registration and before every attempt; where the name
+// resolves is checked at each connection (egress.ts).
 
 export const WEBHOOK_URL_MAX_LENGTH = 2048;
 

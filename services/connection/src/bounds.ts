@@ -4,17 +4,6 @@ import { forMode } from "@pi/common/mode";
 // The per-partner bounds on POST /v1/connections (docs/connections.md, "Bounds"), pure. Nothing here
 // depends on whether an address resolved (guarantee 1).
 
-export interface PendingLimits {
-  live: number;
-  test: number;
-}
-
-export interface ReopenIntervals {
-  /** Seconds. */
-  live: number;
-  test: number;
-}
-
 export const limitOf = <T>(limits: { live: T; test: T }, mode: ConnectionMode): T => forMode(limits, mode);
 
 /** A declined connection reads as pending (the spec), so it keeps its slot as a pending one does. */

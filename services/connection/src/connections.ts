@@ -49,6 +49,14 @@ export interface Applied {
 
 const maxAttempts = 10;
 
+/** The bounds' settings, each a live and a TEST_ pair. */
+const BOUNDS = {
+  pending: "PENDING_CONNECTIONS_PER_PARTNER",
+  daily: "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY",
+  reopen: "CONNECTION_REOPEN_INTERVAL_SECONDS",
+} as const;
+type BoundSetting = (typeof BOUNDS)[keyof typeof BOUNDS];
+
 // Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
 // (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
 const LEGACY_LEASE_MARGIN_MS = 250;
@@ -76,12 +84,8 @@ export class Connections {
       | "ADDRESS_DOMAIN"
       | "CONNECTION_PENDING_TTL_SECONDS"
       | "SANDBOX_APPROVAL_DELAY_SECONDS"
-      | "PENDING_CONNECTIONS_PER_PARTNER"
-      | "TEST_PENDING_CONNECTIONS_PER_PARTNER"
-      | "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
-      | "TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
-      | "CONNECTION_REOPEN_INTERVAL_SECONDS"
-      | "TEST_CONNECTION_REOPEN_INTERVAL_SECONDS"
+      | BoundSetting
+      | `TEST_${BoundSetting}`
     >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
@@ -139,20 +143,9 @@ export class Connections {
     return elder.elderId;
   }
 
-  private pendingLimit(mode: ConnectionMode): number {
-    const { PENDING_CONNECTIONS_PER_PARTNER: live, TEST_PENDING_CONNECTIONS_PER_PARTNER: test } = this.settings;
-    return limitOf({ live, test }, mode);
-  }
-
-  private dailyLimit(mode: ConnectionMode): number {
-    const { CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: live, TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: test } =
-      this.settings;
-    return limitOf({ live, test }, mode);
-  }
-
-  private reopenInterval(mode: ConnectionMode): number {
-    const { CONNECTION_REOPEN_INTERVAL_SECONDS: live, TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: test } = this.settings;
-    return limitOf({ live, test }, mode);
+  private bound(mode: ConnectionMode, which: keyof typeof BOUNDS): number {
+    const name = BOUNDS[which];
+    return limitOf({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
   /**
@@ -172,18 +165,16 @@ export class Connections {
     // a refusal does the same work for every address (a refused opening gives the slot back).
     const id = newId("con");
     const t = this.timing();
-    await takeSlot(this.store.slots, partnerId, mode, id, this.pendingLimit(mode), t.now);
-    let opening: string;
+    await takeSlot(this.store.slots, partnerId, mode, id, this.bound(mode, "pending"), t.now);
+    let opening: string | undefined;
+    const giveBack = () =>
+      Promise.all([
+        releaseSlot(this.store.slots, partnerId, mode, id),
+        opening !== undefined && releaseOpening(this.store.openings, opening),
+      ]);
     let elderId: string | null;
     try {
-      opening = await takeOpening(this.store.openings, partnerId, mode, this.dailyLimit(mode), t.now);
-    } catch (err) {
-      await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
-      throw err;
-    }
-    const giveBack = () =>
-      Promise.all([releaseSlot(this.store.slots, partnerId, mode, id), releaseOpening(this.store.openings, opening)]);
-    try {
+      opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
       elderId = await this.resolveElder(mode, address);
     } catch (err) {
       await giveBack().catch(() => undefined);
@@ -256,7 +247,7 @@ export class Connections {
 
       if (trigger === "request") {
         // The only change a request makes is a reopening: at most one per interval.
-        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.reopenInterval(doc.mode));
+        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.bound(doc.mode, "reopen"));
         if (!verdict.ok)
           throw rateLimitedError(
             "this connection was reopened less than the reopen interval ago",
@@ -275,19 +266,19 @@ export class Connections {
         await this.waitForLegacyLeases(doc);
         continue;
       }
+      const { partnerId, mode } = doc;
       const slot = slotChange(doc.status, outcome.to);
       const took =
         slot === "take" &&
-        (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) ===
-          "taken";
+        (await takeSlot(this.store.slots, partnerId, mode, doc._id, this.bound(mode, "pending"), t.now)) === "taken";
       // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
       if (trigger === "request") {
         try {
-          opening = await takeOpening(this.store.openings, doc.partnerId, doc.mode, this.dailyLimit(doc.mode), t.now);
+          opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
         } catch (err) {
-          if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+          if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
           throw err;
         }
       }
@@ -322,7 +313,7 @@ export class Connections {
       });
       if (!updated) {
         // Another writer changed it since the read: decide again on the new state.
-        if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id);
+        if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id);
         if (opening) await releaseOpening(this.store.openings, opening);
         conflicts++;
         continue;
@@ -333,8 +324,7 @@ export class Connections {
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
-      if (slot === "release")
-        await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+      if (slot === "release") await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
@@ -354,8 +344,7 @@ export class Connections {
         .find({ status: "pending", mode: "test", approveAt: { $lte: this.clock() } }, { projection: { _id: 1 } })
         .limit(batch)
         .toArray();
-      let changed = 0;
-      for (const { _id } of due) if ((await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change") changed++;
+      const changed = await this.applyEach(due, "auto_approve");
       approved += changed;
       // A full batch that approved nothing (another replica's round took them) is left to the next round.
       if (due.length < batch || changed === 0) return approved;
@@ -373,11 +362,13 @@ export class Connections {
       )
       .limit(limit)
       .toArray();
-    let expired = 0;
-    for (const { _id } of due) {
-      const res = await this.apply({ _id }, "expire");
-      if (res?.outcome.kind === "change") expired++;
-    }
-    return expired;
+    return this.applyEach(due, "expire");
+  }
+
+  /** Applies `trigger` to each connection in turn; how many it changed. */
+  private async applyEach(due: { _id: string }[], trigger: Trigger): Promise<number> {
+    let changed = 0;
+    for (const { _id } of due) if ((await this.apply({ _id }, trigger))?.outcome.kind === "change") changed++;
+    return changed;
   }
 }

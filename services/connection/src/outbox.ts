@@ -11,21 +11,6 @@ import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 const { ConnectionEventSchema } = eventsv1;
 
-export function connectionEvent(
-  doc: Pick<ConnectionDoc, "_id" | "partnerId" | "mode">,
-  entry: OutboxEntry,
-): eventsv1.ConnectionEvent {
-  return create(ConnectionEventSchema, {
-    eventId: entry.eventId,
-    type: entry.type,
-    partnerId: doc.partnerId,
-    connectionId: doc._id,
-    status: entry.status,
-    mode: modeToProto(doc.mode),
-    occurredAt: BigInt(entry.occurredAt.getTime()),
-  });
-}
-
 export type ConnectionOutbox = Outbox<ConnectionDoc, OutboxEntry>;
 
 export function connectionOutbox(
@@ -42,7 +27,19 @@ export function connectionOutbox(
     topic,
     logger,
     key: (doc) => doc.partnerId,
-    value: (doc, entry) => toBinary(ConnectionEventSchema, connectionEvent(doc, entry)),
+    value: (doc, entry) =>
+      toBinary(
+        ConnectionEventSchema,
+        create(ConnectionEventSchema, {
+          eventId: entry.eventId,
+          type: entry.type,
+          partnerId: doc.partnerId,
+          connectionId: doc._id,
+          status: entry.status,
+          mode: modeToProto(doc.mode),
+          occurredAt: BigInt(entry.occurredAt.getTime()),
+        }),
+      ),
     headers: (entry) => ({ "event-type": entry.type }),
     eventName: (entry) => entry.type,
     ...opts,

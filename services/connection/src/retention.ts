@@ -23,10 +23,7 @@ export const endedBefore = (cutoff: Date): Filter<ConnectionDoc> => ({
   "audit.0": { $exists: false },
 });
 
-/**
- * Deletes the connections due at `cutoff`, `batch` ids at a time; returns how many. The deletion
- * repeats the filter, so one reopened since its id was read stays. Stops once `renew` loses the lease.
- */
+/** Deletes the connections due at `cutoff`, `batch` at a time, repeating the filter (one reopened meanwhile stays). */
 export async function deleteEndedConnections(
   connections: Collection<ConnectionDoc>,
   cutoff: Date,

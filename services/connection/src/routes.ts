@@ -45,20 +45,9 @@ export interface ConnectionDeps {
 /** The shape of every id newId("con") makes; anything else cannot name a connection. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
-const externalEnum: Record<ExternalStatus, connectionv1.ExternalStatus> = {
-  pending: External.PENDING,
-  approved: External.APPROVED,
-  expired: External.EXPIRED,
-  revoked: External.REVOKED,
-};
-
-const internalEnum: Record<InternalStatus, connectionv1.InternalStatus> = {
-  pending: Internal.PENDING,
-  approved: Internal.APPROVED,
-  declined: Internal.DECLINED,
-  expired: Internal.EXPIRED,
-  revoked: Internal.REVOKED,
-};
+// The proto enums name every status in capitals.
+const externalEnum = (status: ExternalStatus) => External[status.toUpperCase() as Uppercase<ExternalStatus>];
+const internalEnum = (status: InternalStatus) => Internal[status.toUpperCase() as Uppercase<InternalStatus>];
 
 function modeOf(mode: commonv1.Mode): ConnectionMode {
   const name = modeFromProto(mode);
@@ -78,7 +67,7 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
   }
 
   const partnerView = (doc: ConnectionDoc) => ({
-    connection: { id: doc._id, status: externalEnum[connections.external(doc)] },
+    connection: { id: doc._id, status: externalEnum(connections.external(doc)) },
   });
 
   // Unknown, malformed and another partner's (or the other mode's) ids: one error, one query shape.
@@ -114,10 +103,10 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
       throw new ConnectError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Code.FailedPrecondition);
     }
     // A repeat of an act already applied (the same act id) does nothing, records nothing, and answers what the act did.
-    if (applied.replayed) return { result: { id, internalStatus: internalEnum[applied.replayed.status] } };
+    if (applied.replayed) return { result: { id, internalStatus: internalEnum(applied.replayed.status) } };
     if (applied.outcome.kind === "unchanged") await trail.record({ ...act, targets });
     const status = effectiveStatus(connections.stateOf(applied.doc), connections.timing());
-    return { result: { id, internalStatus: internalEnum[status] } };
+    return { result: { id, internalStatus: internalEnum(status) } };
   }
 
   /** A partner's test helper on its own test connection; anything else is the one NOT_FOUND of ownedFilter. */

@@ -2,8 +2,8 @@ import type { Collection } from "mongodb";
 import { isDuplicateKey, updateVersioned } from "@pi/common/persistence";
 import { rateLimitedError } from "@pi/common/errors";
 import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
-import { deletePastOpenings } from "./openings.js";
-import type { ConnectionMode, ConnectionStore } from "./store.js";
+import { deletePastOpenings, type OpeningsDoc } from "./openings.js";
+import type { ConnectionMode, InternalStatus } from "./state-machine.js";
 
 // The pending-connection bound across replicas (docs/connections.md, "Bounds"): one counter document
 // per partner and mode, each change ONE conditional update. A slot is a field of `holds` named by its
@@ -80,9 +80,15 @@ export async function releaseSlot(
 /** A slot whose connection is not pending is kept this long: a request between its two writes. */
 export const SLOT_GRACE_MS = 60_000;
 
+/** What the repair reads of the connections (store.ts owns their documents). */
+type Holders = Pick<
+  Collection<{ _id: string; partnerId: string; mode: ConnectionMode; status: InternalStatus }>,
+  "find"
+>;
+
 /** Sets every partner's slots to what its connections hold (repairedHolds), by compare-and-set; returns how many changed. */
 export async function repairSlots(
-  store: Pick<ConnectionStore, "connections" | "slots">,
+  store: { connections: Holders; slots: Collection<SlotsDoc> },
   now: Date,
   renew: () => Promise<boolean> = async () => true,
 ): Promise<number> {
@@ -109,7 +115,7 @@ export async function repairSlots(
 
 /** The bounds' repair round: deletes past days' opening counters, then recounts the pending slots. */
 export async function repairCounters(
-  store: Pick<ConnectionStore, "connections" | "slots" | "openings">,
+  store: { connections: Holders; slots: Collection<SlotsDoc>; openings: Collection<OpeningsDoc> },
   now: Date,
   renew: () => Promise<boolean> = async () => true,
 ): Promise<number> {

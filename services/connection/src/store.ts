@@ -7,8 +7,6 @@ import type { OpeningsDoc } from "./openings.js";
 import type { SlotsDoc } from "./slots.js";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
 
-export type { ConnectionMode, InternalStatus };
-
 /** The elder registry, keyed by the normalised address: a lookup by _id costs the same found or not (guarantee 1). */
 export interface ElderDoc extends AuditCarrier {
   _id: string;

@@ -10,17 +10,6 @@ import type { PartnerMode } from "@pi/common/mode";
 // normalisation (lower case), the purpose exactly as sent (absent differs from empty) and the
 // credential mode. The client's file name and declared Content-Type are not part of it.
 
-export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
-
-/** 1 to 255 characters of printable ASCII (space included): what an HTTP header carries safely. */
-export function checkIdempotencyKey(value: string): { ok: true } | { ok: false; reason: string } {
-  if (value.length === 0) return { ok: false, reason: "must not be empty" };
-  if (value.length > MAX_IDEMPOTENCY_KEY_LENGTH)
-    return { ok: false, reason: `must be at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters` };
-  if (!/^[\x20-\x7e]+$/.test(value)) return { ok: false, reason: "must be printable ASCII" };
-  return { ok: true };
-}
-
 export interface Payload {
   /** Lowercase hex SHA-256 of the file's bytes. */
   sha256: string;

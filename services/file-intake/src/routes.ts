@@ -1,11 +1,12 @@
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { fileintakev1 } from "@pi/proto";
+import { type commonv1, fileintakev1 } from "@pi/proto";
 import { isFailureReason, type Extracted } from "@pi/common/extracted";
 import { modeFromProto } from "@pi/common/mode";
 import type { ExtractionKind } from "@pi/common/media-types";
 import type { ExtractionRecords } from "./extraction-records.js";
-import { getFile, submitFile, type IntakeDeps } from "./intake.js";
-import type { FileStatus } from "./store.js";
+import { submitFile, type IntakeDeps } from "./intake.js";
+import type { FileStatus, FileStore } from "./store.js";
+import { ErrorReason, serviceError } from "@pi/common/errors";
 
 export interface FileIntakeDeps extends IntakeDeps {
   extraction: ExtractionRecords;
@@ -18,6 +19,21 @@ const statusEnum = (status: FileStatus | "unknown") =>
     failed: fileintakev1.FileStatus.FAILED,
     unknown: fileintakev1.FileStatus.UNSPECIFIED,
   })[status];
+
+export const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
+
+/** The read of GET /v1/files/{id}: by _id alone (the server answers it from the _id index); ownership is checked in code. */
+export const fileById = (id: string) => ({ _id: id });
+
+/** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
+async function getFile(store: FileStore, req: { partnerId: string; id: string; mode: commonv1.Mode }) {
+  const mode = modeFromProto(req.mode);
+  const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such file");
+  if (!mode || !req.partnerId || !FILE_ID.test(req.id)) throw notFound();
+  const doc = await store.files.findOne(fileById(req.id), { projection: { partnerId: 1, mode: 1, status: 1 } });
+  if (!doc || doc.partnerId !== req.partnerId || doc.mode !== mode) throw notFound();
+  return { id: doc._id, status: statusEnum(doc.status) };
+}
 
 const KINDS: readonly ExtractionKind[] = ["pdf-text", "plain-text", "image-dimensions", "audio-duration"];
 

@@ -175,43 +175,6 @@ export async function sweepStaging(
 }
 
 /**
- * The plaintext bytes of a file's blob, opened segment by segment with the file's data key (the
- * read of the next segment under way while one is opened); a segment missing, moved, changed or
- * cut off throws.
- */
-export async function readBlob(
-  store: FileStore,
-  file: Pick<FileDoc, "blobId" | "size">,
-  dataKey: Buffer | null,
-): Promise<Buffer> {
-  const id = file.blobId;
-  const hex = id.toHexString();
-  if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
-  const count = segmentCount(file.size);
-  const read = (n: number) => {
-    const p = store.segments.findOne({ _id: segmentId(id, n) });
-    p.catch(() => {});
-    return p;
-  };
-  // One buffer of the plaintext's size; each segment is opened and copied in, then dropped.
-  const out = Buffer.allocUnsafe(file.size);
-  let at = 0;
-  let next = read(0);
-  for (let n = 0; n < count; n++) {
-    const segment = await next;
-    if (n + 1 < count) next = read(n + 1);
-    if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
-    const final = n === count - 1;
-    const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
-    if (bytes.length !== (final ? file.size - at : BLOB_SEGMENT_BYTES))
-      throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
-    out.set(bytes, at);
-    at += bytes.length;
-  }
-  return out;
-}
-
-/**
  * One part of a blob's plaintext: its segment `n` (of segmentCount(size); the final one may be
  * empty), read by `_id`.
  */

@@ -1,5 +1,5 @@
 import { ObjectId } from "mongodb";
-import { ErrorReason, serviceError } from "@pi/common/errors";
+import { ErrorReason, reasonOf, serviceError } from "@pi/common/errors";
 import { insertIfNew, updateVersioned } from "@pi/common/persistence";
 import {
   holdGrowth,
@@ -23,8 +23,13 @@ import type { FileMode, FileStore, UsageDoc } from "./store.js";
 // to the file's size when accepted or releases when refused; the retention sweep subtracts what it
 // deletes and repairs every counter from the files themselves (repairUsage).
 
-export const quotaExceeded = () =>
-  serviceError(ErrorReason.STORAGE_QUOTA_EXCEEDED, "the partner's stored files would pass its storage quota");
+export const quotaExceeded = (retryAfterSeconds?: number) =>
+  serviceError(
+    ErrorReason.STORAGE_QUOTA_EXCEEDED,
+    "the partner's stored files would pass its storage quota",
+    undefined,
+    retryAfterSeconds,
+  );
 export const storeFull = () =>
   serviceError(
     ErrorReason.STORE_FULL,
@@ -105,14 +110,17 @@ export class StorageQuota {
 
   /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
   async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
-    const reservation = new Reservation(
-      this.store,
-      usageKey(partnerId, mode),
-      quotaOf(this.limits, mode),
-      this.maxFileBytes,
-      this.fill,
-    );
-    await reservation.grow(initialHold(declaredBytes, this.maxFileBytes));
+    const key = usageKey(partnerId, mode);
+    const quota = quotaOf(this.limits, mode);
+    const reservation = new Reservation(this.store, key, quota, this.maxFileBytes, this.fill);
+    const hold = initialHold(declaredBytes, this.maxFileBytes);
+    await reservation.grow(hold).catch(async (err: unknown) => {
+      if (reasonOf(err)?.reason !== ErrorReason.STORAGE_QUOTA_EXCEEDED) throw err;
+      // Refused before the body: when to retry depends on what is in the way (quotaVerdict).
+      const usage = await this.store.usage.findOne({ _id: key }, { projection: { stored: 1, used: 1 } });
+      const verdict = quotaVerdict(usage ?? { stored: 0, used: 0 }, quota, hold.need, this.sweepEverySeconds);
+      throw quotaExceeded(verdict.fits ? 1 : verdict.retryAfterSeconds);
+    });
     return reservation;
   }
 }

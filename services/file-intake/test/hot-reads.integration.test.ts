@@ -11,8 +11,9 @@ import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
 import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
-import { fileById } from "../src/intake.js";
-import { readBlob, segmentFilter } from "../src/staging.js";
+import { fileById } from "../src/routes.js";
+import { segmentFilter } from "../src/staging.js";
+import { readBlob } from "./read-blob.js";
 import { BLOB_SEGMENTS, keyId, openFileStore, type FileDoc } from "../src/store.js";
 import { usageKey } from "../src/quota.js";
 import { as, testSettings } from "../../../test/support/services.js";
@@ -71,7 +72,7 @@ describe("hot reads use an index", () => {
       file: await queryPlan(db.collection("files"), fileById(file._id)),
       key: await queryPlan(db.collection("idempotency_keys"), { _id: keyId(partnerId, "live", "hot-key") }),
       segment: await queryPlan(db.collection(BLOB_SEGMENTS), segmentFilter(file.blobId, 2)),
-      // Asked before every upload's body (CheckStorageQuota).
+      // Read at every upload's reservation (and by a 1.1.0 gateway's CheckStorageQuota).
       usage: await queryPlan(db.collection("storage_usage"), { _id: usageKey(partnerId, "live") }),
     };
     for (const [read, plan] of Object.entries(plans))

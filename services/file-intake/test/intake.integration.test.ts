@@ -29,7 +29,8 @@ import {
   type KeyDoc,
 } from "../src/store.js";
 import { readExtraction, readMeta } from "../src/at-rest.js";
-import { readBlob, SEGMENT_INSERTS_IN_FLIGHT } from "../src/staging.js";
+import { SEGMENT_INSERTS_IN_FLIGHT } from "../src/staging.js";
+import { readBlob } from "./read-blob.js";
 
 // file-intake on its own, on the real MongoDB-wire server and Kafka, driven through its Connect API the way the
 // gateway drives it. The connection service is replaced by a switch (the only stub: it is not

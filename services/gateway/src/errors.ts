@@ -98,8 +98,8 @@ export const storageQuotaExceeded = (retryAfterSeconds: number) =>
 export function partnerErrorFromInternal(err: unknown): PartnerError {
   if (err instanceof PartnerError) return err;
   const reason = reasonOf(err);
-  // Refused by file-intake's reservation: an upload of the partner's own in flight took the room.
-  if (reason?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED) return storageQuotaExceeded(1);
+  // Refused by file-intake's reservation: at the header (Retry-After from what is in the way) or mid-stream (1).
+  if (reason?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED) return storageQuotaExceeded(reason.retryAfterSeconds ?? 1);
   // A per-partner bound of a service (pending connections, reopenings): the one rate_limited answer,
   // its message and headers the same whichever bound and whatever the request named (guarantee 1).
   if (reason?.reason === ErrorReason.RATE_LIMITED)

@@ -26,8 +26,6 @@ export interface FilePart {
    * byte count once the part has been taken whole; throwing (or rejecting) fails the body.
    */
   take(fieldsSoFar: unknown, stream: Readable & { truncated?: boolean }): Promise<number>;
-  /** The body failed after the file part had started: what was taken of it is dropped. */
-  drop(): void;
 }
 
 /** Reads the whole body: resolves once every part is read and the file part taken, rejects with what failed first. */
@@ -52,8 +50,8 @@ export function readMultipart(
         (err) => done(err),
       );
     },
+    // What was taken of a file part the body then failed after is the submission's to drop (its refusal).
     _removeFile(_req: IncomingMessage, _file: multer.File, done: (error: Error | null) => void) {
-      part.drop();
       done(null);
     },
   } as multer.StorageEngine;

@@ -1,14 +1,14 @@
 import type { IncomingMessage } from "node:http";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Readable } from "node:stream";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { fileintakev1 } from "@pi/proto";
 import { every } from "@pi/common/background/periodic";
-import { recognise, SNIFF_BYTES, TEXT_MEDIA_TYPE, TextChecker } from "@pi/common/media-types";
+import { ErrorReason, reasonOf } from "@pi/common/errors";
 import type { FileIntakeClient } from "@pi/common/clients";
 import type { Logger } from "@pi/common/logger";
 import { PartnerError } from "./errors.js";
 import { TransferRate } from "./upload-guards.js";
-import { invalid } from "./upload-request.js";
 
 // The file part of an upload on its way to file-intake, and the watchdog on the request's rate.
 
@@ -43,116 +43,126 @@ function deferred<T>(): Deferred<T> {
   return { promise, resolve, reject };
 }
 
+/** How long a refusal of the gateway's waits for file-intake's earlier verdict, if any. */
+const VERDICT_WAIT_MS = 5_000;
+
+/** What file-intake may have decided before the gateway refused the body: it wins over the gateway's refusal (docs/files.md, "Order of checks"). */
+const EARLIER = new Set([
+  ErrorReason.STORAGE_QUOTA_EXCEEDED,
+  ErrorReason.STORE_FULL,
+  ErrorReason.UNSUPPORTED_MEDIA_TYPE,
+  ErrorReason.FILE_TOO_LARGE,
+]);
+const earlierVerdict = (err: unknown) => {
+  const reason = reasonOf(err);
+  return reason !== undefined && (EARLIER.has(reason.reason) || reason.param === "file");
+};
+
 /**
- * One file on its way to file-intake. Its first bytes are read and typed here, before file-intake
- * is even called (415 for a type we do not accept); then a Connect client stream is fed straight
- * from the multipart file stream: pulled, so HTTP/2 flow control slows the partner's upload when
- * file-intake is slower, and at most a few chunks are in the gateway at a time. Every byte check
- * (type, plain text to the last byte, size) happens here as the part is read, so a refusal comes in
- * the order of the body's parts; file-intake repeats them before it stores anything. The fields
- * that follow the file part travel last, in the trailer; cancelling the stream makes file-intake
- * drop what it staged.
+ * One upload on its way to file-intake, opened before a byte of the body is read: its header goes
+ * at once (file-intake reserves the quota on it and may refuse at once), the file part's bytes are
+ * forwarded as they arrive, pulled, so HTTP/2 flow control slows the partner's upload when
+ * file-intake is slower. The gateway only counts them (413); file-intake alone judges what they
+ * are. The fields that follow the file part travel last, in the trailer.
  */
 export class Submission {
-  /** Resolves with the byte count once the whole file part is checked and forwarded; rejects when anything fails first. */
-  readonly forwarded: Promise<number>;
+  /** file-intake's answer; rejects as soon as file-intake refuses. */
+  readonly response: Promise<fileintakev1.SubmitFileResponse>;
+  private readonly file = deferred<(Readable & { truncated?: boolean }) | undefined>();
+  private readonly forwarded = deferred<number>();
   private readonly trailer = deferred<SubmitTrailer>();
   private readonly abort = new AbortController();
-  private response?: Promise<fileintakev1.SubmitFileResponse>;
+  private fileComplete = false;
 
   constructor(
-    private readonly client: FileIntakeClient,
-    private readonly header: SubmitHeader,
-    private readonly file: Readable & { truncated?: boolean },
+    client: FileIntakeClient,
+    header: SubmitHeader,
     private readonly maxBytes: number,
   ) {
-    this.forwarded = this.start();
-    this.forwarded.catch(() => {});
-  }
-
-  private async start(): Promise<number> {
-    const { maxBytes, file, trailer, abort } = this;
-    const chunks = (file as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
-    let size = 0;
-    const counted = (chunk: Buffer) => {
-      size += chunk.length;
-      // The multipart parser hands over MAX_FILE_BYTES + 1 bytes at most; the last is never sent on.
-      if (size > maxBytes) throw new PartnerError("file_too_large", { param: "file" });
-      return chunk;
-    };
-    const head: Buffer[] = [];
-    let ended = false;
-    while (size < SNIFF_BYTES) {
-      const next = await chunks.next();
-      if (next.done) {
-        ended = true;
-        break;
-      }
-      head.push(counted(next.value));
-    }
-    if (size === 0 && ended) throw invalid("The file is empty.", "file");
-    const headBuffer = Buffer.concat(head);
-    const type = await recognise(headBuffer.subarray(0, SNIFF_BYTES));
-    if (!type) throw new PartnerError("unsupported_media_type", { param: "file" });
-    const text = type.mediaType === TEXT_MEDIA_TYPE ? new TextChecker() : undefined;
-    const checked = (chunk: Buffer) => {
-      if (text && !text.push(chunk)) throw new PartnerError("unsupported_media_type", { param: "file" });
-      return chunk;
-    };
-
-    const forwarded = deferred<number>();
-    async function* requests(header: SubmitHeader): AsyncGenerator<SubmitRequest> {
-      try {
-        yield { part: { case: "header", value: header } };
-        // The multipart parser hands over chunks as the socket delivers them (64 KiB at most), each
-        // checked as it comes and copied into the upload's one message buffer, so the socket's
-        // buffers die young. The buffer is reused: the client serialises (copies) a message before
-        // it asks for the next one, and writes one at a time.
-        const message = Buffer.allocUnsafe(MESSAGE_BYTES);
-        let filled = 0;
-        for (let chunk: Buffer | undefined = checked(headBuffer); chunk; ) {
-          for (let at = 0; at < chunk.length; ) {
-            const take = Math.min(MESSAGE_BYTES - filled, chunk.length - at);
-            message.set(chunk.subarray(at, at + take), filled);
-            filled += take;
-            at += take;
-            if (filled === MESSAGE_BYTES) {
-              yield { part: { case: "chunk", value: message } };
-              filled = 0;
-            }
-          }
-          const next = ended ? undefined : await chunks.next();
-          chunk = next && !next.done ? checked(counted(next.value)) : undefined;
-        }
-        if (filled > 0) yield { part: { case: "chunk", value: message.subarray(0, filled) } };
-        if (file.truncated) throw new PartnerError("file_too_large", { param: "file" });
-        if (text && !text.end()) throw new PartnerError("unsupported_media_type", { param: "file" });
-        forwarded.resolve(size);
-        yield { part: { case: "trailer", value: await trailer.promise } };
-      } catch (err) {
-        forwarded.reject(err);
-        abort.abort(err);
-        throw err;
-      }
-    }
-    this.response = this.client.submitFile(requests(this.header), {
-      signal: abort.signal,
+    this.response = client.submitFile(this.requests(header), {
+      signal: this.abort.signal,
       timeoutMs: UPLOAD_TIMEOUT_MS,
     });
-    // file-intake may fail before the file has ended (it could not store a chunk).
-    this.response.catch((err) => forwarded.reject(err));
-    return forwarded.promise;
+    this.response.catch(() => {});
+  }
+
+  /** The file part has started: resolves with its byte count once it is forwarded whole. */
+  forward(file: Readable & { truncated?: boolean }): Promise<number> {
+    this.file.resolve(file);
+    return this.forwarded.promise;
   }
 
   async finish(fields: { elder: string; purpose?: string }): Promise<fileintakev1.SubmitFileResponse> {
-    await this.forwarded;
+    await this.forwarded.promise;
     this.trailer.resolve({ elderAddress: fields.elder, purpose: fields.purpose });
-    return this.response!;
+    return this.response;
+  }
+
+  /** The gateway refused the body with `err`: file-intake's earlier verdict if it has one, else `err`. Nothing is stored. */
+  async refuse(err: unknown): Promise<unknown> {
+    this.file.resolve(undefined);
+    this.trailer.resolve({ elderAddress: "", refused: true, fileComplete: this.fileComplete });
+    // Bounded: a file-intake that does not answer leaves the gateway's own refusal.
+    const waited = new AbortController();
+    const verdict = await Promise.race([
+      this.response.then(
+        () => undefined,
+        (e: unknown) => e,
+      ),
+      sleep(VERDICT_WAIT_MS, undefined, { signal: waited.signal }).catch(() => undefined),
+    ]);
+    waited.abort();
+    this.abort.abort(err);
+    return earlierVerdict(verdict) ? verdict : err;
   }
 
   cancel(reason: unknown): void {
     this.trailer.reject(reason);
     this.abort.abort(reason);
+  }
+
+  private async *requests(header: SubmitHeader): AsyncGenerator<SubmitRequest> {
+    yield { part: { case: "header", value: header } };
+    const file = await this.file.promise;
+    if (file) {
+      try {
+        const size = yield* this.chunks(file);
+        if (file.truncated) throw new PartnerError("file_too_large", { param: "file" });
+        this.fileComplete = true;
+        this.forwarded.resolve(size);
+      } catch (err) {
+        this.forwarded.reject(err);
+      }
+    }
+    yield { part: { case: "trailer", value: await this.trailer.promise } };
+  }
+
+  /**
+   * The file's chunks as the multipart parser hands them over (64 KiB at most), counted and copied
+   * into the upload's one message buffer, so the socket's buffers die young. The buffer is reused:
+   * the client serialises (copies) a message before it asks for the next one.
+   */
+  private async *chunks(file: Readable): AsyncGenerator<SubmitRequest, number> {
+    const message = Buffer.allocUnsafe(MESSAGE_BYTES);
+    let filled = 0;
+    let size = 0;
+    for await (const chunk of file as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      // The multipart parser hands over MAX_FILE_BYTES + 1 bytes at most; the last is never sent on.
+      if (size > this.maxBytes) throw new PartnerError("file_too_large", { param: "file" });
+      for (let at = 0; at < chunk.length; ) {
+        const take = Math.min(MESSAGE_BYTES - filled, chunk.length - at);
+        message.set(chunk.subarray(at, at + take), filled);
+        filled += take;
+        at += take;
+        if (filled === MESSAGE_BYTES) {
+          yield { part: { case: "chunk", value: message } };
+          filled = 0;
+        }
+      }
+    }
+    if (filled > 0) yield { part: { case: "chunk", value: message.subarray(0, filled) } };
+    return size;
   }
 }
 

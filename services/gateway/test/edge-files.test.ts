@@ -5,9 +5,9 @@ import { startEdge, type Answer, type Edge } from "./edge-harness.js";
 
 // POST /v1/files and GET /v1/files/{id} at the edge: what the gateway refuses by itself, in the
 // order of docs/files.md ("Order of checks"): the bearer, then the scope, then the request's
-// headers, then the body's framing, each before file-intake is asked. What needs file-intake (the
-// type sniffed from the bytes, the size, idempotency, the connection, nothing stored) is in
-// test/e2e/files.test.ts.
+// headers (each before file-intake is asked), then the body's framing and size. What file-intake
+// judges (the quota, the type sniffed from the bytes, plain text, an empty file, idempotency, the
+// connection, nothing stored) is in test/e2e/files.test.ts.
 
 const ELDER = "amber.falcon.river@elders.example";
 const FILE = "file_9fH2kL5nQ8rT1vX4zB7cD3";
@@ -110,7 +110,6 @@ describe("POST /v1/files refusals the gateway makes alone", () => {
     ["a second file part is sent", () => [text("elder", ELDER), file(), file("%PDF-1.4")], "file"],
     ["the file is in another field", () => [text("elder", ELDER), file("hello", "document")], "file"],
     ["file is a text field", () => [text("elder", ELDER), text("file", "hello")], "file"],
-    ["the file is empty", () => [text("elder", ELDER), file("")], "file"],
   ] as [string, () => Part[], string][])("400 invalid_request when %s", async (_name, list, param) => {
     expectError(await upload(`Bearer ${token}`, parts(list())), 400, "invalid_request", param);
   });

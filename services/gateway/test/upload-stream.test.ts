@@ -4,11 +4,13 @@ import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import * as grpc from "@grpc/grpc-js";
-import { createClient, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type ConnectRouter } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { fileintakev1 } from "@pi/proto";
 import { collectRoutes, grpcHandlers } from "@pi/common/grpc-server";
 import { createLogger } from "@pi/common/logger";
+import type { FileIntakeClient } from "@pi/common/clients";
+import { ErrorReason, serviceError } from "@pi/common/errors";
 import { PartnerError } from "../src/errors.js";
 import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
 
@@ -91,13 +93,48 @@ describe("a file on its way to file-intake", () => {
         pieces.push(bytes.subarray(at, end));
         at = end;
       }
-      const submission = new Submission(client, { partnerId: "ptr_1" }, Readable.from(pieces), 10 * MESSAGE_BYTES);
-      expect(await submission.forwarded).toBe(bytes.length);
+      const submission = new Submission(client, { partnerId: "ptr_1" }, 10 * MESSAGE_BYTES);
+      expect(await submission.forward(Readable.from(pieces))).toBe(bytes.length);
       await submission.finish({ elder: "apple.banana.cherry@elders.example" });
       expect(received.sha256).toBe(createHash("sha256").update(bytes).digest("hex"));
       expect(received.sizes).toEqual([MESSAGE_BYTES, MESSAGE_BYTES, MESSAGE_BYTES, 12_345]);
     } finally {
       server.forceShutdown();
     }
+  });
+});
+
+describe("a refusal of the gateway's", () => {
+  type Requests = AsyncIterable<fileintakev1.SubmitFileRequest>;
+  const standIn = (submitFile: (requests: Requests) => Promise<unknown>) =>
+    ({ submitFile }) as unknown as FileIntakeClient;
+  const own = new PartnerError("invalid_request", { param: "elder" });
+
+  it("gives way to file-intake's earlier verdict: the quota, refused on the header before any body", async () => {
+    const quota = serviceError(ErrorReason.STORAGE_QUOTA_EXCEEDED, "over", undefined, 600);
+    const submission = new Submission(
+      standIn(async (requests) => {
+        for await (const _ of requests) throw quota;
+      }),
+      { partnerId: "ptr_1" },
+      1024,
+    );
+    expect(await submission.refuse(own)).toBe(quota);
+  });
+
+  it("stands when file-intake has no earlier verdict; file-intake learns whether the file part had ended", async () => {
+    const trailers: fileintakev1.SubmitFileTrailer[] = [];
+    const client = standIn(async (requests) => {
+      for await (const r of requests) if (r.part.case === "trailer") trailers.push(r.part.value);
+      throw new ConnectError("the gateway refused the body", Code.FailedPrecondition);
+    });
+    const whole = new Submission(client, { partnerId: "ptr_1" }, 1024);
+    expect(await whole.forward(Readable.from([Buffer.from("hello")]))).toBe(5);
+    expect(await whole.refuse(own)).toBe(own);
+    expect(await new Submission(client, { partnerId: "ptr_1" }, 1024).refuse(own)).toBe(own);
+    expect(trailers).toMatchObject([
+      { refused: true, fileComplete: true },
+      { refused: true, fileComplete: false },
+    ]);
   });
 });

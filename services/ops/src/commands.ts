@@ -5,9 +5,7 @@ import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
 import { newId } from "@pi/common/ids";
 import { retry } from "@pi/common/background/retry";
 
-// Each operator command: calls one internal service and returns the JSON object of the operator
-// contract (docs: ../shared/spec/operator-contract.md). Kept apart from argument parsing so tests
-// can call them directly.
+// Each operator command: one internal call, the operator contract's JSON object back (tests call them).
 
 export interface OpsClients {
   auth: AuthClient;
@@ -15,14 +13,8 @@ export interface OpsClients {
   webhook: WebhookClient;
 }
 
-const internalStatusName: Record<connectionv1.InternalStatus, string> = {
-  [connectionv1.InternalStatus.UNSPECIFIED]: "unknown",
-  [connectionv1.InternalStatus.PENDING]: "pending",
-  [connectionv1.InternalStatus.APPROVED]: "approved",
-  [connectionv1.InternalStatus.DECLINED]: "declined",
-  [connectionv1.InternalStatus.EXPIRED]: "expired",
-  [connectionv1.InternalStatus.REVOKED]: "revoked",
-};
+/** A proto enum value as the contract writes it: its name in lower case, "unknown" when unset. */
+const nameOf = (names: Record<number, string>, value: number) => (value ? names[value]!.toLowerCase() : "unknown");
 
 const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
   [webhookv1.DeliveryState.UNSPECIFIED]: "pending",
@@ -36,12 +28,7 @@ const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
 
 export class UsageError extends Error {}
 
-/**
- * Whether a caregiver act's failure leaves its outcome unknown: the replica died under it, did not
- * answer in time, or failed inside. The act may have been applied, so it is sent again, with the
- * same act id, which the service applies at most once. Any other answer (not found, refused, a
- * malformed id) is the service's verdict and final.
- */
+/** Whether a caregiver act may have been applied unseen (so it is sent again with the same act id); any other answer is final. */
 export function actOutcomeUnknown(err: unknown): boolean {
   const code = ConnectError.from(err).code;
   return (
@@ -53,14 +40,8 @@ export function actOutcomeUnknown(err: unknown): boolean {
   );
 }
 
-/**
- * A caregiver act's timing (operator contract: each command within 2 s). One attempt may wait up to
- * the read leases' 1.25 s before its change is stored (docs/connections.md, "Read leases"), so it
- * gets 1.5 s; an attempt whose outcome is unknown is sent again at once, to another replica (the
- * transport tries the one that failed last), and again while ACT_RETRY_MS has not passed. With a
- * replica up an act answers well within 2 s; the longer retry window is for a loaded machine, where
- * giving up would leave the caregiver with an act whose outcome nobody knows (a resend is a no-op).
- */
+// An attempt may wait out the read leases' 1.25 s (docs/connections.md, "Read leases"); resends go on
+// for longer than the contract's 2 s only on a loaded machine, where giving up would leave the outcome unknown.
 export const ACT_ATTEMPT_TIMEOUT_MS = 1_500;
 export const ACT_RETRY_MS = 10_000;
 
@@ -113,12 +94,6 @@ export function parseLimit(value: string | undefined): number {
   return Number(value);
 }
 
-const auditOutcomeName: Record<eventsv1.AuditOutcome, string> = {
-  [eventsv1.AuditOutcome.UNSPECIFIED]: "unknown",
-  [eventsv1.AuditOutcome.OK]: "ok",
-  [eventsv1.AuditOutcome.REFUSED]: "refused",
-};
-
 /** What `ops audit` says of a record when the auth service answered no verification (an earlier release). */
 export const AUDIT_NOT_CHECKED = "not checked (the auth service predates verification)";
 
@@ -130,7 +105,7 @@ export function auditRecordJson(r: eventsv1.AuditRecord, check?: { verified: boo
     actor: r.actor,
     action: r.action,
     targets: r.targets,
-    outcome: auditOutcomeName[r.outcome],
+    outcome: nameOf(eventsv1.AuditOutcome, r.outcome),
     reason: r.reason || null,
     service: r.service,
     verified: check?.verified ?? false,
@@ -234,7 +209,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
       maxDelayMs: 200,
       retryIf: (err) => actOutcomeUnknown(err) && Date.now() - started < ACT_RETRY_MS,
     });
-    return { id: res.result!.id, internal_status: internalStatusName[res.result!.internalStatus] };
+    return { id: res.result!.id, internal_status: nameOf(connectionv1.InternalStatus, res.result!.internalStatus) };
   },
 
   async partnerRotateSigningSecret(partnerId: string, overlapHours?: string) {

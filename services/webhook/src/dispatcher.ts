@@ -3,29 +3,17 @@ import { attempt, LEASE_MARGIN_MS, type AttemptContext } from "./attempt.js";
 import * as queue from "./queue.js";
 import type { QueueDoc } from "./store.js";
 
-// The scheduler: which due entries of the queue (queue.ts) this replica claims, and when it looks.
-// Each claimed slot gets one attempt (attempt.ts). The claim's lease outlasts the attempt timeout,
-// so no two replicas send the same attempt at once; a dead holder's slot is taken over and the
-// attempt made again.
-//
-// A slow or dead endpoint holds at most `maxPerPartner` of this replica's `maxInFlight` slots
-// (each for at most the attempt timeout), and claims skip partners at their limit, so other
-// partners' events keep going out.
-//
-// When idle the dispatcher sleeps until the earliest entry it could take comes due, at most
-// `idleMs` (5 s). New work wakes it at once: the replica that stores an event (its Kafka consumer),
-// re-queues one (resend, recover) or ends an attempt pokes its own dispatcher, and that replica
-// takes the entry unless it is at its limits. Another replica's entries (its limits reached, or it
-// died) are therefore seen within `idleMs`, a dead holder's slot within its lease plus `idleMs`.
-// Each look is one query of the queue: the due entries and, after them, the next due time.
+// The scheduler: which due queue entries (queue.ts) this replica claims, and when it looks; each
+// claimed slot gets one attempt (attempt.ts), under a lease that outlasts the attempt timeout.
+// A slow endpoint holds at most `maxPerPartner` of the `maxInFlight` slots, and claims skip
+// partners at their limit, so other partners' events keep going out. Idle, it sleeps until the
+// next entry comes due, at most `idleMs`; new work stored by this replica pokes it at once, and
+// another replica's entries (or a dead holder's slot, after its lease) are seen within `idleMs`.
 
 export interface DispatcherOptions extends AttemptContext {
   maxInFlight?: number;
   maxPerPartner?: number;
-  /**
-   * Longest sleep between two looks at the schedule when nothing is known to come due: how long
-   * an entry another replica stored and did not take may wait to be seen by this one.
-   */
+  /** Longest sleep between two looks: how long another replica's untaken entry may wait to be seen. */
   idleMs?: number;
 }
 
@@ -117,11 +105,7 @@ export class Dispatcher {
     };
   }
 
-  /**
-   * Claims and starts due attempts; returns how long to sleep before looking again: until the next
-   * entry comes due (at most `idleMs`), or briefly when due entries were left because other
-   * replicas hold them.
-   */
+  /** Claims and starts due attempts; returns how long to sleep before looking again. */
   private async fillSlots(): Promise<number> {
     for (;;) {
       if (!this.running) return 0;

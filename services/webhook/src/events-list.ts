@@ -2,10 +2,8 @@ import type { Filter } from "mongodb";
 import type { EventType } from "./event-body.js";
 import type { WebhookEventDoc } from "./store.js";
 
-// GET /v1/events, the webhook service's half: a partner's own events of one mode, newest first, by
-// (createdAt, seq, _id) descending (the time it was stored, then its place in the batch that stored
-// it), a page at a time. The cursor is an event of the same partner and mode; its key is where the
-// next page starts. Pure: the query, not its run.
+// GET /v1/events, the webhook service's half, as queries: a partner's events of one mode, newest first
+// by (createdAt, seq, _id); the cursor is an event of the same partner and mode.
 
 export const EVENTS_PAGE_MAX = 100;
 

@@ -1,13 +1,11 @@
 import { request, type Agent } from "undici";
-import { AddressRefusedError, egressAgent, readCapped, type Resolver } from "@pi/common/egress";
+import { AddressRefusedError, type EgressOptions, egressAgent, readCapped } from "@pi/common/egress";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 
 export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/egress";
 
-// One POST of a webhook body to a partner's address, through the egress of @pi/common (egress.ts):
-// https only to a named host (the registration rule, webhook-url.ts), to public addresses only,
-// checked in the socket's own DNS lookup (DNS rebinding).
-// Redirects are never followed, and at most a few KiB of the answer are read.
+// One POST of a webhook body through the egress of @pi/common (egress.ts): the registration rule
+// again, public addresses only, no redirects, at most a few KiB of the answer read.
 
 export interface AttemptOutcome {
   delivered: boolean;
@@ -20,14 +18,17 @@ export interface AttemptOutcome {
   retryAfter?: string;
 }
 
-export interface SenderOptions {
-  allowInsecure: boolean;
-  timeoutMs: number;
-  /** How much of an answer's body is read and kept (1 KiB by default); the rest is dropped unread. */
-  maxResponseBytes?: number;
-  /** Stands in for the system's DNS in tests. */
-  resolve?: Resolver;
-}
+/** An attempt that got no HTTP answer. */
+export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
+  delivered: false,
+  statusCode: 0,
+  durationMs,
+  error,
+  responseExcerpt: "",
+});
+
+/** How much of an answer's body is read and kept; the rest is dropped unread. */
+const RESPONSE_EXCERPT_BYTES = 1024;
 
 /** Why the address must not be called at all, before any connection: the rule of registration, applied again. */
 export function urlRefusal(raw: string, allowInsecure: boolean): string | undefined {
@@ -52,10 +53,8 @@ function describeError(err: unknown, timeoutMs: number): string {
 
 export class WebhookSender {
   private readonly agent: Agent;
-  private readonly maxResponseBytes: number;
 
-  constructor(private readonly opts: SenderOptions) {
-    this.maxResponseBytes = opts.maxResponseBytes ?? 1024;
+  constructor(private readonly opts: EgressOptions) {
     this.agent = egressAgent(opts);
   }
 
@@ -63,8 +62,7 @@ export class WebhookSender {
     const started = performance.now();
     const elapsed = () => Math.round(performance.now() - started);
     const refusal = urlRefusal(url, this.opts.allowInsecure);
-    if (refusal)
-      return { delivered: false, statusCode: 0, durationMs: 0, error: `refused: ${refusal}`, responseExcerpt: "" };
+    if (refusal) return noAnswer(`refused: ${refusal}`);
 
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.opts.timeoutMs);
@@ -79,7 +77,7 @@ export class WebhookSender {
       const statusCode = res.statusCode;
       let excerpt = "";
       try {
-        excerpt = await readCapped(res.body, this.maxResponseBytes);
+        excerpt = await readCapped(res.body, RESPONSE_EXCERPT_BYTES);
       } catch {
         // The status arrived in time; a body cut short changes nothing.
       }
@@ -92,13 +90,7 @@ export class WebhookSender {
         ...(typeof retryAfter === "string" ? { retryAfter } : {}),
       };
     } catch (err) {
-      return {
-        delivered: false,
-        statusCode: 0,
-        durationMs: elapsed(),
-        error: describeError(err, this.opts.timeoutMs),
-        responseExcerpt: "",
-      };
+      return noAnswer(describeError(err, this.opts.timeoutMs), elapsed());
     } finally {
       clearTimeout(timer);
     }

@@ -18,7 +18,8 @@ import {
   type EventsPage,
 } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
-import { recoverable, requeue } from "./requeue.js";
+import { recoverable } from "./delivery-states.js";
+import { requeue } from "./queue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
 
 export interface WebhookDeps {
@@ -26,8 +27,8 @@ export interface WebhookDeps {
   logger: Logger;
   store: WebhookStore;
   /** Tells the dispatcher that something came due. */
-  poke?: () => void;
-  /** The operator's re-queues are recorded in each event's document (requeue.ts), refusals alone. */
+  poke: () => void;
+  /** The operator's re-queues are recorded in each event's document (queue.ts, requeue), refusals alone. */
   trail: Pick<AuditTrail, "entry" | "refusals">;
   eventsAudit: Pick<Outbox<WebhookEventDoc, AuditEntry>, "afterWrite">;
 }
@@ -70,6 +71,14 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
     if (!EVENT_ID.test(eventId)) throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
     const doc = await deps.store.events.findOne({ _id: eventId }, projection ? { projection } : {});
     if (!doc) throw new ConnectError(`no webhook event ${eventId}`, Code.NotFound);
+    return doc;
+  }
+
+  /** Re-queues one event; the operator's audit record is stored in the same update. */
+  async function requeueByOperator(event: WebhookEventDoc, action: "webhook.resend" | "webhook.recover") {
+    const targets = [event._id, event.partnerId, event.connectionId];
+    const doc = await requeue(deps.store, event, deps.trail.entry({ action, actor: "operator", targets }));
+    deps.eventsAudit.afterWrite(doc._id);
     return doc;
   }
 
@@ -136,18 +145,8 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
 
     resendEvent: (req) =>
       deps.trail.refusals({ action: "webhook.resend", actor: "operator", targets: [req.eventId] }, async () => {
-        const event = await eventOrThrow(req.eventId);
-        const doc = await requeue(
-          deps.store,
-          event,
-          deps.trail.entry({
-            action: "webhook.resend",
-            actor: "operator",
-            targets: [event._id, event.partnerId, event.connectionId],
-          }),
-        );
-        deps.eventsAudit.afterWrite(doc._id);
-        deps.poke?.();
+        const doc = await requeueByOperator(await eventOrThrow(req.eventId), "webhook.resend");
+        deps.poke();
         deps.logger.info({ eventId: doc._id, partnerId: doc.partnerId }, "webhook event resent by the operator");
         return { delivery: deliveryOf(doc) };
       }),
@@ -159,19 +158,8 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
         if (req.since <= 0n) throw new ConnectError("since is required", Code.InvalidArgument);
         const events = await deps.store.events.find({ partnerId: req.partnerId }).toArray();
         const due = recoverable(events, new Date(Number(req.since)));
-        for (const doc of due) {
-          await requeue(
-            deps.store,
-            doc,
-            deps.trail.entry({
-              action: "webhook.recover",
-              actor: "operator",
-              targets: [doc._id, doc.partnerId, doc.connectionId],
-            }),
-          );
-          deps.eventsAudit.afterWrite(doc._id);
-        }
-        if (due.length > 0) deps.poke?.();
+        for (const doc of due) await requeueByOperator(doc, "webhook.recover");
+        if (due.length > 0) deps.poke();
         deps.logger.info(
           { partnerId: req.partnerId, since: new Date(Number(req.since)), requeued: due.length },
           "failed webhook deliveries recovered by the operator",

@@ -7,21 +7,10 @@ import type { DeliveryState } from "./delivery-states.js";
 
 export type { DeliveryState };
 
-// Three collections, each written one document at a time (no transactions):
-//
-// webhook_events  one per webhook event: its exact body, delivery state and every attempt. Its _id
-//                 (evt_...) is derived from the source event id, so a connection event seen twice
-//                 is the same document. Read by _id, by partner for ListDeliveries, and by
-//                 partner and mode for ListEvents (GET /v1/events).
-// webhook_queue   one per event still to be attempted, keyed by event id: when it is due, with what
-//                 an attempt needs. Small (pending events only), so the dispatcher's look for due
-//                 work stays cheap whatever the server's indexes.
-// webhook_claims  the right, for a lease, to make one scheduled attempt (see ClaimDoc).
-// webhook_endpoints  one per partner: whether its endpoint is failing (endpoint-health.ts).
-//
-// Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
-// retry window is used up), no_endpoint (the partner had no webhook address when the event came
-// due: kept, never sent); the transitions are delivery-states.ts.
+// Four collections, each written one document at a time (no transactions): webhook_events (one per
+// event, its _id derived from the source event's, so a redelivered one is the same document),
+// webhook_queue (the pending ones only, so the dispatcher's look stays cheap), webhook_claims
+// (queue.ts) and webhook_endpoints (endpoint-health.ts). States: delivery-states.ts.
 
 export interface AttemptRecord {
   number: number;
@@ -43,11 +32,7 @@ export interface WebhookEventDoc extends AuditCarrier {
   body: string;
   /** When the event was stored: the order of GET /v1/events, newest first. */
   createdAt: Date;
-  /**
-   * The connection event's Kafka offset: orders events stored at the same instant (one batch shares
-   * one createdAt). A partner's connection events share a partition (keyed by partner), so among
-   * its events this is their order.
-   */
+  /** The connection event's Kafka offset: orders a batch's events (one partition per partner). */
   seq: number;
   state: DeliveryState;
   attempts: number;
@@ -84,12 +69,7 @@ export function queueEntry(event: WebhookEventDoc): QueueDoc {
   };
 }
 
-/**
- * The right to make the attempt scheduled for one slot of one event: `${eventId}:${attempts}:${dueAt}`.
- * Inserting it is the claim (insertNew: an insert with a given _id succeeds exactly once, however
- * many replicas try), held until `expiresAt`; one whose lease ran out is taken over as a lease
- * (takeLease on `expiresAt` and `holder`).
- */
+/** The right to make one slot's attempt, `${eventId}:${attempts}:${dueAt}` (queue.ts). */
 export interface ClaimDoc {
   _id: string;
   eventId: string;

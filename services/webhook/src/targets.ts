@@ -5,10 +5,8 @@ import type { AuthClient } from "@pi/common/clients";
 import type { Kafka } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 
-// Where a partner's webhooks go and the secret that signs them, asked of the auth service (which
-// owns both) and kept in memory for a minute. A WEBHOOK_CHANGED partner event drops the entry at
-// once, so a new address is used from the next attempt on; the time limit bounds how stale an
-// entry can get if an event is missed (or a secret is changed without one).
+// Where a partner's webhooks go and what signs them, asked of auth and kept for a minute: a
+// WEBHOOK_CHANGED partner event drops the entry at once, the minute bounds a missed one.
 
 export interface WebhookTarget {
   url: string;
@@ -91,12 +89,7 @@ export function applyPartnerEvent(
   logger.info({ partnerId: event.partnerId }, "webhook target changed");
 }
 
-/**
- * Drops a partner's cached target whenever the auth service says its webhook changed: every
- * replica follows the partner-events topic from its end (followPartnerEvents of @pi/common, a
- * consumer group of its own per instance). The auth service does not wait for webhook replicas
- * (the cache's minute bounds a missed event), so they report no position.
- */
+/** Every replica follows the partner events from their end; auth does not wait for it (no position reported). */
 export function followWebhookChanges(
   cache: TargetCache,
   kafka: Kafka,

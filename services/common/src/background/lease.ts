@@ -91,9 +91,8 @@ export interface JobLeaseDoc {
 const JOB_LEASE: LeaseFields = { until: "until", holder: "holder" };
 
 /**
- * Runs `task` only while this process holds the job lease `name` (created on first use); undefined
- * when another replica holds it. `renew` returns false once the lease ran out and another may have
- * taken over: the task should stop. Leases use the real clock, whatever clock the task is given.
+ * Runs `task` while holding the job lease `name`; undefined when another replica holds it. `renew`
+ * says false once another may have taken over. Leases use the real clock, whatever the task's.
  */
 export async function whileHolding<T>(
   collection: Collection<JobLeaseDoc>,
@@ -113,10 +112,7 @@ export async function whileHolding<T>(
   }
 }
 
-/**
- * Renews a held lease every `everyMs` (a third of its length or less, so that one failed renewal
- * does not lose it) until stopped, or until `renew` says the lease is no longer this holder's.
- */
+/** Renews a held lease every `everyMs` (a third of it or less: one failed renewal does not lose it). */
 export function keepAlive(
   name: string,
   everyMs: number,

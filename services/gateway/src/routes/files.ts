@@ -6,7 +6,7 @@ import type { FileIntakeClient } from "@pi/common/clients";
 import type { Logger } from "@pi/common/logger";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
-import { PartnerError, partnerErrorFromInternal, storageQuotaExceeded } from "../errors.js";
+import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { TerminalStatusCache } from "../terminal-status-cache.js";
 import { UploadSlots } from "../upload-guards.js";
@@ -14,13 +14,11 @@ import { multipartLimits, readMultipart, uploadError, type FilePart } from "../u
 import { checkFields, invalid, parseIdempotencyKey } from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
 
-// POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md; in short:
-// bearer (401), scope (403), the request's own headers (415, 400), the uploads in flight and the
-// storage quota (429, before a byte of the body is read), then the multipart body in the
-// order its parts arrive (400 for a bad part; for the file, 415 from its first bytes, 413 at
-// MAX_FILE_BYTES + 1, 415 for text that stops being text), the body's required fields (400), then
-// file-intake's idempotency (409) and connection (403) checks. The bytes stream through to
-// file-intake as they arrive; nothing is committed before every check has passed.
+// POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md. The gateway
+// enforces the transport's limits: bearer (401), scope (403), the request's own headers (415, 400),
+// the uploads in flight (429), the multipart body's shape and fields (400), the size (413) and the
+// rate (408). file-intake alone judges the content (quota, type, text, idempotency, connection); the
+// bytes stream through to it as they arrive, and nothing is committed before every check has passed.
 
 export const FILES_SCOPE = "files:write";
 const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
@@ -83,47 +81,40 @@ export default function fileRoutes(
     const header: SubmitHeader = { partnerId: principal.partnerId, mode: modeOf(ctx), idempotencyKey, declaredBytes };
     const release = slots.tryTake(principal.partnerId);
     if (!release) throw tooManyUploads();
-    try {
-      const quota = await files.checkStorageQuota({ partnerId: header.partnerId, mode: header.mode, declaredBytes });
-      if (!quota.fits) throw storageQuotaExceeded(quota.retryAfterSeconds);
-    } catch (err) {
-      release();
-      throw partnerErrorFromInternal(err);
-    }
+    // Opened before the body is read: file-intake takes the quota's verdict on the header meanwhile.
+    const submission = new Submission(files, header, settings.MAX_FILE_BYTES);
+    const refused = submission.response.then(() => new Promise<never>(() => {}));
     const rate = watchTransferRate(ctx.req, settings, logger);
-
-    let submission: Submission | undefined;
+    let hasFile = false;
     const filePart: FilePart = {
       take(fieldsSoFar, stream) {
-        // The fields that came before the file are checked before a byte of it is read.
+        hasFile = true;
+        // The fields that came before the file are checked before a byte of it is forwarded.
         checkFields(fieldsSoFar, domain, false);
-        submission = new Submission(files, header, stream, settings.MAX_FILE_BYTES);
-        return submission.forwarded;
-      },
-      drop() {
-        submission?.cancel(new Error("upload refused"));
+        return submission.forward(stream);
       },
     };
 
     try {
-      await Promise.race([readMultipart(ctx, limits, filePart), rate.stalled]);
+      await Promise.race([readMultipart(ctx, limits, filePart), rate.stalled, refused]);
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
-      if (!submission) throw invalid("file is required (a file part with a filename).", "file");
+      if (!hasFile) throw invalid("file is required (a file part with a filename).", "file");
       // file-intake holds a "no active connection" for a fixed time (services/file-intake/src/no-oracle.ts);
       // errors.ts gives it one body and one set of headers whatever the reason.
       const res = await submission.finish({ elder: fields.elder!, purpose: fields.purpose });
       ctx.status = 202;
       ctx.body = fileResource(res.file);
     } catch (err) {
-      submission?.cancel(err);
       if (err instanceof PartnerError && err.code === "request_timeout") {
+        submission.cancel(err);
         // A stalled body is not parsed any further: what still arrives is dropped, and the socket
         // closes once the answer is out.
         ctx.req.unpipe();
         ctx.req.resume();
+        throw err;
       }
-      throw uploadError(err);
+      throw uploadError(await submission.refuse(err));
     } finally {
       rate.stop();
       release();
