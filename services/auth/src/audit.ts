@@ -1,6 +1,5 @@
 import { verify, type KeyObject } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
-import type { KafkaMessage } from "kafkajs";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/audit";
@@ -9,7 +8,7 @@ import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/topics";
 import { databaseName } from "@pi/common/mongo";
 import { insertNew } from "@pi/common/persistence";
-import type { Kafka } from "@pi/common/kafka";
+import type { Kafka, KafkaMessage } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 import type { PublicKeys } from "@pi/common/service-identity";
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Status } from "@pi/common/errors";
-import type { Producer } from "kafkajs";
+import type { Producer } from "@pi/common/kafka";
 import { MongoClient, type Db } from "mongodb";
 import { authv1, eventsv1 } from "@pi/proto";
 import { auditEntry } from "@pi/common/audit";

@@ -1,6 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
-import type { Producer } from "kafkajs";
+import type { Producer } from "@pi/common/kafka";
 import { eventsv1 } from "@pi/proto";
 import { Outbox } from "@pi/common/persistence";
 import type { Logger } from "@pi/common/logger";

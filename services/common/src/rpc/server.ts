@@ -66,16 +66,27 @@ export const TRAFFIC = "traffic";
 // Failures to reach the service's own database or Kafka: the call is answered UNAVAILABLE (a fast
 // envelope 503 at the gateway), not INTERNAL. Matched by name along the cause chain (errors from the
 // drivers may come from another realm in tests, or be wrapped), and by the code of a bare socket
-// error, which the MongoDB driver lets through when it writes to a connection the server has closed.
+// error, which the MongoDB driver lets through when it writes to a connection the server has closed,
+// and by @platformatic/kafka's network and timeout codes.
 const INFRASTRUCTURE_ERRORS =
-  /^((Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error|KafkaJS(Connection|RequestTimeout|BrokerNotFound)Error|KafkaJSNumberOfRetriesExceeded)$/;
-const SOCKET_ERROR_CODES = new Set(["EPIPE", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "ENOTCONN"]);
+  /^(Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error$/;
+const ERROR_CODES = new Set([
+  "EPIPE",
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "ETIMEDOUT",
+  "ENOTCONN",
+  "PLT_KFK_NETWORK",
+  "PLT_KFK_TIMEOUT",
+]);
 
 export function infrastructureUnavailable(err: unknown): boolean {
   for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; depth++) {
     const { name, code, originalError, cause } = e as Record<string, unknown>;
     if (typeof name === "string" && INFRASTRUCTURE_ERRORS.test(name)) return true;
-    if (typeof code === "string" && SOCKET_ERROR_CODES.has(code)) return true;
+    if (typeof code === "string" && ERROR_CODES.has(code)) return true;
+    if (e instanceof AggregateError && e.errors.some(infrastructureUnavailable)) return true;
     if (originalError && infrastructureUnavailable(originalError)) return true;
     e = cause;
   }
