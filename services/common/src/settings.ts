@@ -191,7 +191,6 @@ export const settingsSchema = z.object({
 
 export type Settings = z.infer<typeof settingsSchema>;
 
-/** The token endpoint's public URL (TOKEN_ENDPOINT_URL, or the local stack's). */
 export function tokenEndpointUrl(settings: Pick<Settings, "TOKEN_ENDPOINT_URL" | "GATEWAY_PORT">): string {
   return settings.TOKEN_ENDPOINT_URL ?? `http://127.0.0.1:${settings.GATEWAY_PORT}/oauth/token`;
 }
@@ -203,7 +202,6 @@ export function authorizationServerIssuer(settings: Pick<Settings, "TOKEN_ENDPOI
 
 export class SettingsError extends Error {}
 
-/** Parses the environment; the error message is one line naming the first bad setting. */
 export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ""));
   const result = settingsSchema.safeParse(present);

@@ -35,7 +35,6 @@ export async function startTelemetry(serviceName: string): Promise<() => Promise
 
 type Carrier = Record<string, string>;
 
-/** The trace headers of a context (the active one by default), to store or to send. */
 export function traceHeaders(ctx: Context = context.active()): Carrier {
   const carrier: Carrier = {};
   propagation.inject(ctx, carrier);
@@ -85,7 +84,6 @@ const headersGetter: TextMapGetter<Headers> = {
   get: (h, k) => h.get(k) ?? undefined,
 };
 
-/** The gRPC status code of a failed call, a metric's label. */
 const grpcStatus = (err: unknown): string => String(ConnectError.from(err).code);
 
 /** Records a call's duration in `histogram` (rpc_*_call_duration_seconds) once `call` settles. */
@@ -131,7 +129,6 @@ export const tracingServerInterceptor: Interceptor = (next) => (req) => {
   );
 };
 
-/** The trace context active here (to carry to work done later on this request's behalf). */
 export const activeContext = (): Context => context.active();
 
 export { ROOT_CONTEXT, SpanKind, type Context };

@@ -12,7 +12,6 @@ export type IssueToken = (request: TokenRequest) => Promise<authv1.IssueTokenRes
 
 interface Queued {
   request: TokenRequest;
-  /** The trace of the partner request this token is for. */
   trace: Context;
 }
 

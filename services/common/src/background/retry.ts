@@ -15,7 +15,6 @@ export interface RetryOptions {
   logger?: Pick<Logger, "warn">;
 }
 
-/** The wait after the `failures`-th failure. */
 export function retryDelay(failures: number, o: Pick<RetryOptions, "firstDelayMs" | "factor" | "maxDelayMs">): number {
   return Math.min(o.firstDelayMs * (o.factor ?? 2) ** (failures - 1), o.maxDelayMs ?? Infinity);
 }

@@ -29,11 +29,7 @@ const fields = [
 ] as const;
 type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
 
-/**
- * RFC 6749 4.4 request validation, with the client authenticated by the body fields, an HTTP
- * Basic `authorization` header or a client assertion (client-auth.ts); returns the error to
- * answer, or the request.
- */
+/** RFC 6749 4.4 request validation: the error to answer, or the request. */
 export function parseTokenRequest(
   body: unknown,
   authorization?: string,
