@@ -148,7 +148,6 @@ async function runRead(gauge: string, entry: ScrapeRead): Promise<void> {
     entry.logger.warn({ gauge, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
 }
 
-/** A gauge set, when Prometheus scrapes (prom-client's async collect), by the reads registered with readAtScrape. */
 function gaugeReadAtScrape<T extends string>(name: string, help: string, labelNames: readonly T[] = []) {
   return new client.Gauge<T>({
     name,

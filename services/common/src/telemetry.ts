@@ -86,7 +86,6 @@ const headersGetter: TextMapGetter<Headers> = {
 
 const grpcStatus = (err: unknown): string => String(ConnectError.from(err).code);
 
-/** Records a call's duration in `histogram` (rpc_*_call_duration_seconds) once `call` settles. */
 async function timed<T>(histogram: typeof rpcServerDuration, service: string, method: string, call: () => Promise<T>) {
   if (!metricsRecording()) return call();
   const started = performance.now();

@@ -9,7 +9,6 @@ export interface RetryOptions {
   /** 2 by default; 1 waits `firstDelayMs` every time. */
   factor?: number;
   maxDelayMs?: number;
-  /** Whether a failure is worth another try (every failure by default). */
   retryIf?: (err: Error) => boolean;
   /** Logs each failure that will be tried again, with `what` and the wait. */
   logger?: Pick<Logger, "warn">;
