@@ -166,7 +166,6 @@ export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Ar
   ].join(".");
 }
 
-/** The KEK id of a sealed value, or undefined when it is not a v2 sealed value. */
 export function sealedKid(sealed: string): string | undefined {
   const [version, kid] = sealed.split(".");
   return version === SEALED_V2 && kid !== undefined && KEY_ID.test(kid) ? kid : undefined;

@@ -127,7 +127,6 @@ export class BearerVerifier {
     return this.refreshing;
   }
 
-  /** The principal of a valid, unrevoked token; undefined for anything else. */
   async verify(token: string): Promise<Principal | undefined> {
     try {
       if (!this.keySet) await this.refreshKeys();

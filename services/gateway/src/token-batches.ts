@@ -15,7 +15,6 @@ interface Queued {
   trace: Context;
 }
 
-/** Issues tokens through `auth`, batching the requests of each event-loop turn (at most `maxBatch` per call). */
 export function batchedTokenIssuer(auth: AuthClient, maxBatch = MAX_TOKENS_PER_CALL): IssueToken {
   const loader = new DataLoader<Queued, authv1.IssueTokenResponse>(
     async (queued) => {

@@ -109,8 +109,7 @@ export default function tokenRoutes(issueToken: IssueToken) {
         };
         return;
       }
-      // Auth could not read this request's credential (its database is away): the envelope 503, as
-      // when the whole call fails.
+      // Auth could not read the credential (its database is away): the envelope 503, as for a failed call.
       if (res.outcome.value === authv1.TokenFailure.UNAVAILABLE)
         throw new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
       ctx.status = 400;
