@@ -1,4 +1,5 @@
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
+import type { Router } from "@pi/common/rpc/server";
 import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AuditTrail } from "@pi/common/audit-trail";
@@ -74,7 +75,7 @@ function stillSigning(partner: PartnerDoc, now = Date.now()) {
   return (partner.previousSigningSecrets ?? []).filter((p) => p.expiresAt.getTime() > now);
 }
 
-export default (deps: AuthDeps) => (router: ConnectRouter) => {
+export default (deps: AuthDeps) => (router: Router) => {
   const { store, keys, settings, peppers, sealer } = deps;
   const { events, authentications, audit, assertionKeys } = deps;
   const { trail } = audit;
@@ -142,19 +143,19 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   /** The decoy partner is invisible to the operator: it cannot be reinstated or given credentials. */
   function realId(id: string): string {
-    if (id === DECOY_PARTNER_ID) throw new ConnectError(`no such id ${id}`, Code.NotFound);
+    if (id === DECOY_PARTNER_ID) throw new RpcError(`no such id ${id}`, Status.NOT_FOUND);
     return id;
   }
 
   async function partnerOrThrow(partnerId: string): Promise<PartnerDoc> {
     const partner = await store.partners.findOne({ _id: realId(partnerId) });
-    if (!partner) throw new ConnectError(`no partner ${partnerId}`, Code.NotFound);
+    if (!partner) throw new RpcError(`no partner ${partnerId}`, Status.NOT_FOUND);
     return partner;
   }
 
   function validWebhookUrl(url: string): string {
     const problem = webhookUrlRefusal(url, settings.WEBHOOK_ALLOW_INSECURE_URLS);
-    if (problem) throw new ConnectError(`webhook url ${problem}`, Code.InvalidArgument);
+    if (problem) throw new RpcError(`webhook url ${problem}`, Status.INVALID_ARGUMENT);
     return url;
   }
 
@@ -255,24 +256,24 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     req: authv1.CreateCredentialRequest,
   ): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
     if (req.jwksJson !== undefined && req.jwksUrl !== undefined)
-      throw new ConnectError("give a JWK Set or its URL, not both", Code.InvalidArgument);
+      throw new RpcError("give a JWK Set or its URL, not both", Status.INVALID_ARGUMENT);
     if (req.jwksJson !== undefined) {
       let jwks: unknown;
       try {
         jwks = JSON.parse(req.jwksJson);
       } catch {
-        throw new ConnectError("the JWK Set is not JSON", Code.InvalidArgument);
+        throw new RpcError("the JWK Set is not JSON", Status.INVALID_ARGUMENT);
       }
       const problem = await jwksProblem(jwks);
-      if (problem) throw new ConnectError(`the JWK Set ${problem}`, Code.InvalidArgument);
+      if (problem) throw new RpcError(`the JWK Set ${problem}`, Status.INVALID_ARGUMENT);
       return { jwks: jwks as CredentialDoc["jwks"] };
     }
     if (req.jwksUrl !== undefined) {
       if (req.jwksUrl.length > 2048)
-        throw new ConnectError("the JWK Set URL is longer than 2048 characters", Code.InvalidArgument);
+        throw new RpcError("the JWK Set URL is longer than 2048 characters", Status.INVALID_ARGUMENT);
       // Fetched once here, and stored: every replica verifies with it from the first request on.
       const fetched = await assertionKeys.fetchSet(req.jwksUrl);
-      if ("problem" in fetched) throw new ConnectError(fetched.problem, Code.InvalidArgument);
+      if ("problem" in fetched) throw new RpcError(fetched.problem, Status.INVALID_ARGUMENT);
       return { jwksUrl: req.jwksUrl, jwksFetched: fetched };
     }
     return undefined;
@@ -283,7 +284,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async issueTokens(req) {
       if (req.requests.length > MAX_TOKENS_PER_CALL)
-        throw new ConnectError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Code.InvalidArgument);
+        throw new RpcError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Status.INVALID_ARGUMENT);
       const unavailable = { outcome: { case: "failure" as const, value: TokenFailure.UNAVAILABLE } };
       return { responses: await eachOnItsOwn(req.requests, issueToken, unavailable) };
     },
@@ -295,7 +296,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async reportGatewayPosition(req) {
-      if (req.instanceId === "") throw new ConnectError("instance_id is required", Code.InvalidArgument);
+      if (req.instanceId === "") throw new RpcError("instance_id is required", Status.INVALID_ARGUMENT);
       await events.report(req.instanceId, "gateway", req.nextOffsets, req.leaving);
       return {};
     },
@@ -333,7 +334,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         if (!(await keys.has(req.kid))) {
           if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } })))
             return { kid: req.kid, replacementKid: "" };
-          throw new ConnectError(`no signing key ${req.kid}`, Code.NotFound);
+          throw new RpcError(`no signing key ${req.kid}`, Status.NOT_FOUND);
         }
         const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
         const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
@@ -361,13 +362,13 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       trail.refusals({ action: "partner.create", actor: "operator", targets: [] }, async () => {
         const name = req.name.trim();
         if (name === "" || name.length > 200)
-          throw new ConnectError("name must be 1 to 200 characters", Code.InvalidArgument);
+          throw new RpcError("name must be 1 to 200 characters", Status.INVALID_ARGUMENT);
         const scopes = req.scopes.length === 0 ? [...RING1_SCOPES] : [...new Set(req.scopes)];
         const unknown = scopes.find((s) => !isScope(s));
         if (unknown !== undefined)
-          throw new ConnectError(
+          throw new RpcError(
             `unknown scope ${JSON.stringify(unknown)}; allowed: ${RING1_SCOPES.join(" ")}`,
-            Code.InvalidArgument,
+            Status.INVALID_ARGUMENT,
           );
         const webhookUrl = req.webhookUrl ? validWebhookUrl(req.webhookUrl) : null;
         const partnerId = newId("ptr");
@@ -394,7 +395,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async setPartnerStatus(req) {
       if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED) {
-        throw new ConnectError("status must be active or suspended", Code.InvalidArgument);
+        throw new RpcError("status must be active or suspended", Status.INVALID_ARGUMENT);
       }
       const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
       const fields = {
@@ -433,7 +434,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
           },
           { returnDocument: "after" },
         );
-        if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
+        if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
         audit.partners.afterWrite(req.partnerId);
         // This replica at once; the others when the event reaches them, which propagate waits for.
         authentications.dropPartner(req.partnerId);
@@ -453,7 +454,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
           { _id: realId(req.partnerId) },
           { $set: { webhookUrl: url, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
         );
-        if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
+        if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
         audit.partners.afterWrite(req.partnerId);
         await events.propagate(events.partners, req.partnerId, event);
         return { partnerId: req.partnerId, webhookUrl: url };
@@ -463,7 +464,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     createCredential: (req) =>
       trail.refusals({ action: "credential.create", actor: "operator", targets: [req.partnerId] }, async () => {
         const mode = modeFromProto(req.mode);
-        if (!mode) throw new ConnectError("mode must be live or test", Code.InvalidArgument);
+        if (!mode) throw new RpcError("mode must be live or test", Status.INVALID_ARGUMENT);
         await partnerOrThrow(req.partnerId);
         return { credential: await issueCredential(req.partnerId, mode, await keySource(req)) };
       }),
@@ -473,14 +474,14 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       return trail.refusals(fields, async () => {
         const since = performance.now();
         const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
-        if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+        if (!credential) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
         const record = trail.entry({ ...fields, targets: [req.clientId, credential.partnerId] });
         const updated = await store.credentials.findOneAndUpdate(
           { _id: req.clientId },
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
         );
-        if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+        if (!updated) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         audit.credentials.afterWrite(req.clientId);
         authentications.dropClient(req.clientId);
         const propagation = await events.propagate(events.credentials, req.clientId, event, since);
@@ -508,7 +509,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       const fields = { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] } as const;
       return trail.refusals(fields, async () => {
         if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
-          throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
+          throw new RpcError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Status.INVALID_ARGUMENT);
         }
         const partner = await partnerOrThrow(req.partnerId);
         const signingSecret = newSecret("whsec");
@@ -529,7 +530,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
           },
         );
         if (!updated)
-          throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
+          throw new RpcError("the signing secret was rotated meanwhile; run the rotation again", Status.ABORTED);
         audit.partners.afterWrite(partner._id);
         // Only webhook replicas care (they report no position): nothing to wait for.
         await events.partners.relay(partner._id);
@@ -543,7 +544,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       try {
         query = auditQuery(req);
       } catch (err) {
-        throw new ConnectError((err as Error).message, Code.InvalidArgument);
+        throw new RpcError((err as Error).message, Status.INVALID_ARGUMENT);
       }
       const docs = await audit.store.list(query);
       return {

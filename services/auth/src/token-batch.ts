@@ -1,4 +1,4 @@
-import { infrastructureUnavailable } from "@pi/common/connect-server";
+import { infrastructureUnavailable } from "@pi/common/rpc/server";
 
 /**
  * Runs `issue` for every request of an IssueTokens call: one whose store could not be reached gets

@@ -1,5 +1,5 @@
-import { Code, ConnectError } from "@connectrpc/connect";
 import type { eventsv1 } from "@pi/proto";
+import { RpcError, Status } from "./errors.js";
 import { outboxEntry, type OutboxEntry } from "./persistence.js";
 
 // The audit trail's records (docs/security.md, "Audit trail"), built ONLY from the closed lists and id
@@ -57,12 +57,12 @@ export type AuditActor = "operator" | "caregiver" | "system" | `ptr_${string}`;
 
 /** Why an act was refused, as a code (from the error's code); the caregiver acts add the state machine's rule. */
 const refusalCodes = {
-  [Code.InvalidArgument]: "invalid_argument",
-  [Code.NotFound]: "not_found",
-  [Code.AlreadyExists]: "already_exists",
-  [Code.FailedPrecondition]: "failed_precondition",
-  [Code.Aborted]: "aborted",
-  [Code.PermissionDenied]: "permission_denied",
+  [Status.INVALID_ARGUMENT]: "invalid_argument",
+  [Status.NOT_FOUND]: "not_found",
+  [Status.ALREADY_EXISTS]: "already_exists",
+  [Status.FAILED_PRECONDITION]: "failed_precondition",
+  [Status.ABORTED]: "aborted",
+  [Status.PERMISSION_DENIED]: "permission_denied",
 } as const;
 export type RefusalCode = (typeof refusalCodes)[keyof typeof refusalCodes];
 const REFUSAL_CODES: readonly RefusalCode[] = Object.values(refusalCodes);
@@ -155,6 +155,6 @@ export function checkAuditRecord(r: Record<keyof AuditRecordFields, unknown>): A
 
 /** The refusal an error stands for: a deliberate "no"; anything else (an outage, a bug) decided nothing. */
 export function refusalOf(err: unknown): { code: RefusalCode } | undefined {
-  const code = err instanceof ConnectError ? (refusalCodes as Partial<Record<Code, RefusalCode>>)[err.code] : undefined;
+  const code = err instanceof RpcError ? (refusalCodes as Partial<Record<Status, RefusalCode>>)[err.code] : undefined;
   return code ? { code } : undefined;
 }

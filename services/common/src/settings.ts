@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { parseDataKeys, parseIdList } from "./data-keys.js";
-import { parseServiceUrls } from "./service-endpoints.js";
+import { parseServiceUrls } from "./rpc/service-urls.js";
 import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
 
 // Every setting of the operator contract (docs/running.md and the pages named below), plus the internal

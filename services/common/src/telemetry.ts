@@ -10,7 +10,7 @@ import {
   type Span,
   type TextMapGetter,
 } from "@opentelemetry/api";
-import { ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
 import { metricsRecording, rpcClientDuration, rpcServerDuration, secondsSince } from "./metrics.js";
 
 // Tracing through the OpenTelemetry API: a no-op until an SDK is registered (OTEL_* variables, or a
@@ -79,14 +79,13 @@ export async function inSpan<T>(
   }
 }
 
-const headersGetter: TextMapGetter<Headers> = {
-  keys: (h) => [...h.keys()],
-  get: (h, k) => h.get(k) ?? undefined,
+/** The gRPC status code of a call's outcome (0: OK), a metric's label. */
+const grpcStatus = (err: unknown): string => {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return String(err === undefined ? 0 : typeof code === "number" ? code : 2);
 };
 
-const grpcStatus = (err: unknown): string => String(ConnectError.from(err).code);
-
-async function timed<T>(histogram: typeof rpcServerDuration, service: string, method: string, call: () => Promise<T>) {
+async function timed<T>(histogram: typeof rpcServerDuration, method: DescMethod, call: () => Promise<T>): Promise<T> {
   if (!metricsRecording()) return call();
   const started = performance.now();
   let status = "0";
@@ -97,36 +96,35 @@ async function timed<T>(histogram: typeof rpcServerDuration, service: string, me
     throw err;
   } finally {
     histogram.observe(
-      { rpc_service: service, rpc_method: method, rpc_grpc_status_code: status },
+      { rpc_service: method.parent.typeName, rpc_method: method.name, rpc_grpc_status_code: status },
       secondsSince(started),
     );
   }
 }
 
-/** Client side of a Connect call: a CLIENT span, its context sent in the request headers; a duration metric. */
-export const tracingClientInterceptor: Interceptor = (next) => (req) =>
-  timed(rpcClientDuration, req.service.typeName, req.method.name, () =>
+/** Client side of an internal call: a CLIENT span, whose context `fn` sends as headers; a duration metric. */
+export const rpcClientSpan = <T>(method: DescMethod, fn: (headers: Record<string, string>) => Promise<T>) =>
+  timed(rpcClientDuration, method, () =>
     inSpan(
-      `${req.service.typeName}/${req.method.name}`,
-      { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc" } },
+      `${method.parent.typeName}/${method.name}`,
+      { kind: SpanKind.CLIENT, attributes: { "rpc.system": "grpc" } },
       () => {
-        propagation.inject(context.active(), req.header, { set: (h, k, v) => h.set(k, v) });
-        return next(req);
+        const headers: Record<string, string> = {};
+        propagation.inject(context.active(), headers);
+        return fn(headers);
       },
     ),
   );
 
-/** Server side of a Connect call: a SERVER span, child of the caller's context; a duration metric. */
-export const tracingServerInterceptor: Interceptor = (next) => (req) => {
-  const parent = propagation.extract(ROOT_CONTEXT, req.header, headersGetter);
-  return timed(rpcServerDuration, req.service.typeName, req.method.name, () =>
+/** Server side of an internal call: a SERVER span, child of the caller's context (its headers); a duration metric. */
+export const rpcServerSpan = <T>(method: DescMethod, headers: Record<string, unknown>, fn: () => Promise<T>) =>
+  timed(rpcServerDuration, method, () =>
     inSpan(
-      `${req.service.typeName}/${req.method.name}`,
-      { kind: SpanKind.SERVER, parent, attributes: { "rpc.system": "connect_rpc" } },
-      () => next(req),
+      `${method.parent.typeName}/${method.name}`,
+      { kind: SpanKind.SERVER, parent: contextFromHeaders(headers), attributes: { "rpc.system": "grpc" } },
+      fn,
     ),
   );
-};
 
 export const activeContext = (): Context => context.active();
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
 import { clientsFor } from "../src/clients.js";
 import { createLogger } from "../src/logger.js";
-import { LIVENESS, startConnectServer, TRAFFIC, type ConnectServer } from "../src/connect-server.js";
+import { LIVENESS, startRpcServer, TRAFFIC, type RpcServer } from "../src/rpc/server.js";
 import { parseSettings } from "../src/settings.js";
 import { watchConsumer } from "../src/background/consume.js";
 import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";
@@ -10,10 +10,10 @@ import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";
 const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;
 let healthy = true;
 let kafkaUp = true;
-let server: ConnectServer;
+let server: RpcServer;
 
 beforeAll(async () => {
-  server = await startConnectServer({
+  server = await startRpcServer({
     service: "auth",
     publicKeys: TEST_PUBLIC_KEYS,
     host: "127.0.0.1",

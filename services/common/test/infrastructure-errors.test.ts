@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { infrastructureUnavailable } from "../src/connect-server.js";
+import { infrastructureUnavailable } from "../src/rpc/server.js";
 
 // Which failures inside a service's handler mean "a dependency is unreachable" (answered Unavailable,
 // a fast envelope 503 at the gateway) rather than a bug (Internal, a 500).

@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common/audit";
 import type { Trigger } from "./state-machine.js";
 
@@ -13,7 +13,7 @@ const actionOf = (trigger: Trigger) => `connection.${trigger.replace(/^test_/, "
 /** The partner as an actor; a partner id of another shape is a caller's mistake. */
 export function partnerActor(partnerId: string): AuditActor {
   if (!partnerId.startsWith("ptr_") || !isAuditActor(partnerId))
-    throw new ConnectError("partner_id must be a partner id (ptr_...)", Code.InvalidArgument);
+    throw new RpcError("partner_id must be a partner id (ptr_...)", Status.INVALID_ARGUMENT);
   return partnerId;
 }
 

@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { authv1, type commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
 import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common/clients";
 import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
@@ -30,13 +30,13 @@ export class UsageError extends Error {}
 
 /** Whether a caregiver act may have been applied unseen (so it is sent again with the same act id); any other answer is final. */
 export function actOutcomeUnknown(err: unknown): boolean {
-  const code = ConnectError.from(err).code;
+  const code = RpcError.from(err).code;
   return (
-    code === Code.Unavailable ||
-    code === Code.DeadlineExceeded ||
-    code === Code.Unknown ||
-    code === Code.Internal ||
-    code === Code.Aborted
+    code === Status.UNAVAILABLE ||
+    code === Status.DEADLINE_EXCEEDED ||
+    code === Status.UNKNOWN ||
+    code === Status.INTERNAL ||
+    code === Status.ABORTED
   );
 }
 
@@ -289,12 +289,12 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
 /** One line for stderr: what went wrong, in the operator's terms. */
 export function describeFailure(err: unknown, urls: Record<string, string>): string {
   if (err instanceof UsageError) return err.message;
-  if (err instanceof ConnectError) {
-    if (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded) {
+  if (err instanceof RpcError) {
+    if (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED) {
       return `cannot reach the internal services (${Object.values(urls).join(", ")}); is the stack running (npm start)?`;
     }
-    if (err.code === Code.Unimplemented) return "this command is not available yet on the running stack";
-    return `${Code[err.code]}: ${err.rawMessage}`;
+    if (err.code === Status.UNIMPLEMENTED) return "this command is not available yet on the running stack";
+    return `${Status[err.code]}: ${err.message}`;
   }
   return err instanceof Error ? err.message : String(err);
 }

@@ -1,4 +1,5 @@
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
+import type { Router } from "@pi/common/rpc/server";
 import { webhookv1 } from "@pi/proto";
 import { ErrorReason, serviceError } from "@pi/common/errors";
 import { isWebhookEventType } from "@pi/common/webhook-events";
@@ -66,11 +67,11 @@ export function deliveryOf(doc: WebhookEventDoc) {
   };
 }
 
-export default (deps: WebhookDeps) => (router: ConnectRouter) => {
+export default (deps: WebhookDeps) => (router: Router) => {
   async function eventOrThrow(eventId: string, projection?: Record<string, 0>): Promise<WebhookEventDoc> {
-    if (!EVENT_ID.test(eventId)) throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
+    if (!EVENT_ID.test(eventId)) throw new RpcError("event_id must be an evt_ id", Status.INVALID_ARGUMENT);
     const doc = await deps.store.events.findOne({ _id: eventId }, projection ? { projection } : {});
-    if (!doc) throw new ConnectError(`no webhook event ${eventId}`, Code.NotFound);
+    if (!doc) throw new RpcError(`no webhook event ${eventId}`, Status.NOT_FOUND);
     return doc;
   }
 
@@ -84,9 +85,9 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
 
   router.service(webhookv1.WebhookService, {
     async listDeliveries(req) {
-      if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
+      if (!req.partnerId) throw new RpcError("partner_id is required", Status.INVALID_ARGUMENT);
       if (req.limit < 0 || req.limit > MAX_LIST)
-        throw new ConnectError(`limit must be 0 to ${MAX_LIST}`, Code.InvalidArgument);
+        throw new RpcError(`limit must be 0 to ${MAX_LIST}`, Status.INVALID_ARGUMENT);
       const docs = await deps.store.events
         .find({ partnerId: req.partnerId }, { projection: { body: 0 } })
         .sort({ createdAt: -1, _id: -1 })
@@ -104,7 +105,7 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
     // GET /v1/events. The gateway has checked the query; this checks again, since it is a service of its own.
     async listEvents(req) {
       const mode = modeFromProto(req.mode);
-      if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
+      if (!req.partnerId || !mode) throw new RpcError("partner_id and mode are required", Status.INVALID_ARGUMENT);
       if (req.limit < 1 || req.limit > EVENTS_PAGE_MAX)
         throw serviceError(
           ErrorReason.INVALID_REQUEST,
@@ -154,8 +155,8 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
     // One record per re-queued event, each stored with its re-queue: a recover that finds nothing changes nothing.
     recoverDeliveries: (req) =>
       deps.trail.refusals({ action: "webhook.recover", actor: "operator", targets: [req.partnerId] }, async () => {
-        if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
-        if (req.since <= 0n) throw new ConnectError("since is required", Code.InvalidArgument);
+        if (!req.partnerId) throw new RpcError("partner_id is required", Status.INVALID_ARGUMENT);
+        if (req.since <= 0n) throw new RpcError("since is required", Status.INVALID_ARGUMENT);
         const events = await deps.store.events.find({ partnerId: req.partnerId }).toArray();
         const due = recoverable(events, new Date(Number(req.since)));
         for (const doc of due) await requeueByOperator(doc, "webhook.recover");

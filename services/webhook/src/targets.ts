@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { eventsv1 } from "@pi/proto";
 import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/partner-event-feed";
 import type { AuthClient } from "@pi/common/clients";
@@ -72,7 +72,7 @@ export class TargetCache {
       }));
       return { url: res.webhookUrl, secret: res.signingSecret, previous };
     } catch (err) {
-      if (err instanceof ConnectError && err.code === Code.NotFound) return null;
+      if (err instanceof RpcError && err.code === Status.NOT_FOUND) return null;
       throw err;
     }
   }
