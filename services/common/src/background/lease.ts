@@ -50,7 +50,7 @@ export async function takeLease<T extends Document>(
   return doc ? { doc, holder, until } : null;
 }
 
-/** Pushes a held lease forward; false when it is no longer this holder's. */
+/** False when the lease is no longer this holder's. */
 export async function renewLease<T extends Document>(
   collection: Collection<T>,
   id: unknown,
