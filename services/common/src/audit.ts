@@ -53,7 +53,6 @@ export function auditSignedBytes(r: Omit<eventsv1.AuditRecord, "$typeName" | "$u
   );
 }
 
-/** Who acted: the operator (CLI), the elder's caregiver (the app), the service itself, or a partner by its id. */
 export type AuditActor = "operator" | "caregiver" | "system" | `ptr_${string}`;
 
 /** Why an act was refused, as a code (from the error's code); the caregiver acts add the state machine's rule. */
@@ -68,7 +67,6 @@ const refusalCodes = {
 export type RefusalCode = (typeof refusalCodes)[keyof typeof refusalCodes];
 const REFUSAL_CODES: readonly RefusalCode[] = Object.values(refusalCodes);
 
-/** The shape of every id the system makes (ids.ts): a short prefix, "_", base62. */
 export const AUDIT_ID = /^(con|ptr|cli|eld|evt|key)_[0-9A-Za-z]{1,64}$/;
 const PARTNER_ID = /^ptr_[0-9A-Za-z]{1,64}$/;
 /** A refusal's rule: plain lower-case words. Ids, addresses, URLs and secrets all need a character it lacks. */

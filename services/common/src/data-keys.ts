@@ -20,7 +20,6 @@ export interface WrappedKey {
 }
 
 export interface KeyWrapper {
-  /** The KEK new wraps use. */
   readonly currentKid: string;
   has(kid: string): boolean;
   wrap(dataKey: Uint8Array): Promise<WrappedKey>;
@@ -33,10 +32,7 @@ export class DataKeyError extends Error {}
 
 type Kek = { kid: string; key: Buffer };
 
-/**
- * `id:value[,id:value...]`, newest first (DATA_KEYS, CREDENTIAL_PEPPERS): `label` names an entry in
- * messages, `problem` says what is wrong with a value. A message never quotes a value.
- */
+/** `id:value[,id:value...]`, newest first (DATA_KEYS, CREDENTIAL_PEPPERS). A message never quotes a value. */
 export function parseIdList(text: string, label: string, problem: (value: string) => string | undefined) {
   const out: { id: string; value: string }[] = [];
   for (const [i, entry] of text.split(",").entries()) {
@@ -132,7 +128,6 @@ export function decrypt(key: Uint8Array, box: Uint8Array, aad: Uint8Array | stri
   }
 }
 
-/** A fresh data key and its wrapped form (store only the latter). */
 export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wrapped: WrappedKey }> {
   const key = randomBytes(DATA_KEY_BYTES);
   return { key, wrapped: await wrapper.wrap(key) };
@@ -171,7 +166,6 @@ export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Ar
   ].join(".");
 }
 
-/** The KEK id of a sealed value, or undefined when it is not a v2 sealed value. */
 export function sealedKid(sealed: string): string | undefined {
   const [version, kid] = sealed.split(".");
   return version === SEALED_V2 && kid !== undefined && KEY_ID.test(kid) ? kid : undefined;
@@ -192,10 +186,8 @@ export interface KeyCheckDoc {
   createdAt: Date;
 }
 
-/**
- * Compares DATA_KEYS with the KEKs that wrote this database: `mismatched` ids now hold another key (a
- * regenerated Secret: the caller refuses to start), `missing` ones are gone. Records the current KEK.
- */
+// `mismatched`: ids that now hold another key than the one that wrote this database (a regenerated
+// Secret: the caller refuses to start). Records the current KEK.
 export async function checkKeys(db: Db, wrapper: KeyWrapper): Promise<{ mismatched: string[]; missing: string[] }> {
   const checks = db.collection<KeyCheckDoc>("data_key_checks");
   if (!(await checks.findOne({ _id: wrapper.currentKid }))) {

@@ -9,7 +9,6 @@ import { parseCallableUrl } from "./webhook-url.js";
 
 const globalUnicast = ipaddr.parseCIDR("2000::/3");
 
-/** Why a connection to this IP address is refused, or undefined when it is a public address. */
 export function addressRefusal(address: string): string | undefined {
   let ip: ipaddr.IPv4 | ipaddr.IPv6;
   try {

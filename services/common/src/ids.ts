@@ -27,7 +27,6 @@ export function newIdFrom(prefix: IdPrefix, bytes: Uint8Array): string {
   return `${prefix}_${out}`;
 }
 
-/** A high-entropy secret (256 bits), for client and signing secrets. */
 export function newSecret(prefix: string): string {
   return `${prefix}_${randomBytes(32).toString("base64url")}`;
 }

@@ -26,7 +26,6 @@ const redactPaths = [
 
 let stdout: DestinationStream | undefined;
 
-/** How long a line may wait in the stdout buffer for more lines. */
 export const LOG_FLUSH_MS = 250;
 
 /** One flush `ms` after the first line since the last; sonic-boom's `periodicFlush` wakes even when idle. */

@@ -55,7 +55,6 @@ export class TextChecker {
   /** The text's length as JavaScript counts it, a leading byte order mark not counted; meaningful once `end()` said true. */
   length = 0;
 
-  /** False once the bytes so far are not plain text. */
   push(chunk: Uint8Array): boolean {
     return this.decode(() => this.decoder.decode(chunk, { stream: true }));
   }

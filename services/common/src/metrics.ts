@@ -26,7 +26,6 @@ const counter = <T extends string>(name: string, help: string, labelNames: reado
 const histogram = <T extends string>(name: string, help: string, buckets: number[], labelNames: readonly T[] = []) =>
   new client.Histogram<T>({ name, help, buckets, labelNames, registers });
 
-// --- semantic conventions (http.server.request.duration, rpc.*.call.duration, messaging.*) ---
 export const httpServerDuration = histogram(
   "http_server_request_duration_seconds",
   "Duration of partner requests at the gateway, by route template",
@@ -59,7 +58,6 @@ export const messageProcessDuration = histogram(
   ["messaging_destination_name"],
 );
 
-// --- the system's own ---
 export const webhookDeliveries = counter(
   "pi_webhook_deliveries_total",
   "Webhook delivery attempts by outcome: delivered, retry (will be tried again), failed (given up)",
@@ -150,7 +148,6 @@ async function runRead(gauge: string, entry: ScrapeRead): Promise<void> {
     entry.logger.warn({ gauge, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
 }
 
-/** A gauge set, when Prometheus scrapes (prom-client's async collect), by the reads registered with readAtScrape. */
 function gaugeReadAtScrape<T extends string>(name: string, help: string, labelNames: readonly T[] = []) {
   return new client.Gauge<T>({
     name,
@@ -179,7 +176,6 @@ export function readAtScrape(
   };
 }
 
-/** Seconds since `start` (a performance.now() reading). */
 export const secondsSince = (start: number): number => (performance.now() - start) / 1000;
 
 /** Serves `GET /metrics` on METRICS_PORT with prom-client's runtime metrics; disabled, nothing is recorded. */

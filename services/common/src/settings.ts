@@ -77,7 +77,6 @@ export const settingsSchema = z.object({
   CONNECTION_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50052"),
   FILE_INTAKE_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50053"),
   WEBHOOK_SERVICE_URL: serviceUrls.default("http://127.0.0.1:50054"),
-  // The admin plane (allowed-callers.ts): the operator CLI, and the webhook service's GetWebhookTarget.
   AUTH_ADMIN_PORT: port.default(50061),
   CONNECTION_ADMIN_PORT: port.default(50062),
   WEBHOOK_ADMIN_PORT: port.default(50064),
@@ -99,7 +98,6 @@ export const settingsSchema = z.object({
     .regex(/^[a-z][a-z0-9_]{0,30}$/, "must be lowercase letters, digits, _")
     .default("pi"),
 
-  // The bounds of the child process that decodes one file (docs/files.md, "Extraction").
   EXTRACTION_MEMORY_CEILING_MB: z.coerce.number().int().min(64).max(16384).default(512),
   EXTRACTION_TIME_LIMIT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
   EXTRACTION_CPU_TIME_LIMIT_SECONDS: z.coerce.number().int().min(1).max(3600).default(30),
@@ -144,7 +142,6 @@ export const settingsSchema = z.object({
   // How often an ended (partner, address) connection may reopen; a test one has no caregiver to ask.
   CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(2592000),
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(60),
-  // Ended connections, after their last change (docs/connections.md, "Retention").
   ENDED_CONNECTION_RETENTION_SECONDS: positiveInt.default(2 * 365 * 86400),
   SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
@@ -165,33 +162,27 @@ export const settingsSchema = z.object({
   KAFKA_SASL_MECHANISM: z.enum(["scram-sha-256", "scram-sha-512"]).default("scram-sha-256"),
   KAFKA_SSL: bool.default(false),
 
-  // Keyed hash of client secrets (docs/security.md), required by auth: this one is "p1", newer ones follow.
+  // Required by auth: this one is "p1", CREDENTIAL_PEPPERS holds newer ones.
   CREDENTIAL_PEPPER: z.string().min(32, "must be at least 32 characters").optional(),
   CREDENTIAL_PEPPERS: checkedBy(parsePeppers).optional(),
   // Key-encryption keys of health data and sealed secrets (data-keys.ts); required by auth and file-intake.
   DATA_KEYS: checkedBy(parseDataKeys).optional(),
-  // A file's bytes, extraction and metadata; its id and status stay (docs/security.md, "Data at rest").
   FILE_RETENTION_SECONDS: positiveInt.default(30 * 86400),
   TEST_FILE_RETENTION_SECONDS: positiveInt.default(86400),
-  // Per partner and mode, accepted and in flight (docs/files.md, "Storage quota").
   FILE_STORAGE_QUOTA_BYTES: positiveInt.default(10 * 1024 ** 3),
   TEST_FILE_STORAGE_QUOTA_BYTES: positiveInt.default(256 * 1024 ** 2),
-  // All partners together, well below the volume (docs/files.md, "Store-wide high-water mark").
   FILE_STORE_HIGH_WATER_BYTES: positiveInt.default(16 * 1024 ** 3),
   // 6 years, HIPAA's retention of compliance records (docs/security.md, "Audit trail").
   AUDIT_RETENTION_SECONDS: positiveInt.default(6 * 365 * 86400),
   // The audit sweep's own database user (role auditRetention), so the service's can only append.
   AUDIT_RETENTION_MONGODB_URI: mongoUri.optional(),
 
-  // Service identity on internal calls (docs/security.md, "Internal calls"): this workload's key,
-  // `<name>:<key>`, and every workload's public key. Required by every service.
   SERVICE_IDENTITY_KEY: checkedBy(parseOwnIdentity).optional(),
   SERVICE_IDENTITY_PUBLIC_KEYS: checkedBy(parsePublicKeys).optional(),
 });
 
 export type Settings = z.infer<typeof settingsSchema>;
 
-/** The token endpoint's public URL (TOKEN_ENDPOINT_URL, or the local stack's). */
 export function tokenEndpointUrl(settings: Pick<Settings, "TOKEN_ENDPOINT_URL" | "GATEWAY_PORT">): string {
   return settings.TOKEN_ENDPOINT_URL ?? `http://127.0.0.1:${settings.GATEWAY_PORT}/oauth/token`;
 }
@@ -203,7 +194,6 @@ export function authorizationServerIssuer(settings: Pick<Settings, "TOKEN_ENDPOI
 
 export class SettingsError extends Error {}
 
-/** Parses the environment; the error message is one line naming the first bad setting. */
 export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ""));
   const result = settingsSchema.safeParse(present);

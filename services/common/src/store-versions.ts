@@ -5,9 +5,7 @@ import type { Logger } from "./logger.js";
 import { insertIfNew } from "./persistence.js";
 import { compareReleases, isRelease, RELEASE } from "./release.js";
 
-// Versions of stored data and the migrations between them (docs/upgrades.md): `prepareStore` refuses a
-// store that needs a newer release, runs the pending migrations (umzug) under one job lease, each
-// idempotent and resumable, then raises the store's mark, never lowering it.
+// Versions of stored data and the migrations between them: docs/upgrades.md.
 
 export interface MigrationContext {
   db: Db;
@@ -32,7 +30,6 @@ export interface StoreSchema {
   readableFrom: string;
 }
 
-/** The store's mark: the oldest release that can read it, the collections' versions, who last migrated it. */
 export interface StoreMark {
   _id: "store";
   minReader: string;

@@ -35,7 +35,6 @@ export async function startTelemetry(serviceName: string): Promise<() => Promise
 
 type Carrier = Record<string, string>;
 
-/** The trace headers of a context (the active one by default), to store or to send. */
 export function traceHeaders(ctx: Context = context.active()): Carrier {
   const carrier: Carrier = {};
   propagation.inject(ctx, carrier);
@@ -86,7 +85,6 @@ const grpcStatus = (err: unknown): string => {
   return String(err === undefined ? 0 : typeof code === "number" ? code : 2);
 };
 
-/** Records a call's duration in `histogram` (rpc_*_call_duration_seconds) once `call` settles. */
 async function timed<T>(histogram: typeof rpcServerDuration, method: DescMethod, call: () => Promise<T>): Promise<T> {
   if (!metricsRecording()) return call();
   const started = performance.now();
@@ -128,7 +126,6 @@ export const rpcServerSpan = <T>(method: DescMethod, headers: Record<string, unk
     ),
   );
 
-/** The trace context active here (to carry to work done later on this request's behalf). */
 export const activeContext = (): Context => context.active();
 
 export { ROOT_CONTEXT, SpanKind, type Context };

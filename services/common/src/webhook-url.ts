@@ -5,7 +5,7 @@ import { isIP } from "node:net";
 
 export const WEBHOOK_URL_MAX_LENGTH = 2048;
 
-/** The URL, or what is wrong with it as an address to call ("must use https"): the rule every partner address shares. */
+/** The rule every partner address shares: the URL, or what is wrong with it ("must use https"). */
 export function parseCallableUrl(raw: string, allowInsecure: boolean, maxLength = Infinity): URL | string {
   if (!URL.canParse(raw)) return "is not an absolute URL";
   if (raw.length > maxLength) return `is longer than ${maxLength} characters`;
@@ -16,7 +16,6 @@ export function parseCallableUrl(raw: string, allowInsecure: boolean, maxLength 
   return url;
 }
 
-/** Why a webhook address is refused ("must use https", ...), or undefined when it is fine. */
 export function webhookUrlRefusal(raw: string, allowInsecure: boolean): string | undefined {
   const url = parseCallableUrl(raw, allowInsecure, WEBHOOK_URL_MAX_LENGTH);
   if (typeof url === "string") return url;

@@ -1,7 +1,6 @@
 import type { Logger } from "../logger.js";
 
 export interface Periodic {
-  /** Runs the task now (unless it is running) and waits for it. */
   runNow(): Promise<void>;
   stop(): Promise<void>;
 }

@@ -9,13 +9,11 @@ export interface RetryOptions {
   /** 2 by default; 1 waits `firstDelayMs` every time. */
   factor?: number;
   maxDelayMs?: number;
-  /** Whether a failure is worth another try (every failure by default). */
   retryIf?: (err: Error) => boolean;
   /** Logs each failure that will be tried again, with `what` and the wait. */
   logger?: Pick<Logger, "warn">;
 }
 
-/** The wait after the `failures`-th failure. */
 export function retryDelay(failures: number, o: Pick<RetryOptions, "firstDelayMs" | "factor" | "maxDelayMs">): number {
   return Math.min(o.firstDelayMs * (o.factor ?? 2) ** (failures - 1), o.maxDelayMs ?? Infinity);
 }
