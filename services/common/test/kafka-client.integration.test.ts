@@ -2,9 +2,9 @@ import { createHook } from "node:async_hooks";
 import { once } from "node:events";
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "@jest/globals";
-import { createKafka, ensureTopics } from "../src/kafka.js";
-import { createLogger } from "../src/logger.js";
-import { topicName } from "../src/topics.js";
+import { createKafka, ensureTopics } from "../src/events/kafka.js";
+import { createLogger } from "../src/runtime/logger.js";
+import { topicName } from "../src/events/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // kafkajs 2.2.4 re-armed a 1 ms timer after every answer on every broker connection, forever

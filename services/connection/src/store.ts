@@ -1,7 +1,7 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier } from "@pi/common/audit-trail";
+import type { AuditCarrier } from "@pi/common/store/audit-trail";
 import type { JobLeaseDoc } from "@pi/common/background/lease";
-import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/persistence";
+import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/store/persistence";
 import type { AppliedAct } from "./acts.js";
 import type { OpeningsDoc } from "./openings.js";
 import type { SlotsDoc } from "./slots.js";

@@ -1,10 +1,10 @@
 import { Binary } from "mongodb";
-import { decrypt, encrypt, type KeyWrapper } from "@pi/common/data-keys";
-import type { Extracted } from "@pi/common/extracted";
+import { decrypt, encrypt, type KeyWrapper } from "@pi/common/store/data-keys";
+import type { Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionDoc, FileDoc, FileMeta, FileStore } from "./store.js";
 
 // What file-intake stores about a file's content, encrypted under the file's own data key
-// (services/common/src/data-keys.ts; docs/security.md, "Data at rest"): the bytes (staging.ts, per
+// (services/common/src/store/data-keys.ts; docs/security.md, "Data at rest"): the bytes (staging.ts, per
 // chunk), the metadata (elder, purpose, SHA-256) and the extraction result. Each box is bound to its
 // file and its kind, so none can stand in for another's. The data key is stored only wrapped.
 

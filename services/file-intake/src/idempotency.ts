@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { PartnerMode } from "@pi/common/mode";
+import type { PartnerMode } from "@pi/common/rules/mode";
 
 // The rules of Idempotency-Key on POST /v1/files, as plain functions (the store applies them).
 //

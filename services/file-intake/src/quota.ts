@@ -1,5 +1,5 @@
 import type { FileMode } from "./store.js";
-import { forMode } from "@pi/common/mode";
+import { forMode } from "@pi/common/rules/mode";
 
 // The storage quota's rules (docs/files.md, "Storage quota"), pure: what an upload reserves, when
 // it must reserve more, whether a reservation fits, and what the repair sets a partner's usage to.

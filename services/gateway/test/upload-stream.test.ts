@@ -7,9 +7,9 @@ import type { Router } from "@pi/common/rpc/server";
 import { closeClient, serviceClient } from "@pi/common/rpc/client";
 import { fileintakev1 } from "@pi/proto";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
-import { createLogger } from "@pi/common/logger";
-import type { FileIntakeClient } from "@pi/common/clients";
-import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/errors";
+import { createLogger } from "@pi/common/runtime/logger";
+import type { FileIntakeClient } from "@pi/common/rpc/clients";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/errors";
 import { PartnerError } from "../src/errors.js";
 import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
 

@@ -1,9 +1,9 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Consumer, Message, MessagesStream } from "@platformatic/kafka";
-import { atMost } from "../at-most.js";
-import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../kafka.js";
-import type { Logger } from "../logger.js";
-import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../metrics.js";
+import { atMost } from "../rules/at-most.js";
+import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../events/kafka.js";
+import type { Logger } from "../runtime/logger.js";
+import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../runtime/metrics.js";
 import { retryDelay } from "./retry.js";
 
 // The one Kafka consumer of every service: set-up, restarts, liveness, lag gauge, metrics and a bounded stop.
