@@ -53,8 +53,8 @@ const BOUNDS = {
 } as const;
 type BoundSetting = (typeof BOUNDS)[keyof typeof BOUNDS];
 
-// Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
-// (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
+// Read leases a 1.0.0 replica grants during a rollout: a change a partner sees fences new grants
+// (`fencedUntil`, which 1.0.0 honours) and waits the granted ones out. Remove with 1.0.0.
 const LEGACY_LEASE_MARGIN_MS = 250;
 const LEGACY_FENCE_MS = 2_250;
 
@@ -216,7 +216,7 @@ export class Connections {
     trigger: Trigger,
     opts: { elderId?: string | null; resolve?: boolean; actId?: string } = {},
   ): Promise<Applied | null> {
-    // Only writes lost to another writer count; waits for 1.1.0's read leases do not.
+    // Only writes lost to another writer count; waits for 1.0.0's read leases do not.
     for (let conflicts = 0; conflicts < maxAttempts; ) {
       const doc = await this.store.connections.findOne(filter);
       if (!doc) return null;

@@ -137,7 +137,7 @@ export default (deps: ConnectionDeps) => (router: Router) => {
     },
 
     async getConnection(req) {
-      // No read lease (lease_ms 0): a 1.1.0 gateway asking for one reads through.
+      // No read lease (lease_ms 0): a 1.0.0 gateway asking for one reads through.
       const doc = await connections.read(ownedFilter(req));
       if (!doc) throw notFound();
       return partnerView(doc);

@@ -31,9 +31,9 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   approveAt: Date | null;
   // When a request last reopened it: the reopen bound's clock (reopenVerdict).
   reopenedAt?: Date | null;
-  // Bumped by every state change (and by 1.1.0's read leases): the compare-and-set guard (updateVersioned).
+  // Bumped by every state change (and by 1.0.0's read leases): the compare-and-set guard (updateVersioned).
   version: number;
-  // 1.1.0's read leases (connections.ts, waitForLegacyLeases): written by 1.1.0 replicas only.
+  // 1.0.0's read leases (connections.ts, waitForLegacyLeases): written by 1.0.0 replicas only.
   leasedUntil?: Date | null;
   fencedUntil?: Date | null;
   caregiverActs?: AppliedAct[];

@@ -13,7 +13,7 @@ import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/erro
 import { PartnerError } from "../src/errors.js";
 import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
 
-// The rate watchdog runs on `every` (services/common/src/periodic.ts); an injected clock drives its windows.
+// The rate watchdog runs on `every` (services/common/src/background/periodic.ts); an injected clock drives its windows.
 
 const settings = { UPLOAD_MIN_BYTES_PER_SECOND: 1000, UPLOAD_RATE_WINDOW_SECONDS: 2 };
 const requestWith = (socket: { bytesRead: number }) => ({ socket }) as unknown as IncomingMessage;

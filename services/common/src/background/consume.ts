@@ -20,7 +20,7 @@ export function setConsumerMaxWaitForTests(ms: number): void {
   consumerMaxWaitMs = ms;
 }
 
-/** For groups that must hand partitions over quickly when a replica dies, instead of 30 s (as 1.1.0's members). */
+/** For groups that must hand partitions over quickly when a replica dies, instead of 30 s (as 1.0.0's members). */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
 export const CONSUMER_HEARTBEAT_MS = 3_000;
 const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInterval: CONSUMER_HEARTBEAT_MS };
