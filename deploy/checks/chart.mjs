@@ -499,7 +499,7 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
 
 /** Settings the services read, from services/common/src/runtime/settings.ts (one schema for all). */
 export function serviceSettings() {
-  const text = readFileSync(join(repoRoot, "services", "common", "src", "settings.ts"), "utf8");
+  const text = readFileSync(join(repoRoot, "services", "common", "src", "runtime", "settings.ts"), "utf8");
   const body = text.slice(text.indexOf("settingsSchema = z.object({"));
   const end = body.indexOf("\n});");
   return [...body.slice(0, end).matchAll(/^ {2}([A-Z][A-Z0-9_]*):/gm)].map((m) => m[1]);

@@ -285,7 +285,11 @@ export function describeFailure(err: unknown, urls: Record<string, string>): str
       return `cannot reach the internal services (${Object.values(urls).join(", ")}); is the stack running (npm start)?`;
     }
     if (err.code === Status.UNIMPLEMENTED) return "this command is not available yet on the running stack";
-    return `${Status[err.code]}: ${err.message}`;
+    return `${codeName(err.code)}: ${err.message}`;
   }
   return err instanceof Error ? err.message : String(err);
 }
+
+// The code as 1.0.0's CLI named it (NotFound, not NOT_FOUND): scripts may match the reason's first word.
+const codeName = (code: Status) =>
+  Status[code].toLowerCase().replace(/(?:^|_)(\w)/g, (_, c: string) => c.toUpperCase());
