@@ -3,7 +3,7 @@ import { type commonv1, fileintakev1 } from "@pi/proto";
 import { isFailureReason, type Extracted } from "@pi/common/extracted";
 import { modeFromProto } from "@pi/common/mode";
 import type { ExtractionKind } from "@pi/common/media-types";
-import type { ExtractionRecords } from "./extraction-records.js";
+import type { ExtractionRecords, Take } from "./extraction-records.js";
 import { submitFile, type IntakeDeps } from "./intake.js";
 import type { FileStatus, FileStore } from "./store.js";
 import { ErrorReason, serviceError } from "@pi/common/errors";
@@ -22,7 +22,19 @@ const statusEnum = (status: FileStatus | "unknown") =>
 
 export const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
 
-/** The read of GET /v1/files/{id}: by _id alone (the server answers it from the _id index); ownership is checked in code. */
+const takeMessage = (take: Take) =>
+  take.taken
+    ? {
+        taken: true,
+        holder: take.holder,
+        mediaType: take.mediaType,
+        size: BigInt(take.size),
+        attempt: take.attempt,
+        status: fileintakev1.FileStatus.RECEIVED,
+      }
+    : { taken: false, status: statusEnum(take.status) };
+
+/** The read of GET /v1/files/{id}: by _id alone; ownership is checked in code. */
 export const fileById = (id: string) => ({ _id: id });
 
 /** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
@@ -92,36 +104,13 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
     async takeFileForExtraction(req) {
       if (!req.fileId || !req.leaseMs || !req.maxAttempts)
         throw new ConnectError("file_id, lease_ms and max_attempts are required", Code.InvalidArgument);
-      const take = await deps.extraction.take(req.fileId, req.leaseMs, req.maxAttempts);
-      if (!take.taken) return { taken: false, status: statusEnum(take.status) };
-      return {
-        taken: true,
-        holder: take.holder,
-        mediaType: take.mediaType,
-        size: BigInt(take.size),
-        attempt: take.attempt,
-        status: fileintakev1.FileStatus.RECEIVED,
-      };
+      return takeMessage(await deps.extraction.take(req.fileId, req.leaseMs, req.maxAttempts));
     },
     async takeNextFileForExtraction(req) {
       if (!req.leaseMs || !req.maxAttempts)
         throw new ConnectError("lease_ms and max_attempts are required", Code.InvalidArgument);
       const next = await deps.extraction.takeNext(req.leaseMs, req.maxAttempts);
-      if (!next) return { found: false };
-      const { fileId, take } = next;
-      if (!take.taken) return { found: true, fileId, take: { taken: false, status: statusEnum(take.status) } };
-      return {
-        found: true,
-        fileId,
-        take: {
-          taken: true,
-          holder: take.holder,
-          mediaType: take.mediaType,
-          size: BigInt(take.size),
-          attempt: take.attempt,
-          status: fileintakev1.FileStatus.RECEIVED,
-        },
-      };
+      return next ? { found: true, fileId: next.fileId, take: takeMessage(next.take) } : { found: false };
     },
     async readFileForExtraction(req) {
       const part = await deps.extraction.read(req.fileId, req.holder, req.part).catch((err: unknown) => {
