@@ -147,23 +147,7 @@ export class ExtractionWorker {
 
 function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.RecordExtractionRequestSchema> {
   if (!outcome.ok) return { ok: false, kind: outcome.kind, error: outcome.error, failureReason: outcome.reason };
-  switch (outcome.kind) {
-    case "pdf-text":
-      return {
-        ok: true,
-        kind: outcome.kind,
-        text: outcome.text,
-        textLength: BigInt(outcome.textLength),
-        textTruncated: outcome.textTruncated,
-        pages: outcome.pages,
-      };
-    case "plain-text":
-      return { ok: true, kind: outcome.kind, textLength: BigInt(outcome.textLength) };
-    case "image-dimensions":
-      return { ok: true, kind: outcome.kind, width: outcome.width, height: outcome.height };
-    case "audio-duration":
-      return { ok: true, kind: outcome.kind, durationSeconds: outcome.durationSeconds };
-  }
+  return "textLength" in outcome ? { ...outcome, textLength: BigInt(outcome.textLength) } : outcome;
 }
 
 export interface TakingFiles {
