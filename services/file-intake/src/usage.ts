@@ -35,7 +35,7 @@ export const storeFull = () =>
   );
 
 /** How long a replica trusts its last reading of the store's total. */
-export const STORE_TOTAL_TTL_MS = 1000;
+const STORE_TOTAL_TTL_MS = 1000;
 
 /**
  * The store-wide high-water mark: the sum of every counter, read at most once a second per replica.
@@ -67,11 +67,6 @@ export class StoreFill {
   async hasRoom(bytes: number): Promise<boolean> {
     return storeHasRoom(await this.total(), this.markBytes, bytes);
   }
-
-  /** Throws STORE_FULL when `bytes` more would pass the mark. */
-  async admit(bytes: number): Promise<void> {
-    if (!(await this.hasRoom(bytes))) throw storeFull();
-  }
 }
 
 export class StorageQuota {
@@ -86,17 +81,14 @@ export class StorageQuota {
 
   /** Whether an upload declaring `declaredBytes` would fit now (reserves nothing); throws STORE_FULL. */
   async check(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Verdict> {
-    await this.fill?.admit(initialHold(declaredBytes, this.maxFileBytes).need);
-    const doc = await this.store.usage.findOne(
-      { _id: usageKey(partnerId, mode) },
-      { projection: { stored: 1, used: 1 } },
-    );
-    return quotaVerdict(
-      doc ?? { stored: 0, used: 0 },
-      quotaOf(this.limits, mode),
-      initialHold(declaredBytes, this.maxFileBytes).need,
-      this.sweepEverySeconds,
-    );
+    const { need } = initialHold(declaredBytes, this.maxFileBytes);
+    if (this.fill && !(await this.fill.hasRoom(need))) throw storeFull();
+    return this.verdict(usageKey(partnerId, mode), quotaOf(this.limits, mode), need);
+  }
+
+  private async verdict(key: string, quota: number, need: number): Promise<Verdict> {
+    const usage = await this.store.usage.findOne({ _id: key }, { projection: { stored: 1, used: 1 } });
+    return quotaVerdict(usage ?? { stored: 0, used: 0 }, quota, need, this.sweepEverySeconds);
   }
 
   /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
@@ -108,8 +100,7 @@ export class StorageQuota {
     await reservation.grow(hold).catch(async (err: unknown) => {
       if (reasonOf(err)?.reason !== ErrorReason.STORAGE_QUOTA_EXCEEDED) throw err;
       // Refused before the body: when to retry depends on what is in the way (quotaVerdict).
-      const usage = await this.store.usage.findOne({ _id: key }, { projection: { stored: 1, used: 1 } });
-      const verdict = quotaVerdict(usage ?? { stored: 0, used: 0 }, quota, hold.need, this.sweepEverySeconds);
+      const verdict = await this.verdict(key, quota, hold.need);
       throw quotaExceeded(verdict.fits ? 1 : verdict.retryAfterSeconds);
     });
     return reservation;
