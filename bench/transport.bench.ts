@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { report } from "./report.js";
 
 // What one internal call costs by protocol and by library (connect-node, and grpc-js serving the
-// services' connect-es handlers through services/common/src/grpc-server.ts, as the services do),
+// services' grpc-js server and client, services/common/src/rpc/, as the services do),
 // against a bare node:http2 request of the same bytes (bench/drivers/transport-hop.mjs): the hop that bounds POST /oauth/token's ratio (a gateway
 // calling an auth service; system.bench.ts measures that floor with the services' own contract).
 

@@ -8,7 +8,7 @@
 //                       secret with a pepper, compares it in constant time, signs an ES256 JWT of the
 //                       same claims (jose) and answers the same token response (token-issuer.mjs).
 //   POST /floor/oauth/token   the floor of the system's shape: the same form, then one bare gRPC call
-//                       (Connect, no interceptors) to the bare auth service at AUTH_BASELINE_URL
+//                       (the services' grpc-js client, unsigned) to the bare auth service at AUTH_BASELINE_URL
 //                       (auth-baseline.mjs), which does the token work; only when that is set.
 //
 // The bench configures it over two control routes before measuring:
@@ -17,15 +17,14 @@
 // It prints its port on stdout ("listening <port>") once ready.
 import Koa from "koa";
 import { bodyParser } from "@koa/bodyparser";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { serviceClient } from "@pi/common/rpc/client";
 import { createLocalJWKSet, jwtVerify } from "jose";
 import { authv1 } from "@pi/proto";
 import { createTokenIssuer } from "./token-issuer.mjs";
 
 const tokens = await createTokenIssuer();
 const auth = process.env.AUTH_BASELINE_URL
-  ? createClient(authv1.AuthService, createGrpcTransport({ baseUrl: process.env.AUTH_BASELINE_URL }))
+  ? serviceClient(authv1.AuthService, process.env.AUTH_BASELINE_URL)
   : undefined;
 
 let verifyKeys;

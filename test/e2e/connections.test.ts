@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { Code, type ConnectError } from "@connectrpc/connect";
+import { type RpcError, Status } from "@pi/common/errors";
 import { clientsFor, databaseName, newId } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
@@ -65,7 +65,7 @@ describe("connections api", () => {
     try {
       await p;
     } catch (err) {
-      return err as ConnectError;
+      return err as RpcError;
     }
     throw new Error("expected the call to fail");
   };
@@ -271,11 +271,11 @@ describe("connections api", () => {
       const approved = await create(tokens.aLive, (await ops.elderCreate()).address);
       await ops.connectionAct("approve", approved);
       const cases: [string, "approve" | "decline" | "sever", string, Code][] = [
-        ["an unknown id", "approve", newId("con"), Code.NotFound],
-        ["a malformed id", "sever", "not-an-id", Code.NotFound],
-        ["sever of a pending connection", "sever", pending, Code.FailedPrecondition],
-        ["decline of an approved connection", "decline", approved, Code.FailedPrecondition],
-        ["approve of an unresolvable address", "approve", unresolvedId, Code.FailedPrecondition],
+        ["an unknown id", "approve", newId("con"), Status.NOT_FOUND],
+        ["a malformed id", "sever", "not-an-id", Status.NOT_FOUND],
+        ["sever of a pending connection", "sever", pending, Status.FAILED_PRECONDITION],
+        ["decline of an approved connection", "decline", approved, Status.FAILED_PRECONDITION],
+        ["approve of an unresolvable address", "approve", unresolvedId, Status.FAILED_PRECONDITION],
       ];
       for (const [, act, id, code] of cases) {
         const err = await rpcError(ops.connectionAct(act, id));
@@ -319,7 +319,7 @@ describe("connections api", () => {
         [tokens.aTest, testToReal],
         [tokens.aLive, liveToSandbox],
       ] as const) {
-        expect((await rpcError(ops.connectionAct("approve", id))).code).toBe(Code.FailedPrecondition);
+        expect((await rpcError(ops.connectionAct("approve", id))).code).toBe(Status.FAILED_PRECONDITION);
         expect(await statusOf(token, id)).toBe("pending");
         expect(events.of(id)).toEqual([]);
       }
@@ -356,7 +356,7 @@ describe("connections api", () => {
     it("no caregiver acts on test connections", async () => {
       const id = await create(tokens.aTest, (await ops.elderCreate()).address);
       for (const act of ["approve", "decline", "sever"] as const) {
-        expect((await rpcError(ops.connectionAct(act, id))).code).toBe(Code.FailedPrecondition);
+        expect((await rpcError(ops.connectionAct(act, id))).code).toBe(Status.FAILED_PRECONDITION);
       }
       expect(await storedStatus(id)).toBe("pending");
     });

@@ -33,6 +33,7 @@ import { collectConnectionEvents, type EventCollector } from "../support/connect
 import { readTopic } from "../support/topic-reader.js";
 import { sendFile, waitForStatus } from "../support/files.js";
 import { textPdf } from "../support/pdf.js";
+import { connect, createServer } from "node:net";
 import { freePort } from "../support/gateway-process.js";
 import { accessToken, call, opsFor, runOpsCli } from "../support/partner-api.js";
 import { alive } from "../support/processes.js";
@@ -132,8 +133,8 @@ describe("connections crash", () => {
       exited,
       adminUrl: `http://127.0.0.1:${adminPort}`,
       // The operator's (and caregiver's) calls on the admin port, and the gateway's (partners' requests).
-      client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${adminPort}`, [], identityKey("ops")),
-      partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, [], identityKey("gateway")),
+      client: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${adminPort}`, identityKey("ops")),
+      partner: serviceClient(connectionv1.ConnectionService, `http://127.0.0.1:${port}`, identityKey("gateway")),
     };
     children.push(child);
     return child;
@@ -309,7 +310,19 @@ describe("connections crash", () => {
         const twin = await startService();
         events ??= await collectConnectionEvents(brokers, namespace);
         const { partnerId, id } = await liveConnection(twin);
-        const run = await opsAct("approve", id, [dying, twin]);
+        // The CLI lists the twin behind a port that takes connections only once the dying replica has
+        // died: grpc-js sends a call to a replica whose connection is up, so the act goes to the dying
+        // one first, and the CLI's next attempt reaches the twin once it is let through.
+        const twinPort = await freePort();
+        const gate = createServer((socket) => {
+          const back = connect(Number(new URL(twin.adminUrl).port), "127.0.0.1");
+          socket.pipe(back).pipe(socket);
+          for (const s of [socket, back]) s.on("error", () => s.destroy());
+        });
+        void dying.exited.then(() => gate.listen(twinPort, "127.0.0.1"));
+        const run = await opsAct("approve", id, [dying, { ...twin, adminUrl: `http://127.0.0.1:${twinPort}` }]).finally(
+          () => gate.close(),
+        );
         process.stderr.write(
           `[act during SIGKILL] ops connection approve: exit ${run.code} in ${Math.round(run.ms)} ms\n`,
         );

@@ -4,7 +4,7 @@ import { request } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
 import { databaseName } from "@pi/common";
 import { MongoClient } from "mongodb";
-import kafkajs from "kafkajs";
+import { compatibilityPartitioner } from "@platformatic/kafka";
 import { flateBombPdf, unterminatedStreamsPdf } from "../../services/extraction/test/hostile-pdfs.js";
 import {
   connectedPartner,
@@ -601,16 +601,10 @@ describe("files hostile pdf", () => {
   });
 
   describe("one partner flooding extraction", () => {
-    // The partition of file-events a partner's events go to (keyed by partner id, kafkajs's default
+    // The partition of file-events a partner's events go to (keyed by partner id, the producer's
     // partitioner, 3 partitions): a consumer reads a partition in order, so a partner whose events
     // share the flooder's is the one a file-by-file consumer makes wait behind the whole flood.
-    const partitionMetadata = [0, 1, 2].map((partitionId) => ({ partitionId, leader: 0, replicas: [0], isr: [0] }));
-    const partitionOf = (partnerId: string) =>
-      kafkajs.Partitioners.DefaultPartitioner()({
-        topic: "file-events",
-        partitionMetadata,
-        message: { key: partnerId, value: null },
-      });
+    const partitionOf = (partnerId: string) => compatibilityPartitioner(undefined as never, Buffer.from(partnerId)) % 3;
 
     it("one partner's backlog never delays another partner's file by more than one file's extraction: eight 2.8 MB quadratic PDFs, then another partner's PDF is processed within 60 s", async () => {
       const flooder = await connectedPartner(stack, "Flooding Clinic");

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import type { Producer } from "kafkajs";
+import type { Producer } from "@pi/common/kafka";
 import type { Collection, Document } from "mongodb";
 import { createProducer } from "@pi/common/kafka";
 import { eventsv1 } from "@pi/proto";

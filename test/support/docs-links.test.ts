@@ -22,7 +22,7 @@ const scripts = Object.keys(
 
 /** Top-level folders and files a path in the docs starts with. */
 const TOP =
-  /^(?:\.ci|\.state|bench|charts|deploy|docs|patches|proto|sdk|services|test)\/|^(?:package\.json|jest\.config\.js|tsconfig\.json|skaffold\.yaml|CHANGELOG\.md|HISTORY\.md|README\.md|releases\.json)$/;
+  /^(?:\.ci|\.state|bench|charts|deploy|docs|proto|sdk|services|test)\/|^(?:package\.json|jest\.config\.js|tsconfig\.json|skaffold\.yaml|CHANGELOG\.md|HISTORY\.md|README\.md|releases\.json)$/;
 /** Placeholders and patterns, not one path: `services/<name>`, `test/e2e/*.test.ts`, `$STATE_DIR/...`. */
 const PATTERN = /[<>*{}$…]|\.\.\./;
 /** Made when something runs (state, builds): named in the docs, not kept in the repository. */

@@ -1,6 +1,6 @@
 import { healthv1 } from "@pi/proto";
-import { LIVENESS } from "@pi/common/connect-server";
-import { serviceClient } from "@pi/common/clients";
+import { LIVENESS } from "@pi/common/rpc/server";
+import { serviceClient } from "@pi/common/rpc/client";
 import { SERVICE_URL_SETTINGS, withLocalStackAddresses } from "@pi/common/settings";
 
 // Whether every replica of every internal service of a local stack serves. The stack's /readyz needs

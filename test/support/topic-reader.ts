@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { consume } from "@pi/common/background/consume";
 import { createKafka, ensureTopics, type Kafka, type KafkaCredentials } from "@pi/common/kafka";
 import { createLogger } from "@pi/common/logger";
 import { topicName, type TopicKey } from "@pi/common/topics";
@@ -42,28 +43,25 @@ export async function readTopic<T>(
   decode: (value: Uint8Array) => T,
   options: ReadTopicOptions<T> = {},
 ): Promise<TopicReader<T>> {
-  const kafka = createKafka(
-    brokers,
-    `${namespace}.test-reader`,
-    createLogger("test-reader", "error"),
-    options.credentials ?? testKafkaAdmin(),
-  );
+  const logger = createLogger("test-reader", "error");
+  const kafka = createKafka(brokers, `${namespace}.test-reader`, logger, options.credentials ?? testKafkaAdmin());
   // The topic exists before the reader subscribes: a reader that found no such topic would see it
-  // only at its next metadata refresh, about 30 s later.
+  // only at its next metadata refresh.
   await ensureTopics(kafka, namespace, [key]);
   const topic = topicName(namespace, key);
-  const consumer = kafka.consumer({
-    groupId: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`,
-    maxWaitTimeInMs: 100,
-  });
   const records: ReadRecord<T>[] = [];
   const readUpTo = new Map<number, bigint>();
   const waiters = new Waiters();
   const describe = options.describe ?? ((value: T) => value);
-  await consumer.connect();
-  await consumer.subscribe({ topic, fromBeginning: true });
-  await consumer.run({
-    eachMessage: async ({ partition, message }) => {
+  const consuming = await consume({
+    kafka,
+    logger,
+    group: `${namespace}.test-reader.${randomBytes(4).toString("hex")}`,
+    topic,
+    name: "test-reader",
+    commit: false,
+    reportLag: false,
+    each: async (message, partition) => {
       records.push({
         key: message.key?.toString() ?? "",
         partition,
@@ -102,7 +100,6 @@ export async function readTopic<T>(
     },
     async readToEnd(timeoutMs = 30_000) {
       const admin = kafka.admin();
-      await admin.connect();
       let ends: { partition: number; high: string; low: string }[];
       try {
         ends = await admin.fetchTopicOffsets(topic);
@@ -117,7 +114,7 @@ export async function readTopic<T>(
       );
     },
     async stop() {
-      await consumer.disconnect();
+      await consuming.stop();
     },
   };
 }

@@ -17,7 +17,7 @@ import {
 } from "jose";
 import { LRUCache } from "lru-cache";
 import { request } from "undici";
-import { egressAgent, readCapped, urlRefusal, type Resolver } from "@pi/common/egress";
+import { egressAgent, readCapped, urlRefusal } from "@pi/common/egress";
 import type { Logger } from "@pi/common/logger";
 import {
   ASSERTION_ALGORITHMS,
@@ -34,10 +34,8 @@ import {
   type RefreshTimes,
 } from "./jwks-refresh.js";
 
-// The public keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the set
-// at its URL. No token request waits for a URL: its set is fetched in the background (jwks-refresh.ts
-// says when) through the webhooks' egress, and stored with the credential (`jwksFetched`). A host
-// that stalls or breaks only leaves its own client on its last good set (docs/authentication.md).
+// The keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the set at its
+// URL, fetched in the background and stored with it, so that no token request waits for a host.
 
 export { JWKS_URL_MAX_AGE_MS, JWKS_URL_REFETCH_COOLDOWN_MS };
 
@@ -47,11 +45,6 @@ export const MAX_JWKS_BYTES = 64 * 1024;
 
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
-/**
- * Why a JWK Set is not a usable set of public signing keys, or undefined: 1 to 10 RSA (2048 bits
- * or more) or EC (P-256, P-384) public keys, each with a kid of its own, `use` sig if any, an
- * `alg` (if any) of the four accepted, importable.
- */
 export async function jwksProblem(value: unknown): Promise<string | undefined> {
   if (typeof value !== "object" || value === null || !Array.isArray((value as { keys?: unknown }).keys))
     return "is not a JWK Set (an object with a keys array)";
@@ -91,44 +84,34 @@ export async function jwksProblem(value: unknown): Promise<string | undefined> {
   return undefined;
 }
 
-/** A URL's set as last fetched, stored with the credential. */
 export interface FetchedJwks {
   jwks: JSONWebKeySet;
   fetchedAt: Date;
 }
 
-/** Where a credential's keys are: one of the two. */
 export interface KeySource {
   _id: string;
   jwks?: JSONWebKeySet;
   jwksUrl?: string;
   /** The URL's set, as last fetched (absent until a fetch succeeded: a credential of an older release). */
   jwksFetched?: FetchedJwks;
-  /** The URL's latest failed fetch. */
   jwksFetchFailedAt?: Date;
 }
 
-/** What a fetch of a URL's set came to: the set, or why it cannot serve. */
 export type FetchOutcome = { jwks: JSONWebKeySet; fetchedAt: Date } | { problem: string; failedAt: Date };
 
 export interface AssertionKeysOptions {
-  /** WEBHOOK_ALLOW_INSECURE_URLS: http and internal addresses too (the local stack). */
   allowInsecure: boolean;
   timeoutMs?: number;
-  resolve?: Resolver;
-  /** The least time between two fetches of one URL's set (default JWKS_URL_REFETCH_COOLDOWN_MS; a test shortens it). */
   refetchCooldownMs?: number;
-  /** Stores a background fetch's outcome with every credential of the URL (the database). */
   record?: (url: string, outcome: FetchOutcome) => Promise<void>;
   logger?: Pick<Logger, "warn" | "info">;
 }
 
-/** How many URLs one scheduled round fetches at once. */
 const REFRESH_CONCURRENCY = 8;
 
 export class AssertionKeys {
   private readonly inline = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
-  /** A URL credential's stored set, imported, by credential and fetch time. */
   private readonly fetched = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
   /** jose's remote set of each URL: what fetches it (one fetch at a time per URL), never asked for a key. */
   private readonly remote = new LRUCache<
@@ -147,11 +130,7 @@ export class AssertionKeys {
 
   constructor(private readonly opts: AssertionKeysOptions) {
     this.times = { maxAgeMs: JWKS_URL_MAX_AGE_MS, cooldownMs: opts.refetchCooldownMs ?? JWKS_URL_REFETCH_COOLDOWN_MS };
-    const agent = egressAgent({
-      allowInsecure: opts.allowInsecure,
-      timeoutMs: opts.timeoutMs ?? 5_000,
-      ...(opts.resolve ? { resolve: opts.resolve } : {}),
-    });
+    const agent = egressAgent({ allowInsecure: opts.allowInsecure, timeoutMs: opts.timeoutMs ?? 5_000 });
     this.fetchJwks = async (url, init) => {
       const refusal = urlRefusal(url, opts.allowInsecure, "JWK Set URL");
       if (refusal) throw new Error(refusal);
@@ -179,12 +158,10 @@ export class AssertionKeys {
       .sign(stranger.privateKey);
   }
 
-  /** Waits for the background fetches in flight (each ends within its timeout). */
   async stop(): Promise<void> {
     await Promise.allSettled([...this.inFlight]);
   }
 
-  /** Fetches the set at a URL now (a registration, the background): the set, or why it cannot serve. */
   async fetchSet(url: string): Promise<FetchOutcome> {
     const refusal = urlRefusal(url, this.opts.allowInsecure, "JWK Set URL");
     if (refusal) return { problem: refusal, failedAt: new Date() };
@@ -212,7 +189,6 @@ export class AssertionKeys {
     return { jwks: jwks!, fetchedAt: new Date() };
   }
 
-  /** Fetches a URL's set and stores the outcome: never thrown, only logged. */
   private refresh(url: string): Promise<void> {
     this.attempts.set(url, new Date());
     const done = (async () => {
@@ -233,10 +209,7 @@ export class AssertionKeys {
     return done;
   }
 
-  /**
-   * The scheduled round (one replica at a time): fetches each URL of these credentials whose set
-   * is missing or older than the max age, unless one was tried within the cooldown.
-   */
+  /** The scheduled round (one replica at a time): fetches each URL whose set is due (jwks-refresh.ts). */
   async refreshDue(credentials: KeySource[]): Promise<number> {
     const now = new Date();
     const histories = new Map<string, FetchHistory & { missing?: boolean }>();
@@ -258,11 +231,7 @@ export class AssertionKeys {
     return due.length;
   }
 
-  /**
-   * The payload of an assertion one of the credential's keys verifies, or undefined. Every assertion
-   * costs one signature check by its own algorithm (a dummy key or assertion when none is found:
-   * guarantee 5); a kid the stored set lacks asks for a background fetch and fails now.
-   */
+  /** Every assertion costs one signature check (guarantee 5); an unknown kid asks for a background fetch and fails now. */
   async verify(
     assertion: string,
     claimed: ClaimedAssertion | undefined,
@@ -298,7 +267,6 @@ export class AssertionKeys {
     return undefined;
   }
 
-  /** A kid the stored set lacks, or no set yet: a background fetch, unless one was tried within the cooldown. */
   private askForFetch(credential: KeySource): void {
     const url = credential.jwksUrl!;
     const history: FetchHistory = {

@@ -1,6 +1,5 @@
 import { verify, type KeyObject } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
-import type { KafkaMessage } from "kafkajs";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/audit";
@@ -9,14 +8,12 @@ import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/topics";
 import { databaseName } from "@pi/common/mongo";
 import { insertNew } from "@pi/common/persistence";
-import type { Kafka } from "@pi/common/kafka";
+import type { Kafka, KafkaMessage } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 import type { PublicKeys } from "@pi/common/service-identity";
 
-// The store of the audit trail (docs/security.md, "Audit trail"): records from the audit-events
-// topic, kept with the writer's signature, append-only within their retention (AuditStore inserts,
-// AuditRetention only deletes the expired, each under its own database role). Every read checks the
-// kept signature again.
+// The audit trail's store (docs/security.md, "Audit trail"): append-only within its retention, each
+// record kept with its writer's signature, which every read checks again.
 
 export interface AuditRecordDoc extends AuditRecordFields {
   _id: string; // the record's evt_ id
@@ -47,21 +44,16 @@ export interface AuditStore {
   list(query: AuditQuery): Promise<AuditRecordDoc[]>;
 }
 
-/** The retention sweep's one act, under its own role (auditRetention). */
 export interface AuditRetention {
-  /** Deletes the records that occurred before `cutoff`; how many. */
   expire(cutoff: Date): Promise<number>;
 }
 
-/** The oldest a record may be at `now`: the retention sweep deletes what occurred before it. */
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
-/** How often the retention sweep runs (one replica at a time, under this lease). */
 export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
-/** The query of a listing, checked: null target or since when absent. Throws a message for a bad one. */
 export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
   if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw new RangeError(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
   if (req.since < 0n) throw new RangeError("since must be Unix milliseconds, or 0 for all");
@@ -74,10 +66,8 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
   };
 }
 
-/** The audit trail's own database (docs/security.md, "Database users"). */
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
-/** The store, in the audit database `db`. */
 export async function openAuditStore(db: Db): Promise<AuditStore> {
   const records: Collection<AuditRecordDoc> = db.collection<AuditRecordDoc>("audit_records");
   await records.createIndex({ occurredAt: -1 }, { name: "newest" });
@@ -96,7 +86,6 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
   };
 }
 
-/** The retention sweep's access to the store, in the audit database `db` as its own user sees it. */
 export function openAuditRetention(db: Db): AuditRetention {
   const records = db.collection<AuditRecordDoc>("audit_records");
   return {
@@ -106,12 +95,6 @@ export function openAuditRetention(db: Db): AuditRetention {
   };
 }
 
-const outcomeName: Record<number, string> = {
-  [eventsv1.AuditOutcome.OK]: "ok",
-  [eventsv1.AuditOutcome.REFUSED]: "refused",
-};
-
-/** Whether the service the record names signed it, with one of its identity keys. */
 export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
   const key = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(r.service)?.get(r.signingKid);
   if (!key || r.signature === "") return false;
@@ -145,7 +128,7 @@ export function decodeAuditMessage(
   // The writer shaped it with the same rules; checked again so that nothing else is ever stored.
   const fields =
     /^evt_[0-9A-Za-z]{1,64}$/.test(r.id) && r.occurredAt > 0n
-      ? checkAuditRecord({ ...r, outcome: outcomeName[r.outcome] })
+      ? checkAuditRecord({ ...r, outcome: eventsv1.AuditOutcome[r.outcome]?.toLowerCase() })
       : null;
   if (!fields) {
     logger.error({ ...at, id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
@@ -171,7 +154,6 @@ export function decodeAuditMessage(
   };
 }
 
-/** What a read says of a stored record's signature: verified, or why not. */
 export const AUDIT_VERIFICATION = {
   verified: "verified",
   altered: "signature does not match the record",
@@ -182,7 +164,6 @@ export type AuditVerification =
   | { verified: true; reason: typeof AUDIT_VERIFICATION.verified }
   | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
 
-/** The message of a stored record, with its kept signature: what the topic carried. */
 export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   return {
     ...auditRecordMessage({ ...doc, eventId: doc._id }),
@@ -191,7 +172,6 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   };
 }
 
-/** Checks a stored record against the signature kept with it, by the keys of the service it names. */
 export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): AuditVerification {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
   const keys = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(doc.service);
@@ -207,7 +187,6 @@ export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys):
     : { verified: false, reason: AUDIT_VERIFICATION.altered };
 }
 
-/** Reads the audit-events topic a batch at a time: a batch's offsets are committed once its records are stored. */
 export function consumeAuditRecords(
   store: AuditStore,
   kafka: Kafka,

@@ -2,19 +2,15 @@ import { LRUCache } from "lru-cache";
 import { eventsv1 } from "@pi/proto";
 import type { CredentialMode } from "./store.js";
 
-// Successful client authentications, so that a partner asking for tokens again with the right
-// secret costs no database read. Kept under the client id and the HMAC of the presented secret: only
-// both right find an entry, and every credential failure takes the full path of guarantee 5.
-// Entries are dropped by the replica that makes a change, and by every replica when the change's
-// partner event reaches it (the partner-event feed of @pi/common, which the operator's change waits
-// for). A ticket taken before the reads keeps a read from before a change out of the cache after it.
+// Successful client authentications, keyed by client id and the HMAC of the presented secret: only
+// both right find an entry, so every failure takes the full path of guarantee 5. Entries are dropped
+// by the replica that makes a change and by every replica its partner event reaches; a ticket taken
+// before the reads keeps a read from before a change out of the cache after it.
 
-/** What a token needs from a successful authentication. */
 export interface Authenticated {
   clientId: string;
   partnerId: string;
   mode: CredentialMode;
-  /** The partner's allowed scopes. */
   scopes: readonly string[];
 }
 
@@ -26,7 +22,6 @@ export interface AuthenticationCacheOptions {
   ttlMs?: number;
   /** PartnerEventFeed.trusted: while false, nothing is served or kept, and what was kept is dropped. */
   trusted?: () => boolean;
-  /** The clock of the TTL (tests). */
   perf?: { now(): number };
 }
 
@@ -48,7 +43,6 @@ export class AuthenticationCache {
     return this.entries.size;
   }
 
-  /** The kept authentication of this client with this secret hash, if any. */
   get(clientId: string, secretHash: string): Authenticated | undefined {
     if (!this.trusted()) {
       if (this.entries.size > 0) this.clear();
@@ -57,15 +51,11 @@ export class AuthenticationCache {
     return this.entries.get(key(clientId, secretHash));
   }
 
-  /** Taken before the reads whose outcome may be kept. */
   ticket(): number {
     return this.drops;
   }
 
-  /**
-   * Keeps a successful authentication, unless something was dropped since `ticket` (the reads may
-   * predate the change that dropped it). True when kept.
-   */
+  /** Keeps a successful authentication unless something was dropped since `ticket`; true when kept. */
   keep(ticket: number, secretHash: string, authenticated: Authenticated): boolean {
     if (ticket !== this.drops || !this.trusted()) return false;
     this.entries.set(key(authenticated.clientId, secretHash), authenticated);
@@ -85,7 +75,6 @@ export class AuthenticationCache {
     this.entries.clear();
   }
 
-  /** A partner event from the topic: a revocation drops the credential, a change of standing the partner. */
   apply(event: eventsv1.PartnerEvent): void {
     switch (event.kind) {
       case eventsv1.PartnerEventKind.CREDENTIAL_REVOKED:
@@ -96,7 +85,6 @@ export class AuthenticationCache {
         this.dropPartner(event.partnerId);
         break;
       default:
-        // A webhook change touches nothing a token needs.
         break;
     }
   }

@@ -13,13 +13,11 @@ export type AssertionAlgorithm = (typeof ASSERTION_ALGORITHMS)[number];
 export const MAX_ASSERTION_LIFETIME_SECONDS = 300;
 /** How far ahead of ours a client's clock may run (its `exp` = its now + 300 s) before the five minutes are exceeded. */
 export const ASSERTION_CLOCK_SKEW_SECONDS = 10;
-/** The longest `jti` and client id kept; longer ones are refused. */
 export const MAX_ASSERTION_ID_LENGTH = 256;
 
 export const isAssertionAlgorithm = (alg: unknown): alg is AssertionAlgorithm =>
   (ASSERTION_ALGORITHMS as readonly unknown[]).includes(alg);
 
-/** What the assertion says before anything is verified: which client and key to look up. */
 export interface ClaimedAssertion {
   alg: AssertionAlgorithm;
   kid: string;
@@ -27,10 +25,6 @@ export interface ClaimedAssertion {
   clientId: string;
 }
 
-/**
- * The header and issuer of a compact JWS, or undefined when it is malformed: not three base64url
- * parts of JSON, an algorithm outside the four, no `kid`, no string `iss`.
- */
 export function claimedAssertion(assertion: string): ClaimedAssertion | undefined {
   try {
     if (assertion.split(".").length !== 3) return undefined;
@@ -48,13 +42,11 @@ export function claimedAssertion(assertion: string): ClaimedAssertion | undefine
 
 export interface AssertionExpectations {
   clientId: string;
-  /** The token endpoint's public URL (TOKEN_ENDPOINT_URL). */
   audience: string;
   /** Unix seconds. */
   now: number;
 }
 
-/** The claims of a verified assertion that the database needs: its jti and until when it must stay used. */
 export interface AcceptedClaims {
   jti: string;
   exp: number;
@@ -62,12 +54,7 @@ export interface AcceptedClaims {
 
 export type ClaimsCheck = { ok: true; accepted: AcceptedClaims } | { ok: false; reason: string };
 
-/**
- * The claims rules: `iss` = `sub` = the client id; `aud` the token endpoint's URL (a string, or an
- * array holding it); `exp` an integer in the future and at most five minutes (and the clock skew)
- * ahead; `nbf` and `iat`, when present, numbers not in the future beyond the skew; a `jti`.
- * The reason goes to the logs only.
- */
+/** The claims rules of RFC 7523 and SMART; the reason goes to the logs only. */
 export function checkAssertionClaims(claims: Record<string, unknown>, expect: AssertionExpectations): ClaimsCheck {
   const fail = (reason: string): ClaimsCheck => ({ ok: false, reason });
   if (claims.iss !== expect.clientId) return fail("iss is not the client id");

@@ -1,19 +1,14 @@
 // When a private_key_jwt credential's JWK Set URL is fetched in the background (assertion-keys.ts), pure.
 
-/** A stored set older than this is fetched again by the scheduled round. */
 export const JWKS_URL_MAX_AGE_MS = 10 * 60_000;
 /** The least time between two fetches of one URL, for an unknown kid and after a failure (forged kids cannot make auth hammer a partner's host). */
 export const JWKS_URL_REFETCH_COOLDOWN_MS = 30_000;
-/** How often the scheduled round looks for sets to fetch (one auth replica at a time). */
 export const JWKS_URL_REFRESH_EVERY_MS = 60_000;
 
-/** What is known of one URL's fetches: from the credential's document, and this replica's own last attempt. */
 export interface FetchHistory {
-  /** The stored set's fetch (absent: no set stored yet). */
   fetchedAt?: Date;
   /** The latest failed fetch (absent or older than fetchedAt: none since the set was fetched). */
   failedAt?: Date;
-  /** This replica's latest attempt, successful or not, whether or not stored yet. */
   attemptedAt?: Date;
 }
 
@@ -33,7 +28,6 @@ export function scheduledFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): 
   return since(h.fetchedAt, now) >= t.maxAgeMs && cooledDown(h, now, t);
 }
 
-/** An assertion whose kid the stored set lacks (or with no set stored): a fetch, unless one was tried within the cooldown. */
 export function unknownKidFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): boolean {
   return cooledDown(h, now, t);
 }

@@ -3,8 +3,8 @@ import type { Collection } from "mongodb";
 import { AUDIT_BOOKKEEPING, type AuditCarrier } from "@pi/common/audit-trail";
 import { newId } from "@pi/common/ids";
 import type { AuditEntry, AuditFields } from "@pi/common/audit";
+import { isDuplicateKey } from "@pi/common/persistence";
 import type { SecretSealer } from "./secrets.js";
-import type { RevokedKeyDoc } from "./store.js";
 
 export const JWT_ALG = "ES256";
 
@@ -22,13 +22,11 @@ export interface SigningKeyDoc extends StoredKey, AuditCarrier {
   _id: string;
 }
 
-/** How key changes reach the audit trail: a record inserted with the key, relayed after the insert. */
 export interface KeyAudit {
   entry(fields: AuditFields): AuditEntry;
   afterWrite(id: string): void;
 }
 
-/** Reads keys without their audit bookkeeping. */
 const KEY_PROJECTION = Object.fromEntries(AUDIT_BOOKKEEPING.map((f) => [f, 0]));
 
 const FIRST_KEY_ID = "first";
@@ -44,10 +42,7 @@ export function signingKeyOf(keys: readonly StoredKey[], now: number): StoredKey
   );
 }
 
-/**
- * Keys that may be dropped at `now`: superseded by a key that has been signing for longer than
- * the token lifetime plus a margin, so no unexpired token can carry them any more.
- */
+/** Keys superseded by one signing for longer than the token lifetime plus a margin: no unexpired token carries them. */
 export function retiredKeys(
   keys: readonly StoredKey[],
   now: number,
@@ -76,9 +71,6 @@ async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<St
   };
 }
 
-const isDuplicateKey = (err: unknown) =>
-  typeof err === "object" && err !== null && (err as { code?: unknown }).code === 11000;
-
 /**
  * The signing keys every auth replica uses, from MongoDB. A rotated-in key signs only after a delay
  * longer than the reload period and the gateways' JWKS refresh: no token under a key a gateway lacks.
@@ -86,14 +78,14 @@ const isDuplicateKey = (err: unknown) =>
 export class KeyRing {
   private keys: StoredKey[] = [];
   private readonly privateKeys = new Map<string, CryptoKey>();
-  private jwksCache: { keys: JWK[] } = { keys: [] };
+  private published: { keys: JWK[] } = { keys: [] };
 
   constructor(
     private readonly collection: Collection<SigningKeyDoc>,
     private readonly sealer: SecretSealer,
     private readonly audit?: KeyAudit,
-    /** Revoked keys (ops keys revoke): never used, even if a crash left the key's own document. */
-    private readonly revoked?: Collection<RevokedKeyDoc>,
+    /** Revoked keys by kid (ops keys revoke): never used, even if a crash left the key's own document. */
+    private readonly revoked?: Pick<Collection<{ _id: string }>, "find">,
   ) {}
 
   private async read(): Promise<SigningKeyDoc[]> {
@@ -105,31 +97,28 @@ export class KeyRing {
     return docs.filter((d) => !revokedKids.has(d.kid));
   }
 
-  /** The key document, with its audit record when there is a trail. */
-  private keyDoc(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate"): SigningKeyDoc {
-    const audit = this.audit?.entry({
-      action,
-      actor: action === "signing_key.create" ? "system" : "operator",
-      targets: [key.kid],
-    });
-    return { _id, ...key, ...(audit ? { audit: [audit] } : {}) };
+  private async stored(): Promise<StoredKey[]> {
+    return (await this.read()).map(({ _id, ...key }) => key);
   }
 
-  /** Loads the keys, creating the first one on first start. */
+  private async insert(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate") {
+    const actor = action === "signing_key.create" ? "system" : "operator";
+    const audit = this.audit?.entry({ action, actor, targets: [key.kid] });
+    await this.collection.insertOne({ _id, ...key, ...(audit ? { audit: [audit] } : {}) });
+    this.audit?.afterWrite(_id);
+  }
+
   async load(): Promise<void> {
-    let docs = await this.read();
-    if (docs.length === 0) {
+    let keys = await this.stored();
+    if (keys.length === 0) {
       try {
-        await this.collection.insertOne(
-          this.keyDoc(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create"),
-        );
-        this.audit?.afterWrite(FIRST_KEY_ID);
+        await this.insert(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create");
       } catch (err) {
         if (!isDuplicateKey(err)) throw err; // another replica created it first
       }
-      docs = await this.read();
+      keys = await this.stored();
     }
-    await this.use(docs.map(({ _id, ...key }) => key));
+    await this.use(keys);
   }
 
   private async use(keys: StoredKey[]): Promise<void> {
@@ -140,48 +129,40 @@ export class KeyRing {
     }
     for (const kid of this.privateKeys.keys()) if (!keys.some((k) => k.kid === kid)) this.privateKeys.delete(kid);
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
-    this.jwksCache = { keys: this.keys.map((k) => k.publicJwk) };
+    this.published = { keys: this.keys.map((k) => k.publicJwk) };
   }
 
-  /** The key that signs now. */
   signer(now = Date.now()): { kid: string; privateKey: CryptoKey } {
     const key = signingKeyOf(this.keys, now);
     return { kid: key.kid, privateKey: this.privateKeys.get(key.kid)! };
   }
 
-  /** Every published key: the signer, keys not yet active, and older keys still verifying. */
   jwks(): { keys: JWK[] } {
-    return this.jwksCache;
+    return this.published;
   }
 
-  /** Whether `kid` is a stored key (revoked keys are not). */
   async has(kid: string): Promise<boolean> {
     return (await this.read()).some((k) => k.kid === kid);
   }
 
   /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once; its kid. */
   async replaceIfSigning(kid: string): Promise<string | undefined> {
-    const all = (await this.read()).map(({ _id, ...key }) => key);
+    const all = await this.stored();
     if (all.length === 0 || signingKeyOf(all, Date.now()).kid !== kid) return undefined;
     const added = await newStoredKey(this.sealer, new Date());
-    await this.collection.insertOne(this.keyDoc(added.kid, added, "signing_key.rotate"));
-    this.audit?.afterWrite(added.kid);
+    await this.insert(added.kid, added, "signing_key.rotate");
     return added.kid;
   }
 
-  /** Deletes the key's document and reloads: this replica stops signing with it and publishing it. */
   async remove(kid: string): Promise<void> {
     await this.collection.deleteMany({ kid });
     await this.load();
   }
 
-  /** Adds a key that starts signing after `activationDelayMs`, and drops the keys whose every token has expired. */
   async rotate(activationDelayMs: number, tokenTtlMs: number): Promise<{ added: StoredKey; retired: string[] }> {
     const added = await newStoredKey(this.sealer, new Date(Date.now() + activationDelayMs));
-    await this.collection.insertOne(this.keyDoc(added.kid, added, "signing_key.rotate"));
-    this.audit?.afterWrite(added.kid);
-    const all = (await this.read()).map(({ _id, ...key }) => key);
-    const retired = retiredKeys(all, Date.now(), tokenTtlMs, activationDelayMs).map((k) => k.kid);
+    await this.insert(added.kid, added, "signing_key.rotate");
+    const retired = retiredKeys(await this.stored(), Date.now(), tokenTtlMs, activationDelayMs).map((k) => k.kid);
     if (retired.length > 0) await this.collection.deleteMany({ kid: { $in: retired } });
     await this.load();
     return { added, retired };

@@ -3,22 +3,17 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/persistence";
-import { retry } from "@pi/common/background/retry";
 import type { Logger } from "@pi/common/logger";
 import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/partner-event-feed";
 import type { Producer } from "@pi/common/kafka";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
-// An operator's change must be visible to the partner API by the time the command exits (operator
-// contract). It goes out as a partner event, stored with the change (the outbox) and published at
-// once; the answer waits until every live follower (partner-event-feed.ts of @pi/common: gateways
-// through ReportGatewayPosition, auth replicas directly) has applied it, or a timeout that keeps the
-// command well under its 2 s budget. A failed publish is left to the outbox sweep.
+// An operator's change is visible when its command exits (operator contract): its partner event is published at once
+// and the answer waits until every live follower applied it, or a timeout well under the command's 2 s budget.
 
 const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
-
-class NotPublishedYet extends Error {}
+const RELAY_RETRY_MS = 50;
 
 export interface Propagation {
   gateways: number;
@@ -28,7 +23,6 @@ export interface Propagation {
   elapsedMs: bigint;
 }
 
-/** The live followers that have not yet applied the event at (partition, offset). */
 export function followersBehind(
   followers: readonly FollowerDoc[],
   partition: number,
@@ -42,7 +36,6 @@ export function followersBehind(
 
 const kindOf = (f: FollowerDoc): FollowerKind => f.kind ?? "gateway";
 
-/** A new partner event, to store with the change it reports. */
 export function partnerEvent(
   kind: eventsv1.PartnerEventKind,
   partnerId: string,
@@ -115,7 +108,6 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  /** Publishes the event stored with a change, then waits for every live follower to apply it. */
   async propagate<D extends PartnerEventDoc>(
     outbox: Outbox<D, PartnerEventEntry>,
     id: string,
@@ -124,29 +116,14 @@ export class PartnerEventPublisher {
   ): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
-    const at = await retry(
-      "publishing a partner event",
-      async () => {
-        const published = (await outbox.relay(id)).get(entry.eventId);
-        if (published || !(await outbox.holds(id, entry.eventId))) return published;
-        throw new NotPublishedYet();
-      },
-      {
-        attempts: Infinity,
-        firstDelayMs: POLL_MS * 5,
-        factor: 1,
-        retryIf: (err) => err instanceof NotPublishedYet && performance.now() < deadline,
-      },
-    ).catch((err: unknown) => {
-      if (err instanceof NotPublishedYet) return undefined;
-      throw err;
-    });
-    return at
-      ? this.awaitFollowers(at.partition, Number(at.offset), deadline, since)
-      : this.awaitFollowers(undefined, 0, deadline, since);
+    let at = (await outbox.relay(id)).get(entry.eventId);
+    while (!at && performance.now() < deadline && (await outbox.holds(id, entry.eventId))) {
+      await sleep(RELAY_RETRY_MS);
+      at = (await outbox.relay(id)).get(entry.eventId);
+    }
+    return this.awaitFollowers(at?.partition, Number(at?.offset ?? 0), deadline, since);
   }
 
-  /** Polls the followers' reports until every live one has applied (partition, offset), or the deadline. */
   private async awaitFollowers(
     partition: number | undefined,
     offset: number,

@@ -2,10 +2,7 @@ import type { Logger } from "@pi/common/logger";
 import type { SecretSealer } from "./secrets.js";
 import type { AuthStore } from "./store.js";
 
-/**
- * Re-seals, at start, every stored secret not sealed by the newest KEK; each write is conditional on
- * the value read. A value that cannot be opened is left and logged.
- */
+/** Re-seals at start every secret not sealed by the newest KEK (writes conditional on the value read); one that cannot be opened is logged and left. */
 export async function resealStoredSecrets(
   store: AuthStore,
   sealer: SecretSealer,

@@ -1,4 +1,5 @@
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
+import type { Router } from "@pi/common/rpc/server";
 import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AuditTrail } from "@pi/common/audit-trail";
@@ -13,7 +14,7 @@ import type { Logger } from "@pi/common/logger";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/mode";
 import { randomUUID } from "node:crypto";
-import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditRecordDoc, type AuditStore } from "./audit.js";
+import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
 import { checkAssertionClaims, claimedAssertion, usedJtiKey } from "./client-assertion.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
@@ -55,7 +56,6 @@ export interface AuthDeps {
   logger: Logger;
 }
 
-/** The audit trail as the auth service writes and reads it (docs/security.md, "Audit trail"). */
 export interface AuthAudit {
   trail: AuditTrail;
   partners: Pick<Outbox<PartnerDoc, AuditEntry>, "afterWrite">;
@@ -66,20 +66,13 @@ export interface AuthAudit {
   publicKeys: PublicKeys;
 }
 
-/** A stored record as the ListAuditRecords answer carries it: the same message as on the topic, with the signature it was stored with. */
-export function auditRecordOf(doc: AuditRecordDoc) {
-  return storedRecordMessage(doc);
-}
-
-/** A rotation's overlap may last at most a week. */
 export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
 
-/** The replaced secrets whose overlap has not ended, newest first. */
 function stillSigning(partner: PartnerDoc, now = Date.now()) {
   return (partner.previousSigningSecrets ?? []).filter((p) => p.expiresAt.getTime() > now);
 }
 
-export default (deps: AuthDeps) => (router: ConnectRouter) => {
+export default (deps: AuthDeps) => (router: Router) => {
   const { store, keys, settings, peppers, sealer } = deps;
   const { events, authentications, audit, assertionKeys } = deps;
   const { trail } = audit;
@@ -116,7 +109,6 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     };
   }
 
-  /** A credential with a client secret, or (given `keys`) a private_key_jwt one, which has no secret. */
   async function issueCredential(
     partnerId: string,
     mode: CredentialMode,
@@ -147,19 +139,19 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   /** The decoy partner is invisible to the operator: it cannot be reinstated or given credentials. */
   function realId(id: string): string {
-    if (id === DECOY_PARTNER_ID) throw new ConnectError(`no such id ${id}`, Code.NotFound);
+    if (id === DECOY_PARTNER_ID) throw new RpcError(`no such id ${id}`, Status.NOT_FOUND);
     return id;
   }
 
   async function partnerOrThrow(partnerId: string): Promise<PartnerDoc> {
     const partner = await store.partners.findOne({ _id: realId(partnerId) });
-    if (!partner) throw new ConnectError(`no partner ${partnerId}`, Code.NotFound);
+    if (!partner) throw new RpcError(`no partner ${partnerId}`, Status.NOT_FOUND);
     return partner;
   }
 
   function validWebhookUrl(url: string): string {
     const problem = webhookUrlRefusal(url, settings.WEBHOOK_ALLOW_INSECURE_URLS);
-    if (problem) throw new ConnectError(`webhook url ${problem}`, Code.InvalidArgument);
+    if (problem) throw new RpcError(`webhook url ${problem}`, Status.INVALID_ARGUMENT);
     return url;
   }
 
@@ -173,7 +165,6 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
   async function decideToken(req: authv1.IssueTokenRequest) {
     if (req.clientAssertion !== undefined) return issueTokenByAssertion(req, req.clientAssertion);
-    // The cache's key: only the right client id with its right secret finds an entry.
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
     const known = authentications.get(req.clientId, presented);
     if (known) return tokenFor(known, req.scope);
@@ -196,11 +187,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     return tokenFor(authenticated, req.scope);
   }
 
-  /**
-   * A private_key_jwt token request (RFC 7523 section 2.2). Every failure does the same work
-   * (guarantee 5): the two reads, one signature check, the claims rules, one insert into
-   * used_assertions; one expression decides. No cache: each assertion is good once.
-   */
+  /** private_key_jwt (RFC 7523 2.2). Every failure does the same work (guarantee 5); no cache: each assertion is good once. */
   async function issueTokenByAssertion(req: authv1.IssueTokenRequest, assertion: string) {
     const claimed = claimedAssertion(assertion);
     // A client_id beside the assertion must name the same client (RFC 7521 section 4.2).
@@ -255,29 +242,28 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     );
   }
 
-  /** A JWK Set given inline (its JSON) or by URL, checked for a registration. */
   async function keySource(
     req: authv1.CreateCredentialRequest,
   ): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
     if (req.jwksJson !== undefined && req.jwksUrl !== undefined)
-      throw new ConnectError("give a JWK Set or its URL, not both", Code.InvalidArgument);
+      throw new RpcError("give a JWK Set or its URL, not both", Status.INVALID_ARGUMENT);
     if (req.jwksJson !== undefined) {
       let jwks: unknown;
       try {
         jwks = JSON.parse(req.jwksJson);
       } catch {
-        throw new ConnectError("the JWK Set is not JSON", Code.InvalidArgument);
+        throw new RpcError("the JWK Set is not JSON", Status.INVALID_ARGUMENT);
       }
       const problem = await jwksProblem(jwks);
-      if (problem) throw new ConnectError(`the JWK Set ${problem}`, Code.InvalidArgument);
+      if (problem) throw new RpcError(`the JWK Set ${problem}`, Status.INVALID_ARGUMENT);
       return { jwks: jwks as CredentialDoc["jwks"] };
     }
     if (req.jwksUrl !== undefined) {
       if (req.jwksUrl.length > 2048)
-        throw new ConnectError("the JWK Set URL is longer than 2048 characters", Code.InvalidArgument);
+        throw new RpcError("the JWK Set URL is longer than 2048 characters", Status.INVALID_ARGUMENT);
       // Fetched once here, and stored: every replica verifies with it from the first request on.
       const fetched = await assertionKeys.fetchSet(req.jwksUrl);
-      if ("problem" in fetched) throw new ConnectError(fetched.problem, Code.InvalidArgument);
+      if ("problem" in fetched) throw new RpcError(fetched.problem, Status.INVALID_ARGUMENT);
       return { jwksUrl: req.jwksUrl, jwksFetched: fetched };
     }
     return undefined;
@@ -288,7 +274,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async issueTokens(req) {
       if (req.requests.length > MAX_TOKENS_PER_CALL)
-        throw new ConnectError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Code.InvalidArgument);
+        throw new RpcError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Status.INVALID_ARGUMENT);
       const unavailable = { outcome: { case: "failure" as const, value: TokenFailure.UNAVAILABLE } };
       return { responses: await eachOnItsOwn(req.requests, issueToken, unavailable) };
     },
@@ -300,7 +286,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     },
 
     async reportGatewayPosition(req) {
-      if (req.instanceId === "") throw new ConnectError("instance_id is required", Code.InvalidArgument);
+      if (req.instanceId === "") throw new RpcError("instance_id is required", Status.INVALID_ARGUMENT);
       await events.report(req.instanceId, "gateway", req.nextOffsets, req.leaving);
       return {};
     },
@@ -331,21 +317,18 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       };
     },
 
-    revokeSigningKey: (req) =>
-      trail.refusals({ action: "signing_key.revoke", actor: "operator", targets: [req.kid] }, async () => {
+    revokeSigningKey: (req) => {
+      const fields = { action: "signing_key.revoke", actor: "operator", targets: [req.kid] } as const;
+      return trail.refusals(fields, async () => {
         const since = performance.now();
         if (!(await keys.has(req.kid))) {
           if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } })))
             return { kid: req.kid, replacementKid: "" };
-          throw new ConnectError(`no signing key ${req.kid}`, Code.NotFound);
+          throw new RpcError(`no signing key ${req.kid}`, Status.NOT_FOUND);
         }
         const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
         const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
-        const record = trail.entry({
-          action: "signing_key.revoke",
-          actor: "operator",
-          targets: [req.kid, replacementKid],
-        });
+        const record = trail.entry({ ...fields, targets: [req.kid, replacementKid] });
         try {
           await store.revokedKeys.insertOne({
             _id: req.kid,
@@ -362,19 +345,20 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
         const propagation = await events.propagate(events.revokedKeys, req.kid, event, since);
         logPropagation("signing key revoked", { kid: req.kid, replacementKid }, propagation);
         return { kid: req.kid, replacementKid, propagation };
-      }),
+      });
+    },
 
     createPartner: (req) =>
       trail.refusals({ action: "partner.create", actor: "operator", targets: [] }, async () => {
         const name = req.name.trim();
         if (name === "" || name.length > 200)
-          throw new ConnectError("name must be 1 to 200 characters", Code.InvalidArgument);
+          throw new RpcError("name must be 1 to 200 characters", Status.INVALID_ARGUMENT);
         const scopes = req.scopes.length === 0 ? [...RING1_SCOPES] : [...new Set(req.scopes)];
         const unknown = scopes.find((s) => !isScope(s));
         if (unknown !== undefined)
-          throw new ConnectError(
+          throw new RpcError(
             `unknown scope ${JSON.stringify(unknown)}; allowed: ${RING1_SCOPES.join(" ")}`,
-            Code.InvalidArgument,
+            Status.INVALID_ARGUMENT,
           );
         const webhookUrl = req.webhookUrl ? validWebhookUrl(req.webhookUrl) : null;
         const partnerId = newId("ptr");
@@ -401,7 +385,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
 
     async setPartnerStatus(req) {
       if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED) {
-        throw new ConnectError("status must be active or suspended", Code.InvalidArgument);
+        throw new RpcError("status must be active or suspended", Status.INVALID_ARGUMENT);
       }
       const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
       const fields = {
@@ -440,7 +424,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
           },
           { returnDocument: "after" },
         );
-        if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
+        if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
         audit.partners.afterWrite(req.partnerId);
         // This replica at once; the others when the event reaches them, which propagate waits for.
         authentications.dropPartner(req.partnerId);
@@ -460,7 +444,7 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
           { _id: realId(req.partnerId) },
           { $set: { webhookUrl: url, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
         );
-        if (!updated) throw new ConnectError(`no partner ${req.partnerId}`, Code.NotFound);
+        if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
         audit.partners.afterWrite(req.partnerId);
         await events.propagate(events.partners, req.partnerId, event);
         return { partnerId: req.partnerId, webhookUrl: url };
@@ -470,33 +454,31 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
     createCredential: (req) =>
       trail.refusals({ action: "credential.create", actor: "operator", targets: [req.partnerId] }, async () => {
         const mode = modeFromProto(req.mode);
-        if (!mode) throw new ConnectError("mode must be live or test", Code.InvalidArgument);
+        if (!mode) throw new RpcError("mode must be live or test", Status.INVALID_ARGUMENT);
         await partnerOrThrow(req.partnerId);
         return { credential: await issueCredential(req.partnerId, mode, await keySource(req)) };
       }),
 
-    revokeCredential: (req) =>
-      trail.refusals({ action: "credential.revoke", actor: "operator", targets: [req.clientId] }, async () => {
+    revokeCredential: (req) => {
+      const fields = { action: "credential.revoke", actor: "operator", targets: [req.clientId] } as const;
+      return trail.refusals(fields, async () => {
         const since = performance.now();
         const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
-        if (!credential) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+        if (!credential) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
-        const record = trail.entry({
-          action: "credential.revoke",
-          actor: "operator",
-          targets: [req.clientId, credential.partnerId],
-        });
+        const record = trail.entry({ ...fields, targets: [req.clientId, credential.partnerId] });
         const updated = await store.credentials.findOneAndUpdate(
           { _id: req.clientId },
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
         );
-        if (!updated) throw new ConnectError(`no credential ${req.clientId}`, Code.NotFound);
+        if (!updated) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         audit.credentials.afterWrite(req.clientId);
         authentications.dropClient(req.clientId);
         const propagation = await events.propagate(events.credentials, req.clientId, event, since);
         logPropagation("credential revoked", { clientId: req.clientId }, propagation);
         return { clientId: req.clientId, propagation };
-      }),
+      });
+    },
 
     async getWebhookTarget(req) {
       const partner = await partnerOrThrow(req.partnerId);
@@ -513,55 +495,50 @@ export default (deps: AuthDeps) => (router: ConnectRouter) => {
       };
     },
 
-    rotateSigningSecret: (req) =>
-      trail.refusals(
-        { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] },
-        async () => {
-          if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
-            throw new ConnectError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Code.InvalidArgument);
-          }
-          const partner = await partnerOrThrow(req.partnerId);
-          const signingSecret = newSecret("whsec");
-          const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
-          const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
-          const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
-          const record = trail.entry({
-            action: "partner.rotate_signing_secret",
-            actor: "operator",
-            targets: [partner._id],
-          });
-          // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
-          const updated = await store.partners.findOneAndUpdate(
-            { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
-            {
-              $set: {
-                sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
-                previousSigningSecrets: previous,
-                updatedAt: new Date(),
-              },
-              $push: { outbox: event, audit: record },
+    rotateSigningSecret: (req) => {
+      const fields = { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] } as const;
+      return trail.refusals(fields, async () => {
+        if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
+          throw new RpcError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Status.INVALID_ARGUMENT);
+        }
+        const partner = await partnerOrThrow(req.partnerId);
+        const signingSecret = newSecret("whsec");
+        const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
+        const previous = [{ sealed: partner.sealedSigningSecret, expiresAt }, ...stillSigning(partner)];
+        const event = partnerEvent(eventsv1.PartnerEventKind.WEBHOOK_CHANGED, partner._id);
+        const record = trail.entry(fields);
+        // Check-and-set on the secret read: two rotations at once cannot lose one another's secret.
+        const updated = await store.partners.findOneAndUpdate(
+          { _id: partner._id, sealedSigningSecret: partner.sealedSigningSecret },
+          {
+            $set: {
+              sealedSigningSecret: await sealer.seal(signingSecret, "webhook-signing-secret"),
+              previousSigningSecrets: previous,
+              updatedAt: new Date(),
             },
-          );
-          if (!updated)
-            throw new ConnectError("the signing secret was rotated meanwhile; run the rotation again", Code.Aborted);
-          audit.partners.afterWrite(partner._id);
-          // Only webhook replicas care (they report no position): nothing to wait for.
-          await events.partners.relay(partner._id);
-          deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
-          return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
-        },
-      ),
+            $push: { outbox: event, audit: record },
+          },
+        );
+        if (!updated)
+          throw new RpcError("the signing secret was rotated meanwhile; run the rotation again", Status.ABORTED);
+        audit.partners.afterWrite(partner._id);
+        // Only webhook replicas care (they report no position): nothing to wait for.
+        await events.partners.relay(partner._id);
+        deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
+        return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };
+      });
+    },
 
     async listAuditRecords(req) {
       let query: ReturnType<typeof auditQuery>;
       try {
         query = auditQuery(req);
       } catch (err) {
-        throw new ConnectError((err as Error).message, Code.InvalidArgument);
+        throw new RpcError((err as Error).message, Status.INVALID_ARGUMENT);
       }
       const docs = await audit.store.list(query);
       return {
-        records: docs.map(auditRecordOf),
+        records: docs.map(storedRecordMessage),
         verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)),
       };
     },

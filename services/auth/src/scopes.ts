@@ -1,4 +1,3 @@
-// The Ring 1 scopes of the partner API.
 export const RING1_SCOPES = ["connections:write", "files:write"] as const;
 export type Scope = (typeof RING1_SCOPES)[number];
 

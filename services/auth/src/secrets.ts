@@ -14,11 +14,9 @@ export function hashSecret(pepper: string, secret: string): string {
 // so that path costs the same as a wrong secret. No secret hashes to it.
 export const DUMMY_HASH = "0".repeat(64);
 
-/** The id of CREDENTIAL_PEPPER. */
 export const FIRST_PEPPER_ID = "p1";
 
 export interface Peppers {
-  /** The id of the pepper that hashes new secrets. */
   current: string;
   byId: ReadonlyMap<string, string>;
 }
@@ -32,21 +30,16 @@ export function peppersOf(settings: Pick<Settings, "CREDENTIAL_PEPPER" | "CREDEN
   return { current: list[0]!.id, byId: new Map(list.map((p) => [p.id, p.pepper])) };
 }
 
-/** A stored client-secret hash and the pepper that made it. */
 export interface StoredHash {
   secretHash: string;
   pepperId: string;
 }
 
-/** The hash of a new secret, with the current pepper. */
 export function hashNewSecret(peppers: Peppers, secret: string): StoredHash {
   return { secretHash: hashSecret(peppers.byId.get(peppers.current)!, secret), pepperId: peppers.current };
 }
 
-/**
- * Constant-time check of a presented secret against the hash made by its own pepper. An absent
- * stored hash, or one whose pepper is no longer configured, runs the same HMAC and comparison and fails.
- */
+/** Constant-time. An absent stored hash, or one whose pepper is gone, runs the same HMAC and comparison and fails. */
 export function secretMatches(peppers: Peppers, presented: string, stored: StoredHash | undefined): boolean {
   const ownPepper = stored ? peppers.byId.get(stored.pepperId) : undefined;
   const expected = Buffer.from(stored?.secretHash ?? DUMMY_HASH, "hex");
@@ -55,12 +48,9 @@ export function secretMatches(peppers: Peppers, presented: string, stored: Store
   return equal && stored !== undefined && ownPepper !== undefined;
 }
 
-// ---------------------------------------------------------------- sealed secrets
-
 /** What a sealed value is; bound into its encryption, so one kind cannot stand in for another. */
 export type SecretKind = "webhook-signing-secret" | "token-signing-key";
 
-/** Seals with the KEKs of DATA_KEYS. */
 export class SecretSealer {
   constructor(private readonly wrapper: KeyWrapper) {}
 
@@ -72,7 +62,6 @@ export class SecretSealer {
     return (await openSealedValue(this.wrapper, sealed, `auth|${kind}`)).toString("utf8");
   }
 
-  /** Whether `sealed` is sealed the way new values are (by the newest KEK); re-sealing makes it so. */
   isCurrent(sealed: string): boolean {
     return sealedKid(sealed) === this.wrapper.currentKid;
   }

@@ -8,7 +8,7 @@ import { every } from "@pi/common/background/periodic";
 import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/partner-event-feed";
 import { refreshSigningKeys } from "@pi/common/signing-keys";
 import { SettingsError, type Settings } from "@pi/common/settings";
-import { startConnectServer } from "@pi/common/connect-server";
+import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/topics";
 import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
 import type { Logger } from "@pi/common/logger";
@@ -171,7 +171,7 @@ export async function startAuthService(
       }),
     logger,
   );
-  const server = await startConnectServer({
+  const server = await startRpcServer({
     service: "auth",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,

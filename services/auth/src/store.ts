@@ -10,14 +10,11 @@ import type { SecretSealer, StoredHash } from "./secrets.js";
 export type PartnerStatus = "active" | "suspended";
 export type CredentialMode = PartnerMode;
 
-/** A partner event (revocation, suspension, reinstatement, webhook change) in a document's outbox. */
 export interface PartnerEventEntry extends OutboxEntry {
   kind: number; // eventsv1.PartnerEventKind
   partnerId: string;
   clientId: string;
-  /** Suspension and reinstatement: the partner's latest suspension, Unix ms. */
   suspendedAt?: number;
-  /** Key revocation: the revoked key's id. */
   kid?: string;
 }
 
@@ -30,7 +27,6 @@ export interface PartnerDoc extends OutboxFields<PartnerEventEntry>, AuditCarrie
   scopes: string[];
   webhookUrl: string | null;
   sealedSigningSecret: string;
-  /** Secrets replaced by a rotation, sealed, each signing beside the current one until it expires. */
   previousSigningSecrets?: { sealed: string; expiresAt: Date }[];
   createdAt: Date;
   updatedAt: Date;
@@ -52,22 +48,17 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   secretHash: string;
   /** Absent: a client secret. */
   authMethod?: "client_secret" | "private_key_jwt";
-  /** private_key_jwt: the partner's public keys, given inline, or the URL of its set (assertion-keys.ts). */
   jwks?: JSONWebKeySet;
   jwksUrl?: string;
-  /** A URL's set as last fetched, in the background (assertion-keys.ts): what assertions are verified against. */
   jwksFetched?: FetchedJwks;
-  /** The URL's latest failed fetch: no other before the cooldown. */
   jwksFetchFailedAt?: Date;
   status: "active" | "revoked";
   createdAt: Date;
   revokedAt?: Date;
 }
 
-/** What follows the partner-events topic: gateways (their revocation lists) and auth replicas (their authentication caches). */
 export type FollowerKind = "gateway" | "auth";
 
-/** A gateway or auth replica and how far it has applied the partner-events topic (see propagation.ts). */
 export interface FollowerDoc {
   _id: string; // instance id
   kind?: FollowerKind; // absent: a gateway (written before auth replicas followed the topic)
@@ -76,7 +67,6 @@ export interface FollowerDoc {
   seenAt: Date;
 }
 
-/** A private_key_jwt assertion's jti, used once: stored until the assertion's exp, then swept. */
 export interface UsedAssertionDoc {
   _id: string; // usedJtiKey(client id, jti); for a failed assertion, a random decoy key (below)
   expiresAt: Date;
@@ -93,40 +83,33 @@ export interface AuthStore {
   usedAssertions: Collection<UsedAssertionDoc>;
 }
 
-// A suspended partner that exists only to be read when the client is unknown: every failed token
-// request then reads one credential-or-nothing and one partner document, and compares against a
-// stored or the dummy hash, so an unknown client costs what a known one does (guarantee 5).
+// A suspended partner read when the client is unknown, so an unknown client costs what a known one does (guarantee 5).
 export const DECOY_PARTNER_ID = "ptr~decoy";
 
-/** Creates the decoy partner once; replicas starting together may race, and the loser finds it there. */
+/** Creates the decoy partner once; of replicas starting together, the upserts that lose find it there. */
 async function ensureDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
-  try {
-    await upsertDecoy(store, sealer);
-  } catch (err) {
-    if (!isDuplicateKey(err)) throw err;
-    await upsertDecoy(store, sealer);
-  }
-}
-
-async function upsertDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
   if (await store.partners.findOne({ _id: DECOY_PARTNER_ID }, { projection: { _id: 1 } })) return;
   const now = new Date();
   const sealedSigningSecret = await sealer.seal("decoy", "webhook-signing-secret");
-  await store.partners.updateOne(
-    { _id: DECOY_PARTNER_ID },
-    {
-      $setOnInsert: {
-        name: "decoy",
-        status: "suspended",
-        scopes: ["connections:write", "files:write"],
-        webhookUrl: null,
-        sealedSigningSecret,
-        createdAt: now,
-        updatedAt: now,
+  try {
+    await store.partners.updateOne(
+      { _id: DECOY_PARTNER_ID },
+      {
+        $setOnInsert: {
+          name: "decoy",
+          status: "suspended",
+          scopes: ["connections:write", "files:write"],
+          webhookUrl: null,
+          sealedSigningSecret,
+          createdAt: now,
+          updatedAt: now,
+        },
       },
-    },
-    { upsert: true },
-  );
+      { upsert: true },
+    );
+  } catch (err) {
+    if (!isDuplicateKey(err)) throw err;
+  }
 }
 
 export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthStore> {
@@ -147,12 +130,10 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
   return store;
 }
 
-/** Drops the used jtis whose assertions have expired (and the decoys, which expire at once). */
 export async function sweepUsedAssertions(store: Pick<AuthStore, "usedAssertions">, now = new Date()): Promise<number> {
   return (await store.usedAssertions.deleteMany({ expiresAt: { $lt: now } })).deletedCount;
 }
 
-/** Stores a JWK Set URL's fetch with every credential of that URL: the set (kept until the next succeeds), or the failure's time. */
 export async function recordJwksFetch(
   store: Pick<AuthStore, "credentials">,
   url: string,

@@ -1,11 +1,6 @@
-import { infrastructureUnavailable } from "@pi/common/connect-server";
+import { infrastructureUnavailable } from "@pi/common/rpc/server";
 
-/**
- * Runs `issue` for every request of an IssueTokens call, each on its own: a request whose store
- * could not be reached gets `unavailable` (a 503 for that partner request alone) while the others
- * are answered, as they would have been one call each (a cached authentication needs no read).
- * Any other failure is a fault of the service and fails the call.
- */
+/** A request whose store is unreachable gets `unavailable` (a 503 for it alone); any other failure fails the call. */
 export function eachOnItsOwn<I, O>(requests: I[], issue: (request: I) => Promise<O>, unavailable: O): Promise<O[]> {
   return Promise.all(
     requests.map((request) =>

@@ -5,10 +5,8 @@ import type { CredentialMode } from "./store.js";
 
 export const TOKEN_ISSUER = "pi-auth";
 export const TOKEN_AUDIENCE = "partner-api";
-/** RFC 9068 media type of a JWT access token, in the `typ` header. */
 export const TOKEN_TYPE = "at+jwt";
 
-/** The claims of an access token; the gateway reads partner, credential, mode and scopes from them. */
 export interface AccessClaims {
   sub: string; // partner id
   client_id: string;
@@ -16,19 +14,12 @@ export interface AccessClaims {
   scope: string;
 }
 
-/**
- * The `iat` and `exp` of a token minted at `nowMs` that lives `ttlSeconds`. JWT times are whole
- * seconds, so `exp` rounds up: a token is accepted for at least the `expires_in` it is reported with
- * (and less than a second more), never for a fraction of it.
- */
+/** `iat` and `exp` of a token minted at `nowMs`: `exp` rounds up, so it lives at least its `expires_in`. */
 export function tokenTimes(nowMs: number, ttlSeconds: number): { iat: number; exp: number } {
   return { iat: Math.floor(nowMs / 1000), exp: Math.ceil(nowMs / 1000) + ttlSeconds };
 }
 
-/**
- * How long a reinstatement at `nowMs` waits to fall in a later whole second than the suspension:
- * tokens issued in or before the suspension's second stay refused (docs/authentication.md).
- */
+/** A reinstatement's wait into a later second than the suspension's, whose tokens stay refused. */
 export function reinstatementWaitMs(suspendedAtMs: number | undefined, nowMs: number): number {
   if (suspendedAtMs === undefined) return 0;
   const nextSecond = (Math.floor(suspendedAtMs / 1000) + 1) * 1000;

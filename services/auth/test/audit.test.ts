@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import type { KafkaMessage } from "kafkajs";
+import type { KafkaMessage } from "@pi/common/kafka";
 import { eventsv1 } from "@pi/proto";
 import { createLogger } from "@pi/common/logger";
 import { generateIdentity, parseOwnIdentity, parsePublicKeys } from "@pi/common/service-identity";

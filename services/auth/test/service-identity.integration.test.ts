@@ -1,9 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Writable } from "node:stream";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { MongoClient } from "mongodb";
-import { authv1, connectionv1 } from "@pi/proto";
-import { clientsFor, serviceClient } from "@pi/common/clients";
+import { authv1 } from "@pi/proto";
+import { clientsFor } from "@pi/common/clients";
+import * as grpc from "@grpc/grpc-js";
+import { deserialize, pathOf, serialize, serviceClient } from "@pi/common/rpc/client";
+import { targetOf } from "@pi/common/rpc/service-urls";
+import { minterFor } from "@pi/common/service-identity";
 import { createLogger } from "@pi/common/logger";
 import { databaseName } from "@pi/common/mongo";
 import type { RunningService } from "@pi/common/run-service";
@@ -15,7 +19,7 @@ import { addressOf, as, testSettings } from "../../../test/support/services.js";
 // Zero trust inside (docs/security.md, "Internal calls"): the real auth and connection services,
 // each with its own identity, refuse a call that carries none, and admit each caller only to the
 // RPCs the allow-list gives it. Every refusal is in the refusing service's log, with the caller.
-// Admin RPCs are served on each service's admin port alone (connect-server.ts): the data port the
+// Admin RPCs are served on each service's admin port alone (rpc/server.ts): the data port the
 // gateway reaches has no route to them.
 
 let settings: Settings;
@@ -54,7 +58,7 @@ async function codeOf(call: Promise<unknown>): Promise<string> {
     await call;
     return "OK";
   } catch (err) {
-    return Code[ConnectError.from(err).code];
+    return Status[RpcError.from(err).code];
   }
 }
 
@@ -68,8 +72,8 @@ describe("service identity on internal calls, with real services", () => {
       await codeOf(
         serviceClient(authv1.AuthService, settings.AUTH_ADMIN_URL).createPartner({ name: "Anonymous Clinic" }),
       ),
-    ).toBe("Unauthenticated");
-    expect(await codeOf(unsigned.issueToken({ clientId: "cli_x", clientSecret: "sk_x" }))).toBe("Unauthenticated");
+    ).toBe("UNAUTHENTICATED");
+    expect(await codeOf(unsigned.issueToken({ clientId: "cli_x", clientSecret: "sk_x" }))).toBe("UNAUTHENTICATED");
     expect((await clientsFor(settings).health(settings.AUTH_SERVICE_URL).check({})).status).toBeDefined();
     expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toEqual([
       expect.objectContaining({ level: "warn", service: "auth", caller: null, reason: "missing" }),
@@ -78,22 +82,22 @@ describe("service identity on internal calls, with real services", () => {
 
   it("the gateway's data-port client cannot reach an admin RPC: not routed there (Unimplemented), whoever calls; its own RPCs pass", async () => {
     const gateway = clientsFor(as(settings, "gateway"));
-    expect(await codeOf(gateway.auth().createPartner({ name: "Gateway Clinic" }))).toBe("Unimplemented");
-    expect(await codeOf(gateway.auth().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("Unimplemented");
-    expect(await codeOf(gateway.connection().approveConnection({ id: "con_x" }))).toBe("Unimplemented");
+    expect(await codeOf(gateway.auth().createPartner({ name: "Gateway Clinic" }))).toBe("UNIMPLEMENTED");
+    expect(await codeOf(gateway.auth().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("UNIMPLEMENTED");
+    expect(await codeOf(gateway.connection().approveConnection({ id: "con_x" }))).toBe("UNIMPLEMENTED");
     // Not even the operator's identity finds them on the data port; nor a runtime RPC on the admin port.
     expect(await codeOf(clientsFor(settings).auth().createPartner({ name: "Misdirected Clinic" }))).toBe(
-      "Unimplemented",
+      "UNIMPLEMENTED",
     );
-    expect(await codeOf(clientsFor(as(settings, "gateway")).authAdmin().getJwks({}))).toBe("Unimplemented");
+    expect(await codeOf(clientsFor(as(settings, "gateway")).authAdmin().getJwks({}))).toBe("UNIMPLEMENTED");
     expect(await codeOf(gateway.auth().getJwks({}))).toBe("OK");
   });
 
   it("the gateway's identity is refused CreatePartner on the admin port too (PermissionDenied), logged with caller gateway", async () => {
     const gateway = clientsFor(as(settings, "gateway"));
-    expect(await codeOf(gateway.authAdmin().createPartner({ name: "Gateway Clinic" }))).toBe("PermissionDenied");
-    expect(await codeOf(gateway.authAdmin().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("PermissionDenied");
-    expect(await codeOf(gateway.connectionAdmin().approveConnection({ id: "con_x" }))).toBe("PermissionDenied");
+    expect(await codeOf(gateway.authAdmin().createPartner({ name: "Gateway Clinic" }))).toBe("PERMISSION_DENIED");
+    expect(await codeOf(gateway.authAdmin().getWebhookTarget({ partnerId: "ptr_x" }))).toBe("PERMISSION_DENIED");
+    expect(await codeOf(gateway.connectionAdmin().approveConnection({ id: "con_x" }))).toBe("PERMISSION_DENIED");
     expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(
       expect.objectContaining({ service: "auth", caller: "gateway", reason: "not_allowed" }),
     );
@@ -110,47 +114,41 @@ describe("service identity on internal calls, with real services", () => {
     const target = await webhook.getWebhookTarget({ partnerId: partner.partnerId });
     expect(target.webhookUrl).toBe("https://hooks.example/pi");
     expect(target.signingSecret).toBe(partner.signingSecret);
-    expect(await codeOf(webhook.createPartner({ name: "Webhook Clinic" }))).toBe("PermissionDenied");
+    expect(await codeOf(webhook.createPartner({ name: "Webhook Clinic" }))).toBe("PERMISSION_DENIED");
     expect(refusals("pi.auth.v1.AuthService/CreatePartner")).toContainEqual(
       expect.objectContaining({ caller: "webhook", reason: "not_allowed" }),
     );
     // ... and the operator may not read the signing secret back.
-    expect(await codeOf(ops.getWebhookTarget({ partnerId: partner.partnerId }))).toBe("PermissionDenied");
+    expect(await codeOf(ops.getWebhookTarget({ partnerId: partner.partnerId }))).toBe("PERMISSION_DENIED");
   });
 
   it("a token signed for another service is refused (wrong audience), logged with the caller it claims", async () => {
-    // The gateway's token for the connection service, sent to auth.
-    const misaddressed = serviceClient(
-      authv1.AuthService,
-      settings.AUTH_SERVICE_URL,
-      [
-        (next) => async (req) => {
-          const token = req.header.get("pi-service-token");
-          const forConnection = await new Promise<string>((resolve) => {
-            const probe = serviceClient(
-              connectionv1.ConnectionService,
-              settings.CONNECTION_SERVICE_URL,
-              [
-                () => async (r) => {
-                  resolve(r.header.get("pi-service-token")!);
-                  throw new ConnectError("probe", Code.Canceled);
-                },
-              ],
-              as(settings, "gateway").SERVICE_IDENTITY_KEY,
-            );
-            probe.getConnection({}).catch(() => {});
-          });
-          expect(token).not.toBe(forConnection);
-          req.header.set("pi-service-token", forConnection);
-          return next(req);
-        },
-      ],
-      as(settings, "gateway").SERVICE_IDENTITY_KEY,
-    );
-    expect(await codeOf(misaddressed.getJwks({}))).toBe("Unauthenticated");
+    // The gateway's token for the connection service, sent to auth (a bare grpc-js call with that header).
+    const minter = minterFor(as(settings, "gateway").SERVICE_IDENTITY_KEY!);
+    const forConnection = await minter.token("connection");
+    expect(forConnection).not.toBe(await minter.token("auth"));
+    const channel = new grpc.Client(targetOf(settings.AUTH_SERVICE_URL), grpc.credentials.createInsecure());
+    const method = authv1.AuthService.method.getJwks;
+    const metadata = new grpc.Metadata();
+    metadata.set("pi-service-token", forConnection);
+    const misaddressed = {
+      getJwks: () =>
+        new Promise((resolve, reject) =>
+          channel.makeUnaryRequest(
+            pathOf(method),
+            serialize(method.input),
+            deserialize(method.output),
+            {},
+            metadata,
+            (err, res) => (err ? reject(new RpcError(err.details, err.code)) : resolve(res)),
+          ),
+        ),
+    };
+    expect(await codeOf(misaddressed.getJwks({}))).toBe("UNAUTHENTICATED");
     expect(refusals("pi.auth.v1.AuthService/GetJwks")).toContainEqual(
       expect.objectContaining({ caller: "gateway", reason: "wrong_audience" }),
     );
+    channel.close();
   });
 
   it("no refusal line holds a token", () => {

@@ -83,7 +83,7 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
   },
 };
 
-/** The services with admin RPCs: each serves them on a port of its own (connect-server.ts, `*_ADMIN_PORT`). */
+/** The services with admin RPCs: each serves them on a port of its own (rpc/server.ts, `*_ADMIN_PORT`). */
 export const ADMIN_SERVICES: readonly Workload[] = Object.entries(ALLOWED_CALLERS)
   .filter(([, methods]) => Object.values(methods).some((r) => r.plane === "admin"))
   .map(([service]) => SERVICE_OF[service]!);

@@ -1,7 +1,7 @@
 import { sign } from "node:crypto";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Document, WithId } from "mongodb";
-import type { Producer } from "kafkajs";
+import type { Producer } from "./kafka.js";
 import { eventsv1 } from "@pi/proto";
 import {
   auditEntry,

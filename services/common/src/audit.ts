@@ -1,19 +1,14 @@
-import { Code, ConnectError } from "@connectrpc/connect";
 import type { eventsv1 } from "@pi/proto";
+import { RpcError, Status } from "./errors.js";
 import { outboxEntry, type OutboxEntry } from "./persistence.js";
 
-// The audit trail's records, as pure functions (docs/security.md, "Audit trail"). A record says who
-// (actor) did what (action) to which ids (targets), when, and whether it was done or refused. It is
-// built ONLY from the closed lists and the id shapes below, so no secret, elder address, purpose,
-// webhook address, partner name or file content can reach one.
+// The audit trail's records (docs/security.md, "Audit trail"), built ONLY from the closed lists and id
+// shapes below, so no secret, address, purpose, partner name or file content can reach one.
 
 export const AUDIT_SERVICES = ["auth", "connection", "webhook"] as const;
 export type AuditService = (typeof AUDIT_SERVICES)[number];
 
-/**
- * Every action the trail records, and the one service that may write its records: the store keeps
- * a record only when the service it names owns its action and signed it (auditSignedBytes).
- */
+/** Every action the trail records, and the one service whose signed records of it the store keeps. */
 export const AUDIT_ACTION_OWNERS = {
   "partner.create": "auth",
   "partner.suspend": "auth",
@@ -58,21 +53,20 @@ export function auditSignedBytes(r: Omit<eventsv1.AuditRecord, "$typeName" | "$u
   );
 }
 
-/** Who acted: the operator (CLI), the elder's caregiver (the app), the service itself, or a partner by its id. */
 export type AuditActor = "operator" | "caregiver" | "system" | `ptr_${string}`;
 
-/** Why an act was refused, as a code; the caregiver acts add the state machine's rule. */
-export const REFUSAL_CODES = [
-  "invalid_argument",
-  "not_found",
-  "already_exists",
-  "failed_precondition",
-  "aborted",
-  "permission_denied",
-] as const;
-export type RefusalCode = (typeof REFUSAL_CODES)[number];
+/** Why an act was refused, as a code (from the error's code); the caregiver acts add the state machine's rule. */
+const refusalCodes = {
+  [Status.INVALID_ARGUMENT]: "invalid_argument",
+  [Status.NOT_FOUND]: "not_found",
+  [Status.ALREADY_EXISTS]: "already_exists",
+  [Status.FAILED_PRECONDITION]: "failed_precondition",
+  [Status.ABORTED]: "aborted",
+  [Status.PERMISSION_DENIED]: "permission_denied",
+} as const;
+export type RefusalCode = (typeof refusalCodes)[keyof typeof refusalCodes];
+const REFUSAL_CODES: readonly RefusalCode[] = Object.values(refusalCodes);
 
-/** The shape of every id the system makes (ids.ts): a short prefix, "_", base62. */
 export const AUDIT_ID = /^(con|ptr|cli|eld|evt|key)_[0-9A-Za-z]{1,64}$/;
 const PARTNER_ID = /^ptr_[0-9A-Za-z]{1,64}$/;
 /** A refusal's rule: plain lower-case words. Ids, addresses, URLs and secrets all need a character it lacks. */
@@ -159,17 +153,8 @@ export function checkAuditRecord(r: Record<keyof AuditRecordFields, unknown>): A
   return { service, actor, action, targets: [...targets], outcome, reason };
 }
 
-const refusalCodes: Partial<Record<Code, RefusalCode>> = {
-  [Code.InvalidArgument]: "invalid_argument",
-  [Code.NotFound]: "not_found",
-  [Code.AlreadyExists]: "already_exists",
-  [Code.FailedPrecondition]: "failed_precondition",
-  [Code.Aborted]: "aborted",
-  [Code.PermissionDenied]: "permission_denied",
-};
-
 /** The refusal an error stands for: a deliberate "no"; anything else (an outage, a bug) decided nothing. */
 export function refusalOf(err: unknown): { code: RefusalCode } | undefined {
-  const code = err instanceof ConnectError ? refusalCodes[err.code] : undefined;
+  const code = err instanceof RpcError ? (refusalCodes as Partial<Record<Status, RefusalCode>>)[err.code] : undefined;
   return code ? { code } : undefined;
 }

@@ -1,37 +1,6 @@
-import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import type { DescService } from "@bufbuild/protobuf";
 import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
-import { BalancedTransport } from "./balanced-transport.js";
-import { audienceOf, identityClientInterceptor, minterFor } from "./service-identity.js";
+import { serviceClient, type Client } from "./rpc/client.js";
 import type { Settings } from "./settings.js";
-import { tracingClientInterceptor } from "./telemetry.js";
-
-/** Every call between services carries a deadline, so a stuck service never hangs its caller. */
-const defaultTimeoutMs = 10_000;
-
-/**
- * A client of every replica of a service: `urls` is a `*_SERVICE_URL` value (one base URL or a
- * comma-separated list; host names stand for all their addresses). See balanced-transport.ts.
- * With `identity` (a SERVICE_IDENTITY_KEY value) every call carries the caller's service token
- * (service-identity.ts); without it, calls go unsigned and only health checks are answered.
- */
-export function serviceClient<T extends DescService>(
-  service: T,
-  urls: string,
-  interceptors: Interceptor[] = [],
-  identity?: string,
-): Client<T> {
-  const audience = audienceOf(service.typeName);
-  const signed = identity && audience ? [identityClientInterceptor(minterFor(identity), audience)] : [];
-  return createClient(
-    service,
-    new BalancedTransport({
-      urls,
-      interceptors: [tracingClientInterceptor, ...signed, ...interceptors],
-      defaultTimeoutMs,
-    }),
-  );
-}
 
 export type AuthClient = Client<typeof authv1.AuthService>;
 /** Token requests one IssueTokens call may carry (auth refuses more; the gateway sends no more). */
@@ -44,20 +13,19 @@ export type HealthClient = Client<typeof healthv1.Health>;
 /**
  * Clients of the internal services, each call signed with the workload's SERVICE_IDENTITY_KEY: of
  * the data plane's ports (the runtime RPCs), and, `*Admin`, of the admin plane's (the admin RPCs;
- * connect-server.ts serves each plane on its own port only).
+ * rpc/server.ts serves each plane on its own port only).
  */
 export const clientsFor = (s: Settings) => ({
-  auth: (): AuthClient => serviceClient(authv1.AuthService, s.AUTH_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
+  auth: (): AuthClient => serviceClient(authv1.AuthService, s.AUTH_SERVICE_URL, s.SERVICE_IDENTITY_KEY),
   connection: (): ConnectionClient =>
-    serviceClient(connectionv1.ConnectionService, s.CONNECTION_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
+    serviceClient(connectionv1.ConnectionService, s.CONNECTION_SERVICE_URL, s.SERVICE_IDENTITY_KEY),
   fileIntake: (): FileIntakeClient =>
-    serviceClient(fileintakev1.FileIntakeService, s.FILE_INTAKE_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
-  webhook: (): WebhookClient =>
-    serviceClient(webhookv1.WebhookService, s.WEBHOOK_SERVICE_URL, [], s.SERVICE_IDENTITY_KEY),
-  authAdmin: (): AuthClient => serviceClient(authv1.AuthService, s.AUTH_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
+    serviceClient(fileintakev1.FileIntakeService, s.FILE_INTAKE_SERVICE_URL, s.SERVICE_IDENTITY_KEY),
+  webhook: (): WebhookClient => serviceClient(webhookv1.WebhookService, s.WEBHOOK_SERVICE_URL, s.SERVICE_IDENTITY_KEY),
+  authAdmin: (): AuthClient => serviceClient(authv1.AuthService, s.AUTH_ADMIN_URL, s.SERVICE_IDENTITY_KEY),
   connectionAdmin: (): ConnectionClient =>
-    serviceClient(connectionv1.ConnectionService, s.CONNECTION_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
+    serviceClient(connectionv1.ConnectionService, s.CONNECTION_ADMIN_URL, s.SERVICE_IDENTITY_KEY),
   webhookAdmin: (): WebhookClient =>
-    serviceClient(webhookv1.WebhookService, s.WEBHOOK_ADMIN_URL, [], s.SERVICE_IDENTITY_KEY),
+    serviceClient(webhookv1.WebhookService, s.WEBHOOK_ADMIN_URL, s.SERVICE_IDENTITY_KEY),
   health: (urls: string): HealthClient => serviceClient(healthv1.Health, urls),
 });

@@ -1,10 +1,8 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import type { Db } from "mongodb";
 
-// Envelope encryption (docs/security.md, "Data at rest"). Each thing stored encrypted has a random
-// data key of its own (AES-256-GCM), stored only wrapped by a key-encryption key (KEK) of DATA_KEYS
-// that the database never holds. New wraps use the newest KEK; older ones stay to unwrap what they
-// wrapped, so a KEK rotates without re-encrypting data. A KMS could implement KeyWrapper instead.
+// Envelope encryption (docs/security.md, "Data at rest"): a data key per thing (AES-256-GCM), stored
+// wrapped by a key-encryption key (KEK) of DATA_KEYS; older KEKs only unwrap, so rotation re-encrypts nothing.
 
 export const DATA_KEY_BYTES = 32;
 const NONCE_BYTES = 12;
@@ -22,7 +20,6 @@ export interface WrappedKey {
 }
 
 export interface KeyWrapper {
-  /** The KEK new wraps use. */
   readonly currentKid: string;
   has(kid: string): boolean;
   wrap(dataKey: Uint8Array): Promise<WrappedKey>;
@@ -35,24 +32,33 @@ export class DataKeyError extends Error {}
 
 type Kek = { kid: string; key: Buffer };
 
-/** Parses DATA_KEYS: `kid:key[,kid:key...]`, newest first, 32-byte keys in base64(url). Errors never name a key. */
+/** `id:value[,id:value...]`, newest first (DATA_KEYS, CREDENTIAL_PEPPERS). A message never quotes a value. */
+export function parseIdList(text: string, label: string, problem: (value: string) => string | undefined) {
+  const out: { id: string; value: string }[] = [];
+  for (const [i, entry] of text.split(",").entries()) {
+    const colon = entry.indexOf(":");
+    const id = colon < 0 ? "" : entry.slice(0, colon);
+    const value = colon < 0 ? "" : entry.slice(colon + 1);
+    if (!KEY_ID.test(id))
+      throw new Error(`entry ${i + 1}: the ${label} id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
+    const wrong = problem(value);
+    if (wrong) throw new Error(`${label} ${id}: ${wrong}`);
+    if (out.some((e) => e.id === id)) throw new Error(`${label} ${id}: the id is given twice`);
+    out.push({ id, value });
+  }
+  return out;
+}
+
+/** Parses DATA_KEYS: 32-byte keys in base64(url); blanks around an entry are ignored. */
 export function parseDataKeys(text: string): Kek[] {
   const entries = text.split(",").map((e) => e.trim());
-  if (entries.length === 0 || entries.some((e) => e === ""))
-    throw new Error("must be kid:base64key[,kid:base64key...], newest first");
-  const keks: Kek[] = [];
-  for (const [i, entry] of entries.entries()) {
-    const colon = entry.indexOf(":");
-    const kid = colon < 0 ? "" : entry.slice(0, colon);
-    const encoded = colon < 0 ? "" : entry.slice(colon + 1);
-    if (!KEY_ID.test(kid))
-      throw new Error(`entry ${i + 1}: the key id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
-    if (!/^[A-Za-z0-9+/_-]{43}=?$/.test(encoded))
-      throw new Error(`key ${kid}: must be 32 bytes in base64 (43 or 44 characters)`);
-    if (keks.some((k) => k.kid === kid)) throw new Error(`key ${kid}: the id is given twice`);
-    keks.push({ kid, key: Buffer.from(encoded.replace(/-/g, "+").replace(/_/g, "/"), "base64") });
-  }
-  return keks;
+  if (entries.some((e) => e === "")) throw new Error("must be kid:base64key[,kid:base64key...], newest first");
+  const base64Key = (v: string) =>
+    /^[A-Za-z0-9+/_-]{43}=?$/.test(v) ? undefined : "must be 32 bytes in base64 (43 or 44 characters)";
+  return parseIdList(entries.join(","), "key", base64Key).map(({ id, value }) => ({
+    kid: id,
+    key: Buffer.from(value.replace(/-/g, "+").replace(/_/g, "/"), "base64"),
+  }));
 }
 
 /** A fresh DATA_KEYS entry (what `npm start` generates into its STATE_DIR). */
@@ -93,10 +99,7 @@ export class LocalKeyWrapper implements KeyWrapper {
   }
 }
 
-/**
- * AES-256-GCM of `plaintext` under `key`, a fresh nonce, bound to `aad`: nonce | ciphertext | tag.
- * With `into`, written at its start (a caller sealing many segments reuses its buffers).
- */
+/** AES-256-GCM, a fresh nonce, bound to `aad`: nonce | ciphertext | tag (into `into`, to reuse buffers). */
 export function encrypt(key: Uint8Array, plaintext: Uint8Array, aad: Uint8Array | string, into?: Buffer): Buffer {
   const length = plaintext.length + SEAL_OVERHEAD;
   if (into && into.length < length) throw new RangeError(`a box of ${length} bytes does not fit in ${into.length}`);
@@ -125,16 +128,12 @@ export function decrypt(key: Uint8Array, box: Uint8Array, aad: Uint8Array | stri
   }
 }
 
-/** A fresh data key and its wrapped form (store only the latter). */
 export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wrapped: WrappedKey }> {
   const key = randomBytes(DATA_KEY_BYTES);
   return { key, wrapped: await wrapper.wrap(key) };
 }
 
-/**
- * Segment `n` of a stream is bound to its place and stream, and only the last is sealed `final` (empty
- * when the length is a multiple of the segment size), so a stream cut at a segment boundary does not authenticate.
- */
+/** A segment is bound to its place and stream, the last sealed `final`: a stream cut short does not authenticate. */
 const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
 export function sealSegment(
@@ -167,7 +166,6 @@ export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Ar
   ].join(".");
 }
 
-/** The KEK id of a sealed value, or undefined when it is not a v2 sealed value. */
 export function sealedKid(sealed: string): string | undefined {
   const [version, kid] = sealed.split(".");
   return version === SEALED_V2 && kid !== undefined && KEY_ID.test(kid) ? kid : undefined;
@@ -188,12 +186,8 @@ export interface KeyCheckDoc {
   createdAt: Date;
 }
 
-/**
- * Compares DATA_KEYS with the KEKs that wrote this database: `mismatched` ids have another key than
- * the one that wrote here (a regenerated Secret: the caller refuses to start rather than write under
- * a new key what it can no longer read), `missing` ids wrote here and are gone from DATA_KEYS.
- * Records the current KEK on first use.
- */
+// `mismatched`: ids that now hold another key than the one that wrote this database (a regenerated
+// Secret: the caller refuses to start). Records the current KEK.
 export async function checkKeys(db: Db, wrapper: KeyWrapper): Promise<{ mismatched: string[]; missing: string[] }> {
   const checks = db.collection<KeyCheckDoc>("data_key_checks");
   if (!(await checks.findOne({ _id: wrapper.currentKid }))) {

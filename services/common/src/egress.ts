@@ -4,15 +4,11 @@ import ipaddr from "ipaddr.js";
 import { Agent } from "undici";
 import { parseCallableUrl } from "./webhook-url.js";
 
-// Calls to addresses partners give us (webhook endpoints, JWK Set URLs), with insecure URLs off:
-// https only, and the address the socket connects to must be public, checked in the socket's own DNS
-// lookup (so DNS rebinding is refused too). Public: IPv4 that ipaddr.js calls plain "unicast" (not
-// loopback, private, link-local with 169.254.169.254, CGNAT, reserved...); IPv6 global unicast
-// (2000::/3) that it also calls "unicast" (not ULA, link-local, IPv4-mapped, NAT64, 6to4, Teredo...).
+// Calls to addresses partners give us, insecure URLs off: https only, to a public address checked in
+// the socket's own DNS lookup (against DNS rebinding). Public: ipaddr.js's "unicast", IPv6 in 2000::/3.
 
 const globalUnicast = ipaddr.parseCIDR("2000::/3");
 
-/** Why a connection to this IP address is refused, or undefined when it is a public address. */
 export function addressRefusal(address: string): string | undefined {
   let ip: ipaddr.IPv4 | ipaddr.IPv6;
   try {

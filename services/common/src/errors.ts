@@ -1,21 +1,78 @@
-import { Code, ConnectError } from "@connectrpc/connect";
-import { create } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { AnySchema, anyPack, anyUnpack } from "@bufbuild/protobuf/wkt";
+import { Metadata, status as Status } from "@grpc/grpc-js";
 import { commonv1 } from "@pi/proto";
 
 const { ErrorReason, ErrorDetailSchema } = commonv1;
-export { ErrorReason };
+export { ErrorReason, Status };
 
-const codeOf: Record<commonv1.ErrorReason, Code> = {
-  [ErrorReason.UNSPECIFIED]: Code.Internal,
-  [ErrorReason.INVALID_REQUEST]: Code.InvalidArgument,
-  [ErrorReason.NOT_FOUND]: Code.NotFound,
-  [ErrorReason.NO_ACTIVE_CONNECTION]: Code.PermissionDenied,
-  [ErrorReason.IDEMPOTENCY_KEY_REUSE]: Code.Aborted,
-  [ErrorReason.FILE_TOO_LARGE]: Code.ResourceExhausted,
-  [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: Code.InvalidArgument,
-  [ErrorReason.STORAGE_QUOTA_EXCEEDED]: Code.ResourceExhausted,
-  [ErrorReason.RATE_LIMITED]: Code.ResourceExhausted,
-  [ErrorReason.STORE_FULL]: Code.ResourceExhausted,
+type ErrorDetail = commonv1.ErrorDetail;
+
+/** A failed internal call, on either side: a gRPC status code, its message and our ErrorDetail, if any. */
+export class RpcError extends Error {
+  constructor(
+    message: string,
+    readonly code: Status,
+    readonly detail?: ErrorDetail,
+    cause?: unknown,
+  ) {
+    super(message, { cause });
+    this.name = "RpcError";
+  }
+
+  /** `err` itself, or an UNKNOWN error in its place. */
+  static from(err: unknown): RpcError {
+    return err instanceof RpcError
+      ? err
+      : new RpcError(String((err as Error)?.message ?? err), Status.UNKNOWN, undefined, err);
+  }
+}
+
+// The detail travels as a google.rpc.Status in grpc-status-details-bin, as 1.1.0's connect-node
+// clients read it: code (1), message (2), details (3, Any). Written with the wire format's own writer.
+const DETAILS_KEY = "grpc-status-details-bin";
+
+/** The trailers that carry an error's detail to the caller (none without one). */
+export function trailersOf(err: RpcError): Metadata | undefined {
+  if (!err.detail) return undefined;
+  const encoded = new BinaryWriter()
+    .tag(1, WireType.Varint)
+    .int32(err.code)
+    .tag(2, WireType.LengthDelimited)
+    .string(err.message)
+    .tag(3, WireType.LengthDelimited)
+    .bytes(toBinary(AnySchema, anyPack(ErrorDetailSchema, err.detail)))
+    .finish();
+  const metadata = new Metadata();
+  metadata.set(DETAILS_KEY, Buffer.from(encoded));
+  return metadata;
+}
+
+/** The ErrorDetail a caller received in its trailers, if any. */
+export function detailOf(metadata: Metadata | undefined): ErrorDetail | undefined {
+  const [bytes] = metadata?.get(DETAILS_KEY) ?? [];
+  if (!(bytes instanceof Buffer)) return undefined;
+  const reader = new BinaryReader(bytes);
+  while (reader.pos < reader.len) {
+    const [field, wireType] = reader.tag();
+    if (field !== 3) reader.skip(wireType);
+    else return anyUnpack(fromBinary(AnySchema, reader.bytes()), ErrorDetailSchema);
+  }
+  return undefined;
+}
+
+const codeOf: Record<commonv1.ErrorReason, Status> = {
+  [ErrorReason.UNSPECIFIED]: Status.INTERNAL,
+  [ErrorReason.INVALID_REQUEST]: Status.INVALID_ARGUMENT,
+  [ErrorReason.NOT_FOUND]: Status.NOT_FOUND,
+  [ErrorReason.NO_ACTIVE_CONNECTION]: Status.PERMISSION_DENIED,
+  [ErrorReason.IDEMPOTENCY_KEY_REUSE]: Status.ABORTED,
+  [ErrorReason.FILE_TOO_LARGE]: Status.RESOURCE_EXHAUSTED,
+  [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: Status.INVALID_ARGUMENT,
+  [ErrorReason.STORAGE_QUOTA_EXCEEDED]: Status.RESOURCE_EXHAUSTED,
+  [ErrorReason.RATE_LIMITED]: Status.RESOURCE_EXHAUSTED,
+  [ErrorReason.STORE_FULL]: Status.RESOURCE_EXHAUSTED,
 };
 
 /** An error an internal service raises on purpose; the gateway maps its reason to a partner error. */
@@ -24,13 +81,9 @@ export function serviceError(
   message: string,
   param?: string,
   retryAfterSeconds?: number,
-): ConnectError {
-  return new ConnectError(message, codeOf[reason], undefined, [
-    {
-      desc: ErrorDetailSchema,
-      value: create(ErrorDetailSchema, { reason, param: param ?? "", retryAfterSeconds: retryAfterSeconds ?? 0 }),
-    },
-  ]);
+): RpcError {
+  const detail = create(ErrorDetailSchema, { reason, param: param ?? "", retryAfterSeconds: retryAfterSeconds ?? 0 });
+  return new RpcError(message, codeOf[reason], detail);
 }
 
 /** A per-partner bound was reached (RATE_LIMITED): the partner's 429, to retry after `retryAfterSeconds`. */
@@ -41,8 +94,7 @@ export const rateLimitedError = (message: string, retryAfterSeconds: number) =>
 export function reasonOf(
   err: unknown,
 ): { reason: commonv1.ErrorReason; param?: string; retryAfterSeconds?: number } | undefined {
-  if (!(err instanceof ConnectError)) return undefined;
-  const [detail] = err.findDetails(ErrorDetailSchema);
+  const detail = err instanceof RpcError ? err.detail : undefined;
   if (!detail) return undefined;
   return {
     reason: detail.reason,

@@ -1,7 +1,6 @@
 import type { ExtractionKind } from "./media-types.js";
 
-// What extraction finds in a live file's bytes, stored sealed by file-intake: the partner sees only
-// `processed` or `failed`.
+// Stored sealed by file-intake: the partner sees only `processed` or `failed`.
 
 /** Why a file ended `failed` (its `failureReason`, stored in the clear and logged): never its content. */
 export const FAILURE_REASONS = [

@@ -1,9 +1,13 @@
-import kafkajs, {
-  type AclEntry,
-  type AclOperationTypes as AclOperation,
-  type AclResourceTypes as AclResource,
-  type Kafka,
-} from "kafkajs";
+import {
+  type Acl,
+  AclOperations,
+  type AclOperationValue,
+  AclPermissionTypes,
+  ResourcePatternTypes,
+  ResourceTypes,
+  type ResourceTypeValue,
+} from "@platformatic/kafka";
+import type { Kafka } from "./kafka.js";
 import { TOPICS, topicName, type TopicKey } from "./topics.js";
 
 /**
@@ -23,9 +27,6 @@ export const KAFKA_ACCESS = {
   webhook: { produces: ["auditEvents"], consumes: ["connectionEvents", "partnerEvents"] },
 } as const satisfies Record<string, { produces: readonly TopicKey[]; consumes: readonly TopicKey[] }>;
 
-// kafkajs is CommonJS, and Node finds only some of its exports by name.
-const { AclOperationTypes, AclPermissionTypes, AclResourceTypes, ResourcePatternTypes } = kafkajs;
-
 export type KafkaUser = keyof typeof KAFKA_ACCESS;
 export const KAFKA_USERS = Object.keys(KAFKA_ACCESS) as KafkaUser[];
 
@@ -33,12 +34,17 @@ export const KAFKA_USERS = Object.keys(KAFKA_ACCESS) as KafkaUser[];
 export const KAFKA_ADMIN_USER = "admin";
 
 /** The ACLs of one namespace, every user's. */
-export function kafkaAcls(namespace: string): AclEntry[] {
-  const allow = (user: KafkaUser, resourceType: AclResource, resourceName: string, operation: AclOperation) => ({
+export function kafkaAcls(namespace: string): Acl[] {
+  const allow = (
+    user: KafkaUser,
+    resourceType: ResourceTypeValue,
+    resourceName: string,
+    operation: AclOperationValue,
+  ) => ({
     resourceType,
     resourceName,
     resourcePatternType:
-      resourceType === AclResourceTypes.GROUP ? ResourcePatternTypes.PREFIXED : ResourcePatternTypes.LITERAL,
+      resourceType === ResourceTypes.GROUP ? ResourcePatternTypes.PREFIXED : ResourcePatternTypes.LITERAL,
     principal: `User:${user}`,
     host: "*",
     operation,
@@ -47,17 +53,15 @@ export function kafkaAcls(namespace: string): AclEntry[] {
   const topics = Object.keys(TOPICS) as TopicKey[];
   return KAFKA_USERS.flatMap((user) => {
     const { produces, consumes }: { produces: readonly TopicKey[]; consumes: readonly TopicKey[] } = KAFKA_ACCESS[user];
-    const onTopics = (keys: readonly TopicKey[], operation: AclOperation) =>
-      keys.map((key) => allow(user, AclResourceTypes.TOPIC, topicName(namespace, key), operation));
+    const onTopics = (keys: readonly TopicKey[], operation: AclOperationValue) =>
+      keys.map((key) => allow(user, ResourceTypes.TOPIC, topicName(namespace, key), operation));
     return [
-      ...onTopics(topics, AclOperationTypes.DESCRIBE),
-      ...onTopics(topics, AclOperationTypes.CREATE),
-      ...onTopics(produces, AclOperationTypes.WRITE),
-      ...onTopics(consumes, AclOperationTypes.READ),
+      ...onTopics(topics, AclOperations.DESCRIBE),
+      ...onTopics(topics, AclOperations.CREATE),
+      ...onTopics(produces, AclOperations.WRITE),
+      ...onTopics(consumes, AclOperations.READ),
       // Its own consumer groups: every group id that starts with `<namespace>.<user>.`.
-      ...(consumes.length > 0
-        ? [allow(user, AclResourceTypes.GROUP, `${namespace}.${user}.`, AclOperationTypes.READ)]
-        : []),
+      ...(consumes.length > 0 ? [allow(user, ResourceTypes.GROUP, `${namespace}.${user}.`, AclOperations.READ)] : []),
     ];
   });
 }
@@ -65,9 +69,8 @@ export function kafkaAcls(namespace: string): AclEntry[] {
 /** Creates the namespace's ACLs (idempotent: the broker keeps one of each). `kafka` must be the admin user's. */
 export async function grantKafkaAccess(kafka: Kafka, namespace: string): Promise<void> {
   const admin = kafka.admin();
-  await admin.connect();
   try {
-    await admin.createAcls({ acl: kafkaAcls(namespace) });
+    await admin.client.createAcls({ creations: kafkaAcls(namespace) });
   } finally {
     await admin.disconnect();
   }

@@ -1,18 +1,25 @@
-import kafkajs, { Kafka, logLevel, Partitioners, type Admin, type Producer, type SASLOptions } from "kafkajs";
+import {
+  Admin as KafkaAdmin,
+  ConfigResourceTypes,
+  Consumer,
+  compatibilityPartitioner,
+  ListOffsetTimestamps,
+  ProduceAcks,
+  Producer as KafkaProducer,
+  type BaseOptions,
+  type GenericError,
+  type Message,
+  type SASLMechanismValue,
+} from "@platformatic/kafka";
 import { atMost } from "./at-most.js";
 import { retry } from "./background/retry.js";
 import type { Logger } from "./logger.js";
 import type { Settings } from "./settings.js";
 import { TOPICS, topicConfig, topicName, type TopicKey } from "./topics.js";
 
-export type { Kafka, Producer, Admin };
-
-const levels: Record<number, "error" | "warn" | "info" | "debug"> = {
-  [logLevel.ERROR]: "error",
-  [logLevel.WARN]: "warn",
-  [logLevel.INFO]: "info",
-  [logLevel.DEBUG]: "debug",
-};
+// The seam to @platformatic/kafka: the few operations the services use, with kafkajs's shapes
+// (offsets as strings, headers as a record), which the previous release used and its callers kept.
+// The library logs nothing (unless DEBUG names it): each client made here logs a broker it cannot reach.
 
 /** A Kafka user's credentials (SASL/SCRAM, docs/security.md "Kafka"); none: an unauthenticated client. */
 export interface KafkaCredentials {
@@ -41,35 +48,178 @@ export function kafkaCredentials(
   };
 }
 
+/** A message as consumers see it. */
+export interface KafkaMessage {
+  key: Buffer | null;
+  value: Buffer | null;
+  headers: Record<string, Buffer>;
+  offset: string;
+  timestamp: string;
+}
+
+export function kafkaMessage(m: Message): KafkaMessage {
+  return {
+    key: m.key ?? null,
+    value: m.value ?? null,
+    headers: Object.fromEntries([...m.headers].map(([k, v]) => [k.toString(), v])),
+    offset: String(m.offset),
+    timestamp: String(m.timestamp),
+  };
+}
+
+export interface OutgoingMessage {
+  key: string | Buffer;
+  value: Buffer;
+  headers?: Record<string, string | Buffer | undefined>;
+}
+
+/** A topic's partitions: `offset` (= `high`) the end, `low` the first offset still kept. */
+export type TopicOffsets = { partition: number; offset: string; high: string; low: string }[];
+
+/** Connection settings; each admin, producer and consumer made from them has connections of its own. */
+export class Kafka {
+  constructor(
+    readonly options: BaseOptions,
+    private readonly logger: Logger,
+  ) {}
+
+  private logged<C extends KafkaAdmin | KafkaProducer | Consumer>(client: C): C {
+    client.on("client:broker:failed", ({ broker }: { broker: { host: string; port: number } }) =>
+      this.logger.warn({ broker: `${broker.host}:${broker.port}` }, "Kafka broker unreachable"),
+    );
+    return client;
+  }
+
+  admin(): Admin {
+    return new Admin(this.logged(new KafkaAdmin(this.options)));
+  }
+
+  /**
+   * Acknowledged by every in-sync replica, as kafkajs did; a key's partition is Java's (and
+   * kafkajs's) murmur2 of it, so both releases put a key's events on the same partition.
+   */
+  producer(): Producer {
+    return new Producer(
+      this.logged(new KafkaProducer({ ...this.options, acks: ProduceAcks.ALL, partitioner: compatibilityPartitioner })),
+    );
+  }
+
+  /**
+   * A group member. It assigns with the protocol name kafkajs's round robin uses: members of both
+   * releases share a group during a rollout, and the broker admits only members with a protocol in common.
+   */
+  consumer(groupId: string, group: { sessionTimeout?: number; heartbeatInterval?: number; maxWaitTime?: number }) {
+    return this.logged(
+      new Consumer({
+        ...this.options,
+        groupId,
+        ...group,
+        autocommit: false,
+        protocols: [{ name: "RoundRobinAssigner", version: 0, metadata: Buffer.alloc(0) }],
+      }),
+    );
+  }
+}
+
+export class Admin {
+  constructor(readonly client: KafkaAdmin) {}
+
+  /** The client connects at its first request. */
+  async connect(): Promise<void> {}
+
+  disconnect(): Promise<void> {
+    return this.client.close();
+  }
+
+  async fetchTopicOffsets(topic: string): Promise<TopicOffsets> {
+    const { topics } = await this.client.metadata({ topics: [topic], forceUpdate: true });
+    const partitions = [...Array(topics.get(topic)?.partitionsCount ?? 0).keys()];
+    const read = async (timestamp: bigint) => {
+      const [listed] = await this.client.listOffsets({
+        topics: [{ name: topic, partitions: partitions.map((partitionIndex) => ({ partitionIndex, timestamp })) }],
+      });
+      return new Map(listed?.partitions.map((p) => [p.partitionIndex, String(p.offset)]));
+    };
+    const [ends, starts] = await Promise.all([read(ListOffsetTimestamps.LATEST), read(ListOffsetTimestamps.EARLIEST)]);
+    return partitions.map((partition) => {
+      const end = ends.get(partition) ?? "0";
+      return { partition, offset: end, high: end, low: starts.get(partition) ?? "0" };
+    });
+  }
+
+  /** A group's committed offsets ("-1": none). */
+  async fetchOffsets(o: { groupId: string; topics: string[] }) {
+    const [group] = await this.client.listConsumerGroupOffsets({ groups: [o.groupId] });
+    return (group?.topics ?? [])
+      .filter((t) => o.topics.includes(t.name))
+      .map((t) => ({
+        topic: t.name,
+        partitions: t.partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) })),
+      }));
+  }
+}
+
+export class Producer {
+  constructor(readonly client: KafkaProducer) {}
+
+  /** The client connects at its first request. */
+  async connect(): Promise<void> {}
+
+  disconnect(): Promise<void> {
+    return this.client.close();
+  }
+
+  /** Publishes `messages` in order; resolves with each partition written and the offset of its first message there. */
+  async send(o: { topic: string; messages: OutgoingMessage[] }): Promise<{ partition: number; baseOffset: string }[]> {
+    const { offsets = [] } = await this.client.send({
+      messages: o.messages.map((m) => ({
+        topic: o.topic,
+        key: Buffer.from(m.key),
+        value: m.value,
+        headers: new Map(
+          Object.entries(m.headers ?? {}).flatMap(([k, v]) =>
+            v === undefined ? [] : [[Buffer.from(k), Buffer.from(v)]],
+          ),
+        ),
+      })),
+    });
+    return offsets.map((o) => ({ partition: o.partition, baseOffset: String(o.offset) }));
+  }
+}
+
 export function createKafka(brokers: string, clientId: string, logger: Logger, credentials?: KafkaCredentials): Kafka {
-  const log = logger.child({ component: "kafka" });
-  return new Kafka({
-    clientId,
-    brokers: brokers.split(","),
-    ...(credentials
-      ? {
-          sasl: {
-            mechanism: credentials.mechanism,
-            username: credentials.username,
-            password: credentials.password,
-          } as SASLOptions,
-          ssl: credentials.ssl ?? false,
-        }
-      : {}),
-    connectionTimeout: 3000,
-    retry: { retries: 8, initialRetryTime: 200 },
-    logLevel: logLevel.WARN,
-    logCreator:
-      () =>
-      ({ level, log: entry }) => {
-        const { message, ...rest } = entry;
-        log[levels[level] ?? "info"](rest, message);
-      },
-  });
+  return new Kafka(
+    {
+      clientId,
+      bootstrapBrokers: brokers.split(","),
+      ...(credentials
+        ? {
+            sasl: {
+              mechanism: credentials.mechanism.toUpperCase() as SASLMechanismValue,
+              username: credentials.username,
+              password: credentials.password,
+            },
+            ...(credentials.ssl ? { tls: {} } : {}),
+          }
+        : {}),
+      connectTimeout: 3000,
+      retries: 8,
+      retryDelay: (_client, _operation, attempt) => Math.min(200 * 2 ** attempt, 2_000),
+    },
+    logger.child({ component: "kafka" }),
+  );
 }
 
 export function createProducer(kafka: Kafka): Producer {
-  return kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
+  return kafka.producer();
+}
+
+/** Whether trying again may succeed: the broker said so, or it could not be reached (or timed out) at all. */
+export function retriable(err: unknown): boolean {
+  const e = err as GenericError | undefined;
+  return (
+    typeof e?.findBy === "function" && (e.findBy("canRetry", true) ?? e.findBy("code", "PLT_KFK_NETWORK")) !== null
+  );
 }
 
 /**
@@ -86,47 +236,41 @@ export async function ensureTopics(
   attempts = 8,
   opts: { configureExisting?: boolean } = {},
 ): Promise<void> {
-  const admin = kafka.admin();
-  await admin.connect();
+  const { client: admin } = kafka.admin();
   try {
     await retry(
       "creating the topics",
       async () => {
         const existing = new Set(await admin.listTopics());
-        const missing = keys.filter((k) => !existing.has(topicName(namespace, k)));
-        if (missing.length > 0) {
+        for (const k of keys.filter((k) => !existing.has(topicName(namespace, k)))) {
+          // No replication factor: the broker's default.replication.factor applies (1 locally, 3 in a cluster).
           await admin.createTopics({
-            waitForLeaders: true,
-            // No replication factor: the broker's default.replication.factor applies (1 locally, 3 in a cluster).
-            topics: missing.map((k) => ({
-              topic: topicName(namespace, k),
-              numPartitions: TOPICS[k].partitions,
-              configEntries: topicConfig(k),
-            })),
+            topics: [topicName(namespace, k)],
+            partitions: TOPICS[k].partitions,
+            configs: topicConfig(k),
           });
         }
         if (opts.configureExisting) {
           await admin.alterConfigs({
-            validateOnly: false,
             resources: keys.map((k) => ({
-              type: kafkajs.ConfigResourceTypes.TOPIC,
-              name: topicName(namespace, k),
-              configEntries: topicConfig(k),
+              resourceType: ConfigResourceTypes.TOPIC,
+              resourceName: topicName(namespace, k),
+              configs: topicConfig(k),
             })),
           });
         }
-        await admin.fetchTopicMetadata({ topics: keys.map((k) => topicName(namespace, k)) });
+        await admin.metadata({ topics: keys.map((k) => topicName(namespace, k)), forceUpdate: true });
       },
       { attempts, firstDelayMs: 250, maxDelayMs: 2_000 },
     );
   } finally {
-    await admin.disconnect();
+    await admin.close();
   }
 }
 
 /**
- * Runs `attempt` again (after 250 ms, 500 ms, ... up to 2 s) while the broker refuses it with an error kafkajs
- * marks retriable: a topic created a moment ago may still answer "This server is not the leader for
+ * Runs `attempt` again (after 250 ms, 500 ms, ... up to 2 s) while the broker refuses it with an error
+ * it marks retriable: a topic created a moment ago may still answer "This server is not the leader for
  * that topic-partition" while its metadata settles.
  */
 export function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8): Promise<T> {
@@ -134,13 +278,13 @@ export function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8)
     attempts,
     firstDelayMs: 250,
     maxDelayMs: 2_000,
-    retryIf: (err) => (err as { retriable?: unknown }).retriable === true,
+    retryIf: retriable,
   });
 }
 
 /** True when a broker answers a metadata request within the timeout. */
 export async function kafkaReachable(admin: Admin, timeoutMs = 2000): Promise<boolean> {
-  const answered = admin.describeCluster().then(
+  const answered = admin.client.metadata({ topics: [], forceUpdate: true }).then(
     () => true,
     () => false,
   );

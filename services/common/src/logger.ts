@@ -26,13 +26,9 @@ const redactPaths = [
 
 let stdout: DestinationStream | undefined;
 
-/** How long a line may wait in the stdout buffer for more lines. */
 export const LOG_FLUSH_MS = 250;
 
-/**
- * Arms one flush `ms` after the first line written since the last one, and none while nothing is
- * written: sonic-boom's own `periodicFlush` writes every period, lines or not (the idle budget).
- */
+/** One flush `ms` after the first line since the last; sonic-boom's `periodicFlush` wakes even when idle. */
 export function flushWhenWritten<D extends { write(data: string): boolean; flush(cb?: (err?: Error) => void): void }>(
   dest: D,
   ms = LOG_FLUSH_MS,
@@ -54,10 +50,7 @@ export function flushWhenWritten<D extends { write(data: string): boolean; flush
   return dest;
 }
 
-/**
- * The process's one stdout destination, asynchronous (a write per line cost the gateway 4-6% of its
- * CPU): 4 KiB at a time or LOG_FLUSH_MS after the first buffered line; pino writes the rest at exit.
- */
+/** The one stdout destination, buffered: a write per line cost the gateway 4-6% of its CPU. */
 function stdoutDestination(): DestinationStream {
   stdout ??= flushWhenWritten(pino.destination({ dest: 1, sync: false, minLength: 4096 }));
   return stdout;

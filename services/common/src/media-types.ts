@@ -35,10 +35,7 @@ export function acceptedType(mediaType: string): AcceptedType | undefined {
   return ACCEPTED_TYPES.find((t) => t.mediaType === mediaType);
 }
 
-/**
- * The accepted type of a file from its first SNIFF_BYTES, or undefined. Any other format file-type
- * knows is refused even when it is text (XML, SVG...); the rest of a text is checked by a TextChecker.
- */
+/** The accepted type from the first SNIFF_BYTES; a format file-type knows is never text (XML, SVG...). */
 export async function recognise(head: Uint8Array): Promise<AcceptedType | undefined> {
   if (head.length === 0) return undefined;
   const sniffed = await fileTypeFromBuffer(head);
@@ -51,17 +48,13 @@ export async function recognise(head: Uint8Array): Promise<AcceptedType | undefi
 // biome-ignore lint/suspicious/noControlCharactersInRegex: these characters are what it looks for
 const BINARY_CONTROL = /[\x00-\x08\x0B\x0E-\x1F\x7F]/;
 
-/**
- * Plain text is valid UTF-8 (a byte order mark allowed) without binary control characters, checked
- * chunk by chunk by a streaming decode (a character may straddle chunks).
- */
+/** Plain text: valid UTF-8 without binary control characters, decoded as a stream (characters straddle chunks). */
 export class TextChecker {
   private readonly decoder = new TextDecoder("utf-8", { fatal: true });
   private valid = true;
   /** The text's length as JavaScript counts it, a leading byte order mark not counted; meaningful once `end()` said true. */
   length = 0;
 
-  /** False once the bytes so far are not plain text. */
   push(chunk: Uint8Array): boolean {
     return this.decode(() => this.decoder.decode(chunk, { stream: true }));
   }

@@ -1,12 +1,11 @@
+import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import client from "prom-client";
 import { atMost } from "./at-most.js";
 import type { Logger } from "./logger.js";
 
-// Prometheus metrics of every process (docs/observability.md, "Metrics"): one registry, served on
-// METRICS_PORT (never the partner port). prom-client, not OpenTelemetry's exporter: half the cost
-// per value, and it keeps the names exactly. The names are the operator contract's: add, never
-// rename. Labels come from small closed sets only: never an address, an id or anything a partner sent.
+// Prometheus metrics of every process (docs/observability.md, "Metrics"). The names are the operator
+// contract's: add, never rename. Labels come from small closed sets only, never from what a partner sent.
 
 export const metricsRegistry = new client.Registry();
 let collectingDefaults = false;
@@ -22,143 +21,111 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75,
 // Work that may take minutes (an extraction, a webhook attempt with its timeout).
 const LONG_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
-// --- semantic conventions (http.server.request.duration, rpc.*.call.duration, messaging.*) ---
-export const httpServerDuration = new client.Histogram({
-  name: "http_server_request_duration_seconds",
-  help: "Duration of partner requests at the gateway, by route template",
-  labelNames: ["http_request_method", "http_route", "http_response_status_code"] as const,
-  buckets: DURATION_BUCKETS,
-  registers,
-});
+const counter = <T extends string>(name: string, help: string, labelNames: readonly T[] = []) =>
+  new client.Counter<T>({ name, help, labelNames, registers });
+const histogram = <T extends string>(name: string, help: string, buckets: number[], labelNames: readonly T[] = []) =>
+  new client.Histogram<T>({ name, help, buckets, labelNames, registers });
+
+export const httpServerDuration = histogram(
+  "http_server_request_duration_seconds",
+  "Duration of partner requests at the gateway, by route template",
+  DURATION_BUCKETS,
+  ["http_request_method", "http_route", "http_response_status_code"],
+);
 const rpcLabels = ["rpc_service", "rpc_method", "rpc_grpc_status_code"] as const;
-export const rpcServerDuration = new client.Histogram({
-  name: "rpc_server_call_duration_seconds",
-  help: "Duration of served internal calls",
-  labelNames: rpcLabels,
-  buckets: DURATION_BUCKETS,
-  registers,
-});
-export const rpcClientDuration = new client.Histogram({
-  name: "rpc_client_call_duration_seconds",
-  help: "Duration of internal calls made",
-  labelNames: rpcLabels,
-  buckets: DURATION_BUCKETS,
-  registers,
-});
-export const messagesSent = new client.Counter({
-  name: "messaging_client_sent_messages_total",
-  help: "Kafka messages published",
-  labelNames: ["messaging_destination_name"] as const,
-  registers,
-});
-export const messagesConsumed = new client.Counter({
-  name: "messaging_client_consumed_messages_total",
-  help: "Kafka messages consumed",
-  labelNames: ["messaging_destination_name"] as const,
-  registers,
-});
-export const messageProcessDuration = new client.Histogram({
-  name: "messaging_process_duration_seconds",
-  help: "Time a consumer took over one message (over a batch, divided among its messages)",
-  labelNames: ["messaging_destination_name"] as const,
-  buckets: DURATION_BUCKETS,
-  registers,
-});
+export const rpcServerDuration = histogram(
+  "rpc_server_call_duration_seconds",
+  "Duration of served internal calls",
+  DURATION_BUCKETS,
+  rpcLabels,
+);
+export const rpcClientDuration = histogram(
+  "rpc_client_call_duration_seconds",
+  "Duration of internal calls made",
+  DURATION_BUCKETS,
+  rpcLabels,
+);
+export const messagesSent = counter("messaging_client_sent_messages_total", "Kafka messages published", [
+  "messaging_destination_name",
+]);
+export const messagesConsumed = counter("messaging_client_consumed_messages_total", "Kafka messages consumed", [
+  "messaging_destination_name",
+]);
+export const messageProcessDuration = histogram(
+  "messaging_process_duration_seconds",
+  "Time a consumer took over one message (over a batch, divided among its messages)",
+  DURATION_BUCKETS,
+  ["messaging_destination_name"],
+);
 
-// --- the system's own ---
-export const webhookDeliveries = new client.Counter({
-  name: "pi_webhook_deliveries_total",
-  help: "Webhook delivery attempts by outcome: delivered, retry (will be tried again), failed (given up)",
-  labelNames: ["outcome"] as const,
-  registers,
-});
-export const webhookAttemptDuration = new client.Histogram({
-  name: "pi_webhook_attempt_duration_seconds",
-  help: "Duration of one webhook delivery attempt",
-  buckets: LONG_BUCKETS,
-  registers,
-});
-export const webhookOldestPendingAge = gaugeReadAtScrape({
-  name: "pi_webhook_oldest_pending_delivery_age_seconds",
-  help: "Age of the oldest webhook delivery not yet delivered nor given up (0: none)",
-});
-export const webhookFailingEndpoints = gaugeReadAtScrape({
-  name: "pi_webhook_failing_endpoints",
-  help: "Partner webhook endpoints failing: every attempt failed for the failing period",
-});
+export const webhookDeliveries = counter(
+  "pi_webhook_deliveries_total",
+  "Webhook delivery attempts by outcome: delivered, retry (will be tried again), failed (given up)",
+  ["outcome"],
+);
+export const webhookAttemptDuration = histogram(
+  "pi_webhook_attempt_duration_seconds",
+  "Duration of one webhook delivery attempt",
+  LONG_BUCKETS,
+);
+export const webhookOldestPendingAge = gaugeReadAtScrape(
+  "pi_webhook_oldest_pending_delivery_age_seconds",
+  "Age of the oldest webhook delivery not yet delivered nor given up (0: none)",
+);
+export const webhookFailingEndpoints = gaugeReadAtScrape(
+  "pi_webhook_failing_endpoints",
+  "Partner webhook endpoints failing: every attempt failed for the failing period",
+);
 
-export const filesAccepted = new client.Counter({
-  name: "pi_files_accepted_total",
-  help: "Uploads accepted",
-  registers,
-});
-export const filesRefused = new client.Counter({
-  name: "pi_files_refused_total",
-  help: "Uploads refused, by the error code answered",
-  labelNames: ["code"] as const,
-  registers,
-});
-export const extractionBacklog = gaugeReadAtScrape({
-  name: "pi_extraction_backlog",
-  help: "Files accepted and not yet processed or failed (store-wide)",
-});
-export const extractionDuration = new client.Histogram({
-  name: "pi_extraction_duration_seconds",
-  help: "Duration of one file's extraction, by outcome",
-  labelNames: ["outcome"] as const,
-  buckets: LONG_BUCKETS,
-  registers,
-});
-export const extractions = new client.Counter({
-  name: "pi_extractions_total",
-  help: "Extractions finished, by outcome (processed, failed)",
-  labelNames: ["outcome"] as const,
-  registers,
-});
+export const filesAccepted = counter("pi_files_accepted_total", "Uploads accepted");
+export const filesRefused = counter("pi_files_refused_total", "Uploads refused, by the error code answered", ["code"]);
+export const extractionBacklog = gaugeReadAtScrape(
+  "pi_extraction_backlog",
+  "Files accepted and not yet processed or failed (store-wide)",
+);
+export const extractionDuration = histogram(
+  "pi_extraction_duration_seconds",
+  "Duration of one file's extraction, by outcome",
+  LONG_BUCKETS,
+  ["outcome"],
+);
+export const extractions = counter("pi_extractions_total", "Extractions finished, by outcome (processed, failed)", [
+  "outcome",
+]);
 
-export const connectionTransitions = new client.Counter({
-  name: "pi_connection_transitions_total",
-  help: "Connection state changes",
-  labelNames: ["from", "to"] as const,
-  registers,
-});
+export const connectionTransitions = counter("pi_connection_transitions_total", "Connection state changes", [
+  "from",
+  "to",
+]);
 
-export const tokensIssued = new client.Counter({
-  name: "pi_tokens_issued_total",
-  help: "Access tokens issued",
-  registers,
-});
-export const tokensRefused = new client.Counter({
-  name: "pi_tokens_refused_total",
-  help: "Token requests refused (no reason given, as to the client)",
-  registers,
-});
+export const tokensIssued = counter("pi_tokens_issued_total", "Access tokens issued");
+export const tokensRefused = counter(
+  "pi_tokens_refused_total",
+  "Token requests refused (no reason given, as to the client)",
+);
 
-export const outboxOldestUnrelayedAge = gaugeReadAtScrape({
-  name: "pi_outbox_oldest_unrelayed_age_seconds",
-  help: "Age of the oldest outbox entry not yet published to Kafka (0: none)",
-  labelNames: ["outbox"] as const,
-});
-export const storageQuotaMaxUsedRatio = gaugeReadAtScrape({
-  name: "pi_storage_quota_max_used_ratio",
-  help: "The highest used / quota ratio over partners, per mode",
-  labelNames: ["mode"] as const,
-});
-export const storagePartnersOverQuotaRatio = gaugeReadAtScrape({
-  name: "pi_storage_partners_over_quota_ratio",
-  help: "Partners whose used / quota ratio, in either mode, is at or above the threshold",
-  labelNames: ["threshold"] as const,
-});
-export const kafkaConsumerLag = gaugeReadAtScrape({
-  name: "pi_kafka_consumer_lag",
-  help: "Messages not yet consumed by the group, summed over its partitions",
-  labelNames: ["group"] as const,
-});
+export const outboxOldestUnrelayedAge = gaugeReadAtScrape(
+  "pi_outbox_oldest_unrelayed_age_seconds",
+  "Age of the oldest outbox entry not yet published to Kafka (0: none)",
+  ["outbox"],
+);
+export const storageQuotaMaxUsedRatio = gaugeReadAtScrape(
+  "pi_storage_quota_max_used_ratio",
+  "The highest used / quota ratio over partners, per mode",
+  ["mode"],
+);
+export const storagePartnersOverQuotaRatio = gaugeReadAtScrape(
+  "pi_storage_partners_over_quota_ratio",
+  "Partners whose used / quota ratio, in either mode, is at or above the threshold",
+  ["threshold"],
+);
+export const kafkaConsumerLag = gaugeReadAtScrape(
+  "pi_kafka_consumer_lag",
+  "Messages not yet consumed by the group, summed over its partitions",
+  ["group"],
+);
 
-/**
- * The event-loop delay histogram's sampling period: its timer wakes the process, idle or not (at
- * 20 ms, a fifth of the idle stack's CPU); a stall of 100 ms or more is still recorded in full.
- */
+/** The event-loop delay's sampling period: at 20 ms its timer cost a fifth of the idle stack's CPU. */
 const EVENT_LOOP_SAMPLE_MS = 100;
 
 /** How long a scrape waits for each gauge read from the database or Kafka; past it the gauge keeps its last value. */
@@ -181,22 +148,19 @@ async function runRead(gauge: string, entry: ScrapeRead): Promise<void> {
     entry.logger.warn({ gauge, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
 }
 
-/** A gauge set, when Prometheus scrapes (prom-client's async collect), by the reads registered with readAtScrape. */
-function gaugeReadAtScrape<T extends string>(config: client.GaugeConfiguration<T>): client.Gauge<T> {
+function gaugeReadAtScrape<T extends string>(name: string, help: string, labelNames: readonly T[] = []) {
   return new client.Gauge<T>({
-    ...config,
+    name,
+    help,
+    labelNames,
     registers,
     async collect() {
-      await Promise.all([...(scrapeReads.get(this) ?? [])].map((entry) => runRead(config.name, entry)));
+      await Promise.all([...(scrapeReads.get(this) ?? [])].map((entry) => runRead(name, entry)));
     },
   });
 }
 
-/**
- * Registers `read`, which sets `gauges` from the database or Kafka, to run when Prometheus scrapes:
- * a process nobody scrapes reads nothing. `stop` unregisters it and waits for its read under way
- * (SCRAPE_READ_MS at most).
- */
+/** Registers `read`, which sets `gauges`, to run when Prometheus scrapes: nobody scraping, nothing read. */
 export function readAtScrape(
   gauges: client.Gauge[],
   read: () => Promise<unknown>,
@@ -212,26 +176,10 @@ export function readAtScrape(
   };
 }
 
-/** Seconds since `start` (a performance.now() reading). */
 export const secondsSince = (start: number): number => (performance.now() - start) / 1000;
 
-export interface MetricsServer {
-  port: number;
-  stop(): Promise<void>;
-}
-
-/**
- * Serves the registry at `GET /metrics` on its own port (METRICS_PORT; 0 takes a free one) and
- * collects the runtime's metrics (event-loop delay, heap, GC: prom-client's standard `nodejs_*` and
- * `process_*`). `enabled` false (METRICS_ENABLED=false): nothing served, nothing recorded on the
- * request path.
- */
-export async function startMetricsServer(opts: {
-  enabled: boolean;
-  host: string;
-  port: number;
-  logger: Logger;
-}): Promise<MetricsServer | undefined> {
+/** Serves `GET /metrics` on METRICS_PORT with prom-client's runtime metrics; disabled, nothing is recorded. */
+export async function startMetricsServer(opts: { enabled: boolean; host: string; port: number; logger: Logger }) {
   recording = opts.enabled;
   if (!opts.enabled) return undefined;
   if (!collectingDefaults) {
@@ -251,16 +199,10 @@ export async function startMetricsServer(opts: {
       },
     );
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(opts.port, opts.host, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as { port: number }).port;
+  server.listen(opts.port, opts.host);
+  await once(server, "listening");
   return {
-    port,
-    stop: () => new Promise((resolve) => server.close(() => resolve())),
+    port: (server.address() as { port: number }).port,
+    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

@@ -16,5 +16,4 @@ export function modeFromProto(mode: commonv1.Mode): PartnerMode | undefined {
   return undefined;
 }
 
-/** The value a setting has in this mode (settings come in live and test pairs). */
 export const forMode = <T>(values: { readonly live: T; readonly test: T }, mode: PartnerMode): T => values[mode];

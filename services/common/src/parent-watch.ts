@@ -1,10 +1,7 @@
 import { every } from "./background/periodic.js";
 import type { Logger } from "./logger.js";
 
-/**
- * Calls onOrphaned once when this process's parent goes away: a SIGTERM to npm ends its `sh -c`
- * without passing the signal on, and a supervisor may be killed outright.
- */
+/** Calls onOrphaned once the parent is gone: npm's `sh -c` does not pass a SIGTERM on. */
 export function watchParent(onOrphaned: () => void, logger: Logger, intervalMs = 1_000): () => void {
   const original = process.ppid;
   const watch = every(

@@ -114,7 +114,7 @@ export interface PartnerEventFeedOptions {
 
 export interface PartnerEventFeed {
   readonly instanceId: string;
-  /** False once the consumer has stopped for good (kafkajs gave up restarting it). */
+  /** False once the consumer has stopped for good (consume.ts: a failure that cannot pass). */
   alive(): boolean;
   /**
    * Whether state derived from the events may be served: the consumer runs, no event is being

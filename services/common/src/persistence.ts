@@ -1,5 +1,5 @@
 import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
-import type { Producer } from "kafkajs";
+import type { Producer } from "./kafka.js";
 import { atMost } from "./at-most.js";
 import { newId } from "./ids.js";
 import type { Logger } from "./logger.js";

@@ -7,7 +7,6 @@ const SEMVER = /^(\d+)\.(\d+)\.(\d+)$/;
 
 export const isRelease = (v: unknown): v is string => typeof v === "string" && SEMVER.test(v);
 
-/** Negative when `a` is older than `b`, 0 when equal, positive when newer. */
 export function compareReleases(a: string, b: string): number {
   const pa = SEMVER.exec(a);
   const pb = SEMVER.exec(b);

@@ -33,24 +33,22 @@ export function runService(name: string, start: StartService): void {
     process.exit(2);
   }
   const logger = createLogger(name, settings.LOG_LEVEL);
-  process.on("uncaughtException", (err) => {
-    logger.fatal({ err }, "uncaught exception");
-    process.exit(1);
-  });
-  process.on("unhandledRejection", (err) => {
-    logger.fatal({ err }, "unhandled rejection");
-    process.exit(1);
-  });
-
-  let stopTelemetry: () => Promise<void> = async () => {};
-  let metricsPort: number | undefined;
-  startTelemetry(name)
-    .then(async (stop) => {
-      stopTelemetry = stop;
-      const running = await start(settings, logger);
-      // After the start, whose refusals (a missing key, a bad setting) say more than a taken port
-      // would; a port that cannot be had fails the process all the same (the supervisor, or
-      // Kubernetes, restarts it).
+  for (const [event, msg] of [
+    ["uncaughtException", "uncaught exception"],
+    ["unhandledRejection", "unhandled rejection"],
+  ] as const)
+    process.on(event, (err) => {
+      logger.fatal({ err }, msg);
+      process.exit(1);
+    });
+  void (async () => {
+    let running: RunningService;
+    let stopTelemetry: () => Promise<void>;
+    let metricsPort: number | undefined;
+    try {
+      stopTelemetry = await startTelemetry(name);
+      running = await start(settings, logger);
+      // After the start, whose refusals (a missing key, a bad setting) say more than a taken port would.
       const metrics = await startMetricsServer({
         enabled: settings.METRICS_ENABLED,
         host: settings.SERVICE_HOST,
@@ -58,46 +56,37 @@ export function runService(name: string, start: StartService): void {
         logger,
       });
       metricsPort = metrics?.port;
-      return running;
-    })
-    .then(
-      (running) => {
-        let stopping = false;
-        const stop = (signal: string) => {
-          if (stopping) return;
-          stopping = true;
-          logger.info({ signal }, "stopping");
-          setTimeout(() => {
-            logger.error("stop took too long; exiting");
-            process.exit(1);
-          }, shutdownGraceMs).unref();
-          running
-            .stop()
-            .then(stopTelemetry)
-            .then(
-              () => {
-                logger.info("stopped");
-                process.exit(0);
-              },
-              (err) => {
-                logger.error({ err }, "stop failed");
-                process.exit(1);
-              },
-            );
-        };
-        process.on("SIGTERM", () => stop("SIGTERM"));
-        process.on("SIGINT", () => stop("SIGINT"));
-        watchParent(() => stop("parent exited"), logger);
-        logger.info({ port: running.port, adminPort: running.adminPort, metricsPort }, "started");
-      },
-      (err) => {
-        if (err instanceof SettingsError) {
-          process.stderr.write(`${err.message}\n`);
-          process.exit(2);
-        }
-        // The store's guard or a failed migration has logged its one line (store-versions.ts).
-        if (!(err instanceof StoreRefusal)) logger.fatal({ err }, "start failed");
+    } catch (err) {
+      if (err instanceof SettingsError) {
+        process.stderr.write(`${err.message}\n`);
+        process.exit(2);
+      }
+      // The store's guard or a failed migration has logged its one line (store-versions.ts).
+      if (!(err instanceof StoreRefusal)) logger.fatal({ err }, "start failed");
+      process.exit(1);
+    }
+    let stopping = false;
+    const stop = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, "stopping");
+      setTimeout(() => {
+        logger.error("stop took too long; exiting");
         process.exit(1);
-      },
-    );
+      }, shutdownGraceMs).unref();
+      try {
+        await running.stop();
+        await stopTelemetry();
+        logger.info("stopped");
+        process.exit(0);
+      } catch (err) {
+        logger.error({ err }, "stop failed");
+        process.exit(1);
+      }
+    };
+    process.on("SIGTERM", () => void stop("SIGTERM"));
+    process.on("SIGINT", () => void stop("SIGINT"));
+    watchParent(() => void stop("parent exited"), logger);
+    logger.info({ port: running.port, adminPort: running.adminPort, metricsPort }, "started");
+  })();
 }

@@ -1,7 +1,15 @@
-import type { Admin, Kafka, Producer } from "kafkajs";
 import type { Db } from "mongodb";
 import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "./data-keys.js";
-import { createKafka, createProducer, ensureTopics, kafkaCredentials, kafkaReachable } from "./kafka.js";
+import {
+  type Admin,
+  createKafka,
+  createProducer,
+  ensureTopics,
+  type Kafka,
+  kafkaCredentials,
+  kafkaReachable,
+  type Producer,
+} from "./kafka.js";
 import type { Logger } from "./logger.js";
 import { connectMongo, databaseName, type Mongo } from "./mongo.js";
 import { SettingsError, type Settings } from "./settings.js";

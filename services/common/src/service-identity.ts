@@ -6,29 +6,16 @@ import {
   X509Certificate,
   type KeyObject,
 } from "node:crypto";
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
 import { decodeJwt, decodeProtectedHeader, type JWTPayload, jwtVerify, SignJWT } from "jose";
 import { mayCall, ruleFor, SERVICE_OF, WORKLOADS, type Workload } from "./allowed-callers.js";
+import { RpcError, Status } from "./errors.js";
 import type { Logger } from "./logger.js";
 
-// Service identity on every internal Connect call (docs/security.md, "Internal calls").
-//
-// Each workload (the five services and the operator CLI) holds an Ed25519 key pair of its own. A
-// caller sends, in the `pi-service-token` header, a short JWT it signed: iss = its name, aud = the
-// service it calls, exp = 60 s after iat. It signs one per audience and reuses it until 20 s before
-// it expires, so signing is not per call. The server verifies the token against the public key
-// known for that name (SERVICE_IDENTITY_PUBLIC_KEYS), remembers a verified token until it expires
-// (so verification is not per call either), and then checks the caller against the allow-list of
-// allowed-callers.ts. grpc.health.v1.Health stays open (Kubernetes probes, the gateway's /readyz).
-//
-// Settings:
-//   SERVICE_IDENTITY_KEY          the workload's own private key: `<name>:<key>`, the key as base64
-//                                 of its PKCS#8 DER or as a PEM "PRIVATE KEY" block
-//   SERVICE_IDENTITY_PUBLIC_KEYS  every workload's public key: a comma-separated list of
-//                                 `<name>:<base64 of the SPKI DER>`, or a JSON object mapping each
-//                                 name to a PEM (PUBLIC KEY, or a CERTIFICATE whose key is taken:
-//                                 the form Helm can derive from a key it generated) or a list of
-//                                 them. A name may have several keys while its key is rotated.
+// Service identity on every internal call (docs/security.md, "Internal calls", which also gives the
+// settings' formats). A caller sends a short JWT it signed (iss = its name, aud = the service), one
+// per audience reused until RENEW_BEFORE_SECONDS before it expires; the server verifies it against the
+// caller's public key, remembers it until it expires, and checks the caller against allowed-callers.ts.
 
 export const SERVICE_TOKEN_HEADER = "pi-service-token";
 export const TOKEN_LIFETIME_SECONDS = 60;
@@ -283,49 +270,36 @@ export class TokenVerifier {
   }
 }
 
-// --- interceptors ---
-
-/** The caller's interceptor: every call to `audience` carries the caller's token. */
-export function identityClientInterceptor(minter: TokenMinter, audience: Workload): Interceptor {
-  return (next) => async (req) => {
-    req.header.set(SERVICE_TOKEN_HEADER, await minter.token(audience));
-    return next(req);
-  };
-}
-
 /**
- * The server's interceptor: a call without a valid token for this service is refused
- * Unauthenticated, one whose caller the allow-list does not name PermissionDenied; either refusal
- * is logged with the caller the token claims (never the token). Health checks pass untouched.
+ * The server's check of a call to `method`: without a valid token for this service it is refused
+ * UNAUTHENTICATED, when the allow-list does not name its caller PERMISSION_DENIED; either refusal is
+ * logged with the caller the token claims (never the token). Health checks pass untouched.
  */
-export function identityServerInterceptor(verifier: TokenVerifier, logger: Logger): Interceptor {
-  return (next) => async (req) => {
-    if (req.service.typeName === HEALTH_SERVICE) return next(req);
-    const method = `${req.service.typeName}/${req.method.name}`;
-    let caller: Workload;
-    try {
-      caller = await verifier.verify(req.header.get(SERVICE_TOKEN_HEADER));
-    } catch (err) {
-      if (!(err instanceof IdentityError)) throw err;
-      logger.warn(
-        { method, caller: err.claimed ?? null, reason: err.failure },
-        "internal call refused: no valid service identity",
-      );
-      throw new ConnectError(err.message, Code.Unauthenticated);
-    }
-    if (!mayCall(caller, req.service.typeName, req.method.name)) {
-      logger.warn(
-        {
-          method,
-          caller,
-          reason: ruleFor(req.service.typeName, req.method.name) ? "not_allowed" : "method_not_listed",
-        },
-        "internal call refused: caller not allowed",
-      );
-      throw new ConnectError(`${caller} may not call ${method}`, Code.PermissionDenied);
-    }
-    return next(req);
-  };
+export async function checkCaller(
+  verifier: TokenVerifier,
+  logger: Logger,
+  method: DescMethod,
+  token: string | undefined,
+): Promise<void> {
+  const service = method.parent.typeName;
+  if (service === HEALTH_SERVICE) return;
+  const name = `${service}/${method.name}`;
+  let caller: Workload;
+  try {
+    caller = await verifier.verify(token);
+  } catch (err) {
+    if (!(err instanceof IdentityError)) throw err;
+    logger.warn(
+      { method: name, caller: err.claimed ?? null, reason: err.failure },
+      "internal call refused: no valid service identity",
+    );
+    throw new RpcError(err.message, Status.UNAUTHENTICATED);
+  }
+  if (!mayCall(caller, service, method.name)) {
+    const reason = ruleFor(service, method.name) ? "not_allowed" : "method_not_listed";
+    logger.warn({ method: name, caller, reason }, "internal call refused: caller not allowed");
+    throw new RpcError(`${caller} may not call ${name}`, Status.PERMISSION_DENIED);
+  }
 }
 
 // Parsed once per setting value: every client and server of a process shares them.
@@ -360,7 +334,7 @@ export function requireIdentity(
     throw new Error("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
 }
 
-/** The audience of calls to a Connect service (its workload), or undefined for open ones (health). */
+/** The audience of calls to a service (its workload), or undefined for open ones (health). */
 export function audienceOf(serviceTypeName: string): Workload | undefined {
   return SERVICE_OF[serviceTypeName];
 }

@@ -2,10 +2,7 @@ import { every, type Periodic } from "./background/periodic.js";
 import type { Logger } from "./logger.js";
 import type { Settings } from "./settings.js";
 
-/**
- * Reads the token signing keys again every JWKS_REFRESH_SECONDS: a key rotated in is published that
- * long before it signs (docs/authentication.md), so every holder has it before its first token.
- */
+/** A key rotated in is published JWKS_REFRESH_SECONDS before it signs (docs/authentication.md). */
 export function refreshSigningKeys(
   settings: Pick<Settings, "JWKS_REFRESH_SECONDS">,
   load: () => Promise<unknown>,

@@ -5,16 +5,7 @@ import type { Logger } from "./logger.js";
 import { insertIfNew } from "./persistence.js";
 import { compareReleases, isRelease, RELEASE } from "./release.js";
 
-// Versions of stored data and the migrations between them (docs/upgrades.md). At start, before a
-// service opens its store, `prepareStore`:
-// 1. refuses to start, with one log line and nothing written, when the store's mark (`store_version`,
-//    _id "store") says it needs a newer release than this one (a rollback past what the data allows);
-// 2. runs the migrations not run yet (umzug, recorded in `store_migrations`) under the job lease
-//    "migrating" of `store_version`: one replica runs them, the others wait. Each migration is
-//    idempotent and resumable, since a crash or a lease run out may have it run again;
-// 3. records the collections' versions, and raises the mark's oldest reader to `readableFrom` only
-//    when that is newer, so a release that only expands can still be rolled back from.
-// A failed migration is logged once, recorded nowhere, and fails the start; the next start runs it again.
+// Versions of stored data and the migrations between them: docs/upgrades.md.
 
 export interface MigrationContext {
   db: Db;
@@ -39,7 +30,6 @@ export interface StoreSchema {
   readableFrom: string;
 }
 
-/** The store's mark: the oldest release that can read it, the collections' versions, who last migrated it. */
 export interface StoreMark {
   _id: "store";
   minReader: string;
@@ -138,10 +128,7 @@ export async function prepareStore(
   return { ran, mark };
 }
 
-/**
- * Creates the mark, or raises its versions and oldest reader (never lowers: rolling back the code
- * does not make the data readable by older releases). Conditional on what was read, so replicas converge.
- */
+/** Creates or raises the mark, conditional on what was read, so replicas converge. */
 async function recordMark(db: Db, schema: StoreSchema, release: string, read: StoreMark | null): Promise<StoreMark> {
   const marks = db.collection(STORE_VERSION_COLLECTION) as unknown as Collection<StoreMark>;
   for (let current = read; ; current = await readMark(db)) {

@@ -10,15 +10,11 @@ import {
   type Span,
   type TextMapGetter,
 } from "@opentelemetry/api";
-import { ConnectError, type Interceptor } from "@connectrpc/connect";
-import { metricsRecording, rpcClientDuration, rpcServerDuration } from "./metrics.js";
+import type { DescMethod } from "@bufbuild/protobuf";
+import { metricsRecording, rpcClientDuration, rpcServerDuration, secondsSince } from "./metrics.js";
 
-// Tracing through the OpenTelemetry API (metrics: metrics.ts, Prometheus). Without an SDK registered every call here is a
-// no-op; `startTelemetry` registers the Node SDK when the standard OTEL_* variables ask for an
-// exporter, and tests register an in-memory one. Context crosses Connect calls as W3C trace
-// headers and Kafka messages as the same headers on the message.
-
-export const tracer = () => trace.getTracer("partner-integration");
+// Tracing through the OpenTelemetry API: a no-op until an SDK is registered (OTEL_* variables, or a
+// test's). Context crosses calls and Kafka messages as W3C trace headers.
 
 export function telemetryRequested(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED === "true") return false;
@@ -39,7 +35,6 @@ export async function startTelemetry(serviceName: string): Promise<() => Promise
 
 type Carrier = Record<string, string>;
 
-/** The trace headers of a context (the active one by default), to store or to send. */
 export function traceHeaders(ctx: Context = context.active()): Carrier {
   const carrier: Carrier = {};
   propagation.inject(ctx, carrier);
@@ -59,11 +54,7 @@ export function contextFromHeaders(headers: Record<string, unknown> | undefined)
   return headers ? propagation.extract(ROOT_CONTEXT, headers, recordGetter) : ROOT_CONTEXT;
 }
 
-/**
- * Runs fn inside a new span (child of parent, or of the active context), ending it either way.
- * `links`: the contexts of other traces the span's work belongs to as well (one call made for
- * several requests).
- */
+/** Runs fn inside a new span; `links`: other traces its work belongs to as well (one call for several requests). */
 export async function inSpan<T>(
   name: string,
   opts: { kind?: SpanKind; parent?: Context; links?: Context[]; attributes?: Record<string, string | number> },
@@ -74,11 +65,9 @@ export async function inSpan<T>(
     const linked = trace.getSpanContext(c);
     return linked ? [{ context: linked }] : [];
   });
-  const span = tracer().startSpan(
-    name,
-    { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes, links },
-    parent,
-  );
+  const span = trace
+    .getTracer("partner-integration")
+    .startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes, links }, parent);
   try {
     return await context.with(trace.setSpan(parent, span), () => fn(span));
   } catch (err) {
@@ -90,66 +79,53 @@ export async function inSpan<T>(
   }
 }
 
-const headersGetter: TextMapGetter<Headers> = {
-  keys: (h) => [...h.keys()],
-  get: (h, k) => h.get(k) ?? undefined,
+/** The gRPC status code of a call's outcome (0: OK), a metric's label. */
+const grpcStatus = (err: unknown): string => {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return String(err === undefined ? 0 : typeof code === "number" ? code : 2);
 };
 
-/** The gRPC status code of a call's outcome (0: OK), a metric's label. */
-const grpcStatus = (err: unknown): string => String(err === undefined ? 0 : ConnectError.from(err).code);
-
-/** Records a call's duration in `histogram` (rpc_*_call_duration_seconds) once `call` settles. */
-function timed<T>(
-  histogram: typeof rpcServerDuration,
-  service: string,
-  method: string,
-  call: () => Promise<T>,
-): Promise<T> {
+async function timed<T>(histogram: typeof rpcServerDuration, method: DescMethod, call: () => Promise<T>): Promise<T> {
   if (!metricsRecording()) return call();
   const started = performance.now();
-  const record = (err?: unknown) =>
+  let status = "0";
+  try {
+    return await call();
+  } catch (err) {
+    status = grpcStatus(err);
+    throw err;
+  } finally {
     histogram.observe(
-      { rpc_service: service, rpc_method: method, rpc_grpc_status_code: grpcStatus(err) },
-      (performance.now() - started) / 1000,
+      { rpc_service: method.parent.typeName, rpc_method: method.name, rpc_grpc_status_code: status },
+      secondsSince(started),
     );
-  return call().then(
-    (res) => {
-      record();
-      return res;
-    },
-    (err: unknown) => {
-      record(err);
-      throw err;
-    },
-  );
+  }
 }
 
-/** Client side of a Connect call: a CLIENT span, its context sent in the request headers; a duration metric. */
-export const tracingClientInterceptor: Interceptor = (next) => (req) =>
-  timed(rpcClientDuration, req.service.typeName, req.method.name, () =>
+/** Client side of an internal call: a CLIENT span, whose context `fn` sends as headers; a duration metric. */
+export const rpcClientSpan = <T>(method: DescMethod, fn: (headers: Record<string, string>) => Promise<T>) =>
+  timed(rpcClientDuration, method, () =>
     inSpan(
-      `${req.service.typeName}/${req.method.name}`,
-      { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc" } },
+      `${method.parent.typeName}/${method.name}`,
+      { kind: SpanKind.CLIENT, attributes: { "rpc.system": "grpc" } },
       () => {
-        propagation.inject(context.active(), req.header, { set: (h, k, v) => h.set(k, v) });
-        return next(req);
+        const headers: Record<string, string> = {};
+        propagation.inject(context.active(), headers);
+        return fn(headers);
       },
     ),
   );
 
-/** Server side of a Connect call: a SERVER span, child of the caller's context; a duration metric. */
-export const tracingServerInterceptor: Interceptor = (next) => (req) => {
-  const parent = propagation.extract(ROOT_CONTEXT, req.header, headersGetter);
-  return timed(rpcServerDuration, req.service.typeName, req.method.name, () =>
+/** Server side of an internal call: a SERVER span, child of the caller's context (its headers); a duration metric. */
+export const rpcServerSpan = <T>(method: DescMethod, headers: Record<string, unknown>, fn: () => Promise<T>) =>
+  timed(rpcServerDuration, method, () =>
     inSpan(
-      `${req.service.typeName}/${req.method.name}`,
-      { kind: SpanKind.SERVER, parent, attributes: { "rpc.system": "connect_rpc" } },
-      () => next(req),
+      `${method.parent.typeName}/${method.name}`,
+      { kind: SpanKind.SERVER, parent: contextFromHeaders(headers), attributes: { "rpc.system": "grpc" } },
+      fn,
     ),
   );
-};
 
-/** The trace context active here (to carry to work done later on this request's behalf). */
 export const activeContext = (): Context => context.active();
 
 export { ROOT_CONTEXT, SpanKind, type Context };

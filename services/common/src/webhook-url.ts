@@ -1,13 +1,11 @@
 import { isIP } from "node:net";
 
-// The one rule for a webhook address: the auth service's at registration, the webhook service's
-// before every attempt. With insecure URLs off (the chart): https, no credentials, and a named host
-// (no IP literal in any spelling the URL parser reads as one, no localhost); where the name resolves
-// is checked again at each connection (egress.ts), against DNS rebinding.
+// The one rule for a webhook address, at registration and before every attempt; where the name
+// resolves is checked at each connection (egress.ts).
 
 export const WEBHOOK_URL_MAX_LENGTH = 2048;
 
-/** The URL, or what is wrong with it as an address to call ("must use https"): the rule every partner address shares. */
+/** The rule every partner address shares: the URL, or what is wrong with it ("must use https"). */
 export function parseCallableUrl(raw: string, allowInsecure: boolean, maxLength = Infinity): URL | string {
   if (!URL.canParse(raw)) return "is not an absolute URL";
   if (raw.length > maxLength) return `is longer than ${maxLength} characters`;
@@ -18,7 +16,6 @@ export function parseCallableUrl(raw: string, allowInsecure: boolean, maxLength 
   return url;
 }
 
-/** Why a webhook address is refused ("must use https", ...), or undefined when it is fine. */
 export function webhookUrlRefusal(raw: string, allowInsecure: boolean): string | undefined {
   const url = parseCallableUrl(raw, allowInsecure, WEBHOOK_URL_MAX_LENGTH);
   if (typeof url === "string") return url;

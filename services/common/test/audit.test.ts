@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "@jest/globals";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "../src/errors.js";
 import { eventsv1 } from "@pi/proto";
 import {
   AUDIT_ACTION_OWNERS,
@@ -270,18 +270,18 @@ describe("audit records read back (the store's check)", () => {
 
 describe("refusalOf", () => {
   it("names a service's deliberate refusals by code, never by message", () => {
-    expect(refusalOf(new ConnectError(`no partner ${elderAddress}`, Code.NotFound))).toEqual({ code: "not_found" });
-    expect(refusalOf(new ConnectError("bad", Code.InvalidArgument))).toEqual({ code: "invalid_argument" });
-    expect(refusalOf(new ConnectError("taken", Code.AlreadyExists))).toEqual({ code: "already_exists" });
-    expect(refusalOf(new ConnectError("no", Code.FailedPrecondition))).toEqual({ code: "failed_precondition" });
-    expect(refusalOf(new ConnectError("raced", Code.Aborted))).toEqual({ code: "aborted" });
+    expect(refusalOf(new RpcError(`no partner ${elderAddress}`, Status.NOT_FOUND))).toEqual({ code: "not_found" });
+    expect(refusalOf(new RpcError("bad", Status.INVALID_ARGUMENT))).toEqual({ code: "invalid_argument" });
+    expect(refusalOf(new RpcError("taken", Status.ALREADY_EXISTS))).toEqual({ code: "already_exists" });
+    expect(refusalOf(new RpcError("no", Status.FAILED_PRECONDITION))).toEqual({ code: "failed_precondition" });
+    expect(refusalOf(new RpcError("raced", Status.ABORTED))).toEqual({ code: "aborted" });
     expect(refusalOf(serviceError(ErrorReason.NOT_FOUND, "no such connection"))).toEqual({ code: "not_found" });
   });
 
   it("is nothing for a failure that decided nothing (database or Kafka down, a bug)", () => {
-    expect(refusalOf(new ConnectError("down", Code.Unavailable))).toBeUndefined();
-    expect(refusalOf(new ConnectError("bug", Code.Internal))).toBeUndefined();
-    expect(refusalOf(new ConnectError("slow", Code.DeadlineExceeded))).toBeUndefined();
+    expect(refusalOf(new RpcError("down", Status.UNAVAILABLE))).toBeUndefined();
+    expect(refusalOf(new RpcError("bug", Status.INTERNAL))).toBeUndefined();
+    expect(refusalOf(new RpcError("slow", Status.DEADLINE_EXCEEDED))).toBeUndefined();
     expect(refusalOf(new Error("ECONNREFUSED"))).toBeUndefined();
     expect(refusalOf("not_found")).toBeUndefined();
   });

@@ -1,7 +1,7 @@
-import { EventEmitter } from "node:events";
+import { PassThrough } from "node:stream";
 import { afterEach, beforeEach, describe, expect, it, jest } from "@jest/globals";
-import type { Kafka } from "kafkajs";
 import { consume, CONSUMER_SESSION_TIMEOUT_MS } from "../src/background/consume.js";
+import type { Kafka } from "../src/kafka.js";
 import { createLogger } from "../src/logger.js";
 import { every } from "../src/background/periodic.js";
 import { keepAlive } from "../src/background/lease.js";
@@ -237,35 +237,55 @@ describe("keepAlive", () => {
   });
 });
 
-/** A stand-in for kafkajs's consumer: records what consume asked of it. */
-function fakeKafka(opts: { failConnect?: boolean } = {}) {
-  const events = new EventEmitter();
-  const calls: string[] = [];
+/** A stand-in for the library's consumer: each consume() hands out a stream the test writes messages to. */
+function fakeKafka(opts: { failConsume?: boolean } = {}) {
+  const consumes: Record<string, unknown>[] = [];
+  const streams: PassThrough[] = [];
+  const commits: string[] = [];
   let config: Record<string, unknown> = {};
-  let runConfig: Record<string, unknown> = {};
-  const seeks: unknown[] = [];
+  let closes = 0;
   const consumer = {
-    events: { CRASH: "consumer.crash" },
-    on: (name: string, fn: (e: unknown) => void) => events.on(name, fn),
-    connect: async () => {
-      calls.push("connect");
-      if (opts.failConnect) throw new Error("broker unreachable");
+    on: () => consumer,
+    consume: async (o: Record<string, unknown>) => {
+      consumes.push(o);
+      if (opts.failConsume) throw new Error("broker unreachable");
+      const stream = Object.assign(new PassThrough({ objectMode: true }), {
+        close: async () => void stream.end(),
+      });
+      streams.push(stream);
+      return stream;
     },
-    subscribe: async (s: unknown) => void calls.push(`subscribe ${JSON.stringify(s)}`),
-    run: async (r: Record<string, unknown>) => {
-      calls.push("run");
-      runConfig = r;
-    },
-    seek: (s: unknown) => void seeks.push(s),
-    disconnect: async () => void calls.push("disconnect"),
+    close: async () => void closes++,
   };
   const kafka = {
-    consumer: (c: Record<string, unknown>) => {
-      config = c;
+    consumer: (groupId: string, options: Record<string, unknown>) => {
+      config = { groupId, ...options };
       return consumer;
     },
   } as unknown as Kafka;
-  return { kafka, events, calls, seeks, config: () => config, run: () => runConfig };
+  const message = (partition: number, offset: number, value = "x") => ({
+    key: undefined,
+    value: Buffer.from(value),
+    headers: new Map(),
+    partition,
+    offset: BigInt(offset),
+    timestamp: 0n,
+    commit: async () => void commits.push(`${partition}@${offset + 1}`),
+  });
+  /** Writes messages to the newest stream. */
+  const deliver = (...messages: ReturnType<typeof message>[]) => {
+    for (const m of messages) streams.at(-1)!.write(m);
+  };
+  return { kafka, consumes, streams, commits, message, deliver, config: () => config, closes: () => closes };
+}
+
+/** Waits (on real timers) until `cond` holds. */
+async function until(cond: () => boolean, ms = 5_000) {
+  const t0 = performance.now();
+  while (!cond()) {
+    if (performance.now() - t0 > ms) throw new Error("condition not met in time");
+    await sleep(5);
+  }
 }
 
 const consumedCount = async (topic: string) =>
@@ -273,8 +293,14 @@ const consumedCount = async (topic: string) =>
     (v) => v.labels.messaging_destination_name === topic,
   )?.value ?? 0;
 
+/** An error the library marks as one that trying again may cure (a broker gone), or not (a refusal). */
+const kafkaError = (message: string, canRetry: boolean) =>
+  Object.assign(new Error(message), {
+    findBy: (k: string, v: unknown) => (k === "canRetry" && v === canRetry ? {} : null),
+  });
+
 describe("consume", () => {
-  it("joins the group, reads from the beginning, counts each message handled, and leaves on stop", async () => {
+  it("joins the group, reads from the beginning, counts each message handled, commits after it, and leaves on stop", async () => {
     const k = fakeKafka();
     const seen: string[] = [];
     const c = await consume({
@@ -284,26 +310,24 @@ describe("consume", () => {
       topic: "ns.topic-a",
       name: "a",
       reportLag: false,
-      each: async (m, partition) => void seen.push(`${partition}:${String(m.value)}`),
+      each: async (m, partition) => void seen.push(`${partition}:${String(m.value)}@${m.offset}`),
     });
-    expect(k.config()).toMatchObject({ groupId: "ns.svc" });
-    expect(k.config().sessionTimeout).toBeUndefined();
-    expect(k.calls).toEqual(["connect", 'subscribe {"topic":"ns.topic-a","fromBeginning":true}', "run"]);
+    expect(k.config()).toMatchObject({ groupId: "ns.svc", sessionTimeout: 30_000 });
+    expect(k.consumes).toEqual([{ topics: ["ns.topic-a"], mode: "committed", fallbackMode: "earliest" }]);
     const before = await consumedCount("ns.topic-a");
-    await (k.run().eachMessage as (p: unknown) => Promise<void>)({
-      partition: 2,
-      message: { value: Buffer.from("x"), offset: "7" },
-    });
-    expect(seen).toEqual(["2:x"]);
+    k.deliver(k.message(2, 7));
+    await until(() => k.commits.length === 1);
+    expect({ seen, commits: k.commits }).toEqual({ seen: ["2:x@7"], commits: ["2@8"] });
     expect(await consumedCount("ns.topic-a")).toBe(before + 1);
     await c.stop();
-    expect(k.calls.at(-1)).toBe("disconnect");
+    expect(k.closes()).toBe(1);
   });
 
-  it("a batch handler's messages are counted once it returns, then it heartbeats; a failed batch counts nothing and is read again", async () => {
+  it("a batch handler gets a partition's messages at once, counted and committed once it returns; a failed batch counts nothing and is read again", async () => {
     const k = fakeKafka();
     let fail = true;
-    await consume({
+    const batches: string[] = [];
+    const c = await consume({
       kafka: k.kafka,
       logger,
       group: "ns.svc",
@@ -312,33 +336,33 @@ describe("consume", () => {
       reportLag: false,
       quickHandover: true,
       partitionsConsumedConcurrently: 3,
-      eachBatch: async () => {
+      eachBatch: async (messages, partition) => {
+        batches.push(`${partition}:${messages.map((m) => m.offset).join(",")}`);
         if (fail) throw new Error("database unreachable");
       },
     });
     expect(k.config()).toMatchObject({ sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS });
-    expect(k.run()).toMatchObject({ partitionsConsumedConcurrently: 3, autoCommit: true });
-    let heartbeats = 0;
-    const batch = {
-      batch: { partition: 0, messages: [{ offset: "1" }, { offset: "2" }] },
-      heartbeat: async () => void heartbeats++,
-    };
-    const eachBatch = k.run().eachBatch as (p: unknown) => Promise<void>;
     const before = await consumedCount("ns.topic-b");
-    await expect(eachBatch(batch)).rejects.toThrow("database unreachable");
-    expect({ counted: (await consumedCount("ns.topic-b")) - before, heartbeats }).toEqual({
+    k.deliver(k.message(0, 1), k.message(0, 2));
+    // The failure closes the consumer, and a new one reads from the committed offsets.
+    await until(() => k.streams.length === 2);
+    expect({ batches, counted: (await consumedCount("ns.topic-b")) - before, commits: k.commits }).toEqual({
+      batches: ["0:1,2"],
       counted: 0,
-      heartbeats: 0,
+      commits: [],
     });
     fail = false;
-    await eachBatch(batch);
-    expect({ counted: (await consumedCount("ns.topic-b")) - before, heartbeats }).toEqual({
-      counted: 2,
-      heartbeats: 1,
+    k.deliver(k.message(0, 1), k.message(0, 2), k.message(1, 5));
+    await until(() => k.commits.length === 2);
+    expect(batches.slice(1).sort()).toEqual(["0:1,2", "1:5"]);
+    expect({ counted: (await consumedCount("ns.topic-b")) - before, commits: k.commits.sort() }).toEqual({
+      counted: 3,
+      commits: ["0@3", "1@6"],
     });
+    await c.stop();
   });
 
-  it("is alive until kafkajs gives up on the consumer (a crash it restarts from does not count)", async () => {
+  it("is alive while it starts again after a failure that may pass (a broker gone), and not after one that cannot", async () => {
     const k = fakeKafka();
     const c = await consume({
       kafka: k.kafka,
@@ -349,16 +373,19 @@ describe("consume", () => {
       reportLag: false,
       each: async () => {},
     });
+    k.streams[0]!.destroy(kafkaError("Connection closed", true));
+    await until(() => k.streams.length === 2);
     expect(c.alive()).toBe(true);
-    k.events.emit("consumer.crash", { payload: { restart: true, error: new Error("rebalance") } });
-    expect(c.alive()).toBe(true);
-    k.events.emit("consumer.crash", { payload: { restart: false, error: new Error("fatal") } });
-    expect(c.alive()).toBe(false);
+    k.streams[1]!.destroy(kafkaError("Group authorization failed", false));
+    await until(() => !c.alive());
+    expect(k.streams.length).toBe(2);
+    await c.stop();
   });
 
-  it("without commits, placed at the given offsets once it runs; from the end when asked", async () => {
+  it("without commits, placed at the given offsets, and started again from where it was", async () => {
     const k = fakeKafka();
-    await consume({
+    let handled = 0;
+    const c = await consume({
       kafka: k.kafka,
       logger,
       group: "g",
@@ -368,19 +395,29 @@ describe("consume", () => {
       fromBeginning: false,
       commit: false,
       startAt: [{ partition: 0, offset: "42" }],
-      each: async () => {},
+      each: async () => void handled++,
     });
-    expect(k.calls[1]).toBe('subscribe {"topic":"t","fromBeginning":false}');
-    expect(k.run()).toMatchObject({ autoCommit: false });
-    expect(k.seeks).toEqual([{ topic: "t", partition: 0, offset: "42" }]);
+    expect(k.consumes[0]).toEqual({
+      topics: ["t"],
+      fallbackMode: "latest",
+      mode: "manual",
+      offsets: [{ topic: "t", partition: 0, offset: 42n }],
+    });
+    k.deliver(k.message(0, 42));
+    await until(() => handled === 1);
+    k.streams[0]!.destroy(kafkaError("Connection closed", true));
+    await until(() => k.streams.length === 2);
+    expect(k.consumes[1]).toMatchObject({ offsets: [{ topic: "t", partition: 0, offset: 43n }] });
+    expect(k.commits).toEqual([]);
+    await c.stop();
   });
 
   it("a set-up that fails leaves the group and throws", async () => {
-    const k = fakeKafka({ failConnect: true });
+    const k = fakeKafka({ failConsume: true });
     await expect(
       consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", reportLag: false, each: async () => {} }),
     ).rejects.toThrow("broker unreachable");
-    expect(k.calls).toEqual(["connect", "disconnect"]);
+    expect(k.closes()).toBe(1);
   });
 
   it("refuses to start without exactly one handler", async () => {

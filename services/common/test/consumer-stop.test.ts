@@ -4,9 +4,10 @@ import { atMost } from "../src/at-most.js";
 import { createLogger } from "../src/logger.js";
 import { disconnectConsumer } from "../src/background/consume.js";
 import { whileMetadataSettles } from "../src/kafka.js";
+import { ResponseError } from "@platformatic/kafka";
 
-// A stopping process must not wait on a consumer whose broker is gone (kafkajs would retry its
-// connection for half a minute, past the process's 15 s to stop).
+// A stopping process must not wait on a consumer whose broker is gone (the client would retry its
+// connection past the process's 15 s to stop).
 
 function logged() {
   const lines: Record<string, unknown>[] = [];
@@ -23,7 +24,7 @@ function logged() {
 describe("disconnectConsumer", () => {
   it("gives up on a consumer that does not disconnect within the bound, and says so", async () => {
     const { lines, logger } = logged();
-    const never = { disconnect: () => new Promise<void>(() => {}) };
+    const never = { close: () => new Promise<void>(() => {}) };
     const t0 = performance.now();
     await disconnectConsumer(never, "partner-events", logger, 100);
     expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
@@ -40,9 +41,9 @@ describe("disconnectConsumer", () => {
   it("returns as soon as the consumer has disconnected, and a failed disconnect is logged, not thrown", async () => {
     const { lines, logger } = logged();
     let disconnects = 0;
-    await disconnectConsumer({ disconnect: async () => void disconnects++ }, "file-events", logger, 60_000);
+    await disconnectConsumer({ close: async () => void disconnects++ }, "file-events", logger, 60_000);
     await disconnectConsumer(
-      { disconnect: async () => Promise.reject(new Error("socket closed")) },
+      { close: async () => Promise.reject(new Error("socket closed")) },
       "file-events",
       logger,
       60_000,
@@ -64,8 +65,7 @@ describe("whileMetadataSettles", () => {
   it("tries again while the broker answers with a retriable error, and gives up at once on any other", async () => {
     let calls = 0;
     const settling = async () => {
-      if (++calls < 3)
-        throw Object.assign(new Error("This server is not the leader for that topic-partition"), { retriable: true });
+      if (++calls < 3) throw new ResponseError(2, 9, { "/topics/0": [6, null] }, undefined); // NOT_LEADER_OR_FOLLOWER
       return "offsets";
     };
     // Its waits between tries (250 ms, then 500 ms) on jest's fake clock.
@@ -81,9 +81,9 @@ describe("whileMetadataSettles", () => {
     let refused = 0;
     const fatal = async () => {
       refused++;
-      throw Object.assign(new Error("Topic authorization failed"), { retriable: false });
+      throw new ResponseError(2, 9, { "/topics/0": [29, null] }, undefined); // TOPIC_AUTHORIZATION_FAILED
     };
-    await expect(whileMetadataSettles(fatal)).rejects.toThrow("Topic authorization failed");
+    await expect(whileMetadataSettles(fatal)).rejects.toThrow(ResponseError);
     expect(refused).toBe(1);
   });
 });

@@ -2,18 +2,17 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
 import { clientsFor } from "../src/clients.js";
 import { createLogger } from "../src/logger.js";
-import { LIVENESS, startConnectServer, TRAFFIC, type ConnectServer } from "../src/connect-server.js";
+import { LIVENESS, startRpcServer, TRAFFIC, type RpcServer } from "../src/rpc/server.js";
 import { parseSettings } from "../src/settings.js";
-import { watchConsumer } from "../src/background/consume.js";
 import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";
 
 const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;
 let healthy = true;
 let kafkaUp = true;
-let server: ConnectServer;
+let server: RpcServer;
 
 beforeAll(async () => {
-  server = await startConnectServer({
+  server = await startRpcServer({
     service: "auth",
     publicKeys: TEST_PUBLIC_KEYS,
     host: "127.0.0.1",
@@ -48,24 +47,5 @@ describe("grpc.health.v1 on every service", () => {
     expect((await health.check({ service: TRAFFIC })).status).toBe(NOT_SERVING);
     kafkaUp = true;
     healthy = true;
-  });
-});
-
-describe("Kafka consumers in readiness", () => {
-  it("a consumer kafkajs will restart still counts as alive; one it gives up on does not", () => {
-    const handlers: ((e: { payload: { restart: boolean; error: Error } }) => void)[] = [];
-    const consumer = {
-      events: { CRASH: "consumer.crash" },
-      on: (_: string, h: (typeof handlers)[number]) => {
-        handlers.push(h);
-        return () => {};
-      },
-    };
-    const alive = watchConsumer(consumer as never, "test", createLogger("test", "silent"));
-    expect(alive()).toBe(true);
-    for (const h of handlers) h({ payload: { restart: true, error: new Error("retriable") } });
-    expect(alive()).toBe(true);
-    for (const h of handlers) h({ payload: { restart: false, error: new Error("fatal") } });
-    expect(alive()).toBe(false);
   });
 });

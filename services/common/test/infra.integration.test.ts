@@ -2,6 +2,7 @@ import { afterAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
+import { consume } from "../src/background/consume.js";
 import { connectMongo, type Mongo } from "../src/mongo.js";
 import { createKafka, createProducer, ensureTopics } from "../src/kafka.js";
 import { createLogger } from "../src/logger.js";
@@ -43,7 +44,6 @@ describe("infrastructure helpers", () => {
     await ensureTopics(kafka, namespace);
     const topic = topicName(namespace, "partnerEvents");
     const producer = createProducer(kafka);
-    await producer.connect();
     const sent = create(eventsv1.PartnerEventSchema, {
       kind: eventsv1.PartnerEventKind.CREDENTIAL_REVOKED,
       partnerId: "ptr_x",
@@ -56,15 +56,19 @@ describe("infrastructure helpers", () => {
     });
     await producer.disconnect();
 
-    const consumer = kafka.consumer({ groupId: `${namespace}.probe` });
-    await consumer.connect();
-    await consumer.subscribe({ topic, fromBeginning: true });
-    const received = await new Promise<eventsv1.PartnerEvent>((resolve) => {
-      void consumer.run({
-        eachMessage: async ({ message }) => resolve(fromBinary(eventsv1.PartnerEventSchema, message.value!)),
-      });
+    let arrived: (event: eventsv1.PartnerEvent) => void = () => {};
+    const arrival = new Promise<eventsv1.PartnerEvent>((resolve) => (arrived = resolve));
+    const consuming = await consume({
+      kafka,
+      logger,
+      group: `${namespace}.probe`,
+      topic,
+      name: "probe",
+      reportLag: false,
+      each: async (message) => arrived(fromBinary(eventsv1.PartnerEventSchema, message.value!)),
     });
-    await consumer.disconnect();
+    const received = await arrival;
+    await consuming.stop();
     expect(received.clientId).toBe("cli_y");
     expect(received.kind).toBe(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED);
     expect(received.occurredAt).toBe(42n);

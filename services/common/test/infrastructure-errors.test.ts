@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
-import { infrastructureUnavailable } from "../src/connect-server.js";
+import { MultipleErrors, NetworkError, TimeoutError } from "@platformatic/kafka";
+import { infrastructureUnavailable } from "../src/rpc/server.js";
 
 // Which failures inside a service's handler mean "a dependency is unreachable" (answered Unavailable,
 // a fast envelope 503 at the gateway) rather than a bug (Internal, a 500).
@@ -11,7 +12,10 @@ describe("infrastructure unavailable", () => {
   it("the drivers' connection errors, by name, also along the cause chain", () => {
     expect(infrastructureUnavailable(named("MongoNetworkError"))).toBe(true);
     expect(infrastructureUnavailable(named("MongoServerSelectionError"))).toBe(true);
-    expect(infrastructureUnavailable(named("KafkaJSConnectionError"))).toBe(true);
+    expect(infrastructureUnavailable(new NetworkError("Connection closed"))).toBe(true);
+    expect(infrastructureUnavailable(new MultipleErrors("Producing messages failed.", [new TimeoutError("x")]))).toBe(
+      true,
+    );
     expect(infrastructureUnavailable(new Error("wrapped", { cause: named("MongoPoolClearedError") }))).toBe(true);
   });
 

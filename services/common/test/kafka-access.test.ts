@@ -1,16 +1,15 @@
 import { describe, expect, it } from "@jest/globals";
 import { Writable } from "node:stream";
-import kafkajs from "kafkajs";
+import { AclOperations, ResourcePatternTypes, ResourceTypes } from "@platformatic/kafka";
 import { createLogger } from "../src/logger.js";
 import { KAFKA_ACCESS, KAFKA_USERS, kafkaAcls } from "../src/kafka-access.js";
 import { TOPICS, topicName, type TopicKey } from "../src/topics.js";
 
-const { AclOperationTypes, AclResourceTypes, ResourcePatternTypes } = kafkajs;
 const acls = kafkaAcls("ns1");
 const granted = (user: string, operation: number) =>
   acls
     .filter(
-      (a) => a.principal === `User:${user}` && a.operation === operation && a.resourceType === AclResourceTypes.TOPIC,
+      (a) => a.principal === `User:${user}` && a.operation === operation && a.resourceType === ResourceTypes.TOPIC,
     )
     .map((a) => a.resourceName)
     .sort();
@@ -18,7 +17,7 @@ const granted = (user: string, operation: number) =>
 describe("Kafka access: who may produce and consume what (kafka-access.ts)", () => {
   it("each topic is written by the services that publish it, and no other user", () => {
     const writers = (key: TopicKey) =>
-      KAFKA_USERS.filter((u) => granted(u, AclOperationTypes.WRITE).includes(topicName("ns1", key)));
+      KAFKA_USERS.filter((u) => granted(u, AclOperations.WRITE).includes(topicName("ns1", key)));
     expect(writers("partnerEvents")).toEqual(["auth"]);
     expect(writers("connectionEvents")).toEqual(["connection"]);
     expect(writers("fileEvents")).toEqual(["file-intake"]);
@@ -26,24 +25,24 @@ describe("Kafka access: who may produce and consume what (kafka-access.ts)", () 
   });
 
   it("the gateway writes nothing and reads only partner events", () => {
-    expect(granted("gateway", AclOperationTypes.WRITE)).toEqual([]);
-    expect(granted("gateway", AclOperationTypes.READ)).toEqual([topicName("ns1", "partnerEvents")]);
+    expect(granted("gateway", AclOperations.WRITE)).toEqual([]);
+    expect(granted("gateway", AclOperations.READ)).toEqual([topicName("ns1", "partnerEvents")]);
   });
 
   it("every user may describe and create every topic of the namespace, and nothing outside it", () => {
     const all = (Object.keys(TOPICS) as TopicKey[]).map((k) => topicName("ns1", k)).sort();
     for (const user of KAFKA_USERS) {
-      expect(granted(user, AclOperationTypes.DESCRIBE)).toEqual(all);
-      expect(granted(user, AclOperationTypes.CREATE)).toEqual(all);
+      expect(granted(user, AclOperations.DESCRIBE)).toEqual(all);
+      expect(granted(user, AclOperations.CREATE)).toEqual(all);
     }
     expect(acls.every((a) => a.resourceName.startsWith("ns1."))).toBe(true);
   });
 
   it("a consumer joins only its own groups (prefix <namespace>.<service>.), a service that consumes nothing none", () => {
-    const groups = acls.filter((a) => a.resourceType === AclResourceTypes.GROUP);
+    const groups = acls.filter((a) => a.resourceType === ResourceTypes.GROUP);
     expect(
       groups.every(
-        (g) => g.resourcePatternType === ResourcePatternTypes.PREFIXED && g.operation === AclOperationTypes.READ,
+        (g) => g.resourcePatternType === ResourcePatternTypes.PREFIXED && g.operation === AclOperations.READ,
       ),
     ).toBe(true);
     expect(groups.map((g) => [g.principal, g.resourceName]).sort()).toEqual(
@@ -55,7 +54,7 @@ describe("Kafka access: who may produce and consume what (kafka-access.ts)", () 
 
   it("grants only ALLOW entries, never ALL or a wildcard resource", () => {
     expect(
-      acls.some((a) => a.operation === AclOperationTypes.ALL || a.resourceName === "*" || a.principal === "User:*"),
+      acls.some((a) => a.operation === AclOperations.ALL || a.resourceName === "*" || a.principal === "User:*"),
     ).toBe(false);
   });
 });

@@ -1,6 +1,8 @@
 import { describe, expect, it } from "@jest/globals";
-import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
-import { healthv1 } from "@pi/proto";
+import { RpcError, Status } from "../src/errors.js";
+import { closeClient, serviceClient } from "../src/rpc/client.js";
+import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
+import { authv1 } from "@pi/proto";
 import { consumerLag } from "../src/background/consume.js";
 import { createLogger } from "../src/logger.js";
 import {
@@ -13,7 +15,6 @@ import {
   startMetricsServer,
   storageQuotaMaxUsedRatio,
 } from "../src/metrics.js";
-import { tracingClientInterceptor, tracingServerInterceptor } from "../src/telemetry.js";
 
 // The metrics every process serves (docs/observability.md, "Metrics"): its own port, the Prometheus
 // text format, internal calls by service, method and gRPC status on both sides, and the consumer lag rule.
@@ -145,31 +146,31 @@ describe("gauges read at scrape (prom-client collect, readAtScrape)", () => {
 
 describe("rpc_server_call_duration_seconds and rpc_client_call_duration_seconds", () => {
   it("count each call on both sides by service, method and gRPC status code", async () => {
-    const transport = createRouterTransport(
-      ({ service }) =>
-        service(healthv1.Health, {
-          check: (req) => {
-            if (req.service === "missing") throw new ConnectError("no such service", Code.NotFound);
-            return { status: healthv1.HealthCheckResponse_ServingStatus.SERVING };
-          },
-        }),
-      { transport: { interceptors: [tracingClientInterceptor] }, router: { interceptors: [tracingServerInterceptor] } },
+    const server = await serveForTest("auth", (router) =>
+      router.service(authv1.AuthService, {
+        issueToken: (req) => {
+          if (req.clientId === "missing") throw new RpcError("no such client", Status.NOT_FOUND);
+          return {};
+        },
+      }),
     );
-    const health = createClient(healthv1.Health, transport);
-    await health.check({ service: "" });
-    await expect(health.check({ service: "missing" })).rejects.toThrow();
+    const auth = serviceClient(authv1.AuthService, `http://127.0.0.1:${server.port}`, testIdentityKey("gateway"));
+    await auth.issueToken({ clientId: "" });
+    await expect(auth.issueToken({ clientId: "missing" })).rejects.toThrow();
     for (const histogram of [rpcServerDuration, rpcClientDuration]) {
       const counts = (await histogram.get()).values.filter(
-        (v) => v.metricName?.endsWith("_count") && v.labels.rpc_method === "Check",
+        (v) => v.metricName?.endsWith("_count") && v.labels.rpc_method === "IssueToken",
       );
       expect(counts.map((v) => [v.labels.rpc_grpc_status_code, v.value]).sort()).toEqual([
         ["0", 1],
-        [String(Code.NotFound), 1],
+        [String(Status.NOT_FOUND), 1],
       ]);
-      expect(counts[0]!.labels.rpc_service).toBe(healthv1.Health.typeName);
+      expect(counts[0]!.labels.rpc_service).toBe(authv1.AuthService.typeName);
     }
+    closeClient(auth);
+    await server.close();
     expect(await metricsRegistry.metrics()).toMatch(
-      /^rpc_server_call_duration_seconds_bucket\{.*rpc_service="grpc\.health\.v1\.Health".*\} 1$/m,
+      /^rpc_server_call_duration_seconds_bucket\{.*rpc_service="pi\.auth\.v1\.AuthService".*\} 1$/m,
     );
   });
 });

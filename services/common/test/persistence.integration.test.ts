@@ -1,8 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Collection, type Db } from "mongodb";
-import type { Producer } from "kafkajs";
-import { createKafka, createProducer, ensureTopics } from "../src/kafka.js";
+import { createKafka, createProducer, ensureTopics, type Producer } from "../src/kafka.js";
 import { createLogger } from "../src/logger.js";
 import { endLease, renewLease, takeLease, type LeaseFields } from "../src/background/lease.js";
 import {

@@ -1,16 +1,18 @@
 import { generateKeyPairSync } from "node:crypto";
 import { Writable } from "node:stream";
-import { describe, expect, it } from "@jest/globals";
-import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { afterAll, describe, expect, it } from "@jest/globals";
+import { RpcError, Status } from "../src/errors.js";
+import { closeClient, serviceClient } from "../src/rpc/client.js";
+import type { RpcServer } from "../src/rpc/server.js";
+import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { SignJWT } from "jose";
 import { authv1, healthv1 } from "@pi/proto";
 import { createLogger } from "../src/logger.js";
 import {
   generateIdentity,
-  identityClientInterceptor,
-  identityServerInterceptor,
   IdentityError,
   keyId,
+  minterFor,
   parseOwnIdentity,
   parsePublicKeys,
   publicKeyEntry,
@@ -280,7 +282,7 @@ describe("SERVICE_IDENTITY_KEY and SERVICE_IDENTITY_PUBLIC_KEYS", () => {
   });
 });
 
-describe("the interceptors", () => {
+describe("the server's identity and allow-list checks", () => {
   function logs() {
     const lines: Record<string, unknown>[] = [];
     const destination = new Writable({
@@ -290,28 +292,44 @@ describe("the interceptors", () => {
         done();
       },
     });
-    return { lines, logger: createLogger("auth", "info", destination) };
+    return { lines, logger: createLogger("auth", "warn", destination) };
   }
 
-  /** An auth service in memory (no network) behind the identity interceptor, and a client as `caller`. */
-  function authAs(caller: Workload | undefined, logger = logs().logger) {
-    const transport = createRouterTransport(
+  const servers: RpcServer[] = [];
+  const clients: object[] = [];
+  afterAll(async () => {
+    for (const c of clients) closeClient(c);
+    await Promise.all(servers.map((s) => s.close()));
+  });
+
+  /** The auth service's real server (identity and allow-list checks) on loopback, and its clients as `caller`. */
+  async function authAs(caller: Workload | undefined, logger = logs().logger) {
+    const server = await serveForTest(
+      "auth",
       (router) => {
         router.service(authv1.AuthService, {
           createPartner: async () => ({ partnerId: "ptr_1" }),
           getWebhookTarget: async () => ({ found: false }),
           issueToken: async () => ({}),
         });
-        router.service(healthv1.Health, {
-          check: async () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }),
-        });
       },
-      {
-        router: { interceptors: [identityServerInterceptor(new TokenVerifier("auth", publicKeys), logger)] },
-        transport: { interceptors: caller ? [identityClientInterceptor(minter(caller, Date.now), "auth")] : [] },
-      },
+      { logger, adminPort: 0 },
     );
-    return { auth: createClient(authv1.AuthService, transport), health: createClient(healthv1.Health, transport) };
+    servers.push(server);
+    const url = `http://127.0.0.1:${server.port}`;
+    const key = caller && testIdentityKey(caller);
+    const admin = serviceClient(authv1.AuthService, `http://127.0.0.1:${server.adminPort}`, key);
+    const data = serviceClient(authv1.AuthService, url, key);
+    const health = serviceClient(healthv1.Health, url);
+    clients.push(admin, data, health);
+    return {
+      auth: {
+        ...serviceClient(authv1.AuthService, url, key),
+        createPartner: admin.createPartner,
+        getWebhookTarget: admin.getWebhookTarget,
+      },
+      health: serviceClient(healthv1.Health, url),
+    };
   }
 
   const code = async (p: Promise<unknown>) => {
@@ -319,14 +337,14 @@ describe("the interceptors", () => {
       await p;
       return "ok";
     } catch (err) {
-      return Code[ConnectError.from(err).code];
+      return Status[RpcError.from(err).code];
     }
   };
 
   it("no token: Unauthenticated, logged with no caller; health checks stay open", async () => {
     const { lines, logger } = logs();
-    const { auth, health } = authAs(undefined, logger);
-    expect(await code(auth.createPartner({ name: "x" }))).toBe("Unauthenticated");
+    const { auth, health } = await authAs(undefined, logger);
+    expect(await code(auth.createPartner({ name: "x" }))).toBe("UNAUTHENTICATED");
     expect(await code(health.check({}))).toBe("ok");
     expect(lines).toEqual([
       expect.objectContaining({
@@ -340,8 +358,8 @@ describe("the interceptors", () => {
 
   it("the gateway on CreatePartner: PermissionDenied, logged with the caller and never the token", async () => {
     const { lines, logger } = logs();
-    const { auth } = authAs("gateway", logger);
-    expect(await code(auth.createPartner({ name: "x" }))).toBe("PermissionDenied");
+    const { auth } = await authAs("gateway", logger);
+    expect(await code(auth.createPartner({ name: "x" }))).toBe("PERMISSION_DENIED");
     expect(await code(auth.issueToken({}))).toBe("ok");
     expect(lines).toEqual([
       expect.objectContaining({
@@ -351,7 +369,7 @@ describe("the interceptors", () => {
         reason: "not_allowed",
       }),
     ]);
-    const token = await minter("gateway", Date.now).token("auth");
+    const token = await minterFor(testIdentityKey("gateway")).token("auth");
     expect(JSON.stringify(lines)).not.toContain(token.split(".")[2]);
   });
 
@@ -371,11 +389,11 @@ describe("the interceptors", () => {
   });
 
   it("the webhook: GetWebhookTarget yes, CreatePartner no; the operator CLI: CreatePartner yes", async () => {
-    const webhook = authAs("webhook").auth;
+    const webhook = (await authAs("webhook")).auth;
     expect(await code(webhook.getWebhookTarget({ partnerId: "ptr_1" }))).toBe("ok");
-    expect(await code(webhook.createPartner({ name: "x" }))).toBe("PermissionDenied");
-    const ops = authAs("ops").auth;
+    expect(await code(webhook.createPartner({ name: "x" }))).toBe("PERMISSION_DENIED");
+    const ops = (await authAs("ops")).auth;
     expect(await code(ops.createPartner({ name: "x" }))).toBe("ok");
-    expect(await code(ops.getWebhookTarget({ partnerId: "ptr_1" }))).toBe("PermissionDenied");
+    expect(await code(ops.getWebhookTarget({ partnerId: "ptr_1" }))).toBe("PERMISSION_DENIED");
   });
 });

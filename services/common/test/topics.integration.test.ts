@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes } from "node:crypto";
-import kafkajs, { type Admin } from "kafkajs";
-import { createKafka, ensureTopics } from "../src/kafka.js";
+import { ConfigResourceTypes } from "@platformatic/kafka";
+import { type Admin, createKafka, ensureTopics } from "../src/kafka.js";
 import { createLogger } from "../src/logger.js";
 import { topicConfig, TOPICS, topicName, type TopicKey } from "../src/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
@@ -18,20 +18,18 @@ const kafka = createKafka(
 );
 let admin: Admin;
 
-beforeAll(async () => {
+beforeAll(() => {
   admin = kafka.admin();
-  await admin.connect();
 });
 afterAll(async () => {
   await admin?.disconnect();
 });
 
 async function configOf(topic: string): Promise<Record<string, string>> {
-  const { resources } = await admin.describeConfigs({
-    includeSynonyms: false,
-    resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic }],
+  const [described] = await admin.client.describeConfigs({
+    resources: [{ resourceType: ConfigResourceTypes.TOPIC, resourceName: topic }],
   });
-  return Object.fromEntries(resources[0]!.configEntries.map((e) => [e.configName, e.configValue]));
+  return Object.fromEntries(described!.configs.map((c) => [c.name, c.value]));
 }
 const expected = (key: TopicKey) => Object.fromEntries(topicConfig(key).map((c) => [c.name, c.value]));
 
@@ -49,7 +47,7 @@ describe("every Kafka topic is bounded by retention.ms and retention.bytes", () 
   it("an admin's run sets them on a topic created without them", async () => {
     const namespace = `t${randomBytes(5).toString("hex")}`;
     const topic = topicName(namespace, "auditEvents");
-    await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1 }] });
+    await admin.client.createTopics({ topics: [topic], partitions: 1 });
     expect((await configOf(topic))["retention.bytes"]).toBe("-1");
     await ensureTopics(kafka, namespace, ["auditEvents"], 8, { configureExisting: true });
     expect(await configOf(topic)).toMatchObject(expected("auditEvents"));

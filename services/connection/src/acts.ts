@@ -3,7 +3,6 @@ import type { InternalStatus } from "./state-machine.js";
 // Caregiver acts are idempotent by their id (docs/connections.md, "Caregiver acts"), pure: the
 // connection remembers the acts that changed it, so a retry changes nothing and answers what it did.
 
-/** An act that changed the connection: its id and the status it stored. */
 export interface AppliedAct {
   id: string;
   status: InternalStatus;
@@ -15,7 +14,6 @@ export const REMEMBERED_ACTS = 16;
 /** The shape of an act id: what `newId("act")` draws, or another client's up to 64 characters of the same alphabet. */
 export const ACT_ID = /^act_[0-9A-Za-z]{1,64}$/;
 
-/** The earlier application of `actId` to this connection, if it had one. */
 export function earlierApplication(
   remembered: readonly AppliedAct[] | undefined,
   actId: string | undefined,
@@ -24,7 +22,6 @@ export function earlierApplication(
   return remembered?.find((a) => a.id === actId);
 }
 
-/** What the connection remembers after `act` changed it: the newest REMEMBERED_ACTS. */
 export function rememberAct(remembered: readonly AppliedAct[] | undefined, act: AppliedAct): AppliedAct[] {
   return [...(remembered ?? []), act].slice(-REMEMBERED_ACTS);
 }

@@ -1,33 +1,17 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common/audit";
 import type { Trigger } from "./state-machine.js";
 
-// Who does what to a connection, for its audit records (docs/security.md, "Audit trail").
+// A test helper rehearses the caregiver's act (or the window's end): the same action, with the
+// partner as its actor (as the previous release records it too).
+const actionOf = (trigger: Trigger) => `connection.${trigger.replace(/^test_/, "")}` as AuditAction;
 
-const actions: Record<Trigger, AuditAction> = {
-  request: "connection.request",
-  delete: "connection.delete",
-  approve: "connection.approve",
-  decline: "connection.decline",
-  sever: "connection.sever",
-  auto_approve: "connection.auto_approve",
-  expire: "connection.expire",
-  // A test helper is the caregiver's act (or the window's end) rehearsed by the partner: the same
-  // action, with the partner as its actor (records an auth service of the previous release keeps too).
-  test_approve: "connection.approve",
-  test_decline: "connection.decline",
-  test_sever: "connection.sever",
-  test_expire: "connection.expire",
-};
-
-/** The partner as an actor; a partner id of another shape is a caller's mistake. */
 export function partnerActor(partnerId: string): AuditActor {
   if (!partnerId.startsWith("ptr_") || !isAuditActor(partnerId))
-    throw new ConnectError("partner_id must be a partner id (ptr_...)", Code.InvalidArgument);
+    throw new RpcError("partner_id must be a partner id (ptr_...)", Status.INVALID_ARGUMENT);
   return partnerId;
 }
 
-/** Who pulls a trigger: the partner its request, delete and test helpers, the caregiver (the app) its acts, the service its rounds. */
 export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
   switch (trigger) {
     case "request":
@@ -47,14 +31,13 @@ export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
   }
 }
 
-/** The record of a trigger on a connection: the connection, its partner and (when resolved) its elder, by id. */
 export function connectionAudit(
   trigger: Trigger,
   doc: { _id: string; partnerId: string },
   elderId: string | null,
 ): AuditFields {
   return {
-    action: actions[trigger],
+    action: actionOf(trigger),
     actor: actorOf(trigger, doc.partnerId),
     targets: [doc._id, doc.partnerId, elderId],
   };

@@ -4,23 +4,11 @@ import { forMode } from "@pi/common/mode";
 // The per-partner bounds on POST /v1/connections (docs/connections.md, "Bounds"), pure. Nothing here
 // depends on whether an address resolved (guarantee 1).
 
-export interface PendingLimits {
-  live: number;
-  test: number;
-}
-
-export interface ReopenIntervals {
-  /** Seconds. */
-  live: number;
-  test: number;
-}
-
 export const limitOf = <T>(limits: { live: T; test: T }, mode: ConnectionMode): T => forMode(limits, mode);
 
 /** A declined connection reads as pending (the spec), so it keeps its slot as a pending one does. */
 export const holdsSlot = (status: InternalStatus): boolean => status === "pending" || status === "declined";
 
-/** What a change of stored status does to the partner's slots. */
 export function slotChange(from: InternalStatus, to: InternalStatus): "take" | "release" | "none" {
   if (!holdsSlot(from) && holdsSlot(to)) return "take";
   if (holdsSlot(from) && !holdsSlot(to)) return "release";
@@ -32,7 +20,6 @@ export const PENDING_RETRY_AFTER_SECONDS = 60;
 
 export type Verdict = { ok: true } | { ok: false; retryAfterSeconds: number };
 
-/** Whether an ended connection may reopen at `now`: not within `intervalSeconds` of its last reopening. */
 export function reopenVerdict(reopenedAt: Date | null | undefined, now: Date, intervalSeconds: number): Verdict {
   if (!reopenedAt) return { ok: true };
   const waitMs = reopenedAt.getTime() + intervalSeconds * 1000 - now.getTime();
@@ -65,10 +52,8 @@ export function repairedHolds(
 
 const DAY_MS = 86_400_000;
 
-/** The UTC day of `at`, as the counters name it: `YYYY-MM-DD`. */
 export const dayKey = (at: Date): string => at.toISOString().slice(0, 10);
 
-/** Seconds from `now` until the next UTC midnight, when a full day's count no longer applies (at least 1). */
 export function secondsUntilNextDay(now: Date): number {
   const next = Math.floor(now.getTime() / DAY_MS) * DAY_MS + DAY_MS;
   return Math.max(1, Math.ceil((next - now.getTime()) / 1000));

@@ -28,12 +28,10 @@ import {
 } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
-// Every state change is a compare-and-set on the document's version (updateVersioned) that stores
-// the new state with its outbox entry and audit record (no transactions: one document update).
+// Each state change is one compare-and-set update (updateVersioned) with its outbox entry and audit record.
 
 export type Clock = () => Date;
 
-/** Equalities on exactly the fields of the unique index. */
 export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({
   partnerId,
   mode,
@@ -43,11 +41,17 @@ export const connectionKey = (partnerId: string, mode: ConnectionMode, address: 
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
-  /** The act's earlier application (acts.ts): nothing was done now. */
   replayed?: AppliedAct;
 }
 
 const maxAttempts = 10;
+
+const BOUNDS = {
+  pending: "PENDING_CONNECTIONS_PER_PARTNER",
+  daily: "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY",
+  reopen: "CONNECTION_REOPEN_INTERVAL_SECONDS",
+} as const;
+type BoundSetting = (typeof BOUNDS)[keyof typeof BOUNDS];
 
 // Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
 // (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
@@ -56,7 +60,6 @@ const LEGACY_FENCE_MS = 2_250;
 
 const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1 } as const;
 
-/** Whether a partner reads `after` exactly as `before`, now and later (a decline). */
 export function partnerSeesNoChange(before: ConnectionState, after: ConnectionState, t: Timing): boolean {
   return (
     externalStatus(before, t) === externalStatus(after, t) &&
@@ -76,17 +79,12 @@ export class Connections {
       | "ADDRESS_DOMAIN"
       | "CONNECTION_PENDING_TTL_SECONDS"
       | "SANDBOX_APPROVAL_DELAY_SECONDS"
-      | "PENDING_CONNECTIONS_PER_PARTNER"
-      | "TEST_PENDING_CONNECTIONS_PER_PARTNER"
-      | "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
-      | "TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY"
-      | "CONNECTION_REOPEN_INTERVAL_SECONDS"
-      | "TEST_CONNECTION_REOPEN_INTERVAL_SECONDS"
+      | BoundSetting
+      | `TEST_${BoundSetting}`
     >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
     private readonly clock: Clock = () => new Date(),
-    /** Called right after a write that stored an audit record (every change): its relay. */
     private readonly afterAudit: (connectionId: string) => void = () => undefined,
     /** A test seam between a change's read and its write (the replica race test). */
     private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
@@ -94,12 +92,10 @@ export class Connections {
     this.sandbox = sandboxElderAddress(settings.ADDRESS_DOMAIN);
   }
 
-  /** A partner's read: the connection, null when it is not theirs. */
   read(filter: Filter<ConnectionDoc> & { _id: string }): Promise<ConnectionDoc | null> {
     return this.store.connections.findOne(filter, { projection: READ_FIELDS });
   }
 
-  /** Fences new 1.1.0 leases on the connection, then waits until the granted ones ended. */
   private async waitForLegacyLeases(doc: ConnectionDoc): Promise<void> {
     await this.store.connections.updateOne(
       { _id: doc._id },
@@ -139,26 +135,11 @@ export class Connections {
     return elder.elderId;
   }
 
-  private pendingLimit(mode: ConnectionMode): number {
-    const { PENDING_CONNECTIONS_PER_PARTNER: live, TEST_PENDING_CONNECTIONS_PER_PARTNER: test } = this.settings;
-    return limitOf({ live, test }, mode);
+  private bound(mode: ConnectionMode, which: keyof typeof BOUNDS): number {
+    const name = BOUNDS[which];
+    return limitOf({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
-  private dailyLimit(mode: ConnectionMode): number {
-    const { CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: live, TEST_CONNECTIONS_OPENED_PER_PARTNER_PER_DAY: test } =
-      this.settings;
-    return limitOf({ live, test }, mode);
-  }
-
-  private reopenInterval(mode: ConnectionMode): number {
-    const { CONNECTION_REOPEN_INTERVAL_SECONDS: live, TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: test } = this.settings;
-    return limitOf({ live, test }, mode);
-  }
-
-  /**
-   * POST /v1/connections: creates the (partner, mode, address) connection or returns the existing
-   * one (reopened when it had ended). Past a bound it throws RATE_LIMITED, whatever the address.
-   */
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     if (existing) {
@@ -172,18 +153,16 @@ export class Connections {
     // a refusal does the same work for every address (a refused opening gives the slot back).
     const id = newId("con");
     const t = this.timing();
-    await takeSlot(this.store.slots, partnerId, mode, id, this.pendingLimit(mode), t.now);
-    let opening: string;
+    await takeSlot(this.store.slots, partnerId, mode, id, this.bound(mode, "pending"), t.now);
+    let opening: string | undefined;
+    const giveBack = () =>
+      Promise.all([
+        releaseSlot(this.store.slots, partnerId, mode, id),
+        opening !== undefined && releaseOpening(this.store.openings, opening),
+      ]);
     let elderId: string | null;
     try {
-      opening = await takeOpening(this.store.openings, partnerId, mode, this.dailyLimit(mode), t.now);
-    } catch (err) {
-      await releaseSlot(this.store.slots, partnerId, mode, id).catch(() => undefined);
-      throw err;
-    }
-    const giveBack = () =>
-      Promise.all([releaseSlot(this.store.slots, partnerId, mode, id), releaseOpening(this.store.openings, opening)]);
-    try {
+      opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
       elderId = await this.resolveElder(mode, address);
     } catch (err) {
       await giveBack().catch(() => undefined);
@@ -227,16 +206,11 @@ export class Connections {
       this.afterAudit(id);
       return doc;
     }
-    // A concurrent request created it: this one's slot and opening go back.
     await giveBack();
     const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
     return repeated?.doc ?? doc;
   }
 
-  /**
-   * Applies one trigger to the connection matching `filter`: null when there is none. `elderId`
-   * replaces the stored resolution; `resolve` looks the address up again when it had not resolved.
-   */
   async apply(
     filter: Filter<ConnectionDoc> & { _id: string },
     trigger: Trigger,
@@ -256,7 +230,7 @@ export class Connections {
 
       if (trigger === "request") {
         // The only change a request makes is a reopening: at most one per interval.
-        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.reopenInterval(doc.mode));
+        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.bound(doc.mode, "reopen"));
         if (!verdict.ok)
           throw rateLimitedError(
             "this connection was reopened less than the reopen interval ago",
@@ -275,19 +249,19 @@ export class Connections {
         await this.waitForLegacyLeases(doc);
         continue;
       }
+      const { partnerId, mode } = doc;
       const slot = slotChange(doc.status, outcome.to);
       const took =
         slot === "take" &&
-        (await takeSlot(this.store.slots, doc.partnerId, doc.mode, doc._id, this.pendingLimit(doc.mode), t.now)) ===
-          "taken";
+        (await takeSlot(this.store.slots, partnerId, mode, doc._id, this.bound(mode, "pending"), t.now)) === "taken";
       // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
       if (trigger === "request") {
         try {
-          opening = await takeOpening(this.store.openings, doc.partnerId, doc.mode, this.dailyLimit(doc.mode), t.now);
+          opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
         } catch (err) {
-          if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+          if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
           throw err;
         }
       }
@@ -321,8 +295,7 @@ export class Connections {
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
       if (!updated) {
-        // Another writer changed it since the read: decide again on the new state.
-        if (took) await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id);
+        if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id);
         if (opening) await releaseOpening(this.store.openings, opening);
         conflicts++;
         continue;
@@ -333,20 +306,17 @@ export class Connections {
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
-      if (slot === "release")
-        await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+      if (slot === "release") await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);
   }
 
-  /** For file-intake: an approved connection of this partner, in this mode, to an elder that resolved. */
   async isActive(partnerId: string, mode: ConnectionMode, address: string): Promise<boolean> {
     const doc = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 
-  /** Approves every sandbox connection whose delay has passed, `batch` at a time; returns how many it approved. */
   async approveDue(batch = 500): Promise<number> {
     let approved = 0;
     for (;;) {
@@ -354,8 +324,7 @@ export class Connections {
         .find({ status: "pending", mode: "test", approveAt: { $lte: this.clock() } }, { projection: { _id: 1 } })
         .limit(batch)
         .toArray();
-      let changed = 0;
-      for (const { _id } of due) if ((await this.apply({ _id }, "auto_approve"))?.outcome.kind === "change") changed++;
+      const changed = await this.applyEach(due, "auto_approve");
       approved += changed;
       // A full batch that approved nothing (another replica's round took them) is left to the next round.
       if (due.length < batch || changed === 0) return approved;
@@ -373,11 +342,12 @@ export class Connections {
       )
       .limit(limit)
       .toArray();
-    let expired = 0;
-    for (const { _id } of due) {
-      const res = await this.apply({ _id }, "expire");
-      if (res?.outcome.kind === "change") expired++;
-    }
-    return expired;
+    return this.applyEach(due, "expire");
+  }
+
+  private async applyEach(due: { _id: string }[], trigger: Trigger): Promise<number> {
+    let changed = 0;
+    for (const { _id } of due) if ((await this.apply({ _id }, trigger))?.outcome.kind === "change") changed++;
+    return changed;
   }
 }

@@ -24,7 +24,6 @@ export const dailyBoundReached = (now: Date) =>
     secondsUntilNextDay(now),
   );
 
-/** Counts one opening on `now`'s UTC day; returns the counter's id, or throws the 429 past `limit`. */
 export async function takeOpening(
   openings: Collection<OpeningsDoc>,
   partnerId: string,
@@ -34,7 +33,6 @@ export async function takeOpening(
 ): Promise<string> {
   const day = dayKey(now);
   const _id = openingsKey(partnerId, mode, day);
-  // A partner at its bound is answered from one read.
   const current = await openings.findOne({ _id }, { projection: { count: 1 } });
   if (current && current.count >= limit) throw dailyBoundReached(now);
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -56,12 +54,10 @@ export async function takeOpening(
   throw dailyBoundReached(now);
 }
 
-/** Gives back an opening that created no connection (the request failed, or a concurrent one created it). */
 export async function releaseOpening(openings: Collection<OpeningsDoc>, id: string): Promise<void> {
   await openings.updateOne({ _id: id, count: { $gt: 0 } }, { $inc: { count: -1 } });
 }
 
-/** Deletes the counters of days before yesterday; returns how many. */
 export async function deletePastOpenings(openings: Collection<OpeningsDoc>, now: Date): Promise<number> {
   return (await openings.deleteMany({ day: { $lt: oldestKeptDay(now) } })).deletedCount;
 }

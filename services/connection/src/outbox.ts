@@ -1,30 +1,13 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
-import type { Producer } from "kafkajs";
+import type { Producer } from "@pi/common/kafka";
 import { eventsv1 } from "@pi/proto";
 import { Outbox } from "@pi/common/persistence";
 import type { Logger } from "@pi/common/logger";
 import { modeToProto } from "@pi/common/mode";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
-// Connection events go out through the one outbox of @pi/common (persistence.ts).
-
 const { ConnectionEventSchema } = eventsv1;
-
-export function connectionEvent(
-  doc: Pick<ConnectionDoc, "_id" | "partnerId" | "mode">,
-  entry: OutboxEntry,
-): eventsv1.ConnectionEvent {
-  return create(ConnectionEventSchema, {
-    eventId: entry.eventId,
-    type: entry.type,
-    partnerId: doc.partnerId,
-    connectionId: doc._id,
-    status: entry.status,
-    mode: modeToProto(doc.mode),
-    occurredAt: BigInt(entry.occurredAt.getTime()),
-  });
-}
 
 export type ConnectionOutbox = Outbox<ConnectionDoc, OutboxEntry>;
 
@@ -42,7 +25,19 @@ export function connectionOutbox(
     topic,
     logger,
     key: (doc) => doc.partnerId,
-    value: (doc, entry) => toBinary(ConnectionEventSchema, connectionEvent(doc, entry)),
+    value: (doc, entry) =>
+      toBinary(
+        ConnectionEventSchema,
+        create(ConnectionEventSchema, {
+          eventId: entry.eventId,
+          type: entry.type,
+          partnerId: doc.partnerId,
+          connectionId: doc._id,
+          status: entry.status,
+          mode: modeToProto(doc.mode),
+          occurredAt: BigInt(entry.occurredAt.getTime()),
+        }),
+      ),
     headers: (entry) => ({ "event-type": entry.type }),
     eventName: (entry) => entry.type,
     ...opts,

@@ -3,14 +3,9 @@ import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
 import type { Logger } from "@pi/common/logger";
 import type { ConnectionDoc } from "./store.js";
 
-// Retention of ended connections (docs/connections.md, "Retention").
-
 const ENDED: ConnectionDoc["status"][] = ["revoked", "expired"];
 
-/**
- * The oldest last change an ended connection may have at `now` and be kept. Never later than the
- * reopen interval allows: a connection deleted earlier would let its address be asked again sooner.
- */
+/** Never later than the reopen interval allows: deleted earlier, its address could be asked again sooner. */
 export function endedConnectionCutoff(now: Date, retentionSeconds: number, reopenIntervalSeconds: number): Date {
   return new Date(now.getTime() - Math.max(retentionSeconds, reopenIntervalSeconds) * 1000);
 }
@@ -23,10 +18,7 @@ export const endedBefore = (cutoff: Date): Filter<ConnectionDoc> => ({
   "audit.0": { $exists: false },
 });
 
-/**
- * Deletes the connections due at `cutoff`, `batch` ids at a time; returns how many. The deletion
- * repeats the filter, so one reopened since its id was read stays. Stops once `renew` loses the lease.
- */
+/** Deletes the connections due at `cutoff`, `batch` at a time, repeating the filter (one reopened meanwhile stays). */
 export async function deleteEndedConnections(
   connections: Collection<ConnectionDoc>,
   cutoff: Date,
@@ -49,7 +41,6 @@ export async function deleteEndedConnections(
 
 export const RETENTION_LEASE = "ended-connections-retention";
 
-/** The periodic round: only the replica that holds the lease runs it; undefined when another does. */
 export function retentionRound(
   connections: Collection<ConnectionDoc>,
   leases: Collection<JobLeaseDoc>,

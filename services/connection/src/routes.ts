@@ -1,4 +1,5 @@
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
+import type { Router } from "@pi/common/rpc/server";
 import { connectionv1, type commonv1 } from "@pi/proto";
 import { checkElderAddress, sandboxElderAddress } from "@pi/common/elder-address";
 import { insertIfNew } from "@pi/common/persistence";
@@ -38,35 +39,22 @@ export interface ConnectionDeps {
   logger: Logger;
   /** Records what changes nothing (a caregiver's refused or repeated act, a refused elder); changes record themselves. */
   trail: Pick<AuditTrail, "entry" | "record" | "refusals">;
-  /** Relays the audit record stored with a new elder. */
   afterElder: (address: string) => void;
 }
 
 /** The shape of every id newId("con") makes; anything else cannot name a connection. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
-const externalEnum: Record<ExternalStatus, connectionv1.ExternalStatus> = {
-  pending: External.PENDING,
-  approved: External.APPROVED,
-  expired: External.EXPIRED,
-  revoked: External.REVOKED,
-};
-
-const internalEnum: Record<InternalStatus, connectionv1.InternalStatus> = {
-  pending: Internal.PENDING,
-  approved: Internal.APPROVED,
-  declined: Internal.DECLINED,
-  expired: Internal.EXPIRED,
-  revoked: Internal.REVOKED,
-};
+const externalEnum = (status: ExternalStatus) => External[status.toUpperCase() as Uppercase<ExternalStatus>];
+const internalEnum = (status: InternalStatus) => Internal[status.toUpperCase() as Uppercase<InternalStatus>];
 
 function modeOf(mode: commonv1.Mode): ConnectionMode {
   const name = modeFromProto(mode);
   if (name) return name;
-  throw new ConnectError("mode is required", Code.InvalidArgument);
+  throw new RpcError("mode is required", Status.INVALID_ARGUMENT);
 }
 
-export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
+export default (deps: ConnectionDeps) => (router: Router) => {
   const { store, connections, settings, trail } = deps;
   const domain = settings.ADDRESS_DOMAIN;
   const sandbox = sandboxElderAddress(domain);
@@ -78,7 +66,7 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
   }
 
   const partnerView = (doc: ConnectionDoc) => ({
-    connection: { id: doc._id, status: externalEnum[connections.external(doc)] },
+    connection: { id: doc._id, status: externalEnum(connections.external(doc)) },
   });
 
   // Unknown, malformed and another partner's (or the other mode's) ids: one error, one query shape.
@@ -96,34 +84,31 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     const { id, actId } = req;
     const act = { action: `connection.${trigger}`, actor: "caregiver" } as const;
     if (actId !== undefined && !ACT_ID.test(actId))
-      throw new ConnectError(
-        "act_id must look like act_ followed by up to 64 letters and digits",
-        Code.InvalidArgument,
-      );
+      throw new RpcError("act_id must look like act_ followed by up to 64 letters and digits", Status.INVALID_ARGUMENT);
     const applied = CONNECTION_ID.test(id)
       ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve", actId })
       : null;
     if (!applied) {
       await trail.record({ ...act, targets: [id], refused: { code: "not_found" } });
-      throw new ConnectError(`no connection ${id}`, Code.NotFound);
+      throw new RpcError(`no connection ${id}`, Status.NOT_FOUND);
     }
     // A change was recorded with it (connections.ts); an act that changed nothing is recorded here.
     const targets = [id, applied.doc.partnerId, applied.doc.elderId];
     if (applied.outcome.kind === "refused") {
       await trail.record({ ...act, targets, refused: { code: "failed_precondition", rule: applied.outcome.reason } });
-      throw new ConnectError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Code.FailedPrecondition);
+      throw new RpcError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Status.FAILED_PRECONDITION);
     }
     // A repeat of an act already applied (the same act id) does nothing, records nothing, and answers what the act did.
-    if (applied.replayed) return { result: { id, internalStatus: internalEnum[applied.replayed.status] } };
+    if (applied.replayed) return { result: { id, internalStatus: internalEnum(applied.replayed.status) } };
     if (applied.outcome.kind === "unchanged") await trail.record({ ...act, targets });
     const status = effectiveStatus(connections.stateOf(applied.doc), connections.timing());
-    return { result: { id, internalStatus: internalEnum[status] } };
+    return { result: { id, internalStatus: internalEnum(status) } };
   }
 
   /** A partner's test helper on its own test connection; anything else is the one NOT_FOUND of ownedFilter. */
   async function testHelperAct(req: connectionv1.ActOnTestConnectionRequest) {
     const trigger = testHelperTriggers[req.act];
-    if (!trigger) throw new ConnectError("act is required", Code.InvalidArgument);
+    if (!trigger) throw new RpcError("act is required", Status.INVALID_ARGUMENT);
     const filter = ownedFilter(req);
     if (filter.mode !== "test") throw notFound();
     const act = (doc: { _id: string; elderId: string | null }) =>
@@ -146,7 +131,7 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     async requestConnection(req) {
       const mode = modeOf(req.mode);
       const address = addressOrThrow(req.elderAddress);
-      if (req.partnerId === "") throw new ConnectError("partner_id is required", Code.InvalidArgument);
+      if (req.partnerId === "") throw new RpcError("partner_id is required", Status.INVALID_ARGUMENT);
       partnerActor(req.partnerId);
       return partnerView(await connections.request(req.partnerId, mode, address));
     },
@@ -180,11 +165,11 @@ export default (deps: ConnectionDeps) => (router: ConnectRouter) => {
     createElder: (req) =>
       trail.refusals({ action: "elder.create", actor: "operator", targets: [] }, async () => {
         const address = req.address !== undefined ? addressOrThrow(req.address) : `${randomThreeWords()}@${domain}`;
-        if (address === sandbox) throw new ConnectError("the sandbox elder address is reserved", Code.InvalidArgument);
+        if (address === sandbox) throw new RpcError("the sandbox elder address is reserved", Status.INVALID_ARGUMENT);
         const elderId = newId("eld");
         const audit = [trail.entry({ action: "elder.create", actor: "operator", targets: [elderId] })];
         if (!(await insertIfNew(store.elders, { _id: address, elderId, createdAt: new Date(), audit }))) {
-          throw new ConnectError(`an elder already has the address ${address}`, Code.AlreadyExists);
+          throw new RpcError(`an elder already has the address ${address}`, Status.ALREADY_EXISTS);
         }
         deps.afterElder(address);
         return { elderId, address };

@@ -5,7 +5,7 @@ import { every } from "@pi/common/background/periodic";
 import { openRuntime } from "@pi/common/runtime";
 import { whileHolding } from "@pi/common/background/lease";
 import { sandboxElderAddress } from "@pi/common/elder-address";
-import { startConnectServer } from "@pi/common/connect-server";
+import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/topics";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
@@ -109,7 +109,7 @@ export async function startConnectionService(
     seams.beforeWrite,
   );
 
-  const server = await startConnectServer({
+  const server = await startRpcServer({
     service: "connection",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,

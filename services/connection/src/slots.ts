@@ -2,8 +2,8 @@ import type { Collection } from "mongodb";
 import { isDuplicateKey, updateVersioned } from "@pi/common/persistence";
 import { rateLimitedError } from "@pi/common/errors";
 import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
-import { deletePastOpenings } from "./openings.js";
-import type { ConnectionMode, ConnectionStore } from "./store.js";
+import { deletePastOpenings, type OpeningsDoc } from "./openings.js";
+import type { ConnectionMode, InternalStatus } from "./state-machine.js";
 
 // The pending-connection bound across replicas (docs/connections.md, "Bounds"): one counter document
 // per partner and mode, each change ONE conditional update. A slot is a field of `holds` named by its
@@ -15,13 +15,11 @@ export interface SlotsDoc {
   mode: ConnectionMode;
   count: number;
   holds: Holds;
-  /** Bumped by every write: the repair's compare-and-set (updateVersioned). */
   version: number;
 }
 
 export const slotsKey = (partnerId: string, mode: ConnectionMode) => `${partnerId}:${mode}`;
 
-/** The answer past the bound: the same for every address. */
 export const pendingBoundReached = () =>
   rateLimitedError(
     "the partner holds as many pending connections in this mode as its bound allows",
@@ -64,7 +62,6 @@ export async function takeSlot(
   throw pendingBoundReached();
 }
 
-/** Gives back the slot of `connectionId`, if it holds one. */
 export async function releaseSlot(
   slots: Collection<SlotsDoc>,
   partnerId: string,
@@ -80,9 +77,13 @@ export async function releaseSlot(
 /** A slot whose connection is not pending is kept this long: a request between its two writes. */
 export const SLOT_GRACE_MS = 60_000;
 
-/** Sets every partner's slots to what its connections hold (repairedHolds), by compare-and-set; returns how many changed. */
+type Holders = Pick<
+  Collection<{ _id: string; partnerId: string; mode: ConnectionMode; status: InternalStatus }>,
+  "find"
+>;
+
 export async function repairSlots(
-  store: Pick<ConnectionStore, "connections" | "slots">,
+  store: { connections: Holders; slots: Collection<SlotsDoc> },
   now: Date,
   renew: () => Promise<boolean> = async () => true,
 ): Promise<number> {
@@ -107,9 +108,8 @@ export async function repairSlots(
   return repaired;
 }
 
-/** The bounds' repair round: deletes past days' opening counters, then recounts the pending slots. */
 export async function repairCounters(
-  store: Pick<ConnectionStore, "connections" | "slots" | "openings">,
+  store: { connections: Holders; slots: Collection<SlotsDoc>; openings: Collection<OpeningsDoc> },
   now: Date,
   renew: () => Promise<boolean> = async () => true,
 ): Promise<number> {

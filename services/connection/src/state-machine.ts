@@ -12,9 +12,7 @@ export interface ConnectionState {
   mode: ConnectionMode;
   /** The address resolved to an elder under the mode's rule (test: only the sandbox; live: all but it). */
   resolved: boolean;
-  /** Start of the current pending window (the first request, or the request that re-opened it). */
   pendingSince: Date;
-  /** When a test connection to the sandbox elder approves by itself; null for every other connection. */
   approveAt: Date | null;
 }
 
@@ -26,19 +24,7 @@ export interface Timing {
 
 export type Trigger =
   /** POST /v1/connections for a (partner, mode, address) that already has a connection. */
-  | "request"
-  /** The primary caregiver's acts in the app (operator CLI). */
-  | "approve"
-  | "decline"
-  | "sever"
-  /** The sandbox scheduler, once approveAt has passed. */
-  | "auto_approve"
-  /** DELETE /v1/connections/{id} by the owning partner. */
-  | "delete"
-  /** The periodic sweep that persists what reads already show. */
-  | "expire"
-  /** A partner's test helpers, on its own test connections only. */
-  | TestHelperTrigger;
+  "request" | "approve" | "decline" | "sever" | "auto_approve" | "delete" | "expire" | TestHelperTrigger;
 
 export type TestHelperTrigger = "test_approve" | "test_decline" | "test_sever" | "test_expire";
 
@@ -52,7 +38,6 @@ export function awaitingSandboxApproval(s: ConnectionState): boolean {
   return s.mode === "test" && s.status === "pending" && s.resolved && s.approveAt !== null;
 }
 
-/** The status with time applied: a pending or declined connection past its window is expired. */
 export function effectiveStatus(s: ConnectionState, t: Timing): InternalStatus {
   if (s.status !== "pending" && s.status !== "declined") return s.status;
   if (awaitingSandboxApproval(s)) return s.status;
@@ -66,12 +51,10 @@ export function externalStatus(s: ConnectionState, t: Timing): ExternalStatus {
   return status === "declined" ? "pending" : status;
 }
 
-/** Only a test connection whose address resolved (to the sandbox elder) approves by itself. */
 export function sandboxApproveAt(mode: ConnectionMode, resolved: boolean, t: Timing): Date | null {
   return mode === "test" && resolved ? new Date(t.now.getTime() + t.sandboxDelaySeconds * 1000) : null;
 }
 
-/** A connection as POST /v1/connections first stores it. */
 export function initialState(mode: ConnectionMode, resolved: boolean, t: Timing): ConnectionState {
   return { status: "pending", mode, resolved, pendingSince: t.now, approveAt: sandboxApproveAt(mode, resolved, t) };
 }
@@ -85,7 +68,6 @@ const to = (status: InternalStatus, event: EventType | null = null): Outcome => 
   event,
 });
 
-/** A new pending window: what a repeated request does to an expired or revoked connection. */
 function reopen(s: ConnectionState, t: Timing): Outcome {
   return {
     kind: "change",
@@ -96,7 +78,6 @@ function reopen(s: ConnectionState, t: Timing): Outcome {
   };
 }
 
-/** Who performs a caregiver's act: the caregiver (live connections), or a partner's test helper (its test ones). */
 type ActedBy = "caregiver" | "test_helper";
 
 /** The caregiver acts on resolved live connections; a test helper stands in for it on test ones. */
@@ -107,7 +88,6 @@ function caregiverRefusal(s: ConnectionState, by: ActedBy): Outcome | undefined 
   return undefined;
 }
 
-/** The caregiver's approve, decline and sever, whoever performs them. */
 function caregiverRule(
   s: ConnectionState,
   status: InternalStatus,

@@ -7,8 +7,6 @@ import type { OpeningsDoc } from "./openings.js";
 import type { SlotsDoc } from "./slots.js";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
 
-export type { ConnectionMode, InternalStatus };
-
 /** The elder registry, keyed by the normalised address: a lookup by _id costs the same found or not (guarantee 1). */
 export interface ElderDoc extends AuditCarrier {
   _id: string;
@@ -27,12 +25,9 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   partnerId: string;
   mode: ConnectionMode;
   address: string;
-  // The elder the address resolves to under the mode's rule; null when none (yet).
   elderId: string | null;
   status: InternalStatus;
-  // Start of the current pending window (state-machine.ts).
   pendingSince: Date;
-  // Due time of the sandbox auto-approval; null for every connection that does not wait for one.
   approveAt: Date | null;
   // When a request last reopened it: the reopen bound's clock (reopenVerdict).
   reopenedAt?: Date | null;
@@ -41,9 +36,7 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   // 1.1.0's read leases (connections.ts, waitForLegacyLeases): written by 1.1.0 replicas only.
   leasedUntil?: Date | null;
   fencedUntil?: Date | null;
-  // The newest caregiver acts that changed it, by act id (acts.ts).
   caregiverActs?: AppliedAct[];
-  // Trace headers of the creating request: later changes continue that trace.
   trace?: Record<string, string>;
   createdAt: Date;
   updatedAt: Date;
@@ -52,11 +45,8 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
 export interface ConnectionStore {
   elders: Collection<ElderDoc>;
   connections: Collection<ConnectionDoc>;
-  /** The pending-connection bound's counters, one per partner and mode (slots.ts). */
   slots: Collection<SlotsDoc>;
-  /** The per-day bound's counters, one per partner, mode and UTC day (openings.ts). */
   openings: Collection<OpeningsDoc>;
-  /** Leases of the rounds that one replica at a time runs (the slots' repair). */
   leases: Collection<JobLeaseDoc>;
 }
 
@@ -73,11 +63,8 @@ export async function openConnectionStore(db: Db): Promise<ConnectionStore> {
   // The periodic sweeps: due sandbox approvals, pending windows that ended.
   await store.connections.createIndex({ status: 1, approveAt: 1 });
   await store.connections.createIndex({ status: 1, pendingSince: 1 });
-  // The slots' repair: a partner's connections that hold a slot.
   await store.connections.createIndex({ partnerId: 1, mode: 1, status: 1 });
-  // The retention sweep: ended connections by their last change (retention.ts).
   await store.connections.createIndex({ status: 1, updatedAt: 1 });
-  // The repair round's deletion of past days' opening counters.
   await store.openings.createIndex({ day: 1 });
   return store;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { Code } from "@connectrpc/connect";
+import { Status } from "@pi/common/errors";
 import { newId } from "@pi/common/ids";
 import { shapeAudit } from "@pi/common/audit";
 import { actorOf, connectionAudit, partnerActor } from "../src/audit.js";
@@ -38,7 +38,7 @@ describe("connection audit records", () => {
   it("a partner's act needs a partner id as its actor; the caregiver's and the system's do not", () => {
     expect(partnerActor(partnerId)).toBe(partnerId);
     for (const bad of ["", "p1", "ptr_", "ptr_a-b", "amber.falcon.river@elders.example"]) {
-      expect(() => partnerActor(bad)).toThrow(expect.objectContaining({ code: Code.InvalidArgument }));
+      expect(() => partnerActor(bad)).toThrow(expect.objectContaining({ code: Status.INVALID_ARGUMENT }));
     }
     expect(actorOf("decline", "whatever")).toBe("caregiver");
     expect(actorOf("expire", "")).toBe("system");

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import type { Producer } from "kafkajs";
+import type { Producer } from "@pi/common/kafka";
 import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
 import { createKafka, createProducer, ensureTopics } from "@pi/common/kafka";
 import { createLogger } from "@pi/common/logger";

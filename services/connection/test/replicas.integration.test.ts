@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { MongoClient } from "mongodb";
 import { clientsFor } from "@pi/common/clients";
 import { createLogger } from "@pi/common/logger";
@@ -141,12 +141,12 @@ describe("two replicas racing on one connection", () => {
     const declineHeld = holdWrite(1, "decline", id);
     const decline = b.declineConnection({ id }).then(
       () => undefined,
-      (err: unknown) => ConnectError.from(err).code,
+      (err: unknown) => RpcError.from(err).code,
     );
     await declineHeld.held;
     expect((await a.approveConnection({ id })).result?.internalStatus).toBe(connectionv1.InternalStatus.APPROVED);
     declineHeld.release();
-    expect(await decline).toBe(Code.FailedPrecondition);
+    expect(await decline).toBe(Status.FAILED_PRECONDITION);
     expect(attempts[1]!.filter((k) => k === `decline ${id}`)).toHaveLength(1);
     expect(await stored(id)).toMatchObject({ status: "approved", version: 1 });
     expect(await settled(id)).toHaveLength(1);
@@ -218,7 +218,7 @@ describe("one caregiver act sent twice (the same act id): applied once", () => {
     );
     expect(await stored(id)).toMatchObject({ status: "revoked", version: before!.version });
     // Without its id, the same approval is a new act, and refused on a revoked connection.
-    await expect(a.approveConnection({ id })).rejects.toMatchObject({ code: Code.FailedPrecondition });
+    await expect(a.approveConnection({ id })).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
   });
 
   it("the same act on both replicas at once, one held after its read until the other wrote: the held one's compare-and-set loses and it finds its act applied (one write, one event)", async () => {
@@ -243,7 +243,7 @@ describe("one caregiver act sent twice (the same act id): applied once", () => {
   it("a malformed act id is INVALID_ARGUMENT and changes nothing", async () => {
     const { id } = await pendingConnection();
     await expect(a.approveConnection({ id, actId: "act_no spaces" })).rejects.toMatchObject({
-      code: Code.InvalidArgument,
+      code: Status.INVALID_ARGUMENT,
     });
     expect(await stored(id)).toMatchObject({ status: "pending", version: 0 });
   });

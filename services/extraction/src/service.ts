@@ -1,6 +1,6 @@
 import { clientsFor } from "@pi/common/clients";
 import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "@pi/common/kafka";
-import { startConnectServer } from "@pi/common/connect-server";
+import { startRpcServer } from "@pi/common/rpc/server";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
@@ -73,7 +73,7 @@ export async function startExtractionService(
       throw err;
     },
   );
-  const server = await startConnectServer({
+  const server = await startRpcServer({
     service: "extraction",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,

@@ -1,5 +1,5 @@
 import { fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { eventsv1, fileintakev1 } from "@pi/proto";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { every } from "@pi/common/background/periodic";
@@ -64,7 +64,7 @@ export class ExtractionWorker {
         maxAttempts: this.timing.maxAttempts,
       });
     } catch (err) {
-      if (!(err instanceof ConnectError && err.code === Code.Unimplemented)) throw err;
+      if (!(err instanceof RpcError && err.code === Status.UNIMPLEMENTED)) throw err;
       this.logger.warn("file-intake takes no next file (an earlier release): files are taken by their events");
       this.legacyUntil = Date.now() + LEGACY_RETRY_MS;
       return "none";

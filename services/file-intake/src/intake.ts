@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import type { fileintakev1 } from "@pi/proto";
 import { DATA_KEY_BYTES, type KeyWrapper } from "@pi/common/data-keys";
 import { newId } from "@pi/common/ids";
@@ -76,9 +76,9 @@ export async function submitFile(
       r = await it.next();
     } catch (err) {
       // The caller went away mid-upload (the partner disconnected, or the gateway gave up).
-      throw err instanceof ConnectError
+      throw err instanceof RpcError
         ? err
-        : new ConnectError("the upload stream was closed by the caller", Code.Canceled, undefined, undefined, err);
+        : new RpcError("the upload stream was closed by the caller", Status.CANCELLED, undefined, err);
     }
     if (r.done) throw protocol("the stream ended before the trailer");
     return r.value.part;
@@ -167,7 +167,7 @@ async function receive(
       );
       // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
       if (owned && !(await deps.keys.renew(partnerId, mode, key!, fileId))) {
-        throw new ConnectError("the Idempotency-Key's claim was taken over; retry with the same key", Code.Unavailable);
+        throw new RpcError("the Idempotency-Key's claim was taken over; retry with the same key", Status.UNAVAILABLE);
       }
       await step("insert file", () => deps.store.files.insertOne(doc));
       committed = true;

@@ -1,4 +1,5 @@
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
+import type { Router } from "@pi/common/rpc/server";
 import { type commonv1, fileintakev1 } from "@pi/proto";
 import { isFailureReason, type Extracted } from "@pi/common/extracted";
 import { modeFromProto } from "@pi/common/mode";
@@ -52,7 +53,7 @@ const KINDS: readonly ExtractionKind[] = ["pdf-text", "plain-text", "image-dimen
 /** The outcome as the extraction service sent it; a malformed one is the caller's mistake. */
 function outcomeOf(req: fileintakev1.RecordExtractionRequest): Extracted {
   const kind = KINDS.find((k) => k === req.kind);
-  const bad = (what: string) => new ConnectError(`extraction outcome: ${what}`, Code.InvalidArgument);
+  const bad = (what: string) => new RpcError(`extraction outcome: ${what}`, Status.INVALID_ARGUMENT);
   if (!kind) throw bad("unknown kind");
   if (!req.ok) {
     if (!isFailureReason(req.failureReason)) throw bad("failure_reason is required");
@@ -82,7 +83,7 @@ function outcomeOf(req: fileintakev1.RecordExtractionRequest): Extracted {
   }
 }
 
-export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
+export default (deps: FileIntakeDeps) => (router: Router) => {
   router.service(fileintakev1.FileIntakeService, {
     async submitFile(requests, ctx) {
       const file = await submitFile(deps, requests, ctx.signal);
@@ -93,7 +94,7 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
     },
     async checkStorageQuota(req) {
       const mode = modeFromProto(req.mode);
-      if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
+      if (!req.partnerId || !mode) throw new RpcError("partner_id and mode are required", Status.INVALID_ARGUMENT);
       const verdict = await deps.quota.check(
         req.partnerId,
         mode,
@@ -103,21 +104,21 @@ export default (deps: FileIntakeDeps) => (router: ConnectRouter) => {
     },
     async takeFileForExtraction(req) {
       if (!req.fileId || !req.leaseMs || !req.maxAttempts)
-        throw new ConnectError("file_id, lease_ms and max_attempts are required", Code.InvalidArgument);
+        throw new RpcError("file_id, lease_ms and max_attempts are required", Status.INVALID_ARGUMENT);
       return takeMessage(await deps.extraction.take(req.fileId, req.leaseMs, req.maxAttempts));
     },
     async takeNextFileForExtraction(req) {
       if (!req.leaseMs || !req.maxAttempts)
-        throw new ConnectError("lease_ms and max_attempts are required", Code.InvalidArgument);
+        throw new RpcError("lease_ms and max_attempts are required", Status.INVALID_ARGUMENT);
       const next = await deps.extraction.takeNext(req.leaseMs, req.maxAttempts);
       return next ? { found: true, fileId: next.fileId, take: takeMessage(next.take) } : { found: false };
     },
     async readFileForExtraction(req) {
       const part = await deps.extraction.read(req.fileId, req.holder, req.part).catch((err: unknown) => {
-        if (err instanceof RangeError) throw new ConnectError(err.message, Code.OutOfRange);
+        if (err instanceof RangeError) throw new RpcError(err.message, Status.OUT_OF_RANGE);
         throw err;
       });
-      if (!part) throw new ConnectError("the lease is not the caller's", Code.FailedPrecondition);
+      if (!part) throw new RpcError("the lease is not the caller's", Status.FAILED_PRECONDITION);
       return { chunk: part.bytes, parts: part.parts };
     },
     async renewExtractionLease(req) {

@@ -9,7 +9,7 @@ import {
   storagePartnersOverQuotaRatio,
   storageQuotaMaxUsedRatio,
 } from "@pi/common/metrics";
-import { startConnectServer } from "@pi/common/connect-server";
+import { startRpcServer } from "@pi/common/rpc/server";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
 import type { Settings } from "@pi/common/settings";
@@ -107,7 +107,7 @@ export async function startFileIntakeService(
     new StoreFill(store, settings.FILE_STORE_HIGH_WATER_BYTES),
   );
   const extraction = new ExtractionRecords(store, dataKeys, logger);
-  const server = await startConnectServer({
+  const server = await startRpcServer({
     service: "file-intake",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,

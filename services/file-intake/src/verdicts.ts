@@ -1,6 +1,5 @@
-import { Code, ConnectError } from "@connectrpc/connect";
 import { checkElderAddress } from "@pi/common/elder-address";
-import { ErrorReason, serviceError } from "@pi/common/errors";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/errors";
 import type { AcceptedType } from "@pi/common/media-types";
 import type { ClaimOutcome } from "./keys.js";
 
@@ -10,7 +9,7 @@ import type { ClaimOutcome } from "./keys.js";
 export const tooLarge = () => serviceError(ErrorReason.FILE_TOO_LARGE, "the file is larger than the limit", "file");
 export const unsupported = () =>
   serviceError(ErrorReason.UNSUPPORTED_MEDIA_TYPE, "the file's type is not accepted", "file");
-export const protocol = (message: string) => new ConnectError(message, Code.InvalidArgument);
+export const protocol = (message: string) => new RpcError(message, Status.INVALID_ARGUMENT);
 
 /** The file's bytes so far: `type` once the head is read (null: not accepted), `text` false once not plain text. */
 export interface Bytes {
@@ -21,7 +20,7 @@ export interface Bytes {
 }
 
 /** After each chunk: size, then type, then the text rule. */
-export function bytesVerdict(b: Bytes): ConnectError | undefined {
+export function bytesVerdict(b: Bytes): RpcError | undefined {
   if (b.size > b.maxBytes) return tooLarge();
   if (b.type === null || !b.text) return unsupported();
   return undefined;
@@ -32,12 +31,12 @@ export function trailerVerdict(
   t: { elderAddress: string; refused?: boolean; fileComplete?: boolean },
   file: { size: number; textEnds: () => boolean },
   domain: string,
-): { refusal: ConnectError } | { elder: string } {
+): { refusal: RpcError } | { elder: string } {
   const complete = !t.refused || t.fileComplete;
   if (complete && file.size === 0)
     return { refusal: serviceError(ErrorReason.INVALID_REQUEST, "The file is empty.", "file") };
   if (complete && !file.textEnds()) return { refusal: unsupported() };
-  if (t.refused) return { refusal: new ConnectError("the gateway refused the body", Code.FailedPrecondition) };
+  if (t.refused) return { refusal: new RpcError("the gateway refused the body", Status.FAILED_PRECONDITION) };
   const elder = checkElderAddress(t.elderAddress, domain);
   if (!elder.ok) return { refusal: serviceError(ErrorReason.INVALID_REQUEST, `elder ${elder.reason}.`, "elder") };
   return { elder: elder.address };

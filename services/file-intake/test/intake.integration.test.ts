@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { MongoClient, type ObjectId, type Db } from "mongodb";
 import { clientsFor, type FileIntakeClient } from "@pi/common/clients";
@@ -120,7 +120,7 @@ async function refusal(p: Promise<unknown>) {
   try {
     await p;
   } catch (err) {
-    return reasonOf(err)?.reason ?? ConnectError.from(err).code;
+    return reasonOf(err)?.reason ?? RpcError.from(err).code;
   }
   throw new Error("expected a refusal");
 }
@@ -263,7 +263,7 @@ describe("a submission is stored only when every check passed", () => {
         await sleep(20);
       abort.abort();
     }
-    expect(await refusal(client.submitFile(cancelled(), { signal: abort.signal }))).toBe(Code.Canceled);
+    expect(await refusal(client.submitFile(cancelled(), { signal: abort.signal }))).toBe(Status.CANCELLED);
     await expectStorage(before);
   });
 
@@ -279,7 +279,7 @@ describe("a submission is stored only when every check passed", () => {
     async function* headless(): AsyncGenerator<Request> {
       yield { part: { case: "chunk", value: fixture("sample.txt") } };
     }
-    expect(await refusal(client.submitFile(headless()))).toBe(Code.InvalidArgument);
+    expect(await refusal(client.submitFile(headless()))).toBe(Status.INVALID_ARGUMENT);
   });
 });
 

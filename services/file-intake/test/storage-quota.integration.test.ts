@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { ConnectError } from "@connectrpc/connect";
+import { RpcError } from "@pi/common/errors";
 import { MongoClient } from "mongodb";
 import { clientsFor, type FileIntakeClient } from "@pi/common/clients";
 import { createLogger } from "@pi/common/logger";
@@ -88,7 +88,7 @@ const outcome = (client: FileIntakeClient, request: AsyncIterable<Request>) =>
   client.submitFile(request).then(
     (res) => res.file!.id,
     (err: unknown) =>
-      reasonOf(err)?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED ? "quota" : ConnectError.from(err).message,
+      reasonOf(err)?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED ? "quota" : RpcError.from(err).message,
   );
 
 const usageOf = (partnerId: string, mode: "live" | "test") => store.usage.findOne({ _id: usageKey(partnerId, mode) });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { ConnectError } from "@connectrpc/connect";
+import { RpcError } from "@pi/common/errors";
 import { MongoClient } from "mongodb";
 import { clientsFor, type FileIntakeClient } from "@pi/common/clients";
 import { createLogger } from "@pi/common/logger";
@@ -77,7 +77,7 @@ const refusal = (p: Promise<unknown>) =>
     () => null,
     (err: unknown) => {
       const r = reasonOf(err);
-      if (!r) throw ConnectError.from(err);
+      if (!r) throw RpcError.from(err);
       return r;
     },
   );

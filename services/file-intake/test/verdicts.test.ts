@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { Code } from "@connectrpc/connect";
+import { Status } from "@pi/common/errors";
 import { ErrorReason, reasonOf } from "@pi/common/errors";
 import { acceptedType } from "@pi/common/media-types";
 import { bytesVerdict, claimVerdict, trailerVerdict } from "../src/verdicts.js";
@@ -45,11 +45,11 @@ describe("the verdict at the trailer", () => {
 
   it("the gateway's refusal: the file's end is judged only when the file part had ended, and nothing goes on", () => {
     const cut = trailerVerdict({ elderAddress: "", refused: true }, file(0, false), DOMAIN) as { refusal: unknown };
-    expect(cut.refusal).toMatchObject({ code: Code.FailedPrecondition });
+    expect(cut.refusal).toMatchObject({ code: Status.FAILED_PRECONDITION });
     const whole = trailerVerdict({ elderAddress: "", refused: true, fileComplete: true }, file(5, false), DOMAIN);
     expect(reason((whole as { refusal: unknown }).refusal)).toBe(ErrorReason.UNSUPPORTED_MEDIA_TYPE);
     const fine = trailerVerdict({ elderAddress: ELDER, refused: true, fileComplete: true }, file(5), DOMAIN);
-    expect((fine as { refusal: unknown }).refusal).toMatchObject({ code: Code.FailedPrecondition });
+    expect((fine as { refusal: unknown }).refusal).toMatchObject({ code: Status.FAILED_PRECONDITION });
   });
 });
 

@@ -3,11 +3,8 @@ import type { Middleware } from "koa";
 import type { GatewayState } from "./context.js";
 import { PartnerError } from "./errors.js";
 
-/**
- * A router's allowedMethods, answered with the envelope: another method on a known path is the one
- * 405 with its Allow header; an unknown method (PROPFIND) the same 405 there and the one 404
- * elsewhere, never the router's bare 501.
- */
+// The envelope's 405 with Allow on a known path, also for an unknown method (PROPFIND), and the one 404
+// elsewhere: never the router's bare 501.
 export function allowedMethods(router: Router<GatewayState>): Middleware<GatewayState> {
   const inner = router.allowedMethods() as unknown as Middleware<GatewayState>;
   return async (ctx, next) => {

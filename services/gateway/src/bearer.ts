@@ -10,28 +10,20 @@ export interface Principal {
   scopes: ReadonlySet<string>;
 }
 
-/**
- * Whether a token issued at `iat` (JWT whole seconds) was issued before a suspension at
- * `suspendedAtMs`: in or before the suspension's second. A reinstatement happens in a later second
- * than the suspension (the auth service waits for it), so no token issued after it falls here.
- */
+// In or before the suspension's second (`iat` is whole seconds). A reinstatement happens in a later
+// second (the auth service waits for it), so no token issued after it falls here.
 export function issuedBeforeSuspension(iat: number, suspendedAtMs: number): boolean {
   return iat <= Math.floor(suspendedAtMs / 1000);
 }
 
-/** What the revocation list needs to know of a token besides its principal. */
 export interface TokenFacts {
-  /** The signing key's id (the header's kid). */
   kid: string;
-  /** Issued at, whole seconds. */
+  /** Whole seconds. */
   iat: number;
 }
 
-/**
- * Revoked credentials, suspended partners and revoked signing keys, as learnt from the auth service
- * and Kafka. A suspension is a revocation: once reinstated, the partner's tokens issued before its
- * latest suspension stay refused (docs/authentication.md).
- */
+// A suspension is a revocation: once reinstated, the partner's tokens issued before its latest
+// suspension stay refused (docs/authentication.md).
 export class RevocationList {
   private readonly revokedClients = new Set<string>();
   private readonly suspendedPartners = new Set<string>();
@@ -59,7 +51,6 @@ export class RevocationList {
     this.revokedKids.add(kid);
     for (const listener of this.keyListeners) listener(kid);
   }
-  /** Called with each key id revoked from now on. */
   onKeyRevoked(listener: (kid: string) => void): void {
     this.keyListeners.push(listener);
   }
@@ -78,7 +69,6 @@ export class RevocationList {
   }
 }
 
-/** A token that passed: its claims and the id of the key that signed it. */
 interface Verified {
   payload: JWTPayload;
   kid: string;
@@ -87,15 +77,11 @@ interface Verified {
 /** The least time between two JWKS refreshes caused by tokens with an unknown key id. */
 const UNKNOWN_KID_REFRESH_MS = 5_000;
 
-/** Tokens whose signature and claims were checked against the current key set (a bound on memory). */
+/** Verified tokens remembered under the current key set (a bound on memory). */
 const VERIFIED_TOKENS_MAX = 4_096;
 
-/**
- * Verifies bearer tokens locally against the auth service's public keys, refreshed periodically and
- * for an unknown key id (at most every few seconds). A token that passed is remembered with its
- * claims (it can never change again under one key set); expiry and the revocation list are checked
- * on every use.
- */
+// A token that passed is remembered with its claims (they can never change under one key set);
+// expiry and the revocation list are checked on every use.
 export class BearerVerifier {
   private keySet?: ReturnType<typeof createLocalJWKSet>;
   private keysJson = "";
@@ -117,7 +103,6 @@ export class BearerVerifier {
     });
   }
 
-  /** How many verified tokens are remembered (tests). */
   get remembered(): number {
     return this.verified.size;
   }
@@ -142,7 +127,6 @@ export class BearerVerifier {
     return this.refreshing;
   }
 
-  /** The principal of a valid, unrevoked token; undefined for anything else. */
   async verify(token: string): Promise<Principal | undefined> {
     try {
       if (!this.keySet) await this.refreshKeys();
@@ -159,7 +143,6 @@ export class BearerVerifier {
     }
   }
 
-  /** The claims of a valid token; throws (jose's errors) for anything else. */
   private async verifyOnce(token: string): Promise<Verified> {
     const verified = this.verified; // a key set that changes meanwhile replaces it: nothing stale goes in
     const now = this.now();

@@ -4,7 +4,6 @@
 export interface ClientCredentials {
   /** With an assertion: the body's client_id, or "" (the assertion names the client). */
   clientId: string;
-  /** "" with an assertion. */
   clientSecret: string;
   /** private_key_jwt: the compact JWS, checked by the auth service alone. */
   assertion?: string;
@@ -28,10 +27,7 @@ function formDecode(value: string): string | undefined {
   }
 }
 
-/**
- * The credentials of an `Authorization: Basic …` header; undefined for any other scheme, bad
- * base64, a pair without a colon, a malformed %-escape, or an empty id or secret.
- */
+/** Undefined for another scheme, bad base64, no colon, a malformed %-escape, or an empty id or secret. */
 export function parseBasicAuthorization(header: string): ClientCredentials | undefined {
   const match = /^basic +(\S+) *$/i.exec(header);
   if (!match) return undefined;

@@ -1,5 +1,5 @@
 import type { Context } from "koa";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { ErrorReason, reasonOf } from "@pi/common/errors";
 import type { commonv1 } from "@pi/proto";
 
@@ -112,12 +112,12 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
     });
   const code = reason && reasonToCode[reason.reason];
   if (code) {
-    const message = code === "invalid_request" && err instanceof ConnectError ? err.rawMessage : undefined;
+    const message = code === "invalid_request" && err instanceof RpcError ? err.message : undefined;
     return new PartnerError(code, { message, param: reason.param });
   }
   if (
-    err instanceof ConnectError &&
-    (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded || causedByNetwork(err))
+    err instanceof RpcError &&
+    (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED || causedByNetwork(err))
   ) {
     return new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
   }

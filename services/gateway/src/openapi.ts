@@ -2,7 +2,6 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { parse } from "yaml";
 
-/** The OpenAPI document of the partner API: one file, served by the gateway and used by the tests. */
 export const OPENAPI_FILE = fileURLToPath(new URL("../openapi/openapi.yaml", import.meta.url));
 
 export interface OpenApiDocument {

@@ -37,10 +37,7 @@ export function partnerRateLimit(perSecond: number): Middleware<GatewayState> {
   return rateLimit(limiter, (ctx) => ctx.state.principal?.partnerId);
 }
 
-/**
- * Per client IP on POST /oauth/token, before the body is read: every attempt counts. `ctx.ip` is
- * what the trusted proxies saw when TRUSTED_PROXY_HOPS > 0 (app.ts).
- */
+/** Per client IP, before the body is read: every attempt counts. `ctx.ip` is what trusted proxies saw. */
 export function tokenRateLimit(perMinute: number): Middleware<GatewayState> {
   const limiter = new RateLimiterMemory({ keyPrefix: "token", points: perMinute, duration: 60 });
   return rateLimit(limiter, (ctx) =>

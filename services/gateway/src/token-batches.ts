@@ -12,11 +12,9 @@ export type IssueToken = (request: TokenRequest) => Promise<authv1.IssueTokenRes
 
 interface Queued {
   request: TokenRequest;
-  /** The trace of the partner request this token is for. */
   trace: Context;
 }
 
-/** Issues tokens through `auth`, batching the requests of each event-loop turn (at most `maxBatch` per call). */
 export function batchedTokenIssuer(auth: AuthClient, maxBatch = MAX_TOKENS_PER_CALL): IssueToken {
   const loader = new DataLoader<Queued, authv1.IssueTokenResponse>(
     async (queued) => {

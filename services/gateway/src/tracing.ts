@@ -4,11 +4,8 @@ import { httpServerDuration, metricsRecording } from "@pi/common/metrics";
 import { inSpan, SpanKind } from "@pi/common/telemetry";
 import type { GatewayState } from "./context.js";
 
-/**
- * The route template a path belongs to, as OpenAPI writes it ("/v1/files/{id}"): the span's name and
- * the `http_route` label. From the path alone, so a request refused before its route ran (401, 429)
- * still counts under it; a path no route has gets none (never the raw path: a partner chooses it).
- */
+// From the path alone, so a request refused before its route ran (401, 429) still counts under its
+// route; a path no route has gets none (never the raw path: a partner chooses it).
 export function routeTemplates(routers: Router<GatewayState>[]): (path: string) => string | undefined {
   return (path) => {
     for (const router of routers) {
@@ -21,10 +18,7 @@ export function routeTemplates(routers: Router<GatewayState>[]): (path: string) 
 
 const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"]);
 
-/**
- * One SERVER span per partner request, the root of its trace (a partner's trace headers are not
- * trusted), and http_server_request_duration_seconds.
- */
+/** The root of its request's trace: a partner's trace headers are not trusted. */
 export function traceRequests(routeOf: (path: string) => string | undefined): Middleware {
   return (ctx, next) => {
     const started = performance.now();

@@ -3,7 +3,7 @@ import { Writable } from "node:stream";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import Koa from "koa";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { connectionv1, fileintakev1 } from "@pi/proto";
 import { createLogger } from "@pi/common/logger";
 import { PARTNER_ERRORS, partnerErrorFromInternal } from "../src/errors.js";
@@ -22,9 +22,9 @@ const LEAKY =
 let failure: "none" | "unavailable" | "deadline" | "internal" = "none";
 const fail = () => {
   if (failure === "unavailable")
-    throw new ConnectError("connect ECONNREFUSED 10.0.3.7:50052 (connection service)", Code.Unavailable);
+    throw new RpcError("connect ECONNREFUSED 10.0.3.7:50052 (connection service)", Status.UNAVAILABLE);
   if (failure === "deadline")
-    throw new ConnectError("deadline exceeded calling connection.v1.ConnectionService", Code.DeadlineExceeded);
+    throw new RpcError("deadline exceeded calling connection.v1.ConnectionService", Status.DEADLINE_EXCEEDED);
   if (failure === "internal") throw new Error(LEAKY);
 };
 
@@ -187,14 +187,14 @@ describe("internal failures", () => {
   it("a call that failed on the network (refused, or reset by a crashing service) is the 503 too", () => {
     const errno = (code: string) => Object.assign(new Error(`connect ${code} 127.0.0.1:50052`), { code });
     for (const [code, connectCode] of [
-      ["ECONNREFUSED", Code.Internal],
-      ["ECONNRESET", Code.Aborted],
-      ["EPIPE", Code.Unknown],
+      ["ECONNREFUSED", Status.INTERNAL],
+      ["ECONNRESET", Status.ABORTED],
+      ["EPIPE", Status.UNKNOWN],
     ] as const) {
-      const err = new ConnectError(`[internal] ${code}`, connectCode, undefined, undefined, errno(code));
+      const err = new RpcError(`[internal] ${code}`, connectCode, undefined, errno(code));
       expect([code, partnerErrorFromInternal(err).code]).toEqual([code, "service_unavailable"]);
     }
-    expect(partnerErrorFromInternal(new ConnectError("boom", Code.Internal)).code).toBe("internal_error");
+    expect(partnerErrorFromInternal(new RpcError("boom", Status.INTERNAL)).code).toBe("internal_error");
   });
 
   it("an unexpected exception is a generic 500 whose request id operators find in the logs, with no stack, service name or database error", async () => {
@@ -211,7 +211,7 @@ describe("internal failures", () => {
     // The internal service's own log holds its details; the gateway logs the failed call, with a stack.
     expect(lines.find((l) => l.level === "error")).toMatchObject({
       msg: "request failed",
-      err: { type: "ConnectError", code: Code.Internal, stack: expect.any(String) },
+      err: { type: "RpcError", code: Status.UNKNOWN, stack: expect.any(String) },
     });
     expect(lines.find((l) => l.level === "info")).toMatchObject({ method: "DELETE", status: 500 });
   });

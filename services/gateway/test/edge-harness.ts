@@ -1,7 +1,8 @@
 import { createServer, request, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Writable } from "node:stream";
-import { createClient, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@pi/common/rpc/server";
+import { localClient } from "../../../test/support/local-client.js";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
 import { createLogger } from "@pi/common/logger";
@@ -10,7 +11,7 @@ import { createApp } from "../src/app.js";
 import { BearerVerifier, RevocationList } from "../src/bearer.js";
 
 // The gateway app alone, on a real HTTP socket, with in-memory Connect stand-ins for the internal
-// services (createRouterTransport: real Connect errors, no network) and tokens signed here.
+// services (localClient: the errors a server sends, no network) and tokens signed here.
 // Unit-level: what the edge does with requests, not what the services behind it do.
 
 export type ConnectionImpl = Partial<ServiceImpl<typeof connectionv1.ConnectionService>>;
@@ -62,17 +63,7 @@ export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
     getJwks: () => ({ jwksJson: JSON.stringify({ keys: [jwk] }), issuer: ISSUER, audience: AUDIENCE }),
     ...opts.auth,
   };
-  const transport = createRouterTransport(({ service }) => {
-    service(authv1.AuthService, auth);
-    service(connectionv1.ConnectionService, opts.connections ?? {});
-    service(fileintakev1.FileIntakeService, opts.files ?? {});
-    service(webhookv1.WebhookService, opts.webhooks ?? {});
-    service(
-      healthv1.Health,
-      opts.health ?? { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) },
-    );
-  });
-  const authClient = createClient(authv1.AuthService, transport);
+  const authClient = localClient(authv1.AuthService, auth);
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
     write(chunk, _enc, done) {
@@ -85,11 +76,16 @@ export async function startEdge(opts: EdgeOptions = {}): Promise<Edge> {
     settings,
     logger: createLogger("gateway", "info", sink),
     auth: authClient,
-    connections: createClient(connectionv1.ConnectionService, transport),
-    files: createClient(fileintakev1.FileIntakeService, transport),
-    webhooks: createClient(webhookv1.WebhookService, transport),
+    connections: localClient(connectionv1.ConnectionService, opts.connections ?? {}),
+    files: localClient(fileintakev1.FileIntakeService, opts.files ?? {}),
+    webhooks: localClient(webhookv1.WebhookService, opts.webhooks ?? {}),
     verifier: new BearerVerifier(authClient, new RevocationList()),
-    health: { auth: createClient(healthv1.Health, transport) },
+    health: {
+      auth: localClient(
+        healthv1.Health,
+        opts.health ?? { check: () => ({ status: healthv1.HealthCheckResponse_ServingStatus.SERVING }) },
+      ),
+    },
     ...(opts.warm ? { warm: opts.warm } : {}),
   });
   const server = createServer(app.callback());

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { ErrorReason, serviceError } from "@pi/common/errors";
 import { commonv1, type webhookv1 } from "@pi/proto";
 import { PartnerError } from "../src/errors.js";
@@ -179,10 +179,7 @@ describe("GET /v1/events during an outage", () => {
     const edge = await startEdge({
       webhooks: {
         listEvents() {
-          throw new ConnectError(
-            "connect ECONNREFUSED 127.0.0.1:50054 (pi.webhook.v1.WebhookService)",
-            Code.Unavailable,
-          );
+          throw new RpcError("connect ECONNREFUSED 127.0.0.1:50054 (pi.webhook.v1.WebhookService)", Status.UNAVAILABLE);
         },
       },
     });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
 import multerCore from "multer";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { ErrorReason, serviceError } from "@pi/common/errors";
 import { PartnerError } from "../src/errors.js";
 import { uploadError } from "../src/upload-multipart.js";
@@ -120,7 +120,7 @@ describe("upload failures map to one partner error each", () => {
     expect(code(serviceError(ErrorReason.IDEMPOTENCY_KEY_REUSE, "x", "Idempotency-Key")).code).toBe(
       "idempotency_key_reuse",
     );
-    expect(code(new ConnectError("down", Code.Unavailable)).code).toBe("service_unavailable");
+    expect(code(new RpcError("down", Status.UNAVAILABLE)).code).toBe("service_unavailable");
     expect(code(new TypeError("bug")).code).toBe("internal_error");
     expect(code(new Error("something else")).code).toBe("internal_error");
   });

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "@jest/globals";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { startEdge, type Edge } from "./edge-harness.js";
 
 // /readyz is the operator contract's readiness of the whole stack; /readyz/traffic is what a gateway
@@ -13,7 +13,7 @@ afterEach(async () => {
 
 const down = {
   check: () => {
-    throw new ConnectError("connect ECONNREFUSED", Code.Unavailable);
+    throw new RpcError("connect ECONNREFUSED", Status.UNAVAILABLE);
   },
 };
 

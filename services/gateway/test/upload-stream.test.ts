@@ -3,14 +3,13 @@ import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
-import * as grpc from "@grpc/grpc-js";
-import { Code, ConnectError, createClient, type ConnectRouter } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import type { Router } from "@pi/common/rpc/server";
+import { closeClient, serviceClient } from "@pi/common/rpc/client";
 import { fileintakev1 } from "@pi/proto";
-import { collectRoutes, grpcHandlers } from "@pi/common/grpc-server";
+import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { createLogger } from "@pi/common/logger";
 import type { FileIntakeClient } from "@pi/common/clients";
-import { ErrorReason, serviceError } from "@pi/common/errors";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/errors";
 import { PartnerError } from "../src/errors.js";
 import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
 
@@ -58,7 +57,7 @@ describe("the upload's transfer-rate watchdog", () => {
 describe("a file on its way to file-intake", () => {
   it("arrives byte for byte in messages of MESSAGE_BYTES, though the gateway reuses one buffer for them, at a slow reader too", async () => {
     const received: { sizes: number[]; sha256?: string } = { sizes: [] };
-    const routes = (router: ConnectRouter) =>
+    const routes = (router: Router) =>
       router.service(fileintakev1.FileIntakeService, {
         async submitFile(requests) {
           const hash = createHash("sha256");
@@ -72,19 +71,13 @@ describe("a file on its way to file-intake", () => {
           return { file: { id: "file_1" } };
         },
       });
-    const server = new grpc.Server();
-    const { definition, implementation } = grpcHandlers(collectRoutes(routes), []);
-    server.addService(definition, implementation);
-    const port = await new Promise<number>((resolve, reject) =>
-      server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) =>
-        err ? reject(err) : resolve(p),
-      ),
+    const server = await serveForTest("file-intake", routes);
+    const client = serviceClient(
+      fileintakev1.FileIntakeService,
+      `http://127.0.0.1:${server.port}`,
+      testIdentityKey("gateway"),
     );
     try {
-      const client = createClient(
-        fileintakev1.FileIntakeService,
-        createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }),
-      );
       // Plain text at random, in the multipart parser's 64 KiB pieces and odd ones.
       const bytes = randomBytes(3 * MESSAGE_BYTES + 12_345).map((b) => 97 + (b % 26));
       const pieces: Buffer[] = [];
@@ -99,7 +92,8 @@ describe("a file on its way to file-intake", () => {
       expect(received.sha256).toBe(createHash("sha256").update(bytes).digest("hex"));
       expect(received.sizes).toEqual([MESSAGE_BYTES, MESSAGE_BYTES, MESSAGE_BYTES, 12_345]);
     } finally {
-      server.forceShutdown();
+      closeClient(client);
+      await server.close();
     }
   });
 });
@@ -126,7 +120,7 @@ describe("a refusal of the gateway's", () => {
     const trailers: fileintakev1.SubmitFileTrailer[] = [];
     const client = standIn(async (requests) => {
       for await (const r of requests) if (r.part.case === "trailer") trailers.push(r.part.value);
-      throw new ConnectError("the gateway refused the body", Code.FailedPrecondition);
+      throw new RpcError("the gateway refused the body", Status.FAILED_PRECONDITION);
     });
     const whole = new Submission(client, { partnerId: "ptr_1" }, 1024);
     expect(await whole.forward(Readable.from([Buffer.from("hello")]))).toBe(5);

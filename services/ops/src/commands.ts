@@ -1,13 +1,11 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { authv1, type commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
 import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common/clients";
 import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
 import { newId } from "@pi/common/ids";
 import { retry } from "@pi/common/background/retry";
 
-// Each operator command: calls one internal service and returns the JSON object of the operator
-// contract (docs: ../shared/spec/operator-contract.md). Kept apart from argument parsing so tests
-// can call them directly.
+// Each operator command: one internal call, the operator contract's JSON object back (tests call them).
 
 export interface OpsClients {
   auth: AuthClient;
@@ -15,14 +13,7 @@ export interface OpsClients {
   webhook: WebhookClient;
 }
 
-const internalStatusName: Record<connectionv1.InternalStatus, string> = {
-  [connectionv1.InternalStatus.UNSPECIFIED]: "unknown",
-  [connectionv1.InternalStatus.PENDING]: "pending",
-  [connectionv1.InternalStatus.APPROVED]: "approved",
-  [connectionv1.InternalStatus.DECLINED]: "declined",
-  [connectionv1.InternalStatus.EXPIRED]: "expired",
-  [connectionv1.InternalStatus.REVOKED]: "revoked",
-};
+const nameOf = (names: Record<number, string>, value: number) => (value ? names[value]!.toLowerCase() : "unknown");
 
 const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
   [webhookv1.DeliveryState.UNSPECIFIED]: "pending",
@@ -36,31 +27,20 @@ const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
 
 export class UsageError extends Error {}
 
-/**
- * Whether a caregiver act's failure leaves its outcome unknown: the replica died under it, did not
- * answer in time, or failed inside. The act may have been applied, so it is sent again, with the
- * same act id, which the service applies at most once. Any other answer (not found, refused, a
- * malformed id) is the service's verdict and final.
- */
+/** Whether a caregiver act may have been applied unseen (so it is sent again with the same act id); any other answer is final. */
 export function actOutcomeUnknown(err: unknown): boolean {
-  const code = ConnectError.from(err).code;
+  const code = RpcError.from(err).code;
   return (
-    code === Code.Unavailable ||
-    code === Code.DeadlineExceeded ||
-    code === Code.Unknown ||
-    code === Code.Internal ||
-    code === Code.Aborted
+    code === Status.UNAVAILABLE ||
+    code === Status.DEADLINE_EXCEEDED ||
+    code === Status.UNKNOWN ||
+    code === Status.INTERNAL ||
+    code === Status.ABORTED
   );
 }
 
-/**
- * A caregiver act's timing (operator contract: each command within 2 s). One attempt may wait up to
- * the read leases' 1.25 s before its change is stored (docs/connections.md, "Read leases"), so it
- * gets 1.5 s; an attempt whose outcome is unknown is sent again at once, to another replica (the
- * transport tries the one that failed last), and again while ACT_RETRY_MS has not passed. With a
- * replica up an act answers well within 2 s; the longer retry window is for a loaded machine, where
- * giving up would leave the caregiver with an act whose outcome nobody knows (a resend is a no-op).
- */
+// An attempt may wait out the read leases' 1.25 s (docs/connections.md, "Read leases"); resends go on
+// for longer than the contract's 2 s only on a loaded machine, where giving up would leave the outcome unknown.
 export const ACT_ATTEMPT_TIMEOUT_MS = 1_500;
 export const ACT_RETRY_MS = 10_000;
 
@@ -83,7 +63,6 @@ export function propagationWarning(p: authv1.Propagation | undefined): string | 
   return `warning: ${lagging.join(" and ")} had not confirmed the change after ${p.elapsedMs} ms; they apply it as soon as they read it`;
 }
 
-/** `--overlap-hours N`: a number of hours, fractions allowed, 0 to 168; absent means 24. */
 export function parseOverlapHours(value: string | undefined): number {
   if (value === undefined) return 24;
   const hours = Number(value);
@@ -92,7 +71,6 @@ export function parseOverlapHours(value: string | undefined): number {
   return hours;
 }
 
-/** `--since ISO_TIME`: an ISO 8601 date-time with a zone, as Unix ms. */
 export function parseSince(value: string): number {
   const ms = Date.parse(value);
   if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value) || Number.isNaN(ms)) {
@@ -105,7 +83,6 @@ export function parseSince(value: string): number {
 
 const isoOrNull = (ms: bigint) => (ms === 0n ? null : new Date(Number(ms)).toISOString());
 
-/** `--limit N`: a whole number from 1 to 1000; absent means 100. */
 export function parseLimit(value: string | undefined): number {
   if (value === undefined) return 100;
   if (!/^\d+$/.test(value.trim()) || Number(value) < 1 || Number(value) > 1000)
@@ -113,16 +90,8 @@ export function parseLimit(value: string | undefined): number {
   return Number(value);
 }
 
-const auditOutcomeName: Record<eventsv1.AuditOutcome, string> = {
-  [eventsv1.AuditOutcome.UNSPECIFIED]: "unknown",
-  [eventsv1.AuditOutcome.OK]: "ok",
-  [eventsv1.AuditOutcome.REFUSED]: "refused",
-};
-
-/** What `ops audit` says of a record when the auth service answered no verification (an earlier release). */
 export const AUDIT_NOT_CHECKED = "not checked (the auth service predates verification)";
 
-/** One audit record as `ops audit` prints it; `verified`: whether its kept signature verified on this read, and `verification` why not. */
 export function auditRecordJson(r: eventsv1.AuditRecord, check?: { verified: boolean; reason: string }) {
   return {
     id: r.id,
@@ -130,7 +99,7 @@ export function auditRecordJson(r: eventsv1.AuditRecord, check?: { verified: boo
     actor: r.actor,
     action: r.action,
     targets: r.targets,
-    outcome: auditOutcomeName[r.outcome],
+    outcome: nameOf(eventsv1.AuditOutcome, r.outcome),
     reason: r.reason || null,
     service: r.service,
     verified: check?.verified ?? false,
@@ -178,7 +147,6 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { partner_id: res.partnerId, webhook_url: res.webhookUrl };
   },
 
-  /** With `keys` (a JWK Set's JSON, or its URL): a private_key_jwt credential, which has no secret to print. */
   async credentialCreate(partnerId: string, mode: string, keys: { jwksJson?: string; jwksUrl?: string } = {}) {
     if (keys.jwksJson !== undefined && keys.jwksUrl !== undefined)
       throw new UsageError("give --jwks-file or --jwks-url, not both");
@@ -234,7 +202,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
       maxDelayMs: 200,
       retryIf: (err) => actOutcomeUnknown(err) && Date.now() - started < ACT_RETRY_MS,
     });
-    return { id: res.result!.id, internal_status: internalStatusName[res.result!.internalStatus] };
+    return { id: res.result!.id, internal_status: nameOf(connectionv1.InternalStatus, res.result!.internalStatus) };
   },
 
   async partnerRotateSigningSecret(partnerId: string, overlapHours?: string) {
@@ -300,7 +268,6 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return { partner_id: partnerId, requeued: res.eventIds.length, event_ids: res.eventIds };
   },
 
-  /** The audit trail, newest first (docs/security.md, "Audit trail"). */
   async audit(opts: { since?: string; target?: string; limit?: string } = {}) {
     const res = await c.auth.listAuditRecords({
       since: opts.since === undefined ? 0n : BigInt(parseSince(opts.since)),
@@ -311,15 +278,14 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
   },
 });
 
-/** One line for stderr: what went wrong, in the operator's terms. */
 export function describeFailure(err: unknown, urls: Record<string, string>): string {
   if (err instanceof UsageError) return err.message;
-  if (err instanceof ConnectError) {
-    if (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded) {
+  if (err instanceof RpcError) {
+    if (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED) {
       return `cannot reach the internal services (${Object.values(urls).join(", ")}); is the stack running (npm start)?`;
     }
-    if (err.code === Code.Unimplemented) return "this command is not available yet on the running stack";
-    return `${Code[err.code]}: ${err.rawMessage}`;
+    if (err.code === Status.UNIMPLEMENTED) return "this command is not available yet on the running stack";
+    return `${Status[err.code]}: ${err.message}`;
   }
   return err instanceof Error ? err.message : String(err);
 }

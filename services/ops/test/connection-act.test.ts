@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, jest } from "@jest/globals";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { connectionv1 } from "@pi/proto";
 import { actOutcomeUnknown, commands, type OpsClients } from "../src/commands.js";
 
@@ -28,8 +28,8 @@ async function settle<T>(p: Promise<T>): Promise<T> {
 describe("ops connection approve|decline|sever: one act id, retried while its outcome is unknown", () => {
   it("sends the act again with the same act id after a replica died under it, and prints the answer", async () => {
     const { ops, asked } = withAnswers([
-      new ConnectError("connection reset", Code.Unavailable),
-      new ConnectError("deadline", Code.DeadlineExceeded),
+      new RpcError("connection reset", Status.UNAVAILABLE),
+      new RpcError("deadline", Status.DEADLINE_EXCEEDED),
       "ok",
     ]);
     expect(await settle(ops.connectionAct("approve", "con_x"))).toEqual({ id: "con_x", internal_status: "approved" });
@@ -46,8 +46,13 @@ describe("ops connection approve|decline|sever: one act id, retried while its ou
   });
 
   it("the service's verdict is final: not found or refused is not sent again", async () => {
-    for (const code of [Code.NotFound, Code.FailedPrecondition, Code.InvalidArgument, Code.PermissionDenied]) {
-      const { ops, asked } = withAnswers([new ConnectError("no", code), "ok"]);
+    for (const code of [
+      Status.NOT_FOUND,
+      Status.FAILED_PRECONDITION,
+      Status.INVALID_ARGUMENT,
+      Status.PERMISSION_DENIED,
+    ]) {
+      const { ops, asked } = withAnswers([new RpcError("no", code), "ok"]);
       const act = ops.connectionAct("approve", "con_x");
       const failed = expect(act).rejects.toThrow("no");
       await jest.advanceTimersByTimeAsync(5_000);
@@ -58,10 +63,10 @@ describe("ops connection approve|decline|sever: one act id, retried while its ou
 
   it("gives up once the retry time has passed, with the last failure", async () => {
     const { ops, asked } = withAnswers(
-      Array.from({ length: 50 }, () => new ConnectError("connection refused", Code.Unavailable)),
+      Array.from({ length: 50 }, () => new RpcError("connection refused", Status.UNAVAILABLE)),
     );
     const act = ops.connectionAct("approve", "con_x");
-    const failed = expect(act).rejects.toMatchObject({ code: Code.Unavailable });
+    const failed = expect(act).rejects.toMatchObject({ code: Status.UNAVAILABLE });
     await jest.advanceTimersByTimeAsync(10_000);
     await failed;
     expect(asked.length).toBeGreaterThan(3);
@@ -70,19 +75,19 @@ describe("ops connection approve|decline|sever: one act id, retried while its ou
 
   it("an unknown outcome is a failure without the service's answer", () => {
     expect(
-      [Code.Unavailable, Code.DeadlineExceeded, Code.Unknown, Code.Internal, Code.Aborted].every((c) =>
-        actOutcomeUnknown(new ConnectError("x", c)),
+      [Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.UNKNOWN, Status.INTERNAL, Status.ABORTED].every((c) =>
+        actOutcomeUnknown(new RpcError("x", c)),
       ),
     ).toBe(true);
     expect(
       [
-        Code.NotFound,
-        Code.FailedPrecondition,
-        Code.InvalidArgument,
-        Code.PermissionDenied,
-        Code.Unauthenticated,
-        Code.Unimplemented,
-      ].some((c) => actOutcomeUnknown(new ConnectError("x", c))),
+        Status.NOT_FOUND,
+        Status.FAILED_PRECONDITION,
+        Status.INVALID_ARGUMENT,
+        Status.PERMISSION_DENIED,
+        Status.UNAUTHENTICATED,
+        Status.UNIMPLEMENTED,
+      ].some((c) => actOutcomeUnknown(new RpcError("x", c))),
     ).toBe(false);
   });
 });

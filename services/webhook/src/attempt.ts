@@ -1,7 +1,7 @@
 import { contextFromHeaders, inSpan, SpanKind } from "@pi/common/telemetry";
 import { webhookAttemptDuration, webhookDeliveries } from "@pi/common/metrics";
 import type { Logger } from "@pi/common/logger";
-import type { AttemptOutcome, WebhookSender } from "./outbound.js";
+import { type AttemptOutcome, noAnswer, type WebhookSender } from "./outbound.js";
 import { afterAttempt as healthAfterAttempt, failingAfterMs } from "./endpoint-health.js";
 import * as delivery from "./delivery-states.js";
 import * as queue from "./queue.js";
@@ -10,9 +10,8 @@ import { signatureHeader } from "./signature.js";
 import type { QueueDoc, WebhookStore } from "./store.js";
 import { signingSecrets, type TargetCache, type WebhookTarget } from "./targets.js";
 
-// One attempt at a claimed slot: prepare (where to send, or why not now), send, record. Outcomes
-// are written only while the event is still where the entry says (queue.current): a conditional
-// update, so a holder whose lease ran out never overwrites.
+// One attempt at a claimed slot: prepare, send, record. An outcome is written only while the event is
+// still where the entry says (queue.current), so a holder whose lease ran out never overwrites.
 
 export interface AttemptContext {
   store: WebhookStore;
@@ -24,17 +23,9 @@ export interface AttemptContext {
 
 /** When the auth service cannot say where to send, the event waits this long; no attempt is counted. */
 const TARGET_UNAVAILABLE_RETRY_MS = 5_000;
-/** Room kept in a claim's lease beside the attempt's own timeout. */
 export const LEASE_MARGIN_MS = 5_000;
-const NO_ADDRESS: AttemptOutcome = {
-  delivered: false,
-  statusCode: 0,
-  durationMs: 0,
-  error: "partner has no webhook address any more",
-  responseExcerpt: "",
-};
+const NO_ADDRESS = noAnswer("partner has no webhook address any more");
 
-/** `cutOff`: whether the replica is stopping and cut the attempt off (then it does not count). */
 export async function attempt(c: AttemptContext, entry: QueueDoc, leaseEnd: number, cutOff: () => boolean) {
   const prepared = await prepare(c, entry, leaseEnd);
   if (!prepared) return;
@@ -43,10 +34,7 @@ export async function attempt(c: AttemptContext, entry: QueueDoc, leaseEnd: numb
   await record(c, entry, prepared.target, outcome, startedAt, cutOff());
 }
 
-/**
- * Where to send: the partner's target, or null (its address was removed after attempts were made:
- * a failed attempt). undefined when nothing is sent now: the event waits, or is kept unsent.
- */
+/** The target, null (address removed after attempts: a failed attempt), or undefined: nothing sent now. */
 async function prepare(
   { store, targets, policy, logger }: AttemptContext,
   entry: QueueDoc,
@@ -110,11 +98,7 @@ async function record(
   );
   if (!step.counted) return queue.release(store, entry._id, step.dueAt);
   const { statusCode, durationMs, responseExcerpt, error } = outcome;
-  const next: delivery.DeliveryStep = {
-    state: step.state,
-    nextAttemptAt: step.nextAttemptAt,
-    ...(step.deliveredAt ? { deliveredAt: step.deliveredAt } : {}),
-  };
+  const { counted, outcome: counter, ...next } = step;
   const fields = { eventId: entry._id, partnerId: entry.partnerId, attempt: number, statusCode, durationMs, error };
   const res = await store.events.updateOne(queue.current(entry), {
     $set: next,
@@ -129,7 +113,7 @@ async function record(
     );
     return queue.resync(store, entry._id);
   }
-  webhookDeliveries.inc({ outcome: step.outcome });
+  webhookDeliveries.inc({ outcome: counter });
   if (target) webhookAttemptDuration.observe(durationMs / 1000);
   // The endpoint's health is kept beside the queue's update, not after it: the slot frees no later.
   await Promise.all([
@@ -140,10 +124,7 @@ async function record(
   else logger.info({ ...fields, state: next.state, nextAttemptAt: next.nextAttemptAt }, "webhook attempt failed");
 }
 
-/**
- * The partner's endpoint health after an attempt. Concurrent attempts of one partner may race
- * here; the worst that does is a streak that starts one attempt late.
- */
+/** Concurrent attempts of one partner may race here; at worst a streak starts one attempt late. */
 async function recordHealth(c: AttemptContext, partnerId: string, delivered: boolean, at: Date): Promise<void> {
   const prev = await c.store.endpoints.findOne({ _id: partnerId });
   const failingAfter = failingAfterMs(c.policy.windowSeconds);

@@ -1,12 +1,11 @@
 import { fromBinary } from "@bufbuild/protobuf";
-import type { KafkaMessage } from "kafkajs";
 import { eventsv1 } from "@pi/proto";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/topics";
 import { contextFromHeaders, traceHeaders } from "@pi/common/telemetry";
 import { insertNew } from "@pi/common/persistence";
 import { modeFromProto } from "@pi/common/mode";
-import type { Kafka } from "@pi/common/kafka";
+import type { Kafka, KafkaMessage } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import * as delivery from "./delivery-states.js";
@@ -93,10 +92,9 @@ export function decodeMessage(
 }
 
 /**
- * Reads the connection-events topic in the webhook group, a batch at a time. kafkajs resolves a
- * batch's offsets only when eachBatch returns, and commits only resolved offsets, so every event
- * is in the database before its offset is committed: at least once. A database failure throws,
- * and kafkajs fetches the batch again; a message that can never make an event is logged and
+ * Reads the connection-events topic in the webhook group, a batch at a time. consume() commits a
+ * batch's offsets only when eachBatch returns, so every event is in the database before its offset
+ * is committed: at least once. A database failure throws, and the batch is read again; a message that can never make an event is logged and
  * skipped, since retrying it cannot succeed.
  */
 export function consumeConnectionEvents(
@@ -122,7 +120,6 @@ export function consumeConnectionEvents(
         .filter((d): d is WebhookEventDoc => d !== null);
       await storeWebhookEvents(store, docs);
       logger.debug({ partition, messages: messages.length, events: docs.length }, "connection events stored");
-      // Before the batch's heartbeat, which throws while the group rebalances: the events are stored and due.
       if (docs.length > 0) onStored();
     },
   });

@@ -1,8 +1,6 @@
 import { nextAttemptAt, RETRY_AFTER_STATUSES, retryAfterUntil, type RetryPolicy } from "./schedule.js";
 
-// The delivery state machine of one webhook event. The dispatcher, the operator's resend and
-// recover (requeue.ts) and the Kafka consumer (consumer.ts) ask it what comes next and only store
-// the answer.
+// The delivery state machine of one webhook event: its callers only store its answers.
 //
 //   (stored) ──► pending ──attempt 2xx──────────────► delivered
 //                 │  ▲ └─attempt failed, window left──┘ (stays pending, due later)
@@ -14,32 +12,23 @@ import { nextAttemptAt, RETRY_AFTER_STATUSES, retryAfterUntil, type RetryPolicy 
 
 export type DeliveryState = "pending" | "delivered" | "failed" | "no_endpoint";
 
-/** The delivery fields of an event after a step. */
 export interface DeliveryStep {
   state: DeliveryState;
-  /** When the next attempt is due; null once none is scheduled. */
   nextAttemptAt: Date | null;
   deliveredAt?: Date;
 }
 
-/** How one counted attempt ended, as pi_webhook_deliveries_total labels it. */
 export type AttemptOutcome = "delivered" | "retry" | "failed";
 
-/** Whether an event in this state has a queue entry (is waiting for an attempt). */
 export function queued(state: DeliveryState): boolean {
   return state === "pending";
 }
 
-/** A new event: pending, due at once, nothing attempted. */
 export function stored(now: Date): DeliveryStep & { state: "pending"; attempts: 0; attemptLog: [] } {
   return { state: "pending", attempts: 0, attemptLog: [], nextAttemptAt: now };
 }
 
-/**
- * The partner has no webhook address when an event comes due. Before any attempt the event is kept
- * as no_endpoint, never sent; after attempts were made (the address was removed since), null: the
- * attempt is counted as a failed one, so the retry window decides as for any failure.
- */
+/** No webhook address when due: kept unsent before any attempt; after attempts, null (a failed attempt). */
 export function noEndpoint(attemptsMade: number): DeliveryStep | null {
   return attemptsMade === 0 ? { state: "no_endpoint", nextAttemptAt: null } : null;
 }
@@ -47,11 +36,9 @@ export function noEndpoint(attemptsMade: number): DeliveryStep | null {
 export interface Attempt {
   delivered: boolean;
   statusCode: number;
-  /** The receiver's Retry-After header, if any. */
   retryAfter?: string;
   /** When the retry window started: the event's creation, or the operator's last re-queue. */
   windowStart: Date;
-  /** Attempts made, counting this one. */
   attemptsMade: number;
   endedAt: Date;
   /** The replica was stopping and cut the attempt off (no answer came): it does not count. */
@@ -62,11 +49,6 @@ export type AfterAttempt =
   | { counted: false; dueAt: Date }
   | (DeliveryStep & { counted: true; outcome: AttemptOutcome });
 
-/**
- * The step after an attempt: delivered on a 2xx; otherwise pending again while the window leaves
- * room for another attempt (a Retry-After on 429 or 503 honoured within it), else failed. An
- * attempt cut off by a stopping replica before any answer is not counted: due again at once.
- */
 export function afterAttempt(a: Attempt, policy: RetryPolicy, random: number = Math.random()): AfterAttempt {
   if (a.cutOff && !a.delivered && a.statusCode === 0) return { counted: false, dueAt: a.endedAt };
   if (a.delivered)
@@ -83,23 +65,19 @@ export function afterAttempt(a: Attempt, policy: RetryPolicy, random: number = M
     : { counted: true, outcome: "retry", state: "pending", nextAttemptAt: new Date(due) };
 }
 
-/**
- * The operator's resend (any state) and recover: pending, due at once. The retry window starts
- * again from `now`; attempts keep counting on.
- */
 export function requeue(now: Date): DeliveryStep & { state: "pending" } {
   return { state: "pending", nextAttemptAt: now };
 }
 
-/** When a delivery last failed: its last attempt's start, or (never attempted) its creation. */
 export function failedAt(event: { attemptLog: readonly { startedAt: Date }[]; createdAt: Date }): Date {
   return event.attemptLog.at(-1)?.startedAt ?? event.createdAt;
 }
 
-/** Whether a recover since `since` re-queues the event: it failed (or was never sendable) since then. */
-export function recover(
-  event: { state: DeliveryState; attemptLog: readonly { startedAt: Date }[]; createdAt: Date },
-  since: Date,
-): boolean {
-  return (event.state === "failed" || event.state === "no_endpoint") && failedAt(event).getTime() >= since.getTime();
+/** The events a recover since `since` re-queues: failed (or never sendable) since then. */
+export function recoverable<
+  E extends { state: DeliveryState; attemptLog: readonly { startedAt: Date }[]; createdAt: Date },
+>(events: E[], since: Date): E[] {
+  return events.filter(
+    (e) => (e.state === "failed" || e.state === "no_endpoint") && failedAt(e).getTime() >= since.getTime(),
+  );
 }

@@ -3,29 +3,13 @@ import { attempt, LEASE_MARGIN_MS, type AttemptContext } from "./attempt.js";
 import * as queue from "./queue.js";
 import type { QueueDoc } from "./store.js";
 
-// The scheduler: which due entries of the queue (queue.ts) this replica claims, and when it looks.
-// Each claimed slot gets one attempt (attempt.ts). The claim's lease outlasts the attempt timeout,
-// so no two replicas send the same attempt at once; a dead holder's slot is taken over and the
-// attempt made again.
-//
-// A slow or dead endpoint holds at most `maxPerPartner` of this replica's `maxInFlight` slots
-// (each for at most the attempt timeout), and claims skip partners at their limit, so other
-// partners' events keep going out.
-//
-// When idle the dispatcher sleeps until the earliest entry it could take comes due, at most
-// `idleMs` (5 s). New work wakes it at once: the replica that stores an event (its Kafka consumer),
-// re-queues one (resend, recover) or ends an attempt pokes its own dispatcher, and that replica
-// takes the entry unless it is at its limits. Another replica's entries (its limits reached, or it
-// died) are therefore seen within `idleMs`, a dead holder's slot within its lease plus `idleMs`.
-// Each look is one query of the queue: the due entries and, after them, the next due time.
+// Which due queue entries (queue.ts) this replica claims, and when; each claimed slot gets one attempt (attempt.ts).
+// A slow endpoint holds at most `maxPerPartner` of the `maxInFlight` slots, so other partners' events keep going out.
+// Idle, it sleeps until the next entry is due, at most `idleMs`: the bound on seeing another replica's entries.
 
 export interface DispatcherOptions extends AttemptContext {
   maxInFlight?: number;
   maxPerPartner?: number;
-  /**
-   * Longest sleep between two looks at the schedule when nothing is known to come due: how long
-   * an entry another replica stored and did not take may wait to be seen by this one.
-   */
   idleMs?: number;
 }
 
@@ -34,7 +18,6 @@ export const TARGET_LOOKUP_TIMEOUT_MS = 3_000;
 /** The pause after finding due entries that only other replicas' running attempts hold. */
 const CONTENDED_WAIT_MS = 200;
 export const DISPATCHER_IDLE_MS = 5_000;
-/** Queue entries read per look at the schedule. */
 const BATCH = 32;
 
 export class Dispatcher {
@@ -44,7 +27,6 @@ export class Dispatcher {
   private readonly leaseMs: number;
   private readonly perPartner = new Map<string, number>();
   private readonly active = new Set<Promise<void>>();
-  /** Ids of the events this replica is attempting. */
   private readonly attempting = new Set<string>();
   private running = false;
   private stopping = false;
@@ -66,7 +48,6 @@ export class Dispatcher {
     this.loopDone = this.loop();
   }
 
-  /** Look at the schedule now (a new event was stored, or a slot came free). */
   poke(): void {
     this.poked = true;
     this.wake?.();
@@ -108,7 +89,6 @@ export class Dispatcher {
     }
   }
 
-  /** Entries this replica may start: not its own running ones, not for partners at their limit. */
   private takeable(): Filter<QueueDoc> {
     const saturated = [...this.perPartner].filter(([, n]) => n >= this.maxPerPartner).map(([p]) => p);
     return {
@@ -117,11 +97,6 @@ export class Dispatcher {
     };
   }
 
-  /**
-   * Claims and starts due attempts; returns how long to sleep before looking again: until the next
-   * entry comes due (at most `idleMs`), or briefly when due entries were left because other
-   * replicas hold them.
-   */
   private async fillSlots(): Promise<number> {
     for (;;) {
       if (!this.running) return 0;
@@ -129,10 +104,8 @@ export class Dispatcher {
       if (this.active.size >= this.maxInFlight) return this.idleMs;
       const now = new Date();
       const limit = Math.min(this.maxInFlight - this.active.size, BATCH);
-      // The due entries first, then (if the batch has room) the next one to come due.
       const batch = await queue.firstDue(this.o.store, this.takeable(), limit);
       const due = batch.filter((e) => e.dueAt.getTime() <= now.getTime());
-      // Within this replica's limits, counting what this batch would add.
       const taking = new Map<string, number>();
       const wanted = due.filter((e) => {
         const n = (this.perPartner.get(e.partnerId) ?? 0) + (taking.get(e.partnerId) ?? 0);
@@ -142,7 +115,6 @@ export class Dispatcher {
       });
       const won = await queue.claim(this.o.store, wanted, now, this.leaseMs);
       for (const entry of won) this.launch(entry, now.getTime() + this.leaseMs);
-      // A full batch of due entries: there may be more.
       if (won.length > 0 && due.length === batch.length && batch.length === limit) continue;
       if (won.length < wanted.length) return CONTENDED_WAIT_MS;
       const next = batch.find((e) => e.dueAt.getTime() > now.getTime());

@@ -1,6 +1,5 @@
-// Whether a partner's webhook endpoint is failing: every attempt has failed for at least the
-// failing period (an attempt that delivers clears it). Kept per partner in webhook_endpoints and
-// updated after each attempt, so every replica and the operator see the same state.
+// Whether a partner's endpoint is failing: every attempt failed for the failing period. Stored per
+// partner after each attempt, so every replica and the operator see the same state.
 
 export interface EndpointHealthDoc {
   _id: string; // partner id
@@ -27,7 +26,6 @@ export function isFailing(
 
 export type HealthTransition = "failing" | "recovered" | undefined;
 
-/** The health after one attempt, and whether that attempt made the endpoint failing or recovered it. */
 export function afterAttempt(
   prev: EndpointHealthDoc | null,
   partnerId: string,

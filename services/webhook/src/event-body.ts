@@ -1,11 +1,11 @@
 import { createHash } from "node:crypto";
 import type { eventsv1 } from "@pi/proto";
-import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common/webhook-events";
+import { newIdFrom } from "@pi/common/ids";
+import { isWebhookEventType, type WebhookEventType } from "@pi/common/webhook-events";
 
 // The webhook event a partner receives, made once from a connection event and stored as the exact
 // bytes every attempt sends: {id, type, created, data: {connection_id, status}}, nothing else.
 
-export const EVENT_TYPES = WEBHOOK_EVENT_TYPES;
 export type EventType = WebhookEventType;
 
 export interface WebhookEvent {
@@ -29,20 +29,16 @@ export type SourceCheck =
     }
   | { ok: false; reason: string };
 
-const isOneOf = <T extends string>(list: readonly T[], v: string): v is T => (list as readonly string[]).includes(v);
-
-// The spec fixes data.status by the event type.
 const STATUS_OF: Record<EventType, WebhookEvent["data"]["status"]> = {
   "connection.approved": "approved",
   "connection.revoked": "revoked",
 };
 
-/** Whether a connection event from Kafka can become a webhook event; anything else is a bug upstream. */
 export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): SourceCheck {
   if (!ev.eventId) return { ok: false, reason: "event_id is empty" };
   if (!ev.partnerId) return { ok: false, reason: "partner_id is empty" };
   if (!ev.connectionId.startsWith("con_")) return { ok: false, reason: "connection_id is not a con_ id" };
-  if (!isOneOf(EVENT_TYPES, ev.type))
+  if (!isWebhookEventType(ev.type))
     return { ok: false, reason: `type ${JSON.stringify(ev.type)} is not a webhook event type` };
   const status = STATUS_OF[ev.type];
   return {
@@ -74,16 +70,7 @@ export function webhookBody(
   return JSON.stringify(event);
 }
 
-const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-/**
- * The evt_ id of the webhook event made from a connection event: derived from the source event id
- * (the same shape as every other id: evt_ and 22 base62 characters), so every copy of one
- * connection event, however often Kafka delivers it, names the same webhook event.
- */
+/** The evt_ id of a connection event's webhook event: the same for every copy Kafka delivers. */
 export function webhookEventId(sourceEventId: string): string {
-  const digest = createHash("sha256").update(`pi.webhook-event.v1:${sourceEventId}`).digest();
-  let out = "";
-  for (let i = 0; i < 22; i++) out += base62[digest[i]! % 62];
-  return `evt_${out}`;
+  return newIdFrom("evt", createHash("sha256").update(`pi.webhook-event.v1:${sourceEventId}`).digest());
 }

@@ -2,10 +2,8 @@ import type { Filter } from "mongodb";
 import type { EventType } from "./event-body.js";
 import type { WebhookEventDoc } from "./store.js";
 
-// GET /v1/events, the webhook service's half: a partner's own events of one mode, newest first, by
-// (createdAt, seq, _id) descending (the time it was stored, then its place in the batch that stored
-// it), a page at a time. The cursor is an event of the same partner and mode; its key is where the
-// next page starts. Pure: the query, not its run.
+// GET /v1/events, the webhook service's half, as queries: a partner's events of one mode, newest first
+// by (createdAt, seq, _id); the cursor is an event of the same partner and mode.
 
 export const EVENTS_PAGE_MAX = 100;
 
@@ -27,7 +25,6 @@ export const cursorFilter = (
   eventId: string,
 ): Filter<WebhookEventDoc> => ({ _id: eventId, partnerId: page.partnerId, mode: page.mode });
 
-/** The events of the page: the partner's, of the mode (and type), older than the cursor when there is one. */
 export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEventDoc> {
   const filter: Filter<WebhookEventDoc> = {
     partnerId: page.partnerId,
@@ -45,7 +42,6 @@ export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEv
   } as Filter<WebhookEventDoc>;
 }
 
-/** A page read with limit + 1 documents: the first `limit`, and whether more follow. */
 export function cutPage<T>(docs: T[], limit: number): { items: T[]; hasMore: boolean } {
   return { items: docs.slice(0, limit), hasMore: docs.length > limit };
 }

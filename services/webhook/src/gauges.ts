@@ -1,12 +1,7 @@
 import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/metrics";
 import type { WebhookStore } from "./store.js";
 
-/**
- * The webhook gauges read from the database, read by every replica at each scrape (they report
- * the same values): the age of the oldest event still queued for delivery (its retry window's
- * start) and how many partner endpoints are failing (every attempt failed for the failing period,
- * endpoint-health.ts: the same rule as the "webhook endpoint failing" log line).
- */
+/** The webhook gauges, read at each scrape; "failing" is the rule of the "webhook endpoint failing" line. */
 export async function refreshWebhookGauges(
   store: WebhookStore,
   failingAfterMs: number,

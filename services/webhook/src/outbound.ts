@@ -1,13 +1,10 @@
 import { request, type Agent } from "undici";
-import { AddressRefusedError, egressAgent, readCapped, type Resolver } from "@pi/common/egress";
+import { AddressRefusedError, type EgressOptions, egressAgent, readCapped } from "@pi/common/egress";
 import { webhookUrlRefusal } from "@pi/common/webhook-url";
 
 export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/egress";
 
-// One POST of a webhook body to a partner's address, through the egress of @pi/common (egress.ts):
-// https only to a named host (the registration rule, webhook-url.ts), to public addresses only,
-// checked in the socket's own DNS lookup (DNS rebinding).
-// Redirects are never followed, and at most a few KiB of the answer are read.
+// One POST through the egress of @pi/common: the registration rule again, no redirects, a few KiB of the answer read.
 
 export interface AttemptOutcome {
   delivered: boolean;
@@ -16,20 +13,19 @@ export interface AttemptOutcome {
   durationMs: number;
   error?: string;
   responseExcerpt: string;
-  /** The answer's Retry-After header, if any. */
   retryAfter?: string;
 }
 
-export interface SenderOptions {
-  allowInsecure: boolean;
-  timeoutMs: number;
-  /** How much of an answer's body is read and kept (1 KiB by default); the rest is dropped unread. */
-  maxResponseBytes?: number;
-  /** Stands in for the system's DNS in tests. */
-  resolve?: Resolver;
-}
+export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
+  delivered: false,
+  statusCode: 0,
+  durationMs,
+  error,
+  responseExcerpt: "",
+});
 
-/** Why the address must not be called at all, before any connection: the rule of registration, applied again. */
+const RESPONSE_EXCERPT_BYTES = 1024;
+
 export function urlRefusal(raw: string, allowInsecure: boolean): string | undefined {
   const refusal = webhookUrlRefusal(raw, allowInsecure);
   return refusal && `webhook url ${refusal}`;
@@ -52,10 +48,8 @@ function describeError(err: unknown, timeoutMs: number): string {
 
 export class WebhookSender {
   private readonly agent: Agent;
-  private readonly maxResponseBytes: number;
 
-  constructor(private readonly opts: SenderOptions) {
-    this.maxResponseBytes = opts.maxResponseBytes ?? 1024;
+  constructor(private readonly opts: EgressOptions) {
     this.agent = egressAgent(opts);
   }
 
@@ -63,8 +57,7 @@ export class WebhookSender {
     const started = performance.now();
     const elapsed = () => Math.round(performance.now() - started);
     const refusal = urlRefusal(url, this.opts.allowInsecure);
-    if (refusal)
-      return { delivered: false, statusCode: 0, durationMs: 0, error: `refused: ${refusal}`, responseExcerpt: "" };
+    if (refusal) return noAnswer(`refused: ${refusal}`);
 
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.opts.timeoutMs);
@@ -79,7 +72,7 @@ export class WebhookSender {
       const statusCode = res.statusCode;
       let excerpt = "";
       try {
-        excerpt = await readCapped(res.body, this.maxResponseBytes);
+        excerpt = await readCapped(res.body, RESPONSE_EXCERPT_BYTES);
       } catch {
         // The status arrived in time; a body cut short changes nothing.
       }
@@ -92,13 +85,7 @@ export class WebhookSender {
         ...(typeof retryAfter === "string" ? { retryAfter } : {}),
       };
     } catch (err) {
-      return {
-        delivered: false,
-        statusCode: 0,
-        durationMs: elapsed(),
-        error: describeError(err, this.opts.timeoutMs),
-        responseExcerpt: "",
-      };
+      return noAnswer(describeError(err, this.opts.timeoutMs), elapsed());
     } finally {
       clearTimeout(timer);
     }
@@ -108,7 +95,6 @@ export class WebhookSender {
     return this.agent.close();
   }
 
-  /** Cuts off every request under way; each ends as an attempt without an answer. */
   destroy(): Promise<void> {
     return this.agent.destroy();
   }

@@ -1,15 +1,14 @@
 import type { Filter } from "mongodb";
 import { insertNew } from "@pi/common/persistence";
 import { takeLease, type LeaseFields } from "@pi/common/background/lease";
-import { queued } from "./delivery-states.js";
-import type { QueueDoc, WebhookEventDoc, WebhookStore } from "./store.js";
+import { pushAudit } from "@pi/common/audit-trail";
+import type { AuditEntry } from "@pi/common/audit";
+import * as delivery from "./delivery-states.js";
+import { queueEntry, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
-// The schedule as it lives in the database: the queue's entries and the claims on their slots. To
-// claim a due entry, a replica inserts a claim whose _id names the entry's current slot (event id,
-// attempts made, due time): of all the replicas that read the same slot, exactly one insert
-// succeeds. The holder attempts and then moves the entry to its next slot (or removes it), so every
-// attempt has a slot of its own. If the holder dies, the slot's claim may be taken over once its
-// lease is over (a conditional update on its expiry, which one replica wins).
+// The queue's entries and the claims on their slots. A claim's _id names the slot (event id, attempts
+// made, due time), so of all replicas that insert it exactly one succeeds; a dead holder's claim is
+// taken over as a lease once it ran out. Every attempt has a slot of its own.
 
 const SLOT_LEASE: LeaseFields = { until: "expiresAt", holder: "holder" };
 /** Claims are kept long after their lease (a late reader of an old slot must still lose), then dropped. */
@@ -22,7 +21,6 @@ export function current(entry: QueueDoc): Filter<WebhookEventDoc> {
   return { _id: entry._id, state: "pending", attempts: entry.attempts };
 }
 
-/** Up to `limit` entries matching `filter`, soonest due first. */
 export function firstDue(store: WebhookStore, filter: Filter<QueueDoc>, limit: number): Promise<QueueDoc[]> {
   return store.queue.find(filter).sort({ dueAt: 1 }).limit(limit).toArray();
 }
@@ -46,12 +44,10 @@ export async function claim(store: WebhookStore, entries: QueueDoc[], now: Date,
   return won;
 }
 
-/** Gives the slot back without counting an attempt: due again at `dueAt`. */
 export async function release(store: WebhookStore, eventId: string, dueAt: Date): Promise<void> {
   await store.queue.updateOne({ _id: eventId }, { $set: { dueAt } });
 }
 
-/** After an attempt was recorded: the entry moves to its next slot, or goes. */
 export async function moveOn(
   store: WebhookStore,
   eventId: string,
@@ -65,12 +61,28 @@ export async function moveOn(
 /** After an outcome could not be stored because the event moved on: make the entry match the event. */
 export async function resync(store: WebhookStore, eventId: string): Promise<void> {
   const event = await store.events.findOne({ _id: eventId });
-  if (event && queued(event.state)) await moveOn(store, eventId, event.attempts, event.nextAttemptAt ?? new Date());
+  if (event && delivery.queued(event.state))
+    await moveOn(store, eventId, event.attempts, event.nextAttemptAt ?? new Date());
   else await store.queue.deleteOne({ _id: eventId });
 }
 
-/** Drops the claims whose lease ended long ago; how many. */
 export async function sweepClaims(store: WebhookStore, now = Date.now()): Promise<number> {
   const { deletedCount } = await store.claims.deleteMany({ expiresAt: { $lt: new Date(now - CLAIM_KEEP_MS) } });
   return deletedCount;
+}
+
+// The operator's resend and recover, with `audit` in the same update: due at once, attempts keep counting, and the
+// retry window starts again (a day-old event must not fail for want of time).
+export async function requeue(
+  store: WebhookStore,
+  event: WebhookEventDoc,
+  audit: AuditEntry,
+  now = new Date(),
+): Promise<WebhookEventDoc> {
+  const step = delivery.requeue(now);
+  const pending: WebhookEventDoc = { ...event, ...step };
+  await store.events.updateOne({ _id: event._id }, { $set: step, ...pushAudit(audit) });
+  const { _id, ...entry } = { ...queueEntry(pending), createdAt: now };
+  await store.queue.updateOne({ _id }, { $set: entry }, { upsert: true });
+  return pending;
 }

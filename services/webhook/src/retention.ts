@@ -4,40 +4,27 @@ import type { Logger } from "@pi/common/logger";
 import { EVENTS_ORDER, pageFilter, type EventKey } from "./events-list.js";
 import type { WebhookEventDoc, WebhookStore } from "./store.js";
 
-// How long webhook events are kept (GET /v1/events lists them; docs/webhooks.md, "Retention"):
-// WEBHOOK_EVENT_RETENTION_SECONDS (at least 30 days) after they were stored, and of a partner's
-// test events only the newest WEBHOOK_TEST_EVENTS_PER_PARTNER (a test credential's sandbox
-// connection is approved automatically, so a partner alone can make test events without end; live
-// events each need a caregiver's act). An event still queued for an attempt, or with an audit
-// record not yet relayed, is never deleted; the next round takes it once it is neither.
+// How long webhook events are kept (docs/webhooks.md, "Retention"). Test events are bounded by count
+// too: a sandbox connection approves itself, so a partner alone can make them without end.
 
 export interface EventRetention {
   keepMs: number;
   testPerPartner: number;
 }
 
-export const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
+const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
 
 /** What a sweep may delete: nothing still queued, nothing with an audit record waiting. */
 const settled: Filter<WebhookEventDoc> = { state: { $ne: "pending" }, $nor: [{ "audit.0": { $exists: true } }] };
 
-/** The events past retention at `now`. */
-export const pastRetention = (now: Date, keepMs: number): Filter<WebhookEventDoc> => ({
-  createdAt: { $lt: new Date(now.getTime() - keepMs) },
-  ...settled,
-});
-
-/**
- * One round: every event past retention, then, for each partner with more test events than the
- * bound, its test events older than the newest `testPerPartner`. Every delete is idempotent, so
- * replicas running rounds at once only repeat each other's work.
- */
+/** One round; every delete is idempotent, so replicas running rounds at once only repeat each other. */
 export async function sweepEvents(
   store: WebhookStore,
   policy: EventRetention,
   now = new Date(),
 ): Promise<{ expired: number; overBound: number }> {
-  const expired = (await store.events.deleteMany(pastRetention(now, policy.keepMs))).deletedCount;
+  const pastRetention = { createdAt: { $lt: new Date(now.getTime() - policy.keepMs) }, ...settled };
+  const expired = (await store.events.deleteMany(pastRetention)).deletedCount;
   let overBound = 0;
   const partners = await store.events
     .aggregate<{ _id: string; n: number }>([
@@ -60,16 +47,10 @@ export async function sweepEvents(
   return { expired, overBound };
 }
 
-/** The sweep on the periodic loop of @pi/common, in every replica. */
-export function startRetentionSweep(
-  store: WebhookStore,
-  policy: EventRetention,
-  logger: Logger,
-  everyMs = RETENTION_SWEEP_EVERY_MS,
-): Periodic {
+export function startRetentionSweep(store: WebhookStore, policy: EventRetention, logger: Logger): Periodic {
   return every(
     "webhook event retention",
-    everyMs,
+    RETENTION_SWEEP_EVERY_MS,
     async () => {
       const { expired, overBound } = await sweepEvents(store, policy);
       if (expired + overBound > 0) logger.info({ expired, overBound }, "webhook events past retention deleted");

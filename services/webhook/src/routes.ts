@@ -1,4 +1,5 @@
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
+import type { Router } from "@pi/common/rpc/server";
 import { webhookv1 } from "@pi/proto";
 import { ErrorReason, serviceError } from "@pi/common/errors";
 import { isWebhookEventType } from "@pi/common/webhook-events";
@@ -18,16 +19,16 @@ import {
   type EventsPage,
 } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
-import { recoverable, requeue } from "./requeue.js";
+import { recoverable } from "./delivery-states.js";
+import { requeue } from "./queue.js";
 import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
 
 export interface WebhookDeps {
   settings: Settings;
   logger: Logger;
   store: WebhookStore;
-  /** Tells the dispatcher that something came due. */
-  poke?: () => void;
-  /** The operator's re-queues are recorded in each event's document (requeue.ts), refusals alone. */
+  poke: () => void;
+  /** The operator's re-queues are recorded in each event's document (queue.ts, requeue), refusals alone. */
   trail: Pick<AuditTrail, "entry" | "refusals">;
   eventsAudit: Pick<Outbox<WebhookEventDoc, AuditEntry>, "afterWrite">;
 }
@@ -65,19 +66,26 @@ export function deliveryOf(doc: WebhookEventDoc) {
   };
 }
 
-export default (deps: WebhookDeps) => (router: ConnectRouter) => {
+export default (deps: WebhookDeps) => (router: Router) => {
   async function eventOrThrow(eventId: string, projection?: Record<string, 0>): Promise<WebhookEventDoc> {
-    if (!EVENT_ID.test(eventId)) throw new ConnectError("event_id must be an evt_ id", Code.InvalidArgument);
+    if (!EVENT_ID.test(eventId)) throw new RpcError("event_id must be an evt_ id", Status.INVALID_ARGUMENT);
     const doc = await deps.store.events.findOne({ _id: eventId }, projection ? { projection } : {});
-    if (!doc) throw new ConnectError(`no webhook event ${eventId}`, Code.NotFound);
+    if (!doc) throw new RpcError(`no webhook event ${eventId}`, Status.NOT_FOUND);
+    return doc;
+  }
+
+  async function requeueByOperator(event: WebhookEventDoc, action: "webhook.resend" | "webhook.recover") {
+    const targets = [event._id, event.partnerId, event.connectionId];
+    const doc = await requeue(deps.store, event, deps.trail.entry({ action, actor: "operator", targets }));
+    deps.eventsAudit.afterWrite(doc._id);
     return doc;
   }
 
   router.service(webhookv1.WebhookService, {
     async listDeliveries(req) {
-      if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
+      if (!req.partnerId) throw new RpcError("partner_id is required", Status.INVALID_ARGUMENT);
       if (req.limit < 0 || req.limit > MAX_LIST)
-        throw new ConnectError(`limit must be 0 to ${MAX_LIST}`, Code.InvalidArgument);
+        throw new RpcError(`limit must be 0 to ${MAX_LIST}`, Status.INVALID_ARGUMENT);
       const docs = await deps.store.events
         .find({ partnerId: req.partnerId }, { projection: { body: 0 } })
         .sort({ createdAt: -1, _id: -1 })
@@ -95,7 +103,7 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
     // GET /v1/events. The gateway has checked the query; this checks again, since it is a service of its own.
     async listEvents(req) {
       const mode = modeFromProto(req.mode);
-      if (!req.partnerId || !mode) throw new ConnectError("partner_id and mode are required", Code.InvalidArgument);
+      if (!req.partnerId || !mode) throw new RpcError("partner_id and mode are required", Status.INVALID_ARGUMENT);
       if (req.limit < 1 || req.limit > EVENTS_PAGE_MAX)
         throw serviceError(
           ErrorReason.INVALID_REQUEST,
@@ -136,18 +144,8 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
 
     resendEvent: (req) =>
       deps.trail.refusals({ action: "webhook.resend", actor: "operator", targets: [req.eventId] }, async () => {
-        const event = await eventOrThrow(req.eventId);
-        const doc = await requeue(
-          deps.store,
-          event,
-          deps.trail.entry({
-            action: "webhook.resend",
-            actor: "operator",
-            targets: [event._id, event.partnerId, event.connectionId],
-          }),
-        );
-        deps.eventsAudit.afterWrite(doc._id);
-        deps.poke?.();
+        const doc = await requeueByOperator(await eventOrThrow(req.eventId), "webhook.resend");
+        deps.poke();
         deps.logger.info({ eventId: doc._id, partnerId: doc.partnerId }, "webhook event resent by the operator");
         return { delivery: deliveryOf(doc) };
       }),
@@ -155,23 +153,12 @@ export default (deps: WebhookDeps) => (router: ConnectRouter) => {
     // One record per re-queued event, each stored with its re-queue: a recover that finds nothing changes nothing.
     recoverDeliveries: (req) =>
       deps.trail.refusals({ action: "webhook.recover", actor: "operator", targets: [req.partnerId] }, async () => {
-        if (!req.partnerId) throw new ConnectError("partner_id is required", Code.InvalidArgument);
-        if (req.since <= 0n) throw new ConnectError("since is required", Code.InvalidArgument);
+        if (!req.partnerId) throw new RpcError("partner_id is required", Status.INVALID_ARGUMENT);
+        if (req.since <= 0n) throw new RpcError("since is required", Status.INVALID_ARGUMENT);
         const events = await deps.store.events.find({ partnerId: req.partnerId }).toArray();
         const due = recoverable(events, new Date(Number(req.since)));
-        for (const doc of due) {
-          await requeue(
-            deps.store,
-            doc,
-            deps.trail.entry({
-              action: "webhook.recover",
-              actor: "operator",
-              targets: [doc._id, doc.partnerId, doc.connectionId],
-            }),
-          );
-          deps.eventsAudit.afterWrite(doc._id);
-        }
-        if (due.length > 0) deps.poke?.();
+        for (const doc of due) await requeueByOperator(doc, "webhook.recover");
+        if (due.length > 0) deps.poke();
         deps.logger.info(
           { partnerId: req.partnerId, since: new Date(Number(req.since)), requeued: due.length },
           "failed webhook deliveries recovered by the operator",

@@ -1,9 +1,5 @@
-// When a webhook event is attempted again. The first attempt is immediate; retry n (n >= 1) waits
-// base * 2^(n-1) seconds after the previous attempt ended, never more than a ceiling of an
-// eighth of the window (3 h for 24 h), each delay with ±20 % jitter. Every attempt starts early
-// enough to end within the window: the last one starts at the latest at
-// `window - attempt timeout` after the event was created (or halfway through a window shorter
-// than two timeouts), and after it the event is failed.
+// When a webhook event is attempted again (docs/webhooks.md, "Delivery and retries"): exponential backoff capped at an
+// eighth of the window, ±20 % jitter, and no attempt that could end after the window.
 
 export interface RetryPolicy {
   baseSeconds: number;
@@ -13,12 +9,10 @@ export interface RetryPolicy {
 
 export const JITTER = 0.2;
 
-/** The longest wait between two attempts, before jitter. */
 export function maxDelaySeconds(p: RetryPolicy): number {
   return Math.max(p.baseSeconds, p.windowSeconds / 8);
 }
 
-/** The latest moment, in ms after creation, at which an attempt may start. */
 export function latestStartOffsetMs(p: RetryPolicy): number {
   return Math.max(p.windowSeconds - p.attemptTimeoutSeconds, p.windowSeconds / 2) * 1000;
 }
@@ -30,12 +24,7 @@ export function retryDelayMs(retry: number, p: RetryPolicy, random: number): num
   return Math.round(exp * jitter * 1000);
 }
 
-/**
- * When the next attempt starts (Unix ms), or null when the window is used up and the event fails.
- * `attemptsMade` counts the attempt that just ended, which ended at `lastEndedAt`. `notBefore`
- * (Unix ms) is a receiver's Retry-After: the next attempt waits for it, and when it falls after the
- * last start the window allows, there is no next attempt.
- */
+/** When the next attempt starts (Unix ms), or null when the window is used up; `notBefore`: a Retry-After. */
 export function nextAttemptAt(
   ev: { createdAt: number; attemptsMade: number; lastEndedAt: number; notBefore?: number },
   p: RetryPolicy,
@@ -51,10 +40,6 @@ export function nextAttemptAt(
 /** Statuses whose Retry-After is honoured (RFC 9110 section 10.2.3: 503; RFC 6585: 429). */
 export const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([429, 503]);
 
-/**
- * A Retry-After header (delay seconds or an HTTP date) as the Unix ms before which the next attempt
- * must not start; undefined when absent or unreadable.
- */
 export function retryAfterUntil(header: string | undefined, receivedAt: number): number | undefined {
   const value = header?.trim();
   if (!value) return undefined;
@@ -62,33 +47,4 @@ export function retryAfterUntil(header: string | undefined, receivedAt: number):
   const date = Date.parse(value);
   // An HTTP date (RFC 9110 section 5.6.7) ends in GMT; other strings Date.parse would guess at are ignored.
   return Number.isNaN(date) || !/ GMT$/.test(value) ? undefined : Math.max(date, receivedAt);
-}
-
-/** The planned start offsets (seconds after creation) of every attempt, without jitter: for docs and tests. */
-export function plannedOffsetsSeconds(p: RetryPolicy): number[] {
-  const out = [0];
-  for (;;) {
-    const last = out[out.length - 1]!;
-    const next = nextAttemptAt({ createdAt: 0, attemptsMade: out.length, lastEndedAt: last * 1000 }, p, 0.5);
-    if (next === null) return out;
-    out.push(next / 1000);
-  }
-}
-
-/** "1 h 4 min", "30 s", "23 h 59 min 50 s": a planned offset as the docs write it. */
-export function formatOffset(seconds: number): string {
-  const s = Math.round(seconds);
-  if (s === 0) return "0";
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const rest = s % 60;
-  if (h === 0 && m > 0 && rest === 30) return `${m}.5 min`;
-  return [h ? `${h} h` : "", m ? `${m} min` : "", rest ? `${rest} s` : ""].filter(Boolean).join(" ");
-}
-
-/** The published retry schedule: a Markdown table of every planned attempt (before jitter) of `p`. */
-export function scheduleTable(p: RetryPolicy): string {
-  const offsets = plannedOffsetsSeconds(p);
-  const rows = offsets.map((o, i) => `| ${i + 1} | ${formatOffset(o)} |`);
-  return ["| attempt | starts after the event (±20 % jitter on each wait) |", "|---|---|", ...rows].join("\n");
 }

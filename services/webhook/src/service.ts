@@ -4,7 +4,7 @@ import { STORE_SCHEMAS } from "@pi/common/migrations/index";
 import { clientsFor } from "@pi/common/clients";
 import { readAtScrape, webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/metrics";
 import { openRuntime } from "@pi/common/runtime";
-import { startConnectServer } from "@pi/common/connect-server";
+import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/topics";
 import type { Logger } from "@pi/common/logger";
 import type { RunningService } from "@pi/common/run-service";
@@ -86,7 +86,7 @@ export async function startWebhookService(
   const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () =>
     dispatcher.poke(),
   );
-  const server = await startConnectServer({
+  const server = await startRpcServer({
     service: "webhook",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
     host: settings.SERVICE_HOST,

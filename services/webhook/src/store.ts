@@ -7,21 +7,10 @@ import type { DeliveryState } from "./delivery-states.js";
 
 export type { DeliveryState };
 
-// Three collections, each written one document at a time (no transactions):
-//
-// webhook_events  one per webhook event: its exact body, delivery state and every attempt. Its _id
-//                 (evt_...) is derived from the source event id, so a connection event seen twice
-//                 is the same document. Read by _id, by partner for ListDeliveries, and by
-//                 partner and mode for ListEvents (GET /v1/events).
-// webhook_queue   one per event still to be attempted, keyed by event id: when it is due, with what
-//                 an attempt needs. Small (pending events only), so the dispatcher's look for due
-//                 work stays cheap whatever the server's indexes.
-// webhook_claims  the right, for a lease, to make one scheduled attempt (see ClaimDoc).
-// webhook_endpoints  one per partner: whether its endpoint is failing (endpoint-health.ts).
-//
-// Event states: pending (queued), delivered (a 2xx came within the attempt timeout), failed (the
-// retry window is used up), no_endpoint (the partner had no webhook address when the event came
-// due: kept, never sent); the transitions are delivery-states.ts.
+// Four collections, each written one document at a time (no transactions): webhook_events (one per
+// event, its _id derived from the source event's, so a redelivered one is the same document),
+// webhook_queue (the pending ones only, so the dispatcher's look stays cheap), webhook_claims
+// (queue.ts) and webhook_endpoints (endpoint-health.ts). States: delivery-states.ts.
 
 export interface AttemptRecord {
   number: number;
@@ -39,23 +28,15 @@ export interface WebhookEventDoc extends AuditCarrier {
   connectionId: string;
   mode: PartnerMode;
   type: EventType;
-  /** The exact body every attempt sends. */
   body: string;
-  /** When the event was stored: the order of GET /v1/events, newest first. */
   createdAt: Date;
-  /**
-   * The connection event's Kafka offset: orders events stored at the same instant (one batch shares
-   * one createdAt). A partner's connection events share a partition (keyed by partner), so among
-   * its events this is their order.
-   */
+  /** The connection event's Kafka offset: orders a batch's events (one partition per partner). */
   seq: number;
   state: DeliveryState;
   attempts: number;
   attemptLog: AttemptRecord[];
-  /** When the next attempt is scheduled; null once none is. */
   nextAttemptAt: Date | null;
   deliveredAt?: Date;
-  /** Trace headers of the connection event, so every delivery attempt joins the state change's trace. */
   trace?: Record<string, string>;
 }
 
@@ -67,7 +48,6 @@ export interface QueueDoc {
   /** Attempts made when this entry was last scheduled; tells a stale entry from a current one. */
   attempts: number;
   body: string;
-  /** When the retry window starts: the event's creation, or the operator's resend or recover. */
   createdAt: Date;
   trace?: Record<string, string>;
 }
@@ -84,17 +64,11 @@ export function queueEntry(event: WebhookEventDoc): QueueDoc {
   };
 }
 
-/**
- * The right to make the attempt scheduled for one slot of one event: `${eventId}:${attempts}:${dueAt}`.
- * Inserting it is the claim (insertNew: an insert with a given _id succeeds exactly once, however
- * many replicas try), held until `expiresAt`; one whose lease ran out is taken over as a lease
- * (takeLease on `expiresAt` and `holder`).
- */
+/** The right to make one slot's attempt, `${eventId}:${attempts}:${dueAt}` (queue.ts). */
 export interface ClaimDoc {
   _id: string;
   eventId: string;
   expiresAt: Date;
-  /** The token of whoever took the claim over (none for the first claimer). */
   holder?: string | null;
 }
 
@@ -109,7 +83,6 @@ export async function openWebhookStore(db: Db): Promise<WebhookStore> {
   const events = db.collection<WebhookEventDoc>("webhook_events");
   await events.createIndex({ sourceEventId: 1 }, { unique: true, name: "source_event_unique" });
   await events.createIndex({ partnerId: 1, createdAt: -1 }, { name: "by_partner" });
-  // GET /v1/events: a partner's events of one mode, newest first, from a cursor.
   await events.createIndex({ partnerId: 1, mode: 1, createdAt: -1, seq: -1, _id: -1 }, { name: "by_partner_mode" });
   const queue = db.collection<QueueDoc>("webhook_queue");
   await queue.createIndex({ dueAt: 1 }, { name: "due" });

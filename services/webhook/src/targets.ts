@@ -1,24 +1,20 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { eventsv1 } from "@pi/proto";
 import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/partner-event-feed";
 import type { AuthClient } from "@pi/common/clients";
 import type { Kafka } from "@pi/common/kafka";
 import type { Logger } from "@pi/common/logger";
 
-// Where a partner's webhooks go and the secret that signs them, asked of the auth service (which
-// owns both) and kept in memory for a minute. A WEBHOOK_CHANGED partner event drops the entry at
-// once, so a new address is used from the next attempt on; the time limit bounds how stale an
-// entry can get if an event is missed (or a secret is changed without one).
+// Where a partner's webhooks go and what signs them, asked of auth and kept for a minute: a
+// WEBHOOK_CHANGED partner event drops the entry at once, the minute bounds a missed one.
 
 export interface WebhookTarget {
   url: string;
-  /** The current signing secret. */
   secret: string;
   /** Secrets replaced by a rotation, each signing too until `expiresAt` (Unix ms). */
   previous: { secret: string; expiresAt: number }[];
 }
 
-/** Every secret that signs an attempt starting at `at` (Unix ms): the current one first. */
 export function signingSecrets(target: WebhookTarget, at: number): string[] {
   return [target.secret, ...target.previous.filter((p) => p.expiresAt > at).map((p) => p.secret)];
 }
@@ -40,7 +36,6 @@ export class TargetCache {
     private readonly lookupTimeoutMs = 3_000,
   ) {}
 
-  /** The partner's target, or null when it has no webhook address (or is unknown to auth). */
   async get(partnerId: string): Promise<WebhookTarget | null> {
     const entry = this.entries.get(partnerId);
     if (entry && entry.until > Date.now()) return entry.target;
@@ -74,13 +69,12 @@ export class TargetCache {
       }));
       return { url: res.webhookUrl, secret: res.signingSecret, previous };
     } catch (err) {
-      if (err instanceof ConnectError && err.code === Code.NotFound) return null;
+      if (err instanceof RpcError && err.code === Status.NOT_FOUND) return null;
       throw err;
     }
   }
 }
 
-/** What a partner event means for the cached targets: a changed webhook drops the partner's entry. */
 export function applyPartnerEvent(
   cache: Pick<TargetCache, "forget">,
   event: eventsv1.PartnerEvent,
@@ -91,12 +85,7 @@ export function applyPartnerEvent(
   logger.info({ partnerId: event.partnerId }, "webhook target changed");
 }
 
-/**
- * Drops a partner's cached target whenever the auth service says its webhook changed: every
- * replica follows the partner-events topic from its end (followPartnerEvents of @pi/common, a
- * consumer group of its own per instance). The auth service does not wait for webhook replicas
- * (the cache's minute bounds a missed event), so they report no position.
- */
+/** Every replica follows the partner events from their end; auth does not wait for it (no position reported). */
 export function followWebhookChanges(
   cache: TargetCache,
   kafka: Kafka,

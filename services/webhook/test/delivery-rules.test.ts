@@ -1,7 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
 import { afterAttempt, failingAfterMs, isFailing, type EndpointHealthDoc } from "../src/endpoint-health.js";
-import { failedAt } from "../src/delivery-states.js";
-import { recoverable } from "../src/requeue.js";
+import { failedAt, recoverable } from "../src/delivery-states.js";
 import { latestStartOffsetMs, nextAttemptAt, retryAfterUntil, type RetryPolicy } from "../src/schedule.js";
 import { signatureHeader } from "../src/signature.js";
 import { signingSecrets } from "../src/targets.js";
@@ -137,7 +136,7 @@ describe("endpoint health", () => {
 describe("the published retry schedule", () => {
   it("docs/partners.md shows the table derived from the default settings (WEBHOOK_RETRY_BASE_SECONDS 30, window 24 h, timeout 10 s)", async () => {
     const { readFileSync } = await import("node:fs");
-    const { scheduleTable, plannedOffsetsSeconds } = await import("../src/schedule.js");
+    const { scheduleTable, plannedOffsetsSeconds } = await import("./planned-schedule.js");
     const table = scheduleTable(policy);
     expect(readFileSync("docs/partners.md", "utf8")).toContain(table);
     expect(table.split("\n")).toHaveLength(2 + plannedOffsetsSeconds(policy).length);

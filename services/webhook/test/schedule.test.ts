@@ -4,10 +4,10 @@ import {
   latestStartOffsetMs,
   maxDelaySeconds,
   nextAttemptAt,
-  plannedOffsetsSeconds,
   retryDelayMs,
   type RetryPolicy,
 } from "../src/schedule.js";
+import { plannedOffsetsSeconds } from "./planned-schedule.js";
 
 const production: RetryPolicy = { baseSeconds: 30, windowSeconds: 86_400, attemptTimeoutSeconds: 10 };
 const fast: RetryPolicy = { baseSeconds: 0.2, windowSeconds: 20, attemptTimeoutSeconds: 2 };

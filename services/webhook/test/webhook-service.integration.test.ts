@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { RpcError, Status } from "@pi/common/errors";
 import { clientsFor } from "@pi/common/clients";
 import { webhookv1 } from "@pi/proto";
 import { startTestReceiver, type TestReceiver } from "../../../test/support/webhook-receiver.js";
@@ -222,10 +222,10 @@ describe("webhook delivery", () => {
 
   it("ListDeliveries refuses a missing partner id and a bad limit, and lists newest first", async () => {
     const client = clientsFor(h.settings).webhookAdmin();
-    await expect(client.listDeliveries({ partnerId: "" })).rejects.toMatchObject({ code: Code.InvalidArgument });
-    await expect(client.listDeliveries({ partnerId: "ptr_x", limit: -1 })).rejects.toBeInstanceOf(ConnectError);
+    await expect(client.listDeliveries({ partnerId: "" })).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT });
+    await expect(client.listDeliveries({ partnerId: "ptr_x", limit: -1 })).rejects.toBeInstanceOf(RpcError);
     await expect(client.listDeliveries({ partnerId: "ptr_x", limit: 1001 })).rejects.toMatchObject({
-      code: Code.InvalidArgument,
+      code: Status.INVALID_ARGUMENT,
     });
     expect((await client.listDeliveries({ partnerId: "ptr_unknown" })).deliveries).toEqual([]);
 

@@ -1,14 +1,16 @@
-import type { Consumer, Kafka, KafkaMessage } from "kafkajs";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Consumer, Message, MessagesStream } from "@platformatic/kafka";
 import { atMost } from "../at-most.js";
+import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../kafka.js";
 import type { Logger } from "../logger.js";
 import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../metrics.js";
+import { retryDelay } from "./retry.js";
 
-// The one Kafka consumer of every service: set-up, liveness, lag gauge, metrics and a bounded stop.
+// The one Kafka consumer of every service: set-up, restarts, liveness, lag gauge, metrics and a bounded stop.
 
 /**
  * How long a fetch waits at the broker while there is nothing to read. A fetch returns as soon as a
- * message arrives, so this sets only how often an idle consumer wakes (and a member learns of a
- * rebalance within about this plus CONSUMER_HEARTBEAT_MS).
+ * message arrives, so this sets only how often an idle consumer wakes.
  */
 export const CONSUMER_MAX_WAIT_MS = 3_000;
 let consumerMaxWaitMs = CONSUMER_MAX_WAIT_MS;
@@ -18,41 +20,31 @@ export function setConsumerMaxWaitForTests(ms: number): void {
   consumerMaxWaitMs = ms;
 }
 
-/** For groups that must hand partitions over quickly when a replica dies, instead of kafkajs's 30 s. */
+/** For groups that must hand partitions over quickly when a replica dies, instead of 30 s (as 1.1.0's members). */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
 export const CONSUMER_HEARTBEAT_MS = 3_000;
+const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInterval: CONSUMER_HEARTBEAT_MS };
 
 /**
- * How long a stopping process waits for a consumer to leave its group: with the broker gone kafkajs
- * retries for half a minute, past the 15 s a process has to stop. Uncommitted offsets are read again.
+ * How long a stopping process waits for a consumer to leave its group: with the broker gone the client
+ * retries past the 15 s a process has to stop. Uncommitted offsets are read again.
  */
 export const CONSUMER_STOP_MS = 4_000;
 
-/** Disconnects a consumer, waiting CONSUMER_STOP_MS at most. */
+/** Closes a consumer and its stream (it leaves its group), waiting CONSUMER_STOP_MS at most. */
 export async function disconnectConsumer(
-  consumer: Pick<Consumer, "disconnect">,
+  consumer: { close(force?: boolean): Promise<void> },
   name: string,
   logger: Logger,
   ms = CONSUMER_STOP_MS,
 ): Promise<void> {
   const disconnected = consumer
-    .disconnect()
+    .close(true)
     .catch((err: unknown) =>
       logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer did not disconnect cleanly"),
     );
   if (!(await atMost(disconnected, ms)))
     logger.warn({ consumer: name, waitedMs: ms }, "Kafka consumer still stopping; left behind");
-}
-
-/** Whether a consumer still runs: one kafkajs does not restart after a crash makes the service not ready. */
-export function watchConsumer(consumer: Pick<Consumer, "on" | "events">, name: string, logger: Logger): () => boolean {
-  let alive = true;
-  consumer.on(consumer.events.CRASH, (event) => {
-    if (event.payload.restart) return;
-    alive = false;
-    logger.error({ consumer: name, err: event.payload.error }, "Kafka consumer stopped for good; reporting not ready");
-  });
-  return () => alive;
 }
 
 /** Runs a handler of `count` messages and counts them (and their share of its time) once it succeeds. */
@@ -81,7 +73,7 @@ export function consumerLag(
 
 /**
  * Sets pi_kafka_consumer_lag{group} at each scrape from the broker's offsets, as the service's own
- * Kafka user (its group READ grant covers its groups' offsets); the admin client connects at the first.
+ * Kafka user (its group READ grant covers its groups' offsets).
  */
 export function watchConsumerLag(
   kafka: Kafka,
@@ -90,15 +82,9 @@ export function watchConsumerLag(
   logger: Logger,
 ): { stop(): Promise<void> } {
   const admin = kafka.admin();
-  let connected: Promise<void> | undefined;
   const reads = readAtScrape(
     [kafkaConsumerLag],
     async () => {
-      connected ??= admin.connect().catch((err: unknown) => {
-        connected = undefined;
-        throw err;
-      });
-      await connected;
       const [offsets] = await admin.fetchOffsets({ groupId, topics: [topic] });
       const ends = await admin.fetchTopicOffsets(topic);
       kafkaConsumerLag.set({ group: groupId }, consumerLag(ends, offsets?.partitions ?? []));
@@ -108,11 +94,10 @@ export function watchConsumerLag(
   return {
     async stop() {
       await reads.stop();
-      if (connected !== undefined)
-        await atMost(
-          admin.disconnect().catch(() => undefined),
-          CONSUMER_STOP_MS,
-        );
+      await atMost(
+        admin.disconnect().catch(() => undefined),
+        CONSUMER_STOP_MS,
+      );
     },
   };
 }
@@ -127,59 +112,138 @@ export interface ConsumeOptions {
   /** One message, or (`eachBatch`) a partition's batch; offsets are committed once it returns, a throw reads it again. */
   each?(message: KafkaMessage, partition: number): Promise<void>;
   eachBatch?(messages: KafkaMessage[], partition: number): Promise<void>;
-  /** CONSUMER_SESSION_TIMEOUT_MS instead of kafkajs's 30 s. */
+  /** CONSUMER_SESSION_TIMEOUT_MS instead of 30 s. */
   quickHandover?: boolean;
   partitionsConsumedConcurrently?: number;
   /** Where a group without committed offsets starts: the beginning by default. */
   fromBeginning?: boolean;
   /** false: no offsets committed (a group of one process that places itself with `startAt`). */
   commit?: boolean;
-  /** Offsets to read from, set once the consumer runs. */
+  /** Offsets to read from (with `commit` false). */
   startAt?: { partition: number; offset: string }[];
   /** Reports pi_kafka_consumer_lag{group}; true by default. */
   reportLag?: boolean;
 }
 
 export interface Consuming {
+  /** False once the consumer has stopped for good (a failure trying again cannot cure): the service reports not ready. */
   alive(): boolean;
   /** Leaves the group, waiting for the message (batch) in hand, CONSUMER_STOP_MS at most. */
   stop(): Promise<void>;
 }
 
-/** Joins `group` and reads `topic`, counting each message handled (consumed) and, by default, the group's lag. */
+/** A handler's throw, or a stream that ended: the consumer starts again and reads the messages again. */
+class Restart extends Error {}
+
+/** The messages a stream holds: one as soon as it arrives, with all that came with it. */
+async function* batches(stream: MessagesStream<Buffer, Buffer, Buffer, Buffer>): AsyncGenerator<Message[]> {
+  for await (const first of stream) {
+    const batch: Message[] = [first];
+    for (let m = stream.read(); m !== null; m = stream.read()) batch.push(m);
+    yield batch;
+  }
+}
+
+/**
+ * Joins `group` and reads `topic`, counting each message handled (consumed) and, by default, the
+ * group's lag. A partition's messages are handled in order, then its offset is committed. On a
+ * failure that trying again may cure (a broker gone, a handler's throw) the consumer starts again
+ * from the committed offsets (without commits: from where it was), backing off to 30 s.
+ */
 export async function consume(o: ConsumeOptions): Promise<Consuming> {
   const { kafka, logger, group, topic, name } = o;
-  if (!o.each === !o.eachBatch) throw new TypeError("consume: give each or eachBatch");
-  const consumer = kafka.consumer({
-    groupId: group,
-    maxWaitTimeInMs: consumerMaxWaitMs,
-    ...(o.quickHandover
-      ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS, heartbeatInterval: CONSUMER_HEARTBEAT_MS }
-      : {}),
-  });
-  const alive = watchConsumer(consumer, name, logger);
-  const lag = o.reportLag === false ? undefined : watchConsumerLag(kafka, group, topic, logger);
-  const stop = async () => void (await Promise.all([lag?.stop(), disconnectConsumer(consumer, name, logger)]));
-  try {
-    await consumer.connect();
-    await consumer.subscribe({ topic, fromBeginning: o.fromBeginning ?? true });
-    const { each, eachBatch } = o;
-    await consumer.run({
-      autoCommit: o.commit ?? true,
-      ...(o.partitionsConsumedConcurrently ? { partitionsConsumedConcurrently: o.partitionsConsumedConcurrently } : {}),
-      ...(each
-        ? { eachMessage: ({ message, partition }) => consumed(topic, 1, () => each(message, partition)) }
-        : {
-            eachBatch: async ({ batch, heartbeat }) => {
-              await consumed(topic, batch.messages.length, () => eachBatch!(batch.messages, batch.partition));
-              await heartbeat();
-            },
-          }),
+  const { each, eachBatch } = o;
+  if (!each === !eachBatch) throw new TypeError("consume: give each or eachBatch");
+  const commit = o.commit ?? true;
+  const positions = new Map((o.startAt ?? []).map((s) => [s.partition, BigInt(s.offset)]));
+  const fallbackMode = (o.fromBeginning ?? true) ? "earliest" : "latest";
+  let alive = true;
+  let stopping = false;
+  let consumer: Consumer | undefined;
+  let stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
+
+  const start = async () => {
+    const c = kafka.consumer(group, {
+      ...GROUP,
+      maxWaitTime: consumerMaxWaitMs,
+      ...(o.quickHandover ? { sessionTimeout: CONSUMER_SESSION_TIMEOUT_MS } : {}),
     });
+    consumer = c;
+    let s: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined;
+    // A failed rejoin: the stream ends with it and the consumer starts again.
+    c.on("error", (err: Error) => s?.destroy(err));
+    s = await c.consume({
+      topics: [topic],
+      fallbackMode,
+      ...(commit || positions.size === 0
+        ? { mode: "committed" }
+        : { mode: "manual", offsets: [...positions].map(([partition, offset]) => ({ topic, partition, offset })) }),
+    });
+    stream = s;
+    return s;
+  };
+  const handle = async (partition: number, messages: Message[]) => {
+    await consumed(topic, messages.length, async () => {
+      try {
+        if (eachBatch) await eachBatch(messages.map(kafkaMessage), partition);
+        else for (const m of messages) await each!(kafkaMessage(m), partition);
+      } catch (err) {
+        throw new Restart((err as Error).message, { cause: err });
+      }
+    });
+    const last = messages.at(-1)!;
+    positions.set(partition, last.offset + 1n);
+    // A commit refused (the partition moved to another member meanwhile) only means it reads them again.
+    if (commit)
+      await Promise.resolve(last.commit()).catch((err: unknown) =>
+        logger.warn({ consumer: name, partition, err: (err as Error).message }, "Kafka offset not committed"),
+      );
+  };
+  const run = async (first: MessagesStream<Buffer, Buffer, Buffer, Buffer>) => {
+    for (let failures = 0, s: typeof first | undefined = first; !stopping; ) {
+      try {
+        s ??= await start();
+        for await (const batch of batches(s)) {
+          const byPartition = new Map<number, Message[]>();
+          for (const m of batch) {
+            const messages = byPartition.get(m.partition);
+            if (messages) messages.push(m);
+            else byPartition.set(m.partition, [m]);
+          }
+          const partitions = [...byPartition.keys()];
+          const at = o.partitionsConsumedConcurrently ?? 1;
+          for (let i = 0; i < partitions.length; i += at)
+            await Promise.all(partitions.slice(i, i + at).map((p) => handle(p, byPartition.get(p)!)));
+          failures = 0;
+        }
+        if (!stopping) throw new Restart("the stream ended");
+      } catch (err) {
+        if (stopping) return;
+        if (!(err instanceof Restart) && !retriable(err)) {
+          alive = false;
+          logger.error({ consumer: name, err }, "Kafka consumer stopped for good; reporting not ready");
+          return;
+        }
+        logger.warn({ consumer: name, err: (err as Error).message }, "Kafka consumer failed; starting again");
+        await disconnectConsumer(consumer!, name, logger);
+        s = undefined;
+        await sleep(retryDelay(++failures, { firstDelayMs: 300, maxDelayMs: 30_000 }));
+      }
+    }
+  };
+
+  const lag = o.reportLag === false ? undefined : watchConsumerLag(kafka, group, topic, logger);
+  let running: Promise<void> | undefined;
+  const stop = async () => {
+    stopping = true;
+    await atMost(Promise.all([stream?.close(), running]), CONSUMER_STOP_MS);
+    await Promise.all([lag?.stop(), consumer && disconnectConsumer(consumer, name, logger)]);
+  };
+  try {
+    running = run(await start());
   } catch (err) {
     await stop();
     throw err;
   }
-  for (const { partition, offset } of o.startAt ?? []) consumer.seek({ topic, partition, offset });
-  return { alive, stop };
+  return { alive: () => alive, stop };
 }

@@ -11,7 +11,6 @@ import { every } from "./periodic.js";
 const asFilter = <T extends Document>(f: Document) => f as Filter<T>;
 const asUpdate = <T extends Document>(u: Document) => u as UpdateFilter<T>;
 
-/** Where a document keeps its lease: the time it ends and the token of its holder. */
 export interface LeaseFields {
   until: string;
   holder: string;
@@ -51,7 +50,7 @@ export async function takeLease<T extends Document>(
   return doc ? { doc, holder, until } : null;
 }
 
-/** Pushes a held lease forward; false when it is no longer this holder's. */
+/** False when the lease is no longer this holder's. */
 export async function renewLease<T extends Document>(
   collection: Collection<T>,
   id: unknown,
@@ -81,7 +80,6 @@ export function endLease<T extends Document>(
   );
 }
 
-/** A lease that stands for a job rather than a document (one sweep at a time across replicas). */
 export interface JobLeaseDoc {
   _id: string;
   until: Date | null;
@@ -90,11 +88,8 @@ export interface JobLeaseDoc {
 
 const JOB_LEASE: LeaseFields = { until: "until", holder: "holder" };
 
-/**
- * Runs `task` only while this process holds the job lease `name` (created on first use); undefined
- * when another replica holds it. `renew` returns false once the lease ran out and another may have
- * taken over: the task should stop. Leases use the real clock, whatever clock the task is given.
- */
+// Undefined when another replica holds the lease; `renew` says false once another may have taken over.
+// Leases use the real clock, whatever the task's.
 export async function whileHolding<T>(
   collection: Collection<JobLeaseDoc>,
   name: string,
@@ -113,10 +108,7 @@ export async function whileHolding<T>(
   }
 }
 
-/**
- * Renews a held lease every `everyMs` (a third of its length or less, so that one failed renewal
- * does not lose it) until stopped, or until `renew` says the lease is no longer this holder's.
- */
+/** Renews a held lease every `everyMs` (a third of it or less: one failed renewal does not lose it). */
 export function keepAlive(
   name: string,
   everyMs: number,

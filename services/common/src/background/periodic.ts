@@ -1,15 +1,11 @@
 import type { Logger } from "../logger.js";
 
 export interface Periodic {
-  /** Runs the task now (unless it is running) and waits for it. */
   runNow(): Promise<void>;
   stop(): Promise<void>;
 }
 
-/**
- * Runs `task` every `intervalMs`, never two rounds at once, and (unless told otherwise) once right
- * away. A failure is logged and the next round tries again; stop() waits for the round in progress.
- */
+/** Runs `task` every `intervalMs` (and at once, by default), never two rounds at once; a failure is logged. */
 export function every(
   name: string,
   intervalMs: number,

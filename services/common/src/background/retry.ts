@@ -9,21 +9,16 @@ export interface RetryOptions {
   /** 2 by default; 1 waits `firstDelayMs` every time. */
   factor?: number;
   maxDelayMs?: number;
-  /** Whether a failure is worth another try (every failure by default). */
   retryIf?: (err: Error) => boolean;
   /** Logs each failure that will be tried again, with `what` and the wait. */
   logger?: Pick<Logger, "warn">;
 }
 
-/** The wait after the `failures`-th failure. */
 export function retryDelay(failures: number, o: Pick<RetryOptions, "firstDelayMs" | "factor" | "maxDelayMs">): number {
   return Math.min(o.firstDelayMs * (o.factor ?? 2) ** (failures - 1), o.maxDelayMs ?? Infinity);
 }
 
-/**
- * Runs `attempt` until it succeeds, backing off between failures (p-retry), or rejects with the last
- * failure once `attempts` are spent or `retryIf` refuses it (p-retry never retries a TypeError that is not a network failure).
- */
+/** Runs `attempt` with backoff (p-retry, which never retries a TypeError that is not a network failure). */
 export function retry<T>(what: string, attempt: (n: number) => Promise<T>, o: RetryOptions): Promise<T> {
   const retryIf = o.retryIf ?? (() => true);
   return pRetry(attempt, {

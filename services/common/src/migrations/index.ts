@@ -3,9 +3,7 @@ import { auditRecordsIntoTrailDatabase } from "./audit-records-into-trail-databa
 import { keysUnderMode } from "./keys-under-mode.js";
 import { unusedGridfsBucket } from "./unused-gridfs-bucket.js";
 
-// Every service's store schema: the version of each collection it owns (1: the shape 4e36e67 wrote;
-// each change of a shape adds one, and docs/upgrades.md says what it added and how it is read), its
-// migrations, and the oldest release that reads what this release writes.
+// Every service's store schema (docs/upgrades.md): each collection's version, 1 being the shape 4e36e67 wrote.
 
 /** The previous release: what this one's writes must stay readable by (expand, then contract). */
 export const PREVIOUS_RELEASE = "1.0.0";

@@ -21,10 +21,7 @@ export interface KeyBeforeModes {
 /** A key as 1.0.0 and later store it. */
 export type KeyUnderMode = Omit<KeyBeforeModes, "claimedAt"> & { mode: "live" | "test"; claimedUntil: Date };
 
-/**
- * The key under the mode of its file, or null when it named no stored file (a claim whose request
- * never stored one is as if never made). A claim's lease ends at its old claim time: a retry takes it over.
- */
+/** The key under its file's mode, or null when it named no stored file (as if the claim was never made). */
 export function keyUnderMode(old: KeyBeforeModes, fileMode: "live" | "test" | null): KeyUnderMode | null {
   if (fileMode === null) return null;
   return {

@@ -34,7 +34,6 @@ const jsonBody = bodyParser({
   },
 });
 
-/** The connection create request: exactly one field, `elder`, a well-formed address. */
 export function parseConnectionCreate(body: unknown, domain: string): string {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw new PartnerError("invalid_request", { message: "The body must be a JSON object." });

@@ -1,8 +1,7 @@
 import { authorizationServerIssuer, tokenEndpointUrl, type Settings } from "@pi/common/settings";
 import { gatewayRouter } from "../router.js";
 
-// Where a client finds the token endpoint and what it accepts: RFC 8414 metadata, and SMART App
-// Launch's smart-configuration (what healthcare's OAuth clients read). No bearer.
+// SMART App Launch's smart-configuration is what healthcare's OAuth clients read.
 
 export const TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "private_key_jwt"];
 export const ASSERTION_SIGNING_ALGORITHMS = ["RS384", "ES384", "ES256", "RS256"];

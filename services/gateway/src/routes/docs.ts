@@ -4,8 +4,7 @@ import { dirname, join } from "node:path";
 import { gatewayRouter } from "../router.js";
 import { openApiDocument } from "../openapi.js";
 
-// The OpenAPI document and the API reference page Swagger UI renders from it, all from this process
-// (no CDN, no outside call). No bearer.
+// The API reference page and its assets, all from this process: no CDN, no outside call.
 
 const swaggerUiDir = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
 

@@ -2,11 +2,8 @@ import type { HealthClient } from "@pi/common/clients";
 import { healthv1 } from "@pi/proto";
 import { gatewayRouter } from "../router.js";
 
-/**
- * Liveness; readiness of the whole (/readyz: every internal service SERVING); and /readyz/traffic, the
- * pod's probe: warm. A gateway stays in rotation while a service behind it is down, answering the
- * envelope's fast 503, rather than every replica leaving and the proxy answering in its own words.
- */
+// /readyz/traffic (the pod's probe) asks only warm: a gateway stays in rotation while a service behind
+// it is down, answering the fast envelope 503, rather than every replica leaving.
 export default function healthRoutes(services: Record<string, HealthClient>, warm: () => boolean = () => true) {
   const router = gatewayRouter();
   router.get("/healthz", (ctx) => {

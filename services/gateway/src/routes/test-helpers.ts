@@ -39,7 +39,6 @@ export function testHelperRoutes(connections: ConnectionClient) {
   return router;
 }
 
-/** The helpers' routes (and their 405) for a test token only. */
 export function testModeOnly(router: ReturnType<typeof testHelperRoutes>): Middleware<GatewayState> {
   const routes = router.routes() as unknown as Middleware<GatewayState>;
   const methods = allowedMethods(router);

@@ -29,11 +29,7 @@ const fields = [
 ] as const;
 type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
 
-/**
- * RFC 6749 4.4 request validation, with the client authenticated by the body fields, an HTTP
- * Basic `authorization` header or a client assertion (client-auth.ts); returns the error to
- * answer, or the request.
- */
+/** RFC 6749 4.4 request validation: the error to answer, or the request. */
 export function parseTokenRequest(
   body: unknown,
   authorization?: string,
@@ -113,8 +109,7 @@ export default function tokenRoutes(issueToken: IssueToken) {
         };
         return;
       }
-      // Auth could not read this request's credential (its database is away): the envelope 503, as
-      // when the whole call fails.
+      // Auth could not read the credential (its database is away): the envelope 503, as for a failed call.
       if (res.outcome.value === authv1.TokenFailure.UNAVAILABLE)
         throw new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
       ctx.status = 400;

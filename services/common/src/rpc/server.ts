@@ -1,0 +1,258 @@
+import type { DescMessage, DescMethod, DescService, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { healthv1 } from "@pi/proto";
+import { ruleFor, type Workload } from "../allowed-callers.js";
+import { RpcError, Status, trailersOf } from "../errors.js";
+import type { Logger } from "../logger.js";
+import { checkCaller, publicKeysFor, SERVICE_TOKEN_HEADER, TokenVerifier } from "../service-identity.js";
+import { SettingsError } from "../settings.js";
+import { rpcServerSpan } from "../telemetry.js";
+import { deserialize, pathOf, serialize } from "./client.js";
+
+const { Health, HealthCheckResponse_ServingStatus: ServingStatus } = healthv1;
+
+/** What a handler knows of its call: the caller's metadata, and a signal aborted once the call ends or is cancelled. */
+export interface HandlerContext {
+  metadata: grpc.Metadata;
+  signal: AbortSignal;
+}
+
+type Reply<O extends DescMessage> = MessageInitShape<O> | Promise<MessageInitShape<O>>;
+type MethodImpl<M> = M extends {
+  methodKind: "unary";
+  input: infer I extends DescMessage;
+  output: infer O extends DescMessage;
+}
+  ? (request: MessageShape<I>, context: HandlerContext) => Reply<O>
+  : M extends {
+        methodKind: "client_streaming";
+        input: infer I extends DescMessage;
+        output: infer O extends DescMessage;
+      }
+    ? (requests: AsyncIterable<MessageShape<I>>, context: HandlerContext) => Reply<O>
+    : never;
+
+/** A service's handlers, as plain functions of their request. */
+export type ServiceImpl<T extends DescService> = { [K in keyof T["method"]]: MethodImpl<T["method"][K]> };
+export interface Router {
+  service<T extends DescService>(service: T, impl: Partial<ServiceImpl<T>>): Router;
+}
+/** A service's routes: `(router) => router.service(Service, impl)`. */
+export type Routes = (router: Router) => void;
+
+type Handler = (request: unknown, context: HandlerContext) => unknown;
+
+/** The handlers `routes` registers, by method. */
+export function collectRoutes(routes: Routes): [DescMethod, Handler][] {
+  const found: [DescMethod, Handler][] = [];
+  const router: Router = {
+    service(service, impl) {
+      for (const method of service.methods) {
+        const fn = (impl as Record<string, Handler | undefined>)[method.localName];
+        if (fn) found.push([method, fn.bind(impl)]);
+      }
+      return router;
+    },
+  };
+  routes(router);
+  return found;
+}
+
+/** Health check service names: the process serves (a pod's liveness probe)... */
+export const LIVENESS = "liveness";
+/** ...and the replica should take calls (a pod's readiness probe): its own parts and its database, not Kafka. */
+export const TRAFFIC = "traffic";
+
+// Failures to reach the service's own database or Kafka: the call is answered UNAVAILABLE (a fast
+// envelope 503 at the gateway), not INTERNAL. Matched by name along the cause chain (errors from the
+// drivers may come from another realm in tests, or be wrapped), and by the code of a bare socket
+// error, which the MongoDB driver lets through when it writes to a connection the server has closed,
+// and by @platformatic/kafka's network and timeout codes.
+const INFRASTRUCTURE_ERRORS =
+  /^(Mongo)?(ServerSelection|Network|NetworkTimeout|NotConnected|TopologyClosed|PoolCleared|PoolClearedOnNetwork)Error$/;
+const ERROR_CODES = new Set([
+  "EPIPE",
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "ETIMEDOUT",
+  "ENOTCONN",
+  "PLT_KFK_NETWORK",
+  "PLT_KFK_TIMEOUT",
+]);
+
+export function infrastructureUnavailable(err: unknown): boolean {
+  for (let e = err, depth = 0; typeof e === "object" && e !== null && depth < 8; depth++) {
+    const { name, code, originalError, cause } = e as Record<string, unknown>;
+    if (typeof name === "string" && INFRASTRUCTURE_ERRORS.test(name)) return true;
+    if (typeof code === "string" && ERROR_CODES.has(code)) return true;
+    if (e instanceof AggregateError && e.errors.some(infrastructureUnavailable)) return true;
+    if (originalError && infrastructureUnavailable(originalError)) return true;
+    e = cause;
+  }
+  return false;
+}
+
+/** A handler's failure as the status its caller gets, logged unless it is a deliberate refusal (without the request). */
+function failureOf(err: unknown, method: DescMethod, started: number, logger: Logger): RpcError {
+  const failure =
+    !(err instanceof RpcError) && infrastructureUnavailable(err)
+      ? new RpcError("a dependency of the service is unreachable", Status.UNAVAILABLE, undefined, err)
+      : RpcError.from(err);
+  const fields = { method: method.name, code: Status[failure.code], ms: Math.round(performance.now() - started) };
+  if (failure.code === Status.INTERNAL || failure.code === Status.UNKNOWN)
+    logger.error({ ...fields, err }, "rpc failed");
+  else if (failure.code === Status.UNAVAILABLE)
+    logger.warn(
+      { ...fields, err: (failure.cause as Error | undefined)?.message ?? failure.message },
+      "rpc unavailable",
+    );
+  else logger.debug(fields, "rpc refused");
+  return failure;
+}
+
+type ServerCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerReadableStream<unknown, unknown>;
+
+/**
+ * A client stream's messages. One its caller reset ends in CANCELLED, not as if it were whole: grpc-js
+ * takes the end a reset brings for a half-close and tells of the reset ('cancelled') a few ticks later.
+ */
+async function* requestsOf(call: grpc.ServerReadableStream<unknown, unknown>): AsyncIterable<unknown> {
+  yield* call;
+  await new Promise((resolve) => setImmediate(resolve));
+  if (call.cancelled) throw new RpcError("the call was cancelled before its last message", Status.CANCELLED);
+}
+
+/**
+ * The one wrapper of every handler: a SERVER span and duration metric, the caller's service token and
+ * its place on the allow-list (health checks excepted), then the handler; its failure as a status.
+ */
+function grpcHandler(method: DescMethod, handler: Handler, verifier: TokenVerifier, logger: Logger) {
+  return (call: ServerCall, callback: grpc.sendUnaryData<unknown>) => {
+    const started = performance.now();
+    const ended = new AbortController();
+    const onCancel = () => ended.abort(new RpcError("the call was cancelled", Status.CANCELLED));
+    call.once("cancelled", onCancel);
+    const request = "request" in call ? call.request : requestsOf(call);
+    rpcServerSpan(method, call.metadata.getMap(), async () => {
+      const [token] = call.metadata.get(SERVICE_TOKEN_HEADER);
+      await checkCaller(verifier, logger, method, typeof token === "string" ? token : undefined);
+      return handler(request, { metadata: call.metadata, signal: ended.signal });
+    })
+      .then(
+        (response) => callback(null, response),
+        (err: unknown) => {
+          const failure = failureOf(err, method, started, logger);
+          // An answer of the service is never made again elsewhere: a negative pushback stops
+          // grpc-js's retry policy (idempotent methods retry only UNAVAILABLE without an answer).
+          const metadata = trailersOf(failure) ?? new grpc.Metadata();
+          metadata.set("grpc-retry-pushback-ms", "-1");
+          callback({ code: failure.code, details: failure.message, metadata });
+        },
+      )
+      .finally(() => {
+        call.removeListener("cancelled", onCancel);
+        ended.abort();
+      });
+  };
+}
+
+export interface RpcServerOptions {
+  /** The service's name: the audience its callers' tokens must name. */
+  service: Workload;
+  /** SERVICE_IDENTITY_PUBLIC_KEYS: every workload's public key (service-identity.ts). */
+  publicKeys: string | undefined;
+  host: string;
+  /** The data plane's port: the runtime RPCs and the health checks. */
+  port: number;
+  /** The admin plane's port (`*_ADMIN_PORT`): the service's admin RPCs, and nothing else. */
+  adminPort?: number;
+  routes: Routes;
+  /** Whether the service reaches everything it depends on; with `withKafka` false, everything but Kafka. */
+  healthy: (withKafka: boolean) => Promise<boolean>;
+  logger: Logger;
+}
+
+export interface RpcServer {
+  port: number;
+  adminPort?: number;
+  close(): Promise<void>;
+}
+
+// "liveness": the process serves (a database outage must not restart every pod); "traffic": the
+// replica should take calls, everything but Kafka (whose outage the outboxes ride out); any other
+// name: readiness of the whole (the gateway's /readyz). Watch is not served: poll Check.
+const healthRoutes = (healthy: RpcServerOptions["healthy"]) => (router: Router) =>
+  router.service(Health, {
+    async check(req) {
+      if (req.service === LIVENESS) return { status: ServingStatus.SERVING };
+      return { status: (await healthy(req.service !== TRAFFIC)) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
+    },
+  });
+
+/**
+ * The services' gRPC server: the runtime RPCs and grpc.health.v1.Health on `port`, the admin RPCs
+ * (allowed-callers.ts) on `adminPort` alone, so a network policy admits each caller to the plane it
+ * needs; a method a port does not serve is UNIMPLEMENTED there. Every call but a health check must
+ * carry a service token its caller signed for this service, and the caller must be allowed the method.
+ */
+export async function startRpcServer(opts: RpcServerOptions): Promise<RpcServer> {
+  if (!opts.publicKeys)
+    throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
+  const verifier = new TokenVerifier(opts.service, publicKeysFor(opts.publicKeys));
+  const routes = collectRoutes(opts.routes);
+  const planeOf = ([m]: [DescMethod, Handler]) => ruleFor(m.parent.typeName, m.name)?.plane ?? "runtime";
+  const listen = async (handlers: [DescMethod, Handler][], port: number) => {
+    // A connection lives at most a minute, so that clients look a host name up again and find new replicas.
+    const server = new grpc.Server({
+      "grpc.max_receive_message_length": 8 * 1024 * 1024,
+      "grpc.max_connection_age_ms": 60_000,
+    });
+    const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+    const implementation: grpc.UntypedServiceImplementation = {};
+    for (const [method, handler] of handlers) {
+      const path = pathOf(method);
+      definition[path] = {
+        path,
+        requestStream: method.methodKind === "client_streaming",
+        responseStream: false,
+        requestSerialize: serialize(method.input),
+        requestDeserialize: deserialize(method.input),
+        responseSerialize: serialize(method.output),
+        responseDeserialize: deserialize(method.output),
+      };
+      implementation[path] = grpcHandler(method, handler, verifier, opts.logger) as grpc.UntypedHandleCall;
+    }
+    server.addService(definition, implementation);
+    const address = `${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
+    const bound = await new Promise<number>((resolve, reject) =>
+      server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+    );
+    // Calls under way get 5 s to finish once the server stops.
+    const close = () =>
+      new Promise<void>((resolve) => {
+        const force = setTimeout(() => server.forceShutdown(), 5_000).unref();
+        server.tryShutdown(() => {
+          clearTimeout(force);
+          resolve();
+        });
+      });
+    return { port: bound, close };
+  };
+  const servers = [
+    await listen(
+      [...routes.filter((r) => planeOf(r) === "runtime"), ...collectRoutes(healthRoutes(opts.healthy))],
+      opts.port,
+    ),
+  ];
+  if (opts.adminPort !== undefined)
+    servers.push(
+      await listen(
+        routes.filter((r) => planeOf(r) === "admin"),
+        opts.adminPort,
+      ),
+    );
+  const [port, adminPort] = servers.map((s) => s.port);
+  opts.logger.info({ port, adminPort }, "grpc server listening");
+  return { port: port!, adminPort, close: async () => void (await Promise.all(servers.map((s) => s.close()))) };
+}
