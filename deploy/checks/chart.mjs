@@ -497,7 +497,7 @@ export function checkReferences(docs, { externalSecrets = [] } = {}) {
   return problems;
 }
 
-/** Settings the services read, from services/common/src/settings.ts (one schema for all). */
+/** Settings the services read, from services/common/src/runtime/settings.ts (one schema for all). */
 export function serviceSettings() {
   const text = readFileSync(join(repoRoot, "services", "common", "src", "settings.ts"), "utf8");
   const body = text.slice(text.indexOf("settingsSchema = z.object({"));

@@ -42,7 +42,7 @@ import net from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-/** A workload's SERVICE_IDENTITY_KEY and public key entry, in the form of services/common/src/service-identity.ts. */
+/** A workload's SERVICE_IDENTITY_KEY and public key entry, in the form of services/common/src/rpc/service-identity.ts. */
 function serviceIdentity(name) {
   const { privateKey, publicKey } = generateKeyPairSync("ed25519");
   return {
@@ -520,7 +520,7 @@ export async function runImageCheck({
       ];
       const pepper = randomBytes(36).toString("base64url");
       const dataKeys = `k1:${randomBytes(32).toString("base64url")}`;
-      // Each container its own service identity (services/common/src/service-identity.ts), both
+      // Each container its own service identity (services/common/src/rpc/service-identity.ts), both
       // every public key: the gateway's calls to auth are signed and verified as in the chart.
       const ids = Object.fromEntries(["gateway", "auth"].map((name) => [name, serviceIdentity(name)]));
       runEnv.push(
@@ -529,7 +529,7 @@ export async function runImageCheck({
           .join(",")}`,
       );
       gatewayIdentity = ids.gateway.key;
-      // Each its own Kafka user, admitted by the namespace's ACLs (services/common/src/kafka-access.ts), as in the chart.
+      // Each its own Kafka user, admitted by the namespace's ACLs (services/common/src/events/kafka-access.ts), as in the chart.
       const namespace = `imagecheck${process.pid}`;
       const common = await import("../../services/common/dist/index.js");
       const admin = common.KAFKA_ADMIN_USER;

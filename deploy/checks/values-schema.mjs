@@ -5,7 +5,7 @@
 //   node deploy/checks/values-schema.mjs          rewrites values.schema.json
 //   node deploy/checks/values-schema.mjs --check  fails when values.schema.json is stale
 //
-// The settings mirror services/common/src/settings.ts (types, bounds); test/deploy/chart.test.ts
+// The settings mirror services/common/src/runtime/settings.ts (types, bounds); test/deploy/chart.test.ts
 // fails when a setting the services read is not wired through the chart.
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";

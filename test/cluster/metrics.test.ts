@@ -4,14 +4,16 @@ import { cluster, kubectl, kubectlJson, named, podsOf } from "./cluster.js";
 
 // The chart's metrics ports on a live release (docs/operations.md, "Scraping"): every pod of every
 // service declares a port named metrics (METRICS_PORT) that its ClusterIP Service publishes, and,
-// once the processes serve it (METRICS_PORT among the settings of services/common/src/settings.ts),
+// once the processes serve it (METRICS_PORT among the settings of services/common/src/runtime/settings.ts),
 // each answers /metrics in Prometheus's text format, read here as a scraper would through the API
 // server's pod proxy (the release's NetworkPolicies admit only networkPolicy.metricsScraper, which
 // this cluster's bridge CNI does not enforce: test/cluster/network-policies.test.ts judges them).
 const COMPONENTS = ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"];
 /** Workers have no Service (a PodMonitor scrapes them). */
 const WORKERS = ["extraction"];
-const processesServeMetrics = /^ {2}METRICS_PORT:/m.test(readFileSync("services/common/src/settings.ts", "utf8"));
+const processesServeMetrics = /^ {2}METRICS_PORT:/m.test(
+  readFileSync("services/common/src/runtime/settings.ts", "utf8"),
+);
 
 const metricsPortOf = async (pod: string): Promise<number> => {
   const spec = await kubectlJson<{ spec: { containers: { ports?: { name: string; containerPort: number }[] }[] } }>(

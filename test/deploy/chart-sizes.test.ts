@@ -6,7 +6,13 @@ import { beforeAll, describe, expect, it } from "@jest/globals";
 import { ensureHelm } from "../../deploy/checks/helm.mjs";
 import * as chart from "../../deploy/checks/chart.mjs";
 import type { K8sObject } from "../../deploy/checks/chart.mjs";
-import { SEGMENT_BYTES, SEGMENT_MS, TOPIC_RETENTION_MS, TOPICS, topicName } from "../../services/common/src/topics.js";
+import {
+  SEGMENT_BYTES,
+  SEGMENT_MS,
+  TOPIC_RETENTION_MS,
+  TOPICS,
+  topicName,
+} from "../../services/common/src/events/topics.js";
 
 const { RELEASE, find } = chart;
 const GiB = 1024 ** 3;

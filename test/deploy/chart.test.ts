@@ -7,17 +7,17 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { runInNewContext } from "node:vm";
 import { X509Certificate, createPrivateKey } from "node:crypto";
-import { databaseName } from "../../services/common/src/mongo.js";
+import { databaseName } from "../../services/common/src/store/mongo.js";
 import { ensureHelm } from "../../deploy/checks/helm.mjs";
-import { parseSettings } from "../../services/common/src/settings.js";
+import { parseSettings } from "../../services/common/src/runtime/settings.js";
 import {
   generateIdentity,
   parseOwnIdentity,
   parsePublicKeys,
   TokenMinter,
   TokenVerifier,
-} from "../../services/common/src/service-identity.js";
-import { KAFKA_USERS } from "../../services/common/src/kafka-access.js";
+} from "../../services/common/src/rpc/service-identity.js";
+import { KAFKA_USERS } from "../../services/common/src/events/kafka-access.js";
 import { schemaFile, schemaText } from "../../deploy/checks/values-schema.mjs";
 import { parse as chartYaml } from "yaml";
 import * as chart from "../../deploy/checks/chart.mjs";
@@ -88,7 +88,7 @@ describe("Helm chart with the default values", () => {
     expect(chart.checkReferences(docs)).toEqual([]);
   });
 
-  it("wires every setting the services read (services/common/src/settings.ts) and every setting of the operator contract as an env var with the same name", () => {
+  it("wires every setting the services read (services/common/src/runtime/settings.ts) and every setting of the operator contract as an env var with the same name", () => {
     expect(chart.serviceSettings()).toEqual(
       expect.arrayContaining([
         "MAX_FILE_BYTES",

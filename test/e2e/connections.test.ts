@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { type RpcError, Status } from "@pi/common/errors";
+import { type RpcError, Status } from "@pi/common/rpc/errors";
 import { clientsFor, databaseName, newId } from "@pi/common";
 import { commonv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";

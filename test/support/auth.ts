@@ -1,9 +1,9 @@
 import { randomUUID } from "node:crypto";
 import { exportJWK, generateKeyPair, SignJWT, importJWK, type JWK, type JWTPayload } from "jose";
 import { MongoClient } from "mongodb";
-import { databaseName } from "@pi/common/mongo";
-import { LocalKeyWrapper } from "@pi/common/data-keys";
-import type { Settings } from "@pi/common/settings";
+import { databaseName } from "@pi/common/store/mongo";
+import { LocalKeyWrapper } from "@pi/common/store/data-keys";
+import type { Settings } from "@pi/common/runtime/settings";
 import { SecretSealer } from "@pi/auth";
 
 // Helpers for the authentication tests: the auth service's own database and signing key, read the

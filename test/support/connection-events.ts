@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import type { Producer } from "@pi/common/kafka";
+import type { Producer } from "@pi/common/events/kafka";
 import type { Collection, Document } from "mongodb";
-import { createProducer } from "@pi/common/kafka";
+import { createProducer } from "@pi/common/events/kafka";
 import { eventsv1 } from "@pi/proto";
 import { readTopic } from "./topic-reader.js";
 

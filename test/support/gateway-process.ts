@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { Settings } from "@pi/common/settings";
+import type { Settings } from "@pi/common/runtime/settings";
 import { freePort } from "../../deploy/local/src/infra.js";
 import { as } from "./services.js";
 

@@ -1,11 +1,11 @@
 import { create, type DescService } from "@bufbuild/protobuf";
 import { Metadata } from "@grpc/grpc-js";
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Client } from "@pi/common/rpc/client";
-import { WORKLOADS, type Workload } from "@pi/common/allowed-callers";
-import { createLogger, type Logger } from "@pi/common/logger";
+import { WORKLOADS, type Workload } from "@pi/common/rpc/allowed-callers";
+import { createLogger, type Logger } from "@pi/common/runtime/logger";
 import { type Routes, type RpcServer, type ServiceImpl, startRpcServer } from "@pi/common/rpc/server";
-import { generateIdentity } from "@pi/common/service-identity";
+import { generateIdentity } from "@pi/common/rpc/service-identity";
 
 /**
  * A client of a service's handlers in memory (no network), for tests at the edge: a method the

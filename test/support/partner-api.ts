@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
-import { clientsFor } from "@pi/common/clients";
-import type { Settings } from "@pi/common/settings";
+import { clientsFor } from "@pi/common/rpc/clients";
+import type { Settings } from "@pi/common/runtime/settings";
 import { commands } from "../../services/ops/src/commands.js";
 import { validateResponse } from "./openapi.js";
 

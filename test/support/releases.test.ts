@@ -2,8 +2,8 @@ import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "@jest/globals";
-import { compareReleases, RELEASE } from "../../services/common/src/release.js";
-import { STORE_SCHEMAS, PREVIOUS_RELEASE } from "../../services/common/src/migrations/index.js";
+import { compareReleases, RELEASE } from "../../services/common/src/runtime/release.js";
+import { STORE_SCHEMAS, PREVIOUS_RELEASE } from "../../services/common/src/store/migrations/index.js";
 
 // Releases (docs/upgrades.md, "Releases"): releases.json, the code's RELEASE, the chart and the
 // CHANGELOG say the same thing, from the files alone (git tags need not travel with a clone).

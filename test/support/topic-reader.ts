@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { consume } from "@pi/common/background/consume";
-import { createKafka, ensureTopics, type Kafka, type KafkaCredentials } from "@pi/common/kafka";
-import { createLogger } from "@pi/common/logger";
-import { topicName, type TopicKey } from "@pi/common/topics";
+import { createKafka, ensureTopics, type Kafka, type KafkaCredentials } from "@pi/common/events/kafka";
+import { createLogger } from "@pi/common/runtime/logger";
+import { topicName, type TopicKey } from "@pi/common/events/topics";
 import { testKafkaAdmin } from "./services.js";
 import { Waiters } from "./waiters.js";
 

@@ -45,7 +45,7 @@ auth connection fileIntake webhook
 {{- .Values.config.METRICS_PORT | int -}}
 {{- end -}}
 
-{{/* The services with admin RPCs, served on a port of their own (ADMIN_SERVICES of services/common/src/allowed-callers.ts). */}}
+{{/* The services with admin RPCs, served on a port of their own (ADMIN_SERVICES of services/common/src/rpc/allowed-callers.ts). */}}
 {{- define "pi.adminServiceKeys" -}}
 auth connection webhook
 {{- end -}}
@@ -303,7 +303,7 @@ annotations:
 
 {{/*
 Topics, from DATA_NAMESPACE: [name, partitions, retention.ms, retention.bytes (per partition),
-segment.bytes, segment.ms], the retention as services/common/src/topics.ts declares it (a chart test
+segment.bytes, segment.ms], the retention as services/common/src/events/topics.ts declares it (a chart test
 compares them; the arithmetic is in docs/security.md, "Stores a partner can grow").
 */}}
 {{- define "pi.topics" -}}
@@ -349,7 +349,7 @@ gateway auth connection fileIntake extraction webhook ops
 
 {{/*
 The Kafka users besides the super user "admin": one per workload that uses Kafka, as in
-services/common/src/kafka-access.ts (KAFKA_USERS; test/deploy/chart.test.ts compares them).
+services/common/src/events/kafka-access.ts (KAFKA_USERS; test/deploy/chart.test.ts compares them).
 */}}
 {{- define "pi.kafkaUsers" -}}
 {{- toJson (list "gateway" "auth" "connection" "file-intake" "extraction" "webhook") -}}
@@ -405,7 +405,7 @@ true
 {{- end -}}
 
 {{/*
-The database a data service owns, as services/common/src/mongo.ts names it:
+The database a data service owns, as services/common/src/store/mongo.ts names it:
 <DATA_NAMESPACE>_<component, "-" as "_">, with the service's own DATA_NAMESPACE. Argument: dict ctx key.
 */}}
 {{- define "pi.mongoDatabase" -}}

@@ -1,13 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ADMIN_SERVICES, WORKLOADS } from "@pi/common/allowed-callers";
-import { createKafka, ensureTopics, kafkaCredentials, scramUser, type KafkaCredentials } from "@pi/common/kafka";
-import { generateIdentity, publicKeyEntry } from "@pi/common/service-identity";
-import { grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/kafka-access";
-import { LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, type Settings } from "@pi/common/settings";
-import { newDataKeysEntry } from "@pi/common/data-keys";
-import type { Logger } from "@pi/common/logger";
+import { ADMIN_SERVICES, WORKLOADS } from "@pi/common/rpc/allowed-callers";
+import { createKafka, ensureTopics, kafkaCredentials, scramUser, type KafkaCredentials } from "@pi/common/events/kafka";
+import { generateIdentity, publicKeyEntry } from "@pi/common/rpc/service-identity";
+import { grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/events/kafka-access";
+import { LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, type Settings } from "@pi/common/runtime/settings";
+import { newDataKeysEntry } from "@pi/common/store/data-keys";
+import type { Logger } from "@pi/common/runtime/logger";
 import {
   ensureKafka,
   ensureMongoWire,

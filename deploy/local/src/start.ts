@@ -1,6 +1,6 @@
-import { createLogger } from "@pi/common/logger";
-import { SettingsError, parseSettings, type Settings } from "@pi/common/settings";
-import { watchParent } from "@pi/common/parent-watch";
+import { createLogger } from "@pi/common/runtime/logger";
+import { SettingsError, parseSettings, type Settings } from "@pi/common/runtime/settings";
+import { watchParent } from "@pi/common/runtime/parent-watch";
 import { waitFor } from "./infra.js";
 import { stateDir } from "./paths.js";
 import { startStack } from "./stack.js";

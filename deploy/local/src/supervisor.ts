@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import cluster from "node:cluster";
 import { openSync } from "node:fs";
-import type { Logger } from "@pi/common/logger";
+import type { Logger } from "@pi/common/runtime/logger";
 
 // Workers that share a port accept their connections themselves (SCHED_NONE), from the listening
 // socket the primary (this process) passes them. Node's default on Linux (round robin) has the

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cacheDir, repoRoot } from "./paths.js";
-import { KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/kafka-access";
+import { KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/events/kafka-access";
 import {
   ensureKafka,
   ensureMongoWire,

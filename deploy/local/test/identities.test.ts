@@ -2,9 +2,9 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "@jest/globals";
-import { LOCAL_IDENTITY_FILE, withLocalStackIdentity } from "@pi/common/settings";
-import { parseOwnIdentity } from "@pi/common/service-identity";
-import { WORKLOADS } from "@pi/common/allowed-callers";
+import { LOCAL_IDENTITY_FILE, withLocalStackIdentity } from "@pi/common/runtime/settings";
+import { parseOwnIdentity } from "@pi/common/rpc/service-identity";
+import { WORKLOADS } from "@pi/common/rpc/allowed-callers";
 import { localIdentities } from "../src/stack.js";
 
 // npm start's service identities: one key pair per workload, generated once under STATE_DIR and kept.

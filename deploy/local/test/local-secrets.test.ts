@@ -2,7 +2,7 @@ import { describe, expect, it } from "@jest/globals";
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseDataKeys } from "@pi/common/data-keys";
+import { parseDataKeys } from "@pi/common/store/data-keys";
 import { localSecrets } from "../src/stack.js";
 
 // The secrets `npm start` keeps under its STATE_DIR: generated once, kept across starts (the data

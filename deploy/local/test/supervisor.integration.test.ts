@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createLogger } from "@pi/common/logger";
+import { createLogger } from "@pi/common/runtime/logger";
 import { Supervisor } from "../src/supervisor.js";
 
 // The gateway replicas of `npm start` share the partner port as node:cluster workers of the

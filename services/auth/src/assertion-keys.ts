@@ -17,8 +17,8 @@ import {
 } from "jose";
 import { LRUCache } from "lru-cache";
 import { request } from "undici";
-import { egressAgent, readCapped, urlRefusal } from "@pi/common/egress";
-import type { Logger } from "@pi/common/logger";
+import { egressAgent, readCapped, urlRefusal } from "@pi/common/runtime/egress";
+import type { Logger } from "@pi/common/runtime/logger";
 import {
   ASSERTION_ALGORITHMS,
   isAssertionAlgorithm,

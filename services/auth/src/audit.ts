@@ -2,15 +2,15 @@ import { verify, type KeyObject } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/audit";
-import { auditRecordMessage } from "@pi/common/audit-trail";
+import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/store/audit";
+import { auditRecordMessage } from "@pi/common/store/audit-trail";
 import { consume, type Consuming } from "@pi/common/background/consume";
-import { consumerGroup, topicName } from "@pi/common/topics";
-import { databaseName } from "@pi/common/mongo";
-import { insertNew } from "@pi/common/persistence";
-import type { Kafka, KafkaMessage } from "@pi/common/kafka";
-import type { Logger } from "@pi/common/logger";
-import type { PublicKeys } from "@pi/common/service-identity";
+import { consumerGroup, topicName } from "@pi/common/events/topics";
+import { databaseName } from "@pi/common/store/mongo";
+import { insertNew } from "@pi/common/store/persistence";
+import type { Kafka, KafkaMessage } from "@pi/common/events/kafka";
+import type { Logger } from "@pi/common/runtime/logger";
+import type { PublicKeys } from "@pi/common/rpc/service-identity";
 
 // The audit trail's store (docs/security.md, "Audit trail"): append-only within its retention, each
 // record kept with its writer's signature, which every read checks again.

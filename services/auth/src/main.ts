@@ -1,4 +1,4 @@
-import { runService } from "@pi/common/run-service";
+import { runService } from "@pi/common/runtime/run-service";
 import { startAuthService } from "./service.js";
 
 runService("auth", startAuthService);

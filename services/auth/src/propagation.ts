@@ -2,10 +2,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/persistence";
-import type { Logger } from "@pi/common/logger";
-import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/partner-event-feed";
-import type { Producer } from "@pi/common/kafka";
+import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/store/persistence";
+import type { Logger } from "@pi/common/runtime/logger";
+import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/events/partner-event-feed";
+import type { Producer } from "@pi/common/events/kafka";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
 // An operator's change is visible when its command exits (operator contract): its partner event is published at once

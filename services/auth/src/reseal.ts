@@ -1,4 +1,4 @@
-import type { Logger } from "@pi/common/logger";
+import type { Logger } from "@pi/common/runtime/logger";
 import type { SecretSealer } from "./secrets.js";
 import type { AuthStore } from "./store.js";
 

@@ -1,6 +1,6 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
-import { openSealedValue, sealedKid, sealValue, type KeyWrapper } from "@pi/common/data-keys";
-import { parsePeppers, type Settings } from "@pi/common/settings";
+import { openSealedValue, sealedKid, sealValue, type KeyWrapper } from "@pi/common/store/data-keys";
+import { parsePeppers, type Settings } from "@pi/common/runtime/settings";
 
 // Two keys, two jobs (docs/security.md, "Data at rest"): the PEPPER keys the HMAC of client secrets
 // (256-bit random values: a keyed fast hash is as strong as a slow one here); the KEKs of DATA_KEYS

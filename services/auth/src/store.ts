@@ -1,8 +1,8 @@
 import type { JSONWebKeySet } from "jose";
 import type { Collection, Db } from "mongodb";
-import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/persistence";
-import type { AuditCarrier } from "@pi/common/audit-trail";
-import type { PartnerMode } from "@pi/common/mode";
+import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
+import type { AuditCarrier } from "@pi/common/store/audit-trail";
+import type { PartnerMode } from "@pi/common/rules/mode";
 import type { FetchedJwks, FetchOutcome } from "./assertion-keys.js";
 import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";

@@ -1,5 +1,5 @@
 import { SignJWT } from "jose";
-import { newId } from "@pi/common/ids";
+import { newId } from "@pi/common/rules/ids";
 import { JWT_ALG, type KeyRing } from "./keys.js";
 import type { CredentialMode } from "./store.js";
 

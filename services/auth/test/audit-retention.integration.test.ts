@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Db } from "mongodb";
-import { createLogger } from "@pi/common/logger";
-import { newId } from "@pi/common/ids";
-import type { RunningService } from "@pi/common/run-service";
-import type { Settings } from "@pi/common/settings";
+import { createLogger } from "@pi/common/runtime/logger";
+import { newId } from "@pi/common/rules/ids";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Settings } from "@pi/common/runtime/settings";
 import { auditDatabaseName, openAuditRetention, openAuditStore, type AuditRecordDoc } from "../src/audit.js";
 import { startAuthService } from "../src/service.js";
 import { testSettings } from "../../../test/support/services.js";

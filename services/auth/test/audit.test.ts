@@ -1,12 +1,12 @@
 import { describe, expect, it } from "@jest/globals";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import type { KafkaMessage } from "@pi/common/kafka";
+import type { KafkaMessage } from "@pi/common/events/kafka";
 import { eventsv1 } from "@pi/proto";
-import { createLogger } from "@pi/common/logger";
-import { generateIdentity, parseOwnIdentity, parsePublicKeys } from "@pi/common/service-identity";
-import { newId } from "@pi/common/ids";
-import { settingsSchema } from "@pi/common/settings";
-import { signedAuditRecord } from "@pi/common/audit-trail";
+import { createLogger } from "@pi/common/runtime/logger";
+import { generateIdentity, parseOwnIdentity, parsePublicKeys } from "@pi/common/rpc/service-identity";
+import { newId } from "@pi/common/rules/ids";
+import { settingsSchema } from "@pi/common/runtime/settings";
+import { signedAuditRecord } from "@pi/common/store/audit-trail";
 import {
   AUDIT_VERIFICATION,
   auditQuery,

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient } from "mongodb";
 import { authv1 } from "@pi/proto";
-import { clientsFor, type AuthClient } from "@pi/common/clients";
-import { createLogger } from "@pi/common/logger";
-import { databaseName } from "@pi/common/mongo";
-import type { RunningService } from "@pi/common/run-service";
-import type { Settings } from "@pi/common/settings";
+import { clientsFor, type AuthClient } from "@pi/common/rpc/clients";
+import { createLogger } from "@pi/common/runtime/logger";
+import { databaseName } from "@pi/common/store/mongo";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Settings } from "@pi/common/runtime/settings";
 import { startAuthService } from "../src/service.js";
 import { commands } from "../../ops/src/commands.js";
 import { addressOf, as, testSettings } from "../../../test/support/services.js";

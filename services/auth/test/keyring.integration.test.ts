@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { jwtVerify, createLocalJWKSet } from "jose";
-import { connectMongo, type Mongo } from "@pi/common/mongo";
-import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/data-keys";
+import { connectMongo, type Mongo } from "@pi/common/store/mongo";
+import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/store/data-keys";
 import { KeyRing, type SigningKeyDoc } from "../src/keys.js";
 import { signAccessToken } from "../src/tokens.js";
 import { SecretSealer } from "../src/secrets.js";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { FOLLOWER_LIVENESS_MS } from "@pi/common/partner-event-feed";
+import { FOLLOWER_LIVENESS_MS } from "@pi/common/events/partner-event-feed";
 import { followersBehind } from "../src/propagation.js";
 
 // The operator contract: a revocation's effect is visible to the partner API when the command

@@ -2,14 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { exportJWK, generateKeyPair, createLocalJWKSet, jwtVerify } from "jose";
 import { MongoClient, type Db } from "mongodb";
 import { commonv1 } from "@pi/proto";
-import { clientsFor } from "@pi/common/clients";
-import { createLogger } from "@pi/common/logger";
-import { databaseName } from "@pi/common/mongo";
-import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/data-keys";
-import { newSecret } from "@pi/common/ids";
-import { SettingsError, type Settings } from "@pi/common/settings";
-import type { RunningService } from "@pi/common/run-service";
-import type { Workload } from "@pi/common/allowed-callers";
+import { clientsFor } from "@pi/common/rpc/clients";
+import { createLogger } from "@pi/common/runtime/logger";
+import { databaseName } from "@pi/common/store/mongo";
+import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/store/data-keys";
+import { newSecret } from "@pi/common/rules/ids";
+import { SettingsError, type Settings } from "@pi/common/runtime/settings";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Workload } from "@pi/common/rpc/allowed-callers";
 import { startAuthService } from "../src/service.js";
 import { hashSecret, SecretSealer } from "../src/secrets.js";
 import type { CredentialDoc, PartnerDoc } from "../src/store.js";
@@ -35,7 +35,7 @@ async function start(overrides: Partial<Settings> = {}) {
   running = undefined;
   const s = { ...settings, ...overrides };
   running = await startAuthService(s, createLogger("auth", s.LOG_LEVEL));
-  // Each RPC as the workload that may call it (services/common/src/allowed-callers.ts).
+  // Each RPC as the workload that may call it (services/common/src/rpc/allowed-callers.ts).
   const clients = (name: Workload) => clientsFor({ ...as(s, name), ...addressOf("auth", running!) });
   return {
     ops: clients("ops").authAdmin(),

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { createHmac, randomBytes } from "node:crypto";
-import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/data-keys";
-import { newSecret } from "@pi/common/ids";
+import { LocalKeyWrapper, newDataKeysEntry } from "@pi/common/store/data-keys";
+import { newSecret } from "@pi/common/rules/ids";
 import {
   DUMMY_HASH,
   hashNewSecret,

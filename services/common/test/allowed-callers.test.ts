@@ -2,9 +2,16 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "@jest/globals";
 import { authv1, connectionv1, fileintakev1, webhookv1 } from "@pi/proto";
-import { ALLOWED_CALLERS, allowListMarkdown, mayCall, ruleFor, SERVICE_OF, WORKLOADS } from "../src/allowed-callers.js";
+import {
+  ALLOWED_CALLERS,
+  allowListMarkdown,
+  mayCall,
+  ruleFor,
+  SERVICE_OF,
+  WORKLOADS,
+} from "../src/rpc/allowed-callers.js";
 
-// The allow-list of internal calls (services/common/src/allowed-callers.ts): who may call which RPC.
+// The allow-list of internal calls (services/common/src/rpc/allowed-callers.ts): who may call which RPC.
 
 const services = [
   authv1.AuthService,

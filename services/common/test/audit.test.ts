@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "@jest/globals";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
-import { RpcError, Status } from "../src/errors.js";
+import { RpcError, Status } from "../src/rpc/errors.js";
 import { eventsv1 } from "@pi/proto";
 import {
   AUDIT_ACTION_OWNERS,
@@ -12,12 +12,12 @@ import {
   refusalOf,
   shapeAudit,
   type AuditFields,
-} from "../src/audit.js";
-import { auditRecordMessage, pushAudit } from "../src/audit-trail.js";
-import { newId, newSecret } from "../src/ids.js";
-import { serviceError, ErrorReason } from "../src/errors.js";
+} from "../src/store/audit.js";
+import { auditRecordMessage, pushAudit } from "../src/store/audit-trail.js";
+import { newId, newSecret } from "../src/rules/ids.js";
+import { serviceError, ErrorReason } from "../src/rpc/errors.js";
 
-// The pure parts of the audit trail (services/common/src/audit.ts, audit-trail.ts): what a record
+// The pure parts of the audit trail (services/common/src/store/audit.ts, audit-trail.ts): what a record
 // may hold. docs/security.md, "Audit trail".
 
 const RECORD_KEYS = ["action", "actor", "outcome", "reason", "service", "targets"];

@@ -1,12 +1,12 @@
 import { PassThrough } from "node:stream";
 import { afterEach, beforeEach, describe, expect, it, jest } from "@jest/globals";
 import { consume, CONSUMER_SESSION_TIMEOUT_MS } from "../src/background/consume.js";
-import type { Kafka } from "../src/kafka.js";
-import { createLogger } from "../src/logger.js";
+import type { Kafka } from "../src/events/kafka.js";
+import { createLogger } from "../src/runtime/logger.js";
 import { every } from "../src/background/periodic.js";
 import { keepAlive } from "../src/background/lease.js";
-import { metricsRegistry } from "../src/metrics.js";
-import { refreshSigningKeys } from "../src/signing-keys.js";
+import { metricsRegistry } from "../src/runtime/metrics.js";
+import { refreshSigningKeys } from "../src/runtime/signing-keys.js";
 import { retry, retryDelay } from "../src/background/retry.js";
 
 // The kit for background work (services/common/src/background): periodic rounds, retries with

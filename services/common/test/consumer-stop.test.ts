@@ -1,9 +1,9 @@
 import { describe, expect, it, jest } from "@jest/globals";
 import { Writable } from "node:stream";
-import { atMost } from "../src/at-most.js";
-import { createLogger } from "../src/logger.js";
+import { atMost } from "../src/rules/at-most.js";
+import { createLogger } from "../src/runtime/logger.js";
 import { disconnectConsumer } from "../src/background/consume.js";
-import { whileMetadataSettles } from "../src/kafka.js";
+import { whileMetadataSettles } from "../src/events/kafka.js";
 import { ResponseError } from "@platformatic/kafka";
 
 // A stopping process must not wait on a consumer whose broker is gone (the client would retry its

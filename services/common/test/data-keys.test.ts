@@ -17,7 +17,7 @@ import {
   sealSegment,
   sealValue,
   type KeyCheckDoc,
-} from "../src/data-keys.js";
+} from "../src/store/data-keys.js";
 
 const entry = (kid: string) => newDataKeysEntry(kid);
 const flip = (b: Buffer, at: number) => {

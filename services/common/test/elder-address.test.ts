@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { checkElderAddress, sandboxElderAddress } from "../src/elder-address.js";
+import { checkElderAddress, sandboxElderAddress } from "../src/rules/elder-address.js";
 
 const domain = "elders.example";
 

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
-import { clientsFor } from "../src/clients.js";
-import { createLogger } from "../src/logger.js";
+import { clientsFor } from "../src/rpc/clients.js";
+import { createLogger } from "../src/runtime/logger.js";
 import { LIVENESS, startRpcServer, TRAFFIC, type RpcServer } from "../src/rpc/server.js";
-import { parseSettings } from "../src/settings.js";
+import { parseSettings } from "../src/runtime/settings.js";
 import { TEST_PUBLIC_KEYS } from "../../../test/support/services.js";
 
 const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;

@@ -1,5 +1,5 @@
 import { expect, it } from "@jest/globals";
-import { newId } from "../src/ids.js";
+import { newId } from "../src/rules/ids.js";
 
 it("ids drawn across many refills of the random pool are well-formed and never repeat", () => {
   const ids = Array.from({ length: 2_000 }, () => newId("req"));

@@ -3,10 +3,10 @@ import { randomUUID } from "node:crypto";
 import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { consume } from "../src/background/consume.js";
-import { connectMongo, type Mongo } from "../src/mongo.js";
-import { createKafka, createProducer, ensureTopics } from "../src/kafka.js";
-import { createLogger } from "../src/logger.js";
-import { topicName } from "../src/topics.js";
+import { connectMongo, type Mongo } from "../src/store/mongo.js";
+import { createKafka, createProducer, ensureTopics } from "../src/events/kafka.js";
+import { createLogger } from "../src/runtime/logger.js";
+import { topicName } from "../src/events/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // Talks to the real MongoDB-wire server and Kafka through the project's own helpers.

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
-import { createKafka, ensureTopics, Kafka, type KafkaCredentials } from "../src/kafka.js";
-import { createLogger } from "../src/logger.js";
-import { grantKafkaAccess, type KafkaUser } from "../src/kafka-access.js";
-import { topicName } from "../src/topics.js";
+import { createKafka, ensureTopics, Kafka, type KafkaCredentials } from "../src/events/kafka.js";
+import { createLogger } from "../src/runtime/logger.js";
+import { grantKafkaAccess, type KafkaUser } from "../src/events/kafka-access.js";
+import { topicName } from "../src/events/topics.js";
 import { testKafkaAdmin, testKafkaUser } from "../../../test/support/services.js";
 
 // The test Kafka runs as the local stack's and the chart's: SASL/SCRAM and the StandardAuthorizer.

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@jest/globals";
 import { Writable } from "node:stream";
 import { AclOperations, ResourcePatternTypes, ResourceTypes } from "@platformatic/kafka";
-import { createLogger } from "../src/logger.js";
-import { KAFKA_ACCESS, KAFKA_USERS, kafkaAcls } from "../src/kafka-access.js";
-import { TOPICS, topicName, type TopicKey } from "../src/topics.js";
+import { createLogger } from "../src/runtime/logger.js";
+import { KAFKA_ACCESS, KAFKA_USERS, kafkaAcls } from "../src/events/kafka-access.js";
+import { TOPICS, topicName, type TopicKey } from "../src/events/topics.js";
 
 const acls = kafkaAcls("ns1");
 const granted = (user: string, operation: number) =>

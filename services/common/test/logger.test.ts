@@ -1,13 +1,13 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it, jest } from "@jest/globals";
-import { flushWhenWritten, LOG_FLUSH_MS } from "../src/logger.js";
+import { flushWhenWritten, LOG_FLUSH_MS } from "../src/runtime/logger.js";
 
-// The stdout logger of every service writes asynchronously (services/common/src/logger.ts) and
+// The stdout logger of every service writes asynchronously (services/common/src/runtime/logger.ts) and
 // loses nothing at exit. A child process runs the built logger (npm test builds first) so that its
 // stdout is a real pipe this test controls.
 
-const loggerModule = fileURLToPath(new URL("../dist/logger.js", import.meta.url));
+const loggerModule = fileURLToPath(new URL("../dist/runtime/logger.js", import.meta.url));
 const LINES = 20_000;
 
 const child = `

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "@jest/globals";
-import { ACCEPTED_TYPES, recognise, SNIFF_BYTES, TextChecker } from "../src/media-types.js";
+import { ACCEPTED_TYPES, recognise, SNIFF_BYTES, TextChecker } from "../src/rules/media-types.js";
 
 const fixture = (name: string) => readFileSync(new URL(`../../file-intake/test/fixtures/${name}`, import.meta.url));
 

@@ -1,10 +1,10 @@
 import { describe, expect, it } from "@jest/globals";
-import { RpcError, Status } from "../src/errors.js";
+import { RpcError, Status } from "../src/rpc/errors.js";
 import { closeClient, serviceClient } from "../src/rpc/client.js";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { authv1 } from "@pi/proto";
 import { consumerLag } from "../src/background/consume.js";
-import { createLogger } from "../src/logger.js";
+import { createLogger } from "../src/runtime/logger.js";
 import {
   extractionBacklog,
   metricsRegistry,
@@ -14,7 +14,7 @@ import {
   SCRAPE_READ_MS,
   startMetricsServer,
   storageQuotaMaxUsedRatio,
-} from "../src/metrics.js";
+} from "../src/runtime/metrics.js";
 
 // The metrics every process serves (docs/observability.md, "Metrics"): its own port, the Prometheus
 // text format, internal calls by service, method and gRPC status on both sides, and the consumer lag rule.

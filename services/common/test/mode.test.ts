@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
 import { commonv1 } from "@pi/proto";
-import { forMode, isPartnerMode, modeFromProto, modeToProto, type PartnerMode } from "../src/mode.js";
+import { forMode, isPartnerMode, modeFromProto, modeToProto, type PartnerMode } from "../src/rules/mode.js";
 
 describe("the live/test mode mapping", () => {
   it("maps each mode to its wire value and back", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
-import { PositionReporter, type NextOffsets } from "../src/partner-event-feed.js";
-import { createLogger } from "../src/logger.js";
+import { PositionReporter, type NextOffsets } from "../src/events/partner-event-feed.js";
+import { createLogger } from "../src/runtime/logger.js";
 
 // The position a follower of the partner-events topic reports: at once when it moves, coalesced
 // while a report is in flight, and how fresh the stored position is known to be.

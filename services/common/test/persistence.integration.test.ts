@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Collection, type Db } from "mongodb";
-import { createKafka, createProducer, ensureTopics, type Producer } from "../src/kafka.js";
-import { createLogger } from "../src/logger.js";
+import { createKafka, createProducer, ensureTopics, type Producer } from "../src/events/kafka.js";
+import { createLogger } from "../src/runtime/logger.js";
 import { endLease, renewLease, takeLease, type LeaseFields } from "../src/background/lease.js";
 import {
   insertIfNew,
@@ -14,8 +14,8 @@ import {
   updateVersioned,
   type OutboxEntry,
   type OutboxFields,
-} from "../src/persistence.js";
-import { topicName } from "../src/topics.js";
+} from "../src/store/persistence.js";
+import { topicName } from "../src/events/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // The persistence module on the real MongoDB-wire server and Kafka, with two "replicas": two

@@ -2,10 +2,10 @@ import { describe, expect, it } from "@jest/globals";
 import { context, propagation, trace, ROOT_CONTEXT } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
-import { emptyOutbox, isDuplicateKey, outboxEntry, pushEvent } from "../src/persistence.js";
+import { emptyOutbox, isDuplicateKey, outboxEntry, pushEvent } from "../src/store/persistence.js";
 import { leaseFree } from "../src/background/lease.js";
 
-// The pure parts of the persistence module (services/common/src/persistence.ts).
+// The pure parts of the persistence module (services/common/src/store/persistence.ts).
 
 describe("isDuplicateKey", () => {
   it("is true for E11000 only", () => {

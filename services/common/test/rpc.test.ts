@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "@jest/globals";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { authv1, fileintakev1 } from "@pi/proto";
-import { ErrorReason, reasonOf, RpcError, serviceError, Status } from "../src/errors.js";
+import { ErrorReason, reasonOf, RpcError, serviceError, Status } from "../src/rpc/errors.js";
 import { closeClient, serviceClient } from "../src/rpc/client.js";
 import type { RpcServer } from "../src/rpc/server.js";
 import { parseServiceUrls, targetOf } from "../src/rpc/service-urls.js";

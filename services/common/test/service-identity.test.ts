@@ -1,13 +1,13 @@
 import { generateKeyPairSync } from "node:crypto";
 import { Writable } from "node:stream";
 import { afterAll, describe, expect, it } from "@jest/globals";
-import { RpcError, Status } from "../src/errors.js";
+import { RpcError, Status } from "../src/rpc/errors.js";
 import { closeClient, serviceClient } from "../src/rpc/client.js";
 import type { RpcServer } from "../src/rpc/server.js";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
 import { SignJWT } from "jose";
 import { authv1, healthv1 } from "@pi/proto";
-import { createLogger } from "../src/logger.js";
+import { createLogger } from "../src/runtime/logger.js";
 import {
   generateIdentity,
   IdentityError,
@@ -18,11 +18,11 @@ import {
   publicKeyEntry,
   TokenMinter,
   TokenVerifier,
-} from "../src/service-identity.js";
-import { parseSettings } from "../src/settings.js";
-import { WORKLOADS, type Workload } from "../src/allowed-callers.js";
+} from "../src/rpc/service-identity.js";
+import { parseSettings } from "../src/runtime/settings.js";
+import { WORKLOADS, type Workload } from "../src/rpc/allowed-callers.js";
 
-// Service tokens: minted by the caller, verified by the service (services/common/src/service-identity.ts).
+// Service tokens: minted by the caller, verified by the service (services/common/src/rpc/service-identity.ts).
 
 const ids = Object.fromEntries(WORKLOADS.map((n) => [n, generateIdentity(n)])) as Record<
   Workload,
@@ -323,12 +323,8 @@ describe("the server's identity and allow-list checks", () => {
     const health = serviceClient(healthv1.Health, url);
     clients.push(admin, data, health);
     return {
-      auth: {
-        ...serviceClient(authv1.AuthService, url, key),
-        createPartner: admin.createPartner,
-        getWebhookTarget: admin.getWebhookTarget,
-      },
-      health: serviceClient(healthv1.Health, url),
+      auth: { ...data, createPartner: admin.createPartner, getWebhookTarget: admin.getWebhookTarget },
+      health,
     };
   }
 

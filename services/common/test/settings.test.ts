@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { parseSettings, SettingsError } from "../src/settings.js";
+import { parseSettings, SettingsError } from "../src/runtime/settings.js";
 
 describe("settings", () => {
   it("has the operator contract's defaults", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
-import { keyUnderMode, type KeyBeforeModes } from "../src/migrations/keys-under-mode.js";
-import { compareReleases, isRelease } from "../src/release.js";
+import { keyUnderMode, type KeyBeforeModes } from "../src/store/migrations/keys-under-mode.js";
+import { compareReleases, isRelease } from "../src/runtime/release.js";
 
 // The pure rules of upgrades (docs/upgrades.md): how releases compare, and how an idempotency key
 // of 4e36e67 becomes one of 1.0.0.

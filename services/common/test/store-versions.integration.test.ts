@@ -3,9 +3,9 @@ import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Db } from "mongodb";
 import { pino } from "pino";
-import { createLogger } from "../src/logger.js";
-import { databaseName } from "../src/mongo.js";
-import { STORE_SCHEMAS } from "../src/migrations/index.js";
+import { createLogger } from "../src/runtime/logger.js";
+import { databaseName } from "../src/store/mongo.js";
+import { STORE_SCHEMAS } from "../src/store/migrations/index.js";
 import {
   prepareStore,
   readMark,
@@ -13,7 +13,7 @@ import {
   STORE_MIGRATIONS_COLLECTION,
   STORE_VERSION_COLLECTION,
   type StoreSchema,
-} from "../src/store-versions.js";
+} from "../src/store/store-versions.js";
 
 // The store's versions, migrations and guard (docs/upgrades.md) on the real MongoDB-wire server,
 // with "replicas" as separate MongoClients (separate pools, as separate processes have).

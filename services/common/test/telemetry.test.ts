@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { telemetryRequested } from "../src/telemetry.js";
+import { telemetryRequested } from "../src/runtime/telemetry.js";
 
 describe("OpenTelemetry start-up", () => {
   it("is off when no OTEL_* variable names an exporter", () => {

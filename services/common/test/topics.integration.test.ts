@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes } from "node:crypto";
 import { ConfigResourceTypes } from "@platformatic/kafka";
-import { type Admin, createKafka, ensureTopics } from "../src/kafka.js";
-import { createLogger } from "../src/logger.js";
-import { topicConfig, TOPICS, topicName, type TopicKey } from "../src/topics.js";
+import { type Admin, createKafka, ensureTopics } from "../src/events/kafka.js";
+import { createLogger } from "../src/runtime/logger.js";
+import { topicConfig, TOPICS, topicName, type TopicKey } from "../src/events/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
-// Every Kafka topic is bounded by retention.ms and retention.bytes (services/common/src/topics.ts;
+// Every Kafka topic is bounded by retention.ms and retention.bytes (services/common/src/events/topics.ts;
 // docs/security.md, "Stores a partner can grow"), on the real broker: created with them, and an
 // admin's run sets them on a topic that was created without.
 

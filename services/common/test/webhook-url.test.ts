@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { WEBHOOK_URL_MAX_LENGTH, webhookUrlRefusal } from "../src/webhook-url.js";
+import { WEBHOOK_URL_MAX_LENGTH, webhookUrlRefusal } from "../src/rules/webhook-url.js";
 
 // The one webhook-address rule: the auth service at registration, the webhook service before each attempt.
 

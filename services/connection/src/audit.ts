@@ -1,5 +1,5 @@
-import { RpcError, Status } from "@pi/common/errors";
-import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common/audit";
+import { RpcError, Status } from "@pi/common/rpc/errors";
+import { isAuditActor, type AuditAction, type AuditActor, type AuditFields } from "@pi/common/store/audit";
 import type { Trigger } from "./state-machine.js";
 
 // A test helper rehearses the caregiver's act (or the window's end): the same action, with the

@@ -1,5 +1,5 @@
 import type { ConnectionMode, InternalStatus } from "./state-machine.js";
-import { forMode } from "@pi/common/mode";
+import { forMode } from "@pi/common/rules/mode";
 
 // The per-partner bounds on POST /v1/connections (docs/connections.md, "Bounds"), pure. Nothing here
 // depends on whether an address resolved (guarantee 1).

@@ -1,13 +1,13 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Filter } from "mongodb";
-import { auditEntry } from "@pi/common/audit";
-import { connectionTransitions } from "@pi/common/metrics";
-import { contextFromHeaders, inSpan, traceHeaders } from "@pi/common/telemetry";
-import { emptyOutbox, isDuplicateKey, outboxEntry, updateVersioned } from "@pi/common/persistence";
-import { newId } from "@pi/common/ids";
-import { rateLimitedError } from "@pi/common/errors";
-import { sandboxElderAddress } from "@pi/common/elder-address";
-import type { Settings } from "@pi/common/settings";
+import { auditEntry } from "@pi/common/store/audit";
+import { connectionTransitions } from "@pi/common/runtime/metrics";
+import { contextFromHeaders, inSpan, traceHeaders } from "@pi/common/runtime/telemetry";
+import { emptyOutbox, isDuplicateKey, outboxEntry, updateVersioned } from "@pi/common/store/persistence";
+import { newId } from "@pi/common/rules/ids";
+import { rateLimitedError } from "@pi/common/rpc/errors";
+import { sandboxElderAddress } from "@pi/common/rules/elder-address";
+import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
@@ -53,8 +53,8 @@ const BOUNDS = {
 } as const;
 type BoundSetting = (typeof BOUNDS)[keyof typeof BOUNDS];
 
-// Read leases a 1.1.0 replica grants during a rollout: a change a partner sees fences new grants
-// (`fencedUntil`, which 1.1.0 honours) and waits the granted ones out. Remove with 1.1.0.
+// Read leases a 1.0.0 replica grants during a rollout: a change a partner sees fences new grants
+// (`fencedUntil`, which 1.0.0 honours) and waits the granted ones out. Remove with 1.0.0.
 const LEGACY_LEASE_MARGIN_MS = 250;
 const LEGACY_FENCE_MS = 2_250;
 
@@ -216,7 +216,7 @@ export class Connections {
     trigger: Trigger,
     opts: { elderId?: string | null; resolve?: boolean; actId?: string } = {},
   ): Promise<Applied | null> {
-    // Only writes lost to another writer count; waits for 1.1.0's read leases do not.
+    // Only writes lost to another writer count; waits for 1.0.0's read leases do not.
     for (let conflicts = 0; conflicts < maxAttempts; ) {
       const doc = await this.store.connections.findOne(filter);
       if (!doc) return null;

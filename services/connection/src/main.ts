@@ -1,4 +1,4 @@
-import { runService } from "@pi/common/run-service";
+import { runService } from "@pi/common/runtime/run-service";
 import { startConnectionService } from "./service.js";
 
 runService("connection", startConnectionService);

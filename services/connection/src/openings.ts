@@ -1,6 +1,6 @@
 import type { Collection } from "mongodb";
-import { isDuplicateKey } from "@pi/common/persistence";
-import { rateLimitedError } from "@pi/common/errors";
+import { isDuplicateKey } from "@pi/common/store/persistence";
+import { rateLimitedError } from "@pi/common/rpc/errors";
 import { dayKey, oldestKeptDay, secondsUntilNextDay } from "./bounds.js";
 import type { ConnectionMode } from "./state-machine.js";
 

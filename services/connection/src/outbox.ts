@@ -1,10 +1,10 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
-import type { Producer } from "@pi/common/kafka";
+import type { Producer } from "@pi/common/events/kafka";
 import { eventsv1 } from "@pi/proto";
-import { Outbox } from "@pi/common/persistence";
-import type { Logger } from "@pi/common/logger";
-import { modeToProto } from "@pi/common/mode";
+import { Outbox } from "@pi/common/store/persistence";
+import type { Logger } from "@pi/common/runtime/logger";
+import { modeToProto } from "@pi/common/rules/mode";
 import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 const { ConnectionEventSchema } = eventsv1;

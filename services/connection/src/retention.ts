@@ -1,6 +1,6 @@
 import type { Collection, Filter } from "mongodb";
 import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
-import type { Logger } from "@pi/common/logger";
+import type { Logger } from "@pi/common/runtime/logger";
 import type { ConnectionDoc } from "./store.js";
 
 const ENDED: ConnectionDoc["status"][] = ["revoked", "expired"];

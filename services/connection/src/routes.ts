@@ -1,14 +1,14 @@
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { connectionv1, type commonv1 } from "@pi/proto";
-import { checkElderAddress, sandboxElderAddress } from "@pi/common/elder-address";
-import { insertIfNew } from "@pi/common/persistence";
-import { newId } from "@pi/common/ids";
-import { serviceError, ErrorReason } from "@pi/common/errors";
-import type { AuditTrail } from "@pi/common/audit-trail";
-import type { Logger } from "@pi/common/logger";
-import type { Settings } from "@pi/common/settings";
-import { modeFromProto } from "@pi/common/mode";
+import { checkElderAddress, sandboxElderAddress } from "@pi/common/rules/elder-address";
+import { insertIfNew } from "@pi/common/store/persistence";
+import { newId } from "@pi/common/rules/ids";
+import { serviceError, ErrorReason } from "@pi/common/rpc/errors";
+import type { AuditTrail } from "@pi/common/store/audit-trail";
+import type { Logger } from "@pi/common/runtime/logger";
+import type { Settings } from "@pi/common/runtime/settings";
+import { modeFromProto } from "@pi/common/rules/mode";
 import { ACT_ID } from "./acts.js";
 import { connectionAudit, partnerActor } from "./audit.js";
 import type { Connections } from "./connections.js";
@@ -137,7 +137,7 @@ export default (deps: ConnectionDeps) => (router: Router) => {
     },
 
     async getConnection(req) {
-      // No read lease (lease_ms 0): a 1.1.0 gateway asking for one reads through.
+      // No read lease (lease_ms 0): a 1.0.0 gateway asking for one reads through.
       const doc = await connections.read(ownedFilter(req));
       if (!doc) throw notFound();
       return partnerView(doc);

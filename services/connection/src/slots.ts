@@ -1,6 +1,6 @@
 import type { Collection } from "mongodb";
-import { isDuplicateKey, updateVersioned } from "@pi/common/persistence";
-import { rateLimitedError } from "@pi/common/errors";
+import { isDuplicateKey, updateVersioned } from "@pi/common/store/persistence";
+import { rateLimitedError } from "@pi/common/rpc/errors";
 import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
 import { deletePastOpenings, type OpeningsDoc } from "./openings.js";
 import type { ConnectionMode, InternalStatus } from "./state-machine.js";

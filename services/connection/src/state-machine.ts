@@ -1,6 +1,6 @@
 // The connection state machine, pure: every change goes through `transition` (docs/connections.md).
 
-import type { PartnerMode } from "@pi/common/mode";
+import type { PartnerMode } from "@pi/common/rules/mode";
 
 export type InternalStatus = "pending" | "approved" | "declined" | "expired" | "revoked";
 export type ExternalStatus = "pending" | "approved" | "expired" | "revoked";

@@ -1,7 +1,7 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier } from "@pi/common/audit-trail";
+import type { AuditCarrier } from "@pi/common/store/audit-trail";
 import type { JobLeaseDoc } from "@pi/common/background/lease";
-import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/persistence";
+import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/store/persistence";
 import type { AppliedAct } from "./acts.js";
 import type { OpeningsDoc } from "./openings.js";
 import type { SlotsDoc } from "./slots.js";
@@ -31,9 +31,9 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   approveAt: Date | null;
   // When a request last reopened it: the reopen bound's clock (reopenVerdict).
   reopenedAt?: Date | null;
-  // Bumped by every state change (and by 1.1.0's read leases): the compare-and-set guard (updateVersioned).
+  // Bumped by every state change (and by 1.0.0's read leases): the compare-and-set guard (updateVersioned).
   version: number;
-  // 1.1.0's read leases (connections.ts, waitForLegacyLeases): written by 1.1.0 replicas only.
+  // 1.0.0's read leases (connections.ts, waitForLegacyLeases): written by 1.0.0 replicas only.
   leasedUntil?: Date | null;
   fencedUntil?: Date | null;
   caregiverActs?: AppliedAct[];

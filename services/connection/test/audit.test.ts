@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
-import { Status } from "@pi/common/errors";
-import { newId } from "@pi/common/ids";
-import { shapeAudit } from "@pi/common/audit";
+import { Status } from "@pi/common/rpc/errors";
+import { newId } from "@pi/common/rules/ids";
+import { shapeAudit } from "@pi/common/store/audit";
 import { actorOf, connectionAudit, partnerActor } from "../src/audit.js";
 import type { Trigger } from "../src/state-machine.js";
 

@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
-import { ErrorReason, reasonOf } from "@pi/common/errors";
-import { newId } from "@pi/common/ids";
-import { parseSettings, type Settings } from "@pi/common/settings";
-import { sandboxElderAddress } from "@pi/common/elder-address";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { ErrorReason, reasonOf } from "@pi/common/rpc/errors";
+import { newId } from "@pi/common/rules/ids";
+import { parseSettings, type Settings } from "@pi/common/runtime/settings";
+import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { Connections } from "../src/connections.js";
 import { secondsUntilNextDay } from "../src/bounds.js";
 import { openingsKey } from "../src/openings.js";

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
-import { newId } from "@pi/common/ids";
-import { parseSettings, type Settings } from "@pi/common/settings";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { newId } from "@pi/common/rules/ids";
+import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { dayKey } from "../src/bounds.js";
 import { Connections } from "../src/connections.js";
 import { openingsKey } from "../src/openings.js";

@@ -1,8 +1,8 @@
 import { imageSize } from "image-size";
 import { parseBuffer } from "music-metadata";
 import { writeFileSync } from "node:fs";
-import type { Extracted } from "@pi/common/extracted";
-import type { ExtractionKind } from "@pi/common/media-types";
+import type { Extracted } from "@pi/common/rules/extracted";
+import type { ExtractionKind } from "@pi/common/rules/media-types";
 import { checkDecodedSize, DecodedSizeExceeded } from "./decoded-size.js";
 
 // Runs in an extraction child process only (extractor.ts forks it), one task at a time over IPC.

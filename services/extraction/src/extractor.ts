@@ -1,10 +1,10 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { acceptedType } from "@pi/common/media-types";
-import { createLogger, type Logger } from "@pi/common/logger";
+import { acceptedType } from "@pi/common/rules/media-types";
+import { createLogger, type Logger } from "@pi/common/runtime/logger";
 import { every } from "@pi/common/background/periodic";
-import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/extracted";
+import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionTask } from "./extraction-child.js";
 import { childEnvironment } from "./child-environment.js";
 

@@ -1,9 +1,9 @@
-import { clientsFor } from "@pi/common/clients";
-import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "@pi/common/kafka";
+import { clientsFor } from "@pi/common/rpc/clients";
+import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "@pi/common/events/kafka";
 import { startRpcServer } from "@pi/common/rpc/server";
-import type { Logger } from "@pi/common/logger";
-import type { RunningService } from "@pi/common/run-service";
-import type { Settings } from "@pi/common/settings";
+import type { Logger } from "@pi/common/runtime/logger";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Settings } from "@pi/common/runtime/settings";
 import { DEFAULT_EXTRACTION_LIMITS, Extractor, type ExtractionLimits } from "./extractor.js";
 import { consumeFileEvents, ExtractionWorker, takeFiles, type Extract, type WorkerTiming } from "./worker.js";
 

@@ -1,16 +1,16 @@
 import { fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import { eventsv1, fileintakev1 } from "@pi/proto";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { every } from "@pi/common/background/periodic";
-import { consumerGroup, topicName } from "@pi/common/topics";
-import { extractionDuration, extractions, secondsSince } from "@pi/common/metrics";
+import { consumerGroup, topicName } from "@pi/common/events/topics";
+import { extractionDuration, extractions, secondsSince } from "@pi/common/runtime/metrics";
 import { keepAlive } from "@pi/common/background/lease";
 import { retry } from "@pi/common/background/retry";
-import type { Extracted } from "@pi/common/extracted";
-import type { FileIntakeClient } from "@pi/common/clients";
-import type { Kafka } from "@pi/common/kafka";
-import type { Logger } from "@pi/common/logger";
+import type { Extracted } from "@pi/common/rules/extracted";
+import type { FileIntakeClient } from "@pi/common/rpc/clients";
+import type { Kafka } from "@pi/common/events/kafka";
+import type { Logger } from "@pi/common/runtime/logger";
 import { ExtractorDied } from "./extractor.js";
 
 export interface WorkerTiming {

@@ -1,6 +1,6 @@
 import { Binary } from "mongodb";
-import { decrypt, encrypt, type KeyWrapper } from "@pi/common/data-keys";
-import type { Extracted } from "@pi/common/extracted";
+import { decrypt, encrypt, type KeyWrapper } from "@pi/common/store/data-keys";
+import type { Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionDoc, FileDoc, FileMeta, FileStore } from "./store.js";
 
 // A file's metadata and extraction result, sealed under the file's own data key (docs/security.md,

@@ -1,8 +1,8 @@
-import { acceptedType } from "@pi/common/media-types";
+import { acceptedType } from "@pi/common/rules/media-types";
 import { endLease, leaseFree, renewLease, takeLease } from "@pi/common/background/lease";
-import type { Extracted, FailureReason } from "@pi/common/extracted";
-import type { KeyWrapper } from "@pi/common/data-keys";
-import type { Logger } from "@pi/common/logger";
+import type { Extracted, FailureReason } from "@pi/common/rules/extracted";
+import type { KeyWrapper } from "@pi/common/store/data-keys";
+import type { Logger } from "@pi/common/runtime/logger";
 import { fileDataKey, sealExtraction } from "./at-rest.js";
 import { readBlobPart } from "./staging.js";
 import { testFileOutcome } from "./sandbox-outcome.js";

@@ -1,4 +1,4 @@
-import { extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio } from "@pi/common/metrics";
+import { extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio } from "@pi/common/runtime/metrics";
 import { quotaPressure, type QuotaLimits } from "./quota.js";
 import type { FileStore } from "./store.js";
 

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { PartnerMode } from "@pi/common/mode";
+import type { PartnerMode } from "@pi/common/rules/mode";
 
 // The rules of Idempotency-Key on POST /v1/files (keys.ts applies them). "The same payload": the
 // file's SHA-256, the normalised elder, the purpose as sent (absent differs from empty) and the mode.

@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { decide } from "./idempotency.js";
-import { insertIfNew } from "@pi/common/persistence";
+import { insertIfNew } from "@pi/common/store/persistence";
 import { keepAlive, renewLease, type LeaseFields } from "@pi/common/background/lease";
-import type { Logger } from "@pi/common/logger";
+import type { Logger } from "@pi/common/runtime/logger";
 import { keyId, type FileMode, type FileStore, type KeyDoc } from "./store.js";
 
 export type ClaimOutcome = { kind: "owned" } | { kind: "replay"; fileId: string } | { kind: "conflict" };

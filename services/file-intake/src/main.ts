@@ -1,4 +1,4 @@
-import { runService } from "@pi/common/run-service";
+import { runService } from "@pi/common/runtime/run-service";
 import { startFileIntakeService } from "./service.js";
 
 runService("file-intake", startFileIntakeService);

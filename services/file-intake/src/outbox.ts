@@ -1,11 +1,11 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { Outbox, type OutboxEntry } from "@pi/common/persistence";
-import { topicName } from "@pi/common/topics";
-import type { Logger } from "@pi/common/logger";
-import type { Producer } from "@pi/common/kafka";
-import { modeToProto } from "@pi/common/mode";
+import { Outbox, type OutboxEntry } from "@pi/common/store/persistence";
+import { topicName } from "@pi/common/events/topics";
+import type { Logger } from "@pi/common/runtime/logger";
+import type { Producer } from "@pi/common/events/kafka";
+import { modeToProto } from "@pi/common/rules/mode";
 import type { FileDoc } from "./store.js";
 
 /** The FileReceivedEvent of each accepted file, inserted with its record; publishing twice is harmless. */

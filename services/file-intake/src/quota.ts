@@ -1,4 +1,4 @@
-import { forMode, type PartnerMode as FileMode } from "@pi/common/mode";
+import { forMode, type PartnerMode as FileMode } from "@pi/common/rules/mode";
 
 // The storage quota's pure rules (docs/files.md, "Storage quota"); usage.ts applies them.
 

@@ -1,5 +1,5 @@
 import { whileHolding } from "@pi/common/background/lease";
-import type { Logger } from "@pi/common/logger";
+import type { Logger } from "@pi/common/runtime/logger";
 import { deleteSegments } from "./staging.js";
 import { segmentCount, type FileDoc, type FileMode, type FileStore } from "./store.js";
 import { bytesDeleted, repairUsage } from "./usage.js";

@@ -1,13 +1,13 @@
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { type commonv1, fileintakev1 } from "@pi/proto";
-import { isFailureReason, type Extracted } from "@pi/common/extracted";
-import { modeFromProto } from "@pi/common/mode";
-import type { ExtractionKind } from "@pi/common/media-types";
+import { isFailureReason, type Extracted } from "@pi/common/rules/extracted";
+import { modeFromProto } from "@pi/common/rules/mode";
+import type { ExtractionKind } from "@pi/common/rules/media-types";
 import type { ExtractionRecords, Take } from "./extraction-records.js";
 import { submitFile, type IntakeDeps } from "./intake.js";
 import type { FileStatus, FileStore } from "./store.js";
-import { ErrorReason, serviceError } from "@pi/common/errors";
+import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
 
 export interface FileIntakeDeps extends IntakeDeps {
   extraction: ExtractionRecords;

@@ -1,6 +1,6 @@
-import type { Extracted } from "@pi/common/extracted";
-import { acceptedType } from "@pi/common/media-types";
-import type { PartnerMode } from "@pi/common/mode";
+import type { Extracted } from "@pi/common/rules/extracted";
+import { acceptedType } from "@pi/common/rules/media-types";
+import type { PartnerMode } from "@pi/common/rules/mode";
 
 // Test mode's magic value (docs/files.md, "Test files"): a test file sent with `purpose`
 // `sandbox_failed` ends `failed` instead of `processed`; in live mode `purpose` has no effect.

@@ -1,19 +1,19 @@
-import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime";
-import { prepareStore } from "@pi/common/store-versions";
-import { STORE_SCHEMAS } from "@pi/common/migrations/index";
-import { clientsFor } from "@pi/common/clients";
+import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
+import { prepareStore } from "@pi/common/store/store-versions";
+import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
+import { clientsFor } from "@pi/common/rpc/clients";
 import { every } from "@pi/common/background/periodic";
 import {
   extractionBacklog,
   readAtScrape,
   storagePartnersOverQuotaRatio,
   storageQuotaMaxUsedRatio,
-} from "@pi/common/metrics";
+} from "@pi/common/runtime/metrics";
 import { startRpcServer } from "@pi/common/rpc/server";
-import type { Logger } from "@pi/common/logger";
-import type { RunningService } from "@pi/common/run-service";
-import type { Settings } from "@pi/common/settings";
-import { modeToProto } from "@pi/common/mode";
+import type { Logger } from "@pi/common/runtime/logger";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Settings } from "@pi/common/runtime/settings";
+import { modeToProto } from "@pi/common/rules/mode";
 import type { ConnectionCheck } from "./intake.js";
 import { refreshFileGauges } from "./gauges.js";
 import { IdempotencyKeys } from "./keys.js";

@@ -1,5 +1,5 @@
 import { Binary, ObjectId } from "mongodb";
-import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common/data-keys";
+import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common/store/data-keys";
 import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
 /** Segment inserts of one upload under way at once: receiving, sealing and writing overlap in bounded memory. */

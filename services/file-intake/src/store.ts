@@ -1,10 +1,10 @@
 import type { Binary, Collection, Db, ObjectId } from "mongodb";
-import { outboxEntry, type OutboxEntry, type OutboxFields } from "@pi/common/persistence";
-import type { ExtractionKind } from "@pi/common/media-types";
-import type { FailureReason } from "@pi/common/extracted";
+import { outboxEntry, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
+import type { ExtractionKind } from "@pi/common/rules/media-types";
+import type { FailureReason } from "@pi/common/rules/extracted";
 import type { JobLeaseDoc, LeaseFields } from "@pi/common/background/lease";
-import type { WrappedKey } from "@pi/common/data-keys";
-import type { PartnerMode } from "@pi/common/mode";
+import type { WrappedKey } from "@pi/common/store/data-keys";
+import type { PartnerMode } from "@pi/common/rules/mode";
 import type { KeyRecord } from "./idempotency.js";
 import type { Usage } from "./quota.js";
 

@@ -1,6 +1,6 @@
 import { ObjectId } from "mongodb";
-import { ErrorReason, reasonOf, serviceError } from "@pi/common/errors";
-import { insertIfNew, updateVersioned } from "@pi/common/persistence";
+import { ErrorReason, reasonOf, serviceError } from "@pi/common/rpc/errors";
+import { insertIfNew, updateVersioned } from "@pi/common/store/persistence";
 import {
   holdGrowth,
   initialHold,

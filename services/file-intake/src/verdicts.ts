@@ -1,6 +1,6 @@
-import { checkElderAddress } from "@pi/common/elder-address";
-import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/errors";
-import type { AcceptedType } from "@pi/common/media-types";
+import { checkElderAddress } from "@pi/common/rules/elder-address";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/errors";
+import type { AcceptedType } from "@pi/common/rules/media-types";
 import type { ClaimOutcome } from "./keys.js";
 
 // The verdicts on an upload, pure, in the order intake.ts takes them (docs/files.md, "Order of

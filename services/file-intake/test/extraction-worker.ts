@@ -1,6 +1,6 @@
-import { clientsFor } from "@pi/common/clients";
-import { createLogger } from "@pi/common/logger";
-import type { Settings } from "@pi/common/settings";
+import { clientsFor } from "@pi/common/rpc/clients";
+import { createLogger } from "@pi/common/runtime/logger";
+import type { Settings } from "@pi/common/runtime/settings";
 import { ExtractionWorker, type Extract } from "@pi/extraction";
 import { as } from "../../../test/support/services.js";
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
-import { extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio } from "@pi/common/metrics";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { extractionBacklog, storagePartnersOverQuotaRatio, storageQuotaMaxUsedRatio } from "@pi/common/runtime/metrics";
 import { refreshFileGauges } from "../src/gauges.js";
 import { openFileStore, type FileStore } from "../src/store.js";
 import { testSettings } from "../../../test/support/services.js";

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "@jest/globals";
 import { MongoClient } from "mongodb";
-import { databaseName } from "@pi/common/mongo";
+import { databaseName } from "@pi/common/store/mongo";
 import { asService, grantTestKafkaAccess, testSettings } from "../../../test/support/services.js";
 
 // The guard of the store (docs/upgrades.md), as an operator meets it: the compiled service started

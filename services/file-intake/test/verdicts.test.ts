@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
-import { Status } from "@pi/common/errors";
-import { ErrorReason, reasonOf } from "@pi/common/errors";
-import { acceptedType } from "@pi/common/media-types";
+import { Status } from "@pi/common/rpc/errors";
+import { ErrorReason, reasonOf } from "@pi/common/rpc/errors";
+import { acceptedType } from "@pi/common/rules/media-types";
 import { bytesVerdict, claimVerdict, trailerVerdict } from "../src/verdicts.js";
 
 // The verdicts of an upload in file-intake, in their order (docs/files.md, "Order of checks").

@@ -1,7 +1,13 @@
 import Koa from "koa";
-import type { AuthClient, ConnectionClient, FileIntakeClient, HealthClient, WebhookClient } from "@pi/common/clients";
-import type { Logger } from "@pi/common/logger";
-import type { Settings } from "@pi/common/settings";
+import type {
+  AuthClient,
+  ConnectionClient,
+  FileIntakeClient,
+  HealthClient,
+  WebhookClient,
+} from "@pi/common/rpc/clients";
+import type { Logger } from "@pi/common/runtime/logger";
+import type { Settings } from "@pi/common/runtime/settings";
 import type { BearerVerifier } from "./bearer.js";
 import type { GatewayState } from "./context.js";
 import { allowedMethods } from "./allowed-methods.js";

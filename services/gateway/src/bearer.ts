@@ -1,7 +1,7 @@
 import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload } from "jose";
 import { LRUCache } from "lru-cache";
-import type { AuthClient } from "@pi/common/clients";
-import type { PartnerMode } from "@pi/common/mode";
+import type { AuthClient } from "@pi/common/rpc/clients";
+import type { PartnerMode } from "@pi/common/rules/mode";
 
 export interface Principal {
   partnerId: string;

@@ -1,5 +1,5 @@
 import type { Middleware } from "koa";
-import type { DeprecationRule } from "@pi/common/settings";
+import type { DeprecationRule } from "@pi/common/runtime/settings";
 import type { GatewayState } from "./context.js";
 
 // API_DEPRECATIONS: a deprecated route's answers carry Deprecation (RFC 9745), Sunset (RFC 8594) and

@@ -1,6 +1,6 @@
 import type { Context } from "koa";
-import { RpcError, Status } from "@pi/common/errors";
-import { ErrorReason, reasonOf } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
+import { ErrorReason, reasonOf } from "@pi/common/rpc/errors";
 import type { commonv1 } from "@pi/proto";
 
 // The one table of partner-facing errors: a code always has the same status, type and message,

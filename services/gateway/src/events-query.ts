@@ -1,4 +1,4 @@
-import { isWebhookEventType, WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common/webhook-events";
+import { isWebhookEventType, WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common/events/webhook-events";
 import { PartnerError } from "./errors.js";
 
 // The query of GET /v1/events, each parameter at most once; anything else is a 400 naming it.

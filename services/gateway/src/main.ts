@@ -1,4 +1,4 @@
-import { runService } from "@pi/common/run-service";
+import { runService } from "@pi/common/runtime/run-service";
 import { startGateway } from "./service.js";
 
 runService("gateway", startGateway);

@@ -1,6 +1,6 @@
 import type { Middleware } from "koa";
-import { newId } from "@pi/common/ids";
-import type { Logger } from "@pi/common/logger";
+import { newId } from "@pi/common/rules/ids";
+import type { Logger } from "@pi/common/runtime/logger";
 import { bearerTokenOf, type BearerVerifier } from "./bearer.js";
 import type { GatewayState } from "./context.js";
 import { partnerErrorFromInternal, PartnerError, sendPartnerError } from "./errors.js";

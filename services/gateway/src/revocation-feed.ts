@@ -1,8 +1,8 @@
 import { eventsv1 } from "@pi/proto";
-import { followPartnerEvents } from "@pi/common/partner-event-feed";
-import type { AuthClient } from "@pi/common/clients";
-import type { Kafka } from "@pi/common/kafka";
-import type { Logger } from "@pi/common/logger";
+import { followPartnerEvents } from "@pi/common/events/partner-event-feed";
+import type { AuthClient } from "@pi/common/rpc/clients";
+import type { Kafka } from "@pi/common/events/kafka";
+import type { Logger } from "@pi/common/runtime/logger";
 import type { RevocationList } from "./bearer.js";
 
 const { PartnerEventKind } = eventsv1;

@@ -1,8 +1,8 @@
 import DataLoader from "dataloader";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { authv1 } from "@pi/proto";
-import { activeContext, inSpan, ROOT_CONTEXT, type Context } from "@pi/common/telemetry";
-import { MAX_TOKENS_PER_CALL, type AuthClient } from "@pi/common/clients";
+import { activeContext, inSpan, ROOT_CONTEXT, type Context } from "@pi/common/runtime/telemetry";
+import { MAX_TOKENS_PER_CALL, type AuthClient } from "@pi/common/rpc/clients";
 
 // The token requests of one event-loop turn share one IssueTokens call (docs/performance.md, "Token
 // requests in batches"): nothing waits for company, and each request keeps its own outcome.

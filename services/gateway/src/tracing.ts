@@ -1,7 +1,7 @@
 import type Router from "@koa/router";
 import type { Middleware } from "koa";
-import { httpServerDuration, metricsRecording } from "@pi/common/metrics";
-import { inSpan, SpanKind } from "@pi/common/telemetry";
+import { httpServerDuration, metricsRecording } from "@pi/common/runtime/metrics";
+import { inSpan, SpanKind } from "@pi/common/runtime/telemetry";
 import type { GatewayState } from "./context.js";
 
 // From the path alone, so a request refused before its route ran (401, 429) still counts under its

@@ -1,4 +1,4 @@
-import { checkElderAddress } from "@pi/common/elder-address";
+import { checkElderAddress } from "@pi/common/rules/elder-address";
 import { PartnerError } from "./errors.js";
 
 // What a file upload's request may carry besides the file (docs/files.md), as pure rules.

@@ -4,9 +4,9 @@ import type { Readable } from "node:stream";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { fileintakev1 } from "@pi/proto";
 import { every } from "@pi/common/background/periodic";
-import { ErrorReason, reasonOf } from "@pi/common/errors";
-import type { FileIntakeClient } from "@pi/common/clients";
-import type { Logger } from "@pi/common/logger";
+import { ErrorReason, reasonOf } from "@pi/common/rpc/errors";
+import type { FileIntakeClient } from "@pi/common/rpc/clients";
+import type { Logger } from "@pi/common/runtime/logger";
 import { PartnerError } from "./errors.js";
 import { TransferRate } from "./upload-guards.js";
 

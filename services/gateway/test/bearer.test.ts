@@ -2,7 +2,7 @@ import { describe, expect, it } from "@jest/globals";
 import { exportJWK, generateKeyPair, SignJWT, type JWK } from "jose";
 import { create } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import type { AuthClient } from "@pi/common/clients";
+import type { AuthClient } from "@pi/common/rpc/clients";
 import { bearerTokenOf, BearerVerifier, issuedBeforeSuspension, RevocationList } from "../src/bearer.js";
 import { applyPartnerEvent } from "../src/revocation-feed.js";
 

@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Agent, request } from "node:http";
 import { MongoClient } from "mongodb";
-import { clientsFor } from "@pi/common/clients";
-import { createLogger } from "@pi/common/logger";
-import { databaseName } from "@pi/common/mongo";
-import { newId } from "@pi/common/ids";
-import type { RunningService } from "@pi/common/run-service";
-import type { Settings } from "@pi/common/settings";
+import { clientsFor } from "@pi/common/rpc/clients";
+import { createLogger } from "@pi/common/runtime/logger";
+import { databaseName } from "@pi/common/store/mongo";
+import { newId } from "@pi/common/rules/ids";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Settings } from "@pi/common/runtime/settings";
 import { startConnectionService } from "../../connection/src/service.js";
 import { addressOf, as, testSettings } from "../../../test/support/services.js";
 import { startEdge, type Edge } from "./edge-harness.js";

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { parseSettings } from "@pi/common/settings";
+import { parseSettings } from "@pi/common/runtime/settings";
 import { connectionv1, fileintakev1 } from "@pi/proto";
 import { deprecationFor, deprecationHeaders } from "../src/deprecation.js";
 import { startEdge, type Edge } from "./edge-harness.js";

@@ -5,8 +5,8 @@ import type { ServiceImpl } from "@pi/common/rpc/server";
 import { localClient } from "../../../test/support/local-client.js";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
-import { createLogger } from "@pi/common/logger";
-import { parseSettings, type Settings } from "@pi/common/settings";
+import { createLogger } from "@pi/common/runtime/logger";
+import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { createApp } from "../src/app.js";
 import { BearerVerifier, RevocationList } from "../src/bearer.js";
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { RpcError, Status } from "@pi/common/errors";
-import { ErrorReason, serviceError } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
+import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
 import { commonv1, type webhookv1 } from "@pi/proto";
 import { PartnerError } from "../src/errors.js";
 import { EVENTS_LIMIT_DEFAULT, eventsListJson, parseEventsQuery, STARTING_AFTER_MESSAGE } from "../src/events-query.js";

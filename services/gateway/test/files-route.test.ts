@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import multerCore from "multer";
-import { RpcError, Status } from "@pi/common/errors";
-import { ErrorReason, serviceError } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
+import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
 import { PartnerError } from "../src/errors.js";
 import { uploadError } from "../src/upload-multipart.js";
 import { checkFields, parseIdempotencyKey } from "../src/upload-request.js";

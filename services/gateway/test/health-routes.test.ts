@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "@jest/globals";
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import { startEdge, type Edge } from "./edge-harness.js";
 
 // /readyz is the operator contract's readiness of the whole stack; /readyz/traffic is what a gateway

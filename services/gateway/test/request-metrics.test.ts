@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { connectionv1 } from "@pi/proto";
-import { httpServerDuration, metricsRegistry } from "@pi/common/metrics";
+import { httpServerDuration, metricsRegistry } from "@pi/common/runtime/metrics";
 import { startEdge, type Edge } from "./edge-harness.js";
 
 // http_server_request_duration_seconds (docs/observability.md, "Metrics"): labelled by the route

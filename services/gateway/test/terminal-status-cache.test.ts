@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { commonv1, fileintakev1 } from "@pi/proto";
-import { ErrorReason, serviceError } from "@pi/common/errors";
+import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
 import { TerminalStatusCache } from "../src/terminal-status-cache.js";
 import { startEdge, type Edge } from "./edge-harness.js";
 

@@ -4,8 +4,8 @@ import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-ho
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { create } from "@bufbuild/protobuf";
 import { authv1 } from "@pi/proto";
-import { inSpan } from "@pi/common/telemetry";
-import type { AuthClient } from "@pi/common/clients";
+import { inSpan } from "@pi/common/runtime/telemetry";
+import type { AuthClient } from "@pi/common/rpc/clients";
 import { batchedTokenIssuer, type TokenRequest } from "../src/token-batches.js";
 
 // The gateway's token requests to auth, batched per event-loop turn (token-batches.ts).

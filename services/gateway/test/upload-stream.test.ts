@@ -7,13 +7,13 @@ import type { Router } from "@pi/common/rpc/server";
 import { closeClient, serviceClient } from "@pi/common/rpc/client";
 import { fileintakev1 } from "@pi/proto";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
-import { createLogger } from "@pi/common/logger";
-import type { FileIntakeClient } from "@pi/common/clients";
-import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/errors";
+import { createLogger } from "@pi/common/runtime/logger";
+import type { FileIntakeClient } from "@pi/common/rpc/clients";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/errors";
 import { PartnerError } from "../src/errors.js";
 import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
 
-// The rate watchdog runs on `every` (services/common/src/periodic.ts); an injected clock drives its windows.
+// The rate watchdog runs on `every` (services/common/src/background/periodic.ts); an injected clock drives its windows.
 
 const settings = { UPLOAD_MIN_BYTES_PER_SECOND: 1000, UPLOAD_RATE_WINDOW_SECONDS: 2 };
 const requestWith = (socket: { bytesRead: number }) => ({ socket }) as unknown as IncomingMessage;

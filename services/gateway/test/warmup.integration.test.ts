@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { createLogger } from "@pi/common/logger";
-import type { RunningService } from "@pi/common/run-service";
+import { createLogger } from "@pi/common/runtime/logger";
+import type { RunningService } from "@pi/common/runtime/run-service";
 import { startGateway } from "@pi/gateway";
 import { as, testSettings } from "../../../test/support/services.js";
 

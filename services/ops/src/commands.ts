@@ -1,8 +1,8 @@
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import { authv1, type commonv1, connectionv1, eventsv1, webhookv1 } from "@pi/proto";
-import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common/clients";
-import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/mode";
-import { newId } from "@pi/common/ids";
+import type { AuthClient, ConnectionClient, WebhookClient } from "@pi/common/rpc/clients";
+import { isPartnerMode, modeFromProto, modeToProto } from "@pi/common/rules/mode";
+import { newId } from "@pi/common/rules/ids";
 import { retry } from "@pi/common/background/retry";
 
 // Each operator command: one internal call, the operator contract's JSON object back (tests call them).

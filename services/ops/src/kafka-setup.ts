@@ -1,8 +1,8 @@
 import { createServer } from "node:http";
-import { createKafka, ensureTopics, kafkaCredentials } from "@pi/common/kafka";
-import { createLogger } from "@pi/common/logger";
-import { grantKafkaAccess } from "@pi/common/kafka-access";
-import { loadSettings } from "@pi/common/settings";
+import { createKafka, ensureTopics, kafkaCredentials } from "@pi/common/events/kafka";
+import { createLogger } from "@pi/common/runtime/logger";
+import { grantKafkaAccess } from "@pi/common/events/kafka-access";
+import { loadSettings } from "@pi/common/runtime/settings";
 import { retry } from "@pi/common/background/retry";
 
 // `node services/ops/dist/kafka-setup.js [--stay]`: as Kafka's super user (KAFKA_USERNAME and

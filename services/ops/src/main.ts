@@ -1,12 +1,17 @@
 import { Command, CommanderError } from "commander";
 // Only the modules the CLI needs (not the whole of @pi/common, with its database, Kafka and
 // telemetry clients): every command must finish in under 2 s, start-up included.
-import { clientsFor } from "@pi/common/clients";
+import { clientsFor } from "@pi/common/rpc/clients";
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseSettings, type Settings, withLocalStackAddresses, withLocalStackIdentity } from "@pi/common/settings";
-import { requireIdentity } from "@pi/common/service-identity";
+import {
+  parseSettings,
+  type Settings,
+  withLocalStackAddresses,
+  withLocalStackIdentity,
+} from "@pi/common/runtime/settings";
+import { requireIdentity } from "@pi/common/rpc/service-identity";
 import { commands, describeFailure, UsageError } from "./commands.js";
 
 // The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly

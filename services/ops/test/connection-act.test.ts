@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, jest } from "@jest/globals";
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import { connectionv1 } from "@pi/proto";
 import { actOutcomeUnknown, commands, type OpsClients } from "../src/commands.js";
 

@@ -1,6 +1,6 @@
-import { contextFromHeaders, inSpan, SpanKind } from "@pi/common/telemetry";
-import { webhookAttemptDuration, webhookDeliveries } from "@pi/common/metrics";
-import type { Logger } from "@pi/common/logger";
+import { contextFromHeaders, inSpan, SpanKind } from "@pi/common/runtime/telemetry";
+import { webhookAttemptDuration, webhookDeliveries } from "@pi/common/runtime/metrics";
+import type { Logger } from "@pi/common/runtime/logger";
 import { type AttemptOutcome, noAnswer, type WebhookSender } from "./outbound.js";
 import { afterAttempt as healthAfterAttempt, failingAfterMs } from "./endpoint-health.js";
 import * as delivery from "./delivery-states.js";

@@ -1,12 +1,12 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { consume, type Consuming } from "@pi/common/background/consume";
-import { consumerGroup, topicName } from "@pi/common/topics";
-import { contextFromHeaders, traceHeaders } from "@pi/common/telemetry";
-import { insertNew } from "@pi/common/persistence";
-import { modeFromProto } from "@pi/common/mode";
-import type { Kafka, KafkaMessage } from "@pi/common/kafka";
-import type { Logger } from "@pi/common/logger";
+import { consumerGroup, topicName } from "@pi/common/events/topics";
+import { contextFromHeaders, traceHeaders } from "@pi/common/runtime/telemetry";
+import { insertNew } from "@pi/common/store/persistence";
+import { modeFromProto } from "@pi/common/rules/mode";
+import type { Kafka, KafkaMessage } from "@pi/common/events/kafka";
+import type { Logger } from "@pi/common/runtime/logger";
 import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";

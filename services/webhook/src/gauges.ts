@@ -1,4 +1,4 @@
-import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/metrics";
+import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/runtime/metrics";
 import type { WebhookStore } from "./store.js";
 
 /** The webhook gauges, read at each scrape; "failing" is the rule of the "webhook endpoint failing" line. */

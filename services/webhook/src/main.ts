@@ -1,4 +1,4 @@
-import { runService } from "@pi/common/run-service";
+import { runService } from "@pi/common/runtime/run-service";
 import { startWebhookService } from "./service.js";
 
 runService("webhook", startWebhookService);

@@ -1,8 +1,8 @@
 import { request, type Agent } from "undici";
-import { AddressRefusedError, type EgressOptions, egressAgent, readCapped } from "@pi/common/egress";
-import { webhookUrlRefusal } from "@pi/common/webhook-url";
+import { AddressRefusedError, type EgressOptions, egressAgent, readCapped } from "@pi/common/runtime/egress";
+import { webhookUrlRefusal } from "@pi/common/rules/webhook-url";
 
-export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/egress";
+export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/runtime/egress";
 
 // One POST through the egress of @pi/common: the registration rule again, no redirects, a few KiB of the answer read.
 

@@ -1,6 +1,6 @@
 import type { Filter } from "mongodb";
 import { every, type Periodic } from "@pi/common/background/periodic";
-import type { Logger } from "@pi/common/logger";
+import type { Logger } from "@pi/common/runtime/logger";
 import { EVENTS_ORDER, pageFilter, type EventKey } from "./events-list.js";
 import type { WebhookEventDoc, WebhookStore } from "./store.js";
 

@@ -1,14 +1,14 @@
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { webhookv1 } from "@pi/proto";
-import { ErrorReason, serviceError } from "@pi/common/errors";
-import { isWebhookEventType } from "@pi/common/webhook-events";
-import type { AuditEntry } from "@pi/common/audit";
-import type { AuditTrail } from "@pi/common/audit-trail";
-import type { Logger } from "@pi/common/logger";
-import type { Outbox } from "@pi/common/persistence";
-import type { Settings } from "@pi/common/settings";
-import { modeFromProto } from "@pi/common/mode";
+import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
+import { isWebhookEventType } from "@pi/common/events/webhook-events";
+import type { AuditEntry } from "@pi/common/store/audit";
+import type { AuditTrail } from "@pi/common/store/audit-trail";
+import type { Logger } from "@pi/common/runtime/logger";
+import type { Outbox } from "@pi/common/store/persistence";
+import type { Settings } from "@pi/common/runtime/settings";
+import { modeFromProto } from "@pi/common/rules/mode";
 import {
   cursorFilter,
   cutPage,

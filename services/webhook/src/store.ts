@@ -1,6 +1,6 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier } from "@pi/common/audit-trail";
-import type { PartnerMode } from "@pi/common/mode";
+import type { AuditCarrier } from "@pi/common/store/audit-trail";
+import type { PartnerMode } from "@pi/common/rules/mode";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { EventType } from "./event-body.js";
 import type { DeliveryState } from "./delivery-states.js";

@@ -1,9 +1,9 @@
-import { RpcError, Status } from "@pi/common/errors";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import { eventsv1 } from "@pi/proto";
-import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/partner-event-feed";
-import type { AuthClient } from "@pi/common/clients";
-import type { Kafka } from "@pi/common/kafka";
-import type { Logger } from "@pi/common/logger";
+import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/events/partner-event-feed";
+import type { AuthClient } from "@pi/common/rpc/clients";
+import type { Kafka } from "@pi/common/events/kafka";
+import type { Logger } from "@pi/common/runtime/logger";
 
 // Where a partner's webhooks go and what signs them, asked of auth and kept for a minute: a
 // WEBHOOK_CHANGED partner event drops the entry at once, the minute bounds a missed one.

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes, randomUUID } from "node:crypto";
-import { connectMongo, type Mongo } from "@pi/common/mongo";
-import { createLogger } from "@pi/common/logger";
-import type { AuthClient } from "@pi/common/clients";
+import { connectMongo, type Mongo } from "@pi/common/store/mongo";
+import { createLogger } from "@pi/common/runtime/logger";
+import type { AuthClient } from "@pi/common/rpc/clients";
 import { storeWebhookEvents, webhookEventDoc } from "../src/consumer.js";
 import { Dispatcher } from "../src/dispatcher.js";
 import { WebhookSender } from "../src/outbound.js";

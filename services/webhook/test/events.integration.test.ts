@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
-import { clientsFor, type WebhookClient } from "@pi/common/clients";
-import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
-import { ErrorReason, RpcError, reasonOf, Status } from "@pi/common/errors";
+import { clientsFor, type WebhookClient } from "@pi/common/rpc/clients";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { ErrorReason, RpcError, reasonOf, Status } from "@pi/common/rpc/errors";
 import { commonv1 } from "@pi/proto";
 import { as } from "../../../test/support/services.js";
 import { webhookEventDoc } from "../src/consumer.js";

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
-import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/metrics";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/runtime/metrics";
 import { refreshWebhookGauges } from "../src/gauges.js";
 import { openWebhookStore, type QueueDoc, type WebhookStore } from "../src/store.js";
 import { testSettings } from "../../../test/support/services.js";

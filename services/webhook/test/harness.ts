@@ -1,12 +1,12 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { connectMongo, databaseName, type Mongo } from "@pi/common/mongo";
-import { createKafka, createProducer, type Producer, kafkaCredentials } from "@pi/common/kafka";
-import { createLogger } from "@pi/common/logger";
-import { topicName } from "@pi/common/topics";
-import type { RunningService } from "@pi/common/run-service";
-import type { Settings } from "@pi/common/settings";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { createKafka, createProducer, type Producer, kafkaCredentials } from "@pi/common/events/kafka";
+import { createLogger } from "@pi/common/runtime/logger";
+import { topicName } from "@pi/common/events/topics";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Settings } from "@pi/common/runtime/settings";
 import { startAuthService } from "@pi/auth";
 import { addressOf, as, quickConsumerStops, testSettings } from "../../../test/support/services.js";
 import { opsFor } from "../../../test/support/partner-api.js";

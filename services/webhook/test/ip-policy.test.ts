@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { addressRefusal, isPublicAddress } from "@pi/common/egress";
+import { addressRefusal, isPublicAddress } from "@pi/common/runtime/egress";
 
 const refused = [
   // IPv4 loopback, unspecified, private

@@ -162,9 +162,12 @@ describe("outbound safety with WEBHOOK_ALLOW_INSECURE_URLS=false", () => {
     ["https://93.184.216.34/hook", /not an IP address/],
     ["https://[2606:4700:4700::1111]/hook", /not an IP address/],
     ["https://localhost/hook", /localhost/],
-  ])("refuses %s before connecting (the registration rule, services/common/src/webhook-url.ts)", (url, reason) => {
-    expect(urlRefusal(url, false)).toMatch(reason);
-  });
+  ])(
+    "refuses %s before connecting (the registration rule, services/common/src/rules/webhook-url.ts)",
+    (url, reason) => {
+      expect(urlRefusal(url, false)).toMatch(reason);
+    },
+  );
 
   it("lets a named host through to the connect-time check", () => {
     expect(urlRefusal("https://example.com/hook", false)).toBeUndefined();

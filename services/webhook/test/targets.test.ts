@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { create } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { createLogger } from "@pi/common/logger";
+import { createLogger } from "@pi/common/runtime/logger";
 import { applyPartnerEvent } from "../src/targets.js";
 
 const logger = createLogger("targets-test", "silent");

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { RpcError, Status } from "@pi/common/errors";
-import { clientsFor } from "@pi/common/clients";
+import { RpcError, Status } from "@pi/common/rpc/errors";
+import { clientsFor } from "@pi/common/rpc/clients";
 import { webhookv1 } from "@pi/proto";
 import { startTestReceiver, type TestReceiver } from "../../../test/support/webhook-receiver.js";
 import { eventually, startWebhookHarness, type WebhookHarness } from "./harness.js";

@@ -1,9 +1,9 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Consumer, Message, MessagesStream } from "@platformatic/kafka";
-import { atMost } from "../at-most.js";
-import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../kafka.js";
-import type { Logger } from "../logger.js";
-import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../metrics.js";
+import { atMost } from "../rules/at-most.js";
+import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../events/kafka.js";
+import type { Logger } from "../runtime/logger.js";
+import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../runtime/metrics.js";
 import { retryDelay } from "./retry.js";
 
 // The one Kafka consumer of every service: set-up, restarts, liveness, lag gauge, metrics and a bounded stop.
@@ -20,7 +20,7 @@ export function setConsumerMaxWaitForTests(ms: number): void {
   consumerMaxWaitMs = ms;
 }
 
-/** For groups that must hand partitions over quickly when a replica dies, instead of 30 s (as 1.1.0's members). */
+/** For groups that must hand partitions over quickly when a replica dies, instead of 30 s (as 1.0.0's members). */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
 export const CONSUMER_HEARTBEAT_MS = 3_000;
 const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInterval: CONSUMER_HEARTBEAT_MS };

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
-import type { Logger } from "../logger.js";
+import type { Logger } from "../runtime/logger.js";
 import { every } from "./periodic.js";
 
 // The one lease: a right on a document (or a job) held until a time, taken by one conditional

@@ -1,4 +1,4 @@
-import type { Logger } from "../logger.js";
+import type { Logger } from "../runtime/logger.js";
 
 export interface Periodic {
   runNow(): Promise<void>;

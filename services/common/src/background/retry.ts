@@ -1,5 +1,5 @@
 import pRetry from "p-retry";
-import type { Logger } from "../logger.js";
+import type { Logger } from "../runtime/logger.js";
 
 export interface RetryOptions {
   /** How many times to try in all; Infinity: until it succeeds or `signal` aborts. */

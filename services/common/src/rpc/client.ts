@@ -11,9 +11,9 @@ import {
 } from "@bufbuild/protobuf";
 import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import * as grpc from "@grpc/grpc-js";
-import { detailOf, RpcError } from "../errors.js";
-import { audienceOf, minterFor, SERVICE_TOKEN_HEADER } from "../service-identity.js";
-import { rpcClientSpan } from "../telemetry.js";
+import { detailOf, RpcError } from "./errors.js";
+import { audienceOf, minterFor, SERVICE_TOKEN_HEADER } from "./service-identity.js";
+import { rpcClientSpan } from "../runtime/telemetry.js";
 import { targetOf } from "./service-urls.js";
 
 export interface CallOptions {

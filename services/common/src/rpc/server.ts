@@ -1,12 +1,12 @@
 import type { DescMessage, DescMethod, DescService, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { healthv1 } from "@pi/proto";
-import { ruleFor, type Workload } from "../allowed-callers.js";
-import { RpcError, Status, trailersOf } from "../errors.js";
-import type { Logger } from "../logger.js";
-import { checkCaller, publicKeysFor, SERVICE_TOKEN_HEADER, TokenVerifier } from "../service-identity.js";
-import { SettingsError } from "../settings.js";
-import { rpcServerSpan } from "../telemetry.js";
+import { ruleFor, type Workload } from "./allowed-callers.js";
+import { RpcError, Status, trailersOf } from "./errors.js";
+import type { Logger } from "../runtime/logger.js";
+import { checkCaller, publicKeysFor, SERVICE_TOKEN_HEADER, TokenVerifier } from "./service-identity.js";
+import { SettingsError } from "../runtime/settings.js";
+import { rpcServerSpan } from "../runtime/telemetry.js";
 import { deserialize, pathOf, serialize } from "./client.js";
 
 const { Health, HealthCheckResponse_ServingStatus: ServingStatus } = healthv1;

@@ -1,8 +1,8 @@
 import { bodyParser } from "@koa/bodyparser";
 import { connectionv1 } from "@pi/proto";
-import { checkElderAddress } from "@pi/common/elder-address";
-import type { ConnectionClient } from "@pi/common/clients";
-import { modeToProto } from "@pi/common/mode";
+import { checkElderAddress } from "@pi/common/rules/elder-address";
+import type { ConnectionClient } from "@pi/common/rpc/clients";
+import { modeToProto } from "@pi/common/rules/mode";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";

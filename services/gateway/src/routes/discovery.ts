@@ -1,4 +1,4 @@
-import { authorizationServerIssuer, tokenEndpointUrl, type Settings } from "@pi/common/settings";
+import { authorizationServerIssuer, tokenEndpointUrl, type Settings } from "@pi/common/runtime/settings";
 import { gatewayRouter } from "../router.js";
 
 // SMART App Launch's smart-configuration is what healthcare's OAuth clients read.

@@ -1,5 +1,5 @@
-import type { WebhookClient } from "@pi/common/clients";
-import { modeToProto } from "@pi/common/mode";
+import type { WebhookClient } from "@pi/common/rpc/clients";
+import { modeToProto } from "@pi/common/rules/mode";
 import { eventsListJson, parseEventsQuery } from "../events-query.js";
 import { gatewayRouter } from "../router.js";
 import { requireScope } from "../middleware.js";

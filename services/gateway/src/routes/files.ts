@@ -1,9 +1,9 @@
 import type { Middleware } from "koa";
 import { fileintakev1 } from "@pi/proto";
-import { filesAccepted, filesRefused } from "@pi/common/metrics";
-import { modeToProto } from "@pi/common/mode";
-import type { FileIntakeClient } from "@pi/common/clients";
-import type { Logger } from "@pi/common/logger";
+import { filesAccepted, filesRefused } from "@pi/common/runtime/metrics";
+import { modeToProto } from "@pi/common/rules/mode";
+import type { FileIntakeClient } from "@pi/common/rpc/clients";
+import type { Logger } from "@pi/common/runtime/logger";
 import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";

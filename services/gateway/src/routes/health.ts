@@ -1,4 +1,4 @@
-import type { HealthClient } from "@pi/common/clients";
+import type { HealthClient } from "@pi/common/rpc/clients";
 import { healthv1 } from "@pi/proto";
 import { gatewayRouter } from "../router.js";
 

@@ -1,7 +1,7 @@
 import type { Middleware } from "koa";
 import { connectionv1 } from "@pi/proto";
-import type { ConnectionClient } from "@pi/common/clients";
-import { modeToProto } from "@pi/common/mode";
+import type { ConnectionClient } from "@pi/common/rpc/clients";
+import { modeToProto } from "@pi/common/rules/mode";
 import type { GatewayContext, GatewayState } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";

@@ -1,9 +1,9 @@
 import type { Collection, Db, MongoClient } from "mongodb";
 import { MongoDBStorage, Umzug } from "umzug";
-import { type JobLeaseDoc, keepAlive, whileHolding } from "./background/lease.js";
-import type { Logger } from "./logger.js";
+import { type JobLeaseDoc, keepAlive, whileHolding } from "../background/lease.js";
+import type { Logger } from "../runtime/logger.js";
 import { insertIfNew } from "./persistence.js";
-import { compareReleases, isRelease, RELEASE } from "./release.js";
+import { compareReleases, isRelease, RELEASE } from "../runtime/release.js";
 
 // Versions of stored data and the migrations between them: docs/upgrades.md.
 

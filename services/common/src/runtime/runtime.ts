@@ -1,5 +1,5 @@
 import type { Db } from "mongodb";
-import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "./data-keys.js";
+import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "../store/data-keys.js";
 import {
   type Admin,
   createKafka,
@@ -9,9 +9,9 @@ import {
   kafkaCredentials,
   kafkaReachable,
   type Producer,
-} from "./kafka.js";
+} from "../events/kafka.js";
 import type { Logger } from "./logger.js";
-import { connectMongo, databaseName, type Mongo } from "./mongo.js";
+import { connectMongo, databaseName, type Mongo } from "../store/mongo.js";
 import { SettingsError, type Settings } from "./settings.js";
 
 /** What every internal service holds: its own database, a Kafka client, a producer. */

@@ -1,10 +1,10 @@
 import { createLogger, type Logger } from "./logger.js";
 import { watchParent } from "./parent-watch.js";
-import { requireIdentity } from "./service-identity.js";
+import { requireIdentity } from "../rpc/service-identity.js";
 import { loadSettings, SettingsError, type Settings } from "./settings.js";
 import { startMetricsServer } from "./metrics.js";
 import { startTelemetry } from "./telemetry.js";
-import { StoreRefusal } from "./store-versions.js";
+import { StoreRefusal } from "../store/store-versions.js";
 
 export interface RunningService {
   /** The port the service listens on. */

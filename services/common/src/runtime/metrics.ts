@@ -1,7 +1,7 @@
 import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import client from "prom-client";
-import { atMost } from "./at-most.js";
+import { atMost } from "../rules/at-most.js";
 import type { Logger } from "./logger.js";
 
 // Prometheus metrics of every process (docs/observability.md, "Metrics"). The names are the operator

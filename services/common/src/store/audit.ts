@@ -1,5 +1,5 @@
 import type { eventsv1 } from "@pi/proto";
-import { RpcError, Status } from "./errors.js";
+import { RpcError, Status } from "../rpc/errors.js";
 import { outboxEntry, type OutboxEntry } from "./persistence.js";
 
 // The audit trail's records (docs/security.md, "Audit trail"), built ONLY from the closed lists and id

@@ -1,10 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
-import { consume, type Consuming } from "./background/consume.js";
-import { every, type Periodic } from "./background/periodic.js";
+import { consume, type Consuming } from "../background/consume.js";
+import { every, type Periodic } from "../background/periodic.js";
 import { whileMetadataSettles, type Kafka } from "./kafka.js";
-import type { Logger } from "./logger.js";
+import type { Logger } from "../runtime/logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
 // The one way a cache of partner state stays honest (docs/authentication.md, "Revocation"): every

@@ -2,7 +2,7 @@ import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from "
 import { isIP, type LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
 import { Agent } from "undici";
-import { parseCallableUrl } from "./webhook-url.js";
+import { parseCallableUrl } from "../rules/webhook-url.js";
 
 // Calls to addresses partners give us, insecure URLs off: https only, to a public address checked in
 // the socket's own DNS lookup (against DNS rebinding). Public: ipaddr.js's "unicast", IPv6 in 2000::/3.

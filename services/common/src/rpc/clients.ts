@@ -1,6 +1,6 @@
 import { authv1, connectionv1, fileintakev1, healthv1, webhookv1 } from "@pi/proto";
-import { serviceClient, type Client } from "./rpc/client.js";
-import type { Settings } from "./settings.js";
+import { serviceClient, type Client } from "./client.js";
+import type { Settings } from "../runtime/settings.js";
 
 export type AuthClient = Client<typeof authv1.AuthService>;
 /** Token requests one IssueTokens call may carry (auth refuses more; the gateway sends no more). */

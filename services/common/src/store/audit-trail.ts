@@ -1,7 +1,7 @@
 import { sign } from "node:crypto";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Document, WithId } from "mongodb";
-import type { Producer } from "./kafka.js";
+import type { Producer } from "../events/kafka.js";
 import { eventsv1 } from "@pi/proto";
 import {
   auditEntry,
@@ -11,8 +11,8 @@ import {
   type AuditFields,
   type AuditService,
 } from "./audit.js";
-import { parseOwnIdentity, type OwnIdentity } from "./service-identity.js";
-import type { Logger } from "./logger.js";
+import { parseOwnIdentity, type OwnIdentity } from "../rpc/service-identity.js";
+import type { Logger } from "../runtime/logger.js";
 import { Outbox } from "./persistence.js";
 
 // How a service writes audit records (docs/security.md, "Audit trail"). A change and its record are

@@ -10,7 +10,7 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import { decodeJwt, decodeProtectedHeader, type JWTPayload, jwtVerify, SignJWT } from "jose";
 import { mayCall, ruleFor, SERVICE_OF, WORKLOADS, type Workload } from "./allowed-callers.js";
 import { RpcError, Status } from "./errors.js";
-import type { Logger } from "./logger.js";
+import type { Logger } from "../runtime/logger.js";
 
 // Service identity on every internal call (docs/security.md, "Internal calls", which also gives the
 // settings' formats). A caller sends a short JWT it signed (iss = its name, aud = the service), one

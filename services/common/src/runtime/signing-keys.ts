@@ -1,4 +1,4 @@
-import { every, type Periodic } from "./background/periodic.js";
+import { every, type Periodic } from "../background/periodic.js";
 import type { Logger } from "./logger.js";
 import type { Settings } from "./settings.js";
 

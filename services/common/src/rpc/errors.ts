@@ -29,7 +29,7 @@ export class RpcError extends Error {
   }
 }
 
-// The detail travels as a google.rpc.Status in grpc-status-details-bin, as 1.1.0's connect-node
+// The detail travels as a google.rpc.Status in grpc-status-details-bin, as 1.0.0's connect-node
 // clients read it: code (1), message (2), details (3, Any). Written with the wire format's own writer.
 const DETAILS_KEY = "grpc-status-details-bin";
 

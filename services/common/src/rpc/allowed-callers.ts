@@ -1,5 +1,5 @@
 // Who may call which internal RPC: the one table every service's server enforces
-// (services/common/src/service-identity.ts), by the caller's verified service identity.
+// (services/common/src/rpc/service-identity.ts), by the caller's verified service identity.
 // docs/security.md ("Internal calls") shows it as a table, checked against this file by a test.
 //
 // Rules: a method not listed here is refused to everyone; admin RPCs (partners, credentials, keys,

@@ -1,12 +1,12 @@
 import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
-import type { Producer } from "./kafka.js";
-import { atMost } from "./at-most.js";
-import { newId } from "./ids.js";
-import type { Logger } from "./logger.js";
-import { messagesSent, outboxOldestUnrelayedAge, readAtScrape } from "./metrics.js";
-import { every, type Periodic } from "./background/periodic.js";
-import { endLease, leaseFree, takeLease, type LeaseFields } from "./background/lease.js";
-import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "./telemetry.js";
+import type { Producer } from "../events/kafka.js";
+import { atMost } from "../rules/at-most.js";
+import { newId } from "../rules/ids.js";
+import type { Logger } from "../runtime/logger.js";
+import { messagesSent, outboxOldestUnrelayedAge, readAtScrape } from "../runtime/metrics.js";
+import { every, type Periodic } from "../background/periodic.js";
+import { endLease, leaseFree, takeLease, type LeaseFields } from "../background/lease.js";
+import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "../runtime/telemetry.js";
 
 // The persistence toolkit of every service. MongoDB (and mongo-java-server) gives no multi-document
 // transactions and no change streams, only atomic single-document writes: everything here rests on

@@ -1,9 +1,9 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { parseDataKeys, parseIdList } from "./data-keys.js";
-import { parseServiceUrls } from "./rpc/service-urls.js";
-import { parseOwnIdentity, parsePublicKeys } from "./service-identity.js";
+import { parseDataKeys, parseIdList } from "../store/data-keys.js";
+import { parseServiceUrls } from "../rpc/service-urls.js";
+import { parseOwnIdentity, parsePublicKeys } from "../rpc/service-identity.js";
 
 // Every setting of the operator contract (docs/running.md and the pages named below), plus the internal
 // addresses, in one schema; each service validates the whole set at start.

@@ -11,10 +11,10 @@ import {
   type Message,
   type SASLMechanismValue,
 } from "@platformatic/kafka";
-import { atMost } from "./at-most.js";
-import { retry } from "./background/retry.js";
-import type { Logger } from "./logger.js";
-import type { Settings } from "./settings.js";
+import { atMost } from "../rules/at-most.js";
+import { retry } from "../background/retry.js";
+import type { Logger } from "../runtime/logger.js";
+import type { Settings } from "../runtime/settings.js";
 import { TOPICS, topicConfig, topicName, type TopicKey } from "./topics.js";
 
 // The seam to @platformatic/kafka: the few operations the services use, with kafkajs's shapes

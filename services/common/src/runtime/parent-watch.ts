@@ -1,4 +1,4 @@
-import { every } from "./background/periodic.js";
+import { every } from "../background/periodic.js";
 import type { Logger } from "./logger.js";
 
 /** Calls onOrphaned once the parent is gone: npm's `sh -c` does not pass a SIGTERM on. */
