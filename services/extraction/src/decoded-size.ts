@@ -1,21 +1,12 @@
 import { constants, createInflate } from "node:zlib";
-import { MalformedStream, pdfStreams, type Work } from "./pdf-streams.js";
+import { isWhite, MalformedStream, pdfStreams, type Work } from "./pdf-streams.js";
 
-// The decoded-size limits of a PDF, checked before pdf.js sees the file: what pdf.js would have to
-// decode and parse to find the text. A bomb (a few KB that decode to gigabytes) would otherwise be
-// decoded by pdf.js into one growing buffer, and a page of millions of operators parsed for seconds
-// to find nothing. The streams are found by pdf-streams.ts, in one pass that follows the file's
-// structure (linear in its size), each with its own dictionary: only that dictionary's top-level
-// /Filter, /Subtype and /Length1 count, never text near the stream, and a `stream` keyword whose
-// dictionary cannot be read refuses the file. Every stream but an image's (text extraction never decodes images) is decoded here
-// through the filter chain its dictionary declares (/Filter /FlateDecode, or an array such as
-// [/ASCIIHexDecode /FlateDecode], abbreviations included), with each stage's output counted and kept
-// only when another filter follows; a stream without filters counts its length. The sum over the
-// file must stay within one limit, and each stream but a font's within another (a real page's
-// content decodes to kilobytes, or a few megabytes; an embedded font may be larger). Filters of
-// image decoders (DCT, JPX, CCITT, JBIG2) end a chain.
-// What this check cannot decode (an encrypted file's streams, a /Filter given by reference) counts
-// its stored length, and is bounded by the child's memory ceiling (extractor.ts).
+// The decoded-size limits of a PDF, checked before pdf.js sees the file, so a bomb (a few KB that
+// decode to gigabytes) or a page of millions of operators costs nothing. Every stream but an image
+// is decoded through the filter chain of its own dictionary (pdf-streams.ts), each stage's output
+// counted and kept only when another filter follows. The sum must stay within one limit, and each
+// stream but a font within another; image filters end a chain. What cannot be decoded (encrypted,
+// a /Filter by reference) counts its stored length and is bounded by the child's memory ceiling.
 
 export class DecodedSizeExceeded extends Error {
   constructor(limit: number, what = "streams decode", message = `${what} to more than ${limit} bytes`) {
@@ -75,9 +66,13 @@ class Budget {
   }
 }
 
-/** A decoder's output: kept (for the next filter) or only counted. */
+const CHUNK = 1 << 20;
+
+/** A decoder's output: counted, and kept only for a next filter; single bytes gathered a MiB at a time. */
 class Sink {
   private readonly parts: Buffer[] = [];
+  private out: Buffer | undefined;
+  private n = 0;
   constructor(
     private readonly budget: Budget,
     private readonly keep: boolean,
@@ -85,6 +80,16 @@ class Sink {
   push(chunk: Buffer) {
     this.budget.spend(chunk.length);
     if (this.keep) this.parts.push(chunk);
+  }
+  byte(b: number) {
+    this.out ??= Buffer.allocUnsafe(CHUNK);
+    this.out[this.n++] = b;
+    if (this.n === CHUNK) this.flush();
+  }
+  flush() {
+    if (this.out) this.push(this.out.subarray(0, this.n));
+    this.out = undefined;
+    this.n = 0;
   }
   bytes(): Buffer {
     return Buffer.concat(this.parts);
@@ -94,7 +99,7 @@ class Sink {
 function inflate(data: Buffer, sink: Sink): Promise<void> {
   return new Promise((resolve, reject) => {
     // Z_SYNC_FLUSH: a truncated stream counts what it gives, as pdf.js decodes what it can.
-    const inflater = createInflate({ finishFlush: constants.Z_SYNC_FLUSH, chunkSize: 1 << 20 });
+    const inflater = createInflate({ finishFlush: constants.Z_SYNC_FLUSH, chunkSize: CHUNK });
     inflater.on("data", (chunk: Buffer) => {
       try {
         sink.push(chunk);
@@ -110,11 +115,7 @@ function inflate(data: Buffer, sink: Sink): Promise<void> {
   });
 }
 
-const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || c === 0x0c || c === 0x00;
-
 function asciiHex(data: Buffer, sink: Sink) {
-  const out = Buffer.allocUnsafe(Math.ceil(data.length / 2));
-  let n = 0;
   let high = -1;
   for (const c of data) {
     if (c === 0x3e) break; // '>'
@@ -123,52 +124,37 @@ function asciiHex(data: Buffer, sink: Sink) {
     if (v < 0) continue;
     if (high < 0) high = v;
     else {
-      out[n++] = (high << 4) | v;
+      sink.byte((high << 4) | v);
       high = -1;
     }
   }
-  if (high >= 0) out[n++] = high << 4;
-  sink.push(out.subarray(0, n));
+  if (high >= 0) sink.byte(high << 4);
 }
 
 function ascii85(data: Buffer, sink: Sink) {
-  const CHUNK = 1 << 20;
-  let out = Buffer.allocUnsafe(CHUNK);
-  let n = 0;
-  const emit = (bytes: number[]) => {
-    for (const b of bytes) {
-      out[n++] = b;
-      if (n === CHUNK) {
-        sink.push(out);
-        out = Buffer.allocUnsafe(CHUNK);
-        n = 0;
-      }
-    }
+  const emit = (v: number, count = 4) => {
+    for (let k = 0; k < count; k++) sink.byte((v >>> (24 - 8 * k)) & 0xff);
   };
   const group: number[] = [];
-  for (let i = 0; i < data.length; i++) {
-    const c = data[i]!;
+  for (const c of data) {
     if (c === 0x7e) break; // '~>'
-    if (isSpace(c)) continue;
+    if (isWhite(c)) continue;
     if (c === 0x7a && group.length === 0) {
-      emit([0, 0, 0, 0]); // 'z'
+      emit(0); // 'z'
       continue;
     }
     if (c < 0x21 || c > 0x75) break;
     group.push(c - 0x21);
     if (group.length === 5) {
-      const v = group.reduce((a, d) => a * 85 + d, 0) >>> 0;
-      emit([v >>> 24, (v >>> 16) & 0xff, (v >>> 8) & 0xff, v & 0xff]);
+      emit(group.reduce((a, d) => a * 85 + d, 0) >>> 0);
       group.length = 0;
     }
   }
   if (group.length > 1) {
     const k = group.length;
     while (group.length < 5) group.push(84);
-    const v = group.reduce((a, d) => a * 85 + d, 0) >>> 0;
-    emit([v >>> 24, (v >>> 16) & 0xff, (v >>> 8) & 0xff, v & 0xff].slice(0, k - 1));
+    emit(group.reduce((a, d) => a * 85 + d, 0) >>> 0, k - 1);
   }
-  sink.push(out.subarray(0, n));
 }
 
 function runLength(data: Buffer, sink: Sink) {
@@ -187,24 +173,13 @@ function runLength(data: Buffer, sink: Sink) {
     i += literal ? len + 1 : 1;
     parts.push(part);
     size += part.length;
-    if (size >= 1 << 20) flush();
+    if (size >= CHUNK) flush();
   }
   flush();
 }
 
 /** LZW as PDF has it (EarlyChange 1, the default). */
 function lzw(data: Buffer, sink: Sink) {
-  const CHUNK = 1 << 20;
-  let out = Buffer.allocUnsafe(CHUNK);
-  let n = 0;
-  const put = (b: number) => {
-    out[n++] = b;
-    if (n === CHUNK) {
-      sink.push(out);
-      out = Buffer.allocUnsafe(CHUNK);
-      n = 0;
-    }
-  };
   const prefix = new Int32Array(4096);
   const suffix = new Uint8Array(4096);
   const head = new Uint8Array(4096); // each code's first byte
@@ -229,7 +204,7 @@ function lzw(data: Buffer, sink: Sink) {
   const write = (code: number) => {
     let k = 0;
     for (let c = code; c >= 0; c = prefix[c]!) stack[k++] = suffix[c]!;
-    while (k > 0) put(stack[--k]!);
+    while (k > 0) sink.byte(stack[--k]!);
   };
   for (let i = 0; i < data.length; i++) {
     acc = ((acc << 8) | data[i]!) & 0xffffff;
@@ -243,10 +218,7 @@ function lzw(data: Buffer, sink: Sink) {
         previous = -1;
         continue;
       }
-      if (code === 257) {
-        sink.push(out.subarray(0, n));
-        return;
-      }
+      if (code === 257) return;
       if (previous < 0) {
         if (code > 255) break;
         write(code);
@@ -256,37 +228,24 @@ function lzw(data: Buffer, sink: Sink) {
       } else if (code === next && next < 4096) {
         define(previous, first(previous));
         write(code);
-      } else {
-        sink.push(out.subarray(0, n));
-        return; // damaged
-      }
+      } else return; // damaged
       previous = code;
       if (next + 1 >= 1 << width && width < 12) width++;
     }
   }
-  sink.push(out.subarray(0, n));
 }
 
-async function decode(filter: Exclude<Filter, "image">, data: Buffer, sink: Sink): Promise<void> {
-  switch (filter) {
-    case "flate":
-      return inflate(data, sink);
-    case "hex":
-      return asciiHex(data, sink);
-    case "a85":
-      return ascii85(data, sink);
-    case "rl":
-      return runLength(data, sink);
-    case "lzw":
-      return lzw(data, sink);
-  }
-}
+const DECODERS: Record<Exclude<Filter, "image">, (data: Buffer, sink: Sink) => void | Promise<void>> = {
+  flate: inflate,
+  hex: asciiHex,
+  a85: ascii85,
+  rl: runLength,
+  lzw,
+};
 
 /**
- * Throws DecodedSizeExceeded when the streams of `pdf` (but images) decode to more than `limit`
- * bytes in all, or one of them (but a font) to more than `perStream`, or when a stream cannot be
- * told apart (pdf-streams.ts, MalformedStream); else what they decode to. `work` counts the bytes
- * the stream pass examined.
+ * What the streams of `pdf` decode to; throws DecodedSizeExceeded past `limit` in all, past
+ * `perStream` for one (but a font), or when a stream cannot be told apart (MalformedStream).
  */
 export async function checkDecodedSize(
   pdf: Uint8Array,
@@ -299,7 +258,7 @@ export async function checkDecodedSize(
   let fed = 0;
   try {
     for (const { dict, start, end } of pdfStreams(bytes, work)) {
-      // Judged by the stream's own dictionary: an image XObject (text extraction never decodes it), a font program.
+      // Text extraction never decodes an image.
       if (dict.subtype === "Image") continue;
       budget.next(dict.length1 || (dict.subtype !== undefined && FONT_SUBTYPES.has(dict.subtype)));
       const body = bytes.subarray(start, end);
@@ -322,7 +281,8 @@ export async function checkDecodedSize(
         if (filter === "image") break;
         const last = i === filters.length - 1 || filters[i + 1] === "image";
         const sink = new Sink(budget, !last);
-        await decode(filter, data, sink);
+        await DECODERS[filter](data, sink);
+        sink.flush();
         if (last) break;
         data = sink.bytes();
       }

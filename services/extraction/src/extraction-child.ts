@@ -5,9 +5,7 @@ import type { Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionKind } from "@pi/common/rules/media-types";
 import { checkDecodedSize, DecodedSizeExceeded } from "./decoded-size.js";
 
-// Runs in an extraction child process only (extractor.ts forks it): the parsers of untrusted bytes,
-// pdf.js above all, which replaces globals such as Array.prototype.push when it loads, never run in
-// the process that talks to file-intake and Kafka. One task at a time, over IPC.
+// Runs in an extraction child process only (extractor.ts forks it), one task at a time over IPC.
 
 export interface ExtractionTask {
   kind: ExtractionKind;
@@ -15,7 +13,7 @@ export interface ExtractionTask {
   bytes: Uint8Array;
   maxDecodedBytes: number;
   maxStreamBytes: number;
-  /** MAX_STORED_TEXT_CHARS (given, so that this child loads nothing of @pi/common). */
+  /** Given, so that this child loads nothing of @pi/common. */
   maxTextChars: number;
 }
 
@@ -61,9 +59,7 @@ async function pdfText(bytes: Uint8Array, maxDecodedBytes: number, maxStreamByte
 }
 
 function plainText(bytes: Uint8Array) {
-  // Validated as UTF-8 when it was received; fatal anyway, so a damaged record fails loudly. The
-  // text is the file itself: only its length is kept (file-intake measures it as it receives a file,
-  // so this runs only for a text file recorded without it).
+  // Only for a text file recorded without its length; fatal, so a damaged record fails loudly.
   return { textLength: new TextDecoder("utf-8", { fatal: true }).decode(bytes).length };
 }
 

@@ -8,27 +8,21 @@ import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/rules/extracte
 import type { ExtractionTask } from "./extraction-child.js";
 import { childEnvironment } from "./child-environment.js";
 
-// Each file is decoded in a child process (extraction-child.ts), never in the process that talks to
-// file-intake and Kafka: pdf.js replaces globals when it loads, parses a large file for seconds, and
-// a hostile file (a bomb through any filter chain, a page of millions of operators) must cost that
-// child only. The child has a memory ceiling (its resident memory, JS heap and buffers alike, read
-// from /proc every few ms; the heap also bounded by V8) below the container's limit, a wall-time
-// limit and a CPU-time limit (its user and system time on the file, read from /proc with the
-// memory: nothing at spawn, so it holds wherever /proc does, under npm start and in the chart's
-// image alike); past any of them it is killed and the file fails with the reason. It also volunteers as the
-// kernel's first choice should the container's limit be reached anyway (oom_score_adj 1000). One
-// file at a time per child; a killed child is replaced on the next file. docs/files.md, "Extraction".
+// Each file is decoded in a child process (extraction-child.ts): pdf.js replaces globals, and a
+// hostile file must cost that child only. Its resident memory and CPU time are read from /proc
+// every few ms, beside a wall-time limit; past any of them it is killed and the file fails with
+// the reason. A killed child is replaced on the next file. docs/files.md, "Extraction".
 
 export interface ExtractionLimits {
-  /** Wall time of one file; past it the child is killed. */
+  /** Wall time of one file. */
   timeoutMs: number;
-  /** CPU time (user and system) the child spends on one file; past it the child is killed. */
+  /** CPU time (user and system) on one file. */
   cpuTimeMs: number;
-  /** The child's resident memory (heap and buffers); past it the child is killed. */
+  /** Resident memory (heap and buffers). */
   memoryCeilingMb: number;
-  /** What a PDF's streams (but images) may decode to in all, through their whole filter chain, checked before pdf.js parses it (decoded-size.ts). */
+  /** What a PDF's streams (but images) may decode to in all (decoded-size.ts). */
   maxDecodedBytes: number;
-  /** What one of them (but a font) may decode to: a page's content. */
+  /** What one of them (but a font) may decode to. */
   maxStreamBytes: number;
   /** The text kept of a PDF (the rest is counted in its length). */
   maxTextChars: number;
@@ -39,7 +33,7 @@ export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
   cpuTimeMs: 30_000,
   memoryCeilingMb: 512,
   maxDecodedBytes: 256 * 1024 * 1024,
-  // A real document's pages (text and drawings) decode to kilobytes or a few megabytes each.
+  // A real page decodes to kilobytes or a few megabytes.
   maxStreamBytes: 8 * 1024 * 1024,
   maxTextChars: MAX_STORED_TEXT_CHARS,
 };
@@ -52,7 +46,7 @@ export class ExtractorDied extends Error {
   }
 }
 
-/** The compiled child module; under jest the sources are TypeScript, so the build's (npm test builds first). */
+/** The compiled child module (under jest, the build's). */
 function childModule(): string {
   const beside = fileURLToPath(new URL("./extraction-child.js", import.meta.url));
   return existsSync(beside) ? beside : fileURLToPath(new URL("../dist/extraction-child.js", import.meta.url));
@@ -63,10 +57,10 @@ const MEMORY_POLL_MS = 10;
 const CHILD_START_MS = 30_000;
 const PAGE_BYTES = 4096;
 
-/** What Linux's /proc reports CPU time in (USER_HZ, 100 on every architecture Node runs on). */
+/** USER_HZ: 100 on every architecture Node runs on. */
 const CLOCK_TICK_MS = 10;
 
-/** CPU time (user and system) a process has used, in ms (Linux /proc); undefined once it is gone. */
+/** CPU time (user and system) of a process in ms; undefined once it is gone. */
 function cpuMs(pid: number): number | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
@@ -78,7 +72,7 @@ function cpuMs(pid: number): number | undefined {
   }
 }
 
-/** Resident bytes of a process (Linux /proc); undefined once it is gone. */
+/** Resident bytes of a process; undefined once it is gone. */
 function residentBytes(pid: number): number | undefined {
   try {
     return Number(readFileSync(`/proc/${pid}/statm`, "latin1").split(" ")[1]) * PAGE_BYTES;
@@ -133,7 +127,7 @@ export class Extractor {
     return { process: child, ready };
   }
 
-  /** Runs the extraction of the file's type. Never throws for bad bytes or a broken limit: that is `{ ok: false }`; throws ExtractorDied otherwise. */
+  /** Bad bytes or a broken limit give `{ ok: false }`; throws ExtractorDied otherwise. */
   extract(mediaType: string, bytes: Uint8Array): Promise<Extracted> {
     const next = this.queue.then(() => this.runOne(mediaType, bytes));
     this.queue = next.catch(() => undefined);
@@ -160,7 +154,6 @@ export class Extractor {
       () => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`),
       this.limits.timeoutMs,
     );
-    // The CPU time is the child's since it was forked: what it had used before this file is not this file's.
     const cpuAtStart = child.pid === undefined ? undefined : cpuMs(child.pid);
     const memoryWatch = every(
       "watching the extraction child's memory and CPU time",

@@ -1,14 +1,9 @@
-// The streams of a PDF, found in one forward pass that follows the file's structure (pure: the
-// decoded-size check, decoded-size.ts, runs on what it yields). A stream is `N G obj << dict >>
-// stream … endstream`: each `stream` keyword is looked for once; its dictionary is the one object
-// value between the last `obj` keyword before it and it, lexed as PDF (strings, comments, nested
-// dictionaries and arrays, `#xx` in names), so only the dictionary's own top-level entries count,
-// never text near a stream; its data ends at its /Length when that is a direct integer and
-// `endstream` follows there, else at the next `endstream` (or the end of the file). The pass then
-// goes on after the data, so nothing is looked at twice: the work is linear in the file's size
-// (`Work` counts the bytes examined, for the tests). A `stream` keyword whose dictionary cannot be
-// found that way is an error (MalformedStream): pdf.js might still read a stream there, and what
-// this pass cannot see it cannot measure.
+// The streams of a PDF for decoded-size.ts, in one forward pass linear in the file's size (`Work`
+// counts the bytes examined). A stream is `N G obj << dict >> stream … endstream`: its dictionary is
+// the object value between the last `obj` keyword and `stream`, lexed as PDF so only its own
+// top-level entries count; its data ends at a direct /Length followed by `endstream`, else at the
+// next `endstream`. A `stream` keyword whose dictionary cannot be found is MalformedStream: pdf.js
+// might still read a stream there, and what this pass cannot see it cannot measure.
 
 export class MalformedStream extends Error {
   constructor(at: number, why: string) {
@@ -19,13 +14,12 @@ export class MalformedStream extends Error {
 
 /** The entries of a stream's dictionary that the checks need (its top level only). */
 export interface StreamDict {
-  /** /Filter: a name or an array of names (`#xx` decoded), without the slash; null when given otherwise (by reference). */
+  /** /Filter's names; null when given otherwise (by reference). */
   filters: string[] | null;
-  /** /Length when it is a direct non-negative integer. */
+  /** /Length when it is a direct integer. */
   length: number | undefined;
-  /** /Subtype's name. */
   subtype: string | undefined;
-  /** Whether /Length1 is present (the program of a FontFile or FontFile2). */
+  /** Whether /Length1 is present (a font program). */
   length1: boolean;
 }
 
@@ -34,11 +28,11 @@ export interface PdfStream {
   /** The data: [start, end) of the file. */
   start: number;
   end: number;
-  /** false when no `endstream` closes it: its data runs to the end of the file. */
+  /** false when no `endstream` closes it. */
   terminated: boolean;
 }
 
-/** Bytes examined so far (searches, the lexer, the data skipped over by a search). */
+/** Bytes examined so far. */
 export interface Work {
   bytes: number;
 }
@@ -58,22 +52,13 @@ const HEADERS_TRIED = 4;
 /** White space between a stream's data and `endstream` (an end of line, some producers' two). */
 const MAX_EOL = 16;
 
-const isWhite = (c: number | undefined) =>
-  c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09 || c === 0x0c || c === 0x00;
-// ( ) < > [ ] { } / %
-const isDelimiter = (c: number) =>
-  c === 0x28 ||
-  c === 0x29 ||
-  c === 0x3c ||
-  c === 0x3e ||
-  c === 0x5b ||
-  c === 0x5d ||
-  c === 0x7b ||
-  c === 0x7d ||
-  c === 0x2f ||
-  c === 0x25;
-/** A byte that continues a name, number or keyword (end of file is not one). */
-const isRegular = (c: number | undefined) => c !== undefined && !isWhite(c) && !isDelimiter(c);
+/** 1: white space, 2: a delimiter, 0: a byte that continues a name, number or keyword. */
+const CLASS = new Uint8Array(256);
+for (const c of Buffer.from(" \n\r\t\f\0", "latin1")) CLASS[c] = 1;
+for (const c of Buffer.from("()<>[]{}/%", "latin1")) CLASS[c] = 2;
+export const isWhite = (c: number | undefined) => c !== undefined && CLASS[c] === 1;
+/** End of file is not regular. */
+const isRegular = (c: number | undefined) => c !== undefined && CLASS[c] === 0;
 const isDigit = (c: number | undefined) => c !== undefined && c >= 0x30 && c <= 0x39;
 
 type Value =
@@ -85,7 +70,7 @@ type Value =
 
 class Fail extends Error {}
 
-/** A PDF lexer over [pos, limit) of `pdf`, parsing one object value at a time; it never reads past `limit`. */
+/** A PDF lexer over [pos, limit) of `pdf`, one object value at a time. */
 class Lexer {
   constructor(
     private readonly pdf: Buffer,
@@ -250,17 +235,15 @@ function dictOf(entries: Map<string, Value>): StreamDict {
   };
 }
 
-/** The last backward search for a `%` or a line break: from `from`, found at `found` (-1: none). Searches from later positions stop where it began. */
+/** The last backward search for a `%` or a line break (-1: none); later searches stop where it began. */
 interface LineScan {
   from: number;
   found: number;
 }
 
 /**
- * Whether the `stream` keyword at `at` follows the end of a dictionary (`>>`), white space and
- * comments between: pdf.js makes a stream only there. A comment is taken to run from any `%` of
- * its line (up to MAX_COMMENT_STARTS of them are tried); past WINDOW bytes or those tries, yes (the
- * caller then checks the object); at the file's start, no.
+ * Whether the `stream` keyword at `at` follows `>>` (white space and comments between): pdf.js makes
+ * a stream only there. Past WINDOW bytes or MAX_COMMENT_STARTS tries, yes (the caller checks the object).
  */
 function followsDictionary(pdf: Buffer, at: number, work: Work, last: LineScan): boolean {
   const floor = Math.max(0, at - WINDOW);
@@ -302,11 +285,7 @@ function followsDictionary(pdf: Buffer, at: number, work: Work, last: LineScan):
   return true;
 }
 
-/**
- * The value after the object header at `objAt`, lexed up to `at`: its dictionary when it is one
- * that ends (white space and comments aside) right at `at`; "inside" when `at` is inside the value
- * (a string); undefined otherwise.
- */
+/** The value after the object header at `objAt`: its dictionary if it ends right at `at`; "inside" when `at` is in it. */
 function dictionaryEndingAt(pdf: Buffer, objAt: number, at: number, work: Work): StreamDict | "inside" | undefined {
   const lexer = new Lexer(pdf, objAt + OBJ.length, at);
   try {
@@ -337,11 +316,8 @@ interface Header {
 }
 
 /**
- * Every stream of `pdf`, in order, in one pass. Every `stream` keyword counts, wherever it is (pdf.js
- * reads an object wherever the cross-reference table says it is, inside another stream's data
- * too), but one that follows no dictionary (a word in a content stream) is not a stream; one that
- * follows a dictionary must be the end of its object's (`N G obj << … >> stream`), else the file
- * is refused (MalformedStream).
+ * Every stream of `pdf`, in order. Every `stream` keyword counts, inside another stream's data too
+ * (pdf.js reads an object wherever the xref says), but not one that follows no dictionary (a word).
  */
 export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<PdfStream> {
   let search = 0;
@@ -379,10 +355,8 @@ export function* pdfStreams(pdf: Buffer, work: Work = { bytes: 0 }): Generator<P
     // Not after a dictionary: a word.
     if (!followsDictionary(pdf, at, work, lineScan)) continue;
     if (!newest) throw new MalformedStream(at, "follows no object header");
-    // Its object's dictionary ends here; or the keyword is inside the newest object's value (a
-    // string), unless that header was itself inside an older object's value: the older ones are
-    // tried, back to the last stream object. Not found, the keyword is skipped only when it is
-    // inside a value and every header that could be its object's was tried.
+    // The newest header's dictionary, or an older one's (the newer header may sit in its value):
+    // a keyword is skipped only when inside a value and every candidate header was tried.
     let dict: StreamDict | undefined;
     let inside = false;
     let triedAll = !headersDropped;

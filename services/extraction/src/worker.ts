@@ -14,12 +14,12 @@ import type { Logger } from "@pi/common/runtime/logger";
 import { ExtractorDied } from "./extractor.js";
 
 export interface WorkerTiming {
-  /** How long a worker holds a file without a heartbeat; a killed worker's file is free after it. */
+  /** How long a worker holds a file without a heartbeat. */
   leaseMs: number;
   heartbeatMs: number;
   /** A file still `received` this long after it was accepted is taken by the sweep. */
   stuckAfterMs: number;
-  /** A file taken more often than this (its extractor died every time) fails without another try. */
+  /** A file taken more often than this (its extractor died every time) fails. */
   maxAttempts: number;
 }
 
@@ -32,12 +32,9 @@ type Taken = fileintakev1.TakeFileForExtractionResponse;
 const LEGACY_RETRY_MS = 60_000;
 
 /**
- * Moves files out of `received`, through file-intake's extraction RPCs (it owns the records and the
- * bytes): take the next file fairly (file-intake picks it: one partner after another) or a given
- * one, which takes its lease and counts the attempt durably, read its bytes, extract them in the
- * child, record the outcome. A worker or child killed mid-file records nothing: the lease runs out,
- * any replica takes the file again, and after `maxAttempts` takes file-intake ends it `failed`
- * (poison handling, reason `extractor_died`).
+ * Moves files out of `received` through file-intake's extraction RPCs: take a file (its lease and a
+ * durable attempt), read its bytes, extract them in the child, record the outcome. A worker killed
+ * mid-file records nothing: the lease runs out and after `maxAttempts` file-intake fails the file.
  */
 export class ExtractionWorker {
   private legacyUntil = 0;
@@ -49,11 +46,7 @@ export class ExtractionWorker {
     private readonly extract: Extract,
   ) {}
 
-  /**
-   * For a while after file-intake answered that it has no TakeNextFileForExtraction (a previous
-   * release, during a rollout): files are then taken by their events and the stuck sweep, as that
-   * release did, and the fair take is tried again after LEGACY_RETRY_MS.
-   */
+  /** For a while after a file-intake of an earlier release had no TakeNextFileForExtraction: files go by their events. */
   get legacy(): boolean {
     return Date.now() < this.legacyUntil;
   }
@@ -80,7 +73,6 @@ export class ExtractionWorker {
     return this.extractTaken(next.fileId, next.take);
   }
 
-  /** Takes this file and extracts it. */
   async process(fileId: string): Promise<Processed> {
     return this.extractTaken(
       fileId,
@@ -142,7 +134,7 @@ export class ExtractionWorker {
     }
   }
 
-  /** Takes every file left in `received` past `stuckAfterMs` whose lease is free (with a file-intake of an earlier release). */
+  /** Takes every file left in `received` past `stuckAfterMs` (with a file-intake of an earlier release). */
   async sweepStuck(): Promise<number> {
     const { fileIds } = await this.intake.listFilesAwaitingExtraction({
       receivedBeforeMs: this.timing.stuckAfterMs,
@@ -153,26 +145,9 @@ export class ExtractionWorker {
   }
 }
 
-/** An outcome as RecordExtraction carries it. */
 function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.RecordExtractionRequestSchema> {
   if (!outcome.ok) return { ok: false, kind: outcome.kind, error: outcome.error, failureReason: outcome.reason };
-  switch (outcome.kind) {
-    case "pdf-text":
-      return {
-        ok: true,
-        kind: outcome.kind,
-        text: outcome.text,
-        textLength: BigInt(outcome.textLength),
-        textTruncated: outcome.textTruncated,
-        pages: outcome.pages,
-      };
-    case "plain-text":
-      return { ok: true, kind: outcome.kind, textLength: BigInt(outcome.textLength) };
-    case "image-dimensions":
-      return { ok: true, kind: outcome.kind, width: outcome.width, height: outcome.height };
-    case "audio-duration":
-      return { ok: true, kind: outcome.kind, durationSeconds: outcome.durationSeconds };
-  }
+  return "textLength" in outcome ? { ...outcome, textLength: BigInt(outcome.textLength) } : outcome;
 }
 
 export interface TakingFiles {
@@ -181,11 +156,7 @@ export interface TakingFiles {
   stop(): Promise<void>;
 }
 
-/**
- * Takes files one after another, fairly across partners, until none waits: woken by file events,
- * and every `pollMs` anyway (a file whose event went to another replica, whose extraction died, or
- * whose event was lost). One file at a time per process: it has one extraction child.
- */
+/** Takes files one at a time (one extraction child) until none waits: woken by file events, and every `pollMs`. */
 export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logger): TakingFiles {
   let woken = false;
   let stopping = false;
@@ -212,11 +183,7 @@ export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logg
   };
 }
 
-/**
- * The worker's Kafka side: every FileReceivedEvent, in the extraction service's consumer group,
- * wakes the taking of files (the event's file may not be the next one taken: another partner's may
- * be). The offset moves on at once; what matters is on file-intake's records.
- */
+/** Every FileReceivedEvent wakes the taking of files; the offset moves on at once. */
 export function consumeFileEvents(
   kafka: Kafka,
   namespace: string,
@@ -243,9 +210,7 @@ export function consumeFileEvents(
         taking.wake();
         return;
       }
-      // With file-intake of an earlier release: this event's file, now. A failure to reach
-      // file-intake is retried a few times here; after that the file stays `received` for the
-      // stuck sweep, and the offset moves on.
+      // With file-intake of an earlier release: this event's file, now, else the stuck sweep's.
       await retry("processing a file", () => worker.process(fileId), { attempts: 5, firstDelayMs: 200 }).catch(
         (err: unknown) => logger.warn({ err, fileId }, "file not processed; the stuck sweep will retry"),
       );

@@ -3,10 +3,8 @@ import { decrypt, encrypt, type KeyWrapper } from "@pi/common/store/data-keys";
 import type { Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionDoc, FileDoc, FileMeta, FileStore } from "./store.js";
 
-// What file-intake stores about a file's content, encrypted under the file's own data key
-// (services/common/src/store/data-keys.ts; docs/security.md, "Data at rest"): the bytes (staging.ts, per
-// chunk), the metadata (elder, purpose, SHA-256) and the extraction result. Each box is bound to its
-// file and its kind, so none can stand in for another's. The data key is stored only wrapped.
+// A file's metadata and extraction result, sealed under the file's own data key (docs/security.md,
+// "Data at rest"); each box is bound to its file and its kind, so none can stand in for another's.
 
 const metaAad = (fileId: string) => `pi-file-meta.v1|${fileId}`;
 const extractionAad = (fileId: string) => `pi-extraction.v1|${fileId}`;
@@ -42,7 +40,6 @@ export function sealExtraction(key: Buffer, fileId: string, outcome: Extracted, 
 
 export type StoredExtraction = Extracted & { extractedAt: Date };
 
-/** An extraction record, opened. */
 export function openExtraction(key: Buffer, doc: ExtractionDoc): StoredExtraction {
   const { _id, sealed, ...clear } = doc;
   const rest = JSON.parse(decrypt(key, sealed.buffer, extractionAad(_id)).toString("utf8")) as object;

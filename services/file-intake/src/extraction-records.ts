@@ -9,12 +9,8 @@ import { testFileOutcome } from "./sandbox-outcome.js";
 import { nextTurn, type WaitingHead } from "./extraction-turns.js";
 import { EXTRACTION_LEASE, type FileDoc, type FileStatus, type FileStore } from "./store.js";
 
-// file-intake's side of extraction: the extraction service (services/extraction) takes a file, reads
-// its bytes and records the outcome through these calls; it never reads this service's database.
-// A take is a lease on the file's record (a single-document update), so two extraction workers, or a
-// worker and the stuck sweep, never process one file at once; every take counts an attempt on the
-// record, so a file whose extractor dies on it (the child, or the whole process) ends `failed` after
-// the allowed number of takes, whatever replica took it and however often they restarted.
+// file-intake's side of extraction. A take is a lease on the file's record that counts an attempt,
+// so no two workers process one file at once, and a file whose extractor keeps dying ends `failed`.
 
 /** How often takeNext looks again after losing its file to another taker. */
 const TAKE_NEXT_TRIES = 5;
@@ -58,9 +54,8 @@ export class ExtractionRecords {
   }
 
   /**
-   * Takes the next file fairly (extraction-turns.ts): the partner whose file was taken least
-   * recently, its oldest waiting file. The turn is marked before the take, so a concurrent taker
-   * (another replica) moves on to the next partner. null when no file waits.
+   * Takes the next file fairly (extraction-turns.ts); the turn is marked before the take, so a
+   * concurrent taker moves on to the next partner. null when no file waits.
    */
   async takeNext(leaseMs: number, maxAttempts: number): Promise<{ fileId: string; take: Take } | null> {
     for (let tries = 0; tries < TAKE_NEXT_TRIES; tries++) {
@@ -91,7 +86,7 @@ export class ExtractionRecords {
     return { taken: false, status: recorded ?? "received" };
   }
 
-  /** Part `n` of a file's bytes (one stored segment) for the holder of its lease; null when the lease is not the holder's. */
+  /** Part `n` of a file's bytes for the holder of its lease; null when the lease is not the holder's. */
   async read(fileId: string, holder: string, n: number): Promise<{ bytes: Buffer; parts: number } | null> {
     const doc = await this.store.files.findOne({ _id: fileId, [EXTRACTION_LEASE.holder]: holder });
     if (!doc) return null;
@@ -102,11 +97,7 @@ export class ExtractionRecords {
     return renewLease(this.store.files, fileId, EXTRACTION_LEASE, holder, leaseMs);
   }
 
-  /**
-   * Stores the outcome (sealed under the file's data key) and ends the file `processed` or `failed`
-   * (its reason in the clear) in the write that ends the lease. null when the lease ran out and
-   * another worker took the file: then its outcome is the one that counts.
-   */
+  /** Stores the outcome sealed and ends the file in the write that ends the lease; null when the lease was lost. */
   async record(fileId: string, holder: string, outcome: Extracted | null): Promise<FileStatus | null> {
     const doc = await this.store.files.findOne({ _id: fileId, [EXTRACTION_LEASE.holder]: holder });
     if (!doc) return null;

@@ -1,19 +1,11 @@
 import { createHash } from "node:crypto";
 import type { PartnerMode } from "@pi/common/rules/mode";
 
-// The rules of Idempotency-Key on POST /v1/files, as plain functions (the store applies them).
-//
-// A key belongs to one partner in one credential mode (test and live share nothing: a test request
-// can neither see nor block a live key) and is kept IDEMPOTENCY_TTL_SECONDS from its first
-// successful use. Two requests carry "the same payload" when
-// their fingerprints are equal: the SHA-256 of the file bytes, the elder address after
-// normalisation (lower case), the purpose exactly as sent (absent differs from empty) and the
-// credential mode. The client's file name and declared Content-Type are not part of it.
+// The rules of Idempotency-Key on POST /v1/files (keys.ts applies them). "The same payload": the
+// file's SHA-256, the normalised elder, the purpose as sent (absent differs from empty) and the mode.
 
 export interface Payload {
-  /** Lowercase hex SHA-256 of the file's bytes. */
   sha256: string;
-  /** The normalised elder address. */
   elder: string;
   purpose: string | null;
   mode: PartnerMode;
@@ -26,12 +18,12 @@ export function fingerprint(p: Payload): string {
     .digest("hex");
 }
 
-/** What is stored per (partner, mode, key). `fileId` is chosen when the key is claimed, before the commit. */
+/** What is stored per (partner, mode, key); `fileId` is chosen at the claim. */
 export interface KeyRecord {
   fingerprint: string;
   fileId: string;
   state: "claimed" | "committed";
-  /** Until when the claiming request holds it (kept alive while it works); past it, abandoned. */
+  /** Past it, the claim is abandoned. */
   claimedUntil: Date;
   expiresAt: Date;
 }
@@ -50,11 +42,7 @@ export type Decision =
   /** Claimed by a request that has not finished within the claim lease (its process died). */
   | { kind: "abandoned" };
 
-/**
- * Decides what a request with `incoming` does about the record stored under its key (which is its
- * own when its claim won the insert). Expiry comes first so that the outcome does not depend on when
- * the sweep runs; an abandoned claim is taken over whatever its payload.
- */
+/** What a request does about the record under its key; expiry first, so the sweep's timing does not matter. */
 export function decide(stored: KeyRecord, incoming: { fingerprint: string; fileId: string }, now: Date): Decision {
   if (stored.fileId === incoming.fileId && stored.state === "claimed") return { kind: "owned" };
   if (stored.expiresAt.getTime() <= now.getTime()) return { kind: "expired" };

@@ -61,11 +61,8 @@ function parseHeader(part: Part | undefined): Header {
 }
 
 /**
- * Reads the stream the gateway sends (header, chunks, trailer) and takes the verdicts of verdicts.ts
- * in their order as what each needs arrives: the storage quota at the header, the file's size, type
- * and text while its bytes are staged, the trailer, then storage, idempotency and last the
- * connection. Only then is the file record written; whatever fails before leaves no file, no bytes
- * and no reservation.
+ * Reads the gateway's stream (header, chunks, trailer), taking the verdicts of verdicts.ts as what
+ * each needs arrives; whatever fails before the file record is written leaves nothing behind.
  */
 export async function submitFile(
   deps: IntakeDeps,
@@ -112,8 +109,7 @@ async function receive(
   const early = bytesVerdict({ size: head.bytes.length, maxBytes: deps.maxFileBytes, type, text: true });
   if (early) throw early;
 
-  // The file's own data key: its bytes are encrypted with it as they are staged; it is stored only
-  // wrapped by the newest KEK (wrapped while the bytes arrive), in the file record.
+  // The file's own data key, stored only wrapped (while the bytes arrive).
   const dataKey = randomBytes(DATA_KEY_BYTES);
   const wrapped = deps.dataKeys.wrap(dataKey);
   wrapped.catch(() => {});
@@ -127,8 +123,7 @@ async function receive(
     const purpose = file.trailer.purpose ?? null;
     const fileId = newId("file");
 
-    // Storing the last bytes, the idempotency claim and the connection check run at once; their
-    // verdicts are taken in that order.
+    // These three run at once; their verdicts are taken in this order.
     const stored = staged.finish();
     const claim =
       key === null
@@ -251,10 +246,7 @@ async function stageBytes(
   };
 }
 
-/**
- * The connection service's yes or no, never why; a "no" held until the next step of
- * CONNECTION_REFUSAL_MS after the check started (no-oracle.ts).
- */
+/** The connection service's yes or no; a "no" held to the next step of CONNECTION_REFUSAL_MS (no-oracle.ts). */
 function checkConnection(connections: ConnectionCheck, partnerId: string, mode: FileMode, elder: string) {
   const started = performance.now();
   const connected = connections.isActive(partnerId, mode, elder).then(async (active) => {

@@ -19,10 +19,9 @@ export interface KeyTiming {
 }
 
 /**
- * Idempotency keys in MongoDB, one key space per partner and mode (test and live never meet), on
- * single-document atomicity only: a claim is an insert under the key's deterministic _id (keyId), so of two concurrent requests, on any replicas, exactly one
- * inserts; the other reads the winner's record by _id and waits for it to be committed (then replays
- * it) or released (then claims). Every later write is conditional on the claim's fileId.
+ * Idempotency keys on single-document atomicity: a claim is an insert under the key's _id, so of
+ * two concurrent requests exactly one wins; the other waits for it to be committed (then replays it)
+ * or released (then claims). Every later write is conditional on the claim's fileId.
  */
 export class IdempotencyKeys {
   constructor(
@@ -83,10 +82,7 @@ export class IdempotencyKeys {
     }
   }
 
-  /**
-   * Keeps an owned claim alive while its request works (renewed every third of the lease), so a
-   * request waiting on it learns within one lease that its owner died. Returns the stop.
-   */
+  /** Keeps an owned claim alive while its request works; returns the stop. */
   hold(partnerId: string, mode: FileMode, key: string, fileId: string): () => void {
     const kept = keepAlive(
       "an idempotency claim",
@@ -97,7 +93,7 @@ export class IdempotencyKeys {
     return () => void kept.stop();
   }
 
-  /** Renews an owned claim; false when it is no longer this request's (it outlived its lease and was taken over). */
+  /** Renews an owned claim; false when it was taken over. */
   renew(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<boolean> {
     return renewLease(this.store.keys, keyId(partnerId, mode, key), CLAIM, fileId, this.timing.claimLeaseMs);
   }
@@ -116,7 +112,7 @@ export class IdempotencyKeys {
     await this.store.keys.deleteOne({ _id: keyId(partnerId, mode, key), fileId, state: "claimed" });
   }
 
-  /** Expiry by sweep (explicit, like every expiry here); reads already treat an expired key as absent. */
+  /** Reads already treat an expired key as absent. */
   async sweep(now = new Date()): Promise<number> {
     const res = await this.store.keys.deleteMany({ expiresAt: { $lte: now } });
     return res.deletedCount;

@@ -8,12 +8,7 @@ import type { Producer } from "@pi/common/events/kafka";
 import { modeToProto } from "@pi/common/rules/mode";
 import type { FileDoc } from "./store.js";
 
-/**
- * The FileReceivedEvent of each accepted file, through the one outbox of @pi/common: the file record
- * is inserted with its event in `outbox`, so a process that dies after the 202 and before the
- * publish leaves the event for the sweep. Publishing twice is harmless (the worker takes a file
- * only while it is `received`).
- */
+/** The FileReceivedEvent of each accepted file, inserted with its record; publishing twice is harmless. */
 export type FileOutbox = Outbox<FileDoc, OutboxEntry>;
 
 export function fileOutbox(

@@ -1,9 +1,6 @@
-import type { FileMode } from "./store.js";
-import { forMode } from "@pi/common/rules/mode";
+import { forMode, type PartnerMode as FileMode } from "@pi/common/rules/mode";
 
-// The storage quota's rules (docs/files.md, "Storage quota"), pure: what an upload reserves, when
-// it must reserve more, whether a reservation fits, and what the repair sets a partner's usage to.
-// usage.ts applies them to the one usage document per partner and mode.
+// The storage quota's pure rules (docs/files.md, "Storage quota"); usage.ts applies them.
 
 /** What a partner's files in one mode may hold, accepted and in flight together. */
 export interface QuotaLimits {
@@ -19,10 +16,8 @@ export interface Hold {
 }
 
 /**
- * The counter of one partner in one mode. `stored` is the plaintext size of its files not swept yet;
- * `used` is `stored` plus every hold's bytes, kept in the same document so one conditional update
- * decides and reserves. `version` is bumped by every write: the repair's compare-and-set
- * (updateVersioned).
+ * One partner's counter in one mode: `used` is `stored` plus every hold, in one document so one
+ * conditional update decides and reserves; `version` is the repair's compare-and-set.
  */
 export interface Usage {
   stored: number;
@@ -44,21 +39,14 @@ export interface Growth {
   want: number;
 }
 
-/**
- * Before its first byte: an upload of declared length reserves that (at most MAX_FILE_BYTES); one
- * of unknown length (a chunked body) needs a byte and wants a step.
- */
+/** Before its first byte: the declared length (at most MAX_FILE_BYTES), or for a chunked body a byte and a step. */
 export function initialHold(declaredBytes: number | undefined, maxFileBytes: number): Growth {
   if (declaredBytes !== undefined)
     return { need: Math.min(declaredBytes, maxFileBytes), want: Math.min(declaredBytes, maxFileBytes) };
   return { need: 1, want: Math.min(QUOTA_STEP_BYTES, maxFileBytes) };
 }
 
-/**
- * How much more an upload holding `held` must reserve once `received` bytes arrived (`need`, 0 while
- * they fit) and would rather (`want`: a step ahead, never past MAX_FILE_BYTES). Near the quota a
- * step may not fit where the need does: the caller then takes only the need.
- */
+/** What an upload holding `held` must add once `received` bytes arrived, and a step ahead it would rather add. */
 export function holdGrowth(held: number, received: number, maxFileBytes: number): Growth {
   if (received <= held) return { need: 0, want: 0 };
   const need = received - held;
@@ -68,9 +56,8 @@ export function holdGrowth(held: number, received: number, maxFileBytes: number)
 export type Verdict = { fits: true } | { fits: false; retryAfterSeconds: number };
 
 /**
- * Whether `bytes` more fit. When they do not: if the partner's stored files alone leave room, its
- * own uploads in flight are in the way and end within minutes (retry in a second, as for the
- * concurrency caps); otherwise only the retention sweep frees bytes, and not before its next round.
+ * Whether `bytes` more fit; if not, retry in a second when only the partner's own uploads in flight
+ * are in the way, else after the retention sweep's next round.
  */
 export function quotaVerdict(
   usage: Pick<Usage, "stored" | "used">,
@@ -85,11 +72,7 @@ export function quotaVerdict(
   };
 }
 
-/**
- * What the repair sets a counter to: `stored` from the files themselves, the holds younger than
- * `holdMaxAgeMs` (an older one is an upload whose process died: no upload lasts that long), and
- * `used` from both. Undefined when the counter is already right.
- */
+/** What the repair sets a counter to (holds older than `holdMaxAgeMs` are dead uploads); undefined when right. */
 export function repairedUsage(
   current: Usage,
   storedFromFiles: number,
@@ -122,12 +105,7 @@ export function quotaPressure(
   return { maxRatio, partnersOver: over.size };
 }
 
-/**
- * The store-wide high-water mark (docs/files.md, "Store-wide high-water mark"): whether `bytes` more
- * fit under `mark` when every partner's files and uploads in flight hold `total`. Past it the
- * answer is a 503 with this Retry-After: only the retention sweep, or uploads in flight that fail,
- * free room, and a client should not hammer a store that is full.
- */
+/** Past the store-wide high-water mark only the retention sweep frees room: a client should not hammer it. */
 export const STORE_FULL_RETRY_AFTER_SECONDS = 60;
 
 export function storeHasRoom(total: number, mark: number, bytes: number): boolean {

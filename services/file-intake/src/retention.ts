@@ -4,11 +4,8 @@ import { deleteSegments } from "./staging.js";
 import { segmentCount, type FileDoc, type FileMode, type FileStore } from "./store.js";
 import { bytesDeleted, repairUsage } from "./usage.js";
 
-// Retention of health data (docs/security.md, "Data at rest"): a file's bytes, its extraction
-// result and its metadata (elder, purpose, SHA-256) are deleted FILE_RETENTION_SECONDS after the
-// file was accepted, a test file's after TEST_FILE_RETENTION_SECONDS. The record stays, without
-// them, so GET /v1/files/{id} keeps answering the file's final status. A file still `received`
-// (extraction pending) is left until it leaves that state.
+// Retention of health data (docs/security.md, "Data at rest"): a final file's bytes, extraction and
+// metadata go after their retention; the record stays, so GET /v1/files/{id} keeps its status.
 
 export interface RetentionPolicy {
   liveMs: number;
@@ -26,10 +23,8 @@ export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPoli
 });
 
 /**
- * Deletes one file's data. First the wrapped data key and the sealed metadata go, which makes every copy of the bytes
- * and the result unreadable at once; then the result and the bytes; last `purgedAt` marks it done,
- * and the update that marks it takes its size off the partner's storage usage. Each step can be
- * repeated, so a sweep that dies midway is finished by the next one (and the repair of the usage).
+ * Deletes one file's data: the data key first (every copy unreadable at once), then the result and
+ * the bytes, last `purgedAt`, whose update takes the size off the usage. Each step can be repeated.
  */
 export async function purgeFile(
   store: FileStore,
@@ -49,11 +44,7 @@ export async function purgeFile(
   if (modifiedCount === 1) await bytesDeleted(store, file.partnerId, file.mode, file.size);
 }
 
-/**
- * One round of the retention sweep: every file due, in batches of `batch` per mode (a purged file
- * leaves the query, so each batch reads the next), then the repair of the storage usage counters. `now` is the clock retention is judged by (tests
- * move it); `renew` keeps the sweep's lease and stops the round once it is lost.
- */
+/** One round: every file due, in batches per mode, then the repair of the usage counters; stops once `renew` fails. */
 export async function sweepRetention(
   store: FileStore,
   policy: RetentionPolicy,

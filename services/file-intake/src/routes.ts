@@ -4,7 +4,7 @@ import { type commonv1, fileintakev1 } from "@pi/proto";
 import { isFailureReason, type Extracted } from "@pi/common/rules/extracted";
 import { modeFromProto } from "@pi/common/rules/mode";
 import type { ExtractionKind } from "@pi/common/rules/media-types";
-import type { ExtractionRecords } from "./extraction-records.js";
+import type { ExtractionRecords, Take } from "./extraction-records.js";
 import { submitFile, type IntakeDeps } from "./intake.js";
 import type { FileStatus, FileStore } from "./store.js";
 import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
@@ -23,7 +23,19 @@ const statusEnum = (status: FileStatus | "unknown") =>
 
 export const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
 
-/** The read of GET /v1/files/{id}: by _id alone (the server answers it from the _id index); ownership is checked in code. */
+const takeMessage = (take: Take) =>
+  take.taken
+    ? {
+        taken: true,
+        holder: take.holder,
+        mediaType: take.mediaType,
+        size: BigInt(take.size),
+        attempt: take.attempt,
+        status: fileintakev1.FileStatus.RECEIVED,
+      }
+    : { taken: false, status: statusEnum(take.status) };
+
+/** The read of GET /v1/files/{id}: by _id alone; ownership is checked in code. */
 export const fileById = (id: string) => ({ _id: id });
 
 /** The partner's own file in the credential's mode; any other id is the same NOT_FOUND. */
@@ -93,36 +105,13 @@ export default (deps: FileIntakeDeps) => (router: Router) => {
     async takeFileForExtraction(req) {
       if (!req.fileId || !req.leaseMs || !req.maxAttempts)
         throw new RpcError("file_id, lease_ms and max_attempts are required", Status.INVALID_ARGUMENT);
-      const take = await deps.extraction.take(req.fileId, req.leaseMs, req.maxAttempts);
-      if (!take.taken) return { taken: false, status: statusEnum(take.status) };
-      return {
-        taken: true,
-        holder: take.holder,
-        mediaType: take.mediaType,
-        size: BigInt(take.size),
-        attempt: take.attempt,
-        status: fileintakev1.FileStatus.RECEIVED,
-      };
+      return takeMessage(await deps.extraction.take(req.fileId, req.leaseMs, req.maxAttempts));
     },
     async takeNextFileForExtraction(req) {
       if (!req.leaseMs || !req.maxAttempts)
         throw new RpcError("lease_ms and max_attempts are required", Status.INVALID_ARGUMENT);
       const next = await deps.extraction.takeNext(req.leaseMs, req.maxAttempts);
-      if (!next) return { found: false };
-      const { fileId, take } = next;
-      if (!take.taken) return { found: true, fileId, take: { taken: false, status: statusEnum(take.status) } };
-      return {
-        found: true,
-        fileId,
-        take: {
-          taken: true,
-          holder: take.holder,
-          mediaType: take.mediaType,
-          size: BigInt(take.size),
-          attempt: take.attempt,
-          status: fileintakev1.FileStatus.RECEIVED,
-        },
-      };
+      return next ? { found: true, fileId: next.fileId, take: takeMessage(next.take) } : { found: false };
     },
     async readFileForExtraction(req) {
       const part = await deps.extraction.read(req.fileId, req.holder, req.part).catch((err: unknown) => {

@@ -2,14 +2,12 @@ import type { Extracted } from "@pi/common/rules/extracted";
 import { acceptedType } from "@pi/common/rules/media-types";
 import type { PartnerMode } from "@pi/common/rules/mode";
 
-// Test mode's magic value for files (docs/files.md, "Test files"): a test file sent with `purpose`
-// exactly `sandbox_failed` ends `failed` instead of `processed`, so that a partner's integration can
-// meet a failed file in the sandbox. No extraction runs either way. In live mode `purpose` stays a
-// free hint with no effect.
+// Test mode's magic value (docs/files.md, "Test files"): a test file sent with `purpose`
+// `sandbox_failed` ends `failed` instead of `processed`; in live mode `purpose` has no effect.
 
 export const SANDBOX_FAILED_PURPOSE = "sandbox_failed";
 
-/** What a new file's record keeps of it, in the clear (the purpose itself is stored only sealed). */
+/** What a new file's record keeps of it in the clear (the purpose is stored only sealed). */
 export function sandboxOutcome(mode: PartnerMode, purpose: string | null): "failed" | null {
   return mode === "test" && purpose === SANDBOX_FAILED_PURPOSE ? "failed" : null;
 }

@@ -2,37 +2,21 @@ import { Binary, ObjectId } from "mongodb";
 import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common/store/data-keys";
 import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
-/**
- * Inserts of one upload under way at once: the upload, the sealing and the database writes overlap,
- * and an upload holds at most this many sealed segments (with the driver's copy of each) besides
- * the one it is receiving, whatever its size.
- */
+/** Segment inserts of one upload under way at once: receiving, sealing and writing overlap in bounded memory. */
 export const SEGMENT_INSERTS_IN_FLIGHT = 2;
 
 /**
- * Bytes on their way in. They are stored as they arrive (never held whole in memory) under an
- * upload document; they become a file only when a FileDoc names them, and until then nothing reads
- * them. A refused upload is discarded before the answer; one whose process died is swept.
- *
- * Encrypted at rest: every BLOB_SEGMENT_BYTES of plaintext is sealed on its own (AES-256-GCM under
- * the file's data key, a nonce each, bound to the blob and its place, the last one marked final:
- * data-keys.ts) into one document of `blob_segments` under `segmentId(blob, n)`. The last segment is
- * the final one, shorter, empty when the size is a multiple of the segment; a blob's size (the
- * file's) gives the number of segments, so no other document describes it.
- *
- * Memory: an upload owns one plaintext buffer and up to SEGMENT_INSERTS_IN_FLIGHT sealed ones, each
- * reused segment after segment. A chunk is copied in as it arrives and dropped, so what a fast
- * upload leaves for the garbage collector dies young: buffers held for a segment's whole duration
- * outlived the young generation, and the old generation's garbage is collected only in full
- * collections (docs/performance.md, "What an upload leaves for the collector").
+ * Bytes on their way in, stored as they arrive under an upload document; they become a file only
+ * when a FileDoc names them. Each BLOB_SEGMENT_BYTES of plaintext is sealed on its own (data-keys.ts)
+ * into one `blob_segments` document; the last, final one may be empty, so the file's size gives the
+ * number of segments. Buffers are reused segment after segment so that what an upload leaves for
+ * the collector dies young (docs/performance.md, "What an upload leaves for the collector").
  */
 export class StagedUpload {
   private discarded = false;
-  /** The plaintext of the segment being received; allocated at the first byte. */
   private plain: Buffer | undefined;
   private filled = 0;
   private segments = 0;
-  /** Sealed-segment buffers whose insert landed, for the next segments. */
   private readonly spare: Buffer[] = [];
   private readonly inFlight = new Set<Promise<void>>();
   private failure: { err: unknown } | undefined;
@@ -51,12 +35,12 @@ export class StagedUpload {
     this.recorded.catch(() => {});
   }
 
-  /** Starts an upload encrypted under `dataKey`; its document is written while the first segment is being received. */
+  /** Starts an upload encrypted under `dataKey`. */
   static open(store: FileStore, partnerId: string, dataKey: Buffer): StagedUpload {
     return new StagedUpload(store, new ObjectId(), partnerId, dataKey);
   }
 
-  /** Takes a chunk (copied: the caller may reuse it); waits only when a whole segment is ready and SEGMENT_INSERTS_IN_FLIGHT inserts are still under way. */
+  /** Takes a chunk (copied: the caller may reuse it). */
   async write(chunk: Uint8Array): Promise<void> {
     for (let at = 0; at < chunk.length; ) {
       this.plain ??= Buffer.allocUnsafe(BLOB_SEGMENT_BYTES);
@@ -68,7 +52,6 @@ export class StagedUpload {
     }
   }
 
-  /** Once a slot is free, seals the plaintext gathered into the next segment and starts its insert. */
   private async flush(final: boolean): Promise<void> {
     const n = this.segments++;
     await this.recorded;
@@ -101,7 +84,6 @@ export class StagedUpload {
     this.inFlight.add(insert);
   }
 
-  /** Stores the rest (the final segment) and waits for every insert. */
   async finish(): Promise<void> {
     await this.recorded;
     await this.flush(true);
@@ -114,10 +96,7 @@ export class StagedUpload {
     await this.store.uploads.deleteOne({ _id: this.id });
   }
 
-  /**
-   * Deletes the bytes, once the inserts in flight (if any) have landed; the upload document stays,
-   * marked, until the staging sweep has checked once more that nothing is left.
-   */
+  /** Deletes the bytes; the upload document stays, marked, until the staging sweep checks once more. */
   async discard(): Promise<void> {
     this.discarded = true;
     await this.recorded.catch(() => {});
@@ -132,9 +111,8 @@ export class StagedUpload {
 const SWEEP_PAGE = 32;
 
 /**
- * Deletes the segments of a blob, each by its `_id`. With `count`, exactly those; without, page by
- * page until a page finds none: inserts land in order but for the last SEGMENT_INSERTS_IN_FLIGHT,
- * so no stored segment lies beyond an empty page.
+ * Deletes the segments of a blob: `count` of them, or page by page until a page finds none (inserts
+ * land in order but for the last SEGMENT_INSERTS_IN_FLIGHT, so none lies beyond an empty page).
  */
 export async function deleteSegments(store: FileStore, id: ObjectId, count?: number): Promise<void> {
   for (let from = 0; count === undefined || from < count; from += SWEEP_PAGE) {
@@ -147,10 +125,8 @@ export async function deleteSegments(store: FileStore, id: ObjectId, count?: num
 }
 
 /**
- * Removes what uploads left behind: discarded ones once `discardedGraceMs` has passed (a second
- * delete, in case a write landed late), and ones still open after `abandonedAfterMs` (their process
- * died mid-upload; a live upload cannot last that long, the gateway's deadline is shorter). Bytes a
- * file names are never deleted.
+ * Removes what uploads left behind: discarded ones after `discardedGraceMs` (a write may land late),
+ * and ones open after `abandonedAfterMs` (their process died). Bytes a file names are never deleted.
  */
 export async function sweepStaging(
   store: FileStore,
@@ -174,10 +150,7 @@ export async function sweepStaging(
   return due.length;
 }
 
-/**
- * One part of a blob's plaintext: its segment `n` (of segmentCount(size); the final one may be
- * empty), read by `_id`.
- */
+/** Segment `n` of a blob's plaintext (of segmentCount(size); the final one may be empty). */
 export async function readBlobPart(
   store: FileStore,
   file: Pick<FileDoc, "blobId" | "size">,

@@ -19,11 +19,7 @@ export interface FileMeta {
   sha256: string;
 }
 
-/**
- * One accepted file. Written once every check has passed, before the 202 is answered. Health data
- * (its bytes, its extraction result, elder, purpose, SHA-256) is stored only encrypted under the
- * file's own data key (at-rest.ts); the retention sweep deletes it and keeps the rest (the status).
- */
+/** One accepted file. Health data is stored only sealed under its own data key (at-rest.ts). */
 export interface FileDoc extends OutboxFields<OutboxEntry> {
   _id: string;
   partnerId: string;
@@ -34,27 +30,18 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   sealedMeta: Binary | null;
   mediaType: string;
   size: number;
-  /** The id of the bytes, its segments in `blob_segments` (deleted by the retention sweep; the id stays). */
   blobId: ObjectId;
   idempotencyKey: string | null;
   status: FileStatus;
   /** Extraction lease (EXTRACTION_LEASE): a worker holds the file until then (heartbeats push it forward). */
   leaseUntil: Date | null;
   leaseToken: string | null;
-  /** How many times an extraction worker took the file (extraction-records.ts). */
   attempts: number;
-  /**
-   * Plain text only: its length in UTF-16 code units, measured as the bytes were received
-   * (TextChecker); its extraction is then recorded without reading the bytes back
-   * (extraction-records.ts). null for every other type.
-   */
+  /** Plain text only: its length in UTF-16 code units, so its extraction needs no read back. */
   textLength?: number | null;
-  /**
-   * Test files only: "failed" when it was sent with purpose `sandbox_failed` (sandbox-outcome.ts), so
-   * it ends failed; absent on every other file.
-   */
+  /** Test files sent with purpose `sandbox_failed` (sandbox-outcome.ts). */
   sandboxOutcome?: "failed" | null;
-  /** Why the file ended `failed` (a code of FAILURE_REASONS; no content); null or absent otherwise. */
+  /** Why the file ended `failed` (no content). */
   failureReason?: FailureReason | null;
   createdAt: Date;
   updatedAt: Date;
@@ -63,7 +50,6 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   purgedAt?: Date | null;
 }
 
-/** What intake decides about a new file; the rest of its record is the same for every new file. */
 export type NewFile = Pick<
   FileDoc,
   | "_id"
@@ -79,7 +65,7 @@ export type NewFile = Pick<
   | "sandboxOutcome"
 >;
 
-/** A new file's record as intake stores it: received, its FileReceivedEvent in the outbox (outbox.ts), no lease yet. */
+/** A new file's record: received, its FileReceivedEvent in the outbox, no lease yet. */
 export function newFileDoc(file: NewFile, now: Date): FileDoc {
   return {
     ...file,
@@ -97,10 +83,7 @@ export function newFileDoc(file: NewFile, now: Date): FileDoc {
   };
 }
 
-/**
- * What extraction found; internal, never exposed through any API. Only `kind` and `ok` are stored
- * in the clear; the rest (text, sizes, error) is `sealed` under the file's data key (at-rest.ts).
- */
+/** What extraction found; internal. All but `kind` and `ok` is sealed under the file's data key. */
 export interface ExtractionDoc {
   _id: string;
   kind: ExtractionKind;
@@ -109,7 +92,6 @@ export interface ExtractionDoc {
   extractedAt: Date;
 }
 
-/** An Idempotency-Key, read and written by its deterministic _id (keyId). */
 export interface KeyDoc extends KeyRecord {
   _id: string;
   partnerId: string;
@@ -117,18 +99,12 @@ export interface KeyDoc extends KeyRecord {
   key: string;
 }
 
-/**
- * Partner ids and modes have no ":", so the id names one (partner, mode, key): a partner's test and
- * live credentials have key spaces of their own (docs/files.md, "Idempotency").
- */
+/** Partner ids and modes have no ":": each (partner, mode) has a key space of its own. */
 export const keyId = (partnerId: string, mode: FileMode, key: string) => `${partnerId}:${mode}:${key}`;
 
 export const EXTRACTION_LEASE: LeaseFields = { until: "leaseUntil", holder: "leaseToken" };
 
-/**
- * Bytes being received and not yet committed (or discarded): the staging area. A staged upload is
- * only its segments plus this document; it becomes a file when a FileDoc names its blob.
- */
+/** Bytes being received (staging.ts): its segments plus this document, until a FileDoc names its blob. */
 export interface UploadDoc {
   _id: ObjectId;
   partnerId: string;
@@ -136,13 +112,12 @@ export interface UploadDoc {
   discardedAt: Date | null;
 }
 
-/** One sealed segment of a blob (staging.ts), under the deterministic id `segmentId(blobId, n)`. */
 export interface SegmentDoc {
   _id: string;
   data: Binary;
 }
 
-/** A partner's storage usage in one mode (quota.ts, usage.ts), by its deterministic `_id` `<partnerId>:<mode>`. */
+/** A partner's storage usage in one mode, `_id` `<partnerId>:<mode>`. */
 export interface UsageDoc extends Usage {
   _id: string;
 }
@@ -153,32 +128,24 @@ export interface FileStore {
   extractions: Collection<ExtractionDoc>;
   keys: Collection<KeyDoc>;
   uploads: Collection<UploadDoc>;
-  /** Leases of periodic jobs that one replica at a time runs (the retention sweep). */
   leases: Collection<JobLeaseDoc>;
-  /** The bytes of files: one document per sealed segment, found by `_id` alone. */
   segments: Collection<SegmentDoc>;
-  /** The storage quota's counters, read and written by `_id` alone. */
   usage: Collection<UsageDoc>;
-  /** When each partner's last file was taken for extraction (extraction-turns.ts), by `_id` (the partner id). */
+  /** When each partner's last file was taken for extraction (extraction-turns.ts). */
   turns: Collection<TurnDoc>;
 }
 
-/** A partner's extraction turn: one per partner whose file was ever taken. */
 export interface TurnDoc {
   _id: string;
   lastTakenAt: Date;
 }
 
-/** The collection of sealed segments. */
 export const BLOB_SEGMENTS = "blob_segments";
 /** Plaintext per stored segment: one document (of BLOB_SEGMENT_BYTES + SEAL_OVERHEAD) each. */
 export const BLOB_SEGMENT_BYTES = 1024 * 1024;
-/**
- * A segment's id: the blob's and its place. Reads, deletes and a stored segment's place are all by
- * `_id` equality, which both servers answer from the `_id` index.
- */
+/** A segment's id: every read and delete is by `_id` equality, which both servers answer from the index. */
 export const segmentId = (blobId: ObjectId, n: number) => `${blobId.toHexString()}:${n}`;
-/** How many segments a blob of `size` plaintext bytes has: the full ones and the final one (empty when `size` is a multiple). */
+/** The full segments and the final one (empty when `size` is a multiple). */
 export const segmentCount = (size: number) => Math.floor(size / BLOB_SEGMENT_BYTES) + 1;
 
 export async function openFileStore(db: Db): Promise<FileStore> {

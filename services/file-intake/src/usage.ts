@@ -17,11 +17,7 @@ import {
 import type { FileMode, FileStore, UsageDoc } from "./store.js";
 
 // The storage quota in the database (docs/files.md, "Storage quota"): one usage document per
-// partner and mode, changed only by single-document updates, so any number of replicas share it.
-// An upload reserves before its first byte is staged (a conditional $inc: two uploads racing for
-// the last room cannot both pass), reserves more as an upload of unknown length grows, and settles
-// to the file's size when accepted or releases when refused; the retention sweep subtracts what it
-// deletes and repairs every counter from the files themselves (repairUsage).
+// partner and mode, changed only by single-document conditional updates, so replicas share it.
 
 export const quotaExceeded = (retryAfterSeconds?: number) =>
   serviceError(
@@ -39,14 +35,12 @@ export const storeFull = () =>
   );
 
 /** How long a replica trusts its last reading of the store's total. */
-export const STORE_TOTAL_TTL_MS = 1000;
+const STORE_TOTAL_TTL_MS = 1000;
 
 /**
- * The store-wide high-water mark: the sum of every usage counter (every partner's stored files and
- * uploads in flight, both modes), read at most once a second per replica and shared by the
- * requests meanwhile. Not one conditional update as a partner's quota is: within that second the
- * uploads of every replica may pass the mark by what they reserve, which is what the room between
- * the mark and the volume is for (the chart keeps the mark at most 80% of it).
+ * The store-wide high-water mark: the sum of every counter, read at most once a second per replica.
+ * Uploads may pass the mark by what they reserve within that second: the chart keeps it at most 80%
+ * of the volume for that.
  */
 export class StoreFill {
   private reading: { at: number; total: Promise<number> } | undefined;
@@ -73,11 +67,6 @@ export class StoreFill {
   async hasRoom(bytes: number): Promise<boolean> {
     return storeHasRoom(await this.total(), this.markBytes, bytes);
   }
-
-  /** Throws STORE_FULL when `bytes` more would pass the mark. */
-  async admit(bytes: number): Promise<void> {
-    if (!(await this.hasRoom(bytes))) throw storeFull();
-  }
 }
 
 export class StorageQuota {
@@ -90,22 +79,16 @@ export class StorageQuota {
     private readonly fill?: StoreFill,
   ) {}
 
-  /**
-   * Whether an upload declaring `declaredBytes` (undefined: unknown) would fit now; reserves
-   * nothing. Throws STORE_FULL when the store as a whole is at its high-water mark.
-   */
+  /** Whether an upload declaring `declaredBytes` would fit now (reserves nothing); throws STORE_FULL. */
   async check(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Verdict> {
-    await this.fill?.admit(initialHold(declaredBytes, this.maxFileBytes).need);
-    const doc = await this.store.usage.findOne(
-      { _id: usageKey(partnerId, mode) },
-      { projection: { stored: 1, used: 1 } },
-    );
-    return quotaVerdict(
-      doc ?? { stored: 0, used: 0 },
-      quotaOf(this.limits, mode),
-      initialHold(declaredBytes, this.maxFileBytes).need,
-      this.sweepEverySeconds,
-    );
+    const { need } = initialHold(declaredBytes, this.maxFileBytes);
+    if (this.fill && !(await this.fill.hasRoom(need))) throw storeFull();
+    return this.verdict(usageKey(partnerId, mode), quotaOf(this.limits, mode), need);
+  }
+
+  private async verdict(key: string, quota: number, need: number): Promise<Verdict> {
+    const usage = await this.store.usage.findOne({ _id: key }, { projection: { stored: 1, used: 1 } });
+    return quotaVerdict(usage ?? { stored: 0, used: 0 }, quota, need, this.sweepEverySeconds);
   }
 
   /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
@@ -117,8 +100,7 @@ export class StorageQuota {
     await reservation.grow(hold).catch(async (err: unknown) => {
       if (reasonOf(err)?.reason !== ErrorReason.STORAGE_QUOTA_EXCEEDED) throw err;
       // Refused before the body: when to retry depends on what is in the way (quotaVerdict).
-      const usage = await this.store.usage.findOne({ _id: key }, { projection: { stored: 1, used: 1 } });
-      const verdict = quotaVerdict(usage ?? { stored: 0, used: 0 }, quota, hold.need, this.sweepEverySeconds);
+      const verdict = await this.verdict(key, quota, hold.need);
       throw quotaExceeded(verdict.fits ? 1 : verdict.retryAfterSeconds);
     });
     return reservation;
@@ -139,10 +121,7 @@ export class Reservation {
     private readonly fill?: StoreFill,
   ) {}
 
-  /**
-   * Adds `bytes` to the hold if the store and the partner's usage leave room for them: "taken", or
-   * which of the two has none.
-   */
+  /** Adds `bytes` to the hold if both the store and the partner's usage have room, else says which has none. */
   private async take(bytes: number): Promise<"taken" | "store" | "quota"> {
     if (this.fill && !(await this.fill.hasRoom(bytes))) return "store";
     const fits = { _id: this.key, used: { $lte: this.quota - bytes } };
@@ -163,10 +142,7 @@ export class Reservation {
     await this.grow(holdGrowth(this.held, received, this.maxFileBytes));
   }
 
-  /**
-   * Takes what it wants if that fits, else what it needs, or throws STORE_FULL (the store is at its
-   * high-water mark) or STORAGE_QUOTA_EXCEEDED (the partner's quota is).
-   */
+  /** Takes what it wants if that fits, else what it needs, or throws STORE_FULL or STORAGE_QUOTA_EXCEEDED. */
   async grow({ need, want }: Growth): Promise<void> {
     if (need === 0) return;
     let taken = await this.take(want);
@@ -203,13 +179,9 @@ export async function bytesDeleted(store: FileStore, partnerId: string, mode: Fi
 }
 
 /**
- * Sets every counter from the data: `stored` to the sizes of the partner's files not swept yet,
- * holds older than `holdMaxAgeMs` dropped (their process died mid-upload), so a crash between a
- * write and its counter's update costs nothing for longer than a round. Run by the retention
- * sweep under its lease (no other subtraction runs meanwhile). The counters are read before the
- * files and written only if unchanged since (`version`, updateVersioned): an upload accepted meanwhile inserts its file
- * before it settles, so a counter is never set below what is stored; one that changed is left for
- * the next round.
+ * Sets every counter from the files (run by the retention sweep under its lease). Counters are read
+ * before the files and written only if unchanged since (updateVersioned): an upload inserts its file
+ * before it settles, so a counter is never set below what is stored.
  */
 export async function repairUsage(store: FileStore, now: Date, holdMaxAgeMs: number): Promise<number> {
   const counters = await store.usage.find({}).toArray();

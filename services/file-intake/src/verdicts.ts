@@ -3,17 +3,15 @@ import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/erro
 import type { AcceptedType } from "@pi/common/rules/media-types";
 import type { ClaimOutcome } from "./keys.js";
 
-// The verdicts on an upload, pure and in the order file-intake takes them (docs/files.md, "Order of
-// checks"): the quota at the header (usage.ts), then the file's bytes (size, type, plain text), the
-// trailer (empty file, text to its last byte, the gateway's refusal, elder), and last what ran at
-// once: storage, idempotency, connection. Each returns the refusal, or undefined to go on.
+// The verdicts on an upload, pure, in the order intake.ts takes them (docs/files.md, "Order of
+// checks"). Each returns the refusal, or undefined to go on.
 
 export const tooLarge = () => serviceError(ErrorReason.FILE_TOO_LARGE, "the file is larger than the limit", "file");
 export const unsupported = () =>
   serviceError(ErrorReason.UNSUPPORTED_MEDIA_TYPE, "the file's type is not accepted", "file");
 export const protocol = (message: string) => new RpcError(message, Status.INVALID_ARGUMENT);
 
-/** What the file's bytes are so far: `type` once the head is read (null: not accepted), `text` false once they stop being plain text. */
+/** The file's bytes so far: `type` once the head is read (null: not accepted), `text` false once not plain text. */
 export interface Bytes {
   size: number;
   maxBytes: number;
@@ -21,17 +19,14 @@ export interface Bytes {
   text: boolean;
 }
 
-/** After each chunk: size first (it is known first), then the type once known, then the text rule. */
+/** After each chunk: size, then type, then the text rule. */
 export function bytesVerdict(b: Bytes): RpcError | undefined {
   if (b.size > b.maxBytes) return tooLarge();
   if (b.type === null || !b.text) return unsupported();
   return undefined;
 }
 
-/**
- * At the trailer. A file that ended is judged whole (empty, text to its last byte); the gateway's
- * refusal then wins over the fields; `elder` last.
- */
+/** At the trailer: a file that ended is judged whole, then the gateway's refusal, `elder` last. */
 export function trailerVerdict(
   t: { elderAddress: string; refused?: boolean; fileComplete?: boolean },
   file: { size: number; textEnds: () => boolean },
@@ -49,11 +44,7 @@ export function trailerVerdict(
 
 type Settled<T> = PromiseSettledResult<T>;
 
-/**
- * The verdicts of storing the last bytes and claiming the key (run at once), in that order: a
- * failure of either, a replay of an earlier receipt, a key reused with another payload, else go on
- * (to the connection, which is last: its "no" must be the same whatever came before).
- */
+/** Storing the last bytes, then the key's claim (run at once); the connection comes last, its "no" always the same. */
 export function claimVerdict(
   stored: Settled<void>,
   claim: Settled<ClaimOutcome | undefined>,

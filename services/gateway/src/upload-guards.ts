@@ -1,7 +1,5 @@
 // The bounds on uploads in flight at one gateway instance (docs/files.md, "Bounds on uploads"):
-// how many at once, per partner and in total, and how slowly their bytes may arrive. Both are per
-// instance, like the spec's rate limits: they protect this process's memory and sockets, and
-// file-intake behind it, from one partner's slow or numerous uploads.
+// how many at once, and how slowly their bytes may arrive.
 
 /** Counts uploads in flight per partner and in total; a slot is taken before any byte is read. */
 export class UploadSlots {
@@ -35,11 +33,7 @@ export class UploadSlots {
   }
 }
 
-/**
- * A minimum transfer rate, judged window by window: each window of `windowMs` must bring at least
- * `minBytesPerSecond × windowMs / 1000` bytes, or the upload is too slow. The caller samples a
- * running byte count (the socket's) at the end of every window.
- */
+/** A minimum transfer rate, judged window by window on a running byte count. */
 export class TransferRate {
   private lastCount: number;
 

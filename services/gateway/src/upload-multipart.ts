@@ -21,10 +21,7 @@ export const multipartLimits = (maxFileBytes: number) => ({
 });
 
 export interface FilePart {
-  /**
-   * The file part has started; `fieldsSoFar` are the text fields that came before it. Returns the
-   * byte count once the part has been taken whole; throwing (or rejecting) fails the body.
-   */
+  /** The file part has started, after `fieldsSoFar`: its byte count once taken whole; a rejection fails the body. */
   take(fieldsSoFar: unknown, stream: Readable & { truncated?: boolean }): Promise<number>;
 }
 
@@ -71,8 +68,7 @@ const multerMessages: Record<string, { message: string; param?: string }> = {
   LIMIT_FIELD_ARRAY_INDEX: { message: "A field name is malformed." },
 };
 
-// What busboy (the multipart parser under multer) and multer say about a body that is not well-formed
-// multipart, or that stopped arriving.
+// What busboy and multer say about a body that is not well-formed multipart, or that stopped arriving.
 const malformedBody = new Set([
   "Malformed part header",
   "Unexpected end of form",

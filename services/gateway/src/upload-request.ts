@@ -1,8 +1,7 @@
 import { checkElderAddress } from "@pi/common/rules/elder-address";
 import { PartnerError } from "./errors.js";
 
-// What a file upload's request may carry besides the file: the Idempotency-Key header and the
-// body's text fields (docs/files.md). Pure rules; the route and the multipart adapter call them.
+// What a file upload's request may carry besides the file (docs/files.md), as pure rules.
 
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 /** The text fields (`elder`, `purpose`) are capped so a body cannot grow without a file. */
@@ -22,11 +21,7 @@ export function parseIdempotencyKey(value: string | string[] | undefined): strin
   return value;
 }
 
-/**
- * The text fields of the body: only `elder` (a well-formed address) and `purpose` (any string,
- * kept as sent), each at most once. Called with the fields read so far when the file part starts
- * (complete = false) and with all of them at the end (complete = true: `elder` is then required).
- */
+/** The body's text fields `elder` and `purpose`, each at most once; `elder` is required once `complete`. */
 export function checkFields(fields: unknown, domain: string, complete: boolean): { elder?: string; purpose?: string } {
   const entries = Object.entries((fields ?? {}) as Record<string, unknown>);
   const out: { elder?: string; purpose?: string } = {};

@@ -14,12 +14,7 @@ import { TransferRate } from "./upload-guards.js";
 
 /** One upload may take this long from its first byte to its answer (a slow link at 25 MB). */
 export const UPLOAD_TIMEOUT_MS = 10 * 60_000;
-/**
- * Bytes of the file per message to file-intake: every message costs both sides the same work
- * whatever its size (its framing, protobuf, Connect's stream plumbing), so chunks are gathered
- * (one copy, into a buffer each upload reuses) rather than sent one by one; at most this much of
- * an upload waits in the gateway.
- */
+/** Bytes per message to file-intake: every message costs the same whatever its size, so chunks are gathered. */
 export const MESSAGE_BYTES = 256 * 1024;
 
 type SubmitRequest = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
@@ -46,7 +41,7 @@ function deferred<T>(): Deferred<T> {
 /** How long a refusal of the gateway's waits for file-intake's earlier verdict, if any. */
 const VERDICT_WAIT_MS = 5_000;
 
-/** What file-intake may have decided before the gateway refused the body: it wins over the gateway's refusal (docs/files.md, "Order of checks"). */
+/** file-intake's verdicts that win over the gateway's refusal of the body (docs/files.md, "Order of checks"). */
 const EARLIER = new Set([
   ErrorReason.STORAGE_QUOTA_EXCEEDED,
   ErrorReason.STORE_FULL,
@@ -59,11 +54,9 @@ const earlierVerdict = (err: unknown) => {
 };
 
 /**
- * One upload on its way to file-intake, opened before a byte of the body is read: its header goes
- * at once (file-intake reserves the quota on it and may refuse at once), the file part's bytes are
- * forwarded as they arrive, pulled, so HTTP/2 flow control slows the partner's upload when
- * file-intake is slower. The gateway only counts them (413); file-intake alone judges what they
- * are. The fields that follow the file part travel last, in the trailer.
+ * One upload on its way to file-intake, opened before a byte of the body is read: the header at
+ * once, the file's bytes pulled as they arrive (flow control slows the partner when file-intake is
+ * slower), the fields after the file part in the trailer. The gateway only counts the bytes (413).
  */
 export class Submission {
   /** file-intake's answer; rejects as soon as file-intake refuses. */
@@ -98,7 +91,7 @@ export class Submission {
     return this.response;
   }
 
-  /** The gateway refused the body with `err`: file-intake's earlier verdict if it has one, else `err`. Nothing is stored. */
+  /** The gateway refused the body with `err`: file-intake's earlier verdict if it has one, else `err`. */
   async refuse(err: unknown): Promise<unknown> {
     this.file.resolve(undefined);
     this.trailer.resolve({ elderAddress: "", refused: true, fileComplete: this.fileComplete });
@@ -137,11 +130,7 @@ export class Submission {
     yield { part: { case: "trailer", value: await this.trailer.promise } };
   }
 
-  /**
-   * The file's chunks as the multipart parser hands them over (64 KiB at most), counted and copied
-   * into the upload's one message buffer, so the socket's buffers die young. The buffer is reused:
-   * the client serialises (copies) a message before it asks for the next one.
-   */
+  /** The file's chunks, copied into one reused message buffer (the client serialises a message before the next). */
   private async *chunks(file: Readable): AsyncGenerator<SubmitRequest, number> {
     const message = Buffer.allocUnsafe(MESSAGE_BYTES);
     let filled = 0;
@@ -166,10 +155,7 @@ export class Submission {
   }
 }
 
-/**
- * Rejects with 408 once a window of the request brings fewer bytes than the minimum rate (counted
- * on the socket, so the parts before the file count as much as the file); never resolves.
- */
+/** Rejects with 408 once a window brings fewer bytes (on the socket) than the minimum rate; never resolves. */
 export function watchTransferRate(
   req: IncomingMessage,
   settings: { UPLOAD_MIN_BYTES_PER_SECOND: number; UPLOAD_RATE_WINDOW_SECONDS: number },

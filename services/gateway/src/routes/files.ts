@@ -14,11 +14,8 @@ import { multipartLimits, readMultipart, uploadError, type FilePart } from "../u
 import { checkFields, invalid, parseIdempotencyKey } from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
 
-// POST /v1/files and GET /v1/files/{id}. The order of checks is in docs/files.md. The gateway
-// enforces the transport's limits: bearer (401), scope (403), the request's own headers (415, 400),
-// the uploads in flight (429), the multipart body's shape and fields (400), the size (413) and the
-// rate (408). file-intake alone judges the content (quota, type, text, idempotency, connection); the
-// bytes stream through to it as they arrive, and nothing is committed before every check has passed.
+// POST /v1/files and GET /v1/files/{id} (the order of checks: docs/files.md). The gateway enforces
+// the transport's limits; file-intake alone judges the content, as the bytes stream through.
 
 export const FILES_SCOPE = "files:write";
 const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
@@ -49,7 +46,7 @@ export interface FileRouteSettings {
 /** A partner, or this instance, at its cap of uploads in flight: retry after a second. */
 const tooManyUploads = () => new PartnerError("rate_limited", { headers: { "Retry-After": "1" } });
 
-/** pi_files_accepted_total and pi_files_refused_total{code}: each upload's answer, the error's code when refused. */
+/** pi_files_accepted_total and pi_files_refused_total{code}. */
 const countUploads: Middleware = async (ctx, next) => {
   try {
     await next();
@@ -100,16 +97,13 @@ export default function fileRoutes(
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
       if (!hasFile) throw invalid("file is required (a file part with a filename).", "file");
-      // file-intake holds a "no active connection" for a fixed time (services/file-intake/src/no-oracle.ts);
-      // errors.ts gives it one body and one set of headers whatever the reason.
       const res = await submission.finish({ elder: fields.elder!, purpose: fields.purpose });
       ctx.status = 202;
       ctx.body = fileResource(res.file);
     } catch (err) {
       if (err instanceof PartnerError && err.code === "request_timeout") {
         submission.cancel(err);
-        // A stalled body is not parsed any further: what still arrives is dropped, and the socket
-        // closes once the answer is out.
+        // A stalled body is not parsed further: what still arrives is dropped.
         ctx.req.unpipe();
         ctx.req.resume();
         throw err;
@@ -126,7 +120,7 @@ export default function fileRoutes(
     // A malformed id is as unknown as any other: the same 404, without asking file-intake.
     if (!FILE_ID.test(id)) throw new PartnerError("not_found");
     const { partnerId, mode } = ctx.state.principal!;
-    // Only this partner's own file, in this mode, read earlier as processed or failed, is found here.
+    // Only this partner's own final file, in this mode, is found here.
     const known = terminal.get(partnerId, mode, id);
     if (known) {
       ctx.body = { id, status: known };
