@@ -41,6 +41,9 @@ import http from "node:http";
 import net from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { heapFlagsOfDockerfile } from "../local/dist/heap-flags.js";
+
+export { heapFlagsOfDockerfile };
 
 /** A workload's SERVICE_IDENTITY_KEY and public key entry, in the form of services/common/src/rpc/service-identity.ts. */
 function serviceIdentity(name) {
@@ -60,11 +63,6 @@ const log = (line) => process.stderr.write(`[image-check] ${line}\n`);
 const sleepSync = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 
 /** The V8 flags deploy/Dockerfile starts every service with (its ENV NODE_HEAP_FLAGS). */
-export function heapFlagsOfDockerfile(dockerfile = readFileSync(join(repoRoot, "deploy", "Dockerfile"), "utf8")) {
-  const m = /^ENV NODE_HEAP_FLAGS="([^"]*)"$/m.exec(dockerfile);
-  if (!m) throw new Error("deploy/Dockerfile sets no NODE_HEAP_FLAGS");
-  return m[1].split(/\s+/).filter(Boolean);
-}
 
 function sh(cmd, args, opts = {}) {
   return spawnSync(cmd, args, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, ...opts });

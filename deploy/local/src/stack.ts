@@ -20,7 +20,7 @@ import {
   waitFor,
   type KafkaUserPasswords,
 } from "./infra.js";
-import { heapFlagsOfDockerfile } from "../../checks/image-check.mjs";
+import { heapFlagsOfDockerfile } from "./heap-flags.js";
 import { cacheDir, repoRoot } from "./paths.js";
 import { PROMETHEUS_TARGETS_FILE, PrometheusTargets } from "./prometheus-targets.js";
 import { Supervisor } from "./supervisor.js";

@@ -484,7 +484,7 @@ export const RenewExtractionLeaseResponseSchema: GenMessage<RenewExtractionLease
   messageDesc(file_pi_fileintake_v1_fileintake, 16);
 
 /**
- * What extraction found (services/common/src/extracted.ts): `kind` and `ok` always; the fields of
+ * What extraction found (services/common/src/rules/extracted.ts): `kind` and `ok` always; the fields of
  * the kind when ok; `error` and `failure_reason` when not.
  *
  * @generated from message pi.fileintake.v1.RecordExtractionRequest
