@@ -61,5 +61,9 @@ export default {
   // waiting (on restarts, leases, Kafka, polling), and a full run kept about half of the CPU idle
   // with two. A CPU-bound unit lane runs no faster with three, and no slower.
   maxWorkers: 3,
+  // A fresh worker for every file: a file's leftover grpc-js channels keep reconnecting to the servers
+  // it closed, and the next file in that worker (a unit file's connection guard above all) would meet
+  // them. Costs about a second of worker start per file.
+  workerIdleMemoryLimit: 2,
   verbose: false,
 };
