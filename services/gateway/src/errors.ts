@@ -115,42 +115,13 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
     const message = code === "invalid_request" && err instanceof RpcError ? err.message : undefined;
     return new PartnerError(code, { message, param: reason.param });
   }
-  if (
-    err instanceof RpcError &&
-    (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED || causedByNetwork(err))
-  ) {
+  if (err instanceof RpcError && (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED)) {
     return new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
   }
   const clientCode = httpClientErrorCode(err);
   if (clientCode) return new PartnerError(clientCode);
   // The cause goes to the log line of the 500, never to the partner.
   return Object.assign(new PartnerError("internal_error"), { cause: err });
-}
-
-// A service that is down, restarting or crashed mid-call. Matched by the errno in the cause chain:
-// connect-node maps ECONNREFUSED to Unavailable only when the error passes `instanceof Error`, which
-// fails when it was made in another realm (a jest VM context), and maps ECONNRESET to Aborted.
-const NETWORK_ERRNOS = new Set([
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "EPIPE",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-]);
-
-function causedByNetwork(err: unknown): boolean {
-  for (
-    let e = err, depth = 0;
-    typeof e === "object" && e !== null && depth < 8;
-    e = (e as { cause?: unknown }).cause, depth++
-  ) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && NETWORK_ERRNOS.has(code)) return true;
-  }
-  return false;
 }
 
 // The net under the routes: a client mistake Koa or a library reports as an http-errors 4xx is never a 500.
