@@ -20,10 +20,6 @@ export interface ExtractionLimits {
   cpuTimeMs: number;
   /** Resident memory (heap and buffers). */
   memoryCeilingMb: number;
-  /** What a PDF's streams (but images) may decode to in all (decoded-size.ts). */
-  maxDecodedBytes: number;
-  /** What one of them (but a font) may decode to. */
-  maxStreamBytes: number;
   /** The text kept of a PDF (the rest is counted in its length). */
   maxTextChars: number;
 }
@@ -32,9 +28,6 @@ export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
   timeoutMs: 60_000,
   cpuTimeMs: 30_000,
   memoryCeilingMb: 512,
-  maxDecodedBytes: 256 * 1024 * 1024,
-  // A real page decodes to kilobytes or a few megabytes.
-  maxStreamBytes: 8 * 1024 * 1024,
   maxTextChars: MAX_STORED_TEXT_CHARS,
 };
 
@@ -177,8 +170,6 @@ export class Extractor {
           kind,
           mediaType,
           bytes,
-          maxDecodedBytes: this.limits.maxDecodedBytes,
-          maxStreamBytes: this.limits.maxStreamBytes,
           maxTextChars: this.limits.maxTextChars,
         };
         child.send(task);
