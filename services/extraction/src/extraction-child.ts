@@ -20,8 +20,8 @@ class Unparseable extends Error {}
 
 /**
  * A page with no text that costs more CPU time than this fails the file (`time_limit`): millions
- * of drawing operators (measured: 6-8 MiB of them), not a page of a document. A page with text may
- * cost more (an embedded font); the parent's CPU-time limit bounds the file.
+ * of drawing operators (measured: about 5 MiB of them), not a page of a document. A page with text
+ * may cost more (an embedded font); the parent's CPU-time limit bounds the file.
  */
 const TEXTLESS_PAGE_CPU_MS = 500;
 
