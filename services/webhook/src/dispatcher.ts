@@ -1,6 +1,7 @@
 import type { Filter } from "mongodb";
 import { attempt, LEASE_MARGIN_MS, type AttemptContext } from "./attempt.js";
 import * as queue from "./queue.js";
+import { TARGET_LOOKUP_TIMEOUT_MS } from "./targets.js";
 import type { QueueDoc } from "./store.js";
 
 // Which due queue entries (queue.ts) this replica claims, and when; each claimed slot gets one attempt (attempt.ts).
@@ -14,7 +15,6 @@ export interface DispatcherOptions extends AttemptContext {
 }
 
 const CLAIM_SWEEP_EVERY_MS = 10 * 60_000;
-export const TARGET_LOOKUP_TIMEOUT_MS = 3_000;
 /** The pause after finding due entries that only other replicas' running attempts hold. */
 const CONTENDED_WAIT_MS = 200;
 export const DISPATCHER_IDLE_MS = 5_000;
