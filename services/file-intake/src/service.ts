@@ -55,18 +55,14 @@ export async function startFileIntakeService(
   const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger);
   // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS["file-intake"], {
-    client: runtime.mongo.client,
-    namespace: settings.DATA_NAMESPACE,
-    logger,
-  }).catch(async (err: unknown) => {
+  try {
+    const { db, client } = runtime.mongo;
+    await prepareStore(db, STORE_SCHEMAS["file-intake"], { client, namespace: settings.DATA_NAMESPACE, logger });
+    await checkDataKeys(dataKeys, db, logger);
+  } catch (err) {
     await runtime.close();
     throw err;
-  });
-  await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
-    await runtime.close();
-    throw err;
-  });
+  }
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(
     store,

@@ -170,6 +170,3 @@ export async function readBlobPart(
     throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
   return { bytes, parts };
 }
-
-/** The read of one stored segment: by `_id` alone. */
-export const segmentFilter = (id: ObjectId, n: number) => ({ _id: segmentId(id, n) });

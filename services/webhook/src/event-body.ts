@@ -6,14 +6,12 @@ import { isWebhookEventType, type WebhookEventType } from "@pi/common/events/web
 // The webhook event a partner receives, made once from a connection event and stored as the exact
 // bytes every attempt sends: {id, type, created, data: {connection_id, status}}, nothing else.
 
-export type EventType = WebhookEventType;
+const STATUS_OF = {
+  "connection.approved": "approved",
+  "connection.revoked": "revoked",
+} as const satisfies Record<WebhookEventType, string>;
 
-export interface WebhookEvent {
-  id: string;
-  type: EventType;
-  created: number;
-  data: { connection_id: string; status: "pending" | "approved" | "expired" | "revoked" };
-}
+type Status = (typeof STATUS_OF)[WebhookEventType];
 
 export type SourceCheck =
   | {
@@ -21,18 +19,13 @@ export type SourceCheck =
       sourceEventId: string;
       partnerId: string;
       connectionId: string;
-      type: EventType;
-      status: WebhookEvent["data"]["status"];
+      type: WebhookEventType;
+      status: Status;
       occurredAtMs: number;
       /** Set when the source's status disagrees with its type; the type wins, as the spec ties them. */
       statusMismatch?: string;
     }
   | { ok: false; reason: string };
-
-const STATUS_OF: Record<EventType, WebhookEvent["data"]["status"]> = {
-  "connection.approved": "approved",
-  "connection.revoked": "revoked",
-};
 
 export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): SourceCheck {
   if (!ev.eventId) return { ok: false, reason: "event_id is empty" };
@@ -56,18 +49,13 @@ export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): S
 /** The exact JSON body of a webhook event. `created` is the Unix second of the state change. */
 export function webhookBody(
   id: string,
-  type: EventType,
+  type: WebhookEventType,
   occurredAtMs: number,
   connectionId: string,
-  status: WebhookEvent["data"]["status"],
+  status: Status,
 ): string {
-  const event: WebhookEvent = {
-    id,
-    type,
-    created: Math.floor(occurredAtMs / 1000),
-    data: { connection_id: connectionId, status },
-  };
-  return JSON.stringify(event);
+  const created = Math.floor(occurredAtMs / 1000);
+  return JSON.stringify({ id, type, created, data: { connection_id: connectionId, status } });
 }
 
 /** The evt_ id of a connection event's webhook event: the same for every copy Kafka delivers. */

@@ -1,7 +1,6 @@
-import { RpcError, Status } from "@pi/common/rpc/errors";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { webhookv1 } from "@pi/proto";
-import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
 import { isWebhookEventType } from "@pi/common/events/webhook-events";
 import type { AuditEntry } from "@pi/common/store/audit";
 import type { AuditTrail } from "@pi/common/store/audit-trail";
@@ -19,9 +18,9 @@ import {
   type EventsPage,
 } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
-import { recoverable } from "./delivery-states.js";
+import { recoverable, type DeliveryState } from "./delivery-states.js";
 import { requeue } from "./queue.js";
-import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
+import type { WebhookEventDoc, WebhookStore } from "./store.js";
 
 export interface WebhookDeps {
   settings: Settings;
