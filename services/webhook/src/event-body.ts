@@ -22,8 +22,6 @@ export type SourceCheck =
       type: WebhookEventType;
       status: Status;
       occurredAtMs: number;
-      /** Set when the source's status disagrees with its type; the type wins, as the spec ties them. */
-      statusMismatch?: string;
     }
   | { ok: false; reason: string };
 
@@ -33,16 +31,15 @@ export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): S
   if (!ev.connectionId.startsWith("con_")) return { ok: false, reason: "connection_id is not a con_ id" };
   if (!isWebhookEventType(ev.type))
     return { ok: false, reason: `type ${JSON.stringify(ev.type)} is not a webhook event type` };
-  const status = STATUS_OF[ev.type];
+  // The type decides the status, as the spec ties them; the source's own status field is not read.
   return {
     ok: true,
     sourceEventId: ev.eventId,
     partnerId: ev.partnerId,
     connectionId: ev.connectionId,
     type: ev.type,
-    status,
+    status: STATUS_OF[ev.type],
     occurredAtMs: ev.occurredAt > 0n ? Number(ev.occurredAt) : nowMs,
-    ...(ev.status !== status ? { statusMismatch: ev.status } : {}),
   };
 }
 

@@ -29,19 +29,18 @@ export async function startWebhookService(
   options: WebhookServiceOptions = {},
 ): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
+  const { db, client } = runtime.mongo;
   // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.webhook, {
-    client: runtime.mongo.client,
-    namespace: settings.DATA_NAMESPACE,
-    logger,
-  }).catch(async (err: unknown) => {
-    await runtime.close();
-    throw err;
-  });
-  const store = await openWebhookStore(runtime.mongo.db);
+  await prepareStore(db, STORE_SCHEMAS.webhook, { client, namespace: settings.DATA_NAMESPACE, logger }).catch(
+    async (err: unknown) => {
+      await runtime.close();
+      throw err;
+    },
+  );
+  const store = await openWebhookStore(db);
   const trail = new AuditTrail({
     service: "webhook",
-    db: runtime.mongo.db,
+    db,
     producer: runtime.producer,
     topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
     signingKey: settings.SERVICE_IDENTITY_KEY,
@@ -49,10 +48,9 @@ export async function startWebhookService(
   });
   const eventsAudit = trail.on(store.events);
   await trail.start();
-  const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
   const sender = new WebhookSender({
     allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
-    timeoutMs,
+    timeoutMs: settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000,
     resolve: options.resolve,
   });
   const dispatcher = new Dispatcher({
