@@ -11,7 +11,7 @@ import { readBlobPart } from "../src/staging.js";
 export async function readBlob(
   store: FileStore,
   file: Pick<FileDoc, "blobId" | "size">,
-  dataKey: Buffer | null,
+  dataKey: Buffer,
 ): Promise<Buffer> {
   const first = await readBlobPart(store, file, dataKey, 0);
   const parts = [first.bytes];
