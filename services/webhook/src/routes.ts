@@ -54,14 +54,7 @@ export function deliveryOf(doc: WebhookEventDoc) {
     nextAttemptAt: doc.nextAttemptAt ? BigInt(doc.nextAttemptAt.getTime()) : 0n,
     connectionId: doc.connectionId,
     createdAt: BigInt(doc.createdAt.getTime()),
-    attemptLog: doc.attemptLog.map((a) => ({
-      number: a.number,
-      startedAt: BigInt(a.startedAt.getTime()),
-      statusCode: a.statusCode,
-      durationMs: a.durationMs,
-      error: a.error ?? "",
-      responseExcerpt: a.responseExcerpt,
-    })),
+    attemptLog: doc.attemptLog.map((a) => ({ ...a, startedAt: BigInt(a.startedAt.getTime()), error: a.error ?? "" })),
   };
 }
 
