@@ -87,6 +87,7 @@ export default (deps: IntakeDeps & { extraction: ExtractionRecords }) => (router
     async getFile(req) {
       return { file: await getFile(deps.store, req) };
     },
+    // 1.0.0 compatibility: only 1.0.0 gateways ask before the submit; goes once 1.0.0 is not run.
     async checkStorageQuota(req) {
       const mode = modeFromProto(req.mode);
       if (!req.partnerId || !mode) throw new RpcError("partner_id and mode are required", Status.INVALID_ARGUMENT);
