@@ -10,14 +10,13 @@ import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
 import { consumeConnectionEvents } from "./consumer.js";
-import { Dispatcher, TARGET_LOOKUP_TIMEOUT_MS } from "./dispatcher.js";
+import { Dispatcher } from "./dispatcher.js";
 import { failingAfterMs } from "./endpoint-health.js";
 import { refreshWebhookGauges } from "./gauges.js";
 import { WebhookSender, type Resolver } from "./outbound.js";
 import { startRetentionSweep } from "./retention.js";
 import routes from "./routes.js";
 import { openWebhookStore } from "./store.js";
-import { followWebhookChanges, TargetCache } from "./targets.js";
 
 export interface WebhookServiceOptions {
   /** Stands in for the system's DNS (tests of the outbound address check). */
@@ -30,19 +29,18 @@ export async function startWebhookService(
   options: WebhookServiceOptions = {},
 ): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
+  const { db, client } = runtime.mongo;
   // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.webhook, {
-    client: runtime.mongo.client,
-    namespace: settings.DATA_NAMESPACE,
-    logger,
-  }).catch(async (err: unknown) => {
-    await runtime.close();
-    throw err;
-  });
-  const store = await openWebhookStore(runtime.mongo.db);
+  await prepareStore(db, STORE_SCHEMAS.webhook, { client, namespace: settings.DATA_NAMESPACE, logger }).catch(
+    async (err: unknown) => {
+      await runtime.close();
+      throw err;
+    },
+  );
+  const store = await openWebhookStore(db);
   const trail = new AuditTrail({
     service: "webhook",
-    db: runtime.mongo.db,
+    db,
     producer: runtime.producer,
     topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
     signingKey: settings.SERVICE_IDENTITY_KEY,
@@ -50,16 +48,14 @@ export async function startWebhookService(
   });
   const eventsAudit = trail.on(store.events);
   await trail.start();
-  const targets = new TargetCache(clientsFor(settings).authAdmin(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);
-  const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
   const sender = new WebhookSender({
     allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
-    timeoutMs,
+    timeoutMs: settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000,
     resolve: options.resolve,
   });
   const dispatcher = new Dispatcher({
     store,
-    targets,
+    auth: clientsFor(settings).authAdmin(),
     sender,
     logger: logger.child({ component: "dispatcher" }),
     policy: {
@@ -82,7 +78,6 @@ export async function startWebhookService(
     },
     logger.child({ component: "retention" }),
   );
-  const changes = await followWebhookChanges(targets, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () =>
     dispatcher.poke(),
   );
@@ -101,7 +96,7 @@ export async function startWebhookService(
     adminPort: server.adminPort,
     async stop() {
       await server.close();
-      await Promise.allSettled([consumer.stop(), changes.stop(), gauges.stop(), retention.stop()]);
+      await Promise.allSettled([consumer.stop(), gauges.stop(), retention.stop()]);
       await dispatcher.stop(3_000, () => sender.destroy());
       await sender.close().catch(() => {});
       await trail.stop();
