@@ -4,6 +4,7 @@ import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/store/audit";
 import { auditRecordMessage } from "@pi/common/store/audit-trail";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/events/topics";
 import { databaseName } from "@pi/common/store/mongo";
@@ -55,10 +56,11 @@ export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
 export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
-  if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw new RangeError(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
-  if (req.since < 0n) throw new RangeError("since must be Unix milliseconds, or 0 for all");
+  const refuse = (message: string) => new RpcError(message, Status.INVALID_ARGUMENT);
+  if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw refuse(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
+  if (req.since < 0n) throw refuse("since must be Unix milliseconds, or 0 for all");
   if (req.target !== "" && !AUDIT_ID.test(req.target))
-    throw new RangeError("target must be an id (con_, ptr_, cli_, eld_, evt_ or key_)");
+    throw refuse("target must be an id (con_, ptr_, cli_, eld_, evt_ or key_)");
   return {
     ...(req.since > 0n ? { since: new Date(Number(req.since)) } : {}),
     ...(req.target !== "" ? { target: req.target } : {}),
@@ -95,11 +97,13 @@ export function openAuditRetention(db: Db): AuditRetention {
   };
 }
 
-export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
-  const key = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(r.service)?.get(r.signingKid);
-  if (!key || r.signature === "") return false;
+const keyOf = (publicKeys: PublicKeys, service: string, kid: string) =>
+  (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(service)?.get(kid);
+
+function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
+  const key = keyOf(publicKeys, r.service, r.signingKid);
   try {
-    return verify(null, auditSignedBytes(r), key, Buffer.from(r.signature, "base64url"));
+    return !!key && r.signature !== "" && verify(null, auditSignedBytes(r), key, Buffer.from(r.signature, "base64url"));
   } catch {
     return false;
   }
@@ -160,9 +164,6 @@ export const AUDIT_VERIFICATION = {
   unknownKey: "signing key not known",
   notKept: "stored before signatures were kept",
 } as const;
-export type AuditVerification =
-  | { verified: true; reason: typeof AUDIT_VERIFICATION.verified }
-  | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
 
 export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   return {
@@ -172,19 +173,17 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   };
 }
 
-export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): AuditVerification {
+export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): { verified: boolean; reason: string } {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
-  const keys = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(doc.service);
-  if (!keys?.has(doc.signingKid)) return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
-  let message: eventsv1.AuditRecord;
+  if (!keyOf(publicKeys, doc.service, doc.signingKid))
+    return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
+  let verified = false;
   try {
-    message = storedRecordMessage(doc);
+    verified = signedByItsService(storedRecordMessage(doc), publicKeys);
   } catch {
-    return { verified: false, reason: AUDIT_VERIFICATION.altered };
+    // A stored field no message can carry: altered.
   }
-  return signedByItsService(message, publicKeys)
-    ? { verified: true, reason: AUDIT_VERIFICATION.verified }
-    : { verified: false, reason: AUDIT_VERIFICATION.altered };
+  return { verified, reason: verified ? AUDIT_VERIFICATION.verified : AUDIT_VERIFICATION.altered };
 }
 
 export function consumeAuditRecords(

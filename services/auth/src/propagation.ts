@@ -87,7 +87,7 @@ export class PartnerEventPublisher {
     private readonly store: AuthStore,
     producer: Pick<Producer, "send">,
     topic: string,
-    logger: Logger,
+    private readonly logger: Logger,
     private readonly timeoutMs = DEFAULT_TIMEOUT_MS,
   ) {
     this.partners = partnerEventOutbox(store.partners, (p) => p._id, producer, topic, logger);
@@ -113,6 +113,7 @@ export class PartnerEventPublisher {
     id: string,
     entry: PartnerEventEntry,
     since = performance.now(),
+    log?: { what: string; fields: Record<string, string> },
   ): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
@@ -121,7 +122,15 @@ export class PartnerEventPublisher {
       await sleep(RELAY_RETRY_MS);
       at = (await outbox.relay(id)).get(entry.eventId);
     }
-    return this.awaitFollowers(at?.partition, Number(at?.offset ?? 0), deadline, since);
+    const p = await this.awaitFollowers(at?.partition, Number(at?.offset ?? 0), deadline, since);
+    if (log) {
+      const { elapsedMs, ...counts } = p;
+      const fields = { ...log.fields, ...counts, propagationMs: Number(elapsedMs) };
+      if (p.confirmed < p.gateways || p.authConfirmed < p.authReplicas)
+        this.logger.warn(fields, `${log.what}; not every gateway and auth replica confirmed it in time`);
+      else this.logger.info(fields, log.what);
+    }
+    return p;
   }
 
   private async awaitFollowers(
