@@ -45,10 +45,6 @@ export interface AuditStore {
   list(query: AuditQuery): Promise<AuditRecordDoc[]>;
 }
 
-export interface AuditRetention {
-  expire(cutoff: Date): Promise<number>;
-}
-
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
@@ -88,13 +84,10 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
   };
 }
 
-export function openAuditRetention(db: Db): AuditRetention {
-  const records = db.collection<AuditRecordDoc>("audit_records");
-  return {
-    async expire(cutoff) {
-      return (await records.deleteMany({ occurredAt: { $lt: cutoff } })).deletedCount;
-    },
-  };
+/** The retention sweep's one delete (with its own database user where AUDIT_RETENTION_MONGODB_URI is set). */
+export async function expireAuditRecords(db: Db, cutoff: Date): Promise<number> {
+  return (await db.collection<AuditRecordDoc>("audit_records").deleteMany({ occurredAt: { $lt: cutoff } }))
+    .deletedCount;
 }
 
 const keyOf = (publicKeys: PublicKeys, service: string, kid: string) =>
@@ -117,34 +110,24 @@ export function decodeAuditMessage(
   now: Date,
   publicKeys: PublicKeys,
 ): AuditRecordDoc | null {
-  const at = { partition, offset: message.offset };
-  if (!message.value) {
-    logger.error(at, "empty audit record skipped");
+  const skip = (fields: object, why: string) => {
+    logger.error({ partition, offset: message.offset, ...fields }, why);
     return null;
-  }
+  };
   let r: eventsv1.AuditRecord;
   try {
-    r = fromBinary(eventsv1.AuditRecordSchema, message.value);
+    r = fromBinary(eventsv1.AuditRecordSchema, message.value!);
   } catch (err) {
-    logger.error({ ...at, err }, "unreadable audit record skipped");
-    return null;
+    return skip({ err }, "unreadable audit record skipped");
   }
   // The writer shaped it with the same rules; checked again so that nothing else is ever stored.
   const fields =
     /^evt_[0-9A-Za-z]{1,64}$/.test(r.id) && r.occurredAt > 0n
       ? checkAuditRecord({ ...r, outcome: eventsv1.AuditOutcome[r.outcome]?.toLowerCase() })
       : null;
-  if (!fields) {
-    logger.error({ ...at, id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
-    return null;
-  }
-  if (!signedByItsService(r, publicKeys)) {
-    logger.error(
-      { ...at, id: r.id, service: fields.service },
-      "audit record not signed by the service it names skipped",
-    );
-    return null;
-  }
+  if (!fields) return skip({ id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
+  if (!signedByItsService(r, publicKeys))
+    return skip({ id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
   return {
     _id: r.id,
     occurredAt: new Date(Number(r.occurredAt)),

@@ -149,16 +149,20 @@ export default (deps: AuthDeps) => (router: Router) => {
     return answer;
   }
 
+  /** The two reads by _id of every token request: the decoy partner for an unknown client (guarantee 5). */
+  async function readClient(clientId: string) {
+    const credential = await store.credentials.findOne({ _id: clientId });
+    return { credential, partner: await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID }) };
+  }
+
   async function decideToken(req: authv1.IssueTokenRequest) {
     if (req.clientAssertion !== undefined) return issueTokenByAssertion(req, req.clientAssertion);
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
     const known = authentications.get(req.clientId, presented);
     if (known) return tokenFor(known, req.scope);
-    // Every failure makes the same two reads by _id (the decoy partner for an unknown client) and
-    // the same hash comparison; one expression decides (guarantee 5).
+    // Every failure makes the same two reads and the same hash comparison; one expression decides.
     const ticket = authentications.ticket();
-    const credential = await store.credentials.findOne({ _id: req.clientId });
-    const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
+    const { credential, partner } = await readClient(req.clientId);
     const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
     if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
       return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
@@ -179,8 +183,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     // A client_id beside the assertion must name the same client (RFC 7521 section 4.2).
     const clientId = claimed && (req.clientId === "" || req.clientId === claimed.clientId) ? claimed.clientId : "";
     // Read even for a malformed assertion (no client id: a miss), so that it costs the same.
-    const credential = await store.credentials.findOne({ _id: clientId });
-    const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
+    const { credential, partner } = await readClient(clientId);
     const usable = credential?.authMethod === "private_key_jwt" ? credential : undefined;
     const claims = await assertionKeys.verify(assertion, claimed, usable);
     const nowMs = Date.now();

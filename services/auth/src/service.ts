@@ -21,7 +21,7 @@ import {
   auditDatabaseName,
   auditRetentionCutoff,
   consumeAuditRecords,
-  openAuditRetention,
+  expireAuditRecords,
   openAuditStore,
 } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
@@ -93,7 +93,6 @@ export async function startAuthService(
   const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
     ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDb)
     : undefined;
-  const auditRetention = openAuditRetention(retentionMongo?.db ?? runtime.mongo.client.db(auditDb));
   await trail.start();
   const keys = new KeyRing(
     store.signingKeys,
@@ -156,7 +155,8 @@ export async function startAuthService(
   );
   // Records past AUDIT_RETENTION_SECONDS go (docs/security.md, "Audit trail").
   const auditRetentionSweep = leased("audit retention sweep", AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, async () => {
-    const deleted = await auditRetention.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
+    const cutoff = auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS);
+    const deleted = await expireAuditRecords(retentionMongo?.db ?? runtime.mongo.client.db(auditDb), cutoff);
     if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
   });
   const server = await startRpcServer({
