@@ -114,9 +114,10 @@ export function decodeAuditMessage(
     logger.error({ partition, offset: message.offset, ...fields }, why);
     return null;
   };
+  if (!message.value) return skip({}, "empty audit record skipped");
   let r: eventsv1.AuditRecord;
   try {
-    r = fromBinary(eventsv1.AuditRecordSchema, message.value!);
+    r = fromBinary(eventsv1.AuditRecordSchema, message.value);
   } catch (err) {
     return skip({ err }, "unreadable audit record skipped");
   }

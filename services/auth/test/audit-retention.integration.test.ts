@@ -10,7 +10,7 @@ import { testSettings } from "../../../test/support/services.js";
 
 // Audit records are kept AUDIT_RETENTION_SECONDS (docs/security.md, "Audit trail"): the auth
 // service's sweep deletes older ones, at its start and every hour, one replica at a time, through
-// an access of its own (AuditRetention, under its own database user in production); the appending
+// an access of its own (expireAuditRecords, under its own database user in production); the appending
 // store offers no removal.
 
 const DAY = 86400;
