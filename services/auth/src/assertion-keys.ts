@@ -203,20 +203,17 @@ export class AssertionKeys {
   /** The scheduled round (one replica at a time): fetches each URL whose set is due (jwks-refresh.ts). */
   async refreshDue(credentials: KeySource[]): Promise<number> {
     const now = new Date();
-    const histories = new Map<string, FetchHistory & { missing?: boolean }>();
+    const histories = new Map<string, FetchHistory>();
     for (const c of credentials) {
       if (!c.jwksUrl) continue;
       // The URL's oldest stored set (none if any credential of it has none) and latest failure.
-      const h = histories.get(c.jwksUrl) ?? { attemptedAt: this.attempts.get(c.jwksUrl) };
-      const fetchedAt = c.jwksFetched?.fetchedAt;
-      if (!fetchedAt) h.missing = true;
-      else if (!h.fetchedAt || fetchedAt < h.fetchedAt) h.fetchedAt = fetchedAt;
-      if (c.jwksFetchFailedAt && (!h.failedAt || c.jwksFetchFailedAt > h.failedAt)) h.failedAt = c.jwksFetchFailedAt;
+      const [fetchedAt, failedAt] = [c.jwksFetched?.fetchedAt, c.jwksFetchFailedAt];
+      const h = histories.get(c.jwksUrl) ?? { attemptedAt: this.attempts.get(c.jwksUrl), fetchedAt, failedAt };
+      if (!fetchedAt || (h.fetchedAt && fetchedAt < h.fetchedAt)) h.fetchedAt = fetchedAt;
+      if (failedAt && (!h.failedAt || failedAt > h.failedAt)) h.failedAt = failedAt;
       histories.set(c.jwksUrl, h);
     }
-    const due = [...histories]
-      .filter(([, h]) => scheduledFetchDue(h.missing ? { ...h, fetchedAt: undefined } : h, now, this.times))
-      .map(([url]) => url);
+    const due = [...histories].filter(([, h]) => scheduledFetchDue(h, now, this.times)).map(([url]) => url);
     for (let i = 0; i < due.length; i += REFRESH_CONCURRENCY)
       await Promise.all(due.slice(i, i + REFRESH_CONCURRENCY).map((url) => this.refresh(url)));
     return due.length;
