@@ -37,11 +37,9 @@ import {
 // The keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the set at its
 // URL, fetched in the background and stored with it, so that no token request waits for a host.
 
-export { JWKS_URL_MAX_AGE_MS, JWKS_URL_REFETCH_COOLDOWN_MS };
-
 /** A JWK Set's limits: what a partner needs for a rotation, and no more. */
-export const MAX_JWKS_KEYS = 10;
-export const MAX_JWKS_BYTES = 64 * 1024;
+const MAX_JWKS_KEYS = 10;
+const MAX_JWKS_BYTES = 64 * 1024;
 
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
