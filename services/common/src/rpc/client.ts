@@ -12,7 +12,8 @@ import {
 import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import * as grpc from "@grpc/grpc-js";
 import { detailOf, RpcError } from "./errors.js";
-import { audienceOf, minterFor, SERVICE_TOKEN_HEADER } from "./service-identity.js";
+import { minterFor, SERVICE_TOKEN_HEADER } from "./service-identity.js";
+import { SERVICE_OF } from "./allowed-callers.js";
 import { rpcClientSpan } from "../runtime/telemetry.js";
 import { targetOf } from "./service-urls.js";
 
@@ -91,7 +92,7 @@ function rpcErrorOf(err: grpc.ServiceError): RpcError {
  */
 export function serviceClient<T extends DescService>(service: T, urls: string, identity?: string): Client<T> {
   const channel = new grpc.Client(targetOf(urls), grpc.credentials.createInsecure(), channelOptions(service));
-  const audience = audienceOf(service.typeName);
+  const audience = SERVICE_OF[service.typeName];
   const minter = identity && audience ? minterFor(identity) : undefined;
   const client: Record<string, unknown> = {};
   for (const method of service.methods) {

@@ -4,7 +4,7 @@ import { healthv1 } from "@pi/proto";
 import { ruleFor, type Workload } from "./allowed-callers.js";
 import { RpcError, Status, trailersOf } from "./errors.js";
 import type { Logger } from "../runtime/logger.js";
-import { checkCaller, publicKeysFor, SERVICE_TOKEN_HEADER, TokenVerifier } from "./service-identity.js";
+import { checkCaller, parsePublicKeys, SERVICE_TOKEN_HEADER, TokenVerifier } from "./service-identity.js";
 import { SettingsError } from "../runtime/settings.js";
 import { rpcServerSpan } from "../runtime/telemetry.js";
 import { deserialize, pathOf, serialize } from "./client.js";
@@ -199,7 +199,7 @@ const healthRoutes = (healthy: RpcServerOptions["healthy"]) => (router: Router) 
 export async function startRpcServer(opts: RpcServerOptions): Promise<RpcServer> {
   if (!opts.publicKeys)
     throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
-  const verifier = new TokenVerifier(opts.service, publicKeysFor(opts.publicKeys));
+  const verifier = new TokenVerifier(opts.service, parsePublicKeys(opts.publicKeys));
   const routes = collectRoutes(opts.routes);
   const planeOf = ([m]: [DescMethod, Handler]) => ruleFor(m.parent.typeName, m.name)?.plane ?? "runtime";
   const listen = async (handlers: [DescMethod, Handler][], port: number) => {
