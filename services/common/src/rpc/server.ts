@@ -196,21 +196,14 @@ export async function startRpcServer(opts: RpcServerOptions): Promise<RpcServer>
       "grpc.max_receive_message_length": 8 * 1024 * 1024,
       "grpc.max_connection_age_ms": 60_000,
     });
-    const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
-    const implementation: grpc.UntypedServiceImplementation = {};
-    for (const [method, handler] of handlers) {
-      definition[pathOf(method)] = {
-        path: pathOf(method),
-        requestStream: method.methodKind === "client_streaming",
-        responseStream: false,
-        requestSerialize: serialize(method.input),
-        requestDeserialize: deserialize(method.input),
-        responseSerialize: serialize(method.output),
-        responseDeserialize: deserialize(method.output),
-      };
-      implementation[pathOf(method)] = grpcHandler(method, handler, verifier, opts.logger) as grpc.UntypedHandleCall;
-    }
-    server.addService(definition, implementation);
+    for (const [method, handler] of handlers)
+      server.register(
+        pathOf(method),
+        grpcHandler(method, handler, verifier, opts.logger) as grpc.UntypedHandleCall,
+        serialize(method.output),
+        deserialize(method.input),
+        method.methodKind === "client_streaming" ? "clientStream" : "unary",
+      );
     const address = `${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
     const bound = await new Promise<number>((resolve, reject) =>
       server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
