@@ -197,16 +197,18 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   return result.data;
 }
 
-/** For a service's start: a bad setting ends the process with one line on stderr. */
+/** A bad setting ends the process with its one-line reason on stderr, exit status 2. */
+export function refuseSetting(err: Error): never {
+  process.stderr.write(`${err.message}\n`);
+  process.exit(2);
+}
+
+/** For a service's start: the settings, or the process ends with the reason (parseSettings throws nothing else). */
 export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   try {
     return parseSettings(env);
   } catch (err) {
-    if (err instanceof SettingsError) {
-      process.stderr.write(`${err.message}\n`);
-      process.exit(2);
-    }
-    throw err;
+    return refuseSetting(err as Error);
   }
 }
 
