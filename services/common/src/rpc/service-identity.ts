@@ -23,6 +23,7 @@ const RENEW_BEFORE_SECONDS = 20;
 /** Allowed clock difference between the caller's and the server's machines. */
 const CLOCK_TOLERANCE_SECONDS = 10;
 const TOKEN_TYPE = "pi-service+jwt";
+const VERIFIED_TOKENS_KEPT = 1024;
 const ALG = "EdDSA";
 
 const isWorkload = (name: unknown): name is Workload => (WORKLOADS as readonly unknown[]).includes(name);
@@ -184,17 +185,12 @@ function failureOf(err: unknown): IdentityFailure {
 /** Verifies tokens addressed to one service; a verified token is remembered until it expires. */
 export class TokenVerifier {
   private readonly verified = new Map<string, { caller: Workload; until: number }>();
-  private readonly now: () => number;
-  private readonly cacheSize: number;
 
   constructor(
     readonly audience: Workload,
     private readonly keys: PublicKeys,
-    options: { now?: () => number; cacheSize?: number } = {},
-  ) {
-    this.now = options.now ?? Date.now;
-    this.cacheSize = options.cacheSize ?? 1024;
-  }
+    private readonly now: () => number = Date.now,
+  ) {}
 
   /** The verified caller; throws IdentityError. */
   async verify(token: string | null | undefined): Promise<Workload> {
@@ -231,7 +227,7 @@ export class TokenVerifier {
     const caller = claimed as Workload;
     const until = (Math.min(payload.exp!, payload.iat! + TOKEN_LIFETIME_SECONDS) + CLOCK_TOLERANCE_SECONDS) * 1000;
     // Bounded: the oldest goes first (a live token is verified again at its next call).
-    if (this.verified.size >= this.cacheSize) this.verified.delete(this.verified.keys().next().value!);
+    if (this.verified.size >= VERIFIED_TOKENS_KEPT) this.verified.delete(this.verified.keys().next().value!);
     this.verified.set(token, { caller, until });
     return caller;
   }
