@@ -192,14 +192,14 @@ describe("service tokens: mint and verify", () => {
     expect(await failure(verifier.verify(token))).toBe("expired");
   });
 
-  it("the remembered tokens are bounded: 1024 at most", async () => {
+  it("the remembered tokens are bounded", async () => {
     const c = clock();
-    const verifier = new TokenVerifier("auth", publicKeys, c.now);
-    for (let i = 0; i < 1030; i++) {
+    const verifier = new TokenVerifier("auth", publicKeys, c.now, 3);
+    for (let i = 0; i < 10; i++) {
       c.advance(1_000);
       expect(await verifier.verify(await minter("gateway", c.now).token("auth"))).toBe("gateway");
     }
-    expect((verifier as unknown as { verified: Map<string, unknown> }).verified.size).toBe(1024);
+    expect((verifier as unknown as { verified: Map<string, unknown> }).verified.size).toBe(3);
   });
 
   it("a name may have several public keys (a key rotation): tokens of either verify", async () => {

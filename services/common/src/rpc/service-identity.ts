@@ -23,7 +23,6 @@ const RENEW_BEFORE_SECONDS = 20;
 /** Allowed clock difference between the caller's and the server's machines. */
 const CLOCK_TOLERANCE_SECONDS = 10;
 const TOKEN_TYPE = "pi-service+jwt";
-const VERIFIED_TOKENS_KEPT = 1024;
 const ALG = "EdDSA";
 
 const isWorkload = (name: unknown): name is Workload => (WORKLOADS as readonly unknown[]).includes(name);
@@ -126,6 +125,8 @@ export class TokenMinter {
   constructor(
     readonly identity: OwnIdentity,
     private readonly now: () => number = Date.now,
+    /** How many verified tokens are kept. */
+    private readonly kept = 1024,
   ) {}
 
   token(audience: Workload): Promise<string> {
@@ -190,6 +191,8 @@ export class TokenVerifier {
     readonly audience: Workload,
     private readonly keys: PublicKeys,
     private readonly now: () => number = Date.now,
+    /** How many verified tokens are kept. */
+    private readonly kept = 1024,
   ) {}
 
   /** The verified caller; throws IdentityError. */
@@ -227,7 +230,7 @@ export class TokenVerifier {
     const caller = claimed as Workload;
     const until = (Math.min(payload.exp!, payload.iat! + TOKEN_LIFETIME_SECONDS) + CLOCK_TOLERANCE_SECONDS) * 1000;
     // Bounded: the oldest goes first (a live token is verified again at its next call).
-    if (this.verified.size >= VERIFIED_TOKENS_KEPT) this.verified.delete(this.verified.keys().next().value!);
+    if (this.verified.size >= this.kept) this.verified.delete(this.verified.keys().next().value!);
     this.verified.set(token, { caller, until });
     return caller;
   }
