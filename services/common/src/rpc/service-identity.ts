@@ -125,8 +125,6 @@ export class TokenMinter {
   constructor(
     readonly identity: OwnIdentity,
     private readonly now: () => number = Date.now,
-    /** How many verified tokens are kept. */
-    private readonly kept = 1024,
   ) {}
 
   token(audience: Workload): Promise<string> {
