@@ -8,7 +8,7 @@ import {
   withLocalStackAddresses,
   withLocalStackIdentity,
   type Settings,
-} from "@pi/common";
+} from "@pi/common/runtime/settings";
 import { freePort } from "../../deploy/local/src/infra.js";
 import { alive, descendants } from "../../test/support/processes.js";
 import { everyReplicaServes } from "../../test/support/replicas.js";

@@ -8,23 +8,15 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { startAuthService } from "@pi/auth";
-import {
-  type ConnectionClient,
-  connectMongo,
-  createKafka,
-  createLogger,
-  createProducer,
-  databaseName,
-  kafkaCredentials,
-  type Mongo,
-  newId,
-  type Producer,
-  type RunningService,
-  SERVICE_URL_SETTINGS,
-  serviceClient,
-  type Settings,
-  topicName,
-} from "@pi/common";
+import type { ConnectionClient } from "@pi/common/rpc/clients";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { createKafka, createProducer, kafkaCredentials, type Producer } from "@pi/common/events/kafka";
+import { createLogger } from "@pi/common/runtime/logger";
+import { newId } from "@pi/common/rules/ids";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import { SERVICE_URL_SETTINGS, type Settings } from "@pi/common/runtime/settings";
+import { serviceClient } from "@pi/common/rpc/client";
+import { topicName } from "@pi/common/events/topics";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
 import { type LocalStack, startLocalStack } from "../../bench/support/local-stack.js";

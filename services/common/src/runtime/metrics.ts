@@ -45,17 +45,14 @@ export const rpcClientDuration = histogram(
   DURATION_BUCKETS,
   rpcLabels,
 );
-export const messagesSent = counter("messaging_client_sent_messages_total", "Kafka messages published", [
-  "messaging_destination_name",
-]);
-export const messagesConsumed = counter("messaging_client_consumed_messages_total", "Kafka messages consumed", [
-  "messaging_destination_name",
-]);
+const topic = ["messaging_destination_name"] as const;
+export const messagesSent = counter("messaging_client_sent_messages_total", "Kafka messages published", topic);
+export const messagesConsumed = counter("messaging_client_consumed_messages_total", "Kafka messages consumed", topic);
 export const messageProcessDuration = histogram(
   "messaging_process_duration_seconds",
   "Time a consumer took over one message (over a batch, divided among its messages)",
   DURATION_BUCKETS,
-  ["messaging_destination_name"],
+  topic,
 );
 
 export const webhookDeliveries = counter(

@@ -1,33 +1,12 @@
 import type { Db } from "mongodb";
 import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "../store/data-keys.js";
-import {
-  type Admin,
-  createKafka,
-  createProducer,
-  ensureTopics,
-  type Kafka,
-  kafkaCredentials,
-  kafkaReachable,
-  type Producer,
-} from "../events/kafka.js";
+import { createKafka, createProducer, ensureTopics, kafkaCredentials, kafkaReachable } from "../events/kafka.js";
 import type { Logger } from "./logger.js";
-import { connectMongo, databaseName, type Mongo } from "../store/mongo.js";
+import { connectMongo, databaseName } from "../store/mongo.js";
 import { SettingsError, type Settings } from "./settings.js";
 
 /** What every internal service holds: its own database, a Kafka client, a producer. */
-export interface ServiceRuntime {
-  service: string;
-  settings: Settings;
-  logger: Logger;
-  mongo: Mongo;
-  kafka: Kafka;
-  producer: Producer;
-  /** The database and (unless `withKafka` is false) Kafka are reachable. */
-  healthy(withKafka?: boolean): Promise<boolean>;
-  close(): Promise<void>;
-}
-
-export async function openRuntime(service: string, settings: Settings, logger: Logger): Promise<ServiceRuntime> {
+export async function openRuntime(service: string, settings: Settings, logger: Logger) {
   const mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, service));
   const kafka = createKafka(
     settings.KAFKA_BROKERS,
@@ -38,7 +17,7 @@ export async function openRuntime(service: string, settings: Settings, logger: L
   await ensureTopics(kafka, settings.DATA_NAMESPACE);
   const producer = createProducer(kafka);
   await producer.connect();
-  const admin: Admin = kafka.admin();
+  const admin = kafka.admin();
   await admin.connect();
   return {
     service,
@@ -47,6 +26,7 @@ export async function openRuntime(service: string, settings: Settings, logger: L
     mongo,
     kafka,
     producer,
+    /** The database and (unless `withKafka` is false) Kafka are reachable. */
     async healthy(withKafka = true) {
       const [db, broker] = await Promise.all([mongo.ping(), withKafka ? kafkaReachable(admin) : true]);
       return db && broker;
