@@ -1,12 +1,8 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
 import { connectMongo } from "@pi/common/store/mongo";
-import { prepareStore } from "@pi/common/store/store-versions";
-import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
-import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
+import { dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
 import { parsePublicKeys } from "@pi/common/rpc/service-identity";
 import { every } from "@pi/common/background/periodic";
 import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/events/partner-event-feed";
-import { refreshSigningKeys } from "@pi/common/runtime/signing-keys";
 import { SettingsError, type Settings } from "@pi/common/runtime/settings";
 import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/events/topics";
@@ -55,32 +51,13 @@ export async function startAuthService(
   if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS)
     throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
-  const runtime = await openRuntime("auth", settings, logger);
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  try {
-    await prepareStore(runtime.mongo.db, STORE_SCHEMAS.auth, {
-      client: runtime.mongo.client,
-      namespace: settings.DATA_NAMESPACE,
-      logger,
-    });
-    await checkDataKeys(dataKeys, runtime.mongo.db, logger);
-  } catch (err) {
-    await runtime.close();
-    throw err;
-  }
+  const runtime = await openRuntime("auth", settings, logger, dataKeys);
   const store = await openAuthStore(runtime.mongo.db, sealer);
   // Values sealed by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);
   const auditDb = auditDatabaseName(settings.DATA_NAMESPACE);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
-  const trail = new AuditTrail({
-    service: "auth",
-    db: runtime.mongo.db,
-    producer: runtime.producer,
-    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
-    signingKey: settings.SERVICE_IDENTITY_KEY,
-    logger,
-  });
+  const trail = runtime.auditTrail("auth");
   const audit = {
     trail,
     partners: trail.on(store.partners),
@@ -101,8 +78,16 @@ export async function startAuthService(
     store.revokedKeys,
   );
   await keys.load();
-  // Picks up keys that another replica rotated in, before they start signing.
-  const reload = refreshSigningKeys(settings, () => keys.load(), logger);
+  // Picks up keys that another replica rotated in, before they start signing (docs/authentication.md).
+  const reload = every(
+    "refreshing the token signing keys",
+    settings.JWKS_REFRESH_SECONDS * 1000,
+    () => keys.load(),
+    logger,
+    {
+      runAtStart: false,
+    },
+  );
   const events = new PartnerEventPublisher(
     store,
     runtime.producer,

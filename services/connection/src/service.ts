@@ -1,6 +1,3 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
-import { prepareStore } from "@pi/common/store/store-versions";
-import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
 import { every } from "@pi/common/background/periodic";
 import { openRuntime } from "@pi/common/runtime/runtime";
 import { whileHolding } from "@pi/common/background/lease";
@@ -61,15 +58,6 @@ export async function startConnectionService(
   seams: ConnectionServiceSeams = {},
 ): Promise<RunningService> {
   const runtime = await openRuntime("connection", settings, logger);
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.connection, {
-    client: runtime.mongo.client,
-    namespace: settings.DATA_NAMESPACE,
-    logger,
-  }).catch(async (err: unknown) => {
-    await runtime.close();
-    throw err;
-  });
   const store = await openConnectionStore(runtime.mongo.db);
   await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
   const intervals = roundIntervals(settings);
@@ -83,14 +71,7 @@ export async function startConnectionService(
     },
   );
   await outbox.ensureIndex();
-  const trail = new AuditTrail({
-    service: "connection",
-    db: runtime.mongo.db,
-    producer: runtime.producer,
-    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
-    signingKey: settings.SERVICE_IDENTITY_KEY,
-    logger,
-  });
+  const trail = runtime.auditTrail("connection");
   const connectionsAudit = trail.on(store.connections);
   // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
   const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });

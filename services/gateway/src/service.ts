@@ -3,10 +3,9 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { clientsFor } from "@pi/common/rpc/clients";
 import { createKafka, kafkaCredentials } from "@pi/common/events/kafka";
-import { refreshSigningKeys } from "@pi/common/runtime/signing-keys";
 import { retry } from "@pi/common/background/retry";
 import type { Logger } from "@pi/common/runtime/logger";
-import type { Periodic } from "@pi/common/background/periodic";
+import { every, type Periodic } from "@pi/common/background/periodic";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
 import { createApp } from "./app.js";
@@ -59,7 +58,15 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
     )
       return;
     // A rotated-in key is published this often before it starts signing (docs/authentication.md).
-    keyRefresh = refreshSigningKeys(settings, () => verifier.refreshKeys(), logger);
+    keyRefresh = every(
+      "refreshing the token keys",
+      settings.JWKS_REFRESH_SECONDS * 1000,
+      () => verifier.refreshKeys(),
+      logger,
+      {
+        runAtStart: false,
+      },
+    );
     warm = true;
     logger.info("gateway warm: token keys and revocations loaded");
   })();
