@@ -182,14 +182,11 @@ export async function startRpcServer(opts: RpcServerOptions): Promise<RpcServer>
   const plane = (name: string) =>
     routes.filter(([m]) => (ruleFor(m.parent.typeName, m.name)?.plane ?? "runtime") === name);
   // Watch is not served: poll Check. Any name but these two asks for the whole (the gateway's /readyz).
-  const health = collectRoutes((router) =>
-    router.service(Health, {
-      async check({ service }) {
-        const serving = service === LIVENESS || (await opts.healthy(service !== TRAFFIC));
-        return { status: serving ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
-      },
-    }),
-  );
+  const check: Handler = async (request) => {
+    const { service } = request as healthv1.HealthCheckRequest;
+    const serving = service === LIVENESS || (await opts.healthy(service !== TRAFFIC));
+    return { status: serving ? ServingStatus.SERVING : ServingStatus.NOT_SERVING };
+  };
   const listen = async (handlers: [DescMethod, Handler][], port: number) => {
     // A connection lives at most a minute, so that clients look a host name up again and find new replicas.
     const server = new grpc.Server({
@@ -219,7 +216,7 @@ export async function startRpcServer(opts: RpcServerOptions): Promise<RpcServer>
       });
     return { port: bound, close };
   };
-  const servers = [await listen([...plane("runtime"), ...health], opts.port)];
+  const servers = [await listen([...plane("runtime"), [Health.method.check, check]], opts.port)];
   if (opts.adminPort !== undefined) servers.push(await listen(plane("admin"), opts.adminPort));
   const [port, adminPort] = servers.map((s) => s.port);
   opts.logger.info({ port, adminPort }, "grpc server listening");
