@@ -84,9 +84,7 @@ export async function startAuthService(
     settings.JWKS_REFRESH_SECONDS * 1000,
     () => keys.load(),
     logger,
-    {
-      runAtStart: false,
-    },
+    { runAtStart: false },
   );
   const events = new PartnerEventPublisher(
     store,

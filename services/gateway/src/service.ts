@@ -63,9 +63,7 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
       settings.JWKS_REFRESH_SECONDS * 1000,
       () => verifier.refreshKeys(),
       logger,
-      {
-        runAtStart: false,
-      },
+      { runAtStart: false },
     );
     warm = true;
     logger.info("gateway warm: token keys and revocations loaded");
