@@ -2,7 +2,7 @@ import { afterAll, beforeAll, it } from "@jest/globals";
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { LOCAL_IDENTITY_FILE, withLocalStackIdentity } from "@pi/common/runtime/settings";
+import { LOCAL_IDENTITY_FILE, withLocalStackIdentity } from "../deploy/local/src/state-files.js";
 import { publicKeyEntry } from "@pi/common/rpc/service-identity";
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
 import { connectedPartner, sendFile, waitForStatus, type ConnectedPartner } from "../test/support/files.js";

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { clientsFor } from "@pi/common/rpc/clients";
-import { withLocalStackIdentity } from "@pi/common/runtime/settings";
+import { withLocalStackIdentity } from "../deploy/local/src/state-files.js";
 import { connectedPartner, fixture, sendFile, type ConnectedPartner } from "../test/support/files.js";
 import { NO_RATE_LIMITS } from "../test/support/auth.js";
 import { LoadGenerator, startBaseline, type UploadResult } from "./support/driver.js";

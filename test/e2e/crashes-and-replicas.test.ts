@@ -14,7 +14,8 @@ import { createKafka, createProducer, kafkaCredentials, type Producer } from "@p
 import { createLogger } from "@pi/common/runtime/logger";
 import { newId } from "@pi/common/rules/ids";
 import type { RunningService } from "@pi/common/runtime/run-service";
-import { SERVICE_URL_SETTINGS, type Settings } from "@pi/common/runtime/settings";
+import type { Settings } from "@pi/common/runtime/settings";
+import { SERVICE_URL_SETTINGS } from "../../deploy/local/src/state-files.js";
 import { serviceClient } from "@pi/common/rpc/client";
 import { topicName } from "@pi/common/events/topics";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
