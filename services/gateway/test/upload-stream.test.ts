@@ -42,6 +42,34 @@ describe("the upload's transfer-rate watchdog", () => {
     expect(jest.getTimerCount()).toBe(0);
   });
 
+  it("judges each window on its own: an early burst does not pay for a later stall", async () => {
+    jest.useFakeTimers();
+    const socket = { bytesRead: 0 };
+    const watch = watchTransferRate(requestWith(socket), settings, logger);
+    let outcome: unknown;
+    watch.stalled.catch((err: unknown) => (outcome = err));
+    socket.bytesRead += 50_000;
+    await jest.advanceTimersByTimeAsync(2000);
+    expect(outcome).toBeUndefined();
+    socket.bytesRead += 10;
+    await jest.advanceTimersByTimeAsync(2000);
+    expect(outcome).toMatchObject({ code: "request_timeout" });
+  });
+
+  it("a minimum of 0 never cuts an upload", async () => {
+    jest.useFakeTimers();
+    const watch = watchTransferRate(
+      requestWith({ bytesRead: 0 }),
+      { ...settings, UPLOAD_MIN_BYTES_PER_SECOND: 0 },
+      logger,
+    );
+    let outcome: unknown;
+    watch.stalled.catch((err: unknown) => (outcome = err));
+    await jest.advanceTimersByTimeAsync(10_000);
+    expect(outcome).toBeUndefined();
+    watch.stop();
+  });
+
   it("stop() ends the watch: no window is judged after it", async () => {
     jest.useFakeTimers();
     const watch = watchTransferRate(requestWith({ bytesRead: 0 }), settings, logger);
