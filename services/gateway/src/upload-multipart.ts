@@ -64,8 +64,6 @@ const multerMessages: Record<string, { message: string; param?: string }> = {
   LIMIT_FIELD_KEY: { message: "A field name is too long." },
   MISSING_FIELD_NAME: { message: "A part has no field name." },
   INVALID_FIELD_NAME: { message: "A field name is malformed." },
-  LIMIT_FIELD_NESTING: { message: "A field name is malformed." },
-  LIMIT_FIELD_ARRAY_INDEX: { message: "A field name is malformed." },
 };
 
 // What busboy and multer say about a body that is not well-formed multipart, or that stopped arriving.
