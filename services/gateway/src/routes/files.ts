@@ -10,7 +10,7 @@ import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { UploadSlots } from "../upload-guards.js";
-import { multipartLimits, readMultipart, uploadError, type FilePart } from "../upload-multipart.js";
+import { multipartLimits, readMultipart, type TakeFile, uploadError } from "../upload-multipart.js";
 import { checkFields, invalid, parseIdempotencyKey } from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
 
@@ -82,17 +82,15 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
     const refused = submission.response.then(() => new Promise<never>(() => {}));
     const rate = watchTransferRate(ctx.req, settings, logger);
     let hasFile = false;
-    const filePart: FilePart = {
-      take(fieldsSoFar, stream) {
-        hasFile = true;
-        // The fields that came before the file are checked before a byte of it is forwarded.
-        checkFields(fieldsSoFar, domain, false);
-        return submission.forward(stream);
-      },
+    const takeFile: TakeFile = (fieldsSoFar, stream) => {
+      hasFile = true;
+      // The fields that came before the file are checked before a byte of it is forwarded.
+      checkFields(fieldsSoFar, domain, false);
+      return submission.forward(stream);
     };
 
     try {
-      await Promise.race([readMultipart(ctx, limits, filePart), rate.stalled, refused]);
+      await Promise.race([readMultipart(ctx, limits, takeFile), rate.stalled, refused]);
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
       if (!hasFile) throw invalid("file is required (a file part with a filename).", "file");
