@@ -25,8 +25,4 @@ export class UploadSlots {
       else this.perPartner.set(partnerId, left);
     };
   }
-
-  inFlight(partnerId?: string): number {
-    return partnerId === undefined ? this.total : (this.perPartner.get(partnerId) ?? 0);
-  }
 }
