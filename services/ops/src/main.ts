@@ -3,7 +3,7 @@ import { Command, CommanderError } from "commander";
 // telemetry clients): every command must finish in under 2 s, start-up included.
 import { clientsFor } from "@pi/common/rpc/clients";
 import { readFileSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
   parseSettings,
@@ -26,9 +26,7 @@ let settings: Settings;
 try {
   // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in
   // its STATE_DIR, and so does the CLI's own service identity (the key of `ops`) when unset.
-  const stateDir = resolve(
-    process.env.STATE_DIR || resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", ".state"),
-  );
+  const stateDir = resolve(process.env.STATE_DIR || fileURLToPath(new URL("../../../.state", import.meta.url)));
   settings = parseSettings(withLocalStackIdentity(withLocalStackAddresses(process.env, stateDir), stateDir, "ops"));
   requireIdentity(settings, "ops");
 } catch (err) {
