@@ -6,7 +6,6 @@ import { insertIfNew } from "@pi/common/store/persistence";
 import { newId } from "@pi/common/rules/ids";
 import { serviceError, ErrorReason } from "@pi/common/rpc/errors";
 import type { AuditTrail } from "@pi/common/store/audit-trail";
-import type { Logger } from "@pi/common/runtime/logger";
 import type { Settings } from "@pi/common/runtime/settings";
 import { modeFromProto } from "@pi/common/rules/mode";
 import { ACT_ID } from "./acts.js";
@@ -36,7 +35,6 @@ export interface ConnectionDeps {
   store: ConnectionStore;
   connections: Connections;
   settings: Settings;
-  logger: Logger;
   /** Records what changes nothing (a caregiver's refused or repeated act, a refused elder); changes record themselves. */
   trail: Pick<AuditTrail, "entry" | "record" | "refusals">;
   afterElder: (address: string) => void;

@@ -2,6 +2,7 @@ import type { Collection, Db, MongoClient } from "mongodb";
 import { MongoDBStorage, Umzug } from "umzug";
 import { type JobLeaseDoc, keepAlive, whileHolding } from "../background/lease.js";
 import type { Logger } from "../runtime/logger.js";
+import type { ServiceRuntime } from "../runtime/runtime.js";
 import { insertIfNew } from "./persistence.js";
 import { compareReleases, isRelease, RELEASE } from "../runtime/release.js";
 
@@ -126,6 +127,17 @@ export async function prepareStore(
       "store migrated",
     );
   return { ran, mark };
+}
+
+/** prepareStore at a service's start, before anything else reads or writes its store: a refusal closes the runtime. */
+export async function prepareServiceStore(runtime: ServiceRuntime, schema: StoreSchema): Promise<void> {
+  const { mongo, settings, logger } = runtime;
+  await prepareStore(mongo.db, schema, { client: mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(
+    async (err: unknown) => {
+      await runtime.close();
+      throw err;
+    },
+  );
 }
 
 /** Creates or raises the mark, conditional on what was read, so replicas converge. */
