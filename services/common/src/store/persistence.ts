@@ -1,20 +1,16 @@
-import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
+import type { Collection, Document, UpdateFilter, WithId } from "mongodb";
 import type { Producer } from "../events/kafka.js";
 import { atMost } from "../rules/at-most.js";
 import { newId } from "../rules/ids.js";
 import type { Logger } from "../runtime/logger.js";
 import { messagesSent, outboxOldestUnrelayedAge, readAtScrape } from "../runtime/metrics.js";
 import { every, type Periodic } from "../background/periodic.js";
-import { endLease, leaseFree, takeLease, type LeaseFields } from "../background/lease.js";
+import { asFilter, asUpdate, endLease, leaseFree, takeLease, type LeaseFields } from "../background/lease.js";
 import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "../runtime/telemetry.js";
 
 // The persistence toolkit of every service. MongoDB (and mongo-java-server) gives no multi-document
 // transactions and no change streams, only atomic single-document writes: everything here rests on
 // that alone, with no in-process locks, so any number of replicas stay correct (docs/engineering.md).
-
-// Field names are given at run time, which the driver's types cannot check.
-const asFilter = <T extends Document>(f: Document) => f as Filter<T>;
-const asUpdate = <T extends Document>(u: Document) => u as UpdateFilter<T>;
 
 /** True for a write refused because its _id or a unique index key is taken (E11000). */
 export function isDuplicateKey(err: unknown): boolean {
