@@ -48,7 +48,7 @@ export function repairedHolds(
   return same ? undefined : next;
 }
 
-// The per-day bound on connections opened: one counter per partner, mode and UTC day (openings.ts).
+// The per-day bound on connections opened: one counter per partner, mode and UTC day (slots.ts).
 
 const DAY_MS = 86_400_000;
 

@@ -11,8 +11,7 @@ import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
 import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
-import { releaseOpening, takeOpening } from "./openings.js";
-import { releaseSlot, takeSlot } from "./slots.js";
+import { releaseOpening, releaseSlot, takeOpening, takeSlot } from "./slots.js";
 import {
   awaitingSandboxApproval,
   effectiveStatus,
@@ -254,7 +253,7 @@ export class Connections {
       const took =
         slot === "take" &&
         (await takeSlot(this.store.slots, partnerId, mode, doc._id, this.bound(mode, "pending"), t.now)) === "taken";
-      // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
+      // A reopening is a connection opened that day too (slots.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
       if (trigger === "request") {
