@@ -13,7 +13,6 @@ import {
   connectMongo,
   createKafka,
   createLogger,
-  createProducer,
   databaseName,
   kafkaCredentials,
   type Mongo,
@@ -217,7 +216,6 @@ describe("connections crash", () => {
         testKafkaAdmin(),
       );
       const admin = kafka.admin();
-      await admin.connect();
       const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
       await admin.disconnect();
       expect(offsets.every((o) => o.high === "0")).toBe(true);
@@ -458,8 +456,7 @@ describe("webhooks restart", () => {
     const logger = createLogger("restart-test", settings.LOG_LEVEL);
     auth = await startAuthService(as(settings, "auth"), logger);
     settings = { ...settings, ...addressOf("auth", auth) };
-    producer = createProducer(createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)));
-    await producer.connect();
+    producer = createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)).producer();
     mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
   });
 

@@ -4,7 +4,7 @@ import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { consume } from "../src/background/consume.js";
 import { connectMongo, type Mongo } from "../src/store/mongo.js";
-import { createKafka, createProducer, ensureTopics } from "../src/events/kafka.js";
+import { createKafka, ensureTopics } from "../src/events/kafka.js";
 import { createLogger } from "../src/runtime/logger.js";
 import { topicName } from "../src/events/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
@@ -43,7 +43,7 @@ describe("infrastructure helpers", () => {
     const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "test", logger, testKafkaAdmin());
     await ensureTopics(kafka, namespace);
     const topic = topicName(namespace, "partnerEvents");
-    const producer = createProducer(kafka);
+    const producer = kafka.producer();
     const sent = create(eventsv1.PartnerEventSchema, {
       kind: eventsv1.PartnerEventKind.CREDENTIAL_REVOKED,
       partnerId: "ptr_x",

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { Producer } from "@pi/common/events/kafka";
 import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
-import { createKafka, createProducer, ensureTopics } from "@pi/common/events/kafka";
+import { createKafka, ensureTopics } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { newId } from "@pi/common/rules/ids";
 import { parseSettings, type Settings } from "@pi/common/runtime/settings";
@@ -74,8 +74,7 @@ beforeAll(async () => {
   });
   const kafka = createKafka(settings.KAFKA_BROKERS, "connection-test", logger, testKafkaAdmin());
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["connectionEvents"]);
-  producer = createProducer(kafka);
-  await producer.connect();
+  producer = kafka.producer();
   topic = topicName(settings.DATA_NAMESPACE, "connectionEvents");
   relay = connectionOutbox(store.connections, producer, topic, logger);
   await relay.ensureIndex();

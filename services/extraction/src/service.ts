@@ -49,7 +49,6 @@ export async function startExtractionService(
   );
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["fileEvents"]);
   const admin = kafka.admin();
-  await admin.connect();
   const extractor = new Extractor(
     {
       ...DEFAULT_EXTRACTION_LIMITS,

@@ -124,9 +124,6 @@ export class Kafka {
 export class Admin {
   constructor(readonly client: KafkaAdmin) {}
 
-  /** The client connects at its first request. */
-  async connect(): Promise<void> {}
-
   disconnect(): Promise<void> {
     return this.client.close();
   }
@@ -161,9 +158,6 @@ export class Admin {
 
 export class Producer {
   constructor(readonly client: KafkaProducer) {}
-
-  /** The client connects at its first request. */
-  async connect(): Promise<void> {}
 
   disconnect(): Promise<void> {
     return this.client.close();
@@ -208,10 +202,6 @@ export function createKafka(brokers: string, clientId: string, logger: Logger, c
     },
     logger.child({ component: "kafka" }),
   );
-}
-
-export function createProducer(kafka: Kafka): Producer {
-  return kafka.producer();
 }
 
 /** Whether trying again may succeed: the broker said so, or it could not be reached (or timed out) at all. */

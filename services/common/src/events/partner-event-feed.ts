@@ -136,7 +136,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   const { kafka, namespace, logger } = options;
   const topic = topicName(namespace, "partnerEvents");
   const admin = kafka.admin();
-  await admin.connect();
   let ends: { partition: number; offset: string }[];
   try {
     ends = await whileMetadataSettles(() => admin.fetchTopicOffsets(topic));

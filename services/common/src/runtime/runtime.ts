@@ -3,7 +3,6 @@ import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "../store/data-keys.
 import {
   type Admin,
   createKafka,
-  createProducer,
   ensureTopics,
   type Kafka,
   kafkaCredentials,
@@ -36,10 +35,8 @@ export async function openRuntime(service: string, settings: Settings, logger: L
     kafkaCredentials(settings),
   );
   await ensureTopics(kafka, settings.DATA_NAMESPACE);
-  const producer = createProducer(kafka);
-  await producer.connect();
+  const producer = kafka.producer();
   const admin: Admin = kafka.admin();
-  await admin.connect();
   return {
     service,
     settings,
