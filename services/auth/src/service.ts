@@ -1,4 +1,4 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
+import { AuditTrail } from "@pi/common/store/audit";
 import { connectMongo } from "@pi/common/store/mongo";
 import { prepareServiceStore } from "@pi/common/store/store-versions";
 import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";

@@ -27,7 +27,6 @@ export * from "./store/persistence.js";
 export * from "./store/data-keys.js";
 export * from "./events/partner-event-feed.js";
 export * from "./store/audit.js";
-export * from "./store/audit-trail.js";
 export * from "./rpc/allowed-callers.js";
 export * from "./rpc/service-identity.js";
 export * from "./events/kafka-access.js";

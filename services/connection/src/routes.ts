@@ -5,7 +5,7 @@ import { checkElderAddress, sandboxElderAddress } from "@pi/common/rules/elder-a
 import { insertIfNew } from "@pi/common/store/persistence";
 import { newId } from "@pi/common/rules/ids";
 import { serviceError, ErrorReason } from "@pi/common/rpc/errors";
-import type { AuditTrail } from "@pi/common/store/audit-trail";
+import type { AuditTrail } from "@pi/common/store/audit";
 import type { Settings } from "@pi/common/runtime/settings";
 import { modeFromProto } from "@pi/common/rules/mode";
 import { ACT_ID } from "./acts.js";

@@ -1,5 +1,5 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier } from "@pi/common/store/audit-trail";
+import type { AuditCarrier } from "@pi/common/store/audit";
 import type { JobLeaseDoc } from "@pi/common/background/lease";
 import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/store/persistence";
 import type { AppliedAct } from "./acts.js";

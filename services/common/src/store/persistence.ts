@@ -101,7 +101,7 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
   /** How long a relay may hold a document before another may publish its events again. */
   leaseMs?: number;
   sweepEveryMs?: number;
-  /** The entries' array and the relay's lease fields, for a document that carries several outboxes (audit-trail.ts). */
+  /** The entries' array and the relay's lease fields, for a document that carries several outboxes (audit.ts). */
   field?: string;
   lease?: LeaseFields;
   /** Documents that exist only to carry entries: deleted once relayed. */
