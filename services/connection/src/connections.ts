@@ -7,9 +7,10 @@ import { emptyOutbox, isDuplicateKey, outboxEntry, updateVersioned } from "@pi/c
 import { newId } from "@pi/common/rules/ids";
 import { rateLimitedError } from "@pi/common/rpc/errors";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
+import { forMode } from "@pi/common/rules/mode";
 import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
-import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
+import { reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
 import { releaseOpening, releaseSlot, takeOpening, takeSlot } from "./slots.js";
 import {
@@ -69,7 +70,7 @@ export function partnerSeesNoChange(before: ConnectionState, after: ConnectionSt
 }
 
 export class Connections {
-  private readonly sandbox: string;
+  readonly sandbox: string;
 
   constructor(
     private readonly store: ConnectionStore,
@@ -136,7 +137,7 @@ export class Connections {
 
   private bound(mode: ConnectionMode, which: keyof typeof BOUNDS): number {
     const name = BOUNDS[which];
-    return limitOf({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
+    return forMode({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {

@@ -1,7 +1,7 @@
 import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { connectionv1, type commonv1 } from "@pi/proto";
-import { checkElderAddress, sandboxElderAddress } from "@pi/common/rules/elder-address";
+import { checkElderAddress } from "@pi/common/rules/elder-address";
 import { insertIfNew } from "@pi/common/store/persistence";
 import { newId } from "@pi/common/rules/ids";
 import { serviceError, ErrorReason } from "@pi/common/rpc/errors";
@@ -55,7 +55,6 @@ function modeOf(mode: commonv1.Mode): ConnectionMode {
 export default (deps: ConnectionDeps) => (router: Router) => {
   const { store, connections, settings, trail } = deps;
   const domain = settings.ADDRESS_DOMAIN;
-  const sandbox = sandboxElderAddress(domain);
 
   function addressOrThrow(value: string): string {
     const check = checkElderAddress(value, domain);
@@ -163,7 +162,8 @@ export default (deps: ConnectionDeps) => (router: Router) => {
     createElder: (req) =>
       trail.refusals({ action: "elder.create", actor: "operator", targets: [] }, async () => {
         const address = req.address !== undefined ? addressOrThrow(req.address) : `${randomThreeWords()}@${domain}`;
-        if (address === sandbox) throw new RpcError("the sandbox elder address is reserved", Status.INVALID_ARGUMENT);
+        if (address === connections.sandbox)
+          throw new RpcError("the sandbox elder address is reserved", Status.INVALID_ARGUMENT);
         const elderId = newId("eld");
         const audit = [trail.entry({ action: "elder.create", actor: "operator", targets: [elderId] })];
         if (!(await insertIfNew(store.elders, { _id: address, elderId, createdAt: new Date(), audit }))) {
@@ -174,7 +174,7 @@ export default (deps: ConnectionDeps) => (router: Router) => {
       }),
 
     async getInfo() {
-      return { addressDomain: domain, sandboxElderAddress: sandbox };
+      return { addressDomain: domain, sandboxElderAddress: connections.sandbox };
     },
   });
 };

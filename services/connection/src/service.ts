@@ -4,7 +4,6 @@ import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
 import { every } from "@pi/common/background/periodic";
 import { openRuntime } from "@pi/common/runtime/runtime";
 import { whileHolding } from "@pi/common/background/lease";
-import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/events/topics";
 import type { Logger } from "@pi/common/runtime/logger";
@@ -53,12 +52,6 @@ export async function startConnectionService(
   const runtime = await openRuntime("connection", settings, logger);
   await prepareServiceStore(runtime, STORE_SCHEMAS.connection);
   const store = await openConnectionStore(runtime.mongo.db);
-  // The sandbox elder exists in every deployment.
-  await store.elders.updateOne(
-    { _id: sandboxElderAddress(settings.ADDRESS_DOMAIN) },
-    { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } },
-    { upsert: true },
-  );
   const intervals = roundIntervals(settings);
   const outbox = connectionOutbox(
     store.connections,
@@ -91,6 +84,12 @@ export async function startConnectionService(
     clock,
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,
+  );
+  // The sandbox elder exists in every deployment.
+  await store.elders.updateOne(
+    { _id: connections.sandbox },
+    { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } },
+    { upsert: true },
   );
 
   const server = await startRpcServer({
