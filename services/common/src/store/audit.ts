@@ -235,8 +235,6 @@ export class AuditTrail {
       logger: Logger;
       /** The service's SERVICE_IDENTITY_KEY, which signs every record (unsigned records are not stored). */
       signingKey: string | undefined;
-      /** How often each audit outbox is swept for records a dead replica left. */
-      sweepEveryMs?: number;
     },
   ) {
     this.identity = o.signingKey ? parseOwnIdentity(o.signingKey) : undefined;
@@ -277,7 +275,7 @@ export class AuditTrail {
         );
       },
       eventName: (entry) => `audit ${entry.action}`,
-      sweepEveryMs: this.o.sweepEveryMs ?? 10_000,
+      sweepEveryMs: 10_000,
       ...(opts.logId ? { logId: opts.logId } : {}),
       ...(opts.dropEmpty ? { dropEmpty: true } : {}),
     });
