@@ -32,12 +32,6 @@ import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
 export type Clock = () => Date;
 
-export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({
-  partnerId,
-  mode,
-  address,
-});
-
 export interface Applied {
   doc: ConnectionDoc;
   outcome: Outcome;
@@ -141,7 +135,7 @@ export class Connections {
   }
 
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
-    const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
+    const existing = await this.store.connections.findOne({ partnerId, mode, address });
     if (existing) {
       const applied = await this.apply({ _id: existing._id }, "request", {
         elderId: await this.resolveElder(mode, address),
@@ -189,7 +183,7 @@ export class Connections {
     for (let attempt = 1; doc === null; attempt++) {
       try {
         doc = await this.store.connections.findOneAndUpdate(
-          connectionKey(partnerId, mode, address),
+          { partnerId, mode, address },
           { $setOnInsert: fresh },
           { upsert: true, returnDocument: "after" },
         );
@@ -313,7 +307,7 @@ export class Connections {
   }
 
   async isActive(partnerId: string, mode: ConnectionMode, address: string): Promise<boolean> {
-    const doc = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
+    const doc = await this.store.connections.findOne({ partnerId, mode, address });
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 

@@ -9,7 +9,7 @@ import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { topicName } from "@pi/common/events/topics";
 import { commonv1 } from "@pi/proto";
-import { Connections, connectionKey } from "../src/connections.js";
+import { Connections } from "../src/connections.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 import { connectionOutbox, type ConnectionOutbox } from "../src/outbox.js";
@@ -342,7 +342,7 @@ describe("hot reads use an index", () => {
     const p = partner();
     const a = await elder();
     await connections.request(p, "live", a);
-    const check = await queryPlan(store.connections as never, connectionKey(p, "live", a));
+    const check = await queryPlan(store.connections as never, { partnerId: p, mode: "live", address: a });
     expect(check).toMatchObject({ usesIndex: true });
     expect(await queryPlan(store.elders as never, { _id: a })).toMatchObject({ usesIndex: true });
     // The check can fail: a partner and mode without the address are no index's fields.
