@@ -266,7 +266,7 @@ export class AuditTrail {
       logger: this.o.logger,
       field: "audit",
       lease: { until: "auditRelayUntil", holder: "auditRelayHolder" },
-      key: opts.key ?? ((doc) => String(doc._id)),
+      key: (doc) => String(doc._id),
       value: (_doc, entry) => {
         const message = auditRecordMessage(entry);
         return toBinary(
@@ -276,8 +276,7 @@ export class AuditTrail {
       },
       eventName: (entry) => `audit ${entry.action}`,
       sweepEveryMs: 10_000,
-      ...(opts.logId ? { logId: opts.logId } : {}),
-      ...(opts.dropEmpty ? { dropEmpty: true } : {}),
+      ...opts,
     });
     this.outboxes.push(outbox as unknown as Outbox<Document, AuditEntry>);
     return outbox;
