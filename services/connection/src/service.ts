@@ -9,7 +9,7 @@ import { topicName } from "@pi/common/events/topics";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
-import { Connections, type Clock } from "./connections.js";
+import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { endedConnectionCutoff, retentionRound } from "./retention.js";
@@ -40,8 +40,6 @@ export interface ConnectionServiceSeams {
   beforePublish?: (connectionId: string) => void;
   /** Awaited between a change's read and its write: the replica race test holds one replica here. */
   beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
-  /** This replica's wall clock. */
-  clock?: Clock;
 }
 
 export async function startConnectionService(
@@ -76,12 +74,11 @@ export async function startConnectionService(
     seams.beforePublish?.(connectionId);
     outbox.afterWrite(connectionId);
   };
-  const clock: Clock = seams.clock ?? (() => new Date());
   const connections = new Connections(
     store,
     settings,
     afterStore,
-    clock,
+    () => new Date(),
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,
   );
