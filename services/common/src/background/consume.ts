@@ -73,9 +73,10 @@ export function watchConsumerLag(
   const reads = readAtScrape(
     [kafkaConsumerLag],
     async () => {
-      const [offsets] = await admin.fetchOffsets({ groupId, topics: [topic] });
-      const ends = await admin.fetchTopicOffsets(topic);
-      kafkaConsumerLag.set({ group: groupId }, consumerLag(ends, offsets?.partitions ?? []));
+      const [offsets] = await admin.client.listConsumerGroupOffsets({ groups: [groupId] });
+      const partitions = offsets?.topics.find((t) => t.name === topic)?.partitions ?? [];
+      const committed = partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) }));
+      kafkaConsumerLag.set({ group: groupId }, consumerLag(await admin.fetchTopicOffsets(topic), committed));
     },
     logger,
   );

@@ -143,17 +143,6 @@ export class Admin {
       return { partition, offset: end, high: end, low: starts.get(partition) ?? "0" };
     });
   }
-
-  /** A group's committed offsets ("-1": none). */
-  async fetchOffsets(o: { groupId: string; topics: string[] }) {
-    const [group] = await this.client.listConsumerGroupOffsets({ groups: [o.groupId] });
-    return (group?.topics ?? [])
-      .filter((t) => o.topics.includes(t.name))
-      .map((t) => ({
-        topic: t.name,
-        partitions: t.partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) })),
-      }));
-  }
 }
 
 export class Producer {
