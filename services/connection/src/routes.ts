@@ -1,3 +1,5 @@
+import { randomInt } from "node:crypto";
+import { wordlist } from "@scure/bip39/wordlists/english.js";
 import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { connectionv1, type commonv1 } from "@pi/proto";
@@ -20,7 +22,6 @@ import {
   type Trigger,
 } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore } from "./store.js";
-import { randomThreeWords } from "./words.js";
 
 const { ConnectionService, ExternalStatus: External, InternalStatus: Internal, TestHelperAct } = connectionv1;
 
@@ -39,6 +40,9 @@ export interface ConnectionDeps {
   trail: Pick<AuditTrail, "entry" | "record" | "refusals">;
   afterElder: (address: string) => void;
 }
+
+/** A fresh random three-word local part from the BIP-39 English list (2048 words, a-z only). */
+const randomThreeWords = () => [0, 1, 2].map(() => wordlist[randomInt(wordlist.length)]).join(".");
 
 /** The shape of every id newId("con") makes; anything else cannot name a connection. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
