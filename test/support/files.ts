@@ -6,7 +6,7 @@ import { MongoClient, type Db } from "mongodb";
 import { databaseName } from "@pi/common/store/mongo";
 import { LocalKeyWrapper } from "@pi/common/store/data-keys";
 import type { Settings } from "@pi/common/runtime/settings";
-import { readExtraction, type StoredExtraction } from "../../services/file-intake/src/at-rest.js";
+import { readExtraction, type StoredExtraction } from "../../services/file-intake/test/read-blob.js";
 import { BLOB_SEGMENTS, openFileStore } from "../../services/file-intake/src/store.js";
 import type { TestStack } from "./services.js";
 import { accessToken, call, opsFor } from "./partner-api.js";

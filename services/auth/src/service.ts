@@ -21,7 +21,7 @@ import {
   auditDatabaseName,
   auditRetentionCutoff,
   consumeAuditRecords,
-  openAuditRetention,
+  expireAuditRecords,
   openAuditStore,
 } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
@@ -64,6 +64,7 @@ export async function startAuthService(
   const store = await openAuthStore(runtime.mongo.db, sealer);
   // Values sealed by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);
+  const auditDb = auditDatabaseName(settings.DATA_NAMESPACE);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
   const trail = new AuditTrail({
     service: "auth",
@@ -77,23 +78,19 @@ export async function startAuthService(
     trail,
     partners: trail.on(store.partners),
     credentials: trail.on(store.credentials),
-    keys: trail.on(store.signingKeys),
     revokedKeys: trail.on(store.revokedKeys),
-    store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE))),
+    store: await openAuditStore(runtime.mongo.client.db(auditDb)),
     publicKeys: servicePublicKeys,
   };
   // The retention sweep's own database user when set (the service's own user cannot remove a record).
   const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
-    ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE))
+    ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDb)
     : undefined;
-  const auditRetention = openAuditRetention(
-    retentionMongo?.db ?? runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)),
-  );
   await trail.start();
   const keys = new KeyRing(
     store.signingKeys,
     sealer,
-    { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) },
+    { trail, outbox: trail.on(store.signingKeys) },
     store.revokedKeys,
   );
   await keys.load();
@@ -125,6 +122,9 @@ export async function startAuthService(
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
   });
   const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
+  // One replica at a time.
+  const leased = (name: string, everyMs: number, lease: string, task: () => Promise<unknown>) =>
+    every(name, everyMs, () => whileHolding(leases, lease, 5 * 60_000, task), logger);
   const assertionKeys = new AssertionKeys({
     allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
     refetchCooldownMs: options.jwksUrlRefetchCooldownMs,
@@ -132,15 +132,9 @@ export async function startAuthService(
     logger,
   });
   await assertionKeys.start();
-  // JWK Set URLs are fetched here, never on a token request: sets past their age, one replica at a time.
-  const jwksRefresh = every(
-    "refresh JWK Set URLs",
-    JWKS_URL_REFRESH_EVERY_MS,
-    () =>
-      whileHolding(leases, JWKS_URL_REFRESH_LEASE, 5 * 60_000, async () =>
-        assertionKeys.refreshDue(await jwksUrlCredentials(store)),
-      ),
-    logger,
+  // JWK Set URLs are fetched here, never on a token request: sets past their age.
+  const jwksRefresh = leased("refresh JWK Set URLs", JWKS_URL_REFRESH_EVERY_MS, JWKS_URL_REFRESH_LEASE, async () =>
+    assertionKeys.refreshDue(await jwksUrlCredentials(store)),
   );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
@@ -152,17 +146,12 @@ export async function startAuthService(
     servicePublicKeys,
     logger,
   );
-  // Records past AUDIT_RETENTION_SECONDS go, one replica at a time (docs/security.md, "Audit trail").
-  const auditRetentionSweep = every(
-    "audit retention sweep",
-    AUDIT_SWEEP_EVERY_MS,
-    () =>
-      whileHolding(leases, AUDIT_SWEEP_LEASE, 5 * 60_000, async () => {
-        const deleted = await auditRetention.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
-        if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
-      }),
-    logger,
-  );
+  // Records past AUDIT_RETENTION_SECONDS go (docs/security.md, "Audit trail").
+  const auditRetentionSweep = leased("audit retention sweep", AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, async () => {
+    const cutoff = auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS);
+    const deleted = await expireAuditRecords(retentionMongo?.db ?? runtime.mongo.client.db(auditDb), cutoff);
+    if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
+  });
   const server = await startRpcServer({
     service: "auth",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
@@ -177,10 +166,7 @@ export async function startAuthService(
     port: server.port,
     adminPort: server.adminPort,
     async stop() {
-      await reload.stop();
-      await sweep.stop();
-      await jwksRefresh.stop();
-      await auditRetentionSweep.stop();
+      await Promise.all([reload, sweep, jwksRefresh, auditRetentionSweep].map((p) => p.stop()));
       await retentionMongo?.close();
       await server.close();
       await Promise.all([feed?.stop(), auditConsumer.stop()]);

@@ -88,7 +88,6 @@ export const DECOY_PARTNER_ID = "ptr~decoy";
 
 /** Creates the decoy partner once; of replicas starting together, the upserts that lose find it there. */
 async function ensureDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
-  if (await store.partners.findOne({ _id: DECOY_PARTNER_ID }, { projection: { _id: 1 } })) return;
   const now = new Date();
   const sealedSigningSecret = await sealer.seal("decoy", "webhook-signing-secret");
   try {

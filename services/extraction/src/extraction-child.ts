@@ -3,7 +3,6 @@ import { parseBuffer } from "music-metadata";
 import { writeFileSync } from "node:fs";
 import type { Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionKind } from "@pi/common/rules/media-types";
-import { checkDecodedSize, DecodedSizeExceeded } from "./decoded-size.js";
 
 // Runs in an extraction child process only (extractor.ts forks it), one task at a time over IPC.
 
@@ -11,8 +10,6 @@ export interface ExtractionTask {
   kind: ExtractionKind;
   mediaType: string;
   bytes: Uint8Array;
-  maxDecodedBytes: number;
-  maxStreamBytes: number;
   /** Given, so that this child loads nothing of @pi/common. */
   maxTextChars: number;
 }
@@ -21,6 +18,15 @@ let maxTextChars = 1_000_000;
 
 class Unparseable extends Error {}
 
+/**
+ * A page with no text that costs more CPU time than this fails the file (`time_limit`): millions
+ * of drawing operators (measured: about 5 MiB of them), not a page of a document. A page with text
+ * may cost more (an embedded font); the parent's CPU-time limit bounds the file.
+ */
+const TEXTLESS_PAGE_CPU_MS = 500;
+
+class TextlessPageTooCostly extends Error {}
+
 function capped(text: string) {
   return { text: text.slice(0, maxTextChars), textLength: text.length, textTruncated: text.length > maxTextChars };
 }
@@ -28,8 +34,7 @@ function capped(text: string) {
 type PdfJs = typeof import("pdfjs-dist/legacy/build/pdf.mjs");
 let pdfjs: Promise<PdfJs> | undefined;
 
-async function pdfText(bytes: Uint8Array, maxDecodedBytes: number, maxStreamBytes: number) {
-  await checkDecodedSize(bytes, maxDecodedBytes, maxStreamBytes);
+async function pdfText(bytes: Uint8Array) {
   // The legacy build is the one pdf.js supports on Node; loaded on first use (it is large).
   pdfjs ??= import("pdfjs-dist/legacy/build/pdf.mjs");
   const { getDocument, VerbosityLevel } = await pdfjs;
@@ -45,9 +50,15 @@ async function pdfText(bytes: Uint8Array, maxDecodedBytes: number, maxStreamByte
     const pages: string[] = [];
     let length = 0;
     for (let n = 1; n <= doc.numPages && length <= maxTextChars; n++) {
+      const cpuAtStart = process.cpuUsage();
       const page = await doc.getPage(n);
       const content = await page.getTextContent();
       const text = content.items.map((item) => ("str" in item ? item.str + (item.hasEOL ? "\n" : "") : "")).join("");
+      const cpu = process.cpuUsage(cpuAtStart);
+      if (!text && (cpu.user + cpu.system) / 1000 > TEXTLESS_PAGE_CPU_MS)
+        throw new TextlessPageTooCostly(
+          `page ${n} has no text and used more than ${TEXTLESS_PAGE_CPU_MS} ms of CPU time`,
+        );
       pages.push(text);
       length += text.length;
       page.cleanup();
@@ -81,19 +92,12 @@ async function duration(bytes: Uint8Array, mediaType: string) {
 }
 
 /** The thread's task. Never throws for bad bytes: that is `{ ok: false }`. */
-export default async function run({
-  kind,
-  mediaType,
-  bytes,
-  maxDecodedBytes,
-  maxStreamBytes,
-  ...task
-}: ExtractionTask): Promise<Extracted> {
+export default async function run({ kind, mediaType, bytes, ...task }: ExtractionTask): Promise<Extracted> {
   maxTextChars = task.maxTextChars;
   try {
     switch (kind) {
       case "pdf-text":
-        return { ok: true, kind, ...(await pdfText(bytes, maxDecodedBytes, maxStreamBytes)) };
+        return { ok: true, kind, ...(await pdfText(bytes)) };
       case "plain-text":
         return { ok: true, kind, ...plainText(bytes) };
       case "image-dimensions":
@@ -102,11 +106,11 @@ export default async function run({
         return { ok: true, kind, ...(await duration(bytes, mediaType)) };
     }
   } catch (err) {
-    const reason = err instanceof DecodedSizeExceeded ? "decoded_size" : "unparseable";
+    if (err instanceof TextlessPageTooCostly) return { ok: false, kind, reason: "time_limit", error: err.message };
     return {
       ok: false,
       kind,
-      reason,
+      reason: "unparseable",
       error: err instanceof Error ? `${err.name}: ${err.message}`.slice(0, 500) : "unparseable",
     };
   }

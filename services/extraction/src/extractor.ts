@@ -20,10 +20,6 @@ export interface ExtractionLimits {
   cpuTimeMs: number;
   /** Resident memory (heap and buffers). */
   memoryCeilingMb: number;
-  /** What a PDF's streams (but images) may decode to in all (decoded-size.ts). */
-  maxDecodedBytes: number;
-  /** What one of them (but a font) may decode to. */
-  maxStreamBytes: number;
   /** The text kept of a PDF (the rest is counted in its length). */
   maxTextChars: number;
 }
@@ -32,9 +28,6 @@ export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
   timeoutMs: 60_000,
   cpuTimeMs: 30_000,
   memoryCeilingMb: 512,
-  maxDecodedBytes: 256 * 1024 * 1024,
-  // A real page decodes to kilobytes or a few megabytes.
-  maxStreamBytes: 8 * 1024 * 1024,
   maxTextChars: MAX_STORED_TEXT_CHARS,
 };
 
@@ -60,22 +53,17 @@ const PAGE_BYTES = 4096;
 /** USER_HZ: 100 on every architecture Node runs on. */
 const CLOCK_TICK_MS = 10;
 
-/** CPU time (user and system) of a process in ms; undefined once it is gone. */
-function cpuMs(pid: number): number | undefined {
+/** CPU time (user and system) in ms and resident bytes of a process; undefined once it is gone. */
+function usage(pid: number | undefined): { cpuMs: number; residentBytes: number } | undefined {
+  if (pid === undefined) return undefined;
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
-    // After the command name (in parentheses, which may hold spaces): state is field 3, utime 14, stime 15.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) * CLOCK_TICK_MS;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Resident bytes of a process; undefined once it is gone. */
-function residentBytes(pid: number): number | undefined {
-  try {
-    return Number(readFileSync(`/proc/${pid}/statm`, "latin1").split(" ")[1]) * PAGE_BYTES;
+    // After the command name (in parentheses, which may hold spaces): state is field 3, utime 14, stime 15, rss 24.
+    const fields = stat
+      .slice(stat.lastIndexOf(")") + 2)
+      .split(" ")
+      .map(Number);
+    return { cpuMs: (fields[11]! + fields[12]!) * CLOCK_TICK_MS, residentBytes: fields[21]! * PAGE_BYTES };
   } catch {
     return undefined;
   }
@@ -154,17 +142,15 @@ export class Extractor {
       () => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`),
       this.limits.timeoutMs,
     );
-    const cpuAtStart = child.pid === undefined ? undefined : cpuMs(child.pid);
+    const cpuAtStart = usage(child.pid)?.cpuMs;
     const memoryWatch = every(
       "watching the extraction child's memory and CPU time",
       MEMORY_POLL_MS,
       async () => {
-        if (child.pid === undefined) return;
-        const rss = residentBytes(child.pid);
-        if (rss !== undefined && rss > ceiling)
+        const now = usage(child.pid);
+        if (now && now.residentBytes > ceiling)
           kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
-        const cpu = cpuMs(child.pid);
-        if (cpu !== undefined && cpuAtStart !== undefined && cpu - cpuAtStart > this.limits.cpuTimeMs)
+        if (now && cpuAtStart !== undefined && now.cpuMs - cpuAtStart > this.limits.cpuTimeMs)
           kill("time_limit", `extraction used more than ${this.limits.cpuTimeMs} ms of CPU time`);
       },
       this.logger,
@@ -177,8 +163,6 @@ export class Extractor {
           kind,
           mediaType,
           bytes,
-          maxDecodedBytes: this.limits.maxDecodedBytes,
-          maxStreamBytes: this.limits.maxStreamBytes,
           maxTextChars: this.limits.maxTextChars,
         };
         child.send(task);

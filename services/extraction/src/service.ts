@@ -4,8 +4,8 @@ import { startRpcServer } from "@pi/common/rpc/server";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
-import { DEFAULT_EXTRACTION_LIMITS, Extractor, type ExtractionLimits } from "./extractor.js";
-import { consumeFileEvents, ExtractionWorker, takeFiles, type Extract, type WorkerTiming } from "./worker.js";
+import { DEFAULT_EXTRACTION_LIMITS, Extractor } from "./extractor.js";
+import { consumeFileEvents, ExtractionWorker, takeFiles, type WorkerTiming } from "./worker.js";
 
 // The extraction service: a workload of its own (file-intake only receives, stores and answers). It
 // takes files one partner after another (file-intake picks the next one: worker.ts, takeFiles),
@@ -14,33 +14,11 @@ import { consumeFileEvents, ExtractionWorker, takeFiles, type Extract, type Work
 // every state that matters (the lease, the attempts, the outcome, each partner's turn) is in
 // file-intake's database.
 
-/** Internal timings; tests shorten them. None of them is partner-visible. */
-export interface ExtractionTiming extends WorkerTiming {
-  /** How often an idle process looks for a waiting file without being woken by an event. */
-  pollEveryMs: number;
-}
+const TIMING: WorkerTiming = { leaseMs: 20_000, heartbeatMs: 5_000, stuckAfterMs: 30_000, maxAttempts: 3 };
+/** How often an idle process looks for a waiting file without being woken by an event. */
+const POLL_EVERY_MS = 5_000;
 
-export const DEFAULT_TIMING: ExtractionTiming = {
-  leaseMs: 20_000,
-  heartbeatMs: 5_000,
-  stuckAfterMs: 30_000,
-  maxAttempts: 3,
-  pollEveryMs: 5_000,
-};
-
-export interface ExtractionOptions {
-  timing?: Partial<ExtractionTiming>;
-  limits?: Partial<ExtractionLimits>;
-  /** Replaces the extraction (tests of the poison handling). */
-  extract?: Extract;
-}
-
-export async function startExtractionService(
-  settings: Settings,
-  logger: Logger,
-  options: ExtractionOptions = {},
-): Promise<RunningService> {
-  const timing = { ...DEFAULT_TIMING, ...options.timing };
+export async function startExtractionService(settings: Settings, logger: Logger): Promise<RunningService> {
   const kafka = createKafka(
     settings.KAFKA_BROKERS,
     `${settings.DATA_NAMESPACE}.extraction`,
@@ -55,17 +33,13 @@ export async function startExtractionService(
       timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
       cpuTimeMs: settings.EXTRACTION_CPU_TIME_LIMIT_SECONDS * 1000,
       memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
-      ...options.limits,
     },
     logger,
   );
-  const worker = new ExtractionWorker(
-    clientsFor(settings).fileIntake(),
-    timing,
-    logger,
-    options.extract ?? ((type, bytes) => extractor.extract(type, bytes)),
+  const worker = new ExtractionWorker(clientsFor(settings).fileIntake(), TIMING, logger, (type, bytes) =>
+    extractor.extract(type, bytes),
   );
-  const taking = takeFiles(worker, timing.pollEveryMs, logger);
+  const taking = takeFiles(worker, POLL_EVERY_MS, logger);
   const consumer = await consumeFileEvents(kafka, settings.DATA_NAMESPACE, worker, taking, logger).catch(
     async (err: unknown) => {
       await taking.stop();

@@ -89,21 +89,3 @@ export function unterminatedStreamsPdf(bytes: number): Buffer {
   const unit = Buffer.from("1 0 obj <</Subtype /Image>> stream\n");
   return Buffer.concat([Buffer.from("%PDF-1.7\n"), ...Array<Buffer>(Math.ceil(bytes / unit.length)).fill(unit)]);
 }
-
-/** A one-page PDF whose content stream (a Flate bomb of `mib` MiB) has the dictionary given, `%LENGTH%` standing for its length. */
-export function bombWithDictionaryPdf(dictionary: string, mib = 64, header = "4 0 obj\n"): Buffer {
-  const bomb = flateBomb(mib);
-  const dict = dictionary.replace("%LENGTH%", String(bomb.length));
-  return Buffer.concat([
-    Buffer.from(
-      "%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n",
-    ),
-    Buffer.from("3 0 obj\n<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>\nendobj\n"),
-    Buffer.from(
-      "5 0 obj\n<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /Filter /DCTDecode /Length 1 >>\nstream\nx\nendstream\nendobj\n",
-    ),
-    Buffer.from(`${header}${dict}\nstream\n`),
-    bomb,
-    Buffer.from("\nendstream\nendobj\ntrailer\n<< /Root 1 0 R >>\n%%EOF\n"),
-  ]);
-}

@@ -1,1 +1,1 @@
-export { startFileIntakeService, DEFAULT_TIMING, type FileIntakeOptions, type FileIntakeTiming } from "./service.js";
+export { startFileIntakeService, type FileIntakeOptions } from "./service.js";

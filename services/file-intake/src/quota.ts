@@ -31,8 +31,6 @@ export const QUOTA_STEP_BYTES = 4 * 1024 * 1024;
 
 export const usageKey = (partnerId: string, mode: FileMode) => `${partnerId}:${mode}`;
 
-export const quotaOf = (limits: QuotaLimits, mode: FileMode) => forMode(limits, mode);
-
 /** What an upload must reserve (`need`) and would rather (`want`): one step ahead when it can. */
 export interface Growth {
   need: number;
@@ -98,7 +96,7 @@ export function quotaPressure(
     const colon = counter._id.lastIndexOf(":");
     const mode = counter._id.slice(colon + 1);
     if (mode !== "live" && mode !== "test") continue;
-    const ratio = Math.max(0, counter.used) / quotaOf(limits, mode);
+    const ratio = Math.max(0, counter.used) / forMode(limits, mode);
     maxRatio[mode] = Math.max(maxRatio[mode], ratio);
     if (ratio >= threshold) over.add(counter._id.slice(0, colon));
   }

@@ -1,4 +1,4 @@
-import { RpcError, Status } from "@pi/common/rpc/errors";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { type commonv1, fileintakev1 } from "@pi/proto";
 import { isFailureReason, type Extracted } from "@pi/common/rules/extracted";
@@ -7,11 +7,6 @@ import type { ExtractionKind } from "@pi/common/rules/media-types";
 import type { ExtractionRecords, Take } from "./extraction-records.js";
 import { submitFile, type IntakeDeps } from "./intake.js";
 import type { FileStatus, FileStore } from "./store.js";
-import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
-
-export interface FileIntakeDeps extends IntakeDeps {
-  extraction: ExtractionRecords;
-}
 
 const statusEnum = (status: FileStatus | "unknown") =>
   ({
@@ -83,7 +78,7 @@ function outcomeOf(req: fileintakev1.RecordExtractionRequest): Extracted {
   }
 }
 
-export default (deps: FileIntakeDeps) => (router: Router) => {
+export default (deps: IntakeDeps & { extraction: ExtractionRecords }) => (router: Router) => {
   router.service(fileintakev1.FileIntakeService, {
     async submitFile(requests, ctx) {
       const file = await submitFile(deps, requests, ctx.signal);
@@ -92,6 +87,7 @@ export default (deps: FileIntakeDeps) => (router: Router) => {
     async getFile(req) {
       return { file: await getFile(deps.store, req) };
     },
+    // 1.0.0 compatibility: only 1.0.0 gateways ask before the submit; goes once 1.0.0 is not run.
     async checkStorageQuota(req) {
       const mode = modeFromProto(req.mode);
       if (!req.partnerId || !mode) throw new RpcError("partner_id and mode are required", Status.INVALID_ARGUMENT);

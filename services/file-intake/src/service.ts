@@ -25,37 +25,22 @@ import { openFileStore } from "./store.js";
 import { StorageQuota, StoreFill } from "./usage.js";
 import { ExtractionRecords } from "./extraction-records.js";
 
-/** Internal timings; tests shorten them. None of them is partner-visible. */
-export interface FileIntakeTiming {
-  claimLeaseMs: number;
-  claimPollMs: number;
-  /** How often the outbox sweep looks for events not published yet. */
-  relayEveryMs: number;
-  keySweepEveryMs: number;
-  stagingSweepEveryMs: number;
-  stagingDiscardedGraceMs: number;
-  stagingAbandonedAfterMs: number;
-  retentionSweepEveryMs: number;
-  /** How long one replica's retention round may run without renewing its lease. */
-  retentionLeaseMs: number;
-}
-
-export const DEFAULT_TIMING: FileIntakeTiming = {
-  // Renewed every second while its request lives: a retry waits at most about this long for a dead owner's claim.
-  claimLeaseMs: 3_000,
-  claimPollMs: 25,
-  relayEveryMs: 5_000,
-  keySweepEveryMs: 60_000,
-  stagingSweepEveryMs: 60_000,
-  stagingDiscardedGraceMs: 60_000,
-  // Longer than any upload can last: the gateway gives one upload at most 10 minutes.
-  stagingAbandonedAfterMs: 60 * 60_000,
-  retentionSweepEveryMs: 10 * 60_000,
-  retentionLeaseMs: 5 * 60_000,
-};
+// Internal periods and leases, none of them partner-visible.
+/** Renewed every second while its request lives: a retry waits at most about this long for a dead owner's claim. */
+const CLAIM_LEASE_MS = 3_000;
+const CLAIM_POLL_MS = 25;
+const SWEEP_EVERY_MS = 60_000;
+/** A discarded upload's segments wait this long for a write that lands late. */
+const STAGING_DISCARDED_GRACE_MS = 60_000;
+/** Longer than any upload can last: the gateway gives one upload at most 10 minutes. */
+const STAGING_ABANDONED_AFTER_MS = 60 * 60_000;
+const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
+/** How long one replica's retention round may run without renewing its lease. */
+const RETENTION_LEASE_MS = 5 * 60_000;
 
 export interface FileIntakeOptions {
-  timing?: Partial<FileIntakeTiming>;
+  /** How often the outbox sweep looks for events not published yet (default 5 s). */
+  relayEveryMs?: number;
   /** Replaces the connection service (unit tests only). */
   connections?: ConnectionCheck;
   /** Runs no outbox relay and no sweeps (tests that drive them by hand). */
@@ -67,7 +52,6 @@ export async function startFileIntakeService(
   logger: Logger,
   options: FileIntakeOptions = {},
 ): Promise<RunningService> {
-  const timing = { ...DEFAULT_TIMING, ...options.timing };
   const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger);
   await prepareServiceStore(runtime, STORE_SCHEMAS["file-intake"]);
@@ -78,10 +62,16 @@ export async function startFileIntakeService(
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(
     store,
-    { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: timing.claimLeaseMs, pollMs: timing.claimPollMs },
+    { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: CLAIM_LEASE_MS, pollMs: CLAIM_POLL_MS },
     logger,
   );
-  const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, timing.relayEveryMs);
+  const outbox = fileOutbox(
+    store.files,
+    runtime.producer,
+    settings.DATA_NAMESPACE,
+    logger,
+    options.relayEveryMs ?? 5_000,
+  );
   await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();
   const connections: ConnectionCheck = options.connections ?? {
@@ -95,7 +85,7 @@ export async function startFileIntakeService(
     store,
     limits,
     settings.MAX_FILE_BYTES,
-    timing.retentionSweepEveryMs / 1000,
+    RETENTION_SWEEP_EVERY_MS / 1000,
     new StoreFill(store, settings.FILE_STORE_HIGH_WATER_BYTES),
   );
   const extraction = new ExtractionRecords(store, dataKeys, logger);
@@ -132,14 +122,14 @@ export async function startFileIntakeService(
     // The outbox sweep also runs at start: events a crash left behind go out.
     outbox.start();
     background.push(
-      every("idempotency key sweep", timing.keySweepEveryMs, () => keys.sweep(), logger, later),
+      every("idempotency key sweep", SWEEP_EVERY_MS, () => keys.sweep(), logger, later),
       every(
         "staging sweep",
-        timing.stagingSweepEveryMs,
+        SWEEP_EVERY_MS,
         () =>
           sweepStaging(store, new Date(), {
-            discardedGraceMs: timing.stagingDiscardedGraceMs,
-            abandonedAfterMs: timing.stagingAbandonedAfterMs,
+            discardedGraceMs: STAGING_DISCARDED_GRACE_MS,
+            abandonedAfterMs: STAGING_ABANDONED_AFTER_MS,
           }),
         logger,
         later,
@@ -147,16 +137,16 @@ export async function startFileIntakeService(
       // Also at start: data past retention goes even if the replicas restart often.
       every(
         "retention sweep",
-        timing.retentionSweepEveryMs,
+        RETENTION_SWEEP_EVERY_MS,
         () =>
           retentionRound(
             store,
             {
               liveMs: settings.FILE_RETENTION_SECONDS * 1000,
               testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000,
-              holdMaxAgeMs: timing.stagingAbandonedAfterMs,
+              holdMaxAgeMs: STAGING_ABANDONED_AFTER_MS,
             },
-            timing.retentionLeaseMs,
+            RETENTION_LEASE_MS,
             logger,
           ),
         logger,

@@ -154,14 +154,13 @@ export async function sweepStaging(
 export async function readBlobPart(
   store: FileStore,
   file: Pick<FileDoc, "blobId" | "size">,
-  dataKey: Buffer | null,
+  dataKey: Buffer,
   n: number,
 ): Promise<{ bytes: Buffer; parts: number }> {
   const parts = segmentCount(file.size);
   if (n >= parts) throw new RangeError(`part ${n} of ${parts}`);
   const id = file.blobId;
   const hex = id.toHexString();
-  if (!dataKey) throw new Error(`blob ${hex} is sealed, and no data key was given`);
   const segment = await store.segments.findOne({ _id: segmentId(id, n) });
   if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
   const final = n === parts - 1;
@@ -170,6 +169,3 @@ export async function readBlobPart(
     throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
   return { bytes, parts };
 }
-
-/** The read of one stored segment: by `_id` alone. */
-export const segmentFilter = (id: ObjectId, n: number) => ({ _id: segmentId(id, n) });

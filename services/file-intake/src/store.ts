@@ -50,37 +50,23 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   purgedAt?: Date | null;
 }
 
-export type NewFile = Pick<
-  FileDoc,
-  | "_id"
-  | "partnerId"
-  | "mode"
-  | "dataKey"
-  | "sealedMeta"
-  | "mediaType"
-  | "size"
-  | "blobId"
-  | "idempotencyKey"
-  | "textLength"
-  | "sandboxOutcome"
->;
+/** What a new file's record starts with besides its own fields: received, no lease yet. */
+const RECEIVED = {
+  status: "received",
+  relayUntil: null,
+  relayHolder: null,
+  leaseUntil: null,
+  leaseToken: null,
+  attempts: 0,
+  processedAt: null,
+  purgedAt: null,
+} as const;
 
-/** A new file's record: received, its FileReceivedEvent in the outbox, no lease yet. */
+export type NewFile = Omit<FileDoc, keyof typeof RECEIVED | "outbox" | "createdAt" | "updatedAt">;
+
+/** A new file's record, its FileReceivedEvent in the outbox. */
 export function newFileDoc(file: NewFile, now: Date): FileDoc {
-  return {
-    ...file,
-    status: "received",
-    outbox: [outboxEntry({}, now)],
-    relayUntil: null,
-    relayHolder: null,
-    leaseUntil: null,
-    leaseToken: null,
-    attempts: 0,
-    createdAt: now,
-    updatedAt: now,
-    processedAt: null,
-    purgedAt: null,
-  };
+  return { ...file, ...RECEIVED, outbox: [outboxEntry({}, now)], createdAt: now, updatedAt: now };
 }
 
 /** What extraction found; internal. All but `kind` and `ok` is sealed under the file's data key. */

@@ -1,10 +1,10 @@
 import { ObjectId } from "mongodb";
 import { ErrorReason, reasonOf, serviceError } from "@pi/common/rpc/errors";
+import { forMode } from "@pi/common/rules/mode";
 import { insertIfNew, updateVersioned } from "@pi/common/store/persistence";
 import {
   holdGrowth,
   initialHold,
-  quotaOf,
   quotaVerdict,
   repairedUsage,
   STORE_FULL_RETRY_AFTER_SECONDS,
@@ -48,16 +48,15 @@ export class StoreFill {
   constructor(
     private readonly store: FileStore,
     private readonly markBytes: number,
-    private readonly now: () => number = Date.now,
   ) {}
 
   private total(): Promise<number> {
-    if (!this.reading || this.now() - this.reading.at >= STORE_TOTAL_TTL_MS) {
+    if (!this.reading || Date.now() - this.reading.at >= STORE_TOTAL_TTL_MS) {
       const total = this.store.usage
         .aggregate<{ used: number }>([{ $group: { _id: null, used: { $sum: "$used" } } }])
         .toArray()
         .then(([row]) => row?.used ?? 0);
-      this.reading = { at: this.now(), total };
+      this.reading = { at: Date.now(), total };
       total.catch(() => (this.reading = undefined));
     }
     return this.reading.total;
@@ -76,14 +75,14 @@ export class StorageQuota {
     private readonly maxFileBytes: number,
     /** How often the retention sweep runs: the soonest stored bytes can go. */
     private readonly sweepEverySeconds: number,
-    private readonly fill?: StoreFill,
+    private readonly fill: StoreFill,
   ) {}
 
   /** Whether an upload declaring `declaredBytes` would fit now (reserves nothing); throws STORE_FULL. */
   async check(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Verdict> {
     const { need } = initialHold(declaredBytes, this.maxFileBytes);
-    if (this.fill && !(await this.fill.hasRoom(need))) throw storeFull();
-    return this.verdict(usageKey(partnerId, mode), quotaOf(this.limits, mode), need);
+    if (!(await this.fill.hasRoom(need))) throw storeFull();
+    return this.verdict(usageKey(partnerId, mode), forMode(this.limits, mode), need);
   }
 
   private async verdict(key: string, quota: number, need: number): Promise<Verdict> {
@@ -94,7 +93,7 @@ export class StorageQuota {
   /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
   async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
     const key = usageKey(partnerId, mode);
-    const quota = quotaOf(this.limits, mode);
+    const quota = forMode(this.limits, mode);
     const reservation = new Reservation(this.store, key, quota, this.maxFileBytes, this.fill);
     const hold = initialHold(declaredBytes, this.maxFileBytes);
     await reservation.grow(hold).catch(async (err: unknown) => {
@@ -118,12 +117,12 @@ export class Reservation {
     private readonly key: string,
     private readonly quota: number,
     private readonly maxFileBytes: number,
-    private readonly fill?: StoreFill,
+    private readonly fill: StoreFill,
   ) {}
 
   /** Adds `bytes` to the hold if both the store and the partner's usage have room, else says which has none. */
   private async take(bytes: number): Promise<"taken" | "store" | "quota"> {
-    if (this.fill && !(await this.fill.hasRoom(bytes))) return "store";
+    if (!(await this.fill.hasRoom(bytes))) return "store";
     const fits = { _id: this.key, used: { $lte: this.quota - bytes } };
     // Several entries of one upload are fine: settle and release pull them all by id.
     const add = { $inc: { used: bytes, version: 1 }, $push: { holds: { id: this.id, bytes, at: new Date() } } };

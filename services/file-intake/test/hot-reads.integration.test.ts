@@ -12,9 +12,8 @@ import type { Settings } from "@pi/common/runtime/settings";
 import { commonv1, type fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { fileById } from "../src/routes.js";
-import { segmentFilter } from "../src/staging.js";
 import { readBlob } from "./read-blob.js";
-import { BLOB_SEGMENTS, keyId, openFileStore, type FileDoc } from "../src/store.js";
+import { BLOB_SEGMENTS, keyId, openFileStore, segmentId, type FileDoc } from "../src/store.js";
 import { usageKey } from "../src/quota.js";
 import { as, testSettings } from "../../../test/support/services.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
@@ -71,7 +70,7 @@ describe("hot reads use an index", () => {
     const plans = {
       file: await queryPlan(db.collection("files"), fileById(file._id)),
       key: await queryPlan(db.collection("idempotency_keys"), { _id: keyId(partnerId, "live", "hot-key") }),
-      segment: await queryPlan(db.collection(BLOB_SEGMENTS), segmentFilter(file.blobId, 2)),
+      segment: await queryPlan(db.collection(BLOB_SEGMENTS), { _id: segmentId(file.blobId, 2) }),
       // Read at every upload's reservation (and by a 1.1.0 gateway's CheckStorageQuota).
       usage: await queryPlan(db.collection("storage_usage"), { _id: usageKey(partnerId, "live") }),
     };

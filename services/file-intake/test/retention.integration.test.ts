@@ -14,7 +14,7 @@ import { commonv1, fileintakev1 } from "@pi/proto";
 import { startFileIntakeService } from "../src/service.js";
 import { BLOB_SEGMENTS, openFileStore, segmentCount, segmentId, type FileDoc, type FileStore } from "../src/store.js";
 import { extractionWorker } from "./extraction-worker.js";
-import { readExtraction, readMeta } from "../src/at-rest.js";
+import { readExtraction, readMeta } from "./read-blob.js";
 import { RETENTION_LEASE, retentionRound, sweepRetention, type RetentionPolicy } from "../src/retention.js";
 import { as, testSettings } from "../../../test/support/services.js";
 

@@ -8,14 +8,15 @@ import * as queue from "./queue.js";
 import type { RetryPolicy } from "./schedule.js";
 import { signatureHeader } from "./signature.js";
 import type { QueueDoc, WebhookStore } from "./store.js";
-import { signingSecrets, type TargetCache, type WebhookTarget } from "./targets.js";
+import type { AuthClient } from "@pi/common/rpc/clients";
+import { signingSecrets, webhookTarget, type WebhookTarget } from "./targets.js";
 
 // One attempt at a claimed slot: prepare, send, record. An outcome is written only while the event is
 // still where the entry says (queue.current), so a holder whose lease ran out never overwrites.
 
 export interface AttemptContext {
   store: WebhookStore;
-  targets: TargetCache;
+  auth: AuthClient;
   sender: WebhookSender;
   policy: RetryPolicy;
   logger: Logger;
@@ -36,14 +37,14 @@ export async function attempt(c: AttemptContext, entry: QueueDoc, leaseEnd: numb
 
 /** The target, null (address removed after attempts: a failed attempt), or undefined: nothing sent now. */
 async function prepare(
-  { store, targets, policy, logger }: AttemptContext,
+  { store, auth, policy, logger }: AttemptContext,
   entry: QueueDoc,
   leaseEnd: number,
 ): Promise<{ target: WebhookTarget | null } | undefined> {
   const log = { eventId: entry._id, partnerId: entry.partnerId };
   let target: WebhookTarget | null;
   try {
-    target = await targets.get(entry.partnerId);
+    target = await webhookTarget(auth, entry.partnerId);
   } catch (err) {
     logger.warn({ ...log, err }, "webhook target unavailable; event waits");
     await queue.release(store, entry._id, new Date(Date.now() + TARGET_UNAVAILABLE_RETRY_MS));

@@ -76,12 +76,6 @@ export function decodeMessage(
     logger.error({ ...at, sourceEventId: event.eventId, reason: src.reason }, "connection event skipped");
     return null;
   }
-  if (src.statusMismatch !== undefined) {
-    logger.warn(
-      { ...at, sourceEventId: src.sourceEventId, status: src.statusMismatch, type: src.type },
-      "connection event status disagrees with its type",
-    );
-  }
   return webhookEventDoc(
     src,
     modeFromProto(event.mode) ?? "live",

@@ -1,6 +1,8 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Filter } from "mongodb";
 import { attempt, LEASE_MARGIN_MS, type AttemptContext } from "./attempt.js";
 import * as queue from "./queue.js";
+import { TARGET_LOOKUP_TIMEOUT_MS } from "./targets.js";
 import type { QueueDoc } from "./store.js";
 
 // Which due queue entries (queue.ts) this replica claims, and when; each claimed slot gets one attempt (attempt.ts).
@@ -14,7 +16,6 @@ export interface DispatcherOptions extends AttemptContext {
 }
 
 const CLAIM_SWEEP_EVERY_MS = 10 * 60_000;
-export const TARGET_LOOKUP_TIMEOUT_MS = 3_000;
 /** The pause after finding due entries that only other replicas' running attempts hold. */
 const CONTENDED_WAIT_MS = 200;
 export const DISPATCHER_IDLE_MS = 5_000;
@@ -31,7 +32,7 @@ export class Dispatcher {
   private running = false;
   private stopping = false;
   private poked = false;
-  private wake: (() => void) | null = null;
+  private wake = new AbortController();
   private loopDone: Promise<void> = Promise.resolve();
   private lastSweep = 0;
 
@@ -50,7 +51,7 @@ export class Dispatcher {
 
   poke(): void {
     this.poked = true;
-    this.wake?.();
+    this.wake.abort();
   }
 
   /**
@@ -62,7 +63,7 @@ export class Dispatcher {
     this.poke();
     await this.loopDone;
     const settled = Promise.allSettled([...this.active]);
-    const timer = new Promise<"late">((resolve) => setTimeout(() => resolve("late"), graceMs).unref());
+    const timer = sleep(graceMs, "late" as const, { ref: false });
     if ((await Promise.race([settled, timer])) === "late") {
       this.stopping = true;
       await cutOff();
@@ -122,17 +123,11 @@ export class Dispatcher {
     }
   }
 
-  private sleep(ms: number): Promise<void> {
-    if (this.poked || ms <= 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.wake = null;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.wake = done;
-    });
+  /** Until `ms` passed or a poke came. */
+  private async sleep(ms: number): Promise<void> {
+    if (this.poked || ms <= 0) return;
+    this.wake = new AbortController();
+    await sleep(ms, undefined, { signal: this.wake.signal }).catch(() => {});
   }
 
   private launch(entry: QueueDoc, leaseEnd: number): void {

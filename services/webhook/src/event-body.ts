@@ -6,14 +6,12 @@ import { isWebhookEventType, type WebhookEventType } from "@pi/common/events/web
 // The webhook event a partner receives, made once from a connection event and stored as the exact
 // bytes every attempt sends: {id, type, created, data: {connection_id, status}}, nothing else.
 
-export type EventType = WebhookEventType;
+const STATUS_OF = {
+  "connection.approved": "approved",
+  "connection.revoked": "revoked",
+} as const satisfies Record<WebhookEventType, string>;
 
-export interface WebhookEvent {
-  id: string;
-  type: EventType;
-  created: number;
-  data: { connection_id: string; status: "pending" | "approved" | "expired" | "revoked" };
-}
+type Status = (typeof STATUS_OF)[WebhookEventType];
 
 export type SourceCheck =
   | {
@@ -21,18 +19,11 @@ export type SourceCheck =
       sourceEventId: string;
       partnerId: string;
       connectionId: string;
-      type: EventType;
-      status: WebhookEvent["data"]["status"];
+      type: WebhookEventType;
+      status: Status;
       occurredAtMs: number;
-      /** Set when the source's status disagrees with its type; the type wins, as the spec ties them. */
-      statusMismatch?: string;
     }
   | { ok: false; reason: string };
-
-const STATUS_OF: Record<EventType, WebhookEvent["data"]["status"]> = {
-  "connection.approved": "approved",
-  "connection.revoked": "revoked",
-};
 
 export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): SourceCheck {
   if (!ev.eventId) return { ok: false, reason: "event_id is empty" };
@@ -40,34 +31,28 @@ export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): S
   if (!ev.connectionId.startsWith("con_")) return { ok: false, reason: "connection_id is not a con_ id" };
   if (!isWebhookEventType(ev.type))
     return { ok: false, reason: `type ${JSON.stringify(ev.type)} is not a webhook event type` };
-  const status = STATUS_OF[ev.type];
+  // The type decides the status, as the spec ties them; the source's own status field is not read.
   return {
     ok: true,
     sourceEventId: ev.eventId,
     partnerId: ev.partnerId,
     connectionId: ev.connectionId,
     type: ev.type,
-    status,
+    status: STATUS_OF[ev.type],
     occurredAtMs: ev.occurredAt > 0n ? Number(ev.occurredAt) : nowMs,
-    ...(ev.status !== status ? { statusMismatch: ev.status } : {}),
   };
 }
 
 /** The exact JSON body of a webhook event. `created` is the Unix second of the state change. */
 export function webhookBody(
   id: string,
-  type: EventType,
+  type: WebhookEventType,
   occurredAtMs: number,
   connectionId: string,
-  status: WebhookEvent["data"]["status"],
+  status: Status,
 ): string {
-  const event: WebhookEvent = {
-    id,
-    type,
-    created: Math.floor(occurredAtMs / 1000),
-    data: { connection_id: connectionId, status },
-  };
-  return JSON.stringify(event);
+  const created = Math.floor(occurredAtMs / 1000);
+  return JSON.stringify({ id, type, created, data: { connection_id: connectionId, status } });
 }
 
 /** The evt_ id of a connection event's webhook event: the same for every copy Kafka delivers. */

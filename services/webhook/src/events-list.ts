@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import type { EventType } from "./event-body.js";
+import type { WebhookEventType } from "@pi/common/events/webhook-events";
 import type { WebhookEventDoc } from "./store.js";
 
 // GET /v1/events, the webhook service's half, as queries: a partner's events of one mode, newest first
@@ -11,7 +11,7 @@ export interface EventsPage {
   partnerId: string;
   mode: WebhookEventDoc["mode"];
   limit: number;
-  type?: EventType;
+  type?: WebhookEventType;
 }
 
 /** The order of the list (and of the by_partner_mode index). */

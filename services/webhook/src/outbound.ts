@@ -36,7 +36,7 @@ function describeError(err: unknown, timeoutMs: number): string {
   const e = err as { name?: string; code?: string; message?: string; cause?: unknown };
   if (e.cause instanceof AddressRefusedError) return `refused: ${e.cause.message}`;
   if (
-    e.name === "AbortError" ||
+    e.name === "TimeoutError" ||
     e.code === "UND_ERR_HEADERS_TIMEOUT" ||
     e.code === "UND_ERR_CONNECT_TIMEOUT" ||
     e.code === "UND_ERR_ABORTED"
@@ -58,16 +58,13 @@ export class WebhookSender {
     const elapsed = () => Math.round(performance.now() - started);
     const refusal = urlRefusal(url, this.opts.allowInsecure);
     if (refusal) return noAnswer(`refused: ${refusal}`);
-
-    const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), this.opts.timeoutMs);
     try {
       const res = await request(url, {
         method: "POST",
         body,
         headers: { "content-type": "application/json", "user-agent": "pi-webhooks/1", ...headers },
         dispatcher: this.agent,
-        signal: abort.signal,
+        signal: AbortSignal.timeout(this.opts.timeoutMs),
       });
       const statusCode = res.statusCode;
       let excerpt = "";
@@ -86,8 +83,6 @@ export class WebhookSender {
       };
     } catch (err) {
       return noAnswer(describeError(err, this.opts.timeoutMs), elapsed());
-    } finally {
-      clearTimeout(timer);
     }
   }
 

@@ -1,7 +1,6 @@
-import { RpcError, Status } from "@pi/common/rpc/errors";
+import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { webhookv1 } from "@pi/proto";
-import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
 import { isWebhookEventType } from "@pi/common/events/webhook-events";
 import type { AuditEntry, AuditTrail } from "@pi/common/store/audit";
 import type { Logger } from "@pi/common/runtime/logger";
@@ -18,9 +17,9 @@ import {
   type EventsPage,
 } from "./events-list.js";
 import { failingAfterMs, isFailing } from "./endpoint-health.js";
-import { recoverable } from "./delivery-states.js";
+import { recoverable, type DeliveryState } from "./delivery-states.js";
 import { requeue } from "./queue.js";
-import type { DeliveryState, WebhookEventDoc, WebhookStore } from "./store.js";
+import type { WebhookEventDoc, WebhookStore } from "./store.js";
 
 export interface WebhookDeps {
   settings: Settings;
@@ -54,14 +53,7 @@ export function deliveryOf(doc: WebhookEventDoc) {
     nextAttemptAt: doc.nextAttemptAt ? BigInt(doc.nextAttemptAt.getTime()) : 0n,
     connectionId: doc.connectionId,
     createdAt: BigInt(doc.createdAt.getTime()),
-    attemptLog: doc.attemptLog.map((a) => ({
-      number: a.number,
-      startedAt: BigInt(a.startedAt.getTime()),
-      statusCode: a.statusCode,
-      durationMs: a.durationMs,
-      error: a.error ?? "",
-      responseExcerpt: a.responseExcerpt,
-    })),
+    attemptLog: doc.attemptLog.map((a) => ({ ...a, startedAt: BigInt(a.startedAt.getTime()), error: a.error ?? "" })),
   };
 }
 

@@ -10,14 +10,13 @@ import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
 import { consumeConnectionEvents } from "./consumer.js";
-import { Dispatcher, TARGET_LOOKUP_TIMEOUT_MS } from "./dispatcher.js";
+import { Dispatcher } from "./dispatcher.js";
 import { failingAfterMs } from "./endpoint-health.js";
 import { refreshWebhookGauges } from "./gauges.js";
 import { WebhookSender, type Resolver } from "./outbound.js";
 import { startRetentionSweep } from "./retention.js";
 import routes from "./routes.js";
 import { openWebhookStore } from "./store.js";
-import { followWebhookChanges, TargetCache } from "./targets.js";
 
 export interface WebhookServiceOptions {
   /** Stands in for the system's DNS (tests of the outbound address check). */
@@ -31,10 +30,11 @@ export async function startWebhookService(
 ): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
   await prepareServiceStore(runtime, STORE_SCHEMAS.webhook);
-  const store = await openWebhookStore(runtime.mongo.db);
+  const { db } = runtime.mongo;
+  const store = await openWebhookStore(db);
   const trail = new AuditTrail({
     service: "webhook",
-    db: runtime.mongo.db,
+    db,
     producer: runtime.producer,
     topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
     signingKey: settings.SERVICE_IDENTITY_KEY,
@@ -42,16 +42,14 @@ export async function startWebhookService(
   });
   const eventsAudit = trail.on(store.events);
   await trail.start();
-  const targets = new TargetCache(clientsFor(settings).authAdmin(), 60_000, TARGET_LOOKUP_TIMEOUT_MS);
-  const timeoutMs = settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000;
   const sender = new WebhookSender({
     allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
-    timeoutMs,
+    timeoutMs: settings.WEBHOOK_ATTEMPT_TIMEOUT_SECONDS * 1000,
     resolve: options.resolve,
   });
   const dispatcher = new Dispatcher({
     store,
-    targets,
+    auth: clientsFor(settings).authAdmin(),
     sender,
     logger: logger.child({ component: "dispatcher" }),
     policy: {
@@ -74,7 +72,6 @@ export async function startWebhookService(
     },
     logger.child({ component: "retention" }),
   );
-  const changes = await followWebhookChanges(targets, runtime.kafka, settings.DATA_NAMESPACE, logger);
   const consumer = await consumeConnectionEvents(store, runtime.kafka, settings.DATA_NAMESPACE, logger, () =>
     dispatcher.poke(),
   );
@@ -93,7 +90,7 @@ export async function startWebhookService(
     adminPort: server.adminPort,
     async stop() {
       await server.close();
-      await Promise.allSettled([consumer.stop(), changes.stop(), gauges.stop(), retention.stop()]);
+      await Promise.allSettled([consumer.stop(), gauges.stop(), retention.stop()]);
       await dispatcher.stop(3_000, () => sender.destroy());
       await sender.close().catch(() => {});
       await trail.stop();

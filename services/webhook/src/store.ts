@@ -2,10 +2,8 @@ import type { Collection, Db } from "mongodb";
 import type { AuditCarrier } from "@pi/common/store/audit";
 import type { PartnerMode } from "@pi/common/rules/mode";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
-import type { EventType } from "./event-body.js";
+import type { WebhookEventType } from "@pi/common/events/webhook-events";
 import type { DeliveryState } from "./delivery-states.js";
-
-export type { DeliveryState };
 
 // Four collections, each written one document at a time (no transactions): webhook_events (one per
 // event, its _id derived from the source event's, so a redelivered one is the same document),
@@ -27,7 +25,7 @@ export interface WebhookEventDoc extends AuditCarrier {
   partnerId: string;
   connectionId: string;
   mode: PartnerMode;
-  type: EventType;
+  type: WebhookEventType;
   body: string;
   createdAt: Date;
   /** The connection event's Kafka offset: orders a batch's events (one partition per partner). */

@@ -7,7 +7,6 @@ import { storeWebhookEvents, webhookEventDoc } from "../src/consumer.js";
 import { Dispatcher } from "../src/dispatcher.js";
 import { WebhookSender } from "../src/outbound.js";
 import { openWebhookStore, type WebhookStore } from "../src/store.js";
-import { TargetCache } from "../src/targets.js";
 import { startTestReceiver, type Behaviour, type TestReceiver } from "../../../test/support/webhook-receiver.js";
 import { eventually } from "./harness.js";
 
@@ -56,7 +55,7 @@ const store1 = (partnerId: string, into = store) =>
 
 function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number; idleMs?: number; store?: WebhookStore } = {}) {
   const sender = new WebhookSender({ allowInsecure: true, timeoutMs: policy.attemptTimeoutSeconds * 1000 });
-  const d = new Dispatcher({ store, targets: new TargetCache(auth), sender, policy, logger, ...o });
+  const d = new Dispatcher({ store, auth, sender, policy, logger, ...o });
   return {
     d,
     sender,

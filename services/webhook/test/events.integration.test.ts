@@ -6,7 +6,7 @@ import { ErrorReason, RpcError, reasonOf, Status } from "@pi/common/rpc/errors";
 import { commonv1 } from "@pi/proto";
 import { as } from "../../../test/support/services.js";
 import { webhookEventDoc } from "../src/consumer.js";
-import type { EventType } from "../src/event-body.js";
+import type { WebhookEventType as EventType } from "@pi/common/events/webhook-events";
 import { sweepEvents } from "../src/retention.js";
 import { STARTING_AFTER_UNKNOWN } from "../src/routes.js";
 import { openWebhookStore, type WebhookEventDoc, type WebhookStore } from "../src/store.js";

@@ -159,7 +159,7 @@ describe("webhook delivery", () => {
     await h.emit({ partnerId: partner.partner_id });
     await old.waitFor((a) => a.length >= 1, 20_000, "a first attempt at the old address");
     await h.ops.partnerSetWebhook(partner.partner_id, next.url);
-    // Well under the target cache's one-minute lifetime: the WEBHOOK_CHANGED event did it.
+    // Each attempt asks auth where to send: no cached address outlives the change.
     await next.waitFor((a) => a.length >= 1, 15_000, "an attempt at the new address");
     expect(next.arrivals[0]!.event.id).toBe(old.arrivals[0]!.event.id);
     expect(next.arrivals[0]!.raw).toBe(old.arrivals[0]!.raw);

@@ -5,7 +5,7 @@ import type { ExtractionKind } from "./media-types.js";
 /** Why a file ended `failed` (its `failureReason`, stored in the clear and logged): never its content. */
 export const FAILURE_REASONS = [
   "unparseable",
-  /** A PDF's streams decode, through their filter chain, to more than the limit (checked before parsing). */
+  /** Written by 1.0.0 only (a PDF's streams decoded past its limit): records keep it. */
   "decoded_size",
   /** The extractor child went past its memory ceiling or time limit and was killed. */
   "memory_limit",
