@@ -1,6 +1,6 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
+import { AuditTrail } from "@pi/common/store/audit";
 import { connectMongo } from "@pi/common/store/mongo";
-import { prepareStore } from "@pi/common/store/store-versions";
+import { prepareServiceStore } from "@pi/common/store/store-versions";
 import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
 import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
 import { parsePublicKeys } from "@pi/common/rpc/service-identity";
@@ -56,18 +56,11 @@ export async function startAuthService(
     throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
   const runtime = await openRuntime("auth", settings, logger);
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  try {
-    await prepareStore(runtime.mongo.db, STORE_SCHEMAS.auth, {
-      client: runtime.mongo.client,
-      namespace: settings.DATA_NAMESPACE,
-      logger,
-    });
-    await checkDataKeys(dataKeys, runtime.mongo.db, logger);
-  } catch (err) {
+  await prepareServiceStore(runtime, STORE_SCHEMAS.auth);
+  await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
     await runtime.close();
     throw err;
-  }
+  });
   const store = await openAuthStore(runtime.mongo.db, sealer);
   // Values sealed by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);

@@ -1,5 +1,5 @@
 import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
-import { prepareStore } from "@pi/common/store/store-versions";
+import { prepareServiceStore } from "@pi/common/store/store-versions";
 import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
 import { clientsFor } from "@pi/common/rpc/clients";
 import { every } from "@pi/common/background/periodic";
@@ -54,15 +54,11 @@ export async function startFileIntakeService(
 ): Promise<RunningService> {
   const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger);
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  try {
-    const { db, client } = runtime.mongo;
-    await prepareStore(db, STORE_SCHEMAS["file-intake"], { client, namespace: settings.DATA_NAMESPACE, logger });
-    await checkDataKeys(dataKeys, db, logger);
-  } catch (err) {
+  await prepareServiceStore(runtime, STORE_SCHEMAS["file-intake"]);
+  await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
     await runtime.close();
     throw err;
-  }
+  });
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(
     store,

@@ -1,5 +1,5 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
-import { prepareStore } from "@pi/common/store/store-versions";
+import { AuditTrail } from "@pi/common/store/audit";
+import { prepareServiceStore } from "@pi/common/store/store-versions";
 import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
 import { clientsFor } from "@pi/common/rpc/clients";
 import { readAtScrape, webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/runtime/metrics";
@@ -29,14 +29,8 @@ export async function startWebhookService(
   options: WebhookServiceOptions = {},
 ): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
-  const { db, client } = runtime.mongo;
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(db, STORE_SCHEMAS.webhook, { client, namespace: settings.DATA_NAMESPACE, logger }).catch(
-    async (err: unknown) => {
-      await runtime.close();
-      throw err;
-    },
-  );
+  await prepareServiceStore(runtime, STORE_SCHEMAS.webhook);
+  const { db } = runtime.mongo;
   const store = await openWebhookStore(db);
   const trail = new AuditTrail({
     service: "webhook",

@@ -1,9 +1,11 @@
 import type { Db } from "mongodb";
 import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "../store/data-keys.js";
-import { createKafka, createProducer, ensureTopics, kafkaCredentials, kafkaReachable } from "../events/kafka.js";
+import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "../events/kafka.js";
 import type { Logger } from "./logger.js";
 import { connectMongo, databaseName } from "../store/mongo.js";
 import { SettingsError, type Settings } from "./settings.js";
+
+export type ServiceRuntime = Awaited<ReturnType<typeof openRuntime>>;
 
 /** What every internal service holds: its own database, a Kafka client, a producer. */
 export async function openRuntime(service: string, settings: Settings, logger: Logger) {
@@ -15,10 +17,8 @@ export async function openRuntime(service: string, settings: Settings, logger: L
     kafkaCredentials(settings),
   );
   await ensureTopics(kafka, settings.DATA_NAMESPACE);
-  const producer = createProducer(kafka);
-  await producer.connect();
+  const producer = kafka.producer();
   const admin = kafka.admin();
-  await admin.connect();
   return {
     service,
     settings,

@@ -2,6 +2,7 @@ import type { Collection, Db, MongoClient } from "mongodb";
 import { MongoDBStorage, Umzug } from "umzug";
 import { type JobLeaseDoc, keepAlive, whileHolding } from "../background/lease.js";
 import type { Logger } from "../runtime/logger.js";
+import type { ServiceRuntime } from "../runtime/runtime.js";
 import { insertIfNew } from "./persistence.js";
 import { compareReleases, isRelease, RELEASE } from "../runtime/release.js";
 
@@ -40,6 +41,8 @@ export interface StoreMark {
 
 export const STORE_VERSION_COLLECTION = "store_version";
 export const STORE_MIGRATIONS_COLLECTION = "store_migrations";
+/** How long the migrating lease lasts without renewal (renewed every third of it). */
+const MIGRATING_LEASE_MS = 30_000;
 
 /** Thrown after its one log line: the start is refused and the process exits without another. */
 export class StoreRefusal extends Error {
@@ -77,12 +80,10 @@ export async function prepareStore(
     namespace: string;
     logger: Logger;
     release?: string;
-    /** How long the migrating lease lasts without renewal (renewed every third of it). */
-    leaseMs?: number;
     pollMs?: number;
   },
 ): Promise<{ ran: string[]; mark: StoreMark }> {
-  const { logger, release = RELEASE, leaseMs = 30_000, pollMs = 250 } = opts;
+  const { logger, release = RELEASE, pollMs = 250 } = opts;
   const store = db.databaseName;
 
   const before = await readMark(db);
@@ -98,8 +99,8 @@ export async function prepareStore(
   const leases = db.collection(STORE_VERSION_COLLECTION) as unknown as Collection<JobLeaseDoc>;
   const ran: string[] = [];
   while ((await umzug.pending()).length > 0) {
-    const migrated = await whileHolding(leases, "migrating", leaseMs, async (renew) => {
-      const renewals = keepAlive(`the migrations of ${store}`, Math.max(50, Math.floor(leaseMs / 3)), renew, logger);
+    const migrated = await whileHolding(leases, "migrating", MIGRATING_LEASE_MS, async (renew) => {
+      const renewals = keepAlive(`the migrations of ${store}`, MIGRATING_LEASE_MS / 3, renew, logger);
       try {
         ran.push(...(await umzug.up()).map((m) => m.name));
       } catch (err) {
@@ -126,6 +127,17 @@ export async function prepareStore(
       "store migrated",
     );
   return { ran, mark };
+}
+
+/** prepareStore at a service's start, before anything else reads or writes its store: a refusal closes the runtime. */
+export async function prepareServiceStore(runtime: ServiceRuntime, schema: StoreSchema): Promise<void> {
+  const { mongo, settings, logger } = runtime;
+  await prepareStore(mongo.db, schema, { client: mongo.client, namespace: settings.DATA_NAMESPACE, logger }).catch(
+    async (err: unknown) => {
+      await runtime.close();
+      throw err;
+    },
+  );
 }
 
 /** Creates or raises the mark, conditional on what was read, so replicas converge. */
