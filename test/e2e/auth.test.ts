@@ -896,7 +896,7 @@ describe("auth secrets", () => {
         const doc = credentials.find((c) => c._id === clientId)!;
         expect(doc.secretHash).toBe(createHmac("sha256", pepper).update(secret).digest("hex"));
         // Besides its own fields, a credential carries only the bookkeeping of its outboxes: events
-        // (services/common/src/store/persistence.ts) and audit records (audit-trail.ts).
+        // (services/common/src/store/persistence.ts) and audit records (store/audit.ts).
         const outboxFields: string[] = [...Object.keys(emptyOutbox()), ...AUDIT_BOOKKEEPING];
         expect(
           Object.keys(doc)

@@ -10,7 +10,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { startAuthService } from "@pi/auth";
 import type { ConnectionClient } from "@pi/common/rpc/clients";
 import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
-import { createKafka, createProducer, kafkaCredentials, type Producer } from "@pi/common/events/kafka";
+import { createKafka, kafkaCredentials, type Producer } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { newId } from "@pi/common/rules/ids";
 import type { RunningService } from "@pi/common/runtime/run-service";
@@ -210,7 +210,6 @@ describe("connections crash", () => {
         testKafkaAdmin(),
       );
       const admin = kafka.admin();
-      await admin.connect();
       const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
       await admin.disconnect();
       expect(offsets.every((o) => o.high === "0")).toBe(true);
@@ -451,8 +450,7 @@ describe("webhooks restart", () => {
     const logger = createLogger("restart-test", settings.LOG_LEVEL);
     auth = await startAuthService(as(settings, "auth"), logger);
     settings = { ...settings, ...addressOf("auth", auth) };
-    producer = createProducer(createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)));
-    await producer.connect();
+    producer = createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)).producer();
     mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
   });
 

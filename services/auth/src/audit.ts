@@ -2,8 +2,13 @@ import { verify, type KeyObject } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/store/audit";
-import { auditRecordMessage } from "@pi/common/store/audit-trail";
+import {
+  AUDIT_ID,
+  auditRecordMessage,
+  auditSignedBytes,
+  checkAuditRecord,
+  type AuditRecordFields,
+} from "@pi/common/store/audit";
 import { RpcError, Status } from "@pi/common/rpc/errors";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/events/topics";

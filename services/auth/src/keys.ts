@@ -1,8 +1,7 @@
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from "jose";
 import type { Collection } from "mongodb";
-import { AUDIT_BOOKKEEPING, type AuditCarrier, type AuditTrail } from "@pi/common/store/audit-trail";
 import { newId } from "@pi/common/rules/ids";
-import type { AuditEntry } from "@pi/common/store/audit";
+import { AUDIT_BOOKKEEPING, type AuditCarrier, type AuditEntry, type AuditTrail } from "@pi/common/store/audit";
 import { insertIfNew, type Outbox } from "@pi/common/store/persistence";
 import type { SecretSealer } from "./secrets.js";
 

@@ -1,7 +1,7 @@
 import type { JSONWebKeySet } from "jose";
 import type { Collection, Db } from "mongodb";
 import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
-import type { AuditCarrier } from "@pi/common/store/audit-trail";
+import type { AuditCarrier } from "@pi/common/store/audit";
 import type { PartnerMode } from "@pi/common/rules/mode";
 import type { FetchedJwks, FetchOutcome } from "./assertion-keys.js";
 import type { SigningKeyDoc } from "./keys.js";

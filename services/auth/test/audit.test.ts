@@ -6,7 +6,7 @@ import { createLogger } from "@pi/common/runtime/logger";
 import { generateIdentity, parseOwnIdentity, parsePublicKeys } from "@pi/common/rpc/service-identity";
 import { newId } from "@pi/common/rules/ids";
 import { settingsSchema } from "@pi/common/runtime/settings";
-import { signedAuditRecord } from "@pi/common/store/audit-trail";
+import { signedAuditRecord } from "@pi/common/store/audit";
 import { RpcError } from "@pi/common/rpc/errors";
 import {
   AUDIT_VERIFICATION,

@@ -1,28 +1,18 @@
 import { every } from "@pi/common/background/periodic";
 import { openRuntime } from "@pi/common/runtime/runtime";
 import { whileHolding } from "@pi/common/background/lease";
-import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/events/topics";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
-import { Connections, type Clock } from "./connections.js";
+import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { endedConnectionCutoff, retentionRound } from "./retention.js";
 import { repairCounters } from "./slots.js";
-import { openConnectionStore, type ConnectionStore } from "./store.js";
+import { openConnectionStore } from "./store.js";
 import type { Trigger } from "./state-machine.js";
-
-/** The sandbox elder exists in every deployment; creating it is idempotent. */
-async function ensureSandboxElder(store: ConnectionStore, address: string): Promise<void> {
-  await store.elders.updateOne(
-    { _id: address },
-    { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } },
-    { upsert: true },
-  );
-}
 
 const clamp = (ms: number, min: number, max: number) => Math.min(max, Math.max(min, ms));
 
@@ -36,7 +26,6 @@ export function roundIntervals(
   return {
     sandboxApprovalMs: clamp((settings.SANDBOX_APPROVAL_DELAY_SECONDS * 1000) / 2, 250, 5000),
     expirySweepMs: clamp((settings.CONNECTION_PENDING_TTL_SECONDS * 1000) / 2, 1000, 60_000),
-    outboxSweepMs: 5000,
     slotRepairMs: 60_000,
     retentionSweepMs: 10 * 60_000,
   };
@@ -48,8 +37,6 @@ export interface ConnectionServiceSeams {
   beforePublish?: (connectionId: string) => void;
   /** Awaited between a change's read and its write: the replica race test holds one replica here. */
   beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
-  /** This replica's wall clock. */
-  clock?: Clock;
 }
 
 export async function startConnectionService(
@@ -59,16 +46,12 @@ export async function startConnectionService(
 ): Promise<RunningService> {
   const runtime = await openRuntime("connection", settings, logger);
   const store = await openConnectionStore(runtime.mongo.db);
-  await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
   const intervals = roundIntervals(settings);
   const outbox = connectionOutbox(
     store.connections,
     runtime.producer,
     topicName(settings.DATA_NAMESPACE, "connectionEvents"),
     logger,
-    {
-      sweepEveryMs: intervals.outboxSweepMs,
-    },
   );
   await outbox.ensureIndex();
   const trail = runtime.auditTrail("connection");
@@ -80,14 +63,19 @@ export async function startConnectionService(
     seams.beforePublish?.(connectionId);
     outbox.afterWrite(connectionId);
   };
-  const clock: Clock = seams.clock ?? (() => new Date());
   const connections = new Connections(
     store,
     settings,
     afterStore,
-    clock,
+    () => new Date(),
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,
+  );
+  // The sandbox elder exists in every deployment.
+  await store.elders.updateOne(
+    { _id: connections.sandbox },
+    { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } },
+    { upsert: true },
   );
 
   const server = await startRpcServer({
@@ -100,7 +88,6 @@ export async function startConnectionService(
       store,
       connections,
       settings,
-      logger,
       trail,
       afterElder: (address) => eldersAudit.afterWrite(address),
     }),

@@ -1,12 +1,11 @@
 import type { Db } from "mongodb";
 import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "../store/data-keys.js";
-import { createKafka, createProducer, ensureTopics, kafkaCredentials, kafkaReachable } from "../events/kafka.js";
+import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "../events/kafka.js";
 import type { Logger } from "./logger.js";
 import { connectMongo, databaseName } from "../store/mongo.js";
 import { prepareStore } from "../store/store-versions.js";
 import { STORE_SCHEMAS } from "../store/migrations/index.js";
-import { AuditTrail } from "../store/audit-trail.js";
-import type { AuditService } from "../store/audit.js";
+import { AuditTrail, type AuditService } from "../store/audit.js";
 import { topicName } from "../events/topics.js";
 import { SettingsError, type Settings } from "./settings.js";
 
@@ -29,7 +28,7 @@ export async function openRuntime(
     logger,
     kafkaCredentials(settings),
   );
-  const producer = createProducer(kafka);
+  const producer = kafka.producer();
   const admin = kafka.admin();
   const close = async () => {
     await Promise.allSettled([producer.disconnect(), admin.disconnect()]);
