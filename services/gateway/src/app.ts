@@ -18,12 +18,11 @@ import docsRoutes from "./routes/docs.js";
 import { routeTemplates, traceRequests } from "./tracing.js";
 import { PartnerError } from "./errors.js";
 import { handleErrors, requireBearer } from "./middleware.js";
-import connectionRoutes from "./routes/connections.js";
+import connectionRoutes, { testHelperRoutes, testModeOnly } from "./routes/connections.js";
 import eventRoutes from "./routes/events.js";
 import fileRoutes from "./routes/files.js";
 import healthRoutes from "./routes/health.js";
 import tokenRoutes from "./routes/token.js";
-import { testHelperRoutes, testModeOnly } from "./routes/test-helpers.js";
 import { batchedTokenIssuer } from "./token-batches.js";
 
 export interface GatewayDeps {

@@ -10,8 +10,15 @@ import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { UploadSlots } from "../upload-guards.js";
-import { multipartLimits, readMultipart, type TakeFile, uploadError } from "../upload-multipart.js";
-import { checkFields, invalid, parseIdempotencyKey } from "../upload-request.js";
+import {
+  checkFields,
+  invalid,
+  multipartLimits,
+  parseIdempotencyKey,
+  readMultipart,
+  type TakeFile,
+  uploadError,
+} from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
 
 // POST /v1/files and GET /v1/files/{id} (the order of checks: docs/files.md). The gateway enforces
