@@ -3,8 +3,8 @@ import type { Readable } from "node:stream";
 import multer from "@koa/multer";
 import multerCore from "multer";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
-import type { GatewayContext } from "./context.js";
 import { PartnerError, partnerErrorFromInternal } from "./errors.js";
+import type { GatewayContext } from "./router.js";
 
 // What a file upload's request may carry besides the file (docs/files.md), as pure rules, and its
 // multipart body, read by multer (busboy underneath): the text fields into ctx.request.body as they

@@ -4,27 +4,18 @@ import { connectionv1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
 import type { ConnectionClient } from "@pi/common/rpc/clients";
 import { modeToProto } from "@pi/common/rules/mode";
-import { allowedMethods } from "../allowed-methods.js";
-import type { GatewayContext, GatewayState } from "../context.js";
-import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";
 import { requireScope } from "../middleware.js";
+import { allowedMethods, gatewayRouter, type GatewayContext, type GatewayState } from "../router.js";
 
 // Scope decision (the spec leaves GET and DELETE open): all three connection routes require
 // connections:write, so a token narrowed to files:write cannot read or revoke connections.
 export const CONNECTION_SCOPE = "connections:write";
 
-const statusName: Record<connectionv1.ExternalStatus, string> = {
-  [connectionv1.ExternalStatus.UNSPECIFIED]: "pending",
-  [connectionv1.ExternalStatus.PENDING]: "pending",
-  [connectionv1.ExternalStatus.APPROVED]: "approved",
-  [connectionv1.ExternalStatus.EXPIRED]: "expired",
-  [connectionv1.ExternalStatus.REVOKED]: "revoked",
-};
-
 export function connectionResource(c: connectionv1.PartnerConnection | undefined) {
   if (!c) throw new PartnerError("internal_error");
-  return { id: c.id, status: statusName[c.status] };
+  // The enum's own name, lower-cased; UNSPECIFIED (never sent) reads as pending.
+  return { id: c.id, status: c.status ? connectionv1.ExternalStatus[c.status]!.toLowerCase() : "pending" };
 }
 
 const jsonBody = bodyParser({

@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import { gatewayRouter } from "../router.js";
 import { openApiJson, openApiYaml } from "../openapi.js";
+import { gatewayRouter } from "../router.js";
 
 // The API reference page and its assets, all from this process: no CDN, no outside call.
 

@@ -1,9 +1,9 @@
 import type { WebhookClient } from "@pi/common/rpc/clients";
 import { modeToProto } from "@pi/common/rules/mode";
 import { eventsListJson, parseEventsQuery } from "../events-query.js";
-import { gatewayRouter } from "../router.js";
 import { requireScope } from "../middleware.js";
 import { CONNECTION_SCOPE } from "./connections.js";
+import { gatewayRouter } from "../router.js";
 
 /** GET /v1/events: the partner's own webhook events of the token's mode, newest first; connection events, so their scope. */
 export default function eventRoutes(webhooks: WebhookClient) {

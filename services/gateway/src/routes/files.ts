@@ -5,8 +5,6 @@ import { filesAccepted, filesRefused } from "@pi/common/runtime/metrics";
 import { modeToProto } from "@pi/common/rules/mode";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
 import type { Logger } from "@pi/common/runtime/logger";
-import type { GatewayContext } from "../context.js";
-import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { UploadSlots } from "../upload-guards.js";
@@ -20,6 +18,7 @@ import {
   uploadError,
 } from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
+import { gatewayRouter, type GatewayContext } from "../router.js";
 
 // POST /v1/files and GET /v1/files/{id} (the order of checks: docs/files.md). The gateway enforces
 // the transport's limits; file-intake alone judges the content, as the bytes stream through.
@@ -27,16 +26,10 @@ import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stre
 export const FILES_SCOPE = "files:write";
 const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
 
-const statusName: Record<fileintakev1.FileStatus, string> = {
-  [fileintakev1.FileStatus.UNSPECIFIED]: "received",
-  [fileintakev1.FileStatus.RECEIVED]: "received",
-  [fileintakev1.FileStatus.PROCESSED]: "processed",
-  [fileintakev1.FileStatus.FAILED]: "failed",
-};
-
 export function fileResource(f: fileintakev1.PartnerFile | undefined) {
   if (!f) throw new PartnerError("internal_error");
-  return { id: f.id, status: statusName[f.status] };
+  // The enum's own name, lower-cased; UNSPECIFIED (never sent) reads as received.
+  return { id: f.id, status: f.status ? fileintakev1.FileStatus[f.status]!.toLowerCase() : "received" };
 }
 
 const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);

@@ -2,8 +2,9 @@ import { bodyParser } from "@koa/bodyparser";
 import type { Context } from "koa";
 import { authv1 } from "@pi/proto";
 import { PartnerError } from "../errors.js";
-import { gatewayRouter } from "../router.js";
+import { tokenRateLimit } from "../rate-limit.js";
 import type { IssueToken } from "../token-batches.js";
+import { gatewayRouter } from "../router.js";
 
 type OAuthError = "invalid_request" | "unsupported_grant_type" | "invalid_client" | "invalid_scope";
 
@@ -119,10 +120,11 @@ export function parseTokenRequest(
   return { ok: true, req, client };
 }
 
-export default function tokenRoutes(issueToken: IssueToken) {
+export default function tokenRoutes(issueToken: IssueToken, perMinute: number) {
   const router = gatewayRouter();
   router.post(
     "/oauth/token",
+    tokenRateLimit(perMinute),
     async (ctx, next) => {
       // RFC 6749 section 5.1 and 5.2: never cached, success or failure.
       ctx.set("Cache-Control", "no-store");
