@@ -5,6 +5,7 @@ import { filesAccepted, filesRefused } from "@pi/common/runtime/metrics";
 import { modeToProto } from "@pi/common/rules/mode";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
 import type { Logger } from "@pi/common/runtime/logger";
+import type { Settings } from "@pi/common/runtime/settings";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { UploadSlots } from "../upload-guards.js";
@@ -34,18 +35,6 @@ export function fileResource(f: fileintakev1.PartnerFile | undefined) {
 
 const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
-export interface FileRouteSettings {
-  ADDRESS_DOMAIN: string;
-  MAX_FILE_BYTES: number;
-  UPLOAD_CONCURRENCY_PER_PARTNER: number;
-  UPLOAD_CONCURRENCY_TOTAL: number;
-  UPLOAD_MIN_BYTES_PER_SECOND: number;
-  UPLOAD_RATE_WINDOW_SECONDS: number;
-}
-
-/** A partner, or this instance, at its cap of uploads in flight: retry after a second. */
-const tooManyUploads = () => new PartnerError("rate_limited", { headers: { "Retry-After": "1" } });
-
 /** pi_files_accepted_total and pi_files_refused_total{code}. */
 const countUploads: Middleware = async (ctx, next) => {
   try {
@@ -57,7 +46,7 @@ const countUploads: Middleware = async (ctx, next) => {
   }
 };
 
-export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings, logger: Logger) {
+export default function fileRoutes(files: FileIntakeClient, settings: Settings, logger: Logger) {
   const router = gatewayRouter();
   // A terminal status (processed, failed) can never change again and no record is deleted, so it is
   // kept with nothing to invalidate. The key holds the asking partner and mode, so another's request
@@ -76,14 +65,13 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
     const declaredBytes = ctx.request.length === undefined ? undefined : BigInt(ctx.request.length);
     const header: SubmitHeader = { partnerId: principal.partnerId, mode: modeOf(ctx), idempotencyKey, declaredBytes };
     const release = slots.tryTake(principal.partnerId);
-    if (!release) throw tooManyUploads();
+    // A partner, or this instance, at its cap of uploads in flight: retry after a second.
+    if (!release) throw new PartnerError("rate_limited", { headers: { "Retry-After": "1" } });
     // Opened before the body is read: file-intake takes the quota's verdict on the header meanwhile.
     const submission = new Submission(files, header, settings.MAX_FILE_BYTES);
     const refused = submission.response.then(() => new Promise<never>(() => {}));
     const rate = watchTransferRate(ctx.req, settings, logger);
-    let hasFile = false;
     const takeFile: TakeFile = (fieldsSoFar, stream) => {
-      hasFile = true;
       // The fields that came before the file are checked before a byte of it is forwarded.
       checkFields(fieldsSoFar, domain, false);
       return submission.forward(stream);
@@ -93,7 +81,7 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
       await Promise.race([readMultipart(ctx, limits, takeFile), rate.stalled, refused]);
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
-      if (!hasFile) throw invalid("file is required (a file part with a filename).", "file");
+      if (!ctx.file) throw invalid("file is required (a file part with a filename).", "file");
       const res = await submission.finish({ elder: fields.elder!, purpose: fields.purpose });
       ctx.status = 202;
       ctx.body = fileResource(res.file);
