@@ -93,14 +93,14 @@ const multerMessages: Record<string, { message: string; param?: string }> = {
   INVALID_FIELD_NAME: { message: "A field name is malformed." },
 };
 
-// What busboy and multer say about a body that is not well-formed multipart, or that stopped arriving.
+// What busboy and multer say about a body that is not well-formed multipart, or that stopped arriving
+// (busboy's missing or unsupported content type cannot happen: the route took multipart/form-data only).
 const malformedBody = new Set([
   "Malformed part header",
   "Unexpected end of form",
   "Unexpected end of file",
   "Multipart: Boundary not found",
   "Malformed content type",
-  "Missing Content-Type",
   "Request aborted",
   "Request closed",
   "Request error",
@@ -114,12 +114,7 @@ export function uploadError(err: unknown): PartnerError {
     const known = multerMessages[err.code];
     return invalid(known?.message ?? "The multipart body is malformed.", known?.param ?? err.field);
   }
-  if (
-    err instanceof Error &&
-    err.constructor === Error &&
-    (malformedBody.has(err.message) || err.message.startsWith("Unsupported content type"))
-  ) {
+  if (err instanceof Error && err.constructor === Error && malformedBody.has(err.message))
     return invalid("The body is not well-formed multipart/form-data.");
-  }
   return partnerErrorFromInternal(err);
 }
