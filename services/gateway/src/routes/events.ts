@@ -9,15 +9,8 @@ import { gatewayRouter } from "../router.js";
 export default function eventRoutes(webhooks: WebhookClient) {
   const router = gatewayRouter();
   router.get("/v1/events", requireScope(CONNECTION_SCOPE), async (ctx) => {
-    const query = parseEventsQuery(ctx.query);
-    const principal = ctx.state.principal!;
-    const res = await webhooks.listEvents({
-      partnerId: principal.partnerId,
-      mode: modeToProto(principal.mode),
-      limit: query.limit,
-      startingAfter: query.startingAfter ?? "",
-      type: query.type ?? "",
-    });
+    const { partnerId, mode } = ctx.state.principal!;
+    const res = await webhooks.listEvents({ partnerId, mode: modeToProto(mode), ...parseEventsQuery(ctx.query) });
     ctx.type = "application/json; charset=utf-8";
     ctx.body = eventsListJson(res.events, res.hasMore);
   });
