@@ -1,6 +1,6 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import addFormatsModule from "ajv-formats";
-import { openApiJson } from "../../services/gateway/src/openapi.js";
+import { openApiJson } from "../../services/gateway/src/routes/docs.js";
 
 // Every answer the end-to-end suite receives is checked against the OpenAPI document
 // (services/gateway/openapi/openapi.yaml) by call() and requestToken() in partner-api.ts: status

@@ -9,22 +9,20 @@ import type {
 import type { Logger } from "@pi/common/runtime/logger";
 import type { Settings } from "@pi/common/runtime/settings";
 import type { BearerVerifier } from "./bearer.js";
-import type { GatewayState } from "./context.js";
-import { allowedMethods } from "./allowed-methods.js";
 import { deprecations } from "./deprecation.js";
-import { partnerRateLimit, tokenRateLimit } from "./rate-limit.js";
+import { partnerRateLimit } from "./rate-limit.js";
 import discoveryRoutes from "./routes/discovery.js";
 import docsRoutes from "./routes/docs.js";
 import { routeTemplates, traceRequests } from "./tracing.js";
 import { PartnerError } from "./errors.js";
 import { handleErrors, requireBearer } from "./middleware.js";
-import connectionRoutes from "./routes/connections.js";
+import connectionRoutes, { testHelperRoutes, testModeOnly } from "./routes/connections.js";
 import eventRoutes from "./routes/events.js";
 import fileRoutes from "./routes/files.js";
 import healthRoutes from "./routes/health.js";
 import tokenRoutes from "./routes/token.js";
-import { testHelperRoutes, testModeOnly } from "./routes/test-helpers.js";
 import { batchedTokenIssuer } from "./token-batches.js";
+import { allowedMethods, type GatewayState } from "./router.js";
 
 export interface GatewayDeps {
   settings: Settings;
@@ -46,7 +44,7 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   app.silent = true;
   const warm = deps.warm ?? (() => true);
   const health = healthRoutes(deps.health, warm);
-  const token = tokenRoutes(batchedTokenIssuer(deps.auth));
+  const token = tokenRoutes(batchedTokenIssuer(deps.auth), deps.settings.RATE_LIMIT_TOKEN_PER_MINUTE);
   const v1 = [
     connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN),
     fileRoutes(deps.files, deps.settings, deps.logger),
@@ -64,7 +62,6 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   app.use(docs.routes());
   app.use(discovery.routes());
   app.use(allowedMethods(discovery));
-  app.use(tokenRateLimit(deps.settings.RATE_LIMIT_TOKEN_PER_MINUTE));
   app.use(token.routes());
   app.use(allowedMethods(token));
   // The per-partner limit needs the partner: it runs after the bearer check (a 401 costs no budget).

@@ -1,6 +1,6 @@
 import type { Middleware } from "koa";
 import type { DeprecationRule } from "@pi/common/runtime/settings";
-import type { GatewayState } from "./context.js";
+import type { GatewayState } from "./router.js";
 
 // API_DEPRECATIONS: a deprecated route's answers carry Deprecation (RFC 9745), Sunset (RFC 8594) and
 // Link rel="deprecation" (docs/edge.md, "Versioning").

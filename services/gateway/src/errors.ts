@@ -71,28 +71,31 @@ export function envelope(code: PartnerErrorCode, message?: string, param?: strin
   };
 }
 
-const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
-  [ErrorReason.INVALID_REQUEST]: "invalid_request",
-  [ErrorReason.NOT_FOUND]: "not_found",
-  [ErrorReason.NO_ACTIVE_CONNECTION]: "no_active_connection",
-  [ErrorReason.IDEMPOTENCY_KEY_REUSE]: "idempotency_key_reuse",
-  [ErrorReason.FILE_TOO_LARGE]: "file_too_large",
-  [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: "unsupported_media_type",
-};
-
-/** The refusals that say when to retry: their code, the Retry-After when none is given, a message of their own. */
-const retryLaterReasons: Partial<Record<commonv1.ErrorReason, [PartnerErrorCode, number, string?]>> = {
+/**
+ * Internal reasons and the partner error each stands for. A refusal that says when to retry carries
+ * the Retry-After to give when the reason names none, and may have a message of its own.
+ */
+const fromReason: Partial<
+  Record<commonv1.ErrorReason, { code: PartnerErrorCode; retryAfter?: number; message?: string }>
+> = {
+  [ErrorReason.INVALID_REQUEST]: { code: "invalid_request" },
+  [ErrorReason.NOT_FOUND]: { code: "not_found" },
+  [ErrorReason.NO_ACTIVE_CONNECTION]: { code: "no_active_connection" },
+  [ErrorReason.IDEMPOTENCY_KEY_REUSE]: { code: "idempotency_key_reuse" },
+  [ErrorReason.FILE_TOO_LARGE]: { code: "file_too_large" },
+  [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: { code: "unsupported_media_type" },
   // file-intake's reservation, at the header (Retry-After from what is in the way) or mid-stream (1)
-  [ErrorReason.STORAGE_QUOTA_EXCEEDED]: [
-    "rate_limited",
-    1,
-    "Your stored files in this mode have reached their storage quota; retry after the number of seconds in Retry-After.",
-  ],
+  [ErrorReason.STORAGE_QUOTA_EXCEEDED]: {
+    code: "rate_limited",
+    retryAfter: 1,
+    message:
+      "Your stored files in this mode have reached their storage quota; retry after the number of seconds in Retry-After.",
+  },
   // a per-partner bound of a service (pending connections, reopenings): the one rate_limited answer,
   // the same whichever bound and whatever the request named (guarantee 1)
-  [ErrorReason.RATE_LIMITED]: ["rate_limited", 1],
+  [ErrorReason.RATE_LIMITED]: { code: "rate_limited", retryAfter: 1 },
   // the store as a whole is near full (file-intake's high-water mark): an outage, not the partner's doing
-  [ErrorReason.STORE_FULL]: ["service_unavailable", 60],
+  [ErrorReason.STORE_FULL]: { code: "service_unavailable", retryAfter: 60 },
 };
 
 const httpStatusToCode: Record<number, PartnerErrorCode> = {
@@ -110,18 +113,14 @@ const httpStatusToCode: Record<number, PartnerErrorCode> = {
 export function partnerErrorFromInternal(err: unknown): PartnerError {
   if (err instanceof PartnerError) return err;
   const reason = reasonOf(err);
-  const retryLater = reason && retryLaterReasons[reason.reason];
-  if (retryLater) {
-    const [code, defaultSeconds, message] = retryLater;
-    return new PartnerError(code, {
-      message,
-      headers: { "Retry-After": String(reason.retryAfterSeconds ?? defaultSeconds) },
-    });
+  const mapped = reason && fromReason[reason.reason];
+  if (mapped?.retryAfter !== undefined) {
+    const headers = { "Retry-After": String(reason!.retryAfterSeconds ?? mapped.retryAfter) };
+    return new PartnerError(mapped.code, { message: mapped.message, headers });
   }
-  const code = reason && reasonToCode[reason.reason];
-  if (code) {
-    const message = code === "invalid_request" && err instanceof RpcError ? err.message : undefined;
-    return new PartnerError(code, { message, param: reason.param });
+  if (mapped) {
+    const message = mapped.code === "invalid_request" && err instanceof RpcError ? err.message : undefined;
+    return new PartnerError(mapped.code, { message, param: reason.param });
   }
   if (err instanceof RpcError && (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED)) {
     return new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });

@@ -1,4 +1,4 @@
-import { isWebhookEventType, WEBHOOK_EVENT_TYPES, type WebhookEventType } from "@pi/common/events/webhook-events";
+import { isWebhookEventType, WEBHOOK_EVENT_TYPES } from "@pi/common/events/webhook-events";
 import { PartnerError } from "./errors.js";
 
 // The query of GET /v1/events, each parameter at most once; anything else is a 400 naming it.
@@ -14,12 +14,8 @@ const KNOWN = new Set(["limit", "starting_after", "type"]);
 
 const invalid = (param: string, message: string) => new PartnerError("invalid_request", { message, param });
 
-/** The query as Koa parses it (a repeated parameter is an array); throws the 400 for anything off. */
-export function parseEventsQuery(query: Record<string, string | string[] | undefined>): {
-  limit: number;
-  startingAfter?: string;
-  type?: WebhookEventType;
-} {
+/** The query as Koa parses it (a repeated parameter is an array), as ListEvents takes it; throws the 400 for anything off. */
+export function parseEventsQuery(query: Record<string, string | string[] | undefined>) {
   for (const [name, value] of Object.entries(query)) {
     if (!KNOWN.has(name))
       throw invalid(name, `Unknown query parameter ${JSON.stringify(name)}; accepted: limit, starting_after, type.`);
@@ -32,7 +28,11 @@ export function parseEventsQuery(query: Record<string, string | string[] | undef
     throw invalid("starting_after", STARTING_AFTER_MESSAGE);
   if (type !== undefined && !isWebhookEventType(type))
     throw invalid("type", `type must be one of ${WEBHOOK_EVENT_TYPES.join(", ")}.`);
-  return { limit: limit === undefined ? EVENTS_LIMIT_DEFAULT : Number(limit), startingAfter, type };
+  return {
+    limit: limit === undefined ? EVENTS_LIMIT_DEFAULT : Number(limit),
+    startingAfter: startingAfter ?? "",
+    type: type ?? "",
+  };
 }
 
 /** The list object from the events' stored bodies: the bytes their webhook deliveries carried. */

@@ -2,8 +2,8 @@ import type { Middleware } from "koa";
 import { newId } from "@pi/common/rules/ids";
 import type { Logger } from "@pi/common/runtime/logger";
 import { bearerTokenOf, type BearerVerifier } from "./bearer.js";
-import type { GatewayState } from "./context.js";
 import { partnerErrorFromInternal, PartnerError, sendPartnerError } from "./errors.js";
+import type { GatewayState } from "./router.js";
 
 /** Request id, one structured access log line, and the envelope for every /v1 failure. */
 export function handleErrors(logger: Logger): Middleware<GatewayState> {

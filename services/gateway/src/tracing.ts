@@ -2,7 +2,7 @@ import type Router from "@koa/router";
 import type { Middleware } from "koa";
 import { httpServerDuration, metricsRecording } from "@pi/common/runtime/metrics";
 import { inSpan, SpanKind } from "@pi/common/runtime/telemetry";
-import type { GatewayState } from "./context.js";
+import type { GatewayState } from "./router.js";
 
 // From the path alone, so a request refused before its route ran (401, 429) still counts under its
 // route; a path no route has gets none (never the raw path: a partner chooses it).

@@ -60,7 +60,7 @@ const earlierVerdict = (err: unknown) => {
 export class Submission {
   /** file-intake's answer; rejects as soon as file-intake refuses. */
   readonly response: Promise<fileintakev1.SubmitFileResponse>;
-  private readonly file = deferred<(Readable & { truncated?: boolean }) | undefined>();
+  private readonly file = deferred<Readable | undefined>();
   private readonly forwarded = deferred<number>();
   private readonly trailer = deferred<SubmitTrailer>();
   private readonly abort = new AbortController();
@@ -79,13 +79,13 @@ export class Submission {
   }
 
   /** The file part has started: resolves with its byte count once it is forwarded whole. */
-  forward(file: Readable & { truncated?: boolean }): Promise<number> {
+  forward(file: Readable): Promise<number> {
     this.file.resolve(file);
     return this.forwarded.promise;
   }
 
-  async finish(fields: { elder: string; purpose?: string }): Promise<fileintakev1.SubmitFileResponse> {
-    await this.forwarded.promise;
+  /** After the body was read whole, the file part with it. */
+  finish(fields: { elder: string; purpose?: string }): Promise<fileintakev1.SubmitFileResponse> {
     this.trailer.resolve({ elderAddress: fields.elder, purpose: fields.purpose });
     return this.response;
   }
@@ -119,7 +119,6 @@ export class Submission {
     if (file) {
       try {
         const size = yield* this.chunks(file);
-        if (file.truncated) throw new PartnerError("file_too_large", { param: "file" });
         this.fileComplete = true;
         this.forwarded.resolve(size);
       } catch (err) {

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { existsSync } from "node:fs";
 import { chromium, type Browser } from "playwright-core";
 import { parse } from "yaml";
-import { openApiYaml } from "../src/openapi.js";
+import { openApiYaml } from "../src/routes/docs.js";
 import { startEdge, type Edge } from "./edge-harness.js";
 
 // The OpenAPI document and the API reference page rendered from it (Swagger UI from the

@@ -3,8 +3,8 @@ import { connectionv1 } from "@pi/proto";
 import { PARTNER_ERRORS } from "../src/errors.js";
 import { PartnerError } from "../src/errors.js";
 import { partnerRateLimit, retryAfterSeconds } from "../src/rate-limit.js";
-import type { GatewayContext } from "../src/context.js";
 import { startEdge, type Answer, type Edge } from "./edge-harness.js";
+import type { GatewayContext } from "../src/router.js";
 
 // Rate limits (spec "Limits"): per authenticated partner on /v1/*, per client IP on POST
 // /oauth/token, per gateway instance; a 429 carries Retry-After (integer seconds) and the envelope.

@@ -23,18 +23,22 @@ const EVT = "evt_3kQ9tTg1YwZc8xXb0aL7Rm";
 
 describe("the events list's query", () => {
   it("defaults to the newest 10 of every type", () => {
-    expect(parseEventsQuery({})).toEqual({ limit: EVENTS_LIMIT_DEFAULT });
+    expect(parseEventsQuery({})).toEqual({ limit: EVENTS_LIMIT_DEFAULT, startingAfter: "", type: "" });
     expect(EVENTS_LIMIT_DEFAULT).toBe(10);
   });
 
   it("takes limit 1 to 100, starting_after an evt_ id, type one of the two event types", () => {
-    expect(parseEventsQuery({ limit: "1" })).toEqual({ limit: 1 });
+    expect(parseEventsQuery({ limit: "1" })).toEqual({ limit: 1, startingAfter: "", type: "" });
     expect(parseEventsQuery({ limit: "100", starting_after: EVT, type: "connection.revoked" })).toEqual({
       limit: 100,
       startingAfter: EVT,
       type: "connection.revoked",
     });
-    expect(parseEventsQuery({ type: "connection.approved" })).toEqual({ limit: 10, type: "connection.approved" });
+    expect(parseEventsQuery({ type: "connection.approved" })).toEqual({
+      limit: 10,
+      startingAfter: "",
+      type: "connection.approved",
+    });
   });
 
   it.each([

@@ -3,8 +3,7 @@ import multerCore from "multer";
 import { RpcError, Status } from "@pi/common/rpc/errors";
 import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
 import { PartnerError } from "../src/errors.js";
-import { uploadError } from "../src/upload-multipart.js";
-import { checkFields, parseIdempotencyKey } from "../src/upload-request.js";
+import { checkFields, parseIdempotencyKey, uploadError } from "../src/upload-request.js";
 
 const DOMAIN = "elders.example";
 const ELDER = "apple.banana.cherry@elders.example";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@jest/globals";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { PARTNER_ERRORS, type PartnerErrorCode } from "../src/errors.js";
-import { openApiJson } from "../src/openapi.js";
+import { openApiJson } from "../src/routes/docs.js";
 
 // The OpenAPI document (services/gateway/openapi/openapi.yaml) against the spec it describes and
 // the gateway's one error table.

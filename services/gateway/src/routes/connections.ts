@@ -1,28 +1,21 @@
 import { bodyParser } from "@koa/bodyparser";
+import type { Middleware } from "koa";
 import { connectionv1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
 import type { ConnectionClient } from "@pi/common/rpc/clients";
 import { modeToProto } from "@pi/common/rules/mode";
-import type { GatewayContext } from "../context.js";
-import { gatewayRouter } from "../router.js";
 import { PartnerError } from "../errors.js";
 import { requireScope } from "../middleware.js";
+import { allowedMethods, gatewayRouter, type GatewayContext, type GatewayState } from "../router.js";
 
 // Scope decision (the spec leaves GET and DELETE open): all three connection routes require
 // connections:write, so a token narrowed to files:write cannot read or revoke connections.
 export const CONNECTION_SCOPE = "connections:write";
 
-const statusName: Record<connectionv1.ExternalStatus, string> = {
-  [connectionv1.ExternalStatus.UNSPECIFIED]: "pending",
-  [connectionv1.ExternalStatus.PENDING]: "pending",
-  [connectionv1.ExternalStatus.APPROVED]: "approved",
-  [connectionv1.ExternalStatus.EXPIRED]: "expired",
-  [connectionv1.ExternalStatus.REVOKED]: "revoked",
-};
-
 export function connectionResource(c: connectionv1.PartnerConnection | undefined) {
   if (!c) throw new PartnerError("internal_error");
-  return { id: c.id, status: statusName[c.status] };
+  // The enum's own name, lower-cased; UNSPECIFIED (never sent) reads as pending.
+  return { id: c.id, status: c.status ? connectionv1.ExternalStatus[c.status]!.toLowerCase() : "pending" };
 }
 
 const jsonBody = bodyParser({
@@ -51,9 +44,18 @@ export function parseConnectionCreate(body: unknown, domain: string): string {
 /** The shape of a connection id; anything else gets the same 404 as an unknown id, without a lookup. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
 
+const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
+
+// Unknown, malformed and foreign ids (another partner's, or the other mode's) all leave through
+// the one not_found of the error table: same status, body and headers.
+const owned = (ctx: GatewayContext) => {
+  const id = ctx.params.id ?? "";
+  if (!CONNECTION_ID.test(id)) throw new PartnerError("not_found");
+  return { partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), id };
+};
+
 export default function connectionRoutes(connections: ConnectionClient, domain: string) {
   const router = gatewayRouter();
-  const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
   router.post(
     "/v1/connections",
@@ -76,24 +78,42 @@ export default function connectionRoutes(connections: ConnectionClient, domain: 
     },
   );
 
-  // Unknown, malformed and foreign ids (another partner's, or the other mode's) all leave through
-  // the one not_found of the error table: same status, body and headers.
-  const owned = (ctx: GatewayContext) => {
-    const id = ctx.params.id ?? "";
-    if (!CONNECTION_ID.test(id)) throw new PartnerError("not_found");
-    return { partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), id };
-  };
-
   router.get("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
     const res = await connections.getConnection(owned(ctx));
     ctx.body = connectionResource(res.connection);
   });
 
   router.delete("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
-    const key = owned(ctx);
-    const res = await connections.revokeConnection(key);
+    const res = await connections.revokeConnection(owned(ctx));
     ctx.body = connectionResource(res.connection);
   });
 
   return router;
+}
+
+const { TestHelperAct } = connectionv1;
+const TEST_HELPER_ACTS = {
+  approve: TestHelperAct.APPROVE,
+  decline: TestHelperAct.DECLINE,
+  sever: TestHelperAct.SEVER,
+  expire: TestHelperAct.EXPIRE,
+};
+
+/** POST /v1/test_helpers/connections/{id}/{act} (docs/edge.md), for test tokens only (testModeOnly). */
+export function testHelperRoutes(connections: ConnectionClient) {
+  const router = gatewayRouter();
+  for (const [name, act] of Object.entries(TEST_HELPER_ACTS)) {
+    router.post(`/v1/test_helpers/connections/:id/${name}`, requireScope(CONNECTION_SCOPE), async (ctx) => {
+      const res = await connections.actOnTestConnection({ ...owned(ctx), act });
+      ctx.body = connectionResource(res.connection);
+    });
+  }
+  return router;
+}
+
+/** A live token never reaches the test helpers, and gets the one 404 of a path no route has. */
+export function testModeOnly(router: ReturnType<typeof testHelperRoutes>): Middleware<GatewayState> {
+  const routes = router.routes() as unknown as Middleware<GatewayState>;
+  const methods = allowedMethods(router);
+  return (ctx, next) => (ctx.state.principal?.mode === "test" ? routes(ctx, () => methods(ctx, next)) : next());
 }

@@ -1,10 +1,21 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { parse } from "yaml";
 import { gatewayRouter } from "../router.js";
-import { openApiJson, openApiYaml } from "../openapi.js";
 
-// The API reference page and its assets, all from this process: no CDN, no outside call.
+// The OpenAPI document, the API reference page and its assets, all from this process: no CDN, no outside call.
+
+/** Read at start: a gateway whose image lacks the document does not come up (the image check). */
+export const openApiYaml = readFileSync(new URL("../../openapi/openapi.yaml", import.meta.url), "utf8");
+
+let json: Record<string, unknown> | undefined;
+
+/** Parsed on first use: the slow part, which most gateways (all of the unit tests') never need. */
+export function openApiJson(): Record<string, unknown> {
+  json ??= parse(openApiYaml) as Record<string, unknown>;
+  return json;
+}
 
 const swaggerUiDir = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
 

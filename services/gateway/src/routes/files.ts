@@ -5,14 +5,21 @@ import { filesAccepted, filesRefused } from "@pi/common/runtime/metrics";
 import { modeToProto } from "@pi/common/rules/mode";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
 import type { Logger } from "@pi/common/runtime/logger";
-import type { GatewayContext } from "../context.js";
-import { gatewayRouter } from "../router.js";
+import type { Settings } from "@pi/common/runtime/settings";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { UploadSlots } from "../upload-guards.js";
-import { multipartLimits, readMultipart, type TakeFile, uploadError } from "../upload-multipart.js";
-import { checkFields, invalid, parseIdempotencyKey } from "../upload-request.js";
+import {
+  checkFields,
+  invalid,
+  multipartLimits,
+  parseIdempotencyKey,
+  readMultipart,
+  type TakeFile,
+  uploadError,
+} from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
+import { gatewayRouter, type GatewayContext } from "../router.js";
 
 // POST /v1/files and GET /v1/files/{id} (the order of checks: docs/files.md). The gateway enforces
 // the transport's limits; file-intake alone judges the content, as the bytes stream through.
@@ -20,31 +27,13 @@ import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stre
 export const FILES_SCOPE = "files:write";
 const FILE_ID = /^file_[0-9A-Za-z]{22}$/;
 
-const statusName: Record<fileintakev1.FileStatus, string> = {
-  [fileintakev1.FileStatus.UNSPECIFIED]: "received",
-  [fileintakev1.FileStatus.RECEIVED]: "received",
-  [fileintakev1.FileStatus.PROCESSED]: "processed",
-  [fileintakev1.FileStatus.FAILED]: "failed",
-};
-
 export function fileResource(f: fileintakev1.PartnerFile | undefined) {
   if (!f) throw new PartnerError("internal_error");
-  return { id: f.id, status: statusName[f.status] };
+  // The enum's own name, lower-cased; UNSPECIFIED (never sent) reads as received.
+  return { id: f.id, status: f.status ? fileintakev1.FileStatus[f.status]!.toLowerCase() : "received" };
 }
 
 const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
-
-export interface FileRouteSettings {
-  ADDRESS_DOMAIN: string;
-  MAX_FILE_BYTES: number;
-  UPLOAD_CONCURRENCY_PER_PARTNER: number;
-  UPLOAD_CONCURRENCY_TOTAL: number;
-  UPLOAD_MIN_BYTES_PER_SECOND: number;
-  UPLOAD_RATE_WINDOW_SECONDS: number;
-}
-
-/** A partner, or this instance, at its cap of uploads in flight: retry after a second. */
-const tooManyUploads = () => new PartnerError("rate_limited", { headers: { "Retry-After": "1" } });
 
 /** pi_files_accepted_total and pi_files_refused_total{code}. */
 const countUploads: Middleware = async (ctx, next) => {
@@ -57,7 +46,7 @@ const countUploads: Middleware = async (ctx, next) => {
   }
 };
 
-export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings, logger: Logger) {
+export default function fileRoutes(files: FileIntakeClient, settings: Settings, logger: Logger) {
   const router = gatewayRouter();
   // A terminal status (processed, failed) can never change again and no record is deleted, so it is
   // kept with nothing to invalidate. The key holds the asking partner and mode, so another's request
@@ -76,14 +65,13 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
     const declaredBytes = ctx.request.length === undefined ? undefined : BigInt(ctx.request.length);
     const header: SubmitHeader = { partnerId: principal.partnerId, mode: modeOf(ctx), idempotencyKey, declaredBytes };
     const release = slots.tryTake(principal.partnerId);
-    if (!release) throw tooManyUploads();
+    // A partner, or this instance, at its cap of uploads in flight: retry after a second.
+    if (!release) throw new PartnerError("rate_limited", { headers: { "Retry-After": "1" } });
     // Opened before the body is read: file-intake takes the quota's verdict on the header meanwhile.
     const submission = new Submission(files, header, settings.MAX_FILE_BYTES);
     const refused = submission.response.then(() => new Promise<never>(() => {}));
     const rate = watchTransferRate(ctx.req, settings, logger);
-    let hasFile = false;
     const takeFile: TakeFile = (fieldsSoFar, stream) => {
-      hasFile = true;
       // The fields that came before the file are checked before a byte of it is forwarded.
       checkFields(fieldsSoFar, domain, false);
       return submission.forward(stream);
@@ -93,7 +81,7 @@ export default function fileRoutes(files: FileIntakeClient, settings: FileRouteS
       await Promise.race([readMultipart(ctx, limits, takeFile), rate.stalled, refused]);
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
-      if (!hasFile) throw invalid("file is required (a file part with a filename).", "file");
+      if (!ctx.file) throw invalid("file is required (a file part with a filename).", "file");
       const res = await submission.finish({ elder: fields.elder!, purpose: fields.purpose });
       ctx.status = 202;
       ctx.body = fileResource(res.file);

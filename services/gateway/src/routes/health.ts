@@ -1,6 +1,13 @@
+import type { Context } from "koa";
 import type { HealthClient } from "@pi/common/rpc/clients";
 import { healthv1 } from "@pi/proto";
 import { gatewayRouter } from "../router.js";
+
+function answer(ctx: Context, failing: string[]): void {
+  ctx.set("Cache-Control", "no-store");
+  ctx.status = failing.length === 0 ? 200 : 503;
+  ctx.body = failing.length === 0 ? { status: "ready" } : { status: "not_ready", failing };
+}
 
 // /readyz/traffic (the pod's probe) asks only warm: a gateway stays in rotation while a service behind
 // it is down, answering the fast envelope 503, rather than every replica leaving.
@@ -9,12 +16,7 @@ export default function healthRoutes(services: Record<string, HealthClient>, war
   router.get("/healthz", (ctx) => {
     ctx.body = { status: "ok" };
   });
-  router.get("/readyz/traffic", (ctx) => {
-    const ready = warm();
-    ctx.set("Cache-Control", "no-store");
-    ctx.status = ready ? 200 : 503;
-    ctx.body = ready ? { status: "ready" } : { status: "not_ready", failing: ["gateway"] };
-  });
+  router.get("/readyz/traffic", (ctx) => answer(ctx, warm() ? [] : ["gateway"]));
   router.get("/readyz", async (ctx) => {
     const results = await Promise.all(
       Object.entries(services).map(async ([name, client]) => {
@@ -26,10 +28,7 @@ export default function healthRoutes(services: Record<string, HealthClient>, war
         }
       }),
     );
-    const failing = [...(warm() ? [] : ["gateway"]), ...results.filter(([, ok]) => !ok).map(([name]) => name)];
-    ctx.set("Cache-Control", "no-store");
-    ctx.status = failing.length === 0 ? 200 : 503;
-    ctx.body = failing.length === 0 ? { status: "ready" } : { status: "not_ready", failing };
+    answer(ctx, [...(warm() ? [] : ["gateway"]), ...results.filter(([, ok]) => !ok).map(([name]) => name)]);
   });
   return router;
 }

@@ -1,8 +1,10 @@
 import { bodyParser } from "@koa/bodyparser";
+import type { Context } from "koa";
 import { authv1 } from "@pi/proto";
 import { PartnerError } from "../errors.js";
-import { gatewayRouter } from "../router.js";
+import { tokenRateLimit } from "../rate-limit.js";
 import type { IssueToken } from "../token-batches.js";
+import { gatewayRouter } from "../router.js";
 
 type OAuthError = "invalid_request" | "unsupported_grant_type" | "invalid_client" | "invalid_scope";
 
@@ -16,6 +18,12 @@ const descriptions: Record<OAuthError, string> = {
 
 export function oauthError(error: OAuthError) {
   return { error, error_description: descriptions[error] };
+}
+
+/** Every refusal of the token endpoint's own: a 400 in the OAuth error shape (RFC 6749 section 5.2). */
+function refuse(ctx: Context, error: OAuthError): void {
+  ctx.status = 400;
+  ctx.body = oauthError(error);
 }
 
 const fields = [
@@ -112,10 +120,11 @@ export function parseTokenRequest(
   return { ok: true, req, client };
 }
 
-export default function tokenRoutes(issueToken: IssueToken) {
+export default function tokenRoutes(issueToken: IssueToken, perMinute: number) {
   const router = gatewayRouter();
   router.post(
     "/oauth/token",
+    tokenRateLimit(perMinute),
     async (ctx, next) => {
       // RFC 6749 section 5.1 and 5.2: never cached, success or failure.
       ctx.set("Cache-Control", "no-store");
@@ -123,30 +132,19 @@ export default function tokenRoutes(issueToken: IssueToken) {
       // No-oracle guarantee 5: every invalid_client answer is the same bytes, headers included
       // (only Date differs), so no per-request header here; the request id stays in the logs.
       ctx.remove("X-Request-Id");
-      if (!ctx.is("application/x-www-form-urlencoded", "application/json")) {
-        ctx.status = 400;
-        ctx.body = oauthError("invalid_request");
-        return;
-      }
+      if (!ctx.is("application/x-www-form-urlencoded", "application/json")) return refuse(ctx, "invalid_request");
       await next();
     },
     bodyParser({
       enableTypes: ["json", "form"],
       jsonLimit: "16kb",
       formLimit: "16kb",
-      onError: (_err, ctx) => {
-        ctx.status = 400;
-        ctx.body = oauthError("invalid_request");
-      },
+      onError: (_err, ctx) => refuse(ctx, "invalid_request"),
     }),
     async (ctx) => {
       if (ctx.body !== undefined) return; // the body parser already answered
       const parsed = parseTokenRequest(ctx.request.body, ctx.headers.authorization);
-      if (!parsed.ok) {
-        ctx.status = 400;
-        ctx.body = oauthError(parsed.error);
-        return;
-      }
+      if (!parsed.ok) return refuse(ctx, parsed.error);
       // Basic or body: the same call, so every credential failure is the same work and the same
       // answer; an assertion is checked by auth alone, and fails with the same answer.
       const { clientId, clientSecret, assertion } = parsed.client;
@@ -170,10 +168,7 @@ export default function tokenRoutes(issueToken: IssueToken) {
       // Auth could not read the credential (its database is away): the envelope 503, as for a failed call.
       if (res.outcome.value === authv1.TokenFailure.UNAVAILABLE)
         throw new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
-      ctx.status = 400;
-      ctx.body = oauthError(
-        res.outcome.value === authv1.TokenFailure.INVALID_SCOPE ? "invalid_scope" : "invalid_client",
-      );
+      refuse(ctx, res.outcome.value === authv1.TokenFailure.INVALID_SCOPE ? "invalid_scope" : "invalid_client");
     },
   );
   return router;
