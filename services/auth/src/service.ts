@@ -13,7 +13,7 @@ import { topicName } from "@pi/common/events/topics";
 import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
-import { AssertionKeys } from "./assertion-keys.js";
+import { AssertionKeys, jwksUrlCredentials, recordJwksFetch } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
 import {
   AUDIT_SWEEP_EVERY_MS,
@@ -30,7 +30,7 @@ import { PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
 import { peppersOf, SecretSealer } from "./secrets.js";
-import { jwksUrlCredentials, openAuthStore, recordJwksFetch, sweepUsedAssertions } from "./store.js";
+import { openAuthStore, sweepUsedAssertions } from "./store.js";
 import { JWKS_URL_REFRESH_EVERY_MS } from "./jwks-refresh.js";
 
 /** The job lease of the scheduled JWK Set URL round. */
@@ -135,13 +135,13 @@ export async function startAuthService(
   const assertionKeys = new AssertionKeys({
     allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
     refetchCooldownMs: options.jwksUrlRefetchCooldownMs,
-    record: (url, outcome) => recordJwksFetch(store, url, outcome),
+    record: (url, outcome) => recordJwksFetch(store.credentials, url, outcome),
     logger,
   });
   await assertionKeys.start();
   // JWK Set URLs are fetched here, never on a token request: sets past their age.
   const jwksRefresh = leased("refresh JWK Set URLs", JWKS_URL_REFRESH_EVERY_MS, JWKS_URL_REFRESH_LEASE, async () =>
-    assertionKeys.refreshDue(await jwksUrlCredentials(store)),
+    assertionKeys.refreshDue(await jwksUrlCredentials(store.credentials)),
   );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);

@@ -3,7 +3,6 @@ import type { Collection, Db } from "mongodb";
 import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
 import type { AuditCarrier } from "@pi/common/store/audit-trail";
 import type { PartnerMode } from "@pi/common/rules/mode";
-import type { FetchedJwks, FetchOutcome } from "./assertion-keys.js";
 import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";
 
@@ -50,7 +49,8 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   authMethod?: "client_secret" | "private_key_jwt";
   jwks?: JSONWebKeySet;
   jwksUrl?: string;
-  jwksFetched?: FetchedJwks;
+  /** The URL's set, as last fetched (absent until a fetch succeeded: a credential of an older release). */
+  jwksFetched?: { jwks: JSONWebKeySet; fetchedAt: Date };
   jwksFetchFailedAt?: Date;
   status: "active" | "revoked";
   createdAt: Date;
@@ -131,27 +131,4 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
 
 export async function sweepUsedAssertions(store: Pick<AuthStore, "usedAssertions">, now = new Date()): Promise<number> {
   return (await store.usedAssertions.deleteMany({ expiresAt: { $lt: now } })).deletedCount;
-}
-
-export async function recordJwksFetch(
-  store: Pick<AuthStore, "credentials">,
-  url: string,
-  outcome: FetchOutcome,
-): Promise<void> {
-  const filter = { jwksUrl: url, authMethod: "private_key_jwt" as const };
-  if ("jwks" in outcome)
-    await store.credentials.updateMany(filter, {
-      $set: { jwksFetched: { jwks: outcome.jwks, fetchedAt: outcome.fetchedAt } },
-    });
-  else await store.credentials.updateMany(filter, { $set: { jwksFetchFailedAt: outcome.failedAt } });
-}
-
-/** The active credentials with a JWK Set URL, for the scheduled fetch round (operator-made: a few per partner at most). */
-export function jwksUrlCredentials(store: Pick<AuthStore, "credentials">): Promise<CredentialDoc[]> {
-  return store.credentials
-    .find(
-      { authMethod: "private_key_jwt", status: "active", jwksUrl: { $exists: true } },
-      { projection: { _id: 1, jwksUrl: 1, jwksFetched: 1, jwksFetchFailedAt: 1 } },
-    )
-    .toArray();
 }
