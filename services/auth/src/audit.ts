@@ -1,4 +1,4 @@
-import { verify, type KeyObject } from "node:crypto";
+import { verify } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
@@ -90,18 +90,6 @@ export async function expireAuditRecords(db: Db, cutoff: Date): Promise<number> 
     .deletedCount;
 }
 
-const keyOf = (publicKeys: PublicKeys, service: string, kid: string) =>
-  (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(service)?.get(kid);
-
-function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
-  const key = keyOf(publicKeys, r.service, r.signingKid);
-  try {
-    return !!key && r.signature !== "" && verify(null, auditSignedBytes(r), key, Buffer.from(r.signature, "base64url"));
-  } catch {
-    return false;
-  }
-}
-
 /** The stored record of one message, or null (logged): bad shape, an action its service does not own, or a bad signature. */
 export function decodeAuditMessage(
   message: KafkaMessage,
@@ -127,9 +115,7 @@ export function decodeAuditMessage(
       ? checkAuditRecord({ ...r, outcome: eventsv1.AuditOutcome[r.outcome]?.toLowerCase() })
       : null;
   if (!fields) return skip({ id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
-  if (!signedByItsService(r, publicKeys))
-    return skip({ id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
-  return {
+  const doc = {
     _id: r.id,
     occurredAt: new Date(Number(r.occurredAt)),
     ...fields,
@@ -140,6 +126,9 @@ export function decodeAuditMessage(
     signature: r.signature,
     signingKid: r.signingKid,
   };
+  if (!verifyStoredRecord(doc, publicKeys).verified)
+    return skip({ id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
+  return doc;
 }
 
 export const AUDIT_VERIFICATION = {
@@ -159,11 +148,12 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
 
 export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): { verified: boolean; reason: string } {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
-  if (!keyOf(publicKeys, doc.service, doc.signingKid))
-    return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
+  const key = publicKeys.get(doc.service)?.get(doc.signingKid);
+  if (!key) return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
   let verified = false;
   try {
-    verified = signedByItsService(storedRecordMessage(doc), publicKeys);
+    const signature = Buffer.from(doc.signature, "base64url");
+    verified = verify(null, auditSignedBytes(storedRecordMessage(doc)), key, signature);
   } catch {
     // A stored field no message can carry: altered.
   }

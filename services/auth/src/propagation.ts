@@ -15,14 +15,6 @@ const DEFAULT_TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 const RELAY_RETRY_MS = 50;
 
-export interface Propagation {
-  gateways: number;
-  confirmed: number;
-  authReplicas: number;
-  authConfirmed: number;
-  elapsedMs: bigint;
-}
-
 export function followersBehind(
   followers: readonly FollowerDoc[],
   partition: number,
@@ -112,7 +104,7 @@ export class PartnerEventPublisher {
     entry: PartnerEventEntry,
     since = performance.now(),
     log?: { what: string; fields: Record<string, string> },
-  ): Promise<Propagation> {
+  ) {
     const deadline = performance.now() + this.timeoutMs;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
     let at = (await outbox.relay(id)).get(entry.eventId);

@@ -1,6 +1,6 @@
 import type { JSONWebKeySet } from "jose";
 import type { Collection, Db } from "mongodb";
-import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
+import { emptyOutbox, insertIfNew, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
 import type { AuditCarrier } from "@pi/common/store/audit-trail";
 import type { PartnerMode } from "@pi/common/rules/mode";
 import type { SigningKeyDoc } from "./keys.js";
@@ -86,31 +86,6 @@ export interface AuthStore {
 // A suspended partner read when the client is unknown, so an unknown client costs what a known one does (guarantee 5).
 export const DECOY_PARTNER_ID = "ptr~decoy";
 
-/** Creates the decoy partner once; of replicas starting together, the upserts that lose find it there. */
-async function ensureDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
-  const now = new Date();
-  const sealedSigningSecret = await sealer.seal("decoy", "webhook-signing-secret");
-  try {
-    await store.partners.updateOne(
-      { _id: DECOY_PARTNER_ID },
-      {
-        $setOnInsert: {
-          name: "decoy",
-          status: "suspended",
-          scopes: ["connections:write", "files:write"],
-          webhookUrl: null,
-          sealedSigningSecret,
-          createdAt: now,
-          updatedAt: now,
-        },
-      },
-      { upsert: true },
-    );
-  } catch (err) {
-    if (!isDuplicateKey(err)) throw err;
-  }
-}
-
 export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthStore> {
   const store = {
     partners: db.collection<PartnerDoc>("partners"),
@@ -125,7 +100,19 @@ export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthS
   await store.credentials.createIndex({ status: 1 });
   await store.partners.createIndex({ status: 1 });
   await store.partners.createIndex({ suspendedAt: 1 }, { sparse: true });
-  await ensureDecoy(store, sealer);
+  const now = new Date();
+  // Of replicas starting together, the inserts that lose find it there.
+  await insertIfNew(store.partners, {
+    _id: DECOY_PARTNER_ID,
+    name: "decoy",
+    status: "suspended",
+    scopes: ["connections:write", "files:write"],
+    webhookUrl: null,
+    sealedSigningSecret: await sealer.seal("decoy", "webhook-signing-secret"),
+    createdAt: now,
+    updatedAt: now,
+    ...emptyOutbox(),
+  });
   return store;
 }
 

@@ -7,13 +7,6 @@ export const TOKEN_ISSUER = "pi-auth";
 export const TOKEN_AUDIENCE = "partner-api";
 export const TOKEN_TYPE = "at+jwt";
 
-export interface AccessClaims {
-  sub: string; // partner id
-  client_id: string;
-  mode: CredentialMode;
-  scope: string;
-}
-
 /** `iat` and `exp` of a token minted at `nowMs`: `exp` rounds up, so it lives at least its `expires_in`. */
 export function tokenTimes(nowMs: number, ttlSeconds: number): { iat: number; exp: number } {
   return { iat: Math.floor(nowMs / 1000), exp: Math.ceil(nowMs / 1000) + ttlSeconds };
@@ -26,7 +19,11 @@ export function reinstatementWaitMs(suspendedAtMs: number | undefined, nowMs: nu
   return Math.max(0, nextSecond - nowMs);
 }
 
-export async function signAccessToken(keys: KeyRing, claims: AccessClaims, ttlSeconds: number): Promise<string> {
+export async function signAccessToken(
+  keys: KeyRing,
+  claims: { sub: string; client_id: string; mode: CredentialMode; scope: string },
+  ttlSeconds: number,
+): Promise<string> {
   const { iat, exp } = tokenTimes(Date.now(), ttlSeconds);
   const { kid, privateKey } = keys.signer();
   return new SignJWT({ client_id: claims.client_id, mode: claims.mode, scope: claims.scope })
