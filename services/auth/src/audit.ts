@@ -33,25 +33,13 @@ export interface AuditRecordDoc extends AuditRecordFields {
 export const DEFAULT_AUDIT_LIMIT = 100;
 export const MAX_AUDIT_LIMIT = 1000;
 
-export interface AuditQuery {
-  since?: Date;
-  target?: string;
-  limit: number;
-}
-
-/** Append and read: what the appending role (auditAppend) may do. No update, no delete. */
-export interface AuditStore {
-  append(docs: AuditRecordDoc[]): Promise<number>;
-  list(query: AuditQuery): Promise<AuditRecordDoc[]>;
-}
-
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
 export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
-export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
+export function auditQuery(req: { since: bigint; target: string; limit: number }) {
   const refuse = (message: string) => new RpcError(message, Status.INVALID_ARGUMENT);
   if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw refuse(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
   if (req.since < 0n) throw refuse("since must be Unix milliseconds, or 0 for all");
@@ -66,15 +54,18 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
 
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
-export async function openAuditStore(db: Db): Promise<AuditStore> {
+/** Append and read: what the appending role (auditAppend) may do. No update, no delete. */
+export type AuditStore = Awaited<ReturnType<typeof openAuditStore>>;
+
+export async function openAuditStore(db: Db) {
   const records: Collection<AuditRecordDoc> = db.collection<AuditRecordDoc>("audit_records");
   await records.createIndex({ occurredAt: -1 }, { name: "newest" });
   await records.createIndex({ targets: 1, occurredAt: -1 }, { name: "by_target" });
   return {
-    async append(docs) {
+    async append(docs: AuditRecordDoc[]) {
       return docs.length - (await insertNew(records, docs)).length;
     },
-    async list(q) {
+    async list(q: { since?: Date; target?: string; limit: number }) {
       const filter: Filter<AuditRecordDoc> = {
         ...(q.since ? { occurredAt: { $gte: q.since } } : {}),
         ...(q.target ? { targets: q.target } : {}),

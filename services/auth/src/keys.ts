@@ -134,14 +134,11 @@ export class KeyRing {
     return this.published;
   }
 
-  async has(kid: string): Promise<boolean> {
-    return (await this.stored()).some((k) => k.kid === kid);
-  }
-
-  /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once; its kid. */
+  /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once (its kid; else ""; undefined: no such key). */
   async replaceIfSigning(kid: string): Promise<string | undefined> {
     const all = await this.stored();
-    if (all.length === 0 || signingKeyOf(all, Date.now()).kid !== kid) return undefined;
+    if (!all.some((k) => k.kid === kid)) return undefined;
+    if (signingKeyOf(all, Date.now()).kid !== kid) return "";
     const added = await newStoredKey(this.sealer, new Date());
     await this.insert(added.kid, added, "signing_key.rotate");
     return added.kid;

@@ -68,6 +68,15 @@ export interface AuthAudit {
 
 export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
 
+const failure = (value: authv1.TokenFailure) => ({ outcome: { case: "failure" as const, value } });
+
+const authenticatedBy = (credential: CredentialDoc, partner: PartnerDoc): Authenticated => ({
+  clientId: credential._id,
+  partnerId: partner._id,
+  mode: credential.mode,
+  scopes: partner.scopes,
+});
+
 function stillSigning(partner: PartnerDoc, now = Date.now()) {
   return (partner.previousSigningSecrets ?? []).filter((p) => p.expiresAt.getTime() > now);
 }
@@ -80,7 +89,7 @@ export default (deps: AuthDeps) => (router: Router) => {
 
   async function tokenFor(authenticated: Authenticated, requested: string | undefined) {
     const grant = grantScopes(requested, authenticated.scopes);
-    if (!grant.ok) return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_SCOPE } };
+    if (!grant.ok) return failure(TokenFailure.INVALID_SCOPE);
     const scope = grant.scopes.join(" ");
     const accessToken = await signAccessToken(
       keys,
@@ -164,15 +173,9 @@ export default (deps: AuthDeps) => (router: Router) => {
     const ticket = authentications.ticket();
     const { credential, partner } = await readClient(req.clientId);
     const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
-    if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
-      return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
-    }
-    const authenticated: Authenticated = {
-      clientId: credential._id,
-      partnerId: partner._id,
-      mode: credential.mode,
-      scopes: partner.scopes,
-    };
+    if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active")
+      return failure(TokenFailure.INVALID_CLIENT);
+    const authenticated = authenticatedBy(credential, partner);
     authentications.keep(ticket, presented, authenticated);
     return tokenFor(authenticated, req.scope);
   }
@@ -217,12 +220,9 @@ export default (deps: AuthDeps) => (router: Router) => {
         },
         "client assertion refused",
       );
-      return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
+      return failure(TokenFailure.INVALID_CLIENT);
     }
-    return tokenFor(
-      { clientId: usable._id, partnerId: partner._id, mode: usable.mode, scopes: partner.scopes },
-      req.scope,
-    );
+    return tokenFor(authenticatedBy(usable, partner), req.scope);
   }
 
   async function keySource(
@@ -258,8 +258,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     async issueTokens(req) {
       if (req.requests.length > MAX_TOKENS_PER_CALL)
         throw new RpcError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Status.INVALID_ARGUMENT);
-      const unavailable = { outcome: { case: "failure" as const, value: TokenFailure.UNAVAILABLE } };
-      return { responses: await eachOnItsOwn(req.requests, issueToken, unavailable) };
+      return { responses: await eachOnItsOwn(req.requests, issueToken, failure(TokenFailure.UNAVAILABLE)) };
     },
 
     async getJwks() {
@@ -293,9 +292,7 @@ export default (deps: AuthDeps) => (router: Router) => {
       return {
         revokedClientIds: revoked.map((c) => c._id),
         suspendedPartnerIds: suspended.map((p) => p._id).filter((id) => id !== DECOY_PARTNER_ID),
-        tokenCutoffs: cutoffs
-          .filter((p) => p.suspendedAt)
-          .map((p) => ({ partnerId: p._id, suspendedAt: BigInt(p.suspendedAt!.getTime()) })),
+        tokenCutoffs: cutoffs.map((p) => ({ partnerId: p._id, suspendedAt: BigInt(p.suspendedAt!.getTime()) })),
         revokedKids: revokedKeys.map((k) => k._id),
       };
     },
@@ -304,12 +301,12 @@ export default (deps: AuthDeps) => (router: Router) => {
       const fields = { action: "signing_key.revoke", actor: "operator", targets: [req.kid] } as const;
       return trail.refusals(fields, async () => {
         const since = performance.now();
-        if (!(await keys.has(req.kid))) {
+        const replacementKid = await keys.replaceIfSigning(req.kid);
+        if (replacementKid === undefined) {
           if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } })))
             return { kid: req.kid, replacementKid: "" };
           throw new RpcError(`no signing key ${req.kid}`, Status.NOT_FOUND);
         }
-        const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
         const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
         const record = trail.entry({ ...fields, targets: [req.kid, replacementKid] });
         // Revoked at the same time by another call: that one publishes.
@@ -436,11 +433,11 @@ export default (deps: AuthDeps) => (router: Router) => {
         if (!credential) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
         const record = trail.entry({ ...fields, targets: [req.clientId, credential.partnerId] });
-        const updated = await store.credentials.findOneAndUpdate(
+        // Credentials are never deleted: the one read above found it.
+        await store.credentials.updateOne(
           { _id: req.clientId },
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
         );
-        if (!updated) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         audit.credentials.afterWrite(req.clientId);
         authentications.dropClient(req.clientId);
         const log = { what: "credential revoked", fields: { clientId: req.clientId } };

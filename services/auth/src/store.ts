@@ -1,5 +1,5 @@
 import type { JSONWebKeySet } from "jose";
-import type { Collection, Db } from "mongodb";
+import type { Db } from "mongodb";
 import { emptyOutbox, insertIfNew, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
 import type { AuditCarrier } from "@pi/common/store/audit-trail";
 import type { PartnerMode } from "@pi/common/rules/mode";
@@ -72,27 +72,20 @@ export interface UsedAssertionDoc {
   expiresAt: Date;
 }
 
-export interface AuthStore {
-  partners: Collection<PartnerDoc>;
-  credentials: Collection<CredentialDoc>;
-  signingKeys: Collection<SigningKeyDoc>;
-  revokedKeys: Collection<RevokedKeyDoc>;
-  /** Collection `gateways`, named when only gateways followed the topic. */
-  followers: Collection<FollowerDoc>;
-  /** Every replica inserts here before accepting an assertion: the unique _id lets exactly one accept a jti. */
-  usedAssertions: Collection<UsedAssertionDoc>;
-}
-
 // A suspended partner read when the client is unknown, so an unknown client costs what a known one does (guarantee 5).
 export const DECOY_PARTNER_ID = "ptr~decoy";
 
-export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthStore> {
+export type AuthStore = Awaited<ReturnType<typeof openAuthStore>>;
+
+export async function openAuthStore(db: Db, sealer: SecretSealer) {
   const store = {
     partners: db.collection<PartnerDoc>("partners"),
     credentials: db.collection<CredentialDoc>("credentials"),
     signingKeys: db.collection<SigningKeyDoc>("signing_keys"),
     revokedKeys: db.collection<RevokedKeyDoc>("revoked_keys"),
+    /** Named when only gateways followed the topic. */
     followers: db.collection<FollowerDoc>("gateways"),
+    /** Every replica inserts here before accepting an assertion: the unique _id lets exactly one accept a jti. */
     usedAssertions: db.collection<UsedAssertionDoc>("used_assertions"),
   };
   await store.usedAssertions.createIndex({ expiresAt: 1 });
