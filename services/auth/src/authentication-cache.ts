@@ -1,9 +1,8 @@
 import { LRUCache } from "lru-cache";
-import { eventsv1 } from "@pi/proto";
 import type { CredentialMode } from "./store.js";
 
 // Successful client authentications, keyed by client id and the HMAC of the presented secret: only
-// both right find an entry, so every failure takes the full path of guarantee 5. Entries are dropped
+// both right find an entry, so every failure takes the full path of guarantee 5. The cache is emptied
 // by the replica that makes a change and by every replica its partner event reaches; a ticket taken
 // before the reads keeps a read from before a change out of the cache after it.
 
@@ -62,41 +61,10 @@ export class AuthenticationCache {
     return true;
   }
 
-  dropClient(clientId: string): void {
-    this.dropWhere((a) => a.clientId === clientId);
-  }
-
-  dropPartner(partnerId: string): void {
-    this.dropWhere((a) => a.partnerId === partnerId);
-  }
-
+  /** Any partner event, or a change made here: every entry goes (changes are rare operator commands). */
   clear(): void {
     this.drops++;
     this.entries.clear();
-  }
-
-  apply(event: eventsv1.PartnerEvent): void {
-    switch (event.kind) {
-      case eventsv1.PartnerEventKind.CREDENTIAL_REVOKED:
-        this.dropClient(event.clientId);
-        break;
-      case eventsv1.PartnerEventKind.PARTNER_SUSPENDED:
-      case eventsv1.PartnerEventKind.PARTNER_REINSTATED:
-        this.dropPartner(event.partnerId);
-        break;
-      default:
-        break;
-    }
-  }
-
-  // Changes are rare operator commands; a scan of at most `max` entries is cheaper than an index.
-  private dropWhere(matches: (a: Authenticated) => boolean): void {
-    this.drops++;
-    const doomed: string[] = [];
-    this.entries.forEach((a, k) => {
-      if (matches(a)) doomed.push(k);
-    });
-    for (const k of doomed) this.entries.delete(k);
   }
 }
 

@@ -393,7 +393,7 @@ export default (deps: AuthDeps) => (router: Router) => {
         if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
         audit.partners.afterWrite(req.partnerId);
         // This replica at once; the others when the event reaches them, which propagate waits for.
-        authentications.dropPartner(req.partnerId);
+        authentications.clear();
         const log = { what: `partner ${status}`, fields: { partnerId: req.partnerId } };
         const propagation = await events.propagate(events.partners, req.partnerId, event, since, log);
         return { partnerId: req.partnerId, status: req.status, propagation };
@@ -439,7 +439,7 @@ export default (deps: AuthDeps) => (router: Router) => {
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
         );
         audit.credentials.afterWrite(req.clientId);
-        authentications.dropClient(req.clientId);
+        authentications.clear();
         const log = { what: "credential revoked", fields: { clientId: req.clientId } };
         const propagation = await events.propagate(events.credentials, req.clientId, event, since, log);
         return { clientId: req.clientId, propagation };

@@ -122,7 +122,7 @@ export async function startAuthService(
     logger,
     async apply(event) {
       await options.beforePartnerEvent?.();
-      authentications.apply(event);
+      authentications.clear();
       // A revoked key stops signing on this replica before its position passes the event.
       if (event.kind === eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED) await keys.load();
     },
