@@ -22,11 +22,6 @@ export interface SigningKeyDoc extends StoredKey, AuditCarrier {
   _id: string;
 }
 
-export interface KeyAudit {
-  trail: Pick<AuditTrail, "entry">;
-  outbox: Pick<Outbox<SigningKeyDoc, AuditEntry>, "afterWrite">;
-}
-
 const KEY_PROJECTION = Object.fromEntries(AUDIT_BOOKKEEPING.map((f) => [f, 0]));
 
 const FIRST_KEY_ID = "first";
@@ -50,13 +45,12 @@ export function retiredKeys(
   marginMs: number,
 ): StoredKey[] {
   const current = signingKeyOf(keys, now);
-  return keys.filter((k) => {
-    if (k.kid === current.kid || activation(k) > now) return false;
-    const successor = keys
-      .filter((s) => activation(s) > activation(k) && activation(s) <= now)
-      .sort((a, b) => activation(a) - activation(b))[0];
-    return successor !== undefined && activation(successor) + tokenTtlMs + marginMs <= now;
-  });
+  // Superseded that long ago: some later key activated at least that long before now.
+  return keys.filter(
+    (k) =>
+      k.kid !== current.kid &&
+      keys.some((s) => activation(s) > activation(k) && activation(s) + tokenTtlMs + marginMs <= now),
+  );
 }
 
 async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<StoredKey> {
@@ -79,14 +73,18 @@ export class KeyRing {
   private keys: StoredKey[] = [];
   private readonly privateKeys = new Map<string, CryptoKey>();
   private published: { keys: JWK[] } = { keys: [] };
+  private readonly auditOutbox?: Outbox<SigningKeyDoc, AuditEntry>;
 
   constructor(
     private readonly collection: Collection<SigningKeyDoc>,
     private readonly sealer: SecretSealer,
-    private readonly audit?: KeyAudit,
+    /** Construct before the trail starts: the keys' audit outbox is one of its own. */
+    private readonly trail?: AuditTrail,
     /** Revoked keys by kid (ops keys revoke): never used, even if a crash left the key's own document. */
     private readonly revoked?: Pick<Collection<{ _id: string }>, "find">,
-  ) {}
+  ) {
+    this.auditOutbox = trail?.on(collection);
+  }
 
   private async stored(): Promise<StoredKey[]> {
     const [docs, revoked] = await Promise.all([
@@ -99,10 +97,10 @@ export class KeyRing {
 
   private async insert(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate") {
     const actor = action === "signing_key.create" ? "system" : "operator";
-    const audit = this.audit?.trail.entry({ action, actor, targets: [key.kid] });
+    const audit = this.trail?.entry({ action, actor, targets: [key.kid] });
     // Of replicas creating the first key together, the inserts that lose find it there.
     if (await insertIfNew(this.collection, { _id, ...key, ...(audit ? { audit: [audit] } : {}) }))
-      this.audit?.outbox.afterWrite(_id);
+      this.auditOutbox?.afterWrite(_id);
   }
 
   async load(): Promise<void> {

@@ -361,9 +361,8 @@ export default (deps: AuthDeps) => (router: Router) => {
       }),
 
     async setPartnerStatus(req) {
-      if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED) {
+      if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED)
         throw new RpcError("status must be active or suspended", Status.INVALID_ARGUMENT);
-      }
       const suspend = req.status === PartnerStatus.SUSPENDED;
       const status = suspend ? "suspended" : "active";
       const action = suspend ? "partner.suspend" : "partner.reinstate";

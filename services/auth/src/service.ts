@@ -93,13 +93,8 @@ export async function startAuthService(
   const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
     ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDb)
     : undefined;
+  const keys = new KeyRing(store.signingKeys, sealer, trail, store.revokedKeys);
   await trail.start();
-  const keys = new KeyRing(
-    store.signingKeys,
-    sealer,
-    { trail, outbox: trail.on(store.signingKeys) },
-    store.revokedKeys,
-  );
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = refreshSigningKeys(settings, () => keys.load(), logger);

@@ -89,7 +89,6 @@ export async function openAuthStore(db: Db, sealer: SecretSealer) {
     usedAssertions: db.collection<UsedAssertionDoc>("used_assertions"),
   };
   await store.usedAssertions.createIndex({ expiresAt: 1 });
-  await store.credentials.createIndex({ partnerId: 1 });
   await store.credentials.createIndex({ status: 1 });
   await store.partners.createIndex({ status: 1 });
   await store.partners.createIndex({ suspendedAt: 1 }, { sparse: true });
