@@ -11,7 +11,7 @@ import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./
 // An operator's change is visible when its command exits (operator contract): its partner event is published at once
 // and the answer waits until every live follower applied it, or a timeout well under the command's 2 s budget.
 
-const DEFAULT_TIMEOUT_MS = 1_200;
+const TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 const RELAY_RETRY_MS = 50;
 
@@ -38,36 +38,6 @@ export function partnerEvent(
 
 type PartnerEventDoc = { _id: string } & OutboxFields<PartnerEventEntry>;
 
-function partnerEventOutbox<D extends PartnerEventDoc>(
-  collection: Collection<D>,
-  partnerOf: (doc: D) => string,
-  producer: Pick<Producer, "send">,
-  topic: string,
-  logger: Logger,
-) {
-  return new Outbox<D, PartnerEventEntry>({
-    name: "partner events",
-    collection,
-    producer,
-    topic,
-    logger,
-    // Every event of a partner on one partition, in order, whichever document carried it.
-    key: (doc) => partnerOf(doc as D),
-    value: (_doc, e) =>
-      toBinary(
-        eventsv1.PartnerEventSchema,
-        create(eventsv1.PartnerEventSchema, {
-          kind: e.kind,
-          partnerId: e.partnerId,
-          clientId: e.clientId,
-          occurredAt: BigInt(e.occurredAt.getTime()),
-          suspendedAt: BigInt(e.suspendedAt ?? 0),
-          kid: e.kid ?? "",
-        }),
-      ),
-  });
-}
-
 export class PartnerEventPublisher {
   readonly partners;
   readonly credentials;
@@ -75,14 +45,34 @@ export class PartnerEventPublisher {
 
   constructor(
     private readonly store: AuthStore,
-    producer: Pick<Producer, "send">,
-    topic: string,
+    private readonly producer: Pick<Producer, "send">,
+    private readonly topic: string,
     private readonly logger: Logger,
-    private readonly timeoutMs = DEFAULT_TIMEOUT_MS,
   ) {
-    this.partners = partnerEventOutbox(store.partners, (p) => p._id, producer, topic, logger);
-    this.credentials = partnerEventOutbox(store.credentials, (c) => c.partnerId, producer, topic, logger);
-    this.revokedKeys = partnerEventOutbox(store.revokedKeys, (k) => k._id, producer, topic, logger);
+    this.partners = this.outbox(store.partners, (p) => p._id);
+    this.credentials = this.outbox(store.credentials, (c) => c.partnerId);
+    this.revokedKeys = this.outbox(store.revokedKeys, (k) => k._id);
+  }
+
+  private outbox<D extends PartnerEventDoc>(collection: Collection<D>, partnerOf: (doc: D) => string) {
+    return new Outbox<D, PartnerEventEntry>({
+      name: "partner events",
+      collection,
+      producer: this.producer,
+      topic: this.topic,
+      logger: this.logger,
+      // Every event of a partner on one partition, in order, whichever document carried it.
+      key: (doc) => partnerOf(doc as D),
+      value: (_doc, e) =>
+        toBinary(
+          eventsv1.PartnerEventSchema,
+          create(eventsv1.PartnerEventSchema, {
+            ...e,
+            occurredAt: BigInt(e.occurredAt.getTime()),
+            suspendedAt: BigInt(e.suspendedAt ?? 0),
+          }),
+        ),
+    });
   }
 
   private get outboxes() {
@@ -105,7 +95,7 @@ export class PartnerEventPublisher {
     since = performance.now(),
     log?: { what: string; fields: Record<string, string> },
   ) {
-    const deadline = performance.now() + this.timeoutMs;
+    const deadline = performance.now() + TIMEOUT_MS;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
     let at = (await outbox.relay(id)).get(entry.eventId);
     while (!at && performance.now() < deadline && (await outbox.holds(id, entry.eventId))) {

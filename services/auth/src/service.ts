@@ -108,8 +108,8 @@ export async function startAuthService(
   await events.start();
   let feed: PartnerEventFeed | undefined;
   const authentications = new AuthenticationCache({ trusted: () => feed?.trusted() === true });
-  // Every replica follows the partner events, as gateways do: an operator's change drops the cached
-  // authentications it affects on every replica before the command returns.
+  // Every replica follows the partner events, as gateways do: an operator's change empties the cache
+  // of authentications on every replica before the command returns.
   feed = await followPartnerEvents({
     kafka: runtime.kafka,
     namespace: settings.DATA_NAMESPACE,
