@@ -13,29 +13,17 @@ export interface Authenticated {
   scopes: readonly string[];
 }
 
-export const AUTHENTICATION_CACHE_MAX = 10_000;
-export const AUTHENTICATION_CACHE_TTL_MS = 5 * 60_000;
-
-export interface AuthenticationCacheOptions {
-  max?: number;
-  ttlMs?: number;
-  /** PartnerEventFeed.trusted: while false, nothing is served or kept, and what was kept is dropped. */
-  trusted?: () => boolean;
-  perf?: { now(): number };
-}
-
 export class AuthenticationCache {
   private readonly entries: LRUCache<string, Authenticated>;
-  private readonly trusted: () => boolean;
   private drops = 0;
 
-  constructor(options: AuthenticationCacheOptions = {}) {
-    this.entries = new LRUCache<string, Authenticated>({
-      max: options.max ?? AUTHENTICATION_CACHE_MAX,
-      ttl: options.ttlMs ?? AUTHENTICATION_CACHE_TTL_MS,
-      ...(options.perf ? { perf: options.perf, ttlResolution: 0 } : {}),
-    });
-    this.trusted = options.trusted ?? (() => true);
+  constructor(
+    /** PartnerEventFeed.trusted: while false, nothing is served or kept, and what was kept is dropped. */
+    private readonly trusted: () => boolean = () => true,
+    /** lru-cache's own options, over 10,000 entries of 5 minutes at most (the TTL only a safety net). */
+    options: Partial<LRUCache.Options<string, Authenticated, unknown>> = {},
+  ) {
+    this.entries = new LRUCache<string, Authenticated>({ max: 10_000, ttl: 5 * 60_000, ...options });
   }
 
   get size(): number {

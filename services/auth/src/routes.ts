@@ -463,9 +463,8 @@ export default (deps: AuthDeps) => (router: Router) => {
     rotateSigningSecret: (req) => {
       const fields = { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] } as const;
       return trail.refusals(fields, async () => {
-        if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
+        if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS))
           throw new RpcError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Status.INVALID_ARGUMENT);
-        }
         const partner = await partnerOrThrow(req.partnerId);
         const signingSecret = newSecret("whsec");
         const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);

@@ -33,9 +33,6 @@ import { peppersOf, SecretSealer } from "./secrets.js";
 import { openAuthStore, sweepUsedAssertions } from "./store.js";
 import { JWKS_URL_REFRESH_EVERY_MS } from "./jwks-refresh.js";
 
-/** The job lease of the scheduled JWK Set URL round. */
-const JWKS_URL_REFRESH_LEASE = "jwks-url-refresh";
-
 export interface AuthServiceOptions {
   /** Awaited before each partner event is applied: a test holds it to play a replica whose consumer is stuck. */
   beforePartnerEvent?: () => Promise<void>;
@@ -107,7 +104,7 @@ export async function startAuthService(
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
   let feed: PartnerEventFeed | undefined;
-  const authentications = new AuthenticationCache({ trusted: () => feed?.trusted() === true });
+  const authentications = new AuthenticationCache(() => feed?.trusted() === true);
   // Every replica follows the partner events, as gateways do: an operator's change empties the cache
   // of authentications on every replica before the command returns.
   feed = await followPartnerEvents({
@@ -135,7 +132,7 @@ export async function startAuthService(
   });
   await assertionKeys.start();
   // JWK Set URLs are fetched here, never on a token request: sets past their age.
-  const jwksRefresh = leased("refresh JWK Set URLs", JWKS_URL_REFRESH_EVERY_MS, JWKS_URL_REFRESH_LEASE, async () =>
+  const jwksRefresh = leased("refresh JWK Set URLs", JWKS_URL_REFRESH_EVERY_MS, "jwks-url-refresh", async () =>
     assertionKeys.refreshDue(await jwksUrlCredentials(store.credentials)),
   );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.

@@ -43,9 +43,7 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
-  /** HMAC-SHA256 of the secret under `pepperId`; the dummy hash for a private_key_jwt credential. */
-  secretHash: string;
-  /** Absent: a client secret. */
+  /** Absent: a client secret (secretHash the dummy hash for a private_key_jwt credential). */
   authMethod?: "client_secret" | "private_key_jwt";
   jwks?: JSONWebKeySet;
   jwksUrl?: string;

@@ -18,8 +18,8 @@ const a: Authenticated = {
 const aTest: Authenticated = { clientId: "cli_a_test", partnerId: "ptr_1", mode: "test", scopes: ["files:write"] };
 const b: Authenticated = { clientId: "cli_b", partnerId: "ptr_2", mode: "live", scopes: ["files:write"] };
 
-function filled(options: ConstructorParameters<typeof AuthenticationCache>[0] = {}) {
-  const cache = new AuthenticationCache(options);
+function filled(trusted?: () => boolean) {
+  const cache = new AuthenticationCache(trusted);
   expect(cache.keep(cache.ticket(), hashA, a)).toBe(true);
   expect(cache.keep(cache.ticket(), hashA, aTest)).toBe(true);
   expect(cache.keep(cache.ticket(), hashA, b)).toBe(true);
@@ -61,7 +61,7 @@ describe("AuthenticationCache", () => {
   });
 
   it("is bounded: past `max` entries the least recently used goes", () => {
-    const cache = new AuthenticationCache({ max: 2 });
+    const cache = new AuthenticationCache(undefined, { max: 2 });
     cache.keep(cache.ticket(), hashA, a);
     cache.keep(cache.ticket(), hashA, b);
     cache.get("cli_a", hashA);
@@ -74,7 +74,7 @@ describe("AuthenticationCache", () => {
 
   it("forgets an entry after its TTL, a safety net should an event never arrive", () => {
     let now = 1_000;
-    const cache = new AuthenticationCache({ ttlMs: 60_000, perf: { now: () => now } });
+    const cache = new AuthenticationCache(undefined, { ttl: 60_000, ttlResolution: 0, perf: { now: () => now } });
     cache.keep(cache.ticket(), hashA, a);
     now += 59_000;
     expect(cache.get("cli_a", hashA)).toEqual(a);
@@ -84,7 +84,7 @@ describe("AuthenticationCache", () => {
 
   it("while the replica cannot vouch for its invalidations, serves nothing, keeps nothing, and drops what it held", () => {
     let trusted = true;
-    const cache = filled({ trusted: () => trusted });
+    const cache = filled(() => trusted);
     trusted = false;
     const ticket = cache.ticket();
     expect(cache.get("cli_a", hashA)).toBeUndefined();
