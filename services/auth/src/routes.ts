@@ -91,11 +91,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     const grant = grantScopes(requested, authenticated.scopes);
     if (!grant.ok) return failure(TokenFailure.INVALID_SCOPE);
     const scope = grant.scopes.join(" ");
-    const accessToken = await signAccessToken(
-      keys,
-      { sub: authenticated.partnerId, client_id: authenticated.clientId, mode: authenticated.mode, scope },
-      settings.ACCESS_TOKEN_TTL_SECONDS,
-    );
+    const accessToken = await signAccessToken(keys, authenticated, scope, settings.ACCESS_TOKEN_TTL_SECONDS);
     return {
       outcome: {
         case: "token" as const,
