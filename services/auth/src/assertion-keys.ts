@@ -104,10 +104,8 @@ export class AssertionKeys {
 
   async start(): Promise<void> {
     for (const alg of ASSERTION_ALGORITHMS) this.dummies.set(alg, (await generateKeyPair(alg)).publicKey);
-    const stranger = await generateKeyPair("ES256");
-    this.dummyAssertion = await new SignJWT({})
-      .setProtectedHeader({ alg: "ES256", kid: "dummy" })
-      .sign(stranger.privateKey);
+    const stranger = (await generateKeyPair("ES256")).privateKey;
+    this.dummyAssertion = await new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "dummy" }).sign(stranger);
   }
 
   async stop(): Promise<void> {

@@ -115,8 +115,14 @@ export class KeyRing {
   private async use(keys: StoredKey[]): Promise<void> {
     for (const k of keys) {
       if (this.privateKeys.has(k.kid)) continue;
-      const jwk = JSON.parse(await this.sealer.unseal(k.sealedPrivateJwk, "token-signing-key")) as JWK;
-      this.privateKeys.set(k.kid, (await importJWK(jwk, JWT_ALG)) as CryptoKey);
+      const jwk = await this.sealer.unseal(k.sealedPrivateJwk, "token-signing-key");
+      this.privateKeys.set(k.kid, (await importJWK(JSON.parse(jwk) as JWK, JWT_ALG)) as CryptoKey);
+      // Sealed by a KEK since rotated out of first place: sealed again (if still the value read).
+      if (!this.sealer.isCurrent(k.sealedPrivateJwk))
+        await this.collection.updateOne(
+          { kid: k.kid, sealedPrivateJwk: k.sealedPrivateJwk },
+          { $set: { sealedPrivateJwk: await this.sealer.seal(jwk, "token-signing-key") } },
+        );
     }
     for (const kid of this.privateKeys.keys()) if (!keys.some((k) => k.kid === kid)) this.privateKeys.delete(kid);
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
