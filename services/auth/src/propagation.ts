@@ -6,6 +6,7 @@ import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/store/persist
 import type { Logger } from "@pi/common/runtime/logger";
 import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/events/partner-event-feed";
 import type { Producer } from "@pi/common/events/kafka";
+import type { AuditTrail } from "@pi/common/store/audit-trail";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
 // An operator's change is visible when its command exits (operator contract): its partner event is published at once
@@ -15,12 +16,7 @@ const TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 const RELAY_RETRY_MS = 50;
 
-export function followersBehind(
-  followers: readonly FollowerDoc[],
-  partition: number,
-  offset: number,
-  now: number,
-): FollowerDoc[] {
+export function followersBehind(followers: readonly FollowerDoc[], partition: number, offset: number, now: number) {
   return followers.filter(
     (f) => f.seenAt.getTime() >= now - FOLLOWER_LIVENESS_MS && (f.nextOffsets[String(partition)] ?? -1) <= offset,
   );
@@ -42,9 +38,12 @@ export class PartnerEventPublisher {
   readonly partners;
   readonly credentials;
   readonly revokedKeys;
+  /** The audit outboxes of the same documents (the trail starts them): every change here records itself. */
+  readonly audit;
 
   constructor(
     private readonly store: AuthStore,
+    trail: AuditTrail,
     private readonly producer: Pick<Producer, "send">,
     private readonly topic: string,
     private readonly logger: Logger,
@@ -52,6 +51,11 @@ export class PartnerEventPublisher {
     this.partners = this.outbox(store.partners, (p) => p._id);
     this.credentials = this.outbox(store.credentials, (c) => c.partnerId);
     this.revokedKeys = this.outbox(store.revokedKeys, (k) => k._id);
+    this.audit = {
+      partners: trail.on(store.partners),
+      credentials: trail.on(store.credentials),
+      revokedKeys: trail.on(store.revokedKeys),
+    };
   }
 
   private outbox<D extends PartnerEventDoc>(collection: Collection<D>, partnerOf: (doc: D) => string) {
@@ -88,13 +92,16 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  async propagate<D extends PartnerEventDoc>(
-    outbox: Outbox<D, PartnerEventEntry>,
+  /** Relays a change's audit record and partner event, and waits for every live follower to apply the event. */
+  async propagate(
+    on: "partners" | "credentials" | "revokedKeys",
     id: string,
     entry: PartnerEventEntry,
     since = performance.now(),
     log?: { what: string; fields: Record<string, string> },
   ) {
+    this.audit[on].afterWrite(id);
+    const outbox = this[on];
     const deadline = performance.now() + TIMEOUT_MS;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
     let at = (await outbox.relay(id)).get(entry.eventId);

@@ -4,12 +4,11 @@ import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AuditTrail } from "@pi/common/store/audit-trail";
 import type { PublicKeys } from "@pi/common/rpc/service-identity";
-import { emptyOutbox, insertIfNew, type Outbox } from "@pi/common/store/persistence";
+import { emptyOutbox, insertIfNew } from "@pi/common/store/persistence";
 import { MAX_TOKENS_PER_CALL } from "@pi/common/rpc/clients";
 import { newId, newSecret } from "@pi/common/rules/ids";
 import { tokenEndpointUrl, type Settings } from "@pi/common/runtime/settings";
 import { tokensIssued, tokensRefused } from "@pi/common/runtime/metrics";
-import type { AuditEntry } from "@pi/common/store/audit";
 import type { Logger } from "@pi/common/runtime/logger";
 import { webhookUrlRefusal } from "@pi/common/rules/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/rules/mode";
@@ -30,14 +29,7 @@ import {
   type Peppers,
   type SecretSealer,
 } from "./secrets.js";
-import {
-  DECOY_PARTNER_ID,
-  type AuthStore,
-  type CredentialDoc,
-  type CredentialMode,
-  type PartnerDoc,
-  type RevokedKeyDoc,
-} from "./store.js";
+import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
 import { eachOnItsOwn } from "./token-batch.js";
 import { reinstatementWaitMs, signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 
@@ -58,9 +50,6 @@ export interface AuthDeps {
 
 export interface AuthAudit {
   trail: AuditTrail;
-  partners: Pick<Outbox<PartnerDoc, AuditEntry>, "afterWrite">;
-  credentials: Pick<Outbox<CredentialDoc, AuditEntry>, "afterWrite">;
-  revokedKeys: Pick<Outbox<RevokedKeyDoc, AuditEntry>, "afterWrite">;
   store: AuditStore;
   /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
   publicKeys: PublicKeys;
@@ -119,7 +108,7 @@ export default (deps: AuthDeps) => (router: Router) => {
       ...emptyOutbox(),
       audit: [trail.entry({ action: "credential.create", actor: "operator", targets: [clientId, partnerId] })],
     });
-    audit.credentials.afterWrite(clientId);
+    events.audit.credentials.afterWrite(clientId);
     return {
       clientId,
       clientSecret,
@@ -221,9 +210,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     return tokenFor(authenticatedBy(usable, partner), req.scope);
   }
 
-  async function keySource(
-    req: authv1.CreateCredentialRequest,
-  ): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
+  async function keySource(req: authv1.CreateCredentialRequest) {
     if (req.jwksJson !== undefined && req.jwksUrl !== undefined)
       throw new RpcError("give a JWK Set or its URL, not both", Status.INVALID_ARGUMENT);
     if (req.jwksJson !== undefined) {
@@ -313,10 +300,9 @@ export default (deps: AuthDeps) => (router: Router) => {
           outbox: [event],
           audit: [record],
         });
-        audit.revokedKeys.afterWrite(req.kid);
         await keys.remove(req.kid);
         const log = { what: "signing key revoked", fields: { kid: req.kid, replacementKid } };
-        const propagation = await events.propagate(events.revokedKeys, req.kid, event, since, log);
+        const propagation = await events.propagate("revokedKeys", req.kid, event, since, log);
         return { kid: req.kid, replacementKid, propagation };
       });
     },
@@ -349,7 +335,7 @@ export default (deps: AuthDeps) => (router: Router) => {
           ...emptyOutbox(),
           audit: [trail.entry({ action: "partner.create", actor: "operator", targets: [partnerId] }, now)],
         });
-        audit.partners.afterWrite(partnerId);
+        events.audit.partners.afterWrite(partnerId);
         const live = await issueCredential(partnerId, "live");
         const test = await issueCredential(partnerId, "test");
         deps.logger.info({ partnerId }, "partner created");
@@ -386,11 +372,10 @@ export default (deps: AuthDeps) => (router: Router) => {
           },
         );
         if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
-        audit.partners.afterWrite(req.partnerId);
         // This replica at once; the others when the event reaches them, which propagate waits for.
         authentications.clear();
         const log = { what: `partner ${status}`, fields: { partnerId: req.partnerId } };
-        const propagation = await events.propagate(events.partners, req.partnerId, event, since, log);
+        const propagation = await events.propagate("partners", req.partnerId, event, since, log);
         return { partnerId: req.partnerId, status: req.status, propagation };
       });
     },
@@ -406,8 +391,7 @@ export default (deps: AuthDeps) => (router: Router) => {
           { $set: { webhookUrl: url, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
         );
         if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
-        audit.partners.afterWrite(req.partnerId);
-        await events.propagate(events.partners, req.partnerId, event);
+        await events.propagate("partners", req.partnerId, event);
         return { partnerId: req.partnerId, webhookUrl: url };
       });
     },
@@ -433,10 +417,9 @@ export default (deps: AuthDeps) => (router: Router) => {
           { _id: req.clientId },
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
         );
-        audit.credentials.afterWrite(req.clientId);
         authentications.clear();
         const log = { what: "credential revoked", fields: { clientId: req.clientId } };
-        const propagation = await events.propagate(events.credentials, req.clientId, event, since, log);
+        const propagation = await events.propagate("credentials", req.clientId, event, since, log);
         return { clientId: req.clientId, propagation };
       });
     },
@@ -481,7 +464,7 @@ export default (deps: AuthDeps) => (router: Router) => {
         );
         if (!updated)
           throw new RpcError("the signing secret was rotated meanwhile; run the rotation again", Status.ABORTED);
-        audit.partners.afterWrite(partner._id);
+        events.audit.partners.afterWrite(partner._id);
         // Only webhook replicas care (they report no position): nothing to wait for.
         await events.partners.relay(partner._id);
         deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");

@@ -78,11 +78,15 @@ export async function startAuthService(
     signingKey: settings.SERVICE_IDENTITY_KEY,
     logger,
   });
+  const events = new PartnerEventPublisher(
+    store,
+    trail,
+    runtime.producer,
+    topicName(settings.DATA_NAMESPACE, "partnerEvents"),
+    logger,
+  );
   const audit = {
     trail,
-    partners: trail.on(store.partners),
-    credentials: trail.on(store.credentials),
-    revokedKeys: trail.on(store.revokedKeys),
     store: await openAuditStore(runtime.mongo.client.db(auditDb)),
     publicKeys: servicePublicKeys,
   };
@@ -95,12 +99,6 @@ export async function startAuthService(
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing.
   const reload = refreshSigningKeys(settings, () => keys.load(), logger);
-  const events = new PartnerEventPublisher(
-    store,
-    runtime.producer,
-    topicName(settings.DATA_NAMESPACE, "partnerEvents"),
-    logger,
-  );
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
   let feed: PartnerEventFeed | undefined;
