@@ -113,12 +113,13 @@ export class KeyRing {
   }
 
   private async use(keys: StoredKey[]): Promise<void> {
+    const starting = this.keys.length === 0;
     for (const k of keys) {
       if (this.privateKeys.has(k.kid)) continue;
       const jwk = await this.sealer.unseal(k.sealedPrivateJwk, "token-signing-key");
       this.privateKeys.set(k.kid, (await importJWK(JSON.parse(jwk) as JWK, JWT_ALG)) as CryptoKey);
-      // Sealed by a KEK since rotated out of first place: sealed again (if still the value read).
-      if (!this.sealer.isCurrent(k.sealedPrivateJwk))
+      // Only at start, like reseal.ts: a replica still on an older DATA_KEYS never re-seals keys added later.
+      if (starting && !this.sealer.isCurrent(k.sealedPrivateJwk))
         await this.collection.updateOne(
           { kid: k.kid, sealedPrivateJwk: k.sealedPrivateJwk },
           { $set: { sealedPrivateJwk: await this.sealer.seal(jwk, "token-signing-key") } },

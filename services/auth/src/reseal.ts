@@ -9,10 +9,9 @@ import type { AuthStore } from "./store.js";
 export async function resealStoredSecrets(store: AuthStore, sealer: SecretSealer, logger: Logger): Promise<void> {
   let resealed = 0;
   let failed = 0;
+  const kind = "webhook-signing-secret";
   const again = async (sealed: string) =>
-    sealer.isCurrent(sealed)
-      ? sealed
-      : sealer.seal(await sealer.unseal(sealed, "webhook-signing-secret"), "webhook-signing-secret");
+    sealer.isCurrent(sealed) ? sealed : sealer.seal(await sealer.unseal(sealed, kind), kind);
   const partners = await store.partners
     .find({}, { projection: { sealedSigningSecret: 1, previousSigningSecrets: 1 } })
     .toArray();
