@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { startAuthService } from "@pi/auth";
-import { AUDIT_BOOKKEEPING } from "@pi/common/store/audit-trail";
+import { AUDIT_BOOKKEEPING } from "@pi/common/store/audit";
 import { clientsFor } from "@pi/common/rpc/clients";
 import { createLogger } from "@pi/common/runtime/logger";
 import { emptyOutbox } from "@pi/common/store/persistence";

@@ -1,24 +1,19 @@
 import {
   compactVerify,
   createLocalJWKSet,
-  createRemoteJWKSet,
-  customFetch,
   generateKeyPair,
   importJWK,
-  jwksCache,
   SignJWT,
   type CryptoKey,
-  type ExportedJWKSCache,
-  type FetchImplementation,
-  type JSONWebKeySet,
   type JWK,
   type JWTVerifyGetKey,
-  type RemoteJWKSet,
 } from "jose";
 import { LRUCache } from "lru-cache";
-import { request } from "undici";
+import { type Agent, request } from "undici";
 import { egressAgent, readCapped, urlRefusal } from "@pi/common/runtime/egress";
 import type { Logger } from "@pi/common/runtime/logger";
+import type { Collection } from "mongodb";
+import type { CredentialDoc } from "./store.js";
 import {
   ASSERTION_ALGORITHMS,
   isAssertionAlgorithm,
@@ -73,19 +68,9 @@ export async function jwksProblem(value: unknown): Promise<string | undefined> {
   return undefined;
 }
 
-export interface FetchedJwks {
-  jwks: JSONWebKeySet;
-  fetchedAt: Date;
-}
+export type FetchedJwks = NonNullable<CredentialDoc["jwksFetched"]>;
 
-export interface KeySource {
-  _id: string;
-  jwks?: JSONWebKeySet;
-  jwksUrl?: string;
-  /** The URL's set, as last fetched (absent until a fetch succeeded: a credential of an older release). */
-  jwksFetched?: FetchedJwks;
-  jwksFetchFailedAt?: Date;
-}
+export type KeySource = Pick<CredentialDoc, "_id" | "jwks" | "jwksUrl" | "jwksFetched" | "jwksFetchFailedAt">;
 
 export type FetchOutcome = FetchedJwks | { problem: string; failedAt: Date };
 
@@ -102,15 +87,10 @@ const REFRESH_CONCURRENCY = 8;
 export class AssertionKeys {
   /** jose's local set of each credential's inline set, or of its URL's set as fetched at a time. */
   private readonly sets = new LRUCache<string, JWTVerifyGetKey>({ max: 20_000 });
-  /** jose's remote set of each URL: what fetches it (one fetch at a time per URL), never asked for a key. */
-  private readonly remote = new LRUCache<
-    string,
-    { set: RemoteJWKSet; cache: ExportedJWKSCache | Record<string, never> }
-  >({ max: 1_000 });
   /** This replica's latest fetch attempt per URL (the stored history lags while a fetch is in flight). */
   private readonly attempts = new LRUCache<string, Date>({ max: 10_000 });
   private readonly inFlight = new Set<Promise<void>>();
-  private readonly fetchJwks: FetchImplementation;
+  private readonly agent: Agent;
   private readonly times: RefreshTimes;
   /** Per algorithm, a public key that verifies nothing anyone sent: what an assertion is checked against when its key is not found. */
   private dummies = new Map<AssertionAlgorithm, CryptoKey>();
@@ -119,32 +99,13 @@ export class AssertionKeys {
 
   constructor(private readonly opts: AssertionKeysOptions) {
     this.times = { maxAgeMs: JWKS_URL_MAX_AGE_MS, cooldownMs: opts.refetchCooldownMs ?? JWKS_URL_REFETCH_COOLDOWN_MS };
-    const agent = egressAgent({ allowInsecure: opts.allowInsecure, timeoutMs: opts.timeoutMs ?? 5_000 });
-    this.fetchJwks = async (url, init) => {
-      const refusal = urlRefusal(url, opts.allowInsecure, "JWK Set URL");
-      if (refusal) throw new Error(refusal);
-      const res = await request(url, {
-        method: "GET",
-        headers: Object.fromEntries(init.headers),
-        dispatcher: agent,
-        signal: init.signal,
-      });
-      const text = await readCapped(res.body, MAX_JWKS_BYTES + 1);
-      if (Buffer.byteLength(text) > MAX_JWKS_BYTES)
-        throw new Error(`the JWK Set at the URL is larger than ${MAX_JWKS_BYTES} bytes`);
-      return new Response(text, {
-        status: res.statusCode < 200 ? 502 : res.statusCode,
-        headers: { "content-type": "application/json" },
-      });
-    };
+    this.agent = egressAgent({ allowInsecure: opts.allowInsecure, timeoutMs: opts.timeoutMs ?? 5_000 });
   }
 
   async start(): Promise<void> {
     for (const alg of ASSERTION_ALGORITHMS) this.dummies.set(alg, (await generateKeyPair(alg)).publicKey);
-    const stranger = await generateKeyPair("ES256");
-    this.dummyAssertion = await new SignJWT({})
-      .setProtectedHeader({ alg: "ES256", kid: "dummy" })
-      .sign(stranger.privateKey);
+    const stranger = (await generateKeyPair("ES256")).privateKey;
+    this.dummyAssertion = await new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "dummy" }).sign(stranger);
   }
 
   async stop(): Promise<void> {
@@ -154,28 +115,23 @@ export class AssertionKeys {
   async fetchSet(url: string): Promise<FetchOutcome> {
     const refusal = urlRefusal(url, this.opts.allowInsecure, "JWK Set URL");
     if (refusal) return { problem: refusal, failedAt: new Date() };
-    let remote = this.remote.get(url);
-    if (!remote) {
-      const cache = {};
-      remote = {
-        cache,
-        set: createRemoteJWKSet(new URL(url), {
-          timeoutDuration: this.opts.timeoutMs ?? 5_000,
-          [customFetch]: this.fetchJwks,
-          [jwksCache]: cache,
-        }),
-      };
-      this.remote.set(url, remote);
-    }
+    let jwks: unknown;
     try {
-      await remote.set.reload();
+      const res = await request(url, {
+        headers: { accept: "application/json" },
+        dispatcher: this.agent,
+        signal: AbortSignal.timeout(this.opts.timeoutMs ?? 5_000),
+      });
+      const text = await readCapped(res.body, MAX_JWKS_BYTES + 1);
+      if (res.statusCode !== 200) throw new Error(`the host answered ${res.statusCode}, not 200`);
+      if (Buffer.byteLength(text) > MAX_JWKS_BYTES) throw new Error(`the set is larger than ${MAX_JWKS_BYTES} bytes`);
+      jwks = JSON.parse(text);
     } catch (err) {
       return { problem: `the JWK Set URL could not be fetched: ${(err as Error).message}`, failedAt: new Date() };
     }
-    const jwks = (remote.cache as Partial<ExportedJWKSCache>).jwks;
     const problem = await jwksProblem(jwks);
     if (problem) return { problem: `the JWK Set at the URL ${problem}`, failedAt: new Date() };
-    return { jwks: jwks!, fetchedAt: new Date() };
+    return { jwks: jwks as FetchedJwks["jwks"], fetchedAt: new Date() };
   }
 
   private refresh(url: string): Promise<void> {
@@ -260,4 +216,24 @@ export class AssertionKeys {
     if (!this.sets.has(key)) this.sets.set(key, createLocalJWKSet(jwks));
     return this.sets.get(key);
   }
+}
+
+export async function recordJwksFetch(
+  credentials: Collection<CredentialDoc>,
+  url: string,
+  outcome: FetchOutcome,
+): Promise<void> {
+  const filter = { jwksUrl: url, authMethod: "private_key_jwt" as const };
+  if ("jwks" in outcome) await credentials.updateMany(filter, { $set: { jwksFetched: outcome } });
+  else await credentials.updateMany(filter, { $set: { jwksFetchFailedAt: outcome.failedAt } });
+}
+
+/** The active credentials with a JWK Set URL, for the scheduled fetch round (operator-made: a few per partner at most). */
+export function jwksUrlCredentials(credentials: Collection<CredentialDoc>): Promise<CredentialDoc[]> {
+  return credentials
+    .find(
+      { authMethod: "private_key_jwt", status: "active", jwksUrl: { $exists: true } },
+      { projection: { _id: 1, jwksUrl: 1, jwksFetched: 1, jwksFetchFailedAt: 1 } },
+    )
+    .toArray();
 }

@@ -1,4 +1,4 @@
-import { verify, type KeyObject } from "node:crypto";
+import { verify } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
@@ -38,25 +38,13 @@ export interface AuditRecordDoc extends AuditRecordFields {
 export const DEFAULT_AUDIT_LIMIT = 100;
 export const MAX_AUDIT_LIMIT = 1000;
 
-export interface AuditQuery {
-  since?: Date;
-  target?: string;
-  limit: number;
-}
-
-/** Append and read: what the appending role (auditAppend) may do. No update, no delete. */
-export interface AuditStore {
-  append(docs: AuditRecordDoc[]): Promise<number>;
-  list(query: AuditQuery): Promise<AuditRecordDoc[]>;
-}
-
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
 export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
-export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
+export function auditQuery(req: { since: bigint; target: string; limit: number }) {
   const refuse = (message: string) => new RpcError(message, Status.INVALID_ARGUMENT);
   if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw refuse(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
   if (req.since < 0n) throw refuse("since must be Unix milliseconds, or 0 for all");
@@ -71,15 +59,18 @@ export function auditQuery(req: { since: bigint; target: string; limit: number }
 
 export const auditDatabaseName = (namespace: string) => databaseName(namespace, "auth_audit");
 
-export async function openAuditStore(db: Db): Promise<AuditStore> {
+/** Append and read: what the appending role (auditAppend) may do. No update, no delete. */
+export type AuditStore = Awaited<ReturnType<typeof openAuditStore>>;
+
+export async function openAuditStore(db: Db) {
   const records: Collection<AuditRecordDoc> = db.collection<AuditRecordDoc>("audit_records");
   await records.createIndex({ occurredAt: -1 }, { name: "newest" });
   await records.createIndex({ targets: 1, occurredAt: -1 }, { name: "by_target" });
   return {
-    async append(docs) {
+    async append(docs: AuditRecordDoc[]) {
       return docs.length - (await insertNew(records, docs)).length;
     },
-    async list(q) {
+    async list(q: { since?: Date; target?: string; limit: number }) {
       const filter: Filter<AuditRecordDoc> = {
         ...(q.since ? { occurredAt: { $gte: q.since } } : {}),
         ...(q.target ? { targets: q.target } : {}),
@@ -93,18 +84,6 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
 export async function expireAuditRecords(db: Db, cutoff: Date): Promise<number> {
   return (await db.collection<AuditRecordDoc>("audit_records").deleteMany({ occurredAt: { $lt: cutoff } }))
     .deletedCount;
-}
-
-const keyOf = (publicKeys: PublicKeys, service: string, kid: string) =>
-  (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(service)?.get(kid);
-
-function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
-  const key = keyOf(publicKeys, r.service, r.signingKid);
-  try {
-    return !!key && r.signature !== "" && verify(null, auditSignedBytes(r), key, Buffer.from(r.signature, "base64url"));
-  } catch {
-    return false;
-  }
 }
 
 /** The stored record of one message, or null (logged): bad shape, an action its service does not own, or a bad signature. */
@@ -132,9 +111,7 @@ export function decodeAuditMessage(
       ? checkAuditRecord({ ...r, outcome: eventsv1.AuditOutcome[r.outcome]?.toLowerCase() })
       : null;
   if (!fields) return skip({ id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
-  if (!signedByItsService(r, publicKeys))
-    return skip({ id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
-  return {
+  const doc = {
     _id: r.id,
     occurredAt: new Date(Number(r.occurredAt)),
     ...fields,
@@ -145,6 +122,9 @@ export function decodeAuditMessage(
     signature: r.signature,
     signingKid: r.signingKid,
   };
+  if (!verifyStoredRecord(doc, publicKeys).verified)
+    return skip({ id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
+  return doc;
 }
 
 export const AUDIT_VERIFICATION = {
@@ -164,11 +144,12 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
 
 export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): { verified: boolean; reason: string } {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
-  if (!keyOf(publicKeys, doc.service, doc.signingKid))
-    return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
+  const key = publicKeys.get(doc.service)?.get(doc.signingKid);
+  if (!key) return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
   let verified = false;
   try {
-    verified = signedByItsService(storedRecordMessage(doc), publicKeys);
+    const signature = Buffer.from(doc.signature, "base64url");
+    verified = verify(null, auditSignedBytes(storedRecordMessage(doc)), key, signature);
   } catch {
     // A stored field no message can carry: altered.
   }

@@ -1,9 +1,8 @@
 import { LRUCache } from "lru-cache";
-import { eventsv1 } from "@pi/proto";
 import type { CredentialMode } from "./store.js";
 
 // Successful client authentications, keyed by client id and the HMAC of the presented secret: only
-// both right find an entry, so every failure takes the full path of guarantee 5. Entries are dropped
+// both right find an entry, so every failure takes the full path of guarantee 5. The cache is emptied
 // by the replica that makes a change and by every replica its partner event reaches; a ticket taken
 // before the reads keeps a read from before a change out of the cache after it.
 
@@ -14,29 +13,17 @@ export interface Authenticated {
   scopes: readonly string[];
 }
 
-export const AUTHENTICATION_CACHE_MAX = 10_000;
-export const AUTHENTICATION_CACHE_TTL_MS = 5 * 60_000;
-
-export interface AuthenticationCacheOptions {
-  max?: number;
-  ttlMs?: number;
-  /** PartnerEventFeed.trusted: while false, nothing is served or kept, and what was kept is dropped. */
-  trusted?: () => boolean;
-  perf?: { now(): number };
-}
-
 export class AuthenticationCache {
   private readonly entries: LRUCache<string, Authenticated>;
-  private readonly trusted: () => boolean;
   private drops = 0;
 
-  constructor(options: AuthenticationCacheOptions = {}) {
-    this.entries = new LRUCache<string, Authenticated>({
-      max: options.max ?? AUTHENTICATION_CACHE_MAX,
-      ttl: options.ttlMs ?? AUTHENTICATION_CACHE_TTL_MS,
-      ...(options.perf ? { perf: options.perf, ttlResolution: 0 } : {}),
-    });
-    this.trusted = options.trusted ?? (() => true);
+  constructor(
+    /** PartnerEventFeed.trusted: while false, nothing is served or kept, and what was kept is dropped. */
+    private readonly trusted: () => boolean = () => true,
+    /** lru-cache's own options, over 10,000 entries of 5 minutes at most (the TTL only a safety net). */
+    options: Partial<LRUCache.Options<string, Authenticated, unknown>> = {},
+  ) {
+    this.entries = new LRUCache<string, Authenticated>({ max: 10_000, ttl: 5 * 60_000, ...options });
   }
 
   get size(): number {
@@ -62,41 +49,10 @@ export class AuthenticationCache {
     return true;
   }
 
-  dropClient(clientId: string): void {
-    this.dropWhere((a) => a.clientId === clientId);
-  }
-
-  dropPartner(partnerId: string): void {
-    this.dropWhere((a) => a.partnerId === partnerId);
-  }
-
+  /** Any partner event, or a change made here: every entry goes (changes are rare operator commands). */
   clear(): void {
     this.drops++;
     this.entries.clear();
-  }
-
-  apply(event: eventsv1.PartnerEvent): void {
-    switch (event.kind) {
-      case eventsv1.PartnerEventKind.CREDENTIAL_REVOKED:
-        this.dropClient(event.clientId);
-        break;
-      case eventsv1.PartnerEventKind.PARTNER_SUSPENDED:
-      case eventsv1.PartnerEventKind.PARTNER_REINSTATED:
-        this.dropPartner(event.partnerId);
-        break;
-      default:
-        break;
-    }
-  }
-
-  // Changes are rare operator commands; a scan of at most `max` entries is cheaper than an index.
-  private dropWhere(matches: (a: Authenticated) => boolean): void {
-    this.drops++;
-    const doomed: string[] = [];
-    this.entries.forEach((a, k) => {
-      if (matches(a)) doomed.push(k);
-    });
-    for (const k of doomed) this.entries.delete(k);
   }
 }
 

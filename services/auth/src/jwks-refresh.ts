@@ -19,15 +19,11 @@ export interface RefreshTimes {
 
 const since = (at: Date | undefined, now: Date) => (at ? now.getTime() - at.getTime() : Number.POSITIVE_INFINITY);
 
-/** Nothing was tried within the cooldown: no fetch, failed or not, by this replica or (stored) any other. */
-const cooledDown = (h: FetchHistory, now: Date, t: RefreshTimes) =>
+/** For an unknown kid: nothing was tried within the cooldown, no fetch, failed or not, by this replica or (stored) any other. */
+export const unknownKidFetchDue = (h: FetchHistory, now: Date, t: RefreshTimes) =>
   Math.min(since(h.fetchedAt, now), since(h.failedAt, now), since(h.attemptedAt, now)) >= t.cooldownMs;
 
 /** The scheduled round: no set yet, or one older than the max age; never sooner than the cooldown after any attempt. */
 export function scheduledFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): boolean {
-  return since(h.fetchedAt, now) >= t.maxAgeMs && cooledDown(h, now, t);
-}
-
-export function unknownKidFetchDue(h: FetchHistory, now: Date, t: RefreshTimes): boolean {
-  return cooledDown(h, now, t);
+  return since(h.fetchedAt, now) >= t.maxAgeMs && unknownKidFetchDue(h, now, t);
 }

@@ -21,11 +21,6 @@ export interface SigningKeyDoc extends StoredKey, AuditCarrier {
   _id: string;
 }
 
-export interface KeyAudit {
-  trail: Pick<AuditTrail, "entry">;
-  outbox: Pick<Outbox<SigningKeyDoc, AuditEntry>, "afterWrite">;
-}
-
 const KEY_PROJECTION = Object.fromEntries(AUDIT_BOOKKEEPING.map((f) => [f, 0]));
 
 const FIRST_KEY_ID = "first";
@@ -49,13 +44,12 @@ export function retiredKeys(
   marginMs: number,
 ): StoredKey[] {
   const current = signingKeyOf(keys, now);
-  return keys.filter((k) => {
-    if (k.kid === current.kid || activation(k) > now) return false;
-    const successor = keys
-      .filter((s) => activation(s) > activation(k) && activation(s) <= now)
-      .sort((a, b) => activation(a) - activation(b))[0];
-    return successor !== undefined && activation(successor) + tokenTtlMs + marginMs <= now;
-  });
+  // Superseded that long ago: some later key activated at least that long before now.
+  return keys.filter(
+    (k) =>
+      k.kid !== current.kid &&
+      keys.some((s) => activation(s) > activation(k) && activation(s) + tokenTtlMs + marginMs <= now),
+  );
 }
 
 async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<StoredKey> {
@@ -78,14 +72,18 @@ export class KeyRing {
   private keys: StoredKey[] = [];
   private readonly privateKeys = new Map<string, CryptoKey>();
   private published: { keys: JWK[] } = { keys: [] };
+  private readonly auditOutbox?: Outbox<SigningKeyDoc, AuditEntry>;
 
   constructor(
     private readonly collection: Collection<SigningKeyDoc>,
     private readonly sealer: SecretSealer,
-    private readonly audit?: KeyAudit,
+    /** Construct before the trail starts: the keys' audit outbox is one of its own. */
+    private readonly trail?: AuditTrail,
     /** Revoked keys by kid (ops keys revoke): never used, even if a crash left the key's own document. */
     private readonly revoked?: Pick<Collection<{ _id: string }>, "find">,
-  ) {}
+  ) {
+    this.auditOutbox = trail?.on(collection);
+  }
 
   private async stored(): Promise<StoredKey[]> {
     const [docs, revoked] = await Promise.all([
@@ -98,10 +96,10 @@ export class KeyRing {
 
   private async insert(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate") {
     const actor = action === "signing_key.create" ? "system" : "operator";
-    const audit = this.audit?.trail.entry({ action, actor, targets: [key.kid] });
+    const audit = this.trail?.entry({ action, actor, targets: [key.kid] });
     // Of replicas creating the first key together, the inserts that lose find it there.
     if (await insertIfNew(this.collection, { _id, ...key, ...(audit ? { audit: [audit] } : {}) }))
-      this.audit?.outbox.afterWrite(_id);
+      this.auditOutbox?.afterWrite(_id);
   }
 
   async load(): Promise<void> {
@@ -114,10 +112,17 @@ export class KeyRing {
   }
 
   private async use(keys: StoredKey[]): Promise<void> {
+    const starting = this.keys.length === 0;
     for (const k of keys) {
       if (this.privateKeys.has(k.kid)) continue;
-      const jwk = JSON.parse(await this.sealer.unseal(k.sealedPrivateJwk, "token-signing-key")) as JWK;
-      this.privateKeys.set(k.kid, (await importJWK(jwk, JWT_ALG)) as CryptoKey);
+      const jwk = await this.sealer.unseal(k.sealedPrivateJwk, "token-signing-key");
+      this.privateKeys.set(k.kid, (await importJWK(JSON.parse(jwk) as JWK, JWT_ALG)) as CryptoKey);
+      // Only at start, like reseal.ts: a replica still on an older DATA_KEYS never re-seals keys added later.
+      if (starting && !this.sealer.isCurrent(k.sealedPrivateJwk))
+        await this.collection.updateOne(
+          { kid: k.kid, sealedPrivateJwk: k.sealedPrivateJwk },
+          { $set: { sealedPrivateJwk: await this.sealer.seal(jwk, "token-signing-key") } },
+        );
     }
     for (const kid of this.privateKeys.keys()) if (!keys.some((k) => k.kid === kid)) this.privateKeys.delete(kid);
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
@@ -133,14 +138,11 @@ export class KeyRing {
     return this.published;
   }
 
-  async has(kid: string): Promise<boolean> {
-    return (await this.stored()).some((k) => k.kid === kid);
-  }
-
-  /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once; its kid. */
+  /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once (its kid; else ""; undefined: no such key). */
   async replaceIfSigning(kid: string): Promise<string | undefined> {
     const all = await this.stored();
-    if (all.length === 0 || signingKeyOf(all, Date.now()).kid !== kid) return undefined;
+    if (!all.some((k) => k.kid === kid)) return undefined;
+    if (signingKeyOf(all, Date.now()).kid !== kid) return "";
     const added = await newStoredKey(this.sealer, new Date());
     await this.insert(added.kid, added, "signing_key.rotate");
     return added.kid;

@@ -6,29 +6,17 @@ import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/store/persist
 import type { Logger } from "@pi/common/runtime/logger";
 import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/events/partner-event-feed";
 import type { Producer } from "@pi/common/events/kafka";
+import type { AuditTrail } from "@pi/common/store/audit";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
 // An operator's change is visible when its command exits (operator contract): its partner event is published at once
 // and the answer waits until every live follower applied it, or a timeout well under the command's 2 s budget.
 
-const DEFAULT_TIMEOUT_MS = 1_200;
+const TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 const RELAY_RETRY_MS = 50;
 
-export interface Propagation {
-  gateways: number;
-  confirmed: number;
-  authReplicas: number;
-  authConfirmed: number;
-  elapsedMs: bigint;
-}
-
-export function followersBehind(
-  followers: readonly FollowerDoc[],
-  partition: number,
-  offset: number,
-  now: number,
-): FollowerDoc[] {
+export function followersBehind(followers: readonly FollowerDoc[], partition: number, offset: number, now: number) {
   return followers.filter(
     (f) => f.seenAt.getTime() >= now - FOLLOWER_LIVENESS_MS && (f.nextOffsets[String(partition)] ?? -1) <= offset,
   );
@@ -46,51 +34,49 @@ export function partnerEvent(
 
 type PartnerEventDoc = { _id: string } & OutboxFields<PartnerEventEntry>;
 
-function partnerEventOutbox<D extends PartnerEventDoc>(
-  collection: Collection<D>,
-  partnerOf: (doc: D) => string,
-  producer: Pick<Producer, "send">,
-  topic: string,
-  logger: Logger,
-) {
-  return new Outbox<D, PartnerEventEntry>({
-    name: "partner events",
-    collection,
-    producer,
-    topic,
-    logger,
-    // Every event of a partner on one partition, in order, whichever document carried it.
-    key: (doc) => partnerOf(doc as D),
-    value: (_doc, e) =>
-      toBinary(
-        eventsv1.PartnerEventSchema,
-        create(eventsv1.PartnerEventSchema, {
-          kind: e.kind,
-          partnerId: e.partnerId,
-          clientId: e.clientId,
-          occurredAt: BigInt(e.occurredAt.getTime()),
-          suspendedAt: BigInt(e.suspendedAt ?? 0),
-          kid: e.kid ?? "",
-        }),
-      ),
-  });
-}
-
 export class PartnerEventPublisher {
   readonly partners;
   readonly credentials;
   readonly revokedKeys;
+  /** The audit outboxes of the same documents (the trail starts them): every change here records itself. */
+  readonly audit;
 
   constructor(
     private readonly store: AuthStore,
-    producer: Pick<Producer, "send">,
-    topic: string,
+    trail: AuditTrail,
+    private readonly producer: Pick<Producer, "send">,
+    private readonly topic: string,
     private readonly logger: Logger,
-    private readonly timeoutMs = DEFAULT_TIMEOUT_MS,
   ) {
-    this.partners = partnerEventOutbox(store.partners, (p) => p._id, producer, topic, logger);
-    this.credentials = partnerEventOutbox(store.credentials, (c) => c.partnerId, producer, topic, logger);
-    this.revokedKeys = partnerEventOutbox(store.revokedKeys, (k) => k._id, producer, topic, logger);
+    this.partners = this.outbox(store.partners, (p) => p._id);
+    this.credentials = this.outbox(store.credentials, (c) => c.partnerId);
+    this.revokedKeys = this.outbox(store.revokedKeys, (k) => k._id);
+    this.audit = {
+      partners: trail.on(store.partners),
+      credentials: trail.on(store.credentials),
+      revokedKeys: trail.on(store.revokedKeys),
+    };
+  }
+
+  private outbox<D extends PartnerEventDoc>(collection: Collection<D>, partnerOf: (doc: D) => string) {
+    return new Outbox<D, PartnerEventEntry>({
+      name: "partner events",
+      collection,
+      producer: this.producer,
+      topic: this.topic,
+      logger: this.logger,
+      // Every event of a partner on one partition, in order, whichever document carried it.
+      key: (doc) => partnerOf(doc as D),
+      value: (_doc, e) =>
+        toBinary(
+          eventsv1.PartnerEventSchema,
+          create(eventsv1.PartnerEventSchema, {
+            ...e,
+            occurredAt: BigInt(e.occurredAt.getTime()),
+            suspendedAt: BigInt(e.suspendedAt ?? 0),
+          }),
+        ),
+    });
   }
 
   private get outboxes() {
@@ -106,14 +92,17 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  async propagate<D extends PartnerEventDoc>(
-    outbox: Outbox<D, PartnerEventEntry>,
+  /** Relays a change's audit record and partner event, and waits for every live follower to apply the event. */
+  async propagate(
+    on: "partners" | "credentials" | "revokedKeys",
     id: string,
     entry: PartnerEventEntry,
     since = performance.now(),
     log?: { what: string; fields: Record<string, string> },
-  ): Promise<Propagation> {
-    const deadline = performance.now() + this.timeoutMs;
+  ) {
+    this.audit[on].afterWrite(id);
+    const outbox = this[on];
+    const deadline = performance.now() + TIMEOUT_MS;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
     let at = (await outbox.relay(id)).get(entry.eventId);
     while (!at && performance.now() < deadline && (await outbox.holds(id, entry.eventId))) {

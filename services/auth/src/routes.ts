@@ -3,12 +3,12 @@ import type { Router } from "@pi/common/rpc/server";
 import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { PublicKeys } from "@pi/common/rpc/service-identity";
-import { emptyOutbox, insertIfNew, type Outbox } from "@pi/common/store/persistence";
+import { emptyOutbox, insertIfNew } from "@pi/common/store/persistence";
 import { MAX_TOKENS_PER_CALL } from "@pi/common/rpc/clients";
 import { newId, newSecret } from "@pi/common/rules/ids";
 import { tokenEndpointUrl, type Settings } from "@pi/common/runtime/settings";
 import { tokensIssued, tokensRefused } from "@pi/common/runtime/metrics";
-import type { AuditEntry, AuditTrail } from "@pi/common/store/audit";
+import type { AuditTrail } from "@pi/common/store/audit";
 import type { Logger } from "@pi/common/runtime/logger";
 import { webhookUrlRefusal } from "@pi/common/rules/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/rules/mode";
@@ -29,14 +29,7 @@ import {
   type Peppers,
   type SecretSealer,
 } from "./secrets.js";
-import {
-  DECOY_PARTNER_ID,
-  type AuthStore,
-  type CredentialDoc,
-  type CredentialMode,
-  type PartnerDoc,
-  type RevokedKeyDoc,
-} from "./store.js";
+import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
 import { eachOnItsOwn } from "./token-batch.js";
 import { reinstatementWaitMs, signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 
@@ -57,15 +50,21 @@ export interface AuthDeps {
 
 export interface AuthAudit {
   trail: AuditTrail;
-  partners: Pick<Outbox<PartnerDoc, AuditEntry>, "afterWrite">;
-  credentials: Pick<Outbox<CredentialDoc, AuditEntry>, "afterWrite">;
-  revokedKeys: Pick<Outbox<RevokedKeyDoc, AuditEntry>, "afterWrite">;
   store: AuditStore;
   /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
   publicKeys: PublicKeys;
 }
 
 export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
+
+const failure = (value: authv1.TokenFailure) => ({ outcome: { case: "failure" as const, value } });
+
+const authenticatedBy = (credential: CredentialDoc, partner: PartnerDoc): Authenticated => ({
+  clientId: credential._id,
+  partnerId: partner._id,
+  mode: credential.mode,
+  scopes: partner.scopes,
+});
 
 function stillSigning(partner: PartnerDoc, now = Date.now()) {
   return (partner.previousSigningSecrets ?? []).filter((p) => p.expiresAt.getTime() > now);
@@ -79,13 +78,9 @@ export default (deps: AuthDeps) => (router: Router) => {
 
   async function tokenFor(authenticated: Authenticated, requested: string | undefined) {
     const grant = grantScopes(requested, authenticated.scopes);
-    if (!grant.ok) return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_SCOPE } };
+    if (!grant.ok) return failure(TokenFailure.INVALID_SCOPE);
     const scope = grant.scopes.join(" ");
-    const accessToken = await signAccessToken(
-      keys,
-      { sub: authenticated.partnerId, client_id: authenticated.clientId, mode: authenticated.mode, scope },
-      settings.ACCESS_TOKEN_TTL_SECONDS,
-    );
+    const accessToken = await signAccessToken(keys, authenticated, scope, settings.ACCESS_TOKEN_TTL_SECONDS);
     return {
       outcome: {
         case: "token" as const,
@@ -113,7 +108,7 @@ export default (deps: AuthDeps) => (router: Router) => {
       ...emptyOutbox(),
       audit: [trail.entry({ action: "credential.create", actor: "operator", targets: [clientId, partnerId] })],
     });
-    audit.credentials.afterWrite(clientId);
+    events.audit.credentials.afterWrite(clientId);
     return {
       clientId,
       clientSecret,
@@ -163,15 +158,9 @@ export default (deps: AuthDeps) => (router: Router) => {
     const ticket = authentications.ticket();
     const { credential, partner } = await readClient(req.clientId);
     const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
-    if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
-      return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
-    }
-    const authenticated: Authenticated = {
-      clientId: credential._id,
-      partnerId: partner._id,
-      mode: credential.mode,
-      scopes: partner.scopes,
-    };
+    if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active")
+      return failure(TokenFailure.INVALID_CLIENT);
+    const authenticated = authenticatedBy(credential, partner);
     authentications.keep(ticket, presented, authenticated);
     return tokenFor(authenticated, req.scope);
   }
@@ -216,17 +205,12 @@ export default (deps: AuthDeps) => (router: Router) => {
         },
         "client assertion refused",
       );
-      return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
+      return failure(TokenFailure.INVALID_CLIENT);
     }
-    return tokenFor(
-      { clientId: usable._id, partnerId: partner._id, mode: usable.mode, scopes: partner.scopes },
-      req.scope,
-    );
+    return tokenFor(authenticatedBy(usable, partner), req.scope);
   }
 
-  async function keySource(
-    req: authv1.CreateCredentialRequest,
-  ): Promise<Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched"> | undefined> {
+  async function keySource(req: authv1.CreateCredentialRequest) {
     if (req.jwksJson !== undefined && req.jwksUrl !== undefined)
       throw new RpcError("give a JWK Set or its URL, not both", Status.INVALID_ARGUMENT);
     if (req.jwksJson !== undefined) {
@@ -257,8 +241,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     async issueTokens(req) {
       if (req.requests.length > MAX_TOKENS_PER_CALL)
         throw new RpcError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Status.INVALID_ARGUMENT);
-      const unavailable = { outcome: { case: "failure" as const, value: TokenFailure.UNAVAILABLE } };
-      return { responses: await eachOnItsOwn(req.requests, issueToken, unavailable) };
+      return { responses: await eachOnItsOwn(req.requests, issueToken, failure(TokenFailure.UNAVAILABLE)) };
     },
 
     async getJwks() {
@@ -292,9 +275,7 @@ export default (deps: AuthDeps) => (router: Router) => {
       return {
         revokedClientIds: revoked.map((c) => c._id),
         suspendedPartnerIds: suspended.map((p) => p._id).filter((id) => id !== DECOY_PARTNER_ID),
-        tokenCutoffs: cutoffs
-          .filter((p) => p.suspendedAt)
-          .map((p) => ({ partnerId: p._id, suspendedAt: BigInt(p.suspendedAt!.getTime()) })),
+        tokenCutoffs: cutoffs.map((p) => ({ partnerId: p._id, suspendedAt: BigInt(p.suspendedAt!.getTime()) })),
         revokedKids: revokedKeys.map((k) => k._id),
       };
     },
@@ -303,12 +284,12 @@ export default (deps: AuthDeps) => (router: Router) => {
       const fields = { action: "signing_key.revoke", actor: "operator", targets: [req.kid] } as const;
       return trail.refusals(fields, async () => {
         const since = performance.now();
-        if (!(await keys.has(req.kid))) {
+        const replacementKid = await keys.replaceIfSigning(req.kid);
+        if (replacementKid === undefined) {
           if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } })))
             return { kid: req.kid, replacementKid: "" };
           throw new RpcError(`no signing key ${req.kid}`, Status.NOT_FOUND);
         }
-        const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
         const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
         const record = trail.entry({ ...fields, targets: [req.kid, replacementKid] });
         // Revoked at the same time by another call: that one publishes.
@@ -319,10 +300,9 @@ export default (deps: AuthDeps) => (router: Router) => {
           outbox: [event],
           audit: [record],
         });
-        audit.revokedKeys.afterWrite(req.kid);
         await keys.remove(req.kid);
         const log = { what: "signing key revoked", fields: { kid: req.kid, replacementKid } };
-        const propagation = await events.propagate(events.revokedKeys, req.kid, event, since, log);
+        const propagation = await events.propagate("revokedKeys", req.kid, event, since, log);
         return { kid: req.kid, replacementKid, propagation };
       });
     },
@@ -355,7 +335,7 @@ export default (deps: AuthDeps) => (router: Router) => {
           ...emptyOutbox(),
           audit: [trail.entry({ action: "partner.create", actor: "operator", targets: [partnerId] }, now)],
         });
-        audit.partners.afterWrite(partnerId);
+        events.audit.partners.afterWrite(partnerId);
         const live = await issueCredential(partnerId, "live");
         const test = await issueCredential(partnerId, "test");
         deps.logger.info({ partnerId }, "partner created");
@@ -363,9 +343,8 @@ export default (deps: AuthDeps) => (router: Router) => {
       }),
 
     async setPartnerStatus(req) {
-      if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED) {
+      if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED)
         throw new RpcError("status must be active or suspended", Status.INVALID_ARGUMENT);
-      }
       const suspend = req.status === PartnerStatus.SUSPENDED;
       const status = suspend ? "suspended" : "active";
       const action = suspend ? "partner.suspend" : "partner.reinstate";
@@ -393,11 +372,10 @@ export default (deps: AuthDeps) => (router: Router) => {
           },
         );
         if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
-        audit.partners.afterWrite(req.partnerId);
         // This replica at once; the others when the event reaches them, which propagate waits for.
-        authentications.dropPartner(req.partnerId);
+        authentications.clear();
         const log = { what: `partner ${status}`, fields: { partnerId: req.partnerId } };
-        const propagation = await events.propagate(events.partners, req.partnerId, event, since, log);
+        const propagation = await events.propagate("partners", req.partnerId, event, since, log);
         return { partnerId: req.partnerId, status: req.status, propagation };
       });
     },
@@ -413,8 +391,7 @@ export default (deps: AuthDeps) => (router: Router) => {
           { $set: { webhookUrl: url, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
         );
         if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
-        audit.partners.afterWrite(req.partnerId);
-        await events.propagate(events.partners, req.partnerId, event);
+        await events.propagate("partners", req.partnerId, event);
         return { partnerId: req.partnerId, webhookUrl: url };
       });
     },
@@ -435,15 +412,14 @@ export default (deps: AuthDeps) => (router: Router) => {
         if (!credential) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
         const record = trail.entry({ ...fields, targets: [req.clientId, credential.partnerId] });
-        const updated = await store.credentials.findOneAndUpdate(
+        // Credentials are never deleted: the one read above found it.
+        await store.credentials.updateOne(
           { _id: req.clientId },
           { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: event, audit: record } },
         );
-        if (!updated) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
-        audit.credentials.afterWrite(req.clientId);
-        authentications.dropClient(req.clientId);
+        authentications.clear();
         const log = { what: "credential revoked", fields: { clientId: req.clientId } };
-        const propagation = await events.propagate(events.credentials, req.clientId, event, since, log);
+        const propagation = await events.propagate("credentials", req.clientId, event, since, log);
         return { clientId: req.clientId, propagation };
       });
     },
@@ -466,9 +442,8 @@ export default (deps: AuthDeps) => (router: Router) => {
     rotateSigningSecret: (req) => {
       const fields = { action: "partner.rotate_signing_secret", actor: "operator", targets: [req.partnerId] } as const;
       return trail.refusals(fields, async () => {
-        if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS)) {
+        if (req.overlapSeconds < 0n || req.overlapSeconds > BigInt(MAX_SIGNING_OVERLAP_SECONDS))
           throw new RpcError(`overlap must be 0 to ${MAX_SIGNING_OVERLAP_SECONDS} seconds`, Status.INVALID_ARGUMENT);
-        }
         const partner = await partnerOrThrow(req.partnerId);
         const signingSecret = newSecret("whsec");
         const expiresAt = new Date(Date.now() + Number(req.overlapSeconds) * 1000);
@@ -489,7 +464,7 @@ export default (deps: AuthDeps) => (router: Router) => {
         );
         if (!updated)
           throw new RpcError("the signing secret was rotated meanwhile; run the rotation again", Status.ABORTED);
-        audit.partners.afterWrite(partner._id);
+        events.audit.partners.afterWrite(partner._id);
         // Only webhook replicas care (they report no position): nothing to wait for.
         await events.partners.relay(partner._id);
         deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");

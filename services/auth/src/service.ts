@@ -9,7 +9,7 @@ import { topicName } from "@pi/common/events/topics";
 import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
-import { AssertionKeys } from "./assertion-keys.js";
+import { AssertionKeys, jwksUrlCredentials, recordJwksFetch } from "./assertion-keys.js";
 import { eventsv1 } from "@pi/proto";
 import {
   AUDIT_SWEEP_EVERY_MS,
@@ -26,11 +26,8 @@ import { PartnerEventPublisher } from "./propagation.js";
 import { resealStoredSecrets } from "./reseal.js";
 import routes from "./routes.js";
 import { peppersOf, SecretSealer } from "./secrets.js";
-import { jwksUrlCredentials, openAuthStore, recordJwksFetch, sweepUsedAssertions } from "./store.js";
+import { openAuthStore, sweepUsedAssertions } from "./store.js";
 import { JWKS_URL_REFRESH_EVERY_MS } from "./jwks-refresh.js";
-
-/** The job lease of the scheduled JWK Set URL round. */
-const JWKS_URL_REFRESH_LEASE = "jwks-url-refresh";
 
 export interface AuthServiceOptions {
   /** Awaited before each partner event is applied: a test holds it to play a replica whose consumer is stuck. */
@@ -58,11 +55,15 @@ export async function startAuthService(
   const auditDb = auditDatabaseName(settings.DATA_NAMESPACE);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
   const trail = runtime.auditTrail("auth");
+  const events = new PartnerEventPublisher(
+    store,
+    trail,
+    runtime.producer,
+    topicName(settings.DATA_NAMESPACE, "partnerEvents"),
+    logger,
+  );
   const audit = {
     trail,
-    partners: trail.on(store.partners),
-    credentials: trail.on(store.credentials),
-    revokedKeys: trail.on(store.revokedKeys),
     store: await openAuditStore(runtime.mongo.client.db(auditDb)),
     publicKeys: servicePublicKeys,
   };
@@ -70,13 +71,8 @@ export async function startAuthService(
   const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
     ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDb)
     : undefined;
+  const keys = new KeyRing(store.signingKeys, sealer, trail, store.revokedKeys);
   await trail.start();
-  const keys = new KeyRing(
-    store.signingKeys,
-    sealer,
-    { trail, outbox: trail.on(store.signingKeys) },
-    store.revokedKeys,
-  );
   await keys.load();
   // Picks up keys that another replica rotated in, before they start signing (docs/authentication.md).
   const reload = every(
@@ -86,18 +82,12 @@ export async function startAuthService(
     logger,
     { runAtStart: false },
   );
-  const events = new PartnerEventPublisher(
-    store,
-    runtime.producer,
-    topicName(settings.DATA_NAMESPACE, "partnerEvents"),
-    logger,
-  );
   // Publishes at start what a crash left in an outbox, then sweeps every few seconds.
   await events.start();
   let feed: PartnerEventFeed | undefined;
-  const authentications = new AuthenticationCache({ trusted: () => feed?.trusted() === true });
-  // Every replica follows the partner events, as gateways do: an operator's change drops the cached
-  // authentications it affects on every replica before the command returns.
+  const authentications = new AuthenticationCache(() => feed?.trusted() === true);
+  // Every replica follows the partner events, as gateways do: an operator's change empties the cache
+  // of authentications on every replica before the command returns.
   feed = await followPartnerEvents({
     kafka: runtime.kafka,
     namespace: settings.DATA_NAMESPACE,
@@ -105,7 +95,7 @@ export async function startAuthService(
     logger,
     async apply(event) {
       await options.beforePartnerEvent?.();
-      authentications.apply(event);
+      authentications.clear();
       // A revoked key stops signing on this replica before its position passes the event.
       if (event.kind === eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED) await keys.load();
     },
@@ -118,13 +108,13 @@ export async function startAuthService(
   const assertionKeys = new AssertionKeys({
     allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
     refetchCooldownMs: options.jwksUrlRefetchCooldownMs,
-    record: (url, outcome) => recordJwksFetch(store, url, outcome),
+    record: (url, outcome) => recordJwksFetch(store.credentials, url, outcome),
     logger,
   });
   await assertionKeys.start();
   // JWK Set URLs are fetched here, never on a token request: sets past their age.
-  const jwksRefresh = leased("refresh JWK Set URLs", JWKS_URL_REFRESH_EVERY_MS, JWKS_URL_REFRESH_LEASE, async () =>
-    assertionKeys.refreshDue(await jwksUrlCredentials(store)),
+  const jwksRefresh = leased("refresh JWK Set URLs", JWKS_URL_REFRESH_EVERY_MS, "jwks-url-refresh", async () =>
+    assertionKeys.refreshDue(await jwksUrlCredentials(store.credentials)),
   );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);

@@ -1,9 +1,8 @@
 import type { JSONWebKeySet } from "jose";
-import type { Collection, Db } from "mongodb";
-import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
+import type { Db } from "mongodb";
+import { emptyOutbox, insertIfNew, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
 import type { AuditCarrier } from "@pi/common/store/audit";
 import type { PartnerMode } from "@pi/common/rules/mode";
-import type { FetchedJwks, FetchOutcome } from "./assertion-keys.js";
 import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";
 
@@ -44,13 +43,12 @@ export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHa
   _id: string; // the client_id
   partnerId: string;
   mode: CredentialMode;
-  /** HMAC-SHA256 of the secret under `pepperId`; the dummy hash for a private_key_jwt credential. */
-  secretHash: string;
-  /** Absent: a client secret. */
+  /** Absent: a client secret (secretHash the dummy hash for a private_key_jwt credential). */
   authMethod?: "client_secret" | "private_key_jwt";
   jwks?: JSONWebKeySet;
   jwksUrl?: string;
-  jwksFetched?: FetchedJwks;
+  /** The URL's set, as last fetched (absent until a fetch succeeded: a credential of an older release). */
+  jwksFetched?: { jwks: JSONWebKeySet; fetchedAt: Date };
   jwksFetchFailedAt?: Date;
   status: "active" | "revoked";
   createdAt: Date;
@@ -72,86 +70,42 @@ export interface UsedAssertionDoc {
   expiresAt: Date;
 }
 
-export interface AuthStore {
-  partners: Collection<PartnerDoc>;
-  credentials: Collection<CredentialDoc>;
-  signingKeys: Collection<SigningKeyDoc>;
-  revokedKeys: Collection<RevokedKeyDoc>;
-  /** Collection `gateways`, named when only gateways followed the topic. */
-  followers: Collection<FollowerDoc>;
-  /** Every replica inserts here before accepting an assertion: the unique _id lets exactly one accept a jti. */
-  usedAssertions: Collection<UsedAssertionDoc>;
-}
-
 // A suspended partner read when the client is unknown, so an unknown client costs what a known one does (guarantee 5).
 export const DECOY_PARTNER_ID = "ptr~decoy";
 
-/** Creates the decoy partner once; of replicas starting together, the upserts that lose find it there. */
-async function ensureDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
-  const now = new Date();
-  const sealedSigningSecret = await sealer.seal("decoy", "webhook-signing-secret");
-  try {
-    await store.partners.updateOne(
-      { _id: DECOY_PARTNER_ID },
-      {
-        $setOnInsert: {
-          name: "decoy",
-          status: "suspended",
-          scopes: ["connections:write", "files:write"],
-          webhookUrl: null,
-          sealedSigningSecret,
-          createdAt: now,
-          updatedAt: now,
-        },
-      },
-      { upsert: true },
-    );
-  } catch (err) {
-    if (!isDuplicateKey(err)) throw err;
-  }
-}
+export type AuthStore = Awaited<ReturnType<typeof openAuthStore>>;
 
-export async function openAuthStore(db: Db, sealer: SecretSealer): Promise<AuthStore> {
+export async function openAuthStore(db: Db, sealer: SecretSealer) {
   const store = {
     partners: db.collection<PartnerDoc>("partners"),
     credentials: db.collection<CredentialDoc>("credentials"),
     signingKeys: db.collection<SigningKeyDoc>("signing_keys"),
     revokedKeys: db.collection<RevokedKeyDoc>("revoked_keys"),
+    /** Named when only gateways followed the topic. */
     followers: db.collection<FollowerDoc>("gateways"),
+    /** Every replica inserts here before accepting an assertion: the unique _id lets exactly one accept a jti. */
     usedAssertions: db.collection<UsedAssertionDoc>("used_assertions"),
   };
   await store.usedAssertions.createIndex({ expiresAt: 1 });
-  await store.credentials.createIndex({ partnerId: 1 });
   await store.credentials.createIndex({ status: 1 });
   await store.partners.createIndex({ status: 1 });
   await store.partners.createIndex({ suspendedAt: 1 }, { sparse: true });
-  await ensureDecoy(store, sealer);
+  const now = new Date();
+  // Of replicas starting together, the inserts that lose find it there.
+  await insertIfNew(store.partners, {
+    _id: DECOY_PARTNER_ID,
+    name: "decoy",
+    status: "suspended",
+    scopes: ["connections:write", "files:write"],
+    webhookUrl: null,
+    sealedSigningSecret: await sealer.seal("decoy", "webhook-signing-secret"),
+    createdAt: now,
+    updatedAt: now,
+    ...emptyOutbox(),
+  });
   return store;
 }
 
 export async function sweepUsedAssertions(store: Pick<AuthStore, "usedAssertions">, now = new Date()): Promise<number> {
   return (await store.usedAssertions.deleteMany({ expiresAt: { $lt: now } })).deletedCount;
-}
-
-export async function recordJwksFetch(
-  store: Pick<AuthStore, "credentials">,
-  url: string,
-  outcome: FetchOutcome,
-): Promise<void> {
-  const filter = { jwksUrl: url, authMethod: "private_key_jwt" as const };
-  if ("jwks" in outcome)
-    await store.credentials.updateMany(filter, {
-      $set: { jwksFetched: { jwks: outcome.jwks, fetchedAt: outcome.fetchedAt } },
-    });
-  else await store.credentials.updateMany(filter, { $set: { jwksFetchFailedAt: outcome.failedAt } });
-}
-
-/** The active credentials with a JWK Set URL, for the scheduled fetch round (operator-made: a few per partner at most). */
-export function jwksUrlCredentials(store: Pick<AuthStore, "credentials">): Promise<CredentialDoc[]> {
-  return store.credentials
-    .find(
-      { authMethod: "private_key_jwt", status: "active", jwksUrl: { $exists: true } },
-      { projection: { _id: 1, jwksUrl: 1, jwksFetched: 1, jwksFetchFailedAt: 1 } },
-    )
-    .toArray();
 }

@@ -1,18 +1,11 @@
 import { SignJWT } from "jose";
 import { newId } from "@pi/common/rules/ids";
 import { JWT_ALG, type KeyRing } from "./keys.js";
-import type { CredentialMode } from "./store.js";
+import type { Authenticated } from "./authentication-cache.js";
 
 export const TOKEN_ISSUER = "pi-auth";
 export const TOKEN_AUDIENCE = "partner-api";
 export const TOKEN_TYPE = "at+jwt";
-
-export interface AccessClaims {
-  sub: string; // partner id
-  client_id: string;
-  mode: CredentialMode;
-  scope: string;
-}
 
 /** `iat` and `exp` of a token minted at `nowMs`: `exp` rounds up, so it lives at least its `expires_in`. */
 export function tokenTimes(nowMs: number, ttlSeconds: number): { iat: number; exp: number } {
@@ -26,12 +19,12 @@ export function reinstatementWaitMs(suspendedAtMs: number | undefined, nowMs: nu
   return Math.max(0, nextSecond - nowMs);
 }
 
-export async function signAccessToken(keys: KeyRing, claims: AccessClaims, ttlSeconds: number): Promise<string> {
+export async function signAccessToken(keys: KeyRing, who: Authenticated, scope: string, ttlSeconds: number) {
   const { iat, exp } = tokenTimes(Date.now(), ttlSeconds);
   const { kid, privateKey } = keys.signer();
-  return new SignJWT({ client_id: claims.client_id, mode: claims.mode, scope: claims.scope })
+  return new SignJWT({ client_id: who.clientId, mode: who.mode, scope })
     .setProtectedHeader({ alg: JWT_ALG, kid, typ: TOKEN_TYPE })
-    .setSubject(claims.sub)
+    .setSubject(who.partnerId)
     .setIssuer(TOKEN_ISSUER)
     .setAudience(TOKEN_AUDIENCE)
     .setJti(newId("tok"))

@@ -1,12 +1,10 @@
 import { describe, expect, it } from "@jest/globals";
-import { create } from "@bufbuild/protobuf";
-import { eventsv1 } from "@pi/proto";
 import { AuthenticationCache, type Authenticated } from "../src/authentication-cache.js";
 import { hashSecret } from "../src/secrets.js";
 
 // The cache of successful authentications behind the token endpoint: found only with the right
-// client id and secret, dropped by credential and by partner, never refilled from reads that
-// predate a drop, bounded, and unused while the replica cannot vouch for its invalidations.
+// client id and secret, emptied by any change, never refilled from reads that predate it, bounded,
+// and unused while the replica cannot vouch for its invalidations.
 
 const pepper = "pepper";
 const secretA = "sk_live_a";
@@ -20,16 +18,13 @@ const a: Authenticated = {
 const aTest: Authenticated = { clientId: "cli_a_test", partnerId: "ptr_1", mode: "test", scopes: ["files:write"] };
 const b: Authenticated = { clientId: "cli_b", partnerId: "ptr_2", mode: "live", scopes: ["files:write"] };
 
-function filled(options: ConstructorParameters<typeof AuthenticationCache>[0] = {}) {
-  const cache = new AuthenticationCache(options);
+function filled(trusted?: () => boolean) {
+  const cache = new AuthenticationCache(trusted);
   expect(cache.keep(cache.ticket(), hashA, a)).toBe(true);
   expect(cache.keep(cache.ticket(), hashA, aTest)).toBe(true);
   expect(cache.keep(cache.ticket(), hashA, b)).toBe(true);
   return cache;
 }
-
-const event = (kind: eventsv1.PartnerEventKind, partnerId: string, clientId = "") =>
-  create(eventsv1.PartnerEventSchema, { kind, partnerId, clientId });
 
 describe("AuthenticationCache", () => {
   it("finds a kept authentication only with the same client id and the same secret hash", () => {
@@ -43,61 +38,30 @@ describe("AuthenticationCache", () => {
     expect(cache.get(`cli_a:${hashA}`, hashA)).toBeUndefined();
   });
 
-  it("dropping a client removes only that credential's entries", () => {
+  it("clearing (any partner event, or a change made on this replica) drops every entry", () => {
     const cache = filled();
-    cache.dropClient("cli_a");
-    expect(cache.get("cli_a", hashA)).toBeUndefined();
-    expect(cache.get("cli_a_test", hashA)).toEqual(aTest);
-    expect(cache.get("cli_b", hashA)).toEqual(b);
-  });
-
-  it("dropping a partner removes every credential of that partner, live and test, and nothing else", () => {
-    const cache = filled();
-    cache.dropPartner("ptr_1");
-    expect(cache.get("cli_a", hashA)).toBeUndefined();
-    expect(cache.get("cli_a_test", hashA)).toBeUndefined();
-    expect(cache.get("cli_b", hashA)).toEqual(b);
-  });
-
-  it("partner events: a revocation drops the credential, a suspension or reinstatement the partner, a webhook change nothing", () => {
-    const { CREDENTIAL_REVOKED, PARTNER_SUSPENDED, PARTNER_REINSTATED, WEBHOOK_CHANGED } = eventsv1.PartnerEventKind;
-    let cache = filled();
-    cache.apply(event(CREDENTIAL_REVOKED, "ptr_1", "cli_a"));
-    expect([cache.get("cli_a", hashA), cache.get("cli_a_test", hashA)]).toEqual([undefined, aTest]);
-    cache = filled();
-    cache.apply(event(PARTNER_SUSPENDED, "ptr_1"));
+    cache.clear();
+    expect(cache.size).toBe(0);
     expect([cache.get("cli_a", hashA), cache.get("cli_a_test", hashA), cache.get("cli_b", hashA)]).toEqual([
       undefined,
       undefined,
-      b,
+      undefined,
     ]);
-    cache = filled();
-    cache.apply(event(PARTNER_REINSTATED, "ptr_2"));
-    expect([cache.get("cli_a", hashA), cache.get("cli_b", hashA)]).toEqual([a, undefined]);
-    cache = filled();
-    const ticket = cache.ticket();
-    cache.apply(event(WEBHOOK_CHANGED, "ptr_1"));
-    expect(cache.size).toBe(3);
-    expect(cache.ticket()).toBe(ticket);
   });
 
   it("reads begun before a drop are not kept after it (a revocation racing a token request cannot leave the credential cached)", () => {
     const cache = new AuthenticationCache();
     const ticket = cache.ticket(); // the request starts its reads: the credential is still active
-    cache.dropClient("cli_a"); // the revocation is written, and dropped here
+    cache.clear(); // the revocation is written, and the cache cleared here
     expect(cache.keep(ticket, hashA, a)).toBe(false);
     expect(cache.get("cli_a", hashA)).toBeUndefined();
-    // A drop of something else counts too: the check is by ticket, not by key.
-    const other = cache.ticket();
-    cache.dropPartner("ptr_9");
-    expect(cache.keep(other, hashA, a)).toBe(false);
     // Reads begun after the drop are kept.
     expect(cache.keep(cache.ticket(), hashA, a)).toBe(true);
     expect(cache.get("cli_a", hashA)).toEqual(a);
   });
 
   it("is bounded: past `max` entries the least recently used goes", () => {
-    const cache = new AuthenticationCache({ max: 2 });
+    const cache = new AuthenticationCache(undefined, { max: 2 });
     cache.keep(cache.ticket(), hashA, a);
     cache.keep(cache.ticket(), hashA, b);
     cache.get("cli_a", hashA);
@@ -110,7 +74,7 @@ describe("AuthenticationCache", () => {
 
   it("forgets an entry after its TTL, a safety net should an event never arrive", () => {
     let now = 1_000;
-    const cache = new AuthenticationCache({ ttlMs: 60_000, perf: { now: () => now } });
+    const cache = new AuthenticationCache(undefined, { ttl: 60_000, ttlResolution: 0, perf: { now: () => now } });
     cache.keep(cache.ticket(), hashA, a);
     now += 59_000;
     expect(cache.get("cli_a", hashA)).toEqual(a);
@@ -120,7 +84,7 @@ describe("AuthenticationCache", () => {
 
   it("while the replica cannot vouch for its invalidations, serves nothing, keeps nothing, and drops what it held", () => {
     let trusted = true;
-    const cache = filled({ trusted: () => trusted });
+    const cache = filled(() => trusted);
     trusted = false;
     const ticket = cache.ticket();
     expect(cache.get("cli_a", hashA)).toBeUndefined();

@@ -22,7 +22,7 @@ afterAll(async () => {
   await mongo?.close();
 });
 
-const claims = { sub: "ptr_a", client_id: "cli_a", mode: "live" as const, scope: "files:write" };
+const who = { clientId: "cli_a", partnerId: "ptr_a", mode: "live" as const, scopes: ["files:write"] };
 const freshCollection = () => mongo.db.collection<SigningKeyDoc>(`keys_${randomUUID().slice(0, 8)}`);
 
 describe("signing keys", () => {
@@ -32,7 +32,7 @@ describe("signing keys", () => {
     await Promise.all(rings.map((r) => r.load()));
     expect(new Set(rings.map((r) => r.signer().kid)).size).toBe(1);
     expect(await keys.countDocuments()).toBe(1);
-    const token = await signAccessToken(rings[1]!, claims, 60);
+    const token = await signAccessToken(rings[1]!, who, "files:write", 60);
     await expect(jwtVerify(token, createLocalJWKSet(rings[2]!.jwks()))).resolves.toBeDefined();
   });
 
@@ -43,7 +43,7 @@ describe("signing keys", () => {
     await ring.load();
     await other.load();
     const before = ring.signer().kid;
-    const oldToken = await signAccessToken(ring, claims, 60);
+    const oldToken = await signAccessToken(ring, who, "files:write", 60);
     const { added, retired } = await ring.rotate(60_000, 900_000);
     expect(retired).toEqual([]);
     expect(ring.jwks().keys.map((k) => k.kid)).toEqual([before, added.kid]);
