@@ -60,10 +60,7 @@ function parseHeader(part: Part | undefined): Header {
   };
 }
 
-/**
- * Reads the gateway's stream (header, chunks, trailer), taking the verdicts of verdicts.ts as what
- * each needs arrives; whatever fails before the file record is written leaves nothing behind.
- */
+/** The gateway's stream (header, chunks, trailer), judged by verdicts.ts as it arrives; a refusal leaves nothing behind. */
 export async function submitFile(
   deps: IntakeDeps,
   requests: AsyncIterable<fileintakev1.SubmitFileRequest>,
@@ -190,7 +187,6 @@ async function receive(
   }
 }
 
-/** A named step of an upload: its span in a trace. */
 const step = <T>(name: string, fn: () => Promise<T>) => inSpan(`upload: ${name}`, {}, fn);
 
 /** Enough bytes to decide the type (SNIFF_BYTES), or the whole file when it is shorter. */

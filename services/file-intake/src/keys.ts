@@ -18,11 +18,7 @@ export interface KeyTiming {
   pollMs: number;
 }
 
-/**
- * Idempotency keys on single-document atomicity: a claim is an insert under the key's _id, so of
- * two concurrent requests exactly one wins; the other waits for it to be committed (then replays it)
- * or released (then claims). Every later write is conditional on the claim's fileId.
- */
+/** A claim is an insert under the key's _id (one of two concurrent requests wins); later writes depend on its fileId. */
 export class IdempotencyKeys {
   constructor(
     private readonly store: FileStore,
@@ -93,7 +89,6 @@ export class IdempotencyKeys {
     return () => void kept.stop();
   }
 
-  /** Renews an owned claim; false when it was taken over. */
   renew(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<boolean> {
     return renewLease(this.store.keys, keyId(partnerId, mode, key), CLAIM, fileId, this.timing.claimLeaseMs);
   }
@@ -112,7 +107,6 @@ export class IdempotencyKeys {
     await this.store.keys.deleteOne({ _id: keyId(partnerId, mode, key), fileId, state: "claimed" });
   }
 
-  /** Reads already treat an expired key as absent. */
   async sweep(now = new Date()): Promise<number> {
     const res = await this.store.keys.deleteMany({ expiresAt: { $lte: now } });
     return res.deletedCount;

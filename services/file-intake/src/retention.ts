@@ -22,10 +22,7 @@ export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPoli
   createdAt: { $lte: new Date(now.getTime() - (mode === "live" ? policy.liveMs : policy.testMs)) },
 });
 
-/**
- * Deletes one file's data: the data key first (every copy unreadable at once), then the result and
- * the bytes, last `purgedAt`, whose update takes the size off the usage. Each step can be repeated.
- */
+/** The data key first (every copy unreadable at once), then result and bytes, last `purgedAt` (off the usage); repeatable. */
 export async function purgeFile(
   store: FileStore,
   file: Pick<FileDoc, "_id" | "partnerId" | "mode" | "blobId" | "size">,

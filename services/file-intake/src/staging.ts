@@ -6,11 +6,8 @@ import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileSto
 export const SEGMENT_INSERTS_IN_FLIGHT = 2;
 
 /**
- * Bytes on their way in, stored as they arrive under an upload document; they become a file only
- * when a FileDoc names them. Each BLOB_SEGMENT_BYTES of plaintext is sealed on its own (data-keys.ts)
- * into one `blob_segments` document; the last, final one may be empty, so the file's size gives the
- * number of segments. Buffers are reused segment after segment so that what an upload leaves for
- * the collector dies young (docs/performance.md, "What an upload leaves for the collector").
+ * Bytes on their way in, one sealed `blob_segments` document per BLOB_SEGMENT_BYTES (the final one
+ * may be empty), a file's once a FileDoc names them. Buffers are reused (docs/performance.md).
  */
 export class StagedUpload {
   private discarded = false;
@@ -35,7 +32,6 @@ export class StagedUpload {
     this.recorded.catch(() => {});
   }
 
-  /** Starts an upload encrypted under `dataKey`. */
   static open(store: FileStore, partnerId: string, dataKey: Buffer): StagedUpload {
     return new StagedUpload(store, new ObjectId(), partnerId, dataKey);
   }
@@ -110,10 +106,7 @@ export class StagedUpload {
 /** A page of segment ids to delete when a blob's length is not known (an upload whose process died). */
 const SWEEP_PAGE = 32;
 
-/**
- * Deletes the segments of a blob: `count` of them, or page by page until a page finds none (inserts
- * land in order but for the last SEGMENT_INSERTS_IN_FLIGHT, so none lies beyond an empty page).
- */
+/** `count` segments, or page by page until one finds none (inserts land in order but for the last few in flight). */
 export async function deleteSegments(store: FileStore, id: ObjectId, count?: number): Promise<void> {
   for (let from = 0; count === undefined || from < count; from += SWEEP_PAGE) {
     const to = count === undefined ? from + SWEEP_PAGE : Math.min(count, from + SWEEP_PAGE);
@@ -124,10 +117,7 @@ export async function deleteSegments(store: FileStore, id: ObjectId, count?: num
   }
 }
 
-/**
- * Removes what uploads left behind: discarded ones after `discardedGraceMs` (a write may land late),
- * and ones open after `abandonedAfterMs` (their process died). Bytes a file names are never deleted.
- */
+/** Removes what uploads left: discarded ones after a grace (a write may land late), abandoned ones; never a file's bytes. */
 export async function sweepStaging(
   store: FileStore,
   now: Date,

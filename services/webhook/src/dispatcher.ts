@@ -54,10 +54,7 @@ export class Dispatcher {
     this.wake.abort();
   }
 
-  /**
-   * Stops claiming, gives running attempts up to `graceMs` to finish, then cuts them off. An
-   * attempt cut off this way is not counted: its event is due again at once for whoever runs next.
-   */
+  /** Stops claiming; attempts still running after `graceMs` are cut off, uncounted and due again at once. */
   async stop(graceMs = 3_000, cutOff: () => Promise<void> = async () => {}): Promise<void> {
     this.running = false;
     this.poke();
@@ -123,7 +120,6 @@ export class Dispatcher {
     }
   }
 
-  /** Until `ms` passed or a poke came. */
   private async sleep(ms: number): Promise<void> {
     if (this.poked || ms <= 0) return;
     this.wake = new AbortController();

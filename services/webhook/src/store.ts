@@ -5,10 +5,8 @@ import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { WebhookEventType } from "@pi/common/events/webhook-events";
 import type { DeliveryState } from "./delivery-states.js";
 
-// Four collections, each written one document at a time (no transactions): webhook_events (one per
-// event, its _id derived from the source event's, so a redelivered one is the same document),
-// webhook_queue (the pending ones only, so the dispatcher's look stays cheap), webhook_claims
-// (queue.ts) and webhook_endpoints (endpoint-health.ts). States: delivery-states.ts.
+// Four collections, written one document at a time: webhook_events (its _id derived from the source event's),
+// webhook_queue (the pending ones only), webhook_claims (queue.ts) and webhook_endpoints (endpoint-health.ts).
 
 export interface AttemptRecord {
   number: number;
