@@ -26,9 +26,6 @@ import { StorageQuota, StoreFill } from "./usage.js";
 import { ExtractionRecords } from "./extraction-records.js";
 
 // Internal periods and leases, none of them partner-visible.
-/** Renewed every second while its request lives: a retry waits at most about this long for a dead owner's claim. */
-const CLAIM_LEASE_MS = 3_000;
-const CLAIM_POLL_MS = 25;
 const SWEEP_EVERY_MS = 60_000;
 /** A discarded upload's segments wait this long for a write that lands late. */
 const STAGING_DISCARDED_GRACE_MS = 60_000;
@@ -64,11 +61,7 @@ export async function startFileIntakeService(
     throw err;
   }
   const store = await openFileStore(runtime.mongo.db);
-  const keys = new IdempotencyKeys(
-    store,
-    { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: CLAIM_LEASE_MS, pollMs: CLAIM_POLL_MS },
-    logger,
-  );
+  const keys = new IdempotencyKeys(store, settings.IDEMPOTENCY_TTL_SECONDS * 1000, logger);
   const outbox = fileOutbox(
     store.files,
     runtime.producer,

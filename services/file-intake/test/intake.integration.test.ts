@@ -352,7 +352,7 @@ describe("idempotency keys", () => {
     const { openFileStore } = await import("../src/store.js");
     const swept = await new IdempotencyKeys(
       await openFileStore(db),
-      { ttlMs: 1000, claimLeaseMs: 1000, pollMs: 10 },
+      1000,
       createLogger("file-intake", "silent"),
     ).sweep();
     expect(swept).toBeGreaterThanOrEqual(1);

@@ -20,10 +20,6 @@ export function current(entry: QueueDoc): Filter<WebhookEventDoc> {
   return { _id: entry._id, state: "pending", attempts: entry.attempts };
 }
 
-export function firstDue(store: WebhookStore, filter: Filter<QueueDoc>, limit: number): Promise<QueueDoc[]> {
-  return store.queue.find(filter).sort({ dueAt: 1 }).limit(limit).toArray();
-}
-
 /** The entries whose current slot this replica now holds, for `leaseMs`; the others belong to other replicas. */
 export async function claim(store: WebhookStore, entries: QueueDoc[], now: Date, leaseMs: number): Promise<QueueDoc[]> {
   const expiresAt = new Date(now.getTime() + leaseMs);

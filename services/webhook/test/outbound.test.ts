@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { LookupAddress } from "node:dns";
-import { guardedLookup, urlRefusal, WebhookSender, type Resolver } from "../src/outbound.js";
+import { guardedLookup, type Resolver } from "@pi/common/runtime/egress";
+import { webhookUrlRefusal as urlRefusal } from "@pi/common/rules/webhook-url";
+import { WebhookSender } from "../src/outbound.js";
 
 // Real HTTP servers on 127.0.0.1 stand in for partner endpoints.
 
