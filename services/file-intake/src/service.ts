@@ -27,10 +27,6 @@ import { ExtractionRecords } from "./extraction-records.js";
 
 // Internal periods and leases, none of them partner-visible.
 const SWEEP_EVERY_MS = 60_000;
-/** A discarded upload's segments wait this long for a write that lands late. */
-const STAGING_DISCARDED_GRACE_MS = 60_000;
-/** Longer than any upload can last: the gateway gives one upload at most 10 minutes. */
-const STAGING_ABANDONED_AFTER_MS = 60 * 60_000;
 const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
 /** How long one replica's retention round may run without renewing its lease. */
 const RETENTION_LEASE_MS = 5 * 60_000;
@@ -120,17 +116,7 @@ export async function startFileIntakeService(
     outbox.start();
     background.push(
       every("idempotency key sweep", SWEEP_EVERY_MS, () => keys.sweep(), logger, later),
-      every(
-        "staging sweep",
-        SWEEP_EVERY_MS,
-        () =>
-          sweepStaging(store, new Date(), {
-            discardedGraceMs: STAGING_DISCARDED_GRACE_MS,
-            abandonedAfterMs: STAGING_ABANDONED_AFTER_MS,
-          }),
-        logger,
-        later,
-      ),
+      every("staging sweep", SWEEP_EVERY_MS, () => sweepStaging(store, new Date()), logger, later),
       // Also at start: data past retention goes even if the replicas restart often.
       every(
         "retention sweep",
@@ -141,7 +127,6 @@ export async function startFileIntakeService(
             {
               liveMs: settings.FILE_RETENTION_SECONDS * 1000,
               testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000,
-              holdMaxAgeMs: STAGING_ABANDONED_AFTER_MS,
             },
             RETENTION_LEASE_MS,
             logger,

@@ -2,6 +2,11 @@ import { Binary, ObjectId } from "mongodb";
 import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common/store/data-keys";
 import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
+/** A discarded upload's segments wait this long for a write that lands late. */
+const DISCARDED_GRACE_MS = 60_000;
+/** Longer than any upload can last: the gateway gives one upload at most 10 minutes. */
+export const ABANDONED_AFTER_MS = 60 * 60_000;
+
 /** Segment inserts of one upload under way at once: receiving, sealing and writing overlap in bounded memory. */
 export const SEGMENT_INSERTS_IN_FLIGHT = 2;
 
@@ -118,16 +123,12 @@ export async function deleteSegments(store: FileStore, id: ObjectId, count?: num
 }
 
 /** Removes what uploads left: discarded ones after a grace (a write may land late), abandoned ones; never a file's bytes. */
-export async function sweepStaging(
-  store: FileStore,
-  now: Date,
-  opts: { discardedGraceMs: number; abandonedAfterMs: number },
-): Promise<number> {
+export async function sweepStaging(store: FileStore, now: Date): Promise<number> {
   const due = await store.uploads
     .find({
       $or: [
-        { discardedAt: { $ne: null, $lte: new Date(now.getTime() - opts.discardedGraceMs) } },
-        { startedAt: { $lte: new Date(now.getTime() - opts.abandonedAfterMs) } },
+        { discardedAt: { $ne: null, $lte: new Date(now.getTime() - DISCARDED_GRACE_MS) } },
+        { startedAt: { $lte: new Date(now.getTime() - ABANDONED_AFTER_MS) } },
       ],
     })
     .limit(500)

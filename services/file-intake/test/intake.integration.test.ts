@@ -575,10 +575,7 @@ describe("nothing accepted is left unprocessed", () => {
       { upsert: true },
     );
 
-    await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), {
-      discardedGraceMs: 60_000,
-      abandonedAfterMs: 3_600_000,
-    });
+    await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000));
     expect(await segmentsOf(orphan.id)).toBe(0);
     expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId] } })).toBe(0);
     expect(await segmentsOf(keptDoc!.blobId)).toBe(1);
