@@ -39,14 +39,7 @@ export interface IntakeDeps {
 
 type Part = fileintakev1.SubmitFileRequest["part"];
 
-interface Header {
-  partnerId: string;
-  mode: FileMode;
-  idempotencyKey: string | null;
-  declaredBytes: number | undefined;
-}
-
-function parseHeader(part: Part | undefined): Header {
+function parseHeader(part: Part | undefined) {
   if (part?.case !== "header") throw protocol("the first message must be the header");
   const h = part.value;
   const mode = modeFromProto(h.mode);
@@ -93,7 +86,7 @@ export async function submitFile(
 
 async function receive(
   deps: IntakeDeps,
-  header: Header,
+  header: ReturnType<typeof parseHeader>,
   reservation: Reservation,
   next: () => Promise<Part>,
   signal?: AbortSignal,
