@@ -79,7 +79,7 @@ export class IdempotencyKeys {
   hold(partnerId: string, mode: FileMode, key: string, fileId: string): () => void {
     const kept = keepAlive(
       "an idempotency claim",
-      Math.max(50, CLAIM_LEASE_MS / 3),
+      CLAIM_LEASE_MS / 3,
       () => this.renew(partnerId, mode, key, fileId),
       this.logger,
     );
