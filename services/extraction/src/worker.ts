@@ -57,19 +57,15 @@ export class ExtractionWorker {
       await this.sweepStuck();
       return "none";
     }
-    let next: fileintakev1.TakeNextFileForExtractionResponse;
-    try {
-      next = await this.intake.takeNextFileForExtraction({
-        leaseMs: this.timing.leaseMs,
-        maxAttempts: this.timing.maxAttempts,
+    const next = await this.intake
+      .takeNextFileForExtraction({ leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts })
+      .catch((err: unknown) => {
+        if (!(err instanceof RpcError && err.code === Status.UNIMPLEMENTED)) throw err;
+        this.logger.warn("file-intake takes no next file (an earlier release): files are taken by their events");
+        this.legacyUntil = Date.now() + LEGACY_RETRY_MS;
+        return undefined;
       });
-    } catch (err) {
-      if (!(err instanceof RpcError && err.code === Status.UNIMPLEMENTED)) throw err;
-      this.logger.warn("file-intake takes no next file (an earlier release): files are taken by their events");
-      this.legacyUntil = Date.now() + LEGACY_RETRY_MS;
-      return "none";
-    }
-    if (!next.found || !next.take) return "none";
+    if (!next?.found || !next.take) return "none";
     return this.extractTaken(next.fileId, next.take);
   }
 

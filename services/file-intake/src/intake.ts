@@ -61,15 +61,12 @@ export async function submitFile(
 ) {
   const it = requests[Symbol.asyncIterator]();
   const next = async (): Promise<Part> => {
-    let r: IteratorResult<fileintakev1.SubmitFileRequest>;
-    try {
-      r = await it.next();
-    } catch (err) {
+    const r = await it.next().catch((err: unknown) => {
       // The caller went away mid-upload (the partner disconnected, or the gateway gave up).
       throw err instanceof RpcError
         ? err
         : new RpcError("the upload stream was closed by the caller", Status.CANCELLED, undefined, err);
-    }
+    });
     if (r.done) throw protocol("the stream ended before the trailer");
     return r.value.part;
   };

@@ -42,14 +42,12 @@ async function prepare(
   leaseEnd: number,
 ): Promise<{ target: WebhookTarget | null } | undefined> {
   const log = { eventId: entry._id, partnerId: entry.partnerId };
-  let target: WebhookTarget | null;
-  try {
-    target = await webhookTarget(auth, entry.partnerId);
-  } catch (err) {
+  const target = await webhookTarget(auth, entry.partnerId).catch(async (err: unknown) => {
     logger.warn({ ...log, err }, "webhook target unavailable; event waits");
     await queue.release(store, entry._id, new Date(Date.now() + TARGET_UNAVAILABLE_RETRY_MS));
     return undefined;
-  }
+  });
+  if (target === undefined) return undefined;
   const kept = target ? null : delivery.noEndpoint(entry.attempts);
   if (kept) {
     const res = await store.events.updateOne(queue.current(entry), { $set: kept });

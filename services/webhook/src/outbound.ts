@@ -35,7 +35,8 @@ function describeError(err: unknown, timeoutMs: number): string {
 }
 
 export class WebhookSender {
-  private readonly agent: Agent;
+  /** Closed (or destroyed, cutting attempts off) by the service's stop. */
+  readonly agent: Agent;
 
   constructor(private readonly opts: EgressOptions) {
     this.agent = egressAgent(opts);
@@ -55,12 +56,8 @@ export class WebhookSender {
         signal: AbortSignal.timeout(this.opts.timeoutMs),
       });
       const statusCode = res.statusCode;
-      let excerpt = "";
-      try {
-        excerpt = await readCapped(res.body, RESPONSE_EXCERPT_BYTES);
-      } catch {
-        // The status arrived in time; a body cut short changes nothing.
-      }
+      // The status arrived in time; a body cut short changes nothing.
+      const excerpt = await readCapped(res.body, RESPONSE_EXCERPT_BYTES).catch(() => "");
       const retryAfter = res.headers["retry-after"];
       return {
         delivered: statusCode >= 200 && statusCode < 300,
@@ -72,13 +69,5 @@ export class WebhookSender {
     } catch (err) {
       return noAnswer(describeError(err, this.opts.timeoutMs), elapsed());
     }
-  }
-
-  close(): Promise<void> {
-    return this.agent.close();
-  }
-
-  destroy(): Promise<void> {
-    return this.agent.destroy();
   }
 }

@@ -98,8 +98,8 @@ export async function startWebhookService(
     async stop() {
       await server.close();
       await Promise.allSettled([consumer.stop(), gauges.stop(), retention.stop()]);
-      await dispatcher.stop(3_000, () => sender.destroy());
-      await sender.close().catch(() => {});
+      await dispatcher.stop(3_000, () => sender.agent.destroy());
+      await sender.agent.close().catch(() => {});
       await trail.stop();
       await runtime.close();
     },
