@@ -8,15 +8,11 @@ import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/rules/extracte
 import type { ExtractionTask } from "./extraction-child.js";
 import { childEnvironment } from "./child-environment.js";
 
-// Each file is decoded in a child process (extraction-child.ts): pdf.js replaces globals, and a
-// hostile file must cost that child only. Its resident memory and CPU time are read from /proc
-// every few ms, beside a wall-time limit; past any of them it is killed and the file fails with
-// the reason. A killed child is replaced on the next file. docs/files.md, "Extraction".
+// Each file is decoded in a child process (pdf.js replaces globals; a hostile file costs that child only), killed
+// past its memory, CPU-time or wall-time limit and replaced on the next file (docs/files.md, "Extraction").
 
 export interface ExtractionLimits {
-  /** Wall time of one file. */
   timeoutMs: number;
-  /** CPU time (user and system) on one file. */
   cpuTimeMs: number;
   /** Resident memory (heap and buffers). */
   memoryCeilingMb: number;

@@ -31,11 +31,7 @@ type Taken = fileintakev1.TakeFileForExtractionResponse;
 
 const LEGACY_RETRY_MS = 60_000;
 
-/**
- * Moves files out of `received` through file-intake's extraction RPCs: take a file (its lease and a
- * durable attempt), read its bytes, extract them in the child, record the outcome. A worker killed
- * mid-file records nothing: the lease runs out and after `maxAttempts` file-intake fails the file.
- */
+/** Take (a lease and a durable attempt), read, extract, record; a worker killed mid-file leaves the lease to run out. */
 export class ExtractionWorker {
   private legacyUntil = 0;
 

@@ -84,7 +84,6 @@ export class StorageQuota {
     return quotaVerdict(usage ?? { stored: 0, used: 0 }, quota, need, this.sweepEverySeconds);
   }
 
-  /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
   async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
     const key = usageKey(partnerId, mode);
     const quota = forMode(this.limits, mode);

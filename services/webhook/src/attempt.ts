@@ -11,8 +11,7 @@ import type { QueueDoc, WebhookStore } from "./store.js";
 import type { AuthClient } from "@pi/common/rpc/clients";
 import { signingSecrets, webhookTarget, type WebhookTarget } from "./targets.js";
 
-// One attempt at a claimed slot: prepare, send, record. An outcome is written only while the event is
-// still where the entry says (queue.current), so a holder whose lease ran out never overwrites.
+// One attempt at a claimed slot: prepare, send, record, the outcome only while the event is where the entry says.
 
 export interface AttemptContext {
   store: WebhookStore;

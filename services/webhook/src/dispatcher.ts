@@ -5,9 +5,8 @@ import * as queue from "./queue.js";
 import { TARGET_LOOKUP_TIMEOUT_MS } from "./targets.js";
 import type { QueueDoc } from "./store.js";
 
-// Which due queue entries (queue.ts) this replica claims, and when; each claimed slot gets one attempt (attempt.ts).
-// A slow endpoint holds at most `maxPerPartner` of the `maxInFlight` slots, so other partners' events keep going out.
-// Idle, it sleeps until the next entry is due, at most `idleMs`: the bound on seeing another replica's entries.
+// Which due queue entries (queue.ts) this replica claims, and when. A slow endpoint holds at most `maxPerPartner`
+// slots; idle, it sleeps until the next entry is due, at most `idleMs` (the bound on seeing other replicas' entries).
 
 export interface DispatcherOptions extends AttemptContext {
   maxInFlight?: number;
