@@ -58,13 +58,7 @@ export async function startFileIntakeService(
   }
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(store, settings.IDEMPOTENCY_TTL_SECONDS * 1000, logger);
-  const outbox = fileOutbox(
-    store.files,
-    runtime.producer,
-    settings.DATA_NAMESPACE,
-    logger,
-    options.relayEveryMs ?? 5_000,
-  );
+  const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, options.relayEveryMs);
   await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();
   const connections: ConnectionCheck = options.connections ?? {
