@@ -11,21 +11,15 @@ import { childEnvironment } from "./child-environment.js";
 // Each file is decoded in a child process (pdf.js replaces globals; a hostile file costs that child only), killed
 // past its memory, CPU-time or wall-time limit and replaced on the next file (docs/files.md, "Extraction").
 
-export interface ExtractionLimits {
-  timeoutMs: number;
-  cpuTimeMs: number;
-  /** Resident memory (heap and buffers). */
-  memoryCeilingMb: number;
-  /** The text kept of a PDF (the rest is counted in its length). */
-  maxTextChars: number;
-}
-
-export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
+export const DEFAULT_EXTRACTION_LIMITS = {
   timeoutMs: 60_000,
   cpuTimeMs: 30_000,
+  /** Resident memory (heap and buffers). */
   memoryCeilingMb: 512,
+  /** The text kept of a PDF (the rest is counted in its length). */
   maxTextChars: MAX_STORED_TEXT_CHARS,
 };
+export type ExtractionLimits = typeof DEFAULT_EXTRACTION_LIMITS;
 
 /** Thrown when the child died of something that is not one of our limits: the file is not decided here. */
 export class ExtractorDied extends Error {
@@ -65,14 +59,9 @@ function usage(pid: number | undefined): { cpuMs: number; residentBytes: number 
   }
 }
 
-interface Running {
-  child: ChildProcess;
-  settle(result: Extracted | Error): void;
-}
-
 export class Extractor {
   private child: { process: ChildProcess; ready: Promise<void> } | undefined;
-  private running: Running | undefined;
+  private running: { child: ChildProcess; settle(result: Extracted | Error): void } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 

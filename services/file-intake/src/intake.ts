@@ -100,7 +100,7 @@ async function receive(
   const dataKey = randomBytes(DATA_KEY_BYTES);
   const wrapped = deps.dataKeys.wrap(dataKey);
   wrapped.catch(() => {});
-  const staged = StagedUpload.open(deps.store, header.partnerId, dataKey);
+  const staged = new StagedUpload(deps.store, header.partnerId, dataKey);
   let committed = false;
   try {
     const file = await step("stage bytes", () => stageBytes(deps, reservation, staged, type, head, next));

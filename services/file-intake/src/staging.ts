@@ -26,19 +26,17 @@ export class StagedUpload {
   /** The upload document; no segment is written before it is stored, so the sweep can find every byte. */
   private readonly recorded: Promise<unknown>;
 
-  private constructor(
+  readonly id = new ObjectId();
+
+  /** Starts an upload encrypted under `dataKey`. */
+  constructor(
     private readonly store: FileStore,
-    readonly id: ObjectId,
     partnerId: string,
     private readonly dataKey: Buffer,
   ) {
-    const doc: UploadDoc = { _id: id, partnerId, startedAt: new Date(), discardedAt: null };
+    const doc: UploadDoc = { _id: this.id, partnerId, startedAt: new Date(), discardedAt: null };
     this.recorded = store.uploads.insertOne(doc);
     this.recorded.catch(() => {});
-  }
-
-  static open(store: FileStore, partnerId: string, dataKey: Buffer): StagedUpload {
-    return new StagedUpload(store, new ObjectId(), partnerId, dataKey);
   }
 
   /** Takes a chunk (copied: the caller may reuse it). */

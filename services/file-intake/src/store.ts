@@ -1,4 +1,4 @@
-import type { Binary, Collection, Db, ObjectId } from "mongodb";
+import type { Binary, Db, ObjectId } from "mongodb";
 import { outboxEntry, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
 import type { ExtractionKind } from "@pi/common/rules/media-types";
 import type { FailureReason } from "@pi/common/rules/extracted";
@@ -105,17 +105,7 @@ export interface UsageDoc extends Usage {
   _id: string;
 }
 
-export interface FileStore {
-  db: Db;
-  files: Collection<FileDoc>;
-  extractions: Collection<ExtractionDoc>;
-  keys: Collection<KeyDoc>;
-  uploads: Collection<UploadDoc>;
-  leases: Collection<JobLeaseDoc>;
-  segments: Collection<SegmentDoc>;
-  usage: Collection<UsageDoc>;
-  turns: Collection<TurnDoc>;
-}
+export type FileStore = Awaited<ReturnType<typeof openFileStore>>;
 
 export interface TurnDoc {
   _id: string;
@@ -129,8 +119,8 @@ export const BLOB_SEGMENT_BYTES = 1024 * 1024;
 export const segmentId = (blobId: ObjectId, n: number) => `${blobId.toHexString()}:${n}`;
 export const segmentCount = (size: number) => Math.floor(size / BLOB_SEGMENT_BYTES) + 1;
 
-export async function openFileStore(db: Db): Promise<FileStore> {
-  const store: FileStore = {
+export async function openFileStore(db: Db) {
+  const store = {
     db,
     files: db.collection<FileDoc>("files"),
     extractions: db.collection<ExtractionDoc>("extractions"),

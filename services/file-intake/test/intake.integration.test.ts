@@ -392,7 +392,7 @@ describe("nothing accepted is left unprocessed", () => {
     // What an upload stores before its 202 (intake.ts), without the publish that follows it.
     const dataKey = randomBytes(32);
     const bytes = fixture("sample.png");
-    const staged = StagedUpload.open(store, partnerId, dataKey);
+    const staged = new StagedUpload(store, partnerId, dataKey);
     await staged.write(bytes);
     await staged.finish();
     await staged.committed();
@@ -557,7 +557,7 @@ describe("nothing accepted is left unprocessed", () => {
     const { openFileStore } = await import("../src/store.js");
     const { sweepStaging, StagedUpload } = await import("../src/staging.js");
     const store = await openFileStore(db);
-    const orphan = StagedUpload.open(store, "ptr_dead", randomBytes(32));
+    const orphan = new StagedUpload(store, "ptr_dead", randomBytes(32));
     await orphan.write(Buffer.alloc(3 * 1024 * 1024 + 10, 1)); // three segments stored, the rest buffered: the process "dies"
     const segmentsOf = (id: ObjectId) =>
       Promise.all(

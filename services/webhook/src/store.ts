@@ -1,4 +1,4 @@
-import type { Collection, Db } from "mongodb";
+import type { Db } from "mongodb";
 import type { AuditCarrier } from "@pi/common/store/audit-trail";
 import type { PartnerMode } from "@pi/common/rules/mode";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
@@ -68,14 +68,9 @@ export interface ClaimDoc {
   holder?: string | null;
 }
 
-export interface WebhookStore {
-  events: Collection<WebhookEventDoc>;
-  queue: Collection<QueueDoc>;
-  claims: Collection<ClaimDoc>;
-  endpoints: Collection<EndpointHealthDoc>;
-}
+export type WebhookStore = Awaited<ReturnType<typeof openWebhookStore>>;
 
-export async function openWebhookStore(db: Db): Promise<WebhookStore> {
+export async function openWebhookStore(db: Db) {
   const events = db.collection<WebhookEventDoc>("webhook_events");
   await events.createIndex({ sourceEventId: 1 }, { unique: true, name: "source_event_unique" });
   await events.createIndex({ partnerId: 1, createdAt: -1 }, { name: "by_partner" });
