@@ -23,7 +23,7 @@ export const projectBase = {
   },
   moduleNameMapper: {
     "^@pi/proto$": "<rootDir>/proto/src/index.ts",
-    "^@pi/(common|auth|connection|file-intake|extraction|webhook|gateway|ops)$": "<rootDir>/services/$1/src/index.ts",
+    "^@pi/(auth|connection|file-intake|extraction|webhook|gateway|ops)$": "<rootDir>/services/$1/src/index.ts",
     "^@pi/common/(.+)$": "<rootDir>/services/common/src/$1.ts",
     "^@pi/local-stack$": "<rootDir>/deploy/local/src/index.ts",
     "^@pi/partner-sdk$": "<rootDir>/sdk/typescript/src/index.ts",

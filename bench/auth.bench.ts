@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, it } from "@jest/globals";
-import { clientsFor, createLogger, type RunningService } from "@pi/common";
+import { clientsFor } from "@pi/common/rpc/clients";
+import { createLogger } from "@pi/common/runtime/logger";
+import type { RunningService } from "@pi/common/runtime/run-service";
 import { startWarmGateway } from "@pi/gateway";
 import { as, startTestStack, type TestStack } from "../test/support/services.js";
 import { accessToken, opsCliEnv, opsFor, runOpsCli } from "../test/support/partner-api.js";

@@ -2,7 +2,9 @@ import { afterAll, beforeAll, it } from "@jest/globals";
 import { randomUUID } from "node:crypto";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { commonv1, eventsv1 } from "@pi/proto";
-import { createKafka, createLogger, createProducer, topicName, kafkaCredentials } from "@pi/common";
+import { createKafka, kafkaCredentials } from "@pi/common/events/kafka";
+import { createLogger } from "@pi/common/runtime/logger";
+import { topicName } from "@pi/common/events/topics";
 import { startTestStack, type TestStack } from "../test/support/services.js";
 import { accessToken, call, opsFor } from "../test/support/partner-api.js";
 import { startTestReceiver, type TestReceiver } from "../test/support/webhook-receiver.js";
@@ -32,15 +34,12 @@ async function partnerWithReceiver(name: string) {
 
 it("delivered webhook events per second", async () => {
   const { partner, receiver } = await partnerWithReceiver("Bench Throughput");
-  const producer = createProducer(
-    createKafka(
-      stack.settings.KAFKA_BROKERS,
-      "bench",
-      createLogger("bench", "error"),
-      kafkaCredentials(stack.settings),
-    ),
-  );
-  await producer.connect();
+  const producer = createKafka(
+    stack.settings.KAFKA_BROKERS,
+    "bench",
+    createLogger("bench", "error"),
+    kafkaCredentials(stack.settings),
+  ).producer();
   const n = 500;
   const messages = Array.from({ length: n }, () => {
     const e = create(eventsv1.ConnectionEventSchema, {

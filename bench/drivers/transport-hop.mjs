@@ -7,7 +7,11 @@
 import { fork } from "node:child_process";
 import http2 from "node:http2";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { createLogger, generateIdentity, serviceClient, startRpcServer, WORKLOADS } from "@pi/common";
+import { createLogger } from "@pi/common/runtime/logger";
+import { generateIdentity } from "@pi/common/rpc/service-identity";
+import { serviceClient } from "@pi/common/rpc/client";
+import { startRpcServer } from "@pi/common/rpc/server";
+import { WORKLOADS } from "@pi/common/rpc/allowed-callers";
 import { authv1 } from "@pi/proto";
 
 const SECONDS = Number(process.env.HOP_SECONDS ?? 4);

@@ -2,14 +2,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseSettings, type Settings } from "@pi/common/runtime/settings";
+import { freePort } from "../../deploy/local/src/infra.js";
 import {
-  parseSettings,
   SERVICE_URL_SETTINGS,
   withLocalStackAddresses,
   withLocalStackIdentity,
-  type Settings,
-} from "@pi/common";
-import { freePort } from "../../deploy/local/src/infra.js";
+} from "../../deploy/local/src/state-files.js";
 import { alive, descendants } from "../../test/support/processes.js";
 import { everyReplicaServes } from "../../test/support/replicas.js";
 

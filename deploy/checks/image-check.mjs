@@ -529,14 +529,17 @@ export async function runImageCheck({
       gatewayIdentity = ids.gateway.key;
       // Each its own Kafka user, admitted by the namespace's ACLs (services/common/src/events/kafka-access.ts), as in the chart.
       const namespace = `imagecheck${process.pid}`;
-      const common = await import("../../services/common/dist/index.js");
-      const admin = common.KAFKA_ADMIN_USER;
-      await common.grantKafkaAccess(
-        common.createKafka(
+      const { KAFKA_ADMIN_USER: admin, grantKafkaAccess } = await import(
+        "../../services/common/dist/events/kafka-access.js"
+      );
+      const { createKafka, scramUser } = await import("../../services/common/dist/events/kafka.js");
+      const { createLogger } = await import("../../services/common/dist/runtime/logger.js");
+      await grantKafkaAccess(
+        createKafka(
           infra.kafkaBrokers,
           "image-check",
-          common.createLogger("image-check", "error"),
-          common.scramUser(admin, infra.kafkaUsers[admin]),
+          createLogger("image-check", "error"),
+          scramUser(admin, infra.kafkaUsers[admin]),
         ),
         namespace,
       );

@@ -6,7 +6,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { startAuthService } from "@pi/auth";
-import { AUDIT_BOOKKEEPING, clientsFor, createLogger, emptyOutbox, type RunningService } from "@pi/common";
+import { AUDIT_BOOKKEEPING } from "@pi/common/store/audit-trail";
+import { clientsFor } from "@pi/common/rpc/clients";
+import { createLogger } from "@pi/common/runtime/logger";
+import { emptyOutbox } from "@pi/common/store/persistence";
+import type { RunningService } from "@pi/common/runtime/run-service";
 import { startWarmGateway } from "@pi/gateway";
 import { decodeJwt as decodeJwtPayload, generateKeyPair } from "jose";
 import { MongoClient } from "mongodb";
@@ -892,7 +896,7 @@ describe("auth secrets", () => {
         const doc = credentials.find((c) => c._id === clientId)!;
         expect(doc.secretHash).toBe(createHmac("sha256", pepper).update(secret).digest("hex"));
         // Besides its own fields, a credential carries only the bookkeeping of its outboxes: events
-        // (services/common/src/store/persistence.ts) and audit records (audit-trail.ts).
+        // (services/common/src/store/persistence.ts) and audit records (store/audit.ts).
         const outboxFields: string[] = [...Object.keys(emptyOutbox()), ...AUDIT_BOOKKEEPING];
         expect(
           Object.keys(doc)
@@ -1342,7 +1346,7 @@ describe("auth revocation", () => {
 
     it("the auth service reports both gateways (and the auth replica, for its cache) confirmed the change, and how long it took", async () => {
       const p = await ops.partnerCreate({ name: "Reported Clinic" });
-      const clients = (await import("@pi/common")).clientsFor(stack.settings);
+      const clients = (await import("@pi/common/rpc/clients")).clientsFor(stack.settings);
       const res = await clients.authAdmin().revokeCredential({ clientId: p.test.client_id });
       expect(res.propagation).toMatchObject({ gateways: 2, confirmed: 2, authReplicas: 1, authConfirmed: 1 });
       propagationMs.push(Number(res.propagation!.elapsedMs));
@@ -1355,7 +1359,7 @@ describe("auth revocation", () => {
       try {
         const p = await ops.partnerCreate({ name: "Ghost Clinic" });
         const token = await accessToken(stack.baseUrl, p.live.client_id, p.live.client_secret);
-        const clients = (await import("@pi/common")).clientsFor(stack.settings);
+        const clients = (await import("@pi/common/rpc/clients")).clientsFor(stack.settings);
         const started = performance.now();
         const res = await clients.authAdmin().revokeCredential({ clientId: p.live.client_id });
         const took = performance.now() - started;

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { type RpcError, Status } from "@pi/common/rpc/errors";
-import { clientsFor, databaseName, newId } from "@pi/common";
+import { clientsFor } from "@pi/common/rpc/clients";
+import { databaseName } from "@pi/common/store/mongo";
+import { newId } from "@pi/common/rules/ids";
 import { commonv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
 import { describeFailure } from "../../services/ops/src/commands.js";

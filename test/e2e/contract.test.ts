@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
-import { databaseName } from "@pi/common";
+import { databaseName } from "@pi/common/store/mongo";
 import { MongoClient } from "mongodb";
 import { accessToken, call, opsFor, requestToken } from "../support/partner-api.js";
 import { sharedTestStack, stopSharedStacks, type TestStack } from "../support/services.js";

@@ -8,23 +8,16 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { startAuthService } from "@pi/auth";
-import {
-  type ConnectionClient,
-  connectMongo,
-  createKafka,
-  createLogger,
-  createProducer,
-  databaseName,
-  kafkaCredentials,
-  type Mongo,
-  newId,
-  type Producer,
-  type RunningService,
-  SERVICE_URL_SETTINGS,
-  serviceClient,
-  type Settings,
-  topicName,
-} from "@pi/common";
+import type { ConnectionClient } from "@pi/common/rpc/clients";
+import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
+import { createKafka, kafkaCredentials, type Producer } from "@pi/common/events/kafka";
+import { createLogger } from "@pi/common/runtime/logger";
+import { newId } from "@pi/common/rules/ids";
+import type { RunningService } from "@pi/common/runtime/run-service";
+import type { Settings } from "@pi/common/runtime/settings";
+import { SERVICE_URL_SETTINGS } from "../../deploy/local/src/state-files.js";
+import { serviceClient } from "@pi/common/rpc/client";
+import { topicName } from "@pi/common/events/topics";
 import { commonv1, connectionv1, eventsv1 } from "@pi/proto";
 import { MongoClient } from "mongodb";
 import { type LocalStack, startLocalStack } from "../../bench/support/local-stack.js";
@@ -217,7 +210,6 @@ describe("connections crash", () => {
         testKafkaAdmin(),
       );
       const admin = kafka.admin();
-      await admin.connect();
       const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
       await admin.disconnect();
       expect(offsets.every((o) => o.high === "0")).toBe(true);
@@ -458,8 +450,7 @@ describe("webhooks restart", () => {
     const logger = createLogger("restart-test", settings.LOG_LEVEL);
     auth = await startAuthService(as(settings, "auth"), logger);
     settings = { ...settings, ...addressOf("auth", auth) };
-    producer = createProducer(createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)));
-    await producer.connect();
+    producer = createKafka(settings.KAFKA_BROKERS, "restart-test", logger, kafkaCredentials(settings)).producer();
     mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
   });
 

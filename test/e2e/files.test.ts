@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, jest } from "@jest/globals";
 import { randomBytes, randomUUID } from "node:crypto";
 import { request } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
-import { databaseName } from "@pi/common";
+import { databaseName } from "@pi/common/store/mongo";
 import { MongoClient } from "mongodb";
 import { compatibilityPartitioner } from "@platformatic/kafka";
 import { flateBombPdf, unterminatedStreamsPdf } from "../../services/extraction/test/hostile-pdfs.js";

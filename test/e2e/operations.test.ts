@@ -12,7 +12,8 @@ import {
   type ReadableSpan,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
-import { createLogger, type RunningService } from "@pi/common";
+import { createLogger } from "@pi/common/runtime/logger";
+import type { RunningService } from "@pi/common/runtime/run-service";
 import { startWarmGateway } from "@pi/gateway";
 import { portOpen } from "../../deploy/local/src/infra.js";
 import { decodeJwt, NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";

@@ -2,7 +2,6 @@ import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Producer } from "@pi/common/events/kafka";
 import type { Collection, Document } from "mongodb";
-import { createProducer } from "@pi/common/events/kafka";
 import { eventsv1 } from "@pi/proto";
 import { readTopic } from "./topic-reader.js";
 
@@ -55,8 +54,7 @@ export async function collectConnectionEvents(brokers: string, namespace: string
     of: (connectionId) => reader.records.filter((r) => r.value.connectionId === connectionId).map((r) => r.value),
     async sentinel(key, timeoutMs) {
       if (!producer) {
-        producer = createProducer(reader.kafka);
-        await producer.connect();
+        producer = reader.kafka.producer();
       }
       const eventId = `sentinel-${randomBytes(8).toString("hex")}`;
       const marker = create(eventsv1.ConnectionEventSchema, { eventId, type: "test.sentinel", partnerId: key });

@@ -1,5 +1,4 @@
 import { create, type DescService } from "@bufbuild/protobuf";
-import { Metadata } from "@grpc/grpc-js";
 import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Client } from "@pi/common/rpc/client";
 import { WORKLOADS, type Workload } from "@pi/common/rpc/allowed-callers";
@@ -24,7 +23,7 @@ export function localClient<T extends DescService>(service: T, impl: Partial<Ser
               for await (const message of input as AsyncIterable<object>) yield create(method.input, message as never);
             })()
           : create(method.input, input as never);
-      const context = { metadata: new Metadata(), signal: options.signal ?? new AbortController().signal };
+      const context = { signal: options.signal ?? new AbortController().signal };
       try {
         return create(method.output, (await handler.call(impl, request, context)) as never);
       } catch (err) {

@@ -1,6 +1,6 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import addFormatsModule from "ajv-formats";
-import { openApiDocument } from "../../services/gateway/src/openapi.js";
+import { openApiJson } from "../../services/gateway/src/openapi.js";
 
 // Every answer the end-to-end suite receives is checked against the OpenAPI document
 // (services/gateway/openapi/openapi.yaml) by call() and requestToken() in partner-api.ts: status
@@ -10,7 +10,7 @@ import { openApiDocument } from "../../services/gateway/src/openapi.js";
 type Json = Record<string, unknown>;
 type HeaderSource = Headers | Record<string, string | string[] | undefined>;
 
-const doc = openApiDocument().json as Json;
+const doc = openApiJson() as Json;
 const DOC_ID = "partner-api.json";
 
 const ajv = new Ajv2020({ strict: false, allErrors: true });

@@ -96,13 +96,13 @@ export interface CliRun {
 }
 
 /**
- * Runs the compiled operator CLI (services/ops/dist/main.js) as an operator would. Asynchronous on
- * purpose: the services answering it may run in this very process.
+ * Runs the compiled operator CLI as `npm run ops` does (deploy/local/dist/ops.js: unset addresses and
+ * its key from STATE_DIR). Asynchronous on purpose: the services answering it may run in this very process.
  */
 export function runOpsCli(
   env: NodeJS.ProcessEnv,
   args: string[],
-  command: string[] = [process.execPath, join(process.cwd(), "services", "ops", "dist", "main.js")],
+  command: string[] = [process.execPath, join(process.cwd(), "deploy", "local", "dist", "ops.js")],
 ): Promise<CliRun> {
   const started = performance.now();
   const [file, ...prefix] = command;

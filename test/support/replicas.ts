@@ -1,7 +1,7 @@
 import { healthv1 } from "@pi/proto";
 import { LIVENESS } from "@pi/common/rpc/server";
 import { serviceClient } from "@pi/common/rpc/client";
-import { SERVICE_URL_SETTINGS, withLocalStackAddresses } from "@pi/common/runtime/settings";
+import { SERVICE_URL_SETTINGS, withLocalStackAddresses } from "../../deploy/local/src/state-files.js";
 
 // Whether every replica of every internal service of a local stack serves. The stack's /readyz needs
 // one replica of each; a second replica still joining its Kafka consumer groups (seen taking up to

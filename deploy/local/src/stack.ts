@@ -5,7 +5,8 @@ import { ADMIN_SERVICES, WORKLOADS } from "@pi/common/rpc/allowed-callers";
 import { createKafka, ensureTopics, kafkaCredentials, scramUser, type KafkaCredentials } from "@pi/common/events/kafka";
 import { generateIdentity, publicKeyEntry } from "@pi/common/rpc/service-identity";
 import { grantKafkaAccess, KAFKA_ADMIN_USER, KAFKA_USERS } from "@pi/common/events/kafka-access";
-import { LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE, type Settings } from "@pi/common/runtime/settings";
+import type { Settings } from "@pi/common/runtime/settings";
+import { LOCAL_IDENTITY_FILE, LOCAL_STACK_FILE } from "./state-files.js";
 import { newDataKeysEntry } from "@pi/common/store/data-keys";
 import type { Logger } from "@pi/common/runtime/logger";
 import {

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "@jest/globals";
-import { LOCAL_IDENTITY_FILE, withLocalStackIdentity } from "@pi/common/runtime/settings";
+import { LOCAL_IDENTITY_FILE, withLocalStackIdentity } from "../src/state-files.js";
 import { parseOwnIdentity } from "@pi/common/rpc/service-identity";
 import { WORKLOADS } from "@pi/common/rpc/allowed-callers";
 import { localIdentities } from "../src/stack.js";

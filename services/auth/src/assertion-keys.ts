@@ -37,18 +37,15 @@ import {
 // The keys that verify private_key_jwt assertions: a credential's inline JWK Set, or the set at its
 // URL, fetched in the background and stored with it, so that no token request waits for a host.
 
-export { JWKS_URL_MAX_AGE_MS, JWKS_URL_REFETCH_COOLDOWN_MS };
-
 /** A JWK Set's limits: what a partner needs for a rotation, and no more. */
-export const MAX_JWKS_KEYS = 10;
-export const MAX_JWKS_BYTES = 64 * 1024;
+const MAX_JWKS_KEYS = 10;
+const MAX_JWKS_BYTES = 64 * 1024;
 
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
 export async function jwksProblem(value: unknown): Promise<string | undefined> {
-  if (typeof value !== "object" || value === null || !Array.isArray((value as { keys?: unknown }).keys))
-    return "is not a JWK Set (an object with a keys array)";
-  const keys = (value as { keys: unknown[] }).keys;
+  const keys = (value as { keys?: unknown } | null)?.keys;
+  if (typeof value !== "object" || !Array.isArray(keys)) return "is not a JWK Set (an object with a keys array)";
   if (keys.length === 0 || keys.length > MAX_JWKS_KEYS) return `must hold 1 to ${MAX_JWKS_KEYS} keys`;
   const kids = new Set<string>();
   for (const [i, key] of keys.entries()) {
@@ -61,22 +58,14 @@ export async function jwksProblem(value: unknown): Promise<string | undefined> {
     if (jwk.use !== undefined && jwk.use !== "sig") return `key ${jwk.kid}: use must be sig`;
     if (jwk.alg !== undefined && !isAssertionAlgorithm(jwk.alg))
       return `key ${jwk.kid}: alg must be one of ${ASSERTION_ALGORITHMS.join(", ")}`;
-    let alg: AssertionAlgorithm;
-    if (jwk.kty === "EC") {
-      if (jwk.crv !== "P-256" && jwk.crv !== "P-384") return `key ${jwk.kid}: crv must be P-256 or P-384`;
-      alg = jwk.crv === "P-256" ? "ES256" : "ES384";
-      if (jwk.alg !== undefined && jwk.alg !== alg) return `key ${jwk.kid}: alg ${jwk.alg} does not fit crv ${jwk.crv}`;
-    } else if (jwk.kty === "RSA") {
-      if (typeof jwk.n !== "string" || Buffer.from(jwk.n, "base64url").length < 256)
-        return `key ${jwk.kid}: RSA keys must be 2048 bits or more`;
-      alg = jwk.alg === "RS256" ? "RS256" : "RS384";
-      if (jwk.alg !== undefined && !jwk.alg.startsWith("RS"))
-        return `key ${jwk.kid}: alg ${jwk.alg} does not fit an RSA key`;
-    } else {
-      return `key ${jwk.kid}: kty must be RSA or EC`;
-    }
+    if (jwk.kty !== "RSA" && jwk.kty !== "EC") return `key ${jwk.kid}: kty must be RSA or EC`;
+    if (jwk.kty === "EC" && jwk.crv !== "P-256" && jwk.crv !== "P-384")
+      return `key ${jwk.kid}: crv must be P-256 or P-384`;
+    if (jwk.kty === "RSA" && (typeof jwk.n !== "string" || Buffer.from(jwk.n, "base64url").length < 256))
+      return `key ${jwk.kid}: RSA keys must be 2048 bits or more`;
+    // importJWK refuses an alg that does not fit the key's kty or crv.
     try {
-      await importJWK(jwk, alg);
+      await importJWK(jwk, jwk.alg ?? (jwk.kty === "RSA" ? "RS384" : jwk.crv === "P-256" ? "ES256" : "ES384"));
     } catch (err) {
       return `key ${jwk.kid} cannot be read: ${(err as Error).message}`;
     }
@@ -98,7 +87,7 @@ export interface KeySource {
   jwksFetchFailedAt?: Date;
 }
 
-export type FetchOutcome = { jwks: JSONWebKeySet; fetchedAt: Date } | { problem: string; failedAt: Date };
+export type FetchOutcome = FetchedJwks | { problem: string; failedAt: Date };
 
 export interface AssertionKeysOptions {
   allowInsecure: boolean;
@@ -111,8 +100,8 @@ export interface AssertionKeysOptions {
 const REFRESH_CONCURRENCY = 8;
 
 export class AssertionKeys {
-  private readonly inline = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
-  private readonly fetched = new LRUCache<string, JWTVerifyGetKey>({ max: 10_000 });
+  /** jose's local set of each credential's inline set, or of its URL's set as fetched at a time. */
+  private readonly sets = new LRUCache<string, JWTVerifyGetKey>({ max: 20_000 });
   /** jose's remote set of each URL: what fetches it (one fetch at a time per URL), never asked for a key. */
   private readonly remote = new LRUCache<
     string,
@@ -196,12 +185,12 @@ export class AssertionKeys {
         const outcome = await this.fetchSet(url);
         if ("problem" in outcome)
           this.opts.logger?.warn(
-            { jwksUrlHost: hostOf(url), problem: outcome.problem },
+            { jwksUrlHost: URL.parse(url)?.host, problem: outcome.problem },
             "JWK Set URL fetch failed; its clients keep the set last fetched",
           );
         await this.opts.record?.(url, outcome);
       } catch (err) {
-        this.opts.logger?.warn({ err, jwksUrlHost: hostOf(url) }, "JWK Set URL fetch could not be stored");
+        this.opts.logger?.warn({ err, jwksUrlHost: URL.parse(url)?.host }, "JWK Set URL fetch could not be stored");
       }
     })();
     this.inFlight.add(done);
@@ -212,20 +201,17 @@ export class AssertionKeys {
   /** The scheduled round (one replica at a time): fetches each URL whose set is due (jwks-refresh.ts). */
   async refreshDue(credentials: KeySource[]): Promise<number> {
     const now = new Date();
-    const histories = new Map<string, FetchHistory & { missing?: boolean }>();
+    const histories = new Map<string, FetchHistory>();
     for (const c of credentials) {
       if (!c.jwksUrl) continue;
       // The URL's oldest stored set (none if any credential of it has none) and latest failure.
-      const h = histories.get(c.jwksUrl) ?? { attemptedAt: this.attempts.get(c.jwksUrl) };
-      const fetchedAt = c.jwksFetched?.fetchedAt;
-      if (!fetchedAt) h.missing = true;
-      else if (!h.fetchedAt || fetchedAt < h.fetchedAt) h.fetchedAt = fetchedAt;
-      if (c.jwksFetchFailedAt && (!h.failedAt || c.jwksFetchFailedAt > h.failedAt)) h.failedAt = c.jwksFetchFailedAt;
+      const [fetchedAt, failedAt] = [c.jwksFetched?.fetchedAt, c.jwksFetchFailedAt];
+      const h = histories.get(c.jwksUrl) ?? { attemptedAt: this.attempts.get(c.jwksUrl), fetchedAt, failedAt };
+      if (!fetchedAt || (h.fetchedAt && fetchedAt < h.fetchedAt)) h.fetchedAt = fetchedAt;
+      if (failedAt && (!h.failedAt || failedAt > h.failedAt)) h.failedAt = failedAt;
       histories.set(c.jwksUrl, h);
     }
-    const due = [...histories]
-      .filter(([, h]) => scheduledFetchDue(h.missing ? { ...h, fetchedAt: undefined } : h, now, this.times))
-      .map(([url]) => url);
+    const due = [...histories].filter(([, h]) => scheduledFetchDue(h, now, this.times)).map(([url]) => url);
     for (let i = 0; i < due.length; i += REFRESH_CONCURRENCY)
       await Promise.all(due.slice(i, i + REFRESH_CONCURRENCY).map((url) => this.refresh(url)));
     return due.length;
@@ -245,11 +231,8 @@ export class AssertionKeys {
         key ?? this.dummies.get(alg)!,
         { algorithms: [alg] },
       );
-      if (!key) return undefined;
-      const claims = JSON.parse(new TextDecoder().decode(payload)) as unknown;
-      return typeof claims === "object" && claims !== null && !Array.isArray(claims)
-        ? (claims as Record<string, unknown>)
-        : undefined;
+      // A claims set that is a JSON object: claimedAssertion decoded it.
+      return key ? (JSON.parse(new TextDecoder().decode(payload)) as Record<string, unknown>) : undefined;
     } catch {
       return undefined;
     }
@@ -263,39 +246,18 @@ export class AssertionKeys {
     } catch {
       // No such kid in the set, two keys of one kid, an algorithm the key does not fit.
     }
-    if (credential.jwksUrl) this.askForFetch(credential);
+    const url = credential.jwksUrl;
+    const history = { fetchedAt: credential.jwksFetched?.fetchedAt, failedAt: credential.jwksFetchFailedAt };
+    if (url && unknownKidFetchDue({ ...history, attemptedAt: this.attempts.get(url) }, new Date(), this.times))
+      void this.refresh(url);
     return undefined;
-  }
-
-  private askForFetch(credential: KeySource): void {
-    const url = credential.jwksUrl!;
-    const history: FetchHistory = {
-      fetchedAt: credential.jwksFetched?.fetchedAt,
-      failedAt: credential.jwksFetchFailedAt,
-      attemptedAt: this.attempts.get(url),
-    };
-    if (unknownKidFetchDue(history, new Date(), this.times)) void this.refresh(url);
   }
 
   private resolverOf(credential: KeySource): JWTVerifyGetKey | undefined {
-    if (credential.jwks) {
-      if (!this.inline.has(credential._id)) this.inline.set(credential._id, createLocalJWKSet(credential.jwks));
-      return this.inline.get(credential._id);
-    }
-    const stored = credential.jwksUrl ? credential.jwksFetched : undefined;
-    if (stored) {
-      const cacheKey = `${credential._id}\u0000${stored.fetchedAt.getTime()}`;
-      if (!this.fetched.has(cacheKey)) this.fetched.set(cacheKey, createLocalJWKSet(stored.jwks));
-      return this.fetched.get(cacheKey);
-    }
-    return undefined;
-  }
-}
-
-function hostOf(url: string): string | undefined {
-  try {
-    return new URL(url).host;
-  } catch {
-    return undefined;
+    const jwks = credential.jwks ?? (credential.jwksUrl ? credential.jwksFetched?.jwks : undefined);
+    if (!jwks) return undefined;
+    const key = `${credential._id}\u0000${credential.jwks ? "inline" : credential.jwksFetched!.fetchedAt.getTime()}`;
+    if (!this.sets.has(key)) this.sets.set(key, createLocalJWKSet(jwks));
+    return this.sets.get(key);
   }
 }

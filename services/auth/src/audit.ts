@@ -2,8 +2,14 @@ import { verify, type KeyObject } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import type { Collection, Db, Filter } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { AUDIT_ID, auditSignedBytes, checkAuditRecord, type AuditRecordFields } from "@pi/common/store/audit";
-import { auditRecordMessage } from "@pi/common/store/audit-trail";
+import {
+  AUDIT_ID,
+  auditRecordMessage,
+  auditSignedBytes,
+  checkAuditRecord,
+  type AuditRecordFields,
+} from "@pi/common/store/audit";
+import { RpcError, Status } from "@pi/common/rpc/errors";
 import { consume, type Consuming } from "@pi/common/background/consume";
 import { consumerGroup, topicName } from "@pi/common/events/topics";
 import { databaseName } from "@pi/common/store/mongo";
@@ -44,10 +50,6 @@ export interface AuditStore {
   list(query: AuditQuery): Promise<AuditRecordDoc[]>;
 }
 
-export interface AuditRetention {
-  expire(cutoff: Date): Promise<number>;
-}
-
 export const auditRetentionCutoff = (now: Date, retentionSeconds: number) =>
   new Date(now.getTime() - retentionSeconds * 1000);
 
@@ -55,10 +57,11 @@ export const AUDIT_SWEEP_EVERY_MS = 60 * 60_000;
 export const AUDIT_SWEEP_LEASE = "audit-retention-sweep";
 
 export function auditQuery(req: { since: bigint; target: string; limit: number }): AuditQuery {
-  if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw new RangeError(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
-  if (req.since < 0n) throw new RangeError("since must be Unix milliseconds, or 0 for all");
+  const refuse = (message: string) => new RpcError(message, Status.INVALID_ARGUMENT);
+  if (req.limit < 0 || req.limit > MAX_AUDIT_LIMIT) throw refuse(`limit must be 0 to ${MAX_AUDIT_LIMIT}`);
+  if (req.since < 0n) throw refuse("since must be Unix milliseconds, or 0 for all");
   if (req.target !== "" && !AUDIT_ID.test(req.target))
-    throw new RangeError("target must be an id (con_, ptr_, cli_, eld_, evt_ or key_)");
+    throw refuse("target must be an id (con_, ptr_, cli_, eld_, evt_ or key_)");
   return {
     ...(req.since > 0n ? { since: new Date(Number(req.since)) } : {}),
     ...(req.target !== "" ? { target: req.target } : {}),
@@ -86,20 +89,19 @@ export async function openAuditStore(db: Db): Promise<AuditStore> {
   };
 }
 
-export function openAuditRetention(db: Db): AuditRetention {
-  const records = db.collection<AuditRecordDoc>("audit_records");
-  return {
-    async expire(cutoff) {
-      return (await records.deleteMany({ occurredAt: { $lt: cutoff } })).deletedCount;
-    },
-  };
+/** The retention sweep's one delete (with its own database user where AUDIT_RETENTION_MONGODB_URI is set). */
+export async function expireAuditRecords(db: Db, cutoff: Date): Promise<number> {
+  return (await db.collection<AuditRecordDoc>("audit_records").deleteMany({ occurredAt: { $lt: cutoff } }))
+    .deletedCount;
 }
 
-export function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
-  const key = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(r.service)?.get(r.signingKid);
-  if (!key || r.signature === "") return false;
+const keyOf = (publicKeys: PublicKeys, service: string, kid: string) =>
+  (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(service)?.get(kid);
+
+function signedByItsService(r: eventsv1.AuditRecord, publicKeys: PublicKeys): boolean {
+  const key = keyOf(publicKeys, r.service, r.signingKid);
   try {
-    return verify(null, auditSignedBytes(r), key, Buffer.from(r.signature, "base64url"));
+    return !!key && r.signature !== "" && verify(null, auditSignedBytes(r), key, Buffer.from(r.signature, "base64url"));
   } catch {
     return false;
   }
@@ -113,34 +115,25 @@ export function decodeAuditMessage(
   now: Date,
   publicKeys: PublicKeys,
 ): AuditRecordDoc | null {
-  const at = { partition, offset: message.offset };
-  if (!message.value) {
-    logger.error(at, "empty audit record skipped");
+  const skip = (fields: object, why: string) => {
+    logger.error({ partition, offset: message.offset, ...fields }, why);
     return null;
-  }
+  };
+  if (!message.value) return skip({}, "empty audit record skipped");
   let r: eventsv1.AuditRecord;
   try {
     r = fromBinary(eventsv1.AuditRecordSchema, message.value);
   } catch (err) {
-    logger.error({ ...at, err }, "unreadable audit record skipped");
-    return null;
+    return skip({ err }, "unreadable audit record skipped");
   }
   // The writer shaped it with the same rules; checked again so that nothing else is ever stored.
   const fields =
     /^evt_[0-9A-Za-z]{1,64}$/.test(r.id) && r.occurredAt > 0n
       ? checkAuditRecord({ ...r, outcome: eventsv1.AuditOutcome[r.outcome]?.toLowerCase() })
       : null;
-  if (!fields) {
-    logger.error({ ...at, id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
-    return null;
-  }
-  if (!signedByItsService(r, publicKeys)) {
-    logger.error(
-      { ...at, id: r.id, service: fields.service },
-      "audit record not signed by the service it names skipped",
-    );
-    return null;
-  }
+  if (!fields) return skip({ id: r.id }, "malformed audit record skipped (or of an action its service does not own)");
+  if (!signedByItsService(r, publicKeys))
+    return skip({ id: r.id, service: fields.service }, "audit record not signed by the service it names skipped");
   return {
     _id: r.id,
     occurredAt: new Date(Number(r.occurredAt)),
@@ -160,9 +153,6 @@ export const AUDIT_VERIFICATION = {
   unknownKey: "signing key not known",
   notKept: "stored before signatures were kept",
 } as const;
-export type AuditVerification =
-  | { verified: true; reason: typeof AUDIT_VERIFICATION.verified }
-  | { verified: false; reason: Exclude<(typeof AUDIT_VERIFICATION)[keyof typeof AUDIT_VERIFICATION], "verified"> };
 
 export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   return {
@@ -172,19 +162,17 @@ export function storedRecordMessage(doc: AuditRecordDoc): eventsv1.AuditRecord {
   };
 }
 
-export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): AuditVerification {
+export function verifyStoredRecord(doc: AuditRecordDoc, publicKeys: PublicKeys): { verified: boolean; reason: string } {
   if (!doc.signature || !doc.signingKid) return { verified: false, reason: AUDIT_VERIFICATION.notKept };
-  const keys = (publicKeys as ReadonlyMap<string, ReadonlyMap<string, KeyObject>>).get(doc.service);
-  if (!keys?.has(doc.signingKid)) return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
-  let message: eventsv1.AuditRecord;
+  if (!keyOf(publicKeys, doc.service, doc.signingKid))
+    return { verified: false, reason: AUDIT_VERIFICATION.unknownKey };
+  let verified = false;
   try {
-    message = storedRecordMessage(doc);
+    verified = signedByItsService(storedRecordMessage(doc), publicKeys);
   } catch {
-    return { verified: false, reason: AUDIT_VERIFICATION.altered };
+    // A stored field no message can carry: altered.
   }
-  return signedByItsService(message, publicKeys)
-    ? { verified: true, reason: AUDIT_VERIFICATION.verified }
-    : { verified: false, reason: AUDIT_VERIFICATION.altered };
+  return { verified, reason: verified ? AUDIT_VERIFICATION.verified : AUDIT_VERIFICATION.altered };
 }
 
 export function consumeAuditRecords(

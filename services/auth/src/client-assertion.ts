@@ -40,22 +40,13 @@ export function claimedAssertion(assertion: string): ClaimedAssertion | undefine
   }
 }
 
-export interface AssertionExpectations {
-  clientId: string;
-  audience: string;
-  /** Unix seconds. */
-  now: number;
-}
+export type ClaimsCheck = { ok: true; accepted: { jti: string; exp: number } } | { ok: false; reason: string };
 
-export interface AcceptedClaims {
-  jti: string;
-  exp: number;
-}
-
-export type ClaimsCheck = { ok: true; accepted: AcceptedClaims } | { ok: false; reason: string };
-
-/** The claims rules of RFC 7523 and SMART; the reason goes to the logs only. */
-export function checkAssertionClaims(claims: Record<string, unknown>, expect: AssertionExpectations): ClaimsCheck {
+/** The claims rules of RFC 7523 and SMART (`now` in Unix seconds); the reason goes to the logs only. */
+export function checkAssertionClaims(
+  claims: Record<string, unknown>,
+  expect: { clientId: string; audience: string; now: number },
+): ClaimsCheck {
   const fail = (reason: string): ClaimsCheck => ({ ok: false, reason });
   if (claims.iss !== expect.clientId) return fail("iss is not the client id");
   if (claims.sub !== expect.clientId) return fail("sub is not the client id");

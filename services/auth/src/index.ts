@@ -1,4 +1,2 @@
 export { startAuthService, type AuthServiceOptions } from "./service.js";
-export * from "./scopes.js";
-export * from "./secrets.js";
-export * from "./tokens.js";
+export { SecretSealer } from "./secrets.js";

@@ -1,9 +1,8 @@
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from "jose";
 import type { Collection } from "mongodb";
-import { AUDIT_BOOKKEEPING, type AuditCarrier } from "@pi/common/store/audit-trail";
 import { newId } from "@pi/common/rules/ids";
-import type { AuditEntry, AuditFields } from "@pi/common/store/audit";
-import { isDuplicateKey } from "@pi/common/store/persistence";
+import { AUDIT_BOOKKEEPING, type AuditCarrier, type AuditEntry, type AuditTrail } from "@pi/common/store/audit";
+import { insertIfNew, type Outbox } from "@pi/common/store/persistence";
 import type { SecretSealer } from "./secrets.js";
 
 export const JWT_ALG = "ES256";
@@ -23,8 +22,8 @@ export interface SigningKeyDoc extends StoredKey, AuditCarrier {
 }
 
 export interface KeyAudit {
-  entry(fields: AuditFields): AuditEntry;
-  afterWrite(id: string): void;
+  trail: Pick<AuditTrail, "entry">;
+  outbox: Pick<Outbox<SigningKeyDoc, AuditEntry>, "afterWrite">;
 }
 
 const KEY_PROJECTION = Object.fromEntries(AUDIT_BOOKKEEPING.map((f) => [f, 0]));
@@ -88,34 +87,27 @@ export class KeyRing {
     private readonly revoked?: Pick<Collection<{ _id: string }>, "find">,
   ) {}
 
-  private async read(): Promise<SigningKeyDoc[]> {
+  private async stored(): Promise<StoredKey[]> {
     const [docs, revoked] = await Promise.all([
       this.collection.find({}, { projection: KEY_PROJECTION }).toArray(),
       this.revoked ? this.revoked.find({}, { projection: { _id: 1 } }).toArray() : [],
     ]);
     const revokedKids = new Set(revoked.map((r) => r._id));
-    return docs.filter((d) => !revokedKids.has(d.kid));
-  }
-
-  private async stored(): Promise<StoredKey[]> {
-    return (await this.read()).map(({ _id, ...key }) => key);
+    return docs.filter((d) => !revokedKids.has(d.kid)).map(({ _id, ...key }) => key);
   }
 
   private async insert(_id: string, key: StoredKey, action: "signing_key.create" | "signing_key.rotate") {
     const actor = action === "signing_key.create" ? "system" : "operator";
-    const audit = this.audit?.entry({ action, actor, targets: [key.kid] });
-    await this.collection.insertOne({ _id, ...key, ...(audit ? { audit: [audit] } : {}) });
-    this.audit?.afterWrite(_id);
+    const audit = this.audit?.trail.entry({ action, actor, targets: [key.kid] });
+    // Of replicas creating the first key together, the inserts that lose find it there.
+    if (await insertIfNew(this.collection, { _id, ...key, ...(audit ? { audit: [audit] } : {}) }))
+      this.audit?.outbox.afterWrite(_id);
   }
 
   async load(): Promise<void> {
     let keys = await this.stored();
     if (keys.length === 0) {
-      try {
-        await this.insert(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create");
-      } catch (err) {
-        if (!isDuplicateKey(err)) throw err; // another replica created it first
-      }
+      await this.insert(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create");
       keys = await this.stored();
     }
     await this.use(keys);
@@ -142,7 +134,7 @@ export class KeyRing {
   }
 
   async has(kid: string): Promise<boolean> {
-    return (await this.read()).some((k) => k.kid === kid);
+    return (await this.stored()).some((k) => k.kid === kid);
   }
 
   /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once; its kid. */

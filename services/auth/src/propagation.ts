@@ -34,8 +34,6 @@ export function followersBehind(
   );
 }
 
-const kindOf = (f: FollowerDoc): FollowerKind => f.kind ?? "gateway";
-
 export function partnerEvent(
   kind: eventsv1.PartnerEventKind,
   partnerId: string,
@@ -87,7 +85,7 @@ export class PartnerEventPublisher {
     private readonly store: AuthStore,
     producer: Pick<Producer, "send">,
     topic: string,
-    logger: Logger,
+    private readonly logger: Logger,
     private readonly timeoutMs = DEFAULT_TIMEOUT_MS,
   ) {
     this.partners = partnerEventOutbox(store.partners, (p) => p._id, producer, topic, logger);
@@ -113,6 +111,7 @@ export class PartnerEventPublisher {
     id: string,
     entry: PartnerEventEntry,
     since = performance.now(),
+    log?: { what: string; fields: Record<string, string> },
   ): Promise<Propagation> {
     const deadline = performance.now() + this.timeoutMs;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
@@ -121,34 +120,28 @@ export class PartnerEventPublisher {
       await sleep(RELAY_RETRY_MS);
       at = (await outbox.relay(id)).get(entry.eventId);
     }
-    return this.awaitFollowers(at?.partition, Number(at?.offset ?? 0), deadline, since);
-  }
-
-  private async awaitFollowers(
-    partition: number | undefined,
-    offset: number,
-    deadline: number,
-    since: number,
-  ): Promise<Propagation> {
+    const [partition, offset] = [at?.partition, Number(at?.offset ?? 0)];
+    let live: FollowerDoc[];
+    let behind: FollowerDoc[];
     for (;;) {
       const now = Date.now();
-      const live = await this.store.followers
-        .find({ seenAt: { $gte: new Date(now - FOLLOWER_LIVENESS_MS) } })
-        .toArray();
-      const behind = partition === undefined ? live : followersBehind(live, partition, offset, now);
-      if (behind.length === 0 || partition === undefined || performance.now() >= deadline) {
-        const count = (docs: FollowerDoc[], kind: FollowerKind) => docs.filter((f) => kindOf(f) === kind).length;
-        const [gateways, authReplicas] = [count(live, "gateway"), count(live, "auth")];
-        return {
-          gateways,
-          confirmed: gateways - count(behind, "gateway"),
-          authReplicas,
-          authConfirmed: authReplicas - count(behind, "auth"),
-          elapsedMs: BigInt(Math.round(performance.now() - since)),
-        };
-      }
+      live = await this.store.followers.find({ seenAt: { $gte: new Date(now - FOLLOWER_LIVENESS_MS) } }).toArray();
+      behind = partition === undefined ? live : followersBehind(live, partition, offset, now);
+      if (behind.length === 0 || partition === undefined || performance.now() >= deadline) break;
       await sleep(POLL_MS);
     }
+    const count = (docs: FollowerDoc[], kind: FollowerKind) =>
+      docs.filter((f) => (f.kind ?? "gateway") === kind).length;
+    const [gateways, authReplicas] = [count(live, "gateway"), count(live, "auth")];
+    const [confirmed, authConfirmed] = [gateways - count(behind, "gateway"), authReplicas - count(behind, "auth")];
+    const elapsedMs = Math.round(performance.now() - since);
+    if (log) {
+      const fields = { ...log.fields, gateways, confirmed, authReplicas, authConfirmed, propagationMs: elapsedMs };
+      if (confirmed < gateways || authConfirmed < authReplicas)
+        this.logger.warn(fields, `${log.what}; not every gateway and auth replica confirmed it in time`);
+      else this.logger.info(fields, log.what);
+    }
+    return { gateways, confirmed, authReplicas, authConfirmed, elapsedMs: BigInt(elapsedMs) };
   }
 
   /** A follower's report: alive, and applied everything before these offsets; or (leaving) gone. */

@@ -2,14 +2,13 @@ import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { AuditTrail } from "@pi/common/store/audit-trail";
 import type { PublicKeys } from "@pi/common/rpc/service-identity";
-import { emptyOutbox, isDuplicateKey, type Outbox } from "@pi/common/store/persistence";
+import { emptyOutbox, insertIfNew, type Outbox } from "@pi/common/store/persistence";
 import { MAX_TOKENS_PER_CALL } from "@pi/common/rpc/clients";
 import { newId, newSecret } from "@pi/common/rules/ids";
 import { tokenEndpointUrl, type Settings } from "@pi/common/runtime/settings";
 import { tokensIssued, tokensRefused } from "@pi/common/runtime/metrics";
-import type { AuditEntry } from "@pi/common/store/audit";
+import type { AuditEntry, AuditTrail } from "@pi/common/store/audit";
 import type { Logger } from "@pi/common/runtime/logger";
 import { webhookUrlRefusal } from "@pi/common/rules/webhook-url";
 import { modeFromProto, modeToProto } from "@pi/common/rules/mode";
@@ -19,7 +18,7 @@ import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
 import { checkAssertionClaims, claimedAssertion, usedJtiKey } from "./client-assertion.js";
 import type { Authenticated, AuthenticationCache } from "./authentication-cache.js";
 import type { KeyRing } from "./keys.js";
-import { partnerEvent, type PartnerEventPublisher, type Propagation } from "./propagation.js";
+import { partnerEvent, type PartnerEventPublisher } from "./propagation.js";
 import { grantScopes, isScope, RING1_SCOPES } from "./scopes.js";
 import {
   DUMMY_HASH,
@@ -77,20 +76,6 @@ export default (deps: AuthDeps) => (router: Router) => {
   const { events, authentications, audit, assertionKeys } = deps;
   const { trail } = audit;
   const tokenEndpoint = tokenEndpointUrl(settings);
-
-  function logPropagation(what: string, ids: Record<string, string>, p: Propagation): void {
-    const fields = {
-      ...ids,
-      gateways: p.gateways,
-      confirmed: p.confirmed,
-      authReplicas: p.authReplicas,
-      authConfirmed: p.authConfirmed,
-      propagationMs: Number(p.elapsedMs),
-    };
-    if (p.confirmed < p.gateways || p.authConfirmed < p.authReplicas)
-      deps.logger.warn(fields, `${what}; not every gateway and auth replica confirmed it in time`);
-    else deps.logger.info(fields, what);
-  }
 
   async function tokenFor(authenticated: Authenticated, requested: string | undefined) {
     const grant = grantScopes(requested, authenticated.scopes);
@@ -163,16 +148,20 @@ export default (deps: AuthDeps) => (router: Router) => {
     return answer;
   }
 
+  /** The two reads by _id of every token request: the decoy partner for an unknown client (guarantee 5). */
+  async function readClient(clientId: string) {
+    const credential = await store.credentials.findOne({ _id: clientId });
+    return { credential, partner: await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID }) };
+  }
+
   async function decideToken(req: authv1.IssueTokenRequest) {
     if (req.clientAssertion !== undefined) return issueTokenByAssertion(req, req.clientAssertion);
     const presented = hashSecret(peppers.byId.get(peppers.current)!, req.clientSecret);
     const known = authentications.get(req.clientId, presented);
     if (known) return tokenFor(known, req.scope);
-    // Every failure makes the same two reads by _id (the decoy partner for an unknown client) and
-    // the same hash comparison; one expression decides (guarantee 5).
+    // Every failure makes the same two reads and the same hash comparison; one expression decides.
     const ticket = authentications.ticket();
-    const credential = await store.credentials.findOne({ _id: req.clientId });
-    const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
+    const { credential, partner } = await readClient(req.clientId);
     const secretOk = secretMatches(peppers, req.clientSecret, credential ?? undefined);
     if (!secretOk || !credential || credential.status !== "active" || !partner || partner.status !== "active") {
       return { outcome: { case: "failure" as const, value: TokenFailure.INVALID_CLIENT } };
@@ -193,8 +182,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     // A client_id beside the assertion must name the same client (RFC 7521 section 4.2).
     const clientId = claimed && (req.clientId === "" || req.clientId === claimed.clientId) ? claimed.clientId : "";
     // Read even for a malformed assertion (no client id: a miss), so that it costs the same.
-    const credential = await store.credentials.findOne({ _id: clientId });
-    const partner = await store.partners.findOne({ _id: credential?.partnerId ?? DECOY_PARTNER_ID });
+    const { credential, partner } = await readClient(clientId);
     const usable = credential?.authMethod === "private_key_jwt" ? credential : undefined;
     const claims = await assertionKeys.verify(assertion, claimed, usable);
     const nowMs = Date.now();
@@ -209,13 +197,7 @@ export default (deps: AuthDeps) => (router: Router) => {
       accepted && standing
         ? { _id: usedJtiKey(clientId, accepted.jti), expiresAt: new Date(accepted.exp * 1000) }
         : { _id: `~decoy:${randomUUID()}`, expiresAt: new Date(nowMs) };
-    let firstUse = true;
-    try {
-      await store.usedAssertions.insertOne(used);
-    } catch (err) {
-      if (!isDuplicateKey(err)) throw err;
-      firstUse = false;
-    }
+    const firstUse = await insertIfNew(store.usedAssertions, used);
     if (!accepted || !standing || !firstUse || !usable || !partner) {
       deps.logger.info(
         {
@@ -329,21 +311,18 @@ export default (deps: AuthDeps) => (router: Router) => {
         const replacementKid = (await keys.replaceIfSigning(req.kid)) ?? "";
         const event = partnerEvent(eventsv1.PartnerEventKind.SIGNING_KEY_REVOKED, "", "", { kid: req.kid });
         const record = trail.entry({ ...fields, targets: [req.kid, replacementKid] });
-        try {
-          await store.revokedKeys.insertOne({
-            _id: req.kid,
-            revokedAt: new Date(),
-            ...emptyOutbox(),
-            outbox: [event],
-            audit: [record],
-          });
-        } catch (err) {
-          if (!isDuplicateKey(err)) throw err; // revoked at the same time by another call: that one publishes
-        }
+        // Revoked at the same time by another call: that one publishes.
+        await insertIfNew(store.revokedKeys, {
+          _id: req.kid,
+          revokedAt: new Date(),
+          ...emptyOutbox(),
+          outbox: [event],
+          audit: [record],
+        });
         audit.revokedKeys.afterWrite(req.kid);
         await keys.remove(req.kid);
-        const propagation = await events.propagate(events.revokedKeys, req.kid, event, since);
-        logPropagation("signing key revoked", { kid: req.kid, replacementKid }, propagation);
+        const log = { what: "signing key revoked", fields: { kid: req.kid, replacementKid } };
+        const propagation = await events.propagate(events.revokedKeys, req.kid, event, since, log);
         return { kid: req.kid, replacementKid, propagation };
       });
     },
@@ -387,49 +366,38 @@ export default (deps: AuthDeps) => (router: Router) => {
       if (req.status !== PartnerStatus.ACTIVE && req.status !== PartnerStatus.SUSPENDED) {
         throw new RpcError("status must be active or suspended", Status.INVALID_ARGUMENT);
       }
-      const status = req.status === PartnerStatus.ACTIVE ? "active" : "suspended";
-      const fields = {
-        action: status === "active" ? "partner.reinstate" : "partner.suspend",
-        actor: "operator",
-        targets: [req.partnerId],
-      } as const;
+      const suspend = req.status === PartnerStatus.SUSPENDED;
+      const status = suspend ? "suspended" : "active";
+      const action = suspend ? "partner.suspend" : "partner.reinstate";
+      const fields = { action, actor: "operator", targets: [req.partnerId] } as const;
       return trail.refusals(fields, async () => {
         const since = performance.now();
         // A suspension is a revocation: the partner's tokens issued until then stay refused after a
         // reinstatement, by the time of its latest suspension, which every event carries.
-        let suspendedAt: Date;
-        if (status === "suspended") suspendedAt = new Date();
-        else {
+        let suspendedAt = new Date();
+        if (!suspend) {
           const partner = await partnerOrThrow(req.partnerId);
           suspendedAt = partner.suspendedAt ?? new Date(0);
           const wait = reinstatementWaitMs(partner.suspendedAt?.getTime(), Date.now());
           if (wait > 0) await sleep(wait);
         }
-        const kind =
-          status === "active"
-            ? eventsv1.PartnerEventKind.PARTNER_REINSTATED
-            : eventsv1.PartnerEventKind.PARTNER_SUSPENDED;
-        const event = partnerEvent(
-          kind,
-          req.partnerId,
-          "",
-          { suspendedAt: suspendedAt.getTime() },
-          status === "suspended" ? suspendedAt : new Date(),
-        );
+        const { PARTNER_SUSPENDED, PARTNER_REINSTATED } = eventsv1.PartnerEventKind;
+        const kind = suspend ? PARTNER_SUSPENDED : PARTNER_REINSTATED;
+        const at = suspend ? suspendedAt : new Date();
+        const event = partnerEvent(kind, req.partnerId, "", { suspendedAt: suspendedAt.getTime() }, at);
         const updated = await store.partners.findOneAndUpdate(
           { _id: realId(req.partnerId) },
           {
-            $set: { status, updatedAt: new Date(), ...(status === "suspended" ? { suspendedAt } : {}) },
+            $set: { status, updatedAt: new Date(), ...(suspend ? { suspendedAt } : {}) },
             $push: { outbox: event, audit: trail.entry(fields) },
           },
-          { returnDocument: "after" },
         );
         if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
         audit.partners.afterWrite(req.partnerId);
         // This replica at once; the others when the event reaches them, which propagate waits for.
         authentications.dropPartner(req.partnerId);
-        const propagation = await events.propagate(events.partners, req.partnerId, event, since);
-        logPropagation(`partner ${status}`, { partnerId: req.partnerId }, propagation);
+        const log = { what: `partner ${status}`, fields: { partnerId: req.partnerId } };
+        const propagation = await events.propagate(events.partners, req.partnerId, event, since, log);
         return { partnerId: req.partnerId, status: req.status, propagation };
       });
     },
@@ -474,8 +442,8 @@ export default (deps: AuthDeps) => (router: Router) => {
         if (!updated) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         audit.credentials.afterWrite(req.clientId);
         authentications.dropClient(req.clientId);
-        const propagation = await events.propagate(events.credentials, req.clientId, event, since);
-        logPropagation("credential revoked", { clientId: req.clientId }, propagation);
+        const log = { what: "credential revoked", fields: { clientId: req.clientId } };
+        const propagation = await events.propagate(events.credentials, req.clientId, event, since, log);
         return { clientId: req.clientId, propagation };
       });
     },
@@ -530,13 +498,7 @@ export default (deps: AuthDeps) => (router: Router) => {
     },
 
     async listAuditRecords(req) {
-      let query: ReturnType<typeof auditQuery>;
-      try {
-        query = auditQuery(req);
-      } catch (err) {
-        throw new RpcError((err as Error).message, Status.INVALID_ARGUMENT);
-      }
-      const docs = await audit.store.list(query);
+      const docs = await audit.store.list(auditQuery(req));
       return {
         records: docs.map(storedRecordMessage),
         verifications: docs.map((doc) => verifyStoredRecord(doc, audit.publicKeys)),

@@ -1,12 +1,8 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
 import { connectMongo } from "@pi/common/store/mongo";
-import { prepareStore } from "@pi/common/store/store-versions";
-import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
-import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
+import { dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
 import { parsePublicKeys } from "@pi/common/rpc/service-identity";
 import { every } from "@pi/common/background/periodic";
 import { followPartnerEvents, type PartnerEventFeed } from "@pi/common/events/partner-event-feed";
-import { refreshSigningKeys } from "@pi/common/runtime/signing-keys";
 import { SettingsError, type Settings } from "@pi/common/runtime/settings";
 import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/events/topics";
@@ -21,7 +17,7 @@ import {
   auditDatabaseName,
   auditRetentionCutoff,
   consumeAuditRecords,
-  openAuditRetention,
+  expireAuditRecords,
   openAuditStore,
 } from "./audit.js";
 import { AuthenticationCache } from "./authentication-cache.js";
@@ -55,58 +51,41 @@ export async function startAuthService(
   if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS)
     throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
   const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
-  const runtime = await openRuntime("auth", settings, logger);
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.auth, {
-    client: runtime.mongo.client,
-    namespace: settings.DATA_NAMESPACE,
-    logger,
-  }).catch(async (err: unknown) => {
-    await runtime.close();
-    throw err;
-  });
-  await checkDataKeys(dataKeys, runtime.mongo.db, logger).catch(async (err: unknown) => {
-    await runtime.close();
-    throw err;
-  });
+  const runtime = await openRuntime("auth", settings, logger, dataKeys);
   const store = await openAuthStore(runtime.mongo.db, sealer);
   // Values sealed by a KEK since rotated out of first place.
   await resealStoredSecrets(store, sealer, logger);
+  const auditDb = auditDatabaseName(settings.DATA_NAMESPACE);
   // Records of changes made here go out like everyone's (audit-events); this service also keeps the trail.
-  const trail = new AuditTrail({
-    service: "auth",
-    db: runtime.mongo.db,
-    producer: runtime.producer,
-    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
-    signingKey: settings.SERVICE_IDENTITY_KEY,
-    logger,
-  });
+  const trail = runtime.auditTrail("auth");
   const audit = {
     trail,
     partners: trail.on(store.partners),
     credentials: trail.on(store.credentials),
-    keys: trail.on(store.signingKeys),
     revokedKeys: trail.on(store.revokedKeys),
-    store: await openAuditStore(runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE))),
+    store: await openAuditStore(runtime.mongo.client.db(auditDb)),
     publicKeys: servicePublicKeys,
   };
   // The retention sweep's own database user when set (the service's own user cannot remove a record).
   const retentionMongo = settings.AUDIT_RETENTION_MONGODB_URI
-    ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDatabaseName(settings.DATA_NAMESPACE))
+    ? await connectMongo(settings.AUDIT_RETENTION_MONGODB_URI, auditDb)
     : undefined;
-  const auditRetention = openAuditRetention(
-    retentionMongo?.db ?? runtime.mongo.client.db(auditDatabaseName(settings.DATA_NAMESPACE)),
-  );
   await trail.start();
   const keys = new KeyRing(
     store.signingKeys,
     sealer,
-    { entry: (f) => trail.entry(f), afterWrite: (id) => audit.keys.afterWrite(id) },
+    { trail, outbox: trail.on(store.signingKeys) },
     store.revokedKeys,
   );
   await keys.load();
-  // Picks up keys that another replica rotated in, before they start signing.
-  const reload = refreshSigningKeys(settings, () => keys.load(), logger);
+  // Picks up keys that another replica rotated in, before they start signing (docs/authentication.md).
+  const reload = every(
+    "refreshing the token signing keys",
+    settings.JWKS_REFRESH_SECONDS * 1000,
+    () => keys.load(),
+    logger,
+    { runAtStart: false },
+  );
   const events = new PartnerEventPublisher(
     store,
     runtime.producer,
@@ -133,6 +112,9 @@ export async function startAuthService(
     sendPosition: (instanceId) => (nextOffsets, leaving) => events.report(instanceId, "auth", nextOffsets, leaving),
   });
   const leases = runtime.mongo.db.collection<JobLeaseDoc>("job_leases");
+  // One replica at a time.
+  const leased = (name: string, everyMs: number, lease: string, task: () => Promise<unknown>) =>
+    every(name, everyMs, () => whileHolding(leases, lease, 5 * 60_000, task), logger);
   const assertionKeys = new AssertionKeys({
     allowInsecure: settings.WEBHOOK_ALLOW_INSECURE_URLS,
     refetchCooldownMs: options.jwksUrlRefetchCooldownMs,
@@ -140,15 +122,9 @@ export async function startAuthService(
     logger,
   });
   await assertionKeys.start();
-  // JWK Set URLs are fetched here, never on a token request: sets past their age, one replica at a time.
-  const jwksRefresh = every(
-    "refresh JWK Set URLs",
-    JWKS_URL_REFRESH_EVERY_MS,
-    () =>
-      whileHolding(leases, JWKS_URL_REFRESH_LEASE, 5 * 60_000, async () =>
-        assertionKeys.refreshDue(await jwksUrlCredentials(store)),
-      ),
-    logger,
+  // JWK Set URLs are fetched here, never on a token request: sets past their age.
+  const jwksRefresh = leased("refresh JWK Set URLs", JWKS_URL_REFRESH_EVERY_MS, JWKS_URL_REFRESH_LEASE, async () =>
+    assertionKeys.refreshDue(await jwksUrlCredentials(store)),
   );
   // A used jti is kept until its assertion's exp (at most five minutes); no TTL index on every server.
   const sweep = every("sweep used assertions", 60_000, () => sweepUsedAssertions(store), logger);
@@ -160,17 +136,12 @@ export async function startAuthService(
     servicePublicKeys,
     logger,
   );
-  // Records past AUDIT_RETENTION_SECONDS go, one replica at a time (docs/security.md, "Audit trail").
-  const auditRetentionSweep = every(
-    "audit retention sweep",
-    AUDIT_SWEEP_EVERY_MS,
-    () =>
-      whileHolding(leases, AUDIT_SWEEP_LEASE, 5 * 60_000, async () => {
-        const deleted = await auditRetention.expire(auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS));
-        if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
-      }),
-    logger,
-  );
+  // Records past AUDIT_RETENTION_SECONDS go (docs/security.md, "Audit trail").
+  const auditRetentionSweep = leased("audit retention sweep", AUDIT_SWEEP_EVERY_MS, AUDIT_SWEEP_LEASE, async () => {
+    const cutoff = auditRetentionCutoff(new Date(), settings.AUDIT_RETENTION_SECONDS);
+    const deleted = await expireAuditRecords(retentionMongo?.db ?? runtime.mongo.client.db(auditDb), cutoff);
+    if (deleted > 0) logger.info({ deleted }, "audit records past retention deleted");
+  });
   const server = await startRpcServer({
     service: "auth",
     publicKeys: settings.SERVICE_IDENTITY_PUBLIC_KEYS,
@@ -185,10 +156,7 @@ export async function startAuthService(
     port: server.port,
     adminPort: server.adminPort,
     async stop() {
-      await reload.stop();
-      await sweep.stop();
-      await jwksRefresh.stop();
-      await auditRetentionSweep.stop();
+      await Promise.all([reload, sweep, jwksRefresh, auditRetentionSweep].map((p) => p.stop()));
       await retentionMongo?.close();
       await server.close();
       await Promise.all([feed?.stop(), auditConsumer.stop()]);

@@ -1,7 +1,7 @@
 import type { JSONWebKeySet } from "jose";
 import type { Collection, Db } from "mongodb";
 import { isDuplicateKey, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
-import type { AuditCarrier } from "@pi/common/store/audit-trail";
+import type { AuditCarrier } from "@pi/common/store/audit";
 import type { PartnerMode } from "@pi/common/rules/mode";
 import type { FetchedJwks, FetchOutcome } from "./assertion-keys.js";
 import type { SigningKeyDoc } from "./keys.js";
@@ -88,7 +88,6 @@ export const DECOY_PARTNER_ID = "ptr~decoy";
 
 /** Creates the decoy partner once; of replicas starting together, the upserts that lose find it there. */
 async function ensureDecoy(store: AuthStore, sealer: SecretSealer): Promise<void> {
-  if (await store.partners.findOne({ _id: DECOY_PARTNER_ID }, { projection: { _id: 1 } })) return;
   const now = new Date();
   const sealedSigningSecret = await sealer.seal("decoy", "webhook-signing-secret");
   try {

@@ -4,13 +4,13 @@ import { createLogger } from "@pi/common/runtime/logger";
 import { newId } from "@pi/common/rules/ids";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
-import { auditDatabaseName, openAuditRetention, openAuditStore, type AuditRecordDoc } from "../src/audit.js";
+import { auditDatabaseName, expireAuditRecords, openAuditStore, type AuditRecordDoc } from "../src/audit.js";
 import { startAuthService } from "../src/service.js";
 import { testSettings } from "../../../test/support/services.js";
 
 // Audit records are kept AUDIT_RETENTION_SECONDS (docs/security.md, "Audit trail"): the auth
 // service's sweep deletes older ones, at its start and every hour, one replica at a time, through
-// an access of its own (AuditRetention, under its own database user in production); the appending
+// an access of its own (expireAuditRecords, under its own database user in production); the appending
 // store offers no removal.
 
 const DAY = 86400;
@@ -48,7 +48,7 @@ describe("audit records retention", () => {
     expect(Object.keys(store).sort()).toEqual(["append", "list"]);
     const [old, recent] = [record(40), record(20)];
     expect(await store.append([old, recent])).toBe(2);
-    expect(await openAuditRetention(db).expire(new Date(Date.now() - 30 * DAY * 1000))).toBe(1);
+    expect(await expireAuditRecords(db, new Date(Date.now() - 30 * DAY * 1000))).toBe(1);
     const left = await store.list({ limit: 1000 });
     expect(left.map((r) => r._id)).toContain(recent._id);
     expect(left.map((r) => r._id)).not.toContain(old._id);

@@ -4,15 +4,14 @@ import { Status } from "@pi/common/rpc/errors";
 import type { Producer } from "@pi/common/events/kafka";
 import { MongoClient, type Db } from "mongodb";
 import { authv1, eventsv1 } from "@pi/proto";
-import { auditEntry } from "@pi/common/store/audit";
+import { auditEntry, signedAuditRecord } from "@pi/common/store/audit";
 import { clientsFor } from "@pi/common/rpc/clients";
-import { createKafka, createProducer, kafkaCredentials } from "@pi/common/events/kafka";
+import { createKafka, kafkaCredentials } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { databaseName } from "@pi/common/store/mongo";
 import { newId } from "@pi/common/rules/ids";
 import { outboxEntry } from "@pi/common/store/persistence";
 import { parseOwnIdentity } from "@pi/common/rpc/service-identity";
-import { signedAuditRecord } from "@pi/common/store/audit-trail";
 import type { Workload } from "@pi/common/rpc/allowed-callers";
 import { topicName } from "@pi/common/events/topics";
 import type { RunningService } from "@pi/common/runtime/run-service";
@@ -44,15 +43,12 @@ beforeAll(async () => {
   [a, b] = replicas.map((r) => clientsFor({ ...settings, ...addressOf("auth", r) }).authAdmin());
   mongo = await MongoClient.connect(settings.MONGODB_URI);
   db = mongo.db(databaseName(settings.DATA_NAMESPACE, "auth"));
-  producer = createProducer(
-    createKafka(
-      settings.KAFKA_BROKERS,
-      `${settings.DATA_NAMESPACE}.audit-test`,
-      createLogger("audit-test", "error"),
-      kafkaCredentials(settings),
-    ),
-  );
-  await producer.connect();
+  producer = createKafka(
+    settings.KAFKA_BROKERS,
+    `${settings.DATA_NAMESPACE}.audit-test`,
+    createLogger("audit-test", "error"),
+    kafkaCredentials(settings),
+  ).producer();
 });
 
 afterAll(async () => {

@@ -6,7 +6,8 @@ import { createLogger } from "@pi/common/runtime/logger";
 import { generateIdentity, parseOwnIdentity, parsePublicKeys } from "@pi/common/rpc/service-identity";
 import { newId } from "@pi/common/rules/ids";
 import { settingsSchema } from "@pi/common/runtime/settings";
-import { signedAuditRecord } from "@pi/common/store/audit-trail";
+import { signedAuditRecord } from "@pi/common/store/audit";
+import { RpcError } from "@pi/common/rpc/errors";
 import {
   AUDIT_VERIFICATION,
   auditQuery,
@@ -79,7 +80,7 @@ describe("auditQuery", () => {
     [{ since: 0n, target: "amber.falcon.river@elders.example", limit: 0 }],
     [{ since: 0n, target: '{"$ne":null}', limit: 0 }],
   ])("refuses %j", (req) => {
-    expect(() => auditQuery(req)).toThrow(RangeError);
+    expect(() => auditQuery(req)).toThrow(RpcError);
   });
 });
 

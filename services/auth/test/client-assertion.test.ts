@@ -178,6 +178,32 @@ describe("jwksProblem (a registration's public keys)", () => {
     ],
     ["a symmetric key", async () => ({ keys: [{ kty: "oct", kid: "k", k: "AAAA" }] }), /private|kty/],
     [
+      "an alg that does not fit the key's curve",
+      async () => ({
+        keys: [
+          {
+            ...(await exportJWK((await generateKeyPair("ES384", { extractable: true })).publicKey)),
+            kid: "k",
+            alg: "ES256",
+          },
+        ],
+      }),
+      /cannot be read/,
+    ],
+    [
+      "an alg that does not fit the key's type",
+      async () => ({
+        keys: [
+          {
+            ...(await exportJWK((await generateKeyPair("ES256", { extractable: true })).publicKey)),
+            kid: "k",
+            alg: "RS256",
+          },
+        ],
+      }),
+      /cannot be read/,
+    ],
+    [
       "an EC key on P-521",
       async () => ({
         keys: [{ ...(await exportJWK((await generateKeyPair("ES512", { extractable: true })).publicKey)), kid: "k" }],

@@ -8,16 +8,17 @@ import {
   AUDIT_ACTIONS,
   AuditShapeError,
   auditEntry,
+  auditRecordMessage,
   checkAuditRecord,
+  pushAudit,
   refusalOf,
   shapeAudit,
   type AuditFields,
 } from "../src/store/audit.js";
-import { auditRecordMessage, pushAudit } from "../src/store/audit-trail.js";
 import { newId, newSecret } from "../src/rules/ids.js";
 import { serviceError, ErrorReason } from "../src/rpc/errors.js";
 
-// The pure parts of the audit trail (services/common/src/store/audit.ts, audit-trail.ts): what a record
+// The pure parts of the audit trail (services/common/src/store/audit.ts): what a record
 // may hold. docs/security.md, "Audit trail".
 
 const RECORD_KEYS = ["action", "actor", "outcome", "reason", "service", "targets"];

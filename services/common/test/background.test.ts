@@ -6,7 +6,6 @@ import { createLogger } from "../src/runtime/logger.js";
 import { every } from "../src/background/periodic.js";
 import { keepAlive } from "../src/background/lease.js";
 import { metricsRegistry } from "../src/runtime/metrics.js";
-import { refreshSigningKeys } from "../src/runtime/signing-keys.js";
 import { retry, retryDelay } from "../src/background/retry.js";
 
 // The kit for background work (services/common/src/background): periodic rounds, retries with
@@ -93,24 +92,6 @@ describe("every", () => {
     await jest.advanceTimersByTimeAsync(60_000);
     expect(rounds).toBe(after);
     expect(jest.getTimerCount()).toBe(0);
-  });
-});
-
-describe("refreshSigningKeys", () => {
-  beforeEach(() => jest.useFakeTimers());
-  afterEach(() => jest.useRealTimers());
-
-  it("reads the signing keys again every JWKS_REFRESH_SECONDS after the first load (auth replicas and gateways alike)", async () => {
-    const loads: number[] = [];
-    const started = Date.now();
-    const refresh = refreshSigningKeys(
-      { JWKS_REFRESH_SECONDS: 30 },
-      async () => void loads.push(Date.now() - started),
-      logger,
-    );
-    await jest.advanceTimersByTimeAsync(95_000);
-    expect(loads).toEqual([30_000, 60_000, 90_000]);
-    await refresh.stop();
   });
 });
 

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { healthv1 } from "@pi/proto";
+import { closeClient } from "../src/rpc/client.js";
 import { clientsFor } from "../src/rpc/clients.js";
 import { createLogger } from "../src/runtime/logger.js";
 import { LIVENESS, startRpcServer, TRAFFIC, type RpcServer } from "../src/rpc/server.js";
@@ -10,6 +11,12 @@ const { SERVING, NOT_SERVING } = healthv1.HealthCheckResponse_ServingStatus;
 let healthy = true;
 let kafkaUp = true;
 let server: RpcServer;
+const clients: object[] = [];
+const healthClient = () => {
+  const client = clientsFor(parseSettings({})).health(`http://127.0.0.1:${server.port}`);
+  clients.push(client);
+  return client;
+};
 
 beforeAll(async () => {
   server = await startRpcServer({
@@ -23,13 +30,14 @@ beforeAll(async () => {
   });
 });
 afterAll(async () => {
+  for (const client of clients) closeClient(client);
   await server.close();
 });
 
 describe("grpc.health.v1 on every service", () => {
   it("readiness follows the dependencies; liveness only that the process serves; no service identity needed", async () => {
     // No SERVICE_IDENTITY_KEY: health checks stay open to probes.
-    const health = clientsFor(parseSettings({})).health(`http://127.0.0.1:${server.port}`);
+    const health = healthClient();
     healthy = true;
     expect((await health.check({})).status).toBe(SERVING);
     healthy = false;
@@ -38,7 +46,7 @@ describe("grpc.health.v1 on every service", () => {
   });
 
   it("a pod's readiness (service name traffic) leaves Kafka out: with Kafka down the replica still takes calls, the whole is not ready", async () => {
-    const health = clientsFor(parseSettings({})).health(`http://127.0.0.1:${server.port}`);
+    const health = healthClient();
     healthy = true;
     kafkaUp = false;
     expect((await health.check({ service: TRAFFIC })).status).toBe(SERVING);

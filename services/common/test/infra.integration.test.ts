@@ -4,9 +4,10 @@ import { fromBinary, create, toBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { consume } from "../src/background/consume.js";
 import { connectMongo, type Mongo } from "../src/store/mongo.js";
-import { createKafka, createProducer, ensureTopics } from "../src/events/kafka.js";
+import { createKafka, ensureTopics } from "../src/events/kafka.js";
 import { createLogger } from "../src/runtime/logger.js";
 import { topicName } from "../src/events/topics.js";
+import { kafkaConsumerLag } from "../src/runtime/metrics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 
 // Talks to the real MongoDB-wire server and Kafka through the project's own helpers.
@@ -43,7 +44,7 @@ describe("infrastructure helpers", () => {
     const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "test", logger, testKafkaAdmin());
     await ensureTopics(kafka, namespace);
     const topic = topicName(namespace, "partnerEvents");
-    const producer = createProducer(kafka);
+    const producer = kafka.producer();
     const sent = create(eventsv1.PartnerEventSchema, {
       kind: eventsv1.PartnerEventKind.CREDENTIAL_REVOKED,
       partnerId: "ptr_x",
@@ -73,4 +74,56 @@ describe("infrastructure helpers", () => {
     expect(received.kind).toBe(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED);
     expect(received.occurredAt).toBe(42n);
   });
+
+  it("pi_kafka_consumer_lag: read at scrape from the group's committed offsets and the topic's ends", async () => {
+    const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, "test", logger, testKafkaAdmin());
+    await ensureTopics(kafka, namespace);
+    const topic = topicName(namespace, "fileEvents");
+    const group = `${namespace}.lag`;
+    const producer = kafka.producer();
+    const send = (n: number) =>
+      producer.send({ topic, messages: Array.from({ length: n }, () => ({ key: "k", value: Buffer.from("x") })) });
+    const lag = async () => (await kafkaConsumerLag.get()).values.find((v) => v.labels.group === group)?.value;
+    await send(2);
+    let handled = 0;
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let holding: () => void = () => {};
+    const reachedHold = new Promise<void>((resolve) => (holding = resolve));
+    const consuming = await consume({
+      kafka,
+      logger,
+      group,
+      topic,
+      name: "lag",
+      each: async () => {
+        if (++handled === 3) {
+          holding();
+          await held;
+        }
+      },
+    });
+    try {
+      await eventually(async () => expect(await lag()).toBe(0));
+      await send(3);
+      await reachedHold;
+      expect(await lag()).toBe(3);
+    } finally {
+      release();
+      await consuming.stop();
+      await producer.disconnect();
+    }
+  });
 });
+
+async function eventually(assertion: () => Promise<void>, ms = 15_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      return await assertion();
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}

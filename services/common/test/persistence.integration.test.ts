@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient, type Collection, type Db } from "mongodb";
-import { createKafka, createProducer, ensureTopics, type Producer } from "../src/events/kafka.js";
+import { createKafka, ensureTopics, type Producer } from "../src/events/kafka.js";
 import { createLogger } from "../src/runtime/logger.js";
 import { endLease, renewLease, takeLease, type LeaseFields } from "../src/background/lease.js";
 import {
@@ -32,8 +32,7 @@ beforeAll(async () => {
   dbs = clients.map((c) => c.db(`${namespace}_persistence`));
   const kafka = createKafka(process.env.TEST_KAFKA_BROKERS!, `${namespace}.test`, logger, testKafkaAdmin());
   await ensureTopics(kafka, namespace, ["connectionEvents"]);
-  producer = createProducer(kafka);
-  await producer.connect();
+  producer = kafka.producer();
 });
 
 afterAll(async () => {

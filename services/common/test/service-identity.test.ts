@@ -58,7 +58,7 @@ function withClaim(token: string, claim: string, value: unknown): string {
 describe("service tokens: mint and verify", () => {
   it("a token the gateway signed for auth proves the gateway to auth", async () => {
     const token = await minter("gateway").token("auth");
-    expect(await new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(token)).toBe("gateway");
+    expect(await new TokenVerifier("auth", publicKeys, () => T0).verify(token)).toBe("gateway");
   });
 
   it("the caller reuses its token for an audience until 20 s before it expires, then signs a new one", async () => {
@@ -72,30 +72,24 @@ describe("service tokens: mint and verify", () => {
     c.advance(1_000);
     const second = await m.token("auth");
     expect(second).not.toBe(first);
-    expect(await new TokenVerifier("auth", publicKeys, { now: c.now }).verify(second)).toBe("gateway");
+    expect(await new TokenVerifier("auth", publicKeys, c.now).verify(second)).toBe("gateway");
   });
 
   it("expired: refused once exp plus the 10 s clock tolerance has passed", async () => {
     const token = await minter("gateway").token("auth");
-    expect(await new TokenVerifier("auth", publicKeys, { now: () => T0 + 69_000 }).verify(token)).toBe("gateway");
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 + 71_000 }).verify(token))).toBe(
-      "expired",
-    );
+    expect(await new TokenVerifier("auth", publicKeys, () => T0 + 69_000).verify(token)).toBe("gateway");
+    expect(await failure(new TokenVerifier("auth", publicKeys, () => T0 + 71_000).verify(token))).toBe("expired");
   });
 
   it("wrong audience: a token for the connection service is refused by auth", async () => {
     const token = await minter("gateway").token("connection");
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(token))).toBe(
-      "wrong_audience",
-    );
+    expect(await failure(new TokenVerifier("auth", publicKeys, () => T0).verify(token))).toBe("wrong_audience");
   });
 
   it("unknown issuer: a workload whose key the service does not know, or a name that is no workload", async () => {
     const onlyGateway = parsePublicKeys(ids.gateway.publicKey);
     const token = await minter("webhook").token("auth");
-    expect(await failure(new TokenVerifier("auth", onlyGateway, { now: () => T0 }).verify(token))).toBe(
-      "unknown_caller",
-    );
+    expect(await failure(new TokenVerifier("auth", onlyGateway, () => T0).verify(token))).toBe("unknown_caller");
     const stranger = await new SignJWT({})
       .setProtectedHeader({ alg: "EdDSA", typ: "pi-service+jwt", kid: "x" })
       .setIssuer("mallory")
@@ -103,9 +97,7 @@ describe("service tokens: mint and verify", () => {
       .setIssuedAt(T0 / 1000)
       .setExpirationTime(T0 / 1000 + 60)
       .sign(generateKeyPairSync("ed25519").privateKey);
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(stranger))).toBe(
-      "unknown_caller",
-    );
+    expect(await failure(new TokenVerifier("auth", publicKeys, () => T0).verify(stranger))).toBe("unknown_caller");
   });
 
   it("a key of its own claiming another workload's name: refused (the key is not that workload's)", async () => {
@@ -117,7 +109,7 @@ describe("service tokens: mint and verify", () => {
       .setIssuedAt(T0 / 1000)
       .setExpirationTime(T0 / 1000 + 60)
       .sign(privateKey);
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(forged))).toBe("unknown_key");
+    expect(await failure(new TokenVerifier("auth", publicKeys, () => T0).verify(forged))).toBe("unknown_key");
     // ... and with the real ops key id in its header, the signature does not verify.
     const opsKid = parseOwnIdentity(ids.ops.key).kid;
     const withOpsKid = await new SignJWT({})
@@ -127,11 +119,11 @@ describe("service tokens: mint and verify", () => {
       .setIssuedAt(T0 / 1000)
       .setExpirationTime(T0 / 1000 + 60)
       .sign(privateKey);
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(withOpsKid))).toBe("invalid");
+    expect(await failure(new TokenVerifier("auth", publicKeys, () => T0).verify(withOpsKid))).toBe("invalid");
   });
 
   it("tampered: a changed audience, expiry or issuer breaks the signature", async () => {
-    const verifier = new TokenVerifier("auth", publicKeys, { now: () => T0 });
+    const verifier = new TokenVerifier("auth", publicKeys, () => T0);
     const forConnection = await minter("gateway").token("connection");
     expect(await failure(verifier.verify(withClaim(forConnection, "aud", "auth")))).toBe("invalid");
     const forAuth = await minter("gateway").token("auth");
@@ -154,14 +146,12 @@ describe("service tokens: mint and verify", () => {
       .setIssuedAt(T0 / 1000)
       .setExpirationTime(T0 / 1000 + 86_400)
       .sign(own.privateKey);
-    expect(await new TokenVerifier("auth", publicKeys, { now: () => T0 }).verify(long)).toBe("gateway");
-    expect(await failure(new TokenVerifier("auth", publicKeys, { now: () => T0 + 120_000 }).verify(long))).toBe(
-      "expired",
-    );
+    expect(await new TokenVerifier("auth", publicKeys, () => T0).verify(long)).toBe("gateway");
+    expect(await failure(new TokenVerifier("auth", publicKeys, () => T0 + 120_000).verify(long))).toBe("expired");
   });
 
   it("no token, garbage, another kind of JWT (a partner's access token shape) or another algorithm: refused", async () => {
-    const verifier = new TokenVerifier("auth", publicKeys, { now: () => T0 });
+    const verifier = new TokenVerifier("auth", publicKeys, () => T0);
     expect(await failure(verifier.verify(undefined))).toBe("missing");
     expect(await failure(verifier.verify(""))).toBe("missing");
     expect(await failure(verifier.verify("not.a.token"))).toBe("malformed");
@@ -194,7 +184,7 @@ describe("service tokens: mint and verify", () => {
       return get(name);
     };
     const c = clock();
-    const verifier = new TokenVerifier("auth", counting, { now: c.now });
+    const verifier = new TokenVerifier("auth", counting, c.now);
     const token = await minter("gateway").token("auth");
     for (let i = 0; i < 5; i++) expect(await verifier.verify(token)).toBe("gateway");
     expect(lookups).toBe(1);
@@ -204,7 +194,7 @@ describe("service tokens: mint and verify", () => {
 
   it("the remembered tokens are bounded", async () => {
     const c = clock();
-    const verifier = new TokenVerifier("auth", publicKeys, { now: c.now, cacheSize: 3 });
+    const verifier = new TokenVerifier("auth", publicKeys, c.now, 3);
     for (let i = 0; i < 10; i++) {
       c.advance(1_000);
       expect(await verifier.verify(await minter("gateway", c.now).token("auth"))).toBe("gateway");
@@ -215,7 +205,7 @@ describe("service tokens: mint and verify", () => {
   it("a name may have several public keys (a key rotation): tokens of either verify", async () => {
     const next = generateIdentity("gateway");
     const keys = parsePublicKeys([ids.gateway.publicKey, next.publicKey, ids.ops.publicKey].join(","));
-    const verifier = new TokenVerifier("auth", keys, { now: () => T0 });
+    const verifier = new TokenVerifier("auth", keys, () => T0);
     expect(await verifier.verify(await minter("gateway").token("auth"))).toBe("gateway");
     expect(await verifier.verify(await new TokenMinter(parseOwnIdentity(next.key), () => T0).token("auth"))).toBe(
       "gateway",

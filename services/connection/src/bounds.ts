@@ -1,10 +1,7 @@
-import type { ConnectionMode, InternalStatus } from "./state-machine.js";
-import { forMode } from "@pi/common/rules/mode";
+import type { InternalStatus } from "./state-machine.js";
 
 // The per-partner bounds on POST /v1/connections (docs/connections.md, "Bounds"), pure. Nothing here
 // depends on whether an address resolved (guarantee 1).
-
-export const limitOf = <T>(limits: { live: T; test: T }, mode: ConnectionMode): T => forMode(limits, mode);
 
 /** A declined connection reads as pending (the spec), so it keeps its slot as a pending one does. */
 export const holdsSlot = (status: InternalStatus): boolean => status === "pending" || status === "declined";
@@ -48,7 +45,7 @@ export function repairedHolds(
   return same ? undefined : next;
 }
 
-// The per-day bound on connections opened: one counter per partner, mode and UTC day (openings.ts).
+// The per-day bound on connections opened: one counter per partner, mode and UTC day (slots.ts).
 
 const DAY_MS = 86_400_000;
 

@@ -7,12 +7,12 @@ import { emptyOutbox, isDuplicateKey, outboxEntry, updateVersioned } from "@pi/c
 import { newId } from "@pi/common/rules/ids";
 import { rateLimitedError } from "@pi/common/rpc/errors";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
+import { forMode } from "@pi/common/rules/mode";
 import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
-import { limitOf, reopenVerdict, slotChange } from "./bounds.js";
+import { reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
-import { releaseOpening, takeOpening } from "./openings.js";
-import { releaseSlot, takeSlot } from "./slots.js";
+import { releaseOpening, releaseSlot, takeOpening, takeSlot } from "./slots.js";
 import {
   awaitingSandboxApproval,
   effectiveStatus,
@@ -31,12 +31,6 @@ import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 // Each state change is one compare-and-set update (updateVersioned) with its outbox entry and audit record.
 
 export type Clock = () => Date;
-
-export const connectionKey = (partnerId: string, mode: ConnectionMode, address: string) => ({
-  partnerId,
-  mode,
-  address,
-});
 
 export interface Applied {
   doc: ConnectionDoc;
@@ -70,7 +64,7 @@ export function partnerSeesNoChange(before: ConnectionState, after: ConnectionSt
 }
 
 export class Connections {
-  private readonly sandbox: string;
+  readonly sandbox: string;
 
   constructor(
     private readonly store: ConnectionStore,
@@ -137,11 +131,11 @@ export class Connections {
 
   private bound(mode: ConnectionMode, which: keyof typeof BOUNDS): number {
     const name = BOUNDS[which];
-    return limitOf({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
+    return forMode({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
-    const existing = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
+    const existing = await this.store.connections.findOne({ partnerId, mode, address });
     if (existing) {
       const applied = await this.apply({ _id: existing._id }, "request", {
         elderId: await this.resolveElder(mode, address),
@@ -189,7 +183,7 @@ export class Connections {
     for (let attempt = 1; doc === null; attempt++) {
       try {
         doc = await this.store.connections.findOneAndUpdate(
-          connectionKey(partnerId, mode, address),
+          { partnerId, mode, address },
           { $setOnInsert: fresh },
           { upsert: true, returnDocument: "after" },
         );
@@ -254,7 +248,7 @@ export class Connections {
       const took =
         slot === "take" &&
         (await takeSlot(this.store.slots, partnerId, mode, doc._id, this.bound(mode, "pending"), t.now)) === "taken";
-      // A reopening is a connection opened that day too (openings.ts), taken after its slot as a new
+      // A reopening is a connection opened that day too (slots.ts), taken after its slot as a new
       // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
       let opening: string | null = null;
       if (trigger === "request") {
@@ -313,7 +307,7 @@ export class Connections {
   }
 
   async isActive(partnerId: string, mode: ConnectionMode, address: string): Promise<boolean> {
-    const doc = await this.store.connections.findOne(connectionKey(partnerId, mode, address));
+    const doc = await this.store.connections.findOne({ partnerId, mode, address });
     return doc !== null && doc.elderId !== null && effectiveStatus(this.stateOf(doc), this.timing()) === "approved";
   }
 

@@ -16,7 +16,6 @@ export function connectionOutbox(
   producer: Pick<Producer, "send">,
   topic: string,
   logger: Logger,
-  opts: { leaseMs?: number; sweepEveryMs?: number } = {},
 ): ConnectionOutbox {
   return new Outbox<ConnectionDoc, OutboxEntry>({
     name: "connection events",
@@ -40,6 +39,5 @@ export function connectionOutbox(
       ),
     headers: (entry) => ({ "event-type": entry.type }),
     eventName: (entry) => entry.type,
-    ...opts,
   });
 }

@@ -1,17 +1,18 @@
+import { randomInt } from "node:crypto";
+import { wordlist } from "@scure/bip39/wordlists/english.js";
 import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { connectionv1, type commonv1 } from "@pi/proto";
-import { checkElderAddress, sandboxElderAddress } from "@pi/common/rules/elder-address";
+import { checkElderAddress } from "@pi/common/rules/elder-address";
 import { insertIfNew } from "@pi/common/store/persistence";
 import { newId } from "@pi/common/rules/ids";
 import { serviceError, ErrorReason } from "@pi/common/rpc/errors";
-import type { AuditTrail } from "@pi/common/store/audit-trail";
-import type { Logger } from "@pi/common/runtime/logger";
+import type { AuditFields, AuditTrail } from "@pi/common/store/audit";
 import type { Settings } from "@pi/common/runtime/settings";
 import { modeFromProto } from "@pi/common/rules/mode";
 import { ACT_ID } from "./acts.js";
 import { connectionAudit, partnerActor } from "./audit.js";
-import type { Connections } from "./connections.js";
+import type { Applied, Connections } from "./connections.js";
 import {
   effectiveStatus,
   type ConnectionMode,
@@ -21,7 +22,6 @@ import {
   type Trigger,
 } from "./state-machine.js";
 import type { ConnectionDoc, ConnectionStore } from "./store.js";
-import { randomThreeWords } from "./words.js";
 
 const { ConnectionService, ExternalStatus: External, InternalStatus: Internal, TestHelperAct } = connectionv1;
 
@@ -36,11 +36,13 @@ export interface ConnectionDeps {
   store: ConnectionStore;
   connections: Connections;
   settings: Settings;
-  logger: Logger;
   /** Records what changes nothing (a caregiver's refused or repeated act, a refused elder); changes record themselves. */
   trail: Pick<AuditTrail, "entry" | "record" | "refusals">;
   afterElder: (address: string) => void;
 }
+
+/** A fresh random three-word local part from the BIP-39 English list (2048 words, a-z only). */
+const randomThreeWords = () => [0, 1, 2].map(() => wordlist[randomInt(wordlist.length)]).join(".");
 
 /** The shape of every id newId("con") makes; anything else cannot name a connection. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
@@ -57,7 +59,6 @@ function modeOf(mode: commonv1.Mode): ConnectionMode {
 export default (deps: ConnectionDeps) => (router: Router) => {
   const { store, connections, settings, trail } = deps;
   const domain = settings.ADDRESS_DOMAIN;
-  const sandbox = sandboxElderAddress(domain);
 
   function addressOrThrow(value: string): string {
     const check = checkElderAddress(value, domain);
@@ -77,31 +78,33 @@ export default (deps: ConnectionDeps) => (router: Router) => {
     return { _id: req.id, partnerId: req.partnerId, mode };
   }
 
+  /**
+   * Records an act that changed nothing (a change was recorded with it, connections.ts): not found,
+   * refused, or found as asked. A repeat of an act id already applied records nothing.
+   */
+  async function recordNoChange(applied: Applied | null, fields: AuditFields): Promise<void> {
+    if (!applied) await trail.record({ ...fields, refused: { code: "not_found" } });
+    else if (applied.outcome.kind === "refused")
+      await trail.record({ ...fields, refused: { code: "failed_precondition", rule: applied.outcome.reason } });
+    else if (applied.outcome.kind === "unchanged" && !applied.replayed) await trail.record(fields);
+  }
+
   async function caregiverAct(
-    req: { id: string; actId?: string },
+    { id, actId }: { id: string; actId?: string },
     trigger: Extract<Trigger, "approve" | "decline" | "sever">,
   ) {
-    const { id, actId } = req;
-    const act = { action: `connection.${trigger}`, actor: "caregiver" } as const;
     if (actId !== undefined && !ACT_ID.test(actId))
       throw new RpcError("act_id must look like act_ followed by up to 64 letters and digits", Status.INVALID_ARGUMENT);
     const applied = CONNECTION_ID.test(id)
       ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve", actId })
       : null;
-    if (!applied) {
-      await trail.record({ ...act, targets: [id], refused: { code: "not_found" } });
-      throw new RpcError(`no connection ${id}`, Status.NOT_FOUND);
-    }
-    // A change was recorded with it (connections.ts); an act that changed nothing is recorded here.
-    const targets = [id, applied.doc.partnerId, applied.doc.elderId];
-    if (applied.outcome.kind === "refused") {
-      await trail.record({ ...act, targets, refused: { code: "failed_precondition", rule: applied.outcome.reason } });
+    const targets = [id, applied?.doc.partnerId, applied?.doc.elderId];
+    await recordNoChange(applied, { action: `connection.${trigger}`, actor: "caregiver", targets });
+    if (!applied) throw new RpcError(`no connection ${id}`, Status.NOT_FOUND);
+    if (applied.outcome.kind === "refused")
       throw new RpcError(`cannot ${trigger} ${id}: ${applied.outcome.reason}`, Status.FAILED_PRECONDITION);
-    }
-    // A repeat of an act already applied (the same act id) does nothing, records nothing, and answers what the act did.
-    if (applied.replayed) return { result: { id, internalStatus: internalEnum(applied.replayed.status) } };
-    if (applied.outcome.kind === "unchanged") await trail.record({ ...act, targets });
-    const status = effectiveStatus(connections.stateOf(applied.doc), connections.timing());
+    // A repeat of an act already applied (the same act id) answers what the act did.
+    const status = applied.replayed?.status ?? effectiveStatus(connections.stateOf(applied.doc), connections.timing());
     return { result: { id, internalStatus: internalEnum(status) } };
   }
 
@@ -111,19 +114,14 @@ export default (deps: ConnectionDeps) => (router: Router) => {
     if (!trigger) throw new RpcError("act is required", Status.INVALID_ARGUMENT);
     const filter = ownedFilter(req);
     if (filter.mode !== "test") throw notFound();
-    const act = (doc: { _id: string; elderId: string | null }) =>
-      connectionAudit(trigger, { _id: doc._id, partnerId: req.partnerId }, doc.elderId);
     const applied = await connections.apply(filter, trigger, { resolve: trigger === "test_approve" });
-    if (!applied) {
-      await trail.record({ ...act({ _id: req.id, elderId: null }), refused: { code: "not_found" } });
-      throw notFound();
-    }
+    const elderId = applied?.doc.elderId ?? null;
+    await recordNoChange(applied, connectionAudit(trigger, { _id: req.id, partnerId: req.partnerId }, elderId));
+    if (!applied) throw notFound();
     if (applied.outcome.kind === "refused") {
       const rule = applied.outcome.reason;
-      await trail.record({ ...act(applied.doc), refused: { code: "failed_precondition", rule } });
       throw serviceError(ErrorReason.INVALID_REQUEST, `${rule.charAt(0).toUpperCase()}${rule.slice(1)}.`);
     }
-    if (applied.outcome.kind === "unchanged") await trail.record(act(applied.doc));
     return partnerView(applied.doc);
   }
 
@@ -165,7 +163,8 @@ export default (deps: ConnectionDeps) => (router: Router) => {
     createElder: (req) =>
       trail.refusals({ action: "elder.create", actor: "operator", targets: [] }, async () => {
         const address = req.address !== undefined ? addressOrThrow(req.address) : `${randomThreeWords()}@${domain}`;
-        if (address === sandbox) throw new RpcError("the sandbox elder address is reserved", Status.INVALID_ARGUMENT);
+        if (address === connections.sandbox)
+          throw new RpcError("the sandbox elder address is reserved", Status.INVALID_ARGUMENT);
         const elderId = newId("eld");
         const audit = [trail.entry({ action: "elder.create", actor: "operator", targets: [elderId] })];
         if (!(await insertIfNew(store.elders, { _id: address, elderId, createdAt: new Date(), audit }))) {
@@ -176,7 +175,7 @@ export default (deps: ConnectionDeps) => (router: Router) => {
       }),
 
     async getInfo() {
-      return { addressDomain: domain, sandboxElderAddress: sandbox };
+      return { addressDomain: domain, sandboxElderAddress: connections.sandbox };
     },
   });
 };

@@ -1,31 +1,18 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
-import { prepareStore } from "@pi/common/store/store-versions";
-import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
 import { every } from "@pi/common/background/periodic";
 import { openRuntime } from "@pi/common/runtime/runtime";
 import { whileHolding } from "@pi/common/background/lease";
-import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { startRpcServer } from "@pi/common/rpc/server";
 import { topicName } from "@pi/common/events/topics";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
-import { Connections, type Clock } from "./connections.js";
+import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
 import { endedConnectionCutoff, retentionRound } from "./retention.js";
 import { repairCounters } from "./slots.js";
-import { openConnectionStore, type ConnectionStore } from "./store.js";
+import { openConnectionStore } from "./store.js";
 import type { Trigger } from "./state-machine.js";
-
-/** The sandbox elder exists in every deployment; creating it is idempotent. */
-async function ensureSandboxElder(store: ConnectionStore, address: string): Promise<void> {
-  await store.elders.updateOne(
-    { _id: address },
-    { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } },
-    { upsert: true },
-  );
-}
 
 const clamp = (ms: number, min: number, max: number) => Math.min(max, Math.max(min, ms));
 
@@ -39,7 +26,6 @@ export function roundIntervals(
   return {
     sandboxApprovalMs: clamp((settings.SANDBOX_APPROVAL_DELAY_SECONDS * 1000) / 2, 250, 5000),
     expirySweepMs: clamp((settings.CONNECTION_PENDING_TTL_SECONDS * 1000) / 2, 1000, 60_000),
-    outboxSweepMs: 5000,
     slotRepairMs: 60_000,
     retentionSweepMs: 10 * 60_000,
   };
@@ -51,8 +37,6 @@ export interface ConnectionServiceSeams {
   beforePublish?: (connectionId: string) => void;
   /** Awaited between a change's read and its write: the replica race test holds one replica here. */
   beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
-  /** This replica's wall clock. */
-  clock?: Clock;
 }
 
 export async function startConnectionService(
@@ -61,36 +45,16 @@ export async function startConnectionService(
   seams: ConnectionServiceSeams = {},
 ): Promise<RunningService> {
   const runtime = await openRuntime("connection", settings, logger);
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(runtime.mongo.db, STORE_SCHEMAS.connection, {
-    client: runtime.mongo.client,
-    namespace: settings.DATA_NAMESPACE,
-    logger,
-  }).catch(async (err: unknown) => {
-    await runtime.close();
-    throw err;
-  });
   const store = await openConnectionStore(runtime.mongo.db);
-  await ensureSandboxElder(store, sandboxElderAddress(settings.ADDRESS_DOMAIN));
   const intervals = roundIntervals(settings);
   const outbox = connectionOutbox(
     store.connections,
     runtime.producer,
     topicName(settings.DATA_NAMESPACE, "connectionEvents"),
     logger,
-    {
-      sweepEveryMs: intervals.outboxSweepMs,
-    },
   );
   await outbox.ensureIndex();
-  const trail = new AuditTrail({
-    service: "connection",
-    db: runtime.mongo.db,
-    producer: runtime.producer,
-    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
-    signingKey: settings.SERVICE_IDENTITY_KEY,
-    logger,
-  });
+  const trail = runtime.auditTrail("connection");
   const connectionsAudit = trail.on(store.connections);
   // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
   const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });
@@ -99,14 +63,19 @@ export async function startConnectionService(
     seams.beforePublish?.(connectionId);
     outbox.afterWrite(connectionId);
   };
-  const clock: Clock = seams.clock ?? (() => new Date());
   const connections = new Connections(
     store,
     settings,
     afterStore,
-    clock,
+    () => new Date(),
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,
+  );
+  // The sandbox elder exists in every deployment.
+  await store.elders.updateOne(
+    { _id: connections.sandbox },
+    { $setOnInsert: { elderId: "eld_sandbox", createdAt: new Date() } },
+    { upsert: true },
   );
 
   const server = await startRpcServer({
@@ -119,7 +88,6 @@ export async function startConnectionService(
       store,
       connections,
       settings,
-      logger,
       trail,
       afterElder: (address) => eldersAudit.afterWrite(address),
     }),

@@ -1,8 +1,15 @@
-import type { Collection } from "mongodb";
+import type { Collection, Document, WithId } from "mongodb";
+import { asFilter, asUpdate } from "@pi/common/background/lease";
 import { isDuplicateKey, updateVersioned } from "@pi/common/store/persistence";
 import { rateLimitedError } from "@pi/common/rpc/errors";
-import { PENDING_RETRY_AFTER_SECONDS, repairedHolds, type Holds } from "./bounds.js";
-import { deletePastOpenings, type OpeningsDoc } from "./openings.js";
+import {
+  dayKey,
+  oldestKeptDay,
+  PENDING_RETRY_AFTER_SECONDS,
+  repairedHolds,
+  secondsUntilNextDay,
+  type Holds,
+} from "./bounds.js";
 import type { ConnectionMode, InternalStatus } from "./state-machine.js";
 
 // The pending-connection bound across replicas (docs/connections.md, "Bounds"): one counter document
@@ -26,7 +33,37 @@ export const pendingBoundReached = () =>
     PENDING_RETRY_AFTER_SECONDS,
   );
 
-const holdField = (connectionId: string) => `holds.${connectionId}`;
+/**
+ * Counts one more in the counter `_id` while it is below `limit`, by ONE conditional update: with no
+ * document yet the upsert creates it; a full one does not match, and the upsert's insert then fails on
+ * _id. A partner at its bound is answered from one read (a flood of refused requests costs one lookup
+ * each). "held" when `held` finds the caller counted already.
+ */
+async function countOne<D extends { _id: string; count: number }>(
+  collection: Collection<D>,
+  _id: string,
+  limit: number,
+  o: { filter?: Document; update: Document; projection?: Document; held?(doc: WithId<D>): boolean },
+): Promise<"taken" | "held" | "full"> {
+  const read = () => collection.findOne(asFilter<D>({ _id }), { projection: { count: 1, ...o.projection } });
+  const current = await read();
+  if (current && current.count >= limit && !o.held?.(current)) return "full";
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await collection.updateOne(asFilter<D>({ _id, count: { $lt: limit }, ...o.filter }), asUpdate<D>(o.update), {
+        upsert: true,
+      });
+      return "taken";
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+    }
+    const doc = await read();
+    if (doc && o.held?.(doc)) return "held";
+    // Full, unless a concurrent first write created the document between our filter and insert.
+    if (doc && doc.count >= limit) return "full";
+  }
+  return "full";
+}
 
 /** Takes a slot for `connectionId` ("held" when it had one); throws the 429 when all `limit` are taken. */
 export async function takeSlot(
@@ -37,29 +74,15 @@ export async function takeSlot(
   limit: number,
   now: Date,
 ): Promise<"taken" | "held"> {
-  const _id = slotsKey(partnerId, mode);
-  // A partner at its bound is answered from one read (a flood of refused requests costs one lookup each).
-  const current = await slots.findOne({ _id }, { projection: { count: 1, [holdField(connectionId)]: 1 } });
-  if (current && current.count >= limit && !(connectionId in (current.holds ?? {}))) throw pendingBoundReached();
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      // Matches only while a slot is free and this connection holds none; with no document yet, the
-      // upsert creates it. A full document does not match, and the upsert's insert then fails on _id.
-      await slots.updateOne(
-        { _id, count: { $lt: limit }, [holdField(connectionId)]: { $exists: false } },
-        { $set: { [holdField(connectionId)]: now, partnerId, mode }, $inc: { count: 1, version: 1 } },
-        { upsert: true },
-      );
-      return "taken";
-    } catch (err) {
-      if (!isDuplicateKey(err)) throw err;
-    }
-    const doc = await slots.findOne({ _id });
-    if (doc && connectionId in (doc.holds ?? {})) return "held";
-    // Full, unless a concurrent first write created the document between our filter and insert.
-    if (doc && doc.count >= limit) throw pendingBoundReached();
-  }
-  throw pendingBoundReached();
+  const hold = `holds.${connectionId}`;
+  const taken = await countOne(slots, slotsKey(partnerId, mode), limit, {
+    filter: { [hold]: { $exists: false } },
+    update: { $set: { [hold]: now, partnerId, mode }, $inc: { count: 1, version: 1 } },
+    projection: { [hold]: 1 },
+    held: (doc) => connectionId in (doc.holds ?? {}),
+  });
+  if (taken === "full") throw pendingBoundReached();
+  return taken;
 }
 
 export async function releaseSlot(
@@ -69,9 +92,44 @@ export async function releaseSlot(
   connectionId: string,
 ): Promise<void> {
   await slots.updateOne(
-    { _id: slotsKey(partnerId, mode), [holdField(connectionId)]: { $exists: true } },
-    { $unset: { [holdField(connectionId)]: "" }, $inc: { count: -1, version: 1 } },
+    { _id: slotsKey(partnerId, mode), [`holds.${connectionId}`]: { $exists: true } },
+    { $unset: { [`holds.${connectionId}`]: "" }, $inc: { count: -1, version: 1 } },
   );
+}
+
+// The per-day bound on connections opened: one counter per partner, mode and UTC day, counted as the slots are.
+
+export interface OpeningsDoc {
+  _id: string; // `<partnerId>:<mode>:<YYYY-MM-DD>`
+  partnerId: string;
+  mode: ConnectionMode;
+  day: string;
+  count: number;
+}
+
+export const openingsKey = (partnerId: string, mode: ConnectionMode, day: string) => `${partnerId}:${mode}:${day}`;
+
+/** Takes one of the day's openings (its counter's id); past the bound, the same 429 for every address, to retry at midnight UTC. */
+export async function takeOpening(
+  openings: Collection<OpeningsDoc>,
+  partnerId: string,
+  mode: ConnectionMode,
+  limit: number,
+  now: Date,
+): Promise<string> {
+  const day = dayKey(now);
+  const _id = openingsKey(partnerId, mode, day);
+  const update = { $inc: { count: 1 }, $setOnInsert: { partnerId, mode, day } };
+  if ((await countOne(openings, _id, limit, { update })) === "full")
+    throw rateLimitedError(
+      "the partner opened as many connections in this mode today (UTC) as its bound allows",
+      secondsUntilNextDay(now),
+    );
+  return _id;
+}
+
+export async function releaseOpening(openings: Collection<OpeningsDoc>, id: string): Promise<void> {
+  await openings.updateOne({ _id: id, count: { $gt: 0 } }, { $inc: { count: -1 } });
 }
 
 /** A slot whose connection is not pending is kept this long: a request between its two writes. */
@@ -113,6 +171,6 @@ export async function repairCounters(
   now: Date,
   renew: () => Promise<boolean> = async () => true,
 ): Promise<number> {
-  await deletePastOpenings(store.openings, now);
+  await store.openings.deleteMany({ day: { $lt: oldestKeptDay(now) } });
   return repairSlots(store, now, renew);
 }

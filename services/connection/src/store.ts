@@ -1,10 +1,9 @@
 import type { Collection, Db } from "mongodb";
-import type { AuditCarrier } from "@pi/common/store/audit-trail";
+import type { AuditCarrier } from "@pi/common/store/audit";
 import type { JobLeaseDoc } from "@pi/common/background/lease";
 import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/store/persistence";
 import type { AppliedAct } from "./acts.js";
-import type { OpeningsDoc } from "./openings.js";
-import type { SlotsDoc } from "./slots.js";
+import type { OpeningsDoc, SlotsDoc } from "./slots.js";
 import type { ConnectionMode, EventType, ExternalStatus, InternalStatus } from "./state-machine.js";
 
 /** The elder registry, keyed by the normalised address: a lookup by _id costs the same found or not (guarantee 1). */

@@ -7,8 +7,7 @@ import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { Connections } from "../src/connections.js";
 import { secondsUntilNextDay } from "../src/bounds.js";
-import { openingsKey } from "../src/openings.js";
-import { repairCounters, repairSlots, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
+import { openingsKey, repairCounters, repairSlots, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { movableClock, unresolvableAddress } from "./test-helpers.js";
 

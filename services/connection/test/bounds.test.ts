@@ -2,7 +2,6 @@ import { describe, expect, it } from "@jest/globals";
 import {
   dayKey,
   holdsSlot,
-  limitOf,
   oldestKeptDay,
   PENDING_RETRY_AFTER_SECONDS,
   reopenVerdict,
@@ -32,9 +31,7 @@ describe("the pending-connection bound's rules", () => {
     expect(slotChange("approved", "revoked")).toBe("none");
   });
 
-  it("each mode has its own bound", () => {
-    expect(limitOf({ live: 1000, test: 100 }, "live")).toBe(1000);
-    expect(limitOf({ live: 1000, test: 100 }, "test")).toBe(100);
+  it("a full partner is told to try again later", () => {
     expect(PENDING_RETRY_AFTER_SECONDS).toBeGreaterThan(0);
   });
 });

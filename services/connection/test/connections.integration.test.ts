@@ -2,14 +2,14 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import type { Producer } from "@pi/common/events/kafka";
 import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
-import { createKafka, createProducer, ensureTopics } from "@pi/common/events/kafka";
+import { createKafka, ensureTopics } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { newId } from "@pi/common/rules/ids";
 import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { topicName } from "@pi/common/events/topics";
 import { commonv1 } from "@pi/proto";
-import { Connections, connectionKey } from "../src/connections.js";
+import { Connections } from "../src/connections.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
 import { connectionOutbox, type ConnectionOutbox } from "../src/outbox.js";
@@ -74,8 +74,7 @@ beforeAll(async () => {
   });
   const kafka = createKafka(settings.KAFKA_BROKERS, "connection-test", logger, testKafkaAdmin());
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["connectionEvents"]);
-  producer = createProducer(kafka);
-  await producer.connect();
+  producer = kafka.producer();
   topic = topicName(settings.DATA_NAMESPACE, "connectionEvents");
   relay = connectionOutbox(store.connections, producer, topic, logger);
   await relay.ensureIndex();
@@ -343,7 +342,7 @@ describe("hot reads use an index", () => {
     const p = partner();
     const a = await elder();
     await connections.request(p, "live", a);
-    const check = await queryPlan(store.connections as never, connectionKey(p, "live", a));
+    const check = await queryPlan(store.connections as never, { partnerId: p, mode: "live", address: a });
     expect(check).toMatchObject({ usesIndex: true });
     expect(await queryPlan(store.elders as never, { _id: a })).toMatchObject({ usesIndex: true });
     // The check can fail: a partner and mode without the address are no index's fields.

@@ -5,7 +5,7 @@ import { newId } from "@pi/common/rules/ids";
 import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { dayKey } from "../src/bounds.js";
 import { Connections } from "../src/connections.js";
-import { openingsKey } from "../src/openings.js";
+import { openingsKey } from "../src/slots.js";
 import { deleteEndedConnections, endedConnectionCutoff } from "../src/retention.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { movableClock, unresolvableAddress } from "./test-helpers.js";

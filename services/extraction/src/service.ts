@@ -23,7 +23,6 @@ export async function startExtractionService(settings: Settings, logger: Logger)
   );
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["fileEvents"]);
   const admin = kafka.admin();
-  await admin.connect();
   const extractor = new Extractor(
     {
       ...DEFAULT_EXTRACTION_LIMITS,

@@ -1,6 +1,4 @@
-import { checkDataKeys, dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
-import { prepareStore } from "@pi/common/store/store-versions";
-import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
+import { dataKeysOf, openRuntime } from "@pi/common/runtime/runtime";
 import { clientsFor } from "@pi/common/rpc/clients";
 import { every } from "@pi/common/background/periodic";
 import {
@@ -46,16 +44,7 @@ export async function startFileIntakeService(
   options: FileIntakeOptions = {},
 ): Promise<RunningService> {
   const dataKeys = dataKeysOf(settings, "file-intake");
-  const runtime = await openRuntime("file-intake", settings, logger);
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  try {
-    const { db, client } = runtime.mongo;
-    await prepareStore(db, STORE_SCHEMAS["file-intake"], { client, namespace: settings.DATA_NAMESPACE, logger });
-    await checkDataKeys(dataKeys, db, logger);
-  } catch (err) {
-    await runtime.close();
-    throw err;
-  }
+  const runtime = await openRuntime("file-intake", settings, logger, dataKeys);
   const store = await openFileStore(runtime.mongo.db);
   const keys = new IdempotencyKeys(store, settings.IDEMPOTENCY_TTL_SECONDS * 1000, logger);
   const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, options.relayEveryMs);

@@ -16,12 +16,6 @@ export function issuedBeforeSuspension(iat: number, suspendedAtMs: number): bool
   return iat <= Math.floor(suspendedAtMs / 1000);
 }
 
-export interface TokenFacts {
-  kid: string;
-  /** Whole seconds. */
-  iat: number;
-}
-
 // A suspension is a revocation: once reinstated, the partner's tokens issued before its latest
 // suspension stay refused (docs/authentication.md).
 export class RevocationList {
@@ -30,7 +24,8 @@ export class RevocationList {
   /** Partner id to its latest suspension, Unix ms. */
   private readonly suspendedAt = new Map<string, number>();
   private readonly revokedKids = new Set<string>();
-  private readonly keyListeners: ((kid: string) => void)[] = [];
+  /** Called when a key is revoked (the verifier then refreshes its key set). */
+  onKeyRevoked = () => {};
 
   revokeClient(clientId: string): void {
     this.revokedClients.add(clientId);
@@ -49,15 +44,13 @@ export class RevocationList {
   }
   revokeKey(kid: string): void {
     this.revokedKids.add(kid);
-    for (const listener of this.keyListeners) listener(kid);
-  }
-  onKeyRevoked(listener: (kid: string) => void): void {
-    this.keyListeners.push(listener);
+    this.onKeyRevoked();
   }
   keyRevoked(kid: string): boolean {
     return this.revokedKids.has(kid);
   }
-  blocks(principal: Pick<Principal, "clientId" | "partnerId">, token: TokenFacts): boolean {
+  /** `token.iat` in whole seconds. */
+  blocks(principal: Pick<Principal, "clientId" | "partnerId">, token: { kid: string; iat: number }): boolean {
     if (
       this.revokedClients.has(principal.clientId) ||
       this.suspendedPartners.has(principal.partnerId) ||
@@ -97,10 +90,10 @@ export class BearerVerifier {
     private readonly now: () => number = Date.now,
   ) {
     // The key's tokens are refused by the list on every use; the key set is refreshed for its replacement.
-    revocations.onKeyRevoked(() => {
+    revocations.onKeyRevoked = () => {
       this.lastRefresh = 0;
       if (this.keySet) this.refreshKeys().catch(() => undefined); // the periodic refresh tries again
-    });
+    };
   }
 
   get remembered(): number {

@@ -5,17 +5,12 @@ import type { GatewayState } from "./context.js";
 // API_DEPRECATIONS: a deprecated route's answers carry Deprecation (RFC 9745), Sunset (RFC 8594) and
 // Link rel="deprecation" (docs/edge.md, "Versioning").
 
-interface CompiledRule {
-  rule: DeprecationRule;
-  method?: string;
-  pattern: RegExp;
-}
-
-function compile(rule: DeprecationRule): CompiledRule {
-  const [method, path] = rule.route.includes(" ") ? rule.route.split(" ") : [undefined, rule.route];
-  if (!method) return { rule, pattern: new RegExp(`^${path}(/|$)`) };
+/** A route names a whole version (`/v1`) or one operation (`GET /v1/files/{id}`). */
+function routePattern(route: string): { method?: string; pattern: RegExp } {
+  const [method, path] = route.includes(" ") ? route.split(" ") : [undefined, route];
+  if (!method) return { pattern: new RegExp(`^${path}(/|$)`) };
   const segments = path!.split("/").map((s) => (/^\{.+\}$/.test(s) ? "[^/]+" : s.replace(/[.]/g, "\\.")));
-  return { rule, method, pattern: new RegExp(`^${segments.join("/")}/?$`) };
+  return { method, pattern: new RegExp(`^${segments.join("/")}/?$`) };
 }
 
 /** The rule for a request: one naming its operation wins over one naming its whole version. */
@@ -24,12 +19,12 @@ export function deprecationFor(
   method: string,
   path: string,
 ): DeprecationRule | undefined {
-  const compiled = rules.map(compile);
   const m = method === "HEAD" ? "GET" : method;
-  return (
-    compiled.find((c) => c.method === m && c.pattern.test(path))?.rule ??
-    compiled.find((c) => c.method === undefined && c.pattern.test(path))?.rule
-  );
+  const matching = rules.filter((rule) => {
+    const route = routePattern(rule.route);
+    return (route.method === undefined || route.method === m) && route.pattern.test(path);
+  });
+  return matching.find((rule) => rule.route.includes(" ")) ?? matching[0];
 }
 
 export function deprecationHeaders(rule: DeprecationRule): Record<string, string> {

@@ -1,6 +1,5 @@
-import type { Context } from "koa";
-import { RpcError, Status } from "@pi/common/rpc/errors";
-import { ErrorReason, reasonOf } from "@pi/common/rpc/errors";
+import { type Context, HttpError } from "koa";
+import { ErrorReason, reasonOf, RpcError, Status } from "@pi/common/rpc/errors";
 import type { commonv1 } from "@pi/proto";
 
 // The one table of partner-facing errors: a code always has the same status, type and message,
@@ -81,13 +80,26 @@ const reasonToCode: Partial<Record<commonv1.ErrorReason, PartnerErrorCode>> = {
   [ErrorReason.UNSUPPORTED_MEDIA_TYPE]: "unsupported_media_type",
 };
 
-/** The partner's files in this mode would pass its storage quota: a 429 with its own message. */
-export const storageQuotaExceeded = (retryAfterSeconds: number) =>
-  new PartnerError("rate_limited", {
-    message:
-      "Your stored files in this mode have reached their storage quota; retry after the number of seconds in Retry-After.",
-    headers: { "Retry-After": String(retryAfterSeconds) },
-  });
+/** The refusals that say when to retry: their code, the Retry-After when none is given, a message of their own. */
+const retryLaterReasons: Partial<Record<commonv1.ErrorReason, [PartnerErrorCode, number, string?]>> = {
+  // file-intake's reservation, at the header (Retry-After from what is in the way) or mid-stream (1)
+  [ErrorReason.STORAGE_QUOTA_EXCEEDED]: [
+    "rate_limited",
+    1,
+    "Your stored files in this mode have reached their storage quota; retry after the number of seconds in Retry-After.",
+  ],
+  // a per-partner bound of a service (pending connections, reopenings): the one rate_limited answer,
+  // the same whichever bound and whatever the request named (guarantee 1)
+  [ErrorReason.RATE_LIMITED]: ["rate_limited", 1],
+  // the store as a whole is near full (file-intake's high-water mark): an outage, not the partner's doing
+  [ErrorReason.STORE_FULL]: ["service_unavailable", 60],
+};
+
+const httpStatusToCode: Record<number, PartnerErrorCode> = {
+  404: "not_found",
+  405: "method_not_allowed",
+  415: "unsupported_media_type",
+};
 
 /**
  * Maps a failure of an internal call to the partner error it stands for. Reasons are mapped to
@@ -98,18 +110,14 @@ export const storageQuotaExceeded = (retryAfterSeconds: number) =>
 export function partnerErrorFromInternal(err: unknown): PartnerError {
   if (err instanceof PartnerError) return err;
   const reason = reasonOf(err);
-  // Refused by file-intake's reservation: at the header (Retry-After from what is in the way) or mid-stream (1).
-  if (reason?.reason === ErrorReason.STORAGE_QUOTA_EXCEEDED) return storageQuotaExceeded(reason.retryAfterSeconds ?? 1);
-  // A per-partner bound of a service (pending connections, reopenings): the one rate_limited answer,
-  // its message and headers the same whichever bound and whatever the request named (guarantee 1).
-  if (reason?.reason === ErrorReason.RATE_LIMITED)
-    return new PartnerError("rate_limited", { headers: { "Retry-After": String(reason.retryAfterSeconds ?? 1) } });
-  // The store as a whole is near full (file-intake's high-water mark): an outage of the service, not
-  // the partner's doing.
-  if (reason?.reason === ErrorReason.STORE_FULL)
-    return new PartnerError("service_unavailable", {
-      headers: { "Retry-After": String(reason.retryAfterSeconds ?? 60) },
+  const retryLater = reason && retryLaterReasons[reason.reason];
+  if (retryLater) {
+    const [code, defaultSeconds, message] = retryLater;
+    return new PartnerError(code, {
+      message,
+      headers: { "Retry-After": String(reason.retryAfterSeconds ?? defaultSeconds) },
     });
+  }
   const code = reason && reasonToCode[reason.reason];
   if (code) {
     const message = code === "invalid_request" && err instanceof RpcError ? err.message : undefined;
@@ -118,24 +126,11 @@ export function partnerErrorFromInternal(err: unknown): PartnerError {
   if (err instanceof RpcError && (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED)) {
     return new PartnerError("service_unavailable", { headers: { "Retry-After": "1" } });
   }
-  const clientCode = httpClientErrorCode(err);
-  if (clientCode) return new PartnerError(clientCode);
+  // A client mistake Koa or a library reports as an http-errors 4xx is never a 500.
+  if (err instanceof HttpError && err.expose && err.status < 500)
+    return new PartnerError(httpStatusToCode[err.status] ?? "invalid_request");
   // The cause goes to the log line of the 500, never to the partner.
   return Object.assign(new PartnerError("internal_error"), { cause: err });
-}
-
-// The net under the routes: a client mistake Koa or a library reports as an http-errors 4xx is never a 500.
-const httpStatusToCode: Record<number, PartnerErrorCode> = {
-  404: "not_found",
-  405: "method_not_allowed",
-  415: "unsupported_media_type",
-};
-
-function httpClientErrorCode(err: unknown): PartnerErrorCode | undefined {
-  if (typeof err !== "object" || err === null) return undefined;
-  const { status, expose } = err as { status?: unknown; expose?: unknown };
-  if (expose !== true || typeof status !== "number" || status < 400 || status > 499) return undefined;
-  return httpStatusToCode[status] ?? "invalid_request";
 }
 
 export function sendPartnerError(ctx: Context, err: PartnerError, requestId?: string): void {

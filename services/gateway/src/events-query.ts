@@ -12,37 +12,27 @@ export const STARTING_AFTER_MESSAGE = "starting_after is not one of your events.
 const EVENT_ID = /^evt_[0-9A-Za-z]{1,64}$/;
 const KNOWN = new Set(["limit", "starting_after", "type"]);
 
-export interface EventsQuery {
-  limit: number;
-  startingAfter?: string;
-  type?: WebhookEventType;
-}
-
 const invalid = (param: string, message: string) => new PartnerError("invalid_request", { message, param });
 
 /** The query as Koa parses it (a repeated parameter is an array); throws the 400 for anything off. */
-export function parseEventsQuery(query: Record<string, string | string[] | undefined>): EventsQuery {
+export function parseEventsQuery(query: Record<string, string | string[] | undefined>): {
+  limit: number;
+  startingAfter?: string;
+  type?: WebhookEventType;
+} {
   for (const [name, value] of Object.entries(query)) {
     if (!KNOWN.has(name))
       throw invalid(name, `Unknown query parameter ${JSON.stringify(name)}; accepted: limit, starting_after, type.`);
     if (Array.isArray(value)) throw invalid(name, `${name} may be given once.`);
   }
   const { limit, starting_after: startingAfter, type } = query as Record<string, string | undefined>;
-  const out: EventsQuery = { limit: EVENTS_LIMIT_DEFAULT };
-  if (limit !== undefined) {
-    if (!/^[0-9]{1,3}$/.test(limit) || Number(limit) < 1 || Number(limit) > EVENTS_LIMIT_MAX)
-      throw invalid("limit", `limit must be an integer from 1 to ${EVENTS_LIMIT_MAX}.`);
-    out.limit = Number(limit);
-  }
-  if (startingAfter !== undefined) {
-    if (!EVENT_ID.test(startingAfter)) throw invalid("starting_after", STARTING_AFTER_MESSAGE);
-    out.startingAfter = startingAfter;
-  }
-  if (type !== undefined) {
-    if (!isWebhookEventType(type)) throw invalid("type", `type must be one of ${WEBHOOK_EVENT_TYPES.join(", ")}.`);
-    out.type = type;
-  }
-  return out;
+  if (limit !== undefined && (!/^[0-9]{1,3}$/.test(limit) || Number(limit) < 1 || Number(limit) > EVENTS_LIMIT_MAX))
+    throw invalid("limit", `limit must be an integer from 1 to ${EVENTS_LIMIT_MAX}.`);
+  if (startingAfter !== undefined && !EVENT_ID.test(startingAfter))
+    throw invalid("starting_after", STARTING_AFTER_MESSAGE);
+  if (type !== undefined && !isWebhookEventType(type))
+    throw invalid("type", `type must be one of ${WEBHOOK_EVENT_TYPES.join(", ")}.`);
+  return { limit: limit === undefined ? EVENTS_LIMIT_DEFAULT : Number(limit), startingAfter, type };
 }
 
 /** The list object from the events' stored bodies: the bytes their webhook deliveries carried. */

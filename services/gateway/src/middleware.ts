@@ -7,6 +7,9 @@ import { partnerErrorFromInternal, PartnerError, sendPartnerError } from "./erro
 
 /** Request id, one structured access log line, and the envelope for every /v1 failure. */
 export function handleErrors(logger: Logger): Middleware<GatewayState> {
+  // The access line's fields are fixed and carry no secret; pino's redaction of them cost the
+  // gateway about a tenth of its CPU per request.
+  const access = logger.child({}, { redact: [] });
   return async (ctx, next) => {
     const started = performance.now();
     ctx.state.requestId = newId("req");
@@ -21,7 +24,7 @@ export function handleErrors(logger: Logger): Middleware<GatewayState> {
         logger.error({ err, requestId: ctx.state.requestId }, "request failed");
       sendPartnerError(ctx, partnerError, ctx.state.requestId);
     } finally {
-      logger.info(
+      access.info(
         {
           requestId: ctx.state.requestId,
           method: ctx.method,

@@ -1,28 +1,13 @@
 import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { parse } from "yaml";
 
-export const OPENAPI_FILE = fileURLToPath(new URL("../openapi/openapi.yaml", import.meta.url));
+/** Read at start: a gateway whose image lacks the document does not come up (the image check). */
+export const openApiYaml = readFileSync(new URL("../openapi/openapi.yaml", import.meta.url), "utf8");
 
-export interface OpenApiDocument {
-  yaml: string;
-  json: Record<string, unknown>;
-}
+let json: Record<string, unknown> | undefined;
 
-let loaded: OpenApiDocument | undefined;
-
-export function openApiDocument(): OpenApiDocument {
-  if (!loaded) {
-    const yaml = readFileSync(OPENAPI_FILE, "utf8");
-    let json: Record<string, unknown> | undefined;
-    // Parsed on first use: the slow part, which most gateways (all of the unit tests') never need.
-    loaded = {
-      yaml,
-      get json() {
-        json ??= parse(yaml) as Record<string, unknown>;
-        return json;
-      },
-    };
-  }
-  return loaded;
+/** Parsed on first use: the slow part, which most gateways (all of the unit tests') never need. */
+export function openApiJson(): Record<string, unknown> {
+  json ??= parse(openApiYaml) as Record<string, unknown>;
+  return json;
 }

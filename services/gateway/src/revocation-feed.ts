@@ -7,23 +7,16 @@ import type { RevocationList } from "./bearer.js";
 
 const { PartnerEventKind } = eventsv1;
 
+const appliers: Partial<Record<eventsv1.PartnerEventKind, (list: RevocationList, e: eventsv1.PartnerEvent) => void>> = {
+  [PartnerEventKind.CREDENTIAL_REVOKED]: (list, e) => list.revokeClient(e.clientId),
+  [PartnerEventKind.PARTNER_SUSPENDED]: (list, e) => list.suspendPartner(e.partnerId, Number(e.suspendedAt)),
+  [PartnerEventKind.PARTNER_REINSTATED]: (list, e) => list.reinstatePartner(e.partnerId, Number(e.suspendedAt)),
+  [PartnerEventKind.SIGNING_KEY_REVOKED]: (list, e) => list.revokeKey(e.kid),
+};
+
+/** Applies the events that revoke tokens; the others are not the gateway's. */
 export function applyPartnerEvent(list: RevocationList, event: eventsv1.PartnerEvent): void {
-  switch (event.kind) {
-    case PartnerEventKind.CREDENTIAL_REVOKED:
-      list.revokeClient(event.clientId);
-      break;
-    case PartnerEventKind.PARTNER_SUSPENDED:
-      list.suspendPartner(event.partnerId, Number(event.suspendedAt));
-      break;
-    case PartnerEventKind.PARTNER_REINSTATED:
-      list.reinstatePartner(event.partnerId, Number(event.suspendedAt));
-      break;
-    case PartnerEventKind.SIGNING_KEY_REVOKED:
-      list.revokeKey(event.kid);
-      break;
-    default:
-      break;
-  }
+  appliers[event.kind]?.(list, event);
 }
 
 /** Keeps a gateway's revocation list current: a snapshot from the auth service, then the partner-event feed. */

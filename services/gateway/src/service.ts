@@ -3,35 +3,15 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { clientsFor } from "@pi/common/rpc/clients";
 import { createKafka, kafkaCredentials } from "@pi/common/events/kafka";
-import { refreshSigningKeys } from "@pi/common/runtime/signing-keys";
 import { retry } from "@pi/common/background/retry";
 import type { Logger } from "@pi/common/runtime/logger";
-import type { Periodic } from "@pi/common/background/periodic";
+import { every, type Periodic } from "@pi/common/background/periodic";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
 import { createApp } from "./app.js";
 import { envelope } from "./errors.js";
 import { BearerVerifier, RevocationList } from "./bearer.js";
 import { followRevocations } from "./revocation-feed.js";
-
-/** Retries until it succeeds or the gateway stops (undefined); an attempt under way still returns what it started. */
-function keepTrying<T>(
-  what: string,
-  logger: Logger,
-  stopping: AbortSignal,
-  attempt: () => Promise<T>,
-): Promise<T | undefined> {
-  return retry(what, async () => (stopping.aborted ? undefined : attempt()), {
-    attempts: Infinity,
-    firstDelayMs: 250,
-    maxDelayMs: 5_000,
-    retryIf: () => !stopping.aborted,
-    logger,
-  }).catch((err: unknown) => {
-    if (stopping.aborted) return undefined;
-    throw err;
-  });
-}
 
 export async function startGateway(settings: Settings, logger: Logger): Promise<RunningService> {
   const clients = clientsFor(settings);
@@ -49,20 +29,28 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   let warm = false;
   let revocations: { stop(): Promise<void> } | undefined;
   let keyRefresh: Periodic | undefined;
-  const warmup = (async () => {
-    revocations = await keepTrying("following revocations", logger, stopping.signal, () =>
-      followRevocations(verifier.revocations, auth, kafka, settings.DATA_NAMESPACE, logger),
-    );
-    if (
-      !revocations ||
-      !(await keepTrying("loading token keys", logger, stopping.signal, () => verifier.refreshKeys().then(() => true)))
-    )
-      return;
-    // A rotated-in key is published this often before it starts signing (docs/authentication.md).
-    keyRefresh = refreshSigningKeys(settings, () => verifier.refreshKeys(), logger);
-    warm = true;
-    logger.info("gateway warm: token keys and revocations loaded");
-  })();
+  // Retried until it succeeds or the gateway stops; an attempt under way still finishes, and stop() undoes it.
+  const warmup = retry(
+    "warming up (revocations, token keys)",
+    async () => {
+      if (stopping.signal.aborted) return;
+      revocations ??= await followRevocations(verifier.revocations, auth, kafka, settings.DATA_NAMESPACE, logger);
+      await verifier.refreshKeys();
+      // A rotated-in key is published this often before it starts signing (docs/authentication.md).
+      keyRefresh = every(
+        "refreshing the token keys",
+        settings.JWKS_REFRESH_SECONDS * 1000,
+        () => verifier.refreshKeys(),
+        logger,
+        { runAtStart: false },
+      );
+      warm = true;
+      logger.info("gateway warm: token keys and revocations loaded");
+    },
+    { attempts: Infinity, firstDelayMs: 250, maxDelayMs: 5_000, retryIf: () => !stopping.signal.aborted, logger },
+  ).catch((err: unknown) => {
+    if (!stopping.signal.aborted) throw err;
+  });
 
   const app = createApp({
     settings,

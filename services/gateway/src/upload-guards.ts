@@ -1,7 +1,5 @@
-// The bounds on uploads in flight at one gateway instance (docs/files.md, "Bounds on uploads"):
-// how many at once, and how slowly their bytes may arrive.
-
-/** Counts uploads in flight per partner and in total; a slot is taken before any byte is read. */
+// How many uploads one gateway instance has in flight (docs/files.md, "Bounds on uploads"), per
+// partner and in total; a slot is taken before any byte is read.
 export class UploadSlots {
   private readonly perPartner = new Map<string, number>();
   private total = 0;
@@ -26,29 +24,5 @@ export class UploadSlots {
       if (left === 0) this.perPartner.delete(partnerId);
       else this.perPartner.set(partnerId, left);
     };
-  }
-
-  inFlight(partnerId?: string): number {
-    return partnerId === undefined ? this.total : (this.perPartner.get(partnerId) ?? 0);
-  }
-}
-
-/** A minimum transfer rate, judged window by window on a running byte count. */
-export class TransferRate {
-  private lastCount: number;
-
-  constructor(
-    private readonly minBytesPerSecond: number,
-    private readonly windowMs: number,
-    startCount: number,
-  ) {
-    this.lastCount = startCount;
-  }
-
-  /** Called once per window with the running byte count: false when the window fell short. */
-  windowEnded(count: number): boolean {
-    const arrived = count - this.lastCount;
-    this.lastCount = count;
-    return arrived >= (this.minBytesPerSecond * this.windowMs) / 1000;
   }
 }

@@ -20,31 +20,21 @@ export const multipartLimits = (maxFileBytes: number) => ({
   headerPairs: 100,
 });
 
-export interface FilePart {
-  /** The file part has started, after `fieldsSoFar`: its byte count once taken whole; a rejection fails the body. */
-  take(fieldsSoFar: unknown, stream: Readable & { truncated?: boolean }): Promise<number>;
-}
+/** The file part has started, after `fieldsSoFar`: its byte count once taken whole; a rejection fails the body. */
+export type TakeFile = (fieldsSoFar: unknown, stream: Readable & { truncated?: boolean }) => Promise<number>;
 
 /** Reads the whole body: resolves once every part is read and the file part taken, rejects with what failed first. */
 export function readMultipart(
   ctx: GatewayContext,
   limits: ReturnType<typeof multipartLimits>,
-  part: FilePart,
+  takeFile: TakeFile,
 ): Promise<void> {
   const storage = {
     _handleFile(req: IncomingMessage, file: multer.File, done: (error?: unknown, info?: Partial<multer.File>) => void) {
-      let taken: Promise<number>;
-      try {
-        taken = part.take(
-          (req as IncomingMessage & { body?: unknown }).body,
-          (file as multer.File & { stream: Readable }).stream,
-        );
-      } catch (err) {
-        return done(err);
-      }
-      taken.then(
+      const { body } = req as IncomingMessage & { body?: unknown };
+      (async () => takeFile(body, (file as multer.File & { stream: Readable }).stream))().then(
         (size) => done(null, { size }),
-        (err) => done(err),
+        done,
       );
     },
     // What was taken of a file part the body then failed after is the submission's to drop (its refusal).
@@ -64,8 +54,6 @@ const multerMessages: Record<string, { message: string; param?: string }> = {
   LIMIT_FIELD_KEY: { message: "A field name is too long." },
   MISSING_FIELD_NAME: { message: "A part has no field name." },
   INVALID_FIELD_NAME: { message: "A field name is malformed." },
-  LIMIT_FIELD_NESTING: { message: "A field name is malformed." },
-  LIMIT_FIELD_ARRAY_INDEX: { message: "A field name is malformed." },
 };
 
 // What busboy and multer say about a body that is not well-formed multipart, or that stopped arriving.

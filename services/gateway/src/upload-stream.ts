@@ -8,7 +8,6 @@ import { ErrorReason, reasonOf } from "@pi/common/rpc/errors";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
 import type { Logger } from "@pi/common/runtime/logger";
 import { PartnerError } from "./errors.js";
-import { TransferRate } from "./upload-guards.js";
 
 // The file part of an upload on its way to file-intake, and the watchdog on the request's rate.
 
@@ -155,7 +154,10 @@ export class Submission {
   }
 }
 
-/** Rejects with 408 once a window brings fewer bytes (on the socket) than the minimum rate; never resolves. */
+/**
+ * Rejects with 408 once a window brings fewer bytes (on the socket) than the minimum rate; never
+ * resolves. Each window is judged on its own, so an early burst does not pay for a later stall.
+ */
 export function watchTransferRate(
   req: IncomingMessage,
   settings: { UPLOAD_MIN_BYTES_PER_SECOND: number; UPLOAD_RATE_WINDOW_SECONDS: number },
@@ -163,14 +165,16 @@ export function watchTransferRate(
 ): { stalled: Promise<never>; stop(): void } {
   const windowMs = settings.UPLOAD_RATE_WINDOW_SECONDS * 1000;
   const bytesRead = () => req.socket?.bytesRead ?? 0;
-  const rate = new TransferRate(settings.UPLOAD_MIN_BYTES_PER_SECOND, windowMs, bytesRead());
+  let windowStart = bytesRead();
   let stop = () => {};
   const stalled = new Promise<never>((_resolve, reject) => {
     const watch = every(
       "upload transfer rate",
       windowMs,
       async () => {
-        if (rate.windowEnded(bytesRead())) return;
+        const arrived = bytesRead() - windowStart;
+        windowStart += arrived;
+        if (arrived >= settings.UPLOAD_MIN_BYTES_PER_SECOND * settings.UPLOAD_RATE_WINDOW_SECONDS) return;
         stop();
         reject(new PartnerError("request_timeout", { headers: { Connection: "close" } }));
       },

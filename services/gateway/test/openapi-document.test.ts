@@ -1,13 +1,13 @@
 import { describe, expect, it } from "@jest/globals";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { PARTNER_ERRORS, type PartnerErrorCode } from "../src/errors.js";
-import { openApiDocument } from "../src/openapi.js";
+import { openApiJson } from "../src/openapi.js";
 
 // The OpenAPI document (services/gateway/openapi/openapi.yaml) against the spec it describes and
 // the gateway's one error table.
 
 type Json = Record<string, any>;
-const doc = openApiDocument().json as Json;
+const doc = openApiJson() as Json;
 
 function deref(node: Json): Json {
   if (typeof node.$ref !== "string") return node;

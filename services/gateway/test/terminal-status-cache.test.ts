@@ -1,45 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { commonv1, fileintakev1 } from "@pi/proto";
 import { ErrorReason, serviceError } from "@pi/common/rpc/errors";
-import { TerminalStatusCache } from "../src/terminal-status-cache.js";
 import { startEdge, type Edge } from "./edge-harness.js";
 
 // GET /v1/files/{id} keeps a file's status once it is terminal (processed, failed): asked again,
 // the gateway answers the same bytes without file-intake. Only the owner's own request, in the
 // same mode, finds it; a file still received is asked for every time.
-
-describe("TerminalStatusCache", () => {
-  it("keeps processed and failed, never received", () => {
-    const cache = new TerminalStatusCache();
-    cache.remember("ptr_1", "live", "file_a", "processed");
-    cache.remember("ptr_1", "live", "file_b", "failed");
-    cache.remember("ptr_1", "live", "file_c", "received");
-    expect([
-      cache.get("ptr_1", "live", "file_a"),
-      cache.get("ptr_1", "live", "file_b"),
-      cache.get("ptr_1", "live", "file_c"),
-    ]).toEqual(["processed", "failed", undefined]);
-  });
-
-  it("finds an entry only for the same partner and mode", () => {
-    const cache = new TerminalStatusCache();
-    cache.remember("ptr_1", "live", "file_a", "processed");
-    expect(cache.get("ptr_2", "live", "file_a")).toBeUndefined();
-    expect(cache.get("ptr_1", "test", "file_a")).toBeUndefined();
-    expect(cache.get("ptr_1", "live", "file_b")).toBeUndefined();
-  });
-
-  it("is bounded: past `max` entries the least recently used goes", () => {
-    const cache = new TerminalStatusCache(2);
-    cache.remember("ptr_1", "live", "file_a", "processed");
-    cache.remember("ptr_1", "live", "file_b", "processed");
-    cache.get("ptr_1", "live", "file_a");
-    cache.remember("ptr_1", "live", "file_c", "failed");
-    expect(cache.size).toBe(2);
-    expect(cache.get("ptr_1", "live", "file_b")).toBeUndefined();
-    expect(cache.get("ptr_1", "live", "file_a")).toBe("processed");
-  });
-});
 
 describe("GET /v1/files/{id} with the terminal-status cache", () => {
   const OWNER = "ptr_owner";

@@ -1,6 +1,5 @@
 import { describe, expect, it } from "@jest/globals";
-import { clientAuthentication, parseBasicAuthorization } from "../src/client-auth.js";
-import { oauthError, parseTokenRequest } from "../src/routes/token.js";
+import { oauthError, parseBasicAuthorization, parseTokenRequest } from "../src/routes/token.js";
 
 // The token request (RFC 6749 section 4.4) as the spec's "Token request" table gives it.
 
@@ -9,12 +8,11 @@ const good = { grant_type: "client_credentials", client_id: "cli_x", client_secr
 describe("token request parsing", () => {
   it("a complete request, with or without scope; unknown fields ignored", () => {
     const client = { clientId: "cli_x", clientSecret: "sk_live_y" };
-    expect(parseTokenRequest(good)).toEqual({ ok: true, req: good, client, method: "body" });
+    expect(parseTokenRequest(good)).toEqual({ ok: true, req: good, client });
     expect(parseTokenRequest({ ...good, scope: "files:write", extra: 1 })).toEqual({
       ok: true,
       req: { ...good, scope: "files:write" },
       client,
-      method: "body",
     });
   });
 
@@ -85,7 +83,6 @@ describe("HTTP Basic client authentication", () => {
       ok: true,
       req: { ...grant, scope: "files:write" },
       client: { clientId: "cli_x", clientSecret: "sk_live_y" },
-      method: "basic",
     });
   });
 
@@ -130,7 +127,7 @@ describe("HTTP Basic client authentication", () => {
   it("a body client_id beside Basic must name the same client", () => {
     expect(parseTokenRequest({ ...grant, client_id: "cli_x" }, basic("cli_x", "sk_live_y"))).toMatchObject({
       ok: true,
-      method: "basic",
+      client: { clientId: "cli_x", clientSecret: "sk_live_y" },
     });
     expect(parseTokenRequest({ ...grant, client_id: "cli_other" }, basic("cli_x", "sk_live_y"))).toEqual({
       ok: false,
@@ -148,12 +145,11 @@ describe("HTTP Basic client authentication", () => {
   });
 
   it("without a header, the body fields are the method", () => {
-    expect(clientAuthentication(undefined, { client_id: "a", client_secret: "b" })).toEqual({
+    expect(parseTokenRequest({ ...grant, client_id: "a", client_secret: "b" })).toMatchObject({
       ok: true,
-      method: "body",
-      credentials: { clientId: "a", clientSecret: "b" },
+      client: { clientId: "a", clientSecret: "b" },
     });
-    expect(clientAuthentication(undefined, { client_id: "a" })).toEqual({ ok: false });
+    expect(parseTokenRequest({ ...grant, client_id: "a" })).toEqual({ ok: false, error: "invalid_request" });
   });
 });
 
@@ -165,7 +161,6 @@ describe("token request with a client assertion (private_key_jwt, RFC 7523 secti
   it("the assertion goes to auth as it came, with the body's client_id if any; its content is auth's to judge", () => {
     expect(parseTokenRequest({ ...grant, client_assertion_type: type, client_assertion: assertion })).toMatchObject({
       ok: true,
-      method: "private_key_jwt",
       client: { clientId: "", clientSecret: "", assertion },
     });
     expect(

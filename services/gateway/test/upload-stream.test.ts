@@ -23,34 +23,57 @@ afterEach(() => {
   jest.useRealTimers();
 });
 
+/** A watchdog on a fake clock over a socket the test feeds; `outcome()` is what it rejected with, if anything. */
+function watching(startBytes = 0, minBytesPerSecond = settings.UPLOAD_MIN_BYTES_PER_SECOND) {
+  jest.useFakeTimers();
+  const socket = { bytesRead: startBytes };
+  const watch = watchTransferRate(
+    requestWith(socket),
+    { ...settings, UPLOAD_MIN_BYTES_PER_SECOND: minBytesPerSecond },
+    logger,
+  );
+  let outcome: unknown;
+  watch.stalled.catch((err: unknown) => (outcome = err));
+  return { socket, watch, outcome: () => outcome };
+}
+
 describe("the upload's transfer-rate watchdog", () => {
   it("rejects with 408 (and Connection: close) at the end of the first window that brings too few bytes", async () => {
-    jest.useFakeTimers();
-    const socket = { bytesRead: 500 };
-    const watch = watchTransferRate(requestWith(socket), settings, logger);
-    let outcome: unknown;
-    watch.stalled.catch((err: unknown) => (outcome = err));
-
+    const { socket, outcome } = watching(500);
     socket.bytesRead += 2000; // exactly the minimum for a 2 s window
     await jest.advanceTimersByTimeAsync(2000);
-    expect(outcome).toBeUndefined();
+    expect(outcome()).toBeUndefined();
 
     socket.bytesRead += 1999;
     await jest.advanceTimersByTimeAsync(2000);
-    expect(outcome).toBeInstanceOf(PartnerError);
-    expect(outcome).toMatchObject({ code: "request_timeout", detail: { headers: { Connection: "close" } } });
+    expect(outcome()).toBeInstanceOf(PartnerError);
+    expect(outcome()).toMatchObject({ code: "request_timeout", detail: { headers: { Connection: "close" } } });
     expect(jest.getTimerCount()).toBe(0);
   });
 
+  it("judges each window on its own: an early burst does not pay for a later stall", async () => {
+    const { socket, outcome } = watching();
+    socket.bytesRead += 50_000;
+    await jest.advanceTimersByTimeAsync(2000);
+    expect(outcome()).toBeUndefined();
+    socket.bytesRead += 10;
+    await jest.advanceTimersByTimeAsync(2000);
+    expect(outcome()).toMatchObject({ code: "request_timeout" });
+  });
+
+  it("a minimum of 0 never cuts an upload", async () => {
+    const { watch, outcome } = watching(0, 0);
+    await jest.advanceTimersByTimeAsync(10_000);
+    expect(outcome()).toBeUndefined();
+    watch.stop();
+  });
+
   it("stop() ends the watch: no window is judged after it", async () => {
-    jest.useFakeTimers();
-    const watch = watchTransferRate(requestWith({ bytesRead: 0 }), settings, logger);
-    let outcome: unknown;
-    watch.stalled.catch((err: unknown) => (outcome = err));
+    const { watch, outcome } = watching();
     watch.stop();
     expect(jest.getTimerCount()).toBe(0);
     await jest.advanceTimersByTimeAsync(10_000);
-    expect(outcome).toBeUndefined();
+    expect(outcome()).toBeUndefined();
   });
 });
 

@@ -27,19 +27,18 @@ const deliveryStateName: Record<webhookv1.DeliveryState, string> = {
 
 export class UsageError extends Error {}
 
-/** Whether a caregiver act may have been applied unseen (so it is sent again with the same act id); any other answer is final. */
-export function actOutcomeUnknown(err: unknown): boolean {
-  const code = RpcError.from(err).code;
-  return (
-    code === Status.UNAVAILABLE ||
-    code === Status.DEADLINE_EXCEEDED ||
-    code === Status.UNKNOWN ||
-    code === Status.INTERNAL ||
-    code === Status.ABORTED
-  );
-}
+const OUTCOME_UNKNOWN = new Set([
+  Status.UNAVAILABLE,
+  Status.DEADLINE_EXCEEDED,
+  Status.UNKNOWN,
+  Status.INTERNAL,
+  Status.ABORTED,
+]);
 
-// An attempt may wait out the read leases' 1.25 s (docs/connections.md, "Read leases"); resends go on
+/** Whether a caregiver act may have been applied unseen (so it is sent again with the same act id); any other answer is final. */
+export const actOutcomeUnknown = (err: unknown) => OUTCOME_UNKNOWN.has(RpcError.from(err).code);
+
+// An attempt may wait out a read lease a 1.0.0 replica granted during a rollout (docs/connections.md); resends go on
 // for longer than the contract's 2 s only on a loaded machine, where giving up would leave the outcome unknown.
 export const ACT_ATTEMPT_TIMEOUT_MS = 1_500;
 export const ACT_RETRY_MS = 10_000;

@@ -3,14 +3,7 @@ import { Command, CommanderError } from "commander";
 // telemetry clients): every command must finish in under 2 s, start-up included.
 import { clientsFor } from "@pi/common/rpc/clients";
 import { readFileSync } from "node:fs";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import {
-  parseSettings,
-  type Settings,
-  withLocalStackAddresses,
-  withLocalStackIdentity,
-} from "@pi/common/runtime/settings";
+import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { requireIdentity } from "@pi/common/rpc/service-identity";
 import { commands, describeFailure, UsageError } from "./commands.js";
 
@@ -24,12 +17,8 @@ function fail(line: string, code = 1): never {
 
 let settings: Settings;
 try {
-  // Unset service addresses come from the running `npm start` (it takes free ports), as recorded in
-  // its STATE_DIR, and so does the CLI's own service identity (the key of `ops`) when unset.
-  const stateDir = resolve(
-    process.env.STATE_DIR || resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", ".state"),
-  );
-  settings = parseSettings(withLocalStackIdentity(withLocalStackAddresses(process.env, stateDir), stateDir, "ops"));
+  // `npm run ops` (deploy/local/src/ops.ts) fills in what the running `npm start` recorded in its STATE_DIR.
+  settings = parseSettings();
   requireIdentity(settings, "ops");
 } catch (err) {
   fail(err instanceof Error ? err.message : String(err), 2);

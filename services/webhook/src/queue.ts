@@ -1,8 +1,7 @@
 import type { Filter } from "mongodb";
 import { insertNew } from "@pi/common/store/persistence";
 import { takeLease, type LeaseFields } from "@pi/common/background/lease";
-import { pushAudit } from "@pi/common/store/audit-trail";
-import type { AuditEntry } from "@pi/common/store/audit";
+import { type AuditEntry, pushAudit } from "@pi/common/store/audit";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
 

@@ -2,8 +2,7 @@ import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/erro
 import type { Router } from "@pi/common/rpc/server";
 import { webhookv1 } from "@pi/proto";
 import { isWebhookEventType } from "@pi/common/events/webhook-events";
-import type { AuditEntry } from "@pi/common/store/audit";
-import type { AuditTrail } from "@pi/common/store/audit-trail";
+import type { AuditEntry, AuditTrail } from "@pi/common/store/audit";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { Outbox } from "@pi/common/store/persistence";
 import type { Settings } from "@pi/common/runtime/settings";

@@ -1,11 +1,7 @@
-import { AuditTrail } from "@pi/common/store/audit-trail";
-import { prepareStore } from "@pi/common/store/store-versions";
-import { STORE_SCHEMAS } from "@pi/common/store/migrations/index";
 import { clientsFor } from "@pi/common/rpc/clients";
 import { readAtScrape, webhookFailingEndpoints, webhookOldestPendingAge } from "@pi/common/runtime/metrics";
 import { openRuntime } from "@pi/common/runtime/runtime";
 import { startRpcServer } from "@pi/common/rpc/server";
-import { topicName } from "@pi/common/events/topics";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
@@ -30,23 +26,8 @@ export async function startWebhookService(
   options: WebhookServiceOptions = {},
 ): Promise<RunningService> {
   const runtime = await openRuntime("webhook", settings, logger);
-  const { db, client } = runtime.mongo;
-  // The guard and the migrations (docs/upgrades.md), before anything else reads or writes the store.
-  await prepareStore(db, STORE_SCHEMAS.webhook, { client, namespace: settings.DATA_NAMESPACE, logger }).catch(
-    async (err: unknown) => {
-      await runtime.close();
-      throw err;
-    },
-  );
-  const store = await openWebhookStore(db);
-  const trail = new AuditTrail({
-    service: "webhook",
-    db,
-    producer: runtime.producer,
-    topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
-    signingKey: settings.SERVICE_IDENTITY_KEY,
-    logger,
-  });
+  const store = await openWebhookStore(runtime.mongo.db);
+  const trail = runtime.auditTrail("webhook");
   const eventsAudit = trail.on(store.events);
   await trail.start();
   const sender = new WebhookSender({

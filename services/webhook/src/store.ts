@@ -1,5 +1,5 @@
 import type { Db } from "mongodb";
-import type { AuditCarrier } from "@pi/common/store/audit-trail";
+import type { AuditCarrier } from "@pi/common/store/audit";
 import type { PartnerMode } from "@pi/common/rules/mode";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { WebhookEventType } from "@pi/common/events/webhook-events";

@@ -2,7 +2,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { commonv1, eventsv1 } from "@pi/proto";
 import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
-import { createKafka, createProducer, type Producer, kafkaCredentials } from "@pi/common/events/kafka";
+import { createKafka, type Producer, kafkaCredentials } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { topicName } from "@pi/common/events/topics";
 import type { RunningService } from "@pi/common/runtime/run-service";
@@ -47,10 +47,12 @@ export async function startWebhookHarness(
   const webhook = await startWebhookService(as(settings, "webhook"), logger.child({ service: "webhook" }), options);
   settings = { ...settings, ...addressOf("webhook", webhook) };
   const replicas: RunningService[] = [webhook];
-  const producer: Producer = createProducer(
-    createKafka(settings.KAFKA_BROKERS, "webhook-test", logger, kafkaCredentials(settings)),
-  );
-  await producer.connect();
+  const producer: Producer = createKafka(
+    settings.KAFKA_BROKERS,
+    "webhook-test",
+    logger,
+    kafkaCredentials(settings),
+  ).producer();
   const mongo: Mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, "webhook"));
   const events = mongo.db.collection<WebhookEventDoc>("webhook_events");
   return {

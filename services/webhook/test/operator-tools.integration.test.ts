@@ -148,7 +148,7 @@ describe("webhook signing-secret rotation", () => {
     const { partner } = await partnerWith("Sealed Secrets Lab");
     const { signing_secret } = await h.ops.partnerRotateSigningSecret(partner.partner_id, "1");
     const { MongoClient } = await import("mongodb");
-    const { databaseName } = await import("@pi/common");
+    const { databaseName } = await import("@pi/common/store/mongo");
     const client = await MongoClient.connect(h.settings.MONGODB_URI);
     try {
       const doc = await client

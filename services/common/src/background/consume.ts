@@ -47,18 +47,6 @@ export async function disconnectConsumer(
     logger.warn({ consumer: name, waitedMs: ms }, "Kafka consumer still stopping; left behind");
 }
 
-/** Runs a handler of `count` messages and counts them (and their share of its time) once it succeeds. */
-export async function consumed<T>(topic: string, count: number, handle: () => Promise<T>): Promise<T> {
-  const started = performance.now();
-  const result = await handle();
-  if (count > 0) {
-    const each = (performance.now() - started) / 1000 / count;
-    messagesConsumed.inc({ messaging_destination_name: topic }, count);
-    for (let i = 0; i < count; i++) messageProcessDuration.observe({ messaging_destination_name: topic }, each);
-  }
-  return result;
-}
-
 /** Messages a group has yet to consume: per partition its end offset less the group's committed one (from the start when none), summed. */
 export function consumerLag(
   ends: { partition: number; high: string; low: string }[],
@@ -85,9 +73,10 @@ export function watchConsumerLag(
   const reads = readAtScrape(
     [kafkaConsumerLag],
     async () => {
-      const [offsets] = await admin.fetchOffsets({ groupId, topics: [topic] });
-      const ends = await admin.fetchTopicOffsets(topic);
-      kafkaConsumerLag.set({ group: groupId }, consumerLag(ends, offsets?.partitions ?? []));
+      const [offsets] = await admin.client.listConsumerGroupOffsets({ groups: [groupId] });
+      const partitions = offsets?.topics.find((t) => t.name === topic)?.partitions ?? [];
+      const committed = partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) }));
+      kafkaConsumerLag.set({ group: groupId }, consumerLag(await admin.fetchTopicOffsets(topic), committed));
     },
     logger,
   );
@@ -135,12 +124,17 @@ export interface Consuming {
 /** A handler's throw, or a stream that ended: the consumer starts again and reads the messages again. */
 class Restart extends Error {}
 
-/** The messages a stream holds: one as soon as it arrives, with all that came with it. */
-async function* batches(stream: MessagesStream<Buffer, Buffer, Buffer, Buffer>): AsyncGenerator<Message[]> {
+/** The messages a stream holds, by partition: one as soon as it arrives, with all that came with it. */
+async function* batches(
+  stream: MessagesStream<Buffer, Buffer, Buffer, Buffer>,
+): AsyncGenerator<Map<number, Message[]>> {
   for await (const first of stream) {
-    const batch: Message[] = [first];
-    for (let m = stream.read(); m !== null; m = stream.read()) batch.push(m);
-    yield batch;
+    const byPartition = new Map<number, Message[]>();
+    for (let m: Message | null = first; m !== null; m = stream.read()) {
+      if (!byPartition.has(m.partition)) byPartition.set(m.partition, []);
+      byPartition.get(m.partition)!.push(m);
+    }
+    yield byPartition;
   }
 }
 
@@ -182,15 +176,18 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
     stream = s;
     return s;
   };
+  const labels = { messaging_destination_name: topic };
   const handle = async (partition: number, messages: Message[]) => {
-    await consumed(topic, messages.length, async () => {
-      try {
-        if (eachBatch) await eachBatch(messages.map(kafkaMessage), partition);
-        else for (const m of messages) await each!(kafkaMessage(m), partition);
-      } catch (err) {
-        throw new Restart((err as Error).message, { cause: err });
-      }
-    });
+    const started = performance.now();
+    try {
+      if (eachBatch) await eachBatch(messages.map(kafkaMessage), partition);
+      else for (const m of messages) await each!(kafkaMessage(m), partition);
+    } catch (err) {
+      throw new Restart((err as Error).message, { cause: err });
+    }
+    messagesConsumed.inc(labels, messages.length);
+    const share = (performance.now() - started) / 1000 / messages.length;
+    for (const _ of messages) messageProcessDuration.observe(labels, share);
     const last = messages.at(-1)!;
     positions.set(partition, last.offset + 1n);
     // A commit refused (the partition moved to another member meanwhile) only means it reads them again.
@@ -203,13 +200,7 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
     for (let failures = 0, s: typeof first | undefined = first; !stopping; ) {
       try {
         s ??= await start();
-        for await (const batch of batches(s)) {
-          const byPartition = new Map<number, Message[]>();
-          for (const m of batch) {
-            const messages = byPartition.get(m.partition);
-            if (messages) messages.push(m);
-            else byPartition.set(m.partition, [m]);
-          }
+        for await (const byPartition of batches(s)) {
           const partitions = [...byPartition.keys()];
           const at = o.partitionsConsumedConcurrently ?? 1;
           for (let i = 0; i < partitions.length; i += at)

@@ -8,8 +8,8 @@ import { every } from "./periodic.js";
 // its outcome in the same write. A holder that dies leaves it to run out, and the next taker goes on.
 
 // Field names are given at run time, which the driver's types cannot check.
-const asFilter = <T extends Document>(f: Document) => f as Filter<T>;
-const asUpdate = <T extends Document>(u: Document) => u as UpdateFilter<T>;
+export const asFilter = <T extends Document>(f: Document) => f as Filter<T>;
+export const asUpdate = <T extends Document>(u: Document) => u as UpdateFilter<T>;
 
 export interface LeaseFields {
   until: string;

@@ -124,9 +124,6 @@ export class Kafka {
 export class Admin {
   constructor(readonly client: KafkaAdmin) {}
 
-  /** The client connects at its first request. */
-  async connect(): Promise<void> {}
-
   disconnect(): Promise<void> {
     return this.client.close();
   }
@@ -146,24 +143,10 @@ export class Admin {
       return { partition, offset: end, high: end, low: starts.get(partition) ?? "0" };
     });
   }
-
-  /** A group's committed offsets ("-1": none). */
-  async fetchOffsets(o: { groupId: string; topics: string[] }) {
-    const [group] = await this.client.listConsumerGroupOffsets({ groups: [o.groupId] });
-    return (group?.topics ?? [])
-      .filter((t) => o.topics.includes(t.name))
-      .map((t) => ({
-        topic: t.name,
-        partitions: t.partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) })),
-      }));
-  }
 }
 
 export class Producer {
   constructor(readonly client: KafkaProducer) {}
-
-  /** The client connects at its first request. */
-  async connect(): Promise<void> {}
 
   disconnect(): Promise<void> {
     return this.client.close();
@@ -208,10 +191,6 @@ export function createKafka(brokers: string, clientId: string, logger: Logger, c
     },
     logger.child({ component: "kafka" }),
   );
-}
-
-export function createProducer(kafka: Kafka): Producer {
-  return kafka.producer();
 }
 
 /** Whether trying again may succeed: the broker said so, or it could not be reached (or timed out) at all. */

@@ -113,9 +113,6 @@ export interface PartnerEventFeedOptions {
 }
 
 export interface PartnerEventFeed {
-  readonly instanceId: string;
-  /** False once the consumer has stopped for good (consume.ts: a failure that cannot pass). */
-  alive(): boolean;
   /**
    * Whether state derived from the events may be served: the consumer runs, no event is being
    * applied, and the last report is recent enough that an operator's change waits for this follower.
@@ -136,7 +133,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   const { kafka, namespace, logger } = options;
   const topic = topicName(namespace, "partnerEvents");
   const admin = kafka.admin();
-  await admin.connect();
   let ends: { partition: number; offset: string }[];
   try {
     ends = await whileMetadataSettles(() => admin.fetchTopicOffsets(topic));
@@ -188,8 +184,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   }
   await reporter?.flush();
   return {
-    instanceId,
-    alive: () => consuming.alive(),
     trusted: () =>
       consuming.alive() &&
       !applying &&

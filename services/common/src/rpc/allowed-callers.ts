@@ -1,18 +1,14 @@
-// Who may call which internal RPC: the one table every service's server enforces
-// (services/common/src/rpc/service-identity.ts), by the caller's verified service identity.
-// docs/security.md ("Internal calls") shows it as a table, checked against this file by a test.
-//
-// Rules: a method not listed here is refused to everyone; admin RPCs (partners, credentials, keys,
-// the caregiver's acts, deliveries, the audit trail) are the operator CLI's (`ops`) alone, and a
-// service is listed for an admin RPC only where it needs exactly that one (the webhook service reads
-// a partner's endpoint and signing secret to deliver). grpc.health.v1.Health is open to anyone
-// (probes and the gateway's /readyz), and is therefore not in this table.
+// Who may call which internal RPC, by the caller's verified service identity (service-identity.ts);
+// docs/security.md ("Internal calls") shows this table, and a test compares them. A method not listed
+// is refused to everyone; admin RPCs (partners, credentials, keys, the caregiver's acts, deliveries,
+// the audit trail) are the operator CLI's alone, but where a service needs exactly one. The health
+// checks are open to anyone (probes, the gateway's /readyz), and so not in this table.
 
 /** Every workload that has an identity: the six services and the operator CLI. */
 export const WORKLOADS = ["gateway", "auth", "connection", "file-intake", "webhook", "extraction", "ops"] as const;
 export type Workload = (typeof WORKLOADS)[number];
 
-/** The internal services (the audiences of tokens), by their Connect service's full name. */
+/** The internal services (the audiences of tokens), by their gRPC service's full name. */
 export const SERVICE_OF: Readonly<Record<string, Workload>> = {
   "pi.auth.v1.AuthService": "auth",
   "pi.connection.v1.ConnectionService": "connection",
@@ -20,10 +16,8 @@ export const SERVICE_OF: Readonly<Record<string, Workload>> = {
   "pi.webhook.v1.WebhookService": "webhook",
 };
 
-export type Plane = "runtime" | "admin";
-
-export interface MethodRule {
-  plane: Plane;
+interface MethodRule {
+  plane: "runtime" | "admin";
   callers: readonly Workload[];
 }
 
@@ -97,17 +91,4 @@ export function ruleFor(serviceTypeName: string, methodName: string): MethodRule
 /** Whether `caller` may call the method. */
 export function mayCall(caller: Workload, serviceTypeName: string, methodName: string): boolean {
   return ruleFor(serviceTypeName, methodName)?.callers.includes(caller) ?? false;
-}
-
-/**
- * The table as Markdown, one row per method: docs/security.md ("Internal calls") shows exactly this
- * (a unit test compares them), so the documentation cannot drift from what the services enforce.
- */
-export function allowListMarkdown(): string {
-  const rows = Object.entries(ALLOWED_CALLERS).flatMap(([service, methods]) =>
-    Object.entries(methods).map(
-      ([method, rule]) => `| ${SERVICE_OF[service]} | \`${method}\` | ${rule.plane} | ${rule.callers.join(", ")} |`,
-    ),
-  );
-  return ["| service | RPC | plane | callers |", "|---|---|---|---|", ...rows].join("\n");
 }

@@ -12,7 +12,8 @@ import {
 import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import * as grpc from "@grpc/grpc-js";
 import { detailOf, RpcError } from "./errors.js";
-import { audienceOf, minterFor, SERVICE_TOKEN_HEADER } from "./service-identity.js";
+import { minterFor, SERVICE_TOKEN_HEADER } from "./service-identity.js";
+import { SERVICE_OF } from "./allowed-callers.js";
 import { rpcClientSpan } from "../runtime/telemetry.js";
 import { targetOf } from "./service-urls.js";
 
@@ -79,11 +80,6 @@ const serialize = (schema: DescMessage) => (message: unknown) => {
 };
 const deserialize = (schema: DescMessage) => (bytes: Buffer) => fromBinary(schema, bytes);
 
-/** A grpc-js failure as an RpcError with the ErrorDetail its server sent. */
-function rpcErrorOf(err: grpc.ServiceError): RpcError {
-  return new RpcError(err.details, err.code, detailOf(err.metadata), err);
-}
-
 /**
  * A client of every replica of a service: `urls` is a `*_SERVICE_URL` value. With `identity` (a
  * SERVICE_IDENTITY_KEY value) every call carries the caller's service token (service-identity.ts);
@@ -91,11 +87,11 @@ function rpcErrorOf(err: grpc.ServiceError): RpcError {
  */
 export function serviceClient<T extends DescService>(service: T, urls: string, identity?: string): Client<T> {
   const channel = new grpc.Client(targetOf(urls), grpc.credentials.createInsecure(), channelOptions(service));
-  const audience = audienceOf(service.typeName);
+  const audience = SERVICE_OF[service.typeName];
   const minter = identity && audience ? minterFor(identity) : undefined;
   const client: Record<string, unknown> = {};
   for (const method of service.methods) {
-    const path = `/${service.typeName}/${method.name}`;
+    const path = pathOf(method);
     const [req, res] = [serialize(method.input), deserialize(method.output)];
     const call = (
       options: CallOptions,
@@ -159,7 +155,7 @@ const channels = new WeakMap<object, grpc.Client>();
 /** Closes a client's connections (a process's clients live as long as it does; tests close theirs). */
 export const closeClient = (client: object) => channels.get(client)?.close();
 
-/** Runs a grpc-js call, cancelled when `signal` aborts; its failure as an RpcError. */
+/** Runs a grpc-js call, cancelled when `signal` aborts; its failure as an RpcError with the ErrorDetail its server sent. */
 function cancellable<R>(
   signal: AbortSignal | undefined,
   start: (done: (err: grpc.ServiceError | null, value?: R) => void) => grpc.Call,
@@ -168,7 +164,7 @@ function cancellable<R>(
     const onAbort = () => grpcCall.cancel();
     const grpcCall = start((err, value) => {
       signal?.removeEventListener("abort", onAbort);
-      if (err) reject(rpcErrorOf(err));
+      if (err) reject(new RpcError(err.details, err.code, detailOf(err.metadata), err));
       else resolve(value as R);
     });
     if (signal?.aborted) onAbort();

@@ -1,10 +1,10 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
-import { AnySchema, anyPack, anyUnpack } from "@bufbuild/protobuf/wkt";
+import { anyPack, anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Metadata, status as Status } from "@grpc/grpc-js";
-import { commonv1 } from "@pi/proto";
+import { commonv1, rpcstatus } from "@pi/proto";
 
 const { ErrorReason, ErrorDetailSchema } = commonv1;
+const { StatusSchema } = rpcstatus;
 export { ErrorReason, Status };
 
 type ErrorDetail = commonv1.ErrorDetail;
@@ -29,23 +29,19 @@ export class RpcError extends Error {
   }
 }
 
-// The detail travels as a google.rpc.Status in grpc-status-details-bin, as 1.0.0's connect-node
-// clients read it: code (1), message (2), details (3, Any). Written with the wire format's own writer.
+// The detail travels as a google.rpc.Status in grpc-status-details-bin, as 1.0.0's clients read it.
 const DETAILS_KEY = "grpc-status-details-bin";
 
 /** The trailers that carry an error's detail to the caller (none without one). */
 export function trailersOf(err: RpcError): Metadata | undefined {
   if (!err.detail) return undefined;
-  const encoded = new BinaryWriter()
-    .tag(1, WireType.Varint)
-    .int32(err.code)
-    .tag(2, WireType.LengthDelimited)
-    .string(err.message)
-    .tag(3, WireType.LengthDelimited)
-    .bytes(toBinary(AnySchema, anyPack(ErrorDetailSchema, err.detail)))
-    .finish();
+  const status = create(StatusSchema, {
+    code: err.code,
+    message: err.message,
+    details: [anyPack(ErrorDetailSchema, err.detail)],
+  });
   const metadata = new Metadata();
-  metadata.set(DETAILS_KEY, Buffer.from(encoded));
+  metadata.set(DETAILS_KEY, Buffer.from(toBinary(StatusSchema, status)));
   return metadata;
 }
 
@@ -53,13 +49,8 @@ export function trailersOf(err: RpcError): Metadata | undefined {
 export function detailOf(metadata: Metadata | undefined): ErrorDetail | undefined {
   const [bytes] = metadata?.get(DETAILS_KEY) ?? [];
   if (!(bytes instanceof Buffer)) return undefined;
-  const reader = new BinaryReader(bytes);
-  while (reader.pos < reader.len) {
-    const [field, wireType] = reader.tag();
-    if (field !== 3) reader.skip(wireType);
-    else return anyUnpack(fromBinary(AnySchema, reader.bytes()), ErrorDetailSchema);
-  }
-  return undefined;
+  const [detail] = fromBinary(StatusSchema, bytes).details;
+  return detail && anyUnpack(detail, ErrorDetailSchema);
 }
 
 const codeOf: Record<commonv1.ErrorReason, Status> = {

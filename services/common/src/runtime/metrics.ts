@@ -45,17 +45,14 @@ export const rpcClientDuration = histogram(
   DURATION_BUCKETS,
   rpcLabels,
 );
-export const messagesSent = counter("messaging_client_sent_messages_total", "Kafka messages published", [
-  "messaging_destination_name",
-]);
-export const messagesConsumed = counter("messaging_client_consumed_messages_total", "Kafka messages consumed", [
-  "messaging_destination_name",
-]);
+const topic = ["messaging_destination_name"] as const;
+export const messagesSent = counter("messaging_client_sent_messages_total", "Kafka messages published", topic);
+export const messagesConsumed = counter("messaging_client_consumed_messages_total", "Kafka messages consumed", topic);
 export const messageProcessDuration = histogram(
   "messaging_process_duration_seconds",
   "Time a consumer took over one message (over a batch, divided among its messages)",
   DURATION_BUCKETS,
-  ["messaging_destination_name"],
+  topic,
 );
 
 export const webhookDeliveries = counter(
@@ -131,22 +128,8 @@ const EVENT_LOOP_SAMPLE_MS = 100;
 /** How long a scrape waits for each gauge read from the database or Kafka; past it the gauge keeps its last value. */
 export const SCRAPE_READ_MS = 2_000;
 
-interface ScrapeRead {
-  read(): Promise<unknown>;
-  logger: Logger;
-  /** The read under way: a later scrape (or another gauge it sets) shares it rather than start another. */
-  inFlight?: Promise<unknown>;
-}
-const scrapeReads = new Map<client.Gauge, Set<ScrapeRead>>();
-
-async function runRead(gauge: string, entry: ScrapeRead): Promise<void> {
-  entry.inFlight ??= Promise.resolve()
-    .then(entry.read)
-    .catch((err: unknown) => entry.logger.warn({ err, gauge }, "gauge not read; it keeps its last value"))
-    .finally(() => (entry.inFlight = undefined));
-  if (!(await atMost(entry.inFlight, SCRAPE_READ_MS)))
-    entry.logger.warn({ gauge, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
-}
+/** The reads of each gauge set at scrape, each given the gauge's name for its log lines. */
+const scrapeReads = new Map<client.Gauge, Set<(gauge: string) => Promise<void>>>();
 
 function gaugeReadAtScrape<T extends string>(name: string, help: string, labelNames: readonly T[] = []) {
   return new client.Gauge<T>({
@@ -155,7 +138,7 @@ function gaugeReadAtScrape<T extends string>(name: string, help: string, labelNa
     labelNames,
     registers,
     async collect() {
-      await Promise.all([...(scrapeReads.get(this) ?? [])].map((entry) => runRead(name, entry)));
+      await Promise.all([...(scrapeReads.get(this) ?? [])].map((run) => run(name)));
     },
   });
 }
@@ -166,12 +149,21 @@ export function readAtScrape(
   read: () => Promise<unknown>,
   logger: Logger,
 ): { stop(): Promise<void> } {
-  const entry: ScrapeRead = { read, logger };
-  for (const gauge of gauges) scrapeReads.set(gauge, (scrapeReads.get(gauge) ?? new Set()).add(entry));
+  // The read under way: a later scrape (or another gauge it sets) shares it rather than start another.
+  let inFlight: Promise<unknown> | undefined;
+  const run = async (gauge: string) => {
+    inFlight ??= Promise.resolve()
+      .then(read)
+      .catch((err: unknown) => logger.warn({ err, gauge }, "gauge not read; it keeps its last value"))
+      .finally(() => (inFlight = undefined));
+    if (!(await atMost(inFlight, SCRAPE_READ_MS)))
+      logger.warn({ gauge, waitedMs: SCRAPE_READ_MS }, "gauge not read in time; it keeps its last value");
+  };
+  for (const gauge of gauges) scrapeReads.set(gauge, (scrapeReads.get(gauge) ?? new Set()).add(run));
   return {
     async stop() {
-      for (const gauge of gauges) scrapeReads.get(gauge)?.delete(entry);
-      if (entry.inFlight !== undefined) await atMost(entry.inFlight, SCRAPE_READ_MS);
+      for (const gauge of gauges) scrapeReads.get(gauge)?.delete(run);
+      if (inFlight !== undefined) await atMost(inFlight, SCRAPE_READ_MS);
     },
   };
 }

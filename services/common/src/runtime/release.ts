@@ -3,17 +3,10 @@
 
 export const RELEASE = "1.1.0";
 
-const SEMVER = /^(\d+)\.(\d+)\.(\d+)$/;
+export const isRelease = (v: unknown): v is string => typeof v === "string" && /^\d+\.\d+\.\d+$/.test(v);
 
-export const isRelease = (v: unknown): v is string => typeof v === "string" && SEMVER.test(v);
-
+/** Negative, zero or positive as release `a` is older than, the same as or newer than `b`. */
 export function compareReleases(a: string, b: string): number {
-  const pa = SEMVER.exec(a);
-  const pb = SEMVER.exec(b);
-  if (!pa || !pb) throw new RangeError(`not a release version: ${pa ? b : a}`);
-  for (let i = 1; i <= 3; i++) {
-    const d = Number(pa[i]) - Number(pb[i]);
-    if (d !== 0) return d;
-  }
-  return 0;
+  if (!isRelease(a) || !isRelease(b)) throw new RangeError(`not a release version: ${isRelease(a) ? b : a}`);
+  return a.localeCompare(b, "en", { numeric: true });
 }

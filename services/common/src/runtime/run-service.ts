@@ -1,7 +1,7 @@
 import { createLogger, type Logger } from "./logger.js";
 import { watchParent } from "./parent-watch.js";
 import { requireIdentity } from "../rpc/service-identity.js";
-import { loadSettings, SettingsError, type Settings } from "./settings.js";
+import { loadSettings, refuseSetting, SettingsError, type Settings } from "./settings.js";
 import { startMetricsServer } from "./metrics.js";
 import { startTelemetry } from "./telemetry.js";
 import { StoreRefusal } from "../store/store-versions.js";
@@ -29,8 +29,7 @@ export function runService(name: string, start: StartService): void {
   try {
     requireIdentity(settings, name);
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\n`);
-    process.exit(2);
+    refuseSetting(err as Error);
   }
   const logger = createLogger(name, settings.LOG_LEVEL);
   for (const [event, msg] of [
@@ -57,10 +56,7 @@ export function runService(name: string, start: StartService): void {
       });
       metricsPort = metrics?.port;
     } catch (err) {
-      if (err instanceof SettingsError) {
-        process.stderr.write(`${err.message}\n`);
-        process.exit(2);
-      }
+      if (err instanceof SettingsError) refuseSetting(err);
       // The store's guard or a failed migration has logged its one line (store-versions.ts).
       if (!(err instanceof StoreRefusal)) logger.fatal({ err }, "start failed");
       process.exit(1);

@@ -1,33 +1,26 @@
 import type { Db } from "mongodb";
 import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "../store/data-keys.js";
-import {
-  type Admin,
-  createKafka,
-  createProducer,
-  ensureTopics,
-  type Kafka,
-  kafkaCredentials,
-  kafkaReachable,
-  type Producer,
-} from "../events/kafka.js";
+import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "../events/kafka.js";
 import type { Logger } from "./logger.js";
-import { connectMongo, databaseName, type Mongo } from "../store/mongo.js";
+import { connectMongo, databaseName } from "../store/mongo.js";
+import { prepareStore } from "../store/store-versions.js";
+import { STORE_SCHEMAS } from "../store/migrations/index.js";
+import { AuditTrail, type AuditService } from "../store/audit.js";
+import { topicName } from "../events/topics.js";
 import { SettingsError, type Settings } from "./settings.js";
 
-/** What every internal service holds: its own database, a Kafka client, a producer. */
-export interface ServiceRuntime {
-  service: string;
-  settings: Settings;
-  logger: Logger;
-  mongo: Mongo;
-  kafka: Kafka;
-  producer: Producer;
-  /** The database and (unless `withKafka` is false) Kafka are reachable. */
-  healthy(withKafka?: boolean): Promise<boolean>;
-  close(): Promise<void>;
-}
-
-export async function openRuntime(service: string, settings: Settings, logger: Logger): Promise<ServiceRuntime> {
+/**
+ * What every service with a database holds: that database, guarded and migrated (docs/upgrades.md)
+ * before anything reads or writes it, a Kafka client, a producer and audit trails. With `dataKeys`,
+ * the KEKs are checked against the ones that wrote the database (data-keys.ts, checkKeys): a key that
+ * differs from the one that wrote under its id stops the start with one line naming DATA_KEYS.
+ */
+export async function openRuntime(
+  service: keyof typeof STORE_SCHEMAS,
+  settings: Settings,
+  logger: Logger,
+  dataKeys?: KeyWrapper,
+) {
   const mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, service));
   const kafka = createKafka(
     settings.KAFKA_BROKERS,
@@ -35,26 +28,44 @@ export async function openRuntime(service: string, settings: Settings, logger: L
     logger,
     kafkaCredentials(settings),
   );
-  await ensureTopics(kafka, settings.DATA_NAMESPACE);
-  const producer = createProducer(kafka);
-  await producer.connect();
-  const admin: Admin = kafka.admin();
-  await admin.connect();
+  const producer = kafka.producer();
+  const admin = kafka.admin();
+  const close = async () => {
+    await Promise.allSettled([producer.disconnect(), admin.disconnect()]);
+    await mongo.close();
+  };
+  try {
+    await prepareStore(mongo.db, STORE_SCHEMAS[service], {
+      client: mongo.client,
+      namespace: settings.DATA_NAMESPACE,
+      logger,
+    });
+    if (dataKeys) await checkDataKeys(dataKeys, mongo.db, logger);
+    await ensureTopics(kafka, settings.DATA_NAMESPACE);
+  } catch (err) {
+    await close();
+    throw err;
+  }
   return {
-    service,
-    settings,
-    logger,
     mongo,
     kafka,
     producer,
+    /** The trail of the changes this service makes, signed with its SERVICE_IDENTITY_KEY. */
+    auditTrail: (auditService: AuditService) =>
+      new AuditTrail({
+        service: auditService,
+        db: mongo.db,
+        producer,
+        topic: topicName(settings.DATA_NAMESPACE, "auditEvents"),
+        signingKey: settings.SERVICE_IDENTITY_KEY,
+        logger,
+      }),
+    /** The database and (unless `withKafka` is false) Kafka are reachable. */
     async healthy(withKafka = true) {
       const [db, broker] = await Promise.all([mongo.ping(), withKafka ? kafkaReachable(admin) : true]);
       return db && broker;
     },
-    async close() {
-      await Promise.allSettled([producer.disconnect(), admin.disconnect()]);
-      await mongo.close();
-    },
+    close,
   };
 }
 
@@ -64,12 +75,7 @@ export function dataKeysOf(settings: Settings, service: string): KeyWrapper {
   return LocalKeyWrapper.fromSetting(settings.DATA_KEYS);
 }
 
-/**
- * Checks the KEKs against the ones that wrote the service's database (data-keys.ts, checkKeys): a
- * key that differs from the one that wrote under its id stops the start with one line naming
- * DATA_KEYS; keys that wrote here and are no longer given are logged.
- */
-export async function checkDataKeys(wrapper: KeyWrapper, db: Db, logger: Logger): Promise<void> {
+async function checkDataKeys(wrapper: KeyWrapper, db: Db, logger: Logger): Promise<void> {
   const { mismatched, missing } = await checkKeys(db, wrapper);
   if (mismatched.length > 0) {
     throw new SettingsError(

@@ -1,5 +1,3 @@
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import { z } from "zod";
 import { parseDataKeys, parseIdList } from "../store/data-keys.js";
 import { parseServiceUrls } from "../rpc/service-urls.js";
@@ -7,8 +5,9 @@ import { parseOwnIdentity, parsePublicKeys } from "../rpc/service-identity.js";
 
 // Every setting of the operator contract (docs/running.md and the pages named below), plus the internal
 // addresses, in one schema; each service validates the whole set at start.
-const port = z.coerce.number().int().min(0).max(65535);
-const positiveInt = z.coerce.number().int().positive();
+const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
+const port = int(0, 65535);
+const positiveInt = int(1);
 const bool = z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1");
 // Checked by its own parser, kept as the text given; a message names what is wrong, never a key.
 const checkedBy = (parse: (value: string) => unknown) =>
@@ -98,9 +97,9 @@ export const settingsSchema = z.object({
     .regex(/^[a-z][a-z0-9_]{0,30}$/, "must be lowercase letters, digits, _")
     .default("pi"),
 
-  EXTRACTION_MEMORY_CEILING_MB: z.coerce.number().int().min(64).max(16384).default(512),
-  EXTRACTION_TIME_LIMIT_SECONDS: z.coerce.number().int().min(1).max(3600).default(60),
-  EXTRACTION_CPU_TIME_LIMIT_SECONDS: z.coerce.number().int().min(1).max(3600).default(30),
+  EXTRACTION_MEMORY_CEILING_MB: int(64, 16384).default(512),
+  EXTRACTION_TIME_LIMIT_SECONDS: int(1, 3600).default(60),
+  EXTRACTION_CPU_TIME_LIMIT_SECONDS: int(1, 3600).default(30),
 
   ADDRESS_DOMAIN: z
     .string()
@@ -116,20 +115,16 @@ export const settingsSchema = z.object({
     )
     .optional(),
   JWKS_REFRESH_SECONDS: positiveInt.default(30),
-  RATE_LIMIT_V1_PER_SECOND: z.coerce.number().int().min(50).default(100),
-  RATE_LIMIT_TOKEN_PER_MINUTE: z.coerce.number().int().min(60).default(120),
+  RATE_LIMIT_V1_PER_SECOND: int(50).default(100),
+  RATE_LIMIT_TOKEN_PER_MINUTE: int(60).default(120),
   // Proxies in front of the gateway that append to X-Forwarded-For; 0: the header is ignored.
-  TRUSTED_PROXY_HOPS: z.coerce.number().int().min(0).max(10).default(0),
+  TRUSTED_PROXY_HOPS: int(0, 10).default(0),
   API_DEPRECATIONS: deprecations.default([]),
   // "25 MB" is read as 25 MiB, the more generous reading, so no "25 MB" file is refused.
   MAX_FILE_BYTES: positiveInt.default(25 * 1024 * 1024),
   UPLOAD_CONCURRENCY_PER_PARTNER: positiveInt.default(8),
   UPLOAD_CONCURRENCY_TOTAL: positiveInt.default(64),
-  UPLOAD_MIN_BYTES_PER_SECOND: z.coerce
-    .number()
-    .int()
-    .min(0)
-    .default(16 * 1024),
+  UPLOAD_MIN_BYTES_PER_SECOND: int(0).default(16 * 1024),
   UPLOAD_RATE_WINDOW_SECONDS: z.coerce.number().positive().max(300).default(10),
   IDEMPOTENCY_TTL_SECONDS: positiveInt.default(86400),
   CONNECTION_PENDING_TTL_SECONDS: positiveInt.default(2592000),
@@ -143,17 +138,13 @@ export const settingsSchema = z.object({
   CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(2592000),
   TEST_CONNECTION_REOPEN_INTERVAL_SECONDS: positiveInt.default(60),
   ENDED_CONNECTION_RETENTION_SECONDS: positiveInt.default(2 * 365 * 86400),
-  SANDBOX_APPROVAL_DELAY_SECONDS: z.coerce.number().int().min(0).default(30),
+  SANDBOX_APPROVAL_DELAY_SECONDS: int(0).default(30),
   WEBHOOK_RETRY_BASE_SECONDS: z.coerce.number().positive().default(30),
   WEBHOOK_RETRY_WINDOW_SECONDS: positiveInt.default(86400),
   WEBHOOK_ALLOW_INSECURE_URLS: bool.default(false),
   WEBHOOK_ATTEMPT_TIMEOUT_SECONDS: z.coerce.number().positive().max(60).default(10),
   // At least the 30 days partners are promised (docs/webhooks.md, "Retention").
-  WEBHOOK_EVENT_RETENTION_SECONDS: z.coerce
-    .number()
-    .int()
-    .min(30 * 86400)
-    .default(30 * 86400),
+  WEBHOOK_EVENT_RETENTION_SECONDS: int(30 * 86400).default(30 * 86400),
   WEBHOOK_TEST_EVENTS_PER_PARTNER: positiveInt.default(10_000),
 
   // This workload's own Kafka user (SASL/SCRAM; docs/security.md, "Kafka"): both or neither.
@@ -204,57 +195,17 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   return result.data;
 }
 
-/** For a service's start: a bad setting ends the process with one line on stderr. */
+/** A bad setting ends the process with its one-line reason on stderr, exit status 2. */
+export function refuseSetting(err: Error): never {
+  process.stderr.write(`${err.message}\n`);
+  process.exit(2);
+}
+
+/** For a service's start: the settings, or the process ends with the reason (parseSettings throws nothing else). */
 export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   try {
     return parseSettings(env);
   } catch (err) {
-    if (err instanceof SettingsError) {
-      process.stderr.write(`${err.message}\n`);
-      process.exit(2);
-    }
-    throw err;
+    return refuseSetting(err as Error);
   }
-}
-
-// The internal addresses `npm start` chose, recorded under its STATE_DIR for the operator CLI.
-export const LOCAL_STACK_FILE = "stack.json";
-export const SERVICE_URL_SETTINGS = [
-  "AUTH_SERVICE_URL",
-  "CONNECTION_SERVICE_URL",
-  "FILE_INTAKE_SERVICE_URL",
-  "WEBHOOK_SERVICE_URL",
-  "AUTH_ADMIN_URL",
-  "CONNECTION_ADMIN_URL",
-  "WEBHOOK_ADMIN_URL",
-] as const;
-
-/** A local stack's JSON file under its STATE_DIR; {} when there is none (or it is unreadable). */
-function readStateFile(stateDir: string, name: string): Record<string, unknown> {
-  const file = join(stateDir, name);
-  try {
-    return existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>) : {};
-  } catch {
-    return {};
-  }
-}
-
-/** The environment with every unset `*_SERVICE_URL` taken from a running local stack's file, if any. */
-export function withLocalStackAddresses(env: NodeJS.ProcessEnv, stateDir: string): NodeJS.ProcessEnv {
-  if (SERVICE_URL_SETTINGS.every((name) => env[name])) return env;
-  const recorded = readStateFile(stateDir, LOCAL_STACK_FILE);
-  const filled = { ...env };
-  for (const name of SERVICE_URL_SETTINGS)
-    if (!filled[name] && typeof recorded[name] === "string") filled[name] = recorded[name];
-  return filled;
-}
-
-// `npm start`'s key of every workload, `{"gateway": "<SERVICE_IDENTITY_KEY>", ...}` (mode 0600), under its STATE_DIR.
-export const LOCAL_IDENTITY_FILE = "service-identity.json";
-
-/** The environment with SERVICE_IDENTITY_KEY, when unset, taken from a local stack's file, if any. */
-export function withLocalStackIdentity(env: NodeJS.ProcessEnv, stateDir: string, name: string): NodeJS.ProcessEnv {
-  if (env.SERVICE_IDENTITY_KEY) return env;
-  const key = readStateFile(stateDir, LOCAL_IDENTITY_FILE)[name];
-  return typeof key === "string" ? { ...env, SERVICE_IDENTITY_KEY: key } : env;
 }

@@ -11,7 +11,7 @@ import {
   type TextMapGetter,
 } from "@opentelemetry/api";
 import type { DescMethod } from "@bufbuild/protobuf";
-import { metricsRecording, rpcClientDuration, rpcServerDuration, secondsSince } from "./metrics.js";
+import { metricsRecording, rpcClientDuration, rpcServerDuration } from "./metrics.js";
 
 // Tracing through the OpenTelemetry API: a no-op until an SDK is registered (OTEL_* variables, or a
 // test's). Context crosses calls and Kafka messages as W3C trace headers.
@@ -79,40 +79,27 @@ export async function inSpan<T>(
   }
 }
 
-/** The gRPC status code of a call's outcome (0: OK), a metric's label. */
-const grpcStatus = (err: unknown): string => {
-  const code = (err as { code?: unknown } | undefined)?.code;
-  return String(err === undefined ? 0 : typeof code === "number" ? code : 2);
-};
-
 async function timed<T>(histogram: typeof rpcServerDuration, method: DescMethod, call: () => Promise<T>): Promise<T> {
   if (!metricsRecording()) return call();
-  const started = performance.now();
-  let status = "0";
+  const end = histogram.startTimer({ rpc_service: method.parent.typeName, rpc_method: method.name });
   try {
-    return await call();
+    const result = await call();
+    end({ rpc_grpc_status_code: "0" });
+    return result;
   } catch (err) {
-    status = grpcStatus(err);
+    const code = (err as { code?: unknown } | undefined)?.code;
+    end({ rpc_grpc_status_code: String(typeof code === "number" ? code : 2) });
     throw err;
-  } finally {
-    histogram.observe(
-      { rpc_service: method.parent.typeName, rpc_method: method.name, rpc_grpc_status_code: status },
-      secondsSince(started),
-    );
   }
 }
+
+const rpc = { "rpc.system": "grpc" };
 
 /** Client side of an internal call: a CLIENT span, whose context `fn` sends as headers; a duration metric. */
 export const rpcClientSpan = <T>(method: DescMethod, fn: (headers: Record<string, string>) => Promise<T>) =>
   timed(rpcClientDuration, method, () =>
-    inSpan(
-      `${method.parent.typeName}/${method.name}`,
-      { kind: SpanKind.CLIENT, attributes: { "rpc.system": "grpc" } },
-      () => {
-        const headers: Record<string, string> = {};
-        propagation.inject(context.active(), headers);
-        return fn(headers);
-      },
+    inSpan(`${method.parent.typeName}/${method.name}`, { kind: SpanKind.CLIENT, attributes: rpc }, () =>
+      fn(traceHeaders()),
     ),
   );
 
@@ -121,7 +108,7 @@ export const rpcServerSpan = <T>(method: DescMethod, headers: Record<string, unk
   timed(rpcServerDuration, method, () =>
     inSpan(
       `${method.parent.typeName}/${method.name}`,
-      { kind: SpanKind.SERVER, parent: contextFromHeaders(headers), attributes: { "rpc.system": "grpc" } },
+      { kind: SpanKind.SERVER, parent: contextFromHeaders(headers), attributes: rpc },
       fn,
     ),
   );

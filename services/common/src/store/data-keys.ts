@@ -128,11 +128,6 @@ export function decrypt(key: Uint8Array, box: Uint8Array, aad: Uint8Array | stri
   }
 }
 
-export async function newDataKey(wrapper: KeyWrapper): Promise<{ key: Buffer; wrapped: WrappedKey }> {
-  const key = randomBytes(DATA_KEY_BYTES);
-  return { key, wrapped: await wrapper.wrap(key) };
-}
-
 /** A segment is bound to its place and stream, the last sealed `final`: a stream cut short does not authenticate. */
 const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
@@ -156,7 +151,8 @@ export function openSegment(key: Uint8Array, streamId: string, n: number, final:
 const SEALED_V2 = "v2";
 
 export async function sealValue(wrapper: KeyWrapper, plaintext: string | Uint8Array, context: string): Promise<string> {
-  const { key, wrapped } = await newDataKey(wrapper);
+  const key = randomBytes(DATA_KEY_BYTES);
+  const wrapped = await wrapper.wrap(key);
   const bytes = typeof plaintext === "string" ? Buffer.from(plaintext, "utf8") : plaintext;
   return [
     SEALED_V2,

@@ -19,14 +19,11 @@ export async function connectMongo(uri: string, dbName: string): Promise<Mongo> 
   return {
     client,
     db,
-    async ping() {
-      try {
-        await db.command({ ping: 1 }, { timeoutMS: 2000 });
-        return true;
-      } catch {
-        return false;
-      }
-    },
+    ping: () =>
+      db.command({ ping: 1 }, { timeoutMS: 2000 }).then(
+        () => true,
+        () => false,
+      ),
     close: () => client.close(),
   };
 }

@@ -1,20 +1,16 @@
-import type { Collection, Document, Filter, UpdateFilter, WithId } from "mongodb";
+import type { Collection, Document, UpdateFilter, WithId } from "mongodb";
 import type { Producer } from "../events/kafka.js";
 import { atMost } from "../rules/at-most.js";
 import { newId } from "../rules/ids.js";
 import type { Logger } from "../runtime/logger.js";
 import { messagesSent, outboxOldestUnrelayedAge, readAtScrape } from "../runtime/metrics.js";
 import { every, type Periodic } from "../background/periodic.js";
-import { endLease, leaseFree, takeLease, type LeaseFields } from "../background/lease.js";
+import { asFilter, asUpdate, endLease, leaseFree, takeLease, type LeaseFields } from "../background/lease.js";
 import { contextFromHeaders, inSpan, SpanKind, traceHeaders } from "../runtime/telemetry.js";
 
 // The persistence toolkit of every service. MongoDB (and mongo-java-server) gives no multi-document
 // transactions and no change streams, only atomic single-document writes: everything here rests on
 // that alone, with no in-process locks, so any number of replicas stay correct (docs/engineering.md).
-
-// Field names are given at run time, which the driver's types cannot check.
-const asFilter = <T extends Document>(f: Document) => f as Filter<T>;
-const asUpdate = <T extends Document>(u: Document) => u as UpdateFilter<T>;
 
 /** True for a write refused because its _id or a unique index key is taken (E11000). */
 export function isDuplicateKey(err: unknown): boolean {
@@ -102,10 +98,8 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
   headers?(entry: E): Record<string, string>;
   /** The event's name in its publish span ("publish connection.approved"); the outbox's name by default. */
   eventName?(entry: E): string;
-  /** How long a relay may hold a document before another may publish its events again. */
-  leaseMs?: number;
   sweepEveryMs?: number;
-  /** The entries' array and the relay's lease fields, for a document that carries several outboxes (audit-trail.ts). */
+  /** The entries' array and the relay's lease fields, for a document that carries several outboxes (audit.ts). */
   field?: string;
   lease?: LeaseFields;
   /** Documents that exist only to carry entries: deleted once relayed. */
@@ -120,6 +114,9 @@ export interface OutboxOptions<D extends Document, E extends OutboxEntry> {
  */
 export const RELAY_STOP_MS = 3_000;
 
+/** How long a relay may hold a document before another may publish its events again. */
+const RELAY_LEASE_MS = 30_000;
+
 /**
  * The transactional outbox without transactions: a state change and its event are ONE document
  * update. A relay takes the document's relay lease (one relay per document across replicas, so
@@ -128,7 +125,6 @@ export const RELAY_STOP_MS = 3_000;
  * the next one: at least once, deduplicated downstream on the event id.
  */
 export class Outbox<D extends Document, E extends OutboxEntry> {
-  private readonly leaseMs: number;
   private readonly field: string;
   private readonly lease: LeaseFields;
   private readonly logId: (id: unknown) => unknown;
@@ -137,7 +133,6 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
   private ageGauge: { stop(): Promise<void> } | undefined;
 
   constructor(private readonly o: OutboxOptions<D, E>) {
-    this.leaseMs = o.leaseMs ?? 30_000;
     this.field = o.field ?? "outbox";
     this.lease = o.lease ?? { until: "relayUntil", holder: "relayHolder" };
     this.logId = o.logId ?? ((id) => id);
@@ -169,7 +164,7 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
     // Entries written meanwhile (their own relay found the lease taken) are taken by the next round.
     for (;;) {
       const lease = await takeLease(collection, asFilter<D>({ _id: id, ...this.pending() }), this.lease, {
-        ms: this.leaseMs,
+        ms: RELAY_LEASE_MS,
       });
       if (!lease) return published;
       const entries = (lease.doc as Document)[this.field] as E[];

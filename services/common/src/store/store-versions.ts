@@ -40,6 +40,8 @@ export interface StoreMark {
 
 export const STORE_VERSION_COLLECTION = "store_version";
 export const STORE_MIGRATIONS_COLLECTION = "store_migrations";
+/** How long the migrating lease lasts without renewal (renewed every third of it). */
+const MIGRATING_LEASE_MS = 30_000;
 
 /** Thrown after its one log line: the start is refused and the process exits without another. */
 export class StoreRefusal extends Error {
@@ -77,12 +79,10 @@ export async function prepareStore(
     namespace: string;
     logger: Logger;
     release?: string;
-    /** How long the migrating lease lasts without renewal (renewed every third of it). */
-    leaseMs?: number;
     pollMs?: number;
   },
 ): Promise<{ ran: string[]; mark: StoreMark }> {
-  const { logger, release = RELEASE, leaseMs = 30_000, pollMs = 250 } = opts;
+  const { logger, release = RELEASE, pollMs = 250 } = opts;
   const store = db.databaseName;
 
   const before = await readMark(db);
@@ -98,8 +98,8 @@ export async function prepareStore(
   const leases = db.collection(STORE_VERSION_COLLECTION) as unknown as Collection<JobLeaseDoc>;
   const ran: string[] = [];
   while ((await umzug.pending()).length > 0) {
-    const migrated = await whileHolding(leases, "migrating", leaseMs, async (renew) => {
-      const renewals = keepAlive(`the migrations of ${store}`, Math.max(50, Math.floor(leaseMs / 3)), renew, logger);
+    const migrated = await whileHolding(leases, "migrating", MIGRATING_LEASE_MS, async (renew) => {
+      const renewals = keepAlive(`the migrations of ${store}`, MIGRATING_LEASE_MS / 3, renew, logger);
       try {
         ran.push(...(await umzug.up()).map((m) => m.name));
       } catch (err) {

@@ -3,10 +3,6 @@ import { gatewayRouter } from "../router.js";
 
 // SMART App Launch's smart-configuration is what healthcare's OAuth clients read.
 
-export const TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "private_key_jwt"];
-export const ASSERTION_SIGNING_ALGORITHMS = ["RS384", "ES384", "ES256", "RS256"];
-export const SCOPES = ["connections:write", "files:write"];
-
 type Issuer = Pick<Settings, "TOKEN_ENDPOINT_URL" | "GATEWAY_PORT">;
 
 /** RFC 8414 section 2: no authorization endpoint, so no response type (the list is required). */
@@ -17,9 +13,9 @@ export function authorizationServerMetadata(settings: Issuer) {
     token_endpoint: tokenEndpointUrl(settings),
     grant_types_supported: ["client_credentials"],
     response_types_supported: [] as string[],
-    token_endpoint_auth_methods_supported: TOKEN_ENDPOINT_AUTH_METHODS,
-    token_endpoint_auth_signing_alg_values_supported: ASSERTION_SIGNING_ALGORITHMS,
-    scopes_supported: SCOPES,
+    token_endpoint_auth_methods_supported: ["client_secret_basic", "client_secret_post", "private_key_jwt"],
+    token_endpoint_auth_signing_alg_values_supported: ["RS384", "ES384", "ES256", "RS256"],
+    scopes_supported: ["connections:write", "files:write"],
     service_documentation: `${issuer}/docs`,
   };
 }

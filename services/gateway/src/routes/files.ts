@@ -1,4 +1,5 @@
 import type { Middleware } from "koa";
+import { LRUCache } from "lru-cache";
 import { fileintakev1 } from "@pi/proto";
 import { filesAccepted, filesRefused } from "@pi/common/runtime/metrics";
 import { modeToProto } from "@pi/common/rules/mode";
@@ -8,9 +9,8 @@ import type { GatewayContext } from "../context.js";
 import { gatewayRouter } from "../router.js";
 import { PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
-import { TerminalStatusCache } from "../terminal-status-cache.js";
 import { UploadSlots } from "../upload-guards.js";
-import { multipartLimits, readMultipart, uploadError, type FilePart } from "../upload-multipart.js";
+import { multipartLimits, readMultipart, type TakeFile, uploadError } from "../upload-multipart.js";
 import { checkFields, invalid, parseIdempotencyKey } from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
 
@@ -57,13 +57,12 @@ const countUploads: Middleware = async (ctx, next) => {
   }
 };
 
-export default function fileRoutes(
-  files: FileIntakeClient,
-  settings: FileRouteSettings,
-  logger: Logger,
-  terminal = new TerminalStatusCache(),
-) {
+export default function fileRoutes(files: FileIntakeClient, settings: FileRouteSettings, logger: Logger) {
   const router = gatewayRouter();
+  // A terminal status (processed, failed) can never change again and no record is deleted, so it is
+  // kept with nothing to invalidate. The key holds the asking partner and mode, so another's request
+  // goes to file-intake and gets its 404 (guarantee 3).
+  const terminal = new LRUCache<string, string>({ max: 10_000 });
   const domain = settings.ADDRESS_DOMAIN;
   const slots = new UploadSlots(settings.UPLOAD_CONCURRENCY_PER_PARTNER, settings.UPLOAD_CONCURRENCY_TOTAL);
   const limits = multipartLimits(settings.MAX_FILE_BYTES);
@@ -83,17 +82,15 @@ export default function fileRoutes(
     const refused = submission.response.then(() => new Promise<never>(() => {}));
     const rate = watchTransferRate(ctx.req, settings, logger);
     let hasFile = false;
-    const filePart: FilePart = {
-      take(fieldsSoFar, stream) {
-        hasFile = true;
-        // The fields that came before the file are checked before a byte of it is forwarded.
-        checkFields(fieldsSoFar, domain, false);
-        return submission.forward(stream);
-      },
+    const takeFile: TakeFile = (fieldsSoFar, stream) => {
+      hasFile = true;
+      // The fields that came before the file are checked before a byte of it is forwarded.
+      checkFields(fieldsSoFar, domain, false);
+      return submission.forward(stream);
     };
 
     try {
-      await Promise.race([readMultipart(ctx, limits, filePart), rate.stalled, refused]);
+      await Promise.race([readMultipart(ctx, limits, takeFile), rate.stalled, refused]);
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
       if (!hasFile) throw invalid("file is required (a file part with a filename).", "file");
@@ -120,15 +117,15 @@ export default function fileRoutes(
     // A malformed id is as unknown as any other: the same 404, without asking file-intake.
     if (!FILE_ID.test(id)) throw new PartnerError("not_found");
     const { partnerId, mode } = ctx.state.principal!;
-    // Only this partner's own final file, in this mode, is found here.
-    const known = terminal.get(partnerId, mode, id);
+    const key = JSON.stringify([partnerId, mode, id]);
+    const known = terminal.get(key);
     if (known) {
       ctx.body = { id, status: known };
       return;
     }
     const res = await files.getFile({ partnerId, id, mode: modeOf(ctx) });
     const resource = fileResource(res.file);
-    if (resource.id === id) terminal.remember(partnerId, mode, id, resource.status);
+    if (resource.id === id && resource.status !== "received") terminal.set(key, resource.status);
     ctx.body = resource;
   });
 

@@ -1,6 +1,5 @@
 import { bodyParser } from "@koa/bodyparser";
 import { authv1 } from "@pi/proto";
-import { clientAuthentication, type ClientAuthMethod, type ClientCredentials } from "../client-auth.js";
 import { PartnerError } from "../errors.js";
 import { gatewayRouter } from "../router.js";
 import type { IssueToken } from "../token-batches.js";
@@ -29,13 +28,74 @@ const fields = [
 ] as const;
 type TokenRequest = Partial<Record<(typeof fields)[number], string>>;
 
+// Client authentication: HTTP Basic or body fields (RFC 6749 section 2.3.1), or a client assertion
+// (private_key_jwt, RFC 7523 section 2.2). One method per request.
+
+export interface ClientCredentials {
+  /** With an assertion: the body's client_id, or "" (the assertion names the client). */
+  clientId: string;
+  clientSecret: string;
+  /** private_key_jwt: the compact JWS, checked by the auth service alone. */
+  assertion?: string;
+}
+
+const CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+/** An assertion longer than this is not a request we read (invalid_request, as an oversized secret is). */
+const MAX_CLIENT_ASSERTION_LENGTH = 8192;
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
+
+/** application/x-www-form-urlencoded decoding of one value; undefined when a %-escape is malformed. */
+function formDecode(value: string): string | undefined {
+  try {
+    return decodeURIComponent(value.replace(/\+/g, " "));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Undefined for another scheme, bad base64, no colon, a malformed %-escape, or an empty id or secret. */
+export function parseBasicAuthorization(header: string): ClientCredentials | undefined {
+  const match = /^basic +(\S+) *$/i.exec(header);
+  if (!match) return undefined;
+  const encoded = match[1]!;
+  if (encoded.length % 4 !== 0 || !BASE64.test(encoded)) return undefined;
+  const decoded = Buffer.from(encoded, "base64");
+  // Only UTF-8: a byte sequence that does not survive a round trip is not a form-encoded pair.
+  const pair = decoded.toString("utf8");
+  if (!Buffer.from(pair, "utf8").equals(decoded)) return undefined;
+  const colon = pair.indexOf(":");
+  if (colon < 0) return undefined;
+  const clientId = formDecode(pair.slice(0, colon));
+  const clientSecret = formDecode(pair.slice(colon + 1));
+  if (!clientId || !clientSecret) return undefined;
+  return { clientId, clientSecret };
+}
+
+/** The credentials the request authenticates with; undefined (invalid_request) for none, two, or a malformed one. */
+function clientCredentials(authorization: string | undefined, req: TokenRequest): ClientCredentials | undefined {
+  if (req.client_assertion_type !== undefined || req.client_assertion !== undefined) {
+    // Both fields, the one type, and no second method (RFC 7521 section 4.2; RFC 6749 section 2.3).
+    if (req.client_assertion_type !== CLIENT_ASSERTION_TYPE || !req.client_assertion) return undefined;
+    if (authorization !== undefined || req.client_secret !== undefined) return undefined;
+    if (req.client_assertion.length > MAX_CLIENT_ASSERTION_LENGTH) return undefined;
+    return { clientId: req.client_id ?? "", clientSecret: "", assertion: req.client_assertion };
+  }
+  if (authorization === undefined) {
+    if (!req.client_id || !req.client_secret) return undefined;
+    return { clientId: req.client_id, clientSecret: req.client_secret };
+  }
+  const basic = parseBasicAuthorization(authorization);
+  if (!basic || req.client_secret !== undefined) return undefined;
+  // RFC 6749 lets a client repeat its id in the body; it must then be the same client.
+  if (req.client_id !== undefined && req.client_id !== basic.clientId) return undefined;
+  return basic;
+}
+
 /** RFC 6749 4.4 request validation: the error to answer, or the request. */
 export function parseTokenRequest(
   body: unknown,
   authorization?: string,
-):
-  | { ok: true; req: TokenRequest; client: ClientCredentials; method: ClientAuthMethod }
-  | { ok: false; error: OAuthError } {
+): { ok: true; req: TokenRequest; client: ClientCredentials } | { ok: false; error: OAuthError } {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return { ok: false, error: "invalid_request" };
   const req: TokenRequest = {};
   for (const field of fields) {
@@ -46,12 +106,10 @@ export function parseTokenRequest(
   }
   if (!req.grant_type) return { ok: false, error: "invalid_request" };
   if (req.grant_type !== "client_credentials") return { ok: false, error: "unsupported_grant_type" };
-  const auth = clientAuthentication(authorization, req);
-  if (!auth.ok) return { ok: false, error: "invalid_request" };
-  const { clientId, clientSecret } = auth.credentials;
-  if (clientId.length > 256 || clientSecret.length > 512 || (req.scope?.length ?? 0) > 1024)
+  const client = clientCredentials(authorization, req);
+  if (!client || client.clientId.length > 256 || client.clientSecret.length > 512 || (req.scope?.length ?? 0) > 1024)
     return { ok: false, error: "invalid_request" };
-  return { ok: true, req, client: auth.credentials, method: auth.method };
+  return { ok: true, req, client };
 }
 
 export default function tokenRoutes(issueToken: IssueToken) {
