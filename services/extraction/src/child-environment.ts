@@ -1,8 +1,5 @@
-// The environment an extraction child starts with (extractor.ts forks it). The child parses
-// untrusted bytes, so it gets no secret of its parent (SERVICE_IDENTITY_KEY, KAFKA_PASSWORD,
-// DATA_KEYS, CREDENTIAL_PEPPER, MONGODB_URI and every other setting): only what Node and the
-// parsers read for locale, time zone and temporary files. An allow-list, so a setting added later
-// stays out unless it is added here.
+// The child parses untrusted bytes, so it gets no secret or setting of its parent: an allow-list of what Node
+// and the parsers read for locale, time zone and temporary files.
 
 export const CHILD_ENVIRONMENT_ALLOWED = ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "NODE_ENV"] as const;
 

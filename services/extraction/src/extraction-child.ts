@@ -18,11 +18,7 @@ let maxTextChars = 1_000_000;
 
 class Unparseable extends Error {}
 
-/**
- * A page with no text that costs more CPU time than this fails the file (`time_limit`): millions
- * of drawing operators (measured: about 5 MiB of them), not a page of a document. A page with text
- * may cost more (an embedded font); the parent's CPU-time limit bounds the file.
- */
+/** A page with no text that costs more CPU than this is drawing operators (about 5 MiB), not a document: time_limit. */
 const TEXTLESS_PAGE_CPU_MS = 500;
 
 class TextlessPageTooCostly extends Error {}

@@ -8,28 +8,18 @@ import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/rules/extracte
 import type { ExtractionTask } from "./extraction-child.js";
 import { childEnvironment } from "./child-environment.js";
 
-// Each file is decoded in a child process (extraction-child.ts): pdf.js replaces globals, and a
-// hostile file must cost that child only. Its resident memory and CPU time are read from /proc
-// every few ms, beside a wall-time limit; past any of them it is killed and the file fails with
-// the reason. A killed child is replaced on the next file. docs/files.md, "Extraction".
+// Each file is decoded in a child process (pdf.js replaces globals; a hostile file costs that child only), killed
+// past its memory, CPU-time or wall-time limit and replaced on the next file (docs/files.md, "Extraction").
 
-export interface ExtractionLimits {
-  /** Wall time of one file. */
-  timeoutMs: number;
-  /** CPU time (user and system) on one file. */
-  cpuTimeMs: number;
-  /** Resident memory (heap and buffers). */
-  memoryCeilingMb: number;
-  /** The text kept of a PDF (the rest is counted in its length). */
-  maxTextChars: number;
-}
-
-export const DEFAULT_EXTRACTION_LIMITS: ExtractionLimits = {
+export const DEFAULT_EXTRACTION_LIMITS = {
   timeoutMs: 60_000,
   cpuTimeMs: 30_000,
+  /** Resident memory (heap and buffers). */
   memoryCeilingMb: 512,
+  /** The text kept of a PDF (the rest is counted in its length). */
   maxTextChars: MAX_STORED_TEXT_CHARS,
 };
+export type ExtractionLimits = typeof DEFAULT_EXTRACTION_LIMITS;
 
 /** Thrown when the child died of something that is not one of our limits: the file is not decided here. */
 export class ExtractorDied extends Error {
@@ -69,14 +59,9 @@ function usage(pid: number | undefined): { cpuMs: number; residentBytes: number 
   }
 }
 
-interface Running {
-  child: ChildProcess;
-  settle(result: Extracted | Error): void;
-}
-
 export class Extractor {
   private child: { process: ChildProcess; ready: Promise<void> } | undefined;
-  private running: Running | undefined;
+  private running: { child: ChildProcess; settle(result: Extracted | Error): void } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 

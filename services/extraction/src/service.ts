@@ -7,12 +7,8 @@ import type { Settings } from "@pi/common/runtime/settings";
 import { DEFAULT_EXTRACTION_LIMITS, Extractor } from "./extractor.js";
 import { consumeFileEvents, ExtractionWorker, takeFiles, type WorkerTiming } from "./worker.js";
 
-// The extraction service: a workload of its own (file-intake only receives, stores and answers). It
-// takes files one partner after another (file-intake picks the next one: worker.ts, takeFiles),
-// woken by file events, decodes each in a child process with a memory ceiling and time limits
-// (extractor.ts), and records outcomes through file-intake's extraction RPCs. It has no database:
-// every state that matters (the lease, the attempts, the outcome, each partner's turn) is in
-// file-intake's database.
+// The extraction service, woken by file events: takes files through file-intake's extraction RPCs (worker.ts) and
+// decodes each in a child process (extractor.ts). No database: every state that matters is in file-intake's.
 
 const TIMING: WorkerTiming = { leaseMs: 20_000, heartbeatMs: 5_000, stuckAfterMs: 30_000, maxAttempts: 3 };
 /** How often an idle process looks for a waiting file without being woken by an event. */

@@ -31,11 +31,7 @@ type Taken = fileintakev1.TakeFileForExtractionResponse;
 
 const LEGACY_RETRY_MS = 60_000;
 
-/**
- * Moves files out of `received` through file-intake's extraction RPCs: take a file (its lease and a
- * durable attempt), read its bytes, extract them in the child, record the outcome. A worker killed
- * mid-file records nothing: the lease runs out and after `maxAttempts` file-intake fails the file.
- */
+/** Take (a lease and a durable attempt), read, extract, record; a worker killed mid-file leaves the lease to run out. */
 export class ExtractionWorker {
   private legacyUntil = 0;
 
@@ -57,19 +53,15 @@ export class ExtractionWorker {
       await this.sweepStuck();
       return "none";
     }
-    let next: fileintakev1.TakeNextFileForExtractionResponse;
-    try {
-      next = await this.intake.takeNextFileForExtraction({
-        leaseMs: this.timing.leaseMs,
-        maxAttempts: this.timing.maxAttempts,
+    const next = await this.intake
+      .takeNextFileForExtraction({ leaseMs: this.timing.leaseMs, maxAttempts: this.timing.maxAttempts })
+      .catch((err: unknown) => {
+        if (!(err instanceof RpcError && err.code === Status.UNIMPLEMENTED)) throw err;
+        this.logger.warn("file-intake takes no next file (an earlier release): files are taken by their events");
+        this.legacyUntil = Date.now() + LEGACY_RETRY_MS;
+        return undefined;
       });
-    } catch (err) {
-      if (!(err instanceof RpcError && err.code === Status.UNIMPLEMENTED)) throw err;
-      this.logger.warn("file-intake takes no next file (an earlier release): files are taken by their events");
-      this.legacyUntil = Date.now() + LEGACY_RETRY_MS;
-      return "none";
-    }
-    if (!next.found || !next.take) return "none";
+    if (!next?.found || !next.take) return "none";
     return this.extractTaken(next.fileId, next.take);
   }
 

@@ -3,8 +3,7 @@ import { encrypt, type KeyWrapper } from "@pi/common/store/data-keys";
 import type { Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionDoc, FileDoc, FileMeta } from "./store.js";
 
-// A file's metadata and extraction result, sealed under the file's own data key (docs/security.md,
-// "Data at rest"); each box is bound to its file and its kind, so none can stand in for another's.
+// Sealed under the file's own data key (docs/security.md), each box bound to its file and kind.
 
 export const metaAad = (fileId: string) => `pi-file-meta.v1|${fileId}`;
 export const extractionAad = (fileId: string) => `pi-extraction.v1|${fileId}`;

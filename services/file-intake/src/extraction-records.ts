@@ -53,10 +53,7 @@ export class ExtractionRecords {
     return { taken: true, holder, mediaType: doc.mediaType, size: doc.size, attempt: doc.attempts };
   }
 
-  /**
-   * Takes the next file fairly (extraction-turns.ts); the turn is marked before the take, so a
-   * concurrent taker moves on to the next partner. null when no file waits.
-   */
+  /** The next file, fairly (extraction-turns.ts); the turn is marked first, so a concurrent taker moves on. */
   async takeNext(leaseMs: number, maxAttempts: number): Promise<{ fileId: string; take: Take } | null> {
     for (let tries = 0; tries < TAKE_NEXT_TRIES; tries++) {
       const now = new Date();
@@ -75,7 +72,6 @@ export class ExtractionRecords {
       )!;
       await this.store.turns.updateOne({ _id: next.partnerId }, { $set: { lastTakenAt: now } }, { upsert: true });
       const take = await this.take(next.fileId, leaseMs, maxAttempts);
-      // Lost to another taker: look again.
       if (take.taken || take.status !== "received") return { fileId: next.fileId, take };
     }
     return null;

@@ -11,13 +11,7 @@ export interface WaitingHead {
 /** The partner whose last file was taken longest ago, then the oldest file, then the id: every replica agrees. */
 export function nextTurn(heads: readonly WaitingHead[], lastTaken: ReadonlyMap<string, Date>): WaitingHead | undefined {
   const turn = (h: WaitingHead) => lastTaken.get(h.partnerId)?.getTime() ?? Number.MIN_SAFE_INTEGER;
-  const before = (a: WaitingHead, b: WaitingHead) =>
-    turn(a) !== turn(b)
-      ? turn(a) < turn(b)
-      : a.oldest.getTime() !== b.oldest.getTime()
-        ? a.oldest < b.oldest
-        : a.partnerId < b.partnerId;
-  let best: WaitingHead | undefined;
-  for (const head of heads) if (!best || before(head, best)) best = head;
-  return best;
+  const order = (a: WaitingHead, b: WaitingHead) =>
+    turn(a) - turn(b) || a.oldest.getTime() - b.oldest.getTime() || (a.partnerId < b.partnerId ? -1 : 1);
+  return [...heads].sort(order)[0];
 }

@@ -33,7 +33,6 @@ export type Decision =
   | { kind: "owned" }
   /** The same payload was accepted before: answer its receipt again. */
   | { kind: "replay"; fileId: string }
-  /** The key was used with another payload. */
   | { kind: "conflict" }
   /** The same payload is being accepted by a request still in progress: wait for its outcome. */
   | { kind: "wait" }

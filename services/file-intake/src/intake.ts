@@ -39,14 +39,7 @@ export interface IntakeDeps {
 
 type Part = fileintakev1.SubmitFileRequest["part"];
 
-interface Header {
-  partnerId: string;
-  mode: FileMode;
-  idempotencyKey: string | null;
-  declaredBytes: number | undefined;
-}
-
-function parseHeader(part: Part | undefined): Header {
+function parseHeader(part: Part | undefined) {
   if (part?.case !== "header") throw protocol("the first message must be the header");
   const h = part.value;
   const mode = modeFromProto(h.mode);
@@ -60,10 +53,7 @@ function parseHeader(part: Part | undefined): Header {
   };
 }
 
-/**
- * Reads the gateway's stream (header, chunks, trailer), taking the verdicts of verdicts.ts as what
- * each needs arrives; whatever fails before the file record is written leaves nothing behind.
- */
+/** The gateway's stream (header, chunks, trailer), judged by verdicts.ts as it arrives; a refusal leaves nothing behind. */
 export async function submitFile(
   deps: IntakeDeps,
   requests: AsyncIterable<fileintakev1.SubmitFileRequest>,
@@ -71,15 +61,12 @@ export async function submitFile(
 ) {
   const it = requests[Symbol.asyncIterator]();
   const next = async (): Promise<Part> => {
-    let r: IteratorResult<fileintakev1.SubmitFileRequest>;
-    try {
-      r = await it.next();
-    } catch (err) {
+    const r = await it.next().catch((err: unknown) => {
       // The caller went away mid-upload (the partner disconnected, or the gateway gave up).
       throw err instanceof RpcError
         ? err
         : new RpcError("the upload stream was closed by the caller", Status.CANCELLED, undefined, err);
-    }
+    });
     if (r.done) throw protocol("the stream ended before the trailer");
     return r.value.part;
   };
@@ -96,7 +83,7 @@ export async function submitFile(
 
 async function receive(
   deps: IntakeDeps,
-  header: Header,
+  header: ReturnType<typeof parseHeader>,
   reservation: Reservation,
   next: () => Promise<Part>,
   signal?: AbortSignal,
@@ -113,7 +100,7 @@ async function receive(
   const dataKey = randomBytes(DATA_KEY_BYTES);
   const wrapped = deps.dataKeys.wrap(dataKey);
   wrapped.catch(() => {});
-  const staged = StagedUpload.open(deps.store, header.partnerId, dataKey);
+  const staged = new StagedUpload(deps.store, header.partnerId, dataKey);
   let committed = false;
   try {
     const file = await step("stage bytes", () => stageBytes(deps, reservation, staged, type, head, next));
@@ -190,7 +177,6 @@ async function receive(
   }
 }
 
-/** A named step of an upload: its span in a trace. */
 const step = <T>(name: string, fn: () => Promise<T>) => inSpan(`upload: ${name}`, {}, fn);
 
 /** Enough bytes to decide the type (SNIFF_BYTES), or the whole file when it is shorter. */

@@ -10,23 +10,16 @@ export type ClaimOutcome = { kind: "owned" } | { kind: "replay"; fileId: string 
 /** A claim is a lease held by its request (its fileId) until `claimedUntil`. */
 const CLAIM: LeaseFields = { until: "claimedUntil", holder: "fileId" };
 
-export interface KeyTiming {
-  ttlMs: number;
-  /** How long a claim may stay uncommitted before it counts as abandoned (its owner died). */
-  claimLeaseMs: number;
-  /** How often a request waiting on another's claim looks again. */
-  pollMs: number;
-}
+/** Renewed every second while its request lives: a retry waits at most about this long for a dead owner's claim. */
+const CLAIM_LEASE_MS = 3_000;
+/** How often a request waiting on another's claim looks again. */
+const CLAIM_POLL_MS = 25;
 
-/**
- * Idempotency keys on single-document atomicity: a claim is an insert under the key's _id, so of
- * two concurrent requests exactly one wins; the other waits for it to be committed (then replays it)
- * or released (then claims). Every later write is conditional on the claim's fileId.
- */
+/** A claim is an insert under the key's _id (one of two concurrent requests wins); later writes depend on its fileId. */
 export class IdempotencyKeys {
   constructor(
     private readonly store: FileStore,
-    private readonly timing: KeyTiming,
+    private readonly ttlMs: number,
     private readonly logger: Logger,
   ) {}
 
@@ -50,8 +43,8 @@ export class IdempotencyKeys {
         fingerprint,
         fileId,
         state: "claimed",
-        claimedUntil: new Date(now.getTime() + this.timing.claimLeaseMs),
-        expiresAt: new Date(now.getTime() + this.timing.ttlMs),
+        claimedUntil: new Date(now.getTime() + CLAIM_LEASE_MS),
+        expiresAt: new Date(now.getTime() + this.ttlMs),
       };
       const stored = (await insertIfNew(this.store.keys, fresh)) ? fresh : await this.store.keys.findOne({ _id });
       if (!stored) continue;
@@ -76,7 +69,7 @@ export class IdempotencyKeys {
           continue;
         }
         case "wait":
-          await sleep(this.timing.pollMs);
+          await sleep(CLAIM_POLL_MS);
           continue;
       }
     }
@@ -86,16 +79,15 @@ export class IdempotencyKeys {
   hold(partnerId: string, mode: FileMode, key: string, fileId: string): () => void {
     const kept = keepAlive(
       "an idempotency claim",
-      Math.max(50, this.timing.claimLeaseMs / 3),
+      CLAIM_LEASE_MS / 3,
       () => this.renew(partnerId, mode, key, fileId),
       this.logger,
     );
     return () => void kept.stop();
   }
 
-  /** Renews an owned claim; false when it was taken over. */
   renew(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<boolean> {
-    return renewLease(this.store.keys, keyId(partnerId, mode, key), CLAIM, fileId, this.timing.claimLeaseMs);
+    return renewLease(this.store.keys, keyId(partnerId, mode, key), CLAIM, fileId, CLAIM_LEASE_MS);
   }
 
   /** The file of this claim is written: later requests with the same payload replay it. */
@@ -103,7 +95,7 @@ export class IdempotencyKeys {
     const now = new Date();
     await this.store.keys.updateOne(
       { _id: keyId(partnerId, mode, key), fileId },
-      { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.timing.ttlMs) } },
+      { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.ttlMs) } },
     );
   }
 
@@ -112,7 +104,6 @@ export class IdempotencyKeys {
     await this.store.keys.deleteOne({ _id: keyId(partnerId, mode, key), fileId, state: "claimed" });
   }
 
-  /** Reads already treat an expired key as absent. */
   async sweep(now = new Date()): Promise<number> {
     const res = await this.store.keys.deleteMany({ expiresAt: { $lte: now } });
     return res.deletedCount;

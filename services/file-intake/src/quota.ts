@@ -15,10 +15,7 @@ export interface Hold {
   at: Date;
 }
 
-/**
- * One partner's counter in one mode: `used` is `stored` plus every hold, in one document so one
- * conditional update decides and reserves; `version` is the repair's compare-and-set.
- */
+/** `used` is `stored` plus every hold, so one conditional update decides and reserves; `version` is the repair's CAS. */
 export interface Usage {
   stored: number;
   used: number;
@@ -53,10 +50,7 @@ export function holdGrowth(held: number, received: number, maxFileBytes: number)
 
 export type Verdict = { fits: true } | { fits: false; retryAfterSeconds: number };
 
-/**
- * Whether `bytes` more fit; if not, retry in a second when only the partner's own uploads in flight
- * are in the way, else after the retention sweep's next round.
- */
+/** Whether `bytes` more fit; if not, retry in 1 s when only uploads in flight are in the way, else after the next sweep. */
 export function quotaVerdict(
   usage: Pick<Usage, "stored" | "used">,
   quota: number,

@@ -1,6 +1,6 @@
 import { whileHolding } from "@pi/common/background/lease";
 import type { Logger } from "@pi/common/runtime/logger";
-import { deleteSegments } from "./staging.js";
+import { ABANDONED_AFTER_MS, deleteSegments } from "./staging.js";
 import { segmentCount, type FileDoc, type FileMode, type FileStore } from "./store.js";
 import { bytesDeleted, repairUsage } from "./usage.js";
 
@@ -10,8 +10,6 @@ import { bytesDeleted, repairUsage } from "./usage.js";
 export interface RetentionPolicy {
   liveMs: number;
   testMs: number;
-  /** A storage quota hold older than this is an upload whose process died (usage.ts, repairUsage). */
-  holdMaxAgeMs: number;
 }
 
 /** The files of `mode` whose data is due at `now`: final, not swept yet, accepted before the cut-off. */
@@ -22,10 +20,7 @@ export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPoli
   createdAt: { $lte: new Date(now.getTime() - (mode === "live" ? policy.liveMs : policy.testMs)) },
 });
 
-/**
- * Deletes one file's data: the data key first (every copy unreadable at once), then the result and
- * the bytes, last `purgedAt`, whose update takes the size off the usage. Each step can be repeated.
- */
+/** The data key first (every copy unreadable at once), then result and bytes, last `purgedAt` (off the usage); repeatable. */
 export async function purgeFile(
   store: FileStore,
   file: Pick<FileDoc, "_id" | "partnerId" | "mode" | "blobId" | "size">,
@@ -67,7 +62,7 @@ export async function sweepRetention(
       if (due.length < batch) break;
     }
   }
-  if (await renew()) await repairUsage(store, now, policy.holdMaxAgeMs);
+  if (await renew()) await repairUsage(store, now, ABANDONED_AFTER_MS);
   return swept;
 }
 

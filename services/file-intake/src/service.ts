@@ -24,14 +24,7 @@ import { StorageQuota, StoreFill } from "./usage.js";
 import { ExtractionRecords } from "./extraction-records.js";
 
 // Internal periods and leases, none of them partner-visible.
-/** Renewed every second while its request lives: a retry waits at most about this long for a dead owner's claim. */
-const CLAIM_LEASE_MS = 3_000;
-const CLAIM_POLL_MS = 25;
 const SWEEP_EVERY_MS = 60_000;
-/** A discarded upload's segments wait this long for a write that lands late. */
-const STAGING_DISCARDED_GRACE_MS = 60_000;
-/** Longer than any upload can last: the gateway gives one upload at most 10 minutes. */
-const STAGING_ABANDONED_AFTER_MS = 60 * 60_000;
 const RETENTION_SWEEP_EVERY_MS = 10 * 60_000;
 /** How long one replica's retention round may run without renewing its lease. */
 const RETENTION_LEASE_MS = 5 * 60_000;
@@ -53,18 +46,8 @@ export async function startFileIntakeService(
   const dataKeys = dataKeysOf(settings, "file-intake");
   const runtime = await openRuntime("file-intake", settings, logger, dataKeys);
   const store = await openFileStore(runtime.mongo.db);
-  const keys = new IdempotencyKeys(
-    store,
-    { ttlMs: settings.IDEMPOTENCY_TTL_SECONDS * 1000, claimLeaseMs: CLAIM_LEASE_MS, pollMs: CLAIM_POLL_MS },
-    logger,
-  );
-  const outbox = fileOutbox(
-    store.files,
-    runtime.producer,
-    settings.DATA_NAMESPACE,
-    logger,
-    options.relayEveryMs ?? 5_000,
-  );
+  const keys = new IdempotencyKeys(store, settings.IDEMPOTENCY_TTL_SECONDS * 1000, logger);
+  const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, options.relayEveryMs);
   await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();
   const connections: ConnectionCheck = options.connections ?? {
@@ -116,17 +99,7 @@ export async function startFileIntakeService(
     outbox.start();
     background.push(
       every("idempotency key sweep", SWEEP_EVERY_MS, () => keys.sweep(), logger, later),
-      every(
-        "staging sweep",
-        SWEEP_EVERY_MS,
-        () =>
-          sweepStaging(store, new Date(), {
-            discardedGraceMs: STAGING_DISCARDED_GRACE_MS,
-            abandonedAfterMs: STAGING_ABANDONED_AFTER_MS,
-          }),
-        logger,
-        later,
-      ),
+      every("staging sweep", SWEEP_EVERY_MS, () => sweepStaging(store, new Date()), logger, later),
       // Also at start: data past retention goes even if the replicas restart often.
       every(
         "retention sweep",
@@ -137,7 +110,6 @@ export async function startFileIntakeService(
             {
               liveMs: settings.FILE_RETENTION_SECONDS * 1000,
               testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000,
-              holdMaxAgeMs: STAGING_ABANDONED_AFTER_MS,
             },
             RETENTION_LEASE_MS,
             logger,

@@ -2,15 +2,17 @@ import { Binary, ObjectId } from "mongodb";
 import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common/store/data-keys";
 import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
+/** A discarded upload's segments wait this long for a write that lands late. */
+const DISCARDED_GRACE_MS = 60_000;
+/** Longer than any upload can last: the gateway gives one upload at most 10 minutes. */
+export const ABANDONED_AFTER_MS = 60 * 60_000;
+
 /** Segment inserts of one upload under way at once: receiving, sealing and writing overlap in bounded memory. */
 export const SEGMENT_INSERTS_IN_FLIGHT = 2;
 
 /**
- * Bytes on their way in, stored as they arrive under an upload document; they become a file only
- * when a FileDoc names them. Each BLOB_SEGMENT_BYTES of plaintext is sealed on its own (data-keys.ts)
- * into one `blob_segments` document; the last, final one may be empty, so the file's size gives the
- * number of segments. Buffers are reused segment after segment so that what an upload leaves for
- * the collector dies young (docs/performance.md, "What an upload leaves for the collector").
+ * Bytes on their way in, one sealed `blob_segments` document per BLOB_SEGMENT_BYTES (the final one
+ * may be empty), a file's once a FileDoc names them. Buffers are reused (docs/performance.md).
  */
 export class StagedUpload {
   private discarded = false;
@@ -24,20 +26,17 @@ export class StagedUpload {
   /** The upload document; no segment is written before it is stored, so the sweep can find every byte. */
   private readonly recorded: Promise<unknown>;
 
-  private constructor(
+  readonly id = new ObjectId();
+
+  /** Starts an upload encrypted under `dataKey`. */
+  constructor(
     private readonly store: FileStore,
-    readonly id: ObjectId,
     partnerId: string,
     private readonly dataKey: Buffer,
   ) {
-    const doc: UploadDoc = { _id: id, partnerId, startedAt: new Date(), discardedAt: null };
+    const doc: UploadDoc = { _id: this.id, partnerId, startedAt: new Date(), discardedAt: null };
     this.recorded = store.uploads.insertOne(doc);
     this.recorded.catch(() => {});
-  }
-
-  /** Starts an upload encrypted under `dataKey`. */
-  static open(store: FileStore, partnerId: string, dataKey: Buffer): StagedUpload {
-    return new StagedUpload(store, new ObjectId(), partnerId, dataKey);
   }
 
   /** Takes a chunk (copied: the caller may reuse it). */
@@ -110,10 +109,7 @@ export class StagedUpload {
 /** A page of segment ids to delete when a blob's length is not known (an upload whose process died). */
 const SWEEP_PAGE = 32;
 
-/**
- * Deletes the segments of a blob: `count` of them, or page by page until a page finds none (inserts
- * land in order but for the last SEGMENT_INSERTS_IN_FLIGHT, so none lies beyond an empty page).
- */
+/** `count` segments, or page by page until one finds none (inserts land in order but for the last few in flight). */
 export async function deleteSegments(store: FileStore, id: ObjectId, count?: number): Promise<void> {
   for (let from = 0; count === undefined || from < count; from += SWEEP_PAGE) {
     const to = count === undefined ? from + SWEEP_PAGE : Math.min(count, from + SWEEP_PAGE);
@@ -124,20 +120,13 @@ export async function deleteSegments(store: FileStore, id: ObjectId, count?: num
   }
 }
 
-/**
- * Removes what uploads left behind: discarded ones after `discardedGraceMs` (a write may land late),
- * and ones open after `abandonedAfterMs` (their process died). Bytes a file names are never deleted.
- */
-export async function sweepStaging(
-  store: FileStore,
-  now: Date,
-  opts: { discardedGraceMs: number; abandonedAfterMs: number },
-): Promise<number> {
+/** Removes what uploads left: discarded ones after a grace (a write may land late), abandoned ones; never a file's bytes. */
+export async function sweepStaging(store: FileStore, now: Date): Promise<number> {
   const due = await store.uploads
     .find({
       $or: [
-        { discardedAt: { $ne: null, $lte: new Date(now.getTime() - opts.discardedGraceMs) } },
-        { startedAt: { $lte: new Date(now.getTime() - opts.abandonedAfterMs) } },
+        { discardedAt: { $ne: null, $lte: new Date(now.getTime() - DISCARDED_GRACE_MS) } },
+        { startedAt: { $lte: new Date(now.getTime() - ABANDONED_AFTER_MS) } },
       ],
     })
     .limit(500)

@@ -1,4 +1,4 @@
-import type { Binary, Collection, Db, ObjectId } from "mongodb";
+import type { Binary, Db, ObjectId } from "mongodb";
 import { outboxEntry, type OutboxEntry, type OutboxFields } from "@pi/common/store/persistence";
 import type { ExtractionKind } from "@pi/common/rules/media-types";
 import type { FailureReason } from "@pi/common/rules/extracted";
@@ -15,7 +15,6 @@ export type FileMode = PartnerMode;
 export interface FileMeta {
   elder: string;
   purpose: string | null;
-  /** Lowercase hex SHA-256 of the plaintext bytes. */
   sha256: string;
 }
 
@@ -26,7 +25,7 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   mode: FileMode;
   /** The file's data key, wrapped by a KEK of DATA_KEYS; null once its data was swept. */
   dataKey: WrappedKey | null;
-  /** FileMeta, sealed under the data key (at-rest.ts); null once swept. */
+  /** FileMeta, sealed (at-rest.ts); null once swept. */
   sealedMeta: Binary | null;
   mediaType: string;
   size: number;
@@ -41,7 +40,6 @@ export interface FileDoc extends OutboxFields<OutboxEntry> {
   textLength?: number | null;
   /** Test files sent with purpose `sandbox_failed` (sandbox-outcome.ts). */
   sandboxOutcome?: "failed" | null;
-  /** Why the file ended `failed` (no content). */
   failureReason?: FailureReason | null;
   createdAt: Date;
   updatedAt: Date;
@@ -64,7 +62,6 @@ const RECEIVED = {
 
 export type NewFile = Omit<FileDoc, keyof typeof RECEIVED | "outbox" | "createdAt" | "updatedAt">;
 
-/** A new file's record, its FileReceivedEvent in the outbox. */
 export function newFileDoc(file: NewFile, now: Date): FileDoc {
   return { ...file, ...RECEIVED, outbox: [outboxEntry({}, now)], createdAt: now, updatedAt: now };
 }
@@ -108,18 +105,7 @@ export interface UsageDoc extends Usage {
   _id: string;
 }
 
-export interface FileStore {
-  db: Db;
-  files: Collection<FileDoc>;
-  extractions: Collection<ExtractionDoc>;
-  keys: Collection<KeyDoc>;
-  uploads: Collection<UploadDoc>;
-  leases: Collection<JobLeaseDoc>;
-  segments: Collection<SegmentDoc>;
-  usage: Collection<UsageDoc>;
-  /** When each partner's last file was taken for extraction (extraction-turns.ts). */
-  turns: Collection<TurnDoc>;
-}
+export type FileStore = Awaited<ReturnType<typeof openFileStore>>;
 
 export interface TurnDoc {
   _id: string;
@@ -131,11 +117,10 @@ export const BLOB_SEGMENTS = "blob_segments";
 export const BLOB_SEGMENT_BYTES = 1024 * 1024;
 /** A segment's id: every read and delete is by `_id` equality, which both servers answer from the index. */
 export const segmentId = (blobId: ObjectId, n: number) => `${blobId.toHexString()}:${n}`;
-/** The full segments and the final one (empty when `size` is a multiple). */
 export const segmentCount = (size: number) => Math.floor(size / BLOB_SEGMENT_BYTES) + 1;
 
-export async function openFileStore(db: Db): Promise<FileStore> {
-  const store: FileStore = {
+export async function openFileStore(db: Db) {
+  const store = {
     db,
     files: db.collection<FileDoc>("files"),
     extractions: db.collection<ExtractionDoc>("extractions"),

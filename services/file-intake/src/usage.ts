@@ -16,8 +16,7 @@ import {
 } from "./quota.js";
 import type { FileMode, FileStore, UsageDoc } from "./store.js";
 
-// The storage quota in the database (docs/files.md, "Storage quota"): one usage document per
-// partner and mode, changed only by single-document conditional updates, so replicas share it.
+// The storage quota's counters (docs/files.md, "Storage quota"): single-document conditional updates only.
 
 export const quotaExceeded = (retryAfterSeconds?: number) =>
   serviceError(
@@ -37,11 +36,7 @@ export const storeFull = () =>
 /** How long a replica trusts its last reading of the store's total. */
 const STORE_TOTAL_TTL_MS = 1000;
 
-/**
- * The store-wide high-water mark: the sum of every counter, read at most once a second per replica.
- * Uploads may pass the mark by what they reserve within that second: the chart keeps it at most 80%
- * of the volume for that.
- */
+/** The store-wide high-water mark, read once a second per replica (the chart allows for what passes it meanwhile). */
 export class StoreFill {
   private reading: { at: number; total: Promise<number> } | undefined;
 
@@ -62,7 +57,6 @@ export class StoreFill {
     return this.reading.total;
   }
 
-  /** Whether `bytes` more stay under the mark. */
   async hasRoom(bytes: number): Promise<boolean> {
     return storeHasRoom(await this.total(), this.markBytes, bytes);
   }
@@ -90,7 +84,6 @@ export class StorageQuota {
     return quotaVerdict(usage ?? { stored: 0, used: 0 }, quota, need, this.sweepEverySeconds);
   }
 
-  /** Reserves what the upload declared, or throws STORAGE_QUOTA_EXCEEDED. */
   async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
     const key = usageKey(partnerId, mode);
     const quota = forMode(this.limits, mode);
@@ -106,7 +99,7 @@ export class StorageQuota {
   }
 }
 
-/** One upload's hold: grown while its bytes arrive, then settled (accepted) or released (refused). */
+/** One upload's hold: grown while its bytes arrive, then settled or released. */
 export class Reservation {
   private readonly id = new ObjectId().toHexString();
   private held = 0;
@@ -136,7 +129,7 @@ export class Reservation {
     return matchedCount === 1 ? "taken" : "quota";
   }
 
-  /** Called with the bytes received so far: reserves more when they passed the hold, or throws STORAGE_QUOTA_EXCEEDED. */
+  /** Reserves more when the bytes received passed the hold. */
   async cover(received: number): Promise<void> {
     await this.grow(holdGrowth(this.held, received, this.maxFileBytes));
   }
@@ -150,7 +143,6 @@ export class Reservation {
     throw taken === "store" ? storeFull() : quotaExceeded();
   }
 
-  /** The file of `size` bytes was accepted: its hold becomes stored bytes. */
   async settle(size: number): Promise<void> {
     this.settled = true;
     const { matchedCount } = await this.store.usage.updateOne(
@@ -162,7 +154,6 @@ export class Reservation {
       await this.store.usage.updateOne({ _id: this.key }, { $inc: { stored: size, used: size, version: 1 } });
   }
 
-  /** The upload was refused or cancelled (after a settle, nothing): its hold goes. */
   async release(): Promise<void> {
     if (this.settled || this.held === 0) return;
     await this.store.usage.updateOne(
@@ -177,11 +168,7 @@ export async function bytesDeleted(store: FileStore, partnerId: string, mode: Fi
   await store.usage.updateOne({ _id: usageKey(partnerId, mode) }, { $inc: { stored: -size, used: -size, version: 1 } });
 }
 
-/**
- * Sets every counter from the files (run by the retention sweep under its lease). Counters are read
- * before the files and written only if unchanged since (updateVersioned): an upload inserts its file
- * before it settles, so a counter is never set below what is stored.
- */
+/** Sets every counter from the files: read before them, written only if unchanged (a file is inserted before it settles). */
 export async function repairUsage(store: FileStore, now: Date, holdMaxAgeMs: number): Promise<number> {
   const counters = await store.usage.find({}).toArray();
   const sums = await store.files

@@ -352,7 +352,7 @@ describe("idempotency keys", () => {
     const { openFileStore } = await import("../src/store.js");
     const swept = await new IdempotencyKeys(
       await openFileStore(db),
-      { ttlMs: 1000, claimLeaseMs: 1000, pollMs: 10 },
+      1000,
       createLogger("file-intake", "silent"),
     ).sweep();
     expect(swept).toBeGreaterThanOrEqual(1);
@@ -392,7 +392,7 @@ describe("nothing accepted is left unprocessed", () => {
     // What an upload stores before its 202 (intake.ts), without the publish that follows it.
     const dataKey = randomBytes(32);
     const bytes = fixture("sample.png");
-    const staged = StagedUpload.open(store, partnerId, dataKey);
+    const staged = new StagedUpload(store, partnerId, dataKey);
     await staged.write(bytes);
     await staged.finish();
     await staged.committed();
@@ -557,7 +557,7 @@ describe("nothing accepted is left unprocessed", () => {
     const { openFileStore } = await import("../src/store.js");
     const { sweepStaging, StagedUpload } = await import("../src/staging.js");
     const store = await openFileStore(db);
-    const orphan = StagedUpload.open(store, "ptr_dead", randomBytes(32));
+    const orphan = new StagedUpload(store, "ptr_dead", randomBytes(32));
     await orphan.write(Buffer.alloc(3 * 1024 * 1024 + 10, 1)); // three segments stored, the rest buffered: the process "dies"
     const segmentsOf = (id: ObjectId) =>
       Promise.all(
@@ -575,10 +575,7 @@ describe("nothing accepted is left unprocessed", () => {
       { upsert: true },
     );
 
-    await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000), {
-      discardedGraceMs: 60_000,
-      abandonedAfterMs: 3_600_000,
-    });
+    await sweepStaging(store, new Date(Date.now() + 2 * 3_600_000));
     expect(await segmentsOf(orphan.id)).toBe(0);
     expect(await store.uploads.countDocuments({ _id: { $in: [orphan.id, keptDoc!.blobId] } })).toBe(0);
     expect(await segmentsOf(keptDoc!.blobId)).toBe(1);

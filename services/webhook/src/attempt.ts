@@ -11,8 +11,7 @@ import type { QueueDoc, WebhookStore } from "./store.js";
 import type { AuthClient } from "@pi/common/rpc/clients";
 import { signingSecrets, webhookTarget, type WebhookTarget } from "./targets.js";
 
-// One attempt at a claimed slot: prepare, send, record. An outcome is written only while the event is
-// still where the entry says (queue.current), so a holder whose lease ran out never overwrites.
+// One attempt at a claimed slot: prepare, send, record, the outcome only while the event is where the entry says.
 
 export interface AttemptContext {
   store: WebhookStore;
@@ -42,14 +41,12 @@ async function prepare(
   leaseEnd: number,
 ): Promise<{ target: WebhookTarget | null } | undefined> {
   const log = { eventId: entry._id, partnerId: entry.partnerId };
-  let target: WebhookTarget | null;
-  try {
-    target = await webhookTarget(auth, entry.partnerId);
-  } catch (err) {
+  const target = await webhookTarget(auth, entry.partnerId).catch(async (err: unknown) => {
     logger.warn({ ...log, err }, "webhook target unavailable; event waits");
     await queue.release(store, entry._id, new Date(Date.now() + TARGET_UNAVAILABLE_RETRY_MS));
     return undefined;
-  }
+  });
+  if (target === undefined) return undefined;
   const kept = target ? null : delivery.noEndpoint(entry.attempts);
   if (kept) {
     const res = await store.events.updateOne(queue.current(entry), { $set: kept });

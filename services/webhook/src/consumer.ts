@@ -37,10 +37,8 @@ export function webhookEventDoc(
 }
 
 /**
- * Stores the webhook events of some connection events, due at once, each with its queue entry. An
- * event already stored (Kafka redelivered it, or the producer sent it twice) keeps its document,
- * body and id; if it is still pending, its queue entry is put back in case a crash came between
- * the two inserts the first time (an entry already there stays as it is).
+ * Stores webhook events, due at once, each with its queue entry. One already stored (redelivered) keeps its
+ * document; if still pending, its entry is put back in case a crash came between the two inserts.
  */
 export async function storeWebhookEvents(store: WebhookStore, docs: WebhookEventDoc[]): Promise<void> {
   const seen = new Set((await insertNew(store.events, docs)).map((d) => d._id));
@@ -86,10 +84,8 @@ export function decodeMessage(
 }
 
 /**
- * Reads the connection-events topic in the webhook group, a batch at a time. consume() commits a
- * batch's offsets only when eachBatch returns, so every event is in the database before its offset
- * is committed: at least once. A database failure throws, and the batch is read again; a message that can never make an event is logged and
- * skipped, since retrying it cannot succeed.
+ * The connection-events topic, a batch at a time: offsets are committed once eachBatch returns (at least once);
+ * a database failure reads the batch again, a message that can never make an event is logged and skipped.
  */
 export function consumeConnectionEvents(
   store: WebhookStore,

@@ -5,9 +5,8 @@ import * as queue from "./queue.js";
 import { TARGET_LOOKUP_TIMEOUT_MS } from "./targets.js";
 import type { QueueDoc } from "./store.js";
 
-// Which due queue entries (queue.ts) this replica claims, and when; each claimed slot gets one attempt (attempt.ts).
-// A slow endpoint holds at most `maxPerPartner` of the `maxInFlight` slots, so other partners' events keep going out.
-// Idle, it sleeps until the next entry is due, at most `idleMs`: the bound on seeing another replica's entries.
+// Which due queue entries (queue.ts) this replica claims, and when. A slow endpoint holds at most `maxPerPartner`
+// slots; idle, it sleeps until the next entry is due, at most `idleMs` (the bound on seeing other replicas' entries).
 
 export interface DispatcherOptions extends AttemptContext {
   maxInFlight?: number;
@@ -26,9 +25,8 @@ export class Dispatcher {
   private readonly maxPerPartner: number;
   private readonly idleMs: number;
   private readonly leaseMs: number;
-  private readonly perPartner = new Map<string, number>();
-  private readonly active = new Set<Promise<void>>();
-  private readonly attempting = new Set<string>();
+  /** The attempts running here, by event id. */
+  private readonly inFlight = new Map<string, { partnerId: string; run: Promise<void> }>();
   private running = false;
   private stopping = false;
   private poked = false;
@@ -54,15 +52,12 @@ export class Dispatcher {
     this.wake.abort();
   }
 
-  /**
-   * Stops claiming, gives running attempts up to `graceMs` to finish, then cuts them off. An
-   * attempt cut off this way is not counted: its event is due again at once for whoever runs next.
-   */
+  /** Stops claiming; attempts still running after `graceMs` are cut off, uncounted and due again at once. */
   async stop(graceMs = 3_000, cutOff: () => Promise<void> = async () => {}): Promise<void> {
     this.running = false;
     this.poke();
     await this.loopDone;
-    const settled = Promise.allSettled([...this.active]);
+    const settled = Promise.allSettled([...this.inFlight.values()].map((a) => a.run));
     const timer = sleep(graceMs, "late" as const, { ref: false });
     if ((await Promise.race([settled, timer])) === "late") {
       this.stopping = true;
@@ -90,29 +85,27 @@ export class Dispatcher {
     }
   }
 
-  private takeable(): Filter<QueueDoc> {
-    const saturated = [...this.perPartner].filter(([, n]) => n >= this.maxPerPartner).map(([p]) => p);
-    return {
-      ...(saturated.length > 0 ? { partnerId: { $nin: saturated } } : {}),
-      ...(this.attempting.size > 0 ? { _id: { $nin: [...this.attempting] } } : {}),
-    };
-  }
-
   private async fillSlots(): Promise<number> {
     for (;;) {
       if (!this.running) return 0;
       // A slot that comes free pokes the loop.
-      if (this.active.size >= this.maxInFlight) return this.idleMs;
+      if (this.inFlight.size >= this.maxInFlight) return this.idleMs;
       const now = new Date();
-      const limit = Math.min(this.maxInFlight - this.active.size, BATCH);
-      const batch = await queue.firstDue(this.o.store, this.takeable(), limit);
+      const limit = Math.min(this.maxInFlight - this.inFlight.size, BATCH);
+      const perPartner = new Map<string, number>();
+      for (const { partnerId } of this.inFlight.values())
+        perPartner.set(partnerId, (perPartner.get(partnerId) ?? 0) + 1);
+      const saturated = [...perPartner].filter(([, n]) => n >= this.maxPerPartner).map(([p]) => p);
+      const takeable: Filter<QueueDoc> = {
+        ...(saturated.length > 0 ? { partnerId: { $nin: saturated } } : {}),
+        ...(this.inFlight.size > 0 ? { _id: { $nin: [...this.inFlight.keys()] } } : {}),
+      };
+      const batch = await this.o.store.queue.find(takeable).sort({ dueAt: 1 }).limit(limit).toArray();
       const due = batch.filter((e) => e.dueAt.getTime() <= now.getTime());
-      const taking = new Map<string, number>();
       const wanted = due.filter((e) => {
-        const n = (this.perPartner.get(e.partnerId) ?? 0) + (taking.get(e.partnerId) ?? 0);
-        if (n >= this.maxPerPartner) return false;
-        taking.set(e.partnerId, (taking.get(e.partnerId) ?? 0) + 1);
-        return true;
+        const n = perPartner.get(e.partnerId) ?? 0;
+        perPartner.set(e.partnerId, n + 1);
+        return n < this.maxPerPartner;
       });
       const won = await queue.claim(this.o.store, wanted, now, this.leaseMs);
       for (const entry of won) this.launch(entry, now.getTime() + this.leaseMs);
@@ -123,7 +116,6 @@ export class Dispatcher {
     }
   }
 
-  /** Until `ms` passed or a poke came. */
   private async sleep(ms: number): Promise<void> {
     if (this.poked || ms <= 0) return;
     this.wake = new AbortController();
@@ -131,18 +123,12 @@ export class Dispatcher {
   }
 
   private launch(entry: QueueDoc, leaseEnd: number): void {
-    this.attempting.add(entry._id);
-    this.perPartner.set(entry.partnerId, (this.perPartner.get(entry.partnerId) ?? 0) + 1);
-    const run: Promise<void> = attempt(this.o, entry, leaseEnd, () => this.stopping)
+    const run = attempt(this.o, entry, leaseEnd, () => this.stopping)
       .catch((err) => this.o.logger.error({ err, eventId: entry._id }, "webhook attempt could not be recorded"))
       .finally(() => {
-        const left = (this.perPartner.get(entry.partnerId) ?? 1) - 1;
-        if (left > 0) this.perPartner.set(entry.partnerId, left);
-        else this.perPartner.delete(entry.partnerId);
-        this.active.delete(run);
-        this.attempting.delete(entry._id);
+        this.inFlight.delete(entry._id);
         this.poke();
       });
-    this.active.add(run);
+    this.inFlight.set(entry._id, { partnerId: entry.partnerId, run });
   }
 }

@@ -1,5 +1,4 @@
-// Whether a partner's endpoint is failing: every attempt failed for the failing period. Stored per
-// partner after each attempt, so every replica and the operator see the same state.
+// Whether a partner's endpoint is failing (every attempt failed for the failing period), stored per partner.
 
 export interface EndpointHealthDoc {
   _id: string; // partner id

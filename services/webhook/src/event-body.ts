@@ -3,8 +3,7 @@ import type { eventsv1 } from "@pi/proto";
 import { newIdFrom } from "@pi/common/rules/ids";
 import { isWebhookEventType, type WebhookEventType } from "@pi/common/events/webhook-events";
 
-// The webhook event a partner receives, made once from a connection event and stored as the exact
-// bytes every attempt sends: {id, type, created, data: {connection_id, status}}, nothing else.
+// The webhook event a partner receives, made once and stored as the exact bytes every attempt sends.
 
 const STATUS_OF = {
   "connection.approved": "approved",

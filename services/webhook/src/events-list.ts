@@ -2,8 +2,7 @@ import type { Filter } from "mongodb";
 import type { WebhookEventType } from "@pi/common/events/webhook-events";
 import type { WebhookEventDoc } from "./store.js";
 
-// GET /v1/events, the webhook service's half, as queries: a partner's events of one mode, newest first
-// by (createdAt, seq, _id); the cursor is an event of the same partner and mode.
+// GET /v1/events as queries: a partner's events of one mode, newest first; the cursor is one of them.
 
 export const EVENTS_PAGE_MAX = 100;
 

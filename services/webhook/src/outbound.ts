@@ -2,8 +2,6 @@ import { request, type Agent } from "undici";
 import { AddressRefusedError, type EgressOptions, egressAgent, readCapped } from "@pi/common/runtime/egress";
 import { webhookUrlRefusal } from "@pi/common/rules/webhook-url";
 
-export { AddressRefusedError, guardedLookup, type Resolver } from "@pi/common/runtime/egress";
-
 // One POST through the egress of @pi/common: the registration rule again, no redirects, a few KiB of the answer read.
 
 export interface AttemptOutcome {
@@ -25,29 +23,20 @@ export const noAnswer = (error: string, durationMs = 0): AttemptOutcome => ({
 });
 
 const RESPONSE_EXCERPT_BYTES = 1024;
-
-export function urlRefusal(raw: string, allowInsecure: boolean): string | undefined {
-  const refusal = webhookUrlRefusal(raw, allowInsecure);
-  return refusal && `webhook url ${refusal}`;
-}
+/** Errors that mean no answer came in time (the abort of AbortSignal.timeout, undici's own timeouts). */
+const NO_ANSWER = new Set(["TimeoutError", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_CONNECT_TIMEOUT", "UND_ERR_ABORTED"]);
 
 function describeError(err: unknown, timeoutMs: number): string {
   if (err instanceof AddressRefusedError) return `refused: ${err.message}`;
   const e = err as { name?: string; code?: string; message?: string; cause?: unknown };
   if (e.cause instanceof AddressRefusedError) return `refused: ${e.cause.message}`;
-  if (
-    e.name === "TimeoutError" ||
-    e.code === "UND_ERR_HEADERS_TIMEOUT" ||
-    e.code === "UND_ERR_CONNECT_TIMEOUT" ||
-    e.code === "UND_ERR_ABORTED"
-  ) {
-    return `no answer within ${timeoutMs / 1000} s`;
-  }
+  if (NO_ANSWER.has(e.name ?? "") || NO_ANSWER.has(e.code ?? "")) return `no answer within ${timeoutMs / 1000} s`;
   return [e.code, e.message].filter(Boolean).join(": ") || String(err);
 }
 
 export class WebhookSender {
-  private readonly agent: Agent;
+  /** Closed (or destroyed, cutting attempts off) by the service's stop. */
+  readonly agent: Agent;
 
   constructor(private readonly opts: EgressOptions) {
     this.agent = egressAgent(opts);
@@ -56,8 +45,8 @@ export class WebhookSender {
   async post(url: string, body: string, headers: Record<string, string>): Promise<AttemptOutcome> {
     const started = performance.now();
     const elapsed = () => Math.round(performance.now() - started);
-    const refusal = urlRefusal(url, this.opts.allowInsecure);
-    if (refusal) return noAnswer(`refused: ${refusal}`);
+    const refusal = webhookUrlRefusal(url, this.opts.allowInsecure);
+    if (refusal) return noAnswer(`refused: webhook url ${refusal}`);
     try {
       const res = await request(url, {
         method: "POST",
@@ -67,12 +56,8 @@ export class WebhookSender {
         signal: AbortSignal.timeout(this.opts.timeoutMs),
       });
       const statusCode = res.statusCode;
-      let excerpt = "";
-      try {
-        excerpt = await readCapped(res.body, RESPONSE_EXCERPT_BYTES);
-      } catch {
-        // The status arrived in time; a body cut short changes nothing.
-      }
+      // The status arrived in time; a body cut short changes nothing.
+      const excerpt = await readCapped(res.body, RESPONSE_EXCERPT_BYTES).catch(() => "");
       const retryAfter = res.headers["retry-after"];
       return {
         delivered: statusCode >= 200 && statusCode < 300,
@@ -84,13 +69,5 @@ export class WebhookSender {
     } catch (err) {
       return noAnswer(describeError(err, this.opts.timeoutMs), elapsed());
     }
-  }
-
-  close(): Promise<void> {
-    return this.agent.close();
-  }
-
-  destroy(): Promise<void> {
-    return this.agent.destroy();
   }
 }

@@ -5,9 +5,8 @@ import { type AuditEntry, pushAudit } from "@pi/common/store/audit";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
-// The queue's entries and the claims on their slots. A claim's _id names the slot (event id, attempts
-// made, due time), so of all replicas that insert it exactly one succeeds; a dead holder's claim is
-// taken over as a lease once it ran out. Every attempt has a slot of its own.
+// The queue's entries and the claims on their slots. A claim's _id names the slot (event, attempts, due time), so
+// one replica's insert succeeds; a dead holder's claim is taken over as a lease once it ran out.
 
 const SLOT_LEASE: LeaseFields = { until: "expiresAt", holder: "holder" };
 /** Claims are kept long after their lease (a late reader of an old slot must still lose), then dropped. */
@@ -18,10 +17,6 @@ const slotKey = (entry: QueueDoc) => `${entry._id}:${entry.attempts}:${entry.due
 /** The event as long as it is still where the queue entry says: pending, with the same attempts. */
 export function current(entry: QueueDoc): Filter<WebhookEventDoc> {
   return { _id: entry._id, state: "pending", attempts: entry.attempts };
-}
-
-export function firstDue(store: WebhookStore, filter: Filter<QueueDoc>, limit: number): Promise<QueueDoc[]> {
-  return store.queue.find(filter).sort({ dueAt: 1 }).limit(limit).toArray();
 }
 
 /** The entries whose current slot this replica now holds, for `leaseMs`; the others belong to other replicas. */
@@ -70,8 +65,7 @@ export async function sweepClaims(store: WebhookStore, now = Date.now()): Promis
   return deletedCount;
 }
 
-// The operator's resend and recover, with `audit` in the same update: due at once, attempts keep counting, and the
-// retry window starts again (a day-old event must not fail for want of time).
+// The operator's resend and recover, `audit` in the same update: due at once, and the retry window starts again.
 export async function requeue(
   store: WebhookStore,
   event: WebhookEventDoc,

@@ -4,8 +4,7 @@ import type { Logger } from "@pi/common/runtime/logger";
 import { EVENTS_ORDER, pageFilter, type EventKey } from "./events-list.js";
 import type { WebhookEventDoc, WebhookStore } from "./store.js";
 
-// How long webhook events are kept (docs/webhooks.md, "Retention"). Test events are bounded by count
-// too: a sandbox connection approves itself, so a partner alone can make them without end.
+// How long webhook events are kept (docs/webhooks.md, "Retention"); test events are bounded by count too.
 
 export interface EventRetention {
   keepMs: number;

@@ -1,5 +1,4 @@
-// When a webhook event is attempted again (docs/webhooks.md, "Delivery and retries"): exponential backoff capped at an
-// eighth of the window, ±20 % jitter, and no attempt that could end after the window.
+// When a webhook event is attempted again (docs/webhooks.md, "Delivery and retries").
 
 export interface RetryPolicy {
   baseSeconds: number;

@@ -9,7 +9,8 @@ import { consumeConnectionEvents } from "./consumer.js";
 import { Dispatcher } from "./dispatcher.js";
 import { failingAfterMs } from "./endpoint-health.js";
 import { refreshWebhookGauges } from "./gauges.js";
-import { WebhookSender, type Resolver } from "./outbound.js";
+import type { Resolver } from "@pi/common/runtime/egress";
+import { WebhookSender } from "./outbound.js";
 import { startRetentionSweep } from "./retention.js";
 import routes from "./routes.js";
 import { openWebhookStore } from "./store.js";
@@ -78,8 +79,8 @@ export async function startWebhookService(
     async stop() {
       await server.close();
       await Promise.allSettled([consumer.stop(), gauges.stop(), retention.stop()]);
-      await dispatcher.stop(3_000, () => sender.destroy());
-      await sender.close().catch(() => {});
+      await dispatcher.stop(3_000, () => sender.agent.destroy());
+      await sender.agent.close().catch(() => {});
       await trail.stop();
       await runtime.close();
     },

@@ -1,10 +1,6 @@
 import { createHmac } from "node:crypto";
 
-/**
- * Service-Signature: t=<unix seconds>,v1=<lowercase hex HMAC-SHA256 of `${t}.${raw body}`>, with one
- * v1 per secret given (current first): during a rotation's overlap a receiver holding either the
- * old or the new secret finds a match, as with Stripe-style verifiers.
- */
+/** Service-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of `${t}.${raw body}`>, one v1 per secret (current first). */
 export function signatureHeader(
   secrets: string | readonly string[],
   unixSeconds: number,

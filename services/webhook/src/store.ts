@@ -1,14 +1,12 @@
-import type { Collection, Db } from "mongodb";
+import type { Db } from "mongodb";
 import type { AuditCarrier } from "@pi/common/store/audit";
 import type { PartnerMode } from "@pi/common/rules/mode";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { WebhookEventType } from "@pi/common/events/webhook-events";
 import type { DeliveryState } from "./delivery-states.js";
 
-// Four collections, each written one document at a time (no transactions): webhook_events (one per
-// event, its _id derived from the source event's, so a redelivered one is the same document),
-// webhook_queue (the pending ones only, so the dispatcher's look stays cheap), webhook_claims
-// (queue.ts) and webhook_endpoints (endpoint-health.ts). States: delivery-states.ts.
+// Four collections, written one document at a time: webhook_events (its _id derived from the source event's),
+// webhook_queue (the pending ones only), webhook_claims (queue.ts) and webhook_endpoints (endpoint-health.ts).
 
 export interface AttemptRecord {
   number: number;
@@ -70,14 +68,9 @@ export interface ClaimDoc {
   holder?: string | null;
 }
 
-export interface WebhookStore {
-  events: Collection<WebhookEventDoc>;
-  queue: Collection<QueueDoc>;
-  claims: Collection<ClaimDoc>;
-  endpoints: Collection<EndpointHealthDoc>;
-}
+export type WebhookStore = Awaited<ReturnType<typeof openWebhookStore>>;
 
-export async function openWebhookStore(db: Db): Promise<WebhookStore> {
+export async function openWebhookStore(db: Db) {
   const events = db.collection<WebhookEventDoc>("webhook_events");
   await events.createIndex({ sourceEventId: 1 }, { unique: true, name: "source_event_unique" });
   await events.createIndex({ partnerId: 1, createdAt: -1 }, { name: "by_partner" });

@@ -1,8 +1,7 @@
 import { RpcError, Status } from "@pi/common/rpc/errors";
 import type { AuthClient } from "@pi/common/rpc/clients";
 
-// Where a partner's webhooks go and what signs them, asked of auth at each attempt: a changed
-// address or a rotated secret counts from the next attempt, with no cache to keep honest.
+// Where a partner's webhooks go and what signs them, asked of auth at each attempt (no cache to keep honest).
 
 export interface WebhookTarget {
   url: string;

@@ -60,8 +60,8 @@ function dispatcher(o: { maxInFlight?: number; maxPerPartner?: number; idleMs?: 
     d,
     sender,
     stop: async () => {
-      await d.stop(200, () => sender.destroy());
-      await sender.close().catch(() => {});
+      await d.stop(200, () => sender.agent.destroy());
+      await sender.agent.close().catch(() => {});
     },
   };
 }

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { LookupAddress } from "node:dns";
-import { guardedLookup, urlRefusal, WebhookSender, type Resolver } from "../src/outbound.js";
+import { guardedLookup, type Resolver } from "@pi/common/runtime/egress";
+import { webhookUrlRefusal as urlRefusal } from "@pi/common/rules/webhook-url";
+import { WebhookSender } from "../src/outbound.js";
 
 // Real HTTP servers on 127.0.0.1 stand in for partner endpoints.
 
@@ -86,7 +88,7 @@ afterAll(() => closeAll(servers));
 
 describe("webhook sender", () => {
   const insecure = new WebhookSender({ allowInsecure: true, timeoutMs: 1500 });
-  afterAll(() => insecure.close());
+  afterAll(() => insecure.agent.close());
 
   it("POSTs the raw body as application/json with the given signature header", async () => {
     const body = '{"id":"evt_1","type":"connection.approved"}';
@@ -221,7 +223,7 @@ describe("outbound safety with WEBHOOK_ALLOW_INSECURE_URLS=false", () => {
       expect(calls).toEqual(["rebound.partner.test", "private.partner.test"]);
       expect(ok.seen.length).toBe(before);
     } finally {
-      await sender.close();
+      await sender.agent.close();
     }
   });
 
@@ -234,7 +236,7 @@ describe("outbound safety with WEBHOOK_ALLOW_INSECURE_URLS=false", () => {
       expect(outcome.error).toMatch(/^refused: webhook url must name a public host/);
       expect(ok.seen.length).toBe(before);
     } finally {
-      await sender.close();
+      await sender.agent.close();
     }
     const lookup = guardedLookup();
     const err = await new Promise<Error | null>((resolve) => lookup("localhost", { all: true }, (e) => resolve(e)));
