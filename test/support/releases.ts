@@ -135,7 +135,9 @@ export async function startStack(dir: string, env: NodeJS.ProcessEnv, timeoutMs 
     await new Promise((r) => setTimeout(r, 250));
   }
   const ops = (...args: string[]) => {
-    const r = spawnSync(process.execPath, [join(dir, "services", "ops", "dist", "main.js"), ...args, "--json"], {
+    // As the operator contract runs it: each release's own `npm run ops` (this one's fills in the local stack's addresses and key).
+    const r = spawnSync("npm", ["run", "--silent", "ops", "--", ...args, "--json"], {
+      cwd: dir,
       env,
       encoding: "utf8",
       timeout: 30_000,

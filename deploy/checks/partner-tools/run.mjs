@@ -43,7 +43,7 @@ function run(command, args, input) {
 
 const opsCommand = process.env.PT_OPS
   ? process.env.PT_OPS.split(" ").filter(Boolean)
-  : [process.execPath, join(root, "services", "ops", "dist", "main.js")];
+  : [process.execPath, join(root, "deploy", "local", "dist", "ops.js")];
 const remoteOps = Boolean(process.env.PT_OPS);
 
 async function ops(...args) {
