@@ -235,22 +235,26 @@ describe("errors between services", () => {
   });
 
   it("a call its caller gives up is CANCELLED, and aborts the handler's signal", async () => {
+    let started = false;
     let aborted: unknown;
     const server = await serveForTest("auth", (router) =>
       router.service(authv1.AuthService, {
-        issueToken: (_req, { signal }) =>
-          new Promise((_, reject) =>
+        issueToken: (_req, { signal }) => {
+          started = true;
+          return new Promise((_, reject) =>
             signal.addEventListener("abort", () => {
               aborted = signal.reason;
               reject(aborted);
             }),
-          ),
+          );
+        },
       }),
     );
     servers.push(server);
     const giveUp = new AbortController();
     const call = codeOf(auth(url(server.port)).issueToken({}, { signal: giveUp.signal }));
-    await new Promise((r) => setTimeout(r, 100));
+    // Given up once the handler runs (a fixed wait could give up before the call reached the server).
+    await until(() => started);
     giveUp.abort();
     expect(await call).toBe("CANCELLED");
     await until(() => aborted !== undefined);
