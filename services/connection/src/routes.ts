@@ -25,13 +25,6 @@ import type { ConnectionDoc, ConnectionStore } from "./store.js";
 
 const { ConnectionService, ExternalStatus: External, InternalStatus: Internal, TestHelperAct } = connectionv1;
 
-const testHelperTriggers: Partial<Record<connectionv1.TestHelperAct, TestHelperTrigger>> = {
-  [TestHelperAct.APPROVE]: "test_approve",
-  [TestHelperAct.DECLINE]: "test_decline",
-  [TestHelperAct.SEVER]: "test_sever",
-  [TestHelperAct.EXPIRE]: "test_expire",
-};
-
 export interface ConnectionDeps {
   store: ConnectionStore;
   connections: Connections;
@@ -110,8 +103,10 @@ export default (deps: ConnectionDeps) => (router: Router) => {
 
   /** A partner's test helper on its own test connection; anything else is the one NOT_FOUND of ownedFilter. */
   async function testHelperAct(req: connectionv1.ActOnTestConnectionRequest) {
-    const trigger = testHelperTriggers[req.act];
-    if (!trigger) throw new RpcError("act is required", Status.INVALID_ARGUMENT);
+    // TestHelperAct.APPROVE is the trigger "test_approve", and so on; UNSPECIFIED (0) is no act.
+    const act = req.act ? TestHelperAct[req.act] : undefined;
+    if (!act) throw new RpcError("act is required", Status.INVALID_ARGUMENT);
+    const trigger = `test_${act.toLowerCase()}` as TestHelperTrigger;
     const filter = ownedFilter(req);
     if (filter.mode !== "test") throw notFound();
     const applied = await connections.apply(filter, trigger, { resolve: trigger === "test_approve" });

@@ -31,10 +31,8 @@ export function roundIntervals(
   };
 }
 
-/** Test seams: nothing in production passes them. */
+/** A test seam nothing in production passes. */
 export interface ConnectionServiceSeams {
-  /** Runs after a write that stored an event, before its publish: the crash test kills the process here. */
-  beforePublish?: (connectionId: string) => void;
   /** Awaited between a change's read and its write: the replica race test holds one replica here. */
   beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
 }
@@ -59,14 +57,10 @@ export async function startConnectionService(
   // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
   const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });
   await trail.start();
-  const afterStore = (connectionId: string) => {
-    seams.beforePublish?.(connectionId);
-    outbox.afterWrite(connectionId);
-  };
   const connections = new Connections(
     store,
     settings,
-    afterStore,
+    (id) => outbox.afterWrite(id),
     () => new Date(),
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,

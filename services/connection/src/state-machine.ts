@@ -145,11 +145,9 @@ export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Out
       return caregiverRule(s, status, trigger, "caregiver");
 
     case "test_approve":
-      return caregiverRule(s, status, "approve", "test_helper");
     case "test_decline":
-      return caregiverRule(s, status, "decline", "test_helper");
     case "test_sever":
-      return caregiverRule(s, status, "sever", "test_helper");
+      return caregiverRule(s, status, trigger.slice("test_".length) as "approve" | "decline" | "sever", "test_helper");
     case "test_expire":
       return expireNow(s, status);
 
