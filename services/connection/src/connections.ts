@@ -3,7 +3,7 @@ import type { Filter } from "mongodb";
 import { auditEntry } from "@pi/common/store/audit";
 import { connectionTransitions } from "@pi/common/runtime/metrics";
 import { contextFromHeaders, inSpan, traceHeaders } from "@pi/common/runtime/telemetry";
-import { emptyOutbox, isDuplicateKey, outboxEntry, updateVersioned } from "@pi/common/store/persistence";
+import { emptyOutbox, insertIfNew, outboxEntry, updateVersioned } from "@pi/common/store/persistence";
 import { newId } from "@pi/common/rules/ids";
 import { rateLimitedError } from "@pi/common/rpc/errors";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
@@ -189,30 +189,18 @@ export class Connections {
       updatedAt: t.now,
       audit: [auditEntry("connection", connectionAudit("request", { _id: id, partnerId }, elderId), t.now)],
     };
-    let doc: ConnectionDoc | null = null;
-    for (let attempt = 1; doc === null; attempt++) {
-      try {
-        doc = await this.store.connections.findOneAndUpdate(
-          { partnerId, mode, address },
-          { $setOnInsert: fresh },
-          { upsert: true, returnDocument: "after" },
-        );
-      } catch (err) {
-        // Concurrent upserts race to insert; the losers find the winner's document on a retry.
-        if (!isDuplicateKey(err) || attempt >= maxAttempts) {
-          await giveBack();
-          throw err;
-        }
-      }
-    }
-    if (doc._id === id) {
-      connectionTransitions.inc({ from: "none", to: doc.status });
+    const inserted = await insertIfNew(this.store.connections, fresh).catch(async (err: unknown) => {
+      await giveBack().catch(() => undefined);
+      throw err;
+    });
+    if (inserted) {
+      connectionTransitions.inc({ from: "none", to: fresh.status });
       this.afterAudit(id);
-      return doc;
+      return fresh;
     }
+    // A concurrent request inserted the connection first: this one repeats it.
     await giveBack();
-    const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
-    return repeated?.doc ?? doc;
+    return this.request(partnerId, mode, address);
   }
 
   async apply(

@@ -7,7 +7,7 @@ import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { Connections } from "../src/connections.js";
 import { secondsUntilNextDay } from "../src/bounds.js";
-import { openingsKey, repairCounters, repairSlots, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
+import { openingsKey, repairCounters, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { movableClock, unresolvableAddress } from "./test-helpers.js";
 
@@ -122,9 +122,9 @@ describe("pending connections per partner and mode: bounded atomically across re
     await takeSlot(store.slots, partnerId, "live", newId("con"), limit, clock.now()); // its connection never written
     const key = slotsKey(partnerId, "live");
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(2);
-    await repairSlots(store, new Date(clock.now().getTime() + SLOT_GRACE_MS - 1000));
+    await repairCounters(store, new Date(clock.now().getTime() + SLOT_GRACE_MS - 1000));
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(2);
-    await repairSlots(store, new Date(clock.now().getTime() + SLOT_GRACE_MS + 1000));
+    await repairCounters(store, new Date(clock.now().getTime() + SLOT_GRACE_MS + 1000));
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(1);
   });
 });
