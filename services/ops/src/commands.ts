@@ -188,11 +188,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
 
   /** The caregiver's tap: one act id, sent again on another replica while the outcome is unknown, until an answer. */
   async connectionAct(act: "approve" | "decline" | "sever", id: string, actId = newId("act")) {
-    const call = {
-      approve: c.connection.approveConnection,
-      decline: c.connection.declineConnection,
-      sever: c.connection.severConnection,
-    }[act];
+    const call = c.connection[`${act}Connection`];
     const started = Date.now();
     const attempt = (): Promise<{ result?: connectionv1.CaregiverAct }> =>
       call({ id, actId }, { timeoutMs: ACT_ATTEMPT_TIMEOUT_MS });
