@@ -280,8 +280,7 @@ export class Connections {
         continue;
       }
       connectionTransitions.inc({ from: doc.status, to: outcome.to });
-      // The publishes start right after the write, before anything else is awaited: the crash test
-      // kills the process here, and a relay's sweep must not have published in between.
+      // The publish starts right after the write, before anything else is awaited (a crash leaves it to the relay's sweep).
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
