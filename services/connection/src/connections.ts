@@ -206,7 +206,7 @@ export class Connections {
   async apply(
     filter: Filter<ConnectionDoc> & { _id: string },
     trigger: Trigger,
-    opts: { elderId?: string | null; resolve?: boolean; actId?: string } = {},
+    opts: { elderId?: string | null; actId?: string } = {},
   ): Promise<Applied | null> {
     // Only writes lost to another writer count; waits for 1.0.0's read leases do not.
     for (let conflicts = 0; conflicts < maxAttempts; ) {
@@ -215,7 +215,9 @@ export class Connections {
       const replayed = earlierApplication(doc.caregiverActs, opts.actId);
       if (replayed) return { doc, outcome: { kind: "unchanged" }, replayed };
       let elderId = opts.elderId !== undefined ? opts.elderId : doc.elderId;
-      if (opts.resolve && elderId === null) elderId = await this.resolveElder(doc.mode, doc.address);
+      // An approval needs a resolved elder: an address unknown at the request may name one now.
+      if (elderId === null && (trigger === "approve" || trigger === "test_approve"))
+        elderId = await this.resolveElder(doc.mode, doc.address);
       const t = this.timing();
       const outcome = transition(this.stateOf(doc, elderId), trigger, t);
       if (outcome.kind !== "change") return { doc, outcome };
@@ -280,7 +282,8 @@ export class Connections {
         continue;
       }
       connectionTransitions.inc({ from: doc.status, to: outcome.to });
-      // The publish starts right after the write, before anything else is awaited (a crash leaves it to the relay's sweep).
+      // The publishes start right after the write, before anything else is awaited: the crash test
+      // kills the process here, and a relay's sweep must not have published in between.
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).

@@ -88,9 +88,7 @@ export default (deps: ConnectionDeps) => (router: Router) => {
   ) {
     if (actId !== undefined && !ACT_ID.test(actId))
       throw new RpcError("act_id must look like act_ followed by up to 64 letters and digits", Status.INVALID_ARGUMENT);
-    const applied = CONNECTION_ID.test(id)
-      ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve", actId })
-      : null;
+    const applied = CONNECTION_ID.test(id) ? await connections.apply({ _id: id }, trigger, { actId }) : null;
     const targets = [id, applied?.doc.partnerId, applied?.doc.elderId];
     await recordNoChange(applied, { action: `connection.${trigger}`, actor: "caregiver", targets });
     if (!applied) throw new RpcError(`no connection ${id}`, Status.NOT_FOUND);
@@ -109,7 +107,7 @@ export default (deps: ConnectionDeps) => (router: Router) => {
     const trigger = `test_${act.toLowerCase()}` as TestHelperTrigger;
     const filter = ownedFilter(req);
     if (filter.mode !== "test") throw notFound();
-    const applied = await connections.apply(filter, trigger, { resolve: trigger === "test_approve" });
+    const applied = await connections.apply(filter, trigger);
     const elderId = applied?.doc.elderId ?? null;
     await recordNoChange(applied, connectionAudit(trigger, { _id: req.id, partnerId: req.partnerId }, elderId));
     if (!applied) throw notFound();

@@ -31,8 +31,10 @@ export function roundIntervals(
   };
 }
 
-/** A test seam nothing in production passes. */
+/** Test seams: nothing in production passes them. */
 export interface ConnectionServiceSeams {
+  /** Runs after a write that stored an event, before its publish: the crash test kills the process here. */
+  beforePublish?: (connectionId: string) => void;
   /** Awaited between a change's read and its write: the replica race test holds one replica here. */
   beforeWrite?: (connectionId: string, trigger: Trigger) => Promise<void>;
 }
@@ -60,7 +62,10 @@ export async function startConnectionService(
   const connections = new Connections(
     store,
     settings,
-    (id) => outbox.afterWrite(id),
+    (id) => {
+      seams.beforePublish?.(id);
+      outbox.afterWrite(id);
+    },
     () => new Date(),
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,
