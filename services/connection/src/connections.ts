@@ -12,7 +12,7 @@ import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
 import { reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
-import { releaseOpening, releaseSlot, takeOpening, takeSlot } from "./slots.js";
+import { releaseOpening, releaseSlot, type SlotHolder, takeOpening, takeSlot } from "./slots.js";
 import {
   awaitingSandboxApproval,
   effectiveStatus,
@@ -136,16 +136,10 @@ export class Connections {
    * Takes a pending slot (when `slot`), then the day's opening (when `opening`); a refused opening gives
    * the slot back. Returns what gives back what it took (a lost write).
    */
-  private async takeBounds(
-    doc: Pick<ConnectionDoc, "_id" | "partnerId" | "mode">,
-    now: Date,
-    slot: boolean,
-    opening: boolean,
-  ) {
-    const { _id, partnerId, mode } = doc;
-    const took =
-      slot && (await takeSlot(this.store.slots, partnerId, mode, _id, this.bound(mode, "pending"), now)) === "taken";
-    const giveSlot = () => (took ? releaseSlot(this.store.slots, partnerId, mode, _id) : Promise.resolve());
+  private async takeBounds(doc: SlotHolder, now: Date, slot: boolean, opening: boolean) {
+    const { partnerId, mode } = doc;
+    const took = slot && (await takeSlot(this.store.slots, doc, this.bound(mode, "pending"), now)) === "taken";
+    const giveSlot = () => (took ? releaseSlot(this.store.slots, doc) : Promise.resolve());
     try {
       const day = opening && (await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), now));
       return () => Promise.all([giveSlot(), day && releaseOpening(this.store.openings, day)]);
@@ -287,8 +281,7 @@ export class Connections {
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
-      if (slot === "release")
-        await releaseSlot(this.store.slots, doc.partnerId, doc.mode, doc._id).catch(() => undefined);
+      if (slot === "release") await releaseSlot(this.store.slots, doc).catch(() => undefined);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);

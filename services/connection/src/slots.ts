@@ -59,12 +59,13 @@ async function countOne<D extends { _id: string; count: number }>(
   return "full";
 }
 
-/** Takes a slot for `connectionId` ("held" when it had one); throws the 429 when all `limit` are taken. */
+/** The connection a slot is for. */
+export type SlotHolder = { _id: string; partnerId: string; mode: ConnectionMode };
+
+/** Takes a slot for the connection ("held" when it had one); throws the 429 when all `limit` are taken. */
 export async function takeSlot(
   slots: Collection<SlotsDoc>,
-  partnerId: string,
-  mode: ConnectionMode,
-  connectionId: string,
+  { _id: connectionId, partnerId, mode }: SlotHolder,
   limit: number,
   now: Date,
 ): Promise<"taken" | "held"> {
@@ -83,12 +84,7 @@ export async function takeSlot(
   return taken;
 }
 
-export async function releaseSlot(
-  slots: Collection<SlotsDoc>,
-  partnerId: string,
-  mode: ConnectionMode,
-  connectionId: string,
-): Promise<void> {
+export async function releaseSlot(slots: Collection<SlotsDoc>, { _id: connectionId, partnerId, mode }: SlotHolder) {
   await slots.updateOne(
     { _id: slotsKey(partnerId, mode), [`holds.${connectionId}`]: { $exists: true } },
     { $unset: { [`holds.${connectionId}`]: "" }, $inc: { count: -1, version: 1 } },

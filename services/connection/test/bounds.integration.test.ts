@@ -119,7 +119,7 @@ describe("pending connections per partner and mode: bounded atomically across re
   it("the repair gives back a slot a dead request left, and only once its grace has passed", async () => {
     const partnerId = newId("ptr");
     await replica().request(partnerId, "live", unresolvable());
-    await takeSlot(store.slots, partnerId, "live", newId("con"), limit, clock.now()); // its connection never written
+    await takeSlot(store.slots, { _id: newId("con"), partnerId, mode: "live" }, limit, clock.now()); // its connection never written
     const key = slotsKey(partnerId, "live");
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(2);
     await repairCounters(store, new Date(clock.now().getTime() + SLOT_GRACE_MS - 1000));
