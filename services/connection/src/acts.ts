@@ -18,8 +18,7 @@ export function earlierApplication(
   remembered: readonly AppliedAct[] | undefined,
   actId: string | undefined,
 ): AppliedAct | undefined {
-  if (actId === undefined) return undefined;
-  return remembered?.find((a) => a.id === actId);
+  return actId === undefined ? undefined : remembered?.find((a) => a.id === actId);
 }
 
 export function rememberAct(remembered: readonly AppliedAct[] | undefined, act: AppliedAct): AppliedAct[] {

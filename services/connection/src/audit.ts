@@ -12,23 +12,11 @@ export function partnerActor(partnerId: string): AuditActor {
   return partnerId;
 }
 
+/** The caregiver's acts, the system's rounds, and the partner for everything else (its test helpers too). */
 export function actorOf(trigger: Trigger, partnerId: string): AuditActor {
-  switch (trigger) {
-    case "request":
-    case "delete":
-    case "test_approve":
-    case "test_decline":
-    case "test_sever":
-    case "test_expire":
-      return partnerActor(partnerId);
-    case "approve":
-    case "decline":
-    case "sever":
-      return "caregiver";
-    case "auto_approve":
-    case "expire":
-      return "system";
-  }
+  if (trigger === "approve" || trigger === "decline" || trigger === "sever") return "caregiver";
+  if (trigger === "auto_approve" || trigger === "expire") return "system";
+  return partnerActor(partnerId);
 }
 
 export function connectionAudit(

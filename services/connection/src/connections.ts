@@ -3,7 +3,7 @@ import type { Filter } from "mongodb";
 import { auditEntry } from "@pi/common/store/audit";
 import { connectionTransitions } from "@pi/common/runtime/metrics";
 import { contextFromHeaders, inSpan, traceHeaders } from "@pi/common/runtime/telemetry";
-import { emptyOutbox, isDuplicateKey, outboxEntry, updateVersioned } from "@pi/common/store/persistence";
+import { emptyOutbox, insertIfNew, outboxEntry, updateVersioned } from "@pi/common/store/persistence";
 import { newId } from "@pi/common/rules/ids";
 import { rateLimitedError } from "@pi/common/rpc/errors";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
@@ -12,7 +12,7 @@ import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
 import { reopenVerdict, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
-import { releaseOpening, releaseSlot, takeOpening, takeSlot } from "./slots.js";
+import { releaseOpening, releaseSlot, type SlotHolder, takeOpening, takeSlot } from "./slots.js";
 import {
   awaitingSandboxApproval,
   effectiveStatus,
@@ -29,8 +29,6 @@ import {
 import type { ConnectionDoc, ConnectionStore, OutboxEntry } from "./store.js";
 
 // Each state change is one compare-and-set update (updateVersioned) with its outbox entry and audit record.
-
-export type Clock = () => Date;
 
 export interface Applied {
   doc: ConnectionDoc;
@@ -54,7 +52,7 @@ const LEGACY_FENCE_MS = 2_250;
 
 const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1 } as const;
 
-export function partnerSeesNoChange(before: ConnectionState, after: ConnectionState, t: Timing): boolean {
+function partnerSeesNoChange(before: ConnectionState, after: ConnectionState, t: Timing): boolean {
   return (
     externalStatus(before, t) === externalStatus(after, t) &&
     before.pendingSince.getTime() === after.pendingSince.getTime() &&
@@ -78,7 +76,7 @@ export class Connections {
     >,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
-    private readonly clock: Clock = () => new Date(),
+    private readonly clock: () => Date = () => new Date(),
     private readonly afterAudit: (connectionId: string) => void = () => undefined,
     /** A test seam between a change's read and its write (the replica race test). */
     private readonly beforeWrite: (connectionId: string, trigger: Trigger) => Promise<void> = async () => undefined,
@@ -134,6 +132,23 @@ export class Connections {
     return forMode({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
   }
 
+  /**
+   * Takes a pending slot (when `slot`), then the day's opening (when `opening`); a refused opening gives
+   * the slot back. Returns what gives back what it took (a lost write).
+   */
+  private async takeBounds(doc: SlotHolder, now: Date, slot: boolean, opening: boolean) {
+    const { partnerId, mode } = doc;
+    const took = slot && (await takeSlot(this.store.slots, doc, this.bound(mode, "pending"), now)) === "taken";
+    const giveSlot = () => (took ? releaseSlot(this.store.slots, doc) : Promise.resolve());
+    try {
+      const day = opening && (await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), now));
+      return () => Promise.all([giveSlot(), day && releaseOpening(this.store.openings, day)]);
+    } catch (err) {
+      await giveSlot().catch(() => undefined);
+      throw err;
+    }
+  }
+
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const existing = await this.store.connections.findOne({ partnerId, mode, address });
     if (existing) {
@@ -143,25 +158,14 @@ export class Connections {
       if (applied) return applied.doc;
       // The retention sweep deleted it since the read (retention.ts): the address opens a new connection.
     }
-    // A new connection takes its pending slot, then its opening of the day, before anything else, so
-    // a refusal does the same work for every address (a refused opening gives the slot back).
+    // A new connection takes its bounds before anything else, so a refusal does the same work for every address.
     const id = newId("con");
     const t = this.timing();
-    await takeSlot(this.store.slots, partnerId, mode, id, this.bound(mode, "pending"), t.now);
-    let opening: string | undefined;
-    const giveBack = () =>
-      Promise.all([
-        releaseSlot(this.store.slots, partnerId, mode, id),
-        opening !== undefined && releaseOpening(this.store.openings, opening),
-      ]);
-    let elderId: string | null;
-    try {
-      opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
-      elderId = await this.resolveElder(mode, address);
-    } catch (err) {
+    const giveBack = await this.takeBounds({ _id: id, partnerId, mode }, t.now, true, true);
+    const elderId = await this.resolveElder(mode, address).catch(async (err: unknown) => {
       await giveBack().catch(() => undefined);
       throw err;
-    }
+    });
     const initial = initialState(mode, elderId !== null, t);
     const fresh: ConnectionDoc = {
       _id: id,
@@ -179,36 +183,24 @@ export class Connections {
       updatedAt: t.now,
       audit: [auditEntry("connection", connectionAudit("request", { _id: id, partnerId }, elderId), t.now)],
     };
-    let doc: ConnectionDoc | null = null;
-    for (let attempt = 1; doc === null; attempt++) {
-      try {
-        doc = await this.store.connections.findOneAndUpdate(
-          { partnerId, mode, address },
-          { $setOnInsert: fresh },
-          { upsert: true, returnDocument: "after" },
-        );
-      } catch (err) {
-        // Concurrent upserts race to insert; the losers find the winner's document on a retry.
-        if (!isDuplicateKey(err) || attempt >= maxAttempts) {
-          await giveBack();
-          throw err;
-        }
-      }
-    }
-    if (doc._id === id) {
-      connectionTransitions.inc({ from: "none", to: doc.status });
+    const inserted = await insertIfNew(this.store.connections, fresh).catch(async (err: unknown) => {
+      await giveBack().catch(() => undefined);
+      throw err;
+    });
+    if (inserted) {
+      connectionTransitions.inc({ from: "none", to: fresh.status });
       this.afterAudit(id);
-      return doc;
+      return fresh;
     }
+    // A concurrent request inserted the connection first: this one repeats it.
     await giveBack();
-    const repeated = await this.apply({ _id: doc._id }, "request", { elderId });
-    return repeated?.doc ?? doc;
+    return this.request(partnerId, mode, address);
   }
 
   async apply(
     filter: Filter<ConnectionDoc> & { _id: string },
     trigger: Trigger,
-    opts: { elderId?: string | null; resolve?: boolean; actId?: string } = {},
+    opts: { elderId?: string | null; actId?: string } = {},
   ): Promise<Applied | null> {
     // Only writes lost to another writer count; waits for 1.0.0's read leases do not.
     for (let conflicts = 0; conflicts < maxAttempts; ) {
@@ -217,7 +209,9 @@ export class Connections {
       const replayed = earlierApplication(doc.caregiverActs, opts.actId);
       if (replayed) return { doc, outcome: { kind: "unchanged" }, replayed };
       let elderId = opts.elderId !== undefined ? opts.elderId : doc.elderId;
-      if (opts.resolve && elderId === null) elderId = await this.resolveElder(doc.mode, doc.address);
+      // An approval needs a resolved elder: an address unknown at the request may name one now.
+      if (elderId === null && (trigger === "approve" || trigger === "test_approve"))
+        elderId = await this.resolveElder(doc.mode, doc.address);
       const t = this.timing();
       const outcome = transition(this.stateOf(doc, elderId), trigger, t);
       if (outcome.kind !== "change") return { doc, outcome };
@@ -231,34 +225,22 @@ export class Connections {
             verdict.retryAfterSeconds,
           );
       }
+      const before = this.stateOf(doc, elderId);
       const after = {
+        ...before,
         status: outcome.to,
-        mode: doc.mode,
-        resolved: elderId !== null,
         pendingSince: outcome.pendingSince ?? doc.pendingSince,
         approveAt: outcome.approveAt,
       };
       const leased = (doc.leasedUntil?.getTime() ?? 0) + LEGACY_LEASE_MARGIN_MS > Date.now();
-      if (leased && !partnerSeesNoChange(this.stateOf(doc, elderId), after, t)) {
+      if (leased && !partnerSeesNoChange(before, after, t)) {
         await this.waitForLegacyLeases(doc);
         continue;
       }
-      const { partnerId, mode } = doc;
       const slot = slotChange(doc.status, outcome.to);
-      const took =
-        slot === "take" &&
-        (await takeSlot(this.store.slots, partnerId, mode, doc._id, this.bound(mode, "pending"), t.now)) === "taken";
-      // A reopening is a connection opened that day too (slots.ts), taken after its slot as a new
-      // connection's is: otherwise a partner's reopenings would grow with every connection it ever opened.
-      let opening: string | null = null;
-      if (trigger === "request") {
-        try {
-          opening = await takeOpening(this.store.openings, partnerId, mode, this.bound(mode, "daily"), t.now);
-        } catch (err) {
-          if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
-          throw err;
-        }
-      }
+      // A reopening is a connection opened that day too (slots.ts): otherwise a partner's reopenings
+      // would grow with every connection it ever opened.
+      const giveBack = await this.takeBounds(doc, t.now, slot === "take", trigger === "request");
 
       const event = outcome.event;
       const entry: OutboxEntry | null = event
@@ -289,8 +271,7 @@ export class Connections {
         $push: { audit: record, ...(entry ? { outbox: entry } : {}) },
       });
       if (!updated) {
-        if (took) await releaseSlot(this.store.slots, partnerId, mode, doc._id);
-        if (opening) await releaseOpening(this.store.openings, opening);
+        await giveBack();
         conflicts++;
         continue;
       }
@@ -300,7 +281,7 @@ export class Connections {
       if (entry) this.afterStore(doc._id);
       this.afterAudit(doc._id);
       // Given back after the change; if this fails (or the process dies first) the repair gives it back (slots.ts).
-      if (slot === "release") await releaseSlot(this.store.slots, partnerId, mode, doc._id).catch(() => undefined);
+      if (slot === "release") await releaseSlot(this.store.slots, doc).catch(() => undefined);
       return { doc: updated, outcome };
     }
     throw new Error(`connection ${filter._id}: gave up after ${maxAttempts} conflicting writes`);

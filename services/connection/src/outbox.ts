@@ -9,14 +9,12 @@ import type { ConnectionDoc, OutboxEntry } from "./store.js";
 
 const { ConnectionEventSchema } = eventsv1;
 
-export type ConnectionOutbox = Outbox<ConnectionDoc, OutboxEntry>;
-
 export function connectionOutbox(
   connections: Collection<ConnectionDoc>,
   producer: Pick<Producer, "send">,
   topic: string,
   logger: Logger,
-): ConnectionOutbox {
+): Outbox<ConnectionDoc, OutboxEntry> {
   return new Outbox<ConnectionDoc, OutboxEntry>({
     name: "connection events",
     collection: connections,

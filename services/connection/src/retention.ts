@@ -39,8 +39,6 @@ export async function deleteEndedConnections(
   return deleted;
 }
 
-export const RETENTION_LEASE = "ended-connections-retention";
-
 export function retentionRound(
   connections: Collection<ConnectionDoc>,
   leases: Collection<JobLeaseDoc>,
@@ -48,7 +46,7 @@ export function retentionRound(
   leaseMs: number,
   logger: Logger,
 ): Promise<number | undefined> {
-  return whileHolding(leases, RETENTION_LEASE, leaseMs, async (renew) => {
+  return whileHolding(leases, "ended-connections-retention", leaseMs, async (renew) => {
     const deleted = await deleteEndedConnections(connections, cutoff(), renew);
     if (deleted > 0) logger.info({ deleted }, "ended connections past retention deleted");
     return deleted;

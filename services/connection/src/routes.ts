@@ -25,13 +25,6 @@ import type { ConnectionDoc, ConnectionStore } from "./store.js";
 
 const { ConnectionService, ExternalStatus: External, InternalStatus: Internal, TestHelperAct } = connectionv1;
 
-const testHelperTriggers: Partial<Record<connectionv1.TestHelperAct, TestHelperTrigger>> = {
-  [TestHelperAct.APPROVE]: "test_approve",
-  [TestHelperAct.DECLINE]: "test_decline",
-  [TestHelperAct.SEVER]: "test_sever",
-  [TestHelperAct.EXPIRE]: "test_expire",
-};
-
 export interface ConnectionDeps {
   store: ConnectionStore;
   connections: Connections;
@@ -95,9 +88,7 @@ export default (deps: ConnectionDeps) => (router: Router) => {
   ) {
     if (actId !== undefined && !ACT_ID.test(actId))
       throw new RpcError("act_id must look like act_ followed by up to 64 letters and digits", Status.INVALID_ARGUMENT);
-    const applied = CONNECTION_ID.test(id)
-      ? await connections.apply({ _id: id }, trigger, { resolve: trigger === "approve", actId })
-      : null;
+    const applied = CONNECTION_ID.test(id) ? await connections.apply({ _id: id }, trigger, { actId }) : null;
     const targets = [id, applied?.doc.partnerId, applied?.doc.elderId];
     await recordNoChange(applied, { action: `connection.${trigger}`, actor: "caregiver", targets });
     if (!applied) throw new RpcError(`no connection ${id}`, Status.NOT_FOUND);
@@ -110,11 +101,13 @@ export default (deps: ConnectionDeps) => (router: Router) => {
 
   /** A partner's test helper on its own test connection; anything else is the one NOT_FOUND of ownedFilter. */
   async function testHelperAct(req: connectionv1.ActOnTestConnectionRequest) {
-    const trigger = testHelperTriggers[req.act];
-    if (!trigger) throw new RpcError("act is required", Status.INVALID_ARGUMENT);
+    // TestHelperAct.APPROVE is the trigger "test_approve", and so on; UNSPECIFIED (0) is no act.
+    const act = req.act ? TestHelperAct[req.act] : undefined;
+    if (!act) throw new RpcError("act is required", Status.INVALID_ARGUMENT);
+    const trigger = `test_${act.toLowerCase()}` as TestHelperTrigger;
     const filter = ownedFilter(req);
     if (filter.mode !== "test") throw notFound();
-    const applied = await connections.apply(filter, trigger, { resolve: trigger === "test_approve" });
+    const applied = await connections.apply(filter, trigger);
     const elderId = applied?.doc.elderId ?? null;
     await recordNoChange(applied, connectionAudit(trigger, { _id: req.id, partnerId: req.partnerId }, elderId));
     if (!applied) throw notFound();

@@ -59,14 +59,13 @@ export async function startConnectionService(
   // An elder document's _id is its address: its records go out under the elder id, and logs never name it.
   const eldersAudit = trail.on(store.elders, { key: (doc) => doc.elderId, logId: () => "(an elder)" });
   await trail.start();
-  const afterStore = (connectionId: string) => {
-    seams.beforePublish?.(connectionId);
-    outbox.afterWrite(connectionId);
-  };
   const connections = new Connections(
     store,
     settings,
-    afterStore,
+    (id) => {
+      seams.beforePublish?.(id);
+      outbox.afterWrite(id);
+    },
     () => new Date(),
     (id) => connectionsAudit.afterWrite(id),
     seams.beforeWrite,

@@ -27,12 +27,6 @@ export interface SlotsDoc {
 
 export const slotsKey = (partnerId: string, mode: ConnectionMode) => `${partnerId}:${mode}`;
 
-export const pendingBoundReached = () =>
-  rateLimitedError(
-    "the partner holds as many pending connections in this mode as its bound allows",
-    PENDING_RETRY_AFTER_SECONDS,
-  );
-
 /**
  * Counts one more in the counter `_id` while it is below `limit`, by ONE conditional update: with no
  * document yet the upsert creates it; a full one does not match, and the upsert's insert then fails on
@@ -65,12 +59,13 @@ async function countOne<D extends { _id: string; count: number }>(
   return "full";
 }
 
-/** Takes a slot for `connectionId` ("held" when it had one); throws the 429 when all `limit` are taken. */
+/** The connection a slot is for. */
+export type SlotHolder = { _id: string; partnerId: string; mode: ConnectionMode };
+
+/** Takes a slot for the connection ("held" when it had one); throws the 429 when all `limit` are taken. */
 export async function takeSlot(
   slots: Collection<SlotsDoc>,
-  partnerId: string,
-  mode: ConnectionMode,
-  connectionId: string,
+  { _id: connectionId, partnerId, mode }: SlotHolder,
   limit: number,
   now: Date,
 ): Promise<"taken" | "held"> {
@@ -81,16 +76,15 @@ export async function takeSlot(
     projection: { [hold]: 1 },
     held: (doc) => connectionId in (doc.holds ?? {}),
   });
-  if (taken === "full") throw pendingBoundReached();
+  if (taken === "full")
+    throw rateLimitedError(
+      "the partner holds as many pending connections in this mode as its bound allows",
+      PENDING_RETRY_AFTER_SECONDS,
+    );
   return taken;
 }
 
-export async function releaseSlot(
-  slots: Collection<SlotsDoc>,
-  partnerId: string,
-  mode: ConnectionMode,
-  connectionId: string,
-): Promise<void> {
+export async function releaseSlot(slots: Collection<SlotsDoc>, { _id: connectionId, partnerId, mode }: SlotHolder) {
   await slots.updateOne(
     { _id: slotsKey(partnerId, mode), [`holds.${connectionId}`]: { $exists: true } },
     { $unset: { [`holds.${connectionId}`]: "" }, $inc: { count: -1, version: 1 } },
@@ -140,11 +134,13 @@ type Holders = Pick<
   "find"
 >;
 
-export async function repairSlots(
-  store: { connections: Holders; slots: Collection<SlotsDoc> },
+/** Deletes past days' opening counters, then recounts the pending slots; the number of partners' slots repaired. */
+export async function repairCounters(
+  store: { connections: Holders; slots: Collection<SlotsDoc>; openings: Collection<OpeningsDoc> },
   now: Date,
   renew: () => Promise<boolean> = async () => true,
 ): Promise<number> {
+  await store.openings.deleteMany({ day: { $lt: oldestKeptDay(now) } });
   let repaired = 0;
   for await (const doc of store.slots.find({})) {
     if (!(await renew())) break;
@@ -164,13 +160,4 @@ export async function repairSlots(
     if (await updateVersioned(store.slots, doc, { $set: { holds: next, count: Object.keys(next).length } })) repaired++;
   }
   return repaired;
-}
-
-export async function repairCounters(
-  store: { connections: Holders; slots: Collection<SlotsDoc>; openings: Collection<OpeningsDoc> },
-  now: Date,
-  renew: () => Promise<boolean> = async () => true,
-): Promise<number> {
-  await store.openings.deleteMany({ day: { $lt: oldestKeptDay(now) } });
-  return repairSlots(store, now, renew);
 }

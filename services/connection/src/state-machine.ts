@@ -78,55 +78,44 @@ function reopen(s: ConnectionState, t: Timing): Outcome {
   };
 }
 
-type ActedBy = "caregiver" | "test_helper";
+type CaregiverAct = "approve" | "decline" | "sever";
 
-/** The caregiver acts on resolved live connections; a test helper stands in for it on test ones. */
-function caregiverRefusal(s: ConnectionState, by: ActedBy): Outcome | undefined {
-  if (by === "caregiver" && s.mode === "test")
+/** Each act: the status it leads to, the statuses it leads from, its event, and what its refusal says. */
+const CAREGIVER_ACTS: Record<
+  CaregiverAct,
+  { to: InternalStatus; from: InternalStatus[]; event: EventType | null; only: string }
+> = {
+  approve: {
+    to: "approved",
+    from: ["pending", "declined"],
+    event: "connection.approved",
+    only: "only a pending connection can be approved",
+  },
+  decline: { to: "declined", from: ["pending"], event: null, only: "only a pending connection can be declined" },
+  sever: {
+    to: "revoked",
+    from: ["approved"],
+    event: "connection.revoked",
+    only: "only an approved connection can be severed",
+  },
+};
+
+/** The caregiver acts on resolved live connections; a test helper (`byTestHelper`) stands in for it on test ones. */
+function caregiverRule(s: ConnectionState, status: InternalStatus, act: CaregiverAct, byTestHelper: boolean): Outcome {
+  const rule = CAREGIVER_ACTS[act];
+  if (status === rule.to) return unchanged;
+  if (!byTestHelper && s.mode === "test")
     return refused("test connections are approved automatically; no caregiver acts on them");
-  if (!s.resolved) return refused("the address does not resolve to an elder, so no caregiver can act on it");
-  return undefined;
-}
-
-function caregiverRule(
-  s: ConnectionState,
-  status: InternalStatus,
-  act: "approve" | "decline" | "sever",
-  by: ActedBy,
-): Outcome {
-  if (by === "test_helper" && s.mode !== "test") return refused("test helpers act only on test connections");
-  switch (act) {
-    case "approve": {
-      if (status === "approved") return unchanged;
-      const refusal = caregiverRefusal(s, by);
-      if (refusal) return refusal;
-      if (status === "pending" || status === "declined") return to("approved", "connection.approved");
-      return refused(`the connection is ${status}; only a pending connection can be approved`);
-    }
-
-    case "decline": {
-      if (status === "declined") return unchanged;
-      const refusal = caregiverRefusal(s, by);
-      if (refusal) return refusal;
-      if (status === "pending") return to("declined");
-      if (status === "approved") return refused("the connection is approved; sever it instead");
-      return refused(`the connection is ${status}; only a pending connection can be declined`);
-    }
-
-    case "sever": {
-      if (status === "revoked") return unchanged;
-      // Only an approved connection can be severed, and only a resolved one is ever approved.
-      const refusal = caregiverRefusal({ ...s, resolved: true }, by);
-      if (refusal) return refusal;
-      if (status === "approved") return to("revoked", "connection.revoked");
-      return refused(`the connection is ${status}; only an approved connection can be severed`);
-    }
-  }
+  // Only an approved connection can be severed, and only a resolved one is ever approved.
+  if (!s.resolved && act !== "sever")
+    return refused("the address does not resolve to an elder, so no caregiver can act on it");
+  if (rule.from.includes(status)) return to(rule.to, rule.event);
+  if (act === "decline" && status === "approved") return refused("the connection is approved; sever it instead");
+  return refused(`the connection is ${status}; ${rule.only}`);
 }
 
 /** The test helper's expire: a pending window (declined or not) ends now, as its length would have ended it. */
-function expireNow(s: ConnectionState, status: InternalStatus): Outcome {
-  if (s.mode !== "test") return refused("test helpers act only on test connections");
+function expireNow(status: InternalStatus): Outcome {
   if (status === "expired") return unchanged;
   if (status === "pending" || status === "declined") return to("expired");
   return refused(`the connection is ${status}; only a pending connection can expire`);
@@ -142,16 +131,15 @@ export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Out
     case "approve":
     case "decline":
     case "sever":
-      return caregiverRule(s, status, trigger, "caregiver");
+      return caregiverRule(s, status, trigger, false);
 
     case "test_approve":
-      return caregiverRule(s, status, "approve", "test_helper");
     case "test_decline":
-      return caregiverRule(s, status, "decline", "test_helper");
     case "test_sever":
-      return caregiverRule(s, status, "sever", "test_helper");
     case "test_expire":
-      return expireNow(s, status);
+      if (s.mode !== "test") return refused("test helpers act only on test connections");
+      if (trigger === "test_expire") return expireNow(status);
+      return caregiverRule(s, status, trigger.slice("test_".length) as CaregiverAct, true);
 
     case "auto_approve":
       if (awaitingSandboxApproval(s) && s.approveAt!.getTime() <= t.now.getTime())

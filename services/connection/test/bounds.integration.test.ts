@@ -7,7 +7,7 @@ import { parseSettings, type Settings } from "@pi/common/runtime/settings";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import { Connections } from "../src/connections.js";
 import { secondsUntilNextDay } from "../src/bounds.js";
-import { openingsKey, repairCounters, repairSlots, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
+import { openingsKey, repairCounters, SLOT_GRACE_MS, slotsKey, takeSlot } from "../src/slots.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { movableClock, unresolvableAddress } from "./test-helpers.js";
 
@@ -119,12 +119,12 @@ describe("pending connections per partner and mode: bounded atomically across re
   it("the repair gives back a slot a dead request left, and only once its grace has passed", async () => {
     const partnerId = newId("ptr");
     await replica().request(partnerId, "live", unresolvable());
-    await takeSlot(store.slots, partnerId, "live", newId("con"), limit, clock.now()); // its connection never written
+    await takeSlot(store.slots, { _id: newId("con"), partnerId, mode: "live" }, limit, clock.now()); // its connection never written
     const key = slotsKey(partnerId, "live");
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(2);
-    await repairSlots(store, new Date(clock.now().getTime() + SLOT_GRACE_MS - 1000));
+    await repairCounters(store, new Date(clock.now().getTime() + SLOT_GRACE_MS - 1000));
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(2);
-    await repairSlots(store, new Date(clock.now().getTime() + SLOT_GRACE_MS + 1000));
+    await repairCounters(store, new Date(clock.now().getTime() + SLOT_GRACE_MS + 1000));
     expect((await store.slots.findOne({ _id: key }))?.count).toBe(1);
   });
 });

@@ -12,7 +12,7 @@ import { commonv1 } from "@pi/proto";
 import { Connections } from "../src/connections.js";
 import { queryPlan } from "../../../test/support/query-plan.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
-import { connectionOutbox, type ConnectionOutbox } from "../src/outbox.js";
+import { connectionOutbox } from "../src/outbox.js";
 import { openConnectionStore, type ConnectionStore } from "../src/store.js";
 import { collectConnectionEvents, type EventCollector } from "../../../test/support/connection-events.js";
 
@@ -25,7 +25,7 @@ let settings: Settings;
 let mongo: Mongo;
 let store: ConnectionStore;
 let producer: Producer;
-let relay: ConnectionOutbox;
+let relay: ReturnType<typeof connectionOutbox>;
 let collector: EventCollector;
 let clock = new Date();
 let connections: Connections;
@@ -55,7 +55,7 @@ const withoutRelay = () =>
     () => undefined,
     () => clock,
   );
-const relaying = (outbox: ConnectionOutbox) => (id: string) => outbox.afterWrite(id);
+const relaying = (outbox: typeof relay) => (id: string) => outbox.afterWrite(id);
 
 beforeAll(async () => {
   settings = parseSettings({

@@ -80,7 +80,8 @@ export function parseSince(value: string): number {
   return ms;
 }
 
-const isoOrNull = (ms: bigint) => (ms === 0n ? null : new Date(Number(ms)).toISOString());
+const iso = (ms: bigint) => new Date(Number(ms)).toISOString();
+const isoOrNull = (ms: bigint) => (ms === 0n ? null : iso(ms));
 
 export function parseLimit(value: string | undefined): number {
   if (value === undefined) return 100;
@@ -94,7 +95,7 @@ export const AUDIT_NOT_CHECKED = "not checked (the auth service predates verific
 export function auditRecordJson(r: eventsv1.AuditRecord, check?: { verified: boolean; reason: string }) {
   return {
     id: r.id,
-    occurred_at: new Date(Number(r.occurredAt)).toISOString(),
+    occurred_at: iso(r.occurredAt),
     actor: r.actor,
     action: r.action,
     targets: r.targets,
@@ -167,7 +168,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     const res = await c.auth.rotateSigningKey({});
     return {
       kid: res.kid,
-      activates_at: new Date(Number(res.activatesAt)).toISOString(),
+      activates_at: iso(res.activatesAt),
       retired_kids: res.retiredKids,
     };
   },
@@ -187,11 +188,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
 
   /** The caregiver's tap: one act id, sent again on another replica while the outcome is unknown, until an answer. */
   async connectionAct(act: "approve" | "decline" | "sever", id: string, actId = newId("act")) {
-    const call = {
-      approve: c.connection.approveConnection,
-      decline: c.connection.declineConnection,
-      sever: c.connection.severConnection,
-    }[act];
+    const call = c.connection[`${act}Connection`];
     const started = Date.now();
     const attempt = (): Promise<{ result?: connectionv1.CaregiverAct }> =>
       call({ id, actId }, { timeoutMs: ACT_ATTEMPT_TIMEOUT_MS });
@@ -210,7 +207,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
     return {
       partner_id: res.partnerId,
       signing_secret: res.signingSecret,
-      previous_expires_at: new Date(Number(res.previousExpiresAt)).toISOString(),
+      previous_expires_at: iso(res.previousExpiresAt),
     };
   },
 
@@ -244,7 +241,7 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
       next_attempt_at: isoOrNull(d.nextAttemptAt),
       attempts: d.attemptLog.map((a) => ({
         number: a.number,
-        started_at: new Date(Number(a.startedAt)).toISOString(),
+        started_at: iso(a.startedAt),
         status: a.statusCode,
         duration_ms: a.durationMs,
         error: a.error || null,

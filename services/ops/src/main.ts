@@ -44,19 +44,13 @@ function readJwksFile(path: string): string {
   }
 }
 
-function print(result: Record<string, unknown>, json: boolean): void {
-  if (json) {
-    process.stdout.write(`${JSON.stringify(result)}\n`);
-    return;
-  }
-  const lines = (obj: Record<string, unknown>, indent = ""): string[] =>
-    Object.entries(obj).flatMap(([k, v]) =>
-      v !== null && typeof v === "object" && !Array.isArray(v)
-        ? [`${indent}${k}:`, ...lines(v as Record<string, unknown>, `${indent}  `)]
-        : [`${indent}${k}: ${Array.isArray(v) ? JSON.stringify(v) : String(v)}`],
-    );
-  process.stdout.write(`${lines(result).join("\n")}\n`);
-}
+/** Without --json, one `key: value` line a field, nested objects indented. */
+const lines = (obj: Record<string, unknown>, indent = ""): string[] =>
+  Object.entries(obj).flatMap(([k, v]) =>
+    v !== null && typeof v === "object" && !Array.isArray(v)
+      ? [`${indent}${k}:`, ...lines(v as Record<string, unknown>, `${indent}  `)]
+      : [`${indent}${k}: ${Array.isArray(v) ? JSON.stringify(v) : String(v)}`],
+  );
 
 const program = new Command("ops")
   .description("Operator commands for the partner integration stack")
@@ -68,7 +62,7 @@ const program = new Command("ops")
 function action<A extends unknown[]>(run: (...args: A) => Promise<Record<string, unknown>>) {
   return async (...args: A) => {
     const result = await run(...args);
-    print(result, Boolean(program.opts().json));
+    process.stdout.write(`${program.opts().json ? JSON.stringify(result) : lines(result).join("\n")}\n`);
   };
 }
 
