@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Consumer, Message, MessagesStream } from "@platformatic/kafka";
 import { atMost } from "../rules/at-most.js";
-import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../events/kafka.js";
+import { type Kafka, type KafkaMessage, kafkaMessage, retriable, topicOffsets } from "../events/kafka.js";
 import type { Logger } from "../runtime/logger.js";
 import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../runtime/metrics.js";
 import { retryDelay } from "./retry.js";
@@ -197,10 +197,10 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
     readAtScrape(
       [kafkaConsumerLag],
       async () => {
-        const [offsets] = await admin.client.listConsumerGroupOffsets({ groups: [group] });
+        const [offsets] = await admin.listConsumerGroupOffsets({ groups: [group] });
         const partitions = offsets?.topics.find((t) => t.name === topic)?.partitions ?? [];
         const committed = partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) }));
-        kafkaConsumerLag.set({ group }, consumerLag(await admin.fetchTopicOffsets(topic), committed));
+        kafkaConsumerLag.set({ group }, consumerLag(await topicOffsets(admin, topic), committed));
       },
       logger,
     );
@@ -212,7 +212,7 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
     await Promise.all([
       admin &&
         atMost(
-          admin.disconnect().catch(() => undefined),
+          admin.close().catch(() => undefined),
           CONSUMER_STOP_MS,
         ),
       consumer && disconnectConsumer(consumer, name, logger),

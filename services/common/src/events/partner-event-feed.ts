@@ -3,7 +3,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { consume, type Consuming } from "../background/consume.js";
 import { every, type Periodic } from "../background/periodic.js";
-import { whileMetadataSettles, type Kafka } from "./kafka.js";
+import { topicOffsets, whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "../runtime/logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
@@ -135,9 +135,9 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   const admin = kafka.admin();
   let ends: { partition: number; offset: string }[];
   try {
-    ends = await whileMetadataSettles(() => admin.fetchTopicOffsets(topic));
+    ends = await whileMetadataSettles(() => topicOffsets(admin, topic));
   } finally {
-    await admin.disconnect();
+    await admin.close();
   }
   const applied = new Map<number, bigint>();
   let applying = false;
