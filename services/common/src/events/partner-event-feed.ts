@@ -47,8 +47,9 @@ export class PositionReporter {
     });
   }
 
+  /** Moves a partition's position forward (never back). */
   advance(partition: number, nextOffset: bigint): void {
-    this.nextOffsets.set(partition, nextOffset);
+    if (nextOffset > (this.nextOffsets.get(partition) ?? -1n)) this.nextOffsets.set(partition, nextOffset);
     this.kick();
   }
 
@@ -139,7 +140,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   } finally {
     await admin.close();
   }
-  const applied = new Map<number, bigint>();
   let applying = false;
 
   await options.catchUp?.();
@@ -169,7 +169,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
             applying = false;
           }
         }
-        applied.set(partition, BigInt(message.offset) + 1n);
         reporter?.advance(partition, BigInt(message.offset) + 1n);
       },
     });
@@ -177,11 +176,8 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     await reporter?.stop();
     throw err;
   }
-  for (const { partition, offset } of ends) {
-    if (applied.has(partition)) continue; // an event read already
-    applied.set(partition, BigInt(offset));
-    reporter?.advance(partition, BigInt(offset));
-  }
+  // Placed at the end: where no event was read yet, that is the position.
+  for (const { partition, offset } of ends) reporter?.advance(partition, BigInt(offset));
   await reporter?.flush();
   return {
     trusted: () =>
