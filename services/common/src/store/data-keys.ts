@@ -124,22 +124,8 @@ export function decrypt(key: Uint8Array, box: Uint8Array, aad: Uint8Array | stri
 }
 
 /** A segment is bound to its place and stream, the last sealed `final`: a stream cut short does not authenticate. */
-const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
-
-export function sealSegment(
-  key: Uint8Array,
-  streamId: string,
-  n: number,
-  final: boolean,
-  plaintext: Uint8Array,
-  into?: Buffer,
-): Buffer {
-  return encrypt(key, plaintext, segmentAad(streamId, n, final), into);
-}
-
-export function openSegment(key: Uint8Array, streamId: string, n: number, final: boolean, box: Uint8Array): Buffer {
-  return decrypt(key, box, segmentAad(streamId, n, final));
-}
+export const segmentAad = (streamId: string, n: number, final: boolean) =>
+  `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
 // A small value (a secret, a JSON document) with its own data key, as one string bound to a context
 // (what the value is): v2.<kid>.<wrapped data key>.<nonce | ciphertext | tag>, base64url.
