@@ -22,7 +22,6 @@ export interface StoreMigration {
 }
 
 export interface StoreSchema {
-  service: string;
   /** The version of every collection the service owns: bumped by the migration that changes its shape. */
   collections: Readonly<Record<string, number>>;
   migrations: readonly StoreMigration[];
