@@ -10,7 +10,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { startAuthService } from "@pi/auth";
 import type { ConnectionClient } from "@pi/common/rpc/clients";
 import { connectMongo, databaseName, type Mongo } from "@pi/common/store/mongo";
-import { createKafka, kafkaCredentials, type Producer } from "@pi/common/events/kafka";
+import { createKafka, kafkaCredentials, type Producer, topicOffsets } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { newId } from "@pi/common/rules/ids";
 import type { RunningService } from "@pi/common/runtime/run-service";
@@ -210,8 +210,8 @@ describe("connections crash", () => {
         testKafkaAdmin(),
       );
       const admin = kafka.admin();
-      const offsets = await admin.fetchTopicOffsets(topicName(namespace, "connectionEvents"));
-      await admin.disconnect();
+      const offsets = await topicOffsets(admin, topicName(namespace, "connectionEvents"));
+      await admin.close();
       expect(offsets.every((o) => o.high === "0")).toBe(true);
 
       events = await collectConnectionEvents(brokers, namespace);

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { consume } from "@pi/common/background/consume";
-import { createKafka, ensureTopics, type Kafka, type KafkaCredentials } from "@pi/common/events/kafka";
+import { createKafka, ensureTopics, type Kafka, type KafkaCredentials, topicOffsets } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { topicName, type TopicKey } from "@pi/common/events/topics";
 import { testKafkaAdmin } from "./services.js";
@@ -102,9 +102,9 @@ export async function readTopic<T>(
       const admin = kafka.admin();
       let ends: { partition: number; high: string; low: string }[];
       try {
-        ends = await admin.fetchTopicOffsets(topic);
+        ends = await topicOffsets(admin, topic);
       } finally {
-        await admin.disconnect();
+        await admin.close();
       }
       await waitUntil(
         () => ends.every((e) => (readUpTo.get(e.partition) ?? BigInt(e.low)) >= BigInt(e.high)),

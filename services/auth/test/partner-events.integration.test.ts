@@ -6,7 +6,7 @@ import { clientsFor } from "@pi/common/rpc/clients";
 import { kafkaCredentials } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { databaseName } from "@pi/common/store/mongo";
-import { outboxEntry, pushEvent } from "@pi/common/store/persistence";
+import { outboxEntry } from "@pi/common/store/persistence";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import type { Settings } from "@pi/common/runtime/settings";
 import { startAuthService } from "../src/service.js";
@@ -75,7 +75,7 @@ describe("partner events through the outbox", () => {
     const entry = outboxEntry({ kind: PartnerEventKind.CREDENTIAL_REVOKED, partnerId: partner.partnerId, clientId });
     await credentials().updateOne(
       { _id: clientId },
-      { $set: { status: "revoked", revokedAt: new Date() }, ...pushEvent(entry) },
+      { $set: { status: "revoked", revokedAt: new Date() }, $push: { outbox: entry } },
     );
     await waitFor(() => seen().some((e) => e.clientId === clientId));
     expect(seen().find((e) => e.clientId === clientId)).toMatchObject({

@@ -9,11 +9,10 @@ import {
   LocalKeyWrapper,
   newDataKeysEntry,
   openSealedValue,
-  openSegment,
   parseDataKeys,
   SEAL_OVERHEAD,
   sealedKid,
-  sealSegment,
+  segmentAad,
   sealValue,
   type KeyCheckDoc,
 } from "../src/store/data-keys.js";
@@ -136,10 +135,10 @@ describe("AES-256-GCM boxes", () => {
 describe("segmented streams (file chunks)", () => {
   const key = randomBytes(32);
   const segments = [Buffer.from("first"), Buffer.from("second"), Buffer.from("last")];
-  const sealed = segments.map((s, n) => sealSegment(key, "blob1", n, n === segments.length - 1, s));
+  const sealed = segments.map((s, n) => encrypt(key, s, segmentAad("blob1", n, n === segments.length - 1)));
 
   it("each segment opens at its own place", () => {
-    expect(sealed.map((box, n) => openSegment(key, "blob1", n, n === 2, box).toString())).toEqual([
+    expect(sealed.map((box, n) => decrypt(key, box, segmentAad("blob1", n, n === 2)).toString())).toEqual([
       "first",
       "second",
       "last",
@@ -147,26 +146,28 @@ describe("segmented streams (file chunks)", () => {
   });
 
   it("a segment moved to another place, or into another stream, does not open", () => {
-    expect(() => openSegment(key, "blob1", 0, false, sealed[1]!)).toThrow(DataKeyError);
-    expect(() => openSegment(key, "blob2", 0, false, sealed[0]!)).toThrow(DataKeyError);
+    expect(() => decrypt(key, sealed[1]!, segmentAad("blob1", 0, false))).toThrow(DataKeyError);
+    expect(() => decrypt(key, sealed[0]!, segmentAad("blob2", 0, false))).toThrow(DataKeyError);
   });
 
   it("a segment sealed into a buffer of the caller's opens the same, and leaves the rest of that buffer alone", () => {
     const into = Buffer.alloc(64, 0xee);
-    const box = sealSegment(key, "blob1", 3, false, Buffer.from("one two three"), into);
+    const box = encrypt(key, Buffer.from("one two three"), segmentAad("blob1", 3, false), into);
     expect(box.length).toBe(13 + SEAL_OVERHEAD);
     expect(box.buffer).toBe(into.buffer);
-    expect(openSegment(key, "blob1", 3, false, box).toString()).toBe("one two three");
+    expect(decrypt(key, box, segmentAad("blob1", 3, false)).toString()).toBe("one two three");
     expect(into.subarray(box.length).every((b) => b === 0xee)).toBe(true);
     // Reused for the next segment: the first box is gone, the second opens.
-    const next = sealSegment(key, "blob1", 4, true, Buffer.from("four"), into);
-    expect(openSegment(key, "blob1", 4, true, next).toString()).toBe("four");
-    expect(() => sealSegment(key, "blob1", 5, false, Buffer.alloc(64 - SEAL_OVERHEAD + 1), into)).toThrow(RangeError);
+    const next = encrypt(key, Buffer.from("four"), segmentAad("blob1", 4, true), into);
+    expect(decrypt(key, next, segmentAad("blob1", 4, true)).toString()).toBe("four");
+    expect(() => encrypt(key, Buffer.alloc(64 - SEAL_OVERHEAD + 1), segmentAad("blob1", 5, false), into)).toThrow(
+      RangeError,
+    );
   });
 
   it("a stream cut short does not open: its new last segment was not sealed final", () => {
-    expect(() => openSegment(key, "blob1", 1, true, sealed[1]!)).toThrow(DataKeyError);
-    expect(() => openSegment(key, "blob1", 2, false, sealed[2]!)).toThrow(DataKeyError);
+    expect(() => decrypt(key, sealed[1]!, segmentAad("blob1", 1, true))).toThrow(DataKeyError);
+    expect(() => decrypt(key, sealed[2]!, segmentAad("blob1", 2, false))).toThrow(DataKeyError);
   });
 });
 

@@ -52,14 +52,14 @@ beforeAll(async () => {
 
 afterAll(async () => {
   const admin = createKafka(brokers, `${namespace}.admin`, logger, testKafkaAdmin()).admin();
-  await admin.client
+  await admin
     .deleteTopics({
       topics: ["partnerEvents", "connectionEvents", "fileEvents", "auditEvents"].map((k) =>
         topicName(namespace, k as "partnerEvents"),
       ),
     })
     .catch(() => undefined);
-  await admin.disconnect();
+  await admin.close();
 });
 
 describe("Kafka authentication and ACLs", () => {

@@ -2,7 +2,7 @@ import { createHook } from "node:async_hooks";
 import { once } from "node:events";
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "@jest/globals";
-import { createKafka, ensureTopics } from "../src/events/kafka.js";
+import { createKafka, ensureTopics, topicOffsets } from "../src/events/kafka.js";
 import { createLogger } from "../src/runtime/logger.js";
 import { topicName } from "../src/events/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
@@ -61,7 +61,7 @@ describe("an idle Kafka client", () => {
     const consumer = kafka.consumer(`${namespace}.idle.probe`, { maxWaitTime: FETCH_WAIT_MS });
     try {
       await producer.send({ topic, messages: [{ key: "k", value: Buffer.from("v") }] });
-      await admin.fetchTopicOffsets(topic);
+      await topicOffsets(admin, topic);
       const stream = await consumer.consume({ topics: [topic], mode: "earliest" });
       await once(stream, "data");
       await once(stream, "fetch"); // from here on, every fetch waits at the broker for nothing
@@ -73,7 +73,7 @@ describe("an idle Kafka client", () => {
       // Three fetches of FETCH_WAIT_MS each: a 1 ms loop on each of the open connections would create hundreds.
       expect(timers).toBeLessThan(30);
     } finally {
-      await Promise.allSettled([consumer.close(true), producer.disconnect(), admin.disconnect()]);
+      await Promise.allSettled([consumer.close(true), producer.disconnect(), admin.close()]);
     }
   });
 });

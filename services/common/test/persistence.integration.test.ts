@@ -9,7 +9,6 @@ import {
   insertNew,
   Outbox,
   outboxEntry,
-  pushEvent,
   RELAY_STOP_MS,
   updateVersioned,
   type OutboxEntry,
@@ -189,7 +188,7 @@ describe("outbox", () => {
         // A versioned write, so the position of each entry is known: the version it replaced.
         for (;;) {
           const read = (await col.findOne({ _id: "doc" }))!;
-          if (await updateVersioned(col, read, pushEvent(outboxEntry({ n })))) {
+          if (await updateVersioned(col, read, { $push: { outbox: outboxEntry({ n }) } })) {
             storedOrder[read.version] = n;
             break;
           }

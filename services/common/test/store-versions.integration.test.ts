@@ -55,7 +55,6 @@ function capturingLogger() {
 }
 
 const slowSchema = (runs: string[], ms: number): StoreSchema => ({
-  service: "svc",
   collections: { things: 2 },
   readableFrom: "1.0.0",
   migrations: [
@@ -128,7 +127,6 @@ describe("migrations", () => {
     const db = dbOf(clients[0]!, ns);
     let fail = true;
     const schema: StoreSchema = {
-      service: "svc",
       collections: { things: 3 },
       readableFrom: "1.0.0",
       migrations: [
@@ -215,7 +213,6 @@ describe("the guard", () => {
     const ns = freshNamespace();
     const db = dbOf(clients[0]!, ns);
     const base = (readableFrom: string, version: number): StoreSchema => ({
-      service: "svc",
       collections: { things: version },
       readableFrom,
       migrations: [],

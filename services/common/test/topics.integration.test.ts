@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { randomBytes } from "node:crypto";
 import { ConfigResourceTypes } from "@platformatic/kafka";
-import { type Admin, createKafka, ensureTopics } from "../src/events/kafka.js";
+import type { Admin } from "@platformatic/kafka";
+import { createKafka, ensureTopics } from "../src/events/kafka.js";
 import { createLogger } from "../src/runtime/logger.js";
 import { topicConfig, TOPICS, topicName, type TopicKey } from "../src/events/topics.js";
 import { testKafkaAdmin } from "../../../test/support/services.js";
@@ -22,11 +23,11 @@ beforeAll(() => {
   admin = kafka.admin();
 });
 afterAll(async () => {
-  await admin?.disconnect();
+  await admin?.close();
 });
 
 async function configOf(topic: string): Promise<Record<string, string>> {
-  const [described] = await admin.client.describeConfigs({
+  const [described] = await admin.describeConfigs({
     resources: [{ resourceType: ConfigResourceTypes.TOPIC, resourceName: topic }],
   });
   return Object.fromEntries(described!.configs.map((c) => [c.name, c.value]));
@@ -47,7 +48,7 @@ describe("every Kafka topic is bounded by retention.ms and retention.bytes", () 
   it("an admin's run sets them on a topic created without them", async () => {
     const namespace = `t${randomBytes(5).toString("hex")}`;
     const topic = topicName(namespace, "auditEvents");
-    await admin.client.createTopics({ topics: [topic], partitions: 1 });
+    await admin.createTopics({ topics: [topic], partitions: 1 });
     expect((await configOf(topic))["retention.bytes"]).toBe("-1");
     await ensureTopics(kafka, namespace, ["auditEvents"], 8, { configureExisting: true });
     expect(await configOf(topic)).toMatchObject(expected("auditEvents"));

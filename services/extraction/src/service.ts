@@ -58,7 +58,7 @@ export async function startExtractionService(settings: Settings, logger: Logger)
       await server.close();
       await Promise.allSettled([taking.stop(), consumer.stop()]);
       await extractor.close();
-      await admin.disconnect().catch(() => undefined);
+      await admin.close().catch(() => undefined);
     },
   };
 }

@@ -1,5 +1,5 @@
 import { Binary, ObjectId } from "mongodb";
-import { openSegment, SEAL_OVERHEAD, sealSegment } from "@pi/common/store/data-keys";
+import { decrypt, encrypt, SEAL_OVERHEAD, segmentAad } from "@pi/common/store/data-keys";
 import { BLOB_SEGMENT_BYTES, segmentCount, segmentId, type FileDoc, type FileStore, type UploadDoc } from "./store.js";
 
 /** A discarded upload's segments wait this long for a write that lands late. */
@@ -59,12 +59,10 @@ export class StagedUpload {
     // A discard that began while this flush waited wins: no segment may land after its delete.
     if (this.discarded) return;
     const box = this.spare.pop() ?? Buffer.allocUnsafe((final ? this.filled : BLOB_SEGMENT_BYTES) + SEAL_OVERHEAD);
-    const data = sealSegment(
+    const data = encrypt(
       this.dataKey,
-      this.id.toHexString(),
-      n,
-      final,
       this.plain?.subarray(0, this.filled) ?? Buffer.alloc(0),
+      segmentAad(this.id.toHexString(), n, final),
       box,
     );
     this.filled = 0;
@@ -153,7 +151,7 @@ export async function readBlobPart(
   const segment = await store.segments.findOne({ _id: segmentId(id, n) });
   if (!segment) throw new Error(`blob ${hex}: segment ${n} missing`);
   const final = n === parts - 1;
-  const bytes = openSegment(dataKey, hex, n, final, segment.data.buffer);
+  const bytes = decrypt(dataKey, segment.data.buffer, segmentAad(hex, n, final));
   if (bytes.length !== (final ? file.size - n * BLOB_SEGMENT_BYTES : BLOB_SEGMENT_BYTES))
     throw new Error(`blob ${hex}: segment ${n} has the wrong size`);
   return { bytes, parts };

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Consumer, Message, MessagesStream } from "@platformatic/kafka";
 import { atMost } from "../rules/at-most.js";
-import { type Kafka, type KafkaMessage, kafkaMessage, retriable } from "../events/kafka.js";
+import { type Kafka, type KafkaMessage, kafkaMessage, retriable, topicOffsets } from "../events/kafka.js";
 import type { Logger } from "../runtime/logger.js";
 import { kafkaConsumerLag, messageProcessDuration, messagesConsumed, readAtScrape } from "../runtime/metrics.js";
 import { retryDelay } from "./retry.js";
@@ -22,8 +22,7 @@ export function setConsumerMaxWaitForTests(ms: number): void {
 
 /** For groups that must hand partitions over quickly when a replica dies, instead of 30 s (as 1.0.0's members). */
 export const CONSUMER_SESSION_TIMEOUT_MS = 10_000;
-export const CONSUMER_HEARTBEAT_MS = 3_000;
-const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInterval: CONSUMER_HEARTBEAT_MS };
+const GROUP = { sessionTimeout: 30_000, rebalanceTimeout: 60_000, heartbeatInterval: 3_000 };
 
 /**
  * How long a stopping process waits for a consumer to leave its group: with the broker gone the client
@@ -57,38 +56,6 @@ export function consumerLag(
     const position = at.get(end.partition) ?? -1;
     return sum + Math.max(0, Number(end.high) - (position < 0 ? Number(end.low) : position));
   }, 0);
-}
-
-/**
- * Sets pi_kafka_consumer_lag{group} at each scrape from the broker's offsets, as the service's own
- * Kafka user (its group READ grant covers its groups' offsets).
- */
-export function watchConsumerLag(
-  kafka: Kafka,
-  groupId: string,
-  topic: string,
-  logger: Logger,
-): { stop(): Promise<void> } {
-  const admin = kafka.admin();
-  const reads = readAtScrape(
-    [kafkaConsumerLag],
-    async () => {
-      const [offsets] = await admin.client.listConsumerGroupOffsets({ groups: [groupId] });
-      const partitions = offsets?.topics.find((t) => t.name === topic)?.partitions ?? [];
-      const committed = partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) }));
-      kafkaConsumerLag.set({ group: groupId }, consumerLag(await admin.fetchTopicOffsets(topic), committed));
-    },
-    logger,
-  );
-  return {
-    async stop() {
-      await reads.stop();
-      await atMost(
-        admin.disconnect().catch(() => undefined),
-        CONSUMER_STOP_MS,
-      );
-    },
-  };
 }
 
 export interface ConsumeOptions {
@@ -223,12 +190,33 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
     }
   };
 
-  const lag = o.reportLag === false ? undefined : watchConsumerLag(kafka, group, topic, logger);
+  // pi_kafka_consumer_lag{group} at each scrape, as the service's own Kafka user (its group READ grant covers its offsets).
+  const admin = o.reportLag === false ? undefined : kafka.admin();
+  const lag =
+    admin &&
+    readAtScrape(
+      [kafkaConsumerLag],
+      async () => {
+        const [offsets] = await admin.listConsumerGroupOffsets({ groups: [group] });
+        const partitions = offsets?.topics.find((t) => t.name === topic)?.partitions ?? [];
+        const committed = partitions.map((p) => ({ partition: p.partitionIndex, offset: String(p.committedOffset) }));
+        kafkaConsumerLag.set({ group }, consumerLag(await topicOffsets(admin, topic), committed));
+      },
+      logger,
+    );
   let running: Promise<void> | undefined;
   const stop = async () => {
     stopping = true;
     await atMost(Promise.all([stream?.close(), running]), CONSUMER_STOP_MS);
-    await Promise.all([lag?.stop(), consumer && disconnectConsumer(consumer, name, logger)]);
+    await lag?.stop();
+    await Promise.all([
+      admin &&
+        atMost(
+          admin.close().catch(() => undefined),
+          CONSUMER_STOP_MS,
+        ),
+      consumer && disconnectConsumer(consumer, name, logger),
+    ]);
   };
   try {
     running = run(await start());

@@ -14,7 +14,6 @@ export function every(
   opts: { runAtStart?: boolean } = {},
 ): Periodic {
   let running: Promise<void> | undefined;
-  let stopped = false;
   const run = (): Promise<void> => {
     if (running !== undefined) return running;
     running = (async () => {
@@ -28,15 +27,12 @@ export function every(
     })();
     return running;
   };
-  const timer = setInterval(() => {
-    if (!stopped) void run();
-  }, intervalMs);
+  const timer = setInterval(() => void run(), intervalMs);
   timer.unref();
   if (opts.runAtStart ?? true) void run();
   return {
     runNow: run,
     async stop() {
-      stopped = true;
       clearInterval(timer);
       await running;
     },

@@ -70,8 +70,8 @@ export function kafkaAcls(namespace: string): Acl[] {
 export async function grantKafkaAccess(kafka: Kafka, namespace: string): Promise<void> {
   const admin = kafka.admin();
   try {
-    await admin.client.createAcls({ creations: kafkaAcls(namespace) });
+    await admin.createAcls({ creations: kafkaAcls(namespace) });
   } finally {
-    await admin.disconnect();
+    await admin.close();
   }
 }

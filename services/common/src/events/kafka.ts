@@ -1,5 +1,5 @@
 import {
-  Admin as KafkaAdmin,
+  Admin,
   ConfigResourceTypes,
   Consumer,
   compatibilityPartitioner,
@@ -54,7 +54,6 @@ export interface KafkaMessage {
   value: Buffer | null;
   headers: Record<string, Buffer>;
   offset: string;
-  timestamp: string;
 }
 
 export function kafkaMessage(m: Message): KafkaMessage {
@@ -63,7 +62,6 @@ export function kafkaMessage(m: Message): KafkaMessage {
     value: m.value ?? null,
     headers: Object.fromEntries([...m.headers].map(([k, v]) => [k.toString(), v])),
     offset: String(m.offset),
-    timestamp: String(m.timestamp),
   };
 }
 
@@ -83,7 +81,7 @@ export class Kafka {
     private readonly logger: Logger,
   ) {}
 
-  private logged<C extends KafkaAdmin | KafkaProducer | Consumer>(client: C): C {
+  private logged<C extends Admin | KafkaProducer | Consumer>(client: C): C {
     client.on("client:broker:failed", ({ broker }: { broker: { host: string; port: number } }) =>
       this.logger.warn({ broker: `${broker.host}:${broker.port}` }, "Kafka broker unreachable"),
     );
@@ -91,7 +89,7 @@ export class Kafka {
   }
 
   admin(): Admin {
-    return new Admin(this.logged(new KafkaAdmin(this.options)));
+    return this.logged(new Admin(this.options));
   }
 
   /**
@@ -121,28 +119,20 @@ export class Kafka {
   }
 }
 
-export class Admin {
-  constructor(readonly client: KafkaAdmin) {}
-
-  disconnect(): Promise<void> {
-    return this.client.close();
-  }
-
-  async fetchTopicOffsets(topic: string): Promise<TopicOffsets> {
-    const { topics } = await this.client.metadata({ topics: [topic], forceUpdate: true });
-    const partitions = [...Array(topics.get(topic)?.partitionsCount ?? 0).keys()];
-    const read = async (timestamp: bigint) => {
-      const [listed] = await this.client.listOffsets({
-        topics: [{ name: topic, partitions: partitions.map((partitionIndex) => ({ partitionIndex, timestamp })) }],
-      });
-      return new Map(listed?.partitions.map((p) => [p.partitionIndex, String(p.offset)]));
-    };
-    const [ends, starts] = await Promise.all([read(ListOffsetTimestamps.LATEST), read(ListOffsetTimestamps.EARLIEST)]);
-    return partitions.map((partition) => {
-      const end = ends.get(partition) ?? "0";
-      return { partition, offset: end, high: end, low: starts.get(partition) ?? "0" };
+export async function topicOffsets(admin: Admin, topic: string): Promise<TopicOffsets> {
+  const { topics } = await admin.metadata({ topics: [topic], forceUpdate: true });
+  const partitions = [...Array(topics.get(topic)?.partitionsCount ?? 0).keys()];
+  const read = async (timestamp: bigint) => {
+    const [listed] = await admin.listOffsets({
+      topics: [{ name: topic, partitions: partitions.map((partitionIndex) => ({ partitionIndex, timestamp })) }],
     });
-  }
+    return new Map(listed?.partitions.map((p) => [p.partitionIndex, String(p.offset)]));
+  };
+  const [ends, starts] = await Promise.all([read(ListOffsetTimestamps.LATEST), read(ListOffsetTimestamps.EARLIEST)]);
+  return partitions.map((partition) => {
+    const end = ends.get(partition) ?? "0";
+    return { partition, offset: end, high: end, low: starts.get(partition) ?? "0" };
+  });
 }
 
 export class Producer {
@@ -215,7 +205,7 @@ export async function ensureTopics(
   attempts = 8,
   opts: { configureExisting?: boolean } = {},
 ): Promise<void> {
-  const { client: admin } = kafka.admin();
+  const admin = kafka.admin();
   try {
     await retry(
       "creating the topics",
@@ -263,7 +253,7 @@ export function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8)
 
 /** True when a broker answers a metadata request within the timeout. */
 export async function kafkaReachable(admin: Admin, timeoutMs = 2000): Promise<boolean> {
-  const answered = admin.client.metadata({ topics: [], forceUpdate: true }).then(
+  const answered = admin.metadata({ topics: [], forceUpdate: true }).then(
     () => true,
     () => false,
   );

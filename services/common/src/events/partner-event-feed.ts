@@ -3,7 +3,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { eventsv1 } from "@pi/proto";
 import { consume, type Consuming } from "../background/consume.js";
 import { every, type Periodic } from "../background/periodic.js";
-import { whileMetadataSettles, type Kafka } from "./kafka.js";
+import { topicOffsets, whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "../runtime/logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
@@ -47,8 +47,9 @@ export class PositionReporter {
     });
   }
 
+  /** Moves a partition's position forward (never back). */
   advance(partition: number, nextOffset: bigint): void {
-    this.nextOffsets.set(partition, nextOffset);
+    if (nextOffset > (this.nextOffsets.get(partition) ?? -1n)) this.nextOffsets.set(partition, nextOffset);
     this.kick();
   }
 
@@ -135,11 +136,10 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   const admin = kafka.admin();
   let ends: { partition: number; offset: string }[];
   try {
-    ends = await whileMetadataSettles(() => admin.fetchTopicOffsets(topic));
+    ends = await whileMetadataSettles(() => topicOffsets(admin, topic));
   } finally {
-    await admin.disconnect();
+    await admin.close();
   }
-  const applied = new Map<number, bigint>();
   let applying = false;
 
   await options.catchUp?.();
@@ -169,7 +169,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
             applying = false;
           }
         }
-        applied.set(partition, BigInt(message.offset) + 1n);
         reporter?.advance(partition, BigInt(message.offset) + 1n);
       },
     });
@@ -177,11 +176,8 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     await reporter?.stop();
     throw err;
   }
-  for (const { partition, offset } of ends) {
-    if (applied.has(partition)) continue; // an event read already
-    applied.set(partition, BigInt(offset));
-    reporter?.advance(partition, BigInt(offset));
-  }
+  // Placed at the end: where no event was read yet, that is the position.
+  for (const { partition, offset } of ends) reporter?.advance(partition, BigInt(offset));
   await reporter?.flush();
   return {
     trusted: () =>

@@ -31,7 +31,7 @@ export async function openRuntime(
   const producer = kafka.producer();
   const admin = kafka.admin();
   const close = async () => {
-    await Promise.allSettled([producer.disconnect(), admin.disconnect()]);
+    await Promise.allSettled([producer.disconnect(), admin.close()]);
     await mongo.close();
   };
   try {

@@ -1,12 +1,12 @@
 import { sign } from "node:crypto";
 import { create, toBinary } from "@bufbuild/protobuf";
-import type { Collection, Db, Document, WithId } from "mongodb";
+import type { Collection, Db, Document } from "mongodb";
 import { eventsv1 } from "@pi/proto";
 import type { Producer } from "../events/kafka.js";
 import { RpcError, Status } from "../rpc/errors.js";
 import { parseOwnIdentity, type OwnIdentity } from "../rpc/service-identity.js";
 import type { Logger } from "../runtime/logger.js";
-import { Outbox, outboxEntry, type OutboxEntry } from "./persistence.js";
+import { Outbox, outboxEntry, type OutboxEntry, type OutboxOptions } from "./persistence.js";
 
 // The audit trail's records (docs/security.md, "Audit trail"), built ONLY from the closed lists and id
 // shapes below, so no secret, address, purpose, partner name or file content can reach one.
@@ -247,16 +247,10 @@ export class AuditTrail {
     return auditEntry(this.o.service, fields, at);
   }
 
-  /** The audit outbox of a collection whose documents carry records: call `afterWrite(id)` after each write that stored one. */
+  /** The audit outbox of a collection whose documents carry records (keyed by _id unless `key` says otherwise): call `afterWrite(id)` after each write that stored one. */
   on<D extends Document>(
     collection: Collection<D>,
-    opts: {
-      /** The message key of a document's records (its _id by default): one document's records stay in order. */
-      key?(doc: WithId<D>): string;
-      /** What logs name a document by, when its _id must not be logged (an elder's address). */
-      logId?(id: unknown): unknown;
-      dropEmpty?: boolean;
-    } = {},
+    opts: Partial<Pick<OutboxOptions<D, AuditEntry>, "key" | "logId" | "dropEmpty">> = {},
   ): Outbox<D, AuditEntry> {
     const outbox = new Outbox<D, AuditEntry>({
       name: `${this.o.service} audit records`,

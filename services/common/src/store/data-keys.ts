@@ -19,14 +19,6 @@ export interface WrappedKey {
   wrapped: string;
 }
 
-export interface KeyWrapper {
-  readonly currentKid: string;
-  has(kid: string): boolean;
-  wrap(dataKey: Uint8Array): Promise<WrappedKey>;
-  /** The data key; throws DataKeyError for an unknown kid or a wrapped key that does not authenticate. */
-  unwrap(key: WrappedKey): Promise<Buffer>;
-}
-
 /** A data key that cannot be used: unknown KEK, wrong key, tampered or truncated ciphertext. No key material in the message. */
 export class DataKeyError extends Error {}
 
@@ -66,7 +58,9 @@ export const newDataKeysEntry = (kid: string) => `${kid}:${randomBytes(DATA_KEY_
 
 const wrapAad = (kid: string) => Buffer.from(`pi-data-key.v1|${kid}`);
 
-export class LocalKeyWrapper implements KeyWrapper {
+export type KeyWrapper = LocalKeyWrapper;
+
+export class LocalKeyWrapper {
   private readonly keks: Map<string, Buffer>;
   readonly currentKid: string;
 
@@ -90,6 +84,7 @@ export class LocalKeyWrapper implements KeyWrapper {
     return { kid, wrapped: encrypt(this.keks.get(kid)!, dataKey, wrapAad(kid)).toString("base64url") };
   }
 
+  /** The data key; throws DataKeyError for an unknown kid or a wrapped key that does not authenticate. */
   async unwrap(key: WrappedKey): Promise<Buffer> {
     const kek = this.keks.get(key.kid);
     if (!kek) throw new DataKeyError(`no key-encryption key ${JSON.stringify(key.kid)} in DATA_KEYS`);
@@ -129,22 +124,8 @@ export function decrypt(key: Uint8Array, box: Uint8Array, aad: Uint8Array | stri
 }
 
 /** A segment is bound to its place and stream, the last sealed `final`: a stream cut short does not authenticate. */
-const segmentAad = (streamId: string, n: number, final: boolean) => `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
-
-export function sealSegment(
-  key: Uint8Array,
-  streamId: string,
-  n: number,
-  final: boolean,
-  plaintext: Uint8Array,
-  into?: Buffer,
-): Buffer {
-  return encrypt(key, plaintext, segmentAad(streamId, n, final), into);
-}
-
-export function openSegment(key: Uint8Array, streamId: string, n: number, final: boolean, box: Uint8Array): Buffer {
-  return decrypt(key, box, segmentAad(streamId, n, final));
-}
+export const segmentAad = (streamId: string, n: number, final: boolean) =>
+  `pi-segment.v1|${streamId}|${n}|${final ? 1 : 0}`;
 
 // A small value (a secret, a JSON document) with its own data key, as one string bound to a context
 // (what the value is): v2.<kid>.<wrapped data key>.<nonce | ciphertext | tag>, base64url.

@@ -1,18 +1,13 @@
-import { MongoClient, type Db } from "mongodb";
-
-export interface Mongo {
-  client: MongoClient;
-  db: Db;
-  ping(): Promise<boolean>;
-  close(): Promise<void>;
-}
+import { MongoClient } from "mongodb";
 
 /** The database a service owns: `${namespace}_${service}` on the configured server. */
 export function databaseName(namespace: string, service: string): string {
   return `${namespace}_${service.replace(/-/g, "_")}`;
 }
 
-export async function connectMongo(uri: string, dbName: string): Promise<Mongo> {
+export type Mongo = Awaited<ReturnType<typeof connectMongo>>;
+
+export async function connectMongo(uri: string, dbName: string) {
   const client = new MongoClient(uri, { serverSelectionTimeoutMS: 2000, connectTimeoutMS: 5000 });
   await client.connect();
   const db = client.db(dbName);

@@ -1,4 +1,4 @@
-import type { Collection, Document, UpdateFilter, WithId } from "mongodb";
+import { type Collection, type Document, MongoBulkWriteError, type UpdateFilter, type WithId } from "mongodb";
 import type { Producer } from "../events/kafka.js";
 import { atMost } from "../rules/at-most.js";
 import { newId } from "../rules/ids.js";
@@ -34,11 +34,9 @@ export async function insertNew<T extends Document>(collection: Collection<T>, d
     await collection.insertMany(docs as never, { ordered: false });
     return [];
   } catch (err) {
-    const writeErrors = (err as { writeErrors?: { code: number; index: number }[] | { code: number; index: number } })
-      .writeErrors;
-    const list = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
-    if (list.length === 0 || list.some((e) => e.code !== 11000)) throw err;
-    return list.map((e) => docs[e.index]!);
+    const refused = err instanceof MongoBulkWriteError ? [err.writeErrors].flat() : [];
+    if (refused.length === 0 || refused.some((e) => e.code !== 11000)) throw err;
+    return refused.map((e) => docs[e.index]!);
   }
 }
 
@@ -74,11 +72,6 @@ export const emptyOutbox = (): OutboxFields<never> => ({ outbox: [], relayUntil:
 export function outboxEntry<F extends object>(fields: F, occurredAt = new Date()): F & OutboxEntry {
   const trace = traceHeaders();
   return { ...fields, eventId: newId("evt"), occurredAt, ...(Object.keys(trace).length > 0 ? { trace } : {}) };
-}
-
-/** The update that stores `entry` with a state change: merge it into the change's update. */
-export function pushEvent<E extends OutboxEntry>(entry: E): { $push: { outbox: E } } {
-  return { $push: { outbox: entry } };
 }
 
 export interface Published {
@@ -154,7 +147,9 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
   afterWrite(id: unknown): void {
     const failed = (err: unknown) =>
       this.o.logger.warn({ err, id: this.logId(id), events: this.o.name }, "outbox relay failed; the sweep will retry");
-    this.track(this.relay(id).catch(failed));
+    const relaying = this.relay(id).catch(failed);
+    this.inFlight.add(relaying);
+    void relaying.finally(() => this.inFlight.delete(relaying));
   }
 
   /** Publishes and pulls the entries of one document unless another relay holds it; where each went. */
@@ -268,10 +263,5 @@ export class Outbox<D extends Document, E extends OutboxEntry> {
 
   async drain(): Promise<void> {
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
-  }
-
-  private track(p: Promise<unknown>): void {
-    this.inFlight.add(p);
-    void p.finally(() => this.inFlight.delete(p));
   }
 }

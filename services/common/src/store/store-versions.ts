@@ -22,7 +22,6 @@ export interface StoreMigration {
 }
 
 export interface StoreSchema {
-  service: string;
   /** The version of every collection the service owns: bumped by the migration that changes its shape. */
   collections: Readonly<Record<string, number>>;
   migrations: readonly StoreMigration[];
@@ -51,18 +50,6 @@ export class StoreRefusal extends Error {
   ) {
     super(message);
   }
-}
-
-function umzugOf(db: Db, schema: StoreSchema, ctx: MigrationContext) {
-  const log = (level: "info" | "warn" | "error" | "debug") => (record: Record<string, unknown>) =>
-    ctx.logger[level]({ store: db.databaseName, ...record }, `store migration ${String(record.event ?? "")}`.trim());
-  return new Umzug({
-    migrations: [...schema.migrations]
-      .sort((a, b) => a.name.localeCompare(b.name))
-      .map((m) => ({ name: m.name, up: () => m.up(ctx) })),
-    storage: new MongoDBStorage({ collection: db.collection(STORE_MIGRATIONS_COLLECTION) as never }),
-    logger: { info: log("info"), warn: log("warn"), error: log("error"), debug: log("debug") },
-  });
 }
 
 /** The mark of `db`, or null for a store no release with a guard has written (empty, or from before). */
@@ -94,7 +81,16 @@ export async function prepareStore(
     throw new StoreRefusal(`store ${store} needs release ${before.minReader} or newer`, "needs_newer_release");
   }
 
-  const umzug = umzugOf(db, schema, { db, client: opts.client, namespace: opts.namespace, logger });
+  const ctx: MigrationContext = { db, client: opts.client, namespace: opts.namespace, logger };
+  const log = (level: "info" | "warn" | "error" | "debug") => (record: Record<string, unknown>) =>
+    logger[level]({ store, ...record }, `store migration ${String(record.event ?? "")}`.trim());
+  const umzug = new Umzug({
+    migrations: [...schema.migrations]
+      .sort((a, b) => a.name.localeCompare(b.name))
+      .map((m) => ({ name: m.name, up: () => m.up(ctx) })),
+    storage: new MongoDBStorage({ collection: db.collection(STORE_MIGRATIONS_COLLECTION) as never }),
+    logger: { info: log("info"), warn: log("warn"), error: log("error"), debug: log("debug") },
+  });
   const leases = db.collection(STORE_VERSION_COLLECTION) as unknown as Collection<JobLeaseDoc>;
   const ran: string[] = [];
   while ((await umzug.pending()).length > 0) {

@@ -10,7 +10,6 @@ export const PREVIOUS_RELEASE = "1.0.0";
 
 export const STORE_SCHEMAS = {
   auth: {
-    service: "auth",
     collections: {
       partners: 2,
       credentials: 3,
@@ -27,7 +26,6 @@ export const STORE_SCHEMAS = {
     readableFrom: PREVIOUS_RELEASE,
   },
   connection: {
-    service: "connection",
     collections: {
       elder_addresses: 1,
       connections: 3,
@@ -40,7 +38,6 @@ export const STORE_SCHEMAS = {
     readableFrom: PREVIOUS_RELEASE,
   },
   "file-intake": {
-    service: "file-intake",
     collections: {
       files: 3,
       extractions: 1,
@@ -56,7 +53,6 @@ export const STORE_SCHEMAS = {
     readableFrom: PREVIOUS_RELEASE,
   },
   webhook: {
-    service: "webhook",
     collections: {
       webhook_events: 2,
       webhook_queue: 1,
