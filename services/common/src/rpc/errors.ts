@@ -82,14 +82,13 @@ export const rateLimitedError = (message: string, retryAfterSeconds: number) =>
   serviceError(ErrorReason.RATE_LIMITED, message, undefined, Math.max(1, Math.ceil(retryAfterSeconds)));
 
 /** The reason carried by an error from serviceError, or undefined for any other failure. */
-export function reasonOf(
-  err: unknown,
-): { reason: commonv1.ErrorReason; param?: string; retryAfterSeconds?: number } | undefined {
+export function reasonOf(err: unknown) {
   const detail = err instanceof RpcError ? err.detail : undefined;
-  if (!detail) return undefined;
-  return {
-    reason: detail.reason,
-    param: detail.param || undefined,
-    retryAfterSeconds: detail.retryAfterSeconds || undefined,
-  };
+  return (
+    detail && {
+      reason: detail.reason,
+      param: detail.param || undefined,
+      retryAfterSeconds: detail.retryAfterSeconds || undefined,
+    }
+  );
 }

@@ -165,11 +165,7 @@ export interface RpcServerOptions {
   logger: Logger;
 }
 
-export interface RpcServer {
-  port: number;
-  adminPort?: number;
-  close(): Promise<void>;
-}
+export type RpcServer = Awaited<ReturnType<typeof startRpcServer>>;
 
 /**
  * The services' gRPC server: the runtime RPCs and grpc.health.v1.Health on `port`, the admin RPCs
@@ -177,7 +173,7 @@ export interface RpcServer {
  * needs; a method a port does not serve is UNIMPLEMENTED there. Every call but a health check must
  * carry a service token its caller signed for this service, and the caller must be allowed the method.
  */
-export async function startRpcServer(opts: RpcServerOptions): Promise<RpcServer> {
+export async function startRpcServer(opts: RpcServerOptions) {
   // A process has checked the setting at its start (requireIdentity); without it no key is known.
   const verifier = new TokenVerifier(opts.service, parsePublicKeys(opts.publicKeys ?? ""));
   const routes = collectRoutes(opts.routes);

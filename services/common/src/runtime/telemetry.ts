@@ -33,10 +33,8 @@ export async function startTelemetry(serviceName: string): Promise<() => Promise
   return () => sdk.shutdown();
 }
 
-type Carrier = Record<string, string>;
-
-export function traceHeaders(ctx: Context = context.active()): Carrier {
-  const carrier: Carrier = {};
+export function traceHeaders(ctx = context.active()): Record<string, string> {
+  const carrier = {};
   propagation.inject(ctx, carrier);
   return carrier;
 }
