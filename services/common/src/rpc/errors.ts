@@ -73,8 +73,7 @@ export function serviceError(
   param?: string,
   retryAfterSeconds?: number,
 ): RpcError {
-  const detail = create(ErrorDetailSchema, { reason, param: param ?? "", retryAfterSeconds: retryAfterSeconds ?? 0 });
-  return new RpcError(message, codeOf[reason], detail);
+  return new RpcError(message, codeOf[reason], create(ErrorDetailSchema, { reason, param, retryAfterSeconds }));
 }
 
 /** A per-partner bound was reached (RATE_LIMITED): the partner's 429, to retry after `retryAfterSeconds`. */
