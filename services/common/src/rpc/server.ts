@@ -123,8 +123,8 @@ function grpcHandler(method: DescMethod, handler: Handler, verifier: TokenVerifi
   ) => {
     const started = performance.now();
     const ended = new AbortController();
-    const onCancel = () => ended.abort(new RpcError("the call was cancelled", Status.CANCELLED));
-    call.once("cancelled", onCancel);
+    // After the end, a late "cancelled" finds the signal aborted already (a no-op).
+    call.once("cancelled", () => ended.abort(new RpcError("the call was cancelled", Status.CANCELLED)));
     const request = "request" in call ? call.request : requestsOf(call);
     rpcServerSpan(method, call.metadata.getMap(), async () => {
       const [token] = call.metadata.get(SERVICE_TOKEN_HEADER);
@@ -142,10 +142,7 @@ function grpcHandler(method: DescMethod, handler: Handler, verifier: TokenVerifi
           callback({ code: failure.code, details: failure.message, metadata });
         },
       )
-      .finally(() => {
-        call.removeListener("cancelled", onCancel);
-        ended.abort(CALL_ENDED);
-      });
+      .finally(() => ended.abort(CALL_ENDED));
   };
 }
 
