@@ -1,4 +1,5 @@
-import { once } from "node:events";
+import type { Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import {
   create,
   fromBinary,
@@ -112,39 +113,19 @@ export function serviceClient<T extends DescService>(service: T, urls: string, i
         );
     else if (method.methodKind === "client_streaming")
       client[method.localName] = (input: AsyncIterable<object>, options: CallOptions = {}) =>
-        call(options, async (metadata, callOptions) => {
-          let stream!: grpc.ClientWritableStream<Buffer>;
-          const answer = cancellable(options.signal, (done) => {
-            stream = channel.makeClientStreamRequest(path, (b: Buffer) => b, res, metadata, callOptions, done);
-            return stream;
-          });
-          // Settles when the call ends, whatever its outcome: the answer says which.
-          const ended = answer.then(
-            () => undefined,
-            () => undefined,
-          );
-          const messages = input[Symbol.asyncIterator]();
-          try {
+        call(options, (metadata, callOptions) =>
+          cancellable(options.signal, (done) => {
+            const stream = channel.makeClientStreamRequest(path, (b: Buffer) => b, res, metadata, callOptions, done);
+            // Ended, the call lets the pipeline go: it stops waiting for room and returns the input.
+            stream.once("status", () => stream.destroy());
             // Each message waits for the stream's room (HTTP/2 flow control): an upload moves at its reader's pace.
-            for (;;) {
-              const next = await Promise.race([messages.next(), ended]);
-              if (!next) {
-                void messages.return?.()?.catch(() => {});
-                break;
-              }
-              if (next.done) {
-                stream.end();
-                break;
-              }
-              // Serialized now: the caller may reuse its buffers once it is asked for the next message.
-              if (!stream.write(req(next.value))) await Promise.race([once(stream, "drain"), ended]);
-            }
-          } catch (err) {
-            stream.cancel();
-            throw err;
-          }
-          return answer;
-        });
+            // Serialized as it is read: the caller may reuse its buffers once it is asked for the next message.
+            pipeline(async function* () {
+              for await (const message of input) yield req(message);
+            }, stream as Writable).catch(() => stream.cancel());
+            return stream;
+          }),
+        );
   }
   channels.set(client, channel);
   return client as Client<T>;

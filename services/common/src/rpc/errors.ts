@@ -73,8 +73,7 @@ export function serviceError(
   param?: string,
   retryAfterSeconds?: number,
 ): RpcError {
-  const detail = create(ErrorDetailSchema, { reason, param: param ?? "", retryAfterSeconds: retryAfterSeconds ?? 0 });
-  return new RpcError(message, codeOf[reason], detail);
+  return new RpcError(message, codeOf[reason], create(ErrorDetailSchema, { reason, param, retryAfterSeconds }));
 }
 
 /** A per-partner bound was reached (RATE_LIMITED): the partner's 429, to retry after `retryAfterSeconds`. */
@@ -82,14 +81,13 @@ export const rateLimitedError = (message: string, retryAfterSeconds: number) =>
   serviceError(ErrorReason.RATE_LIMITED, message, undefined, Math.max(1, Math.ceil(retryAfterSeconds)));
 
 /** The reason carried by an error from serviceError, or undefined for any other failure. */
-export function reasonOf(
-  err: unknown,
-): { reason: commonv1.ErrorReason; param?: string; retryAfterSeconds?: number } | undefined {
+export function reasonOf(err: unknown) {
   const detail = err instanceof RpcError ? err.detail : undefined;
-  if (!detail) return undefined;
-  return {
-    reason: detail.reason,
-    param: detail.param || undefined,
-    retryAfterSeconds: detail.retryAfterSeconds || undefined,
-  };
+  return (
+    detail && {
+      reason: detail.reason,
+      param: detail.param || undefined,
+      retryAfterSeconds: detail.retryAfterSeconds || undefined,
+    }
+  );
 }

@@ -5,7 +5,6 @@ import { ruleFor, type Workload } from "./allowed-callers.js";
 import { RpcError, Status, trailersOf } from "./errors.js";
 import type { Logger } from "../runtime/logger.js";
 import { checkCaller, parsePublicKeys, SERVICE_TOKEN_HEADER, TokenVerifier } from "./service-identity.js";
-import { SettingsError } from "../runtime/settings.js";
 import { rpcServerSpan } from "../runtime/telemetry.js";
 import { deserialize, pathOf, serialize } from "./client.js";
 
@@ -124,8 +123,8 @@ function grpcHandler(method: DescMethod, handler: Handler, verifier: TokenVerifi
   ) => {
     const started = performance.now();
     const ended = new AbortController();
-    const onCancel = () => ended.abort(new RpcError("the call was cancelled", Status.CANCELLED));
-    call.once("cancelled", onCancel);
+    // After the end, a late "cancelled" finds the signal aborted already (a no-op).
+    call.once("cancelled", () => ended.abort(new RpcError("the call was cancelled", Status.CANCELLED)));
     const request = "request" in call ? call.request : requestsOf(call);
     rpcServerSpan(method, call.metadata.getMap(), async () => {
       const [token] = call.metadata.get(SERVICE_TOKEN_HEADER);
@@ -143,10 +142,7 @@ function grpcHandler(method: DescMethod, handler: Handler, verifier: TokenVerifi
           callback({ code: failure.code, details: failure.message, metadata });
         },
       )
-      .finally(() => {
-        call.removeListener("cancelled", onCancel);
-        ended.abort(CALL_ENDED);
-      });
+      .finally(() => ended.abort(CALL_ENDED));
   };
 }
 
@@ -166,11 +162,7 @@ export interface RpcServerOptions {
   logger: Logger;
 }
 
-export interface RpcServer {
-  port: number;
-  adminPort?: number;
-  close(): Promise<void>;
-}
+export type RpcServer = Awaited<ReturnType<typeof startRpcServer>>;
 
 /**
  * The services' gRPC server: the runtime RPCs and grpc.health.v1.Health on `port`, the admin RPCs
@@ -178,10 +170,9 @@ export interface RpcServer {
  * needs; a method a port does not serve is UNIMPLEMENTED there. Every call but a health check must
  * carry a service token its caller signed for this service, and the caller must be allowed the method.
  */
-export async function startRpcServer(opts: RpcServerOptions): Promise<RpcServer> {
-  if (!opts.publicKeys)
-    throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
-  const verifier = new TokenVerifier(opts.service, parsePublicKeys(opts.publicKeys));
+export async function startRpcServer(opts: RpcServerOptions) {
+  // A process has checked the setting at its start (requireIdentity); without it no key is known.
+  const verifier = new TokenVerifier(opts.service, parsePublicKeys(opts.publicKeys ?? ""));
   const routes = collectRoutes(opts.routes);
   const plane = (name: string) =>
     routes.filter(([m]) => (ruleFor(m.parent.typeName, m.name)?.plane ?? "runtime") === name);

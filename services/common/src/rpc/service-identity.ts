@@ -8,7 +8,7 @@ import {
 } from "node:crypto";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { decodeJwt, type JWTPayload, jwtVerify, SignJWT } from "jose";
-import { mayCall, ruleFor, SERVICE_OF, WORKLOADS, type Workload } from "./allowed-callers.js";
+import { mayCall, ruleFor, WORKLOADS, type Workload } from "./allowed-callers.js";
 import { RpcError, Status } from "./errors.js";
 import type { Logger } from "../runtime/logger.js";
 
@@ -287,6 +287,7 @@ export function requireIdentity(
     throw new Error(`invalid setting SERVICE_IDENTITY_KEY: required (the private key of ${name})`);
   const own = parseOwnIdentity(settings.SERVICE_IDENTITY_KEY).name;
   if (own !== name) throw new Error(`invalid setting SERVICE_IDENTITY_KEY: it is the key of ${own}, not of ${name}`);
-  if (Object.values(SERVICE_OF).includes(own) && !settings.SERVICE_IDENTITY_PUBLIC_KEYS)
+  // Every workload that serves (startRpcServer) verifies its callers' tokens.
+  if (own !== "gateway" && own !== "ops" && !settings.SERVICE_IDENTITY_PUBLIC_KEYS)
     throw new Error("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
 }

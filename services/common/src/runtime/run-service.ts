@@ -1,6 +1,5 @@
 import { createLogger, type Logger } from "./logger.js";
 import { watchParent } from "./parent-watch.js";
-import { requireIdentity } from "../rpc/service-identity.js";
 import { loadSettings, refuseSetting, SettingsError, type Settings } from "./settings.js";
 import { startMetricsServer } from "./metrics.js";
 import { startTelemetry } from "./telemetry.js";
@@ -16,21 +15,14 @@ export interface RunningService {
   stop(): Promise<void>;
 }
 
-export type StartService = (settings: Settings, logger: Logger) => Promise<RunningService>;
-
 const shutdownGraceMs = 15_000;
 
 /**
  * The one entry point of every service process: settings validated first (a bad one exits with a
  * one-line reason), JSON logs, a clean stop on SIGTERM or SIGINT, a crash logged and exited non-zero.
  */
-export function runService(name: string, start: StartService): void {
-  const settings = loadSettings();
-  try {
-    requireIdentity(settings, name);
-  } catch (err) {
-    refuseSetting(err as Error);
-  }
+export function runService(name: string, start: (settings: Settings, logger: Logger) => Promise<RunningService>) {
+  const settings = loadSettings(name);
   const logger = createLogger(name, settings.LOG_LEVEL);
   for (const [event, msg] of [
     ["uncaughtException", "uncaught exception"],

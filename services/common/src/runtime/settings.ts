@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { parseDataKeys, parseIdList } from "../store/data-keys.js";
 import { parseServiceUrls } from "../rpc/service-urls.js";
-import { parseOwnIdentity, parsePublicKeys } from "../rpc/service-identity.js";
+import { parseOwnIdentity, parsePublicKeys, requireIdentity } from "../rpc/service-identity.js";
 
 // Every setting of the operator contract (docs/running.md and the pages named below), plus the internal
 // addresses, in one schema; each service validates the whole set at start.
@@ -201,10 +201,12 @@ export function refuseSetting(err: Error): never {
   process.exit(2);
 }
 
-/** For a service's start: the settings, or the process ends with the reason (parseSettings throws nothing else). */
-export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+/** For a workload's start: the settings, its own identity among them (requireIdentity), or the process ends with the reason. */
+export function loadSettings(workload?: string): Settings {
   try {
-    return parseSettings(env);
+    const settings = parseSettings();
+    if (workload) requireIdentity(settings, workload);
+    return settings;
   } catch (err) {
     return refuseSetting(err as Error);
   }

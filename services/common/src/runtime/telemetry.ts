@@ -33,10 +33,8 @@ export async function startTelemetry(serviceName: string): Promise<() => Promise
   return () => sdk.shutdown();
 }
 
-type Carrier = Record<string, string>;
-
-export function traceHeaders(ctx: Context = context.active()): Carrier {
-  const carrier: Carrier = {};
+export function traceHeaders(ctx = context.active()): Record<string, string> {
+  const carrier = {};
   propagation.inject(ctx, carrier);
   return carrier;
 }
@@ -79,39 +77,31 @@ export async function inSpan<T>(
   }
 }
 
-async function timed<T>(histogram: typeof rpcServerDuration, method: DescMethod, call: () => Promise<T>): Promise<T> {
-  if (!metricsRecording()) return call();
-  const end = histogram.startTimer({ rpc_service: method.parent.typeName, rpc_method: method.name });
+/**
+ * An internal call's span and duration metric: a CLIENT span, whose context `fn` sends as headers, or a
+ * SERVER span, child of the caller's context (the headers it received).
+ */
+async function rpcSpan<T>(kind: SpanKind, method: DescMethod, parent: Context | undefined, fn: () => Promise<T>) {
+  const histogram = kind === SpanKind.SERVER ? rpcServerDuration : rpcClientDuration;
+  const labels = { rpc_service: method.parent.typeName, rpc_method: method.name };
+  const end = metricsRecording() ? histogram.startTimer(labels) : undefined;
+  const name = `${method.parent.typeName}/${method.name}`;
   try {
-    const result = await call();
-    end({ rpc_grpc_status_code: "0" });
+    const result = await inSpan(name, { kind, parent, attributes: { "rpc.system": "grpc" } }, fn);
+    end?.({ rpc_grpc_status_code: "0" });
     return result;
   } catch (err) {
     const code = (err as { code?: unknown } | undefined)?.code;
-    end({ rpc_grpc_status_code: String(typeof code === "number" ? code : 2) });
+    end?.({ rpc_grpc_status_code: String(typeof code === "number" ? code : 2) });
     throw err;
   }
 }
 
-const rpc = { "rpc.system": "grpc" };
-
-/** Client side of an internal call: a CLIENT span, whose context `fn` sends as headers; a duration metric. */
 export const rpcClientSpan = <T>(method: DescMethod, fn: (headers: Record<string, string>) => Promise<T>) =>
-  timed(rpcClientDuration, method, () =>
-    inSpan(`${method.parent.typeName}/${method.name}`, { kind: SpanKind.CLIENT, attributes: rpc }, () =>
-      fn(traceHeaders()),
-    ),
-  );
+  rpcSpan(SpanKind.CLIENT, method, undefined, () => fn(traceHeaders()));
 
-/** Server side of an internal call: a SERVER span, child of the caller's context (its headers); a duration metric. */
 export const rpcServerSpan = <T>(method: DescMethod, headers: Record<string, unknown>, fn: () => Promise<T>) =>
-  timed(rpcServerDuration, method, () =>
-    inSpan(
-      `${method.parent.typeName}/${method.name}`,
-      { kind: SpanKind.SERVER, parent: contextFromHeaders(headers), attributes: rpc },
-      fn,
-    ),
-  );
+  rpcSpan(SpanKind.SERVER, method, contextFromHeaders(headers), fn);
 
 export const activeContext = (): Context => context.active();
 
