@@ -44,15 +44,13 @@ export interface AuthDeps {
   events: PartnerEventPublisher;
   authentications: AuthenticationCache;
   assertionKeys: AssertionKeys;
-  audit: AuthAudit;
+  audit: {
+    trail: AuditTrail;
+    store: AuditStore;
+    /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
+    publicKeys: PublicKeys;
+  };
   logger: Logger;
-}
-
-export interface AuthAudit {
-  trail: AuditTrail;
-  store: AuditStore;
-  /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
-  publicKeys: PublicKeys;
 }
 
 export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
