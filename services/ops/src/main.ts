@@ -153,11 +153,10 @@ program.parseAsync(process.argv).then(
       if (err.exitCode === 0) process.exit(0);
       process.exit(2); // commander already printed the one-line reason
     }
-    process.stderr.write(
-      `${describeFailure(err, urls)
-        .replace(/\s*\n\s*/g, " ")
-        .trim()}\n`,
-    );
+    const line = describeFailure(err, urls)
+      .replace(/\s*\n\s*/g, " ")
+      .trim();
+    process.stderr.write(`${line}\n`);
     process.exit(1);
   },
 );
