@@ -1,5 +1,5 @@
 import { LRUCache } from "lru-cache";
-import type { CredentialMode } from "./store.js";
+import type { PartnerMode } from "@pi/common/rules/mode";
 
 // Successful client authentications, keyed by client id and the HMAC of the presented secret: only
 // both right find an entry, so every failure takes the full path of guarantee 5. The cache is emptied
@@ -9,7 +9,7 @@ import type { CredentialMode } from "./store.js";
 export interface Authenticated {
   clientId: string;
   partnerId: string;
-  mode: CredentialMode;
+  mode: PartnerMode;
   scopes: readonly string[];
 }
 

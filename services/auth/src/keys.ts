@@ -71,7 +71,6 @@ async function newStoredKey(sealer: SecretSealer, activatesAt: Date): Promise<St
 export class KeyRing {
   private keys: StoredKey[] = [];
   private readonly privateKeys = new Map<string, CryptoKey>();
-  private published: { keys: JWK[] } = { keys: [] };
   private readonly auditOutbox?: Outbox<SigningKeyDoc, AuditEntry>;
 
   constructor(
@@ -126,7 +125,6 @@ export class KeyRing {
     }
     for (const kid of this.privateKeys.keys()) if (!keys.some((k) => k.kid === kid)) this.privateKeys.delete(kid);
     this.keys = [...keys].sort((a, b) => activation(a) - activation(b) || a.kid.localeCompare(b.kid));
-    this.published = { keys: this.keys.map((k) => k.publicJwk) };
   }
 
   signer(now = Date.now()): { kid: string; privateKey: CryptoKey } {
@@ -135,7 +133,7 @@ export class KeyRing {
   }
 
   jwks(): { keys: JWK[] } {
-    return this.published;
+    return { keys: this.keys.map((k) => k.publicJwk) };
   }
 
   /** An emergency revocation's first half: when `kid` signs now, adds a key that signs at once (its kid; else ""; undefined: no such key). */

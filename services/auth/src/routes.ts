@@ -11,7 +11,7 @@ import { tokensIssued, tokensRefused } from "@pi/common/runtime/metrics";
 import type { AuditTrail } from "@pi/common/store/audit";
 import type { Logger } from "@pi/common/runtime/logger";
 import { webhookUrlRefusal } from "@pi/common/rules/webhook-url";
-import { modeFromProto, modeToProto } from "@pi/common/rules/mode";
+import { modeFromProto, modeToProto, type PartnerMode } from "@pi/common/rules/mode";
 import { randomUUID } from "node:crypto";
 import { auditQuery, storedRecordMessage, verifyStoredRecord, type AuditStore } from "./audit.js";
 import { jwksProblem, type AssertionKeys } from "./assertion-keys.js";
@@ -29,7 +29,7 @@ import {
   type Peppers,
   type SecretSealer,
 } from "./secrets.js";
-import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type CredentialMode, type PartnerDoc } from "./store.js";
+import { DECOY_PARTNER_ID, type AuthStore, type CredentialDoc, type PartnerDoc } from "./store.js";
 import { eachOnItsOwn } from "./token-batch.js";
 import { reinstatementWaitMs, signAccessToken, TOKEN_AUDIENCE, TOKEN_ISSUER } from "./tokens.js";
 
@@ -44,15 +44,13 @@ export interface AuthDeps {
   events: PartnerEventPublisher;
   authentications: AuthenticationCache;
   assertionKeys: AssertionKeys;
-  audit: AuthAudit;
+  audit: {
+    trail: AuditTrail;
+    store: AuditStore;
+    /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
+    publicKeys: PublicKeys;
+  };
   logger: Logger;
-}
-
-export interface AuthAudit {
-  trail: AuditTrail;
-  store: AuditStore;
-  /** Every workload's identity keys (SERVICE_IDENTITY_PUBLIC_KEYS): each read checks each record's kept signature. */
-  publicKeys: PublicKeys;
 }
 
 export const MAX_SIGNING_OVERLAP_SECONDS = 7 * 24 * 3600;
@@ -91,7 +89,7 @@ export default (deps: AuthDeps) => (router: Router) => {
 
   async function issueCredential(
     partnerId: string,
-    mode: CredentialMode,
+    mode: PartnerMode,
     keys?: Pick<CredentialDoc, "jwks" | "jwksUrl" | "jwksFetched">,
   ) {
     const clientId = newId("cli");

@@ -45,9 +45,8 @@ export async function startAuthService(
   if (!peppers) throw new SettingsError("invalid setting CREDENTIAL_PEPPER: required by the auth service");
   const dataKeys = dataKeysOf(settings, "auth");
   const sealer = new SecretSealer(dataKeys);
-  if (!settings.SERVICE_IDENTITY_PUBLIC_KEYS)
-    throw new SettingsError("invalid setting SERVICE_IDENTITY_PUBLIC_KEYS: required (every workload's public key)");
-  const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS);
+  // Set: requireIdentity checked it at start (runService).
+  const servicePublicKeys = parsePublicKeys(settings.SERVICE_IDENTITY_PUBLIC_KEYS!);
   const runtime = await openRuntime("auth", settings, logger, dataKeys);
   const store = await openAuthStore(runtime.mongo.db, sealer);
   // Values sealed by a KEK since rotated out of first place.

@@ -7,7 +7,6 @@ import type { SigningKeyDoc } from "./keys.js";
 import type { SecretSealer, StoredHash } from "./secrets.js";
 
 export type PartnerStatus = "active" | "suspended";
-export type CredentialMode = PartnerMode;
 
 export interface PartnerEventEntry extends OutboxEntry {
   kind: number; // eventsv1.PartnerEventKind
@@ -42,7 +41,7 @@ export interface RevokedKeyDoc extends OutboxFields<PartnerEventEntry>, AuditCar
 export interface CredentialDoc extends OutboxFields<PartnerEventEntry>, StoredHash, AuditCarrier {
   _id: string; // the client_id
   partnerId: string;
-  mode: CredentialMode;
+  mode: PartnerMode;
   /** Absent: a client secret (secretHash the dummy hash for a private_key_jwt credential). */
   authMethod?: "client_secret" | "private_key_jwt";
   jwks?: JSONWebKeySet;

@@ -3,26 +3,14 @@ import { Command, CommanderError } from "commander";
 // telemetry clients): every command must finish in under 2 s, start-up included.
 import { clientsFor } from "@pi/common/rpc/clients";
 import { readFileSync } from "node:fs";
-import { parseSettings, type Settings } from "@pi/common/runtime/settings";
-import { requireIdentity } from "@pi/common/rpc/service-identity";
+import { loadSettings } from "@pi/common/runtime/settings";
 import { commands, describeFailure, UsageError } from "./commands.js";
 
 // The operator CLI: `npm run --silent ops -- <command> [options]`. With --json it prints exactly
 // one JSON object on stdout; failures print one line on stderr and exit non-zero.
 
-function fail(line: string, code = 1): never {
-  process.stderr.write(`${line.replace(/\s*\n\s*/g, " ").trim()}\n`);
-  process.exit(code);
-}
-
-let settings: Settings;
-try {
-  // `npm run ops` (deploy/local/src/ops.ts) fills in what the running `npm start` recorded in its STATE_DIR.
-  settings = parseSettings();
-  requireIdentity(settings, "ops");
-} catch (err) {
-  fail(err instanceof Error ? err.message : String(err), 2);
-}
+// `npm run ops` (deploy/local/src/ops.ts) fills in what the running `npm start` recorded in its STATE_DIR.
+const settings = loadSettings("ops");
 const clients = clientsFor(settings);
 const ops = commands(
   { auth: clients.authAdmin(), connection: clients.connectionAdmin(), webhook: clients.webhookAdmin() },
@@ -165,6 +153,10 @@ program.parseAsync(process.argv).then(
       if (err.exitCode === 0) process.exit(0);
       process.exit(2); // commander already printed the one-line reason
     }
-    fail(describeFailure(err, urls));
+    const line = describeFailure(err, urls)
+      .replace(/\s*\n\s*/g, " ")
+      .trim();
+    process.stderr.write(`${line}\n`);
+    process.exit(1);
   },
 );
