@@ -183,6 +183,16 @@ export function createKafka(brokers: string, clientId: string, logger: Logger, c
   );
 }
 
+/** A service's client (id `<namespace>.<service>`), signing in with the settings' credentials. */
+export function serviceKafka(settings: Settings, service: string, logger: Logger): Kafka {
+  return createKafka(
+    settings.KAFKA_BROKERS,
+    `${settings.DATA_NAMESPACE}.${service}`,
+    logger,
+    kafkaCredentials(settings),
+  );
+}
+
 /** Whether trying again may succeed: the broker said so, or it could not be reached (or timed out) at all. */
 export function retriable(err: unknown): boolean {
   const e = err as GenericError | undefined;
@@ -202,7 +212,6 @@ export async function ensureTopics(
   kafka: Kafka,
   namespace: string,
   keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[],
-  attempts = 8,
   opts: { configureExisting?: boolean } = {},
 ): Promise<void> {
   const admin = kafka.admin();
@@ -230,7 +239,7 @@ export async function ensureTopics(
         }
         await admin.metadata({ topics: keys.map((k) => topicName(namespace, k)), forceUpdate: true });
       },
-      { attempts, firstDelayMs: 250, maxDelayMs: 2_000 },
+      { attempts: 8, firstDelayMs: 250, maxDelayMs: 2_000 },
     );
   } finally {
     await admin.close();
