@@ -201,6 +201,9 @@ export function retriable(err: unknown): boolean {
   );
 }
 
+/** How long (backing off to 2 s) a broker that has just started may take to settle its metadata. */
+const SETTLING = { attempts: 8, firstDelayMs: 250, maxDelayMs: 2_000 };
+
 /**
  * Creates the namespace's topics that are missing, each with its retention (topics.ts). With
  * `configureExisting` (Kafka's super user only: the local stack and kafka-setup), also sets that
@@ -239,7 +242,7 @@ export async function ensureTopics(
         }
         await admin.metadata({ topics: keys.map((k) => topicName(namespace, k)), forceUpdate: true });
       },
-      { attempts: 8, firstDelayMs: 250, maxDelayMs: 2_000 },
+      SETTLING,
     );
   } finally {
     await admin.close();
@@ -251,13 +254,8 @@ export async function ensureTopics(
  * it marks retriable: a topic created a moment ago may still answer "This server is not the leader for
  * that topic-partition" while its metadata settles.
  */
-export function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8): Promise<T> {
-  return retry("reading topic metadata", attempt, {
-    attempts,
-    firstDelayMs: 250,
-    maxDelayMs: 2_000,
-    retryIf: retriable,
-  });
+export function whileMetadataSettles<T>(attempt: () => Promise<T>): Promise<T> {
+  return retry("reading topic metadata", attempt, { ...SETTLING, retryIf: retriable });
 }
 
 /** True when a broker answers a metadata request within the timeout. */
