@@ -68,10 +68,5 @@ export function kafkaAcls(namespace: string): Acl[] {
 
 /** Creates the namespace's ACLs (idempotent: the broker keeps one of each). `kafka` must be the admin user's. */
 export async function grantKafkaAccess(kafka: Kafka, namespace: string): Promise<void> {
-  const admin = kafka.admin();
-  try {
-    await admin.createAcls({ creations: kafkaAcls(namespace) });
-  } finally {
-    await admin.close();
-  }
+  await kafka.withAdmin((admin) => admin.createAcls({ creations: kafkaAcls(namespace) }));
 }

@@ -92,6 +92,16 @@ export class Kafka {
     return this.logged(new Admin(this.options));
   }
 
+  /** Runs `task` with an admin client of its own, closed once it settles. */
+  async withAdmin<T>(task: (admin: Admin) => Promise<T>): Promise<T> {
+    const admin = this.admin();
+    try {
+      return await task(admin);
+    } finally {
+      await admin.close();
+    }
+  }
+
   /**
    * Acknowledged by every in-sync replica, as kafkajs did; a key's partition is Java's (and
    * kafkajs's) murmur2 of it, so both releases put a key's events on the same partition.
@@ -217,9 +227,8 @@ export async function ensureTopics(
   keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[],
   opts: { configureExisting?: boolean } = {},
 ): Promise<void> {
-  const admin = kafka.admin();
-  try {
-    await retry(
+  await kafka.withAdmin((admin) =>
+    retry(
       "creating the topics",
       async () => {
         const existing = new Set(await admin.listTopics());
@@ -243,10 +252,8 @@ export async function ensureTopics(
         await admin.metadata({ topics: keys.map((k) => topicName(namespace, k)), forceUpdate: true });
       },
       SETTLING,
-    );
-  } finally {
-    await admin.close();
-  }
+    ),
+  );
 }
 
 /**
