@@ -154,7 +154,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     kafkaUsers ? scramUser(name, kafkaUsers[name]!) : kafkaCredentials(opts.settings);
   progress("creating Kafka topics");
   const stackKafka = createKafka(brokers, "local-stack", logger, asUser(KAFKA_ADMIN_USER));
-  await ensureTopics(stackKafka, opts.settings.DATA_NAMESPACE, undefined, undefined, { configureExisting: true });
+  await ensureTopics(stackKafka, opts.settings.DATA_NAMESPACE, undefined, { configureExisting: true });
   if (kafkaUsers) await grantKafkaAccess(stackKafka, opts.settings.DATA_NAMESPACE);
   const kafkaEnv = (service: string): NodeJS.ProcessEnv =>
     kafkaUsers ? { KAFKA_USERNAME: service, KAFKA_PASSWORD: kafkaUsers[service] } : {};

@@ -50,7 +50,7 @@ describe("every Kafka topic is bounded by retention.ms and retention.bytes", () 
     const topic = topicName(namespace, "auditEvents");
     await admin.createTopics({ topics: [topic], partitions: 1 });
     expect((await configOf(topic))["retention.bytes"]).toBe("-1");
-    await ensureTopics(kafka, namespace, ["auditEvents"], 8, { configureExisting: true });
+    await ensureTopics(kafka, namespace, ["auditEvents"], { configureExisting: true });
     expect(await configOf(topic)).toMatchObject(expected("auditEvents"));
   });
 });

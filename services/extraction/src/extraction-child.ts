@@ -16,8 +16,6 @@ export interface ExtractionTask {
 
 let maxTextChars = 1_000_000;
 
-class Unparseable extends Error {}
-
 /** A page with no text that costs more CPU than this is drawing operators (about 5 MiB), not a document: time_limit. */
 const TEXTLESS_PAGE_CPU_MS = 500;
 
@@ -72,7 +70,7 @@ function plainText(bytes: Uint8Array) {
 
 function dimensions(bytes: Uint8Array) {
   const { width, height } = imageSize(bytes);
-  if (!width || !height) throw new Unparseable("no image dimensions");
+  if (!width || !height) throw new Error("no image dimensions");
   return { width, height };
 }
 
@@ -83,7 +81,7 @@ async function duration(bytes: Uint8Array, mediaType: string) {
     { duration: true, skipCovers: true },
   );
   if (format.duration === undefined || !Number.isFinite(format.duration) || format.duration <= 0)
-    throw new Unparseable("no audio duration");
+    throw new Error("no audio duration");
   return { durationSeconds: format.duration };
 }
 

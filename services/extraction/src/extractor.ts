@@ -144,13 +144,7 @@ export class Extractor {
     try {
       const result = await new Promise<Extracted | Error>((settle) => {
         this.running = { child, settle };
-        const task: ExtractionTask = {
-          kind,
-          mediaType,
-          bytes,
-          maxTextChars: this.limits.maxTextChars,
-        };
-        child.send(task);
+        child.send({ kind, mediaType, bytes, maxTextChars: this.limits.maxTextChars } satisfies ExtractionTask);
       });
       if (broken) return broken;
       if (result instanceof Error) {

@@ -1,5 +1,5 @@
 import { clientsFor } from "@pi/common/rpc/clients";
-import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "@pi/common/events/kafka";
+import { ensureTopics, kafkaReachable, serviceKafka } from "@pi/common/events/kafka";
 import { startRpcServer } from "@pi/common/rpc/server";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
@@ -15,12 +15,7 @@ const TIMING: WorkerTiming = { leaseMs: 20_000, heartbeatMs: 5_000, stuckAfterMs
 const POLL_EVERY_MS = 5_000;
 
 export async function startExtractionService(settings: Settings, logger: Logger): Promise<RunningService> {
-  const kafka = createKafka(
-    settings.KAFKA_BROKERS,
-    `${settings.DATA_NAMESPACE}.extraction`,
-    logger,
-    kafkaCredentials(settings),
-  );
+  const kafka = serviceKafka(settings, "extraction", logger);
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["fileEvents"]);
   const admin = kafka.admin();
   const extractor = new Extractor(

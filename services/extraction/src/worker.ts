@@ -66,14 +66,8 @@ export class ExtractionWorker {
   }
 
   async process(fileId: string): Promise<Processed> {
-    return this.extractTaken(
-      fileId,
-      await this.intake.takeFileForExtraction({
-        fileId,
-        leaseMs: this.timing.leaseMs,
-        maxAttempts: this.timing.maxAttempts,
-      }),
-    );
+    const { leaseMs, maxAttempts } = this.timing;
+    return this.extractTaken(fileId, await this.intake.takeFileForExtraction({ fileId, leaseMs, maxAttempts }));
   }
 
   private async extractTaken(fileId: string, take: Taken): Promise<Processed> {

@@ -2,7 +2,7 @@ import cluster from "node:cluster";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { clientsFor } from "@pi/common/rpc/clients";
-import { createKafka, kafkaCredentials } from "@pi/common/events/kafka";
+import { serviceKafka } from "@pi/common/events/kafka";
 import { retry } from "@pi/common/background/retry";
 import type { Logger } from "@pi/common/runtime/logger";
 import { every, type Periodic } from "@pi/common/background/periodic";
@@ -17,12 +17,7 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   const clients = clientsFor(settings);
   const auth = clients.auth();
   const verifier = new BearerVerifier(auth, new RevocationList());
-  const kafka = createKafka(
-    settings.KAFKA_BROKERS,
-    `${settings.DATA_NAMESPACE}.gateway`,
-    logger,
-    kafkaCredentials(settings),
-  );
+  const kafka = serviceKafka(settings, "gateway", logger);
   // Listens at once (/readyz says 503) and warms up behind it: the revocation list and the token keys,
   // without which no bearer can be judged.
   const stopping = new AbortController();

@@ -1,5 +1,5 @@
 import { createServer } from "node:http";
-import { createKafka, ensureTopics, kafkaCredentials } from "@pi/common/events/kafka";
+import { ensureTopics, serviceKafka } from "@pi/common/events/kafka";
 import { createLogger } from "@pi/common/runtime/logger";
 import { grantKafkaAccess } from "@pi/common/events/kafka-access";
 import { loadSettings } from "@pi/common/runtime/settings";
@@ -13,12 +13,7 @@ import { retry } from "@pi/common/background/retry";
 // the services can use it), and idles until stopped.
 const settings = loadSettings();
 const logger = createLogger("kafka-setup", settings.LOG_LEVEL);
-const kafka = createKafka(
-  settings.KAFKA_BROKERS,
-  `${settings.DATA_NAMESPACE}.kafka-setup`,
-  logger,
-  kafkaCredentials(settings),
-);
+const kafka = serviceKafka(settings, "kafka-setup", logger);
 const stay = process.argv.includes("--stay");
 
 let done = false;
@@ -36,7 +31,7 @@ if (stay) {
 await retry(
   "setting up Kafka's topics and ACLs",
   async () => {
-    await ensureTopics(kafka, settings.DATA_NAMESPACE, undefined, undefined, { configureExisting: true });
+    await ensureTopics(kafka, settings.DATA_NAMESPACE, undefined, { configureExisting: true });
     await grantKafkaAccess(kafka, settings.DATA_NAMESPACE);
   },
   { attempts: 120, firstDelayMs: 5_000, factor: 1, logger },

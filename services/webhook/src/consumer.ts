@@ -7,14 +7,12 @@ import { insertNew } from "@pi/common/store/persistence";
 import { modeFromProto } from "@pi/common/rules/mode";
 import type { Kafka, KafkaMessage } from "@pi/common/events/kafka";
 import type { Logger } from "@pi/common/runtime/logger";
-import { checkSourceEvent, webhookBody, webhookEventId, type SourceCheck } from "./event-body.js";
+import { checkSourceEvent, webhookBody, webhookEventId, type SourceEvent } from "./event-body.js";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
-type Source = Extract<SourceCheck, { ok: true }>;
-
 export function webhookEventDoc(
-  src: Source,
+  src: SourceEvent,
   mode: WebhookEventDoc["mode"],
   now: Date,
   seq: number,
@@ -28,7 +26,7 @@ export function webhookEventDoc(
     connectionId: src.connectionId,
     mode,
     type: src.type,
-    body: webhookBody(id, src.type, src.occurredAtMs, src.connectionId, src.status),
+    body: webhookBody(id, src),
     createdAt: now,
     seq,
     ...delivery.stored(now),

@@ -12,17 +12,17 @@ const STATUS_OF = {
 
 type Status = (typeof STATUS_OF)[WebhookEventType];
 
-export type SourceCheck =
-  | {
-      ok: true;
-      sourceEventId: string;
-      partnerId: string;
-      connectionId: string;
-      type: WebhookEventType;
-      status: Status;
-      occurredAtMs: number;
-    }
-  | { ok: false; reason: string };
+export interface SourceEvent {
+  ok: true;
+  sourceEventId: string;
+  partnerId: string;
+  connectionId: string;
+  type: WebhookEventType;
+  status: Status;
+  occurredAtMs: number;
+}
+
+export type SourceCheck = SourceEvent | { ok: false; reason: string };
 
 export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): SourceCheck {
   if (!ev.eventId) return { ok: false, reason: "event_id is empty" };
@@ -43,14 +43,9 @@ export function checkSourceEvent(ev: eventsv1.ConnectionEvent, nowMs: number): S
 }
 
 /** The exact JSON body of a webhook event. `created` is the Unix second of the state change. */
-export function webhookBody(
-  id: string,
-  type: WebhookEventType,
-  occurredAtMs: number,
-  connectionId: string,
-  status: Status,
-): string {
-  const created = Math.floor(occurredAtMs / 1000);
+export function webhookBody(id: string, src: Pick<SourceEvent, "type" | "occurredAtMs" | "connectionId" | "status">) {
+  const { type, connectionId, status } = src;
+  const created = Math.floor(src.occurredAtMs / 1000);
   return JSON.stringify({ id, type, created, data: { connection_id: connectionId, status } });
 }
 

@@ -4,17 +4,14 @@ import type { PartnerMode } from "@pi/common/rules/mode";
 import type { EndpointHealthDoc } from "./endpoint-health.js";
 import type { WebhookEventType } from "@pi/common/events/webhook-events";
 import type { DeliveryState } from "./delivery-states.js";
+import type { AttemptOutcome } from "./outbound.js";
 
 // Four collections, written one document at a time: webhook_events (its _id derived from the source event's),
 // webhook_queue (the pending ones only), webhook_claims (queue.ts) and webhook_endpoints (endpoint-health.ts).
 
-export interface AttemptRecord {
+export interface AttemptRecord extends Pick<AttemptOutcome, "statusCode" | "durationMs" | "error" | "responseExcerpt"> {
   number: number;
   startedAt: Date;
-  statusCode: number;
-  durationMs: number;
-  error?: string;
-  responseExcerpt: string;
 }
 
 export interface WebhookEventDoc extends AuditCarrier {

@@ -20,7 +20,12 @@ const source = (over: Partial<eventsv1.ConnectionEvent> = {}) =>
 
 describe("webhook event body", () => {
   it("has exactly id, type, created and data {connection_id, status}", () => {
-    const body = webhookBody("evt_abc", "connection.approved", 1_700_000_000_999, "con_1", "approved");
+    const body = webhookBody("evt_abc", {
+      type: "connection.approved",
+      occurredAtMs: 1_700_000_000_999,
+      connectionId: "con_1",
+      status: "approved",
+    });
     expect(body).toBe(
       '{"id":"evt_abc","type":"connection.approved","created":1700000000,"data":{"connection_id":"con_1","status":"approved"}}',
     );
@@ -79,7 +84,12 @@ describe("webhook event body", () => {
 
 describe("Service-Signature", () => {
   const secret = "whsec_test";
-  const body = webhookBody("evt_abc", "connection.revoked", 1_700_000_000_000, "con_9", "revoked");
+  const body = webhookBody("evt_abc", {
+    type: "connection.revoked",
+    occurredAtMs: 1_700_000_000_000,
+    connectionId: "con_9",
+    status: "revoked",
+  });
 
   it("is t=<unix>,v1=<lowercase hex HMAC-SHA256 of {t}.{raw_body}>", () => {
     const header = signatureHeader(secret, 1_700_000_100, body);

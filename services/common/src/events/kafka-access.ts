@@ -35,43 +35,33 @@ export const KAFKA_ADMIN_USER = "admin";
 
 /** The ACLs of one namespace, every user's. */
 export function kafkaAcls(namespace: string): Acl[] {
-  const allow = (
-    user: KafkaUser,
-    resourceType: ResourceTypeValue,
-    resourceName: string,
-    operation: AclOperationValue,
-  ) => ({
-    resourceType,
-    resourceName,
-    resourcePatternType:
-      resourceType === ResourceTypes.GROUP ? ResourcePatternTypes.PREFIXED : ResourcePatternTypes.LITERAL,
-    principal: `User:${user}`,
-    host: "*",
-    operation,
-    permissionType: AclPermissionTypes.ALLOW,
-  });
   const topics = Object.keys(TOPICS) as TopicKey[];
   return KAFKA_USERS.flatMap((user) => {
     const { produces, consumes }: { produces: readonly TopicKey[]; consumes: readonly TopicKey[] } = KAFKA_ACCESS[user];
+    const allow = (resourceType: ResourceTypeValue, resourceName: string, operation: AclOperationValue) => ({
+      resourceType,
+      resourceName,
+      resourcePatternType:
+        resourceType === ResourceTypes.GROUP ? ResourcePatternTypes.PREFIXED : ResourcePatternTypes.LITERAL,
+      principal: `User:${user}`,
+      host: "*",
+      operation,
+      permissionType: AclPermissionTypes.ALLOW,
+    });
     const onTopics = (keys: readonly TopicKey[], operation: AclOperationValue) =>
-      keys.map((key) => allow(user, ResourceTypes.TOPIC, topicName(namespace, key), operation));
+      keys.map((key) => allow(ResourceTypes.TOPIC, topicName(namespace, key), operation));
     return [
       ...onTopics(topics, AclOperations.DESCRIBE),
       ...onTopics(topics, AclOperations.CREATE),
       ...onTopics(produces, AclOperations.WRITE),
       ...onTopics(consumes, AclOperations.READ),
       // Its own consumer groups: every group id that starts with `<namespace>.<user>.`.
-      ...(consumes.length > 0 ? [allow(user, ResourceTypes.GROUP, `${namespace}.${user}.`, AclOperations.READ)] : []),
+      ...(consumes.length > 0 ? [allow(ResourceTypes.GROUP, `${namespace}.${user}.`, AclOperations.READ)] : []),
     ];
   });
 }
 
 /** Creates the namespace's ACLs (idempotent: the broker keeps one of each). `kafka` must be the admin user's. */
 export async function grantKafkaAccess(kafka: Kafka, namespace: string): Promise<void> {
-  const admin = kafka.admin();
-  try {
-    await admin.createAcls({ creations: kafkaAcls(namespace) });
-  } finally {
-    await admin.close();
-  }
+  await kafka.withAdmin((admin) => admin.createAcls({ creations: kafkaAcls(namespace) }));
 }

@@ -92,6 +92,16 @@ export class Kafka {
     return this.logged(new Admin(this.options));
   }
 
+  /** Runs `task` with an admin client of its own, closed once it settles. */
+  async withAdmin<T>(task: (admin: Admin) => Promise<T>): Promise<T> {
+    const admin = this.admin();
+    try {
+      return await task(admin);
+    } finally {
+      await admin.close();
+    }
+  }
+
   /**
    * Acknowledged by every in-sync replica, as kafkajs did; a key's partition is Java's (and
    * kafkajs's) murmur2 of it, so both releases put a key's events on the same partition.
@@ -183,6 +193,16 @@ export function createKafka(brokers: string, clientId: string, logger: Logger, c
   );
 }
 
+/** A service's client (id `<namespace>.<service>`), signing in with the settings' credentials. */
+export function serviceKafka(settings: Settings, service: string, logger: Logger): Kafka {
+  return createKafka(
+    settings.KAFKA_BROKERS,
+    `${settings.DATA_NAMESPACE}.${service}`,
+    logger,
+    kafkaCredentials(settings),
+  );
+}
+
 /** Whether trying again may succeed: the broker said so, or it could not be reached (or timed out) at all. */
 export function retriable(err: unknown): boolean {
   const e = err as GenericError | undefined;
@@ -190,6 +210,9 @@ export function retriable(err: unknown): boolean {
     typeof e?.findBy === "function" && (e.findBy("canRetry", true) ?? e.findBy("code", "PLT_KFK_NETWORK")) !== null
   );
 }
+
+/** How long (backing off to 2 s) a broker that has just started may take to settle its metadata. */
+const SETTLING = { attempts: 8, firstDelayMs: 250, maxDelayMs: 2_000 };
 
 /**
  * Creates the namespace's topics that are missing, each with its retention (topics.ts). With
@@ -202,12 +225,10 @@ export async function ensureTopics(
   kafka: Kafka,
   namespace: string,
   keys: TopicKey[] = Object.keys(TOPICS) as TopicKey[],
-  attempts = 8,
   opts: { configureExisting?: boolean } = {},
 ): Promise<void> {
-  const admin = kafka.admin();
-  try {
-    await retry(
+  await kafka.withAdmin((admin) =>
+    retry(
       "creating the topics",
       async () => {
         const existing = new Set(await admin.listTopics());
@@ -230,11 +251,9 @@ export async function ensureTopics(
         }
         await admin.metadata({ topics: keys.map((k) => topicName(namespace, k)), forceUpdate: true });
       },
-      { attempts, firstDelayMs: 250, maxDelayMs: 2_000 },
-    );
-  } finally {
-    await admin.close();
-  }
+      SETTLING,
+    ),
+  );
 }
 
 /**
@@ -242,13 +261,8 @@ export async function ensureTopics(
  * it marks retriable: a topic created a moment ago may still answer "This server is not the leader for
  * that topic-partition" while its metadata settles.
  */
-export function whileMetadataSettles<T>(attempt: () => Promise<T>, attempts = 8): Promise<T> {
-  return retry("reading topic metadata", attempt, {
-    attempts,
-    firstDelayMs: 250,
-    maxDelayMs: 2_000,
-    retryIf: retriable,
-  });
+export function whileMetadataSettles<T>(attempt: () => Promise<T>): Promise<T> {
+  return retry("reading topic metadata", attempt, { ...SETTLING, retryIf: retriable });
 }
 
 /** True when a broker answers a metadata request within the timeout. */

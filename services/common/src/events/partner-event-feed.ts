@@ -133,13 +133,7 @@ export interface PartnerEventFeed {
 export async function followPartnerEvents(options: PartnerEventFeedOptions): Promise<PartnerEventFeed> {
   const { kafka, namespace, logger } = options;
   const topic = topicName(namespace, "partnerEvents");
-  const admin = kafka.admin();
-  let ends: { partition: number; offset: string }[];
-  try {
-    ends = await whileMetadataSettles(() => topicOffsets(admin, topic));
-  } finally {
-    await admin.close();
-  }
+  const ends = await kafka.withAdmin((admin) => whileMetadataSettles(() => topicOffsets(admin, topic)));
   let applying = false;
 
   await options.catchUp?.();

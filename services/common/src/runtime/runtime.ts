@@ -1,6 +1,6 @@
 import type { Db } from "mongodb";
 import { checkKeys, LocalKeyWrapper, type KeyWrapper } from "../store/data-keys.js";
-import { createKafka, ensureTopics, kafkaCredentials, kafkaReachable } from "../events/kafka.js";
+import { ensureTopics, kafkaReachable, serviceKafka } from "../events/kafka.js";
 import type { Logger } from "./logger.js";
 import { connectMongo, databaseName } from "../store/mongo.js";
 import { prepareStore } from "../store/store-versions.js";
@@ -22,12 +22,7 @@ export async function openRuntime(
   dataKeys?: KeyWrapper,
 ) {
   const mongo = await connectMongo(settings.MONGODB_URI, databaseName(settings.DATA_NAMESPACE, service));
-  const kafka = createKafka(
-    settings.KAFKA_BROKERS,
-    `${settings.DATA_NAMESPACE}.${service}`,
-    logger,
-    kafkaCredentials(settings),
-  );
+  const kafka = serviceKafka(settings, service, logger);
   const producer = kafka.producer();
   const admin = kafka.admin();
   const close = async () => {
