@@ -18,7 +18,6 @@ export const MESSAGE_BYTES = 256 * 1024;
 
 type SubmitRequest = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
 export type SubmitHeader = MessageInitShape<typeof fileintakev1.SubmitFileHeaderSchema>;
-type SubmitTrailer = MessageInitShape<typeof fileintakev1.SubmitFileTrailerSchema>;
 
 function deferred<T>() {
   let resolve!: (value: T) => void;
@@ -56,7 +55,7 @@ export class Submission {
   readonly response: Promise<fileintakev1.SubmitFileResponse>;
   private readonly file = deferred<Readable | undefined>();
   private readonly forwarded = deferred<number>();
-  private readonly trailer = deferred<SubmitTrailer>();
+  private readonly trailer = deferred<MessageInitShape<typeof fileintakev1.SubmitFileTrailerSchema>>();
   private readonly abort = new AbortController();
   private fileComplete = false;
 

@@ -87,18 +87,13 @@ export default function connectionRoutes(connections: ConnectionClient, domain: 
   return router;
 }
 
-const { TestHelperAct } = connectionv1;
-const TEST_HELPER_ACTS = {
-  approve: TestHelperAct.APPROVE,
-  decline: TestHelperAct.DECLINE,
-  sever: TestHelperAct.SEVER,
-  expire: TestHelperAct.EXPIRE,
-};
+const TEST_HELPER_ACTS = ["approve", "decline", "sever", "expire"] as const;
 
 /** POST /v1/test_helpers/connections/{id}/{act} (docs/edge.md), for test tokens only (testModeOnly). */
 export function testHelperRoutes(connections: ConnectionClient) {
   const router = gatewayRouter();
-  for (const [name, act] of Object.entries(TEST_HELPER_ACTS)) {
+  for (const name of TEST_HELPER_ACTS) {
+    const act = connectionv1.TestHelperAct[name.toUpperCase() as Uppercase<typeof name>];
     router.post(`/v1/test_helpers/connections/:id/${name}`, requireScope(CONNECTION_SCOPE), async (ctx) => {
       const res = await connections.actOnTestConnection({ ...owned(ctx), act });
       ctx.body = connectionResource(res.connection);
