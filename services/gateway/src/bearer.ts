@@ -30,13 +30,10 @@ export class RevocationList {
   revokeClient(clientId: string): void {
     this.revokedClients.add(clientId);
   }
-  suspendPartner(partnerId: string, suspendedAtMs: number): void {
-    this.suspendedPartners.add(partnerId);
-    this.noteSuspension(partnerId, suspendedAtMs);
-  }
-  /** `suspendedAtMs`: the latest suspension as the reinstatement states it (0 when unknown). */
-  reinstatePartner(partnerId: string, suspendedAtMs: number): void {
-    this.suspendedPartners.delete(partnerId);
+  /** `suspendedAtMs`: the latest suspension as the event states it (0 when unknown). */
+  setSuspended(partnerId: string, suspended: boolean, suspendedAtMs: number): void {
+    if (suspended) this.suspendedPartners.add(partnerId);
+    else this.suspendedPartners.delete(partnerId);
     this.noteSuspension(partnerId, suspendedAtMs);
   }
   noteSuspension(partnerId: string, suspendedAtMs: number): void {

@@ -37,7 +37,6 @@ export function deprecationHeaders(rule: DeprecationRule): Record<string, string
 
 /** Sets the headers before the route runs, so that its errors carry them too. */
 export function deprecations(rules: readonly DeprecationRule[]): Middleware<GatewayState> {
-  if (rules.length === 0) return (_ctx, next) => next();
   return async (ctx, next) => {
     const rule = deprecationFor(rules, ctx.method, ctx.path);
     if (rule) ctx.set(deprecationHeaders(rule));

@@ -64,6 +64,8 @@ export class PartnerError extends Error {
   }
 }
 
+export const invalid = (message: string, param?: string) => new PartnerError("invalid_request", { message, param });
+
 export function envelope(code: PartnerErrorCode, message?: string, param?: string) {
   const { type } = PARTNER_ERRORS[code];
   return {

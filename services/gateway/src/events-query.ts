@@ -1,5 +1,5 @@
 import { isWebhookEventType, WEBHOOK_EVENT_TYPES } from "@pi/common/events/webhook-events";
-import { PartnerError } from "./errors.js";
+import { invalid } from "./errors.js";
 
 // The query of GET /v1/events, each parameter at most once; anything else is a 400 naming it.
 
@@ -12,22 +12,20 @@ export const STARTING_AFTER_MESSAGE = "starting_after is not one of your events.
 const EVENT_ID = /^evt_[0-9A-Za-z]{1,64}$/;
 const KNOWN = new Set(["limit", "starting_after", "type"]);
 
-const invalid = (param: string, message: string) => new PartnerError("invalid_request", { message, param });
-
 /** The query as Koa parses it (a repeated parameter is an array), as ListEvents takes it; throws the 400 for anything off. */
 export function parseEventsQuery(query: Record<string, string | string[] | undefined>) {
   for (const [name, value] of Object.entries(query)) {
     if (!KNOWN.has(name))
-      throw invalid(name, `Unknown query parameter ${JSON.stringify(name)}; accepted: limit, starting_after, type.`);
-    if (Array.isArray(value)) throw invalid(name, `${name} may be given once.`);
+      throw invalid(`Unknown query parameter ${JSON.stringify(name)}; accepted: limit, starting_after, type.`, name);
+    if (Array.isArray(value)) throw invalid(`${name} may be given once.`, name);
   }
   const { limit, starting_after: startingAfter, type } = query as Record<string, string | undefined>;
   if (limit !== undefined && (!/^[0-9]{1,3}$/.test(limit) || Number(limit) < 1 || Number(limit) > EVENTS_LIMIT_MAX))
-    throw invalid("limit", `limit must be an integer from 1 to ${EVENTS_LIMIT_MAX}.`);
+    throw invalid(`limit must be an integer from 1 to ${EVENTS_LIMIT_MAX}.`, "limit");
   if (startingAfter !== undefined && !EVENT_ID.test(startingAfter))
-    throw invalid("starting_after", STARTING_AFTER_MESSAGE);
+    throw invalid(STARTING_AFTER_MESSAGE, "starting_after");
   if (type !== undefined && !isWebhookEventType(type))
-    throw invalid("type", `type must be one of ${WEBHOOK_EVENT_TYPES.join(", ")}.`);
+    throw invalid(`type must be one of ${WEBHOOK_EVENT_TYPES.join(", ")}.`, "type");
   return {
     limit: limit === undefined ? EVENTS_LIMIT_DEFAULT : Number(limit),
     startingAfter: startingAfter ?? "",

@@ -9,8 +9,8 @@ const { PartnerEventKind } = eventsv1;
 
 const appliers: Partial<Record<eventsv1.PartnerEventKind, (list: RevocationList, e: eventsv1.PartnerEvent) => void>> = {
   [PartnerEventKind.CREDENTIAL_REVOKED]: (list, e) => list.revokeClient(e.clientId),
-  [PartnerEventKind.PARTNER_SUSPENDED]: (list, e) => list.suspendPartner(e.partnerId, Number(e.suspendedAt)),
-  [PartnerEventKind.PARTNER_REINSTATED]: (list, e) => list.reinstatePartner(e.partnerId, Number(e.suspendedAt)),
+  [PartnerEventKind.PARTNER_SUSPENDED]: (list, e) => list.setSuspended(e.partnerId, true, Number(e.suspendedAt)),
+  [PartnerEventKind.PARTNER_REINSTATED]: (list, e) => list.setSuspended(e.partnerId, false, Number(e.suspendedAt)),
   [PartnerEventKind.SIGNING_KEY_REVOKED]: (list, e) => list.revokeKey(e.kid),
 };
 
@@ -36,7 +36,7 @@ export async function followRevocations(
     async catchUp() {
       const snapshot = await auth.listRevocations({});
       for (const id of snapshot.revokedClientIds) list.revokeClient(id);
-      for (const id of snapshot.suspendedPartnerIds) list.suspendPartner(id, 0);
+      for (const id of snapshot.suspendedPartnerIds) list.setSuspended(id, true, 0);
       for (const c of snapshot.tokenCutoffs) list.noteSuspension(c.partnerId, Number(c.suspendedAt));
       for (const kid of snapshot.revokedKids) list.revokeKey(kid);
     },

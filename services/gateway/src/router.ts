@@ -1,5 +1,7 @@
 import Router from "@koa/router";
 import type { Middleware, ParameterizedContext } from "koa";
+import type { commonv1 } from "@pi/proto";
+import { modeToProto } from "@pi/common/rules/mode";
 import type { Principal } from "./bearer.js";
 import { PartnerError } from "./errors.js";
 
@@ -9,6 +11,8 @@ export interface GatewayState {
 }
 
 export type GatewayContext = ParameterizedContext<GatewayState>;
+
+export const modeOf = (ctx: GatewayContext): commonv1.Mode => modeToProto(ctx.state.principal!.mode);
 
 // A route answers its canonical path only, byte for byte, so no other spelling can skip the middleware
 // keyed on it (docs/edge.md, "Paths").

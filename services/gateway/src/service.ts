@@ -1,4 +1,5 @@
 import cluster from "node:cluster";
+import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { clientsFor } from "@pi/common/rpc/clients";
@@ -80,10 +81,8 @@ export async function startGateway(settings: Settings, logger: Logger): Promise<
   // A node:cluster worker (`npm start`) shares the port with warm ones: it listens once warm, or it
   // would take their partners and answer 503.
   if (cluster.isWorker) await warmup;
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(settings.GATEWAY_PORT, settings.GATEWAY_HOST, () => resolve());
-  });
+  server.listen(settings.GATEWAY_PORT, settings.GATEWAY_HOST);
+  await once(server, "listening");
   const port = (server.address() as AddressInfo).port;
   logger.info({ port }, "gateway listening");
   return {

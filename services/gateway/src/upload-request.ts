@@ -3,7 +3,7 @@ import type { Readable } from "node:stream";
 import multer from "@koa/multer";
 import multerCore from "multer";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
-import { PartnerError, partnerErrorFromInternal } from "./errors.js";
+import { invalid, PartnerError, partnerErrorFromInternal } from "./errors.js";
 import type { GatewayContext } from "./router.js";
 
 // What a file upload's request may carry besides the file (docs/files.md), as pure rules, and its
@@ -14,8 +14,6 @@ export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 /** The text fields (`elder`, `purpose`) are capped so a body cannot grow without a file. */
 export const MAX_FIELD_BYTES = 64 * 1024;
 const FIELDS = new Set(["elder", "purpose"]);
-
-export const invalid = (message: string, param?: string) => new PartnerError("invalid_request", { message, param });
 
 /** The Idempotency-Key header: absent, or 1 to 255 printable ASCII characters, given once. */
 export function parseIdempotencyKey(value: string | string[] | undefined): string | undefined {
@@ -46,26 +44,11 @@ export function checkFields(fields: unknown, domain: string, complete: boolean):
   return out;
 }
 
-/** What multer may read of one upload's body. */
-export const multipartLimits = (maxFileBytes: number) => ({
-  fileSize: maxFileBytes,
-  files: 1,
-  fields: 2,
-  parts: 3,
-  fieldSize: MAX_FIELD_BYTES,
-  fieldNameSize: 100,
-  headerPairs: 100,
-});
-
 /** The file part has started, after `fieldsSoFar`: its byte count once taken whole; a rejection fails the body. */
 export type TakeFile = (fieldsSoFar: unknown, stream: Readable) => Promise<number>;
 
 /** Reads the whole body: resolves once every part is read and the file part taken, rejects with what failed first. */
-export function readMultipart(
-  ctx: GatewayContext,
-  limits: ReturnType<typeof multipartLimits>,
-  takeFile: TakeFile,
-): Promise<void> {
+export function readMultipart(ctx: GatewayContext, maxFileBytes: number, takeFile: TakeFile): Promise<void> {
   const storage = {
     _handleFile(req: IncomingMessage, file: multer.File, done: (error?: unknown, info?: Partial<multer.File>) => void) {
       const { body } = req as IncomingMessage & { body?: unknown };
@@ -79,6 +62,15 @@ export function readMultipart(
       done(null);
     },
   } as multer.StorageEngine;
+  const limits = {
+    fileSize: maxFileBytes,
+    files: 1,
+    fields: 2,
+    parts: 3,
+    fieldSize: MAX_FIELD_BYTES,
+    fieldNameSize: 100,
+    headerPairs: 100,
+  };
   return multer({ storage, limits }).single("file")(ctx, async () => {});
 }
 

@@ -18,15 +18,8 @@ export const MESSAGE_BYTES = 256 * 1024;
 
 type SubmitRequest = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
 export type SubmitHeader = MessageInitShape<typeof fileintakev1.SubmitFileHeaderSchema>;
-type SubmitTrailer = MessageInitShape<typeof fileintakev1.SubmitFileTrailerSchema>;
 
-interface Deferred<T> {
-  promise: Promise<T>;
-  resolve(value: T): void;
-  reject(err: unknown): void;
-}
-
-function deferred<T>(): Deferred<T> {
+function deferred<T>() {
   let resolve!: (value: T) => void;
   let reject!: (err: unknown) => void;
   const promise = new Promise<T>((res, rej) => {
@@ -62,7 +55,7 @@ export class Submission {
   readonly response: Promise<fileintakev1.SubmitFileResponse>;
   private readonly file = deferred<Readable | undefined>();
   private readonly forwarded = deferred<number>();
-  private readonly trailer = deferred<SubmitTrailer>();
+  private readonly trailer = deferred<MessageInitShape<typeof fileintakev1.SubmitFileTrailerSchema>>();
   private readonly abort = new AbortController();
   private fileComplete = false;
 
@@ -165,23 +158,19 @@ export function watchTransferRate(
   const windowMs = settings.UPLOAD_RATE_WINDOW_SECONDS * 1000;
   const bytesRead = () => req.socket?.bytesRead ?? 0;
   let windowStart = bytesRead();
-  let stop = () => {};
-  const stalled = new Promise<never>((_resolve, reject) => {
-    const watch = every(
-      "upload transfer rate",
-      windowMs,
-      async () => {
-        const arrived = bytesRead() - windowStart;
-        windowStart += arrived;
-        if (arrived >= settings.UPLOAD_MIN_BYTES_PER_SECOND * settings.UPLOAD_RATE_WINDOW_SECONDS) return;
-        stop();
-        reject(new PartnerError("request_timeout", { headers: { Connection: "close" } }));
-      },
-      logger,
-      { runAtStart: false },
-    );
-    stop = () => void watch.stop();
-  });
-  stalled.catch(() => {});
-  return { stalled, stop: () => stop() };
+  const stalled = deferred<never>();
+  const watch = every(
+    "upload transfer rate",
+    windowMs,
+    async () => {
+      const arrived = bytesRead() - windowStart;
+      windowStart += arrived;
+      if (arrived >= settings.UPLOAD_MIN_BYTES_PER_SECOND * settings.UPLOAD_RATE_WINDOW_SECONDS) return;
+      void watch.stop();
+      stalled.reject(new PartnerError("request_timeout", { headers: { Connection: "close" } }));
+    },
+    logger,
+    { runAtStart: false },
+  );
+  return { stalled: stalled.promise, stop: () => void watch.stop() };
 }

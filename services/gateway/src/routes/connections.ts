@@ -3,10 +3,9 @@ import type { Middleware } from "koa";
 import { connectionv1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
 import type { ConnectionClient } from "@pi/common/rpc/clients";
-import { modeToProto } from "@pi/common/rules/mode";
-import { PartnerError } from "../errors.js";
+import { invalid, PartnerError } from "../errors.js";
 import { requireScope } from "../middleware.js";
-import { allowedMethods, gatewayRouter, type GatewayContext, type GatewayState } from "../router.js";
+import { allowedMethods, gatewayRouter, modeOf, type GatewayContext, type GatewayState } from "../router.js";
 
 // Scope decision (the spec leaves GET and DELETE open): all three connection routes require
 // connections:write, so a token narrowed to files:write cannot read or revoke connections.
@@ -29,22 +28,19 @@ const jsonBody = bodyParser({
 
 export function parseConnectionCreate(body: unknown, domain: string): string {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
-    throw new PartnerError("invalid_request", { message: "The body must be a JSON object." });
+    throw invalid("The body must be a JSON object.");
   }
   const extra = Object.keys(body).find((k) => k !== "elder");
-  if (extra !== undefined)
-    throw new PartnerError("invalid_request", { message: `Unknown field ${JSON.stringify(extra)}.`, param: extra });
+  if (extra !== undefined) throw invalid(`Unknown field ${JSON.stringify(extra)}.`, extra);
   const elder = (body as { elder?: unknown }).elder;
-  if (elder === undefined) throw new PartnerError("invalid_request", { message: "elder is required.", param: "elder" });
+  if (elder === undefined) throw invalid("elder is required.", "elder");
   const check = checkElderAddress(elder, domain);
-  if (!check.ok) throw new PartnerError("invalid_request", { message: `elder ${check.reason}.`, param: "elder" });
+  if (!check.ok) throw invalid(`elder ${check.reason}.`, "elder");
   return check.address;
 }
 
 /** The shape of a connection id; anything else gets the same 404 as an unknown id, without a lookup. */
 export const CONNECTION_ID = /^con_[0-9A-Za-z]{1,64}$/;
-
-const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
 // Unknown, malformed and foreign ids (another partner's, or the other mode's) all leave through
 // the one not_found of the error table: same status, body and headers.
@@ -91,18 +87,13 @@ export default function connectionRoutes(connections: ConnectionClient, domain: 
   return router;
 }
 
-const { TestHelperAct } = connectionv1;
-const TEST_HELPER_ACTS = {
-  approve: TestHelperAct.APPROVE,
-  decline: TestHelperAct.DECLINE,
-  sever: TestHelperAct.SEVER,
-  expire: TestHelperAct.EXPIRE,
-};
+const TEST_HELPER_ACTS = ["approve", "decline", "sever", "expire"] as const;
 
 /** POST /v1/test_helpers/connections/{id}/{act} (docs/edge.md), for test tokens only (testModeOnly). */
 export function testHelperRoutes(connections: ConnectionClient) {
   const router = gatewayRouter();
-  for (const [name, act] of Object.entries(TEST_HELPER_ACTS)) {
+  for (const name of TEST_HELPER_ACTS) {
+    const act = connectionv1.TestHelperAct[name.toUpperCase() as Uppercase<typeof name>];
     router.post(`/v1/test_helpers/connections/:id/${name}`, requireScope(CONNECTION_SCOPE), async (ctx) => {
       const res = await connections.actOnTestConnection({ ...owned(ctx), act });
       ctx.body = connectionResource(res.connection);

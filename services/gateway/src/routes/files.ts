@@ -2,24 +2,15 @@ import type { Middleware } from "koa";
 import { LRUCache } from "lru-cache";
 import { fileintakev1 } from "@pi/proto";
 import { filesAccepted, filesRefused } from "@pi/common/runtime/metrics";
-import { modeToProto } from "@pi/common/rules/mode";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
 import type { Logger } from "@pi/common/runtime/logger";
 import type { Settings } from "@pi/common/runtime/settings";
-import { PartnerError, partnerErrorFromInternal } from "../errors.js";
+import { invalid, PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { UploadSlots } from "../upload-guards.js";
-import {
-  checkFields,
-  invalid,
-  multipartLimits,
-  parseIdempotencyKey,
-  readMultipart,
-  type TakeFile,
-  uploadError,
-} from "../upload-request.js";
+import { checkFields, parseIdempotencyKey, readMultipart, type TakeFile, uploadError } from "../upload-request.js";
 import { Submission, watchTransferRate, type SubmitHeader } from "../upload-stream.js";
-import { gatewayRouter, type GatewayContext } from "../router.js";
+import { gatewayRouter, modeOf } from "../router.js";
 
 // POST /v1/files and GET /v1/files/{id} (the order of checks: docs/files.md). The gateway enforces
 // the transport's limits; file-intake alone judges the content, as the bytes stream through.
@@ -32,8 +23,6 @@ export function fileResource(f: fileintakev1.PartnerFile | undefined) {
   // The enum's own name, lower-cased; UNSPECIFIED (never sent) reads as received.
   return { id: f.id, status: f.status ? fileintakev1.FileStatus[f.status]!.toLowerCase() : "received" };
 }
-
-const modeOf = (ctx: GatewayContext) => modeToProto(ctx.state.principal!.mode);
 
 /** pi_files_accepted_total and pi_files_refused_total{code}. */
 const countUploads: Middleware = async (ctx, next) => {
@@ -54,7 +43,6 @@ export default function fileRoutes(files: FileIntakeClient, settings: Settings, 
   const terminal = new LRUCache<string, string>({ max: 10_000 });
   const domain = settings.ADDRESS_DOMAIN;
   const slots = new UploadSlots(settings.UPLOAD_CONCURRENCY_PER_PARTNER, settings.UPLOAD_CONCURRENCY_TOTAL);
-  const limits = multipartLimits(settings.MAX_FILE_BYTES);
 
   router.post("/v1/files", requireScope(FILES_SCOPE), countUploads, async (ctx) => {
     if (!ctx.is("multipart/form-data"))
@@ -78,7 +66,7 @@ export default function fileRoutes(files: FileIntakeClient, settings: Settings, 
     };
 
     try {
-      await Promise.race([readMultipart(ctx, limits, takeFile), rate.stalled, refused]);
+      await Promise.race([readMultipart(ctx, settings.MAX_FILE_BYTES, takeFile), rate.stalled, refused]);
       rate.stop();
       const fields = checkFields(ctx.request.body, domain, true);
       if (!ctx.file) throw invalid("file is required (a file part with a filename).", "file");

@@ -20,12 +20,8 @@ export default function healthRoutes(services: Record<string, HealthClient>, war
   router.get("/readyz", async (ctx) => {
     const results = await Promise.all(
       Object.entries(services).map(async ([name, client]) => {
-        try {
-          const res = await client.check({}, { timeoutMs: 1500 });
-          return [name, res.status === healthv1.HealthCheckResponse_ServingStatus.SERVING] as const;
-        } catch {
-          return [name, false] as const;
-        }
+        const res = await client.check({}, { timeoutMs: 1500 }).catch(() => undefined);
+        return [name, res?.status === healthv1.HealthCheckResponse_ServingStatus.SERVING] as const;
       }),
     );
     answer(ctx, [...(warm() ? [] : ["gateway"]), ...results.filter(([, ok]) => !ok).map(([name]) => name)]);
