@@ -7,11 +7,9 @@ import { topicOffsets, whileMetadataSettles, type Kafka } from "./kafka.js";
 import type { Logger } from "../runtime/logger.js";
 import { consumerGroup, topicName } from "./topics.js";
 
-// The one way a cache of partner state stays honest (docs/authentication.md, "Revocation"): every
-// instance that keeps such state in memory (a gateway's revocation list, an auth replica's cache of
-// authentications, a webhook replica's cache of targets) follows the partner-events topic, and
-// reports how far it has applied it; the auth service holds an operator's change until every live
-// follower has applied it (services/auth/src/propagation.ts). Webhook replicas report nothing.
+// The one way a cache of partner state stays honest (docs/authentication.md, "Revocation"): a gateway's
+// revocation list and an auth replica's cache of authentications follow the partner-events topic and
+// report how far they applied it; auth holds an operator's change until every live follower has it.
 
 /** How often a follower reports its position even when no event arrived. */
 export const FOLLOWER_HEARTBEAT_MS = 5_000;
