@@ -128,7 +128,7 @@ export class Connections {
 
   private bound(mode: ConnectionMode, which: keyof typeof BOUNDS): number {
     const name = BOUNDS[which];
-    return this.settings[mode === "test" ? `TEST_${name}` : name];
+    return mode === "test" ? this.settings[`TEST_${name}`] : this.settings[name];
   }
 
   /**
