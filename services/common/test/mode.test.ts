@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@jest/globals";
 import { commonv1 } from "@pi/proto";
-import { forMode, isPartnerMode, modeFromProto, modeToProto, type PartnerMode } from "../src/rules/mode.js";
+import { isPartnerMode, modeFromProto, modeToProto, type PartnerMode } from "../src/rules/mode.js";
 
 describe("the live/test mode mapping", () => {
   it("maps each mode to its wire value and back", () => {
@@ -18,11 +18,5 @@ describe("the live/test mode mapping", () => {
     expect(isPartnerMode("live")).toBe(true);
     expect(isPartnerMode("test")).toBe(true);
     for (const other of ["LIVE", "Test", "", "sandbox", undefined, null, 1]) expect(isPartnerMode(other)).toBe(false);
-  });
-
-  it("picks a setting's value for the mode", () => {
-    const limits = { live: 100, test: 5 };
-    expect(forMode(limits, "live")).toBe(100);
-    expect(forMode(limits, "test")).toBe(5);
   });
 });

@@ -15,12 +15,11 @@ export function slotChange(from: InternalStatus, to: InternalStatus): "take" | "
 /** When a slot frees cannot be foreseen: a full partner is told to try again in a minute. */
 export const PENDING_RETRY_AFTER_SECONDS = 60;
 
-export type Verdict = { ok: true } | { ok: false; retryAfterSeconds: number };
-
-export function reopenVerdict(reopenedAt: Date | null | undefined, now: Date, intervalSeconds: number): Verdict {
-  if (!reopenedAt) return { ok: true };
+/** How long until a connection may reopen again; undefined when it may now. */
+export function reopenWaitSeconds(reopenedAt: Date | null | undefined, now: Date, intervalSeconds: number) {
+  if (!reopenedAt) return undefined;
   const waitMs = reopenedAt.getTime() + intervalSeconds * 1000 - now.getTime();
-  return waitMs <= 0 ? { ok: true } : { ok: false, retryAfterSeconds: Math.max(1, Math.ceil(waitMs / 1000)) };
+  return waitMs <= 0 ? undefined : Math.max(1, Math.ceil(waitMs / 1000));
 }
 
 /** The slots of one partner in one mode: connection id -> when its slot was taken. */

@@ -7,10 +7,9 @@ import { emptyOutbox, insertIfNew, outboxEntry, updateVersioned } from "@pi/comm
 import { newId } from "@pi/common/rules/ids";
 import { rateLimitedError } from "@pi/common/rpc/errors";
 import { sandboxElderAddress } from "@pi/common/rules/elder-address";
-import { forMode } from "@pi/common/rules/mode";
 import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
-import { reopenVerdict, slotChange } from "./bounds.js";
+import { reopenWaitSeconds, slotChange } from "./bounds.js";
 import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
 import { releaseOpening, releaseSlot, type SlotHolder, takeOpening, takeSlot } from "./slots.js";
 import {
@@ -129,7 +128,7 @@ export class Connections {
 
   private bound(mode: ConnectionMode, which: keyof typeof BOUNDS): number {
     const name = BOUNDS[which];
-    return forMode({ live: this.settings[name], test: this.settings[`TEST_${name}`] }, mode);
+    return mode === "test" ? this.settings[`TEST_${name}`] : this.settings[name];
   }
 
   /**
@@ -218,12 +217,9 @@ export class Connections {
 
       if (trigger === "request") {
         // The only change a request makes is a reopening: at most one per interval.
-        const verdict = reopenVerdict(doc.reopenedAt, t.now, this.bound(doc.mode, "reopen"));
-        if (!verdict.ok)
-          throw rateLimitedError(
-            "this connection was reopened less than the reopen interval ago",
-            verdict.retryAfterSeconds,
-          );
+        const wait = reopenWaitSeconds(doc.reopenedAt, t.now, this.bound(doc.mode, "reopen"));
+        if (wait !== undefined)
+          throw rateLimitedError("this connection was reopened less than the reopen interval ago", wait);
       }
       const before = this.stateOf(doc, elderId);
       const after = {

@@ -1,6 +1,4 @@
 import type { Collection, Filter } from "mongodb";
-import { whileHolding, type JobLeaseDoc } from "@pi/common/background/lease";
-import type { Logger } from "@pi/common/runtime/logger";
 import type { ConnectionDoc } from "./store.js";
 
 const ENDED: ConnectionDoc["status"][] = ["revoked", "expired"];
@@ -37,18 +35,4 @@ export async function deleteEndedConnections(
     if (due.length < batch) break;
   }
   return deleted;
-}
-
-export function retentionRound(
-  connections: Collection<ConnectionDoc>,
-  leases: Collection<JobLeaseDoc>,
-  cutoff: () => Date,
-  leaseMs: number,
-  logger: Logger,
-): Promise<number | undefined> {
-  return whileHolding(leases, "ended-connections-retention", leaseMs, async (renew) => {
-    const deleted = await deleteEndedConnections(connections, cutoff(), renew);
-    if (deleted > 0) logger.info({ deleted }, "ended connections past retention deleted");
-    return deleted;
-  });
 }

@@ -1,12 +1,11 @@
 import { randomInt } from "node:crypto";
 import { wordlist } from "@scure/bip39/wordlists/english.js";
-import { RpcError, Status } from "@pi/common/rpc/errors";
+import { ErrorReason, RpcError, serviceError, Status } from "@pi/common/rpc/errors";
 import type { Router } from "@pi/common/rpc/server";
 import { connectionv1, type commonv1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
 import { insertIfNew } from "@pi/common/store/persistence";
 import { newId } from "@pi/common/rules/ids";
-import { serviceError, ErrorReason } from "@pi/common/rpc/errors";
 import type { AuditFields, AuditTrail } from "@pi/common/store/audit";
 import type { Settings } from "@pi/common/runtime/settings";
 import { modeFromProto } from "@pi/common/rules/mode";

@@ -9,7 +9,7 @@ import type { Settings } from "@pi/common/runtime/settings";
 import { Connections } from "./connections.js";
 import { connectionOutbox } from "./outbox.js";
 import routes from "./routes.js";
-import { endedConnectionCutoff, retentionRound } from "./retention.js";
+import { deleteEndedConnections, endedConnectionCutoff } from "./retention.js";
 import { repairCounters } from "./slots.js";
 import { openConnectionStore } from "./store.js";
 import type { Trigger } from "./state-machine.js";
@@ -119,7 +119,12 @@ export async function startConnectionService(
     every(
       "ended connections retention",
       intervals.retentionSweepMs,
-      () => retentionRound(store.connections, store.leases, endedCutoff, intervals.retentionSweepMs, logger),
+      () =>
+        whileHolding(store.leases, "ended-connections-retention", intervals.retentionSweepMs, async (renew) => {
+          const deleted = await deleteEndedConnections(store.connections, endedCutoff(), renew);
+          if (deleted > 0) logger.info({ deleted }, "ended connections past retention deleted");
+          return deleted;
+        }),
       logger,
     ),
   ];

@@ -28,7 +28,7 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   status: InternalStatus;
   pendingSince: Date;
   approveAt: Date | null;
-  // When a request last reopened it: the reopen bound's clock (reopenVerdict).
+  // When a request last reopened it: the reopen bound's clock (reopenWaitSeconds).
   reopenedAt?: Date | null;
   // Bumped by every state change (and by 1.0.0's read leases): the compare-and-set guard (updateVersioned).
   version: number;

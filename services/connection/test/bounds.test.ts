@@ -4,7 +4,7 @@ import {
   holdsSlot,
   oldestKeptDay,
   PENDING_RETRY_AFTER_SECONDS,
-  reopenVerdict,
+  reopenWaitSeconds,
   repairedHolds,
   secondsUntilNextDay,
   slotChange,
@@ -38,22 +38,19 @@ describe("the pending-connection bound's rules", () => {
 
 describe("a declining caregiver is asked again at most once per reopen interval", () => {
   it("a connection never reopened may reopen", () => {
-    expect(reopenVerdict(null, now, 3600)).toEqual({ ok: true });
-    expect(reopenVerdict(undefined, now, 3600)).toEqual({ ok: true });
+    expect(reopenWaitSeconds(null, now, 3600)).toBeUndefined();
+    expect(reopenWaitSeconds(undefined, now, 3600)).toBeUndefined();
   });
 
   it("within the interval of the last reopening: refused, to retry when the interval ends (rounded up, at least 1 s)", () => {
-    expect(reopenVerdict(ago(0), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 3600 });
-    expect(reopenVerdict(ago(1000.5), now, 3600)).toEqual({ ok: false, retryAfterSeconds: 2600 });
-    expect(reopenVerdict(new Date(now.getTime() - 3600 * 1000 + 1), now, 3600)).toEqual({
-      ok: false,
-      retryAfterSeconds: 1,
-    });
+    expect(reopenWaitSeconds(ago(0), now, 3600)).toBe(3600);
+    expect(reopenWaitSeconds(ago(1000.5), now, 3600)).toBe(2600);
+    expect(reopenWaitSeconds(new Date(now.getTime() - 3600 * 1000 + 1), now, 3600)).toBe(1);
   });
 
   it("once the interval has passed: allowed again", () => {
-    expect(reopenVerdict(ago(3600), now, 3600)).toEqual({ ok: true });
-    expect(reopenVerdict(ago(86400), now, 3600)).toEqual({ ok: true });
+    expect(reopenWaitSeconds(ago(3600), now, 3600)).toBeUndefined();
+    expect(reopenWaitSeconds(ago(86400), now, 3600)).toBeUndefined();
   });
 });
 

@@ -1,4 +1,4 @@
-import { forMode, type PartnerMode as FileMode } from "@pi/common/rules/mode";
+import type { PartnerMode as FileMode } from "@pi/common/rules/mode";
 
 // The storage quota's pure rules (docs/files.md, "Storage quota"); usage.ts applies them.
 
@@ -90,7 +90,7 @@ export function quotaPressure(
     const colon = counter._id.lastIndexOf(":");
     const mode = counter._id.slice(colon + 1);
     if (mode !== "live" && mode !== "test") continue;
-    const ratio = Math.max(0, counter.used) / forMode(limits, mode);
+    const ratio = Math.max(0, counter.used) / limits[mode];
     maxRatio[mode] = Math.max(maxRatio[mode], ratio);
     if (ratio >= threshold) over.add(counter._id.slice(0, colon));
   }

@@ -7,17 +7,15 @@ import { bytesDeleted, repairUsage } from "./usage.js";
 // Retention of health data (docs/security.md, "Data at rest"): a final file's bytes, extraction and
 // metadata go after their retention; the record stays, so GET /v1/files/{id} keeps its status.
 
-export interface RetentionPolicy {
-  liveMs: number;
-  testMs: number;
-}
+/** How long each mode's data is kept, in ms. */
+export type RetentionPolicy = Record<FileMode, number>;
 
 /** The files of `mode` whose data is due at `now`: final, not swept yet, accepted before the cut-off. */
 export const dueForRetention = (mode: FileMode, now: Date, policy: RetentionPolicy) => ({
   mode,
   purgedAt: null,
   status: { $in: ["processed", "failed"] as FileDoc["status"][] },
-  createdAt: { $lte: new Date(now.getTime() - (mode === "live" ? policy.liveMs : policy.testMs)) },
+  createdAt: { $lte: new Date(now.getTime() - policy[mode]) },
 });
 
 /** The data key first (every copy unreadable at once), then result and bytes, last `purgedAt` (off the usage); repeatable. */

@@ -89,12 +89,11 @@ export default (deps: IntakeDeps & { extraction: ExtractionRecords }) => (router
     async checkStorageQuota(req) {
       const mode = modeFromProto(req.mode);
       if (!req.partnerId || !mode) throw new RpcError("partner_id and mode are required", Status.INVALID_ARGUMENT);
-      const verdict = await deps.quota.check(
+      return deps.quota.check(
         req.partnerId,
         mode,
         req.declaredBytes === undefined ? undefined : Number(req.declaredBytes),
       );
-      return verdict.fits ? { fits: true } : { fits: false, retryAfterSeconds: verdict.retryAfterSeconds };
     },
     async takeFileForExtraction(req) {
       if (!req.fileId || !req.leaseMs || !req.maxAttempts)

@@ -108,8 +108,8 @@ export async function startFileIntakeService(
           retentionRound(
             store,
             {
-              liveMs: settings.FILE_RETENTION_SECONDS * 1000,
-              testMs: settings.TEST_FILE_RETENTION_SECONDS * 1000,
+              live: settings.FILE_RETENTION_SECONDS * 1000,
+              test: settings.TEST_FILE_RETENTION_SECONDS * 1000,
             },
             RETENTION_LEASE_MS,
             logger,

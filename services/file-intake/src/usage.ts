@@ -1,6 +1,5 @@
 import { ObjectId } from "mongodb";
 import { ErrorReason, reasonOf, serviceError } from "@pi/common/rpc/errors";
-import { forMode } from "@pi/common/rules/mode";
 import { insertIfNew, updateVersioned } from "@pi/common/store/persistence";
 import {
   holdGrowth,
@@ -76,7 +75,7 @@ export class StorageQuota {
   async check(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Verdict> {
     const { need } = initialHold(declaredBytes, this.maxFileBytes);
     if (!(await this.fill.hasRoom(need))) throw storeFull();
-    return this.verdict(usageKey(partnerId, mode), forMode(this.limits, mode), need);
+    return this.verdict(usageKey(partnerId, mode), this.limits[mode], need);
   }
 
   private async verdict(key: string, quota: number, need: number): Promise<Verdict> {
@@ -86,7 +85,7 @@ export class StorageQuota {
 
   async reserve(partnerId: string, mode: FileMode, declaredBytes: number | undefined): Promise<Reservation> {
     const key = usageKey(partnerId, mode);
-    const quota = forMode(this.limits, mode);
+    const quota = this.limits[mode];
     const reservation = new Reservation(this.store, key, quota, this.maxFileBytes, this.fill);
     const hold = initialHold(declaredBytes, this.maxFileBytes);
     await reservation.grow(hold).catch(async (err: unknown) => {

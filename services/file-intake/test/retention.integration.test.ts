@@ -25,7 +25,7 @@ import { as, testSettings } from "../../../test/support/services.js";
 type Request = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
 const ELDER = "apple.banana.cherry@elders.example";
 const DAY = 86_400_000;
-const policy: RetentionPolicy = { liveMs: 30 * DAY, testMs: DAY };
+const policy: RetentionPolicy = { live: 30 * DAY, test: DAY };
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/${name}`, import.meta.url));
 
 let settings: Settings;

@@ -27,7 +27,7 @@ const ELDER = "apple.banana.cherry@elders.example";
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const DAY = 86_400_000;
-const policy: RetentionPolicy = { liveMs: 30 * DAY, testMs: DAY };
+const policy: RetentionPolicy = { live: 30 * DAY, test: DAY };
 const LIVE_QUOTA = 10 * MiB;
 const TEST_QUOTA = MiB;
 

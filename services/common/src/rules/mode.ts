@@ -15,5 +15,3 @@ export function modeFromProto(mode: commonv1.Mode): PartnerMode | undefined {
   if (mode === commonv1.Mode.TEST) return "test";
   return undefined;
 }
-
-export const forMode = <T>(values: { readonly live: T; readonly test: T }, mode: PartnerMode): T => values[mode];
