@@ -99,11 +99,8 @@ export interface PartnerEventFeedOptions {
   logger: Logger;
   /** Applies one event; the position past it is reported only once a returned promise settles. */
   apply(event: eventsv1.PartnerEvent): void | Promise<void>;
-  /**
-   * Called with this instance's id; must store the position where the auth service reads it.
-   * Without it the instance reports nothing and the auth service does not wait for it.
-   */
-  sendPosition?(instanceId: string): SendPosition;
+  /** Called with this instance's id; must store the position where the auth service reads it. */
+  sendPosition(instanceId: string): SendPosition;
   /**
    * Runs after the topic's end has been read and before the topic is followed from there: a
    * snapshot of the state every earlier event produced (the database write precedes each event).
@@ -125,8 +122,7 @@ export interface PartnerEventFeed {
  * runs, then the topic is read from those offsets: nothing is missed and nothing old is replayed.
  * Each instance reads with a group of its own (no committed offsets), so every instance sees every
  * event; each event is applied before the position past it is reported. Resolves once the first
- * report has been tried (when it succeeded, the auth service waits for this instance from then on),
- * or without `sendPosition` once the consumer is placed at the end.
+ * report has been tried (when it succeeded, the auth service waits for this instance from then on).
  */
 export async function followPartnerEvents(options: PartnerEventFeedOptions): Promise<PartnerEventFeed> {
   const { kafka, namespace, logger } = options;
@@ -137,7 +133,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
   await options.catchUp?.();
 
   const instanceId = randomUUID();
-  const reporter = options.sendPosition ? new PositionReporter(options.sendPosition(instanceId), logger) : undefined;
+  const reporter = new PositionReporter(options.sendPosition(instanceId), logger);
   let consuming: Consuming;
   try {
     consuming = await consume({
@@ -161,25 +157,22 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
             applying = false;
           }
         }
-        reporter?.advance(partition, BigInt(message.offset) + 1n);
+        reporter.advance(partition, BigInt(message.offset) + 1n);
       },
     });
   } catch (err) {
-    await reporter?.stop();
+    await reporter.stop();
     throw err;
   }
   // Placed at the end: where no event was read yet, that is the position.
-  for (const { partition, offset } of ends) reporter?.advance(partition, BigInt(offset));
-  await reporter?.flush();
+  for (const { partition, offset } of ends) reporter.advance(partition, BigInt(offset));
+  await reporter.flush();
   return {
     trusted: () =>
-      consuming.alive() &&
-      !applying &&
-      reporter !== undefined &&
-      reporter.sinceLastReportMs() < FOLLOWER_LIVENESS_MS - FOLLOWER_HEARTBEAT_MS,
+      consuming.alive() && !applying && reporter.sinceLastReportMs() < FOLLOWER_LIVENESS_MS - FOLLOWER_HEARTBEAT_MS,
     async stop() {
       await consuming.stop();
-      await reporter?.stop();
+      await reporter.stop();
     },
   };
 }
