@@ -282,7 +282,7 @@ describe("connections api", () => {
       for (const [, act, id, code] of cases) {
         const err = await rpcError(ops.connectionAct(act, id));
         expect(err.code).toBe(code);
-        expect(describeFailure(err, {})).not.toContain("\n");
+        expect(describeFailure(err, [])).not.toContain("\n");
       }
       expect(await statusOf(tokens.aLive, pending)).toBe("pending");
       expect(await statusOf(tokens.aLive, approved)).toBe("approved");

@@ -25,7 +25,6 @@ import {
   JWKS_URL_REFETCH_COOLDOWN_MS,
   scheduledFetchDue,
   unknownKidFetchDue,
-  type FetchHistory,
   type RefreshTimes,
 } from "./jwks-refresh.js";
 
@@ -157,20 +156,17 @@ export class AssertionKeys {
   /** The scheduled round (one replica at a time): fetches each URL whose set is due (jwks-refresh.ts). */
   async refreshDue(credentials: KeySource[]): Promise<number> {
     const now = new Date();
-    const histories = new Map<string, FetchHistory>();
+    // A URL once, when any of its credentials is due (a failure is recorded on all of them).
+    const due = new Set<string>();
     for (const c of credentials) {
-      if (!c.jwksUrl) continue;
-      // The URL's oldest stored set (none if any credential of it has none) and latest failure.
-      const [fetchedAt, failedAt] = [c.jwksFetched?.fetchedAt, c.jwksFetchFailedAt];
-      const h = histories.get(c.jwksUrl) ?? { attemptedAt: this.attempts.get(c.jwksUrl), fetchedAt, failedAt };
-      if (!fetchedAt || (h.fetchedAt && fetchedAt < h.fetchedAt)) h.fetchedAt = fetchedAt;
-      if (failedAt && (!h.failedAt || failedAt > h.failedAt)) h.failedAt = failedAt;
-      histories.set(c.jwksUrl, h);
+      const h = { fetchedAt: c.jwksFetched?.fetchedAt, failedAt: c.jwksFetchFailedAt };
+      if (c.jwksUrl && scheduledFetchDue({ ...h, attemptedAt: this.attempts.get(c.jwksUrl) }, now, this.times))
+        due.add(c.jwksUrl);
     }
-    const due = [...histories].filter(([, h]) => scheduledFetchDue(h, now, this.times)).map(([url]) => url);
-    for (let i = 0; i < due.length; i += REFRESH_CONCURRENCY)
-      await Promise.all(due.slice(i, i + REFRESH_CONCURRENCY).map((url) => this.refresh(url)));
-    return due.length;
+    const urls = [...due];
+    for (let i = 0; i < urls.length; i += REFRESH_CONCURRENCY)
+      await Promise.all(urls.slice(i, i + REFRESH_CONCURRENCY).map((url) => this.refresh(url)));
+    return urls.length;
   }
 
   /** Every assertion costs one signature check (guarantee 5); an unknown kid asks for a background fetch and fails now. */

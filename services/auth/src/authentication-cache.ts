@@ -26,10 +26,6 @@ export class AuthenticationCache {
     this.entries = new LRUCache<string, Authenticated>({ max: 10_000, ttl: 5 * 60_000, ...options });
   }
 
-  get size(): number {
-    return this.entries.size;
-  }
-
   get(clientId: string, secretHash: string): Authenticated | undefined {
     if (!this.trusted()) {
       if (this.entries.size > 0) this.clear();

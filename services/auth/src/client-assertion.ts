@@ -27,7 +27,6 @@ export interface ClaimedAssertion {
 
 export function claimedAssertion(assertion: string): ClaimedAssertion | undefined {
   try {
-    if (assertion.split(".").length !== 3) return undefined;
     const header = decodeProtectedHeader(assertion);
     const claims = decodeJwt(assertion);
     if (!isAssertionAlgorithm(header.alg) || typeof header.kid !== "string" || header.kid === "") return undefined;

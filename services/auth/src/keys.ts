@@ -107,10 +107,6 @@ export class KeyRing {
       await this.insert(FIRST_KEY_ID, await newStoredKey(this.sealer, new Date(0)), "signing_key.create");
       keys = await this.stored();
     }
-    await this.use(keys);
-  }
-
-  private async use(keys: StoredKey[]): Promise<void> {
     const starting = this.keys.length === 0;
     for (const k of keys) {
       if (this.privateKeys.has(k.kid)) continue;

@@ -92,17 +92,17 @@ export class PartnerEventPublisher {
     await Promise.all(this.outboxes.map((o) => o.stop()));
   }
 
-  /** Relays a change's audit record and partner event, and waits for every live follower to apply the event. */
+  /** Relays a change's audit record and partner event, waits for every live follower to apply the event, and logs it. */
   async propagate(
     on: "partners" | "credentials" | "revokedKeys",
     id: string,
     entry: PartnerEventEntry,
-    since = performance.now(),
-    log?: { what: string; fields: Record<string, string> },
+    log: { what: string; fields: Record<string, string> },
   ) {
+    const since = performance.now();
     this.audit[on].afterWrite(id);
     const outbox = this[on];
-    const deadline = performance.now() + TIMEOUT_MS;
+    const deadline = since + TIMEOUT_MS;
     // Not published by this call's relay: tried again until the deadline, or the sweep took it.
     let at = (await outbox.relay(id)).get(entry.eventId);
     while (!at && performance.now() < deadline && (await outbox.holds(id, entry.eventId))) {
@@ -124,12 +124,10 @@ export class PartnerEventPublisher {
     const [gateways, authReplicas] = [count(live, "gateway"), count(live, "auth")];
     const [confirmed, authConfirmed] = [gateways - count(behind, "gateway"), authReplicas - count(behind, "auth")];
     const elapsedMs = Math.round(performance.now() - since);
-    if (log) {
-      const fields = { ...log.fields, gateways, confirmed, authReplicas, authConfirmed, propagationMs: elapsedMs };
-      if (confirmed < gateways || authConfirmed < authReplicas)
-        this.logger.warn(fields, `${log.what}; not every gateway and auth replica confirmed it in time`);
-      else this.logger.info(fields, log.what);
-    }
+    const fields = { ...log.fields, gateways, confirmed, authReplicas, authConfirmed, propagationMs: elapsedMs };
+    if (confirmed < gateways || authConfirmed < authReplicas)
+      this.logger.warn(fields, `${log.what}; not every gateway and auth replica confirmed it in time`);
+    else this.logger.info(fields, log.what);
     return { gateways, confirmed, authReplicas, authConfirmed, elapsedMs: BigInt(elapsedMs) };
   }
 

@@ -1,6 +1,6 @@
 import type { Logger } from "@pi/common/runtime/logger";
 import type { SecretSealer } from "./secrets.js";
-import type { AuthStore } from "./store.js";
+import type { AuthStore, PartnerDoc } from "./store.js";
 
 /**
  * Re-seals at start every webhook signing secret not sealed by the newest KEK (the KeyRing re-seals its
@@ -19,16 +19,11 @@ export async function resealStoredSecrets(store: AuthStore, sealer: SecretSealer
     const previous = p.previousSigningSecrets ?? [];
     if (sealer.isCurrent(p.sealedSigningSecret) && previous.every((s) => sealer.isCurrent(s.sealed))) continue;
     try {
-      const update = {
-        sealedSigningSecret: await again(p.sealedSigningSecret),
-        ...(p.previousSigningSecrets
-          ? {
-              previousSigningSecrets: await Promise.all(
-                previous.map(async (s) => ({ ...s, sealed: await again(s.sealed) })),
-              ),
-            }
-          : {}),
-      };
+      const update: Partial<PartnerDoc> = { sealedSigningSecret: await again(p.sealedSigningSecret) };
+      if (p.previousSigningSecrets)
+        update.previousSigningSecrets = await Promise.all(
+          previous.map(async (s) => ({ ...s, sealed: await again(s.sealed) })),
+        );
       const filter = { _id: p._id, sealedSigningSecret: p.sealedSigningSecret };
       resealed += (await store.partners.updateOne(filter, { $set: update })).modifiedCount;
     } catch (err) {

@@ -281,7 +281,6 @@ export default (deps: AuthDeps) => (router: Router) => {
     revokeSigningKey: (req) => {
       const fields = { action: "signing_key.revoke", actor: "operator", targets: [req.kid] } as const;
       return trail.refusals(fields, async () => {
-        const since = performance.now();
         const replacementKid = await keys.replaceIfSigning(req.kid);
         if (replacementKid === undefined) {
           if (req.kid !== "" && (await store.revokedKeys.findOne({ _id: req.kid }, { projection: { _id: 1 } })))
@@ -300,7 +299,7 @@ export default (deps: AuthDeps) => (router: Router) => {
         });
         await keys.remove(req.kid);
         const log = { what: "signing key revoked", fields: { kid: req.kid, replacementKid } };
-        const propagation = await events.propagate("revokedKeys", req.kid, event, since, log);
+        const propagation = await events.propagate("revokedKeys", req.kid, event, log);
         return { kid: req.kid, replacementKid, propagation };
       });
     },
@@ -348,7 +347,6 @@ export default (deps: AuthDeps) => (router: Router) => {
       const action = suspend ? "partner.suspend" : "partner.reinstate";
       const fields = { action, actor: "operator", targets: [req.partnerId] } as const;
       return trail.refusals(fields, async () => {
-        const since = performance.now();
         // A suspension is a revocation: the partner's tokens issued until then stay refused after a
         // reinstatement, by the time of its latest suspension, which every event carries.
         let suspendedAt = new Date();
@@ -373,7 +371,7 @@ export default (deps: AuthDeps) => (router: Router) => {
         // This replica at once; the others when the event reaches them, which propagate waits for.
         authentications.clear();
         const log = { what: `partner ${status}`, fields: { partnerId: req.partnerId } };
-        const propagation = await events.propagate("partners", req.partnerId, event, since, log);
+        const propagation = await events.propagate("partners", req.partnerId, event, log);
         return { partnerId: req.partnerId, status: req.status, propagation };
       });
     },
@@ -389,7 +387,10 @@ export default (deps: AuthDeps) => (router: Router) => {
           { $set: { webhookUrl: url, updatedAt: new Date() }, $push: { outbox: event, audit: trail.entry(fields) } },
         );
         if (!updated) throw new RpcError(`no partner ${req.partnerId}`, Status.NOT_FOUND);
-        await events.propagate("partners", req.partnerId, event);
+        events.audit.partners.afterWrite(req.partnerId);
+        // Published for 1.0.0 webhook replicas, which drop their cached target on it; nothing follows it
+        // for the address now (a delivery asks for its target at each attempt): no wait.
+        await events.partners.relay(req.partnerId);
         return { partnerId: req.partnerId, webhookUrl: url };
       });
     },
@@ -405,7 +406,6 @@ export default (deps: AuthDeps) => (router: Router) => {
     revokeCredential: (req) => {
       const fields = { action: "credential.revoke", actor: "operator", targets: [req.clientId] } as const;
       return trail.refusals(fields, async () => {
-        const since = performance.now();
         const credential = await store.credentials.findOne({ _id: req.clientId }, { projection: { partnerId: 1 } });
         if (!credential) throw new RpcError(`no credential ${req.clientId}`, Status.NOT_FOUND);
         const event = partnerEvent(eventsv1.PartnerEventKind.CREDENTIAL_REVOKED, credential.partnerId, req.clientId);
@@ -417,7 +417,7 @@ export default (deps: AuthDeps) => (router: Router) => {
         );
         authentications.clear();
         const log = { what: "credential revoked", fields: { clientId: req.clientId } };
-        const propagation = await events.propagate("credentials", req.clientId, event, since, log);
+        const propagation = await events.propagate("credentials", req.clientId, event, log);
         return { clientId: req.clientId, propagation };
       });
     },
@@ -463,7 +463,7 @@ export default (deps: AuthDeps) => (router: Router) => {
         if (!updated)
           throw new RpcError("the signing secret was rotated meanwhile; run the rotation again", Status.ABORTED);
         events.audit.partners.afterWrite(partner._id);
-        // Only webhook replicas care (they report no position): nothing to wait for.
+        // Like setWebhookUrl's: nothing to wait for.
         await events.partners.relay(partner._id);
         deps.logger.info({ partnerId: partner._id, previousExpiresAt: expiresAt }, "webhook signing secret rotated");
         return { partnerId: partner._id, signingSecret, previousExpiresAt: BigInt(expiresAt.getTime()) };

@@ -41,7 +41,6 @@ describe("AuthenticationCache", () => {
   it("clearing (any partner event, or a change made on this replica) drops every entry", () => {
     const cache = filled();
     cache.clear();
-    expect(cache.size).toBe(0);
     expect([cache.get("cli_a", hashA), cache.get("cli_a_test", hashA), cache.get("cli_b", hashA)]).toEqual([
       undefined,
       undefined,
@@ -66,7 +65,6 @@ describe("AuthenticationCache", () => {
     cache.keep(cache.ticket(), hashA, b);
     cache.get("cli_a", hashA);
     cache.keep(cache.ticket(), hashA, aTest);
-    expect(cache.size).toBe(2);
     expect(cache.get("cli_b", hashA)).toBeUndefined();
     expect(cache.get("cli_a", hashA)).toEqual(a);
     expect(cache.get("cli_a_test", hashA)).toEqual(aTest);
@@ -88,7 +86,6 @@ describe("AuthenticationCache", () => {
     trusted = false;
     const ticket = cache.ticket();
     expect(cache.get("cli_a", hashA)).toBeUndefined();
-    expect(cache.size).toBe(0);
     expect(cache.keep(cache.ticket(), hashA, a)).toBe(false);
     trusted = true;
     // What was read before trust came back may predate a missed event: not kept.

@@ -274,11 +274,11 @@ export const commands = (c: OpsClients, warn: (line: string) => void = () => {})
   },
 });
 
-export function describeFailure(err: unknown, urls: Record<string, string>): string {
+export function describeFailure(err: unknown, urls: readonly string[]): string {
   if (err instanceof UsageError) return err.message;
   if (err instanceof RpcError) {
     if (err.code === Status.UNAVAILABLE || err.code === Status.DEADLINE_EXCEEDED) {
-      return `cannot reach the internal services (${Object.values(urls).join(", ")}); is the stack running (npm start)?`;
+      return `cannot reach the internal services (${urls.join(", ")}); is the stack running (npm start)?`;
     }
     if (err.code === Status.UNIMPLEMENTED) return "this command is not available yet on the running stack";
     return `${codeName(err.code)}: ${err.message}`;

@@ -1,6 +1,4 @@
 import { Command, CommanderError } from "commander";
-// Only the modules the CLI needs (not the whole of @pi/common, with its database, Kafka and
-// telemetry clients): every command must finish in under 2 s, start-up included.
 import { clientsFor } from "@pi/common/rpc/clients";
 import { readFileSync } from "node:fs";
 import { loadSettings } from "@pi/common/runtime/settings";
@@ -16,11 +14,7 @@ const ops = commands(
   { auth: clients.authAdmin(), connection: clients.connectionAdmin(), webhook: clients.webhookAdmin() },
   (line) => process.stderr.write(`${line}\n`),
 );
-const urls = {
-  auth: settings.AUTH_ADMIN_URL,
-  connection: settings.CONNECTION_ADMIN_URL,
-  webhook: settings.WEBHOOK_ADMIN_URL,
-};
+const urls = [settings.AUTH_ADMIN_URL, settings.CONNECTION_ADMIN_URL, settings.WEBHOOK_ADMIN_URL];
 
 function readJwksFile(path: string): string {
   try {
