@@ -86,16 +86,14 @@ export class Submission {
     this.file.resolve(undefined);
     this.trailer.resolve({ elderAddress: "", refused: true, fileComplete: this.fileComplete });
     // Bounded: a file-intake that does not answer leaves the gateway's own refusal.
-    const waited = new AbortController();
     const verdict = await Promise.race([
       this.response.then(
         () => undefined,
         (e: unknown) => e,
       ),
-      sleep(VERDICT_WAIT_MS, undefined, { signal: waited.signal }).catch(() => undefined),
+      sleep(VERDICT_WAIT_MS, undefined, { signal: this.abort.signal }).catch(() => undefined),
     ]);
-    waited.abort();
-    this.abort.abort(err);
+    this.abort.abort(err); // the wait's timer too
     return earlierVerdict(verdict) ? verdict : err;
   }
 
