@@ -47,7 +47,7 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const token = tokenRoutes(batchedTokenIssuer(deps.auth), deps.settings.RATE_LIMIT_TOKEN_PER_MINUTE);
   const v1 = [
     connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN),
-    fileRoutes(deps.files, deps.settings, deps.logger),
+    fileRoutes(deps.files, deps.settings),
     eventRoutes(deps.webhooks),
   ];
 

@@ -3,10 +3,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Readable } from "node:stream";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { fileintakev1 } from "@pi/proto";
-import { every } from "@pi/common/background/periodic";
 import { ErrorReason, reasonOf } from "@pi/common/rpc/errors";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
-import type { Logger } from "@pi/common/runtime/logger";
 import { PartnerError } from "./errors.js";
 
 // The file part of an upload on its way to file-intake, and the watchdog on the request's rate.
@@ -88,16 +86,14 @@ export class Submission {
     this.file.resolve(undefined);
     this.trailer.resolve({ elderAddress: "", refused: true, fileComplete: this.fileComplete });
     // Bounded: a file-intake that does not answer leaves the gateway's own refusal.
-    const waited = new AbortController();
     const verdict = await Promise.race([
       this.response.then(
         () => undefined,
         (e: unknown) => e,
       ),
-      sleep(VERDICT_WAIT_MS, undefined, { signal: waited.signal }).catch(() => undefined),
+      sleep(VERDICT_WAIT_MS, undefined, { signal: this.abort.signal }).catch(() => undefined),
     ]);
-    waited.abort();
-    this.abort.abort(err);
+    this.abort.abort(err); // the wait's timer too
     return earlierVerdict(verdict) ? verdict : err;
   }
 
@@ -153,24 +149,16 @@ export class Submission {
 export function watchTransferRate(
   req: IncomingMessage,
   settings: { UPLOAD_MIN_BYTES_PER_SECOND: number; UPLOAD_RATE_WINDOW_SECONDS: number },
-  logger: Logger,
 ): { stalled: Promise<never>; stop(): void } {
-  const windowMs = settings.UPLOAD_RATE_WINDOW_SECONDS * 1000;
   const bytesRead = () => req.socket?.bytesRead ?? 0;
   let windowStart = bytesRead();
   const stalled = deferred<never>();
-  const watch = every(
-    "upload transfer rate",
-    windowMs,
-    async () => {
-      const arrived = bytesRead() - windowStart;
-      windowStart += arrived;
-      if (arrived >= settings.UPLOAD_MIN_BYTES_PER_SECOND * settings.UPLOAD_RATE_WINDOW_SECONDS) return;
-      void watch.stop();
-      stalled.reject(new PartnerError("request_timeout", { headers: { Connection: "close" } }));
-    },
-    logger,
-    { runAtStart: false },
-  );
-  return { stalled: stalled.promise, stop: () => void watch.stop() };
+  const watch = setInterval(() => {
+    const arrived = bytesRead() - windowStart;
+    windowStart += arrived;
+    if (arrived >= settings.UPLOAD_MIN_BYTES_PER_SECOND * settings.UPLOAD_RATE_WINDOW_SECONDS) return;
+    clearInterval(watch);
+    stalled.reject(new PartnerError("request_timeout", { headers: { Connection: "close" } }));
+  }, settings.UPLOAD_RATE_WINDOW_SECONDS * 1000);
+  return { stalled: stalled.promise, stop: () => clearInterval(watch) };
 }

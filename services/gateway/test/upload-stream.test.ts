@@ -7,17 +7,15 @@ import type { Router } from "@pi/common/rpc/server";
 import { closeClient, serviceClient } from "@pi/common/rpc/client";
 import { fileintakev1 } from "@pi/proto";
 import { serveForTest, testIdentityKey } from "../../../test/support/local-client.js";
-import { createLogger } from "@pi/common/runtime/logger";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
 import { ErrorReason, RpcError, Status, serviceError } from "@pi/common/rpc/errors";
 import { PartnerError } from "../src/errors.js";
 import { MESSAGE_BYTES, Submission, watchTransferRate } from "../src/upload-stream.js";
 
-// The rate watchdog runs on `every` (services/common/src/background/periodic.ts); an injected clock drives its windows.
+// The rate watchdog's windows run on jest's fake clock.
 
 const settings = { UPLOAD_MIN_BYTES_PER_SECOND: 1000, UPLOAD_RATE_WINDOW_SECONDS: 2 };
 const requestWith = (socket: { bytesRead: number }) => ({ socket }) as unknown as IncomingMessage;
-const logger = createLogger("test", "silent");
 
 afterEach(() => {
   jest.useRealTimers();
@@ -27,11 +25,7 @@ afterEach(() => {
 function watching(startBytes = 0, minBytesPerSecond = settings.UPLOAD_MIN_BYTES_PER_SECOND) {
   jest.useFakeTimers();
   const socket = { bytesRead: startBytes };
-  const watch = watchTransferRate(
-    requestWith(socket),
-    { ...settings, UPLOAD_MIN_BYTES_PER_SECOND: minBytesPerSecond },
-    logger,
-  );
+  const watch = watchTransferRate(requestWith(socket), { ...settings, UPLOAD_MIN_BYTES_PER_SECOND: minBytesPerSecond });
   let outcome: unknown;
   watch.stalled.catch((err: unknown) => (outcome = err));
   return { socket, watch, outcome: () => outcome };

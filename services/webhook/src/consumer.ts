@@ -43,7 +43,7 @@ export async function storeWebhookEvents(store: WebhookStore, docs: WebhookEvent
   const entries = docs.filter((d) => !seen.has(d._id)).map(queueEntry);
   for (const id of seen) {
     const existing = await store.events.findOne({ _id: id });
-    if (existing && delivery.queued(existing.state)) entries.push(queueEntry(existing));
+    if (existing && existing.state === "pending") entries.push(queueEntry(existing));
   }
   await insertNew(store.queue, entries);
 }

@@ -20,10 +20,6 @@ export interface DeliveryStep {
 
 export type AttemptOutcome = "delivered" | "retry" | "failed";
 
-export function queued(state: DeliveryState): boolean {
-  return state === "pending";
-}
-
 export function stored(now: Date): DeliveryStep & { state: "pending"; attempts: 0; attemptLog: [] } {
   return { state: "pending", attempts: 0, attemptLog: [], nextAttemptAt: now };
 }

@@ -14,7 +14,6 @@ export interface DispatcherOptions extends AttemptContext {
   idleMs?: number;
 }
 
-const CLAIM_SWEEP_EVERY_MS = 10 * 60_000;
 /** The pause after finding due entries that only other replicas' running attempts hold. */
 const CONTENDED_WAIT_MS = 200;
 export const DISPATCHER_IDLE_MS = 5_000;
@@ -32,7 +31,6 @@ export class Dispatcher {
   private poked = false;
   private wake = new AbortController();
   private loopDone: Promise<void> = Promise.resolve();
-  private lastSweep = 0;
 
   constructor(private readonly o: DispatcherOptions) {
     this.maxInFlight = o.maxInFlight ?? 128;
@@ -70,11 +68,6 @@ export class Dispatcher {
     while (this.running) {
       try {
         this.poked = false;
-        if (Date.now() - this.lastSweep >= CLAIM_SWEEP_EVERY_MS) {
-          this.lastSweep = Date.now();
-          const deletedCount = await queue.sweepClaims(this.o.store);
-          if (deletedCount > 0) this.o.logger.debug({ deletedCount }, "old webhook claims swept");
-        }
         const waitMs = await this.fillSlots();
         if (!this.running) break;
         await this.sleep(waitMs);

@@ -4,8 +4,6 @@ import type { WebhookEventDoc } from "./store.js";
 
 // GET /v1/events as queries: a partner's events of one mode, newest first; the cursor is one of them.
 
-export const EVENTS_PAGE_MAX = 100;
-
 export interface EventsPage {
   partnerId: string;
   mode: WebhookEventDoc["mode"];
@@ -39,8 +37,4 @@ export function pageFilter(page: EventsPage, after?: EventKey): Filter<WebhookEv
       { createdAt: after.createdAt, seq: after.seq, _id: { $lt: after._id } },
     ],
   } as Filter<WebhookEventDoc>;
-}
-
-export function cutPage<T>(docs: T[], limit: number): { items: T[]; hasMore: boolean } {
-  return { items: docs.slice(0, limit), hasMore: docs.length > limit };
 }

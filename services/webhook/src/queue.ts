@@ -55,14 +55,13 @@ export async function moveOn(
 /** After an outcome could not be stored because the event moved on: make the entry match the event. */
 export async function resync(store: WebhookStore, eventId: string): Promise<void> {
   const event = await store.events.findOne({ _id: eventId });
-  if (event && delivery.queued(event.state))
+  if (event && event.state === "pending")
     await moveOn(store, eventId, event.attempts, event.nextAttemptAt ?? new Date());
   else await store.queue.deleteOne({ _id: eventId });
 }
 
-export async function sweepClaims(store: WebhookStore, now = Date.now()): Promise<number> {
-  const { deletedCount } = await store.claims.deleteMany({ expiresAt: { $lt: new Date(now - CLAIM_KEEP_MS) } });
-  return deletedCount;
+export async function sweepClaims(store: WebhookStore): Promise<void> {
+  await store.claims.deleteMany({ expiresAt: { $lt: new Date(Date.now() - CLAIM_KEEP_MS) } });
 }
 
 // The operator's resend and recover, `audit` in the same update: due at once, and the retry window starts again.

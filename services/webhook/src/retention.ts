@@ -1,10 +1,11 @@
 import type { Filter } from "mongodb";
 import { every, type Periodic } from "@pi/common/background/periodic";
 import type { Logger } from "@pi/common/runtime/logger";
+import { sweepClaims } from "./queue.js";
 import { EVENTS_ORDER, pageFilter, type EventKey } from "./events-list.js";
 import type { WebhookEventDoc, WebhookStore } from "./store.js";
 
-// How long webhook events are kept (docs/webhooks.md, "Retention"); test events are bounded by count too.
+// How long webhook events (and old slot claims) are kept (docs/webhooks.md, "Retention"); test events: a count too.
 
 export interface EventRetention {
   keepMs: number;
@@ -53,6 +54,7 @@ export function startRetentionSweep(store: WebhookStore, policy: EventRetention,
     async () => {
       const { expired, overBound } = await sweepEvents(store, policy);
       if (expired + overBound > 0) logger.info({ expired, overBound }, "webhook events past retention deleted");
+      await sweepClaims(store);
     },
     logger,
   );

@@ -21,10 +21,7 @@ export async function webhookTarget(auth: AuthClient, partnerId: string): Promis
   try {
     const res = await auth.getWebhookTarget({ partnerId }, { timeoutMs: TARGET_LOOKUP_TIMEOUT_MS });
     if (!res.webhookUrl) return null;
-    const previous = (res.previousSigningSecrets ?? []).map((p) => ({
-      secret: p.secret,
-      expiresAt: Number(p.expiresAt),
-    }));
+    const previous = res.previousSigningSecrets.map((p) => ({ secret: p.secret, expiresAt: Number(p.expiresAt) }));
     return { url: res.webhookUrl, secret: res.signingSecret, previous };
   } catch (err) {
     if (err instanceof RpcError && err.code === Status.NOT_FOUND) return null;

@@ -53,7 +53,7 @@ describe("signatures during a rotation", () => {
   it("one v1 per secret, the current first, in one header", () => {
     const header = signatureHeader(["new", "old"], 1_700_000_000, "{}");
     expect(header).toBe(
-      `t=1700000000,v1=${signatureHeader("new", 1_700_000_000, "{}").split("v1=")[1]},v1=${signatureHeader("old", 1_700_000_000, "{}").split("v1=")[1]}`,
+      `t=1700000000,v1=${signatureHeader(["new"], 1_700_000_000, "{}").split("v1=")[1]},v1=${signatureHeader(["old"], 1_700_000_000, "{}").split("v1=")[1]}`,
     );
   });
 

@@ -3,7 +3,6 @@ import {
   afterAttempt,
   failedAt,
   noEndpoint,
-  queued,
   recoverable,
   requeue,
   stored,
@@ -30,15 +29,6 @@ const attempt = (o: Partial<Attempt> = {}): Attempt => ({
 describe("a new event", () => {
   it("is pending, due at once, nothing attempted", () => {
     expect(stored(start)).toEqual({ state: "pending", attempts: 0, attemptLog: [], nextAttemptAt: start });
-  });
-
-  it.each([
-    ["pending", true],
-    ["delivered", false],
-    ["failed", false],
-    ["no_endpoint", false],
-  ] as const)("%s has a queue entry: %s", (state, expected) => {
-    expect(queued(state)).toBe(expected);
   });
 });
 

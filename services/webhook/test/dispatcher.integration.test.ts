@@ -20,6 +20,7 @@ const targets = new Map<string, { webhookUrl: string; signingSecret: string }>()
 const auth = {
   getWebhookTarget: async ({ partnerId }: { partnerId: string }) => ({
     partnerId,
+    previousSigningSecrets: [],
     ...(targets.get(partnerId) ?? { webhookUrl: "", signingSecret: "" }),
   }),
 } as unknown as AuthClient;

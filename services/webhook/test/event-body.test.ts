@@ -92,7 +92,7 @@ describe("Service-Signature", () => {
   });
 
   it("is t=<unix>,v1=<lowercase hex HMAC-SHA256 of {t}.{raw_body}>", () => {
-    const header = signatureHeader(secret, 1_700_000_100, body);
+    const header = signatureHeader([secret], 1_700_000_100, body);
     const expected = createHmac("sha256", secret).update(`1700000100.${body}`).digest("hex");
     expect(header).toBe(`t=1700000100,v1=${expected}`);
     expect(header).toMatch(/^t=\d+,v1=[0-9a-f]{64}$/);
@@ -100,26 +100,26 @@ describe("Service-Signature", () => {
 
   it("verifies with the documented receiver", () => {
     const now = Date.now();
-    const header = signatureHeader(secret, Math.floor(now / 1000), body);
+    const header = signatureHeader([secret], Math.floor(now / 1000), body);
     expect(verifyWebhook(Buffer.from(body), header, secret, now)).toEqual(JSON.parse(body));
   });
 
   it("the receiver refuses a changed body, another secret, an old or future t and malformed headers", () => {
     const now = Date.now();
     const t = Math.floor(now / 1000);
-    const header = signatureHeader(secret, t, body);
+    const header = signatureHeader([secret], t, body);
     expect(() => verifyWebhook(Buffer.from(body.replace("revoked", "approved")), header, secret, now)).toThrow(
       /signature mismatch/,
     );
     expect(() => verifyWebhook(Buffer.from(` ${body}`), header, secret, now)).toThrow(/signature mismatch/);
     expect(() => verifyWebhook(Buffer.from(body), header, "whsec_other", now)).toThrow(/signature mismatch/);
-    expect(() => verifyWebhook(Buffer.from(body), signatureHeader(secret, t - 301, body), secret, now)).toThrow(
+    expect(() => verifyWebhook(Buffer.from(body), signatureHeader([secret], t - 301, body), secret, now)).toThrow(
       /tolerance/,
     );
-    expect(() => verifyWebhook(Buffer.from(body), signatureHeader(secret, t + 301, body), secret, now)).toThrow(
+    expect(() => verifyWebhook(Buffer.from(body), signatureHeader([secret], t + 301, body), secret, now)).toThrow(
       /tolerance/,
     );
-    expect(verifyWebhook(Buffer.from(body), signatureHeader(secret, t - 299, body), secret, now).data.status).toBe(
+    expect(verifyWebhook(Buffer.from(body), signatureHeader([secret], t - 299, body), secret, now).data.status).toBe(
       "revoked",
     );
     for (const bad of [

@@ -3,7 +3,6 @@ import { LRUCache } from "lru-cache";
 import { fileintakev1 } from "@pi/proto";
 import { filesAccepted, filesRefused } from "@pi/common/runtime/metrics";
 import type { FileIntakeClient } from "@pi/common/rpc/clients";
-import type { Logger } from "@pi/common/runtime/logger";
 import type { Settings } from "@pi/common/runtime/settings";
 import { invalid, PartnerError, partnerErrorFromInternal } from "../errors.js";
 import { requireScope } from "../middleware.js";
@@ -35,7 +34,7 @@ const countUploads: Middleware = async (ctx, next) => {
   }
 };
 
-export default function fileRoutes(files: FileIntakeClient, settings: Settings, logger: Logger) {
+export default function fileRoutes(files: FileIntakeClient, settings: Settings) {
   const router = gatewayRouter();
   // A terminal status (processed, failed) can never change again and no record is deleted, so it is
   // kept with nothing to invalidate. The key holds the asking partner and mode, so another's request
@@ -58,7 +57,7 @@ export default function fileRoutes(files: FileIntakeClient, settings: Settings, 
     // Opened before the body is read: file-intake takes the quota's verdict on the header meanwhile.
     const submission = new Submission(files, header, settings.MAX_FILE_BYTES);
     const refused = submission.response.then(() => new Promise<never>(() => {}));
-    const rate = watchTransferRate(ctx.req, settings, logger);
+    const rate = watchTransferRate(ctx.req, settings);
     const takeFile: TakeFile = (fieldsSoFar, stream) => {
       // The fields that came before the file are checked before a byte of it is forwarded.
       checkFields(fieldsSoFar, domain, false);
