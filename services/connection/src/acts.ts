@@ -14,13 +14,6 @@ export const REMEMBERED_ACTS = 16;
 /** The shape of an act id: what `newId("act")` draws, or another client's up to 64 characters of the same alphabet. */
 export const ACT_ID = /^act_[0-9A-Za-z]{1,64}$/;
 
-export function earlierApplication(
-  remembered: readonly AppliedAct[] | undefined,
-  actId: string | undefined,
-): AppliedAct | undefined {
-  return actId === undefined ? undefined : remembered?.find((a) => a.id === actId);
-}
-
 export function rememberAct(remembered: readonly AppliedAct[] | undefined, act: AppliedAct): AppliedAct[] {
   return [...(remembered ?? []), act].slice(-REMEMBERED_ACTS);
 }

@@ -44,10 +44,9 @@ export function repairedHolds(
   return same ? undefined : next;
 }
 
-// The per-day bound on connections opened: one counter per partner, mode and UTC day (slots.ts).
-
 const DAY_MS = 86_400_000;
 
+/** The UTC day whose counter an opening counts in (the per-day bound, slots.ts). */
 export const dayKey = (at: Date): string => at.toISOString().slice(0, 10);
 
 export function secondsUntilNextDay(now: Date): number {

@@ -10,7 +10,7 @@ import { sandboxElderAddress } from "@pi/common/rules/elder-address";
 import type { Settings } from "@pi/common/runtime/settings";
 import { connectionAudit } from "./audit.js";
 import { reopenWaitSeconds, slotChange } from "./bounds.js";
-import { earlierApplication, rememberAct, type AppliedAct } from "./acts.js";
+import { rememberAct, type AppliedAct } from "./acts.js";
 import { releaseOpening, releaseSlot, type SlotHolder, takeOpening, takeSlot } from "./slots.js";
 import {
   awaitingSandboxApproval,
@@ -42,7 +42,6 @@ const BOUNDS = {
   daily: "CONNECTIONS_OPENED_PER_PARTNER_PER_DAY",
   reopen: "CONNECTION_REOPEN_INTERVAL_SECONDS",
 } as const;
-type BoundSetting = (typeof BOUNDS)[keyof typeof BOUNDS];
 
 // Read leases a 1.0.0 replica grants during a rollout: a change a partner sees fences new grants
 // (`fencedUntil`, which 1.0.0 honours) and waits the granted ones out. Remove with 1.0.0.
@@ -65,14 +64,7 @@ export class Connections {
 
   constructor(
     private readonly store: ConnectionStore,
-    private readonly settings: Pick<
-      Settings,
-      | "ADDRESS_DOMAIN"
-      | "CONNECTION_PENDING_TTL_SECONDS"
-      | "SANDBOX_APPROVAL_DELAY_SECONDS"
-      | BoundSetting
-      | `TEST_${BoundSetting}`
-    >,
+    private readonly settings: Settings,
     /** Called right after a write that stored an event: the outbox's publish (service.ts). */
     private readonly afterStore: (connectionId: string) => void,
     private readonly clock: () => Date = () => new Date(),
@@ -151,9 +143,7 @@ export class Connections {
   async request(partnerId: string, mode: ConnectionMode, address: string): Promise<ConnectionDoc> {
     const existing = await this.store.connections.findOne({ partnerId, mode, address });
     if (existing) {
-      const applied = await this.apply({ _id: existing._id }, "request", {
-        elderId: await this.resolveElder(mode, address),
-      });
+      const applied = await this.apply({ _id: existing._id }, "request");
       if (applied) return applied.doc;
       // The retention sweep deleted it since the read (retention.ts): the address opens a new connection.
     }
@@ -161,32 +151,32 @@ export class Connections {
     const id = newId("con");
     const t = this.timing();
     const giveBack = await this.takeBounds({ _id: id, partnerId, mode }, t.now, true, true);
-    const elderId = await this.resolveElder(mode, address).catch(async (err: unknown) => {
+    let fresh: ConnectionDoc | undefined;
+    try {
+      const elderId = await this.resolveElder(mode, address);
+      const initial = initialState(mode, elderId !== null, t);
+      const doc: ConnectionDoc = {
+        _id: id,
+        partnerId,
+        mode,
+        address,
+        elderId,
+        status: initial.status,
+        pendingSince: initial.pendingSince,
+        approveAt: initial.approveAt,
+        version: 0,
+        ...emptyOutbox(),
+        trace: traceHeaders(),
+        createdAt: t.now,
+        updatedAt: t.now,
+        audit: [auditEntry("connection", connectionAudit("request", { _id: id, partnerId }, elderId), t.now)],
+      };
+      if (await insertIfNew(this.store.connections, doc)) fresh = doc;
+    } catch (err) {
       await giveBack().catch(() => undefined);
       throw err;
-    });
-    const initial = initialState(mode, elderId !== null, t);
-    const fresh: ConnectionDoc = {
-      _id: id,
-      partnerId,
-      mode,
-      address,
-      elderId,
-      status: initial.status,
-      pendingSince: initial.pendingSince,
-      approveAt: initial.approveAt,
-      version: 0,
-      ...emptyOutbox(),
-      trace: traceHeaders(),
-      createdAt: t.now,
-      updatedAt: t.now,
-      audit: [auditEntry("connection", connectionAudit("request", { _id: id, partnerId }, elderId), t.now)],
-    };
-    const inserted = await insertIfNew(this.store.connections, fresh).catch(async (err: unknown) => {
-      await giveBack().catch(() => undefined);
-      throw err;
-    });
-    if (inserted) {
+    }
+    if (fresh) {
       connectionTransitions.inc({ from: "none", to: fresh.status });
       this.afterAudit(id);
       return fresh;
@@ -199,18 +189,18 @@ export class Connections {
   async apply(
     filter: Filter<ConnectionDoc> & { _id: string },
     trigger: Trigger,
-    opts: { elderId?: string | null; actId?: string } = {},
+    opts: { actId?: string } = {},
   ): Promise<Applied | null> {
     // Only writes lost to another writer count; waits for 1.0.0's read leases do not.
     for (let conflicts = 0; conflicts < maxAttempts; ) {
       const doc = await this.store.connections.findOne(filter);
       if (!doc) return null;
-      const replayed = earlierApplication(doc.caregiverActs, opts.actId);
+      const replayed = doc.caregiverActs?.find((a) => a.id === opts.actId);
       if (replayed) return { doc, outcome: { kind: "unchanged" }, replayed };
-      let elderId = opts.elderId !== undefined ? opts.elderId : doc.elderId;
-      // An approval needs a resolved elder: an address unknown at the request may name one now.
-      if (elderId === null && (trigger === "approve" || trigger === "test_approve"))
-        elderId = await this.resolveElder(doc.mode, doc.address);
+      // A request resolves the address again, as does an approval (an address unknown until now may name an elder).
+      const approval = trigger === "approve" || trigger === "test_approve";
+      const resolve = trigger === "request" || (approval && doc.elderId === null);
+      const elderId = resolve ? await this.resolveElder(doc.mode, doc.address) : doc.elderId;
       const t = this.timing();
       const outcome = transition(this.stateOf(doc, elderId), trigger, t);
       if (outcome.kind !== "change") return { doc, outcome };

@@ -102,31 +102,22 @@ export async function startConnectionService(
   );
   const endedCutoff = () =>
     endedConnectionCutoff(new Date(), settings.ENDED_CONNECTION_RETENTION_SECONDS, reopenSeconds);
+  // One replica at a time runs a leased round; the others skip it.
+  const leased = (name: string, ms: number, lease: string, task: (renew: () => Promise<boolean>) => Promise<unknown>) =>
+    every(name, ms, () => whileHolding(store.leases, lease, ms, task), logger);
   const rounds = [
     every("sandbox approvals", intervals.sandboxApprovalMs, () => connections.approveDue(), logger),
     every("expiry sweep", intervals.expirySweepMs, () => connections.expireDue(), logger),
-    // One replica at a time recounts the pending slots and deletes past days' opening counters (slots.ts); the others skip the round.
-    every(
-      "pending slots repair",
-      intervals.slotRepairMs,
-      () =>
-        whileHolding(store.leases, "pending-slots-repair", intervals.slotRepairMs, (renew) =>
-          repairCounters(store, new Date(), renew),
-        ),
-      logger,
+    // Recounts the pending slots and deletes past days' opening counters (slots.ts).
+    leased("pending slots repair", intervals.slotRepairMs, "pending-slots-repair", (renew) =>
+      repairCounters(store, new Date(), renew),
     ),
-    // One replica at a time deletes ended connections past ENDED_CONNECTION_RETENTION_SECONDS (retention.ts).
-    every(
-      "ended connections retention",
-      intervals.retentionSweepMs,
-      () =>
-        whileHolding(store.leases, "ended-connections-retention", intervals.retentionSweepMs, async (renew) => {
-          const deleted = await deleteEndedConnections(store.connections, endedCutoff(), renew);
-          if (deleted > 0) logger.info({ deleted }, "ended connections past retention deleted");
-          return deleted;
-        }),
-      logger,
-    ),
+    // Deletes ended connections past ENDED_CONNECTION_RETENTION_SECONDS (retention.ts).
+    leased("ended connections retention", intervals.retentionSweepMs, "ended-connections-retention", async (renew) => {
+      const deleted = await deleteEndedConnections(store.connections, endedCutoff(), renew);
+      if (deleted > 0) logger.info({ deleted }, "ended connections past retention deleted");
+      return deleted;
+    }),
   ];
 
   return {

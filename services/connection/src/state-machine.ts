@@ -61,22 +61,12 @@ export function initialState(mode: ConnectionMode, resolved: boolean, t: Timing)
 
 const unchanged: Outcome = { kind: "unchanged" };
 const refused = (reason: string): Outcome => ({ kind: "refused", reason });
-const to = (status: InternalStatus, event: EventType | null = null): Outcome => ({
+const to = (status: InternalStatus, event: EventType | null = null): Extract<Outcome, { kind: "change" }> => ({
   kind: "change",
   to: status,
   approveAt: null,
   event,
 });
-
-function reopen(s: ConnectionState, t: Timing): Outcome {
-  return {
-    kind: "change",
-    to: "pending",
-    pendingSince: t.now,
-    approveAt: sandboxApproveAt(s.mode, s.resolved, t),
-    event: null,
-  };
-}
 
 type CaregiverAct = "approve" | "decline" | "sever";
 
@@ -126,7 +116,9 @@ export function transition(s: ConnectionState, trigger: Trigger, t: Timing): Out
   const status = effectiveStatus(s, t);
   switch (trigger) {
     case "request":
-      return status === "expired" || status === "revoked" ? reopen(s, t) : unchanged;
+      // A reopening: a new pending window.
+      if (status !== "expired" && status !== "revoked") return unchanged;
+      return { ...to("pending"), pendingSince: t.now, approveAt: sandboxApproveAt(s.mode, s.resolved, t) };
 
     case "approve":
     case "decline":

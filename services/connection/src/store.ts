@@ -1,4 +1,4 @@
-import type { Collection, Db } from "mongodb";
+import type { Db } from "mongodb";
 import type { AuditCarrier } from "@pi/common/store/audit";
 import type { JobLeaseDoc } from "@pi/common/background/lease";
 import type { OutboxEntry as Entry, OutboxFields } from "@pi/common/store/persistence";
@@ -41,15 +41,9 @@ export interface ConnectionDoc extends OutboxFields<OutboxEntry>, AuditCarrier {
   updatedAt: Date;
 }
 
-export interface ConnectionStore {
-  elders: Collection<ElderDoc>;
-  connections: Collection<ConnectionDoc>;
-  slots: Collection<SlotsDoc>;
-  openings: Collection<OpeningsDoc>;
-  leases: Collection<JobLeaseDoc>;
-}
+export type ConnectionStore = Awaited<ReturnType<typeof openConnectionStore>>;
 
-export async function openConnectionStore(db: Db): Promise<ConnectionStore> {
+export async function openConnectionStore(db: Db) {
   const store = {
     elders: db.collection<ElderDoc>("elder_addresses"),
     connections: db.collection<ConnectionDoc>("connections"),

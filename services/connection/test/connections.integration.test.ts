@@ -225,8 +225,8 @@ describe("sandbox auto-approval", () => {
     const due = await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } });
     expect(due).toBeGreaterThanOrEqual(count);
     const other = new Connections(store, settings, relaying(relay), () => clock);
-    // Batches of 50, 8 at once: each round goes on while its batches come back full.
-    const counts = await Promise.all([connections.approveDue(50, 8), other.approveDue(50, 8)]);
+    // Batches of 50: each round goes on while its batches come back full.
+    const counts = await Promise.all([connections.approveDue(50), other.approveDue(50)]);
     expect(counts.reduce((a, b) => a + b, 0)).toBe(due);
     expect(
       await store.connections.countDocuments({ status: "pending", mode: "test", approveAt: { $lte: clock } }),

@@ -35,14 +35,12 @@ export type Resolver = (
   callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
 ) => void;
 
-const systemResolver: Resolver = (hostname, options, callback) => dnsLookup(hostname, options, callback);
-
 export class AddressRefusedError extends Error {
   readonly code = "ERR_WEBHOOK_ADDRESS_REFUSED";
 }
 
 /** A socket lookup that resolves every address of the name and keeps only the public ones. */
-export function guardedLookup(resolve: Resolver = systemResolver): LookupFunction {
+export function guardedLookup(resolve: Resolver = dnsLookup): LookupFunction {
   return (hostname, options, callback) => {
     resolve(hostname, { ...options, all: true }, (err, addresses) => {
       if (err) return callback(err, "", 0);

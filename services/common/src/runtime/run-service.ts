@@ -24,14 +24,11 @@ const shutdownGraceMs = 15_000;
 export function runService(name: string, start: (settings: Settings, logger: Logger) => Promise<RunningService>) {
   const settings = loadSettings(name);
   const logger = createLogger(name, settings.LOG_LEVEL);
-  for (const [event, msg] of [
-    ["uncaughtException", "uncaught exception"],
-    ["unhandledRejection", "unhandled rejection"],
-  ] as const)
-    process.on(event, (err) => {
-      logger.fatal({ err }, msg);
-      process.exit(1);
-    });
+  // Node raises an unhandled rejection here too, as origin "unhandledRejection".
+  process.on("uncaughtException", (err, origin) => {
+    logger.fatal({ err, origin }, "uncaught exception");
+    process.exit(1);
+  });
   void (async () => {
     let running: RunningService;
     let stopTelemetry: () => Promise<void>;
