@@ -50,12 +50,10 @@ export async function startFileIntakeService(
   const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, options.relayEveryMs);
   await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();
-  const connections: ConnectionCheck = options.connections ?? {
-    async isActive(partnerId, mode, elderAddress) {
-      const res = await connectionClient.checkActiveConnection({ partnerId, mode: modeToProto(mode), elderAddress });
-      return res.active;
-    },
-  };
+  const connections: ConnectionCheck =
+    options.connections ??
+    (async (partnerId, mode, elderAddress) =>
+      (await connectionClient.checkActiveConnection({ partnerId, mode: modeToProto(mode), elderAddress })).active);
   const limits = { live: settings.FILE_STORAGE_QUOTA_BYTES, test: settings.TEST_FILE_STORAGE_QUOTA_BYTES };
   const quota = new StorageQuota(
     store,

@@ -7,7 +7,6 @@ import {
   quotaVerdict,
   repairedUsage,
   STORE_FULL_RETRY_AFTER_SECONDS,
-  storeHasRoom,
   usageKey,
   type Growth,
   type QuotaLimits,
@@ -57,7 +56,7 @@ export class StoreFill {
   }
 
   async hasRoom(bytes: number): Promise<boolean> {
-    return storeHasRoom(await this.total(), this.markBytes, bytes);
+    return (await this.total()) + bytes <= this.markBytes;
   }
 }
 
