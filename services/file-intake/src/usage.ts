@@ -43,7 +43,7 @@ export class StoreFill {
     private readonly markBytes: number,
   ) {}
 
-  private total(): Promise<number> {
+  async hasRoom(bytes: number): Promise<boolean> {
     if (!this.reading || Date.now() - this.reading.at >= STORE_TOTAL_TTL_MS) {
       const total = this.store.usage
         .aggregate<{ used: number }>([{ $group: { _id: null, used: { $sum: "$used" } } }])
@@ -52,11 +52,7 @@ export class StoreFill {
       this.reading = { at: Date.now(), total };
       total.catch(() => (this.reading = undefined));
     }
-    return this.reading.total;
-  }
-
-  async hasRoom(bytes: number): Promise<boolean> {
-    return (await this.total()) + bytes <= this.markBytes;
+    return (await this.reading.total) + bytes <= this.markBytes;
   }
 }
 
