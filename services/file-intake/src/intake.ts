@@ -176,18 +176,15 @@ const step = <T>(name: string, fn: () => Promise<T>) => inSpan(`upload: ${name}`
 
 /** Enough bytes to decide the type (SNIFF_BYTES), or the whole file when it is shorter. */
 async function readHead(next: () => Promise<Part>) {
-  const chunks: Uint8Array[] = [];
-  let length = 0;
+  let bytes = Buffer.alloc(0);
   let trailer: fileintakev1.SubmitFileTrailer | undefined;
-  while (length < SNIFF_BYTES && !trailer) {
+  while (bytes.length < SNIFF_BYTES && !trailer) {
     const part = await next();
-    if (part.case === "chunk") {
-      chunks.push(part.value);
-      length += part.value.length;
-    } else if (part.case === "trailer") trailer = part.value;
+    if (part.case === "chunk") bytes = Buffer.concat([bytes, part.value]);
+    else if (part.case === "trailer") trailer = part.value;
     else throw protocol("expected a chunk or the trailer");
   }
-  return { bytes: Buffer.concat(chunks), trailer };
+  return { bytes, trailer };
 }
 
 /** Stages the head and every chunk after it, judging each (bytesVerdict) and growing the quota's hold, until the trailer. */
