@@ -109,9 +109,8 @@ export class Extractor {
     if (this.closed) throw new ExtractorDied("the extractor is closed");
     const kind = type.extraction;
     this.child ??= this.spawnChild();
-    const spawned = this.child;
-    await spawned.ready;
-    const child = spawned.process;
+    const { process: child, ready } = this.child;
+    await ready;
     let broken: Extracted | undefined;
     const kill = (reason: "memory_limit" | "time_limit", error: string) => {
       broken ??= { ok: false, kind, reason, error };
