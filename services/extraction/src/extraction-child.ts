@@ -14,21 +14,15 @@ export interface ExtractionTask {
   maxTextChars: number;
 }
 
-let maxTextChars = 1_000_000;
-
 /** A page with no text that costs more CPU than this is drawing operators (about 5 MiB), not a document: time_limit. */
 const TEXTLESS_PAGE_CPU_MS = 500;
 
 class TextlessPageTooCostly extends Error {}
 
-function capped(text: string) {
-  return { text: text.slice(0, maxTextChars), textLength: text.length, textTruncated: text.length > maxTextChars };
-}
-
 type PdfJs = typeof import("pdfjs-dist/legacy/build/pdf.mjs");
 let pdfjs: Promise<PdfJs> | undefined;
 
-async function pdfText(bytes: Uint8Array) {
+async function pdfText(bytes: Uint8Array, maxTextChars: number) {
   // The legacy build is the one pdf.js supports on Node; loaded on first use (it is large).
   pdfjs ??= import("pdfjs-dist/legacy/build/pdf.mjs");
   const { getDocument, VerbosityLevel } = await pdfjs;
@@ -57,7 +51,13 @@ async function pdfText(bytes: Uint8Array) {
       length += text.length;
       page.cleanup();
     }
-    return { ...capped(pages.join("\n\f")), pages: doc.numPages };
+    const text = pages.join("\n\f");
+    return {
+      text: text.slice(0, maxTextChars),
+      textLength: text.length,
+      textTruncated: text.length > maxTextChars,
+      pages: doc.numPages,
+    };
   } finally {
     await doc.destroy();
   }
@@ -85,13 +85,12 @@ async function duration(bytes: Uint8Array, mediaType: string) {
   return { durationSeconds: format.duration };
 }
 
-/** The thread's task. Never throws for bad bytes: that is `{ ok: false }`. */
-export default async function run({ kind, mediaType, bytes, ...task }: ExtractionTask): Promise<Extracted> {
-  maxTextChars = task.maxTextChars;
+/** One task. Never throws for bad bytes: that is `{ ok: false }`. */
+async function run({ kind, mediaType, bytes, maxTextChars }: ExtractionTask): Promise<Extracted> {
   try {
     switch (kind) {
       case "pdf-text":
-        return { ok: true, kind, ...(await pdfText(bytes)) };
+        return { ok: true, kind, ...(await pdfText(bytes, maxTextChars)) };
       case "plain-text":
         return { ok: true, kind, ...plainText(bytes) };
       case "image-dimensions":

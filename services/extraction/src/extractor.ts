@@ -2,8 +2,6 @@ import { fork, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { acceptedType } from "@pi/common/rules/media-types";
-import { createLogger, type Logger } from "@pi/common/runtime/logger";
-import { every } from "@pi/common/background/periodic";
 import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/rules/extracted";
 import type { ExtractionTask } from "./extraction-child.js";
 import { childEnvironment } from "./child-environment.js";
@@ -35,7 +33,7 @@ function childModule(): string {
   return existsSync(beside) ? beside : fileURLToPath(new URL("../dist/extraction-child.js", import.meta.url));
 }
 
-const MEMORY_POLL_MS = 10;
+const WATCH_EVERY_MS = 10;
 /** How long a new child may take to start (not counted in a file's time limit). */
 const CHILD_START_MS = 30_000;
 const PAGE_BYTES = 4096;
@@ -65,10 +63,7 @@ export class Extractor {
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
-  constructor(
-    readonly limits: ExtractionLimits = DEFAULT_EXTRACTION_LIMITS,
-    private readonly logger: Logger = createLogger("extraction", "warn"),
-  ) {}
+  constructor(readonly limits: ExtractionLimits = DEFAULT_EXTRACTION_LIMITS) {}
 
   private spawnChild(): { process: ChildProcess; ready: Promise<void> } {
     // The heap's own bound, below the ceiling (a V8 out-of-memory then ends the child before the watch does).
@@ -114,33 +109,25 @@ export class Extractor {
     if (this.closed) throw new ExtractorDied("the extractor is closed");
     const kind = type.extraction;
     this.child ??= this.spawnChild();
-    const spawned = this.child;
-    await spawned.ready;
-    const child = spawned.process;
+    const { process: child, ready } = this.child;
+    await ready;
     let broken: Extracted | undefined;
     const kill = (reason: "memory_limit" | "time_limit", error: string) => {
       broken ??= { ok: false, kind, reason, error };
       child.kill("SIGKILL");
     };
     const ceiling = this.limits.memoryCeilingMb * 1024 * 1024;
-    const timer = setTimeout(
-      () => kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`),
-      this.limits.timeoutMs,
-    );
+    const started = performance.now();
     const cpuAtStart = usage(child.pid)?.cpuMs;
-    const memoryWatch = every(
-      "watching the extraction child's memory and CPU time",
-      MEMORY_POLL_MS,
-      async () => {
-        const now = usage(child.pid);
-        if (now && now.residentBytes > ceiling)
-          kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
-        if (now && cpuAtStart !== undefined && now.cpuMs - cpuAtStart > this.limits.cpuTimeMs)
-          kill("time_limit", `extraction used more than ${this.limits.cpuTimeMs} ms of CPU time`);
-      },
-      this.logger,
-      { runAtStart: false },
-    );
+    const watch = setInterval(() => {
+      if (performance.now() - started > this.limits.timeoutMs)
+        kill("time_limit", `extraction took longer than ${this.limits.timeoutMs} ms`);
+      const now = usage(child.pid);
+      if (now && now.residentBytes > ceiling)
+        kill("memory_limit", `extraction used more than ${this.limits.memoryCeilingMb} MiB`);
+      if (now && cpuAtStart !== undefined && now.cpuMs - cpuAtStart > this.limits.cpuTimeMs)
+        kill("time_limit", `extraction used more than ${this.limits.cpuTimeMs} ms of CPU time`);
+    }, WATCH_EVERY_MS);
     try {
       const result = await new Promise<Extracted | Error>((settle) => {
         this.running = { child, settle };
@@ -156,8 +143,7 @@ export class Extractor {
       return result;
     } finally {
       this.running = undefined;
-      clearTimeout(timer);
-      void memoryWatch.stop();
+      clearInterval(watch);
     }
   }
 

@@ -18,15 +18,12 @@ export async function startExtractionService(settings: Settings, logger: Logger)
   const kafka = serviceKafka(settings, "extraction", logger);
   await ensureTopics(kafka, settings.DATA_NAMESPACE, ["fileEvents"]);
   const admin = kafka.admin();
-  const extractor = new Extractor(
-    {
-      ...DEFAULT_EXTRACTION_LIMITS,
-      timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
-      cpuTimeMs: settings.EXTRACTION_CPU_TIME_LIMIT_SECONDS * 1000,
-      memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
-    },
-    logger,
-  );
+  const extractor = new Extractor({
+    ...DEFAULT_EXTRACTION_LIMITS,
+    timeoutMs: settings.EXTRACTION_TIME_LIMIT_SECONDS * 1000,
+    cpuTimeMs: settings.EXTRACTION_CPU_TIME_LIMIT_SECONDS * 1000,
+    memoryCeilingMb: settings.EXTRACTION_MEMORY_CEILING_MB,
+  });
   const worker = new ExtractionWorker(clientsFor(settings).fileIntake(), TIMING, logger, (type, bytes) =>
     extractor.extract(type, bytes),
   );

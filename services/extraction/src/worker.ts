@@ -136,14 +136,8 @@ function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.Reco
   return "textLength" in outcome ? { ...outcome, textLength: BigInt(outcome.textLength) } : outcome;
 }
 
-export interface TakingFiles {
-  /** A file may be waiting: take files until none waits (now, or right after the file in hand). */
-  wake(): void;
-  stop(): Promise<void>;
-}
-
 /** Takes files one at a time (one extraction child) until none waits: woken by file events, and every `pollMs`. */
-export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logger): TakingFiles {
+export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logger) {
   let woken = false;
   let stopping = false;
   const rounds = every(
@@ -158,6 +152,7 @@ export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logg
     logger,
   );
   return {
+    /** A file may be waiting: take files until none waits (now, or right after the file in hand). */
     wake() {
       woken = true;
       void rounds.runNow();
@@ -174,7 +169,7 @@ export function consumeFileEvents(
   kafka: Kafka,
   namespace: string,
   worker: ExtractionWorker,
-  taking: TakingFiles,
+  taking: ReturnType<typeof takeFiles>,
   logger: Logger,
 ): Promise<Consuming> {
   return consume({

@@ -32,7 +32,7 @@ beforeAll(async () => {
     // Passive: no relay and no sweeps; the test drives the extraction workers.
     intakes.push(
       await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), {
-        connections: { isActive: async () => true },
+        connections: async () => true,
         passive: true,
       }),
     );

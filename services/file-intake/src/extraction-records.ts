@@ -58,18 +58,16 @@ export class ExtractionRecords {
     for (let tries = 0; tries < TAKE_NEXT_TRIES; tries++) {
       const now = new Date();
       const heads = await this.store.files
-        .aggregate<{ _id: string; fileId: string; oldest: Date }>([
+        .aggregate<WaitingHead>([
           { $match: { status: "received", ...leaseFree(EXTRACTION_LEASE, now) } },
           { $sort: { createdAt: 1 } },
           { $group: { _id: "$partnerId", fileId: { $first: "$_id" }, oldest: { $first: "$createdAt" } } },
+          { $project: { _id: 0, partnerId: "$_id", fileId: 1, oldest: 1 } },
         ])
         .toArray();
       if (heads.length === 0) return null;
-      const turns = await this.store.turns.find({ _id: { $in: heads.map((h) => h._id) } }).toArray();
-      const next = nextTurn(
-        heads.map((h): WaitingHead => ({ partnerId: h._id, fileId: h.fileId, oldest: h.oldest })),
-        new Map(turns.map((t) => [t._id, t.lastTakenAt])),
-      )!;
+      const turns = await this.store.turns.find({ _id: { $in: heads.map((h) => h.partnerId) } }).toArray();
+      const next = nextTurn(heads, new Map(turns.map((t) => [t._id, t.lastTakenAt])))!;
       await this.store.turns.updateOne({ _id: next.partnerId }, { $set: { lastTakenAt: now } }, { upsert: true });
       const take = await this.take(next.fileId, leaseMs, maxAttempts);
       if (take.taken || take.status !== "received") return { fileId: next.fileId, take };

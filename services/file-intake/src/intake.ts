@@ -20,9 +20,7 @@ import type { Reservation, StorageQuota } from "./usage.js";
 import { bytesVerdict, claimVerdict, noActiveConnection, protocol, trailerVerdict } from "./verdicts.js";
 
 /** The one question file-intake asks the connection service: yes or no, never why. */
-export interface ConnectionCheck {
-  isActive(partnerId: string, mode: FileMode, elderAddress: string): Promise<boolean>;
-}
+export type ConnectionCheck = (partnerId: string, mode: FileMode, elderAddress: string) => Promise<boolean>;
 
 export interface IntakeDeps {
   store: FileStore;
@@ -101,14 +99,16 @@ async function receive(
   const wrapped = deps.dataKeys.wrap(dataKey);
   wrapped.catch(() => {});
   const staged = new StagedUpload(deps.store, header.partnerId, dataKey);
+  const { partnerId, mode, idempotencyKey: key } = header;
+  const fileId = newId("file");
   let committed = false;
+  let owned = false;
+  let letGo = () => {};
   try {
     const file = await step("stage bytes", () => stageBytes(deps, reservation, staged, type, head, next));
     const fields = trailerVerdict(file.trailer, file, deps.addressDomain);
     if ("refusal" in fields) throw fields.refusal;
-    const { partnerId, mode, idempotencyKey: key } = header;
     const purpose = file.trailer.purpose ?? null;
-    const fileId = newId("file");
 
     // These three run at once; their verdicts are taken in this order.
     const stored = staged.finish();
@@ -124,50 +124,45 @@ async function receive(
             signal,
           );
     const connected = checkConnection(deps.connections, partnerId, mode, fields.elder);
-    let owned = false;
-    let letGo = () => {};
-    try {
-      const [storedResult, claimResult] = await step("store last bytes, claim key", () =>
-        Promise.allSettled([stored, claim]),
-      );
-      owned = claimResult.status === "fulfilled" && claimResult.value?.kind === "owned";
-      if (owned) letGo = deps.keys.hold(partnerId, mode, key!, fileId);
-      const verdict = claimVerdict(storedResult, claimResult);
-      if (verdict && "refusal" in verdict) throw verdict.refusal;
-      if (verdict) return { id: verdict.replay };
-      if (!(await step("connection verdict", () => connected))) throw noActiveConnection();
-      const doc = newFileDoc(
-        {
-          _id: fileId,
-          partnerId,
-          mode,
-          dataKey: await wrapped,
-          sealedMeta: sealMeta(dataKey, fileId, { elder: fields.elder, purpose, sha256: file.sha256 }),
-          mediaType: type!.mediaType,
-          size: file.size,
-          blobId: staged.id,
-          idempotencyKey: key,
-          textLength: file.textLength,
-          ...(sandboxOutcome(mode, purpose) === "failed" ? { sandboxOutcome: "failed" as const } : {}),
-        },
-        new Date(),
-      );
-      // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
-      if (owned && !(await deps.keys.renew(partnerId, mode, key!, fileId))) {
-        throw new RpcError("the Idempotency-Key's claim was taken over; retry with the same key", Status.UNAVAILABLE);
-      }
-      await step("insert file", () => deps.store.files.insertOne(doc));
-      committed = true;
-      await step("after commit", () => afterCommit(deps, reservation, staged, doc));
-      return { id: fileId };
-    } finally {
-      letGo();
-      if (!committed && owned)
-        await deps.keys
-          .release(partnerId, mode, key!, fileId)
-          .catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
+    const [storedResult, claimResult] = await step("store last bytes, claim key", () =>
+      Promise.allSettled([stored, claim]),
+    );
+    owned = claimResult.status === "fulfilled" && claimResult.value?.kind === "owned";
+    if (owned) letGo = deps.keys.hold(partnerId, mode, key!, fileId);
+    const verdict = claimVerdict(storedResult, claimResult);
+    if (verdict && "refusal" in verdict) throw verdict.refusal;
+    if (verdict) return { id: verdict.replay };
+    if (!(await step("connection verdict", () => connected))) throw noActiveConnection();
+    const doc = newFileDoc(
+      {
+        _id: fileId,
+        partnerId,
+        mode,
+        dataKey: await wrapped,
+        sealedMeta: sealMeta(dataKey, fileId, { elder: fields.elder, purpose, sha256: file.sha256 }),
+        mediaType: type!.mediaType,
+        size: file.size,
+        blobId: staged.id,
+        idempotencyKey: key,
+        textLength: file.textLength,
+        ...(sandboxOutcome(mode, purpose) === "failed" ? { sandboxOutcome: "failed" as const } : {}),
+      },
+      new Date(),
+    );
+    // A holder whose claim ran out (taken over by a retry after this request stalled) writes nothing.
+    if (owned && !(await deps.keys.renew(partnerId, mode, key!, fileId))) {
+      throw new RpcError("the Idempotency-Key's claim was taken over; retry with the same key", Status.UNAVAILABLE);
     }
+    await step("insert file", () => deps.store.files.insertOne(doc));
+    committed = true;
+    await step("after commit", () => afterCommit(deps, reservation, staged, doc));
+    return { id: fileId };
   } finally {
+    letGo();
+    if (!committed && owned)
+      await deps.keys
+        .release(partnerId, mode, key!, fileId)
+        .catch((err) => deps.logger.warn({ err }, "idempotency claim left for its lease to end"));
     if (!committed)
       await staged
         .discard()
@@ -181,18 +176,15 @@ const step = <T>(name: string, fn: () => Promise<T>) => inSpan(`upload: ${name}`
 
 /** Enough bytes to decide the type (SNIFF_BYTES), or the whole file when it is shorter. */
 async function readHead(next: () => Promise<Part>) {
-  const chunks: Uint8Array[] = [];
-  let length = 0;
+  let bytes = Buffer.alloc(0);
   let trailer: fileintakev1.SubmitFileTrailer | undefined;
-  while (length < SNIFF_BYTES && !trailer) {
+  while (bytes.length < SNIFF_BYTES && !trailer) {
     const part = await next();
-    if (part.case === "chunk") {
-      chunks.push(part.value);
-      length += part.value.length;
-    } else if (part.case === "trailer") trailer = part.value;
+    if (part.case === "chunk") bytes = Buffer.concat([bytes, part.value]);
+    else if (part.case === "trailer") trailer = part.value;
     else throw protocol("expected a chunk or the trailer");
   }
-  return { bytes: Buffer.concat(chunks), trailer };
+  return { bytes, trailer };
 }
 
 /** Stages the head and every chunk after it, judging each (bytesVerdict) and growing the quota's hold, until the trailer. */
@@ -235,7 +227,7 @@ async function stageBytes(
 /** The connection service's yes or no; a "no" held to the next step of CONNECTION_REFUSAL_MS (no-oracle.ts). */
 function checkConnection(connections: ConnectionCheck, partnerId: string, mode: FileMode, elder: string) {
   const started = performance.now();
-  const connected = connections.isActive(partnerId, mode, elder).then(async (active) => {
+  const connected = connections(partnerId, mode, elder).then(async (active) => {
     if (!active) await sleep(refusalDelay(performance.now() - started));
     return active;
   });

@@ -92,10 +92,9 @@ export class IdempotencyKeys {
 
   /** The file of this claim is written: later requests with the same payload replay it. */
   async commit(partnerId: string, mode: FileMode, key: string, fileId: string): Promise<void> {
-    const now = new Date();
     await this.store.keys.updateOne(
       { _id: keyId(partnerId, mode, key), fileId },
-      { $set: { state: "committed", expiresAt: new Date(now.getTime() + this.ttlMs) } },
+      { $set: { state: "committed", expiresAt: new Date(Date.now() + this.ttlMs) } },
     );
   }
 

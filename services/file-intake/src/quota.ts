@@ -99,7 +99,3 @@ export function quotaPressure(
 
 /** Past the store-wide high-water mark only the retention sweep frees room: a client should not hammer it. */
 export const STORE_FULL_RETRY_AFTER_SECONDS = 60;
-
-export function storeHasRoom(total: number, mark: number, bytes: number): boolean {
-  return total + bytes <= mark;
-}

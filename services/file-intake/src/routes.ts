@@ -3,7 +3,7 @@ import type { Router } from "@pi/common/rpc/server";
 import { type commonv1, fileintakev1 } from "@pi/proto";
 import { isFailureReason, type Extracted } from "@pi/common/rules/extracted";
 import { modeFromProto } from "@pi/common/rules/mode";
-import type { ExtractionKind } from "@pi/common/rules/media-types";
+import { ACCEPTED_TYPES } from "@pi/common/rules/media-types";
 import type { ExtractionRecords, Take } from "./extraction-records.js";
 import { submitFile, type IntakeDeps } from "./intake.js";
 import type { FileStatus, FileStore } from "./store.js";
@@ -41,11 +41,9 @@ async function getFile(store: FileStore, req: { partnerId: string; id: string; m
   return { id: doc._id, status: statusEnum(doc.status) };
 }
 
-const KINDS: readonly ExtractionKind[] = ["pdf-text", "plain-text", "image-dimensions", "audio-duration"];
-
 /** The outcome as the extraction service sent it; a malformed one is the caller's mistake. */
 function outcomeOf(req: fileintakev1.RecordExtractionRequest): Extracted {
-  const kind = KINDS.find((k) => k === req.kind);
+  const kind = ACCEPTED_TYPES.find((t) => t.extraction === req.kind)?.extraction;
   const bad = (what: string) => new RpcError(`extraction outcome: ${what}`, Status.INVALID_ARGUMENT);
   if (!kind) throw bad("unknown kind");
   if (!req.ok) {

@@ -50,13 +50,12 @@ export async function startFileIntakeService(
   const outbox = fileOutbox(store.files, runtime.producer, settings.DATA_NAMESPACE, logger, options.relayEveryMs);
   await outbox.ensureIndex();
   const connectionClient = clientsFor(settings).connection();
-  const connections: ConnectionCheck = options.connections ?? {
-    async isActive(partnerId, mode, elderAddress) {
-      const res = await connectionClient.checkActiveConnection({ partnerId, mode: modeToProto(mode), elderAddress });
-      return res.active;
-    },
-  };
+  const connections: ConnectionCheck =
+    options.connections ??
+    (async (partnerId, mode, elderAddress) =>
+      (await connectionClient.checkActiveConnection({ partnerId, mode: modeToProto(mode), elderAddress })).active);
   const limits = { live: settings.FILE_STORAGE_QUOTA_BYTES, test: settings.TEST_FILE_STORAGE_QUOTA_BYTES };
+  const retention = { live: settings.FILE_RETENTION_SECONDS * 1000, test: settings.TEST_FILE_RETENTION_SECONDS * 1000 };
   const quota = new StorageQuota(
     store,
     limits,
@@ -104,16 +103,7 @@ export async function startFileIntakeService(
       every(
         "retention sweep",
         RETENTION_SWEEP_EVERY_MS,
-        () =>
-          retentionRound(
-            store,
-            {
-              live: settings.FILE_RETENTION_SECONDS * 1000,
-              test: settings.TEST_FILE_RETENTION_SECONDS * 1000,
-            },
-            RETENTION_LEASE_MS,
-            logger,
-          ),
+        () => retentionRound(store, retention, RETENTION_LEASE_MS, logger),
         logger,
       ),
     );

@@ -7,7 +7,6 @@ import {
   quotaVerdict,
   repairedUsage,
   STORE_FULL_RETRY_AFTER_SECONDS,
-  storeHasRoom,
   usageKey,
   type Growth,
   type QuotaLimits,
@@ -44,7 +43,7 @@ export class StoreFill {
     private readonly markBytes: number,
   ) {}
 
-  private total(): Promise<number> {
+  async hasRoom(bytes: number): Promise<boolean> {
     if (!this.reading || Date.now() - this.reading.at >= STORE_TOTAL_TTL_MS) {
       const total = this.store.usage
         .aggregate<{ used: number }>([{ $group: { _id: null, used: { $sum: "$used" } } }])
@@ -53,11 +52,7 @@ export class StoreFill {
       this.reading = { at: Date.now(), total };
       total.catch(() => (this.reading = undefined));
     }
-    return this.reading.total;
-  }
-
-  async hasRoom(bytes: number): Promise<boolean> {
-    return storeHasRoom(await this.total(), this.markBytes, bytes);
+    return (await this.reading.total) + bytes <= this.markBytes;
   }
 }
 

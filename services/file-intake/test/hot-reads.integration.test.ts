@@ -33,7 +33,7 @@ let db: Db;
 beforeAll(async () => {
   settings = testSettings();
   service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), {
-    connections: { isActive: async () => true },
+    connections: async () => true,
     passive: true,
   });
   mongo = await MongoClient.connect(settings.MONGODB_URI);

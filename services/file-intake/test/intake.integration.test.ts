@@ -47,9 +47,7 @@ let service: RunningService;
 let client: FileIntakeClient;
 let dataKeys: KeyWrapper;
 const active = new Set<string>();
-const connections: ConnectionCheck = {
-  isActive: async (partnerId, mode, address) => active.has(`${partnerId}|${mode}|${address}`),
-};
+const connections: ConnectionCheck = async (partnerId, mode, address) => active.has(`${partnerId}|${mode}|${address}`);
 
 async function start(extra: FileIntakeOptions = {}, on = settings) {
   const s = await startFileIntakeService(on, createLogger("file-intake", on.LOG_LEVEL), { connections, ...extra });

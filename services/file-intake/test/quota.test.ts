@@ -6,7 +6,6 @@ import {
   quotaPressure,
   quotaVerdict,
   repairedUsage,
-  storeHasRoom,
   usageKey,
 } from "../src/quota.js";
 
@@ -86,14 +85,5 @@ describe("the storage quota's rules", () => {
     expect(pressure.maxRatio.test).toBeCloseTo(0.95);
     expect(pressure.partnersOver).toBe(2);
     expect(quotaPressure([], limits, 0.9)).toEqual({ maxRatio: { live: 0, test: 0 }, partnersOver: 0 });
-  });
-});
-
-describe("the store-wide high-water mark", () => {
-  it("admits bytes up to the mark exactly, and none past it", () => {
-    expect(storeHasRoom(0, 100, 100)).toBe(true);
-    expect(storeHasRoom(60, 100, 40)).toBe(true);
-    expect(storeHasRoom(60, 100, 41)).toBe(false);
-    expect(storeHasRoom(101, 100, 0)).toBe(false);
   });
 });

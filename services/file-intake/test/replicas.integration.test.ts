@@ -21,7 +21,7 @@ import { as, testSettings } from "../../../test/support/services.js";
 type Request = MessageInitShape<typeof fileintakev1.SubmitFileRequestSchema>;
 const ELDER = "apple.banana.cherry@elders.example";
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/${name}`, import.meta.url));
-const connections: ConnectionCheck = { isActive: async () => true };
+const connections: ConnectionCheck = async () => true;
 
 let settings: Settings;
 const replicas: RunningService[] = [];

@@ -42,7 +42,7 @@ beforeAll(async () => {
   dataKeys = LocalKeyWrapper.fromSetting(settings.DATA_KEYS!);
   // Passive: no consumer and no sweeps; the test runs the worker and the sweep itself.
   service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), {
-    connections: { isActive: async () => true },
+    connections: async () => true,
     passive: true,
   });
   client = clientsFor({

@@ -47,7 +47,7 @@ beforeAll(async () => {
     // Passive: no consumer and no sweeps; the test runs the worker and the sweep itself.
     replicas.push(
       await startFileIntakeService(settings, createLogger(`file-intake-${i}`, settings.LOG_LEVEL), {
-        connections: { isActive: async () => true },
+        connections: async () => true,
         passive: true,
       }),
     );

@@ -39,7 +39,7 @@ beforeAll(async () => {
     TEST_FILE_STORAGE_QUOTA_BYTES: String(MiB),
   });
   service = await startFileIntakeService(settings, createLogger("file-intake", settings.LOG_LEVEL), {
-    connections: { isActive: async () => true },
+    connections: async () => true,
     passive: true,
   });
   client = clientsFor({
