@@ -93,6 +93,27 @@ describe("every", () => {
     expect(rounds).toBe(after);
     expect(jest.getTimerCount()).toBe(0);
   });
+
+  it("runNow during a round runs one more round right after it (several calls: one), and resolves once none is left", async () => {
+    let rounds = 0;
+    const round = async () => {
+      rounds++;
+      await sleep(10);
+    };
+    const p = every("woken", 60_000, round, logger, { runAtStart: false });
+    const first = p.runNow();
+    await settle();
+    expect(rounds).toBe(1);
+    const second = p.runNow();
+    void p.runNow();
+    expect(second).toBe(first);
+    await jest.advanceTimersByTimeAsync(20);
+    await first;
+    expect(rounds).toBe(2);
+    await jest.advanceTimersByTimeAsync(1_000);
+    expect(rounds).toBe(2);
+    await p.stop();
+  });
 });
 
 describe("retry", () => {
