@@ -112,8 +112,7 @@ async function* batches(
  * from the committed offsets (without commits: from where it was), backing off to 30 s.
  */
 export async function consume(o: ConsumeOptions): Promise<Consuming> {
-  const { kafka, logger, group, topic, name } = o;
-  const { each, eachBatch } = o;
+  const { kafka, logger, group, topic, name, each, eachBatch } = o;
   if (!each === !eachBatch) throw new TypeError("consume: give each or eachBatch");
   const commit = o.commit ?? true;
   const positions = new Map((o.startAt ?? []).map((s) => [s.partition, BigInt(s.offset)]));
