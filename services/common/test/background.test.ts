@@ -264,6 +264,8 @@ function fakeKafka(opts: { failConsume?: boolean } = {}) {
       config = { groupId, ...options };
       return consumer;
     },
+    // The lag gauge's client, read only at a scrape (none here).
+    admin: () => ({ close: async () => {} }),
   } as unknown as Kafka;
   const message = (partition: number, offset: number, value = "x") => ({
     key: undefined,
@@ -311,7 +313,6 @@ describe("consume", () => {
       group: "ns.svc",
       topic: "ns.topic-a",
       name: "a",
-      reportLag: false,
       each: async (m, partition) => void seen.push(`${partition}:${String(m.value)}@${m.offset}`),
     });
     expect(k.config()).toMatchObject({ groupId: "ns.svc", sessionTimeout: 30_000 });
@@ -335,7 +336,6 @@ describe("consume", () => {
       group: "ns.svc",
       topic: "ns.topic-b",
       name: "b",
-      reportLag: false,
       quickHandover: true,
       partitionsConsumedConcurrently: 3,
       eachBatch: async (messages, partition) => {
@@ -372,7 +372,6 @@ describe("consume", () => {
       group: "g",
       topic: "t",
       name: "t",
-      reportLag: false,
       each: async () => {},
     });
     k.streams[0]!.destroy(kafkaError("Connection closed", true));
@@ -393,7 +392,6 @@ describe("consume", () => {
       group: "g",
       topic: "t",
       name: "t",
-      reportLag: false,
       fromBeginning: false,
       commit: false,
       startAt: [{ partition: 0, offset: "42" }],
@@ -417,7 +415,7 @@ describe("consume", () => {
   it("a set-up that fails leaves the group and throws", async () => {
     const k = fakeKafka({ failConsume: true });
     await expect(
-      consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", reportLag: false, each: async () => {} }),
+      consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", each: async () => {} }),
     ).rejects.toThrow("broker unreachable");
     expect(k.closes()).toBe(1);
   });

@@ -116,7 +116,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
       name: "partner-events",
       fromBeginning: false,
       commit: false,
-      reportLag: false,
       startAt: ends,
       async each(message, partition) {
         if (message.value) {
