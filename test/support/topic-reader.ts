@@ -60,7 +60,6 @@ export async function readTopic<T>(
     topic,
     name: "test-reader",
     commit: false,
-    reportLag: false,
     each: async (message, partition) => {
       records.push({
         key: message.key?.toString() ?? "",

@@ -93,6 +93,27 @@ describe("every", () => {
     expect(rounds).toBe(after);
     expect(jest.getTimerCount()).toBe(0);
   });
+
+  it("runNow during a round runs one more round right after it (several calls: one), and resolves once none is left", async () => {
+    let rounds = 0;
+    const round = async () => {
+      rounds++;
+      await sleep(10);
+    };
+    const p = every("woken", 60_000, round, logger, { runAtStart: false });
+    const first = p.runNow();
+    await settle();
+    expect(rounds).toBe(1);
+    const second = p.runNow();
+    void p.runNow();
+    expect(second).toBe(first);
+    await jest.advanceTimersByTimeAsync(20);
+    await first;
+    expect(rounds).toBe(2);
+    await jest.advanceTimersByTimeAsync(1_000);
+    expect(rounds).toBe(2);
+    await p.stop();
+  });
 });
 
 describe("retry", () => {
@@ -243,6 +264,8 @@ function fakeKafka(opts: { failConsume?: boolean } = {}) {
       config = { groupId, ...options };
       return consumer;
     },
+    // The lag gauge's client, read only at a scrape (none here).
+    admin: () => ({ close: async () => {} }),
   } as unknown as Kafka;
   const message = (partition: number, offset: number, value = "x") => ({
     key: undefined,
@@ -290,7 +313,6 @@ describe("consume", () => {
       group: "ns.svc",
       topic: "ns.topic-a",
       name: "a",
-      reportLag: false,
       each: async (m, partition) => void seen.push(`${partition}:${String(m.value)}@${m.offset}`),
     });
     expect(k.config()).toMatchObject({ groupId: "ns.svc", sessionTimeout: 30_000 });
@@ -314,7 +336,6 @@ describe("consume", () => {
       group: "ns.svc",
       topic: "ns.topic-b",
       name: "b",
-      reportLag: false,
       quickHandover: true,
       partitionsConsumedConcurrently: 3,
       eachBatch: async (messages, partition) => {
@@ -351,7 +372,6 @@ describe("consume", () => {
       group: "g",
       topic: "t",
       name: "t",
-      reportLag: false,
       each: async () => {},
     });
     k.streams[0]!.destroy(kafkaError("Connection closed", true));
@@ -372,7 +392,6 @@ describe("consume", () => {
       group: "g",
       topic: "t",
       name: "t",
-      reportLag: false,
       fromBeginning: false,
       commit: false,
       startAt: [{ partition: 0, offset: "42" }],
@@ -396,7 +415,7 @@ describe("consume", () => {
   it("a set-up that fails leaves the group and throws", async () => {
     const k = fakeKafka({ failConsume: true });
     await expect(
-      consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", reportLag: false, each: async () => {} }),
+      consume({ kafka: k.kafka, logger, group: "g", topic: "t", name: "t", each: async () => {} }),
     ).rejects.toThrow("broker unreachable");
     expect(k.closes()).toBe(1);
   });

@@ -65,7 +65,6 @@ describe("infrastructure helpers", () => {
       group: `${namespace}.probe`,
       topic,
       name: "probe",
-      reportLag: false,
       each: async (message) => arrived(fromBinary(eventsv1.PartnerEventSchema, message.value!)),
     });
     const received = await arrival;

@@ -25,15 +25,16 @@ describe("PositionReporter", () => {
   it("reports a move at once, and coalesces the moves made while a report is in flight into one report of the latest", async () => {
     const s = recordingSend();
     const reporter = new PositionReporter(s.send, logger, 60_000);
-    reporter.advance(0, 5n);
-    reporter.advance(0, 6n);
-    reporter.advance(0, 7n);
+    void reporter.advance(0, 5n);
+    void reporter.advance(0, 6n);
+    const reported = reporter.advance(0, 7n);
     expect(s.sent).toEqual([{ nextOffsets: { 0: 5n }, leaving: false }]);
     s.release();
     await new Promise((r) => setImmediate(r));
     expect(s.sent.slice(1)).toEqual([{ nextOffsets: { 0: 7n }, leaving: false }]);
     s.release();
-    await reporter.flush();
+    await reported;
+    expect(s.sent).toHaveLength(2);
     s.failing(true);
     await reporter.stop();
     expect(s.sent.at(-1)).toEqual({ nextOffsets: {}, leaving: true });
@@ -44,14 +45,13 @@ describe("PositionReporter", () => {
     const reporter = new PositionReporter(s.send, logger, 60_000);
     expect(reporter.sinceLastReportMs()).toBe(Infinity);
     s.failing(true);
-    reporter.advance(0, 1n);
-    await reporter.flush();
+    await reporter.advance(0, 1n);
     expect(reporter.sinceLastReportMs()).toBe(Infinity);
     s.failing(false);
     const before = performance.now();
-    reporter.advance(0, 2n);
+    const reported = reporter.advance(0, 2n);
     s.release();
-    await reporter.flush();
+    await reported;
     expect(reporter.sinceLastReportMs()).toBeLessThanOrEqual(performance.now() - before);
     s.failing(true);
     await reporter.stop();

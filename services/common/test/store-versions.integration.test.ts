@@ -152,7 +152,7 @@ describe("migrations", () => {
       (err: unknown) => err,
     );
     expect(refused).toBeInstanceOf(StoreRefusal);
-    expect((refused as StoreRefusal).reason).toBe("migration_failed");
+    expect((refused as StoreRefusal).message).toBe("store migration 0002-flaky failed: disk on fire");
     const failures = lines.filter((l) => l.level === 50);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatchObject({ migration: "0002-flaky", err: { message: "disk on fire" } });
@@ -201,7 +201,7 @@ describe("the guard", () => {
       release: "1.9.9",
     }).catch((err: unknown) => err);
     expect(refused).toBeInstanceOf(StoreRefusal);
-    expect((refused as StoreRefusal).reason).toBe("needs_newer_release");
+    expect((refused as StoreRefusal).message).toMatch(/needs release 2\.0\.0 or newer$/);
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ level: 60, release: "1.9.9", minReader: "2.0.0" });
     expect(String(lines[0]!.msg)).toContain("needs release 2.0.0 or newer");

@@ -1,7 +1,7 @@
 import type { Filter } from "mongodb";
 import { insertNew } from "@pi/common/store/persistence";
 import { takeLease, type LeaseFields } from "@pi/common/background/lease";
-import { type AuditEntry, pushAudit } from "@pi/common/store/audit";
+import type { AuditEntry } from "@pi/common/store/audit";
 import * as delivery from "./delivery-states.js";
 import { queueEntry, type QueueDoc, type WebhookEventDoc, type WebhookStore } from "./store.js";
 
@@ -73,7 +73,7 @@ export async function requeue(
 ): Promise<WebhookEventDoc> {
   const step = delivery.requeue(now);
   const pending: WebhookEventDoc = { ...event, ...step };
-  await store.events.updateOne({ _id: event._id }, { $set: step, ...pushAudit(audit) });
+  await store.events.updateOne({ _id: event._id }, { $set: step, $push: { audit } });
   const { _id, ...entry } = { ...queueEntry(pending), createdAt: now };
   await store.queue.updateOne({ _id }, { $set: entry }, { upsert: true });
   return pending;

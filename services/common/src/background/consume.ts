@@ -73,12 +73,10 @@ export interface ConsumeOptions {
   partitionsConsumedConcurrently?: number;
   /** Where a group without committed offsets starts: the beginning by default. */
   fromBeginning?: boolean;
-  /** false: no offsets committed (a group of one process that places itself with `startAt`). */
+  /** false: no offsets committed and no lag reported (a group of one process that places itself with `startAt`). */
   commit?: boolean;
   /** Offsets to read from (with `commit` false). */
   startAt?: { partition: number; offset: string }[];
-  /** Reports pi_kafka_consumer_lag{group}; true by default. */
-  reportLag?: boolean;
 }
 
 export interface Consuming {
@@ -112,8 +110,7 @@ async function* batches(
  * from the committed offsets (without commits: from where it was), backing off to 30 s.
  */
 export async function consume(o: ConsumeOptions): Promise<Consuming> {
-  const { kafka, logger, group, topic, name } = o;
-  const { each, eachBatch } = o;
+  const { kafka, logger, group, topic, name, each, eachBatch } = o;
   if (!each === !eachBatch) throw new TypeError("consume: give each or eachBatch");
   const commit = o.commit ?? true;
   const positions = new Map((o.startAt ?? []).map((s) => [s.partition, BigInt(s.offset)]));
@@ -190,8 +187,9 @@ export async function consume(o: ConsumeOptions): Promise<Consuming> {
     }
   };
 
-  // pi_kafka_consumer_lag{group} at each scrape, as the service's own Kafka user (its group READ grant covers its offsets).
-  const admin = o.reportLag === false ? undefined : kafka.admin();
+  // pi_kafka_consumer_lag{group} at each scrape, as the service's own Kafka user (its group READ grant covers its
+  // offsets); a group that commits nothing has no lag to report.
+  const admin = commit ? kafka.admin() : undefined;
   const lag =
     admin &&
     readAtScrape(

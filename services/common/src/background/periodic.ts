@@ -1,6 +1,7 @@
 import type { Logger } from "../runtime/logger.js";
 
 export interface Periodic {
+  /** Runs a round now, or (one is running) once more right after it; resolves once no round is left. */
   runNow(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -14,25 +15,31 @@ export function every(
   opts: { runAtStart?: boolean } = {},
 ): Periodic {
   let running: Promise<void> | undefined;
-  const run = (): Promise<void> => {
-    if (running !== undefined) return running;
-    running = (async () => {
-      try {
-        await task();
-      } catch (err) {
-        logger.warn({ err, task: name }, "periodic task failed; retrying on the next round");
-      } finally {
-        running = undefined;
-      }
+  let again = false;
+  let stopped = false;
+  const run = (now: boolean): Promise<void> => {
+    // A tick while a round runs is skipped; a runNow is not: a round starts after it.
+    again ||= now && running !== undefined;
+    running ??= (async () => {
+      do {
+        again = false;
+        try {
+          await task();
+        } catch (err) {
+          logger.warn({ err, task: name }, "periodic task failed; retrying on the next round");
+        }
+      } while (again && !stopped);
+      running = undefined;
     })();
     return running;
   };
-  const timer = setInterval(() => void run(), intervalMs);
+  const timer = setInterval(() => void run(false), intervalMs);
   timer.unref();
-  if (opts.runAtStart ?? true) void run();
+  if (opts.runAtStart ?? true) void run(false);
   return {
-    runNow: run,
+    runNow: () => run(true),
     async stop() {
+      stopped = true;
       clearInterval(timer);
       await running;
     },

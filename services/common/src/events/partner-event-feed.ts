@@ -29,64 +29,36 @@ export type SendPosition = (nextOffsets: NextOffsets, leaving: boolean) => Promi
  */
 export class PositionReporter {
   private readonly nextOffsets = new Map<number, bigint>();
-  private inFlight?: Promise<void>;
-  private again = false;
-  private readonly heartbeat: Periodic;
+  private readonly reports: Periodic;
   /** performance.now() when the last report that succeeded was started; -Infinity before any. */
   private lastStoredAt = -Infinity;
 
   constructor(
     private readonly send: SendPosition,
-    private readonly logger: Logger,
+    logger: Logger,
     heartbeatMs = FOLLOWER_HEARTBEAT_MS,
   ) {
-    this.heartbeat = every("reporting the partner-events position", heartbeatMs, async () => this.kick(), logger, {
-      runAtStart: false,
-    });
+    const report = async () => {
+      const started = performance.now();
+      await this.send(Object.fromEntries(this.nextOffsets), false);
+      this.lastStoredAt = started;
+    };
+    this.reports = every("reporting the partner-events position", heartbeatMs, report, logger, { runAtStart: false });
   }
 
-  /** Moves a partition's position forward (never back). */
-  advance(partition: number, nextOffset: bigint): void {
+  /** Moves a partition's position forward (never back); resolves once it (or a later one) was reported or failed. */
+  advance(partition: number, nextOffset: bigint): Promise<void> {
     if (nextOffset > (this.nextOffsets.get(partition) ?? -1n)) this.nextOffsets.set(partition, nextOffset);
-    this.kick();
-  }
-
-  /** Resolves once the report in flight (and any coalesced after it) has been sent. */
-  async flush(): Promise<void> {
-    while (this.inFlight !== undefined) await this.inFlight;
+    return this.reports.runNow();
   }
 
   /** How long ago the last successful report started (what the store holds is at least that fresh). */
-  sinceLastReportMs(now = performance.now()): number {
-    return now - this.lastStoredAt;
-  }
-
-  kick(): void {
-    if (this.inFlight !== undefined) {
-      this.again = true;
-      return;
-    }
-    const started = performance.now();
-    this.inFlight = this.send(Object.fromEntries(this.nextOffsets), false)
-      .then(
-        () => {
-          this.lastStoredAt = started;
-        },
-        (err: unknown) =>
-          this.logger.warn({ err: (err as Error).message }, "reporting the partner-events position failed"),
-      )
-      .finally(() => {
-        this.inFlight = undefined;
-        if (this.again) {
-          this.again = false;
-          this.kick();
-        }
-      });
+  sinceLastReportMs(): number {
+    return performance.now() - this.lastStoredAt;
   }
 
   async stop(): Promise<void> {
-    await this.heartbeat.stop();
-    await this.inFlight;
+    await this.reports.stop();
     await this.send({}, true).catch(() => undefined);
   }
 }
@@ -144,7 +116,6 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
       name: "partner-events",
       fromBeginning: false,
       commit: false,
-      reportLag: false,
       startAt: ends,
       async each(message, partition) {
         if (message.value) {
@@ -157,7 +128,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
             applying = false;
           }
         }
-        reporter.advance(partition, BigInt(message.offset) + 1n);
+        void reporter.advance(partition, BigInt(message.offset) + 1n);
       },
     });
   } catch (err) {
@@ -165,8 +136,7 @@ export async function followPartnerEvents(options: PartnerEventFeedOptions): Pro
     throw err;
   }
   // Placed at the end: where no event was read yet, that is the position.
-  for (const { partition, offset } of ends) reporter.advance(partition, BigInt(offset));
-  await reporter.flush();
+  await Promise.all(ends.map(({ partition, offset }) => reporter.advance(partition, BigInt(offset))));
   return {
     trusted: () =>
       consuming.alive() && !applying && reporter.sinceLastReportMs() < FOLLOWER_LIVENESS_MS - FOLLOWER_HEARTBEAT_MS,

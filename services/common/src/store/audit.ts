@@ -180,11 +180,6 @@ export interface AuditCarrier {
 /** Field names of that bookkeeping (for tests that list a document's fields). */
 export const AUDIT_BOOKKEEPING = ["audit", "auditRelayUntil", "auditRelayHolder"] as const;
 
-/** The update that stores `entry` with a change: merge it into the change's update. */
-export function pushAudit(entry: AuditEntry): { $push: { audit: AuditEntry } } {
-  return { $push: { audit: entry } };
-}
-
 const outcomeEnum = { ok: eventsv1.AuditOutcome.OK, refused: eventsv1.AuditOutcome.REFUSED } as const;
 
 /** The message of the audit-events topic for one entry. */
@@ -242,7 +237,7 @@ export class AuditTrail {
     this.standaloneOutbox = this.on(this.standalone, { dropEmpty: true });
   }
 
-  /** A record to store with a change (pushAudit, or an `audit: [entry]` field of an insert). */
+  /** A record to store with a change (`$push: { audit: entry }`, or an `audit: [entry]` field of an insert). */
   entry(fields: AuditFields, at?: Date): AuditEntry {
     return auditEntry(this.o.service, fields, at);
   }

@@ -28,9 +28,7 @@ type Kek = { kid: string; key: Buffer };
 export function parseIdList(text: string, label: string, problem: (value: string) => string | undefined) {
   const out: { id: string; value: string }[] = [];
   for (const [i, entry] of text.split(",").entries()) {
-    const colon = entry.indexOf(":");
-    const id = colon < 0 ? "" : entry.slice(0, colon);
-    const value = colon < 0 ? "" : entry.slice(colon + 1);
+    const [, id = "", value = ""] = /^([^:]*):(.*)$/s.exec(entry) ?? [];
     if (!KEY_ID.test(id))
       throw new Error(`entry ${i + 1}: the ${label} id must be 1 to 32 letters, digits, _ or -, followed by ":"`);
     const wrong = problem(value);
@@ -47,10 +45,9 @@ export function parseDataKeys(text: string): Kek[] {
   if (entries.some((e) => e === "")) throw new Error("must be kid:base64key[,kid:base64key...], newest first");
   const base64Key = (v: string) =>
     /^[A-Za-z0-9+/_-]{43}=?$/.test(v) ? undefined : "must be 32 bytes in base64 (43 or 44 characters)";
-  return parseIdList(entries.join(","), "key", base64Key).map(({ id, value }) => ({
-    kid: id,
-    key: Buffer.from(value.replace(/-/g, "+").replace(/_/g, "/"), "base64"),
-  }));
+  // Node's base64 decoder takes base64url's alphabet too.
+  const keys = parseIdList(entries.join(","), "key", base64Key);
+  return keys.map(({ id, value }) => ({ kid: id, key: Buffer.from(value, "base64") }));
 }
 
 /** A fresh DATA_KEYS entry (what `npm start` generates into its STATE_DIR). */

@@ -19,15 +19,10 @@ export function isDuplicateKey(err: unknown): boolean {
 
 /** Inserts the document unless its _id (or a unique key) is taken; true when this call inserted it. */
 export async function insertIfNew<T extends Document>(collection: Collection<T>, doc: T): Promise<boolean> {
-  try {
-    await collection.insertOne(doc as never);
-    return true;
-  } catch (err) {
-    if (isDuplicateKey(err)) return false;
-    throw err;
-  }
+  return (await insertNew(collection, [doc])).length === 0;
 }
 
+/** Inserts the documents whose _id (or unique key) is free; the ones refused as taken. */
 export async function insertNew<T extends Document>(collection: Collection<T>, docs: T[]): Promise<T[]> {
   if (docs.length === 0) return [];
   try {

@@ -43,14 +43,7 @@ export const STORE_MIGRATIONS_COLLECTION = "store_migrations";
 const MIGRATING_LEASE_MS = 30_000;
 
 /** Thrown after its one log line: the start is refused and the process exits without another. */
-export class StoreRefusal extends Error {
-  constructor(
-    message: string,
-    readonly reason: "needs_newer_release" | "migration_failed",
-  ) {
-    super(message);
-  }
-}
+export class StoreRefusal extends Error {}
 
 /** The mark of `db`, or null for a store no release with a guard has written (empty, or from before). */
 export function readMark(db: Db): Promise<StoreMark | null> {
@@ -78,7 +71,7 @@ export async function prepareStore(
       { store, release, minReader: before.minReader, migratedBy: before.migratedBy },
       `store ${store} needs release ${before.minReader} or newer; this is ${release}: refusing to start (nothing was changed)`,
     );
-    throw new StoreRefusal(`store ${store} needs release ${before.minReader} or newer`, "needs_newer_release");
+    throw new StoreRefusal(`store ${store} needs release ${before.minReader} or newer`);
   }
 
   const ctx: MigrationContext = { db, client: opts.client, namespace: opts.namespace, logger };
@@ -105,7 +98,7 @@ export async function prepareStore(
           { store, release, migration, err: { message: cause.message } },
           `store migration ${migration ?? "(unknown)"} of ${store} failed: not starting; the data is as the previous release left it, and the next start runs it again`,
         );
-        throw new StoreRefusal(`store migration ${migration ?? ""} failed: ${cause.message}`, "migration_failed");
+        throw new StoreRefusal(`store migration ${migration ?? ""} failed: ${cause.message}`);
       } finally {
         await renewals.stop();
       }

@@ -18,17 +18,12 @@ export const auditRecordsIntoTrailDatabase: StoreMigration = {
     const to = client.db(databaseName(namespace, "auth_audit")).collection<Document>("audit_records");
     let copied = 0;
     let seen = 0;
-    let batch: Document[] = [];
-    const flush = async () => {
+    const cursor = from.find({}).sort({ _id: 1 }).batchSize(BATCH);
+    while (await cursor.hasNext()) {
+      const batch = cursor.readBufferedDocuments();
+      seen += batch.length;
       copied += batch.length - (await insertNew(to, batch)).length;
-      batch = [];
-    };
-    for await (const record of from.find({}).sort({ _id: 1 })) {
-      seen++;
-      batch.push(record);
-      if (batch.length >= BATCH) await flush();
     }
-    if (batch.length > 0) await flush();
     if (seen > 0)
       await from.drop().catch((err: { code?: number }) => {
         if (err.code !== 26) throw err; // already gone (NamespaceNotFound)

@@ -24,17 +24,8 @@ export type KeyUnderMode = Omit<KeyBeforeModes, "claimedAt"> & { mode: "live" | 
 /** The key under its file's mode, or null when it named no stored file (as if the claim was never made). */
 export function keyUnderMode(old: KeyBeforeModes, fileMode: "live" | "test" | null): KeyUnderMode | null {
   if (fileMode === null) return null;
-  return {
-    _id: `${old.partnerId}:${fileMode}:${old.key}`,
-    partnerId: old.partnerId,
-    mode: fileMode,
-    key: old.key,
-    fingerprint: old.fingerprint,
-    fileId: old.fileId,
-    state: old.state,
-    claimedUntil: old.claimedAt,
-    expiresAt: old.expiresAt,
-  };
+  const { claimedAt, ...kept } = old;
+  return { ...kept, _id: `${old.partnerId}:${fileMode}:${old.key}`, mode: fileMode, claimedUntil: claimedAt };
 }
 
 export const keysUnderMode: StoreMigration = {
