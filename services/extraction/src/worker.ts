@@ -138,23 +138,18 @@ function recordOf(outcome: Extracted): MessageInitShape<typeof fileintakev1.Reco
 
 /** Takes files one at a time (one extraction child) until none waits: woken by file events, and every `pollMs`. */
 export function takeFiles(worker: ExtractionWorker, pollMs: number, logger: Logger) {
-  let woken = false;
   let stopping = false;
   const rounds = every(
     "taking files for extraction",
     pollMs,
     async () => {
-      do {
-        woken = false;
-        while (!stopping && (await worker.next()) !== "none");
-      } while (woken && !stopping);
+      while (!stopping && (await worker.next()) !== "none");
     },
     logger,
   );
   return {
-    /** A file may be waiting: take files until none waits (now, or right after the file in hand). */
+    /** A file may be waiting: take files until none waits (now, or right after the round in hand: every's runNow). */
     wake() {
-      woken = true;
       void rounds.runNow();
     },
     async stop() {
