@@ -2,10 +2,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { Collection } from "mongodb";
 import { eventsv1 } from "@pi/proto";
-import { Outbox, outboxEntry, type OutboxFields } from "@pi/common/store/persistence";
+import { Outbox, outboxEntry, type OutboxFields, type Published } from "@pi/common/store/persistence";
 import type { Logger } from "@pi/common/runtime/logger";
 import { FOLLOWER_LIVENESS_MS, type NextOffsets } from "@pi/common/events/partner-event-feed";
-import type { Producer } from "@pi/common/events/kafka";
+import { topicOffsets, type Kafka, type Producer } from "@pi/common/events/kafka";
 import type { AuditTrail } from "@pi/common/store/audit";
 import type { AuthStore, FollowerDoc, FollowerKind, PartnerEventEntry } from "./store.js";
 
@@ -16,9 +16,12 @@ const TIMEOUT_MS = 1_200;
 const POLL_MS = 10;
 const RELAY_RETRY_MS = 50;
 
-export function followersBehind(followers: readonly FollowerDoc[], partition: number, offset: number, now: number) {
+/** The live followers that have not applied every one of `events` (where each went on the topic). */
+export function followersBehind(followers: readonly FollowerDoc[], events: readonly Published[], now: number) {
   return followers.filter(
-    (f) => f.seenAt.getTime() >= now - FOLLOWER_LIVENESS_MS && (f.nextOffsets[String(partition)] ?? -1) <= offset,
+    (f) =>
+      f.seenAt.getTime() >= now - FOLLOWER_LIVENESS_MS &&
+      events.some((e) => (f.nextOffsets[String(e.partition)] ?? -1) <= Number(e.offset)),
   );
 }
 
@@ -45,6 +48,7 @@ export class PartnerEventPublisher {
     private readonly store: AuthStore,
     trail: AuditTrail,
     private readonly producer: Pick<Producer, "send">,
+    private readonly kafka: Pick<Kafka, "withAdmin">,
     private readonly topic: string,
     private readonly logger: Logger,
   ) {
@@ -109,14 +113,24 @@ export class PartnerEventPublisher {
       await sleep(RELAY_RETRY_MS);
       at = (await outbox.relay(id)).get(entry.eventId);
     }
-    const [partition, offset] = [at?.partition, Number(at?.offset ?? 0)];
+    // Published by another relay (another change of the same document at once, or the sweep): it lies
+    // before the topic's end, which every follower must then pass. Still held at the deadline: unknown.
+    const publishedElsewhere = !at && !(await outbox.holds(id, entry.eventId));
+    const ends = publishedElsewhere
+      ? await this.kafka.withAdmin((admin) => topicOffsets(admin, this.topic)).catch(() => [])
+      : [];
+    const events = at
+      ? [at]
+      : ends
+          .map((end) => ({ partition: end.partition, offset: BigInt(end.offset) - 1n }))
+          .filter((e) => e.offset >= 0n);
     let live: FollowerDoc[];
     let behind: FollowerDoc[];
     for (;;) {
       const now = Date.now();
       live = await this.store.followers.find({ seenAt: { $gte: new Date(now - FOLLOWER_LIVENESS_MS) } }).toArray();
-      behind = partition === undefined ? live : followersBehind(live, partition, offset, now);
-      if (behind.length === 0 || partition === undefined || performance.now() >= deadline) break;
+      behind = events.length === 0 ? live : followersBehind(live, events, now);
+      if (behind.length === 0 || events.length === 0 || performance.now() >= deadline) break;
       await sleep(POLL_MS);
     }
     const count = (docs: FollowerDoc[], kind: FollowerKind) =>

@@ -58,6 +58,7 @@ export async function startAuthService(
     store,
     trail,
     runtime.producer,
+    runtime.kafka,
     topicName(settings.DATA_NAMESPACE, "partnerEvents"),
     logger,
   );

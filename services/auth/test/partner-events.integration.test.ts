@@ -93,12 +93,20 @@ describe("partner events through the outbox", () => {
   it("suspend and reinstate racing on two replicas: the last event published for the partner is the status stored", async () => {
     const { partnerId } = await a.createPartner({ name: "Racing Clinic" });
     const { ACTIVE, SUSPENDED } = authv1.PartnerStatus;
+    const answers = [];
     for (let round = 0; round < 4; round++) {
-      await Promise.all([
-        a.setPartnerStatus({ partnerId, status: SUSPENDED }),
-        b.setPartnerStatus({ partnerId, status: ACTIVE }),
-      ]);
+      answers.push(
+        ...(await Promise.all([
+          a.setPartnerStatus({ partnerId, status: SUSPENDED }),
+          b.setPartnerStatus({ partnerId, status: ACTIVE }),
+        ])),
+      );
     }
+    // Each answer waited for both auth replicas (the feed's followers here), also when the other
+    // replica's relay published its event (both events ride on the one partner document).
+    expect(answers.map((r) => [r.propagation?.authReplicas, r.propagation?.authConfirmed])).toEqual(
+      answers.map(() => [2, 2]),
+    );
     // Every change has its event: 8 of them, in the order they were stored.
     await waitFor(
       () => seen().filter((e) => e.partnerId === partnerId && e.kind !== PartnerEventKind.WEBHOOK_CHANGED).length === 8,
