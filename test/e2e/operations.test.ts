@@ -15,7 +15,6 @@ import {
 import { createLogger } from "@pi/common/runtime/logger";
 import type { RunningService } from "@pi/common/runtime/run-service";
 import { startWarmGateway } from "@pi/gateway";
-import { portOpen } from "../../deploy/local/src/infra.js";
 import { decodeJwt, NO_RATE_LIMITS, withAuthDb } from "../support/auth.js";
 import {
   accessToken,
@@ -28,7 +27,7 @@ import {
   runOpsCli,
 } from "../support/partner-api.js";
 import { freePort } from "../support/gateway-process.js";
-import { alive, descendants } from "../support/processes.js";
+import { alive, connectedPorts, descendants } from "../support/processes.js";
 import { as, sharedTestStack, startTestStack, stopSharedStacks, type TestStack } from "../support/services.js";
 import { startTestReceiver, type TestReceiver } from "../support/webhook-receiver.js";
 
@@ -195,15 +194,16 @@ describe("local stack", () => {
         });
       for (const service of ["gateway", "auth", "connection", "file-intake", "extraction", "webhook"])
         expect(replicas(service)).toHaveLength(2);
-      // Both auth replicas listen before one is killed (/readyz needs only one of them).
+      // Every gateway is connected to both auth replicas before one is killed (/readyz needs only one
+      // of them; a replica that listened late is reached after the gateway's reconnect backoff).
       const authPorts = (
         JSON.parse(readFileSync(join(stateDir, "stack.json"), "utf8")) as { AUTH_SERVICE_URL: string }
       ).AUTH_SERVICE_URL.split(",").map((url) => Number(new URL(url).port));
-      for (
-        const deadline = Date.now() + 60_000;
-        !(await Promise.all(authPorts.map((p) => portOpen(p)))).every(Boolean) && Date.now() < deadline;
-      )
+      const connectedToBoth = () =>
+        replicas("gateway").every((pid) => authPorts.every((port) => connectedPorts(pid).has(port)));
+      for (const deadline = Date.now() + 60_000; !connectedToBoth() && Date.now() < deadline; )
         await new Promise((r) => setTimeout(r, 200));
+      expect(connectedToBoth()).toBe(true);
       const [killed, other] = replicas("auth");
       process.kill(killed!, "SIGKILL");
       // The other replica serves at once: the call the gateway makes finds the dead replica's

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 
 /** Every live process below pid (children, grandchildren, ...), read from /proc. */
 export function descendants(pid: number): number[] {
@@ -22,6 +22,27 @@ export function descendants(pid: number): number[] {
   };
   walk(pid);
   return out;
+}
+
+/** The remote ports of `pid`'s established TCP connections: its sockets' inodes, found in /proc/<pid>/net/tcp{,6}. */
+export function connectedPorts(pid: number): Set<number> {
+  const sockets = new Set<string>();
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const inode = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1];
+      if (inode) sockets.add(inode);
+    } catch {
+      // closed while we looked
+    }
+  }
+  const ports = new Set<number>();
+  for (const table of ["tcp", "tcp6"])
+    for (const line of readFileSync(`/proc/${pid}/net/${table}`, "utf8").trim().split("\n").slice(1)) {
+      // sl local_address rem_address st ... inode: st 01 is ESTABLISHED.
+      const [, , remote, state, , , , , , inode] = line.trim().split(/\s+/);
+      if (state === "01" && sockets.has(inode!)) ports.add(Number.parseInt(remote!.split(":")[1]!, 16));
+    }
+  return ports;
 }
 
 /** Whether `pid` is a live process (not a zombie). */
