@@ -110,7 +110,7 @@ afterAll(async () => {
   await stack?.stop();
   if (scratch) rmSync(scratch, { recursive: true, force: true });
   if (Object.keys(summary).length > 0)
-    report("summary: system / bare baseline (issue 14's goals in brackets)", summary);
+    report("summary: system / bare baseline (goals in brackets: issue 36's, else issue 14's)", summary);
 }, 90_000);
 
 const tokenForm = () =>
@@ -203,6 +203,7 @@ async function compareRequests(
       rs.map((r) => r.ok),
     ),
     rounds: rs.map(rate),
+    cpuByRound: rs.map((r) => (r.cpu.total * 1000) / r.ok),
     bad: rs.reduce((n, r) => n + r.non2xx + r.errors + r.timeouts, 0),
   });
   const s = side(rounds.system);
@@ -223,6 +224,7 @@ async function compareRequests(
       "system CPU ms per request by process": s.cpuByProcess,
       "system req/s by round": list(s.rounds),
       "baseline req/s by round": list(b.rounds),
+      "system CPU ms per request by round": s.cpuByRound.map((x) => x.toFixed(2)).join(" "),
       "non-2xx, errors, timeouts (system / baseline)": `${s.bad} / ${b.bad}`,
       "rounds x seconds x connections": `${knobs.rounds} x ${knobs.roundSeconds} x ${knobs.connections}`,
       "machine load average before / after": `${loadBefore.toFixed(1)} / ${loadAverage().toFixed(1)}`,
@@ -321,7 +323,7 @@ it("POST /oauth/token: system vs a bare Koa route that parses the form, HMAC-has
     `${koa.baseUrl}/oauth/token`,
   );
   report("POST /oauth/token: system vs bare Koa route (form, HMAC, ES256 sign)", c.figures);
-  summary["token req/s ratio [>= 0.5]"] = c.s.rps / c.b.rps;
+  summary["token req/s ratio [>= 0.4]"] = c.s.rps / c.b.rps;
   summary["token CPU-per-request ratio, baseline / system"] = c.b.cpuMs / c.s.cpuMs;
 }, 300_000);
 

@@ -4,7 +4,7 @@ import { authv1, eventsv1 } from "@pi/proto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { PublicKeys } from "@pi/common/rpc/service-identity";
 import { emptyOutbox, insertIfNew } from "@pi/common/store/persistence";
-import { MAX_TOKENS_PER_CALL } from "@pi/common/rpc/clients";
+import { MAX_REQUESTS_PER_BATCH } from "@pi/common/rpc/clients";
 import { newId, newSecret } from "@pi/common/rules/ids";
 import { tokenEndpointUrl, type Settings } from "@pi/common/runtime/settings";
 import { tokensIssued, tokensRefused } from "@pi/common/runtime/metrics";
@@ -237,8 +237,8 @@ export default (deps: AuthDeps) => (router: Router) => {
     issueToken,
 
     async issueTokens(req) {
-      if (req.requests.length > MAX_TOKENS_PER_CALL)
-        throw new RpcError(`at most ${MAX_TOKENS_PER_CALL} requests per call`, Status.INVALID_ARGUMENT);
+      if (req.requests.length > MAX_REQUESTS_PER_BATCH)
+        throw new RpcError(`at most ${MAX_REQUESTS_PER_BATCH} requests per call`, Status.INVALID_ARGUMENT);
       return { responses: await eachOnItsOwn(req.requests, issueToken, failure(TokenFailure.UNAVAILABLE)) };
     },
 

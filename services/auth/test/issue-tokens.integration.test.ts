@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { MongoClient } from "mongodb";
 import { decodeJwt } from "jose";
 import { authv1 } from "@pi/proto";
-import { clientsFor, MAX_TOKENS_PER_CALL, type AuthClient } from "@pi/common/rpc/clients";
+import { clientsFor, MAX_REQUESTS_PER_BATCH, type AuthClient } from "@pi/common/rpc/clients";
 import { createLogger } from "@pi/common/runtime/logger";
 import { databaseName } from "@pi/common/store/mongo";
 import type { RunningService } from "@pi/common/runtime/run-service";
@@ -67,9 +67,9 @@ describe("IssueTokens", () => {
     ]);
   });
 
-  it("an empty call gets no answers; a call with more requests than MAX_TOKENS_PER_CALL is refused whole", async () => {
+  it("an empty call gets no answers; a call with more requests than MAX_REQUESTS_PER_BATCH is refused whole", async () => {
     expect((await auth.issueTokens({ requests: [] })).responses).toEqual([]);
-    const tooMany = Array.from({ length: MAX_TOKENS_PER_CALL + 1 }, (_, i) => ({
+    const tooMany = Array.from({ length: MAX_REQUESTS_PER_BATCH + 1 }, (_, i) => ({
       clientId: `cli_${i}`,
       clientSecret: "sk_live_x",
     }));

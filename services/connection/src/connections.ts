@@ -48,6 +48,9 @@ const BOUNDS = {
 const LEGACY_LEASE_MARGIN_MS = 250;
 const LEGACY_FENCE_MS = 2_250;
 
+/** A connection as its partner may name it: its id, with the partner and mode it must belong to. */
+export type OwnedFilter = { _id: string; partnerId: string; mode: ConnectionMode };
+
 const READ_FIELDS = { _id: 1, status: 1, mode: 1, elderId: 1, pendingSince: 1, approveAt: 1 } as const;
 
 function partnerSeesNoChange(before: ConnectionState, after: ConnectionState, t: Timing): boolean {
@@ -77,6 +80,25 @@ export class Connections {
 
   read(filter: Filter<ConnectionDoc> & { _id: string }): Promise<ConnectionDoc | null> {
     return this.store.connections.findOne(filter, { projection: READ_FIELDS });
+  }
+
+  /**
+   * Each filter's connection (null where none, or no filter), in one query on `_id` alone: the
+   * filter the local database answers from the _id index too (test/support/query-plan.ts).
+   * Whether the partner and mode match is decided here, the same for an unknown id and another's.
+   */
+  async readMany(filters: (OwnedFilter | null)[]): Promise<(ConnectionDoc | null)[]> {
+    const ids = filters.flatMap((f) => (f ? [f._id] : []));
+    const docs = ids.length
+      ? await this.store.connections
+          .find({ _id: { $in: ids } }, { projection: { ...READ_FIELDS, partnerId: 1 } })
+          .toArray()
+      : [];
+    const byId = new Map(docs.map((d) => [d._id, d]));
+    return filters.map((f) => {
+      const doc = f && byId.get(f._id);
+      return doc && doc.partnerId === f.partnerId && doc.mode === f.mode ? doc : null;
+    });
   }
 
   private async waitForLegacyLeases(doc: ConnectionDoc): Promise<void> {

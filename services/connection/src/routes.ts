@@ -1,6 +1,7 @@
 import { randomInt } from "node:crypto";
 import { wordlist } from "@scure/bip39/wordlists/english.js";
 import { ErrorReason, RpcError, serviceError, Status } from "@pi/common/rpc/errors";
+import { MAX_REQUESTS_PER_BATCH } from "@pi/common/rpc/clients";
 import type { Router } from "@pi/common/rpc/server";
 import { connectionv1, type commonv1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
@@ -11,7 +12,7 @@ import type { Settings } from "@pi/common/runtime/settings";
 import { modeFromProto } from "@pi/common/rules/mode";
 import { ACT_ID } from "./acts.js";
 import { connectionAudit, partnerActor } from "./audit.js";
-import type { Applied, Connections } from "./connections.js";
+import type { Applied, Connections, OwnedFilter } from "./connections.js";
 import {
   effectiveStatus,
   type ConnectionMode,
@@ -64,10 +65,15 @@ export default (deps: ConnectionDeps) => (router: Router) => {
 
   // Unknown, malformed and another partner's (or the other mode's) ids: one error, one query shape.
   const notFound = () => serviceError(ErrorReason.NOT_FOUND, "no such connection");
-  function ownedFilter(req: { partnerId: string; id: string; mode: commonv1.Mode }) {
+  /** null for an id no connection can have, and for no partner. */
+  function ownedOrNone(req: { partnerId: string; id: string; mode: commonv1.Mode }): OwnedFilter | null {
     const mode = modeOf(req.mode);
-    if (!CONNECTION_ID.test(req.id) || req.partnerId === "") throw notFound();
-    return { _id: req.id, partnerId: req.partnerId, mode };
+    return CONNECTION_ID.test(req.id) && req.partnerId !== "" ? { _id: req.id, partnerId: req.partnerId, mode } : null;
+  }
+  function ownedFilter(req: { partnerId: string; id: string; mode: commonv1.Mode }): OwnedFilter {
+    const filter = ownedOrNone(req);
+    if (!filter) throw notFound();
+    return filter;
   }
 
   /**
@@ -131,6 +137,13 @@ export default (deps: ConnectionDeps) => (router: Router) => {
       const doc = await connections.read(ownedFilter(req));
       if (!doc) throw notFound();
       return partnerView(doc);
+    },
+
+    async getConnections(req) {
+      if (req.requests.length > MAX_REQUESTS_PER_BATCH)
+        throw new RpcError(`at most ${MAX_REQUESTS_PER_BATCH} requests per call`, Status.INVALID_ARGUMENT);
+      const docs = await connections.readMany(req.requests.map(ownedOrNone));
+      return { responses: docs.map((doc) => (doc ? partnerView(doc) : {})) };
     },
 
     async revokeConnection(req) {

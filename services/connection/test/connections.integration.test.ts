@@ -337,7 +337,32 @@ describe("CheckActiveConnection", () => {
   });
 });
 
+describe("polls in batches (readMany)", () => {
+  it("each filter gets its owner's connection, in order; an unknown id, another partner's, the other mode's and no filter get null alike", async () => {
+    const [p, other] = [partner(), partner()];
+    const mine = await connections.request(p, "live", await elder());
+    const theirs = await connections.request(other, "live", await elder());
+    const own = (id: string, partnerId = p, mode: "live" | "test" = "live") => ({ _id: id, partnerId, mode });
+    const docs = await connections.readMany([
+      own(theirs._id),
+      own(mine._id),
+      own("con_unknown"),
+      own(mine._id, p, "test"),
+      null,
+      own(mine._id),
+    ]);
+    expect(docs.map((d) => d?._id ?? null)).toEqual([null, mine._id, null, null, null, mine._id]);
+    expect(await connections.readMany([null])).toEqual([null]);
+  });
+});
+
 describe("hot reads use an index", () => {
+  it("polls in batches read by _id alone, with $in: the _id index", async () => {
+    const c = await connections.request(partner(), "live", await elder());
+    const byIds = await queryPlan(store.connections as never, { _id: { $in: [c._id, "con_unknown"] } });
+    expect(byIds).toMatchObject({ usesIndex: true });
+  });
+
   it("the connection check reads by (partner, mode, address), the fields of the unique index; the elder lookup by _id", async () => {
     const p = partner();
     const a = await elder();

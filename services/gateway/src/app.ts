@@ -21,7 +21,7 @@ import eventRoutes from "./routes/events.js";
 import fileRoutes from "./routes/files.js";
 import healthRoutes from "./routes/health.js";
 import tokenRoutes from "./routes/token.js";
-import { batchedTokenIssuer } from "./token-batches.js";
+import { batchedConnectionReads, batchedTokenIssuer } from "./batches.js";
 import { allowedMethods, type GatewayState } from "./router.js";
 
 export interface GatewayDeps {
@@ -46,7 +46,7 @@ export function createApp(deps: GatewayDeps): Koa<GatewayState> {
   const health = healthRoutes(deps.health, warm);
   const token = tokenRoutes(batchedTokenIssuer(deps.auth), deps.settings.RATE_LIMIT_TOKEN_PER_MINUTE);
   const v1 = [
-    connectionRoutes(deps.connections, deps.settings.ADDRESS_DOMAIN),
+    connectionRoutes(deps.connections, batchedConnectionReads(deps.connections), deps.settings.ADDRESS_DOMAIN),
     fileRoutes(deps.files, deps.settings),
     eventRoutes(deps.webhooks),
   ];

@@ -36,6 +36,7 @@ beforeAll(async () => {
         settings: { RATE_LIMIT_V1_PER_SECOND: "100000" },
         connections: {
           getConnection: (req) => client.getConnection(req),
+          getConnections: (req) => client.getConnections(req),
           requestConnection: (req) => client.requestConnection(req),
           revokeConnection: (req) => client.revokeConnection(req),
         },
@@ -71,6 +72,70 @@ async function approvedConnection() {
       .json.status as string;
   return { id, poll, remove };
 }
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
+/** GET through the first gateway on a kept-alive connection of its own: its status code and body. */
+function poller(path: string, headers: Record<string, string>) {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const url = `${gateways[0]!.baseUrl}${path}`;
+  return {
+    get: () =>
+      new Promise<string>((resolve, reject) => {
+        request(url, { headers, agent }, (res) => {
+          let body = "";
+          res.setEncoding("utf8");
+          res.on("data", (c: string) => (body += c));
+          res.on("end", () => resolve(`${res.statusCode} ${body}`));
+          res.on("error", reject);
+        })
+          .on("error", reject)
+          .end();
+      }),
+    close: () => agent.destroy(),
+  };
+}
+
+describe("no-oracle guarantee 3 (timing): polls in batches read another partner's connection as they read an unknown id", () => {
+  // The gateway sends the polls of one turn together (GetConnections), which reads them by id alone
+  // and decides ownership after the read: another partner's connection is found and set aside, an
+  // unknown id is not found. Polled in turn on one kept-alive connection, each poll is a batch of
+  // its own, so nothing of the other's cost is shared; the median latencies may differ by at most 20%.
+  const SAMPLES = 300;
+  const MARGIN = 1.2;
+
+  it("polls of another partner's connection and of an unknown id get the identical 404 in equivalent time", async () => {
+    const theirs = await approvedConnection();
+    const token = await gateways[0]!.token(newId("ptr"));
+    const headers = { authorization: `Bearer ${token}` };
+    const sides = [`/v1/connections/${theirs.id}`, `/v1/connections/${newId("con")}`].map((path) => ({
+      p: poller(path, headers),
+      taken: [] as { ms: number; answer: string }[],
+    }));
+    try {
+      for (let i = 0; i < 2 * SAMPLES; i++) {
+        const side = sides[i % 2]!;
+        const at = performance.now();
+        const answer = await side.p.get();
+        side.taken.push({ ms: performance.now() - at, answer });
+      }
+    } finally {
+      for (const side of sides) side.p.close();
+    }
+    const answers = new Set(sides.flatMap((side) => side.taken.map((t) => t.answer)));
+    expect(answers.size).toBe(1);
+    expect([...answers][0]).toMatch(/^404 /);
+    const [foreign, unknown] = sides.map((side) => median(side.taken.map((t) => t.ms)));
+    process.stderr.write(
+      `[guarantee-3 timing] median poll ms: another partner's ${foreign!.toFixed(3)}, unknown ${unknown!.toFixed(3)}\n`,
+    );
+    expect(foreign! / unknown!).toBeLessThanOrEqual(MARGIN);
+    expect(unknown! / foreign!).toBeLessThanOrEqual(MARGIN);
+  }, 120_000);
+});
 
 describe("connection polls across gateways", () => {
   it("monotonic reads across gateways: once one gateway answered revoked, the other never answers approved again", async () => {
@@ -123,32 +188,6 @@ describe("no-oracle guarantee 4 (timing): a decline does not change how a partne
   /** The act's window: at least this long, and until the target was polled MIN_SAMPLES times in it. */
   const WINDOW_MS = 1750;
   const MIN_SAMPLES = 12;
-  const median = (xs: number[]) => {
-    const s = [...xs].sort((a, b) => a - b);
-    return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-  };
-
-  /** GET on a kept-alive connection of its own: its status code and body. */
-  function poller(path: string, headers: Record<string, string>) {
-    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
-    const url = `${gateways[0]!.baseUrl}${path}`;
-    return {
-      get: () =>
-        new Promise<string>((resolve, reject) => {
-          request(url, { headers, agent }, (res) => {
-            let body = "";
-            res.setEncoding("utf8");
-            res.on("data", (c: string) => (body += c));
-            res.on("end", () => resolve(`${res.statusCode} ${body}`));
-            res.on("error", reject);
-          })
-            .on("error", reject)
-            .end();
-        }),
-      close: () => agent.destroy(),
-    };
-  }
-
   async function round(kind: "decline" | "sham"): Promise<number> {
     const partnerId = newId("ptr");
     const token = await gateways[0]!.token(partnerId);

@@ -46,6 +46,7 @@ export const ALLOWED_CALLERS: Readonly<Record<string, Readonly<Record<string, Me
   "pi.connection.v1.ConnectionService": {
     RequestConnection: runtime("gateway"),
     GetConnection: runtime("gateway"),
+    GetConnections: runtime("gateway"),
     RevokeConnection: runtime("gateway"),
     CheckActiveConnection: runtime("file-intake"),
     // POST /v1/test_helpers/connections/{id}/...: the partner's own test connections, by its verified bearer.

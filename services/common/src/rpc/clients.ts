@@ -3,8 +3,8 @@ import { serviceClient, type Client } from "./client.js";
 import type { Settings } from "../runtime/settings.js";
 
 export type AuthClient = Client<typeof authv1.AuthService>;
-/** Token requests one IssueTokens call may carry (auth refuses more; the gateway sends no more). */
-export const MAX_TOKENS_PER_CALL = 64;
+/** Requests one IssueTokens or GetConnections call may carry (the server refuses more; the gateway sends no more). */
+export const MAX_REQUESTS_PER_BATCH = 64;
 export type ConnectionClient = Client<typeof connectionv1.ConnectionService>;
 export type FileIntakeClient = Client<typeof fileintakev1.FileIntakeService>;
 export type WebhookClient = Client<typeof webhookv1.WebhookService>;

@@ -3,6 +3,7 @@ import type { Middleware } from "koa";
 import { connectionv1 } from "@pi/proto";
 import { checkElderAddress } from "@pi/common/rules/elder-address";
 import type { ConnectionClient } from "@pi/common/rpc/clients";
+import type { ReadConnection } from "../batches.js";
 import { invalid, PartnerError } from "../errors.js";
 import { requireScope } from "../middleware.js";
 import { allowedMethods, gatewayRouter, modeOf, type GatewayContext, type GatewayState } from "../router.js";
@@ -50,7 +51,7 @@ const owned = (ctx: GatewayContext) => {
   return { partnerId: ctx.state.principal!.partnerId, mode: modeOf(ctx), id };
 };
 
-export default function connectionRoutes(connections: ConnectionClient, domain: string) {
+export default function connectionRoutes(connections: ConnectionClient, read: ReadConnection, domain: string) {
   const router = gatewayRouter();
 
   router.post(
@@ -75,8 +76,9 @@ export default function connectionRoutes(connections: ConnectionClient, domain: 
   );
 
   router.get("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {
-    const res = await connections.getConnection(owned(ctx));
-    ctx.body = connectionResource(res.connection);
+    const { connection } = await read(owned(ctx));
+    if (!connection) throw new PartnerError("not_found");
+    ctx.body = connectionResource(connection);
   });
 
   router.delete("/v1/connections/:id", requireScope(CONNECTION_SCOPE), async (ctx) => {

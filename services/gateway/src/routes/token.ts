@@ -3,7 +3,7 @@ import type { Context } from "koa";
 import { authv1 } from "@pi/proto";
 import { PartnerError } from "../errors.js";
 import { tokenRateLimit } from "../rate-limit.js";
-import type { IssueToken } from "../token-batches.js";
+import type { IssueToken } from "../batches.js";
 import { gatewayRouter } from "../router.js";
 
 type OAuthError = "invalid_request" | "unsupported_grant_type" | "invalid_client" | "invalid_scope";

@@ -3,12 +3,13 @@ import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { create } from "@bufbuild/protobuf";
-import { authv1 } from "@pi/proto";
+import { authv1, commonv1, connectionv1 } from "@pi/proto";
+import { ErrorReason, RpcError, serviceError, Status } from "@pi/common/rpc/errors";
 import { inSpan } from "@pi/common/runtime/telemetry";
-import type { AuthClient } from "@pi/common/rpc/clients";
-import { batchedTokenIssuer, type TokenRequest } from "../src/token-batches.js";
+import type { AuthClient, ConnectionClient } from "@pi/common/rpc/clients";
+import { batchedConnectionReads, batchedTokenIssuer, type ConnectionRead, type TokenRequest } from "../src/batches.js";
 
-// The gateway's token requests to auth, batched per event-loop turn (token-batches.ts).
+// The gateway's token requests to auth and connection polls, batched per event-loop turn (batches.ts).
 
 const exporter = new InMemorySpanExporter();
 beforeAll(() => {
@@ -148,6 +149,45 @@ describe("token requests in batches", () => {
     expect(together.map((t) => t.traceId)).not.toContain(batch.spanContext().traceId);
     expect(batch.links.map((l) => l.context.traceId)).toEqual(together.map((t) => t.traceId));
     expect(batch.attributes["token.requests"]).toBe(2);
+  });
+});
+
+describe("connection polls in batches", () => {
+  const read = (id: string): ConnectionRead => ({ partnerId: "ptr_a", id, mode: commonv1.Mode.LIVE });
+  const found = (id: string) => ({ connection: { id, status: connectionv1.ExternalStatus.APPROVED } });
+  const idOf = (res: connectionv1.GetConnectionResponse) => res.connection?.id ?? null;
+
+  it("the polls of one turn share one GetConnections call; an answer without a connection stays one", async () => {
+    const calls: ConnectionRead[][] = [];
+    const connections = {
+      getConnections: async (req: { requests: ConnectionRead[] }) => {
+        calls.push(req.requests);
+        return create(connectionv1.GetConnectionsResponseSchema, {
+          responses: req.requests.map((r) => (r.id === "con_known" ? found(r.id) : {})),
+        });
+      },
+    } as unknown as ConnectionClient;
+    const poll = batchedConnectionReads(connections);
+    const answers = await Promise.all(["con_known", "con_unknown"].map((id) => poll(read(id))));
+    expect(calls.map((c) => c.map((r) => r.id))).toEqual([["con_known", "con_unknown"]]);
+    expect(answers.map(idOf)).toEqual(["con_known", null]);
+  });
+
+  it("a replica without GetConnections (1.0.0) is asked with one GetConnection each; its not_found is an answer without a connection, any other failure fails", async () => {
+    const connections = {
+      getConnections: async () => {
+        throw new RpcError("GetConnections is not implemented", Status.UNIMPLEMENTED);
+      },
+      getConnection: async (r: ConnectionRead) => {
+        if (r.id === "con_known") return create(connectionv1.GetConnectionResponseSchema, found(r.id));
+        if (r.id === "con_unknown") throw serviceError(ErrorReason.NOT_FOUND, "no such connection");
+        throw new RpcError("connection unavailable", Status.UNAVAILABLE);
+      },
+    } as unknown as ConnectionClient;
+    const poll = batchedConnectionReads(connections);
+    const answers = await Promise.all(["con_known", "con_unknown"].map((id) => poll(read(id))));
+    expect(answers.map(idOf)).toEqual(["con_known", null]);
+    await expect(poll(read("con_away"))).rejects.toMatchObject({ code: Status.UNAVAILABLE });
   });
 });
 
