@@ -4,8 +4,7 @@ import { ObjectId, type Collection, type Document } from "mongodb";
 // says so through `explain`. The local server (mongo-java-server) has no `explain` command (it
 // answers CommandNotFound, code 59); its rule, read in its source (AbstractMongoCollection and
 // AbstractUniqueIndex.canHandle), is that a query is answered from a unique index, the _id index
-// included, exactly when the filter's fields are that index's fields, each an equality (or, on a
-// one-field index, an `$in`); every
+// included, exactly when the filter's fields are that index's fields, each an equality; every
 // other filter scans (its non-unique indexes are kept as definitions only: collStats reports them
 // empty). So there the plan is derived from that rule, the index definitions and collStats.
 
@@ -25,7 +24,6 @@ function stages(plan: Document | undefined, out: string[] = []): string[] {
 }
 
 const isEquality = (v: unknown) => v === null || typeof v !== "object" || v instanceof ObjectId || v instanceof Date;
-const isIn = (v: unknown) => typeof v === "object" && v !== null && Object.keys(v).join() === "$in";
 
 export async function queryPlan(collection: Collection<Document>, filter: Document): Promise<QueryPlan> {
   try {
@@ -45,11 +43,7 @@ export async function queryPlan(collection: Collection<Document>, filter: Docume
   const entries = index ? Number((stats.indexSize as Record<string, number>)[index.name as string] ?? 0) : 0;
   return {
     via: "mongo-java-server rule",
-    usesIndex:
-      index !== undefined &&
-      (Object.values(filter).every(isEquality) ||
-        (Object.keys(filter).length === 1 && isIn(Object.values(filter)[0]))) &&
-      entries > 0,
+    usesIndex: index !== undefined && Object.values(filter).every(isEquality) && entries > 0,
     detail: index
       ? `${index.name as string} (${entries} entries)`
       : "no unique index with exactly these fields: a scan",

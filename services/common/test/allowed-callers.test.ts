@@ -63,6 +63,7 @@ describe("the allow-list of internal calls", () => {
         "pi.auth.v1.AuthService/ReportGatewayPosition",
         "pi.connection.v1.ConnectionService/ActOnTestConnection",
         "pi.connection.v1.ConnectionService/GetConnection",
+        "pi.connection.v1.ConnectionService/GetConnections",
         "pi.connection.v1.ConnectionService/RequestConnection",
         "pi.connection.v1.ConnectionService/RevokeConnection",
         "pi.fileintake.v1.FileIntakeService/CheckStorageQuota",

@@ -357,12 +357,6 @@ describe("polls in batches (readMany)", () => {
 });
 
 describe("hot reads use an index", () => {
-  it("polls in batches read by _id alone, with $in: the _id index", async () => {
-    const c = await connections.request(partner(), "live", await elder());
-    const byIds = await queryPlan(store.connections as never, { _id: { $in: [c._id, "con_unknown"] } });
-    expect(byIds).toMatchObject({ usesIndex: true });
-  });
-
   it("the connection check reads by (partner, mode, address), the fields of the unique index; the elder lookup by _id", async () => {
     const p = partner();
     const a = await elder();
