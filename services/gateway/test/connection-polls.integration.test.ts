@@ -103,7 +103,8 @@ describe("no-oracle guarantee 3 (timing): polls in batches read another partner'
   // The gateway sends the polls of one turn together (GetConnections), which reads them by id alone
   // and decides ownership after the read: another partner's connection is found and set aside, an
   // unknown id is not found. Polled in turn on one kept-alive connection, each poll is a batch of
-  // its own, so nothing of the other's cost is shared; the median latencies may differ by at most 20%.
+  // its own, so nothing of the other's cost is shared; the median latencies may differ by at most 20%
+  // (quiet machine 1.00-1.02; under the full suite 1.10; 1.4 when a foreign read cost 1 ms more).
   const SAMPLES = 300;
   const MARGIN = 1.2;
 
@@ -117,7 +118,7 @@ describe("no-oracle guarantee 3 (timing): polls in batches read another partner'
     }));
     try {
       for (let i = 0; i < 2 * SAMPLES; i++) {
-        const side = sides[i % 2]!;
+        const side = sides[[0, 1, 1, 0][i % 4]!]!; // ABBA: neither side always goes first
         const at = performance.now();
         const answer = await side.p.get();
         side.taken.push({ ms: performance.now() - at, answer });
