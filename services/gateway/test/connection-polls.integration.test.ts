@@ -1,7 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "@jest/globals";
 import { Agent, request } from "node:http";
 import { MongoClient } from "mongodb";
-import { clientsFor } from "@pi/common/rpc/clients";
+import { closeClient } from "@pi/common/rpc/client";
+import { clientsFor, MAX_REQUESTS_PER_BATCH } from "@pi/common/rpc/clients";
+import { Status } from "@pi/common/rpc/errors";
+import { commonv1, connectionv1 } from "@pi/proto";
 import { createLogger } from "@pi/common/runtime/logger";
 import { databaseName } from "@pi/common/store/mongo";
 import { newId } from "@pi/common/rules/ids";
@@ -70,7 +73,7 @@ async function approvedConnection() {
   const remove = async (g: number) =>
     (await gateways[g]!.send("DELETE", `/v1/connections/${id}`, { headers: { authorization: `Bearer ${tokens[g]}` } }))
       .json.status as string;
-  return { id, poll, remove };
+  return { id, partnerId, poll, remove };
 }
 
 const median = (xs: number[]) => {
@@ -136,6 +139,38 @@ describe("no-oracle guarantee 3 (timing): polls in batches read another partner'
     expect(foreign! / unknown!).toBeLessThanOrEqual(MARGIN);
     expect(unknown! / foreign!).toBeLessThanOrEqual(MARGIN);
   }, 120_000);
+});
+
+describe("GetConnections", () => {
+  it("answers each request as GetConnection would, in order: the owner's connection, nothing for an unknown, another partner's, the other mode's or a malformed id; more than the batch size refused whole", async () => {
+    const mine = await approvedConnection();
+    const theirs = await approvedConnection();
+    const client = clientsFor({ ...as(settings, "gateway"), ...addressOf("connection", replicas[0]!) }).connection();
+    const { partnerId } = mine;
+    const ask = (id: string, mode = commonv1.Mode.LIVE) => ({ partnerId, id, mode });
+    const { responses } = await client.getConnections({
+      requests: [
+        ask(mine.id),
+        ask(newId("con")),
+        ask(theirs.id),
+        ask(mine.id, commonv1.Mode.TEST),
+        ask("con_-"),
+        ask(mine.id),
+      ],
+    });
+    const approved = { id: mine.id, status: connectionv1.ExternalStatus.APPROVED };
+    expect(responses.map((r) => r.connection && { id: r.connection.id, status: r.connection.status })).toEqual([
+      approved,
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+      approved,
+    ]);
+    const tooMany = Array.from({ length: MAX_REQUESTS_PER_BATCH + 1 }, () => ask(mine.id));
+    await expect(client.getConnections({ requests: tooMany })).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT });
+    closeClient(client);
+  });
 });
 
 describe("connection polls across gateways", () => {
