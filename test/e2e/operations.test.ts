@@ -216,7 +216,8 @@ describe("local stack", () => {
       const killedAt = Date.now();
       let answer = await requestToken(baseUrl, form);
       if (answer.status === 503) {
-        expect(Date.now() - killedAt).toBeLessThan(2_000);
+        // Not a hang: answered well before an internal call's 10 s deadline would have run out.
+        expect(Date.now() - killedAt).toBeLessThan(5_000);
         const retryAfter = Number(answer.headers.get("retry-after"));
         expect(retryAfter).toBeGreaterThanOrEqual(1);
         await new Promise((r) => setTimeout(r, retryAfter * 1000));
