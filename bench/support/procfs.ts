@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 // What the kernel says about a process: CPU time (utime + stime of /proc/<pid>/stat, every thread
 // included) and resident memory (VmRSS of /proc/<pid>/status).
@@ -54,15 +54,41 @@ export function rssSampler(pids: number[], everyMs = 20) {
   };
 }
 
-/** Starts counting the CPU of some processes; stop() gives the CPU seconds each name used since. */
+/** The live children of some processes not among them (by the parent pid of /proc/<pid>/stat): child pid to parent pid. */
+function childrenOf(parents: Set<number>): Map<number, number> {
+  const children = new Map<number, number>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const pid = Number(entry);
+      if (parents.has(ppid) && !parents.has(pid)) children.set(pid, ppid);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return children;
+}
+
+/**
+ * Starts counting the CPU of some processes and of their children alive at both ends (extraction's
+ * child, named "<parent> child"); stop() gives the CPU seconds each name used since.
+ */
 export function cpuMeter(processes: { pid: number; name: string }[]) {
-  const before = new Map(processes.map((p) => [p.pid, cpuSeconds(p.pid)]));
+  const names = new Map(processes.map((p) => [p.pid, p.name]));
+  const children = childrenOf(new Set(names.keys()));
+  const counted = [
+    ...processes,
+    ...[...children].map(([pid, parent]) => ({ pid, name: `${names.get(parent)} child` })),
+  ];
+  const before = new Map(counted.map((p) => [p.pid, cpuSeconds(p.pid)]));
   const started = performance.now();
   return {
     stop() {
       const seconds = (performance.now() - started) / 1000;
       const byName = new Map<string, number>();
-      for (const p of processes) {
+      for (const p of counted) {
         const a = before.get(p.pid);
         const b = cpuSeconds(p.pid);
         if (a === undefined || b === undefined) continue;

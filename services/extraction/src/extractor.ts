@@ -1,5 +1,6 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
+import { getPriority, setPriority } from "node:os";
 import { fileURLToPath } from "node:url";
 import { acceptedType } from "@pi/common/rules/media-types";
 import { MAX_STORED_TEXT_CHARS, type Extracted } from "@pi/common/rules/extracted";
@@ -37,6 +38,13 @@ const WATCH_EVERY_MS = 10;
 /** How long a new child may take to start (not counted in a file's time limit). */
 const CHILD_START_MS = 30_000;
 const PAGE_BYTES = 4096;
+/**
+ * How much nicer than its parent the child runs (capped at 19, the lowest priority). Extraction is
+ * background work: where it shares cores with processes that answer partners (`npm start`, a node
+ * running several pods) it takes the time they leave, and its parent's lease heartbeats come first
+ * (docs/performance.md, "Uploads beside extraction").
+ */
+export const CHILD_NICE_INCREMENT = 10;
 
 /** USER_HZ: 100 on every architecture Node runs on. */
 const CLOCK_TICK_MS = 10;
@@ -91,6 +99,11 @@ export class Extractor {
       });
     });
     ready.catch(() => child.kill("SIGKILL"));
+    try {
+      setPriority(child.pid!, Math.min(19, getPriority() + CHILD_NICE_INCREMENT));
+    } catch {
+      // Already gone: its exit settles what waits on it.
+    }
     child.on("error", () => undefined); // an IPC send to a dead child; its exit settles the file
     return { process: child, ready };
   }

@@ -1,11 +1,13 @@
 import { readFileSync } from "node:fs";
+import { getPriority } from "node:os";
 import { afterAll, describe, expect, it, jest } from "@jest/globals";
 import { CHILD_ENVIRONMENT_ALLOWED } from "../src/child-environment.js";
-import { DEFAULT_EXTRACTION_LIMITS, Extractor } from "../src/extractor.js";
+import { CHILD_NICE_INCREMENT, DEFAULT_EXTRACTION_LIMITS, Extractor } from "../src/extractor.js";
 
 // Least privilege for the extraction child: it starts with an allow-listed environment, so the
-// parent's secrets never reach the process that parses untrusted bytes. The child is a real one
-// (the built module), and its environment is read from /proc, as the kernel gave it.
+// parent's secrets never reach the process that parses untrusted bytes, and at a lower CPU priority
+// than its parent. The child is a real one (the built module), and its environment is read from
+// /proc, as the kernel gave it.
 
 jest.setTimeout(120_000);
 
@@ -57,5 +59,11 @@ describe("extraction child environment", () => {
     // What it is allowed is passed on: the time zone, and NODE_OPTIONS emptied.
     expect(env.TZ).toBe("UTC");
     expect(env.NODE_OPTIONS).toBe("");
+  });
+
+  it("the child runs CHILD_NICE_INCREMENT nicer than its parent: extraction takes the CPU that serving partners leaves", async () => {
+    const res = await extractor.extract("text/plain", Buffer.from("a care note"));
+    expect(res).toMatchObject({ ok: true });
+    expect(getPriority(extractor.childPid!)).toBe(Math.min(19, getPriority() + CHILD_NICE_INCREMENT));
   });
 });
