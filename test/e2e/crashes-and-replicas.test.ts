@@ -732,6 +732,18 @@ describe("replicas and extraction", () => {
       const recorded = JSON.parse(readFileSync(join(stack.stateDir, "stack.json"), "utf8")) as Record<string, string>;
       for (const name of SERVICE_URL_SETTINGS) expect(recorded[name]!.split(",")).toHaveLength(2);
     });
+
+    it("runs extraction nicer than every process that answers partners: background work takes the CPU they leave", () => {
+      // Field 19 of /proc/<pid>/stat, the 17th after the command name.
+      const niceOf = (pid: number) => {
+        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]);
+      };
+      const serving = ["gateway", "auth", "connection", "file-intake", "webhook"].flatMap(processesOf).map(niceOf);
+      const extraction = processesOf("extraction").map(niceOf);
+      expect(extraction).toHaveLength(2);
+      for (const nice of extraction) expect(nice).toBeGreaterThan(Math.max(...serving));
+    });
   });
 
   describe("Prometheus against npm start", () => {

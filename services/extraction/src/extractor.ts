@@ -39,10 +39,9 @@ const WATCH_EVERY_MS = 10;
 const CHILD_START_MS = 30_000;
 const PAGE_BYTES = 4096;
 /**
- * How much nicer than its parent the child runs (capped at 19, the lowest priority). Extraction is
- * background work: where it shares cores with processes that answer partners (`npm start`, a node
- * running several pods) it takes the time they leave, and its parent's lease heartbeats come first
- * (docs/performance.md, "Uploads beside extraction").
+ * How much nicer than its parent the child runs (capped at 19, the lowest priority): decoding comes
+ * after everything else, its own parent's reads and lease heartbeats included (main.ts lowers the
+ * service's own priority; docs/performance.md, "Uploads beside extraction").
  */
 export const CHILD_NICE_INCREMENT = 10;
 
