@@ -686,11 +686,11 @@ it("extraction: small PDFs at a sustained rate; how many are still received 10 s
 }, 900_000);
 
 it("extraction of a 25 MB PDF beside a client polling GET /v1/files/{id}", async () => {
-  const target = probeTarget ?? (await newFile());
+  const probed = probeTarget ?? (await newFile());
   const backlog = (await statusesOf(accepted)).filter((x) => x === "received").length;
   const pdf = join(scratch, "big.pdf");
   writeFileSync(pdf, textPdf(Math.floor(knobs.bigPdfMiB * MiB)));
-  const url = `${stack.baseUrl}/v1/files/${target.id}`;
+  const url = `${stack.baseUrl}/v1/files/${probed.id}`;
   const probe = prober.probe(url, partner.token, 20);
   let [t0, t1, t2] = [0, 0, 0];
   let status = "received";
