@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
+import { parentPids } from "../../test/support/processes.js";
 
 // What the kernel says about a process: CPU time (utime + stime of /proc/<pid>/stat, every thread
 // included) and resident memory (VmRSS of /proc/<pid>/status).
@@ -54,34 +55,14 @@ export function rssSampler(pids: number[], everyMs = 20) {
   };
 }
 
-/** The live children of some processes not among them (by the parent pid of /proc/<pid>/stat): child pid to parent pid. */
-function childrenOf(parents: Set<number>): Map<number, number> {
-  const children = new Map<number, number>();
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      const pid = Number(entry);
-      if (parents.has(ppid) && !parents.has(pid)) children.set(pid, ppid);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return children;
-}
-
 /**
  * Starts counting the CPU of some processes and of their children alive at both ends (extraction's
  * child, named "<parent> child"); stop() gives the CPU seconds each name used since.
  */
 export function cpuMeter(processes: { pid: number; name: string }[]) {
   const names = new Map(processes.map((p) => [p.pid, p.name]));
-  const children = childrenOf(new Set(names.keys()));
-  const counted = [
-    ...processes,
-    ...[...children].map(([pid, parent]) => ({ pid, name: `${names.get(parent)} child` })),
-  ];
+  const children = [...parentPids()].filter(([pid, parent]) => names.has(parent) && !names.has(pid));
+  const counted = [...processes, ...children.map(([pid, parent]) => ({ pid, name: `${names.get(parent)} child` }))];
   const before = new Map(counted.map((p) => [p.pid, cpuSeconds(p.pid)]));
   const started = performance.now();
   return {

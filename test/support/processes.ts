@@ -1,18 +1,24 @@
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 
-/** Every live process below pid (children, grandchildren, ...), read from /proc. */
-export function descendants(pid: number): number[] {
-  const children = new Map<number, number[]>();
+/** Every live process's parent, read from /proc: pid to parent pid. */
+export function parentPids(): Map<number, number> {
+  const parents = new Map<number, number>();
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
     } catch {
       // the process ended while we looked
     }
   }
+  return parents;
+}
+
+/** Every live process below pid (children, grandchildren, ...), read from /proc. */
+export function descendants(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const [child, ppid] of parentPids()) children.set(ppid, [...(children.get(ppid) ?? []), child]);
   const out: number[] = [];
   const walk = (p: number) => {
     for (const c of children.get(p) ?? []) {
